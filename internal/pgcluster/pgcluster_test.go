@@ -1,0 +1,170 @@
+package pgcluster
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+func startCluster(t *testing.T) *Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c, err := Start(ctx, Config{})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if _, err := os.Stat(c.Dir()); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cluster dir %s still exists after Close (stat: %v)", c.Dir(), err)
+		}
+	})
+	return c
+}
+
+func execSQL(t *testing.T, dsn, sql string) {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(t.Context(), sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func countRows(t *testing.T, dsn string) int {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(context.Background())
+	var n int
+	if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM survivor").Scan(&n); err != nil {
+		t.Fatalf("count: %v", err)
+	}
+	return n
+}
+
+func TestDataSurvivesRestartAndKill(t *testing.T) {
+	c := startCluster(t)
+	ctx := t.Context()
+	if err := c.CreateDatabase(ctx, "lockdb"); err != nil {
+		t.Fatalf("CreateDatabase: %v", err)
+	}
+	dsn := c.DSN("lockdb")
+	execSQL(t, dsn, "CREATE TABLE survivor (id int PRIMARY KEY)")
+	execSQL(t, dsn, "INSERT INTO survivor VALUES (1)")
+	port := c.Port()
+
+	if err := c.Restart(ctx); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	if c.Port() != port {
+		t.Fatalf("port after Restart = %d; want %d", c.Port(), port)
+	}
+	if got := countRows(t, dsn); got != 1 {
+		t.Fatalf("rows after Restart = %d; want 1", got)
+	}
+
+	// A committed row survives SIGKILL of every server process: crash
+	// recovery replays the WAL.
+	execSQL(t, dsn, "INSERT INTO survivor VALUES (2)")
+	if err := c.Kill(); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	if err := c.Kill(); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("second Kill: got %v, want ErrNotRunning", err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatalf("Start after Kill: %v", err)
+	}
+	if err := c.Start(ctx); !errors.Is(err, ErrRunning) {
+		t.Fatalf("Start while running: got %v, want ErrRunning", err)
+	}
+	if got := countRows(t, dsn); got != 2 {
+		t.Fatalf("rows after Kill and Start = %d; want 2", got)
+	}
+
+	if err := c.Stop(ctx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := c.Stop(ctx); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+	conn, err := pgx.Connect(ctx, dsn+"&connect_timeout=2")
+	if err == nil {
+		conn.Close(context.Background())
+		t.Fatal("connected to a stopped server")
+	}
+}
+
+func TestReuseGivenDir(t *testing.T) {
+	dir, err := os.MkdirTemp("", "pgcluster-given-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	// The server may run as another user (when the test runs as root): it
+	// must be able to reach the data directory.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	c, err := Start(ctx, Config{Dir: dir})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if err := c.CreateDatabase(ctx, "kept"); err != nil {
+		t.Fatalf("CreateDatabase: %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", "PG_VERSION")); err != nil {
+		t.Fatalf("Close removed a caller's Dir: %v", err)
+	}
+	// A second cluster over the same Dir skips initdb and sees the database.
+	c2, err := Start(ctx, Config{Dir: dir})
+	if err != nil {
+		t.Fatalf("second Start: %v", err)
+	}
+	defer c2.Close()
+	execSQL(t, c2.DSN("kept"), "SELECT 1")
+}
+
+func TestMissingBinaries(t *testing.T) {
+	_, err := Start(t.Context(), Config{BinDir: t.TempDir()})
+	if !errors.Is(err, ErrBinariesMissing) {
+		t.Fatalf("Start with an empty BinDir: got %v, want ErrBinariesMissing", err)
+	}
+	t.Setenv(EnvBinDir, t.TempDir())
+	if err := (Config{}).Validate(); !errors.Is(err, ErrBinariesMissing) {
+		t.Fatalf("Validate with $%s empty dir: got %v, want ErrBinariesMissing", EnvBinDir, err)
+	}
+}
+
+func TestInvalidConfig(t *testing.T) {
+	for _, cfg := range []Config{
+		{Port: -1},
+		{Port: 70000},
+		{Settings: map[string]string{"port": "5432"}},
+		{Settings: map[string]string{"Bad Name": "x"}},
+		{Dir: "/tmp/" + strings.Repeat("x", 120)},
+	} {
+		if err := cfg.Validate(); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("Validate(%+v): got %v, want ErrInvalidConfig", cfg, err)
+		}
+	}
+}

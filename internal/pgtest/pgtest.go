@@ -1,0 +1,189 @@
+// Package pgtest is the PostgreSQL fixture of the project's tests: a brand
+// new database per test, in one throwaway cluster shared by the whole test
+// binary, and clusters of their own for tests that restart or kill the
+// server.
+//
+// A package using it calls Main from its TestMain:
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) }
+//
+// The shared cluster is started by the first NewDatabase and stopped, with
+// its directory removed, by Main after the tests. When EnvAdminURL is set,
+// NewDatabase creates its databases on that server instead (and drops them
+// when the test ends); NewCluster always starts a local cluster.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
+	"github.com/jackc/pgx/v5"
+)
+
+// EnvAdminURL names the environment variable holding the URL of an existing
+// server (postgres://user@host:port/db?...) whose user may CREATE DATABASE.
+// When set, no local cluster is started for NewDatabase.
+const EnvAdminURL = "LAB_PG_ADMIN_URL"
+
+// startTimeout bounds the start of a cluster, including initdb.
+const startTimeout = 2 * time.Minute
+
+var (
+	mainCalled bool
+
+	sharedOnce    sync.Once
+	sharedCluster *pgcluster.Cluster // nil when EnvAdminURL is used
+	sharedAdmin   string             // admin URL of the shared server
+	sharedErr     error
+
+	createMu sync.Mutex // CREATE DATABASE one at a time per binary
+)
+
+// Main runs the tests of m, then stops the shared cluster (if one was
+// started) and removes its directory, and exits with the tests' exit code
+// (1 if they passed but the cluster could not be closed). Call it from
+// TestMain; NewDatabase fails a test whose binary did not.
+func Main(m *testing.M) {
+	mainCalled = true
+	code := m.Run()
+	if sharedCluster != nil {
+		if err := sharedCluster.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: close shared cluster: %v\n", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	os.Exit(code)
+}
+
+func shared() (string, error) {
+	sharedOnce.Do(func() {
+		if u := os.Getenv(EnvAdminURL); u != "" {
+			sharedAdmin = u
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+		defer cancel()
+		c, err := pgcluster.Start(ctx, pgcluster.Config{})
+		if err != nil {
+			sharedErr = fmt.Errorf("start shared cluster (or set %s): %w", EnvAdminURL, err)
+			return
+		}
+		sharedCluster, sharedAdmin = c, c.AdminDSN()
+	})
+	return sharedAdmin, sharedErr
+}
+
+// NewDatabase creates a brand-new empty database with a unique name and
+// returns a URL connecting to it with the admin URL's credentials. It fails
+// t when the server cannot be started or reached. Databases on the shared
+// local cluster disappear with it; on an EnvAdminURL server they are
+// dropped when t ends.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	if !mainCalled {
+		t.Fatal("pgtest: call pgtest.Main(m) from TestMain, or the shared cluster outlives the tests")
+	}
+	admin, err := shared()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	name := dbName(t.Name())
+	dsn, err := withDatabase(admin, name)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := execAdmin(ctx, admin, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	if sharedCluster == nil {
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := execAdmin(ctx, admin, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+				t.Logf("pgtest: %v", err)
+			}
+		})
+	}
+	return dsn
+}
+
+// NewCluster starts a local cluster of the test's own, for tests that stop,
+// restart or kill the server; it is closed (and its directory removed) when
+// t ends. It fails t when the cluster cannot start.
+func NewCluster(t testing.TB) *pgcluster.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	c, err := pgcluster.Start(ctx, pgcluster.Config{})
+	if err != nil {
+		t.Fatalf("pgtest: start cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("pgtest: close cluster: %v", err)
+		}
+	})
+	return c
+}
+
+func execAdmin(ctx context.Context, admin, sql string) error {
+	createMu.Lock()
+	defer createMu.Unlock()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return fmt.Errorf("connect to admin database: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("%s: %w", sql, err)
+	}
+	return nil
+}
+
+// dbName derives a unique database name from a test name: "t_", the test
+// name's letters and digits (lower case, at most 40), "_", 12 random hex
+// digits; at most 63 bytes, PostgreSQL's limit.
+func dbName(testName string) string {
+	var b strings.Builder
+	b.WriteString("t_")
+	for _, r := range strings.ToLower(testName) {
+		if b.Len() >= 42 {
+			break
+		}
+		switch {
+		case 'a' <= r && r <= 'z', '0' <= r && r <= '9':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	b.WriteByte('_')
+	b.WriteString(hex.EncodeToString(rnd[:]))
+	return b.String()
+}
+
+// withDatabase returns admin with its database replaced by name.
+func withDatabase(admin, name string) (string, error) {
+	u, err := url.Parse(admin)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return "", fmt.Errorf("%s must be a postgres:// URL", EnvAdminURL)
+	}
+	u.Path = "/" + name
+	u.RawPath = ""
+	return u.String(), nil
+}

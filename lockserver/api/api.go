@@ -1,0 +1,259 @@
+// Package api defines the wire contract of lock-server's HTTP/JSON API: the
+// paths, the request and response bodies, the error envelope and its stable
+// error codes, and the validation rules for keys, owner ids and TTLs.
+//
+// It imports only the standard library, so that any client (the Go SDK in
+// lockserver/client, a test, a tool in another language reading this file)
+// can depend on it without pulling in a backend.
+//
+// All durations on the wire are integer milliseconds (fields suffixed "Ms");
+// all instants are RFC 3339 timestamps with nanoseconds, in UTC, read from the
+// clock of the backend that decided them. Fencing tokens are positive 64-bit
+// integers sent as JSON numbers; they stay below 2^53 in any realistic
+// deployment, so JavaScript clients read them exactly.
+//
+// The API (every body is JSON, every error is an [ErrorEnvelope]):
+//
+//	POST /v1/locks/{key}/acquire  AcquireRequest -> 200 Grant | 409 LOCK_HELD
+//	POST /v1/locks/{key}/renew    RenewRequest   -> 200 Grant | 409 LEASE_NOT_HELD, STALE_TOKEN
+//	POST /v1/locks/{key}/release  ReleaseRequest -> 204       | 409 LEASE_NOT_HELD, STALE_TOKEN
+//	POST /v1/locks/{key}/revoke   RevokeRequest  -> 200 Grant (the revoked lease) | 409 LEASE_NOT_HELD, STALE_TOKEN
+//	GET  /v1/locks/{key}                         -> 200 LockState
+//	GET  /healthz                                -> 200 when the process serves HTTP
+//	GET  /readyz                                 -> 200 when the backend answers, 503 BACKEND_UNAVAILABLE otherwise
+package api
+
+import (
+	"fmt"
+	"time"
+)
+
+// Paths of the lock API. Each lock route has the key as its only path
+// parameter; see [ValidateKey] for what a key may contain.
+const (
+	// PathLockPrefix is the prefix of every per-key route: PathLockPrefix + key
+	// addresses the lock (GET inspects it) and PathLockPrefix + key + "/acquire"
+	// and so on address its operations.
+	PathLockPrefix = "/v1/locks/"
+	// SuffixAcquire, SuffixRenew, SuffixRelease and SuffixRevoke end the
+	// operation routes.
+	SuffixAcquire = "/acquire"
+	SuffixRenew   = "/renew"
+	SuffixRelease = "/release"
+	SuffixRevoke  = "/revoke"
+	// PathHealth answers 200 while the process serves HTTP (liveness).
+	PathHealth = "/healthz"
+	// PathReady answers 200 when the backend answers a ping (readiness).
+	PathReady = "/readyz"
+)
+
+// Bounds enforced on every request. A request outside them is answered 400
+// INVALID_REQUEST (or 413 BODY_TOO_LARGE) and changes nothing.
+const (
+	// MaxKeyLen is the longest lock key, in bytes.
+	MaxKeyLen = 128
+	// MaxOwnerLen is the longest owner id, in bytes.
+	MaxOwnerLen = 128
+	// MinTTLMs is the shortest lease a client may ask for, in milliseconds.
+	// Backends may round a TTL up (etcd grants whole seconds and has a floor
+	// of its own); the granted TTL is always returned in Grant.TTLMs.
+	MinTTLMs = 500
+	// MaxTTLMs is the longest lease a client may ask for, in milliseconds
+	// (10 minutes). Longer leases turn a crashed holder into a long outage.
+	MaxTTLMs = 600_000
+	// MaxBodyBytes is the largest request body accepted, in bytes.
+	MaxBodyBytes = 4096
+)
+
+// AcquireRequest asks for a lease on the key in the path. The grant is
+// refused with LOCK_HELD while another unexpired lease exists on the key: the
+// server never queues (barging; the SDK retries with jittered backoff).
+type AcquireRequest struct {
+	// Owner identifies the holder; see ValidateOwner. Required.
+	Owner string `json:"owner"`
+	// TTLMs is the requested lease duration in milliseconds, within
+	// [MinTTLMs, MaxTTLMs]. Required.
+	TTLMs int64 `json:"ttlMs"`
+}
+
+// RenewRequest extends the lease identified by (key, Owner, Token) by its
+// granted TTL, measured from the moment the backend processes the renewal.
+// It succeeds only while that exact lease is unexpired.
+type RenewRequest struct {
+	// Owner must equal the owner the lease was granted to. Required.
+	Owner string `json:"owner"`
+	// Token is the fencing token of the grant being renewed. Required, > 0.
+	Token int64 `json:"token"`
+}
+
+// ReleaseRequest ends the lease identified by (key, Owner, Token). A release
+// carrying an older token than the current grant never touches the newer
+// lease: it is refused with STALE_TOKEN.
+type ReleaseRequest struct {
+	// Owner must equal the owner the lease was granted to. Required.
+	Owner string `json:"owner"`
+	// Token is the fencing token of the grant being released. Required, > 0.
+	Token int64 `json:"token"`
+}
+
+// RevokeRequest is an operator's force-revoke of the lease on a key,
+// whoever holds it. It is the break-glass path: the revoked holder is not
+// told, and only the fence points stop it from writing afterwards.
+type RevokeRequest struct {
+	// Token, when > 0, makes the revoke conditional: it succeeds only if the
+	// live lease carries exactly this token (STALE_TOKEN if a newer one does).
+	// 0 revokes whatever lease is live.
+	Token int64 `json:"token,omitempty"`
+	// Reason is free text recorded in the server's log (at most 256 bytes).
+	Reason string `json:"reason,omitempty"`
+}
+
+// MaxReasonLen is the longest RevokeRequest.Reason, in bytes.
+const MaxReasonLen = 256
+
+// Grant describes one lease: the answer to acquire and renew, and the lease
+// removed by revoke.
+type Grant struct {
+	// Key is the lock key.
+	Key string `json:"key"`
+	// Owner is the holder the lease was granted to.
+	Owner string `json:"owner"`
+	// Token is the fencing token: strictly greater than the token of every
+	// earlier grant of this key, across restarts of lock-server and of the
+	// backend. Present it to every fence point.
+	Token int64 `json:"token"`
+	// LeaseID identifies the lease in the backend, for diagnostics only
+	// (the etcd lease id in hex; "pg-" and the token for PostgreSQL).
+	LeaseID string `json:"leaseId"`
+	// TTLMs is the granted lease duration in milliseconds; it may be longer
+	// than requested when the backend rounds up.
+	TTLMs int64 `json:"ttlMs"`
+	// ExpiresAt is the backend's estimate of when the lease expires unless
+	// renewed. It is informative: clients must not compare it with their own
+	// clock, and the SDK computes its deadline from TTLMs instead.
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// LockState is the answer to inspect.
+type LockState struct {
+	// Key is the lock key.
+	Key string `json:"key"`
+	// Held is true when an unexpired lease exists, by the backend's clock.
+	Held bool `json:"held"`
+	// Lease is the live lease when Held, otherwise absent.
+	Lease *Grant `json:"lease,omitempty"`
+	// LastToken is the highest token ever granted on this key that the
+	// backend still remembers (0 when it remembers none; etcd forgets a key
+	// once its lease ends, PostgreSQL keeps it forever).
+	LastToken int64 `json:"lastToken"`
+}
+
+// Code is a stable, machine-readable error code. Codes are never renamed or
+// reused; new ones may be added.
+type Code string
+
+// Error codes of the lock API, with the HTTP status each is sent with.
+const (
+	// CodeLockHeld (409): another unexpired lease exists on the key. Retryable.
+	CodeLockHeld Code = "LOCK_HELD"
+	// CodeLeaseNotHeld (409): the presented lease is not live: it expired, was
+	// released or revoked, or never existed, and no newer grant is visible.
+	CodeLeaseNotHeld Code = "LEASE_NOT_HELD"
+	// CodeStaleToken (409): a newer grant of the key exists; the presented
+	// token is older than it.
+	CodeStaleToken Code = "STALE_TOKEN"
+	// CodeInvalidRequest (400): the request is malformed or out of bounds.
+	CodeInvalidRequest Code = "INVALID_REQUEST"
+	// CodeBodyTooLarge (413): the body exceeds MaxBodyBytes.
+	CodeBodyTooLarge Code = "BODY_TOO_LARGE"
+	// CodeUnsupportedMediaType (415): the body is not application/json.
+	CodeUnsupportedMediaType Code = "UNSUPPORTED_MEDIA_TYPE"
+	// CodeNotFound (404): no such route.
+	CodeNotFound Code = "NOT_FOUND"
+	// CodeMethodNotAllowed (405): the route exists for another method.
+	CodeMethodNotAllowed Code = "METHOD_NOT_ALLOWED"
+	// CodeBackendUnavailable (503): the backend did not answer in time. The
+	// outcome of the operation is unknown. Retryable.
+	CodeBackendUnavailable Code = "BACKEND_UNAVAILABLE"
+	// CodeInternal (500): a bug. Not retryable.
+	CodeInternal Code = "INTERNAL"
+)
+
+// ErrorEnvelope is the body of every non-2xx response.
+type ErrorEnvelope struct {
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody carries the stable code, a human-readable message (not stable;
+// do not parse it) and whether repeating the same request may succeed.
+type ErrorBody struct {
+	Code      Code   `json:"code"`
+	Message   string `json:"message"`
+	Retryable bool   `json:"retryable"`
+}
+
+// Retryable reports whether the code marks a condition that may clear if the
+// identical request is sent again later.
+func (c Code) Retryable() bool {
+	return c == CodeLockHeld || c == CodeBackendUnavailable
+}
+
+// ValidateKey returns an error unless key is 1..MaxKeyLen bytes, starts with
+// an ASCII letter or digit, and contains only ASCII letters, digits and
+// '.', '_', ':', '-'. Keys therefore never need escaping in a URL path.
+// The payout pipeline uses keys of the form "payout:{account_id}".
+func ValidateKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("key is empty")
+	}
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("key is %d bytes, longer than %d", len(key), MaxKeyLen)
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if isAlnum(c) || (i > 0 && (c == '.' || c == '_' || c == ':' || c == '-')) {
+			continue
+		}
+		return fmt.Errorf("key has byte %q at offset %d; allowed: letters, digits, and . _ : - after the first byte", c, i)
+	}
+	return nil
+}
+
+// ValidateOwner returns an error unless owner is 1..MaxOwnerLen bytes of ASCII
+// letters, digits and '.', '_', ':', '-', '@', '/'.
+func ValidateOwner(owner string) error {
+	if owner == "" {
+		return fmt.Errorf("owner is empty")
+	}
+	if len(owner) > MaxOwnerLen {
+		return fmt.Errorf("owner is %d bytes, longer than %d", len(owner), MaxOwnerLen)
+	}
+	for i := 0; i < len(owner); i++ {
+		c := owner[i]
+		if isAlnum(c) || c == '.' || c == '_' || c == ':' || c == '-' || c == '@' || c == '/' {
+			continue
+		}
+		return fmt.Errorf("owner has byte %q at offset %d; allowed: letters, digits, and . _ : - @ /", c, i)
+	}
+	return nil
+}
+
+// ValidateTTLMs returns an error unless ttlMs is within [MinTTLMs, MaxTTLMs].
+func ValidateTTLMs(ttlMs int64) error {
+	if ttlMs < MinTTLMs || ttlMs > MaxTTLMs {
+		return fmt.Errorf("ttlMs is %d; it must be between %d and %d milliseconds", ttlMs, MinTTLMs, MaxTTLMs)
+	}
+	return nil
+}
+
+// ValidateToken returns an error unless token is positive.
+func ValidateToken(token int64) error {
+	if token <= 0 {
+		return fmt.Errorf("token is %d; fencing tokens are positive", token)
+	}
+	return nil
+}
+
+func isAlnum(c byte) bool {
+	return ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9')
+}

@@ -1,0 +1,193 @@
+// Package bench measures what lock-server and the SDK cost on top of the raw
+// backend primitives, side by side in one process on one machine, so the
+// ratios are meaningful even where absolute figures are noisy:
+//
+//	make bench
+//	go test -run '^$' -bench . -benchtime 2s ./lockserver/bench/
+//
+// Each iteration is one acquire and one release of a key of the client's
+// own (no contention: this measures overhead, not waiting). With 8 clients,
+// ns/op is wall time divided by all pairs completed, the inverse of
+// throughput.
+//
+//	memory/sdk         client + lock-server over an in-memory store: the HTTP cost alone
+//	etcd/raw-mutex     etcd's own concurrency.Mutex Lock/Unlock, one session per client
+//	etcd/sdk           client.TryAcquire + Lease.Release via lock-server (HTTP, loopback) on etcdstore
+//	postgres/raw-sql   pgstore called directly: one SQL statement per acquire and per release
+//	postgres/sdk       client.TryAcquire + Lease.Release via lock-server on pgstore
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/etcd/embedded"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var (
+	etcdOnce    sync.Once
+	etcdCluster *embedded.Cluster
+	etcdErr     error
+)
+
+// sharedEtcd starts one embedded etcd member for the whole benchmark run.
+// It is left to die with the process: benchmarks are never run in `make test`.
+func sharedEtcd(b *testing.B) []string {
+	etcdOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		etcdCluster, etcdErr = embedded.Start(ctx, embedded.Config{})
+	})
+	if etcdErr != nil {
+		b.Fatalf("start etcd: %v", etcdErr)
+	}
+	return etcdCluster.Endpoints()
+}
+
+// pairs runs `clients` goroutines, each doing acquire+release pairs on its
+// own key until b.N pairs are done in total.
+func pairs(b *testing.B, clients int, setup func(c int) (pair func(key string) error, done func())) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	fns := make([]func(string) error, clients)
+	dones := make([]func(), clients)
+	for c := range clients {
+		fns[c], dones[c] = setup(c)
+	}
+	b.ResetTimer()
+	for c := range clients {
+		wg.Go(func() {
+			key := fmt.Sprintf("bench-%d", c)
+			for next.Add(1) <= int64(b.N) {
+				if err := fns[c](key); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	for _, d := range dones {
+		d()
+	}
+}
+
+// sdkPair returns a pair function going through a lock-server over store.
+func sdkPair(b *testing.B, store lockserver.LockStore) (func(c int) (func(string) error, func()), func()) {
+	h, err := lockserver.NewServer(store, lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	return func(c int) (func(string) error, func()) {
+		cl, err := client.New(srv.URL, client.WithOwner(fmt.Sprintf("bench-%d", c)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func(key string) error {
+			l, err := cl.TryAcquire(context.Background(), key, client.WithTTL(30*time.Second))
+			if err != nil {
+				return err
+			}
+			return l.Release(context.Background())
+		}, func() {}
+	}, srv.Close
+}
+
+var clientCounts = []int{1, 8}
+
+func BenchmarkAcquireRelease(b *testing.B) {
+	b.Run("memory", func(b *testing.B) {
+		// The floor: lock-server and the SDK over an in-memory store, so the
+		// figure is the HTTP round trips and JSON alone.
+		for _, n := range clientCounts {
+			b.Run(fmt.Sprintf("sdk/clients=%d", n), func(b *testing.B) {
+				setup, stop := sdkPair(b, memstore.New(nil))
+				defer stop()
+				pairs(b, n, setup)
+			})
+		}
+	})
+	b.Run("etcd", func(b *testing.B) {
+		eps := sharedEtcd(b)
+		for _, n := range clientCounts {
+			b.Run(fmt.Sprintf("raw-mutex/clients=%d", n), func(b *testing.B) {
+				pairs(b, n, func(c int) (func(string) error, func()) {
+					cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
+					if err != nil {
+						b.Fatal(err)
+					}
+					sess, err := concurrency.NewSession(cli, concurrency.WithTTL(30))
+					if err != nil {
+						b.Fatal(err)
+					}
+					return func(key string) error {
+							m := concurrency.NewMutex(sess, "/bench-raw/"+key)
+							if err := m.Lock(context.Background()); err != nil {
+								return err
+							}
+							return m.Unlock(context.Background())
+						}, func() {
+							_ = sess.Close()
+							_ = cli.Close()
+						}
+				})
+			})
+			b.Run(fmt.Sprintf("sdk/clients=%d", n), func(b *testing.B) {
+				store, err := etcdstore.Open(context.Background(), etcdstore.Config{Endpoints: eps, Prefix: fmt.Sprintf("/bench-sdk-%d/", n)}, slog.New(slog.DiscardHandler))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer store.Close()
+				setup, stop := sdkPair(b, store)
+				defer stop()
+				pairs(b, n, setup)
+			})
+		}
+	})
+	b.Run("postgres", func(b *testing.B) {
+		dsn := pgtest.NewDatabase(b)
+		store, err := pgstore.Open(context.Background(), pgstore.Config{DSN: dsn, MaxConns: 16}, slog.New(slog.DiscardHandler))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer store.Close()
+		for _, n := range clientCounts {
+			b.Run(fmt.Sprintf("raw-sql/clients=%d", n), func(b *testing.B) {
+				pairs(b, n, func(c int) (func(string) error, func()) {
+					owner := fmt.Sprintf("raw-%d", c)
+					return func(key string) error {
+						l, err := store.Acquire(context.Background(), "raw-"+key, owner, 30*time.Second)
+						if err != nil {
+							return err
+						}
+						return store.Release(context.Background(), l.Key, owner, l.Token)
+					}, func() {}
+				})
+			})
+			b.Run(fmt.Sprintf("sdk/clients=%d", n), func(b *testing.B) {
+				setup, stop := sdkPair(b, store)
+				defer stop()
+				pairs(b, n, setup)
+			})
+		}
+	})
+}

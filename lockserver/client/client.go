@@ -1,0 +1,560 @@
+// Package client is the Go SDK of lock-server. It imports only the standard
+// library and lockserver/api.
+//
+// Safety model. A Lease reports itself held until a local deadline computed
+// conservatively: from the moment the acquire (or renew) request was sent,
+// plus the TTL the server granted, minus a drift allowance (a fraction of the
+// TTL for clock-rate drift, plus a fixed margin). Because the server starts
+// counting the TTL no earlier than it receives the request, the local
+// deadline is never later than the server's expiry, provided the local clock
+// runs no slower than the server's by more than the drift rate; no agreement
+// between the two clocks' absolute values is assumed. What is NOT
+// guaranteed: that the holder still holds the lease when its next write
+// lands. A process can be paused (GC, SIGSTOP, a VM migration, a slow disk)
+// between checking Held and writing, for longer than the TTL. The deadline
+// is a liveness device that makes a healthy holder stop early; the safety of
+// the protected resource comes only from the fencing token, which the
+// resource must check on every write (see Lease.Token).
+//
+// Contention. The server never queues: Acquire retries a held lock with
+// jittered exponential backoff (barging), so there is no fairness between
+// waiters. An acquire whose response is lost may still have been granted;
+// the SDK does not guess, it retries and meets LOCK_HELD until that orphan
+// lease expires after one TTL.
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+)
+
+// Errors of the SDK. Errors from the server are *Error values that match the
+// sentinel of their code under errors.Is.
+var (
+	// ErrLockHeld: another holder has the lock (code LOCK_HELD).
+	ErrLockHeld = errors.New("client: lock held")
+	// ErrNotHeld: the server does not know the presented lease as live
+	// (code LEASE_NOT_HELD).
+	ErrNotHeld = errors.New("client: lease not held")
+	// ErrStaleToken: a newer grant of the key exists (code STALE_TOKEN).
+	ErrStaleToken = errors.New("client: stale fencing token")
+	// ErrInvalidRequest: the server refused the request as malformed
+	// (codes INVALID_REQUEST, BODY_TOO_LARGE, UNSUPPORTED_MEDIA_TYPE), or the
+	// SDK refused it before sending.
+	ErrInvalidRequest = errors.New("client: invalid request")
+	// ErrUnavailable: the server or its backend did not answer; the outcome
+	// of the operation is unknown (code BACKEND_UNAVAILABLE, or a transport
+	// error).
+	ErrUnavailable = errors.New("client: unavailable")
+	// ErrLeaseLost: the Lease is no longer held. Lease.Err wraps it together
+	// with the cause: ErrDeadlinePassed, ErrReleased, or the server's refusal
+	// of a renewal (ErrNotHeld, ErrStaleToken).
+	ErrLeaseLost = errors.New("client: lease lost")
+	// ErrDeadlinePassed: the local deadline passed before a renewal extended
+	// it; the server may have expired the lease.
+	ErrDeadlinePassed = errors.New("client: local lease deadline passed")
+	// ErrReleased: the holder released the lease.
+	ErrReleased = errors.New("client: lease released")
+)
+
+// Error is a refusal by the server: the decoded error envelope and the HTTP
+// status. errors.Is(err, ErrLockHeld) and friends match on Code.
+type Error struct {
+	// Status is the HTTP status code.
+	Status int
+	// Code is the stable error code; empty when the body was not an envelope.
+	Code api.Code
+	// Message is the server's human-readable message.
+	Message string
+	// Retryable is the server's hint that the same request may succeed later.
+	Retryable bool
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("client: server answered %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// Is matches e against the sentinel of its code.
+func (e *Error) Is(target error) bool {
+	switch e.Code {
+	case api.CodeLockHeld:
+		return target == ErrLockHeld
+	case api.CodeLeaseNotHeld:
+		return target == ErrNotHeld
+	case api.CodeStaleToken:
+		return target == ErrStaleToken
+	case api.CodeInvalidRequest, api.CodeBodyTooLarge, api.CodeUnsupportedMediaType:
+		return target == ErrInvalidRequest
+	case api.CodeBackendUnavailable:
+		return target == ErrUnavailable
+	}
+	return e.Code == "" && e.Status >= 500 && target == ErrUnavailable
+}
+
+// Doer sends one HTTP request; *http.Client implements it. Tests and the
+// simulation inject a Doer that delays, drops or reorders messages.
+type Doer interface {
+	Do(*http.Request) (*http.Response, error)
+}
+
+// Clock is the SDK's time source. The deadline, the renewal schedule and the
+// backoff all read it, never the time package directly, so a test can run
+// the SDK under a virtual clock.
+type Clock interface {
+	// Now returns the current local time; only differences are used.
+	Now() time.Time
+	// AfterFunc calls f in its own goroutine after d; Stop cancels it.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a pending AfterFunc call.
+type Timer interface {
+	// Stop prevents the call if it has not started; it reports whether it did.
+	Stop() bool
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                            { return time.Now() }
+func (wallClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+// Client talks to one lock-server. It is safe for concurrent use.
+type Client struct {
+	base   string
+	doer   Doer
+	clock  Clock
+	owner  string
+	rate   float64
+	margin time.Duration
+	reqTO  time.Duration
+	bbase  time.Duration
+	bmax   time.Duration
+
+	rngMu sync.Mutex
+	rng   *mrand.Rand
+}
+
+// Defaults of the options below.
+const (
+	// DefaultDriftRate is the assumed bound on how much slower the local
+	// clock may run than the server's, as a fraction of the TTL (2%).
+	DefaultDriftRate = 0.02
+	// DefaultSafetyMargin is subtracted from every deadline on top of the
+	// drift (50ms): it covers timer latency between the deadline and Done.
+	DefaultSafetyMargin = 50 * time.Millisecond
+	// DefaultTTL is the lease duration asked for when WithTTL is not given.
+	DefaultTTL = 10 * time.Second
+	// DefaultRequestTimeout bounds each HTTP call (5s).
+	DefaultRequestTimeout = 5 * time.Second
+	// DefaultBackoffBase and DefaultBackoffMax bound the jittered exponential
+	// backoff between attempts of Acquire on a held lock. The base avoids
+	// hot-looping against the server; the cap keeps a waiter responsive once
+	// the lock frees.
+	DefaultBackoffBase = 20 * time.Millisecond
+	DefaultBackoffMax  = 1 * time.Second
+)
+
+// Option configures a Client.
+type Option func(*Client) error
+
+// WithHTTPClient sends requests through d instead of a default *http.Client.
+func WithHTTPClient(d Doer) Option {
+	return func(c *Client) error {
+		if d == nil {
+			return errors.New("client: WithHTTPClient(nil)")
+		}
+		c.doer = d
+		return nil
+	}
+}
+
+// WithClock reads time from clk instead of the wall clock.
+func WithClock(clk Clock) Option {
+	return func(c *Client) error {
+		if clk == nil {
+			return errors.New("client: WithClock(nil)")
+		}
+		c.clock = clk
+		return nil
+	}
+}
+
+// WithOwner sets the owner id sent with every acquire (see api.ValidateOwner).
+// The default is the host name, the process id and 8 random hex digits.
+func WithOwner(owner string) Option {
+	return func(c *Client) error {
+		if err := api.ValidateOwner(owner); err != nil {
+			return fmt.Errorf("client: WithOwner: %w", err)
+		}
+		c.owner = owner
+		return nil
+	}
+}
+
+// WithDriftAllowance sets the clock-drift rate (a fraction in [0, 0.5)) and
+// the fixed safety margin (>= 0) subtracted from every deadline:
+// deadline = sent + ttl - ttl*rate - margin. Defaults: DefaultDriftRate,
+// DefaultSafetyMargin.
+func WithDriftAllowance(rate float64, margin time.Duration) Option {
+	return func(c *Client) error {
+		if rate < 0 || rate >= 0.5 || margin < 0 {
+			return fmt.Errorf("client: WithDriftAllowance(%v, %v): rate must be in [0, 0.5) and margin >= 0", rate, margin)
+		}
+		c.rate, c.margin = rate, margin
+		return nil
+	}
+}
+
+// WithRequestTimeout bounds each HTTP call (default DefaultRequestTimeout).
+func WithRequestTimeout(d time.Duration) Option {
+	return func(c *Client) error {
+		if d <= 0 {
+			return fmt.Errorf("client: WithRequestTimeout(%v): must be positive", d)
+		}
+		c.reqTO = d
+		return nil
+	}
+}
+
+// WithBackoff sets the base and cap of Acquire's jittered exponential backoff.
+func WithBackoff(base, max time.Duration) Option {
+	return func(c *Client) error {
+		if base <= 0 || max < base {
+			return fmt.Errorf("client: WithBackoff(%v, %v): need 0 < base <= max", base, max)
+		}
+		c.bbase, c.bmax = base, max
+		return nil
+	}
+}
+
+// WithRand draws backoff jitter from r (guarded by the Client; r must not be
+// used elsewhere). The default is seeded from crypto/rand. A simulation
+// passes a seeded source to make runs reproducible.
+func WithRand(r *mrand.Rand) Option {
+	return func(c *Client) error {
+		if r == nil {
+			return errors.New("client: WithRand(nil)")
+		}
+		c.rng = r
+		return nil
+	}
+}
+
+// New returns a Client for the lock-server at baseURL (for example
+// "http://127.0.0.1:8080"). It returns an error for a URL that is not
+// absolute http(s) or for an invalid option.
+func New(baseURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("client: base URL %q is not an absolute http(s) URL", baseURL)
+	}
+	c := &Client{
+		base:  strings.TrimRight(u.String(), "/"),
+		doer:  &http.Client{},
+		clock: wallClock{},
+		rate:  DefaultDriftRate, margin: DefaultSafetyMargin,
+		reqTO: DefaultRequestTimeout,
+		bbase: DefaultBackoffBase, bmax: DefaultBackoffMax,
+	}
+	for _, o := range opts {
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	if c.owner == "" {
+		c.owner = defaultOwner()
+	}
+	if c.rng == nil {
+		var seed [32]byte
+		_, _ = rand.Read(seed[:])
+		c.rng = mrand.New(mrand.NewChaCha8(seed))
+	}
+	return c, nil
+}
+
+func defaultOwner() string {
+	host, _ := os.Hostname()
+	var b strings.Builder
+	for _, r := range host {
+		if r < 128 && (api.ValidateOwner(string(r)) == nil) {
+			b.WriteRune(r)
+		}
+	}
+	if b.Len() == 0 || b.Len() > 64 {
+		b.Reset()
+		b.WriteString("client")
+	}
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	return fmt.Sprintf("%s-%d-%s", b.String(), os.Getpid(), hex.EncodeToString(rnd[:]))
+}
+
+// Owner returns the owner id this Client acquires leases as.
+func (c *Client) Owner() string { return c.owner }
+
+// AcquireOption configures one Acquire or TryAcquire.
+type AcquireOption func(*acquireConfig) error
+
+type acquireConfig struct {
+	ttl       time.Duration
+	owner     string
+	autoRenew bool
+	renewEach time.Duration
+}
+
+// WithTTL asks for a lease of ttl, a whole number of milliseconds within
+// [api.MinTTLMs, api.MaxTTLMs] (default DefaultTTL).
+func WithTTL(ttl time.Duration) AcquireOption {
+	return func(a *acquireConfig) error {
+		if ttl%time.Millisecond != 0 {
+			return fmt.Errorf("%w: ttl %v is not whole milliseconds", ErrInvalidRequest, ttl)
+		}
+		if err := api.ValidateTTLMs(ttl.Milliseconds()); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+		}
+		a.ttl = ttl
+		return nil
+	}
+}
+
+// WithLeaseOwner overrides the Client's owner id for this lease.
+func WithLeaseOwner(owner string) AcquireOption {
+	return func(a *acquireConfig) error {
+		if err := api.ValidateOwner(owner); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+		}
+		a.owner = owner
+		return nil
+	}
+}
+
+// WithAutoRenew renews the lease in the background every interval (0 means
+// a third of the granted TTL) until it is released or lost. A refused
+// renewal loses the lease at once; a failed one is retried until the local
+// deadline passes.
+func WithAutoRenew(interval time.Duration) AcquireOption {
+	return func(a *acquireConfig) error {
+		if interval < 0 {
+			return fmt.Errorf("%w: renew interval %v is negative", ErrInvalidRequest, interval)
+		}
+		a.autoRenew, a.renewEach = true, interval
+		return nil
+	}
+}
+
+func (c *Client) acquireConfig(opts []AcquireOption) (acquireConfig, error) {
+	a := acquireConfig{ttl: DefaultTTL, owner: c.owner}
+	for _, o := range opts {
+		if err := o(&a); err != nil {
+			return a, err
+		}
+	}
+	if c.usable(a.ttl) <= 0 {
+		return a, fmt.Errorf("%w: ttl %v leaves no time once the drift allowance (%.0f%% + %v) is taken off", ErrInvalidRequest, a.ttl, c.rate*100, c.margin)
+	}
+	return a, nil
+}
+
+// usable is how long after sending a request a lease of ttl is reported held.
+func (c *Client) usable(ttl time.Duration) time.Duration {
+	return ttl - time.Duration(float64(ttl)*c.rate) - c.margin
+}
+
+// TryAcquire makes one attempt to acquire key. It returns ErrLockHeld (as
+// an *Error) when another holder has it, ErrInvalidRequest for a bad key or
+// option, ErrUnavailable when the outcome is unknown.
+func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	a, err := c.acquireConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.tryAcquire(ctx, key, a)
+}
+
+func (c *Client) tryAcquire(ctx context.Context, key string, a acquireConfig) (*Lease, error) {
+	if err := api.ValidateKey(key); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	sent := c.clock.Now()
+	var g api.Grant
+	if err := c.call(ctx, http.MethodPost, api.PathLockPrefix+key+api.SuffixAcquire, api.AcquireRequest{Owner: a.owner, TTLMs: a.ttl.Milliseconds()}, &g); err != nil {
+		return nil, err
+	}
+	l := newLease(c, g, sent)
+	if l.Check() != nil {
+		// The answer took longer than the lease's usable time: it is useless.
+		// Give it back so the next attempt need not wait out its TTL.
+		_ = c.ReleaseLease(ctx, key, g.Owner, g.Token)
+		return nil, fmt.Errorf("%w: the grant of %q (token %d) arrived after its local deadline: %w", ErrUnavailable, key, g.Token, ErrDeadlinePassed)
+	}
+	if a.autoRenew {
+		every := a.renewEach
+		if every == 0 {
+			every = time.Duration(g.TTLMs) * time.Millisecond / 3
+		}
+		l.startRenewing(every)
+	}
+	return l, nil
+}
+
+// Acquire acquires key, retrying with jittered exponential backoff while it
+// is held by another or the server is unavailable, until ctx ends. It
+// returns ctx's error (wrapped, with the last refusal) when ctx ends first,
+// and ErrInvalidRequest at once for a bad key or option.
+func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	a, err := c.acquireConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		l, err := c.tryAcquire(ctx, key, a)
+		if err == nil {
+			return l, nil
+		}
+		if !errors.Is(err, ErrLockHeld) && !errors.Is(err, ErrUnavailable) {
+			return nil, err
+		}
+		if werr := c.wait(ctx, c.backoff(attempt)); werr != nil {
+			return nil, fmt.Errorf("client: acquire %q: %w (last answer: %v)", key, werr, err)
+		}
+	}
+}
+
+// backoff returns the pause before attempt+1: half of min(max, base*2^n)
+// plus a uniformly random part of the other half ("equal jitter"), so
+// waiters spread out but never hot-loop.
+func (c *Client) backoff(attempt int) time.Duration {
+	d := c.bbase << min(attempt, 30)
+	if d <= 0 || d > c.bmax {
+		d = c.bmax
+	}
+	c.rngMu.Lock()
+	j := time.Duration(c.rng.Int64N(int64(d/2) + 1))
+	c.rngMu.Unlock()
+	return d/2 + j
+}
+
+// wait pauses for d on the Client's clock, or until ctx ends.
+func (c *Client) wait(ctx context.Context, d time.Duration) error {
+	fired := make(chan struct{})
+	t := c.clock.AfterFunc(d, func() { close(fired) })
+	defer t.Stop()
+	select {
+	case <-fired:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// RenewLease is the wire-level renewal of the lease (key, owner, token),
+// for callers that manage leases themselves (tools, tests of the server);
+// Lease.Renew is the usual way. It returns the renewed grant, or ErrNotHeld,
+// ErrStaleToken, ErrInvalidRequest, ErrUnavailable.
+func (c *Client) RenewLease(ctx context.Context, key, owner string, token int64) (api.Grant, error) {
+	var g api.Grant
+	if err := api.ValidateKey(key); err != nil {
+		return g, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	err := c.call(ctx, http.MethodPost, api.PathLockPrefix+key+api.SuffixRenew, api.RenewRequest{Owner: owner, Token: token}, &g)
+	return g, err
+}
+
+// ReleaseLease is the wire-level release of the lease (key, owner, token);
+// Lease.Release is the usual way. It returns nil when released, or
+// ErrNotHeld, ErrStaleToken, ErrInvalidRequest, ErrUnavailable.
+func (c *Client) ReleaseLease(ctx context.Context, key, owner string, token int64) error {
+	if err := api.ValidateKey(key); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	return c.call(ctx, http.MethodPost, api.PathLockPrefix+key+api.SuffixRelease, api.ReleaseRequest{Owner: owner, Token: token}, nil)
+}
+
+// Ready returns nil when lock-server answers its readiness probe (its
+// backend answered a ping), ErrUnavailable otherwise.
+func (c *Client) Ready(ctx context.Context) error {
+	return c.call(ctx, http.MethodGet, api.PathReady, nil, nil)
+}
+
+// Inspect returns the server's view of key.
+func (c *Client) Inspect(ctx context.Context, key string) (api.LockState, error) {
+	var st api.LockState
+	if err := api.ValidateKey(key); err != nil {
+		return st, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	err := c.call(ctx, http.MethodGet, api.PathLockPrefix+key, nil, &st)
+	return st, err
+}
+
+// Revoke force-revokes the live lease on key (an operator action; token 0
+// revokes whatever lease is live) and returns the revoked lease. ErrNotHeld
+// when none is live, ErrStaleToken when token is older than the live one.
+func (c *Client) Revoke(ctx context.Context, key string, token int64, reason string) (api.Grant, error) {
+	var g api.Grant
+	if err := api.ValidateKey(key); err != nil {
+		return g, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	err := c.call(ctx, http.MethodPost, api.PathLockPrefix+key+api.SuffixRevoke, api.RevokeRequest{Token: token, Reason: reason}, &g)
+	return g, err
+}
+
+// call sends one request and decodes a 2xx body into out (when out is not
+// nil) or a refusal into *Error.
+func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, c.reqTO)
+	defer cancel()
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.doer.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %s %s: %w", ErrUnavailable, method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("%w: reading the answer to %s %s: %w", ErrUnavailable, method, path, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		if out == nil || resp.StatusCode == http.StatusNoContent {
+			return nil
+		}
+		if err := json.Unmarshal(raw, out); err != nil {
+			return fmt.Errorf("client: decoding the answer to %s %s: %w", method, path, err)
+		}
+		return nil
+	}
+	var env api.ErrorEnvelope
+	if json.Unmarshal(raw, &env) != nil || env.Error.Code == "" {
+		return &Error{Status: resp.StatusCode, Message: strings.TrimSpace(string(raw))}
+	}
+	return &Error{Status: resp.StatusCode, Code: env.Error.Code, Message: env.Error.Message, Retryable: env.Error.Retryable}
+}

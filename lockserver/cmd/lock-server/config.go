@@ -1,0 +1,118 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config is lock-server's whole configuration, read from the environment.
+// Every key is listed, with its default, in docs/configuration.md.
+type config struct {
+	// Store selects the backend: "postgres" or "etcd" (LOCK_STORE).
+	Store string
+	// Addr is the HTTP listen address (LOCK_HTTP_ADDR; else ":" + PORT; else ":8080").
+	Addr string
+	// LockDBURL is the PostgreSQL DSN of lockdb (LOCKDB_URL), for Store=postgres.
+	LockDBURL string
+	// LockDBMaxConns caps the pool (LOCKDB_MAX_CONNS, default 16).
+	LockDBMaxConns int32
+	// EtcdEndpoints are the etcd client URLs (ETCD_ENDPOINTS, comma-separated),
+	// for Store=etcd.
+	EtcdEndpoints []string
+	// EtcdPrefix is the key prefix of lock keys in etcd (ETCD_PREFIX, default
+	// "/dlock/locks/").
+	EtcdPrefix string
+	// RequestTimeout bounds each backend call (LOCK_REQUEST_TIMEOUT_MS, default 5000).
+	RequestTimeout time.Duration
+	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM
+	// (LOCK_SHUTDOWN_TIMEOUT_MS, default 10000).
+	ShutdownTimeout time.Duration
+	// LogLevel is debug, info, warn or error (LOG_LEVEL, default info).
+	LogLevel slog.Level
+}
+
+// loadConfig reads the configuration through getenv and validates it.
+func loadConfig(getenv func(string) string) (config, error) {
+	c := config{
+		Store:           strings.TrimSpace(getenv("LOCK_STORE")),
+		Addr:            getenv("LOCK_HTTP_ADDR"),
+		LockDBURL:       getenv("LOCKDB_URL"),
+		LockDBMaxConns:  16,
+		EtcdPrefix:      "/dlock/locks/",
+		RequestTimeout:  5 * time.Second,
+		ShutdownTimeout: 10 * time.Second,
+	}
+	var errs []error
+	if c.Store == "" {
+		c.Store = "postgres"
+	}
+	if c.Addr == "" {
+		c.Addr = ":8080"
+		if p := getenv("PORT"); p != "" {
+			c.Addr = ":" + p
+		}
+	}
+	if v := getenv("ETCD_ENDPOINTS"); v != "" {
+		for _, e := range strings.Split(v, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				c.EtcdEndpoints = append(c.EtcdEndpoints, e)
+			}
+		}
+	}
+	if v := getenv("ETCD_PREFIX"); v != "" {
+		c.EtcdPrefix = v
+	}
+	if v := getenv("LOCKDB_MAX_CONNS"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("LOCKDB_MAX_CONNS=%q: want a positive integer", v))
+		}
+		c.LockDBMaxConns = int32(n)
+	}
+	for _, d := range []struct {
+		key string
+		dst *time.Duration
+	}{{"LOCK_REQUEST_TIMEOUT_MS", &c.RequestTimeout}, {"LOCK_SHUTDOWN_TIMEOUT_MS", &c.ShutdownTimeout}} {
+		if v := getenv(d.key); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 1 {
+				errs = append(errs, fmt.Errorf("%s=%q: want a positive number of milliseconds", d.key, v))
+			}
+			*d.dst = time.Duration(n) * time.Millisecond
+		}
+	}
+	if v := getenv("LOG_LEVEL"); v != "" {
+		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
+			errs = append(errs, fmt.Errorf("LOG_LEVEL=%q: want debug, info, warn or error", v))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+// Validate returns an error naming every missing or contradictory setting.
+func (c config) Validate() error {
+	var errs []error
+	switch c.Store {
+	case "postgres":
+		if c.LockDBURL == "" {
+			errs = append(errs, errors.New("LOCK_STORE=postgres needs LOCKDB_URL (a PostgreSQL DSN)"))
+		}
+	case "etcd":
+		if len(c.EtcdEndpoints) == 0 {
+			errs = append(errs, errors.New("LOCK_STORE=etcd needs ETCD_ENDPOINTS (comma-separated client URLs)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("LOCK_STORE=%q: want postgres or etcd", c.Store))
+	}
+	if c.Addr == "" {
+		errs = append(errs, errors.New("LOCK_HTTP_ADDR is empty"))
+	}
+	return errors.Join(errs...)
+}

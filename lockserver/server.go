@@ -1,0 +1,322 @@
+package lockserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+)
+
+// ServerConfig configures the HTTP handler. The zero value is not valid; start
+// from DefaultServerConfig.
+type ServerConfig struct {
+	// RequestTimeout bounds each backend call made for one request. A call
+	// that runs out of time is answered 503 BACKEND_UNAVAILABLE; its outcome
+	// is unknown. Default 5s: well under the shortest sensible lease, so a
+	// client learns of trouble while its lease can still be renewed.
+	RequestTimeout time.Duration
+}
+
+// DefaultServerConfig returns the defaults documented on ServerConfig.
+func DefaultServerConfig() ServerConfig {
+	return ServerConfig{RequestTimeout: 5 * time.Second}
+}
+
+// Validate returns an error describing the first invalid field.
+func (c ServerConfig) Validate() error {
+	if c.RequestTimeout <= 0 {
+		return fmt.Errorf("lockserver: RequestTimeout must be positive, got %v", c.RequestTimeout)
+	}
+	return nil
+}
+
+// Server serves the lock API of package api over a LockStore. It keeps no
+// lease state: every decision is the store's, so any number of Servers may
+// share one backend.
+type Server struct {
+	store  LockStore
+	cfg    ServerConfig
+	log    *slog.Logger
+	mux    *http.ServeMux
+	events *eventLog
+}
+
+// NewServer returns a Server over store. It returns an error if cfg is
+// invalid or store or logger is nil.
+func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server, error) {
+	if store == nil || logger == nil {
+		return nil, errors.New("lockserver: NewServer needs a store and a logger")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{store: store, cfg: cfg, log: logger, mux: http.NewServeMux(), events: &eventLog{log: logger}}
+	s.mux.HandleFunc(api.PathLockPrefix+"{key}", s.handleLock)
+	s.mux.HandleFunc(api.PathLockPrefix+"{key}/{op}", s.handleOp)
+	s.mux.HandleFunc(api.PathHealth, s.handleHealth)
+	s.mux.HandleFunc(api.PathReady, s.handleReady)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+	})
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *Server) backendCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		methodNotAllowed(w, r, http.MethodGet)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		methodNotAllowed(w, r, http.MethodGet)
+		return
+	}
+	ctx, cancel := s.backendCtx(r)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
+		s.log.Warn("backend not ready", "event", "backend_unready", "error", err.Error())
+		writeError(w, http.StatusServiceUnavailable, api.CodeBackendUnavailable, "backend did not answer: "+err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func (s *Server) handleLock(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		methodNotAllowed(w, r, http.MethodGet)
+		return
+	}
+	key := r.PathValue("key")
+	ctx, cancel := s.backendCtx(r)
+	defer cancel()
+	st, err := s.store.Inspect(ctx, key)
+	if err != nil {
+		s.fail(w, "inspect", key, err)
+		return
+	}
+	out := api.LockState{Key: st.Key, Held: st.Lease != nil, LastToken: st.LastToken}
+	if st.Lease != nil {
+		g := grantOf(*st.Lease)
+		out.Lease = &g
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleOp(w http.ResponseWriter, r *http.Request) {
+	key, op := r.PathValue("key"), "/"+r.PathValue("op")
+	switch op {
+	case api.SuffixAcquire, api.SuffixRenew, api.SuffixRelease, api.SuffixRevoke:
+	default:
+		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no lock operation %q", r.PathValue("op")))
+		return
+	}
+	if r.Method != http.MethodPost {
+		methodNotAllowed(w, r, http.MethodPost)
+		return
+	}
+	// The key is checked before the body so that a bad key is reported as
+	// such whatever the body holds.
+	if err := ValidateKey(key); err != nil {
+		s.fail(w, op[1:], key, err)
+		return
+	}
+	switch op {
+	case api.SuffixAcquire:
+		s.acquire(w, r, key)
+	case api.SuffixRenew:
+		s.renew(w, r, key)
+	case api.SuffixRelease:
+		s.release(w, r, key)
+	case api.SuffixRevoke:
+		s.revoke(w, r, key)
+	}
+}
+
+func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
+	var req api.AcquireRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if err := api.ValidateTTLMs(req.TTLMs); err != nil {
+		s.fail(w, "acquire", key, fmt.Errorf("%w: %v", ErrInvalidArgument, err))
+		return
+	}
+	ctx, cancel := s.backendCtx(r)
+	defer cancel()
+	l, err := s.store.Acquire(ctx, key, req.Owner, time.Duration(req.TTLMs)*time.Millisecond)
+	if err != nil {
+		s.fail(w, "acquire", key, err, "owner", req.Owner)
+		return
+	}
+	s.events.lease("lock_granted", l)
+	writeJSON(w, http.StatusOK, grantOf(l))
+}
+
+func (s *Server) renew(w http.ResponseWriter, r *http.Request, key string) {
+	var req api.RenewRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	ctx, cancel := s.backendCtx(r)
+	defer cancel()
+	l, err := s.store.Renew(ctx, key, req.Owner, req.Token)
+	if err != nil {
+		s.fail(w, "renew", key, err, "owner", req.Owner, "token", req.Token)
+		return
+	}
+	s.events.lease("lease_renewed", l)
+	writeJSON(w, http.StatusOK, grantOf(l))
+}
+
+func (s *Server) release(w http.ResponseWriter, r *http.Request, key string) {
+	var req api.ReleaseRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	ctx, cancel := s.backendCtx(r)
+	defer cancel()
+	if err := s.store.Release(ctx, key, req.Owner, req.Token); err != nil {
+		s.fail(w, "release", key, err, "owner", req.Owner, "token", req.Token)
+		return
+	}
+	s.log.Info("lease released", "event", "lease_released", "key", key, "owner", req.Owner, "token", req.Token)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) revoke(w http.ResponseWriter, r *http.Request, key string) {
+	var req api.RevokeRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if len(req.Reason) > api.MaxReasonLen {
+		s.fail(w, "revoke", key, fmt.Errorf("%w: reason is %d bytes, longer than %d", ErrInvalidArgument, len(req.Reason), api.MaxReasonLen))
+		return
+	}
+	ctx, cancel := s.backendCtx(r)
+	defer cancel()
+	l, err := s.store.Revoke(ctx, key, req.Token)
+	if err != nil {
+		s.fail(w, "revoke", key, err, "token", req.Token)
+		return
+	}
+	s.log.Warn("lease force-revoked", "event", "lease_revoked", "key", l.Key, "owner", l.Owner, "token", l.Token, "reason", req.Reason)
+	writeJSON(w, http.StatusOK, grantOf(l))
+}
+
+// fail maps err to the error envelope (the one place where errors become
+// HTTP statuses) and logs the refusal.
+func (s *Server) fail(w http.ResponseWriter, op, key string, err error, attrs ...any) {
+	status, code := statusOf(err)
+	attrs = append([]any{"event", op + "_refused", "op", op, "key", key, "code", string(code), "error", err.Error()}, attrs...)
+	switch {
+	case status >= 500:
+		s.log.Error("lock request failed", attrs...)
+	case code == api.CodeLockHeld:
+		s.log.Debug("lock request refused", attrs...)
+	default:
+		s.log.Info("lock request refused", attrs...)
+	}
+	writeError(w, status, code, err.Error())
+}
+
+// statusOf maps a store error to its HTTP status and stable code.
+func statusOf(err error) (int, api.Code) {
+	switch {
+	case errors.Is(err, ErrInvalidArgument):
+		return http.StatusBadRequest, api.CodeInvalidRequest
+	case errors.Is(err, ErrLockHeld):
+		return http.StatusConflict, api.CodeLockHeld
+	case errors.Is(err, ErrStaleToken):
+		return http.StatusConflict, api.CodeStaleToken
+	case errors.Is(err, ErrNotHeld):
+		return http.StatusConflict, api.CodeLeaseNotHeld
+	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return http.StatusServiceUnavailable, api.CodeBackendUnavailable
+	default:
+		return http.StatusInternalServerError, api.CodeInternal
+	}
+}
+
+func grantOf(l Lease) api.Grant {
+	return api.Grant{
+		Key: l.Key, Owner: l.Owner, Token: l.Token, LeaseID: l.LeaseID,
+		TTLMs: l.TTL.Milliseconds(), ExpiresAt: l.ExpiresAt.UTC(),
+	}
+}
+
+// decodeBody reads one JSON object into dst, refusing bodies that are too
+// large, not JSON, carry unknown fields or trailing data. It writes the error
+// envelope and returns false when the body is refused.
+func decodeBody(w http.ResponseWriter, r *http.Request, dst any) bool {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || mt != "application/json" {
+			writeError(w, http.StatusUnsupportedMediaType, api.CodeUnsupportedMediaType, fmt.Sprintf("content type %q; send application/json", ct))
+			return false
+		}
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(dst)
+	if err == nil {
+		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+			err = errors.New("trailing data after the JSON object")
+		}
+	}
+	if err == nil {
+		return true
+	}
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		writeError(w, http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge, fmt.Sprintf("body larger than %d bytes", api.MaxBodyBytes))
+		return false
+	}
+	if errors.Is(err, io.EOF) {
+		err = errors.New("empty body; send a JSON object")
+	}
+	writeError(w, http.StatusBadRequest, api.CodeInvalidRequest, "malformed request body: "+err.Error())
+	return false
+}
+
+func methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed string) {
+	w.Header().Set("Allow", allowed)
+	writeError(w, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s; use %s", r.Method, r.URL.Path, allowed))
+}
+
+func writeError(w http.ResponseWriter, status int, code api.Code, msg string) {
+	writeJSON(w, status, api.ErrorEnvelope{Error: api.ErrorBody{Code: code, Message: msg, Retryable: code.Retryable()}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// eventLog writes the structured events that let one token be traced from
+// the grant to the fence points: lock_granted and lease_renewed carry key,
+// owner and token.
+type eventLog struct{ log *slog.Logger }
+
+func (e *eventLog) lease(event string, l Lease) {
+	e.log.Info(event, "event", event, "key", l.Key, "owner", l.Owner, "token", l.Token,
+		"leaseId", l.LeaseID, "ttlMs", l.TTL.Milliseconds(), "expiresAt", l.ExpiresAt.UTC())
+}

@@ -1,0 +1,46 @@
+package memstore_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
+)
+
+// fakeClock is a manually advanced clock shared by every store of one test.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func TestContract(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	storetest.Run(t, storetest.Backend{
+		Name:     "memstore",
+		Open:     func(*testing.T) lockserver.LockStore { return memstore.New(clock) },
+		Reopen:   func(_ *testing.T, s lockserver.LockStore) lockserver.LockStore { return s },
+		ShortTTL: time.Second,
+		Advance:  clock.Advance,
+	})
+}
+
+func TestContractOverHTTP(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	storetest.Run(t, storetest.OverHTTP(storetest.Backend{
+		Name:     "memstore",
+		Open:     func(*testing.T) lockserver.LockStore { return memstore.New(clock) },
+		Reopen:   func(_ *testing.T, s lockserver.LockStore) lockserver.LockStore { return s },
+		ShortTTL: time.Second,
+		Advance:  clock.Advance,
+	}))
+}

@@ -1,0 +1,68 @@
+package pgstore
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Migration bookkeeping, kept apart from other components' goose
+// migrations should they ever share a database.
+const (
+	// migrationTable records the applied versions of lockdb.
+	migrationTable = "pgstore_goose_version"
+	// migrationLockID is the advisory lock that serialises concurrent
+	// Migrate calls (several lock-servers starting at once).
+	migrationLockID = 0x6c6f636b6462 // "lockdb"
+)
+
+// Migrate applies the pending migrations of lockdb (embedded from
+// migrations/, recorded in table pgstore_goose_version) to the database of
+// dsn, holding a PostgreSQL advisory lock so that concurrent callers apply
+// each migration once. It returns nil when nothing is pending. Errors wrap
+// ErrInvalidConfig for a malformed dsn, lockserver.ErrUnavailable when the
+// database cannot be reached, or describe the failed migration.
+func Migrate(ctx context.Context, dsn string) error {
+	cc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return fmt.Errorf("%w: DSN: %v", ErrInvalidConfig, err)
+	}
+	if cc.ConnectTimeout == 0 {
+		cc.ConnectTimeout = DefaultConnectTimeout
+	}
+	db := stdlib.OpenDB(*cc)
+	defer db.Close()
+	if err := db.PingContext(ctx); err != nil {
+		return unavailable("migrate", "", err)
+	}
+	fsys, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return fmt.Errorf("pgstore: migrations: %w", err)
+	}
+	// Poll the advisory lock every second for up to 5 minutes.
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(migrationLockID), lock.WithLockTimeout(1, 300))
+	if err != nil {
+		return fmt.Errorf("pgstore: migration locker: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, fsys,
+		goose.WithTableName(migrationTable),
+		goose.WithSessionLocker(locker),
+		goose.WithDisableGlobalRegistry(true),
+	)
+	if err != nil {
+		return fmt.Errorf("pgstore: migrations: %w", err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("pgstore: migrate: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,409 @@
+// Package pgstore is the PostgreSQL lockserver.LockStore: one row per lock
+// key in table lock_lease, fencing tokens from one global sequence,
+// fencing_token_seq (CACHE 1), and expiry decided by the database's clock.
+//
+// Tokens. Every grant draws its token with nextval('fencing_token_seq')
+// inside the statement that wins the key's row, after the row lock is
+// held, so a grant that waited on the row lock cannot carry a token older
+// than the grant it waited for (a value drawn before waiting could be). The
+// sequence is shared by all keys and every acquire attempt draws a value
+// even when it is refused, so tokens of a key are unique and strictly
+// increasing but not dense: expect gaps. Rows are never deleted; a released,
+// revoked or expired lease keeps its last token in its row, which is how
+// Inspect reports LastToken and why tokens keep increasing across restarts
+// of lock-server and of PostgreSQL.
+//
+// Clock. Expiry is clock_timestamp() of the database at the moment each
+// statement runs (not now(), which is frozen at transaction start); the
+// clocks of lock-server and of clients play no part. Lease.ExpiresAt is that
+// clock's reading.
+//
+// Errors. Statements that fail for want of the database (connection
+// refused or lost, context deadline, server shutting down, too many
+// connections) return an error wrapping lockserver.ErrUnavailable and the
+// cause; the operation may or may not have taken effect. After a restart of
+// PostgreSQL the pool discards dead connections before use, so the next call
+// reconnects by itself.
+//
+// The schema is created by Migrate (goose migrations embedded from
+// migrations/), which Open runs unless told not to.
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The statements of the store. Each is one round trip and decides by
+// clock_timestamp(). Their RETURNING lists match scanLease.
+const (
+	// acquireSQL grants the key if its row is absent or holds no unexpired
+	// lease. The nextval in VALUES is used only by the first grant of a key
+	// ever (rows are never deleted, so later grants take the DO UPDATE path);
+	// the nextval in DO UPDATE SET runs after the row lock is won and the
+	// WHERE has been re-checked on the latest row version.
+	acquireSQL = `INSERT INTO lock_lease AS l (lock_key, owner_id, fencing_token, ttl_ms, granted_at, expires_at)
+VALUES ($1, $2, nextval('fencing_token_seq'), $3::bigint, clock_timestamp(), clock_timestamp() + $3::bigint * interval '1 millisecond')
+ON CONFLICT (lock_key) DO UPDATE SET
+    owner_id = EXCLUDED.owner_id,
+    fencing_token = nextval('fencing_token_seq'),
+    ttl_ms = EXCLUDED.ttl_ms,
+    granted_at = clock_timestamp(),
+    expires_at = clock_timestamp() + EXCLUDED.ttl_ms * interval '1 millisecond'
+WHERE l.expires_at IS NULL OR l.expires_at <= clock_timestamp()
+RETURNING l.owner_id, l.fencing_token, l.ttl_ms, l.expires_at`
+
+	// renewSQL extends the live lease (key, token, owner) by its TTL.
+	renewSQL = `UPDATE lock_lease
+SET expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond'
+WHERE lock_key = $1 AND fencing_token = $2 AND owner_id = $3 AND expires_at > clock_timestamp()
+RETURNING owner_id, fencing_token, ttl_ms, expires_at`
+
+	// releaseSQL ends the live lease (key, token, owner), keeping the token.
+	releaseSQL = `UPDATE lock_lease
+SET owner_id = NULL, expires_at = NULL
+WHERE lock_key = $1 AND fencing_token = $2 AND owner_id = $3 AND expires_at > clock_timestamp()`
+
+	// revokeSQL ends the live lease of the key (with $2 > 0: only if it
+	// carries token $2) and returns it as it was before.
+	revokeSQL = `WITH live AS (
+    SELECT lock_key, owner_id, fencing_token, ttl_ms, expires_at
+    FROM lock_lease
+    WHERE lock_key = $1 AND expires_at > clock_timestamp() AND ($2::bigint = 0 OR fencing_token = $2::bigint)
+    FOR UPDATE
+)
+UPDATE lock_lease l SET owner_id = NULL, expires_at = NULL
+FROM live WHERE l.lock_key = live.lock_key
+RETURNING live.owner_id, live.fencing_token, live.ttl_ms, live.expires_at`
+
+	// inspectSQL reads the key's row and whether its lease is live.
+	inspectSQL = `SELECT owner_id, fencing_token, ttl_ms, expires_at, coalesce(expires_at > clock_timestamp(), false)
+FROM lock_lease WHERE lock_key = $1`
+)
+
+// Defaults of Config.
+const (
+	// DefaultMaxConns is the pool size when Config.MaxConns is 0: each call
+	// holds a connection for one statement, so a few serve many requests,
+	// and small Cloud SQL tiers allow only tens of connections in all.
+	DefaultMaxConns = 8
+	// DefaultConnectTimeout bounds each new connection when the DSN sets no
+	// connect_timeout, so a dead host is reported as unavailable instead of
+	// hanging until the caller's deadline.
+	DefaultConnectTimeout = 5 * time.Second
+)
+
+// ErrInvalidConfig is returned (wrapped) by Config.Validate and Open for a
+// missing or malformed DSN or a negative field.
+var ErrInvalidConfig = errors.New("pgstore: invalid config")
+
+// Config configures Open. Only DSN is required.
+type Config struct {
+	// DSN locates lockdb: a postgres:// URL or a key=value string, as pgx
+	// parses it (pool_* parameters included, except pool_max_conns, which
+	// MaxConns decides). Required.
+	DSN string
+
+	// MaxConns is the most connections the store opens. Default
+	// DefaultMaxConns (when 0). Must not be negative.
+	MaxConns int32
+
+	// ConnectTimeout bounds each connection attempt when the DSN sets no
+	// connect_timeout. Default DefaultConnectTimeout (when 0). Must not be
+	// negative.
+	ConnectTimeout time.Duration
+
+	// SkipMigrations makes Open use the schema as it finds it. Default
+	// false: Open applies pending migrations (Migrate) first, which is safe
+	// with several lock-servers starting at once (goose takes an advisory
+	// lock). Set it when the schema is managed by a separate step.
+	SkipMigrations bool
+}
+
+// Validate returns an error wrapping ErrInvalidConfig unless DSN parses and
+// no field is negative. It does not contact the database.
+func (c Config) Validate() error {
+	_, err := c.poolConfig()
+	return err
+}
+
+func (c Config) poolConfig() (*pgxpool.Config, error) {
+	if c.DSN == "" {
+		return nil, fmt.Errorf("%w: DSN is empty", ErrInvalidConfig)
+	}
+	if c.MaxConns < 0 {
+		return nil, fmt.Errorf("%w: MaxConns is %d; want 0 (default %d) or more", ErrInvalidConfig, c.MaxConns, DefaultMaxConns)
+	}
+	if c.ConnectTimeout < 0 {
+		return nil, fmt.Errorf("%w: ConnectTimeout is %v; want 0 (default %v) or more", ErrInvalidConfig, c.ConnectTimeout, DefaultConnectTimeout)
+	}
+	pc, err := pgxpool.ParseConfig(c.DSN)
+	if err != nil {
+		// pgx's message does not repeat the password.
+		return nil, fmt.Errorf("%w: DSN: %v", ErrInvalidConfig, err)
+	}
+	pc.MaxConns = c.MaxConns
+	if pc.MaxConns == 0 {
+		pc.MaxConns = DefaultMaxConns
+	}
+	if pc.ConnConfig.ConnectTimeout == 0 {
+		pc.ConnConfig.ConnectTimeout = c.ConnectTimeout
+		if pc.ConnConfig.ConnectTimeout == 0 {
+			pc.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+		}
+	}
+	// Discard connections the server closed (a restart, a failover) before
+	// they are used, so the first call after a restart does not fail.
+	pc.PrepareConn = func(_ context.Context, conn *pgx.Conn) (bool, error) {
+		return connAlive(conn.PgConn().Conn()), nil
+	}
+	return pc, nil
+}
+
+// Store is a LockStore over PostgreSQL. It is safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+	dsn  string
+
+	// acquireSQL is the acquire statement; tests swap in a broken one to
+	// show that the token-regression test can fail.
+	acquireSQL string
+}
+
+var _ lockserver.LockStore = (*Store)(nil)
+
+// Open connects to the database of cfg.DSN, applies pending migrations
+// unless cfg.SkipMigrations, and checks the database answers. logger
+// receives Debug events only (nil: discard). Errors wrap ErrInvalidConfig
+// for a bad cfg, lockserver.ErrUnavailable when the database cannot be
+// reached within ctx or the connect timeout, or are migration failures.
+func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) {
+	pc, err := cfg.poolConfig()
+	if err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if !cfg.SkipMigrations {
+		if err := Migrate(ctx, cfg.DSN); err != nil {
+			return nil, err
+		}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: open pool: %w", err)
+	}
+	s := &Store{pool: pool, log: logger, dsn: cfg.DSN, acquireSQL: acquireSQL}
+	if err := s.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	logger.Debug("pgstore opened", "max_conns", pc.MaxConns)
+	return s, nil
+}
+
+// unavailable wraps err, a failure of op, in lockserver.ErrUnavailable when it
+// is a failure to reach the database, and in a plain error otherwise (an
+// error from PostgreSQL about the statement itself: a bug).
+func unavailable(op, key string, err error) error {
+	what := op
+	if key != "" {
+		what = fmt.Sprintf("%s %q", op, key)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code[:2] {
+		case "08", // connection exception
+			"40", // transaction rollback (serialization, deadlock)
+			"53", // insufficient resources (too many connections, disk full)
+			"57", // operator intervention (shutdown, query canceled)
+			"58": // system error
+		default:
+			return fmt.Errorf("pgstore: %s: %w", what, err)
+		}
+	}
+	// Not an answer from PostgreSQL: the network, the pool, or ctx.
+	return fmt.Errorf("%w: pgstore: %s (outcome unknown): %w", lockserver.ErrUnavailable, what, err)
+}
+
+func leaseOf(key, owner string, token, ttlMs int64, expiresAt time.Time) lockserver.Lease {
+	return lockserver.Lease{
+		Key: key, Owner: owner, Token: token,
+		LeaseID:   "pg-" + strconv.FormatInt(token, 10),
+		TTL:       time.Duration(ttlMs) * time.Millisecond,
+		ExpiresAt: expiresAt.UTC(),
+	}
+}
+
+// scanLease reads a RETURNING owner_id, fencing_token, ttl_ms, expires_at row.
+func scanLease(row pgx.Row, key string) (lockserver.Lease, error) {
+	var (
+		owner      string
+		token, ttl int64
+		expires    time.Time
+	)
+	if err := row.Scan(&owner, &token, &ttl, &expires); err != nil {
+		return lockserver.Lease{}, err
+	}
+	return leaseOf(key, owner, token, ttl, expires), nil
+}
+
+// Acquire implements lockserver.LockStore in one statement (see the package
+// doc for how the token is drawn). ErrLockHeld, wrapped, when an unexpired
+// lease exists on key; ErrInvalidArgument; ErrUnavailable.
+func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+	if err := lockserver.ValidateAcquire(key, owner, ttl); err != nil {
+		return lockserver.Lease{}, err
+	}
+	l, err := scanLease(s.pool.QueryRow(ctx, s.acquireSQL, key, owner, ttl.Milliseconds()), key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		s.log.Debug("pgstore acquire refused", "lock", key, "owner", owner)
+		return lockserver.Lease{}, fmt.Errorf("%w: key %q has an unexpired lease", lockserver.ErrLockHeld, key)
+	}
+	if err != nil {
+		return lockserver.Lease{}, unavailable("acquire", key, err)
+	}
+	s.log.Debug("pgstore granted", "lock", key, "owner", owner, "token", l.Token, "ttl_ms", ttl.Milliseconds())
+	return l, nil
+}
+
+// refusal explains why (key, owner, token) matched no live lease, reading
+// the key's row after the refused statement: ErrStaleToken when the row
+// carries a newer token, else ErrNotHeld.
+func (s *Store) refusal(ctx context.Context, op, key, owner string, token int64) error {
+	var last int64
+	err := s.pool.QueryRow(ctx, `SELECT fencing_token FROM lock_lease WHERE lock_key = $1`, key).Scan(&last)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return unavailable(op, key, err)
+	}
+	s.log.Debug("pgstore "+op+" refused", "lock", key, "owner", owner, "token", token, "last_token", last)
+	if last > token {
+		return fmt.Errorf("%w: key %q was granted again with token %d, after token %d", lockserver.ErrStaleToken, key, last, token)
+	}
+	return fmt.Errorf("%w: no live lease on key %q for owner %q with token %d (last token of the key: %d)", lockserver.ErrNotHeld, key, owner, token, last)
+}
+
+// Renew implements lockserver.LockStore: it extends the live lease by its
+// TTL from the database's clock now. ErrStaleToken, ErrNotHeld (wrapped,
+// naming both tokens), ErrInvalidArgument, ErrUnavailable.
+func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lockserver.Lease, error) {
+	if err := lockserver.ValidateLease(key, owner, token); err != nil {
+		return lockserver.Lease{}, err
+	}
+	l, err := scanLease(s.pool.QueryRow(ctx, renewSQL, key, token, owner), key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return lockserver.Lease{}, s.refusal(ctx, "renew", key, owner, token)
+	}
+	if err != nil {
+		return lockserver.Lease{}, unavailable("renew", key, err)
+	}
+	s.log.Debug("pgstore renewed", "lock", key, "owner", owner, "token", token)
+	return l, nil
+}
+
+// Release implements lockserver.LockStore: the row keeps the token, owner
+// and expiry become NULL. ErrStaleToken, ErrNotHeld (wrapped, naming both
+// tokens), ErrInvalidArgument, ErrUnavailable.
+func (s *Store) Release(ctx context.Context, key, owner string, token int64) error {
+	if err := lockserver.ValidateLease(key, owner, token); err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, releaseSQL, key, token, owner)
+	if err != nil {
+		return unavailable("release", key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return s.refusal(ctx, "release", key, owner, token)
+	}
+	s.log.Debug("pgstore released", "lock", key, "owner", owner, "token", token)
+	return nil
+}
+
+// Revoke implements lockserver.LockStore: it ends the live lease of key
+// (with token > 0, only if the live lease carries that token) and returns
+// it as it was. ErrNotHeld when no lease is live; ErrStaleToken when a
+// lease with a newer token than a given one is live; ErrInvalidArgument;
+// ErrUnavailable.
+func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver.Lease, error) {
+	if err := lockserver.ValidateKey(key); err != nil {
+		return lockserver.Lease{}, err
+	}
+	if err := lockserver.ValidateRevokeToken(token); err != nil {
+		return lockserver.Lease{}, err
+	}
+	l, err := scanLease(s.pool.QueryRow(ctx, revokeSQL, key, token), key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		st, err := s.Inspect(ctx, key)
+		if err != nil {
+			return lockserver.Lease{}, err
+		}
+		if st.Lease != nil && token != 0 && st.Lease.Token > token {
+			return lockserver.Lease{}, fmt.Errorf("%w: key %q is held with token %d, newer than %d", lockserver.ErrStaleToken, key, st.Lease.Token, token)
+		}
+		if st.Lease != nil && token != 0 {
+			return lockserver.Lease{}, fmt.Errorf("%w: key %q is held with token %d, not %d", lockserver.ErrNotHeld, key, st.Lease.Token, token)
+		}
+		return lockserver.Lease{}, fmt.Errorf("%w: no live lease on key %q (last token: %d)", lockserver.ErrNotHeld, key, st.LastToken)
+	}
+	if err != nil {
+		return lockserver.Lease{}, unavailable("revoke", key, err)
+	}
+	s.log.Debug("pgstore revoked", "lock", key, "owner", l.Owner, "token", l.Token)
+	return l, nil
+}
+
+// Inspect implements lockserver.LockStore: the live lease by the database's
+// clock, and LastToken from the key's row (0 if the key was never granted).
+// ErrInvalidArgument, ErrUnavailable.
+func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, error) {
+	if err := lockserver.ValidateKey(key); err != nil {
+		return lockserver.State{}, err
+	}
+	var (
+		owner      *string
+		token, ttl int64
+		expires    *time.Time
+		live       bool
+	)
+	err := s.pool.QueryRow(ctx, inspectSQL, key).Scan(&owner, &token, &ttl, &expires, &live)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return lockserver.State{Key: key}, nil
+	}
+	if err != nil {
+		return lockserver.State{}, unavailable("inspect", key, err)
+	}
+	st := lockserver.State{Key: key, LastToken: token}
+	if live && owner != nil && expires != nil {
+		l := leaseOf(key, *owner, token, ttl, *expires)
+		st.Lease = &l
+	}
+	return st, nil
+}
+
+// Ping implements lockserver.LockStore: nil when the database answers a
+// trivial statement within ctx, else an error wrapping ErrUnavailable.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return unavailable("ping", "", err)
+	}
+	return nil
+}
+
+// Close implements lockserver.LockStore: it closes the pool, waiting for
+// connections in use to be returned. Leases stay in the database. Closing
+// twice is harmless; other calls after Close return ErrUnavailable.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}

@@ -1,0 +1,417 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+const testTTL = 30 * time.Second
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// openStore opens a store on dsn (migrating it) that is closed when t ends.
+func openStore(t testing.TB, dsn string) *Store {
+	t.Helper()
+	s, err := Open(testCtx(t), Config{DSN: dsn}, nil)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// newClusterDB starts a cluster of the test's own with an empty database
+// "lockdb" and returns both.
+func newClusterDB(t *testing.T) (*pgcluster.Cluster, string) {
+	t.Helper()
+	c := pgtest.NewCluster(t)
+	if err := c.CreateDatabase(testCtx(t), "lockdb"); err != nil {
+		t.Fatalf("CreateDatabase: %v", err)
+	}
+	return c, c.DSN("lockdb")
+}
+
+func TestContract(t *testing.T) { storetest.Run(t, backend()) }
+
+func TestContractOverHTTP(t *testing.T) { storetest.Run(t, storetest.OverHTTP(backend())) }
+
+// backend describes this store to the contract suite: a fresh database per
+// store, a cluster of its own for the restart test.
+func backend() storetest.Backend {
+	return storetest.Backend{
+		Name: "postgres",
+		Open: func(t *testing.T) lockserver.LockStore {
+			return openStore(t, pgtest.NewDatabase(t))
+		},
+		Reopen: func(t *testing.T, s lockserver.LockStore) lockserver.LockStore {
+			dsn := s.(*Store).dsn
+			if err := s.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			return openStore(t, dsn)
+		},
+		RestartBackend: func(t *testing.T) (lockserver.LockStore, func()) {
+			c, dsn := newClusterDB(t)
+			return openStore(t, dsn), func() {
+				if err := c.Restart(testCtx(t)); err != nil {
+					t.Fatalf("restart PostgreSQL: %v", err)
+				}
+			}
+		},
+		ShortTTL: 600 * time.Millisecond,
+	}
+}
+
+// naiveAcquireSQL is the acquire statement as it is easy to write wrongly:
+// the token is drawn in VALUES, before the statement waits for the key's row
+// lock, and the update copies it. A grant that waited can then carry a
+// token older than the grant it waited for.
+const naiveAcquireSQL = `INSERT INTO lock_lease AS l (lock_key, owner_id, fencing_token, ttl_ms, granted_at, expires_at)
+VALUES ($1, $2, nextval('fencing_token_seq'), $3::bigint, clock_timestamp(), clock_timestamp() + $3::bigint * interval '1 millisecond')
+ON CONFLICT (lock_key) DO UPDATE SET
+    owner_id = EXCLUDED.owner_id,
+    fencing_token = EXCLUDED.fencing_token,
+    ttl_ms = EXCLUDED.ttl_ms,
+    granted_at = EXCLUDED.granted_at,
+    expires_at = EXCLUDED.expires_at
+WHERE l.expires_at IS NULL OR l.expires_at <= clock_timestamp()
+RETURNING l.owner_id, l.fencing_token, l.ttl_ms, l.expires_at`
+
+// TestTokenRegressionInterleaving forces the interleaving in which a slow
+// granter starts its statement before a fast one but wins the row after it,
+// and checks INV-02 on the outcome: the later grant has the greater token.
+// The same scenario run with naiveAcquireSQL must make the check fail, which
+// shows the test can detect the regression it guards against.
+func TestTokenRegressionInterleaving(t *testing.T) {
+	t.Run("StoreStatement", func(t *testing.T) {
+		slow, fast := slowGrantAfterFastGrant(t, acquireSQL)
+		if err := laterGrantHasGreaterToken(slow, fast); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("NaiveStatementIsCaught", func(t *testing.T) {
+		slow, fast := slowGrantAfterFastGrant(t, naiveAcquireSQL)
+		if err := laterGrantHasGreaterToken(slow, fast); err == nil {
+			t.Fatalf("check passed for the naive statement (slow grant token %d, fast grant token %d); it cannot catch a token regression", slow, fast)
+		} else {
+			t.Logf("caught, as it must be: %v", err)
+		}
+	})
+}
+
+// laterGrantHasGreaterToken is INV-02 for one key granted twice: fast was
+// granted (and released) first, slow afterwards.
+func laterGrantHasGreaterToken(slow, fast int64) error {
+	if slow <= fast {
+		return fmt.Errorf("token regression: the later grant got token %d, not greater than the earlier grant's %d", slow, fast)
+	}
+	return nil
+}
+
+// slowGrantAfterFastGrant runs the interleaving with the store's acquire
+// statement replaced by stmt and returns the tokens of the slow and the
+// fast grant:
+//
+//  1. the key's row exists and is free (it was granted and released);
+//  2. transaction X locks the row (SELECT ... FOR UPDATE);
+//  3. the slow granter S calls Acquire, which blocks on the row lock;
+//  4. inside X, the fast granter is granted the key (with the same
+//     statement) and releases it; X commits;
+//  5. S proceeds and is granted the free key.
+func slowGrantAfterFastGrant(t *testing.T, stmt string) (slow, fast int64) {
+	t.Helper()
+	const key = "payout:acct-42"
+	ctx := testCtx(t)
+	dsn := pgtest.NewDatabase(t)
+	s := openStore(t, dsn)
+	s.acquireSQL = stmt
+
+	first, err := s.Acquire(ctx, key, "earlier-worker", testTTL)
+	if err != nil {
+		t.Fatalf("first Acquire: %v", err)
+	}
+	if err := s.Release(ctx, key, "earlier-worker", first.Token); err != nil {
+		t.Fatalf("first Release: %v", err)
+	}
+
+	xConn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect X: %v", err)
+	}
+	defer xConn.Close(context.Background())
+	x, err := xConn.Begin(ctx)
+	if err != nil {
+		t.Fatalf("begin X: %v", err)
+	}
+	defer x.Rollback(context.Background())
+	if _, err := x.Exec(ctx, `SELECT 1 FROM lock_lease WHERE lock_key = $1 FOR UPDATE`, key); err != nil {
+		t.Fatalf("X: lock the row: %v", err)
+	}
+
+	type result struct {
+		lease lockserver.Lease
+		err   error
+	}
+	slowDone := make(chan result, 1)
+	go func() {
+		l, err := s.Acquire(ctx, key, "slow-worker", testTTL)
+		slowDone <- result{l, err}
+	}()
+	awaitBlockedOnLock(t, ctx, dsn, slowDone)
+
+	if err := x.QueryRow(ctx, s.acquireSQL, key, "fast-worker", testTTL.Milliseconds()).Scan(new(string), &fast, new(int64), new(time.Time)); err != nil {
+		t.Fatalf("X: fast grant: %v", err)
+	}
+	tag, err := x.Exec(ctx, releaseSQL, key, fast, "fast-worker")
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("X: fast release: %v, %d rows", err, tag.RowsAffected())
+	}
+	if err := x.Commit(ctx); err != nil {
+		t.Fatalf("X: commit: %v", err)
+	}
+
+	var r result
+	select {
+	case r = <-slowDone:
+	case <-ctx.Done():
+		t.Fatal("slow Acquire did not return after X committed")
+	}
+	if r.err != nil {
+		t.Fatalf("slow Acquire: %v", r.err)
+	}
+	t.Logf("tokens: earlier grant %d, fast grant %d, slow grant %d", first.Token, fast, r.lease.Token)
+	return r.lease.Token, fast
+}
+
+// awaitBlockedOnLock polls until a backend of dsn's database waits for a
+// lock, failing t if the slow acquire returns first or ctx ends.
+func awaitBlockedOnLock[R any](t *testing.T, ctx context.Context, dsn string, done <-chan R) {
+	t.Helper()
+	obs, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect observer: %v", err)
+	}
+	defer obs.Close(context.Background())
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var waiting int
+		err := obs.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE NOT l.granted AND a.datname = current_database()`).Scan(&waiting)
+		if err != nil {
+			t.Fatalf("observe pg_locks: %v", err)
+		}
+		if waiting > 0 {
+			return
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("slow Acquire returned before blocking on the row lock: %+v", r)
+		case <-ctx.Done():
+			t.Fatal("slow Acquire never blocked on the row lock")
+		case <-tick.C:
+		}
+	}
+}
+
+// TestFirstCallAfterServerBounceSucceeds shows the pool drops connections
+// the server closed before using them, so the first call after a restart
+// or a crash works, while calls during the outage report ErrUnavailable.
+func TestFirstCallAfterServerBounceSucceeds(t *testing.T) {
+	c, dsn := newClusterDB(t)
+	s := openStore(t, dsn)
+	ctx := testCtx(t)
+
+	// fillPool leaves as many idle connections in the pool as it holds.
+	fillPool := func() {
+		var conns []*pgxpool.Conn
+		for range DefaultMaxConns {
+			conn, err := s.pool.Acquire(ctx)
+			if err != nil {
+				t.Fatalf("pool Acquire: %v", err)
+			}
+			conns = append(conns, conn)
+		}
+		for _, conn := range conns {
+			conn.Release()
+		}
+	}
+	grantAndRelease := func(when string) {
+		t.Helper()
+		l, err := s.Acquire(ctx, "payout:acct-1", "worker", testTTL)
+		if err != nil {
+			t.Fatalf("first Acquire %s: %v", when, err)
+		}
+		if err := s.Release(ctx, "payout:acct-1", "worker", l.Token); err != nil {
+			t.Fatalf("Release %s: %v", when, err)
+		}
+	}
+
+	fillPool()
+	if err := c.Restart(ctx); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	grantAndRelease("after a fast-shutdown restart")
+
+	fillPool()
+	if err := c.Kill(); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	_, err := s.Acquire(ctx, "payout:acct-1", "worker", testTTL)
+	if !errors.Is(err, lockserver.ErrUnavailable) {
+		t.Fatalf("Acquire while the server is down: got %v, want ErrUnavailable", err)
+	}
+	if err := s.Ping(ctx); !errors.Is(err, lockserver.ErrUnavailable) {
+		t.Fatalf("Ping while the server is down: got %v, want ErrUnavailable", err)
+	}
+	if _, err := Open(ctx, Config{DSN: dsn}, nil); !errors.Is(err, lockserver.ErrUnavailable) {
+		t.Fatalf("Open while the server is down: got %v, want ErrUnavailable", err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatalf("Start after Kill: %v", err)
+	}
+	grantAndRelease("after a crash and restart")
+}
+
+// TestDeadlineIsUnavailable: a call cut short by its context reports
+// ErrUnavailable (the outcome is unknown) and keeps the context's error.
+func TestDeadlineIsUnavailable(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	s := openStore(t, dsn)
+	ctx := testCtx(t)
+	if _, err := s.Acquire(ctx, "k", "a", testTTL); err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	// Hold the row lock so the next statement on the key waits.
+	x, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close(context.Background())
+	tx, err := x.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM lock_lease WHERE lock_key = 'k' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err = s.Acquire(short, "k", "b", testTTL)
+	if !errors.Is(err, lockserver.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire past its deadline: got %v, want ErrUnavailable wrapping context.DeadlineExceeded", err)
+	}
+}
+
+// TestMigrateConcurrently: lock-servers starting together migrate once.
+func TestMigrateConcurrently(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() { errs <- Migrate(ctx, dsn) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("Migrate: %v", err)
+		}
+	}
+	if err := Migrate(ctx, dsn); err != nil {
+		t.Fatalf("Migrate with nothing pending: %v", err)
+	}
+	s := openStore(t, dsn)
+	var applied int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+migrationTable+` WHERE version_id > 0`).Scan(&applied); err != nil {
+		t.Fatal(err)
+	}
+	if applied != 1 {
+		t.Fatalf("%d migrations recorded; want 1", applied)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, cfg := range []Config{
+		{},
+		{DSN: "postgres://u@h/db", MaxConns: -1},
+		{DSN: "postgres://u@h/db", ConnectTimeout: -time.Second},
+		{DSN: "postgres://u@h:notaport/db"},
+	} {
+		if err := cfg.Validate(); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("Validate(%+v): got %v, want ErrInvalidConfig", cfg, err)
+		}
+	}
+	if err := (Config{DSN: "postgres://u@h/db"}).Validate(); err != nil {
+		t.Errorf("Validate of a minimal config: %v", err)
+	}
+}
+
+// BenchmarkRawSQL measures the store's acquire and release statements
+// themselves on a pgx pool, one pair per iteration, each client on its own
+// key: the baseline that lock-server and the SDK add their cost to. With
+// more than one client, ns/op is wall time divided by pairs completed by all
+// clients (the inverse of throughput), not the latency of one pair.
+func BenchmarkRawSQL(b *testing.B) {
+	dsn := pgtest.NewDatabase(b)
+	ctx := testCtx(b)
+	if err := Migrate(ctx, dsn); err != nil {
+		b.Fatalf("Migrate: %v", err)
+	}
+	pc, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pc.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	for _, clients := range []int{1, 8} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for c := range clients {
+				wg.Go(func() {
+					key, owner := fmt.Sprintf("bench:%d", c), fmt.Sprintf("client-%d", c)
+					for next.Add(1) <= int64(b.N) {
+						var token int64
+						err := pool.QueryRow(ctx, acquireSQL, key, owner, int64(30_000)).Scan(new(string), &token, new(int64), new(time.Time))
+						if err != nil {
+							b.Errorf("acquire: %v", err)
+							return
+						}
+						tag, err := pool.Exec(ctx, releaseSQL, key, token, owner)
+						if err != nil || tag.RowsAffected() != 1 {
+							b.Errorf("release: %v, %d rows", err, tag.RowsAffected())
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+		})
+	}
+}
