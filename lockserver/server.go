@@ -2,15 +2,13 @@ package lockserver
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"time"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
 
@@ -261,38 +259,14 @@ func grantOf(l Lease) api.Grant {
 	}
 }
 
-// decodeBody reads one JSON object into dst, refusing bodies that are too
-// large, not JSON, carry unknown fields or trailing data. It writes the error
-// envelope and returns false when the body is refused.
+// decodeBody decodes the request body into dst (see httpjson.Decode). It
+// writes the error envelope and returns false when the body is refused.
 func decodeBody(w http.ResponseWriter, r *http.Request, dst any) bool {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || mt != "application/json" {
-			writeError(w, http.StatusUnsupportedMediaType, api.CodeUnsupportedMediaType, fmt.Sprintf("content type %q; send application/json", ct))
-			return false
-		}
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(dst)
-	if err == nil {
-		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
-			err = errors.New("trailing data after the JSON object")
-		}
-	}
-	if err == nil {
-		return true
-	}
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		writeError(w, http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge, fmt.Sprintf("body larger than %d bytes", api.MaxBodyBytes))
+	if err := httpjson.Decode(w, r, dst, api.MaxBodyBytes); err != nil {
+		httpjson.Write(w, err.(*httpjson.Error))
 		return false
 	}
-	if errors.Is(err, io.EOF) {
-		err = errors.New("empty body; send a JSON object")
-	}
-	writeError(w, http.StatusBadRequest, api.CodeInvalidRequest, "malformed request body: "+err.Error())
-	return false
+	return true
 }
 
 func methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed string) {
@@ -301,15 +275,10 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed string) {
 }
 
 func writeError(w http.ResponseWriter, status int, code api.Code, msg string) {
-	writeJSON(w, status, api.ErrorEnvelope{Error: api.ErrorBody{Code: code, Message: msg, Retryable: code.Retryable()}})
+	httpjson.WriteError(w, status, string(code), msg, code.Retryable())
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.WriteJSON(w, status, v) }
 
 // eventLog writes the structured events that let one token be traced from
 // the grant to the fence points: lock_granted and lease_renewed carry key,

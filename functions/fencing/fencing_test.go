@@ -1,0 +1,66 @@
+package fencing
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+)
+
+func TestTokenFrom(t *testing.T) {
+	for _, tc := range []struct {
+		vals []string
+		want int64
+		err  error
+	}{
+		{nil, 0, ErrMissingToken},
+		{[]string{"42"}, 42, nil},
+		{[]string{" 7 "}, 7, nil},
+		{[]string{"0"}, 0, ErrBadToken},
+		{[]string{"-3"}, 0, ErrBadToken},
+		{[]string{"+3"}, 0, ErrBadToken},
+		{[]string{"abc"}, 0, ErrBadToken},
+		{[]string{"1.5"}, 0, ErrBadToken},
+		{[]string{"99999999999999999999"}, 0, ErrBadToken},
+		{[]string{"1", "2"}, 0, ErrBadToken},
+	} {
+		r := httptest.NewRequest("POST", "/", nil)
+		for _, v := range tc.vals {
+			r.Header.Add(HeaderToken, v)
+		}
+		got, err := TokenFrom(r)
+		if got != tc.want || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+			t.Errorf("TokenFrom(%q) = %d, %v; want %d, %v", tc.vals, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+func TestRefusalLogsThePinnedEvent(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	Refusal{Resource: "account", ResourceID: "acct-7", PresentedToken: 41, HighestToken: 42, Owner: "A"}.Log(log, "payoutId", "p-1")
+	var got map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"event": "fenced_out", "resource": "account", "resourceId": "acct-7",
+		"presentedToken": 41.0, "highestToken": 42.0, "ownerId": "A", "payoutId": "p-1", "level": "WARN"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v; want %v (line %s)", k, got[k], v, buf.String())
+		}
+	}
+}
+
+func TestSwitch(t *testing.T) {
+	for v, want := range map[string]bool{"": true, "true": true, "ON": true, "1": true, "false": false, "off": false, "0": false} {
+		if got, err := Switch("X", v); err != nil || got != want {
+			t.Errorf("Switch(%q) = %v, %v; want %v", v, got, err, want)
+		}
+	}
+	if _, err := Switch("X", "maybe"); err == nil {
+		t.Error("Switch(maybe) accepted")
+	}
+}

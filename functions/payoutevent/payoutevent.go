@@ -1,0 +1,133 @@
+// Package payoutevent is the message that drives the payout pipeline: the
+// payout event payment-resource publishes to Pub/Sub when a payout is
+// created, with the account id as ordering key, and the push envelope in
+// which Pub/Sub delivers it to the executor.
+//
+// Delivery is at least once: the same event may reach several executors,
+// at the same time or later. Every step the executor takes is therefore
+// either idempotent or fenced; a redelivery is just another worker.
+package payoutevent
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Event announces one payout to be executed. Amounts are in minor currency
+// units (cents); Currency is an ISO 4217 code.
+type Event struct {
+	PayoutID    string `json:"payoutId"`
+	AccountID   string `json:"accountId"`
+	AmountMinor int64  `json:"amountMinor"`
+	Currency    string `json:"currency"`
+}
+
+// Attribute names set on every published message.
+const (
+	// AttrPayoutID repeats the payout id, for filtering and logs.
+	AttrPayoutID = "payoutId"
+	// AttrAccountID repeats the account id.
+	AttrAccountID = "accountId"
+)
+
+// ErrMalformed: a push request or event payload cannot be decoded.
+var ErrMalformed = errors.New("payoutevent: malformed message")
+
+// Validate returns an error wrapping ErrMalformed unless every field is set
+// and the amount is positive.
+func (e Event) Validate() error {
+	switch {
+	case e.PayoutID == "" || len(e.PayoutID) > 128:
+		return fmt.Errorf("%w: payoutId must be 1..128 bytes", ErrMalformed)
+	case e.AccountID == "" || len(e.AccountID) > 64:
+		return fmt.Errorf("%w: accountId must be 1..64 bytes", ErrMalformed)
+	case e.AmountMinor <= 0:
+		return fmt.Errorf("%w: amountMinor %d is not positive", ErrMalformed, e.AmountMinor)
+	case len(e.Currency) != 3 || strings.ToUpper(e.Currency) != e.Currency:
+		return fmt.Errorf("%w: currency %q is not an ISO 4217 code", ErrMalformed, e.Currency)
+	}
+	return nil
+}
+
+// LockKey returns the lock key the executor takes for this event:
+// "payout:{account_id}", so payouts of one account are serialised.
+func (e Event) LockKey() string { return "payout:" + e.AccountID }
+
+// Push is the body of a Pub/Sub push request (the "wrapped" format).
+// See https://cloud.google.com/pubsub/docs/push#receive_push.
+type Push struct {
+	Message      PushMessage `json:"message"`
+	Subscription string      `json:"subscription"`
+	// DeliveryAttempt is set when the subscription has a dead-letter policy;
+	// the first delivery is 1.
+	DeliveryAttempt *int `json:"deliveryAttempt,omitempty"`
+}
+
+// PushMessage is the message inside a Push.
+type PushMessage struct {
+	// Data is the base64 of the JSON Event.
+	Data        string            `json:"data"`
+	Attributes  map[string]string `json:"attributes,omitempty"`
+	MessageID   string            `json:"messageId"`
+	PublishTime string            `json:"publishTime,omitempty"`
+	OrderingKey string            `json:"orderingKey,omitempty"`
+}
+
+// Decode returns the Event inside a push body, validated. Errors wrap
+// ErrMalformed: such a message will never decode, so the executor
+// acknowledges it (logging it) rather than have it redelivered forever.
+func Decode(body []byte) (Push, Event, error) {
+	var p Push
+	if err := json.Unmarshal(body, &p); err != nil {
+		return p, Event{}, fmt.Errorf("%w: push envelope: %v", ErrMalformed, err)
+	}
+	raw, err := base64.StdEncoding.DecodeString(p.Message.Data)
+	if err != nil {
+		return p, Event{}, fmt.Errorf("%w: message data is not base64: %v", ErrMalformed, err)
+	}
+	var e Event
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil {
+		return p, Event{}, fmt.Errorf("%w: payout event: %v", ErrMalformed, err)
+	}
+	if err := e.Validate(); err != nil {
+		return p, Event{}, err
+	}
+	return p, e, nil
+}
+
+// Encode returns the push body Pub/Sub would post for e, as the local push
+// bridge and tests need it.
+func Encode(e Event, messageID, orderingKey string, deliveryAttempt int) ([]byte, error) {
+	data, err := json.Marshal(e)
+	if err != nil {
+		return nil, err
+	}
+	p := Push{
+		Message: PushMessage{
+			Data:        base64.StdEncoding.EncodeToString(data),
+			Attributes:  map[string]string{AttrPayoutID: e.PayoutID, AttrAccountID: e.AccountID},
+			MessageID:   messageID,
+			OrderingKey: orderingKey,
+		},
+		Subscription: "projects/local/subscriptions/payout-executor",
+	}
+	if deliveryAttempt > 0 {
+		p.DeliveryAttempt = &deliveryAttempt
+	}
+	return json.Marshal(p)
+}
+
+// Attempt returns the delivery attempt of p as a string for logs ("" when
+// Pub/Sub did not say).
+func (p Push) Attempt() string {
+	if p.DeliveryAttempt == nil {
+		return ""
+	}
+	return strconv.Itoa(*p.DeliveryAttempt)
+}

@@ -1,0 +1,80 @@
+// Package pgpool opens the pgx connection pools of the payout services:
+// from a plain DSN locally, or through the Cloud SQL Go connector when a
+// Cloud SQL instance connection name is configured (IAM-authorised TLS,
+// no proxy sidecar). Either way the caller gets a *pgxpool.Pool.
+package pgpool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"cloud.google.com/go/cloudsqlconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Config locates one database.
+type Config struct {
+	// DSN is a PostgreSQL URL or key=value string, as pgx parses it.
+	// Required. With CloudSQLInstance set, its host and port are ignored
+	// and user, password and database name are used.
+	DSN string
+	// CloudSQLInstance, when set ("project:region:instance"), makes every
+	// connection go through the Cloud SQL connector.
+	CloudSQLInstance string
+	// MaxConns caps the pool; 0 keeps pgx's default (4 or the CPU count).
+	MaxConns int32
+}
+
+// ErrInvalidConfig: DSN is missing or does not parse, or MaxConns < 0.
+var ErrInvalidConfig = errors.New("pgpool: invalid config")
+
+// Validate returns an error wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	if c.DSN == "" {
+		return fmt.Errorf("%w: DSN is empty", ErrInvalidConfig)
+	}
+	if _, err := pgxpool.ParseConfig(c.DSN); err != nil {
+		return fmt.Errorf("%w: DSN: %v", ErrInvalidConfig, err)
+	}
+	if c.MaxConns < 0 {
+		return fmt.Errorf("%w: MaxConns %d is negative", ErrInvalidConfig, c.MaxConns)
+	}
+	return nil
+}
+
+// Open returns a pool for cfg and checks it with a ping. The returned close
+// function closes the pool and, when used, the connector.
+func Open(ctx context.Context, cfg Config) (*pgxpool.Pool, func(), error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	pc, _ := pgxpool.ParseConfig(cfg.DSN)
+	if cfg.MaxConns > 0 {
+		pc.MaxConns = cfg.MaxConns
+	}
+	closeDialer := func() {}
+	if cfg.CloudSQLInstance != "" {
+		d, err := cloudsqlconn.NewDialer(ctx, cloudsqlconn.WithLazyRefresh())
+		if err != nil {
+			return nil, nil, fmt.Errorf("pgpool: Cloud SQL connector: %w", err)
+		}
+		closeDialer = func() { _ = d.Close() }
+		inst := cfg.CloudSQLInstance
+		pc.ConnConfig.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.Dial(ctx, inst)
+		}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		closeDialer()
+		return nil, nil, fmt.Errorf("pgpool: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		closeDialer()
+		return nil, nil, fmt.Errorf("pgpool: ping: %w", err)
+	}
+	return pool, func() { pool.Close(); closeDialer() }, nil
+}
