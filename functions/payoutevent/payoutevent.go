@@ -101,17 +101,26 @@ func Decode(body []byte) (Push, Event, error) {
 	return p, e, nil
 }
 
-// Encode returns the push body Pub/Sub would post for e, as the local push
-// bridge and tests need it.
+// Encode returns the push body Pub/Sub would post for e, as tests need it.
 func Encode(e Event, messageID, orderingKey string, deliveryAttempt int) ([]byte, error) {
 	data, err := json.Marshal(e)
 	if err != nil {
 		return nil, err
 	}
+	attrs := map[string]string{AttrPayoutID: e.PayoutID, AttrAccountID: e.AccountID}
+	return EncodeRaw(data, attrs, messageID, orderingKey, deliveryAttempt)
+}
+
+// EncodeRaw returns the push body Pub/Sub would post for a message with
+// these data bytes and attributes, whatever they hold: the local push
+// bridge forwards even a malformed message, so the executor decides.
+// deliveryAttempt 0 leaves the field out, as Pub/Sub does without a
+// dead-letter policy.
+func EncodeRaw(data []byte, attrs map[string]string, messageID, orderingKey string, deliveryAttempt int) ([]byte, error) {
 	p := Push{
 		Message: PushMessage{
 			Data:        base64.StdEncoding.EncodeToString(data),
-			Attributes:  map[string]string{AttrPayoutID: e.PayoutID, AttrAccountID: e.AccountID},
+			Attributes:  attrs,
 			MessageID:   messageID,
 			OrderingKey: orderingKey,
 		},

@@ -1,0 +1,58 @@
+// Command executor is the payout worker as a process (package
+// functions/executor): it accepts Pub/Sub push requests on $PORT and
+// executes each payout under a lease. Configuration is read from the
+// environment (docs/configuration.md).
+//
+// For the fencing experiment only: EXECUTOR_SELF_STOP_BEFORE_SUBMIT set to
+// a payout id makes the process send itself SIGSTOP, once, right after its
+// last lease check and before the rail submission of that payout, so that
+// the harness can let the lease expire and resume it with SIGCONT.
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync"
+	"syscall"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/serve"
+)
+
+func main() {
+	serve.Main("executor", func(ctx context.Context, getenv func(string) string, log *slog.Logger) (http.Handler, func(), error) {
+		cfg, err := executor.LoadConfig(getenv)
+		if err != nil {
+			return nil, nil, err
+		}
+		var opts []executor.Option
+		if target := getenv("EXECUTOR_SELF_STOP_BEFORE_SUBMIT"); target != "" {
+			opts = append(opts, executor.WithHooks(selfStop(target, log)))
+		}
+		x, err := executor.New(cfg, log, opts...)
+		if err != nil {
+			return nil, nil, err
+		}
+		return x, nil, nil
+	})
+}
+
+// selfStop returns hooks that stop this process with SIGSTOP once, before
+// the rail submission of payout target.
+func selfStop(target string, log *slog.Logger) executor.Hooks {
+	var once sync.Once
+	log.Warn("experiment hook armed: this worker will SIGSTOP itself before the rail submission", "event", "self_stop_armed", "payoutId", target)
+	return executor.Hooks{BeforeRailSubmit: func(_ context.Context, e payoutevent.Event, token int64) {
+		if e.PayoutID != target {
+			return
+		}
+		once.Do(func() {
+			log.Warn("stopping self before the rail submission", "event", "self_stop", "payoutId", e.PayoutID, "accountId", e.AccountID, "token", token, "pid", os.Getpid())
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			log.Warn("resumed after SIGCONT; carrying on as if the lease were still held", "event", "self_resumed", "payoutId", e.PayoutID, "token", token)
+		})
+	}}
+}

@@ -1,0 +1,214 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+)
+
+// Codes of payment-resource that the executor acts on.
+const (
+	codePayoutFinished = "PAYOUT_FINISHED"
+	codePayoutInDoubt  = "PAYOUT_IN_DOUBT"
+	codePayoutNotFound = "PAYOUT_NOT_FOUND"
+	codeRailAmbiguous  = "RAIL_AMBIGUOUS"
+)
+
+// Rail outcomes, as rail-proxy reports them and payment-resource records them.
+const (
+	outcomeAck       = "ACK"
+	outcomeDecline   = "DECLINE"
+	outcomeAmbiguous = "AMBIGUOUS"
+)
+
+// errAmbiguous: the rail submission may or may not have reached the rail.
+var errAmbiguous = errors.New("executor: rail outcome unknown")
+
+type railResult struct {
+	Status  string `json:"status"`
+	RailRef string `json:"railRef"`
+}
+
+// attempt is one rail-proxy attempt record.
+type attempt struct {
+	AttemptID int64  `json:"attemptId"`
+	Token     int64  `json:"token"`
+	State     string `json:"state"`
+	RailRef   string `json:"railRef"`
+}
+
+// outcome is the rail outcome an attempt stands for.
+func (a attempt) outcome() string {
+	switch a.State {
+	case "acked":
+		return outcomeAck
+	case "declined":
+		return outcomeDecline
+	}
+	return outcomeAmbiguous
+}
+
+// answer is one HTTP exchange: status, the decoded envelope code when the
+// status is not 2xx, and the raw body.
+type answer struct {
+	status int
+	code   string
+	body   []byte
+}
+
+func (x *Executor) call(ctx context.Context, method, u string, token int64, in any) (answer, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return answer{}, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return answer{}, err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token > 0 {
+		req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
+		req.Header.Set(fencing.HeaderOwner, x.Owner())
+	}
+	resp, err := x.doer.Do(req)
+	if err != nil {
+		return answer{}, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return answer{}, err
+	}
+	a := answer{status: resp.StatusCode, body: raw}
+	if resp.StatusCode/100 != 2 {
+		var env httpjson.Envelope
+		if json.Unmarshal(raw, &env) == nil {
+			a.code = env.Error.Code
+		}
+	}
+	return a, nil
+}
+
+// claim claims the payout with token. It returns the payment-resource code
+// for the final refusals (finished, in doubt, not found), ErrFencedOut, or
+// ErrDependency.
+func (x *Executor) claim(ctx context.Context, e payoutevent.Event, token int64) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
+	defer cancel()
+	a, err := x.call(ctx, http.MethodPost, x.cfg.PaymentResourceURL+"/v1/payouts/"+url.PathEscape(e.PayoutID)+"/claim", token, nil)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("%w: claim: %v", ErrDependency, err)
+	case a.status == http.StatusOK:
+		return "", nil
+	case a.code == fencing.CodeFencedOut:
+		return "", fmt.Errorf("%w: claim: %s", ErrFencedOut, a.body)
+	case a.code == codePayoutFinished, a.code == codePayoutInDoubt, a.code == codePayoutNotFound:
+		return a.code, nil
+	}
+	return "", fmt.Errorf("%w: claim answered %d: %s", ErrDependency, a.status, a.body)
+}
+
+// priorAttempt returns the most relevant earlier rail attempt of the
+// payout (one that reached or may have reached the rail), or nil.
+func (x *Executor) priorAttempt(ctx context.Context, e payoutevent.Event) (*attempt, error) {
+	ctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
+	defer cancel()
+	a, err := x.call(ctx, http.MethodGet, x.cfg.RailProxyURL+"/v1/rail/attempts?payoutId="+url.QueryEscape(e.PayoutID), 0, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: rail attempts: %v", ErrDependency, err)
+	}
+	if a.status != http.StatusOK {
+		return nil, fmt.Errorf("%w: rail attempts answered %d: %s", ErrDependency, a.status, a.body)
+	}
+	var list struct {
+		Attempts []attempt `json:"attempts"`
+	}
+	if err := json.Unmarshal(a.body, &list); err != nil {
+		return nil, fmt.Errorf("%w: rail attempts: %v", ErrDependency, err)
+	}
+	var found *attempt
+	for i := range list.Attempts {
+		at := &list.Attempts[i]
+		if at.State == "fenced" {
+			continue // refused before the rail: no money moved
+		}
+		// An acknowledged attempt is the strongest fact; otherwise keep any
+		// attempt that may have reached the rail.
+		if found == nil || at.State == "acked" {
+			found = at
+		}
+	}
+	return found, nil
+}
+
+// submit sends the payout to the rail through rail-proxy with token. It
+// returns ErrFencedOut, errAmbiguous when the rail may have been reached
+// without an answer, or ErrDependency when rail-proxy refused before
+// forwarding.
+func (x *Executor) submit(ctx context.Context, e payoutevent.Event, token int64) (railResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, x.cfg.RailTimeout)
+	defer cancel()
+	body := map[string]any{"payoutId": e.PayoutID, "accountId": e.AccountID, "amountMinor": e.AmountMinor, "currency": e.Currency}
+	a, err := x.call(ctx, http.MethodPost, x.cfg.RailProxyURL+"/v1/rail/submissions", token, body)
+	switch {
+	case err != nil:
+		// The request may have been forwarded before the connection failed.
+		return railResult{}, fmt.Errorf("%w: %v", errAmbiguous, err)
+	case a.status == http.StatusOK:
+		var r railResult
+		if err := json.Unmarshal(a.body, &r); err != nil || (r.Status != outcomeAck && r.Status != outcomeDecline) {
+			return railResult{}, fmt.Errorf("%w: unreadable rail-proxy answer %s", errAmbiguous, a.body)
+		}
+		return r, nil
+	case a.code == fencing.CodeFencedOut:
+		return railResult{}, fmt.Errorf("%w: rail-proxy: %s", ErrFencedOut, a.body)
+	case a.status == http.StatusServiceUnavailable:
+		// rail-proxy could not record the attempt, so it did not forward.
+		return railResult{}, fmt.Errorf("%w: rail-proxy: %s", ErrDependency, a.body)
+	case a.code == codeRailAmbiguous, a.status >= 500:
+		return railResult{}, fmt.Errorf("%w: rail-proxy answered %d: %s", errAmbiguous, a.status, a.body)
+	}
+	return railResult{}, fmt.Errorf("%w: rail-proxy refused the submission with %d: %s", ErrDependency, a.status, a.body)
+}
+
+// postResult reports res to payment-resource with token. It returns the
+// PAYOUT_FINISHED code, ErrFencedOut, or ErrDependency.
+func (x *Executor) postResult(ctx context.Context, e payoutevent.Event, token int64, res railResult) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
+	defer cancel()
+	body := map[string]string{"outcome": res.Status}
+	if res.RailRef != "" {
+		body["railRef"] = res.RailRef
+	}
+	a, err := x.call(ctx, http.MethodPost, x.cfg.PaymentResourceURL+"/v1/payouts/"+url.PathEscape(e.PayoutID)+"/result", token, body)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("%w: post result: %v", ErrDependency, err)
+	case a.status == http.StatusOK:
+		return "", nil
+	case a.code == fencing.CodeFencedOut:
+		return "", fmt.Errorf("%w: post result: %s", ErrFencedOut, a.body)
+	case a.code == codePayoutFinished:
+		return a.code, nil
+	case a.status >= 500:
+		return "", fmt.Errorf("%w: post result answered %d: %s", ErrDependency, a.status, a.body)
+	}
+	return "", fmt.Errorf("executor: payment-resource refused the result with %d: %s", a.status, a.body)
+}

@@ -1,0 +1,331 @@
+// Package executor is the payout worker: the critical section that the lock
+// is taken for. It is an HTTP handler for Pub/Sub push requests carrying a
+// payoutevent.Event; for each payout it
+//
+//  1. acquires the lease on payout:{account_id} through the SDK (renewed in
+//     the background while it works),
+//  2. claims the payout at payment-resource with its fencing token,
+//  3. looks up earlier rail attempts for the payout at rail-proxy, so that
+//     a worker that crashed after the rail answered is not repeated,
+//  4. checks the lease one last time, then submits the payout to the rail
+//     through rail-proxy with its fencing token,
+//  5. posts the rail's outcome to payment-resource with its fencing token,
+//  6. releases the lease.
+//
+// The lease check in step 4 narrows the window in which a stale worker
+// acts, but cannot close it: the process can be paused right after the
+// check. What stops a stale worker is the two fence points, rail-proxy's
+// high-water mark and payment-resource's conditional UPDATE.
+//
+// Pub/Sub delivers at least once; a redelivery is just another worker. The
+// HTTP status tells Pub/Sub whether to deliver again: 2xx when the payout
+// reached a state no retry can change (posted, declined, in doubt, or the
+// message is malformed), 5xx or 409 when a later attempt may finish the job
+// (the lock was busy, the lease was lost, a dependency was down, or this
+// worker was fenced out while another may still fail).
+//
+// Which lock backend lock-server uses is invisible here: the executor is
+// the same binary for PostgreSQL and etcd.
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+)
+
+// Errors that end an execution without a final outcome; each makes Pub/Sub
+// deliver the event again (see Status).
+var (
+	// ErrLockBusy: the account's lock was not granted within AcquireWait.
+	ErrLockBusy = errors.New("executor: lock busy")
+	// ErrLeaseLost: the lease ended before a side effect; nothing was sent.
+	ErrLeaseLost = errors.New("executor: lease lost before a side effect")
+	// ErrFencedOut: a fence point refused this worker's token: a newer
+	// holder has written. The newer holder finishes the payout.
+	ErrFencedOut = errors.New("executor: fenced out")
+	// ErrDependency: lock-server, payment-resource or rail-proxy did not
+	// answer, or answered in a way that a retry may change.
+	ErrDependency = errors.New("executor: dependency unavailable")
+)
+
+// Outcome is a final result of one execution: the payout needs nothing more
+// from this event.
+type Outcome string
+
+// Outcomes.
+const (
+	// OutcomePosted: the rail acknowledged and the debit is in the ledger.
+	OutcomePosted Outcome = "posted"
+	// OutcomeDeclined: the rail declined; no money moved.
+	OutcomeDeclined Outcome = "declined"
+	// OutcomeInDoubt: the rail's outcome is unknown; the payout is marked
+	// ambiguous for reconciliation and never resubmitted automatically.
+	OutcomeInDoubt Outcome = "in_doubt"
+	// OutcomeAlreadyDone: an earlier delivery finished the payout.
+	OutcomeAlreadyDone Outcome = "already_done"
+	// OutcomeDropped: the message can never be executed (malformed, or the
+	// payout does not exist); it is logged and acknowledged.
+	OutcomeDropped Outcome = "dropped"
+)
+
+// Hooks are called at fixed points of an execution. The fencing experiment
+// uses BeforeRailSubmit to stop the worker with SIGSTOP at the most
+// dangerous moment: after its last lease check, before the rail.
+type Hooks struct {
+	// AfterClaim runs right after the payout was claimed under lease.
+	AfterClaim func(ctx context.Context, e payoutevent.Event, lease *client.Lease)
+	// BeforeRailSubmit runs after the last lease check and before the rail
+	// submission; token is the lease's fencing token.
+	BeforeRailSubmit func(ctx context.Context, e payoutevent.Event, token int64)
+}
+
+// Executor executes payout events. It is safe for concurrent use: Pub/Sub
+// may push several events at once, and the lock serialises those of one
+// account.
+type Executor struct {
+	cfg   Config
+	locks *client.Client
+	doer  client.Doer
+	log   *slog.Logger
+	hooks Hooks
+}
+
+// Option configures New.
+type Option func(*Executor)
+
+// WithHooks installs h.
+func WithHooks(h Hooks) Option { return func(x *Executor) { x.hooks = h } }
+
+// WithHTTPClient sends every request (to lock-server, payment-resource and
+// rail-proxy) through d.
+func WithHTTPClient(d client.Doer) Option { return func(x *Executor) { x.doer = d } }
+
+// New returns an Executor for cfg. It returns an error if cfg is invalid.
+func New(cfg Config, logger *slog.Logger, opts ...Option) (*Executor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		return nil, errors.New("executor: New needs a logger")
+	}
+	x := &Executor{cfg: cfg, log: logger, doer: &http.Client{}}
+	for _, o := range opts {
+		o(x)
+	}
+	copts := []client.Option{client.WithHTTPClient(x.doer)}
+	if cfg.Owner != "" {
+		copts = append(copts, client.WithOwner(cfg.Owner))
+	}
+	locks, err := client.New(cfg.LockServerURL, copts...)
+	if err != nil {
+		return nil, err
+	}
+	x.locks = locks
+	return x, nil
+}
+
+// Owner returns the owner id this executor takes leases as.
+func (x *Executor) Owner() string { return x.locks.Owner() }
+
+// maxPushBytes bounds a push request body (Pub/Sub messages here are small).
+const maxPushBytes = 64 << 10
+
+// ServeHTTP accepts one Pub/Sub push request (the wrapped JSON format),
+// executes its payout and answers with the status of Status.
+func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		httpjson.WriteError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", "send Pub/Sub push requests with POST", false)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxPushBytes))
+	if err != nil {
+		httpjson.WriteError(w, http.StatusRequestEntityTooLarge, httpjson.CodeBodyTooLarge, err.Error(), false)
+		return
+	}
+	push, ev, err := payoutevent.Decode(body)
+	if err != nil {
+		// A message that cannot decode never will: acknowledge it so that it
+		// is not redelivered forever, and leave the evidence in the log.
+		x.log.Error("payout event dropped", "event", "payout_event_malformed", "messageId", push.Message.MessageID, "error", err.Error())
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	log := x.log.With("payoutId", ev.PayoutID, "accountId", ev.AccountID, "messageId", push.Message.MessageID, "deliveryAttempt", push.Attempt(), "ownerId", x.Owner())
+	log.Info("payout event received", "event", "payout_event_received", "orderingKey", push.Message.OrderingKey)
+	out, err := x.Execute(r.Context(), ev)
+	status := Status(out, err)
+	if err != nil {
+		log.Warn("payout execution incomplete; Pub/Sub will redeliver", "event", "payout_execution_retry", "status", status, "error", err.Error())
+		httpjson.WriteError(w, status, codeOf(err), err.Error(), true)
+		return
+	}
+	log.Info("payout execution finished", "event", "payout_execution_done", "outcome", string(out))
+	httpjson.WriteJSON(w, status, map[string]string{"payoutId": ev.PayoutID, "outcome": string(out)})
+}
+
+// Status maps the result of Execute to the push answer: 200 for a final
+// outcome (Pub/Sub acknowledges), 409 when fenced out, 503 otherwise
+// (Pub/Sub redelivers with backoff).
+func Status(out Outcome, err error) int {
+	switch {
+	case err == nil:
+		return http.StatusOK
+	case errors.Is(err, ErrFencedOut):
+		return http.StatusConflict
+	default:
+		return http.StatusServiceUnavailable
+	}
+}
+
+func codeOf(err error) string {
+	switch {
+	case errors.Is(err, ErrFencedOut):
+		return fencing.CodeFencedOut
+	case errors.Is(err, ErrLockBusy):
+		return "LOCK_BUSY"
+	case errors.Is(err, ErrLeaseLost):
+		return "LEASE_LOST"
+	default:
+		return "DEPENDENCY_UNAVAILABLE"
+	}
+}
+
+// Execute runs the payout flow for e and returns its final outcome, or an
+// error wrapping ErrLockBusy, ErrLeaseLost, ErrFencedOut or ErrDependency
+// when a later delivery should try again.
+func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, error) {
+	log := x.log.With("payoutId", e.PayoutID, "accountId", e.AccountID, "ownerId", x.Owner())
+	actx, cancel := context.WithTimeout(ctx, x.cfg.AcquireWait)
+	lease, err := x.locks.Acquire(actx, e.LockKey(), client.WithTTL(x.cfg.LeaseTTL), client.WithAutoRenew(0))
+	cancel()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, client.ErrLockHeld) {
+			return "", fmt.Errorf("%w: %s: %v", ErrLockBusy, e.LockKey(), err)
+		}
+		return "", fmt.Errorf("%w: acquire %s: %v", ErrDependency, e.LockKey(), err)
+	}
+	token := lease.Token()
+	log = log.With("token", token)
+	log.Info("lease granted; executing under it", "event", "lease_acquired", "lock", e.LockKey(), "leaseId", lease.Grant().LeaseID, "ttlMs", lease.Grant().TTLMs)
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.cfg.RequestTimeout)
+		defer cancel()
+		if err := lease.Release(rctx); err != nil {
+			log.Info("lease release refused or failed", "event", "lease_release_failed", "error", err.Error())
+		} else {
+			log.Info("lease released", "event", "lease_released")
+		}
+	}()
+
+	// (1) claim
+	if err := lease.Check(); err != nil {
+		return "", fmt.Errorf("%w: before claim: %v", ErrLeaseLost, err)
+	}
+	switch code, err := x.claim(ctx, e, token); {
+	case err != nil:
+		return "", err
+	case code == codePayoutFinished:
+		log.Info("payout already finished by an earlier delivery", "event", "payout_already_done")
+		return OutcomeAlreadyDone, nil
+	case code == codePayoutInDoubt:
+		log.Warn("payout is in doubt; leaving it to reconciliation", "event", "payout_in_doubt")
+		return OutcomeInDoubt, nil
+	case code == codePayoutNotFound:
+		log.Error("payout event for an unknown payout", "event", "payout_event_unknown_payout")
+		return OutcomeDropped, nil
+	}
+	log.Info("payout claimed", "event", "payout_claimed")
+	if x.hooks.AfterClaim != nil {
+		x.hooks.AfterClaim(ctx, e, lease)
+	}
+
+	// (2) an earlier worker may have reached the rail and died before posting
+	// the outcome: never submit twice, report what the rail said.
+	prior, err := x.priorAttempt(ctx, e)
+	if err != nil {
+		return "", err
+	}
+	if prior != nil {
+		log.Warn("an earlier worker already submitted this payout; reporting its outcome instead of resubmitting",
+			"event", "rail_prior_attempt_found", "attemptState", prior.State, "railRef", prior.RailRef, "attemptToken", prior.Token)
+		return x.report(ctx, log, e, token, railResult{Status: prior.outcome(), RailRef: prior.RailRef})
+	}
+
+	// (3) the last lease check, then the side effect no transaction can undo.
+	if err := lease.Check(); err != nil {
+		log.Warn("lease lost before the rail submission; not submitting", "event", "lease_lost", "error", err.Error())
+		return "", fmt.Errorf("%w: before rail submission: %v", ErrLeaseLost, err)
+	}
+	if x.hooks.BeforeRailSubmit != nil {
+		x.hooks.BeforeRailSubmit(ctx, e, token)
+	}
+	res, err := x.submit(ctx, e, token)
+	switch {
+	case errors.Is(err, ErrFencedOut):
+		log.Warn("rail-proxy refused this worker's token; a newer holder owns the payout", "event", "rail_submission_fenced")
+		return "", err
+	case errors.Is(err, errAmbiguous):
+		log.Error("rail outcome unknown; marking the payout ambiguous", "event", "rail_submission_ambiguous", "error", err.Error())
+		res = railResult{Status: outcomeAmbiguous}
+	case err != nil:
+		return "", err
+	default:
+		log.Info("rail submission answered", "event", "rail_submission_accepted", "railStatus", res.Status, "railRef", res.RailRef)
+	}
+	// (4) The rail's answer is a fact: report it whatever the lease says now;
+	// payment-resource's fence decides whether this worker may still write.
+	return x.report(ctx, log, e, token, res)
+}
+
+// report posts res to payment-resource, retrying transient failures (the
+// post is idempotent on the rail reference), and maps the answer to an
+// Outcome.
+func (x *Executor) report(ctx context.Context, log *slog.Logger, e payoutevent.Event, token int64, res railResult) (Outcome, error) {
+	var err error
+	for attempt := 0; attempt < 4; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-time.After(time.Duration(100<<attempt) * time.Millisecond):
+			case <-ctx.Done():
+				return "", fmt.Errorf("%w: posting the result: %v", ErrDependency, ctx.Err())
+			}
+		}
+		var code string
+		code, err = x.postResult(ctx, e, token, res)
+		if errors.Is(err, ErrFencedOut) {
+			log.Warn("payment-resource refused this worker's token", "event", "payout_result_fenced", "railStatus", res.Status, "railRef", res.RailRef)
+			return "", err
+		}
+		if errors.Is(err, ErrDependency) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		switch {
+		case code == codePayoutFinished:
+			return OutcomeAlreadyDone, nil
+		case res.Status == outcomeAck:
+			log.Info("payout posted", "event", "payout_posted", "railRef", res.RailRef)
+			return OutcomePosted, nil
+		case res.Status == outcomeDecline:
+			log.Info("payout declined", "event", "payout_declined", "railRef", res.RailRef)
+			return OutcomeDeclined, nil
+		default:
+			log.Warn("payout marked ambiguous", "event", "payout_ambiguous")
+			return OutcomeInDoubt, nil
+		}
+	}
+	return "", err
+}

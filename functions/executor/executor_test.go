@@ -1,0 +1,255 @@
+package executor_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
+)
+
+// fakeDeps stands in for payment-resource and rail-proxy: it records every
+// call with its token and answers as the test scripts it.
+type fakeDeps struct {
+	mu         sync.Mutex
+	calls      []string
+	claimCode  string // "" = 200
+	attempts   string // JSON list body of GET attempts
+	railStatus int
+	railBody   string
+	resultCode string
+	results    []map[string]string
+}
+
+func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	tok := r.Header.Get(fencing.HeaderToken)
+	f.calls = append(f.calls, r.Method+" "+r.URL.Path+" token="+tok)
+	switch {
+	case r.URL.Path == "/v1/payouts/p-1/claim":
+		if f.claimCode != "" {
+			httpjson.WriteError(w, 409, f.claimCode, "scripted", false)
+			return
+		}
+		httpjson.WriteJSON(w, 200, map[string]string{"payoutId": "p-1", "state": "claimed"})
+	case r.URL.Path == "/v1/rail/attempts":
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(f.attempts))
+	case r.URL.Path == "/v1/rail/submissions":
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(f.railStatus)
+		_, _ = w.Write([]byte(f.railBody))
+	case r.URL.Path == "/v1/payouts/p-1/result":
+		var body map[string]string
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		f.results = append(f.results, body)
+		if f.resultCode != "" {
+			httpjson.WriteError(w, 409, f.resultCode, "scripted", false)
+			return
+		}
+		httpjson.WriteJSON(w, 200, map[string]string{"payoutId": "p-1"})
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (f *fakeDeps) railCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.calls {
+		if len(c) > 25 && c[:25] == "POST /v1/rail/submissions" {
+			n++
+		}
+	}
+	return n
+}
+
+var event = payoutevent.Event{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR"}
+
+func newExecutor(t *testing.T, deps *fakeDeps, hooks executor.Hooks) (*executor.Executor, *memstore.Store) {
+	t.Helper()
+	store := memstore.New(nil)
+	ls, err := lockserver.NewServer(store, lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lsrv := httptest.NewServer(ls)
+	t.Cleanup(lsrv.Close)
+	dsrv := httptest.NewServer(deps)
+	t.Cleanup(dsrv.Close)
+	cfg := executor.DefaultConfig()
+	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = lsrv.URL, dsrv.URL, dsrv.URL
+	cfg.Owner, cfg.LeaseTTL, cfg.AcquireWait = "worker-a", 2*time.Second, 3*time.Second
+	x, err := executor.New(cfg, slog.New(slog.DiscardHandler), executor.WithHooks(hooks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x, store
+}
+
+func push(t *testing.T, x http.Handler, body []byte) *httptest.ResponseRecorder {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	x.ServeHTTP(rec, httptest.NewRequest("POST", "/", bytes.NewReader(body)))
+	return rec
+}
+
+func TestHappyPathPostsTheRailOutcomeWithTheLeaseToken(t *testing.T) {
+	deps := &fakeDeps{attempts: `{"attempts":[]}`, railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}
+	x, store := newExecutor(t, deps, executor.Hooks{})
+	body, _ := payoutevent.Encode(event, "m-1", "acct-7", 1)
+	rec := push(t, x, body)
+	if rec.Code != 200 {
+		t.Fatalf("push answered %d %s; want 200 (ack)", rec.Code, rec.Body)
+	}
+	st, _ := store.Inspect(context.Background(), "payout:acct-7")
+	if st.Lease != nil || st.LastToken == 0 {
+		t.Fatalf("lock after the payout: %+v; want granted once and released", st)
+	}
+	want := "token=" + strconv.FormatInt(st.LastToken, 10)
+	for _, c := range deps.calls {
+		if c[:4] == "POST" && !bytes.HasSuffix([]byte(c), []byte(want)) {
+			t.Errorf("write %q does not carry the lease's token (%s)", c, want)
+		}
+	}
+	if len(deps.results) != 1 || deps.results[0]["outcome"] != "ACK" || deps.results[0]["railRef"] != "rail-000001" {
+		t.Fatalf("results posted: %v", deps.results)
+	}
+}
+
+func TestFencedAtRailProxyIsRetriedNotAcked(t *testing.T) {
+	deps := &fakeDeps{attempts: `{"attempts":[]}`, railStatus: 409, railBody: `{"error":{"code":"FENCED_OUT","message":"stale","retryable":false}}`}
+	x, _ := newExecutor(t, deps, executor.Hooks{})
+	out, err := x.Execute(t.Context(), event)
+	if !errors.Is(err, executor.ErrFencedOut) || executor.Status(out, err) != http.StatusConflict {
+		t.Fatalf("Execute = %q, %v; want ErrFencedOut and 409 so that Pub/Sub redelivers", out, err)
+	}
+	if len(deps.results) != 0 {
+		t.Fatalf("a fenced worker posted results: %v", deps.results)
+	}
+}
+
+func TestLeaseLostBeforeTheRailSubmitsNothing(t *testing.T) {
+	deps := &fakeDeps{attempts: `{"attempts":[]}`, railStatus: 200, railBody: `{"status":"ACK","railRef":"r"}`}
+	var store *memstore.Store
+	// An operator revokes the lease right after the claim; the worker learns
+	// it at its next background renewal, and must not reach the rail.
+	hooks := executor.Hooks{AfterClaim: func(_ context.Context, _ payoutevent.Event, lease *client.Lease) {
+		if _, err := store.Revoke(context.Background(), "payout:acct-7", 0); err != nil {
+			t.Errorf("revoke: %v", err)
+		}
+		<-lease.Done()
+	}}
+	x, s := newExecutor(t, deps, hooks)
+	store = s
+	out, err := x.Execute(t.Context(), event)
+	if !errors.Is(err, executor.ErrLeaseLost) || executor.Status(out, err) != http.StatusServiceUnavailable {
+		t.Fatalf("Execute = %q, %v; want ErrLeaseLost and 503", out, err)
+	}
+	if n := deps.railCalls(); n != 0 {
+		t.Fatalf("%d rail submissions after the lease was lost; want 0", n)
+	}
+}
+
+func TestPriorAcknowledgedAttemptIsReportedNotResubmitted(t *testing.T) {
+	deps := &fakeDeps{attempts: `{"attempts":[{"attemptId":1,"token":3,"state":"acked","railRef":"rail-000009"}]}`}
+	x, _ := newExecutor(t, deps, executor.Hooks{})
+	out, err := x.Execute(t.Context(), event)
+	if err != nil || out != executor.OutcomePosted {
+		t.Fatalf("Execute = %q, %v; want posted", out, err)
+	}
+	if n := deps.railCalls(); n != 0 {
+		t.Fatalf("resubmitted to the rail %d times; want 0", n)
+	}
+	if len(deps.results) != 1 || deps.results[0]["railRef"] != "rail-000009" {
+		t.Fatalf("results: %v; want the earlier attempt's railRef", deps.results)
+	}
+}
+
+func TestAmbiguousRailIsRecordedAndAcked(t *testing.T) {
+	deps := &fakeDeps{attempts: `{"attempts":[]}`, railStatus: 502, railBody: `{"error":{"code":"RAIL_AMBIGUOUS","message":"timeout","retryable":false}}`}
+	x, _ := newExecutor(t, deps, executor.Hooks{})
+	out, err := x.Execute(t.Context(), event)
+	if err != nil || out != executor.OutcomeInDoubt || executor.Status(out, err) != 200 {
+		t.Fatalf("Execute = %q, %v; want in_doubt, acknowledged (never resubmitted blindly)", out, err)
+	}
+	if len(deps.results) != 1 || deps.results[0]["outcome"] != "AMBIGUOUS" {
+		t.Fatalf("results: %v; want one AMBIGUOUS", deps.results)
+	}
+}
+
+func TestFinishedPayoutIsAcked(t *testing.T) {
+	deps := &fakeDeps{claimCode: "PAYOUT_FINISHED"}
+	x, _ := newExecutor(t, deps, executor.Hooks{})
+	body, _ := payoutevent.Encode(event, "m-1", "acct-7", 2)
+	if rec := push(t, x, body); rec.Code != 200 {
+		t.Fatalf("duplicate delivery of a finished payout answered %d; want 200", rec.Code)
+	}
+	if n := deps.railCalls(); n != 0 {
+		t.Fatalf("rail called %d times for a finished payout", n)
+	}
+}
+
+func TestMalformedPushIsAckedAndBadMethodRefused(t *testing.T) {
+	deps := &fakeDeps{}
+	x, _ := newExecutor(t, deps, executor.Hooks{})
+	for _, body := range []string{`{`, `{"message":{"data":"!!!"}}`, `{"message":{"data":"e30="}}`} {
+		if rec := push(t, x, []byte(body)); rec.Code != http.StatusNoContent {
+			t.Errorf("malformed push %s answered %d; want 204 (acked, never redelivered)", body, rec.Code)
+		}
+	}
+	rec := httptest.NewRecorder()
+	x.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	if rec.Code != http.StatusMethodNotAllowed {
+		t.Errorf("GET answered %d; want 405", rec.Code)
+	}
+	if len(deps.calls) != 0 {
+		t.Fatalf("malformed pushes reached dependencies: %v", deps.calls)
+	}
+}
+
+func TestLockBusyIsRetried(t *testing.T) {
+	deps := &fakeDeps{}
+	x, store := newExecutor(t, deps, executor.Hooks{})
+	if _, err := store.Acquire(context.Background(), "payout:acct-7", "someone-else", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	out, err := x.Execute(t.Context(), event)
+	if !errors.Is(err, executor.ErrLockBusy) || executor.Status(out, err) != http.StatusServiceUnavailable {
+		t.Fatalf("Execute = %q, %v; want ErrLockBusy and 503", out, err)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	env := map[string]string{"LOCK_SERVER_URL": "http://a", "PAYMENT_RESOURCE_URL": "http://b", "RAIL_PROXY_URL": "http://c", "LEASE_TTL_MS": "3000"}
+	c, err := executor.LoadConfig(func(k string) string { return env[k] })
+	if err != nil || c.LeaseTTL != 3*time.Second {
+		t.Fatalf("LoadConfig = %+v, %v", c, err)
+	}
+	for k, v := range map[string]string{"LEASE_TTL_MS": "100", "RAIL_PROXY_URL": "ftp://x", "ACQUIRE_WAIT_MS": "soon", "EXECUTOR_ID": "a b"} {
+		bad := map[string]string{}
+		for kk, vv := range env {
+			bad[kk] = vv
+		}
+		bad[k] = v
+		if _, err := executor.LoadConfig(func(k string) string { return bad[k] }); err == nil {
+			t.Errorf("LoadConfig accepted %s=%q", k, v)
+		}
+	}
+}

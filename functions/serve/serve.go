@@ -1,0 +1,80 @@
+// Package serve runs one of the payout functions as a process: it builds
+// the function's handler from the environment, registers it with
+// functions-framework-go at "/" (as Cloud Run functions serve it) and
+// serves it on $PORT. The same main therefore runs locally as a plain
+// process, which is what lets the fencing experiment SIGSTOP a real worker,
+// and in a Cloud Run container.
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
+)
+
+// Builder makes a function's handler from the environment. close is called
+// once when the process is told to stop; it must release what the handler
+// holds (pools, publishers, background goroutines) and may be nil.
+type Builder func(ctx context.Context, getenv func(string) string, log *slog.Logger) (h http.Handler, close func(), err error)
+
+// Main runs the function called name: JSON logs on stderr (level from
+// LOG_LEVEL), the handler from build, served on $PORT (default 8080) by
+// functions-framework-go. It returns when SIGINT or SIGTERM arrives, after
+// calling close; it exits the process with status 1 if the function cannot
+// start.
+func Main(name string, build Builder) {
+	level := slog.LevelInfo
+	if v := os.Getenv("LOG_LEVEL"); v != "" {
+		if err := level.UnmarshalText([]byte(v)); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: LOG_LEVEL=%q: want debug, info, warn or error\n", name, v)
+			os.Exit(1)
+		}
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("service", name)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, name, build, log); err != nil {
+		log.Error("function failed", "event", "function_failed", "error", err.Error())
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, name string, build Builder, log *slog.Logger) error {
+	h, closeFn, err := build(ctx, os.Getenv, log)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	if closeFn != nil {
+		defer closeFn()
+	}
+	if err := funcframework.RegisterHTTPFunctionContext(ctx, "/", h.ServeHTTP); err != nil {
+		return err
+	}
+	port := os.Getenv("PORT")
+	if port == "" {
+		port = "8080"
+	}
+	host := os.Getenv("HOST") // loopback locally; empty (all interfaces) on Cloud Run
+	served := make(chan error, 1)
+	// The framework's server has no shutdown hook: this goroutine ends with
+	// the process, after the dependencies have been closed below.
+	go func() { served <- funcframework.StartHostPort(host, port) }()
+	log.Info("function serving", "event", "function_started", "host", host, "port", port)
+	select {
+	case err := <-served:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+		log.Info("function stopping", "event", "function_stopping")
+		return nil
+	}
+}
