@@ -1,0 +1,65 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
+)
+
+func runCmd(t *testing.T, server string, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	root := newRoot(&out)
+	root.SetArgs(append([]string{"--server", server}, args...))
+	err := root.Execute()
+	return out.String(), err
+}
+
+func TestOperatorFlow(t *testing.T) {
+	h, err := lockserver.NewServer(memstore.New(nil), lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	out, err := runCmd(t, srv.URL, "acquire", "payout:acct-7", "--owner", "worker-a", "--ttl", "60s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g api.Grant
+	if err := json.Unmarshal([]byte(out), &g); err != nil || g.Owner != "worker-a" || g.Token <= 0 {
+		t.Fatalf("acquire printed %s (%v)", out, err)
+	}
+	if _, err := runCmd(t, srv.URL, "acquire", "payout:acct-7"); !errors.Is(err, client.ErrLockHeld) {
+		t.Fatalf("second acquire: %v; want LOCK_HELD", err)
+	}
+	if _, err := runCmd(t, srv.URL, "revoke", "payout:acct-7"); err == nil {
+		t.Fatal("revoke without --reason accepted")
+	}
+	if _, err := runCmd(t, srv.URL, "revoke", "payout:acct-7", "--token", "999", "--reason", "test"); !errors.Is(err, client.ErrNotHeld) {
+		t.Fatalf("revoke with a wrong token: %v; want LEASE_NOT_HELD", err)
+	}
+	if _, err := runCmd(t, srv.URL, "revoke", "payout:acct-7", "--reason", "stuck worker"); err != nil {
+		t.Fatal(err)
+	}
+	out, err = runCmd(t, srv.URL, "inspect", "payout:acct-7")
+	var st api.LockState
+	if err != nil || json.Unmarshal([]byte(out), &st) != nil || st.Held || st.LastToken != g.Token {
+		t.Fatalf("inspect after revoke: %s %v", out, err)
+	}
+	if _, err := runCmd(t, srv.URL, "inspect", "bad key"); !errors.Is(err, client.ErrInvalidRequest) {
+		t.Fatalf("inspect of a bad key: %v", err)
+	}
+	if _, err := runCmd(t, srv.URL, "ready"); err != nil {
+		t.Fatal(err)
+	}
+}
