@@ -1,0 +1,32 @@
+package railstub
+
+import (
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestJournalFailureRefusesLaterSubmissions(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.JournalPath = filepath.Join(t.TempDir(), "rail.jsonl")
+	s, err := New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_ = s.journal.f.Close() // every later write fails, like a full or failed disk
+	body := `{"payoutId":"po-1","accountId":"acct-1","amountMinor":1,"currency":"EUR","reference":"po-1"}`
+	for i := range 2 {
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest("POST", "/submit", strings.NewReader(body)))
+		if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), CodeJournalFailed) {
+			t.Fatalf("submission %d: %d %s; want 500 %s", i+1, rec.Code, rec.Body, CodeJournalFailed)
+		}
+	}
+	if got := len(s.Submissions("")); got != 0 {
+		t.Fatalf("got %d records, want 0: a submission not in the journal is not recorded", got)
+	}
+}

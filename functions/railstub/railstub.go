@@ -1,0 +1,615 @@
+// Package railstub is the external payment rail of the lab: a deliberately
+// non-idempotent HTTP service standing in for a real one.
+//
+// POST /submit carries no fencing token and no idempotency key. Every
+// accepted request is a new movement of money: a duplicate is a second
+// payment. That is the point of the stub; nothing behind it can undo a
+// submission, so the only protection is the fence in front of it
+// (package railproxy).
+//
+// The stub records every accepted submission (sequence number, received
+// time, body, answer) in memory and, when a journal file is configured, in
+// a JSON Lines file that is fsynced before the answer is sent and reloaded
+// at start: a restart forgets no movement of money. The harness reads the
+// records back with GET /submissions to check that the rail received at
+// most one submission per payout (INV-04).
+//
+// Routes (every error answer is the envelope of package httpjson):
+//
+//	POST /submit          SubmitRequest -> 200 SubmitAnswer
+//	                      400 INVALID_REQUEST, 413, 415 (not recorded)
+//	                      503 RAIL_UNAVAILABLE (injected "error" fault; not recorded)
+//	                      500 JOURNAL_FAILED, 503 STUB_CLOSED
+//	GET  /submissions     -> 200 SubmissionList, in sequence order;
+//	                      ?payoutId=P keeps the submissions of payout P
+//	GET  /admin/faults    -> 200 Faults (the current fault state)
+//	POST /admin/faults    Faults -> 200 Faults; 400 INVALID_REQUEST
+//
+// Answer rules: DECLINE when amountMinor > Config.DeclineOverMinor or the
+// account is in Config.DeclineAccounts; ACK otherwise. A DECLINE is recorded
+// too (the rail saw it) but moves no money.
+//
+// Fault injection: a latency added after the submission is recorded and
+// before the answer (so a caller that times out during it has moved money
+// without learning it), and a number of next submissions that fail in one
+// of two modes: "error" answers 503 without recording (nothing happened),
+// "hang" records the submission and then withholds the answer until the
+// request's context ends (the money moved, the caller never learns it: the
+// ambiguous case).
+package railstub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+)
+
+// Environment variables read by LoadConfig.
+const (
+	// EnvDeclineOverMinor sets Config.DeclineOverMinor (int64, minor units).
+	EnvDeclineOverMinor = "RAIL_STUB_DECLINE_OVER_MINOR"
+	// EnvDeclineAccounts sets Config.DeclineAccounts (comma-separated ids).
+	EnvDeclineAccounts = "RAIL_STUB_DECLINE_ACCOUNTS"
+	// EnvLatencyMs sets Config.Latency (milliseconds).
+	EnvLatencyMs = "RAIL_STUB_LATENCY_MS"
+	// EnvJournal sets Config.JournalPath.
+	EnvJournal = "RAIL_STUB_JOURNAL"
+)
+
+// Defaults and bounds of Config.
+const (
+	// DefaultDeclineOverMinor is the default of Config.DeclineOverMinor:
+	// 1,000,000 minor units (10,000.00 in a two-decimal currency).
+	DefaultDeclineOverMinor int64 = 1_000_000
+	// MaxLatency bounds Config.Latency and Faults.LatencyMs: 10 minutes, far
+	// beyond any caller's timeout, so a typo cannot park requests for days.
+	MaxLatency = 10 * time.Minute
+	// MaxBodyBytes bounds the body of POST /submit and POST /admin/faults.
+	MaxBodyBytes = 4 << 10
+)
+
+// Answers of POST /submit.
+const (
+	// StatusAck: the rail accepted the payment; money moved.
+	StatusAck = "ACK"
+	// StatusDecline: the rail refused the payment; no money moved.
+	StatusDecline = "DECLINE"
+)
+
+// Fault modes of Faults.Mode.
+const (
+	// FaultError answers 503 RAIL_UNAVAILABLE without recording.
+	FaultError = "error"
+	// FaultHang records the submission, then withholds the answer until the
+	// request's context ends (or the stub is closed).
+	FaultHang = "hang"
+)
+
+// Error codes of the stub's envelope, besides httpjson's INVALID_REQUEST,
+// BODY_TOO_LARGE and UNSUPPORTED_MEDIA_TYPE.
+const (
+	// CodeNotFound (404): no such route.
+	CodeNotFound = "NOT_FOUND"
+	// CodeMethodNotAllowed (405): the route exists for another method.
+	CodeMethodNotAllowed = "METHOD_NOT_ALLOWED"
+	// CodeRailUnavailable (503): an injected "error" fault; the submission
+	// was not recorded. Retryable.
+	CodeRailUnavailable = "RAIL_UNAVAILABLE"
+	// CodeJournalFailed (500): the journal could not be written; the stub
+	// refuses every later submission until restarted. Not retryable.
+	CodeJournalFailed = "JOURNAL_FAILED"
+	// CodeStubClosed (503): the stub is closing. A submission held by a
+	// "hang" fault is answered so when Close releases it; it was recorded.
+	CodeStubClosed = "STUB_CLOSED"
+	// CodeInternal (500): a bug.
+	CodeInternal = "INTERNAL"
+)
+
+// Errors of this package.
+var (
+	// ErrInvalidConfig: a Config field is out of bounds or an environment
+	// variable does not parse.
+	ErrInvalidConfig = errors.New("railstub: invalid config")
+	// ErrInvalidSubmission: a submission is malformed; it is not recorded.
+	ErrInvalidSubmission = errors.New("railstub: invalid submission")
+	// ErrInvalidFaults: a fault setting is malformed; nothing changes.
+	ErrInvalidFaults = errors.New("railstub: invalid faults")
+	// ErrInjectedFailure: an "error" fault refused the submission; it is
+	// not recorded.
+	ErrInjectedFailure = errors.New("railstub: injected failure")
+	// ErrJournal: the journal could not be read, written or synced.
+	ErrJournal = errors.New("railstub: journal")
+	// ErrClosed: the stub is closed.
+	ErrClosed = errors.New("railstub: closed")
+	// errNotFound and errMethod are routing refusals.
+	errNotFound = errors.New("railstub: no such route")
+	errMethod   = errors.New("railstub: method not allowed")
+)
+
+// Config configures a Stub. Start from DefaultConfig or LoadConfig; the
+// zero value is not valid (DeclineOverMinor must be positive).
+type Config struct {
+	// DeclineOverMinor: a submission whose amountMinor is greater than this
+	// (minor currency units) is answered DECLINE. Must be positive. Default
+	// DefaultDeclineOverMinor. Env RAIL_STUB_DECLINE_OVER_MINOR.
+	DeclineOverMinor int64
+	// DeclineAccounts: submissions for these account ids are answered
+	// DECLINE. Default none. Env RAIL_STUB_DECLINE_ACCOUNTS (comma list;
+	// blanks around ids are trimmed, empty items skipped).
+	DeclineAccounts []string
+	// Latency is added before every answer to an accepted submission (after
+	// it is recorded) and before an injected 503. At most MaxLatency; the
+	// POST /admin/faults latencyMs replaces it at runtime. Default 0. Env
+	// RAIL_STUB_LATENCY_MS (milliseconds).
+	Latency time.Duration
+	// JournalPath, when set, is the JSON Lines file every record is
+	// appended to (fsynced before the answer) and reloaded from at start.
+	// Empty keeps records in memory only, lost on restart. Env
+	// RAIL_STUB_JOURNAL.
+	JournalPath string
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{DeclineOverMinor: DefaultDeclineOverMinor}
+}
+
+// Validate returns an error wrapping ErrInvalidConfig describing the first
+// invalid field.
+func (c Config) Validate() error {
+	if c.DeclineOverMinor <= 0 {
+		return fmt.Errorf("%w: DeclineOverMinor %d is not positive", ErrInvalidConfig, c.DeclineOverMinor)
+	}
+	for _, a := range c.DeclineAccounts {
+		if a == "" || len(a) > MaxAccountIDLen {
+			return fmt.Errorf("%w: DeclineAccounts entry %q must be 1..%d bytes", ErrInvalidConfig, a, MaxAccountIDLen)
+		}
+	}
+	if c.Latency < 0 || c.Latency > MaxLatency {
+		return fmt.Errorf("%w: Latency %v must be in [0, %v]", ErrInvalidConfig, c.Latency, MaxLatency)
+	}
+	return nil
+}
+
+// LoadConfig returns DefaultConfig overridden by the environment variables
+// RAIL_STUB_DECLINE_OVER_MINOR, RAIL_STUB_DECLINE_ACCOUNTS,
+// RAIL_STUB_LATENCY_MS and RAIL_STUB_JOURNAL, read through getenv (an
+// empty value keeps the default), validated. Errors wrap ErrInvalidConfig.
+func LoadConfig(getenv func(string) string) (Config, error) {
+	c := DefaultConfig()
+	if v := strings.TrimSpace(getenv(EnvDeclineOverMinor)); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return Config{}, fmt.Errorf("%w: %s=%q is not an integer", ErrInvalidConfig, EnvDeclineOverMinor, v)
+		}
+		c.DeclineOverMinor = n
+	}
+	for a := range strings.SplitSeq(getenv(EnvDeclineAccounts), ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			c.DeclineAccounts = append(c.DeclineAccounts, a)
+		}
+	}
+	if v := strings.TrimSpace(getenv(EnvLatencyMs)); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n > MaxLatency.Milliseconds() {
+			return Config{}, fmt.Errorf("%w: %s=%q must be milliseconds in [0, %d]", ErrInvalidConfig, EnvLatencyMs, v, MaxLatency.Milliseconds())
+		}
+		c.Latency = time.Duration(n) * time.Millisecond
+	}
+	c.JournalPath = strings.TrimSpace(getenv(EnvJournal))
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Bounds of a submission's fields.
+const (
+	// MaxPayoutIDLen bounds SubmitRequest.PayoutID, in bytes.
+	MaxPayoutIDLen = 128
+	// MaxAccountIDLen bounds SubmitRequest.AccountID, in bytes.
+	MaxAccountIDLen = 64
+	// MaxReferenceLen bounds SubmitRequest.Reference, in bytes.
+	MaxReferenceLen = 140
+)
+
+// SubmitRequest is the body of POST /submit. Every field is required.
+type SubmitRequest struct {
+	// PayoutID identifies the payout, 1..128 bytes. The rail does not
+	// deduplicate on it.
+	PayoutID string `json:"payoutId"`
+	// AccountID is the debited account, 1..64 bytes.
+	AccountID string `json:"accountId"`
+	// AmountMinor is the amount in minor currency units; positive.
+	AmountMinor int64 `json:"amountMinor"`
+	// Currency is an ISO 4217 code: three upper-case ASCII letters.
+	Currency string `json:"currency"`
+	// Reference is the payer's reference, 1..140 bytes (railproxy sends
+	// the payout id).
+	Reference string `json:"reference"`
+}
+
+// Validate returns an error wrapping ErrInvalidSubmission describing the
+// first invalid field.
+func (s SubmitRequest) Validate() error {
+	switch {
+	case !textOK(s.PayoutID, MaxPayoutIDLen):
+		return fmt.Errorf("%w: payoutId must be 1..%d bytes of UTF-8", ErrInvalidSubmission, MaxPayoutIDLen)
+	case !textOK(s.AccountID, MaxAccountIDLen):
+		return fmt.Errorf("%w: accountId must be 1..%d bytes of UTF-8", ErrInvalidSubmission, MaxAccountIDLen)
+	case s.AmountMinor <= 0:
+		return fmt.Errorf("%w: amountMinor %d is not positive", ErrInvalidSubmission, s.AmountMinor)
+	case !currencyOK(s.Currency):
+		return fmt.Errorf("%w: currency %q is not three upper-case letters (ISO 4217)", ErrInvalidSubmission, s.Currency)
+	case !textOK(s.Reference, MaxReferenceLen):
+		return fmt.Errorf("%w: reference must be 1..%d bytes of UTF-8", ErrInvalidSubmission, MaxReferenceLen)
+	}
+	return nil
+}
+
+func textOK(s string, max int) bool {
+	return s != "" && len(s) <= max && utf8.ValidString(s)
+}
+
+func currencyOK(c string) bool {
+	if len(c) != 3 {
+		return false
+	}
+	for i := range 3 {
+		if c[i] < 'A' || c[i] > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// SubmitAnswer is the 200 body of POST /submit.
+type SubmitAnswer struct {
+	// Status is StatusAck or StatusDecline.
+	Status string `json:"status"`
+	// RailRef is the rail's reference of the submission, "rail-" and the
+	// sequence number on at least six digits ("rail-000001"); unique.
+	RailRef string `json:"railRef"`
+}
+
+// Submission is the record of one accepted submission.
+type Submission struct {
+	// Seq numbers the submissions from 1, without gaps, across restarts
+	// when a journal is configured.
+	Seq int64 `json:"seq"`
+	// ReceivedAt is when the stub accepted the request (its own clock).
+	ReceivedAt time.Time `json:"receivedAt"`
+	// Request is the body as received.
+	Request SubmitRequest `json:"request"`
+	// Answer is the stub's decision: what it answered, or would have
+	// answered when Withheld.
+	Answer SubmitAnswer `json:"answer"`
+	// Withheld: a "hang" fault kept the answer from the caller. With an ACK
+	// the money moved and the caller never learned it.
+	Withheld bool `json:"withheld,omitempty"`
+}
+
+// SubmissionList is the 200 body of GET /submissions.
+type SubmissionList struct {
+	// Submissions in sequence order.
+	Submissions []Submission `json:"submissions"`
+}
+
+// Faults is the body of POST /admin/faults and of both answers of
+// /admin/faults. A POST replaces the whole fault state: an absent field is
+// zero, so {} clears every fault (and the configured latency).
+type Faults struct {
+	// LatencyMs is added before every answer of POST /submit, in
+	// milliseconds; 0..MaxLatency.
+	LatencyMs int64 `json:"latencyMs"`
+	// FailNext is how many of the next valid submissions fail in Mode
+	// (each failure consumes one); >= 0. Invalid submissions consume none.
+	FailNext int `json:"failNext"`
+	// Mode is FaultError or FaultHang; required when FailNext > 0.
+	Mode string `json:"mode,omitempty"`
+}
+
+// Validate returns an error wrapping ErrInvalidFaults describing the first
+// invalid field.
+func (f Faults) Validate() error {
+	switch {
+	case f.LatencyMs < 0 || f.LatencyMs > MaxLatency.Milliseconds():
+		return fmt.Errorf("%w: latencyMs %d must be in [0, %d]", ErrInvalidFaults, f.LatencyMs, MaxLatency.Milliseconds())
+	case f.FailNext < 0:
+		return fmt.Errorf("%w: failNext %d is negative", ErrInvalidFaults, f.FailNext)
+	case f.Mode != "" && f.Mode != FaultError && f.Mode != FaultHang:
+		return fmt.Errorf("%w: mode %q: want %q or %q", ErrInvalidFaults, f.Mode, FaultError, FaultHang)
+	case f.FailNext > 0 && f.Mode == "":
+		return fmt.Errorf("%w: failNext %d needs a mode", ErrInvalidFaults, f.FailNext)
+	}
+	return nil
+}
+
+// Stub is the rail. It is an http.Handler, safe for concurrent use. It
+// starts no goroutine; Close releases the requests a "hang" fault holds and
+// closes the journal.
+type Stub struct {
+	log      *slog.Logger
+	decline  map[string]bool
+	overMin  int64
+	mux      *http.ServeMux
+	closing  chan struct{} // closed by Close: releases held requests
+	closeOne sync.Once
+
+	mu      sync.Mutex
+	faults  Faults
+	records []Submission
+	journal *journal // nil without JournalPath, or after Close
+	broken  error    // set by the first journal failure; refuses all later submissions
+	closed  bool
+}
+
+// New returns a Stub for cfg, with the records of cfg.JournalPath reloaded
+// (the file is created when missing; a torn last line, left by a crash
+// before its fsync completed, is cut off with a warning since its answer
+// was never sent). It returns an error wrapping ErrInvalidConfig for an
+// invalid cfg or a nil logger, or ErrJournal when the journal cannot be
+// opened or holds a malformed record.
+func New(cfg Config, log *slog.Logger) (*Stub, error) {
+	if log == nil {
+		return nil, fmt.Errorf("%w: nil logger", ErrInvalidConfig)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Stub{
+		log:     log,
+		decline: make(map[string]bool, len(cfg.DeclineAccounts)),
+		overMin: cfg.DeclineOverMinor,
+		mux:     http.NewServeMux(),
+		closing: make(chan struct{}),
+		faults:  Faults{LatencyMs: cfg.Latency.Milliseconds()},
+	}
+	for _, a := range cfg.DeclineAccounts {
+		s.decline[a] = true
+	}
+	if cfg.JournalPath != "" {
+		j, recs, err := openJournal(cfg.JournalPath, log)
+		if err != nil {
+			return nil, err
+		}
+		s.journal, s.records = j, recs
+		log.Info("rail stub journal reloaded", "event", "rail_journal_reloaded", "path", cfg.JournalPath, "submissions", len(recs))
+	}
+	s.mux.HandleFunc("/submit", s.handleSubmit)
+	s.mux.HandleFunc("/submissions", s.handleSubmissions)
+	s.mux.HandleFunc("/admin/faults", s.handleFaults)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, fmt.Errorf("%w: %s %s", errNotFound, r.Method, r.URL.Path))
+	})
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Stub) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Close makes every later submission fail with ErrClosed, releases the
+// requests held by a "hang" fault (answered 503 STUB_CLOSED; they stay
+// recorded) and closes the journal. It is idempotent and returns the
+// journal's close error.
+func (s *Stub) Close() error {
+	s.closeOne.Do(func() { close(s.closing) })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if s.journal == nil {
+		return nil
+	}
+	j := s.journal
+	s.journal = nil
+	return j.close()
+}
+
+// Submissions returns a copy of the records in sequence order; with a
+// non-empty payoutID only that payout's.
+func (s *Stub) Submissions(payoutID string) []Submission {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Submission, 0, len(s.records))
+	for _, r := range s.records {
+		if payoutID == "" || r.Request.PayoutID == payoutID {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (s *Stub) handleSubmit(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		s.methodNotAllowed(w, r, http.MethodPost)
+		return
+	}
+	var req SubmitRequest
+	if err := httpjson.Decode(w, r, &req, MaxBodyBytes); err != nil {
+		s.fail(w, err)
+		return
+	}
+	if err := req.Validate(); err != nil {
+		s.fail(w, err)
+		return
+	}
+	rec, latency, mode, err := s.record(req)
+	if err != nil {
+		if errors.Is(err, ErrInjectedFailure) {
+			s.wait(r.Context(), latency)
+		}
+		s.fail(w, err)
+		return
+	}
+	attrs := []any{"seq", rec.Seq, "payoutId", req.PayoutID, "accountId", req.AccountID,
+		"amountMinor", req.AmountMinor, "currency", req.Currency, "status", rec.Answer.Status, "railRef", rec.Answer.RailRef}
+	if mode == FaultHang {
+		s.log.Warn("rail submission recorded; answer withheld", append([]any{"event", "rail_answer_withheld"}, attrs...)...)
+		select {
+		case <-r.Context().Done():
+			// The caller gave up: it will never learn that the money moved.
+		case <-s.closing:
+			s.fail(w, fmt.Errorf("%w: held submission %s released", ErrClosed, rec.Answer.RailRef))
+		}
+		return
+	}
+	s.log.Info("rail submission recorded", append([]any{"event", "rail_submission_recorded"}, attrs...)...)
+	if !s.wait(r.Context(), latency) {
+		return // the caller gave up during the latency; the record stands
+	}
+	httpjson.WriteJSON(w, http.StatusOK, rec.Answer)
+}
+
+// record applies the fault state and the answer rules to req and, unless an
+// "error" fault refuses it, records it (journal first, memory second). It
+// returns the record, the latency to add and the fault mode applied ("" for
+// none).
+func (s *Stub) record(req SubmitRequest) (Submission, time.Duration, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	latency := time.Duration(s.faults.LatencyMs) * time.Millisecond
+	switch {
+	case s.closed:
+		return Submission{}, 0, "", ErrClosed
+	case s.broken != nil:
+		return Submission{}, 0, "", fmt.Errorf("%w: refusing submissions after an earlier failure (restart the stub): %v", ErrJournal, s.broken)
+	}
+	mode := ""
+	if s.faults.FailNext > 0 {
+		mode = s.faults.Mode
+		s.faults.FailNext--
+		if s.faults.FailNext == 0 {
+			s.faults.Mode = ""
+		}
+	}
+	if mode == FaultError {
+		return Submission{}, latency, mode, fmt.Errorf("%w: %s fault (%d more to come)", ErrInjectedFailure, mode, s.faults.FailNext)
+	}
+	seq := int64(len(s.records)) + 1
+	status := StatusAck
+	if req.AmountMinor > s.overMin || s.decline[req.AccountID] {
+		status = StatusDecline
+	}
+	rec := Submission{
+		Seq:        seq,
+		ReceivedAt: time.Now().UTC(),
+		Request:    req,
+		Answer:     SubmitAnswer{Status: status, RailRef: fmt.Sprintf("rail-%06d", seq)},
+		Withheld:   mode == FaultHang,
+	}
+	if s.journal != nil {
+		if err := s.journal.append(rec); err != nil {
+			// Memory and disk may now disagree (a partial line, an unknown
+			// fsync outcome); refuse everything until a restart reloads the
+			// journal, which then decides what happened.
+			s.broken = err
+			s.log.Error("rail stub journal failed; refusing submissions until restart", "event", "rail_journal_failed", "error", err.Error())
+			return Submission{}, 0, "", err
+		}
+	}
+	s.records = append(s.records, rec)
+	return rec, latency, mode, nil
+}
+
+// wait blocks for d, or until ctx ends or the stub closes; it reports
+// whether the whole of d passed.
+func (s *Stub) wait(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-s.closing:
+		return true
+	}
+}
+
+func (s *Stub) handleSubmissions(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		s.methodNotAllowed(w, r, http.MethodGet)
+		return
+	}
+	httpjson.WriteJSON(w, http.StatusOK, SubmissionList{Submissions: s.Submissions(r.URL.Query().Get("payoutId"))})
+}
+
+func (s *Stub) handleFaults(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		s.mu.Lock()
+		f := s.faults
+		s.mu.Unlock()
+		httpjson.WriteJSON(w, http.StatusOK, f)
+	case http.MethodPost:
+		var f Faults
+		if err := httpjson.Decode(w, r, &f, MaxBodyBytes); err != nil {
+			s.fail(w, err)
+			return
+		}
+		if err := f.Validate(); err != nil {
+			s.fail(w, err)
+			return
+		}
+		if f.FailNext == 0 {
+			f.Mode = ""
+		}
+		s.mu.Lock()
+		s.faults = f
+		s.mu.Unlock()
+		s.log.Warn("rail stub faults set", "event", "rail_faults_set", "latencyMs", f.LatencyMs, "failNext", f.FailNext, "mode", f.Mode)
+		httpjson.WriteJSON(w, http.StatusOK, f)
+	default:
+		s.methodNotAllowed(w, r, "GET, POST")
+	}
+}
+
+func (s *Stub) methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed string) {
+	w.Header().Set("Allow", allowed)
+	s.fail(w, fmt.Errorf("%w: %s %s; use %s", errMethod, r.Method, r.URL.Path, allowed))
+}
+
+// fail answers err with the envelope, through statusOf.
+func (s *Stub) fail(w http.ResponseWriter, err error) {
+	status, code, retryable := statusOf(err)
+	if status >= 500 && code != CodeRailUnavailable {
+		s.log.Error("rail stub request failed", "event", "rail_request_failed", "code", code, "error", err.Error())
+	}
+	httpjson.WriteError(w, status, code, err.Error(), retryable)
+}
+
+// statusOf maps an error to its HTTP status, code and retryability: the
+// one place where the stub's errors become answers.
+func statusOf(err error) (status int, code string, retryable bool) {
+	var decodeErr *httpjson.Error
+	switch {
+	case errors.As(err, &decodeErr):
+		return decodeErr.Status, decodeErr.Code, false
+	case errors.Is(err, ErrInvalidSubmission), errors.Is(err, ErrInvalidFaults):
+		return http.StatusBadRequest, httpjson.CodeInvalidRequest, false
+	case errors.Is(err, errNotFound):
+		return http.StatusNotFound, CodeNotFound, false
+	case errors.Is(err, errMethod):
+		return http.StatusMethodNotAllowed, CodeMethodNotAllowed, false
+	case errors.Is(err, ErrInjectedFailure):
+		return http.StatusServiceUnavailable, CodeRailUnavailable, true
+	case errors.Is(err, ErrClosed):
+		return http.StatusServiceUnavailable, CodeStubClosed, false
+	case errors.Is(err, ErrJournal):
+		return http.StatusInternalServerError, CodeJournalFailed, false
+	default:
+		return http.StatusInternalServerError, CodeInternal, false
+	}
+}

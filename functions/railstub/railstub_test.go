@@ -1,0 +1,401 @@
+package railstub_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+)
+
+const okBody = `{"payoutId":"po-1","accountId":"acct-1","amountMinor":2500,"currency":"EUR","reference":"po-1"}`
+
+func newStub(t *testing.T, cfg railstub.Config) *railstub.Stub {
+	t.Helper()
+	s, err := railstub.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func do(h http.Handler, method, path, body string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func answerOf(t *testing.T, rec *httptest.ResponseRecorder) railstub.SubmitAnswer {
+	t.Helper()
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d, body %s; want 200", rec.Code, rec.Body)
+	}
+	var a railstub.SubmitAnswer
+	if err := json.Unmarshal(rec.Body.Bytes(), &a); err != nil {
+		t.Fatalf("decode answer %q: %v", rec.Body, err)
+	}
+	return a
+}
+
+func envelopeOf(t *testing.T, rec *httptest.ResponseRecorder) httpjson.Body {
+	t.Helper()
+	var env httpjson.Envelope
+	if err := json.Unmarshal(rec.Body.Bytes(), &env); err != nil || env.Error.Code == "" {
+		t.Fatalf("body %q is not an error envelope (err %v)", rec.Body, err)
+	}
+	return env.Error
+}
+
+func TestDuplicateSubmissionIsASecondPayment(t *testing.T) {
+	s := newStub(t, railstub.DefaultConfig())
+	first := answerOf(t, do(s, "POST", "/submit", okBody))
+	second := answerOf(t, do(s, "POST", "/submit", okBody))
+	if first.Status != railstub.StatusAck || second.Status != railstub.StatusAck {
+		t.Fatalf("answers %+v, %+v; want both ACK", first, second)
+	}
+	if first.RailRef != "rail-000001" || second.RailRef != "rail-000002" {
+		t.Fatalf("railRefs %q, %q; want rail-000001, rail-000002", first.RailRef, second.RailRef)
+	}
+	recs := s.Submissions("po-1")
+	if len(recs) != 2 {
+		t.Fatalf("got %d records of po-1, want 2: the rail has no idempotency key", len(recs))
+	}
+	for i, r := range recs {
+		if r.Seq != int64(i+1) || r.Request.AmountMinor != 2500 || r.Answer.Status != railstub.StatusAck || r.Withheld {
+			t.Errorf("record %d = %+v", i, r)
+		}
+	}
+}
+
+func TestDeclineRules(t *testing.T) {
+	cfg := railstub.DefaultConfig()
+	cfg.DeclineOverMinor = 10_000
+	cfg.DeclineAccounts = []string{"acct-blocked"}
+	s := newStub(t, cfg)
+	for _, tc := range []struct {
+		name, account string
+		amount        int64
+		want          string
+	}{
+		{"amount at the limit", "acct-1", 10_000, railstub.StatusAck},
+		{"amount over the limit", "acct-1", 10_001, railstub.StatusDecline},
+		{"declined account", "acct-blocked", 1, railstub.StatusDecline},
+		{"other account", "acct-2", 1, railstub.StatusAck},
+	} {
+		body, _ := json.Marshal(railstub.SubmitRequest{PayoutID: "po-" + tc.name, AccountID: tc.account, AmountMinor: tc.amount, Currency: "EUR", Reference: "r"})
+		if got := answerOf(t, do(s, "POST", "/submit", string(body))).Status; got != tc.want {
+			t.Errorf("%s: status %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	if got := len(s.Submissions("")); got != 4 {
+		t.Fatalf("got %d records, want 4: declines are recorded too", got)
+	}
+}
+
+func TestBadInputIsRefusedAndNotRecorded(t *testing.T) {
+	s := newStub(t, railstub.DefaultConfig())
+	valid := map[string]any{"payoutId": "po-1", "accountId": "acct-1", "amountMinor": 1, "currency": "EUR", "reference": "po-1"}
+	with := func(k string, v any) string {
+		m := map[string]any{}
+		for kk, vv := range valid {
+			m[kk] = vv
+		}
+		if v == nil {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+		b, _ := json.Marshal(m)
+		return string(b)
+	}
+	for _, tc := range []struct {
+		name, method, path, body string
+		status                   int
+		code                     string
+	}{
+		{"malformed JSON", "POST", "/submit", `{"payoutId":`, 400, httpjson.CodeInvalidRequest},
+		{"empty body", "POST", "/submit", ``, 400, httpjson.CodeInvalidRequest},
+		{"unknown field", "POST", "/submit", with("token", 7), 400, httpjson.CodeInvalidRequest},
+		{"missing payoutId", "POST", "/submit", with("payoutId", nil), 400, httpjson.CodeInvalidRequest},
+		{"missing accountId", "POST", "/submit", with("accountId", nil), 400, httpjson.CodeInvalidRequest},
+		{"missing amount", "POST", "/submit", with("amountMinor", nil), 400, httpjson.CodeInvalidRequest},
+		{"zero amount", "POST", "/submit", with("amountMinor", 0), 400, httpjson.CodeInvalidRequest},
+		{"negative amount", "POST", "/submit", with("amountMinor", -5), 400, httpjson.CodeInvalidRequest},
+		{"fractional amount", "POST", "/submit", with("amountMinor", 1.5), 400, httpjson.CodeInvalidRequest},
+		{"lower-case currency", "POST", "/submit", with("currency", "eur"), 400, httpjson.CodeInvalidRequest},
+		{"long currency", "POST", "/submit", with("currency", "EURO"), 400, httpjson.CodeInvalidRequest},
+		{"missing reference", "POST", "/submit", with("reference", nil), 400, httpjson.CodeInvalidRequest},
+		{"oversized body", "POST", "/submit", with("reference", strings.Repeat("x", railstub.MaxBodyBytes)), 413, httpjson.CodeBodyTooLarge},
+		{"wrong method", "GET", "/submit", ``, 405, railstub.CodeMethodNotAllowed},
+		{"unknown route", "POST", "/pay", okBody, 404, railstub.CodeNotFound},
+		{"faults: unknown mode", "POST", "/admin/faults", `{"failNext":1,"mode":"explode"}`, 400, httpjson.CodeInvalidRequest},
+		{"faults: failNext without mode", "POST", "/admin/faults", `{"failNext":1}`, 400, httpjson.CodeInvalidRequest},
+		{"faults: negative latency", "POST", "/admin/faults", `{"latencyMs":-1}`, 400, httpjson.CodeInvalidRequest},
+		{"faults: wrong method", "DELETE", "/admin/faults", ``, 405, railstub.CodeMethodNotAllowed},
+		{"submissions: wrong method", "POST", "/submissions", ``, 405, railstub.CodeMethodNotAllowed},
+	} {
+		rec := do(s, tc.method, tc.path, tc.body)
+		if rec.Code != tc.status {
+			t.Errorf("%s: status %d, want %d (body %s)", tc.name, rec.Code, tc.status, rec.Body)
+			continue
+		}
+		if got := envelopeOf(t, rec); got.Code != tc.code || got.Retryable {
+			t.Errorf("%s: envelope %+v, want code %s, not retryable", tc.name, got, tc.code)
+		}
+	}
+	if got := s.Submissions(""); len(got) != 0 {
+		t.Fatalf("bad input was recorded: %+v", got)
+	}
+	if f := do(s, "GET", "/admin/faults", ""); !strings.Contains(f.Body.String(), `"failNext":0`) {
+		t.Fatalf("refused fault settings changed the faults: %s", f.Body)
+	}
+	// The first valid submission after all that is still number one.
+	if ref := answerOf(t, do(s, "POST", "/submit", okBody)).RailRef; ref != "rail-000001" {
+		t.Fatalf("railRef %s, want rail-000001", ref)
+	}
+}
+
+func TestErrorFaultAnswers503WithoutRecording(t *testing.T) {
+	s := newStub(t, railstub.DefaultConfig())
+	if rec := do(s, "POST", "/admin/faults", `{"failNext":2,"mode":"error"}`); rec.Code != 200 {
+		t.Fatalf("set faults: %d %s", rec.Code, rec.Body)
+	}
+	for i := range 2 {
+		rec := do(s, "POST", "/submit", okBody)
+		if rec.Code != http.StatusServiceUnavailable {
+			t.Fatalf("submission %d: status %d, want 503", i+1, rec.Code)
+		}
+		if got := envelopeOf(t, rec); got.Code != railstub.CodeRailUnavailable {
+			t.Fatalf("submission %d: code %s, want %s", i+1, got.Code, railstub.CodeRailUnavailable)
+		}
+	}
+	if a := answerOf(t, do(s, "POST", "/submit", okBody)); a.RailRef != "rail-000001" {
+		t.Fatalf("third submission: %+v, want ACK rail-000001 (the failed ones were not recorded)", a)
+	}
+	if got := len(s.Submissions("")); got != 1 {
+		t.Fatalf("got %d records, want 1", got)
+	}
+}
+
+func TestHangFaultRecordsButWithholdsTheAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newStub(t, railstub.DefaultConfig())
+		if rec := do(s, "POST", "/admin/faults", `{"failNext":1,"mode":"hang"}`); rec.Code != 200 {
+			t.Fatalf("set faults: %d %s", rec.Code, rec.Body)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		req := httptest.NewRequest("POST", "/submit", strings.NewReader(okBody)).WithContext(ctx)
+		rec := httptest.NewRecorder()
+		done := make(chan struct{})
+		go func() { s.ServeHTTP(rec, req); close(done) }()
+		synctest.Wait() // the handler is now blocked, holding the answer
+		select {
+		case <-done:
+			t.Fatal("the handler answered; a hang fault must hold the answer")
+		default:
+		}
+		recs := s.Submissions("")
+		if len(recs) != 1 || !recs[0].Withheld || recs[0].Answer.Status != railstub.StatusAck {
+			t.Fatalf("records %+v; want one withheld ACK: the money moved", recs)
+		}
+		cancel() // the caller gives up
+		<-done
+		if rec.Body.Len() != 0 {
+			t.Fatalf("the caller got an answer %q", rec.Body)
+		}
+		// The fault is consumed: the next submission is answered.
+		if a := answerOf(t, do(s, "POST", "/submit", okBody)); a.RailRef != "rail-000002" {
+			t.Fatalf("next answer %+v, want rail-000002", a)
+		}
+	})
+}
+
+func TestCloseReleasesAHeldSubmission(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newStub(t, railstub.DefaultConfig())
+		do(s, "POST", "/admin/faults", `{"failNext":1,"mode":"hang"}`)
+		rec := httptest.NewRecorder()
+		done := make(chan struct{})
+		go func() {
+			s.ServeHTTP(rec, httptest.NewRequest("POST", "/submit", strings.NewReader(okBody)))
+			close(done)
+		}()
+		synctest.Wait()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		if rec.Code != http.StatusServiceUnavailable || envelopeOf(t, rec).Code != railstub.CodeStubClosed {
+			t.Fatalf("released answer %d %s; want 503 %s", rec.Code, rec.Body, railstub.CodeStubClosed)
+		}
+		if got := do(s, "POST", "/submit", okBody); got.Code != http.StatusServiceUnavailable {
+			t.Fatalf("submission after Close: %d, want 503", got.Code)
+		}
+		if got := len(s.Submissions("")); got != 1 {
+			t.Fatalf("got %d records, want 1 (the held one)", got)
+		}
+	})
+}
+
+func TestLatencyIsAddedAfterRecording(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := railstub.DefaultConfig()
+		cfg.Latency = 3 * time.Second
+		s := newStub(t, cfg)
+		start := time.Now()
+		answerOf(t, do(s, "POST", "/submit", okBody))
+		if got := time.Since(start); got != 3*time.Second {
+			t.Fatalf("answer after %v, want 3s", got)
+		}
+		// Set at runtime; a caller that gives up during the latency has
+		// still moved money.
+		do(s, "POST", "/admin/faults", `{"latencyMs":60000}`)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest("POST", "/submit", strings.NewReader(okBody)).WithContext(ctx))
+		if rec.Body.Len() != 0 {
+			t.Fatalf("answered %q to a caller that gave up", rec.Body)
+		}
+		if got := len(s.Submissions("")); got != 2 {
+			t.Fatalf("got %d records, want 2", got)
+		}
+	})
+}
+
+func TestRestartReloadsTheJournal(t *testing.T) {
+	cfg := railstub.DefaultConfig()
+	cfg.JournalPath = filepath.Join(t.TempDir(), "rail.jsonl")
+	s := newStub(t, cfg)
+	answerOf(t, do(s, "POST", "/submit", okBody))
+	answerOf(t, do(s, "POST", "/submit", strings.ReplaceAll(okBody, "po-1", "po-2")))
+	do(s, "POST", "/admin/faults", `{"failNext":1,"mode":"hang"}`)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // a caller that is already gone: the hang returns at once
+	s.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/submit", strings.NewReader(okBody)).WithContext(ctx))
+	before := s.Submissions("")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s2 := newStub(t, cfg)
+	if after := s2.Submissions(""); !reflect.DeepEqual(after, before) {
+		t.Fatalf("after restart:\n got %+v\nwant %+v", after, before)
+	}
+	if ref := answerOf(t, do(s2, "POST", "/submit", okBody)).RailRef; ref != "rail-000004" {
+		t.Fatalf("railRef after restart %s, want rail-000004", ref)
+	}
+	var list railstub.SubmissionList
+	if err := json.Unmarshal(do(s2, "GET", "/submissions?payoutId=po-1", "").Body.Bytes(), &list); err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int64
+	for _, r := range list.Submissions {
+		seqs = append(seqs, r.Seq)
+	}
+	if !reflect.DeepEqual(seqs, []int64{1, 3, 4}) {
+		t.Fatalf("GET /submissions?payoutId=po-1 seqs %v, want [1 3 4]", seqs)
+	}
+}
+
+func TestTornJournalTailIsCutOff(t *testing.T) {
+	cfg := railstub.DefaultConfig()
+	cfg.JournalPath = filepath.Join(t.TempDir(), "rail.jsonl")
+	s := newStub(t, cfg)
+	answerOf(t, do(s, "POST", "/submit", okBody))
+	_ = s.Close()
+	f, err := os.OpenFile(cfg.JournalPath, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.WriteString(`{"seq":2,"receivedAt":"2026-`) // a crash mid-write
+	_ = f.Close()
+
+	s2 := newStub(t, cfg)
+	if got := len(s2.Submissions("")); got != 1 {
+		t.Fatalf("got %d records after a torn tail, want 1", got)
+	}
+	if ref := answerOf(t, do(s2, "POST", "/submit", okBody)).RailRef; ref != "rail-000002" {
+		t.Fatalf("railRef %s, want rail-000002", ref)
+	}
+	_ = s2.Close()
+	s3 := newStub(t, cfg)
+	if got := len(s3.Submissions("")); got != 2 {
+		t.Fatalf("got %d records, want 2", got)
+	}
+}
+
+func TestCorruptJournalRefusesToStart(t *testing.T) {
+	for name, content := range map[string]string{
+		"garbage line": "not json\n",
+		"sequence gap": `{"seq":2,"receivedAt":"2026-01-01T00:00:00Z","request":{"payoutId":"p","accountId":"a","amountMinor":1,"currency":"EUR","reference":"p"},"answer":{"status":"ACK","railRef":"rail-000002"}}` + "\n",
+	} {
+		path := filepath.Join(t.TempDir(), "rail.jsonl")
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg := railstub.DefaultConfig()
+		cfg.JournalPath = path
+		if _, err := railstub.New(cfg, slog.New(slog.DiscardHandler)); !errors.Is(err, railstub.ErrJournal) {
+			t.Errorf("%s: New error %v, want ErrJournal", name, err)
+		}
+	}
+}
+
+func TestLoadConfig(t *testing.T) {
+	env := map[string]string{
+		railstub.EnvDeclineOverMinor: "5000",
+		railstub.EnvDeclineAccounts:  " acct-a, ,acct-b ",
+		railstub.EnvLatencyMs:        "250",
+		railstub.EnvJournal:          "/tmp/rail.jsonl",
+	}
+	got, err := railstub.LoadConfig(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := railstub.Config{DeclineOverMinor: 5000, DeclineAccounts: []string{"acct-a", "acct-b"}, Latency: 250 * time.Millisecond, JournalPath: "/tmp/rail.jsonl"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("LoadConfig = %+v, want %+v", got, want)
+	}
+	def, err := railstub.LoadConfig(func(string) string { return "" })
+	if err != nil || !reflect.DeepEqual(def, railstub.DefaultConfig()) {
+		t.Fatalf("LoadConfig(empty) = %+v, %v; want the defaults", def, err)
+	}
+	for k, v := range map[string]string{
+		railstub.EnvDeclineOverMinor: "0",
+		railstub.EnvLatencyMs:        "-1",
+	} {
+		if _, err := railstub.LoadConfig(func(kk string) string {
+			if kk == k {
+				return v
+			}
+			return ""
+		}); !errors.Is(err, railstub.ErrInvalidConfig) {
+			t.Errorf("%s=%s: error %v, want ErrInvalidConfig", k, v, err)
+		}
+	}
+	for _, v := range []string{"x", "1.5"} {
+		if _, err := railstub.LoadConfig(func(k string) string {
+			if k == railstub.EnvDeclineOverMinor {
+				return v
+			}
+			return ""
+		}); !errors.Is(err, railstub.ErrInvalidConfig) {
+			t.Errorf("%s=%s: error %v, want ErrInvalidConfig", railstub.EnvDeclineOverMinor, v, err)
+		}
+	}
+}
