@@ -1,0 +1,327 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/pstest"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/etcd/embedded"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutbus"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+const (
+	accounts     = 20
+	payouts      = 200
+	openingMinor = 100_000_000
+	seed         = 7 // drives amounts and the duplication of deliveries
+)
+
+// logger writes JSON logs to a file per test, kept when the test fails.
+func logger(t *testing.T) *slog.Logger {
+	t.Helper()
+	f, err := os.CreateTemp("", "e2e-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.Close()
+		if t.Failed() {
+			t.Logf("service logs kept in %s", f.Name())
+			return
+		}
+		os.Remove(f.Name())
+	})
+	return slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+func serveHTTP(t *testing.T, h http.Handler) string {
+	t.Helper()
+	s := httptest.NewServer(h)
+	t.Cleanup(s.Close)
+	return s.URL
+}
+
+func postJSON(t *testing.T, url string, body any) int {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	resp, err := http.Post(url, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	return resp.StatusCode
+}
+
+// roundRobin spreads push requests over several executors, as Cloud Run
+// spreads them over instances, and counts them.
+type roundRobin struct {
+	workers []http.Handler
+	next    atomic.Int64
+}
+
+func (rr *roundRobin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rr.workers[int(rr.next.Add(1))%len(rr.workers)].ServeHTTP(w, r)
+}
+
+func TestPayoutPipelineEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL, etcd and Pub/Sub")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	cluster, err := embedded.Start(ctx, embedded.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	stores := map[string]func(t *testing.T, log *slog.Logger) lockserver.LockStore{
+		"postgres": func(t *testing.T, log *slog.Logger) lockserver.LockStore {
+			s, err := pgstore.Open(ctx, pgstore.Config{DSN: pgtest.NewDatabase(t)}, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		"etcd": func(t *testing.T, log *slog.Logger) lockserver.LockStore {
+			s, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: cluster.Endpoints(), Prefix: "/e2e/"}, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+	}
+	for _, backend := range []string{"postgres", "etcd"} {
+		t.Run(backend, func(t *testing.T) { runPipeline(ctx, t, stores[backend]) })
+	}
+}
+
+func runPipeline(ctx context.Context, t *testing.T, openStore func(*testing.T, *slog.Logger) lockserver.LockStore) {
+	log := logger(t)
+	rng := rand.New(rand.NewPCG(seed, seed))
+
+	// lock-server
+	store := openStore(t, log)
+	defer store.Close()
+	ls, err := lockserver.NewServer(store, lockserver.DefaultServerConfig(), log.With("service", "lock-server"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockURL := serveHTTP(t, ls)
+
+	// the rail and its proxy
+	stub, err := railstub.New(railstub.DefaultConfig(), log.With("service", "rail-stub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stub.Close()
+	stubURL := serveHTTP(t, stub)
+	pcfg := railproxy.DefaultConfig()
+	pcfg.DB = pgpool.Config{DSN: pgtest.NewDatabase(t)}
+	pcfg.RailURL = stubURL
+	proxy, err := railproxy.New(ctx, pcfg, log.With("service", "rail-proxy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	proxyURL := serveHTTP(t, proxy)
+
+	// Pub/Sub
+	ps := pstest.NewServer()
+	defer ps.Close()
+	conn, err := grpc.NewClient(ps.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	psc, err := pubsub.NewClient(ctx, "local", option.WithGRPCConn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer psc.Close()
+	if err := payoutbus.Setup(ctx, psc, "local", "payouts", "payout-executor", 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	pub := payoutbus.NewPublisher(psc, "payouts")
+	defer pub.Stop()
+
+	// payment-resource
+	paydb := pgtest.NewDatabase(t)
+	svc, err := paymentresource.New(ctx, paymentresource.Config{DatabaseURL: paydb, OutboxPoll: 50 * time.Millisecond}, pub, log.With("service", "payment-resource"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	payURL := serveHTTP(t, svc.Handler())
+
+	// three executors behind one push endpoint
+	rr := &roundRobin{}
+	for i := range 3 {
+		cfg := executor.DefaultConfig()
+		cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = lockURL, payURL, proxyURL
+		cfg.Owner = fmt.Sprintf("executor-%d", i)
+		cfg.AcquireWait = 30 * time.Second
+		x, err := executor.New(cfg, log.With("service", "executor", "worker", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rr.workers = append(rr.workers, x)
+	}
+	pushURL := serveHTTP(t, rr)
+	var copiesMu sync.Mutex
+	bridge := &payoutbus.PushBridge{
+		Sub: psc.Subscriber("payout-executor"), Endpoint: pushURL, Log: log.With("service", "push-bridge"),
+		// Every delivery arrives two or three times, half of them at once.
+		Copies: func(string) (int, bool) {
+			copiesMu.Lock()
+			defer copiesMu.Unlock()
+			return 2 + rng.IntN(2), rng.IntN(2) == 0
+		},
+	}
+	bctx, stopBridge := context.WithCancel(ctx)
+	bridgeDone := make(chan error, 1)
+	go func() { bridgeDone <- bridge.Run(bctx) }()
+	defer func() {
+		stopBridge()
+		if err := <-bridgeDone; err != nil {
+			t.Errorf("push bridge: %v", err)
+		}
+	}()
+
+	// The workload: accounts, then payouts, through payment-resource's API.
+	amounts := map[string]int64{}
+	for a := range accounts {
+		if code := postJSON(t, payURL+"/v1/accounts", map[string]any{"accountId": fmt.Sprintf("acct-%02d", a), "currency": "EUR", "openingBalanceMinor": openingMinor}); code != http.StatusCreated {
+			t.Fatalf("create account: %d", code)
+		}
+	}
+	copiesMu.Lock()
+	for p := range payouts {
+		id := fmt.Sprintf("p-%03d", p)
+		amounts[id] = 100 + rng.Int64N(50_000)
+		body := map[string]any{"payoutId": id, "accountId": fmt.Sprintf("acct-%02d", rng.IntN(accounts)), "amountMinor": amounts[id], "currency": "EUR"}
+		copiesMu.Unlock()
+		if code := postJSON(t, payURL+"/v1/payouts", body); code != http.StatusCreated {
+			t.Fatalf("create payout %s: %d", id, code)
+		}
+		copiesMu.Lock()
+	}
+	copiesMu.Unlock()
+
+	// Wait until every payout is final, by paydb's own account.
+	pool, err := pgxpool.New(ctx, paydb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var final int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM payout WHERE state IN ('posted','declined','ambiguous')`).Scan(&final); err != nil {
+			t.Fatal(err)
+		}
+		if final == payouts {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("only %d of %d payouts final before the deadline", final, payouts)
+		}
+	}
+
+	// INV-04: the rail received exactly one submission per payout.
+	subs := stub.Submissions("")
+	perPayout := map[string]int{}
+	ackRefs := map[string]bool{}
+	for _, s := range subs {
+		perPayout[s.Request.PayoutID]++
+		if s.Answer.Status == railstub.StatusAck {
+			ackRefs[s.Answer.RailRef] = true
+		}
+	}
+	if len(subs) != payouts || len(perPayout) != payouts {
+		t.Errorf("rail received %d submissions for %d payouts; want exactly one for each of %d", len(subs), len(perPayout), payouts)
+	}
+	for id, n := range perPayout {
+		if n != 1 {
+			t.Errorf("payout %s reached the rail %d times", id, n)
+		}
+	}
+	// Every payout posted once, for its amount.
+	rows, err := pool.Query(ctx, `SELECT payout_id, state, amount_minor FROM payout`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id, state string
+		var amount int64
+		if err := rows.Scan(&id, &state, &amount); err != nil {
+			t.Fatal(err)
+		}
+		if state != "posted" || amount != amounts[id] {
+			t.Errorf("payout %s: state %s amount %d; want posted, %d", id, state, amount, amounts[id])
+		}
+	}
+	rows.Close()
+	// INV-05: the ledger balances, and posted debits match acknowledged rail
+	// submissions one for one.
+	rep, err := paymentresource.Audit(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Balanced || rep.Debits != payouts {
+		t.Errorf("audit: balanced=%v debits=%d violations=%v; want balanced with %d debits", rep.Balanced, rep.Debits, rep.Violations, payouts)
+	}
+	refs, err := pool.Query(ctx, `SELECT rail_ref FROM ledger_txn WHERE kind = 'payout_debit'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	posted := 0
+	for refs.Next() {
+		var ref string
+		if err := refs.Scan(&ref); err != nil {
+			t.Fatal(err)
+		}
+		posted++
+		if !ackRefs[ref] {
+			t.Errorf("ledger debit for rail ref %s, which the rail never acknowledged", ref)
+		}
+	}
+	refs.Close()
+	if posted != len(ackRefs) {
+		t.Errorf("%d posted debits for %d acknowledged rail submissions", posted, len(ackRefs))
+	}
+	// The deliveries really were duplicated.
+	if n := int(rr.next.Load()); n < 2*payouts {
+		t.Errorf("%d push requests for %d payouts; the bridge did not duplicate deliveries", n, payouts)
+	}
+	t.Logf("%d payouts, %d push requests, %d rail submissions, audit %+v", payouts, rr.next.Load(), len(subs), rep)
+}

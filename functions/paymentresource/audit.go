@@ -1,0 +1,134 @@
+package paymentresource
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Names of the ledger checks, as reported in Violation.Check.
+const (
+	// CheckTxnBalanced: every ledger transaction sums to zero, per currency.
+	CheckTxnBalanced = "txn_sums_to_zero"
+	// CheckAccountBalance: every account's balance equals its opening
+	// balance minus its posted debits (the sum of its ledger entries).
+	CheckAccountBalance = "balance_matches_ledger"
+	// CheckOneDebitPerPayout: every posted payout has exactly one debit, of
+	// its amount, on its account; no other payout has any debit.
+	CheckOneDebitPerPayout = "one_debit_per_posted_payout"
+)
+
+// AuditReport is the result of Audit and the answer of GET /v1/audit.
+type AuditReport struct {
+	// Balanced is true when there are no violations.
+	Balanced bool `json:"balanced"`
+	// Violations lists every broken rule, never nil.
+	Violations []Violation `json:"violations"`
+	// Accounts, Payouts and Debits count the accounts, the payouts and the
+	// payout debit transactions checked.
+	Accounts int `json:"accounts"`
+	Payouts  int `json:"payouts"`
+	Debits   int `json:"debits"`
+}
+
+// Violation is one broken ledger rule.
+type Violation struct {
+	// Check is one of the Check constants.
+	Check string `json:"check"`
+	// Subject is the ledger transaction id, account id or payout id.
+	Subject string `json:"subject"`
+	// Detail says what was found, with amounts in minor units.
+	Detail string `json:"detail"`
+}
+
+// String describes v in one line.
+func (v Violation) String() string { return v.Check + " " + v.Subject + ": " + v.Detail }
+
+// Audit checks the ledger of the paydb behind pool (INV-05) in one
+// read-only REPEATABLE READ transaction, so that every rule sees the same
+// snapshot:
+//
+//   - every ledger transaction sums to zero (CheckTxnBalanced);
+//   - every account's balance equals its opening balance minus the sum of
+//     its posted debits (CheckAccountBalance);
+//   - every posted payout has exactly one debit equal to its amount, and no
+//     other payout has any (CheckOneDebitPerPayout).
+//
+// Broken rules are reported in the AuditReport, not as an error; the error
+// is the database's (wrapping ErrUnavailable when it did not answer).
+func Audit(ctx context.Context, pool *pgxpool.Pool) (AuditReport, error) {
+	rep := AuditReport{Violations: []Violation{}}
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return rep, dbError("audit: begin", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+
+	if err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM account), (SELECT count(*) FROM payout),
+       (SELECT count(*) FROM ledger_txn WHERE kind = 'payout_debit')`).Scan(&rep.Accounts, &rep.Payouts, &rep.Debits); err != nil {
+		return rep, dbError("audit: counts", err)
+	}
+
+	type check struct {
+		name  string
+		query string
+		scan  func(pgx.CollectableRow) (Violation, error)
+	}
+	checks := []check{
+		{CheckTxnBalanced, `SELECT txn_id, currency, sum(amount_minor) FROM ledger_entry
+GROUP BY txn_id, currency HAVING sum(amount_minor) <> 0 ORDER BY txn_id, currency`,
+			func(r pgx.CollectableRow) (Violation, error) {
+				var txn, sum int64
+				var ccy string
+				err := r.Scan(&txn, &ccy, &sum)
+				return Violation{CheckTxnBalanced, fmt.Sprint(txn), fmt.Sprintf("entries in %s sum to %d, not 0", ccy, sum)}, err
+			}},
+		{CheckAccountBalance, `SELECT a.account_id, a.opening_balance_minor, a.balance_minor, coalesce(sum(e.amount_minor), 0)
+FROM account a LEFT JOIN ledger_entry e ON e.ledger_account = 'account:' || a.account_id
+GROUP BY a.account_id HAVING a.balance_minor <> a.opening_balance_minor + coalesce(sum(e.amount_minor), 0)
+ORDER BY a.account_id`,
+			func(r pgx.CollectableRow) (Violation, error) {
+				var id string
+				var opening, balance, posted int64
+				err := r.Scan(&id, &opening, &balance, &posted)
+				return Violation{CheckAccountBalance, id, fmt.Sprintf("balance %d, but opening %d minus posted debits %d is %d",
+					balance, opening, -posted, opening+posted)}, err
+			}},
+		{CheckOneDebitPerPayout, `WITH debit AS (
+    SELECT t.txn_id, t.payout_id,
+           -coalesce(sum(e.amount_minor) FILTER (WHERE e.ledger_account = 'account:' || p.account_id AND e.currency = p.currency), 0) AS amount
+    FROM ledger_txn t JOIN payout p USING (payout_id) LEFT JOIN ledger_entry e USING (txn_id)
+    WHERE t.kind = 'payout_debit'
+    GROUP BY t.txn_id, t.payout_id
+)
+SELECT p.payout_id, p.state, p.amount_minor, count(d.txn_id),
+       coalesce(array_agg(d.amount ORDER BY d.txn_id) FILTER (WHERE d.txn_id IS NOT NULL), '{}')
+FROM payout p LEFT JOIN debit d USING (payout_id)
+GROUP BY p.payout_id, p.state, p.amount_minor
+HAVING (p.state = 'posted' AND (count(d.txn_id) <> 1 OR bool_or(d.amount <> p.amount_minor)))
+    OR (p.state <> 'posted' AND count(d.txn_id) > 0)
+ORDER BY p.payout_id`,
+			func(r pgx.CollectableRow) (Violation, error) {
+				var id, state string
+				var amount, n int64
+				var debits []int64
+				err := r.Scan(&id, &state, &amount, &n, &debits)
+				return Violation{CheckOneDebitPerPayout, id, fmt.Sprintf("%s payout of %d has %d debit(s) %v", state, amount, n, debits)}, err
+			}},
+	}
+	for _, c := range checks {
+		rows, err := tx.Query(ctx, c.query)
+		if err != nil {
+			return rep, dbError("audit: "+c.name, err)
+		}
+		found, err := pgx.CollectRows(rows, c.scan)
+		if err != nil {
+			return rep, dbError("audit: "+c.name, err)
+		}
+		rep.Violations = append(rep.Violations, found...)
+	}
+	rep.Balanced = len(rep.Violations) == 0
+	return rep, nil
+}

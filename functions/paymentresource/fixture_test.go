@@ -1,0 +1,265 @@
+package paymentresource_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// waitLimit bounds every wait for an asynchronous condition.
+const waitLimit = 20 * time.Second
+
+// publishCall is one call of a fakePublisher.
+type publishCall struct {
+	key   string
+	data  []byte
+	attrs map[string]string
+}
+
+// fakePublisher records every Publish call on calls and answers err.
+type fakePublisher struct {
+	err   error
+	calls chan publishCall
+}
+
+func newPublisher(err error) *fakePublisher {
+	return &fakePublisher{err: err, calls: make(chan publishCall, 1000)}
+}
+
+func (f *fakePublisher) Publish(ctx context.Context, key string, data []byte, attrs map[string]string) error {
+	select {
+	case f.calls <- publishCall{key, bytes.Clone(data), attrs}:
+	default:
+	}
+	return f.err
+}
+
+// next waits for the next Publish call.
+func (f *fakePublisher) next(t *testing.T) publishCall {
+	t.Helper()
+	select {
+	case c := <-f.calls:
+		return c
+	case <-time.After(waitLimit):
+		t.Fatalf("no Publish call within %v", waitLimit)
+		return publishCall{}
+	}
+}
+
+// logBuffer collects JSON log lines; safe for the outbox goroutine.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// events returns the log lines whose "event" is name.
+func (l *logBuffer) events(t *testing.T, name string) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line is not JSON: %q", line)
+		}
+		if m["event"] == name {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// fixture is one payment-resource over a fresh database.
+type fixture struct {
+	t    *testing.T
+	dsn  string
+	svc  *paymentresource.Service
+	h    http.Handler
+	logs *logBuffer
+	db   *pgxpool.Pool // the test's own pool, for checks and corruption
+}
+
+type option func(*paymentresource.Config)
+
+func fencingOff(c *paymentresource.Config) { c.DisableFencing = true }
+
+func newFixture(t *testing.T, pub paymentresource.Publisher, opts ...option) *fixture {
+	t.Helper()
+	f := &fixture{t: t, dsn: pgtest.NewDatabase(t), logs: &logBuffer{}}
+	f.start(pub, opts...)
+	db, err := pgxpool.New(context.Background(), f.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	f.db = db
+	return f
+}
+
+// start runs a Service over the fixture's database (again, after a Close).
+func (f *fixture) start(pub paymentresource.Publisher, opts ...option) {
+	f.t.Helper()
+	cfg := paymentresource.Config{DatabaseURL: f.dsn, OutboxPoll: 10 * time.Millisecond}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	log := slog.New(slog.NewJSONHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	svc, err := paymentresource.New(context.Background(), cfg, pub, log)
+	if err != nil {
+		f.t.Fatalf("New: %v", err)
+	}
+	f.t.Cleanup(svc.Close)
+	f.svc, f.h = svc, svc.Handler()
+}
+
+// do sends one request to the handler; headers come in name, value pairs.
+func (f *fixture) do(method, path, body string, headers ...string) (int, []byte) {
+	f.t.Helper()
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	for i := 0; i+1 < len(headers); i += 2 {
+		r.Header.Add(headers[i], headers[i+1])
+	}
+	if body != "" && r.Header.Get("Content-Type") == "" {
+		r.Header.Set("Content-Type", "application/json")
+	}
+	w := httptest.NewRecorder()
+	f.h.ServeHTTP(w, r)
+	return w.Code, w.Body.Bytes()
+}
+
+func decode[T any](t *testing.T, body []byte) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(body, &v); err != nil {
+		t.Fatalf("answer %s: %v", body, err)
+	}
+	return v
+}
+
+// want checks the status of an answer and, for an error, its code.
+func want(t *testing.T, what string, status int, body []byte, wantStatus int, wantCode string) {
+	t.Helper()
+	if status != wantStatus {
+		t.Fatalf("%s: status %d, want %d; body %s", what, status, wantStatus, body)
+	}
+	if wantCode != "" {
+		env := decode[httpjson.Envelope](t, body)
+		if env.Error.Code != wantCode {
+			t.Fatalf("%s: code %q, want %q; body %s", what, env.Error.Code, wantCode, body)
+		}
+	}
+}
+
+func (f *fixture) createAccount(id, ccy string, opening int64) paymentresource.Account {
+	f.t.Helper()
+	st, body := f.do("POST", "/v1/accounts", fmt.Sprintf(`{"accountId":%q,"currency":%q,"openingBalanceMinor":%d}`, id, ccy, opening))
+	want(f.t, "create account "+id, st, body, http.StatusCreated, "")
+	return decode[paymentresource.Account](f.t, body)
+}
+
+func (f *fixture) createPayout(id, account string, amount int64, ccy string) paymentresource.Payout {
+	f.t.Helper()
+	st, body := f.do("POST", "/v1/payouts", fmt.Sprintf(`{"payoutId":%q,"accountId":%q,"amountMinor":%d,"currency":%q}`, id, account, amount, ccy))
+	want(f.t, "create payout "+id, st, body, http.StatusCreated, "")
+	return decode[paymentresource.Payout](f.t, body)
+}
+
+func (f *fixture) claim(id string, token int64, owner string) (int, []byte) {
+	f.t.Helper()
+	return f.do("POST", "/v1/payouts/"+id+"/claim", "",
+		fencing.HeaderToken, strconv.FormatInt(token, 10), fencing.HeaderOwner, owner)
+}
+
+func (f *fixture) result(id string, token int64, owner, outcome, railRef string) (int, []byte) {
+	f.t.Helper()
+	return f.do("POST", "/v1/payouts/"+id+"/result", fmt.Sprintf(`{"outcome":%q,"railRef":%q}`, outcome, railRef),
+		fencing.HeaderToken, strconv.FormatInt(token, 10), fencing.HeaderOwner, owner)
+}
+
+func (f *fixture) account(id string) paymentresource.Account {
+	f.t.Helper()
+	st, body := f.do("GET", "/v1/accounts/"+id, "")
+	want(f.t, "get account "+id, st, body, http.StatusOK, "")
+	return decode[paymentresource.Account](f.t, body)
+}
+
+func (f *fixture) payout(id string) paymentresource.Payout {
+	f.t.Helper()
+	st, body := f.do("GET", "/v1/payouts/"+id, "")
+	want(f.t, "get payout "+id, st, body, http.StatusOK, "")
+	return decode[paymentresource.Payout](f.t, body)
+}
+
+func (f *fixture) audit() paymentresource.AuditReport {
+	f.t.Helper()
+	rep, err := paymentresource.Audit(context.Background(), f.db)
+	if err != nil {
+		f.t.Fatalf("Audit: %v", err)
+	}
+	st, body := f.do("GET", "/v1/audit", "")
+	want(f.t, "GET /v1/audit", st, body, http.StatusOK, "")
+	if got := decode[paymentresource.AuditReport](f.t, body); got.Balanced != rep.Balanced || len(got.Violations) != len(rep.Violations) {
+		f.t.Fatalf("GET /v1/audit = %+v; Audit = %+v", got, rep)
+	}
+	return rep
+}
+
+func (f *fixture) count(table string) int {
+	f.t.Helper()
+	var n int
+	if err := f.db.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		f.t.Fatal(err)
+	}
+	return n
+}
+
+// snapshot renders every row the service may write, except the outbox's
+// published_at (the publisher goroutine sets it at its own pace).
+func (f *fixture) snapshot() string {
+	f.t.Helper()
+	var b strings.Builder
+	for _, q := range []string{
+		`SELECT coalesce(jsonb_agg(to_jsonb(t) ORDER BY account_id), '[]')::text FROM account t`,
+		`SELECT coalesce(jsonb_agg(to_jsonb(t) ORDER BY payout_id), '[]')::text FROM payout t`,
+		`SELECT coalesce(jsonb_agg(to_jsonb(t) ORDER BY transition_id), '[]')::text FROM payout_transition t`,
+		`SELECT coalesce(jsonb_agg(to_jsonb(t) ORDER BY rail_ref), '[]')::text FROM rail_result t`,
+		`SELECT coalesce(jsonb_agg(to_jsonb(t) ORDER BY txn_id), '[]')::text FROM ledger_txn t`,
+		`SELECT coalesce(jsonb_agg(to_jsonb(t) ORDER BY entry_id), '[]')::text FROM ledger_entry t`,
+		`SELECT coalesce(jsonb_agg(jsonb_build_array(id, ordering_key, data, attrs) ORDER BY id), '[]')::text FROM outbox`,
+	} {
+		var s string
+		if err := f.db.QueryRow(context.Background(), q).Scan(&s); err != nil {
+			f.t.Fatal(err)
+		}
+		b.WriteString(s)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+var errBrokerDown = errors.New("broker down")

@@ -1,0 +1,56 @@
+package paymentresource
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Migration bookkeeping, kept apart from other components' goose
+// migrations should they ever share a database.
+const (
+	// migrationTable records the applied versions of paydb.
+	migrationTable = "paymentresource_goose_version"
+	// migrationLockID is the advisory lock that serialises concurrent
+	// migrations (several instances starting at once).
+	migrationLockID = 0x7061796462 // "paydb"
+)
+
+// migrate applies the pending migrations of paydb (embedded from
+// migrations/, recorded in paymentresource_goose_version) through pool, so
+// that a Cloud SQL connection is used like any other, holding a PostgreSQL
+// advisory lock so that concurrent callers apply each migration once.
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	fsys, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return fmt.Errorf("paymentresource: migrations: %w", err)
+	}
+	// Poll the advisory lock every second for up to 5 minutes.
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(migrationLockID), lock.WithLockTimeout(1, 300))
+	if err != nil {
+		return fmt.Errorf("paymentresource: migration locker: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, fsys,
+		goose.WithTableName(migrationTable),
+		goose.WithSessionLocker(locker),
+		goose.WithDisableGlobalRegistry(true),
+	)
+	if err != nil {
+		return fmt.Errorf("paymentresource: migrations: %w", err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("paymentresource: migrate paydb: %w", err)
+	}
+	return nil
+}

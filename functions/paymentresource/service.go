@@ -1,0 +1,155 @@
+package paymentresource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Errors of this package. Handlers map them to HTTP statuses and codes in
+// one place (statusOf); callers of Audit, New and LoadConfig test them with
+// errors.Is.
+var (
+	// ErrInvalidConfig: a Config field or environment variable is invalid,
+	// or New got a nil Publisher or logger.
+	ErrInvalidConfig = errors.New("paymentresource: invalid config")
+	// ErrInvalidArgument: a request field is missing or out of bounds (400).
+	ErrInvalidArgument = errors.New("paymentresource: invalid argument")
+	// ErrAccountNotFound: no account has the id (404).
+	ErrAccountNotFound = errors.New("paymentresource: account not found")
+	// ErrAccountConflict: the account id exists with another currency or
+	// opening balance (409).
+	ErrAccountConflict = errors.New("paymentresource: account exists with other values")
+	// ErrCurrencyMismatch: a payout's currency is not its account's (422).
+	ErrCurrencyMismatch = errors.New("paymentresource: currency is not the account's")
+	// ErrPayoutNotFound: no payout has the id (404).
+	ErrPayoutNotFound = errors.New("paymentresource: payout not found")
+	// ErrPayoutConflict: the payout id exists with other values (409).
+	ErrPayoutConflict = errors.New("paymentresource: payout exists with other values")
+	// ErrFencedOut: a fenced statement matched no row because the row
+	// carries a higher token (or the same one on the strict account fence).
+	// The returned error also describes the fencing.Refusal (409).
+	ErrFencedOut = errors.New("paymentresource: fenced out")
+	// ErrPayoutFinished: the payout is posted or declined (409).
+	ErrPayoutFinished = errors.New("paymentresource: payout is finished")
+	// ErrPayoutInDoubt: the payout's rail outcome is unknown (409).
+	ErrPayoutInDoubt = errors.New("paymentresource: payout is in doubt")
+	// ErrPayoutNotClaimed: a result for a payout still pending (409).
+	ErrPayoutNotClaimed = errors.New("paymentresource: payout is not claimed")
+	// ErrRailRefConflict: the rail reference is recorded with another
+	// payout or outcome (409).
+	ErrRailRefConflict = errors.New("paymentresource: rail reference already recorded differently")
+	// ErrUnavailable: the database did not answer in time, or a
+	// transaction lost a serialization race; the outcome is unknown (503,
+	// retryable).
+	ErrUnavailable = errors.New("paymentresource: database unavailable")
+
+	// errNoRoute: no route matches the request path (404).
+	errNoRoute = errors.New("paymentresource: no such route")
+	// errMethodNotAllowed: the route exists for another method (405).
+	errMethodNotAllowed = errors.New("paymentresource: method not allowed")
+)
+
+// Publisher publishes one message to the payout topic. Implementations
+// must be safe for concurrent use.
+type Publisher interface {
+	// Publish sends data with the given ordering key and attributes, and
+	// blocks until the broker has acknowledged (persisted) the message, or
+	// returns an error: the outbox marks a row published only after a nil
+	// return, and publishes it again otherwise, so a nil return before the
+	// acknowledgement could lose an event. It must honour ctx. After an
+	// error, the next call for the same ordering key must try again (with
+	// Pub/Sub ordering keys: call ResumePublish).
+	Publish(ctx context.Context, orderingKey string, data []byte, attrs map[string]string) error
+}
+
+// Service is payment-resource: its database pool, its HTTP handler and its
+// outbox publisher. It is safe for concurrent use. Close releases it.
+type Service struct {
+	pool      *pgxpool.Pool
+	closePool func()
+	fencing   bool
+	log       *slog.Logger
+	handler   http.Handler
+	outbox    *outbox
+
+	// stop cancels the lifetime context of the outbox publisher.
+	stop      context.CancelFunc
+	closeOnce sync.Once
+}
+
+// New opens paydb (directly or through the Cloud SQL connector), applies
+// the pending migrations, logs a WARN when fencing is disabled, and starts
+// the outbox publisher goroutine, which runs until Close. ctx bounds only
+// the start (connecting and migrating). It returns an error wrapping
+// ErrInvalidConfig for an invalid cfg or a nil pub or logger, or the
+// error of connecting or migrating.
+func New(ctx context.Context, cfg Config, pub Publisher, logger *slog.Logger) (*Service, error) {
+	if pub == nil || logger == nil {
+		return nil, fmt.Errorf("%w: New needs a Publisher and a logger", ErrInvalidConfig)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pool, closePool, err := pgpool.Open(ctx, cfg.pool())
+	if err != nil {
+		return nil, fmt.Errorf("paymentresource: open paydb: %w", err)
+	}
+	if err := migrate(ctx, pool); err != nil {
+		closePool()
+		return nil, err
+	}
+	fencing.WarnIfOff(logger, EnvFencingEnabled, !cfg.DisableFencing)
+
+	life, stop := context.WithCancel(context.Background())
+	s := &Service{
+		pool:      pool,
+		closePool: closePool,
+		fencing:   !cfg.DisableFencing,
+		log:       logger,
+		stop:      stop,
+		outbox:    newOutbox(pool, pub, logger, cfg.outboxPoll()),
+	}
+	s.handler = s.routes()
+	go s.outbox.run(life)
+	return s, nil
+}
+
+// Handler returns the HTTP handler of payment-resource. Bodies are JSON of
+// at most MaxBodyBytes, decoded strictly (unknown fields refused); every
+// error answer is the httpjson envelope with one of the Code constants.
+//
+//	POST /v1/accounts              AccountRequest -> 201 Account (200 if it exists alike; 409 ACCOUNT_CONFLICT)
+//	GET  /v1/accounts/{id}         -> 200 Account (404 ACCOUNT_NOT_FOUND)
+//	POST /v1/payouts               PayoutRequest -> 201 Payout (200 if it exists alike; 409 PAYOUT_CONFLICT,
+//	                               404 ACCOUNT_NOT_FOUND, 422 CURRENCY_MISMATCH)
+//	GET  /v1/payouts/{id}          -> 200 Payout (404 PAYOUT_NOT_FOUND)
+//	POST /v1/payouts/{id}/claim    X-Fencing-Token, X-Lock-Owner; empty body or {} -> 200 Payout
+//	                               (409 FENCED_OUT, PAYOUT_FINISHED, PAYOUT_IN_DOUBT; 404 PAYOUT_NOT_FOUND)
+//	POST /v1/payouts/{id}/result   same headers; ResultRequest -> 200 Payout (also for a replayed railRef)
+//	                               (409 FENCED_OUT, PAYOUT_FINISHED, PAYOUT_IN_DOUBT, PAYOUT_NOT_CLAIMED,
+//	                               RAIL_REF_CONFLICT; 404 PAYOUT_NOT_FOUND)
+//	GET  /v1/audit                 -> 200 AuditReport (balanced or not)
+//
+// Any route: 400 INVALID_REQUEST or INVALID_TOKEN, 405, 413, 415, 503
+// DATABASE_UNAVAILABLE (retryable), 500 INTERNAL.
+func (s *Service) Handler() http.Handler { return s.handler }
+
+// Close stops the outbox publisher and waits for it (a publish in flight is
+// cancelled; its row stays unpublished and is published again by the next
+// Service), then closes the pool. It is safe to call more than once.
+// Requests still running when Close is called may fail.
+func (s *Service) Close() {
+	s.closeOnce.Do(func() {
+		s.stop()
+		<-s.outbox.done
+		s.closePool()
+	})
+}

@@ -1,0 +1,505 @@
+package paymentresource
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Fence point one. Each write made for a lock holder is one conditional
+// UPDATE whose WHERE clause is the fence; a statement that matches no row
+// is the refusal (the row was locked and read just before, only to explain
+// the refusal). With the kill switch off the same statements run without
+// the fence predicates, and a fence column still only grows.
+const (
+	// claimFenced claims a payout: non-strict (fence <= token), so that
+	// the holder may go on to post with the same token.
+	claimFenced = `UPDATE payout SET state = 'claimed', fence = $2, owner_id = NULLIF($3, ''), updated_at = now()
+WHERE payout_id = $1 AND state IN ('pending', 'claimed') AND fence <= $2`
+	claimUnfenced = `UPDATE payout SET state = 'claimed', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), updated_at = now()
+WHERE payout_id = $1 AND state IN ('pending', 'claimed')`
+
+	// postFenced marks a payout posted (non-strict on the payout row).
+	postFenced = `UPDATE payout SET state = 'posted', fence = $2, owner_id = NULLIF($3, ''), rail_ref = $4, updated_at = now()
+WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous') AND fence <= $2`
+	// postUnfenced also accepts an already posted payout: a second ACK
+	// with a new rail reference becomes a second debit, the corruption the
+	// experiment shows.
+	postUnfenced = `UPDATE payout SET state = 'posted', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_ref = $4, updated_at = now()
+WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'posted')`
+
+	// debitFenced is the account debit: STRICT (fence < token), one debit
+	// per token, never one by a token older than the last debit.
+	debitFenced = `UPDATE account SET balance_minor = balance_minor - $2, fence = $3
+WHERE account_id = $1 AND currency = $4 AND fence < $3`
+	debitUnfenced = `UPDATE account SET balance_minor = balance_minor - $2, fence = greatest(fence, $3)
+WHERE account_id = $1 AND currency = $4`
+
+	declineFenced = `UPDATE payout SET state = 'declined', fence = $2, owner_id = NULLIF($3, ''), rail_ref = $4, updated_at = now()
+WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous') AND fence <= $2`
+	declineUnfenced = `UPDATE payout SET state = 'declined', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_ref = $4, updated_at = now()
+WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous')`
+
+	ambiguousFenced = `UPDATE payout SET state = 'ambiguous', fence = $2, owner_id = NULLIF($3, ''), rail_ref = coalesce(NULLIF($4, ''), rail_ref), updated_at = now()
+WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous') AND fence <= $2`
+	ambiguousUnfenced = `UPDATE payout SET state = 'ambiguous', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_ref = coalesce(NULLIF($4, ''), rail_ref), updated_at = now()
+WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous')`
+)
+
+// Ledger accounts of a payout debit.
+const (
+	ledgerAccountPrefix = "account:"
+	ledgerRailClearing  = "rail:clearing"
+	kindPayoutDebit     = "payout_debit"
+)
+
+// rollbackTimeout bounds the rollback of a transaction whose request
+// context has ended.
+const rollbackTimeout = 5 * time.Second
+
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// inTx runs fn in a READ COMMITTED transaction and commits when fn returns
+// nil; fn's error is returned as is and rolls the transaction back.
+func (s *Service) inTx(ctx context.Context, op string, fn func(pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return dbError(op+": begin", err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		_ = tx.Rollback(rctx) // no-op after Commit
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return dbError(op+": commit", err)
+	}
+	return nil
+}
+
+// dbError classifies an error of the database driver: a lost connection,
+// a timeout, a cancellation, a serialization failure or a deadlock wrap
+// ErrUnavailable (the outcome is unknown; the request may be retried, every
+// write here being idempotent or fenced); anything else is a bug.
+func dbError(op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code[:2] {
+		case "08", "40", "53", "57": // connection, rollback, resources, operator
+			return fmt.Errorf("%w: %s: %v", ErrUnavailable, op, err)
+		}
+		return fmt.Errorf("paymentresource: %s: %w", op, err)
+	}
+	return fmt.Errorf("%w: %s: %v", ErrUnavailable, op, err)
+}
+
+const accountCols = `account_id, currency, opening_balance_minor, balance_minor, fence, created_at`
+
+func scanAccount(row pgx.Row) (Account, error) {
+	var a Account
+	err := row.Scan(&a.AccountID, &a.Currency, &a.OpeningBalanceMinor, &a.BalanceMinor, &a.Fence, &a.CreatedAt)
+	a.CreatedAt = a.CreatedAt.UTC()
+	return a, err
+}
+
+// createAccount inserts the account, or returns the existing one when it
+// has the same currency and opening balance (created=false).
+func (s *Service) createAccount(ctx context.Context, req AccountRequest) (a Account, created bool, err error) {
+	a, err = scanAccount(s.pool.QueryRow(ctx, `INSERT INTO account (account_id, currency, opening_balance_minor, balance_minor)
+VALUES ($1, $2, $3, $3) ON CONFLICT (account_id) DO NOTHING RETURNING `+accountCols,
+		req.AccountID, req.Currency, *req.OpeningBalanceMinor))
+	switch {
+	case err == nil:
+		s.log.Info("account created", "event", "account_created", "accountId", a.AccountID,
+			"currency", a.Currency, "openingBalanceMinor", a.OpeningBalanceMinor)
+		return a, true, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return Account{}, false, dbError("create account", err)
+	}
+	a, err = s.account(ctx, req.AccountID)
+	if err != nil {
+		return Account{}, false, err
+	}
+	if a.Currency != req.Currency || a.OpeningBalanceMinor != *req.OpeningBalanceMinor {
+		return Account{}, false, fmt.Errorf("%w: account %s has currency %s and opening balance %d", ErrAccountConflict,
+			a.AccountID, a.Currency, a.OpeningBalanceMinor)
+	}
+	return a, false, nil
+}
+
+// account returns the account, or ErrAccountNotFound.
+func (s *Service) account(ctx context.Context, id string) (Account, error) {
+	a, err := scanAccount(s.pool.QueryRow(ctx, `SELECT `+accountCols+` FROM account WHERE account_id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Account{}, fmt.Errorf("%w: %q", ErrAccountNotFound, id)
+	}
+	if err != nil {
+		return Account{}, dbError("read account", err)
+	}
+	return a, nil
+}
+
+// createPayout inserts the payout, its creation transition and the outbox
+// row of its event in one transaction, or returns the existing payout when
+// it has the same account, amount and currency (created=false, no new
+// outbox row).
+func (s *Service) createPayout(ctx context.Context, req PayoutRequest) (p Payout, created bool, err error) {
+	err = s.inTx(ctx, "create payout", func(tx pgx.Tx) error {
+		var ccy string
+		err := tx.QueryRow(ctx, `SELECT currency FROM account WHERE account_id = $1`, req.AccountID).Scan(&ccy)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: %q", ErrAccountNotFound, req.AccountID)
+		}
+		if err != nil {
+			return dbError("create payout: read account", err)
+		}
+		if ccy != req.Currency {
+			return fmt.Errorf("%w: payout in %s, account %s in %s", ErrCurrencyMismatch, req.Currency, req.AccountID, ccy)
+		}
+		tag, err := tx.Exec(ctx, `INSERT INTO payout (payout_id, account_id, amount_minor, currency)
+VALUES ($1, $2, $3, $4) ON CONFLICT (payout_id) DO NOTHING`, req.PayoutID, req.AccountID, req.AmountMinor, req.Currency)
+		if err != nil {
+			return dbError("create payout", err)
+		}
+		if tag.RowsAffected() == 0 {
+			if p, err = loadPayout(ctx, tx, req.PayoutID); err != nil {
+				return err
+			}
+			if p.AccountID != req.AccountID || p.AmountMinor != req.AmountMinor || p.Currency != req.Currency {
+				return fmt.Errorf("%w: payout %s is %d %s from account %s", ErrPayoutConflict,
+					p.PayoutID, p.AmountMinor, p.Currency, p.AccountID)
+			}
+			return nil
+		}
+		if err := transition(ctx, tx, req.PayoutID, "", StatePending, 0, ""); err != nil {
+			return err
+		}
+		ev := payoutevent.Event{PayoutID: req.PayoutID, AccountID: req.AccountID, AmountMinor: req.AmountMinor, Currency: req.Currency}
+		data, err := json.Marshal(ev)
+		if err != nil {
+			return fmt.Errorf("paymentresource: encode event: %w", err)
+		}
+		attrs, err := json.Marshal(map[string]string{payoutevent.AttrPayoutID: ev.PayoutID, payoutevent.AttrAccountID: ev.AccountID})
+		if err != nil {
+			return fmt.Errorf("paymentresource: encode attributes: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO outbox (ordering_key, data, attrs) VALUES ($1, $2, $3::jsonb)`,
+			ev.AccountID, data, string(attrs)); err != nil {
+			return dbError("create payout: outbox", err)
+		}
+		created = true
+		p, err = loadPayout(ctx, tx, req.PayoutID)
+		return err
+	})
+	if err != nil {
+		return Payout{}, false, err
+	}
+	if created {
+		s.log.Info("payout created", "event", "payout_created", "payoutId", p.PayoutID, "accountId", p.AccountID,
+			"amountMinor", p.AmountMinor, "currency", p.Currency)
+		s.outbox.wake()
+	}
+	return p, created, nil
+}
+
+// lockedPayout is a payout row as locked (FOR UPDATE) before a fenced
+// statement.
+type lockedPayout struct {
+	accountID string
+	amount    int64
+	currency  string
+	state     State
+	fence     int64
+}
+
+func lockPayout(ctx context.Context, tx pgx.Tx, id string) (lockedPayout, error) {
+	var l lockedPayout
+	err := tx.QueryRow(ctx, `SELECT account_id, amount_minor, currency, state, fence FROM payout WHERE payout_id = $1 FOR UPDATE`, id).
+		Scan(&l.accountID, &l.amount, &l.currency, &l.state, &l.fence)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return l, fmt.Errorf("%w: %q", ErrPayoutNotFound, id)
+	}
+	if err != nil {
+		return l, dbError("lock payout", err)
+	}
+	return l, nil
+}
+
+// claim is fence point one on the payout row for the claim step.
+func (s *Service) claim(ctx context.Context, id string, token int64, owner string) (Payout, error) {
+	var p Payout
+	var from State
+	err := s.inTx(ctx, "claim", func(tx pgx.Tx) error {
+		l, err := lockPayout(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		from = l.state
+		q := claimFenced
+		if !s.fencing {
+			q = claimUnfenced
+		}
+		tag, err := tx.Exec(ctx, q, id, token, owner)
+		if err != nil {
+			return dbError("claim", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return s.refused(id, l, token, owner)
+		}
+		if err := transition(ctx, tx, id, l.state, StateClaimed, token, owner); err != nil {
+			return err
+		}
+		p, err = loadPayout(ctx, tx, id)
+		return err
+	})
+	if err != nil {
+		return Payout{}, err
+	}
+	s.log.Info("payout claimed", "event", "payout_claimed", "payoutId", id, "accountId", p.AccountID,
+		"token", token, "ownerId", owner, "from", string(from))
+	return p, nil
+}
+
+// result records the rail's answer to a submission of payout id. For ACK
+// one transaction posts the payout (payout fence, non-strict), debits the
+// account (account fence, strict) and writes the ledger transaction.
+func (s *Service) result(ctx context.Context, id string, token int64, owner string, req ResultRequest) (Payout, error) {
+	var p Payout
+	var replayed bool
+	var from State
+	err := s.inTx(ctx, "result", func(tx pgx.Tx) error {
+		l, err := lockPayout(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		from = l.state
+		if req.Outcome != OutcomeAmbiguous {
+			replayed, err = recordRailResult(ctx, tx, id, token, owner, req)
+			if err != nil {
+				return err
+			}
+			if replayed {
+				p, err = loadPayout(ctx, tx, id)
+				return err
+			}
+		}
+		var fenced, unfenced string
+		switch req.Outcome {
+		case OutcomeAck:
+			fenced, unfenced = postFenced, postUnfenced
+		case OutcomeDecline:
+			fenced, unfenced = declineFenced, declineUnfenced
+		default:
+			fenced, unfenced = ambiguousFenced, ambiguousUnfenced
+		}
+		q := fenced
+		if !s.fencing {
+			q = unfenced
+		}
+		// The payout row goes first: a holder whose token the payout has
+		// already seen but whose payout is finished must learn
+		// PAYOUT_FINISHED, not the account fence's refusal of its token.
+		tag, err := tx.Exec(ctx, q, id, token, owner, req.RailRef)
+		if err != nil {
+			return dbError("result", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return s.refused(id, l, token, owner)
+		}
+		switch req.Outcome {
+		case OutcomeAck:
+			if err := s.debit(ctx, tx, id, l, token, owner, req.RailRef); err != nil {
+				return err
+			}
+			if err := transition(ctx, tx, id, l.state, StateAcknowledged, token, owner); err != nil {
+				return err
+			}
+			if err := transition(ctx, tx, id, StateAcknowledged, StatePosted, token, owner); err != nil {
+				return err
+			}
+		case OutcomeDecline:
+			if err := transition(ctx, tx, id, l.state, StateDeclined, token, owner); err != nil {
+				return err
+			}
+		default:
+			if err := transition(ctx, tx, id, l.state, StateAmbiguous, token, owner); err != nil {
+				return err
+			}
+		}
+		p, err = loadPayout(ctx, tx, id)
+		return err
+	})
+	if err != nil {
+		return Payout{}, err
+	}
+	attrs := []any{"payoutId", id, "accountId", p.AccountID, "token", token, "ownerId", owner,
+		"railRef", req.RailRef, "from", string(from)}
+	switch {
+	case replayed:
+		s.log.Info("rail result already recorded", append([]any{"event", "result_replayed", "outcome", string(req.Outcome)}, attrs...)...)
+	case req.Outcome == OutcomeAck:
+		level := slog.LevelInfo
+		if p.Debits > 1 {
+			level = slog.LevelWarn // only possible with fencing off
+		}
+		s.log.Log(context.Background(), level, "payout posted",
+			append([]any{"event", "payout_posted", "amountMinor", p.AmountMinor, "currency", p.Currency, "debits", p.Debits}, attrs...)...)
+	case req.Outcome == OutcomeDecline:
+		s.log.Info("payout declined", append([]any{"event", "payout_declined"}, attrs...)...)
+	default:
+		s.log.Warn("payout outcome ambiguous", append([]any{"event", "payout_ambiguous"}, attrs...)...)
+	}
+	return p, nil
+}
+
+// recordRailResult records the fact (railRef, payout, outcome). It reports
+// replayed=true when exactly this fact is already recorded, and
+// ErrRailRefConflict when the reference is recorded with another payout or
+// outcome. Concurrent callers with one reference serialise on its key.
+func recordRailResult(ctx context.Context, tx pgx.Tx, id string, token int64, owner string, req ResultRequest) (replayed bool, err error) {
+	tag, err := tx.Exec(ctx, `INSERT INTO rail_result (rail_ref, payout_id, outcome, token, owner_id)
+VALUES ($1, $2, $3, $4, NULLIF($5, '')) ON CONFLICT (rail_ref) DO NOTHING`, req.RailRef, id, string(req.Outcome), token, owner)
+	if err != nil {
+		return false, dbError("record rail result", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return false, nil
+	}
+	var gotPayout, gotOutcome string
+	if err := tx.QueryRow(ctx, `SELECT payout_id, outcome FROM rail_result WHERE rail_ref = $1`, req.RailRef).
+		Scan(&gotPayout, &gotOutcome); err != nil {
+		return false, dbError("read rail result", err)
+	}
+	if gotPayout != id || gotOutcome != string(req.Outcome) {
+		return false, fmt.Errorf("%w: rail reference %q is recorded as %s of payout %s", ErrRailRefConflict, req.RailRef, gotOutcome, gotPayout)
+	}
+	return true, nil
+}
+
+// debit is fence point one on the account row: the strict, fenced debit,
+// then the ledger transaction (account:{id} -amount, rail:clearing
+// +amount).
+func (s *Service) debit(ctx context.Context, tx pgx.Tx, id string, l lockedPayout, token int64, owner, railRef string) error {
+	q := debitFenced
+	if !s.fencing {
+		q = debitUnfenced
+	}
+	tag, err := tx.Exec(ctx, q, l.accountID, l.amount, token, l.currency)
+	if err != nil {
+		return dbError("debit", err)
+	}
+	if tag.RowsAffected() == 0 {
+		var highest int64
+		if err := tx.QueryRow(ctx, `SELECT fence FROM account WHERE account_id = $1`, l.accountID).Scan(&highest); err != nil {
+			return dbError("debit: read account fence", err)
+		}
+		if !s.fencing || highest < token {
+			return fmt.Errorf("paymentresource: debit of account %s matched no row (currency %s)", l.accountID, l.currency)
+		}
+		return s.fencedOut(fencing.Refusal{Resource: "account", ResourceID: l.accountID, PresentedToken: token, HighestToken: highest, Owner: owner},
+			id, l.accountID)
+	}
+	var txn int64
+	if err := tx.QueryRow(ctx, `INSERT INTO ledger_txn (payout_id, kind, rail_ref, token) VALUES ($1, $2, $3, $4) RETURNING txn_id`,
+		id, kindPayoutDebit, railRef, token).Scan(&txn); err != nil {
+		return dbError("ledger txn", err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO ledger_entry (txn_id, ledger_account, amount_minor, currency)
+VALUES ($1, $2, -$4::bigint, $5), ($1, $3, $4, $5)`,
+		txn, ledgerAccountPrefix+l.accountID, ledgerRailClearing, l.amount, l.currency); err != nil {
+		return dbError("ledger entries", err)
+	}
+	return nil
+}
+
+// refused explains why a fenced payout statement matched no row, from the
+// row as locked just before it: a higher fence (FENCED_OUT, logged), or a
+// state the step does not start from.
+func (s *Service) refused(id string, l lockedPayout, token int64, owner string) error {
+	if s.fencing && l.fence > token {
+		return s.fencedOut(fencing.Refusal{Resource: "payout", ResourceID: id, PresentedToken: token, HighestToken: l.fence, Owner: owner},
+			id, l.accountID)
+	}
+	switch l.state {
+	case StatePosted, StateDeclined:
+		return fmt.Errorf("%w: payout %s is %s", ErrPayoutFinished, id, l.state)
+	case StateAmbiguous, StateSubmitted, StateAcknowledged:
+		return fmt.Errorf("%w: payout %s is %s", ErrPayoutInDoubt, id, l.state)
+	case StatePending:
+		return fmt.Errorf("%w: payout %s is pending; claim it first", ErrPayoutNotClaimed, id)
+	}
+	return fmt.Errorf("paymentresource: payout %s in state %s (fence %d) matched no row for token %d", id, l.state, l.fence, token)
+}
+
+// fencedOut logs the fenced_out event and returns the error wrapping
+// ErrFencedOut.
+func (s *Service) fencedOut(r fencing.Refusal, payoutID, accountID string) error {
+	r.Log(s.log, "payoutId", payoutID, "accountId", accountID)
+	return fmt.Errorf("%w: %s %s has accepted token %d; token %d is stale", ErrFencedOut,
+		r.Resource, r.ResourceID, r.HighestToken, r.PresentedToken)
+}
+
+// transition appends one row to the payout's history; from "" and token 0
+// record the creation.
+func transition(ctx context.Context, tx pgx.Tx, id string, from, to State, token int64, owner string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO payout_transition (payout_id, from_state, to_state, token, owner_id)
+VALUES ($1, NULLIF($2, ''), $3, NULLIF($4::bigint, 0), NULLIF($5, ''))`, id, string(from), string(to), token, owner)
+	if err != nil {
+		return dbError("record transition", err)
+	}
+	return nil
+}
+
+// payout returns the payout with its history, or ErrPayoutNotFound.
+func (s *Service) payout(ctx context.Context, id string) (Payout, error) {
+	return loadPayout(ctx, s.pool, id)
+}
+
+func loadPayout(ctx context.Context, q querier, id string) (Payout, error) {
+	var p Payout
+	err := q.QueryRow(ctx, `SELECT payout_id, account_id, amount_minor, currency, state, fence,
+       coalesce(owner_id, ''), coalesce(rail_ref, ''),
+       (SELECT count(*) FROM ledger_txn t WHERE t.payout_id = p.payout_id AND t.kind = 'payout_debit'),
+       created_at, updated_at
+FROM payout p WHERE payout_id = $1`, id).Scan(&p.PayoutID, &p.AccountID, &p.AmountMinor, &p.Currency, &p.State, &p.Fence,
+		&p.OwnerID, &p.RailRef, &p.Debits, &p.CreatedAt, &p.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Payout{}, fmt.Errorf("%w: %q", ErrPayoutNotFound, id)
+	}
+	if err != nil {
+		return Payout{}, dbError("read payout", err)
+	}
+	p.CreatedAt, p.UpdatedAt = p.CreatedAt.UTC(), p.UpdatedAt.UTC()
+	rows, err := q.Query(ctx, `SELECT coalesce(from_state, ''), to_state, coalesce(token, 0), coalesce(owner_id, ''), at
+FROM payout_transition WHERE payout_id = $1 ORDER BY transition_id`, id)
+	if err != nil {
+		return Payout{}, dbError("read payout history", err)
+	}
+	p.History, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Transition, error) {
+		var t Transition
+		err := r.Scan(&t.From, &t.To, &t.Token, &t.OwnerID, &t.At)
+		t.At = t.At.UTC()
+		return t, err
+	})
+	if err != nil {
+		return Payout{}, dbError("read payout history", err)
+	}
+	if p.History == nil {
+		p.History = []Transition{}
+	}
+	return p, nil
+}
