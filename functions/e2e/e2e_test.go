@@ -123,80 +123,104 @@ func TestPayoutPipelineEndToEnd(t *testing.T) {
 	}
 }
 
-func runPipeline(ctx context.Context, t *testing.T, openStore func(*testing.T, *slog.Logger) lockserver.LockStore) {
-	log := logger(t)
-	rng := rand.New(rand.NewPCG(seed, seed))
+// stack is one pipeline: lock-server over a store, rail-stub, rail-proxy,
+// payment-resource and Pub/Sub, each on a loopback test server.
+type stack struct {
+	store   lockserver.LockStore
+	stub    *railstub.Stub
+	lockURL string
+	proxy   string
+	pay     string
+	paydb   string
+	psc     *pubsub.Client
+}
 
-	// lock-server
-	store := openStore(t, log)
-	defer store.Close()
-	ls, err := lockserver.NewServer(store, lockserver.DefaultServerConfig(), log.With("service", "lock-server"))
+// fences selects the two kill switches.
+type fences struct{ payment, rail bool }
+
+func newStack(ctx context.Context, t *testing.T, log *slog.Logger, openStore func(*testing.T, *slog.Logger) lockserver.LockStore, f fences) *stack {
+	t.Helper()
+	st := &stack{store: openStore(t, log)}
+	t.Cleanup(func() { st.store.Close() })
+	ls, err := lockserver.NewServer(st.store, lockserver.DefaultServerConfig(), log.With("service", "lock-server"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	lockURL := serveHTTP(t, ls)
+	st.lockURL = serveHTTP(t, ls)
 
-	// the rail and its proxy
-	stub, err := railstub.New(railstub.DefaultConfig(), log.With("service", "rail-stub"))
+	st.stub, err = railstub.New(railstub.DefaultConfig(), log.With("service", "rail-stub"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stub.Close()
-	stubURL := serveHTTP(t, stub)
+	t.Cleanup(func() { st.stub.Close() })
 	pcfg := railproxy.DefaultConfig()
 	pcfg.DB = pgpool.Config{DSN: pgtest.NewDatabase(t)}
-	pcfg.RailURL = stubURL
+	pcfg.RailURL = serveHTTP(t, st.stub)
+	pcfg.FencingDisabled = !f.rail
 	proxy, err := railproxy.New(ctx, pcfg, log.With("service", "rail-proxy"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer proxy.Close()
-	proxyURL := serveHTTP(t, proxy)
+	t.Cleanup(func() { proxy.Close() })
+	st.proxy = serveHTTP(t, proxy)
 
-	// Pub/Sub
 	ps := pstest.NewServer()
-	defer ps.Close()
+	t.Cleanup(func() { ps.Close() })
 	conn, err := grpc.NewClient(ps.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	psc, err := pubsub.NewClient(ctx, "local", option.WithGRPCConn(conn))
+	st.psc, err = pubsub.NewClient(ctx, "local", option.WithGRPCConn(conn))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer psc.Close()
-	if err := payoutbus.Setup(ctx, psc, "local", "payouts", "payout-executor", 60*time.Second); err != nil {
+	t.Cleanup(func() { st.psc.Close() })
+	if err := payoutbus.Setup(ctx, st.psc, "local", "payouts", "payout-executor", 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	pub := payoutbus.NewPublisher(psc, "payouts")
-	defer pub.Stop()
+	pub := payoutbus.NewPublisher(st.psc, "payouts")
+	t.Cleanup(pub.Stop)
 
-	// payment-resource
-	paydb := pgtest.NewDatabase(t)
-	svc, err := paymentresource.New(ctx, paymentresource.Config{DatabaseURL: paydb, OutboxPoll: 50 * time.Millisecond}, pub, log.With("service", "payment-resource"))
+	st.paydb = pgtest.NewDatabase(t)
+	svc, err := paymentresource.New(ctx, paymentresource.Config{DatabaseURL: st.paydb, OutboxPoll: 50 * time.Millisecond, DisableFencing: !f.payment}, pub, log.With("service", "payment-resource"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer svc.Close()
-	payURL := serveHTTP(t, svc.Handler())
+	t.Cleanup(svc.Close)
+	st.pay = serveHTTP(t, svc.Handler())
+	return st
+}
+
+// executor returns a worker of the stack named owner, with leases of ttl.
+func (st *stack) executor(t *testing.T, log *slog.Logger, owner string, ttl time.Duration, opts ...executor.Option) *executor.Executor {
+	t.Helper()
+	cfg := executor.DefaultConfig()
+	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = st.lockURL, st.pay, st.proxy
+	cfg.Owner = owner
+	cfg.LeaseTTL = ttl
+	cfg.AcquireWait = 30 * time.Second
+	x, err := executor.New(cfg, log.With("service", "executor", "worker", owner), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+func runPipeline(ctx context.Context, t *testing.T, openStore func(*testing.T, *slog.Logger) lockserver.LockStore) {
+	log := logger(t)
+	rng := rand.New(rand.NewPCG(seed, seed))
+	st := newStack(ctx, t, log, openStore, fences{payment: true, rail: true})
+	stub, payURL := st.stub, st.pay
 
 	// three executors behind one push endpoint
 	rr := &roundRobin{}
 	for i := range 3 {
-		cfg := executor.DefaultConfig()
-		cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = lockURL, payURL, proxyURL
-		cfg.Owner = fmt.Sprintf("executor-%d", i)
-		cfg.AcquireWait = 30 * time.Second
-		x, err := executor.New(cfg, log.With("service", "executor", "worker", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		rr.workers = append(rr.workers, x)
+		rr.workers = append(rr.workers, st.executor(t, log, fmt.Sprintf("executor-%d", i), executor.DefaultConfig().LeaseTTL))
 	}
 	pushURL := serveHTTP(t, rr)
 	var copiesMu sync.Mutex
 	bridge := &payoutbus.PushBridge{
-		Sub: psc.Subscriber("payout-executor"), Endpoint: pushURL, Log: log.With("service", "push-bridge"),
+		Sub: st.psc.Subscriber("payout-executor"), Endpoint: pushURL, Log: log.With("service", "push-bridge"),
 		// Every delivery arrives two or three times, half of them at once.
 		Copies: func(string) (int, bool) {
 			copiesMu.Lock()
@@ -235,7 +259,7 @@ func runPipeline(ctx context.Context, t *testing.T, openStore func(*testing.T, *
 	copiesMu.Unlock()
 
 	// Wait until every payout is final, by paydb's own account.
-	pool, err := pgxpool.New(ctx, paydb)
+	pool, err := pgxpool.New(ctx, st.paydb)
 	if err != nil {
 		t.Fatal(err)
 	}

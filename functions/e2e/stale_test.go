@@ -1,0 +1,259 @@
+package e2e_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/etcd/embedded"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
+)
+
+// syncBuffer collects JSON log lines from every goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// events returns the log records whose "event" is name.
+func (s *syncBuffer) events(name string) []map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(s.b.Bytes()))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil && m["event"] == name {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// partition is a transport that can cut a worker off from lock-server, as
+// a stopped process is: its renewals stop reaching the server, so the
+// server expires its lease on schedule. Requests to other hosts pass.
+type partition struct {
+	lockHost string
+	mu       sync.Mutex
+	cut      bool
+}
+
+func (p *partition) set(cut bool) { p.mu.Lock(); p.cut = cut; p.mu.Unlock() }
+
+func (p *partition) Do(r *http.Request) (*http.Response, error) {
+	p.mu.Lock()
+	cut := p.cut && r.URL.Host == p.lockHost
+	p.mu.Unlock()
+	if cut {
+		return nil, errors.New("partition: lock-server unreachable")
+	}
+	return http.DefaultClient.Do(r)
+}
+
+// TestStaleHolderMatrix is the fencing argument in one process, for each
+// backend and each setting of the two kill switches. Worker A takes the
+// lease and claims the payout, then stalls after its last lease check,
+// cut off from lock-server; the server expires A's lease; worker B takes
+// the lease with a larger token and completes the payout; A resumes and
+// submits as if it still held the lease. The outcome is read from the
+// rail-stub's record and the ledger, never from what the workers say.
+func TestStaleHolderMatrix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and etcd")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cluster, err := embedded.Start(ctx, embedded.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	backends := map[string]func(*testing.T, *slog.Logger) lockserver.LockStore{
+		"postgres": func(t *testing.T, log *slog.Logger) lockserver.LockStore {
+			s, err := pgstore.Open(ctx, pgstore.Config{DSN: pgtest.NewDatabase(t)}, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		"etcd": func(t *testing.T, log *slog.Logger) lockserver.LockStore {
+			s, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: cluster.Endpoints(), Prefix: "/" + strings.ReplaceAll(t.Name(), "/", "-") + "/"}, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+	}
+	cells := []struct {
+		name        string
+		f           fences
+		wantRail    int
+		wantDebits  int
+		wantBalance bool
+		wantFenced  string // resource of the fenced_out event, "" for none
+	}{
+		{"both-off", fences{false, false}, 2, 2, false, ""},
+		{"both-on", fences{true, true}, 1, 1, true, "rail"},
+		{"payment-only", fences{true, false}, 2, 1, false, "payout"},
+		{"rail-only", fences{false, true}, 1, 1, true, "rail"},
+	}
+	for _, backend := range []string{"postgres", "etcd"} {
+		for _, c := range cells {
+			t.Run(backend+"/"+c.name, func(t *testing.T) {
+				var logs syncBuffer
+				log := slog.New(slog.NewJSONHandler(&logs, nil))
+				st := newStack(ctx, t, log, backends[backend], c.f)
+				got := staleHolderRun(ctx, t, st, log, &logs)
+				if got.rail != c.wantRail || got.debits != c.wantDebits || got.balanced != c.wantBalance {
+					t.Errorf("rail submissions %d, debits %d, ledger balanced %v; want %d, %d, %v",
+						got.rail, got.debits, got.balanced, c.wantRail, c.wantDebits, c.wantBalance)
+				}
+				if got.tokenB <= got.tokenA {
+					t.Errorf("token B %d is not greater than token A %d", got.tokenB, got.tokenA)
+				}
+				fenced := logs.events("fenced_out")
+				if c.wantFenced == "" {
+					if len(fenced) != 0 {
+						t.Errorf("fenced_out logged with both fences off: %v", fenced)
+					}
+					return
+				}
+				if len(fenced) == 0 {
+					t.Fatalf("no fenced_out event; want one from %s", c.wantFenced)
+				}
+				ev := fenced[0]
+				if ev["resource"] != c.wantFenced || ev["presentedToken"] != float64(got.tokenA) || ev["highestToken"] != float64(got.tokenB) || ev["ownerId"] != "A" {
+					t.Errorf("fenced_out %v; want resource %s, presentedToken %d (A), highestToken %d (B), ownerId A", ev, c.wantFenced, got.tokenA, got.tokenB)
+				}
+			})
+		}
+	}
+}
+
+// ttl is the lease TTL of both workers: short, so that A's lease expires
+// quickly once A stops renewing (etcd rounds it up to its 1 s floor).
+const ttl = time.Second
+
+type staleOutcome struct {
+	tokenA, tokenB int64
+	rail, debits   int
+	balanced       bool
+}
+
+func staleHolderRun(ctx context.Context, t *testing.T, st *stack, log *slog.Logger, logs *syncBuffer) staleOutcome {
+	t.Helper()
+	ev := payoutevent.Event{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR"}
+	if code := postJSON(t, st.pay+"/v1/accounts", map[string]any{"accountId": "acct-7", "currency": "EUR", "openingBalanceMinor": 1_000_000}); code != http.StatusCreated {
+		t.Fatalf("create account: %d", code)
+	}
+	if code := postJSON(t, st.pay+"/v1/payouts", map[string]any{"payoutId": ev.PayoutID, "accountId": ev.AccountID, "amountMinor": ev.AmountMinor, "currency": ev.Currency}); code != http.StatusCreated {
+		t.Fatalf("create payout: %d", code)
+	}
+	lockHost := strings.TrimPrefix(st.lockURL, "http://")
+	part := &partition{lockHost: lockHost}
+	stalled, resume := make(chan int64, 1), make(chan struct{})
+	a := st.executor(t, log, "A", ttl, executor.WithHTTPClient(part), executor.WithHooks(executor.Hooks{
+		BeforeRailSubmit: func(_ context.Context, _ payoutevent.Event, token int64) {
+			part.set(true) // A stops: no more renewals reach the server
+			stalled <- token
+			<-resume
+			part.set(false)
+		},
+	}))
+	aDone := make(chan error, 1)
+	go func() { _, err := a.Execute(ctx, ev); aDone <- err }()
+	var out staleOutcome
+	select {
+	case out.tokenA = <-stalled:
+	case err := <-aDone:
+		t.Fatalf("A finished before stalling: %v", err)
+	}
+	// The server expires A's lease on its own clock.
+	for {
+		s, err := st.store.Inspect(ctx, ev.LockKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Lease == nil || s.Lease.Token != out.tokenA {
+			break
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			t.Fatal("A's lease never expired")
+		}
+	}
+	b := st.executor(t, log, "B", ttl)
+	if res, err := b.Execute(ctx, ev); err != nil || res != executor.OutcomePosted {
+		t.Fatalf("B: %q, %v; want posted", res, err)
+	}
+	out.tokenB = grantedToken(t, logs, "B")
+	close(resume)
+	errA := <-aDone
+	t.Logf("A (token %d) ended with %v; B had token %d", out.tokenA, errA, out.tokenB)
+
+	// Measure from the rail and the ledger.
+	acks := 0
+	for _, s := range st.stub.Submissions(ev.PayoutID) {
+		out.rail++
+		if s.Answer.Status == "ACK" {
+			acks++
+		}
+	}
+	pool, err := pgxpool.New(ctx, st.paydb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM ledger_txn WHERE kind = 'payout_debit' AND payout_id = $1`, ev.PayoutID).Scan(&out.debits); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := paymentresource.Audit(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Balanced means paydb's own rules hold AND every rail acknowledgement
+	// has its debit (money that left is in the books).
+	out.balanced = rep.Balanced && acks == out.debits
+	if !out.balanced {
+		t.Logf("ledger check: audit %+v, %d rail acknowledgements for %d debits", rep, acks, out.debits)
+	}
+	return out
+}
+
+// grantedToken is the token of the lease owner was granted, read from its
+// lease_acquired log event.
+func grantedToken(t *testing.T, logs *syncBuffer, owner string) int64 {
+	t.Helper()
+	for _, ev := range logs.events("lease_acquired") {
+		if ev["ownerId"] == owner {
+			return int64(ev["token"].(float64))
+		}
+	}
+	t.Fatalf("no lease_acquired event for %s", owner)
+	return 0
+}
