@@ -4,16 +4,13 @@ GO    ?= go
 PKGS  := ./...
 BIN   := bin
 
-.PHONY: help test test-short lint fmt build bench demo clean
+.PHONY: help test lint fmt build bench demo clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 test: ## run every test (starts its own PostgreSQL clusters and embedded etcd)
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
-
-test-short: ## the quick tests only: no PostgreSQL, no etcd
-	$(GO) test -short -count=1 $(PKGS)
 
 lint: ## gofmt, go vet and staticcheck; fails on any finding
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

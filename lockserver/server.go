@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path"
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
@@ -66,8 +67,16 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 	return s, nil
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. A path that is not in canonical form
+// ("..", ".", "//") is refused with the envelope here: http.ServeMux would
+// answer it with a bodiless redirect.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.Path; p == "" || p[0] != '/' || path.Clean(p) != p && path.Clean(p)+"/" != p {
+		writeError(w, http.StatusBadRequest, api.CodeInvalidRequest, fmt.Sprintf("path %q is not in canonical form", p))
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 func (s *Server) backendCtx(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
@@ -90,7 +99,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := s.store.Ping(ctx); err != nil {
 		s.log.Warn("backend not ready", "event", "backend_unready", "error", err.Error())
-		writeError(w, http.StatusServiceUnavailable, api.CodeBackendUnavailable, "backend did not answer: "+err.Error())
+		writeError(w, http.StatusServiceUnavailable, api.CodeBackendUnavailable, "the backend did not answer a ping")
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
@@ -219,19 +228,28 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, key string) {
 }
 
 // fail maps err to the error envelope (the one place where errors become
-// HTTP statuses) and logs the refusal.
+// HTTP statuses) and logs it. A backend failure is logged with its cause
+// and answered with a generic message: connection details stay in the log.
 func (s *Server) fail(w http.ResponseWriter, op, key string, err error, attrs ...any) {
 	status, code := statusOf(err)
-	attrs = append([]any{"event", op + "_refused", "op", op, "key", key, "code", string(code), "error", err.Error()}, attrs...)
+	if len(key) > api.MaxKeyLen {
+		key = key[:api.MaxKeyLen] + "..."
+	}
+	attrs = append([]any{"op", op, "key", key, "code", string(code), "error", err.Error()}, attrs...)
+	msg := err.Error()
 	switch {
 	case status >= 500:
-		s.log.Error("lock request failed", attrs...)
+		s.log.Error("lock request failed", append([]any{"event", op + "_failed"}, attrs...)...)
+		msg = fmt.Sprintf("%s %q: the backend did not answer in time; the outcome is unknown", op, key)
+		if code == api.CodeInternal {
+			msg = op + ": internal error"
+		}
 	case code == api.CodeLockHeld:
-		s.log.Debug("lock request refused", attrs...)
+		s.log.Debug("lock request refused", append([]any{"event", op + "_refused"}, attrs...)...)
 	default:
-		s.log.Info("lock request refused", attrs...)
+		s.log.Info("lock request refused", append([]any{"event", op + "_refused"}, attrs...)...)
 	}
-	writeError(w, status, code, err.Error())
+	writeError(w, status, code, msg)
 }
 
 // statusOf maps a store error to its HTTP status and stable code.

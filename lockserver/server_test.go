@@ -80,6 +80,11 @@ func TestBadRequestsGetTheEnvelopeAndChangeNothing(t *testing.T) {
 		{"revoke reason too long", "POST", "/v1/locks/payout:acct-1/revoke", ctJSON, `{"reason":"` + strings.Repeat("r", api.MaxReasonLen+1) + `"}`, 400, api.CodeInvalidRequest},
 		{"unknown operation", "POST", "/v1/locks/payout:acct-1/steal", ctJSON, `{}`, 404, api.CodeNotFound},
 		{"unknown route", "GET", "/v2/locks", "", ``, 404, api.CodeNotFound},
+		{"dot-dot path", "POST", "/v1/locks/../acquire", ctJSON, `{"owner":"w","ttlMs":1000}`, 400, api.CodeInvalidRequest},
+		{"double slash path", "GET", "/v1//locks/k", "", ``, 400, api.CodeInvalidRequest},
+		{"null body", "POST", "/v1/locks/payout:acct-1/revoke", ctJSON, `null`, 400, api.CodeInvalidRequest},
+		{"field name in capitals", "POST", "/v1/locks/k/acquire", ctJSON, `{"OWNER":"w","TTLMS":1000}`, 400, api.CodeInvalidRequest},
+		{"duplicate field", "POST", "/v1/locks/k/acquire", ctJSON, `{"owner":"w","owner":"x","ttlMs":1000}`, 400, api.CodeInvalidRequest},
 		{"GET an operation", "GET", "/v1/locks/payout:acct-1/release", "", ``, 405, api.CodeMethodNotAllowed},
 		{"DELETE a lock", "DELETE", "/v1/locks/payout:acct-1", "", ``, 405, api.CodeMethodNotAllowed},
 		{"token never granted", "POST", "/v1/locks/payout:acct-1/release", ctJSON, fmt.Sprintf(`{"owner":"worker-a","token":%d}`, g.Token+1000), 409, api.CodeLeaseNotHeld},
@@ -164,6 +169,9 @@ func TestBackendDownIs503Retryable(t *testing.T) {
 		_ = json.Unmarshal(rec.Body.Bytes(), &env)
 		if rec.Code != 503 || env.Error.Code != api.CodeBackendUnavailable || !env.Error.Retryable {
 			t.Fatalf("got %d %s; want 503 BACKEND_UNAVAILABLE retryable", rec.Code, rec.Body)
+		}
+		if strings.Contains(env.Error.Message, "connection refused") {
+			t.Fatalf("503 message leaks the backend's error: %q", env.Error.Message)
 		}
 	}
 }

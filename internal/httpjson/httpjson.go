@@ -5,12 +5,15 @@
 package httpjson
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
+	"strings"
 )
 
 // Codes produced by Decode.
@@ -46,10 +49,13 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Message }
 
-// Decode reads exactly one JSON object of at most limit bytes into dst,
-// refusing a Content-Type other than application/json (a missing one is
-// accepted), unknown fields, and anything after the object. It returns nil
-// or an *Error to answer with (see Write).
+// Decode reads exactly one JSON object of at most limit bytes into dst (a
+// pointer to a struct), refusing a Content-Type other than application/json
+// (a missing one is accepted), anything but an object (null included),
+// field names that do not match a json tag of dst exactly (encoding/json
+// alone would match them case-insensitively), a field given twice, and
+// anything after the object. It returns nil or an *Error to answer with
+// (see Write).
 func Decode(w http.ResponseWriter, r *http.Request, dst any, limit int64) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
@@ -57,25 +63,99 @@ func Decode(w http.ResponseWriter, r *http.Request, dst any, limit int64) error 
 			return &Error{http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, fmt.Sprintf("content type %q; send application/json", ct)}
 		}
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(dst)
-	if err == nil {
-		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
-			err = errors.New("trailing data after the JSON object")
-		}
-	}
-	if err == nil {
-		return nil
-	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
 		return &Error{http.StatusRequestEntityTooLarge, CodeBodyTooLarge, fmt.Sprintf("body larger than %d bytes", limit)}
 	}
-	if errors.Is(err, io.EOF) {
-		err = errors.New("empty body; send a JSON object")
+	if err != nil {
+		return &Error{http.StatusBadRequest, CodeInvalidRequest, "reading the body: " + err.Error()}
 	}
-	return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + err.Error()}
+	if err := checkObject(body, fieldsOf(dst)); err != nil {
+		return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + err.Error()}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + err.Error()}
+	}
+	return nil
+}
+
+// checkObject verifies that body is one JSON object whose keys are all in
+// fields (when fields is not nil), none repeated, with nothing after it.
+func checkObject(body []byte, fields map[string]bool) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if errors.Is(err, io.EOF) {
+		return errors.New("empty body; send a JSON object")
+	}
+	if err != nil {
+		return err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return fmt.Errorf("the body is %v, not a JSON object", describe(tok))
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key := tok.(string) // object keys are always strings
+		if seen[key] {
+			return fmt.Errorf("field %q is given twice", key)
+		}
+		seen[key] = true
+		if fields != nil && !fields[key] {
+			return fmt.Errorf("unknown field %q", key)
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
+}
+
+func describe(tok json.Token) string {
+	if tok == nil {
+		return "null"
+	}
+	return fmt.Sprintf("%T %v", tok, tok)
+}
+
+// fieldsOf returns the exact JSON names of the fields of the struct dst
+// points to, or nil when dst is not a pointer to a struct.
+func fieldsOf(dst any) map[string]bool {
+	t := reflect.TypeOf(dst)
+	if t == nil || t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	t = t.Elem()
+	names := map[string]bool{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch name {
+		case "-":
+			continue
+		case "":
+			name = f.Name
+		}
+		names[name] = true
+	}
+	return names
 }
 
 // WriteError answers with the envelope.

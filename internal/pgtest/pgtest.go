@@ -17,11 +17,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,6 +44,7 @@ var (
 	mainCalled bool
 
 	sharedOnce    sync.Once
+	sharedMu      sync.Mutex         // guards sharedCluster against cleanup
 	sharedCluster *pgcluster.Cluster // nil when EnvAdminURL is used
 	sharedAdmin   string             // admin URL of the shared server
 	sharedErr     error
@@ -54,16 +58,63 @@ var (
 // TestMain; NewDatabase fails a test whose binary did not.
 func Main(m *testing.M) {
 	mainCalled = true
+	// Ctrl-C or a kill of the test binary must not leave clusters and data
+	// directories behind: clean up, then exit as the signal would.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		if _, ok := <-sigs; ok {
+			fmt.Fprintln(os.Stderr, "pgtest: interrupted; removing test clusters")
+			cleanup()
+			os.Exit(130)
+		}
+	}()
 	code := m.Run()
-	if sharedCluster != nil {
-		if err := sharedCluster.Close(); err != nil {
-			fmt.Fprintf(os.Stderr, "pgtest: close shared cluster: %v\n", err)
-			if code == 0 {
-				code = 1
-			}
+	signal.Stop(sigs)
+	if err := cleanup(); err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+		if code == 0 {
+			code = 1
 		}
 	}
 	os.Exit(code)
+}
+
+var (
+	exitMu    sync.Mutex
+	exitFuncs []func() error
+)
+
+// AtExit registers f to run when Main ends, after the tests or on SIGINT
+// or SIGTERM, in reverse order of registration. Use it for fixtures shared
+// by a whole test binary (an embedded etcd, say) so that an interrupted run
+// leaves nothing behind.
+func AtExit(f func() error) {
+	exitMu.Lock()
+	defer exitMu.Unlock()
+	exitFuncs = append(exitFuncs, f)
+}
+
+// cleanup runs the AtExit functions and closes the shared cluster, once.
+func cleanup() error {
+	exitMu.Lock()
+	fs := exitFuncs
+	exitFuncs = nil
+	exitMu.Unlock()
+	var errs []error
+	for i := len(fs) - 1; i >= 0; i-- {
+		errs = append(errs, fs[i]())
+	}
+	sharedMu.Lock()
+	c := sharedCluster
+	sharedCluster = nil
+	sharedMu.Unlock()
+	if c != nil {
+		if err := c.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close shared cluster: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func shared() (string, error) {
@@ -79,7 +130,9 @@ func shared() (string, error) {
 			sharedErr = fmt.Errorf("start shared cluster (or set %s): %w", EnvAdminURL, err)
 			return
 		}
+		sharedMu.Lock()
 		sharedCluster, sharedAdmin = c, c.AdminDSN()
+		sharedMu.Unlock()
 	})
 	return sharedAdmin, sharedErr
 }
@@ -131,8 +184,16 @@ func NewCluster(t testing.TB) *pgcluster.Cluster {
 	if err != nil {
 		t.Fatalf("pgtest: start cluster: %v", err)
 	}
+	// Closed at the end of the test, or by Main if the run is interrupted
+	// first; Close of a closed cluster is harmless.
+	var once sync.Once
+	closeOnce := func() (err error) {
+		once.Do(func() { err = c.Close() })
+		return err
+	}
+	AtExit(closeOnce)
 	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
+		if err := closeOnce(); err != nil {
 			t.Errorf("pgtest: close cluster: %v", err)
 		}
 	})

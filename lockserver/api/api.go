@@ -214,7 +214,7 @@ func ValidateKey(key string) error {
 		if isAlnum(c) || (i > 0 && (c == '.' || c == '_' || c == ':' || c == '-')) {
 			continue
 		}
-		return fmt.Errorf("key has byte %q at offset %d; allowed: letters, digits, and . _ : - after the first byte", c, i)
+		return fmt.Errorf("key has byte %q at offset %d; allowed: letters, digits, and . _ : - after the first byte", key[i:i+1], i)
 	}
 	return nil
 }
@@ -233,7 +233,7 @@ func ValidateOwner(owner string) error {
 		if isAlnum(c) || c == '.' || c == '_' || c == ':' || c == '-' || c == '@' || c == '/' {
 			continue
 		}
-		return fmt.Errorf("owner has byte %q at offset %d; allowed: letters, digits, and . _ : - @ /", c, i)
+		return fmt.Errorf("owner has byte %q at offset %d; allowed: letters, digits, and . _ : - @ /", owner[i:i+1], i)
 	}
 	return nil
 }

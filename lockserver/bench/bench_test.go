@@ -47,13 +47,16 @@ var (
 	etcdErr     error
 )
 
-// sharedEtcd starts one embedded etcd member for the whole benchmark run.
-// It is left to die with the process: benchmarks are never run in `make test`.
+// sharedEtcd starts one embedded etcd member for the whole benchmark run;
+// pgtest.Main closes it (and removes its data) when the run ends.
 func sharedEtcd(b *testing.B) []string {
 	etcdOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		etcdCluster, etcdErr = embedded.Start(ctx, embedded.Config{})
+		if etcdErr == nil {
+			pgtest.AtExit(etcdCluster.Close)
+		}
 	})
 	if etcdErr != nil {
 		b.Fatalf("start etcd: %v", etcdErr)

@@ -263,6 +263,9 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("client: base URL %q is not an absolute http(s) URL", baseURL)
 	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, fmt.Errorf("client: base URL %q has a query, fragment or user info; give scheme, host and an optional path only", baseURL)
+	}
 	c := &Client{
 		base:  strings.TrimRight(u.String(), "/"),
 		doer:  &http.Client{},
@@ -344,7 +347,9 @@ func WithLeaseOwner(owner string) AcquireOption {
 }
 
 // WithAutoRenew renews the lease in the background every interval (0 means
-// a third of the granted TTL) until it is released or lost. A refused
+// a third of the granted TTL) until it is released or lost. An interval not
+// shorter than the lease's usable time (TTL minus the drift allowance) is
+// refused with ErrInvalidRequest. A refused
 // renewal loses the lease at once; a failed one is retried until the local
 // deadline passes.
 func WithAutoRenew(interval time.Duration) AcquireOption {
@@ -366,6 +371,9 @@ func (c *Client) acquireConfig(opts []AcquireOption) (acquireConfig, error) {
 	}
 	if c.usable(a.ttl) <= 0 {
 		return a, fmt.Errorf("%w: ttl %v leaves no time once the drift allowance (%.0f%% + %v) is taken off", ErrInvalidRequest, a.ttl, c.rate*100, c.margin)
+	}
+	if a.autoRenew && a.renewEach >= c.usable(a.ttl) {
+		return a, fmt.Errorf("%w: renew interval %v is not shorter than the lease's usable time %v; it would never renew in time", ErrInvalidRequest, a.renewEach, c.usable(a.ttl))
 	}
 	return a, nil
 }

@@ -285,7 +285,7 @@ func TestOptionsAreValidated(t *testing.T) {
 			t.Errorf("%s: New accepted it", name)
 		}
 	}
-	for _, u := range []string{"", "x", "ftp://host", "http://"} {
+	for _, u := range []string{"", "x", "ftp://host", "http://", "http://h:1?x=1", "http://h:1/#frag", "http://user:pw@h:1"} {
 		if _, err := client.New(u); err == nil {
 			t.Errorf("New(%q) accepted it", u)
 		}
@@ -297,6 +297,9 @@ func TestOptionsAreValidated(t *testing.T) {
 	// 2s of margin leaves nothing of a 2s lease: refused before sending.
 	if _, err := c.TryAcquire(context.Background(), "k", client.WithTTL(2*time.Second)); !errors.Is(err, client.ErrInvalidRequest) {
 		t.Fatalf("TryAcquire with an unusable TTL: %v; want ErrInvalidRequest", err)
+	}
+	if _, err := c.TryAcquire(context.Background(), "k", client.WithTTL(10*time.Second), client.WithAutoRenew(10*time.Second)); !errors.Is(err, client.ErrInvalidRequest) {
+		t.Fatalf("TryAcquire renewing every TTL: %v; want ErrInvalidRequest", err)
 	}
 	if _, err := c.TryAcquire(context.Background(), "bad key", client.WithTTL(10*time.Second)); !errors.Is(err, client.ErrInvalidRequest) {
 		t.Fatalf("TryAcquire with a bad key: %v; want ErrInvalidRequest", err)

@@ -14,7 +14,9 @@ import (
 type config struct {
 	// Store selects the backend: "postgres" or "etcd" (LOCK_STORE).
 	Store string
-	// Addr is the HTTP listen address (LOCK_HTTP_ADDR; else ":" + PORT; else ":8080").
+	// Addr is the HTTP listen address (LOCK_HTTP_ADDR; else ":" + PORT, the
+	// container platforms' convention; else "127.0.0.1:8080": the API has no
+	// authentication, so it listens on loopback unless told otherwise).
 	Addr string
 	// LockDBURL is the PostgreSQL DSN of lockdb (LOCKDB_URL), for Store=postgres.
 	LockDBURL string
@@ -35,6 +37,9 @@ type config struct {
 	LogLevel slog.Level
 }
 
+// maxTimeoutMs caps the timeout settings (one hour): longer is a typo.
+const maxTimeoutMs = 3_600_000
+
 // loadConfig reads the configuration through getenv and validates it.
 func loadConfig(getenv func(string) string) (config, error) {
 	c := config{
@@ -51,7 +56,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		c.Store = "postgres"
 	}
 	if c.Addr == "" {
-		c.Addr = ":8080"
+		c.Addr = "127.0.0.1:8080"
 		if p := getenv("PORT"); p != "" {
 			c.Addr = ":" + p
 		}
@@ -79,14 +84,14 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}{{"LOCK_REQUEST_TIMEOUT_MS", &c.RequestTimeout}, {"LOCK_SHUTDOWN_TIMEOUT_MS", &c.ShutdownTimeout}} {
 		if v := getenv(d.key); v != "" {
 			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 1 {
-				errs = append(errs, fmt.Errorf("%s=%q: want a positive number of milliseconds", d.key, v))
+			if err != nil || n < 1 || n > maxTimeoutMs {
+				errs = append(errs, fmt.Errorf("%s=%q: want a number of milliseconds between 1 and %d", d.key, v, maxTimeoutMs))
 			}
 			*d.dst = time.Duration(n) * time.Millisecond
 		}
 	}
 	if v := getenv("LOG_LEVEL"); v != "" {
-		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
+		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil || strings.ContainsAny(v, "+-") {
 			errs = append(errs, fmt.Errorf("LOG_LEVEL=%q: want debug, info, warn or error", v))
 		}
 	}

@@ -13,7 +13,7 @@ func TestConfigDefaultsAndOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Store != "postgres" || c.Addr != ":8080" || c.RequestTimeout != 5*time.Second || c.LockDBMaxConns != 16 {
+	if c.Store != "postgres" || c.Addr != "127.0.0.1:8080" || c.RequestTimeout != 5*time.Second || c.LockDBMaxConns != 16 {
 		t.Fatalf("defaults: %+v", c)
 	}
 	c, err = loadConfig(env(map[string]string{
@@ -39,6 +39,8 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{map[string]string{"LOCKDB_URL": "x", "LOCK_REQUEST_TIMEOUT_MS": "-5"}, "LOCK_REQUEST_TIMEOUT_MS"},
 		{map[string]string{"LOCKDB_URL": "x", "LOCKDB_MAX_CONNS": "many"}, "LOCKDB_MAX_CONNS"},
 		{map[string]string{"LOCKDB_URL": "x", "LOG_LEVEL": "loud"}, "LOG_LEVEL"},
+		{map[string]string{"LOCKDB_URL": "x", "LOG_LEVEL": "DEBUG+2"}, "LOG_LEVEL"},
+		{map[string]string{"LOCKDB_URL": "x", "LOCK_REQUEST_TIMEOUT_MS": "9223372036854775807"}, "LOCK_REQUEST_TIMEOUT_MS"},
 	} {
 		_, err := loadConfig(env(tc.env))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -30,6 +30,9 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// After the first signal, the default behaviour returns: a second one
+	// stops the process at once instead of waiting for the drain.
+	context.AfterFunc(ctx, stop)
 	if err := run(ctx, os.Getenv, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "lock-server:", err)
 		os.Exit(1)
@@ -64,10 +67,11 @@ func run(ctx context.Context, getenv func(string) string, ready chan<- net.Addr)
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      cfg.RequestTimeout + 5*time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ReadTimeout:       5 * time.Second, // bodies are at most 4 KiB
+
+		WriteTimeout: cfg.RequestTimeout + 5*time.Second,
+		IdleTimeout:  2 * time.Minute,
+		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -85,7 +89,10 @@ func run(ctx context.Context, getenv func(string) string, ready chan<- net.Addr)
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+		// A client that never finishes its request holds the drain open;
+		// past the timeout, cut every connection rather than hang.
+		log.Warn("drain timed out; closing the remaining connections", "event", "server_drain_timeout", "error", err.Error())
+		_ = srv.Close()
 	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)

@@ -1,0 +1,53 @@
+package httpjson
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+type req struct {
+	Owner string `json:"owner"`
+	TTLMs int64  `json:"ttlMs"`
+	Note  string `json:"note,omitempty"`
+}
+
+func TestDecodeIsStrict(t *testing.T) {
+	for _, tc := range []struct {
+		body   string
+		status int
+	}{
+		{`{"owner":"a","ttlMs":1000}`, 0},
+		{`  {"owner":"a"}  `, 0},
+		{`{}`, 0},
+		{`null`, 400},
+		{`[]`, 400},
+		{`"x"`, 400},
+		{``, 400},
+		{`{"OWNER":"a"}`, 400},
+		{`{"Owner":"a"}`, 400},
+		{`{"owner":"a","owner":"b"}`, 400},
+		{`{"owner":"a","extra":1}`, 400},
+		{`{"owner":"a"} {}`, 400},
+		{`{"owner":"a"`, 400},
+		{`{"ttlMs":"5"}`, 400},
+		{`{"owner":"a","note":"` + strings.Repeat("x", 100) + `"}` + strings.Repeat(" ", 200), 413},
+	} {
+		r := httptest.NewRequest("POST", "/", strings.NewReader(tc.body))
+		var got req
+		err := Decode(httptest.NewRecorder(), r, &got, 256)
+		status := 0
+		if err != nil {
+			status = err.(*Error).Status
+		}
+		if status != tc.status {
+			t.Errorf("Decode(%.60q) status %d (%v); want %d", tc.body, status, err, tc.status)
+		}
+	}
+	r := httptest.NewRequest("POST", "/", strings.NewReader(`{}`))
+	r.Header.Set("Content-Type", "text/plain")
+	if err := Decode(httptest.NewRecorder(), r, &req{}, 256); err == nil || err.(*Error).Status != http.StatusUnsupportedMediaType {
+		t.Errorf("text/plain: %v; want 415", err)
+	}
+}
