@@ -161,11 +161,11 @@ func (c Config) poolConfig() (*pgxpool.Config, error) {
 			pc.ConnConfig.ConnectTimeout = DefaultConnectTimeout
 		}
 	}
-	// Discard connections the server closed (a restart, a failover) before
-	// they are used, so the first call after a restart does not fail.
-	pc.PrepareConn = func(_ context.Context, conn *pgx.Conn) (bool, error) {
-		return connAlive(conn.PgConn().Conn()), nil
-	}
+	// No pre-use check of idle connections: a connection the server closed
+	// (restart, failover) fails its next call with ErrUnavailable and is
+	// discarded, and the caller retries (the SDK does). A socket peek here
+	// once deadlocked against pgconn's background reader, which can hold
+	// the socket's read lock on an idle connection after a slow write.
 	return pc, nil
 }
 
