@@ -27,8 +27,8 @@ build: ## build every command into ./bin
 bench: ## the lock-service benchmarks: SDK + lock-server vs the raw backend primitive
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./lockserver/bench/
 
-demo: ## the main job (see README): for now, one lease through the SDK on an embedded etcd
-	$(GO) run ./local demo
+demo: ## the fencing experiment on real processes, 2 backends x 4 fencing cells; writes harness/out/summary.json
+	$(GO) run ./harness/cmd/experiment -out harness/out
 
 clean: ## remove build output
 	rm -rf $(BIN)

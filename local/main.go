@@ -1,5 +1,11 @@
 // Command local runs the system on this machine, on loopback only.
 //
+//	go run ./local up      the whole stack as separate processes (package
+//	                       local/stack): PostgreSQL clusters, etcd or
+//	                       lockdb, the Pub/Sub fake, lock-server, rail-stub,
+//	                       rail-proxy, payment-resource and executors; prints
+//	                       every URL and runs until Ctrl-C
+//	                       (flags: go run ./local up -h)
 //	go run ./local demo    one lease through the SDK: an embedded etcd, a
 //	                       lock-server in front of it, two workers contending
 //	                       for payout:acct-7 (the stand-in for `make demo`
@@ -31,17 +37,31 @@ import (
 
 func main() {
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: go run ./local demo")
+		fmt.Fprintln(os.Stderr, "usage: go run ./local up [flags] | go run ./local demo")
 	}
 	flag.Parse()
-	if flag.NArg() != 1 || flag.Arg(0) != "demo" {
+	if flag.NArg() < 1 {
 		flag.Usage()
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := demo(ctx, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "local demo:", err)
+	var err error
+	switch flag.Arg(0) {
+	case "demo":
+		if flag.NArg() != 1 {
+			flag.Usage()
+			os.Exit(2)
+		}
+		err = demo(ctx, os.Stdout)
+	case "up":
+		err = up(ctx, flag.Args()[1:], os.Stdout)
+	default:
+		flag.Usage()
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "local %s: %v\n", flag.Arg(0), err)
 		os.Exit(1)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
 
@@ -51,7 +52,13 @@ func selfStop(target string, log *slog.Logger) executor.Hooks {
 		}
 		once.Do(func() {
 			log.Warn("stopping self before the rail submission", "event", "self_stop", "payoutId", e.PayoutID, "accountId", e.AccountID, "token", token, "pid", os.Getpid())
-			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			// SIGSTOP sent to the process may be taken by another thread while
+			// this one runs on for a moment, long enough to reach the rail.
+			// Sent to this very thread, it stops the process before Tgkill
+			// returns.
+			runtime.LockOSThread()
+			_ = syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
+			runtime.UnlockOSThread()
 			log.Warn("resumed after SIGCONT; carrying on as if the lease were still held", "event", "self_resumed", "payoutId", e.PayoutID, "token", token)
 		})
 	}}

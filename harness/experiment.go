@@ -1,0 +1,566 @@
+// Package harness runs the fencing experiment (mission task T-042) on a
+// stack of real processes (package local/stack) and reports what happened.
+//
+// One run, for one lock backend and one setting of the two fencing kill
+// switches:
+//
+//  1. a stack starts with executors A and B; A is armed to SIGSTOP itself
+//     after its last lease check and before its rail submission of payout
+//     p-1 (EXECUTOR_SELF_STOP_BEFORE_SUBMIT);
+//  2. account acct-7 and payout p-1 are created through payment-resource,
+//     which publishes the payout event to the Pub/Sub fake;
+//  3. the harness plays the push subscription: it pulls the event and
+//     posts it, wrapped as a push request, to A;
+//  4. A takes the lease on payout:acct-7, claims the payout and stops
+//     itself; the harness sees the process in state T;
+//  5. A's lease expires on the server's schedule: the harness polls
+//     lock-server until the lease with A's token is gone;
+//  6. the same message is delivered to B, as Pub/Sub redelivers a message
+//     whose push was not answered in time; B takes the lease with a larger
+//     token and completes the payout;
+//  7. A is continued with SIGCONT and carries on as if it still held the
+//     lease; the harness waits for its push answer.
+//
+// The outcome is measured only from the rail-stub's record (GET
+// /submissions) and the ledger (payment-resource's GET /v1/audit, plus the
+// comparison of rail acknowledgements with debits), never from what the
+// workers say; the tokens and refusals are read from the services' JSON
+// logs (lease_acquired, fenced_out).
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
+)
+
+// The payout of the experiment, as in the mission's illustration.
+const (
+	// AccountID is the account whose lock the two workers contend for.
+	AccountID = "acct-7"
+	// PayoutID is the payout both workers execute.
+	PayoutID = "p-1"
+	// AmountMinor is the payout's amount in cents.
+	AmountMinor = 2500
+	// Currency is the payout's currency.
+	Currency = "EUR"
+	// OpeningBalanceMinor is acct-7's opening balance.
+	OpeningBalanceMinor = 1_000_000
+)
+
+// DefaultLeaseTTL is the executors' lease TTL in the experiment: short, so
+// that A's lease expires soon after A stops (etcd rounds a TTL up to whole
+// seconds), long enough for a claim and a submission on a loaded machine.
+const DefaultLeaseTTL = 1500 * time.Millisecond
+
+// Backends are the lock backends of the matrix, in run order.
+var Backends = []string{stack.BackendPostgres, stack.BackendEtcd}
+
+// Cell is one setting of the two fencing kill switches.
+type Cell struct {
+	// PaymentFencing is payment.fencing.enabled.
+	PaymentFencing bool
+	// RailFencing is rail.proxy.fencing.enabled.
+	RailFencing bool
+}
+
+// Cells are the four fencing cells, in run order.
+var Cells = []Cell{{true, true}, {true, false}, {false, true}, {false, false}}
+
+// Name returns "both-on", "payment-only", "rail-only" or "both-off".
+func (c Cell) Name() string {
+	switch {
+	case c.PaymentFencing && c.RailFencing:
+		return "both-on"
+	case c.PaymentFencing:
+		return "payment-only"
+	case c.RailFencing:
+		return "rail-only"
+	}
+	return "both-off"
+}
+
+// FencedOut is one fenced_out event: a fence point refused a stale token.
+type FencedOut struct {
+	// Resource is what the fence point protects: "rail", "account" or
+	// "payout".
+	Resource string `json:"resource"`
+	// PresentedToken is the refused token.
+	PresentedToken int64 `json:"presentedToken"`
+	// HighestToken is the highest token the fence point had accepted.
+	HighestToken int64 `json:"highestToken"`
+}
+
+// Summary is the measured outcome of one run, the object of the JSON
+// summary.
+type Summary struct {
+	Backend        string `json:"backend"`
+	PaymentFencing bool   `json:"paymentFencing"`
+	RailFencing    bool   `json:"railFencing"`
+	PayoutID       string `json:"payoutId"`
+	// TokenA and TokenB are the tokens of A's and B's grants, from the
+	// executors' lease_acquired events.
+	TokenA int64 `json:"tokenA"`
+	TokenB int64 `json:"tokenB"`
+	// RailSubmissions counts the rail-stub's records for the payout.
+	RailSubmissions int `json:"railSubmissions"`
+	// Debits counts the payout debit transactions in the ledger.
+	Debits int `json:"debits"`
+	// FencedOut lists the fenced_out events of both fence points, in time
+	// order; never nil.
+	FencedOut []FencedOut `json:"fencedOut"`
+	// LedgerBalanced is true when paydb's audit finds no violation and
+	// every rail acknowledgement has its debit.
+	LedgerBalanced bool `json:"ledgerBalanced"`
+}
+
+// Run is everything one run produced.
+type Run struct {
+	// Summary is the measured outcome.
+	Summary Summary
+	// Cell is the fencing cell of the run.
+	Cell Cell
+	// Events are the structured log events of every process, plus the
+	// harness's own steps (service "harness"), in time order.
+	Events []Event
+	// Dir is the run folder holding each process's log.
+	Dir string
+	// Stopped and Continued are when A was seen stopped and was sent
+	// SIGCONT; LeaseGone is when lock-server first reported A's lease gone.
+	Stopped, LeaseGone, Continued time.Time
+	// AnswerA and AnswerB are the executors' push answers ("409
+	// FENCED_OUT", "200 posted").
+	AnswerA, AnswerB string
+	// Audit is payment-resource's audit report, as it answered.
+	Audit json.RawMessage
+	// Took is the run's duration, stack start and stop included.
+	Took time.Duration
+	// Attempts counts the runs made for this cell (see RunCell).
+	Attempts int
+}
+
+// Options configure RunCell.
+type Options struct {
+	// BinDir holds prebuilt binaries (stack.Build). Default: each stack
+	// builds them into its run folder.
+	BinDir string
+	// OutDir receives one run folder per run (OutDir/runs/BACKEND-CELL).
+	// Default: a temporary directory per run.
+	OutDir string
+	// LeaseTTL is the executors' lease TTL. Default DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	// Log receives the stack's progress lines. Default: discard.
+	Log *slog.Logger
+}
+
+// errStoppedLate: A's SIGSTOP took effect only after A had already sent
+// its rail submission, so the run does not show a paused holder. The
+// executor's hook signals the whole process with kill(2); unless the
+// calling goroutine happens to run on the main thread, the kernel hands
+// the stop to another thread and the caller runs on for microseconds to
+// milliseconds, long enough to send its request. (The fix belongs in
+// functions/cmd/executor: runtime.LockOSThread, then tgkill(2) to the
+// calling thread, which then stops before kill returns.) RunCell retries
+// such a run on a fresh stack.
+var errStoppedLate = errors.New("executor A reached rail-proxy before its SIGSTOP took effect")
+
+// maxAttempts bounds the runs RunCell makes for one cell when A stops late.
+const maxAttempts = 8
+
+// reachedRailProxy reports whether rail-proxy's log has an event of owner.
+func reachedRailProxy(st *stack.Stack, owner string) (bool, error) {
+	for _, p := range st.Processes() {
+		if p.Name() != "rail-proxy" {
+			continue
+		}
+		evs, err := readEvents([]*stack.Process{p})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs {
+			if e.Owner() == owner {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// stepTimeout bounds each wait of a run: a pull, a stop, an expiry, an
+// answer. Each normally takes well under two seconds.
+const stepTimeout = 20 * time.Second
+
+// RunCell runs the experiment on a fresh stack and stops the stack before
+// it returns. A run in which A's SIGSTOP took effect only after A had sent
+// its rail submission is discarded and repeated on a fresh stack (up to
+// maxAttempts runs); Run.Attempts counts them.
+func RunCell(ctx context.Context, backend string, cell Cell, opt Options) (*Run, error) {
+	t0 := time.Now()
+	for attempt := 1; ; attempt++ {
+		r, err := runOnce(ctx, backend, cell, opt)
+		if errors.Is(err, errStoppedLate) && attempt < maxAttempts {
+			if opt.Log != nil {
+				opt.Log.Warn("discarding run: A stopped after its rail submission; repeating", "backend", backend, "cell", cell.Name(), "attempt", attempt)
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		r.Attempts = attempt
+		r.Took = time.Since(t0)
+		return r, nil
+	}
+}
+
+func runOnce(ctx context.Context, backend string, cell Cell, opt Options) (*Run, error) {
+	if opt.LeaseTTL == 0 {
+		opt.LeaseTTL = DefaultLeaseTTL
+	}
+	dir := ""
+	if opt.OutDir != "" {
+		dir = filepath.Join(opt.OutDir, "runs", backend+"-"+cell.Name())
+		// A fresh folder per attempt: the logs are the evidence.
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, err
+		}
+	}
+	st, err := stack.Start(ctx, stack.Config{
+		Backend: backend, PaymentFencing: cell.PaymentFencing, RailFencing: cell.RailFencing,
+		Executors: []stack.ExecutorSpec{{Name: "A", SelfStopBefore: PayoutID}, {Name: "B"}},
+		Dir:       dir, BinDir: opt.BinDir, LeaseTTL: opt.LeaseTTL, Log: opt.Log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer st.Stop()
+	r := &Run{Cell: cell, Dir: st.Dir()}
+	r.Summary = Summary{Backend: backend, PaymentFencing: cell.PaymentFencing, RailFencing: cell.RailFencing, PayoutID: PayoutID, FencedOut: []FencedOut{}}
+	var marks []Event
+	mark := func(name string, attrs map[string]any) {
+		marks = append(marks, Event{Time: time.Now(), Service: "harness", Name: name, Attrs: attrs})
+	}
+	if err := r.drive(ctx, st, mark); err != nil {
+		return nil, fmt.Errorf("%s/%s: %w (logs in %s)", backend, cell.Name(), err, st.Dir())
+	}
+	if err := r.measure(ctx, st); err != nil {
+		return nil, fmt.Errorf("%s/%s: %w (logs in %s)", backend, cell.Name(), err, st.Dir())
+	}
+	st.Stop() // every log complete
+	evs, err := readEvents(st.Processes())
+	if err != nil {
+		return nil, err
+	}
+	r.Events = mergeEvents(evs, marks)
+	if err := r.fromLogs(); err != nil {
+		return nil, fmt.Errorf("%s/%s: %w (logs in %s)", backend, cell.Name(), err, st.Dir())
+	}
+	return r, nil
+}
+
+// drive performs the experiment's steps.
+func (r *Run) drive(ctx context.Context, st *stack.Stack, mark func(string, map[string]any)) error {
+	pay := st.PaymentResourceURL()
+	if code, body, err := postJSON(ctx, pay+"/v1/accounts", map[string]any{"accountId": AccountID, "currency": Currency, "openingBalanceMinor": OpeningBalanceMinor}); err != nil || code != http.StatusCreated {
+		return fmt.Errorf("create account: %d %s %v", code, body, err)
+	}
+	if code, body, err := postJSON(ctx, pay+"/v1/payouts", map[string]any{"payoutId": PayoutID, "accountId": AccountID, "amountMinor": AmountMinor, "currency": Currency}); err != nil || code != http.StatusCreated {
+		return fmt.Errorf("create payout: %d %s %v", code, body, err)
+	}
+	msg, err := pullOne(ctx, st.PubSubAddr())
+	if err != nil {
+		return err
+	}
+	mark("message_pulled", map[string]any{"messageId": msg.ID, "orderingKey": msg.OrderingKey})
+
+	a := st.Executor("A")
+	bodyA, err := payoutevent.EncodeRaw(msg.Data, msg.Attributes, msg.ID, msg.OrderingKey, 1)
+	if err != nil {
+		return err
+	}
+	answerA := make(chan string, 1)
+	// Ends when A answers or ctx ends (the request is bound to ctx).
+	go func() { answerA <- push(ctx, st.ExecutorURL("A"), bodyA) }()
+	mark("push_sent", map[string]any{"ownerId": "A", "deliveryAttempt": 1})
+
+	// A stops itself at the point between its last lease check and the rail.
+	if err := poll(ctx, "executor A to stop itself", func() (bool, error) {
+		select {
+		case ans := <-answerA:
+			return false, fmt.Errorf("executor A answered %q before stopping itself", ans)
+		default:
+		}
+		return a.State() == 'T', nil
+	}); err != nil {
+		return err
+	}
+	r.Stopped = time.Now()
+	mark("process_stopped", map[string]any{"ownerId": "A", "pid": a.PID()})
+	if early, err := reachedRailProxy(st, "A"); err != nil {
+		return err
+	} else if early {
+		return errStoppedLate
+	}
+	tokenA, err := tokenOf(a, "A")
+	if err != nil {
+		return err
+	}
+
+	// The server's schedule, not the worker's, ends the lease.
+	key := payoutevent.Event{AccountID: AccountID}.LockKey()
+	if err := poll(ctx, "lock-server to expire A's lease", func() (bool, error) {
+		var state struct {
+			Held  bool `json:"held"`
+			Lease *struct {
+				Token int64 `json:"token"`
+			} `json:"lease"`
+		}
+		if err := getJSON(ctx, st.LockServerURL()+"/v1/locks/"+url.PathEscape(key), &state); err != nil {
+			return false, err
+		}
+		return !state.Held || state.Lease == nil || state.Lease.Token != tokenA, nil
+	}); err != nil {
+		return err
+	}
+	r.LeaseGone = time.Now()
+	mark("lease_gone", map[string]any{"ownerId": "A", "token": tokenA, "lock": key})
+
+	bodyB, err := payoutevent.EncodeRaw(msg.Data, msg.Attributes, msg.ID, msg.OrderingKey, 2)
+	if err != nil {
+		return err
+	}
+	mark("push_sent", map[string]any{"ownerId": "B", "deliveryAttempt": 2})
+	r.AnswerB = push(ctx, st.ExecutorURL("B"), bodyB)
+	mark("push_answered", map[string]any{"ownerId": "B", "answer": r.AnswerB})
+
+	if err := a.Signal(continueSignal); err != nil {
+		return err
+	}
+	r.Continued = time.Now()
+	mark("process_continued", map[string]any{"ownerId": "A", "pid": a.PID()})
+	select {
+	case r.AnswerA = <-answerA:
+	case <-time.After(stepTimeout):
+		return errors.New("executor A did not answer its push after SIGCONT")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	mark("push_answered", map[string]any{"ownerId": "A", "answer": r.AnswerA})
+	return nil
+}
+
+// measure reads the outcome from the rail-stub and the ledger.
+func (r *Run) measure(ctx context.Context, st *stack.Stack) error {
+	var subs struct {
+		Submissions []struct {
+			Answer struct {
+				Status string `json:"status"`
+			} `json:"answer"`
+		} `json:"submissions"`
+	}
+	if err := getJSON(ctx, st.RailStubURL()+"/submissions?payoutId="+url.QueryEscape(PayoutID), &subs); err != nil {
+		return fmt.Errorf("rail-stub submissions: %w", err)
+	}
+	acks := 0
+	for _, s := range subs.Submissions {
+		if s.Answer.Status == "ACK" {
+			acks++
+		}
+	}
+	var audit struct {
+		Balanced bool `json:"balanced"`
+		Debits   int  `json:"debits"`
+	}
+	raw, err := getRaw(ctx, st.PaymentResourceURL()+"/v1/audit")
+	if err != nil {
+		return fmt.Errorf("ledger audit: %w", err)
+	}
+	if err := json.Unmarshal(raw, &audit); err != nil {
+		return fmt.Errorf("ledger audit: %w", err)
+	}
+	r.Audit = raw
+	r.Summary.RailSubmissions = len(subs.Submissions)
+	r.Summary.Debits = audit.Debits
+	r.Summary.LedgerBalanced = audit.Balanced && acks == audit.Debits
+	return nil
+}
+
+// fromLogs fills the tokens and refusals of the summary from the events.
+func (r *Run) fromLogs() error {
+	for _, e := range r.Events {
+		switch {
+		case e.Service == "executor" && e.Name == "lease_acquired" && e.Owner() == "A" && r.Summary.TokenA == 0:
+			r.Summary.TokenA = e.Int("token")
+		case e.Service == "executor" && e.Name == "lease_acquired" && e.Owner() == "B" && r.Summary.TokenB == 0:
+			r.Summary.TokenB = e.Int("token")
+		case e.Name == "fenced_out":
+			r.Summary.FencedOut = append(r.Summary.FencedOut, FencedOut{
+				Resource: e.Str("resource"), PresentedToken: e.Int("presentedToken"), HighestToken: e.Int("highestToken"),
+			})
+		}
+	}
+	if r.Summary.TokenA == 0 || r.Summary.TokenB == 0 {
+		return fmt.Errorf("lease_acquired events: token A %d, token B %d; want both", r.Summary.TokenA, r.Summary.TokenB)
+	}
+	return nil
+}
+
+// tokenOf returns the token of owner's lease_acquired event in p's log.
+func tokenOf(p *stack.Process, owner string) (int64, error) {
+	evs, err := readEvents([]*stack.Process{p})
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range evs {
+		if e.Name == "lease_acquired" && e.Owner() == owner {
+			return e.Int("token"), nil
+		}
+	}
+	return 0, fmt.Errorf("no lease_acquired event of %s in %s", owner, p.LogPath())
+}
+
+// pullOne pulls the first message from the stack's subscription and
+// acknowledges it to the fake: from here on the harness is the push
+// subscription, delivering and redelivering it itself.
+func pullOne(ctx context.Context, addr string) (*pubsub.Message, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	c, err := pubsub.NewClient(ctx, stack.PubSubProject, option.WithGRPCConn(conn))
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	rctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	var got *pubsub.Message
+	err = c.Subscriber(stack.PubSubSubscription).Receive(rctx, func(_ context.Context, m *pubsub.Message) {
+		if got == nil {
+			got = m
+			m.Ack()
+			cancel()
+			return
+		}
+		m.Nack()
+	})
+	if got == nil {
+		return nil, fmt.Errorf("no payout event on subscription %s: %v (%w)", stack.PubSubSubscription, err, rctx.Err())
+	}
+	return got, nil
+}
+
+// push posts a push body to an executor and returns "STATUS CODE-or-outcome".
+func push(ctx context.Context, endpoint string, body []byte) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
+	if err != nil {
+		return "error " + err.Error()
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "error " + err.Error()
+	}
+	defer resp.Body.Close()
+	var ans struct {
+		Outcome string `json:"outcome"`
+		Error   struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	b, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(b, &ans)
+	detail := ans.Outcome
+	if detail == "" {
+		detail = ans.Error.Code
+	}
+	return fmt.Sprintf("%d %s", resp.StatusCode, detail)
+}
+
+// poll calls cond every 20 ms until it reports true or an error, or
+// stepTimeout passes.
+func poll(ctx context.Context, what string, cond func() (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, err := cond()
+		if err != nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func postJSON(ctx context.Context, u string, v any) (int, string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0, "", err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(b))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), nil
+}
+
+func getRaw(ctx context.Context, u string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s: %s", u, resp.Status, bytes.TrimSpace(b))
+	}
+	return b, nil
+}
+
+func getJSON(ctx context.Context, u string, v any) error {
+	b, err := getRaw(ctx, u)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}

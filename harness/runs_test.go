@@ -1,0 +1,83 @@
+package harness_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/harness"
+	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
+)
+
+// The runs of this test binary are shared: each (backend, cell) runs at
+// most once, whichever test asks first, and every test reads the same Run.
+// The binaries and run folders live in work, removed at exit unless a test
+// failed (then its path is printed, the logs being the evidence).
+var (
+	workOnce sync.Once
+	work     string
+	workErr  error
+
+	runsMu sync.Mutex
+	runs   = map[string]*sharedRun{}
+)
+
+type sharedRun struct {
+	once sync.Once
+	run  *harness.Run
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if work != "" {
+		if code == 0 {
+			_ = os.RemoveAll(work)
+		} else {
+			fmt.Fprintf(os.Stderr, "harness: binaries and run folders kept in %s\n", work)
+		}
+	}
+	os.Exit(code)
+}
+
+// runOf returns the run of backend and cell, starting it on first use.
+func runOf(t *testing.T, backend string, cell harness.Cell) *harness.Run {
+	t.Helper()
+	workOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if work, workErr = os.MkdirTemp("", "harness-test-"); workErr != nil {
+			return
+		}
+		workErr = stack.Build(ctx, filepath.Join(work, "bin"))
+	})
+	if workErr != nil {
+		t.Fatal(workErr)
+	}
+	key := backend + "-" + cell.Name()
+	runsMu.Lock()
+	sr := runs[key]
+	if sr == nil {
+		sr = &sharedRun{}
+		runs[key] = sr
+	}
+	runsMu.Unlock()
+	sr.once.Do(func() {
+		// Bounded on its own: a run may serve several tests.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		t0 := time.Now()
+		sr.run, sr.err = harness.RunCell(ctx, backend, cell, harness.Options{BinDir: filepath.Join(work, "bin"), OutDir: work})
+		t.Logf("ran %s in %v", key, time.Since(t0).Round(10*time.Millisecond))
+	})
+	if sr.err != nil {
+		t.Fatal(sr.err)
+	}
+	return sr.run
+}

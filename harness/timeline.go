@@ -1,0 +1,117 @@
+package harness
+
+import (
+	"fmt"
+	"html"
+	"strings"
+	"time"
+)
+
+// timelineSVG draws one run on the server's clock: A's and B's leases (from
+// grant to last known expiry or release), A's pause, and every write
+// attempt at a fence point with its token and verdict.
+func timelineSVG(r *Run) []byte {
+	type lease struct{ from, to time.Time }
+	leases := map[string]*lease{}
+	type mark struct {
+		at      time.Time
+		owner   string
+		label   string
+		refused bool
+	}
+	var marks []mark
+	var start, end time.Time
+	for _, e := range r.Events {
+		o := e.Owner()
+		switch {
+		case e.Service == "lock-server" && (e.Name == "lock_granted" || e.Name == "lease_renewed"):
+			exp, _ := time.Parse(time.RFC3339Nano, e.Str("expiresAt"))
+			if leases[o] == nil {
+				leases[o] = &lease{from: e.Time}
+			}
+			leases[o].to = exp
+		case e.Service == "lock-server" && e.Name == "lease_released":
+			if l := leases[o]; l != nil {
+				l.to = e.Time
+			}
+		case e.Service == "rail-proxy" && e.Name == "rail_submission_forwarding":
+			marks = append(marks, mark{e.Time, o, fmt.Sprintf("rail token %d: forwarded", e.Int("token")), false})
+		case e.Name == "fenced_out":
+			marks = append(marks, mark{e.Time, o, fmt.Sprintf("%s token %d: FENCED_OUT (%d)", e.Str("resource"), e.Int("presentedToken"), e.Int("highestToken")), true})
+		case e.Service == "payment-resource" && e.Name == "payout_claimed":
+			marks = append(marks, mark{e.Time, o, fmt.Sprintf("claim token %d: ok", e.Int("token")), false})
+		case e.Service == "payment-resource" && e.Name == "payout_posted":
+			marks = append(marks, mark{e.Time, o, fmt.Sprintf("debit token %d: posted", e.Int("token")), false})
+		case e.Service == "payment-resource" && e.Name == "result_replayed":
+			marks = append(marks, mark{e.Time, o, fmt.Sprintf("result token %d: replay", e.Int("token")), false})
+		}
+	}
+	for _, l := range leases {
+		if start.IsZero() || l.from.Before(start) {
+			start = l.from
+		}
+		if l.to.After(end) {
+			end = l.to
+		}
+	}
+	for _, m := range marks {
+		if m.at.After(end) {
+			end = m.at
+		}
+	}
+	if r.Continued.After(end) {
+		end = r.Continued
+	}
+	if start.IsZero() || !end.After(start) {
+		return []byte(`<svg xmlns="http://www.w3.org/2000/svg" width="200" height="20"><text x="4" y="14">no events</text></svg>`)
+	}
+	const w, left, right = 960.0, 60.0, 20.0
+	span := end.Sub(start).Seconds() * 1.05
+	x := func(t time.Time) float64 { return left + (w-left-right)*t.Sub(start).Seconds()/span }
+	row := map[string]float64{"A": 60, "B": 200}
+	var b strings.Builder
+	s := r.Summary
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="340" font-family="monospace" font-size="11">`+"\n", w)
+	fmt.Fprintf(&b, `<text x="10" y="18" font-size="13">%s backend, payment fencing %s, rail fencing %s: rail %d, debits %d, balanced %v</text>`+"\n",
+		s.Backend, onOff(s.PaymentFencing), onOff(s.RailFencing), s.RailSubmissions, s.Debits, s.LedgerBalanced)
+	if !r.Stopped.IsZero() {
+		fmt.Fprintf(&b, `<rect x="%.1f" y="40" width="%.1f" height="50" fill="#ddd"/><text x="%.1f" y="36">A paused (SIGSTOP .. SIGCONT)</text>`+"\n",
+			x(r.Stopped), x(r.Continued)-x(r.Stopped), x(r.Stopped))
+	}
+	for _, o := range []string{"A", "B"} {
+		y := row[o]
+		fmt.Fprintf(&b, `<text x="10" y="%.0f" font-size="13">%s</text>`+"\n", y+14, o)
+		if l := leases[o]; l != nil {
+			tok := s.TokenA
+			if o == "B" {
+				tok = s.TokenB
+			}
+			// A label that would run off the right edge ends at its anchor.
+			tx, anchor := x(l.from)+3, "start"
+			if tx > 600 {
+				tx, anchor = x(l.to)-3, "end"
+			}
+			fmt.Fprintf(&b, `<rect x="%.1f" y="%.0f" width="%.1f" height="18" fill="#9cf"/><text x="%.1f" y="%.0f" text-anchor="%s">lease token %d (server clock)</text>`+"\n",
+				x(l.from), y, max(x(l.to)-x(l.from), 2), tx, y+13, anchor, tok)
+		}
+	}
+	n := map[string]int{}
+	for _, m := range marks {
+		y := row[m.owner] + 30 + float64(n[m.owner])*16
+		n[m.owner]++
+		color := "#080"
+		if m.refused {
+			color = "#c00"
+		}
+		tx, anchor := x(m.at)+5, "start"
+		if tx > 600 {
+			tx, anchor = x(m.at)-5, "end"
+		}
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="%s"/><circle cx="%.1f" cy="%.0f" r="3" fill="%s"/><text x="%.1f" y="%.0f" fill="%s" text-anchor="%s">%s</text>`+"\n",
+			x(m.at), row[m.owner], x(m.at), y, color, x(m.at), y, color, tx, y+4, color, anchor, html.EscapeString(m.label))
+	}
+	fmt.Fprintf(&b, `<line x1="%.0f" y1="320" x2="%.0f" y2="320" stroke="#000"/><text x="%.0f" y="334">0 s</text><text x="%.0f" y="334" text-anchor="end">%.2f s</text>`+"\n",
+		left, w-right, left, w-right, span)
+	b.WriteString("</svg>\n")
+	return []byte(b.String())
+}

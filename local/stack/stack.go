@@ -1,0 +1,622 @@
+// Package stack starts the whole payout system on this machine as separate
+// operating-system processes on loopback, the way the fencing experiment
+// needs it: a worker that is a process of its own can be stopped with a
+// real SIGSTOP.
+//
+// A Stack is, in start order:
+//
+//   - a throwaway PostgreSQL cluster for paydb and raildb, and, with the
+//     postgres backend, a second one for lockdb (internal/pgcluster; the
+//     two are separate so that an experiment can kill one and keep the
+//     other);
+//   - with the etcd backend, etcd in its own process (etcd/cmd/etcd-local);
+//   - the Pub/Sub fake in its own process (local/cmd/pubsub-fake), reached
+//     through PUBSUB_EMULATOR_HOST;
+//   - lock-server (LOCK_STORE = Config.Backend), rail-stub, rail-proxy,
+//     payment-resource, and one executor per Config.Executors entry.
+//
+// Every port is asked from the operating system; every service is checked
+// ready before the next one starts (lock-server's /readyz, an HTTP answer
+// from the functions, the ready line of etcd-local and pubsub-fake). Each
+// process writes its output to its own file in Config.Dir. Every child
+// runs in a process group of its own with a parent-death signal (SIGKILL),
+// so it does not outlive the program that started it; Stop ends them all
+// and removes the PostgreSQL clusters and etcd's data.
+//
+// The stack is a laboratory: trust authentication, no TLS, fencing kill
+// switches that may be off. Never point it at real money.
+package stack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
+)
+
+// Backends accepted in Config.Backend.
+const (
+	// BackendPostgres makes lock-server keep leases in lockdb.
+	BackendPostgres = "postgres"
+	// BackendEtcd makes lock-server keep leases in etcd.
+	BackendEtcd = "etcd"
+)
+
+// Pub/Sub names of the stack.
+const (
+	// PubSubProject is the project id every client of the fake uses.
+	PubSubProject = "local"
+	// PubSubTopic carries payout events from payment-resource.
+	PubSubTopic = "payouts"
+	// PubSubSubscription is the pull subscription payment-resource creates
+	// at start; the harness pulls from it and pushes to the executors.
+	PubSubSubscription = "payout-executor"
+)
+
+// Defaults of Config.
+const (
+	// DefaultLeaseTTL is the executors' lease TTL when Config.LeaseTTL is 0:
+	// the executor's own default.
+	DefaultLeaseTTL = 10 * time.Second
+	// DefaultStartTimeout bounds Start when the caller's ctx has no sooner
+	// deadline: building the binaries the first time takes most of it.
+	DefaultStartTimeout = 3 * time.Minute
+	// stopGrace is how long Stop waits for a process after SIGTERM before
+	// it kills the process group.
+	stopGrace = 10 * time.Second
+	// pollInterval is the pause between readiness probes.
+	pollInterval = 20 * time.Millisecond
+	// portAttempts bounds the retries of a service whose port was taken
+	// between the probe and its bind.
+	portAttempts = 3
+)
+
+// Errors of Start; test them with errors.Is.
+var (
+	// ErrPrerequisite: something the stack needs on this machine is
+	// missing (the go command, the PostgreSQL binaries).
+	ErrPrerequisite = errors.New("stack: missing prerequisite")
+	// ErrExited: a process exited while the stack was starting; the message
+	// carries the tail of its log.
+	ErrExited = errors.New("stack: process exited during start")
+	// ErrInvalidConfig: a Config field is not valid.
+	ErrInvalidConfig = errors.New("stack: invalid config")
+)
+
+// ExecutorSpec describes one executor process.
+type ExecutorSpec struct {
+	// Name is the executor's owner id (EXECUTOR_ID), e.g. "A". Required,
+	// unique within a stack.
+	Name string
+	// SelfStopBefore, when set to a payout id, makes the executor SIGSTOP
+	// itself once, after its last lease check and before the rail
+	// submission of that payout (EXECUTOR_SELF_STOP_BEFORE_SUBMIT). Default
+	// "": never.
+	SelfStopBefore string
+}
+
+// Config describes a Stack. Start does not modify it.
+type Config struct {
+	// Backend is lock-server's LOCK_STORE: BackendPostgres or BackendEtcd.
+	// Default BackendPostgres.
+	Backend string
+	// PaymentFencing and RailFencing are the two kill switches
+	// (PAYMENT_FENCING_ENABLED, RAIL_PROXY_FENCING_ENABLED). The zero value
+	// is off for both: callers say which fences they want. Off is a hazard
+	// outside the fencing experiment.
+	PaymentFencing, RailFencing bool
+	// Executors are started in order, one process each.
+	Executors []ExecutorSpec
+	// Dir is the run folder: one log file per process. It is created if
+	// missing and kept after Stop. Default: a new directory under
+	// os.TempDir().
+	Dir string
+	// BinDir holds prebuilt binaries (see Build). Default "": Start builds
+	// them into Dir/bin (Go's build cache makes later builds fast).
+	BinDir string
+	// LeaseTTL is the executors' lease TTL (LEASE_TTL_MS), a whole number
+	// of milliseconds. Default DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	// Log receives one line per process started and stopped. Default:
+	// discard.
+	Log *slog.Logger
+}
+
+// Validate returns an error wrapping ErrInvalidConfig naming the first
+// invalid field.
+func (c Config) Validate() error {
+	switch c.Backend {
+	case "", BackendPostgres, BackendEtcd:
+	default:
+		return fmt.Errorf("%w: Backend %q: want %q or %q", ErrInvalidConfig, c.Backend, BackendPostgres, BackendEtcd)
+	}
+	seen := map[string]bool{}
+	for _, e := range c.Executors {
+		if e.Name == "" || strings.ContainsAny(e.Name, "/ ") || seen[e.Name] {
+			return fmt.Errorf("%w: executor name %q: want a unique non-empty name without spaces or slashes", ErrInvalidConfig, e.Name)
+		}
+		seen[e.Name] = true
+	}
+	if c.LeaseTTL < 0 || c.LeaseTTL%time.Millisecond != 0 {
+		return fmt.Errorf("%w: LeaseTTL %v: want a positive whole number of milliseconds", ErrInvalidConfig, c.LeaseTTL)
+	}
+	return nil
+}
+
+// Binaries are the commands a Stack runs, as package paths of this module.
+var Binaries = map[string]string{
+	"lock-server":      "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/cmd/lock-server",
+	"etcd-local":       "github.com/distributed-lock-lab/distributed-lock-lab/etcd/cmd/etcd-local",
+	"pubsub-fake":      "github.com/distributed-lock-lab/distributed-lock-lab/local/cmd/pubsub-fake",
+	"payment-resource": "github.com/distributed-lock-lab/distributed-lock-lab/functions/cmd/payment-resource",
+	"rail-proxy":       "github.com/distributed-lock-lab/distributed-lock-lab/functions/cmd/rail-proxy",
+	"rail-stub":        "github.com/distributed-lock-lab/distributed-lock-lab/functions/cmd/rail-stub",
+	"executor":         "github.com/distributed-lock-lab/distributed-lock-lab/functions/cmd/executor",
+}
+
+// Build compiles every command of Binaries into dir with `go build -o`.
+// It must run inside this module (any directory of the repository); Go's
+// build cache makes a second build take a second or two.
+func Build(ctx context.Context, dir string) error {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		return fmt.Errorf("%w: the go command is not on PATH: %v", ErrPrerequisite, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("stack: bin dir: %w", err)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	args := []string{"build", "-o", abs + string(filepath.Separator)}
+	for _, name := range sortedNames() {
+		args = append(args, Binaries[name])
+	}
+	cmd := exec.CommandContext(ctx, goBin, args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("stack: go build (run from inside the repository): %w\n%s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func sortedNames() []string {
+	return []string{"etcd-local", "executor", "lock-server", "payment-resource", "pubsub-fake", "rail-proxy", "rail-stub"}
+}
+
+// Stack is a running system. Its methods are safe for concurrent use.
+type Stack struct {
+	cfg Config
+	dir string
+	bin string
+	log *slog.Logger
+
+	mu       sync.Mutex
+	procs    []*Process // in start order
+	clusters []namedCluster
+	etcdData string
+	stopped  bool // no process may be spawned any more
+	stopOnce sync.Once
+
+	lockURL, payURL, proxyURL, stubURL string
+	pubsubAddr                         string
+	etcdEndpoints                      []string
+	payDSN, railDSN, lockDSN           string
+	executors                          map[string]*Process
+	executorURLs                       map[string]string
+}
+
+// namedCluster is a PostgreSQL cluster of the stack and its role.
+type namedCluster struct {
+	name string
+	*pgcluster.Cluster
+}
+
+// Start starts every part of the stack described by cfg and returns once
+// all are ready. ctx bounds the start (DefaultStartTimeout when it has no
+// deadline) and, when it ends later, stops the stack. On failure nothing
+// started is left running, and the error names the part that failed: a
+// missing prerequisite wraps ErrPrerequisite, a process that exited during
+// start wraps ErrExited and includes the last lines of its log.
+func Start(ctx context.Context, cfg Config) (*Stack, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Backend == "" {
+		cfg.Backend = BackendPostgres
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	cfg.Executors = append([]ExecutorSpec(nil), cfg.Executors...)
+	s := &Stack{cfg: cfg, log: cfg.Log, executors: map[string]*Process{}, executorURLs: map[string]string{}}
+	if cfg.Dir == "" {
+		d, err := os.MkdirTemp("", "dll-stack-")
+		if err != nil {
+			return nil, fmt.Errorf("stack: run folder: %w", err)
+		}
+		s.dir = d
+	} else {
+		d, err := filepath.Abs(cfg.Dir)
+		if err == nil {
+			err = os.MkdirAll(d, 0o755)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("stack: run folder %s: %w", cfg.Dir, err)
+		}
+		s.dir = d
+	}
+	sctx, cancel := ctx, context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		sctx, cancel = context.WithTimeout(ctx, DefaultStartTimeout)
+	}
+	defer cancel()
+	if err := s.start(sctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	// Ends when ctx ends or the stack is stopped.
+	context.AfterFunc(ctx, s.Stop)
+	return s, nil
+}
+
+func (s *Stack) start(ctx context.Context) error {
+	if _, err := os.Stat(filepath.Join(pgBinDir(), "initdb")); err != nil {
+		return fmt.Errorf("%w: PostgreSQL server binaries not found in %s (install postgresql-15 or set %s): %v", ErrPrerequisite, pgBinDir(), pgcluster.EnvBinDir, err)
+	}
+	s.bin = s.cfg.BinDir
+	if s.bin == "" {
+		s.bin = filepath.Join(s.dir, "bin")
+		t0 := time.Now()
+		if err := Build(ctx, s.bin); err != nil {
+			return err
+		}
+		s.log.Info("binaries built", "dir", s.bin, "took", time.Since(t0).Round(time.Millisecond))
+	}
+	for _, name := range sortedNames() {
+		if _, err := os.Stat(filepath.Join(s.bin, name)); err != nil {
+			return fmt.Errorf("%w: binary %s missing in %s (see stack.Build): %v", ErrPrerequisite, name, s.bin, err)
+		}
+	}
+
+	// The databases and the Pub/Sub fake do not depend on each other:
+	// start them side by side.
+	var (
+		wg   sync.WaitGroup
+		errs = make([]error, 3)
+	)
+	wg.Go(func() { errs[0] = s.startPayDB(ctx) })
+	wg.Go(func() { errs[1] = s.startLockBackend(ctx) })
+	wg.Go(func() { errs[2] = s.startPubSub(ctx) })
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+
+	lockEnv := []string{"LOCK_STORE=" + s.cfg.Backend}
+	if s.cfg.Backend == BackendPostgres {
+		lockEnv = append(lockEnv, "LOCKDB_URL="+s.lockDSN)
+	} else {
+		lockEnv = append(lockEnv, "ETCD_ENDPOINTS="+strings.Join(s.etcdEndpoints, ","))
+	}
+	var err error
+	if s.lockURL, err = s.startLockServer(ctx, lockEnv); err != nil {
+		return err
+	}
+	wg = sync.WaitGroup{}
+	errs = make([]error, 2)
+	wg.Go(func() {
+		if s.stubURL, errs[0] = s.startFunction(ctx, "rail-stub", "rail-stub", nil, "/submissions"); errs[0] != nil {
+			return
+		}
+		s.proxyURL, errs[0] = s.startFunction(ctx, "rail-proxy", "rail-proxy", []string{
+			"RAILDB_URL=" + s.railDSN, "RAIL_URL=" + s.stubURL,
+			"RAIL_PROXY_FENCING_ENABLED=" + strconv.FormatBool(s.cfg.RailFencing),
+		}, "/")
+	})
+	wg.Go(func() {
+		s.payURL, errs[1] = s.startFunction(ctx, "payment-resource", "payment-resource", []string{
+			"PAYDB_URL=" + s.payDSN, "PAYMENT_FENCING_ENABLED=" + strconv.FormatBool(s.cfg.PaymentFencing),
+			"OUTBOX_POLL_MS=50",
+			"PUBSUB_EMULATOR_HOST=" + s.pubsubAddr, "PUBSUB_PROJECT=" + PubSubProject,
+			"PUBSUB_TOPIC=" + PubSubTopic, "PUBSUB_SETUP_SUBSCRIPTION=" + PubSubSubscription,
+		}, "/")
+	})
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	wg = sync.WaitGroup{}
+	errs = make([]error, len(s.cfg.Executors))
+	var mu sync.Mutex
+	for i, e := range s.cfg.Executors {
+		wg.Go(func() {
+			env := []string{
+				"LOCK_SERVER_URL=" + s.lockURL, "PAYMENT_RESOURCE_URL=" + s.payURL, "RAIL_PROXY_URL=" + s.proxyURL,
+				"EXECUTOR_ID=" + e.Name, "LEASE_TTL_MS=" + strconv.FormatInt(s.cfg.LeaseTTL.Milliseconds(), 10),
+			}
+			if e.SelfStopBefore != "" {
+				env = append(env, "EXECUTOR_SELF_STOP_BEFORE_SUBMIT="+e.SelfStopBefore)
+			}
+			url, err := s.startFunction(ctx, "executor-"+e.Name, "executor", env, "/")
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			mu.Lock()
+			s.executorURLs[e.Name] = url
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func pgBinDir() string {
+	if d := os.Getenv(pgcluster.EnvBinDir); d != "" {
+		return d
+	}
+	return pgcluster.DefaultBinDir
+}
+
+// startCluster starts a throwaway PostgreSQL cluster and creates dbs.
+func (s *Stack) startCluster(ctx context.Context, name string, dbs ...string) (*pgcluster.Cluster, error) {
+	c, err := pgcluster.Start(ctx, pgcluster.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("stack: PostgreSQL cluster %s: %w", name, err)
+	}
+	s.mu.Lock()
+	s.clusters = append(s.clusters, namedCluster{name, c})
+	s.mu.Unlock()
+	for _, db := range dbs {
+		if err := c.CreateDatabase(ctx, db); err != nil {
+			return nil, fmt.Errorf("stack: cluster %s: %w", name, err)
+		}
+	}
+	s.log.Info("PostgreSQL cluster ready", "cluster", name, "port", c.Port(), "databases", dbs)
+	return c, nil
+}
+
+func (s *Stack) startPayDB(ctx context.Context) error {
+	c, err := s.startCluster(ctx, "paydb", "paydb", "raildb")
+	if err != nil {
+		return err
+	}
+	s.payDSN, s.railDSN = c.DSN("paydb"), c.DSN("raildb")
+	return nil
+}
+
+func (s *Stack) startLockBackend(ctx context.Context) error {
+	if s.cfg.Backend == BackendPostgres {
+		c, err := s.startCluster(ctx, "lockdb", "lockdb")
+		if err != nil {
+			return err
+		}
+		s.lockDSN = c.DSN("lockdb")
+		return nil
+	}
+	data, err := os.MkdirTemp("", "dll-etcd-")
+	if err != nil {
+		return fmt.Errorf("stack: etcd data dir: %w", err)
+	}
+	s.mu.Lock()
+	s.etcdData = data
+	s.mu.Unlock()
+	lines := make(chan string, 1)
+	p, err := s.spawn("etcd", "etcd-local", []string{"-members", "1", "-dir", data}, nil, lines)
+	if err != nil {
+		return err
+	}
+	line, err := awaitLine(ctx, p, lines)
+	if err != nil {
+		return err
+	}
+	var ready struct {
+		Endpoints []string `json:"endpoints"`
+	}
+	if err := json.Unmarshal([]byte(line), &ready); err != nil || len(ready.Endpoints) == 0 {
+		return fmt.Errorf("stack: etcd-local ready line %q: %v", line, err)
+	}
+	s.etcdEndpoints = ready.Endpoints
+	s.log.Info("etcd ready", "endpoints", ready.Endpoints, "pid", p.PID())
+	return nil
+}
+
+func (s *Stack) startPubSub(ctx context.Context) error {
+	lines := make(chan string, 1)
+	p, err := s.spawn("pubsub-fake", "pubsub-fake", nil, nil, lines)
+	if err != nil {
+		return err
+	}
+	line, err := awaitLine(ctx, p, lines)
+	if err != nil {
+		return err
+	}
+	var ready struct {
+		Addr string `json:"addr"`
+	}
+	if err := json.Unmarshal([]byte(line), &ready); err != nil || ready.Addr == "" {
+		return fmt.Errorf("stack: pubsub-fake ready line %q: %v", line, err)
+	}
+	s.pubsubAddr = ready.Addr
+	s.log.Info("Pub/Sub fake ready", "addr", ready.Addr, "pid", p.PID())
+	return nil
+}
+
+func (s *Stack) startLockServer(ctx context.Context, env []string) (string, error) {
+	return s.startOnPort(ctx, "lock-server", "lock-server", func(port int) []string {
+		return append(env, "LOCK_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(port))
+	}, "/readyz", func(code int) bool { return code == http.StatusOK })
+}
+
+// startFunction starts one of the functions on a free port and waits until
+// GET probe answers with anything.
+func (s *Stack) startFunction(ctx context.Context, name, bin string, env []string, probe string) (string, error) {
+	return s.startOnPort(ctx, name, bin, func(port int) []string {
+		return append(append([]string(nil), env...), "HOST=127.0.0.1", "PORT="+strconv.Itoa(port))
+	}, probe, func(int) bool { return true })
+}
+
+func (s *Stack) startOnPort(ctx context.Context, name, bin string, env func(port int) []string, probe string, ok func(int) bool) (string, error) {
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return "", err
+		}
+		p, err := s.spawn(name, bin, nil, env(port), nil)
+		if err != nil {
+			return "", err
+		}
+		base := "http://127.0.0.1:" + strconv.Itoa(port)
+		err = awaitHTTP(ctx, p, base+probe, ok)
+		if err == nil {
+			s.mu.Lock()
+			if strings.HasPrefix(name, "executor-") {
+				s.executors[strings.TrimPrefix(name, "executor-")] = p
+			}
+			s.mu.Unlock()
+			s.log.Info("process ready", "name", name, "url", base, "pid", p.PID(), "log", p.LogPath())
+			return base, nil
+		}
+		if errors.Is(err, ErrExited) && isBindError(p) && attempt < portAttempts {
+			s.log.Info("port taken; retrying on another", "name", name, "port", port)
+			continue
+		}
+		return "", err
+	}
+}
+
+// spawn starts a binary of the stack with its log in the run folder and
+// records it for Stop.
+func (s *Stack) spawn(name, bin string, args, env []string, firstLine chan<- string) (*Process, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return nil, errors.New("stack: stopped")
+	}
+	p, err := spawn(name, filepath.Join(s.bin, bin), filepath.Join(s.dir, name+".log"), args, env, firstLine)
+	if err != nil {
+		return nil, err
+	}
+	s.procs = append(s.procs, p)
+	return p, nil
+}
+
+// Stop stops every process (in reverse start order, SIGTERM then SIGKILL
+// after a grace period; a stopped process is continued so it can exit),
+// stops and removes the PostgreSQL clusters (copying each server log into
+// the run folder first) and removes etcd's data. The run folder with the
+// logs stays. Stop is idempotent and safe to call concurrently.
+func (s *Stack) Stop() { s.stopOnce.Do(s.stop) }
+
+func (s *Stack) stop() {
+	s.mu.Lock()
+	s.stopped = true
+	procs, clusters, etcdData := s.procs, s.clusters, s.etcdData
+	s.mu.Unlock()
+	// Clients first, so that none sees its dependency vanish and logs
+	// alarms; then the services; then the infrastructure.
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].stop(stopGrace)
+	}
+	for _, c := range clusters {
+		sctx, cancel := context.WithTimeout(context.Background(), stopGrace)
+		_ = c.Stop(sctx) // Close kills the server if this did not stop it
+		cancel()
+		// The server log goes with the cluster's directory: keep a copy.
+		if b, err := os.ReadFile(c.LogPath()); err == nil {
+			_ = os.WriteFile(filepath.Join(s.dir, "postgres-"+c.name+".log"), b, 0o644)
+		}
+		if err := c.Close(); err != nil {
+			s.log.Warn("PostgreSQL cluster close", "cluster", c.name, "error", err.Error())
+		}
+	}
+	if etcdData != "" {
+		_ = os.RemoveAll(etcdData)
+	}
+	s.log.Info("stack stopped", "dir", s.dir)
+}
+
+// Dir returns the run folder, which holds one log file per process.
+func (s *Stack) Dir() string { return s.dir }
+
+// Backend returns lock-server's backend, "postgres" or "etcd".
+func (s *Stack) Backend() string { return s.cfg.Backend }
+
+// LeaseTTL returns the executors' lease TTL.
+func (s *Stack) LeaseTTL() time.Duration { return s.cfg.LeaseTTL }
+
+// LockServerURL returns lock-server's base URL.
+func (s *Stack) LockServerURL() string { return s.lockURL }
+
+// PaymentResourceURL returns payment-resource's base URL.
+func (s *Stack) PaymentResourceURL() string { return s.payURL }
+
+// RailProxyURL returns rail-proxy's base URL.
+func (s *Stack) RailProxyURL() string { return s.proxyURL }
+
+// RailStubURL returns the rail-stub's base URL.
+func (s *Stack) RailStubURL() string { return s.stubURL }
+
+// PubSubAddr returns the Pub/Sub fake's host:port, the value for
+// PUBSUB_EMULATOR_HOST.
+func (s *Stack) PubSubAddr() string { return s.pubsubAddr }
+
+// EtcdEndpoints returns etcd's client URLs (nil with the postgres backend).
+func (s *Stack) EtcdEndpoints() []string { return s.etcdEndpoints }
+
+// PayDBURL returns the DSN of paydb.
+func (s *Stack) PayDBURL() string { return s.payDSN }
+
+// RailDBURL returns the DSN of raildb.
+func (s *Stack) RailDBURL() string { return s.railDSN }
+
+// LockDBURL returns the DSN of lockdb ("" with the etcd backend).
+func (s *Stack) LockDBURL() string { return s.lockDSN }
+
+// Executor returns the process of the executor called name, or nil.
+func (s *Stack) Executor(name string) *Process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.executors[name]
+}
+
+// ExecutorURL returns the push endpoint of the executor called name, or "".
+func (s *Stack) ExecutorURL(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.executorURLs[name]
+}
+
+// Processes returns every process started, in start order.
+func (s *Stack) Processes() []*Process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*Process(nil), s.procs...)
+}
+
+// Signal sends sig to the executor called name.
+func (s *Stack) Signal(name string, sig syscall.Signal) error {
+	p := s.Executor(name)
+	if p == nil {
+		return fmt.Errorf("stack: no executor %q", name)
+	}
+	return p.Signal(sig)
+}
