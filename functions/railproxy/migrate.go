@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
-	"github.com/pressly/goose/v3/lock"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgmigrate"
 )
 
 //go:embed migrations/*.sql
@@ -36,21 +36,8 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return fmt.Errorf("railproxy: migrations: %w", err)
 	}
-	// Poll the advisory lock every second for up to 5 minutes.
-	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(migrationLockID), lock.WithLockTimeout(1, 300))
-	if err != nil {
-		return fmt.Errorf("railproxy: migration locker: %w", err)
-	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, fsys,
-		goose.WithTableName(migrationTable),
-		goose.WithSessionLocker(locker),
-		goose.WithDisableGlobalRegistry(true),
-	)
-	if err != nil {
-		return fmt.Errorf("railproxy: migrations: %w", err)
-	}
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("railproxy: migrate: %w", err)
+	if err := pgmigrate.Up(ctx, db, fsys, migrationTable, migrationLockID); err != nil {
+		return fmt.Errorf("railproxy: %w", err)
 	}
 	return nil
 }
