@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -102,7 +103,16 @@ func TestPayoutPipelineEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cluster.Close()
-	stores := map[string]func(t *testing.T, log *slog.Logger) lockserver.LockStore{
+	stores := lockStores(ctx, cluster)
+	for _, backend := range []string{"postgres", "etcd"} {
+		t.Run(backend, func(t *testing.T) { runPipeline(ctx, t, stores[backend]) })
+	}
+}
+
+// lockStores returns, per backend name, a function opening a fresh lock
+// store: a new lockdb database, or a new key prefix on cluster.
+func lockStores(ctx context.Context, cluster *embedded.Cluster) map[string]func(*testing.T, *slog.Logger) lockserver.LockStore {
+	return map[string]func(*testing.T, *slog.Logger) lockserver.LockStore{
 		"postgres": func(t *testing.T, log *slog.Logger) lockserver.LockStore {
 			s, err := pgstore.Open(ctx, pgstore.Config{DSN: pgtest.NewDatabase(t)}, log)
 			if err != nil {
@@ -111,15 +121,13 @@ func TestPayoutPipelineEndToEnd(t *testing.T) {
 			return s
 		},
 		"etcd": func(t *testing.T, log *slog.Logger) lockserver.LockStore {
-			s, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: cluster.Endpoints(), Prefix: "/e2e/"}, log)
+			prefix := "/" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()) + "/"
+			s, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: cluster.Endpoints(), Prefix: prefix}, log)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return s
 		},
-	}
-	for _, backend := range []string{"postgres", "etcd"} {
-		t.Run(backend, func(t *testing.T) { runPipeline(ctx, t, stores[backend]) })
 	}
 }
 

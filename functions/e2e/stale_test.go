@@ -19,10 +19,6 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
 )
 
 // syncBuffer collects JSON log lines from every goroutine.
@@ -92,22 +88,7 @@ func TestStaleHolderMatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cluster.Close()
-	backends := map[string]func(*testing.T, *slog.Logger) lockserver.LockStore{
-		"postgres": func(t *testing.T, log *slog.Logger) lockserver.LockStore {
-			s, err := pgstore.Open(ctx, pgstore.Config{DSN: pgtest.NewDatabase(t)}, log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		},
-		"etcd": func(t *testing.T, log *slog.Logger) lockserver.LockStore {
-			s, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: cluster.Endpoints(), Prefix: "/" + strings.ReplaceAll(t.Name(), "/", "-") + "/"}, log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		},
-	}
+	backends := lockStores(ctx, cluster)
 	cells := []struct {
 		name        string
 		f           fences
