@@ -59,7 +59,14 @@ func Transcript(r *Run) string {
 				fmt.Fprintf(&b, "    rejected: %d is not greater than rail_high_water %d, and the rail is never called\n", e.Int("presentedToken"), e.Int("highestToken"))
 			default:
 				line(who, fmt.Sprintf("POST /v1/payouts/%s/result  X-Fencing-Token: %d", payoutOf(e), e.Int("presentedToken")), "409 FENCED_OUT")
-				fmt.Fprintf(&b, "paydb=> UPDATE ... fence = %d WHERE ... AND fence < %d ...;  UPDATE 0\n", e.Int("presentedToken"), e.Int("presentedToken"))
+				// The payout row's fence is non-strict (one holder makes several
+				// steps with one token); the account's is strict (one debit per
+				// token).
+				if e.Str("resource") == "payout" {
+					fmt.Fprintf(&b, "paydb=> UPDATE payout SET state = 'posted', fence = %d WHERE payout_id = '%s' AND fence <= %d ...;  UPDATE 0\n", e.Int("presentedToken"), payoutOf(e), e.Int("presentedToken"))
+				} else {
+					fmt.Fprintf(&b, "paydb=> UPDATE account SET ... fence = %d WHERE account_id = '%s' AND fence < %d ...;  UPDATE 0\n", e.Int("presentedToken"), e.Str("resourceId"), e.Int("presentedToken"))
+				}
 				fmt.Fprintf(&b, "    rejected: the %s row already carries fence %d\n", e.Str("resource"), e.Int("highestToken"))
 			}
 			ev := map[string]any{"event": "fenced_out", "resource": e.Str("resource"), "resourceId": e.Str("resourceId"),
