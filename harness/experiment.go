@@ -152,8 +152,6 @@ type Run struct {
 	Audit json.RawMessage
 	// Took is the run's duration, stack start and stop included.
 	Took time.Duration
-	// Attempts counts the runs made for this cell (see RunCell).
-	Attempts int
 }
 
 // Options configure RunCell.
@@ -171,18 +169,14 @@ type Options struct {
 }
 
 // errStoppedLate: A's SIGSTOP took effect only after A had already sent
-// its rail submission, so the run does not show a paused holder. The
-// executor's hook signals the whole process with kill(2); unless the
-// calling goroutine happens to run on the main thread, the kernel hands
-// the stop to another thread and the caller runs on for microseconds to
-// milliseconds, long enough to send its request. (The fix belongs in
-// functions/cmd/executor: runtime.LockOSThread, then tgkill(2) to the
-// calling thread, which then stops before kill returns.) RunCell retries
-// such a run on a fresh stack.
+// its rail submission, so the run does not show a paused holder. It was a
+// real bug: the executor's hook used to signal the whole process with
+// kill(2), and the kernel could hand the stop to another thread while the
+// caller ran on long enough to send its request. The hook now pins its
+// goroutine to its thread and stops that thread with tgkill(2), which
+// cannot return before the stop (harness/README.md, bugs). The check stays
+// as a guard: a late stop fails the run instead of being discarded.
 var errStoppedLate = errors.New("executor A reached rail-proxy before its SIGSTOP took effect")
-
-// maxAttempts bounds the runs RunCell makes for one cell when A stops late.
-const maxAttempts = 8
 
 // reachedRailProxy reports whether rail-proxy's log has an event of owner.
 func reachedRailProxy(st *stack.Stack, owner string) (bool, error) {
@@ -209,25 +203,15 @@ const stepTimeout = 20 * time.Second
 
 // RunCell runs the experiment on a fresh stack and stops the stack before
 // it returns. A run in which A's SIGSTOP took effect only after A had sent
-// its rail submission is discarded and repeated on a fresh stack (up to
-// maxAttempts runs); Run.Attempts counts them.
+// its rail submission fails with errStoppedLate.
 func RunCell(ctx context.Context, backend string, cell Cell, opt Options) (*Run, error) {
 	t0 := time.Now()
-	for attempt := 1; ; attempt++ {
-		r, err := runOnce(ctx, backend, cell, opt)
-		if errors.Is(err, errStoppedLate) && attempt < maxAttempts {
-			if opt.Log != nil {
-				opt.Log.Warn("discarding run: A stopped after its rail submission; repeating", "backend", backend, "cell", cell.Name(), "attempt", attempt)
-			}
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		r.Attempts = attempt
-		r.Took = time.Since(t0)
-		return r, nil
+	r, err := runOnce(ctx, backend, cell, opt)
+	if err != nil {
+		return nil, err
 	}
+	r.Took = time.Since(t0)
+	return r, nil
 }
 
 func runOnce(ctx context.Context, backend string, cell Cell, opt Options) (*Run, error) {
