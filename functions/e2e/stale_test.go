@@ -1,10 +1,7 @@
 package e2e_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -19,35 +16,8 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 )
-
-// syncBuffer collects JSON log lines from every goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// events returns the log records whose "event" is name.
-func (s *syncBuffer) events(name string) []map[string]any {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(s.b.Bytes()))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) == nil && m["event"] == name {
-			out = append(out, m)
-		}
-	}
-	return out
-}
 
 // partition is a transport that can cut a worker off from lock-server, as
 // a stopped process is: its renewals stop reaching the server, so the
@@ -105,7 +75,7 @@ func TestStaleHolderMatrix(t *testing.T) {
 	for _, backend := range []string{"postgres", "etcd"} {
 		for _, c := range cells {
 			t.Run(backend+"/"+c.name, func(t *testing.T) {
-				var logs syncBuffer
+				var logs logtest.Buffer
 				log := slog.New(slog.NewJSONHandler(&logs, nil))
 				st := newStack(ctx, t, log, backends[backend], c.f)
 				got := staleHolderRun(ctx, t, st, log, &logs)
@@ -116,7 +86,7 @@ func TestStaleHolderMatrix(t *testing.T) {
 				if got.tokenB <= got.tokenA {
 					t.Errorf("token B %d is not greater than token A %d", got.tokenB, got.tokenA)
 				}
-				fenced := logs.events("fenced_out")
+				fenced := logs.Events(t, "fenced_out")
 				if c.wantFenced == "" {
 					if len(fenced) != 0 {
 						t.Errorf("fenced_out logged with both fences off: %v", fenced)
@@ -145,7 +115,7 @@ type staleOutcome struct {
 	balanced       bool
 }
 
-func staleHolderRun(ctx context.Context, t *testing.T, st *stack, log *slog.Logger, logs *syncBuffer) staleOutcome {
+func staleHolderRun(ctx context.Context, t *testing.T, st *stack, log *slog.Logger, logs *logtest.Buffer) staleOutcome {
 	t.Helper()
 	ev := payoutevent.Event{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR"}
 	if code := postJSON(t, st.pay+"/v1/accounts", map[string]any{"accountId": "acct-7", "currency": "EUR", "openingBalanceMinor": 1_000_000}); code != http.StatusCreated {
@@ -228,9 +198,9 @@ func staleHolderRun(ctx context.Context, t *testing.T, st *stack, log *slog.Logg
 
 // grantedToken is the token of the lease owner was granted, read from its
 // lease_acquired log event.
-func grantedToken(t *testing.T, logs *syncBuffer, owner string) int64 {
+func grantedToken(t *testing.T, logs *logtest.Buffer, owner string) int64 {
 	t.Helper()
-	for _, ev := range logs.events("lease_acquired") {
+	for _, ev := range logs.Events(t, "lease_acquired") {
 		if ev["ownerId"] == owner {
 			return int64(ev["token"].(float64))
 		}

@@ -11,13 +11,13 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -64,43 +64,13 @@ func (f *fakePublisher) next(t *testing.T) publishCall {
 	}
 }
 
-// logBuffer collects JSON log lines; safe for the outbox goroutine.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// events returns the log lines whose "event" is name.
-func (l *logBuffer) events(t *testing.T, name string) []map[string]any {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line is not JSON: %q", line)
-		}
-		if m["event"] == name {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // fixture is one payment-resource over a fresh database.
 type fixture struct {
 	t    *testing.T
 	dsn  string
 	svc  *paymentresource.Service
 	h    http.Handler
-	logs *logBuffer
+	logs *logtest.Buffer
 	db   *pgxpool.Pool // the test's own pool, for checks and corruption
 }
 
@@ -110,7 +80,7 @@ func fencingOff(c *paymentresource.Config) { c.DisableFencing = true }
 
 func newFixture(t *testing.T, pub paymentresource.Publisher, opts ...option) *fixture {
 	t.Helper()
-	f := &fixture{t: t, dsn: pgtest.NewDatabase(t), logs: &logBuffer{}}
+	f := &fixture{t: t, dsn: pgtest.NewDatabase(t), logs: &logtest.Buffer{}}
 	f.start(pub, opts...)
 	db, err := pgxpool.New(context.Background(), f.dsn)
 	if err != nil {

@@ -35,7 +35,7 @@ func TestStaleHolderIsFencedAtPaymentResource(t *testing.T) {
 	st, body = f.result("p-1", 41, "worker-A", "ACK", "rail-41")
 	want(t, "ACK with stale token 41", st, body, http.StatusConflict, paymentresource.CodeFencedOut)
 
-	lines := f.logs.events(t, fencing.EventFencedOut)
+	lines := f.logs.Events(t, fencing.EventFencedOut)
 	if len(lines) != 1 {
 		t.Fatalf("fenced_out lines = %d, want 1: %v", len(lines), lines)
 	}
@@ -74,7 +74,7 @@ func TestStaleHolderIsFencedAtPaymentResource(t *testing.T) {
 	if rep := f.audit(); !rep.Balanced || rep.Debits != 1 {
 		t.Errorf("audit = %+v; want balanced with 1 debit", rep)
 	}
-	if n := len(f.logs.events(t, "payout_posted")); n != 1 {
+	if n := len(f.logs.Events(t, "payout_posted")); n != 1 {
 		t.Errorf("payout_posted lines = %d, want 1", n)
 	}
 }
@@ -100,7 +100,7 @@ func TestAccountFenceIsStrict(t *testing.T) {
 	want(t, "claim p-2 with 42", st, body, http.StatusOK, "")
 	st, body = f.result("p-2", 42, "w", "ACK", "rail-b")
 	want(t, "ACK p-2 with 42, which already debited the account", st, body, http.StatusConflict, paymentresource.CodeFencedOut)
-	lines := f.logs.events(t, fencing.EventFencedOut)
+	lines := f.logs.Events(t, fencing.EventFencedOut)
 	if len(lines) != 1 || lines[0]["resource"] != "account" || lines[0]["resourceId"] != "acct-1" ||
 		lines[0]["presentedToken"] != 42.0 || lines[0]["highestToken"] != 42.0 || lines[0]["payoutId"] != "p-2" {
 		t.Fatalf("fenced_out lines = %v; want one on account acct-1, 42 against 42, payout p-2", lines)
@@ -151,7 +151,7 @@ func TestResultIsIdempotentByRailRef(t *testing.T) {
 			if a := f.account("acct-1"); a.BalanceMinor != 4_000 {
 				t.Errorf("balance %d, want 4000 (one debit)", a.BalanceMinor)
 			}
-			if n := len(f.logs.events(t, "result_replayed")); n != 2 {
+			if n := len(f.logs.Events(t, "result_replayed")); n != 2 {
 				t.Errorf("result_replayed lines = %d, want 2", n)
 			}
 
@@ -210,7 +210,7 @@ func TestCreateIsIdempotent(t *testing.T) {
 	if n := f.count("outbox"); n != 1 {
 		t.Errorf("outbox rows = %d, want 1", n)
 	}
-	if n := len(f.logs.events(t, "payout_created")); n != 1 {
+	if n := len(f.logs.Events(t, "payout_created")); n != 1 {
 		t.Errorf("payout_created lines = %d, want 1", n)
 	}
 	c := pub.next(t)
@@ -280,7 +280,7 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 	if unpublished != 1 {
 		t.Fatalf("unpublished outbox rows after a failed publish = %d, want 1", unpublished)
 	}
-	if n := len(f.logs.events(t, "outbox_publish_failed")); n == 0 {
+	if n := len(f.logs.Events(t, "outbox_publish_failed")); n == 0 {
 		t.Errorf("no outbox_publish_failed line")
 	}
 
@@ -298,7 +298,7 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 	if unpublished != 0 {
 		t.Errorf("unpublished outbox rows after the restart = %d, want 0", unpublished)
 	}
-	if n := len(f.logs.events(t, "outbox_published")); n != 1 {
+	if n := len(f.logs.Events(t, "outbox_published")); n != 1 {
 		t.Errorf("outbox_published lines = %d, want 1", n)
 	}
 }
@@ -324,7 +324,7 @@ func staleAck(t *testing.T, f *fixture) (int, []byte) {
 func TestStaleAckWithFencingOffCorruptsTheLedger(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, newPublisher(nil), fencingOff)
-	if n := len(f.logs.events(t, "fencing_disabled")); n != 1 {
+	if n := len(f.logs.Events(t, "fencing_disabled")); n != 1 {
 		t.Errorf("fencing_disabled lines = %d, want 1", n)
 	}
 	st, body := staleAck(t, f)

@@ -1,7 +1,6 @@
 package railproxy_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,44 +21,12 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// logBuffer collects JSON log lines, safe for concurrent writers.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// events returns the decoded log lines whose "event" is name.
-func (b *logBuffer) events(t *testing.T, name string) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for line := range strings.SplitSeq(strings.TrimSpace(b.buf.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line %q is not JSON: %v", line, err)
-		}
-		if m["event"] == name {
-			out = append(out, m)
-		}
-	}
-	return out
-}
 
 // rig is one test's world: a fresh raildb, a real rail stub on an
 // httptest server, and the proxies built over them.
@@ -68,7 +35,7 @@ type rig struct {
 	dsn    string
 	stub   *railstub.Stub
 	rail   *httptest.Server
-	logs   *logBuffer
+	logs   *logtest.Buffer
 	db     *pgxpool.Pool // for the test's own checks
 	dbOnce sync.Once
 }
@@ -82,7 +49,7 @@ func newRig(t *testing.T) *rig {
 	srv := httptest.NewServer(stub)
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { _ = stub.Close() }) // runs first: releases held requests
-	return &rig{t: t, dsn: pgtest.NewDatabase(t), stub: stub, rail: srv, logs: &logBuffer{}}
+	return &rig{t: t, dsn: pgtest.NewDatabase(t), stub: stub, rail: srv, logs: &logtest.Buffer{}}
 }
 
 // proxy returns a new Proxy over the rig's database and rail, closed when
@@ -228,7 +195,7 @@ func TestStaleHolderIsFencedAtRailProxy(t *testing.T) {
 	// submits the same payout.
 	mustBeFenced(t, submit(p, "worker-a", body("po-1", "acct-1", 2500), "41"))
 
-	fenced := r.logs.events(t, fencing.EventFencedOut)
+	fenced := r.logs.Events(t, fencing.EventFencedOut)
 	if len(fenced) != 1 {
 		t.Fatalf("got %d fenced_out log lines, want 1", len(fenced))
 	}
@@ -263,7 +230,7 @@ func TestStaleHolderIsFencedAtRailProxy(t *testing.T) {
 		t.Errorf("fenced attempt %+v", f)
 	}
 	for _, ev := range []string{"rail_submission_forwarding", "rail_submission_acked"} {
-		lines := r.logs.events(t, ev)
+		lines := r.logs.Events(t, ev)
 		if len(lines) != 1 || lines[0]["token"] != 42.0 || lines[0]["payoutId"] != "po-1" || lines[0]["accountId"] != "acct-1" || lines[0]["ownerId"] != "worker-b" {
 			t.Errorf("%s log lines %v; want one with token 42, po-1, acct-1, worker-b", ev, lines)
 		}
@@ -308,7 +275,7 @@ func TestHighWaterSurvivesProxyRestart(t *testing.T) {
 func TestWithFencingOffTheStaleHolderReachesTheRail(t *testing.T) {
 	r := newRig(t)
 	p := r.proxy(func(c *railproxy.Config) { c.FencingDisabled = true })
-	if len(r.logs.events(t, "fencing_disabled")) != 1 {
+	if len(r.logs.Events(t, "fencing_disabled")) != 1 {
 		t.Fatal("no fencing_disabled warning at start")
 	}
 	mustAccept(t, p, "worker-b", body("po-1", "acct-1", 2500), 42)
@@ -318,7 +285,7 @@ func TestWithFencingOffTheStaleHolderReachesTheRail(t *testing.T) {
 	if got := r.stub.Submissions("po-1"); len(got) != 2 {
 		t.Fatalf("rail records of po-1: %d, want 2 (fencing off lets the stale holder through)", len(got))
 	}
-	if got := r.logs.events(t, "fencing_bypassed"); len(got) != 1 || got[0]["token"] != 41.0 || got[0]["highestToken"] != 42.0 {
+	if got := r.logs.Events(t, "fencing_bypassed"); len(got) != 1 || got[0]["token"] != 41.0 || got[0]["highestToken"] != 42.0 {
 		t.Fatalf("fencing_bypassed lines %v; want one for token 41 under 42", got)
 	}
 	// The high-water kept the greatest token, so switching fencing back on
@@ -379,7 +346,7 @@ func TestRailFailureAfterForwardingIsAmbiguous(t *testing.T) {
 			if got := r.attemptStates(); !reflect.DeepEqual(got, map[string]int{railproxy.StateAmbiguous: 1}) {
 				t.Fatalf("attempt states %v, want one ambiguous", got)
 			}
-			if got := r.logs.events(t, "rail_submission_ambiguous"); len(got) != 1 || got[0]["token"] != 42.0 {
+			if got := r.logs.Events(t, "rail_submission_ambiguous"); len(got) != 1 || got[0]["token"] != 42.0 {
 				t.Fatalf("rail_submission_ambiguous lines %v, want one with token 42", got)
 			}
 			recs := r.stub.Submissions("")
@@ -405,7 +372,7 @@ func TestDeclineIsAnsweredAndRecorded(t *testing.T) {
 	if got := r.attemptStates(); !reflect.DeepEqual(got, map[string]int{railproxy.StateDeclined: 1}) {
 		t.Fatalf("attempt states %v, want one declined", got)
 	}
-	if len(r.logs.events(t, "rail_submission_declined")) != 1 {
+	if len(r.logs.Events(t, "rail_submission_declined")) != 1 {
 		t.Fatal("no rail_submission_declined log line")
 	}
 }
@@ -501,7 +468,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	if n := len(r.stub.Submissions("")); n != 1 {
 		t.Errorf("rail received %d submissions, want 1: bad input reached the rail", n)
 	}
-	if n := len(r.logs.events(t, fencing.EventFencedOut)); n != 0 {
+	if n := len(r.logs.Events(t, fencing.EventFencedOut)); n != 0 {
 		t.Errorf("%d fenced_out lines, want 0", n)
 	}
 }
@@ -570,7 +537,7 @@ func TestConcurrentSubmissionsNeverLetALowerTokenThrough(t *testing.T) {
 		}
 	}
 	// Every refusal names a genuinely higher token that was accepted.
-	for _, line := range r.logs.events(t, fencing.EventFencedOut) {
+	for _, line := range r.logs.Events(t, fencing.EventFencedOut) {
 		pres, high := int64(line["presentedToken"].(float64)), int64(line["highestToken"].(float64))
 		if high <= pres || !accepted[high] {
 			t.Errorf("fenced_out presented %d highest %d: the highest must be an accepted token above it", pres, high)
