@@ -44,7 +44,6 @@ type Server struct {
 	cfg    ServerConfig
 	log    *slog.Logger
 	mux    *http.ServeMux
-	events *eventLog
 }
 
 // NewServer returns a Server over store. It returns an error if cfg is
@@ -56,7 +55,7 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{store: store, cfg: cfg, log: logger, mux: http.NewServeMux(), events: &eventLog{log: logger}}
+	s := &Server{store: store, cfg: cfg, log: logger, mux: http.NewServeMux()}
 	s.mux.HandleFunc(api.PathLockPrefix+"{key}", s.handleLock)
 	s.mux.HandleFunc(api.PathLockPrefix+"{key}/{op}", s.handleOp)
 	s.mux.HandleFunc(api.PathHealth, s.handleHealth)
@@ -172,7 +171,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(w, "acquire", key, err, "owner", req.Owner)
 		return
 	}
-	s.events.lease("lock_granted", l)
+	s.logLease("lock_granted", l)
 	writeJSON(w, http.StatusOK, grantOf(l))
 }
 
@@ -188,7 +187,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(w, "renew", key, err, "owner", req.Owner, "token", req.Token)
 		return
 	}
-	s.events.lease("lease_renewed", l)
+	s.logLease("lease_renewed", l)
 	writeJSON(w, http.StatusOK, grantOf(l))
 }
 
@@ -298,12 +297,10 @@ func writeError(w http.ResponseWriter, status int, code api.Code, msg string) {
 
 func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.WriteJSON(w, status, v) }
 
-// eventLog writes the structured events that let one token be traced from
-// the grant to the fence points: lock_granted and lease_renewed carry key,
-// owner and token.
-type eventLog struct{ log *slog.Logger }
-
-func (e *eventLog) lease(event string, l Lease) {
-	e.log.Info(event, "event", event, "key", l.Key, "owner", l.Owner, "token", l.Token,
+// logLease writes the events that let one token be traced from the grant
+// to the fence points: lock_granted and lease_renewed carry key, owner and
+// token.
+func (s *Server) logLease(event string, l Lease) {
+	s.log.Info(event, "event", event, "key", l.Key, "owner", l.Owner, "token", l.Token,
 		"leaseId", l.LeaseID, "ttlMs", l.TTL.Milliseconds(), "expiresAt", l.ExpiresAt.UTC())
 }
