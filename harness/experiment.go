@@ -164,6 +164,9 @@ type Options struct {
 	OutDir string
 	// LeaseTTL is the executors' lease TTL. Default DefaultLeaseTTL.
 	LeaseTTL time.Duration
+	// PubSub is the stack's Pub/Sub server (stack.PubSubFake, the default,
+	// or stack.PubSubEmulator).
+	PubSub string
 	// Log receives the stack's progress lines. Default: discard.
 	Log *slog.Logger
 }
@@ -229,7 +232,7 @@ func runOnce(ctx context.Context, backend string, cell Cell, opt Options) (*Run,
 	st, err := stack.Start(ctx, stack.Config{
 		Backend: backend, PaymentFencing: cell.PaymentFencing, RailFencing: cell.RailFencing,
 		Executors: []stack.ExecutorSpec{{Name: "A", SelfStopBefore: PayoutID}, {Name: "B"}},
-		Dir:       dir, BinDir: opt.BinDir, LeaseTTL: opt.LeaseTTL, Log: opt.Log,
+		Dir:       dir, BinDir: opt.BinDir, LeaseTTL: opt.LeaseTTL, PubSub: opt.PubSub, Log: opt.Log,
 	})
 	if err != nil {
 		return nil, err

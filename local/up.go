@@ -24,12 +24,16 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 	executors := fs.String("executors", "A,B", "comma-separated executor names, one process each")
 	dir := fs.String("dir", "", "run folder for the logs (default: a new temporary directory)")
 	ttl := fs.Duration("lease-ttl", stack.DefaultLeaseTTL, "the executors' lease TTL")
+	pubsub := fs.String("pubsub", stack.PubSubFake, "Pub/Sub server: fake (pstest in its own process) or emulator (gcloud's Pub/Sub emulator)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *pubsub == "" {
+		*pubsub = stack.PubSubFake
+	}
 	cfg := stack.Config{
 		Backend: *backend, PaymentFencing: *payFence, RailFencing: *railFence,
-		Dir: *dir, LeaseTTL: *ttl,
+		Dir: *dir, LeaseTTL: *ttl, PubSub: *pubsub,
 		Log: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	}
 	for _, n := range strings.Split(*executors, ",") {
@@ -52,8 +56,8 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 	for _, e := range cfg.Executors {
 		fmt.Fprintf(out, "  executor %-8s %s (pid %d)\n", e.Name, st.ExecutorURL(e.Name), st.Executor(e.Name).PID())
 	}
-	fmt.Fprintf(out, "  Pub/Sub fake      PUBSUB_EMULATOR_HOST=%s (project %s, topic %s, subscription %s)\n",
-		st.PubSubAddr(), stack.PubSubProject, stack.PubSubTopic, stack.PubSubSubscription)
+	fmt.Fprintf(out, "  Pub/Sub (%s)  PUBSUB_EMULATOR_HOST=%s (project %s, topic %s, subscription %s)\n",
+		cfg.PubSub, st.PubSubAddr(), stack.PubSubProject, stack.PubSubTopic, stack.PubSubSubscription)
 	if eps := st.EtcdEndpoints(); len(eps) > 0 {
 		fmt.Fprintf(out, "  etcd              %s\n", strings.Join(eps, ","))
 	}

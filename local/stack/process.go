@@ -104,8 +104,10 @@ func (p *Process) stop(grace time.Duration) {
 		<-p.done
 		return
 	}
-	_ = p.Signal(syscall.SIGTERM)
-	_ = p.Signal(syscall.SIGCONT)
+	// The whole process group: a process's own children (the Java server
+	// behind gcloud's Pub/Sub emulator) go with it.
+	_ = syscall.Kill(-p.PID(), syscall.SIGTERM)
+	_ = syscall.Kill(-p.PID(), syscall.SIGCONT)
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
@@ -114,6 +116,8 @@ func (p *Process) stop(grace time.Duration) {
 		_ = syscall.Kill(-p.PID(), syscall.SIGKILL)
 		<-p.done
 	}
+	// Whatever of the group outlived its leader.
+	_ = syscall.Kill(-p.PID(), syscall.SIGKILL)
 }
 
 // spawn starts bin with args and env (added to this process's environment)

@@ -130,10 +130,20 @@ type Config struct {
 	// LeaseTTL is the executors' lease TTL (LEASE_TTL_MS), a whole number
 	// of milliseconds. Default DefaultLeaseTTL.
 	LeaseTTL time.Duration
+	// PubSub selects the Pub/Sub server: PubSubFake (default: pstest in a
+	// process of its own, local/cmd/pubsub-fake) or PubSubEmulator (gcloud's
+	// Pub/Sub emulator, which needs gcloud and Java on the PATH).
+	PubSub string
 	// Log receives one line per process started and stopped. Default:
 	// discard.
 	Log *slog.Logger
 }
+
+// Pub/Sub servers a stack can run.
+const (
+	PubSubFake     = "fake"
+	PubSubEmulator = "emulator"
+)
 
 // Validate returns an error wrapping ErrInvalidConfig naming the first
 // invalid field.
@@ -142,6 +152,11 @@ func (c Config) Validate() error {
 	case "", BackendPostgres, BackendEtcd:
 	default:
 		return fmt.Errorf("%w: Backend %q: want %q or %q", ErrInvalidConfig, c.Backend, BackendPostgres, BackendEtcd)
+	}
+	switch c.PubSub {
+	case "", PubSubFake, PubSubEmulator:
+	default:
+		return fmt.Errorf("%w: PubSub %q: want %q or %q", ErrInvalidConfig, c.PubSub, PubSubFake, PubSubEmulator)
 	}
 	seen := map[string]bool{}
 	for _, e := range c.Executors {
@@ -440,6 +455,9 @@ func (s *Stack) startLockBackend(ctx context.Context) error {
 }
 
 func (s *Stack) startPubSub(ctx context.Context) error {
+	if s.cfg.PubSub == PubSubEmulator {
+		return s.startEmulator(ctx)
+	}
 	lines := make(chan string, 1)
 	p, err := s.spawn("pubsub-fake", "pubsub-fake", nil, nil, lines)
 	if err != nil {
@@ -457,6 +475,30 @@ func (s *Stack) startPubSub(ctx context.Context) error {
 	}
 	s.pubsubAddr = ready.Addr
 	s.log.Info("Pub/Sub fake ready", "addr", ready.Addr, "pid", p.PID())
+	return nil
+}
+
+// startEmulator starts gcloud's Pub/Sub emulator on a free port and waits
+// until it answers HTTP (the Java server takes a few seconds).
+func (s *Stack) startEmulator(ctx context.Context) error {
+	gcloud, err := exec.LookPath("gcloud")
+	if err != nil {
+		return fmt.Errorf("%w: -pubsub=emulator needs gcloud with the Pub/Sub emulator component (and Java): %v", ErrPrerequisite, err)
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	p, err := s.spawn("pubsub-emulator", gcloud, []string{"beta", "emulators", "pubsub", "start", "--host-port=" + addr, "--project=" + PubSubProject}, nil, nil)
+	if err != nil {
+		return err
+	}
+	if err := awaitHTTP(ctx, p, "http://"+addr, func(code int) bool { return code == http.StatusOK }); err != nil {
+		return err
+	}
+	s.pubsubAddr = addr
+	s.log.Info("Pub/Sub emulator ready", "addr", addr, "pid", p.PID())
 	return nil
 }
 
@@ -511,7 +553,10 @@ func (s *Stack) spawn(name, bin string, args, env []string, firstLine chan<- str
 	if s.stopped {
 		return nil, errors.New("stack: stopped")
 	}
-	p, err := spawn(name, filepath.Join(s.bin, bin), filepath.Join(s.dir, name+".log"), args, env, firstLine)
+	if !filepath.IsAbs(bin) {
+		bin = filepath.Join(s.bin, bin)
+	}
+	p, err := spawn(name, bin, filepath.Join(s.dir, name+".log"), args, env, firstLine)
 	if err != nil {
 		return nil, err
 	}

@@ -44,6 +44,7 @@ func run() error {
 	out := flag.String("out", "", "write summary.json, the SVG timelines and the run folders here")
 	ttl := flag.Duration("lease-ttl", harness.DefaultLeaseTTL, "the executors' lease TTL")
 	verbose := flag.Bool("v", false, "log the stack's progress on stderr")
+	pubsubServer := flag.String("pubsub", "fake", "Pub/Sub server: fake (pstest in its own process) or emulator (gcloud's Pub/Sub emulator)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -66,7 +67,7 @@ func run() error {
 	if *verbose {
 		logOut = os.Stderr
 	}
-	opt := harness.Options{BinDir: bin, OutDir: work, LeaseTTL: *ttl, Log: slog.New(slog.NewTextHandler(logOut, nil))}
+	opt := harness.Options{BinDir: bin, OutDir: work, LeaseTTL: *ttl, PubSub: *pubsubServer, Log: slog.New(slog.NewTextHandler(logOut, nil))}
 	var runs []*harness.Run
 	for _, b := range harness.Backends {
 		if *backend != "" && b != *backend {
