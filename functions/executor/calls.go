@@ -31,8 +31,13 @@ const (
 	outcomeAmbiguous = "AMBIGUOUS"
 )
 
-// errAmbiguous: the rail submission may or may not have reached the rail.
-var errAmbiguous = errors.New("executor: rail outcome unknown")
+// Internal outcomes of the calls.
+var (
+	// errAmbiguous: the rail submission may or may not have reached the rail.
+	errAmbiguous = errors.New("executor: rail outcome unknown")
+	// errMismatch: the event does not describe the payout it names.
+	errMismatch = errors.New("executor: event does not match its payout")
+)
 
 type railResult struct {
 	Status  string `json:"status"`
@@ -103,6 +108,42 @@ func (x *Executor) call(ctx context.Context, method, u string, token int64, in a
 		}
 	}
 	return a, nil
+}
+
+// payoutFacts are the fields of a payout that the event repeats.
+type payoutFacts struct {
+	PayoutID    string `json:"payoutId"`
+	AccountID   string `json:"accountId"`
+	AmountMinor int64  `json:"amountMinor"`
+	Currency    string `json:"currency"`
+}
+
+// verify reads the payout from payment-resource and checks that the event
+// says the same: the event is only a notification, the payout row is the
+// truth, and the event's account decides which lock is taken and which
+// account the rail debits. It returns codePayoutNotFound, errMismatch, or
+// ErrDependency.
+func (x *Executor) verify(ctx context.Context, e payoutevent.Event) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
+	defer cancel()
+	a, err := x.call(ctx, http.MethodGet, x.cfg.PaymentResourceURL+"/v1/payouts/"+url.PathEscape(e.PayoutID), 0, nil)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("%w: read payout: %v", ErrDependency, err)
+	case a.status == http.StatusNotFound && a.code == codePayoutNotFound:
+		return codePayoutNotFound, nil
+	case a.status != http.StatusOK:
+		return "", fmt.Errorf("%w: read payout answered %d: %s", ErrDependency, a.status, a.body)
+	}
+	var p payoutFacts
+	if err := json.Unmarshal(a.body, &p); err != nil {
+		return "", fmt.Errorf("%w: read payout: %v", ErrDependency, err)
+	}
+	if p != (payoutFacts{e.PayoutID, e.AccountID, e.AmountMinor, e.Currency}) {
+		return "", fmt.Errorf("%w: event says %s %s %d %s, payment-resource says %s %s %d %s", errMismatch,
+			e.PayoutID, e.AccountID, e.AmountMinor, e.Currency, p.PayoutID, p.AccountID, p.AmountMinor, p.Currency)
+	}
+	return "", nil
 }
 
 // claim claims the payout with token. It returns the payment-resource code

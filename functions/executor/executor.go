@@ -2,6 +2,8 @@
 // is taken for. It is an HTTP handler for Pub/Sub push requests carrying a
 // payoutevent.Event; for each payout it
 //
+//  0. reads the payout and checks that the event describes it (the event
+//     is a notification; the payout row decides the account and amount),
 //  1. acquires the lease on payout:{account_id} through the SDK (renewed in
 //     the background while it works),
 //  2. claims the payout at payment-resource with its fencing token,
@@ -206,6 +208,19 @@ func codeOf(err error) string {
 // when a later delivery should try again.
 func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, error) {
 	log := x.log.With("payoutId", e.PayoutID, "accountId", e.AccountID, "ownerId", x.Owner())
+	// (0) the event is a notification; the payout row is the truth. A
+	// forged or corrupted event must not choose the lock, the account or
+	// the amount sent to the rail.
+	switch code, err := x.verify(ctx, e); {
+	case errors.Is(err, errMismatch):
+		log.Error("payout event does not match its payout; dropped", "event", "payout_event_mismatch", "error", err.Error())
+		return OutcomeDropped, nil
+	case err != nil:
+		return "", err
+	case code == codePayoutNotFound:
+		log.Error("payout event for an unknown payout", "event", "payout_event_unknown_payout")
+		return OutcomeDropped, nil
+	}
 	actx, cancel := context.WithTimeout(ctx, x.cfg.AcquireWait)
 	lease, err := x.locks.Acquire(actx, e.LockKey(), client.WithTTL(x.cfg.LeaseTTL), client.WithAutoRenew(0))
 	cancel()

@@ -27,6 +27,7 @@ import (
 type fakeDeps struct {
 	mu         sync.Mutex
 	calls      []string
+	payout     string // GET /v1/payouts/p-1 body; "" = the payout the event describes
 	claimCode  string // "" = 200
 	attempts   string // JSON list body of GET attempts
 	railStatus int
@@ -41,6 +42,13 @@ func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tok := r.Header.Get(fencing.HeaderToken)
 	f.calls = append(f.calls, r.Method+" "+r.URL.Path+" token="+tok)
 	switch {
+	case r.Method == "GET" && r.URL.Path == "/v1/payouts/p-1":
+		body := f.payout
+		if body == "" {
+			body = `{"payoutId":"p-1","accountId":"acct-7","amountMinor":2500,"currency":"EUR","state":"pending"}`
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(body))
 	case r.URL.Path == "/v1/payouts/p-1/claim":
 		if f.claimCode != "" {
 			httpjson.WriteError(w, 409, f.claimCode, "scripted", false)
@@ -251,5 +259,24 @@ func TestConfig(t *testing.T) {
 		if _, err := executor.LoadConfig(func(k string) string { return bad[k] }); err == nil {
 			t.Errorf("LoadConfig accepted %s=%q", k, v)
 		}
+	}
+}
+
+func TestEventThatDoesNotMatchItsPayoutIsDropped(t *testing.T) {
+	// The event claims another account and amount than payment-resource
+	// holds for p-1: executing it would lock the wrong key and pay the wrong
+	// amount from the wrong account.
+	deps := &fakeDeps{payout: `{"payoutId":"p-1","accountId":"acct-1","amountMinor":2500,"currency":"EUR"}`, attempts: `{"attempts":[]}`, railStatus: 200, railBody: `{"status":"ACK","railRef":"r"}`}
+	x, store := newExecutor(t, deps, executor.Hooks{})
+	forged := payoutevent.Event{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 900000, Currency: "EUR"}
+	out, err := x.Execute(t.Context(), forged)
+	if err != nil || out != executor.OutcomeDropped {
+		t.Fatalf("Execute(forged) = %q, %v; want dropped", out, err)
+	}
+	if st, _ := store.Inspect(context.Background(), "payout:acct-7"); st.LastToken != 0 {
+		t.Fatalf("a lock was taken for the forged event: %+v", st)
+	}
+	if n := deps.railCalls(); n != 0 || len(deps.results) != 0 {
+		t.Fatalf("forged event reached the rail %d times, results %v", n, deps.results)
 	}
 }

@@ -47,10 +47,23 @@ func (e Event) Validate() error {
 		return fmt.Errorf("%w: accountId must be 1..64 bytes", ErrMalformed)
 	case e.AmountMinor <= 0:
 		return fmt.Errorf("%w: amountMinor %d is not positive", ErrMalformed, e.AmountMinor)
-	case len(e.Currency) != 3 || strings.ToUpper(e.Currency) != e.Currency:
+	case !isCurrency(e.Currency):
 		return fmt.Errorf("%w: currency %q is not an ISO 4217 code", ErrMalformed, e.Currency)
 	}
 	return nil
+}
+
+// isCurrency reports whether c is three upper-case ASCII letters.
+func isCurrency(c string) bool {
+	if len(c) != 3 {
+		return false
+	}
+	for i := 0; i < 3; i++ {
+		if c[i] < 'A' || c[i] > 'Z' {
+			return false
+		}
+	}
+	return true
 }
 
 // LockKey returns the lock key the executor takes for this event:

@@ -266,8 +266,18 @@ func (s SubmitRequest) Validate() error {
 	return nil
 }
 
+// textOK accepts 1..max bytes of valid UTF-8 without control characters
+// (PostgreSQL text cannot hold NUL, and no id needs a control byte).
 func textOK(s string, max int) bool {
-	return s != "" && len(s) <= max && utf8.ValidString(s)
+	if s == "" || len(s) > max || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 func currencyOK(c string) bool {

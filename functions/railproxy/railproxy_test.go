@@ -598,3 +598,15 @@ func TestLoadConfig(t *testing.T) {
 		t.Errorf("New(zero Config): %v, want ErrInvalidConfig", err)
 	}
 }
+
+func TestControlBytesInIDsAreRefusedNot500(t *testing.T) {
+	r := newRig(t)
+	p := r.proxy(nil)
+	for _, target := range []string{"/v1/rail/high-water/%00x", "/v1/rail/attempts?payoutId=%00", "/v1/rail/attempts?payoutId=a%0Ab"} {
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, httptest.NewRequest("GET", target, nil))
+		if rec.Code != http.StatusBadRequest {
+			t.Errorf("GET %s: %d %s; want 400", target, rec.Code, rec.Body)
+		}
+	}
+}

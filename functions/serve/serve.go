@@ -14,9 +14,12 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path"
 	"syscall"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 )
 
 // Builder makes a function's handler from the environment. close is called
@@ -54,7 +57,7 @@ func run(ctx context.Context, name string, build Builder, log *slog.Logger) erro
 	if closeFn != nil {
 		defer closeFn()
 	}
-	if err := funcframework.RegisterHTTPFunctionContext(ctx, "/", h.ServeHTTP); err != nil {
+	if err := funcframework.RegisterHTTPFunctionContext(ctx, "/", canonical(h).ServeHTTP); err != nil {
 		return err
 	}
 	port := os.Getenv("PORT")
@@ -77,4 +80,18 @@ func run(ctx context.Context, name string, build Builder, log *slog.Logger) erro
 		log.Info("function stopping", "event", "function_stopping")
 		return nil
 	}
+}
+
+// canonical refuses, with the JSON error envelope, a request whose path is
+// not in canonical form ("..", ".", "//"), which http.ServeMux would answer
+// with a bodiless redirect.
+func canonical(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if c := path.Clean(p); p == "" || p[0] != '/' || (c != p && c+"/" != p) {
+			httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalidRequest, fmt.Sprintf("path %q is not in canonical form", p), false)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
