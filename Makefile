@@ -22,7 +22,7 @@ fmt: ## format every Go file
 
 build: ## build every command into ./bin
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./lockserver/cmd/... ./etcd/cmd/...
+	$(GO) build -o $(BIN)/ ./lockserver/cmd/... ./etcd/cmd/... ./functions/cmd/... ./local/cmd/... ./harness/cmd/...
 
 bench: ## the lock-service benchmarks: SDK + lock-server vs the raw backend primitive
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./lockserver/bench/
@@ -30,5 +30,5 @@ bench: ## the lock-service benchmarks: SDK + lock-server vs the raw backend prim
 demo: ## the fencing experiment on real processes, 2 backends x 4 fencing cells; writes harness/out/summary.json
 	$(GO) run ./harness/cmd/experiment -out harness/out
 
-clean: ## remove build output
-	rm -rf $(BIN)
+clean: ## remove build output and the experiment's outputs (harness/out)
+	rm -rf $(BIN) harness/out

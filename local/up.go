@@ -8,8 +8,15 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutbus"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 )
 
@@ -24,6 +31,7 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 	executors := fs.String("executors", "A,B", "comma-separated executor names, one process each")
 	dir := fs.String("dir", "", "run folder for the logs (default: a new temporary directory)")
 	ttl := fs.Duration("lease-ttl", stack.DefaultLeaseTTL, "the executors' lease TTL")
+	push := fs.Bool("push", true, "deliver payout events to the executors, as a Pub/Sub push subscription would")
 	pubsub := fs.String("pubsub", stack.PubSubFake, "Pub/Sub server: fake (pstest in its own process) or emulator (gcloud's Pub/Sub emulator)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -66,7 +74,48 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "  paydb             %s\n  raildb            %s\n", st.PayDBURL(), st.RailDBURL())
 	fmt.Fprintf(out, "  logs              %s\n", st.Dir())
-	fmt.Fprintln(out, "Ctrl-C stops everything.")
+	if *push && len(cfg.Executors) > 0 {
+		stopPush, err := pushToExecutors(ctx, st, cfg.Executors, cfg.Log)
+		if err != nil {
+			return err
+		}
+		defer stopPush()
+		fmt.Fprintf(out, "  push bridge       subscription %s -> every executor (a payout created at payment-resource is executed)\n", stack.PubSubSubscription)
+	}
+	fmt.Fprintln(out, "Ctrl-C stops everything (the log folder stays).")
 	<-ctx.Done()
 	return nil
+}
+
+// pushToExecutors runs one push bridge per executor on the stack's payout
+// subscription: Pub/Sub spreads the messages over the bridges' streams, as
+// a push subscription spreads them over instances. The returned function
+// stops the bridges and waits for them.
+func pushToExecutors(ctx context.Context, st *stack.Stack, execs []stack.ExecutorSpec, log *slog.Logger) (func(), error) {
+	conn, err := grpc.NewClient(st.PubSubAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	c, err := pubsub.NewClient(ctx, stack.PubSubProject, option.WithGRPCConn(conn))
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	bctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, e := range execs {
+		b := &payoutbus.PushBridge{Sub: c.Subscriber(stack.PubSubSubscription), Endpoint: st.ExecutorURL(e.Name) + "/", Log: log.With("bridge", e.Name)}
+		// Ends when bctx ends.
+		wg.Go(func() {
+			if err := b.Run(bctx); err != nil {
+				log.Error("push bridge stopped", "executor", e.Name, "error", err)
+			}
+		})
+	}
+	return func() {
+		cancel()
+		wg.Wait()
+		c.Close()
+		conn.Close()
+	}, nil
 }
