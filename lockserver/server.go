@@ -40,10 +40,10 @@ func (c ServerConfig) Validate() error {
 // lease state: every decision is the store's, so any number of Servers may
 // share one backend.
 type Server struct {
-	store  LockStore
-	cfg    ServerConfig
-	log    *slog.Logger
-	mux    *http.ServeMux
+	store LockStore
+	cfg   ServerConfig
+	log   *slog.Logger
+	mux   *http.ServeMux
 }
 
 // NewServer returns a Server over store. It returns an error if cfg is
