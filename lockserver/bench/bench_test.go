@@ -12,6 +12,7 @@
 //
 //	memory/sdk         client + lock-server over an in-memory store: the HTTP cost alone
 //	etcd/raw-mutex     etcd's own concurrency.Mutex Lock/Unlock, one session per client
+//	etcd/raw-mutex-own-lease  the same with a session (a lease) per lock, as every grant has in etcdstore
 //	etcd/sdk           client.TryAcquire + Lease.Release via lock-server (HTTP, loopback) on etcdstore
 //	postgres/raw-sql   pgstore called directly: one SQL statement per acquire and per release
 //	postgres/sdk       client.TryAcquire + Lease.Release via lock-server on pgstore
@@ -152,6 +153,31 @@ func BenchmarkAcquireRelease(b *testing.B) {
 							_ = sess.Close()
 							_ = cli.Close()
 						}
+				})
+			})
+			// The same primitive with the semantics lock-server gives every
+			// grant: a lease of its own (its own TTL, renewable and revocable
+			// alone), so a session per lock.
+			b.Run(fmt.Sprintf("raw-mutex-own-lease/clients=%d", n), func(b *testing.B) {
+				pairs(b, n, func(c int) (func(string) error, func()) {
+					cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
+					if err != nil {
+						b.Fatal(err)
+					}
+					return func(key string) error {
+						sess, err := concurrency.NewSession(cli, concurrency.WithTTL(30))
+						if err != nil {
+							return err
+						}
+						m := concurrency.NewMutex(sess, "/bench-raw-own/"+key)
+						if err := m.Lock(context.Background()); err != nil {
+							return err
+						}
+						if err := m.Unlock(context.Background()); err != nil {
+							return err
+						}
+						return sess.Close() // revokes the session's lease
+					}, func() { _ = cli.Close() }
 				})
 			})
 			b.Run(fmt.Sprintf("sdk/clients=%d", n), func(b *testing.B) {
