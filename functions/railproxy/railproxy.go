@@ -229,8 +229,12 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	c.FencingDisabled = !on
+	if c.DB.DSN == "" {
+		return Config{}, fmt.Errorf("%w: %s is required (a PostgreSQL DSN of raildb)", ErrInvalidConfig, EnvDatabaseURL)
+	}
 	if err := c.Validate(); err != nil {
-		return Config{}, err
+		// Name the environment variable behind the field.
+		return Config{}, fmt.Errorf("%w (environment: %s, %s, %s)", err, EnvDatabaseURL, EnvRailURL, EnvDatabaseInstance)
 	}
 	return c, nil
 }

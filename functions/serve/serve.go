@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path"
+	"strconv"
 	"syscall"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
@@ -50,6 +51,13 @@ func Main(name string, build Builder) {
 }
 
 func run(ctx context.Context, name string, build Builder, log *slog.Logger) error {
+	port := os.Getenv("PORT")
+	if port == "" {
+		port = "8080"
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("PORT=%q: want a port number", port)
+	}
 	h, closeFn, err := build(ctx, os.Getenv, log)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
@@ -59,10 +67,6 @@ func run(ctx context.Context, name string, build Builder, log *slog.Logger) erro
 	}
 	if err := funcframework.RegisterHTTPFunctionContext(ctx, "/", canonical(h).ServeHTTP); err != nil {
 		return err
-	}
-	port := os.Getenv("PORT")
-	if port == "" {
-		port = "8080"
 	}
 	host := os.Getenv("HOST") // loopback locally; empty (all interfaces) on Cloud Run
 	served := make(chan error, 1)
