@@ -111,10 +111,13 @@ type FencedOut struct {
 // Summary is the measured outcome of one run, the object of the JSON
 // summary.
 type Summary struct {
-	Backend        string `json:"backend"`
-	PaymentFencing bool   `json:"paymentFencing"`
-	RailFencing    bool   `json:"railFencing"`
-	PayoutID       string `json:"payoutId"`
+	// Backend is lock-server's LOCK_STORE: postgres or etcd.
+	Backend string `json:"backend"`
+	// PaymentFencing and RailFencing are the two kill switches of the run.
+	PaymentFencing bool `json:"paymentFencing"`
+	RailFencing    bool `json:"railFencing"`
+	// PayoutID is the payout both workers executed.
+	PayoutID string `json:"payoutId"`
 	// TokenA and TokenB are the tokens of A's and B's grants, from the
 	// executors' lease_acquired events.
 	TokenA int64 `json:"tokenA"`

@@ -20,29 +20,39 @@ var FixtureProcesses = []string{"lock-server", "executor-A", "executor-B", "rail
 // on the backend's absolute token numbers. Tokens are labels: "A" for A's
 // lease token, "B" for B's, "other" for any other number.
 type KeyEvent struct {
-	Event          string `json:"event"`
-	Owner          string `json:"owner,omitempty"`
+	// Event is the log event name.
+	Event string `json:"event"`
+	// Owner is the line's ownerId or owner attribute.
+	Owner string `json:"owner,omitempty"`
+	// Token, PresentedToken, HighestToken and AttemptToken are the line's
+	// token attributes as labels.
 	Token          string `json:"token,omitempty"`
 	PresentedToken string `json:"presentedToken,omitempty"`
 	HighestToken   string `json:"highestToken,omitempty"`
 	AttemptToken   string `json:"attemptToken,omitempty"`
-	Resource       string `json:"resource,omitempty"`
-	Code           string `json:"code,omitempty"`
+	// Resource is the fenced resource of a fenced_out line.
+	Resource string `json:"resource,omitempty"`
+	// Code is the error code of a refusal line.
+	Code string `json:"code,omitempty"`
 }
 
 // RawLine is one log line kept verbatim, to show what the real logs look
 // like.
 type RawLine struct {
-	Process string          `json:"process"`
-	Line    json.RawMessage `json:"line"`
+	// Process is the log file's process name (executor-A, rail-proxy, ...).
+	Process string `json:"process"`
+	// Line is the JSON log line, unchanged.
+	Line json.RawMessage `json:"line"`
 }
 
 // Fixture is the deterministic part of one run's logs: per process, the
 // ordered key events. Only the order within a process is meaningful; the
 // interleaving across processes varies from run to run.
 type Fixture struct {
-	Backend  string
-	Cell     string
+	// Backend and Cell name the run.
+	Backend string
+	Cell    string
+	// Services maps a process name to its key events, in log order.
 	Services map[string][]KeyEvent
 	// Raw holds A's self_stop line and the first fenced_out line, if any,
 	// verbatim (times, pid and tokens included). It illustrates; only its

@@ -20,10 +20,15 @@ import (
 // Event announces one payout to be executed. Amounts are in minor currency
 // units (cents); Currency is an ISO 4217 code.
 type Event struct {
-	PayoutID    string `json:"payoutId"`
-	AccountID   string `json:"accountId"`
-	AmountMinor int64  `json:"amountMinor"`
-	Currency    string `json:"currency"`
+	// PayoutID is the client-supplied payout id, 1..128 bytes.
+	PayoutID string `json:"payoutId"`
+	// AccountID is the debited account, 1..64 bytes; it names the lock
+	// (payout:{account_id}) and is the Pub/Sub ordering key.
+	AccountID string `json:"accountId"`
+	// AmountMinor is the amount in minor currency units, positive.
+	AmountMinor int64 `json:"amountMinor"`
+	// Currency is an ISO 4217 code: three upper-case letters.
+	Currency string `json:"currency"`
 }
 
 // Attribute names set on every published message.
@@ -73,8 +78,10 @@ func (e Event) LockKey() string { return "payout:" + e.AccountID }
 // Push is the body of a Pub/Sub push request (the "wrapped" format).
 // See https://cloud.google.com/pubsub/docs/push#receive_push.
 type Push struct {
-	Message      PushMessage `json:"message"`
-	Subscription string      `json:"subscription"`
+	// Message is the delivered message.
+	Message PushMessage `json:"message"`
+	// Subscription is the full name of the push subscription.
+	Subscription string `json:"subscription"`
 	// DeliveryAttempt is set when the subscription has a dead-letter policy;
 	// the first delivery is 1.
 	DeliveryAttempt *int `json:"deliveryAttempt,omitempty"`
@@ -83,11 +90,16 @@ type Push struct {
 // PushMessage is the message inside a Push.
 type PushMessage struct {
 	// Data is the base64 of the JSON Event.
-	Data        string            `json:"data"`
-	Attributes  map[string]string `json:"attributes,omitempty"`
-	MessageID   string            `json:"messageId"`
-	PublishTime string            `json:"publishTime,omitempty"`
-	OrderingKey string            `json:"orderingKey,omitempty"`
+	Data string `json:"data"`
+	// Attributes repeat payoutId and accountId (AttrPayoutID, AttrAccountID).
+	Attributes map[string]string `json:"attributes,omitempty"`
+	// MessageID is Pub/Sub's id of the message; a redelivery keeps it.
+	MessageID string `json:"messageId"`
+	// PublishTime is when Pub/Sub stored the message (RFC 3339).
+	PublishTime string `json:"publishTime,omitempty"`
+	// OrderingKey is the account id: messages of one key are delivered in
+	// publish order.
+	OrderingKey string `json:"orderingKey,omitempty"`
 }
 
 // Decode returns the Event inside a push body, validated. Errors wrap

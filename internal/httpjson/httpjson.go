@@ -29,24 +29,33 @@ const (
 
 // Envelope is the body of every error answer.
 type Envelope struct {
+	// Error is the refusal.
 	Error Body `json:"error"`
 }
 
 // Body is the content of an Envelope: a stable code, a message for people,
 // and whether the same request may succeed later.
 type Body struct {
-	Code      string `json:"code"`
-	Message   string `json:"message"`
-	Retryable bool   `json:"retryable"`
+	// Code is stable and machine-readable.
+	Code string `json:"code"`
+	// Message is for people; it may change.
+	Message string `json:"message"`
+	// Retryable says whether the same request may succeed later.
+	Retryable bool `json:"retryable"`
 }
 
 // Error is a refused request body: the status and code to answer with.
 type Error struct {
-	Status  int
-	Code    string
+	// Status is the HTTP status to answer with (400, 413 or 415).
+	Status int
+	// Code is one of CodeInvalidRequest, CodeBodyTooLarge,
+	// CodeUnsupportedMediaType.
+	Code string
+	// Message says what was wrong with the body.
 	Message string
 }
 
+// Error returns the message.
 func (e *Error) Error() string { return e.Message }
 
 // Decode reads exactly one JSON object of at most limit bytes into dst (a

@@ -181,15 +181,19 @@ const (
 
 // ErrorEnvelope is the body of every non-2xx response.
 type ErrorEnvelope struct {
+	// Error is the refusal.
 	Error ErrorBody `json:"error"`
 }
 
 // ErrorBody carries the stable code, a human-readable message (not stable;
 // do not parse it) and whether repeating the same request may succeed.
 type ErrorBody struct {
-	Code      Code   `json:"code"`
-	Message   string `json:"message"`
-	Retryable bool   `json:"retryable"`
+	// Code is one of the Code constants.
+	Code Code `json:"code"`
+	// Message is for people; it may change between versions.
+	Message string `json:"message"`
+	// Retryable is Code.Retryable(), sent for clients without this package.
+	Retryable bool `json:"retryable"`
 }
 
 // Retryable reports whether the code marks a condition that may clear if the

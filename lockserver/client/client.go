@@ -85,6 +85,7 @@ type Error struct {
 	Retryable bool
 }
 
+// Error describes the refusal in one line.
 func (e *Error) Error() string {
 	return fmt.Sprintf("client: server answered %d %s: %s", e.Status, e.Code, e.Message)
 }
