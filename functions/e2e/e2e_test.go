@@ -102,7 +102,7 @@ func TestPayoutPipelineEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cluster.Close()
+	pgtest.Cleanup(t, cluster.Close)
 	stores := lockStores(ctx, cluster)
 	for _, backend := range []string{"postgres", "etcd"} {
 		t.Run(backend, func(t *testing.T) { runPipeline(ctx, t, stores[backend]) })

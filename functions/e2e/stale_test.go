@@ -17,6 +17,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 )
 
 // partition is a transport that can cut a worker off from lock-server, as
@@ -57,7 +58,7 @@ func TestStaleHolderMatrix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cluster.Close()
+	pgtest.Cleanup(t, cluster.Close)
 	backends := lockStores(ctx, cluster)
 	cells := []struct {
 		name        string

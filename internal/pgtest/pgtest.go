@@ -95,6 +95,24 @@ func AtExit(f func() error) {
 	exitFuncs = append(exitFuncs, f)
 }
 
+// Cleanup runs close at the end of t, or earlier if the test binary is
+// interrupted (SIGINT, SIGTERM) while t runs, whichever comes first, and
+// only once. Use it for a fixture of one test that holds processes or disk
+// (an embedded etcd cluster) so that Ctrl-C leaves nothing behind.
+func Cleanup(t testing.TB, close func() error) {
+	var once sync.Once
+	closeOnce := func() (err error) {
+		once.Do(func() { err = close() })
+		return err
+	}
+	AtExit(closeOnce)
+	t.Cleanup(func() {
+		if err := closeOnce(); err != nil {
+			t.Errorf("pgtest: cleanup: %v", err)
+		}
+	})
+}
+
 // cleanup runs the AtExit functions and closes the shared cluster, once.
 func cleanup() error {
 	exitMu.Lock()
@@ -184,19 +202,7 @@ func NewCluster(t testing.TB) *pgcluster.Cluster {
 	if err != nil {
 		t.Fatalf("pgtest: start cluster: %v", err)
 	}
-	// Closed at the end of the test, or by Main if the run is interrupted
-	// first; Close of a closed cluster is harmless.
-	var once sync.Once
-	closeOnce := func() (err error) {
-		once.Do(func() { err = c.Close() })
-		return err
-	}
-	AtExit(closeOnce)
-	t.Cleanup(func() {
-		if err := closeOnce(); err != nil {
-			t.Errorf("pgtest: close cluster: %v", err)
-		}
-	})
+	Cleanup(t, c.Close)
 	return c
 }
 

@@ -54,7 +54,7 @@ func TestTokensIncreaseAcrossLockServerRestarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cluster.Close()
+	pgtest.Cleanup(t, cluster.Close)
 	backends := map[string]map[string]string{
 		"postgres": {"LOCK_STORE": "postgres", "LOCKDB_URL": pgtest.NewDatabase(t)},
 		"etcd":     {"LOCK_STORE": "etcd", "ETCD_ENDPOINTS": cluster.Endpoints()[0]},
