@@ -4,10 +4,8 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgmigrate"
 )
@@ -30,13 +28,7 @@ const (
 // that a Cloud SQL connection is used like any other, holding a PostgreSQL
 // advisory lock so that concurrent callers apply each migration once.
 func migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	fsys, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return fmt.Errorf("paymentresource: migrations: %w", err)
-	}
-	if err := pgmigrate.Up(ctx, db, fsys, migrationTable, migrationLockID); err != nil {
+	if err := pgmigrate.UpPool(ctx, pool, migrations, "migrations", migrationTable, migrationLockID); err != nil {
 		return fmt.Errorf("paymentresource: %w", err)
 	}
 	return nil

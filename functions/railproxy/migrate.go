@@ -4,10 +4,8 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgmigrate"
 )
@@ -30,13 +28,7 @@ const (
 // a PostgreSQL advisory lock so that concurrent callers apply each
 // migration once. The pool may dial through the Cloud SQL connector.
 func migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	db := stdlib.OpenDBFromPool(pool) // closing db leaves pool open
-	defer db.Close()
-	fsys, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return fmt.Errorf("railproxy: migrations: %w", err)
-	}
-	if err := pgmigrate.Up(ctx, db, fsys, migrationTable, migrationLockID); err != nil {
+	if err := pgmigrate.UpPool(ctx, pool, migrations, "migrations", migrationTable, migrationLockID); err != nil {
 		return fmt.Errorf("railproxy: %w", err)
 	}
 	return nil

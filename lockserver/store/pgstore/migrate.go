@@ -4,7 +4,6 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -44,11 +43,7 @@ func Migrate(ctx context.Context, dsn string) error {
 	if err := db.PingContext(ctx); err != nil {
 		return unavailable("migrate", "", err)
 	}
-	fsys, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return fmt.Errorf("pgstore: migrations: %w", err)
-	}
-	if err := pgmigrate.Up(ctx, db, fsys, migrationTable, migrationLockID); err != nil {
+	if err := pgmigrate.Up(ctx, db, migrations, "migrations", migrationTable, migrationLockID); err != nil {
 		return fmt.Errorf("pgstore: %w", err)
 	}
 	return nil
