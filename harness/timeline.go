@@ -99,9 +99,14 @@ func timelineSVG(r *Run) []byte {
 	for _, m := range marks {
 		y := row[m.owner] + 30 + float64(n[m.owner])*16
 		n[m.owner]++
-		color := "#080"
-		if m.refused {
-			color = "#c00"
+		color := "#080" // accepted
+		switch {
+		case m.refused:
+			color = "#c00" // refused by a fence point
+		case m.owner == "A" && !r.Continued.IsZero() && m.at.After(r.Continued):
+			// A stale holder's write that got through: the corruption.
+			color = "#e07000"
+			m.label += " (STALE, accepted)"
 		}
 		tx, anchor := x(m.at)+5, "start"
 		if tx > 600 {
@@ -110,8 +115,16 @@ func timelineSVG(r *Run) []byte {
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="%s"/><circle cx="%.1f" cy="%.0f" r="3" fill="%s"/><text x="%.1f" y="%.0f" fill="%s" text-anchor="%s">%s</text>`+"\n",
 			x(m.at), row[m.owner], x(m.at), y, color, x(m.at), y, color, tx, y+4, color, anchor, html.EscapeString(m.label))
 	}
-	fmt.Fprintf(&b, `<line x1="%.0f" y1="320" x2="%.0f" y2="320" stroke="#000"/><text x="%.0f" y="334">0 s</text><text x="%.0f" y="334" text-anchor="end">%.2f s</text>`+"\n",
-		left, w-right, left, w-right, span)
+	fmt.Fprintf(&b, `<line x1="%.0f" y1="320" x2="%.0f" y2="320" stroke="#000"/>`+"\n", left, w-right)
+	// A tick every quarter second, labelled every half.
+	for t := 0.0; t <= span; t += 0.25 {
+		tx := left + (w-left-right)*t/span
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="316" x2="%.1f" y2="324" stroke="#000"/>`, tx, tx)
+		if int(t*4)%2 == 0 {
+			fmt.Fprintf(&b, `<text x="%.1f" y="336" text-anchor="middle">%.1f s</text>`, tx, t)
+		}
+		b.WriteString("\n")
+	}
 	b.WriteString("</svg>\n")
 	return []byte(b.String())
 }
