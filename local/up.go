@@ -83,8 +83,16 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 		fmt.Fprintf(out, "  push bridge       subscription %s -> every executor (a payout created at payment-resource is executed)\n", stack.PubSubSubscription)
 	}
 	fmt.Fprintln(out, "Ctrl-C stops everything (the log folder stays).")
-	<-ctx.Done()
-	return nil
+	exited := st.Exited()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e := <-exited:
+			// The stack keeps running without it; say so loudly.
+			fmt.Fprintf(out, "WARNING: %s exited on its own (%v); its log: %s\n", e.Name, e.Err, e.LogPath)
+		}
+	}
 }
 
 // pushToExecutors runs one push bridge per executor on the stack's payout

@@ -650,6 +650,36 @@ func (s *Stack) ExecutorURL(name string) string {
 	return s.executorURLs[name]
 }
 
+// Exited returns a channel that receives each process of the stack that
+// exits before Stop, with the error it exited with; it is never closed. A
+// stack that loses a part is broken: `local up` reports it.
+func (s *Stack) Exited() <-chan ProcessExit {
+	ch := make(chan ProcessExit, len(s.Processes()))
+	for _, p := range s.Processes() {
+		// Ends when p exits.
+		go func() {
+			<-p.Done()
+			s.mu.Lock()
+			stopped := s.stopped
+			s.mu.Unlock()
+			if !stopped {
+				ch <- ProcessExit{Name: p.Name(), Err: p.err, LogPath: p.LogPath()}
+			}
+		}()
+	}
+	return ch
+}
+
+// ProcessExit describes a process that exited on its own.
+type ProcessExit struct {
+	// Name is the process name (lock-server, executor-A, ...).
+	Name string
+	// Err is how it exited (nil for status 0).
+	Err error
+	// LogPath is its log file.
+	LogPath string
+}
+
 // Processes returns every process started, in start order.
 func (s *Stack) Processes() []*Process {
 	s.mu.Lock()
