@@ -32,10 +32,12 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"time"
 
@@ -142,8 +144,11 @@ func (x *Executor) Owner() string { return x.locks.Owner() }
 // maxPushBytes bounds a push request body (Pub/Sub messages here are small).
 const maxPushBytes = 64 << 10
 
-// ServeHTTP accepts one Pub/Sub push request (the wrapped JSON format),
-// executes its payout and answers with the status of Status.
+// ServeHTTP accepts one Pub/Sub push request (the wrapped JSON format), or
+// the same message as a CloudEvent (google.cloud.pubsub.topic.v1.
+// messagePublished, binary or structured mode), executes its payout and
+// answers with the status of Status. The push form keeps the ordering key
+// and the delivery attempt; a CloudEvent may lose them.
 func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -154,6 +159,17 @@ func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		httpjson.WriteError(w, http.StatusRequestEntityTooLarge, httpjson.CodeBodyTooLarge, err.Error(), false)
 		return
+	}
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/cloudevents+json" {
+		// A CloudEvent in structured mode (Eventarc): the Pub/Sub message
+		// travels in its "data", in the push body's shape. In binary mode
+		// (ce-* headers) the body already is that shape.
+		var ce struct {
+			Data json.RawMessage `json:"data"`
+		}
+		if json.Unmarshal(body, &ce) == nil && len(ce.Data) > 0 {
+			body = ce.Data
+		}
 	}
 	push, ev, err := payoutevent.Decode(body)
 	if err != nil {

@@ -280,3 +280,26 @@ func TestEventThatDoesNotMatchItsPayoutIsDropped(t *testing.T) {
 		t.Fatalf("forged event reached the rail %d times, results %v", n, deps.results)
 	}
 }
+
+func TestCloudEventFormsAreAccepted(t *testing.T) {
+	for _, structured := range []bool{false, true} {
+		deps := &fakeDeps{attempts: `{"attempts":[]}`, railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}
+		x, _ := newExecutor(t, deps, executor.Hooks{})
+		body, _ := payoutevent.Encode(event, "m-1", "acct-7", 0)
+		req := httptest.NewRequest("POST", "/", bytes.NewReader(body))
+		req.Header.Set("ce-specversion", "1.0")
+		req.Header.Set("ce-type", "google.cloud.pubsub.topic.v1.messagePublished")
+		req.Header.Set("Content-Type", "application/json")
+		if structured {
+			wrapped, _ := json.Marshal(map[string]any{"specversion": "1.0", "type": "google.cloud.pubsub.topic.v1.messagePublished",
+				"source": "//pubsub.googleapis.com/projects/local/topics/payouts", "id": "m-1", "data": json.RawMessage(body)})
+			req = httptest.NewRequest("POST", "/", bytes.NewReader(wrapped))
+			req.Header.Set("Content-Type", "application/cloudevents+json")
+		}
+		rec := httptest.NewRecorder()
+		x.ServeHTTP(rec, req)
+		if rec.Code != 200 || len(deps.results) != 1 {
+			t.Fatalf("structured=%v: %d %s, results %v; want the payout posted", structured, rec.Code, rec.Body, deps.results)
+		}
+	}
+}
