@@ -24,8 +24,17 @@ build: ## build every command into ./bin
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./lockserver/cmd/... ./etcd/cmd/... ./functions/cmd/... ./local/cmd/... ./harness/cmd/...
 
-bench: ## the lock-service benchmarks: SDK + lock-server vs the raw backend primitive
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./lockserver/bench/
+BENCH_COUNT ?= 6
+
+# One whole pass per round, so the rows compared with each other run
+# minutes apart at most, and drift on the machine hits them alike.
+bench: ## SDK + lock-server vs the raw backend primitives: $(BENCH_COUNT) rounds at GOMAXPROCS 1 and 2, compared by benchstat (about 6 min)
+	@mkdir -p $(BIN)
+	$(GO) test -c -o $(BIN)/bench.test ./lockserver/bench/
+	@rm -f $(BIN)/bench.txt
+	@for i in $$(seq $(BENCH_COUNT)); do echo "round $$i of $(BENCH_COUNT)" >&2; \
+	  (cd lockserver/bench && ../../$(BIN)/bench.test -test.run '^$$' -test.bench . -test.benchtime 1s -test.cpu 1,2) >> $(BIN)/bench.txt || exit 1; done
+	$(GO) tool benchstat -col '/path@(raw raw-lease-per-lock sdk)' $(BIN)/bench.txt
 
 demo: ## the fencing experiment on real processes, 2 backends x 4 fencing cells; writes harness/out/summary.json
 	$(GO) run ./harness/cmd/experiment -out harness/out

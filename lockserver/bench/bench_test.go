@@ -1,21 +1,24 @@
 // Package bench measures what lock-server and the SDK cost on top of the raw
 // backend primitives, side by side in one process on one machine, so the
-// ratios are meaningful even where absolute figures are noisy:
+// ratios are meaningful even where absolute figures are noisy. `make bench`
+// runs it several times, interleaved, and summarises with benchstat:
 //
-//	make bench
-//	go test -run '^$' -bench . -benchtime 2s ./lockserver/bench/
+//	go test -run '^$' -bench . -benchtime 1s -count 6 -cpu 1,2 ./lockserver/bench/ | tee bench.txt
+//	go tool benchstat -col /path bench.txt
 //
 // Each iteration is one acquire and one release of a key of the client's
-// own (no contention: this measures overhead, not waiting). With 8 clients,
-// ns/op is wall time divided by all pairs completed, the inverse of
-// throughput.
+// own (no contention: this measures overhead, not waiting). With 8
+// clients, ns/op is wall time divided by all pairs completed, the inverse
+// of throughput. Benchmarks are named backend=B/path=P/clients=N, so that
+// benchstat puts the paths of one backend side by side, the first (raw)
+// as the base of the comparison:
 //
-//	memory/sdk         client + lock-server over an in-memory store: the HTTP cost alone
-//	etcd/raw-mutex     etcd's own concurrency.Mutex Lock/Unlock, one session per client
-//	etcd/raw-mutex-own-lease  the same with a session (a lease) per lock, as every grant has in etcdstore
-//	etcd/sdk           client.TryAcquire + Lease.Release via lock-server (HTTP, loopback) on etcdstore
-//	postgres/raw-sql   pgstore called directly: one SQL statement per acquire and per release
-//	postgres/sdk       client.TryAcquire + Lease.Release via lock-server on pgstore
+//	backend=memory/path=sdk          client + lock-server over an in-memory store: the HTTP cost alone
+//	backend=etcd/path=raw            etcd's own concurrency.Mutex Lock/Unlock, one session per client
+//	backend=etcd/path=raw-lease-per-lock  the same with a session (a lease) granted and revoked per lock
+//	backend=etcd/path=sdk            client.TryAcquire + Lease.Release via lock-server (HTTP, loopback) on etcdstore
+//	backend=postgres/path=raw        pgstore called directly: one SQL statement per acquire and per release
+//	backend=postgres/path=sdk        client.TryAcquire + Lease.Release via lock-server on pgstore
 package bench
 
 import (
@@ -119,21 +122,21 @@ func sdkPair(b *testing.B, store lockserver.LockStore) (func(c int) (func(string
 var clientCounts = []int{1, 8}
 
 func BenchmarkAcquireRelease(b *testing.B) {
-	b.Run("memory", func(b *testing.B) {
+	b.Run("backend=memory", func(b *testing.B) {
 		// The floor: lock-server and the SDK over an in-memory store, so the
 		// figure is the HTTP round trips and JSON alone.
 		for _, n := range clientCounts {
-			b.Run(fmt.Sprintf("sdk/clients=%d", n), func(b *testing.B) {
+			b.Run(fmt.Sprintf("path=sdk/clients=%d", n), func(b *testing.B) {
 				setup, stop := sdkPair(b, memstore.New(nil))
 				defer stop()
 				pairs(b, n, setup)
 			})
 		}
 	})
-	b.Run("etcd", func(b *testing.B) {
+	b.Run("backend=etcd", func(b *testing.B) {
 		eps := sharedEtcd(b)
 		for _, n := range clientCounts {
-			b.Run(fmt.Sprintf("raw-mutex/clients=%d", n), func(b *testing.B) {
+			b.Run(fmt.Sprintf("path=raw/clients=%d", n), func(b *testing.B) {
 				pairs(b, n, func(c int) (func(string) error, func()) {
 					cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
 					if err != nil {
@@ -158,7 +161,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			// The same primitive with the semantics lock-server gives every
 			// grant: a lease of its own (its own TTL, renewable and revocable
 			// alone), so a session per lock.
-			b.Run(fmt.Sprintf("raw-mutex-own-lease/clients=%d", n), func(b *testing.B) {
+			b.Run(fmt.Sprintf("path=raw-lease-per-lock/clients=%d", n), func(b *testing.B) {
 				pairs(b, n, func(c int) (func(string) error, func()) {
 					cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
 					if err != nil {
@@ -180,7 +183,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					}, func() { _ = cli.Close() }
 				})
 			})
-			b.Run(fmt.Sprintf("sdk/clients=%d", n), func(b *testing.B) {
+			b.Run(fmt.Sprintf("path=sdk/clients=%d", n), func(b *testing.B) {
 				store, err := etcdstore.Open(context.Background(), etcdstore.Config{Endpoints: eps, Prefix: fmt.Sprintf("/bench-sdk-%d/", n)}, slog.New(slog.DiscardHandler))
 				if err != nil {
 					b.Fatal(err)
@@ -192,7 +195,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			})
 		}
 	})
-	b.Run("postgres", func(b *testing.B) {
+	b.Run("backend=postgres", func(b *testing.B) {
 		dsn := pgtest.NewDatabase(b)
 		store, err := pgstore.Open(context.Background(), pgstore.Config{DSN: dsn, MaxConns: 16}, slog.New(slog.DiscardHandler))
 		if err != nil {
@@ -200,7 +203,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		}
 		defer store.Close()
 		for _, n := range clientCounts {
-			b.Run(fmt.Sprintf("raw-sql/clients=%d", n), func(b *testing.B) {
+			b.Run(fmt.Sprintf("path=raw/clients=%d", n), func(b *testing.B) {
 				pairs(b, n, func(c int) (func(string) error, func()) {
 					owner := fmt.Sprintf("raw-%d", c)
 					return func(key string) error {
@@ -212,7 +215,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					}, func() {}
 				})
 			})
-			b.Run(fmt.Sprintf("sdk/clients=%d", n), func(b *testing.B) {
+			b.Run(fmt.Sprintf("path=sdk/clients=%d", n), func(b *testing.B) {
 				setup, stop := sdkPair(b, store)
 				defer stop()
 				pairs(b, n, setup)

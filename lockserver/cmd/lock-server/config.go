@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
 )
 
 // config is lock-server's whole configuration, read from the environment.
@@ -28,6 +30,10 @@ type config struct {
 	// EtcdPrefix is the key prefix of lock keys in etcd (ETCD_PREFIX, default
 	// "/dlock/locks/").
 	EtcdPrefix string
+	// EtcdIdleLeases caps the idle etcd leases kept for reuse by later
+	// grants (ETCD_IDLE_LEASES, default 64; 0 turns reuse off). See
+	// etcdstore's package doc.
+	EtcdIdleLeases int
 	// RequestTimeout bounds each backend call (LOCK_REQUEST_TIMEOUT_MS, default 5000).
 	RequestTimeout time.Duration
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM
@@ -37,8 +43,13 @@ type config struct {
 	LogLevel slog.Level
 }
 
-// maxTimeoutMs caps the timeout settings (one hour): longer is a typo.
-const maxTimeoutMs = 3_600_000
+const (
+	// maxTimeoutMs caps the timeout settings (one hour): longer is a typo.
+	maxTimeoutMs = 3_600_000
+	// maxIdleLeases caps ETCD_IDLE_LEASES: more idle leases than this per
+	// lock-server only burden etcd's lessor.
+	maxIdleLeases = 100_000
+)
 
 // loadConfig reads the configuration through getenv and validates it.
 func loadConfig(getenv func(string) string) (config, error) {
@@ -48,6 +59,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		LockDBURL:       getenv("LOCKDB_URL"),
 		LockDBMaxConns:  16,
 		EtcdPrefix:      "/dlock/locks/",
+		EtcdIdleLeases:  etcdstore.DefaultIdleLeases,
 		RequestTimeout:  5 * time.Second,
 		ShutdownTimeout: 10 * time.Second,
 	}
@@ -70,6 +82,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	if v := getenv("ETCD_PREFIX"); v != "" {
 		c.EtcdPrefix = v
+	}
+	if v := getenv("ETCD_IDLE_LEASES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > maxIdleLeases {
+			errs = append(errs, fmt.Errorf("ETCD_IDLE_LEASES=%q: want an integer between 0 (no reuse) and %d", v, maxIdleLeases))
+		}
+		c.EtcdIdleLeases = n
 	}
 	if v := getenv("LOCKDB_MAX_CONNS"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 32)

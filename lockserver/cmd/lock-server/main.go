@@ -110,11 +110,20 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (lockserver.Lo
 		}
 		return s, nil
 	case "etcd":
-		s, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: cfg.EtcdEndpoints, Prefix: cfg.EtcdPrefix, RequestTimeout: cfg.RequestTimeout}, log)
+		s, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: cfg.EtcdEndpoints, Prefix: cfg.EtcdPrefix, RequestTimeout: cfg.RequestTimeout, IdleLeases: idleLeases(cfg.EtcdIdleLeases)}, log)
 		if err != nil {
 			return nil, fmt.Errorf("open etcd: %w", err)
 		}
 		return s, nil
 	}
 	return nil, fmt.Errorf("unknown store %q", cfg.Store)
+}
+
+// idleLeases maps ETCD_IDLE_LEASES (0 = no reuse) to etcdstore's
+// Config.IdleLeases (-1 = no reuse, 0 = default).
+func idleLeases(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

@@ -54,22 +54,33 @@ func BenchmarkRawMutex(b *testing.B) {
 }
 
 // BenchmarkStoreAcquireRelease is the same uncontended cycle through this
-// Store (grant + create-if-absent transaction; read + conditional delete +
-// lease revoke), for comparison with BenchmarkRawMutex.
+// Store (acquire: a lease and the create-if-absent transaction; release:
+// the conditional delete), for comparison with BenchmarkRawMutex, with
+// lease reuse on (the default: an idle lease reset by a keep-alive sent
+// with the transaction) and off (a lease granted per acquire and revoked
+// per release).
 func BenchmarkStoreAcquireRelease(b *testing.B) {
-	for _, clients := range []int{1, 8} {
-		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
-			s := openT(b, shared, newPrefix(b))
-			defer s.Close()
-			runCycles(b, clients, func(ctx context.Context, i int) error {
-				key := fmt.Sprintf("key-%d", i)
-				l, err := s.Acquire(ctx, key, "bench", 10*time.Second)
+	for _, reuse := range []struct {
+		name string
+		idle int
+	}{{"on", 0}, {"off", -1}} {
+		for _, clients := range []int{1, 8} {
+			b.Run(fmt.Sprintf("reuse=%s/clients=%d", reuse.name, clients), func(b *testing.B) {
+				s, err := Open(b.Context(), Config{Endpoints: shared.Endpoints(), Prefix: newPrefix(b), IdleLeases: reuse.idle}, nil)
 				if err != nil {
-					return err
+					b.Fatal(err)
 				}
-				return s.Release(ctx, key, "bench", l.Token)
+				defer s.Close()
+				runCycles(b, clients, func(ctx context.Context, i int) error {
+					key := fmt.Sprintf("key-%d", i)
+					l, err := s.Acquire(ctx, key, "bench", 10*time.Second)
+					if err != nil {
+						return err
+					}
+					return s.Release(ctx, key, "bench", l.Token)
+				})
 			})
-		})
+		}
 	}
 }
 

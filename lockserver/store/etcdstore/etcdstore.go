@@ -2,13 +2,13 @@
 // go.etcd.io/etcd/client/v3.
 //
 // Layout. A lock key k is the etcd key Prefix+k, present exactly while the
-// lock is held. Its value is a small JSON record {"owner", "ttlMs"} (the
-// granted TTL); the etcd lease it is attached to is the grant's lease, read
-// from the KeyValue. One etcd lease is granted per lock grant and never
-// reused, so a late renewal or revocation naming an old lease can never
-// touch a newer holder.
+// lock is held. Its value is a small JSON record {"owner":O,"ttlMs":N}:
+// the holder and the TTL etcd granted, in milliseconds. The etcd lease it
+// is attached to is the grant's lease. An etcd lease carries at most one
+// key at a time.
 //
-// Tokens. Acquire grants a lease, then runs one transaction:
+// Tokens. Acquire takes a lease (see Leases below), then runs one
+// transaction:
 //
 //	If(CreateRevision(Prefix+k) == 0)
 //	Then(Put(Prefix+k, record, WithLease(lease)))
@@ -19,9 +19,40 @@
 // grant lives, since the key is never written again. etcd's revision is one
 // counter for the whole cluster, raft-replicated and persisted, so tokens
 // strictly increase across grants of every key, across restarts of
-// lock-server and of etcd members, and across leader changes. Renew,
-// Release and conditional Revoke identify the grant by comparing the key's
-// ModRevision with the token presented.
+// lock-server and of etcd members, and across leader changes. Release and
+// Revoke are transactions conditional on that revision:
+//
+//	If(ModRevision(Prefix+k) == token,
+//	   Value(Prefix+k) > `{"owner":O,"ttlMs":`, Value(Prefix+k) < `{"owner":O,"ttlMs":` + ":")
+//	Then(Delete(Prefix+k))
+//	Else(Get(Prefix+k))
+//
+// The two value comparisons say "the record's owner is O" (Revoke leaves
+// them out): N is written in ASCII digits, which sort below ":", so O's
+// records lie strictly between the two bounds, and no other owner's record
+// does, since a JSON string ends at its first unescaped quote, so no
+// encoded owner is a prefix of another.
+//
+// so a late release or revocation from an old holder never removes a
+// newer grant. Renew reads the key, checks its ModRevision and owner, and
+// sends one keep-alive for its lease.
+//
+// Leases. A grant needs a lease with its own TTL, renewable without
+// touching any other grant. Granting an etcd lease is a raft write, as is
+// revoking one; a keep-alive is not (the leader answers it alone). So a
+// lease whose key this store has just deleted on Release, or to which a
+// losing Acquire attached nothing, is kept in a bounded pool of idle leases
+// by TTL, and the next Acquire with that TTL resets it with a keep-alive
+// instead of granting a new one. An uncontended acquire and release is then
+// two raft writes, as with etcd's own concurrency.Mutex. A lease therefore
+// carries successive grants, one at a time: the token, not Lease.LeaseID,
+// names a grant. Pooling changes no guarantee: a keep-alive at take
+// confirms the lease is alive before a key is attached; a renewal that
+// races the holder's own release can at worst reset the idle lease, or the
+// lease of the next grant that took it, which lets that grant outlive its
+// TTL by the remainder of one TTL and never ends it early; an idle lease
+// carries no key, and expires on its own if no acquire takes it (leases
+// idle at Close are left to do so).
 //
 // Expiry. etcd decides: the leader's lessor revokes a lease when its TTL
 // runs out without a keep-alive, and the revocation deletes the key. TTLs
@@ -55,6 +86,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -87,6 +119,10 @@ const (
 	// cap is 120 s, longer than any lease; a lock service must come back
 	// within a TTL of etcd coming back.
 	DefaultReconnectMaxDelay = 2 * time.Second
+	// DefaultIdleLeases is how many idle etcd leases a Store keeps for
+	// reuse (see the package doc): enough for the grants one lock-server
+	// releases in a burst; each is a few hundred bytes in etcd's lessor.
+	DefaultIdleLeases = 64
 )
 
 // ErrInvalidConfig is returned, wrapped, by Config.Validate, Open and New.
@@ -125,6 +161,12 @@ type Config struct {
 	// Open. Default DefaultReconnectMaxDelay.
 	ReconnectMaxDelay time.Duration
 
+	// IdleLeases caps the idle etcd leases kept for reuse by later grants
+	// (see Leases in the package doc). 0 means DefaultIdleLeases; -1 turns
+	// reuse off, so every grant is granted a new lease and a release
+	// revokes it.
+	IdleLeases int
+
 	// Clock is read for ExpiresAt. Default the wall clock.
 	Clock Clock
 
@@ -145,6 +187,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReconnectMaxDelay == 0 {
 		c.ReconnectMaxDelay = DefaultReconnectMaxDelay
+	}
+	if c.IdleLeases == 0 {
+		c.IdleLeases = DefaultIdleLeases
 	}
 	if c.Clock == nil {
 		c.Clock = wallClock{}
@@ -184,13 +229,15 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: request timeout %v is negative", ErrInvalidConfig, c.RequestTimeout)
 	case c.ReconnectMaxDelay < 0:
 		return fmt.Errorf("%w: reconnect max delay %v is negative", ErrInvalidConfig, c.ReconnectMaxDelay)
+	case c.IdleLeases < -1:
+		return fmt.Errorf("%w: idle leases %d: want -1 (no reuse), 0 (default) or a positive cap", ErrInvalidConfig, c.IdleLeases)
 	}
 	return nil
 }
 
 // Store is the etcd LockStore. It is safe for concurrent use, keeps no lock
-// state of its own and starts no goroutines (the etcd client it owns has
-// its own, ended by Close).
+// state of its own (only idle leases, see the package doc) and starts no
+// goroutines (the etcd client it owns has its own, ended by Close).
 type Store struct {
 	cli        *clientv3.Client
 	ownsClient bool
@@ -198,18 +245,13 @@ type Store struct {
 	reqTimeout time.Duration
 	clock      Clock
 	log        *slog.Logger
+	pool       *leasePool
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
 var _ lockserver.LockStore = (*Store)(nil)
-
-// record is the value of a lock key.
-type record struct {
-	Owner string `json:"owner"`
-	TTLMs int64  `json:"ttlMs"`
-}
 
 // Open connects to the cluster at cfg.Endpoints and returns a Store that
 // owns the client (Close closes it). It returns once the cluster answered a
@@ -260,16 +302,27 @@ func newStore(cli *clientv3.Client, owns bool, cfg Config, logger *slog.Logger) 
 	return &Store{
 		cli: cli, ownsClient: owns, prefix: cfg.Prefix,
 		reqTimeout: cfg.RequestTimeout, clock: cfg.Clock,
-		log: logger.With("store", "etcd", "prefix", cfg.Prefix),
+		log:  logger.With("store", "etcd", "prefix", cfg.Prefix),
+		pool: newLeasePool(max(cfg.IdleLeases, 0)),
 	}
 }
 
-// Acquire implements lockserver.LockStore: it grants an etcd lease of
-// ceil(ttl) seconds (etcd may raise it to its floor; Lease.TTL is the
-// granted TTL), then creates the key with that lease in one transaction
-// that succeeds only if the key does not exist. The token is the revision
-// of that transaction. If the key exists, the new lease is revoked (best
-// effort; otherwise it expires unused) and ErrLockHeld is returned.
+// Acquire implements lockserver.LockStore. It needs a lease of ceil(ttl)
+// seconds with no key attached: an idle one from the pool if there is one
+// (see Leases in the package doc), else a newly granted one (etcd may
+// raise the TTL to its floor; Lease.TTL is the granted TTL). One
+// transaction then creates the key with that lease if the key does not
+// exist; the token is the revision of that transaction. If the key exists,
+// the lease goes back to the pool and ErrLockHeld is returned.
+//
+// An idle lease is reset by a keep-alive sent together with the
+// transaction, so reuse costs no extra round trip. That is safe in either
+// order: etcd refuses to attach a key to a lease that has ended, and
+// refuses a keep-alive for a lease that has ended, so a grant is reported
+// only when the keep-alive succeeded, that is when the lease was alive and
+// then reset to its full TTL, no earlier than the request was sent. If the
+// idle lease turns out to have ended, the key (if the transaction created
+// it) ended with it, and Acquire starts again with a new lease.
 func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
 	if err := lockserver.ValidateAcquire(key, owner, ttl); err != nil {
 		return lockserver.Lease{}, err
@@ -278,23 +331,18 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	defer cancel()
 
 	secs := int64((ttl + time.Second - 1) / time.Second)
+	if idle, ok := s.pool.take(secs, s.now()); ok {
+		if l, done, err := s.acquireOnIdle(ctx, key, owner, idle); done {
+			return l, err
+		}
+	}
 	sent := s.now()
 	g, err := s.cli.Grant(ctx, secs)
 	if err != nil {
 		return lockserver.Lease{}, s.fail("acquire", key, "grant lease", err)
 	}
 	granted := time.Duration(g.TTL) * time.Second
-	val, err := json.Marshal(record{Owner: owner, TTLMs: granted.Milliseconds()})
-	if err != nil {
-		s.revokeBestEffort(ctx, key, g.ID)
-		return lockserver.Lease{}, fmt.Errorf("etcdstore: acquire %q: encode record: %w", key, err)
-	}
-	k := s.prefix + key
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-		Then(clientv3.OpPut(k, string(val), clientv3.WithLease(g.ID))).
-		Else(clientv3.OpGet(k)).
-		Commit()
+	resp, err := s.create(ctx, key, owner, g.ID, granted)
 	if err != nil {
 		// The transaction may have applied. Revoking its lease ends the
 		// grant either way, so the caller's "unknown" is at worst a grant
@@ -303,20 +351,84 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		return lockserver.Lease{}, s.fail("acquire", key, "create key", err)
 	}
 	if !resp.Succeeded {
-		s.revokeBestEffort(ctx, key, g.ID)
-		var holder *mvccpb.KeyValue
-		if rr := resp.Responses[0].GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
-			holder = rr.Kvs[0]
-		}
-		if holder == nil {
-			return lockserver.Lease{}, fmt.Errorf("%w: key %q", lockserver.ErrLockHeld, key)
-		}
-		return lockserver.Lease{}, fmt.Errorf("%w: key %q is held with token %d", lockserver.ErrLockHeld, key, holder.ModRevision)
+		s.idle(ctx, key, g.ID, granted)
+		return lockserver.Lease{}, heldBy(key, resp)
 	}
 	return lockserver.Lease{
 		Key: key, Owner: owner, Token: resp.Header.Revision,
 		LeaseID: leaseID(int64(g.ID)), TTL: granted, ExpiresAt: sent.Add(granted),
 	}, nil
+}
+
+// acquireOnIdle is Acquire on an idle lease: the keep-alive that resets it
+// and the creating transaction are sent at once. done is false when the
+// lease had ended, and nothing was granted: Acquire goes on with a new
+// lease.
+func (s *Store) acquireOnIdle(ctx context.Context, key, owner string, idle pooledLease) (l lockserver.Lease, done bool, err error) {
+	type keptAlive struct {
+		resp *clientv3.LeaseKeepAliveResponse
+		err  error
+	}
+	sent := s.now()
+	kac := make(chan keptAlive, 1)
+	go func() {
+		resp, err := s.cli.KeepAliveOnce(ctx, idle.id)
+		kac <- keptAlive{resp, err}
+	}()
+	resp, err := s.create(ctx, key, owner, idle.id, idle.ttl)
+	ka := <-kac
+	switch {
+	case err == nil && !resp.Succeeded:
+		if ka.err == nil {
+			s.idle(ctx, key, idle.id, idle.ttl)
+		}
+		return lockserver.Lease{}, true, heldBy(key, resp)
+	case errors.Is(ka.err, rpctypes.ErrLeaseNotFound):
+		// The lease had ended: etcd refused the transaction, or deleted
+		// the key with the lease. No grant exists.
+		return lockserver.Lease{}, false, nil
+	case ka.err != nil || err != nil:
+		// Either outcome is unknown; revoking the lease ends any grant.
+		s.revokeBestEffort(ctx, key, idle.id)
+		if err != nil {
+			return lockserver.Lease{}, true, s.fail("acquire", key, "create key", err)
+		}
+		return lockserver.Lease{}, true, s.fail("acquire", key, "reset an idle lease", ka.err)
+	}
+	ttl := time.Duration(ka.resp.TTL) * time.Second
+	return lockserver.Lease{
+		Key: key, Owner: owner, Token: resp.Header.Revision,
+		LeaseID: leaseID(int64(idle.id)), TTL: ttl, ExpiresAt: sent.Add(ttl),
+	}, true, nil
+}
+
+// create runs Acquire's transaction: create the key with lease id and a
+// record of owner and ttl if it does not exist, else read it.
+func (s *Store) create(ctx context.Context, key, owner string, id clientv3.LeaseID, ttl time.Duration) (*clientv3.TxnResponse, error) {
+	k := s.prefix + key
+	return s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+		Then(clientv3.OpPut(k, encodeRecord(owner, ttl), clientv3.WithLease(id))).
+		Else(clientv3.OpGet(k)).
+		Commit()
+}
+
+// heldBy is ErrLockHeld for a create transaction that found the key.
+func heldBy(key string, resp *clientv3.TxnResponse) error {
+	if rr := resp.Responses[0].GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
+		return fmt.Errorf("%w: key %q is held with token %d", lockserver.ErrLockHeld, key, rr.Kvs[0].ModRevision)
+	}
+	return fmt.Errorf("%w: key %q", lockserver.ErrLockHeld, key)
+}
+
+// idle returns a lease that carries no key to the pool, under its granted
+// TTL ttl, or revokes it when the pool is off or full. (A TTL etcd raised
+// to its floor is filed under the raised TTL, so requests below the floor
+// do not find it; they are granted new leases.)
+func (s *Store) idle(ctx context.Context, key string, id clientv3.LeaseID, ttl time.Duration) {
+	if !s.pool.put(int64(ttl/time.Second), id, ttl, s.now()) {
+		s.revokeBestEffort(ctx, key, id)
+	}
 }
 
 // Renew implements lockserver.LockStore: it reads the key, checks that its
@@ -325,6 +437,12 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 // expired or been revoked (ErrNotHeld), even one not yet deleted, so a
 // renewal never resurrects a lease. The returned ExpiresAt is lock-server's
 // clock just before the keep-alive plus the TTL etcd reports.
+//
+// The read and the keep-alive are two requests. If the holder's own
+// release lands between them, the renewal reports success for a grant
+// that was just released (linearized before the release) and resets the
+// lease, which may by then be idle or carry a later grant; see Leases in
+// the package doc.
 func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lockserver.Lease, error) {
 	if err := lockserver.ValidateLease(key, owner, token); err != nil {
 		return lockserver.Lease{}, err
@@ -354,12 +472,13 @@ func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lock
 	}, nil
 }
 
-// Release implements lockserver.LockStore: after checking owner and token
-// on a linearizable read, it revokes the grant's own etcd lease, which
-// deletes the key in the same write. A release therefore never removes a
-// newer grant: that grant has a lease of its own. ErrStaleToken, ErrNotHeld
-// (also when the lease ends between the read and the revoke),
-// ErrInvalidArgument, ErrUnavailable.
+// Release implements lockserver.LockStore with one transaction that
+// deletes the key only if its ModRevision equals token and its value is
+// owner, so a release never removes a newer grant. The grant's lease, now
+// carrying no key, goes to the pool for a later grant (or is revoked when
+// the pool is off or full). ErrStaleToken when a newer grant is live,
+// ErrNotHeld when no grant or another owner's is, ErrInvalidArgument,
+// ErrUnavailable.
 func (s *Store) Release(ctx context.Context, key, owner string, token int64) error {
 	if err := lockserver.ValidateLease(key, owner, token); err != nil {
 		return err
@@ -367,38 +486,33 @@ func (s *Store) Release(ctx context.Context, key, owner string, token int64) err
 	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
 	defer cancel()
 
-	kv, rec, err := s.get(ctx, "release", key)
+	k, lo := s.prefix+key, recordPrefix(owner)
+	prev, rec, err := s.deleteIf(ctx, "release", key, token,
+		clientv3.Compare(clientv3.Value(k), ">", lo), clientv3.Compare(clientv3.Value(k), "<", lo+":"))
 	if err != nil {
-		return err
-	}
-	if err := refusal(key, kv, rec, owner, token); err != nil {
-		return err
-	}
-	// Revoking the grant's own lease deletes its key, in one write. Lease ids
-	// are unique per grant, so even if the lease ended and the key was
-	// granted again since the read above, this cannot touch the new grant.
-	if _, err := s.cli.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			now, nrec, gerr := s.get(ctx, "release", key)
-			if gerr != nil {
-				return gerr
-			}
-			if rerr := refusal(key, now, nrec, owner, token); rerr != nil {
-				return rerr
-			}
-			return fmt.Errorf("%w: the lease of key %q with token %d ended before the release", lockserver.ErrNotHeld, key, token)
+		if !errors.Is(err, errNotDeleted) {
+			return err
 		}
-		return s.fail("release", key, "revoke lease", err)
+		if why := refusal(key, prev, rec, owner, token); why != nil {
+			return why
+		}
+		// The grant named is live but its bytes escaped the owner
+		// comparison: not a record this store writes.
+		return fmt.Errorf("etcdstore: release %q: etcd key %q holds %q, not in this store's record format", key, prev.Key, prev.Value)
 	}
+	ttl := time.Duration(rec.TTLMs) * time.Millisecond
+	s.idle(ctx, key, clientv3.LeaseID(prev.Lease), ttl)
 	return nil
 }
 
-// Revoke implements lockserver.LockStore: it revokes the etcd lease of the
-// live grant, which deletes the key. With token > 0 it does so only if the
-// key's ModRevision equals token (ErrStaleToken if a newer grant is live,
-// ErrNotHeld if an older one is). The returned lease is the revoked grant,
-// with ExpiresAt set to lock-server's clock just before the revocation was
-// sent.
+// Revoke implements lockserver.LockStore: it reads the live grant, then
+// deletes the key in a transaction conditional on the grant's
+// ModRevision, and revokes the grant's lease (best effort: a lease that
+// carries no key harms no one, and expires on its own). With token > 0 it
+// acts only if the live grant's token is token (ErrStaleToken if a newer
+// grant is live, ErrNotHeld if an older one is). The returned lease is the
+// revoked grant, with ExpiresAt set to lock-server's clock just before the
+// deletion was sent.
 func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver.Lease, error) {
 	if err := lockserver.ValidateKey(key); err != nil {
 		return lockserver.Lease{}, err
@@ -422,16 +536,52 @@ func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver
 		}
 	}
 	sent := s.now()
-	if _, err := s.cli.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return lockserver.Lease{}, fmt.Errorf("%w: lease of key %q with token %d ended before the revoke", lockserver.ErrNotHeld, key, kv.ModRevision)
+	if _, _, err := s.deleteIf(ctx, "revoke", key, kv.ModRevision); err != nil {
+		if errors.Is(err, errNotDeleted) {
+			return lockserver.Lease{}, fmt.Errorf("%w: the lease on key %q with token %d ended before the revoke", lockserver.ErrNotHeld, key, kv.ModRevision)
 		}
-		return lockserver.Lease{}, s.fail("revoke", key, "revoke lease", err)
+		return lockserver.Lease{}, err
 	}
+	// The key is deleted by this revoke, not by a release, so no pool holds
+	// the lease: revoking it cannot touch another grant.
+	s.revokeBestEffort(ctx, key, clientv3.LeaseID(kv.Lease))
 	return lockserver.Lease{
 		Key: key, Owner: rec.Owner, Token: kv.ModRevision,
 		LeaseID: leaseID(kv.Lease), TTL: time.Duration(rec.TTLMs) * time.Millisecond, ExpiresAt: sent,
 	}, nil
+}
+
+// errNotDeleted is deleteIf's "the key is not the grant named".
+var errNotDeleted = errors.New("etcdstore: not deleted")
+
+// deleteIf deletes the key in one transaction if its ModRevision is token
+// and every extra comparison holds. On success it returns the deleted
+// KeyValue and its record. Otherwise it returns errNotDeleted with the key
+// as it is now (nil if absent), or the wrapped client error.
+func (s *Store) deleteIf(ctx context.Context, op, key string, token int64, extra ...clientv3.Cmp) (*mvccpb.KeyValue, record, error) {
+	k := s.prefix + key
+	resp, err := s.cli.Txn(ctx).
+		If(append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", token)}, extra...)...).
+		Then(clientv3.OpDelete(k, clientv3.WithPrevKV())).
+		Else(clientv3.OpGet(k)).
+		Commit()
+	if err != nil {
+		return nil, record{}, s.fail(op, key, "conditional delete", err)
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if resp.Succeeded {
+		kvs = resp.Responses[0].GetResponseDeleteRange().GetPrevKvs()
+	}
+	kv, rec, err := s.lockKV(op, key, kvs)
+	switch {
+	case err != nil:
+		return nil, record{}, err
+	case !resp.Succeeded:
+		return kv, rec, errNotDeleted
+	case kv == nil:
+		return nil, record{}, fmt.Errorf("etcdstore: %s %q: the conditional delete returned no previous key", op, key)
+	}
+	return kv, rec, nil
 }
 
 // Inspect implements lockserver.LockStore: it reads the key and, if
@@ -465,13 +615,9 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, erro
 		// only after applying everything it has committed).
 		return st, nil
 	}
-	granted := time.Duration(ttl.GrantedTTL) * time.Second
-	if granted == 0 {
-		granted = time.Duration(rec.TTLMs) * time.Millisecond
-	}
 	st.Lease = &lockserver.Lease{
 		Key: key, Owner: rec.Owner, Token: kv.ModRevision, LeaseID: leaseID(kv.Lease),
-		TTL: granted, ExpiresAt: sent.Add(time.Duration(ttl.TTL) * time.Second),
+		TTL: time.Duration(rec.TTLMs) * time.Millisecond, ExpiresAt: sent.Add(time.Duration(ttl.TTL) * time.Second),
 	}
 	return st, nil
 }
@@ -501,16 +647,41 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
+// record is the value of a lock key.
+type record struct {
+	Owner string `json:"owner"`
+	TTLMs int64  `json:"ttlMs"`
+}
+
+// recordPrefix is the start of every record of owner, up to the TTL's
+// digits: `{"owner":"worker-a","ttlMs":`.
+func recordPrefix(owner string) string {
+	o, _ := json.Marshal(owner) // a string always encodes
+	return `{"owner":` + string(o) + `,"ttlMs":`
+}
+
+// encodeRecord is the value of a lock key held by owner with a granted TTL
+// of ttl, built from recordPrefix so that Release's comparison matches it.
+func encodeRecord(owner string, ttl time.Duration) string {
+	return recordPrefix(owner) + strconv.FormatInt(ttl.Milliseconds(), 10) + "}"
+}
+
 // get reads the key linearizably; kv is nil when it does not exist.
 func (s *Store) get(ctx context.Context, op, key string) (*mvccpb.KeyValue, record, error) {
 	resp, err := s.cli.Get(ctx, s.prefix+key)
 	if err != nil {
 		return nil, record{}, s.fail(op, key, "read key", err)
 	}
-	if len(resp.Kvs) == 0 {
+	return s.lockKV(op, key, resp.Kvs)
+}
+
+// lockKV returns the lock key among kvs (nil if none) and its record,
+// after checking it was written by this store.
+func (s *Store) lockKV(op, key string, kvs []*mvccpb.KeyValue) (*mvccpb.KeyValue, record, error) {
+	if len(kvs) == 0 {
 		return nil, record{}, nil
 	}
-	kv := resp.Kvs[0]
+	kv := kvs[0]
 	var rec record
 	if err := json.Unmarshal(kv.Value, &rec); err != nil {
 		return nil, record{}, fmt.Errorf("etcdstore: %s %q: etcd key %q is not a lock record: %w", op, key, kv.Key, err)

@@ -307,6 +307,7 @@ func TestConfigValidate(t *testing.T) {
 		{Endpoints: []string{""}},
 		{Endpoints: ok.Endpoints, Prefix: "/no-slash"},
 		{Endpoints: ok.Endpoints, RequestTimeout: -time.Second},
+		{Endpoints: ok.Endpoints, IdleLeases: -2},
 	} {
 		if err := bad.Validate(); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%+v.Validate() = %v; want ErrInvalidConfig", bad, err)

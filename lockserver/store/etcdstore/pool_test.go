@@ -1,0 +1,254 @@
+package etcdstore
+
+import (
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+)
+
+// The tests below are about lease reuse (Leases in the package doc): what
+// an old holder can and cannot do once its lease carries another grant.
+
+func openCfgT(t *testing.T, cfg Config) *Store {
+	t.Helper()
+	cfg.Endpoints = shared.Endpoints()
+	if cfg.Prefix == "" {
+		cfg.Prefix = newPrefix(t)
+	}
+	s, err := Open(ctxT(t), cfg, nil)
+	if err != nil {
+		t.Fatalf("Open(%+v): %v", cfg, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// leaseAlive asks etcd whether lease id (as Lease.LeaseID prints it) exists.
+func leaseAlive(t *testing.T, s *Store, id string) bool {
+	t.Helper()
+	r, err := s.cli.TimeToLive(ctxT(t), parseLeaseID(t, id))
+	if err != nil {
+		t.Fatalf("TimeToLive(%s): %v", id, err)
+	}
+	return r.TTL > 0
+}
+
+// parseLeaseID reads a Lease.LeaseID back into an etcd lease id.
+func parseLeaseID(t *testing.T, id string) clientv3.LeaseID {
+	t.Helper()
+	n, err := strconv.ParseUint(id, 16, 64)
+	if err != nil {
+		t.Fatalf("lease id %q: %v", id, err)
+	}
+	return clientv3.LeaseID(n)
+}
+
+func mustAcquire(t *testing.T, s *Store, key, owner string, ttl time.Duration) lockserver.Lease {
+	t.Helper()
+	l, err := s.Acquire(ctxT(t), key, owner, ttl)
+	if err != nil {
+		t.Fatalf("Acquire(%q, %q): %v", key, owner, err)
+	}
+	return l
+}
+
+func TestAReleasedLeaseCarriesTheNextGrant(t *testing.T) {
+	s := openCfgT(t, Config{})
+	a := mustAcquire(t, s, "payout:acct-1", "worker-a", 10*time.Second)
+	if err := s.Release(ctxT(t), a.Key, a.Owner, a.Token); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if n := s.pool.len(); n != 1 {
+		t.Fatalf("idle leases after a release: %d; want 1", n)
+	}
+	b := mustAcquire(t, s, "payout:acct-2", "worker-b", 10*time.Second)
+	if b.LeaseID != a.LeaseID {
+		t.Fatalf("second grant on lease %s; want the released lease %s reused", b.LeaseID, a.LeaseID)
+	}
+	if b.Token <= a.Token {
+		t.Fatalf("token %d after %d; want larger", b.Token, a.Token)
+	}
+	if b.TTL != 10*time.Second {
+		t.Fatalf("TTL of the reused lease %v; want 10s", b.TTL)
+	}
+	// worker-a's grant is gone; nothing it sends may touch worker-b's.
+	if _, err := s.Renew(ctxT(t), a.Key, a.Owner, a.Token); !errors.Is(err, lockserver.ErrNotHeld) {
+		t.Errorf("old holder's renew = %v; want ErrNotHeld", err)
+	}
+	if err := s.Release(ctxT(t), a.Key, a.Owner, a.Token); !errors.Is(err, lockserver.ErrNotHeld) {
+		t.Errorf("old holder's second release = %v; want ErrNotHeld", err)
+	}
+	if _, err := s.Revoke(ctxT(t), a.Key, 0); !errors.Is(err, lockserver.ErrNotHeld) {
+		t.Errorf("revoke of the released key = %v; want ErrNotHeld", err)
+	}
+	st, err := s.Inspect(ctxT(t), b.Key)
+	if err != nil || st.Lease == nil || st.Lease.Token != b.Token || st.Lease.Owner != "worker-b" {
+		t.Fatalf("Inspect(%q) = %+v, %v; want worker-b's grant %d live", b.Key, st.Lease, err, b.Token)
+	}
+	if !leaseAlive(t, s, b.LeaseID) {
+		t.Fatalf("lease %s of the live grant has ended", b.LeaseID)
+	}
+}
+
+func TestAStaleHolderCannotTouchTheGrantOnItsOldLease(t *testing.T) {
+	s := openCfgT(t, Config{})
+	old := mustAcquire(t, s, "k", "worker-a", 10*time.Second)
+	if err := s.Release(ctxT(t), "k", "worker-a", old.Token); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	// Same key, same owner id, same lease: only the token differs.
+	cur := mustAcquire(t, s, "k", "worker-a", 10*time.Second)
+	if cur.LeaseID != old.LeaseID {
+		t.Fatalf("regrant on lease %s; want %s reused", cur.LeaseID, old.LeaseID)
+	}
+	if _, err := s.Renew(ctxT(t), "k", "worker-a", old.Token); !errors.Is(err, lockserver.ErrStaleToken) {
+		t.Errorf("stale renew = %v; want ErrStaleToken", err)
+	}
+	if err := s.Release(ctxT(t), "k", "worker-a", old.Token); !errors.Is(err, lockserver.ErrStaleToken) {
+		t.Errorf("stale release = %v; want ErrStaleToken", err)
+	}
+	if _, err := s.Revoke(ctxT(t), "k", old.Token); !errors.Is(err, lockserver.ErrStaleToken) {
+		t.Errorf("revoke naming the stale token = %v; want ErrStaleToken", err)
+	}
+	st, err := s.Inspect(ctxT(t), "k")
+	if err != nil || st.Lease == nil || st.Lease.Token != cur.Token {
+		t.Fatalf("Inspect = %+v, %v; want grant %d still live", st.Lease, err, cur.Token)
+	}
+}
+
+func TestReleaseComparesTheWholeOwner(t *testing.T) {
+	s := openCfgT(t, Config{})
+	for _, c := range []struct{ holder, other string }{
+		{"worker", "worker-1"},
+		{"worker-1", "worker"},
+		{"a/b", "a"},
+		{"a", "a:"},
+	} {
+		l := mustAcquire(t, s, "k", c.holder, 5*time.Second)
+		if err := s.Release(ctxT(t), "k", c.other, l.Token); !errors.Is(err, lockserver.ErrNotHeld) {
+			t.Errorf("release of %q's grant by %q = %v; want ErrNotHeld", c.holder, c.other, err)
+		}
+		if err := s.Release(ctxT(t), "k", c.holder, l.Token); err != nil {
+			t.Fatalf("release by the holder %q: %v", c.holder, err)
+		}
+	}
+}
+
+func TestAnIdleLeaseThatEndedIsReplaced(t *testing.T) {
+	s := openCfgT(t, Config{})
+	a := mustAcquire(t, s, "k", "worker-a", 5*time.Second)
+	if err := s.Release(ctxT(t), "k", "worker-a", a.Token); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	// End the idle lease behind the pool's back, as its TTL running out
+	// would.
+	if _, err := s.cli.Revoke(ctxT(t), parseLeaseID(t, a.LeaseID)); err != nil {
+		t.Fatalf("revoke idle lease: %v", err)
+	}
+	b := mustAcquire(t, s, "k", "worker-b", 5*time.Second)
+	if b.LeaseID == a.LeaseID {
+		t.Fatalf("granted on the ended lease %s", a.LeaseID)
+	}
+	if !leaseAlive(t, s, b.LeaseID) {
+		t.Fatalf("lease %s of the new grant is not alive", b.LeaseID)
+	}
+	st, err := s.Inspect(ctxT(t), "k")
+	if err != nil || st.Lease == nil || st.Lease.Token != b.Token {
+		t.Fatalf("Inspect = %+v, %v; want grant %d", st.Lease, err, b.Token)
+	}
+}
+
+func TestALosingAcquireKeepsItsLeaseForTheNext(t *testing.T) {
+	s := openCfgT(t, Config{})
+	mustAcquire(t, s, "k", "worker-a", 5*time.Second)
+	if _, err := s.Acquire(ctxT(t), "k", "worker-b", 5*time.Second); !errors.Is(err, lockserver.ErrLockHeld) {
+		t.Fatalf("second acquire = %v; want ErrLockHeld", err)
+	}
+	if n := s.pool.len(); n != 1 {
+		t.Fatalf("idle leases after a refused acquire: %d; want 1", n)
+	}
+	mustAcquire(t, s, "other", "worker-b", 5*time.Second)
+	if n := s.pool.len(); n != 0 {
+		t.Fatalf("idle leases after the next acquire: %d; want 0 (reused)", n)
+	}
+}
+
+func TestRevokeEndsTheLeaseAndDoesNotPoolIt(t *testing.T) {
+	s := openCfgT(t, Config{})
+	l := mustAcquire(t, s, "k", "worker-a", 5*time.Second)
+	if _, err := s.Revoke(ctxT(t), "k", 0); err != nil {
+		t.Fatalf("Revoke: %v", err)
+	}
+	if leaseAlive(t, s, l.LeaseID) {
+		t.Errorf("lease %s still alive after its grant was revoked", l.LeaseID)
+	}
+	if n := s.pool.len(); n != 0 {
+		t.Errorf("idle leases after a revoke: %d; want 0", n)
+	}
+}
+
+func TestWithoutReuseOrWhenThePoolIsFullAReleaseRevokesTheLease(t *testing.T) {
+	off := openCfgT(t, Config{IdleLeases: -1})
+	l := mustAcquire(t, off, "k", "worker-a", 5*time.Second)
+	if err := off.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if leaseAlive(t, off, l.LeaseID) {
+		t.Errorf("reuse off: lease %s alive after release", l.LeaseID)
+	}
+
+	one := openCfgT(t, Config{IdleLeases: 1})
+	a := mustAcquire(t, one, "a", "worker-a", 5*time.Second)
+	b := mustAcquire(t, one, "b", "worker-b", 5*time.Second)
+	for _, g := range []lockserver.Lease{a, b} {
+		if err := one.Release(ctxT(t), g.Key, g.Owner, g.Token); err != nil {
+			t.Fatalf("Release(%q): %v", g.Key, err)
+		}
+	}
+	if !leaseAlive(t, one, a.LeaseID) || leaseAlive(t, one, b.LeaseID) {
+		t.Errorf("pool of 1: first released lease alive %v (want true), second %v (want false)",
+			leaseAlive(t, one, a.LeaseID), leaseAlive(t, one, b.LeaseID))
+	}
+}
+
+func TestPoolTakesNewestFirstAndForgetsExpiredLeases(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
+	p := newLeasePool(3)
+	p.put(10, 1, 10*time.Second, t0)
+	p.put(10, 2, 10*time.Second, t0.Add(5*time.Second))
+	p.put(30, 3, 30*time.Second, t0)
+	if p.put(10, 4, 10*time.Second, t0) {
+		t.Fatal("put into a full pool of live leases succeeded")
+	}
+	if l, ok := p.take(10, t0.Add(time.Second)); !ok || l.id != 2 {
+		t.Fatalf("take = %v, %v; want the newest lease 2", l.id, ok)
+	}
+	// Lease 1 entered at t0 with 10s: forgotten from t0+10s.
+	if l, ok := p.take(10, t0.Add(10*time.Second)); ok {
+		t.Fatalf("take after lease 1's TTL = %v; want none", l.id)
+	}
+	if _, ok := p.take(20, t0); ok {
+		t.Fatal("take of a TTL never pooled succeeded")
+	}
+	// Full again, with lease 3 expired: put makes room by forgetting it.
+	p.put(10, 5, 10*time.Second, t0.Add(30*time.Second))
+	p.put(10, 6, 10*time.Second, t0.Add(30*time.Second))
+	if !p.put(10, 7, 10*time.Second, t0.Add(30*time.Second)) {
+		t.Fatal("put did not forget the expired lease 3 to make room")
+	}
+	if n := p.len(); n != 3 {
+		t.Fatalf("len = %d; want 3", n)
+	}
+	if _, ok := p.take(30, t0.Add(30*time.Second)); ok {
+		t.Fatal("lease 3 still taken after its TTL")
+	}
+	off := newLeasePool(0)
+	if off.put(10, 1, 10*time.Second, t0) {
+		t.Fatal("a pool of 0 kept a lease")
+	}
+}
