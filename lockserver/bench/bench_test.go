@@ -158,9 +158,10 @@ func BenchmarkAcquireRelease(b *testing.B) {
 						}
 				})
 			})
-			// The same primitive with the semantics lock-server gives every
-			// grant: a lease of its own (its own TTL, renewable and revocable
-			// alone), so a session per lock.
+			// The same primitive with a lease per lock, granted and revoked
+			// with it, so each lock has a TTL of its own as lock-server's
+			// grants do: what a client of etcd pays for per-lock TTLs
+			// without lock-server's lease reuse.
 			b.Run(fmt.Sprintf("path=raw-lease-per-lock/clients=%d", n), func(b *testing.B) {
 				pairs(b, n, func(c int) (func(string) error, func()) {
 					cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})

@@ -12,16 +12,27 @@ import (
 	"go.uber.org/zap"
 )
 
-// BenchmarkRawMutex measures etcd's own recipe, concurrency.NewSession +
+// BenchmarkCycle compares one uncontended lock-and-unlock cycle of etcd's
+// own mutex with the Store's, its sub-benchmarks named so that benchstat
+// sets them side by side, the raw mutex as the base:
+//
+//	go test -run '^$' -bench Cycle -count 6 ./lockserver/store/etcdstore/ > cycle.txt
+//	go tool benchstat -col '/impl@(raw-mutex store-reuse-on store-reuse-off)' cycle.txt
+func BenchmarkCycle(b *testing.B) {
+	benchRawMutex(b)
+	benchStore(b)
+}
+
+// benchRawMutex measures etcd's own recipe, concurrency.NewSession +
 // concurrency.NewMutex Lock/Unlock, on the shared embedded one-member
 // cluster: the raw baseline that the store and the SDK are compared with.
 // Each of the N clients has its own client connection, session (one lease
 // kept alive in the background) and key, so there is no contention: the
 // numbers are the cost of one uncontended lock/unlock cycle. ns/op is per
 // cycle across all clients (b.N cycles in total).
-func BenchmarkRawMutex(b *testing.B) {
+func benchRawMutex(b *testing.B) {
 	for _, clients := range []int{1, 8} {
-		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+		b.Run(fmt.Sprintf("impl=raw-mutex/clients=%d", clients), func(b *testing.B) {
 			prefix := newPrefix(b)
 			type worker struct {
 				cli     *clientv3.Client
@@ -53,19 +64,19 @@ func BenchmarkRawMutex(b *testing.B) {
 	}
 }
 
-// BenchmarkStoreAcquireRelease is the same uncontended cycle through this
+// benchStore is the same uncontended cycle through this
 // Store (acquire: a lease and the create-if-absent transaction; release:
-// the conditional delete), for comparison with BenchmarkRawMutex, with
+// the conditional delete), for comparison with benchRawMutex, with
 // lease reuse on (the default: an idle lease reset by a keep-alive sent
 // with the transaction) and off (a lease granted per acquire and revoked
 // per release).
-func BenchmarkStoreAcquireRelease(b *testing.B) {
+func benchStore(b *testing.B) {
 	for _, reuse := range []struct {
 		name string
 		idle int
 	}{{"on", 0}, {"off", -1}} {
 		for _, clients := range []int{1, 8} {
-			b.Run(fmt.Sprintf("reuse=%s/clients=%d", reuse.name, clients), func(b *testing.B) {
+			b.Run(fmt.Sprintf("impl=store-reuse-%s/clients=%d", reuse.name, clients), func(b *testing.B) {
 				s, err := Open(b.Context(), Config{Endpoints: shared.Endpoints(), Prefix: newPrefix(b), IdleLeases: reuse.idle}, nil)
 				if err != nil {
 					b.Fatal(err)
