@@ -9,7 +9,11 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 )
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func startT(t *testing.T, cfg Config) *Cluster {
 	t.Helper()
@@ -19,11 +23,9 @@ func startT(t *testing.T, cfg Config) *Cluster {
 	if err != nil {
 		t.Fatalf("Start(%+v): %v", cfg, err)
 	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	// Closed at the end of the test, or at once on Ctrl-C: no data
+	// directory is left behind either way.
+	pgtest.Cleanup(t, c.Close)
 	return c
 }
 

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/etcd/embedded"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 )
@@ -31,11 +32,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	shared = c
-	code := m.Run()
-	if err := c.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, "etcdstore tests: close embedded etcd:", err)
-	}
-	os.Exit(code)
+	// Closed, and its data removed, after the tests or on Ctrl-C.
+	pgtest.AtExit(c.Close)
+	pgtest.Main(m)
 }
 
 var prefixSeq atomic.Int64
@@ -66,11 +65,7 @@ func startT(t testing.TB, cfg embedded.Config) *embedded.Cluster {
 	if err != nil {
 		t.Fatalf("embedded.Start(%+v): %v", cfg, err)
 	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("close cluster: %v", err)
-		}
-	})
+	pgtest.Cleanup(t, c.Close)
 	return c
 }
 
