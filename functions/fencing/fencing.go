@@ -43,7 +43,8 @@ var (
 
 // TokenFrom returns the fencing token of r: ErrMissingToken without the
 // header, ErrBadToken (wrapped) when it is not a single positive decimal
-// int64.
+// int64 in canonical form (no sign, no leading zero: the token's one
+// spelling, as lock-server writes it).
 func TokenFrom(r *http.Request) (int64, error) {
 	vals := r.Header.Values(HeaderToken)
 	if len(vals) == 0 {
@@ -54,7 +55,7 @@ func TokenFrom(r *http.Request) (int64, error) {
 	}
 	v := strings.TrimSpace(vals[0])
 	t, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || t <= 0 || v[0] == '+' {
+	if err != nil || t <= 0 || v[0] == '+' || v[0] == '0' {
 		return 0, fmt.Errorf("%w: %q is not a positive integer", ErrBadToken, vals[0])
 	}
 	return t, nil

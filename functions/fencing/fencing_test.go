@@ -21,6 +21,8 @@ func TestTokenFrom(t *testing.T) {
 		{[]string{"0"}, 0, ErrBadToken},
 		{[]string{"-3"}, 0, ErrBadToken},
 		{[]string{"+3"}, 0, ErrBadToken},
+		{[]string{"05"}, 0, ErrBadToken},
+		{[]string{"10"}, 10, nil},
 		{[]string{"abc"}, 0, ErrBadToken},
 		{[]string{"1.5"}, 0, ErrBadToken},
 		{[]string{"99999999999999999999"}, 0, ErrBadToken},
