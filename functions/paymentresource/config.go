@@ -84,10 +84,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: %s: %v", ErrInvalidConfig, EnvDatabaseURL, err)
 	}
 	if c.MaxConns == 1 {
-		return fmt.Errorf("%w: MaxConns is 1; use 0 (pgx's default) or at least 2", ErrInvalidConfig)
+		return fmt.Errorf("%w: MaxConns (%s) is 1; use 0 (pgx's default) or at least 2", ErrInvalidConfig, EnvMaxConns)
 	}
 	if c.OutboxPoll != 0 && (c.OutboxPoll < MinOutboxPoll || c.OutboxPoll > MaxOutboxPoll) {
-		return fmt.Errorf("%w: OutboxPoll %v is outside %v..%v", ErrInvalidConfig, c.OutboxPoll, MinOutboxPoll, MaxOutboxPoll)
+		return fmt.Errorf("%w: OutboxPoll (%s) %v is outside %v..%v", ErrInvalidConfig, EnvOutboxPollMs, c.OutboxPoll, MinOutboxPoll, MaxOutboxPoll)
 	}
 	return nil
 }

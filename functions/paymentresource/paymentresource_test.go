@@ -591,8 +591,14 @@ func TestLoadConfig(t *testing.T) {
 		{"PAYDB_URL", url, "OUTBOX_POLL_MS", "5"},
 		{"PAYDB_URL", url, "OUTBOX_POLL_MS", "1s"},
 	} {
-		if _, err := paymentresource.LoadConfig(env(kv...)); !errors.Is(err, paymentresource.ErrInvalidConfig) {
+		_, err := paymentresource.LoadConfig(env(kv...))
+		if !errors.Is(err, paymentresource.ErrInvalidConfig) {
 			t.Errorf("LoadConfig(%q) error = %v; want ErrInvalidConfig", kv, err)
+			continue
+		}
+		// The message names the variable to fix, not a Go field.
+		if name := kv[max(len(kv)-2, 0):]; len(name) == 2 && !strings.Contains(err.Error(), name[0]) {
+			t.Errorf("LoadConfig(%q) error %q does not name %s", kv, err, name[0])
 		}
 	}
 	if _, err := paymentresource.New(context.Background(), paymentresource.Config{DatabaseURL: url}, nil, slog.Default()); !errors.Is(err, paymentresource.ErrInvalidConfig) {
