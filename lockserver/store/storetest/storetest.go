@@ -41,6 +41,7 @@ func Run(t *testing.T, b Backend) {
 		{"TokensIncreaseAcrossLockServerRestart", testReopen},
 		{"TokensIncreaseAcrossBackendRestart", testBackendRestart},
 		{"ConcurrentAcquirers", testConcurrent},
+		{"Linearizable", testLinearizable},
 		{"BadInputChangesNothing", testBadInput},
 	}
 	for _, tc := range tests {
