@@ -173,7 +173,12 @@ const (
 // Option configures a Client.
 type Option func(*Client) error
 
-// WithHTTPClient sends requests through d instead of a default *http.Client.
+// WithHTTPClient sends requests through d instead of the default: an
+// *http.Client over a transport shared by every Client of the process,
+// like http.DefaultTransport but keeping up to DefaultIdleConnsPerHost idle
+// connections per lock-server (http.DefaultTransport keeps 2, so a process
+// with more leases in flight than that would open a TCP connection for
+// most requests).
 func WithHTTPClient(d Doer) Option {
 	return func(c *Client) error {
 		if d == nil {
@@ -256,6 +261,26 @@ func WithRand(r *mrand.Rand) Option {
 	}
 }
 
+// DefaultIdleConnsPerHost is how many idle connections to one lock-server
+// the default transport keeps for reuse.
+const DefaultIdleConnsPerHost = 64
+
+// sharedTransport is the default transport: a clone of
+// http.DefaultTransport (proxy from the environment, dial and TLS
+// timeouts) keeping DefaultIdleConnsPerHost idle connections per host.
+var sharedTransport = sync.OnceValue(func() http.RoundTripper {
+	t, ok := http.DefaultTransport.(*http.Transport)
+	if !ok {
+		return http.DefaultTransport // replaced by the program: respect it
+	}
+	t = t.Clone()
+	t.MaxIdleConnsPerHost = DefaultIdleConnsPerHost
+	if t.MaxIdleConns < DefaultIdleConnsPerHost {
+		t.MaxIdleConns = DefaultIdleConnsPerHost
+	}
+	return t
+})
+
 // New returns a Client for the lock-server at baseURL (for example
 // "http://127.0.0.1:8080"). It returns an error for a URL that is not
 // absolute http(s) or for an invalid option.
@@ -269,7 +294,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	}
 	c := &Client{
 		base:  strings.TrimRight(u.String(), "/"),
-		doer:  &http.Client{},
+		doer:  &http.Client{Transport: sharedTransport()},
 		clock: wallClock{},
 		rate:  DefaultDriftRate, margin: DefaultSafetyMargin,
 		reqTO: DefaultRequestTimeout,
