@@ -11,10 +11,14 @@ func op(client int, call, ret int64, in lockOp, out lockResult) porcupine.Operat
 	return porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret}
 }
 
-func acq(owner string) lockOp            { return lockOp{Op: "acquire", Key: "k", Owner: owner} }
-func rel(owner string, tok int64) lockOp { return lockOp{Op: "release", Key: "k", Owner: owner, Token: tok} }
-func ren(owner string, tok int64) lockOp { return lockOp{Op: "renew", Key: "k", Owner: owner, Token: tok} }
-func ok(tok int64) lockResult            { return lockResult{Outcome: "ok", Token: tok} }
+func acq(owner string) lockOp { return lockOp{Op: "acquire", Key: "k", Owner: owner} }
+func rel(owner string, tok int64) lockOp {
+	return lockOp{Op: "release", Key: "k", Owner: owner, Token: tok}
+}
+func ren(owner string, tok int64) lockOp {
+	return lockOp{Op: "renew", Key: "k", Owner: owner, Token: tok}
+}
+func ok(tok int64) lockResult { return lockResult{Outcome: "ok", Token: tok} }
 
 // TestLockModelRejectsBrokenHistories: histories a broken lock could
 // produce are not linearizable, and their correct counterparts are, so the
