@@ -171,7 +171,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(w, "acquire", key, err, "owner", req.Owner)
 		return
 	}
-	s.logLease("lock_granted", l)
+	s.logLease("lock granted", "lock_granted", l)
 	writeJSON(w, http.StatusOK, grantOf(l))
 }
 
@@ -187,7 +187,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(w, "renew", key, err, "owner", req.Owner, "token", req.Token)
 		return
 	}
-	s.logLease("lease_renewed", l)
+	s.logLease("lease renewed", "lease_renewed", l)
 	writeJSON(w, http.StatusOK, grantOf(l))
 }
 
@@ -300,7 +300,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.WriteJSON(w,
 // logLease writes the events that let one token be traced from the grant
 // to the fence points: lock_granted and lease_renewed carry key, owner and
 // token.
-func (s *Server) logLease(event string, l Lease) {
-	s.log.Info(event, "event", event, "key", l.Key, "owner", l.Owner, "token", l.Token,
+func (s *Server) logLease(msg, event string, l Lease) {
+	s.log.Info(msg, "event", event, "key", l.Key, "owner", l.Owner, "token", l.Token,
 		"leaseId", l.LeaseID, "ttlMs", l.TTL.Milliseconds(), "expiresAt", l.ExpiresAt.UTC())
 }

@@ -81,6 +81,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 	}
 	if v := getenv("ETCD_PREFIX"); v != "" {
+		if !strings.HasPrefix(v, "/") || !strings.HasSuffix(v, "/") {
+			errs = append(errs, fmt.Errorf("ETCD_PREFIX=%q: want a key prefix that starts and ends with /", v))
+		}
 		c.EtcdPrefix = v
 	}
 	if v := getenv("ETCD_IDLE_LEASES"); v != "" {

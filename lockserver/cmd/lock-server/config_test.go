@@ -40,6 +40,8 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{map[string]string{"LOCKDB_URL": "x", "LOCKDB_MAX_CONNS": "many"}, "LOCKDB_MAX_CONNS"},
 		{map[string]string{"LOCKDB_URL": "x", "LOG_LEVEL": "loud"}, "LOG_LEVEL"},
 		{map[string]string{"LOCKDB_URL": "x", "ETCD_IDLE_LEASES": "-1"}, "ETCD_IDLE_LEASES"},
+		{map[string]string{"LOCKDB_URL": "x", "ETCD_PREFIX": "/x"}, "ETCD_PREFIX"},
+		{map[string]string{"LOCKDB_URL": "x", "ETCD_PREFIX": "x/"}, "ETCD_PREFIX"},
 		{map[string]string{"LOCKDB_URL": "x", "ETCD_IDLE_LEASES": "lots"}, "ETCD_IDLE_LEASES"},
 		{map[string]string{"LOCKDB_URL": "x", "LOG_LEVEL": "DEBUG+2"}, "LOG_LEVEL"},
 		{map[string]string{"LOCKDB_URL": "x", "LOCK_REQUEST_TIMEOUT_MS": "9223372036854775807"}, "LOCK_REQUEST_TIMEOUT_MS"},

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -34,7 +35,9 @@ func main() {
 	// stops the process at once instead of waiting for the drain.
 	context.AfterFunc(ctx, stop)
 	if err := run(ctx, os.Getenv, nil); err != nil {
-		fmt.Fprintln(os.Stderr, "lock-server:", err)
+		// One line, however many settings were wrong (errors.Join puts
+		// each on a line of its own).
+		fmt.Fprintln(os.Stderr, "lock-server:", strings.ReplaceAll(err.Error(), "\n", "; "))
 		os.Exit(1)
 	}
 }
@@ -75,7 +78,11 @@ func run(ctx context.Context, getenv func(string) string, ready chan<- net.Addr)
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("lock-server started", "event", "server_started", "addr", ln.Addr().String(), "store", cfg.Store)
+	started := []any{"event", "server_started", "addr", ln.Addr().String(), "store", cfg.Store}
+	if cfg.Store == "etcd" {
+		started = append(started, "etcdPrefix", cfg.EtcdPrefix, "etcdIdleLeases", cfg.EtcdIdleLeases)
+	}
+	log.Info("lock-server started", started...)
 	if ready != nil {
 		ready <- ln.Addr()
 	}

@@ -159,7 +159,8 @@ func newRoot(out io.Writer) *cobra.Command {
 		},
 	}
 	release.Flags().StringVar(&relOwner, "owner", "operator", "owner id the lease was granted to")
-	release.Flags().Int64Var(&relToken, "token", 0, "fencing token of the lease")
+	release.Flags().Int64Var(&relToken, "token", 0, "fencing token of the lease (required)")
+	_ = release.MarkFlagRequired("token") // the flag exists; cannot fail
 	root.AddCommand(release)
 
 	root.AddCommand(&cobra.Command{

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"log/slog"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
@@ -58,6 +60,16 @@ func TestOperatorFlow(t *testing.T) {
 	}
 	if _, err := runCmd(t, srv.URL, "inspect", "bad key"); !errors.Is(err, client.ErrInvalidRequest) {
 		t.Fatalf("inspect of a bad key: %v", err)
+	}
+	out, err = runCmd(t, srv.URL, "acquire", "payout:acct-8", "--owner", "worker-b")
+	if err != nil || json.Unmarshal([]byte(out), &g) != nil {
+		t.Fatalf("acquire: %s %v", out, err)
+	}
+	if _, err := runCmd(t, srv.URL, "release", "payout:acct-8", "--owner", "worker-b"); err == nil || !strings.Contains(err.Error(), `required flag(s) "token"`) {
+		t.Fatalf("release without --token: %v; want a missing-flag error", err)
+	}
+	if _, err := runCmd(t, srv.URL, "release", "payout:acct-8", "--owner", "worker-b", "--token", strconv.FormatInt(g.Token, 10)); err != nil {
+		t.Fatalf("release: %v", err)
 	}
 	if _, err := runCmd(t, srv.URL, "ready"); err != nil {
 		t.Fatal(err)

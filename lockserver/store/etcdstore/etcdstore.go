@@ -700,7 +700,7 @@ func refusal(key string, kv *mvccpb.KeyValue, rec record, owner string, token in
 	case kv == nil:
 		return fmt.Errorf("%w: no live lease on key %q", lockserver.ErrNotHeld, key)
 	case kv.ModRevision > token:
-		return fmt.Errorf("%w: key %q was granted again with token %d, after token %d", lockserver.ErrStaleToken, key, kv.ModRevision, token)
+		return fmt.Errorf("%w: key %q has a newer grant (token %d) than token %d", lockserver.ErrStaleToken, key, kv.ModRevision, token)
 	case kv.ModRevision != token:
 		return fmt.Errorf("%w: the live lease on key %q has token %d, not %d", lockserver.ErrNotHeld, key, kv.ModRevision, token)
 	case rec.Owner != owner:

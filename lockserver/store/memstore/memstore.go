@@ -94,7 +94,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 // refusal classifies why (key, owner, token) is not the live lease.
 func refusal(key string, e *entry, owner string, token int64) error {
 	if e != nil && e.token > token {
-		return fmt.Errorf("%w: key %q was granted again with token %d, after token %d", lockserver.ErrStaleToken, key, e.token, token)
+		return fmt.Errorf("%w: key %q has a newer grant (token %d) than token %d", lockserver.ErrStaleToken, key, e.token, token)
 	}
 	return fmt.Errorf("%w: no live lease on key %q for owner %q with token %d", lockserver.ErrNotHeld, key, owner, token)
 }

@@ -289,7 +289,7 @@ func (s *Store) refusal(ctx context.Context, op, key, owner string, token int64)
 	}
 	s.log.Debug("pgstore "+op+" refused", "lock", key, "owner", owner, "token", token, "last_token", last)
 	if last > token {
-		return fmt.Errorf("%w: key %q was granted again with token %d, after token %d", lockserver.ErrStaleToken, key, last, token)
+		return fmt.Errorf("%w: key %q has a newer grant (token %d) than token %d", lockserver.ErrStaleToken, key, last, token)
 	}
 	return fmt.Errorf("%w: no live lease on key %q for owner %q with token %d (last token of the key: %d)", lockserver.ErrNotHeld, key, owner, token, last)
 }
