@@ -46,13 +46,29 @@
 // instead of granting a new one. An uncontended acquire and release is then
 // two raft writes, as with etcd's own concurrency.Mutex. A lease therefore
 // carries successive grants, one at a time: the token, not Lease.LeaseID,
-// names a grant. Pooling changes no guarantee: a keep-alive at take
-// confirms the lease is alive before a key is attached; a renewal that
-// races the holder's own release can at worst reset the idle lease, or the
-// lease of the next grant that took it, which lets that grant outlive its
-// TTL by the remainder of one TTL and never ends it early; an idle lease
-// carries no key, and expires on its own if no acquire takes it (leases
-// idle at Close are left to do so).
+// names a grant.
+//
+// Pooling changes no guarantee, given three rules. The pool hands out only
+// leases it knows have life left: it keeps a lower bound of each lease's
+// last reset by etcd (this store's clock before the grant, keep-alive or
+// renewal it sent) and a lease with less than a quarter of its TTL (at
+// most 2 s) left by that bound, or whose last reset it does not know
+// (granted through another lock-server), is not pooled; etcd would still
+// attach a key to a lease that has expired but that the leader has not yet
+// revoked. The keep-alive sent with the transaction must succeed for the
+// grant to be reported. And nothing may revoke a lease by its id after
+// reading it earlier: Release and Revoke delete keys conditionally and
+// revoke a lease only once they have deleted its key themselves, but a
+// lock-server of the first version (which revoked the lease it had read)
+// or an operator running "etcdctl lease revoke" could end a later grant,
+// of any key, that took the lease from the pool. Reuse must stay off
+// (IdleLeases -1) while such a lock-server shares the cluster.
+//
+// What is left: a renewal that races the holder's own release can reset
+// the idle lease, or the lease of the next grant that took it, which lets
+// that grant outlive its TTL (by as long as that keep-alive was late) and
+// never ends it early; an idle lease carries no key, and expires on its own
+// if no acquire takes it (leases idle at Close are left to do so).
 //
 // Expiry. etcd decides: the leader's lessor revokes a lease when its TTL
 // runs out without a keep-alive, and the revocation deletes the key. TTLs
@@ -237,7 +253,9 @@ func (c Config) validate() error {
 
 // Store is the etcd LockStore. It is safe for concurrent use, keeps no lock
 // state of its own (only idle leases, see the package doc) and starts no
-// goroutines (the etcd client it owns has its own, ended by Close).
+// goroutine that outlives a call (an acquire on an idle lease sends its
+// keep-alive from a goroutine of its own and waits for it; the etcd client
+// a Store owns has its own goroutines, ended by Close).
 type Store struct {
 	cli        *clientv3.Client
 	ownsClient bool
@@ -330,6 +348,10 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
 	defer cancel()
 
+	if err := ctx.Err(); err != nil {
+		// Before anything is sent, so that no idle lease is spent on it.
+		return lockserver.Lease{}, s.fail("acquire", key, "start", err)
+	}
 	secs := int64((ttl + time.Second - 1) / time.Second)
 	if idle, ok := s.pool.take(secs, s.now()); ok {
 		if l, done, err := s.acquireOnIdle(ctx, key, owner, idle); done {
@@ -342,6 +364,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		return lockserver.Lease{}, s.fail("acquire", key, "grant lease", err)
 	}
 	granted := time.Duration(g.TTL) * time.Second
+	s.pool.learnFloor(secs, g.TTL)
 	resp, err := s.create(ctx, key, owner, g.ID, granted)
 	if err != nil {
 		// The transaction may have applied. Revoking its lease ends the
@@ -351,9 +374,12 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		return lockserver.Lease{}, s.fail("acquire", key, "create key", err)
 	}
 	if !resp.Succeeded {
-		s.idle(ctx, key, g.ID, granted)
+		if !s.pool.putUnused(g.ID, granted, sent, s.now()) {
+			s.revokeBestEffort(ctx, key, g.ID)
+		}
 		return lockserver.Lease{}, heldBy(key, resp)
 	}
+	s.pool.noteReset(g.ID, granted, sent)
 	return lockserver.Lease{
 		Key: key, Owner: owner, Token: resp.Header.Revision,
 		LeaseID: leaseID(int64(g.ID)), TTL: granted, ExpiresAt: sent.Add(granted),
@@ -380,12 +406,13 @@ func (s *Store) acquireOnIdle(ctx context.Context, key, owner string, idle poole
 	switch {
 	case err == nil && !resp.Succeeded:
 		if ka.err == nil {
-			s.idle(ctx, key, idle.id, idle.ttl)
+			s.pool.putUnused(idle.id, idle.ttl, sent, s.now())
 		}
 		return lockserver.Lease{}, true, heldBy(key, resp)
-	case errors.Is(ka.err, rpctypes.ErrLeaseNotFound):
-		// The lease had ended: etcd refused the transaction, or deleted
-		// the key with the lease. No grant exists.
+	case errors.Is(ka.err, rpctypes.ErrLeaseNotFound), errors.Is(err, rpctypes.ErrLeaseNotFound):
+		// The lease had ended (revoked by someone else: the pool hands out
+		// no lease its TTL could have ended): etcd refused the transaction,
+		// or deleted the key with the lease. No grant exists.
 		return lockserver.Lease{}, false, nil
 	case ka.err != nil || err != nil:
 		// Either outcome is unknown; revoking the lease ends any grant.
@@ -396,6 +423,7 @@ func (s *Store) acquireOnIdle(ctx context.Context, key, owner string, idle poole
 		return lockserver.Lease{}, true, s.fail("acquire", key, "reset an idle lease", ka.err)
 	}
 	ttl := time.Duration(ka.resp.TTL) * time.Second
+	s.pool.noteReset(idle.id, ttl, sent)
 	return lockserver.Lease{
 		Key: key, Owner: owner, Token: resp.Header.Revision,
 		LeaseID: leaseID(int64(idle.id)), TTL: ttl, ExpiresAt: sent.Add(ttl),
@@ -419,16 +447,6 @@ func heldBy(key string, resp *clientv3.TxnResponse) error {
 		return fmt.Errorf("%w: key %q is held with token %d", lockserver.ErrLockHeld, key, rr.Kvs[0].ModRevision)
 	}
 	return fmt.Errorf("%w: key %q", lockserver.ErrLockHeld, key)
-}
-
-// idle returns a lease that carries no key to the pool, under its granted
-// TTL ttl, or revokes it when the pool is off or full. (A TTL etcd raised
-// to its floor is filed under the raised TTL, so requests below the floor
-// do not find it; they are granted new leases.)
-func (s *Store) idle(ctx context.Context, key string, id clientv3.LeaseID, ttl time.Duration) {
-	if !s.pool.put(int64(ttl/time.Second), id, ttl, s.now()) {
-		s.revokeBestEffort(ctx, key, id)
-	}
 }
 
 // Renew implements lockserver.LockStore: it reads the key, checks that its
@@ -466,6 +484,7 @@ func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lock
 		return lockserver.Lease{}, s.fail("renew", key, "keep-alive", err)
 	}
 	ttl := time.Duration(ka.TTL) * time.Second
+	s.pool.noteReset(clientv3.LeaseID(kv.Lease), ttl, sent)
 	return lockserver.Lease{
 		Key: key, Owner: owner, Token: token,
 		LeaseID: leaseID(kv.Lease), TTL: ttl, ExpiresAt: sent.Add(ttl),
@@ -500,8 +519,14 @@ func (s *Store) Release(ctx context.Context, key, owner string, token int64) err
 		// comparison: not a record this store writes.
 		return fmt.Errorf("etcdstore: release %q: etcd key %q holds %q, not in this store's record format", key, prev.Key, prev.Value)
 	}
-	ttl := time.Duration(rec.TTLMs) * time.Millisecond
-	s.idle(ctx, key, clientv3.LeaseID(prev.Lease), ttl)
+	id := clientv3.LeaseID(prev.Lease)
+	if s.pool.off() {
+		s.revokeBestEffort(ctx, key, id)
+	} else {
+		// Pooled if this store knows when etcd last reset it; else it
+		// carries no key and expires on its own.
+		s.pool.putReleased(id, s.now())
+	}
 	return nil
 }
 
@@ -542,8 +567,10 @@ func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver
 		}
 		return lockserver.Lease{}, err
 	}
-	// The key is deleted by this revoke, not by a release, so no pool holds
-	// the lease: revoking it cannot touch another grant.
+	// The key is deleted by this revoke, not by a release, and the lease
+	// carried it, so no pool holds the lease: revoking it cannot touch
+	// another grant.
+	s.pool.forget(clientv3.LeaseID(kv.Lease))
 	s.revokeBestEffort(ctx, key, clientv3.LeaseID(kv.Lease))
 	return lockserver.Lease{
 		Key: key, Owner: rec.Owner, Token: kv.ModRevision,

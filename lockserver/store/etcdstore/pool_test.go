@@ -1,8 +1,11 @@
 package etcdstore
 
 import (
+	"context"
 	"errors"
+	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -192,7 +195,7 @@ func TestRevokeEndsTheLeaseAndDoesNotPoolIt(t *testing.T) {
 	}
 }
 
-func TestWithoutReuseOrWhenThePoolIsFullAReleaseRevokesTheLease(t *testing.T) {
+func TestWithoutReuseAReleaseRevokesTheLeaseAndAFullPoolKeepsTheNewest(t *testing.T) {
 	off := openCfgT(t, Config{IdleLeases: -1})
 	l := mustAcquire(t, off, "k", "worker-a", 5*time.Second)
 	if err := off.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
@@ -210,45 +213,163 @@ func TestWithoutReuseOrWhenThePoolIsFullAReleaseRevokesTheLease(t *testing.T) {
 			t.Fatalf("Release(%q): %v", g.Key, err)
 		}
 	}
-	if !leaseAlive(t, one, a.LeaseID) || leaseAlive(t, one, b.LeaseID) {
-		t.Errorf("pool of 1: first released lease alive %v (want true), second %v (want false)",
-			leaseAlive(t, one, a.LeaseID), leaseAlive(t, one, b.LeaseID))
+	if n := one.pool.len(); n != 1 {
+		t.Fatalf("pool of 1 holds %d leases", n)
+	}
+	c := mustAcquire(t, one, "c", "worker-c", 5*time.Second)
+	if c.LeaseID != b.LeaseID {
+		t.Errorf("pool of 1 gave lease %s; want %s, reset last (a's %s was evicted)", c.LeaseID, b.LeaseID, a.LeaseID)
 	}
 }
 
-func TestPoolTakesNewestFirstAndForgetsExpiredLeases(t *testing.T) {
+// fakeClock is a store clock the test moves by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// TestALeaseNearItsExpiryIsNotReused: a lease released when, by the
+// store's lower bound, less than margin(TTL) of its life is left is not
+// pooled, so no acquire can attach a key to a lease etcd may already have
+// expired (it would write a grant that etcd then deletes with the lease).
+func TestALeaseNearItsExpiryIsNotReused(t *testing.T) {
+	clk := &fakeClock{now: time.Now()}
+	s := openCfgT(t, Config{Clock: clk})
+	l := mustAcquire(t, s, "k", "worker-a", 4*time.Second)
+	clk.advance(4*time.Second - margin(4*time.Second))
+	if err := s.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if n := s.pool.len(); n != 0 {
+		t.Fatalf("pool holds %d leases after a release %v before the lease's expiry; want 0", n, margin(4*time.Second))
+	}
+	// A renewal resets the bound: released just after one, it is pooled.
+	l = mustAcquire(t, s, "k", "worker-a", 4*time.Second)
+	clk.advance(3 * time.Second)
+	if _, err := s.Renew(ctxT(t), "k", "worker-a", l.Token); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	clk.advance(time.Second)
+	if err := s.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if n := s.pool.len(); n != 1 {
+		t.Fatalf("pool holds %d leases after a release 1s after a renewal; want 1", n)
+	}
+}
+
+// TestALeaseGrantedElsewhereIsNotPooled: a store pools only leases whose
+// last reset it knows.
+func TestALeaseGrantedElsewhereIsNotPooled(t *testing.T) {
+	prefix := newPrefix(t)
+	a := openCfgT(t, Config{Prefix: prefix})
+	b := openCfgT(t, Config{Prefix: prefix})
+	l := mustAcquire(t, a, "k", "worker-a", 5*time.Second)
+	if err := b.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
+		t.Fatalf("Release through the other store: %v", err)
+	}
+	if n := b.pool.len(); n != 0 {
+		t.Fatalf("the releasing store pooled a lease it did not grant (%d idle)", n)
+	}
+}
+
+func TestACanceledAcquireSpendsNoIdleLease(t *testing.T) {
+	s := openCfgT(t, Config{})
+	l := mustAcquire(t, s, "k", "worker-a", 5*time.Second)
+	if err := s.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Acquire(ctx, "k", "worker-b", 5*time.Second); !errors.Is(err, lockserver.ErrUnavailable) {
+		t.Fatalf("Acquire with a canceled context = %v; want ErrUnavailable", err)
+	}
+	if n := s.pool.len(); n != 1 || !leaseAlive(t, s, l.LeaseID) {
+		t.Fatalf("after a canceled acquire: %d idle, lease alive %v; want the idle lease kept", n, leaseAlive(t, s, l.LeaseID))
+	}
+}
+
+func TestPoolHandsOutOnlyLeasesWithLifeLeft(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
+	ten := 10 * time.Second // margin 2s (a quarter, capped)
 	p := newLeasePool(3)
-	p.put(10, 1, 10*time.Second, t0)
-	p.put(10, 2, 10*time.Second, t0.Add(5*time.Second))
-	p.put(30, 3, 30*time.Second, t0)
-	if p.put(10, 4, 10*time.Second, t0) {
-		t.Fatal("put into a full pool of live leases succeeded")
+	if p.putReleased(1, t0) {
+		t.Fatal("pooled a released lease whose reset is unknown")
 	}
-	if l, ok := p.take(10, t0.Add(time.Second)); !ok || l.id != 2 {
-		t.Fatalf("take = %v, %v; want the newest lease 2", l.id, ok)
+	p.noteReset(1, ten, t0)
+	if !p.putReleased(1, t0.Add(time.Second)) {
+		t.Fatal("a released lease with 9s left was not pooled")
 	}
-	// Lease 1 entered at t0 with 10s: forgotten from t0+10s.
-	if l, ok := p.take(10, t0.Add(10*time.Second)); ok {
-		t.Fatalf("take after lease 1's TTL = %v; want none", l.id)
+	if p.putUnused(2, ten, t0, t0.Add(8*time.Second)) {
+		t.Fatal("pooled a lease with exactly its margin left")
 	}
-	if _, ok := p.take(20, t0); ok {
-		t.Fatal("take of a TTL never pooled succeeded")
+	if !p.putUnused(3, ten, t0.Add(5*time.Second), t0.Add(5*time.Second)) {
+		t.Fatal("a fresh unused lease was not pooled")
 	}
-	// Full again, with lease 3 expired: put makes room by forgetting it.
-	p.put(10, 5, 10*time.Second, t0.Add(30*time.Second))
-	p.put(10, 6, 10*time.Second, t0.Add(30*time.Second))
-	if !p.put(10, 7, 10*time.Second, t0.Add(30*time.Second)) {
-		t.Fatal("put did not forget the expired lease 3 to make room")
+	if l, ok := p.take(10, t0.Add(6*time.Second)); !ok || l.id != 3 {
+		t.Fatalf("take = %v, %v; want the newest lease 3", l.id, ok)
 	}
-	if n := p.len(); n != 3 {
-		t.Fatalf("len = %d; want 3", n)
+	// Lease 1 may be handed out until t0 + 10s - 2s.
+	if l, ok := p.take(10, t0.Add(8*time.Second)); ok {
+		t.Fatalf("take at lease 1's margin = %v; want none", l.id)
 	}
-	if _, ok := p.take(30, t0.Add(30*time.Second)); ok {
-		t.Fatal("lease 3 still taken after its TTL")
+	if n := p.len(); n != 0 {
+		t.Fatalf("len = %d after the expired lease was forgotten; want 0", n)
 	}
+
+	// Full: the lease that expires first makes room.
+	for id, at := range map[clientv3.LeaseID]time.Duration{10: 3 * time.Second, 11: time.Second, 12: 2 * time.Second} {
+		p.putUnused(id, ten, t0.Add(at), t0)
+	}
+	if !p.putUnused(13, ten, t0.Add(4*time.Second), t0) {
+		t.Fatal("a full pool refused a lease with more life left than its others")
+	}
+	var got []clientv3.LeaseID
+	for {
+		l, ok := p.take(10, t0)
+		if !ok {
+			break
+		}
+		got = append(got, l.id)
+	}
+	if len(got) != 3 || slices.Contains(got, 11) {
+		t.Fatalf("after eviction the pool held %v; want 10, 12, 13 (11 expires first)", got)
+	}
+
+	// A request below etcd's floor finds leases of the granted TTL.
+	p.learnFloor(1, 2)
+	p.putUnused(20, 2*time.Second, t0, t0)
+	if l, ok := p.take(1, t0); !ok || l.id != 20 {
+		t.Fatalf("take(1s) after learning a 2s floor = %v, %v; want lease 20", l.id, ok)
+	}
+
 	off := newLeasePool(0)
-	if off.put(10, 1, 10*time.Second, t0) {
+	off.noteReset(1, ten, t0)
+	if off.putReleased(1, t0) || off.putUnused(2, ten, t0, t0) {
 		t.Fatal("a pool of 0 kept a lease")
+	}
+}
+
+func TestResetRecordsOfEndedGrantsAreBounded(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
+	p := newLeasePool(8)
+	for i := range maxResets {
+		p.noteReset(clientv3.LeaseID(i+1), time.Second, t0) // all ended by t0+1s
+	}
+	p.noteReset(maxResets+1, time.Second, t0.Add(time.Minute))
+	if n := len(p.resets); n != 1 {
+		t.Fatalf("%d reset records kept; want 1 (the others' leases have surely ended)", n)
 	}
 }
