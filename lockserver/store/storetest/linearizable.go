@@ -1,12 +1,15 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,71 +34,118 @@ type lockOp struct {
 }
 
 // lockResult is one answer. Outcome is "ok", "held" (ErrLockHeld),
-// "not-held" (ErrNotHeld) or "stale" (ErrStaleToken). For an "ok" acquire
-// Token is the token granted; for inspect, Owner and Token describe the
-// live lease ("" and 0 when the key is free).
+// "not-held" (ErrNotHeld), "stale" (ErrStaleToken) or "unknown" (the store
+// could not tell: ErrUnavailable, the call may or may not have taken
+// effect). For an "ok" acquire Token is the token granted; for inspect and
+// revoke, Owner and Token describe the lease seen ("" and 0 when free).
 type lockResult struct {
 	Outcome string
 	Owner   string
 	Token   int64
 }
 
+// unknownToken marks a live grant whose acquire had an unknown outcome:
+// its token is larger than Last, and nobody has seen it yet.
+const unknownToken = -1
+
 // lockState is one key of the sequential lock: its live grant, if any, and
-// the largest token ever granted on it.
+// the largest token seen granted on it.
 type lockState struct {
 	Owner string // "" when free
-	Token int64  // 0 when free
+	Token int64  // 0 when free; unknownToken when not yet seen
 	Last  int64
 }
 
-// lockStep is the sequential specification, from the LockStore contract:
+// olderThanLive reports whether token is older than the live grant's.
+func (s lockState) olderThanLive(token int64) bool {
+	return s.Owner != "" && (s.Token == unknownToken || token < s.Token)
+}
+
+// lockStep is the sequential specification, from the LockStore contract,
+// as the set of states a key can be in after the call (none: the answer
+// is impossible):
 //   - acquire succeeds exactly when the key is free, with a token larger than
 //     every earlier grant of the key; otherwise it answers held;
 //   - renew and release succeed exactly for the live grant (owner, token);
 //     otherwise they answer stale, allowed only when a newer grant has been
 //     made, or not-held, allowed unless a newer grant is live;
 //   - revoke (of whatever is live) succeeds exactly when a grant is live;
-//   - inspect reports exactly the live grant.
-func lockStep(s lockState, in lockOp, out lockResult) (bool, lockState) {
+//   - inspect reports exactly the live grant;
+//   - a call whose outcome is unknown either took effect or did not; a
+//     grant made that way has a token nobody has seen, larger than every
+//     earlier one, until an inspect or a revoke shows it.
+func lockStep(s lockState, in lockOp, out lockResult) []lockState {
 	live := s.Owner != ""
 	mine := live && s.Owner == in.Owner && s.Token == in.Token
+	free := lockState{Last: s.Last}
+	yes := func(ok bool, next lockState) []lockState {
+		if ok {
+			return []lockState{next}
+		}
+		return nil
+	}
+	if out.Outcome == "unknown" {
+		switch {
+		case in.Op == "acquire" && !live:
+			return []lockState{s, {Owner: in.Owner, Token: unknownToken, Last: s.Last}}
+		case in.Op == "release" && mine, in.Op == "revoke" && live:
+			return []lockState{s, free}
+		}
+		return []lockState{s}
+	}
 	refusalOK := func() bool {
 		switch out.Outcome {
 		case "stale":
-			return in.Token < s.Last
+			return in.Token < s.Last || s.olderThanLive(in.Token)
 		case "not-held":
-			return !(live && in.Token < s.Token)
+			return !s.olderThanLive(in.Token)
 		}
 		return false
+	}
+	// seen reports whether (owner, token), read from the store, is the live
+	// grant, which pins an unseen token.
+	seen := func(owner string, token int64) (bool, lockState) {
+		if s.Token == unknownToken {
+			return owner == s.Owner && token > s.Last, lockState{Owner: owner, Token: token, Last: token}
+		}
+		return owner == s.Owner && token == s.Token, s
 	}
 	switch in.Op {
 	case "acquire":
 		if out.Outcome == "ok" {
-			return !live && out.Token > s.Last, lockState{Owner: in.Owner, Token: out.Token, Last: out.Token}
+			return yes(!live && out.Token > s.Last, lockState{Owner: in.Owner, Token: out.Token, Last: out.Token})
 		}
-		return out.Outcome == "held" && live, s
+		return yes(out.Outcome == "held" && live, s)
 	case "renew":
 		if out.Outcome == "ok" {
-			return mine, s
+			return yes(mine, s)
 		}
-		return !mine && refusalOK(), s
+		return yes(!mine && refusalOK(), s)
 	case "release":
 		if out.Outcome == "ok" {
-			return mine, lockState{Last: s.Last}
+			return yes(mine, free)
 		}
-		return !mine && refusalOK(), s
+		return yes(!mine && refusalOK(), s)
 	case "revoke":
 		if out.Outcome == "ok" {
-			return live && out.Owner == s.Owner && out.Token == s.Token, lockState{Last: s.Last}
+			ok, now := seen(out.Owner, out.Token)
+			return yes(live && ok, lockState{Last: now.Last})
 		}
-		return out.Outcome == "not-held" && !live, s
+		return yes(out.Outcome == "not-held" && !live, s)
 	case "inspect":
-		return out.Outcome == "ok" && out.Owner == s.Owner && out.Token == s.Token, s
+		if out.Outcome != "ok" {
+			return nil
+		}
+		if !live {
+			return yes(out.Owner == "" && out.Token == 0, s)
+		}
+		ok, now := seen(out.Owner, out.Token)
+		return yes(ok, now)
 	}
-	return false, s
+	return nil
 }
 
-var lockModel = porcupine.Model{
+var lockModel = (&porcupine.NondeterministicModel{
 	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
 		byKey := map[string][]porcupine.Operation{}
 		var keys []string
@@ -112,9 +162,14 @@ var lockModel = porcupine.Model{
 		}
 		return out
 	},
-	Init: func() any { return lockState{} },
-	Step: func(state, input, output any) (bool, any) {
-		return lockStep(state.(lockState), input.(lockOp), output.(lockResult))
+	Init: func() []any { return []any{lockState{}} },
+	Step: func(state, input, output any) []any {
+		next := lockStep(state.(lockState), input.(lockOp), output.(lockResult))
+		out := make([]any, len(next))
+		for i, n := range next {
+			out[i] = n
+		}
+		return out
 	},
 	DescribeOperation: func(input, output any) string {
 		in, out := input.(lockOp), output.(lockResult)
@@ -128,12 +183,15 @@ var lockModel = porcupine.Model{
 	},
 	DescribeState: func(state any) string {
 		s := state.(lockState)
-		if s.Owner == "" {
+		switch {
+		case s.Owner == "":
 			return fmt.Sprintf("free (last token %d)", s.Last)
+		case s.Token == unknownToken:
+			return fmt.Sprintf("held by %s with a token > %d not yet seen", s.Owner, s.Last)
 		}
 		return fmt.Sprintf("held by %s with %d", s.Owner, s.Token)
 	},
-}
+}).ToModel()
 
 // outcomeOf maps a store error to the model's outcome; ok is false for an
 // error the model does not describe (the test then fails).
@@ -147,6 +205,8 @@ func outcomeOf(err error) (string, bool) {
 		return "stale", true
 	case errors.Is(err, lockserver.ErrNotHeld):
 		return "not-held", true
+	case errors.Is(err, lockserver.ErrUnavailable):
+		return "unknown", true
 	}
 	return "", false
 }
@@ -161,14 +221,37 @@ const (
 var linKeys = []string{"lin-a", "lin-b"}
 
 func testLinearizable(t *testing.T, b Backend) {
-	s := open(t, b)
+	runLinearizable(t, b.Name, open(t, b), nil)
+}
+
+// testLinearizableAcrossBackendRestart is the same check while the backend
+// is stopped and started again under the clients: calls answered
+// ErrUnavailable are recorded with an unknown outcome, and nothing
+// acknowledged may be lost.
+func testLinearizableAcrossBackendRestart(t *testing.T, b Backend) {
+	if b.RestartBackend == nil {
+		t.Skipf("%s: backend restart not supported", b.Name)
+	}
+	s, restart := b.RestartBackend(t)
+	t.Cleanup(func() { _ = s.Close() })
+	runLinearizable(t, b.Name, s, restart)
+}
+
+// runLinearizable runs the workload on s, calls fault (when not nil) once
+// a third of the calls are done, while the clients go on, and checks the
+// history.
+func runLinearizable(t *testing.T, name string, s lockserver.LockStore, fault func()) {
 	start := time.Now()
 	now := func() int64 { return int64(time.Since(start)) }
 
 	var (
-		mu      sync.Mutex
-		history []porcupine.Operation
-		wg      sync.WaitGroup
+		mu       sync.Mutex
+		history  []porcupine.Operation
+		wg       sync.WaitGroup
+		done     atomic.Int64
+		faultOne sync.Once
+		faultWG  sync.WaitGroup
+		faulted  atomic.Bool
 	)
 	for c := range linClients {
 		wg.Go(func() {
@@ -177,6 +260,9 @@ func testLinearizable(t *testing.T, b Backend) {
 			held := map[string]int64{}     // live grants this client believes it holds
 			tokens := map[string][]int64{} // every token it was granted, per key
 			for range linOps {
+				if fault != nil && done.Load() >= linClients*linOps/3 {
+					faultOne.Do(func() { faultWG.Go(func() { fault(); faulted.Store(true) }) })
+				}
 				key := linKeys[rng.IntN(len(linKeys))]
 				in := lockOp{Key: key, Owner: owner}
 				r := rng.IntN(100)
@@ -230,28 +316,52 @@ func testLinearizable(t *testing.T, b Backend) {
 				}
 				ret := now()
 				outcome, known := outcomeOf(err)
-				if !known {
+				if !known || (outcome == "unknown" && fault == nil) {
 					t.Errorf("%s %s by %s: unexpected error %v", in.Op, key, owner, err)
 					return
 				}
 				out.Outcome = outcome
-				if in.Op == "renew" && err != nil && in.Token == held[key] {
+				if outcome == "unknown" {
+					// It may take effect at any moment from its call on.
+					ret = math.MaxInt64
+					out.Owner, out.Token = "", 0
+					if in.Op == "renew" || in.Op == "release" {
+						delete(held, key) // it cannot tell; it stops using the lease
+					}
+				} else if in.Op == "renew" && err != nil && in.Token == held[key] {
 					delete(held, key) // revoked behind its back
 				}
 				mu.Lock()
 				history = append(history, porcupine.Operation{ClientId: c, Input: in, Call: call, Output: out, Return: ret})
 				mu.Unlock()
+				done.Add(1)
+				if outcome == "unknown" {
+					// Wait for the backend rather than spin on it, so that
+					// few calls end unknown (each one widens the search).
+					if err := waitAvailable(t.Context(), s); err != nil {
+						t.Errorf("client %d: %v", c, err)
+						return
+					}
+				}
 			}
 		})
 	}
 	wg.Wait()
+	faultWG.Wait()
 	if t.Failed() {
 		return
 	}
-	grants := 0
+	if fault != nil && !faulted.Load() {
+		t.Fatal("the clients finished before the fault was injected")
+	}
+	grants, unknown := 0, 0
 	for _, op := range history {
-		if op.Input.(lockOp).Op == "acquire" && op.Output.(lockResult).Outcome == "ok" {
+		out := op.Output.(lockResult)
+		if op.Input.(lockOp).Op == "acquire" && out.Outcome == "ok" {
 			grants++
+		}
+		if out.Outcome == "unknown" {
+			unknown++
 		}
 	}
 	if grants < 10 {
@@ -260,14 +370,35 @@ func testLinearizable(t *testing.T, b Backend) {
 	res, info := porcupine.CheckOperationsVerbose(lockModel, history, time.Minute)
 	switch res {
 	case porcupine.Ok:
-		t.Logf("%d operations (%d grants) by %d clients on %d keys: linearizable", len(history), grants, linClients, len(linKeys))
+		t.Logf("%d operations (%d grants, %d with unknown outcome) by %d clients on %d keys: linearizable",
+			len(history), grants, unknown, linClients, len(linKeys))
 	case porcupine.Unknown:
 		t.Fatalf("linearizability check of %d operations timed out", len(history))
 	default:
-		path := filepath.Join(os.TempDir(), fmt.Sprintf("lin-%s-%d.html", b.Name, time.Now().UnixNano()))
+		path := filepath.Join(os.TempDir(), fmt.Sprintf("lin-%s-%d.html", name, time.Now().UnixNano()))
 		if err := porcupine.VisualizePath(lockModel, info, path); err != nil {
 			t.Logf("visualize: %v", err)
 		}
 		t.Fatalf("history of %d operations is not linearizable; see %s", len(history), path)
+	}
+}
+
+// waitAvailable polls s.Ping until it answers, for at most 30 s; it may be
+// called from any goroutine.
+func waitAvailable(ctx context.Context, s lockserver.LockStore) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := s.Ping(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return fmt.Errorf("backend not available after 30s: %w", err)
+		}
 	}
 }

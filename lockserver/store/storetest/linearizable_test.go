@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"math"
 	"testing"
 
 	"github.com/anishathalye/porcupine"
@@ -19,6 +20,11 @@ func ren(owner string, tok int64) lockOp {
 	return lockOp{Op: "renew", Key: "k", Owner: owner, Token: tok}
 }
 func ok(tok int64) lockResult { return lockResult{Outcome: "ok", Token: tok} }
+
+// never is the return time of a call whose outcome is unknown.
+const never = math.MaxInt64
+
+var unknown = lockResult{Outcome: "unknown"}
 
 // TestLockModelRejectsBrokenHistories: histories a broken lock could
 // produce are not linearizable, and their correct counterparts are, so the
@@ -76,6 +82,34 @@ func TestLockModelRejectsBrokenHistories(t *testing.T) {
 			op(0, 0, 1, acq("a"), ok(5)),
 			op(1, 2, 3, lockOp{Op: "revoke", Key: "k"}, lockResult{Outcome: "ok", Owner: "a", Token: 5}),
 			op(0, 4, 5, ren("a", 5), ok(0)),
+		}, false},
+		{"unknown acquire that took effect, seen by inspect", []porcupine.Operation{
+			op(0, 0, 1, acq("a"), ok(5)),
+			op(0, 2, 3, rel("a", 5), ok(0)),
+			op(1, 4, never, acq("b"), unknown),
+			op(2, 6, 7, lockOp{Op: "inspect", Key: "k"}, lockResult{Outcome: "ok", Owner: "b", Token: 9}),
+			op(0, 8, 9, acq("a"), lockResult{Outcome: "held"}),
+			op(0, 10, 11, ren("a", 5), lockResult{Outcome: "stale"}),
+		}, true},
+		{"unknown acquire that did not take effect", []porcupine.Operation{
+			op(1, 0, never, acq("b"), unknown),
+			op(0, 2, 3, acq("a"), ok(5)),
+		}, true},
+		{"unknown acquire seen with an old token", []porcupine.Operation{
+			op(0, 0, 1, acq("a"), ok(5)),
+			op(0, 2, 3, rel("a", 5), ok(0)),
+			op(1, 4, never, acq("b"), unknown),
+			op(2, 6, 7, lockOp{Op: "inspect", Key: "k"}, lockResult{Outcome: "ok", Owner: "b", Token: 4}),
+		}, false},
+		{"unknown release, then the holder's grant is gone", []porcupine.Operation{
+			op(0, 0, 1, acq("a"), ok(5)),
+			op(0, 2, never, rel("a", 5), unknown),
+			op(1, 4, 5, acq("b"), ok(6)),
+		}, true},
+		{"acknowledged grant lost", []porcupine.Operation{
+			op(0, 0, 1, acq("a"), ok(5)),
+			op(1, 2, never, acq("b"), unknown),
+			op(2, 4, 5, lockOp{Op: "inspect", Key: "k"}, lockResult{Outcome: "ok"}),
 		}, false},
 	} {
 		if got := porcupine.CheckOperations(lockModel, tc.history); got != tc.want {

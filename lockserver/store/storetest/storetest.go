@@ -42,6 +42,7 @@ func Run(t *testing.T, b Backend) {
 		{"TokensIncreaseAcrossBackendRestart", testBackendRestart},
 		{"ConcurrentAcquirers", testConcurrent},
 		{"Linearizable", testLinearizable},
+		{"LinearizableAcrossBackendRestart", testLinearizableAcrossBackendRestart},
 		{"BadInputChangesNothing", testBadInput},
 	}
 	for _, tc := range tests {
