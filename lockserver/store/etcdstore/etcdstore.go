@@ -51,12 +51,16 @@
 // Pooling changes no guarantee, given three rules. The pool hands out only
 // leases it knows have life left: it keeps a lower bound of each lease's
 // last reset by etcd (this store's clock before the grant, keep-alive or
-// renewal it sent) and a lease with less than a quarter of its TTL (at
-// most 2 s) left by that bound, or whose last reset it does not know
+// renewal it sent, on the monotonic clock) and a lease with less than half
+// its TTL left by that bound, or whose last reset it does not know
 // (granted through another lock-server), is not pooled; etcd would still
 // attach a key to a lease that has expired but that the leader has not yet
 // revoked. The keep-alive sent with the transaction must succeed for the
-// grant to be reported. And nothing may revoke a lease by its id after
+// grant to be reported. (Were it to reach etcd more than half a TTL after
+// the transaction, etcd could have attached the key to a lease that then
+// expired: a grant nobody was told of, which blocks the key until the
+// leader revokes the lease, like an acquire whose answer was lost; the
+// acquire starts again with a new lease.) And nothing may revoke a lease by its id after
 // reading it earlier: Release and Revoke delete keys conditionally and
 // revoke a lease only once they have deleted its key themselves, but a
 // lock-server of the first version (which revoked the lease it had read)
@@ -353,12 +357,12 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		return lockserver.Lease{}, s.fail("acquire", key, "start", err)
 	}
 	secs := int64((ttl + time.Second - 1) / time.Second)
-	if idle, ok := s.pool.take(secs, s.now()); ok {
+	if idle, ok := s.pool.take(secs, s.clock.Now()); ok {
 		if l, done, err := s.acquireOnIdle(ctx, key, owner, idle); done {
 			return l, err
 		}
 	}
-	sent := s.now()
+	sentAt := s.clock.Now() // monotonic, for the pool
 	g, err := s.cli.Grant(ctx, secs)
 	if err != nil {
 		return lockserver.Lease{}, s.fail("acquire", key, "grant lease", err)
@@ -374,15 +378,15 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		return lockserver.Lease{}, s.fail("acquire", key, "create key", err)
 	}
 	if !resp.Succeeded {
-		if !s.pool.putUnused(g.ID, granted, sent, s.now()) {
+		if !s.pool.putUnused(g.ID, granted, sentAt, s.clock.Now()) {
 			s.revokeBestEffort(ctx, key, g.ID)
 		}
 		return lockserver.Lease{}, heldBy(key, resp)
 	}
-	s.pool.noteReset(g.ID, granted, sent)
+	s.pool.noteReset(g.ID, granted, sentAt)
 	return lockserver.Lease{
 		Key: key, Owner: owner, Token: resp.Header.Revision,
-		LeaseID: leaseID(int64(g.ID)), TTL: granted, ExpiresAt: sent.Add(granted),
+		LeaseID: leaseID(int64(g.ID)), TTL: granted, ExpiresAt: sentAt.Round(0).Add(granted),
 	}, nil
 }
 
@@ -395,7 +399,7 @@ func (s *Store) acquireOnIdle(ctx context.Context, key, owner string, idle poole
 		resp *clientv3.LeaseKeepAliveResponse
 		err  error
 	}
-	sent := s.now()
+	sentAt := s.clock.Now()
 	kac := make(chan keptAlive, 1)
 	go func() {
 		resp, err := s.cli.KeepAliveOnce(ctx, idle.id)
@@ -406,7 +410,7 @@ func (s *Store) acquireOnIdle(ctx context.Context, key, owner string, idle poole
 	switch {
 	case err == nil && !resp.Succeeded:
 		if ka.err == nil {
-			s.pool.putUnused(idle.id, idle.ttl, sent, s.now())
+			s.pool.putUnused(idle.id, idle.ttl, sentAt, s.clock.Now())
 		}
 		return lockserver.Lease{}, true, heldBy(key, resp)
 	case errors.Is(ka.err, rpctypes.ErrLeaseNotFound), errors.Is(err, rpctypes.ErrLeaseNotFound):
@@ -423,10 +427,10 @@ func (s *Store) acquireOnIdle(ctx context.Context, key, owner string, idle poole
 		return lockserver.Lease{}, true, s.fail("acquire", key, "reset an idle lease", ka.err)
 	}
 	ttl := time.Duration(ka.resp.TTL) * time.Second
-	s.pool.noteReset(idle.id, ttl, sent)
+	s.pool.noteReset(idle.id, ttl, sentAt)
 	return lockserver.Lease{
 		Key: key, Owner: owner, Token: resp.Header.Revision,
-		LeaseID: leaseID(int64(idle.id)), TTL: ttl, ExpiresAt: sent.Add(ttl),
+		LeaseID: leaseID(int64(idle.id)), TTL: ttl, ExpiresAt: sentAt.Round(0).Add(ttl),
 	}, true, nil
 }
 
@@ -475,7 +479,7 @@ func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lock
 	if err := refusal(key, kv, rec, owner, token); err != nil {
 		return lockserver.Lease{}, err
 	}
-	sent := s.now()
+	sentAt := s.clock.Now()
 	ka, err := s.cli.KeepAliveOnce(ctx, clientv3.LeaseID(kv.Lease))
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return lockserver.Lease{}, fmt.Errorf("%w: lease of key %q with token %d has ended", lockserver.ErrNotHeld, key, token)
@@ -484,10 +488,10 @@ func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lock
 		return lockserver.Lease{}, s.fail("renew", key, "keep-alive", err)
 	}
 	ttl := time.Duration(ka.TTL) * time.Second
-	s.pool.noteReset(clientv3.LeaseID(kv.Lease), ttl, sent)
+	s.pool.noteReset(clientv3.LeaseID(kv.Lease), ttl, sentAt)
 	return lockserver.Lease{
 		Key: key, Owner: owner, Token: token,
-		LeaseID: leaseID(kv.Lease), TTL: ttl, ExpiresAt: sent.Add(ttl),
+		LeaseID: leaseID(kv.Lease), TTL: ttl, ExpiresAt: sentAt.Round(0).Add(ttl),
 	}, nil
 }
 
@@ -525,7 +529,7 @@ func (s *Store) Release(ctx context.Context, key, owner string, token int64) err
 	} else {
 		// Pooled if this store knows when etcd last reset it; else it
 		// carries no key and expires on its own.
-		s.pool.putReleased(id, s.now())
+		s.pool.putReleased(id, s.clock.Now())
 	}
 	return nil
 }

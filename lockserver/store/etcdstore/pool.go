@@ -23,7 +23,9 @@ import (
 // renewal through another lock-server only resets it later), and hands a
 // lease out only while that bound plus its TTL is at least margin(TTL)
 // ahead. A lease whose last reset this store does not know (granted by
-// another lock-server) is never pooled.
+// another lock-server) is never pooled. These times keep Go's monotonic
+// clock reading, so a step of the wall clock cannot make a lease look
+// younger than it is.
 type leasePool struct {
 	mu     sync.Mutex
 	max    int                        // idle leases kept in all; 0 turns reuse off
@@ -31,6 +33,7 @@ type leasePool struct {
 	idle   map[int64][]pooledLease    // by granted TTL in whole seconds, newest last
 	resets map[clientv3.LeaseID]reset // leases carrying a grant of this store
 	floors map[int64]int64            // requested TTL -> TTL etcd granted, in seconds
+	prune  int                        // len(resets) at which to drop records of ended grants
 }
 
 // pooledLease is one idle lease; the pool hands it out until expires.
@@ -47,20 +50,27 @@ type reset struct {
 }
 
 // margin is how much life a pooled lease must have left, by the pool's
-// lower bound, to be handed out: a quarter of its TTL, at most 2 s. The
-// keep-alive that follows arrives within milliseconds; the margin keeps it
-// clear of etcd's expiry check and of any difference in clock rates.
-func margin(ttl time.Duration) time.Duration { return min(ttl/4, 2*time.Second) }
+// lower bound, to be handed out: half its TTL. The keep-alive that resets
+// it is sent together with the create transaction; were it to reach etcd
+// more than margin late while the transaction did not, etcd could attach
+// the key to a lease that then expires: a grant nobody was told of, gone
+// when the leader revokes the lease (the acquire then starts again with a
+// new lease). Half the TTL is 500 ms at etcd's smallest TTL, seconds at
+// the usual ones.
+func margin(ttl time.Duration) time.Duration { return ttl / 2 }
 
-// maxResets bounds the reset records of grants that ended without a
-// release through this store (expired, or released through another
-// lock-server); past it, records of surely expired leases are dropped.
-const maxResets = 4096
+// minPrune is the number of reset records from which noteReset drops the
+// records of grants that surely ended without a release through this
+// store (expired, or released through another lock-server). After a pass,
+// the next is due at twice the records left, so the cost stays constant
+// per call however many grants are live.
+const minPrune = 4096
 
 func newLeasePool(max int) *leasePool {
 	return &leasePool{
 		max: max, idle: make(map[int64][]pooledLease),
 		resets: make(map[clientv3.LeaseID]reset), floors: make(map[int64]int64),
+		prune: minPrune,
 	}
 }
 
@@ -87,12 +97,13 @@ func (p *leasePool) noteReset(id clientv3.LeaseID, ttl time.Duration, at time.Ti
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.resets) >= maxResets {
+	if len(p.resets) >= p.prune {
 		for lid, r := range p.resets {
 			if !at.Before(r.at.Add(r.ttl)) {
 				delete(p.resets, lid)
 			}
 		}
+		p.prune = max(minPrune, 2*len(p.resets))
 	}
 	p.resets[id] = reset{at: at, ttl: ttl}
 }
@@ -130,15 +141,20 @@ func (p *leasePool) putUnused(id clientv3.LeaseID, ttl time.Duration, at, now ti
 	return p.add(id, reset{at: at, ttl: ttl}, now)
 }
 
-// add pools a lease when enough of its life is left, making room when the
-// pool is full by forgetting the leases that expire first. p.mu is held.
+// add pools a lease when enough of its life is left. When the pool is
+// full, the lease that expires first, this one included, is the one left
+// out. p.mu is held.
 func (p *leasePool) add(id clientv3.LeaseID, r reset, now time.Time) bool {
 	l := pooledLease{id: id, ttl: r.ttl, expires: r.at.Add(r.ttl - margin(r.ttl))}
 	if !now.Before(l.expires) {
 		return false
 	}
-	for p.n >= p.max {
-		p.evictFirstToExpire()
+	if p.n >= p.max {
+		secs, i := p.firstToExpire()
+		if i < 0 || !p.idle[secs][i].expires.Before(l.expires) {
+			return false
+		}
+		p.removeAt(secs, i)
 	}
 	secs := int64(r.ttl / time.Second)
 	p.idle[secs] = append(p.idle[secs], l)
@@ -146,31 +162,29 @@ func (p *leasePool) add(id clientv3.LeaseID, r reset, now time.Time) bool {
 	return true
 }
 
-// evictFirstToExpire forgets the idle lease that expires first (expired
-// ones included): the pool keeps the leases with the most life left. The
-// forgotten lease carries no key and expires on its own. p.mu is held.
-func (p *leasePool) evictFirstToExpire() {
-	var (
-		first     time.Time
-		firstSecs int64
-		firstIdx  = -1
-	)
-	for secs, list := range p.idle {
-		for i, l := range list {
-			if firstIdx < 0 || l.expires.Before(first) {
-				first, firstSecs, firstIdx = l.expires, secs, i
+// firstToExpire locates the idle lease that expires first (i < 0 when
+// the pool is empty). p.mu is held.
+func (p *leasePool) firstToExpire() (secs int64, i int) {
+	var first time.Time
+	i = -1
+	for s, list := range p.idle {
+		for j, l := range list {
+			if i < 0 || l.expires.Before(first) {
+				first, secs, i = l.expires, s, j
 			}
 		}
 	}
-	if firstIdx < 0 {
-		return
-	}
-	list := p.idle[firstSecs]
-	list = append(list[:firstIdx], list[firstIdx+1:]...)
+	return secs, i
+}
+
+// removeAt forgets idle lease i of TTL secs; it carries no key and
+// expires on its own. p.mu is held.
+func (p *leasePool) removeAt(secs int64, i int) {
+	list := append(p.idle[secs][:i], p.idle[secs][i+1:]...)
 	if len(list) == 0 {
-		delete(p.idle, firstSecs)
+		delete(p.idle, secs)
 	} else {
-		p.idle[firstSecs] = list
+		p.idle[secs] = list
 	}
 	p.n--
 }

@@ -303,7 +303,7 @@ func TestACanceledAcquireSpendsNoIdleLease(t *testing.T) {
 
 func TestPoolHandsOutOnlyLeasesWithLifeLeft(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
-	ten := 10 * time.Second // margin 2s (a quarter, capped)
+	ten := 10 * time.Second // margin 5s
 	p := newLeasePool(3)
 	if p.putReleased(1, t0) {
 		t.Fatal("pooled a released lease whose reset is unknown")
@@ -312,29 +312,32 @@ func TestPoolHandsOutOnlyLeasesWithLifeLeft(t *testing.T) {
 	if !p.putReleased(1, t0.Add(time.Second)) {
 		t.Fatal("a released lease with 9s left was not pooled")
 	}
-	if p.putUnused(2, ten, t0, t0.Add(8*time.Second)) {
+	if p.putUnused(2, ten, t0, t0.Add(5*time.Second)) {
 		t.Fatal("pooled a lease with exactly its margin left")
 	}
-	if !p.putUnused(3, ten, t0.Add(5*time.Second), t0.Add(5*time.Second)) {
+	if !p.putUnused(3, ten, t0.Add(2*time.Second), t0.Add(2*time.Second)) {
 		t.Fatal("a fresh unused lease was not pooled")
 	}
-	if l, ok := p.take(10, t0.Add(6*time.Second)); !ok || l.id != 3 {
+	if l, ok := p.take(10, t0.Add(3*time.Second)); !ok || l.id != 3 {
 		t.Fatalf("take = %v, %v; want the newest lease 3", l.id, ok)
 	}
-	// Lease 1 may be handed out until t0 + 10s - 2s.
-	if l, ok := p.take(10, t0.Add(8*time.Second)); ok {
+	// Lease 1 may be handed out until t0 + 10s - 5s.
+	if l, ok := p.take(10, t0.Add(5*time.Second)); ok {
 		t.Fatalf("take at lease 1's margin = %v; want none", l.id)
 	}
 	if n := p.len(); n != 0 {
 		t.Fatalf("len = %d after the expired lease was forgotten; want 0", n)
 	}
 
-	// Full: the lease that expires first makes room.
+	// Full: the lease that expires first is left out, the newcomer included.
 	for id, at := range map[clientv3.LeaseID]time.Duration{10: 3 * time.Second, 11: time.Second, 12: 2 * time.Second} {
 		p.putUnused(id, ten, t0.Add(at), t0)
 	}
+	if p.putUnused(14, ten, t0.Add(time.Second/2), t0) {
+		t.Fatal("a full pool took a lease with less life left than any of its own")
+	}
 	if !p.putUnused(13, ten, t0.Add(4*time.Second), t0) {
-		t.Fatal("a full pool refused a lease with more life left than its others")
+		t.Fatal("a full pool refused a lease with more life left than one of its own")
 	}
 	var got []clientv3.LeaseID
 	for {
@@ -344,8 +347,8 @@ func TestPoolHandsOutOnlyLeasesWithLifeLeft(t *testing.T) {
 		}
 		got = append(got, l.id)
 	}
-	if len(got) != 3 || slices.Contains(got, 11) {
-		t.Fatalf("after eviction the pool held %v; want 10, 12, 13 (11 expires first)", got)
+	if len(got) != 3 || slices.Contains(got, 11) || slices.Contains(got, 14) {
+		t.Fatalf("after eviction the pool held %v; want 10, 12, 13 (11 expires first, 14 sooner still)", got)
 	}
 
 	// A request below etcd's floor finds leases of the granted TTL.
@@ -365,11 +368,19 @@ func TestPoolHandsOutOnlyLeasesWithLifeLeft(t *testing.T) {
 func TestResetRecordsOfEndedGrantsAreBounded(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
 	p := newLeasePool(8)
-	for i := range maxResets {
+	for i := range minPrune {
 		p.noteReset(clientv3.LeaseID(i+1), time.Second, t0) // all ended by t0+1s
 	}
-	p.noteReset(maxResets+1, time.Second, t0.Add(time.Minute))
+	p.noteReset(minPrune+1, time.Second, t0.Add(time.Minute))
 	if n := len(p.resets); n != 1 {
 		t.Fatalf("%d reset records kept; want 1 (the others' leases have surely ended)", n)
+	}
+	// With every record live, a pass drops nothing and the next is put off
+	// until twice as many: not a full scan per grant.
+	for i := range 2 * minPrune {
+		p.noteReset(clientv3.LeaseID(10_000+i), time.Hour, t0.Add(time.Minute))
+	}
+	if p.prune < 2*minPrune {
+		t.Fatalf("prune threshold %d with %d live records; want it raised to at least %d", p.prune, len(p.resets), 2*minPrune)
 	}
 }
