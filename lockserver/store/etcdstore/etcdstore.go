@@ -768,7 +768,9 @@ func (s *Store) fail(op, key, step string, err error) error {
 // did not answer in time, so the outcome of the request is unknown: a
 // context that ended, no endpoint reachable, no leader, a request or
 // leader-change timeout, a stopped member, or etcd shedding load
-// (gRPC codes Unavailable, DeadlineExceeded, Canceled, ResourceExhausted).
+// (gRPC codes Unavailable, DeadlineExceeded, Canceled, ResourceExhausted,
+// and code Unknown with raft's "raft: stopped" from a member killed
+// mid-request).
 func IsUnavailable(err error) bool {
 	if err == nil {
 		return false
@@ -776,19 +778,28 @@ func IsUnavailable(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, clientv3.ErrNoAvailableEndpoints) {
 		return true
 	}
-	code := codes.OK
+	code, msg := codes.OK, ""
 	var ee rpctypes.EtcdError
 	if errors.As(err, &ee) {
-		code = ee.Code()
+		code, msg = ee.Code(), ee.Error()
 	} else if st, ok := status.FromError(err); ok {
-		code = st.Code()
+		code, msg = st.Code(), st.Message()
 	}
 	switch code {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted:
 		return true
+	case codes.Unknown:
+		// A member stopped or killed while it handled the request answers
+		// with raft's own ErrStopped, which etcd does not map to a gRPC
+		// code: the proposal may or may not have been committed.
+		return msg == raftStopped
 	}
 	return false
 }
+
+// raftStopped is the text of go.etcd.io/raft's ErrStopped as a member that
+// is shutting down returns it.
+const raftStopped = "raft: stopped"
 
 // now reads the clock without its monotonic reading, so that leases compare
 // by instant and print as wall time.

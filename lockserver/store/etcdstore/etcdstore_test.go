@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/etcd/embedded"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
@@ -333,5 +336,52 @@ func TestNewDoesNotOwnTheClient(t *testing.T) {
 	}
 	if _, err := cli.Get(ctxT(t), "x"); err != nil {
 		t.Fatalf("client after Store.Close: %v", err)
+	}
+}
+
+// TestLinearizableAcrossLeaderKill runs the contract's linearizability
+// check on a three-member cluster whose leader is killed (and later
+// restarted) while the clients run: leases, reused ones included, must
+// survive the election, and no acknowledged call may be lost.
+func TestLinearizableAcrossLeaderKill(t *testing.T) {
+	c := startT(t, embedded.Config{Members: 3})
+	s := openT(t, c, newPrefix(t))
+	defer s.Close()
+	storetest.CheckLinearizable(t, "etcd-leader-kill", s, func() {
+		leader, err := c.Leader()
+		if err != nil {
+			t.Errorf("Leader: %v", err)
+			return
+		}
+		if err := c.KillMember(leader); err != nil {
+			t.Errorf("KillMember(%d): %v", leader, err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := c.RestartMember(ctx, leader); err != nil {
+			t.Errorf("RestartMember(%d): %v", leader, err)
+		}
+	})
+}
+
+func TestIsUnavailableClassifiesUnknownOutcomes(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{context.DeadlineExceeded, true},
+		{status.Error(codes.Unavailable, "etcdserver: leader changed"), true},
+		// A member killed while it handled the request (seen in
+		// TestLinearizableAcrossLeaderKill).
+		{status.Error(codes.Unknown, "raft: stopped"), true},
+		{status.Error(codes.Unknown, "something else"), false},
+		{status.Error(codes.InvalidArgument, "etcdserver: key is not provided"), false},
+		{rpctypes.ErrLeaseNotFound, false},
+	} {
+		if got := IsUnavailable(tc.err); got != tc.want {
+			t.Errorf("IsUnavailable(%v) = %v; want %v", tc.err, got, tc.want)
+		}
 	}
 }

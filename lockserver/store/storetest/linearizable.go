@@ -221,7 +221,7 @@ const (
 var linKeys = []string{"lin-a", "lin-b"}
 
 func testLinearizable(t *testing.T, b Backend) {
-	runLinearizable(t, b.Name, open(t, b), nil)
+	CheckLinearizable(t, b.Name, open(t, b), nil)
 }
 
 // testLinearizableAcrossBackendRestart is the same check while the backend
@@ -234,13 +234,20 @@ func testLinearizableAcrossBackendRestart(t *testing.T, b Backend) {
 	}
 	s, restart := b.RestartBackend(t)
 	t.Cleanup(func() { _ = s.Close() })
-	runLinearizable(t, b.Name, s, restart)
+	CheckLinearizable(t, b.Name, s, restart)
 }
 
-// runLinearizable runs the workload on s, calls fault (when not nil) once
-// a third of the calls are done, while the clients go on, and checks the
-// history.
-func runLinearizable(t *testing.T, name string, s lockserver.LockStore, fault func()) {
+// CheckLinearizable runs the suite's linearizability workload on s (six
+// clients, 120 calls each, on the keys "lin-a" and "lin-b", which must be
+// free) and fails t unless porcupine finds the history linearizable
+// against the LockStore contract's sequential lock. When fault is not nil
+// it is called once, from a goroutine of its own, after a third of the
+// calls, while the clients go on; calls answered ErrUnavailable are then
+// recorded with an unknown outcome. fault must report its own failures
+// with t.Error, not t.Fatal. name labels the visualisation written to the
+// temporary directory when the check fails.
+func CheckLinearizable(t *testing.T, name string, s lockserver.LockStore, fault func()) {
+	t.Helper()
 	start := time.Now()
 	now := func() int64 { return int64(time.Since(start)) }
 
