@@ -435,3 +435,23 @@ func BenchmarkRawSQL(b *testing.B) {
 		})
 	}
 }
+
+// TestLinearizableAcrossCrash runs the contract's linearizability check
+// while PostgreSQL is killed (SIGKILL to the server and every backend) and
+// brought back through crash recovery under the clients: with fsync on,
+// nothing acknowledged may be lost, and calls cut off are unknown outcomes.
+func TestLinearizableAcrossCrash(t *testing.T) {
+	c, dsn := newClusterDB(t)
+	s := openStore(t, dsn)
+	storetest.CheckLinearizable(t, "postgres-crash", s, func() {
+		if err := c.Kill(); err != nil {
+			t.Errorf("Kill: %v", err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := c.Start(ctx); err != nil {
+			t.Errorf("Start after the crash: %v", err)
+		}
+	})
+}
