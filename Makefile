@@ -27,7 +27,7 @@ build: ## build every command into ./bin
 BENCH_COUNT ?= 6
 
 # One whole pass per round, so the rows compared with each other run
-# minutes apart at most, and drift on the machine hits them alike.
+# seconds apart, and drift on the machine hits them alike.
 bench: ## SDK + lock-server vs the raw backend primitives: $(BENCH_COUNT) rounds at GOMAXPROCS 1 and 2, compared by benchstat (about 4 min)
 	@mkdir -p $(BIN)
 	$(GO) test -c -o $(BIN)/bench.test ./lockserver/bench/

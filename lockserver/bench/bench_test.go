@@ -1,10 +1,13 @@
 // Package bench measures what lock-server and the SDK cost on top of the raw
 // backend primitives, side by side in one process on one machine, so the
 // ratios are meaningful even where absolute figures are noisy. `make bench`
-// runs it several times, interleaved, and summarises with benchstat:
+// builds the test binary, runs it in six whole rounds (each a pass over
+// every benchmark at GOMAXPROCS 1 and 2), and compares the paths with
 //
-//	go test -run '^$' -bench . -benchtime 1s -count 6 -cpu 1,2 ./lockserver/bench/ | tee bench.txt
-//	go tool benchstat -col /path bench.txt
+//	go tool benchstat -col '/path@(raw raw-lease-per-lock sdk)' bin/bench.txt
+//
+// (the explicit column order makes raw the base; the memory rows, which
+// have no raw, would otherwise make sdk the base).
 //
 // Each iteration is one acquire and one release of a key of the client's
 // own (no contention: this measures overhead, not waiting). With 8

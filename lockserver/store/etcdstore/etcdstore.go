@@ -27,15 +27,13 @@
 //	Then(Delete(Prefix+k))
 //	Else(Get(Prefix+k))
 //
-// The two value comparisons say "the record's owner is O" (Revoke leaves
-// them out): N is written in ASCII digits, which sort below ":", so O's
-// records lie strictly between the two bounds, and no other owner's record
-// does, since a JSON string ends at its first unescaped quote, so no
-// encoded owner is a prefix of another.
-//
-// so a late release or revocation from an old holder never removes a
-// newer grant. Renew reads the key, checks its ModRevision and owner, and
-// sends one keep-alive for its lease.
+// So a late release or revocation from an old holder never removes a newer
+// grant. The two value comparisons say "the record's owner is O" (Revoke
+// leaves them out): N is written in ASCII digits, which sort below ":", so
+// O's records lie strictly between the two bounds, and no other owner's
+// record does, since a JSON string ends at its first unescaped quote, so no
+// encoded owner is a prefix of another. Renew reads the key, checks its
+// ModRevision and owner, and sends one keep-alive for its lease.
 //
 // Leases. A grant needs a lease with its own TTL, renewable without
 // touching any other grant. Granting an etcd lease is a raft write, as is
@@ -77,8 +75,8 @@
 // Expiry. etcd decides: the leader's lessor revokes a lease when its TTL
 // runs out without a keep-alive, and the revocation deletes the key. TTLs
 // are whole seconds (a request is rounded up) and etcd raises any TTL below
-// its floor (1.5 election timeouts, 2 s with etcd's default timing, 1 s
-// with etcd/embedded's); Lease.TTL is what etcd granted. Lease.ExpiresAt is
+// its floor (1.5 election timeouts: 2 s with etcd's default timing, 1 s
+// with this repository's etcd/embedded, whose election timeout is 500 ms); Lease.TTL is what etcd granted. Lease.ExpiresAt is
 // computed by lock-server: its own clock read just before the grant or
 // keep-alive request was sent, plus the granted TTL. That is a lower bound:
 // etcd starts the TTL later than that, and a leader change re-arms the
@@ -496,12 +494,13 @@ func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lock
 }
 
 // Release implements lockserver.LockStore with one transaction that
-// deletes the key only if its ModRevision equals token and its value is
-// owner, so a release never removes a newer grant. The grant's lease, now
-// carrying no key, goes to the pool for a later grant (or is revoked when
-// the pool is off or full). ErrStaleToken when a newer grant is live,
-// ErrNotHeld when no grant or another owner's is, ErrInvalidArgument,
-// ErrUnavailable.
+// deletes the key only if its ModRevision equals token and its record's
+// owner is owner, so a release never removes a newer grant. The grant's
+// lease, now carrying no key, goes to the pool for a later grant; when
+// reuse is off it is revoked, and when it cannot be pooled (too little life
+// left, last reset unknown, a full pool of longer-lived leases) it is left
+// to expire. ErrStaleToken when a newer grant is live, ErrNotHeld when no
+// grant or another owner's is, ErrInvalidArgument, ErrUnavailable.
 func (s *Store) Release(ctx context.Context, key, owner string, token int64) error {
 	if err := lockserver.ValidateLease(key, owner, token); err != nil {
 		return err

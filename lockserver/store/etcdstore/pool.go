@@ -55,8 +55,8 @@ type reset struct {
 // more than margin late while the transaction did not, etcd could attach
 // the key to a lease that then expires: a grant nobody was told of, gone
 // when the leader revokes the lease (the acquire then starts again with a
-// new lease). Half the TTL is 500 ms at etcd's smallest TTL, seconds at
-// the usual ones.
+// new lease). Half the TTL is 500 ms at a 1 s TTL, 1 s at etcd's default
+// floor of 2 s, seconds at the usual TTLs.
 func margin(ttl time.Duration) time.Duration { return ttl / 2 }
 
 // minPrune is the number of reset records from which noteReset drops the
@@ -190,8 +190,8 @@ func (p *leasePool) removeAt(secs int64, i int) {
 }
 
 // take returns the most recently pooled lease for a request of secs
-// seconds that may still be handed out at now, and forgets the leases of
-// that TTL that may not.
+// seconds that may still be handed out at now, forgetting the expired ones
+// it passes on the way.
 func (p *leasePool) take(secs int64, now time.Time) (pooledLease, bool) {
 	if p.off() {
 		return pooledLease{}, false

@@ -22,8 +22,9 @@
 // refused or lost, context deadline, server shutting down, too many
 // connections) return an error wrapping lockserver.ErrUnavailable and the
 // cause; the operation may or may not have taken effect. After a restart of
-// PostgreSQL the pool discards dead connections before use, so the next call
-// reconnects by itself.
+// PostgreSQL, pgxpool pings a connection idle for more than a second before
+// handing it out and discards it if dead; one used more recently fails its
+// next call with ErrUnavailable and is discarded, and the caller retries.
 //
 // The schema is created by Migrate (goose migrations embedded from
 // migrations/), which Open runs unless told not to.
@@ -161,11 +162,13 @@ func (c Config) poolConfig() (*pgxpool.Config, error) {
 			pc.ConnConfig.ConnectTimeout = DefaultConnectTimeout
 		}
 	}
-	// No pre-use check of idle connections: a connection the server closed
-	// (restart, failover) fails its next call with ErrUnavailable and is
-	// discarded, and the caller retries (the SDK does). A socket peek here
-	// once deadlocked against pgconn's background reader, which can hold
-	// the socket's read lock on an idle connection after a slow write.
+	// No pre-use check of our own beyond pgxpool's (it pings a connection
+	// idle for more than a second): a connection the server closed
+	// (restart, failover) that was used more recently fails its next call
+	// with ErrUnavailable and is discarded, and the caller retries (the SDK
+	// does). A socket peek here once deadlocked against pgconn's background
+	// reader, which can hold the socket's read lock on an idle connection
+	// after a slow write.
 	return pc, nil
 }
 

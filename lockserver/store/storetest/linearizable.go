@@ -248,6 +248,44 @@ func testLinearizableAcrossBackendRestart(t *testing.T, b Backend) {
 // temporary directory when the check fails.
 func CheckLinearizable(t *testing.T, name string, s lockserver.LockStore, fault func()) {
 	t.Helper()
+	history := recordHistory(t, s, fault)
+	if t.Failed() {
+		return
+	}
+	grants, unknown := 0, 0
+	for _, op := range history {
+		out := op.Output.(lockResult)
+		if op.Input.(lockOp).Op == "acquire" && out.Outcome == "ok" {
+			grants++
+		}
+		if out.Outcome == "unknown" {
+			unknown++
+		}
+	}
+	if grants < 10 {
+		t.Fatalf("only %d grants in %d operations: the workload did not exercise the lock", grants, len(history))
+	}
+	res, info := porcupine.CheckOperationsVerbose(lockModel, history, time.Minute)
+	switch res {
+	case porcupine.Ok:
+		t.Logf("%d operations (%d grants, %d with unknown outcome) by %d clients on %d keys: linearizable",
+			len(history), grants, unknown, linClients, len(linKeys))
+	case porcupine.Unknown:
+		t.Fatalf("linearizability check of %d operations timed out", len(history))
+	default:
+		path := filepath.Join(os.TempDir(), fmt.Sprintf("lin-%s-%d.html", name, time.Now().UnixNano()))
+		if err := porcupine.VisualizePath(lockModel, info, path); err != nil {
+			t.Logf("visualize: %v", err)
+		}
+		t.Fatalf("history of %d operations is not linearizable; see %s", len(history), path)
+	}
+}
+
+// recordHistory runs the workload on s, calls fault (when not nil) once a
+// third of the calls are done, and returns every call made. It reports
+// calls it cannot model (and a fault never injected) on t.
+func recordHistory(t *testing.T, s lockserver.LockStore, fault func()) []porcupine.Operation {
+	t.Helper()
 	start := time.Now()
 	now := func() int64 { return int64(time.Since(start)) }
 
@@ -355,39 +393,10 @@ func CheckLinearizable(t *testing.T, name string, s lockserver.LockStore, fault 
 	}
 	wg.Wait()
 	faultWG.Wait()
-	if t.Failed() {
-		return
-	}
 	if fault != nil && !faulted.Load() {
 		t.Fatal("the clients finished before the fault was injected")
 	}
-	grants, unknown := 0, 0
-	for _, op := range history {
-		out := op.Output.(lockResult)
-		if op.Input.(lockOp).Op == "acquire" && out.Outcome == "ok" {
-			grants++
-		}
-		if out.Outcome == "unknown" {
-			unknown++
-		}
-	}
-	if grants < 10 {
-		t.Fatalf("only %d grants in %d operations: the workload did not exercise the lock", grants, len(history))
-	}
-	res, info := porcupine.CheckOperationsVerbose(lockModel, history, time.Minute)
-	switch res {
-	case porcupine.Ok:
-		t.Logf("%d operations (%d grants, %d with unknown outcome) by %d clients on %d keys: linearizable",
-			len(history), grants, unknown, linClients, len(linKeys))
-	case porcupine.Unknown:
-		t.Fatalf("linearizability check of %d operations timed out", len(history))
-	default:
-		path := filepath.Join(os.TempDir(), fmt.Sprintf("lin-%s-%d.html", name, time.Now().UnixNano()))
-		if err := porcupine.VisualizePath(lockModel, info, path); err != nil {
-			t.Logf("visualize: %v", err)
-		}
-		t.Fatalf("history of %d operations is not linearizable; see %s", len(history), path)
-	}
+	return history
 }
 
 // waitAvailable polls s.Ping until it answers, for at most 30 s; it may be
