@@ -9,6 +9,8 @@ import (
 	"path"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
@@ -21,6 +23,12 @@ type ServerConfig struct {
 	// is unknown. Default 5s: well under the shortest sensible lease, so a
 	// client learns of trouble while its lease can still be renewed.
 	RequestTimeout time.Duration
+
+	// Registry, when not nil, receives the Server's request metrics
+	// (lockserver_requests_total{op,code} and
+	// lockserver_request_duration_seconds{op}; see metrics.go) and is served
+	// at PathMetrics. Nil: no metrics and no PathMetrics route.
+	Registry *prometheus.Registry
 }
 
 // DefaultServerConfig returns the defaults documented on ServerConfig.
@@ -40,10 +48,11 @@ func (c ServerConfig) Validate() error {
 // lease state: every decision is the store's, so any number of Servers may
 // share one backend.
 type Server struct {
-	store LockStore
-	cfg   ServerConfig
-	log   *slog.Logger
-	mux   *http.ServeMux
+	store   LockStore
+	cfg     ServerConfig
+	log     *slog.Logger
+	mux     *http.ServeMux
+	metrics *metrics // nil without a Registry
 }
 
 // NewServer returns a Server over store. It returns an error if cfg is
@@ -56,6 +65,14 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 		return nil, err
 	}
 	s := &Server{store: store, cfg: cfg, log: logger, mux: http.NewServeMux()}
+	if cfg.Registry != nil {
+		m, err := newMetrics(cfg.Registry)
+		if err != nil {
+			return nil, fmt.Errorf("lockserver: register metrics: %w", err)
+		}
+		s.metrics = m
+		s.mux.Handle(PathMetrics, metricsHandler(cfg.Registry))
+	}
 	s.mux.HandleFunc(api.PathLockPrefix+"{key}", s.handleLock)
 	s.mux.HandleFunc(api.PathLockPrefix+"{key}/{op}", s.handleOp)
 	s.mux.HandleFunc(api.PathHealth, s.handleHealth)
@@ -70,6 +87,14 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 // ("..", ".", "//") is refused with the envelope here: http.ServeMux would
 // answer it with a bodiless redirect.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.metrics != nil && r.URL.Path != PathMetrics {
+		s.metrics.observe(w, r, http.HandlerFunc(s.serve))
+		return
+	}
+	s.serve(w, r)
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if p := r.URL.Path; p == "" || p[0] != '/' || path.Clean(p) != p && path.Clean(p)+"/" != p {
 		writeError(w, http.StatusBadRequest, api.CodeInvalidRequest, fmt.Sprintf("path %q is not in canonical form", p))
 		return

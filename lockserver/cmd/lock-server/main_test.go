@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,5 +108,56 @@ func TestRunRefusesABadConfiguration(t *testing.T) {
 	err := run(context.Background(), func(k string) string { return map[string]string{"LOCK_STORE": "zookeeper"}[k] }, nil)
 	if err == nil {
 		t.Fatal("run started with LOCK_STORE=zookeeper")
+	}
+}
+
+// TestMetricsEndpoint: the real main loop serves /metrics with the request
+// counts and, on etcd, the lease reuse counts.
+func TestMetricsEndpoint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cluster, err := embedded.Start(ctx, embedded.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Cleanup(t, cluster.Close)
+	base, stop := start(t, map[string]string{"LOCK_STORE": "etcd", "ETCD_ENDPOINTS": cluster.Endpoints()[0], "LOG_LEVEL": "warn", "LOCK_HTTP_ADDR": "127.0.0.1:0"})
+	defer stop()
+	c, err := client.New(base, client.WithOwner("worker-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		l, err := c.TryAcquire(ctx, "payout:acct-1", client.WithTTL(5*time.Second))
+		if err != nil {
+			t.Fatalf("TryAcquire: %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	}
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`lockserver_requests_total{code="OK",op="acquire"} 3`,
+		`lockserver_requests_total{code="OK",op="release"} 3`,
+		"lockserver_etcd_leases_granted_total 1",
+		"lockserver_etcd_leases_reused_total 2",
+		"lockserver_etcd_idle_leases 1",
+		"go_goroutines",
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", b)
 	}
 }

@@ -1,0 +1,141 @@
+package lockserver
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+)
+
+// PathMetrics is where a Server with a ServerConfig.Registry serves its
+// metrics, in the Prometheus text format.
+const PathMetrics = "/metrics"
+
+// Label values are bounded by construction: an operation name from the
+// fixed list below and an error code from package api (or "OK"), never a
+// lock key, owner or token (those are in the logs; see the cardinality
+// rule in docs/lock-service.md).
+const (
+	opOther   = "other"
+	codeOK    = "OK"
+	codeOther = "OTHER"
+)
+
+var knownOps = map[string]bool{
+	"acquire": true, "renew": true, "release": true, "revoke": true,
+	"inspect": true, "health": true, "ready": true,
+}
+
+var knownCodes = func() map[api.Code]bool {
+	m := map[api.Code]bool{codeOK: true}
+	for _, c := range []api.Code{
+		api.CodeLockHeld, api.CodeLeaseNotHeld, api.CodeStaleToken, api.CodeInvalidRequest,
+		api.CodeBodyTooLarge, api.CodeUnsupportedMediaType, api.CodeNotFound,
+		api.CodeMethodNotAllowed, api.CodeBackendUnavailable, api.CodeInternal,
+	} {
+		m[c] = true
+	}
+	return m
+}()
+
+// metrics are the Server's request metrics:
+//
+//	lockserver_requests_total{op, code}          counter
+//	lockserver_request_duration_seconds{op}      histogram, seconds
+//
+// op is acquire, renew, release, revoke, inspect, health, ready or other;
+// code is OK or the error envelope's code.
+type metrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockserver_requests_total",
+			Help: "Lock API requests answered, by operation and outcome (OK or the error envelope's code).",
+		}, []string{"op", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "lockserver_request_duration_seconds",
+			Help:    "Time to answer a lock API request, backend included, in seconds.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"op"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.duration} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// observe serves r through next and records it.
+func (m *metrics) observe(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	start := time.Now()
+	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
+	next.ServeHTTP(rec, r)
+	op := opOf(r)
+	m.requests.WithLabelValues(op, rec.code()).Inc()
+	m.duration.WithLabelValues(op).Observe(time.Since(start).Seconds())
+}
+
+// opOf names the operation of a request the mux has routed (it sets
+// r.Pattern and the path values on r).
+func opOf(r *http.Request) string {
+	switch r.Pattern {
+	case api.PathLockPrefix + "{key}/{op}":
+		if op := r.PathValue("op"); knownOps[op] {
+			return op
+		}
+	case api.PathLockPrefix + "{key}":
+		return "inspect"
+	case api.PathHealth:
+		return "health"
+	case api.PathReady:
+		return "ready"
+	}
+	return opOther
+}
+
+// recorder notes the status and, for an error, the start of the body,
+// where the envelope's code is.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	head   []byte
+}
+
+func (r *recorder) WriteHeader(status int) {
+	r.status = status
+	r.ResponseWriter.WriteHeader(status)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status >= 400 && len(r.head) < 1024 {
+		r.head = append(r.head, b[:min(len(b), 1024-len(r.head))]...)
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// code is OK for a success, else the envelope's code if it is a known one,
+// else OTHER.
+func (r *recorder) code() string {
+	if r.status < 400 {
+		return codeOK
+	}
+	var env api.ErrorEnvelope
+	if json.Unmarshal(r.head, &env) == nil && knownCodes[env.Error.Code] {
+		return string(env.Error.Code)
+	}
+	return codeOther
+}
+
+// metricsHandler serves the registry's metrics.
+func metricsHandler(g prometheus.Gatherer) http.Handler {
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
+}
