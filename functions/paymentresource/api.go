@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 )
 
@@ -33,16 +34,15 @@ const MaxBodyBytes = 4 << 10
 
 // Bounds of request fields.
 const (
-	// MaxAccountIDLen bounds an account id, so that the lock key
-	// "payout:{account_id}" stays a valid lock key.
-	MaxAccountIDLen = 64
-	// MaxPayoutIDLen bounds a payout id.
-	MaxPayoutIDLen = 128
+	// MaxAccountIDLen bounds an account id (payoutevent.MaxAccountIDLen).
+	MaxAccountIDLen = payoutevent.MaxAccountIDLen
+	// MaxPayoutIDLen bounds a payout id (payoutevent.MaxPayoutIDLen).
+	MaxPayoutIDLen = payoutevent.MaxPayoutIDLen
 	// MaxRailRefLen bounds a rail reference.
 	MaxRailRefLen = 128
-	// MaxAmountMinor bounds amounts and opening balances (10^15 minor
-	// units), far inside int64 so that balances cannot overflow.
-	MaxAmountMinor int64 = 1_000_000_000_000_000
+	// MaxAmountMinor bounds amounts and opening balances, in minor units
+	// (payoutevent.MaxAmountMinor).
+	MaxAmountMinor = payoutevent.MaxAmountMinor
 )
 
 // Error codes of the envelope {"error":{"code","message","retryable"}}.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 )
 
@@ -276,25 +277,12 @@ func statusOf(err error) (status int, code string, retryable bool) {
 	}
 }
 
-// validID checks an account or payout id: 1..max bytes of ASCII letters,
-// digits and . _ : -, starting with a letter or digit (so that it is a
-// valid part of a lock key and never needs escaping in a path).
+// validID checks an account or payout id (payoutevent.ValidateID).
 func validID(what, v string, max int) error {
-	if v == "" || len(v) > max {
-		return fmt.Errorf("%w: %s must be 1..%d bytes, got %d", ErrInvalidArgument, what, max, len(v))
-	}
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if isAlnum(c) || (i > 0 && (c == '.' || c == '_' || c == ':' || c == '-')) {
-			continue
-		}
-		return fmt.Errorf("%w: %s has byte %q at offset %d; allowed: letters, digits, and . _ : - after the first byte", ErrInvalidArgument, what, c, i)
+	if err := payoutevent.ValidateID(what, v, max); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
 	return nil
-}
-
-func isAlnum(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 }
 
 func validCurrency(v string) error {

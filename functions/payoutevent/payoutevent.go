@@ -42,24 +42,61 @@ const (
 // ErrMalformed: a push request or event payload cannot be decoded.
 var ErrMalformed = errors.New("payoutevent: malformed message")
 
-// Validate returns an error wrapping ErrMalformed unless every field is set
-// and the amount is positive.
+// Bounds of the payout vocabulary, the same in every part of the pipeline
+// (payment-resource, rail-proxy, the executor and this event).
+const (
+	// MaxPayoutIDLen bounds a payout id, in bytes.
+	MaxPayoutIDLen = 128
+	// MaxAccountIDLen bounds an account id, in bytes, so that the lock key
+	// "payout:{account_id}" stays a valid lock key.
+	MaxAccountIDLen = 64
+	// MaxAmountMinor bounds amounts and balances, in minor currency units
+	// (10^15), far inside int64 so that sums cannot overflow.
+	MaxAmountMinor int64 = 1_000_000_000_000_000
+)
+
+// ValidateID returns an error, naming the field what, unless v is 1..max
+// bytes of ASCII letters and digits, with '.', '_', ':' and '-' allowed
+// after the first byte: an id that fits in a lock key and never needs
+// escaping in a URL path or a log line. Callers wrap it in their own
+// sentinel error.
+func ValidateID(what, v string, max int) error {
+	if v == "" || len(v) > max {
+		return fmt.Errorf("%s must be 1..%d bytes, got %d", what, max, len(v))
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+			i > 0 && (c == '.' || c == '_' || c == ':' || c == '-') {
+			continue
+		}
+		return fmt.Errorf("%s has byte %q at offset %d; allowed: letters, digits, and . _ : - after the first byte", what, c, i)
+	}
+	return nil
+}
+
+// Validate returns an error wrapping ErrMalformed unless the ids are
+// well-formed (ValidateID), the amount is within 1..MaxAmountMinor and the
+// currency is an ISO 4217 code.
 func (e Event) Validate() error {
+	if err := ValidateID("payoutId", e.PayoutID, MaxPayoutIDLen); err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if err := ValidateID("accountId", e.AccountID, MaxAccountIDLen); err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
 	switch {
-	case e.PayoutID == "" || len(e.PayoutID) > 128:
-		return fmt.Errorf("%w: payoutId must be 1..128 bytes", ErrMalformed)
-	case e.AccountID == "" || len(e.AccountID) > 64:
-		return fmt.Errorf("%w: accountId must be 1..64 bytes", ErrMalformed)
-	case e.AmountMinor <= 0:
-		return fmt.Errorf("%w: amountMinor %d is not positive", ErrMalformed, e.AmountMinor)
-	case !isCurrency(e.Currency):
+	case e.AmountMinor <= 0 || e.AmountMinor > MaxAmountMinor:
+		return fmt.Errorf("%w: amountMinor %d is outside 1..%d", ErrMalformed, e.AmountMinor, MaxAmountMinor)
+	case !IsCurrency(e.Currency):
 		return fmt.Errorf("%w: currency %q is not an ISO 4217 code", ErrMalformed, e.Currency)
 	}
 	return nil
 }
 
-// isCurrency reports whether c is three upper-case ASCII letters.
-func isCurrency(c string) bool {
+// IsCurrency reports whether c has the shape of an ISO 4217 code: three
+// upper-case ASCII letters.
+func IsCurrency(c string) bool {
 	if len(c) != 3 {
 		return false
 	}

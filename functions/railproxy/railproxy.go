@@ -56,9 +56,9 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -91,10 +91,12 @@ const (
 	MaxTimeout = 10 * time.Minute
 	// MaxBodyBytes bounds the body of POST /v1/rail/submissions.
 	MaxBodyBytes = 4 << 10
-	// MaxPayoutIDLen bounds SubmitRequest.PayoutID, in bytes.
-	MaxPayoutIDLen = 128
-	// MaxAccountIDLen bounds SubmitRequest.AccountID, in bytes.
-	MaxAccountIDLen = 64
+	// MaxPayoutIDLen bounds SubmitRequest.PayoutID, in bytes
+	// (payoutevent.MaxPayoutIDLen).
+	MaxPayoutIDLen = payoutevent.MaxPayoutIDLen
+	// MaxAccountIDLen bounds SubmitRequest.AccountID, in bytes
+	// (payoutevent.MaxAccountIDLen).
+	MaxAccountIDLen = payoutevent.MaxAccountIDLen
 )
 
 // Routes.
@@ -255,45 +257,22 @@ type SubmitRequest struct {
 }
 
 // Validate returns an error wrapping ErrInvalidRequest describing the first
-// invalid field.
+// invalid field: ids as payoutevent.ValidateID has them, an amount within
+// 1..payoutevent.MaxAmountMinor minor units, an ISO 4217 currency.
 func (s SubmitRequest) Validate() error {
+	if err := payoutevent.ValidateID("payoutId", s.PayoutID, MaxPayoutIDLen); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	if err := payoutevent.ValidateID("accountId", s.AccountID, MaxAccountIDLen); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
 	switch {
-	case !textOK(s.PayoutID, MaxPayoutIDLen):
-		return fmt.Errorf("%w: payoutId must be 1..%d bytes of UTF-8", ErrInvalidRequest, MaxPayoutIDLen)
-	case !textOK(s.AccountID, MaxAccountIDLen):
-		return fmt.Errorf("%w: accountId must be 1..%d bytes of UTF-8", ErrInvalidRequest, MaxAccountIDLen)
-	case s.AmountMinor <= 0:
-		return fmt.Errorf("%w: amountMinor %d is not positive", ErrInvalidRequest, s.AmountMinor)
-	case !currencyOK(s.Currency):
+	case s.AmountMinor <= 0 || s.AmountMinor > payoutevent.MaxAmountMinor:
+		return fmt.Errorf("%w: amountMinor %d is outside 1..%d", ErrInvalidRequest, s.AmountMinor, payoutevent.MaxAmountMinor)
+	case !payoutevent.IsCurrency(s.Currency):
 		return fmt.Errorf("%w: currency %q is not three upper-case letters (ISO 4217)", ErrInvalidRequest, s.Currency)
 	}
 	return nil
-}
-
-// textOK accepts 1..max bytes of valid UTF-8 without control characters
-// (PostgreSQL text cannot hold NUL, and no id needs a control byte).
-func textOK(s string, max int) bool {
-	if s == "" || len(s) > max || !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-func currencyOK(c string) bool {
-	if len(c) != 3 {
-		return false
-	}
-	for i := range 3 {
-		if c[i] < 'A' || c[i] > 'Z' {
-			return false
-		}
-	}
-	return true
 }
 
 // Rail answers, as SubmitAnswer.Status carries them.
@@ -543,8 +522,8 @@ func (p *Proxy) handleHighWater(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	acct := r.PathValue("accountId")
-	if !textOK(acct, MaxAccountIDLen) {
-		p.fail(w, p.log, fmt.Errorf("%w: accountId must be 1..%d bytes of UTF-8", ErrInvalidRequest, MaxAccountIDLen))
+	if err := payoutevent.ValidateID("accountId", acct, MaxAccountIDLen); err != nil {
+		p.fail(w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}
 	hw, err := p.highWater(r.Context(), acct)
@@ -562,8 +541,12 @@ func (p *Proxy) handleAttempts(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	payout := q.Get("payoutId")
-	if len(q["payoutId"]) != 1 || !textOK(payout, MaxPayoutIDLen) {
-		p.fail(w, p.log, fmt.Errorf("%w: query parameter payoutId must be given once, 1..%d bytes", ErrInvalidRequest, MaxPayoutIDLen))
+	if len(q["payoutId"]) != 1 {
+		p.fail(w, p.log, fmt.Errorf("%w: query parameter payoutId must be given once", ErrInvalidRequest))
+		return
+	}
+	if err := payoutevent.ValidateID("payoutId", payout, MaxPayoutIDLen); err != nil {
+		p.fail(w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}
 	list, err := p.attempts(r.Context(), payout)
