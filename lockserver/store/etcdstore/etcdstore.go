@@ -104,6 +104,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -640,14 +641,15 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, erro
 	}
 	st.LastToken = kv.ModRevision
 	sent := s.now()
-	ttl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+	ttl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease), clientv3.WithAttachedKeys())
 	if err != nil {
 		return lockserver.State{}, s.fail("inspect", key, "lease time to live", err)
 	}
-	if ttl.TTL < 0 {
-		// The lease is gone, and with it the key: the revocation was
-		// applied between the two reads (the leader answers TimeToLive
-		// only after applying everything it has committed).
+	if ttl.TTL < 0 || !slices.ContainsFunc(ttl.Keys, func(k []byte) bool { return string(k) == s.prefix+key }) {
+		// The grant ended between the two reads (the leader answers
+		// TimeToLive only after applying everything it has committed): its
+		// lease is gone, or was emptied by a release and is idle or carries
+		// another key now.
 		return st, nil
 	}
 	st.Lease = &lockserver.Lease{
