@@ -50,21 +50,21 @@
 // leases it knows have life left: it keeps a lower bound of each lease's
 // last reset by etcd (this store's clock before the grant, keep-alive or
 // renewal it sent, on the monotonic clock) and a lease with less than half
-// its TTL left by that bound, or whose last reset it does not know
-// (granted through another lock-server), is not pooled; etcd would still
-// attach a key to a lease that has expired but that the leader has not yet
-// revoked. The keep-alive sent with the transaction must succeed for the
-// grant to be reported. (Were it to reach etcd more than half a TTL after
-// the transaction, etcd could have attached the key to a lease that then
-// expired: a grant nobody was told of, which blocks the key until the
-// leader revokes the lease, like an acquire whose answer was lost; the
-// acquire starts again with a new lease.) And nothing may revoke a lease by its id after
-// reading it earlier: Release and Revoke delete keys conditionally and
+// its TTL left by that bound, or whose last reset it does not know (granted
+// through another lock-server), is not pooled; etcd would still attach a key
+// to a lease that has expired but that the leader has not yet revoked. The
+// keep-alive sent with the transaction must succeed for the grant to be
+// reported. (Were it to reach etcd more than half a TTL after the
+// transaction, etcd could have attached the key to a lease that then
+// expired: a grant nobody was told of, which blocks the key until the leader
+// revokes the lease, like an acquire whose answer was lost; the acquire
+// starts again with a new lease.) And nothing may revoke a lease by its id
+// after reading it earlier: Release and Revoke delete keys conditionally and
 // revoke a lease only once they have deleted its key themselves, but a
-// lock-server of the first version (which revoked the lease it had read)
-// or an operator running "etcdctl lease revoke" could end a later grant,
-// of any key, that took the lease from the pool. Reuse must stay off
-// (IdleLeases -1) while such a lock-server shares the cluster.
+// lock-server of the first version (which revoked the lease it had read) or
+// an operator running "etcdctl lease revoke" could end a later grant, of any
+// key, that took the lease from the pool. Reuse must stay off (IdleLeases
+// -1) while such a lock-server shares the cluster.
 //
 // What is left: a renewal that races the holder's own release can reset
 // the idle lease, or the lease of the next grant that took it, which lets
@@ -75,14 +75,15 @@
 // Expiry. etcd decides: the leader's lessor revokes a lease when its TTL
 // runs out without a keep-alive, and the revocation deletes the key. TTLs
 // are whole seconds (a request is rounded up) and etcd raises any TTL below
-// its floor (1.5 election timeouts: 2 s with etcd's default timing, 1 s
-// with this repository's etcd/embedded, whose election timeout is 500 ms); Lease.TTL is what etcd granted. Lease.ExpiresAt is
-// computed by lock-server: its own clock read just before the grant or
-// keep-alive request was sent, plus the granted TTL. That is a lower bound:
-// etcd starts the TTL later than that, and a leader change re-arms the
-// remaining TTL of every lease (etcd extends leases when a new leader
-// takes over), so etcd may expire a lease later than ExpiresAt, never
-// earlier (up to the rate difference of the two clocks).
+// its floor (1.5 election timeouts: 2 s with etcd's default timing, 1 s with
+// this repository's etcd/embedded, whose election timeout is 500 ms);
+// Lease.TTL is what etcd granted. Lease.ExpiresAt is computed by
+// lock-server: its own clock read just before the grant or keep-alive
+// request was sent, plus the granted TTL. That is a lower bound: etcd starts
+// the TTL later than that, and a leader change re-arms the remaining TTL of
+// every lease (etcd extends leases when a new leader takes over), so etcd
+// may expire a lease later than ExpiresAt, never earlier (up to the rate
+// difference of the two clocks).
 //
 // Inspect reports a lease as live while its key exists: between the TTL
 // running out and the leader's revocation (etcd checks every 500 ms) the
@@ -417,9 +418,10 @@ func (s *Store) acquireOnIdle(ctx context.Context, key, owner string, idle poole
 		}
 		return lockserver.Lease{}, true, heldBy(key, resp)
 	case errors.Is(ka.err, rpctypes.ErrLeaseNotFound), errors.Is(err, rpctypes.ErrLeaseNotFound):
-		// The lease had ended (revoked by someone else: the pool hands out
-		// no lease its TTL could have ended): etcd refused the transaction,
-		// or deleted the key with the lease. No grant exists.
+		// The lease had ended (revoked by someone else, or expired because
+		// the keep-alive came more than the pool's margin late): etcd
+		// refused the transaction, or deleted the key with the lease. No
+		// grant exists.
 		return lockserver.Lease{}, false, nil
 	case ka.err != nil || err != nil:
 		// Either outcome is unknown; revoking the lease ends any grant.
