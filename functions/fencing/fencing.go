@@ -14,8 +14,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Request headers of a write made on behalf of a lock holder.
@@ -90,10 +93,41 @@ func (f Refusal) Error() string {
 	return fmt.Sprintf("fenced out: %s %s has accepted token %d; token %d is stale", f.Resource, f.ResourceID, f.HighestToken, f.PresentedToken)
 }
 
+// Resources are the kinds of thing a fence point protects, and the only
+// values of the resource label of fence_refusals_total.
+var Resources = []string{"account", "payout", "rail"}
+
+// refusals counts the refusals logged, by resource; Register exposes it.
+var refusals = func() *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fence_refusals_total",
+		Help: "Writes refused by a fence point because their fencing token was stale, by resource (account, payout, rail).",
+	}, []string{"resource"})
+	for _, r := range Resources {
+		c.WithLabelValues(r) // present at 0, so that rates and alerts see it
+	}
+	return c
+}()
+
+// Register adds the fence points' metric to reg:
+//
+//	fence_refusals_total{resource}   counter, one per Refusal.Log
+//
+// resource is one of Resources ("other" for anything else); the resource
+// id, the tokens and the owner are in the fenced_out log event only (the
+// cardinality rule).
+func Register(reg prometheus.Registerer) error { return reg.Register(refusals) }
+
 // Log writes the fenced_out event at WARN with the attributes the mission
 // pins: resource, resourceId, presentedToken, highestToken, ownerId, plus
-// any extra attributes (payoutId, ...).
+// any extra attributes (payoutId, ...), and counts it in
+// fence_refusals_total (see Register).
 func (f Refusal) Log(log *slog.Logger, extra ...any) {
+	label := "other"
+	if slices.Contains(Resources, f.Resource) {
+		label = f.Resource
+	}
+	refusals.WithLabelValues(label).Inc()
 	attrs := append([]any{
 		"event", EventFencedOut, "resource", f.Resource, "resourceId", f.ResourceID,
 		"presentedToken", f.PresentedToken, "highestToken", f.HighestToken, "ownerId", f.Owner,

@@ -1,7 +1,7 @@
 // Package serve runs one of the payout functions as a process: it builds
 // the function's handler from the environment, registers it with
-// functions-framework-go at "/" (as Cloud Run functions serve it) and
-// serves it on $PORT. The same main therefore runs locally as a plain
+// functions-framework-go at "/" (as Cloud Run functions serve it), with
+// its metrics at PathMetrics, and serves it on $PORT. The same main therefore runs locally as a plain
 // process, which is what lets the fencing experiment SIGSTOP a real worker,
 // and in a Cloud Run container.
 package serve
@@ -19,7 +19,11 @@ import (
 	"syscall"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 )
 
@@ -65,6 +69,13 @@ func run(ctx context.Context, name string, build Builder, log *slog.Logger) erro
 	if closeFn != nil {
 		defer closeFn()
 	}
+	metrics, err := metricsHandler()
+	if err != nil {
+		return err
+	}
+	if err := funcframework.RegisterHTTPFunctionContext(ctx, PathMetrics, metrics.ServeHTTP); err != nil {
+		return err
+	}
 	if err := funcframework.RegisterHTTPFunctionContext(ctx, "/", canonical(h).ServeHTTP); err != nil {
 		return err
 	}
@@ -84,6 +95,29 @@ func run(ctx context.Context, name string, build Builder, log *slog.Logger) erro
 		log.Info("function stopping", "event", "function_stopping")
 		return nil
 	}
+}
+
+// PathMetrics is where every function process serves its metrics, in the
+// Prometheus text format, beside the function at "/".
+const PathMetrics = "/metrics"
+
+// metricsHandler serves a registry with the Go runtime and process
+// collectors and the fence points' fence_refusals_total{resource} (package
+// fencing). No label carries a key, an id, an owner or a token.
+func metricsHandler() (http.Handler, error) {
+	reg := prometheus.NewRegistry()
+	for _, c := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	if err := fencing.Register(reg); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), nil
 }
 
 // canonical refuses, with the JSON error envelope, a request whose path is

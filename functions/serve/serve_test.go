@@ -1,9 +1,14 @@
 package serve
 
 import (
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 )
 
 func TestNonCanonicalPathsGetTheEnvelope(t *testing.T) {
@@ -22,6 +27,55 @@ func TestNonCanonicalPathsGetTheEnvelope(t *testing.T) {
 		}
 		if want == http.StatusBadRequest && rec.Header().Get("Content-Type") != "application/json" {
 			t.Errorf("GET %s: not a JSON envelope", target)
+		}
+	}
+}
+
+// TestMetricsCountFenceRefusals: the registry every function process serves
+// at /metrics counts fenced_out events by resource, and carries neither the
+// resource id, the tokens nor the owner.
+func TestMetricsCountFenceRefusals(t *testing.T) {
+	h, err := metricsHandler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scrape := func() string {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", PathMetrics, nil))
+		if w.Code != 200 {
+			t.Fatalf("GET %s = %d", PathMetrics, w.Code)
+		}
+		return w.Body.String()
+	}
+	value := func(body, series string) float64 {
+		for _, line := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(line, series+" "); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					t.Fatalf("%s: %v", line, err)
+				}
+				return f
+			}
+		}
+		t.Fatalf("no series %s in:\n%s", series, body)
+		return 0
+	}
+	before := scrape()
+	r := fencing.Refusal{Resource: "rail", ResourceID: "acct-secret-7", PresentedToken: 41, HighestToken: 42, Owner: "worker-secret"}
+	r.Log(slog.New(slog.DiscardHandler))
+	r.Log(slog.New(slog.DiscardHandler))
+	fencing.Refusal{Resource: "something-new"}.Log(slog.New(slog.DiscardHandler))
+	after := scrape()
+	if d := value(after, `fence_refusals_total{resource="rail"}`) - value(before, `fence_refusals_total{resource="rail"}`); d != 2 {
+		t.Errorf("rail refusals went up by %v; want 2", d)
+	}
+	if value(after, `fence_refusals_total{resource="other"}`) < 1 {
+		t.Errorf("a refusal of an unlisted resource was not counted as other")
+	}
+	value(after, `fence_refusals_total{resource="account"}`) // present before any refusal
+	for _, secret := range []string{"acct-secret-7", "worker-secret", "something-new", `"41"`, `"42"`} {
+		if strings.Contains(after, secret) {
+			t.Errorf("/metrics carries %s", secret)
 		}
 	}
 }
