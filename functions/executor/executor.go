@@ -41,6 +41,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
@@ -176,6 +178,7 @@ func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// A message that cannot decode never will: acknowledge it so that it
 		// is not redelivered forever, and leave the evidence in the log.
 		x.log.Error("payout event dropped", "event", "payout_event_malformed", "messageId", push.Message.MessageID, "error", err.Error())
+		deliveries.WithLabelValues(string(OutcomeDropped)).Inc()
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
@@ -184,13 +187,37 @@ func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out, err := x.Execute(r.Context(), ev)
 	status := Status(out, err)
 	if err != nil {
+		deliveries.WithLabelValues(codeOf(err)).Inc()
 		log.Warn("payout execution incomplete; Pub/Sub will redeliver", "event", "payout_execution_retry", "status", status, "error", err.Error())
 		httpjson.WriteError(w, status, codeOf(err), err.Error(), true)
 		return
 	}
+	deliveries.WithLabelValues(string(out)).Inc()
 	log.Info("payout execution finished", "event", "payout_execution_done", "outcome", string(out))
 	httpjson.WriteJSON(w, status, map[string]string{"payoutId": ev.PayoutID, "outcome": string(out)})
 }
+
+// deliveries counts the push requests answered, by result: an Outcome, or
+// the code of the error that makes Pub/Sub redeliver.
+var deliveries = func() *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "executor_deliveries_total",
+		Help: "Payout events handled, by result: posted, declined, in_doubt, already_done, dropped, or FENCED_OUT, LOCK_BUSY, LEASE_LOST, DEPENDENCY_UNAVAILABLE (redelivered).",
+	}, []string{"result"})
+	for _, r := range []string{
+		string(OutcomePosted), string(OutcomeDeclined), string(OutcomeInDoubt), string(OutcomeAlreadyDone), string(OutcomeDropped),
+		fencing.CodeFencedOut, "LOCK_BUSY", "LEASE_LOST", "DEPENDENCY_UNAVAILABLE",
+	} {
+		c.WithLabelValues(r) // present at 0
+	}
+	return c
+}()
+
+// Collectors returns the executor's metrics, for the registry its process
+// serves: executor_deliveries_total{result}, one per push request answered,
+// result being an Outcome or the code of the error that makes Pub/Sub
+// redeliver (never a payout, an account or a token).
+func Collectors() []prometheus.Collector { return []prometheus.Collector{deliveries} }
 
 // Status maps the result of Execute to the push answer: 200 for a final
 // outcome (Pub/Sub acknowledges), 409 when fenced out, 503 otherwise

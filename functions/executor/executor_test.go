@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
@@ -300,6 +302,55 @@ func TestCloudEventFormsAreAccepted(t *testing.T) {
 		x.ServeHTTP(rec, req)
 		if rec.Code != 200 || len(deps.results) != 1 {
 			t.Fatalf("structured=%v: %d %s, results %v; want the payout posted", structured, rec.Code, rec.Body, deps.results)
+		}
+	}
+}
+
+// TestDeliveriesAreCountedByResult: each push request answered moves
+// executor_deliveries_total for its result, and nothing else.
+func TestDeliveriesAreCountedByResult(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	for _, c := range executor.Collectors() {
+		if err := reg.Register(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(result string) float64 {
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fams {
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() != "result" {
+						t.Fatalf("%s has label %q", f.GetName(), l.GetName())
+					}
+					if l.GetValue() == result {
+						return m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		t.Fatalf("no series for result %q", result)
+		return 0
+	}
+	before := map[string]float64{}
+	for _, r := range []string{"posted", "FENCED_OUT", "dropped"} {
+		before[r] = count(r)
+	}
+	posted := &fakeDeps{attempts: `{"attempts":[]}`, railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}
+	x, _ := newExecutor(t, posted, executor.Hooks{})
+	body, _ := payoutevent.Encode(event, "m-1", "acct-7", 1)
+	push(t, x, body)
+	fenced := &fakeDeps{attempts: `{"attempts":[]}`, railStatus: 409, railBody: `{"error":{"code":"FENCED_OUT","message":"stale","retryable":false}}`}
+	y, _ := newExecutor(t, fenced, executor.Hooks{})
+	push(t, y, body)
+	push(t, y, body)
+	push(t, y, []byte(`{"message":`))
+	for r, want := range map[string]float64{"posted": 1, "FENCED_OUT": 2, "dropped": 1} {
+		if got := count(r) - before[r]; got != want {
+			t.Errorf("executor_deliveries_total{result=%q} went up by %v; want %v", r, got, want)
 		}
 	}
 }

@@ -34,10 +34,10 @@ type Builder func(ctx context.Context, getenv func(string) string, log *slog.Log
 
 // Main runs the function called name: JSON logs on stderr (level from
 // LOG_LEVEL), the handler from build, served on $PORT (default 8080) by
-// functions-framework-go. It returns when SIGINT or SIGTERM arrives, after
-// calling close; it exits the process with status 1 if the function cannot
-// start.
-func Main(name string, build Builder) {
+// functions-framework-go, and its metrics, extra included, at
+// PathMetrics. It returns when SIGINT or SIGTERM arrives, after calling
+// close; it exits the process with status 1 if the function cannot start.
+func Main(name string, build Builder, extra ...prometheus.Collector) {
 	level := slog.LevelInfo
 	if v := os.Getenv("LOG_LEVEL"); v != "" {
 		if err := level.UnmarshalText([]byte(v)); err != nil {
@@ -48,13 +48,13 @@ func Main(name string, build Builder) {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("service", name)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, name, build, log); err != nil {
+	if err := run(ctx, name, build, log, extra); err != nil {
 		log.Error("function failed", "event", "function_failed", "error", err.Error())
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, name string, build Builder, log *slog.Logger) error {
+func run(ctx context.Context, name string, build Builder, log *slog.Logger, extra []prometheus.Collector) error {
 	port := os.Getenv("PORT")
 	if port == "" {
 		port = "8080"
@@ -69,7 +69,7 @@ func run(ctx context.Context, name string, build Builder, log *slog.Logger) erro
 	if closeFn != nil {
 		defer closeFn()
 	}
-	metrics, err := metricsHandler()
+	metrics, err := metricsHandler(extra...)
 	if err != nil {
 		return err
 	}
@@ -102,14 +102,14 @@ func run(ctx context.Context, name string, build Builder, log *slog.Logger) erro
 const PathMetrics = "/metrics"
 
 // metricsHandler serves a registry with the Go runtime and process
-// collectors and the fence points' fence_refusals_total{resource} (package
-// fencing). No label carries a key, an id, an owner or a token.
-func metricsHandler() (http.Handler, error) {
+// collectors, the fence points' fence_refusals_total{resource} (package
+// fencing) and extra. No label carries a key, an id, an owner or a token.
+func metricsHandler(extra ...prometheus.Collector) (http.Handler, error) {
 	reg := prometheus.NewRegistry()
-	for _, c := range []prometheus.Collector{
+	for _, c := range append([]prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	} {
+	}, extra...) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}

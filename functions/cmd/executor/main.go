@@ -38,7 +38,7 @@ func main() {
 			return nil, nil, err
 		}
 		return x, nil, nil
-	})
+	}, executor.Collectors()...)
 }
 
 // selfStop returns hooks that stop this process with SIGSTOP once, before
