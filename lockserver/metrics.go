@@ -1,7 +1,6 @@
 package lockserver
 
 import (
-	"encoding/json"
 	"net/http"
 	"time"
 
@@ -102,12 +101,12 @@ func opOf(r *http.Request) string {
 	return opOther
 }
 
-// recorder notes the status and, for an error, the start of the body,
-// where the envelope's code is.
+// recorder notes the status, and the error code that writeError reports
+// to it (every error of the Server goes through writeError).
 type recorder struct {
 	http.ResponseWriter
-	status int
-	head   []byte
+	status  int
+	errCode api.Code
 }
 
 func (r *recorder) WriteHeader(status int) {
@@ -115,22 +114,21 @@ func (r *recorder) WriteHeader(status int) {
 	r.ResponseWriter.WriteHeader(status)
 }
 
-func (r *recorder) Write(b []byte) (int, error) {
-	if r.status >= 400 && len(r.head) < 1024 {
-		r.head = append(r.head, b[:min(len(b), 1024-len(r.head))]...)
-	}
-	return r.ResponseWriter.Write(b)
-}
+// Unwrap gives http.ResponseController and http.MaxBytesReader (through
+// httpjson) the server's own writer.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// noteError records the code of the error envelope about to be written.
+func (r *recorder) noteError(code api.Code) { r.errCode = code }
 
 // code is OK for a success, else the envelope's code if it is a known one,
 // else OTHER.
 func (r *recorder) code() string {
-	if r.status < 400 {
+	switch {
+	case r.status < 400:
 		return codeOK
-	}
-	var env api.ErrorEnvelope
-	if json.Unmarshal(r.head, &env) == nil && knownCodes[env.Error.Code] {
-		return string(env.Error.Code)
+	case knownCodes[r.errCode]:
+		return string(r.errCode)
 	}
 	return codeOther
 }

@@ -162,3 +162,39 @@ func TestNoRegistryNoMetricsRoute(t *testing.T) {
 		t.Fatalf("GET %s without a registry = %d; want 404", lockserver.PathMetrics, c)
 	}
 }
+
+// TestMetricsKeepErrorHandling: with metrics on, an oversized body still
+// closes the connection (http.MaxBytesReader reaches the server's own
+// writer), and an error whose message echoes a long input is still counted
+// under its code.
+func TestMetricsKeepErrorHandling(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cfg := lockserver.DefaultServerConfig()
+	cfg.Registry = reg
+	h, err := lockserver.NewServer(memstore.New(nil), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	body := `{"owner":"` + strings.Repeat("a", 64<<10) + `","ttlMs":30000}`
+	resp, err := http.Post(srv.URL+"/v1/locks/k/acquire", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != 413 || !resp.Close {
+		t.Errorf("oversized body: status %d, connection closed %v; want 413 and closed", resp.StatusCode, resp.Close)
+	}
+	if got := counter(t, reg, "acquire", "BODY_TOO_LARGE"); got != 1 {
+		t.Errorf(`requests{op="acquire",code="BODY_TOO_LARGE"} = %v; want 1`, got)
+	}
+	status(h, "POST", "/v1/locks/k/"+strings.Repeat("x", 1100), `{"owner":"a","ttlMs":30000}`)
+	if got := counter(t, reg, "other", "NOT_FOUND"); got != 1 {
+		t.Errorf(`requests{op="other",code="NOT_FOUND"} after a long unknown op = %v; want 1`, got)
+	}
+	status(h, "POST", "/v1/locks/k/acquire", `{"owner":"a","ttlMs":30000,"`+strings.Repeat("f", 1100)+`":1}`)
+	if got := counter(t, reg, "acquire", "INVALID_REQUEST"); got != 1 {
+		t.Errorf(`requests{op="acquire",code="INVALID_REQUEST"} after a long unknown field = %v; want 1`, got)
+	}
+}

@@ -305,7 +305,8 @@ func grantOf(l Lease) api.Grant {
 // writes the error envelope and returns false when the body is refused.
 func decodeBody(w http.ResponseWriter, r *http.Request, dst any) bool {
 	if err := httpjson.Decode(w, r, dst, api.MaxBodyBytes); err != nil {
-		httpjson.Write(w, err.(*httpjson.Error))
+		e := err.(*httpjson.Error)
+		writeError(w, e.Status, api.Code(e.Code), e.Message)
 		return false
 	}
 	return true
@@ -316,7 +317,12 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed string) {
 	writeError(w, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s; use %s", r.Method, r.URL.Path, allowed))
 }
 
+// writeError writes the error envelope, telling the metrics recorder (if w
+// is one) which code it sent.
 func writeError(w http.ResponseWriter, status int, code api.Code, msg string) {
+	if rec, ok := w.(*recorder); ok {
+		rec.noteError(code)
+	}
 	httpjson.WriteError(w, status, string(code), msg, code.Retryable())
 }
 

@@ -153,12 +153,14 @@ const maxPushBytes = 64 << 10
 // and the delivery attempt; a CloudEvent may lose them.
 func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
+		deliveries.WithLabelValues(resultRejected).Inc()
 		w.Header().Set("Allow", http.MethodPost)
 		httpjson.WriteError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", "send Pub/Sub push requests with POST", false)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxPushBytes))
 	if err != nil {
+		deliveries.WithLabelValues(resultRejected).Inc()
 		httpjson.WriteError(w, http.StatusRequestEntityTooLarge, httpjson.CodeBodyTooLarge, err.Error(), false)
 		return
 	}
@@ -197,16 +199,20 @@ func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	httpjson.WriteJSON(w, status, map[string]string{"payoutId": ev.PayoutID, "outcome": string(out)})
 }
 
-// deliveries counts the push requests answered, by result: an Outcome, or
-// the code of the error that makes Pub/Sub redeliver.
+// resultRejected is the result of a request refused before it could be
+// read as a push (wrong method, oversized body).
+const resultRejected = "rejected"
+
+// deliveries counts the push requests answered, by result: an Outcome, the
+// code of the error that makes Pub/Sub redeliver, or resultRejected.
 var deliveries = func() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "executor_deliveries_total",
-		Help: "Payout events handled, by result: posted, declined, in_doubt, already_done, dropped, or FENCED_OUT, LOCK_BUSY, LEASE_LOST, DEPENDENCY_UNAVAILABLE (redelivered).",
+		Help: "Push requests answered, by result: posted, declined, in_doubt, already_done, dropped; FENCED_OUT, LOCK_BUSY, LEASE_LOST, DEPENDENCY_UNAVAILABLE (redelivered); rejected (not a push).",
 	}, []string{"result"})
 	for _, r := range []string{
 		string(OutcomePosted), string(OutcomeDeclined), string(OutcomeInDoubt), string(OutcomeAlreadyDone), string(OutcomeDropped),
-		fencing.CodeFencedOut, "LOCK_BUSY", "LEASE_LOST", "DEPENDENCY_UNAVAILABLE",
+		fencing.CodeFencedOut, "LOCK_BUSY", "LEASE_LOST", "DEPENDENCY_UNAVAILABLE", resultRejected,
 	} {
 		c.WithLabelValues(r) // present at 0
 	}
@@ -214,9 +220,10 @@ var deliveries = func() *prometheus.CounterVec {
 }()
 
 // Collectors returns the executor's metrics, for the registry its process
-// serves: executor_deliveries_total{result}, one per push request answered,
-// result being an Outcome or the code of the error that makes Pub/Sub
-// redeliver (never a payout, an account or a token).
+// serves: executor_deliveries_total{result}, one per request answered,
+// result being an Outcome, the code of the error that makes Pub/Sub
+// redeliver, or "rejected" for a request that is not a push (never a
+// payout, an account or a token).
 func Collectors() []prometheus.Collector { return []prometheus.Collector{deliveries} }
 
 // Status maps the result of Execute to the push answer: 200 for a final

@@ -336,7 +336,7 @@ func TestDeliveriesAreCountedByResult(t *testing.T) {
 		return 0
 	}
 	before := map[string]float64{}
-	for _, r := range []string{"posted", "FENCED_OUT", "dropped"} {
+	for _, r := range []string{"posted", "FENCED_OUT", "dropped", "rejected"} {
 		before[r] = count(r)
 	}
 	posted := &fakeDeps{attempts: `{"attempts":[]}`, railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}
@@ -348,7 +348,9 @@ func TestDeliveriesAreCountedByResult(t *testing.T) {
 	push(t, y, body)
 	push(t, y, body)
 	push(t, y, []byte(`{"message":`))
-	for r, want := range map[string]float64{"posted": 1, "FENCED_OUT": 2, "dropped": 1} {
+	rec := httptest.NewRecorder()
+	y.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	for r, want := range map[string]float64{"posted": 1, "FENCED_OUT": 2, "dropped": 1, "rejected": 1} {
 		if got := count(r) - before[r]; got != want {
 			t.Errorf("executor_deliveries_total{result=%q} went up by %v; want %v", r, got, want)
 		}

@@ -73,10 +73,9 @@ func run(ctx context.Context, name string, build Builder, log *slog.Logger, extr
 	if err != nil {
 		return err
 	}
-	if err := funcframework.RegisterHTTPFunctionContext(ctx, PathMetrics, metrics.ServeHTTP); err != nil {
-		return err
-	}
-	if err := funcframework.RegisterHTTPFunctionContext(ctx, "/", canonical(h).ServeHTTP); err != nil {
+	// One function at "/", routing /metrics itself: with FUNCTION_TARGET
+	// set (Cloud Run functions), the framework serves a single function.
+	if err := funcframework.RegisterHTTPFunctionContext(ctx, "/", routes(h, metrics).ServeHTTP); err != nil {
 		return err
 	}
 	host := os.Getenv("HOST") // loopback locally; empty (all interfaces) on Cloud Run
@@ -95,6 +94,15 @@ func run(ctx context.Context, name string, build Builder, log *slog.Logger, extr
 		log.Info("function stopping", "event", "function_stopping")
 		return nil
 	}
+}
+
+// routes serves metrics at PathMetrics and the function h everywhere else,
+// behind the canonical-path check.
+func routes(h, metrics http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(PathMetrics, metrics)
+	mux.Handle("/", h)
+	return canonical(mux)
 }
 
 // PathMetrics is where every function process serves its metrics, in the

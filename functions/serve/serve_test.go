@@ -79,3 +79,22 @@ func TestMetricsCountFenceRefusals(t *testing.T) {
 		}
 	}
 }
+
+func TestRoutesServeMetricsBesideTheFunction(t *testing.T) {
+	fn := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	h := routes(fn, metrics)
+	for target, want := range map[string]int{
+		PathMetrics:          http.StatusOK,
+		"/":                  http.StatusTeapot,
+		"/v1/payouts/p-1":    http.StatusTeapot,
+		"/v1/../metrics":     http.StatusBadRequest,
+		PathMetrics + "/sub": http.StatusTeapot,
+	} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", target, nil))
+		if w.Code != want {
+			t.Errorf("GET %s = %d; want %d", target, w.Code, want)
+		}
+	}
+}

@@ -72,7 +72,10 @@ func Decode(w http.ResponseWriter, r *http.Request, dst any, limit int64) error 
 			return &Error{http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, fmt.Sprintf("content type %q; send application/json", ct)}
 		}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	// MaxBytesReader marks the connection to be closed after an oversized
+	// body only when it is handed net/http's own writer, so unwrap any
+	// middleware's (the Unwrap convention of http.ResponseController).
+	body, err := io.ReadAll(http.MaxBytesReader(unwrap(w), r.Body, limit))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
 		return &Error{http.StatusRequestEntityTooLarge, CodeBodyTooLarge, fmt.Sprintf("body larger than %d bytes", limit)}
@@ -183,4 +186,16 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// unwrap returns the innermost writer of a chain of wrappers that have an
+// Unwrap() http.ResponseWriter method.
+func unwrap(w http.ResponseWriter) http.ResponseWriter {
+	for {
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return w
+		}
+		w = u.Unwrap()
+	}
 }

@@ -8,12 +8,14 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
@@ -30,27 +32,34 @@ import (
 
 // lossyWire is a client's network to lock-server: each request is delayed
 // on its way in and its answer on its way out, and may be lost either way.
+// Renewals (sent by the lease's own goroutine) and the other requests (sent
+// by the holder's) draw from separate streams, so that each stream's
+// sequence of fates does not depend on how the two goroutines interleave.
 type lossyWire struct {
-	h   http.Handler
-	mu  sync.Mutex
-	rng *rand.Rand
+	h             http.Handler
+	mu            sync.Mutex
+	renews, other *rand.Rand
 }
 
-// draw returns this request's fate.
-func (w *lossyWire) draw() (in, out time.Duration, dropIn, dropOut bool) {
+// draw returns the fate of a request to path.
+func (w *lossyWire) draw(path string) (in, out time.Duration, dropIn, dropOut bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delay := func() time.Duration {
-		if w.rng.IntN(20) == 0 {
-			return time.Second + time.Duration(w.rng.Int64N(int64(2*time.Second)))
-		}
-		return time.Duration(w.rng.Int64N(int64(600 * time.Millisecond)))
+	rng := w.other
+	if strings.HasSuffix(path, api.SuffixRenew) {
+		rng = w.renews
 	}
-	return delay(), delay(), w.rng.IntN(10) == 0, w.rng.IntN(10) == 0
+	delay := func() time.Duration {
+		if rng.IntN(20) == 0 {
+			return time.Second + time.Duration(rng.Int64N(int64(2*time.Second)))
+		}
+		return time.Duration(rng.Int64N(int64(600 * time.Millisecond)))
+	}
+	return delay(), delay(), rng.IntN(10) == 0, rng.IntN(10) == 0
 }
 
 func (w *lossyWire) Do(r *http.Request) (*http.Response, error) {
-	in, out, dropIn, dropOut := w.draw()
+	in, out, dropIn, dropOut := w.draw(r.URL.Path)
 	if err := sleepCtx(r.Context(), in); err != nil {
 		return nil, err
 	}
@@ -125,7 +134,7 @@ func simulate(t *testing.T, seed uint64, naive bool) ([]write, map[int64]time.Ti
 	start := time.Now()
 	for c := range clients {
 		rng := rand.New(rand.NewPCG(seed, uint64(c)))
-		wire := &lossyWire{h: h, rng: rand.New(rand.NewPCG(seed, uint64(100+c)))}
+		wire := &lossyWire{h: h, other: rand.New(rand.NewPCG(seed, uint64(100+c))), renews: rand.New(rand.NewPCG(seed, uint64(300+c)))}
 		cl, err := client.New("http://lock-server.test",
 			client.WithHTTPClient(wire), client.WithOwner(fmt.Sprintf("worker-%d", c)),
 			client.WithRand(rand.New(rand.NewPCG(seed, uint64(200+c)))),

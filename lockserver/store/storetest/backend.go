@@ -32,7 +32,9 @@ type Backend struct {
 	// shared with other tests), and returns it with a function that stops the
 	// backend and starts it again with its data intact; after that function
 	// returns, the store must work again (reconnecting if it must). The suite
-	// uses it to show tokens keep increasing across a backend restart.
+	// uses it to show tokens keep increasing across a backend restart, and
+	// calls restart from a goroutine of its own in the linearizability
+	// check: it must report failures with t.Errorf, never t.Fatalf.
 	RestartBackend func(t *testing.T) (s lockserver.LockStore, restart func())
 
 	// ShortTTL is the TTL the expiry tests ask for: the shortest the backend

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -54,11 +55,20 @@ type lockState struct {
 	Owner string // "" when free
 	Token int64  // 0 when free; unknownToken when not yet seen
 	Last  int64
+	// Unseen: a grant whose token nobody saw was made and has ended, so a
+	// token larger than Last has been granted since the last one seen.
+	Unseen bool
 }
 
 // olderThanLive reports whether token is older than the live grant's.
 func (s lockState) olderThanLive(token int64) bool {
 	return s.Owner != "" && (s.Token == unknownToken || token < s.Token)
+}
+
+// newerGranted reports whether a grant newer than token has been made,
+// live or not: the condition under which stale is a correct answer.
+func (s lockState) newerGranted(token int64) bool {
+	return token < s.Last || s.olderThanLive(token) || s.Unseen && token <= s.Last
 }
 
 // lockStep is the sequential specification, from the LockStore contract,
@@ -77,7 +87,8 @@ func (s lockState) olderThanLive(token int64) bool {
 func lockStep(s lockState, in lockOp, out lockResult) []lockState {
 	live := s.Owner != ""
 	mine := live && s.Owner == in.Owner && s.Token == in.Token
-	free := lockState{Last: s.Last}
+	// A grant ending unseen leaves a token larger than Last behind it.
+	free := lockState{Last: s.Last, Unseen: s.Unseen || s.Token == unknownToken}
 	yes := func(ok bool, next lockState) []lockState {
 		if ok {
 			return []lockState{next}
@@ -96,7 +107,7 @@ func lockStep(s lockState, in lockOp, out lockResult) []lockState {
 	refusalOK := func() bool {
 		switch out.Outcome {
 		case "stale":
-			return in.Token < s.Last || s.olderThanLive(in.Token)
+			return s.newerGranted(in.Token)
 		case "not-held":
 			return !s.olderThanLive(in.Token)
 		}
@@ -129,7 +140,7 @@ func lockStep(s lockState, in lockOp, out lockResult) []lockState {
 	case "revoke":
 		if out.Outcome == "ok" {
 			ok, now := seen(out.Owner, out.Token)
-			return yes(live && ok, lockState{Last: now.Last})
+			return yes(live && ok, lockState{Last: now.Last}) // the newest grant, now seen
 		}
 		return yes(out.Outcome == "not-held" && !live, s)
 	case "inspect":
@@ -211,8 +222,11 @@ func outcomeOf(err error) (string, bool) {
 	return "", false
 }
 
-// Sizes of the linearizability workload.
+// Sizes of the linearizability workload. Its grants must not expire during
+// a run, since the model has no clock: linTTL is the longest TTL the API
+// allows, well past any run, restarts and -race included.
 const (
+	linTTL     = 10 * time.Minute
 	linClients = 6
 	linOps     = 120 // per client
 	linSeed    = 20261129
@@ -273,7 +287,13 @@ func CheckLinearizable(t *testing.T, name string, s lockserver.LockStore, fault 
 	case porcupine.Unknown:
 		t.Fatalf("linearizability check of %d operations timed out", len(history))
 	default:
-		path := filepath.Join(os.TempDir(), fmt.Sprintf("lin-%s-%d.html", name, time.Now().UnixNano()))
+		safe := strings.Map(func(r rune) rune {
+			if r == '/' || r == '+' || r == ' ' {
+				return '-'
+			}
+			return r
+		}, name)
+		path := filepath.Join(os.TempDir(), fmt.Sprintf("lin-%s-%d.html", safe, time.Now().UnixNano()))
 		if err := porcupine.VisualizePath(lockModel, info, path); err != nil {
 			t.Logf("visualize: %v", err)
 		}
@@ -335,7 +355,7 @@ func recordHistory(t *testing.T, s lockserver.LockStore, fault func()) []porcupi
 				switch in.Op {
 				case "acquire":
 					var l lockserver.Lease
-					l, err = s.Acquire(ctx, key, owner, longTTL)
+					l, err = s.Acquire(ctx, key, owner, linTTL)
 					out.Token = l.Token
 					if err == nil {
 						held[key] = l.Token

@@ -110,6 +110,20 @@ func TestLockModelRejectsBrokenHistories(t *testing.T) {
 			op(0, 2, never, rel("a", 5), unknown),
 			op(1, 4, 5, acq("b"), ok(6)),
 		}, true},
+		{"stale after a grant nobody saw was revoked unseen", []porcupine.Operation{
+			op(0, 0, 1, acq("a"), ok(5)),
+			op(0, 2, 3, rel("a", 5), ok(0)),
+			op(1, 4, never, acq("b"), unknown),
+			op(2, 6, 7, acq("c"), lockResult{Outcome: "held"}),
+			op(3, 8, never, lockOp{Op: "revoke", Key: "k"}, unknown),
+			op(2, 10, 11, lockOp{Op: "inspect", Key: "k"}, lockResult{Outcome: "ok"}),
+			op(0, 12, 13, ren("a", 5), lockResult{Outcome: "stale"}),
+		}, true},
+		{"stale with no newer grant at all", []porcupine.Operation{
+			op(0, 0, 1, acq("a"), ok(5)),
+			op(0, 2, 3, rel("a", 5), ok(0)),
+			op(0, 4, 5, ren("a", 5), lockResult{Outcome: "stale"}),
+		}, false},
 		{"acknowledged grant lost", []porcupine.Operation{
 			op(0, 0, 1, acq("a"), ok(5)),
 			op(1, 2, never, acq("b"), unknown),
