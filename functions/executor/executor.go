@@ -212,7 +212,7 @@ var deliveries = func() *prometheus.CounterVec {
 	}, []string{"result"})
 	for _, r := range []string{
 		string(OutcomePosted), string(OutcomeDeclined), string(OutcomeInDoubt), string(OutcomeAlreadyDone), string(OutcomeDropped),
-		fencing.CodeFencedOut, "LOCK_BUSY", "LEASE_LOST", "DEPENDENCY_UNAVAILABLE", resultRejected,
+		fencing.CodeFencedOut, codeLockBusy, codeLeaseLost, codeDependency, resultRejected,
 	} {
 		c.WithLabelValues(r) // present at 0
 	}
@@ -240,16 +240,24 @@ func Status(out Outcome, err error) int {
 	}
 }
 
+// Codes of the push answers that make Pub/Sub redeliver (besides
+// fencing.CodeFencedOut), also values of executor_deliveries_total.
+const (
+	codeLockBusy   = "LOCK_BUSY"
+	codeLeaseLost  = "LEASE_LOST"
+	codeDependency = "DEPENDENCY_UNAVAILABLE"
+)
+
 func codeOf(err error) string {
 	switch {
 	case errors.Is(err, ErrFencedOut):
 		return fencing.CodeFencedOut
 	case errors.Is(err, ErrLockBusy):
-		return "LOCK_BUSY"
+		return codeLockBusy
 	case errors.Is(err, ErrLeaseLost):
-		return "LEASE_LOST"
+		return codeLeaseLost
 	default:
-		return "DEPENDENCY_UNAVAILABLE"
+		return codeDependency
 	}
 }
 

@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -417,24 +416,4 @@ func recordHistory(t *testing.T, s lockserver.LockStore, fault func()) []porcupi
 		t.Fatal("the clients finished before the fault was injected")
 	}
 	return history
-}
-
-// waitAvailable polls s.Ping until it answers, for at most 30 s; it may be
-// called from any goroutine.
-func waitAvailable(ctx context.Context, s lockserver.LockStore) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := s.Ping(ctx)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return fmt.Errorf("backend not available after 30s: %w", err)
-		}
-	}
 }

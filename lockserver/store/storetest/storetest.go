@@ -340,19 +340,27 @@ func acquireAfterRestart(t *testing.T, s lockserver.LockStore, key, owner string
 
 func awaitAvailable(t *testing.T, s lockserver.LockStore) {
 	t.Helper()
-	limit := time.Now().Add(30 * time.Second)
+	if err := waitAvailable(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitAvailable polls s.Ping until it answers, for at most 30 s; it may be
+// called from any goroutine.
+func waitAvailable(ctx context.Context, s lockserver.LockStore) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	for {
-		err := s.Ping(ctxT(t))
+		err := s.Ping(ctx)
 		if err == nil {
-			return
-		}
-		if time.Now().After(limit) {
-			t.Fatalf("backend not available 30s after restart: %v", err)
+			return nil
 		}
 		select {
-		case <-time.After(50 * time.Millisecond):
-		case <-t.Context().Done():
-			t.Fatal("test context ended")
+		case <-tick.C:
+		case <-ctx.Done():
+			return fmt.Errorf("backend not available after 30s: %w", err)
 		}
 	}
 }
