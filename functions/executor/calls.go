@@ -22,6 +22,9 @@ const (
 	codePayoutInDoubt  = "PAYOUT_IN_DOUBT"
 	codePayoutNotFound = "PAYOUT_NOT_FOUND"
 	codeRailAmbiguous  = "RAIL_AMBIGUOUS"
+	// codeAlreadySubmitted is rail-proxy's refusal of a second submission
+	// of a payout (railproxy.CodeAlreadySubmitted).
+	codeAlreadySubmitted = "PAYOUT_ALREADY_SUBMITTED"
 )
 
 // Rail outcomes, as rail-proxy reports them and payment-resource records them.
@@ -39,25 +42,40 @@ var (
 	errMismatch = errors.New("executor: event does not match its payout")
 )
 
+// railResult is what the rail said about the payout's one submission, and
+// the fencing token that submission reached the rail with.
 type railResult struct {
 	Status  string `json:"status"`
 	RailRef string `json:"railRef"`
+	Token   int64  `json:"token"`
 }
 
-// attempt is one rail-proxy attempt record.
-type attempt struct {
+// Attempt states of rail-proxy (railproxy.State*) the executor acts on.
+const (
+	stateForwarding = "forwarding"
+	stateAcked      = "acked"
+	stateDeclined   = "declined"
+)
+
+// firstAttempt is rail-proxy's refusal of a second submission: the
+// payout's attempt that went to the rail (railproxy.AlreadySubmittedAnswer).
+type firstAttempt struct {
 	AttemptID int64  `json:"attemptId"`
 	Token     int64  `json:"token"`
 	State     string `json:"state"`
 	RailRef   string `json:"railRef"`
 }
 
-// outcome is the rail outcome an attempt stands for.
-func (a attempt) outcome() string {
+func (a *firstAttempt) Error() string {
+	return fmt.Sprintf("payout already submitted by attempt %d (token %d, %s)", a.AttemptID, a.Token, a.State)
+}
+
+// outcome is the rail outcome the attempt stands for.
+func (a *firstAttempt) outcome() string {
 	switch a.State {
-	case "acked":
+	case stateAcked:
 		return outcomeAck
-	case "declined":
+	case stateDeclined:
 		return outcomeDecline
 	}
 	return outcomeAmbiguous
@@ -166,43 +184,10 @@ func (x *Executor) claim(ctx context.Context, e payoutevent.Event, token int64) 
 	return "", fmt.Errorf("%w: claim answered %d: %s", ErrDependency, a.status, a.body)
 }
 
-// priorAttempt returns the most relevant earlier rail attempt of the
-// payout (one that reached or may have reached the rail), or nil.
-func (x *Executor) priorAttempt(ctx context.Context, e payoutevent.Event) (*attempt, error) {
-	ctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
-	defer cancel()
-	a, err := x.call(ctx, http.MethodGet, x.cfg.RailProxyURL+"/v1/rail/attempts?payoutId="+url.QueryEscape(e.PayoutID), 0, nil)
-	if err != nil {
-		return nil, fmt.Errorf("%w: rail attempts: %v", ErrDependency, err)
-	}
-	if a.status != http.StatusOK {
-		return nil, fmt.Errorf("%w: rail attempts answered %d: %s", ErrDependency, a.status, a.body)
-	}
-	var list struct {
-		Attempts []attempt `json:"attempts"`
-	}
-	if err := json.Unmarshal(a.body, &list); err != nil {
-		return nil, fmt.Errorf("%w: rail attempts: %v", ErrDependency, err)
-	}
-	var found *attempt
-	for i := range list.Attempts {
-		at := &list.Attempts[i]
-		if at.State == "fenced" {
-			continue // refused before the rail: no money moved
-		}
-		// An acknowledged attempt is the strongest fact; otherwise keep any
-		// attempt that may have reached the rail.
-		if found == nil || at.State == "acked" {
-			found = at
-		}
-	}
-	return found, nil
-}
-
 // submit sends the payout to the rail through rail-proxy with token. It
-// returns ErrFencedOut, errAmbiguous when the rail may have been reached
-// without an answer, or ErrDependency when rail-proxy refused before
-// forwarding.
+// returns ErrFencedOut, a *firstAttempt when the payout already went to the
+// rail, errAmbiguous when the rail may have been reached without an
+// answer, or ErrDependency when rail-proxy refused before forwarding.
 func (x *Executor) submit(ctx context.Context, e payoutevent.Event, token int64) (railResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, x.cfg.RailTimeout)
 	defer cancel()
@@ -217,7 +202,17 @@ func (x *Executor) submit(ctx context.Context, e payoutevent.Event, token int64)
 		if err := json.Unmarshal(a.body, &r); err != nil || (r.Status != outcomeAck && r.Status != outcomeDecline) {
 			return railResult{}, fmt.Errorf("%w: unreadable rail-proxy answer %s", errAmbiguous, a.body)
 		}
+		r.Token = token
 		return r, nil
+	case a.code == codeAlreadySubmitted:
+		var ans struct {
+			Attempt firstAttempt `json:"attempt"`
+		}
+		if err := json.Unmarshal(a.body, &ans); err != nil || ans.Attempt.AttemptID <= 0 || ans.Attempt.Token <= 0 {
+			// Not forwarded, but what went before is unknown: try later.
+			return railResult{}, fmt.Errorf("%w: unreadable rail-proxy refusal %s", ErrDependency, a.body)
+		}
+		return railResult{}, &ans.Attempt
 	case a.code == fencing.CodeFencedOut:
 		return railResult{}, fmt.Errorf("%w: rail-proxy: %s", ErrFencedOut, a.body)
 	case a.status == http.StatusServiceUnavailable:
@@ -234,9 +229,12 @@ func (x *Executor) submit(ctx context.Context, e payoutevent.Event, token int64)
 func (x *Executor) postResult(ctx context.Context, e payoutevent.Event, token int64, res railResult) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
 	defer cancel()
-	body := map[string]string{"outcome": res.Status}
+	body := map[string]any{"outcome": res.Status}
 	if res.RailRef != "" {
 		body["railRef"] = res.RailRef
+	}
+	if res.Token > 0 {
+		body["railToken"] = res.Token
 	}
 	a, err := x.call(ctx, http.MethodPost, x.cfg.PaymentResourceURL+"/v1/payouts/"+url.PathEscape(e.PayoutID)+"/result", token, body)
 	switch {

@@ -6,18 +6,28 @@
 //     is a notification; the payout row decides the account and amount),
 //  1. acquires the lease on payout:{account_id} through the SDK (renewed in
 //     the background while it works),
-//  2. claims the payout at payment-resource with its fencing token,
-//  3. looks up earlier rail attempts for the payout at rail-proxy, so that
-//     a worker that crashed after the rail answered is not repeated,
-//  4. checks the lease one last time, then submits the payout to the rail
-//     through rail-proxy with its fencing token,
-//  5. posts the rail's outcome to payment-resource with its fencing token,
-//  6. releases the lease.
+//  2. confirms the lease with lock-server (a renewal), then claims the
+//     payout at payment-resource with its fencing token,
+//  3. confirms the lease again, then submits the payout to the rail
+//     through rail-proxy with its fencing token; when rail-proxy answers
+//     that the payout already went to the rail (an earlier worker's
+//     submission, perhaps a stale one that arrived first), it takes that
+//     attempt's outcome instead of submitting again,
+//  4. posts the rail's outcome to payment-resource with its fencing token,
+//  5. releases the lease.
 //
-// The lease check in step 4 narrows the window in which a stale worker
-// acts, but cannot close it: the process can be paused right after the
-// check. What stops a stale worker is the two fence points, rail-proxy's
-// high-water mark and payment-resource's conditional UPDATE.
+// No step rests on an unfenced read: whether the payout may go to the rail
+// is decided by rail-proxy inside the transaction that records the
+// submission, never by a look-up beforehand (two holders would each read
+// "not yet" and both submit). docs/payout-pipeline.md lists every read
+// that decides a later write.
+//
+// The lease confirmations make an operator's revoke, or an expiry the
+// worker's local deadline has not caught up with, stop the worker before
+// its next side effect; they cannot close the window: the process can be
+// paused right after a confirmation. What stops a stale worker is the two
+// fence points, rail-proxy's high-water mark and one-forward-per-payout
+// rule and payment-resource's conditional UPDATE.
 //
 // Pub/Sub delivers at least once; a redelivery is just another worker. The
 // HTTP status tells Pub/Sub whether to deliver again: 2xx when the payout
@@ -54,8 +64,13 @@ import (
 var (
 	// ErrLockBusy: the account's lock was not granted within AcquireWait.
 	ErrLockBusy = errors.New("executor: lock busy")
-	// ErrLeaseLost: the lease ended before a side effect; nothing was sent.
+	// ErrLeaseLost: the lease ended before a side effect (expired, revoked,
+	// or refused by lock-server when confirmed); nothing was sent.
 	ErrLeaseLost = errors.New("executor: lease lost before a side effect")
+	// ErrSubmissionInFlight: rail-proxy reports that an earlier worker's
+	// submission of the payout is still waiting for the rail's answer;
+	// a later delivery reports its outcome.
+	ErrSubmissionInFlight = errors.New("executor: an earlier submission of the payout is still in flight")
 	// ErrFencedOut: a fence point refused this worker's token: a newer
 	// holder has written. The newer holder finishes the payout.
 	ErrFencedOut = errors.New("executor: fenced out")
@@ -86,12 +101,12 @@ const (
 
 // Hooks are called at fixed points of an execution. The fencing experiment
 // uses BeforeRailSubmit to stop the worker with SIGSTOP at the most
-// dangerous moment: after its last lease check, before the rail.
+// dangerous moment: after its last lease confirmation, before the rail.
 type Hooks struct {
 	// AfterClaim runs right after the payout was claimed under lease.
 	AfterClaim func(ctx context.Context, e payoutevent.Event, lease *client.Lease)
-	// BeforeRailSubmit runs after the last lease check and before the rail
-	// submission; token is the lease's fencing token.
+	// BeforeRailSubmit runs after the last lease confirmation and before
+	// the rail submission; token is the lease's fencing token.
 	BeforeRailSubmit func(ctx context.Context, e payoutevent.Event, token int64)
 }
 
@@ -208,11 +223,11 @@ const resultRejected = "rejected"
 var deliveries = func() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "executor_deliveries_total",
-		Help: "Push requests answered, by result: posted, declined, in_doubt, already_done, dropped; FENCED_OUT, LOCK_BUSY, LEASE_LOST, DEPENDENCY_UNAVAILABLE (redelivered); rejected (not a push).",
+		Help: "Push requests answered, by result: posted, declined, in_doubt, already_done, dropped; FENCED_OUT, LOCK_BUSY, LEASE_LOST, SUBMISSION_IN_FLIGHT, DEPENDENCY_UNAVAILABLE (redelivered); rejected (not a push).",
 	}, []string{"result"})
 	for _, r := range []string{
 		string(OutcomePosted), string(OutcomeDeclined), string(OutcomeInDoubt), string(OutcomeAlreadyDone), string(OutcomeDropped),
-		fencing.CodeFencedOut, codeLockBusy, codeLeaseLost, codeDependency, resultRejected,
+		fencing.CodeFencedOut, codeLockBusy, codeLeaseLost, codeInFlight, codeDependency, resultRejected,
 	} {
 		c.WithLabelValues(r) // present at 0
 	}
@@ -245,6 +260,7 @@ func Status(out Outcome, err error) int {
 const (
 	codeLockBusy   = "LOCK_BUSY"
 	codeLeaseLost  = "LEASE_LOST"
+	codeInFlight   = "SUBMISSION_IN_FLIGHT"
 	codeDependency = "DEPENDENCY_UNAVAILABLE"
 )
 
@@ -256,14 +272,17 @@ func codeOf(err error) string {
 		return codeLockBusy
 	case errors.Is(err, ErrLeaseLost):
 		return codeLeaseLost
+	case errors.Is(err, ErrSubmissionInFlight):
+		return codeInFlight
 	default:
 		return codeDependency
 	}
 }
 
 // Execute runs the payout flow for e and returns its final outcome, or an
-// error wrapping ErrLockBusy, ErrLeaseLost, ErrFencedOut or ErrDependency
-// when a later delivery should try again.
+// error wrapping ErrLockBusy, ErrLeaseLost, ErrFencedOut,
+// ErrSubmissionInFlight or ErrDependency when a later delivery should try
+// again.
 func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, error) {
 	log := x.log.With("payoutId", e.PayoutID, "accountId", e.AccountID, "ownerId", x.Owner())
 	// (0) the event is a notification; the payout row is the truth. A
@@ -301,9 +320,9 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 		}
 	}()
 
-	// (1) claim
-	if err := lease.Check(); err != nil {
-		return "", fmt.Errorf("%w: before claim: %v", ErrLeaseLost, err)
+	// (1) claim, once lock-server has confirmed the grant is still ours.
+	if err := x.confirm(ctx, log, lease, "claim"); err != nil {
+		return "", err
 	}
 	switch code, err := x.claim(ctx, e, token); {
 	case err != nil:
@@ -323,42 +342,60 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 		x.hooks.AfterClaim(ctx, e, lease)
 	}
 
-	// (2) an earlier worker may have reached the rail and died before posting
-	// the outcome: never submit twice, report what the rail said.
-	prior, err := x.priorAttempt(ctx, e)
-	if err != nil {
+	// (2) the last confirmation, then the side effect no transaction can
+	// undo. Whether the payout already went to the rail is rail-proxy's
+	// decision, taken in the transaction that records this submission.
+	if err := x.confirm(ctx, log, lease, "rail submission"); err != nil {
 		return "", err
-	}
-	if prior != nil {
-		log.Warn("an earlier worker already submitted this payout; reporting its outcome instead of resubmitting",
-			"event", "rail_prior_attempt_found", "attemptState", prior.State, "railRef", prior.RailRef, "attemptToken", prior.Token)
-		return x.report(ctx, log, e, token, railResult{Status: prior.outcome(), RailRef: prior.RailRef})
-	}
-
-	// (3) the last lease check, then the side effect no transaction can undo.
-	if err := lease.Check(); err != nil {
-		log.Warn("lease lost before the rail submission; not submitting", "event", "lease_lost", "error", err.Error())
-		return "", fmt.Errorf("%w: before rail submission: %v", ErrLeaseLost, err)
 	}
 	if x.hooks.BeforeRailSubmit != nil {
 		x.hooks.BeforeRailSubmit(ctx, e, token)
 	}
 	res, err := x.submit(ctx, e, token)
+	var first *firstAttempt
 	switch {
 	case errors.Is(err, ErrFencedOut):
 		log.Warn("rail-proxy refused this worker's token; a newer holder owns the payout", "event", "rail_submission_fenced")
 		return "", err
+	case errors.As(err, &first):
+		log.Warn("the payout already went to the rail; reporting that submission's outcome instead of submitting again",
+			"event", "rail_prior_attempt_found", "attemptState", first.State, "railRef", first.RailRef, "attemptToken", first.Token)
+		if first.State == stateForwarding {
+			return "", fmt.Errorf("%w: attempt %d with token %d", ErrSubmissionInFlight, first.AttemptID, first.Token)
+		}
+		res = railResult{Status: first.outcome(), RailRef: first.RailRef, Token: first.Token}
 	case errors.Is(err, errAmbiguous):
 		log.Error("rail outcome unknown; marking the payout ambiguous", "event", "rail_submission_ambiguous", "error", err.Error())
-		res = railResult{Status: outcomeAmbiguous}
+		res = railResult{Status: outcomeAmbiguous, Token: token}
 	case err != nil:
 		return "", err
 	default:
 		log.Info("rail submission answered", "event", "rail_submission_accepted", "railStatus", res.Status, "railRef", res.RailRef)
 	}
-	// (4) The rail's answer is a fact: report it whatever the lease says now;
+	// (3) The rail's answer is a fact: report it whatever the lease says now;
 	// payment-resource's fence decides whether this worker may still write.
 	return x.report(ctx, log, e, token, res)
+}
+
+// confirm asks lock-server to renew the lease before the side effect named
+// step, so that a grant the server has ended (revoked, or expired on the
+// server's clock) stops this worker here. It returns an error wrapping
+// ErrLeaseLost when the server refused the grant or the local deadline
+// passed, ErrDependency when lock-server could not be asked (the lease is
+// not known to be held, so nothing is sent either).
+func (x *Executor) confirm(ctx context.Context, log *slog.Logger, lease *client.Lease, step string) error {
+	rctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
+	defer cancel()
+	err := lease.Renew(rctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, client.ErrLeaseLost):
+		log.Warn("lease lost before the "+step+"; not sending it", "event", "lease_lost", "step", step, "error", err.Error())
+		return fmt.Errorf("%w: before %s: %v", ErrLeaseLost, step, err)
+	default:
+		return fmt.Errorf("%w: confirming the lease before %s: %v", ErrDependency, step, err)
+	}
 }
 
 // report posts res to payment-resource, retrying transient failures (the

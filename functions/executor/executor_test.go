@@ -31,11 +31,10 @@ type fakeDeps struct {
 	calls      []string
 	payout     string // GET /v1/payouts/p-1 body; "" = the payout the event describes
 	claimCode  string // "" = 200
-	attempts   string // JSON list body of GET attempts
 	railStatus int
 	railBody   string
 	resultCode string
-	results    []map[string]string
+	results    []map[string]any
 }
 
 func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -57,15 +56,12 @@ func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		httpjson.WriteJSON(w, 200, map[string]string{"payoutId": "p-1", "state": "claimed"})
-	case r.URL.Path == "/v1/rail/attempts":
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(f.attempts))
 	case r.URL.Path == "/v1/rail/submissions":
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(f.railStatus)
 		_, _ = w.Write([]byte(f.railBody))
 	case r.URL.Path == "/v1/payouts/p-1/result":
-		var body map[string]string
+		var body map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		f.results = append(f.results, body)
 		if f.resultCode != "" {
@@ -121,7 +117,7 @@ func push(t *testing.T, x http.Handler, body []byte) *httptest.ResponseRecorder 
 }
 
 func TestHappyPathPostsTheRailOutcomeWithTheLeaseToken(t *testing.T) {
-	deps := &fakeDeps{attempts: `{"attempts":[]}`, railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}
+	deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}
 	x, store := newExecutor(t, deps, executor.Hooks{})
 	body, _ := payoutevent.Encode(event, "m-1", "acct-7", 1)
 	rec := push(t, x, body)
@@ -144,7 +140,7 @@ func TestHappyPathPostsTheRailOutcomeWithTheLeaseToken(t *testing.T) {
 }
 
 func TestFencedAtRailProxyIsRetriedNotAcked(t *testing.T) {
-	deps := &fakeDeps{attempts: `{"attempts":[]}`, railStatus: 409, railBody: `{"error":{"code":"FENCED_OUT","message":"stale","retryable":false}}`}
+	deps := &fakeDeps{railStatus: 409, railBody: `{"error":{"code":"FENCED_OUT","message":"stale","retryable":false}}`}
 	x, _ := newExecutor(t, deps, executor.Hooks{})
 	out, err := x.Execute(t.Context(), event)
 	if !errors.Is(err, executor.ErrFencedOut) || executor.Status(out, err) != http.StatusConflict {
@@ -155,16 +151,20 @@ func TestFencedAtRailProxyIsRetriedNotAcked(t *testing.T) {
 	}
 }
 
-func TestLeaseLostBeforeTheRailSubmitsNothing(t *testing.T) {
-	deps := &fakeDeps{attempts: `{"attempts":[]}`, railStatus: 200, railBody: `{"status":"ACK","railRef":"r"}`}
+func TestRevokeAcknowledgedBeforeTheSubmissionStopsIt(t *testing.T) {
+	deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"r"}`}
 	var store *memstore.Store
-	// An operator revokes the lease right after the claim; the worker learns
-	// it at its next background renewal, and must not reach the rail.
+	// An operator revokes the lease right after the claim, and the revoke
+	// is acknowledged; the worker's local deadline is far away and no
+	// background renewal has run, yet it must not reach the rail: it
+	// confirms the lease with lock-server before the submission.
 	hooks := executor.Hooks{AfterClaim: func(_ context.Context, _ payoutevent.Event, lease *client.Lease) {
 		if _, err := store.Revoke(context.Background(), "payout:acct-7", 0); err != nil {
 			t.Errorf("revoke: %v", err)
 		}
-		<-lease.Done()
+		if err := lease.Check(); err != nil {
+			t.Errorf("the local check already failed (%v): the test would not show the confirmation", err)
+		}
 	}}
 	x, s := newExecutor(t, deps, hooks)
 	store = s
@@ -177,23 +177,65 @@ func TestLeaseLostBeforeTheRailSubmitsNothing(t *testing.T) {
 	}
 }
 
-func TestPriorAcknowledgedAttemptIsReportedNotResubmitted(t *testing.T) {
-	deps := &fakeDeps{attempts: `{"attempts":[{"attemptId":1,"token":3,"state":"acked","railRef":"rail-000009"}]}`}
+// alreadySubmitted is rail-proxy's refusal of a second submission of p-1,
+// naming the attempt that went to the rail.
+func alreadySubmitted(state, railRef string, token int64) string {
+	att := map[string]any{"attemptId": 1, "payoutId": "p-1", "accountId": "acct-7", "amountMinor": 2500, "currency": "EUR",
+		"token": token, "state": state, "railRef": railRef}
+	b, _ := json.Marshal(map[string]any{
+		"error":   map[string]any{"code": "PAYOUT_ALREADY_SUBMITTED", "message": "scripted", "retryable": state == "forwarding"},
+		"attempt": att,
+	})
+	return string(b)
+}
+
+func TestPayoutAlreadySubmittedReportsThatSubmission(t *testing.T) {
+	for _, c := range []struct {
+		state   string
+		want    executor.Outcome
+		outcome string
+	}{
+		{"acked", executor.OutcomePosted, "ACK"},
+		{"declined", executor.OutcomeDeclined, "DECLINE"},
+		{"ambiguous", executor.OutcomeInDoubt, "AMBIGUOUS"},
+	} {
+		t.Run(c.state, func(t *testing.T) {
+			ref := ""
+			if c.state != "ambiguous" {
+				ref = "rail-000009"
+			}
+			deps := &fakeDeps{railStatus: http.StatusConflict, railBody: alreadySubmitted(c.state, ref, 1)}
+			x, _ := newExecutor(t, deps, executor.Hooks{})
+			out, err := x.Execute(t.Context(), event)
+			if err != nil || out != c.want {
+				t.Fatalf("Execute = %q, %v; want %s", out, err, c.want)
+			}
+			// The result names the submission that reached the rail: its
+			// reference and its token (1), not this worker's.
+			if len(deps.results) != 1 || deps.results[0]["outcome"] != c.outcome || deps.results[0]["railToken"] != 1.0 {
+				t.Fatalf("results: %v; want one %s with railToken 1", deps.results, c.outcome)
+			}
+			if ref != "" && deps.results[0]["railRef"] != ref {
+				t.Fatalf("results: %v; want railRef %s", deps.results, ref)
+			}
+		})
+	}
+}
+
+func TestPayoutSubmissionStillInFlightIsRedelivered(t *testing.T) {
+	deps := &fakeDeps{railStatus: http.StatusConflict, railBody: alreadySubmitted("forwarding", "", 1)}
 	x, _ := newExecutor(t, deps, executor.Hooks{})
 	out, err := x.Execute(t.Context(), event)
-	if err != nil || out != executor.OutcomePosted {
-		t.Fatalf("Execute = %q, %v; want posted", out, err)
+	if !errors.Is(err, executor.ErrSubmissionInFlight) || executor.Status(out, err) != http.StatusServiceUnavailable {
+		t.Fatalf("Execute = %q, %v; want ErrSubmissionInFlight and 503 so that Pub/Sub asks again later", out, err)
 	}
-	if n := deps.railCalls(); n != 0 {
-		t.Fatalf("resubmitted to the rail %d times; want 0", n)
-	}
-	if len(deps.results) != 1 || deps.results[0]["railRef"] != "rail-000009" {
-		t.Fatalf("results: %v; want the earlier attempt's railRef", deps.results)
+	if len(deps.results) != 0 {
+		t.Fatalf("results: %v; want none while the first submission is unanswered", deps.results)
 	}
 }
 
 func TestAmbiguousRailIsRecordedAndAcked(t *testing.T) {
-	deps := &fakeDeps{attempts: `{"attempts":[]}`, railStatus: 502, railBody: `{"error":{"code":"RAIL_AMBIGUOUS","message":"timeout","retryable":false}}`}
+	deps := &fakeDeps{railStatus: 502, railBody: `{"error":{"code":"RAIL_AMBIGUOUS","message":"timeout","retryable":false}}`}
 	x, _ := newExecutor(t, deps, executor.Hooks{})
 	out, err := x.Execute(t.Context(), event)
 	if err != nil || out != executor.OutcomeInDoubt || executor.Status(out, err) != 200 {
@@ -268,7 +310,7 @@ func TestEventThatDoesNotMatchItsPayoutIsDropped(t *testing.T) {
 	// The event claims another account and amount than payment-resource
 	// holds for p-1: executing it would lock the wrong key and pay the wrong
 	// amount from the wrong account.
-	deps := &fakeDeps{payout: `{"payoutId":"p-1","accountId":"acct-1","amountMinor":2500,"currency":"EUR"}`, attempts: `{"attempts":[]}`, railStatus: 200, railBody: `{"status":"ACK","railRef":"r"}`}
+	deps := &fakeDeps{payout: `{"payoutId":"p-1","accountId":"acct-1","amountMinor":2500,"currency":"EUR"}`, railStatus: 200, railBody: `{"status":"ACK","railRef":"r"}`}
 	x, store := newExecutor(t, deps, executor.Hooks{})
 	forged := payoutevent.Event{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 900000, Currency: "EUR"}
 	out, err := x.Execute(t.Context(), forged)
@@ -285,7 +327,7 @@ func TestEventThatDoesNotMatchItsPayoutIsDropped(t *testing.T) {
 
 func TestCloudEventFormsAreAccepted(t *testing.T) {
 	for _, structured := range []bool{false, true} {
-		deps := &fakeDeps{attempts: `{"attempts":[]}`, railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}
+		deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}
 		x, _ := newExecutor(t, deps, executor.Hooks{})
 		body, _ := payoutevent.Encode(event, "m-1", "acct-7", 0)
 		req := httptest.NewRequest("POST", "/", bytes.NewReader(body))
@@ -339,11 +381,11 @@ func TestDeliveriesAreCountedByResult(t *testing.T) {
 	for _, r := range []string{"posted", "FENCED_OUT", "dropped", "rejected"} {
 		before[r] = count(r)
 	}
-	posted := &fakeDeps{attempts: `{"attempts":[]}`, railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}
+	posted := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}
 	x, _ := newExecutor(t, posted, executor.Hooks{})
 	body, _ := payoutevent.Encode(event, "m-1", "acct-7", 1)
 	push(t, x, body)
-	fenced := &fakeDeps{attempts: `{"attempts":[]}`, railStatus: 409, railBody: `{"error":{"code":"FENCED_OUT","message":"stale","retryable":false}}`}
+	fenced := &fakeDeps{railStatus: 409, railBody: `{"error":{"code":"FENCED_OUT","message":"stale","retryable":false}}`}
 	y, _ := newExecutor(t, fenced, executor.Hooks{})
 	push(t, y, body)
 	push(t, y, body)

@@ -198,6 +198,13 @@ type ResultRequest struct {
 	// RailRef is the rail's reference of the submission: required for ACK
 	// and DECLINE, optional for AMBIGUOUS; at most MaxRailRefLen bytes.
 	RailRef string `json:"railRef"`
+	// RailToken is the fencing token the submission reached the rail with,
+	// when it is not the reporter's own: a holder that rail-proxy refused
+	// as a second submission reports the first one's outcome and token.
+	// Optional (0: the reporter's token); otherwise 1..the reporter's
+	// token, since a fenced rail-proxy never lets a submission through
+	// after a greater token.
+	RailToken int64 `json:"railToken,omitempty"`
 }
 
 // Payout is the answer of every payout route.
@@ -218,6 +225,10 @@ type Payout struct {
 	OwnerID string `json:"ownerId"`
 	// RailRef is the rail reference of the last result; "" if none.
 	RailRef string `json:"railRef"`
+	// RailToken is the fencing token of the submission that reached the
+	// rail, as the last result reported it (ResultRequest.RailToken); 0
+	// before any result.
+	RailToken int64 `json:"railToken"`
 	// Debits counts the ledger debits posted for the payout: 1 when posted;
 	// 2 or more only when fencing was off (the corruption the experiment
 	// shows).

@@ -149,7 +149,7 @@ func (s *Service) handleResult(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
-	if err := validateResult(req); err != nil {
+	if err := validateResult(req, token); err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
@@ -326,7 +326,10 @@ func validatePayout(req PayoutRequest) error {
 	return nil
 }
 
-func validateResult(req ResultRequest) error {
+func validateResult(req ResultRequest, token int64) error {
+	if req.RailToken < 0 || req.RailToken > token {
+		return fmt.Errorf("%w: railToken %d is outside 1..%d (the reporter's token)", ErrInvalidArgument, req.RailToken, token)
+	}
 	switch req.Outcome {
 	case OutcomeAck, OutcomeDecline:
 		if req.RailRef == "" {

@@ -320,6 +320,9 @@ func (s *Service) result(ctx context.Context, id string, token int64, owner stri
 		if tag.RowsAffected() == 0 {
 			return s.refused(id, l, token, owner)
 		}
+		if _, err := tx.Exec(ctx, `UPDATE payout SET rail_token = $2 WHERE payout_id = $1`, id, railToken(req, token)); err != nil {
+			return dbError("result: rail token", err)
+		}
 		switch req.Outcome {
 		case OutcomeAck:
 			if err := s.debit(ctx, tx, id, l, token, owner, req.RailRef); err != nil {
@@ -371,8 +374,8 @@ func (s *Service) result(ctx context.Context, id string, token int64, owner stri
 // ErrRailRefConflict when the reference is recorded with another payout or
 // outcome. Concurrent callers with one reference serialise on its key.
 func recordRailResult(ctx context.Context, tx pgx.Tx, id string, token int64, owner string, req ResultRequest) (replayed bool, err error) {
-	tag, err := tx.Exec(ctx, `INSERT INTO rail_result (rail_ref, payout_id, outcome, token, owner_id)
-VALUES ($1, $2, $3, $4, NULLIF($5, '')) ON CONFLICT (rail_ref) DO NOTHING`, req.RailRef, id, string(req.Outcome), token, owner)
+	tag, err := tx.Exec(ctx, `INSERT INTO rail_result (rail_ref, payout_id, outcome, token, owner_id, rail_token)
+VALUES ($1, $2, $3, $4, NULLIF($5, ''), $6) ON CONFLICT (rail_ref) DO NOTHING`, req.RailRef, id, string(req.Outcome), token, owner, railToken(req, token))
 	if err != nil {
 		return false, dbError("record rail result", err)
 	}
@@ -388,6 +391,15 @@ VALUES ($1, $2, $3, $4, NULLIF($5, '')) ON CONFLICT (rail_ref) DO NOTHING`, req.
 		return false, fmt.Errorf("%w: rail reference %q is recorded as %s of payout %s", ErrRailRefConflict, req.RailRef, gotOutcome, gotPayout)
 	}
 	return true, nil
+}
+
+// railToken is the token the reported submission reached the rail with:
+// req.RailToken, or the reporter's token when it is not given.
+func railToken(req ResultRequest, token int64) int64 {
+	if req.RailToken > 0 {
+		return req.RailToken
+	}
+	return token
 }
 
 // debit is fence point one on the account row: the strict, fenced debit,
@@ -472,11 +484,11 @@ func (s *Service) payout(ctx context.Context, id string) (Payout, error) {
 func loadPayout(ctx context.Context, q querier, id string) (Payout, error) {
 	var p Payout
 	err := q.QueryRow(ctx, `SELECT payout_id, account_id, amount_minor, currency, state, fence,
-       coalesce(owner_id, ''), coalesce(rail_ref, ''),
+       coalesce(owner_id, ''), coalesce(rail_ref, ''), coalesce(rail_token, 0),
        (SELECT count(*) FROM ledger_txn t WHERE t.payout_id = p.payout_id AND t.kind = 'payout_debit'),
        created_at, updated_at
 FROM payout p WHERE payout_id = $1`, id).Scan(&p.PayoutID, &p.AccountID, &p.AmountMinor, &p.Currency, &p.State, &p.Fence,
-		&p.OwnerID, &p.RailRef, &p.Debits, &p.CreatedAt, &p.UpdatedAt)
+		&p.OwnerID, &p.RailRef, &p.RailToken, &p.Debits, &p.CreatedAt, &p.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Payout{}, fmt.Errorf("%w: %q", ErrPayoutNotFound, id)
 	}

@@ -3,26 +3,45 @@
 // idempotency key of its own (see package railstub).
 //
 // For every submission it keeps, in its own database (raildb), the highest
-// fencing token accepted per account (rail_high_water) and an audit row per
-// attempt (rail_attempt). In ONE transaction, BEFORE the rail is called, it
-// raises the account's high-water to the presented token with a
-// conditional statement and records the attempt (attempt-before-forward).
-// A token not greater than the high-water (strict: an equal token is
-// stale too) is refused with 409 FENCED_OUT, recorded as a 'fenced'
-// attempt and logged as the fenced_out event; the rail is never called.
-// Only after that transaction commits is the rail called, and its answer
-// recorded.
+// fencing token accepted per account (rail_high_water), the one attempt
+// per payout that went to the rail (rail_payout) and an audit row per
+// attempt (rail_attempt). In ONE transaction, BEFORE the rail is called,
+// it
 //
-// What it guarantees: once a token has been accepted for an account, no
-// request with a lower or equal token reaches the rail through any
-// rail-proxy sharing the database, before or after a restart. What it does
-// not: a request that passed the fence a moment before a higher token did
-// may still reach the rail after it (the call happens after the commit), so
-// the order of arrival at the rail is not the order of tokens; and the
-// outcome of a call that timed out, lost its connection or got a 5xx is
-// unknown (the money may have moved), so the attempt is marked 'ambiguous',
-// answered 502 RAIL_AMBIGUOUS, not retryable, and left for reconciliation
-// with the rail's records. Never retry such a submission blindly.
+//  1. raises the account's high-water to the presented token with a
+//     conditional statement; a token not greater than the high-water
+//     (strict: an equal token is stale too) is refused with 409
+//     FENCED_OUT, recorded as a 'fenced' attempt and logged as the
+//     fenced_out event;
+//  2. makes the attempt the payout's one forward; when an earlier attempt
+//     of the payout already went (or may have gone) to the rail, the
+//     submission is refused with 409 PAYOUT_ALREADY_SUBMITTED, recorded as
+//     a 'duplicate' attempt, and the answer carries that earlier attempt,
+//     whose outcome the caller reports instead;
+//  3. records the attempt 'forwarding' (attempt-before-forward).
+//
+// Only after that transaction commits is the rail called, and its answer
+// recorded. A refused submission never reaches the rail.
+//
+// Why both checks. The fence orders writes: once a token has been accepted
+// for an account, no request with a lower or equal token reaches the rail
+// through any rail-proxy sharing the database, before or after a restart.
+// It cannot stop a lower token that arrives FIRST: a stale holder whose
+// submission overtakes the new holder's finds a high-water it is above,
+// and is let through; the new holder's submission, with its greater token,
+// would pass the fence too. Check 2 is what stops that second payment: the
+// decision "this payout has not been sent yet" is taken inside the
+// transaction that records the send, never from an earlier read.
+//
+// What it does not guarantee: the order of arrival at the rail is not the
+// order of tokens (the call happens after the commit); and the outcome of
+// a call that timed out, lost its connection or got a 5xx is unknown (the
+// money may have moved), so the attempt is marked 'ambiguous', answered
+// 502 RAIL_AMBIGUOUS, not retryable, and left for reconciliation with the
+// rail's records. Never retry such a submission blindly. An attempt left
+// 'forwarding' by a rail-proxy that died while calling the rail is marked
+// 'ambiguous' by the next submission of its payout once no live
+// rail-proxy can still be calling (see AlreadySubmittedAnswer).
 //
 // Routes (every error answer is the envelope of package httpjson):
 //
@@ -33,6 +52,9 @@
 //	    400 INVALID_REQUEST, 413 BODY_TOO_LARGE, 415 UNSUPPORTED_MEDIA_TYPE
 //	                                      nothing recorded, rail not called
 //	    409 FENCED_OUT                    stale token; attempt recorded 'fenced'
+//	    409 PAYOUT_ALREADY_SUBMITTED      AlreadySubmittedAnswer: the payout
+//	                                      already went to the rail; attempt
+//	                                      recorded 'duplicate'
 //	    502 RAIL_AMBIGUOUS                rail outcome unknown; not retryable
 //	    503 UNAVAILABLE                   raildb unreachable or proxy closing
 //	                                      before forwarding; rail not called
@@ -40,9 +62,10 @@
 //	GET  /v1/rail/attempts?payoutId=P     200 AttemptList (oldest first)
 //
 // The kill switch Config.FencingDisabled (RAIL_PROXY_FENCING_ENABLED=false)
-// exists only for the fencing experiment: the check is skipped, the attempt
-// is still recorded and the high-water still raised to the greatest token
-// seen, so it stays meaningful when fencing is switched back on.
+// exists only for the fencing experiment: both checks are skipped, the
+// attempt is still recorded, the high-water still raised to the greatest
+// token seen and the payout's first forward still kept, so that both stay
+// meaningful when fencing is switched back on.
 package railproxy
 
 import (
@@ -114,6 +137,11 @@ const (
 // httpjson's INVALID_REQUEST (400), BODY_TOO_LARGE (413) and
 // UNSUPPORTED_MEDIA_TYPE (415).
 const (
+	// CodeAlreadySubmitted (409): an earlier attempt of the payout went,
+	// or may have gone, to the rail; this one was not forwarded. The
+	// answer is an AlreadySubmittedAnswer. Retryable only while that
+	// attempt is still forwarding.
+	CodeAlreadySubmitted = "PAYOUT_ALREADY_SUBMITTED"
 	// CodeRailAmbiguous (502): the rail was called and its outcome is
 	// unknown; the money may have moved. Not retryable.
 	CodeRailAmbiguous = "RAIL_AMBIGUOUS"
@@ -141,6 +169,10 @@ var (
 	// ErrFencedOut: the token is not greater than the account's high-water.
 	// The error also wraps a fencing.Refusal with both tokens.
 	ErrFencedOut = errors.New("railproxy: stale fencing token")
+	// ErrAlreadySubmitted: the payout already has an attempt that went, or
+	// may have gone, to the rail. The error also wraps an
+	// *AlreadySubmitted with that attempt.
+	ErrAlreadySubmitted = errors.New("railproxy: payout already submitted")
 	// ErrRailAmbiguous: the rail was called and did not answer ACK or
 	// DECLINE (timeout, connection failure, 5xx, anything else); the money
 	// may have moved.
@@ -316,7 +348,42 @@ const (
 	StateAmbiguous = "ambiguous"
 	// StateFenced: the token was stale; the rail was not called.
 	StateFenced = "fenced"
+	// StateDuplicate: the payout had already gone to the rail with an
+	// earlier attempt; this one was not forwarded.
+	StateDuplicate = "duplicate"
 )
+
+// AlreadySubmitted is the refusal of a second submission of a payout: the
+// attempt that went to the rail first. It is an error value, wrapped with
+// ErrAlreadySubmitted by the submission path.
+type AlreadySubmitted struct {
+	// First is the payout's forwarded attempt, as locked by the refusing
+	// transaction: acked, declined, ambiguous, or still forwarding.
+	First Attempt
+}
+
+// Error describes the refusal.
+func (a *AlreadySubmitted) Error() string {
+	return fmt.Sprintf("payout %s already went to the rail with attempt %d (token %d, state %s)",
+		a.First.PayoutID, a.First.AttemptID, a.First.Token, a.First.State)
+}
+
+// AlreadySubmittedAnswer is the 409 PAYOUT_ALREADY_SUBMITTED body: the
+// error envelope of package httpjson plus the payout's forwarded attempt.
+// The caller reports that attempt's outcome instead of submitting again:
+// StateAcked and StateDeclined carry the rail's reference, StateAmbiguous
+// needs reconciliation, and StateForwarding means the first submission is
+// still being answered (Error.Retryable is true: ask again later). A
+// forwarding attempt older than RailTimeout + 2 x DBTimeout + 1 s can no
+// longer be in flight in a rail-proxy with this configuration; it is then
+// marked StateAmbiguous (log event rail_attempt_abandoned) before being
+// answered.
+type AlreadySubmittedAnswer struct {
+	// Error is the envelope's body, code CodeAlreadySubmitted.
+	Error httpjson.Body `json:"error"`
+	// Attempt is the payout's forwarded attempt.
+	Attempt Attempt `json:"attempt"`
+}
 
 // Attempt is one rail_attempt row.
 type Attempt struct {
@@ -480,11 +547,25 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	lg := p.log.With("payoutId", req.PayoutID, "accountId", req.AccountID, "token", token, "ownerId", owner)
 
 	attemptID, err := p.admit(ctx, req, token, owner, lg)
-	if err != nil {
-		var refusal fencing.Refusal
-		if errors.As(err, &refusal) {
-			refusal.Log(p.log, "payoutId", req.PayoutID, "accountId", req.AccountID, "token", token, "attemptId", attemptID)
-		}
+	var (
+		refusal fencing.Refusal
+		dup     *AlreadySubmitted
+	)
+	switch {
+	case errors.As(err, &refusal):
+		refusal.Log(p.log, "payoutId", req.PayoutID, "accountId", req.AccountID, "token", token, "attemptId", attemptID)
+		p.fail(w, lg, err)
+		return
+	case errors.As(err, &dup):
+		lg.Warn("payout already went to the rail; not forwarding it again", "event", "rail_submission_duplicate",
+			"attemptId", attemptID, "firstAttemptId", dup.First.AttemptID, "firstToken", dup.First.Token, "firstState", dup.First.State)
+		status, code, _ := statusOf(err)
+		httpjson.WriteJSON(w, status, AlreadySubmittedAnswer{
+			Error:   httpjson.Body{Code: code, Message: err.Error(), Retryable: dup.First.State == StateForwarding},
+			Attempt: dup.First,
+		})
+		return
+	case err != nil:
 		p.fail(w, lg, err)
 		return
 	}
@@ -588,6 +669,8 @@ func statusOf(err error) (status int, code string, retryable bool) {
 		return http.StatusBadRequest, httpjson.CodeInvalidRequest, false
 	case errors.Is(err, ErrFencedOut):
 		return http.StatusConflict, fencing.CodeFencedOut, false
+	case errors.Is(err, ErrAlreadySubmitted):
+		return http.StatusConflict, CodeAlreadySubmitted, false
 	case errors.Is(err, ErrRailAmbiguous):
 		return http.StatusBadGateway, CodeRailAmbiguous, false
 	case errors.Is(err, ErrNotFound):

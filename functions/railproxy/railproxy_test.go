@@ -285,8 +285,11 @@ func TestWithFencingOffTheStaleHolderReachesTheRail(t *testing.T) {
 	if got := r.stub.Submissions("po-1"); len(got) != 2 {
 		t.Fatalf("rail records of po-1: %d, want 2 (fencing off lets the stale holder through)", len(got))
 	}
-	if got := r.logs.Events(t, "fencing_bypassed"); len(got) != 1 || got[0]["token"] != 41.0 || got[0]["highestToken"] != 42.0 {
-		t.Fatalf("fencing_bypassed lines %v; want one for token 41 under 42", got)
+	// Both checks were skipped, and each said so: the stale token, and the
+	// second forward of a payout that had already gone.
+	if got := r.logs.Events(t, "fencing_bypassed"); len(got) != 2 || got[0]["token"] != 41.0 || got[0]["highestToken"] != 42.0 ||
+		got[1]["token"] != 41.0 || got[1]["firstToken"] != 42.0 {
+		t.Fatalf("fencing_bypassed lines %v; want token 41 under high-water 42, then token 41 after the first forward with 42", got)
 	}
 	// The high-water kept the greatest token, so switching fencing back on
 	// fences from where it stands.
@@ -614,5 +617,117 @@ func TestControlBytesInIDsAreRefusedNot500(t *testing.T) {
 		if rec.Code != http.StatusBadRequest {
 			t.Errorf("GET %s: %d %s; want 400", target, rec.Code, rec.Body)
 		}
+	}
+}
+
+// mustBeDuplicate checks a 409 PAYOUT_ALREADY_SUBMITTED answer and returns
+// the attempt it names.
+func mustBeDuplicate(t *testing.T, rec *httptest.ResponseRecorder) railproxy.AlreadySubmittedAnswer {
+	t.Helper()
+	var ans railproxy.AlreadySubmittedAnswer
+	if rec.Code != http.StatusConflict || json.Unmarshal(rec.Body.Bytes(), &ans) != nil || ans.Error.Code != railproxy.CodeAlreadySubmitted {
+		t.Fatalf("status %d, body %s; want 409 %s", rec.Code, rec.Body, railproxy.CodeAlreadySubmitted)
+	}
+	return ans
+}
+
+// Failure 1 of issue 8, at rail-proxy: the stale holder's submission
+// (token 1) overtakes the new holder's (token 3). The fence lets it
+// through, since nothing greater has been seen yet; the new holder's must
+// not reach the rail a second time, and must learn what the first got.
+func TestStaleSubmissionArrivingFirstIsTheOnlyOneToReachTheRail(t *testing.T) {
+	r := newRig(t)
+	p := r.proxy(nil)
+	first := mustAccept(t, p, "worker-a", body("po-1", "acct-1", 2500), 1)
+
+	ans := mustBeDuplicate(t, submit(p, "worker-b", body("po-1", "acct-1", 2500), "3"))
+	if a := ans.Attempt; a.AttemptID != first.AttemptID || a.Token != 1 || a.State != railproxy.StateAcked || a.RailRef != first.RailRef || ans.Error.Retryable {
+		t.Fatalf("refusal %+v; want attempt %d, token 1, acked with %s, not retryable", ans, first.AttemptID, first.RailRef)
+	}
+	if n := len(r.stub.Submissions("po-1")); n != 1 {
+		t.Fatalf("rail received po-1 %d times, want 1", n)
+	}
+	// The new holder's token still raised the account's high-water: the
+	// stale holder is fenced out of anything else on the account.
+	if hw := highWater(t, p, "acct-1"); hw != 3 {
+		t.Fatalf("high-water %d, want 3", hw)
+	}
+	mustBeFenced(t, submit(p, "worker-a", body("po-2", "acct-1", 100), "1"))
+	if states := r.attemptStates(); states[railproxy.StateAcked] != 1 || states[railproxy.StateDuplicate] != 1 || states[railproxy.StateFenced] != 1 {
+		t.Fatalf("attempt states %v; want one acked, one duplicate, one fenced", states)
+	}
+}
+
+// However the submissions of one payout interleave, with whatever tokens
+// and through however many proxies, exactly one reaches the rail, and
+// every other is told which one did.
+func TestConcurrentSubmissionsOfOnePayoutReachTheRailOnce(t *testing.T) {
+	r := newRig(t)
+	proxies := []*railproxy.Proxy{r.proxy(nil), r.proxy(nil)}
+	const n = 24
+	codes := make([]int, n)
+	refusals := make([]railproxy.AlreadySubmittedAnswer, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			rec := submit(proxies[i%2], fmt.Sprintf("w-%d", i), body("po-1", "acct-1", 700), strconv.Itoa(100+i))
+			codes[i] = rec.Code
+			if rec.Code == http.StatusConflict {
+				_ = json.Unmarshal(rec.Body.Bytes(), &refusals[i])
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	ok := 0
+	for i, c := range codes {
+		switch {
+		case c == http.StatusOK:
+			ok++
+		case c == http.StatusConflict && (refusals[i].Error.Code == fencing.CodeFencedOut || refusals[i].Error.Code == railproxy.CodeAlreadySubmitted):
+		default:
+			t.Errorf("token %d: status %d %+v", 100+i, c, refusals[i])
+		}
+	}
+	if got := len(r.stub.Submissions("po-1")); got != 1 || ok != 1 {
+		t.Fatalf("rail received po-1 %d times, %d answers 200; want 1 and 1", got, ok)
+	}
+}
+
+// A forwarded attempt whose proxy died before recording the rail's answer
+// stays 'forwarding'. While a live proxy could still be calling the rail,
+// a second submission is refused as retryable; after that, the attempt is
+// marked ambiguous (for reconciliation) and the refusal is final.
+func TestForwardingAttemptIsRetryableThenAbandoned(t *testing.T) {
+	r := newRig(t)
+	p := r.proxy(func(c *railproxy.Config) { c.RailTimeout, c.DBTimeout = 100*time.Millisecond, 100*time.Millisecond })
+	ctx := t.Context()
+	var id int64
+	if err := r.pool().QueryRow(ctx, `INSERT INTO rail_attempt (payout_id, account_id, token, amount_minor, currency, state)
+VALUES ('po-1', 'acct-1', 5, 700, 'EUR', 'forwarding') RETURNING attempt_id`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.pool().Exec(ctx, `INSERT INTO rail_payout (payout_id, attempt_id) VALUES ('po-1', $1)`, id); err != nil {
+		t.Fatal(err)
+	}
+	ans := mustBeDuplicate(t, submit(p, "w", body("po-1", "acct-1", 700), "6"))
+	if ans.Attempt.State != railproxy.StateForwarding || !ans.Error.Retryable {
+		t.Fatalf("refusal %+v; want the forwarding attempt, retryable", ans)
+	}
+	// Older than RailTimeout + 2 x DBTimeout + 1 s: no live proxy is calling.
+	if _, err := r.pool().Exec(ctx, `UPDATE rail_attempt SET created_at = now() - interval '2 seconds' WHERE attempt_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	ans = mustBeDuplicate(t, submit(p, "w", body("po-1", "acct-1", 700), "7"))
+	if ans.Attempt.State != railproxy.StateAmbiguous || ans.Error.Retryable {
+		t.Fatalf("refusal %+v; want the attempt marked ambiguous, not retryable", ans)
+	}
+	if len(r.logs.Events(t, "rail_attempt_abandoned")) != 1 {
+		t.Fatal("no rail_attempt_abandoned event")
+	}
+	if n := len(r.stub.Submissions("po-1")); n != 0 {
+		t.Fatalf("rail received po-1 %d times, want 0", n)
 	}
 }

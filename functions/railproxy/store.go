@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/jackc/pgx/v5"
@@ -40,8 +41,33 @@ const sqlHighWater = `SELECT high_water FROM rail_high_water WHERE account_id = 
 
 const sqlInsertAttempt = `
 INSERT INTO rail_attempt (payout_id, account_id, token, owner_id, amount_minor, currency, state, finished_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7::text, CASE WHEN $7::text = 'fenced' THEN now() END)
+VALUES ($1, $2, $3, $4, $5, $6, $7::text, CASE WHEN $7::text <> 'forwarding' THEN now() END)
 RETURNING attempt_id`
+
+// The payout's one way to the rail: the primary key of rail_payout admits
+// one attempt per payout. A concurrent transaction inserting the same
+// payout makes this one wait for its outcome, so two submissions of one
+// payout cannot both pass, whatever their tokens and accounts.
+const sqlClaimPayout = `
+INSERT INTO rail_payout (payout_id, attempt_id) VALUES ($1, $2)
+ON CONFLICT (payout_id) DO NOTHING`
+
+// The attempt that went to the rail for a payout, locked so that marking it
+// abandoned cannot race the proxy that is recording its answer. abandoned
+// is true for an attempt still forwarding after the longest time a live
+// rail-proxy can take to call the rail and record the answer ($2, ms).
+const sqlForwardedAttempt = `
+SELECT a.attempt_id, a.payout_id, a.account_id, a.amount_minor, a.currency, a.token, a.owner_id, a.state,
+       COALESCE(a.rail_ref, ''), a.created_at, a.finished_at,
+       a.state = 'forwarding' AND a.created_at < now() - $2::bigint * interval '1 millisecond'
+  FROM rail_payout p JOIN rail_attempt a USING (attempt_id)
+ WHERE p.payout_id = $1
+   FOR UPDATE OF a`
+
+// Marks an attempt finished without forwarding (duplicate), or an
+// abandoned forwarding attempt ambiguous.
+const sqlSetAttemptState = `
+UPDATE rail_attempt SET state = $2, finished_at = now() WHERE attempt_id = $1`
 
 const sqlFinishAttempt = `
 UPDATE rail_attempt
@@ -55,19 +81,33 @@ SELECT attempt_id, payout_id, account_id, amount_minor, currency, token, owner_i
  WHERE payout_id = $1
  ORDER BY attempt_id`
 
-// admit runs the fence and records the attempt in one transaction, before
-// the rail is called. It returns the attempt id and nil when the
-// submission may be forwarded (recorded 'forwarding'); the id of the
-// 'fenced' attempt and an error wrapping ErrFencedOut and a
-// fencing.Refusal when the token is stale (that refusal is committed);
-// ErrUnavailable or another error when raildb failed (nothing known to be
-// recorded).
+// admit runs both checks made before the rail and records the attempt, in
+// one transaction, before the rail is called:
+//
+//  1. the fence: the account's high-water is raised to the token, or the
+//     token is refused as stale (recorded 'fenced');
+//  2. one forward per payout: the attempt becomes the payout's row of
+//     rail_payout, or, when an earlier attempt of the payout holds it, the
+//     submission is refused (recorded 'duplicate') with that attempt.
+//
+// The order matters: a stale token is refused as stale (fenced_out) even
+// when its payout was also submitted already, and a fresh token raises the
+// high-water even when its payout was submitted already, so that the stale
+// holder is fenced out of every later submission of the account.
+//
+// It returns the attempt id and nil when the submission may be forwarded
+// (recorded 'forwarding'); the attempt id and an error wrapping
+// ErrFencedOut and a fencing.Refusal when the token is stale, or wrapping
+// ErrAlreadySubmitted and an *AlreadySubmitted when the payout already
+// went (both refusals are committed); ErrUnavailable or another error when
+// raildb failed (nothing known to be recorded).
 func (p *Proxy) admit(ctx context.Context, req SubmitRequest, token int64, owner string, lg *slog.Logger) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.DBTimeout)
 	defer cancel()
 	var (
 		attemptID int64
 		refusal   *fencing.Refusal
+		dup       *AlreadySubmitted
 	)
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		state := StateForwarding
@@ -97,7 +137,11 @@ func (p *Proxy) admit(ctx context.Context, req SubmitRequest, token int64, owner
 		if err != nil {
 			return fmt.Errorf("record attempt: %w", err)
 		}
-		return nil
+		if refusal != nil {
+			return nil
+		}
+		dup, err = p.claimPayout(ctx, tx, req.PayoutID, attemptID, lg)
+		return err
 	})
 	if err != nil {
 		return 0, dbError("fence", err)
@@ -105,7 +149,67 @@ func (p *Proxy) admit(ctx context.Context, req SubmitRequest, token int64, owner
 	if refusal != nil {
 		return attemptID, fmt.Errorf("%w: %w", ErrFencedOut, *refusal)
 	}
+	if dup != nil {
+		return attemptID, fmt.Errorf("%w: %w", ErrAlreadySubmitted, dup)
+	}
 	return attemptID, nil
+}
+
+// claimPayout makes attemptID the payout's one forward, inside admit's
+// transaction. When an earlier attempt already holds the payout it
+// returns that attempt (after marking it ambiguous if it was abandoned
+// while forwarding) and records attemptID as 'duplicate', unless fencing
+// is disabled: then the duplicate is forwarded anyway, as the experiment
+// needs, and nil is returned.
+func (p *Proxy) claimPayout(ctx context.Context, tx pgx.Tx, payoutID string, attemptID int64, lg *slog.Logger) (*AlreadySubmitted, error) {
+	tag, err := tx.Exec(ctx, sqlClaimPayout, payoutID, attemptID)
+	if err != nil {
+		return nil, fmt.Errorf("claim payout: %w", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil, nil
+	}
+	var (
+		first     Attempt
+		abandoned bool
+	)
+	if err := tx.QueryRow(ctx, sqlForwardedAttempt, payoutID, p.abandonAfter().Milliseconds()).Scan(
+		&first.AttemptID, &first.PayoutID, &first.AccountID, &first.AmountMinor, &first.Currency, &first.Token,
+		&first.OwnerID, &first.State, &first.RailRef, &first.CreatedAt, &first.FinishedAt, &abandoned); err != nil {
+		return nil, fmt.Errorf("read the payout's forwarded attempt: %w", err)
+	}
+	if abandoned {
+		// No live rail-proxy is still calling the rail for it: its
+		// outcome is unknown for good, and says so.
+		if _, err := tx.Exec(ctx, sqlSetAttemptState, first.AttemptID, StateAmbiguous); err != nil {
+			return nil, fmt.Errorf("mark abandoned attempt ambiguous: %w", err)
+		}
+		lg.Error("a forwarded attempt never recorded the rail's answer; marked ambiguous: reconcile with the rail",
+			"event", "rail_attempt_abandoned", "abandonedAttemptId", first.AttemptID, "abandonedToken", first.Token)
+		first.State = StateAmbiguous
+	}
+	if p.cfg.FencingDisabled {
+		lg.Warn("second submission of a payout forwarded: fencing is disabled", "event", "fencing_bypassed",
+			"firstAttemptId", first.AttemptID, "firstToken", first.Token)
+		return nil, nil
+	}
+	if _, err := tx.Exec(ctx, sqlSetAttemptState, attemptID, StateDuplicate); err != nil {
+		return nil, fmt.Errorf("record duplicate attempt: %w", err)
+	}
+	first.CreatedAt = first.CreatedAt.UTC()
+	if first.FinishedAt != nil {
+		t := first.FinishedAt.UTC()
+		first.FinishedAt = &t
+	}
+	return &AlreadySubmitted{First: first}, nil
+}
+
+// abandonAfter is the longest a forwarded attempt can stay 'forwarding' in
+// a live rail-proxy of this configuration: the admit transaction, the rail
+// call and the recording of its answer, plus a second of slack. Every
+// rail-proxy sharing raildb must have timeouts no longer than these.
+func (p *Proxy) abandonAfter() time.Duration {
+	return 2*p.cfg.DBTimeout + p.cfg.RailTimeout + time.Second
 }
 
 // finish records the end of a forwarded attempt: state acked, declined (with
