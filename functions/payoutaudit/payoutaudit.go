@@ -1,0 +1,243 @@
+// Package payoutaudit checks the payout pipeline end to end, from the three
+// records that each see a different part of the money: the rail's own
+// journal (what the rail received and answered), raildb (what rail-proxy
+// let through, with which token) and paydb (what the books say).
+//
+// paydb alone can balance while money left twice: when a second
+// submission of a payout reaches the rail and its report is refused by
+// payment-resource's fence, the ledger holds one debit for one posted
+// payout and every rule of paymentresource.Audit holds. Only the rail's
+// record shows the second payment. This audit is therefore judged from the
+// rail's journal first (INV-04, INV-05 of docs/correctness.md), never from
+// what workers reported.
+package payoutaudit
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+)
+
+// Names of the cross-record checks, as reported in Violation.Check.
+const (
+	// CheckRailOnce (INV-04): the rail received at most one submission per
+	// payout.
+	CheckRailOnce = "rail_at_most_once_per_payout"
+	// CheckRailMatchesLedger (INV-05): a payout has one ledger debit if the
+	// rail acknowledged it, and none otherwise. A payout still waiting
+	// for its outcome (claimed, ambiguous) is reported in Unreconciled
+	// instead.
+	CheckRailMatchesLedger = "rail_acks_match_ledger_debits"
+	// CheckRailThroughProxy: every submission the rail received was let
+	// through by rail-proxy: the payout has at least as many forwarded
+	// attempts in raildb as submissions at the rail, and every rail
+	// reference of an answered attempt is in the rail's journal.
+	CheckRailThroughProxy = "rail_submissions_went_through_rail_proxy"
+	// CheckRailToken: a posted or declined payout records the token of
+	// the rail-proxy attempt that carries its rail reference.
+	CheckRailToken = "payout_records_the_token_that_reached_the_rail"
+)
+
+// Violation is one broken rule.
+type Violation struct {
+	// Check is one of the Check constants, or a check of
+	// paymentresource.Audit.
+	Check string `json:"check"`
+	// Subject is the payout id (or what the ledger check names).
+	Subject string `json:"subject"`
+	// Detail says what was found.
+	Detail string `json:"detail"`
+}
+
+// String describes v in one line.
+func (v Violation) String() string { return v.Check + " " + v.Subject + ": " + v.Detail }
+
+// Report is the result of Run.
+type Report struct {
+	// Balanced is true when there are no violations, in the ledger or
+	// across the records.
+	Balanced bool `json:"balanced"`
+	// Violations lists every broken rule, never nil.
+	Violations []Violation `json:"violations"`
+	// Unreconciled lists the payouts whose outcome nobody has recorded
+	// yet (claimed or ambiguous in paydb) although the rail received
+	// them: money may have moved without a debit; a reconciliation with
+	// the rail's journal settles them. Never nil.
+	Unreconciled []string `json:"unreconciled"`
+	// Payouts counts the payouts checked; RailSubmissions and RailAcks
+	// the rail's records of them; Debits their ledger debits.
+	Payouts         int `json:"payouts"`
+	RailSubmissions int `json:"railSubmissions"`
+	RailAcks        int `json:"railAcks"`
+	Debits          int `json:"debits"`
+	// Ledger is paymentresource.Audit's report, when Run checked every
+	// payout (nil for a scoped check).
+	Ledger *paymentresource.AuditReport `json:"ledger,omitempty"`
+}
+
+// payoutFacts is what each record says about one payout.
+type payoutFacts struct {
+	// from paydb
+	inPaydb   bool
+	state     string
+	railRef   string
+	railToken int64
+	debits    int
+	// from raildb: attempts that went (or may have gone) to the rail
+	forwarded    int
+	tokenByRef   map[string]int64
+	refsAnswered []string
+	// from the rail's journal
+	rail, acks int
+	railRefs   []string
+}
+
+// Run checks the payouts named in payoutIDs (every payout of paydb, and
+// every payout the rail or raildb knows, when payoutIDs is nil) against
+// the rail's journal rail (railstub.Stub.Submissions, or GET /submissions
+// of a rail-stub process: every record, not only those of payoutIDs),
+// raildb and paydb. When payoutIDs is nil it also runs
+// paymentresource.Audit over paydb and includes its violations.
+//
+// The two databases are read one after the other, each in one snapshot:
+// run it when the pipeline is quiet (no payout in flight), as the
+// experiment and the tests do. Broken rules are reported in the Report;
+// the error is a database's.
+func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submission, payoutIDs []string) (Report, error) {
+	rep := Report{Violations: []Violation{}, Unreconciled: []string{}}
+	facts := map[string]*payoutFacts{}
+	get := func(id string) *payoutFacts {
+		f := facts[id]
+		if f == nil {
+			f = &payoutFacts{tokenByRef: map[string]int64{}}
+			facts[id] = f
+		}
+		return f
+	}
+	scoped := payoutIDs != nil
+	want := func(id string) bool { return !scoped || slices.Contains(payoutIDs, id) }
+
+	rows, err := paydb.Query(ctx, `SELECT p.payout_id, p.state, coalesce(p.rail_ref, ''), coalesce(p.rail_token, 0),
+       (SELECT count(*) FROM ledger_txn t WHERE t.payout_id = p.payout_id AND t.kind = 'payout_debit')
+  FROM payout p WHERE $1::text[] IS NULL OR p.payout_id = ANY($1::text[])`, payoutIDs)
+	if err != nil {
+		return rep, fmt.Errorf("payoutaudit: paydb: %w", err)
+	}
+	var (
+		id, state, ref string
+		tok            int64
+		debits         int
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &state, &ref, &tok, &debits}, func() error {
+		f := get(id)
+		f.inPaydb, f.state, f.railRef, f.railToken, f.debits = true, state, ref, tok, debits
+		return nil
+	}); err != nil {
+		return rep, fmt.Errorf("payoutaudit: paydb: %w", err)
+	}
+
+	rows, err = raildb.Query(ctx, `SELECT payout_id, token, state, coalesce(rail_ref, '') FROM rail_attempt
+ WHERE state NOT IN ($2, $3) AND ($1::text[] IS NULL OR payout_id = ANY($1::text[]))`,
+		payoutIDs, railproxy.StateFenced, railproxy.StateDuplicate)
+	if err != nil {
+		return rep, fmt.Errorf("payoutaudit: raildb: %w", err)
+	}
+	if _, err := pgx.ForEachRow(rows, []any{&id, &tok, &state, &ref}, func() error {
+		f := get(id)
+		f.forwarded++
+		if ref != "" {
+			f.tokenByRef[ref] = tok
+			f.refsAnswered = append(f.refsAnswered, ref)
+		}
+		return nil
+	}); err != nil {
+		return rep, fmt.Errorf("payoutaudit: raildb: %w", err)
+	}
+
+	for _, s := range rail {
+		if !want(s.Request.PayoutID) {
+			continue
+		}
+		f := get(s.Request.PayoutID)
+		f.rail++
+		f.railRefs = append(f.railRefs, s.Answer.RailRef)
+		if s.Answer.Status == railstub.StatusAck {
+			f.acks++
+		}
+	}
+
+	ids := make([]string, 0, len(facts))
+	for id := range facts {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	add := func(check, subject, format string, args ...any) {
+		rep.Violations = append(rep.Violations, Violation{check, subject, fmt.Sprintf(format, args...)})
+	}
+	for _, id := range ids {
+		f := facts[id]
+		if f.inPaydb {
+			rep.Payouts++
+		}
+		rep.RailSubmissions += f.rail
+		rep.RailAcks += f.acks
+		rep.Debits += f.debits
+		if f.rail > 1 {
+			add(CheckRailOnce, id, "the rail received %d submissions (%d acknowledged); paydb has %d debit(s)", f.rail, f.acks, f.debits)
+		}
+		if f.rail > f.forwarded {
+			add(CheckRailThroughProxy, id, "the rail received %d submissions, rail-proxy forwarded %d", f.rail, f.forwarded)
+		}
+		for _, r := range f.refsAnswered {
+			if !slices.Contains(f.railRefs, r) {
+				add(CheckRailThroughProxy, id, "rail-proxy recorded rail reference %s, which the rail's journal does not hold", r)
+			}
+		}
+		switch paymentresource.State(f.state) {
+		case paymentresource.StateAmbiguous:
+			// Its outcome is for the reconciliation to learn from the rail.
+			rep.Unreconciled = append(rep.Unreconciled, id)
+			if f.debits != 0 {
+				add(CheckRailMatchesLedger, id, "an ambiguous payout has %d debit(s)", f.debits)
+			}
+		case paymentresource.StatePending, paymentresource.StateClaimed, paymentresource.StateSubmitted:
+			// Nobody has reported an outcome yet (a delivery is still due).
+			if f.acks > 0 {
+				rep.Unreconciled = append(rep.Unreconciled, id)
+			}
+			if f.debits != 0 {
+				add(CheckRailMatchesLedger, id, "a %s payout has %d debit(s)", f.state, f.debits)
+			}
+		case "":
+			add(CheckRailMatchesLedger, id, "the rail received %d submission(s) of a payout paydb does not know", f.rail)
+		default:
+			if f.debits != f.acks {
+				add(CheckRailMatchesLedger, id, "the rail acknowledged %d submission(s), paydb has %d debit(s) (state %s)", f.acks, f.debits, f.state)
+			}
+		}
+		if f.inPaydb && f.railRef != "" && (f.state == string(paymentresource.StatePosted) || f.state == string(paymentresource.StateDeclined)) {
+			if want, ok := f.tokenByRef[f.railRef]; !ok || want != f.railToken {
+				add(CheckRailToken, id, "paydb records rail token %d for %s; rail-proxy forwarded it with token %d (found: %v)", f.railToken, f.railRef, want, ok)
+			}
+		}
+	}
+	if !scoped {
+		ledger, err := paymentresource.Audit(ctx, paydb)
+		if err != nil {
+			return rep, fmt.Errorf("payoutaudit: %w", err)
+		}
+		rep.Ledger = &ledger
+		for _, v := range ledger.Violations {
+			rep.Violations = append(rep.Violations, Violation{v.Check, v.Subject, v.Detail})
+		}
+	}
+	rep.Balanced = len(rep.Violations) == 0
+	return rep, nil
+}

@@ -1,0 +1,196 @@
+// Package pipelinetest starts the payout pipeline inside one test process:
+// payment-resource over its own paydb, rail-proxy over its own raildb, the
+// rail-stub, and lock-server over an in-memory lock store whose clock the
+// test moves. Every piece is the production code behind a loopback HTTP
+// server; only the lock store is memstore, so that a test decides when a
+// lease expires on the server's clock.
+//
+// It is for tests only (the payout audit's, and the schedule explorer of
+// harness/explore); it needs PostgreSQL, through internal/pgtest, so a
+// test binary using it calls pgtest.Main from its TestMain.
+package pipelinetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
+)
+
+// Options configure Start. The zero value has both fence points on.
+type Options struct {
+	// PaymentFencingOff and RailFencingOff turn the kill switches of
+	// payment-resource and rail-proxy off.
+	PaymentFencingOff, RailFencingOff bool
+	// Log receives every service's log; nil discards it.
+	Log *slog.Logger
+	// RailHandler, when set, wraps the rail-stub: rail-proxy's calls to
+	// the rail go through it (the explorer holds them there).
+	RailHandler func(next http.Handler) http.Handler
+}
+
+// Clock is the lock store's clock: it stands still unless Advance moves it.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock d forward.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// Pipeline is a started pipeline. Its servers and pools are closed when
+// the test ends.
+type Pipeline struct {
+	// Locks is lock-server's store, on LockClock.
+	Locks     *memstore.Store
+	LockClock *Clock
+	// LockURL, PayURL and ProxyURL are the base URLs of lock-server,
+	// payment-resource and rail-proxy.
+	LockURL, PayURL, ProxyURL string
+	// Stub is the rail.
+	Stub *railstub.Stub
+	// PayDB and RailDB are pools on the two databases, for checks.
+	PayDB, RailDB *pgxpool.Pool
+}
+
+type nopPublisher struct{}
+
+func (nopPublisher) Publish(context.Context, string, []byte, map[string]string) error { return nil }
+
+// Start starts a pipeline for t, with fresh databases.
+func Start(t testing.TB, opts Options) *Pipeline {
+	t.Helper()
+	ctx := context.Background()
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	serve := func(h http.Handler) string {
+		s := httptest.NewServer(h)
+		t.Cleanup(s.Close)
+		return s.URL
+	}
+	open := func(dsn string) *pgxpool.Pool {
+		p, err := pgxpool.New(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		return p
+	}
+	p := &Pipeline{LockClock: &Clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
+	p.Locks = memstore.New(p.LockClock)
+	ls, err := lockserver.NewServer(p.Locks, lockserver.DefaultServerConfig(), log.With("service", "lock-server"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.LockURL = serve(ls)
+
+	p.Stub, err = railstub.New(railstub.DefaultConfig(), log.With("service", "rail-stub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stub.Close() })
+	var rail http.Handler = p.Stub
+	if opts.RailHandler != nil {
+		rail = opts.RailHandler(rail)
+	}
+	raildb := pgtest.NewDatabase(t)
+	pcfg := railproxy.DefaultConfig()
+	pcfg.DB = pgpool.Config{DSN: raildb}
+	pcfg.RailURL = serve(rail)
+	pcfg.RailTimeout, pcfg.DBTimeout = railproxy.MaxTimeout, railproxy.MaxTimeout // a held call is not a lost one
+	pcfg.FencingDisabled = opts.RailFencingOff
+	proxy, err := railproxy.New(ctx, pcfg, log.With("service", "rail-proxy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	p.ProxyURL = serve(proxy)
+	p.RailDB = open(raildb)
+
+	paydb := pgtest.NewDatabase(t)
+	svc, err := paymentresource.New(ctx, paymentresource.Config{DatabaseURL: paydb, OutboxPoll: 10 * time.Minute, DisableFencing: opts.PaymentFencingOff},
+		nopPublisher{}, log.With("service", "payment-resource"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	p.PayURL = serve(svc.Handler())
+	p.PayDB = open(paydb)
+	return p
+}
+
+// CreatePayout creates e's account (with a large opening balance) and the
+// payout e describes, through payment-resource's API.
+func (p *Pipeline) CreatePayout(ctx context.Context, e payoutevent.Event) error {
+	if err := post(ctx, p.PayURL+"/v1/accounts", map[string]any{"accountId": e.AccountID, "currency": e.Currency, "openingBalanceMinor": 1_000_000_000}); err != nil {
+		return err
+	}
+	return post(ctx, p.PayURL+"/v1/payouts", map[string]any{"payoutId": e.PayoutID, "accountId": e.AccountID, "amountMinor": e.AmountMinor, "currency": e.Currency})
+}
+
+// Audit runs payoutaudit.Run over the pipeline's records: for the payouts
+// named, or for every payout (with the ledger audit) when none is.
+func (p *Pipeline) Audit(ctx context.Context, payoutIDs ...string) (payoutaudit.Report, error) {
+	var rail []railstub.Submission
+	if len(payoutIDs) == 0 {
+		rail = p.Stub.Submissions("")
+		payoutIDs = nil
+	} else {
+		for _, id := range payoutIDs {
+			rail = append(rail, p.Stub.Submissions(id)...)
+		}
+	}
+	return payoutaudit.Run(ctx, p.PayDB, p.RailDB, rail, payoutIDs)
+}
+
+func post(ctx context.Context, url string, body any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(string(b)))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("POST %s: %s", url, resp.Status)
+	}
+	return nil
+}
