@@ -45,7 +45,7 @@ import (
 )
 
 // The statements of the store. Each is one round trip and decides by
-// clock_timestamp(). Their RETURNING lists match scanLease.
+// lock_clock(). Their RETURNING lists match scanLease.
 const (
 	// acquireSQL grants the key if its row is absent or holds no unexpired
 	// lease. The nextval in VALUES is used only by the first grant of a key
@@ -53,33 +53,33 @@ const (
 	// the nextval in DO UPDATE SET runs after the row lock is won and the
 	// WHERE has been re-checked on the latest row version.
 	acquireSQL = `INSERT INTO lock_lease AS l (lock_key, owner_id, fencing_token, ttl_ms, granted_at, expires_at)
-VALUES ($1, $2, nextval('fencing_token_seq'), $3::bigint, clock_timestamp(), clock_timestamp() + $3::bigint * interval '1 millisecond')
+VALUES ($1, $2, nextval('fencing_token_seq'), $3::bigint, lock_clock(), lock_clock() + $3::bigint * interval '1 millisecond')
 ON CONFLICT (lock_key) DO UPDATE SET
     owner_id = EXCLUDED.owner_id,
     fencing_token = nextval('fencing_token_seq'),
     ttl_ms = EXCLUDED.ttl_ms,
-    granted_at = clock_timestamp(),
-    expires_at = clock_timestamp() + EXCLUDED.ttl_ms * interval '1 millisecond'
-WHERE l.expires_at IS NULL OR l.expires_at <= clock_timestamp()
+    granted_at = lock_clock(),
+    expires_at = lock_clock() + EXCLUDED.ttl_ms * interval '1 millisecond'
+WHERE l.expires_at IS NULL OR l.expires_at <= lock_clock()
 RETURNING l.owner_id, l.fencing_token, l.ttl_ms, l.expires_at`
 
 	// renewSQL extends the live lease (key, token, owner) by its TTL.
 	renewSQL = `UPDATE lock_lease
-SET expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond'
-WHERE lock_key = $1 AND fencing_token = $2 AND owner_id = $3 AND expires_at > clock_timestamp()
+SET expires_at = lock_clock() + ttl_ms * interval '1 millisecond'
+WHERE lock_key = $1 AND fencing_token = $2 AND owner_id = $3 AND expires_at > lock_clock()
 RETURNING owner_id, fencing_token, ttl_ms, expires_at`
 
 	// releaseSQL ends the live lease (key, token, owner), keeping the token.
 	releaseSQL = `UPDATE lock_lease
 SET owner_id = NULL, expires_at = NULL
-WHERE lock_key = $1 AND fencing_token = $2 AND owner_id = $3 AND expires_at > clock_timestamp()`
+WHERE lock_key = $1 AND fencing_token = $2 AND owner_id = $3 AND expires_at > lock_clock()`
 
 	// revokeSQL ends the live lease of the key (with $2 > 0: only if it
 	// carries token $2) and returns it as it was before.
 	revokeSQL = `WITH live AS (
     SELECT lock_key, owner_id, fencing_token, ttl_ms, expires_at
     FROM lock_lease
-    WHERE lock_key = $1 AND expires_at > clock_timestamp() AND ($2::bigint = 0 OR fencing_token = $2::bigint)
+    WHERE lock_key = $1 AND expires_at > lock_clock() AND ($2::bigint = 0 OR fencing_token = $2::bigint)
     FOR UPDATE
 )
 UPDATE lock_lease l SET owner_id = NULL, expires_at = NULL
@@ -87,7 +87,7 @@ FROM live WHERE l.lock_key = live.lock_key
 RETURNING live.owner_id, live.fencing_token, live.ttl_ms, live.expires_at`
 
 	// inspectSQL reads the key's row and whether its lease is live.
-	inspectSQL = `SELECT owner_id, fencing_token, ttl_ms, expires_at, coalesce(expires_at > clock_timestamp(), false)
+	inspectSQL = `SELECT owner_id, fencing_token, ttl_ms, expires_at, coalesce(expires_at > lock_clock(), false)
 FROM lock_lease WHERE lock_key = $1`
 )
 
