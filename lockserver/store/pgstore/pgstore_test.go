@@ -1,9 +1,12 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -447,6 +450,7 @@ func TestConfigValidate(t *testing.T) {
 		{},
 		{DSN: "postgres://u@h/db", MaxConns: -1},
 		{DSN: "postgres://u@h/db", ConnectTimeout: -time.Second},
+		{DSN: "postgres://u@h/db", ClockOffsetBound: -time.Millisecond},
 		{DSN: "postgres://u@h:notaport/db"},
 	} {
 		if err := cfg.Validate(); !errors.Is(err, ErrInvalidConfig) {
@@ -525,4 +529,118 @@ func TestLinearizableAcrossCrash(t *testing.T) {
 			t.Errorf("Start after the crash: %v", err)
 		}
 	})
+}
+
+// logLines is a logger whose JSON lines a test can read back.
+type logLines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logLines) logger() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// events returns the lines whose event attribute is event.
+func (l *logLines) events(t *testing.T, event string) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range bytes.Split(l.buf.Bytes(), []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if m["event"] == event {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// TestOpenLogsLockdbClockOffset: Open logs one line stating that expiry
+// follows lockdb's wall clock, with the measured offset; a warning when
+// lockdb's clock is further off than the bound.
+func TestOpenLogsLockdbClockOffset(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	ctx := testCtx(t)
+	open := func(lines *logLines) {
+		t.Helper()
+		s, err := Open(ctx, Config{DSN: dsn}, lines.logger())
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		_ = s.Close()
+	}
+	check := func(lines *logLines, level string, wantOffset time.Duration) {
+		t.Helper()
+		got := lines.events(t, eventClockOffset)
+		if len(got) != 1 {
+			t.Fatalf("%d %s lines at Open; want 1", len(got), eventClockOffset)
+		}
+		line := got[0]
+		offset, _ := line["offsetMs"].(float64)
+		if line["level"] != level || !strings.Contains(line["msg"].(string), "slewing only") ||
+			offset < float64((wantOffset-time.Second).Milliseconds()) || offset > float64((wantOffset+time.Second).Milliseconds()) {
+			t.Fatalf("Open logged %v; want level %s, the slew-only requirement and offsetMs within a second of %v", line, level, wantOffset)
+		}
+	}
+
+	var same logLines
+	open(&same) // migrates, so that lock_clock() exists before it is stepped
+	check(&same, "INFO", 0)
+
+	stepClock(t, dsn, 10*time.Second)
+	var ahead logLines
+	open(&ahead)
+	check(&ahead, "WARN", 10*time.Second)
+}
+
+// TestRenewLogsBackwardClockStep: a renewal that finds lockdb's clock
+// earlier than at the previous renewal logs lockdb_clock_stepped at ERROR,
+// and still renews; ordinary renewals log nothing of the kind.
+func TestRenewLogsBackwardClockStep(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	ctx := testCtx(t)
+	var lines logLines
+	s, err := Open(ctx, Config{DSN: dsn}, lines.logger())
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer s.Close()
+	a, err := s.Acquire(ctx, "k", "worker-a", testTTL)
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	for range 2 {
+		if _, err := s.Renew(ctx, "k", "worker-a", a.Token); err != nil {
+			t.Fatalf("Renew: %v", err)
+		}
+	}
+	if got := lines.events(t, eventClockStepped); len(got) != 0 {
+		t.Fatalf("ordinary renewals logged %v", got)
+	}
+
+	// Less than a TTL: the lease stays live, and only the renewal can tell.
+	stepClock(t, dsn, -10*time.Second)
+	if _, err := s.Renew(ctx, "k", "worker-a", a.Token); err != nil {
+		t.Fatalf("Renew after the step: %v", err)
+	}
+	got := lines.events(t, eventClockStepped)
+	if len(got) != 1 {
+		t.Fatalf("%d %s lines after a backward step; want 1", len(got), eventClockStepped)
+	}
+	if ms, _ := got[0]["steppedBackAtLeastMs"].(float64); got[0]["level"] != "ERROR" || got[0]["token"] != float64(a.Token) || ms < 9_000 || ms > 10_000 {
+		t.Fatalf("logged %v; want ERROR with token %d and steppedBackAtLeastMs in [9000, 10000]", got[0], a.Token)
+	}
 }
