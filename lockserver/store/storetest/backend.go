@@ -51,7 +51,7 @@ type Backend struct {
 	// decides expiry by d at once (forward when d > 0, backward when d < 0),
 	// as an NTP step of the backend host's clock would, and leaves it
 	// running from there. Only s's namespace may see the step. When nil,
-	// the clock-step tests are skipped (etcd expires leases by its
-	// monotonic clock, which cannot step).
+	// the clock-step tests are skipped (etcd and memstore expire leases by
+	// clocks that cannot step: etcd's monotonic clock, memstore's Clock).
 	StepClock func(t *testing.T, s lockserver.LockStore, d time.Duration)
 }
