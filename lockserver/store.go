@@ -4,9 +4,11 @@
 //
 // Safety model. A lease is granted to one owner at a time per key and
 // carries a fencing token minted by the backend. The backend's clock alone
-// decides expiry (PostgreSQL's clock_timestamp() in the granting statement,
-// etcd's lease TTL on the leader); lock-server keeps no lease state of its
-// own, so it can be restarted or replicated freely. Mutual exclusion is only
+// decides expiry (on PostgreSQL lockdb's wall clock, read in each
+// statement, which must be slewed and never stepped: see pgstore; on etcd
+// the lease TTL, counted on the leader's monotonic clock); lock-server
+// keeps no lease state of its own, so it can be restarted or replicated
+// freely. Mutual exclusion is only
 // as good as the holder's knowledge that it still holds the lease, which a
 // paused process does not have: the resource must check the token. This
 // package mints tokens; it never checks them on behalf of a resource.

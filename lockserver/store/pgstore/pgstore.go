@@ -13,10 +13,38 @@
 // Inspect reports LastToken and why tokens keep increasing across restarts
 // of lock-server and of PostgreSQL.
 //
-// Clock. Expiry is clock_timestamp() of the database at the moment each
-// statement runs (not now(), which is frozen at transaction start); the
-// clocks of lock-server and of clients play no part. Lease.ExpiresAt is that
-// clock's reading.
+// Clock. Expiry is decided by lock_clock(), a SQL function (migration
+// 00002) that returns clock_timestamp(): the database host's wall clock at
+// the moment each statement runs (not now(), which is frozen at transaction
+// start). The planner inlines it, so it costs what clock_timestamp() costs;
+// tests replace it in their own database to step the clock. The clocks of
+// lock-server and of clients play no part. Lease.ExpiresAt is that clock's
+// reading.
+//
+// A wall clock can be stepped, and PostgreSQL offers no clock that cannot:
+// expiry is therefore correct only if lockdb's host clock is disciplined by
+// slewing alone once PostgreSQL serves: chrony or ntpd allowed to step only
+// at boot, if at all (chrony's "makestep 1 3" steps during its first three
+// updates only); a leap second smeared, as Google's NTP service, the default
+// of Compute Engine, smears it. A monotonic clock of
+// lock-server would not do instead: several lock-servers share one lockdb,
+// and each one's clock starts anew at its restart. What a step does:
+//
+//   - Forward by S: every live lease ends up to S early, while its holder's
+//     local deadline (a monotonic clock) still says it holds. The next grant
+//     carries a larger token, so a fenced resource refuses the earlier
+//     holder; a resource that is not fenced may be written by both. The
+//     earlier holder's renew and release answer ErrNotHeld, or
+//     ErrStaleToken once the key has been granted again.
+//   - Backward by S: every live lease lasts up to S longer, unless renewed
+//     (a renewal counts its TTL from the clock as it now reads) or released;
+//     an abandoned lease blocks its key for TTL + S. No call fails for it.
+//     A renewal that finds the clock earlier than at the lease's previous
+//     grant or renewal logs lockdb_clock_stepped at ERROR.
+//
+// Open logs, once, that expiry follows lockdb's wall clock, with the offset
+// of that clock from the local one (a warning above Config.ClockOffsetBound).
+// See docs/runbooks/lockdb-clock.md.
 //
 // Errors. Statements that fail for want of the database (connection
 // refused or lost, context deadline, server shutting down, too many
@@ -45,7 +73,7 @@ import (
 )
 
 // The statements of the store. Each is one round trip and decides by
-// clock_timestamp(). Their RETURNING lists match scanLease.
+// lock_clock(). Their RETURNING lists match scanLease.
 const (
 	// acquireSQL grants the key if its row is absent or holds no unexpired
 	// lease. The nextval in VALUES is used only by the first grant of a key
@@ -53,33 +81,39 @@ const (
 	// the nextval in DO UPDATE SET runs after the row lock is won and the
 	// WHERE has been re-checked on the latest row version.
 	acquireSQL = `INSERT INTO lock_lease AS l (lock_key, owner_id, fencing_token, ttl_ms, granted_at, expires_at)
-VALUES ($1, $2, nextval('fencing_token_seq'), $3::bigint, clock_timestamp(), clock_timestamp() + $3::bigint * interval '1 millisecond')
+VALUES ($1, $2, nextval('fencing_token_seq'), $3::bigint, lock_clock(), lock_clock() + $3::bigint * interval '1 millisecond')
 ON CONFLICT (lock_key) DO UPDATE SET
     owner_id = EXCLUDED.owner_id,
     fencing_token = nextval('fencing_token_seq'),
     ttl_ms = EXCLUDED.ttl_ms,
-    granted_at = clock_timestamp(),
-    expires_at = clock_timestamp() + EXCLUDED.ttl_ms * interval '1 millisecond'
-WHERE l.expires_at IS NULL OR l.expires_at <= clock_timestamp()
+    granted_at = lock_clock(),
+    expires_at = lock_clock() + EXCLUDED.ttl_ms * interval '1 millisecond'
+WHERE l.expires_at IS NULL OR l.expires_at <= lock_clock()
 RETURNING l.owner_id, l.fencing_token, l.ttl_ms, l.expires_at`
 
-	// renewSQL extends the live lease (key, token, owner) by its TTL.
-	renewSQL = `UPDATE lock_lease
-SET expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond'
-WHERE lock_key = $1 AND fencing_token = $2 AND owner_id = $3 AND expires_at > clock_timestamp()
-RETURNING owner_id, fencing_token, ttl_ms, expires_at`
+	// renewSQL extends the live lease (key, token, owner) by its TTL, and
+	// returns the expiry it replaced as well (prev is the row as the
+	// statement's snapshot saw it). A lease keeps its TTL across renewals,
+	// so a new expiry earlier than the one replaced means lock_clock()
+	// reads earlier than it did at the previous grant or renewal.
+	renewSQL = `UPDATE lock_lease l
+SET expires_at = lock_clock() + l.ttl_ms * interval '1 millisecond'
+FROM lock_lease prev
+WHERE l.lock_key = $1 AND l.fencing_token = $2 AND l.owner_id = $3 AND l.expires_at > lock_clock()
+    AND prev.lock_key = l.lock_key
+RETURNING l.owner_id, l.fencing_token, l.ttl_ms, l.expires_at, prev.expires_at`
 
 	// releaseSQL ends the live lease (key, token, owner), keeping the token.
 	releaseSQL = `UPDATE lock_lease
 SET owner_id = NULL, expires_at = NULL
-WHERE lock_key = $1 AND fencing_token = $2 AND owner_id = $3 AND expires_at > clock_timestamp()`
+WHERE lock_key = $1 AND fencing_token = $2 AND owner_id = $3 AND expires_at > lock_clock()`
 
 	// revokeSQL ends the live lease of the key (with $2 > 0: only if it
 	// carries token $2) and returns it as it was before.
 	revokeSQL = `WITH live AS (
     SELECT lock_key, owner_id, fencing_token, ttl_ms, expires_at
     FROM lock_lease
-    WHERE lock_key = $1 AND expires_at > clock_timestamp() AND ($2::bigint = 0 OR fencing_token = $2::bigint)
+    WHERE lock_key = $1 AND expires_at > lock_clock() AND ($2::bigint = 0 OR fencing_token = $2::bigint)
     FOR UPDATE
 )
 UPDATE lock_lease l SET owner_id = NULL, expires_at = NULL
@@ -87,7 +121,7 @@ FROM live WHERE l.lock_key = live.lock_key
 RETURNING live.owner_id, live.fencing_token, live.ttl_ms, live.expires_at`
 
 	// inspectSQL reads the key's row and whether its lease is live.
-	inspectSQL = `SELECT owner_id, fencing_token, ttl_ms, expires_at, coalesce(expires_at > clock_timestamp(), false)
+	inspectSQL = `SELECT owner_id, fencing_token, ttl_ms, expires_at, coalesce(expires_at > lock_clock(), false)
 FROM lock_lease WHERE lock_key = $1`
 )
 
@@ -101,6 +135,21 @@ const (
 	// connect_timeout, so a dead host is reported as unavailable instead of
 	// hanging until the caller's deadline.
 	DefaultConnectTimeout = 5 * time.Second
+	// DefaultClockOffsetBound is Config.ClockOffsetBound when 0. Two hosts
+	// disciplined by NTP on one network agree within a few milliseconds;
+	// 100 ms apart, at least one of them is not disciplined, and ntpd
+	// corrects an offset over 128 ms with a step unless told never to.
+	DefaultClockOffsetBound = 100 * time.Millisecond
+)
+
+// Log events of the store, beyond its Debug lines (docs/log-events.md).
+const (
+	// eventClockOffset is Open's one line about lockdb's clock: INFO, or
+	// WARN when the offset exceeds Config.ClockOffsetBound.
+	eventClockOffset = "lockdb_clock_offset"
+	// eventClockStepped (ERROR) is a renewal that found lockdb's clock
+	// earlier than at the lease's previous grant or renewal.
+	eventClockStepped = "lockdb_clock_stepped"
 )
 
 // ErrInvalidConfig is returned (wrapped) by Config.Validate and Open for a
@@ -128,6 +177,14 @@ type Config struct {
 	// with several lock-servers starting at once (goose takes an advisory
 	// lock). Set it when the schema is managed by a separate step.
 	SkipMigrations bool
+
+	// ClockOffsetBound is how far lockdb's clock may read from this
+	// process's wall clock, beyond the measurement's uncertainty, before
+	// Open's log line about the clock is a warning. The offset itself does
+	// not affect expiry (only lockdb's clock does); a large one suggests a
+	// clock that is not disciplined and may yet be stepped. Default
+	// DefaultClockOffsetBound (when 0). Must not be negative.
+	ClockOffsetBound time.Duration
 }
 
 // Validate returns an error wrapping ErrInvalidConfig unless DSN parses and
@@ -143,6 +200,9 @@ func (c Config) poolConfig() (*pgxpool.Config, error) {
 	}
 	if c.MaxConns < 0 {
 		return nil, fmt.Errorf("%w: MaxConns is %d; want 0 (default %d) or more", ErrInvalidConfig, c.MaxConns, DefaultMaxConns)
+	}
+	if c.ClockOffsetBound < 0 {
+		return nil, fmt.Errorf("%w: ClockOffsetBound is %v; want 0 (default %v) or more", ErrInvalidConfig, c.ClockOffsetBound, DefaultClockOffsetBound)
 	}
 	if c.ConnectTimeout < 0 {
 		return nil, fmt.Errorf("%w: ConnectTimeout is %v; want 0 (default %v) or more", ErrInvalidConfig, c.ConnectTimeout, DefaultConnectTimeout)
@@ -186,10 +246,14 @@ type Store struct {
 var _ lockserver.LockStore = (*Store)(nil)
 
 // Open connects to the database of cfg.DSN, applies pending migrations
-// unless cfg.SkipMigrations, and checks the database answers. logger
-// receives Debug events only (nil: discard). Errors wrap ErrInvalidConfig
-// for a bad cfg, lockserver.ErrUnavailable when the database cannot be
-// reached within ctx or the connect timeout, or are migration failures.
+// unless cfg.SkipMigrations, checks the database answers, and logs one
+// line about lockdb's clock (event lockdb_clock_offset: INFO, WARN when the
+// offset exceeds cfg.ClockOffsetBound). Later, logger receives Debug events
+// and, at ERROR, lockdb_clock_stepped (nil: discard). Errors wrap
+// ErrInvalidConfig for a bad cfg, lockserver.ErrUnavailable when the
+// database cannot be reached within ctx or the connect timeout, or are
+// migration failures (or, with SkipMigrations, a schema without
+// lock_clock()).
 func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) {
 	pc, err := cfg.poolConfig()
 	if err != nil {
@@ -212,8 +276,49 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 		pool.Close()
 		return nil, err
 	}
+	bound := cfg.ClockOffsetBound
+	if bound == 0 {
+		bound = DefaultClockOffsetBound
+	}
+	if err := s.logClock(ctx, bound); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	logger.Debug("pgstore opened", "max_conns", pc.MaxConns)
 	return s, nil
+}
+
+// ClockOffset reads lock_clock(), the clock that decides expiry, once and
+// returns how far it is ahead of this process's wall clock (negative:
+// behind), measured against the midpoint of the round trip, and the
+// uncertainty of that figure (half the round trip). Errors wrap
+// lockserver.ErrUnavailable when the database does not answer.
+func (s *Store) ClockOffset(ctx context.Context) (offset, uncertainty time.Duration, err error) {
+	var db time.Time
+	sent := time.Now()
+	if err := s.pool.QueryRow(ctx, `SELECT lock_clock()`).Scan(&db); err != nil {
+		return 0, 0, unavailable("read lockdb's clock", "", err)
+	}
+	rtt := time.Since(sent) // monotonic
+	// db carries no monotonic reading, so Sub compares wall clocks.
+	return db.Sub(sent.Add(rtt / 2)), rtt / 2, nil
+}
+
+// logClock logs, once, the contract of expiry and lockdb's clock offset:
+// INFO, or WARN when the offset is certainly larger than bound.
+func (s *Store) logClock(ctx context.Context, bound time.Duration) error {
+	offset, uncertainty, err := s.ClockOffset(ctx)
+	if err != nil {
+		return err
+	}
+	level, msg := slog.LevelInfo, "lease expiry is decided by lockdb's wall clock (lock_clock()), which must be disciplined by slewing only, never stepped"
+	if offset.Abs()-uncertainty > bound {
+		level, msg = slog.LevelWarn, msg+"; lockdb's clock is further from this host's than the bound: check both hosts' clock discipline (docs/runbooks/lockdb-clock.md)"
+	}
+	s.log.Log(ctx, level, msg, "event", eventClockOffset,
+		"offsetMs", float64(offset.Microseconds())/1000, "uncertaintyMs", float64(uncertainty.Microseconds())/1000,
+		"boundMs", bound.Milliseconds())
+	return nil
 }
 
 // unavailable wraps err, a failure of op, in lockserver.ErrUnavailable when it
@@ -304,13 +409,23 @@ func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lock
 	if err := lockserver.ValidateLease(key, owner, token); err != nil {
 		return lockserver.Lease{}, err
 	}
-	l, err := scanLease(s.pool.QueryRow(ctx, renewSQL, key, token, owner), key)
+	var (
+		ttl           int64
+		expires, prev time.Time
+	)
+	err := s.pool.QueryRow(ctx, renewSQL, key, token, owner).Scan(new(string), new(int64), &ttl, &expires, &prev)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return lockserver.Lease{}, s.refusal(ctx, "renew", key, owner, token)
 	}
 	if err != nil {
 		return lockserver.Lease{}, unavailable("renew", key, err)
 	}
+	if expires.Before(prev) {
+		s.log.Error("lockdb's clock went back: a renewal's expiry is earlier than the one it replaced; expiry requires a clock that is slewed, never stepped (docs/runbooks/lockdb-clock.md)",
+			"event", eventClockStepped, "lock", key, "owner", owner, "token", token,
+			"expiresAt", expires.UTC(), "previousExpiresAt", prev.UTC(), "steppedBackAtLeastMs", prev.Sub(expires).Milliseconds())
+	}
+	l := leaseOf(key, owner, token, ttl, expires)
 	s.log.Debug("pgstore renewed", "lock", key, "owner", owner, "token", token)
 	return l, nil
 }

@@ -1,9 +1,13 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -79,6 +83,70 @@ func backend() storetest.Backend {
 			}
 		},
 		ShortTTL: 600 * time.Millisecond,
+		StepClock: func(t *testing.T, s lockserver.LockStore, d time.Duration) {
+			stepClock(t, s.(*Store).dsn, d)
+		},
+	}
+}
+
+var (
+	clockMu      sync.Mutex
+	clockOffsets = map[string]time.Duration{} // by DSN: how far stepClock has moved lock_clock()
+)
+
+// stepClock steps lock_clock() of dsn's database by d (forward when d > 0),
+// on top of the steps made before: it replaces the function with one that
+// adds the sum of the steps to clock_timestamp(), as an NTP step of lockdb's
+// host clock would. Other databases keep the real clock.
+func stepClock(t testing.TB, dsn string, d time.Duration) {
+	t.Helper()
+	clockMu.Lock()
+	defer clockMu.Unlock()
+	offset := clockOffsets[dsn] + d
+	ctx := testCtx(t)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("stepClock: connect: %v", err)
+	}
+	defer conn.Close(context.Background())
+	// Declared as the migration declares it, so it is inlined the same way.
+	_, err = conn.Exec(ctx, fmt.Sprintf(`CREATE OR REPLACE FUNCTION lock_clock() RETURNS timestamptz
+LANGUAGE sql VOLATILE PARALLEL SAFE
+AS $$ SELECT clock_timestamp() + interval '%d microseconds' $$`, offset.Microseconds()))
+	if err != nil {
+		t.Fatalf("stepClock: replace lock_clock(): %v", err)
+	}
+	clockOffsets[dsn] = offset
+}
+
+// TestLockClockIsInlined: the statements name lock_clock(), and the planner
+// replaces the call by clock_timestamp() itself, so the seam costs nothing
+// on the grant path. A lock_clock() declared STABLE, or in PL/pgSQL, is
+// not inlined and shows up in the plan; the test then fails.
+func TestLockClockIsInlined(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	s := openStore(t, dsn)
+	ctx := testCtx(t)
+	for name, stmt := range map[string]string{"acquire": acquireSQL, "renew": renewSQL, "release": releaseSQL, "inspect": inspectSQL} {
+		args := []any{"k", "worker-a", int64(30_000)}
+		switch name {
+		case "renew", "release":
+			args = []any{"k", int64(1), "worker-a"}
+		case "inspect":
+			args = []any{"k"}
+		}
+		rows, err := s.pool.Query(ctx, "EXPLAIN (VERBOSE) "+stmt, args...)
+		if err != nil {
+			t.Fatalf("EXPLAIN %s: %v", name, err)
+		}
+		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatalf("EXPLAIN %s: %v", name, err)
+		}
+		text := strings.Join(plan, "\n")
+		if strings.Contains(text, "lock_clock") || !strings.Contains(text, "clock_timestamp()") {
+			t.Errorf("plan of %s calls lock_clock() instead of inlining clock_timestamp():\n%s", name, text)
+		}
 	}
 }
 
@@ -87,14 +155,14 @@ func backend() storetest.Backend {
 // lock, and the update copies it. A grant that waited can then carry a
 // token older than the grant it waited for.
 const naiveAcquireSQL = `INSERT INTO lock_lease AS l (lock_key, owner_id, fencing_token, ttl_ms, granted_at, expires_at)
-VALUES ($1, $2, nextval('fencing_token_seq'), $3::bigint, clock_timestamp(), clock_timestamp() + $3::bigint * interval '1 millisecond')
+VALUES ($1, $2, nextval('fencing_token_seq'), $3::bigint, lock_clock(), lock_clock() + $3::bigint * interval '1 millisecond')
 ON CONFLICT (lock_key) DO UPDATE SET
     owner_id = EXCLUDED.owner_id,
     fencing_token = EXCLUDED.fencing_token,
     ttl_ms = EXCLUDED.ttl_ms,
     granted_at = EXCLUDED.granted_at,
     expires_at = EXCLUDED.expires_at
-WHERE l.expires_at IS NULL OR l.expires_at <= clock_timestamp()
+WHERE l.expires_at IS NULL OR l.expires_at <= lock_clock()
 RETURNING l.owner_id, l.fencing_token, l.ttl_ms, l.expires_at`
 
 // TestTokenRegressionInterleaving forces the interleaving in which a slow
@@ -368,8 +436,12 @@ func TestMigrateConcurrently(t *testing.T) {
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+migrationTable+` WHERE version_id > 0`).Scan(&applied); err != nil {
 		t.Fatal(err)
 	}
-	if applied != 1 {
-		t.Fatalf("%d migrations recorded; want 1", applied)
+	entries, err := migrations.ReadDir("migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if applied != len(entries) {
+		t.Fatalf("%d migrations recorded; want %d, one per file", applied, len(entries))
 	}
 }
 
@@ -378,6 +450,7 @@ func TestConfigValidate(t *testing.T) {
 		{},
 		{DSN: "postgres://u@h/db", MaxConns: -1},
 		{DSN: "postgres://u@h/db", ConnectTimeout: -time.Second},
+		{DSN: "postgres://u@h/db", ClockOffsetBound: -time.Millisecond},
 		{DSN: "postgres://u@h:notaport/db"},
 	} {
 		if err := cfg.Validate(); !errors.Is(err, ErrInvalidConfig) {
@@ -456,4 +529,118 @@ func TestLinearizableAcrossCrash(t *testing.T) {
 			t.Errorf("Start after the crash: %v", err)
 		}
 	})
+}
+
+// logLines is a logger whose JSON lines a test can read back.
+type logLines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logLines) logger() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// events returns the lines whose event attribute is event.
+func (l *logLines) events(t *testing.T, event string) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range bytes.Split(l.buf.Bytes(), []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if m["event"] == event {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// TestOpenLogsLockdbClockOffset: Open logs one line stating that expiry
+// follows lockdb's wall clock, with the measured offset; a warning when
+// lockdb's clock is further off than the bound.
+func TestOpenLogsLockdbClockOffset(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	ctx := testCtx(t)
+	open := func(lines *logLines) {
+		t.Helper()
+		s, err := Open(ctx, Config{DSN: dsn}, lines.logger())
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		_ = s.Close()
+	}
+	check := func(lines *logLines, level string, wantOffset time.Duration) {
+		t.Helper()
+		got := lines.events(t, eventClockOffset)
+		if len(got) != 1 {
+			t.Fatalf("%d %s lines at Open; want 1", len(got), eventClockOffset)
+		}
+		line := got[0]
+		offset, _ := line["offsetMs"].(float64)
+		if line["level"] != level || !strings.Contains(line["msg"].(string), "slewing only") ||
+			offset < float64((wantOffset-time.Second).Milliseconds()) || offset > float64((wantOffset+time.Second).Milliseconds()) {
+			t.Fatalf("Open logged %v; want level %s, the slew-only requirement and offsetMs within a second of %v", line, level, wantOffset)
+		}
+	}
+
+	var same logLines
+	open(&same) // migrates, so that lock_clock() exists before it is stepped
+	check(&same, "INFO", 0)
+
+	stepClock(t, dsn, 10*time.Second)
+	var ahead logLines
+	open(&ahead)
+	check(&ahead, "WARN", 10*time.Second)
+}
+
+// TestRenewLogsBackwardClockStep: a renewal that finds lockdb's clock
+// earlier than at the previous renewal logs lockdb_clock_stepped at ERROR,
+// and still renews; ordinary renewals log nothing of the kind.
+func TestRenewLogsBackwardClockStep(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	ctx := testCtx(t)
+	var lines logLines
+	s, err := Open(ctx, Config{DSN: dsn}, lines.logger())
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer s.Close()
+	a, err := s.Acquire(ctx, "k", "worker-a", testTTL)
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	for range 2 {
+		if _, err := s.Renew(ctx, "k", "worker-a", a.Token); err != nil {
+			t.Fatalf("Renew: %v", err)
+		}
+	}
+	if got := lines.events(t, eventClockStepped); len(got) != 0 {
+		t.Fatalf("ordinary renewals logged %v", got)
+	}
+
+	// Less than a TTL: the lease stays live, and only the renewal can tell.
+	stepClock(t, dsn, -10*time.Second)
+	if _, err := s.Renew(ctx, "k", "worker-a", a.Token); err != nil {
+		t.Fatalf("Renew after the step: %v", err)
+	}
+	got := lines.events(t, eventClockStepped)
+	if len(got) != 1 {
+		t.Fatalf("%d %s lines after a backward step; want 1", len(got), eventClockStepped)
+	}
+	if ms, _ := got[0]["steppedBackAtLeastMs"].(float64); got[0]["level"] != "ERROR" || got[0]["token"] != float64(a.Token) || ms < 9_000 || ms > 10_000 {
+		t.Fatalf("logged %v; want ERROR with token %d and steppedBackAtLeastMs in [9000, 10000]", got[0], a.Token)
+	}
 }

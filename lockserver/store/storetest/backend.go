@@ -46,4 +46,12 @@ type Backend struct {
 	// backends). When nil, the suite waits for real time to pass, polling
 	// Inspect until the backend itself reports the lease expired.
 	Advance func(d time.Duration)
+
+	// StepClock, when set, steps the wall clock by which the backend of s
+	// decides expiry by d at once (forward when d > 0, backward when d < 0),
+	// as an NTP step of the backend host's clock would, and leaves it
+	// running from there. Only s's namespace may see the step. When nil,
+	// the clock-step tests are skipped (etcd and memstore expire leases by
+	// clocks that cannot step: etcd's monotonic clock, memstore's Clock).
+	StepClock func(t *testing.T, s lockserver.LockStore, d time.Duration)
 }

@@ -44,6 +44,8 @@ func Run(t *testing.T, b Backend) {
 		{"Linearizable", testLinearizable},
 		{"LinearizableAcrossBackendRestart", testLinearizableAcrossBackendRestart},
 		{"BadInputChangesNothing", testBadInput},
+		{"ForwardClockStepEndsLeasesButTokensStillIncrease", testForwardClockStep},
+		{"BackwardClockStepAnswersNormally", testBackwardClockStep},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, b) })
