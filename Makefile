@@ -4,7 +4,7 @@ GO    ?= go
 PKGS  := ./...
 BIN   := bin
 
-.PHONY: help test lint fmt build bench demo clean
+.PHONY: help test lint fmt build bench demo explore clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -28,13 +28,16 @@ BENCH_COUNT ?= 6
 
 # One whole pass per round, so the rows compared with each other run
 # seconds apart, and drift on the machine hits them alike.
-bench: ## SDK + lock-server vs the raw backend primitives: $(BENCH_COUNT) rounds at GOMAXPROCS 1 and 2, compared by benchstat (about 4 min)
+bench: ## SDK + lock-server vs the raw backend primitives: BENCH_COUNT rounds (default 6) at GOMAXPROCS 1 and 2, compared by benchstat (about 4 min)
 	@mkdir -p $(BIN)
 	$(GO) test -c -o $(BIN)/bench.test ./lockserver/bench/
 	@rm -f $(BIN)/bench.txt
 	@for i in $$(seq $(BENCH_COUNT)); do echo "round $$i of $(BENCH_COUNT)" >&2; \
 	  (cd lockserver/bench && ../../$(BIN)/bench.test -test.run '^$$' -test.bench . -test.benchtime 1s -test.cpu 1,2) >> $(BIN)/bench.txt || exit 1; done
 	$(GO) tool benchstat -col '/path@(raw raw-lease-per-lock sdk)' $(BIN)/bench.txt
+
+explore: ## every ordering of two executors on one payout (expiry or revoke at any step) and 10,000 sampled orderings of three, checked from the rail's journal and the books (about 15 min)
+	$(GO) test -count=1 -timeout 60m -run 'TestExhaustiveTwoHolders|TestSampledThreeHolders|TestRegressionSchedules' -v ./harness/explore/ -args -explore.full
 
 demo: ## the fencing experiment on real processes, 2 backends x 4 fencing cells; writes harness/out/summary.json
 	$(GO) run ./harness/cmd/experiment -out harness/out

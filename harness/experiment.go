@@ -47,7 +47,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 )
 
@@ -129,8 +133,10 @@ type Summary struct {
 	// FencedOut lists the fenced_out events of both fence points, in time
 	// order; never nil.
 	FencedOut []FencedOut `json:"fencedOut"`
-	// LedgerBalanced is true when paydb's audit finds no violation and
-	// every rail acknowledgement has its debit.
+	// LedgerBalanced is true when the audit across the rail's journal,
+	// raildb and paydb (payoutaudit) finds no violation: paydb's own rules
+	// hold, the rail received the payout at most once, and every rail
+	// acknowledgement has its debit.
 	LedgerBalanced bool `json:"ledgerBalanced"`
 }
 
@@ -151,7 +157,7 @@ type Run struct {
 	// AnswerA and AnswerB are the executors' push answers ("409
 	// FENCED_OUT", "200 posted").
 	AnswerA, AnswerB string
-	// Audit is payment-resource's audit report, as it answered.
+	// Audit is the payoutaudit.Report of the run, as JSON.
 	Audit json.RawMessage
 	// Took is the run's duration, stack start and stop included.
 	Took time.Duration
@@ -356,39 +362,37 @@ func (r *Run) drive(ctx context.Context, st *stack.Stack, mark func(string, map[
 	return nil
 }
 
-// measure reads the outcome from the rail-stub and the ledger.
+// measure reads the outcome from the rail's journal (rail-stub), raildb and
+// paydb, through the cross-record audit (payoutaudit).
 func (r *Run) measure(ctx context.Context, st *stack.Stack) error {
-	var subs struct {
-		Submissions []struct {
-			Answer struct {
-				Status string `json:"status"`
-			} `json:"answer"`
-		} `json:"submissions"`
-	}
-	if err := getJSON(ctx, st.RailStubURL()+"/submissions?payoutId="+url.QueryEscape(PayoutID), &subs); err != nil {
+	var subs railstub.SubmissionList
+	if err := getJSON(ctx, st.RailStubURL()+"/submissions", &subs); err != nil {
 		return fmt.Errorf("rail-stub submissions: %w", err)
 	}
-	acks := 0
+	paydb, err := pgxpool.New(ctx, st.PayDBURL())
+	if err != nil {
+		return fmt.Errorf("paydb: %w", err)
+	}
+	defer paydb.Close()
+	raildb, err := pgxpool.New(ctx, st.RailDBURL())
+	if err != nil {
+		return fmt.Errorf("raildb: %w", err)
+	}
+	defer raildb.Close()
+	rep, err := payoutaudit.Run(ctx, paydb, raildb, subs.Submissions, nil)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	if r.Audit, err = json.Marshal(rep); err != nil {
+		return err
+	}
 	for _, s := range subs.Submissions {
-		if s.Answer.Status == "ACK" {
-			acks++
+		if s.Request.PayoutID == PayoutID {
+			r.Summary.RailSubmissions++
 		}
 	}
-	var audit struct {
-		Balanced bool `json:"balanced"`
-		Debits   int  `json:"debits"`
-	}
-	raw, err := getRaw(ctx, st.PaymentResourceURL()+"/v1/audit")
-	if err != nil {
-		return fmt.Errorf("ledger audit: %w", err)
-	}
-	if err := json.Unmarshal(raw, &audit); err != nil {
-		return fmt.Errorf("ledger audit: %w", err)
-	}
-	r.Audit = raw
-	r.Summary.RailSubmissions = len(subs.Submissions)
-	r.Summary.Debits = audit.Debits
-	r.Summary.LedgerBalanced = audit.Balanced && acks == audit.Debits
+	r.Summary.Debits = rep.Debits
+	r.Summary.LedgerBalanced = rep.Balanced
 	return nil
 }
 

@@ -14,7 +14,6 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/etcd/embedded"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
@@ -169,13 +168,7 @@ func staleHolderRun(ctx context.Context, t *testing.T, st *stack, log *slog.Logg
 	t.Logf("A (token %d) ended with %v; B had token %d", out.tokenA, errA, out.tokenB)
 
 	// Measure from the rail and the ledger.
-	acks := 0
-	for _, s := range st.stub.Submissions(ev.PayoutID) {
-		out.rail++
-		if s.Answer.Status == "ACK" {
-			acks++
-		}
-	}
+	out.rail = len(st.stub.Submissions(ev.PayoutID))
 	pool, err := pgxpool.New(ctx, st.paydb)
 	if err != nil {
 		t.Fatal(err)
@@ -184,15 +177,12 @@ func staleHolderRun(ctx context.Context, t *testing.T, st *stack, log *slog.Logg
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM ledger_txn WHERE kind = 'payout_debit' AND payout_id = $1`, ev.PayoutID).Scan(&out.debits); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := paymentresource.Audit(ctx, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Balanced means paydb's own rules hold AND every rail acknowledgement
-	// has its debit (money that left is in the books).
-	out.balanced = rep.Balanced && acks == out.debits
+	// Balanced means paydb's own rules hold AND the rail's journal agrees:
+	// one submission, and every acknowledgement has its debit.
+	rep := st.audit(ctx, t, pool)
+	out.balanced = rep.Balanced
 	if !out.balanced {
-		t.Logf("ledger check: audit %+v, %d rail acknowledgements for %d debits", rep, acks, out.debits)
+		t.Logf("audit across the rail, raildb and paydb: %v", rep.Violations)
 	}
 	return out
 }

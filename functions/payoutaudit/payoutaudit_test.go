@@ -1,0 +1,172 @@
+package payoutaudit_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// call sends a JSON request with a fencing token (none when 0) and
+// returns the status and the decoded body.
+func call(t *testing.T, method, url string, token int64, body any) (int, map[string]any) {
+	t.Helper()
+	var rd *bytes.Reader
+	if body == nil {
+		rd = bytes.NewReader(nil)
+	} else {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token > 0 {
+		req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+type world struct {
+	t *testing.T
+	p *pipelinetest.Pipeline
+}
+
+func (w world) payout(id string) payoutevent.Event {
+	e := payoutevent.Event{PayoutID: id, AccountID: "acct-" + id, AmountMinor: 2500, Currency: "EUR"}
+	if err := w.p.CreatePayout(w.t.Context(), e); err != nil {
+		w.t.Fatal(err)
+	}
+	return e
+}
+
+func (w world) claim(e payoutevent.Event, token int64) {
+	if code, body := call(w.t, "POST", w.p.PayURL+"/v1/payouts/"+e.PayoutID+"/claim", token, nil); code != http.StatusOK {
+		w.t.Fatalf("claim %s with %d: %d %v", e.PayoutID, token, code, body)
+	}
+}
+
+// submit sends e to the rail through rail-proxy and returns the rail's
+// reference.
+func (w world) submit(e payoutevent.Event, token int64) string {
+	code, body := call(w.t, "POST", w.p.ProxyURL+railproxy.PathSubmissions, token,
+		railproxy.SubmitRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency})
+	if code != http.StatusOK {
+		w.t.Fatalf("submit %s with %d: %d %v", e.PayoutID, token, code, body)
+	}
+	return body["railRef"].(string)
+}
+
+func (w world) report(e payoutevent.Event, token int64, ref string, railToken int64) {
+	body := map[string]any{"outcome": "ACK", "railRef": ref}
+	if railToken > 0 {
+		body["railToken"] = railToken
+	}
+	if code, ans := call(w.t, "POST", w.p.PayURL+"/v1/payouts/"+e.PayoutID+"/result", token, body); code != http.StatusOK {
+		w.t.Fatalf("result %s with %d: %d %v", e.PayoutID, token, code, ans)
+	}
+}
+
+func (w world) audit(ids ...string) payoutaudit.Report {
+	w.t.Helper()
+	rep, err := w.p.Audit(w.t.Context(), ids...)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return rep
+}
+
+func checks(rep payoutaudit.Report) []string {
+	var out []string
+	for _, v := range rep.Violations {
+		if !slices.Contains(out, v.Check) {
+			out = append(out, v.Check)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestAPayoutPaidOnceBalances(t *testing.T) {
+	w := world{t, pipelinetest.Start(t, pipelinetest.Options{})}
+	e := w.payout("p-1")
+	w.claim(e, 5)
+	w.report(e, 5, w.submit(e, 5), 0)
+	rep := w.audit()
+	if !rep.Balanced || rep.RailSubmissions != 1 || rep.RailAcks != 1 || rep.Debits != 1 || len(rep.Unreconciled) != 0 || rep.Ledger == nil {
+		t.Fatalf("report %+v; want balanced, 1 submission, 1 ack, 1 debit, the ledger audited", rep)
+	}
+}
+
+// A second payment that paydb never recorded: the ledger's own audit
+// balances, the rail's journal does not agree.
+func TestDoublePaymentIsFoundWhilePaydbBalances(t *testing.T) {
+	w := world{t, pipelinetest.Start(t, pipelinetest.Options{RailFencingOff: true})}
+	e := w.payout("p-1")
+	w.claim(e, 6)
+	ref := w.submit(e, 6)
+	w.submit(e, 5) // a stale holder's submission, let through with the fence off
+	w.report(e, 6, ref, 0)
+	rep := w.audit()
+	if rep.Ledger == nil || !rep.Ledger.Balanced {
+		t.Fatalf("paydb's own audit %+v; want balanced (that is the point)", rep.Ledger)
+	}
+	want := []string{payoutaudit.CheckRailMatchesLedger, payoutaudit.CheckRailOnce}
+	if got := checks(rep); rep.Balanced || !slices.Equal(got, want) {
+		t.Fatalf("checks broken %v (%v); want %v", got, rep.Violations, want)
+	}
+}
+
+// Money that went to the rail without rail-proxy.
+func TestASubmissionThatBypassedRailProxyIsFound(t *testing.T) {
+	p := pipelinetest.Start(t, pipelinetest.Options{})
+	w := world{t, p}
+	e := w.payout("p-1")
+	rec := httptest.NewRecorder()
+	b, _ := json.Marshal(railstub.SubmitRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency, Reference: e.PayoutID})
+	p.Stub.ServeHTTP(rec, httptest.NewRequest("POST", "/submit", bytes.NewReader(b)))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("rail-stub: %d %s", rec.Code, rec.Body)
+	}
+	rep := w.audit(e.PayoutID)
+	if got := checks(rep); !slices.Contains(got, payoutaudit.CheckRailThroughProxy) {
+		t.Fatalf("checks broken %v; want %s", got, payoutaudit.CheckRailThroughProxy)
+	}
+	// The rail acknowledged a payout nobody reported: unreconciled money.
+	if !slices.Equal(rep.Unreconciled, []string{e.PayoutID}) {
+		t.Fatalf("unreconciled %v; want [%s]", rep.Unreconciled, e.PayoutID)
+	}
+}
+
+// The payout must record the token its submission reached the rail with.
+func TestAWrongRailTokenIsFound(t *testing.T) {
+	w := world{t, pipelinetest.Start(t, pipelinetest.Options{})}
+	e := w.payout("p-1")
+	w.claim(e, 5)
+	w.report(e, 5, w.submit(e, 5), 4)
+	if got := checks(w.audit(e.PayoutID)); !slices.Equal(got, []string{payoutaudit.CheckRailToken}) {
+		t.Fatalf("checks broken %v; want %s", got, payoutaudit.CheckRailToken)
+	}
+}
