@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// TestAdvanceLetsGrantsResumeAboveN: a lock-server on a lockdb whose
+// identity stamp no longer matches (as after a restore; the restores
+// themselves are tested in pgstore) answers acquire with 503
+// BACKEND_RESTORED, which lockctl reports; "lockctl advance --past N"
+// refuses bad input and changes nothing, then lets grants resume with
+// tokens above N.
+func TestAdvanceLetsGrantsResumeAboveN(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dsn := pgtest.NewDatabase(t)
+	store, err := pgstore.Open(ctx, pgstore.Config{DSN: dsn}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	h, err := lockserver.NewServer(store, lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	if _, err := runCmd(t, srv.URL, "acquire", "payout:acct-7", "--ttl", "1s"); err != nil {
+		t.Fatal(err)
+	}
+
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// What a restore into a new database does to the stamp's view.
+	if _, err := conn.Exec(ctx, `UPDATE lockdb_identity SET database_oid = 0`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = runCmd(t, srv.URL, "acquire", "payout:acct-8")
+	var ce *client.Error
+	if !errors.Is(err, client.ErrBackendRestored) || !errors.As(err, &ce) || ce.Status != 503 || ce.Code != api.CodeBackendRestored {
+		t.Fatalf("acquire on a restored lockdb: %v; want 503 BACKEND_RESTORED", err)
+	}
+
+	const n = 1_000
+	for _, bad := range [][]string{
+		{"advance", "--store", "postgres", "--lockdb-url", dsn},                               // no --past
+		{"advance", "--store", "postgres", "--lockdb-url", dsn, "--past", "0"},                // not a token
+		{"advance", "--store", "postgres", "--lockdb-url", dsn, "--past", "-5"},               // not a token
+		{"advance", "--store", "postgres", "--lockdb-url", dsn, "--past", "1e9"},              // not an integer
+		{"advance", "--store", "postgres", "--lockdb-url", dsn, "--past", "9007199254740992"}, // 2^53
+		{"advance", "--store", "mysql", "--lockdb-url", dsn, "--past", "5"},
+		{"advance", "--store", "postgres", "--lockdb-url", "", "--past", "5"},
+		{"advance", "--store", "etcd", "--etcd-endpoints", " , ", "--past", "5"},
+	} {
+		if out, err := runCmd(t, srv.URL, bad...); err == nil {
+			t.Fatalf("lockctl %s accepted: %s", strings.Join(bad, " "), out)
+		}
+	}
+	if _, err := runCmd(t, srv.URL, "acquire", "payout:acct-8"); !errors.Is(err, client.ErrBackendRestored) {
+		t.Fatalf("acquire after refused advances: %v; want still BACKEND_RESTORED", err)
+	}
+
+	out, err := runCmd(t, srv.URL, "advance", "--store", "postgres", "--lockdb-url", dsn, "--past", strconv.Itoa(n))
+	if err != nil {
+		t.Fatalf("advance: %v", err)
+	}
+	var adv lockserver.Advanced
+	if err := json.Unmarshal([]byte(out), &adv); err != nil || adv.Past != n || adv.NextAbove < n || adv.Identity == adv.Previous {
+		t.Fatalf("advance printed %s (%v)", out, err)
+	}
+	out, err = runCmd(t, srv.URL, "acquire", "payout:acct-8")
+	var g api.Grant
+	if err != nil || json.Unmarshal([]byte(out), &g) != nil || g.Token <= n {
+		t.Fatalf("acquire after advance: %s %v; want a token above %d", out, err, n)
+	}
+}
