@@ -19,7 +19,8 @@
 // grant lives, since the key is never written again. etcd's revision is one
 // counter for the whole cluster, raft-replicated and persisted, so tokens
 // strictly increase across grants of every key, across restarts of
-// lock-server and of etcd members, and across leader changes. Release and
+// lock-server and of etcd members, and across leader changes (a snapshot
+// restore takes it back: see the restore guard in guard.go). Release and
 // Revoke are transactions conditional on that revision:
 //
 //	If(ModRevision(Prefix+k) == token,

@@ -11,7 +11,9 @@
 // increasing but not dense: expect gaps. Rows are never deleted; a released,
 // revoked or expired lease keeps its last token in its row, which is how
 // Inspect reports LastToken and why tokens keep increasing across restarts
-// of lock-server and of PostgreSQL.
+// of lock-server and of PostgreSQL. A restore of lockdb from a backup
+// takes the sequence back; the restore guard (guard.go) refuses grants
+// then, until Advance.
 //
 // Clock. Expiry is clock_timestamp() of the database at the moment each
 // statement runs (not now(), which is frozen at transaction start); the
