@@ -458,8 +458,11 @@ func (s *Store) create(ctx context.Context, key, owner string, id clientv3.Lease
 		Commit()
 	if err == nil && resp.Succeeded {
 		// The restore guard (guard.go): the caller revokes the lease of a
-		// refused grant, which deletes the key.
-		err = s.guardAfter(resp)
+		// refused grant, which deletes the key. A stamp written since this
+		// store read it (lockctl advance) is read again once.
+		if err = s.guardAfter(resp); err != nil && s.guardBefore(ctx) == nil {
+			err = s.guardAfter(resp)
+		}
 	}
 	return resp, err
 }

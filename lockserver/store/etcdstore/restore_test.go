@@ -129,6 +129,11 @@ func TestSnapshotRestoreRefusesGrantsUntilAdvance(t *testing.T) {
 	defer s.Close()
 	ctx := ctxT(t)
 	grantRelease(t, s, "payout:acct-1", 3)
+	// quiet is a second lock-server that grants nothing between the
+	// restores and the operator's advance.
+	quiet := openT(t, c, s.prefix)
+	defer quiet.Close()
+	grantRelease(t, quiet, "payout:acct-9", 1)
 	snap := saveSnapshot(t, c.Endpoints())
 	highest := grantRelease(t, s, "payout:acct-1", 20) // issued after the snapshot
 	if err := c.Close(); err != nil {
@@ -164,7 +169,11 @@ func TestSnapshotRestoreRefusesGrantsUntilAdvance(t *testing.T) {
 	if _, err := s.Acquire(ctx, "payout:acct-2", "worker-b", 2*shared.MinLeaseTTL()); !errors.Is(err, lockserver.ErrBackendRestored) {
 		t.Fatalf("acquire on the bumped cluster before advance: %v; want ErrBackendRestored", err)
 	}
-	adv, err := s.Advance(ctx, highest)
+	// The operator's lockctl is another client: s learns of the new stamp
+	// from etcd.
+	op := openT(t, c, s.prefix)
+	defer op.Close()
+	adv, err := op.Advance(ctx, highest)
 	if err != nil {
 		t.Fatalf("Advance(%d) on the bumped cluster: %v", highest, err)
 	}
@@ -178,10 +187,12 @@ func TestSnapshotRestoreRefusesGrantsUntilAdvance(t *testing.T) {
 	if l.Token <= highest {
 		t.Fatalf("after Advance(%d) the grant has token %d", highest, l.Token)
 	}
-	// A second lock-server, opened now, agrees.
-	s2 := openT(t, c, s.prefix)
-	defer s2.Close()
-	if l2 := grantRelease(t, s2, "payout:acct-3", 1); l2 <= l.Token {
+	// A lock-server that last granted before the restore grants above N at
+	// once, and so does one opened now.
+	if lq := grantRelease(t, quiet, "payout:acct-9", 1); lq <= highest {
+		t.Fatalf("the quiet store's grant after Advance has token %d, not above %d", lq, highest)
+	}
+	if l2 := grantRelease(t, op, "payout:acct-3", 1); l2 <= l.Token {
 		t.Fatalf("a new store's grant has token %d, not above %d", l2, l.Token)
 	}
 }
