@@ -12,11 +12,15 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/etcd/embedded"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
 )
 
@@ -93,5 +97,63 @@ func TestAdvanceLetsGrantsResumeAboveN(t *testing.T) {
 	var g api.Grant
 	if err != nil || json.Unmarshal([]byte(out), &g) != nil || g.Token <= n {
 		t.Fatalf("acquire after advance: %s %v; want a token above %d", out, err, n)
+	}
+}
+
+// TestAdvanceOnEtcdNeedsTheRevisionAboveN: on etcd, "lockctl advance"
+// reaches the cluster through --etcd-endpoints and --etcd-prefix; with a
+// stamp naming another cluster (as after a snapshot restore) grants are
+// refused, an N at or above the revision is refused with the bump to
+// restore with, and an N below it stamps the cluster and lets grants
+// resume above N.
+func TestAdvanceOnEtcdNeedsTheRevisionAboveN(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := embedded.Start(ctx, embedded.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Cleanup(t, c.Close)
+	const prefix = "/lockctl-test/locks/"
+	store, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: c.Endpoints(), Prefix: prefix}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	l, err := store.Acquire(ctx, "payout:acct-1", "worker-a", 2*time.Second) // stamps the cluster
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(ctx, prefix+"_restore_guard", `{"clusterId":"1"}`); err != nil {
+		t.Fatal(err)
+	}
+	// A lock-server started now reads the stamp.
+	store, err = etcdstore.Open(ctx, etcdstore.Config{Endpoints: c.Endpoints(), Prefix: prefix}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := store.Acquire(ctx, "payout:acct-2", "worker-a", 2*time.Second); !errors.Is(err, lockserver.ErrBackendRestored) {
+		t.Fatalf("acquire under a stamp of another cluster: %v; want ErrBackendRestored", err)
+	}
+
+	eps := strings.Join(c.Endpoints(), ",")
+	_, err = runCmd(t, "http://127.0.0.1:1", "advance", "--store", "etcd", "--etcd-endpoints", eps, "--etcd-prefix", prefix, "--past", "1000000")
+	if !errors.Is(err, etcdstore.ErrRevisionTooLow) || !strings.Contains(err.Error(), "--bump-revision") {
+		t.Fatalf("advance past a token above the revision: %v; want ErrRevisionTooLow naming --bump-revision", err)
+	}
+	out, err := runCmd(t, "http://127.0.0.1:1", "advance", "--store", "etcd", "--etcd-endpoints", eps, "--etcd-prefix", prefix, "--past", strconv.FormatInt(l.Token, 10))
+	var adv lockserver.Advanced
+	if err != nil || json.Unmarshal([]byte(out), &adv) != nil || adv.NextAbove <= l.Token {
+		t.Fatalf("advance --past %d: %s %v", l.Token, out, err)
+	}
+	l2, err := store.Acquire(ctx, "payout:acct-2", "worker-a", 2*time.Second)
+	if err != nil || l2.Token <= adv.NextAbove {
+		t.Fatalf("acquire after advance: %+v %v; want a token above %d", l2, err, adv.NextAbove)
 	}
 }
