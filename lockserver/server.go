@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,6 +54,10 @@ type Server struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	metrics *metrics // nil without a Registry
+
+	// issued is the largest token this Server has handed out: the token
+	// floor (floor.go).
+	issued atomic.Int64
 }
 
 // NewServer returns a Server over store. It returns an error if cfg is
@@ -71,6 +76,9 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 			return nil, fmt.Errorf("lockserver: register metrics: %w", err)
 		}
 		s.metrics = m
+		if err := s.registerFloor(cfg.Registry); err != nil {
+			return nil, fmt.Errorf("lockserver: register metrics: %w", err)
+		}
 		s.mux.Handle(PathMetrics, metricsHandler(cfg.Registry))
 	}
 	s.mux.HandleFunc(api.PathLockPrefix+"{key}", s.handleLock)
@@ -191,11 +199,16 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 	}
 	ctx, cancel := s.backendCtx(r)
 	defer cancel()
+	floor := s.issued.Load() // before the request: see floor.go
 	l, err := s.store.Acquire(ctx, key, req.Owner, time.Duration(req.TTLMs)*time.Millisecond)
+	if err == nil && l.Token <= floor {
+		err = s.withdraw(ctx, l, floor)
+	}
 	if err != nil {
 		s.fail(w, "acquire", key, err, "owner", req.Owner)
 		return
 	}
+	s.noteIssued(l.Token)
 	s.logLease("lock granted", "lock_granted", l)
 	writeJSON(w, http.StatusOK, grantOf(l))
 }
@@ -262,6 +275,10 @@ func (s *Server) fail(w http.ResponseWriter, op, key string, err error, attrs ..
 	attrs = append([]any{"op", op, "key", key, "code", string(code), "error", err.Error()}, attrs...)
 	msg := err.Error()
 	switch {
+	case code == api.CodeBackendRestored:
+		s.log.Error("grant refused: backend may have been restored", append([]any{"event", "backend_restored"}, attrs...)...)
+		msg = fmt.Sprintf("%s %q refused: the backend is not provably the one earlier tokens were issued on (restored or rolled back); "+
+			"an operator must run \"lockctl advance --past N\" with N at least the largest token ever issued", op, key)
 	case status >= 500:
 		s.log.Error("lock request failed", append([]any{"event", op + "_failed"}, attrs...)...)
 		msg = fmt.Sprintf("%s %q: the backend did not answer in time; the outcome is unknown", op, key)
@@ -287,6 +304,8 @@ func statusOf(err error) (int, api.Code) {
 		return http.StatusConflict, api.CodeStaleToken
 	case errors.Is(err, ErrNotHeld):
 		return http.StatusConflict, api.CodeLeaseNotHeld
+	case errors.Is(err, ErrBackendRestored):
+		return http.StatusServiceUnavailable, api.CodeBackendRestored
 	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return http.StatusServiceUnavailable, api.CodeBackendUnavailable
 	default:

@@ -37,6 +37,14 @@ var (
 	// ErrUnavailable: the backend did not answer; the outcome of the
 	// operation is unknown (a grant may or may not have happened).
 	ErrUnavailable = errors.New("lockserver: backend unavailable")
+	// ErrBackendRestored: Acquire only. The store cannot prove that the
+	// backend is the instance it issued tokens on (its stamped identity
+	// differs, or it handed out a token not above one already issued), so a
+	// grant could repeat a token: it refuses to grant, and nothing was
+	// issued. It lasts until an operator advances the tokens past the
+	// largest one ever issued ("lockctl advance"). Renew, Release, Revoke
+	// and Inspect are unaffected: they issue no token.
+	ErrBackendRestored = errors.New("lockserver: backend may have been restored; grants refused until tokens are advanced")
 )
 
 // Lease is one grant of a key.

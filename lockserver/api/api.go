@@ -14,7 +14,7 @@
 //
 // The API (every body is JSON, every error is an [ErrorEnvelope]):
 //
-//	POST /v1/locks/{key}/acquire  AcquireRequest -> 200 Grant | 409 LOCK_HELD
+//	POST /v1/locks/{key}/acquire  AcquireRequest -> 200 Grant | 409 LOCK_HELD, 503 BACKEND_RESTORED
 //	POST /v1/locks/{key}/renew    RenewRequest   -> 200 Grant | 409 LEASE_NOT_HELD, STALE_TOKEN
 //	POST /v1/locks/{key}/release  ReleaseRequest -> 204       | 409 LEASE_NOT_HELD, STALE_TOKEN
 //	POST /v1/locks/{key}/revoke   RevokeRequest  -> 200 Grant (the revoked lease) | 409 LEASE_NOT_HELD, STALE_TOKEN
@@ -175,6 +175,14 @@ const (
 	// CodeBackendUnavailable (503): the backend did not answer in time. The
 	// outcome of the operation is unknown. Retryable.
 	CodeBackendUnavailable Code = "BACKEND_UNAVAILABLE"
+	// CodeBackendRestored (503): acquire only. The backend is not provably
+	// the one the service issued its tokens on (it was restored from a
+	// backup or snapshot, rolled back, or failed over to a copy), so a new
+	// token could repeat one already issued. Grants are refused until an
+	// operator runs "lockctl advance --past N"; renew, release, revoke and
+	// inspect are still answered. Not retryable by the caller: only the
+	// operator's step clears it (see docs/runbooks/lockdb-restore.md).
+	CodeBackendRestored Code = "BACKEND_RESTORED"
 	// CodeInternal (500): a bug. Not retryable.
 	CodeInternal Code = "INTERNAL"
 )

@@ -61,6 +61,11 @@ var (
 	// of the operation is unknown (code BACKEND_UNAVAILABLE, or a transport
 	// error).
 	ErrUnavailable = errors.New("client: unavailable")
+	// ErrBackendRestored: the server refused a grant because its backend
+	// may have been restored from a backup, so a new token could repeat an
+	// old one (code BACKEND_RESTORED). Not retryable until an operator has
+	// advanced the tokens.
+	ErrBackendRestored = errors.New("client: backend restored")
 	// ErrLeaseLost: the Lease is no longer held. Lease.Err wraps it together
 	// with the cause: ErrDeadlinePassed, ErrReleased, or the server's refusal
 	// of a renewal (ErrNotHeld, ErrStaleToken).
@@ -103,6 +108,8 @@ func (e *Error) Is(target error) bool {
 		return target == ErrInvalidRequest
 	case api.CodeBackendUnavailable:
 		return target == ErrUnavailable
+	case api.CodeBackendRestored:
+		return target == ErrBackendRestored
 	}
 	return e.Code == "" && e.Status >= 500 && target == ErrUnavailable
 }

@@ -8,9 +8,20 @@
 //	lockctl acquire payout:acct-7 --ttl 30s --owner operator
 //	lockctl release payout:acct-7 --owner operator --token 43
 //	lockctl ready
+//	lockctl advance --past 48210 --store postgres --lockdb-url "$LOCKDB_URL"
 //
 // The server URL comes from --server, else $LOCK_SERVER_URL, else
 // http://127.0.0.1:8080.
+//
+// "advance" is the operator's step after a restore of the backend (see
+// docs/runbooks/lockdb-restore.md). Unlike the other commands it does not
+// go through lock-server: it opens the store itself, with the same
+// settings lock-server reads (LOCK_STORE, LOCKDB_URL, ETCD_ENDPOINTS,
+// ETCD_PREFIX, or the flags). The lock API has no authentication, and a
+// wrong N can re-issue tokens (too small) or push them out of range (too
+// large), so the step needs the backend's credentials, which whoever
+// restored the backend has anyway; and it works while every lock-server
+// refuses grants, or none runs.
 package main
 
 import (
@@ -20,11 +31,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
 )
 
 func main() {
@@ -179,5 +194,84 @@ func newRoot(out io.Writer) *cobra.Command {
 			return printJSON(map[string]string{"status": "ready"})
 		},
 	})
+	root.AddCommand(newAdvance(&timeout, printJSON))
 	return root
+}
+
+// advancer is what "advance" needs of a store: pgstore.Store and
+// etcdstore.Store.
+type advancer interface {
+	Advance(ctx context.Context, past int64) (lockserver.Advanced, error)
+	Close() error
+}
+
+// newAdvance is the "advance" command.
+func newAdvance(timeout *time.Duration, printJSON func(any) error) *cobra.Command {
+	var past int64
+	var store, lockdbURL, endpoints, prefix string
+	envOr := func(key, def string) string {
+		if v := os.Getenv(key); v != "" {
+			return v
+		}
+		return def
+	}
+	cmd := &cobra.Command{
+		Use:   "advance --past N",
+		Short: "After a restore of the backend: make every later token larger than N and let grants resume",
+		Long: "After a restore or rollback of lockdb or etcd, lock-server refuses grants (503 BACKEND_RESTORED).\n" +
+			"N must be at least the largest token ever issued before the restore: the maximum over time of\n" +
+			"lockserver_highest_token_issued in Prometheus, and of the tokens in lock_granted log lines and at\n" +
+			"the fence points. PostgreSQL: moves fencing_token_seq past N (never backwards) and stamps the\n" +
+			"database's identity. etcd: checks that the revision is above N (else restore again with\n" +
+			"etcdutl snapshot restore --bump-revision) and stamps the cluster ID.\n" +
+			"It opens the store directly (not through lock-server), with lock-server's settings.",
+		Args: cobra.NoArgs,
+		RunE: func(_ *cobra.Command, _ []string) error {
+			if past <= 0 || past > lockserver.MaxAdvancePast {
+				return fmt.Errorf("--past %d: want the largest token ever issued, 1..%d", past, int64(lockserver.MaxAdvancePast))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+			defer cancel()
+			s, err := openAdvancer(ctx, store, lockdbURL, endpoints, prefix)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			out, err := s.Advance(ctx, past)
+			if err != nil {
+				return err
+			}
+			return printJSON(out)
+		},
+	}
+	cmd.Flags().Int64Var(&past, "past", 0, "the largest token ever issued before the restore (required)")
+	cmd.Flags().StringVar(&store, "store", envOr("LOCK_STORE", "postgres"), "backend: postgres or etcd ($LOCK_STORE)")
+	cmd.Flags().StringVar(&lockdbURL, "lockdb-url", os.Getenv("LOCKDB_URL"), "PostgreSQL DSN of lockdb ($LOCKDB_URL)")
+	cmd.Flags().StringVar(&endpoints, "etcd-endpoints", os.Getenv("ETCD_ENDPOINTS"), "comma-separated etcd client URLs ($ETCD_ENDPOINTS)")
+	cmd.Flags().StringVar(&prefix, "etcd-prefix", envOr("ETCD_PREFIX", etcdstore.DefaultPrefix), "etcd key prefix of the lock keys ($ETCD_PREFIX)")
+	_ = cmd.MarkFlagRequired("past") // the flag exists; cannot fail
+	return cmd
+}
+
+// openAdvancer opens the store named by store with the given settings.
+func openAdvancer(ctx context.Context, store, lockdbURL, endpoints, prefix string) (advancer, error) {
+	switch store {
+	case "postgres":
+		if lockdbURL == "" {
+			return nil, errors.New("--store postgres needs --lockdb-url or $LOCKDB_URL")
+		}
+		return pgstore.Open(ctx, pgstore.Config{DSN: lockdbURL, MaxConns: 1}, nil)
+	case "etcd":
+		var eps []string
+		for _, e := range strings.Split(endpoints, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				eps = append(eps, e)
+			}
+		}
+		if len(eps) == 0 {
+			return nil, errors.New("--store etcd needs --etcd-endpoints or $ETCD_ENDPOINTS")
+		}
+		return etcdstore.Open(ctx, etcdstore.Config{Endpoints: eps, Prefix: prefix, IdleLeases: -1}, nil)
+	}
+	return nil, fmt.Errorf("--store %q: want postgres or etcd", store)
 }

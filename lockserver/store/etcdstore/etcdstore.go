@@ -19,7 +19,8 @@
 // grant lives, since the key is never written again. etcd's revision is one
 // counter for the whole cluster, raft-replicated and persisted, so tokens
 // strictly increase across grants of every key, across restarts of
-// lock-server and of etcd members, and across leader changes. Release and
+// lock-server and of etcd members, and across leader changes (a snapshot
+// restore takes it back: see the restore guard in guard.go). Release and
 // Revoke are transactions conditional on that revision:
 //
 //	If(ModRevision(Prefix+k) == token,
@@ -269,6 +270,7 @@ type Store struct {
 	clock      Clock
 	log        *slog.Logger
 	pool       *leasePool
+	guard      guard         // the restore guard's stamp: guard.go
 	reused     atomic.Uint64 // grants made on an idle lease
 	granted    atomic.Uint64 // etcd leases granted
 
@@ -359,6 +361,9 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		// Before anything is sent, so that no idle lease is spent on it.
 		return lockserver.Lease{}, s.fail("acquire", key, "start", err)
 	}
+	if err := s.guardBefore(ctx); err != nil { // the restore guard: guard.go
+		return lockserver.Lease{}, err
+	}
 	secs := int64((ttl + time.Second - 1) / time.Second)
 	if idle, ok := s.pool.take(secs, s.clock.Now()); ok {
 		if l, done, err := s.acquireOnIdle(ctx, key, owner, idle); done {
@@ -441,14 +446,25 @@ func (s *Store) acquireOnIdle(ctx context.Context, key, owner string, idle poole
 }
 
 // create runs Acquire's transaction: create the key with lease id and a
-// record of owner and ttl if it does not exist, else read it.
+// record of owner and ttl if it does not exist, else read it. A grant made
+// where the restore guard does not allow it is an error wrapping
+// lockserver.ErrBackendRestored.
 func (s *Store) create(ctx context.Context, key, owner string, id clientv3.LeaseID, ttl time.Duration) (*clientv3.TxnResponse, error) {
 	k := s.prefix + key
-	return s.cli.Txn(ctx).
+	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
 		Then(clientv3.OpPut(k, encodeRecord(owner, ttl), clientv3.WithLease(id))).
 		Else(clientv3.OpGet(k)).
 		Commit()
+	if err == nil && resp.Succeeded {
+		// The restore guard (guard.go): the caller revokes the lease of a
+		// refused grant, which deletes the key. A stamp written since this
+		// store read it (lockctl advance) is read again once.
+		if err = s.guardAfter(resp); err != nil && s.guardBefore(ctx) == nil {
+			err = s.guardAfter(resp)
+		}
+	}
+	return resp, err
 }
 
 // heldBy is ErrLockHeld for a create transaction that found the key.

@@ -11,7 +11,9 @@
 // increasing but not dense: expect gaps. Rows are never deleted; a released,
 // revoked or expired lease keeps its last token in its row, which is how
 // Inspect reports LastToken and why tokens keep increasing across restarts
-// of lock-server and of PostgreSQL.
+// of lock-server and of PostgreSQL. A restore of lockdb from a backup
+// takes the sequence back; the restore guard (guard.go) refuses grants
+// then, until Advance.
 //
 // Clock. Expiry is decided by lock_clock(), a SQL function (migration
 // 00002) that returns clock_timestamp(): the database host's wall clock at
@@ -368,13 +370,18 @@ func scanLease(row pgx.Row, key string) (lockserver.Lease, error) {
 }
 
 // Acquire implements lockserver.LockStore in one statement (see the package
-// doc for how the token is drawn). ErrLockHeld, wrapped, when an unexpired
-// lease exists on key; ErrInvalidArgument; ErrUnavailable.
+// doc for how the token is drawn), preceded in the same round trip by the
+// restore guard's identity check (guard.go). ErrLockHeld, wrapped, when an
+// unexpired lease exists on key; ErrBackendRestored when lockdb is not the
+// instance its identity stamp names; ErrInvalidArgument; ErrUnavailable.
 func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
 	if err := lockserver.ValidateAcquire(key, owner, ttl); err != nil {
 		return lockserver.Lease{}, err
 	}
-	l, err := scanLease(s.pool.QueryRow(ctx, s.acquireSQL, key, owner, ttl.Milliseconds()), key)
+	l, err := s.guardedAcquire(ctx, key, owner, ttl) // the restore guard: guard.go
+	if errors.Is(err, lockserver.ErrBackendRestored) {
+		return lockserver.Lease{}, err
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		s.log.Debug("pgstore acquire refused", "lock", key, "owner", owner)
 		return lockserver.Lease{}, fmt.Errorf("%w: key %q has an unexpired lease", lockserver.ErrLockHeld, key)

@@ -1,0 +1,208 @@
+package etcdstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+)
+
+// The restore guard. A token is the revision of the winning transaction,
+// and restoring a snapshot without --bump-revision takes the revision back
+// to the snapshot's: the next grants would repeat tokens already issued.
+// "etcdutl snapshot restore" always makes a new cluster, and the cluster ID
+// etcd puts in every response header names the cluster. So the store keeps
+// a stamp at Prefix + "_restore_guard" (lock keys start with a letter or a
+// digit, so no lock key is that key): the cluster ID the tokens are issued
+// on, and the revision at which the stamp was written.
+//
+// Before a grant, the store makes sure it knows a stamp naming the cluster
+// that answers (reading it when it has none yet or has seen a mismatch,
+// and writing the first one when the key is absent). After the grant's
+// transaction it checks the response header: a grant made on another
+// cluster than the stamp's, or at a revision not above the stamp's, is
+// withdrawn (the caller revokes its lease, which deletes the key) and
+// refused with lockserver.ErrBackendRestored. Renew, Release, Revoke and
+// Inspect are not checked: they issue no token.
+//
+// What it cannot see: a restore that gives the new cluster the same ID,
+// which happens when it is restored with the same member names, peer URLs
+// and --initial-cluster-token as the old one (etcd derives the ID from
+// them). The runbook asks for --bump-revision on every restore, and
+// lock-server's token floor catches the rest while a lock-server runs.
+
+// guardName is the key, under Prefix, of the stamp.
+const guardName = "_restore_guard"
+
+// ErrRevisionTooLow is returned, wrapped, by Advance when the cluster's
+// revision is not above the largest token issued: no stamp can make the
+// next revisions new tokens; the snapshot must be restored again with
+// --bump-revision.
+var ErrRevisionTooLow = errors.New("etcdstore: revision not above the tokens already issued")
+
+// stamp is the value of the stamp key.
+type stamp struct {
+	// ClusterID is the etcd cluster ID in hex, as etcdctl prints it.
+	ClusterID string `json:"clusterId"`
+	// StampedAt is lock-server's clock when the stamp was written (UTC).
+	StampedAt time.Time `json:"stampedAt"`
+	// AdvancedPast is the N of the "lockctl advance" that wrote it (0 for
+	// the first stamp of a cluster).
+	AdvancedPast int64 `json:"advancedPast,omitempty"`
+}
+
+// guard is the Store's knowledge of the stamp.
+type guard struct {
+	mu       sync.Mutex
+	cluster  uint64 // the stamp's cluster, 0 until known
+	stampRev int64  // the stamp key's ModRevision
+	mismatch bool   // a grant found another cluster: read the stamp again
+}
+
+func (s *Store) guardKey() string { return s.prefix + guardName }
+
+// guardBefore makes sure the Store knows a stamp naming the cluster that
+// answers, before Acquire writes anything. ErrBackendRestored when the
+// stamp names another cluster.
+func (s *Store) guardBefore(ctx context.Context) error {
+	s.guard.mu.Lock()
+	defer s.guard.mu.Unlock()
+	if s.guard.cluster != 0 && !s.guard.mismatch {
+		return nil
+	}
+	k := s.guardKey()
+	first, err := json.Marshal(stamp{StampedAt: s.now().UTC()})
+	if err != nil {
+		return err
+	}
+	// Create the first stamp if there is none, with the answering cluster's
+	// ID, which only the response header tells: written as a placeholder
+	// here and completed just below in a transaction on its revision.
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+		Then(clientv3.OpPut(k, string(first))).
+		Else(clientv3.OpGet(k)).
+		Commit()
+	if err != nil {
+		return s.fail("acquire", "", "read the restore guard's stamp", err)
+	}
+	answering := resp.Header.ClusterId
+	var st stamp
+	rev := resp.Header.Revision
+	if !resp.Succeeded {
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			return fmt.Errorf("etcdstore: the restore guard's stamp %q vanished while read", k)
+		}
+		if err := json.Unmarshal(kvs[0].Value, &st); err != nil {
+			return fmt.Errorf("etcdstore: the restore guard's stamp %q is not a stamp: %w", k, err)
+		}
+		rev = kvs[0].ModRevision
+	}
+	if st.ClusterID == "" { // just created, or a placeholder left by a crash
+		st.ClusterID = clusterHex(answering)
+		if st.StampedAt.IsZero() {
+			st.StampedAt = s.now().UTC()
+		}
+		b, _ := json.Marshal(st) // a stamp always encodes
+		put, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).
+			Then(clientv3.OpPut(k, string(b))).
+			Commit()
+		if err != nil {
+			return s.fail("acquire", "", "write the restore guard's stamp", err)
+		}
+		if !put.Succeeded {
+			return fmt.Errorf("%w: etcdstore: the restore guard's stamp changed while being written; try again", lockserver.ErrUnavailable)
+		}
+		rev = put.Header.Revision
+		s.log.Info("restore guard stamped", "event", "restore_guard_stamped", "clusterId", st.ClusterID, "revision", rev)
+	}
+	if st.ClusterID != clusterHex(answering) {
+		s.guard.mismatch = true
+		return fmt.Errorf("%w: etcdstore: the etcd cluster answering is %s, but tokens were issued on cluster %s (stamped %s)",
+			lockserver.ErrBackendRestored, clusterHex(answering), st.ClusterID, st.StampedAt.Format(time.RFC3339))
+	}
+	s.guard.cluster, s.guard.stampRev, s.guard.mismatch = answering, rev, false
+	return nil
+}
+
+// guardAfter checks the header of a grant's transaction against the stamp:
+// ErrBackendRestored when the grant was made on another cluster or at a
+// revision not above the stamp's.
+func (s *Store) guardAfter(resp *clientv3.TxnResponse) error {
+	s.guard.mu.Lock()
+	defer s.guard.mu.Unlock()
+	h := resp.Header
+	if h.ClusterId == s.guard.cluster && h.Revision > s.guard.stampRev {
+		return nil
+	}
+	s.guard.mismatch = true
+	return fmt.Errorf("%w: etcdstore: the grant was made on cluster %s at revision %d; tokens are issued on cluster %s above revision %d",
+		lockserver.ErrBackendRestored, clusterHex(h.ClusterId), h.Revision, clusterHex(s.guard.cluster), s.guard.stampRev)
+}
+
+// Advance is the operator's step after a restore of etcd (lockctl
+// advance). past must be at least the largest token ever issued before the
+// restore (the maximum of lock-server's gauge
+// lockserver_highest_token_issued, or of the tokens in lock_granted log
+// lines and at the fence points). etcd's revision cannot be moved forward
+// by a client, so Advance only checks that the cluster's revision is
+// already above past, which a restore with "etcdutl snapshot restore
+// --bump-revision" provides, and then stamps the answering cluster: every
+// later grant has a larger revision than the stamp. ErrRevisionTooLow
+// (wrapped, naming the bump needed) when it is not; ErrInvalidArgument
+// unless 0 < past <= MaxAdvancePast; ErrUnavailable.
+func (s *Store) Advance(ctx context.Context, past int64) (lockserver.Advanced, error) {
+	if past <= 0 || past > lockserver.MaxAdvancePast {
+		return lockserver.Advanced{}, fmt.Errorf("%w: past is %d; want the largest token ever issued, 1..%d", lockserver.ErrInvalidArgument, past, int64(lockserver.MaxAdvancePast))
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
+	defer cancel()
+	k := s.guardKey()
+	got, err := s.cli.Get(ctx, k)
+	if err != nil {
+		return lockserver.Advanced{}, s.fail("advance", "", "read the restore guard's stamp", err)
+	}
+	out := lockserver.Advanced{Past: past, Identity: "etcd cluster " + clusterHex(got.Header.ClusterId)}
+	var prevRev int64
+	if len(got.Kvs) > 0 {
+		var st stamp
+		if json.Unmarshal(got.Kvs[0].Value, &st) == nil && st.ClusterID != "" {
+			out.Previous = "etcd cluster " + st.ClusterID
+		}
+		prevRev = got.Kvs[0].ModRevision
+	}
+	if rev := got.Header.Revision; rev <= past {
+		return lockserver.Advanced{}, fmt.Errorf("%w: the cluster's revision is %d, not above %d: tokens %d to %d would be issued again. "+
+			"Restore the snapshot again with \"etcdutl snapshot restore --bump-revision %d --mark-compacted\" (any bump above %d minus the snapshot's revision will do), then run advance again",
+			ErrRevisionTooLow, rev, past, rev+1, past, past+1_000_000, past)
+	}
+	b, _ := json.Marshal(stamp{ClusterID: clusterHex(got.Header.ClusterId), StampedAt: s.now().UTC(), AdvancedPast: past}) // a stamp always encodes
+	put, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(k), "=", prevRev)).
+		Then(clientv3.OpPut(k, string(b))).
+		Commit()
+	if err != nil {
+		return lockserver.Advanced{}, s.fail("advance", "", "write the restore guard's stamp", err)
+	}
+	if !put.Succeeded {
+		return lockserver.Advanced{}, fmt.Errorf("%w: etcdstore: the restore guard's stamp changed during advance; run it again", lockserver.ErrUnavailable)
+	}
+	out.NextAbove = put.Header.Revision
+	s.guard.mu.Lock()
+	s.guard.cluster, s.guard.stampRev, s.guard.mismatch = put.Header.ClusterId, put.Header.Revision, false
+	s.guard.mu.Unlock()
+	s.log.Info("restore guard advanced", "event", "restore_guard_advanced", "past", past, "clusterId", clusterHex(put.Header.ClusterId), "revision", put.Header.Revision)
+	return out, nil
+}
+
+// clusterHex formats an etcd cluster ID as etcdctl prints it.
+func clusterHex(id uint64) string { return strconv.FormatUint(id, 16) }

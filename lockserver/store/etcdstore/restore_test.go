@@ -1,0 +1,198 @@
+package etcdstore
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/etcdutl/v3/snapshot"
+	"go.uber.org/zap"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/etcd/embedded"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+)
+
+// saveSnapshot writes a snapshot of the cluster at endpoints to a file,
+// as "etcdctl snapshot save" does (Maintenance.Snapshot).
+func saveSnapshot(t *testing.T, endpoints []string) string {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	rc, err := cli.Snapshot(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	path := filepath.Join(t.TempDir(), "etcd.snapshot")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(f, rc); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// restoreInPlace stops nothing: given the stopped cluster's Dir, it gives
+// the cluster a new --initial-cluster-token (so the restored cluster has a
+// new ID, as a restore with other names, URLs or token has), replaces the
+// member's data with "etcdutl snapshot restore" of snap (bumping the
+// revision by bump when bump > 0), and starts the cluster again on the
+// same URLs.
+func restoreInPlace(t *testing.T, dir, snap, token string, bump uint64) *embedded.Cluster {
+	t.Helper()
+	layoutPath := filepath.Join(dir, "cluster.json")
+	b, err := os.ReadFile(layoutPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lay struct {
+		Token   string `json:"token"`
+		Members []struct {
+			Name      string `json:"name"`
+			ClientURL string `json:"clientURL"`
+			PeerURL   string `json:"peerURL"`
+		} `json:"members"`
+	}
+	if err := json.Unmarshal(b, &lay); err != nil || len(lay.Members) != 1 {
+		t.Fatalf("layout %s: %v %+v", layoutPath, err, lay)
+	}
+	lay.Token = token
+	if b, err = json.Marshal(lay); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(layoutPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := lay.Members[0]
+	memberDir := filepath.Join(dir, m.Name)
+	if err := os.RemoveAll(memberDir); err != nil {
+		t.Fatal(err)
+	}
+	err = snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
+		SnapshotPath:        snap,
+		Name:                m.Name,
+		OutputDataDir:       memberDir,
+		PeerURLs:            []string{m.PeerURL},
+		InitialCluster:      m.Name + "=" + m.PeerURL,
+		InitialClusterToken: token,
+		RevisionBump:        bump,
+		MarkCompacted:       bump > 0,
+	})
+	if err != nil {
+		t.Fatalf("etcdutl snapshot restore: %v", err)
+	}
+	return startT(t, embedded.Config{Dir: dir})
+}
+
+// grantRelease takes key and gives it back n times, returning the last token.
+func grantRelease(t *testing.T, s *Store, key string, n int) int64 {
+	t.Helper()
+	var last int64
+	for range n {
+		l, err := s.Acquire(ctxT(t), key, "worker-a", 2*shared.MinLeaseTTL())
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		if err := s.Release(ctxT(t), key, "worker-a", l.Token); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		last = l.Token
+	}
+	return last
+}
+
+// TestSnapshotRestoreRefusesGrantsUntilAdvance takes a real snapshot of the
+// cluster, grants more tokens, and restores the snapshot with etcdutl's
+// restore into the member's data directory, on the same URLs, while the
+// store (a running lock-server) stays open. Restored without
+// --bump-revision, the revision is back at the snapshot's, so without the
+// guard the next grant repeats a token already issued; the guard refuses,
+// and advance refuses too, naming the bump needed. Restored again with
+// --bump-revision, advance succeeds and the next token is above every
+// earlier one.
+func TestSnapshotRestoreRefusesGrantsUntilAdvance(t *testing.T) {
+	dir := t.TempDir()
+	c := startT(t, embedded.Config{Dir: dir})
+	s := openT(t, c, newPrefix(t))
+	defer s.Close()
+	ctx := ctxT(t)
+	grantRelease(t, s, "payout:acct-1", 3)
+	// quiet is a second lock-server that grants nothing between the
+	// restores and the operator's advance.
+	quiet := openT(t, c, s.prefix)
+	defer quiet.Close()
+	grantRelease(t, quiet, "payout:acct-9", 1)
+	snap := saveSnapshot(t, c.Endpoints())
+	highest := grantRelease(t, s, "payout:acct-1", 20) // issued after the snapshot
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	c = restoreInPlace(t, dir, snap, "restored-1", 0)
+	for i := range 2 { // the first finds the new cluster after its grant, the second before
+		l, err := s.Acquire(ctx, "payout:acct-2", "worker-b", 2*shared.MinLeaseTTL())
+		switch {
+		case err == nil && l.Token <= highest:
+			t.Fatalf("acquire %d on the restored cluster re-issued token %d; %d was already issued before the restore", i, l.Token, highest)
+		case err == nil:
+			t.Fatalf("acquire %d on the restored cluster granted token %d; want ErrBackendRestored until advance", i, l.Token)
+		case !errors.Is(err, lockserver.ErrBackendRestored):
+			t.Fatalf("acquire %d on the restored cluster: %v; want ErrBackendRestored", i, err)
+		}
+		t.Logf("acquire %d refused as it should be: %v", i, err)
+	}
+	if st, err := s.Inspect(ctx, "payout:acct-2"); err != nil || st.Lease != nil {
+		t.Fatalf("Inspect after the refusals: %+v %v; want no live lease (the refused grant withdrawn)", st, err)
+	}
+	_, err := s.Advance(ctx, highest)
+	if !errors.Is(err, ErrRevisionTooLow) {
+		t.Fatalf("Advance(%d) without a bumped revision: %v; want ErrRevisionTooLow", highest, err)
+	}
+	t.Logf("advance refused as it should be: %v", err)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	c = restoreInPlace(t, dir, snap, "restored-2", 1_000_000)
+	if _, err := s.Acquire(ctx, "payout:acct-2", "worker-b", 2*shared.MinLeaseTTL()); !errors.Is(err, lockserver.ErrBackendRestored) {
+		t.Fatalf("acquire on the bumped cluster before advance: %v; want ErrBackendRestored", err)
+	}
+	// The operator's lockctl is another client: s learns of the new stamp
+	// from etcd.
+	op := openT(t, c, s.prefix)
+	defer op.Close()
+	adv, err := op.Advance(ctx, highest)
+	if err != nil {
+		t.Fatalf("Advance(%d) on the bumped cluster: %v", highest, err)
+	}
+	if adv.NextAbove <= highest || adv.Previous == adv.Identity {
+		t.Fatalf("Advance = %+v; want nextAbove > %d and a new identity", adv, highest)
+	}
+	l, err := s.Acquire(ctx, "payout:acct-2", "worker-b", 2*shared.MinLeaseTTL())
+	if err != nil {
+		t.Fatalf("Acquire after Advance: %v", err)
+	}
+	if l.Token <= highest {
+		t.Fatalf("after Advance(%d) the grant has token %d", highest, l.Token)
+	}
+	// A lock-server that last granted before the restore grants above N at
+	// once, and so does one opened now.
+	if lq := grantRelease(t, quiet, "payout:acct-9", 1); lq <= highest {
+		t.Fatalf("the quiet store's grant after Advance has token %d, not above %d", lq, highest)
+	}
+	if l2 := grantRelease(t, op, "payout:acct-3", 1); l2 <= l.Token {
+		t.Fatalf("a new store's grant has token %d, not above %d", l2, l.Token)
+	}
+}

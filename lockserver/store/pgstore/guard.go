@@ -1,0 +1,126 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+)
+
+// The restore guard. A restore of lockdb takes fencing_token_seq back to
+// the backup's value, and the next grants would repeat tokens already
+// issued. Table lockdb_identity (migration 00004) records the instance the
+// tokens were issued on: system identifier, timeline, database OID and the
+// sequence's OID. The row travels with every backup, but every kind of
+// restore changes at least one of those facts (see the migration), so every
+// grant runs lockdb_check_identity() first, in the same implicit
+// transaction and the same round trip, and a mismatch refuses the grant
+// before a token is drawn. Renew, release, revoke and inspect are not
+// checked: they issue no token, and a holder should still be able to give
+// back a lease while the operator works.
+//
+// What it cannot see: a copy of the data directory taken from the same
+// cluster and started without archive recovery (a disk snapshot restored in
+// place) keeps all four facts. lock-server's token floor and the runbook
+// (docs/runbooks/lockdb-restore.md) cover that case.
+
+const (
+	// checkIdentitySQL raises SQLSTATE sqlstateRestored on a mismatch.
+	checkIdentitySQL = `SELECT lockdb_check_identity()`
+
+	// sqlstateRestored is the SQLSTATE of lockdb_check_identity's refusal.
+	sqlstateRestored = "DL001"
+
+	// advanceSQL moves the sequence to the largest of N, its own value and
+	// every token recorded in lock_lease; the next nextval returns one more.
+	advanceSQL = `SELECT setval('fencing_token_seq', GREATEST($1::bigint,
+    (SELECT last_value FROM fencing_token_seq),
+    (SELECT coalesce(max(fencing_token), 0) FROM lock_lease)))`
+
+	// identityText formats an identity as lockdb_check_identity does.
+	identityText = `format('system %s timeline %s database %s sequence %s', system_identifier, timeline_id, database_oid, sequence_oid)`
+
+	// stampSQL records the current identity, with N.
+	stampSQL = `INSERT INTO lockdb_identity AS i (system_identifier, timeline_id, database_oid, sequence_oid, stamped_at, advanced_past)
+SELECT system_identifier, timeline_id, database_oid, sequence_oid, clock_timestamp(), $1::bigint FROM lockdb_current_identity()
+ON CONFLICT (singleton) DO UPDATE SET
+    system_identifier = EXCLUDED.system_identifier, timeline_id = EXCLUDED.timeline_id,
+    database_oid = EXCLUDED.database_oid, sequence_oid = EXCLUDED.sequence_oid,
+    stamped_at = EXCLUDED.stamped_at, advanced_past = EXCLUDED.advanced_past
+RETURNING ` + identityText
+
+	// guardLockSQL takes the guard's advisory lock exclusively ("lockid";
+	// lockdb_check_identity takes it shared).
+	guardLockSQL = `SELECT pg_advisory_xact_lock(x'6c6f636b6964'::bigint)`
+)
+
+// guardedAcquire runs the identity check and the acquire statement in one
+// batch: one round trip, one implicit transaction, so the statement runs
+// only if the check passed, and under the guard's shared lock. It returns
+// pgx.ErrNoRows when the key is held, an error wrapping
+// lockserver.ErrBackendRestored on a mismatch, or the driver's error.
+func (s *Store) guardedAcquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+	b := &pgx.Batch{}
+	b.Queue(checkIdentitySQL)
+	b.Queue(s.acquireSQL, key, owner, ttl.Milliseconds())
+	br := s.pool.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return lockserver.Lease{}, restored(err)
+	}
+	l, err := scanLease(br.QueryRow(), key)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		return lockserver.Lease{}, cerr // the implicit commit failed
+	}
+	return l, err
+}
+
+// restored wraps the guard's refusal in lockserver.ErrBackendRestored and
+// returns other errors as they are.
+func restored(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == sqlstateRestored {
+		return fmt.Errorf("%w: pgstore: %s", lockserver.ErrBackendRestored, pgErr.Message)
+	}
+	return err
+}
+
+// Advance is the operator's step after a restore of lockdb (lockctl
+// advance). past must be at least the largest token ever issued, by any
+// lock-server, before the restore: the maximum of the gauge
+// lockserver_highest_token_issued, or of the tokens in lock_granted log
+// lines and at the fence points. In one transaction, holding the guard's
+// lock exclusively (grants wait), it moves fencing_token_seq to the largest
+// of past, its own value and every token in lock_lease, never backwards,
+// and stamps the current identity, so grants resume with tokens above
+// past. ErrInvalidArgument (wrapped) unless 0 < past <= MaxAdvancePast;
+// ErrUnavailable.
+func (s *Store) Advance(ctx context.Context, past int64) (lockserver.Advanced, error) {
+	if past <= 0 || past > lockserver.MaxAdvancePast {
+		return lockserver.Advanced{}, fmt.Errorf("%w: past is %d; want the largest token ever issued, 1..%d", lockserver.ErrInvalidArgument, past, int64(lockserver.MaxAdvancePast))
+	}
+	out := lockserver.Advanced{Past: past}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, guardLockSQL); err != nil {
+			return err
+		}
+		err := tx.QueryRow(ctx, `SELECT `+identityText+` FROM lockdb_identity`).Scan(&out.Previous)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if err := tx.QueryRow(ctx, advanceSQL, past).Scan(&out.NextAbove); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, stampSQL, past).Scan(&out.Identity)
+	})
+	if err != nil {
+		return lockserver.Advanced{}, unavailable("advance", "", err)
+	}
+	s.log.Debug("pgstore advanced", "past", past, "next_above", out.NextAbove, "identity", out.Identity, "previous", out.Previous)
+	return out, nil
+}

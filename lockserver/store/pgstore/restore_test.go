@@ -1,0 +1,243 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+)
+
+// pgTool runs one of the PostgreSQL client programs (pg_dump, pg_restore)
+// from the server's binary directory, failing t with its output.
+func pgTool(t *testing.T, name string, args ...string) {
+	t.Helper()
+	bin := os.Getenv(pgcluster.EnvBinDir)
+	if bin == "" {
+		bin = pgcluster.DefaultBinDir
+	}
+	out, err := exec.CommandContext(testCtx(t), filepath.Join(bin, name), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+	}
+}
+
+// grantRelease takes key and gives it back n times, returning the last token.
+func grantRelease(t *testing.T, s *Store, key string, n int) int64 {
+	t.Helper()
+	var last int64
+	for range n {
+		l, err := s.Acquire(testCtx(t), key, "worker-a", testTTL)
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		if err := s.Release(testCtx(t), key, "worker-a", l.Token); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		last = l.Token
+	}
+	return last
+}
+
+// checkRefusedUntilAdvance is the argument every restore test ends with:
+// on the restored lockdb a grant is refused (never a token at or below
+// highest, the largest issued before the restore) until Advance, and the
+// first grant after it is above highest.
+func checkRefusedUntilAdvance(t *testing.T, s *Store, highest int64) {
+	t.Helper()
+	ctx := testCtx(t)
+	l, err := s.Acquire(ctx, "payout:acct-1", "worker-b", testTTL)
+	switch {
+	case err == nil && l.Token <= highest:
+		t.Fatalf("restored lockdb re-issued token %d; %d was already issued before the restore", l.Token, highest)
+	case err == nil:
+		t.Fatalf("restored lockdb granted token %d; want ErrBackendRestored until advance", l.Token)
+	case !errors.Is(err, lockserver.ErrBackendRestored):
+		t.Fatalf("Acquire on the restored lockdb: %v; want ErrBackendRestored", err)
+	}
+	t.Logf("refused as it should be: %v", err)
+	// Inspect still answers: it issues no token.
+	if _, err := s.Inspect(ctx, "payout:acct-1"); err != nil {
+		t.Fatalf("Inspect on the restored lockdb: %v", err)
+	}
+	if _, err := s.Advance(ctx, 0); !errors.Is(err, lockserver.ErrInvalidArgument) {
+		t.Fatalf("Advance(0): %v; want ErrInvalidArgument", err)
+	}
+	adv, err := s.Advance(ctx, highest)
+	if err != nil {
+		t.Fatalf("Advance: %v", err)
+	}
+	if adv.NextAbove < highest || adv.Previous == adv.Identity || adv.Previous == "" {
+		t.Fatalf("Advance(%d) = %+v; want nextAbove >= %d and a new identity", highest, adv, highest)
+	}
+	l, err = s.Acquire(ctx, "payout:acct-1", "worker-b", testTTL)
+	if err != nil {
+		t.Fatalf("Acquire after Advance: %v", err)
+	}
+	if l.Token <= highest {
+		t.Fatalf("after Advance(%d) the grant has token %d", highest, l.Token)
+	}
+}
+
+// TestDumpRestoredIntoANewDatabaseRefusesGrantsUntilAdvance takes a real
+// pg_dump of lockdb, grants more tokens, restores the dump into a new
+// database (as an operator recovering lockdb would) and reopens the store
+// on it: the sequence is back at the backup's value, so without the guard
+// the next grant repeats a token already issued.
+func TestDumpRestoredIntoANewDatabaseRefusesGrantsUntilAdvance(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	s := openStore(t, dsn)
+	grantRelease(t, s, "payout:acct-1", 3)
+	dump := filepath.Join(t.TempDir(), "lockdb.dump")
+	pgTool(t, "pg_dump", "--format=custom", "--file="+dump, "--dbname="+dsn)
+	highest := grantRelease(t, s, "payout:acct-1", 5) // issued after the backup
+
+	restoredDSN := pgtest.NewDatabase(t)
+	pgTool(t, "pg_restore", "--no-owner", "--exit-on-error", "--dbname="+restoredDSN, dump)
+	checkRefusedUntilAdvance(t, openStore(t, restoredDSN), highest)
+}
+
+// TestDumpRestoredOverTheSameDatabaseRefusesGrantsUntilAdvance restores
+// the dump over lockdb itself (pg_restore --clean): same database, same
+// cluster, same timeline, but the sequence is recreated. The store stays
+// open throughout, as a lock-server would.
+func TestDumpRestoredOverTheSameDatabaseRefusesGrantsUntilAdvance(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	s := openStore(t, dsn)
+	grantRelease(t, s, "payout:acct-1", 3)
+	dump := filepath.Join(t.TempDir(), "lockdb.dump")
+	pgTool(t, "pg_dump", "--format=custom", "--file="+dump, "--dbname="+dsn)
+	highest := grantRelease(t, s, "payout:acct-1", 5)
+
+	s.pool.Reset() // pg_restore --clean waits for no lock held by the pool's connections
+	pgTool(t, "pg_restore", "--clean", "--no-owner", "--exit-on-error", "--dbname="+dsn, dump)
+	checkRefusedUntilAdvance(t, s, highest)
+}
+
+// TestIdentityMatchesAfterARestart: an ordinary restart (and crash
+// recovery) changes no identity fact, so grants go on without an advance.
+func TestIdentityMatchesAfterARestart(t *testing.T) {
+	c, dsn := newClusterDB(t)
+	s := openStore(t, dsn)
+	before := grantRelease(t, s, "payout:acct-1", 2)
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openStore(t, dsn)
+	l, err := s2.Acquire(testCtx(t), "payout:acct-1", "worker-a", testTTL)
+	if err != nil || l.Token <= before {
+		t.Fatalf("Acquire after a crash and restart: %+v %v; want a token above %d", l, err, before)
+	}
+}
+
+// TestBaseBackupRecoveredToANewTimelineRefusesGrantsUntilAdvance takes a
+// real physical backup (pg_basebackup with its WAL), grants more tokens,
+// stops the server and puts the backup in place of its data directory
+// with archive recovery to the backup's end (recovery_target =
+// 'immediate'), which promotes onto a new timeline, as every point-in-time
+// recovery does. Same cluster, same database OID, same sequence: only the
+// timeline tells.
+func TestBaseBackupRecoveredToANewTimelineRefusesGrantsUntilAdvance(t *testing.T) {
+	c, dsn := newClusterDB(t)
+	s := openStore(t, dsn)
+	grantRelease(t, s, "payout:acct-1", 3)
+	backup := filepath.Join(c.Dir(), "backup")
+	pgTool(t, "pg_basebackup", "--pgdata="+backup, "--wal-method=stream", "--checkpoint=fast", "--dbname="+c.AdminDSN())
+	highest := grantRelease(t, s, "payout:acct-1", 5)
+	_ = s.Close()
+
+	if err := c.Stop(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(c.Dir(), "data")
+	if err := os.Rename(data, data+".lost"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(backup, data); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "recovery.signal"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf, err := os.OpenFile(filepath.Join(data, "postgresql.auto.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No archive: the WAL streamed into the backup is all there is.
+	_, err = conf.WriteString("restore_command = 'false'\nrecovery_target = 'immediate'\nrecovery_target_action = 'promote'\n")
+	if cerr := conf.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	chownToServer(t, data)
+	if err := c.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	awaitPromoted(t, c.AdminDSN())
+	checkRefusedUntilAdvance(t, openStore(t, dsn), highest)
+}
+
+// chownToServer hands dir to the "postgres" user when the test runs as
+// root (pg_basebackup, run by the test, wrote it as root).
+func chownToServer(t *testing.T, dir string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return
+	}
+	u, err := user.Lookup(pgcluster.Superuser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	err = filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// awaitPromoted waits until the server at dsn has left recovery.
+func awaitPromoted(t *testing.T, dsn string) {
+	t.Helper()
+	ctx := testCtx(t)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for {
+		var inRecovery bool
+		if err := conn.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery); err != nil {
+			t.Fatalf("waiting for the end of recovery: %v", err)
+		}
+		if !inRecovery {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the restored server did not leave recovery")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
