@@ -60,10 +60,13 @@ const (
 // firstAttempt is rail-proxy's refusal of a second submission: the
 // payout's attempt that went to the rail (railproxy.AlreadySubmittedAnswer).
 type firstAttempt struct {
-	AttemptID int64  `json:"attemptId"`
-	Token     int64  `json:"token"`
-	State     string `json:"state"`
-	RailRef   string `json:"railRef"`
+	AttemptID   int64  `json:"attemptId"`
+	AccountID   string `json:"accountId"`
+	AmountMinor int64  `json:"amountMinor"`
+	Currency    string `json:"currency"`
+	Token       int64  `json:"token"`
+	State       string `json:"state"`
+	RailRef     string `json:"railRef"`
 }
 
 func (a *firstAttempt) Error() string {

@@ -364,6 +364,15 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 			return "", fmt.Errorf("%w: attempt %d with token %d", ErrSubmissionInFlight, first.AttemptID, first.Token)
 		}
 		res = railResult{Status: first.outcome(), RailRef: first.RailRef, Token: first.Token}
+		if first.AccountID != e.AccountID || first.AmountMinor != e.AmountMinor || first.Currency != e.Currency {
+			// What went to the rail under this payout's id is not this
+			// payout (a forged or buggy submission): its outcome says
+			// nothing about this payout's money. A person decides.
+			log.Error("the submission that went to the rail under this payout's id does not match the payout; marking it ambiguous",
+				"event", "rail_prior_attempt_mismatch", "attemptAccountId", first.AccountID, "attemptAmountMinor", first.AmountMinor,
+				"attemptCurrency", first.Currency)
+			res = railResult{Status: outcomeAmbiguous, Token: first.Token}
+		}
 	case errors.Is(err, errAmbiguous):
 		log.Error("rail outcome unknown; marking the payout ambiguous", "event", "rail_submission_ambiguous", "error", err.Error())
 		res = railResult{Status: outcomeAmbiguous, Token: token}

@@ -222,6 +222,26 @@ func TestPayoutAlreadySubmittedReportsThatSubmission(t *testing.T) {
 	}
 }
 
+// A submission under the payout's id that is not the payout (another
+// account or amount: forged, or a bug) went to the rail first. Its outcome
+// says nothing about this payout: the payout is left in doubt, never
+// posted on the strength of it.
+func TestAlreadySubmittedUnderAnotherAccountIsInDoubt(t *testing.T) {
+	var body map[string]any
+	_ = json.Unmarshal([]byte(alreadySubmitted("acked", "rail-000009", 1)), &body)
+	body["attempt"].(map[string]any)["accountId"] = "acct-8"
+	b, _ := json.Marshal(body)
+	deps := &fakeDeps{railStatus: http.StatusConflict, railBody: string(b)}
+	x, _ := newExecutor(t, deps, executor.Hooks{})
+	out, err := x.Execute(t.Context(), event)
+	if err != nil || out != executor.OutcomeInDoubt {
+		t.Fatalf("Execute = %q, %v; want in_doubt", out, err)
+	}
+	if len(deps.results) != 1 || deps.results[0]["outcome"] != "AMBIGUOUS" {
+		t.Fatalf("results: %v; want one AMBIGUOUS", deps.results)
+	}
+}
+
 func TestPayoutSubmissionStillInFlightIsRedelivered(t *testing.T) {
 	deps := &fakeDeps{railStatus: http.StatusConflict, railBody: alreadySubmitted("forwarding", "", 1)}
 	x, _ := newExecutor(t, deps, executor.Hooks{})
