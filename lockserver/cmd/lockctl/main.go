@@ -109,8 +109,10 @@ func newRoot(out io.Writer) *cobra.Command {
 	revoke := &cobra.Command{
 		Use:   "revoke KEY",
 		Short: "Force-end the live lease on KEY, whoever holds it",
-		Long: "Force-end the live lease on KEY. The holder is not told: only the fence points\n" +
-			"stop it from writing afterwards. With --token, only the lease with that token is revoked.",
+		Long: "Force-end the live lease on KEY. The holder is not told. A holder that confirms its lease\n" +
+			"with lock-server before each side effect (the payout executor does) stops at its next\n" +
+			"confirmation; a request it sent before that is stopped only by a fence point, once a newer\n" +
+			"grant's token has reached it. With --token, only the lease with that token is revoked.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			if reason == "" {
