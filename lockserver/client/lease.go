@@ -14,9 +14,13 @@ import (
 // deadline passes, a renewal is refused, or it is released. It is safe for
 // concurrent use.
 //
-// Before every side effect made under the lease, call Check (or Held); then
-// send Token to the resource, which must refuse it if it has seen a larger
-// one. Check narrows the window in which a stale holder writes; only the
+// Before every side effect made under the lease, call Check (or Held), or
+// better Renew, which asks the server: Check reads only the local
+// deadline, so it cannot see an operator's revoke or an expiry the server
+// decided early, while a Renew answered before the side effect stops the
+// holder for both (the window left is one round trip). Then send Token to
+// the resource, which must refuse it if it has seen a larger one. These
+// checks narrow the window in which a stale holder writes; only the
 // resource's check closes it.
 type Lease struct {
 	c     *Client
