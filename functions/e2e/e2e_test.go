@@ -99,20 +99,22 @@ func TestPayoutPipelineEndToEnd(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
-	cluster, err := embedded.Start(ctx, embedded.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pgtest.Cleanup(t, cluster.Close)
-	stores := lockStores(ctx, cluster)
+	stores := lockStores(ctx, t)
 	for _, backend := range []string{"postgres", "etcd"} {
 		t.Run(backend, func(t *testing.T) { runPipeline(ctx, t, stores[backend]) })
 	}
 }
 
-// lockStores returns, per backend name, a function opening a fresh lock
-// store: a new lockdb database, or a new key prefix on cluster.
-func lockStores(ctx context.Context, cluster *embedded.Cluster) map[string]func(*testing.T, *slog.Logger) lockserver.LockStore {
+// lockStores starts an embedded etcd for t and returns, per backend name,
+// a function opening a fresh lock store: a new lockdb database, or a new
+// key prefix on that etcd.
+func lockStores(ctx context.Context, t *testing.T) map[string]func(*testing.T, *slog.Logger) lockserver.LockStore {
+	t.Helper()
+	cluster, err := embedded.Start(ctx, embedded.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Cleanup(t, cluster.Close)
 	return map[string]func(*testing.T, *slog.Logger) lockserver.LockStore{
 		"postgres": func(t *testing.T, log *slog.Logger) lockserver.LockStore {
 			s, err := pgstore.Open(ctx, pgstore.Config{DSN: pgtest.NewDatabase(t)}, log)

@@ -11,11 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/etcd/embedded"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
 
@@ -35,12 +33,7 @@ func TestOrderingsOfIssue8(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	cluster, err := embedded.Start(ctx, embedded.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pgtest.Cleanup(t, cluster.Close)
-	backends := lockStores(ctx, cluster)
+	backends := lockStores(ctx, t)
 	for _, backend := range []string{"postgres", "etcd"} {
 		t.Run(backend+"/stale-submission-arrives-first", func(t *testing.T) {
 			var logs logtest.Buffer

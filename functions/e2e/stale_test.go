@@ -12,11 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/etcd/embedded"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 )
 
 // partition is a transport that can cut a worker off from lock-server, as
@@ -53,12 +51,7 @@ func TestStaleHolderMatrix(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	cluster, err := embedded.Start(ctx, embedded.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pgtest.Cleanup(t, cluster.Close)
-	backends := lockStores(ctx, cluster)
+	backends := lockStores(ctx, t)
 	cells := []struct {
 		name        string
 		f           fences
