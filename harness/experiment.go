@@ -5,7 +5,7 @@
 // switches:
 //
 //  1. a stack starts with executors A and B; A is armed to SIGSTOP itself
-//     after its last lease check and before its rail submission of payout
+//     after its last lease confirmation and before its rail submission of payout
 //     p-1 (EXECUTOR_SELF_STOP_BEFORE_SUBMIT);
 //  2. account acct-7 and payout p-1 are created through payment-resource,
 //     which publishes the payout event to the Pub/Sub fake;

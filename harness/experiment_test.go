@@ -8,7 +8,7 @@ import (
 
 // TestStaleHolderMatrixOnRealProcesses is the fencing argument on a stack
 // of real processes: for each backend and each fencing cell, worker A is
-// stopped with SIGSTOP after its last lease check, its lease expires on
+// stopped with SIGSTOP after its last lease confirmation, its lease expires on
 // the server, B completes the payout, A is continued. The outcome is read
 // from the rail-stub and the ledger; the expectations are those of
 // functions/e2e's in-process TestStaleHolderMatrix. The runs are shared

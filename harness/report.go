@@ -37,7 +37,7 @@ func Transcript(r *Run) string {
 		case e.Service == "payment-resource" && e.Name == "payout_claimed":
 			line(who, fmt.Sprintf("POST /v1/payouts/%s/claim  X-Fencing-Token: %d", e.Str("payoutId"), e.Int("token")), "200 claimed")
 		case e.Service == "executor" && e.Name == "self_stop":
-			line(who, fmt.Sprintf("SIGSTOP (pid %d) after its last lease check, before the rail submission", e.Int("pid")), "")
+			line(who, fmt.Sprintf("SIGSTOP (pid %d) after its last lease confirmation, before the rail submission", e.Int("pid")), "")
 		case e.Service == "harness" && e.Name == "lease_gone":
 			fmt.Fprintf(&b, "    lock-server expired A's lease (token %d) on its own schedule, %v after A stopped\n", e.Int("token"), r.LeaseGone.Sub(r.Stopped).Round(10e6))
 		case e.Service == "harness" && e.Name == "push_sent" && e.Owner() == "B":
@@ -46,12 +46,14 @@ func Transcript(r *Run) string {
 			line(who, "SIGCONT: still believes it holds the lock, submits the same payout", "")
 		case e.Service == "rail-proxy" && e.Name == "rail_submission_forwarding":
 			line(who, fmt.Sprintf("POST /v1/rail/submissions  X-Fencing-Token: %d", e.Int("token")), "forwarded to the rail")
+		case e.Service == "rail-proxy" && e.Name == "fencing_bypassed" && e.Int("firstToken") > 0:
+			fmt.Fprintf(&b, "    rail fencing OFF: payout %s already went to the rail with token %d, forwarded again\n", e.Str("payoutId"), e.Int("firstToken"))
 		case e.Service == "rail-proxy" && e.Name == "fencing_bypassed":
 			fmt.Fprintf(&b, "    rail fencing OFF: token %d is below the high-water %d, forwarded anyway\n", e.Int("token"), e.Int("highestToken"))
 		case e.Service == "rail-stub" && e.Name == "rail_submission_recorded":
 			fmt.Fprintf(&b, "    rail-stub: submission #%d of payout %s, %s (%s): money moved\n", e.Int("seq"), e.Str("payoutId"), e.Str("status"), e.Str("railRef"))
 		case e.Service == "executor" && e.Name == "rail_prior_attempt_found":
-			line(who, "finds an earlier rail attempt for the payout", "reports it instead of resubmitting")
+			line(who, "rail-proxy: the payout already went to the rail", "reports that submission's outcome instead")
 		case e.Name == "fenced_out":
 			switch e.Str("resource") {
 			case "rail":
@@ -87,7 +89,7 @@ func Transcript(r *Run) string {
 			fmt.Fprintf(&b, "%s push answered %s\n", who, e.Str("answer"))
 		}
 	}
-	fmt.Fprintf(&b, "measured at the rail-stub and in the ledger: railSubmissions=%d debits=%d ledgerBalanced=%v (tokens A=%d B=%d)\n",
+	fmt.Fprintf(&b, "measured at the rail-stub, raildb and the ledger: railSubmissions=%d debits=%d ledgerBalanced=%v (tokens A=%d B=%d)\n",
 		s.RailSubmissions, s.Debits, s.LedgerBalanced, s.TokenA, s.TokenB)
 	return b.String()
 }

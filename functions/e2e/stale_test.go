@@ -40,7 +40,7 @@ func (p *partition) Do(r *http.Request) (*http.Response, error) {
 
 // TestStaleHolderMatrix is the fencing argument in one process, for each
 // backend and each setting of the two kill switches. Worker A takes the
-// lease and claims the payout, then stalls after its last lease check,
+// lease and claims the payout, then stalls after its last lease confirmation,
 // cut off from lock-server; the server expires A's lease; worker B takes
 // the lease with a larger token and completes the payout; A resumes and
 // submits as if it still held the lease. The outcome is read from the

@@ -102,7 +102,7 @@ type ExecutorSpec struct {
 	// unique within a stack.
 	Name string
 	// SelfStopBefore, when set to a payout id, makes the executor SIGSTOP
-	// itself once, after its last lease check and before the rail
+	// itself once, after its last lease confirmation and before the rail
 	// submission of that payout (EXECUTOR_SELF_STOP_BEFORE_SUBMIT). Default
 	// "": never.
 	SelfStopBefore string
