@@ -36,7 +36,9 @@ const (
 
 // Internal outcomes of the calls.
 var (
-	// errAmbiguous: the rail submission may or may not have reached the rail.
+	// errAmbiguous: rail-proxy called the rail and got no answer: the money
+	// may or may not have moved, and only a reconciliation with the rail
+	// can tell.
 	errAmbiguous = errors.New("executor: rail outcome unknown")
 	// errMismatch: the event does not describe the payout it names.
 	errMismatch = errors.New("executor: event does not match its payout")
@@ -189,8 +191,14 @@ func (x *Executor) claim(ctx context.Context, e payoutevent.Event, token int64) 
 
 // submit sends the payout to the rail through rail-proxy with token. It
 // returns ErrFencedOut, a *firstAttempt when the payout already went to the
-// rail, errAmbiguous when the rail may have been reached without an
-// answer, or ErrDependency when rail-proxy refused before forwarding.
+// rail, errAmbiguous when rail-proxy says the rail was called and did not
+// answer (RAIL_AMBIGUOUS), or ErrDependency otherwise.
+//
+// An answer lost on the way back (a broken connection, a timeout, a 5xx
+// other than RAIL_AMBIGUOUS, an unreadable 200) is ErrDependency, not
+// ambiguous: the submission may have gone to the rail, but asking again is
+// safe, because rail-proxy forwards a payout once and answers a later
+// submission with the first one's attempt and outcome.
 func (x *Executor) submit(ctx context.Context, e payoutevent.Event, token int64) (railResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, x.cfg.RailTimeout)
 	defer cancel()
@@ -198,12 +206,11 @@ func (x *Executor) submit(ctx context.Context, e payoutevent.Event, token int64)
 	a, err := x.call(ctx, http.MethodPost, x.cfg.RailProxyURL+"/v1/rail/submissions", token, body)
 	switch {
 	case err != nil:
-		// The request may have been forwarded before the connection failed.
-		return railResult{}, fmt.Errorf("%w: %v", errAmbiguous, err)
+		return railResult{}, fmt.Errorf("%w: rail-proxy's answer was lost (%v); a later delivery asks again", ErrDependency, err)
 	case a.status == http.StatusOK:
 		var r railResult
 		if err := json.Unmarshal(a.body, &r); err != nil || (r.Status != outcomeAck && r.Status != outcomeDecline) {
-			return railResult{}, fmt.Errorf("%w: unreadable rail-proxy answer %s", errAmbiguous, a.body)
+			return railResult{}, fmt.Errorf("%w: unreadable rail-proxy answer %s; a later delivery asks again", ErrDependency, a.body)
 		}
 		r.Token = token
 		return r, nil
@@ -218,10 +225,7 @@ func (x *Executor) submit(ctx context.Context, e payoutevent.Event, token int64)
 		return railResult{}, &ans.Attempt
 	case a.code == fencing.CodeFencedOut:
 		return railResult{}, fmt.Errorf("%w: rail-proxy: %s", ErrFencedOut, a.body)
-	case a.status == http.StatusServiceUnavailable:
-		// rail-proxy could not record the attempt, so it did not forward.
-		return railResult{}, fmt.Errorf("%w: rail-proxy: %s", ErrDependency, a.body)
-	case a.code == codeRailAmbiguous, a.status >= 500:
+	case a.code == codeRailAmbiguous:
 		return railResult{}, fmt.Errorf("%w: rail-proxy answered %d: %s", errAmbiguous, a.status, a.body)
 	}
 	return railResult{}, fmt.Errorf("%w: rail-proxy refused the submission with %d: %s", ErrDependency, a.status, a.body)

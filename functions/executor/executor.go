@@ -371,7 +371,7 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 			log.Error("the submission that went to the rail under this payout's id does not match the payout; marking it ambiguous",
 				"event", "rail_prior_attempt_mismatch", "attemptAccountId", first.AccountID, "attemptAmountMinor", first.AmountMinor,
 				"attemptCurrency", first.Currency)
-			res = railResult{Status: outcomeAmbiguous, Token: first.Token}
+			res = railResult{Status: outcomeAmbiguous} // no token of this payout reached the rail
 		}
 	case errors.Is(err, errAmbiguous):
 		log.Error("rail outcome unknown; marking the payout ambiguous", "event", "rail_submission_ambiguous", "error", err.Error())

@@ -41,8 +41,14 @@ const (
 	// reference of an answered attempt is in the rail's journal.
 	CheckRailThroughProxy = "rail_submissions_went_through_rail_proxy"
 	// CheckRailToken: a posted or declined payout records the token of
-	// the rail-proxy attempt that carries its rail reference.
+	// the rail-proxy attempt that carries its rail reference (or, when
+	// raildb never recorded the rail's answer, of the payout's one
+	// forwarded attempt).
 	CheckRailToken = "payout_records_the_token_that_reached_the_rail"
+	// CheckRailPaidThePayout: every submission the rail received under a
+	// payout's id names the payout's account, amount and currency, as
+	// paydb has them.
+	CheckRailPaidThePayout = "rail_paid_what_paydb_booked"
 )
 
 // Violation is one broken rule.
@@ -66,10 +72,12 @@ type Report struct {
 	Balanced bool `json:"balanced"`
 	// Violations lists every broken rule, never nil.
 	Violations []Violation `json:"violations"`
-	// Unreconciled lists the payouts whose outcome nobody has recorded
-	// yet (claimed or ambiguous in paydb) although the rail received
-	// them: money may have moved without a debit; a reconciliation with
-	// the rail's journal settles them. Never nil.
+	// Unreconciled lists the payouts whose records do not yet agree
+	// although no rule is broken: an ambiguous payout, one the rail
+	// received with no outcome recorded yet in paydb (money may have moved
+	// without a debit), or one whose answer raildb never recorded (its
+	// forward stays 'forwarding'). A reconciliation with the rail's
+	// journal settles them. Never nil.
 	Unreconciled []string `json:"unreconciled"`
 	// Payouts counts the payouts checked; RailSubmissions and RailAcks
 	// the rail's records of them; Debits their ledger debits.
@@ -90,13 +98,19 @@ type payoutFacts struct {
 	railRef   string
 	railToken int64
 	debits    int
+	account   string
+	amount    int64
+	currency  string
 	// from raildb: attempts that went (or may have gone) to the rail
 	forwarded    int
 	tokenByRef   map[string]int64
 	refsAnswered []string
+	firstToken   int64  // the payout's one forward (rail_payout), 0 if none
+	firstState   string // its state
 	// from the rail's journal
 	rail, acks int
 	railRefs   []string
+	paid       []railstub.SubmitRequest
 }
 
 // Run checks the payouts named in payoutIDs (every payout of paydb, and
@@ -125,19 +139,21 @@ func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submi
 	want := func(id string) bool { return !scoped || slices.Contains(payoutIDs, id) }
 
 	rows, err := paydb.Query(ctx, `SELECT p.payout_id, p.state, coalesce(p.rail_ref, ''), coalesce(p.rail_token, 0),
-       (SELECT count(*) FROM ledger_txn t WHERE t.payout_id = p.payout_id AND t.kind = 'payout_debit')
+       (SELECT count(*) FROM ledger_txn t WHERE t.payout_id = p.payout_id AND t.kind = 'payout_debit'),
+       p.account_id, p.amount_minor, p.currency
   FROM payout p WHERE $1::text[] IS NULL OR p.payout_id = ANY($1::text[])`, payoutIDs)
 	if err != nil {
 		return rep, fmt.Errorf("payoutaudit: paydb: %w", err)
 	}
 	var (
-		id, state, ref string
-		tok            int64
-		debits         int
+		id, state, ref, acct, ccy string
+		tok, amount               int64
+		debits                    int
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&id, &state, &ref, &tok, &debits}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&id, &state, &ref, &tok, &debits, &acct, &amount, &ccy}, func() error {
 		f := get(id)
 		f.inPaydb, f.state, f.railRef, f.railToken, f.debits = true, state, ref, tok, debits
+		f.account, f.amount, f.currency = acct, amount, ccy
 		return nil
 	}); err != nil {
 		return rep, fmt.Errorf("payoutaudit: paydb: %w", err)
@@ -161,6 +177,19 @@ func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submi
 		return rep, fmt.Errorf("payoutaudit: raildb: %w", err)
 	}
 
+	rows, err = raildb.Query(ctx, `SELECT p.payout_id, a.token, a.state FROM rail_payout p JOIN rail_attempt a USING (attempt_id)
+ WHERE $1::text[] IS NULL OR p.payout_id = ANY($1::text[])`, payoutIDs)
+	if err != nil {
+		return rep, fmt.Errorf("payoutaudit: raildb: %w", err)
+	}
+	if _, err := pgx.ForEachRow(rows, []any{&id, &tok, &state}, func() error {
+		f := get(id)
+		f.firstToken, f.firstState = tok, state
+		return nil
+	}); err != nil {
+		return rep, fmt.Errorf("payoutaudit: raildb: %w", err)
+	}
+
 	for _, s := range rail {
 		if !want(s.Request.PayoutID) {
 			continue
@@ -168,6 +197,7 @@ func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submi
 		f := get(s.Request.PayoutID)
 		f.rail++
 		f.railRefs = append(f.railRefs, s.Answer.RailRef)
+		f.paid = append(f.paid, s.Request)
 		if s.Answer.Status == railstub.StatusAck {
 			f.acks++
 		}
@@ -222,8 +252,23 @@ func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submi
 				add(CheckRailMatchesLedger, id, "the rail acknowledged %d submission(s), paydb has %d debit(s) (state %s)", f.acks, f.debits, f.state)
 			}
 		}
+		if f.inPaydb {
+			for _, p := range f.paid {
+				if p.AccountID != f.account || p.AmountMinor != f.amount || p.Currency != f.currency {
+					add(CheckRailPaidThePayout, id, "the rail paid %d %s from %s; paydb's payout is %d %s from %s",
+						p.AmountMinor, p.Currency, p.AccountID, f.amount, f.currency, f.account)
+				}
+			}
+		}
 		if f.inPaydb && f.railRef != "" && (f.state == string(paymentresource.StatePosted) || f.state == string(paymentresource.StateDeclined)) {
-			if want, ok := f.tokenByRef[f.railRef]; !ok || want != f.railToken {
+			want, ok := f.tokenByRef[f.railRef]
+			if !ok && f.firstState == railproxy.StateForwarding && slices.Contains(f.railRefs, f.railRef) {
+				// The rail answered and paydb recorded it, but raildb never
+				// learned the answer: its one forward stays 'forwarding'.
+				want, ok = f.firstToken, true
+				rep.Unreconciled = append(rep.Unreconciled, id)
+			}
+			if !ok || want != f.railToken {
 				add(CheckRailToken, id, "paydb records rail token %d for %s; rail-proxy forwarded it with token %d (found: %v)", f.railToken, f.railRef, want, ok)
 			}
 		}

@@ -1,0 +1,29 @@
+package explore_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/harness/explore"
+)
+
+// Review of issue 8: of the explorer's five checks only audit and
+// rail-once are shown failing by a committed test. This shows the fences
+// check failing: with payment-resource's fence point off, a stale holder's
+// claim lands after the new holder's, with a lower token.
+func TestExplorerFencesCheckCanFail(t *testing.T) {
+	x := explore.New(t, pipelinetest.Options{PaymentFencingOff: true})
+	s, err := explore.ParseSchedule("A:acquire A:confirm expire B:acquire B:confirm B:claim A:claim A:confirm A:release B:confirm B:submit B:rail B:report B:release")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := x.Replay(t.Context(), explore.Config{Holders: 2, MaxFaults: 1, Faults: []string{explore.FaultExpire}}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(res.Checks, explore.CheckFences) {
+		t.Fatalf("checks broken %v (%v); want %s", res.Checks, res.Violations, explore.CheckFences)
+	}
+	t.Logf("as expected: %v", res.Violations)
+}
