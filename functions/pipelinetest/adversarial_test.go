@@ -13,9 +13,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -26,7 +23,6 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
@@ -261,20 +257,6 @@ func TestLostRailProxyAnswerIsAskedAgainNotLeftInDoubt(t *testing.T) {
 	if out != executor.OutcomePosted || debited != 1 {
 		t.Errorf("the rail acknowledged p-1 and rail-proxy recorded it, yet the payout ended %q (paydb %s, %d debits); want posted after a redelivery",
 			out, state, debited)
-	}
-}
-
-// pgTool runs one of the PostgreSQL client programs (pg_dump, pg_restore)
-// from the server's binary directory, failing t with its output.
-func pgTool(t *testing.T, name string, args ...string) {
-	t.Helper()
-	bin := os.Getenv(pgcluster.EnvBinDir)
-	if bin == "" {
-		bin = pgcluster.DefaultBinDir
-	}
-	out, err := exec.CommandContext(t.Context(), filepath.Join(bin, name), args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
 	}
 }
 
