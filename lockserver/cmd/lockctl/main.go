@@ -43,7 +43,9 @@ import (
 )
 
 func main() {
-	if err := newRoot(os.Stdout).Execute(); err != nil {
+	root := newRoot(os.Stdout)
+	if err := root.Execute(); err != nil {
+		err = withHint(err, root.PersistentFlags().Lookup("server").Value.String())
 		fmt.Fprintln(os.Stderr, "lockctl:", err)
 		var e *client.Error
 		if errors.As(err, &e) && e.Code != "" {
@@ -51,6 +53,16 @@ func main() {
 		}
 		os.Exit(1)
 	}
+}
+
+// withHint adds to an error of a lock-server that could not be reached
+// which server was tried and how to name another one.
+func withHint(err error, server string) error {
+	var e *client.Error
+	if !errors.Is(err, client.ErrUnavailable) || (errors.As(err, &e) && e.Code != "") {
+		return err
+	}
+	return fmt.Errorf("%w\nno answer from lock-server at %s: give its URL with --server or LOCK_SERVER_URL (go run ./local up prints it)", err, server)
 }
 
 func newRoot(out io.Writer) *cobra.Command {

@@ -75,3 +75,21 @@ func TestOperatorFlow(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A lock-server that does not answer: the error names the URL tried and
+// both ways to give another.
+func TestUnreachableServerNamesTheFlagAndTheVariable(t *testing.T) {
+	srv := httptest.NewServer(nil)
+	url := srv.URL
+	srv.Close() // nothing listens there now
+	_, err := runCmd(t, url, "inspect", "payout:acct-7")
+	if err == nil {
+		t.Fatal("inspect against a closed server succeeded")
+	}
+	msg := withHint(err, url).Error()
+	for _, want := range []string{url, "--server", "LOCK_SERVER_URL"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q does not name %s", msg, want)
+		}
+	}
+}
