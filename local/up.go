@@ -82,7 +82,8 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 		defer stopPush()
 		fmt.Fprintf(out, "  push bridge       subscription %s -> every executor (a payout created at payment-resource is executed)\n", stack.PubSubSubscription)
 	}
-	fmt.Fprintln(out, "Ctrl-C stops everything (the log folder stays).")
+	fmt.Fprintf(out, "Ctrl-C stops everything (the log folder stays); from another shell: kill -INT %d\n", os.Getpid())
+	fmt.Fprintln(out, "(that is this process, not the go run wrapper, which does not pass signals on)")
 	exited := st.Exited()
 	for {
 		select {

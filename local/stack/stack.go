@@ -215,10 +215,12 @@ func sortedNames() []string {
 
 // Stack is a running system. Its methods are safe for concurrent use.
 type Stack struct {
-	cfg Config
-	dir string
-	bin string
-	log *slog.Logger
+	cfg    Config
+	dir    string
+	bin    string
+	ownDir bool // dir is a temporary folder Start made
+	ownBin bool // bin was built by Start into dir: removed by Stop
+	log    *slog.Logger
 
 	mu       sync.Mutex
 	procs    []*Process // in start order
@@ -267,7 +269,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		if err != nil {
 			return nil, fmt.Errorf("stack: run folder: %w", err)
 		}
-		s.dir = d
+		s.dir, s.ownDir = d, true
 	} else {
 		d, err := filepath.Abs(cfg.Dir)
 		if err == nil {
@@ -285,6 +287,9 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	defer cancel()
 	if err := s.start(sctx); err != nil {
 		s.Stop()
+		if s.ownDir {
+			_ = os.Remove(s.dir) // only if nothing was logged in it
+		}
 		return nil, err
 	}
 	// Ends when ctx ends or the stack is stopped.
@@ -298,7 +303,7 @@ func (s *Stack) start(ctx context.Context) error {
 	}
 	s.bin = s.cfg.BinDir
 	if s.bin == "" {
-		s.bin = filepath.Join(s.dir, "bin")
+		s.bin, s.ownBin = filepath.Join(s.dir, "bin"), true
 		t0 := time.Now()
 		if err := Build(ctx, s.bin); err != nil {
 			return err
@@ -567,7 +572,8 @@ func (s *Stack) spawn(name, bin string, args, env []string, firstLine chan<- str
 // Stop stops every process (in reverse start order, SIGTERM then SIGKILL
 // after a grace period; a stopped process is continued so it can exit),
 // stops and removes the PostgreSQL clusters (copying each server log into
-// the run folder first) and removes etcd's data. The run folder with the
+// the run folder first), removes etcd's data and the binaries Start built
+// (not those of Config.BinDir). The run folder with the
 // logs stays. Stop is idempotent and safe to call concurrently.
 func (s *Stack) Stop() { s.stopOnce.Do(s.stop) }
 
@@ -595,6 +601,11 @@ func (s *Stack) stop() {
 	}
 	if etcdData != "" {
 		_ = os.RemoveAll(etcdData)
+	}
+	if s.ownBin {
+		// The binaries it built (about 200 MB); Go's build cache makes the
+		// next build fast.
+		_ = os.RemoveAll(s.bin)
 	}
 	s.log.Info("stack stopped", "dir", s.dir)
 }

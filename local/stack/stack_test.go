@@ -1,0 +1,55 @@
+package stack_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
+	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
+)
+
+// A start that fails before anything was logged leaves no empty run
+// folder behind.
+func TestFailedStartLeavesNoFolder(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	t.Setenv(pgcluster.EnvBinDir, filepath.Join(tmp, "no-postgres-here"))
+	_, err := stack.Start(context.Background(), stack.Config{})
+	if !errors.Is(err, stack.ErrPrerequisite) {
+		t.Fatalf("Start = %v; want ErrPrerequisite", err)
+	}
+	left, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range left {
+		t.Errorf("left behind in the temporary folder: %s", e.Name())
+	}
+}
+
+// A stack that built its own binaries removes them when it stops (about
+// 200 MB a run); the logs stay.
+func TestStopRemovesTheBinariesItBuilt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts the whole stack")
+	}
+	dir := t.TempDir()
+	st, err := stack.Start(t.Context(), stack.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "bin", "lock-server")); err != nil {
+		t.Fatalf("no binaries while running: %v", err)
+	}
+	st.Stop()
+	if _, err := os.Stat(filepath.Join(dir, "bin")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("bin folder after Stop: %v; want it removed", err)
+	}
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	if len(logs) == 0 {
+		t.Error("no log file left in the run folder")
+	}
+}
