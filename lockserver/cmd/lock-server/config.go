@@ -70,6 +70,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if c.Addr == "" {
 		c.Addr = "127.0.0.1:8080"
 		if p := getenv("PORT"); p != "" {
+			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != p {
+				errs = append(errs, fmt.Errorf("PORT=%q: want a TCP port number, 1..65535", p))
+			}
 			c.Addr = ":" + p
 		}
 	}

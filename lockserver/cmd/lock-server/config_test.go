@@ -45,6 +45,9 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{map[string]string{"LOCKDB_URL": "x", "ETCD_IDLE_LEASES": "lots"}, "ETCD_IDLE_LEASES"},
 		{map[string]string{"LOCKDB_URL": "x", "LOG_LEVEL": "DEBUG+2"}, "LOG_LEVEL"},
 		{map[string]string{"LOCKDB_URL": "x", "LOCK_REQUEST_TIMEOUT_MS": "9223372036854775807"}, "LOCK_REQUEST_TIMEOUT_MS"},
+		{map[string]string{"LOCKDB_URL": "x", "PORT": "abc"}, "PORT"},
+		{map[string]string{"LOCKDB_URL": "x", "PORT": "70000"}, "PORT"},
+		{map[string]string{"LOCKDB_URL": "x", "PORT": "080"}, "PORT"},
 	} {
 		_, err := loadConfig(env(tc.env))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
