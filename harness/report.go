@@ -106,7 +106,7 @@ func payoutOf(e Event) string {
 // Table returns the matrix of runs as a text table.
 func Table(runs []*Run) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-9s %-8s %-5s %-7s %-7s %-5s %-7s %-9s %s\n", "backend", "payment", "rail", "tokenA", "tokenB", "rail", "debits", "balanced", "fenced_out (resource presented<highest)")
+	fmt.Fprintf(&b, "%-9s %-8s %-5s %-7s %-7s %-7s %-7s %-9s %s\n", "backend", "payment", "rail", "tokenA", "tokenB", "atRail", "debits", "balanced", "fenced_out (resource presented<highest)")
 	for _, r := range runs {
 		s := r.Summary
 		var f []string
@@ -116,7 +116,7 @@ func Table(runs []*Run) string {
 		if len(f) == 0 {
 			f = []string{"-"}
 		}
-		fmt.Fprintf(&b, "%-9s %-8s %-5s %-7d %-7d %-5d %-7d %-9v %s\n", s.Backend, onOff(s.PaymentFencing), onOff(s.RailFencing), s.TokenA, s.TokenB, s.RailSubmissions, s.Debits, s.LedgerBalanced, strings.Join(f, ", "))
+		fmt.Fprintf(&b, "%-9s %-8s %-5s %-7d %-7d %-7d %-7d %-9v %s\n", s.Backend, onOff(s.PaymentFencing), onOff(s.RailFencing), s.TokenA, s.TokenB, s.RailSubmissions, s.Debits, s.LedgerBalanced, strings.Join(f, ", "))
 	}
 	return b.String()
 }

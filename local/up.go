@@ -64,8 +64,8 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 	for _, e := range cfg.Executors {
 		fmt.Fprintf(out, "  executor %-8s %s (pid %d)\n", e.Name, st.ExecutorURL(e.Name), st.Executor(e.Name).PID())
 	}
-	fmt.Fprintf(out, "  Pub/Sub (%s)  PUBSUB_EMULATOR_HOST=%s (project %s, topic %s, subscription %s)\n",
-		cfg.PubSub, st.PubSubAddr(), stack.PubSubProject, stack.PubSubTopic, stack.PubSubSubscription)
+	fmt.Fprintf(out, "  %-17s PUBSUB_EMULATOR_HOST=%s (project %s, topic %s, subscription %s)\n",
+		"Pub/Sub ("+cfg.PubSub+")", st.PubSubAddr(), stack.PubSubProject, stack.PubSubTopic, stack.PubSubSubscription)
 	if eps := st.EtcdEndpoints(); len(eps) > 0 {
 		fmt.Fprintf(out, "  etcd              %s\n", strings.Join(eps, ","))
 	}
@@ -80,7 +80,7 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 		defer stopPush()
-		fmt.Fprintf(out, "  push bridge       subscription %s -> every executor (a payout created at payment-resource is executed)\n", stack.PubSubSubscription)
+		fmt.Fprintf(out, "  push bridge       subscription %s -> one puller per executor; Pub/Sub spreads payouts over them (often all to one)\n", stack.PubSubSubscription)
 	}
 	fmt.Fprintf(out, "Ctrl-C stops everything (the log folder stays); from another shell: kill -INT %d\n", os.Getpid())
 	fmt.Fprintln(out, "(that is this process, not the go run wrapper, which does not pass signals on)")

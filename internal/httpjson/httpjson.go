@@ -84,14 +84,52 @@ func Decode(w http.ResponseWriter, r *http.Request, dst any, limit int64) error 
 		return &Error{http.StatusBadRequest, CodeInvalidRequest, "reading the body: " + err.Error()}
 	}
 	if err := checkObject(body, fieldsOf(dst)); err != nil {
-		return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + err.Error()}
+		return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + jsonProblem(err)}
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
-		return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + err.Error()}
+		return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + jsonProblem(err)}
 	}
 	return nil
+}
+
+// jsonProblem says what is wrong with a body in the client's terms: the
+// JSON field and the kind of value it wants, where the syntax breaks, or
+// that the body ends early; never a Go type.
+func jsonProblem(err error) string {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr):
+		return fmt.Sprintf("field %q wants %s, got a JSON %s", typeErr.Field, kindOf(typeErr.Type), typeErr.Value)
+	case errors.As(err, &syntaxErr):
+		return fmt.Sprintf("invalid JSON at byte %d: %v", syntaxErr.Offset, syntaxErr)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "the body ends before the JSON object does"
+	}
+	return err.Error()
+}
+
+// kindOf names the JSON value a Go type decodes from.
+func kindOf(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "an object"
 }
 
 // checkObject verifies that body is one JSON object whose keys are all in

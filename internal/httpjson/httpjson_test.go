@@ -51,3 +51,22 @@ func TestDecodeIsStrict(t *testing.T) {
 		t.Errorf("text/plain: %v; want 415", err)
 	}
 }
+
+// Refusals speak of the JSON the client sent, never of Go types.
+func TestDecodeMessagesNameTheJSON(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{`{"ttlMs":"5"}`, `field "ttlMs" wants an integer, got a JSON string`},
+		{`{"owner":5}`, `field "owner" wants a string, got a JSON number`},
+		{`{"owner":"a"`, "the body ends before the JSON object does"},
+		{`{"owner":"a",}`, "invalid JSON at byte"},
+	} {
+		r := httptest.NewRequest("POST", "/", strings.NewReader(tc.body))
+		err := Decode(httptest.NewRecorder(), r, &req{}, 256)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Decode(%q) = %v; want a message containing %q", tc.body, err, tc.want)
+		}
+		if err != nil && (strings.Contains(err.Error(), "Go ") || strings.Contains(err.Error(), "int64")) {
+			t.Errorf("Decode(%q) = %v; names a Go type", tc.body, err)
+		}
+	}
+}

@@ -63,6 +63,9 @@ func run() error {
 	if err := stack.Build(ctx, bin); err != nil {
 		return err
 	}
+	// The binaries (about 200 MB) are not an output; Go's build cache makes
+	// the next build fast.
+	defer os.RemoveAll(bin)
 	logOut := io.Discard
 	if *verbose {
 		logOut = os.Stderr

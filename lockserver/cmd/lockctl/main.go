@@ -70,7 +70,7 @@ func newRoot(out io.Writer) *cobra.Command {
 	var timeout time.Duration
 	root := &cobra.Command{
 		Use:           "lockctl",
-		Short:         "Inspect and force-revoke leases on lock-server",
+		Short:         "Operate lock-server: inspect, acquire, release and force-revoke leases, advance after a restore",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -78,7 +78,7 @@ func newRoot(out io.Writer) *cobra.Command {
 	if def == "" {
 		def = "http://127.0.0.1:8080"
 	}
-	root.PersistentFlags().StringVar(&server, "server", def, "lock-server base URL")
+	root.PersistentFlags().StringVar(&server, "server", def, "lock-server base URL (default from LOCK_SERVER_URL)")
 	root.PersistentFlags().DurationVar(&timeout, "timeout", 10*time.Second, "time allowed for the command")
 	newClient := func(owner string) (*client.Client, context.Context, context.CancelFunc, error) {
 		var opts []client.Option
