@@ -37,6 +37,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
@@ -153,6 +154,10 @@ func newRoot(out io.Writer) *cobra.Command {
 		Short: "Take a lease on KEY once (no waiting, no renewal) and print it",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
+			if err := api.ValidateTTLMs(ttl.Milliseconds()); err != nil || ttl%time.Millisecond != 0 {
+				return fmt.Errorf("--ttl %v: want whole milliseconds between %v and %v", ttl,
+					time.Duration(api.MinTTLMs)*time.Millisecond, time.Duration(api.MaxTTLMs)*time.Millisecond)
+			}
 			c, ctx, cancel, err := newClient(owner)
 			if err != nil {
 				return err
@@ -166,7 +171,7 @@ func newRoot(out io.Writer) *cobra.Command {
 		},
 	}
 	acquire.Flags().StringVar(&owner, "owner", "operator", "owner id of the lease")
-	acquire.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "lease TTL (whole milliseconds)")
+	acquire.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "lease TTL, 500ms..10m in whole milliseconds")
 	root.AddCommand(acquire)
 
 	var relOwner string

@@ -93,3 +93,13 @@ func TestUnreachableServerNamesTheFlagAndTheVariable(t *testing.T) {
 		}
 	}
 }
+
+// A TTL out of bounds is refused before any request, in the flag's terms.
+func TestAcquireRefusesABadTTLByItsFlag(t *testing.T) {
+	for _, ttl := range []string{"-5s", "100ms", "11m", "1500us"} {
+		_, err := runCmd(t, "http://127.0.0.1:1", "acquire", "payout:acct-7", "--ttl", ttl)
+		if err == nil || !strings.Contains(err.Error(), "--ttl") || strings.Contains(err.Error(), "ttlMs") {
+			t.Errorf("--ttl %s: %v; want a refusal naming --ttl", ttl, err)
+		}
+	}
+}
