@@ -272,6 +272,11 @@ func TestRaildbRestoreDoesNotLetASecondSubmissionThrough(t *testing.T) {
 	if got := len(p.Stub.Submissions(ev.PayoutID)); got != 1 {
 		t.Errorf("the rail received p-1 %d times; want once", got)
 	}
+	rep, err := p.Audit(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("audit after the recovery: balanced %v, violations %v", rep.Balanced, rep.Violations)
 	id := count(t, p.RailDB, `SELECT attempt_id FROM rail_payout WHERE payout_id = 'p-2'`)
 	if id <= rec.AttemptIDsAbove || id <= r.paidWith || rec.Rebuilt[0].AttemptID <= r.paidWith {
 		t.Errorf("attempt ids after the recovery: p-2 %d, rebuilt p-1 %d; want both above %d (B's attempt before the restore was %d)",
