@@ -214,8 +214,12 @@ func TestRaildbRestoreDoesNotLetASecondSubmissionThrough(t *testing.T) {
 		t.Fatalf("N %d is below A's token %d", n, r.stale)
 	}
 	rec := r.recoverRestore(t, n)
-	if len(rec.Rebuilt) != 1 || rec.Rebuilt[0].PayoutID != ev.PayoutID || rec.TokenFloor != n {
-		t.Fatalf("recovery %+v; want p-1 rebuilt and token floor %d", rec, n)
+	rebuilt := railproxy.Attempt{AttemptID: -1}
+	if len(rec.Rebuilt) == 1 {
+		rebuilt = rec.Rebuilt[0]
+	}
+	if rebuilt.PayoutID != ev.PayoutID || rec.TokenFloor != n {
+		t.Errorf("recovery %+v; want p-1 rebuilt and token floor %d", rec, n)
 	}
 
 	// A (token <= N) is fenced, on its account and on one raildb has no
@@ -250,10 +254,10 @@ func TestRaildbRestoreDoesNotLetASecondSubmissionThrough(t *testing.T) {
 	status, body = r.submit(t, lease.Token(), ev.PayoutID, ev.AccountID)
 	var dup railproxy.AlreadySubmittedAnswer
 	if err := json.Unmarshal(body, &dup); err != nil || status != http.StatusConflict || dup.Error.Code != railproxy.CodeAlreadySubmitted {
-		t.Fatalf("second submission of p-1 with token %d: %d %s; want 409 %s", lease.Token(), status, body, railproxy.CodeAlreadySubmitted)
+		t.Errorf("second submission of p-1 with token %d: %d %s; want 409 %s", lease.Token(), status, body, railproxy.CodeAlreadySubmitted)
 	}
 	railRef := p.Stub.Submissions(ev.PayoutID)[0].Answer.RailRef
-	if a := dup.Attempt; a.AttemptID != rec.Rebuilt[0].AttemptID || a.State != railproxy.StateAcked || a.RailRef != railRef ||
+	if a := dup.Attempt; a.AttemptID != rebuilt.AttemptID || a.State != railproxy.StateAcked || a.RailRef != railRef ||
 		a.Token != n || a.OwnerID != railproxy.RebuiltOwner {
 		t.Errorf("refused with attempt %+v; want the rebuilt one (acked %s, token %d)", a, railRef, n)
 	}
@@ -278,9 +282,9 @@ func TestRaildbRestoreDoesNotLetASecondSubmissionThrough(t *testing.T) {
 	}
 	t.Logf("audit after the recovery: balanced %v, violations %v", rep.Balanced, rep.Violations)
 	id := count(t, p.RailDB, `SELECT attempt_id FROM rail_payout WHERE payout_id = 'p-2'`)
-	if id <= rec.AttemptIDsAbove || id <= r.paidWith || rec.Rebuilt[0].AttemptID <= r.paidWith {
+	if id <= rec.AttemptIDsAbove || id <= r.paidWith || rebuilt.AttemptID <= r.paidWith {
 		t.Errorf("attempt ids after the recovery: p-2 %d, rebuilt p-1 %d; want both above %d (B's attempt before the restore was %d)",
-			id, rec.Rebuilt[0].AttemptID, rec.AttemptIDsAbove, r.paidWith)
+			id, rebuilt.AttemptID, rec.AttemptIDsAbove, r.paidWith)
 	}
 }
 

@@ -21,12 +21,16 @@
 -- refused for every account, with or without a high-water row (0: none).
 --
 -- The row is first stamped here, when the table is created: an existing
--- raildb is trusted as it is at its upgrade (as a brand-new one is).
+-- raildb is trusted as it is at its upgrade (as a brand-new one is). The
+-- statements tolerate a table and row that already exist: a backup taken
+-- before this migration, restored with pg_restore --clean over a raildb
+-- that has it, leaves raildb_identity in place (with its stamp, which no
+-- longer matches) while goose's version table goes back.
 --
 -- No Down migration: without the stamp a restore goes unnoticed.
 
 -- +goose Up
-CREATE TABLE raildb_identity (
+CREATE TABLE IF NOT EXISTS raildb_identity (
     singleton         boolean     PRIMARY KEY DEFAULT true CHECK (singleton),
     system_identifier bigint      NOT NULL, -- pg_control_system()
     timeline_id       bigint      NOT NULL, -- of the current WAL insert position
@@ -40,7 +44,7 @@ CREATE TABLE raildb_identity (
 COMMENT ON TABLE raildb_identity IS 'The PostgreSQL instance raildb''s records were written on; submissions are refused when it differs (restore guard). token_floor: every token at or below it is fenced out.';
 
 -- +goose StatementBegin
-CREATE FUNCTION raildb_current_identity(
+CREATE OR REPLACE FUNCTION raildb_current_identity(
     OUT system_identifier bigint, OUT timeline_id bigint, OUT database_oid bigint, OUT sequence_oid bigint)
 LANGUAGE sql VOLATILE AS $$
     SELECT s.system_identifier,
@@ -57,7 +61,7 @@ $$;
 -- recovery takes it exclusively, so no submission is admitted while it
 -- rebuilds the records.
 -- +goose StatementBegin
-CREATE FUNCTION raildb_check_identity() RETURNS bigint
+CREATE OR REPLACE FUNCTION raildb_check_identity() RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     st raildb_identity;
@@ -83,4 +87,5 @@ $$;
 -- +goose StatementEnd
 
 INSERT INTO raildb_identity (system_identifier, timeline_id, database_oid, sequence_oid, stamped_at)
-SELECT system_identifier, timeline_id, database_oid, sequence_oid, clock_timestamp() FROM raildb_current_identity();
+SELECT system_identifier, timeline_id, database_oid, sequence_oid, clock_timestamp() FROM raildb_current_identity()
+ON CONFLICT (singleton) DO NOTHING;
