@@ -8,6 +8,11 @@
 // attempt (rail_attempt). In ONE transaction, BEFORE the rail is called,
 // it
 //
+//  0. checks that raildb is the database those records were written on
+//     (the restore guard, guard.go): after a restore from a backup it is
+//     not, and the submission is refused with 503 RAILDB_RESTORED until an
+//     operator runs "rail-proxy recover-restore" (RecoverRestore), which
+//     also sets a token floor at or below which every token is refused;
 //  1. raises the account's high-water to the presented token with a
 //     conditional statement; a token not greater than the high-water
 //     (strict: an equal token is stale too) is refused with 409
@@ -51,13 +56,18 @@
 //	    200 SubmitAnswer                  the rail answered ACK or DECLINE
 //	    400 INVALID_REQUEST, 413 BODY_TOO_LARGE, 415 UNSUPPORTED_MEDIA_TYPE
 //	                                      nothing recorded, rail not called
-//	    409 FENCED_OUT                    stale token; attempt recorded 'fenced'
+//	    409 FENCED_OUT                    stale token (not above the account's
+//	                                      high-water, or at or below the token
+//	                                      floor); attempt recorded 'fenced'
 //	    409 PAYOUT_ALREADY_SUBMITTED      AlreadySubmittedAnswer: the payout
 //	                                      already went to the rail; attempt
 //	                                      recorded 'duplicate'
 //	    502 RAIL_AMBIGUOUS                rail outcome unknown; not retryable
 //	    503 UNAVAILABLE                   raildb unreachable or proxy closing
 //	                                      before forwarding; rail not called
+//	    503 RAILDB_RESTORED               raildb restored from a backup; nothing
+//	                                      recorded, rail not called; retryable
+//	                                      after rail-proxy recover-restore
 //	GET  /v1/rail/high-water/{accountId}  200 HighWater, 404 NOT_FOUND
 //	GET  /v1/rail/attempts?payoutId=P     200 AttemptList (oldest first)
 //
@@ -150,6 +160,13 @@ const (
 	// with the same token is refused FENCED_OUT if the failed request's
 	// transaction did commit.
 	CodeUnavailable = "UNAVAILABLE"
+	// CodeRestored (503): raildb was restored from a backup (its identity
+	// stamp does not match; see guard.go and
+	// docs/runbooks/raildb-restore.md) and may have forgotten high-water
+	// marks and forwarded payouts. Nothing was recorded and the rail was
+	// not called. Retryable: submissions are admitted again once an
+	// operator has run "rail-proxy recover-restore".
+	CodeRestored = "RAILDB_RESTORED"
 	// CodeNotFound (404): no such route, or no high-water for the account.
 	CodeNotFound = "NOT_FOUND"
 	// CodeMethodNotAllowed (405): the route exists for another method.
@@ -644,12 +661,16 @@ func (p *Proxy) methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed
 }
 
 // fail answers err with the envelope, through statusOf, and logs server
-// failures. Refusals of bad input are logged at DEBUG; fenced_out and
-// rail_submission_ambiguous have been logged by the caller.
+// failures (a restored raildb as the event raildb_restored). Refusals of
+// bad input are logged at DEBUG; fenced_out and rail_submission_ambiguous
+// have been logged by the caller.
 func (p *Proxy) fail(w http.ResponseWriter, lg *slog.Logger, err error) {
 	status, code, retryable := statusOf(err)
 	switch {
 	case code == CodeRailAmbiguous || code == fencing.CodeFencedOut:
+	case code == CodeRestored:
+		lg.Error("raildb was restored: submission refused until rail-proxy recover-restore (docs/runbooks/raildb-restore.md)",
+			"event", "raildb_restored", "code", code, "error", err.Error())
 	case status >= 500:
 		lg.Error("rail-proxy request failed", "event", "rail_request_failed", "code", code, "error", err.Error())
 	default:
@@ -677,6 +698,8 @@ func statusOf(err error) (status int, code string, retryable bool) {
 		return http.StatusNotFound, CodeNotFound, false
 	case errors.Is(err, errMethod):
 		return http.StatusMethodNotAllowed, CodeMethodNotAllowed, false
+	case errors.Is(err, ErrRestored):
+		return http.StatusServiceUnavailable, CodeRestored, true
 	case errors.Is(err, ErrUnavailable):
 		return http.StatusServiceUnavailable, CodeUnavailable, true
 	default:

@@ -81,9 +81,13 @@ SELECT attempt_id, payout_id, account_id, amount_minor, currency, token, owner_i
  WHERE payout_id = $1
  ORDER BY attempt_id`
 
-// admit runs both checks made before the rail and records the attempt, in
+// admit runs the checks made before the rail and records the attempt, in
 // one transaction, before the rail is called:
 //
+//  0. the restore guard (guard.go): raildb's identity must match its
+//     stamp, or the submission is refused with ErrRestored and nothing is
+//     recorded; a token at or below the token floor of the last recovery
+//     is refused as stale (recorded 'fenced') for every account;
 //  1. the fence: the account's high-water is raised to the token, or the
 //     token is refused as stale (recorded 'fenced');
 //  2. one forward per payout: the attempt becomes the payout's row of
@@ -99,8 +103,9 @@ SELECT attempt_id, payout_id, account_id, amount_minor, currency, token, owner_i
 // (recorded 'forwarding'); the attempt id and an error wrapping
 // ErrFencedOut and a fencing.Refusal when the token is stale, or wrapping
 // ErrAlreadySubmitted and an *AlreadySubmitted when the payout already
-// went (both refusals are committed); ErrUnavailable or another error when
-// raildb failed (nothing known to be recorded).
+// went (both refusals are committed); 0 and an error wrapping ErrRestored
+// when raildb was restored (nothing recorded); ErrUnavailable or another
+// error when raildb failed (nothing known to be recorded).
 func (p *Proxy) admit(ctx context.Context, req SubmitRequest, token int64, owner string, lg *slog.Logger) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.DBTimeout)
 	defer cancel()
@@ -110,16 +115,36 @@ func (p *Proxy) admit(ctx context.Context, req SubmitRequest, token int64, owner
 		dup       *AlreadySubmitted
 	)
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		// 0. The restore guard (guard.go): a restored raildb has forgotten
+		// what it must know; refuse before anything is recorded.
+		var floor int64
+		if err := tx.QueryRow(ctx, checkIdentitySQL).Scan(&floor); err != nil {
+			return restored(err)
+		}
 		state := StateForwarding
 		var hw int64
-		if p.cfg.FencingDisabled {
+		switch {
+		case token <= floor && !p.cfg.FencingDisabled:
+			// The token floor of the last recovery: a token at or below
+			// it may be a holder's from before the restore, whatever the
+			// account's high-water says (or whether it has one).
+			err := tx.QueryRow(ctx, sqlHighWater, req.AccountID).Scan(&hw)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("read high-water: %w", err)
+			}
+			state = StateFenced
+			refusal = &fencing.Refusal{Resource: "rail", ResourceID: req.AccountID, PresentedToken: token, HighestToken: max(hw, floor), Owner: owner}
+		case p.cfg.FencingDisabled:
+			if token <= floor {
+				lg.Warn("token at or below the restore's token floor forwarded: fencing is disabled", "event", "fencing_bypassed", "tokenFloor", floor)
+			}
 			if err := tx.QueryRow(ctx, sqlAdvanceUnfenced, req.AccountID, token).Scan(&hw); err != nil {
 				return fmt.Errorf("advance high-water: %w", err)
 			}
 			if hw > token {
 				lg.Warn("stale token forwarded: fencing is disabled", "event", "fencing_bypassed", "highestToken", hw)
 			}
-		} else {
+		default:
 			err := tx.QueryRow(ctx, sqlAdvanceStrict, req.AccountID, token).Scan(&hw)
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
@@ -143,6 +168,9 @@ func (p *Proxy) admit(ctx context.Context, req SubmitRequest, token int64, owner
 		dup, err = p.claimPayout(ctx, tx, req.PayoutID, attemptID, lg)
 		return err
 	})
+	if errors.Is(err, ErrRestored) {
+		return 0, err
+	}
 	if err != nil {
 		return 0, dbError("fence", err)
 	}

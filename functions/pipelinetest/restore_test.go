@@ -1,0 +1,306 @@
+package pipelinetest_test
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+)
+
+// pgTool runs one of the PostgreSQL client programs (pg_dump, pg_restore)
+// from the server's binary directory, failing t with its output.
+func pgTool(t *testing.T, name string, args ...string) {
+	t.Helper()
+	bin := os.Getenv(pgcluster.EnvBinDir)
+	if bin == "" {
+		bin = pgcluster.DefaultBinDir
+	}
+	out, err := exec.CommandContext(t.Context(), filepath.Join(bin, name), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+	}
+}
+
+// restoreRig is the reviewer's scenario (finding 4) up to the restore: a
+// backup of raildb, holder A leased and claimed p-1 and stalled, its lease
+// ended, holder B's redelivery paid p-1, and raildb was restored from the
+// backup with pg_restore --clean: its high-water of acct-alice and its
+// rail_payout row of p-1 are gone.
+type restoreRig struct {
+	p        *pipelinetest.Pipeline
+	logs     *logtest.Buffer
+	ev       payoutevent.Event
+	stale    int64 // A's token
+	paidWith int64 // the attempt id B's payment got before the restore
+}
+
+func startRestoreRig(t *testing.T) *restoreRig {
+	t.Helper()
+	logs := &logtest.Buffer{}
+	p := pipelinetest.Start(t, pipelinetest.Options{Log: slog.New(slog.NewJSONHandler(logs, nil))})
+	ev := payoutevent.Event{PayoutID: "p-1", AccountID: "acct-alice", AmountMinor: 2500, Currency: "EUR"}
+	if err := p.CreatePayout(t.Context(), ev); err != nil {
+		t.Fatal(err)
+	}
+	dump := filepath.Join(t.TempDir(), "raildb.dump")
+	pgTool(t, "pg_dump", "--format=custom", "--file="+dump, "--dbname="+p.RailDB.Config().ConnString())
+
+	// A: leased and claimed, then stalls; its lease ends on the server.
+	locks, err := client.New(p.LockURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := locks.Acquire(t.Context(), ev.LockKey(), client.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := lease.Token()
+	if status, body := send(t, p.PayURL+"/v1/payouts/p-1/claim", stale, nil); status != http.StatusOK {
+		t.Fatalf("claim: %d %s", status, body)
+	}
+	p.LockClock.Advance(2 * time.Minute)
+
+	// B: the redelivery pays the payout.
+	if out, _, err := deliver(t, newExecutor(t, p, "B", nil), ev, 3); err != nil || out != executor.OutcomePosted {
+		t.Fatalf("B: %q %v", out, err)
+	}
+	var paidWith int64
+	if err := p.RailDB.QueryRow(t.Context(), `SELECT attempt_id FROM rail_payout WHERE payout_id = 'p-1'`).Scan(&paidWith); err != nil {
+		t.Fatal(err)
+	}
+	// raildb is restored from the backup.
+	p.RailDB.Reset()
+	pgTool(t, "pg_restore", "--clean", "--no-owner", "--exit-on-error", "--dbname="+p.RailDB.Config().ConnString(), dump)
+	var forwarded int
+	if err := p.RailDB.QueryRow(t.Context(), `SELECT count(*) FROM rail_payout`).Scan(&forwarded); err != nil {
+		t.Fatal(err)
+	}
+	if forwarded != 0 {
+		t.Fatalf("the restored raildb knows %d forwarded payout(s); the scenario needs it to have forgotten p-1", forwarded)
+	}
+	return &restoreRig{p: p, logs: logs, ev: ev, stale: stale, paidWith: paidWith}
+}
+
+// submit sends ev with token to rail-proxy.
+func (r *restoreRig) submit(t *testing.T, token int64, payout, account string) (int, []byte) {
+	t.Helper()
+	return send(t, r.p.ProxyURL+railproxy.PathSubmissions, token, map[string]any{
+		"payoutId": payout, "accountId": account, "amountMinor": r.ev.AmountMinor, "currency": r.ev.Currency})
+}
+
+// count returns one integer from raildb.
+func count(t *testing.T, db *pgxpool.Pool, sql string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := db.QueryRow(t.Context(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// writeJournal writes the rail's journal as its GET /submissions serves it.
+func writeJournal(t *testing.T, stub *railstub.Stub) string {
+	t.Helper()
+	raw, err := json.Marshal(railstub.SubmissionList{Submissions: stub.Submissions("")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "rail-journal.json")
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// recoverRestore runs the operator's recovery as "rail-proxy
+// recover-restore --past n --rail-journal FILE" does.
+func (r *restoreRig) recoverRestore(t *testing.T, n int64) railproxy.RestoreRecovered {
+	t.Helper()
+	f, err := os.Open(writeJournal(t, r.p.Stub))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	journal, err := railproxy.ReadRailJournal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := railproxy.RecoverRestore(t.Context(), pgpool.Config{DSN: r.p.RailDB.Config().ConnString()},
+		railproxy.RestoreRecovery{Past: n, Journal: journal}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("recover-restore --past %d: %v", n, err)
+	}
+	t.Logf("recover-restore --past %d: %+v", n, out)
+	return out
+}
+
+// Finding 4 (money moves twice after a raildb restore), fixed. The
+// one-forward rule and the high-water live only in raildb. A stale holder
+// that claimed before the new holder paid submits after raildb was
+// restored from a backup taken before that payment: both its rail_payout
+// row and the account's high-water are gone. The restore guard refuses
+// every submission (503 RAILDB_RESTORED, retryable, nothing recorded)
+// until the operator's recovery has rebuilt from the rail's journal what
+// went to the rail and set the token floor N; after it the stale holder
+// is fenced, a second submission of p-1 is refused with the rebuilt
+// attempt, and a new payout with a token above N goes through once.
+func TestRaildbRestoreDoesNotLetASecondSubmissionThrough(t *testing.T) {
+	r := startRestoreRig(t)
+	p, ev := r.p, r.ev
+
+	// A wakes up and submits: refused, nothing recorded, rail not called.
+	attemptsBefore := count(t, p.RailDB, `SELECT count(*) FROM rail_attempt`)
+	status, body := r.submit(t, r.stale, ev.PayoutID, ev.AccountID)
+	t.Logf("A's submission with token %d after the restore: %d %s", r.stale, status, body)
+	var env struct{ Error httpjson.Body }
+	if err := json.Unmarshal(body, &env); err != nil || status != http.StatusServiceUnavailable ||
+		env.Error.Code != railproxy.CodeRestored || !env.Error.Retryable {
+		t.Errorf("A after the restore: %d %s; want 503 %s, retryable", status, body, railproxy.CodeRestored)
+	}
+	if n := len(p.Stub.Submissions(ev.PayoutID)); n != 1 {
+		t.Fatalf("the rail received p-1 %d times; want once", n)
+	}
+	if n := count(t, p.RailDB, `SELECT count(*) FROM rail_attempt`); n != attemptsBefore {
+		t.Errorf("the refused submission recorded %d attempt(s); want none", n-attemptsBefore)
+	}
+	if ev := r.logs.Events(t, "raildb_restored"); len(ev) == 0 || ev[0]["level"] != "ERROR" {
+		t.Errorf("log events raildb_restored: %v; want one at ERROR", ev)
+	}
+	// A new payout's delivery is refused too, and redelivered later.
+	ev2 := payoutevent.Event{PayoutID: "p-2", AccountID: "acct-alice", AmountMinor: 700, Currency: "EUR"}
+	if err := p.CreatePayout(t.Context(), ev2); err != nil {
+		t.Fatal(err)
+	}
+	x := newExecutor(t, p, "C", nil)
+	if out, err := x.Execute(t.Context(), ev2); executor.Status(out, err) != http.StatusServiceUnavailable {
+		t.Errorf("p-2 before the recovery: %q %v; want 503 (redelivered)", out, err)
+	}
+	if n := len(p.Stub.Submissions(ev2.PayoutID)); n != 0 {
+		t.Errorf("the rail received p-2 %d times before the recovery; want none", n)
+	}
+	// The reads keep answering.
+	resp, err := http.Get(p.ProxyURL + railproxy.PathAttempts + "?payoutId=p-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET attempts on a restored raildb: %d; want 200", resp.StatusCode)
+	}
+
+	// The operator's recovery. N: the largest token issued before the
+	// restore; here the largest token paydb's fence accepted (B's), which
+	// is also at least A's.
+	n := count(t, p.PayDB, `SELECT max(fence) FROM account`)
+	if n < r.stale {
+		t.Fatalf("N %d is below A's token %d", n, r.stale)
+	}
+	rec := r.recoverRestore(t, n)
+	rebuilt := railproxy.Attempt{AttemptID: -1}
+	if len(rec.Rebuilt) == 1 {
+		rebuilt = rec.Rebuilt[0]
+	}
+	if rebuilt.PayoutID != ev.PayoutID || rec.TokenFloor != n {
+		t.Errorf("recovery %+v; want p-1 rebuilt and token floor %d", rec, n)
+	}
+
+	// A (token <= N) is fenced, on its account and on one raildb has no
+	// high-water for.
+	for _, acct := range []string{ev.AccountID, "acct-new"} {
+		status, body = r.submit(t, r.stale, ev.PayoutID, acct)
+		if err := json.Unmarshal(body, &env); err != nil || status != http.StatusConflict || env.Error.Code != fencing.CodeFencedOut {
+			t.Errorf("A on %s after the recovery: %d %s; want 409 %s", acct, status, body, fencing.CodeFencedOut)
+		}
+	}
+	var highest []float64
+	for _, e := range r.logs.Events(t, fencing.EventFencedOut) {
+		highest = append(highest, e["highestToken"].(float64))
+	}
+	if len(highest) != 2 || highest[0] != float64(n) || highest[1] != float64(n) {
+		t.Errorf("fenced_out highestToken %v; want [%d %d] (the token floor)", highest, n, n)
+	}
+
+	// A second submission of p-1 by a holder with a fresh token is
+	// refused with the rebuilt attempt.
+	locks, err := client.New(p.LockURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := locks.Acquire(t.Context(), ev.LockKey(), client.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.Token() <= n {
+		t.Fatalf("fresh token %d not above N %d", lease.Token(), n)
+	}
+	status, body = r.submit(t, lease.Token(), ev.PayoutID, ev.AccountID)
+	var dup railproxy.AlreadySubmittedAnswer
+	if err := json.Unmarshal(body, &dup); err != nil || status != http.StatusConflict || dup.Error.Code != railproxy.CodeAlreadySubmitted {
+		t.Errorf("second submission of p-1 with token %d: %d %s; want 409 %s", lease.Token(), status, body, railproxy.CodeAlreadySubmitted)
+	}
+	railRef := p.Stub.Submissions(ev.PayoutID)[0].Answer.RailRef
+	if a := dup.Attempt; a.AttemptID != rebuilt.AttemptID || a.State != railproxy.StateAcked || a.RailRef != railRef ||
+		a.Token != n || a.OwnerID != railproxy.RebuiltOwner {
+		t.Errorf("refused with attempt %+v; want the rebuilt one (acked %s, token %d)", a, railRef, n)
+	}
+	if err := lease.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	// p-2, redelivered, goes through once, with a token above N and an
+	// attempt id no attempt had before the restore.
+	if out, _, err := deliver(t, x, ev2, 3); err != nil || out != executor.OutcomePosted {
+		t.Fatalf("p-2 after the recovery: %q %v; want posted", out, err)
+	}
+	if got := len(p.Stub.Submissions(ev2.PayoutID)); got != 1 {
+		t.Errorf("the rail received p-2 %d times; want once", got)
+	}
+	if got := len(p.Stub.Submissions(ev.PayoutID)); got != 1 {
+		t.Errorf("the rail received p-1 %d times; want once", got)
+	}
+	rep, err := p.Audit(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("audit after the recovery: balanced %v, violations %v", rep.Balanced, rep.Violations)
+	id := count(t, p.RailDB, `SELECT attempt_id FROM rail_payout WHERE payout_id = 'p-2'`)
+	if id <= rec.AttemptIDsAbove || id <= r.paidWith || rebuilt.AttemptID <= r.paidWith {
+		t.Errorf("attempt ids after the recovery: p-2 %d, rebuilt p-1 %d; want both above %d (B's attempt before the restore was %d)",
+			id, rebuilt.AttemptID, rec.AttemptIDsAbove, r.paidWith)
+	}
+}
+
+// The check can fail: the same restore with the guard's stamp rewritten
+// to match the restored database (the guard blinded, as an operator who
+// "fixes" the stamp by hand would) lets A's stale submission through to
+// the rail a second time.
+func TestRaildbRestoreWithTheGuardBlindedPaysTwice(t *testing.T) {
+	r := startRestoreRig(t)
+	if _, err := r.p.RailDB.Exec(t.Context(), `UPDATE raildb_identity i SET sequence_oid = c.sequence_oid, database_oid = c.database_oid,
+    timeline_id = c.timeline_id, system_identifier = c.system_identifier FROM raildb_current_identity() c`); err != nil {
+		t.Fatal(err)
+	}
+	status, body := r.submit(t, r.stale, r.ev.PayoutID, r.ev.AccountID)
+	t.Logf("A's submission with token %d, guard blinded: %d %s", r.stale, status, body)
+	if n := len(r.p.Stub.Submissions(r.ev.PayoutID)); n != 2 {
+		t.Errorf("the rail received p-1 %d times; want twice (without the guard the restore lets A through)", n)
+	}
+}
