@@ -105,8 +105,9 @@ type payoutFacts struct {
 	forwarded    int
 	tokenByRef   map[string]int64
 	refsAnswered []string
-	firstToken   int64  // the payout's one forward (rail_payout), 0 if none
-	firstState   string // its state
+	rebuiltRefs  []string // attempts rebuilt from the rail's journal after a restore: token at most theirs
+	firstToken   int64    // the payout's one forward (rail_payout), 0 if none
+	firstState   string   // its state
 	// from the rail's journal
 	rail, acks int
 	railRefs   []string
@@ -159,18 +160,22 @@ func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submi
 		return rep, fmt.Errorf("payoutaudit: paydb: %w", err)
 	}
 
-	rows, err = raildb.Query(ctx, `SELECT payout_id, token, state, coalesce(rail_ref, '') FROM rail_attempt
+	rows, err = raildb.Query(ctx, `SELECT payout_id, token, state, coalesce(rail_ref, ''), owner_id FROM rail_attempt
  WHERE state NOT IN ($2, $3) AND ($1::text[] IS NULL OR payout_id = ANY($1::text[]))`,
 		payoutIDs, railproxy.StateFenced, railproxy.StateDuplicate)
 	if err != nil {
 		return rep, fmt.Errorf("payoutaudit: raildb: %w", err)
 	}
-	if _, err := pgx.ForEachRow(rows, []any{&id, &tok, &state, &ref}, func() error {
+	var owner string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &tok, &state, &ref, &owner}, func() error {
 		f := get(id)
 		f.forwarded++
 		if ref != "" {
 			f.tokenByRef[ref] = tok
 			f.refsAnswered = append(f.refsAnswered, ref)
+			if owner == railproxy.RebuiltOwner {
+				f.rebuiltRefs = append(f.rebuiltRefs, ref)
+			}
 		}
 		return nil
 	}); err != nil {
@@ -267,6 +272,12 @@ func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submi
 				// learned the answer: its one forward stays 'forwarding'.
 				want, ok = f.firstToken, true
 				rep.Unreconciled = append(rep.Unreconciled, id)
+			}
+			rebuilt := slices.Contains(f.rebuiltRefs, f.railRef)
+			if rebuilt && ok && f.railToken <= want {
+				// raildb lost the real token in a restore; the rebuilt
+				// attempt records the floor, which the real one is under.
+				continue
 			}
 			if !ok || want != f.railToken {
 				add(CheckRailToken, id, "paydb records rail token %d for %s; rail-proxy forwarded it with token %d (found: %v)", f.railToken, f.railRef, want, ok)
