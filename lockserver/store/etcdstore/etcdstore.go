@@ -4,8 +4,7 @@
 // Layout. A lock key k is the etcd key Prefix+k, present exactly while the
 // lock is held. Its value is a small JSON record {"owner":O,"ttlMs":N}:
 // the holder and the TTL etcd granted, in milliseconds. The etcd lease it
-// is attached to is the grant's lease. An etcd lease carries at most one
-// key at a time.
+// is attached to is the grant's lease, which carries no other key, ever.
 //
 // Tokens. Acquire takes a lease (see Leases below), then runs one
 // transaction:
@@ -36,41 +35,47 @@
 // ModRevision and owner, and sends one keep-alive for its lease.
 //
 // Leases. A grant needs a lease with its own TTL, renewable without
-// touching any other grant. Granting an etcd lease is a raft write, as is
-// revoking one; a keep-alive is not (the leader answers it alone). So a
-// lease whose key this store has just deleted on Release, or to which a
-// losing Acquire attached nothing, is kept in a bounded pool of idle leases
-// by TTL, and the next Acquire with that TTL resets it with a keep-alive
-// instead of granting a new one. An uncontended acquire and release is then
-// two raft writes, as with etcd's own concurrency.Mutex. A lease therefore
-// carries successive grants, one at a time: the token, not Lease.LeaseID,
-// names a grant.
+// touching any other grant, and a lease id that names that grant alone:
+// lock-server and the executor log the grant's leaseId and the API returns
+// it, and an operator may revoke it by id ("etcdctl lease revoke", the usual
+// etcd break-glass), which must end that grant and nothing else. So an etcd
+// lease carries at most one grant in its whole life: Release and Revoke
+// revoke it once they have deleted its key, and no lease that carried a key
+// is ever used again. Renew checks that the key's ModRevision is the token
+// before it sends a keep-alive, so a renewal of a released grant can reset
+// only that grant's lease, which carries nothing any more.
 //
-// Pooling changes no guarantee, given three rules. The pool hands out only
-// leases it knows have life left: it keeps a lower bound of each lease's
-// last reset by etcd (this store's clock before the grant, keep-alive or
-// renewal it sent, on the monotonic clock) and a lease with less than half
-// its TTL left by that bound, or whose last reset it does not know (granted
-// through another lock-server), is not pooled; etcd would still attach a key
-// to a lease that has expired but that the leader has not yet revoked. The
-// keep-alive sent with the transaction must succeed for the grant to be
-// reported. (Were it to reach etcd more than half a TTL after the
-// transaction, etcd could have attached the key to a lease that then
+// Granting an etcd lease is a raft write, as is revoking one; a keep-alive
+// is not (the leader answers it alone). To keep the grant off the acquire's
+// path, a Store keeps a bounded pool of idle leases (Config.IdleLeases):
+// leases granted ahead of time by goroutines of its own and never used. Each
+// Acquire asks for one more lease of its TTL to be granted ahead, takes one
+// from the pool if there is one, and resets it with a keep-alive sent
+// together with the create transaction; an Acquire that loses its
+// transaction attached nothing to the lease, which goes back to the pool.
+// Release deletes the key and hands the lease to a goroutine that revokes it
+// (if too many are waiting, it is left to expire: it carries no key and no
+// one will use it). Each cycle still costs etcd four raft writes (grant,
+// create, delete, revoke), but an acquire and a release wait for one each.
+// With the pool off (IdleLeases -1) Acquire grants its lease and Release
+// revokes it inline, and a Store starts no goroutine.
+//
+// The pool hands out only leases it knows have life left, since etcd would
+// still attach a key to a lease that has expired but that the leader has
+// not yet revoked: it keeps a lower bound of each idle lease's last reset by
+// etcd (this store's clock before the grant or keep-alive it sent, on the
+// monotonic clock), and hands out no lease with less than half its TTL left
+// by that bound. The keep-alive sent with the transaction must succeed for
+// the grant to be reported. (Were it to reach etcd more than half a TTL after
+// the transaction, etcd could have attached the key to a lease that then
 // expired: a grant nobody was told of, which blocks the key until the leader
 // revokes the lease, like an acquire whose answer was lost; the acquire
-// starts again with a new lease.) And nothing may revoke a lease by its id
-// after reading it earlier: Release and Revoke delete keys conditionally and
-// revoke a lease only once they have deleted its key themselves, but a
-// lock-server of the first version (which revoked the lease it had read) or
-// an operator running "etcdctl lease revoke" could end a later grant, of any
-// key, that took the lease from the pool. Reuse must stay off (IdleLeases
-// -1) while such a lock-server shares the cluster.
+// starts again with a new lease.) Idle leases carry no key, and those idle
+// at Close, or evicted from a full pool, expire on their own.
 //
 // What is left: a renewal that races the holder's own release can reset
-// the idle lease, or the lease of the next grant that took it, which lets
-// that grant outlive its TTL (by as long as that keep-alive was late) and
-// never ends it early; an idle lease carries no key, and expires on its own
-// if no acquire takes it (leases idle at Close are left to do so).
+// the released grant's lease before it is revoked, which keeps a lease with
+// no key alive for longer; it touches no other grant.
 //
 // Expiry. etcd decides: the leader's lessor revokes a lease when its TTL
 // runs out without a keep-alive, and the revocation deletes the key. TTLs
@@ -140,10 +145,26 @@ const (
 	// cap is 120 s, longer than any lease; a lock service must come back
 	// within a TTL of etcd coming back.
 	DefaultReconnectMaxDelay = 2 * time.Second
-	// DefaultIdleLeases is how many idle etcd leases a Store keeps for
-	// reuse (see the package doc): enough for the grants one lock-server
-	// releases in a burst; each is a few hundred bytes in etcd's lessor.
+	// DefaultIdleLeases is how many idle etcd leases, granted ahead of
+	// time and never used, a Store keeps for its next acquires (see Leases
+	// in the package doc): enough for the grants one lock-server makes in
+	// a burst; each is a few hundred bytes in etcd's lessor.
 	DefaultIdleLeases = 64
+)
+
+// The goroutines of a Store with the pool on (see Leases in the package
+// doc). Each exits when Close cancels the Store's lifetime context; Close
+// waits for them.
+const (
+	// granters is how many goroutines grant idle leases ahead of time, so
+	// that the grants asked for by a burst of acquires overlap.
+	granters = 4
+	// revokers is how many goroutines revoke the leases of released grants.
+	revokers = 2
+	// revokeQueue bounds the released leases waiting for a revoker. Past
+	// it a lease is left to expire: it carries no key, and nothing will
+	// use it again.
+	revokeQueue = 1024
 )
 
 // ErrInvalidConfig is returned, wrapped, by Config.Validate, Open and New.
@@ -182,10 +203,12 @@ type Config struct {
 	// Open. Default DefaultReconnectMaxDelay.
 	ReconnectMaxDelay time.Duration
 
-	// IdleLeases caps the idle etcd leases kept for reuse by later grants
-	// (see Leases in the package doc). 0 means DefaultIdleLeases; -1 turns
-	// reuse off, so every grant is granted a new lease and a release
-	// revokes it.
+	// IdleLeases caps the idle etcd leases, granted ahead of time and
+	// never used, that the Store keeps so that an acquire need not wait for
+	// a lease grant (see Leases in the package doc). Each lease carries at
+	// most one grant whatever this is. 0 means DefaultIdleLeases; -1 turns
+	// the pool off: every acquire waits for a lease grant, every release
+	// for its revocation, and the Store starts no goroutine.
 	IdleLeases int
 
 	// Clock is read for ExpiresAt. Default the wall clock.
@@ -251,16 +274,19 @@ func (c Config) validate() error {
 	case c.ReconnectMaxDelay < 0:
 		return fmt.Errorf("%w: reconnect max delay %v is negative", ErrInvalidConfig, c.ReconnectMaxDelay)
 	case c.IdleLeases < -1:
-		return fmt.Errorf("%w: idle leases %d: want -1 (no reuse), 0 (default) or a positive cap", ErrInvalidConfig, c.IdleLeases)
+		return fmt.Errorf("%w: idle leases %d: want -1 (no pool), 0 (default) or a positive cap", ErrInvalidConfig, c.IdleLeases)
 	}
 	return nil
 }
 
-// Store is the etcd LockStore. It is safe for concurrent use, keeps no lock
-// state of its own (only idle leases, see the package doc) and starts no
-// goroutine that outlives a call (an acquire on an idle lease sends its
-// keep-alive from a goroutine of its own and waits for it; the etcd client
-// a Store owns has its own goroutines, ended by Close).
+// Store is the etcd LockStore. It is safe for concurrent use and keeps no
+// lock state of its own (only idle leases, see the package doc). With the
+// pool on it runs granters goroutines, which grant idle leases asked for by
+// acquires, and revokers goroutines, which revoke the leases of released
+// grants; each exits when Close cancels the Store's lifetime context, and
+// Close waits for them. An acquire on an idle lease sends its keep-alive
+// from a goroutine of its own and waits for it; the etcd client a Store
+// owns has its own goroutines, ended by Close.
 type Store struct {
 	cli        *clientv3.Client
 	ownsClient bool
@@ -269,8 +295,16 @@ type Store struct {
 	clock      Clock
 	log        *slog.Logger
 	pool       *leasePool
-	reused     atomic.Uint64 // grants made on an idle lease
+	fromPool   atomic.Uint64 // grants made on an idle lease
 	granted    atomic.Uint64 // etcd leases granted
+
+	// With the pool on: TTLs (in whole seconds) that acquires asked to be
+	// granted ahead, and leases of released grants to revoke; nil with the
+	// pool off.
+	ahead    chan int64
+	toRevoke chan clientv3.LeaseID
+	stop     context.CancelFunc // ends the lifetime context of the goroutines
+	workers  sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -324,24 +358,128 @@ func newStore(cli *clientv3.Client, owns bool, cfg Config, logger *slog.Logger) 
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Store{
+	s := &Store{
 		cli: cli, ownsClient: owns, prefix: cfg.Prefix,
 		reqTimeout: cfg.RequestTimeout, clock: cfg.Clock,
 		log:  logger.With("store", "etcd", "prefix", cfg.Prefix),
 		pool: newLeasePool(max(cfg.IdleLeases, 0)),
+		stop: func() {},
+	}
+	if s.pool.off() {
+		return s
+	}
+	// The lifetime context of the goroutines below; Close cancels it.
+	ctx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	s.ahead = make(chan int64, cfg.IdleLeases)
+	s.toRevoke = make(chan clientv3.LeaseID, revokeQueue)
+	for range granters {
+		s.workers.Add(1)
+		go s.grantAhead(ctx)
+	}
+	for range revokers {
+		s.workers.Add(1)
+		go s.revokeReleased(ctx)
+	}
+	return s
+}
+
+// grantAhead grants the idle leases acquires ask for (one per acquire, of
+// its TTL) while the pool has room for them. It returns when ctx ends.
+func (s *Store) grantAhead(ctx context.Context) {
+	defer s.workers.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case secs := <-s.ahead:
+			if s.pool.reserve() {
+				s.grantIdle(ctx, secs)
+			}
+		}
+	}
+}
+
+// grantIdle grants one lease of secs seconds for the pool; a reservation
+// (pool.reserve) is held. A lease that fails is not retried: the next
+// acquire asks again, and grants inline if the pool is empty.
+func (s *Store) grantIdle(ctx context.Context, secs int64) {
+	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
+	defer cancel()
+	sentAt := s.clock.Now() // monotonic, for the pool
+	g, err := s.cli.Grant(ctx, secs)
+	if err != nil {
+		s.pool.ungranted()
+		s.log.Debug("idle lease grant failed", "err", err)
+		return
+	}
+	s.granted.Add(1)
+	s.pool.learnFloor(secs, g.TTL)
+	if !s.pool.granted(g.ID, time.Duration(g.TTL)*time.Second, sentAt, s.clock.Now()) {
+		// Too late to be handed out (a slow grant), or the pool filled
+		// with younger leases: it carries nothing and expires on its own.
+		s.log.Debug("idle lease not pooled", "leaseId", leaseID(int64(g.ID)))
+	}
+}
+
+// revokeReleased revokes the leases of released grants, queued by Release.
+// It returns when ctx ends; leases still queued then are left to expire.
+func (s *Store) revokeReleased(ctx context.Context) {
+	defer s.workers.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case id := <-s.toRevoke:
+			rctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
+			if _, err := s.cli.Revoke(rctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				s.log.Debug("lease revoke failed", "leaseId", leaseID(int64(id)), "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// askAhead asks the granters for one more idle lease of secs seconds,
+// unless the pool is off or enough requests are waiting already.
+func (s *Store) askAhead(secs int64) {
+	if s.ahead == nil {
+		return
+	}
+	select {
+	case s.ahead <- secs:
+	default:
+	}
+}
+
+// retire ends the lease of a grant whose key was just deleted: with the
+// pool on a revoker revokes it (or, with its queue full, it expires on its
+// own), else it is revoked before retire returns. Either way it carries no
+// key, and no acquire will take it.
+func (s *Store) retire(ctx context.Context, key string, id clientv3.LeaseID) {
+	if s.toRevoke == nil {
+		s.revokeBestEffort(ctx, key, id)
+		return
+	}
+	select {
+	case s.toRevoke <- id:
+	default:
+		s.log.Debug("lease revoke queue full; the released lease will expire", "lock", key, "leaseId", leaseID(int64(id)))
 	}
 }
 
 // Acquire implements lockserver.LockStore. It needs a lease of ceil(ttl)
-// seconds with no key attached: an idle one from the pool if there is one
-// (see Leases in the package doc), else a newly granted one (etcd may
-// raise the TTL to its floor; Lease.TTL is the granted TTL). One
-// transaction then creates the key with that lease if the key does not
-// exist; the token is the revision of that transaction. If the key exists,
-// the lease goes back to the pool and ErrLockHeld is returned.
+// seconds that has never carried a key: an idle one from the pool if there
+// is one (see Leases in the package doc), else a newly granted one (etcd
+// may raise the TTL to its floor; Lease.TTL is the granted TTL); either way
+// it asks the pool's granters for one more. One transaction then creates
+// the key with that lease if the key does not exist; the token is the
+// revision of that transaction, and the lease carries this grant only. If
+// the key exists, the lease, which carries nothing, goes back to the pool
+// (or is revoked with the pool off) and ErrLockHeld is returned.
 //
 // An idle lease is reset by a keep-alive sent together with the
-// transaction, so reuse costs no extra round trip. That is safe in either
+// transaction, so taking one costs no extra round trip. That is safe in either
 // order: etcd refuses to attach a key to a lease that has ended, and
 // refuses a keep-alive for a lease that has ended, so a grant is reported
 // only when the keep-alive succeeded, that is when the lease was alive and
@@ -360,6 +498,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		return lockserver.Lease{}, s.fail("acquire", key, "start", err)
 	}
 	secs := int64((ttl + time.Second - 1) / time.Second)
+	s.askAhead(secs)
 	if idle, ok := s.pool.take(secs, s.clock.Now()); ok {
 		if l, done, err := s.acquireOnIdle(ctx, key, owner, idle); done {
 			return l, err
@@ -387,7 +526,6 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		}
 		return lockserver.Lease{}, heldBy(key, resp)
 	}
-	s.pool.noteReset(g.ID, granted, sentAt)
 	return lockserver.Lease{
 		Key: key, Owner: owner, Token: resp.Header.Revision,
 		LeaseID: leaseID(int64(g.ID)), TTL: granted, ExpiresAt: sentAt.Round(0).Add(granted),
@@ -432,8 +570,7 @@ func (s *Store) acquireOnIdle(ctx context.Context, key, owner string, idle poole
 		return lockserver.Lease{}, true, s.fail("acquire", key, "reset an idle lease", ka.err)
 	}
 	ttl := time.Duration(ka.resp.TTL) * time.Second
-	s.pool.noteReset(idle.id, ttl, sentAt)
-	s.reused.Add(1)
+	s.fromPool.Add(1)
 	return lockserver.Lease{
 		Key: key, Owner: owner, Token: resp.Header.Revision,
 		LeaseID: leaseID(int64(idle.id)), TTL: ttl, ExpiresAt: sentAt.Round(0).Add(ttl),
@@ -461,16 +598,18 @@ func heldBy(key string, resp *clientv3.TxnResponse) error {
 
 // Renew implements lockserver.LockStore: it reads the key, checks that its
 // ModRevision equals token and its owner matches, then sends one keep-alive
-// for the grant's lease. etcd refuses a keep-alive for a lease that has
-// expired or been revoked (ErrNotHeld), even one not yet deleted, so a
-// renewal never resurrects a lease. The returned ExpiresAt is lock-server's
-// clock just before the keep-alive plus the TTL etcd reports.
+// for the lease the key is attached to, which carries this grant and has
+// carried no other. etcd refuses a keep-alive for a lease that has expired
+// or been revoked (ErrNotHeld), even one not yet deleted, so a renewal
+// never resurrects a lease. The returned ExpiresAt is lock-server's clock
+// just before the keep-alive plus the TTL etcd reports.
 //
 // The read and the keep-alive are two requests. If the holder's own
-// release lands between them, the renewal reports success for a grant
-// that was just released (linearized before the release) and resets the
-// lease, which may by then be idle or carry a later grant; see Leases in
-// the package doc.
+// release lands between them, the renewal either reports success for a
+// grant that was just released (linearized before the release), having
+// reset a lease that carries no key and will not carry one again, or
+// finds the lease revoked (ErrNotHeld). It cannot extend another grant:
+// no other grant is ever made on that lease.
 func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lockserver.Lease, error) {
 	if err := lockserver.ValidateLease(key, owner, token); err != nil {
 		return lockserver.Lease{}, err
@@ -494,7 +633,6 @@ func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lock
 		return lockserver.Lease{}, s.fail("renew", key, "keep-alive", err)
 	}
 	ttl := time.Duration(ka.TTL) * time.Second
-	s.pool.noteReset(clientv3.LeaseID(kv.Lease), ttl, sentAt)
 	return lockserver.Lease{
 		Key: key, Owner: owner, Token: token,
 		LeaseID: leaseID(kv.Lease), TTL: ttl, ExpiresAt: sentAt.Round(0).Add(ttl),
@@ -504,11 +642,10 @@ func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lock
 // Release implements lockserver.LockStore with one transaction that
 // deletes the key only if its ModRevision equals token and its record's
 // owner is owner, so a release never removes a newer grant. The grant's
-// lease, now carrying no key, goes to the pool for a later grant; when
-// reuse is off it is revoked, and when it cannot be pooled (too little life
-// left, last reset unknown, a full pool of longer-lived leases) it is left
-// to expire. ErrStaleToken when a newer grant is live, ErrNotHeld when no
-// grant or another owner's is, ErrInvalidArgument, ErrUnavailable.
+// lease, now carrying no key, is never used again: it is revoked, in the
+// background with the pool on (see Leases in the package doc). ErrStaleToken
+// when a newer grant is live, ErrNotHeld when no grant or another owner's
+// is, ErrInvalidArgument, ErrUnavailable.
 func (s *Store) Release(ctx context.Context, key, owner string, token int64) error {
 	if err := lockserver.ValidateLease(key, owner, token); err != nil {
 		return err
@@ -530,14 +667,7 @@ func (s *Store) Release(ctx context.Context, key, owner string, token int64) err
 		// comparison: not a record this store writes.
 		return fmt.Errorf("etcdstore: release %q: etcd key %q holds %q, not in this store's record format", key, prev.Key, prev.Value)
 	}
-	id := clientv3.LeaseID(prev.Lease)
-	if s.pool.off() {
-		s.revokeBestEffort(ctx, key, id)
-	} else {
-		// Pooled if this store knows when etcd last reset it; else it
-		// carries no key and expires on its own.
-		s.pool.putReleased(id, s.clock.Now())
-	}
+	s.retire(ctx, key, clientv3.LeaseID(prev.Lease))
 	return nil
 }
 
@@ -578,10 +708,8 @@ func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver
 		}
 		return lockserver.Lease{}, err
 	}
-	// The key is deleted by this revoke, not by a release, and the lease
-	// carried it, so no pool holds the lease: revoking it cannot touch
-	// another grant.
-	s.pool.forget(clientv3.LeaseID(kv.Lease))
+	// The lease carried this grant and no other, ever: revoking it cannot
+	// touch another grant.
 	s.revokeBestEffort(ctx, key, clientv3.LeaseID(kv.Lease))
 	return lockserver.Lease{
 		Key: key, Owner: rec.Owner, Token: kv.ModRevision,
@@ -650,8 +778,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, erro
 	if ttl.TTL < 0 || !slices.ContainsFunc(ttl.Keys, func(k []byte) bool { return string(k) == s.prefix+key }) {
 		// The grant ended between the two reads (the leader answers
 		// TimeToLive only after applying everything it has committed): its
-		// lease is gone, or was emptied by a release and is idle or carries
-		// another key now.
+		// lease is gone, or was emptied by a release and not yet revoked.
 		return st, nil
 	}
 	st.Lease = &lockserver.Lease{
@@ -664,17 +791,20 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, erro
 // LeaseStats counts this Store's etcd leases since Open (see Leases in the
 // package doc): for metrics.
 type LeaseStats struct {
-	// Idle is the number of idle leases kept for reuse now.
+	// Idle is the number of idle leases (granted ahead, never used) in
+	// the pool now.
 	Idle int
-	// Granted counts the etcd leases granted (a raft write each).
+	// Granted counts the etcd leases granted (a raft write each), ahead
+	// of time or by an acquire that found the pool empty.
 	Granted uint64
-	// Reused counts the grants made on an idle lease instead.
-	Reused uint64
+	// FromPool counts the grants made on an idle lease from the pool,
+	// for which the acquire did not wait for a lease grant.
+	FromPool uint64
 }
 
 // LeaseStats returns the Store's lease counts.
 func (s *Store) LeaseStats() LeaseStats {
-	return LeaseStats{Idle: s.pool.len(), Granted: s.granted.Load(), Reused: s.reused.Load()}
+	return LeaseStats{Idle: s.pool.len(), Granted: s.granted.Load(), FromPool: s.fromPool.Load()}
 }
 
 // Ping implements lockserver.LockStore with a linearizable read of one key,
@@ -688,11 +818,15 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close implements lockserver.LockStore: it closes the client if Open
-// created it. Leases are not touched. Calling it again returns the first
+// Close implements lockserver.LockStore: it stops the Store's goroutines
+// and waits for them, then closes the client if Open created it. Grants are
+// not touched; idle leases, and leases of released grants not yet revoked,
+// carry no key and are left to expire. Calling it again returns the first
 // result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.stop()
+		s.workers.Wait()
 		if s.ownsClient {
 			if err := s.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
 				s.closeErr = fmt.Errorf("etcdstore: close client: %w", err)

@@ -7,33 +7,32 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// leasePool keeps etcd leases that carry no key, so that the next Acquire
-// asking for the same TTL can reset one with a keep-alive (answered by the
-// leader without a raft write) instead of granting a new lease (a raft
-// write). A lease enters the pool only when this store has just detached it
-// from its key (a Release deleted the key) or attached nothing to it (an
-// Acquire lost its transaction).
+// leasePool keeps idle etcd leases: leases granted ahead of time that
+// have never carried a key, so that an Acquire asking for their TTL can
+// reset one with a keep-alive (answered by the leader without a raft
+// write) instead of waiting for a grant (a raft write). A lease is used for
+// at most one grant: it enters the pool when the store's granters have
+// just granted it, or when an Acquire took it and lost its transaction
+// (attaching nothing to it); a lease that carried a grant never comes back.
+// So a lease id names one grant for its whole life (see Leases in the
+// package doc).
 //
 // The pool must never hand out a lease etcd may already have expired: the
 // leader revokes expired leases only every 500 ms, and until then etcd
 // still attaches keys to them, so a grant on such a lease would be written
-// and then deleted with it. The pool therefore keeps, for every lease this
-// store granted or reset, a lower bound of the moment etcd last reset it
-// (this store's clock just before the grant or keep-alive was sent; a
-// renewal through another lock-server only resets it later), and hands a
-// lease out only while that bound plus its TTL is at least margin(TTL)
-// ahead. A lease whose last reset this store does not know (granted by
-// another lock-server) is never pooled. These times keep Go's monotonic
-// clock reading, so a step of the wall clock cannot make a lease look
-// younger than it is.
+// and then deleted with it. The pool therefore keeps, for every idle lease,
+// a lower bound of the moment etcd last reset it (this store's clock just
+// before the grant or keep-alive was sent), and hands a lease out only
+// while that bound plus its TTL is at least margin(TTL) ahead. These times
+// keep Go's monotonic clock reading, so a step of the wall clock cannot
+// make a lease look younger than it is.
 type leasePool struct {
-	mu     sync.Mutex
-	max    int                        // idle leases kept in all; 0 turns reuse off
-	n      int                        // idle leases held now
-	idle   map[int64][]pooledLease    // by granted TTL in whole seconds, newest last
-	resets map[clientv3.LeaseID]reset // leases carrying a grant of this store
-	floors map[int64]int64            // requested TTL -> TTL etcd granted, in seconds
-	prune  int                        // len(resets) at which to drop records of ended grants
+	mu       sync.Mutex
+	max      int                     // idle leases kept in all; 0 turns the pool off
+	n        int                     // idle leases held now
+	inFlight int                     // grants for the pool sent and not yet answered
+	idle     map[int64][]pooledLease // by granted TTL in whole seconds, newest last
+	floors   map[int64]int64         // requested TTL -> TTL etcd granted, in seconds
 }
 
 // pooledLease is one idle lease; the pool hands it out until expires.
@@ -41,12 +40,6 @@ type pooledLease struct {
 	id      clientv3.LeaseID
 	ttl     time.Duration // granted by etcd
 	expires time.Time     // last reset + ttl - margin(ttl)
-}
-
-// reset is the lower bound of a lease's last reset by etcd, and its TTL.
-type reset struct {
-	at  time.Time
-	ttl time.Duration
 }
 
 // margin is how much life a pooled lease must have left, by the pool's
@@ -59,22 +52,11 @@ type reset struct {
 // floor of 2 s, seconds at the usual TTLs.
 func margin(ttl time.Duration) time.Duration { return ttl / 2 }
 
-// minPrune is the number of reset records from which noteReset drops the
-// records of grants that surely ended without a release through this
-// store (expired, or released through another lock-server). After a pass,
-// the next is due at twice the records left, so the cost stays constant
-// per call however many grants are live.
-const minPrune = 4096
-
 func newLeasePool(max int) *leasePool {
-	return &leasePool{
-		max: max, idle: make(map[int64][]pooledLease),
-		resets: make(map[clientv3.LeaseID]reset), floors: make(map[int64]int64),
-		prune: minPrune,
-	}
+	return &leasePool{max: max, idle: make(map[int64][]pooledLease), floors: make(map[int64]int64)}
 }
 
-// off reports whether reuse is turned off.
+// off reports whether the pool is turned off.
 func (p *leasePool) off() bool { return p.max == 0 }
 
 // learnFloor records that etcd granted grantedSecs for a request of secs,
@@ -89,63 +71,54 @@ func (p *leasePool) learnFloor(secs, grantedSecs int64) {
 	p.floors[secs] = grantedSecs
 }
 
-// noteReset records that etcd reset lease id, of TTL ttl, no earlier than
-// at: it now carries a grant of this store.
-func (p *leasePool) noteReset(id clientv3.LeaseID, ttl time.Duration, at time.Time) {
-	if p.off() {
-		return
-	}
+// reserve reports whether a granter may grant one lease for the pool: the
+// leases held and those being granted stay within max. A true answer must
+// be followed by exactly one call of granted or ungranted.
+func (p *leasePool) reserve() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.resets) >= p.prune {
-		for lid, r := range p.resets {
-			if !at.Before(r.at.Add(r.ttl)) {
-				delete(p.resets, lid)
-			}
-		}
-		p.prune = max(minPrune, 2*len(p.resets))
-	}
-	p.resets[id] = reset{at: at, ttl: ttl}
-}
-
-// forget drops what the pool knows of lease id (it was revoked).
-func (p *leasePool) forget(id clientv3.LeaseID) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.resets, id)
-}
-
-// putReleased pools lease id, whose key a release has just deleted, if the
-// pool knows its last reset and enough of its life is left at now. It
-// reports whether the lease was pooled; if not, the caller leaves it to
-// expire (or revokes it when reuse is off).
-func (p *leasePool) putReleased(id clientv3.LeaseID, now time.Time) bool {
-	if p.off() {
+	if p.off() || p.n+p.inFlight >= p.max {
 		return false
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	r, ok := p.resets[id]
-	delete(p.resets, id)
-	return ok && p.add(id, r, now)
+	p.inFlight++
+	return true
 }
 
-// putUnused pools lease id, reset no earlier than at and carrying no key
-// (its acquire lost), on the same terms as putReleased.
+// ungranted ends a reservation whose grant failed.
+func (p *leasePool) ungranted() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inFlight--
+}
+
+// granted ends a reservation: it pools lease id, of TTL ttl, granted by a
+// request sent at at, if enough of its life is left at now. It reports
+// whether the lease was pooled; if not, it carries no key and the caller
+// revokes it or leaves it to expire.
+func (p *leasePool) granted(id clientv3.LeaseID, ttl time.Duration, at, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inFlight--
+	return p.add(id, ttl, at, now)
+}
+
+// putUnused pools lease id, reset no earlier than at, which an acquire
+// took from the pool or was granted and then lost its transaction with:
+// it carried no key. It reports whether the lease was pooled.
 func (p *leasePool) putUnused(id clientv3.LeaseID, ttl time.Duration, at, now time.Time) bool {
 	if p.off() {
 		return false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.add(id, reset{at: at, ttl: ttl}, now)
+	return p.add(id, ttl, at, now)
 }
 
 // add pools a lease when enough of its life is left. When the pool is
 // full, the lease that expires first, this one included, is the one left
 // out. p.mu is held.
-func (p *leasePool) add(id clientv3.LeaseID, r reset, now time.Time) bool {
-	l := pooledLease{id: id, ttl: r.ttl, expires: r.at.Add(r.ttl - margin(r.ttl))}
+func (p *leasePool) add(id clientv3.LeaseID, ttl time.Duration, at, now time.Time) bool {
+	l := pooledLease{id: id, ttl: ttl, expires: at.Add(ttl - margin(ttl))}
 	if !now.Before(l.expires) {
 		return false
 	}
@@ -156,7 +129,7 @@ func (p *leasePool) add(id clientv3.LeaseID, r reset, now time.Time) bool {
 		}
 		p.removeAt(secs, i)
 	}
-	secs := int64(r.ttl / time.Second)
+	secs := int64(ttl / time.Second)
 	p.idle[secs] = append(p.idle[secs], l)
 	p.n++
 	return true
@@ -189,9 +162,10 @@ func (p *leasePool) removeAt(secs int64, i int) {
 	p.n--
 }
 
-// take returns the most recently pooled lease for a request of secs
-// seconds that may still be handed out at now, forgetting the expired ones
-// it passes on the way.
+// take removes and returns the most recently pooled lease for a request of
+// secs seconds that may still be handed out at now, forgetting the expired
+// ones it passes on the way. A lease it returns is never pooled again
+// unless the acquire attached nothing to it (putUnused).
 func (p *leasePool) take(secs int64, now time.Time) (pooledLease, bool) {
 	if p.off() {
 		return pooledLease{}, false

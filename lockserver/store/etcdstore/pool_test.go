@@ -3,8 +3,10 @@ package etcdstore
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,8 +16,10 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 )
 
-// The tests below are about lease reuse (Leases in the package doc): what
-// an old holder can and cannot do once its lease carries another grant.
+// The tests below are about leases (Leases in the package doc): a lease id
+// names one grant for its whole life, so nothing done to an old grant's
+// lease, by an old holder or by an operator holding its id, reaches a
+// later grant.
 
 func openCfgT(t *testing.T, cfg Config) *Store {
 	t.Helper()
@@ -60,54 +64,41 @@ func mustAcquire(t *testing.T, s *Store, key, owner string, ttl time.Duration) l
 	return l
 }
 
-func TestAReleasedLeaseCarriesTheNextGrant(t *testing.T) {
-	s := openCfgT(t, Config{})
-	a := mustAcquire(t, s, "payout:acct-1", "worker-a", 10*time.Second)
-	if err := s.Release(ctxT(t), a.Key, a.Owner, a.Token); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	if n := s.pool.len(); n != 1 {
-		t.Fatalf("idle leases after a release: %d; want 1", n)
-	}
-	b := mustAcquire(t, s, "payout:acct-2", "worker-b", 10*time.Second)
-	if b.LeaseID != a.LeaseID {
-		t.Fatalf("second grant on lease %s; want the released lease %s reused", b.LeaseID, a.LeaseID)
-	}
-	if b.Token <= a.Token {
-		t.Fatalf("token %d after %d; want larger", b.Token, a.Token)
-	}
-	if b.TTL != 10*time.Second {
-		t.Fatalf("TTL of the reused lease %v; want 10s", b.TTL)
-	}
-	// worker-a's grant is gone; nothing it sends may touch worker-b's.
-	if _, err := s.Renew(ctxT(t), a.Key, a.Owner, a.Token); !errors.Is(err, lockserver.ErrNotHeld) {
-		t.Errorf("old holder's renew = %v; want ErrNotHeld", err)
-	}
-	if err := s.Release(ctxT(t), a.Key, a.Owner, a.Token); !errors.Is(err, lockserver.ErrNotHeld) {
-		t.Errorf("old holder's second release = %v; want ErrNotHeld", err)
-	}
-	if _, err := s.Revoke(ctxT(t), a.Key, 0); !errors.Is(err, lockserver.ErrNotHeld) {
-		t.Errorf("revoke of the released key = %v; want ErrNotHeld", err)
-	}
-	st, err := s.Inspect(ctxT(t), b.Key)
-	if err != nil || st.Lease == nil || st.Lease.Token != b.Token || st.Lease.Owner != "worker-b" {
-		t.Fatalf("Inspect(%q) = %+v, %v; want worker-b's grant %d live", b.Key, st.Lease, err, b.Token)
-	}
-	if !leaseAlive(t, s, b.LeaseID) {
-		t.Fatalf("lease %s of the live grant has ended", b.LeaseID)
+// await polls cond until it holds, failing the test after 10 s.
+func await(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	limit := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(limit) {
+			t.Fatalf("gave up waiting: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
-func TestAStaleHolderCannotTouchTheGrantOnItsOldLease(t *testing.T) {
+// idleIDs lists the leases in s's pool, as Lease.LeaseID prints them.
+func idleIDs(s *Store) []string {
+	s.pool.mu.Lock()
+	defer s.pool.mu.Unlock()
+	var ids []string
+	for _, list := range s.pool.idle {
+		for _, l := range list {
+			ids = append(ids, leaseID(int64(l.id)))
+		}
+	}
+	return ids
+}
+
+func TestAStaleHolderCannotTouchTheGrantAfterIt(t *testing.T) {
 	s := openCfgT(t, Config{})
 	old := mustAcquire(t, s, "k", "worker-a", 10*time.Second)
 	if err := s.Release(ctxT(t), "k", "worker-a", old.Token); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	// Same key, same owner id, same lease: only the token differs.
+	// Same key, same owner id: only the token (and the lease) differ.
 	cur := mustAcquire(t, s, "k", "worker-a", 10*time.Second)
-	if cur.LeaseID != old.LeaseID {
-		t.Fatalf("regrant on lease %s; want %s reused", cur.LeaseID, old.LeaseID)
+	if cur.LeaseID == old.LeaseID {
+		t.Fatalf("regrant on lease %s of the released grant", old.LeaseID)
 	}
 	if _, err := s.Renew(ctxT(t), "k", "worker-a", old.Token); !errors.Is(err, lockserver.ErrStaleToken) {
 		t.Errorf("stale renew = %v; want ErrStaleToken", err)
@@ -142,20 +133,35 @@ func TestReleaseComparesTheWholeOwner(t *testing.T) {
 	}
 }
 
+// TestAnAcquireTakesALeaseGrantedAhead: the first acquire asks for a lease
+// to be granted ahead, and the next one takes it.
+func TestAnAcquireTakesALeaseGrantedAhead(t *testing.T) {
+	s := openCfgT(t, Config{})
+	a := mustAcquire(t, s, "a", "worker-a", 5*time.Second)
+	await(t, "a lease granted ahead", func() bool { return s.pool.len() == 1 })
+	idle := idleIDs(s)[0]
+	b := mustAcquire(t, s, "b", "worker-b", 5*time.Second)
+	if b.LeaseID != idle || b.LeaseID == a.LeaseID {
+		t.Fatalf("second grant on lease %s; want the idle lease %s (the first grant's is %s)", b.LeaseID, idle, a.LeaseID)
+	}
+	if b.TTL != 5*time.Second {
+		t.Fatalf("TTL of a grant on an idle lease %v; want 5s", b.TTL)
+	}
+	if st := s.LeaseStats(); st.FromPool != 1 || st.Granted < 2 {
+		t.Fatalf("LeaseStats = %+v; want 1 grant from the pool, at least 2 leases granted", st)
+	}
+}
+
 func TestAnIdleLeaseThatEndedIsReplaced(t *testing.T) {
 	s := openCfgT(t, Config{})
-	a := mustAcquire(t, s, "k", "worker-a", 5*time.Second)
-	if err := s.Release(ctxT(t), "k", "worker-a", a.Token); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	// End the idle lease behind the pool's back, as its TTL running out
-	// would.
-	if _, err := s.cli.Revoke(ctxT(t), parseLeaseID(t, a.LeaseID)); err != nil {
-		t.Fatalf("revoke idle lease: %v", err)
-	}
+	mustAcquire(t, s, "a", "worker-a", 5*time.Second)
+	await(t, "a lease granted ahead", func() bool { return s.pool.len() == 1 })
+	idle := idleIDs(s)[0]
+	// End the idle lease behind the pool's back, as an operator might.
+	revokeByID(t, idle)
 	b := mustAcquire(t, s, "k", "worker-b", 5*time.Second)
-	if b.LeaseID == a.LeaseID {
-		t.Fatalf("granted on the ended lease %s", a.LeaseID)
+	if b.LeaseID == idle {
+		t.Fatalf("granted on the ended lease %s", idle)
 	}
 	if !leaseAlive(t, s, b.LeaseID) {
 		t.Fatalf("lease %s of the new grant is not alive", b.LeaseID)
@@ -166,59 +172,35 @@ func TestAnIdleLeaseThatEndedIsReplaced(t *testing.T) {
 	}
 }
 
-func TestALosingAcquireKeepsItsLeaseForTheNext(t *testing.T) {
-	s := openCfgT(t, Config{})
-	mustAcquire(t, s, "k", "worker-a", 5*time.Second)
-	if _, err := s.Acquire(ctxT(t), "k", "worker-b", 5*time.Second); !errors.Is(err, lockserver.ErrLockHeld) {
-		t.Fatalf("second acquire = %v; want ErrLockHeld", err)
-	}
-	if n := s.pool.len(); n != 1 {
-		t.Fatalf("idle leases after a refused acquire: %d; want 1", n)
-	}
-	mustAcquire(t, s, "other", "worker-b", 5*time.Second)
-	if n := s.pool.len(); n != 0 {
-		t.Fatalf("idle leases after the next acquire: %d; want 0 (reused)", n)
-	}
-}
+// TestAReleasedGrantsLeaseIsRevoked, with the pool on (by a revoker) and
+// off (before Release returns); a force-revoke revokes it too.
+func TestAReleasedGrantsLeaseIsRevoked(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		idle int
+	}{{"pool-on", 0}, {"pool-off", -1}} {
+		t.Run(c.name, func(t *testing.T) {
+			s := openCfgT(t, Config{IdleLeases: c.idle})
+			l := mustAcquire(t, s, "k", "worker-a", 5*time.Second)
+			if err := s.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			if c.idle < 0 && leaseAlive(t, s, l.LeaseID) {
+				t.Fatalf("lease %s alive after Release returned", l.LeaseID)
+			}
+			await(t, "the released grant's lease revoked", func() bool { return !leaseAlive(t, s, l.LeaseID) })
+			if slices.Contains(idleIDs(s), l.LeaseID) {
+				t.Fatalf("lease %s of a released grant is in the pool", l.LeaseID)
+			}
 
-func TestRevokeEndsTheLeaseAndDoesNotPoolIt(t *testing.T) {
-	s := openCfgT(t, Config{})
-	l := mustAcquire(t, s, "k", "worker-a", 5*time.Second)
-	if _, err := s.Revoke(ctxT(t), "k", 0); err != nil {
-		t.Fatalf("Revoke: %v", err)
-	}
-	if leaseAlive(t, s, l.LeaseID) {
-		t.Errorf("lease %s still alive after its grant was revoked", l.LeaseID)
-	}
-	if n := s.pool.len(); n != 0 {
-		t.Errorf("idle leases after a revoke: %d; want 0", n)
-	}
-}
-
-func TestWithoutReuseAReleaseRevokesTheLeaseAndAFullPoolKeepsTheNewest(t *testing.T) {
-	off := openCfgT(t, Config{IdleLeases: -1})
-	l := mustAcquire(t, off, "k", "worker-a", 5*time.Second)
-	if err := off.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	if leaseAlive(t, off, l.LeaseID) {
-		t.Errorf("reuse off: lease %s alive after release", l.LeaseID)
-	}
-
-	one := openCfgT(t, Config{IdleLeases: 1})
-	a := mustAcquire(t, one, "a", "worker-a", 5*time.Second)
-	b := mustAcquire(t, one, "b", "worker-b", 5*time.Second)
-	for _, g := range []lockserver.Lease{a, b} {
-		if err := one.Release(ctxT(t), g.Key, g.Owner, g.Token); err != nil {
-			t.Fatalf("Release(%q): %v", g.Key, err)
-		}
-	}
-	if n := one.pool.len(); n != 1 {
-		t.Fatalf("pool of 1 holds %d leases", n)
-	}
-	c := mustAcquire(t, one, "c", "worker-c", 5*time.Second)
-	if c.LeaseID != b.LeaseID {
-		t.Errorf("pool of 1 gave lease %s; want %s, reset last (a's %s was evicted)", c.LeaseID, b.LeaseID, a.LeaseID)
+			l = mustAcquire(t, s, "k", "worker-a", 5*time.Second)
+			if _, err := s.Revoke(ctxT(t), "k", 0); err != nil {
+				t.Fatalf("Revoke: %v", err)
+			}
+			if leaseAlive(t, s, l.LeaseID) {
+				t.Errorf("lease %s still alive after its grant was revoked", l.LeaseID)
+			}
+		})
 	}
 }
 
@@ -240,64 +222,81 @@ func (c *fakeClock) advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// TestALeaseNearItsExpiryIsNotReused: a lease released when, by the
-// store's lower bound, less than margin(TTL) of its life is left is not
-// pooled, so no acquire can attach a key to a lease etcd may already have
+// TestALeaseNearItsExpiryIsNotHandedOut: an idle lease with less than
+// margin(TTL) of its life left, by the store's lower bound, is not handed
+// out, so no acquire can attach a key to a lease etcd may already have
 // expired (it would write a grant that etcd then deletes with the lease).
-func TestALeaseNearItsExpiryIsNotReused(t *testing.T) {
+func TestALeaseNearItsExpiryIsNotHandedOut(t *testing.T) {
 	clk := &fakeClock{now: time.Now()}
 	s := openCfgT(t, Config{Clock: clk})
-	l := mustAcquire(t, s, "k", "worker-a", 4*time.Second)
+	mustAcquire(t, s, "a", "worker-a", 4*time.Second)
+	await(t, "a lease granted ahead", func() bool { return s.pool.len() == 1 })
+	idle := idleIDs(s)[0]
 	clk.advance(4*time.Second - margin(4*time.Second))
-	if err := s.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
-		t.Fatalf("Release: %v", err)
+	l := mustAcquire(t, s, "b", "worker-a", 4*time.Second)
+	if l.LeaseID == idle {
+		t.Fatalf("grant on idle lease %s, %v before its expiry by the store's bound", idle, margin(4*time.Second))
 	}
-	if n := s.pool.len(); n != 0 {
-		t.Fatalf("pool holds %d leases after a release %v before the lease's expiry; want 0", n, margin(4*time.Second))
-	}
-	// A renewal resets the bound: released just after one, it is pooled.
-	l = mustAcquire(t, s, "k", "worker-a", 4*time.Second)
-	clk.advance(3 * time.Second)
-	if _, err := s.Renew(ctxT(t), "k", "worker-a", l.Token); err != nil {
-		t.Fatalf("Renew: %v", err)
-	}
-	clk.advance(time.Second)
-	if err := s.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	if n := s.pool.len(); n != 1 {
-		t.Fatalf("pool holds %d leases after a release 1s after a renewal; want 1", n)
-	}
-}
-
-// TestALeaseGrantedElsewhereIsNotPooled: a store pools only leases whose
-// last reset it knows.
-func TestALeaseGrantedElsewhereIsNotPooled(t *testing.T) {
-	prefix := newPrefix(t)
-	a := openCfgT(t, Config{Prefix: prefix})
-	b := openCfgT(t, Config{Prefix: prefix})
-	l := mustAcquire(t, a, "k", "worker-a", 5*time.Second)
-	if err := b.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
-		t.Fatalf("Release through the other store: %v", err)
-	}
-	if n := b.pool.len(); n != 0 {
-		t.Fatalf("the releasing store pooled a lease it did not grant (%d idle)", n)
+	if slices.Contains(idleIDs(s), idle) {
+		t.Fatalf("the pool still holds lease %s past its margin", idle)
 	}
 }
 
 func TestACanceledAcquireSpendsNoIdleLease(t *testing.T) {
 	s := openCfgT(t, Config{})
-	l := mustAcquire(t, s, "k", "worker-a", 5*time.Second)
-	if err := s.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
+	mustAcquire(t, s, "a", "worker-a", 5*time.Second)
+	await(t, "a lease granted ahead", func() bool { return s.pool.len() == 1 })
+	idle := idleIDs(s)[0]
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := s.Acquire(ctx, "k", "worker-b", 5*time.Second); !errors.Is(err, lockserver.ErrUnavailable) {
 		t.Fatalf("Acquire with a canceled context = %v; want ErrUnavailable", err)
 	}
-	if n := s.pool.len(); n != 1 || !leaseAlive(t, s, l.LeaseID) {
-		t.Fatalf("after a canceled acquire: %d idle, lease alive %v; want the idle lease kept", n, leaseAlive(t, s, l.LeaseID))
+	if got := idleIDs(s); !slices.Equal(got, []string{idle}) || !leaseAlive(t, s, idle) {
+		t.Fatalf("after a canceled acquire: idle %v, lease %s alive %v; want it kept", got, idle, leaseAlive(t, s, idle))
+	}
+}
+
+// storeGoroutines counts the goroutines running a Store's background loops.
+func storeGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	return strings.Count(string(buf), "etcdstore.(*Store).grantAhead") + strings.Count(string(buf), "etcdstore.(*Store).revokeReleased")
+}
+
+// TestCloseWaitsForTheStoresGoroutines: with the pool on a Store runs
+// granters and revokers; with it off, none; Close ends them before it
+// returns.
+func TestCloseWaitsForTheStoresGoroutines(t *testing.T) {
+	before := storeGoroutines()
+	on := openCfgT(t, Config{})
+	if got := storeGoroutines() - before; got != granters+revokers {
+		t.Fatalf("%d background goroutines with the pool on; want %d", got, granters+revokers)
+	}
+	l := mustAcquire(t, on, "k", "worker-a", 5*time.Second)
+	if err := on.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := on.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if got := storeGoroutines(); got != before {
+		t.Fatalf("%d background goroutines after Close; want %d", got, before)
+	}
+	for range 2 * DefaultIdleLeases {
+		on.askAhead(1) // never blocks, with no granter left
+	}
+	off := openCfgT(t, Config{IdleLeases: -1})
+	mustAcquire(t, off, "k", "worker-a", 5*time.Second)
+	if got := storeGoroutines(); got != before {
+		t.Fatalf("%d background goroutines with the pool off; want none", got-before)
 	}
 }
 
@@ -305,12 +304,11 @@ func TestPoolHandsOutOnlyLeasesWithLifeLeft(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
 	ten := 10 * time.Second // margin 5s
 	p := newLeasePool(3)
-	if p.putReleased(1, t0) {
-		t.Fatal("pooled a released lease whose reset is unknown")
+	if !p.reserve() {
+		t.Fatal("an empty pool refused a reservation")
 	}
-	p.noteReset(1, ten, t0)
-	if !p.putReleased(1, t0.Add(time.Second)) {
-		t.Fatal("a released lease with 9s left was not pooled")
+	if !p.granted(1, ten, t0, t0.Add(time.Second)) {
+		t.Fatal("a lease granted with 9s left was not pooled")
 	}
 	if p.putUnused(2, ten, t0, t0.Add(5*time.Second)) {
 		t.Fatal("pooled a lease with exactly its margin left")
@@ -329,9 +327,25 @@ func TestPoolHandsOutOnlyLeasesWithLifeLeft(t *testing.T) {
 		t.Fatalf("len = %d after the expired lease was forgotten; want 0", n)
 	}
 
+	// Leases held and being granted together stay within the cap.
+	for i := range 3 {
+		if !p.reserve() {
+			t.Fatalf("reservation %d of 3 refused", i+1)
+		}
+	}
+	if p.reserve() {
+		t.Fatal("a fourth reservation with 3 grants in flight")
+	}
+	p.ungranted()
+	p.ungranted()
+	p.ungranted()
+
 	// Full: the lease that expires first is left out, the newcomer included.
 	for id, at := range map[clientv3.LeaseID]time.Duration{10: 3 * time.Second, 11: time.Second, 12: 2 * time.Second} {
 		p.putUnused(id, ten, t0.Add(at), t0)
+	}
+	if p.reserve() {
+		t.Fatal("a full pool allowed a grant ahead")
 	}
 	if p.putUnused(14, ten, t0.Add(time.Second/2), t0) {
 		t.Fatal("a full pool took a lease with less life left than any of its own")
@@ -359,28 +373,7 @@ func TestPoolHandsOutOnlyLeasesWithLifeLeft(t *testing.T) {
 	}
 
 	off := newLeasePool(0)
-	off.noteReset(1, ten, t0)
-	if off.putReleased(1, t0) || off.putUnused(2, ten, t0, t0) {
+	if off.reserve() || off.putUnused(2, ten, t0, t0) {
 		t.Fatal("a pool of 0 kept a lease")
-	}
-}
-
-func TestResetRecordsOfEndedGrantsAreBounded(t *testing.T) {
-	t0 := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
-	p := newLeasePool(8)
-	for i := range minPrune {
-		p.noteReset(clientv3.LeaseID(i+1), time.Second, t0) // all ended by t0+1s
-	}
-	p.noteReset(minPrune+1, time.Second, t0.Add(time.Minute))
-	if n := len(p.resets); n != 1 {
-		t.Fatalf("%d reset records kept; want 1 (the others' leases have surely ended)", n)
-	}
-	// With every record live, a pass drops nothing and the next is put off
-	// until twice as many: not a full scan per grant.
-	for i := range 2 * minPrune {
-		p.noteReset(clientv3.LeaseID(10_000+i), time.Hour, t0.Add(time.Minute))
-	}
-	if p.prune < 2*minPrune {
-		t.Fatalf("prune threshold %d with %d live records; want it raised to at least %d", p.prune, len(p.resets), 2*minPrune)
 	}
 }
