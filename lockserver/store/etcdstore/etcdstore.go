@@ -152,20 +152,6 @@ const (
 	DefaultIdleLeases = 64
 )
 
-// The goroutines of a Store with the pool on (see Leases in the package
-// doc). Each exits when Close cancels the Store's lifetime context; Close
-// waits for them.
-const (
-	// granters is how many goroutines grant idle leases ahead of time, so
-	// that the grants asked for by a burst of acquires overlap.
-	granters = 4
-	// revokers is how many goroutines revoke the leases of released grants.
-	revokers = 2
-	// revokeQueue bounds the released leases waiting for a revoker. Past
-	// it a lease is left to expire: it carries no key, and nothing will
-	// use it again.
-	revokeQueue = 1024
-)
 
 // ErrInvalidConfig is returned, wrapped, by Config.Validate, Open and New.
 var ErrInvalidConfig = errors.New("etcdstore: invalid config")
@@ -281,12 +267,13 @@ func (c Config) validate() error {
 
 // Store is the etcd LockStore. It is safe for concurrent use and keeps no
 // lock state of its own (only idle leases, see the package doc). With the
-// pool on it runs granters goroutines, which grant idle leases asked for by
-// acquires, and revokers goroutines, which revoke the leases of released
-// grants; each exits when Close cancels the Store's lifetime context, and
-// Close waits for them. An acquire on an idle lease sends its keep-alive
-// from a goroutine of its own and waits for it; the etcd client a Store
-// owns has its own goroutines, ended by Close.
+// pool on it runs two goroutines: the granter, which grants batches of idle
+// leases as acquires need them, and the revoker, which revokes the leases
+// of released grants in batches; each sends a batch's requests from
+// goroutines of its own and waits for them. Both exit when Close cancels
+// the Store's lifetime context, and Close waits for them. An acquire on an
+// idle lease sends its keep-alive from a goroutine of its own and waits for
+// it; the etcd client a Store owns has its own goroutines, ended by Close.
 type Store struct {
 	cli        *clientv3.Client
 	ownsClient bool
@@ -298,13 +285,11 @@ type Store struct {
 	fromPool   atomic.Uint64 // grants made on an idle lease
 	granted    atomic.Uint64 // etcd leases granted
 
-	// With the pool on: TTLs (in whole seconds) that acquires asked to be
-	// granted ahead, and leases of released grants to revoke; nil with the
-	// pool off.
-	ahead    chan int64
-	toRevoke chan clientv3.LeaseID
-	stop     context.CancelFunc // ends the lifetime context of the goroutines
-	workers  sync.WaitGroup
+	// With the pool on: the TTLs (in whole seconds) acquires asked the
+	// granter to top up; nil with the pool off.
+	ahead   chan int64
+	stop    context.CancelFunc // ends the granter's lifetime context
+	workers sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -372,36 +357,32 @@ func newStore(cli *clientv3.Client, owns bool, cfg Config, logger *slog.Logger) 
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
 	s.ahead = make(chan int64, cfg.IdleLeases)
-	s.toRevoke = make(chan clientv3.LeaseID, revokeQueue)
-	for range granters {
-		s.workers.Add(1)
-		go s.grantAhead(ctx)
-	}
-	for range revokers {
-		s.workers.Add(1)
-		go s.revokeReleased(ctx)
-	}
+	s.workers.Add(1)
+	go s.grantAhead(ctx)
 	return s
 }
 
-// grantAhead grants the idle leases acquires ask for (one per acquire, of
-// its TTL) while the pool has room for them. It returns when ctx ends.
+// grantAhead is the granter: for each TTL an acquire asked for, it grants
+// the batch the pool wants (pool.topUp), all at once, and waits for the
+// batch before it reads the next request. It returns when ctx ends.
 func (s *Store) grantAhead(ctx context.Context) {
 	defer s.workers.Done()
+	var batch sync.WaitGroup
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case secs := <-s.ahead:
-			if s.pool.reserve() {
-				s.grantIdle(ctx, secs)
+			for range s.pool.topUp(secs) {
+				batch.Go(func() { s.grantIdle(ctx, secs) })
 			}
+			batch.Wait()
 		}
 	}
 }
 
-// grantIdle grants one lease of secs seconds for the pool; a reservation
-// (pool.reserve) is held. A lease that fails is not retried: the next
+// grantIdle grants one lease of secs seconds for the pool, which has
+// reserved room for it. A grant that fails is not retried: the next
 // acquire asks again, and grants inline if the pool is empty.
 func (s *Store) grantIdle(ctx context.Context, secs int64) {
 	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
@@ -409,38 +390,20 @@ func (s *Store) grantIdle(ctx context.Context, secs int64) {
 	sentAt := s.clock.Now() // monotonic, for the pool
 	g, err := s.cli.Grant(ctx, secs)
 	if err != nil {
-		s.pool.ungranted()
+		s.pool.ungranted(secs)
 		s.log.Debug("idle lease grant failed", "err", err)
 		return
 	}
 	s.granted.Add(1)
 	s.pool.learnFloor(secs, g.TTL)
-	if !s.pool.granted(g.ID, time.Duration(g.TTL)*time.Second, sentAt, s.clock.Now()) {
+	if !s.pool.granted(secs, g.ID, time.Duration(g.TTL)*time.Second, sentAt, s.clock.Now()) {
 		// Too late to be handed out (a slow grant), or the pool filled
 		// with younger leases: it carries nothing and expires on its own.
 		s.log.Debug("idle lease not pooled", "leaseId", leaseID(int64(g.ID)))
 	}
 }
 
-// revokeReleased revokes the leases of released grants, queued by Release.
-// It returns when ctx ends; leases still queued then are left to expire.
-func (s *Store) revokeReleased(ctx context.Context) {
-	defer s.workers.Done()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case id := <-s.toRevoke:
-			rctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
-			if _, err := s.cli.Revoke(rctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				s.log.Debug("lease revoke failed", "leaseId", leaseID(int64(id)), "err", err)
-			}
-			cancel()
-		}
-	}
-}
-
-// askAhead asks the granters for one more idle lease of secs seconds,
+// askAhead asks the granter to top up the idle leases of secs seconds,
 // unless the pool is off or enough requests are waiting already.
 func (s *Store) askAhead(secs int64) {
 	if s.ahead == nil {
@@ -449,22 +412,6 @@ func (s *Store) askAhead(secs int64) {
 	select {
 	case s.ahead <- secs:
 	default:
-	}
-}
-
-// retire ends the lease of a grant whose key was just deleted: with the
-// pool on a revoker revokes it (or, with its queue full, it expires on its
-// own), else it is revoked before retire returns. Either way it carries no
-// key, and no acquire will take it.
-func (s *Store) retire(ctx context.Context, key string, id clientv3.LeaseID) {
-	if s.toRevoke == nil {
-		s.revokeBestEffort(ctx, key, id)
-		return
-	}
-	select {
-	case s.toRevoke <- id:
-	default:
-		s.log.Debug("lease revoke queue full; the released lease will expire", "lock", key, "leaseId", leaseID(int64(id)))
 	}
 }
 
@@ -498,8 +445,9 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		return lockserver.Lease{}, s.fail("acquire", key, "start", err)
 	}
 	secs := int64((ttl + time.Second - 1) / time.Second)
+	idle, ok := s.pool.take(secs, s.clock.Now())
 	s.askAhead(secs)
-	if idle, ok := s.pool.take(secs, s.clock.Now()); ok {
+	if ok {
 		if l, done, err := s.acquireOnIdle(ctx, key, owner, idle); done {
 			return l, err
 		}
@@ -639,13 +587,15 @@ func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lock
 	}, nil
 }
 
-// Release implements lockserver.LockStore with one transaction that
-// deletes the key only if its ModRevision equals token and its record's
-// owner is owner, so a release never removes a newer grant. The grant's
-// lease, now carrying no key, is never used again: it is revoked, in the
-// background with the pool on (see Leases in the package doc). ErrStaleToken
-// when a newer grant is live, ErrNotHeld when no grant or another owner's
-// is, ErrInvalidArgument, ErrUnavailable.
+// Release implements lockserver.LockStore: it reads the key, checks that
+// its ModRevision equals token and its owner matches, then revokes the
+// grant's lease, which deletes the key with it. The lease carries this
+// grant and has carried no other, so revoking it cannot end anything else,
+// even if the grant ended between the read and the revocation; etcd
+// revokes a lease once, so of a release, a force-revoke and an expiry
+// racing for one grant exactly one ends it, and the others find the lease
+// gone (ErrNotHeld). ErrStaleToken when a newer grant is live, ErrNotHeld
+// when no grant or another owner's is, ErrInvalidArgument, ErrUnavailable.
 func (s *Store) Release(ctx context.Context, key, owner string, token int64) error {
 	if err := lockserver.ValidateLease(key, owner, token); err != nil {
 		return err
@@ -653,32 +603,22 @@ func (s *Store) Release(ctx context.Context, key, owner string, token int64) err
 	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
 	defer cancel()
 
-	k, lo := s.prefix+key, recordPrefix(owner)
-	prev, rec, err := s.deleteIf(ctx, "release", key, token,
-		clientv3.Compare(clientv3.Value(k), ">", lo), clientv3.Compare(clientv3.Value(k), "<", lo+":"))
+	kv, rec, err := s.get(ctx, "release", key)
 	if err != nil {
-		if !errors.Is(err, errNotDeleted) {
-			return err
-		}
-		if why := refusal(key, prev, rec, owner, token); why != nil {
-			return why
-		}
-		// The grant named is live but its bytes escaped the owner
-		// comparison: not a record this store writes.
-		return fmt.Errorf("etcdstore: release %q: etcd key %q holds %q, not in this store's record format", key, prev.Key, prev.Value)
+		return err
 	}
-	s.retire(ctx, key, clientv3.LeaseID(prev.Lease))
-	return nil
+	if err := refusal(key, kv, rec, owner, token); err != nil {
+		return err
+	}
+	return s.end(ctx, "release", key, kv)
 }
 
-// Revoke implements lockserver.LockStore: it reads the live grant, then
-// deletes the key in a transaction conditional on the grant's
-// ModRevision, and revokes the grant's lease (best effort: a lease that
-// carries no key harms no one, and expires on its own). With token > 0 it
-// acts only if the live grant's token is token (ErrStaleToken if a newer
-// grant is live, ErrNotHeld if an older one is). The returned lease is the
-// revoked grant, with ExpiresAt set to lock-server's clock just before the
-// deletion was sent.
+// Revoke implements lockserver.LockStore: it reads the live grant and
+// revokes its lease, which deletes the key with it (see Release). With
+// token > 0 it acts only if the live grant's token is token (ErrStaleToken
+// if a newer grant is live, ErrNotHeld if an older one is). The returned
+// lease is the revoked grant, with ExpiresAt set to lock-server's clock just
+// before the revocation was sent.
 func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver.Lease, error) {
 	if err := lockserver.ValidateKey(key); err != nil {
 		return lockserver.Lease{}, err
@@ -702,52 +642,27 @@ func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver
 		}
 	}
 	sent := s.now()
-	if _, _, err := s.deleteIf(ctx, "revoke", key, kv.ModRevision); err != nil {
-		if errors.Is(err, errNotDeleted) {
-			return lockserver.Lease{}, fmt.Errorf("%w: the lease on key %q with token %d ended before the revoke", lockserver.ErrNotHeld, key, kv.ModRevision)
-		}
+	if err := s.end(ctx, "revoke", key, kv); err != nil {
 		return lockserver.Lease{}, err
 	}
-	// The lease carried this grant and no other, ever: revoking it cannot
-	// touch another grant.
-	s.revokeBestEffort(ctx, key, clientv3.LeaseID(kv.Lease))
 	return lockserver.Lease{
 		Key: key, Owner: rec.Owner, Token: kv.ModRevision,
 		LeaseID: leaseID(kv.Lease), TTL: time.Duration(rec.TTLMs) * time.Millisecond, ExpiresAt: sent,
 	}, nil
 }
 
-// errNotDeleted is deleteIf's "the key is not the grant named".
-var errNotDeleted = errors.New("etcdstore: not deleted")
-
-// deleteIf deletes the key in one transaction if its ModRevision is token
-// and every extra comparison holds. On success it returns the deleted
-// KeyValue and its record. Otherwise it returns errNotDeleted with the key
-// as it is now (nil if absent), or the wrapped client error.
-func (s *Store) deleteIf(ctx context.Context, op, key string, token int64, extra ...clientv3.Cmp) (*mvccpb.KeyValue, record, error) {
-	k := s.prefix + key
-	resp, err := s.cli.Txn(ctx).
-		If(append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", token)}, extra...)...).
-		Then(clientv3.OpDelete(k, clientv3.WithPrevKV())).
-		Else(clientv3.OpGet(k)).
-		Commit()
+// end ends grant kv of key by revoking its lease: etcd deletes the key
+// with the lease, in one raft write. ErrNotHeld if the lease has ended
+// already (expired, released or revoked since kv was read).
+func (s *Store) end(ctx context.Context, op, key string, kv *mvccpb.KeyValue) error {
+	_, err := s.cli.Revoke(ctx, clientv3.LeaseID(kv.Lease))
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("%w: the lease on key %q with token %d ended before the %s", lockserver.ErrNotHeld, key, kv.ModRevision, op)
+	}
 	if err != nil {
-		return nil, record{}, s.fail(op, key, "conditional delete", err)
+		return s.fail(op, key, "revoke lease", err)
 	}
-	kvs := resp.Responses[0].GetResponseRange().GetKvs()
-	if resp.Succeeded {
-		kvs = resp.Responses[0].GetResponseDeleteRange().GetPrevKvs()
-	}
-	kv, rec, err := s.lockKV(op, key, kvs)
-	switch {
-	case err != nil:
-		return nil, record{}, err
-	case !resp.Succeeded:
-		return kv, rec, errNotDeleted
-	case kv == nil:
-		return nil, record{}, fmt.Errorf("etcdstore: %s %q: the conditional delete returned no previous key", op, key)
-	}
-	return kv, rec, nil
+	return nil
 }
 
 // Inspect implements lockserver.LockStore: it reads the key and, if

@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -26,6 +27,14 @@ import (
 // while that bound plus its TTL is at least margin(TTL) ahead. These times
 // keep Go's monotonic clock reading, so a step of the wall clock cannot
 // make a lease look younger than it is.
+//
+// Grants for the pool come in batches, per requested TTL, so that etcd
+// commits them together (concurrent proposals share a raft write to disk):
+// when the leases of a TTL, idle and being granted, fall to half the batch
+// size, a batch tops them up. The batch size adapts to demand: it doubles,
+// up to maxAhead, at every top-up since which no lease of that TTL expired
+// unused, and halves whenever one does. A steady stream of acquires grants
+// in batches of maxAhead; an acquire now and then wastes about one grant.
 type leasePool struct {
 	mu       sync.Mutex
 	max      int                     // idle leases kept in all; 0 turns the pool off
@@ -33,7 +42,18 @@ type leasePool struct {
 	inFlight int                     // grants for the pool sent and not yet answered
 	idle     map[int64][]pooledLease // by granted TTL in whole seconds, newest last
 	floors   map[int64]int64         // requested TTL -> TTL etcd granted, in seconds
+	ahead    map[int64]*ahead        // by granted TTL in whole seconds
 }
+
+// ahead is the pool's batching state for one TTL.
+type ahead struct {
+	batch    int  // leases to hold, idle or being granted, after a top-up
+	inFlight int  // grants of this TTL sent and not yet answered
+	expired  bool // a lease expired unused since the last top-up
+}
+
+// maxAhead caps the batch of leases granted at once for one TTL.
+const maxAhead = 16
 
 // pooledLease is one idle lease; the pool hands it out until expires.
 type pooledLease struct {
@@ -53,7 +73,29 @@ type pooledLease struct {
 func margin(ttl time.Duration) time.Duration { return ttl / 2 }
 
 func newLeasePool(max int) *leasePool {
-	return &leasePool{max: max, idle: make(map[int64][]pooledLease), floors: make(map[int64]int64)}
+	return &leasePool{
+		max: max, idle: make(map[int64][]pooledLease),
+		floors: make(map[int64]int64), ahead: make(map[int64]*ahead),
+	}
+}
+
+// granted returns the TTL etcd grants for a request of secs, as far as the
+// pool knows. p.mu is held.
+func (p *leasePool) grantedSecs(secs int64) int64 {
+	if g, ok := p.floors[secs]; ok {
+		return g
+	}
+	return secs
+}
+
+// aheadOf returns the batching state of TTL secs (as granted). p.mu is held.
+func (p *leasePool) aheadOf(secs int64) *ahead {
+	a := p.ahead[secs]
+	if a == nil {
+		a = &ahead{batch: 1}
+		p.ahead[secs] = a
+	}
+	return a
 }
 
 // off reports whether the pool is turned off.
@@ -71,33 +113,51 @@ func (p *leasePool) learnFloor(secs, grantedSecs int64) {
 	p.floors[secs] = grantedSecs
 }
 
-// reserve reports whether a granter may grant one lease for the pool: the
-// leases held and those being granted stay within max. A true answer must
-// be followed by exactly one call of granted or ungranted.
-func (p *leasePool) reserve() bool {
+// topUp returns how many leases of a request of secs seconds a granter is
+// to grant now (see leasePool), 0 when enough are idle or being granted,
+// and reserves room for them: the leases held and being granted stay
+// within max. Each reserved lease must be followed by exactly one call of
+// granted or ungranted with the same secs.
+func (p *leasePool) topUp(secs int64) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.off() || p.n+p.inFlight >= p.max {
-		return false
+	if p.off() {
+		return 0
 	}
-	p.inFlight++
-	return true
+	a := p.aheadOf(p.grantedSecs(secs))
+	have := len(p.idle[p.grantedSecs(secs)]) + a.inFlight
+	if have > a.batch/2 {
+		return 0
+	}
+	if !a.expired {
+		a.batch = min(2*a.batch, maxAhead)
+	}
+	a.expired = false
+	k := min(a.batch-have, p.max-p.n-p.inFlight)
+	if k <= 0 {
+		return 0
+	}
+	a.inFlight += k
+	p.inFlight += k
+	return k
 }
 
-// ungranted ends a reservation whose grant failed.
-func (p *leasePool) ungranted() {
+// ungranted ends a reservation of topUp(secs) whose grant failed.
+func (p *leasePool) ungranted(secs int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.aheadOf(p.grantedSecs(secs)).inFlight--
 	p.inFlight--
 }
 
-// granted ends a reservation: it pools lease id, of TTL ttl, granted by a
-// request sent at at, if enough of its life is left at now. It reports
-// whether the lease was pooled; if not, it carries no key and the caller
-// revokes it or leaves it to expire.
-func (p *leasePool) granted(id clientv3.LeaseID, ttl time.Duration, at, now time.Time) bool {
+// granted ends a reservation of topUp(secs): it pools lease id, of TTL
+// ttl, granted by a request sent at at, if enough of its life is left at
+// now. It reports whether the lease was pooled; if not, it carries no key
+// and the caller leaves it to expire.
+func (p *leasePool) granted(secs int64, id clientv3.LeaseID, ttl time.Duration, at, now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.aheadOf(p.grantedSecs(secs)).inFlight--
 	p.inFlight--
 	return p.add(id, ttl, at, now)
 }
@@ -164,29 +224,29 @@ func (p *leasePool) removeAt(secs int64, i int) {
 
 // take removes and returns the most recently pooled lease for a request of
 // secs seconds that may still be handed out at now, forgetting the expired
-// ones it passes on the way. A lease it returns is never pooled again
-// unless the acquire attached nothing to it (putUnused).
+// ones (they halve the TTL's batch). A lease it returns is never pooled
+// again unless the acquire attached nothing to it (putUnused).
 func (p *leasePool) take(secs int64, now time.Time) (pooledLease, bool) {
 	if p.off() {
 		return pooledLease{}, false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if g, ok := p.floors[secs]; ok {
-		secs = g
+	secs = p.grantedSecs(secs)
+	list := slices.DeleteFunc(p.idle[secs], func(l pooledLease) bool { return !now.Before(l.expires) })
+	if dropped := len(p.idle[secs]) - len(list); dropped > 0 {
+		a := p.aheadOf(secs)
+		a.batch, a.expired = max(1, a.batch/2), true
+		p.n -= dropped
 	}
-	list := p.idle[secs]
-	for len(list) > 0 {
-		l := list[len(list)-1]
-		list = list[:len(list)-1]
-		p.n--
-		if now.Before(l.expires) {
-			p.idle[secs] = list
-			return l, true
-		}
+	if len(list) == 0 {
+		delete(p.idle, secs)
+		return pooledLease{}, false
 	}
-	delete(p.idle, secs)
-	return pooledLease{}, false
+	l := list[len(list)-1]
+	p.idle[secs] = list[:len(list)-1]
+	p.n--
+	return l, true
 }
 
 // len returns the number of idle leases held.

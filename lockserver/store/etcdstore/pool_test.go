@@ -268,7 +268,7 @@ func storeGoroutines() int {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	return strings.Count(string(buf), "etcdstore.(*Store).grantAhead") + strings.Count(string(buf), "etcdstore.(*Store).revokeReleased")
+	return strings.Count(string(buf), "etcdstore.(*Store).grantAhead")
 }
 
 // TestCloseWaitsForTheStoresGoroutines: with the pool on a Store runs
@@ -277,8 +277,8 @@ func storeGoroutines() int {
 func TestCloseWaitsForTheStoresGoroutines(t *testing.T) {
 	before := storeGoroutines()
 	on := openCfgT(t, Config{})
-	if got := storeGoroutines() - before; got != granters+revokers {
-		t.Fatalf("%d background goroutines with the pool on; want %d", got, granters+revokers)
+	if got := storeGoroutines() - before; got != 2 {
+		t.Fatalf("%d background goroutines with the pool on; want 2 (granter, revoker)", got)
 	}
 	l := mustAcquire(t, on, "k", "worker-a", 5*time.Second)
 	if err := on.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
@@ -304,12 +304,13 @@ func TestPoolHandsOutOnlyLeasesWithLifeLeft(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
 	ten := 10 * time.Second // margin 5s
 	p := newLeasePool(3)
-	if !p.reserve() {
-		t.Fatal("an empty pool refused a reservation")
+	if k := p.topUp(10); k != 2 {
+		t.Fatalf("first top-up = %d; want 2 (the batch of 1 doubled)", k)
 	}
-	if !p.granted(1, ten, t0, t0.Add(time.Second)) {
+	if !p.granted(10, 1, ten, t0, t0.Add(time.Second)) {
 		t.Fatal("a lease granted with 9s left was not pooled")
 	}
+	p.ungranted(10)
 	if p.putUnused(2, ten, t0, t0.Add(5*time.Second)) {
 		t.Fatal("pooled a lease with exactly its margin left")
 	}
@@ -326,26 +327,32 @@ func TestPoolHandsOutOnlyLeasesWithLifeLeft(t *testing.T) {
 	if n := p.len(); n != 0 {
 		t.Fatalf("len = %d after the expired lease was forgotten; want 0", n)
 	}
-
-	// Leases held and being granted together stay within the cap.
-	for i := range 3 {
-		if !p.reserve() {
-			t.Fatalf("reservation %d of 3 refused", i+1)
-		}
+	// Lease 1 expired unused: the batch went back from 2 to 1, and the
+	// next top-up does not double it.
+	if k := p.topUp(10); k != 1 {
+		t.Fatalf("top-up after a lease expired unused = %d; want 1", k)
 	}
-	if p.reserve() {
-		t.Fatal("a fourth reservation with 3 grants in flight")
+	// Leases held and being granted together stay within the cap, and a
+	// TTL with enough leases in flight gets no more.
+	if k := p.topUp(10); k != 0 {
+		t.Fatalf("top-up with the batch in flight = %d; want 0", k)
 	}
-	p.ungranted()
-	p.ungranted()
-	p.ungranted()
+	if k := p.topUp(20); k != 2 {
+		t.Fatalf("top-up of another TTL = %d; want 2", k)
+	}
+	if k := p.topUp(30); k != 0 {
+		t.Fatalf("top-up with 3 grants in flight in a pool of 3 = %d; want 0", k)
+	}
+	p.ungranted(10)
+	p.ungranted(20)
+	p.ungranted(20)
 
 	// Full: the lease that expires first is left out, the newcomer included.
 	for id, at := range map[clientv3.LeaseID]time.Duration{10: 3 * time.Second, 11: time.Second, 12: 2 * time.Second} {
 		p.putUnused(id, ten, t0.Add(at), t0)
 	}
-	if p.reserve() {
-		t.Fatal("a full pool allowed a grant ahead")
+	if k := p.topUp(10); k != 0 {
+		t.Fatalf("top-up of a full pool = %d; want 0", k)
 	}
 	if p.putUnused(14, ten, t0.Add(time.Second/2), t0) {
 		t.Fatal("a full pool took a lease with less life left than any of its own")
@@ -373,7 +380,32 @@ func TestPoolHandsOutOnlyLeasesWithLifeLeft(t *testing.T) {
 	}
 
 	off := newLeasePool(0)
-	if off.reserve() || off.putUnused(2, ten, t0, t0) {
+	if off.topUp(10) != 0 || off.putUnused(2, ten, t0, t0) {
 		t.Fatal("a pool of 0 kept a lease")
+	}
+}
+
+// TestABatchGrowsWithSteadyDemand: while no lease expires unused, each
+// top-up doubles the batch, up to maxAhead.
+func TestABatchGrowsWithSteadyDemand(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
+	p := newLeasePool(64)
+	var sizes []int
+	id := clientv3.LeaseID(1)
+	for range 6 {
+		k := p.topUp(10)
+		sizes = append(sizes, k)
+		for range k {
+			p.granted(10, id, 10*time.Second, t0, t0)
+			id++
+		}
+		for p.n > 0 { // every lease taken before the next top-up
+			if _, ok := p.take(10, t0); !ok {
+				t.Fatal("take found no lease in a pool holding some")
+			}
+		}
+	}
+	if want := []int{2, 4, 8, 16, 16, 16}; !slices.Equal(sizes, want) {
+		t.Fatalf("batches %v; want %v", sizes, want)
 	}
 }
