@@ -66,11 +66,11 @@ func benchRawMutex(b *testing.B) {
 
 // benchStore is the same uncontended cycle through this
 // Store (acquire: a lease and the create-if-absent transaction; release:
-// the conditional delete), for comparison with benchRawMutex, with the
-// pool of idle leases on (the default: a lease granted ahead of time, reset
-// by a keep-alive sent with the transaction, and revoked in the background
-// after the release) and off (a lease granted by each acquire and revoked
-// by each release, inline). Either way every grant has a lease of its own.
+// a read and the lease's revocation), for comparison with benchRawMutex,
+// with the pool of idle leases on (the default: a lease granted ahead of
+// time, reset by a keep-alive sent with the transaction) and off (a lease
+// granted by each acquire, inline). Either way every grant has a lease of
+// its own. pooled/op is the share of grants made on an idle lease.
 func benchStore(b *testing.B) {
 	for _, pool := range []struct {
 		name string

@@ -18,47 +18,44 @@
 // grant lives, since the key is never written again. etcd's revision is one
 // counter for the whole cluster, raft-replicated and persisted, so tokens
 // strictly increase across grants of every key, across restarts of
-// lock-server and of etcd members, and across leader changes. Release and
-// Revoke are transactions conditional on that revision:
-//
-//	If(ModRevision(Prefix+k) == token,
-//	   Value(Prefix+k) > `{"owner":O,"ttlMs":`, Value(Prefix+k) < `{"owner":O,"ttlMs":` + ":")
-//	Then(Delete(Prefix+k))
-//	Else(Get(Prefix+k))
-//
-// So a late release or revocation from an old holder never removes a newer
-// grant. The two value comparisons say "the record's owner is O" (Revoke
-// leaves them out): N is written in ASCII digits, which sort below ":", so
-// O's records lie strictly between the two bounds, and no other owner's
-// record does, since a JSON string ends at its first unescaped quote, so no
-// encoded owner is a prefix of another. Renew reads the key, checks its
-// ModRevision and owner, and sends one keep-alive for its lease.
+// lock-server and of etcd members, and across leader changes.
 //
 // Leases. A grant needs a lease with its own TTL, renewable without
 // touching any other grant, and a lease id that names that grant alone:
 // lock-server and the executor log the grant's leaseId and the API returns
 // it, and an operator may revoke it by id ("etcdctl lease revoke", the usual
 // etcd break-glass), which must end that grant and nothing else. So an etcd
-// lease carries at most one grant in its whole life: Release and Revoke
-// revoke it once they have deleted its key, and no lease that carried a key
-// is ever used again. Renew checks that the key's ModRevision is the token
-// before it sends a keep-alive, so a renewal of a released grant can reset
-// only that grant's lease, which carries nothing any more.
+// lease carries one grant in its whole life: no lease that has carried a key
+// is ever attached to another.
 //
-// Granting an etcd lease is a raft write, as is revoking one; a keep-alive
-// is not (the leader answers it alone). To keep the grant off the acquire's
-// path, a Store keeps a bounded pool of idle leases (Config.IdleLeases):
-// leases granted ahead of time by goroutines of its own and never used. Each
-// Acquire asks for one more lease of its TTL to be granted ahead, takes one
-// from the pool if there is one, and resets it with a keep-alive sent
-// together with the create transaction; an Acquire that loses its
-// transaction attached nothing to the lease, which goes back to the pool.
-// Release deletes the key and hands the lease to a goroutine that revokes it
-// (if too many are waiting, it is left to expire: it carries no key and no
-// one will use it). Each cycle still costs etcd four raft writes (grant,
-// create, delete, revoke), but an acquire and a release wait for one each.
-// With the pool off (IdleLeases -1) Acquire grants its lease and Release
-// revokes it inline, and a Store starts no goroutine.
+// That makes the lease the handle of the grant. Release reads the key,
+// checks that its ModRevision is the token and its record's owner the
+// caller, and revokes the key's lease, which deletes the key with it (one
+// raft write). A late release from an old holder names an old token, so it
+// never reaches a newer grant; and whatever happens between the read and the
+// revocation, the lease carries that grant and nothing else. etcd revokes a
+// lease once: of a release, a force-revoke and an expiry racing for one
+// grant, exactly one ends it and the others find the lease gone
+// (ErrNotHeld). Revoke does the same without the owner check, and with the
+// token check only when it is given one. Renew reads the key, checks its
+// ModRevision and owner, and sends one keep-alive for its lease; if the
+// holder's own release lands in between, the keep-alive finds the lease
+// revoked (ErrNotHeld), or resets it just before the release revokes it
+// (the renewal is linearized before the release). It cannot extend another
+// grant: no other grant ever lives on that lease.
+//
+// Granting a lease is a raft write; a keep-alive is not (the leader
+// answers it alone). To keep the grant off the acquire's path, a Store
+// keeps a bounded pool of idle leases (Config.IdleLeases): leases granted
+// ahead of time by a goroutine of its own, the granter, and never used. An
+// Acquire takes one from the pool if there is one (else it grants one
+// itself) and resets it with a keep-alive sent together with the create
+// transaction, so it waits for one raft write instead of two; an Acquire
+// that loses its transaction attached nothing to its lease, which goes back
+// to the pool. Each Acquire asks the granter to top the pool up; the
+// granter grants in batches, which etcd commits together, sized to the
+// demand (see leasePool). With the pool off (IdleLeases -1) Acquire grants
+// its lease inline, and a Store starts no goroutine.
 //
 // The pool hands out only leases it knows have life left, since etcd would
 // still attach a key to a lease that has expired but that the leader has
@@ -71,11 +68,15 @@
 // expired: a grant nobody was told of, which blocks the key until the leader
 // revokes the lease, like an acquire whose answer was lost; the acquire
 // starts again with a new lease.) Idle leases carry no key, and those idle
-// at Close, or evicted from a full pool, expire on their own.
+// at Close, evicted from a full pool or past their half TTL, expire on their
+// own.
 //
-// What is left: a renewal that races the holder's own release can reset
-// the released grant's lease before it is revoked, which keeps a lease with
-// no key alive for longer; it touches no other grant.
+// Lock-servers of earlier versions reused leases (an idle pool of released
+// leases): while one shares the cluster, a lease may carry successive
+// grants, and a Release of this version that reads a grant just before an
+// old lock-server releases it could revoke the next grant on that lease.
+// Stop them, or run them with ETCD_IDLE_LEASES=0 (which turned their reuse
+// off), before this version serves.
 //
 // Expiry. etcd decides: the leader's lessor revokes a lease when its TTL
 // runs out without a keep-alive, and the revocation deletes the key. TTLs
@@ -111,7 +112,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -151,7 +151,6 @@ const (
 	// a burst; each is a few hundred bytes in etcd's lessor.
 	DefaultIdleLeases = 64
 )
-
 
 // ErrInvalidConfig is returned, wrapped, by Config.Validate, Open and New.
 var ErrInvalidConfig = errors.New("etcdstore: invalid config")
@@ -193,8 +192,8 @@ type Config struct {
 	// never used, that the Store keeps so that an acquire need not wait for
 	// a lease grant (see Leases in the package doc). Each lease carries at
 	// most one grant whatever this is. 0 means DefaultIdleLeases; -1 turns
-	// the pool off: every acquire waits for a lease grant, every release
-	// for its revocation, and the Store starts no goroutine.
+	// the pool off: every acquire waits for a lease grant, and the Store
+	// starts no goroutine.
 	IdleLeases int
 
 	// Clock is read for ExpiresAt. Default the wall clock.
@@ -267,11 +266,10 @@ func (c Config) validate() error {
 
 // Store is the etcd LockStore. It is safe for concurrent use and keeps no
 // lock state of its own (only idle leases, see the package doc). With the
-// pool on it runs two goroutines: the granter, which grants batches of idle
-// leases as acquires need them, and the revoker, which revokes the leases
-// of released grants in batches; each sends a batch's requests from
-// goroutines of its own and waits for them. Both exit when Close cancels
-// the Store's lifetime context, and Close waits for them. An acquire on an
+// pool on it runs one goroutine, the granter, which grants batches of idle
+// leases as acquires need them, sending a batch's grants from goroutines of
+// its own and waiting for them; it exits when Close cancels the Store's
+// lifetime context, and Close waits for it. An acquire on an
 // idle lease sends its keep-alive from a goroutine of its own and waits for
 // it; the etcd client a Store owns has its own goroutines, ended by Close.
 type Store struct {
@@ -733,11 +731,10 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close implements lockserver.LockStore: it stops the Store's goroutines
-// and waits for them, then closes the client if Open created it. Grants are
-// not touched; idle leases, and leases of released grants not yet revoked,
-// carry no key and are left to expire. Calling it again returns the first
-// result.
+// Close implements lockserver.LockStore: it stops the granter and waits
+// for it, then closes the client if Open created it. Grants are not
+// touched; idle leases carry no key and are left to expire. Calling it
+// again returns the first result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.stop()
@@ -757,17 +754,11 @@ type record struct {
 	TTLMs int64  `json:"ttlMs"`
 }
 
-// recordPrefix is the start of every record of owner, up to the TTL's
-// digits: `{"owner":"worker-a","ttlMs":`.
-func recordPrefix(owner string) string {
-	o, _ := json.Marshal(owner) // a string always encodes
-	return `{"owner":` + string(o) + `,"ttlMs":`
-}
-
 // encodeRecord is the value of a lock key held by owner with a granted TTL
-// of ttl, built from recordPrefix so that Release's comparison matches it.
+// of ttl.
 func encodeRecord(owner string, ttl time.Duration) string {
-	return recordPrefix(owner) + strconv.FormatInt(ttl.Milliseconds(), 10) + "}"
+	b, _ := json.Marshal(record{Owner: owner, TTLMs: ttl.Milliseconds()}) // always encodes
+	return string(b)
 }
 
 // get reads the key linearizably; kv is nil when it does not exist.

@@ -8,10 +8,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 )
@@ -76,6 +78,18 @@ func await(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// awaitIdle waits until s's pool holds idle leases and no grant for it is
+// in flight, and returns their ids.
+func awaitIdle(t *testing.T, s *Store) []string {
+	t.Helper()
+	await(t, "leases granted ahead", func() bool {
+		s.pool.mu.Lock()
+		defer s.pool.mu.Unlock()
+		return s.pool.n > 0 && s.pool.inFlight == 0
+	})
+	return idleIDs(s)
+}
+
 // idleIDs lists the leases in s's pool, as Lease.LeaseID prints them.
 func idleIDs(s *Store) []string {
 	s.pool.mu.Lock()
@@ -138,11 +152,10 @@ func TestReleaseComparesTheWholeOwner(t *testing.T) {
 func TestAnAcquireTakesALeaseGrantedAhead(t *testing.T) {
 	s := openCfgT(t, Config{})
 	a := mustAcquire(t, s, "a", "worker-a", 5*time.Second)
-	await(t, "a lease granted ahead", func() bool { return s.pool.len() == 1 })
-	idle := idleIDs(s)[0]
+	idle := awaitIdle(t, s)
 	b := mustAcquire(t, s, "b", "worker-b", 5*time.Second)
-	if b.LeaseID != idle || b.LeaseID == a.LeaseID {
-		t.Fatalf("second grant on lease %s; want the idle lease %s (the first grant's is %s)", b.LeaseID, idle, a.LeaseID)
+	if !slices.Contains(idle, b.LeaseID) || b.LeaseID == a.LeaseID {
+		t.Fatalf("second grant on lease %s; want one of the idle leases %v (the first grant's is %s)", b.LeaseID, idle, a.LeaseID)
 	}
 	if b.TTL != 5*time.Second {
 		t.Fatalf("TTL of a grant on an idle lease %v; want 5s", b.TTL)
@@ -155,13 +168,14 @@ func TestAnAcquireTakesALeaseGrantedAhead(t *testing.T) {
 func TestAnIdleLeaseThatEndedIsReplaced(t *testing.T) {
 	s := openCfgT(t, Config{})
 	mustAcquire(t, s, "a", "worker-a", 5*time.Second)
-	await(t, "a lease granted ahead", func() bool { return s.pool.len() == 1 })
-	idle := idleIDs(s)[0]
-	// End the idle lease behind the pool's back, as an operator might.
-	revokeByID(t, idle)
+	idle := awaitIdle(t, s)
+	// End the idle leases behind the pool's back, as an operator might.
+	for _, id := range idle {
+		revokeByID(t, id)
+	}
 	b := mustAcquire(t, s, "k", "worker-b", 5*time.Second)
-	if b.LeaseID == idle {
-		t.Fatalf("granted on the ended lease %s", idle)
+	if slices.Contains(idle, b.LeaseID) {
+		t.Fatalf("granted on the ended lease %s", b.LeaseID)
 	}
 	if !leaseAlive(t, s, b.LeaseID) {
 		t.Fatalf("lease %s of the new grant is not alive", b.LeaseID)
@@ -172,8 +186,8 @@ func TestAnIdleLeaseThatEndedIsReplaced(t *testing.T) {
 	}
 }
 
-// TestAReleasedGrantsLeaseIsRevoked, with the pool on (by a revoker) and
-// off (before Release returns); a force-revoke revokes it too.
+// TestAReleasedGrantsLeaseIsRevoked, with the pool on and off: Release and
+// Revoke end a grant by revoking its lease.
 func TestAReleasedGrantsLeaseIsRevoked(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -185,10 +199,9 @@ func TestAReleasedGrantsLeaseIsRevoked(t *testing.T) {
 			if err := s.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
 				t.Fatalf("Release: %v", err)
 			}
-			if c.idle < 0 && leaseAlive(t, s, l.LeaseID) {
+			if leaseAlive(t, s, l.LeaseID) {
 				t.Fatalf("lease %s alive after Release returned", l.LeaseID)
 			}
-			await(t, "the released grant's lease revoked", func() bool { return !leaseAlive(t, s, l.LeaseID) })
 			if slices.Contains(idleIDs(s), l.LeaseID) {
 				t.Fatalf("lease %s of a released grant is in the pool", l.LeaseID)
 			}
@@ -230,30 +243,35 @@ func TestALeaseNearItsExpiryIsNotHandedOut(t *testing.T) {
 	clk := &fakeClock{now: time.Now()}
 	s := openCfgT(t, Config{Clock: clk})
 	mustAcquire(t, s, "a", "worker-a", 4*time.Second)
-	await(t, "a lease granted ahead", func() bool { return s.pool.len() == 1 })
-	idle := idleIDs(s)[0]
+	idle := awaitIdle(t, s)
 	clk.advance(4*time.Second - margin(4*time.Second))
 	l := mustAcquire(t, s, "b", "worker-a", 4*time.Second)
-	if l.LeaseID == idle {
-		t.Fatalf("grant on idle lease %s, %v before its expiry by the store's bound", idle, margin(4*time.Second))
+	if slices.Contains(idle, l.LeaseID) {
+		t.Fatalf("grant on idle lease %s, %v before its expiry by the store's bound", l.LeaseID, margin(4*time.Second))
 	}
-	if slices.Contains(idleIDs(s), idle) {
-		t.Fatalf("the pool still holds lease %s past its margin", idle)
+	for _, id := range idleIDs(s) {
+		if slices.Contains(idle, id) {
+			t.Fatalf("the pool still holds lease %s past its margin", id)
+		}
 	}
 }
 
 func TestACanceledAcquireSpendsNoIdleLease(t *testing.T) {
 	s := openCfgT(t, Config{})
 	mustAcquire(t, s, "a", "worker-a", 5*time.Second)
-	await(t, "a lease granted ahead", func() bool { return s.pool.len() == 1 })
-	idle := idleIDs(s)[0]
+	idle := awaitIdle(t, s)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := s.Acquire(ctx, "k", "worker-b", 5*time.Second); !errors.Is(err, lockserver.ErrUnavailable) {
 		t.Fatalf("Acquire with a canceled context = %v; want ErrUnavailable", err)
 	}
-	if got := idleIDs(s); !slices.Equal(got, []string{idle}) || !leaseAlive(t, s, idle) {
-		t.Fatalf("after a canceled acquire: idle %v, lease %s alive %v; want it kept", got, idle, leaseAlive(t, s, idle))
+	if got := idleIDs(s); !slices.Equal(got, idle) {
+		t.Fatalf("after a canceled acquire: idle %v; want %v kept", got, idle)
+	}
+	for _, id := range idle {
+		if !leaseAlive(t, s, id) {
+			t.Fatalf("idle lease %s ended after a canceled acquire", id)
+		}
 	}
 }
 
@@ -272,13 +290,12 @@ func storeGoroutines() int {
 }
 
 // TestCloseWaitsForTheStoresGoroutines: with the pool on a Store runs
-// granters and revokers; with it off, none; Close ends them before it
-// returns.
+// the granter; with it off, nothing; Close ends it before it returns.
 func TestCloseWaitsForTheStoresGoroutines(t *testing.T) {
 	before := storeGoroutines()
 	on := openCfgT(t, Config{})
-	if got := storeGoroutines() - before; got != 2 {
-		t.Fatalf("%d background goroutines with the pool on; want 2 (granter, revoker)", got)
+	if got := storeGoroutines() - before; got != 1 {
+		t.Fatalf("%d background goroutines with the pool on; want 1 (the granter)", got)
 	}
 	l := mustAcquire(t, on, "k", "worker-a", 5*time.Second)
 	if err := on.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
@@ -407,5 +424,58 @@ func TestABatchGrowsWithSteadyDemand(t *testing.T) {
 	}
 	if want := []int{2, 4, 8, 16, 16, 16}; !slices.Equal(sizes, want) {
 		t.Fatalf("batches %v; want %v", sizes, want)
+	}
+}
+
+// racingRevoke passes the client's lease calls through, except that the
+// first revocation of lease armed runs between first, then goes on.
+type racingRevoke struct {
+	clientv3.Lease
+	armed   atomic.Int64
+	between func()
+}
+
+func (r *racingRevoke) Revoke(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseRevokeResponse, error) {
+	if id != 0 && r.armed.CompareAndSwap(int64(id), 0) {
+		r.between()
+	}
+	return r.Lease.Revoke(ctx, id)
+}
+
+// TestAReleaseRacingAForceRevokeEndsTheGrantOnce: a force-revoke lands
+// between the release's read and its revocation; exactly one of them ends
+// the grant, and the other is told the grant was not held.
+func TestAReleaseRacingAForceRevokeEndsTheGrantOnce(t *testing.T) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: shared.Endpoints(), Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	defer cli.Close()
+	race := &racingRevoke{Lease: cli.Lease}
+	cli.Lease = race
+	prefix := newPrefix(t)
+	s, err := New(cli, Config{Prefix: prefix}, nil)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	defer s.Close()
+	operator := openCfgT(t, Config{Prefix: prefix})
+
+	l := mustAcquire(t, s, "k", "worker-a", 10*time.Second)
+	var revokeErr error
+	race.between = func() { _, revokeErr = operator.Revoke(ctxT(t), "k", l.Token) }
+	race.armed.Store(int64(parseLeaseID(t, l.LeaseID)))
+	err = s.Release(ctxT(t), "k", "worker-a", l.Token)
+	if race.armed.Load() != 0 {
+		t.Fatal("the release revoked no lease")
+	}
+	if revokeErr != nil {
+		t.Fatalf("the force-revoke that came first: %v", revokeErr)
+	}
+	if !errors.Is(err, lockserver.ErrNotHeld) {
+		t.Fatalf("the release that came second = %v; want ErrNotHeld", err)
+	}
+	if st, err := s.Inspect(ctxT(t), "k"); err != nil || st.Lease != nil {
+		t.Fatalf("Inspect = %+v, %v; want no grant", st.Lease, err)
 	}
 }
