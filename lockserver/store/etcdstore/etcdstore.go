@@ -691,7 +691,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, erro
 	if ttl.TTL < 0 || !slices.ContainsFunc(ttl.Keys, func(k []byte) bool { return string(k) == s.prefix+key }) {
 		// The grant ended between the two reads (the leader answers
 		// TimeToLive only after applying everything it has committed): its
-		// lease is gone, or was emptied by a release and not yet revoked.
+		// lease is gone.
 		return st, nil
 	}
 	st.Lease = &lockserver.Lease{
