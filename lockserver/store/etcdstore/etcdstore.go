@@ -152,6 +152,11 @@ const (
 	DefaultIdleLeases = 64
 )
 
+// aheadQueue bounds the acquires' requests waiting for the granter; past
+// it a request is dropped, since the granter tops the pool up for the
+// requests it does read.
+const aheadQueue = 16
+
 // ErrInvalidConfig is returned, wrapped, by Config.Validate, Open and New.
 var ErrInvalidConfig = errors.New("etcdstore: invalid config")
 
@@ -354,7 +359,8 @@ func newStore(cli *clientv3.Client, owns bool, cfg Config, logger *slog.Logger) 
 	// The lifetime context of the goroutines below; Close cancels it.
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
-	s.ahead = make(chan int64, cfg.IdleLeases)
+	// Requests to top up coalesce in pool.topUp: a few waiting are enough.
+	s.ahead = make(chan int64, aheadQueue)
 	s.workers.Add(1)
 	go s.grantAhead(ctx)
 	return s
