@@ -56,7 +56,10 @@ type Lease struct {
 	// Token is the fencing token: strictly greater than the token of every
 	// earlier grant of Key, across restarts of lock-server and the backend.
 	Token int64
-	// LeaseID identifies the lease inside the backend, for diagnostics.
+	// LeaseID identifies the lease inside the backend, for diagnostics. It
+	// names this grant alone: no other grant, of any key, ever has the same
+	// LeaseID, so an operator acting on it in the backend reaches this
+	// grant and no other.
 	LeaseID string
 	// TTL is the granted duration (renewals extend by the same TTL). It may be
 	// longer than requested: etcd rounds up to whole seconds and to its floor.

@@ -123,7 +123,9 @@ type Grant struct {
 	// backend. Present it to every fence point.
 	Token int64 `json:"token"`
 	// LeaseID identifies the lease in the backend, for diagnostics only
-	// (the etcd lease id in hex; "pg-" and the token for PostgreSQL).
+	// (the etcd lease id in hex; "pg-" and the token for PostgreSQL). It
+	// names this grant and no other: no other grant, of any key, ever
+	// reports the same LeaseID.
 	LeaseID string `json:"leaseId"`
 	// TTLMs is the granted lease duration in milliseconds; it may be longer
 	// than requested when the backend rounds up.

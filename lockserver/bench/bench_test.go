@@ -164,7 +164,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			// The same primitive with a lease per lock, granted and revoked
 			// with it, so each lock has a TTL of its own as lock-server's
 			// grants do: what a client of etcd pays for per-lock TTLs
-			// without lock-server's lease reuse.
+			// without lock-server's pool of leases granted ahead.
 			b.Run(fmt.Sprintf("path=raw-lease-per-lock/clients=%d", n), func(b *testing.B) {
 				pairs(b, n, func(c int) (func(string) error, func()) {
 					cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})

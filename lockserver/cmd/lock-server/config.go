@@ -30,9 +30,10 @@ type config struct {
 	// EtcdPrefix is the key prefix of lock keys in etcd (ETCD_PREFIX, default
 	// "/dlock/locks/").
 	EtcdPrefix string
-	// EtcdIdleLeases caps the idle etcd leases kept for reuse by later
-	// grants (ETCD_IDLE_LEASES, default 64; 0 turns reuse off). See
-	// etcdstore's package doc.
+	// EtcdIdleLeases caps the idle etcd leases, granted ahead of time and
+	// each used for at most one grant, that etcdstore keeps so acquires
+	// need not wait for a lease grant (ETCD_IDLE_LEASES, default 64; 0
+	// turns the pool off). See etcdstore's package doc.
 	EtcdIdleLeases int
 	// RequestTimeout bounds each backend call (LOCK_REQUEST_TIMEOUT_MS, default 5000).
 	RequestTimeout time.Duration
@@ -92,7 +93,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if v := getenv("ETCD_IDLE_LEASES"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > maxIdleLeases {
-			errs = append(errs, fmt.Errorf("ETCD_IDLE_LEASES=%q: want an integer between 0 (no reuse) and %d", v, maxIdleLeases))
+			errs = append(errs, fmt.Errorf("ETCD_IDLE_LEASES=%q: want an integer between 0 (no pool) and %d", v, maxIdleLeases))
 		}
 		c.EtcdIdleLeases = n
 	}

@@ -133,8 +133,8 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (lockserver.Lo
 	return nil, fmt.Errorf("unknown store %q", cfg.Store)
 }
 
-// idleLeases maps ETCD_IDLE_LEASES (0 = no reuse) to etcdstore's
-// Config.IdleLeases (-1 = no reuse, 0 = default).
+// idleLeases maps ETCD_IDLE_LEASES (0 = no pool) to etcdstore's
+// Config.IdleLeases (-1 = no pool, 0 = default).
 func idleLeases(n int) int {
 	if n == 0 {
 		return -1
@@ -156,16 +156,16 @@ func newRegistry(store lockserver.LockStore) (*prometheus.Registry, error) {
 		cs = append(cs,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "lockserver_etcd_idle_leases",
-				Help: "Idle etcd leases kept for reuse by later grants.",
+				Help: "Idle etcd leases: granted ahead of time, never used, each for one later grant.",
 			}, func() float64 { return float64(es.LeaseStats().Idle) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "lockserver_etcd_leases_granted_total",
-				Help: "etcd leases granted (one raft write each).",
+				Help: "etcd leases granted (one raft write each), ahead of time or by an acquire.",
 			}, func() float64 { return float64(es.LeaseStats().Granted) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "lockserver_etcd_leases_reused_total",
-				Help: "Grants made on an idle etcd lease instead of a new one.",
-			}, func() float64 { return float64(es.LeaseStats().Reused) }),
+				Name: "lockserver_etcd_grants_from_pool_total",
+				Help: "Grants made on an idle etcd lease granted ahead of time, without waiting for a lease grant.",
+			}, func() float64 { return float64(es.LeaseStats().FromPool) }),
 		)
 	}
 	for _, c := range cs {

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -112,7 +114,7 @@ func TestRunRefusesABadConfiguration(t *testing.T) {
 }
 
 // TestMetricsEndpoint: the real main loop serves /metrics with the request
-// counts and, on etcd, the lease reuse counts.
+// counts and, on etcd, the lease counts.
 func TestMetricsEndpoint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd")
@@ -148,14 +150,21 @@ func TestMetricsEndpoint(t *testing.T) {
 	for _, want := range []string{
 		`lockserver_requests_total{code="OK",op="acquire"} 3`,
 		`lockserver_requests_total{code="OK",op="release"} 3`,
-		"lockserver_etcd_leases_granted_total 1",
-		"lockserver_etcd_leases_reused_total 2",
-		"lockserver_etcd_idle_leases 1",
+		"lockserver_etcd_leases_granted_total ",
+		"lockserver_etcd_grants_from_pool_total ",
+		"lockserver_etcd_idle_leases ",
 		"go_goroutines",
 	} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+	// Each of the 3 grants had a lease of its own, granted inline or
+	// ahead of time.
+	if m := regexp.MustCompile(`(?m)^lockserver_etcd_leases_granted_total (\d+)$`).FindSubmatch(b); m == nil {
+		t.Errorf("/metrics has no lockserver_etcd_leases_granted_total value")
+	} else if n, _ := strconv.Atoi(string(m[1])); n < 3 {
+		t.Errorf("lockserver_etcd_leases_granted_total %d after 3 grants; want at least 3 (one lease per grant)", n)
 	}
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", b)

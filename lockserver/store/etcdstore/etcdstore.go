@@ -4,8 +4,7 @@
 // Layout. A lock key k is the etcd key Prefix+k, present exactly while the
 // lock is held. Its value is a small JSON record {"owner":O,"ttlMs":N}:
 // the holder and the TTL etcd granted, in milliseconds. The etcd lease it
-// is attached to is the grant's lease. An etcd lease carries at most one
-// key at a time.
+// is attached to is the grant's lease, which carries no other key, ever.
 //
 // Tokens. Acquire takes a lease (see Leases below), then runs one
 // transaction:
@@ -20,58 +19,65 @@
 // counter for the whole cluster, raft-replicated and persisted, so tokens
 // strictly increase across grants of every key, across restarts of
 // lock-server and of etcd members, and across leader changes (a snapshot
-// restore takes it back: see the restore guard in guard.go). Release and
-// Revoke are transactions conditional on that revision:
-//
-//	If(ModRevision(Prefix+k) == token,
-//	   Value(Prefix+k) > `{"owner":O,"ttlMs":`, Value(Prefix+k) < `{"owner":O,"ttlMs":` + ":")
-//	Then(Delete(Prefix+k))
-//	Else(Get(Prefix+k))
-//
-// So a late release or revocation from an old holder never removes a newer
-// grant. The two value comparisons say "the record's owner is O" (Revoke
-// leaves them out): N is written in ASCII digits, which sort below ":", so
-// O's records lie strictly between the two bounds, and no other owner's
-// record does, since a JSON string ends at its first unescaped quote, so no
-// encoded owner is a prefix of another. Renew reads the key, checks its
-// ModRevision and owner, and sends one keep-alive for its lease.
+// restore takes it back: see the restore guard in guard.go).
 //
 // Leases. A grant needs a lease with its own TTL, renewable without
-// touching any other grant. Granting an etcd lease is a raft write, as is
-// revoking one; a keep-alive is not (the leader answers it alone). So a
-// lease whose key this store has just deleted on Release, or to which a
-// losing Acquire attached nothing, is kept in a bounded pool of idle leases
-// by TTL, and the next Acquire with that TTL resets it with a keep-alive
-// instead of granting a new one. An uncontended acquire and release is then
-// two raft writes, as with etcd's own concurrency.Mutex. A lease therefore
-// carries successive grants, one at a time: the token, not Lease.LeaseID,
-// names a grant.
+// touching any other grant, and a lease id that names that grant alone:
+// lock-server and the executor log the grant's leaseId and the API returns
+// it, and an operator may revoke it by id ("etcdctl lease revoke", the usual
+// etcd break-glass), which must end that grant and nothing else. So an etcd
+// lease carries one grant in its whole life: no lease that has carried a key
+// is ever attached to another.
 //
-// Pooling changes no guarantee, given three rules. The pool hands out only
-// leases it knows have life left: it keeps a lower bound of each lease's
-// last reset by etcd (this store's clock before the grant, keep-alive or
-// renewal it sent, on the monotonic clock) and a lease with less than half
-// its TTL left by that bound, or whose last reset it does not know (granted
-// through another lock-server), is not pooled; etcd would still attach a key
-// to a lease that has expired but that the leader has not yet revoked. The
-// keep-alive sent with the transaction must succeed for the grant to be
-// reported. (Were it to reach etcd more than half a TTL after the
-// transaction, etcd could have attached the key to a lease that then
+// That makes the lease the handle of the grant. Release reads the key,
+// checks that its ModRevision is the token and its record's owner the
+// caller, and revokes the key's lease, which deletes the key with it (one
+// raft write). A late release from an old holder names an old token, so it
+// never reaches a newer grant; and whatever happens between the read and the
+// revocation, the lease carries that grant and nothing else. etcd revokes a
+// lease once: of a release, a force-revoke and an expiry racing for one
+// grant, exactly one ends it and the others find the lease gone
+// (ErrNotHeld). Revoke does the same without the owner check, and with the
+// token check only when it is given one. Renew reads the key, checks its
+// ModRevision and owner, and sends one keep-alive for its lease; if the
+// holder's own release lands in between, the keep-alive finds the lease
+// revoked (ErrNotHeld), or resets it just before the release revokes it
+// (the renewal is linearized before the release). It cannot extend another
+// grant: no other grant ever lives on that lease.
+//
+// Granting a lease is a raft write; a keep-alive is not (the leader
+// answers it alone). To keep the grant off the acquire's path, a Store
+// keeps a bounded pool of idle leases (Config.IdleLeases): leases granted
+// ahead of time by a goroutine of its own, the granter, and never used. An
+// Acquire takes one from the pool if there is one (else it grants one
+// itself) and resets it with a keep-alive sent together with the create
+// transaction, so it waits for one raft write instead of two; an Acquire
+// that loses its transaction attached nothing to its lease, which goes back
+// to the pool. Each Acquire asks the granter to top the pool up; the
+// granter grants in batches, which etcd commits together, sized to the
+// demand (see leasePool). With the pool off (IdleLeases -1) Acquire grants
+// its lease inline, and a Store starts no goroutine.
+//
+// The pool hands out only leases it knows have life left, since etcd would
+// still attach a key to a lease that has expired but that the leader has
+// not yet revoked: it keeps a lower bound of each idle lease's last reset by
+// etcd (this store's clock before the grant or keep-alive it sent, on the
+// monotonic clock), and hands out no lease with less than half its TTL left
+// by that bound. The keep-alive sent with the transaction must succeed for
+// the grant to be reported. (Were it to reach etcd more than half a TTL after
+// the transaction, etcd could have attached the key to a lease that then
 // expired: a grant nobody was told of, which blocks the key until the leader
 // revokes the lease, like an acquire whose answer was lost; the acquire
-// starts again with a new lease.) And nothing may revoke a lease by its id
-// after reading it earlier: Release and Revoke delete keys conditionally and
-// revoke a lease only once they have deleted its key themselves, but a
-// lock-server of the first version (which revoked the lease it had read) or
-// an operator running "etcdctl lease revoke" could end a later grant, of any
-// key, that took the lease from the pool. Reuse must stay off (IdleLeases
-// -1) while such a lock-server shares the cluster.
+// starts again with a new lease.) Idle leases carry no key, and those idle
+// at Close, evicted from a full pool or past their half TTL, expire on their
+// own.
 //
-// What is left: a renewal that races the holder's own release can reset
-// the idle lease, or the lease of the next grant that took it, which lets
-// that grant outlive its TTL (by as long as that keep-alive was late) and
-// never ends it early; an idle lease carries no key, and expires on its own
-// if no acquire takes it (leases idle at Close are left to do so).
+// Lock-servers of earlier versions reused leases (an idle pool of released
+// leases): while one shares the cluster, a lease may carry successive
+// grants, and a Release of this version that reads a grant just before an
+// old lock-server releases it could revoke the next grant on that lease.
+// Stop them, or run them with ETCD_IDLE_LEASES=0 (which turned their reuse
+// off), before this version serves.
 //
 // Expiry. etcd decides: the leader's lessor revokes a lease when its TTL
 // runs out without a keep-alive, and the revocation deletes the key. TTLs
@@ -107,7 +113,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -141,11 +146,17 @@ const (
 	// cap is 120 s, longer than any lease; a lock service must come back
 	// within a TTL of etcd coming back.
 	DefaultReconnectMaxDelay = 2 * time.Second
-	// DefaultIdleLeases is how many idle etcd leases a Store keeps for
-	// reuse (see the package doc): enough for the grants one lock-server
-	// releases in a burst; each is a few hundred bytes in etcd's lessor.
+	// DefaultIdleLeases is how many idle etcd leases, granted ahead of
+	// time and never used, a Store keeps for its next acquires (see Leases
+	// in the package doc): enough for the grants one lock-server makes in
+	// a burst; each is a few hundred bytes in etcd's lessor.
 	DefaultIdleLeases = 64
 )
+
+// aheadQueue bounds the acquires' requests waiting for the granter; past
+// it a request is dropped, since the granter tops the pool up for the
+// requests it does read.
+const aheadQueue = 16
 
 // ErrInvalidConfig is returned, wrapped, by Config.Validate, Open and New.
 var ErrInvalidConfig = errors.New("etcdstore: invalid config")
@@ -183,10 +194,12 @@ type Config struct {
 	// Open. Default DefaultReconnectMaxDelay.
 	ReconnectMaxDelay time.Duration
 
-	// IdleLeases caps the idle etcd leases kept for reuse by later grants
-	// (see Leases in the package doc). 0 means DefaultIdleLeases; -1 turns
-	// reuse off, so every grant is granted a new lease and a release
-	// revokes it.
+	// IdleLeases caps the idle etcd leases, granted ahead of time and
+	// never used, that the Store keeps so that an acquire need not wait for
+	// a lease grant (see Leases in the package doc). Each lease carries at
+	// most one grant whatever this is. 0 means DefaultIdleLeases; -1 turns
+	// the pool off: every acquire waits for a lease grant, and the Store
+	// starts no goroutine.
 	IdleLeases int
 
 	// Clock is read for ExpiresAt. Default the wall clock.
@@ -252,16 +265,19 @@ func (c Config) validate() error {
 	case c.ReconnectMaxDelay < 0:
 		return fmt.Errorf("%w: reconnect max delay %v is negative", ErrInvalidConfig, c.ReconnectMaxDelay)
 	case c.IdleLeases < -1:
-		return fmt.Errorf("%w: idle leases %d: want -1 (no reuse), 0 (default) or a positive cap", ErrInvalidConfig, c.IdleLeases)
+		return fmt.Errorf("%w: idle leases %d: want -1 (no pool), 0 (default) or a positive cap", ErrInvalidConfig, c.IdleLeases)
 	}
 	return nil
 }
 
-// Store is the etcd LockStore. It is safe for concurrent use, keeps no lock
-// state of its own (only idle leases, see the package doc) and starts no
-// goroutine that outlives a call (an acquire on an idle lease sends its
-// keep-alive from a goroutine of its own and waits for it; the etcd client
-// a Store owns has its own goroutines, ended by Close).
+// Store is the etcd LockStore. It is safe for concurrent use and keeps no
+// lock state of its own (only idle leases, see the package doc). With the
+// pool on it runs one goroutine, the granter, which grants batches of idle
+// leases as acquires need them, sending a batch's grants from goroutines of
+// its own and waiting for them; it exits when Close cancels the Store's
+// lifetime context, and Close waits for it. An acquire on an
+// idle lease sends its keep-alive from a goroutine of its own and waits for
+// it; the etcd client a Store owns has its own goroutines, ended by Close.
 type Store struct {
 	cli        *clientv3.Client
 	ownsClient bool
@@ -271,8 +287,14 @@ type Store struct {
 	log        *slog.Logger
 	pool       *leasePool
 	guard      guard         // the restore guard's stamp: guard.go
-	reused     atomic.Uint64 // grants made on an idle lease
+	fromPool   atomic.Uint64 // grants made on an idle lease
 	granted    atomic.Uint64 // etcd leases granted
+
+	// With the pool on: the TTLs (in whole seconds) acquires asked the
+	// granter to top up; nil with the pool off.
+	ahead   chan int64
+	stop    context.CancelFunc // ends the granter's lifetime context
+	workers sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -326,24 +348,91 @@ func newStore(cli *clientv3.Client, owns bool, cfg Config, logger *slog.Logger) 
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Store{
+	s := &Store{
 		cli: cli, ownsClient: owns, prefix: cfg.Prefix,
 		reqTimeout: cfg.RequestTimeout, clock: cfg.Clock,
 		log:  logger.With("store", "etcd", "prefix", cfg.Prefix),
 		pool: newLeasePool(max(cfg.IdleLeases, 0)),
+		stop: func() {},
+	}
+	if s.pool.off() {
+		return s
+	}
+	// The lifetime context of the goroutines below; Close cancels it.
+	ctx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	// Requests to top up coalesce in pool.topUp: a few waiting are enough.
+	s.ahead = make(chan int64, aheadQueue)
+	s.workers.Add(1)
+	go s.grantAhead(ctx)
+	return s
+}
+
+// grantAhead is the granter: for each TTL an acquire asked for, it grants
+// the batch the pool wants (pool.topUp), all at once, and waits for the
+// batch before it reads the next request. It returns when ctx ends.
+func (s *Store) grantAhead(ctx context.Context) {
+	defer s.workers.Done()
+	var batch sync.WaitGroup
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case secs := <-s.ahead:
+			for range s.pool.topUp(secs) {
+				batch.Go(func() { s.grantIdle(ctx, secs) })
+			}
+			batch.Wait()
+		}
+	}
+}
+
+// grantIdle grants one lease of secs seconds for the pool, which has
+// reserved room for it. A grant that fails is not retried: the next
+// acquire asks again, and grants inline if the pool is empty.
+func (s *Store) grantIdle(ctx context.Context, secs int64) {
+	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
+	defer cancel()
+	sentAt := s.clock.Now() // monotonic, for the pool
+	g, err := s.cli.Grant(ctx, secs)
+	if err != nil {
+		s.pool.ungranted(secs)
+		s.log.Debug("idle lease grant failed", "err", err)
+		return
+	}
+	s.granted.Add(1)
+	s.pool.learnFloor(secs, g.TTL)
+	if !s.pool.granted(secs, g.ID, time.Duration(g.TTL)*time.Second, sentAt, s.clock.Now()) {
+		// Too late to be handed out (a slow grant), or the pool filled
+		// with younger leases: it carries nothing and expires on its own.
+		s.log.Debug("idle lease not pooled", "leaseId", leaseID(int64(g.ID)))
+	}
+}
+
+// askAhead asks the granter to top up the idle leases of secs seconds,
+// unless the pool is off or enough requests are waiting already.
+func (s *Store) askAhead(secs int64) {
+	if s.ahead == nil {
+		return
+	}
+	select {
+	case s.ahead <- secs:
+	default:
 	}
 }
 
 // Acquire implements lockserver.LockStore. It needs a lease of ceil(ttl)
-// seconds with no key attached: an idle one from the pool if there is one
-// (see Leases in the package doc), else a newly granted one (etcd may
-// raise the TTL to its floor; Lease.TTL is the granted TTL). One
-// transaction then creates the key with that lease if the key does not
-// exist; the token is the revision of that transaction. If the key exists,
-// the lease goes back to the pool and ErrLockHeld is returned.
+// seconds that has never carried a key: an idle one from the pool if there
+// is one (see Leases in the package doc), else a newly granted one (etcd
+// may raise the TTL to its floor; Lease.TTL is the granted TTL); either way
+// it asks the pool's granters for one more. One transaction then creates
+// the key with that lease if the key does not exist; the token is the
+// revision of that transaction, and the lease carries this grant only. If
+// the key exists, the lease, which carries nothing, goes back to the pool
+// (or is revoked with the pool off) and ErrLockHeld is returned.
 //
 // An idle lease is reset by a keep-alive sent together with the
-// transaction, so reuse costs no extra round trip. That is safe in either
+// transaction, so taking one costs no extra round trip. That is safe in either
 // order: etcd refuses to attach a key to a lease that has ended, and
 // refuses a keep-alive for a lease that has ended, so a grant is reported
 // only when the keep-alive succeeded, that is when the lease was alive and
@@ -365,7 +454,9 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		return lockserver.Lease{}, err
 	}
 	secs := int64((ttl + time.Second - 1) / time.Second)
-	if idle, ok := s.pool.take(secs, s.clock.Now()); ok {
+	idle, ok := s.pool.take(secs, s.clock.Now())
+	s.askAhead(secs)
+	if ok {
 		if l, done, err := s.acquireOnIdle(ctx, key, owner, idle); done {
 			return l, err
 		}
@@ -392,7 +483,6 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		}
 		return lockserver.Lease{}, heldBy(key, resp)
 	}
-	s.pool.noteReset(g.ID, granted, sentAt)
 	return lockserver.Lease{
 		Key: key, Owner: owner, Token: resp.Header.Revision,
 		LeaseID: leaseID(int64(g.ID)), TTL: granted, ExpiresAt: sentAt.Round(0).Add(granted),
@@ -437,8 +527,7 @@ func (s *Store) acquireOnIdle(ctx context.Context, key, owner string, idle poole
 		return lockserver.Lease{}, true, s.fail("acquire", key, "reset an idle lease", ka.err)
 	}
 	ttl := time.Duration(ka.resp.TTL) * time.Second
-	s.pool.noteReset(idle.id, ttl, sentAt)
-	s.reused.Add(1)
+	s.fromPool.Add(1)
 	return lockserver.Lease{
 		Key: key, Owner: owner, Token: resp.Header.Revision,
 		LeaseID: leaseID(int64(idle.id)), TTL: ttl, ExpiresAt: sentAt.Round(0).Add(ttl),
@@ -477,16 +566,18 @@ func heldBy(key string, resp *clientv3.TxnResponse) error {
 
 // Renew implements lockserver.LockStore: it reads the key, checks that its
 // ModRevision equals token and its owner matches, then sends one keep-alive
-// for the grant's lease. etcd refuses a keep-alive for a lease that has
-// expired or been revoked (ErrNotHeld), even one not yet deleted, so a
-// renewal never resurrects a lease. The returned ExpiresAt is lock-server's
-// clock just before the keep-alive plus the TTL etcd reports.
+// for the lease the key is attached to, which carries this grant and has
+// carried no other. etcd refuses a keep-alive for a lease that has expired
+// or been revoked (ErrNotHeld), even one not yet deleted, so a renewal
+// never resurrects a lease. The returned ExpiresAt is lock-server's clock
+// just before the keep-alive plus the TTL etcd reports.
 //
 // The read and the keep-alive are two requests. If the holder's own
-// release lands between them, the renewal reports success for a grant
-// that was just released (linearized before the release) and resets the
-// lease, which may by then be idle or carry a later grant; see Leases in
-// the package doc.
+// release lands between them, the renewal either reports success for a
+// grant that was just released (linearized before the release), having
+// reset a lease that carries no key and will not carry one again, or
+// finds the lease revoked (ErrNotHeld). It cannot extend another grant:
+// no other grant is ever made on that lease.
 func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lockserver.Lease, error) {
 	if err := lockserver.ValidateLease(key, owner, token); err != nil {
 		return lockserver.Lease{}, err
@@ -510,21 +601,21 @@ func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lock
 		return lockserver.Lease{}, s.fail("renew", key, "keep-alive", err)
 	}
 	ttl := time.Duration(ka.TTL) * time.Second
-	s.pool.noteReset(clientv3.LeaseID(kv.Lease), ttl, sentAt)
 	return lockserver.Lease{
 		Key: key, Owner: owner, Token: token,
 		LeaseID: leaseID(kv.Lease), TTL: ttl, ExpiresAt: sentAt.Round(0).Add(ttl),
 	}, nil
 }
 
-// Release implements lockserver.LockStore with one transaction that
-// deletes the key only if its ModRevision equals token and its record's
-// owner is owner, so a release never removes a newer grant. The grant's
-// lease, now carrying no key, goes to the pool for a later grant; when
-// reuse is off it is revoked, and when it cannot be pooled (too little life
-// left, last reset unknown, a full pool of longer-lived leases) it is left
-// to expire. ErrStaleToken when a newer grant is live, ErrNotHeld when no
-// grant or another owner's is, ErrInvalidArgument, ErrUnavailable.
+// Release implements lockserver.LockStore: it reads the key, checks that
+// its ModRevision equals token and its owner matches, then revokes the
+// grant's lease, which deletes the key with it. The lease carries this
+// grant and has carried no other, so revoking it cannot end anything else,
+// even if the grant ended between the read and the revocation; etcd
+// revokes a lease once, so of a release, a force-revoke and an expiry
+// racing for one grant exactly one ends it, and the others find the lease
+// gone (ErrNotHeld). ErrStaleToken when a newer grant is live, ErrNotHeld
+// when no grant or another owner's is, ErrInvalidArgument, ErrUnavailable.
 func (s *Store) Release(ctx context.Context, key, owner string, token int64) error {
 	if err := lockserver.ValidateLease(key, owner, token); err != nil {
 		return err
@@ -532,39 +623,22 @@ func (s *Store) Release(ctx context.Context, key, owner string, token int64) err
 	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
 	defer cancel()
 
-	k, lo := s.prefix+key, recordPrefix(owner)
-	prev, rec, err := s.deleteIf(ctx, "release", key, token,
-		clientv3.Compare(clientv3.Value(k), ">", lo), clientv3.Compare(clientv3.Value(k), "<", lo+":"))
+	kv, rec, err := s.get(ctx, "release", key)
 	if err != nil {
-		if !errors.Is(err, errNotDeleted) {
-			return err
-		}
-		if why := refusal(key, prev, rec, owner, token); why != nil {
-			return why
-		}
-		// The grant named is live but its bytes escaped the owner
-		// comparison: not a record this store writes.
-		return fmt.Errorf("etcdstore: release %q: etcd key %q holds %q, not in this store's record format", key, prev.Key, prev.Value)
+		return err
 	}
-	id := clientv3.LeaseID(prev.Lease)
-	if s.pool.off() {
-		s.revokeBestEffort(ctx, key, id)
-	} else {
-		// Pooled if this store knows when etcd last reset it; else it
-		// carries no key and expires on its own.
-		s.pool.putReleased(id, s.clock.Now())
+	if err := refusal(key, kv, rec, owner, token); err != nil {
+		return err
 	}
-	return nil
+	return s.end(ctx, "release", key, kv)
 }
 
-// Revoke implements lockserver.LockStore: it reads the live grant, then
-// deletes the key in a transaction conditional on the grant's
-// ModRevision, and revokes the grant's lease (best effort: a lease that
-// carries no key harms no one, and expires on its own). With token > 0 it
-// acts only if the live grant's token is token (ErrStaleToken if a newer
-// grant is live, ErrNotHeld if an older one is). The returned lease is the
-// revoked grant, with ExpiresAt set to lock-server's clock just before the
-// deletion was sent.
+// Revoke implements lockserver.LockStore: it reads the live grant and
+// revokes its lease, which deletes the key with it (see Release). With
+// token > 0 it acts only if the live grant's token is token (ErrStaleToken
+// if a newer grant is live, ErrNotHeld if an older one is). The returned
+// lease is the revoked grant, with ExpiresAt set to lock-server's clock just
+// before the revocation was sent.
 func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver.Lease, error) {
 	if err := lockserver.ValidateKey(key); err != nil {
 		return lockserver.Lease{}, err
@@ -588,54 +662,27 @@ func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver
 		}
 	}
 	sent := s.now()
-	if _, _, err := s.deleteIf(ctx, "revoke", key, kv.ModRevision); err != nil {
-		if errors.Is(err, errNotDeleted) {
-			return lockserver.Lease{}, fmt.Errorf("%w: the lease on key %q with token %d ended before the revoke", lockserver.ErrNotHeld, key, kv.ModRevision)
-		}
+	if err := s.end(ctx, "revoke", key, kv); err != nil {
 		return lockserver.Lease{}, err
 	}
-	// The key is deleted by this revoke, not by a release, and the lease
-	// carried it, so no pool holds the lease: revoking it cannot touch
-	// another grant.
-	s.pool.forget(clientv3.LeaseID(kv.Lease))
-	s.revokeBestEffort(ctx, key, clientv3.LeaseID(kv.Lease))
 	return lockserver.Lease{
 		Key: key, Owner: rec.Owner, Token: kv.ModRevision,
 		LeaseID: leaseID(kv.Lease), TTL: time.Duration(rec.TTLMs) * time.Millisecond, ExpiresAt: sent,
 	}, nil
 }
 
-// errNotDeleted is deleteIf's "the key is not the grant named".
-var errNotDeleted = errors.New("etcdstore: not deleted")
-
-// deleteIf deletes the key in one transaction if its ModRevision is token
-// and every extra comparison holds. On success it returns the deleted
-// KeyValue and its record. Otherwise it returns errNotDeleted with the key
-// as it is now (nil if absent), or the wrapped client error.
-func (s *Store) deleteIf(ctx context.Context, op, key string, token int64, extra ...clientv3.Cmp) (*mvccpb.KeyValue, record, error) {
-	k := s.prefix + key
-	resp, err := s.cli.Txn(ctx).
-		If(append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", token)}, extra...)...).
-		Then(clientv3.OpDelete(k, clientv3.WithPrevKV())).
-		Else(clientv3.OpGet(k)).
-		Commit()
+// end ends grant kv of key by revoking its lease: etcd deletes the key
+// with the lease, in one raft write. ErrNotHeld if the lease has ended
+// already (expired, released or revoked since kv was read).
+func (s *Store) end(ctx context.Context, op, key string, kv *mvccpb.KeyValue) error {
+	_, err := s.cli.Revoke(ctx, clientv3.LeaseID(kv.Lease))
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("%w: the lease on key %q with token %d ended before the %s", lockserver.ErrNotHeld, key, kv.ModRevision, op)
+	}
 	if err != nil {
-		return nil, record{}, s.fail(op, key, "conditional delete", err)
+		return s.fail(op, key, "revoke lease", err)
 	}
-	kvs := resp.Responses[0].GetResponseRange().GetKvs()
-	if resp.Succeeded {
-		kvs = resp.Responses[0].GetResponseDeleteRange().GetPrevKvs()
-	}
-	kv, rec, err := s.lockKV(op, key, kvs)
-	switch {
-	case err != nil:
-		return nil, record{}, err
-	case !resp.Succeeded:
-		return kv, rec, errNotDeleted
-	case kv == nil:
-		return nil, record{}, fmt.Errorf("etcdstore: %s %q: the conditional delete returned no previous key", op, key)
-	}
-	return kv, rec, nil
+	return nil
 }
 
 // Inspect implements lockserver.LockStore: it reads the key and, if
@@ -666,8 +713,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, erro
 	if ttl.TTL < 0 || !slices.ContainsFunc(ttl.Keys, func(k []byte) bool { return string(k) == s.prefix+key }) {
 		// The grant ended between the two reads (the leader answers
 		// TimeToLive only after applying everything it has committed): its
-		// lease is gone, or was emptied by a release and is idle or carries
-		// another key now.
+		// lease is gone.
 		return st, nil
 	}
 	st.Lease = &lockserver.Lease{
@@ -680,17 +726,20 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, erro
 // LeaseStats counts this Store's etcd leases since Open (see Leases in the
 // package doc): for metrics.
 type LeaseStats struct {
-	// Idle is the number of idle leases kept for reuse now.
+	// Idle is the number of idle leases (granted ahead, never used) in
+	// the pool now.
 	Idle int
-	// Granted counts the etcd leases granted (a raft write each).
+	// Granted counts the etcd leases granted (a raft write each), ahead
+	// of time or by an acquire that found the pool empty.
 	Granted uint64
-	// Reused counts the grants made on an idle lease instead.
-	Reused uint64
+	// FromPool counts the grants made on an idle lease from the pool,
+	// for which the acquire did not wait for a lease grant.
+	FromPool uint64
 }
 
 // LeaseStats returns the Store's lease counts.
 func (s *Store) LeaseStats() LeaseStats {
-	return LeaseStats{Idle: s.pool.len(), Granted: s.granted.Load(), Reused: s.reused.Load()}
+	return LeaseStats{Idle: s.pool.len(), Granted: s.granted.Load(), FromPool: s.fromPool.Load()}
 }
 
 // Ping implements lockserver.LockStore with a linearizable read of one key,
@@ -704,11 +753,14 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close implements lockserver.LockStore: it closes the client if Open
-// created it. Leases are not touched. Calling it again returns the first
-// result.
+// Close implements lockserver.LockStore: it stops the granter and waits
+// for it, then closes the client if Open created it. Grants are not
+// touched; idle leases carry no key and are left to expire. Calling it
+// again returns the first result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.stop()
+		s.workers.Wait()
 		if s.ownsClient {
 			if err := s.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
 				s.closeErr = fmt.Errorf("etcdstore: close client: %w", err)
@@ -724,17 +776,11 @@ type record struct {
 	TTLMs int64  `json:"ttlMs"`
 }
 
-// recordPrefix is the start of every record of owner, up to the TTL's
-// digits: `{"owner":"worker-a","ttlMs":`.
-func recordPrefix(owner string) string {
-	o, _ := json.Marshal(owner) // a string always encodes
-	return `{"owner":` + string(o) + `,"ttlMs":`
-}
-
 // encodeRecord is the value of a lock key held by owner with a granted TTL
-// of ttl, built from recordPrefix so that Release's comparison matches it.
+// of ttl.
 func encodeRecord(owner string, ttl time.Duration) string {
-	return recordPrefix(owner) + strconv.FormatInt(ttl.Milliseconds(), 10) + "}"
+	b, _ := json.Marshal(record{Owner: owner, TTLMs: ttl.Milliseconds()}) // always encodes
+	return string(b)
 }
 
 // get reads the key linearizably; kv is nil when it does not exist.

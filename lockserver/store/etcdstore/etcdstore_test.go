@@ -344,8 +344,8 @@ func TestNewDoesNotOwnTheClient(t *testing.T) {
 
 // TestLinearizableAcrossLeaderKill runs the contract's linearizability
 // check on a three-member cluster whose leader is killed (and later
-// restarted) while the clients run: leases, reused ones included, must
-// survive the election, and no acknowledged call may be lost.
+// restarted) while the clients run: leases, those granted ahead included,
+// must survive the election, and no acknowledged call may be lost.
 func TestLinearizableAcrossLeaderKill(t *testing.T) {
 	c := startT(t, embedded.Config{Members: 3})
 	s := openT(t, c, newPrefix(t))

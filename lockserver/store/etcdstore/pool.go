@@ -1,52 +1,65 @@
 package etcdstore
 
 import (
+	"slices"
 	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// leasePool keeps etcd leases that carry no key, so that the next Acquire
-// asking for the same TTL can reset one with a keep-alive (answered by the
-// leader without a raft write) instead of granting a new lease (a raft
-// write). A lease enters the pool only when this store has just detached it
-// from its key (a Release deleted the key) or attached nothing to it (an
-// Acquire lost its transaction).
+// leasePool keeps idle etcd leases: leases granted ahead of time that
+// have never carried a key, so that an Acquire asking for their TTL can
+// reset one with a keep-alive (answered by the leader without a raft
+// write) instead of waiting for a grant (a raft write). A lease is used for
+// at most one grant: it enters the pool when the store's granters have
+// just granted it, or when an Acquire took it and lost its transaction
+// (attaching nothing to it); a lease that carried a grant never comes back.
+// So a lease id names one grant for its whole life (see Leases in the
+// package doc).
 //
 // The pool must never hand out a lease etcd may already have expired: the
 // leader revokes expired leases only every 500 ms, and until then etcd
 // still attaches keys to them, so a grant on such a lease would be written
-// and then deleted with it. The pool therefore keeps, for every lease this
-// store granted or reset, a lower bound of the moment etcd last reset it
-// (this store's clock just before the grant or keep-alive was sent; a
-// renewal through another lock-server only resets it later), and hands a
-// lease out only while that bound plus its TTL is at least margin(TTL)
-// ahead. A lease whose last reset this store does not know (granted by
-// another lock-server) is never pooled. These times keep Go's monotonic
-// clock reading, so a step of the wall clock cannot make a lease look
-// younger than it is.
+// and then deleted with it. The pool therefore keeps, for every idle lease,
+// a lower bound of the moment etcd last reset it (this store's clock just
+// before the grant or keep-alive was sent), and hands a lease out only
+// while that bound plus its TTL is at least margin(TTL) ahead. These times
+// keep Go's monotonic clock reading, so a step of the wall clock cannot
+// make a lease look younger than it is.
+//
+// Grants for the pool come in batches, per requested TTL, so that etcd
+// commits them together (concurrent proposals share a raft write to disk):
+// when the leases of a TTL, idle and being granted, fall to half the batch
+// size, a batch tops them up. The batch size adapts to demand: it doubles,
+// up to maxAhead, at every top-up since which no lease of that TTL expired
+// unused, and halves whenever one does. A steady stream of acquires grants
+// in batches of maxAhead; an acquire now and then wastes about one grant.
 type leasePool struct {
-	mu     sync.Mutex
-	max    int                        // idle leases kept in all; 0 turns reuse off
-	n      int                        // idle leases held now
-	idle   map[int64][]pooledLease    // by granted TTL in whole seconds, newest last
-	resets map[clientv3.LeaseID]reset // leases carrying a grant of this store
-	floors map[int64]int64            // requested TTL -> TTL etcd granted, in seconds
-	prune  int                        // len(resets) at which to drop records of ended grants
+	mu       sync.Mutex
+	max      int                     // idle leases kept in all; 0 turns the pool off
+	n        int                     // idle leases held now
+	inFlight int                     // grants for the pool sent and not yet answered
+	idle     map[int64][]pooledLease // by granted TTL in whole seconds, newest last
+	floors   map[int64]int64         // requested TTL -> TTL etcd granted, in seconds
+	ahead    map[int64]*ahead        // by granted TTL in whole seconds
 }
+
+// ahead is the pool's batching state for one TTL.
+type ahead struct {
+	batch    int  // leases to hold, idle or being granted, after a top-up
+	inFlight int  // grants of this TTL sent and not yet answered
+	expired  bool // a lease expired unused since the last top-up
+}
+
+// maxAhead caps the batch of leases granted at once for one TTL.
+const maxAhead = 16
 
 // pooledLease is one idle lease; the pool hands it out until expires.
 type pooledLease struct {
 	id      clientv3.LeaseID
 	ttl     time.Duration // granted by etcd
 	expires time.Time     // last reset + ttl - margin(ttl)
-}
-
-// reset is the lower bound of a lease's last reset by etcd, and its TTL.
-type reset struct {
-	at  time.Time
-	ttl time.Duration
 }
 
 // margin is how much life a pooled lease must have left, by the pool's
@@ -59,22 +72,33 @@ type reset struct {
 // floor of 2 s, seconds at the usual TTLs.
 func margin(ttl time.Duration) time.Duration { return ttl / 2 }
 
-// minPrune is the number of reset records from which noteReset drops the
-// records of grants that surely ended without a release through this
-// store (expired, or released through another lock-server). After a pass,
-// the next is due at twice the records left, so the cost stays constant
-// per call however many grants are live.
-const minPrune = 4096
-
 func newLeasePool(max int) *leasePool {
 	return &leasePool{
 		max: max, idle: make(map[int64][]pooledLease),
-		resets: make(map[clientv3.LeaseID]reset), floors: make(map[int64]int64),
-		prune: minPrune,
+		floors: make(map[int64]int64), ahead: make(map[int64]*ahead),
 	}
 }
 
-// off reports whether reuse is turned off.
+// granted returns the TTL etcd grants for a request of secs, as far as the
+// pool knows. p.mu is held.
+func (p *leasePool) grantedSecs(secs int64) int64 {
+	if g, ok := p.floors[secs]; ok {
+		return g
+	}
+	return secs
+}
+
+// aheadOf returns the batching state of TTL secs (as granted). p.mu is held.
+func (p *leasePool) aheadOf(secs int64) *ahead {
+	a := p.ahead[secs]
+	if a == nil {
+		a = &ahead{batch: 1}
+		p.ahead[secs] = a
+	}
+	return a
+}
+
+// off reports whether the pool is turned off.
 func (p *leasePool) off() bool { return p.max == 0 }
 
 // learnFloor records that etcd granted grantedSecs for a request of secs,
@@ -89,63 +113,72 @@ func (p *leasePool) learnFloor(secs, grantedSecs int64) {
 	p.floors[secs] = grantedSecs
 }
 
-// noteReset records that etcd reset lease id, of TTL ttl, no earlier than
-// at: it now carries a grant of this store.
-func (p *leasePool) noteReset(id clientv3.LeaseID, ttl time.Duration, at time.Time) {
+// topUp returns how many leases of a request of secs seconds a granter is
+// to grant now (see leasePool), 0 when enough are idle or being granted,
+// and reserves room for them: the leases held and being granted stay
+// within max. Each reserved lease must be followed by exactly one call of
+// granted or ungranted with the same secs.
+func (p *leasePool) topUp(secs int64) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.off() {
-		return
+		return 0
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.resets) >= p.prune {
-		for lid, r := range p.resets {
-			if !at.Before(r.at.Add(r.ttl)) {
-				delete(p.resets, lid)
-			}
-		}
-		p.prune = max(minPrune, 2*len(p.resets))
+	a := p.aheadOf(p.grantedSecs(secs))
+	have := len(p.idle[p.grantedSecs(secs)]) + a.inFlight
+	if have > a.batch/2 {
+		return 0
 	}
-	p.resets[id] = reset{at: at, ttl: ttl}
+	if !a.expired {
+		a.batch = min(2*a.batch, maxAhead)
+	}
+	a.expired = false
+	k := min(a.batch-have, p.max-p.n-p.inFlight)
+	if k <= 0 {
+		return 0
+	}
+	a.inFlight += k
+	p.inFlight += k
+	return k
 }
 
-// forget drops what the pool knows of lease id (it was revoked).
-func (p *leasePool) forget(id clientv3.LeaseID) {
+// ungranted ends a reservation of topUp(secs) whose grant failed.
+func (p *leasePool) ungranted(secs int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	delete(p.resets, id)
+	p.aheadOf(p.grantedSecs(secs)).inFlight--
+	p.inFlight--
 }
 
-// putReleased pools lease id, whose key a release has just deleted, if the
-// pool knows its last reset and enough of its life is left at now. It
-// reports whether the lease was pooled; if not, the caller leaves it to
-// expire (or revokes it when reuse is off).
-func (p *leasePool) putReleased(id clientv3.LeaseID, now time.Time) bool {
-	if p.off() {
-		return false
-	}
+// granted ends a reservation of topUp(secs): it pools lease id, of TTL
+// ttl, granted by a request sent at at, if enough of its life is left at
+// now. It reports whether the lease was pooled; if not, it carries no key
+// and the caller leaves it to expire.
+func (p *leasePool) granted(secs int64, id clientv3.LeaseID, ttl time.Duration, at, now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r, ok := p.resets[id]
-	delete(p.resets, id)
-	return ok && p.add(id, r, now)
+	p.aheadOf(p.grantedSecs(secs)).inFlight--
+	p.inFlight--
+	return p.add(id, ttl, at, now)
 }
 
-// putUnused pools lease id, reset no earlier than at and carrying no key
-// (its acquire lost), on the same terms as putReleased.
+// putUnused pools lease id, reset no earlier than at, which an acquire
+// took from the pool or was granted and then lost its transaction with:
+// it carried no key. It reports whether the lease was pooled.
 func (p *leasePool) putUnused(id clientv3.LeaseID, ttl time.Duration, at, now time.Time) bool {
 	if p.off() {
 		return false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.add(id, reset{at: at, ttl: ttl}, now)
+	return p.add(id, ttl, at, now)
 }
 
 // add pools a lease when enough of its life is left. When the pool is
 // full, the lease that expires first, this one included, is the one left
 // out. p.mu is held.
-func (p *leasePool) add(id clientv3.LeaseID, r reset, now time.Time) bool {
-	l := pooledLease{id: id, ttl: r.ttl, expires: r.at.Add(r.ttl - margin(r.ttl))}
+func (p *leasePool) add(id clientv3.LeaseID, ttl time.Duration, at, now time.Time) bool {
+	l := pooledLease{id: id, ttl: ttl, expires: at.Add(ttl - margin(ttl))}
 	if !now.Before(l.expires) {
 		return false
 	}
@@ -156,7 +189,7 @@ func (p *leasePool) add(id clientv3.LeaseID, r reset, now time.Time) bool {
 		}
 		p.removeAt(secs, i)
 	}
-	secs := int64(r.ttl / time.Second)
+	secs := int64(ttl / time.Second)
 	p.idle[secs] = append(p.idle[secs], l)
 	p.n++
 	return true
@@ -189,30 +222,31 @@ func (p *leasePool) removeAt(secs int64, i int) {
 	p.n--
 }
 
-// take returns the most recently pooled lease for a request of secs
-// seconds that may still be handed out at now, forgetting the expired ones
-// it passes on the way.
+// take removes and returns the most recently pooled lease for a request of
+// secs seconds that may still be handed out at now, forgetting the expired
+// ones (they halve the TTL's batch). A lease it returns is never pooled
+// again unless the acquire attached nothing to it (putUnused).
 func (p *leasePool) take(secs int64, now time.Time) (pooledLease, bool) {
 	if p.off() {
 		return pooledLease{}, false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if g, ok := p.floors[secs]; ok {
-		secs = g
+	secs = p.grantedSecs(secs)
+	list := slices.DeleteFunc(p.idle[secs], func(l pooledLease) bool { return !now.Before(l.expires) })
+	if dropped := len(p.idle[secs]) - len(list); dropped > 0 {
+		a := p.aheadOf(secs)
+		a.batch, a.expired = max(1, a.batch/2), true
+		p.n -= dropped
 	}
-	list := p.idle[secs]
-	for len(list) > 0 {
-		l := list[len(list)-1]
-		list = list[:len(list)-1]
-		p.n--
-		if now.Before(l.expires) {
-			p.idle[secs] = list
-			return l, true
-		}
+	if len(list) == 0 {
+		delete(p.idle, secs)
+		return pooledLease{}, false
 	}
-	delete(p.idle, secs)
-	return pooledLease{}, false
+	l := list[len(list)-1]
+	p.idle[secs] = list[:len(list)-1]
+	p.n--
+	return l, true
 }
 
 // len returns the number of idle leases held.

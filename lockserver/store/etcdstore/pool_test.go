@@ -3,19 +3,25 @@ package etcdstore
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 )
 
-// The tests below are about lease reuse (Leases in the package doc): what
-// an old holder can and cannot do once its lease carries another grant.
+// The tests below are about leases (Leases in the package doc): a lease id
+// names one grant for its whole life, so nothing done to an old grant's
+// lease, by an old holder or by an operator holding its id, reaches a
+// later grant.
 
 func openCfgT(t *testing.T, cfg Config) *Store {
 	t.Helper()
@@ -60,54 +66,53 @@ func mustAcquire(t *testing.T, s *Store, key, owner string, ttl time.Duration) l
 	return l
 }
 
-func TestAReleasedLeaseCarriesTheNextGrant(t *testing.T) {
-	s := openCfgT(t, Config{})
-	a := mustAcquire(t, s, "payout:acct-1", "worker-a", 10*time.Second)
-	if err := s.Release(ctxT(t), a.Key, a.Owner, a.Token); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	if n := s.pool.len(); n != 1 {
-		t.Fatalf("idle leases after a release: %d; want 1", n)
-	}
-	b := mustAcquire(t, s, "payout:acct-2", "worker-b", 10*time.Second)
-	if b.LeaseID != a.LeaseID {
-		t.Fatalf("second grant on lease %s; want the released lease %s reused", b.LeaseID, a.LeaseID)
-	}
-	if b.Token <= a.Token {
-		t.Fatalf("token %d after %d; want larger", b.Token, a.Token)
-	}
-	if b.TTL != 10*time.Second {
-		t.Fatalf("TTL of the reused lease %v; want 10s", b.TTL)
-	}
-	// worker-a's grant is gone; nothing it sends may touch worker-b's.
-	if _, err := s.Renew(ctxT(t), a.Key, a.Owner, a.Token); !errors.Is(err, lockserver.ErrNotHeld) {
-		t.Errorf("old holder's renew = %v; want ErrNotHeld", err)
-	}
-	if err := s.Release(ctxT(t), a.Key, a.Owner, a.Token); !errors.Is(err, lockserver.ErrNotHeld) {
-		t.Errorf("old holder's second release = %v; want ErrNotHeld", err)
-	}
-	if _, err := s.Revoke(ctxT(t), a.Key, 0); !errors.Is(err, lockserver.ErrNotHeld) {
-		t.Errorf("revoke of the released key = %v; want ErrNotHeld", err)
-	}
-	st, err := s.Inspect(ctxT(t), b.Key)
-	if err != nil || st.Lease == nil || st.Lease.Token != b.Token || st.Lease.Owner != "worker-b" {
-		t.Fatalf("Inspect(%q) = %+v, %v; want worker-b's grant %d live", b.Key, st.Lease, err, b.Token)
-	}
-	if !leaseAlive(t, s, b.LeaseID) {
-		t.Fatalf("lease %s of the live grant has ended", b.LeaseID)
+// await polls cond until it holds, failing the test after 10 s.
+func await(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	limit := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(limit) {
+			t.Fatalf("gave up waiting: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
-func TestAStaleHolderCannotTouchTheGrantOnItsOldLease(t *testing.T) {
+// awaitIdle waits until s's pool holds idle leases and no grant for it is
+// in flight, and returns their ids.
+func awaitIdle(t *testing.T, s *Store) []string {
+	t.Helper()
+	await(t, "leases granted ahead", func() bool {
+		s.pool.mu.Lock()
+		defer s.pool.mu.Unlock()
+		return s.pool.n > 0 && s.pool.inFlight == 0
+	})
+	return idleIDs(s)
+}
+
+// idleIDs lists the leases in s's pool, as Lease.LeaseID prints them.
+func idleIDs(s *Store) []string {
+	s.pool.mu.Lock()
+	defer s.pool.mu.Unlock()
+	var ids []string
+	for _, list := range s.pool.idle {
+		for _, l := range list {
+			ids = append(ids, leaseID(int64(l.id)))
+		}
+	}
+	return ids
+}
+
+func TestAStaleHolderCannotTouchTheGrantAfterIt(t *testing.T) {
 	s := openCfgT(t, Config{})
 	old := mustAcquire(t, s, "k", "worker-a", 10*time.Second)
 	if err := s.Release(ctxT(t), "k", "worker-a", old.Token); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	// Same key, same owner id, same lease: only the token differs.
+	// Same key, same owner id: only the token (and the lease) differ.
 	cur := mustAcquire(t, s, "k", "worker-a", 10*time.Second)
-	if cur.LeaseID != old.LeaseID {
-		t.Fatalf("regrant on lease %s; want %s reused", cur.LeaseID, old.LeaseID)
+	if cur.LeaseID == old.LeaseID {
+		t.Fatalf("regrant on lease %s of the released grant", old.LeaseID)
 	}
 	if _, err := s.Renew(ctxT(t), "k", "worker-a", old.Token); !errors.Is(err, lockserver.ErrStaleToken) {
 		t.Errorf("stale renew = %v; want ErrStaleToken", err)
@@ -142,20 +147,35 @@ func TestReleaseComparesTheWholeOwner(t *testing.T) {
 	}
 }
 
+// TestAnAcquireTakesALeaseGrantedAhead: the first acquire asks for a lease
+// to be granted ahead, and the next one takes it.
+func TestAnAcquireTakesALeaseGrantedAhead(t *testing.T) {
+	s := openCfgT(t, Config{})
+	a := mustAcquire(t, s, "a", "worker-a", 5*time.Second)
+	idle := awaitIdle(t, s)
+	b := mustAcquire(t, s, "b", "worker-b", 5*time.Second)
+	if !slices.Contains(idle, b.LeaseID) || b.LeaseID == a.LeaseID {
+		t.Fatalf("second grant on lease %s; want one of the idle leases %v (the first grant's is %s)", b.LeaseID, idle, a.LeaseID)
+	}
+	if b.TTL != 5*time.Second {
+		t.Fatalf("TTL of a grant on an idle lease %v; want 5s", b.TTL)
+	}
+	if st := s.LeaseStats(); st.FromPool != 1 || st.Granted < 2 {
+		t.Fatalf("LeaseStats = %+v; want 1 grant from the pool, at least 2 leases granted", st)
+	}
+}
+
 func TestAnIdleLeaseThatEndedIsReplaced(t *testing.T) {
 	s := openCfgT(t, Config{})
-	a := mustAcquire(t, s, "k", "worker-a", 5*time.Second)
-	if err := s.Release(ctxT(t), "k", "worker-a", a.Token); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	// End the idle lease behind the pool's back, as its TTL running out
-	// would.
-	if _, err := s.cli.Revoke(ctxT(t), parseLeaseID(t, a.LeaseID)); err != nil {
-		t.Fatalf("revoke idle lease: %v", err)
+	mustAcquire(t, s, "a", "worker-a", 5*time.Second)
+	idle := awaitIdle(t, s)
+	// End the idle leases behind the pool's back, as an operator might.
+	for _, id := range idle {
+		revokeByID(t, id)
 	}
 	b := mustAcquire(t, s, "k", "worker-b", 5*time.Second)
-	if b.LeaseID == a.LeaseID {
-		t.Fatalf("granted on the ended lease %s", a.LeaseID)
+	if slices.Contains(idle, b.LeaseID) {
+		t.Fatalf("granted on the ended lease %s", b.LeaseID)
 	}
 	if !leaseAlive(t, s, b.LeaseID) {
 		t.Fatalf("lease %s of the new grant is not alive", b.LeaseID)
@@ -166,59 +186,34 @@ func TestAnIdleLeaseThatEndedIsReplaced(t *testing.T) {
 	}
 }
 
-func TestALosingAcquireKeepsItsLeaseForTheNext(t *testing.T) {
-	s := openCfgT(t, Config{})
-	mustAcquire(t, s, "k", "worker-a", 5*time.Second)
-	if _, err := s.Acquire(ctxT(t), "k", "worker-b", 5*time.Second); !errors.Is(err, lockserver.ErrLockHeld) {
-		t.Fatalf("second acquire = %v; want ErrLockHeld", err)
-	}
-	if n := s.pool.len(); n != 1 {
-		t.Fatalf("idle leases after a refused acquire: %d; want 1", n)
-	}
-	mustAcquire(t, s, "other", "worker-b", 5*time.Second)
-	if n := s.pool.len(); n != 0 {
-		t.Fatalf("idle leases after the next acquire: %d; want 0 (reused)", n)
-	}
-}
+// TestAReleasedGrantsLeaseIsRevoked, with the pool on and off: Release and
+// Revoke end a grant by revoking its lease.
+func TestAReleasedGrantsLeaseIsRevoked(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		idle int
+	}{{"pool-on", 0}, {"pool-off", -1}} {
+		t.Run(c.name, func(t *testing.T) {
+			s := openCfgT(t, Config{IdleLeases: c.idle})
+			l := mustAcquire(t, s, "k", "worker-a", 5*time.Second)
+			if err := s.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			if leaseAlive(t, s, l.LeaseID) {
+				t.Fatalf("lease %s alive after Release returned", l.LeaseID)
+			}
+			if slices.Contains(idleIDs(s), l.LeaseID) {
+				t.Fatalf("lease %s of a released grant is in the pool", l.LeaseID)
+			}
 
-func TestRevokeEndsTheLeaseAndDoesNotPoolIt(t *testing.T) {
-	s := openCfgT(t, Config{})
-	l := mustAcquire(t, s, "k", "worker-a", 5*time.Second)
-	if _, err := s.Revoke(ctxT(t), "k", 0); err != nil {
-		t.Fatalf("Revoke: %v", err)
-	}
-	if leaseAlive(t, s, l.LeaseID) {
-		t.Errorf("lease %s still alive after its grant was revoked", l.LeaseID)
-	}
-	if n := s.pool.len(); n != 0 {
-		t.Errorf("idle leases after a revoke: %d; want 0", n)
-	}
-}
-
-func TestWithoutReuseAReleaseRevokesTheLeaseAndAFullPoolKeepsTheNewest(t *testing.T) {
-	off := openCfgT(t, Config{IdleLeases: -1})
-	l := mustAcquire(t, off, "k", "worker-a", 5*time.Second)
-	if err := off.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	if leaseAlive(t, off, l.LeaseID) {
-		t.Errorf("reuse off: lease %s alive after release", l.LeaseID)
-	}
-
-	one := openCfgT(t, Config{IdleLeases: 1})
-	a := mustAcquire(t, one, "a", "worker-a", 5*time.Second)
-	b := mustAcquire(t, one, "b", "worker-b", 5*time.Second)
-	for _, g := range []lockserver.Lease{a, b} {
-		if err := one.Release(ctxT(t), g.Key, g.Owner, g.Token); err != nil {
-			t.Fatalf("Release(%q): %v", g.Key, err)
-		}
-	}
-	if n := one.pool.len(); n != 1 {
-		t.Fatalf("pool of 1 holds %d leases", n)
-	}
-	c := mustAcquire(t, one, "c", "worker-c", 5*time.Second)
-	if c.LeaseID != b.LeaseID {
-		t.Errorf("pool of 1 gave lease %s; want %s, reset last (a's %s was evicted)", c.LeaseID, b.LeaseID, a.LeaseID)
+			l = mustAcquire(t, s, "k", "worker-a", 5*time.Second)
+			if _, err := s.Revoke(ctxT(t), "k", 0); err != nil {
+				t.Fatalf("Revoke: %v", err)
+			}
+			if leaseAlive(t, s, l.LeaseID) {
+				t.Errorf("lease %s still alive after its grant was revoked", l.LeaseID)
+			}
+		})
 	}
 }
 
@@ -240,64 +235,85 @@ func (c *fakeClock) advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// TestALeaseNearItsExpiryIsNotReused: a lease released when, by the
-// store's lower bound, less than margin(TTL) of its life is left is not
-// pooled, so no acquire can attach a key to a lease etcd may already have
+// TestALeaseNearItsExpiryIsNotHandedOut: an idle lease with less than
+// margin(TTL) of its life left, by the store's lower bound, is not handed
+// out, so no acquire can attach a key to a lease etcd may already have
 // expired (it would write a grant that etcd then deletes with the lease).
-func TestALeaseNearItsExpiryIsNotReused(t *testing.T) {
+func TestALeaseNearItsExpiryIsNotHandedOut(t *testing.T) {
 	clk := &fakeClock{now: time.Now()}
 	s := openCfgT(t, Config{Clock: clk})
-	l := mustAcquire(t, s, "k", "worker-a", 4*time.Second)
+	mustAcquire(t, s, "a", "worker-a", 4*time.Second)
+	idle := awaitIdle(t, s)
 	clk.advance(4*time.Second - margin(4*time.Second))
-	if err := s.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
-		t.Fatalf("Release: %v", err)
+	l := mustAcquire(t, s, "b", "worker-a", 4*time.Second)
+	if slices.Contains(idle, l.LeaseID) {
+		t.Fatalf("grant on idle lease %s, %v before its expiry by the store's bound", l.LeaseID, margin(4*time.Second))
 	}
-	if n := s.pool.len(); n != 0 {
-		t.Fatalf("pool holds %d leases after a release %v before the lease's expiry; want 0", n, margin(4*time.Second))
-	}
-	// A renewal resets the bound: released just after one, it is pooled.
-	l = mustAcquire(t, s, "k", "worker-a", 4*time.Second)
-	clk.advance(3 * time.Second)
-	if _, err := s.Renew(ctxT(t), "k", "worker-a", l.Token); err != nil {
-		t.Fatalf("Renew: %v", err)
-	}
-	clk.advance(time.Second)
-	if err := s.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	if n := s.pool.len(); n != 1 {
-		t.Fatalf("pool holds %d leases after a release 1s after a renewal; want 1", n)
-	}
-}
-
-// TestALeaseGrantedElsewhereIsNotPooled: a store pools only leases whose
-// last reset it knows.
-func TestALeaseGrantedElsewhereIsNotPooled(t *testing.T) {
-	prefix := newPrefix(t)
-	a := openCfgT(t, Config{Prefix: prefix})
-	b := openCfgT(t, Config{Prefix: prefix})
-	l := mustAcquire(t, a, "k", "worker-a", 5*time.Second)
-	if err := b.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
-		t.Fatalf("Release through the other store: %v", err)
-	}
-	if n := b.pool.len(); n != 0 {
-		t.Fatalf("the releasing store pooled a lease it did not grant (%d idle)", n)
+	for _, id := range idleIDs(s) {
+		if slices.Contains(idle, id) {
+			t.Fatalf("the pool still holds lease %s past its margin", id)
+		}
 	}
 }
 
 func TestACanceledAcquireSpendsNoIdleLease(t *testing.T) {
 	s := openCfgT(t, Config{})
-	l := mustAcquire(t, s, "k", "worker-a", 5*time.Second)
-	if err := s.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
+	mustAcquire(t, s, "a", "worker-a", 5*time.Second)
+	idle := awaitIdle(t, s)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := s.Acquire(ctx, "k", "worker-b", 5*time.Second); !errors.Is(err, lockserver.ErrUnavailable) {
 		t.Fatalf("Acquire with a canceled context = %v; want ErrUnavailable", err)
 	}
-	if n := s.pool.len(); n != 1 || !leaseAlive(t, s, l.LeaseID) {
-		t.Fatalf("after a canceled acquire: %d idle, lease alive %v; want the idle lease kept", n, leaseAlive(t, s, l.LeaseID))
+	if got := idleIDs(s); !slices.Equal(got, idle) {
+		t.Fatalf("after a canceled acquire: idle %v; want %v kept", got, idle)
+	}
+	for _, id := range idle {
+		if !leaseAlive(t, s, id) {
+			t.Fatalf("idle lease %s ended after a canceled acquire", id)
+		}
+	}
+}
+
+// storeGoroutines counts the goroutines running a Store's background loops.
+func storeGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	return strings.Count(string(buf), "etcdstore.(*Store).grantAhead")
+}
+
+// TestCloseWaitsForTheStoresGoroutines: with the pool on a Store runs
+// the granter; with it off, nothing; Close ends it before it returns.
+func TestCloseWaitsForTheStoresGoroutines(t *testing.T) {
+	before := storeGoroutines()
+	on := openCfgT(t, Config{})
+	if got := storeGoroutines() - before; got != 1 {
+		t.Fatalf("%d background goroutines with the pool on; want 1 (the granter)", got)
+	}
+	l := mustAcquire(t, on, "k", "worker-a", 5*time.Second)
+	if err := on.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := on.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if got := storeGoroutines(); got != before {
+		t.Fatalf("%d background goroutines after Close; want %d", got, before)
+	}
+	for range 2 * DefaultIdleLeases {
+		on.askAhead(1) // never blocks, with no granter left
+	}
+	off := openCfgT(t, Config{IdleLeases: -1})
+	mustAcquire(t, off, "k", "worker-a", 5*time.Second)
+	if got := storeGoroutines(); got != before {
+		t.Fatalf("%d background goroutines with the pool off; want none", got-before)
 	}
 }
 
@@ -305,13 +321,13 @@ func TestPoolHandsOutOnlyLeasesWithLifeLeft(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
 	ten := 10 * time.Second // margin 5s
 	p := newLeasePool(3)
-	if p.putReleased(1, t0) {
-		t.Fatal("pooled a released lease whose reset is unknown")
+	if k := p.topUp(10); k != 2 {
+		t.Fatalf("first top-up = %d; want 2 (the batch of 1 doubled)", k)
 	}
-	p.noteReset(1, ten, t0)
-	if !p.putReleased(1, t0.Add(time.Second)) {
-		t.Fatal("a released lease with 9s left was not pooled")
+	if !p.granted(10, 1, ten, t0, t0.Add(time.Second)) {
+		t.Fatal("a lease granted with 9s left was not pooled")
 	}
+	p.ungranted(10)
 	if p.putUnused(2, ten, t0, t0.Add(5*time.Second)) {
 		t.Fatal("pooled a lease with exactly its margin left")
 	}
@@ -328,10 +344,32 @@ func TestPoolHandsOutOnlyLeasesWithLifeLeft(t *testing.T) {
 	if n := p.len(); n != 0 {
 		t.Fatalf("len = %d after the expired lease was forgotten; want 0", n)
 	}
+	// Lease 1 expired unused: the batch went back from 2 to 1, and the
+	// next top-up does not double it.
+	if k := p.topUp(10); k != 1 {
+		t.Fatalf("top-up after a lease expired unused = %d; want 1", k)
+	}
+	// Leases held and being granted together stay within the cap, and a
+	// TTL with enough leases in flight gets no more.
+	if k := p.topUp(10); k != 0 {
+		t.Fatalf("top-up with the batch in flight = %d; want 0", k)
+	}
+	if k := p.topUp(20); k != 2 {
+		t.Fatalf("top-up of another TTL = %d; want 2", k)
+	}
+	if k := p.topUp(30); k != 0 {
+		t.Fatalf("top-up with 3 grants in flight in a pool of 3 = %d; want 0", k)
+	}
+	p.ungranted(10)
+	p.ungranted(20)
+	p.ungranted(20)
 
 	// Full: the lease that expires first is left out, the newcomer included.
 	for id, at := range map[clientv3.LeaseID]time.Duration{10: 3 * time.Second, 11: time.Second, 12: 2 * time.Second} {
 		p.putUnused(id, ten, t0.Add(at), t0)
+	}
+	if k := p.topUp(10); k != 0 {
+		t.Fatalf("top-up of a full pool = %d; want 0", k)
 	}
 	if p.putUnused(14, ten, t0.Add(time.Second/2), t0) {
 		t.Fatal("a full pool took a lease with less life left than any of its own")
@@ -359,28 +397,85 @@ func TestPoolHandsOutOnlyLeasesWithLifeLeft(t *testing.T) {
 	}
 
 	off := newLeasePool(0)
-	off.noteReset(1, ten, t0)
-	if off.putReleased(1, t0) || off.putUnused(2, ten, t0, t0) {
+	if off.topUp(10) != 0 || off.putUnused(2, ten, t0, t0) {
 		t.Fatal("a pool of 0 kept a lease")
 	}
 }
 
-func TestResetRecordsOfEndedGrantsAreBounded(t *testing.T) {
+// TestABatchGrowsWithSteadyDemand: while no lease expires unused, each
+// top-up doubles the batch, up to maxAhead.
+func TestABatchGrowsWithSteadyDemand(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
-	p := newLeasePool(8)
-	for i := range minPrune {
-		p.noteReset(clientv3.LeaseID(i+1), time.Second, t0) // all ended by t0+1s
+	p := newLeasePool(64)
+	var sizes []int
+	id := clientv3.LeaseID(1)
+	for range 6 {
+		k := p.topUp(10)
+		sizes = append(sizes, k)
+		for range k {
+			p.granted(10, id, 10*time.Second, t0, t0)
+			id++
+		}
+		for p.n > 0 { // every lease taken before the next top-up
+			if _, ok := p.take(10, t0); !ok {
+				t.Fatal("take found no lease in a pool holding some")
+			}
+		}
 	}
-	p.noteReset(minPrune+1, time.Second, t0.Add(time.Minute))
-	if n := len(p.resets); n != 1 {
-		t.Fatalf("%d reset records kept; want 1 (the others' leases have surely ended)", n)
+	if want := []int{2, 4, 8, 16, 16, 16}; !slices.Equal(sizes, want) {
+		t.Fatalf("batches %v; want %v", sizes, want)
 	}
-	// With every record live, a pass drops nothing and the next is put off
-	// until twice as many: not a full scan per grant.
-	for i := range 2 * minPrune {
-		p.noteReset(clientv3.LeaseID(10_000+i), time.Hour, t0.Add(time.Minute))
+}
+
+// racingRevoke passes the client's lease calls through, except that the
+// first revocation of lease armed runs between first, then goes on.
+type racingRevoke struct {
+	clientv3.Lease
+	armed   atomic.Int64
+	between func()
+}
+
+func (r *racingRevoke) Revoke(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseRevokeResponse, error) {
+	if id != 0 && r.armed.CompareAndSwap(int64(id), 0) {
+		r.between()
 	}
-	if p.prune < 2*minPrune {
-		t.Fatalf("prune threshold %d with %d live records; want it raised to at least %d", p.prune, len(p.resets), 2*minPrune)
+	return r.Lease.Revoke(ctx, id)
+}
+
+// TestAReleaseRacingAForceRevokeEndsTheGrantOnce: a force-revoke lands
+// between the release's read and its revocation; exactly one of them ends
+// the grant, and the other is told the grant was not held.
+func TestAReleaseRacingAForceRevokeEndsTheGrantOnce(t *testing.T) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: shared.Endpoints(), Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	defer cli.Close()
+	race := &racingRevoke{Lease: cli.Lease}
+	cli.Lease = race
+	prefix := newPrefix(t)
+	s, err := New(cli, Config{Prefix: prefix}, nil)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	defer s.Close()
+	operator := openCfgT(t, Config{Prefix: prefix})
+
+	l := mustAcquire(t, s, "k", "worker-a", 10*time.Second)
+	var revokeErr error
+	race.between = func() { _, revokeErr = operator.Revoke(ctxT(t), "k", l.Token) }
+	race.armed.Store(int64(parseLeaseID(t, l.LeaseID)))
+	err = s.Release(ctxT(t), "k", "worker-a", l.Token)
+	if race.armed.Load() != 0 {
+		t.Fatal("the release revoked no lease")
+	}
+	if revokeErr != nil {
+		t.Fatalf("the force-revoke that came first: %v", revokeErr)
+	}
+	if !errors.Is(err, lockserver.ErrNotHeld) {
+		t.Fatalf("the release that came second = %v; want ErrNotHeld", err)
+	}
+	if st, err := s.Inspect(ctxT(t), "k"); err != nil || st.Lease != nil {
+		t.Fatalf("Inspect = %+v, %v; want no grant", st.Lease, err)
 	}
 }
