@@ -10,8 +10,8 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgerr"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Fence point one. Each write made for a lock holder is one conditional
@@ -91,20 +91,16 @@ func (s *Service) inTx(ctx context.Context, op string, fn func(pgx.Tx) error) er
 	return nil
 }
 
-// dbError classifies an error of the database driver: a lost connection,
-// a timeout, a cancellation, a serialization failure or a deadlock wrap
+// dbError classifies an error of the database driver (pgerr.Unavailable):
+// a lost connection, a timeout, a cancellation, a serialization failure,
+// a deadlock, exhausted resources or an I/O error wrap
 // ErrUnavailable (the outcome is unknown; the request may be retried, every
 // write here being idempotent or fenced); anything else is a bug.
 func dbError(op string, err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code[:2] {
-		case "08", "40", "53", "57": // connection, rollback, resources, operator
-			return fmt.Errorf("%w: %s: %v", ErrUnavailable, op, err)
-		}
-		return fmt.Errorf("paymentresource: %s: %w", op, err)
+	if pgerr.Unavailable(err) {
+		return fmt.Errorf("%w: %s: %v", ErrUnavailable, op, err)
 	}
-	return fmt.Errorf("%w: %s: %v", ErrUnavailable, op, err)
+	return fmt.Errorf("paymentresource: %s: %w", op, err)
 }
 
 const accountCols = `account_id, currency, opening_balance_minor, balance_minor, fence, created_at`

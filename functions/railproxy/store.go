@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgerr"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The fence: raise the account's high-water to the token only if the token
@@ -307,14 +306,8 @@ func (p *Proxy) attempts(ctx context.Context, payout string) ([]Attempt, error) 
 // broken connection) wrap ErrUnavailable; any other server error is a bug
 // (a violated constraint, a bad statement) and stays unwrapped (500).
 func dbError(op string, err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch {
-		case strings.HasPrefix(pgErr.Code, "08"), strings.HasPrefix(pgErr.Code, "40"),
-			strings.HasPrefix(pgErr.Code, "53"), strings.HasPrefix(pgErr.Code, "57"):
-			return fmt.Errorf("%w: raildb %s: %v", ErrUnavailable, op, err)
-		}
-		return fmt.Errorf("railproxy: raildb %s: %w", op, err)
+	if pgerr.Unavailable(err) {
+		return fmt.Errorf("%w: raildb %s: %v", ErrUnavailable, op, err)
 	}
-	return fmt.Errorf("%w: raildb %s: %v", ErrUnavailable, op, err)
+	return fmt.Errorf("railproxy: raildb %s: %w", op, err)
 }

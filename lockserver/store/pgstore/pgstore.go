@@ -68,9 +68,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgerr"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -331,19 +331,9 @@ func unavailable(op, key string, err error) error {
 	if key != "" {
 		what = fmt.Sprintf("%s %q", op, key)
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code[:2] {
-		case "08", // connection exception
-			"40", // transaction rollback (serialization, deadlock)
-			"53", // insufficient resources (too many connections, disk full)
-			"57", // operator intervention (shutdown, query canceled)
-			"58": // system error
-		default:
-			return fmt.Errorf("pgstore: %s: %w", what, err)
-		}
+	if !pgerr.Unavailable(err) {
+		return fmt.Errorf("pgstore: %s: %w", what, err)
 	}
-	// Not an answer from PostgreSQL: the network, the pool, or ctx.
 	return fmt.Errorf("%w: pgstore: %s (outcome unknown): %w", lockserver.ErrUnavailable, what, err)
 }
 
