@@ -224,7 +224,7 @@ func createdStatus(created bool) int {
 // ERROR; fenced_out has already been logged at WARN by the fence point).
 func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error, attrs ...any) {
 	status, code, retryable := statusOf(err)
-	attrs = append([]any{"status", status, "code", code, "method", r.Method, "path", r.URL.Path, "error", err.Error()}, attrs...)
+	attrs = append([]any{"status", status, "code", string(code), "method", r.Method, "path", r.URL.Path, "error", err.Error()}, attrs...)
 	switch {
 	case status >= 500:
 		s.log.Error("request failed", append([]any{"event", api.EventRequestFailed}, attrs...)...)

@@ -15,6 +15,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 )
 
 // The argument of the project at fence point one: a holder whose lease was
@@ -678,5 +679,20 @@ func TestConcurrentHoldersPostAtMostOnce(t *testing.T) {
 	}
 	if rep := f.audit(); !rep.Balanced {
 		t.Errorf("audit = %+v", rep)
+	}
+}
+
+// TestDecodingCodesAreTheAPIs checks that the codes internal/httpjson
+// answers with while decoding a body are spelled as the api declares them:
+// the handler passes them through unchanged.
+func TestDecodingCodesAreTheAPIs(t *testing.T) {
+	for got, want := range map[string]api.Code{
+		httpjson.CodeInvalidRequest:       api.CodeInvalidRequest,
+		httpjson.CodeBodyTooLarge:         api.CodeBodyTooLarge,
+		httpjson.CodeUnsupportedMediaType: api.CodeUnsupportedMediaType,
+	} {
+		if api.Code(got) != want {
+			t.Errorf("httpjson answers %q where the api declares %q", got, want)
+		}
 	}
 }
