@@ -49,6 +49,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
@@ -273,12 +275,21 @@ func runOnce(ctx context.Context, backend string, cell Cell, opt Options) (*Run,
 
 // drive performs the experiment's steps.
 func (r *Run) drive(ctx context.Context, st *stack.Stack, mark func(string, map[string]any)) error {
-	pay := st.PaymentResourceURL()
-	if code, body, err := postJSON(ctx, pay+"/v1/accounts", map[string]any{"accountId": AccountID, "currency": Currency, "openingBalanceMinor": OpeningBalanceMinor}); err != nil || code != http.StatusCreated {
-		return fmt.Errorf("create account: %d %s %v", code, body, err)
+	pay, err := payclient.New(st.PaymentResourceURL())
+	if err != nil {
+		return err
 	}
-	if code, body, err := postJSON(ctx, pay+"/v1/payouts", map[string]any{"payoutId": PayoutID, "accountId": AccountID, "amountMinor": AmountMinor, "currency": Currency}); err != nil || code != http.StatusCreated {
-		return fmt.Errorf("create payout: %d %s %v", code, body, err)
+	opening := int64(OpeningBalanceMinor)
+	if _, err := pay.CreateAccount(ctx, api.AccountRequest{AccountID: AccountID, Currency: Currency, OpeningBalanceMinor: &opening}); err != nil {
+		return fmt.Errorf("create account: %w", err)
+	}
+	// A fresh stack: the payout must be new, not one left by an earlier run.
+	p, err := pay.CreatePayout(ctx, api.PayoutRequest{PayoutID: PayoutID, AccountID: AccountID, AmountMinor: AmountMinor, Currency: Currency})
+	if err != nil {
+		return fmt.Errorf("create payout: %w", err)
+	}
+	if p.State != api.StatePending || len(p.History) != 1 {
+		return fmt.Errorf("create payout: payout %s is %s with %d state changes; want a new pending one", p.PayoutID, p.State, len(p.History))
 	}
 	msg, err := pullOne(ctx, st.PubSubAddr())
 	if err != nil {
@@ -404,7 +415,7 @@ func (r *Run) fromLogs() error {
 			r.Summary.TokenA = e.Int("token")
 		case e.Service == "executor" && e.Name == "lease_acquired" && e.Owner() == "B" && r.Summary.TokenB == 0:
 			r.Summary.TokenB = e.Int("token")
-		case e.Name == "fenced_out":
+		case e.Name == payoutevent.EventFencedOut:
 			r.Summary.FencedOut = append(r.Summary.FencedOut, FencedOut{
 				Resource: e.Str("resource"), PresentedToken: e.Int("presentedToken"), HighestToken: e.Int("highestToken"),
 			})
@@ -510,25 +521,6 @@ func poll(ctx context.Context, what string, cond func() (bool, error)) error {
 		case <-tick.C:
 		}
 	}
-}
-
-func postJSON(ctx context.Context, u string, v any) (int, string, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return 0, "", err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(b))
-	if err != nil {
-		return 0, "", err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body), nil
 }
 
 func getRaw(ctx context.Context, u string) ([]byte, error) {

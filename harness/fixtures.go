@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 )
 
 // FixtureProcesses are the processes whose logs a Fixture reduces, in the
@@ -144,7 +146,7 @@ func NewFixture(r *Run) (*Fixture, error) {
 			if name == "self_stop" && stop == nil {
 				stop = line
 			}
-			if name == "fenced_out" && fenced == nil {
+			if name == payoutevent.EventFencedOut && fenced == nil {
 				fenced = line
 			}
 		}

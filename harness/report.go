@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 )
 
 func onOff(b bool) string {
@@ -34,8 +37,8 @@ func Transcript(r *Run) string {
 		switch {
 		case e.Service == "lock-server" && e.Name == "lock_granted":
 			line(who, "acquire "+e.Str("key"), fmt.Sprintf("GRANTED  fencingToken=%d (ttl %d ms)", e.Int("token"), e.Int("ttlMs")))
-		case e.Service == "payment-resource" && e.Name == "payout_claimed":
-			line(who, fmt.Sprintf("POST /v1/payouts/%s/claim  X-Fencing-Token: %d", e.Str("payoutId"), e.Int("token")), "200 claimed")
+		case e.Service == "payment-resource" && e.Name == api.EventPayoutClaimed:
+			line(who, fmt.Sprintf("POST %s  %s: %d", api.ClaimPath(e.Str("payoutId")), api.HeaderToken, e.Int("token")), "200 claimed")
 		case e.Service == "executor" && e.Name == "self_stop":
 			line(who, fmt.Sprintf("SIGSTOP (pid %d) after its last lease confirmation, before the rail submission", e.Int("pid")), "")
 		case e.Service == "harness" && e.Name == "lease_gone":
@@ -45,7 +48,7 @@ func Transcript(r *Run) string {
 		case e.Service == "harness" && e.Name == "process_continued":
 			line(who, "SIGCONT: still believes it holds the lock, submits the same payout", "")
 		case e.Service == "rail-proxy" && e.Name == "rail_submission_forwarding":
-			line(who, fmt.Sprintf("POST /v1/rail/submissions  X-Fencing-Token: %d", e.Int("token")), "forwarded to the rail")
+			line(who, fmt.Sprintf("POST /v1/rail/submissions  %s: %d", payoutevent.HeaderFencingToken, e.Int("token")), "forwarded to the rail")
 		case e.Service == "rail-proxy" && e.Name == "fencing_bypassed" && e.Int("firstToken") > 0:
 			fmt.Fprintf(&b, "    rail fencing OFF: payout %s already went to the rail with token %d, forwarded again\n", e.Str("payoutId"), e.Int("firstToken"))
 		case e.Service == "rail-proxy" && e.Name == "fencing_bypassed":
@@ -54,13 +57,13 @@ func Transcript(r *Run) string {
 			fmt.Fprintf(&b, "    rail-stub: submission #%d of payout %s, %s (%s): money moved\n", e.Int("seq"), e.Str("payoutId"), e.Str("status"), e.Str("railRef"))
 		case e.Service == "executor" && e.Name == "rail_prior_attempt_found":
 			line(who, "rail-proxy: the payout already went to the rail", "reports that submission's outcome instead")
-		case e.Name == "fenced_out":
+		case e.Name == payoutevent.EventFencedOut:
 			switch e.Str("resource") {
 			case "rail":
-				line(who, fmt.Sprintf("POST /v1/rail/submissions  X-Fencing-Token: %d", e.Int("presentedToken")), "409 FENCED_OUT")
+				line(who, fmt.Sprintf("POST /v1/rail/submissions  %s: %d", payoutevent.HeaderFencingToken, e.Int("presentedToken")), "409 "+payoutevent.CodeFencedOut)
 				fmt.Fprintf(&b, "    rejected: %d is not greater than rail_high_water %d, and the rail is never called\n", e.Int("presentedToken"), e.Int("highestToken"))
 			default:
-				line(who, fmt.Sprintf("POST /v1/payouts/%s/result  X-Fencing-Token: %d", payoutOf(e), e.Int("presentedToken")), "409 FENCED_OUT")
+				line(who, fmt.Sprintf("POST %s  %s: %d", api.ResultPath(payoutOf(e)), api.HeaderToken, e.Int("presentedToken")), "409 "+string(api.CodeFencedOut))
 				// The payout row's fence is non-strict (one holder makes several
 				// steps with one token); the account's is strict (one debit per
 				// token).
@@ -71,20 +74,20 @@ func Transcript(r *Run) string {
 				}
 				fmt.Fprintf(&b, "    rejected: the %s row already carries fence %d\n", e.Str("resource"), e.Int("highestToken"))
 			}
-			ev := map[string]any{"event": "fenced_out", "resource": e.Str("resource"), "resourceId": e.Str("resourceId"),
+			ev := map[string]any{"event": payoutevent.EventFencedOut, "resource": e.Str("resource"), "resourceId": e.Str("resourceId"),
 				"presentedToken": e.Int("presentedToken"), "highestToken": e.Int("highestToken"), "ownerId": e.Owner()}
 			js, _ := json.Marshal(ev)
 			fmt.Fprintf(&b, "%s\n", js)
-		case e.Service == "payment-resource" && e.Name == "payout_posted":
-			line(who, fmt.Sprintf("POST /v1/payouts/%s/result  X-Fencing-Token: %d", e.Str("payoutId"), e.Int("token")), "200 posted")
+		case e.Service == "payment-resource" && e.Name == api.EventPayoutPosted:
+			line(who, fmt.Sprintf("POST %s  %s: %d", api.ResultPath(e.Str("payoutId")), api.HeaderToken, e.Int("token")), "200 posted")
 			fmt.Fprintf(&b, "paydb=> UPDATE account SET balance_minor = balance_minor - %d, fence = %d\n", e.Int("amountMinor"), e.Int("token"))
 			if s.PaymentFencing {
 				fmt.Fprintf(&b, "paydb->  WHERE account_id = '%s' AND currency = '%s' AND fence < %d ...;  UPDATE 1  (debit #%d)\n", e.Str("accountId"), e.Str("currency"), e.Int("token"), e.Int("debits"))
 			} else {
 				fmt.Fprintf(&b, "paydb->  WHERE account_id = '%s' AND currency = '%s' ...;  UPDATE 1  (debit #%d; no fence predicate: payment fencing off)\n", e.Str("accountId"), e.Str("currency"), e.Int("debits"))
 			}
-		case e.Service == "payment-resource" && e.Name == "result_replayed":
-			line(who, fmt.Sprintf("POST /v1/payouts/%s/result  X-Fencing-Token: %d", e.Str("payoutId"), e.Int("token")), "200 already posted (replay, no new debit)")
+		case e.Service == "payment-resource" && e.Name == api.EventResultReplayed:
+			line(who, fmt.Sprintf("POST %s  %s: %d", api.ResultPath(e.Str("payoutId")), api.HeaderToken, e.Int("token")), "200 already posted (replay, no new debit)")
 		case e.Service == "harness" && e.Name == "push_answered":
 			fmt.Fprintf(&b, "%s push answered %s\n", who, e.Str("answer"))
 		}

@@ -5,6 +5,9 @@ import (
 	"html"
 	"strings"
 	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 )
 
 // timelineSVG draws one run on the server's clock: A's and B's leases (from
@@ -36,13 +39,13 @@ func timelineSVG(r *Run) []byte {
 			}
 		case e.Service == "rail-proxy" && e.Name == "rail_submission_forwarding":
 			marks = append(marks, mark{e.Time, o, fmt.Sprintf("rail token %d: forwarded", e.Int("token")), false})
-		case e.Name == "fenced_out":
-			marks = append(marks, mark{e.Time, o, fmt.Sprintf("%s token %d: FENCED_OUT (%d)", e.Str("resource"), e.Int("presentedToken"), e.Int("highestToken")), true})
-		case e.Service == "payment-resource" && e.Name == "payout_claimed":
+		case e.Name == payoutevent.EventFencedOut:
+			marks = append(marks, mark{e.Time, o, fmt.Sprintf("%s token %d: %s (%d)", e.Str("resource"), e.Int("presentedToken"), payoutevent.CodeFencedOut, e.Int("highestToken")), true})
+		case e.Service == "payment-resource" && e.Name == api.EventPayoutClaimed:
 			marks = append(marks, mark{e.Time, o, fmt.Sprintf("claim token %d: ok", e.Int("token")), false})
-		case e.Service == "payment-resource" && e.Name == "payout_posted":
+		case e.Service == "payment-resource" && e.Name == api.EventPayoutPosted:
 			marks = append(marks, mark{e.Time, o, fmt.Sprintf("debit token %d: posted", e.Int("token")), false})
-		case e.Service == "payment-resource" && e.Name == "result_replayed":
+		case e.Service == "payment-resource" && e.Name == api.EventResultReplayed:
 			marks = append(marks, mark{e.Time, o, fmt.Sprintf("result token %d: replay", e.Int("token")), false})
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/etcd/embedded"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutbus"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
@@ -270,7 +271,7 @@ func runPipeline(ctx context.Context, t *testing.T, openStore func(*testing.T, *
 	// The workload: accounts, then payouts, through payment-resource's API.
 	amounts := map[string]int64{}
 	for a := range accounts {
-		if code := postJSON(t, payURL+"/v1/accounts", map[string]any{"accountId": fmt.Sprintf("acct-%02d", a), "currency": "EUR", "openingBalanceMinor": openingMinor}); code != http.StatusCreated {
+		if code := postJSON(t, payURL+api.PathAccounts, map[string]any{"accountId": fmt.Sprintf("acct-%02d", a), "currency": "EUR", "openingBalanceMinor": openingMinor}); code != http.StatusCreated {
 			t.Fatalf("create account: %d", code)
 		}
 	}
@@ -280,7 +281,7 @@ func runPipeline(ctx context.Context, t *testing.T, openStore func(*testing.T, *
 		amounts[id] = 100 + rng.Int64N(50_000)
 		body := map[string]any{"payoutId": id, "accountId": fmt.Sprintf("acct-%02d", rng.IntN(accounts)), "amountMinor": amounts[id], "currency": "EUR"}
 		copiesMu.Unlock()
-		if code := postJSON(t, payURL+"/v1/payouts", body); code != http.StatusCreated {
+		if code := postJSON(t, payURL+api.PathPayouts, body); code != http.StatusCreated {
 			t.Fatalf("create payout %s: %d", id, code)
 		}
 		copiesMu.Lock()

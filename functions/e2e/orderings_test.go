@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
@@ -51,10 +52,10 @@ func TestOrderingsOfIssue8(t *testing.T) {
 
 func createPayout(t *testing.T, st *stack, ev payoutevent.Event) {
 	t.Helper()
-	if code := postJSON(t, st.pay+"/v1/accounts", map[string]any{"accountId": ev.AccountID, "currency": ev.Currency, "openingBalanceMinor": 1_000_000}); code != http.StatusCreated {
+	if code := postJSON(t, st.pay+api.PathAccounts, map[string]any{"accountId": ev.AccountID, "currency": ev.Currency, "openingBalanceMinor": 1_000_000}); code != http.StatusCreated {
 		t.Fatalf("create account: %d", code)
 	}
-	if code := postJSON(t, st.pay+"/v1/payouts", map[string]any{"payoutId": ev.PayoutID, "accountId": ev.AccountID, "amountMinor": ev.AmountMinor, "currency": ev.Currency}); code != http.StatusCreated {
+	if code := postJSON(t, st.pay+api.PathPayouts, map[string]any{"payoutId": ev.PayoutID, "accountId": ev.AccountID, "amountMinor": ev.AmountMinor, "currency": ev.Currency}); code != http.StatusCreated {
 		t.Fatalf("create payout: %d", code)
 	}
 }

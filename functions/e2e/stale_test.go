@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 )
@@ -79,7 +80,7 @@ func TestStaleHolderMatrix(t *testing.T) {
 				if got.tokenB <= got.tokenA {
 					t.Errorf("token B %d is not greater than token A %d", got.tokenB, got.tokenA)
 				}
-				fenced := logs.Events(t, "fenced_out")
+				fenced := logs.Events(t, api.EventFencedOut)
 				if c.wantFenced == "" {
 					if len(fenced) != 0 {
 						t.Errorf("fenced_out logged with both fences off: %v", fenced)
@@ -111,10 +112,10 @@ type staleOutcome struct {
 func staleHolderRun(ctx context.Context, t *testing.T, st *stack, log *slog.Logger, logs *logtest.Buffer) staleOutcome {
 	t.Helper()
 	ev := payoutevent.Event{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR"}
-	if code := postJSON(t, st.pay+"/v1/accounts", map[string]any{"accountId": "acct-7", "currency": "EUR", "openingBalanceMinor": 1_000_000}); code != http.StatusCreated {
+	if code := postJSON(t, st.pay+api.PathAccounts, map[string]any{"accountId": "acct-7", "currency": "EUR", "openingBalanceMinor": 1_000_000}); code != http.StatusCreated {
 		t.Fatalf("create account: %d", code)
 	}
-	if code := postJSON(t, st.pay+"/v1/payouts", map[string]any{"payoutId": ev.PayoutID, "accountId": ev.AccountID, "amountMinor": ev.AmountMinor, "currency": ev.Currency}); code != http.StatusCreated {
+	if code := postJSON(t, st.pay+api.PathPayouts, map[string]any{"payoutId": ev.PayoutID, "accountId": ev.AccountID, "amountMinor": ev.AmountMinor, "currency": ev.Currency}); code != http.StatusCreated {
 		t.Fatalf("create payout: %d", code)
 	}
 	lockHost := strings.TrimPrefix(st.lockURL, "http://")

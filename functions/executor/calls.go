@@ -8,30 +8,22 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 )
 
-// Codes of payment-resource that the executor acts on.
+// Codes of rail-proxy that the executor acts on. (payment-resource's
+// answers are classified by their api codes, through its typed client.)
 const (
-	codePayoutFinished = "PAYOUT_FINISHED"
-	codePayoutInDoubt  = "PAYOUT_IN_DOUBT"
-	codePayoutNotFound = "PAYOUT_NOT_FOUND"
-	codeRailAmbiguous  = "RAIL_AMBIGUOUS"
+	codeRailAmbiguous = "RAIL_AMBIGUOUS"
 	// codeAlreadySubmitted is rail-proxy's refusal of a second submission
 	// of a payout (railproxy.CodeAlreadySubmitted).
 	codeAlreadySubmitted = "PAYOUT_ALREADY_SUBMITTED"
-)
-
-// Rail outcomes, as rail-proxy reports them and payment-resource records them.
-const (
-	outcomeAck       = "ACK"
-	outcomeDecline   = "DECLINE"
-	outcomeAmbiguous = "AMBIGUOUS"
 )
 
 // Internal outcomes of the calls.
@@ -45,11 +37,13 @@ var (
 )
 
 // railResult is what the rail said about the payout's one submission, and
-// the fencing token that submission reached the rail with.
+// the fencing token that submission reached the rail with. rail-proxy
+// reports the rail's answer in payment-resource's spelling of an outcome
+// (ACK or DECLINE).
 type railResult struct {
-	Status  string `json:"status"`
-	RailRef string `json:"railRef"`
-	Token   int64  `json:"token"`
+	Status  api.Outcome `json:"status"`
+	RailRef string      `json:"railRef"`
+	Token   int64       `json:"token"`
 }
 
 // Attempt states of rail-proxy (railproxy.State*) the executor acts on.
@@ -76,24 +70,26 @@ func (a *firstAttempt) Error() string {
 }
 
 // outcome is the rail outcome the attempt stands for.
-func (a *firstAttempt) outcome() string {
+func (a *firstAttempt) outcome() api.Outcome {
 	switch a.State {
 	case stateAcked:
-		return outcomeAck
+		return api.OutcomeAck
 	case stateDeclined:
-		return outcomeDecline
+		return api.OutcomeDecline
 	}
-	return outcomeAmbiguous
+	return api.OutcomeAmbiguous
 }
 
-// answer is one HTTP exchange: status, the decoded envelope code when the
-// status is not 2xx, and the raw body.
+// answer is one HTTP exchange with rail-proxy: status, the decoded
+// envelope code when the status is not 2xx, and the raw body.
 type answer struct {
 	status int
 	code   string
 	body   []byte
 }
 
+// call sends one request to rail-proxy, with the lease's headers when
+// token > 0.
 func (x *Executor) call(ctx context.Context, method, u string, token int64, in any) (answer, error) {
 	var body io.Reader
 	if in != nil {
@@ -133,36 +129,23 @@ func (x *Executor) call(ctx context.Context, method, u string, token int64, in a
 	return a, nil
 }
 
-// payoutFacts are the fields of a payout that the event repeats.
-type payoutFacts struct {
-	PayoutID    string `json:"payoutId"`
-	AccountID   string `json:"accountId"`
-	AmountMinor int64  `json:"amountMinor"`
-	Currency    string `json:"currency"`
-}
-
 // verify reads the payout from payment-resource and checks that the event
 // says the same: the event is only a notification, the payout row is the
 // truth, and the event's account decides which lock is taken and which
-// account the rail debits. It returns codePayoutNotFound, errMismatch, or
-// ErrDependency.
-func (x *Executor) verify(ctx context.Context, e payoutevent.Event) (string, error) {
+// account the rail debits. It returns api.CodePayoutNotFound, errMismatch,
+// or ErrDependency.
+func (x *Executor) verify(ctx context.Context, e payoutevent.Event) (api.Code, error) {
 	ctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
 	defer cancel()
-	a, err := x.call(ctx, http.MethodGet, x.cfg.PaymentResourceURL+"/v1/payouts/"+url.PathEscape(e.PayoutID), 0, nil)
+	p, err := x.pay.Payout(ctx, e.PayoutID)
 	switch {
+	case errors.Is(err, payclient.ErrPayoutNotFound):
+		return api.CodePayoutNotFound, nil
 	case err != nil:
 		return "", fmt.Errorf("%w: read payout: %v", ErrDependency, err)
-	case a.status == http.StatusNotFound && a.code == codePayoutNotFound:
-		return codePayoutNotFound, nil
-	case a.status != http.StatusOK:
-		return "", fmt.Errorf("%w: read payout answered %d: %s", ErrDependency, a.status, a.body)
 	}
-	var p payoutFacts
-	if err := json.Unmarshal(a.body, &p); err != nil {
-		return "", fmt.Errorf("%w: read payout: %v", ErrDependency, err)
-	}
-	if p != (payoutFacts{e.PayoutID, e.AccountID, e.AmountMinor, e.Currency}) {
+	got := payoutevent.Event{PayoutID: p.PayoutID, AccountID: p.AccountID, AmountMinor: p.AmountMinor, Currency: p.Currency}
+	if got != e {
 		return "", fmt.Errorf("%w: event says %s %s %d %s, payment-resource says %s %s %d %s", errMismatch,
 			e.PayoutID, e.AccountID, e.AmountMinor, e.Currency, p.PayoutID, p.AccountID, p.AmountMinor, p.Currency)
 	}
@@ -170,23 +153,23 @@ func (x *Executor) verify(ctx context.Context, e payoutevent.Event) (string, err
 }
 
 // claim claims the payout with token. It returns the payment-resource code
-// for the final refusals (finished, in doubt, not found), ErrFencedOut, or
-// ErrDependency.
-func (x *Executor) claim(ctx context.Context, e payoutevent.Event, token int64) (string, error) {
+// for the final refusals (api.CodePayoutFinished, CodePayoutInDoubt,
+// CodePayoutNotFound), ErrFencedOut, or ErrDependency.
+func (x *Executor) claim(ctx context.Context, e payoutevent.Event, token int64) (api.Code, error) {
 	ctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
 	defer cancel()
-	a, err := x.call(ctx, http.MethodPost, x.cfg.PaymentResourceURL+"/v1/payouts/"+url.PathEscape(e.PayoutID)+"/claim", token, nil)
+	_, err := x.pay.Claim(ctx, e.PayoutID, token, x.Owner())
+	var refusal *payclient.Error
 	switch {
-	case err != nil:
-		return "", fmt.Errorf("%w: claim: %v", ErrDependency, err)
-	case a.status == http.StatusOK:
+	case err == nil:
 		return "", nil
-	case a.code == fencing.CodeFencedOut:
-		return "", fmt.Errorf("%w: claim: %s", ErrFencedOut, a.body)
-	case a.code == codePayoutFinished, a.code == codePayoutInDoubt, a.code == codePayoutNotFound:
-		return a.code, nil
+	case errors.Is(err, payclient.ErrFencedOut):
+		return "", fmt.Errorf("%w: claim: %v", ErrFencedOut, err)
+	case errors.Is(err, payclient.ErrPayoutFinished), errors.Is(err, payclient.ErrPayoutInDoubt), errors.Is(err, payclient.ErrPayoutNotFound):
+		errors.As(err, &refusal)
+		return refusal.Code, nil
 	}
-	return "", fmt.Errorf("%w: claim answered %d: %s", ErrDependency, a.status, a.body)
+	return "", fmt.Errorf("%w: claim: %v", ErrDependency, err)
 }
 
 // submit sends the payout to the rail through rail-proxy with token. It
@@ -209,7 +192,7 @@ func (x *Executor) submit(ctx context.Context, e payoutevent.Event, token int64)
 		return railResult{}, fmt.Errorf("%w: rail-proxy's answer was lost (%v); a later delivery asks again", ErrDependency, err)
 	case a.status == http.StatusOK:
 		var r railResult
-		if err := json.Unmarshal(a.body, &r); err != nil || (r.Status != outcomeAck && r.Status != outcomeDecline) {
+		if err := json.Unmarshal(a.body, &r); err != nil || (r.Status != api.OutcomeAck && r.Status != api.OutcomeDecline) {
 			return railResult{}, fmt.Errorf("%w: unreadable rail-proxy answer %s; a later delivery asks again", ErrDependency, a.body)
 		}
 		r.Token = token
@@ -231,30 +214,25 @@ func (x *Executor) submit(ctx context.Context, e payoutevent.Event, token int64)
 	return railResult{}, fmt.Errorf("%w: rail-proxy refused the submission with %d: %s", ErrDependency, a.status, a.body)
 }
 
-// postResult reports res to payment-resource with token. It returns the
-// PAYOUT_FINISHED code, ErrFencedOut, or ErrDependency.
-func (x *Executor) postResult(ctx context.Context, e payoutevent.Event, token int64, res railResult) (string, error) {
+// postResult reports res to payment-resource with token. It returns
+// api.CodePayoutFinished, ErrFencedOut, ErrDependency (no answer, or a
+// 5xx), or another error for a refusal a retry cannot change (a 4xx, or a
+// result the client refuses to send).
+func (x *Executor) postResult(ctx context.Context, e payoutevent.Event, token int64, res railResult) (api.Code, error) {
 	ctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
 	defer cancel()
-	body := map[string]any{"outcome": res.Status}
-	if res.RailRef != "" {
-		body["railRef"] = res.RailRef
-	}
-	if res.Token > 0 {
-		body["railToken"] = res.Token
-	}
-	a, err := x.call(ctx, http.MethodPost, x.cfg.PaymentResourceURL+"/v1/payouts/"+url.PathEscape(e.PayoutID)+"/result", token, body)
+	req := api.ResultRequest{Outcome: res.Status, RailRef: res.RailRef, RailToken: res.Token}
+	_, err := x.pay.PostResult(ctx, e.PayoutID, token, x.Owner(), req)
+	var refusal *payclient.Error
 	switch {
-	case err != nil:
-		return "", fmt.Errorf("%w: post result: %v", ErrDependency, err)
-	case a.status == http.StatusOK:
+	case err == nil:
 		return "", nil
-	case a.code == fencing.CodeFencedOut:
-		return "", fmt.Errorf("%w: post result: %s", ErrFencedOut, a.body)
-	case a.code == codePayoutFinished:
-		return a.code, nil
-	case a.status >= 500:
-		return "", fmt.Errorf("%w: post result answered %d: %s", ErrDependency, a.status, a.body)
+	case errors.Is(err, payclient.ErrFencedOut):
+		return "", fmt.Errorf("%w: post result: %v", ErrFencedOut, err)
+	case errors.Is(err, payclient.ErrPayoutFinished):
+		return api.CodePayoutFinished, nil
+	case errors.As(err, &refusal) && refusal.Status < 500, errors.Is(err, payclient.ErrInvalidRequest):
+		return "", fmt.Errorf("executor: payment-resource refused the result: %w", err)
 	}
-	return "", fmt.Errorf("executor: payment-resource refused the result with %d: %s", a.status, a.body)
+	return "", fmt.Errorf("%w: post result: %v", ErrDependency, err)
 }

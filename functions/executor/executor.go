@@ -54,6 +54,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
@@ -116,6 +118,7 @@ type Hooks struct {
 type Executor struct {
 	cfg   Config
 	locks *client.Client
+	pay   *payclient.Client
 	doer  client.Doer
 	log   *slog.Logger
 	hooks Hooks
@@ -128,7 +131,7 @@ type Option func(*Executor)
 func WithHooks(h Hooks) Option { return func(x *Executor) { x.hooks = h } }
 
 // WithHTTPClient sends every request (to lock-server, payment-resource and
-// rail-proxy) through d.
+// rail-proxy) through d. Both SDKs take the same Doer.
 func WithHTTPClient(d client.Doer) Option { return func(x *Executor) { x.doer = d } }
 
 // New returns an Executor for cfg. It returns an error if cfg is invalid.
@@ -152,6 +155,11 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Executor, error) {
 		return nil, err
 	}
 	x.locks = locks
+	pay, err := payclient.New(cfg.PaymentResourceURL, payclient.WithHTTPClient(x.doer))
+	if err != nil {
+		return nil, err
+	}
+	x.pay = pay
 	return x, nil
 }
 
@@ -223,7 +231,8 @@ const resultRejected = "rejected"
 var deliveries = func() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "executor_deliveries_total",
-		Help: "Push requests answered, by result: posted, declined, in_doubt, already_done, dropped; FENCED_OUT, LOCK_BUSY, LEASE_LOST, SUBMISSION_IN_FLIGHT, DEPENDENCY_UNAVAILABLE (redelivered); rejected (not a push).",
+		Help: "Push requests answered, by result: posted, declined, in_doubt, already_done, dropped; " + fencing.CodeFencedOut +
+			", LOCK_BUSY, LEASE_LOST, SUBMISSION_IN_FLIGHT, DEPENDENCY_UNAVAILABLE (redelivered); rejected (not a push).",
 	}, []string{"result"})
 	for _, r := range []string{
 		string(OutcomePosted), string(OutcomeDeclined), string(OutcomeInDoubt), string(OutcomeAlreadyDone), string(OutcomeDropped),
@@ -294,7 +303,7 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 		return OutcomeDropped, nil
 	case err != nil:
 		return "", err
-	case code == codePayoutNotFound:
+	case code == api.CodePayoutNotFound:
 		log.Error("payout event for an unknown payout", "event", "payout_event_unknown_payout")
 		return OutcomeDropped, nil
 	}
@@ -327,13 +336,13 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	switch code, err := x.claim(ctx, e, token); {
 	case err != nil:
 		return "", err
-	case code == codePayoutFinished:
+	case code == api.CodePayoutFinished:
 		log.Info("payout already finished by an earlier delivery", "event", "payout_already_done")
 		return OutcomeAlreadyDone, nil
-	case code == codePayoutInDoubt:
+	case code == api.CodePayoutInDoubt:
 		log.Warn("payout is in doubt; leaving it to reconciliation", "event", "payout_in_doubt")
 		return OutcomeInDoubt, nil
-	case code == codePayoutNotFound:
+	case code == api.CodePayoutNotFound:
 		log.Error("payout event for an unknown payout", "event", "payout_event_unknown_payout")
 		return OutcomeDropped, nil
 	}
@@ -371,11 +380,11 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 			log.Error("the submission that went to the rail under this payout's id does not match the payout; marking it ambiguous",
 				"event", "rail_prior_attempt_mismatch", "attemptAccountId", first.AccountID, "attemptAmountMinor", first.AmountMinor,
 				"attemptCurrency", first.Currency)
-			res = railResult{Status: outcomeAmbiguous} // no token of this payout reached the rail
+			res = railResult{Status: api.OutcomeAmbiguous} // no token of this payout reached the rail
 		}
 	case errors.Is(err, errAmbiguous):
 		log.Error("rail outcome unknown; marking the payout ambiguous", "event", "rail_submission_ambiguous", "error", err.Error())
-		res = railResult{Status: outcomeAmbiguous, Token: token}
+		res = railResult{Status: api.OutcomeAmbiguous, Token: token}
 	case err != nil:
 		return "", err
 	default:
@@ -420,7 +429,7 @@ func (x *Executor) report(ctx context.Context, log *slog.Logger, e payoutevent.E
 				return "", fmt.Errorf("%w: posting the result: %v", ErrDependency, ctx.Err())
 			}
 		}
-		var code string
+		var code api.Code
 		code, err = x.postResult(ctx, e, token, res)
 		if errors.Is(err, ErrFencedOut) {
 			log.Warn("payment-resource refused this worker's token", "event", "payout_result_fenced", "railStatus", res.Status, "railRef", res.RailRef)
@@ -433,12 +442,12 @@ func (x *Executor) report(ctx context.Context, log *slog.Logger, e payoutevent.E
 			return "", err
 		}
 		switch {
-		case code == codePayoutFinished:
+		case code == api.CodePayoutFinished:
 			return OutcomeAlreadyDone, nil
-		case res.Status == outcomeAck:
+		case res.Status == api.OutcomeAck:
 			log.Info("payout posted", "event", "payout_posted", "railRef", res.RailRef)
 			return OutcomePosted, nil
-		case res.Status == outcomeDecline:
+		case res.Status == api.OutcomeDecline:
 			log.Info("payout declined", "event", "payout_declined", "railRef", res.RailRef)
 			return OutcomeDeclined, nil
 		default:

@@ -17,6 +17,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
@@ -29,11 +30,11 @@ import (
 type fakeDeps struct {
 	mu         sync.Mutex
 	calls      []string
-	payout     string // GET /v1/payouts/p-1 body; "" = the payout the event describes
-	claimCode  string // "" = 200
+	payout     string   // GET api.PayoutPath("p-1") body; "" = the payout the event describes
+	claimCode  api.Code // "" = 200
 	railStatus int
 	railBody   string
-	resultCode string
+	resultCode api.Code
 	results    []map[string]any
 }
 
@@ -43,16 +44,16 @@ func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tok := r.Header.Get(fencing.HeaderToken)
 	f.calls = append(f.calls, r.Method+" "+r.URL.Path+" token="+tok)
 	switch {
-	case r.Method == "GET" && r.URL.Path == "/v1/payouts/p-1":
+	case r.Method == "GET" && r.URL.Path == api.PayoutPath("p-1"):
 		body := f.payout
 		if body == "" {
 			body = `{"payoutId":"p-1","accountId":"acct-7","amountMinor":2500,"currency":"EUR","state":"pending"}`
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(body))
-	case r.URL.Path == "/v1/payouts/p-1/claim":
+	case r.URL.Path == api.ClaimPath("p-1"):
 		if f.claimCode != "" {
-			httpjson.WriteError(w, 409, f.claimCode, "scripted", false)
+			httpjson.WriteError(w, statusOf(f.claimCode), string(f.claimCode), "scripted", false)
 			return
 		}
 		httpjson.WriteJSON(w, 200, map[string]string{"payoutId": "p-1", "state": "claimed"})
@@ -60,18 +61,31 @@ func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(f.railStatus)
 		_, _ = w.Write([]byte(f.railBody))
-	case r.URL.Path == "/v1/payouts/p-1/result":
+	case r.URL.Path == api.ResultPath("p-1"):
 		var body map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		f.results = append(f.results, body)
 		if f.resultCode != "" {
-			httpjson.WriteError(w, 409, f.resultCode, "scripted", false)
+			httpjson.WriteError(w, statusOf(f.resultCode), string(f.resultCode), "scripted", false)
 			return
 		}
 		httpjson.WriteJSON(w, 200, map[string]string{"payoutId": "p-1"})
 	default:
 		http.NotFound(w, r)
 	}
+}
+
+// statusOf is the status payment-resource sends code with.
+func statusOf(code api.Code) int {
+	switch code {
+	case api.CodeInvalidRequest, api.CodeInvalidToken:
+		return http.StatusBadRequest
+	case api.CodePayoutNotFound:
+		return http.StatusNotFound
+	case api.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusConflict
 }
 
 func (f *fakeDeps) railCalls() int {
@@ -267,7 +281,7 @@ func TestAmbiguousRailIsRecordedAndAcked(t *testing.T) {
 }
 
 func TestFinishedPayoutIsAcked(t *testing.T) {
-	deps := &fakeDeps{claimCode: "PAYOUT_FINISHED"}
+	deps := &fakeDeps{claimCode: api.CodePayoutFinished}
 	x, _ := newExecutor(t, deps, executor.Hooks{})
 	body, _ := payoutevent.Encode(event, "m-1", "acct-7", 2)
 	if rec := push(t, x, body); rec.Code != 200 {
@@ -275,6 +289,45 @@ func TestFinishedPayoutIsAcked(t *testing.T) {
 	}
 	if n := deps.railCalls(); n != 0 {
 		t.Fatalf("rail called %d times for a finished payout", n)
+	}
+}
+
+// TestPaymentResourceAnswersAreClassifiedByTheirCodes checks how each of
+// payment-resource's refusals of the claim and of the result ends the
+// execution: final (acknowledged), fenced out, or redelivered.
+func TestPaymentResourceAnswersAreClassifiedByTheirCodes(t *testing.T) {
+	ack := `{"status":"ACK","railRef":"rail-000001"}`
+	for _, c := range []struct {
+		name       string
+		deps       func() *fakeDeps
+		wantOut    executor.Outcome
+		wantErr    error // nil: a final outcome
+		wantStatus int
+		rail       int
+	}{
+		{"claim fenced out", func() *fakeDeps { return &fakeDeps{claimCode: api.CodeFencedOut} }, "", executor.ErrFencedOut, 409, 0},
+		{"claim in doubt", func() *fakeDeps { return &fakeDeps{claimCode: api.CodePayoutInDoubt} }, executor.OutcomeInDoubt, nil, 200, 0},
+		{"claim of an unknown payout", func() *fakeDeps { return &fakeDeps{claimCode: api.CodePayoutNotFound} }, executor.OutcomeDropped, nil, 200, 0},
+		{"claim while paydb is down", func() *fakeDeps { return &fakeDeps{claimCode: api.CodeUnavailable} }, "", executor.ErrDependency, 503, 0},
+		{"result fenced out", func() *fakeDeps { return &fakeDeps{railStatus: 200, railBody: ack, resultCode: api.CodeFencedOut} }, "", executor.ErrFencedOut, 409, 1},
+		{"result of a finished payout", func() *fakeDeps { return &fakeDeps{railStatus: 200, railBody: ack, resultCode: api.CodePayoutFinished} }, executor.OutcomeAlreadyDone, nil, 200, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			deps := c.deps()
+			x, _ := newExecutor(t, deps, executor.Hooks{})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			out, err := x.Execute(ctx, event)
+			if out != c.wantOut || !errors.Is(err, c.wantErr) || (c.wantErr == nil) != (err == nil) {
+				t.Fatalf("Execute = %q, %v; want %q, %v", out, err, c.wantOut, c.wantErr)
+			}
+			if got := executor.Status(out, err); got != c.wantStatus {
+				t.Errorf("push status %d, want %d", got, c.wantStatus)
+			}
+			if n := deps.railCalls(); n != c.rail {
+				t.Errorf("rail-proxy called %d times, want %d", n, c.rail)
+			}
+		})
 	}
 }
 

@@ -19,22 +19,30 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 )
 
-// Request headers of a write made on behalf of a lock holder.
+// Request headers of a write made on behalf of a lock holder. They are
+// spelled once, in payoutevent (standard library only), so that the api
+// packages of the fence points use the same constants without importing
+// this package.
 const (
-	// HeaderToken carries the holder's fencing token, a positive decimal int64.
-	HeaderToken = "X-Fencing-Token"
+	// HeaderToken carries the holder's fencing token, a positive decimal
+	// int64 (payoutevent.HeaderFencingToken).
+	HeaderToken = payoutevent.HeaderFencingToken
 	// HeaderOwner carries the holder's owner id, for logs only; it is never
-	// trusted for a decision.
-	HeaderOwner = "X-Lock-Owner"
+	// trusted for a decision (payoutevent.HeaderLockOwner).
+	HeaderOwner = payoutevent.HeaderLockOwner
 )
 
-// CodeFencedOut is the error code of a write refused by a fence point (409).
-const CodeFencedOut = "FENCED_OUT"
+// CodeFencedOut is the error code of a write refused by a fence point (409;
+// payoutevent.CodeFencedOut).
+const CodeFencedOut = payoutevent.CodeFencedOut
 
-// EventFencedOut is the log event name of every refusal by a fence point.
-const EventFencedOut = "fenced_out"
+// EventFencedOut is the log event name of every refusal by a fence point
+// (payoutevent.EventFencedOut).
+const EventFencedOut = payoutevent.EventFencedOut
 
 // Errors of this package.
 var (
@@ -64,11 +72,12 @@ func TokenFrom(r *http.Request) (int64, error) {
 	return t, nil
 }
 
-// OwnerFrom returns the X-Lock-Owner header, cut to 128 bytes, for logs.
+// OwnerFrom returns the X-Lock-Owner header, cut to
+// payoutevent.MaxLockOwnerLen (128) bytes, for logs.
 func OwnerFrom(r *http.Request) string {
 	o := r.Header.Get(HeaderOwner)
-	if len(o) > 128 {
-		o = o[:128]
+	if len(o) > payoutevent.MaxLockOwnerLen {
+		o = o[:payoutevent.MaxLockOwnerLen]
 	}
 	return o
 }
@@ -152,6 +161,6 @@ func Switch(name, v string) (bool, error) {
 func WarnIfOff(log *slog.Logger, name string, on bool) {
 	if !on {
 		log.Warn("fencing is DISABLED: stale lock holders will be accepted; use only inside the fencing experiment",
-			"event", "fencing_disabled", "switch", name)
+			"event", payoutevent.EventFencingDisabled, "switch", name)
 	}
 }

@@ -6,60 +6,24 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 )
-
-// Names of the ledger checks, as reported in Violation.Check.
-const (
-	// CheckTxnBalanced: every ledger transaction sums to zero, per currency.
-	CheckTxnBalanced = "txn_sums_to_zero"
-	// CheckAccountBalance: every account's balance equals its opening
-	// balance minus its posted debits (the sum of its ledger entries).
-	CheckAccountBalance = "balance_matches_ledger"
-	// CheckOneDebitPerPayout: every posted payout has exactly one debit, of
-	// its amount, on its account; no other payout has any debit.
-	CheckOneDebitPerPayout = "one_debit_per_posted_payout"
-)
-
-// AuditReport is the result of Audit and the answer of GET /v1/audit.
-type AuditReport struct {
-	// Balanced is true when there are no violations.
-	Balanced bool `json:"balanced"`
-	// Violations lists every broken rule, never nil.
-	Violations []Violation `json:"violations"`
-	// Accounts, Payouts and Debits count the accounts, the payouts and the
-	// payout debit transactions checked.
-	Accounts int `json:"accounts"`
-	Payouts  int `json:"payouts"`
-	Debits   int `json:"debits"`
-}
-
-// Violation is one broken ledger rule.
-type Violation struct {
-	// Check is one of the Check constants.
-	Check string `json:"check"`
-	// Subject is the ledger transaction id, account id or payout id.
-	Subject string `json:"subject"`
-	// Detail says what was found, with amounts in minor units.
-	Detail string `json:"detail"`
-}
-
-// String describes v in one line.
-func (v Violation) String() string { return v.Check + " " + v.Subject + ": " + v.Detail }
 
 // Audit checks the ledger of the paydb behind pool (INV-05) in one
 // read-only REPEATABLE READ transaction, so that every rule sees the same
 // snapshot:
 //
-//   - every ledger transaction sums to zero (CheckTxnBalanced);
+//   - every ledger transaction sums to zero (api.CheckTxnBalanced);
 //   - every account's balance equals its opening balance minus the sum of
-//     its posted debits (CheckAccountBalance);
+//     its posted debits (api.CheckAccountBalance);
 //   - every posted payout has exactly one debit equal to its amount, and no
-//     other payout has any (CheckOneDebitPerPayout).
+//     other payout has any (api.CheckOneDebitPerPayout).
 //
-// Broken rules are reported in the AuditReport, not as an error; the error
-// is the database's (wrapping ErrUnavailable when it did not answer).
-func Audit(ctx context.Context, pool *pgxpool.Pool) (AuditReport, error) {
-	rep := AuditReport{Violations: []Violation{}}
+// Broken rules are reported in the api.AuditReport, not as an error; the
+// error is the database's (wrapping ErrUnavailable when it did not answer).
+func Audit(ctx context.Context, pool *pgxpool.Pool) (api.AuditReport, error) {
+	rep := api.AuditReport{Violations: []api.Violation{}}
 	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return rep, dbError("audit: begin", err)
@@ -74,29 +38,29 @@ func Audit(ctx context.Context, pool *pgxpool.Pool) (AuditReport, error) {
 	type check struct {
 		name  string
 		query string
-		scan  func(pgx.CollectableRow) (Violation, error)
+		scan  func(pgx.CollectableRow) (api.Violation, error)
 	}
 	checks := []check{
-		{CheckTxnBalanced, `SELECT txn_id, currency, sum(amount_minor) FROM ledger_entry
+		{api.CheckTxnBalanced, `SELECT txn_id, currency, sum(amount_minor) FROM ledger_entry
 GROUP BY txn_id, currency HAVING sum(amount_minor) <> 0 ORDER BY txn_id, currency`,
-			func(r pgx.CollectableRow) (Violation, error) {
+			func(r pgx.CollectableRow) (api.Violation, error) {
 				var txn, sum int64
 				var ccy string
 				err := r.Scan(&txn, &ccy, &sum)
-				return Violation{CheckTxnBalanced, fmt.Sprint(txn), fmt.Sprintf("entries in %s sum to %d, not 0", ccy, sum)}, err
+				return api.Violation{Check: api.CheckTxnBalanced, Subject: fmt.Sprint(txn), Detail: fmt.Sprintf("entries in %s sum to %d, not 0", ccy, sum)}, err
 			}},
-		{CheckAccountBalance, `SELECT a.account_id, a.opening_balance_minor, a.balance_minor, coalesce(sum(e.amount_minor), 0)
+		{api.CheckAccountBalance, `SELECT a.account_id, a.opening_balance_minor, a.balance_minor, coalesce(sum(e.amount_minor), 0)
 FROM account a LEFT JOIN ledger_entry e ON e.ledger_account = 'account:' || a.account_id
 GROUP BY a.account_id HAVING a.balance_minor <> a.opening_balance_minor + coalesce(sum(e.amount_minor), 0)
 ORDER BY a.account_id`,
-			func(r pgx.CollectableRow) (Violation, error) {
+			func(r pgx.CollectableRow) (api.Violation, error) {
 				var id string
 				var opening, balance, posted int64
 				err := r.Scan(&id, &opening, &balance, &posted)
-				return Violation{CheckAccountBalance, id, fmt.Sprintf("balance %d, but opening %d minus posted debits %d is %d",
+				return api.Violation{Check: api.CheckAccountBalance, Subject: id, Detail: fmt.Sprintf("balance %d, but opening %d minus posted debits %d is %d",
 					balance, opening, -posted, opening+posted)}, err
 			}},
-		{CheckOneDebitPerPayout, `WITH debit AS (
+		{api.CheckOneDebitPerPayout, `WITH debit AS (
     SELECT t.txn_id, t.payout_id,
            -coalesce(sum(e.amount_minor) FILTER (WHERE e.ledger_account = 'account:' || p.account_id AND e.currency = p.currency), 0) AS amount
     FROM ledger_txn t JOIN payout p USING (payout_id) LEFT JOIN ledger_entry e USING (txn_id)
@@ -110,12 +74,12 @@ GROUP BY p.payout_id, p.state, p.amount_minor
 HAVING (p.state = 'posted' AND (count(d.txn_id) <> 1 OR bool_or(d.amount <> p.amount_minor)))
     OR (p.state <> 'posted' AND count(d.txn_id) > 0)
 ORDER BY p.payout_id`,
-			func(r pgx.CollectableRow) (Violation, error) {
+			func(r pgx.CollectableRow) (api.Violation, error) {
 				var id, state string
 				var amount, n int64
 				var debits []int64
 				err := r.Scan(&id, &state, &amount, &n, &debits)
-				return Violation{CheckOneDebitPerPayout, id, fmt.Sprintf("%s payout of %d has %d debit(s) %v", state, amount, n, debits)}, err
+				return api.Violation{Check: api.CheckOneDebitPerPayout, Subject: id, Detail: fmt.Sprintf("%s payout of %d has %d debit(s) %v", state, amount, n, debits)}, err
 			}},
 	}
 	for _, c := range checks {

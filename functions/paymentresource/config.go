@@ -7,24 +7,8 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
-)
-
-// Environment variables read by LoadConfig. Each maps to one Config field.
-const (
-	// EnvDatabaseURL (PAYDB_URL) is Config.DatabaseURL.
-	EnvDatabaseURL = "PAYDB_URL"
-	// EnvCloudSQLInstance (PAYDB_INSTANCE) is Config.CloudSQLInstance.
-	EnvCloudSQLInstance = "PAYDB_INSTANCE"
-	// EnvMaxConns (PAYDB_MAX_CONNS) is Config.MaxConns, a decimal integer.
-	EnvMaxConns = "PAYDB_MAX_CONNS"
-	// EnvFencingEnabled (PAYMENT_FENCING_ENABLED, the payment.fencing.enabled
-	// kill switch) is the negation of Config.DisableFencing; it accepts what
-	// fencing.Switch accepts and defaults to true.
-	EnvFencingEnabled = "PAYMENT_FENCING_ENABLED"
-	// EnvOutboxPollMs (OUTBOX_POLL_MS) is Config.OutboxPoll in
-	// milliseconds, a positive decimal integer.
-	EnvOutboxPollMs = "OUTBOX_POLL_MS"
 )
 
 // Defaults and bounds of Config.
@@ -81,13 +65,13 @@ type Config struct {
 // invalid field.
 func (c Config) Validate() error {
 	if err := c.pool().Validate(); err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrInvalidConfig, EnvDatabaseURL, err)
+		return fmt.Errorf("%w: %s: %v", ErrInvalidConfig, api.EnvDatabaseURL, err)
 	}
 	if c.MaxConns == 1 {
-		return fmt.Errorf("%w: MaxConns (%s) is 1; use 0 (pgx's default) or at least 2", ErrInvalidConfig, EnvMaxConns)
+		return fmt.Errorf("%w: MaxConns (%s) is 1; use 0 (pgx's default) or at least 2", ErrInvalidConfig, api.EnvMaxConns)
 	}
 	if c.OutboxPoll != 0 && (c.OutboxPoll < MinOutboxPoll || c.OutboxPoll > MaxOutboxPoll) {
-		return fmt.Errorf("%w: OutboxPoll (%s) %v is outside %v..%v", ErrInvalidConfig, EnvOutboxPollMs, c.OutboxPoll, MinOutboxPoll, MaxOutboxPoll)
+		return fmt.Errorf("%w: OutboxPoll (%s) %v is outside %v..%v", ErrInvalidConfig, api.EnvOutboxPollMs, c.OutboxPoll, MinOutboxPoll, MaxOutboxPoll)
 	}
 	return nil
 }
@@ -110,25 +94,25 @@ func (c Config) outboxPoll() time.Duration {
 // wrapping ErrInvalidConfig naming the offending variable.
 func LoadConfig(getenv func(string) string) (Config, error) {
 	c := Config{
-		DatabaseURL:      strings.TrimSpace(getenv(EnvDatabaseURL)),
-		CloudSQLInstance: strings.TrimSpace(getenv(EnvCloudSQLInstance)),
+		DatabaseURL:      strings.TrimSpace(getenv(api.EnvDatabaseURL)),
+		CloudSQLInstance: strings.TrimSpace(getenv(api.EnvCloudSQLInstance)),
 	}
-	if v := strings.TrimSpace(getenv(EnvMaxConns)); v != "" {
+	if v := strings.TrimSpace(getenv(api.EnvMaxConns)); v != "" {
 		n, err := strconv.ParseInt(v, 10, 32)
 		if err != nil || n < 0 {
-			return Config{}, fmt.Errorf("%w: %s=%q: want a non-negative integer", ErrInvalidConfig, EnvMaxConns, v)
+			return Config{}, fmt.Errorf("%w: %s=%q: want a non-negative integer", ErrInvalidConfig, api.EnvMaxConns, v)
 		}
 		c.MaxConns = int32(n)
 	}
-	on, err := fencing.Switch(EnvFencingEnabled, getenv(EnvFencingEnabled))
+	on, err := fencing.Switch(api.EnvFencingEnabled, getenv(api.EnvFencingEnabled))
 	if err != nil {
 		return Config{}, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	c.DisableFencing = !on
-	if v := strings.TrimSpace(getenv(EnvOutboxPollMs)); v != "" {
+	if v := strings.TrimSpace(getenv(api.EnvOutboxPollMs)); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms <= 0 || ms > int64(MaxOutboxPoll/time.Millisecond) {
-			return Config{}, fmt.Errorf("%w: %s=%q: want milliseconds, %d..%d", ErrInvalidConfig, EnvOutboxPollMs, v,
+			return Config{}, fmt.Errorf("%w: %s=%q: want milliseconds, %d..%d", ErrInvalidConfig, api.EnvOutboxPollMs, v,
 				MinOutboxPoll.Milliseconds(), MaxOutboxPoll.Milliseconds())
 		}
 		c.OutboxPoll = time.Duration(ms) * time.Millisecond

@@ -3,8 +3,10 @@
 //
 // It keeps accounts, payouts (with a state machine and its history), a
 // double-entry ledger and a transactional outbox in one PostgreSQL database
-// (paydb), and serves them over HTTP/JSON (see Service.Handler for the
-// routes).
+// (paydb), and serves them over HTTP/JSON. The wire contract (routes,
+// bodies, error codes, headers, bounds, configuration variables and log
+// event names) is package functions/paymentresource/api; callers use the
+// typed client in functions/paymentresource/client.
 //
 // # Safety model
 //

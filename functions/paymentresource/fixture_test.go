@@ -16,7 +16,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -132,31 +132,31 @@ func decode[T any](t *testing.T, body []byte) T {
 }
 
 // want checks the status of an answer and, for an error, its code.
-func want(t *testing.T, what string, status int, body []byte, wantStatus int, wantCode string) {
+func want(t *testing.T, what string, status int, body []byte, wantStatus int, wantCode api.Code) {
 	t.Helper()
 	if status != wantStatus {
 		t.Fatalf("%s: status %d, want %d; body %s", what, status, wantStatus, body)
 	}
 	if wantCode != "" {
-		env := decode[httpjson.Envelope](t, body)
+		env := decode[api.ErrorEnvelope](t, body)
 		if env.Error.Code != wantCode {
 			t.Fatalf("%s: code %q, want %q; body %s", what, env.Error.Code, wantCode, body)
 		}
 	}
 }
 
-func (f *fixture) createAccount(id, ccy string, opening int64) paymentresource.Account {
+func (f *fixture) createAccount(id, ccy string, opening int64) api.Account {
 	f.t.Helper()
 	st, body := f.do("POST", "/v1/accounts", fmt.Sprintf(`{"accountId":%q,"currency":%q,"openingBalanceMinor":%d}`, id, ccy, opening))
 	want(f.t, "create account "+id, st, body, http.StatusCreated, "")
-	return decode[paymentresource.Account](f.t, body)
+	return decode[api.Account](f.t, body)
 }
 
-func (f *fixture) createPayout(id, account string, amount int64, ccy string) paymentresource.Payout {
+func (f *fixture) createPayout(id, account string, amount int64, ccy string) api.Payout {
 	f.t.Helper()
 	st, body := f.do("POST", "/v1/payouts", fmt.Sprintf(`{"payoutId":%q,"accountId":%q,"amountMinor":%d,"currency":%q}`, id, account, amount, ccy))
 	want(f.t, "create payout "+id, st, body, http.StatusCreated, "")
-	return decode[paymentresource.Payout](f.t, body)
+	return decode[api.Payout](f.t, body)
 }
 
 func (f *fixture) claim(id string, token int64, owner string) (int, []byte) {
@@ -171,21 +171,21 @@ func (f *fixture) result(id string, token int64, owner, outcome, railRef string)
 		fencing.HeaderToken, strconv.FormatInt(token, 10), fencing.HeaderOwner, owner)
 }
 
-func (f *fixture) account(id string) paymentresource.Account {
+func (f *fixture) account(id string) api.Account {
 	f.t.Helper()
 	st, body := f.do("GET", "/v1/accounts/"+id, "")
 	want(f.t, "get account "+id, st, body, http.StatusOK, "")
-	return decode[paymentresource.Account](f.t, body)
+	return decode[api.Account](f.t, body)
 }
 
-func (f *fixture) payout(id string) paymentresource.Payout {
+func (f *fixture) payout(id string) api.Payout {
 	f.t.Helper()
 	st, body := f.do("GET", "/v1/payouts/"+id, "")
 	want(f.t, "get payout "+id, st, body, http.StatusOK, "")
-	return decode[paymentresource.Payout](f.t, body)
+	return decode[api.Payout](f.t, body)
 }
 
-func (f *fixture) audit() paymentresource.AuditReport {
+func (f *fixture) audit() api.AuditReport {
 	f.t.Helper()
 	rep, err := paymentresource.Audit(context.Background(), f.db)
 	if err != nil {
@@ -193,7 +193,7 @@ func (f *fixture) audit() paymentresource.AuditReport {
 	}
 	st, body := f.do("GET", "/v1/audit", "")
 	want(f.t, "GET /v1/audit", st, body, http.StatusOK, "")
-	if got := decode[paymentresource.AuditReport](f.t, body); got.Balanced != rep.Balanced || len(got.Violations) != len(rep.Violations) {
+	if got := decode[api.AuditReport](f.t, body); got.Balanced != rep.Balanced || len(got.Violations) != len(rep.Violations) {
 		f.t.Fatalf("GET /v1/audit = %+v; Audit = %+v", got, rep)
 	}
 	return rep

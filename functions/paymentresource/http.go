@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 )
@@ -23,13 +24,13 @@ const requestTimeout = 10 * time.Second
 // method gets the error envelope (405) rather than the mux's plain text.
 func (s *Service) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc(PathAccounts, s.only(http.MethodPost, s.handleCreateAccount))
-	mux.HandleFunc(PathAccount, s.only(http.MethodGet, s.handleGetAccount))
-	mux.HandleFunc(PathPayouts, s.only(http.MethodPost, s.handleCreatePayout))
-	mux.HandleFunc(PathPayout, s.only(http.MethodGet, s.handleGetPayout))
-	mux.HandleFunc(PathClaim, s.only(http.MethodPost, s.handleClaim))
-	mux.HandleFunc(PathResult, s.only(http.MethodPost, s.handleResult))
-	mux.HandleFunc(PathAudit, s.only(http.MethodGet, s.handleAudit))
+	mux.HandleFunc(api.PathAccounts, s.only(http.MethodPost, s.handleCreateAccount))
+	mux.HandleFunc(api.PathAccount, s.only(http.MethodGet, s.handleGetAccount))
+	mux.HandleFunc(api.PathPayouts, s.only(http.MethodPost, s.handleCreatePayout))
+	mux.HandleFunc(api.PathPayout, s.only(http.MethodGet, s.handleGetPayout))
+	mux.HandleFunc(api.PathClaim, s.only(http.MethodPost, s.handleClaim))
+	mux.HandleFunc(api.PathResult, s.only(http.MethodPost, s.handleResult))
+	mux.HandleFunc(api.PathAudit, s.only(http.MethodGet, s.handleAudit))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, fmt.Errorf("%w: %s %s", errNoRoute, r.Method, r.URL.Path))
 	})
@@ -49,12 +50,12 @@ func (s *Service) only(method string, h http.HandlerFunc) http.HandlerFunc {
 }
 
 func (s *Service) handleCreateAccount(w http.ResponseWriter, r *http.Request) {
-	var req AccountRequest
-	if err := httpjson.Decode(w, r, &req, MaxBodyBytes); err != nil {
+	var req api.AccountRequest
+	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if err := validateAccount(req); err != nil {
+	if err := invalid(req.Validate()); err != nil {
 		s.fail(w, r, err, "accountId", req.AccountID)
 		return
 	}
@@ -70,7 +71,7 @@ func (s *Service) handleCreateAccount(w http.ResponseWriter, r *http.Request) {
 
 func (s *Service) handleGetAccount(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if err := validID("account id", id, MaxAccountIDLen); err != nil {
+	if err := validID("account id", id, api.MaxAccountIDLen); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -85,12 +86,12 @@ func (s *Service) handleGetAccount(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) handleCreatePayout(w http.ResponseWriter, r *http.Request) {
-	var req PayoutRequest
-	if err := httpjson.Decode(w, r, &req, MaxBodyBytes); err != nil {
+	var req api.PayoutRequest
+	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if err := validatePayout(req); err != nil {
+	if err := invalid(req.Validate()); err != nil {
 		s.fail(w, r, err, "payoutId", req.PayoutID, "accountId", req.AccountID)
 		return
 	}
@@ -106,7 +107,7 @@ func (s *Service) handleCreatePayout(w http.ResponseWriter, r *http.Request) {
 
 func (s *Service) handleGetPayout(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if err := validID("payout id", id, MaxPayoutIDLen); err != nil {
+	if err := validID("payout id", id, api.MaxPayoutIDLen); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -144,12 +145,12 @@ func (s *Service) handleResult(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req ResultRequest
-	if err := httpjson.Decode(w, r, &req, MaxBodyBytes); err != nil {
+	var req api.ResultRequest
+	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
-	if err := validateResult(req, token); err != nil {
+	if err := invalid(req.Validate(token)); err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
@@ -172,7 +173,7 @@ func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !rep.Balanced {
-		s.log.Warn("ledger audit found violations", "event", "audit_unbalanced", "violations", len(rep.Violations))
+		s.log.Warn("ledger audit found violations", "event", api.EventAuditUnbalanced, "violations", len(rep.Violations))
 	}
 	httpjson.WriteJSON(w, http.StatusOK, rep)
 }
@@ -182,7 +183,7 @@ func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request) {
 // is invalid.
 func (s *Service) holder(w http.ResponseWriter, r *http.Request) (id string, token int64, owner string, ok bool) {
 	id, owner = r.PathValue("id"), fencing.OwnerFrom(r)
-	if err := validID("payout id", id, MaxPayoutIDLen); err != nil {
+	if err := validID("payout id", id, api.MaxPayoutIDLen); err != nil {
 		s.fail(w, r, err, "ownerId", owner)
 		return "", 0, "", false
 	}
@@ -197,19 +198,19 @@ func (s *Service) holder(w http.ResponseWriter, r *http.Request) (id string, tok
 // decodeEmpty accepts an empty body or an empty JSON object (the claim
 // takes no parameters) and refuses anything else like httpjson.Decode.
 func decodeEmpty(w http.ResponseWriter, r *http.Request) error {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes))
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
 		return &httpjson.Error{Status: http.StatusRequestEntityTooLarge, Code: httpjson.CodeBodyTooLarge,
-			Message: fmt.Sprintf("body larger than %d bytes", MaxBodyBytes)}
+			Message: fmt.Sprintf("body larger than %d bytes", api.MaxBodyBytes)}
 	case err != nil:
 		return &httpjson.Error{Status: http.StatusBadRequest, Code: httpjson.CodeInvalidRequest, Message: "reading body: " + err.Error()}
 	case len(bytes.TrimSpace(b)) == 0:
 		return nil
 	}
 	r.Body = io.NopCloser(bytes.NewReader(b))
-	return httpjson.Decode(w, r, &struct{}{}, MaxBodyBytes)
+	return httpjson.Decode(w, r, &struct{}{}, api.MaxBodyBytes)
 }
 
 func createdStatus(created bool) int {
@@ -223,61 +224,62 @@ func createdStatus(created bool) int {
 // ERROR; fenced_out has already been logged at WARN by the fence point).
 func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error, attrs ...any) {
 	status, code, retryable := statusOf(err)
-	attrs = append([]any{"status", status, "code", code, "method", r.Method, "path", r.URL.Path, "error", err.Error()}, attrs...)
+	attrs = append([]any{"status", status, "code", string(code), "method", r.Method, "path", r.URL.Path, "error", err.Error()}, attrs...)
 	switch {
 	case status >= 500:
-		s.log.Error("request failed", append([]any{"event", "request_failed"}, attrs...)...)
-	case code == CodeFencedOut:
-		s.log.Debug("request refused", append([]any{"event", "request_refused"}, attrs...)...)
+		s.log.Error("request failed", append([]any{"event", api.EventRequestFailed}, attrs...)...)
+	case code == api.CodeFencedOut:
+		s.log.Debug("request refused", append([]any{"event", api.EventRequestRefused}, attrs...)...)
 	default:
-		s.log.Info("request refused", append([]any{"event", "request_refused"}, attrs...)...)
+		s.log.Info("request refused", append([]any{"event", api.EventRequestRefused}, attrs...)...)
 	}
-	httpjson.WriteError(w, status, code, err.Error(), retryable)
+	httpjson.WriteJSON(w, status, api.ErrorEnvelope{Error: api.ErrorBody{Code: code, Message: err.Error(), Retryable: retryable}})
 }
 
 // statusOf maps an error to its HTTP status, stable code and retryability:
 // the one place where errors become HTTP answers.
-func statusOf(err error) (status int, code string, retryable bool) {
+func statusOf(err error) (status int, code api.Code, retryable bool) {
 	var decodeErr *httpjson.Error
 	switch {
 	case errors.As(err, &decodeErr):
-		return decodeErr.Status, decodeErr.Code, false
+		return decodeErr.Status, api.Code(decodeErr.Code), false
 	case errors.Is(err, fencing.ErrMissingToken), errors.Is(err, fencing.ErrBadToken):
-		return http.StatusBadRequest, CodeInvalidToken, false
+		return http.StatusBadRequest, api.CodeInvalidToken, false
 	case errors.Is(err, ErrInvalidArgument):
-		return http.StatusBadRequest, CodeInvalidRequest, false
+		return http.StatusBadRequest, api.CodeInvalidRequest, false
 	case errors.Is(err, errNoRoute):
-		return http.StatusNotFound, CodeNotFound, false
+		return http.StatusNotFound, api.CodeNotFound, false
 	case errors.Is(err, errMethodNotAllowed):
-		return http.StatusMethodNotAllowed, CodeMethodNotAllowed, false
+		return http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, false
 	case errors.Is(err, ErrAccountNotFound):
-		return http.StatusNotFound, CodeAccountNotFound, false
+		return http.StatusNotFound, api.CodeAccountNotFound, false
 	case errors.Is(err, ErrAccountConflict):
-		return http.StatusConflict, CodeAccountConflict, false
+		return http.StatusConflict, api.CodeAccountConflict, false
 	case errors.Is(err, ErrCurrencyMismatch):
-		return http.StatusUnprocessableEntity, CodeCurrencyMismatch, false
+		return http.StatusUnprocessableEntity, api.CodeCurrencyMismatch, false
 	case errors.Is(err, ErrPayoutNotFound):
-		return http.StatusNotFound, CodePayoutNotFound, false
+		return http.StatusNotFound, api.CodePayoutNotFound, false
 	case errors.Is(err, ErrPayoutConflict):
-		return http.StatusConflict, CodePayoutConflict, false
+		return http.StatusConflict, api.CodePayoutConflict, false
 	case errors.Is(err, ErrFencedOut):
-		return http.StatusConflict, CodeFencedOut, false
+		return http.StatusConflict, api.CodeFencedOut, false
 	case errors.Is(err, ErrPayoutFinished):
-		return http.StatusConflict, CodePayoutFinished, false
+		return http.StatusConflict, api.CodePayoutFinished, false
 	case errors.Is(err, ErrPayoutInDoubt):
-		return http.StatusConflict, CodePayoutInDoubt, false
+		return http.StatusConflict, api.CodePayoutInDoubt, false
 	case errors.Is(err, ErrPayoutNotClaimed):
-		return http.StatusConflict, CodePayoutNotClaimed, false
+		return http.StatusConflict, api.CodePayoutNotClaimed, false
 	case errors.Is(err, ErrRailRefConflict):
-		return http.StatusConflict, CodeRailRefConflict, false
+		return http.StatusConflict, api.CodeRailRefConflict, false
 	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return http.StatusServiceUnavailable, CodeUnavailable, true
+		return http.StatusServiceUnavailable, api.CodeUnavailable, true
 	default:
-		return http.StatusInternalServerError, CodeInternal, false
+		return http.StatusInternalServerError, api.CodeInternal, false
 	}
 }
 
-// validID checks an account or payout id (payoutevent.ValidateID).
+// validID checks an account or payout id of the path
+// (payoutevent.ValidateID).
 func validID(what, v string, max int) error {
 	if err := payoutevent.ValidateID(what, v, max); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
@@ -285,67 +287,11 @@ func validID(what, v string, max int) error {
 	return nil
 }
 
-func validCurrency(v string) error {
-	if len(v) != 3 || !isUpper(v[0]) || !isUpper(v[1]) || !isUpper(v[2]) {
-		return fmt.Errorf("%w: currency %q is not an ISO 4217 code (three upper-case letters)", ErrInvalidArgument, v)
+// invalid wraps a validation error of the api package in
+// ErrInvalidArgument (400 INVALID_REQUEST); nil stays nil.
+func invalid(err error) error {
+	if err == nil {
+		return nil
 	}
-	return nil
-}
-
-func isUpper(c byte) bool { return 'A' <= c && c <= 'Z' }
-
-func validateAccount(req AccountRequest) error {
-	if err := validID("accountId", req.AccountID, MaxAccountIDLen); err != nil {
-		return err
-	}
-	if err := validCurrency(req.Currency); err != nil {
-		return err
-	}
-	switch {
-	case req.OpeningBalanceMinor == nil:
-		return fmt.Errorf("%w: openingBalanceMinor is required", ErrInvalidArgument)
-	case *req.OpeningBalanceMinor < 0 || *req.OpeningBalanceMinor > MaxAmountMinor:
-		return fmt.Errorf("%w: openingBalanceMinor %d is outside 0..%d", ErrInvalidArgument, *req.OpeningBalanceMinor, MaxAmountMinor)
-	}
-	return nil
-}
-
-func validatePayout(req PayoutRequest) error {
-	if err := validID("payoutId", req.PayoutID, MaxPayoutIDLen); err != nil {
-		return err
-	}
-	if err := validID("accountId", req.AccountID, MaxAccountIDLen); err != nil {
-		return err
-	}
-	if err := validCurrency(req.Currency); err != nil {
-		return err
-	}
-	if req.AmountMinor <= 0 || req.AmountMinor > MaxAmountMinor {
-		return fmt.Errorf("%w: amountMinor %d is outside 1..%d", ErrInvalidArgument, req.AmountMinor, MaxAmountMinor)
-	}
-	return nil
-}
-
-func validateResult(req ResultRequest, token int64) error {
-	if req.RailToken < 0 || req.RailToken > token {
-		return fmt.Errorf("%w: railToken %d is outside 1..%d (the reporter's token)", ErrInvalidArgument, req.RailToken, token)
-	}
-	switch req.Outcome {
-	case OutcomeAck, OutcomeDecline:
-		if req.RailRef == "" {
-			return fmt.Errorf("%w: railRef is required for %s", ErrInvalidArgument, req.Outcome)
-		}
-	case OutcomeAmbiguous:
-	default:
-		return fmt.Errorf("%w: outcome %q is not ACK, DECLINE or AMBIGUOUS", ErrInvalidArgument, req.Outcome)
-	}
-	if len(req.RailRef) > MaxRailRefLen {
-		return fmt.Errorf("%w: railRef is %d bytes, longer than %d", ErrInvalidArgument, len(req.RailRef), MaxRailRefLen)
-	}
-	for i := 0; i < len(req.RailRef); i++ {
-		if c := req.RailRef[i]; c <= ' ' || c > '~' {
-			return fmt.Errorf("%w: railRef has byte %q at offset %d; allowed: printable ASCII without spaces", ErrInvalidArgument, c, i)
-		}
-	}
-	return nil
+	return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 )
@@ -33,7 +34,7 @@ func TestStaleHolderIsFencedAtPaymentResource(t *testing.T) {
 	want(t, "claim with 42", st, body, http.StatusOK, "")
 
 	st, body = f.result("p-1", 41, "worker-A", "ACK", "rail-41")
-	want(t, "ACK with stale token 41", st, body, http.StatusConflict, paymentresource.CodeFencedOut)
+	want(t, "ACK with stale token 41", st, body, http.StatusConflict, api.CodeFencedOut)
 
 	lines := f.logs.Events(t, fencing.EventFencedOut)
 	if len(lines) != 1 {
@@ -51,14 +52,14 @@ func TestStaleHolderIsFencedAtPaymentResource(t *testing.T) {
 	if n := f.count("ledger_txn") + f.count("ledger_entry") + f.count("rail_result"); n != 0 {
 		t.Errorf("after the stale ACK: %d ledger or result rows, want 0", n)
 	}
-	if p := f.payout("p-1"); p.State != paymentresource.StateClaimed || p.Fence != 42 || p.OwnerID != "worker-B" {
+	if p := f.payout("p-1"); p.State != api.StateClaimed || p.Fence != 42 || p.OwnerID != "worker-B" {
 		t.Errorf("after the stale ACK: payout %s fence %d owner %s, want claimed 42 worker-B", p.State, p.Fence, p.OwnerID)
 	}
 
 	st, body = f.result("p-1", 42, "worker-B", "ACK", "rail-42")
 	want(t, "ACK with current token 42", st, body, http.StatusOK, "")
-	p := decode[paymentresource.Payout](t, body)
-	if p.State != paymentresource.StatePosted || p.Debits != 1 || p.RailRef != "rail-42" || p.Fence != 42 {
+	p := decode[api.Payout](t, body)
+	if p.State != api.StatePosted || p.Debits != 1 || p.RailRef != "rail-42" || p.Fence != 42 {
 		t.Errorf("posted payout = %+v; want posted, 1 debit, rail-42, fence 42", p)
 	}
 	var path []string
@@ -99,7 +100,7 @@ func TestAccountFenceIsStrict(t *testing.T) {
 	st, body = f.claim("p-2", 42, "w")
 	want(t, "claim p-2 with 42", st, body, http.StatusOK, "")
 	st, body = f.result("p-2", 42, "w", "ACK", "rail-b")
-	want(t, "ACK p-2 with 42, which already debited the account", st, body, http.StatusConflict, paymentresource.CodeFencedOut)
+	want(t, "ACK p-2 with 42, which already debited the account", st, body, http.StatusConflict, api.CodeFencedOut)
 	lines := f.logs.Events(t, fencing.EventFencedOut)
 	if len(lines) != 1 || lines[0]["resource"] != "account" || lines[0]["resourceId"] != "acct-1" ||
 		lines[0]["presentedToken"] != 42.0 || lines[0]["highestToken"] != 42.0 || lines[0]["payoutId"] != "p-2" {
@@ -108,7 +109,7 @@ func TestAccountFenceIsStrict(t *testing.T) {
 	if a := f.account("acct-1"); a.BalanceMinor != 900 {
 		t.Errorf("balance %d, want 900 (p-1 only)", a.BalanceMinor)
 	}
-	if p := f.payout("p-2"); p.State != paymentresource.StateClaimed || p.Debits != 0 {
+	if p := f.payout("p-2"); p.State != api.StateClaimed || p.Debits != 0 {
 		t.Errorf("p-2 = %s with %d debits, want claimed with 0 (rolled back whole)", p.State, p.Debits)
 	}
 
@@ -144,7 +145,7 @@ func TestResultIsIdempotentByRailRef(t *testing.T) {
 			for i := 0; i < 3; i++ {
 				st, body = f.result("p-1", 7, "w", "ACK", "rail-1")
 				want(t, fmt.Sprintf("ACK rail-1 #%d", i+1), st, body, http.StatusOK, "")
-				if p := decode[paymentresource.Payout](t, body); p.State != paymentresource.StatePosted || p.Debits != 1 {
+				if p := decode[api.Payout](t, body); p.State != api.StatePosted || p.Debits != 1 {
 					t.Fatalf("ACK rail-1 #%d: %s with %d debits, want posted with 1", i+1, p.State, p.Debits)
 				}
 			}
@@ -158,14 +159,14 @@ func TestResultIsIdempotentByRailRef(t *testing.T) {
 			st, body = f.claim("p-2", 8, "w")
 			want(t, "claim p-2", st, body, http.StatusOK, "")
 			st, body = f.result("p-2", 8, "w", "ACK", "rail-1")
-			want(t, "rail-1 again for another payout", st, body, http.StatusConflict, paymentresource.CodeRailRefConflict)
+			want(t, "rail-1 again for another payout", st, body, http.StatusConflict, api.CodeRailRefConflict)
 			for i := 0; i < 2; i++ {
 				st, body = f.result("p-2", 8, "w", "DECLINE", "rail-2")
 				want(t, fmt.Sprintf("DECLINE rail-2 #%d", i+1), st, body, http.StatusOK, "")
 			}
 			st, body = f.result("p-2", 8, "w", "ACK", "rail-2")
-			want(t, "rail-2 again with another outcome", st, body, http.StatusConflict, paymentresource.CodeRailRefConflict)
-			if p := f.payout("p-2"); p.State != paymentresource.StateDeclined || p.Debits != 0 {
+			want(t, "rail-2 again with another outcome", st, body, http.StatusConflict, api.CodeRailRefConflict)
+			if p := f.payout("p-2"); p.State != api.StateDeclined || p.Debits != 0 {
 				t.Errorf("p-2 = %s with %d debits, want declined with 0", p.State, p.Debits)
 			}
 			if rep := f.audit(); !rep.Balanced {
@@ -187,25 +188,25 @@ func TestCreateIsIdempotent(t *testing.T) {
 	want(t, "create account", st, body, http.StatusCreated, "")
 	st, body = f.do("POST", "/v1/accounts", acct)
 	want(t, "same account again", st, body, http.StatusOK, "")
-	if a := decode[paymentresource.Account](t, body); a.AccountID != "acct-1" || a.Currency != "GBP" ||
+	if a := decode[api.Account](t, body); a.AccountID != "acct-1" || a.Currency != "GBP" ||
 		a.OpeningBalanceMinor != 900 || a.BalanceMinor != 900 || a.Fence != 0 {
 		t.Errorf("account = %+v", a)
 	}
 	st, body = f.do("POST", "/v1/accounts", `{"accountId":"acct-1","currency":"GBP","openingBalanceMinor":901}`)
-	want(t, "account with another opening balance", st, body, http.StatusConflict, paymentresource.CodeAccountConflict)
+	want(t, "account with another opening balance", st, body, http.StatusConflict, api.CodeAccountConflict)
 
 	payout := `{"payoutId":"p-1","accountId":"acct-1","amountMinor":250,"currency":"GBP"}`
 	st, body = f.do("POST", "/v1/payouts", payout)
 	want(t, "create payout", st, body, http.StatusCreated, "")
-	first := decode[paymentresource.Payout](t, body)
+	first := decode[api.Payout](t, body)
 	st, body = f.do("POST", "/v1/payouts", payout)
 	want(t, "same payout again", st, body, http.StatusOK, "")
-	if again := decode[paymentresource.Payout](t, body); again.PayoutID != "p-1" || again.State != paymentresource.StatePending ||
+	if again := decode[api.Payout](t, body); again.PayoutID != "p-1" || again.State != api.StatePending ||
 		!again.CreatedAt.Equal(first.CreatedAt) {
 		t.Errorf("payout again = %+v; want the existing one %+v", again, first)
 	}
 	st, body = f.do("POST", "/v1/payouts", `{"payoutId":"p-1","accountId":"acct-1","amountMinor":251,"currency":"GBP"}`)
-	want(t, "payout with another amount", st, body, http.StatusConflict, paymentresource.CodePayoutConflict)
+	want(t, "payout with another amount", st, body, http.StatusConflict, api.CodePayoutConflict)
 
 	if n := f.count("outbox"); n != 1 {
 		t.Errorf("outbox rows = %d, want 1", n)
@@ -329,16 +330,16 @@ func TestStaleAckWithFencingOffCorruptsTheLedger(t *testing.T) {
 	}
 	st, body := staleAck(t, f)
 	want(t, "stale ACK with fencing off", st, body, http.StatusOK, "")
-	if p := decode[paymentresource.Payout](t, body); p.Debits != 2 || p.Fence != 42 {
+	if p := decode[api.Payout](t, body); p.Debits != 2 || p.Fence != 42 {
 		t.Errorf("payout after the stale ACK: %d debits fence %d, want 2 and 42 (the fence only grows)", p.Debits, p.Fence)
 	}
 	if a := f.account("acct-7"); a.BalanceMinor != 5_000 {
 		t.Errorf("balance %d, want 5000 (paid twice)", a.BalanceMinor)
 	}
 	rep := f.audit()
-	if rep.Balanced || len(rep.Violations) != 1 || rep.Violations[0].Check != paymentresource.CheckOneDebitPerPayout ||
+	if rep.Balanced || len(rep.Violations) != 1 || rep.Violations[0].Check != api.CheckOneDebitPerPayout ||
 		rep.Violations[0].Subject != "p-1" {
-		t.Errorf("audit = %+v; want one %s violation on p-1", rep, paymentresource.CheckOneDebitPerPayout)
+		t.Errorf("audit = %+v; want one %s violation on p-1", rep, api.CheckOneDebitPerPayout)
 	}
 }
 
@@ -348,11 +349,11 @@ func TestStaleAckWithFencingOnKeepsTheLedgerBalanced(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, newPublisher(nil))
 	st, body := staleAck(t, f)
-	want(t, "stale ACK with fencing on", st, body, http.StatusConflict, paymentresource.CodeFencedOut)
+	want(t, "stale ACK with fencing on", st, body, http.StatusConflict, api.CodeFencedOut)
 	st, body = f.result("p-1", 42, "worker-B", "ACK", "rail-42b")
-	want(t, "second ACK by the current holder", st, body, http.StatusConflict, paymentresource.CodePayoutFinished)
+	want(t, "second ACK by the current holder", st, body, http.StatusConflict, api.CodePayoutFinished)
 	st, body = f.result("p-1", 43, "worker-C", "ACK", "rail-43")
-	want(t, "ACK by a newer holder", st, body, http.StatusConflict, paymentresource.CodePayoutFinished)
+	want(t, "ACK by a newer holder", st, body, http.StatusConflict, api.CodePayoutFinished)
 	if p := f.payout("p-1"); p.Debits != 1 {
 		t.Errorf("debits %d, want 1", p.Debits)
 	}
@@ -383,25 +384,25 @@ func TestClaimRefusals(t *testing.T) {
 		id     string
 		token  int64
 		status int
-		code   string
+		code   api.Code
 	}{
-		{"nope", 9, http.StatusNotFound, paymentresource.CodePayoutNotFound},
-		{"posted", 9, http.StatusConflict, paymentresource.CodePayoutFinished},
-		{"declined", 9, http.StatusConflict, paymentresource.CodePayoutFinished},
-		{"ambiguous", 9, http.StatusConflict, paymentresource.CodePayoutInDoubt},
-		{"posted", 4, http.StatusConflict, paymentresource.CodeFencedOut},
+		{"nope", 9, http.StatusNotFound, api.CodePayoutNotFound},
+		{"posted", 9, http.StatusConflict, api.CodePayoutFinished},
+		{"declined", 9, http.StatusConflict, api.CodePayoutFinished},
+		{"ambiguous", 9, http.StatusConflict, api.CodePayoutInDoubt},
+		{"posted", 4, http.StatusConflict, api.CodeFencedOut},
 	} {
 		st, body := f.claim(tc.id, tc.token, "w2")
 		want(t, fmt.Sprintf("claim %s with %d", tc.id, tc.token), st, body, tc.status, tc.code)
 	}
 	st, body := f.result("pending", 9, "w", "ACK", "rail-x")
-	want(t, "ACK for an unclaimed payout", st, body, http.StatusConflict, paymentresource.CodePayoutNotClaimed)
+	want(t, "ACK for an unclaimed payout", st, body, http.StatusConflict, api.CodePayoutNotClaimed)
 	st, body = f.result("nope", 9, "w", "ACK", "rail-y")
-	want(t, "ACK for an unknown payout", st, body, http.StatusNotFound, paymentresource.CodePayoutNotFound)
+	want(t, "ACK for an unknown payout", st, body, http.StatusNotFound, api.CodePayoutNotFound)
 	// Token 5 has debited the account (payout "posted"): settling the
 	// ambiguous payout takes a newer token.
 	st, body = f.result("ambiguous", 5, "w", "ACK", "rail-settled")
-	want(t, "ACK settling an ambiguous payout with a token that debited", st, body, http.StatusConflict, paymentresource.CodeFencedOut)
+	want(t, "ACK settling an ambiguous payout with a token that debited", st, body, http.StatusConflict, api.CodeFencedOut)
 	st, body = f.result("ambiguous", 6, "w", "ACK", "rail-settled")
 	want(t, "ACK settling an ambiguous payout", st, body, http.StatusOK, "")
 	if rep := f.audit(); !rep.Balanced || rep.Debits != 2 {
@@ -424,7 +425,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	before := f.snapshot()
 
 	tok := func(v string) []string { return []string{fencing.HeaderToken, v} }
-	big := `{"payoutId":"` + strings.Repeat("x", paymentresource.MaxBodyBytes) + `"}`
+	big := `{"payoutId":"` + strings.Repeat("x", api.MaxBodyBytes) + `"}`
 	const (
 		bad      = http.StatusBadRequest
 		conflict = http.StatusConflict
@@ -433,76 +434,76 @@ func TestBadInputChangesNothing(t *testing.T) {
 		name, method, path, body string
 		headers                  []string
 		status                   int
-		code                     string
+		code                     api.Code
 	}{
 		// POST /v1/accounts
-		{"account: malformed JSON", "POST", "/v1/accounts", `{"accountId":`, nil, bad, paymentresource.CodeInvalidRequest},
-		{"account: empty body", "POST", "/v1/accounts", ``, nil, bad, paymentresource.CodeInvalidRequest},
-		{"account: unknown field", "POST", "/v1/accounts", `{"accountId":"a-2","currency":"EUR","openingBalanceMinor":1,"owner":"x"}`, nil, bad, paymentresource.CodeInvalidRequest},
-		{"account: trailing data", "POST", "/v1/accounts", `{"accountId":"a-2","currency":"EUR","openingBalanceMinor":1} {}`, nil, bad, paymentresource.CodeInvalidRequest},
-		{"account: missing opening balance", "POST", "/v1/accounts", `{"accountId":"a-2","currency":"EUR"}`, nil, bad, paymentresource.CodeInvalidRequest},
-		{"account: negative opening balance", "POST", "/v1/accounts", `{"accountId":"a-2","currency":"EUR","openingBalanceMinor":-1}`, nil, bad, paymentresource.CodeInvalidRequest},
-		{"account: fractional balance", "POST", "/v1/accounts", `{"accountId":"a-2","currency":"EUR","openingBalanceMinor":1.5}`, nil, bad, paymentresource.CodeInvalidRequest},
-		{"account: lower-case currency", "POST", "/v1/accounts", `{"accountId":"a-2","currency":"eur","openingBalanceMinor":1}`, nil, bad, paymentresource.CodeInvalidRequest},
-		{"account: empty id", "POST", "/v1/accounts", `{"accountId":"","currency":"EUR","openingBalanceMinor":1}`, nil, bad, paymentresource.CodeInvalidRequest},
-		{"account: id with a slash", "POST", "/v1/accounts", `{"accountId":"a/b","currency":"EUR","openingBalanceMinor":1}`, nil, bad, paymentresource.CodeInvalidRequest},
-		{"account: oversized body", "POST", "/v1/accounts", big, nil, http.StatusRequestEntityTooLarge, paymentresource.CodeBodyTooLarge},
-		{"account: conflict", "POST", "/v1/accounts", `{"accountId":"acct-1","currency":"USD","openingBalanceMinor":1000}`, nil, conflict, paymentresource.CodeAccountConflict},
-		{"account: wrong method", "DELETE", "/v1/accounts", ``, nil, http.StatusMethodNotAllowed, paymentresource.CodeMethodNotAllowed},
-		{"account: text body", "POST", "/v1/accounts", `x`, []string{"Content-Type", "text/plain"}, http.StatusUnsupportedMediaType, paymentresource.CodeUnsupportedMediaType},
+		{"account: malformed JSON", "POST", "/v1/accounts", `{"accountId":`, nil, bad, api.CodeInvalidRequest},
+		{"account: empty body", "POST", "/v1/accounts", ``, nil, bad, api.CodeInvalidRequest},
+		{"account: unknown field", "POST", "/v1/accounts", `{"accountId":"a-2","currency":"EUR","openingBalanceMinor":1,"owner":"x"}`, nil, bad, api.CodeInvalidRequest},
+		{"account: trailing data", "POST", "/v1/accounts", `{"accountId":"a-2","currency":"EUR","openingBalanceMinor":1} {}`, nil, bad, api.CodeInvalidRequest},
+		{"account: missing opening balance", "POST", "/v1/accounts", `{"accountId":"a-2","currency":"EUR"}`, nil, bad, api.CodeInvalidRequest},
+		{"account: negative opening balance", "POST", "/v1/accounts", `{"accountId":"a-2","currency":"EUR","openingBalanceMinor":-1}`, nil, bad, api.CodeInvalidRequest},
+		{"account: fractional balance", "POST", "/v1/accounts", `{"accountId":"a-2","currency":"EUR","openingBalanceMinor":1.5}`, nil, bad, api.CodeInvalidRequest},
+		{"account: lower-case currency", "POST", "/v1/accounts", `{"accountId":"a-2","currency":"eur","openingBalanceMinor":1}`, nil, bad, api.CodeInvalidRequest},
+		{"account: empty id", "POST", "/v1/accounts", `{"accountId":"","currency":"EUR","openingBalanceMinor":1}`, nil, bad, api.CodeInvalidRequest},
+		{"account: id with a slash", "POST", "/v1/accounts", `{"accountId":"a/b","currency":"EUR","openingBalanceMinor":1}`, nil, bad, api.CodeInvalidRequest},
+		{"account: oversized body", "POST", "/v1/accounts", big, nil, http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge},
+		{"account: conflict", "POST", "/v1/accounts", `{"accountId":"acct-1","currency":"USD","openingBalanceMinor":1000}`, nil, conflict, api.CodeAccountConflict},
+		{"account: wrong method", "DELETE", "/v1/accounts", ``, nil, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed},
+		{"account: text body", "POST", "/v1/accounts", `x`, []string{"Content-Type", "text/plain"}, http.StatusUnsupportedMediaType, api.CodeUnsupportedMediaType},
 		// GET /v1/accounts/{id}
-		{"get account: unknown", "GET", "/v1/accounts/nope", ``, nil, http.StatusNotFound, paymentresource.CodeAccountNotFound},
-		{"get account: bad id", "GET", "/v1/accounts/-x", ``, nil, bad, paymentresource.CodeInvalidRequest},
+		{"get account: unknown", "GET", "/v1/accounts/nope", ``, nil, http.StatusNotFound, api.CodeAccountNotFound},
+		{"get account: bad id", "GET", "/v1/accounts/-x", ``, nil, bad, api.CodeInvalidRequest},
 		// POST /v1/payouts
-		{"payout: malformed JSON", "POST", "/v1/payouts", `{"payoutId":"p-9",`, nil, bad, paymentresource.CodeInvalidRequest},
-		{"payout: unknown field", "POST", "/v1/payouts", `{"payoutId":"p-9","accountId":"acct-1","amountMinor":1,"currency":"EUR","memo":"x"}`, nil, bad, paymentresource.CodeInvalidRequest},
-		{"payout: zero amount", "POST", "/v1/payouts", `{"payoutId":"p-9","accountId":"acct-1","amountMinor":0,"currency":"EUR"}`, nil, bad, paymentresource.CodeInvalidRequest},
-		{"payout: negative amount", "POST", "/v1/payouts", `{"payoutId":"p-9","accountId":"acct-1","amountMinor":-5,"currency":"EUR"}`, nil, bad, paymentresource.CodeInvalidRequest},
-		{"payout: missing amount", "POST", "/v1/payouts", `{"payoutId":"p-9","accountId":"acct-1","currency":"EUR"}`, nil, bad, paymentresource.CodeInvalidRequest},
-		{"payout: amount too large", "POST", "/v1/payouts", `{"payoutId":"p-9","accountId":"acct-1","amountMinor":9223372036854775807,"currency":"EUR"}`, nil, bad, paymentresource.CodeInvalidRequest},
-		{"payout: amount beyond int64", "POST", "/v1/payouts", `{"payoutId":"p-9","accountId":"acct-1","amountMinor":9223372036854775808,"currency":"EUR"}`, nil, bad, paymentresource.CodeInvalidRequest},
-		{"payout: amount as string", "POST", "/v1/payouts", `{"payoutId":"p-9","accountId":"acct-1","amountMinor":"5","currency":"EUR"}`, nil, bad, paymentresource.CodeInvalidRequest},
-		{"payout: unknown account", "POST", "/v1/payouts", `{"payoutId":"p-9","accountId":"acct-9","amountMinor":5,"currency":"EUR"}`, nil, http.StatusNotFound, paymentresource.CodeAccountNotFound},
-		{"payout: wrong currency", "POST", "/v1/payouts", `{"payoutId":"p-9","accountId":"acct-1","amountMinor":5,"currency":"USD"}`, nil, http.StatusUnprocessableEntity, paymentresource.CodeCurrencyMismatch},
-		{"payout: bad currency", "POST", "/v1/payouts", `{"payoutId":"p-9","accountId":"acct-1","amountMinor":5,"currency":"EURO"}`, nil, bad, paymentresource.CodeInvalidRequest},
-		{"payout: oversized body", "POST", "/v1/payouts", big, nil, http.StatusRequestEntityTooLarge, paymentresource.CodeBodyTooLarge},
-		{"payout: conflict", "POST", "/v1/payouts", `{"payoutId":"p-1","accountId":"acct-1","amountMinor":101,"currency":"EUR"}`, nil, conflict, paymentresource.CodePayoutConflict},
-		{"payout: wrong method", "PUT", "/v1/payouts", `{}`, nil, http.StatusMethodNotAllowed, paymentresource.CodeMethodNotAllowed},
+		{"payout: malformed JSON", "POST", "/v1/payouts", `{"payoutId":"p-9",`, nil, bad, api.CodeInvalidRequest},
+		{"payout: unknown field", "POST", "/v1/payouts", `{"payoutId":"p-9","accountId":"acct-1","amountMinor":1,"currency":"EUR","memo":"x"}`, nil, bad, api.CodeInvalidRequest},
+		{"payout: zero amount", "POST", "/v1/payouts", `{"payoutId":"p-9","accountId":"acct-1","amountMinor":0,"currency":"EUR"}`, nil, bad, api.CodeInvalidRequest},
+		{"payout: negative amount", "POST", "/v1/payouts", `{"payoutId":"p-9","accountId":"acct-1","amountMinor":-5,"currency":"EUR"}`, nil, bad, api.CodeInvalidRequest},
+		{"payout: missing amount", "POST", "/v1/payouts", `{"payoutId":"p-9","accountId":"acct-1","currency":"EUR"}`, nil, bad, api.CodeInvalidRequest},
+		{"payout: amount too large", "POST", "/v1/payouts", `{"payoutId":"p-9","accountId":"acct-1","amountMinor":9223372036854775807,"currency":"EUR"}`, nil, bad, api.CodeInvalidRequest},
+		{"payout: amount beyond int64", "POST", "/v1/payouts", `{"payoutId":"p-9","accountId":"acct-1","amountMinor":9223372036854775808,"currency":"EUR"}`, nil, bad, api.CodeInvalidRequest},
+		{"payout: amount as string", "POST", "/v1/payouts", `{"payoutId":"p-9","accountId":"acct-1","amountMinor":"5","currency":"EUR"}`, nil, bad, api.CodeInvalidRequest},
+		{"payout: unknown account", "POST", "/v1/payouts", `{"payoutId":"p-9","accountId":"acct-9","amountMinor":5,"currency":"EUR"}`, nil, http.StatusNotFound, api.CodeAccountNotFound},
+		{"payout: wrong currency", "POST", "/v1/payouts", `{"payoutId":"p-9","accountId":"acct-1","amountMinor":5,"currency":"USD"}`, nil, http.StatusUnprocessableEntity, api.CodeCurrencyMismatch},
+		{"payout: bad currency", "POST", "/v1/payouts", `{"payoutId":"p-9","accountId":"acct-1","amountMinor":5,"currency":"EURO"}`, nil, bad, api.CodeInvalidRequest},
+		{"payout: oversized body", "POST", "/v1/payouts", big, nil, http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge},
+		{"payout: conflict", "POST", "/v1/payouts", `{"payoutId":"p-1","accountId":"acct-1","amountMinor":101,"currency":"EUR"}`, nil, conflict, api.CodePayoutConflict},
+		{"payout: wrong method", "PUT", "/v1/payouts", `{}`, nil, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed},
 		// GET /v1/payouts/{id}
-		{"get payout: unknown", "GET", "/v1/payouts/nope", ``, nil, http.StatusNotFound, paymentresource.CodePayoutNotFound},
-		{"get payout: wrong method", "POST", "/v1/payouts/p-1", `{}`, nil, http.StatusMethodNotAllowed, paymentresource.CodeMethodNotAllowed},
+		{"get payout: unknown", "GET", "/v1/payouts/nope", ``, nil, http.StatusNotFound, api.CodePayoutNotFound},
+		{"get payout: wrong method", "POST", "/v1/payouts/p-1", `{}`, nil, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed},
 		// POST /v1/payouts/{id}/claim
-		{"claim: missing token", "POST", "/v1/payouts/p-1/claim", ``, nil, bad, paymentresource.CodeInvalidToken},
-		{"claim: non-numeric token", "POST", "/v1/payouts/p-1/claim", ``, tok("abc"), bad, paymentresource.CodeInvalidToken},
-		{"claim: zero token", "POST", "/v1/payouts/p-1/claim", ``, tok("0"), bad, paymentresource.CodeInvalidToken},
-		{"claim: negative token", "POST", "/v1/payouts/p-1/claim", ``, tok("-4"), bad, paymentresource.CodeInvalidToken},
-		{"claim: two tokens", "POST", "/v1/payouts/p-1/claim", ``, []string{fencing.HeaderToken, "5", fencing.HeaderToken, "6"}, bad, paymentresource.CodeInvalidToken},
-		{"claim: malformed body", "POST", "/v1/payouts/p-1/claim", `{"x"`, tok("5"), bad, paymentresource.CodeInvalidRequest},
-		{"claim: unknown field", "POST", "/v1/payouts/p-1/claim", `{"force":true}`, tok("5"), bad, paymentresource.CodeInvalidRequest},
-		{"claim: oversized body", "POST", "/v1/payouts/p-1/claim", big, tok("5"), http.StatusRequestEntityTooLarge, paymentresource.CodeBodyTooLarge},
-		{"claim: unknown payout", "POST", "/v1/payouts/nope/claim", ``, tok("5"), http.StatusNotFound, paymentresource.CodePayoutNotFound},
-		{"claim: stale token", "POST", "/v1/payouts/p-2/claim", ``, tok("4"), conflict, paymentresource.CodeFencedOut},
-		{"claim: wrong method", "GET", "/v1/payouts/p-1/claim", ``, tok("5"), http.StatusMethodNotAllowed, paymentresource.CodeMethodNotAllowed},
+		{"claim: missing token", "POST", "/v1/payouts/p-1/claim", ``, nil, bad, api.CodeInvalidToken},
+		{"claim: non-numeric token", "POST", "/v1/payouts/p-1/claim", ``, tok("abc"), bad, api.CodeInvalidToken},
+		{"claim: zero token", "POST", "/v1/payouts/p-1/claim", ``, tok("0"), bad, api.CodeInvalidToken},
+		{"claim: negative token", "POST", "/v1/payouts/p-1/claim", ``, tok("-4"), bad, api.CodeInvalidToken},
+		{"claim: two tokens", "POST", "/v1/payouts/p-1/claim", ``, []string{fencing.HeaderToken, "5", fencing.HeaderToken, "6"}, bad, api.CodeInvalidToken},
+		{"claim: malformed body", "POST", "/v1/payouts/p-1/claim", `{"x"`, tok("5"), bad, api.CodeInvalidRequest},
+		{"claim: unknown field", "POST", "/v1/payouts/p-1/claim", `{"force":true}`, tok("5"), bad, api.CodeInvalidRequest},
+		{"claim: oversized body", "POST", "/v1/payouts/p-1/claim", big, tok("5"), http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge},
+		{"claim: unknown payout", "POST", "/v1/payouts/nope/claim", ``, tok("5"), http.StatusNotFound, api.CodePayoutNotFound},
+		{"claim: stale token", "POST", "/v1/payouts/p-2/claim", ``, tok("4"), conflict, api.CodeFencedOut},
+		{"claim: wrong method", "GET", "/v1/payouts/p-1/claim", ``, tok("5"), http.StatusMethodNotAllowed, api.CodeMethodNotAllowed},
 		// POST /v1/payouts/{id}/result
-		{"result: missing token", "POST", "/v1/payouts/p-2/result", `{"outcome":"ACK","railRef":"r-1"}`, nil, bad, paymentresource.CodeInvalidToken},
-		{"result: non-numeric token", "POST", "/v1/payouts/p-2/result", `{"outcome":"ACK","railRef":"r-1"}`, tok("5x"), bad, paymentresource.CodeInvalidToken},
-		{"result: zero token", "POST", "/v1/payouts/p-2/result", `{"outcome":"ACK","railRef":"r-1"}`, tok("0"), bad, paymentresource.CodeInvalidToken},
-		{"result: malformed JSON", "POST", "/v1/payouts/p-2/result", `{"outcome":"ACK",`, tok("5"), bad, paymentresource.CodeInvalidRequest},
-		{"result: unknown field", "POST", "/v1/payouts/p-2/result", `{"outcome":"ACK","railRef":"r-1","amountMinor":5}`, tok("5"), bad, paymentresource.CodeInvalidRequest},
-		{"result: unknown outcome", "POST", "/v1/payouts/p-2/result", `{"outcome":"PAID","railRef":"r-1"}`, tok("5"), bad, paymentresource.CodeInvalidRequest},
-		{"result: lower-case outcome", "POST", "/v1/payouts/p-2/result", `{"outcome":"ack","railRef":"r-1"}`, tok("5"), bad, paymentresource.CodeInvalidRequest},
-		{"result: ACK without railRef", "POST", "/v1/payouts/p-2/result", `{"outcome":"ACK"}`, tok("5"), bad, paymentresource.CodeInvalidRequest},
-		{"result: DECLINE without railRef", "POST", "/v1/payouts/p-2/result", `{"outcome":"DECLINE","railRef":""}`, tok("5"), bad, paymentresource.CodeInvalidRequest},
-		{"result: railRef with a space", "POST", "/v1/payouts/p-2/result", `{"outcome":"ACK","railRef":"r 1"}`, tok("5"), bad, paymentresource.CodeInvalidRequest},
-		{"result: empty body", "POST", "/v1/payouts/p-2/result", ``, tok("5"), bad, paymentresource.CodeInvalidRequest},
-		{"result: oversized body", "POST", "/v1/payouts/p-2/result", big, tok("5"), http.StatusRequestEntityTooLarge, paymentresource.CodeBodyTooLarge},
-		{"result: unknown payout", "POST", "/v1/payouts/nope/result", `{"outcome":"ACK","railRef":"r-1"}`, tok("5"), http.StatusNotFound, paymentresource.CodePayoutNotFound},
-		{"result: not claimed", "POST", "/v1/payouts/p-1/result", `{"outcome":"ACK","railRef":"r-1"}`, tok("5"), conflict, paymentresource.CodePayoutNotClaimed},
-		{"result: stale token", "POST", "/v1/payouts/p-2/result", `{"outcome":"ACK","railRef":"r-1"}`, tok("4"), conflict, paymentresource.CodeFencedOut},
+		{"result: missing token", "POST", "/v1/payouts/p-2/result", `{"outcome":"ACK","railRef":"r-1"}`, nil, bad, api.CodeInvalidToken},
+		{"result: non-numeric token", "POST", "/v1/payouts/p-2/result", `{"outcome":"ACK","railRef":"r-1"}`, tok("5x"), bad, api.CodeInvalidToken},
+		{"result: zero token", "POST", "/v1/payouts/p-2/result", `{"outcome":"ACK","railRef":"r-1"}`, tok("0"), bad, api.CodeInvalidToken},
+		{"result: malformed JSON", "POST", "/v1/payouts/p-2/result", `{"outcome":"ACK",`, tok("5"), bad, api.CodeInvalidRequest},
+		{"result: unknown field", "POST", "/v1/payouts/p-2/result", `{"outcome":"ACK","railRef":"r-1","amountMinor":5}`, tok("5"), bad, api.CodeInvalidRequest},
+		{"result: unknown outcome", "POST", "/v1/payouts/p-2/result", `{"outcome":"PAID","railRef":"r-1"}`, tok("5"), bad, api.CodeInvalidRequest},
+		{"result: lower-case outcome", "POST", "/v1/payouts/p-2/result", `{"outcome":"ack","railRef":"r-1"}`, tok("5"), bad, api.CodeInvalidRequest},
+		{"result: ACK without railRef", "POST", "/v1/payouts/p-2/result", `{"outcome":"ACK"}`, tok("5"), bad, api.CodeInvalidRequest},
+		{"result: DECLINE without railRef", "POST", "/v1/payouts/p-2/result", `{"outcome":"DECLINE","railRef":""}`, tok("5"), bad, api.CodeInvalidRequest},
+		{"result: railRef with a space", "POST", "/v1/payouts/p-2/result", `{"outcome":"ACK","railRef":"r 1"}`, tok("5"), bad, api.CodeInvalidRequest},
+		{"result: empty body", "POST", "/v1/payouts/p-2/result", ``, tok("5"), bad, api.CodeInvalidRequest},
+		{"result: oversized body", "POST", "/v1/payouts/p-2/result", big, tok("5"), http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge},
+		{"result: unknown payout", "POST", "/v1/payouts/nope/result", `{"outcome":"ACK","railRef":"r-1"}`, tok("5"), http.StatusNotFound, api.CodePayoutNotFound},
+		{"result: not claimed", "POST", "/v1/payouts/p-1/result", `{"outcome":"ACK","railRef":"r-1"}`, tok("5"), conflict, api.CodePayoutNotClaimed},
+		{"result: stale token", "POST", "/v1/payouts/p-2/result", `{"outcome":"ACK","railRef":"r-1"}`, tok("4"), conflict, api.CodeFencedOut},
 		// GET /v1/audit and unknown routes
-		{"audit: wrong method", "POST", "/v1/audit", `{}`, nil, http.StatusMethodNotAllowed, paymentresource.CodeMethodNotAllowed},
-		{"no such route", "GET", "/v2/payouts", ``, nil, http.StatusNotFound, paymentresource.CodeNotFound},
-		{"no such payout step", "POST", "/v1/payouts/p-1/submit", `{}`, nil, http.StatusNotFound, paymentresource.CodeNotFound},
+		{"audit: wrong method", "POST", "/v1/audit", `{}`, nil, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed},
+		{"no such route", "GET", "/v2/payouts", ``, nil, http.StatusNotFound, api.CodeNotFound},
+		{"no such payout step", "POST", "/v1/payouts/p-1/submit", `{}`, nil, http.StatusNotFound, api.CodeNotFound},
 	} {
 		st, body := f.do(tc.method, tc.path, tc.body, tc.headers...)
 		want(t, tc.name, st, body, tc.status, tc.code)
@@ -527,13 +528,13 @@ func TestAuditDetectsEachBrokenRule(t *testing.T) {
 	for _, tc := range []struct {
 		check, subject, corrupt string
 	}{
-		{paymentresource.CheckTxnBalanced, "1",
+		{api.CheckTxnBalanced, "1",
 			`INSERT INTO ledger_entry (txn_id, ledger_account, amount_minor, currency) VALUES (1, 'rail:clearing', 1, 'EUR')`},
-		{paymentresource.CheckAccountBalance, "acct-1",
+		{api.CheckAccountBalance, "acct-1",
 			`UPDATE account SET balance_minor = balance_minor + 100`},
-		{paymentresource.CheckOneDebitPerPayout, "p-1",
+		{api.CheckOneDebitPerPayout, "p-1",
 			`UPDATE payout SET state = 'declined' WHERE payout_id = 'p-1'`},
-		{paymentresource.CheckOneDebitPerPayout, "p-2",
+		{api.CheckOneDebitPerPayout, "p-2",
 			`UPDATE payout SET state = 'posted' WHERE payout_id = 'p-2'`},
 	} {
 		t.Run(tc.check+"/"+tc.subject, func(t *testing.T) {
@@ -629,14 +630,14 @@ func TestConcurrentHoldersPostAtMostOnce(t *testing.T) {
 	if n := f.count("outbox"); n != 1 {
 		t.Fatalf("outbox rows after %d concurrent creates = %d, want 1", holders, n)
 	}
-	code := func(body []byte) string { // not decode: no t.Fatal off the test goroutine
-		var env httpjson.Envelope
+	code := func(body []byte) api.Code { // not decode: no t.Fatal off the test goroutine
+		var env api.ErrorEnvelope
 		if err := json.Unmarshal(body, &env); err != nil {
-			return fmt.Sprintf("undecodable %q", body)
+			return api.Code(fmt.Sprintf("undecodable %q", body))
 		}
 		return env.Error.Code
 	}
-	codes := make(chan string, holders)
+	codes := make(chan api.Code, holders)
 	for i := 1; i <= holders; i++ {
 		wg.Add(1)
 		go func(token int64) {
@@ -661,8 +662,8 @@ func TestConcurrentHoldersPostAtMostOnce(t *testing.T) {
 		switch c {
 		case "posted":
 			posted++
-		case "claim:" + paymentresource.CodeFencedOut, "claim:" + paymentresource.CodePayoutFinished,
-			"ack:" + paymentresource.CodeFencedOut, "ack:" + paymentresource.CodePayoutFinished:
+		case "claim:" + api.CodeFencedOut, "claim:" + api.CodePayoutFinished,
+			"ack:" + api.CodeFencedOut, "ack:" + api.CodePayoutFinished:
 		default:
 			t.Errorf("unexpected answer %s", c)
 		}
@@ -678,5 +679,20 @@ func TestConcurrentHoldersPostAtMostOnce(t *testing.T) {
 	}
 	if rep := f.audit(); !rep.Balanced {
 		t.Errorf("audit = %+v", rep)
+	}
+}
+
+// TestDecodingCodesAreTheAPIs checks that the codes internal/httpjson
+// answers with while decoding a body are spelled as the api declares them:
+// the handler passes them through unchanged.
+func TestDecodingCodesAreTheAPIs(t *testing.T) {
+	for got, want := range map[string]api.Code{
+		httpjson.CodeInvalidRequest:       api.CodeInvalidRequest,
+		httpjson.CodeBodyTooLarge:         api.CodeBodyTooLarge,
+		httpjson.CodeUnsupportedMediaType: api.CodeUnsupportedMediaType,
+	} {
+		if api.Code(got) != want {
+			t.Errorf("httpjson answers %q where the api declares %q", got, want)
+		}
 	}
 }

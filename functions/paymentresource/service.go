@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -106,7 +107,7 @@ func New(ctx context.Context, cfg Config, pub Publisher, logger *slog.Logger) (*
 		closePool()
 		return nil, err
 	}
-	fencing.WarnIfOff(logger, EnvFencingEnabled, !cfg.DisableFencing)
+	fencing.WarnIfOff(logger, api.EnvFencingEnabled, !cfg.DisableFencing)
 
 	life, stop := context.WithCancel(context.Background())
 	s := &Service{
@@ -122,24 +123,11 @@ func New(ctx context.Context, cfg Config, pub Publisher, logger *slog.Logger) (*
 	return s, nil
 }
 
-// Handler returns the HTTP handler of payment-resource. Bodies are JSON of
-// at most MaxBodyBytes, decoded strictly (unknown fields refused); every
-// error answer is the httpjson envelope with one of the Code constants.
-//
-//	POST /v1/accounts              AccountRequest -> 201 Account (200 if it exists alike; 409 ACCOUNT_CONFLICT)
-//	GET  /v1/accounts/{id}         -> 200 Account (404 ACCOUNT_NOT_FOUND)
-//	POST /v1/payouts               PayoutRequest -> 201 Payout (200 if it exists alike; 409 PAYOUT_CONFLICT,
-//	                               404 ACCOUNT_NOT_FOUND, 422 CURRENCY_MISMATCH)
-//	GET  /v1/payouts/{id}          -> 200 Payout (404 PAYOUT_NOT_FOUND)
-//	POST /v1/payouts/{id}/claim    X-Fencing-Token, X-Lock-Owner; empty body or {} -> 200 Payout
-//	                               (409 FENCED_OUT, PAYOUT_FINISHED, PAYOUT_IN_DOUBT; 404 PAYOUT_NOT_FOUND)
-//	POST /v1/payouts/{id}/result   same headers; ResultRequest -> 200 Payout (also for a replayed railRef)
-//	                               (409 FENCED_OUT, PAYOUT_FINISHED, PAYOUT_IN_DOUBT, PAYOUT_NOT_CLAIMED,
-//	                               RAIL_REF_CONFLICT; 404 PAYOUT_NOT_FOUND)
-//	GET  /v1/audit                 -> 200 AuditReport (balanced or not)
-//
-// Any route: 400 INVALID_REQUEST or INVALID_TOKEN, 405, 413, 415, 503
-// DATABASE_UNAVAILABLE (retryable), 500 INTERNAL.
+// Handler returns the HTTP handler of payment-resource: the routes,
+// bodies, codes and headers of package api (its package doc lists every
+// route with its answers). Bodies are JSON of at most api.MaxBodyBytes,
+// decoded strictly (unknown or repeated fields refused); every error answer
+// is an api.ErrorEnvelope with one of the api.Code constants.
 func (s *Service) Handler() http.Handler { return s.handler }
 
 // Close stops the outbox publisher and waits for it (a publish in flight is

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgerr"
 	"github.com/jackc/pgx/v5"
@@ -105,8 +106,8 @@ func dbError(op string, err error) error {
 
 const accountCols = `account_id, currency, opening_balance_minor, balance_minor, fence, created_at`
 
-func scanAccount(row pgx.Row) (Account, error) {
-	var a Account
+func scanAccount(row pgx.Row) (api.Account, error) {
+	var a api.Account
 	err := row.Scan(&a.AccountID, &a.Currency, &a.OpeningBalanceMinor, &a.BalanceMinor, &a.Fence, &a.CreatedAt)
 	a.CreatedAt = a.CreatedAt.UTC()
 	return a, err
@@ -114,37 +115,37 @@ func scanAccount(row pgx.Row) (Account, error) {
 
 // createAccount inserts the account, or returns the existing one when it
 // has the same currency and opening balance (created=false).
-func (s *Service) createAccount(ctx context.Context, req AccountRequest) (a Account, created bool, err error) {
+func (s *Service) createAccount(ctx context.Context, req api.AccountRequest) (a api.Account, created bool, err error) {
 	a, err = scanAccount(s.pool.QueryRow(ctx, `INSERT INTO account (account_id, currency, opening_balance_minor, balance_minor)
 VALUES ($1, $2, $3, $3) ON CONFLICT (account_id) DO NOTHING RETURNING `+accountCols,
 		req.AccountID, req.Currency, *req.OpeningBalanceMinor))
 	switch {
 	case err == nil:
-		s.log.Info("account created", "event", "account_created", "accountId", a.AccountID,
+		s.log.Info("account created", "event", api.EventAccountCreated, "accountId", a.AccountID,
 			"currency", a.Currency, "openingBalanceMinor", a.OpeningBalanceMinor)
 		return a, true, nil
 	case !errors.Is(err, pgx.ErrNoRows):
-		return Account{}, false, dbError("create account", err)
+		return api.Account{}, false, dbError("create account", err)
 	}
 	a, err = s.account(ctx, req.AccountID)
 	if err != nil {
-		return Account{}, false, err
+		return api.Account{}, false, err
 	}
 	if a.Currency != req.Currency || a.OpeningBalanceMinor != *req.OpeningBalanceMinor {
-		return Account{}, false, fmt.Errorf("%w: account %s has currency %s and opening balance %d", ErrAccountConflict,
+		return api.Account{}, false, fmt.Errorf("%w: account %s has currency %s and opening balance %d", ErrAccountConflict,
 			a.AccountID, a.Currency, a.OpeningBalanceMinor)
 	}
 	return a, false, nil
 }
 
 // account returns the account, or ErrAccountNotFound.
-func (s *Service) account(ctx context.Context, id string) (Account, error) {
+func (s *Service) account(ctx context.Context, id string) (api.Account, error) {
 	a, err := scanAccount(s.pool.QueryRow(ctx, `SELECT `+accountCols+` FROM account WHERE account_id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Account{}, fmt.Errorf("%w: %q", ErrAccountNotFound, id)
+		return api.Account{}, fmt.Errorf("%w: %q", ErrAccountNotFound, id)
 	}
 	if err != nil {
-		return Account{}, dbError("read account", err)
+		return api.Account{}, dbError("read account", err)
 	}
 	return a, nil
 }
@@ -153,7 +154,7 @@ func (s *Service) account(ctx context.Context, id string) (Account, error) {
 // row of its event in one transaction, or returns the existing payout when
 // it has the same account, amount and currency (created=false, no new
 // outbox row).
-func (s *Service) createPayout(ctx context.Context, req PayoutRequest) (p Payout, created bool, err error) {
+func (s *Service) createPayout(ctx context.Context, req api.PayoutRequest) (p api.Payout, created bool, err error) {
 	err = s.inTx(ctx, "create payout", func(tx pgx.Tx) error {
 		var ccy string
 		err := tx.QueryRow(ctx, `SELECT currency FROM account WHERE account_id = $1`, req.AccountID).Scan(&ccy)
@@ -181,7 +182,7 @@ VALUES ($1, $2, $3, $4) ON CONFLICT (payout_id) DO NOTHING`, req.PayoutID, req.A
 			}
 			return nil
 		}
-		if err := transition(ctx, tx, req.PayoutID, "", StatePending, 0, ""); err != nil {
+		if err := transition(ctx, tx, req.PayoutID, "", api.StatePending, 0, ""); err != nil {
 			return err
 		}
 		ev := payoutevent.Event{PayoutID: req.PayoutID, AccountID: req.AccountID, AmountMinor: req.AmountMinor, Currency: req.Currency}
@@ -202,10 +203,10 @@ VALUES ($1, $2, $3, $4) ON CONFLICT (payout_id) DO NOTHING`, req.PayoutID, req.A
 		return err
 	})
 	if err != nil {
-		return Payout{}, false, err
+		return api.Payout{}, false, err
 	}
 	if created {
-		s.log.Info("payout created", "event", "payout_created", "payoutId", p.PayoutID, "accountId", p.AccountID,
+		s.log.Info("payout created", "event", api.EventPayoutCreated, "payoutId", p.PayoutID, "accountId", p.AccountID,
 			"amountMinor", p.AmountMinor, "currency", p.Currency)
 		s.outbox.wake()
 	}
@@ -218,7 +219,7 @@ type lockedPayout struct {
 	accountID string
 	amount    int64
 	currency  string
-	state     State
+	state     api.State
 	fence     int64
 }
 
@@ -236,9 +237,9 @@ func lockPayout(ctx context.Context, tx pgx.Tx, id string) (lockedPayout, error)
 }
 
 // claim is fence point one on the payout row for the claim step.
-func (s *Service) claim(ctx context.Context, id string, token int64, owner string) (Payout, error) {
-	var p Payout
-	var from State
+func (s *Service) claim(ctx context.Context, id string, token int64, owner string) (api.Payout, error) {
+	var p api.Payout
+	var from api.State
 	err := s.inTx(ctx, "claim", func(tx pgx.Tx) error {
 		l, err := lockPayout(ctx, tx, id)
 		if err != nil {
@@ -256,16 +257,16 @@ func (s *Service) claim(ctx context.Context, id string, token int64, owner strin
 		if tag.RowsAffected() == 0 {
 			return s.refused(id, l, token, owner)
 		}
-		if err := transition(ctx, tx, id, l.state, StateClaimed, token, owner); err != nil {
+		if err := transition(ctx, tx, id, l.state, api.StateClaimed, token, owner); err != nil {
 			return err
 		}
 		p, err = loadPayout(ctx, tx, id)
 		return err
 	})
 	if err != nil {
-		return Payout{}, err
+		return api.Payout{}, err
 	}
-	s.log.Info("payout claimed", "event", "payout_claimed", "payoutId", id, "accountId", p.AccountID,
+	s.log.Info("payout claimed", "event", api.EventPayoutClaimed, "payoutId", id, "accountId", p.AccountID,
 		"token", token, "ownerId", owner, "from", string(from))
 	return p, nil
 }
@@ -273,17 +274,17 @@ func (s *Service) claim(ctx context.Context, id string, token int64, owner strin
 // result records the rail's answer to a submission of payout id. For ACK
 // one transaction posts the payout (payout fence, non-strict), debits the
 // account (account fence, strict) and writes the ledger transaction.
-func (s *Service) result(ctx context.Context, id string, token int64, owner string, req ResultRequest) (Payout, error) {
-	var p Payout
+func (s *Service) result(ctx context.Context, id string, token int64, owner string, req api.ResultRequest) (api.Payout, error) {
+	var p api.Payout
 	var replayed bool
-	var from State
+	var from api.State
 	err := s.inTx(ctx, "result", func(tx pgx.Tx) error {
 		l, err := lockPayout(ctx, tx, id)
 		if err != nil {
 			return err
 		}
 		from = l.state
-		if req.Outcome != OutcomeAmbiguous {
+		if req.Outcome != api.OutcomeAmbiguous {
 			replayed, err = recordRailResult(ctx, tx, id, token, owner, req)
 			if err != nil {
 				return err
@@ -295,9 +296,9 @@ func (s *Service) result(ctx context.Context, id string, token int64, owner stri
 		}
 		var fenced, unfenced string
 		switch req.Outcome {
-		case OutcomeAck:
+		case api.OutcomeAck:
 			fenced, unfenced = postFenced, postUnfenced
-		case OutcomeDecline:
+		case api.OutcomeDecline:
 			fenced, unfenced = declineFenced, declineUnfenced
 		default:
 			fenced, unfenced = ambiguousFenced, ambiguousUnfenced
@@ -320,22 +321,22 @@ func (s *Service) result(ctx context.Context, id string, token int64, owner stri
 			return dbError("result: rail token", err)
 		}
 		switch req.Outcome {
-		case OutcomeAck:
+		case api.OutcomeAck:
 			if err := s.debit(ctx, tx, id, l, token, owner, req.RailRef); err != nil {
 				return err
 			}
-			if err := transition(ctx, tx, id, l.state, StateAcknowledged, token, owner); err != nil {
+			if err := transition(ctx, tx, id, l.state, api.StateAcknowledged, token, owner); err != nil {
 				return err
 			}
-			if err := transition(ctx, tx, id, StateAcknowledged, StatePosted, token, owner); err != nil {
+			if err := transition(ctx, tx, id, api.StateAcknowledged, api.StatePosted, token, owner); err != nil {
 				return err
 			}
-		case OutcomeDecline:
-			if err := transition(ctx, tx, id, l.state, StateDeclined, token, owner); err != nil {
+		case api.OutcomeDecline:
+			if err := transition(ctx, tx, id, l.state, api.StateDeclined, token, owner); err != nil {
 				return err
 			}
 		default:
-			if err := transition(ctx, tx, id, l.state, StateAmbiguous, token, owner); err != nil {
+			if err := transition(ctx, tx, id, l.state, api.StateAmbiguous, token, owner); err != nil {
 				return err
 			}
 		}
@@ -343,24 +344,24 @@ func (s *Service) result(ctx context.Context, id string, token int64, owner stri
 		return err
 	})
 	if err != nil {
-		return Payout{}, err
+		return api.Payout{}, err
 	}
 	attrs := []any{"payoutId", id, "accountId", p.AccountID, "token", token, "ownerId", owner,
 		"railRef", req.RailRef, "from", string(from)}
 	switch {
 	case replayed:
-		s.log.Info("rail result already recorded", append([]any{"event", "result_replayed", "outcome", string(req.Outcome)}, attrs...)...)
-	case req.Outcome == OutcomeAck:
+		s.log.Info("rail result already recorded", append([]any{"event", api.EventResultReplayed, "outcome", string(req.Outcome)}, attrs...)...)
+	case req.Outcome == api.OutcomeAck:
 		level := slog.LevelInfo
 		if p.Debits > 1 {
 			level = slog.LevelWarn // only possible with fencing off
 		}
 		s.log.Log(context.Background(), level, "payout posted",
-			append([]any{"event", "payout_posted", "amountMinor", p.AmountMinor, "currency", p.Currency, "debits", p.Debits}, attrs...)...)
-	case req.Outcome == OutcomeDecline:
-		s.log.Info("payout declined", append([]any{"event", "payout_declined"}, attrs...)...)
+			append([]any{"event", api.EventPayoutPosted, "amountMinor", p.AmountMinor, "currency", p.Currency, "debits", p.Debits}, attrs...)...)
+	case req.Outcome == api.OutcomeDecline:
+		s.log.Info("payout declined", append([]any{"event", api.EventPayoutDeclined}, attrs...)...)
 	default:
-		s.log.Warn("payout outcome ambiguous", append([]any{"event", "payout_ambiguous"}, attrs...)...)
+		s.log.Warn("payout outcome ambiguous", append([]any{"event", api.EventPayoutAmbiguous}, attrs...)...)
 	}
 	return p, nil
 }
@@ -369,7 +370,7 @@ func (s *Service) result(ctx context.Context, id string, token int64, owner stri
 // replayed=true when exactly this fact is already recorded, and
 // ErrRailRefConflict when the reference is recorded with another payout or
 // outcome. Concurrent callers with one reference serialise on its key.
-func recordRailResult(ctx context.Context, tx pgx.Tx, id string, token int64, owner string, req ResultRequest) (replayed bool, err error) {
+func recordRailResult(ctx context.Context, tx pgx.Tx, id string, token int64, owner string, req api.ResultRequest) (replayed bool, err error) {
 	tag, err := tx.Exec(ctx, `INSERT INTO rail_result (rail_ref, payout_id, outcome, token, owner_id, rail_token)
 VALUES ($1, $2, $3, $4, NULLIF($5, ''), $6) ON CONFLICT (rail_ref) DO NOTHING`, req.RailRef, id, string(req.Outcome), token, owner, railToken(req, token))
 	if err != nil {
@@ -391,7 +392,7 @@ VALUES ($1, $2, $3, $4, NULLIF($5, ''), $6) ON CONFLICT (rail_ref) DO NOTHING`, 
 
 // railToken is the token the reported submission reached the rail with:
 // req.RailToken, or the reporter's token when it is not given.
-func railToken(req ResultRequest, token int64) int64 {
+func railToken(req api.ResultRequest, token int64) int64 {
 	if req.RailToken > 0 {
 		return req.RailToken
 	}
@@ -443,11 +444,11 @@ func (s *Service) refused(id string, l lockedPayout, token int64, owner string) 
 			id, l.accountID)
 	}
 	switch l.state {
-	case StatePosted, StateDeclined:
+	case api.StatePosted, api.StateDeclined:
 		return fmt.Errorf("%w: payout %s is %s", ErrPayoutFinished, id, l.state)
-	case StateAmbiguous, StateSubmitted, StateAcknowledged:
+	case api.StateAmbiguous, api.StateSubmitted, api.StateAcknowledged:
 		return fmt.Errorf("%w: payout %s is %s", ErrPayoutInDoubt, id, l.state)
-	case StatePending:
+	case api.StatePending:
 		return fmt.Errorf("%w: payout %s is pending; claim it first", ErrPayoutNotClaimed, id)
 	}
 	return fmt.Errorf("paymentresource: payout %s in state %s (fence %d) matched no row for token %d", id, l.state, l.fence, token)
@@ -463,7 +464,7 @@ func (s *Service) fencedOut(r fencing.Refusal, payoutID, accountID string) error
 
 // transition appends one row to the payout's history; from "" and token 0
 // record the creation.
-func transition(ctx context.Context, tx pgx.Tx, id string, from, to State, token int64, owner string) error {
+func transition(ctx context.Context, tx pgx.Tx, id string, from, to api.State, token int64, owner string) error {
 	_, err := tx.Exec(ctx, `INSERT INTO payout_transition (payout_id, from_state, to_state, token, owner_id)
 VALUES ($1, NULLIF($2, ''), $3, NULLIF($4::bigint, 0), NULLIF($5, ''))`, id, string(from), string(to), token, owner)
 	if err != nil {
@@ -473,12 +474,12 @@ VALUES ($1, NULLIF($2, ''), $3, NULLIF($4::bigint, 0), NULLIF($5, ''))`, id, str
 }
 
 // payout returns the payout with its history, or ErrPayoutNotFound.
-func (s *Service) payout(ctx context.Context, id string) (Payout, error) {
+func (s *Service) payout(ctx context.Context, id string) (api.Payout, error) {
 	return loadPayout(ctx, s.pool, id)
 }
 
-func loadPayout(ctx context.Context, q querier, id string) (Payout, error) {
-	var p Payout
+func loadPayout(ctx context.Context, q querier, id string) (api.Payout, error) {
+	var p api.Payout
 	err := q.QueryRow(ctx, `SELECT payout_id, account_id, amount_minor, currency, state, fence,
        coalesce(owner_id, ''), coalesce(rail_ref, ''), coalesce(rail_token, 0),
        (SELECT count(*) FROM ledger_txn t WHERE t.payout_id = p.payout_id AND t.kind = 'payout_debit'),
@@ -486,28 +487,28 @@ func loadPayout(ctx context.Context, q querier, id string) (Payout, error) {
 FROM payout p WHERE payout_id = $1`, id).Scan(&p.PayoutID, &p.AccountID, &p.AmountMinor, &p.Currency, &p.State, &p.Fence,
 		&p.OwnerID, &p.RailRef, &p.RailToken, &p.Debits, &p.CreatedAt, &p.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Payout{}, fmt.Errorf("%w: %q", ErrPayoutNotFound, id)
+		return api.Payout{}, fmt.Errorf("%w: %q", ErrPayoutNotFound, id)
 	}
 	if err != nil {
-		return Payout{}, dbError("read payout", err)
+		return api.Payout{}, dbError("read payout", err)
 	}
 	p.CreatedAt, p.UpdatedAt = p.CreatedAt.UTC(), p.UpdatedAt.UTC()
 	rows, err := q.Query(ctx, `SELECT coalesce(from_state, ''), to_state, coalesce(token, 0), coalesce(owner_id, ''), at
 FROM payout_transition WHERE payout_id = $1 ORDER BY transition_id`, id)
 	if err != nil {
-		return Payout{}, dbError("read payout history", err)
+		return api.Payout{}, dbError("read payout history", err)
 	}
-	p.History, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Transition, error) {
-		var t Transition
+	p.History, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (api.Transition, error) {
+		var t api.Transition
 		err := r.Scan(&t.From, &t.To, &t.Token, &t.OwnerID, &t.At)
 		t.At = t.At.UTC()
 		return t, err
 	})
 	if err != nil {
-		return Payout{}, dbError("read payout history", err)
+		return api.Payout{}, dbError("read payout history", err)
 	}
 	if p.History == nil {
-		p.History = []Transition{}
+		p.History = []api.Transition{}
 	}
 	return p, nil
 }

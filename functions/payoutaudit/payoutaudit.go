@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 )
@@ -87,7 +88,7 @@ type Report struct {
 	Debits          int `json:"debits"`
 	// Ledger is paymentresource.Audit's report, when Run checked every
 	// payout (nil for a scoped check).
-	Ledger *paymentresource.AuditReport `json:"ledger,omitempty"`
+	Ledger *api.AuditReport `json:"ledger,omitempty"`
 }
 
 // payoutFacts is what each record says about one payout.
@@ -235,14 +236,14 @@ func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submi
 				add(CheckRailThroughProxy, id, "rail-proxy recorded rail reference %s, which the rail's journal does not hold", r)
 			}
 		}
-		switch paymentresource.State(f.state) {
-		case paymentresource.StateAmbiguous:
+		switch api.State(f.state) {
+		case api.StateAmbiguous:
 			// Its outcome is for the reconciliation to learn from the rail.
 			rep.Unreconciled = append(rep.Unreconciled, id)
 			if f.debits != 0 {
 				add(CheckRailMatchesLedger, id, "an ambiguous payout has %d debit(s)", f.debits)
 			}
-		case paymentresource.StatePending, paymentresource.StateClaimed, paymentresource.StateSubmitted:
+		case api.StatePending, api.StateClaimed, api.StateSubmitted:
 			// Nobody has reported an outcome yet (a delivery is still due).
 			if f.acks > 0 {
 				rep.Unreconciled = append(rep.Unreconciled, id)
@@ -265,7 +266,7 @@ func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submi
 				}
 			}
 		}
-		if f.inPaydb && f.railRef != "" && (f.state == string(paymentresource.StatePosted) || f.state == string(paymentresource.StateDeclined)) {
+		if f.inPaydb && f.railRef != "" && (f.state == string(api.StatePosted) || f.state == string(api.StateDeclined)) {
 			want, ok := f.tokenByRef[f.railRef]
 			if !ok && f.firstState == railproxy.StateForwarding && slices.Contains(f.railRefs, f.railRef) {
 				// The rail answered and paydb recorded it, but raildb never

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
@@ -63,7 +64,7 @@ func (w world) payout(id string) payoutevent.Event {
 }
 
 func (w world) claim(e payoutevent.Event, token int64) {
-	if code, body := call(w.t, "POST", w.p.PayURL+"/v1/payouts/"+e.PayoutID+"/claim", token, nil); code != http.StatusOK {
+	if code, body := call(w.t, "POST", w.p.PayURL+api.ClaimPath(e.PayoutID), token, nil); code != http.StatusOK {
 		w.t.Fatalf("claim %s with %d: %d %v", e.PayoutID, token, code, body)
 	}
 }
@@ -84,7 +85,7 @@ func (w world) report(e payoutevent.Event, token int64, ref string, railToken in
 	if railToken > 0 {
 		body["railToken"] = railToken
 	}
-	if code, ans := call(w.t, "POST", w.p.PayURL+"/v1/payouts/"+e.PayoutID+"/result", token, body); code != http.StatusOK {
+	if code, ans := call(w.t, "POST", w.p.PayURL+api.ResultPath(e.PayoutID), token, body); code != http.StatusOK {
 		w.t.Fatalf("result %s with %d: %d %v", e.PayoutID, token, code, ans)
 	}
 }

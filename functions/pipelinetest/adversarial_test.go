@@ -20,6 +20,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
@@ -188,8 +189,8 @@ func TestAuditComparesWhatTheRailPaidWithTheBooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := lease.Token()
-	if status, body := send(t, p.PayURL+"/v1/payouts/p-1/claim", tok, nil); status != http.StatusOK {
-		t.Fatalf("claim: %d %s", status, body)
+	if _, err := p.Pay.Claim(t.Context(), ev.PayoutID, tok, "review"); err != nil {
+		t.Fatalf("claim: %v", err)
 	}
 	status, body := send(t, p.ProxyURL+railproxy.PathSubmissions, tok, map[string]any{
 		"payoutId": ev.PayoutID, "accountId": ev.AccountID, "amountMinor": 1, "currency": "EUR"})
@@ -197,9 +198,9 @@ func TestAuditComparesWhatTheRailPaidWithTheBooks(t *testing.T) {
 	if status != http.StatusOK || json.Unmarshal(body, &ans) != nil || ans.Status != railproxy.RailAck {
 		t.Fatalf("submission: %d %s", status, body)
 	}
-	if status, body := send(t, p.PayURL+"/v1/payouts/p-1/result", tok, map[string]any{
-		"outcome": "ACK", "railRef": ans.RailRef, "railToken": tok}); status != http.StatusOK {
-		t.Fatalf("result: %d %s", status, body)
+	if _, err := p.Pay.PostResult(t.Context(), ev.PayoutID, tok, "review", api.ResultRequest{
+		Outcome: api.OutcomeAck, RailRef: ans.RailRef, RailToken: tok}); err != nil {
+		t.Fatalf("result: %v", err)
 	}
 	rep, err := p.Audit(t.Context())
 	if err != nil {

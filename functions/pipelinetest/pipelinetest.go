@@ -12,12 +12,9 @@ package pipelinetest
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +22,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
@@ -76,6 +75,8 @@ type Pipeline struct {
 	// LockURL, PayURL and ProxyURL are the base URLs of lock-server,
 	// payment-resource and rail-proxy.
 	LockURL, PayURL, ProxyURL string
+	// Pay is a typed client of payment-resource at PayURL.
+	Pay *payclient.Client
 	// Stub is the rail.
 	Stub *railstub.Stub
 	// PayDB and RailDB are pools on the two databases, for checks.
@@ -146,17 +147,23 @@ func Start(t testing.TB, opts Options) *Pipeline {
 	}
 	t.Cleanup(svc.Close)
 	p.PayURL = serve(svc.Handler())
+	if p.Pay, err = payclient.New(p.PayURL); err != nil {
+		t.Fatal(err)
+	}
 	p.PayDB = open(paydb)
 	return p
 }
 
 // CreatePayout creates e's account (with a large opening balance) and the
-// payout e describes, through payment-resource's API.
+// payout e describes, through payment-resource's API; both already
+// existing alike is no error.
 func (p *Pipeline) CreatePayout(ctx context.Context, e payoutevent.Event) error {
-	if err := post(ctx, p.PayURL+"/v1/accounts", map[string]any{"accountId": e.AccountID, "currency": e.Currency, "openingBalanceMinor": 1_000_000_000}); err != nil {
+	opening := int64(1_000_000_000)
+	if _, err := p.Pay.CreateAccount(ctx, api.AccountRequest{AccountID: e.AccountID, Currency: e.Currency, OpeningBalanceMinor: &opening}); err != nil {
 		return err
 	}
-	return post(ctx, p.PayURL+"/v1/payouts", map[string]any{"payoutId": e.PayoutID, "accountId": e.AccountID, "amountMinor": e.AmountMinor, "currency": e.Currency})
+	_, err := p.Pay.CreatePayout(ctx, api.PayoutRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency})
+	return err
 }
 
 // Audit runs payoutaudit.Run over the pipeline's records: for the payouts
@@ -172,25 +179,4 @@ func (p *Pipeline) Audit(ctx context.Context, payoutIDs ...string) (payoutaudit.
 		}
 	}
 	return payoutaudit.Run(ctx, p.PayDB, p.RailDB, rail, payoutIDs)
-}
-
-func post(ctx context.Context, url string, body any) error {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(string(b)))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("POST %s: %s", url, resp.Status)
-	}
-	return nil
 }

@@ -44,6 +44,7 @@ import (
 	"syscall"
 	"time"
 
+	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
 )
 
@@ -353,8 +354,8 @@ func (s *Stack) start(ctx context.Context) error {
 	})
 	wg.Go(func() {
 		s.payURL, errs[1] = s.startFunction(ctx, "payment-resource", "payment-resource", []string{
-			"PAYDB_URL=" + s.payDSN, "PAYMENT_FENCING_ENABLED=" + strconv.FormatBool(s.cfg.PaymentFencing),
-			"OUTBOX_POLL_MS=50",
+			payapi.EnvDatabaseURL + "=" + s.payDSN, payapi.EnvFencingEnabled + "=" + strconv.FormatBool(s.cfg.PaymentFencing),
+			payapi.EnvOutboxPollMs + "=50",
 			"PUBSUB_EMULATOR_HOST=" + s.pubsubAddr, "PUBSUB_PROJECT=" + PubSubProject,
 			"PUBSUB_TOPIC=" + PubSubTopic, "PUBSUB_SETUP_SUBSCRIPTION=" + PubSubSubscription,
 		}, "/")

@@ -1,104 +1,11 @@
-package paymentresource
+package api
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
-)
-
-// Routes served by Service.Handler. {id} is an account or payout id.
-const (
-	// PathAccounts: POST creates an account (AccountRequest -> Account).
-	PathAccounts = "/v1/accounts"
-	// PathAccount: GET returns one account ("/v1/accounts/{id}").
-	PathAccount = "/v1/accounts/{id}"
-	// PathPayouts: POST creates a payout (PayoutRequest -> Payout).
-	PathPayouts = "/v1/payouts"
-	// PathPayout: GET returns one payout ("/v1/payouts/{id}").
-	PathPayout = "/v1/payouts/{id}"
-	// PathClaim: POST claims a payout for a lock holder
-	// ("/v1/payouts/{id}/claim"; headers X-Fencing-Token, X-Lock-Owner).
-	PathClaim = "/v1/payouts/{id}/claim"
-	// PathResult: POST records a rail result (ResultRequest;
-	// "/v1/payouts/{id}/result"; same headers as PathClaim).
-	PathResult = "/v1/payouts/{id}/result"
-	// PathAudit: GET runs the ledger check (AuditReport).
-	PathAudit = "/v1/audit"
-)
-
-// MaxBodyBytes is the largest request body accepted (4 KiB); a larger one
-// is answered 413 BODY_TOO_LARGE.
-const MaxBodyBytes = 4 << 10
-
-// Bounds of request fields.
-const (
-	// MaxAccountIDLen bounds an account id (payoutevent.MaxAccountIDLen).
-	MaxAccountIDLen = payoutevent.MaxAccountIDLen
-	// MaxPayoutIDLen bounds a payout id (payoutevent.MaxPayoutIDLen).
-	MaxPayoutIDLen = payoutevent.MaxPayoutIDLen
-	// MaxRailRefLen bounds a rail reference.
-	MaxRailRefLen = 128
-	// MaxAmountMinor bounds amounts and opening balances, in minor units
-	// (payoutevent.MaxAmountMinor).
-	MaxAmountMinor = payoutevent.MaxAmountMinor
-)
-
-// Error codes of the envelope {"error":{"code","message","retryable"}}.
-// Codes are stable; only CodeUnavailable is retryable.
-const (
-	// CodeInvalidRequest (400): malformed body, unknown field, or a field
-	// out of bounds.
-	CodeInvalidRequest = httpjson.CodeInvalidRequest
-	// CodeBodyTooLarge (413): body larger than MaxBodyBytes.
-	CodeBodyTooLarge = httpjson.CodeBodyTooLarge
-	// CodeUnsupportedMediaType (415): a Content-Type other than
-	// application/json.
-	CodeUnsupportedMediaType = httpjson.CodeUnsupportedMediaType
-	// CodeInvalidToken (400): X-Fencing-Token missing, repeated, or not a
-	// positive decimal int64.
-	CodeInvalidToken = "INVALID_TOKEN"
-	// CodeNotFound (404): no such route.
-	CodeNotFound = "NOT_FOUND"
-	// CodeMethodNotAllowed (405): the route exists for another method.
-	CodeMethodNotAllowed = "METHOD_NOT_ALLOWED"
-	// CodeAccountNotFound (404): the account does not exist, whether it is
-	// named in the path or in a payout's body.
-	CodeAccountNotFound = "ACCOUNT_NOT_FOUND"
-	// CodeAccountConflict (409): the account exists with another currency
-	// or opening balance.
-	CodeAccountConflict = "ACCOUNT_CONFLICT"
-	// CodeCurrencyMismatch (422): the payout's currency is not its
-	// account's.
-	CodeCurrencyMismatch = "CURRENCY_MISMATCH"
-	// CodePayoutNotFound (404): the payout does not exist.
-	CodePayoutNotFound = "PAYOUT_NOT_FOUND"
-	// CodePayoutConflict (409): the payout id exists with another account,
-	// amount or currency.
-	CodePayoutConflict = "PAYOUT_CONFLICT"
-	// CodeFencedOut (409): a fenced row carries a higher token (or, on the
-	// strict account fence, the same one). The writer is a stale lock
-	// holder and must stop.
-	CodeFencedOut = fencing.CodeFencedOut
-	// CodePayoutFinished (409): the payout is posted or declined; there is
-	// nothing left to do (the executor acknowledges its message).
-	CodePayoutFinished = "PAYOUT_FINISHED"
-	// CodePayoutInDoubt (409): the payout's rail outcome is unknown
-	// (ambiguous or submitted); it must not be claimed again until a result
-	// or an operator settles it.
-	CodePayoutInDoubt = "PAYOUT_IN_DOUBT"
-	// CodePayoutNotClaimed (409): a result for a payout no one claimed.
-	CodePayoutNotClaimed = "PAYOUT_NOT_CLAIMED"
-	// CodeRailRefConflict (409): the rail reference is already recorded
-	// with another payout or outcome.
-	CodeRailRefConflict = "RAIL_REF_CONFLICT"
-	// CodeUnavailable (503): the database did not answer, or the
-	// transaction lost a serialization race; the outcome is unknown and
-	// the request may be retried. Retryable.
-	CodeUnavailable = "DATABASE_UNAVAILABLE"
-	// CodeInternal (500): a bug. Not retryable.
-	CodeInternal = "INTERNAL"
 )
 
 // State is a payout's state. The machine is
@@ -146,7 +53,7 @@ const (
 )
 
 // AccountRequest is the body of POST /v1/accounts. Creating the same
-// account twice is idempotent.
+// account twice is idempotent (the second answer is 200, not 201).
 type AccountRequest struct {
 	// AccountID: 1..MaxAccountIDLen bytes of ASCII letters, digits and
 	// . _ : -, starting with a letter or digit.
@@ -177,7 +84,7 @@ type Account struct {
 }
 
 // PayoutRequest is the body of POST /v1/payouts. The client chooses the
-// payout id; creating the same payout twice is idempotent.
+// payout id; creating the same payout twice is idempotent (200, not 201).
 type PayoutRequest struct {
 	// PayoutID: 1..MaxPayoutIDLen bytes, same alphabet as an account id.
 	PayoutID string `json:"payoutId"`
@@ -196,7 +103,8 @@ type ResultRequest struct {
 	// Outcome is ACK, DECLINE or AMBIGUOUS.
 	Outcome Outcome `json:"outcome"`
 	// RailRef is the rail's reference of the submission: required for ACK
-	// and DECLINE, optional for AMBIGUOUS; at most MaxRailRefLen bytes.
+	// and DECLINE, optional for AMBIGUOUS; at most MaxRailRefLen bytes of
+	// printable ASCII without spaces.
 	RailRef string `json:"railRef"`
 	// RailToken is the fencing token the submission reached the rail with,
 	// when it is not the reporter's own: a holder that rail-proxy refused
@@ -221,7 +129,7 @@ type Payout struct {
 	State State `json:"state"`
 	// Fence is the highest fencing token that wrote the payout (0: none).
 	Fence int64 `json:"fence"`
-	// OwnerID is the owner id (X-Lock-Owner) of the last writer; "" if none.
+	// OwnerID is the owner id (HeaderOwner) of the last writer; "" if none.
 	OwnerID string `json:"ownerId"`
 	// RailRef is the rail reference of the last result; "" if none.
 	RailRef string `json:"railRef"`
@@ -241,7 +149,7 @@ type Payout struct {
 	History []Transition `json:"history"`
 }
 
-// Transition is one accepted state change of a payout, oldest first.
+// Transition is one accepted state change of a payout.
 type Transition struct {
 	// From is "" for the creation.
 	From State `json:"from,omitempty"`
@@ -249,8 +157,139 @@ type Transition struct {
 	To State `json:"to"`
 	// Token is the fencing token of the write (0, omitted, for creation).
 	Token int64 `json:"token,omitempty"`
-	// OwnerID is the writer's X-Lock-Owner ("", omitted, if none).
+	// OwnerID is the writer's HeaderOwner ("", omitted, if none).
 	OwnerID string `json:"ownerId,omitempty"`
 	// At is when the change was made (UTC).
 	At time.Time `json:"at"`
+}
+
+// Names of the ledger checks, the values of Violation.Check.
+const (
+	// CheckTxnBalanced: every ledger transaction sums to zero, per currency.
+	CheckTxnBalanced = "txn_sums_to_zero"
+	// CheckAccountBalance: every account's balance equals its opening
+	// balance minus its posted debits (the sum of its ledger entries).
+	CheckAccountBalance = "balance_matches_ledger"
+	// CheckOneDebitPerPayout: every posted payout has exactly one debit, of
+	// its amount, on its account; no other payout has any debit.
+	CheckOneDebitPerPayout = "one_debit_per_posted_payout"
+)
+
+// AuditReport is the answer of GET /v1/audit (and of paymentresource.Audit):
+// paydb's own ledger audit (INV-05 as far as paydb can tell; it cannot see
+// the rail).
+type AuditReport struct {
+	// Balanced is true when there are no violations.
+	Balanced bool `json:"balanced"`
+	// Violations lists every broken rule, never nil.
+	Violations []Violation `json:"violations"`
+	// Accounts, Payouts and Debits count the accounts, the payouts and the
+	// payout debit transactions checked.
+	Accounts int `json:"accounts"`
+	Payouts  int `json:"payouts"`
+	Debits   int `json:"debits"`
+}
+
+// Violation is one broken ledger rule.
+type Violation struct {
+	// Check is one of the Check constants.
+	Check string `json:"check"`
+	// Subject is the ledger transaction id, account id or payout id.
+	Subject string `json:"subject"`
+	// Detail says what was found, with amounts in minor units.
+	Detail string `json:"detail"`
+}
+
+// String describes v in one line.
+func (v Violation) String() string { return v.Check + " " + v.Subject + ": " + v.Detail }
+
+// ValidateAccountID returns an error unless id is a well-formed account
+// id (payoutevent.ValidateID, at most MaxAccountIDLen bytes).
+func ValidateAccountID(id string) error {
+	return payoutevent.ValidateID("accountId", id, MaxAccountIDLen)
+}
+
+// ValidatePayoutID returns an error unless id is a well-formed payout id
+// (payoutevent.ValidateID, at most MaxPayoutIDLen bytes).
+func ValidatePayoutID(id string) error {
+	return payoutevent.ValidateID("payoutId", id, MaxPayoutIDLen)
+}
+
+// ValidateToken returns an error unless token is a fencing token
+// (positive).
+func ValidateToken(token int64) error {
+	if token <= 0 {
+		return fmt.Errorf("fencing token %d is not positive", token)
+	}
+	return nil
+}
+
+func validateCurrency(v string) error {
+	if !payoutevent.IsCurrency(v) {
+		return fmt.Errorf("currency %q is not an ISO 4217 code (three upper-case letters)", v)
+	}
+	return nil
+}
+
+// Validate returns an error describing the first field of r that is
+// missing or out of bounds (answered 400 INVALID_REQUEST).
+func (r AccountRequest) Validate() error {
+	if err := ValidateAccountID(r.AccountID); err != nil {
+		return err
+	}
+	if err := validateCurrency(r.Currency); err != nil {
+		return err
+	}
+	switch {
+	case r.OpeningBalanceMinor == nil:
+		return errors.New("openingBalanceMinor is required")
+	case *r.OpeningBalanceMinor < 0 || *r.OpeningBalanceMinor > MaxAmountMinor:
+		return fmt.Errorf("openingBalanceMinor %d is outside 0..%d", *r.OpeningBalanceMinor, MaxAmountMinor)
+	}
+	return nil
+}
+
+// Validate returns an error describing the first field of r that is
+// missing or out of bounds (answered 400 INVALID_REQUEST).
+func (r PayoutRequest) Validate() error {
+	if err := ValidatePayoutID(r.PayoutID); err != nil {
+		return err
+	}
+	if err := ValidateAccountID(r.AccountID); err != nil {
+		return err
+	}
+	if err := validateCurrency(r.Currency); err != nil {
+		return err
+	}
+	if r.AmountMinor <= 0 || r.AmountMinor > MaxAmountMinor {
+		return fmt.Errorf("amountMinor %d is outside 1..%d", r.AmountMinor, MaxAmountMinor)
+	}
+	return nil
+}
+
+// Validate returns an error describing the first field of r that is
+// missing or out of bounds for a reporter holding token (answered 400
+// INVALID_REQUEST).
+func (r ResultRequest) Validate(token int64) error {
+	if r.RailToken < 0 || r.RailToken > token {
+		return fmt.Errorf("railToken %d is outside 1..%d (the reporter's token)", r.RailToken, token)
+	}
+	switch r.Outcome {
+	case OutcomeAck, OutcomeDecline:
+		if r.RailRef == "" {
+			return fmt.Errorf("railRef is required for %s", r.Outcome)
+		}
+	case OutcomeAmbiguous:
+	default:
+		return fmt.Errorf("outcome %q is not %s, %s or %s", r.Outcome, OutcomeAck, OutcomeDecline, OutcomeAmbiguous)
+	}
+	if len(r.RailRef) > MaxRailRefLen {
+		return fmt.Errorf("railRef is %d bytes, longer than %d", len(r.RailRef), MaxRailRefLen)
+	}
+	for i := 0; i < len(r.RailRef); i++ {
+		if c := r.RailRef[i]; c <= ' ' || c > '~' {
+			return fmt.Errorf("railRef has byte %q at offset %d; allowed: printable ASCII without spaces", c, i)
+		}
+	}
+	return nil
 }

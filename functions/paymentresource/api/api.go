@@ -1,0 +1,268 @@
+// Package api defines the wire contract of payment-resource's HTTP/JSON
+// API: the routes, the request and answer bodies, the error envelope and
+// its stable codes, the bounds and validation of every field, the fencing
+// headers it reads, the environment variables of its configuration and
+// the names of the log events it emits. It is the source of truth that
+// docs/payout-api.md describes.
+//
+// It imports only the standard library and functions/payoutevent (the
+// pipeline's shared, standard-library-only vocabulary), so that any client
+// (functions/paymentresource/client, the executor, the harness, a tool)
+// can depend on it without pulling in a database driver.
+//
+// Amounts are integers in minor currency units (cents); currencies are ISO
+// 4217 codes of three upper-case letters; instants are RFC 3339 timestamps
+// in UTC from paydb's clock; fencing tokens are positive int64 values.
+//
+// The API (every body is JSON, every error is an [ErrorEnvelope]):
+//
+//	POST /v1/accounts              AccountRequest -> 201 Account (200 if it exists alike; 409 ACCOUNT_CONFLICT)
+//	GET  /v1/accounts/{id}         -> 200 Account (404 ACCOUNT_NOT_FOUND)
+//	POST /v1/payouts               PayoutRequest -> 201 Payout (200 if it exists alike; 409 PAYOUT_CONFLICT,
+//	                               404 ACCOUNT_NOT_FOUND, 422 CURRENCY_MISMATCH)
+//	GET  /v1/payouts/{id}          -> 200 Payout (404 PAYOUT_NOT_FOUND)
+//	POST /v1/payouts/{id}/claim    X-Fencing-Token, X-Lock-Owner; empty body or {} -> 200 Payout
+//	                               (409 FENCED_OUT, PAYOUT_FINISHED, PAYOUT_IN_DOUBT; 404 PAYOUT_NOT_FOUND)
+//	POST /v1/payouts/{id}/result   same headers; ResultRequest -> 200 Payout (also for a replayed railRef)
+//	                               (409 FENCED_OUT, PAYOUT_FINISHED, PAYOUT_IN_DOUBT, PAYOUT_NOT_CLAIMED,
+//	                               RAIL_REF_CONFLICT; 404 PAYOUT_NOT_FOUND)
+//	GET  /v1/audit                 -> 200 AuditReport (balanced or not)
+//
+// Any route may also answer 400 INVALID_REQUEST or INVALID_TOKEN, 404
+// NOT_FOUND, 405 METHOD_NOT_ALLOWED, 413 BODY_TOO_LARGE, 415
+// UNSUPPORTED_MEDIA_TYPE, 503 DATABASE_UNAVAILABLE (retryable) or 500
+// INTERNAL.
+package api
+
+import (
+	"net/url"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+)
+
+// Routes, as net/http.ServeMux patterns; {id} is an account or payout id
+// (see payoutevent.ValidateID). Build a concrete path with AccountPath,
+// PayoutPath, ClaimPath or ResultPath.
+const (
+	// PathAccounts: POST creates an account (AccountRequest -> Account).
+	PathAccounts = "/v1/accounts"
+	// PathAccount: GET returns one account.
+	PathAccount = PathAccounts + "/{id}"
+	// PathPayouts: POST creates a payout (PayoutRequest -> Payout).
+	PathPayouts = "/v1/payouts"
+	// PathPayout: GET returns one payout.
+	PathPayout = PathPayouts + "/{id}"
+	// PathClaim: POST claims a payout for a lock holder (headers
+	// HeaderToken, HeaderOwner; no body) -> Payout.
+	PathClaim = PathPayout + suffixClaim
+	// PathResult: POST records the rail's answer to a submission of the
+	// payout (ResultRequest, same headers as PathClaim) -> Payout.
+	PathResult = PathPayout + suffixResult
+	// PathAudit: GET runs the ledger audit -> AuditReport.
+	PathAudit = "/v1/audit"
+
+	suffixClaim  = "/claim"
+	suffixResult = "/result"
+)
+
+// AccountPath returns the path of GET PathAccount for id, escaped.
+func AccountPath(id string) string { return PathAccounts + "/" + url.PathEscape(id) }
+
+// PayoutPath returns the path of GET PathPayout for id, escaped.
+func PayoutPath(id string) string { return PathPayouts + "/" + url.PathEscape(id) }
+
+// ClaimPath returns the path of POST PathClaim for payout id, escaped.
+func ClaimPath(id string) string { return PayoutPath(id) + suffixClaim }
+
+// ResultPath returns the path of POST PathResult for payout id, escaped.
+func ResultPath(id string) string { return PayoutPath(id) + suffixResult }
+
+// Headers of a write made on behalf of a lock holder (PathClaim and
+// PathResult). Both fence points read the same two headers; the spelling
+// lives in payoutevent.
+const (
+	// HeaderToken carries the holder's fencing token: one positive decimal
+	// int64 in canonical form. Missing, repeated or malformed: 400
+	// INVALID_TOKEN.
+	HeaderToken = payoutevent.HeaderFencingToken
+	// HeaderOwner carries the holder's owner id, recorded in the payout's
+	// history and logged; it decides nothing. At most MaxOwnerLen bytes
+	// are kept.
+	HeaderOwner = payoutevent.HeaderLockOwner
+)
+
+// Bounds of requests. A request outside them is answered 400
+// INVALID_REQUEST (413 BODY_TOO_LARGE for the body) and changes nothing.
+const (
+	// MaxBodyBytes is the largest request body accepted, in bytes (4 KiB).
+	MaxBodyBytes = 4 << 10
+	// MaxAccountIDLen bounds an account id, in bytes
+	// (payoutevent.MaxAccountIDLen).
+	MaxAccountIDLen = payoutevent.MaxAccountIDLen
+	// MaxPayoutIDLen bounds a payout id, in bytes
+	// (payoutevent.MaxPayoutIDLen).
+	MaxPayoutIDLen = payoutevent.MaxPayoutIDLen
+	// MaxRailRefLen bounds a rail reference, in bytes.
+	MaxRailRefLen = 128
+	// MaxAmountMinor bounds amounts and opening balances, in minor units
+	// (payoutevent.MaxAmountMinor, 10^15).
+	MaxAmountMinor = payoutevent.MaxAmountMinor
+	// MaxOwnerLen is how many bytes of HeaderOwner are kept; the rest is
+	// cut (payoutevent.MaxLockOwnerLen).
+	MaxOwnerLen = payoutevent.MaxLockOwnerLen
+)
+
+// Code is a stable, machine-readable error code of the envelope. Codes
+// are never renamed or reused; new ones may be added.
+type Code string
+
+// Error codes, with the HTTP status each is sent with. Only
+// CodeUnavailable is retryable.
+const (
+	// CodeInvalidRequest (400): malformed body, unknown or repeated field,
+	// or a field out of bounds.
+	CodeInvalidRequest Code = "INVALID_REQUEST"
+	// CodeBodyTooLarge (413): body larger than MaxBodyBytes.
+	CodeBodyTooLarge Code = "BODY_TOO_LARGE"
+	// CodeUnsupportedMediaType (415): a Content-Type other than
+	// application/json.
+	CodeUnsupportedMediaType Code = "UNSUPPORTED_MEDIA_TYPE"
+	// CodeInvalidToken (400): HeaderToken missing, repeated, or not a
+	// positive decimal int64.
+	CodeInvalidToken Code = "INVALID_TOKEN"
+	// CodeNotFound (404): no such route.
+	CodeNotFound Code = "NOT_FOUND"
+	// CodeMethodNotAllowed (405): the route exists for another method.
+	CodeMethodNotAllowed Code = "METHOD_NOT_ALLOWED"
+	// CodeAccountNotFound (404): the account does not exist, whether it is
+	// named in the path or in a payout's body.
+	CodeAccountNotFound Code = "ACCOUNT_NOT_FOUND"
+	// CodeAccountConflict (409): the account exists with another currency
+	// or opening balance.
+	CodeAccountConflict Code = "ACCOUNT_CONFLICT"
+	// CodeCurrencyMismatch (422): the payout's currency is not its
+	// account's.
+	CodeCurrencyMismatch Code = "CURRENCY_MISMATCH"
+	// CodePayoutNotFound (404): the payout does not exist.
+	CodePayoutNotFound Code = "PAYOUT_NOT_FOUND"
+	// CodePayoutConflict (409): the payout id exists with another account,
+	// amount or currency.
+	CodePayoutConflict Code = "PAYOUT_CONFLICT"
+	// CodeFencedOut (409): a fenced row carries a higher token (or, on the
+	// strict account fence, the same one). The writer is a stale lock
+	// holder and must stop. Spelled in payoutevent, shared with rail-proxy.
+	CodeFencedOut Code = payoutevent.CodeFencedOut
+	// CodePayoutFinished (409): the payout is posted or declined; nothing
+	// is left to do (the executor acknowledges its message).
+	CodePayoutFinished Code = "PAYOUT_FINISHED"
+	// CodePayoutInDoubt (409): the payout's rail outcome is unknown
+	// (ambiguous or submitted); it must not be claimed again until a result
+	// or an operator settles it.
+	CodePayoutInDoubt Code = "PAYOUT_IN_DOUBT"
+	// CodePayoutNotClaimed (409): a result for a payout no one claimed.
+	CodePayoutNotClaimed Code = "PAYOUT_NOT_CLAIMED"
+	// CodeRailRefConflict (409): the rail reference is already recorded
+	// with another payout or outcome.
+	CodeRailRefConflict Code = "RAIL_REF_CONFLICT"
+	// CodeUnavailable (503): paydb did not answer, or the transaction lost
+	// a serialization race; the outcome is unknown and the transaction was
+	// rolled back, so the same request may be sent again. Retryable.
+	CodeUnavailable Code = "DATABASE_UNAVAILABLE"
+	// CodeInternal (500): a bug. Not retryable.
+	CodeInternal Code = "INTERNAL"
+)
+
+// Codes lists every Code, in the order declared above.
+var Codes = []Code{
+	CodeInvalidRequest, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeInvalidToken, CodeNotFound,
+	CodeMethodNotAllowed, CodeAccountNotFound, CodeAccountConflict, CodeCurrencyMismatch, CodePayoutNotFound,
+	CodePayoutConflict, CodeFencedOut, CodePayoutFinished, CodePayoutInDoubt, CodePayoutNotClaimed,
+	CodeRailRefConflict, CodeUnavailable, CodeInternal,
+}
+
+// Retryable reports whether the code marks a condition that may clear if
+// the identical request is sent again later.
+func (c Code) Retryable() bool { return c == CodeUnavailable }
+
+// ErrorEnvelope is the body of every non-2xx answer.
+type ErrorEnvelope struct {
+	// Error is the refusal.
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody carries the stable code, a message for people (not stable; do
+// not parse it) and whether the same request may succeed later.
+type ErrorBody struct {
+	// Code is one of the Code constants.
+	Code Code `json:"code"`
+	// Message is for people; it may change between versions.
+	Message string `json:"message"`
+	// Retryable is Code.Retryable(), sent for clients without this package.
+	Retryable bool `json:"retryable"`
+}
+
+// Environment variables of payment-resource's configuration (read by
+// paymentresource.LoadConfig); an unset or empty variable keeps the
+// field's default.
+const (
+	// EnvDatabaseURL locates paydb: a PostgreSQL URL or key=value string.
+	// Required.
+	EnvDatabaseURL = "PAYDB_URL"
+	// EnvCloudSQLInstance, when set ("project:region:instance"), connects
+	// through the Cloud SQL Go connector.
+	EnvCloudSQLInstance = "PAYDB_INSTANCE"
+	// EnvMaxConns caps the connection pool: a decimal integer, 0 (pgx's
+	// default) or at least 2.
+	EnvMaxConns = "PAYDB_MAX_CONNS"
+	// EnvFencingEnabled is the kill switch payment.fencing.enabled:
+	// true/false, 1/0, on/off, yes/no; default true.
+	EnvFencingEnabled = "PAYMENT_FENCING_ENABLED"
+	// EnvOutboxPollMs is the outbox poll interval in milliseconds, a
+	// positive decimal integer (10..600000).
+	EnvOutboxPollMs = "OUTBOX_POLL_MS"
+)
+
+// Log events of payment-resource: the value of the "event" attribute of
+// its structured log lines. Consumers (the harness, tests) match on these.
+// Lines about a payout carry payoutId and accountId; fenced writes also
+// token and ownerId.
+const (
+	// EventAccountCreated (INFO): an account was created.
+	EventAccountCreated = "account_created"
+	// EventPayoutCreated (INFO): a payout and its outbox row were created.
+	EventPayoutCreated = "payout_created"
+	// EventPayoutClaimed (INFO): a lock holder claimed a payout; token is
+	// its fencing token.
+	EventPayoutClaimed = "payout_claimed"
+	// EventResultReplayed (INFO): a result whose rail reference was
+	// already recorded alike; nothing changed.
+	EventResultReplayed = "result_replayed"
+	// EventPayoutPosted (INFO): an ACK was recorded and the debit posted.
+	EventPayoutPosted = "payout_posted"
+	// EventPayoutDeclined (INFO): a DECLINE was recorded.
+	EventPayoutDeclined = "payout_declined"
+	// EventPayoutAmbiguous (WARN): an AMBIGUOUS result was recorded; the
+	// payout is in doubt.
+	EventPayoutAmbiguous = "payout_ambiguous"
+	// EventFencedOut (WARN): a fenced write was refused (see
+	// payoutevent.EventFencedOut for its attributes).
+	EventFencedOut = payoutevent.EventFencedOut
+	// EventFencingDisabled (WARN, once at start): the kill switch turned
+	// fencing off.
+	EventFencingDisabled = payoutevent.EventFencingDisabled
+	// EventRequestRefused (INFO; DEBUG for FENCED_OUT, already logged as
+	// EventFencedOut): a request answered 4xx, with status and code.
+	EventRequestRefused = "request_refused"
+	// EventRequestFailed (ERROR): a request answered 5xx.
+	EventRequestFailed = "request_failed"
+	// EventAuditUnbalanced (WARN): GET /v1/audit found violations.
+	EventAuditUnbalanced = "audit_unbalanced"
+	// EventOutboxPublished (INFO): an outbox row was published and marked.
+	EventOutboxPublished = "outbox_published"
+	// EventOutboxPublishFailed (WARN): publishing an outbox row failed; it
+	// is published again later.
+	EventOutboxPublishFailed = "outbox_publish_failed"
+	// EventOutboxDrainFailed (WARN): reading the outbox failed; the
+	// publisher retries with backoff.
+	EventOutboxDrainFailed = "outbox_drain_failed"
+)

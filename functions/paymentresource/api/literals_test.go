@@ -1,0 +1,154 @@
+package api_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+)
+
+// genericCodes are codes payment-resource shares with every JSON service of
+// the project (lock-server's api, internal/httpjson, rail-stub, the
+// executor's own answers); each of those spells them for itself, so they
+// cannot be told apart from a copy of payment-resource's.
+var genericCodes = map[api.Code]bool{
+	api.CodeInvalidRequest: true, api.CodeBodyTooLarge: true, api.CodeUnsupportedMediaType: true,
+	api.CodeNotFound: true, api.CodeMethodNotAllowed: true, api.CodeInternal: true,
+}
+
+// contractPatterns returns, for each spelling of payment-resource's
+// contract that only the api package may write as a literal, a pattern
+// matching it inside a string literal: its own codes, its route
+// prefixes and its environment variable names.
+func contractPatterns() map[string]*regexp.Regexp {
+	word := func(s string) *regexp.Regexp {
+		return regexp.MustCompile(`(^|[^A-Za-z0-9_])` + regexp.QuoteMeta(s) + `($|[^A-Za-z0-9_])`)
+	}
+	pats := map[string]*regexp.Regexp{}
+	for _, c := range api.Codes {
+		if !genericCodes[c] {
+			pats[string(c)] = word(string(c))
+		}
+	}
+	for _, p := range []string{api.PathAccounts, api.PathPayouts, api.PathAudit} {
+		pats[p] = regexp.MustCompile(regexp.QuoteMeta(p) + `($|[^A-Za-z0-9_-])`)
+	}
+	for _, e := range []string{api.EnvDatabaseURL, api.EnvCloudSQLInstance, api.EnvMaxConns, api.EnvFencingEnabled, api.EnvOutboxPollMs} {
+		pats[e] = word(e)
+	}
+	return pats
+}
+
+// contractLiterals returns "file:line: literal (spells X)" for every string
+// literal of src that spells a contract pattern.
+func contractLiterals(fset *token.FileSet, name string, src any, pats map[string]*regexp.Regexp) ([]string, error) {
+	f, err := parser.ParseFile(fset, name, src, parser.SkipObjectResolution)
+	if err != nil {
+		return nil, err
+	}
+	var found []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		lit, ok := n.(*ast.BasicLit)
+		if !ok || lit.Kind != token.STRING {
+			return true
+		}
+		v, err := strconv.Unquote(lit.Value)
+		if err != nil {
+			return true
+		}
+		for what, re := range pats {
+			if re.MatchString(v) {
+				found = append(found, fset.Position(lit.Pos()).String()+": "+lit.Value+" spells "+what)
+			}
+		}
+		return true
+	})
+	return found, nil
+}
+
+// TestOnlyTheAPISpellsPaymentResourcesContract checks every non-test Go
+// file of the module outside this package: none may spell one of
+// payment-resource's own error codes, route paths or environment variable
+// names as a string literal; they use the api constants instead, so that
+// the contract has one spelling. FENCED_OUT is spelled once more, in
+// functions/payoutevent, which both fence points share.
+func TestOnlyTheAPISpellsPaymentResourcesContract(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("module root not found at %s: %v", root, err)
+	}
+	self, _ := filepath.Abs(".")
+	allowedFiles := map[string]bool{filepath.Join(root, "functions", "payoutevent", "fencing.go"): true}
+	pats := contractPatterns()
+	fset := token.NewFileSet()
+	files := 0
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path == self || (path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "vendor")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || allowedFiles[path] {
+			return nil
+		}
+		files++
+		found, err := contractLiterals(fset, path, nil, pats)
+		for _, f := range found {
+			rel, _ := filepath.Rel(root, f)
+			t.Errorf("%s; use the functions/paymentresource/api constant", rel)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 50 {
+		t.Fatalf("checked only %d files under %s; the walk is broken", files, root)
+	}
+}
+
+// TestContractLiteralsFindsAPlantedCopy shows that the check above can
+// fail: a planted code, path and variable name are each reported, and the
+// constants and generic codes are not.
+func TestContractLiteralsFindsAPlantedCopy(t *testing.T) {
+	src := `package p
+const a = "PAYOUT_FINISHED"
+var b = base + "/v1/payouts/" + id + "/claim"
+var c = "PAYDB_URL=" + dsn
+var d = "409 ` + payoutevent.CodeFencedOut + `"
+var fine = []string{"PAYOUT_ALREADY_SUBMITTED", "NOT_FOUND", "INVALID_REQUEST", "/v1/payoutsx", "/v1/rail/submissions"}
+`
+	found, err := contractLiterals(token.NewFileSet(), "planted.go", src, contractPatterns())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"spells PAYOUT_FINISHED", "spells /v1/payouts", "spells PAYDB_URL", "spells FENCED_OUT"}
+	if len(found) != len(want) {
+		t.Fatalf("found %d literals, want %d: %q", len(found), len(want), found)
+	}
+	for _, w := range want {
+		ok := false
+		for _, f := range found {
+			ok = ok || strings.HasSuffix(f, w)
+		}
+		if !ok {
+			t.Errorf("planted literal that %s not reported; found %q", w, found)
+		}
+	}
+}

@@ -1,0 +1,321 @@
+// Package client is the typed Go client of payment-resource's HTTP API
+// (functions/paymentresource/api). It imports only the standard library,
+// the api package and functions/payoutevent, so that any caller (the
+// executor, a test harness, a tool) can use it without pulling in a
+// database driver.
+//
+// Every method sends one request and decodes a 2xx answer into the api
+// type. A non-2xx answer is returned as an *Error carrying the envelope's
+// code; errors.Is matches it against the sentinel of its code
+// (ErrFencedOut for FENCED_OUT, ...). A request that got no answer (a
+// transport error, a timeout) wraps ErrUnavailable: its outcome is unknown.
+// Nothing is retried here: every write of payment-resource is idempotent
+// or fenced, so the caller decides whether to send it again.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+)
+
+// Errors of the client. Refusals by the server are *Error values that match
+// the sentinel of their code under errors.Is.
+var (
+	// ErrInvalidRequest: the server refused the request as malformed (codes
+	// INVALID_REQUEST, INVALID_TOKEN, BODY_TOO_LARGE,
+	// UNSUPPORTED_MEDIA_TYPE), or the client refused it before sending.
+	ErrInvalidRequest = errors.New("paymentresource client: invalid request")
+	// ErrAccountNotFound: the account does not exist (ACCOUNT_NOT_FOUND).
+	ErrAccountNotFound = errors.New("paymentresource client: account not found")
+	// ErrAccountConflict: the account exists with other values
+	// (ACCOUNT_CONFLICT).
+	ErrAccountConflict = errors.New("paymentresource client: account exists with other values")
+	// ErrCurrencyMismatch: the payout's currency is not its account's
+	// (CURRENCY_MISMATCH).
+	ErrCurrencyMismatch = errors.New("paymentresource client: currency is not the account's")
+	// ErrPayoutNotFound: the payout does not exist (PAYOUT_NOT_FOUND).
+	ErrPayoutNotFound = errors.New("paymentresource client: payout not found")
+	// ErrPayoutConflict: the payout id exists with other values
+	// (PAYOUT_CONFLICT).
+	ErrPayoutConflict = errors.New("paymentresource client: payout exists with other values")
+	// ErrFencedOut: a newer lock holder has written; the caller is stale
+	// and must stop (FENCED_OUT).
+	ErrFencedOut = errors.New("paymentresource client: fenced out")
+	// ErrPayoutFinished: the payout is posted or declined
+	// (PAYOUT_FINISHED).
+	ErrPayoutFinished = errors.New("paymentresource client: payout finished")
+	// ErrPayoutInDoubt: the payout's rail outcome is unknown
+	// (PAYOUT_IN_DOUBT).
+	ErrPayoutInDoubt = errors.New("paymentresource client: payout in doubt")
+	// ErrPayoutNotClaimed: a result for a payout no one claimed
+	// (PAYOUT_NOT_CLAIMED).
+	ErrPayoutNotClaimed = errors.New("paymentresource client: payout not claimed")
+	// ErrRailRefConflict: the rail reference is recorded with another
+	// payout or outcome (RAIL_REF_CONFLICT).
+	ErrRailRefConflict = errors.New("paymentresource client: rail reference conflict")
+	// ErrUnavailable: payment-resource or paydb did not answer; the outcome
+	// of the request is unknown (DATABASE_UNAVAILABLE, a 5xx without an
+	// envelope, or a transport error).
+	ErrUnavailable = errors.New("paymentresource client: unavailable")
+)
+
+// sentinels maps each code with a sentinel to it. NOT_FOUND,
+// METHOD_NOT_ALLOWED and INTERNAL have none: they mean a wrong base URL,
+// a wrong client or a bug, and match only *Error.
+var sentinels = map[api.Code]error{
+	api.CodeInvalidRequest:       ErrInvalidRequest,
+	api.CodeInvalidToken:         ErrInvalidRequest,
+	api.CodeBodyTooLarge:         ErrInvalidRequest,
+	api.CodeUnsupportedMediaType: ErrInvalidRequest,
+	api.CodeAccountNotFound:      ErrAccountNotFound,
+	api.CodeAccountConflict:      ErrAccountConflict,
+	api.CodeCurrencyMismatch:     ErrCurrencyMismatch,
+	api.CodePayoutNotFound:       ErrPayoutNotFound,
+	api.CodePayoutConflict:       ErrPayoutConflict,
+	api.CodeFencedOut:            ErrFencedOut,
+	api.CodePayoutFinished:       ErrPayoutFinished,
+	api.CodePayoutInDoubt:        ErrPayoutInDoubt,
+	api.CodePayoutNotClaimed:     ErrPayoutNotClaimed,
+	api.CodeRailRefConflict:      ErrRailRefConflict,
+	api.CodeUnavailable:          ErrUnavailable,
+}
+
+// Error is a non-2xx answer of payment-resource: the HTTP status and the
+// decoded error envelope. errors.Is(err, ErrFencedOut) and friends match
+// on Code.
+type Error struct {
+	// Status is the HTTP status code.
+	Status int
+	// Code is the stable error code; empty when the body was not an
+	// envelope (a proxy's answer, say).
+	Code api.Code
+	// Message is the server's message for people (or the raw body, cut to
+	// 512 bytes, when it was not an envelope).
+	Message string
+	// Retryable is the server's hint that the same request may succeed
+	// later.
+	Retryable bool
+}
+
+// Error describes the refusal in one line.
+func (e *Error) Error() string {
+	return fmt.Sprintf("paymentresource client: payment-resource answered %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// Is matches e against the sentinel of its code; an answer without a code
+// and with a 5xx status matches ErrUnavailable.
+func (e *Error) Is(target error) bool {
+	if s, ok := sentinels[e.Code]; ok {
+		return target == s
+	}
+	return e.Code == "" && e.Status >= 500 && target == ErrUnavailable
+}
+
+// Doer sends one HTTP request; *http.Client implements it, and so does
+// the Doer of lockserver/client, so one transport can serve both.
+type Doer interface {
+	Do(*http.Request) (*http.Response, error)
+}
+
+// Client talks to one payment-resource. It is safe for concurrent use.
+type Client struct {
+	base string
+	doer Doer
+}
+
+// Option configures a Client.
+type Option func(*Client) error
+
+// WithHTTPClient sends requests through d instead of http.DefaultClient.
+// Deadlines come from the ctx of each call; the client adds none.
+func WithHTTPClient(d Doer) Option {
+	return func(c *Client) error {
+		if d == nil {
+			return errors.New("paymentresource client: WithHTTPClient(nil)")
+		}
+		c.doer = d
+		return nil
+	}
+}
+
+// New returns a Client for the payment-resource at baseURL, an absolute
+// http(s) URL with an optional path prefix and no query. It returns an
+// error for a malformed URL or an invalid option.
+func New(baseURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("paymentresource client: base URL %q is not an absolute http(s) URL", baseURL)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, fmt.Errorf("paymentresource client: base URL %q has a query, fragment or user info; give scheme, host and an optional path only", baseURL)
+	}
+	c := &Client{base: strings.TrimRight(u.String(), "/"), doer: http.DefaultClient}
+	for _, o := range opts {
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// holder is the lock holder a fenced write is made for.
+type holder struct {
+	token int64
+	owner string
+}
+
+// CreateAccount creates an account (POST /v1/accounts), or returns it
+// unchanged when it already exists with the same values. It returns
+// ErrAccountConflict when it exists otherwise, ErrInvalidRequest,
+// ErrUnavailable.
+func (c *Client) CreateAccount(ctx context.Context, req api.AccountRequest) (api.Account, error) {
+	var a api.Account
+	if err := req.Validate(); err != nil {
+		return a, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	err := c.call(ctx, http.MethodPost, api.PathAccounts, nil, req, &a)
+	return a, err
+}
+
+// Account reads one account (GET /v1/accounts/{id}). ErrAccountNotFound
+// when it does not exist.
+func (c *Client) Account(ctx context.Context, id string) (api.Account, error) {
+	var a api.Account
+	if err := api.ValidateAccountID(id); err != nil {
+		return a, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	err := c.call(ctx, http.MethodGet, api.AccountPath(id), nil, nil, &a)
+	return a, err
+}
+
+// CreatePayout creates a payout (POST /v1/payouts) and so publishes its
+// event, or returns it as it is now when it already exists with the same
+// values. It returns ErrPayoutConflict, ErrAccountNotFound,
+// ErrCurrencyMismatch, ErrInvalidRequest, ErrUnavailable.
+func (c *Client) CreatePayout(ctx context.Context, req api.PayoutRequest) (api.Payout, error) {
+	var p api.Payout
+	if err := req.Validate(); err != nil {
+		return p, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	err := c.call(ctx, http.MethodPost, api.PathPayouts, nil, req, &p)
+	return p, err
+}
+
+// Payout reads one payout with its history (GET /v1/payouts/{id}).
+// ErrPayoutNotFound when it does not exist.
+func (c *Client) Payout(ctx context.Context, id string) (api.Payout, error) {
+	var p api.Payout
+	if err := api.ValidatePayoutID(id); err != nil {
+		return p, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	err := c.call(ctx, http.MethodGet, api.PayoutPath(id), nil, nil, &p)
+	return p, err
+}
+
+// Claim claims payout id for the lock holder owner with its fencing token
+// (POST /v1/payouts/{id}/claim) and returns the claimed payout. It
+// returns ErrFencedOut when a newer holder has written, ErrPayoutFinished,
+// ErrPayoutInDoubt, ErrPayoutNotFound, ErrInvalidRequest (also for a
+// token that is not positive, without sending), ErrUnavailable.
+func (c *Client) Claim(ctx context.Context, id string, token int64, owner string) (api.Payout, error) {
+	var p api.Payout
+	if err := errors.Join(api.ValidatePayoutID(id), api.ValidateToken(token)); err != nil {
+		return p, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	err := c.call(ctx, http.MethodPost, api.ClaimPath(id), &holder{token, owner}, nil, &p)
+	return p, err
+}
+
+// PostResult reports the rail's answer to a submission of payout id, as
+// the lock holder owner with its fencing token (POST
+// /v1/payouts/{id}/result), and returns the payout. Posting the same
+// result again changes nothing. It returns ErrFencedOut,
+// ErrPayoutFinished, ErrPayoutInDoubt, ErrPayoutNotClaimed,
+// ErrRailRefConflict, ErrPayoutNotFound, ErrInvalidRequest (also for a
+// request that fails api.ResultRequest.Validate, without sending),
+// ErrUnavailable.
+func (c *Client) PostResult(ctx context.Context, id string, token int64, owner string, req api.ResultRequest) (api.Payout, error) {
+	var p api.Payout
+	if err := errors.Join(api.ValidatePayoutID(id), api.ValidateToken(token)); err != nil {
+		return p, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	if err := req.Validate(token); err != nil {
+		return p, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	err := c.call(ctx, http.MethodPost, api.ResultPath(id), &holder{token, owner}, req, &p)
+	return p, err
+}
+
+// Audit runs paydb's ledger audit (GET /v1/audit). Broken rules are in the
+// report (Balanced false), not an error; the error is ErrUnavailable or
+// another *Error.
+func (c *Client) Audit(ctx context.Context) (api.AuditReport, error) {
+	var rep api.AuditReport
+	err := c.call(ctx, http.MethodGet, api.PathAudit, nil, nil, &rep)
+	return rep, err
+}
+
+// maxAnswerBytes bounds an answer read (a payout with a long history is a
+// few KiB).
+const maxAnswerBytes = 1 << 20
+
+// call sends one request, with the holder's headers when h is not nil, and
+// decodes a 2xx body into out or a refusal into *Error.
+func (c *Client) call(ctx context.Context, method, path string, h *holder, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if h != nil {
+		req.Header.Set(api.HeaderToken, strconv.FormatInt(h.token, 10))
+		if h.owner != "" {
+			req.Header.Set(api.HeaderOwner, h.owner)
+		}
+	}
+	resp, err := c.doer.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %s %s: %w", ErrUnavailable, method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	if err != nil {
+		return fmt.Errorf("%w: reading the answer to %s %s: %w", ErrUnavailable, method, path, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return fmt.Errorf("%w: undecodable answer %d to %s %s: %v", ErrUnavailable, resp.StatusCode, method, path, err)
+		}
+		return nil
+	}
+	var env api.ErrorEnvelope
+	if json.Unmarshal(raw, &env) != nil || env.Error.Code == "" {
+		msg := strings.TrimSpace(string(raw))
+		if len(msg) > 512 {
+			msg = msg[:512]
+		}
+		return &Error{Status: resp.StatusCode, Message: msg}
+	}
+	return &Error{Status: resp.StatusCode, Code: env.Error.Code, Message: env.Error.Message, Retryable: env.Error.Retryable}
+}
