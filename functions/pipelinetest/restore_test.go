@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -20,24 +19,10 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
-
-// pgTool runs one of the PostgreSQL client programs (pg_dump, pg_restore)
-// from the server's binary directory, failing t with its output.
-func pgTool(t *testing.T, name string, args ...string) {
-	t.Helper()
-	bin := os.Getenv(pgcluster.EnvBinDir)
-	if bin == "" {
-		bin = pgcluster.DefaultBinDir
-	}
-	out, err := exec.CommandContext(t.Context(), filepath.Join(bin, name), args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
-	}
-}
 
 // restoreRig is the reviewer's scenario (finding 4) up to the restore: a
 // backup of raildb, holder A leased and claimed p-1 and stalled, its lease
@@ -61,7 +46,7 @@ func startRestoreRig(t *testing.T) *restoreRig {
 		t.Fatal(err)
 	}
 	dump := filepath.Join(t.TempDir(), "raildb.dump")
-	pgTool(t, "pg_dump", "--format=custom", "--file="+dump, "--dbname="+p.RailDB.Config().ConnString())
+	pgtest.RunTool(t, "pg_dump", "--format=custom", "--file="+dump, "--dbname="+p.RailDB.Config().ConnString())
 
 	// A: leased and claimed, then stalls; its lease ends on the server.
 	locks, err := client.New(p.LockURL)
@@ -88,7 +73,7 @@ func startRestoreRig(t *testing.T) *restoreRig {
 	}
 	// raildb is restored from the backup.
 	p.RailDB.Reset()
-	pgTool(t, "pg_restore", "--clean", "--no-owner", "--exit-on-error", "--dbname="+p.RailDB.Config().ConnString(), dump)
+	pgtest.RunTool(t, "pg_restore", "--clean", "--no-owner", "--exit-on-error", "--dbname="+p.RailDB.Config().ConnString(), dump)
 	var forwarded int
 	if err := p.RailDB.QueryRow(t.Context(), `SELECT count(*) FROM rail_payout`).Scan(&forwarded); err != nil {
 		t.Fatal(err)

@@ -21,7 +21,9 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -253,4 +255,22 @@ func withDatabase(admin, name string) (string, error) {
 	u.Path = "/" + name
 	u.RawPath = ""
 	return u.String(), nil
+}
+
+// RunTool runs one of PostgreSQL's client programs (pg_dump, pg_restore,
+// pg_basebackup, ...) from the server's binary directory (PG_BIN, else
+// pgcluster.DefaultBinDir) with args, for at most a minute, and fails t
+// with the program's output when it does not exit 0.
+func RunTool(t testing.TB, name string, args ...string) {
+	t.Helper()
+	bin := os.Getenv(pgcluster.EnvBinDir)
+	if bin == "" {
+		bin = pgcluster.DefaultBinDir
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join(bin, name), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -18,20 +17,6 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 )
-
-// pgTool runs one of the PostgreSQL client programs (pg_dump, pg_restore)
-// from the server's binary directory, failing t with its output.
-func pgTool(t *testing.T, name string, args ...string) {
-	t.Helper()
-	bin := os.Getenv(pgcluster.EnvBinDir)
-	if bin == "" {
-		bin = pgcluster.DefaultBinDir
-	}
-	out, err := exec.CommandContext(testCtx(t), filepath.Join(bin, name), args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
-	}
-}
 
 // grantRelease takes key and gives it back n times, returning the last token.
 func grantRelease(t *testing.T, s *Store, key string, n int) int64 {
@@ -100,11 +85,11 @@ func TestDumpRestoredIntoANewDatabaseRefusesGrantsUntilAdvance(t *testing.T) {
 	s := openStore(t, dsn)
 	grantRelease(t, s, "payout:acct-1", 3)
 	dump := filepath.Join(t.TempDir(), "lockdb.dump")
-	pgTool(t, "pg_dump", "--format=custom", "--file="+dump, "--dbname="+dsn)
+	pgtest.RunTool(t, "pg_dump", "--format=custom", "--file="+dump, "--dbname="+dsn)
 	highest := grantRelease(t, s, "payout:acct-1", 5) // issued after the backup
 
 	restoredDSN := pgtest.NewDatabase(t)
-	pgTool(t, "pg_restore", "--no-owner", "--exit-on-error", "--dbname="+restoredDSN, dump)
+	pgtest.RunTool(t, "pg_restore", "--no-owner", "--exit-on-error", "--dbname="+restoredDSN, dump)
 	checkRefusedUntilAdvance(t, openStore(t, restoredDSN), highest)
 }
 
@@ -117,11 +102,11 @@ func TestDumpRestoredOverTheSameDatabaseRefusesGrantsUntilAdvance(t *testing.T) 
 	s := openStore(t, dsn)
 	grantRelease(t, s, "payout:acct-1", 3)
 	dump := filepath.Join(t.TempDir(), "lockdb.dump")
-	pgTool(t, "pg_dump", "--format=custom", "--file="+dump, "--dbname="+dsn)
+	pgtest.RunTool(t, "pg_dump", "--format=custom", "--file="+dump, "--dbname="+dsn)
 	highest := grantRelease(t, s, "payout:acct-1", 5)
 
 	s.pool.Reset() // pg_restore --clean waits for no lock held by the pool's connections
-	pgTool(t, "pg_restore", "--clean", "--no-owner", "--exit-on-error", "--dbname="+dsn, dump)
+	pgtest.RunTool(t, "pg_restore", "--clean", "--no-owner", "--exit-on-error", "--dbname="+dsn, dump)
 	checkRefusedUntilAdvance(t, s, highest)
 }
 
@@ -156,7 +141,7 @@ func TestBaseBackupRecoveredToANewTimelineRefusesGrantsUntilAdvance(t *testing.T
 	s := openStore(t, dsn)
 	grantRelease(t, s, "payout:acct-1", 3)
 	backup := filepath.Join(c.Dir(), "backup")
-	pgTool(t, "pg_basebackup", "--pgdata="+backup, "--wal-method=stream", "--checkpoint=fast", "--dbname="+c.AdminDSN())
+	pgtest.RunTool(t, "pg_basebackup", "--pgdata="+backup, "--wal-method=stream", "--checkpoint=fast", "--dbname="+c.AdminDSN())
 	highest := grantRelease(t, s, "payout:acct-1", 5)
 	_ = s.Close()
 
