@@ -25,6 +25,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
 )
 
 // Builder makes a function's handler from the environment. close is called
@@ -33,7 +34,7 @@ import (
 type Builder func(ctx context.Context, getenv func(string) string, log *slog.Logger) (h http.Handler, close func(), err error)
 
 // Main runs the function called name: JSON logs on stderr (level from
-// LOG_LEVEL), the handler from build, served on $PORT (default 8080) by
+// LOG_LEVEL; with Cloud Logging's keys on Google Cloud, see logjson), the handler from build, served on $PORT (default 8080) by
 // functions-framework-go, and its metrics, extra included, at
 // PathMetrics. It returns when SIGINT or SIGTERM arrives, after calling
 // close; it exits the process with status 1 if the function cannot start.
@@ -45,7 +46,7 @@ func Main(name string, build Builder, extra ...prometheus.Collector) {
 			os.Exit(1)
 		}
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("service", name)
+	log := logjson.New(os.Stderr, level, logjson.OnGoogleCloud(os.Getenv)).With("service", name)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, name, build, log, extra); err != nil {

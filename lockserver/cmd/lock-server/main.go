@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
@@ -52,7 +53,7 @@ func run(ctx context.Context, getenv func(string) string, ready chan<- net.Addr)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel})).With("service", "lock-server")
+	log := logjson.New(os.Stderr, cfg.LogLevel, logjson.OnGoogleCloud(os.Getenv)).With("service", "lock-server")
 
 	store, err := openStore(ctx, cfg, log)
 	if err != nil {
