@@ -17,8 +17,8 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
@@ -102,7 +102,7 @@ func startRestoreRig(t *testing.T) *restoreRig {
 // submit sends ev with token to rail-proxy.
 func (r *restoreRig) submit(t *testing.T, token int64, payout, account string) (int, []byte) {
 	t.Helper()
-	return send(t, r.p.ProxyURL+railproxy.PathSubmissions, token, map[string]any{
+	return send(t, r.p.ProxyURL+railapi.PathSubmissions, token, map[string]any{
 		"payoutId": payout, "accountId": account, "amountMinor": r.ev.AmountMinor, "currency": r.ev.Currency})
 }
 
@@ -170,10 +170,10 @@ func TestRaildbRestoreDoesNotLetASecondSubmissionThrough(t *testing.T) {
 	attemptsBefore := count(t, p.RailDB, `SELECT count(*) FROM rail_attempt`)
 	status, body := r.submit(t, r.stale, ev.PayoutID, ev.AccountID)
 	t.Logf("A's submission with token %d after the restore: %d %s", r.stale, status, body)
-	var env struct{ Error httpjson.Body }
+	var env railapi.ErrorEnvelope
 	if err := json.Unmarshal(body, &env); err != nil || status != http.StatusServiceUnavailable ||
-		env.Error.Code != railproxy.CodeRestored || !env.Error.Retryable {
-		t.Errorf("A after the restore: %d %s; want 503 %s, retryable", status, body, railproxy.CodeRestored)
+		env.Error.Code != railapi.CodeRestored || !env.Error.Retryable {
+		t.Errorf("A after the restore: %d %s; want 503 %s, retryable", status, body, railapi.CodeRestored)
 	}
 	if n := len(p.Stub.Submissions(ev.PayoutID)); n != 1 {
 		t.Fatalf("the rail received p-1 %d times; want once", n)
@@ -197,7 +197,7 @@ func TestRaildbRestoreDoesNotLetASecondSubmissionThrough(t *testing.T) {
 		t.Errorf("the rail received p-2 %d times before the recovery; want none", n)
 	}
 	// The reads keep answering.
-	resp, err := http.Get(p.ProxyURL + railproxy.PathAttempts + "?payoutId=p-1")
+	resp, err := http.Get(p.ProxyURL + railapi.PathAttempts + "?payoutId=p-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestRaildbRestoreDoesNotLetASecondSubmissionThrough(t *testing.T) {
 		t.Fatalf("N %d is below A's token %d", n, r.stale)
 	}
 	rec := r.recoverRestore(t, n)
-	rebuilt := railproxy.Attempt{AttemptID: -1}
+	rebuilt := railapi.Attempt{AttemptID: -1}
 	if len(rec.Rebuilt) == 1 {
 		rebuilt = rec.Rebuilt[0]
 	}
@@ -252,13 +252,13 @@ func TestRaildbRestoreDoesNotLetASecondSubmissionThrough(t *testing.T) {
 		t.Fatalf("fresh token %d not above N %d", lease.Token(), n)
 	}
 	status, body = r.submit(t, lease.Token(), ev.PayoutID, ev.AccountID)
-	var dup railproxy.AlreadySubmittedAnswer
-	if err := json.Unmarshal(body, &dup); err != nil || status != http.StatusConflict || dup.Error.Code != railproxy.CodeAlreadySubmitted {
-		t.Errorf("second submission of p-1 with token %d: %d %s; want 409 %s", lease.Token(), status, body, railproxy.CodeAlreadySubmitted)
+	var dup railapi.AlreadySubmittedAnswer
+	if err := json.Unmarshal(body, &dup); err != nil || status != http.StatusConflict || dup.Error.Code != railapi.CodeAlreadySubmitted {
+		t.Errorf("second submission of p-1 with token %d: %d %s; want 409 %s", lease.Token(), status, body, railapi.CodeAlreadySubmitted)
 	}
 	railRef := p.Stub.Submissions(ev.PayoutID)[0].Answer.RailRef
-	if a := dup.Attempt; a.AttemptID != rebuilt.AttemptID || a.State != railproxy.StateAcked || a.RailRef != railRef ||
-		a.Token != n || a.OwnerID != railproxy.RebuiltOwner {
+	if a := dup.Attempt; a.AttemptID != rebuilt.AttemptID || a.State != railapi.StateAcked || a.RailRef != railRef ||
+		a.Token != n || a.OwnerID != railapi.RebuiltOwner {
 		t.Errorf("refused with attempt %+v; want the rebuilt one (acked %s, token %d)", a, railRef, n)
 	}
 	if err := lease.Release(t.Context()); err != nil {
