@@ -59,7 +59,7 @@ func TestRaildbRestartIsNotARestore(t *testing.T) {
 	third := r.proxy(nil)
 	mustBeFenced(t, submit(third, "w", body("po-4", "acct-1", 100), "11"))
 	mustAccept(t, third, "w", body("po-5", "acct-1", 100), 12)
-	if n := len(r.logs.Events(t, "raildb_restored")); n != 0 {
+	if n := len(r.logs.Events(t, api.EventRaildbRestored)); n != 0 {
 		t.Errorf("%d raildb_restored events after plain restarts; want none", n)
 	}
 }
@@ -83,7 +83,7 @@ func TestRestoredRaildbRefusesUntilRecovered(t *testing.T) {
 	if n := len(r.stub.Submissions("")); n != 1 {
 		t.Errorf("the rail received %d submissions; want 1", n)
 	}
-	if ev := r.logs.Events(t, "raildb_restored"); len(ev) != 1 || ev[0]["level"] != "ERROR" {
+	if ev := r.logs.Events(t, api.EventRaildbRestored); len(ev) != 1 || ev[0]["level"] != "ERROR" {
 		t.Errorf("raildb_restored events %v; want one at ERROR", ev)
 	}
 	if hw := highWater(t, p, "acct-1"); hw != 5 {

@@ -59,7 +59,7 @@
 //	GET  /v1/rail/high-water/{accountId}  200 HighWater, 404 NOT_FOUND
 //	GET  /v1/rail/attempts?payoutId=P     200 AttemptList (oldest first)
 //
-// The kill switch Config.FencingDisabled (api.EnvFencingEnabled=false)
+// The kill switch Config.FencingDisabled (RAIL_PROXY_FENCING_ENABLED=false)
 // exists only for the fencing experiment: both checks are skipped, the
 // attempt is still recorded, the high-water still raised to the greatest
 // token seen and the payout's first forward still kept, so that both stay

@@ -229,7 +229,7 @@ func TestStaleHolderIsFencedAtRailProxy(t *testing.T) {
 	if f.Token != 41 || f.State != api.StateFenced || f.RailRef != "" || f.OwnerID != "worker-a" || f.FinishedAt == nil {
 		t.Errorf("fenced attempt %+v", f)
 	}
-	for _, ev := range []string{"rail_submission_forwarding", "rail_submission_acked"} {
+	for _, ev := range []string{api.EventSubmissionForwarding, api.EventSubmissionAcked} {
 		lines := r.logs.Events(t, ev)
 		if len(lines) != 1 || lines[0]["token"] != 42.0 || lines[0]["payoutId"] != "po-1" || lines[0]["accountId"] != "acct-1" || lines[0]["ownerId"] != "worker-b" {
 			t.Errorf("%s log lines %v; want one with token 42, po-1, acct-1, worker-b", ev, lines)
@@ -275,7 +275,7 @@ func TestHighWaterSurvivesProxyRestart(t *testing.T) {
 func TestWithFencingOffTheStaleHolderReachesTheRail(t *testing.T) {
 	r := newRig(t)
 	p := r.proxy(func(c *railproxy.Config) { c.FencingDisabled = true })
-	if len(r.logs.Events(t, "fencing_disabled")) != 1 {
+	if len(r.logs.Events(t, api.EventFencingDisabled)) != 1 {
 		t.Fatal("no fencing_disabled warning at start")
 	}
 	mustAccept(t, p, "worker-b", body("po-1", "acct-1", 2500), 42)
@@ -287,7 +287,7 @@ func TestWithFencingOffTheStaleHolderReachesTheRail(t *testing.T) {
 	}
 	// Both checks were skipped, and each said so: the stale token, and the
 	// second forward of a payout that had already gone.
-	if got := r.logs.Events(t, "fencing_bypassed"); len(got) != 2 || got[0]["token"] != 41.0 || got[0]["highestToken"] != 42.0 ||
+	if got := r.logs.Events(t, api.EventFencingBypassed); len(got) != 2 || got[0]["token"] != 41.0 || got[0]["highestToken"] != 42.0 ||
 		got[1]["token"] != 41.0 || got[1]["firstToken"] != 42.0 {
 		t.Fatalf("fencing_bypassed lines %v; want token 41 under high-water 42, then token 41 after the first forward with 42", got)
 	}
@@ -349,7 +349,7 @@ func TestRailFailureAfterForwardingIsAmbiguous(t *testing.T) {
 			if got := r.attemptStates(); !reflect.DeepEqual(got, map[api.State]int{api.StateAmbiguous: 1}) {
 				t.Fatalf("attempt states %v, want one ambiguous", got)
 			}
-			if got := r.logs.Events(t, "rail_submission_ambiguous"); len(got) != 1 || got[0]["token"] != 42.0 {
+			if got := r.logs.Events(t, api.EventSubmissionAmbiguous); len(got) != 1 || got[0]["token"] != 42.0 {
 				t.Fatalf("rail_submission_ambiguous lines %v, want one with token 42", got)
 			}
 			recs := r.stub.Submissions("")
@@ -375,7 +375,7 @@ func TestDeclineIsAnsweredAndRecorded(t *testing.T) {
 	if got := r.attemptStates(); !reflect.DeepEqual(got, map[api.State]int{api.StateDeclined: 1}) {
 		t.Fatalf("attempt states %v, want one declined", got)
 	}
-	if len(r.logs.Events(t, "rail_submission_declined")) != 1 {
+	if len(r.logs.Events(t, api.EventSubmissionDeclined)) != 1 {
 		t.Fatal("no rail_submission_declined log line")
 	}
 }
@@ -724,7 +724,7 @@ VALUES ('po-1', 'acct-1', 5, 700, 'EUR', 'forwarding') RETURNING attempt_id`).Sc
 	if ans.Attempt.State != api.StateAmbiguous || ans.Error.Retryable {
 		t.Fatalf("refusal %+v; want the attempt marked ambiguous, not retryable", ans)
 	}
-	if len(r.logs.Events(t, "rail_attempt_abandoned")) != 1 {
+	if len(r.logs.Events(t, api.EventAttemptAbandoned)) != 1 {
 		t.Fatal("no rail_attempt_abandoned event")
 	}
 	if n := len(r.stub.Submissions("po-1")); n != 0 {
