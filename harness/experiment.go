@@ -55,6 +55,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
+	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
 
 // The payout of the experiment, as in the mission's illustration.
@@ -333,13 +334,8 @@ func (r *Run) drive(ctx context.Context, st *stack.Stack, mark func(string, map[
 	// The server's schedule, not the worker's, ends the lease.
 	key := payoutevent.Event{AccountID: AccountID}.LockKey()
 	if err := poll(ctx, "lock-server to expire A's lease", func() (bool, error) {
-		var state struct {
-			Held  bool `json:"held"`
-			Lease *struct {
-				Token int64 `json:"token"`
-			} `json:"lease"`
-		}
-		if err := getJSON(ctx, st.LockServerURL()+"/v1/locks/"+url.PathEscape(key), &state); err != nil {
+		var state lockapi.LockState
+		if err := getJSON(ctx, st.LockServerURL()+lockapi.PathLockPrefix+url.PathEscape(key), &state); err != nil {
 			return false, err
 		}
 		return !state.Held || state.Lease == nil || state.Lease.Token != tokenA, nil

@@ -7,6 +7,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 )
 
 func onOff(b bool) string {
@@ -47,11 +48,11 @@ func Transcript(r *Run) string {
 			line(who, "Pub/Sub redelivers the payout event (deliveryAttempt 2)", "")
 		case e.Service == "harness" && e.Name == "process_continued":
 			line(who, "SIGCONT: still believes it holds the lock, submits the same payout", "")
-		case e.Service == "rail-proxy" && e.Name == "rail_submission_forwarding":
-			line(who, fmt.Sprintf("POST /v1/rail/submissions  %s: %d", payoutevent.HeaderFencingToken, e.Int("token")), "forwarded to the rail")
-		case e.Service == "rail-proxy" && e.Name == "fencing_bypassed" && e.Int("firstToken") > 0:
+		case e.Service == "rail-proxy" && e.Name == railapi.EventSubmissionForwarding:
+			line(who, fmt.Sprintf("POST %s  %s: %d", railapi.PathSubmissions, railapi.HeaderToken, e.Int("token")), "forwarded to the rail")
+		case e.Service == "rail-proxy" && e.Name == railapi.EventFencingBypassed && e.Int("firstToken") > 0:
 			fmt.Fprintf(&b, "    rail fencing OFF: payout %s already went to the rail with token %d, forwarded again\n", e.Str("payoutId"), e.Int("firstToken"))
-		case e.Service == "rail-proxy" && e.Name == "fencing_bypassed":
+		case e.Service == "rail-proxy" && e.Name == railapi.EventFencingBypassed:
 			fmt.Fprintf(&b, "    rail fencing OFF: token %d is below the high-water %d, forwarded anyway\n", e.Int("token"), e.Int("highestToken"))
 		case e.Service == "rail-stub" && e.Name == "rail_submission_recorded":
 			fmt.Fprintf(&b, "    rail-stub: submission #%d of payout %s, %s (%s): money moved\n", e.Int("seq"), e.Str("payoutId"), e.Str("status"), e.Str("railRef"))
@@ -60,7 +61,7 @@ func Transcript(r *Run) string {
 		case e.Name == payoutevent.EventFencedOut:
 			switch e.Str("resource") {
 			case "rail":
-				line(who, fmt.Sprintf("POST /v1/rail/submissions  %s: %d", payoutevent.HeaderFencingToken, e.Int("presentedToken")), "409 "+payoutevent.CodeFencedOut)
+				line(who, fmt.Sprintf("POST %s  %s: %d", railapi.PathSubmissions, railapi.HeaderToken, e.Int("presentedToken")), "409 "+payoutevent.CodeFencedOut)
 				fmt.Fprintf(&b, "    rejected: %d is not greater than rail_high_water %d, and the rail is never called\n", e.Int("presentedToken"), e.Int("highestToken"))
 			default:
 				line(who, fmt.Sprintf("POST %s  %s: %d", api.ResultPath(payoutOf(e)), api.HeaderToken, e.Int("presentedToken")), "409 "+string(api.CodeFencedOut))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 )
 
 // timelineSVG draws one run on the server's clock: A's and B's leases (from
@@ -37,7 +38,7 @@ func timelineSVG(r *Run) []byte {
 			if l := leases[o]; l != nil {
 				l.to = e.Time
 			}
-		case e.Service == "rail-proxy" && e.Name == "rail_submission_forwarding":
+		case e.Service == "rail-proxy" && e.Name == railapi.EventSubmissionForwarding:
 			marks = append(marks, mark{e.Time, o, fmt.Sprintf("rail token %d: forwarded", e.Int("token")), false})
 		case e.Name == payoutevent.EventFencedOut:
 			marks = append(marks, mark{e.Time, o, fmt.Sprintf("%s token %d: %s (%d)", e.Str("resource"), e.Int("presentedToken"), payoutevent.CodeFencedOut, e.Int("highestToken")), true})

@@ -1,29 +1,15 @@
 package executor
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"strconv"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
-)
-
-// Codes of rail-proxy that the executor acts on. (payment-resource's
-// answers are classified by their api codes, through its typed client.)
-const (
-	codeRailAmbiguous = "RAIL_AMBIGUOUS"
-	// codeAlreadySubmitted is rail-proxy's refusal of a second submission
-	// of a payout (railproxy.CodeAlreadySubmitted).
-	codeAlreadySubmitted = "PAYOUT_ALREADY_SUBMITTED"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 )
 
 // Internal outcomes of the calls.
@@ -37,32 +23,29 @@ var (
 )
 
 // railResult is what the rail said about the payout's one submission, and
-// the fencing token that submission reached the rail with. rail-proxy
-// reports the rail's answer in payment-resource's spelling of an outcome
-// (ACK or DECLINE).
+// the fencing token that submission reached the rail with, in
+// payment-resource's spelling of an outcome (what postResult reports).
 type railResult struct {
-	Status  api.Outcome `json:"status"`
-	RailRef string      `json:"railRef"`
-	Token   int64       `json:"token"`
+	Status  api.Outcome
+	RailRef string
+	Token   int64
 }
 
-// Attempt states of rail-proxy (railproxy.State*) the executor acts on.
-const (
-	stateForwarding = "forwarding"
-	stateAcked      = "acked"
-	stateDeclined   = "declined"
-)
+// outcomeOf is payment-resource's outcome for the rail's answer.
+func outcomeOf(s railapi.RailStatus) api.Outcome {
+	switch s {
+	case railapi.RailAck:
+		return api.OutcomeAck
+	case railapi.RailDecline:
+		return api.OutcomeDecline
+	}
+	return api.OutcomeAmbiguous
+}
 
 // firstAttempt is rail-proxy's refusal of a second submission: the
-// payout's attempt that went to the rail (railproxy.AlreadySubmittedAnswer).
+// payout's attempt that went to the rail (railapi.AlreadySubmittedAnswer).
 type firstAttempt struct {
-	AttemptID   int64  `json:"attemptId"`
-	AccountID   string `json:"accountId"`
-	AmountMinor int64  `json:"amountMinor"`
-	Currency    string `json:"currency"`
-	Token       int64  `json:"token"`
-	State       string `json:"state"`
-	RailRef     string `json:"railRef"`
+	railapi.Attempt
 }
 
 func (a *firstAttempt) Error() string {
@@ -72,61 +55,12 @@ func (a *firstAttempt) Error() string {
 // outcome is the rail outcome the attempt stands for.
 func (a *firstAttempt) outcome() api.Outcome {
 	switch a.State {
-	case stateAcked:
+	case railapi.StateAcked:
 		return api.OutcomeAck
-	case stateDeclined:
+	case railapi.StateDeclined:
 		return api.OutcomeDecline
 	}
 	return api.OutcomeAmbiguous
-}
-
-// answer is one HTTP exchange with rail-proxy: status, the decoded
-// envelope code when the status is not 2xx, and the raw body.
-type answer struct {
-	status int
-	code   string
-	body   []byte
-}
-
-// call sends one request to rail-proxy, with the lease's headers when
-// token > 0.
-func (x *Executor) call(ctx context.Context, method, u string, token int64, in any) (answer, error) {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return answer{}, err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
-	if err != nil {
-		return answer{}, err
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token > 0 {
-		req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
-		req.Header.Set(fencing.HeaderOwner, x.Owner())
-	}
-	resp, err := x.doer.Do(req)
-	if err != nil {
-		return answer{}, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return answer{}, err
-	}
-	a := answer{status: resp.StatusCode, body: raw}
-	if resp.StatusCode/100 != 2 {
-		var env httpjson.Envelope
-		if json.Unmarshal(raw, &env) == nil {
-			a.code = env.Error.Code
-		}
-	}
-	return a, nil
 }
 
 // verify reads the payout from payment-resource and checks that the event
@@ -185,33 +119,22 @@ func (x *Executor) claim(ctx context.Context, e payoutevent.Event, token int64) 
 func (x *Executor) submit(ctx context.Context, e payoutevent.Event, token int64) (railResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, x.cfg.RailTimeout)
 	defer cancel()
-	body := map[string]any{"payoutId": e.PayoutID, "accountId": e.AccountID, "amountMinor": e.AmountMinor, "currency": e.Currency}
-	a, err := x.call(ctx, http.MethodPost, x.cfg.RailProxyURL+"/v1/rail/submissions", token, body)
+	req := railapi.SubmitRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency}
+	ans, err := x.rail.Submit(ctx, token, x.Owner(), req)
+	var refusal *railclient.Error
 	switch {
-	case err != nil:
-		return railResult{}, fmt.Errorf("%w: rail-proxy's answer was lost (%v); a later delivery asks again", ErrDependency, err)
-	case a.status == http.StatusOK:
-		var r railResult
-		if err := json.Unmarshal(a.body, &r); err != nil || (r.Status != api.OutcomeAck && r.Status != api.OutcomeDecline) {
-			return railResult{}, fmt.Errorf("%w: unreadable rail-proxy answer %s; a later delivery asks again", ErrDependency, a.body)
-		}
-		r.Token = token
-		return r, nil
-	case a.code == codeAlreadySubmitted:
-		var ans struct {
-			Attempt firstAttempt `json:"attempt"`
-		}
-		if err := json.Unmarshal(a.body, &ans); err != nil || ans.Attempt.AttemptID <= 0 || ans.Attempt.Token <= 0 {
-			// Not forwarded, but what went before is unknown: try later.
-			return railResult{}, fmt.Errorf("%w: unreadable rail-proxy refusal %s", ErrDependency, a.body)
-		}
-		return railResult{}, &ans.Attempt
-	case a.code == fencing.CodeFencedOut:
-		return railResult{}, fmt.Errorf("%w: rail-proxy: %s", ErrFencedOut, a.body)
-	case a.code == codeRailAmbiguous:
-		return railResult{}, fmt.Errorf("%w: rail-proxy answered %d: %s", errAmbiguous, a.status, a.body)
+	case err == nil:
+		return railResult{Status: outcomeOf(ans.Status), RailRef: ans.RailRef, Token: token}, nil
+	case errors.Is(err, railclient.ErrAlreadySubmitted) && errors.As(err, &refusal) && refusal.Attempt != nil:
+		return railResult{}, &firstAttempt{*refusal.Attempt}
+	case errors.Is(err, railclient.ErrFencedOut):
+		return railResult{}, fmt.Errorf("%w: rail-proxy: %v", ErrFencedOut, err)
+	case errors.Is(err, railclient.ErrRailAmbiguous):
+		return railResult{}, fmt.Errorf("%w: %v", errAmbiguous, err)
 	}
-	return railResult{}, fmt.Errorf("%w: rail-proxy refused the submission with %d: %s", ErrDependency, a.status, a.body)
+	// A lost answer, an unreadable one (also a refusal without its first
+	// attempt), a 5xx, or a refusal a later delivery may not meet.
+	return railResult{}, fmt.Errorf("%w: rail-proxy did not take the submission (%v); a later delivery asks again", ErrDependency, err)
 }
 
 // postResult reports res to payment-resource with token. It returns

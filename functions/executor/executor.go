@@ -57,6 +57,8 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
@@ -119,6 +121,7 @@ type Executor struct {
 	cfg   Config
 	locks *client.Client
 	pay   *payclient.Client
+	rail  *railclient.Client
 	doer  client.Doer
 	log   *slog.Logger
 	hooks Hooks
@@ -160,6 +163,11 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Executor, error) {
 		return nil, err
 	}
 	x.pay = pay
+	rail, err := railclient.New(cfg.RailProxyURL, railclient.WithHTTPClient(x.doer))
+	if err != nil {
+		return nil, err
+	}
+	x.rail = rail
 	return x, nil
 }
 
@@ -369,7 +377,7 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	case errors.As(err, &first):
 		log.Warn("the payout already went to the rail; reporting that submission's outcome instead of submitting again",
 			"event", "rail_prior_attempt_found", "attemptState", first.State, "railRef", first.RailRef, "attemptToken", first.Token)
-		if first.State == stateForwarding {
+		if first.State == railapi.StateForwarding {
 			return "", fmt.Errorf("%w: attempt %d with token %d", ErrSubmissionInFlight, first.AttemptID, first.Token)
 		}
 		res = railResult{Status: first.outcome(), RailRef: first.RailRef, Token: first.Token}

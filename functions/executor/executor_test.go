@@ -19,6 +19,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
@@ -32,7 +33,7 @@ type fakeDeps struct {
 	calls      []string
 	payout     string   // GET api.PayoutPath("p-1") body; "" = the payout the event describes
 	claimCode  api.Code // "" = 200
-	railStatus int
+	railStatus int      // -1: close the connection without an answer
 	railBody   string
 	resultCode api.Code
 	results    []map[string]any
@@ -57,7 +58,13 @@ func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		httpjson.WriteJSON(w, 200, map[string]string{"payoutId": "p-1", "state": "claimed"})
-	case r.URL.Path == "/v1/rail/submissions":
+	case r.URL.Path == railapi.PathSubmissions:
+		if f.railStatus < 0 { // the answer is lost: the connection breaks
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				_ = conn.Close()
+			}
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(f.railStatus)
 		_, _ = w.Write([]byte(f.railBody))
@@ -469,5 +476,60 @@ func TestDeliveriesAreCountedByResult(t *testing.T) {
 		if got := count(r) - before[r]; got != want {
 			t.Errorf("executor_deliveries_total{result=%q} went up by %v; want %v", r, got, want)
 		}
+	}
+}
+
+// TestRailProxyAnswersAreClassifiedByTheirCodes checks how each answer of
+// rail-proxy to the submission ends the execution: a result reported
+// (posted, declined or in doubt), fenced out, or redelivered
+// (ErrDependency: a lost or unreadable answer, a 5xx other than
+// RAIL_AMBIGUOUS, a refusal without its first attempt, so that asking
+// again is safe).
+func TestRailProxyAnswersAreClassifiedByTheirCodes(t *testing.T) {
+	env := func(code railapi.Code) string {
+		b, _ := json.Marshal(railapi.ErrorEnvelope{Error: railapi.ErrorBody{Code: code, Message: "scripted", Retryable: code.Retryable()}})
+		return string(b)
+	}
+	for _, c := range []struct {
+		name        string
+		status      int
+		body        string
+		wantOut     executor.Outcome
+		wantErr     error // nil: a final outcome
+		wantOutcome string
+	}{
+		{"ACK", 200, `{"status":"ACK","railRef":"rail-000001","attemptId":1,"token":1}`, executor.OutcomePosted, nil, "ACK"},
+		{"DECLINE", 200, `{"status":"DECLINE","railRef":"rail-000001","attemptId":1,"token":1}`, executor.OutcomeDeclined, nil, "DECLINE"},
+		{"RAIL_AMBIGUOUS", 502, env(railapi.CodeRailAmbiguous), executor.OutcomeInDoubt, nil, "AMBIGUOUS"},
+		{"FENCED_OUT", 409, env(railapi.CodeFencedOut), "", executor.ErrFencedOut, ""},
+		{"answer lost", -1, "", "", executor.ErrDependency, ""},
+		{"unreadable 200", 200, `{"status":`, "", executor.ErrDependency, ""},
+		{"200 with another status", 200, `{"status":"MAYBE","railRef":"r"}`, "", executor.ErrDependency, ""},
+		{"502 without a code", 502, "<html>bad gateway</html>", "", executor.ErrDependency, ""},
+		{"UNAVAILABLE", 503, env(railapi.CodeUnavailable), "", executor.ErrDependency, ""},
+		{"RAILDB_RESTORED", 503, env(railapi.CodeRestored), "", executor.ErrDependency, ""},
+		{"INTERNAL", 500, env(railapi.CodeInternal), "", executor.ErrDependency, ""},
+		{"INVALID_REQUEST", 400, env(railapi.CodeInvalidRequest), "", executor.ErrDependency, ""},
+		{"PAYOUT_ALREADY_SUBMITTED without its attempt", 409, env(railapi.CodeAlreadySubmitted), "", executor.ErrDependency, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			deps := &fakeDeps{railStatus: c.status, railBody: c.body}
+			x, _ := newExecutor(t, deps, executor.Hooks{})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			out, err := x.Execute(ctx, event)
+			if out != c.wantOut || !errors.Is(err, c.wantErr) || (c.wantErr == nil) != (err == nil) {
+				t.Fatalf("Execute = %q, %v; want %q, %v", out, err, c.wantOut, c.wantErr)
+			}
+			if n := deps.railCalls(); n != 1 {
+				t.Errorf("rail-proxy called %d times, want 1", n)
+			}
+			if c.wantOutcome == "" && len(deps.results) != 0 {
+				t.Errorf("results %v; want none", deps.results)
+			}
+			if c.wantOutcome != "" && (len(deps.results) != 1 || deps.results[0]["outcome"] != c.wantOutcome) {
+				t.Errorf("results %v; want one %s", deps.results, c.wantOutcome)
+			}
+		})
 	}
 }

@@ -22,7 +22,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 )
 
@@ -106,9 +106,9 @@ type payoutFacts struct {
 	forwarded    int
 	tokenByRef   map[string]int64
 	refsAnswered []string
-	rebuiltRefs  []string // attempts rebuilt from the rail's journal after a restore: token at most theirs
-	firstToken   int64    // the payout's one forward (rail_payout), 0 if none
-	firstState   string   // its state
+	rebuiltRefs  []string      // attempts rebuilt from the rail's journal after a restore: token at most theirs
+	firstToken   int64         // the payout's one forward (rail_payout), 0 if none
+	firstState   railapi.State // its state
 	// from the rail's journal
 	rail, acks int
 	railRefs   []string
@@ -163,7 +163,7 @@ func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submi
 
 	rows, err = raildb.Query(ctx, `SELECT payout_id, token, state, coalesce(rail_ref, ''), owner_id FROM rail_attempt
  WHERE state NOT IN ($2, $3) AND ($1::text[] IS NULL OR payout_id = ANY($1::text[]))`,
-		payoutIDs, railproxy.StateFenced, railproxy.StateDuplicate)
+		payoutIDs, railapi.StateFenced, railapi.StateDuplicate)
 	if err != nil {
 		return rep, fmt.Errorf("payoutaudit: raildb: %w", err)
 	}
@@ -174,7 +174,7 @@ func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submi
 		if ref != "" {
 			f.tokenByRef[ref] = tok
 			f.refsAnswered = append(f.refsAnswered, ref)
-			if owner == railproxy.RebuiltOwner {
+			if owner == railapi.RebuiltOwner {
 				f.rebuiltRefs = append(f.rebuiltRefs, ref)
 			}
 		}
@@ -190,7 +190,7 @@ func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submi
 	}
 	if _, err := pgx.ForEachRow(rows, []any{&id, &tok, &state}, func() error {
 		f := get(id)
-		f.firstToken, f.firstState = tok, state
+		f.firstToken, f.firstState = tok, railapi.State(state)
 		return nil
 	}); err != nil {
 		return rep, fmt.Errorf("payoutaudit: raildb: %w", err)
@@ -268,7 +268,7 @@ func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submi
 		}
 		if f.inPaydb && f.railRef != "" && (f.state == string(api.StatePosted) || f.state == string(api.StateDeclined)) {
 			want, ok := f.tokenByRef[f.railRef]
-			if !ok && f.firstState == railproxy.StateForwarding && slices.Contains(f.railRefs, f.railRef) {
+			if !ok && f.firstState == railapi.StateForwarding && slices.Contains(f.railRefs, f.railRef) {
 				// The rail answered and paydb recorded it, but raildb never
 				// learned the answer: its one forward stays 'forwarding'.
 				want, ok = f.firstToken, true

@@ -14,7 +14,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 )
@@ -72,8 +72,8 @@ func (w world) claim(e payoutevent.Event, token int64) {
 // submit sends e to the rail through rail-proxy and returns the rail's
 // reference.
 func (w world) submit(e payoutevent.Event, token int64) string {
-	code, body := call(w.t, "POST", w.p.ProxyURL+railproxy.PathSubmissions, token,
-		railproxy.SubmitRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency})
+	code, body := call(w.t, "POST", w.p.ProxyURL+railapi.PathSubmissions, token,
+		railapi.SubmitRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency})
 	if code != http.StatusOK {
 		w.t.Fatalf("submit %s with %d: %d %v", e.PayoutID, token, code, body)
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
@@ -148,7 +148,7 @@ func TestForeignFirstAttemptIsNotThePayoutsOutcome(t *testing.T) {
 			if err := p.CreatePayout(t.Context(), ev); err != nil {
 				t.Fatal(err)
 			}
-			status, body := send(t, p.ProxyURL+railproxy.PathSubmissions, c.token, map[string]any{
+			status, body := send(t, p.ProxyURL+railapi.PathSubmissions, c.token, map[string]any{
 				"payoutId": ev.PayoutID, "accountId": c.account, "amountMinor": c.amount, "currency": "EUR"})
 			if status != http.StatusOK {
 				t.Fatalf("foreign submission: %d %s; want it forwarded", status, body)
@@ -192,10 +192,10 @@ func TestAuditComparesWhatTheRailPaidWithTheBooks(t *testing.T) {
 	if _, err := p.Pay.Claim(t.Context(), ev.PayoutID, tok, "review"); err != nil {
 		t.Fatalf("claim: %v", err)
 	}
-	status, body := send(t, p.ProxyURL+railproxy.PathSubmissions, tok, map[string]any{
+	status, body := send(t, p.ProxyURL+railapi.PathSubmissions, tok, map[string]any{
 		"payoutId": ev.PayoutID, "accountId": ev.AccountID, "amountMinor": 1, "currency": "EUR"})
-	var ans railproxy.SubmitAnswer
-	if status != http.StatusOK || json.Unmarshal(body, &ans) != nil || ans.Status != railproxy.RailAck {
+	var ans railapi.SubmitAnswer
+	if status != http.StatusOK || json.Unmarshal(body, &ans) != nil || ans.Status != railapi.RailAck {
 		t.Fatalf("submission: %d %s", status, body)
 	}
 	if _, err := p.Pay.PostResult(t.Context(), ev.PayoutID, tok, "review", api.ResultRequest{
@@ -221,7 +221,7 @@ var errCut = errors.New("connection reset by peer (after the request was sent)")
 
 func (c *cutAnswer) Do(req *http.Request) (*http.Response, error) {
 	resp, err := http.DefaultClient.Do(req)
-	if err == nil && c.cut && req.URL.Path == railproxy.PathSubmissions {
+	if err == nil && c.cut && req.URL.Path == railapi.PathSubmissions {
 		c.cut = false
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
@@ -270,7 +270,7 @@ func TestConcurrentSubmissionsOfOnePayoutReachTheRailOnce(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := range n {
 				wg.Go(func() {
-					status, _ := send(t, p.ProxyURL+railproxy.PathSubmissions, int64(i+1), map[string]any{
+					status, _ := send(t, p.ProxyURL+railapi.PathSubmissions, int64(i+1), map[string]any{
 						"payoutId": "p-1", "accountId": fmt.Sprintf("acct-%d", i%2), "amountMinor": 2500, "currency": "EUR"})
 					codes <- status
 				})

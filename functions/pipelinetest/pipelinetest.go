@@ -27,6 +27,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
+	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
@@ -77,6 +78,8 @@ type Pipeline struct {
 	LockURL, PayURL, ProxyURL string
 	// Pay is a typed client of payment-resource at PayURL.
 	Pay *payclient.Client
+	// Rail is a typed client of rail-proxy at ProxyURL.
+	Rail *railclient.Client
 	// Stub is the rail.
 	Stub *railstub.Stub
 	// PayDB and RailDB are pools on the two databases, for checks.
@@ -137,6 +140,9 @@ func Start(t testing.TB, opts Options) *Pipeline {
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
 	p.ProxyURL = serve(proxy)
+	if p.Rail, err = railclient.New(p.ProxyURL); err != nil {
+		t.Fatal(err)
+	}
 	p.RailDB = open(raildb)
 
 	paydb := pgtest.NewDatabase(t)

@@ -2,6 +2,7 @@ package pipelinetest_test
 
 import (
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"os"
@@ -16,8 +17,9 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
@@ -85,10 +87,19 @@ func startRestoreRig(t *testing.T) *restoreRig {
 }
 
 // submit sends ev with token to rail-proxy.
-func (r *restoreRig) submit(t *testing.T, token int64, payout, account string) (int, []byte) {
+func (r *restoreRig) submit(t *testing.T, token int64, payout, account string) (railapi.SubmitAnswer, error) {
 	t.Helper()
-	return send(t, r.p.ProxyURL+railproxy.PathSubmissions, token, map[string]any{
-		"payoutId": payout, "accountId": account, "amountMinor": r.ev.AmountMinor, "currency": r.ev.Currency})
+	return r.p.Rail.Submit(t.Context(), token, "review", railapi.SubmitRequest{
+		PayoutID: payout, AccountID: account, AmountMinor: r.ev.AmountMinor, Currency: r.ev.Currency})
+}
+
+// refusal returns err's *railclient.Error (a zero one when err is not).
+func refusal(err error) railclient.Error {
+	var e *railclient.Error
+	if errors.As(err, &e) {
+		return *e
+	}
+	return railclient.Error{}
 }
 
 // count returns one integer from raildb.
@@ -153,12 +164,10 @@ func TestRaildbRestoreDoesNotLetASecondSubmissionThrough(t *testing.T) {
 
 	// A wakes up and submits: refused, nothing recorded, rail not called.
 	attemptsBefore := count(t, p.RailDB, `SELECT count(*) FROM rail_attempt`)
-	status, body := r.submit(t, r.stale, ev.PayoutID, ev.AccountID)
-	t.Logf("A's submission with token %d after the restore: %d %s", r.stale, status, body)
-	var env struct{ Error httpjson.Body }
-	if err := json.Unmarshal(body, &env); err != nil || status != http.StatusServiceUnavailable ||
-		env.Error.Code != railproxy.CodeRestored || !env.Error.Retryable {
-		t.Errorf("A after the restore: %d %s; want 503 %s, retryable", status, body, railproxy.CodeRestored)
+	_, err := r.submit(t, r.stale, ev.PayoutID, ev.AccountID)
+	t.Logf("A's submission with token %d after the restore: %v", r.stale, err)
+	if e := refusal(err); !errors.Is(err, railclient.ErrRaildbRestored) || e.Status != http.StatusServiceUnavailable || !e.Retryable {
+		t.Errorf("A after the restore: %v; want 503 %s, retryable", err, railapi.CodeRestored)
 	}
 	if n := len(p.Stub.Submissions(ev.PayoutID)); n != 1 {
 		t.Fatalf("the rail received p-1 %d times; want once", n)
@@ -182,13 +191,8 @@ func TestRaildbRestoreDoesNotLetASecondSubmissionThrough(t *testing.T) {
 		t.Errorf("the rail received p-2 %d times before the recovery; want none", n)
 	}
 	// The reads keep answering.
-	resp, err := http.Get(p.ProxyURL + railproxy.PathAttempts + "?payoutId=p-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("GET attempts on a restored raildb: %d; want 200", resp.StatusCode)
+	if _, err := p.Rail.Attempts(t.Context(), ev.PayoutID); err != nil {
+		t.Errorf("GET attempts on a restored raildb: %v; want 200", err)
 	}
 
 	// The operator's recovery. N: the largest token issued before the
@@ -199,7 +203,7 @@ func TestRaildbRestoreDoesNotLetASecondSubmissionThrough(t *testing.T) {
 		t.Fatalf("N %d is below A's token %d", n, r.stale)
 	}
 	rec := r.recoverRestore(t, n)
-	rebuilt := railproxy.Attempt{AttemptID: -1}
+	rebuilt := railapi.Attempt{AttemptID: -1}
 	if len(rec.Rebuilt) == 1 {
 		rebuilt = rec.Rebuilt[0]
 	}
@@ -210,9 +214,9 @@ func TestRaildbRestoreDoesNotLetASecondSubmissionThrough(t *testing.T) {
 	// A (token <= N) is fenced, on its account and on one raildb has no
 	// high-water for.
 	for _, acct := range []string{ev.AccountID, "acct-new"} {
-		status, body = r.submit(t, r.stale, ev.PayoutID, acct)
-		if err := json.Unmarshal(body, &env); err != nil || status != http.StatusConflict || env.Error.Code != fencing.CodeFencedOut {
-			t.Errorf("A on %s after the recovery: %d %s; want 409 %s", acct, status, body, fencing.CodeFencedOut)
+		_, err := r.submit(t, r.stale, ev.PayoutID, acct)
+		if !errors.Is(err, railclient.ErrFencedOut) || refusal(err).Status != http.StatusConflict {
+			t.Errorf("A on %s after the recovery: %v; want 409 %s", acct, err, railapi.CodeFencedOut)
 		}
 	}
 	var highest []float64
@@ -236,14 +240,14 @@ func TestRaildbRestoreDoesNotLetASecondSubmissionThrough(t *testing.T) {
 	if lease.Token() <= n {
 		t.Fatalf("fresh token %d not above N %d", lease.Token(), n)
 	}
-	status, body = r.submit(t, lease.Token(), ev.PayoutID, ev.AccountID)
-	var dup railproxy.AlreadySubmittedAnswer
-	if err := json.Unmarshal(body, &dup); err != nil || status != http.StatusConflict || dup.Error.Code != railproxy.CodeAlreadySubmitted {
-		t.Errorf("second submission of p-1 with token %d: %d %s; want 409 %s", lease.Token(), status, body, railproxy.CodeAlreadySubmitted)
+	_, err = r.submit(t, lease.Token(), ev.PayoutID, ev.AccountID)
+	dup := refusal(err)
+	if !errors.Is(err, railclient.ErrAlreadySubmitted) || dup.Status != http.StatusConflict || dup.Attempt == nil {
+		t.Fatalf("second submission of p-1 with token %d: %v; want 409 %s", lease.Token(), err, railapi.CodeAlreadySubmitted)
 	}
 	railRef := p.Stub.Submissions(ev.PayoutID)[0].Answer.RailRef
-	if a := dup.Attempt; a.AttemptID != rebuilt.AttemptID || a.State != railproxy.StateAcked || a.RailRef != railRef ||
-		a.Token != n || a.OwnerID != railproxy.RebuiltOwner {
+	if a := dup.Attempt; a.AttemptID != rebuilt.AttemptID || a.State != railapi.StateAcked || a.RailRef != railRef ||
+		a.Token != n || a.OwnerID != railapi.RebuiltOwner {
 		t.Errorf("refused with attempt %+v; want the rebuilt one (acked %s, token %d)", a, railRef, n)
 	}
 	if err := lease.Release(t.Context()); err != nil {
@@ -283,8 +287,8 @@ func TestRaildbRestoreWithTheGuardBlindedPaysTwice(t *testing.T) {
     timeline_id = c.timeline_id, system_identifier = c.system_identifier FROM raildb_current_identity() c`); err != nil {
 		t.Fatal(err)
 	}
-	status, body := r.submit(t, r.stale, r.ev.PayoutID, r.ev.AccountID)
-	t.Logf("A's submission with token %d, guard blinded: %d %s", r.stale, status, body)
+	ans, err := r.submit(t, r.stale, r.ev.PayoutID, r.ev.AccountID)
+	t.Logf("A's submission with token %d, guard blinded: %+v, %v", r.stale, ans, err)
 	if n := len(r.p.Stub.Submissions(r.ev.PayoutID)); n != 2 {
 		t.Errorf("the rail received p-1 %d times; want twice (without the guard the restore lets A through)", n)
 	}

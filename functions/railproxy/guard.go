@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 )
 
@@ -96,10 +97,6 @@ const (
 	// days. The operator can give a larger bound (AttemptIDsPast) from the
 	// logs. Skipped ids cost nothing; a repeated id names two attempts.
 	AttemptIDGap = 1 << 32
-	// RebuiltOwner is the owner_id of the attempts RecoverRestore rebuilds
-	// from the rail's journal: their token is unknown, at most the
-	// recovery's N, and recorded as N.
-	RebuiltOwner = "rail-proxy recover-restore"
 )
 
 // ErrRestored: raildb's identity stamp does not match the instance: it was
@@ -138,25 +135,25 @@ type RailRecord struct {
 	AccountID   string `json:"accountId"`
 	AmountMinor int64  `json:"amountMinor"`
 	Currency    string `json:"currency"`
-	// Status is RailAck or RailDecline.
-	Status string `json:"status"`
+	// Status is api.RailAck or api.RailDecline.
+	Status api.RailStatus `json:"status"`
 	// RailRef is the rail's reference of the submission.
 	RailRef string `json:"railRef"`
 }
 
 // Validate returns an error wrapping ErrInvalidRecovery describing the
-// first invalid field: the bounds of SubmitRequest, an ACK or DECLINE, a
+// first invalid field: the bounds of api.SubmitRequest, an ACK or DECLINE, a
 // reference of 1..128 bytes.
 func (r RailRecord) Validate() error {
-	req := SubmitRequest{PayoutID: r.PayoutID, AccountID: r.AccountID, AmountMinor: r.AmountMinor, Currency: r.Currency}
+	req := api.SubmitRequest{PayoutID: r.PayoutID, AccountID: r.AccountID, AmountMinor: r.AmountMinor, Currency: r.Currency}
 	if err := req.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidRecovery, err)
 	}
-	if r.Status != RailAck && r.Status != RailDecline {
-		return fmt.Errorf("%w: payout %s: status %q is neither %s nor %s", ErrInvalidRecovery, r.PayoutID, r.Status, RailAck, RailDecline)
+	if r.Status != api.RailAck && r.Status != api.RailDecline {
+		return fmt.Errorf("%w: payout %s: status %q is neither %s nor %s", ErrInvalidRecovery, r.PayoutID, r.Status, api.RailAck, api.RailDecline)
 	}
-	if r.RailRef == "" || len(r.RailRef) > maxRailRefLen {
-		return fmt.Errorf("%w: payout %s: railRef must be 1..%d bytes", ErrInvalidRecovery, r.PayoutID, maxRailRefLen)
+	if r.RailRef == "" || len(r.RailRef) > api.MaxRailRefLen {
+		return fmt.Errorf("%w: payout %s: railRef must be 1..%d bytes", ErrInvalidRecovery, r.PayoutID, api.MaxRailRefLen)
 	}
 	return nil
 }
@@ -194,7 +191,7 @@ func ReadRailJournal(r io.Reader) ([]RailRecord, error) {
 	out := make([]RailRecord, 0, len(*j.Submissions))
 	for i, s := range *j.Submissions {
 		rec := RailRecord{PayoutID: s.Request.PayoutID, AccountID: s.Request.AccountID, AmountMinor: s.Request.AmountMinor,
-			Currency: s.Request.Currency, Status: s.Answer.Status, RailRef: s.Answer.RailRef}
+			Currency: s.Request.Currency, Status: api.RailStatus(s.Answer.Status), RailRef: s.Answer.RailRef}
 		if err := rec.Validate(); err != nil {
 			return nil, fmt.Errorf("rail journal submission %d: %w", i, err)
 		}
@@ -247,7 +244,7 @@ type RestoreRecovered struct {
 	AttemptIDsAbove int64 `json:"attemptIdsAbove"`
 	// Rebuilt are the attempts recorded from the rail's journal, for the
 	// payouts raildb did not know went to the rail.
-	Rebuilt []Attempt `json:"rebuilt"`
+	Rebuilt []api.Attempt `json:"rebuilt"`
 }
 
 // RecoverRestore is the operator's step after a restore of raildb
@@ -260,7 +257,7 @@ type RestoreRecovered struct {
 //  2. for every payout of the rail's journal without a rail_payout row,
 //     records each of its submissions as an attempt (state acked or
 //     declined with the rail's reference, token rec.Past, owner
-//     RebuiltOwner) and the first as the payout's one forward, so that no
+//     api.RebuiltOwner) and the first as the payout's one forward, so that no
 //     later submission of it is forwarded;
 //  3. raises the token floor to rec.Past;
 //  4. stamps the current identity: submissions are admitted again.
@@ -283,7 +280,7 @@ func RecoverRestore(ctx context.Context, db pgpool.Config, rec RestoreRecovery, 
 	if err := migrate(ctx, pool); err != nil {
 		return RestoreRecovered{}, err
 	}
-	out := RestoreRecovered{Rebuilt: []Attempt{}}
+	out := RestoreRecovered{Rebuilt: []api.Attempt{}}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, guardLockSQL); err != nil {
 			return fmt.Errorf("take the guard's lock: %w", err)
@@ -320,10 +317,10 @@ func RecoverRestore(ctx context.Context, db pgpool.Config, rec RestoreRecovery, 
 			if st == forwardedBefore {
 				continue
 			}
-			a := Attempt{PayoutID: r.PayoutID, AccountID: r.AccountID, AmountMinor: r.AmountMinor, Currency: r.Currency,
-				Token: rec.Past, OwnerID: RebuiltOwner, State: StateAcked, RailRef: r.RailRef}
-			if r.Status == RailDecline {
-				a.State = StateDeclined
+			a := api.Attempt{PayoutID: r.PayoutID, AccountID: r.AccountID, AmountMinor: r.AmountMinor, Currency: r.Currency,
+				Token: rec.Past, OwnerID: api.RebuiltOwner, State: api.StateAcked, RailRef: r.RailRef}
+			if r.Status == api.RailDecline {
+				a.State = api.StateDeclined
 			}
 			if err := tx.QueryRow(ctx, sqlInsertRebuilt, a.PayoutID, a.AccountID, a.Token, a.OwnerID, a.AmountMinor,
 				a.Currency, a.State, a.RailRef).Scan(&a.AttemptID, &a.CreatedAt, &a.FinishedAt); err != nil {
@@ -348,7 +345,7 @@ func RecoverRestore(ctx context.Context, db pgpool.Config, rec RestoreRecovery, 
 		return RestoreRecovered{}, dbError("recover restore", err)
 	}
 	log.Warn("raildb recovered after a restore: submissions admitted again",
-		"event", "raildb_recovered", "past", rec.Past, "tokenFloor", out.TokenFloor, "attemptIdsAbove", out.AttemptIDsAbove,
+		"event", api.EventRaildbRecovered, "past", rec.Past, "tokenFloor", out.TokenFloor, "attemptIdsAbove", out.AttemptIDsAbove,
 		"rebuilt", len(out.Rebuilt), "identity", out.Identity, "previous", out.Previous)
 	return out, nil
 }

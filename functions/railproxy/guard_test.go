@@ -11,6 +11,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 )
@@ -22,8 +23,8 @@ func mustBeRestored(t *testing.T, h http.Handler, b string, token string) {
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Fatalf("token %s: status %d, body %s; want 503", token, rec.Code, rec.Body)
 	}
-	if e := envelope(t, rec); e.Code != railproxy.CodeRestored || !e.Retryable {
-		t.Fatalf("envelope %+v; want %s, retryable", e, railproxy.CodeRestored)
+	if e := envelope(t, rec); e.Code != api.CodeRestored || !e.Retryable {
+		t.Fatalf("envelope %+v; want %s, retryable", e, api.CodeRestored)
 	}
 }
 
@@ -58,7 +59,7 @@ func TestRaildbRestartIsNotARestore(t *testing.T) {
 	third := r.proxy(nil)
 	mustBeFenced(t, submit(third, "w", body("po-4", "acct-1", 100), "11"))
 	mustAccept(t, third, "w", body("po-5", "acct-1", 100), 12)
-	if n := len(r.logs.Events(t, "raildb_restored")); n != 0 {
+	if n := len(r.logs.Events(t, api.EventRaildbRestored)); n != 0 {
 		t.Errorf("%d raildb_restored events after plain restarts; want none", n)
 	}
 }
@@ -82,7 +83,7 @@ func TestRestoredRaildbRefusesUntilRecovered(t *testing.T) {
 	if n := len(r.stub.Submissions("")); n != 1 {
 		t.Errorf("the rail received %d submissions; want 1", n)
 	}
-	if ev := r.logs.Events(t, "raildb_restored"); len(ev) != 1 || ev[0]["level"] != "ERROR" {
+	if ev := r.logs.Events(t, api.EventRaildbRestored); len(ev) != 1 || ev[0]["level"] != "ERROR" {
 		t.Errorf("raildb_restored events %v; want one at ERROR", ev)
 	}
 	if hw := highWater(t, p, "acct-1"); hw != 5 {
@@ -119,10 +120,10 @@ func TestRecoverRestoreRebuildsFromTheJournalOnce(t *testing.T) {
 	p := r.proxy(nil)
 	known := mustAccept(t, p, "w", body("po-known", "acct-1", 100), 5)
 	journal := []railproxy.RailRecord{
-		{PayoutID: "po-known", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR", Status: railproxy.RailAck, RailRef: known.RailRef},
-		{PayoutID: "po-lost", AccountID: "acct-2", AmountMinor: 300, Currency: "EUR", Status: railproxy.RailAck, RailRef: "rail-900001"},
-		{PayoutID: "po-declined", AccountID: "acct-2", AmountMinor: 9, Currency: "EUR", Status: railproxy.RailDecline, RailRef: "rail-900002"},
-		{PayoutID: "po-lost", AccountID: "acct-2", AmountMinor: 300, Currency: "EUR", Status: railproxy.RailAck, RailRef: "rail-900003"},
+		{PayoutID: "po-known", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR", Status: api.RailAck, RailRef: known.RailRef},
+		{PayoutID: "po-lost", AccountID: "acct-2", AmountMinor: 300, Currency: "EUR", Status: api.RailAck, RailRef: "rail-900001"},
+		{PayoutID: "po-declined", AccountID: "acct-2", AmountMinor: 9, Currency: "EUR", Status: api.RailDecline, RailRef: "rail-900002"},
+		{PayoutID: "po-lost", AccountID: "acct-2", AmountMinor: 300, Currency: "EUR", Status: api.RailAck, RailRef: "rail-900003"},
 	}
 	db := pgpool.Config{DSN: r.dsn}
 	log := slog.New(slog.DiscardHandler)
@@ -132,9 +133,9 @@ func TestRecoverRestoreRebuildsFromTheJournalOnce(t *testing.T) {
 	}
 	var got []string
 	for _, a := range first.Rebuilt {
-		got = append(got, a.PayoutID+"/"+a.State+"/"+a.RailRef)
-		if a.Token != 40 || a.OwnerID != railproxy.RebuiltOwner || a.AttemptID <= first.AttemptIDsAbove {
-			t.Errorf("rebuilt %+v; want token 40, owner %q, id above %d", a, railproxy.RebuiltOwner, first.AttemptIDsAbove)
+		got = append(got, a.PayoutID+"/"+string(a.State)+"/"+a.RailRef)
+		if a.Token != 40 || a.OwnerID != api.RebuiltOwner || a.AttemptID <= first.AttemptIDsAbove {
+			t.Errorf("rebuilt %+v; want token 40, owner %q, id above %d", a, api.RebuiltOwner, first.AttemptIDsAbove)
 		}
 	}
 	want := "po-lost/acked/rail-900001 po-declined/declined/rail-900002 po-lost/acked/rail-900003"
@@ -178,7 +179,7 @@ func TestRecoverRestoreBadInputChangesNothing(t *testing.T) {
 		return s
 	}
 	before := snapshot()
-	good := railproxy.RailRecord{PayoutID: "po-2", AccountID: "acct-2", AmountMinor: 1, Currency: "EUR", Status: railproxy.RailAck, RailRef: "rail-1"}
+	good := railproxy.RailRecord{PayoutID: "po-2", AccountID: "acct-2", AmountMinor: 1, Currency: "EUR", Status: api.RailAck, RailRef: "rail-1"}
 	bad := good
 	bad.Status = "MAYBE"
 	for name, rec := range map[string]railproxy.RestoreRecovery{

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 )
 
 // railRequest is the rail's POST /submit body: no token, no idempotency
@@ -23,15 +25,12 @@ type railRequest struct {
 // railAnswer is the rail's 200 body. Unknown fields are ignored: the rail
 // is someone else's API and may grow.
 type railAnswer struct {
-	Status  string `json:"status"`
-	RailRef string `json:"railRef"`
+	Status  api.RailStatus `json:"status"`
+	RailRef string         `json:"railRef"`
 }
 
 // maxRailAnswerBytes bounds how much of the rail's answer is read.
 const maxRailAnswerBytes = 64 << 10
-
-// maxRailRefLen bounds an acceptable railRef, in bytes.
-const maxRailRefLen = 128
 
 // forward submits req to the rail once, within Config.RailTimeout. It
 // returns the answer when the rail answered 200 with ACK or DECLINE and a
@@ -44,7 +43,7 @@ const maxRailRefLen = 128
 // details (a reused keep-alive connection can fail after the request went
 // out), and one wrong guess is a second payment; reconciliation with the
 // rail's records settles every ambiguous attempt instead.
-func (p *Proxy) forward(ctx context.Context, req SubmitRequest) (railAnswer, error) {
+func (p *Proxy) forward(ctx context.Context, req api.SubmitRequest) (railAnswer, error) {
 	body, err := json.Marshal(railRequest{
 		PayoutID: req.PayoutID, AccountID: req.AccountID, AmountMinor: req.AmountMinor,
 		Currency: req.Currency, Reference: req.PayoutID,
@@ -73,10 +72,10 @@ func (p *Proxy) forward(ctx context.Context, req SubmitRequest) (railAnswer, err
 	if err := json.Unmarshal(raw, &ans); err != nil {
 		return railAnswer{}, fmt.Errorf("rail answered 200 with an unreadable body: %w", err)
 	}
-	if ans.Status != RailAck && ans.Status != RailDecline {
+	if ans.Status != api.RailAck && ans.Status != api.RailDecline {
 		return railAnswer{}, fmt.Errorf("rail answered 200 with status %q", ans.Status)
 	}
-	if ans.RailRef == "" || len(ans.RailRef) > maxRailRefLen {
+	if ans.RailRef == "" || len(ans.RailRef) > api.MaxRailRefLen {
 		return railAnswer{}, errors.New("rail answered 200 without a usable railRef")
 	}
 	return ans, nil

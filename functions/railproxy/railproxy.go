@@ -46,28 +46,16 @@
 // rail's records. Never retry such a submission blindly. An attempt left
 // 'forwarding' by a rail-proxy that died while calling the rail is marked
 // 'ambiguous' by the next submission of its payout once no live
-// rail-proxy can still be calling (see AlreadySubmittedAnswer).
+// rail-proxy can still be calling (see api.AlreadySubmittedAnswer).
 //
-// Routes (every error answer is the envelope of package httpjson):
+// The wire contract (routes, bodies, codes, attempt states, bounds, the
+// environment variables of Config and the log events) is package
+// functions/railproxy/api; functions/railproxy/client is its typed client.
+// In short:
 //
-//	POST /v1/rail/submissions             headers X-Fencing-Token (required),
-//	                                      X-Lock-Owner (logs only);
-//	                                      body SubmitRequest (at most 4 KiB)
-//	    200 SubmitAnswer                  the rail answered ACK or DECLINE
-//	    400 INVALID_REQUEST, 413 BODY_TOO_LARGE, 415 UNSUPPORTED_MEDIA_TYPE
-//	                                      nothing recorded, rail not called
-//	    409 FENCED_OUT                    stale token (not above the account's
-//	                                      high-water, or at or below the token
-//	                                      floor); attempt recorded 'fenced'
-//	    409 PAYOUT_ALREADY_SUBMITTED      AlreadySubmittedAnswer: the payout
-//	                                      already went to the rail; attempt
-//	                                      recorded 'duplicate'
-//	    502 RAIL_AMBIGUOUS                rail outcome unknown; not retryable
-//	    503 UNAVAILABLE                   raildb unreachable or proxy closing
-//	                                      before forwarding; rail not called
-//	    503 RAILDB_RESTORED               raildb restored from a backup; nothing
-//	                                      recorded, rail not called; retryable
-//	                                      after rail-proxy recover-restore
+//	POST /v1/rail/submissions             SubmitRequest -> 200 SubmitAnswer; 409 FENCED_OUT,
+//	                                      409 PAYOUT_ALREADY_SUBMITTED, 502 RAIL_AMBIGUOUS,
+//	                                      503 UNAVAILABLE, 503 RAILDB_RESTORED
 //	GET  /v1/rail/high-water/{accountId}  200 HighWater, 404 NOT_FOUND
 //	GET  /v1/rail/attempts?payoutId=P     200 AttemptList (oldest first)
 //
@@ -91,30 +79,14 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Environment variables read by LoadConfig.
-const (
-	// EnvDatabaseURL sets Config.DB.DSN (required).
-	EnvDatabaseURL = "RAILDB_URL"
-	// EnvDatabaseInstance sets Config.DB.CloudSQLInstance.
-	EnvDatabaseInstance = "RAILDB_INSTANCE"
-	// EnvRailURL sets Config.RailURL (required).
-	EnvRailURL = "RAIL_URL"
-	// EnvRailTimeoutMs sets Config.RailTimeout (milliseconds).
-	EnvRailTimeoutMs = "RAIL_TIMEOUT_MS"
-	// EnvDBTimeoutMs sets Config.DBTimeout (milliseconds).
-	EnvDBTimeoutMs = "RAIL_PROXY_DB_TIMEOUT_MS"
-	// EnvFencingEnabled is the kill switch rail.proxy.fencing.enabled
-	// (default true); "false" sets Config.FencingDisabled.
-	EnvFencingEnabled = "RAIL_PROXY_FENCING_ENABLED"
-)
-
-// Defaults and bounds of Config and of requests.
+// Defaults and bounds of Config. The bounds of requests are in package
+// api.
 const (
 	// DefaultRailTimeout is the default of Config.RailTimeout.
 	DefaultRailTimeout = 5 * time.Second
@@ -122,57 +94,6 @@ const (
 	DefaultDBTimeout = 5 * time.Second
 	// MaxTimeout bounds both timeouts of Config.
 	MaxTimeout = 10 * time.Minute
-	// MaxBodyBytes bounds the body of POST /v1/rail/submissions.
-	MaxBodyBytes = 4 << 10
-	// MaxPayoutIDLen bounds SubmitRequest.PayoutID, in bytes
-	// (payoutevent.MaxPayoutIDLen).
-	MaxPayoutIDLen = payoutevent.MaxPayoutIDLen
-	// MaxAccountIDLen bounds SubmitRequest.AccountID, in bytes
-	// (payoutevent.MaxAccountIDLen).
-	MaxAccountIDLen = payoutevent.MaxAccountIDLen
-)
-
-// Routes.
-const (
-	// PathSubmissions is the route of POST submissions.
-	PathSubmissions = "/v1/rail/submissions"
-	// PathHighWaterPrefix, followed by an account id, is the route of GET
-	// high-water.
-	PathHighWaterPrefix = "/v1/rail/high-water/"
-	// PathAttempts is the route of GET attempts (query payoutId).
-	PathAttempts = "/v1/rail/attempts"
-)
-
-// Error codes of the envelope, besides fencing.CodeFencedOut (409) and
-// httpjson's INVALID_REQUEST (400), BODY_TOO_LARGE (413) and
-// UNSUPPORTED_MEDIA_TYPE (415).
-const (
-	// CodeAlreadySubmitted (409): an earlier attempt of the payout went,
-	// or may have gone, to the rail; this one was not forwarded. The
-	// answer is an AlreadySubmittedAnswer. Retryable only while that
-	// attempt is still forwarding.
-	CodeAlreadySubmitted = "PAYOUT_ALREADY_SUBMITTED"
-	// CodeRailAmbiguous (502): the rail was called and its outcome is
-	// unknown; the money may have moved. Not retryable.
-	CodeRailAmbiguous = "RAIL_AMBIGUOUS"
-	// CodeUnavailable (503): raildb did not answer, or the proxy is
-	// closing, before the rail was called. Retryable; note that a retry
-	// with the same token is refused FENCED_OUT if the failed request's
-	// transaction did commit.
-	CodeUnavailable = "UNAVAILABLE"
-	// CodeRestored (503): raildb was restored from a backup (its identity
-	// stamp does not match; see guard.go and
-	// docs/runbooks/raildb-restore.md) and may have forgotten high-water
-	// marks and forwarded payouts. Nothing was recorded and the rail was
-	// not called. Retryable: submissions are admitted again once an
-	// operator has run "rail-proxy recover-restore".
-	CodeRestored = "RAILDB_RESTORED"
-	// CodeNotFound (404): no such route, or no high-water for the account.
-	CodeNotFound = "NOT_FOUND"
-	// CodeMethodNotAllowed (405): the route exists for another method.
-	CodeMethodNotAllowed = "METHOD_NOT_ALLOWED"
-	// CodeInternal (500): a bug.
-	CodeInternal = "INTERNAL"
 )
 
 // Errors of this package.
@@ -258,13 +179,13 @@ func (c Config) Validate() error {
 // default), validated. Errors wrap ErrInvalidConfig.
 func LoadConfig(getenv func(string) string) (Config, error) {
 	c := DefaultConfig()
-	c.DB.DSN = strings.TrimSpace(getenv(EnvDatabaseURL))
-	c.DB.CloudSQLInstance = strings.TrimSpace(getenv(EnvDatabaseInstance))
-	c.RailURL = strings.TrimSpace(getenv(EnvRailURL))
+	c.DB.DSN = strings.TrimSpace(getenv(api.EnvDatabaseURL))
+	c.DB.CloudSQLInstance = strings.TrimSpace(getenv(api.EnvDatabaseInstance))
+	c.RailURL = strings.TrimSpace(getenv(api.EnvRailURL))
 	for _, d := range []struct {
 		env string
 		dst *time.Duration
-	}{{EnvRailTimeoutMs, &c.RailTimeout}, {EnvDBTimeoutMs, &c.DBTimeout}} {
+	}{{api.EnvRailTimeoutMs, &c.RailTimeout}, {api.EnvDBTimeoutMs, &c.DBTimeout}} {
 		v := strings.TrimSpace(getenv(d.env))
 		if v == "" {
 			continue
@@ -275,100 +196,20 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		}
 		*d.dst = time.Duration(ms) * time.Millisecond
 	}
-	on, err := fencing.Switch(EnvFencingEnabled, getenv(EnvFencingEnabled))
+	on, err := fencing.Switch(api.EnvFencingEnabled, getenv(api.EnvFencingEnabled))
 	if err != nil {
 		return Config{}, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	c.FencingDisabled = !on
 	if c.DB.DSN == "" {
-		return Config{}, fmt.Errorf("%w: %s is required (a PostgreSQL DSN of raildb)", ErrInvalidConfig, EnvDatabaseURL)
+		return Config{}, fmt.Errorf("%w: %s is required (a PostgreSQL DSN of raildb)", ErrInvalidConfig, api.EnvDatabaseURL)
 	}
 	if err := c.Validate(); err != nil {
 		// Name the environment variable behind the field.
-		return Config{}, fmt.Errorf("%w (environment: %s, %s, %s)", err, EnvDatabaseURL, EnvRailURL, EnvDatabaseInstance)
+		return Config{}, fmt.Errorf("%w (environment: %s, %s, %s)", err, api.EnvDatabaseURL, api.EnvRailURL, api.EnvDatabaseInstance)
 	}
 	return c, nil
 }
-
-// SubmitRequest is the body of POST /v1/rail/submissions. Every field is
-// required.
-type SubmitRequest struct {
-	// PayoutID identifies the payout, 1..128 bytes; sent to the rail as its
-	// reference too.
-	PayoutID string `json:"payoutId"`
-	// AccountID is the debited account, 1..64 bytes; the fence is kept per
-	// account (the lock key is payout:{accountId}).
-	AccountID string `json:"accountId"`
-	// AmountMinor is the amount in minor currency units; positive.
-	AmountMinor int64 `json:"amountMinor"`
-	// Currency is an ISO 4217 code: three upper-case ASCII letters.
-	Currency string `json:"currency"`
-}
-
-// Validate returns an error wrapping ErrInvalidRequest describing the first
-// invalid field: ids as payoutevent.ValidateID has them, an amount within
-// 1..payoutevent.MaxAmountMinor minor units, an ISO 4217 currency.
-func (s SubmitRequest) Validate() error {
-	if err := payoutevent.ValidateID("payoutId", s.PayoutID, MaxPayoutIDLen); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
-	}
-	if err := payoutevent.ValidateID("accountId", s.AccountID, MaxAccountIDLen); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
-	}
-	switch {
-	case s.AmountMinor <= 0 || s.AmountMinor > payoutevent.MaxAmountMinor:
-		return fmt.Errorf("%w: amountMinor %d is outside 1..%d", ErrInvalidRequest, s.AmountMinor, payoutevent.MaxAmountMinor)
-	case !payoutevent.IsCurrency(s.Currency):
-		return fmt.Errorf("%w: currency %q is not three upper-case letters (ISO 4217)", ErrInvalidRequest, s.Currency)
-	}
-	return nil
-}
-
-// Rail answers, as SubmitAnswer.Status carries them.
-const (
-	// RailAck: the rail accepted the payment; money moved.
-	RailAck = "ACK"
-	// RailDecline: the rail refused the payment; no money moved.
-	RailDecline = "DECLINE"
-)
-
-// SubmitAnswer is the 200 body of POST /v1/rail/submissions.
-type SubmitAnswer struct {
-	// Status is the rail's answer, RailAck or RailDecline.
-	Status string `json:"status"`
-	// RailRef is the rail's reference of the submission.
-	RailRef string `json:"railRef"`
-	// AttemptID is the rail_attempt row of this submission.
-	AttemptID int64 `json:"attemptId"`
-	// Token is the fencing token the submission was accepted with.
-	Token int64 `json:"token"`
-}
-
-// HighWater is the 200 body of GET /v1/rail/high-water/{accountId}.
-type HighWater struct {
-	// AccountID is the account.
-	AccountID string `json:"accountId"`
-	// HighWater is the highest fencing token accepted for it.
-	HighWater int64 `json:"highWater"`
-}
-
-// Attempt states, rail_attempt.state.
-const (
-	// StateForwarding: the fence passed and the rail is being called (or
-	// the proxy died while calling it: reconcile).
-	StateForwarding = "forwarding"
-	// StateAcked: the rail answered ACK.
-	StateAcked = "acked"
-	// StateDeclined: the rail answered DECLINE.
-	StateDeclined = "declined"
-	// StateAmbiguous: the rail was called and its outcome is unknown.
-	StateAmbiguous = "ambiguous"
-	// StateFenced: the token was stale; the rail was not called.
-	StateFenced = "fenced"
-	// StateDuplicate: the payout had already gone to the rail with an
-	// earlier attempt; this one was not forwarded.
-	StateDuplicate = "duplicate"
-)
 
 // AlreadySubmitted is the refusal of a second submission of a payout: the
 // attempt that went to the rail first. It is an error value, wrapped with
@@ -376,63 +217,13 @@ const (
 type AlreadySubmitted struct {
 	// First is the payout's forwarded attempt, as locked by the refusing
 	// transaction: acked, declined, ambiguous, or still forwarding.
-	First Attempt
+	First api.Attempt
 }
 
 // Error describes the refusal.
 func (a *AlreadySubmitted) Error() string {
 	return fmt.Sprintf("payout %s already went to the rail with attempt %d (token %d, state %s)",
 		a.First.PayoutID, a.First.AttemptID, a.First.Token, a.First.State)
-}
-
-// AlreadySubmittedAnswer is the 409 PAYOUT_ALREADY_SUBMITTED body: the
-// error envelope of package httpjson plus the payout's forwarded attempt.
-// The caller reports that attempt's outcome instead of submitting again:
-// StateAcked and StateDeclined carry the rail's reference, StateAmbiguous
-// needs reconciliation, and StateForwarding means the first submission is
-// still being answered (Error.Retryable is true: ask again later). A
-// forwarding attempt older than RailTimeout + 2 x DBTimeout + 1 s can no
-// longer be in flight in a rail-proxy with this configuration; it is then
-// marked StateAmbiguous (log event rail_attempt_abandoned) before being
-// answered.
-type AlreadySubmittedAnswer struct {
-	// Error is the envelope's body, code CodeAlreadySubmitted.
-	Error httpjson.Body `json:"error"`
-	// Attempt is the payout's forwarded attempt.
-	Attempt Attempt `json:"attempt"`
-}
-
-// Attempt is one rail_attempt row.
-type Attempt struct {
-	// AttemptID numbers the attempts; it grows with insertion, not with
-	// commit order.
-	AttemptID int64 `json:"attemptId"`
-	// PayoutID is the request's payout id.
-	PayoutID string `json:"payoutId"`
-	// AccountID is the request's account id (the fence's resource id).
-	AccountID string `json:"accountId"`
-	// AmountMinor is the request's amount, in minor currency units.
-	AmountMinor int64 `json:"amountMinor"`
-	// Currency is the request's ISO 4217 code.
-	Currency string `json:"currency"`
-	// Token is the fencing token presented.
-	Token int64 `json:"token"`
-	// OwnerID is the X-Lock-Owner header, as claimed ("" when absent).
-	OwnerID string `json:"ownerId"`
-	// State is one of the State constants.
-	State string `json:"state"`
-	// RailRef is the rail's reference; set when acked or declined.
-	RailRef string `json:"railRef,omitempty"`
-	// CreatedAt is when the attempt was recorded (raildb's clock).
-	CreatedAt time.Time `json:"createdAt"`
-	// FinishedAt is when its outcome was recorded; nil while forwarding.
-	FinishedAt *time.Time `json:"finishedAt"`
-}
-
-// AttemptList is the 200 body of GET /v1/rail/attempts.
-type AttemptList struct {
-	// Attempts of the payout, oldest first.
-	Attempts []Attempt `json:"attempts"`
 }
 
 // Proxy is the rail-proxy HTTP handler. It is safe for concurrent use and
@@ -471,7 +262,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 		closePool()
 		return nil, err
 	}
-	fencing.WarnIfOff(log, EnvFencingEnabled, !cfg.FencingDisabled)
+	fencing.WarnIfOff(log, api.EnvFencingEnabled, !cfg.FencingDisabled)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	p := &Proxy{
 		cfg:       cfg,
@@ -488,9 +279,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 		submitURL: strings.TrimSuffix(cfg.RailURL, "/") + "/submit",
 		mux:       http.NewServeMux(),
 	}
-	p.mux.HandleFunc(PathSubmissions, p.handleSubmit)
-	p.mux.HandleFunc(PathHighWaterPrefix+"{accountId}", p.handleHighWater)
-	p.mux.HandleFunc(PathAttempts, p.handleAttempts)
+	p.mux.HandleFunc(api.PathSubmissions, p.handleSubmit)
+	p.mux.HandleFunc(api.PathHighWater, p.handleHighWater)
+	p.mux.HandleFunc(api.PathAttempts, p.handleAttempts)
 	p.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, p.log, fmt.Errorf("%w: no route for %s %s", ErrNotFound, r.Method, r.URL.Path))
 	})
@@ -548,13 +339,13 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	owner := fencing.OwnerFrom(r)
-	var req SubmitRequest
-	if err := httpjson.Decode(w, r, &req, MaxBodyBytes); err != nil {
+	var req api.SubmitRequest
+	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
 		p.fail(w, p.log, err)
 		return
 	}
 	if err := req.Validate(); err != nil {
-		p.fail(w, p.log, err)
+		p.fail(w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}
 	// From here on the submission does not depend on its caller staying:
@@ -574,11 +365,11 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, lg, err)
 		return
 	case errors.As(err, &dup):
-		lg.Warn("payout already went to the rail; not forwarding it again", "event", "rail_submission_duplicate",
+		lg.Warn("payout already went to the rail; not forwarding it again", "event", api.EventSubmissionDuplicate,
 			"attemptId", attemptID, "firstAttemptId", dup.First.AttemptID, "firstToken", dup.First.Token, "firstState", dup.First.State)
 		status, code, _ := statusOf(err)
-		httpjson.WriteJSON(w, status, AlreadySubmittedAnswer{
-			Error:   httpjson.Body{Code: code, Message: err.Error(), Retryable: dup.First.State == StateForwarding},
+		httpjson.WriteJSON(w, status, api.AlreadySubmittedAnswer{
+			Error:   api.ErrorBody{Code: code, Message: err.Error(), Retryable: dup.First.State == api.StateForwarding},
 			Attempt: dup.First,
 		})
 		return
@@ -587,31 +378,31 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lg = lg.With("attemptId", attemptID)
-	lg.Info("forwarding submission to the rail", "event", "rail_submission_forwarding",
+	lg.Info("forwarding submission to the rail", "event", api.EventSubmissionForwarding,
 		"amountMinor", req.AmountMinor, "currency", req.Currency)
 
 	ans, err := p.forward(ctx, req)
 	if err != nil {
-		if ferr := p.finish(ctx, attemptID, StateAmbiguous, ""); ferr != nil {
-			lg.Error("could not record the ambiguous outcome; the attempt stays forwarding", "event", "rail_attempt_update_failed", "error", ferr.Error())
+		if ferr := p.finish(ctx, attemptID, api.StateAmbiguous, ""); ferr != nil {
+			lg.Error("could not record the ambiguous outcome; the attempt stays forwarding", "event", api.EventAttemptUpdateFailed, "error", ferr.Error())
 		}
 		lg.Error("rail outcome unknown; the money may have moved: reconcile, never retry blindly",
-			"event", "rail_submission_ambiguous", "error", err.Error())
+			"event", api.EventSubmissionAmbiguous, "error", err.Error())
 		p.fail(w, lg, fmt.Errorf("%w: attempt %d: %v", ErrRailAmbiguous, attemptID, err))
 		return
 	}
-	state, event := StateAcked, "rail_submission_acked"
-	if ans.Status == RailDecline {
-		state, event = StateDeclined, "rail_submission_declined"
+	state, event := api.StateAcked, api.EventSubmissionAcked
+	if ans.Status == api.RailDecline {
+		state, event = api.StateDeclined, api.EventSubmissionDeclined
 	}
 	if ferr := p.finish(ctx, attemptID, state, ans.RailRef); ferr != nil {
 		// The rail's answer is the truth about the money; answer it even
 		// though the audit row could not be updated.
-		lg.Error("could not record the rail's answer; the attempt stays forwarding", "event", "rail_attempt_update_failed",
+		lg.Error("could not record the rail's answer; the attempt stays forwarding", "event", api.EventAttemptUpdateFailed,
 			"state", state, "railRef", ans.RailRef, "error", ferr.Error())
 	}
-	lg.Info("rail answered "+ans.Status, "event", event, "railRef", ans.RailRef)
-	httpjson.WriteJSON(w, http.StatusOK, SubmitAnswer{Status: ans.Status, RailRef: ans.RailRef, AttemptID: attemptID, Token: token})
+	lg.Info("rail answered "+string(ans.Status), "event", event, "railRef", ans.RailRef)
+	httpjson.WriteJSON(w, http.StatusOK, api.SubmitAnswer{Status: ans.Status, RailRef: ans.RailRef, AttemptID: attemptID, Token: token})
 }
 
 func (p *Proxy) handleHighWater(w http.ResponseWriter, r *http.Request) {
@@ -620,7 +411,7 @@ func (p *Proxy) handleHighWater(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	acct := r.PathValue("accountId")
-	if err := payoutevent.ValidateID("accountId", acct, MaxAccountIDLen); err != nil {
+	if err := api.ValidateAccountID(acct); err != nil {
 		p.fail(w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}
@@ -629,7 +420,7 @@ func (p *Proxy) handleHighWater(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, p.log, err)
 		return
 	}
-	httpjson.WriteJSON(w, http.StatusOK, HighWater{AccountID: acct, HighWater: hw})
+	httpjson.WriteJSON(w, http.StatusOK, api.HighWater{AccountID: acct, HighWater: hw})
 }
 
 func (p *Proxy) handleAttempts(w http.ResponseWriter, r *http.Request) {
@@ -638,12 +429,12 @@ func (p *Proxy) handleAttempts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	payout := q.Get("payoutId")
-	if len(q["payoutId"]) != 1 {
-		p.fail(w, p.log, fmt.Errorf("%w: query parameter payoutId must be given once", ErrInvalidRequest))
+	payout := q.Get(api.QueryPayoutID)
+	if len(q[api.QueryPayoutID]) != 1 {
+		p.fail(w, p.log, fmt.Errorf("%w: query parameter %s must be given once", ErrInvalidRequest, api.QueryPayoutID))
 		return
 	}
-	if err := payoutevent.ValidateID("payoutId", payout, MaxPayoutIDLen); err != nil {
+	if err := api.ValidatePayoutID(payout); err != nil {
 		p.fail(w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}
@@ -652,7 +443,7 @@ func (p *Proxy) handleAttempts(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, p.log, err)
 		return
 	}
-	httpjson.WriteJSON(w, http.StatusOK, AttemptList{Attempts: list})
+	httpjson.WriteJSON(w, http.StatusOK, api.AttemptList{Attempts: list})
 }
 
 func (p *Proxy) methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed string) {
@@ -667,42 +458,42 @@ func (p *Proxy) methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed
 func (p *Proxy) fail(w http.ResponseWriter, lg *slog.Logger, err error) {
 	status, code, retryable := statusOf(err)
 	switch {
-	case code == CodeRailAmbiguous || code == fencing.CodeFencedOut:
-	case code == CodeRestored:
+	case code == api.CodeRailAmbiguous || code == api.CodeFencedOut:
+	case code == api.CodeRestored:
 		lg.Error("raildb was restored: submission refused until rail-proxy recover-restore (docs/runbooks/raildb-restore.md)",
-			"event", "raildb_restored", "code", code, "error", err.Error())
+			"event", api.EventRaildbRestored, "code", code, "error", err.Error())
 	case status >= 500:
-		lg.Error("rail-proxy request failed", "event", "rail_request_failed", "code", code, "error", err.Error())
+		lg.Error("rail-proxy request failed", "event", api.EventRequestFailed, "code", code, "error", err.Error())
 	default:
-		lg.Debug("rail-proxy request refused", "event", "rail_request_refused", "code", code, "error", err.Error())
+		lg.Debug("rail-proxy request refused", "event", api.EventRequestRefused, "code", code, "error", err.Error())
 	}
-	httpjson.WriteError(w, status, code, err.Error(), retryable)
+	httpjson.WriteJSON(w, status, api.ErrorEnvelope{Error: api.ErrorBody{Code: code, Message: err.Error(), Retryable: retryable}})
 }
 
 // statusOf maps an error to its HTTP status, code and retryability: the
 // one place where rail-proxy's errors become answers.
-func statusOf(err error) (status int, code string, retryable bool) {
+func statusOf(err error) (status int, code api.Code, retryable bool) {
 	var decodeErr *httpjson.Error
 	switch {
 	case errors.As(err, &decodeErr):
-		return decodeErr.Status, decodeErr.Code, false
+		return decodeErr.Status, api.Code(decodeErr.Code), false
 	case errors.Is(err, ErrInvalidRequest):
-		return http.StatusBadRequest, httpjson.CodeInvalidRequest, false
+		return http.StatusBadRequest, api.CodeInvalidRequest, false
 	case errors.Is(err, ErrFencedOut):
-		return http.StatusConflict, fencing.CodeFencedOut, false
+		return http.StatusConflict, api.CodeFencedOut, false
 	case errors.Is(err, ErrAlreadySubmitted):
-		return http.StatusConflict, CodeAlreadySubmitted, false
+		return http.StatusConflict, api.CodeAlreadySubmitted, false
 	case errors.Is(err, ErrRailAmbiguous):
-		return http.StatusBadGateway, CodeRailAmbiguous, false
+		return http.StatusBadGateway, api.CodeRailAmbiguous, false
 	case errors.Is(err, ErrNotFound):
-		return http.StatusNotFound, CodeNotFound, false
+		return http.StatusNotFound, api.CodeNotFound, false
 	case errors.Is(err, errMethod):
-		return http.StatusMethodNotAllowed, CodeMethodNotAllowed, false
+		return http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, false
 	case errors.Is(err, ErrRestored):
-		return http.StatusServiceUnavailable, CodeRestored, true
+		return http.StatusServiceUnavailable, api.CodeRestored, true
 	case errors.Is(err, ErrUnavailable):
-		return http.StatusServiceUnavailable, CodeUnavailable, true
+		return http.StatusServiceUnavailable, api.CodeUnavailable, true
 	default:
-		return http.StatusInternalServerError, CodeInternal, false
+		return http.StatusInternalServerError, api.CodeInternal, false
 	}
 }

@@ -19,8 +19,8 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -92,21 +92,21 @@ func (r *rig) attemptRows() int {
 	return n
 }
 
-func (r *rig) attemptStates() map[string]int {
+func (r *rig) attemptStates() map[api.State]int {
 	r.t.Helper()
 	rows, err := r.pool().Query(r.t.Context(), "SELECT state, count(*) FROM rail_attempt GROUP BY state")
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	defer rows.Close()
-	out := map[string]int{}
+	out := map[api.State]int{}
 	for rows.Next() {
 		var s string
 		var n int
 		if err := rows.Scan(&s, &n); err != nil {
 			r.t.Fatal(err)
 		}
-		out[s] = n
+		out[api.State(s)] = n
 	}
 	return out
 }
@@ -115,11 +115,11 @@ func (r *rig) attemptStates() map[string]int {
 func highWater(t *testing.T, h http.Handler, account string) int64 {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("GET", railproxy.PathHighWaterPrefix+account, nil))
+	h.ServeHTTP(rec, httptest.NewRequest("GET", api.HighWaterPath(account), nil))
 	if rec.Code == http.StatusNotFound {
 		return -1
 	}
-	var hw railproxy.HighWater
+	var hw api.HighWater
 	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &hw) != nil || hw.AccountID != account {
 		t.Fatalf("GET high-water %s: %d %s", account, rec.Code, rec.Body)
 	}
@@ -127,14 +127,14 @@ func highWater(t *testing.T, h http.Handler, account string) int64 {
 }
 
 func body(payout, account string, amount int64) string {
-	b, _ := json.Marshal(railproxy.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: "EUR"})
+	b, _ := json.Marshal(api.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: "EUR"})
 	return string(b)
 }
 
 // submit posts body with the given token headers (none when tokens is
 // empty) and owner.
 func submit(h http.Handler, owner, body string, tokens ...string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest("POST", railproxy.PathSubmissions, strings.NewReader(body))
+	req := httptest.NewRequest("POST", api.PathSubmissions, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for _, tok := range tokens {
 		req.Header.Add(fencing.HeaderToken, tok)
@@ -147,10 +147,10 @@ func submit(h http.Handler, owner, body string, tokens ...string) *httptest.Resp
 	return rec
 }
 
-func mustAccept(t *testing.T, h http.Handler, owner, body string, token int64) railproxy.SubmitAnswer {
+func mustAccept(t *testing.T, h http.Handler, owner, body string, token int64) api.SubmitAnswer {
 	t.Helper()
 	rec := submit(h, owner, body, strconv.FormatInt(token, 10))
-	var ans railproxy.SubmitAnswer
+	var ans api.SubmitAnswer
 	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &ans) != nil {
 		t.Fatalf("token %d: status %d, body %s; want 200", token, rec.Code, rec.Body)
 	}
@@ -160,9 +160,9 @@ func mustAccept(t *testing.T, h http.Handler, owner, body string, token int64) r
 	return ans
 }
 
-func envelope(t *testing.T, rec *httptest.ResponseRecorder) httpjson.Body {
+func envelope(t *testing.T, rec *httptest.ResponseRecorder) api.ErrorBody {
 	t.Helper()
-	var env httpjson.Envelope
+	var env api.ErrorEnvelope
 	if err := json.Unmarshal(rec.Body.Bytes(), &env); err != nil || env.Error.Code == "" {
 		t.Fatalf("body %q is not an error envelope (err %v)", rec.Body, err)
 	}
@@ -172,10 +172,10 @@ func envelope(t *testing.T, rec *httptest.ResponseRecorder) httpjson.Body {
 func mustBeFenced(t *testing.T, rec *httptest.ResponseRecorder) {
 	t.Helper()
 	if rec.Code != http.StatusConflict {
-		t.Fatalf("status %d, body %s; want 409 %s", rec.Code, rec.Body, fencing.CodeFencedOut)
+		t.Fatalf("status %d, body %s; want 409 %s", rec.Code, rec.Body, api.CodeFencedOut)
 	}
-	if e := envelope(t, rec); e.Code != fencing.CodeFencedOut || e.Retryable {
-		t.Fatalf("envelope %+v; want %s, not retryable", e, fencing.CodeFencedOut)
+	if e := envelope(t, rec); e.Code != api.CodeFencedOut || e.Retryable {
+		t.Fatalf("envelope %+v; want %s, not retryable", e, api.CodeFencedOut)
 	}
 }
 
@@ -188,7 +188,7 @@ func TestStaleHolderIsFencedAtRailProxy(t *testing.T) {
 
 	// Worker B holds the lock with token 42 and submits payout po-1.
 	ans := mustAccept(t, p, "worker-b", body("po-1", "acct-1", 2500), 42)
-	if ans.Status != railproxy.RailAck {
+	if ans.Status != api.RailAck {
 		t.Fatalf("answer %+v, want ACK", ans)
 	}
 	// Worker A, paused while its lease (token 41) expired, wakes up and
@@ -214,8 +214,8 @@ func TestStaleHolderIsFencedAtRailProxy(t *testing.T) {
 
 	// The audit keeps both attempts.
 	rec := httptest.NewRecorder()
-	p.ServeHTTP(rec, httptest.NewRequest("GET", railproxy.PathAttempts+"?payoutId=po-1", nil))
-	var list railproxy.AttemptList
+	p.ServeHTTP(rec, httptest.NewRequest("GET", api.AttemptsPath("po-1"), nil))
+	var list api.AttemptList
 	if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &list) != nil {
 		t.Fatalf("GET attempts: %d %s", rec.Code, rec.Body)
 	}
@@ -223,13 +223,13 @@ func TestStaleHolderIsFencedAtRailProxy(t *testing.T) {
 		t.Fatalf("attempts %+v, want 2", list.Attempts)
 	}
 	a, f := list.Attempts[0], list.Attempts[1]
-	if a.Token != 42 || a.State != railproxy.StateAcked || a.RailRef != ans.RailRef || a.OwnerID != "worker-b" || a.FinishedAt == nil || a.AmountMinor != 2500 || a.Currency != "EUR" {
+	if a.Token != 42 || a.State != api.StateAcked || a.RailRef != ans.RailRef || a.OwnerID != "worker-b" || a.FinishedAt == nil || a.AmountMinor != 2500 || a.Currency != "EUR" {
 		t.Errorf("accepted attempt %+v", a)
 	}
-	if f.Token != 41 || f.State != railproxy.StateFenced || f.RailRef != "" || f.OwnerID != "worker-a" || f.FinishedAt == nil {
+	if f.Token != 41 || f.State != api.StateFenced || f.RailRef != "" || f.OwnerID != "worker-a" || f.FinishedAt == nil {
 		t.Errorf("fenced attempt %+v", f)
 	}
-	for _, ev := range []string{"rail_submission_forwarding", "rail_submission_acked"} {
+	for _, ev := range []string{api.EventSubmissionForwarding, api.EventSubmissionAcked} {
 		lines := r.logs.Events(t, ev)
 		if len(lines) != 1 || lines[0]["token"] != 42.0 || lines[0]["payoutId"] != "po-1" || lines[0]["accountId"] != "acct-1" || lines[0]["ownerId"] != "worker-b" {
 			t.Errorf("%s log lines %v; want one with token 42, po-1, acct-1, worker-b", ev, lines)
@@ -275,7 +275,7 @@ func TestHighWaterSurvivesProxyRestart(t *testing.T) {
 func TestWithFencingOffTheStaleHolderReachesTheRail(t *testing.T) {
 	r := newRig(t)
 	p := r.proxy(func(c *railproxy.Config) { c.FencingDisabled = true })
-	if len(r.logs.Events(t, "fencing_disabled")) != 1 {
+	if len(r.logs.Events(t, api.EventFencingDisabled)) != 1 {
 		t.Fatal("no fencing_disabled warning at start")
 	}
 	mustAccept(t, p, "worker-b", body("po-1", "acct-1", 2500), 42)
@@ -287,7 +287,7 @@ func TestWithFencingOffTheStaleHolderReachesTheRail(t *testing.T) {
 	}
 	// Both checks were skipped, and each said so: the stale token, and the
 	// second forward of a payout that had already gone.
-	if got := r.logs.Events(t, "fencing_bypassed"); len(got) != 2 || got[0]["token"] != 41.0 || got[0]["highestToken"] != 42.0 ||
+	if got := r.logs.Events(t, api.EventFencingBypassed); len(got) != 2 || got[0]["token"] != 41.0 || got[0]["highestToken"] != 42.0 ||
 		got[1]["token"] != 41.0 || got[1]["firstToken"] != 42.0 {
 		t.Fatalf("fencing_bypassed lines %v; want token 41 under high-water 42, then token 41 after the first forward with 42", got)
 	}
@@ -343,13 +343,13 @@ func TestRailFailureAfterForwardingIsAmbiguous(t *testing.T) {
 			if rec.Code != http.StatusBadGateway {
 				t.Fatalf("status %d, body %s; want 502", rec.Code, rec.Body)
 			}
-			if e := envelope(t, rec); e.Code != railproxy.CodeRailAmbiguous || e.Retryable {
-				t.Fatalf("envelope %+v; want %s, not retryable", e, railproxy.CodeRailAmbiguous)
+			if e := envelope(t, rec); e.Code != api.CodeRailAmbiguous || e.Retryable {
+				t.Fatalf("envelope %+v; want %s, not retryable", e, api.CodeRailAmbiguous)
 			}
-			if got := r.attemptStates(); !reflect.DeepEqual(got, map[string]int{railproxy.StateAmbiguous: 1}) {
+			if got := r.attemptStates(); !reflect.DeepEqual(got, map[api.State]int{api.StateAmbiguous: 1}) {
 				t.Fatalf("attempt states %v, want one ambiguous", got)
 			}
-			if got := r.logs.Events(t, "rail_submission_ambiguous"); len(got) != 1 || got[0]["token"] != 42.0 {
+			if got := r.logs.Events(t, api.EventSubmissionAmbiguous); len(got) != 1 || got[0]["token"] != 42.0 {
 				t.Fatalf("rail_submission_ambiguous lines %v, want one with token 42", got)
 			}
 			recs := r.stub.Submissions("")
@@ -369,13 +369,13 @@ func TestDeclineIsAnsweredAndRecorded(t *testing.T) {
 	r := newRig(t)
 	p := r.proxy(nil)
 	ans := mustAccept(t, p, "w", body("po-big", "acct-1", railstub.DefaultDeclineOverMinor+1), 5)
-	if ans.Status != railproxy.RailDecline {
+	if ans.Status != api.RailDecline {
 		t.Fatalf("answer %+v, want DECLINE", ans)
 	}
-	if got := r.attemptStates(); !reflect.DeepEqual(got, map[string]int{railproxy.StateDeclined: 1}) {
+	if got := r.attemptStates(); !reflect.DeepEqual(got, map[api.State]int{api.StateDeclined: 1}) {
 		t.Fatalf("attempt states %v, want one declined", got)
 	}
-	if len(r.logs.Events(t, "rail_submission_declined")) != 1 {
+	if len(r.logs.Events(t, api.EventSubmissionDeclined)) != 1 {
 		t.Fatal("no rail_submission_declined log line")
 	}
 }
@@ -405,7 +405,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		tokens                 []string
 	}
 	post := func(body string, tokens ...string) req {
-		return req{"POST", railproxy.PathSubmissions, "application/json", body, tokens}
+		return req{"POST", api.PathSubmissions, "application/json", body, tokens}
 	}
 	// Every bad submission carries token 50, above the high-water: had any
 	// of them passed the fence, the high-water would show it.
@@ -413,43 +413,43 @@ func TestBadInputChangesNothing(t *testing.T) {
 		name   string
 		req    req
 		status int
-		code   string
+		code   api.Code
 	}{
-		{"malformed JSON", post(`{"payoutId":`, "50"), 400, httpjson.CodeInvalidRequest},
-		{"empty body", post(``, "50"), 400, httpjson.CodeInvalidRequest},
-		{"two JSON objects", post(ok+ok, "50"), 400, httpjson.CodeInvalidRequest},
-		{"unknown field", post(with("token", 50), "50"), 400, httpjson.CodeInvalidRequest},
-		{"missing payoutId", post(with("payoutId", nil), "50"), 400, httpjson.CodeInvalidRequest},
-		{"missing accountId", post(with("accountId", nil), "50"), 400, httpjson.CodeInvalidRequest},
-		{"zero amount", post(with("amountMinor", 0), "50"), 400, httpjson.CodeInvalidRequest},
-		{"negative amount", post(with("amountMinor", -100), "50"), 400, httpjson.CodeInvalidRequest},
-		{"string amount", post(with("amountMinor", "100"), "50"), 400, httpjson.CodeInvalidRequest},
-		{"amount above the cap", post(with("amountMinor", 1_000_000_000_000_001), "50"), 400, httpjson.CodeInvalidRequest},
-		{"account id with a space", post(with("accountId", "acct 1"), "50"), 400, httpjson.CodeInvalidRequest},
-		{"account id with a NUL byte", post(with("accountId", "acct\x001"), "50"), 400, httpjson.CodeInvalidRequest},
-		{"payout id starting with a dot", post(with("payoutId", ".po-2"), "50"), 400, httpjson.CodeInvalidRequest},
-		{"lower-case currency", post(with("currency", "eur"), "50"), 400, httpjson.CodeInvalidRequest},
-		{"two-letter currency", post(with("currency", "EU"), "50"), 400, httpjson.CodeInvalidRequest},
-		{"oversized body", post(with("payoutId", strings.Repeat("p", railproxy.MaxBodyBytes)), "50"), 413, httpjson.CodeBodyTooLarge},
-		{"missing token", post(ok), 400, httpjson.CodeInvalidRequest},
-		{"empty token", post(ok, ""), 400, httpjson.CodeInvalidRequest},
-		{"non-numeric token", post(ok, "fifty"), 400, httpjson.CodeInvalidRequest},
-		{"zero token", post(ok, "0"), 400, httpjson.CodeInvalidRequest},
-		{"negative token", post(ok, "-50"), 400, httpjson.CodeInvalidRequest},
-		{"plus-signed token", post(ok, "+50"), 400, httpjson.CodeInvalidRequest},
-		{"overflowing token", post(ok, "99999999999999999999"), 400, httpjson.CodeInvalidRequest},
-		{"two token headers", post(ok, "50", "51"), 400, httpjson.CodeInvalidRequest},
-		{"text content type", req{"POST", railproxy.PathSubmissions, "text/plain", ok, []string{"50"}}, 415, httpjson.CodeUnsupportedMediaType},
-		{"GET submissions", req{"GET", railproxy.PathSubmissions, "", "", []string{"50"}}, 405, railproxy.CodeMethodNotAllowed},
-		{"POST high-water", req{"POST", railproxy.PathHighWaterPrefix + "acct-1", "application/json", ok, []string{"50"}}, 405, railproxy.CodeMethodNotAllowed},
-		{"high-water of a too long account", req{"GET", railproxy.PathHighWaterPrefix + strings.Repeat("a", 65), "", "", nil}, 400, httpjson.CodeInvalidRequest},
-		{"high-water of an unknown account", req{"GET", railproxy.PathHighWaterPrefix + "acct-none", "", "", nil}, 404, railproxy.CodeNotFound},
-		{"attempts without payoutId", req{"GET", railproxy.PathAttempts, "", "", nil}, 400, httpjson.CodeInvalidRequest},
-		{"attempts with two payoutIds", req{"GET", railproxy.PathAttempts + "?payoutId=a&payoutId=b", "", "", nil}, 400, httpjson.CodeInvalidRequest},
-		{"attempts of a malformed payoutId", req{"GET", railproxy.PathAttempts + "?payoutId=po%2F1", "", "", nil}, 400, httpjson.CodeInvalidRequest},
-		{"high-water of a malformed account", req{"GET", railproxy.PathHighWaterPrefix + "acct%201", "", "", nil}, 400, httpjson.CodeInvalidRequest},
-		{"POST attempts", req{"POST", railproxy.PathAttempts + "?payoutId=po-1", "application/json", ok, []string{"50"}}, 405, railproxy.CodeMethodNotAllowed},
-		{"unknown route", req{"POST", "/v1/rail/submit", "application/json", ok, []string{"50"}}, 404, railproxy.CodeNotFound},
+		{"malformed JSON", post(`{"payoutId":`, "50"), 400, api.CodeInvalidRequest},
+		{"empty body", post(``, "50"), 400, api.CodeInvalidRequest},
+		{"two JSON objects", post(ok+ok, "50"), 400, api.CodeInvalidRequest},
+		{"unknown field", post(with("token", 50), "50"), 400, api.CodeInvalidRequest},
+		{"missing payoutId", post(with("payoutId", nil), "50"), 400, api.CodeInvalidRequest},
+		{"missing accountId", post(with("accountId", nil), "50"), 400, api.CodeInvalidRequest},
+		{"zero amount", post(with("amountMinor", 0), "50"), 400, api.CodeInvalidRequest},
+		{"negative amount", post(with("amountMinor", -100), "50"), 400, api.CodeInvalidRequest},
+		{"string amount", post(with("amountMinor", "100"), "50"), 400, api.CodeInvalidRequest},
+		{"amount above the cap", post(with("amountMinor", 1_000_000_000_000_001), "50"), 400, api.CodeInvalidRequest},
+		{"account id with a space", post(with("accountId", "acct 1"), "50"), 400, api.CodeInvalidRequest},
+		{"account id with a NUL byte", post(with("accountId", "acct\x001"), "50"), 400, api.CodeInvalidRequest},
+		{"payout id starting with a dot", post(with("payoutId", ".po-2"), "50"), 400, api.CodeInvalidRequest},
+		{"lower-case currency", post(with("currency", "eur"), "50"), 400, api.CodeInvalidRequest},
+		{"two-letter currency", post(with("currency", "EU"), "50"), 400, api.CodeInvalidRequest},
+		{"oversized body", post(with("payoutId", strings.Repeat("p", api.MaxBodyBytes)), "50"), 413, api.CodeBodyTooLarge},
+		{"missing token", post(ok), 400, api.CodeInvalidRequest},
+		{"empty token", post(ok, ""), 400, api.CodeInvalidRequest},
+		{"non-numeric token", post(ok, "fifty"), 400, api.CodeInvalidRequest},
+		{"zero token", post(ok, "0"), 400, api.CodeInvalidRequest},
+		{"negative token", post(ok, "-50"), 400, api.CodeInvalidRequest},
+		{"plus-signed token", post(ok, "+50"), 400, api.CodeInvalidRequest},
+		{"overflowing token", post(ok, "99999999999999999999"), 400, api.CodeInvalidRequest},
+		{"two token headers", post(ok, "50", "51"), 400, api.CodeInvalidRequest},
+		{"text content type", req{"POST", api.PathSubmissions, "text/plain", ok, []string{"50"}}, 415, api.CodeUnsupportedMediaType},
+		{"GET submissions", req{"GET", api.PathSubmissions, "", "", []string{"50"}}, 405, api.CodeMethodNotAllowed},
+		{"POST high-water", req{"POST", api.HighWaterPath("acct-1"), "application/json", ok, []string{"50"}}, 405, api.CodeMethodNotAllowed},
+		{"high-water of a too long account", req{"GET", api.HighWaterPath(strings.Repeat("a", 65)), "", "", nil}, 400, api.CodeInvalidRequest},
+		{"high-water of an unknown account", req{"GET", api.HighWaterPath("acct-none"), "", "", nil}, 404, api.CodeNotFound},
+		{"attempts without payoutId", req{"GET", api.PathAttempts, "", "", nil}, 400, api.CodeInvalidRequest},
+		{"attempts with two payoutIds", req{"GET", api.PathAttempts + "?payoutId=a&payoutId=b", "", "", nil}, 400, api.CodeInvalidRequest},
+		{"attempts of a malformed payoutId", req{"GET", api.PathAttempts + "?payoutId=po%2F1", "", "", nil}, 400, api.CodeInvalidRequest},
+		{"high-water of a malformed account", req{"GET", api.HighWaterPath("acct 1"), "", "", nil}, 400, api.CodeInvalidRequest},
+		{"POST attempts", req{"POST", api.PathAttempts + "?payoutId=po-1", "application/json", ok, []string{"50"}}, 405, api.CodeMethodNotAllowed},
+		{"unknown route", req{"POST", "/v1/rail/submit", "application/json", ok, []string{"50"}}, 404, api.CodeNotFound},
 	} {
 		hr := httptest.NewRequest(tc.req.method, tc.req.path, strings.NewReader(tc.req.body))
 		if tc.req.ct != "" {
@@ -559,40 +559,40 @@ func TestConcurrentSubmissionsNeverLetALowerTokenThrough(t *testing.T) {
 		t.Errorf("rail received %d submissions, want %d (one per accepted token)", got, want)
 	}
 	states := r.attemptStates()
-	if states[railproxy.StateAcked] != len(accepted) || states[railproxy.StateFenced] != len(tokens)+1-len(accepted) || len(states) != 2 {
+	if states[api.StateAcked] != len(accepted) || states[api.StateFenced] != len(tokens)+1-len(accepted) || len(states) != 2 {
 		t.Errorf("attempt states %v; want %d acked and %d fenced", states, len(accepted), len(tokens)+1-len(accepted))
 	}
 }
 
 func TestLoadConfig(t *testing.T) {
 	env := map[string]string{
-		railproxy.EnvDatabaseURL:      "postgres://u@localhost:5432/raildb",
-		railproxy.EnvDatabaseInstance: "proj:region:inst",
-		railproxy.EnvRailURL:          "http://127.0.0.1:9000/",
-		railproxy.EnvRailTimeoutMs:    "1500",
-		railproxy.EnvDBTimeoutMs:      "700",
-		railproxy.EnvFencingEnabled:   "false",
+		api.EnvDatabaseURL:      "postgres://u@localhost:5432/raildb",
+		api.EnvDatabaseInstance: "proj:region:inst",
+		api.EnvRailURL:          "http://127.0.0.1:9000/",
+		api.EnvRailTimeoutMs:    "1500",
+		api.EnvDBTimeoutMs:      "700",
+		api.EnvFencingEnabled:   "false",
 	}
 	getenv := func(k string) string { return env[k] }
 	got, err := railproxy.LoadConfig(getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.DB.DSN != env[railproxy.EnvDatabaseURL] || got.DB.CloudSQLInstance != "proj:region:inst" || got.RailURL != "http://127.0.0.1:9000/" ||
+	if got.DB.DSN != env[api.EnvDatabaseURL] || got.DB.CloudSQLInstance != "proj:region:inst" || got.RailURL != "http://127.0.0.1:9000/" ||
 		got.RailTimeout != 1500*time.Millisecond || got.DBTimeout != 700*time.Millisecond || !got.FencingDisabled {
 		t.Fatalf("LoadConfig = %+v", got)
 	}
-	delete(env, railproxy.EnvFencingEnabled)
-	delete(env, railproxy.EnvRailTimeoutMs)
+	delete(env, api.EnvFencingEnabled)
+	delete(env, api.EnvRailTimeoutMs)
 	if got, err := railproxy.LoadConfig(getenv); err != nil || got.FencingDisabled || got.RailTimeout != railproxy.DefaultRailTimeout {
 		t.Fatalf("defaults: %+v, %v; want fencing on and a 5s rail timeout", got, err)
 	}
 	for k, v := range map[string]string{
-		railproxy.EnvDatabaseURL:    "",
-		railproxy.EnvRailURL:        "ftp://rail",
-		railproxy.EnvRailTimeoutMs:  "0",
-		railproxy.EnvDBTimeoutMs:    "soon",
-		railproxy.EnvFencingEnabled: "maybe",
+		api.EnvDatabaseURL:    "",
+		api.EnvRailURL:        "ftp://rail",
+		api.EnvRailTimeoutMs:  "0",
+		api.EnvDBTimeoutMs:    "soon",
+		api.EnvFencingEnabled: "maybe",
 	} {
 		bad := map[string]string{}
 		for kk, vv := range env {
@@ -622,11 +622,11 @@ func TestControlBytesInIDsAreRefusedNot500(t *testing.T) {
 
 // mustBeDuplicate checks a 409 PAYOUT_ALREADY_SUBMITTED answer and returns
 // the attempt it names.
-func mustBeDuplicate(t *testing.T, rec *httptest.ResponseRecorder) railproxy.AlreadySubmittedAnswer {
+func mustBeDuplicate(t *testing.T, rec *httptest.ResponseRecorder) api.AlreadySubmittedAnswer {
 	t.Helper()
-	var ans railproxy.AlreadySubmittedAnswer
-	if rec.Code != http.StatusConflict || json.Unmarshal(rec.Body.Bytes(), &ans) != nil || ans.Error.Code != railproxy.CodeAlreadySubmitted {
-		t.Fatalf("status %d, body %s; want 409 %s", rec.Code, rec.Body, railproxy.CodeAlreadySubmitted)
+	var ans api.AlreadySubmittedAnswer
+	if rec.Code != http.StatusConflict || json.Unmarshal(rec.Body.Bytes(), &ans) != nil || ans.Error.Code != api.CodeAlreadySubmitted {
+		t.Fatalf("status %d, body %s; want 409 %s", rec.Code, rec.Body, api.CodeAlreadySubmitted)
 	}
 	return ans
 }
@@ -641,7 +641,7 @@ func TestStaleSubmissionArrivingFirstIsTheOnlyOneToReachTheRail(t *testing.T) {
 	first := mustAccept(t, p, "worker-a", body("po-1", "acct-1", 2500), 1)
 
 	ans := mustBeDuplicate(t, submit(p, "worker-b", body("po-1", "acct-1", 2500), "3"))
-	if a := ans.Attempt; a.AttemptID != first.AttemptID || a.Token != 1 || a.State != railproxy.StateAcked || a.RailRef != first.RailRef || ans.Error.Retryable {
+	if a := ans.Attempt; a.AttemptID != first.AttemptID || a.Token != 1 || a.State != api.StateAcked || a.RailRef != first.RailRef || ans.Error.Retryable {
 		t.Fatalf("refusal %+v; want attempt %d, token 1, acked with %s, not retryable", ans, first.AttemptID, first.RailRef)
 	}
 	if n := len(r.stub.Submissions("po-1")); n != 1 {
@@ -653,7 +653,7 @@ func TestStaleSubmissionArrivingFirstIsTheOnlyOneToReachTheRail(t *testing.T) {
 		t.Fatalf("high-water %d, want 3", hw)
 	}
 	mustBeFenced(t, submit(p, "worker-a", body("po-2", "acct-1", 100), "1"))
-	if states := r.attemptStates(); states[railproxy.StateAcked] != 1 || states[railproxy.StateDuplicate] != 1 || states[railproxy.StateFenced] != 1 {
+	if states := r.attemptStates(); states[api.StateAcked] != 1 || states[api.StateDuplicate] != 1 || states[api.StateFenced] != 1 {
 		t.Fatalf("attempt states %v; want one acked, one duplicate, one fenced", states)
 	}
 }
@@ -666,7 +666,7 @@ func TestConcurrentSubmissionsOfOnePayoutReachTheRailOnce(t *testing.T) {
 	proxies := []*railproxy.Proxy{r.proxy(nil), r.proxy(nil)}
 	const n = 24
 	codes := make([]int, n)
-	refusals := make([]railproxy.AlreadySubmittedAnswer, n)
+	refusals := make([]api.AlreadySubmittedAnswer, n)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range n {
@@ -686,7 +686,7 @@ func TestConcurrentSubmissionsOfOnePayoutReachTheRailOnce(t *testing.T) {
 		switch {
 		case c == http.StatusOK:
 			ok++
-		case c == http.StatusConflict && (refusals[i].Error.Code == fencing.CodeFencedOut || refusals[i].Error.Code == railproxy.CodeAlreadySubmitted):
+		case c == http.StatusConflict && (refusals[i].Error.Code == api.CodeFencedOut || refusals[i].Error.Code == api.CodeAlreadySubmitted):
 		default:
 			t.Errorf("token %d: status %d %+v", 100+i, c, refusals[i])
 		}
@@ -713,7 +713,7 @@ VALUES ('po-1', 'acct-1', 5, 700, 'EUR', 'forwarding') RETURNING attempt_id`).Sc
 		t.Fatal(err)
 	}
 	ans := mustBeDuplicate(t, submit(p, "w", body("po-1", "acct-1", 700), "6"))
-	if ans.Attempt.State != railproxy.StateForwarding || !ans.Error.Retryable {
+	if ans.Attempt.State != api.StateForwarding || !ans.Error.Retryable {
 		t.Fatalf("refusal %+v; want the forwarding attempt, retryable", ans)
 	}
 	// Older than RailTimeout + 2 x DBTimeout + 1 s: no live proxy is calling.
@@ -721,10 +721,10 @@ VALUES ('po-1', 'acct-1', 5, 700, 'EUR', 'forwarding') RETURNING attempt_id`).Sc
 		t.Fatal(err)
 	}
 	ans = mustBeDuplicate(t, submit(p, "w", body("po-1", "acct-1", 700), "7"))
-	if ans.Attempt.State != railproxy.StateAmbiguous || ans.Error.Retryable {
+	if ans.Attempt.State != api.StateAmbiguous || ans.Error.Retryable {
 		t.Fatalf("refusal %+v; want the attempt marked ambiguous, not retryable", ans)
 	}
-	if len(r.logs.Events(t, "rail_attempt_abandoned")) != 1 {
+	if len(r.logs.Events(t, api.EventAttemptAbandoned)) != 1 {
 		t.Fatal("no rail_attempt_abandoned event")
 	}
 	if n := len(r.stub.Submissions("po-1")); n != 0 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgerr"
 	"github.com/jackc/pgx/v5"
 )
@@ -105,7 +106,7 @@ SELECT attempt_id, payout_id, account_id, amount_minor, currency, token, owner_i
 // went (both refusals are committed); 0 and an error wrapping ErrRestored
 // when raildb was restored (nothing recorded); ErrUnavailable or another
 // error when raildb failed (nothing known to be recorded).
-func (p *Proxy) admit(ctx context.Context, req SubmitRequest, token int64, owner string, lg *slog.Logger) (int64, error) {
+func (p *Proxy) admit(ctx context.Context, req api.SubmitRequest, token int64, owner string, lg *slog.Logger) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.DBTimeout)
 	defer cancel()
 	var (
@@ -120,7 +121,7 @@ func (p *Proxy) admit(ctx context.Context, req SubmitRequest, token int64, owner
 		if err := tx.QueryRow(ctx, checkIdentitySQL).Scan(&floor); err != nil {
 			return restored(err)
 		}
-		state := StateForwarding
+		state := api.StateForwarding
 		var hw int64
 		switch {
 		case token <= floor && !p.cfg.FencingDisabled:
@@ -131,17 +132,17 @@ func (p *Proxy) admit(ctx context.Context, req SubmitRequest, token int64, owner
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("read high-water: %w", err)
 			}
-			state = StateFenced
+			state = api.StateFenced
 			refusal = &fencing.Refusal{Resource: "rail", ResourceID: req.AccountID, PresentedToken: token, HighestToken: max(hw, floor), Owner: owner}
 		case p.cfg.FencingDisabled:
 			if token <= floor {
-				lg.Warn("token at or below the restore's token floor forwarded: fencing is disabled", "event", "fencing_bypassed", "tokenFloor", floor)
+				lg.Warn("token at or below the restore's token floor forwarded: fencing is disabled", "event", api.EventFencingBypassed, "tokenFloor", floor)
 			}
 			if err := tx.QueryRow(ctx, sqlAdvanceUnfenced, req.AccountID, token).Scan(&hw); err != nil {
 				return fmt.Errorf("advance high-water: %w", err)
 			}
 			if hw > token {
-				lg.Warn("stale token forwarded: fencing is disabled", "event", "fencing_bypassed", "highestToken", hw)
+				lg.Warn("stale token forwarded: fencing is disabled", "event", api.EventFencingBypassed, "highestToken", hw)
 			}
 		default:
 			err := tx.QueryRow(ctx, sqlAdvanceStrict, req.AccountID, token).Scan(&hw)
@@ -150,7 +151,7 @@ func (p *Proxy) admit(ctx context.Context, req SubmitRequest, token int64, owner
 				if err := tx.QueryRow(ctx, sqlHighWater, req.AccountID).Scan(&hw); err != nil {
 					return fmt.Errorf("read high-water: %w", err)
 				}
-				state = StateFenced
+				state = api.StateFenced
 				refusal = &fencing.Refusal{Resource: "rail", ResourceID: req.AccountID, PresentedToken: token, HighestToken: hw, Owner: owner}
 			case err != nil:
 				return fmt.Errorf("advance high-water: %w", err)
@@ -197,7 +198,7 @@ func (p *Proxy) claimPayout(ctx context.Context, tx pgx.Tx, payoutID string, att
 		return nil, nil
 	}
 	var (
-		first     Attempt
+		first     api.Attempt
 		abandoned bool
 	)
 	if err := tx.QueryRow(ctx, sqlForwardedAttempt, payoutID, p.abandonAfter().Milliseconds()).Scan(
@@ -208,19 +209,19 @@ func (p *Proxy) claimPayout(ctx context.Context, tx pgx.Tx, payoutID string, att
 	if abandoned {
 		// No live rail-proxy is still calling the rail for it: its
 		// outcome is unknown for good, and says so.
-		if _, err := tx.Exec(ctx, sqlSetAttemptState, first.AttemptID, StateAmbiguous); err != nil {
+		if _, err := tx.Exec(ctx, sqlSetAttemptState, first.AttemptID, api.StateAmbiguous); err != nil {
 			return nil, fmt.Errorf("mark abandoned attempt ambiguous: %w", err)
 		}
 		lg.Error("a forwarded attempt never recorded the rail's answer; marked ambiguous: reconcile with the rail",
-			"event", "rail_attempt_abandoned", "abandonedAttemptId", first.AttemptID, "abandonedToken", first.Token)
-		first.State = StateAmbiguous
+			"event", api.EventAttemptAbandoned, "abandonedAttemptId", first.AttemptID, "abandonedToken", first.Token)
+		first.State = api.StateAmbiguous
 	}
 	if p.cfg.FencingDisabled {
-		lg.Warn("second submission of a payout forwarded: fencing is disabled", "event", "fencing_bypassed",
+		lg.Warn("second submission of a payout forwarded: fencing is disabled", "event", api.EventFencingBypassed,
 			"firstAttemptId", first.AttemptID, "firstToken", first.Token)
 		return nil, nil
 	}
-	if _, err := tx.Exec(ctx, sqlSetAttemptState, attemptID, StateDuplicate); err != nil {
+	if _, err := tx.Exec(ctx, sqlSetAttemptState, attemptID, api.StateDuplicate); err != nil {
 		return nil, fmt.Errorf("record duplicate attempt: %w", err)
 	}
 	first.CreatedAt = first.CreatedAt.UTC()
@@ -242,7 +243,7 @@ func (p *Proxy) abandonAfter() time.Duration {
 // finish records the end of a forwarded attempt: state acked, declined (with
 // the rail's reference) or ambiguous (railRef ""). It runs even when the
 // caller has gone (ctx is detached from the request).
-func (p *Proxy) finish(ctx context.Context, attemptID int64, state, railRef string) error {
+func (p *Proxy) finish(ctx context.Context, attemptID int64, state api.State, railRef string) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.DBTimeout)
 	defer cancel()
 	tag, err := p.pool.Exec(ctx, sqlFinishAttempt, attemptID, state, railRef)
@@ -272,16 +273,16 @@ func (p *Proxy) highWater(ctx context.Context, account string) (int64, error) {
 }
 
 // attempts returns the attempts of a payout, oldest first.
-func (p *Proxy) attempts(ctx context.Context, payout string) ([]Attempt, error) {
+func (p *Proxy) attempts(ctx context.Context, payout string) ([]api.Attempt, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.DBTimeout)
 	defer cancel()
 	rows, err := p.pool.Query(ctx, sqlAttempts, payout)
 	if err != nil {
 		return nil, dbError("list attempts", err)
 	}
-	out := []Attempt{}
+	out := []api.Attempt{}
 	for rows.Next() {
-		var a Attempt
+		var a api.Attempt
 		if err := rows.Scan(&a.AttemptID, &a.PayoutID, &a.AccountID, &a.AmountMinor, &a.Currency, &a.Token,
 			&a.OwnerID, &a.State, &a.RailRef, &a.CreatedAt, &a.FinishedAt); err != nil {
 			rows.Close()

@@ -77,7 +77,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
 
@@ -283,7 +283,7 @@ func stepOf(req *http.Request) string {
 	p := req.URL.Path
 	switch {
 	case req.Method == http.MethodGet:
-		if p == railproxy.PathAttempts {
+		if p == railapi.PathAttempts {
 			return StepLookup
 		}
 		return ""
@@ -297,7 +297,7 @@ func stepOf(req *http.Request) string {
 		return StepClaim
 	case strings.HasSuffix(p, "/result"):
 		return StepReport
-	case p == railproxy.PathSubmissions:
+	case p == railapi.PathSubmissions:
 		return StepSubmit
 	}
 	return ""
@@ -540,7 +540,7 @@ func (r *run) check(ctx context.Context, res *Result, steps []stepRecord, ended 
 			rows.Close()
 			return err
 		}
-		if state == railproxy.StateFenced || state == railproxy.StateDuplicate {
+		if s := railapi.State(state); s == railapi.StateFenced || s == railapi.StateDuplicate {
 			continue
 		}
 		forwarded[tok] = true

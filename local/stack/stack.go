@@ -45,6 +45,7 @@ import (
 	"time"
 
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
 )
 
@@ -348,8 +349,8 @@ func (s *Stack) start(ctx context.Context) error {
 			return
 		}
 		s.proxyURL, errs[0] = s.startFunction(ctx, "rail-proxy", "rail-proxy", []string{
-			"RAILDB_URL=" + s.railDSN, "RAIL_URL=" + s.stubURL,
-			"RAIL_PROXY_FENCING_ENABLED=" + strconv.FormatBool(s.cfg.RailFencing),
+			railapi.EnvDatabaseURL + "=" + s.railDSN, railapi.EnvRailURL + "=" + s.stubURL,
+			railapi.EnvFencingEnabled + "=" + strconv.FormatBool(s.cfg.RailFencing),
 		}, "/")
 	})
 	wg.Go(func() {

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/serve"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 )
@@ -69,7 +70,7 @@ func recoverRestore(ctx context.Context, args []string, getenv func(string) stri
 	idsPast := fs.Int64("attempt-ids-past", 0, "optional: the largest attempt id handed out before the restore (rail-proxy's logs)")
 	timeout := fs.Duration("timeout", time.Minute, "bound of the whole recovery")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: %s=... rail-proxy %s --past N --rail-journal FILE [--attempt-ids-past M]\n", railproxy.EnvDatabaseURL, cmdRecover)
+		fmt.Fprintf(stderr, "usage: %s=... rail-proxy %s --past N --rail-journal FILE [--attempt-ids-past M]\n", railapi.EnvDatabaseURL, cmdRecover)
 		fs.PrintDefaults()
 	}
 	bad := func(err error) int {
@@ -92,14 +93,14 @@ func recoverRestore(ctx context.Context, args []string, getenv func(string) stri
 		return bad(fmt.Errorf("--timeout %v must be positive", *timeout))
 	}
 	db := pgpool.Config{
-		DSN:              strings.TrimSpace(getenv(railproxy.EnvDatabaseURL)),
-		CloudSQLInstance: strings.TrimSpace(getenv(railproxy.EnvDatabaseInstance)),
+		DSN:              strings.TrimSpace(getenv(railapi.EnvDatabaseURL)),
+		CloudSQLInstance: strings.TrimSpace(getenv(railapi.EnvDatabaseInstance)),
 	}
 	if db.DSN == "" {
-		return bad(fmt.Errorf("%s is required (a PostgreSQL DSN of raildb)", railproxy.EnvDatabaseURL))
+		return bad(fmt.Errorf("%s is required (a PostgreSQL DSN of raildb)", railapi.EnvDatabaseURL))
 	}
 	if err := db.Validate(); err != nil {
-		return bad(fmt.Errorf("%s: %v", railproxy.EnvDatabaseURL, err))
+		return bad(fmt.Errorf("%s: %v", railapi.EnvDatabaseURL, err))
 	}
 	f, err := os.Open(*journal)
 	if err != nil {

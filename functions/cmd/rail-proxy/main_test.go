@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 )
 
@@ -52,7 +53,7 @@ func writeFile(t *testing.T, content string) string {
 
 func TestRecoverRestoreCommand(t *testing.T) {
 	dsn := newRaildb(t)
-	env := map[string]string{railproxy.EnvDatabaseURL: dsn}
+	env := map[string]string{railapi.EnvDatabaseURL: dsn}
 	code, out, errOut := run(t, env, "--past", "77", "--rail-journal", writeFile(t, journalJSON))
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %s", code, errOut)
@@ -70,7 +71,7 @@ func TestRecoverRestoreCommand(t *testing.T) {
 // raildb is touched.
 func TestRecoverRestoreCommandBadInputChangesNothing(t *testing.T) {
 	dsn := newRaildb(t)
-	env := map[string]string{railproxy.EnvDatabaseURL: dsn}
+	env := map[string]string{railapi.EnvDatabaseURL: dsn}
 	good := writeFile(t, journalJSON)
 	for _, c := range []struct {
 		name string
@@ -84,7 +85,7 @@ func TestRecoverRestoreCommandBadInputChangesNothing(t *testing.T) {
 		{"journal-missing", env, []string{"--past", "5"}, "--rail-journal is required"},
 		{"journal-unreadable", env, []string{"--past", "5", "--rail-journal", filepath.Join(t.TempDir(), "absent.json")}, "no such file"},
 		{"journal-not-json", env, []string{"--past", "5", "--rail-journal", writeFile(t, "not json")}, "rail journal"},
-		{"no-raildb-url", map[string]string{}, []string{"--past", "5", "--rail-journal", good}, railproxy.EnvDatabaseURL + " is required"},
+		{"no-raildb-url", map[string]string{}, []string{"--past", "5", "--rail-journal", good}, railapi.EnvDatabaseURL + " is required"},
 		{"stray-argument", env, []string{"--past", "5", "--rail-journal", good, "now"}, "unexpected arguments"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

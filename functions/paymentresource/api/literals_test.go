@@ -1,19 +1,15 @@
 package api_test
 
 import (
-	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/literals"
 )
 
 // genericCodes are codes payment-resource shares with every JSON service of
@@ -29,50 +25,20 @@ var genericCodes = map[api.Code]bool{
 // contract that only the api package may write as a literal, a pattern
 // matching it inside a string literal: its own codes, its route
 // prefixes and its environment variable names.
-func contractPatterns() map[string]*regexp.Regexp {
-	word := func(s string) *regexp.Regexp {
-		return regexp.MustCompile(`(^|[^A-Za-z0-9_])` + regexp.QuoteMeta(s) + `($|[^A-Za-z0-9_])`)
-	}
-	pats := map[string]*regexp.Regexp{}
+func contractPatterns() literals.Patterns {
+	pats := literals.Patterns{}
 	for _, c := range api.Codes {
 		if !genericCodes[c] {
-			pats[string(c)] = word(string(c))
+			pats[string(c)] = literals.Word(string(c))
 		}
 	}
 	for _, p := range []string{api.PathAccounts, api.PathPayouts, api.PathAudit} {
-		pats[p] = regexp.MustCompile(regexp.QuoteMeta(p) + `($|[^A-Za-z0-9_-])`)
+		pats[p] = literals.Path(p)
 	}
 	for _, e := range []string{api.EnvDatabaseURL, api.EnvCloudSQLInstance, api.EnvMaxConns, api.EnvFencingEnabled, api.EnvOutboxPollMs} {
-		pats[e] = word(e)
+		pats[e] = literals.Word(e)
 	}
 	return pats
-}
-
-// contractLiterals returns "file:line: literal (spells X)" for every string
-// literal of src that spells a contract pattern.
-func contractLiterals(fset *token.FileSet, name string, src any, pats map[string]*regexp.Regexp) ([]string, error) {
-	f, err := parser.ParseFile(fset, name, src, parser.SkipObjectResolution)
-	if err != nil {
-		return nil, err
-	}
-	var found []string
-	ast.Inspect(f, func(n ast.Node) bool {
-		lit, ok := n.(*ast.BasicLit)
-		if !ok || lit.Kind != token.STRING {
-			return true
-		}
-		v, err := strconv.Unquote(lit.Value)
-		if err != nil {
-			return true
-		}
-		for what, re := range pats {
-			if re.MatchString(v) {
-				found = append(found, fset.Position(lit.Pos()).String()+": "+lit.Value+" spells "+what)
-			}
-		}
-		return true
-	})
-	return found, nil
 }
 
 // TestOnlyTheAPISpellsPaymentResourcesContract checks every non-test Go
@@ -90,33 +56,13 @@ func TestOnlyTheAPISpellsPaymentResourcesContract(t *testing.T) {
 		t.Fatalf("module root not found at %s: %v", root, err)
 	}
 	self, _ := filepath.Abs(".")
-	allowedFiles := map[string]bool{filepath.Join(root, "functions", "payoutevent", "fencing.go"): true}
-	pats := contractPatterns()
-	fset := token.NewFileSet()
-	files := 0
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path == self || (path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "vendor")) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || allowedFiles[path] {
-			return nil
-		}
-		files++
-		found, err := contractLiterals(fset, path, nil, pats)
-		for _, f := range found {
-			rel, _ := filepath.Rel(root, f)
-			t.Errorf("%s; use the functions/paymentresource/api constant", rel)
-		}
-		return err
-	})
+	found, files, err := literals.InModule(root, []string{self},
+		[]string{filepath.Join(root, "functions", "payoutevent", "fencing.go")}, contractPatterns())
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range found {
+		t.Errorf("%s; use the functions/paymentresource/api constant", f)
 	}
 	if files < 50 {
 		t.Fatalf("checked only %d files under %s; the walk is broken", files, root)
@@ -134,7 +80,7 @@ var c = "PAYDB_URL=" + dsn
 var d = "409 ` + payoutevent.CodeFencedOut + `"
 var fine = []string{"PAYOUT_ALREADY_SUBMITTED", "NOT_FOUND", "INVALID_REQUEST", "/v1/payoutsx", "/v1/rail/submissions"}
 `
-	found, err := contractLiterals(token.NewFileSet(), "planted.go", src, contractPatterns())
+	found, err := literals.InSource(token.NewFileSet(), "planted.go", src, contractPatterns())
 	if err != nil {
 		t.Fatal(err)
 	}

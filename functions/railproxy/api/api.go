@@ -1,0 +1,263 @@
+// Package api defines the wire contract of rail-proxy's HTTP/JSON API
+// (fence point two of the payout pipeline, package functions/railproxy):
+// the routes, the request and answer bodies, the error envelope and its
+// stable codes, the attempt states and rail answers, the bounds and
+// validation of every field, the fencing headers it reads, the
+// environment variables of its configuration and the names of the log
+// events it emits. It is the source of truth that docs/payout-api.md
+// describes.
+//
+// It imports only the standard library and functions/payoutevent (the
+// pipeline's shared, standard-library-only vocabulary), so that any client
+// (functions/railproxy/client, the executor, the harness, the reconciler)
+// can depend on it without pulling in a database driver.
+//
+// Amounts are integers in minor currency units (cents); currencies are ISO
+// 4217 codes of three upper-case letters; instants are RFC 3339 timestamps
+// from raildb's clock; fencing tokens are positive int64 values.
+//
+// The API (every body is JSON, every error is an [ErrorEnvelope]):
+//
+//	POST /v1/rail/submissions             X-Fencing-Token (required), X-Lock-Owner (logs only);
+//	                                      SubmitRequest -> 200 SubmitAnswer (the rail answered ACK or DECLINE)
+//	                                      409 FENCED_OUT (stale token; attempt recorded fenced)
+//	                                      409 PAYOUT_ALREADY_SUBMITTED -> AlreadySubmittedAnswer
+//	                                          (the payout already went to the rail; attempt recorded duplicate)
+//	                                      502 RAIL_AMBIGUOUS (rail called, outcome unknown; never retry blindly)
+//	                                      503 UNAVAILABLE (raildb unreachable or proxy closing; rail not called)
+//	                                      503 RAILDB_RESTORED (raildb restored from a backup; rail not called)
+//	GET  /v1/rail/high-water/{accountId}  -> 200 HighWater (404 NOT_FOUND: no token accepted yet)
+//	GET  /v1/rail/attempts?payoutId=P     -> 200 AttemptList (oldest first; empty when none)
+//
+// Any route may also answer 400 INVALID_REQUEST, 404 NOT_FOUND, 405
+// METHOD_NOT_ALLOWED, 413 BODY_TOO_LARGE, 415 UNSUPPORTED_MEDIA_TYPE, 503
+// UNAVAILABLE or 500 INTERNAL. A refused submission never reaches the
+// rail.
+package api
+
+import (
+	"net/url"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+)
+
+// Routes, as net/http.ServeMux patterns. Build a concrete path with
+// HighWaterPath or AttemptsPath.
+const (
+	// PathSubmissions: POST submits a payout to the rail (headers
+	// HeaderToken, HeaderOwner; SubmitRequest -> SubmitAnswer).
+	PathSubmissions = pathRail + "/submissions"
+	// PathHighWater: GET returns the account's high-water mark
+	// (HighWater); {accountId} is an account id.
+	PathHighWater = pathHighWaterPrefix + "{accountId}"
+	// PathAttempts: GET returns the attempts of the payout named by the
+	// query parameter QueryPayoutID (AttemptList).
+	PathAttempts = pathRail + "/attempts"
+	// QueryPayoutID is the query parameter of PathAttempts, given once.
+	QueryPayoutID = "payoutId"
+
+	pathRail            = "/v1/rail"
+	pathHighWaterPrefix = pathRail + "/high-water/"
+)
+
+// HighWaterPath returns the path of GET PathHighWater for account,
+// escaped.
+func HighWaterPath(account string) string { return pathHighWaterPrefix + url.PathEscape(account) }
+
+// AttemptsPath returns the path and query of GET PathAttempts for payout,
+// escaped.
+func AttemptsPath(payout string) string {
+	return PathAttempts + "?" + url.Values{QueryPayoutID: {payout}}.Encode()
+}
+
+// Headers of a submission, made on behalf of a lock holder; the spelling
+// lives in payoutevent and is shared with payment-resource's fence.
+const (
+	// HeaderToken carries the holder's fencing token: one positive decimal
+	// int64 in canonical form. Missing, repeated or malformed: 400
+	// INVALID_REQUEST.
+	HeaderToken = payoutevent.HeaderFencingToken
+	// HeaderOwner carries the holder's owner id, recorded as
+	// Attempt.OwnerID and logged; it decides nothing. At most MaxOwnerLen
+	// bytes are kept.
+	HeaderOwner = payoutevent.HeaderLockOwner
+)
+
+// Bounds of requests. A request outside them is answered 400
+// INVALID_REQUEST (413 BODY_TOO_LARGE for the body), records nothing and
+// does not reach the rail.
+const (
+	// MaxBodyBytes is the largest submission body accepted, in bytes
+	// (4 KiB).
+	MaxBodyBytes = 4 << 10
+	// MaxPayoutIDLen bounds a payout id, in bytes
+	// (payoutevent.MaxPayoutIDLen).
+	MaxPayoutIDLen = payoutevent.MaxPayoutIDLen
+	// MaxAccountIDLen bounds an account id, in bytes
+	// (payoutevent.MaxAccountIDLen).
+	MaxAccountIDLen = payoutevent.MaxAccountIDLen
+	// MaxAmountMinor bounds an amount, in minor units
+	// (payoutevent.MaxAmountMinor, 10^15).
+	MaxAmountMinor = payoutevent.MaxAmountMinor
+	// MaxOwnerLen is how many bytes of HeaderOwner are kept; the rest is
+	// cut (payoutevent.MaxLockOwnerLen).
+	MaxOwnerLen = payoutevent.MaxLockOwnerLen
+	// MaxRailRefLen bounds the rail's reference, in bytes: a rail answer
+	// with a longer one is not usable and counts as ambiguous.
+	MaxRailRefLen = 128
+)
+
+// Code is a stable, machine-readable error code of the envelope. Codes
+// are never renamed or reused; new ones may be added.
+type Code string
+
+// Error codes, with the HTTP status each is sent with.
+const (
+	// CodeInvalidRequest (400): malformed or missing HeaderToken, malformed
+	// body, unknown or repeated field, a field out of bounds, or a bad
+	// query parameter. Nothing recorded.
+	CodeInvalidRequest Code = "INVALID_REQUEST"
+	// CodeBodyTooLarge (413): body larger than MaxBodyBytes.
+	CodeBodyTooLarge Code = "BODY_TOO_LARGE"
+	// CodeUnsupportedMediaType (415): a Content-Type other than
+	// application/json.
+	CodeUnsupportedMediaType Code = "UNSUPPORTED_MEDIA_TYPE"
+	// CodeFencedOut (409): the token is not greater than the account's
+	// high-water mark (strict), or at or below the token floor of a
+	// recovered restore. The writer is a stale lock holder and must stop.
+	// The attempt is recorded StateFenced. Spelled in payoutevent, shared
+	// with payment-resource.
+	CodeFencedOut Code = payoutevent.CodeFencedOut
+	// CodeAlreadySubmitted (409): an earlier attempt of the payout went,
+	// or may have gone, to the rail; this one was recorded
+	// StateDuplicate and not forwarded. The body is an
+	// AlreadySubmittedAnswer; its retryable flag is true only while that
+	// attempt is still StateForwarding.
+	CodeAlreadySubmitted Code = "PAYOUT_ALREADY_SUBMITTED"
+	// CodeRailAmbiguous (502): the rail was called and its outcome is
+	// unknown (timeout, lost connection, 5xx, unusable answer); the money
+	// may have moved. The attempt is StateAmbiguous. Not retryable:
+	// reconcile with the rail's records.
+	CodeRailAmbiguous Code = "RAIL_AMBIGUOUS"
+	// CodeUnavailable (503): raildb did not answer, or the proxy is
+	// closing, before the rail was called. Retryable; a retry with the
+	// same token is refused FENCED_OUT if the failed request's transaction
+	// did commit.
+	CodeUnavailable Code = "UNAVAILABLE"
+	// CodeRestored (503): raildb was restored from a backup and may have
+	// forgotten high-water marks and forwarded payouts. Nothing was
+	// recorded and the rail was not called. Retryable once an operator
+	// has run "rail-proxy recover-restore" (docs/runbooks/raildb-restore.md).
+	CodeRestored Code = "RAILDB_RESTORED"
+	// CodeNotFound (404): no such route, or no high-water mark for the
+	// account.
+	CodeNotFound Code = "NOT_FOUND"
+	// CodeMethodNotAllowed (405): the route exists for another method.
+	CodeMethodNotAllowed Code = "METHOD_NOT_ALLOWED"
+	// CodeInternal (500): a bug. Not retryable.
+	CodeInternal Code = "INTERNAL"
+)
+
+// Codes lists every Code, in the order declared above.
+var Codes = []Code{
+	CodeInvalidRequest, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeFencedOut, CodeAlreadySubmitted,
+	CodeRailAmbiguous, CodeUnavailable, CodeRestored, CodeNotFound, CodeMethodNotAllowed, CodeInternal,
+}
+
+// Retryable reports whether the code always marks a condition that may
+// clear if the identical request is sent again later (CodeUnavailable,
+// CodeRestored). CodeAlreadySubmitted is retryable only while the first
+// attempt is forwarding; its envelope says which.
+func (c Code) Retryable() bool { return c == CodeUnavailable || c == CodeRestored }
+
+// ErrorEnvelope is the body of every non-2xx answer but 409
+// PAYOUT_ALREADY_SUBMITTED, which is an AlreadySubmittedAnswer (the same
+// "error" member plus the attempt).
+type ErrorEnvelope struct {
+	// Error is the refusal.
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody carries the stable code, a message for people (not stable; do
+// not parse it) and whether the same request may succeed later.
+type ErrorBody struct {
+	// Code is one of the Code constants.
+	Code Code `json:"code"`
+	// Message is for people; it may change between versions.
+	Message string `json:"message"`
+	// Retryable says whether the same request may succeed later.
+	Retryable bool `json:"retryable"`
+}
+
+// Environment variables of rail-proxy's configuration (read by
+// railproxy.LoadConfig; the recover-restore command reads the first two);
+// an unset or empty variable keeps the field's default.
+const (
+	// EnvDatabaseURL locates raildb: a PostgreSQL URL or key=value string.
+	// Required.
+	EnvDatabaseURL = "RAILDB_URL"
+	// EnvDatabaseInstance, when set ("project:region:instance"), connects
+	// through the Cloud SQL Go connector.
+	EnvDatabaseInstance = "RAILDB_INSTANCE"
+	// EnvRailURL is the rail's base URL (http or https, no query); the
+	// proxy POSTs to it + "/submit". Required.
+	EnvRailURL = "RAIL_URL"
+	// EnvRailTimeoutMs bounds one call to the rail, in milliseconds
+	// (default 5000, at most 600000).
+	EnvRailTimeoutMs = "RAIL_TIMEOUT_MS"
+	// EnvDBTimeoutMs bounds each raildb transaction of a request, in
+	// milliseconds (default 5000, at most 600000).
+	EnvDBTimeoutMs = "RAIL_PROXY_DB_TIMEOUT_MS"
+	// EnvFencingEnabled is the kill switch rail.proxy.fencing.enabled:
+	// true/false, 1/0, on/off, yes/no; default true. Off only for the
+	// fencing experiment.
+	EnvFencingEnabled = "RAIL_PROXY_FENCING_ENABLED"
+)
+
+// Log events of rail-proxy: the value of the "event" attribute of its
+// structured log lines. Consumers (the harness, tests) match on these.
+// Lines about a submission carry payoutId, accountId, token and ownerId;
+// after admission also attemptId.
+const (
+	// EventSubmissionForwarding (INFO): the fence passed and the attempt
+	// is recorded forwarding; the rail is being called (amountMinor,
+	// currency).
+	EventSubmissionForwarding = "rail_submission_forwarding"
+	// EventSubmissionAcked (INFO): the rail answered ACK (railRef).
+	EventSubmissionAcked = "rail_submission_acked"
+	// EventSubmissionDeclined (INFO): the rail answered DECLINE (railRef).
+	EventSubmissionDeclined = "rail_submission_declined"
+	// EventSubmissionAmbiguous (ERROR): the rail's outcome is unknown; the
+	// answer is 502 RAIL_AMBIGUOUS.
+	EventSubmissionAmbiguous = "rail_submission_ambiguous"
+	// EventSubmissionDuplicate (WARN): the payout already went to the
+	// rail; answered 409 PAYOUT_ALREADY_SUBMITTED (firstAttemptId,
+	// firstToken, firstState).
+	EventSubmissionDuplicate = "rail_submission_duplicate"
+	// EventAttemptUpdateFailed (ERROR): the rail's answer (or its absence)
+	// could not be recorded; the attempt stays forwarding.
+	EventAttemptUpdateFailed = "rail_attempt_update_failed"
+	// EventAttemptAbandoned (ERROR): a forwarding attempt too old to be in
+	// flight was marked ambiguous (abandonedAttemptId, abandonedToken).
+	EventAttemptAbandoned = "rail_attempt_abandoned"
+	// EventFencedOut (WARN): a submission was refused by the fence (see
+	// payoutevent.EventFencedOut for its attributes; resource is "rail").
+	EventFencedOut = payoutevent.EventFencedOut
+	// EventFencingDisabled (WARN, once at start): the kill switch turned
+	// fencing off.
+	EventFencingDisabled = payoutevent.EventFencingDisabled
+	// EventFencingBypassed (WARN): with fencing disabled, a submission the
+	// fence or the one-forward check would have refused was forwarded.
+	EventFencingBypassed = "fencing_bypassed"
+	// EventRaildbRestored (ERROR): a submission was refused 503
+	// RAILDB_RESTORED.
+	EventRaildbRestored = "raildb_restored"
+	// EventRaildbRecovered (WARN): recover-restore stamped raildb and set
+	// the token floor (past, tokenFloor, rebuilt, ...).
+	EventRaildbRecovered = "raildb_recovered"
+	// EventRequestFailed (ERROR): a request answered 5xx (code).
+	EventRequestFailed = "rail_request_failed"
+	// EventRequestRefused (DEBUG): a request answered 4xx for bad input
+	// (code).
+	EventRequestRefused = "rail_request_refused"
+)

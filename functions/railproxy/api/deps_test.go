@@ -1,0 +1,30 @@
+package api_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestAPIAndClientImportOnlyTheStandardLibrary enforces the dependency
+// rule of the contract: rail-proxy's api package and its client import
+// only the standard library and the pipeline's shared wire package
+// functions/payoutevent, so that a caller never pulls in a database driver.
+func TestAPIAndClientImportOnlyTheStandardLibrary(t *testing.T) {
+	const mod = "github.com/distributed-lock-lab/distributed-lock-lab/"
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}",
+		mod+"functions/railproxy/api", mod+"functions/railproxy/client").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	allowed := map[string]bool{
+		mod + "functions/railproxy/api":    true,
+		mod + "functions/railproxy/client": true,
+		mod + "functions/payoutevent":      true,
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if !allowed[p] {
+			t.Errorf("functions/railproxy/api or its client depends on %s; only the standard library and functions/payoutevent are allowed", p)
+		}
+	}
+}

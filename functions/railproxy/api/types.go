@@ -1,0 +1,184 @@
+package api
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+)
+
+// State is the state of one attempt (a row of rail_attempt). The machine
+// is
+//
+//	forwarding -> acked | declined | ambiguous
+//	fenced, duplicate (final at once: the rail was not called)
+//
+// Only a forwarding attempt can have reached the rail; a forwarding
+// attempt too old to be in flight is marked ambiguous.
+type State string
+
+// Attempt states.
+const (
+	// StateForwarding: the fence passed and the rail is being called (or
+	// the proxy died while calling it: reconcile).
+	StateForwarding State = "forwarding"
+	// StateAcked: the rail answered ACK; money moved.
+	StateAcked State = "acked"
+	// StateDeclined: the rail answered DECLINE; no money moved.
+	StateDeclined State = "declined"
+	// StateAmbiguous: the rail was called and its outcome is unknown.
+	StateAmbiguous State = "ambiguous"
+	// StateFenced: the token was stale; the rail was not called.
+	StateFenced State = "fenced"
+	// StateDuplicate: the payout had already gone to the rail with an
+	// earlier attempt; this one was not forwarded.
+	StateDuplicate State = "duplicate"
+)
+
+// RailStatus is the rail's answer to a forwarded submission, as
+// SubmitAnswer.Status carries it. (payment-resource's api.Outcome spells
+// the same two answers, and AMBIGUOUS for no answer.)
+type RailStatus string
+
+// Rail answers.
+const (
+	// RailAck: the rail accepted the payment; money moved.
+	RailAck RailStatus = "ACK"
+	// RailDecline: the rail refused the payment; no money moved.
+	RailDecline RailStatus = "DECLINE"
+)
+
+// RebuiltOwner is the Attempt.OwnerID of the attempts "rail-proxy
+// recover-restore" rebuilds from the rail's journal after a raildb
+// restore: their token is unknown, at most the recovery's floor, and
+// recorded as the floor.
+const RebuiltOwner = "rail-proxy recover-restore"
+
+// SubmitRequest is the body of POST /v1/rail/submissions. Every field is
+// required.
+type SubmitRequest struct {
+	// PayoutID identifies the payout, 1..MaxPayoutIDLen bytes; sent to the
+	// rail as its reference too.
+	PayoutID string `json:"payoutId"`
+	// AccountID is the debited account, 1..MaxAccountIDLen bytes; the
+	// fence is kept per account (the lock key is payout:{accountId}).
+	AccountID string `json:"accountId"`
+	// AmountMinor is the amount in minor currency units,
+	// 1..MaxAmountMinor.
+	AmountMinor int64 `json:"amountMinor"`
+	// Currency is an ISO 4217 code: three upper-case ASCII letters.
+	Currency string `json:"currency"`
+}
+
+// Validate returns an error describing the first invalid field of r (ids
+// as payoutevent.ValidateID has them, an amount within 1..MaxAmountMinor,
+// an ISO 4217 currency); rail-proxy answers it 400 INVALID_REQUEST.
+func (r SubmitRequest) Validate() error {
+	if err := ValidatePayoutID(r.PayoutID); err != nil {
+		return err
+	}
+	if err := ValidateAccountID(r.AccountID); err != nil {
+		return err
+	}
+	switch {
+	case r.AmountMinor <= 0 || r.AmountMinor > MaxAmountMinor:
+		return fmt.Errorf("amountMinor %d is outside 1..%d", r.AmountMinor, MaxAmountMinor)
+	case !payoutevent.IsCurrency(r.Currency):
+		return fmt.Errorf("currency %q is not three upper-case letters (ISO 4217)", r.Currency)
+	}
+	return nil
+}
+
+// ValidatePayoutID returns an error unless id is a well-formed payout id
+// (payoutevent.ValidateID, at most MaxPayoutIDLen bytes).
+func ValidatePayoutID(id string) error {
+	return payoutevent.ValidateID("payoutId", id, MaxPayoutIDLen)
+}
+
+// ValidateAccountID returns an error unless id is a well-formed account
+// id (payoutevent.ValidateID, at most MaxAccountIDLen bytes).
+func ValidateAccountID(id string) error {
+	return payoutevent.ValidateID("accountId", id, MaxAccountIDLen)
+}
+
+// ValidateToken returns an error unless token is a fencing token
+// (positive).
+func ValidateToken(token int64) error {
+	if token <= 0 {
+		return fmt.Errorf("fencing token %d is not positive", token)
+	}
+	return nil
+}
+
+// SubmitAnswer is the 200 body of POST /v1/rail/submissions: the rail
+// answered.
+type SubmitAnswer struct {
+	// Status is the rail's answer, RailAck or RailDecline.
+	Status RailStatus `json:"status"`
+	// RailRef is the rail's reference of the submission, 1..MaxRailRefLen
+	// bytes.
+	RailRef string `json:"railRef"`
+	// AttemptID is the attempt of this submission.
+	AttemptID int64 `json:"attemptId"`
+	// Token is the fencing token the submission was accepted with.
+	Token int64 `json:"token"`
+}
+
+// HighWater is the 200 body of GET /v1/rail/high-water/{accountId}.
+type HighWater struct {
+	// AccountID is the account.
+	AccountID string `json:"accountId"`
+	// HighWater is the highest fencing token accepted for it.
+	HighWater int64 `json:"highWater"`
+}
+
+// Attempt is one submission as rail-proxy recorded it (a rail_attempt
+// row).
+type Attempt struct {
+	// AttemptID numbers the attempts; it grows with insertion, not with
+	// commit order.
+	AttemptID int64 `json:"attemptId"`
+	// PayoutID is the request's payout id.
+	PayoutID string `json:"payoutId"`
+	// AccountID is the request's account id (the fence's resource id).
+	AccountID string `json:"accountId"`
+	// AmountMinor is the request's amount, in minor currency units.
+	AmountMinor int64 `json:"amountMinor"`
+	// Currency is the request's ISO 4217 code.
+	Currency string `json:"currency"`
+	// Token is the fencing token presented.
+	Token int64 `json:"token"`
+	// OwnerID is the HeaderOwner of the request, as claimed ("" when
+	// absent; RebuiltOwner for an attempt rebuilt after a restore).
+	OwnerID string `json:"ownerId"`
+	// State is one of the State constants.
+	State State `json:"state"`
+	// RailRef is the rail's reference; set when acked or declined.
+	RailRef string `json:"railRef,omitempty"`
+	// CreatedAt is when the attempt was recorded (raildb's clock).
+	CreatedAt time.Time `json:"createdAt"`
+	// FinishedAt is when its outcome was recorded; nil while forwarding.
+	FinishedAt *time.Time `json:"finishedAt"`
+}
+
+// AttemptList is the 200 body of GET /v1/rail/attempts.
+type AttemptList struct {
+	// Attempts of the payout, oldest first; empty, never null, when none.
+	Attempts []Attempt `json:"attempts"`
+}
+
+// AlreadySubmittedAnswer is the 409 PAYOUT_ALREADY_SUBMITTED body: the
+// error envelope's member plus the payout's forwarded attempt. The caller
+// reports that attempt's outcome instead of submitting again:
+// StateAcked and StateDeclined carry the rail's reference, StateAmbiguous
+// needs reconciliation, and StateForwarding means the first submission is
+// still being answered (Error.Retryable is true: ask again later). A
+// forwarding attempt older than rail-proxy's rail timeout + 2 x its
+// database timeout + 1 s can no longer be in flight; it is then marked
+// StateAmbiguous (EventAttemptAbandoned) before being answered.
+type AlreadySubmittedAnswer struct {
+	// Error is the envelope's body, code CodeAlreadySubmitted.
+	Error ErrorBody `json:"error"`
+	// Attempt is the payout's forwarded attempt.
+	Attempt Attempt `json:"attempt"`
+}

@@ -1,0 +1,292 @@
+// Package client is the typed Go client of rail-proxy's HTTP API
+// (functions/railproxy/api). It imports only the standard library, the
+// api package and functions/payoutevent, so that any caller (the executor,
+// a test harness, the reconciler, a tool) can use it without pulling in a
+// database driver.
+//
+// Every method sends one request and decodes a 2xx answer into the api
+// type. A non-2xx answer is returned as an *Error carrying the envelope's
+// code; errors.Is matches it against the sentinel of its code
+// (ErrFencedOut for FENCED_OUT, ErrAlreadySubmitted for
+// PAYOUT_ALREADY_SUBMITTED, ...). A request that got no answer (a
+// transport error, a timeout), an answer the client cannot read, and a
+// 5xx without a code wrap ErrUnavailable: rail-proxy's outcome is unknown
+// to the caller. Nothing is retried here.
+//
+// Submitting the same payout again is safe: rail-proxy forwards a payout
+// to the rail at most once and answers every later submission with
+// PAYOUT_ALREADY_SUBMITTED and the first attempt (Error.Attempt). It is
+// not safe to treat ErrRailAmbiguous as a failure: the rail was called and
+// the money may have moved.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+)
+
+// Errors of the client. Refusals by the server are *Error values that match
+// the sentinel of their code under errors.Is.
+var (
+	// ErrInvalidRequest: the server refused the request as malformed (codes
+	// INVALID_REQUEST, BODY_TOO_LARGE, UNSUPPORTED_MEDIA_TYPE), or the
+	// client refused it before sending. Nothing was recorded.
+	ErrInvalidRequest = errors.New("railproxy client: invalid request")
+	// ErrFencedOut: the token is not above the account's high-water mark
+	// (or at or below a restore's token floor); the caller is a stale lock
+	// holder and must stop (FENCED_OUT). The rail was not called.
+	ErrFencedOut = errors.New("railproxy client: fenced out")
+	// ErrAlreadySubmitted: the payout already went, or may have gone, to
+	// the rail with an earlier attempt; this one was not forwarded
+	// (PAYOUT_ALREADY_SUBMITTED). The *Error's Attempt is that first
+	// attempt, never nil.
+	ErrAlreadySubmitted = errors.New("railproxy client: payout already submitted")
+	// ErrRailAmbiguous: the rail was called and its outcome is unknown;
+	// the money may have moved (RAIL_AMBIGUOUS). Never submit again to
+	// find out: reconcile with the rail's records.
+	ErrRailAmbiguous = errors.New("railproxy client: rail outcome unknown")
+	// ErrUnavailable: rail-proxy or raildb did not answer before the rail
+	// was called (UNAVAILABLE), or the caller cannot know what happened: a
+	// transport error, a 5xx without a code, or a 2xx or
+	// PAYOUT_ALREADY_SUBMITTED answer it cannot read.
+	ErrUnavailable = errors.New("railproxy client: unavailable")
+	// ErrRaildbRestored: raildb was restored from a backup; submissions
+	// are refused, nothing recorded, until an operator runs rail-proxy
+	// recover-restore (RAILDB_RESTORED).
+	ErrRaildbRestored = errors.New("railproxy client: raildb restored")
+	// ErrNotFound: no high-water mark for the account: no token was ever
+	// accepted for it (NOT_FOUND; also a wrong base URL).
+	ErrNotFound = errors.New("railproxy client: not found")
+)
+
+// sentinels maps each code with a sentinel to it. METHOD_NOT_ALLOWED and
+// INTERNAL have none: they mean a wrong client or a bug, and match only
+// *Error.
+var sentinels = map[api.Code]error{
+	api.CodeInvalidRequest:       ErrInvalidRequest,
+	api.CodeBodyTooLarge:         ErrInvalidRequest,
+	api.CodeUnsupportedMediaType: ErrInvalidRequest,
+	api.CodeFencedOut:            ErrFencedOut,
+	api.CodeAlreadySubmitted:     ErrAlreadySubmitted,
+	api.CodeRailAmbiguous:        ErrRailAmbiguous,
+	api.CodeUnavailable:          ErrUnavailable,
+	api.CodeRestored:             ErrRaildbRestored,
+	api.CodeNotFound:             ErrNotFound,
+}
+
+// Error is a non-2xx answer of rail-proxy: the HTTP status and the decoded
+// error envelope. errors.Is(err, ErrFencedOut) and friends match on Code.
+type Error struct {
+	// Status is the HTTP status code.
+	Status int
+	// Code is the stable error code; empty when the body was not an
+	// envelope (a proxy's answer, say).
+	Code api.Code
+	// Message is the server's message for people (or the raw body, cut to
+	// 512 bytes, when it was not an envelope).
+	Message string
+	// Retryable is the server's hint that the same request may succeed
+	// later (for PAYOUT_ALREADY_SUBMITTED: the first attempt is still
+	// forwarding).
+	Retryable bool
+	// Attempt is, for PAYOUT_ALREADY_SUBMITTED, the payout's attempt that
+	// went to the rail first (api.AlreadySubmittedAnswer.Attempt), whose
+	// outcome the caller reports instead; nil for every other code.
+	Attempt *api.Attempt
+}
+
+// Error describes the refusal in one line.
+func (e *Error) Error() string {
+	if e.Attempt != nil {
+		return fmt.Sprintf("railproxy client: rail-proxy answered %d %s: attempt %d (token %d) is %s: %s",
+			e.Status, e.Code, e.Attempt.AttemptID, e.Attempt.Token, e.Attempt.State, e.Message)
+	}
+	return fmt.Sprintf("railproxy client: rail-proxy answered %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// Is matches e against the sentinel of its code; an answer without a code
+// and with a 5xx status matches ErrUnavailable.
+func (e *Error) Is(target error) bool {
+	if s, ok := sentinels[e.Code]; ok {
+		return target == s
+	}
+	return e.Code == "" && e.Status >= 500 && target == ErrUnavailable
+}
+
+// Doer sends one HTTP request; *http.Client implements it, and so does
+// the Doer of lockserver/client, so one transport can serve both.
+type Doer interface {
+	Do(*http.Request) (*http.Response, error)
+}
+
+// Client talks to one rail-proxy. It is safe for concurrent use.
+type Client struct {
+	base string
+	doer Doer
+}
+
+// Option configures a Client.
+type Option func(*Client) error
+
+// WithHTTPClient sends requests through d instead of http.DefaultClient.
+// Deadlines come from the ctx of each call; the client adds none.
+func WithHTTPClient(d Doer) Option {
+	return func(c *Client) error {
+		if d == nil {
+			return errors.New("railproxy client: WithHTTPClient(nil)")
+		}
+		c.doer = d
+		return nil
+	}
+}
+
+// New returns a Client for the rail-proxy at baseURL, an absolute http(s)
+// URL with an optional path prefix and no query. It returns an error for a
+// malformed URL or an invalid option.
+func New(baseURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("railproxy client: base URL %q is not an absolute http(s) URL", baseURL)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, fmt.Errorf("railproxy client: base URL %q has a query, fragment or user info; give scheme, host and an optional path only", baseURL)
+	}
+	c := &Client{base: strings.TrimRight(u.String(), "/"), doer: http.DefaultClient}
+	for _, o := range opts {
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Submit sends the payout to the rail through rail-proxy, as the lock
+// holder owner with its fencing token (POST /v1/rail/submissions), and
+// returns the rail's answer (ACK or DECLINE). It returns ErrFencedOut,
+// ErrAlreadySubmitted (with the first attempt in the *Error's Attempt),
+// ErrRailAmbiguous, ErrRaildbRestored, ErrUnavailable, or
+// ErrInvalidRequest (also for a token that is not positive or a request
+// that fails api.SubmitRequest.Validate, without sending).
+func (c *Client) Submit(ctx context.Context, token int64, owner string, req api.SubmitRequest) (api.SubmitAnswer, error) {
+	var ans api.SubmitAnswer
+	if err := errors.Join(api.ValidateToken(token), req.Validate()); err != nil {
+		return ans, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	if err := c.call(ctx, http.MethodPost, api.PathSubmissions, &holder{token, owner}, req, &ans); err != nil {
+		return api.SubmitAnswer{}, err
+	}
+	if ans.Status != api.RailAck && ans.Status != api.RailDecline {
+		return api.SubmitAnswer{}, fmt.Errorf("%w: rail-proxy answered 200 with status %q, neither %s nor %s",
+			ErrUnavailable, ans.Status, api.RailAck, api.RailDecline)
+	}
+	return ans, nil
+}
+
+// HighWater reads the highest fencing token rail-proxy accepted for
+// account (GET /v1/rail/high-water/{accountId}). ErrNotFound when none was
+// ever accepted.
+func (c *Client) HighWater(ctx context.Context, account string) (int64, error) {
+	if err := api.ValidateAccountID(account); err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	var hw api.HighWater
+	if err := c.call(ctx, http.MethodGet, api.HighWaterPath(account), nil, nil, &hw); err != nil {
+		return 0, err
+	}
+	return hw.HighWater, nil
+}
+
+// Attempts lists every attempt to submit payout, oldest first (GET
+// /v1/rail/attempts?payoutId=P); empty, not an error, when there is none.
+func (c *Client) Attempts(ctx context.Context, payout string) ([]api.Attempt, error) {
+	if err := api.ValidatePayoutID(payout); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	var list api.AttemptList
+	if err := c.call(ctx, http.MethodGet, api.AttemptsPath(payout), nil, nil, &list); err != nil {
+		return nil, err
+	}
+	if list.Attempts == nil {
+		list.Attempts = []api.Attempt{}
+	}
+	return list.Attempts, nil
+}
+
+// holder is the lock holder a submission is made for.
+type holder struct {
+	token int64
+	owner string
+}
+
+// maxAnswerBytes bounds an answer read (a payout has a handful of
+// attempts of a few hundred bytes each).
+const maxAnswerBytes = 1 << 20
+
+// call sends one request, with the holder's headers when h is not nil, and
+// decodes a 2xx body into out or a refusal into *Error.
+func (c *Client) call(ctx context.Context, method, path string, h *holder, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if h != nil {
+		req.Header.Set(api.HeaderToken, strconv.FormatInt(h.token, 10))
+		if h.owner != "" {
+			req.Header.Set(api.HeaderOwner, h.owner)
+		}
+	}
+	resp, err := c.doer.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %s %s: %w", ErrUnavailable, method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	if err != nil {
+		return fmt.Errorf("%w: reading the answer %d to %s %s: %w", ErrUnavailable, resp.StatusCode, method, path, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return fmt.Errorf("%w: undecodable answer %d to %s %s: %v", ErrUnavailable, resp.StatusCode, method, path, err)
+		}
+		return nil
+	}
+	var ans api.AlreadySubmittedAnswer
+	if json.Unmarshal(raw, &ans) != nil || ans.Error.Code == "" {
+		msg := strings.TrimSpace(string(raw))
+		if len(msg) > 512 {
+			msg = msg[:512]
+		}
+		return &Error{Status: resp.StatusCode, Message: msg}
+	}
+	e := &Error{Status: resp.StatusCode, Code: ans.Error.Code, Message: ans.Error.Message, Retryable: ans.Error.Retryable}
+	if e.Code == api.CodeAlreadySubmitted {
+		if ans.Attempt.AttemptID <= 0 || ans.Attempt.Token <= 0 {
+			// Not forwarded, but what went before is unknown.
+			return fmt.Errorf("%w: %d %s without its first attempt: %.512s", ErrUnavailable, resp.StatusCode, e.Code, raw)
+		}
+		e.Attempt = &ans.Attempt
+	}
+	return e
+}
