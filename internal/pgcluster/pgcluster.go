@@ -161,7 +161,8 @@ func (c Config) Validate() error {
 		p := filepath.Join(c.BinDir, name)
 		fi, err := os.Stat(p)
 		if err != nil {
-			return fmt.Errorf("%w: %w (set Config.BinDir or $%s)", ErrBinariesMissing, err, EnvBinDir)
+			return fmt.Errorf("%w: %s not found; install the PostgreSQL 15 server (Debian: apt-get install postgresql-15) or point $%s at the folder holding initdb and postgres: %w",
+				ErrBinariesMissing, p, EnvBinDir, err)
 		}
 		if fi.IsDir() || fi.Mode()&0o111 == 0 {
 			return fmt.Errorf("%w: %s is not an executable file", ErrBinariesMissing, p)

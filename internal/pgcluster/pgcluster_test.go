@@ -149,6 +149,15 @@ func TestMissingBinaries(t *testing.T) {
 	if !errors.Is(err, ErrBinariesMissing) {
 		t.Fatalf("Start with an empty BinDir: got %v, want ErrBinariesMissing", err)
 	}
+	// The message says how to get them, in a newcomer's terms.
+	for _, want := range []string{"apt-get install postgresql-15", "$" + EnvBinDir, "initdb"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("message %q does not mention %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "Config.BinDir") {
+		t.Errorf("message %q names a Go field", err)
+	}
 	t.Setenv(EnvBinDir, t.TempDir())
 	if err := (Config{}).Validate(); !errors.Is(err, ErrBinariesMissing) {
 		t.Fatalf("Validate with $%s empty dir: got %v, want ErrBinariesMissing", EnvBinDir, err)
