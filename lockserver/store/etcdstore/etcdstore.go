@@ -327,7 +327,7 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 	s := newStore(cli, true, cfg, logger)
 	if err := s.Ping(ctx); err != nil {
 		_ = cli.Close()
-		return nil, err
+		return nil, fmt.Errorf("etcdstore: etcd at %s: %w", strings.Join(cfg.Endpoints, ","), err)
 	}
 	return s, nil
 }

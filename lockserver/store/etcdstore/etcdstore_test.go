@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
@@ -295,6 +296,8 @@ func TestUnreachableClusterIsUnavailable(t *testing.T) {
 	defer cancel()
 	if _, err := Open(ctx, Config{Endpoints: c.Endpoints()}, nil); !errors.Is(err, lockserver.ErrUnavailable) {
 		t.Fatalf("Open with etcd down = %v; want ErrUnavailable", err)
+	} else if !strings.Contains(err.Error(), c.Endpoints()[0]) {
+		t.Fatalf("Open with etcd down = %v; want the endpoint %s named", err, c.Endpoints()[0])
 	}
 }
 
