@@ -1,4 +1,5 @@
-// Package harness runs the fencing experiment (mission task T-042) on a
+// Package harness runs the fencing experiment (a stale holder stopped with
+// SIGSTOP, each fence point on and off) on a
 // stack of real processes (package local/stack) and reports what happened.
 //
 // One run, for one lock backend and one setting of the two fencing kill
@@ -58,7 +59,7 @@ import (
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
 
-// The payout of the experiment, as in the mission's illustration.
+// The payout of the experiment: one account, one payout of 25.00 EUR.
 const (
 	// AccountID is the account whose lock the two workers contend for.
 	AccountID = "acct-7"

@@ -17,8 +17,8 @@ func onOff(b bool) string {
 	return "off"
 }
 
-// Transcript returns the story of one run in the shape of the mission's
-// illustration, built from the services' log events, with the real tokens.
+// Transcript returns the story of one run, step by step, built from the
+// services' log events, with the real tokens.
 func Transcript(r *Run) string {
 	var b strings.Builder
 	s := r.Summary

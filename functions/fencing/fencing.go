@@ -127,8 +127,8 @@ var refusals = func() *prometheus.CounterVec {
 // cardinality rule).
 func Register(reg prometheus.Registerer) error { return reg.Register(refusals) }
 
-// Log writes the fenced_out event at WARN with the attributes the mission
-// pins: resource, resourceId, presentedToken, highestToken, ownerId, plus
+// Log writes the fenced_out event at WARN with the attributes every fence
+// point logs (docs/log-events.md): resource, resourceId, presentedToken, highestToken, ownerId, plus
 // any extra attributes (payoutId, ...), and counts it in
 // fence_refusals_total (see Register).
 func (f Refusal) Log(log *slog.Logger, extra ...any) {

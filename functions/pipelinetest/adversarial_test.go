@@ -1,6 +1,6 @@
 package pipelinetest_test
 
-// Adversarial review of issue 8's fix (one forward per payout at
+// Adversarial tests of the pipeline's safety (one forward per payout at
 // rail-proxy, the executor reporting the first attempt's outcome, the
 // cross-record audit). Each test is a finding: it fails on the code it was
 // written against and says what the fix should make true.

@@ -631,8 +631,8 @@ func mustBeDuplicate(t *testing.T, rec *httptest.ResponseRecorder) api.AlreadySu
 	return ans
 }
 
-// Failure 1 of issue 8, at rail-proxy: the stale holder's submission
-// (token 1) overtakes the new holder's (token 3). The fence lets it
+// The stale holder's submission (token 1) overtakes the new holder's
+// (token 3) on its way to rail-proxy. The fence lets it
 // through, since nothing greater has been seen yet; the new holder's must
 // not reach the rail a second time, and must learn what the first got.
 func TestStaleSubmissionArrivingFirstIsTheOnlyOneToReachTheRail(t *testing.T) {

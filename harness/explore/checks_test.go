@@ -8,7 +8,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/harness/explore"
 )
 
-// Review of issue 8: of the explorer's five checks only audit and
+// Of the explorer's five checks only audit and
 // rail-once are shown failing by a committed test. This shows the fences
 // check failing: with payment-resource's fence point off, a stale holder's
 // claim lands after the new holder's, with a lower token.

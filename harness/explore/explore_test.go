@@ -19,7 +19,8 @@ var (
 	seed    = flag.Uint64("explore.seed", 20261201, "seed of the sampled schedules")
 )
 
-// regressions are the orderings of issue 8, one named schedule each, on
+// regressions are the orderings that once paid twice or let a revoked
+// holder through, one named schedule each, on
 // today's executor (a confirmation with lock-server before the claim and
 // before the submission). Each must pass every check.
 var regressions = []struct {

@@ -17,7 +17,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 )
 
-// The tests in this file are issue 8's "a lease id names one grant": an
+// The tests in this file hold "a lease id names one grant": an
 // operator acting on a leaseId from the logs or the API, or a renewal that
 // races its own release, must reach that grant and no other. They use only
 // the Store's methods and an etcd client, so they run unchanged against
