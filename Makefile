@@ -12,10 +12,12 @@ help: ## list the targets
 test: ## run every test (starts its own PostgreSQL clusters and embedded etcd)
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
 
-lint: ## gofmt, go vet and staticcheck; fails on any finding
+lint: ## gofmt, go vet, staticcheck and terraform fmt; fails on any finding
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
+	@if command -v terraform >/dev/null; then terraform fmt -check -recursive terraform 2>/dev/null || { echo "terraform fmt would change the files above (run: terraform fmt -recursive terraform)"; exit 1; }; \
+	  else echo "lint: terraform not on PATH, skipping terraform fmt -check"; fi
 
 fmt: ## format every Go file
 	gofmt -w $$(git ls-files '*.go')
