@@ -4,7 +4,7 @@ GO    ?= go
 PKGS  := ./...
 BIN   := bin
 
-.PHONY: help test lint fmt build bench demo explore clean
+.PHONY: help test lint fmt build bench demo explore clean plan deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -43,6 +43,15 @@ explore: ## every ordering of two executors on one payout (expiry or revoke at a
 
 demo: ## the fencing experiment on real processes, 2 backends x 4 fencing cells; writes harness/out/summary.json
 	$(GO) run ./harness/cmd/experiment -out harness/out
+
+plan: ## Google Cloud: terraform init and a saved plan with its resource counts (needs GOOGLE_CLOUD_PROJECT, BILLING_ACCOUNT, gcloud ADC; docs/cloud.md)
+	$(GO) run ./terraform/cmd/labenv plan
+
+deploy: ## Google Cloud: apply (budget first), then cloudbuild.yaml with this commit; a failed apply is destroyed
+	$(GO) run ./terraform/cmd/labenv deploy
+
+destroy: ## Google Cloud: delete the GKE objects, terraform destroy, fail if anything is left in the state
+	$(GO) run ./terraform/cmd/labenv destroy
 
 clean: ## remove build output and the experiment's outputs (harness/out)
 	rm -rf $(BIN) harness/out
