@@ -54,6 +54,11 @@ output "image_repository" {
   value = module.registry.url
 }
 
+output "build_source_bucket" {
+  description = "Where gcloud builds submit stages the sources (--gcs-source-staging-dir)."
+  value       = module.registry.build_source_bucket
+}
+
 output "service_accounts" {
   value = module.iam.emails
 }

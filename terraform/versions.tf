@@ -15,5 +15,9 @@ terraform {
       source  = "hashicorp/google-beta"
       version = "~> 7.0"
     }
+    random = {
+      source  = "hashicorp/random"
+      version = "~> 3.6"
+    }
   }
 }

@@ -409,6 +409,7 @@ var labelPath = map[string][]string{
 	"google_pubsub_subscription":          {"labels"},
 	"google_pubsub_topic":                 {"labels"},
 	"google_sql_database_instance":        {"settings", "user_labels"},
+	"google_storage_bucket":               {"labels"},
 }
 
 // unlabelled are the resource types that take no labels (IAM bindings,
@@ -428,6 +429,8 @@ var unlabelled = map[string]bool{
 	"google_service_account_iam_member":              true,
 	"google_sql_database":                            true,
 	"google_sql_user":                                true,
+	"google_storage_bucket_iam_member":               true,
+	"random_id":                                      true,
 }
 
 // checkLabels: every resource whose type takes labels sets them, and every

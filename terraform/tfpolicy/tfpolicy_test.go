@@ -242,8 +242,8 @@ var brokenCases = []struct {
 		name: "a resource type the rule does not know",
 		rule: "labels",
 		edits: []edit{{"modules/registry/main.tf", "resource \"google_artifact_registry_repository\" \"images\" {",
-			"resource \"google_storage_bucket\" \"cache\" {\n  name     = \"cache\"\n  location = var.region\n}\n\nresource \"google_artifact_registry_repository\" \"images\" {"}},
-		want: "type google_storage_bucket is in neither table",
+			"resource \"google_redis_instance\" \"cache\" {\n  name           = \"cache\"\n  memory_size_gb = 1\n}\n\nresource \"google_artifact_registry_repository\" \"images\" {"}},
+		want: "type google_redis_instance is in neither table",
 	},
 }
 

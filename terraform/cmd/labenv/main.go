@@ -131,7 +131,8 @@ func deploy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars, ke
 		"_CLUSTER=" + str("gke_cluster"),
 	}
 	cmd := exec.CommandContext(ctx, "gcloud", "builds", "submit", "--project", vars.Project, "--region", region,
-		"--config", "cloudbuild.yaml", "--substitutions", strings.Join(subs, ","), ".")
+		"--config", "cloudbuild.yaml", "--substitutions", strings.Join(subs, ","),
+		"--gcs-source-staging-dir", "gs://"+str("build_source_bucket")+"/source", ".")
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("gcloud builds submit: %w", err)

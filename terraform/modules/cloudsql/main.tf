@@ -35,9 +35,15 @@ variable "lock_users" {
   type        = map(string)
 }
 
+# A deleted instance's name cannot be reused for about a week: a suffix
+# new to each environment lets a game day follow a destroy.
+resource "random_id" "suffix" {
+  byte_length = 3
+}
+
 resource "google_sql_database_instance" "pay" {
   project             = var.project_id
-  name                = "${var.name_prefix}-pay"
+  name                = "${var.name_prefix}-pay-${random_id.suffix.hex}"
   region              = var.region
   database_version    = "POSTGRES_16"
   deletion_protection = false
@@ -71,7 +77,7 @@ resource "google_sql_database_instance" "pay" {
 
 resource "google_sql_database_instance" "lock" {
   project             = var.project_id
-  name                = "${var.name_prefix}-lock"
+  name                = "${var.name_prefix}-lock-${random_id.suffix.hex}"
   region              = var.region
   database_version    = "POSTGRES_16"
   deletion_protection = false
