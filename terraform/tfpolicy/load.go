@@ -3,7 +3,8 @@
 // and of the local modules it calls with hashicorp/hcl (no provider schema,
 // no network), resolves references between resources, locals, module
 // variables and module outputs into a dependency graph, and applies the
-// rules that keep a live apply safe and a destroy complete: the billing
+// rules that keep a live apply safe and a destroy complete: every name
+// resolves (the part of terraform validate that needs no provider schema), the billing
 // budget exists and every other resource depends on it, lockdb is on its
 // own REGIONAL instance, the push subscription is authenticated, ordered
 // and dead-lettered, nothing is public, Cloud Run scales to zero, nothing

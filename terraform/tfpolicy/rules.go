@@ -34,6 +34,7 @@ type Rule struct {
 
 // Rules are every rule of the lab's policy, in the order they are reported.
 var Rules = []Rule{
+	{"references-resolve", "without the provider schema, terraform validate cannot run here: names must at least resolve", checkReferences},
 	{"budget-first", "a plan must never create anything billable before, or without, the billing budget", checkBudgetFirst},
 	{"cloudsql-layout", "killing the lock primary (SC-08) must fail lockdb over and leave paydb and raildb untouched", checkCloudSQLLayout},
 	{"no-db-password", "databases are reached with IAM authentication: no password in a variable, the state or an output", checkNoDBPassword},

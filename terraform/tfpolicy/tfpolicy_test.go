@@ -104,6 +104,30 @@ var brokenCases = []struct {
 	want  string
 }{
 	{
+		name:  "a misspelt module argument",
+		rule:  "references-resolve",
+		edits: []edit{{"main.tf", "  max_instances   = var.max_instances\n  request_timeout", "  max_instance    = var.max_instances\n  request_timeout"}},
+		want:  `module "executor" has no variable "max_instance"`,
+	},
+	{
+		name:  "a required module variable not given",
+		rule:  "references-resolve",
+		edits: []edit{{"main.tf", "  ack_deadline_seconds      = local.ack_deadline_seconds\n", ""}},
+		want:  `required variable "ack_deadline_seconds" is not given`,
+	},
+	{
+		name:  "an output the module does not have",
+		rule:  "references-resolve",
+		edits: []edit{{"outputs.tf", "module.pubsub.dead_letter_subscription", "module.pubsub.dead_letter"}},
+		want:  "module pubsub has no output dead_letter",
+	},
+	{
+		name:  "a resource that does not exist",
+		rule:  "references-resolve",
+		edits: []edit{{"modules/pubsub/main.tf", "value = google_pubsub_subscription.dead_letter.name", "value = google_pubsub_subscription.deadletter.name"}},
+		want:  "no resource google_pubsub_subscription.deadletter",
+	},
+	{
 		name: "a billable resource outside every module",
 		rule: "budget-first",
 		edits: []edit{{"main.tf", "module \"budget\" {",
@@ -123,10 +147,13 @@ var brokenCases = []struct {
 		want:  "module.iam.google_service_account.this: does not depend",
 	},
 	{
-		name:  "no budget at all",
-		rule:  "budget-first",
-		edits: []edit{{"modules/budget/main.tf", `resource "google_billing_budget" "lab" {`, `resource "google_project_iam_member" "lab" {`}},
-		want:  "no google_billing_budget",
+		name: "no budget at all",
+		rule: "budget-first",
+		edits: []edit{
+			{"modules/budget/main.tf", `resource "google_billing_budget" "lab" {`, `resource "google_project_iam_member" "lab" {`},
+			{"modules/budget/main.tf", "value = google_billing_budget.lab.id", "value = google_project_iam_member.lab.id"},
+		},
+		want: "no google_billing_budget",
 	},
 	{
 		name:  "lockdb's instance is zonal",
@@ -154,7 +181,7 @@ var brokenCases = []struct {
 		edits: []edit{
 			{"modules/cloudsql/main.tf", "  for_each = var.lock_users\n  project  = var.project_id\n  instance = google_sql_database_instance.lock.name\n  name     = each.value\n  type     = \"CLOUD_IAM_SERVICE_ACCOUNT\"",
 				"  for_each = var.lock_users\n  project  = var.project_id\n  instance = google_sql_database_instance.lock.name\n  name     = each.value\n  type     = \"BUILT_IN\"\n  password = var.db_password"},
-			{"modules/cloudsql/main.tf", "variable \"tier\" {", "variable \"db_password\" {\n  type = string\n}\n\nvariable \"tier\" {"},
+			{"modules/cloudsql/main.tf", "variable \"tier\" {", "variable \"db_password\" {\n  type    = string\n  default = \"\"\n}\n\nvariable \"tier\" {"},
 		},
 		want: "sets a password",
 	},
