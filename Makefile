@@ -50,7 +50,7 @@ plan: ## Google Cloud: terraform init and a saved plan with its resource counts 
 deploy: ## Google Cloud: apply (budget first), then cloudbuild.yaml with this commit; a failed apply is destroyed
 	$(GO) run ./terraform/cmd/labenv deploy
 
-destroy: ## Google Cloud: delete the GKE objects, terraform destroy, fail if anything is left in the state
+destroy: ## Google Cloud: delete the GKE objects, terraform destroy, then the zero-billable check through the Google Cloud APIs
 	$(GO) run ./terraform/cmd/labenv destroy
 
 clean: ## remove build output and the experiment's outputs (harness/out)

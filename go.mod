@@ -3,8 +3,12 @@ module github.com/distributed-lock-lab/distributed-lock-lab
 go 1.26.0
 
 require (
+	cloud.google.com/go/artifactregistry v1.28.1
 	cloud.google.com/go/cloudsqlconn v1.26.0
+	cloud.google.com/go/compute v1.75.0
+	cloud.google.com/go/container v1.56.1
 	cloud.google.com/go/pubsub/v2 v2.9.0
+	cloud.google.com/go/run v1.25.0
 	github.com/GoogleCloudPlatform/functions-framework-go v1.9.2
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/hashicorp/hcl/v2 v2.25.0
@@ -35,6 +39,7 @@ require (
 	cloud.google.com/go/compute/metadata v0.10.0 // indirect
 	cloud.google.com/go/functions v1.19.3 // indirect
 	cloud.google.com/go/iam v1.15.0 // indirect
+	cloud.google.com/go/longrunning v1.5.0 // indirect
 	cloud.google.com/go/monitoring v1.31.0 // indirect
 	cloud.google.com/go/sql v0.3.0 // indirect
 	github.com/BurntSushi/toml v1.4.1-0.20240526193622-a339e1f7089c // indirect

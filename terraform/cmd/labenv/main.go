@@ -7,8 +7,9 @@
 //	                 commit (gcloud builds submit); a failed apply is
 //	                 destroyed at once unless -keep-on-failure
 //	labenv destroy   delete the GKE objects whose disks and load balancers
-//	                 outlive the cluster, then terraform destroy, and fail
-//	                 if anything is left in the state
+//	                 outlive the cluster, then terraform destroy; fail if
+//	                 anything is left in the state, or if the zero-billable
+//	                 check (terraform/leftovers) finds anything of the lab
 //
 // Before terraform or any Google API is called, it checks
 // GOOGLE_CLOUD_PROJECT, BILLING_ACCOUNT and Application Default
@@ -30,6 +31,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/leftovers"
 	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/tfdriver"
 )
 
@@ -144,6 +146,12 @@ func destroy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars, s
 	if err := d.Init(ctx); err != nil {
 		return err
 	}
+	// What the zero-billable check looks for, read while the state still
+	// has it; the module's defaults when it no longer does.
+	scope := leftovers.Scope{Project: vars.Project, Region: vars.Region, Labels: map[string]string{"app": "distributed-lock-lab"}}
+	if scope.Region == "" {
+		scope.Region = "europe-west1"
+	}
 	// Disks of etcd's claims and the internal load balancer's forwarding
 	// rule are made by GKE, not Terraform, and outlive the cluster: delete
 	// their owners first. Best effort: the cluster may already be gone.
@@ -151,6 +159,10 @@ func destroy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars, s
 		var cluster, location string
 		_ = json.Unmarshal(out["gke_cluster"], &cluster)
 		_ = json.Unmarshal(out["gke_location"], &location)
+		var labels map[string]string
+		if json.Unmarshal(out["labels"], &labels) == nil && len(labels) > 0 {
+			scope.Labels = labels
+		}
 		steps := [][]string{
 			{"gcloud", "container", "clusters", "get-credentials", cluster, "--region", location, "--project", vars.Project},
 			{"kubectl", "delete", "--ignore-not-found", "--wait", "-f", "lockserver/deploy/lock-server.yaml", "-f", "etcd/deploy/etcd.yaml"},
@@ -175,7 +187,15 @@ func destroy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars, s
 	if len(left) > 0 {
 		return fmt.Errorf("%d resources left in the state: %v", len(left), left)
 	}
-	fmt.Fprintln(stdout, "labenv destroy: the Terraform state is empty.")
-	fmt.Fprintln(stdout, "labenv destroy: the zero-billable check (labelled leftovers listed through the Google Cloud APIs) is not built yet; see docs/cloud.md.")
+	fmt.Fprintln(stdout, "labenv destroy: the Terraform state is empty; listing labelled leftovers through the Google Cloud APIs")
+	clients, closeClients, err := leftovers.NewClients(ctx, vars.Project)
+	if err != nil {
+		return err
+	}
+	defer closeClients()
+	if err := leftovers.Check(ctx, scope, clients); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "labenv destroy: zero billable resources of the lab in %s (labels %v)\n", vars.Project, scope.Labels)
 	return nil
 }
