@@ -91,17 +91,18 @@ type Leftover struct {
 	Name string
 }
 
+// String is the kind and the name, as Check names the leftover.
 func (l Leftover) String() string { return l.Kind + " " + l.Name }
 
 // Clients are the API clients Find uses. Every one is required: a kind
 // that cannot be listed is an error, never a pass.
 type Clients struct {
-	Run      *run.ServicesClient
-	GKE      *container.ClusterManagerClient
-	Registry *artifactregistry.Client
-	Disks    *compute.DisksClient
-	SQL      *sqladmin.Service
-	PubSub   *pubsub.Client
+	Run      *run.ServicesClient             // Cloud Run Admin API v2 (gRPC)
+	GKE      *container.ClusterManagerClient // GKE (gRPC)
+	Registry *artifactregistry.Client        // Artifact Registry (gRPC)
+	Disks    *compute.DisksClient            // Compute Engine disks (REST)
+	SQL      *sqladmin.Service               // Cloud SQL Admin (REST)
+	PubSub   *pubsub.Client                  // Pub/Sub admin (gRPC)
 }
 
 // NewClients opens every client for project with opts (Application

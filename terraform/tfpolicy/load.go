@@ -66,9 +66,12 @@ type Module struct {
 
 // Resource is one managed resource block.
 type Resource struct {
+	// Type and Name are the block's two labels.
 	Type, Name string
-	Block      *hclsyntax.Block
-	Module     *Module
+	// Block is the parsed resource block.
+	Block *hclsyntax.Block
+	// Module is the module instance the block is in.
+	Module *Module
 }
 
 // Addr is the resource's address without instance keys, such as

@@ -20,6 +20,7 @@ type Violation struct {
 	Detail string
 }
 
+// String is "rule: where: detail".
 func (v Violation) String() string { return v.Rule + ": " + v.Where + ": " + v.Detail }
 
 // Rule is one policy check.
