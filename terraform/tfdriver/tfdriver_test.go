@@ -73,6 +73,9 @@ func newDriver(t *testing.T, failAt string) (*tfdriver.Driver, string, *lockedBu
 	return d, trace, logs
 }
 
+// quietLog is a logger that writes to w only.
+func quietLog(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
 func readTrace(t *testing.T, path string) []string {
 	t.Helper()
 	b, err := os.ReadFile(path)

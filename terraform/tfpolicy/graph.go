@@ -1,6 +1,8 @@
 package tfpolicy
 
 import (
+	"sort"
+
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 )
@@ -156,4 +158,42 @@ func resolve(m *Module, tr hcl.Traversal) ([]node, bool) {
 		return []node{{"res", m, key}}, true
 	}
 	return nil, false
+}
+
+// ResourceDeps returns, for every managed resource of c by address, the
+// addresses of the managed resources it depends on directly: through its
+// own references and depends_on, and through the locals, module
+// variables, module outputs, data sources and module-call depends_on
+// those lead to, up to the first resource on each path. Sorted.
+func (c *Config) ResourceDeps() map[string][]string {
+	g := newGraph()
+	out := map[string][]string{}
+	for _, r := range c.Resources() {
+		start := node{"res", r.Module, r.Type + "." + r.Name}
+		seen := map[node]bool{}
+		found := map[string]bool{}
+		stack := append([]node(nil), g.deps(start)...)
+		for len(stack) > 0 {
+			n := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if seen[n] {
+				continue
+			}
+			seen[n] = true
+			if n.kind == "res" {
+				if dep := n.mod.Resources[n.name]; dep != nil && dep != r {
+					found[dep.Addr()] = true
+				}
+				continue
+			}
+			stack = append(stack, g.deps(n)...)
+		}
+		deps := make([]string, 0, len(found))
+		for a := range found {
+			deps = append(deps, a)
+		}
+		sort.Strings(deps)
+		out[r.Addr()] = deps
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -319,5 +320,31 @@ func TestLoadRefusesARemoteModuleAndAnEmptyDir(t *testing.T) {
 	}
 	if _, err := tfpolicy.Load(dir); !errors.Is(err, tfpolicy.ErrLoad) {
 		t.Errorf("Load(registry module) = %v, want ErrLoad", err)
+	}
+}
+
+func TestResourceDepsFollowsVariablesOutputsAndModuleDependsOn(t *testing.T) {
+	c, err := tfpolicy.Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := c.ResourceDeps()
+	for addr, want := range map[string][]string{
+		// A reference inside the module, and the module call's depends_on.
+		"module.cloudsql.google_sql_database.lockdb": {"module.cloudsql.google_sql_database_instance.lock", "module.budget.google_billing_budget.lab", "module.apis.google_project_service.this"},
+		// Module variables fed from other modules' outputs.
+		"module.executor.google_cloud_run_v2_service.this":       {"module.payment_resource.google_cloud_run_v2_service.this", "module.rail_proxy.google_cloud_run_v2_service.this", "module.network.google_compute_address.lock_server"},
+		"module.pubsub.google_pubsub_subscription.executor_push": {"module.executor.google_cloud_run_v2_service.this", "module.pubsub.google_pubsub_topic.payouts", "module.pubsub.google_pubsub_topic.dead_letter"},
+		// The budget needs only its API.
+		"module.budget.google_billing_budget.lab": {"module.budget.google_project_service.billingbudgets"},
+	} {
+		for _, w := range want {
+			if !slices.Contains(deps[addr], w) {
+				t.Errorf("%s: deps %v lack %s", addr, deps[addr], w)
+			}
+		}
+	}
+	if got := deps["module.budget.google_billing_budget.lab"]; len(got) != 1 {
+		t.Errorf("the budget depends on %v, want only its API", got)
 	}
 }
