@@ -4,7 +4,7 @@ GO    ?= go
 PKGS  := ./...
 BIN   := bin
 
-.PHONY: help test lint fmt build bench demo explore clean
+.PHONY: help test lint fmt build bench demo explore clean plan deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -12,10 +12,12 @@ help: ## list the targets
 test: ## run every test (starts its own PostgreSQL clusters and embedded etcd)
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
 
-lint: ## gofmt, go vet and staticcheck; fails on any finding
+lint: ## gofmt, go vet, staticcheck and terraform fmt; fails on any finding
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
+	@if command -v terraform >/dev/null; then terraform fmt -check -recursive terraform 2>/dev/null || { echo "terraform fmt would change the files above (run: terraform fmt -recursive terraform)"; exit 1; }; \
+	  else echo "lint: terraform not on PATH, skipping terraform fmt -check"; fi
 
 fmt: ## format every Go file
 	gofmt -w $$(git ls-files '*.go')
@@ -41,6 +43,15 @@ explore: ## every ordering of two executors on one payout (expiry or revoke at a
 
 demo: ## the fencing experiment on real processes, 2 backends x 4 fencing cells; writes harness/out/summary.json
 	$(GO) run ./harness/cmd/experiment -out harness/out
+
+plan: ## Google Cloud: terraform init and a saved plan with its resource counts (needs GOOGLE_CLOUD_PROJECT, BILLING_ACCOUNT, gcloud ADC; docs/cloud.md)
+	$(GO) run ./terraform/cmd/labenv plan
+
+deploy: ## Google Cloud: apply (budget first), then cloudbuild.yaml with this commit; a failed apply is destroyed
+	$(GO) run ./terraform/cmd/labenv deploy
+
+destroy: ## Google Cloud: delete the GKE objects, terraform destroy, then the zero-billable check through the Google Cloud APIs
+	$(GO) run ./terraform/cmd/labenv destroy
 
 clean: ## remove build output and the experiment's outputs (harness/out)
 	rm -rf $(BIN) harness/out

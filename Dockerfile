@@ -1,0 +1,16 @@
+# One image per command of the repository: lock-server for GKE, and each
+# payout function for Cloud Run (functions-framework-go inside; Cloud Run
+# sets $PORT). cloudbuild.yaml builds it once per command:
+#   docker build --build-arg CMD=lockserver/cmd/lock-server -t .../lock-server:$COMMIT_SHA .
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG CMD
+RUN test -n "$CMD" && CGO_ENABLED=0 go build -trimpath -o /out/app "./$CMD"
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/app /app
+USER 65532:65532
+ENTRYPOINT ["/app"]

@@ -1,0 +1,159 @@
+package deploycheck
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// CloudBuild is the part of the Cloud Build config schema the lab uses
+// (cloud.google.com/build/docs/build-config-file-schema). Decoding is
+// strict: a misspelt key is an error, not a silently ignored step.
+type CloudBuild struct {
+	Steps          []BuildStep       `json:"steps"`
+	Images         []string          `json:"images,omitempty"`
+	Substitutions  map[string]string `json:"substitutions,omitempty"`
+	ServiceAccount string            `json:"serviceAccount,omitempty"`
+	Options        map[string]any    `json:"options,omitempty"`
+	Timeout        string            `json:"timeout,omitempty"`
+}
+
+// BuildStep is one step of a Cloud Build config.
+type BuildStep struct {
+	ID         string   `json:"id,omitempty"`
+	Name       string   `json:"name"`
+	Entrypoint string   `json:"entrypoint,omitempty"`
+	Args       []string `json:"args,omitempty"`
+	Env        []string `json:"env,omitempty"`
+	Dir        string   `json:"dir,omitempty"`
+	WaitFor    []string `json:"waitFor,omitempty"`
+	Timeout    string   `json:"timeout,omitempty"`
+}
+
+// LoadCloudBuild decodes a Cloud Build config strictly. The error wraps
+// ErrDecode.
+func LoadCloudBuild(path string) (*CloudBuild, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDecode, err)
+	}
+	var cb CloudBuild
+	if err := yaml.UnmarshalStrict(b, &cb); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrDecode, path, err)
+	}
+	return &cb, nil
+}
+
+// Functions returns the names of the directories under dir (functions/cmd):
+// one deployable function each.
+func Functions(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// CommitTag is the tag every image of the build carries.
+const CommitTag = ":$COMMIT_SHA"
+
+// CheckCloudBuild checks that every function in functions has a step that
+// builds functions/cmd/<name> into an image tagged CommitTag and a step
+// that deploys that image to the Cloud Run service <name>; that
+// lock-server is built the same way; that the GKE manifests are applied;
+// that every image the build names (-t, --image, images) is tagged
+// CommitTag; and that steps wait only for steps that exist.
+func CheckCloudBuild(cb *CloudBuild, functions []string) []string {
+	var out []string
+	ids := map[string]bool{"-": true}
+	for _, s := range cb.Steps {
+		if s.ID != "" {
+			ids[s.ID] = true
+		}
+	}
+	builds := map[string]string{}  // cmd path -> image
+	deploys := map[string]string{} // service -> image
+	var scripts []string
+	for _, s := range cb.Steps {
+		for _, w := range s.WaitFor {
+			if !ids[w] {
+				out = append(out, fmt.Sprintf("step %q waits for %q, which is no step id", s.ID, w))
+			}
+		}
+		a := s.Args
+		for i := 0; i < len(a); i++ {
+			switch {
+			case a[i] == "-t" && i+1 < len(a):
+				if !strings.HasSuffix(a[i+1], CommitTag) {
+					out = append(out, fmt.Sprintf("step %q tags image %q, not with %s", s.ID, a[i+1], CommitTag))
+				}
+			case a[i] == "--image" && i+1 < len(a):
+				if !strings.HasSuffix(a[i+1], CommitTag) {
+					out = append(out, fmt.Sprintf("step %q deploys image %q, not tagged %s", s.ID, a[i+1], CommitTag))
+				}
+			}
+		}
+		if len(a) > 0 && a[0] == "build" {
+			var cmd, tag string
+			for i := 0; i+1 < len(a); i++ {
+				if a[i] == "--build-arg" && strings.HasPrefix(a[i+1], "CMD=") {
+					cmd = strings.TrimPrefix(a[i+1], "CMD=")
+				}
+				if a[i] == "-t" {
+					tag = a[i+1]
+				}
+			}
+			if cmd != "" {
+				builds[cmd] = tag
+			}
+		}
+		if len(a) >= 3 && a[0] == "run" && a[1] == "deploy" {
+			img := ""
+			for i := 0; i+1 < len(a); i++ {
+				if a[i] == "--image" {
+					img = a[i+1]
+				}
+			}
+			deploys[a[2]] = img
+		}
+		scripts = append(scripts, strings.Join(a, " "))
+	}
+	for _, fn := range functions {
+		tag, built := builds["functions/cmd/"+fn]
+		if !built {
+			out = append(out, fmt.Sprintf("function %s: no step builds functions/cmd/%s", fn, fn))
+		}
+		img, deployed := deploys[fn]
+		switch {
+		case !deployed:
+			out = append(out, fmt.Sprintf("function %s: no `gcloud run deploy %s` step", fn, fn))
+		case built && img != tag:
+			out = append(out, fmt.Sprintf("function %s: deploys %q, not the image it built (%q)", fn, img, tag))
+		}
+	}
+	if _, ok := builds["lockserver/cmd/lock-server"]; !ok {
+		out = append(out, "no step builds lockserver/cmd/lock-server")
+	}
+	all := strings.Join(scripts, "\n")
+	for _, f := range []string{"lockserver/deploy/namespace.yaml", "etcd/deploy/etcd.yaml", "lockserver/deploy/lock-server.yaml"} {
+		if !strings.Contains(all, f) {
+			out = append(out, "no step applies "+f)
+		}
+	}
+	for _, img := range cb.Images {
+		if !strings.HasSuffix(img, CommitTag) {
+			out = append(out, fmt.Sprintf("images: %q is not tagged %s", img, CommitTag))
+		}
+	}
+	return out
+}

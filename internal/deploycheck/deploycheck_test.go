@@ -1,0 +1,205 @@
+package deploycheck_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/deploycheck"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+)
+
+const repo = "../.."
+
+var (
+	etcdManifest       = filepath.Join(repo, "etcd", "deploy", "etcd.yaml")
+	namespaceManifest  = filepath.Join(repo, "lockserver", "deploy", "namespace.yaml")
+	lockServerManifest = filepath.Join(repo, "lockserver", "deploy", "lock-server.yaml")
+	lockServerPaths    = deploycheck.LockServerPaths{Health: api.PathHealth, Ready: api.PathReady}
+)
+
+func decode(t *testing.T, paths ...string) *deploycheck.Manifests {
+	t.Helper()
+	m, err := deploycheck.DecodeFiles(paths...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestManifestsDecodeStrictlyAndKeepEveryProperty(t *testing.T) {
+	m := decode(t, namespaceManifest, etcdManifest, lockServerManifest)
+	if got := len(m.Namespaces) + len(m.ServiceAccounts) + len(m.Services) + len(m.Deployments) + len(m.StatefulSets) + len(m.PDBs); got != 8 {
+		t.Errorf("decoded %d objects, want 8", got)
+	}
+	for _, p := range deploycheck.CheckEtcd(m) {
+		t.Error(p)
+	}
+	for _, p := range deploycheck.CheckLockServer(m, lockServerPaths) {
+		t.Error(p)
+	}
+	// Everything lives in the one namespace the Terraform Workload
+	// Identity binding names.
+	if len(m.Namespaces) != 1 || m.Namespaces[0].Name != "dlock" {
+		t.Fatalf("namespaces = %v, want dlock", m.Namespaces)
+	}
+	for _, s := range m.Services {
+		if s.Namespace != "dlock" {
+			t.Errorf("Service %s in namespace %q", s.Name, s.Namespace)
+		}
+	}
+}
+
+func TestStrictDecodingRefusesAMisspeltField(t *testing.T) {
+	b, err := os.ReadFile(etcdManifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := strings.Replace(string(b), "podManagementPolicy: Parallel", "podManagmentPolicy: Parallel", 1)
+	if broken == string(b) {
+		t.Fatal("the edit changed nothing")
+	}
+	p := filepath.Join(t.TempDir(), "etcd.yaml")
+	if err := os.WriteFile(p, []byte(broken), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = deploycheck.DecodeFiles(p)
+	if !errors.Is(err, deploycheck.ErrDecode) || !strings.Contains(err.Error(), "podManagmentPolicy") {
+		t.Errorf("DecodeFiles(misspelt field) = %v, want ErrDecode naming the field", err)
+	}
+}
+
+// Each case breaks one property of a decoded copy and expects the check
+// to name it.
+func TestEtcdChecksFailOnBrokenCopies(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(m *deploycheck.Manifests)
+		want   string
+	}{
+		{"ordered pod management", func(m *deploycheck.Manifests) {
+			m.StatefulSets[0].Spec.PodManagementPolicy = appsv1.OrderedReadyPodManagement
+		}, "podManagementPolicy is not Parallel"},
+		{"a Service with a cluster IP", func(m *deploycheck.Manifests) { m.Services[0].Spec.ClusterIP = "" }, "not headless"},
+		{"not-ready addresses hidden", func(m *deploycheck.Manifests) { m.Services[0].Spec.PublishNotReadyAddresses = false }, "does not publish not-ready addresses"},
+		{"liveness on quorum health", func(m *deploycheck.Manifests) {
+			m.StatefulSets[0].Spec.Template.Spec.Containers[0].LivenessProbe.HTTPGet.Path = "/health"
+		}, "liveness probe path is \"/health\""},
+		{"no readiness probe", func(m *deploycheck.Manifests) {
+			m.StatefulSets[0].Spec.Template.Spec.Containers[0].ReadinessProbe = nil
+		}, "readiness probe path"},
+		{"no anti-affinity", func(m *deploycheck.Manifests) { m.StatefulSets[0].Spec.Template.Spec.Affinity = nil }, "anti-affinity"},
+		{"no auto-compaction", func(m *deploycheck.Manifests) {
+			c := &m.StatefulSets[0].Spec.Template.Spec.Containers[0]
+			c.Args = slices.DeleteFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--auto-compaction-mode") })
+		}, "--auto-compaction-mode="},
+		{"claims retained", func(m *deploycheck.Manifests) { m.StatefulSets[0].Spec.PersistentVolumeClaimRetentionPolicy = nil }, "claims are retained"},
+		{"two members may go", func(m *deploycheck.Manifests) { v := intstr.FromInt32(2); m.PDBs[0].Spec.MaxUnavailable = &v }, "maxUnavailable: 1"},
+		{"no PDB", func(m *deploycheck.Manifests) { m.PDBs = nil }, "0 PodDisruptionBudgets"},
+		{"no requests", func(m *deploycheck.Manifests) {
+			m.StatefulSets[0].Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{}
+		}, "requests no cpu"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := decode(t, etcdManifest)
+			tc.mutate(m)
+			ps := deploycheck.CheckEtcd(m)
+			if !slices.ContainsFunc(ps, func(p string) bool { return strings.Contains(p, tc.want) }) {
+				t.Errorf("CheckEtcd = %q, want a problem containing %q", ps, tc.want)
+			}
+		})
+	}
+}
+
+func TestLockServerChecksFailOnBrokenCopies(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(m *deploycheck.Manifests)
+		want   string
+	}{
+		{"liveness on readiness", func(m *deploycheck.Manifests) {
+			m.Deployments[0].Spec.Template.Spec.Containers[0].LivenessProbe.HTTPGet.Path = api.PathReady
+		}, "liveness probe path"},
+		{"no readiness", func(m *deploycheck.Manifests) { m.Deployments[0].Spec.Template.Spec.Containers[0].ReadinessProbe = nil }, "readiness probe path"},
+		{"one replica", func(m *deploycheck.Manifests) { one := int32(1); m.Deployments[0].Spec.Replicas = &one }, "fewer than 2 replicas"},
+		{"external load balancer", func(m *deploycheck.Manifests) {
+			delete(m.Services[0].Annotations, "networking.gke.io/load-balancer-type")
+		}, "external load balancer"},
+		{"no PDB", func(m *deploycheck.Manifests) { m.PDBs = nil }, "0 PodDisruptionBudgets"},
+		{"no Workload Identity", func(m *deploycheck.Manifests) { m.ServiceAccounts[0].Annotations = nil }, "Workload Identity"},
+		{"sidecar without requests", func(m *deploycheck.Manifests) {
+			m.Deployments[0].Spec.Template.Spec.InitContainers[0].Resources.Requests = nil
+		}, "container cloud-sql-proxy requests no cpu"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := decode(t, lockServerManifest)
+			tc.mutate(m)
+			ps := deploycheck.CheckLockServer(m, lockServerPaths)
+			if !slices.ContainsFunc(ps, func(p string) bool { return strings.Contains(p, tc.want) }) {
+				t.Errorf("CheckLockServer = %q, want a problem containing %q", ps, tc.want)
+			}
+		})
+	}
+}
+
+func TestCloudBuildDeploysEveryFunctionTaggedByCommit(t *testing.T) {
+	cb, err := deploycheck.LoadCloudBuild(filepath.Join(repo, "cloudbuild.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fns, err := deploycheck.Functions(filepath.Join(repo, "functions", "cmd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fns) < 4 {
+		t.Fatalf("functions under functions/cmd = %v, want at least the four services", fns)
+	}
+	for _, p := range deploycheck.CheckCloudBuild(cb, fns) {
+		t.Error(p)
+	}
+
+	// A new function without steps fails.
+	if ps := deploycheck.CheckCloudBuild(cb, append(fns, "refund-worker")); !slices.ContainsFunc(ps, func(p string) bool {
+		return strings.Contains(p, "no `gcloud run deploy refund-worker` step")
+	}) {
+		t.Errorf("a function without a deploy step passes: %q", ps)
+	}
+	// An image tagged otherwise fails.
+	broken := *cb
+	broken.Images = append(slices.Clone(cb.Images), "${_REPO}/executor:latest")
+	if ps := deploycheck.CheckCloudBuild(&broken, fns); !slices.ContainsFunc(ps, func(p string) bool { return strings.Contains(p, ":latest") }) {
+		t.Errorf("an image tagged latest passes: %q", ps)
+	}
+	// A deploy of another image than the one built fails.
+	broken = *cb
+	broken.Steps = slices.Clone(cb.Steps)
+	for i, s := range broken.Steps {
+		if s.ID == "deploy-executor" {
+			s.Args = slices.Clone(s.Args)
+			s.Args[slices.Index(s.Args, "--image")+1] = "${_REPO}/rail-stub:$COMMIT_SHA"
+			broken.Steps[i] = s
+		}
+	}
+	if ps := deploycheck.CheckCloudBuild(&broken, fns); !slices.ContainsFunc(ps, func(p string) bool { return strings.Contains(p, "not the image it built") }) {
+		t.Errorf("deploying another image passes: %q", ps)
+	}
+}
+
+func TestCloudBuildDecodingIsStrict(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "cloudbuild.yaml")
+	if err := os.WriteFile(p, []byte("steps:\n  - name: gcr.io/cloud-builders/docker\n    arg: [build]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := deploycheck.LoadCloudBuild(p); !errors.Is(err, deploycheck.ErrDecode) {
+		t.Errorf("LoadCloudBuild(misspelt key) = %v, want ErrDecode", err)
+	}
+}

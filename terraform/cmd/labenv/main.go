@@ -1,0 +1,201 @@
+// Command labenv takes the lab's Google Cloud environment (terraform/)
+// through its lifecycle with terraform/tfdriver; `make plan`, `make deploy`
+// and `make destroy` run it.
+//
+//	labenv plan      init and a saved plan, with its resource counts
+//	labenv deploy    plan, apply, outputs, then cloudbuild.yaml with this
+//	                 commit (gcloud builds submit); a failed apply is
+//	                 destroyed at once unless -keep-on-failure
+//	labenv destroy   delete the GKE objects whose disks and load balancers
+//	                 outlive the cluster, then terraform destroy; fail if
+//	                 anything is left in the state, or if the zero-billable
+//	                 check (terraform/leftovers) finds anything of the lab
+//
+// Before terraform or any Google API is called, it checks
+// GOOGLE_CLOUD_PROJECT, BILLING_ACCOUNT and Application Default
+// Credentials, and stops with one line naming what is missing.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/leftovers"
+	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/tfdriver"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Getenv, tfdriver.FileExists, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = "usage: labenv [-dir terraform] [-keep-on-failure] plan|deploy|destroy"
+
+// run is main without the process: it returns the exit code (2 for usage
+// and missing credentials, 1 for a failed step).
+func run(ctx context.Context, args []string, getenv func(string) string, exists func(string) bool, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("labenv", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", "terraform", "the root module")
+	keep := fs.Bool("keep-on-failure", false, "deploy: leave a failed apply in place instead of destroying it")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 || !strings.Contains(" plan deploy destroy ", " "+fs.Arg(0)+" ") {
+		fmt.Fprintln(stderr, usage)
+		return 2
+	}
+	vars, err := tfdriver.Preflight(getenv, exists)
+	if err != nil {
+		fmt.Fprintf(stderr, "labenv %s: %v\n", fs.Arg(0), err)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	d, err := tfdriver.New(tfdriver.Config{Dir: *dir, Vars: vars.Map(), Output: stderr}, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "labenv: %v\n", err)
+		return 2
+	}
+	switch fs.Arg(0) {
+	case "plan":
+		err = plan(ctx, d, stdout)
+	case "deploy":
+		err = deploy(ctx, d, vars, *keep, stdout, stderr)
+	case "destroy":
+		err = destroy(ctx, d, vars, stdout, stderr)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "labenv %s: %v\n", fs.Arg(0), err)
+		return 1
+	}
+	return 0
+}
+
+func plan(ctx context.Context, d *tfdriver.Driver, stdout io.Writer) error {
+	if err := d.Init(ctx); err != nil {
+		return err
+	}
+	sum, err := d.Plan(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, sum)
+	return nil
+}
+
+func deploy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars, keep bool, stdout, stderr io.Writer) error {
+	if err := plan(ctx, d, stdout); err != nil {
+		return err
+	}
+	if err := d.Apply(ctx); err != nil {
+		if keep {
+			return fmt.Errorf("%w (left in place: -keep-on-failure; run make destroy)", err)
+		}
+		fmt.Fprintln(stderr, "labenv deploy: apply failed; destroying what it created")
+		return errors.Join(err, d.Destroy(context.WithoutCancel(ctx)))
+	}
+	out, err := d.Outputs(ctx)
+	if err != nil {
+		return err
+	}
+	str := func(k string) string {
+		var s string
+		_ = json.Unmarshal(out[k], &s)
+		return s
+	}
+	sha, err := exec.CommandContext(ctx, "git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		return fmt.Errorf("git rev-parse HEAD: %w", err)
+	}
+	region := vars.Region
+	if region == "" {
+		region = str("gke_location")
+	}
+	subs := []string{
+		"COMMIT_SHA=" + strings.TrimSpace(string(sha)),
+		"_REGION=" + region,
+		"_REPO=" + str("image_repository"),
+		"_LOCK_INSTANCE=" + str("lock_instance"),
+		"_LOCK_SERVER_ADDRESS=" + str("lock_server_address"),
+		"_CLUSTER=" + str("gke_cluster"),
+	}
+	cmd := exec.CommandContext(ctx, "gcloud", "builds", "submit", "--project", vars.Project, "--region", region,
+		"--config", "cloudbuild.yaml", "--substitutions", strings.Join(subs, ","),
+		"--gcs-source-staging-dir", "gs://"+str("build_source_bucket")+"/source", ".")
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("gcloud builds submit: %w", err)
+	}
+	return nil
+}
+
+func destroy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars, stdout, stderr io.Writer) error {
+	if err := d.Init(ctx); err != nil {
+		return err
+	}
+	// What the zero-billable check looks for, read while the state still
+	// has it; the module's defaults when it no longer does.
+	scope := leftovers.Scope{Project: vars.Project, Region: vars.Region, Labels: map[string]string{"app": "distributed-lock-lab"}}
+	if scope.Region == "" {
+		scope.Region = "europe-west1"
+	}
+	// Disks of etcd's claims and the internal load balancer's forwarding
+	// rule are made by GKE, not Terraform, and outlive the cluster: delete
+	// their owners first. Best effort: the cluster may already be gone.
+	if out, err := d.Outputs(ctx); err == nil && len(out["gke_cluster"]) > 0 {
+		var cluster, location string
+		_ = json.Unmarshal(out["gke_cluster"], &cluster)
+		_ = json.Unmarshal(out["gke_location"], &location)
+		var labels map[string]string
+		if json.Unmarshal(out["labels"], &labels) == nil && len(labels) > 0 {
+			scope.Labels = labels
+		}
+		steps := [][]string{
+			{"gcloud", "container", "clusters", "get-credentials", cluster, "--region", location, "--project", vars.Project},
+			{"kubectl", "delete", "--ignore-not-found", "--wait", "-f", "lockserver/deploy/lock-server.yaml", "-f", "etcd/deploy/etcd.yaml"},
+		}
+		for _, s := range steps {
+			var buf bytes.Buffer
+			cmd := exec.CommandContext(ctx, s[0], s[1:]...)
+			cmd.Stdout, cmd.Stderr = &buf, &buf
+			if err := cmd.Run(); err != nil {
+				fmt.Fprintf(stderr, "labenv destroy: %s: %v (continuing)\n%s", strings.Join(s[:2], " "), err, buf.String())
+				break
+			}
+		}
+	}
+	if err := d.Destroy(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	left, err := d.StateResources(ctx)
+	if err != nil {
+		return err
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("%d resources left in the state: %v", len(left), left)
+	}
+	fmt.Fprintln(stdout, "labenv destroy: the Terraform state is empty; listing labelled leftovers through the Google Cloud APIs")
+	clients, closeClients, err := leftovers.NewClients(ctx, vars.Project)
+	if err != nil {
+		return err
+	}
+	defer closeClients()
+	if err := leftovers.Check(ctx, scope, clients); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "labenv destroy: zero billable resources of the lab in %s (labels %v)\n", vars.Project, scope.Labels)
+	return nil
+}

@@ -1,0 +1,155 @@
+# One Cloud Run service (v2 API) of the payout pipeline: scales to zero,
+# capped, internal ingress by default (Pub/Sub push from the same project
+# counts as internal), invoker IAM always checked (only the members given
+# may call it), and Direct VPC egress into the lab's subnet.
+
+variable "project_id" {
+  type = string
+}
+
+variable "region" {
+  type = string
+}
+
+variable "name" {
+  type = string
+}
+
+variable "image" {
+  type = string
+}
+
+variable "service_account" {
+  type = string
+}
+
+variable "env" {
+  description = "Environment of the container (docs/configuration.md). PORT is set by Cloud Run."
+  type        = map(string)
+  default     = {}
+}
+
+variable "max_instances" {
+  type = number
+}
+
+variable "request_timeout" {
+  description = "Cloud Run request timeout; for the executor it must exceed the push subscription's ack deadline."
+  type        = string
+  default     = "300s"
+}
+
+variable "network_id" {
+  type = string
+}
+
+variable "subnetwork_id" {
+  type = string
+}
+
+variable "ingress" {
+  description = "INGRESS_TRAFFIC_INTERNAL_ONLY unless something outside the project must call the service."
+  type        = string
+  default     = "INGRESS_TRAFFIC_INTERNAL_ONLY"
+}
+
+variable "vpc_egress" {
+  description = "ALL_TRAFFIC for a service that calls internal-ingress services (*.run.app is internal only through the VPC, with Private Google Access); PRIVATE_RANGES_ONLY otherwise, so that the Cloud SQL connector reaches the instances' public IPs without a NAT."
+  type        = string
+  default     = "PRIVATE_RANGES_ONLY"
+}
+
+variable "invokers" {
+  description = "Members given roles/run.invoker on this service, by a static key."
+  type        = map(string)
+  default     = {}
+}
+
+variable "labels" {
+  type = map(string)
+}
+
+resource "google_cloud_run_v2_service" "this" {
+  project             = var.project_id
+  name                = var.name
+  location            = var.region
+  ingress             = var.ingress
+  deletion_protection = false
+  labels              = var.labels
+
+  template {
+    service_account                  = var.service_account
+    timeout                          = var.request_timeout
+    max_instance_request_concurrency = 40
+    labels                           = var.labels
+
+    scaling {
+      min_instance_count = 0
+      max_instance_count = var.max_instances
+    }
+
+    vpc_access {
+      network_interfaces {
+        network    = var.network_id
+        subnetwork = var.subnetwork_id
+      }
+      egress = var.vpc_egress
+    }
+
+    containers {
+      image = var.image
+
+      ports {
+        container_port = 8080
+      }
+
+      resources {
+        limits = {
+          cpu    = "1"
+          memory = "512Mi"
+        }
+        cpu_idle = true
+      }
+
+      dynamic "env" {
+        for_each = var.env
+        content {
+          name  = env.key
+          value = env.value
+        }
+      }
+
+      startup_probe {
+        tcp_socket {
+          port = 8080
+        }
+      }
+    }
+  }
+
+  lifecycle {
+    # cloudbuild.yaml deploys new images; Terraform owns everything else.
+    ignore_changes = [
+      template[0].containers[0].image,
+      client,
+      client_version,
+    ]
+  }
+}
+
+resource "google_cloud_run_v2_service_iam_member" "invoker" {
+  for_each = var.invokers
+  project  = var.project_id
+  location = var.region
+  name     = google_cloud_run_v2_service.this.name
+  role     = "roles/run.invoker"
+  member   = each.value
+}
+
+output "uri" {
+  value = google_cloud_run_v2_service.this.uri
+}
+
+output "name" {
+  value = google_cloud_run_v2_service.this.name
+}

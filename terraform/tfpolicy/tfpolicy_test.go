@@ -1,0 +1,350 @@
+package tfpolicy_test
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/tfpolicy"
+)
+
+// root is the lab's real root module.
+const root = ".."
+
+func TestRealModuleKeepsEveryRule(t *testing.T) {
+	c, err := tfpolicy.Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range tfpolicy.Check(c) {
+		t.Errorf("%s", v)
+	}
+	// The rules looked at something: the module has the resources they
+	// are about.
+	counts := map[string]int{}
+	for _, r := range c.Resources() {
+		counts[r.Type]++
+	}
+	for typ, want := range map[string]int{
+		"google_billing_budget":        1,
+		"google_cloud_run_v2_service":  4, // one block, in four module calls
+		"google_sql_database_instance": 2,
+		"google_pubsub_subscription":   2,
+		"google_container_cluster":     1,
+	} {
+		if counts[typ] != want {
+			t.Errorf("%d %s blocks, want %d", counts[typ], typ, want)
+		}
+	}
+}
+
+// edit is one textual change to a file of the module, relative to root.
+type edit struct {
+	file, old, new string
+}
+
+// brokenCopy copies the root module and its modules to a temporary
+// directory, applies the edits (each old string must occur exactly once,
+// so that a stale edit cannot pass by changing nothing) and loads it.
+func brokenCopy(t *testing.T, edits ...edit) *tfpolicy.Config {
+	t.Helper()
+	dst := t.TempDir()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if rel != "." && rel != "modules" && !strings.HasPrefix(rel, "modules"+string(filepath.Separator)) {
+				return filepath.SkipDir
+			}
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		if !strings.HasSuffix(path, ".tf") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range edits {
+		p := filepath.Join(dst, e.file)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(b), e.old); n != 1 {
+			t.Fatalf("edit of %s: %q occurs %d times, want exactly once", e.file, e.old, n)
+		}
+		if err := os.WriteFile(p, []byte(strings.Replace(string(b), e.old, e.new, 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := tfpolicy.Load(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Each case breaks the module in one way and expects exactly the named
+// rule to report it, with a detail containing want.
+var brokenCases = []struct {
+	name  string
+	rule  string
+	edits []edit
+	want  string
+}{
+	{
+		name:  "a misspelt module argument",
+		rule:  "references-resolve",
+		edits: []edit{{"main.tf", "  max_instances   = var.max_instances\n  request_timeout", "  max_instance    = var.max_instances\n  request_timeout"}},
+		want:  `module "executor" has no variable "max_instance"`,
+	},
+	{
+		name:  "a required module variable not given",
+		rule:  "references-resolve",
+		edits: []edit{{"main.tf", "  ack_deadline_seconds      = local.ack_deadline_seconds\n", ""}},
+		want:  `required variable "ack_deadline_seconds" is not given`,
+	},
+	{
+		name:  "an output the module does not have",
+		rule:  "references-resolve",
+		edits: []edit{{"outputs.tf", "module.pubsub.dead_letter_subscription", "module.pubsub.dead_letter"}},
+		want:  "module pubsub has no output dead_letter",
+	},
+	{
+		name:  "a resource that does not exist",
+		rule:  "references-resolve",
+		edits: []edit{{"modules/pubsub/main.tf", "value = google_pubsub_subscription.dead_letter.name", "value = google_pubsub_subscription.deadletter.name"}},
+		want:  "no resource google_pubsub_subscription.deadletter",
+	},
+	{
+		name: "a billable resource outside every module",
+		rule: "budget-first",
+		edits: []edit{{"main.tf", "module \"budget\" {",
+			"resource \"google_pubsub_topic\" \"stray\" {\n  name   = \"stray\"\n  labels = local.labels\n}\n\nmodule \"budget\" {"}},
+		want: "google_pubsub_topic.stray: does not depend on the billing budget",
+	},
+	{
+		name:  "the APIs module no longer waits for the budget",
+		rule:  "budget-first",
+		edits: []edit{{"main.tf", "  services   = local.services\n  depends_on = [module.budget]\n", "  services   = local.services\n"}},
+		want:  "module.apis.google_project_service.this: does not depend",
+	},
+	{
+		name:  "a module that neither waits for nor uses anything after the budget",
+		rule:  "budget-first",
+		edits: []edit{{"main.tf", "  name_prefix = var.name_prefix\n  depends_on  = [module.budget, module.apis]\n}", "  name_prefix = var.name_prefix\n}"}},
+		want:  "module.iam.google_service_account.this: does not depend",
+	},
+	{
+		name: "no budget at all",
+		rule: "budget-first",
+		edits: []edit{
+			{"modules/budget/main.tf", `resource "google_billing_budget" "lab" {`, `resource "google_project_iam_member" "lab" {`},
+			{"modules/budget/main.tf", "value = google_billing_budget.lab.id", "value = google_project_iam_member.lab.id"},
+		},
+		want: "no google_billing_budget",
+	},
+	{
+		name:  "lockdb's instance is zonal",
+		rule:  "cloudsql-layout",
+		edits: []edit{{"modules/cloudsql/main.tf", `availability_type           = "REGIONAL"`, `availability_type           = "ZONAL"`}},
+		want:  `availability_type "ZONAL", want "REGIONAL"`,
+	},
+	{
+		name: "paydb on lockdb's instance",
+		rule: "cloudsql-layout",
+		edits: []edit{{"modules/cloudsql/main.tf", "name     = \"paydb\"\n  instance = google_sql_database_instance.pay.name",
+			"name     = \"paydb\"\n  instance = google_sql_database_instance.lock.name"}},
+		want: "paydb is on lockdb's instance",
+	},
+	{
+		name: "an instance of the Enterprise Plus edition",
+		rule: "cloudsql-layout",
+		edits: []edit{{"modules/cloudsql/main.tf", "    # PostgreSQL 16 defaults to Enterprise Plus, which refuses small tiers.\n    edition                     = \"ENTERPRISE\"",
+			"    edition                     = \"ENTERPRISE_PLUS\""}},
+		want: `settings.edition is "ENTERPRISE_PLUS"`,
+	},
+	{
+		name: "a built-in user with a password variable",
+		rule: "no-db-password",
+		edits: []edit{
+			{"modules/cloudsql/main.tf", "  for_each = var.lock_users\n  project  = var.project_id\n  instance = google_sql_database_instance.lock.name\n  name     = each.value\n  type     = \"CLOUD_IAM_SERVICE_ACCOUNT\"",
+				"  for_each = var.lock_users\n  project  = var.project_id\n  instance = google_sql_database_instance.lock.name\n  name     = each.value\n  type     = \"BUILT_IN\"\n  password = var.db_password"},
+			{"modules/cloudsql/main.tf", "variable \"tier\" {", "variable \"db_password\" {\n  type    = string\n  default = \"\"\n}\n\nvariable \"tier\" {"},
+		},
+		want: "sets a password",
+	},
+	{
+		name:  "push without an OIDC token",
+		rule:  "push-subscription",
+		edits: []edit{{"modules/pubsub/main.tf", "    oidc_token {\n      service_account_email = var.push_service_account\n      audience              = var.executor_uri\n    }\n", ""}},
+		want:  "no oidc_token",
+	},
+	{
+		name:  "push without ordering",
+		rule:  "push-subscription",
+		edits: []edit{{"modules/pubsub/main.tf", "enable_message_ordering = true", "enable_message_ordering = false"}},
+		want:  "enable_message_ordering is not true",
+	},
+	{
+		name: "push without a dead-letter policy",
+		rule: "push-subscription",
+		edits: []edit{{"modules/pubsub/main.tf", "  dead_letter_policy {\n    dead_letter_topic     = google_pubsub_topic.dead_letter.id\n    max_delivery_attempts = 10\n  }\n",
+			""}},
+		want: "no dead_letter_policy",
+	},
+	{
+		name:  "the service agent cannot read the source subscription",
+		rule:  "push-subscription",
+		edits: []edit{{"modules/pubsub/main.tf", `role         = "roles/pubsub.subscriber"`, `role         = "roles/pubsub.viewer"`}},
+		want:  "grants roles/pubsub.subscriber",
+	},
+	{
+		name:  "the push subscription expires when idle",
+		rule:  "push-subscription",
+		edits: []edit{{"modules/pubsub/main.tf", "  # Without this an idle subscription is deleted after 31 days.\n  expiration_policy {\n    ttl = \"\"\n  }\n", ""}},
+		want:  "expiration_policy",
+	},
+	{
+		name:  "allUsers may invoke the rail-stub",
+		rule:  "no-public-access",
+		edits: []edit{{"main.tf", `invokers      = { rail-proxy = "serviceAccount:${local.sa["rail-proxy"]}" }`, `invokers      = { rail-proxy = "serviceAccount:${local.sa["rail-proxy"]}", public = "allUsers" }`}},
+		want:  "names allUsers",
+	},
+	{
+		name:  "invoker IAM check turned off",
+		rule:  "no-public-access",
+		edits: []edit{{"modules/cloudrun/main.tf", "  deletion_protection = false\n", "  deletion_protection  = false\n  invoker_iam_disabled = true\n"}},
+		want:  "invoker_iam_disabled is true",
+	},
+	{
+		name:  "one instance always on",
+		rule:  "cloud-run-scaling",
+		edits: []edit{{"modules/cloudrun/main.tf", "min_instance_count = 0", "min_instance_count = 1"}},
+		want:  "min_instance_count is not the literal 0",
+	},
+	{
+		name:  "no cap on instances",
+		rule:  "cloud-run-scaling",
+		edits: []edit{{"modules/cloudrun/main.tf", "      max_instance_count = var.max_instances\n", ""}},
+		want:  "max_instance_count is not set",
+	},
+	{
+		name:  "the GKE cluster protected",
+		rule:  "deletion-protection-off",
+		edits: []edit{{"modules/gke/main.tf", "deletion_protection = false", "deletion_protection = true"}},
+		want:  "module.gke.google_container_cluster.lab: deletion_protection is not the literal false",
+	},
+	{
+		name:  "a Cloud Run service left at the provider's default",
+		rule:  "deletion-protection-off",
+		edits: []edit{{"modules/cloudrun/main.tf", "  deletion_protection = false\n", ""}},
+		want:  "google_cloud_run_v2_service.this: deletion_protection is not the literal false",
+	},
+	{
+		name:  "lockdb's instance protected at the API",
+		rule:  "deletion-protection-off",
+		edits: []edit{{"modules/cloudsql/main.tf", "    availability_type           = \"REGIONAL\"\n    deletion_protection_enabled = false", "    availability_type           = \"REGIONAL\"\n    deletion_protection_enabled = true"}},
+		want:  "google_sql_database_instance.lock: settings.deletion_protection_enabled is not false",
+	},
+	{
+		name: "the payout topic unlabelled",
+		rule: "labels",
+		edits: []edit{{"modules/pubsub/main.tf", "  name    = \"${var.name_prefix}-payouts\"\n  labels  = var.labels\n",
+			"  name    = \"${var.name_prefix}-payouts\"\n"}},
+		want: "module.pubsub.google_pubsub_topic.payouts: labels is not set",
+	},
+	{
+		name: "a resource type the rule does not know",
+		rule: "labels",
+		edits: []edit{{"modules/registry/main.tf", "resource \"google_artifact_registry_repository\" \"images\" {",
+			"resource \"google_redis_instance\" \"cache\" {\n  name           = \"cache\"\n  memory_size_gb = 1\n}\n\nresource \"google_artifact_registry_repository\" \"images\" {"}},
+		want: "type google_redis_instance is in neither table",
+	},
+}
+
+func TestEveryRuleFailsOnABrokenCopy(t *testing.T) {
+	covered := map[string]bool{}
+	for _, tc := range brokenCases {
+		covered[tc.rule] = true
+		t.Run(tc.name, func(t *testing.T) {
+			c := brokenCopy(t, tc.edits...)
+			var hit bool
+			for _, v := range tfpolicy.Check(c) {
+				if v.Rule != tc.rule {
+					t.Errorf("another rule reported too: %s", v)
+					continue
+				}
+				if strings.Contains(v.String(), tc.want) {
+					hit = true
+				}
+			}
+			if !hit {
+				t.Errorf("rule %s did not report %q on the broken copy", tc.rule, tc.want)
+			}
+		})
+	}
+	for _, r := range tfpolicy.Rules {
+		if !covered[r.Name] {
+			t.Errorf("rule %s has no broken case", r.Name)
+		}
+	}
+}
+
+func TestUnchangedCopyPasses(t *testing.T) {
+	if vs := tfpolicy.Check(brokenCopy(t)); len(vs) != 0 {
+		t.Errorf("the copy without edits reports %v", vs)
+	}
+}
+
+func TestLoadRefusesARemoteModuleAndAnEmptyDir(t *testing.T) {
+	_, err := tfpolicy.Load(t.TempDir())
+	if !errors.Is(err, tfpolicy.ErrLoad) {
+		t.Errorf("Load(empty dir) = %v, want ErrLoad", err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte("module \"x\" {\n  source = \"hashicorp/x/google\"\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tfpolicy.Load(dir); !errors.Is(err, tfpolicy.ErrLoad) {
+		t.Errorf("Load(registry module) = %v, want ErrLoad", err)
+	}
+}
+
+func TestResourceDepsFollowsVariablesOutputsAndModuleDependsOn(t *testing.T) {
+	c, err := tfpolicy.Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := c.ResourceDeps()
+	for addr, want := range map[string][]string{
+		// A reference inside the module, and the module call's depends_on.
+		"module.cloudsql.google_sql_database.lockdb": {"module.cloudsql.google_sql_database_instance.lock", "module.budget.google_billing_budget.lab", "module.apis.google_project_service.this"},
+		// Module variables fed from other modules' outputs.
+		"module.executor.google_cloud_run_v2_service.this":       {"module.payment_resource.google_cloud_run_v2_service.this", "module.rail_proxy.google_cloud_run_v2_service.this", "module.network.google_compute_address.lock_server"},
+		"module.pubsub.google_pubsub_subscription.executor_push": {"module.executor.google_cloud_run_v2_service.this", "module.pubsub.google_pubsub_topic.payouts", "module.pubsub.google_pubsub_topic.dead_letter"},
+		// The budget needs only its API.
+		"module.budget.google_billing_budget.lab": {"module.budget.google_project_service.billingbudgets"},
+	} {
+		for _, w := range want {
+			if !slices.Contains(deps[addr], w) {
+				t.Errorf("%s: deps %v lack %s", addr, deps[addr], w)
+			}
+		}
+	}
+	if got := deps["module.budget.google_billing_budget.lab"]; len(got) != 1 {
+		t.Errorf("the budget depends on %v, want only its API", got)
+	}
+}
