@@ -17,11 +17,15 @@ import (
 // Config locates one database.
 type Config struct {
 	// DSN is a PostgreSQL URL or key=value string, as pgx parses it.
-	// Required. With CloudSQLInstance set, its host and port are ignored
-	// and user, password and database name are used.
+	// Required. With CloudSQLInstance set, its host, port and password are
+	// ignored: the user is the IAM database user of the process's service
+	// account (its email without ".gserviceaccount.com"), and the database
+	// name is used.
 	DSN string
 	// CloudSQLInstance, when set ("project:region:instance"), makes every
-	// connection go through the Cloud SQL connector.
+	// connection go through the Cloud SQL connector with IAM database
+	// authentication (the service account's token, never a password), as
+	// the terraform module creates the users.
 	CloudSQLInstance string
 	// MaxConns caps the pool; 0 keeps pgx's default (4 or the CPU count).
 	MaxConns int32
@@ -56,7 +60,7 @@ func Open(ctx context.Context, cfg Config) (*pgxpool.Pool, func(), error) {
 	}
 	closeDialer := func() {}
 	if cfg.CloudSQLInstance != "" {
-		d, err := cloudsqlconn.NewDialer(ctx, cloudsqlconn.WithLazyRefresh())
+		d, err := cloudsqlconn.NewDialer(ctx, cloudsqlconn.WithLazyRefresh(), cloudsqlconn.WithIAMAuthN())
 		if err != nil {
 			return nil, nil, fmt.Errorf("pgpool: Cloud SQL connector: %w", err)
 		}
