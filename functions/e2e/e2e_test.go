@@ -196,7 +196,9 @@ func newStack(ctx context.Context, t *testing.T, log *slog.Logger, openStore fun
 	t.Cleanup(pub.Stop)
 
 	st.paydb = pgtest.NewDatabase(t)
-	svc, err := paymentresource.New(ctx, paymentresource.Config{DatabaseURL: st.paydb, OutboxPoll: 50 * time.Millisecond, DisableFencing: !f.payment}, pub, log.With("service", "payment-resource"))
+	paycfg := paymentresource.DefaultConfig()
+	paycfg.DatabaseURL, paycfg.OutboxPoll, paycfg.FencingDisabled = st.paydb, 50*time.Millisecond, !f.payment
+	svc, err := paymentresource.New(ctx, paycfg, pub, log.With("service", "payment-resource"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package paymentresource
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -13,12 +14,11 @@ import (
 
 // Defaults and bounds of Config.
 const (
-	// DefaultOutboxPoll is the outbox poll interval used when
-	// Config.OutboxPoll is zero. A create wakes the publisher at once, so
+	// DefaultOutboxPoll is DefaultConfig's Config.OutboxPoll. A create wakes the publisher at once, so
 	// the poll only matters for rows left by another instance or an earlier
 	// run, and as the first retry delay after a failed publish.
 	DefaultOutboxPoll = 500 * time.Millisecond
-	// MinOutboxPoll and MaxOutboxPoll bound a non-zero Config.OutboxPoll:
+	// MinOutboxPoll and MaxOutboxPoll bound Config.OutboxPoll:
 	// below 10ms the publisher would hot-loop on the database; above ten
 	// minutes a failed publish would wait too long for its retry.
 	MinOutboxPoll = 10 * time.Millisecond
@@ -26,9 +26,9 @@ const (
 	MaxOutboxPoll = 10 * time.Minute
 )
 
-// Config configures a Service. The zero value is not valid (DatabaseURL is
-// required); every other field's zero value is its documented default. New
-// does not modify the Config it is given.
+// Config configures a Service. Start from DefaultConfig (or LoadConfig):
+// the zero value is not the defaults and is not valid. New does not modify
+// the Config it is given.
 type Config struct {
 	// DatabaseURL locates paydb: a PostgreSQL URL or key=value string as
 	// pgx parses it. Required. With CloudSQLInstance set, only its user,
@@ -39,85 +39,100 @@ type Config struct {
 	// internal/pgpool). Default "": connect to DatabaseURL directly. Env
 	// PAYDB_INSTANCE.
 	CloudSQLInstance string
-	// MaxConns caps the connection pool. Default 0: pgx's default (the
-	// larger of 4 and the CPU count). 1 is refused: applying migrations
-	// needs a second connection while the first holds the migration lock,
-	// and the outbox publisher holds one while it drains. Env
-	// PAYDB_MAX_CONNS.
+	// MaxConns caps the connection pool. Default 0, which is a value, not
+	// a missing one: pgx's own default (the larger of 4 and the CPU count),
+	// as for rail-proxy's pool. 1 is refused: applying migrations needs a
+	// second connection while the first holds the migration lock, and the
+	// outbox publisher holds one while it drains. Env PAYDB_MAX_CONNS.
 	MaxConns int32
-	// DisableFencing turns fence point one off (the kill switch
+	// FencingDisabled turns fence point one off (the kill switch
 	// payment.fencing.enabled=false): the fenced statements run without
 	// their fence predicates. Default false, fencing on, so that a Config
-	// built by hand is safe. Hazard: with fencing off a stale lock holder's
-	// writes are accepted and the ledger can be corrupted; use it only in
-	// the fencing experiment. New logs a WARN when it is set. Env
+	// built by hand is safe; the same field name as railproxy.Config's.
+	// Hazard: with fencing off a stale lock holder's writes are accepted
+	// and the ledger can be corrupted; use it only in the fencing
+	// experiment. New logs a WARN when it is set. Env
 	// PAYMENT_FENCING_ENABLED=false.
-	DisableFencing bool
+	FencingDisabled bool
 	// OutboxPoll is how often the outbox publisher looks for unpublished
 	// rows when nothing woke it, and its first retry delay after a failed
-	// publish (doubling up to 30s). Default 0 means
-	// DefaultOutboxPoll; otherwise MinOutboxPoll..MaxOutboxPoll. Env
-	// OUTBOX_POLL_MS.
+	// publish (doubling up to 30s). Default DefaultOutboxPoll; must be in
+	// MinOutboxPoll..MaxOutboxPoll. Env OUTBOX_POLL_MS.
 	OutboxPoll time.Duration
 }
 
-// Validate returns an error wrapping ErrInvalidConfig describing the first
-// invalid field.
+// DefaultConfig returns the defaults documented on Config; DatabaseURL is
+// left empty (required).
+func DefaultConfig() Config {
+	return Config{OutboxPoll: DefaultOutboxPoll}
+}
+
+// EnvNames returns the environment variables LoadConfig reads (the
+// constants of functions/paymentresource/api), for envcheck.
+func EnvNames() []string {
+	return []string{api.EnvDatabaseURL, api.EnvCloudSQLInstance, api.EnvMaxConns, api.EnvFencingEnabled, api.EnvOutboxPollMs}
+}
+
+// Validate returns nil or one error per invalid field, joined
+// (errors.Join), each wrapping ErrInvalidConfig and naming the field and
+// its environment variable.
 func (c Config) Validate() error {
-	if err := c.pool().Validate(); err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrInvalidConfig, api.EnvDatabaseURL, err)
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...))
 	}
-	if c.MaxConns == 1 {
-		return fmt.Errorf("%w: MaxConns (%s) is 1; use 0 (pgx's default) or at least 2", ErrInvalidConfig, api.EnvMaxConns)
+	if c.DatabaseURL == "" {
+		bad("DatabaseURL (%s) is required: a PostgreSQL DSN of paydb", api.EnvDatabaseURL)
+	} else if err := (pgpool.Config{DSN: c.DatabaseURL}).Validate(); err != nil {
+		bad("DatabaseURL (%s): %v", api.EnvDatabaseURL, err)
 	}
-	if c.OutboxPoll != 0 && (c.OutboxPoll < MinOutboxPoll || c.OutboxPoll > MaxOutboxPoll) {
-		return fmt.Errorf("%w: OutboxPoll (%s) %v is outside %v..%v", ErrInvalidConfig, api.EnvOutboxPollMs, c.OutboxPoll, MinOutboxPoll, MaxOutboxPoll)
+	if c.MaxConns < 0 || c.MaxConns == 1 {
+		bad("MaxConns (%s) is %d; use 0 (pgx's default) or at least 2", api.EnvMaxConns, c.MaxConns)
 	}
-	return nil
+	if c.OutboxPoll < MinOutboxPoll || c.OutboxPoll > MaxOutboxPoll {
+		bad("OutboxPoll (%s) %v is outside %v..%v", api.EnvOutboxPollMs, c.OutboxPoll, MinOutboxPoll, MaxOutboxPoll)
+	}
+	return errors.Join(errs...)
 }
 
 func (c Config) pool() pgpool.Config {
 	return pgpool.Config{DSN: c.DatabaseURL, CloudSQLInstance: c.CloudSQLInstance, MaxConns: c.MaxConns}
 }
 
-func (c Config) outboxPoll() time.Duration {
-	if c.OutboxPoll == 0 {
-		return DefaultOutboxPoll
-	}
-	return c.OutboxPoll
-}
-
-// LoadConfig reads a Config from the environment through getenv (os.Getenv
-// in production): PAYDB_URL, PAYDB_INSTANCE, PAYDB_MAX_CONNS,
-// PAYMENT_FENCING_ENABLED, OUTBOX_POLL_MS; an unset or empty variable keeps
-// the field's default. It returns the validated Config, or an error
-// wrapping ErrInvalidConfig naming the offending variable.
+// LoadConfig returns DefaultConfig overridden by the variables of EnvNames
+// (PAYDB_URL, PAYDB_INSTANCE, PAYDB_MAX_CONNS, PAYMENT_FENCING_ENABLED,
+// OUTBOX_POLL_MS), read through getenv (os.Getenv in production; an unset
+// or empty variable keeps the default), then validated. It reports every
+// unparsable variable and every invalid field at once, joined; each error
+// wraps ErrInvalidConfig and names the variable to fix.
 func LoadConfig(getenv func(string) string) (Config, error) {
-	c := Config{
-		DatabaseURL:      strings.TrimSpace(getenv(api.EnvDatabaseURL)),
-		CloudSQLInstance: strings.TrimSpace(getenv(api.EnvCloudSQLInstance)),
-	}
+	c := DefaultConfig()
+	c.DatabaseURL = strings.TrimSpace(getenv(api.EnvDatabaseURL))
+	c.CloudSQLInstance = strings.TrimSpace(getenv(api.EnvCloudSQLInstance))
+	var errs []error
 	if v := strings.TrimSpace(getenv(api.EnvMaxConns)); v != "" {
 		n, err := strconv.ParseInt(v, 10, 32)
 		if err != nil || n < 0 {
-			return Config{}, fmt.Errorf("%w: %s=%q: want a non-negative integer", ErrInvalidConfig, api.EnvMaxConns, v)
+			errs = append(errs, fmt.Errorf("%w: %s=%q: want a non-negative integer", ErrInvalidConfig, api.EnvMaxConns, v))
+		} else {
+			c.MaxConns = int32(n)
 		}
-		c.MaxConns = int32(n)
 	}
 	on, err := fencing.Switch(api.EnvFencingEnabled, getenv(api.EnvFencingEnabled))
 	if err != nil {
-		return Config{}, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+		errs = append(errs, fmt.Errorf("%w: %v", ErrInvalidConfig, err))
 	}
-	c.DisableFencing = !on
+	c.FencingDisabled = !on
 	if v := strings.TrimSpace(getenv(api.EnvOutboxPollMs)); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms <= 0 || ms > int64(MaxOutboxPoll/time.Millisecond) {
-			return Config{}, fmt.Errorf("%w: %s=%q: want milliseconds, %d..%d", ErrInvalidConfig, api.EnvOutboxPollMs, v,
-				MinOutboxPoll.Milliseconds(), MaxOutboxPoll.Milliseconds())
+			errs = append(errs, fmt.Errorf("%w: %s=%q: want milliseconds, %d..%d", ErrInvalidConfig, api.EnvOutboxPollMs, v,
+				MinOutboxPoll.Milliseconds(), MaxOutboxPoll.Milliseconds()))
+		} else {
+			c.OutboxPoll = time.Duration(ms) * time.Millisecond
 		}
-		c.OutboxPoll = time.Duration(ms) * time.Millisecond
 	}
-	if err := c.Validate(); err != nil {
+	if err := errors.Join(append(errs, c.Validate())...); err != nil {
 		return Config{}, err
 	}
 	return c, nil

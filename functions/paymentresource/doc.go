@@ -35,7 +35,7 @@
 //
 // # Kill switch
 //
-// PAYMENT_FENCING_ENABLED=false (Config.DisableFencing) runs the same
+// PAYMENT_FENCING_ENABLED=false (Config.FencingDisabled) runs the same
 // statements without their fence predicates (a fence column still only
 // grows), and lets an ACK with a new rail reference post a second debit on
 // an already posted payout. It exists only so that the fencing experiment

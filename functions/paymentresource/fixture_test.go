@@ -76,7 +76,7 @@ type fixture struct {
 
 type option func(*paymentresource.Config)
 
-func fencingOff(c *paymentresource.Config) { c.DisableFencing = true }
+func fencingOff(c *paymentresource.Config) { c.FencingDisabled = true }
 
 func newFixture(t *testing.T, pub paymentresource.Publisher, opts ...option) *fixture {
 	t.Helper()
@@ -94,7 +94,8 @@ func newFixture(t *testing.T, pub paymentresource.Publisher, opts ...option) *fi
 // start runs a Service over the fixture's database (again, after a Close).
 func (f *fixture) start(pub paymentresource.Publisher, opts ...option) {
 	f.t.Helper()
-	cfg := paymentresource.Config{DatabaseURL: f.dsn, OutboxPoll: 10 * time.Millisecond}
+	cfg := paymentresource.DefaultConfig()
+	cfg.DatabaseURL, cfg.OutboxPoll = f.dsn, 10*time.Millisecond
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -572,12 +573,12 @@ func TestLoadConfig(t *testing.T) {
 	}
 	const url = "postgres://pay@127.0.0.1:5432/paydb"
 	cfg, err := paymentresource.LoadConfig(env("PAYDB_URL", url))
-	if err != nil || cfg != (paymentresource.Config{DatabaseURL: url}) {
+	if want := paymentresource.DefaultConfig(); err != nil || cfg != (paymentresource.Config{DatabaseURL: url, OutboxPoll: want.OutboxPoll}) {
 		t.Errorf("defaults: %+v, %v", cfg, err)
 	}
 	cfg, err = paymentresource.LoadConfig(env("PAYDB_URL", url, "PAYDB_INSTANCE", "p:r:i", "PAYDB_MAX_CONNS", "8",
 		"PAYMENT_FENCING_ENABLED", "false", "OUTBOX_POLL_MS", "250"))
-	if wantCfg := (paymentresource.Config{DatabaseURL: url, CloudSQLInstance: "p:r:i", MaxConns: 8, DisableFencing: true,
+	if wantCfg := (paymentresource.Config{DatabaseURL: url, CloudSQLInstance: "p:r:i", MaxConns: 8, FencingDisabled: true,
 		OutboxPoll: 250 * 1e6}); err != nil || cfg != wantCfg {
 		t.Errorf("all set: %+v, %v; want %+v", cfg, err, wantCfg)
 	}
@@ -604,6 +605,42 @@ func TestLoadConfig(t *testing.T) {
 	}
 	if _, err := paymentresource.New(context.Background(), paymentresource.Config{DatabaseURL: url}, nil, slog.Default()); !errors.Is(err, paymentresource.ErrInvalidConfig) {
 		t.Errorf("New without a publisher: %v; want ErrInvalidConfig", err)
+	}
+	// The zero value is not the defaults: it is refused, naming what to set.
+	if err := (paymentresource.Config{DatabaseURL: url}).Validate(); !errors.Is(err, paymentresource.ErrInvalidConfig) || !strings.Contains(err.Error(), "OUTBOX_POLL_MS") {
+		t.Errorf("Validate(zero OutboxPoll) = %v; want ErrInvalidConfig naming OUTBOX_POLL_MS", err)
+	}
+}
+
+// TestLoadConfigReportsEveryInvalidVariable: one run of LoadConfig names
+// every variable to fix (two that do not parse, one missing), not only the
+// first.
+func TestLoadConfigReportsEveryInvalidVariable(t *testing.T) {
+	env := map[string]string{api.EnvMaxConns: "many", api.EnvFencingEnabled: "maybe"}
+	_, err := paymentresource.LoadConfig(func(k string) string { return env[k] })
+	if !errors.Is(err, paymentresource.ErrInvalidConfig) {
+		t.Fatalf("LoadConfig error = %v, want ErrInvalidConfig", err)
+	}
+	for _, name := range []string{api.EnvDatabaseURL, api.EnvMaxConns, api.EnvFencingEnabled} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("LoadConfig error %q does not name %s", err, name)
+		}
+	}
+}
+
+// TestEnvNamesListsEveryVariableLoadConfigReads keeps the list the unknown
+// variable warning uses equal to what LoadConfig reads.
+func TestEnvNamesListsEveryVariableLoadConfigReads(t *testing.T) {
+	read := map[string]bool{}
+	_, _ = paymentresource.LoadConfig(func(k string) string { read[k] = true; return "" })
+	names := paymentresource.EnvNames()
+	for k := range read {
+		if !slices.Contains(names, k) {
+			t.Errorf("LoadConfig reads %s, EnvNames does not list it", k)
+		}
+	}
+	if len(names) != len(read) {
+		t.Errorf("EnvNames = %v, LoadConfig reads %v", names, read)
 	}
 }
 

@@ -107,16 +107,16 @@ func New(ctx context.Context, cfg Config, pub Publisher, logger *slog.Logger) (*
 		closePool()
 		return nil, err
 	}
-	fencing.WarnIfOff(logger, api.EnvFencingEnabled, !cfg.DisableFencing)
+	fencing.WarnIfOff(logger, api.EnvFencingEnabled, !cfg.FencingDisabled)
 
 	life, stop := context.WithCancel(context.Background())
 	s := &Service{
 		pool:      pool,
 		closePool: closePool,
-		fencing:   !cfg.DisableFencing,
+		fencing:   !cfg.FencingDisabled,
 		log:       logger,
 		stop:      stop,
-		outbox:    newOutbox(pool, pub, logger, cfg.outboxPoll()),
+		outbox:    newOutbox(pool, pub, logger, cfg.OutboxPoll),
 	}
 	s.handler = s.routes()
 	go s.outbox.run(life)

@@ -146,7 +146,9 @@ func Start(t testing.TB, opts Options) *Pipeline {
 	p.RailDB = open(raildb)
 
 	paydb := pgtest.NewDatabase(t)
-	svc, err := paymentresource.New(ctx, paymentresource.Config{DatabaseURL: paydb, OutboxPoll: 10 * time.Minute, DisableFencing: opts.PaymentFencingOff},
+	paycfg := paymentresource.DefaultConfig()
+	paycfg.DatabaseURL, paycfg.OutboxPoll, paycfg.FencingDisabled = paydb, 10*time.Minute, opts.PaymentFencingOff
+	svc, err := paymentresource.New(ctx, paycfg,
 		nopPublisher{}, log.With("service", "payment-resource"))
 	if err != nil {
 		t.Fatal(err)

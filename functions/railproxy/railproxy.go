@@ -154,34 +154,51 @@ func DefaultConfig() Config {
 	return Config{RailTimeout: DefaultRailTimeout, DBTimeout: DefaultDBTimeout}
 }
 
-// Validate returns an error wrapping ErrInvalidConfig describing the first
-// invalid field.
+// EnvNames returns the environment variables LoadConfig reads (the
+// constants of functions/railproxy/api), for envcheck.
+func EnvNames() []string {
+	return []string{api.EnvDatabaseURL, api.EnvDatabaseInstance, api.EnvRailURL, api.EnvRailTimeoutMs,
+		api.EnvDBTimeoutMs, api.EnvFencingEnabled}
+}
+
+// Validate returns nil or one error per invalid field, joined
+// (errors.Join), each wrapping ErrInvalidConfig and naming the field and
+// its environment variable.
 func (c Config) Validate() error {
-	if err := c.DB.Validate(); err != nil {
-		return fmt.Errorf("%w: DB: %v", ErrInvalidConfig, err)
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...))
+	}
+	if c.DB.DSN == "" {
+		bad("DB.DSN (%s) is required: a PostgreSQL DSN of raildb", api.EnvDatabaseURL)
+	} else if err := c.DB.Validate(); err != nil {
+		bad("DB (%s, %s): %v", api.EnvDatabaseURL, api.EnvDatabaseInstance, err)
 	}
 	u, err := url.Parse(c.RailURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return fmt.Errorf("%w: RailURL %q must be an http(s) URL without query", ErrInvalidConfig, c.RailURL)
+		bad("RailURL (%s) %q must be an http(s) URL without query", api.EnvRailURL, c.RailURL)
 	}
 	if c.RailTimeout <= 0 || c.RailTimeout > MaxTimeout {
-		return fmt.Errorf("%w: RailTimeout %v must be in (0, %v]", ErrInvalidConfig, c.RailTimeout, MaxTimeout)
+		bad("RailTimeout (%s) %v must be in (0, %v]", api.EnvRailTimeoutMs, c.RailTimeout, MaxTimeout)
 	}
 	if c.DBTimeout <= 0 || c.DBTimeout > MaxTimeout {
-		return fmt.Errorf("%w: DBTimeout %v must be in (0, %v]", ErrInvalidConfig, c.DBTimeout, MaxTimeout)
+		bad("DBTimeout (%s) %v must be in (0, %v]", api.EnvDBTimeoutMs, c.DBTimeout, MaxTimeout)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
-// LoadConfig returns DefaultConfig overridden by RAILDB_URL,
-// RAILDB_INSTANCE, RAIL_URL, RAIL_TIMEOUT_MS, RAIL_PROXY_DB_TIMEOUT_MS and
-// RAIL_PROXY_FENCING_ENABLED, read through getenv (an empty value keeps the
-// default), validated. Errors wrap ErrInvalidConfig.
+// LoadConfig returns DefaultConfig overridden by the variables of EnvNames
+// (RAILDB_URL, RAILDB_INSTANCE, RAIL_URL, RAIL_TIMEOUT_MS,
+// RAIL_PROXY_DB_TIMEOUT_MS, RAIL_PROXY_FENCING_ENABLED), read through
+// getenv (an empty value keeps the default), then validated. It reports
+// every unparsable variable and every invalid field at once, joined; each
+// error wraps ErrInvalidConfig and names the variable to fix.
 func LoadConfig(getenv func(string) string) (Config, error) {
 	c := DefaultConfig()
 	c.DB.DSN = strings.TrimSpace(getenv(api.EnvDatabaseURL))
 	c.DB.CloudSQLInstance = strings.TrimSpace(getenv(api.EnvDatabaseInstance))
 	c.RailURL = strings.TrimSpace(getenv(api.EnvRailURL))
+	var errs []error
 	for _, d := range []struct {
 		env string
 		dst *time.Duration
@@ -192,21 +209,18 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		}
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms <= 0 || ms > MaxTimeout.Milliseconds() {
-			return Config{}, fmt.Errorf("%w: %s=%q must be milliseconds in [1, %d]", ErrInvalidConfig, d.env, v, MaxTimeout.Milliseconds())
+			errs = append(errs, fmt.Errorf("%w: %s=%q must be milliseconds in [1, %d]", ErrInvalidConfig, d.env, v, MaxTimeout.Milliseconds()))
+			continue
 		}
 		*d.dst = time.Duration(ms) * time.Millisecond
 	}
 	on, err := fencing.Switch(api.EnvFencingEnabled, getenv(api.EnvFencingEnabled))
 	if err != nil {
-		return Config{}, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+		errs = append(errs, fmt.Errorf("%w: %v", ErrInvalidConfig, err))
 	}
 	c.FencingDisabled = !on
-	if c.DB.DSN == "" {
-		return Config{}, fmt.Errorf("%w: %s is required (a PostgreSQL DSN of raildb)", ErrInvalidConfig, api.EnvDatabaseURL)
-	}
-	if err := c.Validate(); err != nil {
-		// Name the environment variable behind the field.
-		return Config{}, fmt.Errorf("%w (environment: %s, %s, %s)", err, api.EnvDatabaseURL, api.EnvRailURL, api.EnvDatabaseInstance)
+	if err := errors.Join(append(errs, c.Validate())...); err != nil {
+		return Config{}, err
 	}
 	return c, nil
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -729,5 +730,42 @@ VALUES ('po-1', 'acct-1', 5, 700, 'EUR', 'forwarding') RETURNING attempt_id`).Sc
 	}
 	if n := len(r.stub.Submissions("po-1")); n != 0 {
 		t.Fatalf("rail received po-1 %d times, want 0", n)
+	}
+}
+
+// TestLoadConfigReportsEveryInvalidVariable: one run of LoadConfig names
+// every variable to fix (two that do not parse, one that parses but is
+// invalid), not only the first.
+func TestLoadConfigReportsEveryInvalidVariable(t *testing.T) {
+	env := map[string]string{
+		api.EnvDatabaseURL:    "postgres://u@localhost:5432/raildb",
+		api.EnvRailURL:        "ftp://rail",
+		api.EnvRailTimeoutMs:  "soon",
+		api.EnvFencingEnabled: "maybe",
+	}
+	_, err := railproxy.LoadConfig(func(k string) string { return env[k] })
+	if !errors.Is(err, railproxy.ErrInvalidConfig) {
+		t.Fatalf("LoadConfig error = %v, want ErrInvalidConfig", err)
+	}
+	for _, name := range []string{api.EnvRailURL, api.EnvRailTimeoutMs, api.EnvFencingEnabled} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("LoadConfig error %q does not name %s", err, name)
+		}
+	}
+}
+
+// TestEnvNamesListsEveryVariableLoadConfigReads keeps the list the unknown
+// variable warning uses equal to what LoadConfig reads.
+func TestEnvNamesListsEveryVariableLoadConfigReads(t *testing.T) {
+	read := map[string]bool{}
+	_, _ = railproxy.LoadConfig(func(k string) string { read[k] = true; return "" })
+	names := railproxy.EnvNames()
+	for k := range read {
+		if !slices.Contains(names, k) {
+			t.Errorf("LoadConfig reads %s, EnvNames does not list it", k)
+		}
+	}
+	if len(names) != len(read) {
+		t.Errorf("EnvNames = %v, LoadConfig reads %v", names, read)
 	}
 }

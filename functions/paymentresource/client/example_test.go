@@ -72,7 +72,9 @@ func startPaymentResource() (baseURL string, stop func()) {
 		log.Fatal(err)
 	}
 	u.Path = "/" + name
-	svc, err := paymentresource.New(ctx, paymentresource.Config{DatabaseURL: u.String()}, discard{}, slog.New(slog.DiscardHandler))
+	cfg := paymentresource.DefaultConfig()
+	cfg.DatabaseURL = u.String()
+	svc, err := paymentresource.New(ctx, cfg, discard{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		log.Fatal(err)
 	}
