@@ -5,13 +5,44 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
 
-// Config configures an Executor. Every field has an environment variable,
-// read by LoadConfig and listed in docs/configuration.md.
+// Environment variables of the executor's configuration, read by
+// LoadConfig (LOCK_SERVER_URL is lockserver/api's EnvServerURL) and listed
+// in docs/configuration.md. An unset or empty variable keeps the default.
+const (
+	// EnvPaymentResourceURL is payment-resource's base URL.
+	EnvPaymentResourceURL = "PAYMENT_RESOURCE_URL"
+	// EnvRailProxyURL is rail-proxy's base URL.
+	EnvRailProxyURL = "RAIL_PROXY_URL"
+	// EnvOwner is this worker's owner id.
+	EnvOwner = "EXECUTOR_ID"
+	// EnvLeaseTTLMs is the payout lease's TTL in milliseconds.
+	EnvLeaseTTLMs = "LEASE_TTL_MS"
+	// EnvAcquireWaitMs bounds the wait for the account's lock, in
+	// milliseconds.
+	EnvAcquireWaitMs = "ACQUIRE_WAIT_MS"
+	// EnvRequestTimeoutMs bounds each call to payment-resource, in
+	// milliseconds.
+	EnvRequestTimeoutMs = "EXECUTOR_REQUEST_TIMEOUT_MS"
+	// EnvRailTimeoutMs bounds the call to rail-proxy, in milliseconds.
+	EnvRailTimeoutMs = "RAIL_CALL_TIMEOUT_MS"
+	// EnvSelfStopBeforeSubmit, read by cmd/executor (not by LoadConfig),
+	// arms the experiment hook: the worker SIGSTOPs itself before the rail
+	// submission of that payout id.
+	EnvSelfStopBeforeSubmit = "EXECUTOR_SELF_STOP_BEFORE_SUBMIT"
+)
+
+// ErrInvalidConfig is wrapped by every error of Validate and LoadConfig.
+var ErrInvalidConfig = errors.New("executor: invalid config")
+
+// Config configures an Executor. Start from DefaultConfig (or LoadConfig);
+// every field has an environment variable, listed in
+// docs/configuration.md.
 type Config struct {
 	// LockServerURL is lock-server's base URL (LOCK_SERVER_URL). Required.
 	LockServerURL string
@@ -20,21 +51,23 @@ type Config struct {
 	// RailProxyURL is rail-proxy's base URL (RAIL_PROXY_URL). Required.
 	RailProxyURL string
 	// Owner is this worker's owner id in leases and logs (EXECUTOR_ID).
-	// Default: the SDK's host-pid-random id.
+	// Default "": the SDK's host-pid-random id.
 	Owner string
-	// LeaseTTL is the TTL of the payout lease (LEASE_TTL_MS, default 10000).
+	// LeaseTTL is the TTL of the payout lease (LEASE_TTL_MS, default 10000,
+	// within lockserver/api's MinTTLMs..MaxTTLMs, whole milliseconds).
 	// It must cover one claim, one rail submission and one result post with
 	// room to spare; the lease is renewed in the background meanwhile.
 	LeaseTTL time.Duration
 	// AcquireWait bounds how long one delivery waits for the account's lock
 	// before answering 503 so that Pub/Sub redelivers later
-	// (ACQUIRE_WAIT_MS, default 15000).
+	// (ACQUIRE_WAIT_MS, default 15000, positive).
 	AcquireWait time.Duration
 	// RequestTimeout bounds each call to payment-resource
-	// (EXECUTOR_REQUEST_TIMEOUT_MS, default 5000).
+	// (EXECUTOR_REQUEST_TIMEOUT_MS, default 5000, positive).
 	RequestTimeout time.Duration
 	// RailTimeout bounds the call to rail-proxy, which waits for the rail
-	// (RAIL_CALL_TIMEOUT_MS, default 10000). Past it the outcome is unknown.
+	// (RAIL_CALL_TIMEOUT_MS, default 10000, positive). Past it the outcome
+	// is unknown.
 	RailTimeout time.Duration
 }
 
@@ -48,56 +81,75 @@ func DefaultConfig() Config {
 	}
 }
 
-// LoadConfig reads the environment through getenv and validates the result.
+// EnvNames returns the environment variables LoadConfig reads, for
+// envcheck (cmd/executor adds EnvSelfStopBeforeSubmit).
+func EnvNames() []string {
+	return []string{api.EnvServerURL, EnvPaymentResourceURL, EnvRailProxyURL, EnvOwner,
+		EnvLeaseTTLMs, EnvAcquireWaitMs, EnvRequestTimeoutMs, EnvRailTimeoutMs}
+}
+
+// LoadConfig returns DefaultConfig overridden by the variables of EnvNames,
+// read through getenv (an empty value keeps the default), then validated.
+// It reports every unparsable variable and every invalid field at once,
+// joined; each error wraps ErrInvalidConfig and names the variable to fix.
 func LoadConfig(getenv func(string) string) (Config, error) {
 	c := DefaultConfig()
-	c.LockServerURL = getenv("LOCK_SERVER_URL")
-	c.PaymentResourceURL = getenv("PAYMENT_RESOURCE_URL")
-	c.RailProxyURL = getenv("RAIL_PROXY_URL")
-	c.Owner = getenv("EXECUTOR_ID")
+	c.LockServerURL = strings.TrimSpace(getenv(api.EnvServerURL))
+	c.PaymentResourceURL = strings.TrimSpace(getenv(EnvPaymentResourceURL))
+	c.RailProxyURL = strings.TrimSpace(getenv(EnvRailProxyURL))
+	c.Owner = getenv(EnvOwner)
 	var errs []error
 	for _, d := range []struct {
 		key string
 		dst *time.Duration
 	}{
-		{"LEASE_TTL_MS", &c.LeaseTTL}, {"ACQUIRE_WAIT_MS", &c.AcquireWait},
-		{"EXECUTOR_REQUEST_TIMEOUT_MS", &c.RequestTimeout}, {"RAIL_CALL_TIMEOUT_MS", &c.RailTimeout},
+		{EnvLeaseTTLMs, &c.LeaseTTL}, {EnvAcquireWaitMs, &c.AcquireWait},
+		{EnvRequestTimeoutMs, &c.RequestTimeout}, {EnvRailTimeoutMs, &c.RailTimeout},
 	} {
-		if v := getenv(d.key); v != "" {
+		if v := strings.TrimSpace(getenv(d.key)); v != "" {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n <= 0 {
-				errs = append(errs, fmt.Errorf("%s=%q: want a positive number of milliseconds", d.key, v))
+				errs = append(errs, fmt.Errorf("%w: %s=%q: want a positive number of milliseconds", ErrInvalidConfig, d.key, v))
 				continue
 			}
 			*d.dst = time.Duration(n) * time.Millisecond
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return c, err
+	if err := errors.Join(append(errs, c.Validate())...); err != nil {
+		return Config{}, err
 	}
-	return c, c.Validate()
+	return c, nil
 }
 
-// Validate returns an error naming every missing or inconsistent field.
+// Validate returns nil or one error per missing or invalid field, joined
+// (errors.Join), each wrapping ErrInvalidConfig and naming the field's
+// environment variable.
 func (c Config) Validate() error {
 	var errs []error
-	for name, u := range map[string]string{"LOCK_SERVER_URL": c.LockServerURL, "PAYMENT_RESOURCE_URL": c.PaymentResourceURL, "RAIL_PROXY_URL": c.RailProxyURL} {
-		p, err := url.Parse(u)
-		if u == "" || err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			errs = append(errs, fmt.Errorf("%s=%q: want an absolute http(s) URL", name, u))
+	for _, u := range []struct{ name, v string }{
+		{api.EnvServerURL, c.LockServerURL}, {EnvPaymentResourceURL, c.PaymentResourceURL}, {EnvRailProxyURL, c.RailProxyURL},
+	} {
+		p, err := url.Parse(u.v)
+		if u.v == "" || err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			errs = append(errs, fmt.Errorf("%w: %s=%q: want an absolute http(s) URL", ErrInvalidConfig, u.name, u.v))
 		}
 	}
 	if c.Owner != "" {
 		if err := api.ValidateOwner(c.Owner); err != nil {
-			errs = append(errs, fmt.Errorf("EXECUTOR_ID: %v", err))
+			errs = append(errs, fmt.Errorf("%w: %s: %v", ErrInvalidConfig, EnvOwner, err))
 		}
 	}
-	if err := api.ValidateTTLMs(c.LeaseTTL.Milliseconds()); err != nil || c.LeaseTTL%time.Millisecond != 0 {
-		errs = append(errs, fmt.Errorf("LEASE_TTL_MS: %v", err))
+	if err := api.ValidateTTLMs(c.LeaseTTL.Milliseconds()); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %s: %v", ErrInvalidConfig, EnvLeaseTTLMs, err))
+	} else if c.LeaseTTL%time.Millisecond != 0 {
+		errs = append(errs, fmt.Errorf("%w: %s: LeaseTTL %v is not whole milliseconds", ErrInvalidConfig, EnvLeaseTTLMs, c.LeaseTTL))
 	}
-	for name, d := range map[string]time.Duration{"ACQUIRE_WAIT_MS": c.AcquireWait, "EXECUTOR_REQUEST_TIMEOUT_MS": c.RequestTimeout, "RAIL_CALL_TIMEOUT_MS": c.RailTimeout} {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("%s must be positive", name))
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{EnvAcquireWaitMs, c.AcquireWait}, {EnvRequestTimeoutMs, c.RequestTimeout}, {EnvRailTimeoutMs, c.RailTimeout}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("%w: %s must be positive", ErrInvalidConfig, d.name))
 		}
 	}
 	return errors.Join(errs...)

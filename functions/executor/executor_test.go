@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +24,7 @@ import (
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
@@ -380,9 +383,41 @@ func TestConfig(t *testing.T) {
 			bad[kk] = vv
 		}
 		bad[k] = v
-		if _, err := executor.LoadConfig(func(k string) string { return bad[k] }); err == nil {
-			t.Errorf("LoadConfig accepted %s=%q", k, v)
+		if _, err := executor.LoadConfig(func(k string) string { return bad[k] }); !errors.Is(err, executor.ErrInvalidConfig) {
+			t.Errorf("LoadConfig(%s=%q) = %v, want ErrInvalidConfig", k, v, err)
 		}
+	}
+}
+
+// TestLoadConfigReportsEveryInvalidVariable: one run of LoadConfig names
+// every variable to fix (two that do not parse, one missing URL).
+func TestLoadConfigReportsEveryInvalidVariable(t *testing.T) {
+	env := map[string]string{lockapi.EnvServerURL: "http://a", executor.EnvPaymentResourceURL: "http://b",
+		executor.EnvLeaseTTLMs: "ten", executor.EnvAcquireWaitMs: "soon"}
+	_, err := executor.LoadConfig(func(k string) string { return env[k] })
+	if !errors.Is(err, executor.ErrInvalidConfig) {
+		t.Fatalf("LoadConfig error = %v, want ErrInvalidConfig", err)
+	}
+	for _, name := range []string{executor.EnvLeaseTTLMs, executor.EnvAcquireWaitMs, executor.EnvRailProxyURL} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("LoadConfig error %q does not name %s", err, name)
+		}
+	}
+}
+
+// TestEnvNamesListsEveryVariableLoadConfigReads keeps the list the unknown
+// variable warning uses equal to what LoadConfig reads.
+func TestEnvNamesListsEveryVariableLoadConfigReads(t *testing.T) {
+	read := map[string]bool{}
+	_, _ = executor.LoadConfig(func(k string) string { read[k] = true; return "" })
+	names := executor.EnvNames()
+	for k := range read {
+		if !slices.Contains(names, k) {
+			t.Errorf("LoadConfig reads %s, EnvNames does not list it", k)
+		}
+	}
+	if len(names) != len(read) {
+		t.Errorf("EnvNames = %v, LoadConfig reads %v", names, read)
 	}
 }
 

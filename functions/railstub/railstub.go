@@ -163,35 +163,47 @@ func DefaultConfig() Config {
 	return Config{DeclineOverMinor: DefaultDeclineOverMinor}
 }
 
-// Validate returns an error wrapping ErrInvalidConfig describing the first
-// invalid field.
+// EnvNames returns the environment variables LoadConfig reads, for
+// envcheck.
+func EnvNames() []string {
+	return []string{EnvDeclineOverMinor, EnvDeclineAccounts, EnvLatencyMs, EnvJournal}
+}
+
+// Validate returns nil or one error per invalid field, joined
+// (errors.Join), each wrapping ErrInvalidConfig and naming the field and
+// its environment variable.
 func (c Config) Validate() error {
+	var errs []error
 	if c.DeclineOverMinor <= 0 {
-		return fmt.Errorf("%w: DeclineOverMinor %d is not positive", ErrInvalidConfig, c.DeclineOverMinor)
+		errs = append(errs, fmt.Errorf("%w: DeclineOverMinor (%s) %d is not positive", ErrInvalidConfig, EnvDeclineOverMinor, c.DeclineOverMinor))
 	}
 	for _, a := range c.DeclineAccounts {
 		if a == "" || len(a) > MaxAccountIDLen {
-			return fmt.Errorf("%w: DeclineAccounts entry %q must be 1..%d bytes", ErrInvalidConfig, a, MaxAccountIDLen)
+			errs = append(errs, fmt.Errorf("%w: DeclineAccounts (%s) entry %q must be 1..%d bytes", ErrInvalidConfig, EnvDeclineAccounts, a, MaxAccountIDLen))
 		}
 	}
 	if c.Latency < 0 || c.Latency > MaxLatency {
-		return fmt.Errorf("%w: Latency %v must be in [0, %v]", ErrInvalidConfig, c.Latency, MaxLatency)
+		errs = append(errs, fmt.Errorf("%w: Latency (%s) %v must be in [0, %v]", ErrInvalidConfig, EnvLatencyMs, c.Latency, MaxLatency))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
-// LoadConfig returns DefaultConfig overridden by the environment variables
-// RAIL_STUB_DECLINE_OVER_MINOR, RAIL_STUB_DECLINE_ACCOUNTS,
-// RAIL_STUB_LATENCY_MS and RAIL_STUB_JOURNAL, read through getenv (an
-// empty value keeps the default), validated. Errors wrap ErrInvalidConfig.
+// LoadConfig returns DefaultConfig overridden by the variables of EnvNames
+// (RAIL_STUB_DECLINE_OVER_MINOR, RAIL_STUB_DECLINE_ACCOUNTS,
+// RAIL_STUB_LATENCY_MS, RAIL_STUB_JOURNAL), read through getenv (an empty
+// value keeps the default), then validated. It reports every unparsable
+// variable and every invalid field at once, joined; each error wraps
+// ErrInvalidConfig and names the variable to fix.
 func LoadConfig(getenv func(string) string) (Config, error) {
 	c := DefaultConfig()
+	var errs []error
 	if v := strings.TrimSpace(getenv(EnvDeclineOverMinor)); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return Config{}, fmt.Errorf("%w: %s=%q is not an integer", ErrInvalidConfig, EnvDeclineOverMinor, v)
+			errs = append(errs, fmt.Errorf("%w: %s=%q is not an integer", ErrInvalidConfig, EnvDeclineOverMinor, v))
+		} else {
+			c.DeclineOverMinor = n
 		}
-		c.DeclineOverMinor = n
 	}
 	for a := range strings.SplitSeq(getenv(EnvDeclineAccounts), ",") {
 		if a = strings.TrimSpace(a); a != "" {
@@ -201,12 +213,13 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	if v := strings.TrimSpace(getenv(EnvLatencyMs)); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 || n > MaxLatency.Milliseconds() {
-			return Config{}, fmt.Errorf("%w: %s=%q must be milliseconds in [0, %d]", ErrInvalidConfig, EnvLatencyMs, v, MaxLatency.Milliseconds())
+			errs = append(errs, fmt.Errorf("%w: %s=%q must be milliseconds in [0, %d]", ErrInvalidConfig, EnvLatencyMs, v, MaxLatency.Milliseconds()))
+		} else {
+			c.Latency = time.Duration(n) * time.Millisecond
 		}
-		c.Latency = time.Duration(n) * time.Millisecond
 	}
 	c.JournalPath = strings.TrimSpace(getenv(EnvJournal))
-	if err := c.Validate(); err != nil {
+	if err := errors.Join(append(errs, c.Validate())...); err != nil {
 		return Config{}, err
 	}
 	return c, nil

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -397,5 +398,36 @@ func TestLoadConfig(t *testing.T) {
 		}); !errors.Is(err, railstub.ErrInvalidConfig) {
 			t.Errorf("%s=%s: error %v, want ErrInvalidConfig", railstub.EnvDeclineOverMinor, v, err)
 		}
+	}
+}
+
+// TestLoadConfigReportsEveryInvalidVariable: one run of LoadConfig names
+// both variables to fix, not only the first.
+func TestLoadConfigReportsEveryInvalidVariable(t *testing.T) {
+	env := map[string]string{railstub.EnvDeclineOverMinor: "lots", railstub.EnvLatencyMs: "-5"}
+	_, err := railstub.LoadConfig(func(k string) string { return env[k] })
+	if !errors.Is(err, railstub.ErrInvalidConfig) {
+		t.Fatalf("LoadConfig error = %v, want ErrInvalidConfig", err)
+	}
+	for _, name := range []string{railstub.EnvDeclineOverMinor, railstub.EnvLatencyMs} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("LoadConfig error %q does not name %s", err, name)
+		}
+	}
+}
+
+// TestEnvNamesListsEveryVariableLoadConfigReads keeps the list the unknown
+// variable warning uses equal to what LoadConfig reads.
+func TestEnvNamesListsEveryVariableLoadConfigReads(t *testing.T) {
+	read := map[string]bool{}
+	_, _ = railstub.LoadConfig(func(k string) string { read[k] = true; return "" })
+	names := railstub.EnvNames()
+	for k := range read {
+		if !slices.Contains(names, k) {
+			t.Errorf("LoadConfig reads %s, EnvNames does not list it", k)
+		}
+	}
+	if len(names) != len(read) {
+		t.Errorf("EnvNames = %v, LoadConfig reads %v", names, read)
 	}
 }

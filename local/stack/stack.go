@@ -44,9 +44,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
+	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
 
 // Backends accepted in Config.Backend.
@@ -332,11 +334,11 @@ func (s *Stack) start(ctx context.Context) error {
 		return err
 	}
 
-	lockEnv := []string{"LOCK_STORE=" + s.cfg.Backend}
+	lockEnv := []string{lockapi.EnvStore + "=" + s.cfg.Backend}
 	if s.cfg.Backend == BackendPostgres {
-		lockEnv = append(lockEnv, "LOCKDB_URL="+s.lockDSN)
+		lockEnv = append(lockEnv, lockapi.EnvLockDBURL+"="+s.lockDSN)
 	} else {
-		lockEnv = append(lockEnv, "ETCD_ENDPOINTS="+strings.Join(s.etcdEndpoints, ","))
+		lockEnv = append(lockEnv, lockapi.EnvEtcdEndpoints+"="+strings.Join(s.etcdEndpoints, ","))
 	}
 	var err error
 	if s.lockURL, err = s.startLockServer(ctx, lockEnv); err != nil {
@@ -371,11 +373,11 @@ func (s *Stack) start(ctx context.Context) error {
 	for i, e := range s.cfg.Executors {
 		wg.Go(func() {
 			env := []string{
-				"LOCK_SERVER_URL=" + s.lockURL, "PAYMENT_RESOURCE_URL=" + s.payURL, "RAIL_PROXY_URL=" + s.proxyURL,
-				"EXECUTOR_ID=" + e.Name, "LEASE_TTL_MS=" + strconv.FormatInt(s.cfg.LeaseTTL.Milliseconds(), 10),
+				lockapi.EnvServerURL + "=" + s.lockURL, executor.EnvPaymentResourceURL + "=" + s.payURL, executor.EnvRailProxyURL + "=" + s.proxyURL,
+				executor.EnvOwner + "=" + e.Name, executor.EnvLeaseTTLMs + "=" + strconv.FormatInt(s.cfg.LeaseTTL.Milliseconds(), 10),
 			}
 			if e.SelfStopBefore != "" {
-				env = append(env, "EXECUTOR_SELF_STOP_BEFORE_SUBMIT="+e.SelfStopBefore)
+				env = append(env, executor.EnvSelfStopBeforeSubmit+"="+e.SelfStopBefore)
 			}
 			url, err := s.startFunction(ctx, "executor-"+e.Name, "executor", env, "/")
 			if err != nil {
@@ -511,7 +513,7 @@ func (s *Stack) startEmulator(ctx context.Context) error {
 
 func (s *Stack) startLockServer(ctx context.Context, env []string) (string, error) {
 	return s.startOnPort(ctx, "lock-server", "lock-server", func(port int) []string {
-		return append(env, "LOCK_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(port))
+		return append(env, lockapi.EnvHTTPAddr+"=127.0.0.1:"+strconv.Itoa(port))
 	}, "/readyz", func(code int) bool { return code == http.StatusOK })
 }
 

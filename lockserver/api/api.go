@@ -271,3 +271,41 @@ func ValidateToken(token int64) error {
 func isAlnum(c byte) bool {
 	return ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9')
 }
+
+// Environment variables of lock-server's configuration (read by
+// lockserver/cmd/lock-server; listed with their defaults in
+// docs/configuration.md), and the one its clients read. An unset or empty
+// variable keeps the setting's default.
+const (
+	// EnvStore selects the backend: "postgres" (default) or "etcd".
+	EnvStore = "LOCK_STORE"
+	// EnvHTTPAddr is the listen address (host:port). Default: ":" + $PORT
+	// when PORT is set, else 127.0.0.1:8080.
+	EnvHTTPAddr = "LOCK_HTTP_ADDR"
+	// EnvPort is the container platforms' port, used when EnvHTTPAddr is
+	// empty.
+	EnvPort = "PORT"
+	// EnvLockDBURL is the PostgreSQL DSN of lockdb; required with
+	// LOCK_STORE=postgres.
+	EnvLockDBURL = "LOCKDB_URL"
+	// EnvLockDBMaxConns caps lockdb's connection pool (a positive integer).
+	EnvLockDBMaxConns = "LOCKDB_MAX_CONNS"
+	// EnvEtcdEndpoints are etcd's client URLs, comma-separated; required
+	// with LOCK_STORE=etcd.
+	EnvEtcdEndpoints = "ETCD_ENDPOINTS"
+	// EnvEtcdPrefix is the key prefix of lock keys in etcd (starts and ends
+	// with "/").
+	EnvEtcdPrefix = "ETCD_PREFIX"
+	// EnvEtcdIdleLeases caps the idle etcd leases kept ahead of acquires;
+	// 0 turns the pool off.
+	EnvEtcdIdleLeases = "ETCD_IDLE_LEASES"
+	// EnvRequestTimeoutMs bounds each backend call, in milliseconds.
+	EnvRequestTimeoutMs = "LOCK_REQUEST_TIMEOUT_MS"
+	// EnvShutdownTimeoutMs bounds the drain on SIGTERM, in milliseconds.
+	EnvShutdownTimeoutMs = "LOCK_SHUTDOWN_TIMEOUT_MS"
+	// EnvLogLevel is debug, info, warn or error.
+	EnvLogLevel = "LOG_LEVEL"
+	// EnvServerURL is lock-server's base URL as its clients read it
+	// (lockctl, the executor).
+	EnvServerURL = "LOCK_SERVER_URL"
+)

@@ -30,7 +30,7 @@ func main() {
 			return nil, nil, err
 		}
 		var opts []executor.Option
-		if target := getenv("EXECUTOR_SELF_STOP_BEFORE_SUBMIT"); target != "" {
+		if target := getenv(executor.EnvSelfStopBeforeSubmit); target != "" {
 			opts = append(opts, executor.WithHooks(selfStop(target, log)))
 		}
 		x, err := executor.New(cfg, log, opts...)
