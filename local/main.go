@@ -78,7 +78,9 @@ func demo(ctx context.Context, out io.Writer) error {
 	}
 	defer cluster.Close()
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	store, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: cluster.Endpoints()}, log)
+	scfg := etcdstore.DefaultConfig()
+	scfg.Endpoints = cluster.Endpoints()
+	store, err := etcdstore.Open(ctx, scfg, log)
 	if err != nil {
 		return fmt.Errorf("open etcd store: %w", err)
 	}

@@ -188,7 +188,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				})
 			})
 			b.Run(fmt.Sprintf("path=sdk/clients=%d", n), func(b *testing.B) {
-				store, err := etcdstore.Open(context.Background(), etcdstore.Config{Endpoints: eps, Prefix: fmt.Sprintf("/bench-sdk-%d/", n)}, slog.New(slog.DiscardHandler))
+				store, err := etcdstore.Open(context.Background(), etcdConfig(eps, fmt.Sprintf("/bench-sdk-%d/", n)), slog.New(slog.DiscardHandler))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -201,7 +201,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	})
 	b.Run("backend=postgres", func(b *testing.B) {
 		dsn := pgtest.NewDatabase(b)
-		store, err := pgstore.Open(context.Background(), pgstore.Config{DSN: dsn, MaxConns: 16}, slog.New(slog.DiscardHandler))
+		store, err := pgstore.Open(context.Background(), pgConfig(dsn), slog.New(slog.DiscardHandler))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -226,4 +226,18 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			})
 		}
 	})
+}
+
+// etcdConfig is etcdstore's defaults on endpoints eps under prefix.
+func etcdConfig(eps []string, prefix string) etcdstore.Config {
+	c := etcdstore.DefaultConfig()
+	c.Endpoints, c.Prefix = eps, prefix
+	return c
+}
+
+// pgConfig is pgstore's defaults (lock-server's pool size) on dsn.
+func pgConfig(dsn string) pgstore.Config {
+	c := pgstore.DefaultConfig()
+	c.DSN = dsn
+	return c
 }

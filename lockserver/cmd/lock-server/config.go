@@ -8,37 +8,45 @@ import (
 	"strings"
 	"time"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
 )
 
-// config is lock-server's whole configuration, read from the environment.
-// Every key is listed, with its default, in docs/configuration.md.
+// errInvalidConfig is wrapped by every error of config.Validate and
+// loadConfig.
+var errInvalidConfig = errors.New("lock-server: invalid config")
+
+// config is lock-server's whole configuration, read from the environment
+// (the variable names are lockserver/api's Env constants; every one is
+// listed, with its default, in docs/configuration.md). Start from
+// defaultConfig: the zero value is not the defaults. The stores' settings
+// are the stores' own Config types, so that each default (lockdb's pool
+// size, etcd's idle leases) is written once, in its store's DefaultConfig.
 type config struct {
-	// Store selects the backend: "postgres" or "etcd" (LOCK_STORE).
+	// Store selects the backend: "postgres" or "etcd" (LOCK_STORE,
+	// default postgres).
 	Store string
 	// Addr is the HTTP listen address (LOCK_HTTP_ADDR; else ":" + PORT, the
 	// container platforms' convention; else "127.0.0.1:8080": the API has no
 	// authentication, so it listens on loopback unless told otherwise).
 	Addr string
-	// LockDBURL is the PostgreSQL DSN of lockdb (LOCKDB_URL), for Store=postgres.
-	LockDBURL string
-	// LockDBMaxConns caps the pool (LOCKDB_MAX_CONNS, default 16).
-	LockDBMaxConns int32
-	// EtcdEndpoints are the etcd client URLs (ETCD_ENDPOINTS, comma-separated),
-	// for Store=etcd.
-	EtcdEndpoints []string
-	// EtcdPrefix is the key prefix of lock keys in etcd (ETCD_PREFIX, default
-	// "/dlock/locks/").
-	EtcdPrefix string
-	// EtcdIdleLeases caps the idle etcd leases, granted ahead of time and
-	// each used for at most one grant, that etcdstore keeps so acquires
-	// need not wait for a lease grant (ETCD_IDLE_LEASES, default 64; 0
-	// turns the pool off). See etcdstore's package doc.
-	EtcdIdleLeases int
-	// RequestTimeout bounds each backend call (LOCK_REQUEST_TIMEOUT_MS, default 5000).
+	// LockDB configures the postgres store: DSN from LOCKDB_URL (required
+	// with Store=postgres), MaxConns from LOCKDB_MAX_CONNS (default
+	// pgstore.DefaultMaxConns); the rest are pgstore's defaults.
+	LockDB pgstore.Config
+	// Etcd configures the etcd store: Endpoints from ETCD_ENDPOINTS
+	// (comma-separated, required with Store=etcd), Prefix from ETCD_PREFIX
+	// (default etcdstore.DefaultPrefix), IdleLeases from ETCD_IDLE_LEASES
+	// (default etcdstore.DefaultIdleLeases; 0 turns the pool off, the same
+	// meaning in both places), RequestTimeout from RequestTimeout.
+	Etcd etcdstore.Config
+	// RequestTimeout bounds each backend call (LOCK_REQUEST_TIMEOUT_MS,
+	// default 5000, at most maxTimeoutMs).
 	RequestTimeout time.Duration
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM
-	// (LOCK_SHUTDOWN_TIMEOUT_MS, default 10000).
+	// (LOCK_SHUTDOWN_TIMEOUT_MS, default 10000, at most maxTimeoutMs).
 	ShutdownTimeout time.Duration
 	// LogLevel is debug, info, warn or error (LOG_LEVEL, default info).
 	LogLevel slog.Level
@@ -52,98 +60,141 @@ const (
 	maxIdleLeases = 100_000
 )
 
-// loadConfig reads the configuration through getenv and validates it.
-func loadConfig(getenv func(string) string) (config, error) {
+// defaultConfig returns the defaults documented on config.
+func defaultConfig() config {
 	c := config{
-		Store:           strings.TrimSpace(getenv("LOCK_STORE")),
-		Addr:            getenv("LOCK_HTTP_ADDR"),
-		LockDBURL:       getenv("LOCKDB_URL"),
-		LockDBMaxConns:  16,
-		EtcdPrefix:      "/dlock/locks/",
-		EtcdIdleLeases:  etcdstore.DefaultIdleLeases,
-		RequestTimeout:  5 * time.Second,
+		Store:           "postgres",
+		Addr:            "127.0.0.1:8080",
+		LockDB:          pgstore.DefaultConfig(),
+		Etcd:            etcdstore.DefaultConfig(),
+		RequestTimeout:  lockserver.DefaultServerConfig().RequestTimeout,
 		ShutdownTimeout: 10 * time.Second,
+		LogLevel:        slog.LevelInfo,
 	}
+	c.Etcd.RequestTimeout = c.RequestTimeout
+	return c
+}
+
+// envNames returns every environment variable loadConfig reads, for
+// envcheck (logjson's platform detection reads K_SERVICE and
+// KUBERNETES_SERVICE_HOST, which carry none of envcheck.Prefixes).
+func envNames() []string {
+	return []string{api.EnvStore, api.EnvHTTPAddr, api.EnvPort, api.EnvLockDBURL, api.EnvLockDBMaxConns,
+		api.EnvEtcdEndpoints, api.EnvEtcdPrefix, api.EnvEtcdIdleLeases, api.EnvRequestTimeoutMs,
+		api.EnvShutdownTimeoutMs, api.EnvLogLevel}
+}
+
+// loadConfig returns defaultConfig overridden by the variables of envNames,
+// read through getenv (an empty value keeps the default), then validated.
+// It reports every unparsable variable and every invalid setting at once,
+// joined; each error wraps errInvalidConfig and names the variable to fix.
+func loadConfig(getenv func(string) string) (config, error) {
+	c := defaultConfig()
 	var errs []error
-	if c.Store == "" {
-		c.Store = "postgres"
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{errInvalidConfig}, a...)...))
 	}
-	if c.Addr == "" {
-		c.Addr = "127.0.0.1:8080"
-		if p := getenv("PORT"); p != "" {
-			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != p {
-				errs = append(errs, fmt.Errorf("PORT=%q: want a TCP port number, 1..65535", p))
-			}
-			c.Addr = ":" + p
+	if v := strings.TrimSpace(getenv(api.EnvStore)); v != "" {
+		c.Store = v
+	}
+	if v := getenv(api.EnvHTTPAddr); v != "" {
+		c.Addr = v
+	} else if p := getenv(api.EnvPort); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != p {
+			bad("%s=%q: want a TCP port number, 1..65535", api.EnvPort, p)
 		}
+		c.Addr = ":" + p
 	}
-	if v := getenv("ETCD_ENDPOINTS"); v != "" {
+	c.LockDB.DSN = getenv(api.EnvLockDBURL)
+	if v := getenv(api.EnvEtcdEndpoints); v != "" {
 		for _, e := range strings.Split(v, ",") {
 			if e = strings.TrimSpace(e); e != "" {
-				c.EtcdEndpoints = append(c.EtcdEndpoints, e)
+				c.Etcd.Endpoints = append(c.Etcd.Endpoints, e)
 			}
 		}
 	}
-	if v := getenv("ETCD_PREFIX"); v != "" {
-		if !strings.HasPrefix(v, "/") || !strings.HasSuffix(v, "/") {
-			errs = append(errs, fmt.Errorf("ETCD_PREFIX=%q: want a key prefix that starts and ends with /", v))
-		}
-		c.EtcdPrefix = v
+	if v := getenv(api.EnvEtcdPrefix); v != "" {
+		c.Etcd.Prefix = v
 	}
-	if v := getenv("ETCD_IDLE_LEASES"); v != "" {
+	if v := getenv(api.EnvEtcdIdleLeases); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > maxIdleLeases {
-			errs = append(errs, fmt.Errorf("ETCD_IDLE_LEASES=%q: want an integer between 0 (no pool) and %d", v, maxIdleLeases))
+			bad("%s=%q: want an integer between 0 (no pool) and %d", api.EnvEtcdIdleLeases, v, maxIdleLeases)
+		} else {
+			c.Etcd.IdleLeases = n
 		}
-		c.EtcdIdleLeases = n
 	}
-	if v := getenv("LOCKDB_MAX_CONNS"); v != "" {
+	if v := getenv(api.EnvLockDBMaxConns); v != "" {
 		n, err := strconv.ParseInt(v, 10, 32)
 		if err != nil || n < 1 {
-			errs = append(errs, fmt.Errorf("LOCKDB_MAX_CONNS=%q: want a positive integer", v))
+			bad("%s=%q: want a positive integer", api.EnvLockDBMaxConns, v)
+		} else {
+			c.LockDB.MaxConns = int32(n)
 		}
-		c.LockDBMaxConns = int32(n)
 	}
 	for _, d := range []struct {
 		key string
 		dst *time.Duration
-	}{{"LOCK_REQUEST_TIMEOUT_MS", &c.RequestTimeout}, {"LOCK_SHUTDOWN_TIMEOUT_MS", &c.ShutdownTimeout}} {
+	}{{api.EnvRequestTimeoutMs, &c.RequestTimeout}, {api.EnvShutdownTimeoutMs, &c.ShutdownTimeout}} {
 		if v := getenv(d.key); v != "" {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n < 1 || n > maxTimeoutMs {
-				errs = append(errs, fmt.Errorf("%s=%q: want a number of milliseconds between 1 and %d", d.key, v, maxTimeoutMs))
+				bad("%s=%q: want a number of milliseconds between 1 and %d", d.key, v, maxTimeoutMs)
+			} else {
+				*d.dst = time.Duration(n) * time.Millisecond
 			}
-			*d.dst = time.Duration(n) * time.Millisecond
 		}
 	}
-	if v := getenv("LOG_LEVEL"); v != "" {
+	c.Etcd.RequestTimeout = c.RequestTimeout
+	if v := getenv(api.EnvLogLevel); v != "" {
 		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil || strings.ContainsAny(v, "+-") {
-			errs = append(errs, fmt.Errorf("LOG_LEVEL=%q: want debug, info, warn or error", v))
+			bad("%s=%q: want debug, info, warn or error", api.EnvLogLevel, v)
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(append(errs, c.Validate())...); err != nil {
 		return c, err
 	}
-	return c, c.Validate()
+	return c, nil
 }
 
-// Validate returns an error naming every missing or contradictory setting.
+// Validate returns nil or one error per missing or contradictory setting,
+// joined, each wrapping errInvalidConfig and naming its variable. Only the
+// chosen store's settings are checked.
 func (c config) Validate() error {
 	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{errInvalidConfig}, a...)...))
+	}
 	switch c.Store {
 	case "postgres":
-		if c.LockDBURL == "" {
-			errs = append(errs, errors.New("LOCK_STORE=postgres needs LOCKDB_URL (a PostgreSQL DSN)"))
+		if c.LockDB.DSN == "" {
+			bad("%s=postgres needs %s (a PostgreSQL DSN)", api.EnvStore, api.EnvLockDBURL)
+		} else if err := c.LockDB.Validate(); err != nil {
+			bad("%s, %s: %v", api.EnvLockDBURL, api.EnvLockDBMaxConns, strings.ReplaceAll(err.Error(), "\n", "; "))
 		}
 	case "etcd":
-		if len(c.EtcdEndpoints) == 0 {
-			errs = append(errs, errors.New("LOCK_STORE=etcd needs ETCD_ENDPOINTS (comma-separated client URLs)"))
+		if len(c.Etcd.Endpoints) == 0 {
+			bad("%s=etcd needs %s (comma-separated client URLs)", api.EnvStore, api.EnvEtcdEndpoints)
+		}
+		if err := c.Etcd.Validate(); err != nil && len(c.Etcd.Endpoints) > 0 && prefixOK(c.Etcd.Prefix) {
+			bad("%s, %s, %s: %v", api.EnvEtcdEndpoints, api.EnvEtcdIdleLeases, api.EnvRequestTimeoutMs, strings.ReplaceAll(err.Error(), "\n", "; "))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("LOCK_STORE=%q: want postgres or etcd", c.Store))
+		bad("%s=%q: want postgres or etcd", api.EnvStore, c.Store)
+	}
+	if !prefixOK(c.Etcd.Prefix) {
+		bad("%s=%q: want a key prefix that starts and ends with /", api.EnvEtcdPrefix, c.Etcd.Prefix)
 	}
 	if c.Addr == "" {
-		errs = append(errs, errors.New("LOCK_HTTP_ADDR is empty"))
+		bad("%s is empty", api.EnvHTTPAddr)
+	}
+	if c.RequestTimeout <= 0 {
+		bad("%s: RequestTimeout %v is not positive", api.EnvRequestTimeoutMs, c.RequestTimeout)
+	}
+	if c.ShutdownTimeout <= 0 {
+		bad("%s: ShutdownTimeout %v is not positive", api.EnvShutdownTimeoutMs, c.ShutdownTimeout)
 	}
 	return errors.Join(errs...)
 }
+
+func prefixOK(p string) bool { return strings.HasPrefix(p, "/") && strings.HasSuffix(p, "/") }

@@ -1,9 +1,18 @@
 package main
 
 import (
+	"bytes"
+	"errors"
+	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -13,7 +22,7 @@ func TestConfigDefaultsAndOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Store != "postgres" || c.Addr != "127.0.0.1:8080" || c.RequestTimeout != 5*time.Second || c.LockDBMaxConns != 16 || c.EtcdIdleLeases != 64 {
+	if c.Store != "postgres" || c.Addr != "127.0.0.1:8080" || c.RequestTimeout != 5*time.Second || c.LockDB.MaxConns != 16 || c.Etcd.IdleLeases != 64 {
 		t.Fatalf("defaults: %+v", c)
 	}
 	c, err = loadConfig(env(map[string]string{
@@ -23,7 +32,8 @@ func TestConfigDefaultsAndOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Store != "etcd" || len(c.EtcdEndpoints) != 2 || c.EtcdEndpoints[1] != "http://b:2379" || c.Addr != ":9000" || c.RequestTimeout != 750*time.Millisecond || c.EtcdIdleLeases != 0 || idleLeases(c.EtcdIdleLeases) != -1 {
+	if c.Store != "etcd" || len(c.Etcd.Endpoints) != 2 || c.Etcd.Endpoints[1] != "http://b:2379" || c.Addr != ":9000" || c.RequestTimeout != 750*time.Millisecond ||
+		c.Etcd.RequestTimeout != 750*time.Millisecond || c.Etcd.IdleLeases != 0 || c.Etcd.Validate() != nil {
 		t.Fatalf("overrides: %+v", c)
 	}
 }
@@ -53,5 +63,88 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("loadConfig(%v) = %v; want an error mentioning %q", tc.env, err, tc.want)
 		}
+	}
+}
+
+// TestLoadConfigReportsEveryInvalidVariable: one run of loadConfig names
+// every variable to fix, those that do not parse and those that contradict
+// the chosen store.
+func TestLoadConfigReportsEveryInvalidVariable(t *testing.T) {
+	_, err := loadConfig(env(map[string]string{
+		api.EnvStore: "etcd", api.EnvEtcdIdleLeases: "many", api.EnvRequestTimeoutMs: "soon",
+	}))
+	if !errors.Is(err, errInvalidConfig) {
+		t.Fatalf("loadConfig error = %v, want errInvalidConfig", err)
+	}
+	for _, name := range []string{api.EnvEtcdIdleLeases, api.EnvRequestTimeoutMs, api.EnvEtcdEndpoints} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("loadConfig error %q does not name %s", err, name)
+		}
+	}
+}
+
+// TestIdleLeasesZeroMeansOffInBothPlaces: ETCD_IDLE_LEASES=0 and
+// etcdstore's IdleLeases 0 mean the same (no pool), and the defaults agree.
+func TestIdleLeasesZeroMeansOffInBothPlaces(t *testing.T) {
+	c, err := loadConfig(env(map[string]string{api.EnvStore: "etcd", api.EnvEtcdEndpoints: "http://a:2379", api.EnvEtcdIdleLeases: "0"}))
+	if err != nil || c.Etcd.IdleLeases != 0 {
+		t.Fatalf("ETCD_IDLE_LEASES=0: %+v, %v; want Etcd.IdleLeases 0 (no pool)", c.Etcd, err)
+	}
+	if got, want := defaultConfig().Etcd.IdleLeases, etcdstore.DefaultConfig().IdleLeases; got != want || want != etcdstore.DefaultIdleLeases {
+		t.Errorf("default idle leases: lock-server %d, etcdstore %d; want both %d", got, want, etcdstore.DefaultIdleLeases)
+	}
+	if got := defaultConfig().LockDB.MaxConns; got != pgstore.DefaultMaxConns {
+		t.Errorf("default lockdb pool: lock-server %d, pgstore %d", got, pgstore.DefaultMaxConns)
+	}
+}
+
+// TestEnvNamesListsEveryVariableLoadConfigReads keeps the list the unknown
+// variable warning uses equal to what loadConfig reads.
+func TestEnvNamesListsEveryVariableLoadConfigReads(t *testing.T) {
+	read := map[string]bool{}
+	_, _ = loadConfig(func(k string) string { read[k] = true; return "" })
+	names := envNames()
+	for k := range read {
+		if !slices.Contains(names, k) {
+			t.Errorf("loadConfig reads %s, envNames does not list it", k)
+		}
+	}
+	if len(names) != len(read) {
+		t.Errorf("envNames = %v, loadConfig reads %v", names, read)
+	}
+}
+
+// TestMisspeltVariableIsWarnedAboutAtStart runs lock-server's main loop
+// with a misspelt variable in its environment and a lockdb that refuses
+// connections: before failing to open the store it warns, naming the
+// variable and the close known name, and an unknown LOCK_TTL without one.
+func TestMisspeltVariableIsWarnedAboutAtStart(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // a port nothing listens on: the store cannot open
+	vars := map[string]string{api.EnvLockDBURL: "postgres://u@" + addr + "/lockdb?connect_timeout=2",
+		"LOCK_REQEST_TIMEOUT_MS": "50", "LOCK_TTL": "5000", "PATH": "/bin"}
+	var environ []string
+	for k, v := range vars {
+		environ = append(environ, k+"="+v)
+	}
+	var buf bytes.Buffer
+	if err := run(t.Context(), env(vars), environ, &buf, nil); err == nil {
+		t.Fatal("run with an unreachable lockdb returned nil")
+	}
+	out := buf.String()
+	for _, want := range []string{
+		`"event":"` + envcheck.EventUnknownVariable + `"`, `"variable":"LOCK_REQEST_TIMEOUT_MS"`,
+		`"didYouMean":"` + api.EnvRequestTimeoutMs + `"`, `"variable":"LOCK_TTL"`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log %s; want %s", out, want)
+		}
+	}
+	if n := strings.Count(out, envcheck.EventUnknownVariable); n != 2 {
+		t.Errorf("%d warnings, want 2: %s", n, out)
 	}
 }

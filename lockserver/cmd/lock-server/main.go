@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -26,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
@@ -38,7 +40,7 @@ func main() {
 	// After the first signal, the default behaviour returns: a second one
 	// stops the process at once instead of waiting for the drain.
 	context.AfterFunc(ctx, stop)
-	if err := run(ctx, os.Getenv, nil); err != nil {
+	if err := run(ctx, os.Getenv, os.Environ(), os.Stderr, nil); err != nil {
 		// One line, however many settings were wrong (errors.Join puts
 		// each on a line of its own).
 		fmt.Fprintln(os.Stderr, "lock-server:", strings.ReplaceAll(err.Error(), "\n", "; "))
@@ -46,14 +48,17 @@ func main() {
 	}
 }
 
-// run starts the server and blocks until ctx ends. When ready is not nil it
+// run starts the server and blocks until ctx ends; environ (os.Environ's
+// form) is checked for variables with the project's prefixes that
+// lock-server does not read. Logs go to stderr. When ready is not nil it
 // receives the bound address once the server accepts connections.
-func run(ctx context.Context, getenv func(string) string, ready chan<- net.Addr) error {
+func run(ctx context.Context, getenv func(string) string, environ []string, stderr io.Writer, ready chan<- net.Addr) error {
 	cfg, err := loadConfig(getenv)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	log := logjson.New(os.Stderr, cfg.LogLevel, logjson.OnGoogleCloud(os.Getenv)).With("service", "lock-server")
+	log := logjson.New(stderr, cfg.LogLevel, logjson.OnGoogleCloud(os.Getenv)).With("service", "lock-server")
+	envcheck.Warn(log, envNames(), environ)
 
 	store, err := openStore(ctx, cfg, log)
 	if err != nil {
@@ -88,7 +93,7 @@ func run(ctx context.Context, getenv func(string) string, ready chan<- net.Addr)
 	go func() { served <- srv.Serve(ln) }()
 	started := []any{"event", "server_started", "addr", ln.Addr().String(), "store", cfg.Store}
 	if cfg.Store == "etcd" {
-		started = append(started, "etcdPrefix", cfg.EtcdPrefix, "etcdIdleLeases", cfg.EtcdIdleLeases)
+		started = append(started, "etcdPrefix", cfg.Etcd.Prefix, "etcdIdleLeases", cfg.Etcd.IdleLeases)
 	}
 	log.Info("lock-server started", started...)
 	if ready != nil {
@@ -119,28 +124,19 @@ func run(ctx context.Context, getenv func(string) string, ready chan<- net.Addr)
 func openStore(ctx context.Context, cfg config, log *slog.Logger) (lockserver.LockStore, error) {
 	switch cfg.Store {
 	case "postgres":
-		s, err := pgstore.Open(ctx, pgstore.Config{DSN: cfg.LockDBURL, MaxConns: cfg.LockDBMaxConns}, log)
+		s, err := pgstore.Open(ctx, cfg.LockDB, log)
 		if err != nil {
 			return nil, fmt.Errorf("open lockdb: %w", err)
 		}
 		return s, nil
 	case "etcd":
-		s, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: cfg.EtcdEndpoints, Prefix: cfg.EtcdPrefix, RequestTimeout: cfg.RequestTimeout, IdleLeases: idleLeases(cfg.EtcdIdleLeases)}, log)
+		s, err := etcdstore.Open(ctx, cfg.Etcd, log)
 		if err != nil {
 			return nil, fmt.Errorf("open etcd: %w", err)
 		}
 		return s, nil
 	}
 	return nil, fmt.Errorf("unknown store %q", cfg.Store)
-}
-
-// idleLeases maps ETCD_IDLE_LEASES (0 = no pool) to etcdstore's
-// Config.IdleLeases (-1 = no pool, 0 = default).
-func idleLeases(n int) int {
-	if n == 0 {
-		return -1
-	}
-	return n
 }
 
 // newRegistry returns the registry served at /metrics: the Go runtime and

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -26,7 +27,7 @@ func start(t *testing.T, env map[string]string) (base string, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan net.Addr, 1)
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, func(k string) string { return env[k] }, ready) }()
+	go func() { done <- run(ctx, func(k string) string { return env[k] }, nil, os.Stderr, ready) }()
 	select {
 	case addr := <-ready:
 		return "http://" + addr.String(), func() {
@@ -107,7 +108,7 @@ func TestTokensIncreaseAcrossLockServerRestarts(t *testing.T) {
 }
 
 func TestRunRefusesABadConfiguration(t *testing.T) {
-	err := run(context.Background(), func(k string) string { return map[string]string{"LOCK_STORE": "zookeeper"}[k] }, nil)
+	err := run(context.Background(), func(k string) string { return map[string]string{"LOCK_STORE": "zookeeper"}[k] }, nil, io.Discard, nil)
 	if err == nil {
 		t.Fatal("run started with LOCK_STORE=zookeeper")
 	}

@@ -36,7 +36,9 @@ func TestAdvanceLetsGrantsResumeAboveN(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dsn := pgtest.NewDatabase(t)
-	store, err := pgstore.Open(ctx, pgstore.Config{DSN: dsn}, nil)
+	pcfg := pgstore.DefaultConfig()
+	pcfg.DSN = dsn
+	store, err := pgstore.Open(ctx, pcfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +117,9 @@ func TestAdvanceOnEtcdNeedsTheRevisionAboveN(t *testing.T) {
 	}
 	pgtest.Cleanup(t, c.Close)
 	const prefix = "/lockctl-test/locks/"
-	store, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: c.Endpoints(), Prefix: prefix}, nil)
+	ecfg := etcdstore.DefaultConfig()
+	ecfg.Endpoints, ecfg.Prefix = c.Endpoints(), prefix
+	store, err := etcdstore.Open(ctx, ecfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +137,7 @@ func TestAdvanceOnEtcdNeedsTheRevisionAboveN(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A lock-server started now reads the stamp.
-	store, err = etcdstore.Open(ctx, etcdstore.Config{Endpoints: c.Endpoints(), Prefix: prefix}, nil)
+	store, err = etcdstore.Open(ctx, ecfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

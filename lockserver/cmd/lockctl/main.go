@@ -75,7 +75,7 @@ func newRoot(out io.Writer) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	def := os.Getenv("LOCK_SERVER_URL")
+	def := os.Getenv(api.EnvServerURL)
 	if def == "" {
 		def = "http://127.0.0.1:8080"
 	}
@@ -265,9 +265,9 @@ func newAdvance(timeout *time.Duration, printJSON func(any) error) *cobra.Comman
 	}
 	cmd.Flags().Int64Var(&past, "past", 0, "the largest token ever issued before the restore (required)")
 	cmd.Flags().StringVar(&store, "store", envOr("LOCK_STORE", "postgres"), "backend: postgres or etcd ($LOCK_STORE)")
-	cmd.Flags().StringVar(&lockdbURL, "lockdb-url", os.Getenv("LOCKDB_URL"), "PostgreSQL DSN of lockdb ($LOCKDB_URL)")
-	cmd.Flags().StringVar(&endpoints, "etcd-endpoints", os.Getenv("ETCD_ENDPOINTS"), "comma-separated etcd client URLs ($ETCD_ENDPOINTS)")
-	cmd.Flags().StringVar(&prefix, "etcd-prefix", envOr("ETCD_PREFIX", etcdstore.DefaultPrefix), "etcd key prefix of the lock keys ($ETCD_PREFIX)")
+	cmd.Flags().StringVar(&lockdbURL, "lockdb-url", os.Getenv(api.EnvLockDBURL), "PostgreSQL DSN of lockdb ($LOCKDB_URL)")
+	cmd.Flags().StringVar(&endpoints, "etcd-endpoints", os.Getenv(api.EnvEtcdEndpoints), "comma-separated etcd client URLs ($ETCD_ENDPOINTS)")
+	cmd.Flags().StringVar(&prefix, "etcd-prefix", envOr(api.EnvEtcdPrefix, etcdstore.DefaultPrefix), "etcd key prefix of the lock keys ($ETCD_PREFIX)")
 	_ = cmd.MarkFlagRequired("past") // the flag exists; cannot fail
 	return cmd
 }
@@ -279,7 +279,9 @@ func openAdvancer(ctx context.Context, store, lockdbURL, endpoints, prefix strin
 		if lockdbURL == "" {
 			return nil, errors.New("--store postgres needs --lockdb-url or $LOCKDB_URL")
 		}
-		return pgstore.Open(ctx, pgstore.Config{DSN: lockdbURL, MaxConns: 1}, nil)
+		cfg := pgstore.DefaultConfig()
+		cfg.DSN, cfg.MaxConns = lockdbURL, 1
+		return pgstore.Open(ctx, cfg, nil)
 	case "etcd":
 		var eps []string
 		for _, e := range strings.Split(endpoints, ",") {
@@ -290,7 +292,9 @@ func openAdvancer(ctx context.Context, store, lockdbURL, endpoints, prefix strin
 		if len(eps) == 0 {
 			return nil, errors.New("--store etcd needs --etcd-endpoints or $ETCD_ENDPOINTS")
 		}
-		return etcdstore.Open(ctx, etcdstore.Config{Endpoints: eps, Prefix: prefix, IdleLeases: -1}, nil)
+		cfg := etcdstore.DefaultConfig()
+		cfg.Endpoints, cfg.Prefix, cfg.IdleLeases = eps, prefix, 0 // one call: no idle leases
+		return etcdstore.Open(ctx, cfg, nil)
 	}
 	return nil, fmt.Errorf("--store %q: want postgres or etcd", store)
 }

@@ -75,10 +75,12 @@ func benchStore(b *testing.B) {
 	for _, pool := range []struct {
 		name string
 		idle int
-	}{{"on", 0}, {"off", -1}} {
+	}{{"on", DefaultIdleLeases}, {"off", 0}} {
 		for _, clients := range []int{1, 8} {
 			b.Run(fmt.Sprintf("impl=store-pool-%s/clients=%d", pool.name, clients), func(b *testing.B) {
-				s, err := Open(b.Context(), Config{Endpoints: shared.Endpoints(), Prefix: newPrefix(b), IdleLeases: pool.idle}, nil)
+				s, err := Open(b.Context(), conf(func(cfg *Config) {
+					cfg.Endpoints, cfg.Prefix, cfg.IdleLeases = shared.Endpoints(), newPrefix(b), pool.idle
+				}), nil)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -55,7 +55,7 @@
 // that loses its transaction attached nothing to its lease, which goes back
 // to the pool. Each Acquire asks the granter to top the pool up; the
 // granter grants in batches, which etcd commits together, sized to the
-// demand (see leasePool). With the pool off (IdleLeases -1) Acquire grants
+// demand (see leasePool). With the pool off (IdleLeases 0) Acquire grants
 // its lease inline, and a Store starts no goroutine.
 //
 // The pool hands out only leases it knows have life left, since etcd would
@@ -130,7 +130,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 )
 
-// Defaults applied to zero Config fields.
+// Defaults of Config, as DefaultConfig returns them.
 const (
 	// DefaultPrefix is the etcd key prefix of every lock key.
 	DefaultPrefix = "/dlock/locks/"
@@ -170,39 +170,43 @@ type wallClock struct{}
 
 func (wallClock) Now() time.Time { return time.Now() }
 
-// Config configures a Store. Open and New do not modify it.
+// Config configures a Store. Start from DefaultConfig: the zero value is
+// not the defaults (and is not valid). Open and New do not modify it.
 type Config struct {
 	// Endpoints are the etcd client URLs ("http://127.0.0.1:2379"). Required
 	// by Open; ignored by New.
 	Endpoints []string
 
-	// Prefix is prepended to every lock key. It must end with "/" so that
-	// no prefix is a prefix of another's keys. Default DefaultPrefix. Two
+	// Prefix is prepended to every lock key. It must start and end with
+	// "/" so that no prefix is a prefix of another's keys. Default
+	// DefaultPrefix. Two
 	// lock-servers share locks exactly when they share endpoints and Prefix.
 	Prefix string
 
 	// DialTimeout bounds the client's setup calls and derives its first
 	// keep-alive timeout (clientv3.Config.DialTimeout); creating the client
-	// does not block on it. Default DefaultDialTimeout.
+	// does not block on it. Default DefaultDialTimeout; must be positive.
 	DialTimeout time.Duration
 
 	// RequestTimeout bounds each store method, all its etcd calls included,
-	// on top of the caller's context. Default DefaultRequestTimeout.
+	// on top of the caller's context. Default DefaultRequestTimeout; must
+	// be positive.
 	RequestTimeout time.Duration
 
 	// ReconnectMaxDelay caps the gRPC reconnect backoff of a client made by
-	// Open. Default DefaultReconnectMaxDelay.
+	// Open. Default DefaultReconnectMaxDelay; must be positive.
 	ReconnectMaxDelay time.Duration
 
 	// IdleLeases caps the idle etcd leases, granted ahead of time and
 	// never used, that the Store keeps so that an acquire need not wait for
 	// a lease grant (see Leases in the package doc). Each lease carries at
-	// most one grant whatever this is. 0 means DefaultIdleLeases; -1 turns
-	// the pool off: every acquire waits for a lease grant, and the Store
-	// starts no goroutine.
+	// most one grant whatever this is. Default DefaultIdleLeases; 0 turns
+	// the pool off (the same meaning as lock-server's ETCD_IDLE_LEASES=0):
+	// every acquire waits for a lease grant, and the Store starts no
+	// goroutine. Must not be negative.
 	IdleLeases int
 
-	// Clock is read for ExpiresAt. Default the wall clock.
+	// Clock is read for ExpiresAt. Nil (DefaultConfig's): the wall clock.
 	Clock Clock
 
 	// EtcdLogger receives the etcd client's own logs. Nil: discarded (the
@@ -210,64 +214,53 @@ type Config struct {
 	EtcdLogger *zap.Logger
 }
 
-func (c Config) withDefaults() Config {
-	if c.Prefix == "" {
-		c.Prefix = DefaultPrefix
+// DefaultConfig returns the defaults documented on Config; Endpoints is
+// left empty (Open requires it).
+func DefaultConfig() Config {
+	return Config{
+		Prefix:            DefaultPrefix,
+		DialTimeout:       DefaultDialTimeout,
+		RequestTimeout:    DefaultRequestTimeout,
+		ReconnectMaxDelay: DefaultReconnectMaxDelay,
+		IdleLeases:        DefaultIdleLeases,
 	}
-	if c.DialTimeout == 0 {
-		c.DialTimeout = DefaultDialTimeout
-	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = DefaultRequestTimeout
-	}
-	if c.ReconnectMaxDelay == 0 {
-		c.ReconnectMaxDelay = DefaultReconnectMaxDelay
-	}
-	if c.IdleLeases == 0 {
-		c.IdleLeases = DefaultIdleLeases
-	}
-	if c.Clock == nil {
-		c.Clock = wallClock{}
-	}
-	if c.EtcdLogger == nil {
-		c.EtcdLogger = zap.NewNop()
-	}
-	return c
 }
 
-// Validate reports, wrapping ErrInvalidConfig, the first field out of range
-// after defaults are applied, Endpoints included (as Open needs them).
+// Validate returns nil or one error per invalid field, Endpoints included
+// (as Open needs them), joined (errors.Join), each wrapping
+// ErrInvalidConfig.
 func (c Config) Validate() error {
-	if err := c.validate(); err != nil {
-		return err
-	}
+	errs := []error{c.validate()}
 	if len(c.Endpoints) == 0 {
-		return fmt.Errorf("%w: no endpoints", ErrInvalidConfig)
+		errs = append(errs, fmt.Errorf("%w: no endpoints", ErrInvalidConfig))
 	}
 	for _, ep := range c.Endpoints {
 		if ep == "" {
-			return fmt.Errorf("%w: empty endpoint", ErrInvalidConfig)
+			errs = append(errs, fmt.Errorf("%w: empty endpoint", ErrInvalidConfig))
+			break
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // validate checks everything but Endpoints (New takes a client instead).
 func (c Config) validate() error {
-	c = c.withDefaults()
-	switch {
-	case !strings.HasSuffix(c.Prefix, "/"):
-		return fmt.Errorf("%w: prefix %q does not end with /", ErrInvalidConfig, c.Prefix)
-	case c.DialTimeout < 0:
-		return fmt.Errorf("%w: dial timeout %v is negative", ErrInvalidConfig, c.DialTimeout)
-	case c.RequestTimeout < 0:
-		return fmt.Errorf("%w: request timeout %v is negative", ErrInvalidConfig, c.RequestTimeout)
-	case c.ReconnectMaxDelay < 0:
-		return fmt.Errorf("%w: reconnect max delay %v is negative", ErrInvalidConfig, c.ReconnectMaxDelay)
-	case c.IdleLeases < -1:
-		return fmt.Errorf("%w: idle leases %d: want -1 (no pool), 0 (default) or a positive cap", ErrInvalidConfig, c.IdleLeases)
+	var errs []error
+	if !strings.HasPrefix(c.Prefix, "/") || !strings.HasSuffix(c.Prefix, "/") {
+		errs = append(errs, fmt.Errorf("%w: prefix %q does not start and end with /", ErrInvalidConfig, c.Prefix))
 	}
-	return nil
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"dial timeout", c.DialTimeout}, {"request timeout", c.RequestTimeout}, {"reconnect max delay", c.ReconnectMaxDelay}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("%w: %s %v is not positive", ErrInvalidConfig, d.name, d.v))
+		}
+	}
+	if c.IdleLeases < 0 {
+		errs = append(errs, fmt.Errorf("%w: idle leases %d: want 0 (no pool) or a positive cap", ErrInvalidConfig, c.IdleLeases))
+	}
+	return errors.Join(errs...)
 }
 
 // Store is the etcd LockStore. It is safe for concurrent use and keeps no
@@ -311,11 +304,14 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	etcdLog := cfg.EtcdLogger
+	if etcdLog == nil {
+		etcdLog = zap.NewNop()
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   append([]string(nil), cfg.Endpoints...),
 		DialTimeout: cfg.DialTimeout,
-		Logger:      cfg.EtcdLogger,
+		Logger:      etcdLog,
 		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: cfg.ReconnectMaxDelay},
 			MinConnectTimeout: cfg.DialTimeout,
@@ -341,18 +337,21 @@ func New(cli *clientv3.Client, cfg Config, logger *slog.Logger) (*Store, error) 
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return newStore(cli, false, cfg.withDefaults(), logger), nil
+	return newStore(cli, false, cfg, logger), nil
 }
 
 func newStore(cli *clientv3.Client, owns bool, cfg Config, logger *slog.Logger) *Store {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = wallClock{}
+	}
 	s := &Store{
 		cli: cli, ownsClient: owns, prefix: cfg.Prefix,
 		reqTimeout: cfg.RequestTimeout, clock: cfg.Clock,
 		log:  logger.With("store", "etcd", "prefix", cfg.Prefix),
-		pool: newLeasePool(max(cfg.IdleLeases, 0)),
+		pool: newLeasePool(cfg.IdleLeases),
 		stop: func() {},
 	}
 	if s.pool.off() {

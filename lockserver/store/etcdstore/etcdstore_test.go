@@ -56,7 +56,7 @@ func ctxT(t testing.TB) context.Context {
 
 func openT(t testing.TB, c *embedded.Cluster, prefix string) *Store {
 	t.Helper()
-	s, err := Open(ctxT(t), Config{Endpoints: c.Endpoints(), Prefix: prefix}, nil)
+	s, err := Open(ctxT(t), conf(func(cfg *Config) { cfg.Endpoints, cfg.Prefix = c.Endpoints(), prefix }), nil)
 	if err != nil {
 		t.Fatalf("Open(%v, %q): %v", c.Endpoints(), prefix, err)
 	}
@@ -277,7 +277,9 @@ func retryUnavailable(t *testing.T, call func() error) {
 
 func TestUnreachableClusterIsUnavailable(t *testing.T) {
 	c := startT(t, embedded.Config{})
-	s, err := Open(ctxT(t), Config{Endpoints: c.Endpoints(), Prefix: newPrefix(t), RequestTimeout: 500 * time.Millisecond}, nil)
+	s, err := Open(ctxT(t), conf(func(cfg *Config) {
+		cfg.Endpoints, cfg.Prefix, cfg.RequestTimeout = c.Endpoints(), newPrefix(t), 500*time.Millisecond
+	}), nil)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -294,7 +296,7 @@ func TestUnreachableClusterIsUnavailable(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	if _, err := Open(ctx, Config{Endpoints: c.Endpoints()}, nil); !errors.Is(err, lockserver.ErrUnavailable) {
+	if _, err := Open(ctx, conf(func(cfg *Config) { cfg.Endpoints = c.Endpoints() }), nil); !errors.Is(err, lockserver.ErrUnavailable) {
 		t.Fatalf("Open with etcd down = %v; want ErrUnavailable", err)
 	} else if !strings.Contains(err.Error(), c.Endpoints()[0]) {
 		t.Fatalf("Open with etcd down = %v; want the endpoint %s named", err, c.Endpoints()[0])
@@ -302,23 +304,31 @@ func TestUnreachableClusterIsUnavailable(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	ok := Config{Endpoints: []string{"http://127.0.0.1:2379"}}
+	ok := conf(func(cfg *Config) { cfg.Endpoints = []string{"http://127.0.0.1:2379"} })
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("%+v: %v", ok, err)
 	}
 	for _, bad := range []Config{
 		{},
-		{Endpoints: []string{""}},
-		{Endpoints: ok.Endpoints, Prefix: "/no-slash"},
-		{Endpoints: ok.Endpoints, RequestTimeout: -time.Second},
-		{Endpoints: ok.Endpoints, IdleLeases: -2},
+		conf(func(cfg *Config) { cfg.Endpoints = []string{""} }),
+		conf(func(cfg *Config) { cfg.Endpoints, cfg.Prefix = ok.Endpoints, "/no-slash" }),
+		conf(func(cfg *Config) { cfg.Endpoints, cfg.RequestTimeout = ok.Endpoints, -time.Second }),
+		conf(func(cfg *Config) { cfg.Endpoints, cfg.IdleLeases = ok.Endpoints, -1 }),
+		{Endpoints: ok.Endpoints}, // the zero value is not the defaults
 	} {
 		if err := bad.Validate(); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%+v.Validate() = %v; want ErrInvalidConfig", bad, err)
 		}
 	}
-	if _, err := New(nil, Config{}, nil); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := New(nil, conf(nil), nil); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("New(nil client) = %v; want ErrInvalidConfig", err)
+	}
+	// Every invalid field at once, not only the first.
+	err := (Config{IdleLeases: -1}).Validate()
+	for _, want := range []string{"prefix", "dial timeout", "request timeout", "reconnect max delay", "idle leases", "no endpoints"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate(zero Config, IdleLeases -1) = %v; want it to name %s", err, want)
+		}
 	}
 }
 
@@ -330,7 +340,7 @@ func TestNewDoesNotOwnTheClient(t *testing.T) {
 		t.Fatalf("client: %v", err)
 	}
 	defer cli.Close()
-	s, err := New(cli, Config{Prefix: newPrefix(t)}, nil)
+	s, err := New(cli, conf(func(cfg *Config) { cfg.Prefix = newPrefix(t) }), nil)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -43,7 +43,7 @@ func revokeByID(t *testing.T, id string) {
 // leaseId read from the logs) must not end a later grant, of another key,
 // that the SDK of its holder still reports as held.
 func TestRevokingAnOldGrantsLeaseIDEndsNoOtherGrant(t *testing.T) {
-	s := openCfgT(t, Config{})
+	s := openCfgT(t, nil)
 	k1 := mustAcquire(t, s, "payout:acct-1", "worker-a", 10*time.Second)
 	if err := s.Release(ctxT(t), k1.Key, k1.Owner, k1.Token); err != nil {
 		t.Fatalf("Release: %v", err)
@@ -69,7 +69,7 @@ func TestRevokingAnOldGrantsLeaseIDEndsNoOtherGrant(t *testing.T) {
 // cycles, contended (so acquires lose and hand their idle lease back) and
 // not, and checks that no two grants ever report the same lease id.
 func TestNoTwoGrantsReportTheSameLeaseID(t *testing.T) {
-	s := openCfgT(t, Config{})
+	s := openCfgT(t, nil)
 	const workers, cycles = 4, 60
 	var (
 		mu    sync.Mutex
@@ -154,7 +154,7 @@ func TestARenewRacingItsReleaseExtendsNoOtherGrant(t *testing.T) {
 	defer cli.Close()
 	race := &racingLease{Lease: cli.Lease}
 	cli.Lease = race
-	s, err := New(cli, Config{Prefix: newPrefix(t)}, nil)
+	s, err := New(cli, conf(func(cfg *Config) { cfg.Prefix = newPrefix(t) }), nil)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -23,11 +23,22 @@ import (
 // lease, by an old holder or by an operator holding its id, reaches a
 // later grant.
 
-func openCfgT(t *testing.T, cfg Config) *Store {
+// conf returns DefaultConfig changed by set (nil: unchanged).
+func conf(set func(*Config)) Config {
+	c := DefaultConfig()
+	if set != nil {
+		set(&c)
+	}
+	return c
+}
+
+// openCfgT opens a Store on the shared cluster under a fresh prefix, from
+// DefaultConfig changed by set (nil: unchanged).
+func openCfgT(t *testing.T, set func(*Config)) *Store {
 	t.Helper()
-	cfg.Endpoints = shared.Endpoints()
-	if cfg.Prefix == "" {
-		cfg.Prefix = newPrefix(t)
+	cfg := conf(func(c *Config) { c.Endpoints, c.Prefix = shared.Endpoints(), newPrefix(t) })
+	if set != nil {
+		set(&cfg)
 	}
 	s, err := Open(ctxT(t), cfg, nil)
 	if err != nil {
@@ -104,7 +115,7 @@ func idleIDs(s *Store) []string {
 }
 
 func TestAStaleHolderCannotTouchTheGrantAfterIt(t *testing.T) {
-	s := openCfgT(t, Config{})
+	s := openCfgT(t, nil)
 	old := mustAcquire(t, s, "k", "worker-a", 10*time.Second)
 	if err := s.Release(ctxT(t), "k", "worker-a", old.Token); err != nil {
 		t.Fatalf("Release: %v", err)
@@ -130,7 +141,7 @@ func TestAStaleHolderCannotTouchTheGrantAfterIt(t *testing.T) {
 }
 
 func TestReleaseComparesTheWholeOwner(t *testing.T) {
-	s := openCfgT(t, Config{})
+	s := openCfgT(t, nil)
 	for _, c := range []struct{ holder, other string }{
 		{"worker", "worker-1"},
 		{"worker-1", "worker"},
@@ -150,7 +161,7 @@ func TestReleaseComparesTheWholeOwner(t *testing.T) {
 // TestAnAcquireTakesALeaseGrantedAhead: the first acquire asks for a lease
 // to be granted ahead, and the next one takes it.
 func TestAnAcquireTakesALeaseGrantedAhead(t *testing.T) {
-	s := openCfgT(t, Config{})
+	s := openCfgT(t, nil)
 	a := mustAcquire(t, s, "a", "worker-a", 5*time.Second)
 	idle := awaitIdle(t, s)
 	b := mustAcquire(t, s, "b", "worker-b", 5*time.Second)
@@ -166,7 +177,7 @@ func TestAnAcquireTakesALeaseGrantedAhead(t *testing.T) {
 }
 
 func TestAnIdleLeaseThatEndedIsReplaced(t *testing.T) {
-	s := openCfgT(t, Config{})
+	s := openCfgT(t, nil)
 	mustAcquire(t, s, "a", "worker-a", 5*time.Second)
 	idle := awaitIdle(t, s)
 	// End the idle leases behind the pool's back, as an operator might.
@@ -192,9 +203,9 @@ func TestAReleasedGrantsLeaseIsRevoked(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		idle int
-	}{{"pool-on", 0}, {"pool-off", -1}} {
+	}{{"pool-on", DefaultIdleLeases}, {"pool-off", 0}} {
 		t.Run(c.name, func(t *testing.T) {
-			s := openCfgT(t, Config{IdleLeases: c.idle})
+			s := openCfgT(t, func(cfg *Config) { cfg.IdleLeases = c.idle })
 			l := mustAcquire(t, s, "k", "worker-a", 5*time.Second)
 			if err := s.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
 				t.Fatalf("Release: %v", err)
@@ -241,7 +252,7 @@ func (c *fakeClock) advance(d time.Duration) {
 // expired (it would write a grant that etcd then deletes with the lease).
 func TestALeaseNearItsExpiryIsNotHandedOut(t *testing.T) {
 	clk := &fakeClock{now: time.Now()}
-	s := openCfgT(t, Config{Clock: clk})
+	s := openCfgT(t, func(cfg *Config) { cfg.Clock = clk })
 	mustAcquire(t, s, "a", "worker-a", 4*time.Second)
 	idle := awaitIdle(t, s)
 	clk.advance(4*time.Second - margin(4*time.Second))
@@ -257,7 +268,7 @@ func TestALeaseNearItsExpiryIsNotHandedOut(t *testing.T) {
 }
 
 func TestACanceledAcquireSpendsNoIdleLease(t *testing.T) {
-	s := openCfgT(t, Config{})
+	s := openCfgT(t, nil)
 	mustAcquire(t, s, "a", "worker-a", 5*time.Second)
 	idle := awaitIdle(t, s)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -293,7 +304,7 @@ func storeGoroutines() int {
 // the granter; with it off, nothing; Close ends it before it returns.
 func TestCloseWaitsForTheStoresGoroutines(t *testing.T) {
 	before := storeGoroutines()
-	on := openCfgT(t, Config{})
+	on := openCfgT(t, nil)
 	if got := storeGoroutines() - before; got != 1 {
 		t.Fatalf("%d background goroutines with the pool on; want 1 (the granter)", got)
 	}
@@ -310,7 +321,7 @@ func TestCloseWaitsForTheStoresGoroutines(t *testing.T) {
 	for range 2 * DefaultIdleLeases {
 		on.askAhead(1) // never blocks, with no granter left
 	}
-	off := openCfgT(t, Config{IdleLeases: -1})
+	off := openCfgT(t, func(cfg *Config) { cfg.IdleLeases = 0 })
 	mustAcquire(t, off, "k", "worker-a", 5*time.Second)
 	if got := storeGoroutines(); got != before {
 		t.Fatalf("%d background goroutines with the pool off; want none", got-before)
@@ -454,12 +465,12 @@ func TestAReleaseRacingAForceRevokeEndsTheGrantOnce(t *testing.T) {
 	race := &racingRevoke{Lease: cli.Lease}
 	cli.Lease = race
 	prefix := newPrefix(t)
-	s, err := New(cli, Config{Prefix: prefix}, nil)
+	s, err := New(cli, conf(func(cfg *Config) { cfg.Prefix = prefix }), nil)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	defer s.Close()
-	operator := openCfgT(t, Config{Prefix: prefix})
+	operator := openCfgT(t, func(cfg *Config) { cfg.Prefix = prefix })
 
 	l := mustAcquire(t, s, "k", "worker-a", 10*time.Second)
 	var revokeErr error

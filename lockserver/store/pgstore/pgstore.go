@@ -127,17 +127,18 @@ RETURNING live.owner_id, live.fencing_token, live.ttl_ms, live.expires_at`
 FROM lock_lease WHERE lock_key = $1`
 )
 
-// Defaults of Config.
+// Defaults of Config, as DefaultConfig returns them.
 const (
-	// DefaultMaxConns is the pool size when Config.MaxConns is 0: each call
-	// holds a connection for one statement, so a few serve many requests,
-	// and small Cloud SQL tiers allow only tens of connections in all.
-	DefaultMaxConns = 8
+	// DefaultMaxConns is the pool size: each call holds a connection for
+	// one statement, so a few serve many requests, and small Cloud SQL
+	// tiers allow only tens of connections in all. The one default of
+	// lockdb's pool: lock-server's LOCKDB_MAX_CONNS defaults to it.
+	DefaultMaxConns = 16
 	// DefaultConnectTimeout bounds each new connection when the DSN sets no
 	// connect_timeout, so a dead host is reported as unavailable instead of
 	// hanging until the caller's deadline.
 	DefaultConnectTimeout = 5 * time.Second
-	// DefaultClockOffsetBound is Config.ClockOffsetBound when 0. Two hosts
+	// DefaultClockOffsetBound is the default Config.ClockOffsetBound. Two hosts
 	// disciplined by NTP on one network agree within a few milliseconds;
 	// 100 ms apart, at least one of them is not disciplined, and ntpd
 	// corrects an offset over 128 ms with a step unless told never to.
@@ -155,10 +156,11 @@ const (
 )
 
 // ErrInvalidConfig is returned (wrapped) by Config.Validate and Open for a
-// missing or malformed DSN or a negative field.
+// missing or malformed DSN or a field out of range.
 var ErrInvalidConfig = errors.New("pgstore: invalid config")
 
-// Config configures Open. Only DSN is required.
+// Config configures Open. Start from DefaultConfig: the zero value is not
+// the defaults (and is not valid). Only DSN has no default.
 type Config struct {
 	// DSN locates lockdb: a postgres:// URL or a key=value string, as pgx
 	// parses it (pool_* parameters included, except pool_max_conns, which
@@ -166,12 +168,11 @@ type Config struct {
 	DSN string
 
 	// MaxConns is the most connections the store opens. Default
-	// DefaultMaxConns (when 0). Must not be negative.
+	// DefaultMaxConns. Must be positive.
 	MaxConns int32
 
 	// ConnectTimeout bounds each connection attempt when the DSN sets no
-	// connect_timeout. Default DefaultConnectTimeout (when 0). Must not be
-	// negative.
+	// connect_timeout. Default DefaultConnectTimeout. Must be positive.
 	ConnectTimeout time.Duration
 
 	// SkipMigrations makes Open use the schema as it finds it. Default
@@ -185,44 +186,51 @@ type Config struct {
 	// Open's log line about the clock is a warning. The offset itself does
 	// not affect expiry (only lockdb's clock does); a large one suggests a
 	// clock that is not disciplined and may yet be stepped. Default
-	// DefaultClockOffsetBound (when 0). Must not be negative.
+	// DefaultClockOffsetBound. Must be positive.
 	ClockOffsetBound time.Duration
 }
 
-// Validate returns an error wrapping ErrInvalidConfig unless DSN parses and
-// no field is negative. It does not contact the database.
+// DefaultConfig returns the defaults documented on Config; DSN is left
+// empty (required).
+func DefaultConfig() Config {
+	return Config{MaxConns: DefaultMaxConns, ConnectTimeout: DefaultConnectTimeout, ClockOffsetBound: DefaultClockOffsetBound}
+}
+
+// Validate returns nil or one error per invalid field, joined
+// (errors.Join), each wrapping ErrInvalidConfig. It does not contact the
+// database.
 func (c Config) Validate() error {
 	_, err := c.poolConfig()
 	return err
 }
 
 func (c Config) poolConfig() (*pgxpool.Config, error) {
+	var errs []error
+	if c.MaxConns <= 0 {
+		errs = append(errs, fmt.Errorf("%w: MaxConns is %d; want a positive number (default %d)", ErrInvalidConfig, c.MaxConns, DefaultMaxConns))
+	}
+	if c.ClockOffsetBound <= 0 {
+		errs = append(errs, fmt.Errorf("%w: ClockOffsetBound is %v; want a positive duration (default %v)", ErrInvalidConfig, c.ClockOffsetBound, DefaultClockOffsetBound))
+	}
+	if c.ConnectTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("%w: ConnectTimeout is %v; want a positive duration (default %v)", ErrInvalidConfig, c.ConnectTimeout, DefaultConnectTimeout))
+	}
+	var pc *pgxpool.Config
 	if c.DSN == "" {
-		return nil, fmt.Errorf("%w: DSN is empty", ErrInvalidConfig)
+		errs = append(errs, fmt.Errorf("%w: DSN is empty", ErrInvalidConfig))
+	} else {
+		var err error
+		if pc, err = pgxpool.ParseConfig(c.DSN); err != nil {
+			// pgx's message does not repeat the password.
+			errs = append(errs, fmt.Errorf("%w: DSN: %v", ErrInvalidConfig, err))
+		}
 	}
-	if c.MaxConns < 0 {
-		return nil, fmt.Errorf("%w: MaxConns is %d; want 0 (default %d) or more", ErrInvalidConfig, c.MaxConns, DefaultMaxConns)
-	}
-	if c.ClockOffsetBound < 0 {
-		return nil, fmt.Errorf("%w: ClockOffsetBound is %v; want 0 (default %v) or more", ErrInvalidConfig, c.ClockOffsetBound, DefaultClockOffsetBound)
-	}
-	if c.ConnectTimeout < 0 {
-		return nil, fmt.Errorf("%w: ConnectTimeout is %v; want 0 (default %v) or more", ErrInvalidConfig, c.ConnectTimeout, DefaultConnectTimeout)
-	}
-	pc, err := pgxpool.ParseConfig(c.DSN)
-	if err != nil {
-		// pgx's message does not repeat the password.
-		return nil, fmt.Errorf("%w: DSN: %v", ErrInvalidConfig, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	pc.MaxConns = c.MaxConns
-	if pc.MaxConns == 0 {
-		pc.MaxConns = DefaultMaxConns
-	}
 	if pc.ConnConfig.ConnectTimeout == 0 {
 		pc.ConnConfig.ConnectTimeout = c.ConnectTimeout
-		if pc.ConnConfig.ConnectTimeout == 0 {
-			pc.ConnConfig.ConnectTimeout = DefaultConnectTimeout
-		}
 	}
 	// No pre-use check of our own beyond pgxpool's (it pings a connection
 	// idle for more than a second): a connection the server closed
@@ -278,11 +286,7 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 		pool.Close()
 		return nil, err
 	}
-	bound := cfg.ClockOffsetBound
-	if bound == 0 {
-		bound = DefaultClockOffsetBound
-	}
-	if err := s.logClock(ctx, bound); err != nil {
+	if err := s.logClock(ctx, cfg.ClockOffsetBound); err != nil {
 		pool.Close()
 		return nil, err
 	}

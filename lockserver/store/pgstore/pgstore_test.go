@@ -34,7 +34,7 @@ func testCtx(t testing.TB) context.Context {
 // openStore opens a store on dsn (migrating it) that is closed when t ends.
 func openStore(t testing.TB, dsn string) *Store {
 	t.Helper()
-	s, err := Open(testCtx(t), Config{DSN: dsn}, nil)
+	s, err := Open(testCtx(t), conf(func(c *Config) { c.DSN = dsn }), nil)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -372,7 +372,7 @@ func TestCallsRecoverAfterServerBounce(t *testing.T) {
 	if err := s.Ping(ctx); !errors.Is(err, lockserver.ErrUnavailable) {
 		t.Fatalf("Ping while the server is down: got %v, want ErrUnavailable", err)
 	}
-	if _, err := Open(ctx, Config{DSN: dsn}, nil); !errors.Is(err, lockserver.ErrUnavailable) {
+	if _, err := Open(ctx, conf(func(c *Config) { c.DSN = dsn }), nil); !errors.Is(err, lockserver.ErrUnavailable) {
 		t.Fatalf("Open while the server is down: got %v, want ErrUnavailable", err)
 	}
 	if err := c.Start(ctx); err != nil {
@@ -447,19 +447,36 @@ func TestMigrateConcurrently(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	for _, cfg := range []Config{
-		{},
-		{DSN: "postgres://u@h/db", MaxConns: -1},
-		{DSN: "postgres://u@h/db", ConnectTimeout: -time.Second},
-		{DSN: "postgres://u@h/db", ClockOffsetBound: -time.Millisecond},
-		{DSN: "postgres://u@h:notaport/db"},
+		conf(nil),
+		conf(func(c *Config) { c.DSN, c.MaxConns = "postgres://u@h/db", 0 }),
+		conf(func(c *Config) { c.DSN, c.ConnectTimeout = "postgres://u@h/db", -time.Second }),
+		conf(func(c *Config) { c.DSN, c.ClockOffsetBound = "postgres://u@h/db", -time.Millisecond }),
+		conf(func(c *Config) { c.DSN = "postgres://u@h:notaport/db" }),
+		{DSN: "postgres://u@h/db"}, // the zero value is not the defaults
 	} {
 		if err := cfg.Validate(); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("Validate(%+v): got %v, want ErrInvalidConfig", cfg, err)
 		}
 	}
-	if err := (Config{DSN: "postgres://u@h/db"}).Validate(); err != nil {
+	if err := conf(func(c *Config) { c.DSN = "postgres://u@h/db" }).Validate(); err != nil {
 		t.Errorf("Validate of a minimal config: %v", err)
 	}
+	// Every invalid field at once, not only the first.
+	err := (Config{}).Validate()
+	for _, want := range []string{"MaxConns", "ClockOffsetBound", "ConnectTimeout", "DSN"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate(Config{}) = %v; want it to name %s", err, want)
+		}
+	}
+}
+
+// conf returns DefaultConfig changed by set (nil: unchanged).
+func conf(set func(*Config)) Config {
+	c := DefaultConfig()
+	if set != nil {
+		set(&c)
+	}
+	return c
 }
 
 // BenchmarkRawSQL measures the store's acquire and release statements
@@ -576,7 +593,7 @@ func TestOpenLogsLockdbClockOffset(t *testing.T) {
 	ctx := testCtx(t)
 	open := func(lines *logLines) {
 		t.Helper()
-		s, err := Open(ctx, Config{DSN: dsn}, lines.logger())
+		s, err := Open(ctx, conf(func(c *Config) { c.DSN = dsn }), lines.logger())
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}
@@ -613,7 +630,7 @@ func TestRenewLogsBackwardClockStep(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
 	ctx := testCtx(t)
 	var lines logLines
-	s, err := Open(ctx, Config{DSN: dsn}, lines.logger())
+	s, err := Open(ctx, conf(func(c *Config) { c.DSN = dsn }), lines.logger())
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
