@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
 )
@@ -36,9 +37,13 @@ type Builder func(ctx context.Context, getenv func(string) string, log *slog.Log
 // Main runs the function called name: JSON logs on stderr (level from
 // LOG_LEVEL; with Cloud Logging's keys on Google Cloud, see logjson), the handler from build, served on $PORT (default 8080) by
 // functions-framework-go, and its metrics, extra included, at
-// PathMetrics. It returns when SIGINT or SIGTERM arrives, after calling
-// close; it exits the process with status 1 if the function cannot start.
-func Main(name string, build Builder, extra ...prometheus.Collector) {
+// PathMetrics. known lists the environment variables build reads (from
+// the function's config constants): at start, every variable of the
+// environment with one of envcheck.Prefixes that is not in known gets a
+// WARN line (event envcheck.EventUnknownVariable). It returns when SIGINT
+// or SIGTERM arrives, after calling close; it exits the process with
+// status 1 if the function cannot start.
+func Main(name string, known []string, build Builder, extra ...prometheus.Collector) {
 	level := slog.LevelInfo
 	if v := os.Getenv("LOG_LEVEL"); v != "" {
 		if err := level.UnmarshalText([]byte(v)); err != nil {
@@ -49,13 +54,14 @@ func Main(name string, build Builder, extra ...prometheus.Collector) {
 	log := logjson.New(os.Stderr, level, logjson.OnGoogleCloud(os.Getenv)).With("service", name)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, name, build, log, extra); err != nil {
+	if err := run(ctx, name, known, os.Environ(), build, log, extra); err != nil {
 		log.Error("function failed", "event", "function_failed", "error", err.Error())
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, name string, build Builder, log *slog.Logger, extra []prometheus.Collector) error {
+func run(ctx context.Context, name string, known, environ []string, build Builder, log *slog.Logger, extra []prometheus.Collector) error {
+	envcheck.Warn(log, known, environ)
 	port := os.Getenv("PORT")
 	if port == "" {
 		port = "8080"

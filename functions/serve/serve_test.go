@@ -1,6 +1,9 @@
 package serve
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
 )
 
 func TestNonCanonicalPathsGetTheEnvelope(t *testing.T) {
@@ -96,5 +100,24 @@ func TestRoutesServeMetricsBesideTheFunction(t *testing.T) {
 		if w.Code != want {
 			t.Errorf("GET %s = %d; want %d", target, w.Code, want)
 		}
+	}
+}
+
+// TestRunWarnsAboutUnknownVariables: run logs one config_unknown_variable
+// WARN line per prefixed variable the function does not read, before it
+// builds the function (here a build that fails).
+func TestRunWarnsAboutUnknownVariables(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	build := func(context.Context, func(string) string, *slog.Logger) (http.Handler, func(), error) {
+		return nil, nil, errors.New("no function here")
+	}
+	err := run(t.Context(), "test", []string{"RAIL_URL"}, []string{"RAIL_UR=http://x", "RAIL_URL=http://y", "PATH=/bin"}, build, log, nil)
+	if err == nil {
+		t.Fatal("run with a failing build returned nil")
+	}
+	out := buf.String()
+	if strings.Count(out, envcheck.EventUnknownVariable) != 1 || !strings.Contains(out, `"variable":"RAIL_UR"`) || !strings.Contains(out, `"didYouMean":"RAIL_URL"`) {
+		t.Errorf("log %s; want one %s line for RAIL_UR suggesting RAIL_URL", out, envcheck.EventUnknownVariable)
 	}
 }

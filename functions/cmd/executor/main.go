@@ -24,7 +24,7 @@ import (
 )
 
 func main() {
-	serve.Main("executor", func(ctx context.Context, getenv func(string) string, log *slog.Logger) (http.Handler, func(), error) {
+	serve.Main("executor", envNames(), func(ctx context.Context, getenv func(string) string, log *slog.Logger) (http.Handler, func(), error) {
 		cfg, err := executor.LoadConfig(getenv)
 		if err != nil {
 			return nil, nil, err
@@ -63,3 +63,7 @@ func selfStop(target string, log *slog.Logger) executor.Hooks {
 		})
 	}}
 }
+
+// envNames lists the environment variables executor reads (its config's
+// constants), for the unknown-variable warning at start.
+func envNames() []string { return append(executor.EnvNames(), executor.EnvSelfStopBeforeSubmit) }

@@ -21,7 +21,7 @@ import (
 )
 
 func main() {
-	serve.Main("payment-resource", func(ctx context.Context, getenv func(string) string, log *slog.Logger) (http.Handler, func(), error) {
+	serve.Main("payment-resource", envNames(), func(ctx context.Context, getenv func(string) string, log *slog.Logger) (http.Handler, func(), error) {
 		cfg, err := paymentresource.LoadConfig(getenv)
 		if err != nil {
 			return nil, nil, err
@@ -55,3 +55,8 @@ func main() {
 		}, nil
 	})
 }
+
+// envNames lists the environment variables payment-resource reads (its
+// config's constants), for the unknown-variable warning at start. The
+// PUBSUB_ variables main reads carry none of envcheck.Prefixes.
+func envNames() []string { return paymentresource.EnvNames() }

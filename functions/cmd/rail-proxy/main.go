@@ -46,7 +46,7 @@ func main() {
 		stop()
 		os.Exit(code)
 	}
-	serve.Main("rail-proxy", func(ctx context.Context, getenv func(string) string, log *slog.Logger) (http.Handler, func(), error) {
+	serve.Main("rail-proxy", envNames(), func(ctx context.Context, getenv func(string) string, log *slog.Logger) (http.Handler, func(), error) {
 		cfg, err := railproxy.LoadConfig(getenv)
 		if err != nil {
 			return nil, nil, err
@@ -130,3 +130,7 @@ func recoverRestore(ctx context.Context, args []string, getenv func(string) stri
 	}
 	return 0
 }
+
+// envNames lists the environment variables rail-proxy reads (its config's
+// constants), for the unknown-variable warning at start.
+func envNames() []string { return railproxy.EnvNames() }

@@ -14,7 +14,7 @@ import (
 )
 
 func main() {
-	serve.Main("rail-stub", func(_ context.Context, getenv func(string) string, log *slog.Logger) (http.Handler, func(), error) {
+	serve.Main("rail-stub", envNames(), func(_ context.Context, getenv func(string) string, log *slog.Logger) (http.Handler, func(), error) {
 		cfg, err := railstub.LoadConfig(getenv)
 		if err != nil {
 			return nil, nil, err
@@ -26,3 +26,7 @@ func main() {
 		return s, func() { _ = s.Close() }, nil
 	})
 }
+
+// envNames lists the environment variables rail-stub reads (its config's
+// constants), for the unknown-variable warning at start.
+func envNames() []string { return railstub.EnvNames() }

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+
+	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
+)
+
+// TestMisspeltVariableIsWarnedAbout: with payment-resource's list of known
+// variables, a misspelt payapi.EnvOutboxPollMs in the environment gets one
+// config_unknown_variable WARN line naming it and suggesting the real name
+// (serve's TestRunWarnsAboutUnknownVariables shows Main logs them at
+// start), and every variable its config reads is known.
+func TestMisspeltVariableIsWarnedAbout(t *testing.T) {
+	good := payapi.EnvOutboxPollMs
+	typo := "OUTBOX_POLL"
+	var buf bytes.Buffer
+	found := envcheck.Warn(slog.New(slog.NewJSONHandler(&buf, nil)), envNames(), []string{typo + "=x", good + "=y", "HOME=/root"})
+	if len(found) != 1 || found[0].Name != typo || found[0].Suggestion != good {
+		t.Fatalf("unknown variables %+v; want only %s, suggesting %s", found, typo, good)
+	}
+	if out := buf.String(); !strings.Contains(out, `"variable":"`+typo+`"`) || !strings.Contains(out, `"didYouMean":"`+good+`"`) {
+		t.Errorf("log %s; want a line naming %s and %s", out, typo, good)
+	}
+	var environ []string
+	for _, n := range envNames() {
+		environ = append(environ, n+"=1")
+	}
+	if found := envcheck.Find(envNames(), environ); len(found) != 0 {
+		t.Errorf("known variables reported as unknown: %+v", found)
+	}
+}
