@@ -143,25 +143,33 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports, wrapping ErrInvalidConfig, the first field out of
-// range after defaults are applied.
+// Validate returns nil or one error per field out of range after
+// defaults are applied, joined (errors.Join), each wrapping
+// ErrInvalidConfig.
 func (c Config) Validate() error {
 	c = c.withDefaults()
-	switch {
-	case c.Members < 1 || c.Members > MaxMembers:
-		return fmt.Errorf("%w: members is %d; want 1..%d", ErrInvalidConfig, c.Members, MaxMembers)
-	case c.Heartbeat < time.Millisecond || c.Heartbeat%time.Millisecond != 0:
-		return fmt.Errorf("%w: heartbeat %v is not a positive whole number of milliseconds", ErrInvalidConfig, c.Heartbeat)
-	case c.ElectionTimeout%time.Millisecond != 0:
-		return fmt.Errorf("%w: election timeout %v is not a whole number of milliseconds", ErrInvalidConfig, c.ElectionTimeout)
-	case c.ElectionTimeout < 5*c.Heartbeat:
-		return fmt.Errorf("%w: election timeout %v is shorter than 5 heartbeats (%v)", ErrInvalidConfig, c.ElectionTimeout, 5*c.Heartbeat)
-	case c.ElectionTimeout > 50*time.Second:
-		return fmt.Errorf("%w: election timeout %v is longer than 50s", ErrInvalidConfig, c.ElectionTimeout)
-	case c.StartAttempts < 1:
-		return fmt.Errorf("%w: start attempts is %d; want >= 1", ErrInvalidConfig, c.StartAttempts)
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...))
 	}
-	return nil
+	if c.Members < 1 || c.Members > MaxMembers {
+		bad("members is %d; want 1..%d", c.Members, MaxMembers)
+	}
+	if c.Heartbeat < time.Millisecond || c.Heartbeat%time.Millisecond != 0 {
+		bad("heartbeat %v is not a positive whole number of milliseconds", c.Heartbeat)
+	}
+	switch {
+	case c.ElectionTimeout%time.Millisecond != 0:
+		bad("election timeout %v is not a whole number of milliseconds", c.ElectionTimeout)
+	case c.ElectionTimeout < 5*c.Heartbeat:
+		bad("election timeout %v is shorter than 5 heartbeats (%v)", c.ElectionTimeout, 5*c.Heartbeat)
+	case c.ElectionTimeout > 50*time.Second:
+		bad("election timeout %v is longer than 50s", c.ElectionTimeout)
+	}
+	if c.StartAttempts < 1 {
+		bad("start attempts is %d; want >= 1", c.StartAttempts)
+	}
+	return errors.Join(errs...)
 }
 
 // MinLeaseTTL is the shortest lease the cluster grants: etcd raises any

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,6 +89,11 @@ func TestConfigDefaultsAndLeaseFloor(t *testing.T) {
 		if err := bad.Validate(); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%+v.Validate() = %v; want ErrInvalidConfig", bad, err)
 		}
+	}
+	// Every invalid field at once, not only the first.
+	err := (Config{Members: -1, StartAttempts: -1}).Validate()
+	if err == nil || !strings.Contains(err.Error(), "members") || !strings.Contains(err.Error(), "start attempts") {
+		t.Errorf("Validate(members -1, start attempts -1) = %v; want both named", err)
 	}
 }
 

@@ -155,36 +155,39 @@ func (c Config) withDefaults() Config {
 // not executable in the binary directory, and ErrInvalidConfig for a port
 // out of range, a reserved or malformed setting, or a Dir so long that the
 // server's unix socket path would exceed 107 bytes.
+//
+// Every problem is reported, one error each, joined (errors.Join).
 func (c Config) Validate() error {
 	c = c.withDefaults()
+	var errs []error
 	for _, name := range []string{"initdb", "postgres"} {
 		p := filepath.Join(c.BinDir, name)
 		fi, err := os.Stat(p)
 		if err != nil {
-			return fmt.Errorf("%w: %s not found; install the PostgreSQL 15 server (Debian: apt-get install postgresql-15) or point $%s at the folder holding initdb and postgres: %w",
-				ErrBinariesMissing, p, EnvBinDir, err)
+			errs = append(errs, fmt.Errorf("%w: %s not found; install the PostgreSQL 15 server (Debian: apt-get install postgresql-15) or point $%s at the folder holding initdb and postgres: %w",
+				ErrBinariesMissing, p, EnvBinDir, err))
+			break
 		}
 		if fi.IsDir() || fi.Mode()&0o111 == 0 {
-			return fmt.Errorf("%w: %s is not an executable file", ErrBinariesMissing, p)
+			errs = append(errs, fmt.Errorf("%w: %s is not an executable file", ErrBinariesMissing, p))
 		}
 	}
 	if c.Port < 0 || c.Port > 65535 {
-		return fmt.Errorf("%w: port %d is outside 0..65535", ErrInvalidConfig, c.Port)
+		errs = append(errs, fmt.Errorf("%w: port %d is outside 0..65535", ErrInvalidConfig, c.Port))
 	}
-	for name := range c.Settings {
+	for _, name := range slices.Sorted(maps.Keys(c.Settings)) {
 		if !settingName.MatchString(name) {
-			return fmt.Errorf("%w: setting name %q is not a lower-case parameter name", ErrInvalidConfig, name)
-		}
-		if slices.Contains(reserved, name) {
-			return fmt.Errorf("%w: setting %q is decided by the cluster", ErrInvalidConfig, name)
+			errs = append(errs, fmt.Errorf("%w: setting name %q is not a lower-case parameter name", ErrInvalidConfig, name))
+		} else if slices.Contains(reserved, name) {
+			errs = append(errs, fmt.Errorf("%w: setting %q is decided by the cluster", ErrInvalidConfig, name))
 		}
 	}
 	if c.Dir != "" {
 		if err := checkSocketPath(dataDir(c.Dir)); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func dataDir(dir string) string { return filepath.Join(dir, "data") }

@@ -176,4 +176,9 @@ func TestInvalidConfig(t *testing.T) {
 			t.Errorf("Validate(%+v): got %v, want ErrInvalidConfig", cfg, err)
 		}
 	}
+	// Every invalid field at once, not only the first.
+	err := (Config{Port: -1, Settings: map[string]string{"port": "5432"}}).Validate()
+	if err == nil || !strings.Contains(err.Error(), "port -1") || !strings.Contains(err.Error(), `setting "port"`) {
+		t.Errorf("Validate(port -1, setting port) = %v; want both named", err)
+	}
 }

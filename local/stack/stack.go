@@ -149,30 +149,34 @@ const (
 	PubSubEmulator = "emulator"
 )
 
-// Validate returns an error wrapping ErrInvalidConfig naming the first
-// invalid field.
+// Validate returns nil or one error per invalid field, joined
+// (errors.Join), each wrapping ErrInvalidConfig.
 func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...))
+	}
 	switch c.Backend {
 	case "", BackendPostgres, BackendEtcd:
 	default:
-		return fmt.Errorf("%w: Backend %q: want %q or %q", ErrInvalidConfig, c.Backend, BackendPostgres, BackendEtcd)
+		bad("Backend %q: want %q or %q", c.Backend, BackendPostgres, BackendEtcd)
 	}
 	switch c.PubSub {
 	case "", PubSubFake, PubSubEmulator:
 	default:
-		return fmt.Errorf("%w: PubSub %q: want %q or %q", ErrInvalidConfig, c.PubSub, PubSubFake, PubSubEmulator)
+		bad("PubSub %q: want %q or %q", c.PubSub, PubSubFake, PubSubEmulator)
 	}
 	seen := map[string]bool{}
 	for _, e := range c.Executors {
 		if e.Name == "" || strings.ContainsAny(e.Name, "/ ") || seen[e.Name] {
-			return fmt.Errorf("%w: executor name %q: want a unique non-empty name without spaces or slashes", ErrInvalidConfig, e.Name)
+			bad("executor name %q: want a unique non-empty name without spaces or slashes", e.Name)
 		}
 		seen[e.Name] = true
 	}
 	if c.LeaseTTL < 0 || c.LeaseTTL%time.Millisecond != 0 {
-		return fmt.Errorf("%w: LeaseTTL %v: want a positive whole number of milliseconds", ErrInvalidConfig, c.LeaseTTL)
+		bad("LeaseTTL %v: want a positive whole number of milliseconds", c.LeaseTTL)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Binaries are the commands a Stack runs, as package paths of this module.

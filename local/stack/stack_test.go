@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
@@ -51,5 +52,14 @@ func TestStopRemovesTheBinariesItBuilt(t *testing.T) {
 	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
 	if len(logs) == 0 {
 		t.Error("no log file left in the run folder")
+	}
+}
+
+// TestValidateReportsEveryInvalidField: one Validate names every field to
+// fix, not only the first.
+func TestValidateReportsEveryInvalidField(t *testing.T) {
+	err := stack.Config{Backend: "redis", PubSub: "kafka"}.Validate()
+	if !errors.Is(err, stack.ErrInvalidConfig) || !strings.Contains(err.Error(), "Backend") || !strings.Contains(err.Error(), "PubSub") {
+		t.Errorf("Validate = %v; want ErrInvalidConfig naming Backend and PubSub", err)
 	}
 }
