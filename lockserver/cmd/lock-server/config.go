@@ -15,8 +15,8 @@ import (
 )
 
 // errInvalidConfig is wrapped by every error of config.Validate and
-// loadConfig.
-var errInvalidConfig = errors.New("lock-server: invalid config")
+// loadConfig (main prefixes the process name).
+var errInvalidConfig = errors.New("invalid config")
 
 // config is lock-server's whole configuration, read from the environment
 // (the variable names are lockserver/api's Env constants; every one is

@@ -148,3 +148,18 @@ func TestMisspeltVariableIsWarnedAboutAtStart(t *testing.T) {
 		t.Errorf("%d warnings, want 2: %s", n, out)
 	}
 }
+
+// TestMisspeltVariableIsWarnedAboutWhenTheConfigIsRefused: a misspelt
+// LOCKDB_URL makes the configuration invalid (LOCKDB_URL missing); the
+// warning still comes, pointing at the real name.
+func TestMisspeltVariableIsWarnedAboutWhenTheConfigIsRefused(t *testing.T) {
+	vars := map[string]string{"LOCKDB_ULR": "postgres://u@127.0.0.1:1/lockdb"}
+	var buf bytes.Buffer
+	err := run(t.Context(), env(vars), []string{"LOCKDB_ULR=" + vars["LOCKDB_ULR"]}, &buf, nil)
+	if !errors.Is(err, errInvalidConfig) || !strings.Contains(err.Error(), api.EnvLockDBURL) {
+		t.Fatalf("run = %v; want errInvalidConfig naming %s", err, api.EnvLockDBURL)
+	}
+	if out := buf.String(); !strings.Contains(out, `"variable":"LOCKDB_ULR"`) || !strings.Contains(out, `"didYouMean":"`+api.EnvLockDBURL+`"`) {
+		t.Errorf("log %s; want a %s line for LOCKDB_ULR suggesting %s", out, envcheck.EventUnknownVariable, api.EnvLockDBURL)
+	}
+}

@@ -54,11 +54,13 @@ func main() {
 // receives the bound address once the server accepts connections.
 func run(ctx context.Context, getenv func(string) string, environ []string, stderr io.Writer, ready chan<- net.Addr) error {
 	cfg, err := loadConfig(getenv)
-	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
 	log := logjson.New(stderr, cfg.LogLevel, logjson.OnGoogleCloud(os.Getenv)).With("service", "lock-server")
+	// Before refusing a bad configuration too: a misspelt LOCKDB_URL is
+	// both "LOCKDB_URL is required" and an unknown variable.
 	envcheck.Warn(log, envNames(), environ)
+	if err != nil {
+		return err
+	}
 
 	store, err := openStore(ctx, cfg, log)
 	if err != nil {
