@@ -118,7 +118,9 @@ func lockStores(ctx context.Context, t *testing.T) map[string]func(*testing.T, *
 	pgtest.Cleanup(t, cluster.Close)
 	return map[string]func(*testing.T, *slog.Logger) lockserver.LockStore{
 		"postgres": func(t *testing.T, log *slog.Logger) lockserver.LockStore {
-			s, err := pgstore.Open(ctx, pgstore.Config{DSN: pgtest.NewDatabase(t)}, log)
+			scfg := pgstore.DefaultConfig()
+			scfg.DSN = pgtest.NewDatabase(t)
+			s, err := pgstore.Open(ctx, scfg, log)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -126,7 +128,9 @@ func lockStores(ctx context.Context, t *testing.T) map[string]func(*testing.T, *
 		},
 		"etcd": func(t *testing.T, log *slog.Logger) lockserver.LockStore {
 			prefix := "/" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()) + "/"
-			s, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: cluster.Endpoints(), Prefix: prefix}, log)
+			scfg := etcdstore.DefaultConfig()
+			scfg.Endpoints, scfg.Prefix = cluster.Endpoints(), prefix
+			s, err := etcdstore.Open(ctx, scfg, log)
 			if err != nil {
 				t.Fatal(err)
 			}
