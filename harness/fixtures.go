@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
 )
 
 // FixtureProcesses are the processes whose logs a Fixture reduces, in the
@@ -73,6 +74,10 @@ func skipEvent(name string, attrs map[string]any) bool {
 		return true
 	case "lease_renewed":
 		// How many renewals fit in a lease's life depends on scheduling.
+		return true
+	case envcheck.EventUnknownVariable:
+		// Depends on the environment of whoever runs the experiment (the
+		// stack passes its own on to every process), not on the run.
 		return true
 	case "request_refused":
 		// The stack's readiness probe (GET /) is answered 404 one or more

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
 )
 
 // TestNewFixtureReduces checks the reduction on hand-written logs: token
@@ -66,5 +68,14 @@ func TestLineDiff(t *testing.T) {
 	got := strings.Join(lineDiff([]string{"a", "b", "c"}, []string{"a", "x", "c", "d"}), "|")
 	if want := "  a|- b|+ x|  c|+ d"; got != want {
 		t.Errorf("lineDiff = %q; want %q", got, want)
+	}
+}
+
+// TestFixturesLeaveOutUnknownVariableWarnings: whether a process warns
+// about an unknown variable depends on the runner's environment, so the
+// warning is no key event of the experiment.
+func TestFixturesLeaveOutUnknownVariableWarnings(t *testing.T) {
+	if !skipEvent(envcheck.EventUnknownVariable, map[string]any{"variable": "LOCK_TTL"}) {
+		t.Errorf("skipEvent(%s) = false; want it left out of fixtures", envcheck.EventUnknownVariable)
 	}
 }
