@@ -1,8 +1,9 @@
 // Package client is the typed Go client of payment-resource's HTTP API
 // (functions/paymentresource/api). It imports only the standard library,
-// the api package and functions/payoutevent, so that any caller (the
-// executor, a test harness, a tool) can use it without pulling in a
-// database driver.
+// the api package, functions/payoutevent and internal/jsonhttp (a
+// stdlib-only transport core shared with rail-proxy's client), so that any
+// caller (the executor, a test harness, a tool) can use it without pulling
+// in a database driver.
 //
 // Every method sends one request and decodes a 2xx answer into the api
 // type. A non-2xx answer is returned as an *Error carrying the envelope's
@@ -14,18 +15,14 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
-	"strconv"
-	"strings"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhttp"
 )
 
 // Errors of the client. Refusals by the server are *Error values that match
@@ -123,9 +120,7 @@ func (e *Error) Is(target error) bool {
 
 // Doer sends one HTTP request; *http.Client implements it, and so does
 // the Doer of lockserver/client, so one transport can serve both.
-type Doer interface {
-	Do(*http.Request) (*http.Response, error)
-}
+type Doer = jsonhttp.Doer
 
 // Client talks to one payment-resource. It is safe for concurrent use.
 type Client struct {
@@ -152,14 +147,11 @@ func WithHTTPClient(d Doer) Option {
 // http(s) URL with an optional path prefix and no query. It returns an
 // error for a malformed URL or an invalid option.
 func New(baseURL string, opts ...Option) (*Client, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("paymentresource client: base URL %q is not an absolute http(s) URL", baseURL)
+	base, err := jsonhttp.BaseURL("paymentresource client", baseURL)
+	if err != nil {
+		return nil, err
 	}
-	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return nil, fmt.Errorf("paymentresource client: base URL %q has a query, fragment or user info; give scheme, host and an optional path only", baseURL)
-	}
-	c := &Client{base: strings.TrimRight(u.String(), "/"), doer: http.DefaultClient}
+	c := &Client{base: base, doer: http.DefaultClient}
 	for _, o := range opts {
 		if err := o(c); err != nil {
 			return nil, err
@@ -265,57 +257,29 @@ func (c *Client) Audit(ctx context.Context) (api.AuditReport, error) {
 	return rep, err
 }
 
-// maxAnswerBytes bounds an answer read (a payout with a long history is a
-// few KiB).
-const maxAnswerBytes = 1 << 20
-
-// call sends one request, with the holder's headers when h is not nil, and
-// decodes a 2xx body into out or a refusal into *Error.
+// call sends one request through jsonhttp.Do, with the holder's headers
+// when h is not nil, and decodes a 2xx body into out or a refusal into
+// *Error.
 func (c *Client) call(ctx context.Context, method, path string, h *holder, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json")
+	var jh *jsonhttp.Holder
 	if h != nil {
-		req.Header.Set(api.HeaderToken, strconv.FormatInt(h.token, 10))
-		if h.owner != "" {
-			req.Header.Set(api.HeaderOwner, h.owner)
-		}
+		jh = &jsonhttp.Holder{Token: h.token, Owner: h.owner, TokenHeader: api.HeaderToken, OwnerHeader: api.HeaderOwner}
 	}
-	resp, err := c.doer.Do(req)
-	if err != nil {
-		return fmt.Errorf("%w: %s %s: %w", ErrUnavailable, method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
-	if err != nil {
-		return fmt.Errorf("%w: reading the answer to %s %s: %w", ErrUnavailable, method, path, err)
-	}
-	if resp.StatusCode/100 == 2 {
+	status, raw, err := jsonhttp.Do(ctx, c.doer, method, c.base+path, jh, in)
+	switch {
+	case errors.Is(err, jsonhttp.ErrEncode):
+		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	case err != nil:
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	case status/100 == 2:
 		if err := json.Unmarshal(raw, out); err != nil {
-			return fmt.Errorf("%w: undecodable answer %d to %s %s: %v", ErrUnavailable, resp.StatusCode, method, path, err)
+			return fmt.Errorf("%w: undecodable answer %d to %s %s: %v", ErrUnavailable, status, method, path, err)
 		}
 		return nil
 	}
 	var env api.ErrorEnvelope
 	if json.Unmarshal(raw, &env) != nil || env.Error.Code == "" {
-		msg := strings.TrimSpace(string(raw))
-		if len(msg) > 512 {
-			msg = msg[:512]
-		}
-		return &Error{Status: resp.StatusCode, Message: msg}
+		return &Error{Status: status, Message: jsonhttp.Excerpt(raw)}
 	}
-	return &Error{Status: resp.StatusCode, Code: env.Error.Code, Message: env.Error.Message, Retryable: env.Error.Retryable}
+	return &Error{Status: status, Code: env.Error.Code, Message: env.Error.Message, Retryable: env.Error.Retryable}
 }

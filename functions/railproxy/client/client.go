@@ -1,8 +1,9 @@
 // Package client is the typed Go client of rail-proxy's HTTP API
 // (functions/railproxy/api). It imports only the standard library, the
-// api package and functions/payoutevent, so that any caller (the executor,
-// a test harness, the reconciler, a tool) can use it without pulling in a
-// database driver.
+// api package, functions/payoutevent and internal/jsonhttp (a stdlib-only
+// transport core shared with payment-resource's client), so that any
+// caller (the executor, a test harness, the reconciler, a tool) can use it
+// without pulling in a database driver.
 //
 // Every method sends one request and decodes a 2xx answer into the api
 // type. A non-2xx answer is returned as an *Error carrying the envelope's
@@ -21,18 +22,14 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
-	"strconv"
-	"strings"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhttp"
 )
 
 // Errors of the client. Refusals by the server are *Error values that match
@@ -125,9 +122,7 @@ func (e *Error) Is(target error) bool {
 
 // Doer sends one HTTP request; *http.Client implements it, and so does
 // the Doer of lockserver/client, so one transport can serve both.
-type Doer interface {
-	Do(*http.Request) (*http.Response, error)
-}
+type Doer = jsonhttp.Doer
 
 // Client talks to one rail-proxy. It is safe for concurrent use.
 type Client struct {
@@ -154,14 +149,11 @@ func WithHTTPClient(d Doer) Option {
 // URL with an optional path prefix and no query. It returns an error for a
 // malformed URL or an invalid option.
 func New(baseURL string, opts ...Option) (*Client, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("railproxy client: base URL %q is not an absolute http(s) URL", baseURL)
+	base, err := jsonhttp.BaseURL("railproxy client", baseURL)
+	if err != nil {
+		return nil, err
 	}
-	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return nil, fmt.Errorf("railproxy client: base URL %q has a query, fragment or user info; give scheme, host and an optional path only", baseURL)
-	}
-	c := &Client{base: strings.TrimRight(u.String(), "/"), doer: http.DefaultClient}
+	c := &Client{base: base, doer: http.DefaultClient}
 	for _, o := range opts {
 		if err := o(c); err != nil {
 			return nil, err
@@ -228,63 +220,35 @@ type holder struct {
 	owner string
 }
 
-// maxAnswerBytes bounds an answer read (a payout has a handful of
-// attempts of a few hundred bytes each).
-const maxAnswerBytes = 1 << 20
-
-// call sends one request, with the holder's headers when h is not nil, and
-// decodes a 2xx body into out or a refusal into *Error.
+// call sends one request through jsonhttp.Do, with the holder's headers
+// when h is not nil, and decodes a 2xx body into out or a refusal into
+// *Error.
 func (c *Client) call(ctx context.Context, method, path string, h *holder, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json")
+	var jh *jsonhttp.Holder
 	if h != nil {
-		req.Header.Set(api.HeaderToken, strconv.FormatInt(h.token, 10))
-		if h.owner != "" {
-			req.Header.Set(api.HeaderOwner, h.owner)
-		}
+		jh = &jsonhttp.Holder{Token: h.token, Owner: h.owner, TokenHeader: api.HeaderToken, OwnerHeader: api.HeaderOwner}
 	}
-	resp, err := c.doer.Do(req)
-	if err != nil {
-		return fmt.Errorf("%w: %s %s: %w", ErrUnavailable, method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
-	if err != nil {
-		return fmt.Errorf("%w: reading the answer %d to %s %s: %w", ErrUnavailable, resp.StatusCode, method, path, err)
-	}
-	if resp.StatusCode/100 == 2 {
+	status, raw, err := jsonhttp.Do(ctx, c.doer, method, c.base+path, jh, in)
+	switch {
+	case errors.Is(err, jsonhttp.ErrEncode):
+		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	case err != nil:
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	case status/100 == 2:
 		if err := json.Unmarshal(raw, out); err != nil {
-			return fmt.Errorf("%w: undecodable answer %d to %s %s: %v", ErrUnavailable, resp.StatusCode, method, path, err)
+			return fmt.Errorf("%w: undecodable answer %d to %s %s: %v", ErrUnavailable, status, method, path, err)
 		}
 		return nil
 	}
 	var ans api.AlreadySubmittedAnswer
 	if json.Unmarshal(raw, &ans) != nil || ans.Error.Code == "" {
-		msg := strings.TrimSpace(string(raw))
-		if len(msg) > 512 {
-			msg = msg[:512]
-		}
-		return &Error{Status: resp.StatusCode, Message: msg}
+		return &Error{Status: status, Message: jsonhttp.Excerpt(raw)}
 	}
-	e := &Error{Status: resp.StatusCode, Code: ans.Error.Code, Message: ans.Error.Message, Retryable: ans.Error.Retryable}
+	e := &Error{Status: status, Code: ans.Error.Code, Message: ans.Error.Message, Retryable: ans.Error.Retryable}
 	if e.Code == api.CodeAlreadySubmitted {
 		if ans.Attempt.AttemptID <= 0 || ans.Attempt.Token <= 0 {
 			// Not forwarded, but what went before is unknown.
-			return fmt.Errorf("%w: %d %s without its first attempt: %.512s", ErrUnavailable, resp.StatusCode, e.Code, raw)
+			return fmt.Errorf("%w: %d %s without its first attempt: %.512s", ErrUnavailable, status, e.Code, raw)
 		}
 		e.Attempt = &ans.Attempt
 	}
