@@ -60,7 +60,10 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		// -h printed the usage; asking for it is not a failure.
+	case err != nil:
 		fmt.Fprintf(os.Stderr, "local %s: %v\n", flag.Arg(0), err)
 		os.Exit(1)
 	}

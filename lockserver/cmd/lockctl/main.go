@@ -79,7 +79,7 @@ func newRoot(out io.Writer) *cobra.Command {
 	if def == "" {
 		def = "http://127.0.0.1:8080"
 	}
-	root.PersistentFlags().StringVar(&server, "server", def, "lock-server base URL (default from LOCK_SERVER_URL)")
+	root.PersistentFlags().StringVar(&server, "server", def, "lock-server base URL; LOCK_SERVER_URL, when set, gives the default")
 	root.PersistentFlags().DurationVar(&timeout, "timeout", 10*time.Second, "time allowed for the command")
 	newClient := func(owner string) (*client.Client, context.Context, context.CancelFunc, error) {
 		var opts []client.Option
