@@ -117,12 +117,10 @@ func (l *Lease) Done() <-chan struct{} { return l.done }
 
 // Err returns nil while the lease is held, and afterwards an error wrapping
 // ErrLeaseLost and its cause (ErrDeadlinePassed, ErrReleased, ErrNotHeld,
-// ErrStaleToken).
-func (l *Lease) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
-}
+// ErrStaleToken). Like Check, which it is, it reads the clock itself: a
+// deadline that has passed is reported even if the timer that marks it has
+// not fired yet.
+func (l *Lease) Err() error { return l.Check() }
 
 // Check returns nil if the lease is held now by the local clock, and the
 // reason it is not otherwise. It reads the clock itself, so it is right even

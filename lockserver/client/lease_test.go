@@ -305,3 +305,55 @@ func TestOptionsAreValidated(t *testing.T) {
 		t.Fatalf("TryAcquire with a bad key: %v; want ErrInvalidRequest", err)
 	}
 }
+
+// stuckClock is a clock whose timers never fire: only reading it can tell
+// that a deadline passed.
+type stuckClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+type noTimer struct{}
+
+func (noTimer) Stop() bool { return true }
+
+func (c *stuckClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *stuckClock) AfterFunc(time.Duration, func()) client.Timer { return noTimer{} }
+
+func (c *stuckClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// Err and Check agree: both read the clock, so a passed deadline is lost
+// for both even when the deadline timer has not fired.
+func TestErrReadsTheClockLikeCheck(t *testing.T) {
+	srv, err := lockserver.NewServer(memstore.New(nil), lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	clk := &stuckClock{now: time.Unix(1_000_000, 0)}
+	c, err := client.New(ts.URL, client.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := c.Acquire(t.Context(), "k", client.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Err(); err != nil {
+		t.Fatalf("Err right after the grant = %v", err)
+	}
+	clk.advance(2 * time.Second)
+	if err := lease.Err(); !errors.Is(err, client.ErrDeadlinePassed) {
+		t.Fatalf("Err after the deadline, timer not fired = %v; want ErrDeadlinePassed", err)
+	}
+}
