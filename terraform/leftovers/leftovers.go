@@ -204,18 +204,26 @@ func Check(ctx context.Context, s Scope, c Clients) error {
 
 func runServices(ctx context.Context, s Scope, c *run.ServicesClient) ([]Leftover, error) {
 	var out []Leftover
-	it := c.ListServices(ctx, &runpb.ListServicesRequest{Parent: "projects/" + s.Project + "/locations/" + s.Region})
-	for {
-		svc, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			return out, nil
-		}
-		if err != nil {
-			return out, err
-		}
+	err := each(c.ListServices(ctx, &runpb.ListServicesRequest{Parent: "projects/" + s.Project + "/locations/" + s.Region}), func(svc *runpb.Service) {
 		if s.ours(svc.GetLabels()) {
 			out = append(out, Leftover{"Cloud Run service", svc.GetName()})
 		}
+	})
+	return out, err
+}
+
+// each calls f with every item of a Google API iterator, in order, and
+// returns nil at its end or the first error of its Next.
+func each[T any](it interface{ Next() (T, error) }, f func(T)) error {
+	for {
+		v, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		f(v)
 	}
 }
 
@@ -255,68 +263,42 @@ func gkeClusters(ctx context.Context, s Scope, c *container.ClusterManagerClient
 
 func pubsubResources(ctx context.Context, s Scope, c *pubsub.Client) ([]Leftover, error) {
 	var out []Leftover
-	ti := c.TopicAdminClient.ListTopics(ctx, &pubsubpb.ListTopicsRequest{Project: "projects/" + s.Project})
-	for {
-		t, err := ti.Next()
-		if errors.Is(err, iterator.Done) {
-			break
-		}
-		if err != nil {
-			return out, err
-		}
+	err := each(c.TopicAdminClient.ListTopics(ctx, &pubsubpb.ListTopicsRequest{Project: "projects/" + s.Project}), func(t *pubsubpb.Topic) {
 		if s.ours(t.GetLabels()) {
 			out = append(out, Leftover{"Pub/Sub topic", t.GetName()})
 		}
+	})
+	if err != nil {
+		return out, err
 	}
-	si := c.SubscriptionAdminClient.ListSubscriptions(ctx, &pubsubpb.ListSubscriptionsRequest{Project: "projects/" + s.Project})
-	for {
-		sub, err := si.Next()
-		if errors.Is(err, iterator.Done) {
-			return out, nil
-		}
-		if err != nil {
-			return out, err
-		}
+	err = each(c.SubscriptionAdminClient.ListSubscriptions(ctx, &pubsubpb.ListSubscriptionsRequest{Project: "projects/" + s.Project}), func(sub *pubsubpb.Subscription) {
 		if s.ours(sub.GetLabels()) {
 			out = append(out, Leftover{"Pub/Sub subscription", sub.GetName()})
 		}
-	}
+	})
+	return out, err
 }
 
 func repositories(ctx context.Context, s Scope, c *artifactregistry.Client) ([]Leftover, error) {
 	var out []Leftover
-	it := c.ListRepositories(ctx, &artifactregistrypb.ListRepositoriesRequest{Parent: "projects/" + s.Project + "/locations/" + s.Region})
-	for {
-		r, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			return out, nil
-		}
-		if err != nil {
-			return out, err
-		}
+	err := each(c.ListRepositories(ctx, &artifactregistrypb.ListRepositoriesRequest{Parent: "projects/" + s.Project + "/locations/" + s.Region}), func(r *artifactregistrypb.Repository) {
 		if s.ours(r.GetLabels()) || strings.HasSuffix(r.GetName(), "/repositories/"+SourceDeployRepository) {
 			out = append(out, Leftover{"Artifact Registry repository", r.GetName()})
 		}
-	}
+	})
+	return out, err
 }
 
 func disks(ctx context.Context, s Scope, c *compute.DisksClient) ([]Leftover, error) {
 	var out []Leftover
-	it := c.AggregatedList(ctx, &computepb.AggregatedListDisksRequest{Project: s.Project})
-	for {
-		pair, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			return out, nil
-		}
-		if err != nil {
-			return out, err
-		}
+	err := each(c.AggregatedList(ctx, &computepb.AggregatedListDisksRequest{Project: s.Project}), func(pair compute.DisksScopedListPair) {
 		for _, d := range pair.Value.GetDisks() {
 			if s.ours(d.GetLabels()) || madeByGKE(d.GetLabels()) {
 				out = append(out, Leftover{"persistent disk", pair.Key + "/disks/" + d.GetName()})
 			}
 		}
-	}
+	})
+	return out, err
 }
 
 func madeByGKE(l map[string]string) bool {
@@ -345,21 +327,17 @@ func Services(ctx context.Context, s Scope, c *run.ServicesClient) (map[string]S
 		return nil, err
 	}
 	out := map[string]ServiceStatus{}
-	it := c.ListServices(ctx, &runpb.ListServicesRequest{Parent: "projects/" + s.Project + "/locations/" + s.Region})
-	for {
-		svc, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			return out, nil
-		}
-		if err != nil {
-			return out, fmt.Errorf("%w Cloud Run services: %w", ErrList, err)
-		}
+	err := each(c.ListServices(ctx, &runpb.ListServicesRequest{Parent: "projects/" + s.Project + "/locations/" + s.Region}), func(svc *runpb.Service) {
 		if !s.ours(svc.GetLabels()) {
-			continue
+			return
 		}
 		short := svc.GetName()[strings.LastIndex(svc.GetName(), "/")+1:]
 		ready := svc.GetTerminalCondition().GetState() == runpb.Condition_CONDITION_SUCCEEDED &&
 			svc.GetLatestReadyRevision() != "" && svc.GetLatestReadyRevision() == svc.GetLatestCreatedRevision()
 		out[short] = ServiceStatus{Name: short, URI: svc.GetUri(), Ready: ready}
+	})
+	if err != nil {
+		return out, fmt.Errorf("%w Cloud Run services: %w", ErrList, err)
 	}
+	return out, nil
 }
