@@ -75,6 +75,13 @@ var (
 	ErrDeadlinePassed = errors.New("client: local lease deadline passed")
 	// ErrReleased: the holder released the lease.
 	ErrReleased = errors.New("client: lease released")
+	// ErrBadAnswer: a 2xx answer that does not describe what was asked: a
+	// body that does not decode, or a grant or lock state of another key,
+	// owner or token, with a token or TTL out of the api's bounds. The SDK
+	// never builds a Lease from such an answer (its token would reach the
+	// fence points of another resource), and a renewal answered so loses
+	// the Lease. The server is broken or is not lock-server.
+	ErrBadAnswer = errors.New("client: malformed answer")
 )
 
 // Error is a refusal by the server: the decoded error envelope and the HTTP
@@ -436,6 +443,9 @@ func (c *Client) tryAcquire(ctx context.Context, key string, a acquireConfig) (*
 	if err := c.call(ctx, http.MethodPost, api.PathLockPrefix+key+api.SuffixAcquire, api.AcquireRequest{Owner: a.owner, TTLMs: a.ttl.Milliseconds()}, &g); err != nil {
 		return nil, err
 	}
+	if err := checkGrant(g, key, a.owner, 0); err != nil {
+		return nil, fmt.Errorf("%w: acquire %q: %v", ErrBadAnswer, key, err)
+	}
 	l := newLease(c, g, sent)
 	if l.Check() != nil {
 		// The answer took longer than the lease's usable time: it is useless.
@@ -512,8 +522,32 @@ func (c *Client) RenewLease(ctx context.Context, key, owner string, token int64)
 	if err := api.ValidateKey(key); err != nil {
 		return g, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
-	err := c.call(ctx, http.MethodPost, api.PathLockPrefix+key+api.SuffixRenew, api.RenewRequest{Owner: owner, Token: token}, &g)
-	return g, err
+	if err := c.call(ctx, http.MethodPost, api.PathLockPrefix+key+api.SuffixRenew, api.RenewRequest{Owner: owner, Token: token}, &g); err != nil {
+		return g, err
+	}
+	if err := checkGrant(g, key, owner, token); err != nil {
+		return api.Grant{}, fmt.Errorf("%w: renew %q: %v", ErrBadAnswer, key, err)
+	}
+	return g, nil
+}
+
+// checkGrant returns an error unless g is a grant of key to owner with a
+// positive token (exactly token, when token is not 0) and a TTL within
+// (0, api.MaxTTLMs].
+func checkGrant(g api.Grant, key, owner string, token int64) error {
+	switch {
+	case g.Key != key:
+		return fmt.Errorf("the grant is of key %q", g.Key)
+	case owner != "" && g.Owner != owner:
+		return fmt.Errorf("the grant is to owner %q, not %q", g.Owner, owner)
+	case g.Token <= 0:
+		return fmt.Errorf("the grant has token %d", g.Token)
+	case token != 0 && g.Token != token:
+		return fmt.Errorf("the grant has token %d, not %d", g.Token, token)
+	case g.TTLMs <= 0 || g.TTLMs > api.MaxTTLMs:
+		return fmt.Errorf("the grant has ttlMs %d, outside 1..%d", g.TTLMs, api.MaxTTLMs)
+	}
+	return nil
 }
 
 // ReleaseLease is the wire-level release of the lease (key, owner, token);
@@ -538,8 +572,20 @@ func (c *Client) Inspect(ctx context.Context, key string) (api.LockState, error)
 	if err := api.ValidateKey(key); err != nil {
 		return st, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
-	err := c.call(ctx, http.MethodGet, api.PathLockPrefix+key, nil, &st)
-	return st, err
+	if err := c.call(ctx, http.MethodGet, api.PathLockPrefix+key, nil, &st); err != nil {
+		return st, err
+	}
+	switch {
+	case st.Key != key:
+		return api.LockState{}, fmt.Errorf("%w: inspect %q: the answer describes key %q", ErrBadAnswer, key, st.Key)
+	case st.Held != (st.Lease != nil):
+		return api.LockState{}, fmt.Errorf("%w: inspect %q: held is %v but the lease is %s", ErrBadAnswer, key, st.Held, map[bool]string{true: "present", false: "absent"}[st.Lease != nil])
+	case st.Lease != nil:
+		if err := checkGrant(*st.Lease, key, "", 0); err != nil {
+			return api.LockState{}, fmt.Errorf("%w: inspect %q: %v", ErrBadAnswer, key, err)
+		}
+	}
+	return st, nil
 }
 
 // Revoke force-revokes the live lease on key (an operator action; token 0
@@ -550,8 +596,13 @@ func (c *Client) Revoke(ctx context.Context, key string, token int64, reason str
 	if err := api.ValidateKey(key); err != nil {
 		return g, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
-	err := c.call(ctx, http.MethodPost, api.PathLockPrefix+key+api.SuffixRevoke, api.RevokeRequest{Token: token, Reason: reason}, &g)
-	return g, err
+	if err := c.call(ctx, http.MethodPost, api.PathLockPrefix+key+api.SuffixRevoke, api.RevokeRequest{Token: token, Reason: reason}, &g); err != nil {
+		return g, err
+	}
+	if err := checkGrant(g, key, "", token); err != nil {
+		return api.Grant{}, fmt.Errorf("%w: revoke %q: %v", ErrBadAnswer, key, err)
+	}
+	return g, nil
 }
 
 // call sends one request and decodes a 2xx body into out (when out is not
@@ -589,7 +640,7 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 			return nil
 		}
 		if err := json.Unmarshal(raw, out); err != nil {
-			return fmt.Errorf("client: decoding the answer to %s %s: %w", method, path, err)
+			return fmt.Errorf("%w: decoding the answer to %s %s: %v", ErrBadAnswer, method, path, err)
 		}
 		return nil
 	}

@@ -156,8 +156,10 @@ func (l *Lease) Renew(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
-	case err == nil && g.Token != l.token:
-		l.loseLocked(fmt.Errorf("server renewed token %d, not %d", g.Token, l.token))
+	case errors.Is(err, ErrBadAnswer):
+		// RenewLease refuses a grant of another key, owner or token: what
+		// the server extended is unknown, so the lease is not trusted.
+		l.loseLocked(err)
 	case err == nil:
 		if l.err != nil {
 			// The deadline passed while the request was in flight. The server
