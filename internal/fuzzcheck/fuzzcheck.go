@@ -194,9 +194,35 @@ func Check(a Answer, opts Options, inputs ...string) error {
 // server constructor refuses such paths before the handler (issue #15,
 // item 7), so handler-level targets leave them out.
 func Canonical(p string) bool {
-	if p == "" || p[0] != '/' {
+	if p == "" || p[0] != '/' || strings.Contains(p, "//") {
 		return false
 	}
 	c := path.Clean(p)
 	return c == p || c+"/" == p
+}
+
+// Methods are the methods a fuzz input picks from by index (see
+// NewRequest): a request line's method is a token that net/http checks
+// before any handler.
+var Methods = []string{http.MethodPost, http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodOptions}
+
+// NewRequest builds the request a fuzz input describes: Methods[method %
+// len], the path as the server would have decoded it, the body, and
+// headers as name, value pairs (an empty value leaves the header out). It
+// returns ok=false when a header value holds CR, LF or NUL, which
+// net/http refuses before any handler sees the request.
+func NewRequest(method uint8, p string, body []byte, headers ...string) (r *http.Request, ok bool) {
+	r = httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+	r.Method = Methods[int(method)%len(Methods)]
+	r.URL.Path, r.URL.RawPath = p, ""
+	for i := 0; i+1 < len(headers); i += 2 {
+		if headers[i+1] == "" {
+			continue
+		}
+		if strings.ContainsAny(headers[i+1], "\r\n\x00") {
+			return nil, false
+		}
+		r.Header.Set(headers[i], headers[i+1])
+	}
+	return r, true
 }
