@@ -4,13 +4,28 @@ GO    ?= go
 PKGS  := ./...
 BIN   := bin
 
-.PHONY: help test lint fmt build bench demo explore clean plan deploy destroy
+.PHONY: help test fuzz lint fmt build bench demo explore clean plan deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 test: ## run every test (starts its own PostgreSQL clusters and embedded etcd)
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+
+FUZZTIME     ?= 30s
+FUZZPARALLEL ?= 1
+
+# go test -list names each package's targets before the package's "ok"
+# line; awk pairs them. Each target runs alone (the fuzzer takes one target
+# per run); its seed corpus already runs in `make test`.
+fuzz: ## run every fuzz target (FuzzXxx) for FUZZTIME (default 30s) each, one after another, FUZZPARALLEL workers (default 1)
+	@set -eo pipefail; \
+	targets=$$($(GO) test -list '^Fuzz' $(PKGS) | awk '/^Fuzz/ {t[n++]=$$1; next} /^ok/ {for (i = 0; i < n; i++) print $$2 "," t[i]; n = 0}'); \
+	echo "fuzz targets: $$(echo $$targets | wc -w), $(FUZZTIME) each"; \
+	for pt in $$targets; do pkg=$${pt%,*}; t=$${pt#*,}; \
+	  echo "== $$t ($$pkg)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -parallel $(FUZZPARALLEL) $$pkg; \
+	done
 
 lint: ## gofmt, go vet, staticcheck and terraform fmt; fails on any finding
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
