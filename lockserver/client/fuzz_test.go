@@ -136,3 +136,29 @@ func FuzzClientAnswers(f *testing.F) {
 		}
 	})
 }
+
+// A renewal answered with a grant of another token loses the Lease: the
+// SDK cannot know what the server extended, so it stops trusting it.
+func TestRenewalOfAnotherTokenLosesTheLease(t *testing.T) {
+	srv := &cannedServer{}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	c, err := client.New(ts.URL, client.WithOwner("worker-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.set(200, []byte(`{"key":"payout:acct-1","owner":"worker-a","token":7,"leaseId":"pg-7","ttlMs":60000}`))
+	l, err := c.TryAcquire(context.Background(), "payout:acct-1", client.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.set(200, []byte(`{"key":"payout:acct-1","owner":"worker-a","token":8,"leaseId":"pg-8","ttlMs":60000}`))
+	if err := l.Renew(context.Background()); !errors.Is(err, client.ErrLeaseLost) || !errors.Is(err, client.ErrBadAnswer) {
+		t.Fatalf("Renew answered with token 8 for token 7: %v; want ErrLeaseLost wrapping ErrBadAnswer", err)
+	}
+	if l.Held() {
+		t.Fatal("the lease is still reported held")
+	}
+	srv.set(204, nil)
+	_ = l.Release(context.Background())
+}
