@@ -57,7 +57,9 @@ func fuzzProof(mode uint8, arg, token string, body []byte) string {
 // reached no rail and changed no row (beyond the documented audit row of
 // FENCED_OUT and PAYOUT_ALREADY_SUBMITTED, and the high-water raise of the
 // latter), and that nothing reaches the rail without a valid proof.
-func FuzzRailProxy(f *testing.F) {
+// fuzzRig is one rail-proxy over one raildb, with a healthy rail-stub as
+// its rail, for the whole of a fuzz target; db is the test's own pool.
+func fuzzRig(f *testing.F) (p *railproxy.Proxy, stub *railstub.Stub, db *pgxpool.Pool) {
 	stub, err := railstub.New(railstub.DefaultConfig(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		f.Fatal(err)
@@ -69,17 +71,21 @@ func FuzzRailProxy(f *testing.F) {
 	cfg := railproxy.DefaultConfig()
 	cfg.DB.DSN, cfg.RailURL = dsn, rail.URL
 	cfg.ProofKeys, cfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
-	p, err := railproxy.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	p, err = railproxy.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { _ = p.Close() })
-	db, err := pgxpool.New(context.Background(), dsn)
+	db, err = pgxpool.New(context.Background(), dsn)
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Cleanup(db.Close)
+	return p, stub, db
+}
 
+func FuzzRailProxy(f *testing.F) {
+	p, stub, db := fuzzRig(f)
 	sub := func(payout, account string) []byte {
 		return fmt.Appendf(nil, `{"payoutId":%q,"accountId":%q,"amountMinor":2500,"currency":"EUR"}`, payout, account)
 	}
@@ -184,6 +190,51 @@ func FuzzRailProxy(f *testing.F) {
 		}
 		if req.Method == http.MethodPost && newRecords != 1 {
 			t.Fatalf("accepted submission (%d) reached the rail %d times", a.Status, newRecords)
+		}
+	})
+}
+
+// FuzzRailProxySubmission sends well-formed submissions with arbitrary
+// field values and a valid proof of their token on their account: what
+// rail-proxy accepts, the rail must accept too (a submission rail-proxy
+// validates but the rail refuses would come back 502 RAIL_AMBIGUOUS, a 5xx
+// for client input, with the money's fate unknown), and an accepted one
+// reaches the rail once with exactly its fields.
+func FuzzRailProxySubmission(f *testing.F) {
+	p, stub, _ := fuzzRig(f)
+	f.Add("p-1", "acct-1", int64(2500), "EUR", int64(10))
+	f.Add("p-2", "acct-1", int64(1), "JPY", int64(11))
+	f.Add("p-3", strings.Repeat("a", 64), int64(1_000_000_000_000_000), "EUR", int64(12))
+	f.Add(strings.Repeat("p", 128), "acct-2", int64(1), "EUR", int64(1))
+	f.Add("p-4", "acct-3", int64(0), "EUR", int64(1))
+	f.Add("p-5", "acct-3", int64(-1), "ZZZ", int64(1))
+	f.Add("p:6.x_y-z", "a.b_c:d-e", int64(9_223_372_036_854_775_807), "EUR", int64(9_223_372_036_854_775_807))
+	f.Add("p-7", "acct-4", int64(1), "EUR", int64(0))
+	f.Add("é", "acct-4", int64(1), "EUR", int64(2))
+	f.Fuzz(func(t *testing.T, payout, account string, amount int64, currency string, token int64) {
+		body, err := json.Marshal(api.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: currency})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := fuzzcheck.NewRequest(0, api.PathSubmissions, body, "Content-Type", "application/json",
+			api.HeaderToken, strconv.FormatInt(token, 10), api.HeaderProof, prooftest.Proof(account, token))
+		records := len(stub.Submissions(""))
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, req)
+		a := fuzzcheck.FromRecorder(rec)
+		if err := fuzzcheck.Check(a, fuzzcheck.Options{ExtraEnvelopeFields: true}, string(body)); err != nil {
+			t.Fatalf("submission %s token %d: %v", body, token, err)
+		}
+		got := stub.Submissions("")[records:]
+		if a.Status != http.StatusOK {
+			if len(got) != 0 {
+				t.Fatalf("refused submission %s (%d) reached the rail", body, a.Status)
+			}
+			return
+		}
+		want := railstub.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: currency, Reference: payout}
+		if len(got) != 1 || got[0].Request != want {
+			t.Fatalf("accepted submission %s reached the rail as %+v; want once as %+v", body, got, want)
 		}
 	})
 }
