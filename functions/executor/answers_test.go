@@ -76,8 +76,8 @@ func TestClassesOfTheAnswers(t *testing.T) {
 		{executor.ServicePaymentResource, string(api.CodeUnavailable), 503, executor.ClassTransient, "", executor.ErrDependency},
 		{executor.ServiceLockServer, string(lockapi.CodeLockHeld), 409, executor.ClassTransient, "", executor.ErrLockBusy},
 		{executor.ServiceLockServer, string(lockapi.CodeStaleToken), 409, executor.ClassTransient, "", executor.ErrLeaseLost},
-		{executor.ServiceRailProxy, "", 0, executor.ClassTransient, "", executor.ErrDependency},               // no answer
-		{executor.ServiceRailProxy, "", 502, executor.ClassTransient, "", executor.ErrDependency},             // not an envelope
+		{executor.ServiceRailProxy, "", 0, executor.ClassTransient, "", executor.ErrDependency},              // no answer
+		{executor.ServiceRailProxy, "", 502, executor.ClassTransient, "", executor.ErrDependency},            // not an envelope
 		{executor.ServiceRailProxy, "NEWER_CODE", 409, executor.ClassPermanent, api.ReasonUnclassified, nil}, // a newer rail-proxy
 	} {
 		v := executor.Classify(c.svc, c.code, c.status)

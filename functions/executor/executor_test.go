@@ -411,7 +411,9 @@ func TestPaymentResourceAnswersAreClassifiedByTheirCodes(t *testing.T) {
 		{"result with a rail reference recorded elsewhere", func() *fakeDeps {
 			return &fakeDeps{railStatus: 200, railBody: ack, resultCode: api.CodeRailRefConflict}
 		}, executor.OutcomeNeedsAttention, nil, 200, 1},
-		{"result for a payout not claimed", func() *fakeDeps { return &fakeDeps{railStatus: 200, railBody: ack, resultCode: api.CodePayoutNotClaimed} }, executor.OutcomeNeedsAttention, nil, 200, 1},
+		{"result for a payout not claimed", func() *fakeDeps {
+			return &fakeDeps{railStatus: 200, railBody: ack, resultCode: api.CodePayoutNotClaimed}
+		}, executor.OutcomeNeedsAttention, nil, 200, 1},
 		{"result while paydb is down", func() *fakeDeps { return &fakeDeps{railStatus: 200, railBody: ack, resultCode: api.CodeUnavailable} }, "", executor.ErrDependency, 503, 1},
 		{"needs_attention mark while paydb is down", func() *fakeDeps {
 			return &fakeDeps{railStatus: 200, railBody: ack, resultCode: api.CodeRailRefConflict, attnCode: api.CodeUnavailable}
