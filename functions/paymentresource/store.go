@@ -474,15 +474,17 @@ func recordClaim(ctx context.Context, tx pgx.Tx, id string, l lockedPayout, toke
 }
 
 // refused explains why a fenced payout statement matched no row, from the
-// row as locked just before it. A finished payout says so whatever the
-// token (PAYOUT_FINISHED before FENCED_OUT: no holder, however new, has
-// anything left to do, and a fence raised by a bad token must not turn
-// "done" into a refusal that is retried forever); so does, for a claim, a
-// payout no claim can take (in doubt, needs attention). Then a higher
-// fence (FENCED_OUT, logged), then a state the step does not start from.
+// row as locked just before it. For a claim, a payout no claim can take
+// says so whatever the token: finished (PAYOUT_FINISHED before FENCED_OUT:
+// no holder, however new, has anything left to do, and a payout fence
+// raised by a bad token must not turn "done" into a refusal that is
+// redelivered forever), in doubt, needs attention. Then, for every step, a
+// higher fence (FENCED_OUT, logged: a stale holder's result or mark is a
+// stale write, which the experiment counts), then a state the step does
+// not start from.
 func (s *Service) refused(id string, l lockedPayout, token int64, owner string, claim bool) error {
 	switch {
-	case l.state == api.StatePosted || l.state == api.StateDeclined:
+	case claim && (l.state == api.StatePosted || l.state == api.StateDeclined):
 		return fmt.Errorf("%w: payout %s is %s", ErrPayoutFinished, id, l.state)
 	case claim && l.state == api.StateNeedsAttention:
 		return fmt.Errorf("%w: payout %s", ErrPayoutNeedsAttention, id)
@@ -493,6 +495,8 @@ func (s *Service) refused(id string, l lockedPayout, token int64, owner string, 
 			id, l.accountID)
 	}
 	switch l.state {
+	case api.StatePosted, api.StateDeclined:
+		return fmt.Errorf("%w: payout %s is %s", ErrPayoutFinished, id, l.state)
 	case api.StateAmbiguous, api.StateSubmitted, api.StateAcknowledged:
 		return fmt.Errorf("%w: payout %s is %s", ErrPayoutInDoubt, id, l.state)
 	case api.StateNeedsAttention:

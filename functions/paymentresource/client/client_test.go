@@ -47,13 +47,14 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 		api.CodePayoutConflict: client.ErrPayoutConflict, api.CodeFencedOut: client.ErrFencedOut,
 		api.CodePayoutFinished: client.ErrPayoutFinished, api.CodePayoutInDoubt: client.ErrPayoutInDoubt,
 		api.CodePayoutNotClaimed: client.ErrPayoutNotClaimed, api.CodeRailRefConflict: client.ErrRailRefConflict,
-		api.CodeUnavailable: client.ErrUnavailable,
+		api.CodePayoutNeedsAttention: client.ErrPayoutNeedsAttention,
+		api.CodeUnavailable:          client.ErrUnavailable,
 		// No sentinel: a wrong URL or client, or a bug.
 		api.CodeNotFound: nil, api.CodeMethodNotAllowed: nil, api.CodeInternal: nil,
 	}
 	all := []error{client.ErrInvalidRequest, client.ErrAccountNotFound, client.ErrAccountConflict, client.ErrCurrencyMismatch,
 		client.ErrPayoutNotFound, client.ErrPayoutConflict, client.ErrFencedOut, client.ErrPayoutFinished, client.ErrPayoutInDoubt,
-		client.ErrPayoutNotClaimed, client.ErrRailRefConflict, client.ErrUnavailable}
+		client.ErrPayoutNotClaimed, client.ErrRailRefConflict, client.ErrUnavailable, client.ErrPayoutNeedsAttention}
 	for _, code := range api.Codes {
 		want, listed := sentinel[code]
 		if !listed {
