@@ -1,0 +1,142 @@
+package pipelinetest_test
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+)
+
+// forged is a token lock-server never granted: the largest int64.
+const forged = int64(9223372036854775807)
+
+// pushUntilAcked posts ev to x as Pub/Sub push requests, redelivering
+// every non-2xx answer, at most max times. It returns the number of
+// deliveries and the last status.
+func pushUntilAcked(t *testing.T, x *executor.Executor, ev payoutevent.Event, max int) (int, int) {
+	t.Helper()
+	status := 0
+	for i := 1; i <= max; i++ {
+		body, err := payoutevent.Encode(ev, "m-"+ev.PayoutID, ev.AccountID, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		x.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body)))
+		if status = rec.Code; status/100 == 2 {
+			return i, status
+		}
+	}
+	return max, status
+}
+
+// TestPermanentRefusalEndsInNeedsAttentionWithNothingLooping (#15, probe
+// finding 1): one forged token raises an account's fence above anything
+// lock-server granted for payout:{account}. Before, every later payout of
+// the account was refused FENCED_OUT, answered as transient and
+// redelivered forever (60 history rows and 60 lease grants in 6 s). Now
+// the holder of the current lease sees that no newer holder exists, marks
+// the payout needs_attention with the reason, and the first delivery is
+// acknowledged; a finished payout's own redelivery ends at once.
+func TestPermanentRefusalEndsInNeedsAttentionWithNothingLooping(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		forge  func(t *testing.T, p *pipelinetest.Pipeline)
+		reason api.AttentionReason
+		rail   int // rail submissions of the payout
+	}{
+		{"rail-proxy's high-water forged", func(t *testing.T, p *pipelinetest.Pipeline) {
+			st, body := send(t, p.ProxyURL+railapi.PathSubmissions, forged,
+				railapi.SubmitRequest{PayoutID: "p-x", AccountID: "acct-1", AmountMinor: 1, Currency: "EUR"})
+			if st != http.StatusOK {
+				t.Fatalf("forged submission: %d %s", st, body)
+			}
+		}, api.ReasonRailFenceAhead, 0},
+		{"payment-resource's account fence forged", func(t *testing.T, p *pipelinetest.Pipeline) {
+			if err := p.CreatePayout(t.Context(), payoutevent.Event{PayoutID: "p-x", AccountID: "acct-1", AmountMinor: 1, Currency: "EUR"}); err != nil {
+				t.Fatal(err)
+			}
+			if st, body := send(t, p.PayURL+api.ClaimPath("p-x"), forged, nil); st != http.StatusOK {
+				t.Fatalf("forged claim: %d %s", st, body)
+			}
+			if st, body := send(t, p.PayURL+api.ResultPath("p-x"), forged, api.ResultRequest{Outcome: api.OutcomeAck, RailRef: "forged-1"}); st != http.StatusOK {
+				t.Fatalf("forged ACK: %d %s", st, body)
+			}
+		}, api.ReasonPaymentFenceAhead, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := pipelinetest.Start(t, pipelinetest.Options{})
+			ev := payoutevent.Event{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 2500, Currency: "EUR"}
+			if err := p.CreatePayout(t.Context(), ev); err != nil {
+				t.Fatal(err)
+			}
+			tc.forge(t, p)
+			x := newExecutor(t, p, "worker-a", nil)
+
+			n, status := pushUntilAcked(t, x, ev, 20)
+			if status != http.StatusOK || n != 1 {
+				t.Fatalf("p-1 took %d deliveries, last answered %d; want 1, acknowledged", n, status)
+			}
+			po, err := p.Pay.Payout(t.Context(), "p-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if po.State != api.StateNeedsAttention || po.AttentionReason != tc.reason {
+				t.Fatalf("p-1 is %s (%q); want needs_attention (%s)", po.State, po.AttentionReason, tc.reason)
+			}
+			if len(po.History) > 3 {
+				t.Fatalf("p-1's history has %d rows: %+v", len(po.History), po.History)
+			}
+			if _, d := debits(t, p, "p-1"); d != 0 {
+				t.Fatalf("p-1 has %d debits; want 0", d)
+			}
+			if got := len(p.Stub.Submissions("p-1")); got != tc.rail {
+				t.Fatalf("the rail got %d submissions of p-1; want %d", got, tc.rail)
+			}
+			// Pub/Sub delivers at least once: the duplicate ends at the
+			// claim, and takes one lease grant, not one per 100 ms.
+			before, _ := p.Locks.Inspect(t.Context(), ev.LockKey())
+			if n, status := pushUntilAcked(t, x, ev, 20); n != 1 || status != http.StatusOK {
+				t.Fatalf("a duplicate of p-1 took %d deliveries (last %d); want 1", n, status)
+			}
+			after, _ := p.Locks.Inspect(t.Context(), ev.LockKey())
+			if grants := after.LastToken - before.LastToken; grants != 1 {
+				t.Fatalf("the duplicate took %d lease grants; want 1", grants)
+			}
+			if po2, _ := p.Pay.Payout(t.Context(), "p-1"); len(po2.History) != len(po.History) {
+				t.Fatalf("the duplicate grew p-1's history from %d to %d rows", len(po.History), len(po2.History))
+			}
+		})
+	}
+}
+
+// TestRedeliveryOfTheForgedPayoutEnds: the payout a forged token claimed
+// and posted (its payout fence is the maximum) is finished: its own
+// redelivery is acknowledged at the claim, where it used to be refused
+// FENCED_OUT and redelivered forever.
+func TestRedeliveryOfTheForgedPayoutEnds(t *testing.T) {
+	p := pipelinetest.Start(t, pipelinetest.Options{})
+	ev := payoutevent.Event{PayoutID: "p-x", AccountID: "acct-1", AmountMinor: 1, Currency: "EUR"}
+	if err := p.CreatePayout(t.Context(), ev); err != nil {
+		t.Fatal(err)
+	}
+	if st, body := send(t, p.PayURL+api.ClaimPath("p-x"), forged, nil); st != http.StatusOK {
+		t.Fatalf("forged claim: %d %s", st, body)
+	}
+	if st, body := send(t, p.PayURL+api.ResultPath("p-x"), forged, api.ResultRequest{Outcome: api.OutcomeAck, RailRef: "forged-1"}); st != http.StatusOK {
+		t.Fatalf("forged ACK: %d %s", st, body)
+	}
+	x := newExecutor(t, p, "worker-a", nil)
+	if n, status := pushUntilAcked(t, x, ev, 20); n != 1 || status != http.StatusOK {
+		t.Fatalf("p-x took %d deliveries (last %d); want 1", n, status)
+	}
+	if got := len(p.Stub.Submissions("p-x")); got != 0 {
+		t.Fatalf("the rail got %d submissions of p-x; want 0", got)
+	}
+}
