@@ -454,7 +454,9 @@ func (x *Executor) settle(ctx context.Context, log *slog.Logger, e payoutevent.E
 	log = log.With("step", step, "service", string(svc), "code", code)
 	switch v.Class {
 	case ClassDone:
-		log.Info("payout needs nothing more from this delivery", "event", "payout_execution_settled", "outcome", string(v.Outcome), "error", err.Error())
+		event := map[Outcome]string{OutcomeAlreadyDone: "payout_already_done", OutcomeInDoubt: "payout_in_doubt",
+			OutcomeDropped: "payout_event_unknown_payout", OutcomeNeedsAttention: "payout_already_needs_attention"}[v.Outcome]
+		log.Info("payout needs nothing more from this delivery", "event", event, "outcome", string(v.Outcome), "error", err.Error())
 		return v.Outcome, nil
 	case ClassFenced:
 		if lease == nil {
