@@ -140,3 +140,42 @@ func TestRedeliveryOfTheForgedPayoutEnds(t *testing.T) {
 		t.Fatalf("the rail got %d submissions of p-x; want 0", got)
 	}
 }
+
+// TestForeignRailReferenceEndsInNeedsAttention (#15, probe finding 2, the
+// looping part): a holder recorded the rail's next reference as its own
+// payout's DECLINE, so the next real payout, which the rail pays under
+// that reference, is refused RAIL_REF_CONFLICT. That refusal can never
+// change: the payout ends in needs_attention (rail_ref_conflict) after
+// one delivery, where it used to be redelivered forever. (Refusing the
+// foreign reference in the first place is #15 item 3.)
+func TestForeignRailReferenceEndsInNeedsAttention(t *testing.T) {
+	p := pipelinetest.Start(t, pipelinetest.Options{})
+	thief := payoutevent.Event{PayoutID: "p-a", AccountID: "acct-a", AmountMinor: 1, Currency: "EUR"}
+	victim := payoutevent.Event{PayoutID: "p-b", AccountID: "acct-b", AmountMinor: 2500, Currency: "EUR"}
+	for _, ev := range []payoutevent.Event{thief, victim} {
+		if err := p.CreatePayout(t.Context(), ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, body := send(t, p.PayURL+api.ClaimPath("p-a"), 1, nil); st != http.StatusOK {
+		t.Fatalf("claim p-a: %d %s", st, body)
+	}
+	if st, body := send(t, p.PayURL+api.ResultPath("p-a"), 1, api.ResultRequest{Outcome: api.OutcomeDecline, RailRef: "rail-000001"}); st != http.StatusOK {
+		t.Fatalf("the foreign DECLINE: %d %s", st, body)
+	}
+	x := newExecutor(t, p, "worker-a", nil)
+	if n, status := pushUntilAcked(t, x, victim, 20); n != 1 || status != http.StatusOK {
+		t.Fatalf("p-b took %d deliveries (last %d); want 1", n, status)
+	}
+	subs := p.Stub.Submissions("p-b")
+	if len(subs) != 1 || subs[0].Answer.RailRef != "rail-000001" {
+		t.Fatalf("the rail's record of p-b: %+v; want one submission under rail-000001 (the premise of the test)", subs)
+	}
+	po, err := p.Pay.Payout(t.Context(), "p-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if po.State != api.StateNeedsAttention || po.AttentionReason != api.ReasonRailRefConflict {
+		t.Fatalf("p-b is %s (%q); want needs_attention (%s)", po.State, po.AttentionReason, api.ReasonRailRefConflict)
+	}
+}
