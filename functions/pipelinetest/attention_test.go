@@ -2,6 +2,7 @@ package pipelinetest_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -21,7 +22,18 @@ const forged = int64(9223372036854775807)
 // deliveries and the last status.
 func pushUntilAcked(t *testing.T, x *executor.Executor, ev payoutevent.Event, max int) (int, int) {
 	t.Helper()
+	n, status, _ := pushUntilAckedOutcome(t, x, ev, max)
+	return n, status
+}
+
+// pushUntilAckedOutcome is pushUntilAcked that also returns the outcome
+// the last answer names ("" for a redelivery answer).
+func pushUntilAckedOutcome(t *testing.T, x *executor.Executor, ev payoutevent.Event, max int) (int, int, executor.Outcome) {
+	t.Helper()
 	status := 0
+	var ans struct {
+		Outcome executor.Outcome `json:"outcome"`
+	}
 	for i := 1; i <= max; i++ {
 		body, err := payoutevent.Encode(ev, "m-"+ev.PayoutID, ev.AccountID, i)
 		if err != nil {
@@ -30,10 +42,11 @@ func pushUntilAcked(t *testing.T, x *executor.Executor, ev payoutevent.Event, ma
 		rec := httptest.NewRecorder()
 		x.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body)))
 		if status = rec.Code; status/100 == 2 {
-			return i, status
+			_ = json.Unmarshal(rec.Body.Bytes(), &ans)
+			return i, status, ans.Outcome
 		}
 	}
-	return max, status
+	return max, status, ""
 }
 
 // TestPermanentRefusalEndsInNeedsAttentionWithNothingLooping (#15, probe
@@ -133,8 +146,8 @@ func TestRedeliveryOfTheForgedPayoutEnds(t *testing.T) {
 		t.Fatalf("forged ACK: %d %s", st, body)
 	}
 	x := newExecutor(t, p, "worker-a", nil)
-	if n, status := pushUntilAcked(t, x, ev, 20); n != 1 || status != http.StatusOK {
-		t.Fatalf("p-x took %d deliveries (last %d); want 1", n, status)
+	if n, status, out := pushUntilAckedOutcome(t, x, ev, 20); n != 1 || status != http.StatusOK || out != executor.OutcomeAlreadyDone {
+		t.Fatalf("p-x took %d deliveries (last %d, %q); want 1, %s (PAYOUT_FINISHED at the claim)", n, status, out, executor.OutcomeAlreadyDone)
 	}
 	if got := len(p.Stub.Submissions("p-x")); got != 0 {
 		t.Fatalf("the rail got %d submissions of p-x; want 0", got)
