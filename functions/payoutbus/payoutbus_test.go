@@ -130,6 +130,13 @@ func mustJSON(t *testing.T, v any) []byte {
 // Pub/Sub holds back until the poison one is acknowledged, then arrives,
 // and the poison one was delivered no more.
 func TestPoisonMessageIsDeadLetteredAfterMaxAttempts(t *testing.T) {
+	// The subscription numbers the attempts when it has a dead-letter
+	// policy (SetupDeadLetter); without one the bridge counts them.
+	t.Run("numbered by the subscription", func(t *testing.T) { poisonIsDeadLettered(t, true) })
+	t.Run("counted by the bridge", func(t *testing.T) { poisonIsDeadLettered(t, false) })
+}
+
+func poisonIsDeadLettered(t *testing.T, numbered bool) {
 	c := fakePubSub(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -137,9 +144,17 @@ func TestPoisonMessageIsDeadLetteredAfterMaxAttempts(t *testing.T) {
 		t.Fatal(err)
 	}
 	const max = 3
-	if err := SetupDeadLetter(ctx, c, "local", "payouts", "payout-executor", DefaultMaxDeliveryAttempts); err != nil {
+	policyOn := "payout-executor"
+	if !numbered { // the dead-letter topic exists, the subscription has no policy
+		policyOn = "elsewhere"
+		if err := Setup(ctx, c, "local", "payouts", policyOn, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := SetupDeadLetter(ctx, c, "local", "payouts", policyOn, DefaultMaxDeliveryAttempts); err != nil {
 		t.Fatal(err)
 	}
+	wantAttempts := []string{"1", "2", "3"} // the push carries the bridge's count when the subscription has none
 	var (
 		mu       sync.Mutex
 		pushes   = map[string]int{} // by payout id
@@ -196,8 +211,8 @@ func TestPoisonMessageIsDeadLetteredAfterMaxAttempts(t *testing.T) {
 		t.Fatal(err)
 	}
 	mu.Lock()
-	if pushes["p-poison"] != max || !slices.Equal(attempts, []string{"1", "2", "3"}) {
-		t.Errorf("poison message pushed %d times with attempts %v; want %d (1, 2, 3)", pushes["p-poison"], attempts, max)
+	if pushes["p-poison"] != max || !slices.Equal(attempts, wantAttempts) {
+		t.Errorf("poison message pushed %d times with attempts %q; want %d (%q)", pushes["p-poison"], attempts, max, wantAttempts)
 	}
 	mu.Unlock()
 
