@@ -157,6 +157,11 @@ type Config struct {
 	// token it did not issue there can raise the account's high-water.
 	// Required while fencing is on. Env LOCK_PROOF_KEYS.
 	ProofKeys fenceproof.Keyring
+	// WrapRailTransport, when set, wraps the transport of the calls to the
+	// rail: cmd/rail-proxy adds Cloud Run ID tokens with it
+	// (api.EnvRailIDTokens). Not read from the environment. Default nil:
+	// the calls go out as they are.
+	WrapRailTransport func(http.RoundTripper) http.RoundTripper
 	// ReceiptKey signs rail-proxy's receipts (SubmitAnswer.Receipt,
 	// Attempt.Receipt): payment-resource records an ACK or DECLINE only
 	// with one. Required; a secret. Env RAIL_RECEIPT_SIGNING_KEY.
@@ -311,6 +316,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 	}
 	fencing.WarnIfOff(log, api.EnvFencingEnabled, !cfg.FencingDisabled)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	var railTransport http.RoundTripper = tr
+	if cfg.WrapRailTransport != nil {
+		railTransport = cfg.WrapRailTransport(tr)
+	}
 	p := &Proxy{
 		cfg:       cfg,
 		log:       log,
@@ -318,7 +327,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 		closePool: closePool,
 		transport: tr,
 		rail: &http.Client{
-			Transport: tr,
+			Transport: railTransport,
 			Timeout:   cfg.RailTimeout,
 			// A redirect is not an answer: it ends as a non-200, ambiguous.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
