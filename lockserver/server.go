@@ -14,6 +14,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
 
 // ServerConfig configures the HTTP handler. The zero value is not valid; start
@@ -30,6 +31,13 @@ type ServerConfig struct {
 	// lockserver_request_duration_seconds{op}; see metrics.go) and is served
 	// at PathMetrics. Nil: no metrics and no PathMetrics route.
 	Registry *prometheus.Registry
+
+	// ProofKey, when set, signs every grant that acquire and renew answer
+	// (api.Grant.Proof): a fence point holding its public half can then
+	// check that a token was issued for the lock key that guards its
+	// resource (package fenceproof). Default: the zero key, no proofs.
+	// Inspect and revoke never carry a proof: only the holder gets one.
+	ProofKey fenceproof.SigningKey
 }
 
 // DefaultServerConfig returns the defaults documented on ServerConfig.
@@ -210,7 +218,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 	}
 	s.noteIssued(l.Token)
 	s.logLease("lock granted", "lock_granted", l)
-	writeJSON(w, http.StatusOK, grantOf(l))
+	writeJSON(w, http.StatusOK, s.holderGrant(l))
 }
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request, key string) {
@@ -226,7 +234,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, key string) {
 		return
 	}
 	s.logLease("lease renewed", "lease_renewed", l)
-	writeJSON(w, http.StatusOK, grantOf(l))
+	writeJSON(w, http.StatusOK, s.holderGrant(l))
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request, key string) {
@@ -318,6 +326,16 @@ func grantOf(l Lease) api.Grant {
 		Key: l.Key, Owner: l.Owner, Token: l.Token, LeaseID: l.LeaseID,
 		TTLMs: l.TTL.Milliseconds(), ExpiresAt: l.ExpiresAt.UTC(),
 	}
+}
+
+// holderGrant is grantOf(l) with the grant's proof when the Server has a
+// ProofKey: the answer to the holder itself (acquire, renew).
+func (s *Server) holderGrant(l Lease) api.Grant {
+	g := grantOf(l)
+	if !s.cfg.ProofKey.IsZero() {
+		g.Proof = s.cfg.ProofKey.SignGrant(l.Key, l.Token, time.Now())
+	}
+	return g
 }
 
 // decodeBody decodes the request body into dst (see httpjson.Decode). It

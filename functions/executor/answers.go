@@ -118,6 +118,8 @@ var answers = map[Service]map[string]Verdict{
 		string(api.CodePayoutNotFound):       {Class: ClassDone, Outcome: OutcomeDropped},
 		string(api.CodePayoutConflict):       {Class: ClassPermanent, Reason: api.ReasonPaymentRequestRefused},
 		string(api.CodeFencedOut):            {Class: ClassFenced, Reason: api.ReasonPaymentFenceAhead, Err: ErrFencedOut},
+		string(api.CodeUnverifiedToken):      deployment, // lock-server's proof of a lease it granted: a key the fence point does not have
+		string(api.CodeInvalidReceipt):       {Class: ClassPermanent, Reason: api.ReasonReceiptRefused},
 		string(api.CodePayoutFinished):       {Class: ClassDone, Outcome: OutcomeAlreadyDone},
 		string(api.CodePayoutInDoubt):        {Class: ClassDone, Outcome: OutcomeInDoubt},
 		string(api.CodePayoutNotClaimed):     {Class: ClassPermanent, Reason: api.ReasonPayoutNotClaimed},
@@ -131,6 +133,7 @@ var answers = map[Service]map[string]Verdict{
 		string(railapi.CodeBodyTooLarge):         deployment,
 		string(railapi.CodeUnsupportedMediaType): deployment,
 		string(railapi.CodeFencedOut):            {Class: ClassFenced, Reason: api.ReasonRailFenceAhead, Err: ErrFencedOut},
+		string(railapi.CodeUnverifiedToken):      deployment,                                 // as at payment-resource
 		string(railapi.CodeAlreadySubmitted):     {Class: ClassContinue, Err: ErrDependency}, // report the first attempt's outcome; without it, ask again
 		string(railapi.CodeRailAmbiguous):        {Class: ClassContinue, Err: ErrDependency}, // report AMBIGUOUS
 		string(railapi.CodeUnavailable):          transient,

@@ -28,6 +28,9 @@ type railResult struct {
 	Status  api.Outcome
 	RailRef string
 	Token   int64
+	// Receipt is rail-proxy's signature over the answer, passed on to
+	// payment-resource unchanged ("" for an ambiguous outcome).
+	Receipt string
 }
 
 // outcomeOf is payment-resource's outcome for the rail's answer.
@@ -84,10 +87,10 @@ func (x *Executor) verify(ctx context.Context, e payoutevent.Event) error {
 
 // claim claims the payout with token. It returns nil or the client's
 // error (for Classify).
-func (x *Executor) claim(ctx context.Context, e payoutevent.Event, token int64) error {
+func (x *Executor) claim(ctx context.Context, e payoutevent.Event, h payoutevent.Holder) error {
 	ctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
 	defer cancel()
-	_, err := x.pay.Claim(ctx, e.PayoutID, token, x.Owner())
+	_, err := x.pay.Claim(ctx, e.PayoutID, h)
 	return err
 }
 
@@ -101,15 +104,15 @@ func (x *Executor) claim(ctx context.Context, e payoutevent.Event, token int64) 
 // ambiguous: the submission may have gone to the rail, but asking again is
 // safe, because rail-proxy forwards a payout once and answers a later
 // submission with the first one's attempt and outcome.
-func (x *Executor) submit(ctx context.Context, e payoutevent.Event, token int64) (railResult, error) {
+func (x *Executor) submit(ctx context.Context, e payoutevent.Event, h payoutevent.Holder) (railResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, x.cfg.RailTimeout)
 	defer cancel()
 	req := railapi.SubmitRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency}
-	ans, err := x.rail.Submit(ctx, token, x.Owner(), req)
+	ans, err := x.rail.Submit(ctx, h, req)
 	var refusal *railclient.Error
 	switch {
 	case err == nil:
-		return railResult{Status: outcomeOf(ans.Status), RailRef: ans.RailRef, Token: token}, nil
+		return railResult{Status: outcomeOf(ans.Status), RailRef: ans.RailRef, Token: h.Token, Receipt: ans.Receipt}, nil
 	case errors.Is(err, railclient.ErrAlreadySubmitted) && errors.As(err, &refusal) && refusal.Attempt != nil:
 		return railResult{}, &firstAttempt{*refusal.Attempt}
 	case errors.Is(err, railclient.ErrAlreadySubmitted):
@@ -124,8 +127,8 @@ func (x *Executor) submit(ctx context.Context, e payoutevent.Event, token int64)
 
 // postResult reports res to payment-resource with token; ctx bounds it. It
 // returns nil or the client's error (for Classify).
-func (x *Executor) postResult(ctx context.Context, e payoutevent.Event, token int64, res railResult) error {
-	req := api.ResultRequest{Outcome: res.Status, RailRef: res.RailRef, RailToken: res.Token}
-	_, err := x.pay.PostResult(ctx, e.PayoutID, token, x.Owner(), req)
+func (x *Executor) postResult(ctx context.Context, e payoutevent.Event, h payoutevent.Holder, res railResult) error {
+	req := api.ResultRequest{Outcome: res.Status, RailRef: res.RailRef, RailToken: res.Token, Receipt: res.Receipt}
+	_, err := x.pay.PostResult(ctx, e.PayoutID, h, req)
 	return err
 }

@@ -363,6 +363,10 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 		return x.settle(ctx, log, e, nil, "acquire "+e.LockKey(), ServiceLockServer, err)
 	}
 	token := lease.Token()
+	// The holder's headers at the fence points: the token, lock-server's
+	// proof of it (the fence points verify it was granted on this
+	// account's lock) and this worker's owner id.
+	holder := payoutevent.Holder{Token: token, Proof: lease.Proof(), Owner: x.Owner()}
 	log = log.With("token", token)
 	log.Info("lease granted; executing under it", "event", "lease_acquired", "lock", e.LockKey(), "leaseId", lease.Grant().LeaseID, "ttlMs", lease.Grant().TTLMs)
 	defer func() {
@@ -379,7 +383,7 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	if err := x.confirm(ctx, log, lease, "claim"); err != nil {
 		return x.settle(ctx, log, e, nil, "confirm before the claim", ServiceLockServer, err)
 	}
-	if err := x.claim(ctx, e, token); err != nil {
+	if err := x.claim(ctx, e, holder); err != nil {
 		return x.settle(ctx, log, e, lease, "claim", ServicePaymentResource, err)
 	}
 	log.Info("payout claimed", "event", "payout_claimed")
@@ -396,7 +400,7 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	if x.hooks.BeforeRailSubmit != nil {
 		x.hooks.BeforeRailSubmit(ctx, e, token)
 	}
-	res, err := x.submit(ctx, e, token)
+	res, err := x.submit(ctx, e, holder)
 	var first *firstAttempt
 	switch {
 	case errors.As(err, &first):
@@ -405,7 +409,7 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 		if first.State == railapi.StateForwarding {
 			return "", fmt.Errorf("%w: attempt %d with token %d", ErrSubmissionInFlight, first.AttemptID, first.Token)
 		}
-		res = railResult{Status: first.outcome(), RailRef: first.RailRef, Token: first.Token}
+		res = railResult{Status: first.outcome(), RailRef: first.RailRef, Token: first.Token, Receipt: first.Receipt}
 		if first.AccountID != e.AccountID || first.AmountMinor != e.AmountMinor || first.Currency != e.Currency {
 			// What went to the rail under this payout's id is not this
 			// payout (a forged or buggy submission): its outcome says
@@ -425,7 +429,7 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	}
 	// (3) The rail's answer is a fact: report it whatever the lease says now;
 	// payment-resource's fence decides whether this worker may still write.
-	if err := x.report(ctx, log, e, token, res); err != nil {
+	if err := x.report(ctx, log, e, holder, res); err != nil {
 		return x.settle(ctx, log, e, lease, "result", ServicePaymentResource, err)
 	}
 	switch res.Status {
@@ -494,7 +498,8 @@ func (x *Executor) markAttention(ctx context.Context, log *slog.Logger, e payout
 		return OutcomeNeedsAttention, nil
 	}
 	err := x.retry(ctx, func(ctx context.Context) error {
-		_, err := x.pay.MarkNeedsAttention(ctx, e.PayoutID, lease.Token(), x.Owner(), reason)
+		h := payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: x.Owner()}
+		_, err := x.pay.MarkNeedsAttention(ctx, e.PayoutID, h, reason)
 		return err
 	})
 	if err == nil {
@@ -533,8 +538,8 @@ func (x *Executor) confirm(ctx context.Context, log *slog.Logger, lease *client.
 // report posts res to payment-resource (idempotent on the rail
 // reference), retrying transient failures in process (Config.ReportRetry).
 // It returns nil, or the last error, for settle.
-func (x *Executor) report(ctx context.Context, log *slog.Logger, e payoutevent.Event, token int64, res railResult) error {
-	err := x.retry(ctx, func(ctx context.Context) error { return x.postResult(ctx, e, token, res) })
+func (x *Executor) report(ctx context.Context, log *slog.Logger, e payoutevent.Event, h payoutevent.Holder, res railResult) error {
+	err := x.retry(ctx, func(ctx context.Context) error { return x.postResult(ctx, e, h, res) })
 	if err != nil {
 		log.Warn("payment-resource did not take the result", "event", "payout_result_refused", "railStatus", res.Status, "railRef", res.RailRef, "error", err.Error())
 	}

@@ -134,6 +134,12 @@ type Grant struct {
 	// renewed. It is informative: clients must not compare it with their own
 	// clock, and the SDK computes its deadline from TTLMs instead.
 	ExpiresAt time.Time `json:"expiresAt"`
+	// Proof, present in the answers to acquire and renew when lock-server
+	// has a signing key (EnvProofSigningKey), is lock-server's signature
+	// over Key and Token (package lockserver/fenceproof). Send it with the
+	// token, unchanged, to every fence point that verifies tokens (the
+	// payout pipeline's are: header X-Fencing-Proof). Opaque to holders.
+	Proof string `json:"proof,omitempty"`
 }
 
 // LockState is the answer to inspect.
@@ -303,6 +309,16 @@ const (
 	EnvRequestTimeoutMs = "LOCK_REQUEST_TIMEOUT_MS"
 	// EnvShutdownTimeoutMs bounds the drain on SIGTERM, in milliseconds.
 	EnvShutdownTimeoutMs = "LOCK_SHUTDOWN_TIMEOUT_MS"
+	// EnvProofSigningKey is lock-server's secret signing key for grant
+	// proofs (Grant.Proof), in lockserver/fenceproof's SigningKey form
+	// "id:base64url"; unset: grants carry no proof. `lockctl proof-key`
+	// makes one. A secret: Secret Manager or a Kubernetes Secret in the
+	// cloud, never a default or a committed file.
+	EnvProofSigningKey = "LOCK_PROOF_SIGNING_KEY"
+	// EnvProofKeys is read by fence points, not by lock-server: the public
+	// keys whose grant proofs they accept, comma-separated VerifyKey forms
+	// "id:base64url" (more than one while keys rotate). Not a secret.
+	EnvProofKeys = "LOCK_PROOF_KEYS"
 	// EnvLogLevel is debug, info, warn or error.
 	EnvLogLevel = "LOG_LEVEL"
 	// EnvServerURL is lock-server's base URL as its clients read it

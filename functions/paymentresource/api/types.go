@@ -74,6 +74,11 @@ const (
 	// ReasonRailRequestRefused: rail-proxy refused the payout's submission
 	// as invalid (INVALID_REQUEST); the rail was not called.
 	ReasonRailRequestRefused AttentionReason = "rail_request_refused"
+	// ReasonReceiptRefused: payment-resource refused the rail's answer
+	// because its receipt is missing or not rail-proxy's over this payout
+	// (INVALID_RECEIPT): the rail answered, and the answer cannot be
+	// booked.
+	ReasonReceiptRefused AttentionReason = "receipt_refused"
 	// ReasonUnclassified: a 4xx answer with a code the executor does not
 	// know (a newer service).
 	ReasonUnclassified AttentionReason = "unclassified_refusal"
@@ -82,7 +87,7 @@ const (
 // AttentionReasons lists every AttentionReason, in the order declared.
 var AttentionReasons = []AttentionReason{
 	ReasonPaymentFenceAhead, ReasonRailFenceAhead, ReasonRailRefConflict, ReasonPayoutNotClaimed,
-	ReasonPaymentRequestRefused, ReasonRailRequestRefused, ReasonUnclassified,
+	ReasonPaymentRequestRefused, ReasonRailRequestRefused, ReasonReceiptRefused, ReasonUnclassified,
 }
 
 // AttentionRequest is the body of POST /v1/payouts/{id}/attention.
@@ -177,6 +182,13 @@ type ResultRequest struct {
 	// token, since a fenced rail-proxy never lets a submission through
 	// after a greater token.
 	RailToken int64 `json:"railToken,omitempty"`
+	// Receipt is rail-proxy's signature over the rail's answer
+	// (railproxy/api SubmitAnswer.Receipt or Attempt.Receipt, passed on
+	// unchanged). Required for ACK and DECLINE: the outcome, RailRef and
+	// the rail token are recorded only if it covers exactly them and this
+	// payout's account, amount and currency (payoutevent.RailReceipt).
+	// Ignored for AMBIGUOUS, which changes no balance.
+	Receipt string `json:"receipt,omitempty"`
 }
 
 // Payout is the answer of every payout route.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
 )
@@ -50,6 +51,10 @@ type config struct {
 	ShutdownTimeout time.Duration
 	// LogLevel is debug, info, warn or error (LOG_LEVEL, default info).
 	LogLevel slog.Level
+	// ProofKey signs grant proofs (LOCK_PROOF_SIGNING_KEY, default none:
+	// grants carry no proof, and fence points that verify tokens refuse
+	// every holder). See lockserver/fenceproof.
+	ProofKey fenceproof.SigningKey
 }
 
 const (
@@ -81,7 +86,7 @@ func defaultConfig() config {
 func envNames() []string {
 	return []string{api.EnvStore, api.EnvHTTPAddr, api.EnvPort, api.EnvLockDBURL, api.EnvLockDBMaxConns,
 		api.EnvEtcdEndpoints, api.EnvEtcdPrefix, api.EnvEtcdIdleLeases, api.EnvRequestTimeoutMs,
-		api.EnvShutdownTimeoutMs, api.EnvLogLevel}
+		api.EnvShutdownTimeoutMs, api.EnvLogLevel, api.EnvProofSigningKey}
 }
 
 // loadConfig returns defaultConfig overridden by the variables of envNames,
@@ -146,6 +151,15 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 	}
 	c.Etcd.RequestTimeout = c.RequestTimeout
+	if v := strings.TrimSpace(getenv(api.EnvProofSigningKey)); v != "" {
+		k, err := fenceproof.ParseSigningKey(v)
+		if err != nil {
+			// The value is a secret: the error names the key id at most.
+			bad("%s: %v (make one with: lockctl proof-key)", api.EnvProofSigningKey, err)
+		} else {
+			c.ProofKey = k
+		}
+	}
 	if v := getenv(api.EnvLogLevel); v != "" {
 		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil || strings.ContainsAny(v, "+-") {
 			bad("%s=%q: want debug, info, warn or error", api.EnvLogLevel, v)

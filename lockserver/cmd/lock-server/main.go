@@ -70,6 +70,7 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 
 	scfg := lockserver.DefaultServerConfig()
 	scfg.RequestTimeout = cfg.RequestTimeout
+	scfg.ProofKey = cfg.ProofKey
 	scfg.Registry, err = newRegistry(store)
 	if err != nil {
 		return err
@@ -94,6 +95,9 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	started := []any{"event", "server_started", "addr", ln.Addr().String(), "store", cfg.Store}
+	if !cfg.ProofKey.IsZero() {
+		started = append(started, "proofKeyId", cfg.ProofKey.ID())
+	}
 	if cfg.Store == "etcd" {
 		started = append(started, "etcdPrefix", cfg.Etcd.Prefix, "etcdIdleLeases", cfg.Etcd.IdleLeases)
 	}
