@@ -103,6 +103,7 @@ var answers = map[Service]map[string]Verdict{
 		string(lockapi.CodeMethodNotAllowed):     deployment,
 		string(lockapi.CodeBackendUnavailable):   transient,
 		string(lockapi.CodeBackendRestored):      transient, // until an operator advances the tokens
+		string(lockapi.CodeOverloaded):           transient, // lock-server sheds load; Retry-After
 		string(lockapi.CodeInternal):             transient,
 	},
 	ServicePaymentResource: {
