@@ -224,6 +224,10 @@ const (
 	// EnvProofKeys lists the public keys of lock-server's grant proofs;
 	// required while fencing is on (payoutevent.EnvProofKeys).
 	EnvProofKeys = payoutevent.EnvProofKeys
+	// EnvRailIDTokens, read by cmd/rail-proxy (true or false, default
+	// false), adds a Cloud Run ID token for RAIL_URL to each call to the
+	// rail: set on Cloud Run, where rail-stub is private.
+	EnvRailIDTokens = "RAIL_ID_TOKENS"
 	// EnvReceiptSigningKey is the secret key rail-proxy signs its
 	// receipts with; required (payoutevent.EnvReceiptSigningKey).
 	EnvReceiptSigningKey = payoutevent.EnvReceiptSigningKey
