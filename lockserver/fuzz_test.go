@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,9 @@ func lockSnapshot(store *memstore.Store, keys ...string) string {
 // properties (package fuzzcheck), that a refused request changed no lease
 // and drew no token, and that every 200 grant is for the key asked, signed
 // for exactly its key and token.
+//
+// The last argument is sent as X-Fencing-Token (which lock-server ignores)
+// and as the caller's budget, api.HeaderTimeoutMs.
 func FuzzLockServer(f *testing.F) {
 	ct := "application/json"
 	for _, s := range []struct {
@@ -86,6 +90,8 @@ func FuzzLockServer(f *testing.F) {
 		{0, heldKey, "revoke", ct, `{"reason":"` + strings.Repeat("r", api.MaxReasonLen+1) + `"}`, ""},
 		{0, "k", "acquire", ct, `{"owner":"` + strings.Repeat("a", api.MaxBodyBytes) + `","ttlMs":1000}`, ""},
 		{0, "k", "acquire", ct, `{"owner":"w","ttlMs":1000}`, "9223372036854775807"},
+		{0, "k", "acquire", ct, `{"owner":"w","ttlMs":1000}`, "1"},
+		{0, "k", "acquire", ct, `{"owner":"w","ttlMs":1000}`, "-5"},
 	} {
 		f.Add(s.method, s.key, s.op, s.ct, []byte(s.body), s.fencingHeader)
 	}
@@ -118,14 +124,22 @@ func FuzzLockServer(f *testing.F) {
 			req.Header.Set("Content-Type", contentType)
 		}
 		if token != "" {
-			// lock-server reads no fencing header: it must not change a thing.
+			// lock-server reads no fencing header: it must not change a
+			// thing. It does read the caller's budget, from any string.
 			req.Header.Set("X-Fencing-Token", token)
+			req.Header.Set(api.HeaderTimeoutMs, token)
+		}
+		var opts fuzzcheck.Options
+		if ms, err := strconv.ParseInt(strings.TrimSpace(token), 10, 64); err == nil && ms > 0 && ms <= 200 {
+			// A budget that leaves the backend a few milliseconds may run
+			// out: 503 BACKEND_UNAVAILABLE is then the documented answer.
+			opts.Allow5xx = []int{http.StatusServiceUnavailable}
 		}
 		before := lockSnapshot(store, key, heldKey)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		a := fuzzcheck.FromRecorder(rec)
-		if err := fuzzcheck.Check(a, fuzzcheck.Options{}, p, contentType, string(body), token); err != nil {
+		if err := fuzzcheck.Check(a, opts, p, contentType, string(body), token); err != nil {
 			t.Fatalf("%s %q: %v", req.Method, p, err)
 		}
 		if a.Status >= 400 {
