@@ -14,6 +14,10 @@ test: ## run every test (starts its own PostgreSQL clusters and embedded etcd)
 
 FUZZTIME     ?= 30s
 FUZZPARALLEL ?= 1
+# Go minimizes every new interesting input for up to a minute by default;
+# for the database targets (a few hundred runs a second) that can eat most
+# of FUZZTIME, so the budget for each minimization is kept small.
+FUZZMINIMIZETIME ?= 5s
 
 # go test -list names each package's targets before the package's "ok"
 # line; awk pairs them. Each target runs alone (the fuzzer takes one target
@@ -24,7 +28,7 @@ fuzz: ## run every fuzz target (FuzzXxx) for FUZZTIME (default 30s) each, one af
 	echo "fuzz targets: $$(echo $$targets | wc -w), $(FUZZTIME) each"; \
 	for pt in $$targets; do pkg=$${pt%,*}; t=$${pt#*,}; \
 	  echo "== $$t ($$pkg)"; \
-	  $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -parallel $(FUZZPARALLEL) $$pkg; \
+	  $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) -parallel $(FUZZPARALLEL) $$pkg; \
 	done
 
 lint: ## gofmt, go vet, staticcheck and terraform fmt; fails on any finding
