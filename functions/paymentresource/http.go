@@ -15,10 +15,13 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 )
 
-// requestTimeout bounds the database work of one request. A request that
+// RequestTimeout bounds the database work of one request. A request that
 // runs out of time is answered 503 DATABASE_UNAVAILABLE; its transaction
-// is rolled back, so retrying it is safe.
-const requestTimeout = 10 * time.Second
+// is rolled back, so retrying it is safe. 4 s: inside the executor's 5 s
+// request timeout (EXECUTOR_REQUEST_TIMEOUT_MS), so that with paydb frozen
+// the executor hears this 503 (nothing was written) instead of timing out
+// on an outcome it cannot know. One budget: this < the callers' timeout.
+const RequestTimeout = 4 * time.Second
 
 // routes builds the handler. Patterns carry no method so that a wrong
 // method gets the error envelope (405) rather than the mux's plain text.
@@ -60,7 +63,7 @@ func (s *Service) handleCreateAccount(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "accountId", req.AccountID)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
 	a, created, err := s.createAccount(ctx, req)
 	if err != nil {
@@ -76,7 +79,7 @@ func (s *Service) handleGetAccount(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
 	a, err := s.account(ctx, id)
 	if err != nil {
@@ -96,7 +99,7 @@ func (s *Service) handleCreatePayout(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", req.PayoutID, "accountId", req.AccountID)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
 	p, created, err := s.createPayout(ctx, req)
 	if err != nil {
@@ -112,7 +115,7 @@ func (s *Service) handleGetPayout(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
 	p, err := s.payout(ctx, id)
 	if err != nil {
@@ -131,7 +134,7 @@ func (s *Service) handleClaim(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
 	p, err := s.claim(ctx, id, payoutevent.Holder{Token: token, Proof: fencing.ProofFrom(r), Owner: owner})
 	if err != nil {
@@ -155,7 +158,7 @@ func (s *Service) handleResult(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
 	p, err := s.result(ctx, id, payoutevent.Holder{Token: token, Proof: fencing.ProofFrom(r), Owner: owner}, req)
 	if err != nil {
@@ -179,7 +182,7 @@ func (s *Service) handleAttention(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
 	p, err := s.attention(ctx, id, payoutevent.Holder{Token: token, Proof: fencing.ProofFrom(r), Owner: owner}, req.Reason)
 	if err != nil {
@@ -190,7 +193,7 @@ func (s *Service) handleAttention(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
 	rep, err := Audit(ctx, s.pool)
 	if err != nil {
