@@ -23,13 +23,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/etcd/embedded"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpserve"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
@@ -96,9 +96,11 @@ func demo(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	sctx, stopServer := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	// Ends when sctx ends and the drain is over.
+	go func() { served <- httpserve.Serve(sctx, ln, h, httpserve.DefaultConfig(), log) }()
+	defer func() { stopServer(); <-served }()
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(out, "etcd at %v; lock-server at %s\n\n", cluster.Endpoints(), base)
 
