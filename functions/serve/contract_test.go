@@ -271,4 +271,3 @@ func toBytes(lines []string) [][]byte {
 	}
 	return out
 }
-
