@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -24,6 +25,7 @@ import (
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
@@ -49,7 +51,8 @@ type contractCase struct {
 }
 
 // TestCloudRunContract checks Cloud Run's contract on each function binary
-// (issue #13): it serves on $PORT; SIGTERM with a request in flight (its
+// (issue #13): it serves on $PORT (and refuses a non-canonical spelling of
+// its route with 400 and the envelope); SIGTERM with a request in flight (its
 // body half sent) lets that request finish and be answered, then the
 // process exits 0 within Cloud Run's 10 s; and with K_SERVICE set every
 // log line carries Cloud Logging's "severity" and "message".
@@ -193,6 +196,21 @@ func checkContract(t *testing.T, bin string, c contractCase) {
 		}
 	}
 	awaitEvent("function_started")
+
+	// The real routes, behind httpserve: a non-canonical spelling of the
+	// route is refused with the envelope, never redirected to it.
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	nc := "/x/.." + c.path
+	if resp, err := noRedirect.Post("http://127.0.0.1:"+port+nc, "application/json", strings.NewReader(c.body)); err != nil {
+		t.Fatalf("not serving on $PORT %s: %v", port, err)
+	} else {
+		var env httpjson.Envelope
+		derr := json.NewDecoder(resp.Body).Decode(&env)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || derr != nil || env.Error.Code != httpjson.CodeInvalidRequest {
+			t.Errorf("POST %s = %d (%+v, %v); want 400 with the envelope and %s", nc, resp.StatusCode, env, derr, httpjson.CodeInvalidRequest)
+		}
+	}
 
 	conn, err := net.Dial("tcp", "127.0.0.1:"+port)
 	if err != nil {
