@@ -23,6 +23,7 @@ locals {
     "iamcredentials.googleapis.com",
     "pubsub.googleapis.com",
     "run.googleapis.com",
+    "secretmanager.googleapis.com",
     "sqladmin.googleapis.com",
   ])
 
@@ -145,6 +146,18 @@ module "rail_stub" {
   depends_on    = [module.budget, module.apis]
 }
 
+module "secrets" {
+  source      = "./modules/secrets"
+  project_id  = var.project_id
+  name_prefix = var.name_prefix
+  labels      = local.labels
+  readers = {
+    lock-proof-signing-key   = local.sa["lock-server"]
+    rail-receipt-signing-key = local.sa["rail-proxy"]
+  }
+  depends_on = [module.budget, module.apis]
+}
+
 module "rail_proxy" {
   source          = "./modules/cloudrun"
   project_id      = var.project_id
@@ -161,6 +174,11 @@ module "rail_proxy" {
     RAILDB_URL      = "user=${module.iam.db_users["rail-proxy"]} dbname=raildb sslmode=disable"
     RAILDB_INSTANCE = module.cloudsql.pay_connection_name
     RAIL_URL        = module.rail_stub.uri
+    RAIL_ID_TOKENS  = "true" # rail-stub is private: each call carries an ID token
+    LOCK_PROOF_KEYS = var.lock_proof_keys
+  }
+  env_refs = {
+    RAIL_RECEIPT_SIGNING_KEY = module.secrets.ids["rail-receipt-signing-key"]
   }
   depends_on = [module.budget, module.apis]
 }
@@ -178,10 +196,12 @@ module "payment_resource" {
   invokers        = { executor = "serviceAccount:${local.sa["executor"]}" }
   labels          = local.labels
   env = {
-    PAYDB_URL      = "user=${module.iam.db_users["payment-resource"]} dbname=paydb sslmode=disable"
-    PAYDB_INSTANCE = module.cloudsql.pay_connection_name
-    PUBSUB_PROJECT = var.project_id
-    PUBSUB_TOPIC   = module.pubsub.topic
+    PAYDB_URL         = "user=${module.iam.db_users["payment-resource"]} dbname=paydb sslmode=disable"
+    PAYDB_INSTANCE    = module.cloudsql.pay_connection_name
+    PUBSUB_PROJECT    = var.project_id
+    PUBSUB_TOPIC      = module.pubsub.topic
+    LOCK_PROOF_KEYS   = var.lock_proof_keys
+    RAIL_RECEIPT_KEYS = var.rail_receipt_keys
   }
   depends_on = [module.budget, module.apis]
 }
@@ -206,6 +226,7 @@ module "executor" {
     LOCK_SERVER_URL      = "http://${module.network.lock_server_address}"
     PAYMENT_RESOURCE_URL = module.payment_resource.uri
     RAIL_PROXY_URL       = module.rail_proxy.uri
+    EXECUTOR_ID_TOKENS   = "true" # payment-resource and rail-proxy are private
   }
   depends_on = [module.budget, module.apis]
 }

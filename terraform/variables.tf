@@ -55,3 +55,21 @@ variable "gke_namespace" {
   type        = string
   default     = "dlock"
 }
+
+variable "lock_proof_keys" {
+  description = "Public keys of lock-server's grant proofs (LOCK_PROOF_KEYS: comma-separated id:base64url, from lockctl proof-key), given to both fence points. Not a secret; the signing half goes to the lock-proof-signing-key secret (docs/cloud.md)."
+  type        = string
+  validation {
+    condition     = can(regex("^[A-Za-z0-9_-]{1,32}:[A-Za-z0-9_-]{43}(,[A-Za-z0-9_-]{1,32}:[A-Za-z0-9_-]{43})*$", var.lock_proof_keys))
+    error_message = "lock_proof_keys must be one or more id:base64url public keys (lockctl proof-key prints LOCK_PROOF_KEYS=...)."
+  }
+}
+
+variable "rail_receipt_keys" {
+  description = "Public keys of rail-proxy's receipts (RAIL_RECEIPT_KEYS), given to payment-resource. Not a secret; the signing half goes to the rail-receipt-signing-key secret."
+  type        = string
+  validation {
+    condition     = can(regex("^[A-Za-z0-9_-]{1,32}:[A-Za-z0-9_-]{43}(,[A-Za-z0-9_-]{1,32}:[A-Za-z0-9_-]{43})*$", var.rail_receipt_keys))
+    error_message = "rail_receipt_keys must be one or more id:base64url public keys."
+  }
+}

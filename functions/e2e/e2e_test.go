@@ -33,6 +33,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
@@ -159,7 +160,9 @@ func newStack(ctx context.Context, t *testing.T, log *slog.Logger, openStore fun
 	t.Helper()
 	st := &stack{store: openStore(t, log)}
 	t.Cleanup(func() { st.store.Close() })
-	ls, err := lockserver.NewServer(st.store, lockserver.DefaultServerConfig(), log.With("service", "lock-server"))
+	lcfg := lockserver.DefaultServerConfig()
+	lcfg.ProofKey = prooftest.LockSigningKey()
+	ls, err := lockserver.NewServer(st.store, lcfg, log.With("service", "lock-server"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,6 +178,7 @@ func newStack(ctx context.Context, t *testing.T, log *slog.Logger, openStore fun
 	pcfg.DB = pgpool.Config{DSN: st.raildb}
 	pcfg.RailURL = serveHTTP(t, st.stub)
 	pcfg.FencingDisabled = !f.rail
+	pcfg.ProofKeys, pcfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
 	proxy, err := railproxy.New(ctx, pcfg, log.With("service", "rail-proxy"))
 	if err != nil {
 		t.Fatal(err)
@@ -202,6 +206,7 @@ func newStack(ctx context.Context, t *testing.T, log *slog.Logger, openStore fun
 	st.paydb = pgtest.NewDatabase(t)
 	paycfg := paymentresource.DefaultConfig()
 	paycfg.DatabaseURL, paycfg.OutboxPoll, paycfg.FencingDisabled = st.paydb, 50*time.Millisecond, !f.payment
+	paycfg.ProofKeys, paycfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
 	svc, err := paymentresource.New(ctx, paycfg, pub, log.With("service", "payment-resource"))
 	if err != nil {
 		t.Fatal(err)

@@ -29,6 +29,9 @@ type railResult struct {
 	Status  api.Outcome
 	RailRef string
 	Token   int64
+	// Receipt is rail-proxy's signature over the answer, passed on to
+	// payment-resource unchanged ("" for an ambiguous outcome).
+	Receipt string
 }
 
 // outcomeOf is payment-resource's outcome for the rail's answer.
@@ -89,10 +92,10 @@ func (x *Executor) verify(ctx context.Context, e payoutevent.Event) (api.Code, e
 // claim claims the payout with token. It returns the payment-resource code
 // for the final refusals (api.CodePayoutFinished, CodePayoutInDoubt,
 // CodePayoutNotFound), ErrFencedOut, or ErrDependency.
-func (x *Executor) claim(ctx context.Context, e payoutevent.Event, token int64) (api.Code, error) {
+func (x *Executor) claim(ctx context.Context, e payoutevent.Event, h payoutevent.Holder) (api.Code, error) {
 	ctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
 	defer cancel()
-	_, err := x.pay.Claim(ctx, e.PayoutID, token, x.Owner())
+	_, err := x.pay.Claim(ctx, e.PayoutID, h)
 	var refusal *payclient.Error
 	switch {
 	case err == nil:
@@ -116,15 +119,15 @@ func (x *Executor) claim(ctx context.Context, e payoutevent.Event, token int64) 
 // ambiguous: the submission may have gone to the rail, but asking again is
 // safe, because rail-proxy forwards a payout once and answers a later
 // submission with the first one's attempt and outcome.
-func (x *Executor) submit(ctx context.Context, e payoutevent.Event, token int64) (railResult, error) {
+func (x *Executor) submit(ctx context.Context, e payoutevent.Event, h payoutevent.Holder) (railResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, x.cfg.RailTimeout)
 	defer cancel()
 	req := railapi.SubmitRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency}
-	ans, err := x.rail.Submit(ctx, token, x.Owner(), req)
+	ans, err := x.rail.Submit(ctx, h, req)
 	var refusal *railclient.Error
 	switch {
 	case err == nil:
-		return railResult{Status: outcomeOf(ans.Status), RailRef: ans.RailRef, Token: token}, nil
+		return railResult{Status: outcomeOf(ans.Status), RailRef: ans.RailRef, Token: h.Token, Receipt: ans.Receipt}, nil
 	case errors.Is(err, railclient.ErrAlreadySubmitted) && errors.As(err, &refusal) && refusal.Attempt != nil:
 		return railResult{}, &firstAttempt{*refusal.Attempt}
 	case errors.Is(err, railclient.ErrFencedOut):
@@ -141,11 +144,11 @@ func (x *Executor) submit(ctx context.Context, e payoutevent.Event, token int64)
 // api.CodePayoutFinished, ErrFencedOut, ErrDependency (no answer, or a
 // 5xx), or another error for a refusal a retry cannot change (a 4xx, or a
 // result the client refuses to send).
-func (x *Executor) postResult(ctx context.Context, e payoutevent.Event, token int64, res railResult) (api.Code, error) {
+func (x *Executor) postResult(ctx context.Context, e payoutevent.Event, h payoutevent.Holder, res railResult) (api.Code, error) {
 	ctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
 	defer cancel()
-	req := api.ResultRequest{Outcome: res.Status, RailRef: res.RailRef, RailToken: res.Token}
-	_, err := x.pay.PostResult(ctx, e.PayoutID, token, x.Owner(), req)
+	req := api.ResultRequest{Outcome: res.Status, RailRef: res.RailRef, RailToken: res.Token, Receipt: res.Receipt}
+	_, err := x.pay.PostResult(ctx, e.PayoutID, h, req)
 	var refusal *payclient.Error
 	switch {
 	case err == nil:

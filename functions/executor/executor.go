@@ -333,6 +333,10 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 		return "", fmt.Errorf("%w: acquire %s: %v", ErrDependency, e.LockKey(), err)
 	}
 	token := lease.Token()
+	// The holder's headers at the fence points: the token, lock-server's
+	// proof of it (the fence points verify it was granted on this
+	// account's lock) and this worker's owner id.
+	holder := payoutevent.Holder{Token: token, Proof: lease.Proof(), Owner: x.Owner()}
 	log = log.With("token", token)
 	log.Info("lease granted; executing under it", "event", "lease_acquired", "lock", e.LockKey(), "leaseId", lease.Grant().LeaseID, "ttlMs", lease.Grant().TTLMs)
 	defer func() {
@@ -349,7 +353,7 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	if err := x.confirm(ctx, log, lease, "claim"); err != nil {
 		return "", err
 	}
-	switch code, err := x.claim(ctx, e, token); {
+	switch code, err := x.claim(ctx, e, holder); {
 	case err != nil:
 		return "", err
 	case code == api.CodePayoutFinished:
@@ -376,7 +380,7 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	if x.hooks.BeforeRailSubmit != nil {
 		x.hooks.BeforeRailSubmit(ctx, e, token)
 	}
-	res, err := x.submit(ctx, e, token)
+	res, err := x.submit(ctx, e, holder)
 	var first *firstAttempt
 	switch {
 	case errors.Is(err, ErrFencedOut):
@@ -388,7 +392,7 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 		if first.State == railapi.StateForwarding {
 			return "", fmt.Errorf("%w: attempt %d with token %d", ErrSubmissionInFlight, first.AttemptID, first.Token)
 		}
-		res = railResult{Status: first.outcome(), RailRef: first.RailRef, Token: first.Token}
+		res = railResult{Status: first.outcome(), RailRef: first.RailRef, Token: first.Token, Receipt: first.Receipt}
 		if first.AccountID != e.AccountID || first.AmountMinor != e.AmountMinor || first.Currency != e.Currency {
 			// What went to the rail under this payout's id is not this
 			// payout (a forged or buggy submission): its outcome says
@@ -408,7 +412,7 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	}
 	// (3) The rail's answer is a fact: report it whatever the lease says now;
 	// payment-resource's fence decides whether this worker may still write.
-	return x.report(ctx, log, e, token, res)
+	return x.report(ctx, log, e, holder, res)
 }
 
 // confirm asks lock-server to renew the lease before the side effect named
@@ -435,7 +439,7 @@ func (x *Executor) confirm(ctx context.Context, log *slog.Logger, lease *client.
 // report posts res to payment-resource, retrying transient failures (the
 // post is idempotent on the rail reference), and maps the answer to an
 // Outcome.
-func (x *Executor) report(ctx context.Context, log *slog.Logger, e payoutevent.Event, token int64, res railResult) (Outcome, error) {
+func (x *Executor) report(ctx context.Context, log *slog.Logger, e payoutevent.Event, h payoutevent.Holder, res railResult) (Outcome, error) {
 	var err error
 	for attempt := 0; attempt < 4; attempt++ {
 		if attempt > 0 {
@@ -446,7 +450,7 @@ func (x *Executor) report(ctx context.Context, log *slog.Logger, e payoutevent.E
 			}
 		}
 		var code api.Code
-		code, err = x.postResult(ctx, e, token, res)
+		code, err = x.postResult(ctx, e, h, res)
 		if errors.Is(err, ErrFencedOut) {
 			log.Warn("payment-resource refused this worker's token", "event", "payout_result_fenced", "railStatus", res.Status, "railRef", res.RailRef)
 			return "", err

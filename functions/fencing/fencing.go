@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
 
 // Request headers of a write made on behalf of a lock holder. They are
@@ -34,11 +35,19 @@ const (
 	// HeaderOwner carries the holder's owner id, for logs only; it is never
 	// trusted for a decision (payoutevent.HeaderLockOwner).
 	HeaderOwner = payoutevent.HeaderLockOwner
+	// HeaderProof carries lock-server's proof of the token
+	// (payoutevent.HeaderFencingProof).
+	HeaderProof = payoutevent.HeaderFencingProof
 )
 
 // CodeFencedOut is the error code of a write refused by a fence point (409;
 // payoutevent.CodeFencedOut).
 const CodeFencedOut = payoutevent.CodeFencedOut
+
+// CodeUnverifiedToken is the error code of a write whose token lock-server
+// did not sign for the resource's lock (403;
+// payoutevent.CodeUnverifiedToken).
+const CodeUnverifiedToken = payoutevent.CodeUnverifiedToken
 
 // EventFencedOut is the log event name of every refusal by a fence point
 // (payoutevent.EventFencedOut).
@@ -50,7 +59,45 @@ var (
 	ErrMissingToken = errors.New("fencing: missing " + HeaderToken + " header")
 	// ErrBadToken: the header is not a positive decimal integer.
 	ErrBadToken = errors.New("fencing: malformed " + HeaderToken + " header")
+	// ErrUnverified: the token's proof does not show that lock-server
+	// issued it for the lock that guards the resource (see Verify).
+	ErrUnverified = errors.New("fencing: token not issued for this resource's lock")
 )
+
+// ProofFrom returns the X-Fencing-Proof header ("" when absent; the
+// header sent more than once also reads "", which Verify refuses).
+func ProofFrom(r *http.Request) string {
+	vals := r.Header.Values(HeaderProof)
+	if len(vals) != 1 {
+		return ""
+	}
+	return strings.TrimSpace(vals[0])
+}
+
+// Verify checks that proof shows token was granted by lock-server on
+// lockKey, the lock that guards the resource (payoutevent.Event.LockKey
+// for an account). It returns nil or an error wrapping ErrUnverified and
+// the fenceproof error that says why (ErrMissing, ErrMalformed,
+// ErrUnknownKey, ErrInvalid). A fence point calls it before its fenced
+// statement, and changes nothing when it fails: a token the lock service
+// did not issue for this lock must never raise a high-water mark.
+func Verify(keys fenceproof.Keyring, proof, lockKey string, token int64) error {
+	if _, err := keys.VerifyGrant(proof, lockKey, token); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnverified, err)
+	}
+	return nil
+}
+
+// ParseKeys reads the fence points' LOCK_PROOF_KEYS value (v, from
+// variable name) into a Keyring: fenceproof.ParseKeyring, with the error
+// naming the variable.
+func ParseKeys(name, v string) (fenceproof.Keyring, error) {
+	k, err := fenceproof.ParseKeyring(v)
+	if err != nil {
+		return fenceproof.Keyring{}, fmt.Errorf("%s: %w (make a key pair with: lockctl proof-key)", name, err)
+	}
+	return k, nil
+}
 
 // TokenFrom returns the fencing token of r: ErrMissingToken without the
 // header, ErrBadToken (wrapped) when it is not a single positive decimal
@@ -118,14 +165,47 @@ var refusals = func() *prometheus.CounterVec {
 	return c
 }()
 
-// Register adds the fence points' metric to reg:
+// unverified counts the writes refused for an unverified token, by
+// resource; Register exposes it.
+var unverified = func() *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fence_unverified_tokens_total",
+		Help: "Writes refused by a fence point because lock-server did not sign their token for the resource's lock, by resource (account, payout, rail).",
+	}, []string{"resource"})
+	for _, r := range Resources {
+		c.WithLabelValues(r)
+	}
+	return c
+}()
+
+// LogUnverified writes the unverified_token event at WARN (resource,
+// resourceId, presentedToken, ownerId, reason, plus extra) and counts it
+// in fence_unverified_tokens_total (see Register).
+func LogUnverified(log *slog.Logger, resource, resourceID string, token int64, owner string, reason error, extra ...any) {
+	label := "other"
+	if slices.Contains(Resources, resource) {
+		label = resource
+	}
+	unverified.WithLabelValues(label).Inc()
+	attrs := append([]any{"event", payoutevent.EventUnverifiedToken, "resource", resource, "resourceId", resourceID,
+		"presentedToken", token, "ownerId", owner, "reason", reason.Error()}, extra...)
+	log.Warn("fencing token not verified", attrs...)
+}
+
+// Register adds the fence points' metrics to reg:
 //
-//	fence_refusals_total{resource}   counter, one per Refusal.Log
+//	fence_refusals_total{resource}            counter, one per Refusal.Log
+//	fence_unverified_tokens_total{resource}   counter, one per LogUnverified
 //
 // resource is one of Resources ("other" for anything else); the resource
 // id, the tokens and the owner are in the fenced_out log event only (the
 // cardinality rule).
-func Register(reg prometheus.Registerer) error { return reg.Register(refusals) }
+func Register(reg prometheus.Registerer) error {
+	if err := reg.Register(refusals); err != nil {
+		return err
+	}
+	return reg.Register(unverified)
+}
 
 // Log writes the fenced_out event at WARN with the attributes every fence
 // point logs (docs/log-events.md): resource, resourceId, presentedToken, highestToken, ownerId, plus

@@ -10,6 +10,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
 
 // Defaults and bounds of Config.
@@ -59,6 +60,16 @@ type Config struct {
 	// publish (doubling up to 30s). Default DefaultOutboxPoll; must be in
 	// MinOutboxPoll..MaxOutboxPoll. Env OUTBOX_POLL_MS.
 	OutboxPoll time.Duration
+	// ProofKeys are the public keys of lock-server's grant proofs: a
+	// fenced write is accepted only with a proof that lock-server granted
+	// its token on payout:{account} (package fencing, Verify). Required
+	// while fencing is on. Env LOCK_PROOF_KEYS (fenceproof VerifyKey forms,
+	// comma-separated; `lockctl proof-key` makes a pair).
+	ProofKeys fenceproof.Keyring
+	// ReceiptKeys are the public keys of rail-proxy's receipts: an ACK or
+	// DECLINE is recorded only with rail-proxy's signature over it.
+	// Required. Env RAIL_RECEIPT_KEYS.
+	ReceiptKeys fenceproof.Keyring
 }
 
 // DefaultConfig returns the defaults documented on Config; DatabaseURL is
@@ -70,7 +81,8 @@ func DefaultConfig() Config {
 // EnvNames returns the environment variables LoadConfig reads (the
 // constants of functions/paymentresource/api), for envcheck.
 func EnvNames() []string {
-	return []string{api.EnvDatabaseURL, api.EnvCloudSQLInstance, api.EnvMaxConns, api.EnvFencingEnabled, api.EnvOutboxPollMs}
+	return []string{api.EnvDatabaseURL, api.EnvCloudSQLInstance, api.EnvMaxConns, api.EnvFencingEnabled, api.EnvOutboxPollMs,
+		api.EnvProofKeys, api.EnvReceiptKeys}
 }
 
 // Validate returns nil or one error per invalid field, joined
@@ -92,6 +104,12 @@ func (c Config) Validate() error {
 	if c.OutboxPoll < MinOutboxPoll || c.OutboxPoll > MaxOutboxPoll {
 		bad("OutboxPoll (%s) %v is outside %v..%v", api.EnvOutboxPollMs, c.OutboxPoll, MinOutboxPoll, MaxOutboxPoll)
 	}
+	if c.ProofKeys.Len() == 0 && !c.FencingDisabled {
+		bad("ProofKeys (%s) is required while fencing is on: lock-server's public keys (lockctl proof-key makes a pair)", api.EnvProofKeys)
+	}
+	if c.ReceiptKeys.Len() == 0 {
+		bad("ReceiptKeys (%s) is required: rail-proxy's public receipt keys", api.EnvReceiptKeys)
+	}
 	return errors.Join(errs...)
 }
 
@@ -101,7 +119,7 @@ func (c Config) pool() pgpool.Config {
 
 // LoadConfig returns DefaultConfig overridden by the variables of EnvNames
 // (PAYDB_URL, PAYDB_INSTANCE, PAYDB_MAX_CONNS, PAYMENT_FENCING_ENABLED,
-// OUTBOX_POLL_MS), read through getenv (os.Getenv in production; an unset
+// OUTBOX_POLL_MS, LOCK_PROOF_KEYS, RAIL_RECEIPT_KEYS), read through getenv (os.Getenv in production; an unset
 // or empty variable keeps the default), then validated. It reports every
 // unparsable variable and every invalid field at once, joined; each error
 // wraps ErrInvalidConfig and names the variable to fix.
@@ -130,6 +148,18 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 				MinOutboxPoll.Milliseconds(), MaxOutboxPoll.Milliseconds()))
 		} else {
 			c.OutboxPoll = time.Duration(ms) * time.Millisecond
+		}
+	}
+	for _, k := range []struct {
+		name string
+		dst  *fenceproof.Keyring
+	}{{api.EnvProofKeys, &c.ProofKeys}, {api.EnvReceiptKeys, &c.ReceiptKeys}} {
+		if v := strings.TrimSpace(getenv(k.name)); v != "" {
+			ring, err := fencing.ParseKeys(k.name, v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%w: %v", ErrInvalidConfig, err))
+			}
+			*k.dst = ring
 		}
 	}
 	if err := errors.Join(append(errs, c.Validate())...); err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -17,8 +18,10 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -72,6 +75,12 @@ type fixture struct {
 	h    http.Handler
 	logs *logtest.Buffer
 	db   *pgxpool.Pool // the test's own pool, for checks and corruption
+
+	// payouts are the payouts createPayout made, by id, so that do can
+	// sign what lock-server and rail-proxy would (see do).
+	payouts map[string]api.PayoutRequest
+	// raw turns do's signing off: requests go as written.
+	raw bool
 }
 
 type option func(*paymentresource.Config)
@@ -80,7 +89,7 @@ func fencingOff(c *paymentresource.Config) { c.FencingDisabled = true }
 
 func newFixture(t *testing.T, pub paymentresource.Publisher, opts ...option) *fixture {
 	t.Helper()
-	f := &fixture{t: t, dsn: pgtest.NewDatabase(t), logs: &logtest.Buffer{}}
+	f := &fixture{t: t, dsn: pgtest.NewDatabase(t), logs: &logtest.Buffer{}, payouts: map[string]api.PayoutRequest{}}
 	f.start(pub, opts...)
 	db, err := pgxpool.New(context.Background(), f.dsn)
 	if err != nil {
@@ -96,6 +105,7 @@ func (f *fixture) start(pub paymentresource.Publisher, opts ...option) {
 	f.t.Helper()
 	cfg := paymentresource.DefaultConfig()
 	cfg.DatabaseURL, cfg.OutboxPoll = f.dsn, 10*time.Millisecond
+	cfg.ProofKeys, cfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -109,11 +119,23 @@ func (f *fixture) start(pub paymentresource.Publisher, opts ...option) {
 }
 
 // do sends one request to the handler; headers come in name, value pairs.
+// Unless f.raw is set, it plays the honest holder's services for a fenced
+// request on /v1/payouts/{id}/...: a request with one token header and no
+// proof header gets lock-server's proof of that token on the payout's
+// account lock, and a result body with an ACK or DECLINE and no receipt
+// gets rail-proxy's receipt over it (for the payout createPayout made; an
+// unknown payout gets proofs for account "unknown").
 func (f *fixture) do(method, path, body string, headers ...string) (int, []byte) {
 	f.t.Helper()
 	r := httptest.NewRequest(method, path, strings.NewReader(body))
 	for i := 0; i+1 < len(headers); i += 2 {
 		r.Header.Add(headers[i], headers[i+1])
+	}
+	if !f.raw {
+		body = f.sign(r, path, body)
+		r = r.Clone(r.Context())
+		r.Body = io.NopCloser(strings.NewReader(body))
+		r.ContentLength = int64(len(body))
 	}
 	if body != "" && r.Header.Get("Content-Type") == "" {
 		r.Header.Set("Content-Type", "application/json")
@@ -121,6 +143,45 @@ func (f *fixture) do(method, path, body string, headers ...string) (int, []byte)
 	w := httptest.NewRecorder()
 	f.h.ServeHTTP(w, r)
 	return w.Code, w.Body.Bytes()
+}
+
+// sign adds the proof header and the receipt described on do, and returns
+// the body to send.
+func (f *fixture) sign(r *http.Request, path, body string) string {
+	rest, ok := strings.CutPrefix(path, "/v1/payouts/")
+	id, _, _ := strings.Cut(rest, "/")
+	toks := r.Header.Values(fencing.HeaderToken)
+	token, err := strconv.ParseInt(strings.Join(toks, ""), 10, 64)
+	if !ok || len(toks) != 1 || err != nil || token <= 0 {
+		return body
+	}
+	p, known := f.payouts[id]
+	if !known {
+		p = api.PayoutRequest{PayoutID: id, AccountID: "unknown"}
+	}
+	if r.Header.Get(fencing.HeaderProof) == "" {
+		r.Header.Set(fencing.HeaderProof, prooftest.Proof(p.AccountID, token))
+	}
+	var req map[string]any
+	if !strings.HasSuffix(path, "/result") || json.Unmarshal([]byte(body), &req) != nil || req["receipt"] != nil {
+		return body
+	}
+	outcome, _ := req["outcome"].(string)
+	ref, _ := req["railRef"].(string)
+	railTok := token
+	if v, ok := req["railToken"].(float64); ok && v > 0 {
+		railTok = int64(v)
+	}
+	if outcome != string(api.OutcomeAck) && outcome != string(api.OutcomeDecline) {
+		return body
+	}
+	req["receipt"] = prooftest.Receipt(payoutevent.RailReceipt{PayoutID: id, AccountID: p.AccountID, AmountMinor: p.AmountMinor,
+		Currency: p.Currency, Outcome: outcome, RailRef: ref, RailToken: railTok})
+	b, err := json.Marshal(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return string(b)
 }
 
 func decode[T any](t *testing.T, body []byte) T {
@@ -157,6 +218,7 @@ func (f *fixture) createPayout(id, account string, amount int64, ccy string) api
 	f.t.Helper()
 	st, body := f.do("POST", "/v1/payouts", fmt.Sprintf(`{"payoutId":%q,"accountId":%q,"amountMinor":%d,"currency":%q}`, id, account, amount, ccy))
 	want(f.t, "create payout "+id, st, body, http.StatusCreated, "")
+	f.payouts[id] = api.PayoutRequest{PayoutID: id, AccountID: account, AmountMinor: amount, Currency: ccy}
 	return decode[api.Payout](f.t, body)
 }
 

@@ -134,7 +134,7 @@ func (s *Service) handleClaim(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
-	p, err := s.claim(ctx, id, token, owner)
+	p, err := s.claim(ctx, id, payoutevent.Holder{Token: token, Proof: fencing.ProofFrom(r), Owner: owner})
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
@@ -158,7 +158,7 @@ func (s *Service) handleResult(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
-	p, err := s.result(ctx, id, token, owner, req)
+	p, err := s.result(ctx, id, payoutevent.Holder{Token: token, Proof: fencing.ProofFrom(r), Owner: owner}, req)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner, "outcome", string(req.Outcome), "railRef", req.RailRef)
 		return
@@ -273,6 +273,10 @@ func statusOf(err error) (status int, code api.Code, retryable bool) {
 		return http.StatusConflict, api.CodePayoutNotClaimed, false
 	case errors.Is(err, ErrRailRefConflict):
 		return http.StatusConflict, api.CodeRailRefConflict, false
+	case errors.Is(err, ErrUnverifiedToken):
+		return http.StatusForbidden, api.CodeUnverifiedToken, false
+	case errors.Is(err, ErrInvalidReceipt):
+		return http.StatusUnprocessableEntity, api.CodeInvalidReceipt, false
 	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return http.StatusServiceUnavailable, api.CodeUnavailable, true
 	default:

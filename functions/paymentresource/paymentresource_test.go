@@ -11,12 +11,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
 // The argument of the project at fence point one: a holder whose lease was
@@ -577,15 +579,28 @@ func TestLoadConfig(t *testing.T) {
 		return func(k string) string { return m[k] }
 	}
 	const url = "postgres://pay@127.0.0.1:5432/paydb"
-	cfg, err := paymentresource.LoadConfig(env("PAYDB_URL", url))
-	if want := paymentresource.DefaultConfig(); err != nil || cfg != (paymentresource.Config{DatabaseURL: url, OutboxPoll: want.OutboxPoll}) {
+	proofKeys := prooftest.LockSigningKey().VerifyKey().String()
+	receiptKeys := prooftest.ReceiptSigningKey().VerifyKey().String()
+	// plain is the comparable part of a Config; keys are checked by length.
+	type plain struct {
+		DatabaseURL, CloudSQLInstance string
+		MaxConns                      int32
+		FencingDisabled               bool
+		OutboxPoll                    time.Duration
+		Proofs, Receipts              int
+	}
+	flat := func(c paymentresource.Config) plain {
+		return plain{c.DatabaseURL, c.CloudSQLInstance, c.MaxConns, c.FencingDisabled, c.OutboxPoll, c.ProofKeys.Len(), c.ReceiptKeys.Len()}
+	}
+	cfg, err := paymentresource.LoadConfig(env("PAYDB_URL", url, "LOCK_PROOF_KEYS", proofKeys, "RAIL_RECEIPT_KEYS", receiptKeys))
+	if want := paymentresource.DefaultConfig(); err != nil || flat(cfg) != (plain{DatabaseURL: url, OutboxPoll: want.OutboxPoll, Proofs: 1, Receipts: 1}) {
 		t.Errorf("defaults: %+v, %v", cfg, err)
 	}
 	cfg, err = paymentresource.LoadConfig(env("PAYDB_URL", url, "PAYDB_INSTANCE", "p:r:i", "PAYDB_MAX_CONNS", "8",
-		"PAYMENT_FENCING_ENABLED", "false", "OUTBOX_POLL_MS", "250"))
-	if wantCfg := (paymentresource.Config{DatabaseURL: url, CloudSQLInstance: "p:r:i", MaxConns: 8, FencingDisabled: true,
-		OutboxPoll: 250 * 1e6}); err != nil || cfg != wantCfg {
-		t.Errorf("all set: %+v, %v; want %+v", cfg, err, wantCfg)
+		"PAYMENT_FENCING_ENABLED", "false", "OUTBOX_POLL_MS", "250", "RAIL_RECEIPT_KEYS", receiptKeys+","+proofKeys))
+	if wantCfg := (plain{DatabaseURL: url, CloudSQLInstance: "p:r:i", MaxConns: 8, FencingDisabled: true,
+		OutboxPoll: 250 * 1e6, Receipts: 2}); err != nil || flat(cfg) != wantCfg {
+		t.Errorf("all set (fencing off needs no proof keys): %+v, %v; want %+v", flat(cfg), err, wantCfg)
 	}
 	for _, kv := range [][]string{
 		{},
@@ -597,6 +612,11 @@ func TestLoadConfig(t *testing.T) {
 		{"PAYDB_URL", url, "OUTBOX_POLL_MS", "0"},
 		{"PAYDB_URL", url, "OUTBOX_POLL_MS", "5"},
 		{"PAYDB_URL", url, "OUTBOX_POLL_MS", "1s"},
+		{"PAYDB_URL", url, "LOCK_PROOF_KEYS", proofKeys, "RAIL_RECEIPT_KEYS", ""},       // no receipt keys
+		{"PAYDB_URL", url, "RAIL_RECEIPT_KEYS", receiptKeys, "LOCK_PROOF_KEYS", ""},     // fencing on, no proof keys
+		{"PAYDB_URL", url, "RAIL_RECEIPT_KEYS", receiptKeys, "LOCK_PROOF_KEYS", "k1:x"}, // a bad key
+		// A secret key where a public one goes: refused, and not echoed.
+		{"PAYDB_URL", url, "LOCK_PROOF_KEYS", proofKeys, "RAIL_RECEIPT_KEYS", prooftest.ReceiptSigningKey().String()},
 	} {
 		_, err := paymentresource.LoadConfig(env(kv...))
 		if !errors.Is(err, paymentresource.ErrInvalidConfig) {
@@ -606,6 +626,9 @@ func TestLoadConfig(t *testing.T) {
 		// The message names the variable to fix, not a Go field.
 		if name := kv[max(len(kv)-2, 0):]; len(name) == 2 && !strings.Contains(err.Error(), name[0]) {
 			t.Errorf("LoadConfig(%q) error %q does not name %s", kv, err, name[0])
+		}
+		if secret := prooftest.ReceiptSigningKey().String(); strings.Contains(err.Error(), secret[len(secret)-20:]) {
+			t.Errorf("LoadConfig error %q echoes a secret key", err)
 		}
 	}
 	if _, err := paymentresource.New(context.Background(), paymentresource.Config{DatabaseURL: url}, nil, slog.Default()); !errors.Is(err, paymentresource.ErrInvalidConfig) {
@@ -672,7 +695,8 @@ func TestConcurrentHoldersPostAtMostOnce(t *testing.T) {
 	if n := f.count("outbox"); n != 1 {
 		t.Fatalf("outbox rows after %d concurrent creates = %d, want 1", holders, n)
 	}
-	code := func(body []byte) api.Code { // not decode: no t.Fatal off the test goroutine
+	f.payouts["p-1"] = api.PayoutRequest{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 700, Currency: "EUR"} // for do's signing
+	code := func(body []byte) api.Code {                                                                          // not decode: no t.Fatal off the test goroutine
 		var env api.ErrorEnvelope
 		if err := json.Unmarshal(body, &env); err != nil {
 			return api.Code(fmt.Sprintf("undecodable %q", body))

@@ -11,6 +11,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -47,6 +48,12 @@ var (
 	// ErrRailRefConflict: the rail reference is recorded with another
 	// payout or outcome (409).
 	ErrRailRefConflict = errors.New("paymentresource: rail reference already recorded differently")
+	// ErrUnverifiedToken: the holder's token has no proof that lock-server
+	// granted it on the account's lock (403; wraps fencing.ErrUnverified).
+	ErrUnverifiedToken = errors.New("paymentresource: fencing token not verified")
+	// ErrInvalidReceipt: an ACK or DECLINE without rail-proxy's signature
+	// over exactly it (422).
+	ErrInvalidReceipt = errors.New("paymentresource: rail receipt not valid for this result")
 	// ErrUnavailable: the database did not answer in time, or a
 	// transaction lost a serialization race; the outcome is unknown (503,
 	// retryable).
@@ -77,6 +84,8 @@ type Service struct {
 	pool      *pgxpool.Pool
 	closePool func()
 	fencing   bool
+	proofKeys fenceproof.Keyring // lock-server's grant proofs
+	receipts  fenceproof.Keyring // rail-proxy's receipts
 	log       *slog.Logger
 	handler   http.Handler
 	outbox    *outbox
@@ -114,6 +123,8 @@ func New(ctx context.Context, cfg Config, pub Publisher, logger *slog.Logger) (*
 		pool:      pool,
 		closePool: closePool,
 		fencing:   !cfg.FencingDisabled,
+		proofKeys: cfg.ProofKeys,
+		receipts:  cfg.ReceiptKeys,
 		log:       logger,
 		stop:      stop,
 		outbox:    newOutbox(pool, pub, logger, cfg.OutboxPoll),

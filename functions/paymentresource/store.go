@@ -237,12 +237,16 @@ func lockPayout(ctx context.Context, tx pgx.Tx, id string) (lockedPayout, error)
 }
 
 // claim is fence point one on the payout row for the claim step.
-func (s *Service) claim(ctx context.Context, id string, token int64, owner string) (api.Payout, error) {
+func (s *Service) claim(ctx context.Context, id string, h payoutevent.Holder) (api.Payout, error) {
+	token, owner := h.Token, h.Owner
 	var p api.Payout
 	var from api.State
 	err := s.inTx(ctx, "claim", func(tx pgx.Tx) error {
 		l, err := lockPayout(ctx, tx, id)
 		if err != nil {
+			return err
+		}
+		if err := s.verifyToken(id, l, h); err != nil {
 			return err
 		}
 		from = l.state
@@ -274,13 +278,20 @@ func (s *Service) claim(ctx context.Context, id string, token int64, owner strin
 // result records the rail's answer to a submission of payout id. For ACK
 // one transaction posts the payout (payout fence, non-strict), debits the
 // account (account fence, strict) and writes the ledger transaction.
-func (s *Service) result(ctx context.Context, id string, token int64, owner string, req api.ResultRequest) (api.Payout, error) {
+func (s *Service) result(ctx context.Context, id string, h payoutevent.Holder, req api.ResultRequest) (api.Payout, error) {
+	token, owner := h.Token, h.Owner
 	var p api.Payout
 	var replayed bool
 	var from api.State
 	err := s.inTx(ctx, "result", func(tx pgx.Tx) error {
 		l, err := lockPayout(ctx, tx, id)
 		if err != nil {
+			return err
+		}
+		if err := s.verifyToken(id, l, h); err != nil {
+			return err
+		}
+		if err := s.verifyReceipt(id, l, token, req); err != nil {
 			return err
 		}
 		from = l.state
@@ -452,6 +463,41 @@ func (s *Service) refused(id string, l lockedPayout, token int64, owner string) 
 		return fmt.Errorf("%w: payout %s is pending; claim it first", ErrPayoutNotClaimed, id)
 	}
 	return fmt.Errorf("paymentresource: payout %s in state %s (fence %d) matched no row for token %d", id, l.state, l.fence, token)
+}
+
+// verifyToken checks, while fencing is on, that lock-server granted the
+// holder's token on the lock that guards the payout's account
+// (payout:{account}): a token it did not issue there must not write the
+// payout or move the account's fence. It returns nil or
+// ErrUnverifiedToken, logged.
+func (s *Service) verifyToken(id string, l lockedPayout, h payoutevent.Holder) error {
+	if !s.fencing {
+		return nil
+	}
+	err := fencing.Verify(s.proofKeys, h.Proof, payoutevent.Event{AccountID: l.accountID}.LockKey(), h.Token)
+	if err != nil {
+		fencing.LogUnverified(s.log, "account", l.accountID, h.Token, h.Owner, err, "payoutId", id, "accountId", l.accountID)
+		return fmt.Errorf("%w: %w", ErrUnverifiedToken, err)
+	}
+	return nil
+}
+
+// verifyReceipt checks that an ACK or DECLINE carries rail-proxy's
+// receipt over exactly this payout's account, amount and currency and the
+// reported outcome, rail reference and rail token: a holder cannot record
+// an answer the rail did not give to this payout. AMBIGUOUS moves no money
+// and needs none. It returns nil or ErrInvalidReceipt.
+func (s *Service) verifyReceipt(id string, l lockedPayout, token int64, req api.ResultRequest) error {
+	if req.Outcome == api.OutcomeAmbiguous {
+		return nil
+	}
+	rec := payoutevent.RailReceipt{PayoutID: id, AccountID: l.accountID, AmountMinor: l.amount, Currency: l.currency,
+		Outcome: string(req.Outcome), RailRef: req.RailRef, RailToken: railToken(req, token)}
+	if _, err := s.receipts.Verify(req.Receipt, payoutevent.RailReceiptDomain, rec.Fields()...); err != nil {
+		return fmt.Errorf("%w: %s %s with rail reference %q and rail token %d: %w", ErrInvalidReceipt,
+			req.Outcome, id, req.RailRef, rec.RailToken, err)
+	}
+	return nil
 }
 
 // fencedOut logs the fenced_out event and returns the error wrapping

@@ -17,13 +17,14 @@ import (
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // call sends a JSON request with a fencing token (none when 0) and
 // returns the status and the decoded body.
-func call(t *testing.T, method, url string, token int64, body any) (int, map[string]any) {
+func call(t *testing.T, method, url, account string, token int64, body any) (int, map[string]any) {
 	t.Helper()
 	var rd *bytes.Reader
 	if body == nil {
@@ -39,6 +40,7 @@ func call(t *testing.T, method, url string, token int64, body any) (int, map[str
 	req.Header.Set("Content-Type", "application/json")
 	if token > 0 {
 		req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
+		req.Header.Set(fencing.HeaderProof, prooftest.Proof(account, token)) // as if lock-server granted it
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -64,7 +66,7 @@ func (w world) payout(id string) payoutevent.Event {
 }
 
 func (w world) claim(e payoutevent.Event, token int64) {
-	if code, body := call(w.t, "POST", w.p.PayURL+api.ClaimPath(e.PayoutID), token, nil); code != http.StatusOK {
+	if code, body := call(w.t, "POST", w.p.PayURL+api.ClaimPath(e.PayoutID), e.AccountID, token, nil); code != http.StatusOK {
 		w.t.Fatalf("claim %s with %d: %d %v", e.PayoutID, token, code, body)
 	}
 }
@@ -72,7 +74,7 @@ func (w world) claim(e payoutevent.Event, token int64) {
 // submit sends e to the rail through rail-proxy and returns the rail's
 // reference.
 func (w world) submit(e payoutevent.Event, token int64) string {
-	code, body := call(w.t, "POST", w.p.ProxyURL+railapi.PathSubmissions, token,
+	code, body := call(w.t, "POST", w.p.ProxyURL+railapi.PathSubmissions, e.AccountID, token,
 		railapi.SubmitRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency})
 	if code != http.StatusOK {
 		w.t.Fatalf("submit %s with %d: %d %v", e.PayoutID, token, code, body)
@@ -82,10 +84,17 @@ func (w world) submit(e payoutevent.Event, token int64) string {
 
 func (w world) report(e payoutevent.Event, token int64, ref string, railToken int64) {
 	body := map[string]any{"outcome": "ACK", "railRef": ref}
+	signed := token
 	if railToken > 0 {
 		body["railToken"] = railToken
+		signed = railToken
 	}
-	if code, ans := call(w.t, "POST", w.p.PayURL+api.ResultPath(e.PayoutID), token, body); code != http.StatusOK {
+	// A receipt over exactly what is reported, as a faulty rail-proxy
+	// would sign it: these tests are about what the audit finds when
+	// the books were written wrong anyway.
+	body["receipt"] = prooftest.Receipt(payoutevent.RailReceipt{PayoutID: e.PayoutID, AccountID: e.AccountID,
+		AmountMinor: e.AmountMinor, Currency: e.Currency, Outcome: "ACK", RailRef: ref, RailToken: signed})
+	if code, ans := call(w.t, "POST", w.p.PayURL+api.ResultPath(e.PayoutID), e.AccountID, token, body); code != http.StatusOK {
 		w.t.Fatalf("result %s with %d: %d %v", e.PayoutID, token, code, ans)
 	}
 }

@@ -1,5 +1,7 @@
 package payoutevent
 
+import "strconv"
+
 // The fencing vocabulary both fence points share (payment-resource and
 // rail-proxy), spelled here once: this package is the pipeline's
 // standard-library-only wire package, so that payment-resource's api
@@ -27,4 +29,80 @@ const (
 	// EventFencingDisabled is the WARN event a fence point logs once at
 	// start when its kill switch turned fencing off.
 	EventFencingDisabled = "fencing_disabled"
+)
+
+// Token verification: fence points accept only tokens that lock-server
+// signed for the lock that guards their resource (lockserver/fenceproof).
+const (
+	// HeaderFencingProof carries lock-server's proof of the holder's
+	// token (lockserver/api Grant.Proof), unchanged, on every fenced write
+	// next to HeaderFencingToken.
+	HeaderFencingProof = "X-Fencing-Proof"
+	// CodeUnverifiedToken is the error code (sent with 403) of a fenced
+	// write whose token lock-server did not sign for the lock that guards
+	// the resource: no proof, a malformed one, an unknown key, or a proof
+	// of another lock key or token. Nothing was changed; a retry with the
+	// same token cannot succeed.
+	CodeUnverifiedToken = "UNVERIFIED_TOKEN"
+	// EventUnverifiedToken is the WARN log event of each such refusal,
+	// with resource, resourceId, presentedToken, ownerId and reason.
+	EventUnverifiedToken = "unverified_token"
+)
+
+// Holder is what a lock holder sends with each fenced write: its fencing
+// token (HeaderFencingToken), lock-server's proof of it
+// (HeaderFencingProof, "" when lock-server signs none) and its owner id
+// (HeaderLockOwner, for logs).
+type Holder struct {
+	// Token is the fencing token of the holder's grant, > 0.
+	Token int64
+	// Proof is the grant's proof, as lock-server sent it.
+	Proof string
+	// Owner is the holder's owner id.
+	Owner string
+}
+
+// RailReceiptDomain names rail-proxy's receipts among the statements its
+// key could sign (lockserver/fenceproof Sign).
+const RailReceiptDomain = "distributed-lock-lab/rail-receipt/v1"
+
+// RailReceipt is what rail-proxy signs when it reports the rail's answer
+// to the one submission of a payout: payment-resource records an ACK or a
+// DECLINE only with rail-proxy's signature over exactly these fields, so a
+// holder cannot report an outcome or a rail reference it was not given.
+type RailReceipt struct {
+	// PayoutID, AccountID, AmountMinor (minor units) and Currency are the
+	// submission's.
+	PayoutID    string
+	AccountID   string
+	AmountMinor int64
+	Currency    string
+	// Outcome is the rail's answer, "ACK" or "DECLINE" (rail-proxy's
+	// RailStatus, payment-resource's Outcome: the same spellings).
+	Outcome string
+	// RailRef is the rail's reference of the submission.
+	RailRef string
+	// RailToken is the fencing token the submission reached the rail with.
+	RailToken int64
+}
+
+// Fields returns the receipt's fields in the order they are signed.
+func (r RailReceipt) Fields() []string {
+	return []string{r.PayoutID, r.AccountID, strconv.FormatInt(r.AmountMinor, 10), r.Currency,
+		r.Outcome, r.RailRef, strconv.FormatInt(r.RailToken, 10)}
+}
+
+// Environment variables of the fence points' keys.
+const (
+	// EnvProofKeys lists, at both fence points, the public keys of
+	// lock-server's grant proofs (lockserver/fenceproof VerifyKey forms,
+	// comma-separated): the same name as lockserver/api.EnvProofKeys.
+	// Required while fencing is on.
+	EnvProofKeys = "LOCK_PROOF_KEYS"
+	// EnvReceiptSigningKey is rail-proxy's secret key for its receipts
+	// (a fenceproof SigningKey form). Required.
+	EnvReceiptSigningKey = "RAIL_RECEIPT_SIGNING_KEY"
+	// EnvReceiptKeys lists, at payment-resource, the public keys of
+	// rail-proxy's receipts (comma-separated VerifyKey forms). Required.
+	EnvReceiptKeys = "RAIL_RECEIPT_KEYS"
 )

@@ -21,10 +21,12 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
 
@@ -50,7 +52,7 @@ func newExecutor(t *testing.T, p *pipelinetest.Pipeline, owner string, d client.
 
 // send POSTs body to url with a fencing token (none when token is 0) and
 // returns the status and the body.
-func send(t *testing.T, url string, token int64, body any) (int, []byte) {
+func send(t *testing.T, url, account string, token int64, body any) (int, []byte) {
 	t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -70,6 +72,7 @@ func send(t *testing.T, url string, token int64, body any) (int, []byte) {
 	if token > 0 {
 		req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
 		req.Header.Set(fencing.HeaderOwner, "review")
+		req.Header.Set(fencing.HeaderProof, prooftest.Proof(account, token)) // as if lock-server granted it
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -148,7 +151,7 @@ func TestForeignFirstAttemptIsNotThePayoutsOutcome(t *testing.T) {
 			if err := p.CreatePayout(t.Context(), ev); err != nil {
 				t.Fatal(err)
 			}
-			status, body := send(t, p.ProxyURL+railapi.PathSubmissions, c.token, map[string]any{
+			status, body := send(t, p.ProxyURL+railapi.PathSubmissions, c.account, c.token, map[string]any{
 				"payoutId": ev.PayoutID, "accountId": c.account, "amountMinor": c.amount, "currency": "EUR"})
 			if status != http.StatusOK {
 				t.Fatalf("foreign submission: %d %s; want it forwarded", status, body)
@@ -189,18 +192,22 @@ func TestAuditComparesWhatTheRailPaidWithTheBooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := lease.Token()
-	if _, err := p.Pay.Claim(t.Context(), ev.PayoutID, tok, "review"); err != nil {
+	if _, err := p.Pay.Claim(t.Context(), ev.PayoutID, payoutevent.Holder{Token: tok, Proof: lease.Proof(), Owner: "review"}); err != nil {
 		t.Fatalf("claim: %v", err)
 	}
-	status, body := send(t, p.ProxyURL+railapi.PathSubmissions, tok, map[string]any{
+	status, body := send(t, p.ProxyURL+railapi.PathSubmissions, ev.AccountID, tok, map[string]any{
 		"payoutId": ev.PayoutID, "accountId": ev.AccountID, "amountMinor": 1, "currency": "EUR"})
 	var ans railapi.SubmitAnswer
 	if status != http.StatusOK || json.Unmarshal(body, &ans) != nil || ans.Status != railapi.RailAck {
 		t.Fatalf("submission: %d %s", status, body)
 	}
-	if _, err := p.Pay.PostResult(t.Context(), ev.PayoutID, tok, "review", api.ResultRequest{
-		Outcome: api.OutcomeAck, RailRef: ans.RailRef, RailToken: tok}); err != nil {
-		t.Fatalf("result: %v", err)
+	// Since rail receipts (issue #15), payment-resource refuses to book an
+	// ACK whose receipt covers another amount than the payout's; the rail
+	// still paid 1 EUR with no debit, which the audit must report.
+	_, err = p.Pay.PostResult(t.Context(), ev.PayoutID, payoutevent.Holder{Token: tok, Proof: lease.Proof(), Owner: "review"},
+		api.ResultRequest{Outcome: api.OutcomeAck, RailRef: ans.RailRef, RailToken: tok, Receipt: ans.Receipt})
+	if !errors.Is(err, payclient.ErrInvalidReceipt) {
+		t.Fatalf("result of an ACK for 1 EUR booked on a 2500 EUR payout: %v; want INVALID_RECEIPT", err)
 	}
 	rep, err := p.Audit(t.Context())
 	if err != nil {
@@ -270,7 +277,7 @@ func TestConcurrentSubmissionsOfOnePayoutReachTheRailOnce(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := range n {
 				wg.Go(func() {
-					status, _ := send(t, p.ProxyURL+railapi.PathSubmissions, int64(i+1), map[string]any{
+					status, _ := send(t, p.ProxyURL+railapi.PathSubmissions, fmt.Sprintf("acct-%d", i%2), int64(i+1), map[string]any{
 						"payoutId": "p-1", "accountId": fmt.Sprintf("acct-%d", i%2), "amountMinor": 2500, "currency": "EUR"})
 					codes <- status
 				})

@@ -31,6 +31,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
@@ -113,7 +114,9 @@ func Start(t testing.TB, opts Options) *Pipeline {
 	}
 	p := &Pipeline{LockClock: &Clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	p.Locks = memstore.New(p.LockClock)
-	ls, err := lockserver.NewServer(p.Locks, lockserver.DefaultServerConfig(), log.With("service", "lock-server"))
+	lcfg := lockserver.DefaultServerConfig()
+	lcfg.ProofKey = prooftest.LockSigningKey()
+	ls, err := lockserver.NewServer(p.Locks, lcfg, log.With("service", "lock-server"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,6 +137,7 @@ func Start(t testing.TB, opts Options) *Pipeline {
 	pcfg.RailURL = serve(rail)
 	pcfg.RailTimeout, pcfg.DBTimeout = railproxy.MaxTimeout, railproxy.MaxTimeout // a held call is not a lost one
 	pcfg.FencingDisabled = opts.RailFencingOff
+	pcfg.ProofKeys, pcfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
 	proxy, err := railproxy.New(ctx, pcfg, log.With("service", "rail-proxy"))
 	if err != nil {
 		t.Fatal(err)
@@ -148,6 +152,7 @@ func Start(t testing.TB, opts Options) *Pipeline {
 	paydb := pgtest.NewDatabase(t)
 	paycfg := paymentresource.DefaultConfig()
 	paycfg.DatabaseURL, paycfg.OutboxPoll, paycfg.FencingDisabled = paydb, 10*time.Minute, opts.PaymentFencingOff
+	paycfg.ProofKeys, paycfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
 	svc, err := paymentresource.New(ctx, paycfg,
 		nopPublisher{}, log.With("service", "payment-resource"))
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
 
@@ -60,7 +61,7 @@ func startRestoreRig(t *testing.T) *restoreRig {
 		t.Fatal(err)
 	}
 	stale := lease.Token()
-	if status, body := send(t, p.PayURL+"/v1/payouts/p-1/claim", stale, nil); status != http.StatusOK {
+	if status, body := send(t, p.PayURL+"/v1/payouts/p-1/claim", ev.AccountID, stale, nil); status != http.StatusOK {
 		t.Fatalf("claim: %d %s", status, body)
 	}
 	p.LockClock.Advance(2 * time.Minute)
@@ -89,7 +90,7 @@ func startRestoreRig(t *testing.T) *restoreRig {
 // submit sends ev with token to rail-proxy.
 func (r *restoreRig) submit(t *testing.T, token int64, payout, account string) (railapi.SubmitAnswer, error) {
 	t.Helper()
-	return r.p.Rail.Submit(t.Context(), token, "review", railapi.SubmitRequest{
+	return r.p.Rail.Submit(t.Context(), prooftest.Holder(account, token, "review"), railapi.SubmitRequest{
 		PayoutID: payout, AccountID: account, AmountMinor: r.ev.AmountMinor, Currency: r.ev.Currency})
 }
 

@@ -80,10 +80,12 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -109,6 +111,9 @@ var (
 	// ErrFencedOut: the token is not greater than the account's high-water.
 	// The error also wraps a fencing.Refusal with both tokens.
 	ErrFencedOut = errors.New("railproxy: stale fencing token")
+	// ErrUnverifiedToken: the token has no proof that lock-server granted
+	// it on payout:{accountId} (403; wraps fencing.ErrUnverified).
+	ErrUnverifiedToken = errors.New("railproxy: fencing token not verified")
 	// ErrAlreadySubmitted: the payout already has an attempt that went, or
 	// may have gone, to the rail. The error also wraps an
 	// *AlreadySubmitted with that attempt.
@@ -148,6 +153,21 @@ type Config struct {
 	// The zero value keeps fencing on. Only for the fencing experiment: a
 	// stale holder then reaches the rail.
 	FencingDisabled bool
+	// ProofKeys are the public keys of lock-server's grant proofs: a
+	// submission passes the fence only with a proof that lock-server
+	// granted its token on payout:{accountId} (fencing.Verify), so no
+	// token it did not issue there can raise the account's high-water.
+	// Required while fencing is on. Env LOCK_PROOF_KEYS.
+	ProofKeys fenceproof.Keyring
+	// WrapRailTransport, when set, wraps the transport of the calls to the
+	// rail: cmd/rail-proxy adds Cloud Run ID tokens with it
+	// (api.EnvRailIDTokens). Not read from the environment. Default nil:
+	// the calls go out as they are.
+	WrapRailTransport func(http.RoundTripper) http.RoundTripper
+	// ReceiptKey signs rail-proxy's receipts (SubmitAnswer.Receipt,
+	// Attempt.Receipt): payment-resource records an ACK or DECLINE only
+	// with one. Required; a secret. Env RAIL_RECEIPT_SIGNING_KEY.
+	ReceiptKey fenceproof.SigningKey
 }
 
 // DefaultConfig returns the defaults documented on Config; DB.DSN and
@@ -160,7 +180,7 @@ func DefaultConfig() Config {
 // constants of functions/railproxy/api), for envcheck.
 func EnvNames() []string {
 	return []string{api.EnvDatabaseURL, api.EnvDatabaseInstance, api.EnvRailURL, api.EnvRailTimeoutMs,
-		api.EnvDBTimeoutMs, api.EnvFencingEnabled}
+		api.EnvDBTimeoutMs, api.EnvFencingEnabled, api.EnvProofKeys, api.EnvReceiptSigningKey}
 }
 
 // Validate returns nil or one error per invalid field, joined
@@ -186,12 +206,19 @@ func (c Config) Validate() error {
 	if c.DBTimeout <= 0 || c.DBTimeout > MaxTimeout {
 		bad("DBTimeout (%s) %v must be in (0, %v]", api.EnvDBTimeoutMs, c.DBTimeout, MaxTimeout)
 	}
+	if c.ProofKeys.Len() == 0 && !c.FencingDisabled {
+		bad("ProofKeys (%s) is required while fencing is on: lock-server's public keys (lockctl proof-key makes a pair)", api.EnvProofKeys)
+	}
+	if c.ReceiptKey.IsZero() {
+		bad("ReceiptKey (%s) is required: the secret key rail-proxy signs its receipts with (lockctl proof-key makes one)", api.EnvReceiptSigningKey)
+	}
 	return errors.Join(errs...)
 }
 
 // LoadConfig returns DefaultConfig overridden by the variables of EnvNames
 // (RAILDB_URL, RAILDB_INSTANCE, RAIL_URL, RAIL_TIMEOUT_MS,
-// RAIL_PROXY_DB_TIMEOUT_MS, RAIL_PROXY_FENCING_ENABLED), read through
+// RAIL_PROXY_DB_TIMEOUT_MS, RAIL_PROXY_FENCING_ENABLED, LOCK_PROOF_KEYS,
+// RAIL_RECEIPT_SIGNING_KEY), read through
 // getenv (an empty value keeps the default), then validated. It reports
 // every unparsable variable and every invalid field at once, joined; each
 // error wraps ErrInvalidConfig and names the variable to fix.
@@ -221,6 +248,17 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		errs = append(errs, fmt.Errorf("%w: %v", ErrInvalidConfig, err))
 	}
 	c.FencingDisabled = !on
+	if v := strings.TrimSpace(getenv(api.EnvProofKeys)); v != "" {
+		if c.ProofKeys, err = fencing.ParseKeys(api.EnvProofKeys, v); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %v", ErrInvalidConfig, err))
+		}
+	}
+	if v := strings.TrimSpace(getenv(api.EnvReceiptSigningKey)); v != "" {
+		if c.ReceiptKey, err = fenceproof.ParseSigningKey(v); err != nil {
+			// A secret: the error names the key id at most.
+			errs = append(errs, fmt.Errorf("%w: %s: %v", ErrInvalidConfig, api.EnvReceiptSigningKey, err))
+		}
+	}
 	if err := errors.Join(append(errs, c.Validate())...); err != nil {
 		return Config{}, err
 	}
@@ -280,6 +318,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 	}
 	fencing.WarnIfOff(log, api.EnvFencingEnabled, !cfg.FencingDisabled)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	var railTransport http.RoundTripper = tr
+	if cfg.WrapRailTransport != nil {
+		railTransport = cfg.WrapRailTransport(tr)
+	}
 	p := &Proxy{
 		cfg:       cfg,
 		log:       log,
@@ -287,7 +329,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 		closePool: closePool,
 		transport: tr,
 		rail: &http.Client{
-			Transport: tr,
+			Transport: railTransport,
 			Timeout:   cfg.RailTimeout,
 			// A redirect is not an answer: it ends as a non-200, ambiguous.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -364,6 +406,16 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}
+	if !p.cfg.FencingDisabled {
+		// Before the fence: a token lock-server did not grant on this
+		// account's lock must not raise its high-water mark.
+		key := payoutevent.Event{AccountID: req.AccountID}.LockKey()
+		if err := fencing.Verify(p.cfg.ProofKeys, fencing.ProofFrom(r), key, token); err != nil {
+			fencing.LogUnverified(p.log, "rail", req.AccountID, token, owner, err, "payoutId", req.PayoutID, "accountId", req.AccountID)
+			p.fail(w, p.log, fmt.Errorf("%w: %w", ErrUnverifiedToken, err))
+			return
+		}
+	}
 	// From here on the submission does not depend on its caller staying:
 	// once the fence has passed, the rail is called and its answer recorded
 	// even if the caller hangs up, so that the audit learns the outcome.
@@ -384,6 +436,8 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		lg.Warn("payout already went to the rail; not forwarding it again", "event", api.EventSubmissionDuplicate,
 			"attemptId", attemptID, "firstAttemptId", dup.First.AttemptID, "firstToken", dup.First.Token, "firstState", dup.First.State)
 		status, code, _ := statusOf(err)
+		dup.First.Receipt = p.receipt(dup.First.PayoutID, dup.First.AccountID, dup.First.AmountMinor, dup.First.Currency,
+			dup.First.State, dup.First.RailRef, dup.First.Token)
 		httpjson.WriteJSON(w, status, api.AlreadySubmittedAnswer{
 			Error:   api.ErrorBody{Code: code, Message: err.Error(), Retryable: dup.First.State == api.StateForwarding},
 			Attempt: dup.First,
@@ -418,7 +472,26 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 			"state", state, "railRef", ans.RailRef, "error", ferr.Error())
 	}
 	lg.Info("rail answered "+string(ans.Status), "event", event, "railRef", ans.RailRef)
-	httpjson.WriteJSON(w, http.StatusOK, api.SubmitAnswer{Status: ans.Status, RailRef: ans.RailRef, AttemptID: attemptID, Token: token})
+	httpjson.WriteJSON(w, http.StatusOK, api.SubmitAnswer{Status: ans.Status, RailRef: ans.RailRef, AttemptID: attemptID, Token: token,
+		Receipt: p.receipt(req.PayoutID, req.AccountID, req.AmountMinor, req.Currency, state, ans.RailRef, token)})
+}
+
+// receipt signs the rail's answer to a payout's one forwarded submission
+// (payoutevent.RailReceipt) when state is StateAcked or StateDeclined;
+// "" otherwise (no answer to vouch for).
+func (p *Proxy) receipt(payout, account string, amount int64, currency string, state api.State, railRef string, token int64) string {
+	var outcome api.RailStatus
+	switch state {
+	case api.StateAcked:
+		outcome = api.RailAck
+	case api.StateDeclined:
+		outcome = api.RailDecline
+	default:
+		return ""
+	}
+	rec := payoutevent.RailReceipt{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: currency,
+		Outcome: string(outcome), RailRef: railRef, RailToken: token}
+	return p.cfg.ReceiptKey.Sign(payoutevent.RailReceiptDomain, rec.Fields()...)
 }
 
 func (p *Proxy) handleHighWater(w http.ResponseWriter, r *http.Request) {
@@ -497,6 +570,8 @@ func statusOf(err error) (status int, code api.Code, retryable bool) {
 		return http.StatusBadRequest, api.CodeInvalidRequest, false
 	case errors.Is(err, ErrFencedOut):
 		return http.StatusConflict, api.CodeFencedOut, false
+	case errors.Is(err, ErrUnverifiedToken):
+		return http.StatusForbidden, api.CodeUnverifiedToken, false
 	case errors.Is(err, ErrAlreadySubmitted):
 		return http.StatusConflict, api.CodeAlreadySubmitted, false
 	case errors.Is(err, ErrRailAmbiguous):

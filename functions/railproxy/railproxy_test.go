@@ -24,6 +24,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -60,6 +61,7 @@ func (r *rig) proxy(mod func(*railproxy.Config)) *railproxy.Proxy {
 	cfg := railproxy.DefaultConfig()
 	cfg.DB.DSN = r.dsn
 	cfg.RailURL = r.rail.URL
+	cfg.ProofKeys, cfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -127,19 +129,36 @@ func highWater(t *testing.T, h http.Handler, account string) int64 {
 	return hw.HighWater
 }
 
+// withProof adds lock-server's proof of the one token in tokens on the
+// lock of body's account (payout:{accountId}), signed with the test key;
+// nothing when there is not exactly one valid token or no account.
+func withProof(req *http.Request, body string, tokens []string) {
+	var sub struct {
+		AccountID string `json:"accountId"`
+	}
+	tok, err := strconv.ParseInt(strings.Join(tokens, ""), 10, 64)
+	if len(tokens) != 1 || err != nil || tok <= 0 || json.Unmarshal([]byte(body), &sub) != nil {
+		return
+	}
+	req.Header.Set(fencing.HeaderProof, prooftest.Proof(sub.AccountID, tok))
+}
+
 func body(payout, account string, amount int64) string {
 	b, _ := json.Marshal(api.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: "EUR"})
 	return string(b)
 }
 
 // submit posts body with the given token headers (none when tokens is
-// empty) and owner.
+// empty) and owner. With one token, it also sends lock-server's proof of
+// it on the lock of the body's account, as an honest holder would (see
+// withProof).
 func submit(h http.Handler, owner, body string, tokens ...string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest("POST", api.PathSubmissions, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for _, tok := range tokens {
 		req.Header.Add(fencing.HeaderToken, tok)
 	}
+	withProof(req, body, tokens)
 	if owner != "" {
 		req.Header.Set(fencing.HeaderOwner, owner)
 	}
@@ -461,6 +480,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		for _, tok := range tc.req.tokens {
 			hr.Header.Add(fencing.HeaderToken, tok)
 		}
+		withProof(hr, tc.req.body, tc.req.tokens)
 		rec := httptest.NewRecorder()
 		p.ServeHTTP(rec, hr)
 		if rec.Code != tc.status {
@@ -569,12 +589,14 @@ func TestConcurrentSubmissionsNeverLetALowerTokenThrough(t *testing.T) {
 
 func TestLoadConfig(t *testing.T) {
 	env := map[string]string{
-		api.EnvDatabaseURL:      "postgres://u@localhost:5432/raildb",
-		api.EnvDatabaseInstance: "proj:region:inst",
-		api.EnvRailURL:          "http://127.0.0.1:9000/",
-		api.EnvRailTimeoutMs:    "1500",
-		api.EnvDBTimeoutMs:      "700",
-		api.EnvFencingEnabled:   "false",
+		api.EnvDatabaseURL:       "postgres://u@localhost:5432/raildb",
+		api.EnvDatabaseInstance:  "proj:region:inst",
+		api.EnvRailURL:           "http://127.0.0.1:9000/",
+		api.EnvRailTimeoutMs:     "1500",
+		api.EnvDBTimeoutMs:       "700",
+		api.EnvFencingEnabled:    "false",
+		api.EnvProofKeys:         prooftest.LockSigningKey().VerifyKey().String(),
+		api.EnvReceiptSigningKey: prooftest.ReceiptSigningKey().String(),
 	}
 	getenv := func(k string) string { return env[k] }
 	got, err := railproxy.LoadConfig(getenv)
@@ -582,7 +604,8 @@ func TestLoadConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.DB.DSN != env[api.EnvDatabaseURL] || got.DB.CloudSQLInstance != "proj:region:inst" || got.RailURL != "http://127.0.0.1:9000/" ||
-		got.RailTimeout != 1500*time.Millisecond || got.DBTimeout != 700*time.Millisecond || !got.FencingDisabled {
+		got.RailTimeout != 1500*time.Millisecond || got.DBTimeout != 700*time.Millisecond || !got.FencingDisabled ||
+		got.ProofKeys.Len() != 1 || got.ReceiptKey.ID() != prooftest.ReceiptSigningKey().ID() {
 		t.Fatalf("LoadConfig = %+v", got)
 	}
 	delete(env, api.EnvFencingEnabled)
@@ -596,6 +619,9 @@ func TestLoadConfig(t *testing.T) {
 		api.EnvRailTimeoutMs:  "0",
 		api.EnvDBTimeoutMs:    "soon",
 		api.EnvFencingEnabled: "maybe",
+		api.EnvProofKeys:      "k:short",
+		// A public key where the secret goes (and none at all).
+		api.EnvReceiptSigningKey: prooftest.ReceiptSigningKey().VerifyKey().String(),
 	} {
 		bad := map[string]string{}
 		for kk, vv := range env {
@@ -604,6 +630,20 @@ func TestLoadConfig(t *testing.T) {
 		bad[k] = v
 		if _, err := railproxy.LoadConfig(func(k string) string { return bad[k] }); !errors.Is(err, railproxy.ErrInvalidConfig) {
 			t.Errorf("%s=%q: error %v, want ErrInvalidConfig", k, v, err)
+		}
+	}
+	for _, k := range []string{api.EnvProofKeys, api.EnvReceiptSigningKey} {
+		missing := map[string]string{}
+		for kk, vv := range env {
+			missing[kk] = vv
+		}
+		delete(missing, k)
+		_, err := railproxy.LoadConfig(func(k string) string { return missing[k] })
+		if !errors.Is(err, railproxy.ErrInvalidConfig) || !strings.Contains(err.Error(), k) {
+			t.Errorf("without %s (fencing on): %v; want ErrInvalidConfig naming it", k, err)
+		}
+		if secret := prooftest.ReceiptSigningKey().String(); err != nil && strings.Contains(err.Error(), secret[len(secret)-20:]) {
+			t.Errorf("LoadConfig error %q echoes a secret key", err)
 		}
 	}
 	if _, err := railproxy.New(t.Context(), railproxy.Config{}, slog.New(slog.DiscardHandler)); !errors.Is(err, railproxy.ErrInvalidConfig) {

@@ -3,6 +3,7 @@ package serve_test
 import (
 	"bufio"
 	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -29,6 +30,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -66,6 +68,16 @@ func TestCloudRunContract(t *testing.T) {
 		t.Skip("builds the four function binaries and starts PostgreSQL")
 	}
 	bin := t.TempDir()
+	// The fence points refuse to start without lock-server's public proof
+	// keys and rail-proxy's receipt keys.
+	proofKey, err := fenceproof.GenerateSigningKey("contract-lock", rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	receiptKey, err := fenceproof.GenerateSigningKey("contract-rail", rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := []contractCase{
 		{
 			name: "rail-stub", pkg: "./functions/cmd/rail-stub",
@@ -77,7 +89,8 @@ func TestCloudRunContract(t *testing.T) {
 		{
 			name: "rail-proxy", pkg: "./functions/cmd/rail-proxy",
 			env: func(t *testing.T) []string {
-				return []string{railapi.EnvDatabaseURL + "=" + pgtest.NewDatabase(t), railapi.EnvRailURL + "=http://127.0.0.1:1"}
+				return []string{railapi.EnvDatabaseURL + "=" + pgtest.NewDatabase(t), railapi.EnvRailURL + "=http://127.0.0.1:1",
+					railapi.EnvProofKeys + "=" + proofKey.VerifyKey().String(), railapi.EnvReceiptSigningKey + "=" + receiptKey.String()}
 			},
 			method: "POST", path: railapi.PathSubmissions, header: http.Header{fencing.HeaderToken: {"1"}},
 			body: `{"payoutId":"p-1","accountId":"acct-1","amountMinor":5,"currency":"ZZZ"}`,
@@ -89,7 +102,8 @@ func TestCloudRunContract(t *testing.T) {
 				ps := pstest.NewServer()
 				t.Cleanup(func() { ps.Close() })
 				return []string{payapi.EnvDatabaseURL + "=" + pgtest.NewDatabase(t), "PUBSUB_EMULATOR_HOST=" + ps.Addr,
-					"PUBSUB_PROJECT=contract", "PUBSUB_TOPIC=payouts"}
+					"PUBSUB_PROJECT=contract", "PUBSUB_TOPIC=payouts",
+					payapi.EnvProofKeys + "=" + proofKey.VerifyKey().String(), payapi.EnvReceiptKeys + "=" + receiptKey.VerifyKey().String()}
 			},
 			method: "POST", path: payapi.PathPayouts,
 			body: `{"payoutId":"p-1","accountId":"acct-nobody","amountMinor":5,"currency":"EUR"}`,

@@ -60,8 +60,10 @@ type Holder struct {
 	Token int64
 	// Owner is sent in OwnerHeader when not empty.
 	Owner string
-	// TokenHeader and OwnerHeader are the headers' names.
-	TokenHeader, OwnerHeader string
+	// Proof is sent in ProofHeader when not empty.
+	Proof string
+	// TokenHeader, OwnerHeader and ProofHeader are the headers' names.
+	TokenHeader, OwnerHeader, ProofHeader string
 }
 
 // Do sends method url through d, with in encoded as the JSON body when it
@@ -90,6 +92,9 @@ func Do(ctx context.Context, d Doer, method, url string, h *Holder, in any) (int
 		req.Header.Set(h.TokenHeader, strconv.FormatInt(h.Token, 10))
 		if h.Owner != "" {
 			req.Header.Set(h.OwnerHeader, h.Owner)
+		}
+		if h.Proof != "" {
+			req.Header.Set(h.ProofHeader, h.Proof)
 		}
 	}
 	resp, err := d.Do(req)

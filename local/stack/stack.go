@@ -29,6 +29,7 @@ package stack
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +50,7 @@ import (
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
 
 // Backends accepted in Config.Backend.
@@ -243,6 +245,16 @@ type Stack struct {
 	payDSN, railDSN, lockDSN           string
 	executors                          map[string]*Process
 	executorURLs                       map[string]string
+	// proofKey is lock-server's grant-proof key and receiptKey
+	// rail-proxy's receipt key, made fresh by Start.
+	proofKey, receiptKey fenceproof.SigningKey
+}
+
+// SignGrant returns the proof lock-server would send with a grant of
+// token on lock key (lockserver/fenceproof), for tests and probes that
+// play a holder by hand. Valid after Start.
+func (s *Stack) SignGrant(key string, token int64) string {
+	return s.proofKey.SignGrant(key, token, time.Now())
 }
 
 // namedCluster is a PostgreSQL cluster of the stack and its role.
@@ -334,17 +346,25 @@ func (s *Stack) start(ctx context.Context) error {
 	wg.Go(func() { errs[1] = s.startLockBackend(ctx) })
 	wg.Go(func() { errs[2] = s.startPubSub(ctx) })
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err := errors.Join(errs...)
+	if err != nil {
 		return err
 	}
 
-	lockEnv := []string{lockapi.EnvStore + "=" + s.cfg.Backend}
+	// A fresh key pair for lock-server's grant proofs and one for
+	// rail-proxy's receipts: each stack trusts only its own.
+	if s.proofKey, err = fenceproof.GenerateSigningKey("local-lock", rand.Reader); err != nil {
+		return err
+	}
+	if s.receiptKey, err = fenceproof.GenerateSigningKey("local-rail", rand.Reader); err != nil {
+		return err
+	}
+	lockEnv := []string{lockapi.EnvStore + "=" + s.cfg.Backend, lockapi.EnvProofSigningKey + "=" + s.proofKey.String()}
 	if s.cfg.Backend == BackendPostgres {
 		lockEnv = append(lockEnv, lockapi.EnvLockDBURL+"="+s.lockDSN)
 	} else {
 		lockEnv = append(lockEnv, lockapi.EnvEtcdEndpoints+"="+strings.Join(s.etcdEndpoints, ","))
 	}
-	var err error
 	if s.lockURL, err = s.startLockServer(ctx, lockEnv); err != nil {
 		return err
 	}
@@ -357,12 +377,14 @@ func (s *Stack) start(ctx context.Context) error {
 		s.proxyURL, errs[0] = s.startFunction(ctx, "rail-proxy", "rail-proxy", []string{
 			railapi.EnvDatabaseURL + "=" + s.railDSN, railapi.EnvRailURL + "=" + s.stubURL,
 			railapi.EnvFencingEnabled + "=" + strconv.FormatBool(s.cfg.RailFencing),
+			railapi.EnvProofKeys + "=" + s.proofKey.VerifyKey().String(), railapi.EnvReceiptSigningKey + "=" + s.receiptKey.String(),
 		}, "/")
 	})
 	wg.Go(func() {
 		s.payURL, errs[1] = s.startFunction(ctx, "payment-resource", "payment-resource", []string{
 			payapi.EnvDatabaseURL + "=" + s.payDSN, payapi.EnvFencingEnabled + "=" + strconv.FormatBool(s.cfg.PaymentFencing),
 			payapi.EnvOutboxPollMs + "=50",
+			payapi.EnvProofKeys + "=" + s.proofKey.VerifyKey().String(), payapi.EnvReceiptKeys + "=" + s.receiptKey.VerifyKey().String(),
 			"PUBSUB_EMULATOR_HOST=" + s.pubsubAddr, "PUBSUB_PROJECT=" + PubSubProject,
 			"PUBSUB_TOPIC=" + PubSubTopic, "PUBSUB_SETUP_SUBSCRIPTION=" + PubSubSubscription,
 		}, "/")

@@ -95,6 +95,11 @@ func (l *Lease) Owner() string { return l.owner }
 // point with each write.
 func (l *Lease) Token() int64 { return l.token }
 
+// Proof returns the grant's proof (api.Grant.Proof, from the latest
+// answer), "" when lock-server signs none. Send it with the token to fence
+// points that verify tokens; it is opaque to the holder.
+func (l *Lease) Proof() string { return l.Grant().Proof }
+
 // Grant returns the server's latest answer for this lease (from the acquire
 // or the last successful renewal).
 func (l *Lease) Grant() api.Grant {

@@ -410,6 +410,7 @@ var labelPath = map[string][]string{
 	"google_container_cluster":            {"resource_labels"},
 	"google_pubsub_subscription":          {"labels"},
 	"google_pubsub_topic":                 {"labels"},
+	"google_secret_manager_secret":        {"labels"},
 	"google_sql_database_instance":        {"settings", "user_labels"},
 	"google_storage_bucket":               {"labels"},
 }
@@ -423,6 +424,7 @@ var unlabelled = map[string]bool{
 	"google_compute_network":                         true,
 	"google_compute_subnetwork":                      true,
 	"google_project_iam_member":                      true,
+	"google_secret_manager_secret_iam_member":        true,
 	"google_project_service":                         true,
 	"google_project_service_identity":                true,
 	"google_pubsub_subscription_iam_member":          true,

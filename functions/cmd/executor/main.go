@@ -21,6 +21,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/serve"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/idtokens"
 )
 
 func main() {
@@ -30,6 +31,16 @@ func main() {
 			return nil, nil, err
 		}
 		var opts []executor.Option
+		if on, err := idtokens.Enabled(executor.EnvIDTokens, getenv(executor.EnvIDTokens)); err != nil {
+			return nil, nil, err
+		} else if on {
+			// Cloud Run: payment-resource and rail-proxy are private services.
+			tr, err := idtokens.New(ctx, nil, nil, cfg.PaymentResourceURL, cfg.RailProxyURL)
+			if err != nil {
+				return nil, nil, err
+			}
+			opts = append(opts, executor.WithHTTPClient(&http.Client{Transport: tr}))
+		}
 		if target := getenv(executor.EnvSelfStopBeforeSubmit); target != "" {
 			opts = append(opts, executor.WithHooks(selfStop(target, log)))
 		}
@@ -66,4 +77,6 @@ func selfStop(target string, log *slog.Logger) executor.Hooks {
 
 // envNames lists the environment variables executor reads (its config's
 // constants), for the unknown-variable warning at start.
-func envNames() []string { return append(executor.EnvNames(), executor.EnvSelfStopBeforeSubmit) }
+func envNames() []string {
+	return append(executor.EnvNames(), executor.EnvSelfStopBeforeSubmit, executor.EnvIDTokens)
+}

@@ -33,6 +33,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/serve"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/idtokens"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 )
 
@@ -50,6 +51,15 @@ func main() {
 		cfg, err := railproxy.LoadConfig(getenv)
 		if err != nil {
 			return nil, nil, err
+		}
+		if on, err := idtokens.Enabled(railapi.EnvRailIDTokens, getenv(railapi.EnvRailIDTokens)); err != nil {
+			return nil, nil, err
+		} else if on {
+			tr, err := idtokens.New(ctx, nil, nil, cfg.RailURL)
+			if err != nil {
+				return nil, nil, err
+			}
+			cfg.WrapRailTransport = func(base http.RoundTripper) http.RoundTripper { tr.Base = base; return tr }
 		}
 		p, err := railproxy.New(ctx, cfg, log)
 		if err != nil {
@@ -133,4 +143,4 @@ func recoverRestore(ctx context.Context, args []string, getenv func(string) stri
 
 // envNames lists the environment variables rail-proxy reads (its config's
 // constants), for the unknown-variable warning at start.
-func envNames() []string { return railproxy.EnvNames() }
+func envNames() []string { return append(railproxy.EnvNames(), railapi.EnvRailIDTokens) }

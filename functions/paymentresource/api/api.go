@@ -89,6 +89,10 @@ const (
 	// history and logged; it decides nothing. At most MaxOwnerLen bytes
 	// are kept.
 	HeaderOwner = payoutevent.HeaderLockOwner
+	// HeaderProof carries lock-server's proof of the holder's token
+	// (lockserver/api Grant.Proof), unchanged; required while fencing is
+	// on (payoutevent.HeaderFencingProof).
+	HeaderProof = payoutevent.HeaderFencingProof
 )
 
 // Bounds of requests. A request outside them is answered 400
@@ -152,6 +156,11 @@ const (
 	// strict account fence, the same one). The writer is a stale lock
 	// holder and must stop. Spelled in payoutevent, shared with rail-proxy.
 	CodeFencedOut Code = payoutevent.CodeFencedOut
+	// CodeUnverifiedToken (403): the token's HeaderProof is missing or
+	// does not show that lock-server granted that token on the lock that
+	// guards the account (payout:{accountId}). Nothing changed; the same
+	// request can never succeed. Spelled in payoutevent.
+	CodeUnverifiedToken Code = payoutevent.CodeUnverifiedToken
 	// CodePayoutFinished (409): the payout is posted or declined; nothing
 	// is left to do (the executor acknowledges its message).
 	CodePayoutFinished Code = "PAYOUT_FINISHED"
@@ -164,6 +173,10 @@ const (
 	// CodeRailRefConflict (409): the rail reference is already recorded
 	// with another payout or outcome.
 	CodeRailRefConflict Code = "RAIL_REF_CONFLICT"
+	// CodeInvalidReceipt (422): an ACK or DECLINE result whose Receipt is
+	// missing or not rail-proxy's signature over this payout, outcome,
+	// rail reference and token. Nothing changed.
+	CodeInvalidReceipt Code = "INVALID_RECEIPT"
 	// CodeUnavailable (503): paydb did not answer, or the transaction lost
 	// a serialization race; the outcome is unknown and the transaction was
 	// rolled back, so the same request may be sent again. Retryable.
@@ -176,8 +189,8 @@ const (
 var Codes = []Code{
 	CodeInvalidRequest, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeInvalidToken, CodeNotFound,
 	CodeMethodNotAllowed, CodeAccountNotFound, CodeAccountConflict, CodeCurrencyMismatch, CodePayoutNotFound,
-	CodePayoutConflict, CodeFencedOut, CodePayoutFinished, CodePayoutInDoubt, CodePayoutNotClaimed,
-	CodeRailRefConflict, CodeUnavailable, CodeInternal,
+	CodePayoutConflict, CodeFencedOut, CodeUnverifiedToken, CodePayoutFinished, CodePayoutInDoubt, CodePayoutNotClaimed,
+	CodeRailRefConflict, CodeInvalidReceipt, CodeUnavailable, CodeInternal,
 }
 
 // Retryable reports whether the code marks a condition that may clear if
@@ -220,6 +233,12 @@ const (
 	// EnvOutboxPollMs is the outbox poll interval in milliseconds, a
 	// positive decimal integer (10..600000).
 	EnvOutboxPollMs = "OUTBOX_POLL_MS"
+	// EnvProofKeys lists the public keys of lock-server's grant proofs;
+	// required while fencing is on (payoutevent.EnvProofKeys).
+	EnvProofKeys = payoutevent.EnvProofKeys
+	// EnvReceiptKeys lists the public keys of rail-proxy's receipts;
+	// required (payoutevent.EnvReceiptKeys).
+	EnvReceiptKeys = payoutevent.EnvReceiptKeys
 )
 
 // Log events of payment-resource: the value of the "event" attribute of
@@ -247,6 +266,9 @@ const (
 	// EventFencedOut (WARN): a fenced write was refused (see
 	// payoutevent.EventFencedOut for its attributes).
 	EventFencedOut = payoutevent.EventFencedOut
+	// EventUnverifiedToken (WARN): a fenced write was refused for an
+	// unverified token (see payoutevent.EventUnverifiedToken).
+	EventUnverifiedToken = payoutevent.EventUnverifiedToken
 	// EventFencingDisabled (WARN, once at start): the kill switch turned
 	// fencing off.
 	EventFencingDisabled = payoutevent.EventFencingDisabled

@@ -113,6 +113,13 @@ type ResultRequest struct {
 	// token, since a fenced rail-proxy never lets a submission through
 	// after a greater token.
 	RailToken int64 `json:"railToken,omitempty"`
+	// Receipt is rail-proxy's signature over the rail's answer
+	// (railproxy/api SubmitAnswer.Receipt or Attempt.Receipt, passed on
+	// unchanged). Required for ACK and DECLINE: the outcome, RailRef and
+	// the rail token are recorded only if it covers exactly them and this
+	// payout's account, amount and currency (payoutevent.RailReceipt).
+	// Ignored for AMBIGUOUS, which changes no balance.
+	Receipt string `json:"receipt,omitempty"`
 }
 
 // Payout is the answer of every payout route.

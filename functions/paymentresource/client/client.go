@@ -22,6 +22,7 @@ import (
 	"net/http"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhttp"
 )
 
@@ -48,6 +49,13 @@ var (
 	// ErrFencedOut: a newer lock holder has written; the caller is stale
 	// and must stop (FENCED_OUT).
 	ErrFencedOut = errors.New("paymentresource client: fenced out")
+	// ErrUnverifiedToken: the fence point found no proof that lock-server
+	// granted the token on the account's lock (UNVERIFIED_TOKEN). Nothing
+	// changed; the same request cannot succeed.
+	ErrUnverifiedToken = errors.New("paymentresource client: fencing token not verified")
+	// ErrInvalidReceipt: an ACK or DECLINE without rail-proxy's receipt
+	// over exactly it (INVALID_RECEIPT). Nothing changed.
+	ErrInvalidReceipt = errors.New("paymentresource client: rail receipt not valid")
 	// ErrPayoutFinished: the payout is posted or declined
 	// (PAYOUT_FINISHED).
 	ErrPayoutFinished = errors.New("paymentresource client: payout finished")
@@ -80,6 +88,8 @@ var sentinels = map[api.Code]error{
 	api.CodePayoutNotFound:       ErrPayoutNotFound,
 	api.CodePayoutConflict:       ErrPayoutConflict,
 	api.CodeFencedOut:            ErrFencedOut,
+	api.CodeUnverifiedToken:      ErrUnverifiedToken,
+	api.CodeInvalidReceipt:       ErrInvalidReceipt,
 	api.CodePayoutFinished:       ErrPayoutFinished,
 	api.CodePayoutInDoubt:        ErrPayoutInDoubt,
 	api.CodePayoutNotClaimed:     ErrPayoutNotClaimed,
@@ -160,12 +170,6 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// holder is the lock holder a fenced write is made for.
-type holder struct {
-	token int64
-	owner string
-}
-
 // CreateAccount creates an account (POST /v1/accounts), or returns it
 // unchanged when it already exists with the same values. It returns
 // ErrAccountConflict when it exists otherwise, ErrInvalidRequest,
@@ -214,37 +218,36 @@ func (c *Client) Payout(ctx context.Context, id string) (api.Payout, error) {
 	return p, err
 }
 
-// Claim claims payout id for the lock holder owner with its fencing token
-// (POST /v1/payouts/{id}/claim) and returns the claimed payout. It
+// Claim claims payout id for the lock holder h (its fencing token, the
+// token's proof and its owner id, sent as headers; POST /v1/payouts/{id}/claim) and returns the claimed payout. It
 // returns ErrFencedOut when a newer holder has written, ErrPayoutFinished,
 // ErrPayoutInDoubt, ErrPayoutNotFound, ErrInvalidRequest (also for a
 // token that is not positive, without sending), ErrUnavailable.
-func (c *Client) Claim(ctx context.Context, id string, token int64, owner string) (api.Payout, error) {
+func (c *Client) Claim(ctx context.Context, id string, h payoutevent.Holder) (api.Payout, error) {
 	var p api.Payout
-	if err := errors.Join(api.ValidatePayoutID(id), api.ValidateToken(token)); err != nil {
+	if err := errors.Join(api.ValidatePayoutID(id), api.ValidateToken(h.Token)); err != nil {
 		return p, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
-	err := c.call(ctx, http.MethodPost, api.ClaimPath(id), &holder{token, owner}, nil, &p)
+	err := c.call(ctx, http.MethodPost, api.ClaimPath(id), &h, nil, &p)
 	return p, err
 }
 
 // PostResult reports the rail's answer to a submission of payout id, as
-// the lock holder owner with its fencing token (POST
-// /v1/payouts/{id}/result), and returns the payout. Posting the same
+// the lock holder h (POST /v1/payouts/{id}/result), and returns the payout. Posting the same
 // result again changes nothing. It returns ErrFencedOut,
 // ErrPayoutFinished, ErrPayoutInDoubt, ErrPayoutNotClaimed,
 // ErrRailRefConflict, ErrPayoutNotFound, ErrInvalidRequest (also for a
 // request that fails api.ResultRequest.Validate, without sending),
 // ErrUnavailable.
-func (c *Client) PostResult(ctx context.Context, id string, token int64, owner string, req api.ResultRequest) (api.Payout, error) {
+func (c *Client) PostResult(ctx context.Context, id string, h payoutevent.Holder, req api.ResultRequest) (api.Payout, error) {
 	var p api.Payout
-	if err := errors.Join(api.ValidatePayoutID(id), api.ValidateToken(token)); err != nil {
+	if err := errors.Join(api.ValidatePayoutID(id), api.ValidateToken(h.Token)); err != nil {
 		return p, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
-	if err := req.Validate(token); err != nil {
+	if err := req.Validate(h.Token); err != nil {
 		return p, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
-	err := c.call(ctx, http.MethodPost, api.ResultPath(id), &holder{token, owner}, req, &p)
+	err := c.call(ctx, http.MethodPost, api.ResultPath(id), &h, req, &p)
 	return p, err
 }
 
@@ -260,10 +263,10 @@ func (c *Client) Audit(ctx context.Context) (api.AuditReport, error) {
 // call sends one request through jsonhttp.Do, with the holder's headers
 // when h is not nil, and decodes a 2xx body into out or a refusal into
 // *Error.
-func (c *Client) call(ctx context.Context, method, path string, h *holder, in, out any) error {
+func (c *Client) call(ctx context.Context, method, path string, h *payoutevent.Holder, in, out any) error {
 	var jh *jsonhttp.Holder
 	if h != nil {
-		jh = &jsonhttp.Holder{Token: h.token, Owner: h.owner, TokenHeader: api.HeaderToken, OwnerHeader: api.HeaderOwner}
+		jh = &jsonhttp.Holder{Token: h.Token, Owner: h.Owner, Proof: h.Proof, TokenHeader: api.HeaderToken, OwnerHeader: api.HeaderOwner, ProofHeader: api.HeaderProof}
 	}
 	status, raw, err := jsonhttp.Do(ctx, c.doer, method, c.base+path, jh, in)
 	switch {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 )
 
 // doerFunc is a Doer made of a function.
@@ -47,13 +48,14 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 		api.CodePayoutConflict: client.ErrPayoutConflict, api.CodeFencedOut: client.ErrFencedOut,
 		api.CodePayoutFinished: client.ErrPayoutFinished, api.CodePayoutInDoubt: client.ErrPayoutInDoubt,
 		api.CodePayoutNotClaimed: client.ErrPayoutNotClaimed, api.CodeRailRefConflict: client.ErrRailRefConflict,
-		api.CodeUnavailable: client.ErrUnavailable,
+		api.CodeUnavailable: client.ErrUnavailable, api.CodeUnverifiedToken: client.ErrUnverifiedToken,
+		api.CodeInvalidReceipt: client.ErrInvalidReceipt,
 		// No sentinel: a wrong URL or client, or a bug.
 		api.CodeNotFound: nil, api.CodeMethodNotAllowed: nil, api.CodeInternal: nil,
 	}
 	all := []error{client.ErrInvalidRequest, client.ErrAccountNotFound, client.ErrAccountConflict, client.ErrCurrencyMismatch,
 		client.ErrPayoutNotFound, client.ErrPayoutConflict, client.ErrFencedOut, client.ErrPayoutFinished, client.ErrPayoutInDoubt,
-		client.ErrPayoutNotClaimed, client.ErrRailRefConflict, client.ErrUnavailable}
+		client.ErrPayoutNotClaimed, client.ErrRailRefConflict, client.ErrUnavailable, client.ErrUnverifiedToken, client.ErrInvalidReceipt}
 	for _, code := range api.Codes {
 		want, listed := sentinel[code]
 		if !listed {
@@ -90,7 +92,7 @@ func TestAnswersWithoutAnEnvelopeAndLostAnswers(t *testing.T) {
 	}
 	lost := errors.New("connection reset")
 	c, _ = client.New("http://pay.invalid", client.WithHTTPClient(doerFunc(func(*http.Request) (*http.Response, error) { return nil, lost })))
-	if _, err := c.Claim(ctx, "p-1", 7, "w"); !errors.Is(err, client.ErrUnavailable) || !errors.Is(err, lost) {
+	if _, err := c.Claim(ctx, "p-1", payoutevent.Holder{Token: 7, Owner: "w"}); !errors.Is(err, client.ErrUnavailable) || !errors.Is(err, lost) {
 		t.Errorf("transport error: %v, want ErrUnavailable wrapping it", err)
 	}
 }
@@ -101,7 +103,8 @@ func TestFencedWritesCarryTheHoldersHeadersAndBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := c.PostResult(context.Background(), "p.1", 42, "worker-a", api.ResultRequest{Outcome: api.OutcomeAck, RailRef: "r-1"})
+	p, err := c.PostResult(context.Background(), "p.1", payoutevent.Holder{Token: 42, Proof: "v1.proof", Owner: "worker-a"},
+		api.ResultRequest{Outcome: api.OutcomeAck, RailRef: "r-1", Receipt: "k.sig"})
 	if err != nil || p.State != api.StatePosted || p.Debits != 1 {
 		t.Fatalf("PostResult = %+v, %v", p, err)
 	}
@@ -109,12 +112,13 @@ func TestFencedWritesCarryTheHoldersHeadersAndBody(t *testing.T) {
 	if r.Method != http.MethodPost || r.URL.Path != "/prefix"+api.ResultPath("p.1") {
 		t.Errorf("sent %s %s, want POST /prefix%s", r.Method, r.URL.Path, api.ResultPath("p.1"))
 	}
-	if r.Header.Get(api.HeaderToken) != "42" || r.Header.Get(api.HeaderOwner) != "worker-a" || r.Header.Get("Content-Type") != "application/json" {
+	if r.Header.Get(api.HeaderToken) != "42" || r.Header.Get(api.HeaderOwner) != "worker-a" || r.Header.Get(api.HeaderProof) != "v1.proof" ||
+		r.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("headers %v", r.Header)
 	}
 	var body map[string]any
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body["outcome"] != "ACK" || body["railRef"] != "r-1" || len(body) != 2 {
-		t.Errorf("body %v (%v); want outcome and railRef only", body, err)
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body["outcome"] != "ACK" || body["railRef"] != "r-1" || body["receipt"] != "k.sig" || len(body) != 3 {
+		t.Errorf("body %v (%v); want outcome, railRef and receipt only", body, err)
 	}
 }
 
@@ -123,14 +127,14 @@ func TestInvalidRequestsAreNotSent(t *testing.T) {
 	var got []*http.Request
 	c, _ := client.New("http://pay.invalid", client.WithHTTPClient(answering(200, "{}", &got)))
 	for name, call := range map[string]func() error{
-		"claim token 0":         func() error { _, err := c.Claim(ctx, "p-1", 0, "w"); return err },
-		"claim id with a slash": func() error { _, err := c.Claim(ctx, "p/1", 1, "w"); return err },
+		"claim token 0":         func() error { _, err := c.Claim(ctx, "p-1", payoutevent.Holder{Token: 0, Owner: "w"}); return err },
+		"claim id with a slash": func() error { _, err := c.Claim(ctx, "p/1", payoutevent.Holder{Token: 1, Owner: "w"}); return err },
 		"result railToken > token": func() error {
-			_, err := c.PostResult(ctx, "p-1", 5, "w", api.ResultRequest{Outcome: api.OutcomeAck, RailRef: "r", RailToken: 6})
+			_, err := c.PostResult(ctx, "p-1", payoutevent.Holder{Token: 5, Owner: "w"}, api.ResultRequest{Outcome: api.OutcomeAck, RailRef: "r", RailToken: 6})
 			return err
 		},
 		"result without railRef": func() error {
-			_, err := c.PostResult(ctx, "p-1", 5, "w", api.ResultRequest{Outcome: api.OutcomeDecline})
+			_, err := c.PostResult(ctx, "p-1", payoutevent.Holder{Token: 5, Owner: "w"}, api.ResultRequest{Outcome: api.OutcomeDecline})
 			return err
 		},
 		"account without opening balance": func() error {

@@ -20,7 +20,9 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
 // The examples run the real payment-resource (its HTTP handler over a
@@ -74,6 +76,8 @@ func startPaymentResource() (baseURL string, stop func()) {
 	u.Path = "/" + name
 	cfg := paymentresource.DefaultConfig()
 	cfg.DatabaseURL = u.String()
+	// The public keys of the test deployment's lock-server and rail-proxy.
+	cfg.ProofKeys, cfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
 	svc, err := paymentresource.New(ctx, cfg, discard{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		log.Fatal(err)
@@ -83,6 +87,19 @@ func startPaymentResource() (baseURL string, stop func()) {
 }
 
 func opening(minor int64) *int64 { return &minor }
+
+// holderOf stands in for a worker's lease on payout:{account}: in a worker,
+// payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: owner}.
+func holderOf(account string, token int64, owner string) payoutevent.Holder {
+	return prooftest.Holder(account, token, owner)
+}
+
+// receiptOf stands in for rail-proxy's answer: in a worker, the Receipt of
+// railproxy/api SubmitAnswer, passed on unchanged.
+func receiptOf(payout, account string, amount int64, currency string, outcome api.Outcome, railRef string, token int64) string {
+	return prooftest.Receipt(payoutevent.RailReceipt{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: currency,
+		Outcome: string(outcome), RailRef: railRef, RailToken: token})
+}
 
 // Create an account and a payout, then do what the executor does under
 // the lease payout:acct-7 with fencing token 7: claim the payout, and post
@@ -104,12 +121,13 @@ func Example() {
 	}
 	fmt.Println("created:", p.State)
 
-	const token = 7 // the lease's fencing token
-	if p, err = pay.Claim(ctx, "p-1", token, "worker-a"); err != nil {
+	holder := holderOf("acct-7", 7, "worker-a") // the lease's token 7, its proof, the owner
+	if p, err = pay.Claim(ctx, "p-1", holder); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("claimed:", p.State, "fence", p.Fence)
-	p, err = pay.PostResult(ctx, "p-1", token, "worker-a", api.ResultRequest{Outcome: api.OutcomeAck, RailRef: "rail-1"})
+	p, err = pay.PostResult(ctx, "p-1", holder, api.ResultRequest{Outcome: api.OutcomeAck, RailRef: "rail-1",
+		Receipt: receiptOf("p-1", "acct-7", 2500, "EUR", api.OutcomeAck, "rail-1", 7)})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -140,10 +158,11 @@ func Example_fencedOut() {
 		log.Fatal(err)
 	}
 	// B holds the newer lease (token 9) and claims; A (token 8) was paused.
-	if _, err := pay.Claim(ctx, "p-1", 9, "worker-b"); err != nil {
+	if _, err := pay.Claim(ctx, "p-1", holderOf("acct-7", 9, "worker-b")); err != nil {
 		log.Fatal(err)
 	}
-	_, err := pay.PostResult(ctx, "p-1", 8, "worker-a", api.ResultRequest{Outcome: api.OutcomeAck, RailRef: "rail-a"})
+	_, err := pay.PostResult(ctx, "p-1", holderOf("acct-7", 8, "worker-a"), api.ResultRequest{Outcome: api.OutcomeAck, RailRef: "rail-a",
+		Receipt: receiptOf("p-1", "acct-7", 2500, "EUR", api.OutcomeAck, "rail-a", 8)})
 	var refusal *client.Error
 	fmt.Println("fenced out:", errors.Is(err, client.ErrFencedOut))
 	if errors.As(err, &refusal) {
@@ -167,7 +186,7 @@ func ExampleClient_Payout() {
 
 	_, err := pay.Payout(ctx, "p-404")
 	fmt.Println("not found:", errors.Is(err, client.ErrPayoutNotFound))
-	_, err = pay.Claim(ctx, "p-404", 0, "worker-a")
+	_, err = pay.Claim(ctx, "p-404", payoutevent.Holder{Token: 0, Owner: "worker-a"})
 	fmt.Println("token 0:", errors.Is(err, client.ErrInvalidRequest))
 	// Output:
 	// not found: true

@@ -81,6 +81,10 @@ const (
 	// Attempt.OwnerID and logged; it decides nothing. At most MaxOwnerLen
 	// bytes are kept.
 	HeaderOwner = payoutevent.HeaderLockOwner
+	// HeaderProof carries lock-server's proof of the holder's token
+	// (lockserver/api Grant.Proof), unchanged; required while fencing is
+	// on (payoutevent.HeaderFencingProof).
+	HeaderProof = payoutevent.HeaderFencingProof
 )
 
 // Bounds of requests. A request outside them is answered 400
@@ -128,6 +132,11 @@ const (
 	// The attempt is recorded StateFenced. Spelled in payoutevent, shared
 	// with payment-resource.
 	CodeFencedOut Code = payoutevent.CodeFencedOut
+	// CodeUnverifiedToken (403): the token's HeaderProof is missing or
+	// does not show that lock-server granted that token on the lock that
+	// guards the account (payout:{accountId}). Nothing changed; the same
+	// request can never succeed. Spelled in payoutevent.
+	CodeUnverifiedToken Code = payoutevent.CodeUnverifiedToken
 	// CodeAlreadySubmitted (409): an earlier attempt of the payout went,
 	// or may have gone, to the rail; this one was recorded
 	// StateDuplicate and not forwarded. The body is an
@@ -160,7 +169,7 @@ const (
 
 // Codes lists every Code, in the order declared above.
 var Codes = []Code{
-	CodeInvalidRequest, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeFencedOut, CodeAlreadySubmitted,
+	CodeInvalidRequest, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeFencedOut, CodeUnverifiedToken, CodeAlreadySubmitted,
 	CodeRailAmbiguous, CodeUnavailable, CodeRestored, CodeNotFound, CodeMethodNotAllowed, CodeInternal,
 }
 
@@ -212,6 +221,16 @@ const (
 	// true/false, 1/0, on/off, yes/no; default true. Off only for the
 	// fencing experiment.
 	EnvFencingEnabled = "RAIL_PROXY_FENCING_ENABLED"
+	// EnvProofKeys lists the public keys of lock-server's grant proofs;
+	// required while fencing is on (payoutevent.EnvProofKeys).
+	EnvProofKeys = payoutevent.EnvProofKeys
+	// EnvRailIDTokens, read by cmd/rail-proxy (true or false, default
+	// false), adds a Cloud Run ID token for RAIL_URL to each call to the
+	// rail: set on Cloud Run, where rail-stub is private.
+	EnvRailIDTokens = "RAIL_ID_TOKENS"
+	// EnvReceiptSigningKey is the secret key rail-proxy signs its
+	// receipts with; required (payoutevent.EnvReceiptSigningKey).
+	EnvReceiptSigningKey = payoutevent.EnvReceiptSigningKey
 )
 
 // Log events of rail-proxy: the value of the "event" attribute of its
@@ -243,6 +262,9 @@ const (
 	// EventFencedOut (WARN): a submission was refused by the fence (see
 	// payoutevent.EventFencedOut for its attributes; resource is "rail").
 	EventFencedOut = payoutevent.EventFencedOut
+	// EventUnverifiedToken (WARN): a fenced write was refused for an
+	// unverified token (see payoutevent.EventUnverifiedToken).
+	EventUnverifiedToken = payoutevent.EventUnverifiedToken
 	// EventFencingDisabled (WARN, once at start): the kill switch turned
 	// fencing off.
 	EventFencingDisabled = payoutevent.EventFencingDisabled

@@ -122,6 +122,10 @@ type SubmitAnswer struct {
 	AttemptID int64 `json:"attemptId"`
 	// Token is the fencing token the submission was accepted with.
 	Token int64 `json:"token"`
+	// Receipt is rail-proxy's signature over this answer
+	// (payoutevent.RailReceipt): pass it unchanged to payment-resource
+	// with the result.
+	Receipt string `json:"receipt"`
 }
 
 // HighWater is the 200 body of GET /v1/rail/high-water/{accountId}.
@@ -159,6 +163,10 @@ type Attempt struct {
 	CreatedAt time.Time `json:"createdAt"`
 	// FinishedAt is when its outcome was recorded; nil while forwarding.
 	FinishedAt *time.Time `json:"finishedAt"`
+	// Receipt is rail-proxy's signature over the rail's answer
+	// (payoutevent.RailReceipt), when State is StateAcked or
+	// StateDeclined and the attempt is a payout's forwarded one; "" otherwise.
+	Receipt string `json:"receipt,omitempty"`
 }
 
 // AttemptList is the 200 body of GET /v1/rail/attempts.

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhttp"
 )
@@ -43,6 +44,10 @@ var (
 	// (or at or below a restore's token floor); the caller is a stale lock
 	// holder and must stop (FENCED_OUT). The rail was not called.
 	ErrFencedOut = errors.New("railproxy client: fenced out")
+	// ErrUnverifiedToken: the fence point found no proof that lock-server
+	// granted the token on the account's lock (UNVERIFIED_TOKEN). Nothing
+	// changed; the same request cannot succeed.
+	ErrUnverifiedToken = errors.New("railproxy client: fencing token not verified")
 	// ErrAlreadySubmitted: the payout already went, or may have gone, to
 	// the rail with an earlier attempt; this one was not forwarded
 	// (PAYOUT_ALREADY_SUBMITTED). The *Error's Attempt is that first
@@ -74,6 +79,7 @@ var sentinels = map[api.Code]error{
 	api.CodeBodyTooLarge:         ErrInvalidRequest,
 	api.CodeUnsupportedMediaType: ErrInvalidRequest,
 	api.CodeFencedOut:            ErrFencedOut,
+	api.CodeUnverifiedToken:      ErrUnverifiedToken,
 	api.CodeAlreadySubmitted:     ErrAlreadySubmitted,
 	api.CodeRailAmbiguous:        ErrRailAmbiguous,
 	api.CodeUnavailable:          ErrUnavailable,
@@ -163,18 +169,19 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 }
 
 // Submit sends the payout to the rail through rail-proxy, as the lock
-// holder owner with its fencing token (POST /v1/rail/submissions), and
+// holder h (its fencing token, the token's proof and its owner id, sent
+// as headers; POST /v1/rail/submissions), and
 // returns the rail's answer (ACK or DECLINE). It returns ErrFencedOut,
 // ErrAlreadySubmitted (with the first attempt in the *Error's Attempt),
 // ErrRailAmbiguous, ErrRaildbRestored, ErrUnavailable, or
 // ErrInvalidRequest (also for a token that is not positive or a request
 // that fails api.SubmitRequest.Validate, without sending).
-func (c *Client) Submit(ctx context.Context, token int64, owner string, req api.SubmitRequest) (api.SubmitAnswer, error) {
+func (c *Client) Submit(ctx context.Context, h payoutevent.Holder, req api.SubmitRequest) (api.SubmitAnswer, error) {
 	var ans api.SubmitAnswer
-	if err := errors.Join(api.ValidateToken(token), req.Validate()); err != nil {
+	if err := errors.Join(api.ValidateToken(h.Token), req.Validate()); err != nil {
 		return ans, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
-	if err := c.call(ctx, http.MethodPost, api.PathSubmissions, &holder{token, owner}, req, &ans); err != nil {
+	if err := c.call(ctx, http.MethodPost, api.PathSubmissions, &h, req, &ans); err != nil {
 		return api.SubmitAnswer{}, err
 	}
 	if ans.Status != api.RailAck && ans.Status != api.RailDecline {
@@ -214,19 +221,13 @@ func (c *Client) Attempts(ctx context.Context, payout string) ([]api.Attempt, er
 	return list.Attempts, nil
 }
 
-// holder is the lock holder a submission is made for.
-type holder struct {
-	token int64
-	owner string
-}
-
 // call sends one request through jsonhttp.Do, with the holder's headers
 // when h is not nil, and decodes a 2xx body into out or a refusal into
 // *Error.
-func (c *Client) call(ctx context.Context, method, path string, h *holder, in, out any) error {
+func (c *Client) call(ctx context.Context, method, path string, h *payoutevent.Holder, in, out any) error {
 	var jh *jsonhttp.Holder
 	if h != nil {
-		jh = &jsonhttp.Holder{Token: h.token, Owner: h.owner, TokenHeader: api.HeaderToken, OwnerHeader: api.HeaderOwner}
+		jh = &jsonhttp.Holder{Token: h.Token, Owner: h.Owner, Proof: h.Proof, TokenHeader: api.HeaderToken, OwnerHeader: api.HeaderOwner, ProofHeader: api.HeaderProof}
 	}
 	status, raw, err := jsonhttp.Do(ctx, c.doer, method, c.base+path, jh, in)
 	switch {

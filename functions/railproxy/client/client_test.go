@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 )
@@ -59,12 +60,12 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 		api.CodeUnsupportedMediaType: client.ErrInvalidRequest, api.CodeFencedOut: client.ErrFencedOut,
 		api.CodeAlreadySubmitted: client.ErrAlreadySubmitted, api.CodeRailAmbiguous: client.ErrRailAmbiguous,
 		api.CodeUnavailable: client.ErrUnavailable, api.CodeRestored: client.ErrRaildbRestored,
-		api.CodeNotFound: client.ErrNotFound,
+		api.CodeNotFound: client.ErrNotFound, api.CodeUnverifiedToken: client.ErrUnverifiedToken,
 		// No sentinel: a wrong client, or a bug.
 		api.CodeMethodNotAllowed: nil, api.CodeInternal: nil,
 	}
 	all := []error{client.ErrInvalidRequest, client.ErrFencedOut, client.ErrAlreadySubmitted, client.ErrRailAmbiguous,
-		client.ErrUnavailable, client.ErrRaildbRestored, client.ErrNotFound}
+		client.ErrUnavailable, client.ErrRaildbRestored, client.ErrNotFound, client.ErrUnverifiedToken}
 	for _, code := range api.Codes {
 		want, listed := sentinel[code]
 		if !listed {
@@ -72,7 +73,7 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 			continue
 		}
 		c, _ := client.New("http://rail.invalid", client.WithHTTPClient(answering(409, envelope(code), nil)))
-		_, err := c.Submit(context.Background(), 8, "worker-b", valid)
+		_, err := c.Submit(context.Background(), payoutevent.Holder{Token: 8, Owner: "worker-b"}, valid)
 		var e *client.Error
 		if !errors.As(err, &e) || e.Code != code || e.Status != 409 || e.Retryable != code.Retryable() {
 			t.Errorf("%s: error %#v, want *Error with that code, status 409", code, err)
@@ -91,7 +92,7 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 
 func TestAlreadySubmittedCarriesTheFirstAttempt(t *testing.T) {
 	c, _ := client.New("http://rail.invalid", client.WithHTTPClient(answering(409, envelope(api.CodeAlreadySubmitted), nil)))
-	_, err := c.Submit(context.Background(), 8, "worker-b", valid)
+	_, err := c.Submit(context.Background(), payoutevent.Holder{Token: 8, Owner: "worker-b"}, valid)
 	var e *client.Error
 	if !errors.As(err, &e) || e.Attempt == nil || *e.Attempt != first {
 		t.Fatalf("error %v; want the first attempt %+v", err, first)
@@ -103,7 +104,7 @@ func TestAlreadySubmittedCarriesTheFirstAttempt(t *testing.T) {
 		`{"error":{"code":"` + string(api.CodeAlreadySubmitted) + `","message":"m"},"attempt":{"attemptId":3,"token":0}}`,
 	} {
 		c, _ := client.New("http://rail.invalid", client.WithHTTPClient(answering(409, body, nil)))
-		_, err := c.Submit(context.Background(), 8, "worker-b", valid)
+		_, err := c.Submit(context.Background(), payoutevent.Holder{Token: 8, Owner: "worker-b"}, valid)
 		if !errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrAlreadySubmitted) {
 			t.Errorf("%s: %v; want ErrUnavailable, not ErrAlreadySubmitted", body, err)
 		}
@@ -113,22 +114,22 @@ func TestAlreadySubmittedCarriesTheFirstAttempt(t *testing.T) {
 func TestAnswersWithoutAnEnvelopeAndLostAnswers(t *testing.T) {
 	ctx := context.Background()
 	c, _ := client.New("http://rail.invalid", client.WithHTTPClient(answering(502, "<html>bad gateway</html>", nil)))
-	if _, err := c.Submit(ctx, 8, "w", valid); !errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrRailAmbiguous) {
+	if _, err := c.Submit(ctx, payoutevent.Holder{Token: 8, Owner: "w"}, valid); !errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrRailAmbiguous) {
 		t.Errorf("502 without an envelope: %v, want ErrUnavailable and not ErrRailAmbiguous", err)
 	}
 	c, _ = client.New("http://rail.invalid", client.WithHTTPClient(answering(400, "nope", nil)))
-	if _, err := c.Submit(ctx, 8, "w", valid); errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrInvalidRequest) {
+	if _, err := c.Submit(ctx, payoutevent.Holder{Token: 8, Owner: "w"}, valid); errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrInvalidRequest) {
 		t.Errorf("400 without an envelope: %v, want a bare *Error", err)
 	}
 	for _, body := range []string{"{not json", `{"status":"MAYBE","railRef":"r"}`, `{}`} {
 		c, _ = client.New("http://rail.invalid", client.WithHTTPClient(answering(200, body, nil)))
-		if _, err := c.Submit(ctx, 8, "w", valid); !errors.Is(err, client.ErrUnavailable) {
+		if _, err := c.Submit(ctx, payoutevent.Holder{Token: 8, Owner: "w"}, valid); !errors.Is(err, client.ErrUnavailable) {
 			t.Errorf("200 %s: %v, want ErrUnavailable", body, err)
 		}
 	}
 	lost := errors.New("connection reset")
 	c, _ = client.New("http://rail.invalid", client.WithHTTPClient(doerFunc(func(*http.Request) (*http.Response, error) { return nil, lost })))
-	if _, err := c.Submit(ctx, 8, "w", valid); !errors.Is(err, client.ErrUnavailable) || !errors.Is(err, lost) {
+	if _, err := c.Submit(ctx, payoutevent.Holder{Token: 8, Owner: "w"}, valid); !errors.Is(err, client.ErrUnavailable) || !errors.Is(err, lost) {
 		t.Errorf("transport error: %v, want ErrUnavailable wrapping it", err)
 	}
 }
@@ -140,7 +141,7 @@ func TestSubmitCarriesTheHoldersHeadersAndBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ans, err := c.Submit(context.Background(), 42, "worker-a", valid)
+	ans, err := c.Submit(context.Background(), payoutevent.Holder{Token: 42, Proof: "v1.proof", Owner: "worker-a"}, valid)
 	if err != nil || ans != (api.SubmitAnswer{Status: api.RailDecline, RailRef: "rail-000002", AttemptID: 4, Token: 42}) {
 		t.Fatalf("Submit = %+v, %v", ans, err)
 	}
@@ -148,7 +149,8 @@ func TestSubmitCarriesTheHoldersHeadersAndBody(t *testing.T) {
 	if r.Method != http.MethodPost || r.URL.Path != "/prefix"+api.PathSubmissions {
 		t.Errorf("sent %s %s, want POST /prefix%s", r.Method, r.URL.Path, api.PathSubmissions)
 	}
-	if r.Header.Get(api.HeaderToken) != "42" || r.Header.Get(api.HeaderOwner) != "worker-a" || r.Header.Get("Content-Type") != "application/json" {
+	if r.Header.Get(api.HeaderToken) != "42" || r.Header.Get(api.HeaderOwner) != "worker-a" || r.Header.Get(api.HeaderProof) != "v1.proof" ||
+		r.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("headers %v", r.Header)
 	}
 	var body map[string]any
@@ -180,17 +182,17 @@ func TestInvalidRequestsAreNotSent(t *testing.T) {
 	c, _ := client.New("http://rail.invalid", client.WithHTTPClient(answering(200, "{}", &got)))
 	with := func(f func(*api.SubmitRequest)) api.SubmitRequest { r := valid; f(&r); return r }
 	for name, call := range map[string]func() error{
-		"token 0": func() error { _, err := c.Submit(ctx, 0, "w", valid); return err },
+		"token 0": func() error { _, err := c.Submit(ctx, payoutevent.Holder{Token: 0, Owner: "w"}, valid); return err },
 		"amount 0": func() error {
-			_, err := c.Submit(ctx, 1, "w", with(func(r *api.SubmitRequest) { r.AmountMinor = 0 }))
+			_, err := c.Submit(ctx, payoutevent.Holder{Token: 1, Owner: "w"}, with(func(r *api.SubmitRequest) { r.AmountMinor = 0 }))
 			return err
 		},
 		"lower-case currency": func() error {
-			_, err := c.Submit(ctx, 1, "w", with(func(r *api.SubmitRequest) { r.Currency = "eur" }))
+			_, err := c.Submit(ctx, payoutevent.Holder{Token: 1, Owner: "w"}, with(func(r *api.SubmitRequest) { r.Currency = "eur" }))
 			return err
 		},
 		"payout id with a slash": func() error {
-			_, err := c.Submit(ctx, 1, "w", with(func(r *api.SubmitRequest) { r.PayoutID = "p/1" }))
+			_, err := c.Submit(ctx, payoutevent.Holder{Token: 1, Owner: "w"}, with(func(r *api.SubmitRequest) { r.PayoutID = "p/1" }))
 			return err
 		},
 		"high-water of an empty account": func() error { _, err := c.HighWater(ctx, ""); return err },

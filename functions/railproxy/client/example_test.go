@@ -17,11 +17,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
 // The examples run the real rail-proxy (its HTTP handler over a raildb in
@@ -76,12 +78,21 @@ func startRailProxy() (baseURL string, stop func()) {
 	rail := httptest.NewServer(stub)
 	cfg := railproxy.DefaultConfig()
 	cfg.DB.DSN, cfg.RailURL = u.String(), rail.URL
+	// The test deployment's keys: lock-server's public key, and the key
+	// rail-proxy signs its receipts with.
+	cfg.ProofKeys, cfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
 	proxy, err := railproxy.New(ctx, cfg, quiet)
 	if err != nil {
 		log.Fatal(err)
 	}
 	srv := httptest.NewServer(proxy)
 	return srv.URL, func() { srv.Close(); _ = proxy.Close(); _ = stub.Close(); rail.Close() }
+}
+
+// holderOf stands in for a worker's lease on payout:{account}: in a worker,
+// payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: owner}.
+func holderOf(account string, token int64, owner string) payoutevent.Holder {
+	return prooftest.Holder(account, token, owner)
 }
 
 // Submit a payout to the rail as the holder of the lease payout:acct-7
@@ -95,7 +106,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	const token = 7 // the lease's fencing token
-	ans, err := rail.Submit(ctx, token, "worker-a", api.SubmitRequest{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR"})
+	ans, err := rail.Submit(ctx, holderOf("acct-7", token, "worker-a"), api.SubmitRequest{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -124,10 +135,10 @@ func Example_fencedOut() {
 	rail, _ := client.New(base)
 	// B holds the newer lease (token 9) and submits p-2; A (token 8) was
 	// paused and submits p-1 of the same account afterwards.
-	if _, err := rail.Submit(ctx, 9, "worker-b", api.SubmitRequest{PayoutID: "p-2", AccountID: "acct-7", AmountMinor: 100, Currency: "EUR"}); err != nil {
+	if _, err := rail.Submit(ctx, holderOf("acct-7", 9, "worker-b"), api.SubmitRequest{PayoutID: "p-2", AccountID: "acct-7", AmountMinor: 100, Currency: "EUR"}); err != nil {
 		log.Fatal(err)
 	}
-	_, err := rail.Submit(ctx, 8, "worker-a", api.SubmitRequest{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR"})
+	_, err := rail.Submit(ctx, holderOf("acct-7", 8, "worker-a"), api.SubmitRequest{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR"})
 	fmt.Println("fenced out:", errors.Is(err, client.ErrFencedOut))
 	var refusal *client.Error
 	if errors.As(err, &refusal) {
@@ -150,10 +161,10 @@ func Example_alreadySubmitted() {
 	ctx := context.Background()
 	rail, _ := client.New(base)
 	req := api.SubmitRequest{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR"}
-	if _, err := rail.Submit(ctx, 7, "worker-a", req); err != nil {
+	if _, err := rail.Submit(ctx, holderOf("acct-7", 7, "worker-a"), req); err != nil {
 		log.Fatal(err)
 	}
-	_, err := rail.Submit(ctx, 8, "worker-b", req)
+	_, err := rail.Submit(ctx, holderOf("acct-7", 8, "worker-b"), req)
 	var refusal *client.Error
 	if errors.Is(err, client.ErrAlreadySubmitted) && errors.As(err, &refusal) {
 		first := refusal.Attempt
@@ -173,7 +184,7 @@ func ExampleClient_HighWater() {
 
 	_, err := rail.HighWater(ctx, "acct-404")
 	fmt.Println("not found:", errors.Is(err, client.ErrNotFound))
-	_, err = rail.Submit(ctx, 0, "worker-a", api.SubmitRequest{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR"})
+	_, err = rail.Submit(ctx, payoutevent.Holder{Token: 0, Owner: "worker-a"}, api.SubmitRequest{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR"})
 	fmt.Println("token 0:", errors.Is(err, client.ErrInvalidRequest))
 	// Output:
 	// not found: true

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
@@ -161,5 +162,26 @@ func TestMisspeltVariableIsWarnedAboutWhenTheConfigIsRefused(t *testing.T) {
 	}
 	if out := buf.String(); !strings.Contains(out, `"variable":"LOCKDB_ULR"`) || !strings.Contains(out, `"didYouMean":"`+api.EnvLockDBURL+`"`) {
 		t.Errorf("log %s; want a %s line for LOCKDB_ULR suggesting %s", out, envcheck.EventUnknownVariable, api.EnvLockDBURL)
+	}
+}
+
+// TestProofSigningKey: LOCK_PROOF_SIGNING_KEY is optional, parsed when
+// set, and a bad value is refused by name without echoing the secret.
+func TestProofSigningKey(t *testing.T) {
+	secret := prooftest.LockSigningKey().String()
+	c, err := loadConfig(env(map[string]string{api.EnvLockDBURL: "postgres://u@127.0.0.1/lockdb", api.EnvProofSigningKey: secret}))
+	if err != nil || c.ProofKey.ID() != prooftest.LockSigningKey().ID() {
+		t.Fatalf("loadConfig with a signing key: %v, key %q", err, c.ProofKey.ID())
+	}
+	if c, err := loadConfig(env(map[string]string{api.EnvLockDBURL: "postgres://u@127.0.0.1/lockdb"})); err != nil || !c.ProofKey.IsZero() {
+		t.Fatalf("loadConfig without a signing key: %v, key %q; want none", err, c.ProofKey.ID())
+	}
+	bad := secret[:len(secret)-4] // cut: not a key any more
+	_, err = loadConfig(env(map[string]string{api.EnvLockDBURL: "postgres://u@127.0.0.1/lockdb", api.EnvProofSigningKey: bad}))
+	if !errors.Is(err, errInvalidConfig) || !strings.Contains(err.Error(), api.EnvProofSigningKey) {
+		t.Fatalf("a cut signing key: %v; want errInvalidConfig naming %s", err, api.EnvProofSigningKey)
+	}
+	if strings.Contains(err.Error(), bad[len(bad)-20:]) {
+		t.Fatalf("the error %q echoes the secret", err)
 	}
 }

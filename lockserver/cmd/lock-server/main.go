@@ -72,6 +72,8 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 
 	scfg := lockserver.DefaultServerConfig()
 	scfg.RequestTimeout = cfg.RequestTimeout
+	scfg.ProofKey = cfg.ProofKey
+	scfg.MaxInFlight = cfg.MaxInFlight
 	scfg.Registry, err = newRegistry(store)
 	if err != nil {
 		return err
@@ -93,6 +95,9 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	// Ends when ctx ends and the drain is over (or the server fails).
 	go func() { served <- httpserve.Serve(ctx, ln, h, hcfg, log) }()
 	started := []any{"event", "server_started", "addr", ln.Addr().String(), "store", cfg.Store}
+	if !cfg.ProofKey.IsZero() {
+		started = append(started, "proofKeyId", cfg.ProofKey.ID())
+	}
 	if cfg.Store == "etcd" {
 		started = append(started, "etcdPrefix", cfg.Etcd.Prefix, "etcdIdleLeases", cfg.Etcd.IdleLeases)
 	}

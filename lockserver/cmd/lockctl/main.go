@@ -26,6 +26,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +36,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
@@ -214,7 +217,35 @@ func newRoot(out io.Writer) *cobra.Command {
 		},
 	})
 	root.AddCommand(newAdvance(&timeout, printJSON))
+	root.AddCommand(newProofKey(out))
 	return root
+}
+
+// newProofKey is the "proof-key" command: it makes a grant-proof key pair
+// (package fenceproof) and prints both halves as environment lines.
+func newProofKey(out io.Writer) *cobra.Command {
+	var id string
+	cmd := &cobra.Command{
+		Use:   "proof-key",
+		Short: "Make a key pair for grant proofs: the secret for lock-server, the public key for fence points",
+		Long: "Make an Ed25519 key pair for grant proofs and print it as two environment lines:\n" +
+			api.EnvProofSigningKey + " (a secret: lock-server only) and " + api.EnvProofKeys + " (public: every fence point).\n" +
+			"To rotate, add the new public key to " + api.EnvProofKeys + " (comma-separated) before lock-server signs with it.",
+		Args: cobra.NoArgs,
+		RunE: func(_ *cobra.Command, _ []string) error {
+			if id == "" {
+				id = time.Now().UTC().Format("20060102-150405")
+			}
+			k, err := fenceproof.GenerateSigningKey(id, rand.Reader)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(out, "%s=%s\n%s=%s\n", api.EnvProofSigningKey, k, api.EnvProofKeys, k.VerifyKey())
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&id, "id", "", "key id, 1-32 of [A-Za-z0-9_-] (default: the UTC time, 20061231-150405)")
+	return cmd
 }
 
 // advancer is what "advance" needs of a store: pgstore.Store and

@@ -29,6 +29,12 @@ variable "env" {
   default     = {}
 }
 
+variable "env_refs" {
+  description = "Environment variables whose value Cloud Run reads from Secret Manager (latest version), by variable name: the Secret Manager secret id (a name, never a value). The service account must hold secretAccessor on each."
+  type        = map(string)
+  default     = {}
+}
+
 variable "max_instances" {
   type = number
 }
@@ -116,6 +122,19 @@ resource "google_cloud_run_v2_service" "this" {
         content {
           name  = env.key
           value = env.value
+        }
+      }
+
+      dynamic "env" {
+        for_each = var.env_refs
+        content {
+          name = env.key
+          value_source {
+            secret_key_ref {
+              secret  = env.value
+              version = "latest"
+            }
+          }
         }
       }
 

@@ -1,0 +1,96 @@
+package paymentresource_test
+
+import (
+	"net/http"
+	"strconv"
+	"testing"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
+)
+
+// Issue #15, finding 1 at fence point one: a claim and an ACK with a token
+// lock-server never issued (the maximum int64) debited the account with no
+// rail submission and set its fence to the maximum. Now every fenced write
+// whose token has no proof for payout:{account} is refused, and changes
+// nothing: the payout, the account and the history are as before.
+func TestUnverifiedTokensAreRefusedAndChangeNothing(t *testing.T) {
+	f := newFixture(t, newPublisher(nil))
+	f.createAccount("acct-1", "EUR", 10_000)
+	f.createPayout("p-1", "acct-1", 700, "EUR")
+	f.createAccount("acct-2", "EUR", 10_000)
+	f.raw = true // send the headers as written
+	const maxToken = 1<<63 - 1
+	tok := func(v int64) string { return strconv.FormatInt(v, 10) }
+	before := f.snapshot()
+	for _, c := range []struct {
+		name, path, body string
+		headers          []string
+	}{
+		{"claim with no proof", "/v1/payouts/p-1/claim", "", []string{fencing.HeaderToken, tok(maxToken)}},
+		{"claim with a proof of a lower token", "/v1/payouts/p-1/claim", "",
+			[]string{fencing.HeaderToken, tok(maxToken), fencing.HeaderProof, prooftest.Proof("acct-1", 5)}},
+		{"claim with a proof of another account's lock", "/v1/payouts/p-1/claim", "",
+			[]string{fencing.HeaderToken, tok(9), fencing.HeaderProof, prooftest.Proof("acct-2", 9)}},
+		{"claim with two proofs", "/v1/payouts/p-1/claim", "",
+			[]string{fencing.HeaderToken, tok(9), fencing.HeaderProof, prooftest.Proof("acct-1", 9), fencing.HeaderProof, prooftest.Proof("acct-1", 9)}},
+		{"ACK with no proof", "/v1/payouts/p-1/result", `{"outcome":"ACK","railRef":"r-1"}`, []string{fencing.HeaderToken, tok(maxToken)}},
+	} {
+		st, body := f.do("POST", c.path, c.body, c.headers...)
+		want(t, c.name, st, body, http.StatusForbidden, api.CodeUnverifiedToken)
+		if after := f.snapshot(); after != before {
+			t.Fatalf("%s changed paydb:\nbefore %s\nafter  %s", c.name, before, after)
+		}
+	}
+	if n := len(f.logs.Events(t, api.EventUnverifiedToken)); n != 5 {
+		t.Errorf("%d %s events, want 5", n, api.EventUnverifiedToken)
+	}
+	// The real holder of acct-1's lock is not locked out.
+	f.raw = false
+	st, body := f.claim("p-1", 5, "w")
+	want(t, "the real holder's claim", st, body, http.StatusOK, "")
+}
+
+// Issue #15, finding 2: a holder recorded the rail's next reference as its
+// own payout's DECLINE, and a later payout that the rail paid under that
+// reference then failed RAIL_REF_CONFLICT with money gone and no debit. Now
+// an ACK or DECLINE is recorded only with rail-proxy's receipt over exactly
+// this payout, outcome, reference and rail token.
+func TestResultsWithoutRailProxysReceiptAreRefusedAndChangeNothing(t *testing.T) {
+	f := newFixture(t, newPublisher(nil))
+	f.createAccount("acct-1", "EUR", 10_000)
+	f.createPayout("p-1", "acct-1", 700, "EUR")
+	f.createPayout("p-2", "acct-1", 300, "EUR")
+	st, body := f.claim("p-1", 5, "w")
+	want(t, "claim", st, body, http.StatusOK, "")
+	holder := []string{fencing.HeaderToken, "5", fencing.HeaderProof, prooftest.Proof("acct-1", 5)}
+	receipt := func(r payoutevent.RailReceipt) string { return prooftest.Receipt(r) }
+	honest := payoutevent.RailReceipt{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 700, Currency: "EUR", Outcome: "DECLINE", RailRef: "rail-7", RailToken: 5}
+	before := f.snapshot()
+	for _, c := range []struct{ name, receipt string }{
+		{"no receipt", ""},
+		{"the receipt of another payout", receipt(payoutevent.RailReceipt{PayoutID: "p-2", AccountID: "acct-1", AmountMinor: 300, Currency: "EUR", Outcome: "DECLINE", RailRef: "rail-7", RailToken: 5})},
+		{"a receipt of an ACK", receipt(payoutevent.RailReceipt{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 700, Currency: "EUR", Outcome: "ACK", RailRef: "rail-7", RailToken: 5})},
+		{"a receipt of another reference", receipt(payoutevent.RailReceipt{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 700, Currency: "EUR", Outcome: "DECLINE", RailRef: "rail-6", RailToken: 5})},
+		{"a receipt of another amount", receipt(payoutevent.RailReceipt{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 1, Currency: "EUR", Outcome: "DECLINE", RailRef: "rail-7", RailToken: 5})},
+		{"a receipt signed by lock-server's key", prooftest.LockSigningKey().Sign(payoutevent.RailReceiptDomain, honest.Fields()...)},
+	} {
+		f.raw = true
+		b := `{"outcome":"DECLINE","railRef":"rail-7"`
+		if c.receipt != "" {
+			b += `,"receipt":"` + c.receipt + `"`
+		}
+		st, body := f.do("POST", "/v1/payouts/p-1/result", b+"}", holder...)
+		want(t, c.name, st, body, http.StatusUnprocessableEntity, api.CodeInvalidReceipt)
+		if after := f.snapshot(); after != before {
+			t.Fatalf("%s changed paydb:\nbefore %s\nafter  %s", c.name, before, after)
+		}
+	}
+	st, body = f.do("POST", "/v1/payouts/p-1/result", `{"outcome":"DECLINE","railRef":"rail-7","receipt":"`+receipt(honest)+`"}`, holder...)
+	want(t, "the honest DECLINE", st, body, http.StatusOK, "")
+	if p := f.payout("p-1"); p.State != api.StateDeclined || p.RailRef != "rail-7" {
+		t.Fatalf("payout after the honest DECLINE: %+v", p)
+	}
+}

@@ -1,0 +1,130 @@
+package pipelinetest_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"testing"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+)
+
+// post sends body as JSON to url with exactly the headers given (name,
+// value pairs): a careless or hostile client, not a holder.
+func post(t *testing.T, url string, body any, headers ...string) (int, []byte) {
+	t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out bytes.Buffer
+	_, _ = out.ReadFrom(resp.Body)
+	return resp.StatusCode, out.Bytes()
+}
+
+// Issue #15, finding 1, on the whole pipeline: the probe's request (the
+// maximum token, no lease, straight to rail-proxy) and its twin at
+// payment-resource used to brick acct-1 for good and set the executors
+// looping. Now both are refused; acct-1's next payout is paid once, by the
+// first delivery, and the audit is clean.
+func TestAForgedMaximumTokenNeitherBricksTheAccountNorMovesMoney(t *testing.T) {
+	p := pipelinetest.Start(t, pipelinetest.Options{})
+	ev := payoutevent.Event{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 2500, Currency: "EUR"}
+	if err := p.CreatePayout(t.Context(), ev); err != nil {
+		t.Fatal(err)
+	}
+	maxToken := strconv.FormatInt(1<<63-1, 10)
+	st, body := post(t, p.ProxyURL+railapi.PathSubmissions,
+		railapi.SubmitRequest{PayoutID: "p-x", AccountID: "acct-1", AmountMinor: 1, Currency: "EUR"},
+		fencing.HeaderToken, maxToken)
+	if st != http.StatusForbidden || !bytes.Contains(body, []byte(railapi.CodeUnverifiedToken)) {
+		t.Fatalf("forged submission: %d %s; want 403 %s", st, body, railapi.CodeUnverifiedToken)
+	}
+	st, body = post(t, p.PayURL+api.ClaimPath(ev.PayoutID), struct{}{}, fencing.HeaderToken, maxToken)
+	if st != http.StatusForbidden || !bytes.Contains(body, []byte(api.CodeUnverifiedToken)) {
+		t.Fatalf("forged claim: %d %s; want 403 %s", st, body, api.CodeUnverifiedToken)
+	}
+	out, n, err := deliver(t, newExecutor(t, p, "A", nil), ev, 3)
+	if err != nil || out != executor.OutcomePosted || n != 1 {
+		t.Fatalf("acct-1's payout after the forgeries: %q after %d deliveries (%v); want posted by the first", out, n, err)
+	}
+	if rail := p.Stub.Submissions(""); len(rail) != 1 {
+		t.Fatalf("the rail received %d submissions; want only p-1's", len(rail))
+	}
+	rep, err := p.Audit(t.Context())
+	if err != nil || !rep.Balanced {
+		t.Fatalf("audit: %+v, %v", rep.Violations, err)
+	}
+}
+
+// Issue #15, finding 2, on the whole pipeline: a holder of acct-1's lock
+// recorded the rail's next reference as its payout's DECLINE; the next
+// payout of another account, paid by the rail under that reference, then
+// failed RAIL_REF_CONFLICT forever with money gone and no debit. Now the
+// lie is refused (no receipt covers it), and the other payout is paid and
+// booked once.
+func TestAHolderCannotRecordAReferenceTheRailGaveAnotherPayout(t *testing.T) {
+	p := pipelinetest.Start(t, pipelinetest.Options{})
+	liar := payoutevent.Event{PayoutID: "p-liar", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR"}
+	victim := payoutevent.Event{PayoutID: "p-victim", AccountID: "acct-2", AmountMinor: 2500, Currency: "EUR"}
+	for _, e := range []payoutevent.Event{liar, victim} {
+		if err := p.CreatePayout(t.Context(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	locks := lockClient(t, p)
+	lease, err := locks.Acquire(t.Context(), liar.LockKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: "liar"}
+	if _, err := p.Pay.Claim(t.Context(), liar.PayoutID, h); err != nil {
+		t.Fatal(err)
+	}
+	// The rail numbers its references; the next one is rail-000001.
+	_, err = p.Pay.PostResult(t.Context(), liar.PayoutID, h, api.ResultRequest{Outcome: api.OutcomeDecline, RailRef: "rail-000001"})
+	if err == nil {
+		t.Fatal("payment-resource recorded a DECLINE under a reference the rail never gave the payout")
+	}
+	out, _, err := deliver(t, newExecutor(t, p, "A", nil), victim, 3)
+	if err != nil || out != executor.OutcomePosted {
+		t.Fatalf("the victim payout: %q (%v); want posted", out, err)
+	}
+	if state, n := debits(t, p, victim.PayoutID); state != string(api.StatePosted) || n != 1 {
+		t.Fatalf("the victim payout is %s with %d debits; want posted once", state, n)
+	}
+	rep, err := p.Audit(t.Context())
+	if err != nil || !rep.Balanced {
+		t.Fatalf("audit: %+v, %v", rep.Violations, err)
+	}
+}
+
+// lockClient is an SDK client of the pipeline's lock-server.
+func lockClient(t *testing.T, p *pipelinetest.Pipeline) *client.Client {
+	t.Helper()
+	c, err := client.New(p.LockURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}

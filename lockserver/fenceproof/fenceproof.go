@@ -1,0 +1,317 @@
+// Package fenceproof lets a fence point check that a fencing token was
+// issued by the lock service for the lock that guards its resource.
+//
+// A fencing token protects a resource only if the resource can trust the
+// number: a token the lock service never issued (a bug, a typo, a replay
+// against another resource, a forgery) raises a high-water mark for good
+// and shuts every real holder out. lock-server therefore signs each grant:
+// the proof is an Ed25519 signature over the lock key, the token and the
+// time of signing, made with a key that only lock-server holds. A fence
+// point verifies it with the public half before it raises its high-water
+// mark, and knows which lock key guards the resource it protects (the
+// payout pipeline's accounts are guarded by "payout:{account}"), so a
+// token of another key is refused as surely as an invented one.
+//
+// Why signatures rather than asking lock-server (as Chubby's servers check
+// a sequencer): a check costs no round trip and keeps the fence point
+// available when lock-server is not; and why Ed25519 rather than an HMAC:
+// a fence point holds only a public key, so a fence point, its logs or its
+// configuration can never mint a token. The proof says nothing about
+// whether the lease is still live: staleness stays the high-water mark's
+// job, and proofs are never compared with a clock (the signing time is
+// carried for diagnostics only). Proofs are not authentication of
+// callers: anyone holding a proof may present it (see SECURITY.md).
+//
+// Keys have an id, so they rotate: verifiers accept every key of their
+// Keyring, lock-server signs with one. Rotate by adding the new public key
+// to every verifier, then giving lock-server the new signing key, then
+// removing the old public key once no lease signed by it can be live.
+//
+// The same keys sign other statements under their own domain (Sign and
+// Verify); rail-proxy's receipts use it. This package imports only the
+// standard library.
+package fenceproof
+
+import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Errors of this package. Verify's errors wrap ErrMissing, ErrMalformed,
+// ErrUnknownKey or ErrInvalid; key parsing errors wrap ErrBadKey.
+var (
+	// ErrMissing: no proof or signature was presented.
+	ErrMissing = errors.New("fenceproof: missing proof")
+	// ErrMalformed: the proof is not in the v1 format.
+	ErrMalformed = errors.New("fenceproof: malformed proof")
+	// ErrUnknownKey: the proof names a key id the Keyring does not hold.
+	ErrUnknownKey = errors.New("fenceproof: proof signed by an unknown key")
+	// ErrInvalid: the signature does not cover what it is checked against:
+	// another lock key, another token, altered fields, or a forgery.
+	ErrInvalid = errors.New("fenceproof: proof does not match")
+	// ErrBadKey: a key string is not "id:base64url" of the right length.
+	ErrBadKey = errors.New("fenceproof: bad key")
+)
+
+// MaxKeyIDLen is the longest key id, in bytes. Ids are 1..MaxKeyIDLen
+// characters from [A-Za-z0-9_-].
+const MaxKeyIDLen = 32
+
+// MaxProofLen bounds a proof string in bytes; a longer one is ErrMalformed
+// before any decoding. A v1 proof is about 120 bytes.
+const MaxProofLen = 256
+
+// Domain of the grant proofs: what Proof signs, so that a signature made
+// for another statement can never pass as a grant proof.
+const grantDomain = "distributed-lock-lab/fencing-proof/v1"
+
+const version = "v1"
+
+// SigningKey signs proofs. Only lock-server (and, for its own statements,
+// rail-proxy) holds one. Its String form, "id:" + the base64url (no
+// padding) 64-byte Ed25519 private key, is a secret.
+type SigningKey struct {
+	id   string
+	priv ed25519.PrivateKey
+}
+
+// VerifyKey is the public half of a SigningKey. Its String form is "id:"
+// + the base64url (no padding) 32-byte Ed25519 public key; it is not a
+// secret.
+type VerifyKey struct {
+	id  string
+	pub ed25519.PublicKey
+}
+
+// GenerateSigningKey makes a new key called id from rand (crypto/rand.Reader
+// in production). It returns ErrBadKey for an invalid id.
+func GenerateSigningKey(id string, rand io.Reader) (SigningKey, error) {
+	if err := checkID(id); err != nil {
+		return SigningKey{}, err
+	}
+	_, priv, err := ed25519.GenerateKey(rand)
+	if err != nil {
+		return SigningKey{}, fmt.Errorf("fenceproof: generate key: %w", err)
+	}
+	return SigningKey{id: id, priv: priv}, nil
+}
+
+// ParseSigningKey reads a SigningKey from its String form. It returns
+// ErrBadKey (wrapped, with the reason) otherwise.
+func ParseSigningKey(s string) (SigningKey, error) {
+	id, raw, err := splitKey(s, ed25519.PrivateKeySize)
+	if err != nil {
+		return SigningKey{}, err
+	}
+	priv := ed25519.NewKeyFromSeed(raw[:ed25519.SeedSize])
+	if !priv.Equal(ed25519.PrivateKey(raw)) {
+		return SigningKey{}, fmt.Errorf("%w: key %q: its public half does not match its seed", ErrBadKey, id)
+	}
+	return SigningKey{id: id, priv: priv}, nil
+}
+
+// ID returns the key's id.
+func (k SigningKey) ID() string { return k.id }
+
+// IsZero reports whether k is the zero SigningKey (no key configured).
+func (k SigningKey) IsZero() bool { return k.priv == nil }
+
+// String returns the secret form ParseSigningKey reads.
+func (k SigningKey) String() string {
+	if k.IsZero() {
+		return ""
+	}
+	return k.id + ":" + base64.RawURLEncoding.EncodeToString(k.priv)
+}
+
+// VerifyKey returns the public half of k.
+func (k SigningKey) VerifyKey() VerifyKey {
+	return VerifyKey{id: k.id, pub: k.priv.Public().(ed25519.PublicKey)}
+}
+
+// ID returns the key's id.
+func (k VerifyKey) ID() string { return k.id }
+
+// String returns the form ParseKeyring reads.
+func (k VerifyKey) String() string {
+	return k.id + ":" + base64.RawURLEncoding.EncodeToString(k.pub)
+}
+
+// Keyring is the set of public keys a verifier accepts, by id. The zero
+// Keyring holds no key and verifies nothing.
+type Keyring struct {
+	keys map[string]ed25519.PublicKey
+}
+
+// NewKeyring holds keys. It returns ErrBadKey when two keys share an id.
+func NewKeyring(keys ...VerifyKey) (Keyring, error) {
+	r := Keyring{keys: make(map[string]ed25519.PublicKey, len(keys))}
+	for _, k := range keys {
+		if k.pub == nil {
+			return Keyring{}, fmt.Errorf("%w: zero VerifyKey", ErrBadKey)
+		}
+		if _, dup := r.keys[k.id]; dup {
+			return Keyring{}, fmt.Errorf("%w: key id %q given twice", ErrBadKey, k.id)
+		}
+		r.keys[k.id] = k.pub
+	}
+	return r, nil
+}
+
+// ParseKeyring reads a comma-separated list of VerifyKey strings (spaces
+// around entries are ignored). It returns ErrBadKey (wrapped) for a bad
+// entry, a repeated id, or an empty list.
+func ParseKeyring(s string) (Keyring, error) {
+	var keys []VerifyKey
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		id, raw, err := splitKey(part, ed25519.PublicKeySize)
+		if err != nil {
+			return Keyring{}, err
+		}
+		keys = append(keys, VerifyKey{id: id, pub: ed25519.PublicKey(raw)})
+	}
+	if len(keys) == 0 {
+		return Keyring{}, fmt.Errorf("%w: no key in the list", ErrBadKey)
+	}
+	return NewKeyring(keys...)
+}
+
+// Len returns the number of keys in r.
+func (r Keyring) Len() int { return len(r.keys) }
+
+// IDs returns the key ids of r, in no particular order.
+func (r Keyring) IDs() []string {
+	ids := make([]string, 0, len(r.keys))
+	for id := range r.keys {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// SignGrant returns the proof that lock key was granted with token,
+// signed at issued (carried to millisecond precision, for diagnostics):
+// "v1.<issued unix ms>.<key id>.<base64url signature>". lock-server sends
+// it with every grant (lockserver/api Grant.Proof).
+func (k SigningKey) SignGrant(key string, token int64, issued time.Time) string {
+	ms := strconv.FormatInt(issued.UnixMilli(), 10)
+	return version + "." + ms + "." + k.Sign(grantDomain, key, strconv.FormatInt(token, 10), ms)
+}
+
+// Grant is what a valid grant proof says.
+type Grant struct {
+	// KeyID is the id of the signing key.
+	KeyID string
+	// Issued is when lock-server signed the proof, by its clock (ms
+	// precision). Informative only: never compare it with another clock.
+	Issued time.Time
+}
+
+// VerifyGrant checks that proof was made by a key of r for exactly this
+// lock key and token. It returns ErrMissing for an empty proof,
+// ErrMalformed, ErrUnknownKey, or ErrInvalid (all wrapped).
+func (r Keyring) VerifyGrant(proof, key string, token int64) (Grant, error) {
+	if proof == "" {
+		return Grant{}, ErrMissing
+	}
+	if len(proof) > MaxProofLen {
+		return Grant{}, fmt.Errorf("%w: %d bytes", ErrMalformed, len(proof))
+	}
+	rest, ok := strings.CutPrefix(proof, version+".")
+	if !ok {
+		return Grant{}, fmt.Errorf("%w: want the %s prefix", ErrMalformed, version)
+	}
+	ms, sig, ok := strings.Cut(rest, ".")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if !ok || err != nil || n < 0 || strconv.FormatInt(n, 10) != ms {
+		return Grant{}, fmt.Errorf("%w: bad signing time", ErrMalformed)
+	}
+	id, err := r.Verify(sig, grantDomain, key, strconv.FormatInt(token, 10), ms)
+	if err != nil {
+		return Grant{}, err
+	}
+	return Grant{KeyID: id, Issued: time.UnixMilli(n).UTC()}, nil
+}
+
+// Sign returns "<key id>.<base64url signature>" over domain and fields,
+// each length-prefixed so that no two lists of fields sign the same bytes.
+// domain names the kind of statement; a signature never verifies under
+// another domain.
+func (k SigningKey) Sign(domain string, fields ...string) string {
+	sig := ed25519.Sign(k.priv, message(domain, fields))
+	return k.id + "." + base64.RawURLEncoding.EncodeToString(sig)
+}
+
+// Verify checks a signature made by Sign with a key of r over exactly
+// domain and fields, and returns the key id. It returns ErrMissing,
+// ErrMalformed, ErrUnknownKey or ErrInvalid (wrapped).
+func (r Keyring) Verify(sig, domain string, fields ...string) (string, error) {
+	if sig == "" {
+		return "", ErrMissing
+	}
+	if len(sig) > MaxProofLen {
+		return "", fmt.Errorf("%w: %d bytes", ErrMalformed, len(sig))
+	}
+	id, b64, ok := strings.Cut(sig, ".")
+	if !ok || checkID(id) != nil {
+		return "", fmt.Errorf("%w: want <key id>.<signature>", ErrMalformed)
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(b64)
+	if err != nil || len(raw) != ed25519.SignatureSize {
+		return "", fmt.Errorf("%w: signature is not %d bytes of base64url", ErrMalformed, ed25519.SignatureSize)
+	}
+	pub, ok := r.keys[id]
+	if !ok {
+		return "", fmt.Errorf("%w: %q", ErrUnknownKey, id)
+	}
+	if !ed25519.Verify(pub, message(domain, fields), raw) {
+		return "", ErrInvalid
+	}
+	return id, nil
+}
+
+func message(domain string, fields []string) []byte {
+	var b []byte
+	for _, f := range append([]string{domain}, fields...) {
+		b = strconv.AppendInt(b, int64(len(f)), 10)
+		b = append(b, ':')
+		b = append(b, f...)
+	}
+	return b
+}
+
+func checkID(id string) error {
+	if id == "" || len(id) > MaxKeyIDLen {
+		return fmt.Errorf("%w: key id must be 1..%d characters", ErrBadKey, MaxKeyIDLen)
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: key id %q: only letters, digits, _ and -", ErrBadKey, id)
+		}
+	}
+	return nil
+}
+
+func splitKey(s string, size int) (string, []byte, error) {
+	id, b64, ok := strings.Cut(strings.TrimSpace(s), ":")
+	if !ok {
+		return "", nil, fmt.Errorf("%w: want id:base64url", ErrBadKey)
+	}
+	if err := checkID(id); err != nil {
+		return "", nil, err
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(b64)
+	if err != nil || len(raw) != size {
+		return "", nil, fmt.Errorf("%w: key %q: want %d bytes of base64url without padding", ErrBadKey, id, size)
+	}
+	return id, raw, nil
+}
