@@ -17,10 +17,13 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
 )
 
-// requestTimeout bounds the database work of one request. A request that
+// RequestTimeout bounds the database work of one request. A request that
 // runs out of time is answered 503 DATABASE_UNAVAILABLE; its transaction
-// is rolled back, so retrying it is safe.
-const requestTimeout = 10 * time.Second
+// is rolled back, so retrying it is safe. 4 s: inside the executor's 5 s
+// request timeout (EXECUTOR_REQUEST_TIMEOUT_MS), so that with paydb frozen
+// the executor hears this 503 (nothing was written) instead of timing out
+// on an outcome it cannot know. One budget: this < the callers' timeout.
+const RequestTimeout = 4 * time.Second
 
 // routes builds the handler. Patterns carry no method so that a wrong
 // method gets the error envelope (405) rather than the mux's plain text.
@@ -32,6 +35,7 @@ func (s *Service) routes() http.Handler {
 	mux.HandleFunc(api.PathPayout, s.only(http.MethodGet, s.handleGetPayout))
 	mux.HandleFunc(api.PathClaim, s.only(http.MethodPost, s.handleClaim))
 	mux.HandleFunc(api.PathResult, s.only(http.MethodPost, s.handleResult))
+	mux.HandleFunc(api.PathAttention, s.only(http.MethodPost, s.handleAttention))
 	mux.HandleFunc(api.PathAudit, s.only(http.MethodGet, s.handleAudit))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, fmt.Errorf("%w: %s %s", errNoRoute, r.Method, r.URL.Path))
@@ -61,7 +65,7 @@ func (s *Service) handleCreateAccount(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "accountId", req.AccountID)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
 	a, created, err := s.createAccount(ctx, req)
 	if err != nil {
@@ -77,7 +81,7 @@ func (s *Service) handleGetAccount(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
 	a, err := s.account(ctx, id)
 	if err != nil {
@@ -97,7 +101,7 @@ func (s *Service) handleCreatePayout(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", req.PayoutID, "accountId", req.AccountID)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
 	p, created, err := s.createPayout(ctx, req)
 	if err != nil {
@@ -113,7 +117,7 @@ func (s *Service) handleGetPayout(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
 	p, err := s.payout(ctx, id)
 	if err != nil {
@@ -132,7 +136,7 @@ func (s *Service) handleClaim(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
 	p, err := s.claim(ctx, id, payoutevent.Holder{Token: token, Proof: fencing.ProofFrom(r), Owner: owner})
 	if err != nil {
@@ -156,7 +160,7 @@ func (s *Service) handleResult(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
 	p, err := s.result(ctx, id, payoutevent.Holder{Token: token, Proof: fencing.ProofFrom(r), Owner: owner}, req)
 	if err != nil {
@@ -166,8 +170,32 @@ func (s *Service) handleResult(w http.ResponseWriter, r *http.Request) {
 	httpjson.WriteJSON(w, http.StatusOK, p)
 }
 
+func (s *Service) handleAttention(w http.ResponseWriter, r *http.Request) {
+	id, token, owner, ok := s.holder(w, r)
+	if !ok {
+		return
+	}
+	var req api.AttentionRequest
+	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
+		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
+		return
+	}
+	if err := invalid(req.Validate()); err != nil {
+		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
+	defer cancel()
+	p, err := s.attention(ctx, id, payoutevent.Holder{Token: token, Proof: fencing.ProofFrom(r), Owner: owner}, req.Reason)
+	if err != nil {
+		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner, "reason", string(req.Reason))
+		return
+	}
+	httpjson.WriteJSON(w, http.StatusOK, p)
+}
+
 func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
 	rep, err := Audit(ctx, s.pool)
 	if err != nil {
@@ -182,14 +210,22 @@ func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request) {
 
 // holder reads the payout id of the path and the lock holder's token and
 // owner headers; it answers the error itself and returns ok=false when one
-// is invalid.
+// is invalid. A malformed owner (fencing.ErrBadOwner) is 400
+// INVALID_REQUEST, as lock-server answers the same owner: it is refused,
+// never cut, so that nothing a client sends for the logs reaches paydb
+// unchecked.
 func (s *Service) holder(w http.ResponseWriter, r *http.Request) (id string, token int64, owner string, ok bool) {
-	id, owner = r.PathValue("id"), fencing.OwnerFrom(r)
+	id = r.PathValue("id")
 	if err := validID("payout id", id, api.MaxPayoutIDLen); err != nil {
-		s.fail(w, r, err, "ownerId", owner)
+		s.fail(w, r, err)
 		return "", 0, "", false
 	}
-	token, err := fencing.TokenFrom(r)
+	owner, err := fencing.OwnerFrom(r)
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("%w: %w", ErrInvalidArgument, err), "payoutId", id)
+		return "", 0, "", false
+	}
+	token, err = fencing.TokenFrom(r)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id, "ownerId", owner)
 		return "", 0, "", false
@@ -224,8 +260,14 @@ func createdStatus(created bool) int {
 
 // fail answers err with the error envelope and logs the refusal (5xx at
 // ERROR; fenced_out has already been logged at WARN by the fence point).
+// A 5xx answer carries a generic message (serverMessage): the cause (a
+// driver's error text, SQL, a socket address) goes to the log only.
 func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error, attrs ...any) {
 	status, code, retryable := statusOf(err)
+	msg := err.Error()
+	if status >= 500 {
+		msg = serverMessage(code)
+	}
 	attrs = append([]any{"status", status, "code", string(code), "method", r.Method, "path", r.URL.Path, "error", err.Error()}, attrs...)
 	switch {
 	case status >= 500:
@@ -235,7 +277,16 @@ func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error, attrs 
 	default:
 		s.log.Info("request refused", append([]any{"event", api.EventRequestRefused}, attrs...)...)
 	}
-	httpjson.WriteJSON(w, status, api.ErrorEnvelope{Error: api.ErrorBody{Code: code, Message: err.Error(), Retryable: retryable}})
+	httpjson.WriteJSON(w, status, api.ErrorEnvelope{Error: api.ErrorBody{Code: code, Message: msg, Retryable: retryable}})
+}
+
+// serverMessage is the message of a 5xx answer with code: fixed text that
+// says what the caller may do, never the cause.
+func serverMessage(code api.Code) string {
+	if code == api.CodeUnavailable {
+		return "paydb did not answer in time; nothing was committed, the same request may be sent again"
+	}
+	return "internal error; the cause is in payment-resource's log (request_failed)"
 }
 
 // statusOf maps an error to its HTTP status, stable code and retryability:
@@ -269,6 +320,8 @@ func statusOf(err error) (status int, code api.Code, retryable bool) {
 		return http.StatusConflict, api.CodePayoutFinished, false
 	case errors.Is(err, ErrPayoutInDoubt):
 		return http.StatusConflict, api.CodePayoutInDoubt, false
+	case errors.Is(err, ErrPayoutNeedsAttention):
+		return http.StatusConflict, api.CodePayoutNeedsAttention, false
 	case errors.Is(err, ErrPayoutNotClaimed):
 		return http.StatusConflict, api.CodePayoutNotClaimed, false
 	case errors.Is(err, ErrRailRefConflict):
