@@ -236,8 +236,11 @@ func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if errors.Is(err, payoutevent.ErrMalformedPush) {
 		// Not a push at all (Pub/Sub never sends a broken envelope): a
 		// client error, refused with the envelope.
+		// The decoder's own text (Go type names) stays in the log.
+		x.log.Warn("request is not a push", "event", "push_body_refused", "error", err.Error())
 		deliveries.WithLabelValues(resultRejected).Inc()
-		httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalidRequest, err.Error(), false)
+		httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalidRequest,
+			"the body is not one Pub/Sub push envelope: one JSON object, no key given twice, nothing after it", false)
 		return
 	}
 	if err != nil {
