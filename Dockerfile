@@ -1,5 +1,5 @@
 # One image per command of the repository: lock-server for GKE, and each
-# payout function for Cloud Run (functions-framework-go inside; Cloud Run
+# payout function for Cloud Run (functions/serve inside; Cloud Run
 # sets $PORT). cloudbuild.yaml builds it once per command:
 #   docker build --build-arg CMD=lockserver/cmd/lock-server -t .../lock-server:$COMMIT_SHA .
 FROM golang:1.26 AS build

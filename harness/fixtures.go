@@ -68,7 +68,8 @@ type Fixture struct {
 // timing.
 func skipEvent(name string, attrs map[string]any) bool {
 	switch name {
-	case "server_started", "server_stopping", "server_stopped", "function_started", "function_stopping":
+	case "server_started", "server_stopping", "server_stopped", "function_started", "function_stopping", "function_stopped",
+		"server_drain_timeout", "http_server_error":
 		// Process lifecycle: not part of the experiment, and a process
 		// killed after its grace period never logs its stopping line.
 		return true

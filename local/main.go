@@ -4,15 +4,22 @@
 //	                       local/stack): PostgreSQL clusters, etcd or
 //	                       lockdb, the Pub/Sub fake, lock-server, rail-stub,
 //	                       rail-proxy, payment-resource and executors; prints
-//	                       every URL and runs until Ctrl-C
+//	                       every URL and runs until Ctrl-C, SIGTERM or
+//	                       SIGHUP, or until its parent process exits
 //	                       (flags: go run ./local up -h)
 //	go run ./local demo    one lease through the SDK: an embedded etcd, a
 //	                       lock-server in front of it, two workers contending
 //	                       for payout:acct-7 (the stand-in for `make demo`
 //	                       until the fencing experiment lands)
 //
-// Everything it starts is stopped before it exits, on success, on error and
-// on Ctrl-C.
+// Everything it starts is stopped before it exits, on success, on error,
+// on SIGINT, SIGTERM or SIGHUP to this process, and when its parent exits:
+// `go run` passes no signal on, and dies of SIGTERM leaving this process
+// behind, which notices (local/stack.WithParent) and stops the stack. The
+// go command ignores SIGINT sent to it alone (it expects Ctrl-C to reach
+// the whole process group, as a terminal sends it); send that one to this
+// process or to the group (kill -INT -- -PGID, or kill -INT %1 in a shell
+// with job control).
 package main
 
 import (
@@ -23,13 +30,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/etcd/embedded"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpserve"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
@@ -44,7 +51,12 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP too (a closed terminal), unless started under nohup.
+	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	if !signal.Ignored(syscall.SIGHUP) {
+		sigs = append(sigs, syscall.SIGHUP)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), sigs...)
 	defer stop()
 	var err error
 	switch flag.Arg(0) {
@@ -96,9 +108,11 @@ func demo(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	sctx, stopServer := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	// Ends when sctx ends and the drain is over.
+	go func() { served <- httpserve.Serve(sctx, ln, h, httpserve.DefaultConfig(), log) }()
+	defer func() { stopServer(); <-served }()
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(out, "etcd at %v; lock-server at %s\n\n", cluster.Endpoints(), base)
 

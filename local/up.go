@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,9 +22,14 @@ import (
 )
 
 // up starts the whole stack as separate processes, prints where each part
-// listens, and waits for ctx to end (Ctrl-C); everything is stopped before
-// it returns.
+// listens, and waits for ctx to end (Ctrl-C, SIGTERM) or for its parent
+// process to exit (stack.WithParent: `go run` killed by SIGTERM does not
+// pass the signal on); everything is stopped before it returns.
 func up(ctx context.Context, args []string, out io.Writer) error {
+	// From the very start: a parent that dies while the stack is still
+	// starting stops the start too.
+	ctx, stopWatch := stack.WithParent(ctx, stack.ParentPollInterval)
+	defer stopWatch()
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
 	backend := fs.String("backend", stack.BackendPostgres, "lock-server's LOCK_STORE: postgres or etcd")
 	payFence := fs.Bool("payment-fencing", true, "payment.fencing.enabled (off only to demonstrate corruption)")
@@ -82,12 +88,15 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 		defer stopPush()
 		fmt.Fprintf(out, "  push bridge       subscription %s -> one puller per executor; Pub/Sub spreads payouts over them (often all to one)\n", stack.PubSubSubscription)
 	}
-	fmt.Fprintf(out, "Ctrl-C stops everything (the log folder stays); from another shell: kill -INT %d\n", os.Getpid())
-	fmt.Fprintln(out, "(that is this process, not the go run wrapper, which does not pass signals on)")
+	fmt.Fprintf(out, "Ctrl-C stops everything (the log folder stays); from another shell: kill %d (SIGINT or SIGTERM),\n", os.Getpid())
+	fmt.Fprintf(out, "or kill the parent (pid %d, the go run wrapper, which passes no signal on): the stack notices and stops\n", os.Getppid())
 	exited := st.Exited()
 	for {
 		select {
 		case <-ctx.Done():
+			if errors.Is(context.Cause(ctx), stack.ErrParentGone) {
+				fmt.Fprintln(out, "parent process gone; stopping the stack")
+			}
 			return nil
 		case e := <-exited:
 			// The stack keeps running without it; say so loudly.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"path"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpserve"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
@@ -129,8 +129,10 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 }
 
 // ServeHTTP implements http.Handler. A path that is not in canonical form
-// ("..", ".", "//") is refused with the envelope here: http.ServeMux would
-// answer it with a bodiless redirect.
+// ("..", ".", "//"; httpserve.CanonicalPath) is refused with the envelope
+// here, counted by the request metrics, even when the Server is not served
+// through httpserve: http.ServeMux would answer it with a bodiless
+// redirect.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.metrics != nil && r.URL.Path != PathMetrics {
 		s.metrics.observe(w, r, http.HandlerFunc(s.serve))
@@ -140,7 +142,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	if p := r.URL.Path; p == "" || p[0] != '/' || path.Clean(p) != p && path.Clean(p)+"/" != p {
+	if p := r.URL.Path; !httpserve.CanonicalPath(p) {
 		writeError(w, http.StatusBadRequest, api.CodeInvalidRequest, fmt.Sprintf("path %q is not in canonical form", p))
 		return
 	}

@@ -233,6 +233,16 @@ func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	push, ev, err := payoutevent.Decode(body)
+	if errors.Is(err, payoutevent.ErrMalformedPush) {
+		// Not a push at all (Pub/Sub never sends a broken envelope): a
+		// client error, refused with the envelope.
+		// The decoder's own text (Go type names) stays in the log.
+		x.log.Warn("request is not a push", "event", "push_body_refused", "error", err.Error())
+		deliveries.WithLabelValues(resultRejected).Inc()
+		httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalidRequest,
+			"the body is not one Pub/Sub push envelope: one JSON object, no key given twice, nothing after it", false)
+		return
+	}
 	if err != nil {
 		// A message that cannot decode never will: acknowledge it so that it
 		// is not redelivered forever, and leave the evidence in the log.
@@ -260,7 +270,8 @@ func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // resultRejected is the result of a request refused before it could be
-// read as a push (wrong method, oversized body).
+// read as a push (wrong method, oversized body, a body that is not one
+// well-formed push envelope).
 const resultRejected = "rejected"
 
 // deliveries counts the push requests answered, by result: an Outcome, the

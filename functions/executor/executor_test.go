@@ -442,12 +442,31 @@ func TestPaymentResourceAnswersAreClassifiedByTheirCodes(t *testing.T) {
 	}
 }
 
+// dataPush returns a push body whose message data is data, whatever it
+// holds.
+func dataPush(data string) string {
+	b, _ := payoutevent.EncodeRaw([]byte(data), nil, "m-1", "", 0)
+	return string(b)
+}
+
 func TestMalformedPushIsAckedAndBadMethodRefused(t *testing.T) {
 	deps := &fakeDeps{}
 	x, _ := newExecutor(t, deps, executor.Hooks{})
-	for _, body := range []string{`{`, `{"message":{"data":"!!!"}}`, `{"message":{"data":"e30="}}`} {
+	for _, body := range []string{`{"message":{"data":"!!!"}}`, `{"message":{"data":"e30="}}`,
+		dataPush(`{"payoutId":"p-1","accountId":"acct-1","amountMinor":5,"currency":"EUR"} trailing`),
+		dataPush(`{"payoutId":"p-1","accountId":"acct-1","accountId":"acct-2","amountMinor":5,"currency":"EUR"}`),
+	} {
 		if rec := push(t, x, []byte(body)); rec.Code != http.StatusNoContent {
 			t.Errorf("malformed push %s answered %d; want 204 (acked, never redelivered)", body, rec.Code)
+		}
+	}
+	// A body that is not a push envelope at all comes from no Pub/Sub:
+	// refused 400 with the envelope.
+	for _, body := range []string{`{`, dataPush(`{}`) + ` trailing`, `{"message":{"data":"e30="},"message":{"data":"e30="}}`} {
+		rec := push(t, x, []byte(body))
+		var env httpjson.Envelope
+		if err := json.Unmarshal(rec.Body.Bytes(), &env); rec.Code != http.StatusBadRequest || err != nil || env.Error.Code != httpjson.CodeInvalidRequest {
+			t.Errorf("broken envelope %s answered %d %s; want 400 with the envelope and %s", body, rec.Code, rec.Body, httpjson.CodeInvalidRequest)
 		}
 	}
 	rec := httptest.NewRecorder()
@@ -605,10 +624,11 @@ func TestDeliveriesAreCountedByResult(t *testing.T) {
 	y, _ := newExecutor(t, fenced, executor.Hooks{})
 	push(t, y, body)
 	push(t, y, body)
-	push(t, y, []byte(`{"message":`))
+	push(t, y, []byte(`{"message":{"data":"e30="}}`)) // an empty event: dropped
+	push(t, y, []byte(`{"message":`))                 // not a push: rejected
 	rec := httptest.NewRecorder()
 	y.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
-	for r, want := range map[string]float64{"posted": 1, "needs_attention": 2, "dropped": 1, "rejected": 1} {
+	for r, want := range map[string]float64{"posted": 1, "needs_attention": 2, "dropped": 1, "rejected": 2} {
 		if got := count(r) - before[r]; got != want {
 			t.Errorf("executor_deliveries_total{result=%q} went up by %v; want %v", r, got, want)
 		}

@@ -2,6 +2,7 @@ package paymentresource
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
 )
 
 // RequestTimeout bounds the database work of one request. A request that
@@ -59,7 +61,7 @@ func (s *Service) handleCreateAccount(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if err := invalid(req.Validate()); err != nil {
+	if err := invalid(cmp.Or(req.Validate(), iso4217.Check(req.Currency))); err != nil {
 		s.fail(w, r, err, "accountId", req.AccountID)
 		return
 	}
@@ -95,7 +97,7 @@ func (s *Service) handleCreatePayout(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if err := invalid(req.Validate()); err != nil {
+	if err := invalid(cmp.Or(req.Validate(), iso4217.Check(req.Currency))); err != nil {
 		s.fail(w, r, err, "payoutId", req.PayoutID, "accountId", req.AccountID)
 		return
 	}

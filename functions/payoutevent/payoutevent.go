@@ -9,12 +9,12 @@
 package payoutevent
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 )
 
 // Event announces one payout to be executed. Amounts are in minor currency
@@ -39,8 +39,16 @@ const (
 	AttrAccountID = "accountId"
 )
 
-// ErrMalformed: a push request or event payload cannot be decoded.
-var ErrMalformed = errors.New("payoutevent: malformed message")
+// Errors of Decode; test them with errors.Is.
+var (
+	// ErrMalformed: a push request or event payload cannot be decoded.
+	ErrMalformed = errors.New("payoutevent: malformed message")
+	// ErrMalformedPush wraps ErrMalformed when the request body itself is
+	// not one well-formed push envelope (not JSON, a key given twice,
+	// anything after the JSON value): Pub/Sub never sends such a body, so
+	// its sender is a misbehaving HTTP client, not a poison message.
+	ErrMalformedPush = fmt.Errorf("%w: not a Pub/Sub push body", ErrMalformed)
+)
 
 // Bounds of the payout vocabulary, the same in every part of the pipeline
 // (payment-resource, rail-proxy, the executor and this event).
@@ -139,28 +147,109 @@ type PushMessage struct {
 	OrderingKey string `json:"orderingKey,omitempty"`
 }
 
-// Decode returns the Event inside a push body, validated. Errors wrap
-// ErrMalformed: such a message will never decode, so the executor
-// acknowledges it (logging it) rather than have it redelivered forever.
+// Decode returns the Event inside a push body, validated. Decoding is
+// strict: the body and the event it carries must each be exactly one JSON
+// value with no key given twice in any object (encoding/json alone would
+// keep the last of two, and ignore anything after the event); the event's
+// keys must be exactly its JSON names (encoding/json alone matches them
+// case-insensitively) and nothing else. Errors wrap ErrMalformed: such a
+// message will never decode, so the executor acknowledges it (logging it)
+// rather than have it redelivered forever. A body that is not a well-formed
+// push envelope wraps ErrMalformedPush as well.
 func Decode(body []byte) (Push, Event, error) {
 	var p Push
+	if _, err := strictJSON(body); err != nil {
+		return p, Event{}, fmt.Errorf("%w: %v", ErrMalformedPush, err)
+	}
 	if err := json.Unmarshal(body, &p); err != nil {
-		return p, Event{}, fmt.Errorf("%w: push envelope: %v", ErrMalformed, err)
+		return p, Event{}, fmt.Errorf("%w: %v", ErrMalformedPush, err)
 	}
 	raw, err := base64.StdEncoding.DecodeString(p.Message.Data)
 	if err != nil {
 		return p, Event{}, fmt.Errorf("%w: message data is not base64: %v", ErrMalformed, err)
 	}
+	keys, err := strictJSON(raw)
+	if err != nil {
+		return p, Event{}, fmt.Errorf("%w: payout event: %v", ErrMalformed, err)
+	}
+	for _, k := range keys {
+		switch k {
+		case "payoutId", "accountId", "amountMinor", "currency":
+		default:
+			return p, Event{}, fmt.Errorf("%w: payout event: unknown field %q", ErrMalformed, k)
+		}
+	}
 	var e Event
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&e); err != nil {
+	if err := json.Unmarshal(raw, &e); err != nil {
 		return p, Event{}, fmt.Errorf("%w: payout event: %v", ErrMalformed, err)
 	}
 	if err := e.Validate(); err != nil {
 		return p, Event{}, err
 	}
 	return p, e, nil
+}
+
+// strictJSON returns an error unless b is exactly one JSON value (white
+// space around it aside) in which no object has a key twice; it returns
+// the keys of b when b is an object.
+func strictJSON(b []byte) ([]string, error) {
+	if !json.Valid(b) { // also bounds the nesting depth walk recurses into
+		var v any
+		if err := json.Unmarshal(b, &v); err != nil {
+			return nil, err
+		}
+		return nil, errors.New("not one JSON value")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var keys []string
+	if err := walk(dec, &keys); err != nil {
+		return nil, err
+	}
+	return keys, nil
+}
+
+// walk reads one JSON value from dec, refusing an object with a key given
+// twice; when keys is not nil it receives the keys of that value if it is
+// an object (nested objects are checked, not listed).
+func walk(dec *json.Decoder, keys *[]string) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	d, ok := tok.(json.Delim)
+	if !ok {
+		return nil
+	}
+	switch d {
+	case '{':
+		seen := map[string]bool{}
+		for dec.More() {
+			k, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			key, _ := k.(string) // object keys are always strings
+			if seen[key] {
+				return fmt.Errorf("key %q is given twice", key)
+			}
+			seen[key] = true
+			if keys != nil {
+				*keys = append(*keys, key)
+			}
+			if err := walk(dec, nil); err != nil {
+				return err
+			}
+		}
+	case '[':
+		for dec.More() {
+			if err := walk(dec, nil); err != nil {
+				return err
+			}
+		}
+	}
+	_, err = dec.Token() // the closing delimiter
+	return err
 }
 
 // Encode returns the push body Pub/Sub would post for e, as tests need it.

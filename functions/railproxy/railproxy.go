@@ -67,6 +67,7 @@
 package railproxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -82,6 +83,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -406,7 +408,7 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, p.log, err)
 		return
 	}
-	if err := req.Validate(); err != nil {
+	if err := cmp.Or(req.Validate(), iso4217.Check(req.Currency)); err != nil {
 		p.fail(w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}

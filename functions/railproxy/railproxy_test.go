@@ -456,6 +456,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"payout id starting with a dot", post(with("payoutId", ".po-2"), "50"), 400, api.CodeInvalidRequest},
 		{"lower-case currency", post(with("currency", "eur"), "50"), 400, api.CodeInvalidRequest},
 		{"two-letter currency", post(with("currency", "EU"), "50"), 400, api.CodeInvalidRequest},
+		{"unassigned currency", post(with("currency", "ZZZ"), "50"), 400, api.CodeInvalidRequest},
+		{"testing currency", post(with("currency", "XTS"), "50"), 400, api.CodeInvalidRequest},
 		{"oversized body", post(with("payoutId", strings.Repeat("p", api.MaxBodyBytes)), "50"), 413, api.CodeBodyTooLarge},
 		{"missing token", post(ok), 400, api.CodeInvalidRequest},
 		{"empty token", post(ok, ""), 400, api.CodeInvalidRequest},

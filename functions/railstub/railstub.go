@@ -51,6 +51,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
 )
 
 // Environment variables read by LoadConfig.
@@ -261,8 +262,8 @@ func (s SubmitRequest) Validate() error {
 		return fmt.Errorf("%w: accountId must be 1..%d bytes of UTF-8", ErrInvalidSubmission, MaxAccountIDLen)
 	case s.AmountMinor <= 0:
 		return fmt.Errorf("%w: amountMinor %d is not positive", ErrInvalidSubmission, s.AmountMinor)
-	case !currencyOK(s.Currency):
-		return fmt.Errorf("%w: currency %q is not three upper-case letters (ISO 4217)", ErrInvalidSubmission, s.Currency)
+	case iso4217.Check(s.Currency) != nil:
+		return fmt.Errorf("%w: %v", ErrInvalidSubmission, iso4217.Check(s.Currency))
 	case !textOK(s.Reference, MaxReferenceLen):
 		return fmt.Errorf("%w: reference must be 1..%d bytes of UTF-8", ErrInvalidSubmission, MaxReferenceLen)
 	}
@@ -271,18 +272,6 @@ func (s SubmitRequest) Validate() error {
 
 func textOK(s string, max int) bool {
 	return s != "" && len(s) <= max && utf8.ValidString(s)
-}
-
-func currencyOK(c string) bool {
-	if len(c) != 3 {
-		return false
-	}
-	for i := range 3 {
-		if c[i] < 'A' || c[i] > 'Z' {
-			return false
-		}
-	}
-	return true
 }
 
 // SubmitAnswer is the 200 body of POST /submit.

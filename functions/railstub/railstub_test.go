@@ -139,6 +139,8 @@ func TestBadInputIsRefusedAndNotRecorded(t *testing.T) {
 		{"fractional amount", "POST", "/submit", with("amountMinor", 1.5), 400, httpjson.CodeInvalidRequest},
 		{"lower-case currency", "POST", "/submit", with("currency", "eur"), 400, httpjson.CodeInvalidRequest},
 		{"long currency", "POST", "/submit", with("currency", "EURO"), 400, httpjson.CodeInvalidRequest},
+		{"unassigned currency", "POST", "/submit", with("currency", "ZZZ"), 400, httpjson.CodeInvalidRequest},
+		{"no-currency code", "POST", "/submit", with("currency", "XXX"), 400, httpjson.CodeInvalidRequest},
 		{"missing reference", "POST", "/submit", with("reference", nil), 400, httpjson.CodeInvalidRequest},
 		{"oversized body", "POST", "/submit", with("reference", strings.Repeat("x", railstub.MaxBodyBytes)), 413, httpjson.CodeBodyTooLarge},
 		{"wrong method", "GET", "/submit", ``, 405, railstub.CodeMethodNotAllowed},

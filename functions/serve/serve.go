@@ -1,31 +1,44 @@
 // Package serve runs one of the payout functions as a process: it builds
-// the function's handler from the environment, registers it with
-// functions-framework-go at "/" (as Cloud Run functions serve it), with
-// its metrics at PathMetrics, and serves it on $PORT. The same main therefore runs locally as a plain
-// process, which is what lets the fencing experiment SIGSTOP a real worker,
-// and in a Cloud Run container.
+// the function's handler from the environment and serves it at "/" (as
+// Cloud Run functions serve it), with its metrics at PathMetrics, on
+// $PORT (default 8080) and $HOST (default: every interface). The same main
+// therefore runs locally as a plain process, which is what lets the
+// fencing experiment SIGSTOP a real worker, and in a Cloud Run container.
+//
+// The server is the project's own (internal/httpserve), not
+// functions-framework-go's funcframework.StartHostPort, which this package
+// used until 2026-12-01. A probe of the running stack measured why it had
+// to go: the framework's http.Server has no timeouts (500 half-open
+// connections raised payment-resource from 23 to 522 goroutines and the
+// executor from 9 to 509, held indefinitely), no shutdown hook (SIGTERM
+// cut in-flight requests instead of draining them), and its ServeMux
+// answered non-canonical paths ("POST /x/../submit") with a bodiless 307
+// that keeps method and body, before any check of ours could run. The
+// function model is unchanged: one handler at "/", $PORT, JSON logs with
+// Cloud Logging's keys on Google Cloud. On SIGTERM the server stops
+// accepting, answers the requests in flight (up to httpserve's
+// ShutdownTimeout, 8 s, inside Cloud Run's 10 s), then closes the
+// function's dependencies and exits 0.
 package serve
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"path"
 	"strconv"
 	"syscall"
 
-	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpserve"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
 )
 
@@ -35,14 +48,17 @@ import (
 type Builder func(ctx context.Context, getenv func(string) string, log *slog.Logger) (h http.Handler, close func(), err error)
 
 // Main runs the function called name: JSON logs on stderr (level from
-// LOG_LEVEL; with Cloud Logging's keys on Google Cloud, see logjson), the handler from build, served on $PORT (default 8080) by
-// functions-framework-go, and its metrics, extra included, at
+// LOG_LEVEL; with Cloud Logging's keys on Google Cloud, see logjson), the
+// handler from build, served on $HOST:$PORT (default every interface,
+// port 8080) by internal/httpserve, and its metrics, extra included, at
 // PathMetrics. known lists the environment variables build reads (from
 // the function's config constants): at start, every variable of the
 // environment with one of envcheck.Prefixes that is not in known gets a
-// WARN line (event envcheck.EventUnknownVariable). It returns when SIGINT
-// or SIGTERM arrives, after calling close; it exits the process with
-// status 1 if the function cannot start.
+// WARN line (event envcheck.EventUnknownVariable). When SIGINT or SIGTERM
+// arrives it drains the requests in flight, calls close and returns; it
+// exits the process with status 1 if the function cannot start or the
+// drain had to cut requests. After the first signal a second one stops
+// the process at once.
 func Main(name string, known []string, build Builder, extra ...prometheus.Collector) {
 	level := slog.LevelInfo
 	if v := os.Getenv("LOG_LEVEL"); v != "" {
@@ -54,62 +70,62 @@ func Main(name string, known []string, build Builder, extra ...prometheus.Collec
 	log := logjson.New(os.Stderr, level, logjson.OnGoogleCloud(os.Getenv)).With("service", name)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, name, known, os.Environ(), build, log, extra); err != nil {
+	context.AfterFunc(ctx, stop)
+	if err := run(ctx, name, known, os.Environ(), os.Getenv, build, log, extra, nil); err != nil {
 		log.Error("function failed", "event", "function_failed", "error", err.Error())
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, name string, known, environ []string, build Builder, log *slog.Logger, extra []prometheus.Collector) error {
+// run starts the function and blocks until ctx ends and the drain is
+// over. When ready is not nil it receives the bound address once the
+// server accepts connections.
+func run(ctx context.Context, name string, known, environ []string, getenv func(string) string, build Builder, log *slog.Logger, extra []prometheus.Collector, ready chan<- net.Addr) error {
 	envcheck.Warn(log, known, environ)
-	port := os.Getenv("PORT")
+	port := getenv("PORT")
 	if port == "" {
 		port = "8080"
 	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		return fmt.Errorf("PORT=%q: want a port number", port)
 	}
-	h, closeFn, err := build(ctx, os.Getenv, log)
+	h, closeFn, err := build(ctx, getenv, log)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
 	if closeFn != nil {
+		// After Serve's drain: the requests in flight still use what
+		// closeFn releases.
 		defer closeFn()
 	}
 	metrics, err := metricsHandler(extra...)
 	if err != nil {
 		return err
 	}
-	// One function at "/", routing /metrics itself: with FUNCTION_TARGET
-	// set (Cloud Run functions), the framework serves a single function.
-	if err := funcframework.RegisterHTTPFunctionContext(ctx, "/", routes(h, metrics).ServeHTTP); err != nil {
+	host := getenv("HOST") // loopback locally; empty (all interfaces) on Cloud Run
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", net.JoinHostPort(host, port), err)
+	}
+	log.Info("function serving", "event", "function_started", "addr", ln.Addr().String())
+	if ready != nil {
+		ready <- ln.Addr()
+	}
+	context.AfterFunc(ctx, func() { log.Info("function stopping", "event", "function_stopping") })
+	if err := httpserve.Serve(ctx, ln, routes(h, metrics), httpserve.DefaultConfig(), log); err != nil {
 		return err
 	}
-	host := os.Getenv("HOST") // loopback locally; empty (all interfaces) on Cloud Run
-	served := make(chan error, 1)
-	// The framework's server has no shutdown hook: this goroutine ends with
-	// the process, after the dependencies have been closed below.
-	go func() { served <- funcframework.StartHostPort(host, port) }()
-	log.Info("function serving", "event", "function_started", "host", host, "port", port)
-	select {
-	case err := <-served:
-		if errors.Is(err, http.ErrServerClosed) {
-			return nil
-		}
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-		log.Info("function stopping", "event", "function_stopping")
-		return nil
-	}
+	log.Info("function stopped", "event", "function_stopped")
+	return nil
 }
 
-// routes serves metrics at PathMetrics and the function h everywhere else,
-// behind the canonical-path check.
+// routes serves metrics at PathMetrics and the function h everywhere else.
+// (httpserve puts the canonical-path check in front of both.)
 func routes(h, metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(PathMetrics, metrics)
 	mux.Handle("/", h)
-	return canonical(mux)
+	return mux
 }
 
 // PathMetrics is where every function process serves its metrics, in the
@@ -133,18 +149,4 @@ func metricsHandler(extra ...prometheus.Collector) (http.Handler, error) {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), nil
-}
-
-// canonical refuses, with the JSON error envelope, a request whose path is
-// not in canonical form ("..", ".", "//"), which http.ServeMux would answer
-// with a bodiless redirect.
-func canonical(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p := r.URL.Path
-		if c := path.Clean(p); p == "" || p[0] != '/' || (c != p && c+"/" != p) {
-			httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalidRequest, fmt.Sprintf("path %q is not in canonical form", p), false)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
 }

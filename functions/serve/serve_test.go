@@ -3,8 +3,11 @@ package serve
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -13,27 +16,8 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 )
-
-func TestNonCanonicalPathsGetTheEnvelope(t *testing.T) {
-	h := canonical(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) }))
-	for target, want := range map[string]int{
-		"/v1/payouts/p-1":              http.StatusTeapot,
-		"/v1/payouts/":                 http.StatusTeapot,
-		"/v1/payouts/../../etc/passwd": http.StatusBadRequest,
-		"/v1//payouts":                 http.StatusBadRequest,
-		"/v1/./payouts":                http.StatusBadRequest,
-	} {
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest("GET", target, nil))
-		if rec.Code != want {
-			t.Errorf("GET %s: %d; want %d", target, rec.Code, want)
-		}
-		if want == http.StatusBadRequest && rec.Header().Get("Content-Type") != "application/json" {
-			t.Errorf("GET %s: not a JSON envelope", target)
-		}
-	}
-}
 
 // TestMetricsCountFenceRefusals: the registry every function process serves
 // at /metrics counts fenced_out events by resource, and carries neither the
@@ -92,7 +76,6 @@ func TestRoutesServeMetricsBesideTheFunction(t *testing.T) {
 		PathMetrics:          http.StatusOK,
 		"/":                  http.StatusTeapot,
 		"/v1/payouts/p-1":    http.StatusTeapot,
-		"/v1/../metrics":     http.StatusBadRequest,
 		PathMetrics + "/sub": http.StatusTeapot,
 	} {
 		w := httptest.NewRecorder()
@@ -112,12 +95,86 @@ func TestRunWarnsAboutUnknownVariables(t *testing.T) {
 	build := func(context.Context, func(string) string, *slog.Logger) (http.Handler, func(), error) {
 		return nil, nil, errors.New("no function here")
 	}
-	err := run(t.Context(), "test", []string{"RAIL_URL"}, []string{"RAIL_UR=http://x", "RAIL_URL=http://y", "PATH=/bin"}, build, log, nil)
+	err := run(t.Context(), "test", []string{"RAIL_URL"}, []string{"RAIL_UR=http://x", "RAIL_URL=http://y", "PATH=/bin"}, func(string) string { return "" }, build, log, nil, nil)
 	if err == nil {
 		t.Fatal("run with a failing build returned nil")
 	}
 	out := buf.String()
 	if strings.Count(out, envcheck.EventUnknownVariable) != 1 || !strings.Contains(out, `"variable":"RAIL_UR"`) || !strings.Contains(out, `"didYouMean":"RAIL_URL"`) {
 		t.Errorf("log %s; want one %s line for RAIL_UR suggesting RAIL_URL", out, envcheck.EventUnknownVariable)
+	}
+}
+
+// TestRunServesThroughTheHardenedServer runs a function whose handler is
+// an http.ServeMux, as payment-resource's and rail-stub's are, through the
+// real server of run: a path that is not canonical gets 400 with the
+// envelope (the mux alone would redirect it with a bodiless 307), metrics
+// and the function answer beside it, and a stop returns nil after closing
+// the function's dependencies.
+func TestRunServesThroughTheHardenedServer(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /submit", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	mux.HandleFunc("GET /v1/audit", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	closed := make(chan struct{})
+	build := func(context.Context, func(string) string, *slog.Logger) (http.Handler, func(), error) {
+		return mux, func() { close(closed) }, nil
+	}
+	env := map[string]string{"HOST": "127.0.0.1", "PORT": "0"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, "test", nil, nil, func(k string) string { return env[k] }, build, slog.New(slog.DiscardHandler), nil, ready)
+	}()
+	var base string
+	select {
+	case addr := <-ready:
+		base = "http://" + addr.String()
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, tc := range []struct {
+		method, path string
+		want         int
+	}{
+		{"POST", "/submit", http.StatusTeapot},
+		{"GET", "/v1/audit", http.StatusTeapot},
+		{"GET", PathMetrics, http.StatusOK},
+		{"POST", "/x/../submit", http.StatusBadRequest},
+		{"GET", "/v1/payouts/x/../../audit", http.StatusBadRequest},
+		{"GET", "/v1//audit", http.StatusBadRequest},
+		{"GET", "/v1/../metrics", http.StatusBadRequest},
+	} {
+		req, err := http.NewRequest(tc.method, base+tc.path, strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s %s = %d %s; want %d", tc.method, tc.path, resp.StatusCode, body, tc.want)
+			continue
+		}
+		if tc.want == http.StatusBadRequest {
+			var env httpjson.Envelope
+			if err := json.Unmarshal(body, &env); err != nil || env.Error.Code != httpjson.CodeInvalidRequest {
+				t.Errorf("%s %s: body %s; want the envelope with %s", tc.method, tc.path, body, httpjson.CodeInvalidRequest)
+			}
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run after a stop = %v; want nil", err)
+	}
+	select {
+	case <-closed:
+	default:
+		t.Error("run returned without closing the function's dependencies")
 	}
 }

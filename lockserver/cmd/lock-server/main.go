@@ -4,9 +4,11 @@
 // transaction). Configuration is read from the environment; every key is
 // in docs/configuration.md. Logs are JSON on stderr.
 //
-// It shuts down gracefully on SIGINT or SIGTERM: it stops accepting
-// connections, lets in-flight requests finish (bounded by
-// LOCK_SHUTDOWN_TIMEOUT_MS) and closes the backend. It holds no lease state
+// It serves through internal/httpserve, the server every process of the
+// project uses (timeouts, header limit, canonical paths). It shuts down
+// gracefully on SIGINT or SIGTERM: it stops accepting connections, lets
+// in-flight requests finish (bounded by LOCK_SHUTDOWN_TIMEOUT_MS) and
+// closes the backend. It holds no lease state
 // of its own, so a restart loses nothing.
 package main
 
@@ -17,7 +19,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -28,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpserve"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
@@ -84,17 +86,14 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       5 * time.Second, // bodies are at most 4 KiB
-
-		WriteTimeout: cfg.RequestTimeout + 5*time.Second,
-		IdleTimeout:  2 * time.Minute,
-		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	hcfg := httpserve.DefaultConfig()
+	hcfg.ReadHeaderTimeout = 5 * time.Second
+	hcfg.ReadTimeout = 5 * time.Second // bodies are at most 4 KiB
+	hcfg.WriteTimeout = cfg.RequestTimeout + 5*time.Second
+	hcfg.ShutdownTimeout = cfg.ShutdownTimeout
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	// Ends when ctx ends and the drain is over (or the server fails).
+	go func() { served <- httpserve.Serve(ctx, ln, h, hcfg, log) }()
 	started := []any{"event", "server_started", "addr", ln.Addr().String(), "store", cfg.Store}
 	if !cfg.ProofKey.IsZero() {
 		started = append(started, "proofKeyId", cfg.ProofKey.ID())
@@ -107,22 +106,21 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 		ready <- ln.Addr()
 	}
 
+	var serveErr error
 	select {
-	case err := <-served:
-		return fmt.Errorf("serve: %w", err)
+	case serveErr = <-served:
+		// The server failed before ctx ended.
 	case <-ctx.Done():
+		log.Info("lock-server stopping", "event", "server_stopping")
+		serveErr = <-served
 	}
-	log.Info("lock-server stopping", "event", "server_stopping")
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		// A client that never finishes its request holds the drain open;
-		// past the timeout, cut every connection rather than hang.
-		log.Warn("drain timed out; closing the remaining connections", "event", "server_drain_timeout", "error", err.Error())
-		_ = srv.Close()
-	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve: %w", err)
+	switch {
+	case errors.Is(serveErr, httpserve.ErrDrainTimeout):
+		// A client that never finishes its request held the drain open;
+		// past the timeout its connection was cut rather than hang.
+		log.Warn("drain timed out; closed the remaining connections", "event", "server_drain_timeout", "error", serveErr.Error())
+	case serveErr != nil:
+		return serveErr
 	}
 	log.Info("lock-server stopped", "event", "server_stopped")
 	return nil

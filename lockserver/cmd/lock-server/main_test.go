@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -14,7 +15,10 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/etcd/embedded"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpserve"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
 
@@ -169,5 +173,60 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", b)
+	}
+}
+
+// TestHardenedHTTPSurface: the real main loop serves through
+// internal/httpserve: a path that is not canonical gets 400 with the
+// envelope on every route (never a redirect), and oversized headers get
+// 431.
+func TestHardenedHTTPSurface(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cluster, err := embedded.Start(ctx, embedded.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Cleanup(t, cluster.Close)
+	base, stop := start(t, map[string]string{"LOCK_STORE": "etcd", "ETCD_ENDPOINTS": cluster.Endpoints()[0], "LOG_LEVEL": "warn", "LOCK_HTTP_ADDR": "127.0.0.1:0"})
+	defer stop()
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, tc := range []struct{ method, path string }{
+		{"POST", "/v1/locks/x/../payout:acct-1/acquire"},
+		{"POST", "/v1/locks/payout:acct-1/./release"},
+		{"GET", "/v1//locks/payout:acct-1"},
+		{"GET", "/x/../readyz"},
+		{"GET", "/v1/../metrics"},
+	} {
+		req, err := http.NewRequestWithContext(ctx, tc.method, base+tc.path, strings.NewReader(`{"owner":"w","ttlMs":1000}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var env httpjson.Envelope
+		derr := json.NewDecoder(resp.Body).Decode(&env)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || derr != nil || env.Error.Code != string(api.CodeInvalidRequest) {
+			t.Errorf("%s %s = %d (%+v, %v); want 400 with the envelope and %s", tc.method, tc.path, resp.StatusCode, env, derr, api.CodeInvalidRequest)
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, "GET", base+api.PathHealth, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Big", strings.Repeat("a", httpserve.DefaultConfig().MaxHeaderBytes+8<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("GET %s with %d bytes of headers = %d; want 431", api.PathHealth, httpserve.DefaultConfig().MaxHeaderBytes+8<<10, resp.StatusCode)
 	}
 }

@@ -1,0 +1,61 @@
+// Package iso4217 is the one check of a currency code at the project's
+// servers (payment-resource, rail-proxy, rail-stub): a code is accepted
+// only if it names money that is legal tender today, as listed by
+// golang.org/x/text/currency (CLDR's supplemental currency data), spelled
+// exactly as ISO 4217 writes it (three upper-case letters).
+//
+// Refused, besides anything that is not three upper-case letters: codes
+// that ISO 4217 does not assign ("ZZZ"); its codes that are not money —
+// "XXX" (no currency), "XTS" (reserved for testing), the precious metals
+// ("XAU", "XAG", ...) and the funds codes that are not legal tender
+// ("XDR", "BOV", ...); and withdrawn currencies ("DEM", "FRF"), which no
+// rail would pay. A payout moves money, so a code that is not money is
+// bad input (400), never a 5xx.
+//
+// The wire packages keep a shape check of their own (they import only the
+// standard library); the servers call Check after it.
+package iso4217
+
+import (
+	"errors"
+	"fmt"
+
+	"golang.org/x/text/currency"
+)
+
+// ErrNotCurrency is wrapped by every error of Check.
+var ErrNotCurrency = errors.New("iso4217: not a currency in use")
+
+// tender holds every code that is legal tender in some region today.
+var tender = func() map[string]bool {
+	m := map[string]bool{}
+	for it := currency.Query(); it.Next(); {
+		m[it.Unit().String()] = true
+	}
+	return m
+}()
+
+// Check returns nil if code is the ISO 4217 code of a currency that is
+// legal tender today, or an error wrapping ErrNotCurrency that says why
+// not (the code is quoted, so it is safe to return to a client).
+func Check(code string) error {
+	if len(code) != 3 || !upper(code) {
+		return fmt.Errorf("%w: %q is not three upper-case letters", ErrNotCurrency, code)
+	}
+	if _, err := currency.ParseISO(code); err != nil {
+		return fmt.Errorf("%w: %q is not an ISO 4217 code", ErrNotCurrency, code)
+	}
+	if !tender[code] {
+		return fmt.Errorf("%w: %q is an ISO 4217 code but not money in use (a test, metal, fund or withdrawn code)", ErrNotCurrency, code)
+	}
+	return nil
+}
+
+func upper(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 'A' || s[i] > 'Z' {
+			return false
+		}
+	}
+	return true
+}
