@@ -1,0 +1,56 @@
+// Command slogen generates Prometheus rules from the SLO spec: recording
+// rules and multi-window, multi-burn-rate alerts per SLO, and the symptom
+// alerts (package ops/slo).
+//
+//	go run ./ops/cmd/slogen -spec ops/slo.yaml -out ops/prometheus/rules.yml
+//	go run ./ops/cmd/slogen -spec ops/slo.yaml -out ops/prometheus/gameday/rules.yml -scale 30
+//
+// -scale divides every window and duration (the game day's compressed time
+// scale); -no-annotations writes the copy ops/prometheus/tests loads;
+// -runbook-base is prefixed to every runbook_url (default: paths
+// from the repository root). Without -out the rules go to standard output.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/ops/slo"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "slogen:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("slogen", flag.ContinueOnError)
+	spec := fs.String("spec", "ops/slo.yaml", "the SLO spec")
+	out := fs.String("out", "", "the rules file to write (default: standard output)")
+	scale := fs.Int("scale", 1, "divide every window and duration by this factor (game day: 60)")
+	noAnn := fs.Bool("no-annotations", false, "leave out the annotations (the copy the promtool unit tests load)")
+	base := fs.String("runbook-base", "", "prefix of every runbook_url (e.g. https://github.com/OWNER/REPO/blob/main/)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	s, err := slo.Load(*spec)
+	if err != nil {
+		return err
+	}
+	b, err := slo.Generate(s, slo.Options{Scale: *scale, RunbookBase: *base, Source: "ops/" + filepath.Base(*spec), NoAnnotations: *noAnn})
+	if err != nil {
+		return err
+	}
+	if *out == "" {
+		_, err = os.Stdout.Write(b)
+		return err
+	}
+	return os.WriteFile(*out, b, 0o644)
+}
