@@ -493,6 +493,49 @@ func Generate(s *Spec, opt Options) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+// ReportQuery is the PromQL of one SLO's figures over a whole period, for
+// the monthly report on a live deployment.
+type ReportQuery struct {
+	SLO       string
+	Objective float64
+	// SLI is the good fraction of the period's events (compare with
+	// Objective / 100).
+	SLI string
+	// BudgetSpent is the fraction of the error budget the period's bad
+	// events used (1: all of it); empty for an objective of 100, whose
+	// budget is zero: there, any value of SLI below 1 is a breach.
+	BudgetSpent string
+}
+
+// Report returns, for each SLO, the queries of its monthly report: the
+// SLI templates rendered over the spec's period (a ratio of rates over a
+// window is the ratio of the events in it).
+func Report(s *Spec) ([]ReportQuery, error) {
+	var out []ReportQuery
+	for _, o := range s.SLOs {
+		data := struct{ Window string }{s.Period.String()}
+		var q [2]string
+		for i, text := range []string{o.SLI.Errors, o.SLI.Total} {
+			t, err := template.New(o.Name).Option("missingkey=error").Parse(text)
+			if err != nil {
+				return nil, fmt.Errorf("slo: %s: %w", o.Name, err)
+			}
+			var b strings.Builder
+			if err := t.Execute(&b, data); err != nil {
+				return nil, fmt.Errorf("slo: %s: %w", o.Name, err)
+			}
+			q[i] = strings.TrimSpace(b.String())
+		}
+		ratio := "(" + q[0] + ") / (" + q[1] + ")"
+		r := ReportQuery{SLO: o.Name, Objective: o.Objective, SLI: "1 - " + ratio}
+		if o.Objective < 100 {
+			r.BudgetSpent = "(" + ratio + ") / " + formatFloat(1-o.Objective/100)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
 // formatFloat writes f in the shortest form that reads back as f.
 func formatFloat(f float64) string {
 	// 1 - 0.999 is 0.0010000000000000009 in float64: round to 12 digits.

@@ -403,6 +403,30 @@ func TestCompressedScaleDividesEveryWindow(t *testing.T) {
 	}
 }
 
+// TestSLODocHasTheMonthlyReport checks that docs/slo.md gives, for every
+// SLO, the monthly report's PromQL as the spec makes it today.
+func TestSLODocHasTheMonthlyReport(t *testing.T) {
+	s := loadSpec(t)
+	doc, err := os.ReadFile(filepath.Join(repoRoot, "docs", "slo.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := slo.Report(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(qs) != len(s.SLOs) {
+		t.Fatalf("Report gave %d queries for %d SLOs", len(qs), len(s.SLOs))
+	}
+	for _, q := range qs {
+		for _, want := range []string{q.SLI, q.BudgetSpent} {
+			if want != "" && !strings.Contains(string(doc), want) {
+				t.Errorf("docs/slo.md lacks the report query of %s (go run ./ops/cmd/slogen -report):\n%s", q.SLO, want)
+			}
+		}
+	}
+}
+
 func TestKebab(t *testing.T) {
 	for in, want := range map[string]string{
 		"LockStoreUnreachable": "lock-store-unreachable",

@@ -7,8 +7,10 @@
 //
 // -scale divides every window and duration (the game day's compressed time
 // scale); -no-annotations writes the copy ops/prometheus/tests loads;
-// -runbook-base is prefixed to every runbook_url (default: paths
-// from the repository root). Without -out the rules go to standard output.
+// -runbook-base is prefixed to every runbook_url (default: paths from the
+// repository root); -report prints the PromQL of the monthly report
+// (docs/slo.md) instead of rules. Without -out the rules go to standard
+// output.
 package main
 
 import (
@@ -33,6 +35,7 @@ func run(args []string) error {
 	out := fs.String("out", "", "the rules file to write (default: standard output)")
 	scale := fs.Int("scale", 1, "divide every window and duration by this factor (game day: 60)")
 	noAnn := fs.Bool("no-annotations", false, "leave out the annotations (the copy the promtool unit tests load)")
+	report := fs.Bool("report", false, "print the PromQL of the monthly report (docs/slo.md) instead of rules")
 	base := fs.String("runbook-base", "", "prefix of every runbook_url (e.g. https://github.com/OWNER/REPO/blob/main/)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -43,6 +46,19 @@ func run(args []string) error {
 	s, err := slo.Load(*spec)
 	if err != nil {
 		return err
+	}
+	if *report {
+		qs, err := slo.Report(s)
+		if err != nil {
+			return err
+		}
+		for _, q := range qs {
+			fmt.Printf("# %s, objective %v %%: the SLI over the period\n%s\n", q.SLO, q.Objective, q.SLI)
+			if q.BudgetSpent != "" {
+				fmt.Printf("# %s: the fraction of its error budget spent\n%s\n", q.SLO, q.BudgetSpent)
+			}
+		}
+		return nil
 	}
 	b, err := slo.Generate(s, slo.Options{Scale: *scale, RunbookBase: *base, Source: "ops/" + filepath.Base(*spec), NoAnnotations: *noAnn})
 	if err != nil {
