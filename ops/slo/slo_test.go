@@ -37,7 +37,8 @@ var generated = []struct {
 }{
 	{"../prometheus/rules.yml", slo.Options{}},
 	{"../prometheus/gameday/rules.yml", slo.Options{Scale: 30}},
-	{"../prometheus/tests/alert-rules.yml", slo.Options{NoAnnotations: true}},
+	{"../prometheus/tests/slo-rules.yml", slo.Options{NoAnnotations: true, Only: "slos"}},
+	{"../prometheus/tests/symptom-rules.yml", slo.Options{NoAnnotations: true, Only: "symptoms"}},
 }
 
 // nonAlertRunbooks are the runbooks of docs/runbooks that are procedures,
@@ -323,8 +324,8 @@ func TestPromtoolTestsCoverEveryAlert(t *testing.T) {
 		if err := yaml.Unmarshal(b, &pt); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		if !slices.Equal(pt.RuleFiles, []string{"alert-rules.yml"}) {
-			t.Errorf("%s: rule_files %q; want [alert-rules.yml]", f, pt.RuleFiles)
+		if len(pt.RuleFiles) != 1 || !slices.Contains([]string{"slo-rules.yml", "symptom-rules.yml"}, pt.RuleFiles[0]) {
+			t.Errorf("%s: rule_files %q; want [slo-rules.yml] or [symptom-rules.yml], generated copies of ../rules.yml", f, pt.RuleFiles)
 		}
 		for _, tc := range pt.Tests {
 			for _, at := range tc.AlertRuleTests {
@@ -364,16 +365,20 @@ func TestPromtool(t *testing.T) {
 		}
 		t.Skip("promtool not on PATH (apt-get install prometheus): rule checks and unit tests skipped")
 	}
-	args := []string{"check", "rules"}
+	run := func(t *testing.T, args ...string) {
+		t.Parallel()
+		if out, err := exec.Command(promtool, args...).CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	check := []string{"check", "rules"}
 	for _, g := range generated {
-		args = append(args, g.path)
+		check = append(check, g.path)
 	}
-	if out, err := exec.Command(promtool, args...).CombinedOutput(); err != nil {
-		t.Errorf("promtool check rules: %v\n%s", err, out)
-	}
-	out, err := exec.Command(promtool, append([]string{"test", "rules"}, promtoolTestFiles(t)...)...).CombinedOutput()
-	if err != nil {
-		t.Errorf("promtool test rules: %v\n%s", err, out)
+	t.Run("check", func(t *testing.T) { run(t, check...) })
+	// One process per file: each takes seconds, and they are independent.
+	for _, f := range promtoolTestFiles(t) {
+		t.Run(filepath.Base(f), func(t *testing.T) { run(t, "test", "rules", f) })
 	}
 }
 

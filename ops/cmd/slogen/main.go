@@ -6,7 +6,8 @@
 //	go run ./ops/cmd/slogen -spec ops/slo.yaml -out ops/prometheus/gameday/rules.yml -scale 30
 //
 // -scale divides every window and duration (the game day's compressed time
-// scale); -no-annotations writes the copy ops/prometheus/tests loads;
+// scale); -no-annotations and -only slos|symptoms write the copies that the
+// promtool unit tests in ops/prometheus/tests load;
 // -runbook-base is prefixed to every runbook_url (default: paths from the
 // repository root); -report prints the PromQL of the monthly report
 // (docs/slo.md) instead of rules. Without -out the rules go to standard
@@ -35,6 +36,7 @@ func run(args []string) error {
 	out := fs.String("out", "", "the rules file to write (default: standard output)")
 	scale := fs.Int("scale", 1, "divide every window and duration by this factor (game day: 60)")
 	noAnn := fs.Bool("no-annotations", false, "leave out the annotations (the copy the promtool unit tests load)")
+	only := fs.String("only", "", "keep only the groups of the slos or of the symptoms (the promtool unit tests' copies)")
 	report := fs.Bool("report", false, "print the PromQL of the monthly report (docs/slo.md) instead of rules")
 	base := fs.String("runbook-base", "", "prefix of every runbook_url (e.g. https://github.com/OWNER/REPO/blob/main/)")
 	if err := fs.Parse(args); err != nil {
@@ -60,7 +62,7 @@ func run(args []string) error {
 		}
 		return nil
 	}
-	b, err := slo.Generate(s, slo.Options{Scale: *scale, RunbookBase: *base, Source: "ops/" + filepath.Base(*spec), NoAnnotations: *noAnn})
+	b, err := slo.Generate(s, slo.Options{Scale: *scale, RunbookBase: *base, Source: "ops/" + filepath.Base(*spec), NoAnnotations: *noAnn, Only: *only})
 	if err != nil {
 		return err
 	}
