@@ -3,6 +3,9 @@ package slo_test
 import (
 	"bytes"
 	"errors"
+	"go/ast"
+	goparser "go/parser"
+	"go/token"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -10,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -428,6 +432,101 @@ func TestSLODocHasTheMonthlyReport(t *testing.T) {
 			if want != "" && !strings.Contains(string(doc), want) {
 				t.Errorf("docs/slo.md lacks the report query of %s (go run ./ops/cmd/slogen -report):\n%s", q.SLO, want)
 			}
+		}
+	}
+}
+
+// TestAcquireSLIClassifiesEveryLockAPICode reads the error codes declared
+// in lockserver/api and checks that the lock-acquire-availability SLI
+// counts each one as good, as bad, or leaves it out as the caller's mistake
+// (or not an acquire answer), so that a new code cannot drop out of the SLI
+// unnoticed.
+func TestAcquireSLIClassifiesEveryLockAPICode(t *testing.T) {
+	fset := token.NewFileSet()
+	f, err := goparser.ParseFile(fset, filepath.Join(repoRoot, "lockserver", "api", "api.go"), nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var codes []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		vs, ok := n.(*ast.ValueSpec)
+		if !ok {
+			return true
+		}
+		if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "Code" {
+			return true
+		}
+		for _, v := range vs.Values {
+			if lit, ok := v.(*ast.BasicLit); ok {
+				c, err := strconv.Unquote(lit.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				codes = append(codes, c)
+			}
+		}
+		return true
+	})
+	if len(codes) < 5 {
+		t.Fatalf("found only %d codes in lockserver/api/api.go: %q", len(codes), codes)
+	}
+	codes = append(codes, "OK", "OTHER") // lock-server's metrics add these two
+
+	s := loadSpec(t)
+	var sli *slo.SLO
+	for i := range s.SLOs {
+		if s.SLOs[i].Name == "lock-acquire-availability" {
+			sli = &s.SLOs[i]
+		}
+	}
+	if sli == nil {
+		t.Fatal("no SLO lock-acquire-availability in the spec")
+	}
+	codeSet := func(expr string) map[string]bool {
+		e, err := parser.NewParser(parser.Options{}).ParseExpr(strings.ReplaceAll(expr, "{{.Window}}", "5m"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		set := map[string]bool{}
+		parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+			if vs, ok := n.(*parser.VectorSelector); ok {
+				for _, m := range vs.LabelMatchers {
+					if m.Name == "code" {
+						for _, c := range strings.Split(m.Value, "|") {
+							set[c] = true
+						}
+					}
+				}
+			}
+			return nil
+		})
+		return set
+	}
+	bad, total := codeSet(sli.SLI.Errors), codeSet(sli.SLI.Total)
+	// Not counted: the caller's mistakes, and answers no acquire gives.
+	excluded := []string{"INVALID_REQUEST", "BODY_TOO_LARGE", "UNSUPPORTED_MEDIA_TYPE", "NOT_FOUND",
+		"METHOD_NOT_ALLOWED", "LEASE_NOT_HELD", "STALE_TOKEN"}
+	for c := range bad {
+		if !total[c] {
+			t.Errorf("code %s is bad but not in the total", c)
+		}
+	}
+	for _, c := range codes {
+		if !total[c] && !slices.Contains(excluded, c) {
+			t.Errorf("code %s of lockserver/api is neither counted by lock-acquire-availability nor excluded: classify it in ops/slo.yaml (or here)", c)
+		}
+		if total[c] && slices.Contains(excluded, c) {
+			t.Errorf("code %s is counted and excluded at once", c)
+		}
+	}
+	for _, must := range []string{"BACKEND_UNAVAILABLE", "INTERNAL"} {
+		if !bad[must] {
+			t.Errorf("%s is not a bad acquire", must)
+		}
+	}
+	for _, must := range []string{"OK", "LOCK_HELD"} {
+		if !total[must] || bad[must] {
+			t.Errorf("%s is not a good acquire", must)
 		}
 	}
 }
