@@ -110,10 +110,24 @@ func pushToExecutors(ctx context.Context, st *stack.Stack, execs []stack.Executo
 		conn.Close()
 		return nil, err
 	}
+	// Like the subscription Terraform creates: at most
+	// payoutbus.DefaultMaxDeliveryAttempts deliveries, then the dead-letter
+	// topic; redeliveries back off (Terraform's 5 s..300 s scaled down 50
+	// times, so that a poison message is dead-lettered in about 20 s).
+	var dead *payoutbus.Publisher
+	if err := payoutbus.SetupDeadLetter(ctx, c, stack.PubSubProject, stack.PubSubTopic, stack.PubSubSubscription, 0); err != nil {
+		log.Error("no dead-letter policy: failed messages are redelivered without limit", "event", "push_dead_letter_unavailable", "error", err.Error())
+	} else {
+		dead = payoutbus.NewPublisher(c, payoutbus.DeadLetterTopic(stack.PubSubTopic))
+	}
 	bctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, e := range execs {
-		b := &payoutbus.PushBridge{Sub: c.Subscriber(stack.PubSubSubscription), Endpoint: st.ExecutorURL(e.Name) + "/", Log: log.With("bridge", e.Name)}
+		b := &payoutbus.PushBridge{Sub: c.Subscriber(stack.PubSubSubscription), Endpoint: st.ExecutorURL(e.Name) + "/", Log: log.With("bridge", e.Name),
+			Subscription: stack.PubSubSubscription, Retry: payoutbus.RetryPolicy{Min: 100 * time.Millisecond, Max: 6 * time.Second}}
+		if dead != nil {
+			b.DeadLetter = dead
+		}
 		// Ends when bctx ends.
 		wg.Go(func() {
 			if err := b.Run(bctx); err != nil {
@@ -124,6 +138,9 @@ func pushToExecutors(ctx context.Context, st *stack.Stack, execs []stack.Executo
 	return func() {
 		cancel()
 		wg.Wait()
+		if dead != nil {
+			dead.Stop()
+		}
 		c.Close()
 		conn.Close()
 	}, nil

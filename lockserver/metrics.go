@@ -34,7 +34,7 @@ var knownCodes = func() map[api.Code]bool {
 	for _, c := range []api.Code{
 		api.CodeLockHeld, api.CodeLeaseNotHeld, api.CodeStaleToken, api.CodeInvalidRequest,
 		api.CodeBodyTooLarge, api.CodeUnsupportedMediaType, api.CodeNotFound,
-		api.CodeMethodNotAllowed, api.CodeBackendUnavailable, api.CodeBackendRestored, api.CodeInternal,
+		api.CodeMethodNotAllowed, api.CodeBackendUnavailable, api.CodeBackendRestored, api.CodeOverloaded, api.CodeInternal,
 	} {
 		m[c] = true
 	}

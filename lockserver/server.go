@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -38,19 +39,38 @@ type ServerConfig struct {
 	// resource (package fenceproof). Default: the zero key, no proofs.
 	// Inspect and revoke never carry a proof: only the holder gets one.
 	ProofKey fenceproof.SigningKey
+
+	// MaxInFlight bounds the lock and readiness requests served at once;
+	// one more is answered 503 OVERLOADED with Retry-After at once
+	// (overload.go). Default 256: far above what one lock-server's backend
+	// pool (16 connections by default) can serve in parallel.
+	MaxInFlight int
+	// StallProbeInterval is how often, while the backend is marked stalled,
+	// one request is let through to probe it; the others get 503 at once.
+	// Default 500ms.
+	StallProbeInterval time.Duration
+	// Now is the clock of the stall probes; nil means time.Now. For tests.
+	Now func() time.Time
 }
 
 // DefaultServerConfig returns the defaults documented on ServerConfig.
 func DefaultServerConfig() ServerConfig {
-	return ServerConfig{RequestTimeout: 5 * time.Second}
+	return ServerConfig{RequestTimeout: 5 * time.Second, MaxInFlight: 256, StallProbeInterval: 500 * time.Millisecond}
 }
 
-// Validate returns an error describing the first invalid field.
+// Validate returns nil or one error per invalid field, joined.
 func (c ServerConfig) Validate() error {
+	var errs []error
 	if c.RequestTimeout <= 0 {
-		return fmt.Errorf("lockserver: RequestTimeout must be positive, got %v", c.RequestTimeout)
+		errs = append(errs, fmt.Errorf("lockserver: RequestTimeout must be positive, got %v", c.RequestTimeout))
 	}
-	return nil
+	if c.MaxInFlight <= 0 {
+		errs = append(errs, fmt.Errorf("lockserver: MaxInFlight must be positive, got %d", c.MaxInFlight))
+	}
+	if c.StallProbeInterval <= 0 {
+		errs = append(errs, fmt.Errorf("lockserver: StallProbeInterval must be positive, got %v", c.StallProbeInterval))
+	}
+	return errors.Join(errs...)
 }
 
 // Server serves the lock API of package api over a LockStore. It keeps no
@@ -66,6 +86,8 @@ type Server struct {
 	// issued is the largest token this Server has handed out: the token
 	// floor (floor.go).
 	issued atomic.Int64
+
+	adm *admission // in-flight bound and stall tracking (overload.go)
 }
 
 // NewServer returns a Server over store. It returns an error if cfg is
@@ -77,7 +99,7 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{store: store, cfg: cfg, log: logger, mux: http.NewServeMux()}
+	s := &Server{store: store, cfg: cfg, log: logger, mux: http.NewServeMux(), adm: newAdmission(cfg, logger)}
 	if cfg.Registry != nil {
 		m, err := newMetrics(cfg.Registry)
 		if err != nil {
@@ -85,6 +107,13 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 		}
 		s.metrics = m
 		if err := s.registerFloor(cfg.Registry); err != nil {
+			return nil, fmt.Errorf("lockserver: register metrics: %w", err)
+		}
+		s.adm.gauge = prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "lockserver_backend_stalled",
+			Help: "1 while the backend is marked stalled (a call ran out its whole request timeout) and requests are refused at once; 0 otherwise.",
+		})
+		if err := cfg.Registry.Register(s.adm.gauge); err != nil {
 			return nil, fmt.Errorf("lockserver: register metrics: %w", err)
 		}
 		s.mux.Handle(PathMetrics, metricsHandler(cfg.Registry))
@@ -115,11 +144,21 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, api.CodeInvalidRequest, fmt.Sprintf("path %q is not in canonical form", p))
 		return
 	}
+	if r.URL.Path == api.PathHealth || r.URL.Path == PathMetrics {
+		s.mux.ServeHTTP(w, r) // liveness and metrics never touch the backend
+		return
+	}
+	release, code, ok := s.adm.admit()
+	if !ok {
+		msg := "too many requests in flight; nothing was done"
+		if code == api.CodeBackendUnavailable {
+			msg = "the backend is not answering (a recent call ran out its whole timeout); nothing was done"
+		}
+		writeError(w, http.StatusServiceUnavailable, code, msg)
+		return
+	}
+	defer release()
 	s.mux.ServeHTTP(w, r)
-}
-
-func (s *Server) backendCtx(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
@@ -137,7 +176,9 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.backendCtx(r)
 	defer cancel()
-	if err := s.store.Ping(ctx); err != nil {
+	err := s.store.Ping(ctx)
+	s.adm.observe(ctx, err)
+	if err != nil {
 		s.log.Warn("backend not ready", "event", "backend_unready", "error", err.Error())
 		writeError(w, http.StatusServiceUnavailable, api.CodeBackendUnavailable, "the backend did not answer a ping")
 		return
@@ -154,6 +195,7 @@ func (s *Server) handleLock(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.backendCtx(r)
 	defer cancel()
 	st, err := s.store.Inspect(ctx, key)
+	s.adm.observe(ctx, err)
 	if err != nil {
 		s.fail(w, "inspect", key, err)
 		return
@@ -209,6 +251,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 	defer cancel()
 	floor := s.issued.Load() // before the request: see floor.go
 	l, err := s.store.Acquire(ctx, key, req.Owner, time.Duration(req.TTLMs)*time.Millisecond)
+	s.adm.observe(ctx, err)
 	if err == nil && l.Token <= floor {
 		err = s.withdraw(ctx, l, floor)
 	}
@@ -229,6 +272,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, key string) {
 	ctx, cancel := s.backendCtx(r)
 	defer cancel()
 	l, err := s.store.Renew(ctx, key, req.Owner, req.Token)
+	s.adm.observe(ctx, err)
 	if err != nil {
 		s.fail(w, "renew", key, err, "owner", req.Owner, "token", req.Token)
 		return
@@ -244,7 +288,9 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, key string) {
 	}
 	ctx, cancel := s.backendCtx(r)
 	defer cancel()
-	if err := s.store.Release(ctx, key, req.Owner, req.Token); err != nil {
+	err := s.store.Release(ctx, key, req.Owner, req.Token)
+	s.adm.observe(ctx, err)
+	if err != nil {
 		s.fail(w, "release", key, err, "owner", req.Owner, "token", req.Token)
 		return
 	}
@@ -264,6 +310,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, key string) {
 	ctx, cancel := s.backendCtx(r)
 	defer cancel()
 	l, err := s.store.Revoke(ctx, key, req.Token)
+	s.adm.observe(ctx, err)
 	if err != nil {
 		s.fail(w, "revoke", key, err, "token", req.Token)
 		return
@@ -359,6 +406,9 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed string) {
 func writeError(w http.ResponseWriter, status int, code api.Code, msg string) {
 	if rec, ok := w.(*recorder); ok {
 		rec.noteError(code)
+	}
+	if status == http.StatusServiceUnavailable && code.Retryable() {
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
 	}
 	httpjson.WriteError(w, status, string(code), msg, code.Retryable())
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
-	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
@@ -69,53 +68,39 @@ func (a *firstAttempt) outcome() api.Outcome {
 // verify reads the payout from payment-resource and checks that the event
 // says the same: the event is only a notification, the payout row is the
 // truth, and the event's account decides which lock is taken and which
-// account the rail debits. It returns api.CodePayoutNotFound, errMismatch,
-// or ErrDependency.
-func (x *Executor) verify(ctx context.Context, e payoutevent.Event) (api.Code, error) {
+// account the rail debits. It returns errMismatch, or the client's error
+// (for Classify).
+func (x *Executor) verify(ctx context.Context, e payoutevent.Event) error {
 	ctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
 	defer cancel()
 	p, err := x.pay.Payout(ctx, e.PayoutID)
-	switch {
-	case errors.Is(err, payclient.ErrPayoutNotFound):
-		return api.CodePayoutNotFound, nil
-	case err != nil:
-		return "", fmt.Errorf("%w: read payout: %v", ErrDependency, err)
+	if err != nil {
+		return err
 	}
 	got := payoutevent.Event{PayoutID: p.PayoutID, AccountID: p.AccountID, AmountMinor: p.AmountMinor, Currency: p.Currency}
 	if got != e {
-		return "", fmt.Errorf("%w: event says %s %s %d %s, payment-resource says %s %s %d %s", errMismatch,
+		return fmt.Errorf("%w: event says %s %s %d %s, payment-resource says %s %s %d %s", errMismatch,
 			e.PayoutID, e.AccountID, e.AmountMinor, e.Currency, p.PayoutID, p.AccountID, p.AmountMinor, p.Currency)
 	}
-	return "", nil
+	return nil
 }
 
-// claim claims the payout with token. It returns the payment-resource code
-// for the final refusals (api.CodePayoutFinished, CodePayoutInDoubt,
-// CodePayoutNotFound), ErrFencedOut, or ErrDependency.
-func (x *Executor) claim(ctx context.Context, e payoutevent.Event, h payoutevent.Holder) (api.Code, error) {
+// claim claims the payout with token. It returns nil or the client's
+// error (for Classify).
+func (x *Executor) claim(ctx context.Context, e payoutevent.Event, h payoutevent.Holder) error {
 	ctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
 	defer cancel()
 	_, err := x.pay.Claim(ctx, e.PayoutID, h)
-	var refusal *payclient.Error
-	switch {
-	case err == nil:
-		return "", nil
-	case errors.Is(err, payclient.ErrFencedOut):
-		return "", fmt.Errorf("%w: claim: %v", ErrFencedOut, err)
-	case errors.Is(err, payclient.ErrPayoutFinished), errors.Is(err, payclient.ErrPayoutInDoubt), errors.Is(err, payclient.ErrPayoutNotFound):
-		errors.As(err, &refusal)
-		return refusal.Code, nil
-	}
-	return "", fmt.Errorf("%w: claim: %v", ErrDependency, err)
+	return err
 }
 
 // submit sends the payout to the rail through rail-proxy with token. It
-// returns ErrFencedOut, a *firstAttempt when the payout already went to the
-// rail, errAmbiguous when rail-proxy says the rail was called and did not
-// answer (RAIL_AMBIGUOUS), or ErrDependency otherwise.
+// returns a *firstAttempt when the payout already went to the rail,
+// errAmbiguous when rail-proxy says the rail was called and did not answer
+// (RAIL_AMBIGUOUS), or the client's error (for Classify).
 //
 // An answer lost on the way back (a broken connection, a timeout, a 5xx
-// other than RAIL_AMBIGUOUS, an unreadable 200) is ErrDependency, not
+// other than RAIL_AMBIGUOUS, an unreadable 200) is transient, not
 // ambiguous: the submission may have gone to the rail, but asking again is
 // safe, because rail-proxy forwards a payout once and answers a later
 // submission with the first one's attempt and outcome.
@@ -130,35 +115,20 @@ func (x *Executor) submit(ctx context.Context, e payoutevent.Event, h payouteven
 		return railResult{Status: outcomeOf(ans.Status), RailRef: ans.RailRef, Token: h.Token, Receipt: ans.Receipt}, nil
 	case errors.Is(err, railclient.ErrAlreadySubmitted) && errors.As(err, &refusal) && refusal.Attempt != nil:
 		return railResult{}, &firstAttempt{*refusal.Attempt}
-	case errors.Is(err, railclient.ErrFencedOut):
-		return railResult{}, fmt.Errorf("%w: rail-proxy: %v", ErrFencedOut, err)
+	case errors.Is(err, railclient.ErrAlreadySubmitted):
+		// A refusal without its first attempt cannot be reported: asking
+		// again is safe (rail-proxy answers with the attempt next time).
+		return railResult{}, fmt.Errorf("%w: %v", ErrDependency, err)
 	case errors.Is(err, railclient.ErrRailAmbiguous):
 		return railResult{}, fmt.Errorf("%w: %v", errAmbiguous, err)
 	}
-	// A lost answer, an unreadable one (also a refusal without its first
-	// attempt), a 5xx, or a refusal a later delivery may not meet.
-	return railResult{}, fmt.Errorf("%w: rail-proxy did not take the submission (%v); a later delivery asks again", ErrDependency, err)
+	return railResult{}, err
 }
 
-// postResult reports res to payment-resource with token. It returns
-// api.CodePayoutFinished, ErrFencedOut, ErrDependency (no answer, or a
-// 5xx), or another error for a refusal a retry cannot change (a 4xx, or a
-// result the client refuses to send).
-func (x *Executor) postResult(ctx context.Context, e payoutevent.Event, h payoutevent.Holder, res railResult) (api.Code, error) {
-	ctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
-	defer cancel()
+// postResult reports res to payment-resource with token; ctx bounds it. It
+// returns nil or the client's error (for Classify).
+func (x *Executor) postResult(ctx context.Context, e payoutevent.Event, h payoutevent.Holder, res railResult) error {
 	req := api.ResultRequest{Outcome: res.Status, RailRef: res.RailRef, RailToken: res.Token, Receipt: res.Receipt}
 	_, err := x.pay.PostResult(ctx, e.PayoutID, h, req)
-	var refusal *payclient.Error
-	switch {
-	case err == nil:
-		return "", nil
-	case errors.Is(err, payclient.ErrFencedOut):
-		return "", fmt.Errorf("%w: post result: %v", ErrFencedOut, err)
-	case errors.Is(err, payclient.ErrPayoutFinished):
-		return api.CodePayoutFinished, nil
-	case errors.As(err, &refusal) && refusal.Status < 500, errors.Is(err, payclient.ErrInvalidRequest):
-		return "", fmt.Errorf("executor: payment-resource refused the result: %w", err)
-	}
-	return "", fmt.Errorf("%w: post result: %v", ErrDependency, err)
+	return err
 }

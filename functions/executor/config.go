@@ -3,6 +3,7 @@ package executor
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"strconv"
 	"strings"
@@ -31,6 +32,16 @@ const (
 	EnvRequestTimeoutMs = "EXECUTOR_REQUEST_TIMEOUT_MS"
 	// EnvRailTimeoutMs bounds the call to rail-proxy, in milliseconds.
 	EnvRailTimeoutMs = "RAIL_CALL_TIMEOUT_MS"
+	// EnvReportAttempts is how many times one delivery sends a report to
+	// payment-resource (a result, a needs_attention mark) while the
+	// answers are transient (RetryConfig.Attempts).
+	EnvReportAttempts = "EXECUTOR_REPORT_ATTEMPTS"
+	// EnvReportBackoffMs is the wait before the first repeat, in
+	// milliseconds (RetryConfig.Initial).
+	EnvReportBackoffMs = "EXECUTOR_REPORT_BACKOFF_MS"
+	// EnvReportBackoffMaxMs caps every wait, in milliseconds
+	// (RetryConfig.Max).
+	EnvReportBackoffMaxMs = "EXECUTOR_REPORT_BACKOFF_MAX_MS"
 	// EnvSelfStopBeforeSubmit, read by cmd/executor (not by LoadConfig),
 	// arms the experiment hook: the worker SIGSTOPs itself before the rail
 	// submission of that payout id.
@@ -69,6 +80,68 @@ type Config struct {
 	// (RAIL_CALL_TIMEOUT_MS, default 10000, positive). Past it the outcome
 	// is unknown.
 	RailTimeout time.Duration
+	// ReportRetry is the in-process retry of the reports to
+	// payment-resource after the rail has answered (the result, and a
+	// needs_attention mark), which are idempotent: the money has moved or
+	// not, and recording it now is cheaper than a redelivery that takes a
+	// new lease. Only answers Classify calls transient are retried; when
+	// the attempts run out the delivery is redelivered by Pub/Sub.
+	ReportRetry RetryConfig
+}
+
+// RetryConfig is an exponential backoff with jitter: the wait before
+// repeat n (n = 1, 2, ...) is drawn uniformly from [d/2, d] with
+// d = min(Max, Initial * 2^(n-1)) ("equal jitter": never less than half
+// the exponential step, so that the backoff still grows, and spread so
+// that executors that failed together do not retry together).
+type RetryConfig struct {
+	// Attempts is how many times a report is sent at most, the first
+	// included (EXECUTOR_REPORT_ATTEMPTS, default 4, 1..10). 1 sends once
+	// and leaves every retry to Pub/Sub.
+	Attempts int
+	// Initial is the step before the first repeat
+	// (EXECUTOR_REPORT_BACKOFF_MS, default 200 ms, positive).
+	Initial time.Duration
+	// Max caps every step (EXECUTOR_REPORT_BACKOFF_MAX_MS, default 2000
+	// ms, at least Initial). The defaults wait at most 200 + 400 + 800 ms
+	// in all, well inside the ack deadline of a push (60 s).
+	Max time.Duration
+}
+
+// DefaultRetryConfig returns the defaults documented on RetryConfig.
+func DefaultRetryConfig() RetryConfig {
+	return RetryConfig{Attempts: 4, Initial: 200 * time.Millisecond, Max: 2 * time.Second}
+}
+
+// Delay returns the wait before repeat n (1 for the first repeat), drawn
+// from r as RetryConfig describes. r must not be used concurrently.
+func (c RetryConfig) Delay(n int, r *rand.Rand) time.Duration {
+	d := c.Max
+	if n < 1 {
+		n = 1
+	}
+	if n <= 32 {
+		if step := c.Initial << (n - 1); step > 0 && step < c.Max {
+			d = step
+		}
+	}
+	half := d / 2
+	return half + time.Duration(r.Int64N(int64(d-half)+1))
+}
+
+// validate reports every invalid field of c, each naming its variable.
+func (c RetryConfig) validate() []error {
+	var errs []error
+	if c.Attempts < 1 || c.Attempts > 10 {
+		errs = append(errs, fmt.Errorf("%w: %s is %d; want 1..10", ErrInvalidConfig, EnvReportAttempts, c.Attempts))
+	}
+	if c.Initial <= 0 {
+		errs = append(errs, fmt.Errorf("%w: %s must be positive", ErrInvalidConfig, EnvReportBackoffMs))
+	}
+	if c.Max < c.Initial {
+		errs = append(errs, fmt.Errorf("%w: %s (%v) is less than %s (%v)", ErrInvalidConfig, EnvReportBackoffMaxMs, c.Max, EnvReportBackoffMs, c.Initial))
+	}
+	return errs
 }
 
 // DefaultConfig returns the defaults documented on Config, without URLs.
@@ -78,6 +151,7 @@ func DefaultConfig() Config {
 		AcquireWait:    15 * time.Second,
 		RequestTimeout: 5 * time.Second,
 		RailTimeout:    10 * time.Second,
+		ReportRetry:    DefaultRetryConfig(),
 	}
 }
 
@@ -85,7 +159,8 @@ func DefaultConfig() Config {
 // envcheck (cmd/executor adds EnvSelfStopBeforeSubmit).
 func EnvNames() []string {
 	return []string{api.EnvServerURL, EnvPaymentResourceURL, EnvRailProxyURL, EnvOwner,
-		EnvLeaseTTLMs, EnvAcquireWaitMs, EnvRequestTimeoutMs, EnvRailTimeoutMs}
+		EnvLeaseTTLMs, EnvAcquireWaitMs, EnvRequestTimeoutMs, EnvRailTimeoutMs,
+		EnvReportAttempts, EnvReportBackoffMs, EnvReportBackoffMaxMs}
 }
 
 // LoadConfig returns DefaultConfig overridden by the variables of EnvNames,
@@ -105,6 +180,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	}{
 		{EnvLeaseTTLMs, &c.LeaseTTL}, {EnvAcquireWaitMs, &c.AcquireWait},
 		{EnvRequestTimeoutMs, &c.RequestTimeout}, {EnvRailTimeoutMs, &c.RailTimeout},
+		{EnvReportBackoffMs, &c.ReportRetry.Initial}, {EnvReportBackoffMaxMs, &c.ReportRetry.Max},
 	} {
 		if v := strings.TrimSpace(getenv(d.key)); v != "" {
 			n, err := strconv.ParseInt(v, 10, 64)
@@ -113,6 +189,14 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 				continue
 			}
 			*d.dst = time.Duration(n) * time.Millisecond
+		}
+	}
+	if v := strings.TrimSpace(getenv(EnvReportAttempts)); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%w: %s=%q: want a whole number of attempts", ErrInvalidConfig, EnvReportAttempts, v))
+		} else {
+			c.ReportRetry.Attempts = n
 		}
 	}
 	if err := errors.Join(append(errs, c.Validate())...); err != nil {
@@ -152,5 +236,6 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%w: %s must be positive", ErrInvalidConfig, d.name))
 		}
 	}
+	errs = append(errs, c.ReportRetry.validate()...)
 	return errors.Join(errs...)
 }

@@ -29,12 +29,17 @@
 // fence points, rail-proxy's high-water mark and one-forward-per-payout
 // rule and payment-resource's conditional UPDATE.
 //
-// Pub/Sub delivers at least once; a redelivery is just another worker. The
-// HTTP status tells Pub/Sub whether to deliver again: 2xx when the payout
-// reached a state no retry can change (posted, declined, in doubt, or the
-// message is malformed), 5xx or 409 when a later attempt may finish the job
-// (the lock was busy, the lease was lost, a dependency was down, or this
-// worker was fenced out while another may still fail).
+// Pub/Sub delivers at least once; a redelivery is just another worker. Every
+// answer of lock-server, payment-resource and rail-proxy is classified once
+// (Classify, one table keyed by the api codes) as done, permanent or
+// transient. The HTTP status tells Pub/Sub whether to deliver again: 2xx
+// when the payout reached a state no retry can change (posted, declined,
+// in doubt, already finished, the message is malformed) or met a permanent
+// refusal (then the payout is marked needs_attention with a reason first,
+// so that a refusal no retry can change never becomes an endless
+// redelivery); 5xx or 409 when a later attempt may finish the job (the
+// lock was busy, the lease was lost, a dependency was down, or this worker
+// was fenced out by a newer holder).
 //
 // Which lock backend lock-server uses is invisible here: the executor is
 // the same binary for PostgreSQL and etcd.
@@ -42,13 +47,16 @@ package executor
 
 import (
 	"context"
+	crand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"mime"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -101,6 +109,11 @@ const (
 	// OutcomeDropped: the message can never be executed (malformed, or the
 	// payout does not exist); it is logged and acknowledged.
 	OutcomeDropped Outcome = "dropped"
+	// OutcomeNeedsAttention: a refusal no retry can change (ClassPermanent,
+	// or FENCED_OUT for the current lease holder); the payout is marked
+	// needs_attention with the reason (or already was), and the message is
+	// acknowledged.
+	OutcomeNeedsAttention Outcome = "needs_attention"
 )
 
 // Hooks are called at fixed points of an execution. The fencing experiment
@@ -125,6 +138,10 @@ type Executor struct {
 	doer  client.Doer
 	log   *slog.Logger
 	hooks Hooks
+
+	// rndMu guards rnd, the jitter of the in-process retries.
+	rndMu sync.Mutex
+	rnd   *rand.Rand
 }
 
 // Option configures New.
@@ -132,6 +149,10 @@ type Option func(*Executor)
 
 // WithHooks installs h.
 func WithHooks(h Hooks) Option { return func(x *Executor) { x.hooks = h } }
+
+// WithRand draws the jitter of the in-process retries from r (tests pass a
+// seeded one). Default: a generator seeded from crypto/rand at New.
+func WithRand(r *rand.Rand) Option { return func(x *Executor) { x.rnd = r } }
 
 // WithHTTPClient sends every request (to lock-server, payment-resource and
 // rail-proxy) through d. Both SDKs take the same Doer.
@@ -148,6 +169,11 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Executor, error) {
 	x := &Executor{cfg: cfg, log: logger, doer: &http.Client{}}
 	for _, o := range opts {
 		o(x)
+	}
+	if x.rnd == nil {
+		var seed [32]byte
+		_, _ = crand.Read(seed[:]) // never fails (crypto/rand's contract)
+		x.rnd = rand.New(rand.NewChaCha8(seed))
 	}
 	copts := []client.Option{client.WithHTTPClient(x.doer)}
 	if cfg.Owner != "" {
@@ -220,9 +246,12 @@ func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out, err := x.Execute(r.Context(), ev)
 	status := Status(out, err)
 	if err != nil {
-		deliveries.WithLabelValues(codeOf(err)).Inc()
+		code := codeOf(err)
+		deliveries.WithLabelValues(code).Inc()
 		log.Warn("payout execution incomplete; Pub/Sub will redeliver", "event", "payout_execution_retry", "status", status, "error", err.Error())
-		httpjson.WriteError(w, status, codeOf(err), err.Error(), true)
+		// The cause (another service's answer, an address) stays in the
+		// log; the push answer says only what happens next.
+		httpjson.WriteError(w, status, code, retryMessages[code], true)
 		return
 	}
 	deliveries.WithLabelValues(string(out)).Inc()
@@ -239,12 +268,12 @@ const resultRejected = "rejected"
 var deliveries = func() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "executor_deliveries_total",
-		Help: "Push requests answered, by result: posted, declined, in_doubt, already_done, dropped; " + fencing.CodeFencedOut +
+		Help: "Push requests answered, by result: posted, declined, in_doubt, already_done, dropped, needs_attention; " + fencing.CodeFencedOut +
 			", LOCK_BUSY, LEASE_LOST, SUBMISSION_IN_FLIGHT, DEPENDENCY_UNAVAILABLE (redelivered); rejected (not a push).",
 	}, []string{"result"})
 	for _, r := range []string{
 		string(OutcomePosted), string(OutcomeDeclined), string(OutcomeInDoubt), string(OutcomeAlreadyDone), string(OutcomeDropped),
-		fencing.CodeFencedOut, codeLockBusy, codeLeaseLost, codeInFlight, codeDependency, resultRejected,
+		string(OutcomeNeedsAttention), fencing.CodeFencedOut, codeLockBusy, codeLeaseLost, codeInFlight, codeDependency, resultRejected,
 	} {
 		c.WithLabelValues(r) // present at 0
 	}
@@ -281,6 +310,16 @@ const (
 	codeDependency = "DEPENDENCY_UNAVAILABLE"
 )
 
+// retryMessages is the message of each push answer that makes Pub/Sub
+// redeliver.
+var retryMessages = map[string]string{
+	fencing.CodeFencedOut: "fenced out by a newer holder of the account's lock; a later delivery takes a newer lease",
+	codeLockBusy:          "the account's lock is held by another worker; deliver again later",
+	codeLeaseLost:         "the lease ended before a side effect; nothing was sent; deliver again later",
+	codeInFlight:          "an earlier submission of the payout is still waiting for the rail; deliver again later",
+	codeDependency:        "a dependency did not answer or refused for now; deliver again later",
+}
+
 func codeOf(err error) string {
 	switch {
 	case errors.Is(err, ErrFencedOut):
@@ -299,30 +338,29 @@ func codeOf(err error) string {
 // Execute runs the payout flow for e and returns its final outcome, or an
 // error wrapping ErrLockBusy, ErrLeaseLost, ErrFencedOut,
 // ErrSubmissionInFlight or ErrDependency when a later delivery should try
-// again.
+// again. Every answer of a dependency is classified by Classify; a
+// permanent refusal marks the payout needs_attention and ends with
+// OutcomeNeedsAttention.
 func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, error) {
 	log := x.log.With("payoutId", e.PayoutID, "accountId", e.AccountID, "ownerId", x.Owner())
 	// (0) the event is a notification; the payout row is the truth. A
 	// forged or corrupted event must not choose the lock, the account or
 	// the amount sent to the rail.
-	switch code, err := x.verify(ctx, e); {
+	switch err := x.verify(ctx, e); {
 	case errors.Is(err, errMismatch):
 		log.Error("payout event does not match its payout; dropped", "event", "payout_event_mismatch", "error", err.Error())
 		return OutcomeDropped, nil
 	case err != nil:
-		return "", err
-	case code == api.CodePayoutNotFound:
-		log.Error("payout event for an unknown payout", "event", "payout_event_unknown_payout")
-		return OutcomeDropped, nil
+		return x.settle(ctx, log, e, nil, "read payout", ServicePaymentResource, err)
 	}
 	actx, cancel := context.WithTimeout(ctx, x.cfg.AcquireWait)
 	lease, err := x.locks.Acquire(actx, e.LockKey(), client.WithTTL(x.cfg.LeaseTTL), client.WithAutoRenew(0))
 	cancel()
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, client.ErrLockHeld) {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			return "", fmt.Errorf("%w: %s: %v", ErrLockBusy, e.LockKey(), err)
 		}
-		return "", fmt.Errorf("%w: acquire %s: %v", ErrDependency, e.LockKey(), err)
+		return x.settle(ctx, log, e, nil, "acquire "+e.LockKey(), ServiceLockServer, err)
 	}
 	token := lease.Token()
 	// The holder's headers at the fence points: the token, lock-server's
@@ -343,20 +381,10 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 
 	// (1) claim, once lock-server has confirmed the grant is still ours.
 	if err := x.confirm(ctx, log, lease, "claim"); err != nil {
-		return "", err
+		return x.settle(ctx, log, e, nil, "confirm before the claim", ServiceLockServer, err)
 	}
-	switch code, err := x.claim(ctx, e, holder); {
-	case err != nil:
-		return "", err
-	case code == api.CodePayoutFinished:
-		log.Info("payout already finished by an earlier delivery", "event", "payout_already_done")
-		return OutcomeAlreadyDone, nil
-	case code == api.CodePayoutInDoubt:
-		log.Warn("payout is in doubt; leaving it to reconciliation", "event", "payout_in_doubt")
-		return OutcomeInDoubt, nil
-	case code == api.CodePayoutNotFound:
-		log.Error("payout event for an unknown payout", "event", "payout_event_unknown_payout")
-		return OutcomeDropped, nil
+	if err := x.claim(ctx, e, holder); err != nil {
+		return x.settle(ctx, log, e, lease, "claim", ServicePaymentResource, err)
 	}
 	log.Info("payout claimed", "event", "payout_claimed")
 	if x.hooks.AfterClaim != nil {
@@ -367,7 +395,7 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	// undo. Whether the payout already went to the rail is rail-proxy's
 	// decision, taken in the transaction that records this submission.
 	if err := x.confirm(ctx, log, lease, "rail submission"); err != nil {
-		return "", err
+		return x.settle(ctx, log, e, nil, "confirm before the rail submission", ServiceLockServer, err)
 	}
 	if x.hooks.BeforeRailSubmit != nil {
 		x.hooks.BeforeRailSubmit(ctx, e, token)
@@ -375,9 +403,6 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	res, err := x.submit(ctx, e, holder)
 	var first *firstAttempt
 	switch {
-	case errors.Is(err, ErrFencedOut):
-		log.Warn("rail-proxy refused this worker's token; a newer holder owns the payout", "event", "rail_submission_fenced")
-		return "", err
 	case errors.As(err, &first):
 		log.Warn("the payout already went to the rail; reporting that submission's outcome instead of submitting again",
 			"event", "rail_prior_attempt_found", "attemptState", first.State, "railRef", first.RailRef, "attemptToken", first.Token)
@@ -398,74 +423,159 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 		log.Error("rail outcome unknown; marking the payout ambiguous", "event", "rail_submission_ambiguous", "error", err.Error())
 		res = railResult{Status: api.OutcomeAmbiguous, Token: token}
 	case err != nil:
-		return "", err
+		return x.settle(ctx, log, e, lease, "rail submission", ServiceRailProxy, err)
 	default:
 		log.Info("rail submission answered", "event", "rail_submission_accepted", "railStatus", res.Status, "railRef", res.RailRef)
 	}
 	// (3) The rail's answer is a fact: report it whatever the lease says now;
 	// payment-resource's fence decides whether this worker may still write.
-	return x.report(ctx, log, e, holder, res)
+	if err := x.report(ctx, log, e, holder, res); err != nil {
+		return x.settle(ctx, log, e, lease, "result", ServicePaymentResource, err)
+	}
+	switch res.Status {
+	case api.OutcomeAck:
+		log.Info("payout posted", "event", "payout_posted", "railRef", res.RailRef)
+		return OutcomePosted, nil
+	case api.OutcomeDecline:
+		log.Info("payout declined", "event", "payout_declined", "railRef", res.RailRef)
+		return OutcomeDeclined, nil
+	default:
+		log.Warn("payout marked ambiguous", "event", "payout_ambiguous")
+		return OutcomeInDoubt, nil
+	}
+}
+
+// settle ends the execution on the error err of step, an answer of svc (or
+// no answer), as Classify says: a final outcome for ClassDone; for
+// ClassPermanent the payout is marked needs_attention (markAttention);
+// for ClassFenced the lease is confirmed with lock-server first, and only
+// the holder of the current lease turns the refusal into a permanent one;
+// otherwise an error wrapping the verdict's sentinel, so that Pub/Sub
+// redelivers. lease is nil before the lease is held or when it is the
+// lease's own confirmation that failed.
+func (x *Executor) settle(ctx context.Context, log *slog.Logger, e payoutevent.Event, lease *client.Lease, step string, svc Service, err error) (Outcome, error) {
+	v, code := classifyErr(svc, err)
+	log = log.With("step", step, "service", string(svc), "code", code)
+	switch v.Class {
+	case ClassDone:
+		event := map[Outcome]string{OutcomeAlreadyDone: "payout_already_done", OutcomeInDoubt: "payout_in_doubt",
+			OutcomeDropped: "payout_event_unknown_payout", OutcomeNeedsAttention: "payout_already_needs_attention"}[v.Outcome]
+		log.Info("payout needs nothing more from this delivery", "event", event, "outcome", string(v.Outcome), "error", err.Error())
+		return v.Outcome, nil
+	case ClassFenced:
+		if lease == nil {
+			return "", fmt.Errorf("%w: %s: %v", v.Err, step, err)
+		}
+		// Stale, or the fence is above every grant? Ask lock-server whether
+		// this lease is still the current one: if it is, no newer holder
+		// exists, so no grant of this key issued the fence's token.
+		if cerr := x.confirm(ctx, log, lease, "judging a fence refusal"); cerr != nil {
+			log.Warn("fenced out by a newer holder; Pub/Sub will redeliver", "event", "payout_fenced_stale", "error", err.Error())
+			return "", fmt.Errorf("%w: %s: %v", v.Err, step, err)
+		}
+		log.Error("fenced out while holding the current lease: the fence holds a token lock-server never granted for this lock",
+			"event", "payout_fence_ahead_of_lease", "reason", string(v.Reason), "error", err.Error())
+		return x.markAttention(ctx, log, e, lease, v.Reason)
+	case ClassPermanent:
+		log.Error("refusal no retry can change", "event", "payout_refused_permanently", "reason", string(v.Reason), "error", err.Error())
+		return x.markAttention(ctx, log, e, lease, v.Reason)
+	default:
+		return "", fmt.Errorf("%w: %s: %v", v.Err, step, err)
+	}
+}
+
+// markAttention records reason on the payout (needs_attention, fenced with
+// the lease's token), retrying transient failures in process, and ends
+// the execution with OutcomeNeedsAttention. Without a lease it cannot
+// write: the event is logged (payout_attention_unrecorded) and
+// acknowledged all the same, as it is when payment-resource refuses the
+// mark for good (a payout fence above the current lease refuses this
+// write too). A payout that turned out finished or unknown ends as the
+// table says; a mark that stays unanswered is redelivered.
+func (x *Executor) markAttention(ctx context.Context, log *slog.Logger, e payoutevent.Event, lease *client.Lease, reason api.AttentionReason) (Outcome, error) {
+	if lease == nil {
+		log.Error("payout needs attention but no lease is held to record it", "event", "payout_attention_unrecorded", "reason", string(reason))
+		return OutcomeNeedsAttention, nil
+	}
+	err := x.retry(ctx, func(ctx context.Context) error {
+		h := payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: x.Owner()}
+		_, err := x.pay.MarkNeedsAttention(ctx, e.PayoutID, h, reason)
+		return err
+	})
+	if err == nil {
+		log.Error("payout marked needs_attention; delivery acknowledged", "event", "payout_needs_attention", "reason", string(reason))
+		return OutcomeNeedsAttention, nil
+	}
+	v, code := classifyErr(ServicePaymentResource, err)
+	switch v.Class {
+	case ClassDone:
+		return v.Outcome, nil
+	case ClassTransient:
+		return "", fmt.Errorf("%w: marking needs_attention: %v", v.Err, err)
+	}
+	log.Error("payout needs attention but payment-resource refused to record it; delivery acknowledged",
+		"event", "payout_attention_unrecorded", "reason", string(reason), "code", code, "error", err.Error())
+	return OutcomeNeedsAttention, nil
 }
 
 // confirm asks lock-server to renew the lease before the side effect named
 // step, so that a grant the server has ended (revoked, or expired on the
-// server's clock) stops this worker here. It returns an error wrapping
-// ErrLeaseLost when the server refused the grant or the local deadline
-// passed, ErrDependency when lock-server could not be asked (the lease is
-// not known to be held, so nothing is sent either).
+// server's clock) stops this worker here. It returns nil, or the SDK's
+// error: client.ErrLeaseLost (wrapped) when the server refused the grant
+// or the local deadline passed, another error when lock-server could not
+// be asked (the lease is not known to be held, so nothing is sent
+// either); Classify tells them apart.
 func (x *Executor) confirm(ctx context.Context, log *slog.Logger, lease *client.Lease, step string) error {
 	rctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
 	defer cancel()
 	err := lease.Renew(rctx)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, client.ErrLeaseLost):
-		log.Warn("lease lost before the "+step+"; not sending it", "event", "lease_lost", "step", step, "error", err.Error())
-		return fmt.Errorf("%w: before %s: %v", ErrLeaseLost, step, err)
-	default:
-		return fmt.Errorf("%w: confirming the lease before %s: %v", ErrDependency, step, err)
+	if errors.Is(err, client.ErrLeaseLost) {
+		log.Warn("lease lost before the "+step+"; not going on", "event", "lease_lost", "step", step, "error", err.Error())
+	}
+	return err
+}
+
+// report posts res to payment-resource (idempotent on the rail
+// reference), retrying transient failures in process (Config.ReportRetry).
+// It returns nil, or the last error, for settle.
+func (x *Executor) report(ctx context.Context, log *slog.Logger, e payoutevent.Event, h payoutevent.Holder, res railResult) error {
+	err := x.retry(ctx, func(ctx context.Context) error { return x.postResult(ctx, e, h, res) })
+	if err != nil {
+		log.Warn("payment-resource did not take the result", "event", "payout_result_refused", "railStatus", res.Status, "railRef", res.RailRef, "error", err.Error())
+	}
+	return err
+}
+
+// retry calls f until it returns nil or an error Classify does not call
+// transient for payment-resource, at most Config.ReportRetry.Attempts
+// times, waiting ReportRetry.Delay between calls; each call is bounded by
+// RequestTimeout. It returns f's last error, or ctx's if ctx ends while
+// waiting.
+func (x *Executor) retry(ctx context.Context, f func(context.Context) error) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
+		err = f(cctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if v, _ := classifyErr(ServicePaymentResource, err); v.Class != ClassTransient || attempt >= x.cfg.ReportRetry.Attempts {
+			return err
+		}
+		t := time.NewTimer(x.delay(attempt))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(err, ctx.Err())
+		}
 	}
 }
 
-// report posts res to payment-resource, retrying transient failures (the
-// post is idempotent on the rail reference), and maps the answer to an
-// Outcome.
-func (x *Executor) report(ctx context.Context, log *slog.Logger, e payoutevent.Event, h payoutevent.Holder, res railResult) (Outcome, error) {
-	var err error
-	for attempt := 0; attempt < 4; attempt++ {
-		if attempt > 0 {
-			select {
-			case <-time.After(time.Duration(100<<attempt) * time.Millisecond):
-			case <-ctx.Done():
-				return "", fmt.Errorf("%w: posting the result: %v", ErrDependency, ctx.Err())
-			}
-		}
-		var code api.Code
-		code, err = x.postResult(ctx, e, h, res)
-		if errors.Is(err, ErrFencedOut) {
-			log.Warn("payment-resource refused this worker's token", "event", "payout_result_fenced", "railStatus", res.Status, "railRef", res.RailRef)
-			return "", err
-		}
-		if errors.Is(err, ErrDependency) {
-			continue
-		}
-		if err != nil {
-			return "", err
-		}
-		switch {
-		case code == api.CodePayoutFinished:
-			return OutcomeAlreadyDone, nil
-		case res.Status == api.OutcomeAck:
-			log.Info("payout posted", "event", "payout_posted", "railRef", res.RailRef)
-			return OutcomePosted, nil
-		case res.Status == api.OutcomeDecline:
-			log.Info("payout declined", "event", "payout_declined", "railRef", res.RailRef)
-			return OutcomeDeclined, nil
-		default:
-			log.Warn("payout marked ambiguous", "event", "payout_ambiguous")
-			return OutcomeInDoubt, nil
-		}
-	}
-	return "", err
+// delay is ReportRetry.Delay with the executor's random source.
+func (x *Executor) delay(retry int) time.Duration {
+	x.rndMu.Lock()
+	defer x.rndMu.Unlock()
+	return x.cfg.ReportRetry.Delay(retry, x.rnd)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -40,6 +41,10 @@ type fakeDeps struct {
 	railBody   string
 	resultCode api.Code
 	results    []map[string]any
+	// resultFailures answers the first N results 503 DATABASE_UNAVAILABLE.
+	resultFailures int
+	attnCode       api.Code // "" = 200
+	attentions     []map[string]any
 }
 
 func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -71,10 +76,25 @@ func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(f.railStatus)
 		_, _ = w.Write([]byte(f.railBody))
+	case r.URL.Path == api.AttentionPath("p-1"):
+		var body map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		body["token"] = tok
+		f.attentions = append(f.attentions, body)
+		if f.attnCode != "" {
+			httpjson.WriteError(w, statusOf(f.attnCode), string(f.attnCode), "scripted", false)
+			return
+		}
+		httpjson.WriteJSON(w, 200, map[string]string{"payoutId": "p-1", "state": "needs_attention"})
 	case r.URL.Path == api.ResultPath("p-1"):
 		var body map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		f.results = append(f.results, body)
+		if f.resultFailures > 0 {
+			f.resultFailures--
+			httpjson.WriteError(w, http.StatusServiceUnavailable, string(api.CodeUnavailable), "scripted", true)
+			return
+		}
 		if f.resultCode != "" {
 			httpjson.WriteError(w, statusOf(f.resultCode), string(f.resultCode), "scripted", false)
 			return
@@ -126,7 +146,8 @@ func newExecutor(t *testing.T, deps *fakeDeps, hooks executor.Hooks) (*executor.
 	cfg := executor.DefaultConfig()
 	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = lsrv.URL, dsrv.URL, dsrv.URL
 	cfg.Owner, cfg.LeaseTTL, cfg.AcquireWait = "worker-a", 2*time.Second, 3*time.Second
-	x, err := executor.New(cfg, slog.New(slog.DiscardHandler), executor.WithHooks(hooks))
+	cfg.ReportRetry = executor.RetryConfig{Attempts: 4, Initial: time.Millisecond, Max: 4 * time.Millisecond}
+	x, err := executor.New(cfg, slog.New(slog.DiscardHandler), executor.WithHooks(hooks), executor.WithRand(rand.New(rand.NewPCG(1, 2))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,15 +184,79 @@ func TestHappyPathPostsTheRailOutcomeWithTheLeaseToken(t *testing.T) {
 	}
 }
 
-func TestFencedAtRailProxyIsRetriedNotAcked(t *testing.T) {
+// staleBeforeSubmit returns hooks that make the worker a stale holder
+// right before its rail submission: its lease is revoked and the account's
+// lock granted to another worker (a newer token), as when the worker was
+// paused past its TTL.
+func staleBeforeSubmit(t *testing.T, store **memstore.Store) executor.Hooks {
+	return executor.Hooks{BeforeRailSubmit: func(context.Context, payoutevent.Event, int64) {
+		if _, err := (*store).Revoke(context.Background(), "payout:acct-7", 0); err != nil {
+			t.Errorf("revoke: %v", err)
+		}
+		if _, err := (*store).Acquire(context.Background(), "payout:acct-7", "worker-b", time.Minute); err != nil {
+			t.Errorf("acquire by the newer holder: %v", err)
+		}
+	}}
+}
+
+// A stale holder fenced out at rail-proxy is answered 409 (redelivered):
+// the newer holder of the account's lock may be working on another payout
+// of the account, so only a later delivery, with a newer lease, can be
+// sure to finish this one. Nothing is marked.
+func TestStaleHolderFencedOutIsRedelivered(t *testing.T) {
 	deps := &fakeDeps{railStatus: 409, railBody: `{"error":{"code":"FENCED_OUT","message":"stale","retryable":false}}`}
-	x, _ := newExecutor(t, deps, executor.Hooks{})
+	var store *memstore.Store
+	x, s := newExecutor(t, deps, staleBeforeSubmit(t, &store))
+	store = s
 	out, err := x.Execute(t.Context(), event)
 	if !errors.Is(err, executor.ErrFencedOut) || executor.Status(out, err) != http.StatusConflict {
 		t.Fatalf("Execute = %q, %v; want ErrFencedOut and 409 so that Pub/Sub redelivers", out, err)
 	}
+	if len(deps.results) != 0 || len(deps.attentions) != 0 {
+		t.Fatalf("a fenced worker posted results %v, attention marks %v", deps.results, deps.attentions)
+	}
+}
+
+// The holder of the current lease fenced out at rail-proxy: the
+// high-water mark holds a token lock-server never granted for the lock, so
+// no later holder can pass either. The payout is marked needs_attention
+// (rail_fence_ahead, with the lease's token) and the push acknowledged.
+func TestCurrentHolderFencedOutMarksNeedsAttention(t *testing.T) {
+	deps := &fakeDeps{railStatus: 409, railBody: `{"error":{"code":"FENCED_OUT","message":"stale","retryable":false}}`}
+	x, store := newExecutor(t, deps, executor.Hooks{})
+	body, _ := payoutevent.Encode(event, "m-1", "acct-7", 1)
+	rec := push(t, x, body)
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"needs_attention"`) {
+		t.Fatalf("push answered %d %s; want 200 needs_attention (acknowledged, not redelivered)", rec.Code, rec.Body)
+	}
+	st, _ := store.Inspect(context.Background(), "payout:acct-7")
+	if len(deps.attentions) != 1 || deps.attentions[0]["reason"] != string(api.ReasonRailFenceAhead) ||
+		deps.attentions[0]["token"] != strconv.FormatInt(st.LastToken, 10) {
+		t.Fatalf("attention marks %v; want one %s with the lease's token %d", deps.attentions, api.ReasonRailFenceAhead, st.LastToken)
+	}
 	if len(deps.results) != 0 {
-		t.Fatalf("a fenced worker posted results: %v", deps.results)
+		t.Fatalf("results posted: %v", deps.results)
+	}
+}
+
+// A transient answer to the result is retried in process, with backoff,
+// and the payout is posted by the same delivery.
+func TestTransientResultAnswersAreRetriedInProcess(t *testing.T) {
+	deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`, resultFailures: 3}
+	x, _ := newExecutor(t, deps, executor.Hooks{})
+	out, err := x.Execute(t.Context(), event)
+	if err != nil || out != executor.OutcomePosted {
+		t.Fatalf("Execute = %q, %v; want posted after three 503s", out, err)
+	}
+	if len(deps.results) != 4 {
+		t.Fatalf("%d result posts; want 4 (three refused, one accepted)", len(deps.results))
+	}
+	// One more failure than the attempts: redelivered, with ErrDependency.
+	deps = &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`, resultFailures: 4}
+	x, _ = newExecutor(t, deps, executor.Hooks{})
+	out, err = x.Execute(t.Context(), event)
+	if !errors.Is(err, executor.ErrDependency) || executor.Status(out, err) != http.StatusServiceUnavailable || len(deps.results) != 4 {
+		t.Fatalf("Execute = %q, %v after %d posts; want ErrDependency (503) after 4 posts", out, err, len(deps.results))
 	}
 }
 
@@ -315,11 +400,27 @@ func TestPaymentResourceAnswersAreClassifiedByTheirCodes(t *testing.T) {
 		wantStatus int
 		rail       int
 	}{
-		{"claim fenced out", func() *fakeDeps { return &fakeDeps{claimCode: api.CodeFencedOut} }, "", executor.ErrFencedOut, 409, 0},
+		{"claim fenced out for the current holder", func() *fakeDeps { return &fakeDeps{claimCode: api.CodeFencedOut} }, executor.OutcomeNeedsAttention, nil, 200, 0},
+		{"claim of a payout needing attention", func() *fakeDeps { return &fakeDeps{claimCode: api.CodePayoutNeedsAttention} }, executor.OutcomeNeedsAttention, nil, 200, 0},
+		{"claim of a finished payout", func() *fakeDeps { return &fakeDeps{claimCode: api.CodePayoutFinished} }, executor.OutcomeAlreadyDone, nil, 200, 0},
+		{"claim refused as invalid", func() *fakeDeps { return &fakeDeps{claimCode: api.CodeInvalidRequest} }, executor.OutcomeNeedsAttention, nil, 200, 0},
 		{"claim in doubt", func() *fakeDeps { return &fakeDeps{claimCode: api.CodePayoutInDoubt} }, executor.OutcomeInDoubt, nil, 200, 0},
 		{"claim of an unknown payout", func() *fakeDeps { return &fakeDeps{claimCode: api.CodePayoutNotFound} }, executor.OutcomeDropped, nil, 200, 0},
 		{"claim while paydb is down", func() *fakeDeps { return &fakeDeps{claimCode: api.CodeUnavailable} }, "", executor.ErrDependency, 503, 0},
-		{"result fenced out", func() *fakeDeps { return &fakeDeps{railStatus: 200, railBody: ack, resultCode: api.CodeFencedOut} }, "", executor.ErrFencedOut, 409, 1},
+		{"result fenced out for the current holder", func() *fakeDeps { return &fakeDeps{railStatus: 200, railBody: ack, resultCode: api.CodeFencedOut} }, executor.OutcomeNeedsAttention, nil, 200, 1},
+		{"result with a rail reference recorded elsewhere", func() *fakeDeps {
+			return &fakeDeps{railStatus: 200, railBody: ack, resultCode: api.CodeRailRefConflict}
+		}, executor.OutcomeNeedsAttention, nil, 200, 1},
+		{"result for a payout not claimed", func() *fakeDeps {
+			return &fakeDeps{railStatus: 200, railBody: ack, resultCode: api.CodePayoutNotClaimed}
+		}, executor.OutcomeNeedsAttention, nil, 200, 1},
+		{"result while paydb is down", func() *fakeDeps { return &fakeDeps{railStatus: 200, railBody: ack, resultCode: api.CodeUnavailable} }, "", executor.ErrDependency, 503, 1},
+		{"needs_attention mark while paydb is down", func() *fakeDeps {
+			return &fakeDeps{railStatus: 200, railBody: ack, resultCode: api.CodeRailRefConflict, attnCode: api.CodeUnavailable}
+		}, "", executor.ErrDependency, 503, 1},
+		{"needs_attention mark refused by the payout's fence", func() *fakeDeps {
+			return &fakeDeps{claimCode: api.CodeFencedOut, attnCode: api.CodeFencedOut}
+		}, executor.OutcomeNeedsAttention, nil, 200, 0},
 		{"result of a finished payout", func() *fakeDeps { return &fakeDeps{railStatus: 200, railBody: ack, resultCode: api.CodePayoutFinished} }, executor.OutcomeAlreadyDone, nil, 200, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -493,7 +594,7 @@ func TestDeliveriesAreCountedByResult(t *testing.T) {
 		return 0
 	}
 	before := map[string]float64{}
-	for _, r := range []string{"posted", "FENCED_OUT", "dropped", "rejected"} {
+	for _, r := range []string{"posted", "needs_attention", "dropped", "rejected"} {
 		before[r] = count(r)
 	}
 	posted := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}
@@ -507,7 +608,7 @@ func TestDeliveriesAreCountedByResult(t *testing.T) {
 	push(t, y, []byte(`{"message":`))
 	rec := httptest.NewRecorder()
 	y.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
-	for r, want := range map[string]float64{"posted": 1, "FENCED_OUT": 2, "dropped": 1, "rejected": 1} {
+	for r, want := range map[string]float64{"posted": 1, "needs_attention": 2, "dropped": 1, "rejected": 1} {
 		if got := count(r) - before[r]; got != want {
 			t.Errorf("executor_deliveries_total{result=%q} went up by %v; want %v", r, got, want)
 		}
@@ -536,7 +637,7 @@ func TestRailProxyAnswersAreClassifiedByTheirCodes(t *testing.T) {
 		{"ACK", 200, `{"status":"ACK","railRef":"rail-000001","attemptId":1,"token":1}`, executor.OutcomePosted, nil, "ACK"},
 		{"DECLINE", 200, `{"status":"DECLINE","railRef":"rail-000001","attemptId":1,"token":1}`, executor.OutcomeDeclined, nil, "DECLINE"},
 		{"RAIL_AMBIGUOUS", 502, env(railapi.CodeRailAmbiguous), executor.OutcomeInDoubt, nil, "AMBIGUOUS"},
-		{"FENCED_OUT", 409, env(railapi.CodeFencedOut), "", executor.ErrFencedOut, ""},
+		{"FENCED_OUT for the current holder", 409, env(railapi.CodeFencedOut), executor.OutcomeNeedsAttention, nil, ""},
 		{"answer lost", -1, "", "", executor.ErrDependency, ""},
 		{"unreadable 200", 200, `{"status":`, "", executor.ErrDependency, ""},
 		{"200 with another status", 200, `{"status":"MAYBE","railRef":"r"}`, "", executor.ErrDependency, ""},
@@ -544,7 +645,10 @@ func TestRailProxyAnswersAreClassifiedByTheirCodes(t *testing.T) {
 		{"UNAVAILABLE", 503, env(railapi.CodeUnavailable), "", executor.ErrDependency, ""},
 		{"RAILDB_RESTORED", 503, env(railapi.CodeRestored), "", executor.ErrDependency, ""},
 		{"INTERNAL", 500, env(railapi.CodeInternal), "", executor.ErrDependency, ""},
-		{"INVALID_REQUEST", 400, env(railapi.CodeInvalidRequest), "", executor.ErrDependency, ""},
+		{"INVALID_REQUEST", 400, env(railapi.CodeInvalidRequest), executor.OutcomeNeedsAttention, nil, ""},
+		{"a code this executor does not know, 4xx", 409, `{"error":{"code":"SOMETHING_NEW","message":"x","retryable":false}}`, executor.OutcomeNeedsAttention, nil, ""},
+		{"a code this executor does not know, 5xx", 503, `{"error":{"code":"SOMETHING_NEW","message":"x","retryable":false}}`, "", executor.ErrDependency, ""},
+		{"NOT_FOUND (a wrong deployment)", 404, env(railapi.CodeNotFound), "", executor.ErrDependency, ""},
 		{"PAYOUT_ALREADY_SUBMITTED without its attempt", 409, env(railapi.CodeAlreadySubmitted), "", executor.ErrDependency, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {

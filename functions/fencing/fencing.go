@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
 
@@ -59,6 +60,10 @@ var (
 	ErrMissingToken = errors.New("fencing: missing " + HeaderToken + " header")
 	// ErrBadToken: the header is not a positive decimal integer.
 	ErrBadToken = errors.New("fencing: malformed " + HeaderToken + " header")
+	// ErrBadOwner: the X-Lock-Owner header is sent more than once, or is
+	// not an owner id lock-server would grant a lease to
+	// (lockserver/api.ValidateOwner).
+	ErrBadOwner = errors.New("fencing: malformed " + HeaderOwner + " header")
 	// ErrUnverified: the token's proof does not show that lock-server
 	// issued it for the lock that guards the resource (see Verify).
 	ErrUnverified = errors.New("fencing: token not issued for this resource's lock")
@@ -119,14 +124,28 @@ func TokenFrom(r *http.Request) (int64, error) {
 	return t, nil
 }
 
-// OwnerFrom returns the X-Lock-Owner header, cut to
-// payoutevent.MaxLockOwnerLen (128) bytes, for logs.
-func OwnerFrom(r *http.Request) string {
-	o := r.Header.Get(HeaderOwner)
-	if len(o) > payoutevent.MaxLockOwnerLen {
-		o = o[:payoutevent.MaxLockOwnerLen]
+// OwnerFrom returns the X-Lock-Owner header of r, "" when it is absent
+// (the header is optional: it is recorded and logged, never trusted). A
+// header sent is held to lock-server's rule for owner ids
+// (lockserver/api.ValidateOwner: 1..payoutevent.MaxLockOwnerLen bytes of
+// ASCII letters, digits and . _ : - @ /), since an owner that holds a
+// lease can only be one of those: anything else (invalid UTF-8, control
+// characters, a longer id, a repeated header) is refused with ErrBadOwner
+// (wrapped), never cut or stored. The error's text quotes at most the
+// offending byte, escaped.
+func OwnerFrom(r *http.Request) (string, error) {
+	vals := r.Header.Values(HeaderOwner)
+	switch len(vals) {
+	case 0:
+		return "", nil
+	case 1:
+	default:
+		return "", fmt.Errorf("%w: sent %d times", ErrBadOwner, len(vals))
 	}
-	return o
+	if err := lockapi.ValidateOwner(vals[0]); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrBadOwner, err)
+	}
+	return vals[0], nil
 }
 
 // Refusal describes one write refused by a fence point.

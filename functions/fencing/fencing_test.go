@@ -6,7 +6,12 @@ import (
 	"errors"
 	"log/slog"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
 
 func TestTokenFrom(t *testing.T) {
@@ -64,5 +69,39 @@ func TestSwitch(t *testing.T) {
 	}
 	if _, err := Switch("X", "maybe"); err == nil {
 		t.Error("Switch(maybe) accepted")
+	}
+}
+
+func TestOwnerFrom(t *testing.T) {
+	for _, tc := range []struct {
+		vals []string
+		want string
+		err  error
+	}{
+		{nil, "", nil},
+		{[]string{"worker-a"}, "worker-a", nil},
+		{[]string{"host:123/abc@x"}, "host:123/abc@x", nil},
+		{[]string{strings.Repeat("a", payoutevent.MaxLockOwnerLen)}, strings.Repeat("a", payoutevent.MaxLockOwnerLen), nil},
+		{[]string{strings.Repeat("a", payoutevent.MaxLockOwnerLen+1)}, "", ErrBadOwner},
+		{[]string{strings.Repeat("é", 65)}, "", ErrBadOwner},
+		{[]string{"\xff"}, "", ErrBadOwner},
+		{[]string{"a\x00b"}, "", ErrBadOwner},
+		{[]string{""}, "", ErrBadOwner},
+		{[]string{"a", "b"}, "", ErrBadOwner},
+	} {
+		r := httptest.NewRequest("POST", "/", nil)
+		for _, v := range tc.vals {
+			r.Header.Add(HeaderOwner, v)
+		}
+		got, err := OwnerFrom(r)
+		if got != tc.want || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+			t.Errorf("OwnerFrom(%q) = %q, %v; want %q, %v", tc.vals, got, err, tc.want, tc.err)
+		}
+		if err != nil && !utf8.ValidString(err.Error()) {
+			t.Errorf("OwnerFrom(%q): error text %q is not valid UTF-8", tc.vals, err)
+		}
+	}
+	if payoutevent.MaxLockOwnerLen != lockapi.MaxOwnerLen {
+		t.Fatalf("payoutevent.MaxLockOwnerLen %d differs from lock-server's MaxOwnerLen %d", payoutevent.MaxLockOwnerLen, lockapi.MaxOwnerLen)
 	}
 }

@@ -30,6 +30,7 @@ func (s *Service) routes() http.Handler {
 	mux.HandleFunc(api.PathPayout, s.only(http.MethodGet, s.handleGetPayout))
 	mux.HandleFunc(api.PathClaim, s.only(http.MethodPost, s.handleClaim))
 	mux.HandleFunc(api.PathResult, s.only(http.MethodPost, s.handleResult))
+	mux.HandleFunc(api.PathAttention, s.only(http.MethodPost, s.handleAttention))
 	mux.HandleFunc(api.PathAudit, s.only(http.MethodGet, s.handleAudit))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, fmt.Errorf("%w: %s %s", errNoRoute, r.Method, r.URL.Path))
@@ -164,6 +165,30 @@ func (s *Service) handleResult(w http.ResponseWriter, r *http.Request) {
 	httpjson.WriteJSON(w, http.StatusOK, p)
 }
 
+func (s *Service) handleAttention(w http.ResponseWriter, r *http.Request) {
+	id, token, owner, ok := s.holder(w, r)
+	if !ok {
+		return
+	}
+	var req api.AttentionRequest
+	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
+		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
+		return
+	}
+	if err := invalid(req.Validate()); err != nil {
+		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	defer cancel()
+	p, err := s.attention(ctx, id, payoutevent.Holder{Token: token, Proof: fencing.ProofFrom(r), Owner: owner}, req.Reason)
+	if err != nil {
+		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner, "reason", string(req.Reason))
+		return
+	}
+	httpjson.WriteJSON(w, http.StatusOK, p)
+}
+
 func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
@@ -180,14 +205,22 @@ func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request) {
 
 // holder reads the payout id of the path and the lock holder's token and
 // owner headers; it answers the error itself and returns ok=false when one
-// is invalid.
+// is invalid. A malformed owner (fencing.ErrBadOwner) is 400
+// INVALID_REQUEST, as lock-server answers the same owner: it is refused,
+// never cut, so that nothing a client sends for the logs reaches paydb
+// unchecked.
 func (s *Service) holder(w http.ResponseWriter, r *http.Request) (id string, token int64, owner string, ok bool) {
-	id, owner = r.PathValue("id"), fencing.OwnerFrom(r)
+	id = r.PathValue("id")
 	if err := validID("payout id", id, api.MaxPayoutIDLen); err != nil {
-		s.fail(w, r, err, "ownerId", owner)
+		s.fail(w, r, err)
 		return "", 0, "", false
 	}
-	token, err := fencing.TokenFrom(r)
+	owner, err := fencing.OwnerFrom(r)
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("%w: %w", ErrInvalidArgument, err), "payoutId", id)
+		return "", 0, "", false
+	}
+	token, err = fencing.TokenFrom(r)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id, "ownerId", owner)
 		return "", 0, "", false
@@ -222,8 +255,14 @@ func createdStatus(created bool) int {
 
 // fail answers err with the error envelope and logs the refusal (5xx at
 // ERROR; fenced_out has already been logged at WARN by the fence point).
+// A 5xx answer carries a generic message (serverMessage): the cause (a
+// driver's error text, SQL, a socket address) goes to the log only.
 func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error, attrs ...any) {
 	status, code, retryable := statusOf(err)
+	msg := err.Error()
+	if status >= 500 {
+		msg = serverMessage(code)
+	}
 	attrs = append([]any{"status", status, "code", string(code), "method", r.Method, "path", r.URL.Path, "error", err.Error()}, attrs...)
 	switch {
 	case status >= 500:
@@ -233,7 +272,16 @@ func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error, attrs 
 	default:
 		s.log.Info("request refused", append([]any{"event", api.EventRequestRefused}, attrs...)...)
 	}
-	httpjson.WriteJSON(w, status, api.ErrorEnvelope{Error: api.ErrorBody{Code: code, Message: err.Error(), Retryable: retryable}})
+	httpjson.WriteJSON(w, status, api.ErrorEnvelope{Error: api.ErrorBody{Code: code, Message: msg, Retryable: retryable}})
+}
+
+// serverMessage is the message of a 5xx answer with code: fixed text that
+// says what the caller may do, never the cause.
+func serverMessage(code api.Code) string {
+	if code == api.CodeUnavailable {
+		return "paydb did not answer in time; nothing was committed, the same request may be sent again"
+	}
+	return "internal error; the cause is in payment-resource's log (request_failed)"
 }
 
 // statusOf maps an error to its HTTP status, stable code and retryability:
@@ -267,6 +315,8 @@ func statusOf(err error) (status int, code api.Code, retryable bool) {
 		return http.StatusConflict, api.CodePayoutFinished, false
 	case errors.Is(err, ErrPayoutInDoubt):
 		return http.StatusConflict, api.CodePayoutInDoubt, false
+	case errors.Is(err, ErrPayoutNeedsAttention):
+		return http.StatusConflict, api.CodePayoutNeedsAttention, false
 	case errors.Is(err, ErrPayoutNotClaimed):
 		return http.StatusConflict, api.CodePayoutNotClaimed, false
 	case errors.Is(err, ErrRailRefConflict):

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
@@ -43,6 +45,9 @@ var (
 	ErrPayoutFinished = errors.New("paymentresource: payout is finished")
 	// ErrPayoutInDoubt: the payout's rail outcome is unknown (409).
 	ErrPayoutInDoubt = errors.New("paymentresource: payout is in doubt")
+	// ErrPayoutNeedsAttention: the payout is in needs_attention; a claim
+	// does not take it (409).
+	ErrPayoutNeedsAttention = errors.New("paymentresource: payout needs attention")
 	// ErrPayoutNotClaimed: a result for a payout still pending (409).
 	ErrPayoutNotClaimed = errors.New("paymentresource: payout is not claimed")
 	// ErrRailRefConflict: the rail reference is recorded with another
@@ -64,6 +69,24 @@ var (
 	// errMethodNotAllowed: the route exists for another method (405).
 	errMethodNotAllowed = errors.New("paymentresource: method not allowed")
 )
+
+// needingAttention counts payouts entering needs_attention, by reason
+// (api.AttentionReasons, a bounded set; never an id or a token).
+var needingAttention = func() *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "payouts_needing_attention_total",
+		Help: "Payouts marked needs_attention by a lock holder (a refusal no retry can change), by reason.",
+	}, []string{"reason"})
+	for _, r := range api.AttentionReasons {
+		c.WithLabelValues(string(r)) // present at 0, so that rates and alerts see it
+	}
+	return c
+}()
+
+// Collectors returns payment-resource's metrics, for the registry its
+// process serves: payouts_needing_attention_total{reason}, one per payout
+// entering needs_attention, reason being one of api.AttentionReasons.
+func Collectors() []prometheus.Collector { return []prometheus.Collector{needingAttention} }
 
 // Publisher publishes one message to the payout topic. Implementations
 // must be safe for concurrent use.

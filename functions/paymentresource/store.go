@@ -29,13 +29,13 @@ WHERE payout_id = $1 AND state IN ('pending', 'claimed') AND fence <= $2`
 WHERE payout_id = $1 AND state IN ('pending', 'claimed')`
 
 	// postFenced marks a payout posted (non-strict on the payout row).
-	postFenced = `UPDATE payout SET state = 'posted', fence = $2, owner_id = NULLIF($3, ''), rail_ref = $4, updated_at = now()
-WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous') AND fence <= $2`
+	postFenced = `UPDATE payout SET state = 'posted', fence = $2, owner_id = NULLIF($3, ''), rail_ref = $4, attention_reason = NULL, updated_at = now()
+WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention') AND fence <= $2`
 	// postUnfenced also accepts an already posted payout: a second ACK
 	// with a new rail reference becomes a second debit, the corruption the
 	// experiment shows.
-	postUnfenced = `UPDATE payout SET state = 'posted', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_ref = $4, updated_at = now()
-WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'posted')`
+	postUnfenced = `UPDATE payout SET state = 'posted', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_ref = $4, attention_reason = NULL, updated_at = now()
+WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention', 'posted')`
 
 	// debitFenced is the account debit: STRICT (fence < token), one debit
 	// per token, never one by a token older than the last debit.
@@ -44,15 +44,30 @@ WHERE account_id = $1 AND currency = $4 AND fence < $3`
 	debitUnfenced = `UPDATE account SET balance_minor = balance_minor - $2, fence = greatest(fence, $3)
 WHERE account_id = $1 AND currency = $4`
 
-	declineFenced = `UPDATE payout SET state = 'declined', fence = $2, owner_id = NULLIF($3, ''), rail_ref = $4, updated_at = now()
-WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous') AND fence <= $2`
-	declineUnfenced = `UPDATE payout SET state = 'declined', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_ref = $4, updated_at = now()
-WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous')`
+	declineFenced = `UPDATE payout SET state = 'declined', fence = $2, owner_id = NULLIF($3, ''), rail_ref = $4, attention_reason = NULL, updated_at = now()
+WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention') AND fence <= $2`
+	declineUnfenced = `UPDATE payout SET state = 'declined', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_ref = $4, attention_reason = NULL, updated_at = now()
+WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention')`
 
-	ambiguousFenced = `UPDATE payout SET state = 'ambiguous', fence = $2, owner_id = NULLIF($3, ''), rail_ref = coalesce(NULLIF($4, ''), rail_ref), updated_at = now()
-WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous') AND fence <= $2`
-	ambiguousUnfenced = `UPDATE payout SET state = 'ambiguous', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_ref = coalesce(NULLIF($4, ''), rail_ref), updated_at = now()
-WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous')`
+	ambiguousFenced = `UPDATE payout SET state = 'ambiguous', fence = $2, owner_id = NULLIF($3, ''), rail_ref = coalesce(NULLIF($4, ''), rail_ref), attention_reason = NULL, updated_at = now()
+WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention') AND fence <= $2`
+	ambiguousUnfenced = `UPDATE payout SET state = 'ambiguous', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_ref = coalesce(NULLIF($4, ''), rail_ref), attention_reason = NULL, updated_at = now()
+WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention')`
+
+	// attentionFenced marks a payout needs_attention (non-strict on the
+	// payout row, like every step of a holder). A finished payout is never
+	// touched, whatever the token.
+	attentionFenced = `UPDATE payout SET state = 'needs_attention', attention_reason = $4, fence = $2, owner_id = NULLIF($3, ''), updated_at = now()
+WHERE payout_id = $1 AND state IN ('pending', 'claimed', 'submitted', 'ambiguous') AND fence <= $2`
+	attentionUnfenced = `UPDATE payout SET state = 'needs_attention', attention_reason = $4, fence = greatest(fence, $2), owner_id = NULLIF($3, ''), updated_at = now()
+WHERE payout_id = $1 AND state IN ('pending', 'claimed', 'submitted', 'ambiguous')`
+
+	// coalesceReclaim folds a re-claim into the payout's last history row
+	// when that row is itself a re-claim (claimed -> claimed): the row
+	// keeps the latest token, owner and time and counts the claims.
+	coalesceReclaim = `UPDATE payout_transition SET token = $2, owner_id = NULLIF($3, ''), at = clock_timestamp(), claims = claims + 1
+WHERE transition_id = (SELECT max(transition_id) FROM payout_transition WHERE payout_id = $1)
+  AND from_state = 'claimed' AND to_state = 'claimed'`
 )
 
 // Ledger accounts of a payout debit.
@@ -259,9 +274,9 @@ func (s *Service) claim(ctx context.Context, id string, h payoutevent.Holder) (a
 			return dbError("claim", err)
 		}
 		if tag.RowsAffected() == 0 {
-			return s.refused(id, l, token, owner)
+			return s.refused(id, l, token, owner, true)
 		}
-		if err := transition(ctx, tx, id, l.state, api.StateClaimed, token, owner); err != nil {
+		if err := recordClaim(ctx, tx, id, l, token, owner); err != nil {
 			return err
 		}
 		p, err = loadPayout(ctx, tx, id)
@@ -326,7 +341,7 @@ func (s *Service) result(ctx context.Context, id string, h payoutevent.Holder, r
 			return dbError("result", err)
 		}
 		if tag.RowsAffected() == 0 {
-			return s.refused(id, l, token, owner)
+			return s.refused(id, l, token, owner, false)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE payout SET rail_token = $2 WHERE payout_id = $1`, id, railToken(req, token)); err != nil {
 			return dbError("result: rail token", err)
@@ -446,11 +461,47 @@ VALUES ($1, $2, -$4::bigint, $5), ($1, $3, $4, $5)`,
 	return nil
 }
 
+// recordClaim writes the history of an accepted claim: nothing when the
+// payout was already claimed with this token (the same grant asking again
+// changes nothing), a row folded into the last one when it is a re-claim
+// following a re-claim (coalesceReclaim), a new row otherwise. A payout's
+// history therefore holds at most one claimed -> claimed row in a row,
+// however often it is redelivered.
+func recordClaim(ctx context.Context, tx pgx.Tx, id string, l lockedPayout, token int64, owner string) error {
+	if l.state != api.StateClaimed {
+		return transition(ctx, tx, id, l.state, api.StateClaimed, token, owner)
+	}
+	if l.fence == token {
+		return nil
+	}
+	tag, err := tx.Exec(ctx, coalesceReclaim, id, token, owner)
+	if err != nil {
+		return dbError("claim: coalesce history", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	return transition(ctx, tx, id, l.state, api.StateClaimed, token, owner)
+}
+
 // refused explains why a fenced payout statement matched no row, from the
-// row as locked just before it: a higher fence (FENCED_OUT, logged), or a
-// state the step does not start from.
-func (s *Service) refused(id string, l lockedPayout, token int64, owner string) error {
-	if s.fencing && l.fence > token {
+// row as locked just before it. For a claim, a payout no claim can take
+// says so whatever the token: finished (PAYOUT_FINISHED before FENCED_OUT:
+// no holder, however new, has anything left to do, and a payout fence
+// raised by a bad token must not turn "done" into a refusal that is
+// redelivered forever), in doubt, needs attention. Then, for every step, a
+// higher fence (FENCED_OUT, logged: a stale holder's result or mark is a
+// stale write, which the experiment counts), then a state the step does
+// not start from.
+func (s *Service) refused(id string, l lockedPayout, token int64, owner string, claim bool) error {
+	switch {
+	case claim && (l.state == api.StatePosted || l.state == api.StateDeclined):
+		return fmt.Errorf("%w: payout %s is %s", ErrPayoutFinished, id, l.state)
+	case claim && l.state == api.StateNeedsAttention:
+		return fmt.Errorf("%w: payout %s", ErrPayoutNeedsAttention, id)
+	case claim && (l.state == api.StateAmbiguous || l.state == api.StateSubmitted || l.state == api.StateAcknowledged):
+		return fmt.Errorf("%w: payout %s is %s", ErrPayoutInDoubt, id, l.state)
+	case s.fencing && l.fence > token:
 		return s.fencedOut(fencing.Refusal{Resource: "payout", ResourceID: id, PresentedToken: token, HighestToken: l.fence, Owner: owner},
 			id, l.accountID)
 	}
@@ -459,10 +510,66 @@ func (s *Service) refused(id string, l lockedPayout, token int64, owner string) 
 		return fmt.Errorf("%w: payout %s is %s", ErrPayoutFinished, id, l.state)
 	case api.StateAmbiguous, api.StateSubmitted, api.StateAcknowledged:
 		return fmt.Errorf("%w: payout %s is %s", ErrPayoutInDoubt, id, l.state)
+	case api.StateNeedsAttention:
+		return fmt.Errorf("%w: payout %s", ErrPayoutNeedsAttention, id)
 	case api.StatePending:
 		return fmt.Errorf("%w: payout %s is pending; claim it first", ErrPayoutNotClaimed, id)
 	}
 	return fmt.Errorf("paymentresource: payout %s in state %s (fence %d) matched no row for token %d", id, l.state, l.fence, token)
+}
+
+// attention marks payout id needs_attention for the lock holder with
+// token, with reason (fenced on the payout row, non-strict). A payout
+// already in needs_attention is returned unchanged (the first reason
+// stays), so that a holder may send the request again after a lost
+// answer. Like every write of a holder, the token must carry lock-server's
+// proof for payout:{account}. It returns ErrUnverifiedToken,
+// ErrPayoutFinished, ErrFencedOut, ErrPayoutNotFound.
+func (s *Service) attention(ctx context.Context, id string, h payoutevent.Holder, reason api.AttentionReason) (api.Payout, error) {
+	token, owner := h.Token, h.Owner
+	var p api.Payout
+	var from api.State
+	var changed bool
+	err := s.inTx(ctx, "attention", func(tx pgx.Tx) error {
+		l, err := lockPayout(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if err := s.verifyToken(id, l, h); err != nil {
+			return err
+		}
+		from = l.state
+		if l.state == api.StateNeedsAttention && (!s.fencing || l.fence <= token) {
+			p, err = loadPayout(ctx, tx, id)
+			return err
+		}
+		q := attentionFenced
+		if !s.fencing {
+			q = attentionUnfenced
+		}
+		tag, err := tx.Exec(ctx, q, id, token, owner, string(reason))
+		if err != nil {
+			return dbError("attention", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return s.refused(id, l, token, owner, false)
+		}
+		if err := insertTransition(ctx, tx, id, l.state, api.StateNeedsAttention, token, owner, reason); err != nil {
+			return err
+		}
+		changed = true
+		p, err = loadPayout(ctx, tx, id)
+		return err
+	})
+	if err != nil {
+		return api.Payout{}, err
+	}
+	if changed {
+		needingAttention.WithLabelValues(string(reason)).Inc()
+		s.log.Error("payout needs attention: a refusal no retry can change", "event", api.EventPayoutNeedsAttention,
+			"payoutId", id, "accountId", p.AccountID, "token", token, "ownerId", owner, "reason", string(reason), "from", string(from))
+	}
+	return p, nil
 }
 
 // verifyToken checks, while fencing is on, that lock-server granted the
@@ -511,8 +618,14 @@ func (s *Service) fencedOut(r fencing.Refusal, payoutID, accountID string) error
 // transition appends one row to the payout's history; from "" and token 0
 // record the creation.
 func transition(ctx context.Context, tx pgx.Tx, id string, from, to api.State, token int64, owner string) error {
-	_, err := tx.Exec(ctx, `INSERT INTO payout_transition (payout_id, from_state, to_state, token, owner_id)
-VALUES ($1, NULLIF($2, ''), $3, NULLIF($4::bigint, 0), NULLIF($5, ''))`, id, string(from), string(to), token, owner)
+	return insertTransition(ctx, tx, id, from, to, token, owner, "")
+}
+
+// insertTransition is transition with the reason of a change into
+// needs_attention.
+func insertTransition(ctx context.Context, tx pgx.Tx, id string, from, to api.State, token int64, owner string, reason api.AttentionReason) error {
+	_, err := tx.Exec(ctx, `INSERT INTO payout_transition (payout_id, from_state, to_state, token, owner_id, reason)
+VALUES ($1, NULLIF($2, ''), $3, NULLIF($4::bigint, 0), NULLIF($5, ''), NULLIF($6, ''))`, id, string(from), string(to), token, owner, string(reason))
 	if err != nil {
 		return dbError("record transition", err)
 	}
@@ -527,11 +640,11 @@ func (s *Service) payout(ctx context.Context, id string) (api.Payout, error) {
 func loadPayout(ctx context.Context, q querier, id string) (api.Payout, error) {
 	var p api.Payout
 	err := q.QueryRow(ctx, `SELECT payout_id, account_id, amount_minor, currency, state, fence,
-       coalesce(owner_id, ''), coalesce(rail_ref, ''), coalesce(rail_token, 0),
+       coalesce(owner_id, ''), coalesce(rail_ref, ''), coalesce(rail_token, 0), coalesce(attention_reason, ''),
        (SELECT count(*) FROM ledger_txn t WHERE t.payout_id = p.payout_id AND t.kind = 'payout_debit'),
        created_at, updated_at
 FROM payout p WHERE payout_id = $1`, id).Scan(&p.PayoutID, &p.AccountID, &p.AmountMinor, &p.Currency, &p.State, &p.Fence,
-		&p.OwnerID, &p.RailRef, &p.RailToken, &p.Debits, &p.CreatedAt, &p.UpdatedAt)
+		&p.OwnerID, &p.RailRef, &p.RailToken, &p.AttentionReason, &p.Debits, &p.CreatedAt, &p.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return api.Payout{}, fmt.Errorf("%w: %q", ErrPayoutNotFound, id)
 	}
@@ -539,15 +652,19 @@ FROM payout p WHERE payout_id = $1`, id).Scan(&p.PayoutID, &p.AccountID, &p.Amou
 		return api.Payout{}, dbError("read payout", err)
 	}
 	p.CreatedAt, p.UpdatedAt = p.CreatedAt.UTC(), p.UpdatedAt.UTC()
-	rows, err := q.Query(ctx, `SELECT coalesce(from_state, ''), to_state, coalesce(token, 0), coalesce(owner_id, ''), at
+	rows, err := q.Query(ctx, `SELECT coalesce(from_state, ''), to_state, coalesce(token, 0), coalesce(owner_id, ''),
+       coalesce(reason, ''), claims, at
 FROM payout_transition WHERE payout_id = $1 ORDER BY transition_id`, id)
 	if err != nil {
 		return api.Payout{}, dbError("read payout history", err)
 	}
 	p.History, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (api.Transition, error) {
 		var t api.Transition
-		err := r.Scan(&t.From, &t.To, &t.Token, &t.OwnerID, &t.At)
+		err := r.Scan(&t.From, &t.To, &t.Token, &t.OwnerID, &t.Reason, &t.Claims, &t.At)
 		t.At = t.At.UTC()
+		if t.From != api.StateClaimed || t.To != api.StateClaimed {
+			t.Claims = 0 // only a re-claim row counts claims
+		}
 		return t, err
 	})
 	if err != nil {

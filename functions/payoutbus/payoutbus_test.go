@@ -1,18 +1,22 @@
 package payoutbus
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/pstest"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -117,4 +121,163 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestPoisonMessageIsDeadLetteredAfterMaxAttempts: a message the endpoint
+// always refuses is delivered MaxDeliveryAttempts times, then moved to the
+// dead-letter topic (with Pub/Sub's dead-letter attributes), logged,
+// counted and acknowledged: the next message of its ordering key, which
+// Pub/Sub holds back until the poison one is acknowledged, then arrives,
+// and the poison one was delivered no more.
+func TestPoisonMessageIsDeadLetteredAfterMaxAttempts(t *testing.T) {
+	// The subscription numbers the attempts when it has a dead-letter
+	// policy (SetupDeadLetter); without one the bridge counts them.
+	t.Run("numbered by the subscription", func(t *testing.T) { poisonIsDeadLettered(t, true) })
+	t.Run("counted by the bridge", func(t *testing.T) { poisonIsDeadLettered(t, false) })
+}
+
+func poisonIsDeadLettered(t *testing.T, numbered bool) {
+	c := fakePubSub(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := Setup(ctx, c, "local", "payouts", "payout-executor", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	const max = 3
+	policyOn := "payout-executor"
+	if !numbered { // the dead-letter topic exists, the subscription has no policy
+		policyOn = "elsewhere"
+		if err := Setup(ctx, c, "local", "payouts", policyOn, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := SetupDeadLetter(ctx, c, "local", "payouts", policyOn, DefaultMaxDeliveryAttempts); err != nil {
+		t.Fatal(err)
+	}
+	wantAttempts := []string{"1", "2", "3"} // the push carries the bridge's count when the subscription has none
+	var (
+		mu       sync.Mutex
+		pushes   = map[string]int{} // by payout id
+		attempts []string
+		good     = make(chan struct{})
+	)
+	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		p, e, err := payoutevent.Decode(b)
+		if err != nil {
+			t.Errorf("push body does not decode: %v", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		pushes[e.PayoutID]++
+		if e.PayoutID == "p-poison" {
+			attempts = append(attempts, p.Attempt())
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		close(good)
+	}))
+	defer endpoint.Close()
+
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	dlq := NewPublisher(c, DeadLetterTopic("payouts"))
+	defer dlq.Stop()
+	before := counterValue(t)
+	bridge := &PushBridge{Sub: c.Subscriber("payout-executor"), Endpoint: endpoint.URL,
+		Log:        slog.New(slog.NewJSONHandler(&lockedWriter{mu: &logMu, w: &logs}, nil)),
+		DeadLetter: dlq, MaxDeliveryAttempts: max, Subscription: "payout-executor",
+		Retry: RetryPolicy{Min: time.Millisecond, Max: 4 * time.Millisecond}}
+	bctx, stop := context.WithCancel(ctx)
+	bridgeDone := make(chan error, 1)
+	go func() { bridgeDone <- bridge.Run(bctx) }()
+
+	pub := NewPublisher(c, "payouts")
+	defer pub.Stop()
+	for _, id := range []string{"p-poison", "p-good"} {
+		ev := payoutevent.Event{PayoutID: id, AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR"}
+		if err := pub.Publish(ctx, "acct-7", mustJSON(t, ev), map[string]string{payoutevent.AttrPayoutID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-good:
+	case <-ctx.Done():
+		t.Fatalf("the message after the poison one never arrived: pushes %v", pushes)
+	}
+	stop()
+	if err := <-bridgeDone; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if pushes["p-poison"] != max || !slices.Equal(attempts, wantAttempts) {
+		t.Errorf("poison message pushed %d times with attempts %q; want %d (%q)", pushes["p-poison"], attempts, max, wantAttempts)
+	}
+	mu.Unlock()
+
+	// The dead-letter subscription holds it, with the attributes.
+	dctx, dcancel := context.WithCancel(ctx)
+	var dead []*pubsub.Message
+	err := c.Subscriber(DeadLetterTopic("payouts")).Receive(dctx, func(_ context.Context, m *pubsub.Message) {
+		m.Ack()
+		dead = append(dead, m)
+		dcancel()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 1 || dead[0].Attributes[payoutevent.AttrPayoutID] != "p-poison" ||
+		dead[0].Attributes[AttrDeadLetterDeliveryCount] != "3" || dead[0].Attributes[AttrDeadLetterSubscription] != "payout-executor" {
+		t.Fatalf("dead-letter topic got %d messages: %+v", len(dead), dead)
+	}
+	if got := counterValue(t) - before; got != 1 {
+		t.Errorf("payout_push_dead_lettered_total went up by %v; want 1", got)
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if n := strings.Count(logs.String(), `"event":"push_dead_lettered"`); n != 1 || !strings.Contains(logs.String(), `"payoutId":"p-poison"`) {
+		t.Errorf("push_dead_lettered lines: %d; want one naming p-poison\n%s", n, logs.String())
+	}
+}
+
+func TestRetryPolicyDelay(t *testing.T) {
+	p := RetryPolicy{Min: 5 * time.Second, Max: 300 * time.Second} // Terraform's
+	for n, want := range []time.Duration{5, 10, 20, 40, 80, 160, 300, 300} {
+		if got := p.Delay(n + 1); got != want*time.Second {
+			t.Errorf("Delay(%d) = %v; want %v", n+1, got, want*time.Second)
+		}
+	}
+	if got := p.Delay(200); got != 300*time.Second {
+		t.Errorf("Delay(200) = %v; want the cap", got)
+	}
+	if got := (RetryPolicy{}).Delay(3); got != 0 {
+		t.Errorf("zero policy Delay = %v; want 0", got)
+	}
+}
+
+func counterValue(t *testing.T) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	for _, c := range Collectors() {
+		if err := reg.Register(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fams, err := reg.Gather()
+	if err != nil || len(fams) != 1 {
+		t.Fatalf("gather: %v %v", fams, err)
+	}
+	return fams[0].GetMetric()[0].GetCounter().GetValue()
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

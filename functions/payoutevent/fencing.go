@@ -15,8 +15,9 @@ const (
 	// HeaderLockOwner carries the holder's owner id. It is recorded and
 	// logged, never trusted for a decision.
 	HeaderLockOwner = "X-Lock-Owner"
-	// MaxLockOwnerLen is how many bytes of HeaderLockOwner a fence point
-	// keeps; the rest is cut.
+	// MaxLockOwnerLen is the longest HeaderLockOwner a fence point
+	// accepts, in bytes (lock-server's owner bound); a longer one, or one
+	// lock-server would not grant a lease to, is refused 400.
 	MaxLockOwnerLen = 128
 	// CodeFencedOut is the error code (sent with 409) of a write a fence
 	// point refused because a higher token (or, at a strict fence, the

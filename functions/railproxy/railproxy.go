@@ -394,7 +394,13 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, p.log, fmt.Errorf("%w: %w", ErrInvalidRequest, err))
 		return
 	}
-	owner := fencing.OwnerFrom(r)
+	// A malformed owner is refused like lock-server refuses it (400
+	// INVALID_REQUEST), never cut and stored: it would reach raildb.
+	owner, err := fencing.OwnerFrom(r)
+	if err != nil {
+		p.fail(w, p.log, fmt.Errorf("%w: %w", ErrInvalidRequest, err))
+		return
+	}
 	var req api.SubmitRequest
 	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
 		p.fail(w, p.log, err)
@@ -541,9 +547,15 @@ func (p *Proxy) methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed
 // fail answers err with the envelope, through statusOf, and logs server
 // failures (a restored raildb as the event raildb_restored). Refusals of
 // bad input are logged at DEBUG; fenced_out and rail_submission_ambiguous
-// have been logged by the caller.
+// have been logged by the caller. A 5xx answer carries a generic message
+// (serverMessage): the cause (a driver's error, SQL, the rail's address)
+// goes to the log only.
 func (p *Proxy) fail(w http.ResponseWriter, lg *slog.Logger, err error) {
 	status, code, retryable := statusOf(err)
+	msg := err.Error()
+	if status >= 500 {
+		msg = serverMessage(code)
+	}
 	switch {
 	case code == api.CodeRailAmbiguous || code == api.CodeFencedOut:
 	case code == api.CodeRestored:
@@ -554,7 +566,21 @@ func (p *Proxy) fail(w http.ResponseWriter, lg *slog.Logger, err error) {
 	default:
 		lg.Debug("rail-proxy request refused", "event", api.EventRequestRefused, "code", code, "error", err.Error())
 	}
-	httpjson.WriteJSON(w, status, api.ErrorEnvelope{Error: api.ErrorBody{Code: code, Message: err.Error(), Retryable: retryable}})
+	httpjson.WriteJSON(w, status, api.ErrorEnvelope{Error: api.ErrorBody{Code: code, Message: msg, Retryable: retryable}})
+}
+
+// serverMessage is the message of a 5xx answer with code: fixed text that
+// says what the caller may do, never the cause.
+func serverMessage(code api.Code) string {
+	switch code {
+	case api.CodeRailAmbiguous:
+		return "the rail was called and did not answer; the money may have moved: reconcile, never retry blindly"
+	case api.CodeRestored:
+		return "raildb was restored from a backup; submissions are refused until an operator runs rail-proxy recover-restore"
+	case api.CodeUnavailable:
+		return "rail-proxy or raildb is unavailable; nothing reached the rail, the same request may be sent again"
+	}
+	return "internal error; the cause is in rail-proxy's log (rail_request_failed)"
 }
 
 // statusOf maps an error to its HTTP status, code and retryability: the

@@ -366,6 +366,12 @@ func TestRailFailureAfterForwardingIsAmbiguous(t *testing.T) {
 			if e := envelope(t, rec); e.Code != api.CodeRailAmbiguous || e.Retryable {
 				t.Fatalf("envelope %+v; want %s, not retryable", e, api.CodeRailAmbiguous)
 			}
+			// The cause (the rail's address, the transport's error) is in
+			// the log, never in the answer.
+			if e := envelope(t, rec); strings.Contains(e.Message, "127.0.0.1") || strings.Contains(e.Message, "attempt") ||
+				strings.Contains(e.Message, railURL) {
+				t.Fatalf("502 message %q carries internal text", e.Message)
+			}
 			if got := r.attemptStates(); !reflect.DeepEqual(got, map[api.State]int{api.StateAmbiguous: 1}) {
 				t.Fatalf("attempt states %v, want one ambiguous", got)
 			}

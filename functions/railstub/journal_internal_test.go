@@ -25,6 +25,11 @@ func TestJournalFailureRefusesLaterSubmissions(t *testing.T) {
 		if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), CodeJournalFailed) {
 			t.Fatalf("submission %d: %d %s; want 500 %s", i+1, rec.Code, rec.Body, CodeJournalFailed)
 		}
+		// The cause names the journal's path: the log has it, the answer
+		// does not.
+		if strings.Contains(rec.Body.String(), cfg.JournalPath) || strings.Contains(rec.Body.String(), "closed") {
+			t.Fatalf("submission %d: answer %s carries internal text", i+1, rec.Body)
+		}
 	}
 	if got := len(s.Submissions("")); got != 0 {
 		t.Fatalf("got %d records, want 0: a submission not in the journal is not recorded", got)

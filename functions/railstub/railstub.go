@@ -594,13 +594,27 @@ func (s *Stub) methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed 
 	s.fail(w, fmt.Errorf("%w: %s %s; use %s", errMethod, r.Method, r.URL.Path, allowed))
 }
 
-// fail answers err with the envelope, through statusOf.
+// fail answers err with the envelope, through statusOf. A 5xx answer
+// carries a fixed message; the cause (a journal's path, an I/O error) is
+// in the log only.
 func (s *Stub) fail(w http.ResponseWriter, err error) {
 	status, code, retryable := statusOf(err)
+	msg := err.Error()
 	if status >= 500 && code != CodeRailUnavailable {
 		s.log.Error("rail stub request failed", "event", "rail_request_failed", "code", code, "error", err.Error())
 	}
-	httpjson.WriteError(w, status, code, err.Error(), retryable)
+	switch {
+	case status < 500:
+	case code == CodeRailUnavailable:
+		msg = "the rail is unavailable (injected fault); nothing was recorded"
+	case code == CodeStubClosed:
+		msg = "the rail stub is closing; nothing was recorded"
+	case code == CodeJournalFailed:
+		msg = "the journal could not be written; submissions are refused until the stub restarts (the cause is in its log)"
+	default:
+		msg = "internal error; the cause is in rail-stub's log (rail_request_failed)"
+	}
+	httpjson.WriteError(w, status, code, msg, retryable)
 }
 
 // statusOf maps an error to its HTTP status, code and retryability: the

@@ -79,6 +79,12 @@ func TestExplorerSeesTheDoublePaymentWithRailFencingOff(t *testing.T) {
 	}
 	// With the fence off B's submission is forwarded too: one more step.
 	s = slices.Insert(s, slices.Index(s, explore.Choice{Holder: "B", Step: explore.StepSubmit})+1, explore.Choice{Holder: "B", Step: explore.StepRail})
+	// And A's report of its own submission is refused FENCED_OUT by the
+	// payout's fence (B posted first): A asks lock-server whether its
+	// lease is still the current one before it gives up (a stale holder
+	// is redelivered; only the current one would mark the payout
+	// needs_attention). One more step before A's release.
+	s = slices.Insert(s, slices.Index(s, explore.Choice{Holder: "A", Step: explore.StepRelease}), explore.Choice{Holder: "A", Step: explore.StepConfirm})
 	res, err := x.Replay(t.Context(), explore.Config{Holders: 2, MaxFaults: 1, Faults: []string{explore.FaultExpire}}, s)
 	if err != nil {
 		t.Fatal(err)

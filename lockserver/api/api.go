@@ -45,6 +45,11 @@ const (
 	PathHealth = "/healthz"
 	// PathReady answers 200 when the backend answers a ping (readiness).
 	PathReady = "/readyz"
+	// HeaderTimeoutMs, sent by a caller, is the time it will still wait for
+	// the answer, in milliseconds (a positive decimal integer). lock-server
+	// then gives its backend at most that minus its margin, so that a 503
+	// arrives before the caller gives up. The SDK sends it on every call.
+	HeaderTimeoutMs = "X-Request-Timeout-Ms"
 )
 
 // Bounds enforced on every request. A request outside them is answered 400
@@ -191,6 +196,10 @@ const (
 	// inspect are still answered. Not retryable by the caller: only the
 	// operator's step clears it (see docs/runbooks/lockdb-restore.md).
 	CodeBackendRestored Code = "BACKEND_RESTORED"
+	// CodeOverloaded (503): lock-server holds as many requests as it
+	// serves at once; this one was refused before anything was done (the
+	// outcome is known: nothing happened). Retryable, after Retry-After.
+	CodeOverloaded Code = "OVERLOADED"
 	// CodeInternal (500): a bug. Not retryable.
 	CodeInternal Code = "INTERNAL"
 )
@@ -215,7 +224,7 @@ type ErrorBody struct {
 // Retryable reports whether the code marks a condition that may clear if the
 // identical request is sent again later.
 func (c Code) Retryable() bool {
-	return c == CodeLockHeld || c == CodeBackendUnavailable
+	return c == CodeLockHeld || c == CodeBackendUnavailable || c == CodeOverloaded
 }
 
 // ValidateKey returns an error unless key is 1..MaxKeyLen bytes, starts with
@@ -315,6 +324,9 @@ const (
 	// makes one. A secret: Secret Manager or a Kubernetes Secret in the
 	// cloud, never a default or a committed file.
 	EnvProofSigningKey = "LOCK_PROOF_SIGNING_KEY"
+	// EnvMaxInFlight bounds the lock requests lock-server serves at once
+	// (a positive integer); more get 503 OVERLOADED at once.
+	EnvMaxInFlight = "LOCK_MAX_IN_FLIGHT"
 	// EnvProofKeys is read by fence points, not by lock-server: the public
 	// keys whose grant proofs they accept, comma-separated VerifyKey forms
 	// "id:base64url" (more than one while keys rotate). Not a secret.

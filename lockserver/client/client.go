@@ -36,6 +36,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -88,6 +89,9 @@ type Error struct {
 	Message string
 	// Retryable is the server's hint that the same request may succeed later.
 	Retryable bool
+	// RetryAfter is the server's Retry-After (whole seconds), 0 when absent.
+	// Acquire waits at least this long before asking again.
+	RetryAfter time.Duration
 }
 
 // Error describes the refusal in one line.
@@ -106,7 +110,7 @@ func (e *Error) Is(target error) bool {
 		return target == ErrStaleToken
 	case api.CodeInvalidRequest, api.CodeBodyTooLarge, api.CodeUnsupportedMediaType:
 		return target == ErrInvalidRequest
-	case api.CodeBackendUnavailable:
+	case api.CodeBackendUnavailable, api.CodeOverloaded:
 		return target == ErrUnavailable
 	case api.CodeBackendRestored:
 		return target == ErrBackendRestored
@@ -167,8 +171,14 @@ const (
 	DefaultSafetyMargin = 50 * time.Millisecond
 	// DefaultTTL is the lease duration asked for when WithTTL is not given.
 	DefaultTTL = 10 * time.Second
-	// DefaultRequestTimeout bounds each HTTP call (5s).
-	DefaultRequestTimeout = 5 * time.Second
+	// DefaultRequestTimeout bounds each HTTP call (10s). It is longer than
+	// lock-server's backend deadline (5s by default, LOCK_REQUEST_TIMEOUT_MS)
+	// so that a stalled backend reaches the caller as lock-server's 503, a
+	// known "not done", rather than as a timeout with an unknown outcome;
+	// the SDK also tells lock-server its remaining time
+	// (api.HeaderTimeoutMs) on every call, so a shorter timeout keeps that
+	// property. One budget: SDK timeout > lock-server's deadline + margin.
+	DefaultRequestTimeout = 10 * time.Second
 	// DefaultBackoffBase and DefaultBackoffMax bound the jittered exponential
 	// backoff between attempts of Acquire on a held lock. The base avoids
 	// hot-looping against the server; the cap keeps a waiter responsive once
@@ -470,7 +480,14 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 		if !errors.Is(err, ErrLockHeld) && !errors.Is(err, ErrUnavailable) {
 			return nil, err
 		}
-		if werr := c.wait(ctx, c.backoff(attempt)); werr != nil {
+		pause := c.backoff(attempt)
+		var refusal *Error
+		if errors.As(err, &refusal) && refusal.RetryAfter > pause {
+			// The server said when: wait that, plus up to half again, so
+			// that the callers it refused together do not return together.
+			pause = refusal.RetryAfter + c.jitter(refusal.RetryAfter/2)
+		}
+		if werr := c.wait(ctx, pause); werr != nil {
 			return nil, fmt.Errorf("client: acquire %q: %w (last answer: %v)", key, werr, err)
 		}
 	}
@@ -489,6 +506,17 @@ func (c *Client) backoff(attempt int) time.Duration {
 	c.rngMu.Unlock()
 	return d/2 + j
 }
+
+// jitter returns a uniformly random duration in [0, d].
+func (c *Client) jitter(d time.Duration) time.Duration {
+	c.rngMu.Lock()
+	defer c.rngMu.Unlock()
+	return time.Duration(c.rng.Int64N(int64(d) + 1))
+}
+
+// maxRetryAfter caps a Retry-After the SDK honours, in seconds; a larger
+// one is ignored (a proxy's misconfiguration, not a plan).
+const maxRetryAfter = 60
 
 // wait pauses for d on the Client's clock, or until ctx ends.
 func (c *Client) wait(ctx context.Context, d time.Duration) error {
@@ -575,6 +603,11 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
+	if dl, ok := ctx.Deadline(); ok {
+		if left := time.Until(dl).Milliseconds(); left > 0 {
+			req.Header.Set(api.HeaderTimeoutMs, strconv.FormatInt(left, 10))
+		}
+	}
 	resp, err := c.doer.Do(req)
 	if err != nil {
 		return fmt.Errorf("%w: %s %s: %w", ErrUnavailable, method, path, err)
@@ -593,9 +626,13 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 		}
 		return nil
 	}
+	var after time.Duration
+	if secs, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && secs > 0 && secs <= maxRetryAfter {
+		after = time.Duration(secs) * time.Second
+	}
 	var env api.ErrorEnvelope
 	if json.Unmarshal(raw, &env) != nil || env.Error.Code == "" {
-		return &Error{Status: resp.StatusCode, Message: strings.TrimSpace(string(raw))}
+		return &Error{Status: resp.StatusCode, Message: strings.TrimSpace(string(raw)), RetryAfter: after}
 	}
-	return &Error{Status: resp.StatusCode, Code: env.Error.Code, Message: env.Error.Message, Retryable: env.Error.Retryable}
+	return &Error{Status: resp.StatusCode, Code: env.Error.Code, Message: env.Error.Message, Retryable: env.Error.Retryable, RetryAfter: after}
 }

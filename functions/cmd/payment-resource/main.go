@@ -53,7 +53,7 @@ func main() {
 			pub.Stop()
 			_ = psc.Close()
 		}, nil
-	})
+	}, paymentresource.Collectors()...)
 }
 
 // envNames lists the environment variables payment-resource reads (its

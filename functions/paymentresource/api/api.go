@@ -22,10 +22,14 @@
 //	                               404 ACCOUNT_NOT_FOUND, 422 CURRENCY_MISMATCH)
 //	GET  /v1/payouts/{id}          -> 200 Payout (404 PAYOUT_NOT_FOUND)
 //	POST /v1/payouts/{id}/claim    X-Fencing-Token, X-Lock-Owner; empty body or {} -> 200 Payout
-//	                               (409 FENCED_OUT, PAYOUT_FINISHED, PAYOUT_IN_DOUBT; 404 PAYOUT_NOT_FOUND)
+//	                               (409 FENCED_OUT, PAYOUT_FINISHED, PAYOUT_IN_DOUBT, PAYOUT_NEEDS_ATTENTION;
+//	                               404 PAYOUT_NOT_FOUND)
 //	POST /v1/payouts/{id}/result   same headers; ResultRequest -> 200 Payout (also for a replayed railRef)
 //	                               (409 FENCED_OUT, PAYOUT_FINISHED, PAYOUT_IN_DOUBT, PAYOUT_NOT_CLAIMED,
 //	                               RAIL_REF_CONFLICT; 404 PAYOUT_NOT_FOUND)
+//	POST /v1/payouts/{id}/attention same headers; AttentionRequest -> 200 Payout in needs_attention
+//	                               (also when it already is) (409 FENCED_OUT, PAYOUT_FINISHED;
+//	                               404 PAYOUT_NOT_FOUND)
 //	GET  /v1/audit                 -> 200 AuditReport (balanced or not)
 //
 // Any route may also answer 400 INVALID_REQUEST or INVALID_TOKEN, 404
@@ -58,11 +62,16 @@ const (
 	// PathResult: POST records the rail's answer to a submission of the
 	// payout (ResultRequest, same headers as PathClaim) -> Payout.
 	PathResult = PathPayout + suffixResult
+	// PathAttention: POST marks a payout needs_attention for a lock
+	// holder that met a refusal no retry can change (AttentionRequest,
+	// same headers as PathClaim) -> Payout.
+	PathAttention = PathPayout + suffixAttention
 	// PathAudit: GET runs the ledger audit -> AuditReport.
 	PathAudit = "/v1/audit"
 
-	suffixClaim  = "/claim"
-	suffixResult = "/result"
+	suffixClaim     = "/claim"
+	suffixResult    = "/result"
+	suffixAttention = "/attention"
 )
 
 // AccountPath returns the path of GET PathAccount for id, escaped.
@@ -77,6 +86,10 @@ func ClaimPath(id string) string { return PayoutPath(id) + suffixClaim }
 // ResultPath returns the path of POST PathResult for payout id, escaped.
 func ResultPath(id string) string { return PayoutPath(id) + suffixResult }
 
+// AttentionPath returns the path of POST PathAttention for payout id,
+// escaped.
+func AttentionPath(id string) string { return PayoutPath(id) + suffixAttention }
+
 // Headers of a write made on behalf of a lock holder (PathClaim and
 // PathResult). Both fence points read the same two headers; the spelling
 // lives in payoutevent.
@@ -86,8 +99,10 @@ const (
 	// INVALID_TOKEN.
 	HeaderToken = payoutevent.HeaderFencingToken
 	// HeaderOwner carries the holder's owner id, recorded in the payout's
-	// history and logged; it decides nothing. At most MaxOwnerLen bytes
-	// are kept.
+	// history and logged; it decides nothing. Optional; when sent, it must
+	// be an owner id as lock-server accepts one (1..MaxOwnerLen bytes of
+	// ASCII letters, digits and . _ : - @ /), or the request is refused
+	// 400 INVALID_REQUEST and changes nothing.
 	HeaderOwner = payoutevent.HeaderLockOwner
 	// HeaderProof carries lock-server's proof of the holder's token
 	// (lockserver/api Grant.Proof), unchanged; required while fencing is
@@ -111,8 +126,8 @@ const (
 	// MaxAmountMinor bounds amounts and opening balances, in minor units
 	// (payoutevent.MaxAmountMinor, 10^15).
 	MaxAmountMinor = payoutevent.MaxAmountMinor
-	// MaxOwnerLen is how many bytes of HeaderOwner are kept; the rest is
-	// cut (payoutevent.MaxLockOwnerLen).
+	// MaxOwnerLen is the longest HeaderOwner accepted, in bytes
+	// (payoutevent.MaxLockOwnerLen, lock-server's owner bound).
 	MaxOwnerLen = payoutevent.MaxLockOwnerLen
 )
 
@@ -170,6 +185,12 @@ const (
 	CodePayoutInDoubt Code = "PAYOUT_IN_DOUBT"
 	// CodePayoutNotClaimed (409): a result for a payout no one claimed.
 	CodePayoutNotClaimed Code = "PAYOUT_NOT_CLAIMED"
+	// CodePayoutNeedsAttention (409): the payout is in needs_attention: an
+	// executor met a refusal no retry can change and recorded why
+	// (Payout.AttentionReason). It is not claimed again; a fenced result
+	// (the reconciler's, or an operator's) resolves it. The executor
+	// acknowledges its message.
+	CodePayoutNeedsAttention Code = "PAYOUT_NEEDS_ATTENTION"
 	// CodeRailRefConflict (409): the rail reference is already recorded
 	// with another payout or outcome.
 	CodeRailRefConflict Code = "RAIL_REF_CONFLICT"
@@ -181,7 +202,8 @@ const (
 	// a serialization race; the outcome is unknown and the transaction was
 	// rolled back, so the same request may be sent again. Retryable.
 	CodeUnavailable Code = "DATABASE_UNAVAILABLE"
-	// CodeInternal (500): a bug. Not retryable.
+	// CodeInternal (500): a bug. Not retryable. Its message is generic;
+	// the cause is in payment-resource's log (request_failed).
 	CodeInternal Code = "INTERNAL"
 )
 
@@ -190,7 +212,7 @@ var Codes = []Code{
 	CodeInvalidRequest, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeInvalidToken, CodeNotFound,
 	CodeMethodNotAllowed, CodeAccountNotFound, CodeAccountConflict, CodeCurrencyMismatch, CodePayoutNotFound,
 	CodePayoutConflict, CodeFencedOut, CodeUnverifiedToken, CodePayoutFinished, CodePayoutInDoubt, CodePayoutNotClaimed,
-	CodeRailRefConflict, CodeInvalidReceipt, CodeUnavailable, CodeInternal,
+	CodePayoutNeedsAttention, CodeRailRefConflict, CodeInvalidReceipt, CodeUnavailable, CodeInternal,
 }
 
 // Retryable reports whether the code marks a condition that may clear if
@@ -263,6 +285,9 @@ const (
 	// EventPayoutAmbiguous (WARN): an AMBIGUOUS result was recorded; the
 	// payout is in doubt.
 	EventPayoutAmbiguous = "payout_ambiguous"
+	// EventPayoutNeedsAttention (ERROR): a lock holder marked the payout
+	// needs_attention, with reason (an AttentionReason), token and ownerId.
+	EventPayoutNeedsAttention = "payout_needs_attention"
 	// EventFencedOut (WARN): a fenced write was refused (see
 	// payoutevent.EventFencedOut for its attributes).
 	EventFencedOut = payoutevent.EventFencedOut

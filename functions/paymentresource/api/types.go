@@ -13,6 +13,7 @@ import (
 //	pending -> claimed -> acknowledged -> posted
 //	                   -> declined
 //	                   -> ambiguous -> posted | declined
+//	pending | claimed | submitted | ambiguous -> needs_attention -> posted | declined | ambiguous
 //
 // acknowledged exists only inside the transaction that posts the debit (the
 // history shows it); submitted is reserved for a rail submission recorded
@@ -36,7 +37,75 @@ const (
 	StatePosted State = "posted"
 	// StateAmbiguous: the submission's outcome is unknown (in doubt).
 	StateAmbiguous State = "ambiguous"
+	// StateNeedsAttention: a lock holder met a refusal that no retry can
+	// change and recorded why (Payout.AttentionReason). It is never
+	// claimed again automatically; a fenced result resolves it (the
+	// reconciler's or an operator's, after reading the rail's record).
+	StateNeedsAttention State = "needs_attention"
 )
+
+// AttentionReason says why a payout needs attention: a stable code, one of
+// AttentionReasons (the bounded label set of
+// payouts_needing_attention_total{reason}).
+type AttentionReason string
+
+// Attention reasons.
+const (
+	// ReasonPaymentFenceAhead: payment-resource refused the token of the
+	// holder of the account's current lease (FENCED_OUT while the lease
+	// was confirmed): a payout or account fence holds a token above any
+	// grant of payout:{account}. No later holder can pass it either.
+	ReasonPaymentFenceAhead AttentionReason = "payment_fence_ahead"
+	// ReasonRailFenceAhead: rail-proxy refused the token of the current
+	// holder: the account's high-water mark is above any grant of its
+	// lock. The rail was not called.
+	ReasonRailFenceAhead AttentionReason = "rail_fence_ahead"
+	// ReasonRailRefConflict: the rail reference of the payout's
+	// submission is recorded for another payout or outcome
+	// (RAIL_REF_CONFLICT); the rail's answer could not be recorded.
+	ReasonRailRefConflict AttentionReason = "rail_ref_conflict"
+	// ReasonPayoutNotClaimed: a result was refused PAYOUT_NOT_CLAIMED
+	// after the holder had claimed the payout.
+	ReasonPayoutNotClaimed AttentionReason = "payout_not_claimed"
+	// ReasonPaymentRequestRefused: payment-resource refused the holder's
+	// claim or result as invalid for this payout (INVALID_REQUEST and
+	// other 4xx codes that depend on the payout, not on the deployment).
+	ReasonPaymentRequestRefused AttentionReason = "payment_request_refused"
+	// ReasonRailRequestRefused: rail-proxy refused the payout's submission
+	// as invalid (INVALID_REQUEST); the rail was not called.
+	ReasonRailRequestRefused AttentionReason = "rail_request_refused"
+	// ReasonReceiptRefused: payment-resource refused the rail's answer
+	// because its receipt is missing or not rail-proxy's over this payout
+	// (INVALID_RECEIPT): the rail answered, and the answer cannot be
+	// booked.
+	ReasonReceiptRefused AttentionReason = "receipt_refused"
+	// ReasonUnclassified: a 4xx answer with a code the executor does not
+	// know (a newer service).
+	ReasonUnclassified AttentionReason = "unclassified_refusal"
+)
+
+// AttentionReasons lists every AttentionReason, in the order declared.
+var AttentionReasons = []AttentionReason{
+	ReasonPaymentFenceAhead, ReasonRailFenceAhead, ReasonRailRefConflict, ReasonPayoutNotClaimed,
+	ReasonPaymentRequestRefused, ReasonRailRequestRefused, ReasonReceiptRefused, ReasonUnclassified,
+}
+
+// AttentionRequest is the body of POST /v1/payouts/{id}/attention.
+type AttentionRequest struct {
+	// Reason is one of AttentionReasons.
+	Reason AttentionReason `json:"reason"`
+}
+
+// Validate returns an error unless r.Reason is one of AttentionReasons
+// (answered 400 INVALID_REQUEST).
+func (r AttentionRequest) Validate() error {
+	for _, k := range AttentionReasons {
+		if r.Reason == k {
+			return nil
+		}
+	}
+	return fmt.Errorf("reason %q is not a known attention reason", r.Reason)
+}
 
 // Outcome is the rail's answer to one submission, as posted in a
 // ResultRequest.
@@ -144,6 +213,9 @@ type Payout struct {
 	// rail, as the last result reported it (ResultRequest.RailToken); 0
 	// before any result.
 	RailToken int64 `json:"railToken"`
+	// AttentionReason says why the payout is in needs_attention (the
+	// reason that first put it there); "" (omitted) in any other state.
+	AttentionReason AttentionReason `json:"attentionReason,omitempty"`
 	// Debits counts the ledger debits posted for the payout: 1 when posted;
 	// 2 or more only when fencing was off (the corruption the experiment
 	// shows).
@@ -166,7 +238,17 @@ type Transition struct {
 	Token int64 `json:"token,omitempty"`
 	// OwnerID is the writer's HeaderOwner ("", omitted, if none).
 	OwnerID string `json:"ownerId,omitempty"`
-	// At is when the change was made (UTC).
+	// Reason is, on the change into needs_attention, why (omitted
+	// otherwise).
+	Reason AttentionReason `json:"reason,omitempty"`
+	// Claims is, on a claimed -> claimed row (a re-claim by a newer
+	// holder), how many re-claims the row stands for: consecutive
+	// re-claims are one row showing the latest token, owner and time, so
+	// that redeliveries do not grow the history without bound. Omitted
+	// on every other row.
+	Claims int `json:"claims,omitempty"`
+	// At is when the change was made (UTC); for coalesced re-claims, the
+	// latest.
 	At time.Time `json:"at"`
 }
 

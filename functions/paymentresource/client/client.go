@@ -65,6 +65,9 @@ var (
 	// ErrPayoutNotClaimed: a result for a payout no one claimed
 	// (PAYOUT_NOT_CLAIMED).
 	ErrPayoutNotClaimed = errors.New("paymentresource client: payout not claimed")
+	// ErrPayoutNeedsAttention: the payout is in needs_attention and is
+	// not claimed again (PAYOUT_NEEDS_ATTENTION).
+	ErrPayoutNeedsAttention = errors.New("paymentresource client: payout needs attention")
 	// ErrRailRefConflict: the rail reference is recorded with another
 	// payout or outcome (RAIL_REF_CONFLICT).
 	ErrRailRefConflict = errors.New("paymentresource client: rail reference conflict")
@@ -93,6 +96,7 @@ var sentinels = map[api.Code]error{
 	api.CodePayoutFinished:       ErrPayoutFinished,
 	api.CodePayoutInDoubt:        ErrPayoutInDoubt,
 	api.CodePayoutNotClaimed:     ErrPayoutNotClaimed,
+	api.CodePayoutNeedsAttention: ErrPayoutNeedsAttention,
 	api.CodeRailRefConflict:      ErrRailRefConflict,
 	api.CodeUnavailable:          ErrUnavailable,
 }
@@ -248,6 +252,22 @@ func (c *Client) PostResult(ctx context.Context, id string, h payoutevent.Holder
 		return p, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
 	err := c.call(ctx, http.MethodPost, api.ResultPath(id), &h, req, &p)
+	return p, err
+}
+
+// MarkNeedsAttention marks payout id needs_attention with reason, as the
+// lock holder h (POST /v1/payouts/{id}/attention), and returns the
+// payout. A payout already in needs_attention is returned unchanged. It
+// returns ErrFencedOut, ErrUnverifiedToken, ErrPayoutFinished,
+// ErrPayoutNotFound, ErrInvalidRequest (also for a reason not in
+// api.AttentionReasons, without sending), ErrUnavailable.
+func (c *Client) MarkNeedsAttention(ctx context.Context, id string, h payoutevent.Holder, reason api.AttentionReason) (api.Payout, error) {
+	var p api.Payout
+	req := api.AttentionRequest{Reason: reason}
+	if err := errors.Join(api.ValidatePayoutID(id), api.ValidateToken(h.Token), req.Validate()); err != nil {
+		return p, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	err := c.call(ctx, http.MethodPost, api.AttentionPath(id), &h, req, &p)
 	return p, err
 }
 

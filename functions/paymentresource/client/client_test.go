@@ -48,14 +48,16 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 		api.CodePayoutConflict: client.ErrPayoutConflict, api.CodeFencedOut: client.ErrFencedOut,
 		api.CodePayoutFinished: client.ErrPayoutFinished, api.CodePayoutInDoubt: client.ErrPayoutInDoubt,
 		api.CodePayoutNotClaimed: client.ErrPayoutNotClaimed, api.CodeRailRefConflict: client.ErrRailRefConflict,
-		api.CodeUnavailable: client.ErrUnavailable, api.CodeUnverifiedToken: client.ErrUnverifiedToken,
+		api.CodePayoutNeedsAttention: client.ErrPayoutNeedsAttention,
+		api.CodeUnavailable:          client.ErrUnavailable, api.CodeUnverifiedToken: client.ErrUnverifiedToken,
 		api.CodeInvalidReceipt: client.ErrInvalidReceipt,
 		// No sentinel: a wrong URL or client, or a bug.
 		api.CodeNotFound: nil, api.CodeMethodNotAllowed: nil, api.CodeInternal: nil,
 	}
 	all := []error{client.ErrInvalidRequest, client.ErrAccountNotFound, client.ErrAccountConflict, client.ErrCurrencyMismatch,
 		client.ErrPayoutNotFound, client.ErrPayoutConflict, client.ErrFencedOut, client.ErrPayoutFinished, client.ErrPayoutInDoubt,
-		client.ErrPayoutNotClaimed, client.ErrRailRefConflict, client.ErrUnavailable, client.ErrUnverifiedToken, client.ErrInvalidReceipt}
+		client.ErrPayoutNotClaimed, client.ErrRailRefConflict, client.ErrUnavailable, client.ErrUnverifiedToken, client.ErrInvalidReceipt,
+		client.ErrPayoutNeedsAttention}
 	for _, code := range api.Codes {
 		want, listed := sentinel[code]
 		if !listed {

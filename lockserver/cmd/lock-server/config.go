@@ -46,6 +46,10 @@ type config struct {
 	// RequestTimeout bounds each backend call (LOCK_REQUEST_TIMEOUT_MS,
 	// default 5000, at most maxTimeoutMs).
 	RequestTimeout time.Duration
+	// MaxInFlight bounds the lock requests served at once; more get 503
+	// OVERLOADED at once (LOCK_MAX_IN_FLIGHT, default
+	// lockserver.DefaultServerConfig's 256, 1..maxInFlight).
+	MaxInFlight int
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM
 	// (LOCK_SHUTDOWN_TIMEOUT_MS, default 10000, at most maxTimeoutMs).
 	ShutdownTimeout time.Duration
@@ -60,6 +64,8 @@ type config struct {
 const (
 	// maxTimeoutMs caps the timeout settings (one hour): longer is a typo.
 	maxTimeoutMs = 3_600_000
+	// maxInFlight caps LOCK_MAX_IN_FLIGHT: more is a typo.
+	maxInFlight = 100_000
 	// maxIdleLeases caps ETCD_IDLE_LEASES: more idle leases than this per
 	// lock-server only burden etcd's lessor.
 	maxIdleLeases = 100_000
@@ -74,6 +80,7 @@ func defaultConfig() config {
 		Etcd:            etcdstore.DefaultConfig(),
 		RequestTimeout:  lockserver.DefaultServerConfig().RequestTimeout,
 		ShutdownTimeout: 10 * time.Second,
+		MaxInFlight:     lockserver.DefaultServerConfig().MaxInFlight,
 		LogLevel:        slog.LevelInfo,
 	}
 	c.Etcd.RequestTimeout = c.RequestTimeout
@@ -86,7 +93,7 @@ func defaultConfig() config {
 func envNames() []string {
 	return []string{api.EnvStore, api.EnvHTTPAddr, api.EnvPort, api.EnvLockDBURL, api.EnvLockDBMaxConns,
 		api.EnvEtcdEndpoints, api.EnvEtcdPrefix, api.EnvEtcdIdleLeases, api.EnvRequestTimeoutMs,
-		api.EnvShutdownTimeoutMs, api.EnvLogLevel, api.EnvProofSigningKey}
+		api.EnvShutdownTimeoutMs, api.EnvLogLevel, api.EnvProofSigningKey, api.EnvMaxInFlight}
 }
 
 // loadConfig returns defaultConfig overridden by the variables of envNames,
@@ -151,6 +158,14 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 	}
 	c.Etcd.RequestTimeout = c.RequestTimeout
+	if v := strings.TrimSpace(getenv(api.EnvMaxInFlight)); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxInFlight {
+			bad("%s=%q: want an integer between 1 and %d", api.EnvMaxInFlight, v, maxInFlight)
+		} else {
+			c.MaxInFlight = n
+		}
+	}
 	if v := strings.TrimSpace(getenv(api.EnvProofSigningKey)); v != "" {
 		k, err := fenceproof.ParseSigningKey(v)
 		if err != nil {

@@ -71,6 +71,7 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	scfg := lockserver.DefaultServerConfig()
 	scfg.RequestTimeout = cfg.RequestTimeout
 	scfg.ProofKey = cfg.ProofKey
+	scfg.MaxInFlight = cfg.MaxInFlight
 	scfg.Registry, err = newRegistry(store)
 	if err != nil {
 		return err
