@@ -47,8 +47,8 @@ var generated = []struct {
 
 // nonAlertRunbooks are the runbooks of docs/runbooks that are procedures,
 // not the runbook of an alert, so they need name no alert.
-// payout-needs-attention.md arrives with branch redelivery; the runbook of
-// PayoutsNeedingAttention points at it.
+// payout-needs-attention.md is the procedure the runbook of
+// PayoutsNeedingAttention points at.
 var nonAlertRunbooks = []string{
 	"lockdb-clock.md",
 	"lockdb-restore.md",
