@@ -58,7 +58,7 @@
 //	                                      503 UNAVAILABLE, 503 RAILDB_RESTORED
 //	GET  /v1/rail/high-water/{accountId}  200 HighWater, 404 NOT_FOUND
 //	GET  /v1/rail/attempts?payoutId=P     200 AttemptList (oldest first)
-//	POST /v1/rail/reconciliations         ReconcileRequest -> 200 Reconciliation; 409 SUBMISSION_IN_FLIGHT,
+//	POST /v1/rail/reconciliations         ReconcileRequest -> 200 Reconciliation; 409 ATTEMPT_IN_FLIGHT,
 //	                                      404 PAYOUT_NOT_FORWARDED, 409 RAIL_SUBMITTED_TWICE, 503 UNAVAILABLE
 //
 // Reconciliation (reconcile.go) resolves a payout's forwarded attempt that
@@ -621,7 +621,7 @@ func statusOf(err error) (status int, code api.Code, retryable bool) {
 	case errors.Is(err, ErrRailAmbiguous):
 		return http.StatusBadGateway, api.CodeRailAmbiguous, false
 	case errors.Is(err, ErrInFlight):
-		return http.StatusConflict, api.CodeSubmissionInFlight, true
+		return http.StatusConflict, api.CodeAttemptInFlight, true
 	case errors.Is(err, ErrNotForwarded):
 		return http.StatusNotFound, api.CodeNotForwarded, false
 	case errors.Is(err, ErrRailSubmittedTwice):

@@ -32,7 +32,7 @@ import (
 // other submission of the payout can be on its way: the rail's record is
 // complete for this payout, so its "nothing" means the money did not move.
 // Before it, "nothing" could be a submission still travelling, and the
-// request is refused SUBMISSION_IN_FLIGHT.
+// request is refused ATTEMPT_IN_FLIGHT.
 //
 // The outcome is recorded with one statement guarded by the state that
 // was read (sqlReconcileAttempt): a late answer recorded meanwhile by the

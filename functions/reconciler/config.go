@@ -100,8 +100,8 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	c.Owner = strings.TrimSpace(getenv(EnvOwner))
 	var errs []error
 	for _, d := range []struct {
-		key      string
-		dst      *time.Duration
+		key    string
+		dst    *time.Duration
 		zeroOK bool
 	}{
 		{key: EnvLeaseTTLMs, dst: &c.LeaseTTL}, {key: EnvAcquireWaitMs, dst: &c.AcquireWait},

@@ -81,7 +81,7 @@ const (
 	// ResultLockBusy: the payout's lock was held past AcquireWait; next pass.
 	ResultLockBusy Result = "lock_busy"
 	// ResultInFlight: rail-proxy's attempt is younger than its abandon
-	// threshold (SUBMISSION_IN_FLIGHT); next pass.
+	// threshold (ATTEMPT_IN_FLIGHT); next pass.
 	ResultInFlight Result = "in_flight"
 	// ResultNotForwarded: rail-proxy never let the payout through; the
 	// rail cannot have it, but nothing here can prove no later submission
@@ -311,7 +311,7 @@ func (r *Reconciler) settle(ctx context.Context, p api.Payout) Result {
 	rec, err := r.rail.Reconcile(cctx, h, p.PayoutID)
 	cancel()
 	switch {
-	case errors.Is(err, railclient.ErrSubmissionInFlight):
+	case errors.Is(err, railclient.ErrAttemptInFlight):
 		return skip(ResultInFlight, err)
 	case errors.Is(err, railclient.ErrNotForwarded):
 		return skip(ResultNotForwarded, err)

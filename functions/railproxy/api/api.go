@@ -30,7 +30,7 @@
 //	GET  /v1/rail/attempts?payoutId=P     -> 200 AttemptList (oldest first; empty when none)
 //	POST /v1/rail/reconciliations         X-Fencing-Token, X-Fencing-Proof (the payout's lease);
 //	                                      ReconcileRequest -> 200 Reconciliation (ACK, DECLINE or NONE, signed)
-//	                                      409 SUBMISSION_IN_FLIGHT (younger than the abandon threshold; retry later)
+//	                                      409 ATTEMPT_IN_FLIGHT (younger than the abandon threshold; retry later)
 //	                                      404 PAYOUT_NOT_FORWARDED (rail-proxy never let the payout through)
 //	                                      409 RAIL_SUBMITTED_TWICE (the rail holds more than one submission:
 //	                                          a safety violation, never resolved automatically)
@@ -170,12 +170,12 @@ const (
 	// recorded and the rail was not called. Retryable once an operator
 	// has run "rail-proxy recover-restore" (docs/runbooks/raildb-restore.md).
 	CodeRestored Code = "RAILDB_RESTORED"
-	// CodeSubmissionInFlight (409): a reconciliation of a payout whose
+	// CodeAttemptInFlight (409): a reconciliation of a payout whose
 	// forwarded attempt is still forwarding (or ambiguous) and younger
 	// than the abandon threshold (RailTimeout + 2 x DBTimeout + 1 s): the
 	// original forward may still be calling the rail or recording its
 	// answer. Nothing changed. Retryable: ask again later.
-	CodeSubmissionInFlight Code = "SUBMISSION_IN_FLIGHT"
+	CodeAttemptInFlight Code = "ATTEMPT_IN_FLIGHT"
 	// CodeNotForwarded (404): a reconciliation of a payout rail-proxy
 	// never let through to the rail (no forwarded attempt). Nothing
 	// changed; there is nothing of this payout at the rail to resolve.
@@ -198,17 +198,17 @@ const (
 // Codes lists every Code, in the order declared above.
 var Codes = []Code{
 	CodeInvalidRequest, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeFencedOut, CodeUnverifiedToken, CodeAlreadySubmitted,
-	CodeRailAmbiguous, CodeUnavailable, CodeRestored, CodeSubmissionInFlight, CodeNotForwarded, CodeRailSubmittedTwice,
+	CodeRailAmbiguous, CodeUnavailable, CodeRestored, CodeAttemptInFlight, CodeNotForwarded, CodeRailSubmittedTwice,
 	CodeNotFound, CodeMethodNotAllowed, CodeInternal,
 }
 
 // Retryable reports whether the code always marks a condition that may
 // clear if the identical request is sent again later (CodeUnavailable,
-// CodeRestored, CodeSubmissionInFlight). CodeAlreadySubmitted is
+// CodeRestored, CodeAttemptInFlight). CodeAlreadySubmitted is
 // retryable only while the first attempt is forwarding; its envelope says
 // which.
 func (c Code) Retryable() bool {
-	return c == CodeUnavailable || c == CodeRestored || c == CodeSubmissionInFlight
+	return c == CodeUnavailable || c == CodeRestored || c == CodeAttemptInFlight
 }
 
 // ErrorEnvelope is the body of every non-2xx answer but 409

@@ -66,10 +66,10 @@ var (
 	// are refused, nothing recorded, until an operator runs rail-proxy
 	// recover-restore (RAILDB_RESTORED).
 	ErrRaildbRestored = errors.New("railproxy client: raildb restored")
-	// ErrSubmissionInFlight: a reconciliation came before the abandon
-	// threshold of the payout's forwarded attempt (SUBMISSION_IN_FLIGHT);
+	// ErrAttemptInFlight: a reconciliation came before the abandon
+	// threshold of the payout's forwarded attempt (ATTEMPT_IN_FLIGHT);
 	// ask again later.
-	ErrSubmissionInFlight = errors.New("railproxy client: submission still in flight")
+	ErrAttemptInFlight = errors.New("railproxy client: submission still in flight")
 	// ErrNotForwarded: the payout has no forwarded attempt
 	// (PAYOUT_NOT_FORWARDED).
 	ErrNotForwarded = errors.New("railproxy client: payout never forwarded")
@@ -95,7 +95,7 @@ var sentinels = map[api.Code]error{
 	api.CodeUnavailable:          ErrUnavailable,
 	api.CodeRestored:             ErrRaildbRestored,
 	api.CodeNotFound:             ErrNotFound,
-	api.CodeSubmissionInFlight:   ErrSubmissionInFlight,
+	api.CodeAttemptInFlight:      ErrAttemptInFlight,
 	api.CodeNotForwarded:         ErrNotForwarded,
 	api.CodeRailSubmittedTwice:   ErrRailSubmittedTwice,
 }
@@ -237,7 +237,7 @@ func (c *Client) Attempts(ctx context.Context, payout string) ([]api.Attempt, er
 // Reconcile asks rail-proxy to resolve payout's forwarded attempt against
 // the rail's record, as the holder h of the payout's lease (POST
 // /v1/rail/reconciliations), and returns the outcome with its receipt.
-// It returns ErrSubmissionInFlight (retry later), ErrNotForwarded,
+// It returns ErrAttemptInFlight (retry later), ErrNotForwarded,
 // ErrRailSubmittedTwice, ErrUnverifiedToken, ErrUnavailable, or
 // ErrInvalidRequest (without sending, for a malformed id or token).
 func (c *Client) Reconcile(ctx context.Context, h payoutevent.Holder, payout string) (api.Reconciliation, error) {
