@@ -39,7 +39,7 @@ func (s *Service) resolve(ctx context.Context, id string, h payoutevent.Holder, 
 		if before.State == api.StatePending {
 			return api.Payout{}, fmt.Errorf("%w: payout %s is pending", ErrPayoutNotClaimed, id)
 		}
-		p, err := s.result(ctx, id, h, api.ResultRequest{Outcome: req.Outcome, RailRef: req.RailRef, RailToken: req.RailToken, Receipt: req.Receipt})
+		p, err := s.result(ctx, id, h, api.ResultRequest(req))
 		if err == nil && p.State != before.State {
 			s.log.Warn("payout in doubt resolved", "event", api.EventPayoutResolved, "payoutId", id, "accountId", p.AccountID,
 				"token", h.Token, "ownerId", h.Owner, "outcome", string(req.Outcome), "from", string(before.State), "to", string(p.State))

@@ -379,7 +379,7 @@ func (r *Reconciler) Loop(ctx context.Context) {
 }
 
 // ServeHTTP runs one pass on POST PathRuns and answers its PassReport
-// (500 with {"error": ...} when the listing failed); other requests get
+// (503 with {"error": ...} when the listing failed); other requests get
 // 404 or 405.
 func (r *Reconciler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.Header().Set("Content-Type", "application/json")

@@ -176,7 +176,7 @@ type ResolutionRequest struct {
 func (r ResolutionRequest) Validate(token int64) error {
 	switch r.Outcome {
 	case OutcomeAck, OutcomeDecline:
-		return ResultRequest{Outcome: r.Outcome, RailRef: r.RailRef, RailToken: r.RailToken, Receipt: r.Receipt}.Validate(token)
+		return ResultRequest(r).Validate(token)
 	case OutcomeNone:
 		if r.RailRef != "" {
 			return fmt.Errorf("railRef must be empty for %s", OutcomeNone)
