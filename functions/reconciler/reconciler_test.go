@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -194,6 +195,15 @@ func TestReconcilerSettlesEachPayoutInDoubtWithOneLedgerEffect(t *testing.T) {
 			}
 			if rep.Results[reconciler.ResultInFlight] != 1 {
 				t.Fatalf("first pass (attempt young): %+v; want in_flight", rep)
+			}
+			// Its audit reports what the rail paid that the books have not
+			// debited (yet).
+			wantPaid := []string{}
+			if tc.rail == 1 {
+				wantPaid = []string{ev.PayoutID}
+			}
+			if !slices.Equal(rep.RailPaidNoDebit, wantPaid) {
+				t.Fatalf("first pass reported rail payments without a debit %v; want p-1 exactly when the rail has it", rep.RailPaidNoDebit)
 			}
 			if st, n := ledger(t, p, ev.PayoutID); st != string(api.StateAmbiguous) || n != 0 {
 				t.Fatalf("after a pass within the threshold p-1 is %s with %d debits", st, n)
@@ -428,4 +438,78 @@ func TestReconciliationNeedsTheLeaseProof(t *testing.T) {
 	if st, n := ledger(t, p, ev.PayoutID); st != string(api.StateAmbiguous) || n != 0 {
 		t.Fatalf("p-1 is %s with %d debits; want still ambiguous", st, n)
 	}
+}
+
+// TestLateAnswerRecordedDuringTheLookUpIsNotOverwritten: the original
+// forward records the rail's answer while rail-proxy's reconciliation is
+// reading the rail's record (which, read a moment earlier, held nothing).
+// The reconciliation's write is guarded by the state it read, so the late
+// answer stands and is what it answers.
+func TestLateAnswerRecordedDuringTheLookUpIsNotOverwritten(t *testing.T) {
+	var (
+		p    *pipelinetest.Pipeline
+		late sync.Once
+	)
+	p = pipelinetest.Start(t, pipelinetest.Options{RailTimeout: railTimeout, RailHandler: func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && r.URL.Path == "/submissions" && r.URL.Query().Get("payoutId") != "" {
+				late.Do(func() {
+					if _, err := p.RailDB.Exec(r.Context(), `UPDATE rail_attempt SET state = 'declined', rail_ref = 'rail-late', finished_at = now()
+WHERE payout_id = 'p-1' AND state IN ('forwarding', 'ambiguous')`); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			next.ServeHTTP(w, r)
+		})
+	}})
+	ev := payoutevent.Event{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 2500, Currency: "EUR"}
+	if err := p.CreatePayout(t.Context(), ev); err != nil {
+		t.Fatal(err)
+	}
+	submitInDoubt(t, p, ev, railstub.FaultError)
+	age(t, p, ev.PayoutID, true)
+	_, h := holder(t, p, ev, "reconciler-x")
+	rec, err := p.Rail.Reconcile(t.Context(), h, ev.PayoutID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Outcome != railapi.RailDecline || rec.RailRef != "rail-late" || rec.Resolved {
+		t.Fatalf("reconciliation: %s %q resolved=%v; want the late DECLINE rail-late, not resolved by it", rec.Outcome, rec.RailRef, rec.Resolved)
+	}
+	atts, err := p.Rail.Attempts(t.Context(), ev.PayoutID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(atts) != 1 || atts[0].State != railapi.StateDeclined || atts[0].RailRef != "rail-late" {
+		t.Fatalf("attempts: %+v; want the late answer kept", atts)
+	}
+}
+
+// TestPassReadsEveryPage: with a page of one payout, a pass still settles
+// every payout in doubt.
+func TestPassReadsEveryPage(t *testing.T) {
+	p, ev := setup(t)
+	ev2 := payoutevent.Event{PayoutID: "p-2", AccountID: "acct-2", AmountMinor: 300, Currency: "EUR"}
+	if err := p.CreatePayout(t.Context(), ev2); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []payoutevent.Event{ev, ev2} {
+		submitInDoubt(t, p, e, railstub.FaultError)
+		age(t, p, e.PayoutID, false)
+	}
+	cfg := reconciler.DefaultConfig()
+	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL, cfg.PageSize = p.LockURL, p.PayURL, p.ProxyURL, 1
+	r, err := reconciler.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := r.Pass(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Listed != 2 || rep.Results[reconciler.ResultFailed] != 2 {
+		t.Fatalf("pass with pages of 1: %+v; want both payouts failed", rep)
+	}
+	clean(t, p)
 }
