@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutbus"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 )
 
@@ -38,6 +39,7 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 	dir := fs.String("dir", "", "run folder for the logs (default: a new temporary directory)")
 	ttl := fs.Duration("lease-ttl", stack.DefaultLeaseTTL, "the executors' lease TTL")
 	push := fs.Bool("push", true, "deliver payout events to the executors, as a Pub/Sub push subscription would")
+	reconcileEvery := fs.Duration("reconcile-every", 10*time.Second, "run a reconciler pass this often (0: no reconciler process)")
 	pubsub := fs.String("pubsub", stack.PubSubFake, "Pub/Sub server: fake (pstest in its own process) or emulator (gcloud's Pub/Sub emulator)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -47,7 +49,7 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 	}
 	cfg := stack.Config{
 		Backend: *backend, PaymentFencing: *payFence, RailFencing: *railFence,
-		Dir: *dir, LeaseTTL: *ttl, PubSub: *pubsub,
+		Dir: *dir, LeaseTTL: *ttl, PubSub: *pubsub, ReconcileEvery: *reconcileEvery,
 		Log: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	}
 	for _, n := range strings.Split(*executors, ",") {
@@ -69,6 +71,9 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "  rail-stub         %s\n", st.RailStubURL())
 	for _, e := range cfg.Executors {
 		fmt.Fprintf(out, "  executor %-8s %s (pid %d)\n", e.Name, st.ExecutorURL(e.Name), st.Executor(e.Name).PID())
+	}
+	if u := st.ReconcilerURL(); u != "" {
+		fmt.Fprintf(out, "  reconciler        %s (a pass every %v; POST %s runs one now)\n", u, *reconcileEvery, reconciler.PathRuns)
 	}
 	fmt.Fprintf(out, "  %-17s PUBSUB_EMULATOR_HOST=%s (project %s, topic %s, subscription %s)\n",
 		"Pub/Sub ("+cfg.PubSub+")", st.PubSubAddr(), stack.PubSubProject, stack.PubSubTopic, stack.PubSubSubscription)

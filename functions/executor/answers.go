@@ -142,6 +142,12 @@ var answers = map[Service]map[string]Verdict{
 		string(railapi.CodeNotFound):             deployment,
 		string(railapi.CodeMethodNotAllowed):     deployment,
 		string(railapi.CodeInternal):             transient,
+		// Answers of the reconciliation route, which the executor never
+		// calls (the reconciler does): seen here, they mean a wrong
+		// deployment, not this payout.
+		string(railapi.CodeAttemptInFlight):    deployment,
+		string(railapi.CodeNotForwarded):       deployment,
+		string(railapi.CodeRailSubmittedTwice): deployment,
 	},
 }
 

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
@@ -31,11 +33,18 @@ func (s *Service) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc(api.PathAccounts, s.only(http.MethodPost, s.handleCreateAccount))
 	mux.HandleFunc(api.PathAccount, s.only(http.MethodGet, s.handleGetAccount))
-	mux.HandleFunc(api.PathPayouts, s.only(http.MethodPost, s.handleCreatePayout))
+	mux.HandleFunc(api.PathPayouts, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			s.handleListPayouts(w, r)
+			return
+		}
+		s.only(http.MethodPost, s.handleCreatePayout)(w, r)
+	})
 	mux.HandleFunc(api.PathPayout, s.only(http.MethodGet, s.handleGetPayout))
 	mux.HandleFunc(api.PathClaim, s.only(http.MethodPost, s.handleClaim))
 	mux.HandleFunc(api.PathResult, s.only(http.MethodPost, s.handleResult))
 	mux.HandleFunc(api.PathAttention, s.only(http.MethodPost, s.handleAttention))
+	mux.HandleFunc(api.PathResolution, s.only(http.MethodPost, s.handleResolution))
 	mux.HandleFunc(api.PathAudit, s.only(http.MethodGet, s.handleAudit))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, fmt.Errorf("%w: %s %s", errNoRoute, r.Method, r.URL.Path))
@@ -192,6 +201,69 @@ func (s *Service) handleAttention(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpjson.WriteJSON(w, http.StatusOK, p)
+}
+
+func (s *Service) handleResolution(w http.ResponseWriter, r *http.Request) {
+	id, token, owner, ok := s.holder(w, r)
+	if !ok {
+		return
+	}
+	var req api.ResolutionRequest
+	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
+		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
+		return
+	}
+	if err := invalid(req.Validate(token)); err != nil {
+		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	defer cancel()
+	p, err := s.resolve(ctx, id, payoutevent.Holder{Token: token, Proof: fencing.ProofFrom(r), Owner: owner}, req)
+	if err != nil {
+		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner, "outcome", string(req.Outcome), "railRef", req.RailRef)
+		return
+	}
+	httpjson.WriteJSON(w, http.StatusOK, p)
+}
+
+func (s *Service) handleListPayouts(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for k, v := range q {
+		if (k != api.QueryState && k != api.QueryLimit && k != api.QueryAfter) || len(v) != 1 {
+			s.fail(w, r, fmt.Errorf("%w: query parameter %q unknown or repeated", ErrInvalidArgument, k))
+			return
+		}
+	}
+	state := api.State(q.Get(api.QueryState))
+	if !slices.Contains(api.Listable, state) {
+		s.fail(w, r, fmt.Errorf("%w: %s %q is not one of %v", ErrInvalidArgument, api.QueryState, state, api.Listable))
+		return
+	}
+	limit := api.DefaultListLimit
+	if v := q.Get(api.QueryLimit); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > api.MaxListLimit || strconv.Itoa(n) != v {
+			s.fail(w, r, fmt.Errorf("%w: %s %q is not an integer in 1..%d", ErrInvalidArgument, api.QueryLimit, v, api.MaxListLimit))
+			return
+		}
+		limit = n
+	}
+	after := q.Get(api.QueryAfter)
+	if after != "" {
+		if err := validID("after", after, api.MaxPayoutIDLen); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	defer cancel()
+	list, err := s.listPayouts(ctx, state, limit, after)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	httpjson.WriteJSON(w, http.StatusOK, list)
 }
 
 func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request) {

@@ -495,7 +495,7 @@ func recordClaim(ctx context.Context, tx pgx.Tx, id string, l lockedPayout, toke
 // not start from.
 func (s *Service) refused(id string, l lockedPayout, token int64, owner string, claim bool) error {
 	switch {
-	case claim && (l.state == api.StatePosted || l.state == api.StateDeclined):
+	case claim && (l.state == api.StatePosted || l.state == api.StateDeclined || l.state == api.StateFailed):
 		return fmt.Errorf("%w: payout %s is %s", ErrPayoutFinished, id, l.state)
 	case claim && l.state == api.StateNeedsAttention:
 		return fmt.Errorf("%w: payout %s", ErrPayoutNeedsAttention, id)
@@ -506,7 +506,7 @@ func (s *Service) refused(id string, l lockedPayout, token int64, owner string, 
 			id, l.accountID)
 	}
 	switch l.state {
-	case api.StatePosted, api.StateDeclined:
+	case api.StatePosted, api.StateDeclined, api.StateFailed:
 		return fmt.Errorf("%w: payout %s is %s", ErrPayoutFinished, id, l.state)
 	case api.StateAmbiguous, api.StateSubmitted, api.StateAcknowledged:
 		return fmt.Errorf("%w: payout %s is %s", ErrPayoutInDoubt, id, l.state)

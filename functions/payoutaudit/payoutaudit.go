@@ -80,6 +80,15 @@ type Report struct {
 	// forward stays 'forwarding'). A reconciliation with the rail's
 	// journal settles them. Never nil.
 	Unreconciled []string `json:"unreconciled"`
+	// RailPaidNoDebit lists the payouts the rail acknowledged more often
+	// than paydb debited them (money left, no debit: a rail payment with
+	// no debit), and DebitNoRailPayment those paydb debited more often
+	// than the rail acknowledged (a debit with no rail payment). Each is
+	// also a violation of CheckRailMatchesLedger, except a payout still
+	// waiting for its outcome (pending, claimed, ambiguous), which is in
+	// Unreconciled. Never nil.
+	RailPaidNoDebit    []string `json:"railPaidNoDebit"`
+	DebitNoRailPayment []string `json:"debitNoRailPayment"`
 	// Payouts counts the payouts checked; RailSubmissions and RailAcks
 	// the rail's records of them; Debits their ledger debits.
 	Payouts         int `json:"payouts"`
@@ -127,7 +136,7 @@ type payoutFacts struct {
 // experiment and the tests do. Broken rules are reported in the Report;
 // the error is a database's.
 func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submission, payoutIDs []string) (Report, error) {
-	rep := Report{Violations: []Violation{}, Unreconciled: []string{}}
+	rep := Report{Violations: []Violation{}, Unreconciled: []string{}, RailPaidNoDebit: []string{}, DebitNoRailPayment: []string{}}
 	facts := map[string]*payoutFacts{}
 	get := func(id string) *payoutFacts {
 		f := facts[id]
@@ -225,6 +234,12 @@ func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submi
 		rep.RailSubmissions += f.rail
 		rep.RailAcks += f.acks
 		rep.Debits += f.debits
+		switch {
+		case f.acks > f.debits:
+			rep.RailPaidNoDebit = append(rep.RailPaidNoDebit, id)
+		case f.debits > f.acks:
+			rep.DebitNoRailPayment = append(rep.DebitNoRailPayment, id)
+		}
 		if f.rail > 1 {
 			add(CheckRailOnce, id, "the rail received %d submissions (%d acknowledged); paydb has %d debit(s)", f.rail, f.acks, f.debits)
 		}

@@ -79,7 +79,9 @@ type RailReceipt struct {
 	AmountMinor int64
 	Currency    string
 	// Outcome is the rail's answer, "ACK" or "DECLINE" (rail-proxy's
-	// RailStatus, payment-resource's Outcome: the same spellings).
+	// RailStatus, payment-resource's Outcome: the same spellings), or
+	// "NONE": a reconciliation found no submission of the payout in the
+	// rail's record, past the abandon threshold (RailRef is then "").
 	Outcome string
 	// RailRef is the rail's reference of the submission.
 	RailRef string

@@ -46,6 +46,11 @@ type Options struct {
 	// RailHandler, when set, wraps the rail-stub: rail-proxy's calls to
 	// the rail go through it (the explorer holds them there).
 	RailHandler func(next http.Handler) http.Handler
+	// RailTimeout, when positive, is rail-proxy's RailTimeout (and
+	// DBTimeout stays railproxy.MaxTimeout): a "hang" fault then ends the
+	// forward as ambiguous after it. Zero keeps railproxy.MaxTimeout, so
+	// that a held call is not a lost one.
+	RailTimeout time.Duration
 }
 
 // Clock is the lock store's clock: it stands still unless Advance moves it.
@@ -77,6 +82,9 @@ type Pipeline struct {
 	// LockURL, PayURL and ProxyURL are the base URLs of lock-server,
 	// payment-resource and rail-proxy.
 	LockURL, PayURL, ProxyURL string
+	// RailURL is the base URL of the rail (rail-stub, through
+	// Options.RailHandler), as rail-proxy calls it.
+	RailURL string
 	// Pay is a typed client of payment-resource at PayURL.
 	Pay *payclient.Client
 	// Rail is a typed client of rail-proxy at ProxyURL.
@@ -134,8 +142,12 @@ func Start(t testing.TB, opts Options) *Pipeline {
 	raildb := pgtest.NewDatabase(t)
 	pcfg := railproxy.DefaultConfig()
 	pcfg.DB = pgpool.Config{DSN: raildb}
-	pcfg.RailURL = serve(rail)
+	p.RailURL = serve(rail)
+	pcfg.RailURL = p.RailURL
 	pcfg.RailTimeout, pcfg.DBTimeout = railproxy.MaxTimeout, railproxy.MaxTimeout // a held call is not a lost one
+	if opts.RailTimeout > 0 {
+		pcfg.RailTimeout = opts.RailTimeout
+	}
 	pcfg.FencingDisabled = opts.RailFencingOff
 	pcfg.ProofKeys, pcfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
 	proxy, err := railproxy.New(ctx, pcfg, log.With("service", "rail-proxy"))

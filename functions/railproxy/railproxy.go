@@ -58,6 +58,11 @@
 //	                                      503 UNAVAILABLE, 503 RAILDB_RESTORED
 //	GET  /v1/rail/high-water/{accountId}  200 HighWater, 404 NOT_FOUND
 //	GET  /v1/rail/attempts?payoutId=P     200 AttemptList (oldest first)
+//	POST /v1/rail/reconciliations         ReconcileRequest -> 200 Reconciliation; 409 ATTEMPT_IN_FLIGHT,
+//	                                      404 PAYOUT_NOT_FORWARDED, 409 RAIL_SUBMITTED_TWICE, 503 UNAVAILABLE
+//
+// Reconciliation (reconcile.go) resolves a payout's forwarded attempt that
+// never recorded the rail's answer against the rail's own record.
 //
 // The kill switch Config.FencingDisabled (RAIL_PROXY_FENCING_ENABLED=false)
 // exists only for the fencing experiment: both checks are skipped, the
@@ -125,6 +130,15 @@ var (
 	// ErrUnavailable: raildb could not be reached or did not answer in
 	// time, or the proxy is closed.
 	ErrUnavailable = errors.New("railproxy: unavailable")
+	// ErrInFlight: a reconciliation of an attempt that is younger than the
+	// abandon threshold: the original forward may still be running.
+	ErrInFlight = errors.New("railproxy: submission still in flight")
+	// ErrNotForwarded: a reconciliation of a payout that has no forwarded
+	// attempt.
+	ErrNotForwarded = errors.New("railproxy: payout never forwarded")
+	// ErrRailSubmittedTwice: the rail's record holds more than one
+	// submission of the payout (a safety violation).
+	ErrRailSubmittedTwice = errors.New("railproxy: the rail holds more than one submission of the payout")
 	// ErrNotFound: no such route, or no high-water for the account.
 	ErrNotFound = errors.New("railproxy: not found")
 	// errMethod is a request with a method the route does not serve.
@@ -290,6 +304,7 @@ type Proxy struct {
 	rail      *http.Client
 	transport *http.Transport
 	submitURL string
+	lookupURL string
 	mux       *http.ServeMux
 
 	mu       sync.Mutex
@@ -335,11 +350,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		submitURL: strings.TrimSuffix(cfg.RailURL, "/") + "/submit",
+		lookupURL: strings.TrimSuffix(cfg.RailURL, "/") + "/submissions",
 		mux:       http.NewServeMux(),
 	}
 	p.mux.HandleFunc(api.PathSubmissions, p.handleSubmit)
 	p.mux.HandleFunc(api.PathHighWater, p.handleHighWater)
 	p.mux.HandleFunc(api.PathAttempts, p.handleAttempts)
+	p.mux.HandleFunc(api.PathReconciliations, p.handleReconcile)
 	p.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, p.log, fmt.Errorf("%w: no route for %s %s", ErrNotFound, r.Method, r.URL.Path))
 	})
@@ -483,8 +500,9 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 }
 
 // receipt signs the rail's answer to a payout's one forwarded submission
-// (payoutevent.RailReceipt) when state is StateAcked or StateDeclined;
-// "" otherwise (no answer to vouch for).
+// (payoutevent.RailReceipt) when state is StateAcked or StateDeclined, and
+// a reconciliation's "nothing at the rail" (outcome NONE, no reference)
+// when it is StateNotAtRail; "" otherwise (no answer to vouch for).
 func (p *Proxy) receipt(payout, account string, amount int64, currency string, state api.State, railRef string, token int64) string {
 	var outcome api.RailStatus
 	switch state {
@@ -492,6 +510,8 @@ func (p *Proxy) receipt(payout, account string, amount int64, currency string, s
 		outcome = api.RailAck
 	case api.StateDeclined:
 		outcome = api.RailDecline
+	case api.StateNotAtRail:
+		outcome = api.RailNone
 	default:
 		return ""
 	}
@@ -602,6 +622,12 @@ func statusOf(err error) (status int, code api.Code, retryable bool) {
 		return http.StatusConflict, api.CodeAlreadySubmitted, false
 	case errors.Is(err, ErrRailAmbiguous):
 		return http.StatusBadGateway, api.CodeRailAmbiguous, false
+	case errors.Is(err, ErrInFlight):
+		return http.StatusConflict, api.CodeAttemptInFlight, true
+	case errors.Is(err, ErrNotForwarded):
+		return http.StatusNotFound, api.CodeNotForwarded, false
+	case errors.Is(err, ErrRailSubmittedTwice):
+		return http.StatusConflict, api.CodeRailSubmittedTwice, false
 	case errors.Is(err, ErrNotFound):
 		return http.StatusNotFound, api.CodeNotFound, false
 	case errors.Is(err, errMethod):

@@ -48,6 +48,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
@@ -126,6 +127,11 @@ type Config struct {
 	PaymentFencing, RailFencing bool
 	// Executors are started in order, one process each.
 	Executors []ExecutorSpec
+	// ReconcileEvery, when positive, starts the reconciler as a process
+	// (functions/cmd/reconciler) that runs a pass every that long
+	// (RECONCILER_INTERVAL_MS) and audits the three records after each.
+	// Default 0: no reconciler.
+	ReconcileEvery time.Duration
 	// Dir is the run folder: one log file per process. It is created if
 	// missing and kept after Stop. Default: a new directory under
 	// os.TempDir().
@@ -190,6 +196,7 @@ var Binaries = map[string]string{
 	"rail-proxy":       "github.com/distributed-lock-lab/distributed-lock-lab/functions/cmd/rail-proxy",
 	"rail-stub":        "github.com/distributed-lock-lab/distributed-lock-lab/functions/cmd/rail-stub",
 	"executor":         "github.com/distributed-lock-lab/distributed-lock-lab/functions/cmd/executor",
+	"reconciler":       "github.com/distributed-lock-lab/distributed-lock-lab/functions/cmd/reconciler",
 }
 
 // Build compiles every command of Binaries into dir with `go build -o`.
@@ -220,7 +227,7 @@ func Build(ctx context.Context, dir string) error {
 }
 
 func sortedNames() []string {
-	return []string{"etcd-local", "executor", "lock-server", "payment-resource", "pubsub-fake", "rail-proxy", "rail-stub"}
+	return []string{"etcd-local", "executor", "lock-server", "payment-resource", "pubsub-fake", "rail-proxy", "rail-stub", "reconciler"}
 }
 
 // Stack is a running system. Its methods are safe for concurrent use.
@@ -240,6 +247,7 @@ type Stack struct {
 	stopOnce sync.Once
 
 	lockURL, payURL, proxyURL, stubURL string
+	reconcilerURL                      string
 	pubsubAddr                         string
 	etcdEndpoints                      []string
 	payDSN, railDSN, lockDSN           string
@@ -416,7 +424,32 @@ func (s *Stack) start(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if s.cfg.ReconcileEvery <= 0 {
+		return nil
+	}
+	url, err := s.startFunction(ctx, "reconciler", "reconciler", []string{
+		lockapi.EnvServerURL + "=" + s.lockURL, reconciler.EnvPaymentResourceURL + "=" + s.payURL, reconciler.EnvRailProxyURL + "=" + s.proxyURL,
+		reconciler.EnvOwner + "=reconciler", reconciler.EnvIntervalMs + "=" + strconv.FormatInt(s.cfg.ReconcileEvery.Milliseconds(), 10),
+		reconciler.EnvAuditPaydbURL + "=" + s.payDSN, reconciler.EnvAuditRaildbURL + "=" + s.railDSN, reconciler.EnvAuditRailURL + "=" + s.stubURL,
+	}, "/metrics")
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.reconcilerURL = url
+	s.mu.Unlock()
+	return nil
+}
+
+// ReconcilerURL returns the reconciler's base URL (POST
+// reconciler.PathRuns runs a pass), or "" when Config.ReconcileEvery is 0.
+func (s *Stack) ReconcilerURL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reconcilerURL
 }
 
 func pgBinDir() string {

@@ -30,6 +30,10 @@
 //	POST /v1/payouts/{id}/attention same headers; AttentionRequest -> 200 Payout in needs_attention
 //	                               (also when it already is) (409 FENCED_OUT, PAYOUT_FINISHED;
 //	                               404 PAYOUT_NOT_FOUND)
+//	GET  /v1/payouts?state=S&limit=N&after=ID -> 200 PayoutList (S one of Listable; N 1..MaxListLimit)
+//	POST /v1/payouts/{id}/resolution same headers; ResolutionRequest -> 200 Payout posted, declined or
+//	                               failed (also when it already is so) (409 FENCED_OUT, PAYOUT_FINISHED,
+//	                               RAIL_REF_CONFLICT; 422 INVALID_RECEIPT; 404 PAYOUT_NOT_FOUND)
 //	GET  /v1/audit                 -> 200 AuditReport (balanced or not)
 //
 // Any route may also answer 400 INVALID_REQUEST or INVALID_TOKEN, 404
@@ -40,6 +44,7 @@ package api
 
 import (
 	"net/url"
+	"strconv"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 )
@@ -52,7 +57,9 @@ const (
 	PathAccounts = "/v1/accounts"
 	// PathAccount: GET returns one account.
 	PathAccount = PathAccounts + "/{id}"
-	// PathPayouts: POST creates a payout (PayoutRequest -> Payout).
+	// PathPayouts: POST creates a payout (PayoutRequest -> Payout); GET
+	// lists the payouts in one state (QueryState, QueryLimit, QueryAfter
+	// -> PayoutList).
 	PathPayouts = "/v1/payouts"
 	// PathPayout: GET returns one payout.
 	PathPayout = PathPayouts + "/{id}"
@@ -66,12 +73,24 @@ const (
 	// holder that met a refusal no retry can change (AttentionRequest,
 	// same headers as PathClaim) -> Payout.
 	PathAttention = PathPayout + suffixAttention
+	// PathResolution: POST resolves a payout in doubt with the outcome
+	// rail-proxy's reconciliation established (ResolutionRequest, same
+	// headers as PathClaim) -> Payout.
+	PathResolution = PathPayout + suffixResolution
+	// QueryState, QueryLimit and QueryAfter are the query parameters of
+	// GET PathPayouts: the state (one of Listable, required), the page
+	// size (1..MaxListLimit, default DefaultListLimit) and the payout id
+	// the page starts after (optional).
+	QueryState = "state"
+	QueryLimit = "limit"
+	QueryAfter = "after"
 	// PathAudit: GET runs the ledger audit -> AuditReport.
 	PathAudit = "/v1/audit"
 
-	suffixClaim     = "/claim"
-	suffixResult    = "/result"
-	suffixAttention = "/attention"
+	suffixClaim      = "/claim"
+	suffixResult     = "/result"
+	suffixAttention  = "/attention"
+	suffixResolution = "/resolution"
 )
 
 // AccountPath returns the path of GET PathAccount for id, escaped.
@@ -89,6 +108,24 @@ func ResultPath(id string) string { return PayoutPath(id) + suffixResult }
 // AttentionPath returns the path of POST PathAttention for payout id,
 // escaped.
 func AttentionPath(id string) string { return PayoutPath(id) + suffixAttention }
+
+// ResolutionPath returns the path of POST PathResolution for payout id,
+// escaped.
+func ResolutionPath(id string) string { return PayoutPath(id) + suffixResolution }
+
+// ListPath returns the path and query of GET PathPayouts for the payouts
+// in state, limit per page (0: the default), after the payout id after
+// ("" for the first page).
+func ListPath(state State, limit int, after string) string {
+	q := url.Values{QueryState: {string(state)}}
+	if limit > 0 {
+		q.Set(QueryLimit, strconv.Itoa(limit))
+	}
+	if after != "" {
+		q.Set(QueryAfter, after)
+	}
+	return PathPayouts + "?" + q.Encode()
+}
 
 // Headers of a write made on behalf of a lock holder (PathClaim and
 // PathResult). Both fence points read the same two headers; the spelling
@@ -176,7 +213,7 @@ const (
 	// guards the account (payout:{accountId}). Nothing changed; the same
 	// request can never succeed. Spelled in payoutevent.
 	CodeUnverifiedToken Code = payoutevent.CodeUnverifiedToken
-	// CodePayoutFinished (409): the payout is posted or declined; nothing
+	// CodePayoutFinished (409): the payout is posted, declined or failed; nothing
 	// is left to do (the executor acknowledges its message).
 	CodePayoutFinished Code = "PAYOUT_FINISHED"
 	// CodePayoutInDoubt (409): the payout's rail outcome is unknown
@@ -288,6 +325,12 @@ const (
 	// EventPayoutNeedsAttention (ERROR): a lock holder marked the payout
 	// needs_attention, with reason (an AttentionReason), token and ownerId.
 	EventPayoutNeedsAttention = "payout_needs_attention"
+	// EventPayoutFailed (WARN): a resolution with outcome NONE failed the
+	// payout: its submission never reached the rail (token, railToken).
+	EventPayoutFailed = "payout_failed"
+	// EventPayoutResolved (WARN): a resolution changed the payout (outcome,
+	// from, to), whatever the outcome: a payout in doubt was settled.
+	EventPayoutResolved = "payout_resolved"
 	// EventFencedOut (WARN): a fenced write was refused (see
 	// payoutevent.EventFencedOut for its attributes).
 	EventFencedOut = payoutevent.EventFencedOut

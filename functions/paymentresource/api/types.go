@@ -14,6 +14,7 @@ import (
 //	                   -> declined
 //	                   -> ambiguous -> posted | declined
 //	pending | claimed | submitted | ambiguous -> needs_attention -> posted | declined | ambiguous
+//	claimed | submitted | ambiguous | needs_attention -> posted | declined | failed   (a resolution)
 //
 // acknowledged exists only inside the transaction that posts the debit (the
 // history shows it); submitted is reserved for a rail submission recorded
@@ -37,6 +38,10 @@ const (
 	StatePosted State = "posted"
 	// StateAmbiguous: the submission's outcome is unknown (in doubt).
 	StateAmbiguous State = "ambiguous"
+	// StateFailed: a resolution with rail-proxy's receipt of outcome NONE
+	// showed that the payout's submission never reached the rail: no
+	// money moved, and rail-proxy will never forward it. Final; no debit.
+	StateFailed State = "failed"
 	// StateNeedsAttention: a lock holder met a refusal that no retry can
 	// change and recorded why (Payout.AttentionReason). It is never
 	// claimed again automatically; a fenced result resolves it (the
@@ -119,7 +124,70 @@ const (
 	OutcomeDecline Outcome = "DECLINE"
 	// OutcomeAmbiguous: no answer (timeout); the payout is in doubt.
 	OutcomeAmbiguous Outcome = "AMBIGUOUS"
+	// OutcomeNone: only in a ResolutionRequest: the rail's record holds no
+	// submission of the payout (rail-proxy's reconciliation, past its
+	// abandon threshold); the payout fails.
+	OutcomeNone Outcome = "NONE"
 )
+
+// Listable lists the states GET /v1/payouts?state=S accepts: the payouts
+// a reconciliation looks for.
+var Listable = []State{StateAmbiguous, StateNeedsAttention, StateClaimed, StateSubmitted}
+
+// Bounds of GET /v1/payouts.
+const (
+	// DefaultListLimit is the page size when QueryLimit is absent.
+	DefaultListLimit = 100
+	// MaxListLimit bounds QueryLimit.
+	MaxListLimit = 500
+)
+
+// PayoutList is the 200 body of GET /v1/payouts?state=S: a page of the
+// payouts in state S, in payout id order. Their History is empty.
+type PayoutList struct {
+	// Payouts of the page, never null.
+	Payouts []Payout `json:"payouts"`
+	// Next is the QueryAfter of the next page; "" on the last page.
+	Next string `json:"next,omitempty"`
+}
+
+// ResolutionRequest is the body of POST /v1/payouts/{id}/resolution: the
+// outcome of the payout's one rail submission as rail-proxy's
+// reconciliation established it from the rail's record, with rail-proxy's
+// receipt.
+type ResolutionRequest struct {
+	// Outcome is ACK, DECLINE or NONE.
+	Outcome Outcome `json:"outcome"`
+	// RailRef is the rail's reference: required for ACK and DECLINE, ""
+	// for NONE.
+	RailRef string `json:"railRef,omitempty"`
+	// RailToken is the token the submission was admitted with at
+	// rail-proxy (railproxy/api Reconciliation.RailToken): 1..the
+	// resolver's token.
+	RailToken int64 `json:"railToken"`
+	// Receipt is rail-proxy's signature over the outcome
+	// (payoutevent.RailReceipt; Outcome "NONE" and RailRef "" for NONE).
+	// Required.
+	Receipt string `json:"receipt"`
+}
+
+// Validate returns an error describing the first invalid field of r for a
+// resolver holding token (answered 400 INVALID_REQUEST).
+func (r ResolutionRequest) Validate(token int64) error {
+	switch r.Outcome {
+	case OutcomeAck, OutcomeDecline:
+		return ResultRequest(r).Validate(token)
+	case OutcomeNone:
+		if r.RailRef != "" {
+			return fmt.Errorf("railRef must be empty for %s", OutcomeNone)
+		}
+		if r.RailToken <= 0 || r.RailToken > token {
+			return fmt.Errorf("railToken %d is outside 1..%d (the resolver's token)", r.RailToken, token)
+		}
+		return nil
+	}
+	return fmt.Errorf("outcome %q is not %s, %s or %s", r.Outcome, OutcomeAck, OutcomeDecline, OutcomeNone)
+}
 
 // AccountRequest is the body of POST /v1/accounts. Creating the same
 // account twice is idempotent (the second answer is 200, not 201).

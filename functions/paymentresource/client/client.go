@@ -271,6 +271,39 @@ func (c *Client) MarkNeedsAttention(ctx context.Context, id string, h payouteven
 	return p, err
 }
 
+// Resolve records the outcome rail-proxy's reconciliation established for
+// payout id, as the holder h of the payout's lease (POST
+// /v1/payouts/{id}/resolution), and returns the payout (posted, declined
+// or failed). The same resolution again changes nothing. It returns
+// ErrFencedOut, ErrUnverifiedToken, ErrInvalidReceipt, ErrPayoutFinished,
+// ErrRailRefConflict, ErrPayoutNotClaimed, ErrPayoutNotFound,
+// ErrInvalidRequest (also without sending, for a request that fails
+// api.ResolutionRequest.Validate), ErrUnavailable.
+func (c *Client) Resolve(ctx context.Context, id string, h payoutevent.Holder, req api.ResolutionRequest) (api.Payout, error) {
+	var p api.Payout
+	if err := errors.Join(api.ValidatePayoutID(id), api.ValidateToken(h.Token)); err != nil {
+		return p, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	if err := req.Validate(h.Token); err != nil {
+		return p, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	err := c.call(ctx, http.MethodPost, api.ResolutionPath(id), &h, req, &p)
+	return p, err
+}
+
+// ListPayouts returns one page of the payouts in state (one of
+// api.Listable), limit per page (0: api.DefaultListLimit), starting after
+// the payout id after ("" for the first page) (GET /v1/payouts?state=S).
+// It returns ErrInvalidRequest, ErrUnavailable.
+func (c *Client) ListPayouts(ctx context.Context, state api.State, limit int, after string) (api.PayoutList, error) {
+	var list api.PayoutList
+	if limit < 0 || limit > api.MaxListLimit {
+		return list, fmt.Errorf("%w: limit %d is outside 0..%d", ErrInvalidRequest, limit, api.MaxListLimit)
+	}
+	err := c.call(ctx, http.MethodGet, api.ListPath(state, limit, after), nil, nil, &list)
+	return list, err
+}
+
 // Audit runs paydb's ledger audit (GET /v1/audit). Broken rules are in the
 // report (Balanced false), not an error; the error is ErrUnavailable or
 // another *Error.

@@ -28,6 +28,13 @@
 //	                                      503 RAILDB_RESTORED (raildb restored from a backup; rail not called)
 //	GET  /v1/rail/high-water/{accountId}  -> 200 HighWater (404 NOT_FOUND: no token accepted yet)
 //	GET  /v1/rail/attempts?payoutId=P     -> 200 AttemptList (oldest first; empty when none)
+//	POST /v1/rail/reconciliations         X-Fencing-Token, X-Fencing-Proof (the payout's lease);
+//	                                      ReconcileRequest -> 200 Reconciliation (ACK, DECLINE or NONE, signed)
+//	                                      409 ATTEMPT_IN_FLIGHT (younger than the abandon threshold; retry later)
+//	                                      404 PAYOUT_NOT_FORWARDED (rail-proxy never let the payout through)
+//	                                      409 RAIL_SUBMITTED_TWICE (the rail holds more than one submission:
+//	                                          a safety violation, never resolved automatically)
+//	                                      503 UNAVAILABLE (raildb or the rail's record could not be read)
 //
 // Any route may also answer 400 INVALID_REQUEST, 404 NOT_FOUND, 405
 // METHOD_NOT_ALLOWED, 413 BODY_TOO_LARGE, 415 UNSUPPORTED_MEDIA_TYPE, 503
@@ -55,6 +62,11 @@ const (
 	PathAttempts = pathRail + "/attempts"
 	// QueryPayoutID is the query parameter of PathAttempts, given once.
 	QueryPayoutID = "payoutId"
+	// PathReconciliations: POST resolves the payout's forwarded attempt
+	// against the rail's own record (headers HeaderToken, HeaderProof,
+	// HeaderOwner of the payout's lease holder; ReconcileRequest ->
+	// Reconciliation).
+	PathReconciliations = pathRail + "/reconciliations"
 
 	pathRail            = "/v1/rail"
 	pathHighWaterPrefix = pathRail + "/high-water/"
@@ -158,6 +170,22 @@ const (
 	// recorded and the rail was not called. Retryable once an operator
 	// has run "rail-proxy recover-restore" (docs/runbooks/raildb-restore.md).
 	CodeRestored Code = "RAILDB_RESTORED"
+	// CodeAttemptInFlight (409): a reconciliation of a payout whose
+	// forwarded attempt is still forwarding (or ambiguous) and younger
+	// than the abandon threshold (RailTimeout + 2 x DBTimeout + 1 s): the
+	// original forward may still be calling the rail or recording its
+	// answer. Nothing changed. Retryable: ask again later.
+	CodeAttemptInFlight Code = "ATTEMPT_IN_FLIGHT"
+	// CodeNotForwarded (404): a reconciliation of a payout rail-proxy
+	// never let through to the rail (no forwarded attempt). Nothing
+	// changed; there is nothing of this payout at the rail to resolve.
+	CodeNotForwarded Code = "PAYOUT_NOT_FORWARDED"
+	// CodeRailSubmittedTwice (409): the rail's record holds more than one
+	// submission under the payout's reference. That breaks INV-04 (one
+	// submission per payout) and is never resolved automatically: logged
+	// at ERROR (EventRailSubmittedTwice), nothing changed; a person
+	// decides (docs/runbooks/payout-needs-attention.md).
+	CodeRailSubmittedTwice Code = "RAIL_SUBMITTED_TWICE"
 	// CodeNotFound (404): no such route, or no high-water mark for the
 	// account.
 	CodeNotFound Code = "NOT_FOUND"
@@ -170,14 +198,18 @@ const (
 // Codes lists every Code, in the order declared above.
 var Codes = []Code{
 	CodeInvalidRequest, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeFencedOut, CodeUnverifiedToken, CodeAlreadySubmitted,
-	CodeRailAmbiguous, CodeUnavailable, CodeRestored, CodeNotFound, CodeMethodNotAllowed, CodeInternal,
+	CodeRailAmbiguous, CodeUnavailable, CodeRestored, CodeAttemptInFlight, CodeNotForwarded, CodeRailSubmittedTwice,
+	CodeNotFound, CodeMethodNotAllowed, CodeInternal,
 }
 
 // Retryable reports whether the code always marks a condition that may
 // clear if the identical request is sent again later (CodeUnavailable,
-// CodeRestored). CodeAlreadySubmitted is retryable only while the first
-// attempt is forwarding; its envelope says which.
-func (c Code) Retryable() bool { return c == CodeUnavailable || c == CodeRestored }
+// CodeRestored, CodeAttemptInFlight). CodeAlreadySubmitted is
+// retryable only while the first attempt is forwarding; its envelope says
+// which.
+func (c Code) Retryable() bool {
+	return c == CodeUnavailable || c == CodeRestored || c == CodeAttemptInFlight
+}
 
 // ErrorEnvelope is the body of every non-2xx answer but 409
 // PAYOUT_ALREADY_SUBMITTED, which is an AlreadySubmittedAnswer (the same
@@ -259,6 +291,14 @@ const (
 	// EventAttemptAbandoned (ERROR): a forwarding attempt too old to be in
 	// flight was marked ambiguous (abandonedAttemptId, abandonedToken).
 	EventAttemptAbandoned = "rail_attempt_abandoned"
+	// EventAttemptReconciled (WARN): a reconciliation recorded the rail's
+	// record of a forwarded attempt that was forwarding or ambiguous
+	// (previousState, state, railRef, railOutcome).
+	EventAttemptReconciled = "rail_attempt_reconciled"
+	// EventRailSubmittedTwice (ERROR): a reconciliation found more than
+	// one submission of the payout at the rail (count, railRefs): a
+	// safety violation; answered 409 RAIL_SUBMITTED_TWICE.
+	EventRailSubmittedTwice = "rail_submitted_twice"
 	// EventFencedOut (WARN): a submission was refused by the fence (see
 	// payoutevent.EventFencedOut for its attributes; resource is "rail").
 	EventFencedOut = payoutevent.EventFencedOut

@@ -11,6 +11,7 @@ import (
 // is
 //
 //	forwarding -> acked | declined | ambiguous
+//	forwarding | ambiguous -> acked | declined | not_at_rail   (by a reconciliation)
 //	fenced, duplicate (final at once: the rail was not called)
 //
 // Only a forwarding attempt can have reached the rail; a forwarding
@@ -28,6 +29,10 @@ const (
 	StateDeclined State = "declined"
 	// StateAmbiguous: the rail was called and its outcome is unknown.
 	StateAmbiguous State = "ambiguous"
+	// StateNotAtRail: a reconciliation, past the abandon threshold, found
+	// no submission of the payout in the rail's record: the forward never
+	// reached the rail, and no money moved. Final.
+	StateNotAtRail State = "not_at_rail"
 	// StateFenced: the token was stale; the rail was not called.
 	StateFenced State = "fenced"
 	// StateDuplicate: the payout had already gone to the rail with an
@@ -46,6 +51,10 @@ const (
 	RailAck RailStatus = "ACK"
 	// RailDecline: the rail refused the payment; no money moved.
 	RailDecline RailStatus = "DECLINE"
+	// RailNone is not an answer of the rail: it is what a reconciliation
+	// reports (Reconciliation.Outcome, and a receipt's outcome) when the
+	// rail's record holds no submission of the payout (StateNotAtRail).
+	RailNone RailStatus = "NONE"
 )
 
 // RebuiltOwner is the Attempt.OwnerID of the attempts "rail-proxy
@@ -189,4 +198,37 @@ type AlreadySubmittedAnswer struct {
 	Error ErrorBody `json:"error"`
 	// Attempt is the payout's forwarded attempt.
 	Attempt Attempt `json:"attempt"`
+}
+
+// ReconcileRequest is the body of POST /v1/rail/reconciliations.
+type ReconcileRequest struct {
+	// PayoutID names the payout whose forwarded attempt is resolved.
+	PayoutID string `json:"payoutId"`
+}
+
+// Validate returns an error unless the payout id is well-formed (answered
+// 400 INVALID_REQUEST).
+func (r ReconcileRequest) Validate() error { return ValidatePayoutID(r.PayoutID) }
+
+// Reconciliation is the 200 body of POST /v1/rail/reconciliations: the
+// outcome of the payout's one forwarded attempt, as rail-proxy recorded it
+// or, for an attempt that was forwarding or ambiguous, as the rail's own
+// record (looked up by the payout's reference) says.
+type Reconciliation struct {
+	// Outcome is RailAck, RailDecline or RailNone (no submission at the
+	// rail: the forward never reached it).
+	Outcome RailStatus `json:"outcome"`
+	// RailRef is the rail's reference; "" for RailNone.
+	RailRef string `json:"railRef,omitempty"`
+	// RailToken is the token the forwarded attempt was admitted with.
+	RailToken int64 `json:"railToken"`
+	// Resolved is true when this call recorded the outcome (the attempt
+	// was forwarding or ambiguous); false when it was already recorded.
+	Resolved bool `json:"resolved"`
+	// Attempt is the forwarded attempt as recorded now.
+	Attempt Attempt `json:"attempt"`
+	// Receipt is rail-proxy's signature over the outcome
+	// (payoutevent.RailReceipt with Outcome "NONE" and RailRef "" for
+	// RailNone): pass it unchanged to payment-resource's resolution.
+	Receipt string `json:"receipt"`
 }

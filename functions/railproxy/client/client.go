@@ -66,6 +66,16 @@ var (
 	// are refused, nothing recorded, until an operator runs rail-proxy
 	// recover-restore (RAILDB_RESTORED).
 	ErrRaildbRestored = errors.New("railproxy client: raildb restored")
+	// ErrAttemptInFlight: a reconciliation came before the abandon
+	// threshold of the payout's forwarded attempt (ATTEMPT_IN_FLIGHT);
+	// ask again later.
+	ErrAttemptInFlight = errors.New("railproxy client: submission still in flight")
+	// ErrNotForwarded: the payout has no forwarded attempt
+	// (PAYOUT_NOT_FORWARDED).
+	ErrNotForwarded = errors.New("railproxy client: payout never forwarded")
+	// ErrRailSubmittedTwice: the rail holds more than one submission of
+	// the payout (RAIL_SUBMITTED_TWICE): a safety violation.
+	ErrRailSubmittedTwice = errors.New("railproxy client: rail holds more than one submission")
 	// ErrNotFound: no high-water mark for the account: no token was ever
 	// accepted for it (NOT_FOUND; also a wrong base URL).
 	ErrNotFound = errors.New("railproxy client: not found")
@@ -85,6 +95,9 @@ var sentinels = map[api.Code]error{
 	api.CodeUnavailable:          ErrUnavailable,
 	api.CodeRestored:             ErrRaildbRestored,
 	api.CodeNotFound:             ErrNotFound,
+	api.CodeAttemptInFlight:      ErrAttemptInFlight,
+	api.CodeNotForwarded:         ErrNotForwarded,
+	api.CodeRailSubmittedTwice:   ErrRailSubmittedTwice,
 }
 
 // Error is a non-2xx answer of rail-proxy: the HTTP status and the decoded
@@ -219,6 +232,29 @@ func (c *Client) Attempts(ctx context.Context, payout string) ([]api.Attempt, er
 		list.Attempts = []api.Attempt{}
 	}
 	return list.Attempts, nil
+}
+
+// Reconcile asks rail-proxy to resolve payout's forwarded attempt against
+// the rail's record, as the holder h of the payout's lease (POST
+// /v1/rail/reconciliations), and returns the outcome with its receipt.
+// It returns ErrAttemptInFlight (retry later), ErrNotForwarded,
+// ErrRailSubmittedTwice, ErrUnverifiedToken, ErrUnavailable, or
+// ErrInvalidRequest (without sending, for a malformed id or token).
+func (c *Client) Reconcile(ctx context.Context, h payoutevent.Holder, payout string) (api.Reconciliation, error) {
+	var rec api.Reconciliation
+	req := api.ReconcileRequest{PayoutID: payout}
+	if err := errors.Join(api.ValidateToken(h.Token), req.Validate()); err != nil {
+		return rec, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	if err := c.call(ctx, http.MethodPost, api.PathReconciliations, &h, req, &rec); err != nil {
+		return api.Reconciliation{}, err
+	}
+	switch rec.Outcome {
+	case api.RailAck, api.RailDecline, api.RailNone:
+	default:
+		return api.Reconciliation{}, fmt.Errorf("%w: rail-proxy answered 200 with outcome %q", ErrUnavailable, rec.Outcome)
+	}
+	return rec, nil
 }
 
 // call sends one request through jsonhttp.Do, with the holder's headers

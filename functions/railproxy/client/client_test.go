@@ -61,11 +61,14 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 		api.CodeAlreadySubmitted: client.ErrAlreadySubmitted, api.CodeRailAmbiguous: client.ErrRailAmbiguous,
 		api.CodeUnavailable: client.ErrUnavailable, api.CodeRestored: client.ErrRaildbRestored,
 		api.CodeNotFound: client.ErrNotFound, api.CodeUnverifiedToken: client.ErrUnverifiedToken,
+		api.CodeAttemptInFlight: client.ErrAttemptInFlight, api.CodeNotForwarded: client.ErrNotForwarded,
+		api.CodeRailSubmittedTwice: client.ErrRailSubmittedTwice,
 		// No sentinel: a wrong client, or a bug.
 		api.CodeMethodNotAllowed: nil, api.CodeInternal: nil,
 	}
 	all := []error{client.ErrInvalidRequest, client.ErrFencedOut, client.ErrAlreadySubmitted, client.ErrRailAmbiguous,
-		client.ErrUnavailable, client.ErrRaildbRestored, client.ErrNotFound, client.ErrUnverifiedToken}
+		client.ErrUnavailable, client.ErrRaildbRestored, client.ErrNotFound, client.ErrUnverifiedToken,
+		client.ErrAttemptInFlight, client.ErrNotForwarded, client.ErrRailSubmittedTwice}
 	for _, code := range api.Codes {
 		want, listed := sentinel[code]
 		if !listed {

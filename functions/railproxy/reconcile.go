@@ -1,0 +1,263 @@
+package railproxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/jackc/pgx/v5"
+)
+
+// Reconciliation: rail-proxy resolves its own forwarded attempts against
+// the rail, because it owns both the rail connection (and its transport,
+// with Cloud Run ID tokens) and the receipt key.
+//
+// The payout's one forwarded attempt (rail_payout) is read. When it is
+// acked or declined, that is the answer. When it is forwarding or
+// ambiguous, the rail's record of the payout is read by the sender's
+// reference (GET RAIL_URL/submissions?payoutId=P), but only once the
+// attempt is older than the abandon threshold (abandonAfter: RailTimeout
+// + 2 x DBTimeout + 1 s). Past it, the original forward's HTTP client has
+// cut the call (RailTimeout) and its answer could no longer be recorded
+// (DBTimeout), and since rail_payout admits one forward per payout no
+// other submission of the payout can be on its way: the rail's record is
+// complete for this payout, so its "nothing" means the money did not move.
+// Before it, "nothing" could be a submission still travelling, and the
+// request is refused ATTEMPT_IN_FLIGHT.
+//
+// The outcome is recorded with one statement guarded by the state that
+// was read (sqlReconcileAttempt): a late answer recorded meanwhile by the
+// original forward is never overwritten; the reconciliation then answers
+// what is recorded.
+
+// sqlReconcileAttempt records a reconciliation's outcome, only if the
+// attempt is still in the state the reconciliation read.
+const sqlReconcileAttempt = `
+UPDATE rail_attempt
+   SET state = $3, rail_ref = NULLIF($4, ''), finished_at = now()
+ WHERE attempt_id = $1 AND state = $2`
+
+// sqlPayoutAttempt reads the payout's forwarded attempt without locking
+// it, with its age judged on raildb's clock.
+const sqlPayoutAttempt = `
+SELECT a.attempt_id, a.payout_id, a.account_id, a.amount_minor, a.currency, a.token, a.owner_id, a.state,
+       COALESCE(a.rail_ref, ''), a.created_at, a.finished_at,
+       a.created_at < now() - $2::bigint * interval '1 millisecond'
+  FROM rail_payout p JOIN rail_attempt a USING (attempt_id)
+ WHERE p.payout_id = $1`
+
+// railRecord is one submission of the rail's record (rail-stub's
+// GET /submissions element); unknown fields are ignored.
+type railRecord struct {
+	Request struct {
+		PayoutID  string `json:"payoutId"`
+		Reference string `json:"reference"`
+	} `json:"request"`
+	Answer struct {
+		Status  api.RailStatus `json:"status"`
+		RailRef string         `json:"railRef"`
+	} `json:"answer"`
+}
+
+func (p *Proxy) handleReconcile(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		p.methodNotAllowed(w, r, http.MethodPost)
+		return
+	}
+	token, err := fencing.TokenFrom(r)
+	if err != nil {
+		p.fail(w, p.log, fmt.Errorf("%w: %w", ErrInvalidRequest, err))
+		return
+	}
+	owner, err := fencing.OwnerFrom(r)
+	if err != nil {
+		p.fail(w, p.log, fmt.Errorf("%w: %w", ErrInvalidRequest, err))
+		return
+	}
+	var req api.ReconcileRequest
+	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
+		p.fail(w, p.log, err)
+		return
+	}
+	if err := req.Validate(); err != nil {
+		p.fail(w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
+		return
+	}
+	lg := p.log.With("payoutId", req.PayoutID, "token", token, "ownerId", owner)
+	rec, err := p.reconcile(r.Context(), req.PayoutID, payoutevent.Holder{Token: token, Proof: fencing.ProofFrom(r), Owner: owner}, lg)
+	if err != nil {
+		p.fail(w, lg, err)
+		return
+	}
+	httpjson.WriteJSON(w, http.StatusOK, rec)
+}
+
+// reconcile resolves payout's forwarded attempt for the holder h of the
+// payout's lease (its token and proof are verified against
+// payout:{account} of the attempt while fencing is on). It returns the
+// Reconciliation, or an error wrapping ErrNotForwarded, ErrInFlight,
+// ErrRailSubmittedTwice, ErrUnverifiedToken or ErrUnavailable.
+func (p *Proxy) reconcile(ctx context.Context, payout string, h payoutevent.Holder, lg *slog.Logger) (api.Reconciliation, error) {
+	a, old, err := p.payoutAttempt(ctx, payout)
+	if err != nil {
+		return api.Reconciliation{}, err
+	}
+	if !p.cfg.FencingDisabled {
+		key := payoutevent.Event{AccountID: a.AccountID}.LockKey()
+		if err := fencing.Verify(p.cfg.ProofKeys, h.Proof, key, h.Token); err != nil {
+			fencing.LogUnverified(p.log, "rail", a.AccountID, h.Token, h.Owner, err, "payoutId", payout, "accountId", a.AccountID)
+			return api.Reconciliation{}, fmt.Errorf("%w: %w", ErrUnverifiedToken, err)
+		}
+	}
+	lg = lg.With("accountId", a.AccountID, "attemptId", a.AttemptID, "attemptToken", a.Token)
+	switch a.State {
+	case api.StateAcked, api.StateDeclined, api.StateNotAtRail:
+		return p.reconciliation(a, false), nil
+	case api.StateForwarding, api.StateAmbiguous:
+	default:
+		return api.Reconciliation{}, fmt.Errorf("railproxy: payout %s: forwarded attempt %d in state %s", payout, a.AttemptID, a.State)
+	}
+	if !old {
+		return api.Reconciliation{}, fmt.Errorf("%w: attempt %d of payout %s is %s and younger than %v", ErrInFlight,
+			a.AttemptID, payout, a.State, p.abandonAfter())
+	}
+	records, err := p.lookup(ctx, payout)
+	if err != nil {
+		return api.Reconciliation{}, err
+	}
+	state, railRef := api.StateNotAtRail, ""
+	switch len(records) {
+	case 0:
+	case 1:
+		switch records[0].Answer.Status {
+		case api.RailAck:
+			state = api.StateAcked
+		case api.RailDecline:
+			state = api.StateDeclined
+		default:
+			return api.Reconciliation{}, fmt.Errorf("%w: the rail's record of payout %s has status %q", ErrUnavailable, payout, records[0].Answer.Status)
+		}
+		railRef = records[0].Answer.RailRef
+		if railRef == "" || len(railRef) > api.MaxRailRefLen {
+			return api.Reconciliation{}, fmt.Errorf("%w: the rail's record of payout %s has no usable reference", ErrUnavailable, payout)
+		}
+	default:
+		refs := make([]string, 0, len(records))
+		for _, r := range records {
+			refs = append(refs, r.Answer.RailRef)
+		}
+		lg.Error("the rail holds more than one submission of this payout: a safety violation (INV-04); not resolving it",
+			"event", api.EventRailSubmittedTwice, "count", len(records), "railRefs", refs)
+		return api.Reconciliation{}, fmt.Errorf("%w: %d submissions of payout %s (%v)", ErrRailSubmittedTwice, len(records), payout, refs)
+	}
+	dctx, cancel := context.WithTimeout(ctx, p.cfg.DBTimeout)
+	defer cancel()
+	tag, err := p.pool.Exec(dctx, sqlReconcileAttempt, a.AttemptID, a.State, state, railRef)
+	if err != nil {
+		return api.Reconciliation{}, dbError("record reconciliation", err)
+	}
+	if tag.RowsAffected() == 0 {
+		// Recorded meanwhile (by the original forward, or another
+		// reconciliation): answer what is recorded now.
+		now, _, err := p.payoutAttempt(ctx, payout)
+		if err != nil {
+			return api.Reconciliation{}, err
+		}
+		if now.State == api.StateForwarding || now.State == api.StateAmbiguous {
+			return api.Reconciliation{}, fmt.Errorf("%w: attempt %d of payout %s changed while being reconciled", ErrUnavailable, a.AttemptID, payout)
+		}
+		return p.reconciliation(now, false), nil
+	}
+	lg.Warn("forwarded attempt resolved against the rail's record", "event", api.EventAttemptReconciled,
+		"previousState", a.State, "state", state, "railRef", railRef)
+	a.State, a.RailRef = state, railRef
+	return p.reconciliation(a, true), nil
+}
+
+// reconciliation is the answer for an attempt whose outcome is recorded.
+func (p *Proxy) reconciliation(a api.Attempt, resolved bool) api.Reconciliation {
+	outcome := api.RailNone
+	switch a.State {
+	case api.StateAcked:
+		outcome = api.RailAck
+	case api.StateDeclined:
+		outcome = api.RailDecline
+	}
+	a.Receipt = p.receipt(a.PayoutID, a.AccountID, a.AmountMinor, a.Currency, a.State, a.RailRef, a.Token)
+	return api.Reconciliation{Outcome: outcome, RailRef: a.RailRef, RailToken: a.Token, Resolved: resolved, Attempt: a, Receipt: a.Receipt}
+}
+
+// payoutAttempt reads the payout's forwarded attempt and whether it is
+// older than the abandon threshold; ErrNotForwarded when there is none.
+func (p *Proxy) payoutAttempt(ctx context.Context, payout string) (api.Attempt, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.DBTimeout)
+	defer cancel()
+	var (
+		a   api.Attempt
+		old bool
+	)
+	err := p.pool.QueryRow(ctx, sqlPayoutAttempt, payout, p.abandonAfter().Milliseconds()).Scan(
+		&a.AttemptID, &a.PayoutID, &a.AccountID, &a.AmountMinor, &a.Currency, &a.Token,
+		&a.OwnerID, &a.State, &a.RailRef, &a.CreatedAt, &a.FinishedAt, &old)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return a, false, fmt.Errorf("%w: payout %s has no forwarded attempt", ErrNotForwarded, payout)
+	}
+	if err != nil {
+		return a, false, dbError("read forwarded attempt", err)
+	}
+	a.CreatedAt = a.CreatedAt.UTC()
+	if a.FinishedAt != nil {
+		t := a.FinishedAt.UTC()
+		a.FinishedAt = &t
+	}
+	return a, old, nil
+}
+
+// lookup reads the rail's record of payout by the sender's reference
+// (GET RAIL_URL/submissions?payoutId=P), through the transport of the
+// submissions, within RailTimeout. It keeps the records whose reference
+// (or payout id) is the payout. Any failure wraps ErrUnavailable.
+func (p *Proxy) lookup(ctx context.Context, payout string) ([]railRecord, error) {
+	u := p.lookupURL + "?" + url.Values{"payoutId": {payout}}.Encode()
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: build rail lookup: %v", ErrUnavailable, err)
+	}
+	resp, err := p.rail.Do(hreq)
+	if err != nil {
+		return nil, fmt.Errorf("%w: rail lookup: %v", ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxRailLookupBytes))
+	if err != nil {
+		return nil, fmt.Errorf("%w: rail lookup answered %d, reading its body: %v", ErrUnavailable, resp.StatusCode, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%w: rail lookup answered %d", ErrUnavailable, resp.StatusCode)
+	}
+	var list struct {
+		Submissions *[]railRecord `json:"submissions"`
+	}
+	if err := json.Unmarshal(raw, &list); err != nil || list.Submissions == nil {
+		return nil, fmt.Errorf("%w: rail lookup answered 200 with an unreadable body", ErrUnavailable)
+	}
+	var out []railRecord
+	for _, r := range *list.Submissions {
+		if r.Request.Reference == payout || r.Request.PayoutID == payout {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// maxRailLookupBytes bounds how much of the rail's record is read.
+const maxRailLookupBytes = 1 << 20

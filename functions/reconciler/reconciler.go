@@ -1,0 +1,405 @@
+// Package reconciler settles the payouts the pipeline left in doubt
+// (ambiguous) or for attention (needs_attention) against the rail's own
+// record, with exactly one ledger effect each, and reports where the
+// rail's record and the books disagree.
+//
+// One pass lists the payouts in those states at payment-resource (GET
+// /v1/payouts?state=S, paged) and, for each:
+//
+//  1. takes the payout's lease, payout:{account}, through the lock SDK,
+//     like any worker (a lock held by an executor at work is skipped
+//     until the next pass);
+//  2. asks rail-proxy to reconcile the payout's one forwarded attempt
+//     with the rail's record (POST /v1/rail/reconciliations): ACK,
+//     DECLINE, or NONE (nothing reached the rail), signed by rail-proxy;
+//  3. posts that outcome with its receipt as the payout's resolution
+//     (POST /v1/payouts/{id}/resolution): posted with one debit, declined,
+//     or failed;
+//  4. releases the lease.
+//
+// Why a lease and not a special unfenced path. The resolution is a write
+// to the payout and, for an ACK, a debit of the account: the same writes
+// an executor makes, guarded by the same two fence points. Taking the
+// payout's lease serialises the reconciler with every executor of the
+// account, and its fencing token, verified with lock-server's proof at
+// both fence points, orders its writes with theirs: a stale executor that
+// wakes up after the reconciler's resolution is refused FENCED_OUT, and a
+// reconciler that stalls past its lease is refused in turn. An unfenced
+// "admin" path would be a second way to the ledger that the fences do not
+// see, which is exactly the hazard this project exists to show; it would
+// also need its own authorisation story. With the lease, the reconciler is
+// just another writer, idempotent and safe to run while executors work.
+//
+// After the pass (when an Auditor is given) it runs the cross audit of
+// package payoutaudit and reports a rail payment with no debit and a debit
+// with no rail payment (events and the gauge
+// reconciler_audit_mismatches{kind}); it does not fix those itself.
+package reconciler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+)
+
+// PathRuns is the reconciler's one route: POST runs one pass and answers
+// its PassReport (Cloud Scheduler's target on Cloud Run).
+const PathRuns = "/v1/reconciler/runs"
+
+// States lists the payout states a pass settles, in the order it visits
+// them.
+var States = []api.State{api.StateAmbiguous, api.StateNeedsAttention}
+
+// Result is what a pass did with one payout: the value of
+// reconciler_payouts_total{result} and of PassReport.Results' keys.
+type Result string
+
+// Results.
+const (
+	// ResultPosted, ResultDeclined, ResultFailed: the resolution settled
+	// the payout so (posted with one debit, declined, failed).
+	ResultPosted   Result = "posted"
+	ResultDeclined Result = "declined"
+	ResultFailed   Result = "failed"
+	// ResultAlreadyDone: the payout was settled meanwhile (PAYOUT_FINISHED).
+	ResultAlreadyDone Result = "already_done"
+	// ResultLockBusy: the payout's lock was held past AcquireWait; next pass.
+	ResultLockBusy Result = "lock_busy"
+	// ResultInFlight: rail-proxy's attempt is younger than its abandon
+	// threshold (ATTEMPT_IN_FLIGHT); next pass.
+	ResultInFlight Result = "in_flight"
+	// ResultNotForwarded: rail-proxy never let the payout through; the
+	// rail cannot have it, but nothing here can prove no later submission
+	// will come: left to a person (logged).
+	ResultNotForwarded Result = "not_forwarded"
+	// ResultRailSubmittedTwice: the rail holds more than one submission of
+	// the payout: a safety violation, left to a person (ERROR).
+	ResultRailSubmittedTwice Result = "rail_submitted_twice"
+	// ResultError: a dependency failed or refused; next pass.
+	ResultError Result = "error"
+)
+
+// Log events of the reconciler.
+const (
+	// EventPassDone (INFO): a pass ended (listed, results, mismatches).
+	EventPassDone = "reconciler_pass_done"
+	// EventPayoutReconciled (INFO, WARN when it changed nothing it
+	// should have): one payout's result (payoutId, accountId, token,
+	// result, outcome, railRef).
+	EventPayoutReconciled = "reconciler_payout_reconciled"
+	// EventPayoutSkipped (WARN; ERROR for rail_submitted_twice): a payout
+	// the pass could not settle (result, error).
+	EventPayoutSkipped = "reconciler_payout_skipped"
+	// EventRailPaidNoDebit (ERROR): the audit found a payout the rail
+	// acknowledged with no matching debit (payoutId).
+	EventRailPaidNoDebit = "reconciler_rail_payment_without_debit"
+	// EventDebitNoRailPayment (ERROR): the audit found a debit with no
+	// rail payment (payoutId).
+	EventDebitNoRailPayment = "reconciler_debit_without_rail_payment"
+	// EventAuditFailed (WARN): the audit could not run.
+	EventAuditFailed = "reconciler_audit_failed"
+)
+
+// Kinds of audit mismatch, the label of reconciler_audit_mismatches.
+const (
+	KindRailPaidNoDebit    = "rail_payment_without_debit"
+	KindDebitNoRailPayment = "debit_without_rail_payment"
+)
+
+var (
+	payoutsTotal = func() *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reconciler_payouts_total",
+			Help: "Payouts a reconciler pass visited, by result.",
+		}, []string{"result"})
+		for _, r := range []Result{ResultPosted, ResultDeclined, ResultFailed, ResultAlreadyDone, ResultLockBusy,
+			ResultInFlight, ResultNotForwarded, ResultRailSubmittedTwice, ResultError} {
+			c.WithLabelValues(string(r))
+		}
+		return c
+	}()
+	mismatches = func() *prometheus.GaugeVec {
+		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "reconciler_audit_mismatches",
+			Help: "Payouts the last audit found with a rail payment and no debit, or a debit and no rail payment.",
+		}, []string{"kind"})
+		g.WithLabelValues(KindRailPaidNoDebit)
+		g.WithLabelValues(KindDebitNoRailPayment)
+		return g
+	}()
+)
+
+// Collectors returns the reconciler's metrics: reconciler_payouts_total
+// {result} and reconciler_audit_mismatches{kind} (never a payout, account
+// or token as a label).
+func Collectors() []prometheus.Collector { return []prometheus.Collector{payoutsTotal, mismatches} }
+
+// Auditor runs the cross audit (payoutaudit.Run over the three records).
+type Auditor func(ctx context.Context) (payoutaudit.Report, error)
+
+// PassReport is the result of one pass, and the 200 body of POST PathRuns.
+type PassReport struct {
+	// Listed counts the payouts visited.
+	Listed int `json:"listed"`
+	// Results counts them by Result.
+	Results map[Result]int `json:"results"`
+	// RailPaidNoDebit and DebitNoRailPayment list the audit's findings
+	// (nil without an Auditor).
+	RailPaidNoDebit    []string `json:"railPaidNoDebit,omitempty"`
+	DebitNoRailPayment []string `json:"debitNoRailPayment,omitempty"`
+}
+
+// Reconciler runs passes. It is safe for concurrent use; passes are
+// serialised (one at a time per process).
+type Reconciler struct {
+	cfg   Config
+	log   *slog.Logger
+	locks *client.Client
+	pay   *payclient.Client
+	rail  *railclient.Client
+	audit Auditor
+	pass  sync.Mutex
+}
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	doer  client.Doer
+	audit Auditor
+}
+
+// WithHTTPClient sends every call (lock-server, payment-resource,
+// rail-proxy) through d (Cloud Run ID tokens, tests).
+func WithHTTPClient(d client.Doer) Option { return func(o *options) { o.doer = d } }
+
+// WithAuditor runs a after each pass and reports its mismatches.
+func WithAuditor(a Auditor) Option { return func(o *options) { o.audit = a } }
+
+// New returns a Reconciler. Errors wrap ErrInvalidConfig.
+func New(cfg Config, log *slog.Logger, opts ...Option) (*Reconciler, error) {
+	if log == nil {
+		return nil, fmt.Errorf("%w: nil logger", ErrInvalidConfig)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	o := options{doer: http.DefaultClient}
+	for _, f := range opts {
+		f(&o)
+	}
+	copts := []client.Option{client.WithHTTPClient(o.doer)}
+	if cfg.Owner != "" {
+		copts = append(copts, client.WithOwner(cfg.Owner))
+	}
+	locks, err := client.New(cfg.LockServerURL, copts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	pay, err := payclient.New(cfg.PaymentResourceURL, payclient.WithHTTPClient(o.doer))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	rail, err := railclient.New(cfg.RailProxyURL, railclient.WithHTTPClient(o.doer))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	return &Reconciler{cfg: cfg, log: log, locks: locks, pay: pay, rail: rail, audit: o.audit}, nil
+}
+
+// Owner is the owner id of the reconciler's leases.
+func (r *Reconciler) Owner() string { return r.locks.Owner() }
+
+// Pass runs one pass over every payout in States (see the package
+// comment) and then the audit. A payout it cannot settle now is counted
+// and left for the next pass; the error is only for a listing that
+// failed (the pass then stops) or a cancelled ctx.
+func (r *Reconciler) Pass(ctx context.Context) (PassReport, error) {
+	r.pass.Lock()
+	defer r.pass.Unlock()
+	rep := PassReport{Results: map[Result]int{}}
+	for _, st := range States {
+		after := ""
+		for {
+			lctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
+			page, err := r.pay.ListPayouts(lctx, st, r.cfg.PageSize, after)
+			cancel()
+			if err != nil {
+				return rep, fmt.Errorf("reconciler: list %s payouts: %w", st, err)
+			}
+			for _, p := range page.Payouts {
+				if err := ctx.Err(); err != nil {
+					return rep, err
+				}
+				res := r.settle(ctx, p)
+				rep.Listed++
+				rep.Results[res]++
+				payoutsTotal.WithLabelValues(string(res)).Inc()
+			}
+			if page.Next == "" {
+				break
+			}
+			after = page.Next
+		}
+	}
+	if r.audit != nil {
+		a, err := r.audit(ctx)
+		if err != nil {
+			r.log.Warn("audit could not run", "event", EventAuditFailed, "error", err.Error())
+		} else {
+			rep.RailPaidNoDebit, rep.DebitNoRailPayment = a.RailPaidNoDebit, a.DebitNoRailPayment
+			for _, id := range a.RailPaidNoDebit {
+				r.log.Error("the rail paid this payout and the books hold no debit for it", "event", EventRailPaidNoDebit, "payoutId", id)
+			}
+			for _, id := range a.DebitNoRailPayment {
+				r.log.Error("the books debit this payout and the rail holds no payment of it", "event", EventDebitNoRailPayment, "payoutId", id)
+			}
+			mismatches.WithLabelValues(KindRailPaidNoDebit).Set(float64(len(a.RailPaidNoDebit)))
+			mismatches.WithLabelValues(KindDebitNoRailPayment).Set(float64(len(a.DebitNoRailPayment)))
+		}
+	}
+	r.log.Info("reconciler pass done", "event", EventPassDone, "listed", rep.Listed, "results", rep.Results,
+		"railPaidNoDebit", len(rep.RailPaidNoDebit), "debitNoRailPayment", len(rep.DebitNoRailPayment))
+	return rep, nil
+}
+
+// settle resolves one payout under its lease.
+func (r *Reconciler) settle(ctx context.Context, p api.Payout) Result {
+	e := payoutevent.Event{PayoutID: p.PayoutID, AccountID: p.AccountID}
+	log := r.log.With("payoutId", p.PayoutID, "accountId", p.AccountID, "ownerId", r.Owner(), "state", string(p.State))
+	skip := func(res Result, err error) Result {
+		level := slog.LevelWarn
+		if res == ResultRailSubmittedTwice || res == ResultNotForwarded {
+			level = slog.LevelError
+		}
+		log.Log(ctx, level, "payout not settled by this pass", "event", EventPayoutSkipped, "result", string(res), "error", err.Error())
+		return res
+	}
+	actx, cancel := context.WithTimeout(ctx, r.cfg.AcquireWait)
+	lease, err := r.locks.Acquire(actx, e.LockKey(), client.WithTTL(r.cfg.LeaseTTL), client.WithAutoRenew(0))
+	cancel()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil || errors.Is(err, client.ErrLockHeld) {
+			return skip(ResultLockBusy, err)
+		}
+		return skip(ResultError, err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.RequestTimeout)
+		defer cancel()
+		_ = lease.Release(rctx) // a refused release: the lease had ended
+	}()
+	h := payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: r.Owner()}
+	log = log.With("token", h.Token)
+
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
+	rec, err := r.rail.Reconcile(cctx, h, p.PayoutID)
+	cancel()
+	switch {
+	case errors.Is(err, railclient.ErrAttemptInFlight):
+		return skip(ResultInFlight, err)
+	case errors.Is(err, railclient.ErrNotForwarded):
+		return skip(ResultNotForwarded, err)
+	case errors.Is(err, railclient.ErrRailSubmittedTwice):
+		return skip(ResultRailSubmittedTwice, err)
+	case err != nil:
+		return skip(ResultError, err)
+	}
+	req := api.ResolutionRequest{Outcome: outcome(rec.Outcome), RailRef: rec.RailRef, RailToken: rec.RailToken, Receipt: rec.Receipt}
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
+	got, err := r.pay.Resolve(pctx, p.PayoutID, h, req)
+	cancel()
+	switch {
+	case errors.Is(err, payclient.ErrPayoutFinished):
+		log.Info("payout already settled", "event", EventPayoutReconciled, "result", string(ResultAlreadyDone), "outcome", string(req.Outcome))
+		return ResultAlreadyDone
+	case err != nil:
+		return skip(ResultError, err)
+	}
+	res := ResultError
+	switch got.State {
+	case api.StatePosted:
+		res = ResultPosted
+	case api.StateDeclined:
+		res = ResultDeclined
+	case api.StateFailed:
+		res = ResultFailed
+	}
+	log.Info("payout settled against the rail's record", "event", EventPayoutReconciled, "result", string(res),
+		"outcome", string(req.Outcome), "railRef", rec.RailRef, "railToken", rec.RailToken, "debits", got.Debits)
+	return res
+}
+
+// outcome maps rail-proxy's reconciliation outcome to payment-resource's
+// resolution outcome (the same spellings, two vocabularies).
+func outcome(s railapi.RailStatus) api.Outcome {
+	switch s {
+	case railapi.RailAck:
+		return api.OutcomeAck
+	case railapi.RailDecline:
+		return api.OutcomeDecline
+	}
+	return api.OutcomeNone
+}
+
+// Loop runs a pass every cfg.Interval until ctx ends (the local stack's
+// trigger); it returns at once when Interval is 0. A failed pass is
+// logged and the next one runs on schedule.
+func (r *Reconciler) Loop(ctx context.Context) {
+	if r.cfg.Interval <= 0 {
+		return
+	}
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := r.Pass(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("reconciler pass failed", "event", EventPassDone, "error", err.Error())
+		}
+	}
+}
+
+// ServeHTTP runs one pass on POST PathRuns and answers its PassReport
+// (503 with {"error": ...} when the listing failed); other requests get
+// 404 or 405.
+func (r *Reconciler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	switch {
+	case req.URL.Path != PathRuns:
+		w.WriteHeader(http.StatusNotFound)
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": "no such route; POST " + PathRuns})
+		return
+	case req.Method != http.MethodPost:
+		w.Header().Set("Allow", http.MethodPost)
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": "use POST"})
+		return
+	}
+	rep, err := r.Pass(req.Context())
+	if err != nil {
+		r.log.Error("reconciler pass failed", "event", EventPassDone, "error", err.Error())
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": "the pass could not list the payouts; see the reconciler's log"})
+		return
+	}
+	_ = json.NewEncoder(w).Encode(rep)
+}
