@@ -22,13 +22,14 @@ locals {
     "iam.googleapis.com",
     "iamcredentials.googleapis.com",
     "pubsub.googleapis.com",
+    "cloudscheduler.googleapis.com",
     "run.googleapis.com",
     "secretmanager.googleapis.com",
     "sqladmin.googleapis.com",
   ])
 
   placeholder_image = "us-docker.pkg.dev/cloudrun/container/hello"
-  image = { for s in ["rail-stub", "rail-proxy", "payment-resource", "executor"] :
+  image = { for s in ["rail-stub", "rail-proxy", "payment-resource", "executor", "reconciler"] :
     s => var.image_tag == "" ? local.placeholder_image : "${module.registry.url}/${s}:${var.image_tag}"
   }
 
@@ -168,8 +169,11 @@ module "rail_proxy" {
   max_instances   = var.max_instances
   network_id      = module.network.network_id
   subnetwork_id   = module.network.subnetwork_id
-  invokers        = { executor = "serviceAccount:${local.sa["executor"]}" }
-  labels          = local.labels
+  invokers = {
+    executor   = "serviceAccount:${local.sa["executor"]}"
+    reconciler = "serviceAccount:${local.sa["reconciler"]}"
+  }
+  labels = local.labels
   env = {
     RAILDB_URL      = "user=${module.iam.db_users["rail-proxy"]} dbname=raildb sslmode=disable"
     RAILDB_INSTANCE = module.cloudsql.pay_connection_name
@@ -193,8 +197,11 @@ module "payment_resource" {
   max_instances   = var.max_instances
   network_id      = module.network.network_id
   subnetwork_id   = module.network.subnetwork_id
-  invokers        = { executor = "serviceAccount:${local.sa["executor"]}" }
-  labels          = local.labels
+  invokers = {
+    executor   = "serviceAccount:${local.sa["executor"]}"
+    reconciler = "serviceAccount:${local.sa["reconciler"]}"
+  }
+  labels = local.labels
   env = {
     PAYDB_URL         = "user=${module.iam.db_users["payment-resource"]} dbname=paydb sslmode=disable"
     PAYDB_INSTANCE    = module.cloudsql.pay_connection_name
@@ -227,6 +234,49 @@ module "executor" {
     PAYMENT_RESOURCE_URL = module.payment_resource.uri
     RAIL_PROXY_URL       = module.rail_proxy.uri
     EXECUTOR_ID_TOKENS   = "true" # payment-resource and rail-proxy are private
+  }
+  depends_on = [module.budget, module.apis]
+}
+
+# The reconciler settles payouts in doubt against the rail's record
+# (docs/payout-pipeline.md); Cloud Scheduler runs one pass every 5 minutes,
+# calling it with an OIDC token of its own service account.
+module "reconciler" {
+  source          = "./modules/cloudrun"
+  project_id      = var.project_id
+  region          = var.region
+  name            = "reconciler"
+  image           = local.image["reconciler"]
+  service_account = local.sa["reconciler"]
+  max_instances   = 1
+  vpc_egress      = "ALL_TRAFFIC" # lock-server's internal load balancer, two internal services
+  network_id      = module.network.network_id
+  subnetwork_id   = module.network.subnetwork_id
+  invokers        = { scheduler = "serviceAccount:${local.sa["reconciler"]}" }
+  labels          = local.labels
+  env = {
+    LOCK_SERVER_URL      = "http://${module.network.lock_server_address}"
+    PAYMENT_RESOURCE_URL = module.payment_resource.uri
+    RAIL_PROXY_URL       = module.rail_proxy.uri
+    RECONCILER_ID_TOKENS = "true"
+  }
+  depends_on = [module.budget, module.apis]
+}
+
+resource "google_cloud_scheduler_job" "reconcile" {
+  project   = var.project_id
+  region    = var.region
+  name      = "${var.name_prefix}-reconcile"
+  schedule  = "*/5 * * * *"
+  time_zone = "Etc/UTC"
+
+  http_target {
+    http_method = "POST"
+    uri         = "${module.reconciler.uri}/v1/reconciler/runs"
+    oidc_token {
+      service_account_email = local.sa["reconciler"]
+      audience              = module.reconciler.uri
+    }
   }
   depends_on = [module.budget, module.apis]
 }

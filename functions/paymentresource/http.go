@@ -217,7 +217,7 @@ func (s *Service) handleResolution(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
 	p, err := s.resolve(ctx, id, payoutevent.Holder{Token: token, Proof: fencing.ProofFrom(r), Owner: owner}, req)
 	if err != nil {
@@ -256,7 +256,7 @@ func (s *Service) handleListPayouts(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
 	list, err := s.listPayouts(ctx, state, limit, after)
 	if err != nil {

@@ -425,6 +425,7 @@ var unlabelled = map[string]bool{
 	"google_compute_subnetwork":                      true,
 	"google_project_iam_member":                      true,
 	"google_secret_manager_secret_iam_member":        true,
+	"google_cloud_scheduler_job":                     true, // no labels in the API
 	"google_project_service":                         true,
 	"google_project_service_identity":                true,
 	"google_pubsub_subscription_iam_member":          true,

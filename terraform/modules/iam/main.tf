@@ -17,6 +17,7 @@ locals {
     rail-proxy       = "rail-proxy: fence point two, raildb over the Cloud SQL connector"
     payment-resource = "payment-resource: fence point one, paydb over the Cloud SQL connector, publishes payout events"
     executor         = "executor: runs payouts pushed by Pub/Sub, calls payment-resource and rail-proxy"
+    reconciler       = "reconciler: settles payouts in doubt against the rail's record; also the OIDC identity of its Scheduler job"
     pubsub-push      = "pubsub-push: the OIDC identity of the push subscription (run.invoker on the executor only)"
     lock-server      = "lock-server on GKE (Workload Identity): lockdb over the Cloud SQL Auth Proxy"
     gke-nodes        = "GKE Autopilot nodes: logs, metrics, image pulls"
@@ -39,7 +40,7 @@ locals {
   }
 
   # The deployer sets these accounts as the identity of what it deploys.
-  deployed_as = ["rail-stub", "rail-proxy", "payment-resource", "executor"]
+  deployed_as = ["rail-stub", "rail-proxy", "payment-resource", "executor", "reconciler"]
 }
 
 resource "google_service_account" "this" {
