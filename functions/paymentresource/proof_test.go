@@ -94,3 +94,34 @@ func TestResultsWithoutRailProxysReceiptAreRefusedAndChangeNothing(t *testing.T)
 		t.Fatalf("payout after the honest DECLINE: %+v", p)
 	}
 }
+
+// Found by a newcomer's probe of the running stack (session 4): a token
+// older than the account's last debit was still accepted on a payout
+// nobody had touched since (its own fence was 0), so a stale holder could
+// claim it, mark it ambiguous or needs_attention, and leave it stuck. The
+// fenced payout statements now also hold the account's fence (non-strict).
+func TestATokenOlderThanTheAccountsLastDebitWritesNoPayoutOfTheAccount(t *testing.T) {
+	f := newFixture(t, newPublisher(nil))
+	f.createAccount("acct-1", "EUR", 10_000)
+	f.createPayout("p-1", "acct-1", 700, "EUR")
+	st, body := f.claim("p-1", 20, "new")
+	want(t, "claim p-1 with 20", st, body, http.StatusOK, "")
+	st, body = f.result("p-1", 20, "new", "ACK", "rail-1")
+	want(t, "ACK p-1 with 20", st, body, http.StatusOK, "")
+	f.createPayout("p-2", "acct-1", 300, "EUR")
+	before := f.snapshot()
+	st, body = f.claim("p-2", 18, "stale")
+	want(t, "claim of an untouched payout with a token older than the account's debit", st, body, http.StatusConflict, api.CodeFencedOut)
+	st, body = f.do("POST", "/v1/payouts/p-2/attention", `{"reason":"payment_fence_ahead"}`, fencing.HeaderToken, "18")
+	want(t, "attention with the stale token", st, body, http.StatusConflict, api.CodeFencedOut)
+	if after := f.snapshot(); after != before {
+		t.Fatalf("the stale token changed paydb:\nbefore %s\nafter  %s", before, after)
+	}
+	st, body = f.claim("p-2", 21, "next")
+	want(t, "the next holder's claim", st, body, http.StatusOK, "")
+	st, body = f.result("p-2", 18, "stale", "AMBIGUOUS", "")
+	want(t, "AMBIGUOUS from the stale token", st, body, http.StatusConflict, api.CodeFencedOut)
+	if p := f.payout("p-2"); p.State != api.StateClaimed || p.Fence != 21 {
+		t.Fatalf("p-2 after the stale writes: %s fence %d; want claimed by 21", p.State, p.Fence)
+	}
+}

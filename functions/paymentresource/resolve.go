@@ -19,7 +19,7 @@ import (
 // idempotency, the one debit); NONE fails the payout.
 const (
 	failFenced = `UPDATE payout SET state = 'failed', fence = $2, owner_id = NULLIF($3, ''), rail_token = $4, attention_reason = NULL, updated_at = now()
-WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention') AND fence <= $2`
+WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention') AND fence <= $2 AND $2 >= (SELECT a.fence FROM account a WHERE a.account_id = payout.account_id)`
 	failUnfenced = `UPDATE payout SET state = 'failed', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_token = $4, attention_reason = NULL, updated_at = now()
 WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention')`
 )

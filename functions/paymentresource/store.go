@@ -24,13 +24,13 @@ const (
 	// claimFenced claims a payout: non-strict (fence <= token), so that
 	// the holder may go on to post with the same token.
 	claimFenced = `UPDATE payout SET state = 'claimed', fence = $2, owner_id = NULLIF($3, ''), updated_at = now()
-WHERE payout_id = $1 AND state IN ('pending', 'claimed') AND fence <= $2`
+WHERE payout_id = $1 AND state IN ('pending', 'claimed') AND fence <= $2 AND $2 >= (SELECT a.fence FROM account a WHERE a.account_id = payout.account_id)`
 	claimUnfenced = `UPDATE payout SET state = 'claimed', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), updated_at = now()
 WHERE payout_id = $1 AND state IN ('pending', 'claimed')`
 
 	// postFenced marks a payout posted (non-strict on the payout row).
 	postFenced = `UPDATE payout SET state = 'posted', fence = $2, owner_id = NULLIF($3, ''), rail_ref = $4, attention_reason = NULL, updated_at = now()
-WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention') AND fence <= $2`
+WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention') AND fence <= $2 AND $2 >= (SELECT a.fence FROM account a WHERE a.account_id = payout.account_id)`
 	// postUnfenced also accepts an already posted payout: a second ACK
 	// with a new rail reference becomes a second debit, the corruption the
 	// experiment shows.
@@ -45,12 +45,12 @@ WHERE account_id = $1 AND currency = $4 AND fence < $3`
 WHERE account_id = $1 AND currency = $4`
 
 	declineFenced = `UPDATE payout SET state = 'declined', fence = $2, owner_id = NULLIF($3, ''), rail_ref = $4, attention_reason = NULL, updated_at = now()
-WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention') AND fence <= $2`
+WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention') AND fence <= $2 AND $2 >= (SELECT a.fence FROM account a WHERE a.account_id = payout.account_id)`
 	declineUnfenced = `UPDATE payout SET state = 'declined', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_ref = $4, attention_reason = NULL, updated_at = now()
 WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention')`
 
 	ambiguousFenced = `UPDATE payout SET state = 'ambiguous', fence = $2, owner_id = NULLIF($3, ''), rail_ref = coalesce(NULLIF($4, ''), rail_ref), attention_reason = NULL, updated_at = now()
-WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention') AND fence <= $2`
+WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention') AND fence <= $2 AND $2 >= (SELECT a.fence FROM account a WHERE a.account_id = payout.account_id)`
 	ambiguousUnfenced = `UPDATE payout SET state = 'ambiguous', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_ref = coalesce(NULLIF($4, ''), rail_ref), attention_reason = NULL, updated_at = now()
 WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention')`
 
@@ -58,7 +58,7 @@ WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_a
 	// payout row, like every step of a holder). A finished payout is never
 	// touched, whatever the token.
 	attentionFenced = `UPDATE payout SET state = 'needs_attention', attention_reason = $4, fence = $2, owner_id = NULLIF($3, ''), updated_at = now()
-WHERE payout_id = $1 AND state IN ('pending', 'claimed', 'submitted', 'ambiguous') AND fence <= $2`
+WHERE payout_id = $1 AND state IN ('pending', 'claimed', 'submitted', 'ambiguous') AND fence <= $2 AND $2 >= (SELECT a.fence FROM account a WHERE a.account_id = payout.account_id)`
 	attentionUnfenced = `UPDATE payout SET state = 'needs_attention', attention_reason = $4, fence = greatest(fence, $2), owner_id = NULLIF($3, ''), updated_at = now()
 WHERE payout_id = $1 AND state IN ('pending', 'claimed', 'submitted', 'ambiguous')`
 
@@ -236,12 +236,18 @@ type lockedPayout struct {
 	currency  string
 	state     api.State
 	fence     int64
+	// accountFence is the account's fence as read with the payout (not
+	// locked): it explains a refusal; the fenced statements check the
+	// account's fence themselves.
+	accountFence int64
 }
 
 func lockPayout(ctx context.Context, tx pgx.Tx, id string) (lockedPayout, error) {
 	var l lockedPayout
-	err := tx.QueryRow(ctx, `SELECT account_id, amount_minor, currency, state, fence FROM payout WHERE payout_id = $1 FOR UPDATE`, id).
-		Scan(&l.accountID, &l.amount, &l.currency, &l.state, &l.fence)
+	err := tx.QueryRow(ctx, `SELECT p.account_id, p.amount_minor, p.currency, p.state, p.fence,
+       (SELECT a.fence FROM account a WHERE a.account_id = p.account_id)
+FROM payout p WHERE p.payout_id = $1 FOR UPDATE`, id).
+		Scan(&l.accountID, &l.amount, &l.currency, &l.state, &l.fence, &l.accountFence)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return l, fmt.Errorf("%w: %q", ErrPayoutNotFound, id)
 	}
@@ -503,6 +509,12 @@ func (s *Service) refused(id string, l lockedPayout, token int64, owner string, 
 		return fmt.Errorf("%w: payout %s is %s", ErrPayoutInDoubt, id, l.state)
 	case s.fencing && l.fence > token:
 		return s.fencedOut(fencing.Refusal{Resource: "payout", ResourceID: id, PresentedToken: token, HighestToken: l.fence, Owner: owner},
+			id, l.accountID)
+	case s.fencing && l.accountFence > token:
+		// A newer holder of the account's lock has debited: this token is
+		// stale for every payout of the account, even one nobody has
+		// touched since (its own fence is still low).
+		return s.fencedOut(fencing.Refusal{Resource: "account", ResourceID: l.accountID, PresentedToken: token, HighestToken: l.accountFence, Owner: owner},
 			id, l.accountID)
 	}
 	switch l.state {

@@ -67,6 +67,13 @@ func TestPermanentRefusalEndsInNeedsAttentionWithNothingLooping(t *testing.T) {
 		forge  func(t *testing.T, p *pipelinetest.Pipeline)
 		reason api.AttentionReason
 		rail   int // rail submissions of the payout
+		// marked: the mark can be written. A forged account fence (only
+		// possible by writing paydb by hand, now that tokens carry
+		// lock-server's proof) also refuses the mark, since every fenced
+		// payout statement holds the account's fence: the delivery still
+		// ends at once (payout_attention_unrecorded), the payout stays
+		// pending for a person.
+		marked bool
 	}{
 		{"rail-proxy's high-water ahead", func(t *testing.T, p *pipelinetest.Pipeline) {
 			st, body := send(t, p.ProxyURL+railapi.PathSubmissions, "acct-1", forged,
@@ -74,12 +81,12 @@ func TestPermanentRefusalEndsInNeedsAttentionWithNothingLooping(t *testing.T) {
 			if st != http.StatusOK {
 				t.Fatalf("submission with the huge token: %d %s", st, body)
 			}
-		}, api.ReasonRailFenceAhead, 0},
+		}, api.ReasonRailFenceAhead, 0, true},
 		{"payment-resource's account fence ahead", func(t *testing.T, p *pipelinetest.Pipeline) {
 			if _, err := p.PayDB.Exec(t.Context(), `UPDATE account SET fence = $1 WHERE account_id = 'acct-1'`, forged); err != nil {
 				t.Fatal(err)
 			}
-		}, api.ReasonPaymentFenceAhead, 1},
+		}, api.ReasonPaymentFenceAhead, 0, false}, // the claim is refused now: nothing goes to the rail
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := pipelinetest.Start(t, pipelinetest.Options{})
@@ -98,8 +105,11 @@ func TestPermanentRefusalEndsInNeedsAttentionWithNothingLooping(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if po.State != api.StateNeedsAttention || po.AttentionReason != tc.reason {
+			if tc.marked && (po.State != api.StateNeedsAttention || po.AttentionReason != tc.reason) {
 				t.Fatalf("p-1 is %s (%q); want needs_attention (%s)", po.State, po.AttentionReason, tc.reason)
+			}
+			if !tc.marked && po.State != api.StatePending {
+				t.Fatalf("p-1 is %s; want pending (the forged account fence refuses the mark too)", po.State)
 			}
 			if len(po.History) > 3 {
 				t.Fatalf("p-1's history has %d rows: %+v", len(po.History), po.History)
