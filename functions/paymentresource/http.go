@@ -137,17 +137,18 @@ func (s *Service) handleGetPayout(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) handleClaim(w http.ResponseWriter, r *http.Request) {
-	id, token, owner, ok := s.holder(w, r)
+	id, h, ok := s.holder(w, r)
 	if !ok {
 		return
 	}
+	token, owner := h.Token, h.Owner
 	if err := decodeEmpty(w, r); err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
-	p, err := s.claim(ctx, id, payoutevent.Holder{Token: token, Proof: fencing.ProofFrom(r), Owner: owner})
+	p, err := s.claim(ctx, id, h)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
@@ -156,10 +157,11 @@ func (s *Service) handleClaim(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) handleResult(w http.ResponseWriter, r *http.Request) {
-	id, token, owner, ok := s.holder(w, r)
+	id, h, ok := s.holder(w, r)
 	if !ok {
 		return
 	}
+	token, owner := h.Token, h.Owner
 	var req api.ResultRequest
 	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
@@ -171,7 +173,7 @@ func (s *Service) handleResult(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
-	p, err := s.result(ctx, id, payoutevent.Holder{Token: token, Proof: fencing.ProofFrom(r), Owner: owner}, req)
+	p, err := s.result(ctx, id, h, req)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner, "outcome", string(req.Outcome), "railRef", req.RailRef)
 		return
@@ -180,10 +182,11 @@ func (s *Service) handleResult(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) handleAttention(w http.ResponseWriter, r *http.Request) {
-	id, token, owner, ok := s.holder(w, r)
+	id, h, ok := s.holder(w, r)
 	if !ok {
 		return
 	}
+	token, owner := h.Token, h.Owner
 	var req api.AttentionRequest
 	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
@@ -195,7 +198,7 @@ func (s *Service) handleAttention(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
-	p, err := s.attention(ctx, id, payoutevent.Holder{Token: token, Proof: fencing.ProofFrom(r), Owner: owner}, req.Reason)
+	p, err := s.attention(ctx, id, h, req.Reason)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner, "reason", string(req.Reason))
 		return
@@ -204,10 +207,11 @@ func (s *Service) handleAttention(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) handleResolution(w http.ResponseWriter, r *http.Request) {
-	id, token, owner, ok := s.holder(w, r)
+	id, h, ok := s.holder(w, r)
 	if !ok {
 		return
 	}
+	token, owner := h.Token, h.Owner
 	var req api.ResolutionRequest
 	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
@@ -219,7 +223,7 @@ func (s *Service) handleResolution(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
-	p, err := s.resolve(ctx, id, payoutevent.Holder{Token: token, Proof: fencing.ProofFrom(r), Owner: owner}, req)
+	p, err := s.resolve(ctx, id, h, req)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner, "outcome", string(req.Outcome), "railRef", req.RailRef)
 		return
@@ -280,29 +284,29 @@ func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request) {
 	httpjson.WriteJSON(w, http.StatusOK, rep)
 }
 
-// holder reads the payout id of the path and the lock holder's token and
-// owner headers; it answers the error itself and returns ok=false when one
+// holder reads the payout id of the path and the lock holder's token,
+// proof and owner headers; it answers the error itself and returns ok=false when one
 // is invalid. A malformed owner (fencing.ErrBadOwner) is 400
 // INVALID_REQUEST, as lock-server answers the same owner: it is refused,
 // never cut, so that nothing a client sends for the logs reaches paydb
 // unchecked.
-func (s *Service) holder(w http.ResponseWriter, r *http.Request) (id string, token int64, owner string, ok bool) {
+func (s *Service) holder(w http.ResponseWriter, r *http.Request) (id string, h payoutevent.Holder, ok bool) {
 	id = r.PathValue("id")
 	if err := validID("payout id", id, api.MaxPayoutIDLen); err != nil {
 		s.fail(w, r, err)
-		return "", 0, "", false
+		return "", h, false
 	}
 	owner, err := fencing.OwnerFrom(r)
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("%w: %w", ErrInvalidArgument, err), "payoutId", id)
-		return "", 0, "", false
+		return "", h, false
 	}
-	token, err = fencing.TokenFrom(r)
+	token, err := fencing.TokenFrom(r)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id, "ownerId", owner)
-		return "", 0, "", false
+		return "", h, false
 	}
-	return id, token, owner, true
+	return id, payoutevent.Holder{Token: token, Proof: fencing.ProofFrom(r), Owner: owner}, true
 }
 
 // decodeEmpty accepts an empty body or an empty JSON object (the claim
