@@ -403,23 +403,35 @@ func (p *Proxy) Close() error {
 	return nil
 }
 
+// holder reads the lock holder's headers of a fenced request (token,
+// proof, owner); it answers 400 INVALID_REQUEST itself and returns
+// ok=false when the token or the owner is malformed. A malformed owner is
+// refused like lock-server refuses it, never cut and stored: it would
+// reach raildb.
+func (p *Proxy) holder(w http.ResponseWriter, r *http.Request) (h payoutevent.Holder, ok bool) {
+	token, err := fencing.TokenFrom(r)
+	if err != nil {
+		p.fail(w, p.log, fmt.Errorf("%w: %w", ErrInvalidRequest, err))
+		return h, false
+	}
+	owner, err := fencing.OwnerFrom(r)
+	if err != nil {
+		p.fail(w, p.log, fmt.Errorf("%w: %w", ErrInvalidRequest, err))
+		return h, false
+	}
+	return payoutevent.Holder{Token: token, Proof: fencing.ProofFrom(r), Owner: owner}, true
+}
+
 func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		p.methodNotAllowed(w, r, http.MethodPost)
 		return
 	}
-	token, err := fencing.TokenFrom(r)
-	if err != nil {
-		p.fail(w, p.log, fmt.Errorf("%w: %w", ErrInvalidRequest, err))
+	h, ok := p.holder(w, r)
+	if !ok {
 		return
 	}
-	// A malformed owner is refused like lock-server refuses it (400
-	// INVALID_REQUEST), never cut and stored: it would reach raildb.
-	owner, err := fencing.OwnerFrom(r)
-	if err != nil {
-		p.fail(w, p.log, fmt.Errorf("%w: %w", ErrInvalidRequest, err))
-		return
-	}
+	token, owner := h.Token, h.Owner
 	var req api.SubmitRequest
 	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
 		p.fail(w, p.log, err)
@@ -433,7 +445,7 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		// Before the fence: a token lock-server did not grant on this
 		// account's lock must not raise its high-water mark.
 		key := payoutevent.Event{AccountID: req.AccountID}.LockKey()
-		if err := fencing.Verify(p.cfg.ProofKeys, fencing.ProofFrom(r), key, token); err != nil {
+		if err := fencing.Verify(p.cfg.ProofKeys, h.Proof, key, token); err != nil {
 			fencing.LogUnverified(p.log, "rail", req.AccountID, token, owner, err, "payoutId", req.PayoutID, "accountId", req.AccountID)
 			p.fail(w, p.log, fmt.Errorf("%w: %w", ErrUnverifiedToken, err))
 			return

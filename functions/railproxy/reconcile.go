@@ -73,14 +73,8 @@ func (p *Proxy) handleReconcile(w http.ResponseWriter, r *http.Request) {
 		p.methodNotAllowed(w, r, http.MethodPost)
 		return
 	}
-	token, err := fencing.TokenFrom(r)
-	if err != nil {
-		p.fail(w, p.log, fmt.Errorf("%w: %w", ErrInvalidRequest, err))
-		return
-	}
-	owner, err := fencing.OwnerFrom(r)
-	if err != nil {
-		p.fail(w, p.log, fmt.Errorf("%w: %w", ErrInvalidRequest, err))
+	h, ok := p.holder(w, r)
+	if !ok {
 		return
 	}
 	var req api.ReconcileRequest
@@ -92,8 +86,8 @@ func (p *Proxy) handleReconcile(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}
-	lg := p.log.With("payoutId", req.PayoutID, "token", token, "ownerId", owner)
-	rec, err := p.reconcile(r.Context(), req.PayoutID, payoutevent.Holder{Token: token, Proof: fencing.ProofFrom(r), Owner: owner}, lg)
+	lg := p.log.With("payoutId", req.PayoutID, "token", h.Token, "ownerId", h.Owner)
+	rec, err := p.reconcile(r.Context(), req.PayoutID, h, lg)
 	if err != nil {
 		p.fail(w, lg, err)
 		return
