@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
 
@@ -213,9 +213,8 @@ func (c Config) Validate() error {
 	for _, u := range []struct{ name, v string }{
 		{api.EnvServerURL, c.LockServerURL}, {EnvPaymentResourceURL, c.PaymentResourceURL}, {EnvRailProxyURL, c.RailProxyURL},
 	} {
-		p, err := url.Parse(u.v)
-		if u.v == "" || err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			errs = append(errs, fmt.Errorf("%w: %s=%q: want an absolute http(s) URL", ErrInvalidConfig, u.name, u.v))
+		if err := envcheck.HTTPURL(u.name, u.v); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %v", ErrInvalidConfig, err))
 		}
 	}
 	if c.Owner != "" {

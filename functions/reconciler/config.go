@@ -3,12 +3,12 @@ package reconciler
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
 
@@ -139,9 +139,8 @@ func (c Config) Validate() error {
 	for _, u := range []struct{ name, v string }{
 		{lockapi.EnvServerURL, c.LockServerURL}, {EnvPaymentResourceURL, c.PaymentResourceURL}, {EnvRailProxyURL, c.RailProxyURL},
 	} {
-		p, err := url.Parse(u.v)
-		if u.v == "" || err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			errs = append(errs, fmt.Errorf("%w: %s=%q: want an absolute http(s) URL", ErrInvalidConfig, u.name, u.v))
+		if err := envcheck.HTTPURL(u.name, u.v); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %v", ErrInvalidConfig, err))
 		}
 	}
 	if c.LeaseTTL <= 0 {

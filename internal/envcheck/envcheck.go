@@ -14,7 +14,9 @@
 package envcheck
 
 import (
+	"fmt"
 	"log/slog"
+	"net/url"
 	"slices"
 	"strings"
 )
@@ -130,4 +132,16 @@ func distance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// HTTPURL returns nil when v, the value of variable name, is an absolute
+// http or https URL with a host, and otherwise an error naming the
+// variable and quoting the value (callers wrap it in their package's
+// invalid-config sentinel).
+func HTTPURL(name, v string) error {
+	p, err := url.Parse(v)
+	if v == "" || err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+		return fmt.Errorf("%s=%q: want an absolute http(s) URL", name, v)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -83,6 +84,19 @@ func TestWarnLogsOneLinePerUnknownVariable(t *testing.T) {
 		}
 		if got, _ := l["didYouMean"].(string); got != want.suggestion {
 			t.Errorf("line %d didYouMean = %q, want %q", i, got, want.suggestion)
+		}
+	}
+}
+
+func TestHTTPURL(t *testing.T) {
+	for _, ok := range []string{"http://127.0.0.1:8080", "https://pay-abc.a.run.app/"} {
+		if err := HTTPURL("X_URL", ok); err != nil {
+			t.Errorf("HTTPURL(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "127.0.0.1:8080", "ftp://x", "http://", "http://%zz"} {
+		if err := HTTPURL("X_URL", bad); err == nil || !strings.Contains(err.Error(), "X_URL") {
+			t.Errorf("HTTPURL(%q) = %v; want an error naming X_URL", bad, err)
 		}
 	}
 }
