@@ -58,7 +58,7 @@ bench: ## SDK + lock-server vs the raw backend primitives: BENCH_COUNT rounds (d
 	$(GO) tool benchstat -col '/path@(raw raw-lease-per-lock sdk)' $(BIN)/bench.txt
 
 explore: ## every ordering of two executors on one payout (expiry or revoke at any step) and 10,000 sampled orderings of three, checked from the rail's journal and the books (about 4 min)
-	$(GO) test -count=1 -timeout 60m -run 'TestExhaustiveTwoHolders|TestSampledThreeHolders|TestRegressionSchedules' -v ./harness/explore/ -args -explore.full
+	$(GO) test -count=1 -timeout 60m -run 'TestExhaustive|TestSampled|TestRegressionSchedules' -v ./harness/explore/ -args -explore.full
 
 demo: ## the fencing experiment on real processes, 2 backends x 4 fencing cells; writes harness/out/summary.json
 	$(GO) run ./harness/cmd/experiment -out harness/out

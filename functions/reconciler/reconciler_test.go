@@ -513,3 +513,25 @@ func TestPassReadsEveryPage(t *testing.T) {
 	}
 	clean(t, p)
 }
+
+// Settle settles one named payout as a pass would, and leaves a payout in
+// no doubt alone.
+func TestSettleOnePayout(t *testing.T) {
+	p, ev := setup(t)
+	r := newReconciler(t, p, "reconciler-1")
+	if res, err := r.Settle(t.Context(), ev.PayoutID); err != nil || res != reconciler.ResultNotInDoubt {
+		t.Fatalf("Settle of a pending payout: %v, %v; want %s", res, err, reconciler.ResultNotInDoubt)
+	}
+	if _, err := r.Settle(t.Context(), "p-unknown"); !errors.Is(err, payclient.ErrPayoutNotFound) {
+		t.Fatalf("Settle of an unknown payout: %v; want ErrPayoutNotFound", err)
+	}
+	submitInDoubt(t, p, ev, railstub.FaultHang)
+	age(t, p, ev.PayoutID, false)
+	if res, err := r.Settle(t.Context(), ev.PayoutID); err != nil || res != reconciler.ResultPosted {
+		t.Fatalf("Settle of an ambiguous payout the rail paid: %v, %v; want %s", res, err, reconciler.ResultPosted)
+	}
+	if state, debits := ledger(t, p, ev.PayoutID); state != string(api.StatePosted) || debits != 1 {
+		t.Fatalf("after Settle: %s with %d debits; want posted with 1", state, debits)
+	}
+	clean(t, p)
+}
