@@ -15,7 +15,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 var (
 	full    = flag.Bool("explore.full", false, "explore every schedule of two holders with one fault on the lease, and -explore.samples of each sampled test (make explore)")
-	samples = flag.Int("explore.samples", 10_000, "schedules sampled by each sampled test with -explore.full")
+	samples = flag.Int("explore.samples", 3_000, "schedules sampled by each sampled test with -explore.full")
 	seed    = flag.Uint64("explore.seed", 20261201, "seed of the sampled schedules")
 )
 
