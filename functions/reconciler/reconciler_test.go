@@ -452,7 +452,7 @@ func TestLateAnswerRecordedDuringTheLookUpIsNotOverwritten(t *testing.T) {
 	)
 	p = pipelinetest.Start(t, pipelinetest.Options{RailTimeout: railTimeout, RailHandler: func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodGet && r.URL.Path == "/submissions" && r.URL.Query().Get("payoutId") != "" {
+			if r.Method == http.MethodPost && r.URL.Path == "/stops" {
 				late.Do(func() {
 					if _, err := p.RailDB.Exec(r.Context(), `UPDATE rail_attempt SET state = 'declined', rail_ref = 'rail-late', finished_at = now()
 WHERE payout_id = 'p-1' AND state IN ('forwarding', 'ambiguous')`); err != nil {

@@ -40,16 +40,16 @@
 // The reconciler ("R") is one more actor when configured: its read of a
 // payout's state, its acquire, its reconciliation at rail-proxy, its
 // resolution at payment-resource and its release are held like an
-// executor's steps. Its look-up at the rail needs the attempt to be older
-// than rail-proxy's abandon threshold: the explorer offers "age" (every
-// attempt of the run becomes that old on raildb's clock) once per
-// schedule, while something is in doubt and no rail call is held. That
-// guard is the threshold's own assumption: a rail call is never
-// delivered to the rail after rail-proxy's RailTimeout cut it. A rail
-// that could receive it later (a call stuck in a network longer than the
-// threshold) would pay a payout the reconciler had ended failed; the
-// audit would report a rail payment with no debit, and only a rail that
-// deduplicates on the sender's reference closes that window.
+// executor's steps. Its reconciliation needs the attempt to be older than
+// rail-proxy's abandon threshold: the explorer offers "age" (every attempt
+// of the run becomes that old on raildb's clock) once per schedule, while
+// something is in doubt, even while a rail call is still held (a call
+// stuck in a network longer than the threshold). A holder may also give
+// up on its submission while rail-proxy's call to the rail is held
+// ("A:giveup"); that call then becomes rail-proxy's own step ("P:rail"),
+// let go whenever the explorer likes, for example after the reconciler
+// has found nothing at the rail. rail-proxy's stop order at the rail is
+// what keeps such a late call from paying a payout already ended failed.
 //
 // A duplicate delivery is one more executor: the schedule decides when
 // each one starts acquiring. An acquire is only let go when the key is
@@ -150,13 +150,18 @@ const (
 	// never at StepRail, where the call is rail-proxy's): the process dies
 	// there. Nothing more leaves it; its lease ends by its TTL.
 	FaultCrash = "crash"
+	// FaultGiveUp is taken instead of a holder's StepRail ("A:giveup"):
+	// the holder's own timeout cuts its call to rail-proxy, while
+	// rail-proxy's call to the rail stays held. That call becomes
+	// rail-proxy's pending step ("P:rail", or "P:lost", "P:down"), which
+	// the explorer lets go whenever it likes, for example after the
+	// reconciler has looked the payout up.
+	FaultGiveUp = "giveup"
 	// FaultAge is not a fault but time passing: every rail attempt of the
 	// run becomes older than rail-proxy's abandon threshold, so that the
-	// reconciler may look an attempt in doubt up at the rail. Offered
-	// once per schedule, with the reconciler, while an attempt is in doubt
-	// and no rail call is held: the threshold rests on the rail never
-	// receiving a call after rail-proxy's RailTimeout cut it (see the
-	// package comment).
+	// reconciler may reconcile an attempt in doubt. Offered once per
+	// schedule, with the reconciler, while an attempt is in doubt, also
+	// while a rail call is still held (see the package comment).
 	FaultAge = "age"
 )
 
@@ -168,6 +173,14 @@ const (
 	Reconciler = "R"
 	// reconcilerIndex is the reconciler's holder index.
 	reconcilerIndex = MaxHolders
+	// RailProxy names rail-proxy in a schedule ("P:rail"): it moves only
+	// a rail call whose caller gave up (FaultGiveUp).
+	RailProxy = "P"
+	// railProxyIndex is rail-proxy's holder index.
+	railProxyIndex = MaxHolders + 1
+	// headerHolder tells the explorer's handler in front of rail-proxy
+	// which actor sent a submission.
+	headerHolder = "X-Explore-Holder"
 	// ttl is every lease's TTL: longer than any schedule, so that only the
 	// explorer's faults end a lease, and no background renewal runs.
 	ttl = 10 * time.Minute
@@ -213,7 +226,7 @@ func ParseSchedule(text string) (Schedule, error) {
 		switch {
 		case !ok && (f == FaultExpire || f == FaultRevoke || f == FaultAge):
 			s = append(s, Choice{Step: f})
-		case ok && (len(h) == 1 && h[0] >= 'A' && h[0] < 'A'+MaxHolders || h == Reconciler):
+		case ok && (len(h) == 1 && h[0] >= 'A' && h[0] < 'A'+MaxHolders || h == Reconciler || h == RailProxy):
 			s = append(s, Choice{Holder: h, Step: step})
 		default:
 			return nil, fmt.Errorf("explore: bad choice %q", f)
@@ -239,7 +252,7 @@ type Config struct {
 	// MaxFaults is how many faults a schedule may inject.
 	MaxFaults int
 	// Faults are the kinds injected (FaultExpire, FaultRevoke,
-	// FaultRailLost, FaultRailDown, FaultCrash).
+	// FaultRailLost, FaultRailDown, FaultCrash, FaultGiveUp).
 	Faults []string
 }
 
@@ -295,7 +308,7 @@ func New(t testing.TB, opts pipelinetest.Options) *Explorer {
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
-	opts.RailHandler = e.holdRail
+	opts.RailHandler, opts.ProxyHandler = e.holdRail, e.watchProxy
 	e.p = pipelinetest.Start(t, opts)
 	return e
 }
@@ -321,6 +334,17 @@ type run struct {
 	events  []payoutevent.Event // the payouts, all of one account
 	arrive  chan arrival
 	running atomic.Int32 // the holder let go last; -1 when unscheduled
+
+	// detached is the holder whose rail call rail-proxy still holds after
+	// the holder gave up on it (-1: none); proxyDone receives when
+	// rail-proxy's handling of that call has ended.
+	detached  atomic.Int32
+	proxyDone chan struct{}
+	doers     map[int]*doer
+	// ended is closed when Run returns: whatever is still held then
+	// (after an error of the explorer's own) is let go, the rail's calls
+	// as if the rail were down, so that no server waits forever.
+	ended chan struct{}
 
 	mu     sync.Mutex
 	grants []int64 // tokens granted, in order
@@ -352,9 +376,7 @@ func (e *Explorer) holdRail(next http.Handler) http.Handler {
 		if v, ok := e.runs.Load(req.PayoutID); ok {
 			run := v.(*run)
 			if h := int(run.running.Load()); h >= 0 {
-				a := arrival{holder: h, step: StepRail, resume: make(chan string)}
-				run.arrive <- a
-				mode = <-a.resume
+				mode = run.hold(arrival{holder: h, step: StepRail, resume: make(chan string)}, FaultRailDown)
 			}
 		}
 		switch mode {
@@ -369,12 +391,73 @@ func (e *Explorer) holdRail(next http.Handler) http.Handler {
 	})
 }
 
+// hold reports a at its step and waits for the explorer's choice; once the
+// run has ended, the answer is orElse.
+func (r *run) hold(a arrival, orElse string) string {
+	select {
+	case r.arrive <- a:
+	case <-r.ended:
+		return orElse
+	}
+	select {
+	case mode := <-a.resume:
+		return mode
+	case <-r.ended:
+		return orElse
+	}
+}
+
+// watchProxy wraps rail-proxy: when its handling of a submission whose
+// caller gave up ends (the rail's answer, or its absence, recorded), the
+// explorer hears of it, so that the next choice sees that record.
+func (e *Explorer) watchProxy(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != railapi.PathSubmissions {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var req struct {
+			PayoutID string `json:"payoutId"`
+		}
+		_ = json.Unmarshal(body, &req)
+		next.ServeHTTP(w, r)
+		if v, ok := e.runs.Load(req.PayoutID); ok {
+			run := v.(*run)
+			if h := run.detached.Load(); h >= 0 && holderName(int(h)) == r.Header.Get(headerHolder) {
+				run.detached.Store(-1)
+				select {
+				case run.proxyDone <- struct{}{}:
+				case <-run.ended:
+				}
+			}
+		}
+	})
+}
+
 // doer is one actor's transport: it holds each deciding request until
 // the explorer lets it go.
 type doer struct {
 	r       *run
 	holder  int // -1: never held
 	crashed atomic.Bool
+
+	mu  sync.Mutex
+	cut context.CancelFunc // cancels the request in flight
+}
+
+// giveUp cuts the request in flight, as the caller's own timeout would.
+func (d *doer) giveUp() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cut != nil {
+		d.cut()
+	}
 }
 
 // stepOf names the step req takes, "" for a request that is never held.
@@ -431,16 +514,28 @@ func (d *doer) Do(req *http.Request) (*http.Response, error) {
 	}
 	step := d.r.stepOf(req, d.holder == reconcilerIndex)
 	if d.holder >= 0 && step != "" {
-		a := arrival{holder: d.holder, step: step, resume: make(chan string)}
-		d.r.arrive <- a
-		if <-a.resume == FaultCrash {
+		if d.r.hold(arrival{holder: d.holder, step: step, resume: make(chan string)}, FaultCrash) == FaultCrash {
 			d.crashed.Store(true)
 			return nil, errCrashed
 		}
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil || step != StepAcquire || resp.StatusCode != http.StatusOK {
-		return resp, err
+	if d.holder >= 0 {
+		req.Header.Set(headerHolder, holderName(d.holder))
+	}
+	ctx, cut := context.WithCancel(req.Context())
+	d.mu.Lock()
+	d.cut = cut
+	d.mu.Unlock()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	d.mu.Lock()
+	d.cut = nil
+	d.mu.Unlock()
+	if err != nil {
+		cut()
+		return nil, err
+	}
+	if step != StepAcquire || resp.StatusCode != http.StatusOK {
+		return resp, nil
 	}
 	// Note the grant's token, for the checks, and hand the body on.
 	body, err := io.ReadAll(resp.Body)
@@ -466,15 +561,21 @@ func (d *doer) Do(req *http.Request) (*http.Response, error) {
 type Chooser func(depth int, enabled []Choice) (int, error)
 
 func holderName(h int) string {
-	if h == reconcilerIndex {
+	switch h {
+	case reconcilerIndex:
 		return Reconciler
+	case railProxyIndex:
+		return RailProxy
 	}
 	return string(rune('A' + h))
 }
 
 func holderIndex(name string) int {
-	if name == Reconciler {
+	switch name {
+	case Reconciler:
 		return reconcilerIndex
+	case RailProxy:
+		return railProxyIndex
 	}
 	return int(name[0] - 'A')
 }
@@ -541,7 +642,10 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 		return Result{}, fmt.Errorf("explore: %d payouts; want 1 or 2", cfg.Payouts)
 	}
 	n := e.seq.Add(1)
-	r := &run{e: e, arrive: make(chan arrival), tokens: map[int]int64{}}
+	r := &run{e: e, arrive: make(chan arrival), tokens: map[int]int64{}, proxyDone: make(chan struct{}, 1), doers: map[int]*doer{},
+		ended: make(chan struct{})}
+	r.detached.Store(-1)
+	defer close(r.ended)
 	for i := range cfg.Payouts {
 		id := fmt.Sprintf("p-%d", n)
 		if i > 0 {
@@ -573,7 +677,8 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 	actors := make([]int, 0, cfg.Holders+1)
 	for h := range cfg.Holders {
 		actors = append(actors, h)
-		x, err := r.executor(holderName(h), &doer{r: r, holder: h})
+		r.doers[h] = &doer{r: r, holder: h}
+		x, err := r.executor(holderName(h), r.doers[h])
 		if err != nil {
 			return Result{}, err
 		}
@@ -613,6 +718,9 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 		ended  []endedLease
 		faults int
 		aged   bool
+		// proxyCall is a rail call rail-proxy still holds after its
+		// caller gave up on it; nil when there is none.
+		proxyCall *arrival
 	)
 	key := r.events[0].LockKey()
 	for {
@@ -622,7 +730,7 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 		}
 		live := state.Lease != nil
 		var enabled []Choice
-		waiting, railHeld := false, false
+		waiting := false
 		for _, h := range actors {
 			a := pending[h]
 			if h == reconcilerIndex && a.err != nil {
@@ -636,15 +744,22 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 				enabled = append(enabled, Choice{Holder: holderName(h), Step: a.step})
 				if faults < cfg.MaxFaults {
 					if a.step == StepRail {
-						railHeld = true
-						for _, f := range []string{FaultRailLost, FaultRailDown} {
-							if slices.Contains(cfg.Faults, f) {
+						for _, f := range []string{FaultRailLost, FaultRailDown, FaultGiveUp} {
+							if slices.Contains(cfg.Faults, f) && (f != FaultGiveUp || proxyCall == nil) {
 								enabled = append(enabled, Choice{Holder: holderName(h), Step: f})
 							}
 						}
 					} else if slices.Contains(cfg.Faults, FaultCrash) {
 						enabled = append(enabled, Choice{Holder: holderName(h), Step: FaultCrash})
 					}
+				}
+			}
+		}
+		if proxyCall != nil {
+			enabled = append(enabled, Choice{Holder: RailProxy, Step: StepRail})
+			for _, f := range []string{FaultRailLost, FaultRailDown} {
+				if faults < cfg.MaxFaults && slices.Contains(cfg.Faults, f) {
+					enabled = append(enabled, Choice{Holder: RailProxy, Step: f})
 				}
 			}
 		}
@@ -655,7 +770,7 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 				}
 			}
 		}
-		if cfg.Reconciler && !aged && !railHeld && pending[reconcilerIndex].step != stepDone {
+		if cfg.Reconciler && !aged && pending[reconcilerIndex].step != stepDone {
 			doubt, err := r.inDoubt(ctx)
 			if err != nil {
 				return res, err
@@ -705,15 +820,32 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 		}
 		h := holderIndex(c.Holder)
 		switch c.Step {
-		case FaultCrash, FaultRailLost, FaultRailDown:
+		case FaultCrash, FaultRailLost, FaultRailDown, FaultGiveUp:
 			faults++
 		}
 		steps = append(steps, stepRecord{index: len(res.Schedule) - 1, holder: h, step: c.Step})
+		if h == railProxyIndex {
+			// The call its caller gave up on goes on; rail-proxy records
+			// what came of it before the next choice.
+			if err := r.letProxyGo(ctx, proxyCall, c.Step); err != nil {
+				return res, err
+			}
+			proxyCall = nil
+			continue
+		}
 		r.running.Store(int32(h))
-		select {
-		case pending[h].resume <- c.Step:
-		case <-ctx.Done():
-			return res, ctx.Err()
+		if c.Step == FaultGiveUp {
+			// The rail call stays held, now as rail-proxy's; the holder's
+			// own call is cut and it goes on from there.
+			proxyCall = &arrival{holder: railProxyIndex, step: StepRail, resume: pending[h].resume}
+			r.detached.Store(int32(h))
+			r.doers[h].giveUp()
+		} else {
+			select {
+			case pending[h].resume <- c.Step:
+			case <-ctx.Done():
+				return res, ctx.Err()
+			}
 		}
 		if c.Step == FaultCrash {
 			kill[h]()
@@ -734,10 +866,32 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 		}
 	}
 	r.running.Store(-1)
+	if proxyCall != nil {
+		if err := r.letProxyGo(ctx, proxyCall, StepRail); err != nil {
+			return res, err
+		}
+	}
 	if err := r.finish(ctx); err != nil {
 		return res, err
 	}
 	return res, r.check(ctx, &res, steps, ended)
+}
+
+// letProxyGo lets rail-proxy's held rail call a go with the rail's
+// answer mode (StepRail, FaultRailLost, FaultRailDown), and waits until
+// rail-proxy has handled the outcome.
+func (r *run) letProxyGo(ctx context.Context, a *arrival, mode string) error {
+	select {
+	case a.resume <- mode:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-r.proxyDone:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // endedLease is a fault: the lease carrying token ended on the server at

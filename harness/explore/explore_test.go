@@ -80,6 +80,16 @@ var regressions = []struct {
 	{"crash-after-the-rail-answered", 2,
 		"A:acquire A:confirm A:claim A:confirm A:submit A:rail A:crash expire B:acquire B:confirm B:claim B:confirm B:submit B:report B:release",
 		1, false, []string{"posted"}},
+	// Failure 6: A gives up on its submission while rail-proxy's call to
+	// the rail is still on its way; time passes beyond the abandon
+	// threshold; B's delivery finds the attempt abandoned and marks the
+	// payout ambiguous; the reconciler finds nothing at the rail and ends
+	// the payout failed; then the old call reaches the rail. With a
+	// look-up the rail paid it: money out, no debit, payout failed. With
+	// rail-proxy's stop order the rail refuses it.
+	{"late-rail-call-after-the-reconciler-found-nothing", 2,
+		"A:acquire A:confirm A:claim A:confirm A:submit A:giveup A:release age B:acquire B:confirm B:claim B:confirm B:submit B:report B:release R:read R:acquire R:reconcile R:resolve R:release P:rail",
+		1, true, []string{"failed"}},
 	// The reconciler's lease ends between its acquire and its
 	// reconciliation, and a duplicate delivery B takes a newer grant. B
 	// writes nothing: its claim meets the payout in doubt and is answered
@@ -93,7 +103,7 @@ var regressions = []struct {
 }
 
 // allFaults are every fault the explorer injects.
-var allFaults = []string{explore.FaultExpire, explore.FaultRevoke, explore.FaultRailLost, explore.FaultRailDown, explore.FaultCrash}
+var allFaults = []string{explore.FaultExpire, explore.FaultRevoke, explore.FaultRailLost, explore.FaultRailDown, explore.FaultCrash, explore.FaultGiveUp}
 
 func TestRegressionSchedules(t *testing.T) {
 	x := explore.New(t, pipelinetest.Options{})
@@ -195,7 +205,8 @@ func TestExhaustiveWithTheReconciler(t *testing.T) {
 
 // sampled runs n schedules of cfg (-explore.samples with -explore.full)
 // from -explore.seed, and fails on any violation. It returns how often
-// each choice was made (by step, any executor counted as "X") and how the
+// each choice was made (by step, any executor counted as "X", the
+// reconciler as "R" and rail-proxy as "P") and how the
 // payouts ended, so that a test can insist the sample reached what it
 // is for.
 func sampled(t *testing.T, cfg explore.Config, n int) (choices, ended map[string]int) {
@@ -213,7 +224,7 @@ func sampled(t *testing.T, cfg explore.Config, n int) (choices, ended map[string
 		return x.Sample(t.Context(), cfg, *seed, n, func(r explore.Result) bool {
 			for _, c := range r.Schedule {
 				who := c.Holder
-				if who != "" && who != explore.Reconciler {
+				if who != "" && who != explore.Reconciler && who != explore.RailProxy {
 					who = "X"
 				}
 				choices[who+":"+c.Step]++
@@ -243,11 +254,12 @@ func TestSampledThreeHolders(t *testing.T) {
 // A seeded sample with everything at once: two payouts of one account
 // (one lock, one account fence), two executors, the reconciler, and up to
 // two faults of every kind (a lease ended, the rail's answer lost, the
-// rail down, a process crashed). The sample must reach the reconciler's
+// rail down, a process crashed, a caller that gave up on rail-proxy). The sample must reach the reconciler's
 // resolution and both final outcomes, or it proves little.
 func TestSampledWithTheReconciler(t *testing.T) {
 	choices, ended := sampled(t, explore.Config{Holders: 2, Payouts: 2, Reconciler: true, MaxFaults: 2, Faults: allFaults}, 150)
-	for _, c := range []string{"R:" + explore.StepResolve, "X:" + explore.FaultRailLost, "X:" + explore.FaultRailDown, "X:" + explore.FaultCrash, ":" + explore.FaultAge} {
+	for _, c := range []string{"R:" + explore.StepResolve, "X:" + explore.FaultRailLost, "X:" + explore.FaultRailDown, "X:" + explore.FaultCrash,
+		"X:" + explore.FaultGiveUp, "P:" + explore.StepRail, ":" + explore.FaultAge} {
 		if choices[c] == 0 {
 			t.Errorf("no schedule of the sample made the choice %s", c)
 		}
