@@ -1202,11 +1202,14 @@ func (e *Explorer) Sample(ctx context.Context, cfg Config, seed uint64, n int, v
 
 // weight is a choice's weight in Sample's draw: a step 1, the rail's
 // faults 1 each (they only compete with one step), a crash 0.05, the
-// faults on the lease 0.3, the reconciler's steps 0.2 (so that it
-// tends to move once something is in doubt), time passing 1.
+// faults on the lease 0.3, the reconciler's read 0.05 and its other
+// steps 0.2 (so that it tends to read once something is in doubt),
+// rail-proxy's call whose
+// caller gave up 0.05 (so that it tends to arrive late, after the others
+// have moved on), time passing 1.
 func weight(c Choice) float64 {
 	switch {
-	case c.Step == FaultCrash:
+	case c.Step == FaultCrash, c.Holder == RailProxy, c.Holder == Reconciler && c.Step == StepRead:
 		return 0.05
 	case c.Holder == "" && c.Step != FaultAge:
 		return 0.3

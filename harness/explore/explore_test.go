@@ -252,12 +252,14 @@ func TestSampledThreeHolders(t *testing.T) {
 }
 
 // A seeded sample with everything at once: two payouts of one account
-// (one lock, one account fence), two executors, the reconciler, and up to
-// two faults of every kind (a lease ended, the rail's answer lost, the
-// rail down, a process crashed, a caller that gave up on rail-proxy). The sample must reach the reconciler's
-// resolution and both final outcomes, or it proves little.
+// (one lock, one account fence), three executors (A and C deliver the
+// first payout, B the second), the reconciler, and up to two faults of
+// every kind (a lease ended, the rail's answer lost, the rail down, a
+// process crashed, a caller that gave up on rail-proxy). The sample must
+// reach each of those, the reconciler's resolution and both final
+// outcomes, or it proves little.
 func TestSampledWithTheReconciler(t *testing.T) {
-	choices, ended := sampled(t, explore.Config{Holders: 2, Payouts: 2, Reconciler: true, MaxFaults: 2, Faults: allFaults}, 150)
+	choices, ended := sampled(t, explore.Config{Holders: 3, Payouts: 2, Reconciler: true, MaxFaults: 2, Faults: allFaults}, 150)
 	for _, c := range []string{"R:" + explore.StepResolve, "X:" + explore.FaultRailLost, "X:" + explore.FaultRailDown, "X:" + explore.FaultCrash,
 		"X:" + explore.FaultGiveUp, "P:" + explore.StepRail, ":" + explore.FaultAge} {
 		if choices[c] == 0 {
