@@ -63,13 +63,31 @@ explore: ## every ordering of two executors on one payout (one expiry or revoke)
 demo: ## the fencing experiment on real processes, 2 backends x 4 fencing cells; writes harness/out/summary.json
 	$(GO) run ./harness/cmd/experiment -out harness/out
 
+# The credential check of labenv (tfdriver.Preflight) in the shell, so that
+# a missing credential stops the target at once with labenv's one line,
+# before go builds anything (terraform/cmd/labenv's TestMakeTargetsStopBeforeGo
+# keeps the two the same).
+define cloud_preflight
+	@missing=""; \
+	[ -n "$$GOOGLE_CLOUD_PROJECT" ] || missing="$$missing, GOOGLE_CLOUD_PROJECT (the lab's dedicated project id)"; \
+	[ -n "$$BILLING_ACCOUNT$$TF_VAR_billing_account" ] || missing="$$missing, BILLING_ACCOUNT (the billing account id the budget is created on)"; \
+	if [ -n "$$GOOGLE_APPLICATION_CREDENTIALS" ]; then adc="$$GOOGLE_APPLICATION_CREDENTIALS"; \
+	elif [ -n "$$CLOUDSDK_CONFIG" ]; then adc="$$CLOUDSDK_CONFIG/application_default_credentials.json"; \
+	elif [ -n "$$HOME" ]; then adc="$$HOME/.config/gcloud/application_default_credentials.json"; else adc=""; fi; \
+	[ -n "$$adc" ] && [ -e "$$adc" ] || missing="$$missing, Application Default Credentials (run: gcloud auth application-default login)"; \
+	if [ -n "$$missing" ]; then echo "labenv $(1): tfdriver: missing $${missing#, }" >&2; exit 2; fi
+endef
+
 plan: ## Google Cloud: terraform init and a saved plan with its resource counts (needs GOOGLE_CLOUD_PROJECT, BILLING_ACCOUNT, gcloud ADC; docs/cloud.md)
+	$(call cloud_preflight,plan)
 	$(GO) run ./terraform/cmd/labenv plan
 
 deploy: ## Google Cloud: apply (budget first), then cloudbuild.yaml with this commit; a failed apply is destroyed
+	$(call cloud_preflight,deploy)
 	$(GO) run ./terraform/cmd/labenv deploy
 
 destroy: ## Google Cloud: delete the GKE objects, terraform destroy, then the zero-billable check through the Google Cloud APIs
+	$(call cloud_preflight,destroy)
 	$(GO) run ./terraform/cmd/labenv destroy
 
 clean: ## remove build output and the experiment's outputs (harness/out)

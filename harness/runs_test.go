@@ -35,6 +35,7 @@ type sharedRun struct {
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	cloudMain()
 	code := m.Run()
 	if work != "" {
 		if code == 0 {

@@ -42,6 +42,16 @@ locals {
   executor_request_timeout = "180s"
 
   sa = module.iam.emails
+
+  # The game day (var.game_day, off by default): the executor's pause fault
+  # and the operator's access for the harness. Nothing here is set unless
+  # the variable is; terraform/tfpolicy checks that it defaults to null.
+  game_day = var.game_day != null
+  game_day_executor_env = local.game_day ? {
+    EXECUTOR_FAULT_PAUSE_BEFORE_SUBMIT_MS = tostring(var.game_day.pause_ms)
+    EXECUTOR_FAULT_PAUSE_PAYOUT_PREFIX    = var.game_day.payout_prefix
+  } : {}
+  game_day_invokers = local.game_day ? { operator = var.game_day.operator } : {}
 }
 
 module "budget" {
@@ -142,7 +152,7 @@ module "rail_stub" {
   ingress       = "INGRESS_TRAFFIC_ALL"
   network_id    = module.network.network_id
   subnetwork_id = module.network.subnetwork_id
-  invokers      = { rail-proxy = "serviceAccount:${local.sa["rail-proxy"]}" }
+  invokers      = merge({ rail-proxy = "serviceAccount:${local.sa["rail-proxy"]}" }, local.game_day_invokers)
   labels        = local.labels
   depends_on    = [module.budget, module.apis]
 }
@@ -197,10 +207,14 @@ module "payment_resource" {
   max_instances   = var.max_instances
   network_id      = module.network.network_id
   subnetwork_id   = module.network.subnetwork_id
-  invokers = {
+  # Internal, except on a game day: the harness creates accounts and
+  # payouts and reads the audit from outside the VPC, with an ID token of
+  # the operator (docs/cloud.md, "How the harness reaches the services").
+  ingress = local.game_day ? "INGRESS_TRAFFIC_ALL" : "INGRESS_TRAFFIC_INTERNAL_ONLY"
+  invokers = merge({
     executor   = "serviceAccount:${local.sa["executor"]}"
     reconciler = "serviceAccount:${local.sa["reconciler"]}"
-  }
+  }, local.game_day_invokers)
   labels = local.labels
   env = {
     PAYDB_URL         = "user=${module.iam.db_users["payment-resource"]} dbname=paydb sslmode=disable"
@@ -229,12 +243,15 @@ module "executor" {
   subnetwork_id = module.network.subnetwork_id
   invokers      = { pubsub-push = "serviceAccount:${local.sa["pubsub-push"]}" }
   labels        = local.labels
-  env = {
+  # A paused delivery (the game day's pause fault) must keep running after
+  # Pub/Sub has hung up on its push.
+  cpu_idle = !local.game_day
+  env = merge({
     LOCK_SERVER_URL      = "http://${module.network.lock_server_address}"
     PAYMENT_RESOURCE_URL = module.payment_resource.uri
     RAIL_PROXY_URL       = module.rail_proxy.uri
     EXECUTOR_ID_TOKENS   = "true" # payment-resource and rail-proxy are private
-  }
+  }, local.game_day_executor_env)
   depends_on = [module.budget, module.apis]
 }
 

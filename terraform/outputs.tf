@@ -67,3 +67,8 @@ output "labels" {
   description = "The labels every labelled resource carries: the zero-billable check looks for them."
   value       = local.labels
 }
+
+output "game_day" {
+  description = "The game day's settings (null when var.game_day is): the harness reads the payout prefix and the pause from here."
+  value       = var.game_day
+}

@@ -73,3 +73,35 @@ variable "rail_receipt_keys" {
     error_message = "rail_receipt_keys must be one or more id:base64url public keys."
   }
 }
+
+variable "game_day" {
+  description = <<-EOT
+    The game day of the fencing experiment (docs/cloud.md), null (the default) for none. When set:
+    the executor's pause fault is armed (EXECUTOR_FAULT_PAUSE_BEFORE_SUBMIT_MS = pause_ms for delivery 1
+    of the payouts whose id starts with payout_prefix), the executor keeps its CPU between requests (the
+    paused delivery carries on after Pub/Sub gives up on its push), and the operator (a member such as
+    "user:me@example.com") may invoke payment-resource and rail-stub, payment-resource's ingress being
+    opened to all traffic so that the harness, outside the VPC, reaches it with an ID token (invoker IAM
+    still refuses everyone else). pause_ms must exceed the push ack deadline (120 s) plus the minimum
+    backoff (5 s), so that Pub/Sub redelivers during the pause, and end before the executor's request
+    timeout (180 s).
+  EOT
+  type = object({
+    pause_ms      = number
+    payout_prefix = string
+    operator      = string
+  })
+  default = null
+  validation {
+    condition     = var.game_day == null || (try(var.game_day.pause_ms, 0) >= 135000 && try(var.game_day.pause_ms, 0) <= 165000)
+    error_message = "game_day.pause_ms must be 135000..165000: above the ack deadline (120 s) and the minimum backoff (5 s) with 10 s for the redelivery, and 15 s before the executor's request timeout (180 s)."
+  }
+  validation {
+    condition     = var.game_day == null || can(regex("^[a-z][a-z0-9-]{2,30}$", try(var.game_day.payout_prefix, "")))
+    error_message = "game_day.payout_prefix must be 3..31 lower-case letters, digits or dashes, starting with a letter."
+  }
+  validation {
+    condition     = var.game_day == null || can(regex("^(user|serviceAccount):[^@]+@[^@]+$", try(var.game_day.operator, "")))
+    error_message = "game_day.operator must be one user: or serviceAccount: member, never a public one."
+  }
+}

@@ -139,6 +139,10 @@ type Executor struct {
 	log   *slog.Logger
 	hooks Hooks
 
+	// pause is the pause fault's wait (Config.FaultPause); a timer by
+	// default, replaced only by tests (export_test.go).
+	pause func(d time.Duration)
+
 	// rndMu guards rnd, the jitter of the in-process retries.
 	rndMu sync.Mutex
 	rnd   *rand.Rand
@@ -166,7 +170,7 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Executor, error) {
 	if logger == nil {
 		return nil, errors.New("executor: New needs a logger")
 	}
-	x := &Executor{cfg: cfg, log: logger, doer: &http.Client{}}
+	x := &Executor{cfg: cfg, log: logger, doer: &http.Client{}, pause: sleep}
 	for _, o := range opts {
 		o(x)
 	}
@@ -253,7 +257,7 @@ func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	log := x.log.With("payoutId", ev.PayoutID, "accountId", ev.AccountID, "messageId", push.Message.MessageID, "deliveryAttempt", push.Attempt(), "ownerId", x.Owner())
 	log.Info("payout event received", "event", "payout_event_received", "orderingKey", push.Message.OrderingKey)
-	out, err := x.Execute(r.Context(), ev)
+	out, err := x.Execute(withDeliveryAttempt(r.Context(), push.Attempt()), ev)
 	status := Status(out, err)
 	if err != nil {
 		code := codeOf(err)
@@ -364,8 +368,16 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	case err != nil:
 		return x.settle(ctx, log, e, nil, "read payout", ServicePaymentResource, err)
 	}
+	// The pause fault's delivery (Config.FaultPause) stands for a stopped
+	// process, which renews nothing: its lease gets no background renewal,
+	// only the confirmations below, so lock-server ends it during the pause.
+	paused := x.cfg.FaultPause.Applies(e.PayoutID, deliveryAttemptOf(ctx))
+	aopts := []client.AcquireOption{client.WithTTL(x.cfg.LeaseTTL)}
+	if !paused {
+		aopts = append(aopts, client.WithAutoRenew(0))
+	}
 	actx, cancel := context.WithTimeout(ctx, x.cfg.AcquireWait)
-	lease, err := x.locks.Acquire(actx, e.LockKey(), client.WithTTL(x.cfg.LeaseTTL), client.WithAutoRenew(0))
+	lease, err := x.locks.Acquire(actx, e.LockKey(), aopts...)
 	cancel()
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
@@ -407,6 +419,9 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	// decision, taken in the transaction that records this submission.
 	if err := x.confirm(ctx, log, lease, "rail submission"); err != nil {
 		return x.settle(ctx, log, e, nil, "confirm before the rail submission", ServiceLockServer, err)
+	}
+	if paused {
+		ctx = x.pauseFault(ctx, log)
 	}
 	if x.hooks.BeforeRailSubmit != nil {
 		x.hooks.BeforeRailSubmit(ctx, e, token)
@@ -582,6 +597,39 @@ func (x *Executor) retry(ctx context.Context, f func(context.Context) error) err
 			return errors.Join(err, ctx.Err())
 		}
 	}
+}
+
+// deliveryAttemptKey carries Pub/Sub's delivery attempt of the push being
+// executed from ServeHTTP to Execute ("" when unknown).
+type deliveryAttemptKey struct{}
+
+func withDeliveryAttempt(ctx context.Context, attempt string) context.Context {
+	return context.WithValue(ctx, deliveryAttemptKey{}, attempt)
+}
+
+func deliveryAttemptOf(ctx context.Context) string {
+	a, _ := ctx.Value(deliveryAttemptKey{}).(string)
+	return a
+}
+
+// sleep waits d whatever happens meanwhile: a paused process does not see
+// its client hang up or its context end.
+func sleep(d time.Duration) { time.Sleep(d) }
+
+// pauseFault is the game day's pause (Config.FaultPause): it waits
+// FaultPause.Duration, ignoring ctx as a stopped process would, and
+// returns a context that no longer ends with the push request, so that the
+// stale worker's rail submission and result reach the fences even when
+// Pub/Sub has given up on the push meanwhile. Each call after it is still
+// bounded by its own timeout.
+func (x *Executor) pauseFault(ctx context.Context, log *slog.Logger) context.Context {
+	d := x.cfg.FaultPause.Duration
+	log.Warn("fault injection: pausing after the last lease confirmation, before the rail submission", "event", "fault_pause_started",
+		"pauseMs", d.Milliseconds(), "ttlMs", x.cfg.LeaseTTL.Milliseconds())
+	x.pause(d)
+	log.Warn("fault injection: pause over; carrying on as if the lease were still held", "event", "fault_pause_ended",
+		"pauseMs", d.Milliseconds(), "requestEnded", ctx.Err() != nil)
+	return context.WithoutCancel(ctx)
 }
 
 // delay is ReportRetry.Delay with the executor's random source.

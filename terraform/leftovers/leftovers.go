@@ -2,12 +2,15 @@
 // after a destroy, through the Google Cloud APIs rather than Terraform's
 // state (which only knows what it made): Cloud Run services, Cloud SQL
 // instances, GKE clusters, Pub/Sub topics and subscriptions, Artifact
-// Registry repositories and persistent disks. A resource is the lab's when
-// it carries every one of the lab's labels (terraform output labels); two
-// kinds of leftover never carry them and are matched otherwise: disks that
-// GKE created (a goog-k8s-* or goog-gke-* label: the project is the lab's
-// alone) and the cloud-run-source-deploy repository that
-// `gcloud run deploy --source` creates.
+// Registry repositories, persistent disks, Secret Manager secrets (billed
+// per active version) and Cloud Scheduler jobs (billed per job). A resource
+// is the lab's when it carries every one of the lab's labels (terraform
+// output labels); three kinds of leftover never carry them and are matched
+// otherwise: disks that GKE created (a goog-k8s-* or goog-gke-* label: the
+// project is the lab's alone), the cloud-run-source-deploy repository that
+// `gcloud run deploy --source` creates, and Cloud Scheduler jobs, which
+// have no labels at all: a job is the lab's when its id starts with the
+// lab's name prefix and a dash (Scope.NamePrefix).
 //
 // Check is the zero-billable check of `make destroy`; Services reads the
 // deployed services' URLs and readiness for the harness.
@@ -30,6 +33,10 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	run "cloud.google.com/go/run/apiv2"
 	"cloud.google.com/go/run/apiv2/runpb"
+	scheduler "cloud.google.com/go/scheduler/apiv1"
+	"cloud.google.com/go/scheduler/apiv1/schedulerpb"
+	secretmanager "cloud.google.com/go/secretmanager/apiv1"
+	"cloud.google.com/go/secretmanager/apiv1/secretmanagerpb"
 	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
 	sqladmin "google.golang.org/api/sqladmin/v1"
@@ -59,6 +66,25 @@ type Scope struct {
 	// Labels are the lab's labels; a resource is the lab's when it carries
 	// every pair. At least one is required.
 	Labels map[string]string
+	// NamePrefix is the lab's name prefix (terraform's var.name_prefix):
+	// Cloud Scheduler jobs carry no labels, so a job is the lab's when its
+	// id starts with NamePrefix + "-". Default: the value of the "lab"
+	// label, which main.tf sets to the prefix. Without either, listing the
+	// jobs fails (never a pass).
+	NamePrefix string
+}
+
+// jobPrefix is the id prefix of the lab's Cloud Scheduler jobs, "" when
+// unknown.
+func (s Scope) jobPrefix() string {
+	p := s.NamePrefix
+	if p == "" {
+		p = s.Labels["lab"]
+	}
+	if p == "" {
+		return ""
+	}
+	return p + "-"
 }
 
 // Validate returns an error wrapping ErrInvalidScope.
@@ -97,12 +123,14 @@ func (l Leftover) String() string { return l.Kind + " " + l.Name }
 // Clients are the API clients Find uses. Every one is required: a kind
 // that cannot be listed is an error, never a pass.
 type Clients struct {
-	Run      *run.ServicesClient             // Cloud Run Admin API v2 (gRPC)
-	GKE      *container.ClusterManagerClient // GKE (gRPC)
-	Registry *artifactregistry.Client        // Artifact Registry (gRPC)
-	Disks    *compute.DisksClient            // Compute Engine disks (REST)
-	SQL      *sqladmin.Service               // Cloud SQL Admin (REST)
-	PubSub   *pubsub.Client                  // Pub/Sub admin (gRPC)
+	Run       *run.ServicesClient             // Cloud Run Admin API v2 (gRPC)
+	GKE       *container.ClusterManagerClient // GKE (gRPC)
+	Registry  *artifactregistry.Client        // Artifact Registry (gRPC)
+	Disks     *compute.DisksClient            // Compute Engine disks (REST)
+	SQL       *sqladmin.Service               // Cloud SQL Admin (REST)
+	PubSub    *pubsub.Client                  // Pub/Sub admin (gRPC)
+	Secrets   *secretmanager.Client           // Secret Manager (gRPC)
+	Scheduler *scheduler.CloudSchedulerClient // Cloud Scheduler (gRPC)
 }
 
 // NewClients opens every client for project with opts (Application
@@ -144,6 +172,14 @@ func NewClients(ctx context.Context, project string, opts ...option.ClientOption
 		return fail("Pub/Sub", err)
 	}
 	closers = append(closers, c.PubSub.Close)
+	if c.Secrets, err = secretmanager.NewClient(ctx, opts...); err != nil {
+		return fail("Secret Manager", err)
+	}
+	closers = append(closers, c.Secrets.Close)
+	if c.Scheduler, err = scheduler.NewCloudSchedulerClient(ctx, opts...); err != nil {
+		return fail("Cloud Scheduler", err)
+	}
+	closers = append(closers, c.Scheduler.Close)
 	return c, closeAll, nil
 }
 
@@ -167,6 +203,8 @@ func Find(ctx context.Context, s Scope, c Clients) ([]Leftover, error) {
 		{"Pub/Sub topics and subscriptions", func() ([]Leftover, error) { return pubsubResources(ctx, s, c.PubSub) }, c.PubSub != nil},
 		{"Artifact Registry repositories", func() ([]Leftover, error) { return repositories(ctx, s, c.Registry) }, c.Registry != nil},
 		{"persistent disks", func() ([]Leftover, error) { return disks(ctx, s, c.Disks) }, c.Disks != nil},
+		{"Secret Manager secrets", func() ([]Leftover, error) { return secrets(ctx, s, c.Secrets) }, c.Secrets != nil},
+		{"Cloud Scheduler jobs", func() ([]Leftover, error) { return schedulerJobs(ctx, s, c.Scheduler) }, c.Scheduler != nil},
 	} {
 		if !k.ok {
 			errs = append(errs, fmt.Errorf("%w %s: no client", ErrList, k.kind))
@@ -296,6 +334,30 @@ func disks(ctx context.Context, s Scope, c *compute.DisksClient) ([]Leftover, er
 			if s.ours(d.GetLabels()) || madeByGKE(d.GetLabels()) {
 				out = append(out, Leftover{"persistent disk", pair.Key + "/disks/" + d.GetName()})
 			}
+		}
+	})
+	return out, err
+}
+
+func secrets(ctx context.Context, s Scope, c *secretmanager.Client) ([]Leftover, error) {
+	var out []Leftover
+	err := each(c.ListSecrets(ctx, &secretmanagerpb.ListSecretsRequest{Parent: "projects/" + s.Project}), func(sec *secretmanagerpb.Secret) {
+		if s.ours(sec.GetLabels()) {
+			out = append(out, Leftover{"Secret Manager secret", sec.GetName()})
+		}
+	})
+	return out, err
+}
+
+func schedulerJobs(ctx context.Context, s Scope, c *scheduler.CloudSchedulerClient) ([]Leftover, error) {
+	prefix := s.jobPrefix()
+	if prefix == "" {
+		return nil, errors.New("no name prefix and no lab label: Cloud Scheduler jobs carry no labels, so none could be told apart")
+	}
+	var out []Leftover
+	err := each(c.ListJobs(ctx, &schedulerpb.ListJobsRequest{Parent: "projects/" + s.Project + "/locations/" + s.Region}), func(j *schedulerpb.Job) {
+		if strings.HasPrefix(j.GetName()[strings.LastIndex(j.GetName(), "/")+1:], prefix) {
+			out = append(out, Leftover{"Cloud Scheduler job", j.GetName()})
 		}
 	})
 	return out, err

@@ -16,6 +16,8 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"cloud.google.com/go/pubsub/v2/pstest"
 	"cloud.google.com/go/run/apiv2/runpb"
+	"cloud.google.com/go/scheduler/apiv1/schedulerpb"
+	"cloud.google.com/go/secretmanager/apiv1/secretmanagerpb"
 	"google.golang.org/api/option"
 	sqladmin "google.golang.org/api/sqladmin/v1"
 	"google.golang.org/grpc"
@@ -41,6 +43,42 @@ type fakeCloud struct {
 	disks    map[string][]map[string]any // zone key -> disks (REST JSON)
 	sql      []map[string]any            // REST JSON instances
 	sqlFails bool
+	secrets  []*secretmanagerpb.Secret
+	jobs     []*schedulerpb.Job
+}
+
+type fakeSecrets struct {
+	secretmanagerpb.UnimplementedSecretManagerServiceServer
+	f *fakeCloud
+}
+
+func (s fakeSecrets) ListSecrets(_ context.Context, req *secretmanagerpb.ListSecretsRequest) (*secretmanagerpb.ListSecretsResponse, error) {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	var out []*secretmanagerpb.Secret
+	for _, sec := range s.f.secrets {
+		if strings.HasPrefix(sec.Name, req.Parent+"/") {
+			out = append(out, sec)
+		}
+	}
+	return &secretmanagerpb.ListSecretsResponse{Secrets: out}, nil
+}
+
+type fakeScheduler struct {
+	schedulerpb.UnimplementedCloudSchedulerServer
+	f *fakeCloud
+}
+
+func (s fakeScheduler) ListJobs(_ context.Context, req *schedulerpb.ListJobsRequest) (*schedulerpb.ListJobsResponse, error) {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	var out []*schedulerpb.Job
+	for _, j := range s.f.jobs {
+		if strings.HasPrefix(j.Name, req.Parent+"/") {
+			out = append(out, j)
+		}
+	}
+	return &schedulerpb.ListJobsResponse{Jobs: out}, nil
 }
 
 type fakeRun struct {
@@ -121,6 +159,8 @@ func start(t *testing.T, f *fakeCloud) leftovers.Clients {
 		runpb.RegisterServicesServer(s, fakeRun{f: f})
 		containerpb.RegisterClusterManagerServer(s, fakeGKE{f: f})
 		artifactregistrypb.RegisterArtifactRegistryServer(s, fakeRegistry{f: f})
+		secretmanagerpb.RegisterSecretManagerServiceServer(s, fakeSecrets{f: f})
+		schedulerpb.RegisterCloudSchedulerServer(s, fakeScheduler{f: f})
 	})
 	t.Cleanup(func() { _ = ps.Close() })
 	rest := httptest.NewServer(http.HandlerFunc(f.rest))
@@ -185,6 +225,14 @@ func TestEveryLeftoverIsNamedAndOthersAreNot(t *testing.T) {
 			{"name": "dlock-lock-a1b2c3", "project": project, "settings": map[string]any{"userLabels": labLabels}},
 			{"name": "theirs", "project": project, "settings": map[string]any{"userLabels": other}},
 		},
+		secrets: []*secretmanagerpb.Secret{
+			{Name: "projects/" + project + "/secrets/dlock-lock-proof-signing-key", Labels: labLabels},
+			{Name: "projects/" + project + "/secrets/theirs", Labels: other},
+		},
+		jobs: []*schedulerpb.Job{
+			{Name: loc + "/jobs/dlock-reconcile"},
+			{Name: loc + "/jobs/theirs-nightly"},
+		},
 	}
 	c := start(t, f)
 	ctx := context.Background()
@@ -214,7 +262,9 @@ func TestEveryLeftoverIsNamedAndOthersAreNot(t *testing.T) {
 		"Cloud SQL instance projects/" + project + "/instances/dlock-lock-a1b2c3",
 		"Pub/Sub topic projects/" + project + "/topics/dlock-payouts",
 		"Pub/Sub subscription projects/" + project + "/subscriptions/dlock-payouts-executor",
-		"(8)",
+		"Secret Manager secret projects/" + project + "/secrets/dlock-lock-proof-signing-key",
+		"Cloud Scheduler job " + loc + "/jobs/dlock-reconcile",
+		"(10)",
 	} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("Check's error does not name %q:\n%s", want, msg)
@@ -234,6 +284,11 @@ func TestAListingFailureIsNeverAPass(t *testing.T) {
 	c.GKE = nil
 	if err := leftovers.Check(context.Background(), scope, c); !strings.Contains(err.Error(), "GKE clusters: no client") {
 		t.Errorf("Check without a GKE client = %v, want it named", err)
+	}
+	c = start(t, &fakeCloud{})
+	if err := leftovers.Check(context.Background(), leftovers.Scope{Project: project, Region: "europe-west1", Labels: other}, c); !errors.Is(err, leftovers.ErrList) ||
+		!strings.Contains(err.Error(), "Cloud Scheduler jobs: no name prefix") {
+		t.Errorf("Check without a name prefix or lab label = %v, want ErrList naming Cloud Scheduler jobs", err)
 	}
 	if err := leftovers.Check(context.Background(), leftovers.Scope{Project: project, Region: "europe-west1"}, c); !errors.Is(err, leftovers.ErrInvalidScope) {
 		t.Errorf("Check without labels = %v, want ErrInvalidScope", err)

@@ -44,6 +44,7 @@ var Rules = []Rule{
 	{"cloud-run-scaling", "an idle lab costs nothing and a runaway one costs a bounded amount", checkCloudRunScaling},
 	{"deletion-protection-off", "destroy must reach zero instead of stopping half-way on a protected resource", checkDeletionProtection},
 	{"labels", "every labelled resource can be found by the zero-billable check", checkLabels},
+	{"game-day-off", "a fault (the executor's pause) is armed only by the game_day variable, which defaults to off", checkGameDayOff},
 }
 
 // Check applies every rule to c and returns the violations, rule by rule.

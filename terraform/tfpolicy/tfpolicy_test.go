@@ -220,7 +220,7 @@ var brokenCases = []struct {
 	{
 		name:  "allUsers may invoke the rail-stub",
 		rule:  "no-public-access",
-		edits: []edit{{"main.tf", `invokers      = { rail-proxy = "serviceAccount:${local.sa["rail-proxy"]}" }`, `invokers      = { rail-proxy = "serviceAccount:${local.sa["rail-proxy"]}", public = "allUsers" }`}},
+		edits: []edit{{"main.tf", `invokers      = merge({ rail-proxy = "serviceAccount:${local.sa["rail-proxy"]}" }, local.game_day_invokers)`, `invokers      = merge({ rail-proxy = "serviceAccount:${local.sa["rail-proxy"]}", public = "allUsers" }, local.game_day_invokers)`}},
 		want:  "names allUsers",
 	},
 	{
@@ -273,6 +273,45 @@ var brokenCases = []struct {
 			"resource \"google_redis_instance\" \"cache\" {\n  name           = \"cache\"\n  memory_size_gb = 1\n}\n\nresource \"google_artifact_registry_repository\" \"images\" {"}},
 		want: "type google_redis_instance is in neither table",
 	},
+}
+
+func init() {
+	brokenCases = append(brokenCases,
+		struct {
+			name  string
+			rule  string
+			edits []edit
+			want  string
+		}{
+			name: "the game day on by default",
+			rule: "game-day-off",
+			edits: []edit{{"variables.tf", "  default = null\n  validation {\n    condition     = var.game_day == null || (try(",
+				"  default = { pause_ms = 150000, payout_prefix = \"gameday-\", operator = \"user:me@example.com\" }\n  validation {\n    condition     = var.game_day == null || (try("}},
+			want: "game_day defaults to something other than null",
+		},
+		struct {
+			name  string
+			rule  string
+			edits []edit
+			want  string
+		}{
+			name:  "the pause fault armed without the game day",
+			rule:  "game-day-off",
+			edits: []edit{{"main.tf", "game_day_executor_env = local.game_day ? {", "game_day_executor_env = true ? {"}},
+			want:  "EXECUTOR_FAULT_PAUSE_BEFORE_SUBMIT_MS is set outside a condition on var.game_day",
+		},
+		struct {
+			name  string
+			rule  string
+			edits []edit
+			want  string
+		}{
+			name:  "no game_day variable",
+			rule:  "game-day-off",
+			edits: []edit{{"variables.tf", `variable "game_day" {`, `variable "game_night" {`}, {"main.tf", "game_day = var.game_day != null", "game_day = var.game_night != null"}, {"main.tf", "tostring(var.game_day.pause_ms)", "tostring(var.game_night.pause_ms)"}, {"main.tf", "= var.game_day.payout_prefix", "= var.game_night.payout_prefix"}, {"main.tf", "{ operator = var.game_day.operator }", "{ operator = var.game_night.operator }"}, {"outputs.tf", "value       = var.game_day\n", "value       = var.game_night\n"}},
+			want:  "the root module has no game_day variable",
+		},
+	)
 }
 
 func TestEveryRuleFailsOnABrokenCopy(t *testing.T) {

@@ -75,7 +75,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, exists 
 	case "deploy":
 		err = deploy(ctx, d, vars, *keep, stdout, stderr)
 	case "destroy":
-		err = destroy(ctx, d, vars, stdout, stderr)
+		err = destroy(ctx, d, vars, getenv, stdout, stderr)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "labenv %s: %v\n", fs.Arg(0), err)
@@ -142,13 +142,18 @@ func deploy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars, ke
 	return nil
 }
 
-func destroy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars, stdout, stderr io.Writer) error {
+func destroy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars, getenv func(string) string, stdout, stderr io.Writer) error {
 	if err := d.Init(ctx); err != nil {
 		return err
 	}
 	// What the zero-billable check looks for, read while the state still
 	// has it; the module's defaults when it no longer does.
-	scope := leftovers.Scope{Project: vars.Project, Region: vars.Region, Labels: map[string]string{"app": "distributed-lock-lab"}}
+	// NamePrefix (the module's default; TF_VAR_name_prefix overrides it)
+	// finds the Cloud Scheduler jobs, which carry no labels.
+	scope := leftovers.Scope{Project: vars.Project, Region: vars.Region, Labels: map[string]string{"app": "distributed-lock-lab"}, NamePrefix: "dlock"}
+	if p := getenv("TF_VAR_name_prefix"); p != "" {
+		scope.NamePrefix = p
+	}
 	if scope.Region == "" {
 		scope.Region = "europe-west1"
 	}

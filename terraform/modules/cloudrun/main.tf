@@ -65,6 +65,12 @@ variable "vpc_egress" {
   default     = "PRIVATE_RANGES_ONLY"
 }
 
+variable "cpu_idle" {
+  description = "true: CPU only while requests are being answered (request-based billing). false keeps it between requests (instance-based), for work that outlives its request."
+  type        = bool
+  default     = true
+}
+
 variable "invokers" {
   description = "Members given roles/run.invoker on this service, by a static key."
   type        = map(string)
@@ -114,7 +120,7 @@ resource "google_cloud_run_v2_service" "this" {
           cpu    = "1"
           memory = "512Mi"
         }
-        cpu_idle = true
+        cpu_idle = var.cpu_idle
       }
 
       dynamic "env" {
