@@ -310,7 +310,9 @@ func (s *Service) resultTx(ctx context.Context, id string, h payoutevent.Holder,
 	var p api.Payout
 	var replayed bool
 	var from api.State
+	var completedAfter float64 // seconds from creation to posted or declined; < 0: not finished here
 	err := s.inTx(ctx, "result", func(tx pgx.Tx) error {
+		completedAfter = -1
 		l, err := lockPayout(ctx, tx, id)
 		if err != nil {
 			return err
@@ -378,11 +380,19 @@ func (s *Service) resultTx(ctx context.Context, id string, h payoutevent.Holder,
 				return err
 			}
 		}
+		if req.Outcome != api.OutcomeAmbiguous && l.state != api.StatePosted && l.state != api.StateDeclined {
+			if completedAfter, err = completionSeconds(ctx, tx, id); err != nil {
+				return err
+			}
+		}
 		p, err = loadPayout(ctx, tx, id)
 		return err
 	})
 	if err != nil {
 		return api.Payout{}, err
+	}
+	if completedAfter >= 0 {
+		completion.Observe(completedAfter)
 	}
 	attrs := []any{"payoutId", id, "accountId", p.AccountID, "token", token, "ownerId", owner,
 		"railRef", req.RailRef, "from", string(from)}

@@ -350,8 +350,9 @@ type Stub struct {
 	mu      sync.Mutex
 	faults  Faults
 	records []Submission
-	journal *journal // nil without JournalPath, or after Close
-	broken  error    // set by the first journal failure; refuses all later submissions
+	perID   map[string]int // submissions recorded per payout id, reloaded ones included
+	journal *journal       // nil without JournalPath, or after Close
+	broken  error          // set by the first journal failure; refuses all later submissions
 	closed  bool
 }
 
@@ -375,6 +376,7 @@ func New(cfg Config, log *slog.Logger) (*Stub, error) {
 		mux:     http.NewServeMux(),
 		closing: make(chan struct{}),
 		faults:  Faults{LatencyMs: cfg.Latency.Milliseconds()},
+		perID:   map[string]int{},
 	}
 	for _, a := range cfg.DeclineAccounts {
 		s.decline[a] = true
@@ -385,6 +387,9 @@ func New(cfg Config, log *slog.Logger) (*Stub, error) {
 			return nil, err
 		}
 		s.journal, s.records = j, recs
+		for _, r := range recs {
+			s.perID[r.Request.PayoutID]++
+		}
 		log.Info("rail stub journal reloaded", "event", "rail_journal_reloaded", "path", cfg.JournalPath, "submissions", len(recs))
 	}
 	s.mux.HandleFunc("/submit", s.handleSubmit)
@@ -519,6 +524,7 @@ func (s *Stub) record(req SubmitRequest) (Submission, time.Duration, string, err
 		}
 	}
 	s.records = append(s.records, rec)
+	s.count(req.PayoutID)
 	return rec, latency, mode, nil
 }
 

@@ -25,7 +25,7 @@ func main() {
 			return nil, nil, err
 		}
 		return tracing.Handler("rail-stub", s, serve.PathMetrics), func() { _ = s.Close() }, nil
-	})
+	}, railstub.Collectors()...)
 }
 
 // envNames lists the environment variables rail-stub reads (its config's
