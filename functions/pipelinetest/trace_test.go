@@ -114,11 +114,11 @@ func attr(s tracetest.SpanStub, key string) (attribute.Value, bool) {
 
 func attrString(s tracetest.SpanStub, key string) string {
 	v, _ := attr(s, key)
-	return v.Emit()
+	return v.String()
 }
 
-// serviceOf names the service that recorded s: the server span's port, a
-// client span's parent's, or the scope of the project's own spans.
+// serviceOf names the service that answered the server span s, by its
+// port; "" for every other span.
 func serviceOf(s tracetest.SpanStub, ports map[string]string) string {
 	if s.SpanKind == trace.SpanKindServer {
 		return ports[attrString(s, "server.port")]
@@ -147,7 +147,7 @@ func tree(ss tracetest.SpanStubs) string {
 		fmt.Fprintf(&b, "%s%s [%s] trace=%s parent=%s", strings.Repeat("  ", depth), s.Name, s.SpanKind, s.SpanContext.TraceID(), s.Parent.SpanID())
 		for _, k := range []string{tracing.AttrFencePoint, tracing.AttrFenceStep, tracing.AttrToken, tracing.AttrFenceOutcome, "server.port", "url.path"} {
 			if v, ok := attr(s, k); ok {
-				fmt.Fprintf(&b, " %s=%s", k, v.Emit())
+				fmt.Fprintf(&b, " %s=%s", k, v.String())
 			}
 		}
 		b.WriteString("\n")
