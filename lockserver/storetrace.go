@@ -17,9 +17,11 @@ const tracerName = "github.com/distributed-lock-lab/distributed-lock-lab/lockser
 
 // TraceStore returns s with a span around every call (lockstore.Acquire,
 // lockstore.Renew, ...), child of the span in the call's context (the
-// request's server span), from the global tracer provider. Each span
-// carries the backend's name (tracing.AttrLockStore: postgres, etcd,
-// memory), the lock key, the owner, the fencing token (the one granted by
+// request's server span), from the global tracer provider. NewServer
+// applies it to its store, outermost, so every lock-server traces its
+// store calls. Each span carries backend (tracing.AttrLockStore; NewServer
+// gives the backend's Go type: *pgstore.Store, *etcdstore.Store,
+// *memstore.Store), the lock key, the owner, the fencing token (the one granted by
 // Acquire, the one presented to Renew, Release and Revoke, the last one
 // Inspect reports) and the outcome (tracing.AttrLockOutcome: ok, or the
 // sentinel that refused); a backend failure also sets the span's status

@@ -3,10 +3,11 @@
 // rail-stub, and lock-server over an in-memory lock store whose clock the
 // test moves. Every piece is the production code behind a loopback HTTP
 // server; only the lock store is memstore, so that a test decides when a
-// lease expires on the server's clock. Each server and the lock store are
-// wrapped for tracing as the processes wrap them (internal/tracing.Handler,
-// lockserver.TraceStore): with a tracer provider and the W3C propagator
-// installed globally, a test sees the spans of every hop.
+// lease expires on the server's clock. Each server is wrapped for tracing
+// as the processes wrap theirs (internal/tracing.Handler; lock-server's
+// store calls are traced inside lockserver.NewServer): with a tracer
+// provider and the W3C propagator installed globally, a test sees the
+// spans of every hop.
 //
 // It is for tests only (the payout audit's, and the schedule explorer of
 // harness/explore); it needs PostgreSQL, through internal/pgtest, so a
@@ -132,7 +133,7 @@ func Start(t testing.TB, opts Options) *Pipeline {
 	p.Locks = memstore.New(p.LockClock)
 	lcfg := lockserver.DefaultServerConfig()
 	lcfg.ProofKey = prooftest.LockSigningKey()
-	ls, err := lockserver.NewServer(lockserver.TraceStore(p.Locks, "memory"), lcfg, log.With("service", "lock-server"))
+	ls, err := lockserver.NewServer(p.Locks, lcfg, log.With("service", "lock-server"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,8 @@ const (
 	AttrLockKey = "lock.key"
 	// AttrLockOwner is the owner id of a lease.
 	AttrLockOwner = "lock.owner"
-	// AttrLockStore names the lock-server backend: postgres, etcd, memory.
+	// AttrLockStore names the lock-server backend (lockserver.NewServer
+	// gives its Go type: *pgstore.Store, *etcdstore.Store, *memstore.Store).
 	AttrLockStore = "lock.store"
 	// AttrLockOutcome is a lock store's answer: ok, or the sentinel that
 	// refused (held, not_held, stale_token, invalid, unavailable, restored,

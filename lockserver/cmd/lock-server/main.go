@@ -90,7 +90,7 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	if err != nil {
 		return err
 	}
-	h, err := lockserver.NewServer(lockserver.TraceStore(store, cfg.Store), scfg, log)
+	h, err := lockserver.NewServer(store, scfg, log)
 	if err != nil {
 		return err
 	}
