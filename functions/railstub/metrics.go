@@ -7,7 +7,7 @@ import "github.com/prometheus/client_golang/prometheus"
 var (
 	submissions = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "rail_submissions_total",
-		Help: "Submissions the rail recorded in its journal (every accepted POST /submit; an injected error fault records nothing).",
+		Help: "Submissions the rail recorded in its journal (every accepted POST /submit; an injected error fault, or a refusal of a stopped reference, records nothing; stop orders are not submissions).",
 	})
 	duplicates = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "rail_duplicate_submissions_total",
