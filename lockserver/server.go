@@ -125,6 +125,9 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})
+	// Outermost, so that each request's store call is a span of its own
+	// (TraceStore), whatever sits between it and the backend.
+	s.store = TraceStore(s.store, fmt.Sprintf("%T", store))
 	return s, nil
 }
 

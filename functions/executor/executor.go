@@ -60,6 +60,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
@@ -68,6 +73,7 @@ import (
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
 
@@ -159,7 +165,11 @@ func WithHooks(h Hooks) Option { return func(x *Executor) { x.hooks = h } }
 func WithRand(r *rand.Rand) Option { return func(x *Executor) { x.rnd = r } }
 
 // WithHTTPClient sends every request (to lock-server, payment-resource and
-// rail-proxy) through d. Both SDKs take the same Doer.
+// rail-proxy) through d. Both SDKs take the same Doer. The default is an
+// *http.Client whose transport is tracing.Transport (a client span per
+// request, traceparent in its headers); a d without such a transport
+// sends no trace context, so the other services start traces of their
+// own.
 func WithHTTPClient(d client.Doer) Option { return func(x *Executor) { x.doer = d } }
 
 // New returns an Executor for cfg. It returns an error if cfg is invalid.
@@ -170,7 +180,7 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Executor, error) {
 	if logger == nil {
 		return nil, errors.New("executor: New needs a logger")
 	}
-	x := &Executor{cfg: cfg, log: logger, doer: &http.Client{}, pause: sleep}
+	x := &Executor{cfg: cfg, log: logger, doer: &http.Client{Transport: tracing.Transport(nil)}, pause: sleep}
 	for _, o := range opts {
 		o(x)
 	}
@@ -211,7 +221,9 @@ const maxPushBytes = 64 << 10
 // the same message as a CloudEvent (google.cloud.pubsub.topic.v1.
 // messagePublished, binary or structured mode), executes its payout and
 // answers with the status of Status. The push form keeps the ordering key
-// and the delivery attempt; a CloudEvent may lose them.
+// and the delivery attempt; a CloudEvent may lose them. Each push that
+// decodes gets a span (SpanDelivery) in the payout's trace, whose context
+// travels in the message's attributes (see startDelivery).
 func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		deliveries.WithLabelValues(resultRejected).Inc()
@@ -255,12 +267,16 @@ func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
+	ctx, span := startDelivery(r, push, ev)
+	defer span.End()
 	log := x.log.With("payoutId", ev.PayoutID, "accountId", ev.AccountID, "messageId", push.Message.MessageID, "deliveryAttempt", push.Attempt(), "ownerId", x.Owner())
 	log.Info("payout event received", "event", "payout_event_received", "orderingKey", push.Message.OrderingKey)
-	out, err := x.Execute(withDeliveryAttempt(r.Context(), push.Attempt()), ev)
+	out, err := x.Execute(withDeliveryAttempt(ctx, push.Attempt()), ev)
 	status := Status(out, err)
 	if err != nil {
 		code := codeOf(err)
+		span.SetAttributes(attribute.String(tracing.AttrOutcome, code))
+		span.SetStatus(codes.Error, code)
 		deliveries.WithLabelValues(code).Inc()
 		log.Warn("payout execution incomplete; Pub/Sub will redeliver", "event", "payout_execution_retry", "status", status, "error", err.Error())
 		// The cause (another service's answer, an address) stays in the
@@ -268,9 +284,46 @@ func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, status, code, retryMessages[code], true)
 		return
 	}
+	span.SetAttributes(attribute.String(tracing.AttrOutcome, string(out)))
 	deliveries.WithLabelValues(string(out)).Inc()
 	log.Info("payout execution finished", "event", "payout_execution_done", "outcome", string(out))
 	httpjson.WriteJSON(w, status, map[string]string{"payoutId": ev.PayoutID, "outcome": string(out)})
+}
+
+// tracerName scopes the executor's spans.
+const tracerName = "github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+
+// SpanDelivery is the name of the span of one push delivery (kind
+// consumer).
+const SpanDelivery = "payout.execute"
+
+// startDelivery starts the span of one push delivery. Its parent is the
+// trace context in the message's attributes (payment-resource's outbox
+// publish span, tracing.Inject), so that the payout's trace runs from its
+// creation to the rail; the trace context of the push request's headers
+// (Pub/Sub's or Cloud Run's, not the payout's) becomes a link. Without
+// attributes it is the headers' context, as for any request.
+func startDelivery(r *http.Request, push payoutevent.Push, ev payoutevent.Event) (context.Context, trace.Span) {
+	fromHeaders := otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx := tracing.Extract(fromHeaders, push.Message.Attributes)
+	opts := []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String(tracing.AttrPayoutID, ev.PayoutID),
+			attribute.String(tracing.AttrAccountID, ev.AccountID),
+			attribute.String(tracing.AttrLockKey, ev.LockKey()),
+			attribute.String("messaging.system", "gcp_pubsub"),
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.message.id", push.Message.MessageID),
+		),
+	}
+	if push.DeliveryAttempt != nil {
+		opts = append(opts, trace.WithAttributes(attribute.Int("messaging.gcp_pubsub.message.delivery_attempt", *push.DeliveryAttempt)))
+	}
+	if h := trace.SpanContextFromContext(fromHeaders); h.IsValid() && !h.Equal(trace.SpanContextFromContext(ctx)) {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: h}))
+	}
+	return tracing.Tracer(tracerName).Start(ctx, SpanDelivery, opts...)
 }
 
 // resultRejected is the result of a request refused before it could be
@@ -355,7 +408,9 @@ func codeOf(err error) string {
 // ErrSubmissionInFlight or ErrDependency when a later delivery should try
 // again. Every answer of a dependency is classified by Classify; a
 // permanent refusal marks the payout needs_attention and ends with
-// OutcomeNeedsAttention.
+// OutcomeNeedsAttention. Once the lease is granted, its token and owner
+// are set on the span of ctx (ServeHTTP's SpanDelivery), and every request
+// made carries ctx's trace context.
 func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, error) {
 	log := x.log.With("payoutId", e.PayoutID, "accountId", e.AccountID, "ownerId", x.Owner())
 	// (0) the event is a notification; the payout row is the truth. A
@@ -386,6 +441,9 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 		return x.settle(ctx, log, e, nil, "acquire "+e.LockKey(), ServiceLockServer, err)
 	}
 	token := lease.Token()
+	// The delivery's span (ServeHTTP's) carries the grant: the same token
+	// shows at each fence point's span of this trace.
+	trace.SpanFromContext(ctx).SetAttributes(attribute.Int64(tracing.AttrToken, token), attribute.String(tracing.AttrLockOwner, x.Owner()))
 	// The holder's headers at the fence points: the token, lock-server's
 	// proof of it (the fence points verify it was granted on this
 	// account's lock) and this worker's owner id.

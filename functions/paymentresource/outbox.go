@@ -155,7 +155,9 @@ func (o *outbox) drain(ctx context.Context) (int, error) {
 	var pubErr error
 	for _, row := range batch {
 		pctx, cancelPub := context.WithTimeout(ctx, publishTimeout)
-		err := o.pub.Publish(pctx, row.orderingKey, row.data, row.attrs)
+		pctx, span, attrs := startPublish(pctx, row.id, row.orderingKey, row.attrs)
+		err := o.pub.Publish(pctx, row.orderingKey, row.data, attrs)
+		endPublish(span, err)
 		cancelPub()
 		if err != nil {
 			// Logged here, not by run: a failure must be on record even

@@ -24,13 +24,13 @@ WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_a
 WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention')`
 )
 
-// resolve records a resolution for the holder h. The same resolution
+// resolveTx records a resolution for the holder h. The same resolution
 // sent again changes nothing (an ACK or DECLINE is replayed through
 // rail_result; a NONE finds the payout failed). It returns
 // ErrUnverifiedToken, ErrInvalidReceipt, ErrFencedOut, ErrPayoutFinished,
 // ErrRailRefConflict, ErrPayoutNotClaimed (a pending payout),
 // ErrPayoutNotFound, ErrUnavailable.
-func (s *Service) resolve(ctx context.Context, id string, h payoutevent.Holder, req api.ResolutionRequest) (api.Payout, error) {
+func (s *Service) resolveTx(ctx context.Context, id string, h payoutevent.Holder, req api.ResolutionRequest) (api.Payout, error) {
 	if req.Outcome != api.OutcomeNone {
 		before, err := s.payout(ctx, id)
 		if err != nil {

@@ -85,8 +85,15 @@ var needingAttention = func() *prometheus.CounterVec {
 
 // Collectors returns payment-resource's metrics, for the registry its
 // process serves: payouts_needing_attention_total{reason}, one per payout
-// entering needs_attention, reason being one of api.AttentionReasons.
-func Collectors() []prometheus.Collector { return []prometheus.Collector{needingAttention} }
+// entering needs_attention, reason being one of api.AttentionReasons;
+// payout_completion_seconds, the time from a payout's creation to posted
+// or declined; and the ages read from paydb at each scrape,
+// payouts_ambiguous_oldest_age_seconds and
+// payment_outbox_oldest_unpublished_age_seconds (see ages). No label
+// carries an id or a token.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{needingAttention, completion, ages}
+}
 
 // Publisher publishes one message to the payout topic. Implementations
 // must be safe for concurrent use.
@@ -154,6 +161,7 @@ func New(ctx context.Context, cfg Config, pub Publisher, logger *slog.Logger) (*
 	}
 	s.handler = s.routes()
 	go s.outbox.run(life)
+	ages.add(s)
 	return s, nil
 }
 
@@ -170,6 +178,7 @@ func (s *Service) Handler() http.Handler { return s.handler }
 // Requests still running when Close is called may fail.
 func (s *Service) Close() {
 	s.closeOnce.Do(func() {
+		ages.remove(s)
 		s.stop()
 		<-s.outbox.done
 		s.closePool()

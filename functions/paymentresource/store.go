@@ -12,6 +12,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgerr"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -205,7 +206,11 @@ VALUES ($1, $2, $3, $4) ON CONFLICT (payout_id) DO NOTHING`, req.PayoutID, req.A
 		if err != nil {
 			return fmt.Errorf("paymentresource: encode event: %w", err)
 		}
-		attrs, err := json.Marshal(map[string]string{payoutevent.AttrPayoutID: ev.PayoutID, payoutevent.AttrAccountID: ev.AccountID})
+		attrMap := map[string]string{payoutevent.AttrPayoutID: ev.PayoutID, payoutevent.AttrAccountID: ev.AccountID}
+		// The creating request's trace context (traceparent) is stored
+		// with the row: the outbox's publish span continues that trace.
+		tracing.Inject(ctx, attrMap)
+		attrs, err := json.Marshal(attrMap)
 		if err != nil {
 			return fmt.Errorf("paymentresource: encode attributes: %w", err)
 		}
@@ -257,8 +262,9 @@ FROM payout p WHERE p.payout_id = $1 FOR UPDATE`, id).
 	return l, nil
 }
 
-// claim is fence point one on the payout row for the claim step.
-func (s *Service) claim(ctx context.Context, id string, h payoutevent.Holder) (api.Payout, error) {
+// claimTx is fence point one on the payout row for the claim step
+// (claim: in its span).
+func (s *Service) claimTx(ctx context.Context, id string, h payoutevent.Holder) (api.Payout, error) {
 	token, owner := h.Token, h.Owner
 	var p api.Payout
 	var from api.State
@@ -296,15 +302,17 @@ func (s *Service) claim(ctx context.Context, id string, h payoutevent.Holder) (a
 	return p, nil
 }
 
-// result records the rail's answer to a submission of payout id. For ACK
+// resultTx records the rail's answer to a submission of payout id. For ACK
 // one transaction posts the payout (payout fence, non-strict), debits the
 // account (account fence, strict) and writes the ledger transaction.
-func (s *Service) result(ctx context.Context, id string, h payoutevent.Holder, req api.ResultRequest) (api.Payout, error) {
+func (s *Service) resultTx(ctx context.Context, id string, h payoutevent.Holder, req api.ResultRequest) (api.Payout, error) {
 	token, owner := h.Token, h.Owner
 	var p api.Payout
 	var replayed bool
 	var from api.State
+	var completedAfter float64 // seconds from creation to posted or declined; < 0: not finished here
 	err := s.inTx(ctx, "result", func(tx pgx.Tx) error {
+		completedAfter = -1
 		l, err := lockPayout(ctx, tx, id)
 		if err != nil {
 			return err
@@ -372,11 +380,19 @@ func (s *Service) result(ctx context.Context, id string, h payoutevent.Holder, r
 				return err
 			}
 		}
+		if req.Outcome != api.OutcomeAmbiguous && l.state != api.StatePosted && l.state != api.StateDeclined {
+			if completedAfter, err = completionSeconds(ctx, tx, id); err != nil {
+				return err
+			}
+		}
 		p, err = loadPayout(ctx, tx, id)
 		return err
 	})
 	if err != nil {
 		return api.Payout{}, err
+	}
+	if completedAfter >= 0 {
+		completion.Observe(completedAfter)
 	}
 	attrs := []any{"payoutId", id, "accountId", p.AccountID, "token", token, "ownerId", owner,
 		"railRef", req.RailRef, "from", string(from)}
@@ -530,14 +546,14 @@ func (s *Service) refused(id string, l lockedPayout, token int64, owner string, 
 	return fmt.Errorf("paymentresource: payout %s in state %s (fence %d) matched no row for token %d", id, l.state, l.fence, token)
 }
 
-// attention marks payout id needs_attention for the lock holder with
+// attentionTx marks payout id needs_attention for the lock holder with
 // token, with reason (fenced on the payout row, non-strict). A payout
 // already in needs_attention is returned unchanged (the first reason
 // stays), so that a holder may send the request again after a lost
 // answer. Like every write of a holder, the token must carry lock-server's
 // proof for payout:{account}. It returns ErrUnverifiedToken,
 // ErrPayoutFinished, ErrFencedOut, ErrPayoutNotFound.
-func (s *Service) attention(ctx context.Context, id string, h payoutevent.Holder, reason api.AttentionReason) (api.Payout, error) {
+func (s *Service) attentionTx(ctx context.Context, id string, h payoutevent.Holder, reason api.AttentionReason) (api.Payout, error) {
 	token, owner := h.Token, h.Owner
 	var p api.Payout
 	var from api.State
@@ -623,9 +639,19 @@ func (s *Service) verifyReceipt(id string, l lockedPayout, token int64, req api.
 // ErrFencedOut.
 func (s *Service) fencedOut(r fencing.Refusal, payoutID, accountID string) error {
 	r.Log(s.log, "payoutId", payoutID, "accountId", accountID)
-	return fmt.Errorf("%w: %s %s has accepted token %d; token %d is stale", ErrFencedOut,
-		r.Resource, r.ResourceID, r.HighestToken, r.PresentedToken)
+	return fencedOutError{msg: fmt.Errorf("%w: %s %s has accepted token %d; token %d is stale", ErrFencedOut,
+		r.Resource, r.ResourceID, r.HighestToken, r.PresentedToken), refusal: r}
 }
+
+// fencedOutError is ErrFencedOut's error with its fencing.Refusal in the
+// chain (errors.As), for the fence span; its text is msg's.
+type fencedOutError struct {
+	msg     error
+	refusal fencing.Refusal
+}
+
+func (e fencedOutError) Error() string   { return e.msg.Error() }
+func (e fencedOutError) Unwrap() []error { return []error{e.msg, e.refusal} }
 
 // transition appends one row to the payout's history; from "" and token 0
 // record the creation.

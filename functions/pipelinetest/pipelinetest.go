@@ -3,7 +3,11 @@
 // rail-stub, and lock-server over an in-memory lock store whose clock the
 // test moves. Every piece is the production code behind a loopback HTTP
 // server; only the lock store is memstore, so that a test decides when a
-// lease expires on the server's clock.
+// lease expires on the server's clock. Each server is wrapped for tracing
+// as the processes wrap theirs (internal/tracing.Handler; lock-server's
+// store calls are traced inside lockserver.NewServer): with a tracer
+// provider and the W3C propagator installed globally, a test sees the
+// spans of every hop.
 //
 // It is for tests only (the payout audit's, and the schedule explorer of
 // harness/explore); it needs PostgreSQL, through internal/pgtest, so a
@@ -32,6 +36,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
@@ -54,6 +59,10 @@ type Options struct {
 	// forward as ambiguous after it. Zero keeps railproxy.MaxTimeout, so
 	// that a held call is not a lost one.
 	RailTimeout time.Duration
+	// Publisher receives payment-resource's outbox messages (payout
+	// events with their attributes); nil drops them. The outbox drains
+	// when a payout is created.
+	Publisher paymentresource.Publisher
 }
 
 // Clock is the lock store's clock: it stands still unless Advance moves it.
@@ -110,8 +119,8 @@ func Start(t testing.TB, opts Options) *Pipeline {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	serve := func(h http.Handler) string {
-		s := httptest.NewServer(h)
+	serve := func(service string, h http.Handler) string {
+		s := httptest.NewServer(tracing.Handler(service, h))
 		t.Cleanup(s.Close)
 		return s.URL
 	}
@@ -131,7 +140,7 @@ func Start(t testing.TB, opts Options) *Pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.LockURL = serve(ls)
+	p.LockURL = serve("lock-server", ls)
 
 	p.Stub, err = railstub.New(railstub.DefaultConfig(), log.With("service", "rail-stub"))
 	if err != nil {
@@ -145,7 +154,7 @@ func Start(t testing.TB, opts Options) *Pipeline {
 	raildb := pgtest.NewDatabase(t)
 	pcfg := railproxy.DefaultConfig()
 	pcfg.DB = pgpool.Config{DSN: raildb}
-	p.RailURL = serve(rail)
+	p.RailURL = serve("rail-stub", rail)
 	pcfg.RailURL = p.RailURL
 	pcfg.RailTimeout, pcfg.DBTimeout = railproxy.MaxTimeout, railproxy.MaxTimeout // a held call is not a lost one
 	if opts.RailTimeout > 0 {
@@ -162,7 +171,7 @@ func Start(t testing.TB, opts Options) *Pipeline {
 	if opts.ProxyHandler != nil {
 		proxyHandler = opts.ProxyHandler(proxyHandler)
 	}
-	p.ProxyURL = serve(proxyHandler)
+	p.ProxyURL = serve("rail-proxy", proxyHandler)
 	if p.Rail, err = railclient.New(p.ProxyURL); err != nil {
 		t.Fatal(err)
 	}
@@ -172,13 +181,16 @@ func Start(t testing.TB, opts Options) *Pipeline {
 	paycfg := paymentresource.DefaultConfig()
 	paycfg.DatabaseURL, paycfg.OutboxPoll, paycfg.FencingDisabled = paydb, 10*time.Minute, opts.PaymentFencingOff
 	paycfg.ProofKeys, paycfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
-	svc, err := paymentresource.New(ctx, paycfg,
-		nopPublisher{}, log.With("service", "payment-resource"))
+	var pub paymentresource.Publisher = nopPublisher{}
+	if opts.Publisher != nil {
+		pub = opts.Publisher
+	}
+	svc, err := paymentresource.New(ctx, paycfg, pub, log.With("service", "payment-resource"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(svc.Close)
-	p.PayURL = serve(svc.Handler())
+	p.PayURL = serve("payment-resource", svc.Handler())
 	if p.Pay, err = payclient.New(p.PayURL); err != nil {
 		t.Fatal(err)
 	}

@@ -90,8 +90,10 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults and bounds of Config. The bounds of requests are in package
@@ -337,6 +339,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 	if cfg.WrapRailTransport != nil {
 		railTransport = cfg.WrapRailTransport(tr)
 	}
+	railTransport = tracing.Transport(railTransport) // a client span per rail call, traceparent sent
 	p := &Proxy{
 		cfg:       cfg,
 		log:       log,
@@ -441,11 +444,15 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}
+	// The fence span: the token presented, its verification and the
+	// high-water mark's verdict.
+	_, span := startFence(r.Context(), req, h, !p.cfg.FencingDisabled)
 	if !p.cfg.FencingDisabled {
 		// Before the fence: a token lock-server did not grant on this
 		// account's lock must not raise its high-water mark.
 		key := payoutevent.Event{AccountID: req.AccountID}.LockKey()
 		if err := fencing.Verify(p.cfg.ProofKeys, h.Proof, key, token); err != nil {
+			fencing.EndSpan(span, err)
 			fencing.LogUnverified(p.log, "rail", req.AccountID, token, owner, err, "payoutId", req.PayoutID, "accountId", req.AccountID)
 			p.fail(w, p.log, fmt.Errorf("%w: %w", ErrUnverifiedToken, err))
 			return
@@ -457,7 +464,8 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	ctx := context.WithoutCancel(r.Context())
 	lg := p.log.With("payoutId", req.PayoutID, "accountId", req.AccountID, "token", token, "ownerId", owner)
 
-	attemptID, err := p.admit(ctx, req, token, owner, lg)
+	attemptID, err := p.admit(trace.ContextWithSpan(ctx, span), req, token, owner, lg)
+	endFence(span, attemptID, err)
 	var (
 		refusal fencing.Refusal
 		dup     *AlreadySubmitted

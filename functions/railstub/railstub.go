@@ -393,6 +393,7 @@ type Stub struct {
 	faults  Faults
 	records []Submission
 	stopped map[string]bool // references with a stop order
+	perID   map[string]int  // submissions recorded per payout id, reloaded ones included (not stop orders)
 	journal *journal        // nil without JournalPath, or after Close
 	broken  error           // set by the first journal failure; refuses all later submissions
 	closed  bool
@@ -419,6 +420,7 @@ func New(cfg Config, log *slog.Logger) (*Stub, error) {
 		closing: make(chan struct{}),
 		faults:  Faults{LatencyMs: cfg.Latency.Milliseconds()},
 		stopped: map[string]bool{},
+		perID:   map[string]int{},
 	}
 	for _, a := range cfg.DeclineAccounts {
 		s.decline[a] = true
@@ -432,6 +434,8 @@ func New(cfg Config, log *slog.Logger) (*Stub, error) {
 		for _, r := range recs {
 			if r.Stop {
 				s.stopped[r.Request.Reference] = true
+			} else {
+				s.perID[r.Request.PayoutID]++
 			}
 		}
 		log.Info("rail stub journal reloaded", "event", "rail_journal_reloaded", "path", cfg.JournalPath, "submissions", len(recs))
@@ -572,6 +576,7 @@ func (s *Stub) record(req SubmitRequest) (Submission, time.Duration, string, err
 		}
 	}
 	s.records = append(s.records, rec)
+	s.count(req.PayoutID)
 	return rec, latency, mode, nil
 }
 

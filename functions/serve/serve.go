@@ -31,6 +31,7 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -40,6 +41,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpserve"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 )
 
 // Builder makes a function's handler from the environment. close is called
@@ -54,7 +56,11 @@ type Builder func(ctx context.Context, getenv func(string) string, log *slog.Log
 // PathMetrics. known lists the environment variables build reads (from
 // the function's config constants): at start, every variable of the
 // environment with one of envcheck.Prefixes that is not in known gets a
-// WARN line (event envcheck.EventUnknownVariable). When SIGINT or SIGTERM
+// WARN line (event envcheck.EventUnknownVariable). Traces are set up
+// once, by internal/tracing.Setup from the standard OTEL_* variables
+// (nothing exported unless they ask for OTLP), and flushed at the end;
+// the function's own spans come from its main, which wraps its handler
+// (tracing.Handler) and clients (tracing.Transport). When SIGINT or SIGTERM
 // arrives it drains the requests in flight, calls close and returns; it
 // exits the process with status 1 if the function cannot start or the
 // drain had to cut requests. After the first signal a second one stops
@@ -82,6 +88,22 @@ func Main(name string, known []string, build Builder, extra ...prometheus.Collec
 // server accepts connections.
 func run(ctx context.Context, name string, known, environ []string, getenv func(string) string, build Builder, log *slog.Logger, extra []prometheus.Collector, ready chan<- net.Addr) error {
 	envcheck.Warn(log, known, environ)
+	tcfg, err := tracing.LoadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	stopTracing, err := tracing.Setup(ctx, name, tcfg, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// After the drain and closeFn: the last requests' spans go too.
+		fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := stopTracing(fctx); err != nil {
+			log.Warn("traces not flushed", "event", "tracing_flush_failed", "error", err.Error())
+		}
+	}()
 	port := getenv("PORT")
 	if port == "" {
 		port = "8080"

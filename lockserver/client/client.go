@@ -21,6 +21,21 @@
 // waiters. An acquire whose response is lost may still have been granted;
 // the SDK does not guess, it retries and meets LOCK_HELD until that orphan
 // lease expires after one TTL.
+//
+// Tracing. The SDK imports only the standard library, so it makes no
+// spans itself; it sends every request with the caller's context
+// (http.NewRequestWithContext), and background renewals with the values
+// of the Acquire call's context (never its deadline or cancellation).
+// Give it a Doer whose transport makes client spans and writes the W3C
+// traceparent header, and every acquire, renewal and release joins the
+// caller's trace and lock-server's spans join it too:
+//
+//	c, err := client.New(url, client.WithHTTPClient(&http.Client{
+//		Transport: otelhttp.NewTransport(http.DefaultTransport),
+//	}))
+//
+// (go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp; inside
+// this repository, internal/tracing.Transport, which the executor uses.)
 package client
 
 import (
@@ -468,7 +483,7 @@ func (c *Client) tryAcquire(ctx context.Context, key string, a acquireConfig) (*
 		if every == 0 {
 			every = time.Duration(g.TTLMs) * time.Millisecond / 3
 		}
-		l.startRenewing(every)
+		l.startRenewing(ctx, every)
 	}
 	return l, nil
 }

@@ -204,12 +204,14 @@ func (l *Lease) Release(ctx context.Context) error {
 }
 
 // startRenewing runs the renewal goroutine. It exits when the lease is lost
-// (Done) or released (stopRenew); Release waits for it.
-func (l *Lease) startRenewing(every time.Duration) {
+// (Done) or released (stopRenew); Release waits for it. Its renewals carry
+// the values of acquired, the Acquire call's context (a trace context,
+// say), without its deadline or cancellation.
+func (l *Lease) startRenewing(acquired context.Context, every time.Duration) {
 	l.renewing.Add(1)
 	go func() {
 		defer l.renewing.Done()
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(context.WithoutCancel(acquired))
 		defer cancel()
 		go func() {
 			select {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
@@ -356,4 +357,60 @@ func TestErrReadsTheClockLikeCheck(t *testing.T) {
 	if err := lease.Err(); !errors.Is(err, client.ErrDeadlinePassed) {
 		t.Fatalf("Err after the deadline, timer not fired = %v; want ErrDeadlinePassed", err)
 	}
+}
+
+// traceKey stands for a tracing library's context key.
+type traceKey struct{}
+
+// carrying is a Doer that records, per request path, the traceKey value
+// of the request's context (what a tracing transport would read).
+type carrying struct {
+	next client.Doer
+	mu   sync.Mutex
+	seen map[string][]any
+}
+
+func (c *carrying) Do(r *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	c.seen[r.URL.Path] = append(c.seen[r.URL.Path], r.Context().Value(traceKey{}))
+	c.mu.Unlock()
+	return c.next.Do(r)
+}
+
+// Background renewals carry the Acquire context's values (its trace
+// context, for a tracing transport), never its cancellation: the
+// acquire's context has ended long before the renewals run.
+func TestBackgroundRenewalsCarryTheAcquireContextValues(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, w, _ := newStack(t)
+		d := &carrying{next: w, seen: map[string][]any{}}
+		c, err := client.New("http://lock-server.test", client.WithHTTPClient(d), client.WithOwner("worker-a"), client.WithRand(rand.New(rand.NewPCG(1, 2))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.WithValue(t.Context(), traceKey{}, "trace-1"))
+		l, err := c.TryAcquire(ctx, "k", client.WithTTL(3*time.Second), client.WithAutoRenew(time.Second))
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second)
+		if !l.Held() {
+			t.Fatalf("lease lost: %v", l.Err())
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		renewals := d.seen[api.PathLockPrefix+"k"+api.SuffixRenew]
+		if len(renewals) < 3 {
+			t.Fatalf("%d background renewals in 5 s at 1 s; want at least 3 (seen %v)", len(renewals), d.seen)
+		}
+		for i, v := range renewals {
+			if v != "trace-1" {
+				t.Fatalf("renewal %d carried %v; want the acquire context's value trace-1", i, v)
+			}
+		}
+	})
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/serve"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/idtokens"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 )
 
 func main() {
@@ -39,7 +40,8 @@ func main() {
 			if err != nil {
 				return nil, nil, err
 			}
-			opts = append(opts, executor.WithHTTPClient(&http.Client{Transport: tr}))
+			// The span (and traceparent) outside, the ID token inside.
+			opts = append(opts, executor.WithHTTPClient(&http.Client{Transport: tracing.Transport(tr)}))
 		}
 		if target := getenv(executor.EnvSelfStopBeforeSubmit); target != "" {
 			opts = append(opts, executor.WithHooks(selfStop(target, log)))

@@ -18,6 +18,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutbus"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/serve"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 )
 
 func main() {
@@ -48,7 +49,7 @@ func main() {
 			_ = psc.Close()
 			return nil, nil, err
 		}
-		return svc.Handler(), func() {
+		return tracing.Handler("payment-resource", svc.Handler(), serve.PathMetrics), func() {
 			svc.Close()
 			pub.Stop()
 			_ = psc.Close()

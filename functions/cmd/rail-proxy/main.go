@@ -35,6 +35,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/serve"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/idtokens"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 )
 
 // cmdRecover is the name of the recovery subcommand.
@@ -65,7 +66,7 @@ func main() {
 		if err != nil {
 			return nil, nil, err
 		}
-		return p, func() { _ = p.Close() }, nil
+		return tracing.Handler("rail-proxy", p, serve.PathMetrics), func() { _ = p.Close() }, nil
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/serve"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 )
 
 func main() {
@@ -23,8 +24,8 @@ func main() {
 		if err != nil {
 			return nil, nil, err
 		}
-		return s, func() { _ = s.Close() }, nil
-	})
+		return tracing.Handler("rail-stub", s, serve.PathMetrics), func() { _ = s.Close() }, nil
+	}, railstub.Collectors()...)
 }
 
 // envNames lists the environment variables rail-stub reads (its config's

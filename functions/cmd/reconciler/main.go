@@ -15,6 +15,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/serve"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/idtokens"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 )
 
 func main() {
@@ -31,7 +32,7 @@ func build(ctx context.Context, getenv func(string) string, log *slog.Logger) (h
 	}
 	var doer interface {
 		Do(*http.Request) (*http.Response, error)
-	} = http.DefaultClient
+	} = &http.Client{Transport: tracing.Transport(nil)}
 	if on, err := idtokens.Enabled(reconciler.EnvIDTokens, getenv(reconciler.EnvIDTokens)); err != nil {
 		return nil, nil, err
 	} else if on {
@@ -40,7 +41,7 @@ func build(ctx context.Context, getenv func(string) string, log *slog.Logger) (h
 		if err != nil {
 			return nil, nil, err
 		}
-		doer = &http.Client{Transport: tr}
+		doer = &http.Client{Transport: tracing.Transport(tr)}
 	}
 	opts := []reconciler.Option{reconciler.WithHTTPClient(doer)}
 	audit, closeAudit, err := reconciler.DBAuditor(ctx, getenv(reconciler.EnvAuditPaydbURL), getenv(reconciler.EnvAuditRaildbURL),
@@ -61,7 +62,7 @@ func build(ctx context.Context, getenv func(string) string, log *slog.Logger) (h
 	lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Go(func() { r.Loop(lctx) }) // returns at once without an interval
-	return r, func() {
+	return tracing.Handler("reconciler", r, serve.PathMetrics), func() {
 		stop()
 		wg.Wait()
 		if closeAudit != nil {

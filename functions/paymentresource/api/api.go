@@ -355,4 +355,9 @@ const (
 	// EventOutboxDrainFailed (WARN): reading the outbox failed; the
 	// publisher retries with backoff.
 	EventOutboxDrainFailed = "outbox_drain_failed"
+	// EventAgeQueryFailed (WARN): paydb did not answer the query of the
+	// ages a metrics scrape reports (payouts_ambiguous_oldest_age_seconds,
+	// payment_outbox_oldest_unpublished_age_seconds); they are left out of
+	// that scrape.
+	EventAgeQueryFailed = "paydb_age_query_failed"
 )

@@ -31,7 +31,9 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpserve"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
 )
@@ -64,6 +66,16 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 		return err
 	}
 
+	tcfg, err := tracing.LoadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	stopTracing, err := tracing.Setup(ctx, "lock-server", tcfg, log)
+	if err != nil {
+		return err
+	}
+	defer flushTraces(stopTracing, log)
+
 	store, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -93,7 +105,9 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	hcfg.ShutdownTimeout = cfg.ShutdownTimeout
 	served := make(chan error, 1)
 	// Ends when ctx ends and the drain is over (or the server fails).
-	go func() { served <- httpserve.Serve(ctx, ln, h, hcfg, log) }()
+	go func() {
+		served <- httpserve.Serve(ctx, ln, tracing.Handler("lock-server", h, api.PathHealth, api.PathReady, lockserver.PathMetrics), hcfg, log)
+	}()
 	started := []any{"event", "server_started", "addr", ln.Addr().String(), "store", cfg.Store}
 	if !cfg.ProofKey.IsZero() {
 		started = append(started, "proofKeyId", cfg.ProofKey.ID())
@@ -124,6 +138,15 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	}
 	log.Info("lock-server stopped", "event", "server_stopped")
 	return nil
+}
+
+// flushTraces sends the spans still buffered, for at most 2 s.
+func flushTraces(stop func(context.Context) error, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := stop(ctx); err != nil {
+		log.Warn("traces not flushed", "event", "tracing_flush_failed", "error", err.Error())
+	}
 }
 
 func openStore(ctx context.Context, cfg config, log *slog.Logger) (lockserver.LockStore, error) {

@@ -1,0 +1,291 @@
+// Package tracing is the one place where a process of the project sets up
+// OpenTelemetry traces, and the names every service uses for them.
+//
+// Every main calls Setup once (lock-server's, and functions/serve.Main for
+// the payout functions). It installs the W3C trace-context propagator
+// (traceparent, tracestate) and baggage as the global propagator, always,
+// so that a process without an exporter still passes a caller's trace on
+// to the next hop; and, when the standard OpenTelemetry variables ask for
+// it, an SDK tracer provider exporting OTLP over HTTP/protobuf
+// (go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp). By
+// default nothing is exported: see Config for which variables turn the
+// exporter on. The exporter itself reads the rest of the standard
+// variables (OTEL_EXPORTER_OTLP_HEADERS, _TIMEOUT, _COMPRESSION,
+// _CERTIFICATE, and their _TRACES_ forms), the SDK reads the sampler
+// (OTEL_TRACES_SAMPLER, default parentbased_always_on) and the batch
+// processor's limits (OTEL_BSP_*), and the resource reads OTEL_SERVICE_NAME
+// and OTEL_RESOURCE_ATTRIBUTES.
+//
+// Handler and Transport put a span around every request a server answers
+// and every request a client sends, with the trace context carried in the
+// request headers; Inject and Extract carry it in a Pub/Sub message's
+// attributes. The span attribute names below are the project's: the
+// fencing token and the lock key are span attributes (a trace is one
+// request's story), never metric labels (the cardinality rule).
+package tracing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Span attributes of the project. Values of payout and account ids, lock
+// keys and tokens are allowed here: a span describes one request.
+const (
+	// AttrToken is a fencing token (int64): the one a holder presents at a
+	// fence point, or the one a lock store granted or was asked about.
+	AttrToken = "fencing.token"
+	// AttrHighestToken is the highest token a fence point had accepted
+	// when it refused a write (int64).
+	AttrHighestToken = "fencing.highest_token"
+	// AttrFencePoint names the fence point: "payment-resource" or
+	// "rail-proxy".
+	AttrFencePoint = "fencing.point"
+	// AttrFenceStep names the fenced write: claim, result, attention,
+	// resolution (payment-resource), submission (rail-proxy).
+	AttrFenceStep = "fencing.step"
+	// AttrFenceResource is what refused a write: account, payout or rail.
+	AttrFenceResource = "fencing.resource"
+	// AttrFenceOutcome is the fence point's verdict: accepted, refused
+	// (a stale token), unverified (no proof of the grant) or error (the
+	// write failed for another reason; see the span's status).
+	AttrFenceOutcome = "fencing.outcome"
+	// AttrFencingEnabled is false when the fence point's kill switch is
+	// off (the write is not fenced).
+	AttrFencingEnabled = "fencing.enabled"
+	// AttrLockKey is a lock key, payout:{account_id}.
+	AttrLockKey = "lock.key"
+	// AttrLockOwner is the owner id of a lease.
+	AttrLockOwner = "lock.owner"
+	// AttrLockStore names the lock-server backend (lockserver.NewServer
+	// gives its Go type: *pgstore.Store, *etcdstore.Store, *memstore.Store).
+	AttrLockStore = "lock.store"
+	// AttrLockOutcome is a lock store's answer: ok, or the sentinel that
+	// refused (held, not_held, stale_token, invalid, unavailable, restored,
+	// error).
+	AttrLockOutcome = "lock.outcome"
+	// AttrLeaseTTLMs is the TTL asked for or granted, in milliseconds.
+	AttrLeaseTTLMs = "lock.ttl_ms"
+	// AttrPayoutID is a payout id.
+	AttrPayoutID = "payout.id"
+	// AttrAccountID is an account id.
+	AttrAccountID = "payout.account_id"
+	// AttrOutcome is the executor's outcome of one delivery (an
+	// executor.Outcome, or the code of the error that makes Pub/Sub
+	// deliver again).
+	AttrOutcome = "payout.outcome"
+)
+
+// Fence outcomes, values of AttrFenceOutcome.
+const (
+	FenceAccepted   = "accepted"
+	FenceRefused    = "refused"
+	FenceUnverified = "unverified"
+	FenceError      = "error"
+)
+
+// The standard OpenTelemetry variables Setup reads itself (the exporter
+// and the SDK read the others).
+const (
+	// EnvSDKDisabled: "true" turns every signal off (no exporter).
+	EnvSDKDisabled = "OTEL_SDK_DISABLED"
+	// EnvTracesExporter: "otlp" or "none" (comma-separated lists are not
+	// supported: one exporter at most).
+	EnvTracesExporter = "OTEL_TRACES_EXPORTER"
+	// EnvEndpoint is the OTLP base URL; traces go to its /v1/traces.
+	EnvEndpoint = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	// EnvTracesEndpoint is the full URL of the OTLP traces endpoint.
+	EnvTracesEndpoint = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+	// EnvProtocol and EnvTracesProtocol must be http/protobuf when set:
+	// only OTLP over HTTP is built in.
+	EnvProtocol       = "OTEL_EXPORTER_OTLP_PROTOCOL"
+	EnvTracesProtocol = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+	// EnvServiceName overrides the service name a main passes to Setup.
+	EnvServiceName = "OTEL_SERVICE_NAME"
+)
+
+// Exporters, values of Config.Exporter.
+const (
+	ExporterNone = "none"
+	ExporterOTLP = "otlp"
+)
+
+// protocolHTTP is the only OTLP protocol built in.
+const protocolHTTP = "http/protobuf"
+
+// ErrInvalidConfig is wrapped by every error of LoadConfig and
+// Config.Validate.
+var ErrInvalidConfig = errors.New("tracing: invalid config")
+
+// Config says whether and where a process exports its spans. Start from
+// DefaultConfig (export nothing) or LoadConfig (the environment).
+type Config struct {
+	// Exporter is ExporterNone (default: spans are not recorded, the
+	// trace context is still propagated) or ExporterOTLP.
+	Exporter string
+	// Endpoint is where OTLP goes, for the start-up log line only: the
+	// exporter reads its endpoint from the environment itself (default
+	// http://localhost:4318/v1/traces).
+	Endpoint string
+}
+
+// DefaultConfig exports nothing.
+func DefaultConfig() Config { return Config{Exporter: ExporterNone} }
+
+// Validate returns nil or every problem, joined, each wrapping
+// ErrInvalidConfig.
+func (c Config) Validate() error {
+	if c.Exporter != ExporterNone && c.Exporter != ExporterOTLP {
+		return fmt.Errorf("%w: exporter %q: want %s or %s", ErrInvalidConfig, c.Exporter, ExporterOTLP, ExporterNone)
+	}
+	return nil
+}
+
+// LoadConfig reads the standard variables through getenv:
+//
+//   - OTEL_SDK_DISABLED=true: no exporter, whatever else is set;
+//   - OTEL_TRACES_EXPORTER=none or otlp decides; any other value is an
+//     error (console, zipkin and lists are not built in);
+//   - unset, OTLP is on when OTEL_EXPORTER_OTLP_ENDPOINT or
+//     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, and off otherwise (the
+//     specification's default is otlp to localhost; here an unconfigured
+//     process exports nothing rather than retrying a collector that is
+//     not there);
+//   - with OTLP on, OTEL_EXPORTER_OTLP_PROTOCOL and its _TRACES_ form must
+//     be unset or http/protobuf.
+//
+// It returns every problem, joined, each wrapping ErrInvalidConfig.
+func LoadConfig(getenv func(string) string) (Config, error) {
+	c := DefaultConfig()
+	if strings.EqualFold(strings.TrimSpace(getenv(EnvSDKDisabled)), "true") {
+		return c, nil
+	}
+	endpoint := cmpOr(strings.TrimSpace(getenv(EnvTracesEndpoint)), strings.TrimSpace(getenv(EnvEndpoint)))
+	switch v := strings.ToLower(strings.TrimSpace(getenv(EnvTracesExporter))); v {
+	case "":
+		if endpoint != "" {
+			c.Exporter = ExporterOTLP
+		}
+	case ExporterNone, ExporterOTLP:
+		c.Exporter = v
+	default:
+		return c, fmt.Errorf("%w: %s=%q: want %s or %s (only OTLP over HTTP is built in)", ErrInvalidConfig, EnvTracesExporter, v, ExporterOTLP, ExporterNone)
+	}
+	if c.Exporter != ExporterOTLP {
+		return c, nil
+	}
+	c.Endpoint = endpoint
+	var errs []error
+	for _, name := range []string{EnvProtocol, EnvTracesProtocol} {
+		if v := strings.TrimSpace(getenv(name)); v != "" && v != protocolHTTP {
+			errs = append(errs, fmt.Errorf("%w: %s=%q: only %s is built in", ErrInvalidConfig, name, v, protocolHTTP))
+		}
+	}
+	return c, errors.Join(errs...)
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// EnvNames lists the variables LoadConfig reads, for envcheck.
+func EnvNames() []string {
+	return []string{EnvSDKDisabled, EnvTracesExporter, EnvEndpoint, EnvTracesEndpoint, EnvProtocol, EnvTracesProtocol, EnvServiceName}
+}
+
+// Setup installs the global propagator (W3C trace context and baggage)
+// and, when cfg asks for OTLP, a global tracer provider that batches spans
+// to the OTLP/HTTP exporter, with a resource named service (unless
+// OTEL_SERVICE_NAME says otherwise). It logs one line saying which
+// (event tracing_configured). The returned shutdown flushes and stops the
+// provider (bounded by its ctx); call it once when the process stops. It
+// returns an error wrapping ErrInvalidConfig for an invalid cfg, or the
+// exporter's or resource's error.
+func Setup(ctx context.Context, service string, cfg Config, log *slog.Logger) (shutdown func(context.Context) error, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	otel.SetTextMapPropagator(Propagator())
+	if cfg.Exporter == ExporterNone {
+		log.Info("traces not exported; trace context is propagated", "event", "tracing_configured", "exporter", ExporterNone)
+		return func(context.Context) error { return nil }, nil
+	}
+	exp, err := otlptracehttp.New(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
+	}
+	res, err := resource.New(ctx,
+		resource.WithAttributes(semconv.ServiceName(service)),
+		resource.WithFromEnv(), // OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES win
+		resource.WithTelemetrySDK())
+	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
+		_ = exp.Shutdown(ctx)
+		return nil, fmt.Errorf("tracing: resource: %w", err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	otel.SetTracerProvider(tp)
+	log.Info("traces exported with OTLP over HTTP", "event", "tracing_configured", "exporter", ExporterOTLP, "endpoint", cfg.Endpoint)
+	return tp.Shutdown, nil
+}
+
+// Propagator is the project's propagator: W3C trace context (traceparent,
+// tracestate) and baggage. Setup installs it globally.
+func Propagator() propagation.TextMapPropagator {
+	return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+}
+
+// Tracer returns the global provider's tracer for the project's own
+// spans, scoped by name (the package making them).
+func Tracer(name string) trace.Tracer { return otel.Tracer(name) }
+
+// Handler wraps h so that every request it answers gets a server span,
+// child of the trace context in the request's headers (otelhttp), named
+// after the method (and the route, when h is an http.ServeMux). Requests
+// for the paths in skip (scrapes and probes: /metrics, /healthz) get none.
+// service is the operation name otelhttp records.
+func Handler(service string, h http.Handler, skip ...string) http.Handler {
+	return otelhttp.NewHandler(h, service,
+		otelhttp.WithFilter(func(r *http.Request) bool { return !slices.Contains(skip, r.URL.Path) }))
+}
+
+// Transport wraps base (http.DefaultTransport when nil) so that every
+// request sent gets a client span and carries the caller's trace context
+// in its headers (traceparent). Wrap a request signer (an ID-token
+// transport) so that the span covers it.
+func Transport(base http.RoundTripper) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return otelhttp.NewTransport(base)
+}
+
+// Inject writes the trace context of ctx into attrs (a Pub/Sub message's
+// attributes; traceparent, and tracestate and baggage when present),
+// replacing what attrs carried under those names. It does nothing when ctx
+// carries no span.
+func Inject(ctx context.Context, attrs map[string]string) {
+	otel.GetTextMapPropagator().Inject(ctx, propagation.MapCarrier(attrs))
+}
+
+// Extract returns ctx with the trace context carried in attrs (as Inject
+// wrote it) as its remote parent; ctx unchanged when attrs carry none.
+func Extract(ctx context.Context, attrs map[string]string) context.Context {
+	return otel.GetTextMapPropagator().Extract(ctx, propagation.MapCarrier(attrs))
+}

@@ -1,0 +1,67 @@
+package lockserver_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
+)
+
+// Every store operation is a span carrying the lock key and the token
+// (granted by Acquire, presented to Renew and Release), with the store's
+// verdict; a refusal is an outcome, not an error status.
+func TestTraceStoreSpansCarryTheKeyAndTheToken(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() { otel.SetTracerProvider(noop.NewTracerProvider()) })
+
+	s := lockserver.TraceStore(memstore.New(nil), "memory")
+	ctx := context.Background()
+	l, err := s.Acquire(ctx, "payout:acct-1", "A", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, "payout:acct-1", "B", time.Minute); !errors.Is(err, lockserver.ErrLockHeld) {
+		t.Fatalf("second acquire: %v; want ErrLockHeld", err)
+	}
+	if _, err := s.Renew(ctx, "payout:acct-1", "A", l.Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, "payout:acct-1", "A", l.Token); err != nil {
+		t.Fatal(err)
+	}
+	type want struct {
+		name, outcome string
+		token         int64
+	}
+	wants := []want{{"lockstore.Acquire", "ok", l.Token}, {"lockstore.Acquire", "held", 0}, {"lockstore.Renew", "ok", l.Token}, {"lockstore.Release", "ok", l.Token}}
+	got := exp.GetSpans()
+	if len(got) != len(wants) {
+		t.Fatalf("%d spans; want %d", len(got), len(wants))
+	}
+	for i, w := range wants {
+		s := got[i]
+		attrs := map[string]any{}
+		for _, kv := range s.Attributes {
+			attrs[string(kv.Key)] = kv.Value.AsInterface()
+		}
+		token, _ := attrs[tracing.AttrToken].(int64)
+		if s.Name != w.name || attrs[tracing.AttrLockOutcome] != w.outcome || token != w.token ||
+			attrs[tracing.AttrLockKey] != "payout:acct-1" || attrs[tracing.AttrLockStore] != "memory" {
+			t.Errorf("span %d: %s %v; want %s outcome %s token %d key payout:acct-1 store memory", i, s.Name, attrs, w.name, w.outcome, w.token)
+		}
+		if s.Status.Code != 0 {
+			t.Errorf("span %d (%s) has status %v; a refusal is not an error", i, s.Name, s.Status)
+		}
+	}
+}
