@@ -1,0 +1,334 @@
+// Package overload is what a service does when more requests arrive than it
+// should hold at once, or when its backend (a database, etcd) stops
+// answering. lock-server, payment-resource and rail-proxy use it alike.
+//
+//   - In-flight bound. At most Config.MaxInFlight requests are admitted at
+//     once; one more is refused at once (ReasonOverloaded) and nothing is
+//     done for it. Without the bound, a backend that slows down makes
+//     requests pile up (each with its goroutine, buffers and pool wait)
+//     until memory or file descriptors run out.
+//   - Fail fast on a stalled backend. When a backend call runs out its
+//     full deadline (the backend, not the caller, was slow: see
+//     WithTimeout and Classify), the backend is marked stalled: later
+//     requests are refused at once (ReasonStalled) instead of each waiting
+//     the full timeout. One request per Config.StallProbeInterval is let
+//     through as a probe; the first backend call that answers (a result, a
+//     refusal of its own, anything but a timeout) clears the mark. The log
+//     has the events backend_stalled and backend_recovered; the gauge named
+//     by Metrics.Stalled is 1 while it lasts.
+//
+// A refusal is the service's own answer (its error envelope and stable
+// code, 503), with the header Retry-After: RetryAfterSeconds, written by
+// SetRetryAfter. The package knows no service's codes.
+//
+// A Guard starts no goroutine: the probe is the next request after the
+// interval, so there is nothing to stop.
+package overload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// RetryAfterSeconds is the Retry-After, in whole seconds, of every
+// retryable 503 of the services that use this package: long enough for a
+// stall probe (StallProbeInterval, 500 ms by default) to have run, short
+// enough that a caller comes back soon after the backend does.
+const RetryAfterSeconds = 1
+
+// HeaderRetryAfter is the name of the HTTP header SetRetryAfter writes
+// (RFC 9110, section 10.2.3; whole seconds here).
+const HeaderRetryAfter = "Retry-After"
+
+// SetRetryAfter sets Retry-After: RetryAfterSeconds on h. Call it before
+// the status is written.
+func SetRetryAfter(h http.Header) { h.Set(HeaderRetryAfter, strconv.Itoa(RetryAfterSeconds)) }
+
+// ErrInvalidConfig is wrapped by every error of Config.Validate and New.
+var ErrInvalidConfig = errors.New("overload: invalid config")
+
+// Defaults of Config.
+const (
+	// DefaultMaxInFlight is DefaultConfig's MaxInFlight: far above what one
+	// instance's database pool (4 to 16 connections) serves in parallel,
+	// far below what exhausts its memory.
+	DefaultMaxInFlight = 256
+	// DefaultStallProbeInterval is DefaultConfig's StallProbeInterval.
+	DefaultStallProbeInterval = 500 * time.Millisecond
+	// MaxMaxInFlight bounds MaxInFlight: more is a typo.
+	MaxMaxInFlight = 100_000
+	// MaxStallProbeInterval bounds StallProbeInterval: a longer one keeps
+	// a recovered backend refused for too long.
+	MaxStallProbeInterval = time.Minute
+)
+
+// Config configures a Guard. Start from DefaultConfig: the zero value is
+// not valid.
+type Config struct {
+	// MaxInFlight bounds the requests admitted at once; one more is
+	// refused with ReasonOverloaded. Default DefaultMaxInFlight; 1 to
+	// MaxMaxInFlight.
+	MaxInFlight int
+	// StallProbeInterval is how often, while the backend is marked
+	// stalled, one request is let through to probe it; the others are
+	// refused with ReasonStalled. Default DefaultStallProbeInterval;
+	// positive, at most MaxStallProbeInterval.
+	StallProbeInterval time.Duration
+	// Now is the clock of the stall probes; nil means time.Now. For tests.
+	Now func() time.Time
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{MaxInFlight: DefaultMaxInFlight, StallProbeInterval: DefaultStallProbeInterval}
+}
+
+// Validate returns nil or one error per invalid field, joined, each
+// wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxInFlight <= 0 || c.MaxInFlight > MaxMaxInFlight {
+		errs = append(errs, fmt.Errorf("%w: MaxInFlight %d is outside 1..%d", ErrInvalidConfig, c.MaxInFlight, MaxMaxInFlight))
+	}
+	if c.StallProbeInterval <= 0 || c.StallProbeInterval > MaxStallProbeInterval {
+		errs = append(errs, fmt.Errorf("%w: StallProbeInterval %v is outside (0, %v]", ErrInvalidConfig, c.StallProbeInterval, MaxStallProbeInterval))
+	}
+	return errors.Join(errs...)
+}
+
+// Reason is why Admit refused a request.
+type Reason string
+
+// Reasons of a refusal. Each service maps them to its own stable code.
+const (
+	// ReasonOverloaded: MaxInFlight requests are in flight. Nothing was
+	// done.
+	ReasonOverloaded Reason = "overloaded"
+	// ReasonStalled: the backend is marked stalled and it is not this
+	// request's turn to probe it. Nothing was done.
+	ReasonStalled Reason = "stalled"
+)
+
+// Outcome is what one backend call says about the backend.
+type Outcome int
+
+// Outcomes of a backend call, for Observe.
+const (
+	// Inconclusive: the call ended without telling (the caller went away,
+	// or its own shorter budget ran out).
+	Inconclusive Outcome = iota
+	// Answered: the backend answered (a result, or a refusal of its own).
+	Answered
+	// TimedOut: the call ran out its full deadline (WithTimeout): the
+	// backend did not answer in the time it is given.
+	TimedOut
+)
+
+// Metrics names the gauges a Guard registers: the caller spells its own
+// metric names (they carry no labels).
+type Metrics struct {
+	// Stalled names the gauge that is 1 while the backend is marked
+	// stalled, 0 otherwise. Required.
+	Stalled string
+	// StalledHelp is its help text. Required.
+	StalledHelp string
+	// InFlight, when not empty, names the gauge of the requests admitted
+	// and not yet released.
+	InFlight string
+	// InFlightHelp is its help text; required with InFlight.
+	InFlightHelp string
+}
+
+// Guard admits requests under the in-flight bound and tracks a stalled
+// backend. It is safe for concurrent use.
+type Guard struct {
+	slots      chan struct{}
+	probeEvery time.Duration
+	now        func() time.Time
+	log        *slog.Logger
+
+	stalledGauge  prometheus.Gauge // nil until Register
+	inFlightGauge prometheus.Gauge // nil unless Register named one
+
+	mu        sync.Mutex
+	stalled   bool
+	probing   bool
+	nextProbe time.Time
+}
+
+// New returns a Guard. It returns an error wrapping ErrInvalidConfig when
+// cfg is invalid or log is nil.
+func New(cfg Config, log *slog.Logger) (*Guard, error) {
+	if log == nil {
+		return nil, fmt.Errorf("%w: nil logger", ErrInvalidConfig)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Guard{slots: make(chan struct{}, cfg.MaxInFlight), probeEvery: cfg.StallProbeInterval, now: now, log: log}, nil
+}
+
+// Register creates the gauges m names and registers them with reg. Call
+// it once, before serving. It returns reg's error (a name already
+// registered) or one wrapping ErrInvalidConfig for a missing name.
+func (g *Guard) Register(reg prometheus.Registerer, m Metrics) error {
+	if m.Stalled == "" || m.StalledHelp == "" || (m.InFlight != "") != (m.InFlightHelp != "") {
+		return fmt.Errorf("%w: Metrics needs Stalled with its help, and InFlight with its help or neither", ErrInvalidConfig)
+	}
+	stalled := prometheus.NewGauge(prometheus.GaugeOpts{Name: m.Stalled, Help: m.StalledHelp})
+	if err := reg.Register(stalled); err != nil {
+		return err
+	}
+	var inFlight prometheus.Gauge
+	if m.InFlight != "" {
+		inFlight = prometheus.NewGauge(prometheus.GaugeOpts{Name: m.InFlight, Help: m.InFlightHelp})
+		if err := reg.Register(inFlight); err != nil {
+			reg.Unregister(stalled)
+			return err
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stalledGauge, g.inFlightGauge = stalled, inFlight
+	if g.stalled {
+		stalled.Set(1)
+	}
+	return nil
+}
+
+// Admit takes a slot for one request. It returns release (call it once,
+// when the request is done) and ok, or the reason to refuse the request at
+// once: ReasonOverloaded when every slot is taken, ReasonStalled while the
+// backend is stalled and it is not this request's turn to probe.
+func (g *Guard) Admit() (release func(), reason Reason, ok bool) {
+	select {
+	case g.slots <- struct{}{}:
+	default:
+		return nil, ReasonOverloaded, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stalled && (g.probing || g.now().Before(g.nextProbe)) {
+		<-g.slots
+		return nil, ReasonStalled, false
+	}
+	probe := g.stalled
+	if probe {
+		g.probing = true // this request's backend calls decide
+	}
+	g.addInFlight(1)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			if probe {
+				g.probing = false
+			}
+			g.addInFlight(-1)
+			g.mu.Unlock()
+			<-g.slots
+		})
+	}, "", true
+}
+
+// InFlight returns the number of requests admitted and not yet released.
+func (g *Guard) InFlight() int { return len(g.slots) }
+
+// Stalled reports whether the backend is marked stalled.
+func (g *Guard) Stalled() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.stalled
+}
+
+// Observe records the outcome of one backend call. A TimedOut call marks
+// the backend stalled (and puts the next probe one StallProbeInterval
+// away); an Answered one clears the mark.
+func (g *Guard) Observe(o Outcome, cause error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch o {
+	case TimedOut:
+		g.nextProbe = g.now().Add(g.probeEvery)
+		if !g.stalled {
+			g.stalled = true
+			g.setStalled(1)
+			msg := ""
+			if cause != nil {
+				msg = cause.Error()
+			}
+			g.log.Error("backend stalled: answering 503 at once until a probe succeeds", "event", "backend_stalled",
+				"error", msg, "probeEveryMs", g.probeEvery.Milliseconds())
+		}
+	case Answered:
+		if g.stalled {
+			g.stalled = false
+			g.setStalled(0)
+			g.log.Info("backend answered again", "event", "backend_recovered")
+		}
+	}
+}
+
+func (g *Guard) setStalled(v float64) {
+	if g.stalledGauge != nil {
+		g.stalledGauge.Set(v)
+	}
+}
+
+func (g *Guard) addInFlight(d float64) {
+	if g.inFlightGauge != nil {
+		g.inFlightGauge.Add(d)
+	}
+}
+
+// fullDeadline marks a backend context whose deadline is the whole time
+// the backend is given (not shortened by a caller's budget): running it
+// out means the backend, not the caller, was slow.
+type fullDeadline struct{}
+
+// WithTimeout is context.WithTimeout(parent, d) for one backend call,
+// marked as having the backend's full deadline unless parent already ends
+// sooner. Classify calls a timeout of such a context TimedOut.
+func WithTimeout(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if dl, ok := parent.Deadline(); !ok || !dl.Before(time.Now().Add(d)) {
+		parent = MarkFull(parent)
+	}
+	return context.WithTimeout(parent, d)
+}
+
+// MarkFull marks ctx as carrying the backend's full deadline (see
+// WithTimeout), for a caller that computes its deadline itself.
+func MarkFull(ctx context.Context) context.Context { return context.WithValue(ctx, fullDeadline{}, true) }
+
+// Classify tells what a backend call made with ctx, which returned err,
+// says about the backend. unavailable is the caller's sentinel for "the
+// backend did not answer" (a timeout, a lost connection), which its
+// errors wrap. TimedOut: err is unavailable or a deadline, ctx's deadline
+// passed, and ctx had the full deadline (WithTimeout, MarkFull). Answered:
+// err is nil or any error that is not unavailable, a deadline or a
+// cancellation. Inconclusive otherwise.
+func Classify(ctx context.Context, err error, unavailable error) Outcome {
+	if err == nil {
+		return Answered
+	}
+	noAnswer := errors.Is(err, unavailable) || errors.Is(err, context.DeadlineExceeded)
+	switch {
+	case noAnswer && errors.Is(ctx.Err(), context.DeadlineExceeded) && ctx.Value(fullDeadline{}) != nil:
+		return TimedOut
+	case !noAnswer && !errors.Is(err, context.Canceled):
+		return Answered
+	}
+	return Inconclusive
+}
