@@ -310,7 +310,9 @@ func WithTimeout(parent context.Context, d time.Duration) (context.Context, cont
 
 // MarkFull marks ctx as carrying the backend's full deadline (see
 // WithTimeout), for a caller that computes its deadline itself.
-func MarkFull(ctx context.Context) context.Context { return context.WithValue(ctx, fullDeadline{}, true) }
+func MarkFull(ctx context.Context) context.Context {
+	return context.WithValue(ctx, fullDeadline{}, true)
+}
 
 // Classify tells what a backend call made with ctx, which returned err,
 // says about the backend. unavailable is the caller's sentinel for "the
