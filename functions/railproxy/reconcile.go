@@ -153,9 +153,10 @@ func (p *Proxy) reconcile(ctx context.Context, payout string, h payoutevent.Hold
 			"event", api.EventRailSubmittedTwice, "count", len(records), "railRefs", refs)
 		return api.Reconciliation{}, fmt.Errorf("%w: %d submissions of payout %s (%v)", ErrRailSubmittedTwice, len(records), payout, refs)
 	}
-	dctx, cancel := context.WithTimeout(ctx, p.cfg.DBTimeout)
+	dctx, cancel := p.dbCtx(ctx)
 	defer cancel()
 	tag, err := p.pool.Exec(dctx, sqlReconcileAttempt, a.AttemptID, a.State, state, railRef)
+	p.observe(dctx, err)
 	if err != nil {
 		return api.Reconciliation{}, dbError("record reconciliation", err)
 	}
@@ -192,14 +193,15 @@ func (p *Proxy) reconciliation(a api.Attempt, resolved bool) api.Reconciliation 
 
 // payoutAttempt reads the payout's forwarded attempt and whether it is
 // older than the abandon threshold; ErrNotForwarded when there is none.
-func (p *Proxy) payoutAttempt(ctx context.Context, payout string) (api.Attempt, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.DBTimeout)
+func (p *Proxy) payoutAttempt(ctx context.Context, payout string) (_ api.Attempt, _ bool, err error) {
+	ctx, cancel := p.dbCtx(ctx)
 	defer cancel()
+	defer func() { p.observe(ctx, err) }()
 	var (
 		a   api.Attempt
 		old bool
 	)
-	err := p.pool.QueryRow(ctx, sqlPayoutAttempt, payout, p.abandonAfter().Milliseconds()).Scan(
+	err = p.pool.QueryRow(ctx, sqlPayoutAttempt, payout, p.abandonAfter().Milliseconds()).Scan(
 		&a.AttemptID, &a.PayoutID, &a.AccountID, &a.AmountMinor, &a.Currency, &a.Token,
 		&a.OwnerID, &a.State, &a.RailRef, &a.CreatedAt, &a.FinishedAt, &old)
 	if errors.Is(err, pgx.ErrNoRows) {

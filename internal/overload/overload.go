@@ -52,6 +52,15 @@ const HeaderRetryAfter = "Retry-After"
 // the status is written.
 func SetRetryAfter(h http.Header) { h.Set(HeaderRetryAfter, strconv.Itoa(RetryAfterSeconds)) }
 
+// Log events of a Guard: the value of the "event" attribute.
+const (
+	// EventStalled (ERROR): a backend call ran out its full deadline;
+	// requests are refused at once until a probe gets an answer.
+	EventStalled = "backend_stalled"
+	// EventRecovered (INFO): the backend answered again.
+	EventRecovered = "backend_recovered"
+)
+
 // ErrInvalidConfig is wrapped by every error of Config.Validate and New.
 var ErrInvalidConfig = errors.New("overload: invalid config")
 
@@ -132,10 +141,10 @@ const (
 	TimedOut
 )
 
-// Metrics names the gauges a Guard registers: the caller spells its own
-// metric names (they carry no labels).
+// Metrics names the gauges of Gauges: the caller spells its own metric
+// names (they carry no labels).
 type Metrics struct {
-	// Stalled names the gauge that is 1 while the backend is marked
+	// Stalled names the gauge that is 1 while a backend is marked
 	// stalled, 0 otherwise. Required.
 	Stalled string
 	// StalledHelp is its help text. Required.
@@ -147,6 +156,68 @@ type Metrics struct {
 	InFlightHelp string
 }
 
+// Gauges is a prometheus.Collector of the Guards attached to it: the
+// stalled gauge is 1 while any of them is stalled, the in-flight gauge
+// the sum of their requests in flight. A process has one Guard per
+// backend; a package whose metrics are collected before its service is
+// built (payment-resource's Collectors) attaches each Guard it makes.
+type Gauges struct {
+	stalled, inFlight *prometheus.Desc // inFlight nil when not named
+
+	mu     sync.Mutex
+	guards map[*Guard]struct{}
+}
+
+// NewGauges returns the collector of m's gauges, with no Guard attached.
+// It returns an error wrapping ErrInvalidConfig for a missing name.
+func NewGauges(m Metrics) (*Gauges, error) {
+	if m.Stalled == "" || m.StalledHelp == "" || (m.InFlight != "") != (m.InFlightHelp != "") {
+		return nil, fmt.Errorf("%w: Metrics needs Stalled with its help, and InFlight with its help or neither", ErrInvalidConfig)
+	}
+	c := &Gauges{stalled: prometheus.NewDesc(m.Stalled, m.StalledHelp, nil, nil), guards: map[*Guard]struct{}{}}
+	if m.InFlight != "" {
+		c.inFlight = prometheus.NewDesc(m.InFlight, m.InFlightHelp, nil, nil)
+	}
+	return c, nil
+}
+
+// Attach makes g's state part of the gauges until detach is called.
+func (c *Gauges) Attach(g *Guard) (detach func()) {
+	c.mu.Lock()
+	c.guards[g] = struct{}{}
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		delete(c.guards, g)
+		c.mu.Unlock()
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Gauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.stalled
+	if c.inFlight != nil {
+		ch <- c.inFlight
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Gauges) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	var stalled, inFlight float64
+	for g := range c.guards {
+		if g.Stalled() {
+			stalled = 1
+		}
+		inFlight += float64(g.InFlight())
+	}
+	c.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(c.stalled, prometheus.GaugeValue, stalled)
+	if c.inFlight != nil {
+		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, inFlight)
+	}
+}
+
 // Guard admits requests under the in-flight bound and tracks a stalled
 // backend. It is safe for concurrent use.
 type Guard struct {
@@ -154,9 +225,6 @@ type Guard struct {
 	probeEvery time.Duration
 	now        func() time.Time
 	log        *slog.Logger
-
-	stalledGauge  prometheus.Gauge // nil until Register
-	inFlightGauge prometheus.Gauge // nil unless Register named one
 
 	mu        sync.Mutex
 	stalled   bool
@@ -180,32 +248,16 @@ func New(cfg Config, log *slog.Logger) (*Guard, error) {
 	return &Guard{slots: make(chan struct{}, cfg.MaxInFlight), probeEvery: cfg.StallProbeInterval, now: now, log: log}, nil
 }
 
-// Register creates the gauges m names and registers them with reg. Call
-// it once, before serving. It returns reg's error (a name already
+// Register registers with reg the gauges m names, of g alone (Gauges).
+// Call it once, before serving. It returns reg's error (a name already
 // registered) or one wrapping ErrInvalidConfig for a missing name.
 func (g *Guard) Register(reg prometheus.Registerer, m Metrics) error {
-	if m.Stalled == "" || m.StalledHelp == "" || (m.InFlight != "") != (m.InFlightHelp != "") {
-		return fmt.Errorf("%w: Metrics needs Stalled with its help, and InFlight with its help or neither", ErrInvalidConfig)
-	}
-	stalled := prometheus.NewGauge(prometheus.GaugeOpts{Name: m.Stalled, Help: m.StalledHelp})
-	if err := reg.Register(stalled); err != nil {
+	c, err := NewGauges(m)
+	if err != nil {
 		return err
 	}
-	var inFlight prometheus.Gauge
-	if m.InFlight != "" {
-		inFlight = prometheus.NewGauge(prometheus.GaugeOpts{Name: m.InFlight, Help: m.InFlightHelp})
-		if err := reg.Register(inFlight); err != nil {
-			reg.Unregister(stalled)
-			return err
-		}
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.stalledGauge, g.inFlightGauge = stalled, inFlight
-	if g.stalled {
-		stalled.Set(1)
-	}
-	return nil
+	c.Attach(g)
+	return reg.Register(c)
 }
 
 // Admit takes a slot for one request. It returns release (call it once,
@@ -228,16 +280,14 @@ func (g *Guard) Admit() (release func(), reason Reason, ok bool) {
 	if probe {
 		g.probing = true // this request's backend calls decide
 	}
-	g.addInFlight(1)
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			g.mu.Lock()
 			if probe {
+				g.mu.Lock()
 				g.probing = false
+				g.mu.Unlock()
 			}
-			g.addInFlight(-1)
-			g.mu.Unlock()
 			<-g.slots
 		})
 	}, "", true
@@ -264,32 +314,18 @@ func (g *Guard) Observe(o Outcome, cause error) {
 		g.nextProbe = g.now().Add(g.probeEvery)
 		if !g.stalled {
 			g.stalled = true
-			g.setStalled(1)
 			msg := ""
 			if cause != nil {
 				msg = cause.Error()
 			}
-			g.log.Error("backend stalled: answering 503 at once until a probe succeeds", "event", "backend_stalled",
+			g.log.Error("backend stalled: answering 503 at once until a probe succeeds", "event", EventStalled,
 				"error", msg, "probeEveryMs", g.probeEvery.Milliseconds())
 		}
 	case Answered:
 		if g.stalled {
 			g.stalled = false
-			g.setStalled(0)
-			g.log.Info("backend answered again", "event", "backend_recovered")
+			g.log.Info("backend answered again", "event", EventRecovered)
 		}
-	}
-}
-
-func (g *Guard) setStalled(v float64) {
-	if g.stalledGauge != nil {
-		g.stalledGauge.Set(v)
-	}
-}
-
-func (g *Guard) addInFlight(d float64) {
-	if g.inFlightGauge != nil {
-		g.inFlightGauge.Add(d)
 	}
 }
 

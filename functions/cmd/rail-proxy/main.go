@@ -66,7 +66,7 @@ func main() {
 			return nil, nil, err
 		}
 		return p, func() { _ = p.Close() }, nil
-	})
+	}, railproxy.Collectors()...)
 }
 
 // recoverRestore runs "rail-proxy recover-restore" with args (after the
