@@ -84,6 +84,15 @@ type Config struct {
 	// (500ms); at most overload.MaxStallProbeInterval. Env
 	// PAYMENT_STALL_PROBE_MS.
 	StallProbeInterval time.Duration
+	// StallAfter: when a paydb call has run this long and no paydb call
+	// has answered since it started, paydb is marked stalled at once and
+	// every running call is cut and answered 503 DATABASE_UNAVAILABLE
+	// (overload.Config.StallAfter): a frozen paydb is answered within
+	// about this, not RequestTimeout. Default overload.DefaultStallAfter
+	// (1s); 0 turns it off; at most overload.MaxStallProbeInterval. The
+	// audit (GET /v1/audit) is never cut by it. Env
+	// PAYMENT_STALL_AFTER_MS.
+	StallAfter time.Duration
 	// Now is the clock of the stall probes; nil means time.Now. For tests;
 	// not read from the environment.
 	Now func() time.Time
@@ -92,14 +101,15 @@ type Config struct {
 // DefaultConfig returns the defaults documented on Config; DatabaseURL is
 // left empty (required).
 func DefaultConfig() Config {
-	return Config{OutboxPoll: DefaultOutboxPoll, MaxInFlight: overload.DefaultMaxInFlight, StallProbeInterval: overload.DefaultStallProbeInterval}
+	return Config{OutboxPoll: DefaultOutboxPoll, MaxInFlight: overload.DefaultMaxInFlight, StallProbeInterval: overload.DefaultStallProbeInterval,
+		StallAfter: overload.DefaultStallAfter}
 }
 
 // EnvNames returns the environment variables LoadConfig reads (the
 // constants of functions/paymentresource/api), for envcheck.
 func EnvNames() []string {
 	return []string{api.EnvDatabaseURL, api.EnvCloudSQLInstance, api.EnvMaxConns, api.EnvFencingEnabled, api.EnvOutboxPollMs,
-		api.EnvProofKeys, api.EnvReceiptKeys, api.EnvMaxInFlight, api.EnvStallProbeMs}
+		api.EnvProofKeys, api.EnvReceiptKeys, api.EnvMaxInFlight, api.EnvStallProbeMs, api.EnvStallAfterMs}
 }
 
 // Validate returns nil or one error per invalid field, joined
@@ -133,11 +143,14 @@ func (c Config) Validate() error {
 	if c.StallProbeInterval <= 0 || c.StallProbeInterval > overload.MaxStallProbeInterval {
 		bad("StallProbeInterval (%s) %v is outside (0, %v]", api.EnvStallProbeMs, c.StallProbeInterval, overload.MaxStallProbeInterval)
 	}
+	if c.StallAfter < 0 || c.StallAfter > overload.MaxStallProbeInterval {
+		bad("StallAfter (%s) %v is outside [0, %v]", api.EnvStallAfterMs, c.StallAfter, overload.MaxStallProbeInterval)
+	}
 	return errors.Join(errs...)
 }
 
 func (c Config) guard() overload.Config {
-	return overload.Config{MaxInFlight: c.MaxInFlight, StallProbeInterval: c.StallProbeInterval, Now: c.Now}
+	return overload.Config{MaxInFlight: c.MaxInFlight, StallProbeInterval: c.StallProbeInterval, StallAfter: c.StallAfter, Now: c.Now}
 }
 
 func (c Config) pool() pgpool.Config {
@@ -147,7 +160,7 @@ func (c Config) pool() pgpool.Config {
 // LoadConfig returns DefaultConfig overridden by the variables of EnvNames
 // (PAYDB_URL, PAYDB_INSTANCE, PAYDB_MAX_CONNS, PAYMENT_FENCING_ENABLED,
 // OUTBOX_POLL_MS, LOCK_PROOF_KEYS, RAIL_RECEIPT_KEYS, PAYMENT_MAX_IN_FLIGHT,
-// PAYMENT_STALL_PROBE_MS), read through getenv (os.Getenv in production; an unset
+// PAYMENT_STALL_PROBE_MS, PAYMENT_STALL_AFTER_MS), read through getenv (os.Getenv in production; an unset
 // or empty variable keeps the default), then validated. It reports every
 // unparsable variable and every invalid field at once, joined; each error
 // wraps ErrInvalidConfig and names the variable to fix.
@@ -193,6 +206,15 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 				overload.MaxStallProbeInterval.Milliseconds()))
 		} else {
 			c.StallProbeInterval = time.Duration(ms) * time.Millisecond
+		}
+	}
+	if v := strings.TrimSpace(getenv(api.EnvStallAfterMs)); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms < 0 || ms > overload.MaxStallProbeInterval.Milliseconds() {
+			errs = append(errs, fmt.Errorf("%w: %s=%q: want milliseconds, 0..%d", ErrInvalidConfig, api.EnvStallAfterMs, v,
+				overload.MaxStallProbeInterval.Milliseconds()))
+		} else {
+			c.StallAfter = time.Duration(ms) * time.Millisecond
 		}
 	}
 	for _, k := range []struct {

@@ -89,7 +89,14 @@ func fencingOff(c *paymentresource.Config) { c.FencingDisabled = true }
 
 func newFixture(t *testing.T, pub paymentresource.Publisher, opts ...option) *fixture {
 	t.Helper()
-	f := &fixture{t: t, dsn: pgtest.NewDatabase(t), logs: &logtest.Buffer{}, payouts: map[string]api.PayoutRequest{}}
+	return newFixtureOn(t, pgtest.NewDatabase(t), pub, opts...)
+}
+
+// newFixtureOn is newFixture over the database dsn (one of a cluster of
+// the test's own, for a test that freezes or stops it).
+func newFixtureOn(t *testing.T, dsn string, pub paymentresource.Publisher, opts ...option) *fixture {
+	t.Helper()
+	f := &fixture{t: t, dsn: dsn, logs: &logtest.Buffer{}, payouts: map[string]api.PayoutRequest{}}
 	f.start(pub, opts...)
 	db, err := pgxpool.New(context.Background(), f.dsn)
 	if err != nil {

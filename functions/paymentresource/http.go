@@ -104,10 +104,9 @@ func (s *Service) handleCreateAccount(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "accountId", req.AccountID)
 		return
 	}
-	ctx, cancel := overload.WithTimeout(r.Context(), RequestTimeout)
-	defer cancel()
+	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
 	a, created, err := s.createAccount(ctx, req)
-	s.observe(ctx, err)
+	done(err)
 	if err != nil {
 		s.fail(w, r, err, "accountId", req.AccountID)
 		return
@@ -121,10 +120,9 @@ func (s *Service) handleGetAccount(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	ctx, cancel := overload.WithTimeout(r.Context(), RequestTimeout)
-	defer cancel()
+	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
 	a, err := s.account(ctx, id)
-	s.observe(ctx, err)
+	done(err)
 	if err != nil {
 		s.fail(w, r, err, "accountId", id)
 		return
@@ -142,10 +140,9 @@ func (s *Service) handleCreatePayout(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", req.PayoutID, "accountId", req.AccountID)
 		return
 	}
-	ctx, cancel := overload.WithTimeout(r.Context(), RequestTimeout)
-	defer cancel()
+	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
 	p, created, err := s.createPayout(ctx, req)
-	s.observe(ctx, err)
+	done(err)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", req.PayoutID, "accountId", req.AccountID)
 		return
@@ -159,10 +156,9 @@ func (s *Service) handleGetPayout(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	ctx, cancel := overload.WithTimeout(r.Context(), RequestTimeout)
-	defer cancel()
+	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
 	p, err := s.payout(ctx, id)
-	s.observe(ctx, err)
+	done(err)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id)
 		return
@@ -180,10 +176,9 @@ func (s *Service) handleClaim(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
-	ctx, cancel := overload.WithTimeout(r.Context(), RequestTimeout)
-	defer cancel()
+	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
 	p, err := s.claim(ctx, id, h)
-	s.observe(ctx, err)
+	done(err)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
@@ -206,10 +201,9 @@ func (s *Service) handleResult(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
-	ctx, cancel := overload.WithTimeout(r.Context(), RequestTimeout)
-	defer cancel()
+	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
 	p, err := s.result(ctx, id, h, req)
-	s.observe(ctx, err)
+	done(err)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner, "outcome", string(req.Outcome), "railRef", req.RailRef)
 		return
@@ -232,10 +226,9 @@ func (s *Service) handleAttention(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
-	ctx, cancel := overload.WithTimeout(r.Context(), RequestTimeout)
-	defer cancel()
+	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
 	p, err := s.attention(ctx, id, h, req.Reason)
-	s.observe(ctx, err)
+	done(err)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner, "reason", string(req.Reason))
 		return
@@ -258,10 +251,9 @@ func (s *Service) handleResolution(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
-	ctx, cancel := overload.WithTimeout(r.Context(), RequestTimeout)
-	defer cancel()
+	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
 	p, err := s.resolve(ctx, id, h, req)
-	s.observe(ctx, err)
+	done(err)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner, "outcome", string(req.Outcome), "railRef", req.RailRef)
 		return
@@ -298,10 +290,9 @@ func (s *Service) handleListPayouts(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ctx, cancel := overload.WithTimeout(r.Context(), RequestTimeout)
-	defer cancel()
+	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
 	list, err := s.listPayouts(ctx, state, limit, after)
-	s.observe(ctx, err)
+	done(err)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -203,6 +203,16 @@ type Config struct {
 	// Default overload.DefaultStallProbeInterval (500ms); at most
 	// overload.MaxStallProbeInterval. Env RAIL_PROXY_STALL_PROBE_MS.
 	StallProbeInterval time.Duration
+	// StallAfter: when a raildb transaction before the rail call (the
+	// fence, a read, a reconciliation) has run this long and no raildb
+	// call has answered since it started, raildb is marked stalled at
+	// once and every such transaction still running is cut (rolled back,
+	// the rail not called) and answered 503 UNAVAILABLE
+	// (overload.Config.StallAfter). The recording of the rail's answer is
+	// never cut: it runs its whole DBTimeout. Default
+	// overload.DefaultStallAfter (1s); 0 turns it off; at most
+	// overload.MaxStallProbeInterval. Env RAIL_PROXY_STALL_AFTER_MS.
+	StallAfter time.Duration
 	// Now is the clock of the stall probes; nil means time.Now. For tests;
 	// not read from the environment.
 	Now func() time.Time
@@ -212,14 +222,15 @@ type Config struct {
 // RailURL are left empty (required).
 func DefaultConfig() Config {
 	return Config{RailTimeout: DefaultRailTimeout, DBTimeout: DefaultDBTimeout,
-		MaxInFlight: overload.DefaultMaxInFlight, StallProbeInterval: overload.DefaultStallProbeInterval}
+		MaxInFlight: overload.DefaultMaxInFlight, StallProbeInterval: overload.DefaultStallProbeInterval, StallAfter: overload.DefaultStallAfter}
 }
 
 // EnvNames returns the environment variables LoadConfig reads (the
 // constants of functions/railproxy/api), for envcheck.
 func EnvNames() []string {
 	return []string{api.EnvDatabaseURL, api.EnvDatabaseInstance, api.EnvRailURL, api.EnvRailTimeoutMs,
-		api.EnvDBTimeoutMs, api.EnvFencingEnabled, api.EnvProofKeys, api.EnvReceiptSigningKey, api.EnvMaxInFlight, api.EnvStallProbeMs}
+		api.EnvDBTimeoutMs, api.EnvFencingEnabled, api.EnvProofKeys, api.EnvReceiptSigningKey, api.EnvMaxInFlight, api.EnvStallProbeMs,
+		api.EnvStallAfterMs}
 }
 
 // Validate returns nil or one error per invalid field, joined
@@ -257,6 +268,9 @@ func (c Config) Validate() error {
 	if c.StallProbeInterval <= 0 || c.StallProbeInterval > overload.MaxStallProbeInterval {
 		bad("StallProbeInterval (%s) %v is outside (0, %v]", api.EnvStallProbeMs, c.StallProbeInterval, overload.MaxStallProbeInterval)
 	}
+	if c.StallAfter < 0 || c.StallAfter > overload.MaxStallProbeInterval {
+		bad("StallAfter (%s) %v is outside [0, %v]", api.EnvStallAfterMs, c.StallAfter, overload.MaxStallProbeInterval)
+	}
 	return errors.Join(errs...)
 }
 
@@ -264,7 +278,7 @@ func (c Config) Validate() error {
 // (RAILDB_URL, RAILDB_INSTANCE, RAIL_URL, RAIL_TIMEOUT_MS,
 // RAIL_PROXY_DB_TIMEOUT_MS, RAIL_PROXY_FENCING_ENABLED, LOCK_PROOF_KEYS,
 // RAIL_RECEIPT_SIGNING_KEY, RAIL_PROXY_MAX_IN_FLIGHT,
-// RAIL_PROXY_STALL_PROBE_MS), read through
+// RAIL_PROXY_STALL_PROBE_MS, RAIL_PROXY_STALL_AFTER_MS), read through
 // getenv (an empty value keeps the default), then validated. It reports
 // every unparsable variable and every invalid field at once, joined; each
 // error wraps ErrInvalidConfig and names the variable to fix.
@@ -296,6 +310,15 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 				overload.MaxStallProbeInterval.Milliseconds()))
 		} else {
 			c.StallProbeInterval = time.Duration(ms) * time.Millisecond
+		}
+	}
+	if v := strings.TrimSpace(getenv(api.EnvStallAfterMs)); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms < 0 || ms > overload.MaxStallProbeInterval.Milliseconds() {
+			errs = append(errs, fmt.Errorf("%w: %s=%q must be milliseconds in [0, %d]", ErrInvalidConfig, api.EnvStallAfterMs, v,
+				overload.MaxStallProbeInterval.Milliseconds()))
+		} else {
+			c.StallAfter = time.Duration(ms) * time.Millisecond
 		}
 	}
 	if v := strings.TrimSpace(getenv(api.EnvMaxInFlight)); v != "" {
@@ -395,7 +418,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	guard, err := overload.New(overload.Config{MaxInFlight: cfg.MaxInFlight, StallProbeInterval: cfg.StallProbeInterval, Now: cfg.Now}, log)
+	guard, err := overload.New(overload.Config{MaxInFlight: cfg.MaxInFlight, StallProbeInterval: cfg.StallProbeInterval,
+		StallAfter: cfg.StallAfter, Now: cfg.Now}, log)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
@@ -464,8 +488,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mux.ServeHTTP(w, r)
 }
 
-// dbCtx is the context of one raildb transaction: ctx with DBTimeout,
-// marked as raildb's full deadline for the stall breaker (observe).
+// dbCall starts one raildb transaction before the rail call: ctx with
+// DBTimeout, cut at once if raildb is marked stalled meanwhile
+// (Config.StallAfter); done records its outcome for the stall breaker.
+func (p *Proxy) dbCall(ctx context.Context) (context.Context, func(error)) {
+	return p.guard.Call(ctx, p.cfg.DBTimeout, ErrUnavailable)
+}
+
+// dbCtx is the context of a raildb transaction that must not be cut (the
+// recording of the rail's answer): ctx with DBTimeout, marked as raildb's
+// full deadline for the stall breaker (observe).
 func (p *Proxy) dbCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return overload.WithTimeout(ctx, p.cfg.DBTimeout)
 }

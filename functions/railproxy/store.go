@@ -107,9 +107,8 @@ SELECT attempt_id, payout_id, account_id, amount_minor, currency, token, owner_i
 // when raildb was restored (nothing recorded); ErrUnavailable or another
 // error when raildb failed (nothing known to be recorded).
 func (p *Proxy) admit(ctx context.Context, req api.SubmitRequest, token int64, owner string, lg *slog.Logger) (_ int64, err error) {
-	ctx, cancel := p.dbCtx(ctx)
-	defer cancel()
-	defer func() { p.observe(ctx, err) }()
+	ctx, done := p.dbCall(ctx)
+	defer func() { done(err) }()
 	var (
 		attemptID int64
 		refusal   *fencing.Refusal
@@ -261,9 +260,8 @@ func (p *Proxy) finish(ctx context.Context, attemptID int64, state api.State, ra
 // highWater returns the account's high-water, ErrNotFound when the account
 // has none.
 func (p *Proxy) highWater(ctx context.Context, account string) (_ int64, err error) {
-	ctx, cancel := p.dbCtx(ctx)
-	defer cancel()
-	defer func() { p.observe(ctx, err) }()
+	ctx, done := p.dbCall(ctx)
+	defer func() { done(err) }()
 	var hw int64
 	err = p.pool.QueryRow(ctx, sqlHighWater, account).Scan(&hw)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -277,9 +275,8 @@ func (p *Proxy) highWater(ctx context.Context, account string) (_ int64, err err
 
 // attempts returns the attempts of a payout, oldest first.
 func (p *Proxy) attempts(ctx context.Context, payout string) (_ []api.Attempt, err error) {
-	ctx, cancel := p.dbCtx(ctx)
-	defer cancel()
-	defer func() { p.observe(ctx, err) }()
+	ctx, done := p.dbCall(ctx)
+	defer func() { done(err) }()
 	rows, err := p.pool.Query(ctx, sqlAttempts, payout)
 	if err != nil {
 		return nil, dbError("list attempts", err)

@@ -61,8 +61,16 @@ const (
 	EventRecovered = "backend_recovered"
 )
 
-// ErrInvalidConfig is wrapped by every error of Config.Validate and New.
-var ErrInvalidConfig = errors.New("overload: invalid config")
+// Errors of this package; test them with errors.Is.
+var (
+	// ErrInvalidConfig is wrapped by every error of Config.Validate and
+	// New.
+	ErrInvalidConfig = errors.New("overload: invalid config")
+	// ErrStalled is the cause (context.Cause) of a Call's context cut
+	// because the backend was marked stalled while it ran
+	// (Config.StallAfter).
+	ErrStalled = errors.New("overload: backend marked stalled; call cut")
+)
 
 // Defaults of Config.
 const (
@@ -72,6 +80,13 @@ const (
 	DefaultMaxInFlight = 256
 	// DefaultStallProbeInterval is DefaultConfig's StallProbeInterval.
 	DefaultStallProbeInterval = 500 * time.Millisecond
+	// DefaultStallAfter is the StallAfter payment-resource and rail-proxy
+	// use by default (DefaultConfig leaves it 0, lock-server's setting):
+	// their queries take milliseconds, so a second in which the database
+	// answers no call at all is a stall, and cutting there leaves the
+	// caller (the executor's 5 s request timeout) four seconds to hear the
+	// 503.
+	DefaultStallAfter = time.Second
 	// MaxMaxInFlight bounds MaxInFlight: more is a typo.
 	MaxMaxInFlight = 100_000
 	// MaxStallProbeInterval bounds StallProbeInterval: a longer one keeps
@@ -91,7 +106,20 @@ type Config struct {
 	// refused with ReasonStalled. Default DefaultStallProbeInterval;
 	// positive, at most MaxStallProbeInterval.
 	StallProbeInterval time.Duration
+	// StallAfter, when positive, also marks the backend stalled when a
+	// call made with Guard.Call has been running this long and no backend
+	// call has answered since it started: a backend that answers nothing at
+	// all is stalled long before a call's full deadline runs out. Every
+	// call still running is then cut (its context cancelled with cause
+	// ErrStalled), so that its request is answered at once too. Hazard: on
+	// an idle service one legitimately slow call (longer than StallAfter,
+	// with no other call answering meanwhile) is cut; make slow calls
+	// (reports, audits) with WithTimeout, not Call. Default 0: off, only a
+	// call that runs out its full deadline marks the backend stalled.
+	// At most MaxStallProbeInterval.
+	StallAfter time.Duration
 	// Now is the clock of the stall probes; nil means time.Now. For tests.
+	// StallAfter is measured on the real clock.
 	Now func() time.Time
 }
 
@@ -109,6 +137,9 @@ func (c Config) Validate() error {
 	}
 	if c.StallProbeInterval <= 0 || c.StallProbeInterval > MaxStallProbeInterval {
 		errs = append(errs, fmt.Errorf("%w: StallProbeInterval %v is outside (0, %v]", ErrInvalidConfig, c.StallProbeInterval, MaxStallProbeInterval))
+	}
+	if c.StallAfter < 0 || c.StallAfter > MaxStallProbeInterval {
+		errs = append(errs, fmt.Errorf("%w: StallAfter %v is outside [0, %v]", ErrInvalidConfig, c.StallAfter, MaxStallProbeInterval))
 	}
 	return errors.Join(errs...)
 }
@@ -226,10 +257,21 @@ type Guard struct {
 	now        func() time.Time
 	log        *slog.Logger
 
+	stallAfter time.Duration
+
 	mu        sync.Mutex
 	stalled   bool
 	probing   bool
 	nextProbe time.Time
+	answers   uint64             // backend calls answered so far (Observe(Answered))
+	calls     map[*call]struct{} // Calls running
+}
+
+// call is one backend call made with Guard.Call.
+type call struct {
+	answersAtStart uint64
+	cancel         context.CancelCauseFunc
+	timer          *time.Timer // nil without StallAfter
 }
 
 // New returns a Guard. It returns an error wrapping ErrInvalidConfig when
@@ -245,7 +287,8 @@ func New(cfg Config, log *slog.Logger) (*Guard, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Guard{slots: make(chan struct{}, cfg.MaxInFlight), probeEvery: cfg.StallProbeInterval, now: now, log: log}, nil
+	return &Guard{slots: make(chan struct{}, cfg.MaxInFlight), probeEvery: cfg.StallProbeInterval, now: now, log: log,
+		stallAfter: cfg.StallAfter, calls: map[*call]struct{}{}}, nil
 }
 
 // Register registers with reg the gauges m names, of g alone (Gauges).
@@ -311,21 +354,83 @@ func (g *Guard) Observe(o Outcome, cause error) {
 	defer g.mu.Unlock()
 	switch o {
 	case TimedOut:
-		g.nextProbe = g.now().Add(g.probeEvery)
-		if !g.stalled {
-			g.stalled = true
-			msg := ""
-			if cause != nil {
-				msg = cause.Error()
-			}
-			g.log.Error("backend stalled: answering 503 at once until a probe succeeds", "event", EventStalled,
-				"error", msg, "probeEveryMs", g.probeEvery.Milliseconds())
-		}
+		g.markLocked(cause)
 	case Answered:
+		g.answers++
 		if g.stalled {
 			g.stalled = false
 			g.log.Info("backend answered again", "event", EventRecovered)
 		}
+	}
+}
+
+// markLocked marks the backend stalled (or, already stalled, puts the
+// next probe one interval away). g.mu is held.
+func (g *Guard) markLocked(cause error) {
+	g.nextProbe = g.now().Add(g.probeEvery)
+	if g.stalled {
+		return
+	}
+	g.stalled = true
+	msg := ""
+	if cause != nil {
+		msg = cause.Error()
+	}
+	g.log.Error("backend stalled: answering 503 at once until a probe succeeds", "event", EventStalled,
+		"error", msg, "probeEveryMs", g.probeEvery.Milliseconds())
+}
+
+// Call starts one backend call: its context is WithTimeout(parent, d),
+// and done records its outcome (Classify with the caller's unavailable
+// sentinel, then Observe) and must be called once when the call returns.
+// With Config.StallAfter, a call still running after StallAfter while no
+// backend call has answered since it started marks the backend stalled
+// and cuts every running Call (context cause ErrStalled); the caller
+// answers its request as it answers a backend that did not answer.
+func (g *Guard) Call(parent context.Context, d time.Duration, unavailable error) (ctx context.Context, done func(error)) {
+	ctx, cancelTimeout := WithTimeout(parent, d)
+	ctx, cancel := context.WithCancelCause(ctx)
+	g.mu.Lock()
+	c := &call{answersAtStart: g.answers, cancel: cancel}
+	g.calls[c] = struct{}{}
+	if g.stallAfter > 0 {
+		c.timer = time.AfterFunc(g.stallAfter, func() { g.watch(c) })
+	}
+	g.mu.Unlock()
+	var once sync.Once
+	return ctx, func(err error) {
+		once.Do(func() {
+			if c.timer != nil {
+				c.timer.Stop()
+			}
+			g.mu.Lock()
+			delete(g.calls, c)
+			g.mu.Unlock()
+			g.Observe(Classify(ctx, err, unavailable), err)
+			cancel(nil)
+			cancelTimeout()
+		})
+	}
+}
+
+// watch runs StallAfter after call c started: if c still runs and no
+// backend call has answered since it started, the backend is stalled, and
+// every running call is cut.
+func (g *Guard) watch(c *call) {
+	g.mu.Lock()
+	_, running := g.calls[c]
+	if !running || g.answers != c.answersAtStart {
+		g.mu.Unlock()
+		return
+	}
+	g.markLocked(fmt.Errorf("no backend call answered for %v", g.stallAfter))
+	cut := make([]context.CancelCauseFunc, 0, len(g.calls))
+	for other := range g.calls {
+		cut = append(cut, other.cancel)
+	}
+	g.mu.Unlock()
+	for _, cancel := range cut {
+		cancel(ErrStalled)
 	}
 }
 

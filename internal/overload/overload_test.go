@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -253,4 +254,75 @@ func TestRegisterRefusesMissingNamesAndDuplicates(t *testing.T) {
 	if mfs, err := reg.Gather(); err != nil || len(mfs) != 1 {
 		t.Fatalf("%d metrics registered (%v); want 1", len(mfs), err)
 	}
+}
+
+// StallAfter: a backend that answers nothing for StallAfter while calls
+// run is marked stalled, and every running call is cut with ErrStalled,
+// long before their own deadline.
+func TestCallsThatNothingAnswersAreCutAfterStallAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := overload.DefaultConfig()
+		cfg.StallAfter = time.Second
+		g, reg := newGuard(t, cfg)
+		ctxA, doneA := g.Call(context.Background(), time.Minute, errDown)
+		time.Sleep(500 * time.Millisecond)
+		ctxB, doneB := g.Call(context.Background(), time.Minute, errDown)
+		time.Sleep(500 * time.Millisecond) // A has run StallAfter, nothing answered
+		synctest.Wait()
+		if !g.Stalled() || gauge(t, reg, "test_backend_stalled") != 1 {
+			t.Fatal("no answer for StallAfter did not mark the backend stalled")
+		}
+		for name, ctx := range map[string]context.Context{"A": ctxA, "B": ctxB} {
+			if ctx.Err() == nil || !errors.Is(context.Cause(ctx), overload.ErrStalled) {
+				t.Errorf("call %s: err %v cause %v; want cut with ErrStalled", name, ctx.Err(), context.Cause(ctx))
+			}
+		}
+		doneA(fmt.Errorf("%w: %w", errDown, ctxA.Err()))
+		doneB(fmt.Errorf("%w: %w", errDown, ctxB.Err()))
+		if !g.Stalled() {
+			t.Fatal("the cut calls' outcome cleared the mark")
+		}
+	})
+}
+
+// A slow call is not a stall while other calls answer.
+func TestASlowCallIsNotCutWhileOthersAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := overload.DefaultConfig()
+		cfg.StallAfter = time.Second
+		g, _ := newGuard(t, cfg)
+		slow, doneSlow := g.Call(context.Background(), time.Minute, errDown)
+		time.Sleep(500 * time.Millisecond)
+		_, doneQuick := g.Call(context.Background(), time.Minute, errDown)
+		doneQuick(nil) // the backend answers
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if g.Stalled() || slow.Err() != nil {
+			t.Fatalf("stalled=%v, slow call err %v; want neither: the backend answered meanwhile", g.Stalled(), slow.Err())
+		}
+		doneSlow(nil)
+		// Without StallAfter nothing but a full deadline marks it.
+		g2, _ := newGuard(t, overload.DefaultConfig())
+		ctx, done := g2.Call(context.Background(), time.Hour, errDown)
+		time.Sleep(10 * time.Minute)
+		synctest.Wait()
+		if g2.Stalled() || ctx.Err() != nil {
+			t.Fatal("StallAfter 0 cut a call")
+		}
+		done(nil)
+	})
+}
+
+// A Call that runs out its full deadline marks the backend stalled, as
+// Observe(TimedOut) does.
+func TestACallRunningOutItsDeadlineMarksTheBackendStalled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, _ := newGuard(t, overload.DefaultConfig())
+		ctx, done := g.Call(context.Background(), time.Second, errDown)
+		<-ctx.Done()
+		done(fmt.Errorf("%w: %w", errDown, ctx.Err()))
+		if !g.Stalled() {
+			t.Fatal("a full-deadline timeout did not mark the backend stalled")
+		}
+	})
 }

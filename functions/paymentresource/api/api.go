@@ -309,6 +309,11 @@ const (
 	// 500), one request is let through to paydb while it is marked
 	// stalled; the others are answered 503 DATABASE_UNAVAILABLE at once.
 	EnvStallProbeMs = "PAYMENT_STALL_PROBE_MS"
+	// EnvStallAfterMs is how long, in milliseconds (0..60000, default
+	// 1000; 0 turns it off), a paydb call may run while paydb answers no
+	// call at all before paydb is marked stalled and every running call
+	// is answered 503 DATABASE_UNAVAILABLE at once.
+	EnvStallAfterMs = "PAYMENT_STALL_AFTER_MS"
 	// EnvProofKeys lists the public keys of lock-server's grant proofs;
 	// required while fencing is on (payoutevent.EnvProofKeys).
 	EnvProofKeys = payoutevent.EnvProofKeys

@@ -37,7 +37,7 @@ func contractPatterns() literals.Patterns {
 		pats[p] = literals.Path(p)
 	}
 	for _, e := range []string{api.EnvDatabaseURL, api.EnvCloudSQLInstance, api.EnvMaxConns, api.EnvFencingEnabled, api.EnvOutboxPollMs,
-		api.EnvMaxInFlight, api.EnvStallProbeMs} {
+		api.EnvMaxInFlight, api.EnvStallProbeMs, api.EnvStallAfterMs} {
 		pats[e] = literals.Word(e)
 	}
 	return pats

@@ -267,6 +267,12 @@ const (
 	// 500), one request is let through to raildb while it is marked
 	// stalled; the others are answered 503 UNAVAILABLE at once.
 	EnvStallProbeMs = "RAIL_PROXY_STALL_PROBE_MS"
+	// EnvStallAfterMs is how long, in milliseconds (0..60000, default
+	// 1000; 0 turns it off), a raildb transaction before the rail call
+	// may run while raildb answers nothing at all before raildb is marked
+	// stalled and every such transaction still running is answered 503
+	// UNAVAILABLE at once (rolled back; the rail not called).
+	EnvStallAfterMs = "RAIL_PROXY_STALL_AFTER_MS"
 	// EnvFencingEnabled is the kill switch rail.proxy.fencing.enabled:
 	// true/false, 1/0, on/off, yes/no; default true. Off only for the
 	// fencing experiment.

@@ -38,7 +38,7 @@ func contractPatterns() literals.Patterns {
 		pats[p] = literals.Path(p)
 	}
 	for _, e := range []string{api.EnvDatabaseURL, api.EnvDatabaseInstance, api.EnvRailURL, api.EnvRailTimeoutMs,
-		api.EnvDBTimeoutMs, api.EnvFencingEnabled, api.EnvMaxInFlight, api.EnvStallProbeMs} {
+		api.EnvDBTimeoutMs, api.EnvFencingEnabled, api.EnvMaxInFlight, api.EnvStallProbeMs, api.EnvStallAfterMs} {
 		pats[e] = literals.Word(e)
 	}
 	return pats
