@@ -85,9 +85,10 @@ type Config struct {
 	// PAYMENT_STALL_PROBE_MS.
 	StallProbeInterval time.Duration
 	// StallAfter: when a paydb call has run this long and no paydb call
-	// has answered since it started, paydb is marked stalled at once and
-	// every running call is cut and answered 503 DATABASE_UNAVAILABLE
-	// (overload.Config.StallAfter): a frozen paydb is answered within
+	// has answered since it started, and a ping on a new connection gets
+	// no answer within as long either, paydb is marked stalled and every
+	// running call is cut and answered 503 DATABASE_UNAVAILABLE
+	// (overload.Config.StallAfter, pgpool.PingOnNewConn): a frozen paydb is answered within
 	// about this, not RequestTimeout. Default overload.DefaultStallAfter
 	// (1s); 0 turns it off; at most overload.MaxStallProbeInterval. The
 	// audit (GET /v1/audit) is never cut by it. Env

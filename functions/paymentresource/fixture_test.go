@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
@@ -25,7 +27,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// No goroutine outlives the tests: the outbox publisher and the pool's goroutines end with Close.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(pgtest.Tests(m),
+		// The Cloud SQL connector (internal/pgpool) links OpenCensus, whose
+		// view worker starts once per process and never stops.
+		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
+}
 
 // waitLimit bounds every wait for an asynchronous condition.
 const waitLimit = 20 * time.Second

@@ -158,10 +158,6 @@ func New(ctx context.Context, cfg Config, pub Publisher, logger *slog.Logger) (*
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	guard, err := overload.New(cfg.guard(), logger)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
-	}
 	pool, closePool, err := pgpool.Open(ctx, cfg.pool())
 	if err != nil {
 		return nil, fmt.Errorf("paymentresource: open paydb: %w", err)
@@ -171,6 +167,13 @@ func New(ctx context.Context, cfg Config, pub Publisher, logger *slog.Logger) (*
 		return nil, err
 	}
 	fencing.WarnIfOff(logger, api.EnvFencingEnabled, !cfg.FencingDisabled)
+	gcfg := cfg.guard()
+	gcfg.Ping = pgpool.PingOnNewConn(pool)
+	guard, err := overload.New(gcfg, logger)
+	if err != nil {
+		closePool()
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
 
 	life, stop := context.WithCancel(context.Background())
 	s := &Service{

@@ -205,8 +205,9 @@ type Config struct {
 	StallProbeInterval time.Duration
 	// StallAfter: when a raildb transaction before the rail call (the
 	// fence, a read, a reconciliation) has run this long and no raildb
-	// call has answered since it started, raildb is marked stalled at
-	// once and every such transaction still running is cut (rolled back,
+	// call has answered since it started, and a ping on a new connection
+	// gets no answer within as long either (pgpool.PingOnNewConn), raildb
+	// is marked stalled and every such transaction still running is cut (rolled back,
 	// the rail not called) and answered 503 UNAVAILABLE
 	// (overload.Config.StallAfter). The recording of the rail's answer is
 	// never cut: it runs its whole DBTimeout. Default
@@ -418,14 +419,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	guard, err := overload.New(overload.Config{MaxInFlight: cfg.MaxInFlight, StallProbeInterval: cfg.StallProbeInterval,
-		StallAfter: cfg.StallAfter, Now: cfg.Now}, log)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
-	}
 	pool, closePool, err := pgpool.Open(ctx, cfg.DB)
 	if err != nil {
 		return nil, fmt.Errorf("railproxy: open raildb: %w", err)
+	}
+	guard, err := overload.New(overload.Config{MaxInFlight: cfg.MaxInFlight, StallProbeInterval: cfg.StallProbeInterval,
+		StallAfter: cfg.StallAfter, Ping: pgpool.PingOnNewConn(pool), Now: cfg.Now}, log)
+	if err != nil {
+		closePool()
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	if err := migrate(ctx, pool); err != nil {
 		closePool()

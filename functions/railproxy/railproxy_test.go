@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
@@ -28,7 +30,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// No goroutine outlives the tests: a Proxy starts no goroutine; its pool's and the rail client's end with Close.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(pgtest.Tests(m),
+		// The Cloud SQL connector (internal/pgpool) links OpenCensus, whose
+		// view worker starts once per process and never stops.
+		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
+}
 
 // rig is one test's world: a fresh raildb, a real rail stub on an
 // httptest server, and the proxies built over them.

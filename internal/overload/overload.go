@@ -106,18 +106,21 @@ type Config struct {
 	// refused with ReasonStalled. Default DefaultStallProbeInterval;
 	// positive, at most MaxStallProbeInterval.
 	StallProbeInterval time.Duration
-	// StallAfter, when positive, also marks the backend stalled when a
-	// call made with Guard.Call has been running this long and no backend
-	// call has answered since it started: a backend that answers nothing at
-	// all is stalled long before a call's full deadline runs out. Every
-	// call still running is then cut (its context cancelled with cause
-	// ErrStalled), so that its request is answered at once too. Hazard: on
-	// an idle service one legitimately slow call (longer than StallAfter,
-	// with no other call answering meanwhile) is cut; make slow calls
-	// (reports, audits) with WithTimeout, not Call. Default 0: off, only a
-	// call that runs out its full deadline marks the backend stalled.
-	// At most MaxStallProbeInterval.
+	// StallAfter, when positive, also suspects a stall when a call made
+	// with Guard.Call has been running this long and no backend call has
+	// answered since it started, and then asks Ping: if Ping does not
+	// answer within StallAfter either, the backend is marked stalled and
+	// every call still running is cut (its context cancelled with cause
+	// ErrStalled), so that its request is answered at once too, long
+	// before a call's full deadline. A call that is merely slow (a lock
+	// wait, a long query) does not stop Ping, and goes on. Default 0: off,
+	// only a call that runs out its full deadline marks the backend
+	// stalled. At most MaxStallProbeInterval; requires Ping.
 	StallAfter time.Duration
+	// Ping asks the backend for a trivial answer on a path of its own (a
+	// new connection, not one the waiting calls may hold); it must honour
+	// ctx. Required with StallAfter.
+	Ping func(ctx context.Context) error
 	// Now is the clock of the stall probes; nil means time.Now. For tests.
 	// StallAfter is measured on the real clock.
 	Now func() time.Time
@@ -140,6 +143,9 @@ func (c Config) Validate() error {
 	}
 	if c.StallAfter < 0 || c.StallAfter > MaxStallProbeInterval {
 		errs = append(errs, fmt.Errorf("%w: StallAfter %v is outside [0, %v]", ErrInvalidConfig, c.StallAfter, MaxStallProbeInterval))
+	}
+	if c.StallAfter > 0 && c.Ping == nil {
+		errs = append(errs, fmt.Errorf("%w: StallAfter %v needs Ping", ErrInvalidConfig, c.StallAfter))
 	}
 	return errors.Join(errs...)
 }
@@ -258,6 +264,7 @@ type Guard struct {
 	log        *slog.Logger
 
 	stallAfter time.Duration
+	ping       func(context.Context) error
 
 	mu        sync.Mutex
 	stalled   bool
@@ -288,7 +295,7 @@ func New(cfg Config, log *slog.Logger) (*Guard, error) {
 		now = time.Now
 	}
 	return &Guard{slots: make(chan struct{}, cfg.MaxInFlight), probeEvery: cfg.StallProbeInterval, now: now, log: log,
-		stallAfter: cfg.StallAfter, calls: map[*call]struct{}{}}, nil
+		stallAfter: cfg.StallAfter, ping: cfg.Ping, calls: map[*call]struct{}{}}, nil
 }
 
 // Register registers with reg the gauges m names, of g alone (Gauges).
@@ -384,9 +391,10 @@ func (g *Guard) markLocked(cause error) {
 // and done records its outcome (Classify with the caller's unavailable
 // sentinel, then Observe) and must be called once when the call returns.
 // With Config.StallAfter, a call still running after StallAfter while no
-// backend call has answered since it started marks the backend stalled
-// and cuts every running Call (context cause ErrStalled); the caller
-// answers its request as it answers a backend that did not answer.
+// backend call has answered since it started makes the Guard ask
+// Config.Ping; if that gets no answer either, the backend is marked
+// stalled and every running Call is cut (context cause ErrStalled); the
+// caller answers its request as it answers a backend that did not answer.
 func (g *Guard) Call(parent context.Context, d time.Duration, unavailable error) (ctx context.Context, done func(error)) {
 	ctx, cancelTimeout := WithTimeout(parent, d)
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -400,11 +408,11 @@ func (g *Guard) Call(parent context.Context, d time.Duration, unavailable error)
 	var once sync.Once
 	return ctx, func(err error) {
 		once.Do(func() {
+			g.mu.Lock()
+			delete(g.calls, c)
 			if c.timer != nil {
 				c.timer.Stop()
 			}
-			g.mu.Lock()
-			delete(g.calls, c)
 			g.mu.Unlock()
 			g.Observe(Classify(ctx, err, unavailable), err)
 			cancel(nil)
@@ -413,17 +421,36 @@ func (g *Guard) Call(parent context.Context, d time.Duration, unavailable error)
 	}
 }
 
-// watch runs StallAfter after call c started: if c still runs and no
-// backend call has answered since it started, the backend is stalled, and
-// every running call is cut.
+// watch runs StallAfter after call c started (or was last re-armed): if c
+// still runs and no backend call has answered since, it asks Ping; an
+// answer counts as one and re-arms c's watch, no answer within StallAfter
+// marks the backend stalled and cuts every running call.
 func (g *Guard) watch(c *call) {
 	g.mu.Lock()
 	_, running := g.calls[c]
-	if !running || g.answers != c.answersAtStart {
+	quiet := running && g.answers == c.answersAtStart
+	stalled := g.stalled
+	g.mu.Unlock()
+	if !quiet {
+		return
+	}
+	var perr error = ErrStalled // already marked: no need to ask again
+	if !stalled {
+		ctx, cancel := context.WithTimeout(context.Background(), g.stallAfter)
+		perr = g.ping(ctx)
+		cancel()
+	}
+	g.mu.Lock()
+	if perr == nil {
+		g.answers++ // the backend answers: c is slow, not stalled
+		if _, running := g.calls[c]; running {
+			c.answersAtStart = g.answers
+			c.timer = time.AfterFunc(g.stallAfter, func() { g.watch(c) })
+		}
 		g.mu.Unlock()
 		return
 	}
-	g.markLocked(fmt.Errorf("no backend call answered for %v", g.stallAfter))
+	g.markLocked(fmt.Errorf("no backend call answered for %v, nor a ping: %w", g.stallAfter, perr))
 	cut := make([]context.CancelCauseFunc, 0, len(g.calls))
 	for other := range g.calls {
 		cut = append(cut, other.cancel)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -263,11 +264,17 @@ func TestCallsThatNothingAnswersAreCutAfterStallAfter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := overload.DefaultConfig()
 		cfg.StallAfter = time.Second
+		cfg.Ping = func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() } // frozen: no answer
 		g, reg := newGuard(t, cfg)
 		ctxA, doneA := g.Call(context.Background(), time.Minute, errDown)
 		time.Sleep(500 * time.Millisecond)
 		ctxB, doneB := g.Call(context.Background(), time.Minute, errDown)
 		time.Sleep(500 * time.Millisecond) // A has run StallAfter, nothing answered
+		synctest.Wait()
+		if g.Stalled() {
+			t.Fatal("marked stalled before the ping had its StallAfter to answer")
+		}
+		time.Sleep(time.Second) // the ping gets no answer either
 		synctest.Wait()
 		if !g.Stalled() || gauge(t, reg, "test_backend_stalled") != 1 {
 			t.Fatal("no answer for StallAfter did not mark the backend stalled")
@@ -282,6 +289,8 @@ func TestCallsThatNothingAnswersAreCutAfterStallAfter(t *testing.T) {
 		if !g.Stalled() {
 			t.Fatal("the cut calls' outcome cleared the mark")
 		}
+		time.Sleep(time.Second) // B's watch, started before the mark, ends its ping
+		synctest.Wait()
 	})
 }
 
@@ -290,6 +299,7 @@ func TestASlowCallIsNotCutWhileOthersAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := overload.DefaultConfig()
 		cfg.StallAfter = time.Second
+		cfg.Ping = func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
 		g, _ := newGuard(t, cfg)
 		slow, doneSlow := g.Call(context.Background(), time.Minute, errDown)
 		time.Sleep(500 * time.Millisecond)
@@ -311,6 +321,33 @@ func TestASlowCallIsNotCutWhileOthersAnswer(t *testing.T) {
 		}
 		done(nil)
 	})
+}
+
+// A call waiting alone (a lock wait, a long query) is not a stall while
+// the backend answers a ping: it goes on, and is watched again.
+func TestASlowCallIsNotCutWhileTheBackendAnswersAPing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var pings atomic.Int64
+		cfg := overload.DefaultConfig()
+		cfg.StallAfter = time.Second
+		cfg.Ping = func(context.Context) error { pings.Add(1); return nil }
+		g, _ := newGuard(t, cfg)
+		ctx, done := g.Call(context.Background(), time.Minute, errDown)
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if g.Stalled() || ctx.Err() != nil || pings.Load() < 5 {
+			t.Fatalf("stalled=%v, call err %v, %d pings; want a slow call left alone and watched (about one ping a second)", g.Stalled(), ctx.Err(), pings.Load())
+		}
+		done(nil)
+	})
+}
+
+func TestStallAfterNeedsPing(t *testing.T) {
+	cfg := overload.DefaultConfig()
+	cfg.StallAfter = time.Second
+	if err := cfg.Validate(); !errors.Is(err, overload.ErrInvalidConfig) {
+		t.Fatalf("StallAfter without Ping: %v; want ErrInvalidConfig", err)
+	}
 }
 
 // A Call that runs out its full deadline marks the backend stalled, as
