@@ -20,6 +20,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
@@ -124,7 +125,7 @@ func TestFrozenPaydbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 	}
 	clock := &stallClock{t: time.Unix(1_790_000_000, 0)}
 	f := newFixtureOn(t, cluster.DSN("paydb"), newPublisher(nil), func(c *paymentresource.Config) {
-		c.MaxInFlight, c.Now = maxInFlight, clock.now
+		c.MaxInFlight, c.Now, c.StallAfter = maxInFlight, clock.now, overload.DefaultStallAfter
 	})
 	t.Cleanup(func() { _ = cluster.Thaw() }) // before the fixture's Close (cleanups run last first)
 	reg := prometheus.NewRegistry()

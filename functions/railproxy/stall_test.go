@@ -22,6 +22,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzzcheck"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -169,7 +170,9 @@ func TestFrozenRaildbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 	r := newRig(t)
 	r.dsn = cluster.DSN("raildb")
 	clock := &stallClock{t: time.Unix(1_790_000_000, 0)}
-	p := r.proxy(func(c *railproxy.Config) { c.MaxInFlight, c.Now = maxInFlight, clock.now })
+	p := r.proxy(func(c *railproxy.Config) {
+		c.MaxInFlight, c.Now, c.StallAfter = maxInFlight, clock.now, overload.DefaultStallAfter
+	})
 	t.Cleanup(func() { _ = cluster.Thaw() }) // before the proxy's Close
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(railproxy.Collectors()...)
