@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpserve"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
@@ -42,7 +42,7 @@ type ServerConfig struct {
 
 	// MaxInFlight bounds the lock and readiness requests served at once;
 	// one more is answered 503 OVERLOADED with Retry-After at once
-	// (overload.go). Default 256: far above what one lock-server's backend
+	// (internal/overload; at most overload.MaxMaxInFlight). Default 256: far above what one lock-server's backend
 	// pool (16 connections by default) can serve in parallel.
 	MaxInFlight int
 	// StallProbeInterval is how often, while the backend is marked stalled,
@@ -64,11 +64,11 @@ func (c ServerConfig) Validate() error {
 	if c.RequestTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("lockserver: RequestTimeout must be positive, got %v", c.RequestTimeout))
 	}
-	if c.MaxInFlight <= 0 {
-		errs = append(errs, fmt.Errorf("lockserver: MaxInFlight must be positive, got %d", c.MaxInFlight))
+	if c.MaxInFlight <= 0 || c.MaxInFlight > overload.MaxMaxInFlight {
+		errs = append(errs, fmt.Errorf("lockserver: MaxInFlight must be in 1..%d, got %d", overload.MaxMaxInFlight, c.MaxInFlight))
 	}
-	if c.StallProbeInterval <= 0 {
-		errs = append(errs, fmt.Errorf("lockserver: StallProbeInterval must be positive, got %v", c.StallProbeInterval))
+	if c.StallProbeInterval <= 0 || c.StallProbeInterval > overload.MaxStallProbeInterval {
+		errs = append(errs, fmt.Errorf("lockserver: StallProbeInterval must be in (0, %v], got %v", overload.MaxStallProbeInterval, c.StallProbeInterval))
 	}
 	return errors.Join(errs...)
 }
@@ -87,7 +87,7 @@ type Server struct {
 	// floor (floor.go).
 	issued atomic.Int64
 
-	adm *admission // in-flight bound and stall tracking (overload.go)
+	adm *overload.Guard // in-flight bound and stall tracking (overload.go)
 }
 
 // NewServer returns a Server over store. It returns an error if cfg is
@@ -99,7 +99,11 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{store: store, cfg: cfg, log: logger, mux: http.NewServeMux(), adm: newAdmission(cfg, logger)}
+	adm, err := overload.New(overload.Config{MaxInFlight: cfg.MaxInFlight, StallProbeInterval: cfg.StallProbeInterval, Now: cfg.Now}, logger)
+	if err != nil {
+		return nil, fmt.Errorf("lockserver: %w", err)
+	}
+	s := &Server{store: store, cfg: cfg, log: logger, mux: http.NewServeMux(), adm: adm}
 	if cfg.Registry != nil {
 		m, err := newMetrics(cfg.Registry)
 		if err != nil {
@@ -109,11 +113,10 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 		if err := s.registerFloor(cfg.Registry); err != nil {
 			return nil, fmt.Errorf("lockserver: register metrics: %w", err)
 		}
-		s.adm.gauge = prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "lockserver_backend_stalled",
-			Help: "1 while the backend is marked stalled (a call ran out its whole request timeout) and requests are refused at once; 0 otherwise.",
-		})
-		if err := cfg.Registry.Register(s.adm.gauge); err != nil {
+		if err := s.adm.Register(cfg.Registry, overload.Metrics{
+			Stalled:     "lockserver_backend_stalled",
+			StalledHelp: "1 while the backend is marked stalled (a call ran out its whole request timeout) and requests are refused at once; 0 otherwise.",
+		}); err != nil {
 			return nil, fmt.Errorf("lockserver: register metrics: %w", err)
 		}
 		s.mux.Handle(PathMetrics, metricsHandler(cfg.Registry))
@@ -153,11 +156,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.mux.ServeHTTP(w, r) // liveness and metrics never touch the backend
 		return
 	}
-	release, code, ok := s.adm.admit()
+	release, reason, ok := s.adm.Admit()
 	if !ok {
-		msg := "too many requests in flight; nothing was done"
-		if code == api.CodeBackendUnavailable {
-			msg = "the backend is not answering (a recent call ran out its whole timeout); nothing was done"
+		code, msg := api.CodeOverloaded, "too many requests in flight; nothing was done"
+		if reason == overload.ReasonStalled {
+			code, msg = api.CodeBackendUnavailable, "the backend is not answering (a recent call ran out its whole timeout); nothing was done"
 		}
 		writeError(w, http.StatusServiceUnavailable, code, msg)
 		return
@@ -182,7 +185,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.backendCtx(r)
 	defer cancel()
 	err := s.store.Ping(ctx)
-	s.adm.observe(ctx, err)
+	s.observe(ctx, err)
 	if err != nil {
 		s.log.Warn("backend not ready", "event", "backend_unready", "error", err.Error())
 		writeError(w, http.StatusServiceUnavailable, api.CodeBackendUnavailable, "the backend did not answer a ping")
@@ -200,7 +203,7 @@ func (s *Server) handleLock(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.backendCtx(r)
 	defer cancel()
 	st, err := s.store.Inspect(ctx, key)
-	s.adm.observe(ctx, err)
+	s.observe(ctx, err)
 	if err != nil {
 		s.fail(w, "inspect", key, err)
 		return
@@ -256,7 +259,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 	defer cancel()
 	floor := s.issued.Load() // before the request: see floor.go
 	l, err := s.store.Acquire(ctx, key, req.Owner, time.Duration(req.TTLMs)*time.Millisecond)
-	s.adm.observe(ctx, err)
+	s.observe(ctx, err)
 	if err == nil && l.Token <= floor {
 		err = s.withdraw(ctx, l, floor)
 	}
@@ -277,7 +280,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, key string) {
 	ctx, cancel := s.backendCtx(r)
 	defer cancel()
 	l, err := s.store.Renew(ctx, key, req.Owner, req.Token)
-	s.adm.observe(ctx, err)
+	s.observe(ctx, err)
 	if err != nil {
 		s.fail(w, "renew", key, err, "owner", req.Owner, "token", req.Token)
 		return
@@ -294,7 +297,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, key string) {
 	ctx, cancel := s.backendCtx(r)
 	defer cancel()
 	err := s.store.Release(ctx, key, req.Owner, req.Token)
-	s.adm.observe(ctx, err)
+	s.observe(ctx, err)
 	if err != nil {
 		s.fail(w, "release", key, err, "owner", req.Owner, "token", req.Token)
 		return
@@ -315,7 +318,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, key string) {
 	ctx, cancel := s.backendCtx(r)
 	defer cancel()
 	l, err := s.store.Revoke(ctx, key, req.Token)
-	s.adm.observe(ctx, err)
+	s.observe(ctx, err)
 	if err != nil {
 		s.fail(w, "revoke", key, err, "token", req.Token)
 		return
@@ -413,7 +416,7 @@ func writeError(w http.ResponseWriter, status int, code api.Code, msg string) {
 		rec.noteError(code)
 	}
 	if status == http.StatusServiceUnavailable && code.Retryable() {
-		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+		overload.SetRetryAfter(w.Header())
 	}
 	httpjson.WriteError(w, status, string(code), msg, code.Retryable())
 }

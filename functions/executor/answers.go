@@ -126,7 +126,8 @@ var answers = map[Service]map[string]Verdict{
 		string(api.CodePayoutNotClaimed):     {Class: ClassPermanent, Reason: api.ReasonPayoutNotClaimed},
 		string(api.CodePayoutNeedsAttention): {Class: ClassDone, Outcome: OutcomeNeedsAttention},
 		string(api.CodeRailRefConflict):      {Class: ClassPermanent, Reason: api.ReasonRailRefConflict},
-		string(api.CodeUnavailable):          transient,
+		string(api.CodeUnavailable):          transient, // paydb slow or marked stalled; Retry-After
+		string(api.CodeOverloaded):           transient, // payment-resource sheds load; Retry-After
 		string(api.CodeInternal):             transient,
 	},
 	ServiceRailProxy: {
@@ -137,8 +138,9 @@ var answers = map[Service]map[string]Verdict{
 		string(railapi.CodeUnverifiedToken):      deployment,                                 // as at payment-resource
 		string(railapi.CodeAlreadySubmitted):     {Class: ClassContinue, Err: ErrDependency}, // report the first attempt's outcome; without it, ask again
 		string(railapi.CodeRailAmbiguous):        {Class: ClassContinue, Err: ErrDependency}, // report AMBIGUOUS
-		string(railapi.CodeUnavailable):          transient,
-		string(railapi.CodeRestored):             transient, // until an operator runs recover-restore
+		string(railapi.CodeUnavailable):          transient,                                  // raildb slow or marked stalled; nothing recorded; Retry-After
+		string(railapi.CodeOverloaded):           transient,                                  // rail-proxy sheds load; nothing recorded; Retry-After
+		string(railapi.CodeRestored):             transient,                                  // until an operator runs recover-restore
 		string(railapi.CodeNotFound):             deployment,
 		string(railapi.CodeMethodNotAllowed):     deployment,
 		string(railapi.CodeInternal):             transient,

@@ -632,9 +632,12 @@ func (x *Executor) report(ctx context.Context, log *slog.Logger, e payoutevent.E
 
 // retry calls f until it returns nil or an error Classify does not call
 // transient for payment-resource, at most Config.ReportRetry.Attempts
-// times, waiting ReportRetry.Delay between calls; each call is bounded by
-// RequestTimeout. It returns f's last error, or ctx's if ctx ends while
-// waiting.
+// times, waiting ReportRetry.Delay between calls, or the refusal's
+// Retry-After when that is longer (503 DATABASE_UNAVAILABLE and
+// OVERLOADED carry one: paydb is stalled or payment-resource sheds load,
+// and an earlier try would only be refused again); each call is bounded
+// by RequestTimeout. It returns f's last error, or ctx's if ctx ends
+// while waiting.
 func (x *Executor) retry(ctx context.Context, f func(context.Context) error) error {
 	var err error
 	for attempt := 1; ; attempt++ {
@@ -647,7 +650,12 @@ func (x *Executor) retry(ctx context.Context, f func(context.Context) error) err
 		if v, _ := classifyErr(ServicePaymentResource, err); v.Class != ClassTransient || attempt >= x.cfg.ReportRetry.Attempts {
 			return err
 		}
-		t := time.NewTimer(x.delay(attempt))
+		wait := x.delay(attempt)
+		var refusal *payclient.Error
+		if errors.As(err, &refusal) && refusal.RetryAfter > wait {
+			wait = refusal.RetryAfter
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-ctx.Done():

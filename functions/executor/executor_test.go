@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,10 +42,15 @@ type fakeDeps struct {
 	railBody   string
 	resultCode api.Code
 	results    []map[string]any
-	// resultFailures answers the first N results 503 DATABASE_UNAVAILABLE.
-	resultFailures int
-	attnCode       api.Code // "" = 200
-	attentions     []map[string]any
+	// resultFailures answers the first N results 503 with
+	// resultFailCode (DATABASE_UNAVAILABLE when empty) and, when
+	// resultRetryAfter is set, that Retry-After.
+	resultFailures   int
+	resultFailCode   api.Code
+	resultRetryAfter string
+	resultTimes      []time.Time
+	attnCode         api.Code // "" = 200
+	attentions       []map[string]any
 }
 
 func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -90,9 +96,14 @@ func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var body map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		f.results = append(f.results, body)
+		f.resultTimes = append(f.resultTimes, time.Now())
 		if f.resultFailures > 0 {
 			f.resultFailures--
-			httpjson.WriteError(w, http.StatusServiceUnavailable, string(api.CodeUnavailable), "scripted", true)
+			code := cmp.Or(f.resultFailCode, api.CodeUnavailable)
+			if f.resultRetryAfter != "" {
+				w.Header().Set("Retry-After", f.resultRetryAfter)
+			}
+			httpjson.WriteError(w, http.StatusServiceUnavailable, string(code), "scripted", true)
 			return
 		}
 		if f.resultCode != "" {
@@ -257,6 +268,29 @@ func TestTransientResultAnswersAreRetriedInProcess(t *testing.T) {
 	out, err = x.Execute(t.Context(), event)
 	if !errors.Is(err, executor.ErrDependency) || executor.Status(out, err) != http.StatusServiceUnavailable || len(deps.results) != 4 {
 		t.Fatalf("Execute = %q, %v after %d posts; want ErrDependency (503) after 4 posts", out, err, len(deps.results))
+	}
+}
+
+// Issue #15 item 8: payment-resource's 503s (OVERLOADED, and
+// DATABASE_UNAVAILABLE while paydb is stalled) carry Retry-After; the
+// in-process retry of a report waits it rather than its own backoff of a
+// few milliseconds, which would only be refused again.
+func TestReportRetryHonoursRetryAfter(t *testing.T) {
+	for _, code := range []api.Code{api.CodeOverloaded, api.CodeUnavailable} {
+		deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`,
+			resultFailures: 1, resultFailCode: code, resultRetryAfter: "1"}
+		x, _ := newExecutor(t, deps, executor.Hooks{})
+		out, err := x.Execute(t.Context(), event)
+		if err != nil || out != executor.OutcomePosted {
+			t.Fatalf("%s: Execute = %q, %v; want posted after one refusal", code, out, err)
+		}
+		if len(deps.resultTimes) != 2 {
+			t.Fatalf("%s: %d result posts; want 2", code, len(deps.resultTimes))
+		}
+		// A lower bound only: the executor's own backoff here is 1..4 ms.
+		if gap := deps.resultTimes[1].Sub(deps.resultTimes[0]); gap < time.Second {
+			t.Errorf("%s: the retry came %v after the refusal; want at least its Retry-After, 1s", code, gap)
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
@@ -70,19 +71,46 @@ type Config struct {
 	// DECLINE is recorded only with rail-proxy's signature over it.
 	// Required. Env RAIL_RECEIPT_KEYS.
 	ReceiptKeys fenceproof.Keyring
+	// MaxInFlight bounds the requests served at once; one more is answered
+	// 503 OVERLOADED with Retry-After at once, and nothing is done for it
+	// (internal/overload). Default overload.DefaultMaxInFlight (256), far
+	// above what the pool (MaxConns) serves in parallel; 1 to
+	// overload.MaxMaxInFlight. Env PAYMENT_MAX_IN_FLIGHT.
+	MaxInFlight int
+	// StallProbeInterval is how often, while paydb is marked stalled (a
+	// call ran out its whole RequestTimeout), one request is let through
+	// to probe it; the others get 503 DATABASE_UNAVAILABLE with
+	// Retry-After at once. Default overload.DefaultStallProbeInterval
+	// (500ms); at most overload.MaxStallProbeInterval. Env
+	// PAYMENT_STALL_PROBE_MS.
+	StallProbeInterval time.Duration
+	// StallAfter: when a paydb call has run this long and no paydb call
+	// has answered since it started, and a ping on a new connection gets
+	// no answer within as long either, paydb is marked stalled and every
+	// running call is cut and answered 503 DATABASE_UNAVAILABLE
+	// (overload.Config.StallAfter, pgpool.PingOnNewConn): a frozen paydb is answered within
+	// about this, not RequestTimeout. Default overload.DefaultStallAfter
+	// (1s); 0 turns it off; at most overload.MaxStallProbeInterval. The
+	// audit (GET /v1/audit) is never cut by it. Env
+	// PAYMENT_STALL_AFTER_MS.
+	StallAfter time.Duration
+	// Now is the clock of the stall probes; nil means time.Now. For tests;
+	// not read from the environment.
+	Now func() time.Time
 }
 
 // DefaultConfig returns the defaults documented on Config; DatabaseURL is
 // left empty (required).
 func DefaultConfig() Config {
-	return Config{OutboxPoll: DefaultOutboxPoll}
+	return Config{OutboxPoll: DefaultOutboxPoll, MaxInFlight: overload.DefaultMaxInFlight, StallProbeInterval: overload.DefaultStallProbeInterval,
+		StallAfter: overload.DefaultStallAfter}
 }
 
 // EnvNames returns the environment variables LoadConfig reads (the
 // constants of functions/paymentresource/api), for envcheck.
 func EnvNames() []string {
 	return []string{api.EnvDatabaseURL, api.EnvCloudSQLInstance, api.EnvMaxConns, api.EnvFencingEnabled, api.EnvOutboxPollMs,
-		api.EnvProofKeys, api.EnvReceiptKeys}
+		api.EnvProofKeys, api.EnvReceiptKeys, api.EnvMaxInFlight, api.EnvStallProbeMs, api.EnvStallAfterMs}
 }
 
 // Validate returns nil or one error per invalid field, joined
@@ -110,7 +138,20 @@ func (c Config) Validate() error {
 	if c.ReceiptKeys.Len() == 0 {
 		bad("ReceiptKeys (%s) is required: rail-proxy's public receipt keys", api.EnvReceiptKeys)
 	}
+	if c.MaxInFlight < 1 || c.MaxInFlight > overload.MaxMaxInFlight {
+		bad("MaxInFlight (%s) %d is outside 1..%d", api.EnvMaxInFlight, c.MaxInFlight, overload.MaxMaxInFlight)
+	}
+	if c.StallProbeInterval <= 0 || c.StallProbeInterval > overload.MaxStallProbeInterval {
+		bad("StallProbeInterval (%s) %v is outside (0, %v]", api.EnvStallProbeMs, c.StallProbeInterval, overload.MaxStallProbeInterval)
+	}
+	if c.StallAfter < 0 || c.StallAfter > overload.MaxStallProbeInterval {
+		bad("StallAfter (%s) %v is outside [0, %v]", api.EnvStallAfterMs, c.StallAfter, overload.MaxStallProbeInterval)
+	}
 	return errors.Join(errs...)
+}
+
+func (c Config) guard() overload.Config {
+	return overload.Config{MaxInFlight: c.MaxInFlight, StallProbeInterval: c.StallProbeInterval, StallAfter: c.StallAfter, Now: c.Now}
 }
 
 func (c Config) pool() pgpool.Config {
@@ -119,7 +160,8 @@ func (c Config) pool() pgpool.Config {
 
 // LoadConfig returns DefaultConfig overridden by the variables of EnvNames
 // (PAYDB_URL, PAYDB_INSTANCE, PAYDB_MAX_CONNS, PAYMENT_FENCING_ENABLED,
-// OUTBOX_POLL_MS, LOCK_PROOF_KEYS, RAIL_RECEIPT_KEYS), read through getenv (os.Getenv in production; an unset
+// OUTBOX_POLL_MS, LOCK_PROOF_KEYS, RAIL_RECEIPT_KEYS, PAYMENT_MAX_IN_FLIGHT,
+// PAYMENT_STALL_PROBE_MS, PAYMENT_STALL_AFTER_MS), read through getenv (os.Getenv in production; an unset
 // or empty variable keeps the default), then validated. It reports every
 // unparsable variable and every invalid field at once, joined; each error
 // wraps ErrInvalidConfig and names the variable to fix.
@@ -148,6 +190,32 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 				MinOutboxPoll.Milliseconds(), MaxOutboxPoll.Milliseconds()))
 		} else {
 			c.OutboxPoll = time.Duration(ms) * time.Millisecond
+		}
+	}
+	if v := strings.TrimSpace(getenv(api.EnvMaxInFlight)); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > overload.MaxMaxInFlight {
+			errs = append(errs, fmt.Errorf("%w: %s=%q: want an integer, 1..%d", ErrInvalidConfig, api.EnvMaxInFlight, v, overload.MaxMaxInFlight))
+		} else {
+			c.MaxInFlight = n
+		}
+	}
+	if v := strings.TrimSpace(getenv(api.EnvStallProbeMs)); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms <= 0 || ms > overload.MaxStallProbeInterval.Milliseconds() {
+			errs = append(errs, fmt.Errorf("%w: %s=%q: want milliseconds, 1..%d", ErrInvalidConfig, api.EnvStallProbeMs, v,
+				overload.MaxStallProbeInterval.Milliseconds()))
+		} else {
+			c.StallProbeInterval = time.Duration(ms) * time.Millisecond
+		}
+	}
+	if v := strings.TrimSpace(getenv(api.EnvStallAfterMs)); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms < 0 || ms > overload.MaxStallProbeInterval.Milliseconds() {
+			errs = append(errs, fmt.Errorf("%w: %s=%q: want milliseconds, 0..%d", ErrInvalidConfig, api.EnvStallAfterMs, v,
+				overload.MaxStallProbeInterval.Milliseconds()))
+		} else {
+			c.StallAfter = time.Duration(ms) * time.Millisecond
 		}
 	}
 	for _, k := range []struct {

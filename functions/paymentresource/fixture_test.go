@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
@@ -25,7 +27,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// No goroutine outlives the tests: the outbox publisher and the pool's goroutines end with Close.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(pgtest.Tests(m),
+		// The Cloud SQL connector (internal/pgpool) links OpenCensus, whose
+		// view worker starts once per process and never stops.
+		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
+}
 
 // waitLimit bounds every wait for an asynchronous condition.
 const waitLimit = 20 * time.Second
@@ -89,7 +97,14 @@ func fencingOff(c *paymentresource.Config) { c.FencingDisabled = true }
 
 func newFixture(t *testing.T, pub paymentresource.Publisher, opts ...option) *fixture {
 	t.Helper()
-	f := &fixture{t: t, dsn: pgtest.NewDatabase(t), logs: &logtest.Buffer{}, payouts: map[string]api.PayoutRequest{}}
+	return newFixtureOn(t, pgtest.NewDatabase(t), pub, opts...)
+}
+
+// newFixtureOn is newFixture over the database dsn (one of a cluster of
+// the test's own, for a test that freezes or stops it).
+func newFixtureOn(t *testing.T, dsn string, pub paymentresource.Publisher, opts ...option) *fixture {
+	t.Helper()
+	f := &fixture{t: t, dsn: dsn, logs: &logtest.Buffer{}, payouts: map[string]api.PayoutRequest{}}
 	f.start(pub, opts...)
 	db, err := pgxpool.New(context.Background(), f.dsn)
 	if err != nil {
@@ -106,6 +121,10 @@ func (f *fixture) start(pub paymentresource.Publisher, opts ...option) {
 	cfg := paymentresource.DefaultConfig()
 	cfg.DatabaseURL, cfg.OutboxPoll = f.dsn, 10*time.Millisecond
 	cfg.ProofKeys, cfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
+	// No early stall detection unless a test asks for it (see
+	// stall_test.go): under -race on a starved machine paydb can take
+	// longer than StallAfter to answer anything, even a ping.
+	cfg.StallAfter = 0
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -17,15 +17,45 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 )
 
 // RequestTimeout bounds the database work of one request. A request that
 // runs out of time is answered 503 DATABASE_UNAVAILABLE; its transaction
-// is rolled back, so retrying it is safe. 4 s: inside the executor's 5 s
+// is rolled back, so retrying it is safe. Running it out also marks paydb
+// stalled (internal/overload): until a probe gets an answer, requests are
+// answered 503 DATABASE_UNAVAILABLE at once, with Retry-After, instead of
+// each waiting this long. 4 s: inside the executor's 5 s
 // request timeout (EXECUTOR_REQUEST_TIMEOUT_MS), so that with paydb frozen
 // the executor hears this 503 (nothing was written) instead of timing out
 // on an outcome it cannot know. One budget: this < the callers' timeout.
 const RequestTimeout = 4 * time.Second
+
+// admit serves r through next under the in-flight bound and the stall
+// breaker: a request refused by them is answered 503 OVERLOADED or 503
+// DATABASE_UNAVAILABLE at once, with Retry-After, and nothing is done for
+// it.
+func (s *Service) admit(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		release, reason, ok := s.guard.Admit()
+		if !ok {
+			err := fmt.Errorf("%w: %d requests in flight", errOverloaded, s.guard.InFlight())
+			if reason == overload.ReasonStalled {
+				err = fmt.Errorf("%w: %w", ErrUnavailable, errStalled)
+			}
+			s.fail(w, r, err)
+			return
+		}
+		defer release()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// observe records the outcome of one paydb call made with ctx (from
+// overload.WithTimeout) for the stall breaker.
+func (s *Service) observe(ctx context.Context, err error) {
+	s.guard.Observe(overload.Classify(ctx, err, ErrUnavailable), err)
+}
 
 // routes builds the handler. Patterns carry no method so that a wrong
 // method gets the error envelope (405) rather than the mux's plain text.
@@ -49,7 +79,7 @@ func (s *Service) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, fmt.Errorf("%w: %s %s", errNoRoute, r.Method, r.URL.Path))
 	})
-	return mux
+	return s.admit(mux)
 }
 
 // only answers 405 to a method other than method (HEAD counts as GET).
@@ -74,9 +104,9 @@ func (s *Service) handleCreateAccount(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "accountId", req.AccountID)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
-	defer cancel()
+	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
 	a, created, err := s.createAccount(ctx, req)
+	done(err)
 	if err != nil {
 		s.fail(w, r, err, "accountId", req.AccountID)
 		return
@@ -90,9 +120,9 @@ func (s *Service) handleGetAccount(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
-	defer cancel()
+	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
 	a, err := s.account(ctx, id)
+	done(err)
 	if err != nil {
 		s.fail(w, r, err, "accountId", id)
 		return
@@ -110,9 +140,9 @@ func (s *Service) handleCreatePayout(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", req.PayoutID, "accountId", req.AccountID)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
-	defer cancel()
+	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
 	p, created, err := s.createPayout(ctx, req)
+	done(err)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", req.PayoutID, "accountId", req.AccountID)
 		return
@@ -126,9 +156,9 @@ func (s *Service) handleGetPayout(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
-	defer cancel()
+	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
 	p, err := s.payout(ctx, id)
+	done(err)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id)
 		return
@@ -146,9 +176,9 @@ func (s *Service) handleClaim(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
-	defer cancel()
+	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
 	p, err := s.claim(ctx, id, h)
+	done(err)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
@@ -171,9 +201,9 @@ func (s *Service) handleResult(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
-	defer cancel()
+	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
 	p, err := s.result(ctx, id, h, req)
+	done(err)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner, "outcome", string(req.Outcome), "railRef", req.RailRef)
 		return
@@ -196,9 +226,9 @@ func (s *Service) handleAttention(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
-	defer cancel()
+	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
 	p, err := s.attention(ctx, id, h, req.Reason)
+	done(err)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner, "reason", string(req.Reason))
 		return
@@ -221,9 +251,9 @@ func (s *Service) handleResolution(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
-	defer cancel()
+	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
 	p, err := s.resolve(ctx, id, h, req)
+	done(err)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner, "outcome", string(req.Outcome), "railRef", req.RailRef)
 		return
@@ -260,9 +290,9 @@ func (s *Service) handleListPayouts(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
-	defer cancel()
+	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
 	list, err := s.listPayouts(ctx, state, limit, after)
+	done(err)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -271,9 +301,10 @@ func (s *Service) handleListPayouts(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
+	ctx, cancel := overload.WithTimeout(r.Context(), RequestTimeout)
 	defer cancel()
 	rep, err := Audit(ctx, s.pool)
+	s.observe(ctx, err)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -346,6 +377,11 @@ func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error, attrs 
 	}
 	attrs = append([]any{"status", status, "code", string(code), "method", r.Method, "path", r.URL.Path, "error", err.Error()}, attrs...)
 	switch {
+	case errors.Is(err, errOverloaded) || errors.Is(err, errStalled):
+		// Shed at once: one line per refused request would flood the log
+		// exactly when the service is in trouble; backend_stalled and the
+		// gauges tell it once.
+		s.log.Debug("request shed", append([]any{"event", api.EventRequestFailed}, attrs...)...)
 	case status >= 500:
 		s.log.Error("request failed", append([]any{"event", api.EventRequestFailed}, attrs...)...)
 	case code == api.CodeFencedOut:
@@ -353,14 +389,20 @@ func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error, attrs 
 	default:
 		s.log.Info("request refused", append([]any{"event", api.EventRequestRefused}, attrs...)...)
 	}
+	if status == http.StatusServiceUnavailable && retryable {
+		overload.SetRetryAfter(w.Header())
+	}
 	httpjson.WriteJSON(w, status, api.ErrorEnvelope{Error: api.ErrorBody{Code: code, Message: msg, Retryable: retryable}})
 }
 
 // serverMessage is the message of a 5xx answer with code: fixed text that
 // says what the caller may do, never the cause.
 func serverMessage(code api.Code) string {
-	if code == api.CodeUnavailable {
+	switch code {
+	case api.CodeUnavailable:
 		return "paydb did not answer in time; nothing was committed, the same request may be sent again"
+	case api.CodeOverloaded:
+		return "too many requests in flight; nothing was done, the same request may be sent again after Retry-After"
 	}
 	return "internal error; the cause is in payment-resource's log (request_failed)"
 }
@@ -408,6 +450,8 @@ func statusOf(err error) (status int, code api.Code, retryable bool) {
 		return http.StatusUnprocessableEntity, api.CodeInvalidReceipt, false
 	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return http.StatusServiceUnavailable, api.CodeUnavailable, true
+	case errors.Is(err, errOverloaded):
+		return http.StatusServiceUnavailable, api.CodeOverloaded, true
 	default:
 		return http.StatusInternalServerError, api.CodeInternal, false
 	}

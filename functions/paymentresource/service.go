@@ -12,6 +12,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -64,6 +65,11 @@ var (
 	// retryable).
 	ErrUnavailable = errors.New("paymentresource: database unavailable")
 
+	// errOverloaded: the in-flight bound is reached (503 OVERLOADED).
+	errOverloaded = errors.New("paymentresource: too many requests in flight")
+	// errStalled: paydb is marked stalled and this request is not the
+	// probe; always wrapped with ErrUnavailable (503 DATABASE_UNAVAILABLE).
+	errStalled = errors.New("paymentresource: paydb is marked stalled (a call ran out its whole request timeout); not tried")
 	// errNoRoute: no route matches the request path (404).
 	errNoRoute = errors.New("paymentresource: no such route")
 	// errMethodNotAllowed: the route exists for another method (405).
@@ -83,16 +89,33 @@ var needingAttention = func() *prometheus.CounterVec {
 	return c
 }()
 
+// guardGauges publishes the in-flight bound and the stall breaker of
+// every Service of the process (one, in production).
+var guardGauges = func() *overload.Gauges {
+	g, err := overload.NewGauges(overload.Metrics{
+		Stalled:      "paymentresource_db_stalled",
+		StalledHelp:  "1 while paydb is marked stalled (a call ran out its whole request timeout) and requests are answered 503 " + string(api.CodeUnavailable) + " at once; 0 otherwise.",
+		InFlight:     "paymentresource_requests_in_flight",
+		InFlightHelp: "Requests payment-resource is serving (at most " + api.EnvMaxInFlight + "; one more is answered 503 " + string(api.CodeOverloaded) + ").",
+	})
+	if err != nil {
+		panic(err) // the names above are constants
+	}
+	return g
+}()
+
 // Collectors returns payment-resource's metrics, for the registry its
 // process serves: payouts_needing_attention_total{reason}, one per payout
 // entering needs_attention, reason being one of api.AttentionReasons;
 // payout_completion_seconds, the time from a payout's creation to posted
-// or declined; and the ages read from paydb at each scrape,
+// or declined; the ages read from paydb at each scrape,
 // payouts_ambiguous_oldest_age_seconds and
-// payment_outbox_oldest_unpublished_age_seconds (see ages). No label
-// carries an id or a token.
+// payment_outbox_oldest_unpublished_age_seconds (see ages);
+// paymentresource_db_stalled (1 while paydb is marked stalled) and
+// paymentresource_requests_in_flight, over every Service of the process.
+// No label carries an id or a token.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{needingAttention, completion, ages}
+	return []prometheus.Collector{needingAttention, guardGauges, completion, ages}
 }
 
 // Publisher publishes one message to the payout topic. Implementations
@@ -119,6 +142,8 @@ type Service struct {
 	log       *slog.Logger
 	handler   http.Handler
 	outbox    *outbox
+	guard     *overload.Guard // in-flight bound and stall breaker (http.go)
+	detach    func()          // from guardGauges
 
 	// stop cancels the lifetime context of the outbox publisher.
 	stop      context.CancelFunc
@@ -147,6 +172,13 @@ func New(ctx context.Context, cfg Config, pub Publisher, logger *slog.Logger) (*
 		return nil, err
 	}
 	fencing.WarnIfOff(logger, api.EnvFencingEnabled, !cfg.FencingDisabled)
+	gcfg := cfg.guard()
+	gcfg.Ping = pgpool.PingOnNewConn(pool)
+	guard, err := overload.New(gcfg, logger)
+	if err != nil {
+		closePool()
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
 
 	life, stop := context.WithCancel(context.Background())
 	s := &Service{
@@ -158,6 +190,8 @@ func New(ctx context.Context, cfg Config, pub Publisher, logger *slog.Logger) (*
 		log:       logger,
 		stop:      stop,
 		outbox:    newOutbox(pool, pub, logger, cfg.OutboxPoll),
+		guard:     guard,
+		detach:    guardGauges.Attach(guard),
 	}
 	s.handler = s.routes()
 	go s.outbox.run(life)
@@ -182,5 +216,6 @@ func (s *Service) Close() {
 		s.stop()
 		<-s.outbox.done
 		s.closePool()
+		s.detach()
 	})
 }

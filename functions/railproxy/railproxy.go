@@ -89,10 +89,12 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -145,6 +147,11 @@ var (
 	ErrNotFound = errors.New("railproxy: not found")
 	// errMethod is a request with a method the route does not serve.
 	errMethod = errors.New("railproxy: method not allowed")
+	// errOverloaded: the in-flight bound is reached (503 OVERLOADED).
+	errOverloaded = errors.New("railproxy: too many requests in flight")
+	// errStalled: raildb is marked stalled and this request is not the
+	// probe; always wrapped with ErrUnavailable (503 UNAVAILABLE).
+	errStalled = errors.New("railproxy: raildb is marked stalled (a transaction ran out its whole timeout); not tried")
 )
 
 // Config configures a Proxy. Start from DefaultConfig or LoadConfig.
@@ -184,19 +191,49 @@ type Config struct {
 	// Attempt.Receipt): payment-resource records an ACK or DECLINE only
 	// with one. Required; a secret. Env RAIL_RECEIPT_SIGNING_KEY.
 	ReceiptKey fenceproof.SigningKey
+	// MaxInFlight bounds the requests served at once; one more is answered
+	// 503 OVERLOADED with Retry-After at once, nothing recorded and the
+	// rail not called (internal/overload). Default
+	// overload.DefaultMaxInFlight (256); 1 to overload.MaxMaxInFlight. Env
+	// RAIL_PROXY_MAX_IN_FLIGHT.
+	MaxInFlight int
+	// StallProbeInterval is how often, while raildb is marked stalled (a
+	// transaction ran out its whole DBTimeout), one request is let through
+	// to probe it; the others get 503 UNAVAILABLE with Retry-After at
+	// once, before any transaction (nothing recorded, the rail not
+	// called). A submission already past the fence is never cut by it.
+	// Default overload.DefaultStallProbeInterval (500ms); at most
+	// overload.MaxStallProbeInterval. Env RAIL_PROXY_STALL_PROBE_MS.
+	StallProbeInterval time.Duration
+	// StallAfter: when a raildb transaction before the rail call (the
+	// fence, a read, a reconciliation) has run this long and no raildb
+	// call has answered since it started, and a ping on a new connection
+	// gets no answer within as long either (pgpool.PingOnNewConn), raildb
+	// is marked stalled and every such transaction still running is cut (rolled back,
+	// the rail not called) and answered 503 UNAVAILABLE
+	// (overload.Config.StallAfter). The recording of the rail's answer is
+	// never cut: it runs its whole DBTimeout. Default
+	// overload.DefaultStallAfter (1s); 0 turns it off; at most
+	// overload.MaxStallProbeInterval. Env RAIL_PROXY_STALL_AFTER_MS.
+	StallAfter time.Duration
+	// Now is the clock of the stall probes; nil means time.Now. For tests;
+	// not read from the environment.
+	Now func() time.Time
 }
 
 // DefaultConfig returns the defaults documented on Config; DB.DSN and
 // RailURL are left empty (required).
 func DefaultConfig() Config {
-	return Config{RailTimeout: DefaultRailTimeout, DBTimeout: DefaultDBTimeout}
+	return Config{RailTimeout: DefaultRailTimeout, DBTimeout: DefaultDBTimeout,
+		MaxInFlight: overload.DefaultMaxInFlight, StallProbeInterval: overload.DefaultStallProbeInterval, StallAfter: overload.DefaultStallAfter}
 }
 
 // EnvNames returns the environment variables LoadConfig reads (the
 // constants of functions/railproxy/api), for envcheck.
 func EnvNames() []string {
 	return []string{api.EnvDatabaseURL, api.EnvDatabaseInstance, api.EnvRailURL, api.EnvRailTimeoutMs,
-		api.EnvDBTimeoutMs, api.EnvFencingEnabled, api.EnvProofKeys, api.EnvReceiptSigningKey}
+		api.EnvDBTimeoutMs, api.EnvFencingEnabled, api.EnvProofKeys, api.EnvReceiptSigningKey, api.EnvMaxInFlight, api.EnvStallProbeMs,
+		api.EnvStallAfterMs}
 }
 
 // Validate returns nil or one error per invalid field, joined
@@ -228,13 +265,23 @@ func (c Config) Validate() error {
 	if c.ReceiptKey.IsZero() {
 		bad("ReceiptKey (%s) is required: the secret key rail-proxy signs its receipts with (lockctl proof-key makes one)", api.EnvReceiptSigningKey)
 	}
+	if c.MaxInFlight < 1 || c.MaxInFlight > overload.MaxMaxInFlight {
+		bad("MaxInFlight (%s) %d is outside 1..%d", api.EnvMaxInFlight, c.MaxInFlight, overload.MaxMaxInFlight)
+	}
+	if c.StallProbeInterval <= 0 || c.StallProbeInterval > overload.MaxStallProbeInterval {
+		bad("StallProbeInterval (%s) %v is outside (0, %v]", api.EnvStallProbeMs, c.StallProbeInterval, overload.MaxStallProbeInterval)
+	}
+	if c.StallAfter < 0 || c.StallAfter > overload.MaxStallProbeInterval {
+		bad("StallAfter (%s) %v is outside [0, %v]", api.EnvStallAfterMs, c.StallAfter, overload.MaxStallProbeInterval)
+	}
 	return errors.Join(errs...)
 }
 
 // LoadConfig returns DefaultConfig overridden by the variables of EnvNames
 // (RAILDB_URL, RAILDB_INSTANCE, RAIL_URL, RAIL_TIMEOUT_MS,
 // RAIL_PROXY_DB_TIMEOUT_MS, RAIL_PROXY_FENCING_ENABLED, LOCK_PROOF_KEYS,
-// RAIL_RECEIPT_SIGNING_KEY), read through
+// RAIL_RECEIPT_SIGNING_KEY, RAIL_PROXY_MAX_IN_FLIGHT,
+// RAIL_PROXY_STALL_PROBE_MS, RAIL_PROXY_STALL_AFTER_MS), read through
 // getenv (an empty value keeps the default), then validated. It reports
 // every unparsable variable and every invalid field at once, joined; each
 // error wraps ErrInvalidConfig and names the variable to fix.
@@ -258,6 +305,32 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			continue
 		}
 		*d.dst = time.Duration(ms) * time.Millisecond
+	}
+	if v := strings.TrimSpace(getenv(api.EnvStallProbeMs)); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms <= 0 || ms > overload.MaxStallProbeInterval.Milliseconds() {
+			errs = append(errs, fmt.Errorf("%w: %s=%q must be milliseconds in [1, %d]", ErrInvalidConfig, api.EnvStallProbeMs, v,
+				overload.MaxStallProbeInterval.Milliseconds()))
+		} else {
+			c.StallProbeInterval = time.Duration(ms) * time.Millisecond
+		}
+	}
+	if v := strings.TrimSpace(getenv(api.EnvStallAfterMs)); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms < 0 || ms > overload.MaxStallProbeInterval.Milliseconds() {
+			errs = append(errs, fmt.Errorf("%w: %s=%q must be milliseconds in [0, %d]", ErrInvalidConfig, api.EnvStallAfterMs, v,
+				overload.MaxStallProbeInterval.Milliseconds()))
+		} else {
+			c.StallAfter = time.Duration(ms) * time.Millisecond
+		}
+	}
+	if v := strings.TrimSpace(getenv(api.EnvMaxInFlight)); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > overload.MaxMaxInFlight {
+			errs = append(errs, fmt.Errorf("%w: %s=%q must be an integer in [1, %d]", ErrInvalidConfig, api.EnvMaxInFlight, v, overload.MaxMaxInFlight))
+		} else {
+			c.MaxInFlight = n
+		}
 	}
 	on, err := fencing.Switch(api.EnvFencingEnabled, getenv(api.EnvFencingEnabled))
 	if err != nil {
@@ -309,10 +382,33 @@ type Proxy struct {
 	stopURL   string
 	mux       *http.ServeMux
 
+	guard  *overload.Guard // in-flight bound and stall breaker
+	detach func()          // from guardGauges
+
 	mu       sync.Mutex
 	closed   bool
 	inflight sync.WaitGroup
 }
+
+// guardGauges publishes the in-flight bound and the stall breaker of
+// every Proxy of the process (one, in production).
+var guardGauges = func() *overload.Gauges {
+	g, err := overload.NewGauges(overload.Metrics{
+		Stalled:      "railproxy_db_stalled",
+		StalledHelp:  "1 while raildb is marked stalled (a transaction ran out its whole timeout) and requests are answered 503 " + string(api.CodeUnavailable) + " at once; 0 otherwise.",
+		InFlight:     "railproxy_requests_in_flight",
+		InFlightHelp: "Requests rail-proxy is serving (at most " + api.EnvMaxInFlight + "; one more is answered 503 " + string(api.CodeOverloaded) + ").",
+	})
+	if err != nil {
+		panic(err) // the names above are constants
+	}
+	return g
+}()
+
+// Collectors returns rail-proxy's metrics, for the registry its process
+// serves: railproxy_db_stalled (1 while raildb is marked stalled) and
+// railproxy_requests_in_flight, over every Proxy of the process.
+func Collectors() []prometheus.Collector { return []prometheus.Collector{guardGauges} }
 
 // New opens raildb (pgpool.Open), applies the pending migrations and
 // returns the Proxy. ctx bounds the start only. It logs at WARN when
@@ -328,6 +424,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 	pool, closePool, err := pgpool.Open(ctx, cfg.DB)
 	if err != nil {
 		return nil, fmt.Errorf("railproxy: open raildb: %w", err)
+	}
+	guard, err := overload.New(overload.Config{MaxInFlight: cfg.MaxInFlight, StallProbeInterval: cfg.StallProbeInterval,
+		StallAfter: cfg.StallAfter, Ping: pgpool.PingOnNewConn(pool), Now: cfg.Now}, log)
+	if err != nil {
+		closePool()
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	if err := migrate(ctx, pool); err != nil {
 		closePool()
@@ -355,6 +457,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 		submitURL: strings.TrimSuffix(cfg.RailURL, "/") + "/submit",
 		stopURL:   strings.TrimSuffix(cfg.RailURL, "/") + "/stops",
 		mux:       http.NewServeMux(),
+		guard:     guard,
+		detach:    guardGauges.Attach(guard),
 	}
 	p.mux.HandleFunc(api.PathSubmissions, p.handleSubmit)
 	p.mux.HandleFunc(api.PathHighWater, p.handleHighWater)
@@ -366,14 +470,47 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 	return p, nil
 }
 
-// ServeHTTP implements http.Handler.
+// ServeHTTP implements http.Handler. A request beyond Config.MaxInFlight
+// is answered 503 OVERLOADED, and one that arrives while raildb is marked
+// stalled (and is not the probe) 503 UNAVAILABLE, both at once, with
+// Retry-After, before anything is recorded.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !p.enter() {
 		p.fail(w, p.log, fmt.Errorf("%w: closing", ErrUnavailable))
 		return
 	}
 	defer p.inflight.Done()
+	release, reason, ok := p.guard.Admit()
+	if !ok {
+		err := fmt.Errorf("%w: %d requests in flight", errOverloaded, p.guard.InFlight())
+		if reason == overload.ReasonStalled {
+			err = fmt.Errorf("%w: %w", ErrUnavailable, errStalled)
+		}
+		p.fail(w, p.log, err)
+		return
+	}
+	defer release()
 	p.mux.ServeHTTP(w, r)
+}
+
+// dbCall starts one raildb transaction before the rail call: ctx with
+// DBTimeout, cut at once if raildb is marked stalled meanwhile
+// (Config.StallAfter); done records its outcome for the stall breaker.
+func (p *Proxy) dbCall(ctx context.Context) (context.Context, func(error)) {
+	return p.guard.Call(ctx, p.cfg.DBTimeout, ErrUnavailable)
+}
+
+// dbCtx is the context of a raildb transaction that must not be cut (the
+// recording of the rail's answer): ctx with DBTimeout, marked as raildb's
+// full deadline for the stall breaker (observe).
+func (p *Proxy) dbCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return overload.WithTimeout(ctx, p.cfg.DBTimeout)
+}
+
+// observe records the outcome of one raildb transaction made with ctx
+// (from dbCtx) for the stall breaker.
+func (p *Proxy) observe(ctx context.Context, err error) {
+	p.guard.Observe(overload.Classify(ctx, err, ErrUnavailable), err)
 }
 
 // enter registers a request in flight; false once Close has begun.
@@ -403,6 +540,7 @@ func (p *Proxy) Close() error {
 	p.inflight.Wait()
 	p.transport.CloseIdleConnections()
 	p.closePool()
+	p.detach()
 	return nil
 }
 
@@ -600,6 +738,11 @@ func (p *Proxy) fail(w http.ResponseWriter, lg *slog.Logger, err error) {
 	}
 	switch {
 	case code == api.CodeRailAmbiguous || code == api.CodeFencedOut:
+	case errors.Is(err, errOverloaded) || errors.Is(err, errStalled):
+		// Shed at once: one line per refused request would flood the log
+		// exactly when the service is in trouble; backend_stalled and the
+		// gauges tell it once.
+		lg.Debug("rail-proxy request shed", "event", api.EventRequestFailed, "code", code, "error", err.Error())
 	case code == api.CodeRestored:
 		lg.Error("raildb was restored: submission refused until rail-proxy recover-restore (docs/runbooks/raildb-restore.md)",
 			"event", api.EventRaildbRestored, "code", code, "error", err.Error())
@@ -607,6 +750,9 @@ func (p *Proxy) fail(w http.ResponseWriter, lg *slog.Logger, err error) {
 		lg.Error("rail-proxy request failed", "event", api.EventRequestFailed, "code", code, "error", err.Error())
 	default:
 		lg.Debug("rail-proxy request refused", "event", api.EventRequestRefused, "code", code, "error", err.Error())
+	}
+	if status == http.StatusServiceUnavailable && retryable {
+		overload.SetRetryAfter(w.Header())
 	}
 	httpjson.WriteJSON(w, status, api.ErrorEnvelope{Error: api.ErrorBody{Code: code, Message: msg, Retryable: retryable}})
 }
@@ -621,6 +767,8 @@ func serverMessage(code api.Code) string {
 		return "raildb was restored from a backup; submissions are refused until an operator runs rail-proxy recover-restore"
 	case api.CodeUnavailable:
 		return "rail-proxy or raildb is unavailable; nothing reached the rail, the same request may be sent again"
+	case api.CodeOverloaded:
+		return "too many requests in flight; nothing was recorded and nothing reached the rail, the same request may be sent again after Retry-After"
 	}
 	return "internal error; the cause is in rail-proxy's log (rail_request_failed)"
 }
@@ -656,6 +804,8 @@ func statusOf(err error) (status int, code api.Code, retryable bool) {
 		return http.StatusServiceUnavailable, api.CodeRestored, true
 	case errors.Is(err, ErrUnavailable):
 		return http.StatusServiceUnavailable, api.CodeUnavailable, true
+	case errors.Is(err, errOverloaded):
+		return http.StatusServiceUnavailable, api.CodeOverloaded, true
 	default:
 		return http.StatusInternalServerError, api.CodeInternal, false
 	}

@@ -159,11 +159,14 @@ func (p *Proxy) reconcile(ctx context.Context, payout string, h payoutevent.Hold
 			"event", api.EventRailSubmittedTwice, "count", len(records), "railRefs", refs)
 		return api.Reconciliation{}, fmt.Errorf("%w: %d submissions of payout %s (%v)", ErrRailSubmittedTwice, len(records), payout, refs)
 	}
-	dctx, cancel := context.WithTimeout(ctx, p.cfg.DBTimeout)
-	defer cancel()
+	dctx, done := p.dbCall(ctx)
 	tag, err := p.pool.Exec(dctx, sqlReconcileAttempt, a.AttemptID, a.State, state, railRef)
 	if err != nil {
-		return api.Reconciliation{}, dbError("record reconciliation", err)
+		err = dbError("record reconciliation", err)
+	}
+	done(err)
+	if err != nil {
+		return api.Reconciliation{}, err
 	}
 	if tag.RowsAffected() == 0 {
 		// Recorded meanwhile (by the original forward, or another
@@ -198,14 +201,14 @@ func (p *Proxy) reconciliation(a api.Attempt, resolved bool) api.Reconciliation 
 
 // payoutAttempt reads the payout's forwarded attempt and whether it is
 // older than the abandon threshold; ErrNotForwarded when there is none.
-func (p *Proxy) payoutAttempt(ctx context.Context, payout string) (api.Attempt, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.DBTimeout)
-	defer cancel()
+func (p *Proxy) payoutAttempt(ctx context.Context, payout string) (_ api.Attempt, _ bool, err error) {
+	ctx, done := p.dbCall(ctx)
+	defer func() { done(err) }()
 	var (
 		a   api.Attempt
 		old bool
 	)
-	err := p.pool.QueryRow(ctx, sqlPayoutAttempt, payout, p.abandonAfter().Milliseconds()).Scan(
+	err = p.pool.QueryRow(ctx, sqlPayoutAttempt, payout, p.abandonAfter().Milliseconds()).Scan(
 		&a.AttemptID, &a.PayoutID, &a.AccountID, &a.AmountMinor, &a.Currency, &a.Token,
 		&a.OwnerID, &a.State, &a.RailRef, &a.CreatedAt, &a.FinishedAt, &old)
 	if errors.Is(err, pgx.ErrNoRows) {

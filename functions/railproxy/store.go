@@ -106,15 +106,15 @@ SELECT attempt_id, payout_id, account_id, amount_minor, currency, token, owner_i
 // went (both refusals are committed); 0 and an error wrapping ErrRestored
 // when raildb was restored (nothing recorded); ErrUnavailable or another
 // error when raildb failed (nothing known to be recorded).
-func (p *Proxy) admit(ctx context.Context, req api.SubmitRequest, token int64, owner string, lg *slog.Logger) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.DBTimeout)
-	defer cancel()
+func (p *Proxy) admit(ctx context.Context, req api.SubmitRequest, token int64, owner string, lg *slog.Logger) (_ int64, err error) {
+	ctx, done := p.dbCall(ctx)
+	defer func() { done(err) }()
 	var (
 		attemptID int64
 		refusal   *fencing.Refusal
 		dup       *AlreadySubmitted
 	)
-	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		// 0. The restore guard (guard.go): a restored raildb has forgotten
 		// what it must know; refuse before anything is recorded.
 		var floor int64
@@ -243,9 +243,10 @@ func (p *Proxy) abandonAfter() time.Duration {
 // finish records the end of a forwarded attempt: state acked, declined (with
 // the rail's reference) or ambiguous (railRef ""). It runs even when the
 // caller has gone (ctx is detached from the request).
-func (p *Proxy) finish(ctx context.Context, attemptID int64, state api.State, railRef string) error {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.DBTimeout)
+func (p *Proxy) finish(ctx context.Context, attemptID int64, state api.State, railRef string) (err error) {
+	ctx, cancel := p.dbCtx(ctx)
 	defer cancel()
+	defer func() { p.observe(ctx, err) }()
 	tag, err := p.pool.Exec(ctx, sqlFinishAttempt, attemptID, state, railRef)
 	if err != nil {
 		return dbError("finish attempt", err)
@@ -258,11 +259,11 @@ func (p *Proxy) finish(ctx context.Context, attemptID int64, state api.State, ra
 
 // highWater returns the account's high-water, ErrNotFound when the account
 // has none.
-func (p *Proxy) highWater(ctx context.Context, account string) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.DBTimeout)
-	defer cancel()
+func (p *Proxy) highWater(ctx context.Context, account string) (_ int64, err error) {
+	ctx, done := p.dbCall(ctx)
+	defer func() { done(err) }()
 	var hw int64
-	err := p.pool.QueryRow(ctx, sqlHighWater, account).Scan(&hw)
+	err = p.pool.QueryRow(ctx, sqlHighWater, account).Scan(&hw)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("%w: no high-water for account %q (no token accepted yet)", ErrNotFound, account)
 	}
@@ -273,9 +274,9 @@ func (p *Proxy) highWater(ctx context.Context, account string) (int64, error) {
 }
 
 // attempts returns the attempts of a payout, oldest first.
-func (p *Proxy) attempts(ctx context.Context, payout string) ([]api.Attempt, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.DBTimeout)
-	defer cancel()
+func (p *Proxy) attempts(ctx context.Context, payout string) (_ []api.Attempt, err error) {
+	ctx, done := p.dbCall(ctx)
+	defer func() { done(err) }()
 	rows, err := p.pool.Query(ctx, sqlAttempts, payout)
 	if err != nil {
 		return nil, dbError("list attempts", err)

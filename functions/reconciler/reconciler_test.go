@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
@@ -27,7 +29,13 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// No goroutine outlives the tests: the reconciler's loop and its clients end with their test.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(pgtest.Tests(m),
+		// The Cloud SQL connector (internal/pgpool) links OpenCensus, whose
+		// view worker starts once per process and never stops.
+		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
+}
 
 // railTimeout is rail-proxy's rail timeout in these tests: a "hang" fault
 // ends the forward as ambiguous after it.

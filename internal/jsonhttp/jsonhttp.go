@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Doer sends one HTTP request; *http.Client implements it.
@@ -72,17 +73,33 @@ type Holder struct {
 // wrapping ErrEncode when nothing was sent, ErrNoAnswer when no complete
 // answer arrived; any status is an answer, for the caller to decode.
 func Do(ctx context.Context, d Doer, method, url string, h *Holder, in any) (int, []byte, error) {
+	a, err := DoAnswer(ctx, d, method, url, h, in)
+	return a.Status, a.Body, err
+}
+
+// Answer is one answer read by DoAnswer.
+type Answer struct {
+	// Status is the HTTP status code (0 when nothing arrived).
+	Status int
+	// Header is the answer's header (nil when nothing arrived).
+	Header http.Header
+	// Body is the answer's body, at most MaxAnswerBytes.
+	Body []byte
+}
+
+// DoAnswer is Do, returning the answer's header too (for Retry-After).
+func DoAnswer(ctx context.Context, d Doer, method, url string, h *Holder, in any) (Answer, error) {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return 0, nil, fmt.Errorf("%w: %v", ErrEncode, err)
+			return Answer{}, fmt.Errorf("%w: %v", ErrEncode, err)
 		}
 		body = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, url, body)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %v", ErrEncode, err)
+		return Answer{}, fmt.Errorf("%w: %v", ErrEncode, err)
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -99,14 +116,35 @@ func Do(ctx context.Context, d Doer, method, url string, h *Holder, in any) (int
 	}
 	resp, err := d.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %s %s: %w", ErrNoAnswer, method, req.URL.Path, err)
+		return Answer{}, fmt.Errorf("%w: %s %s: %w", ErrNoAnswer, method, req.URL.Path, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswerBytes))
 	if err != nil {
-		return resp.StatusCode, nil, fmt.Errorf("%w: reading the answer %d to %s %s: %w", ErrNoAnswer, resp.StatusCode, method, req.URL.Path, err)
+		return Answer{Status: resp.StatusCode, Header: resp.Header}, fmt.Errorf("%w: reading the answer %d to %s %s: %w", ErrNoAnswer, resp.StatusCode, method, req.URL.Path, err)
 	}
-	return resp.StatusCode, raw, nil
+	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: raw}, nil
+}
+
+// MaxRetryAfter caps the Retry-After RetryAfter returns: a larger one is
+// more likely a misconfigured proxy than a plan, and a caller that waited
+// it would hold its lease and its delivery for nothing.
+const MaxRetryAfter = 60 * time.Second
+
+// RetryAfter reads the Retry-After of an answer in its delay-seconds form
+// (a non-negative decimal integer; RFC 9110, section 10.2.3), capped at
+// MaxRetryAfter. It returns 0 when the header is absent, malformed or in
+// the HTTP-date form, which no service of this project sends.
+func RetryAfter(h http.Header) time.Duration {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	secs, err := strconv.ParseInt(v, 10, 64)
+	if v == "" || err != nil || secs <= 0 {
+		return 0
+	}
+	if secs >= int64(MaxRetryAfter/time.Second) {
+		return MaxRetryAfter
+	}
+	return time.Duration(secs) * time.Second
 }
 
 // Excerpt is raw as a message for people: trimmed, and cut to 512 bytes,

@@ -6,9 +6,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestBaseURL(t *testing.T) {
@@ -45,14 +47,34 @@ func TestDoSendsTheHolderAndReadsAnyStatus(t *testing.T) {
 	}
 }
 
+func TestDoAnswerReturnsTheHeaderAndRetryAfterReadsIt(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", r.URL.Query().Get("ra"))
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	for ra, want := range map[string]time.Duration{
+		"1": time.Second, "7": 7 * time.Second, "": 0, "0": 0, "-3": 0, "1.5": 0, "soon": 0,
+		"Wed, 21 Oct 2015 07:28:00 GMT": 0, "3600": MaxRetryAfter, "99999999999999999999": 0,
+	} {
+		a, err := DoAnswer(context.Background(), http.DefaultClient, "GET", srv.URL+"/x?ra="+url.QueryEscape(ra), nil, nil)
+		if err != nil || a.Status != http.StatusServiceUnavailable {
+			t.Fatalf("DoAnswer = %d %v", a.Status, err)
+		}
+		if got := RetryAfter(a.Header); got != want {
+			t.Errorf("Retry-After %q read as %v; want %v", ra, got, want)
+		}
+	}
+}
+
 func TestDoErrors(t *testing.T) {
 	if _, _, err := Do(context.Background(), http.DefaultClient, "POST", "http://127.0.0.1:1/x", nil, func() {}); !errors.Is(err, ErrEncode) {
 		t.Errorf("an unencodable body: %v; want ErrEncode", err)
 	}
 	srv := httptest.NewServer(nil)
-	url := srv.URL
+	base := srv.URL
 	srv.Close()
-	if _, _, err := Do(context.Background(), http.DefaultClient, "GET", url+"/x", nil, nil); !errors.Is(err, ErrNoAnswer) {
+	if _, _, err := Do(context.Background(), http.DefaultClient, "GET", base+"/x", nil, nil); !errors.Is(err, ErrNoAnswer) {
 		t.Errorf("a closed server: %v; want ErrNoAnswer", err)
 	}
 	if got := Excerpt([]byte("  " + strings.Repeat("x", 600) + " ")); len(got) != 512 {

@@ -215,6 +215,7 @@ type Cluster struct {
 	port   int      // fixed by the first successful start
 	proc   *process // nil while stopped
 	closed bool
+	frozen []int // pids stopped by Freeze, postmaster first; nil when not frozen
 }
 
 // process is one running postmaster. Its waiter goroutine exits when the
@@ -534,6 +535,7 @@ func tail(b []byte) string {
 // fork while stopped), its children are listed from /proc, and all get
 // SIGKILL. c.mu is held.
 func (c *Cluster) killLocked() {
+	c.thawLocked() // a stopped postmaster would pass for the one killLocked stops itself
 	p := c.proc
 	if p == nil {
 		return
@@ -610,6 +612,62 @@ func childrenOf(pid int) []int {
 	return out
 }
 
+// Freeze stops the server and every one of its backends with SIGSTOP, and
+// returns once each is stopped: a database that accepts TCP connections
+// (the kernel completes the handshake) and then never answers, the way a
+// hung host or a paused VM looks to its clients. The postmaster is stopped
+// first, so that it forks no backend while the others are stopped. Thaw
+// resumes them; Stop, Kill and Close thaw first. It returns ErrNotRunning
+// when no server runs, nil when it is already frozen.
+func (c *Cluster) Freeze() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil {
+		return ErrNotRunning
+	}
+	if c.frozen != nil {
+		return nil
+	}
+	pid := c.proc.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("pgcluster: freeze postmaster %d: %w", pid, err)
+	}
+	stopped := func(state byte) bool { return state == 'T' || state == 'Z' || state == 0 }
+	awaitProc(pid, stopped)
+	c.frozen = []int{pid}
+	for _, child := range childrenOf(pid) {
+		if syscall.Kill(child, syscall.SIGSTOP) == nil {
+			c.frozen = append(c.frozen, child)
+		}
+	}
+	for _, child := range c.frozen[1:] {
+		awaitProc(child, stopped)
+	}
+	c.log.Debug("pgcluster frozen", "port", c.port, "processes", len(c.frozen))
+	return nil
+}
+
+// Thaw resumes the processes Freeze stopped, backends first. It returns
+// nil when the server is not frozen.
+func (c *Cluster) Thaw() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.thawLocked()
+	return nil
+}
+
+// thawLocked sends SIGCONT to the frozen processes, the postmaster last.
+// c.mu is held.
+func (c *Cluster) thawLocked() {
+	for i := len(c.frozen) - 1; i >= 0; i-- {
+		_ = syscall.Kill(c.frozen[i], syscall.SIGCONT)
+	}
+	if c.frozen != nil {
+		c.log.Debug("pgcluster thawed", "port", c.port)
+	}
+	c.frozen = nil
+}
+
 // Start starts the server of a stopped cluster on its port, with its data,
 // and returns once it accepts connections. ErrRunning if it runs, ErrClosed
 // after Close, ErrExited (with the log tail) if the server gave up, or the
@@ -632,6 +690,7 @@ func (c *Cluster) Stop(ctx context.Context) error {
 }
 
 func (c *Cluster) stopLocked(ctx context.Context) error {
+	c.thawLocked()
 	p := c.proc
 	if p == nil {
 		return nil

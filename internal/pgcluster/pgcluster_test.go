@@ -182,3 +182,44 @@ func TestInvalidConfig(t *testing.T) {
 		t.Errorf("Validate(port -1, setting port) = %v; want both named", err)
 	}
 }
+
+// Freeze makes the server accept connections and answer nothing, on an
+// open connection and on a new one; Thaw brings both back; Close works on
+// a frozen server (it thaws first).
+func TestFreezeStopsAnswersAndThawResumes(t *testing.T) {
+	c := startCluster(t)
+	if err := c.CreateDatabase(t.Context(), "paydb"); err != nil {
+		t.Fatalf("CreateDatabase: %v", err)
+	}
+	dsn := c.DSN("paydb")
+	open, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close(context.Background())
+	if err := c.Freeze(); err != nil {
+		t.Fatalf("Freeze: %v", err)
+	}
+	if err := c.Freeze(); err != nil {
+		t.Fatalf("second Freeze: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := open.Exec(ctx, "SELECT 1"); err == nil {
+		t.Fatal("a frozen server answered on an open connection")
+	}
+	ctx2, cancel2 := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel2()
+	if conn, err := pgx.Connect(ctx2, dsn); err == nil {
+		conn.Close(context.Background())
+		t.Fatal("a frozen server completed a new connection's startup")
+	}
+	if err := c.Thaw(); err != nil {
+		t.Fatalf("Thaw: %v", err)
+	}
+	execSQL(t, dsn, "SELECT 1")
+	if err := c.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	// startCluster's cleanup closes the cluster while it is frozen.
+}

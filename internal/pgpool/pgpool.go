@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"cloud.google.com/go/cloudsqlconn"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -81,4 +83,29 @@ func Open(ctx context.Context, cfg Config) (*pgxpool.Pool, func(), error) {
 		return nil, nil, fmt.Errorf("pgpool: ping: %w", err)
 	}
 	return pool, func() { pool.Close(); closeDialer() }, nil
+}
+
+// pingCloseTimeout bounds the goodbye of PingOnNewConn's connection.
+const pingCloseTimeout = time.Second
+
+// PingOnNewConn returns a ping of pool's database on a connection of its
+// own, dialled as the pool dials (the Cloud SQL connector included) and
+// closed after: a ping through the pool would wait for a free connection,
+// and when the pool's connections are all held by calls waiting on a lock
+// that wait is no news about the server. It honours ctx; an error means
+// the server did not complete a connection and a ping in time. For
+// overload.Config.Ping.
+func PingOnNewConn(pool *pgxpool.Pool) func(context.Context) error {
+	return func(ctx context.Context) error {
+		conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+		if err != nil {
+			return err
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), pingCloseTimeout)
+			defer cancel()
+			_ = conn.Close(cctx)
+		}()
+		return conn.Ping(ctx)
+	}
 }

@@ -7,6 +7,10 @@
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 //
+// or, to check for leaked goroutines after the tests too,
+//
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Tests(m)) }
+//
 // The shared cluster is started by the first NewDatabase and stopped, with
 // its directory removed, by Main after the tests. When EnvAdminURL is set,
 // NewDatabase creates its databases on that server instead (and drops them
@@ -57,29 +61,56 @@ var (
 // Main runs the tests of m, then stops the shared cluster (if one was
 // started) and removes its directory, and exits with the tests' exit code
 // (1 if they passed but the cluster could not be closed). Call it from
-// TestMain; NewDatabase fails a test whose binary did not.
-func Main(m *testing.M) {
+// TestMain; NewDatabase fails a test whose binary did not. To check for
+// leaked goroutines too, use Tests instead.
+func Main(m *testing.M) { os.Exit(run(m)) }
+
+// Runner is what goleak.VerifyTestMain takes: Run runs the tests and
+// returns their exit code.
+type Runner interface{ Run() int }
+
+// Tests returns m as a Runner whose Run does what Main does (the tests,
+// then the shared cluster and AtExit functions closed) without exiting,
+// and leaves no goroutine of its own behind, so that a leak check after it
+// sees only the tests' goroutines:
+//
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Tests(m)) }
+func Tests(m *testing.M) Runner { return runner{m} }
+
+type runner struct{ m *testing.M }
+
+func (r runner) Run() int { return run(r.m) }
+
+// run runs the tests of m and cleans up; it returns the exit code.
+func run(m *testing.M) int {
 	mainCalled = true
 	// Ctrl-C or a kill of the test binary must not leave clusters and data
 	// directories behind: clean up, then exit as the signal would.
 	sigs := make(chan os.Signal, 1)
+	done := make(chan struct{})
+	exited := make(chan struct{})
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
-		if _, ok := <-sigs; ok {
+		defer close(exited)
+		select {
+		case <-sigs:
 			fmt.Fprintln(os.Stderr, "pgtest: interrupted; removing test clusters")
 			cleanup()
 			os.Exit(130)
+		case <-done:
 		}
 	}()
 	code := m.Run()
 	signal.Stop(sigs)
+	close(done)
+	<-exited
 	if err := cleanup(); err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
 		if code == 0 {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 var (

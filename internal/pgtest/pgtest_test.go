@@ -5,10 +5,14 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/jackc/pgx/v5"
 )
 
-func TestMain(m *testing.M) { Main(m) }
+// The shared cluster's waiter and the interrupt handler end with the
+// tests (Tests leaves no goroutine behind).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(Tests(m)) }
 
 func TestNewDatabaseIsFreshAndUnique(t *testing.T) {
 	a, b := NewDatabase(t), NewDatabase(t)

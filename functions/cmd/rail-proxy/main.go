@@ -67,7 +67,7 @@ func main() {
 			return nil, nil, err
 		}
 		return tracing.Handler("rail-proxy", p, serve.PathMetrics), func() { _ = p.Close() }, nil
-	})
+	}, railproxy.Collectors()...)
 }
 
 // recoverRestore runs "rail-proxy recover-restore" with args (after the

@@ -38,8 +38,8 @@
 //
 // Any route may also answer 400 INVALID_REQUEST or INVALID_TOKEN, 404
 // NOT_FOUND, 405 METHOD_NOT_ALLOWED, 413 BODY_TOO_LARGE, 415
-// UNSUPPORTED_MEDIA_TYPE, 503 DATABASE_UNAVAILABLE (retryable) or 500
-// INTERNAL.
+// UNSUPPORTED_MEDIA_TYPE, 503 DATABASE_UNAVAILABLE or OVERLOADED (both
+// retryable, with Retry-After) or 500 INTERNAL.
 package api
 
 import (
@@ -173,7 +173,8 @@ const (
 type Code string
 
 // Error codes, with the HTTP status each is sent with. Only
-// CodeUnavailable is retryable.
+// CodeUnavailable and CodeOverloaded are retryable; both are sent with the
+// header Retry-After (whole seconds).
 const (
 	// CodeInvalidRequest (400): malformed body, unknown or repeated field,
 	// or a field out of bounds.
@@ -237,8 +238,16 @@ const (
 	CodeInvalidReceipt Code = "INVALID_RECEIPT"
 	// CodeUnavailable (503): paydb did not answer, or the transaction lost
 	// a serialization race; the outcome is unknown and the transaction was
-	// rolled back, so the same request may be sent again. Retryable.
+	// rolled back, so the same request may be sent again. Also the answer,
+	// at once and without touching paydb, while paydb is marked stalled (a
+	// call ran out its whole RequestTimeout; one probe per
+	// EnvStallProbeMs goes through). Retryable, after Retry-After.
 	CodeUnavailable Code = "DATABASE_UNAVAILABLE"
+	// CodeOverloaded (503): payment-resource holds EnvMaxInFlight requests
+	// already; this one was refused before anything was done (nothing
+	// happened). Retryable, after Retry-After. The same spelling as
+	// lock-server's.
+	CodeOverloaded Code = "OVERLOADED"
 	// CodeInternal (500): a bug. Not retryable. Its message is generic;
 	// the cause is in payment-resource's log (request_failed).
 	CodeInternal Code = "INTERNAL"
@@ -249,12 +258,12 @@ var Codes = []Code{
 	CodeInvalidRequest, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeInvalidToken, CodeNotFound,
 	CodeMethodNotAllowed, CodeAccountNotFound, CodeAccountConflict, CodeCurrencyMismatch, CodePayoutNotFound,
 	CodePayoutConflict, CodeFencedOut, CodeUnverifiedToken, CodePayoutFinished, CodePayoutInDoubt, CodePayoutNotClaimed,
-	CodePayoutNeedsAttention, CodeRailRefConflict, CodeInvalidReceipt, CodeUnavailable, CodeInternal,
+	CodePayoutNeedsAttention, CodeRailRefConflict, CodeInvalidReceipt, CodeUnavailable, CodeOverloaded, CodeInternal,
 }
 
 // Retryable reports whether the code marks a condition that may clear if
 // the identical request is sent again later.
-func (c Code) Retryable() bool { return c == CodeUnavailable }
+func (c Code) Retryable() bool { return c == CodeUnavailable || c == CodeOverloaded }
 
 // ErrorEnvelope is the body of every non-2xx answer.
 type ErrorEnvelope struct {
@@ -292,6 +301,19 @@ const (
 	// EnvOutboxPollMs is the outbox poll interval in milliseconds, a
 	// positive decimal integer (10..600000).
 	EnvOutboxPollMs = "OUTBOX_POLL_MS"
+	// EnvMaxInFlight bounds the requests payment-resource serves at once:
+	// a decimal integer, 1..100000, default 256; one more is answered 503
+	// OVERLOADED at once.
+	EnvMaxInFlight = "PAYMENT_MAX_IN_FLIGHT"
+	// EnvStallProbeMs is how often, in milliseconds (1..60000, default
+	// 500), one request is let through to paydb while it is marked
+	// stalled; the others are answered 503 DATABASE_UNAVAILABLE at once.
+	EnvStallProbeMs = "PAYMENT_STALL_PROBE_MS"
+	// EnvStallAfterMs is how long, in milliseconds (0..60000, default
+	// 1000; 0 turns it off), a paydb call may run while paydb answers no
+	// call at all before paydb is marked stalled and every running call
+	// is answered 503 DATABASE_UNAVAILABLE at once.
+	EnvStallAfterMs = "PAYMENT_STALL_AFTER_MS"
 	// EnvProofKeys lists the public keys of lock-server's grant proofs;
 	// required while fencing is on (payoutevent.EnvProofKeys).
 	EnvProofKeys = payoutevent.EnvProofKeys
@@ -360,4 +382,11 @@ const (
 	// payment_outbox_oldest_unpublished_age_seconds); they are left out of
 	// that scrape.
 	EventAgeQueryFailed = "paydb_age_query_failed"
+	// EventBackendStalled (ERROR): a paydb call ran out its whole
+	// RequestTimeout; requests are answered 503 DATABASE_UNAVAILABLE at
+	// once until a probe gets an answer (internal/overload).
+	EventBackendStalled = "backend_stalled"
+	// EventBackendRecovered (INFO): paydb answered a probe; requests are
+	// served again.
+	EventBackendRecovered = "backend_recovered"
 )

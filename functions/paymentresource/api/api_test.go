@@ -39,9 +39,9 @@ func (nopWriter) Header() http.Header         { return http.Header{} }
 func (nopWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (nopWriter) WriteHeader(int)             {}
 
-func TestOnlyDatabaseUnavailableIsRetryable(t *testing.T) {
+func TestOnlyTheTwo503sAreRetryable(t *testing.T) {
 	for _, c := range api.Codes {
-		if got := c.Retryable(); got != (c == api.CodeUnavailable) {
+		if got := c.Retryable(); got != (c == api.CodeUnavailable || c == api.CodeOverloaded) {
 			t.Errorf("%s.Retryable() = %v", c, got)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 var genericCodes = map[api.Code]bool{
 	api.CodeInvalidRequest: true, api.CodeBodyTooLarge: true, api.CodeUnsupportedMediaType: true,
 	api.CodeNotFound: true, api.CodeMethodNotAllowed: true, api.CodeInternal: true,
+	api.CodeOverloaded: true, // lock-server's and rail-proxy's too
 }
 
 // contractPatterns returns, for each spelling of payment-resource's
@@ -35,7 +36,8 @@ func contractPatterns() literals.Patterns {
 	for _, p := range []string{api.PathAccounts, api.PathPayouts, api.PathAudit} {
 		pats[p] = literals.Path(p)
 	}
-	for _, e := range []string{api.EnvDatabaseURL, api.EnvCloudSQLInstance, api.EnvMaxConns, api.EnvFencingEnabled, api.EnvOutboxPollMs} {
+	for _, e := range []string{api.EnvDatabaseURL, api.EnvCloudSQLInstance, api.EnvMaxConns, api.EnvFencingEnabled, api.EnvOutboxPollMs,
+		api.EnvMaxInFlight, api.EnvStallProbeMs, api.EnvStallAfterMs} {
 		pats[e] = literals.Word(e)
 	}
 	return pats

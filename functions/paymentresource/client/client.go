@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
@@ -75,6 +76,10 @@ var (
 	// of the request is unknown (DATABASE_UNAVAILABLE, a 5xx without an
 	// envelope, or a transport error).
 	ErrUnavailable = errors.New("paymentresource client: unavailable")
+	// ErrOverloaded: payment-resource refused the request at once because
+	// it holds as many as it serves (OVERLOADED); nothing was done. Send
+	// it again after Error.RetryAfter.
+	ErrOverloaded = errors.New("paymentresource client: overloaded")
 )
 
 // sentinels maps each code with a sentinel to it. NOT_FOUND,
@@ -99,6 +104,7 @@ var sentinels = map[api.Code]error{
 	api.CodePayoutNeedsAttention: ErrPayoutNeedsAttention,
 	api.CodeRailRefConflict:      ErrRailRefConflict,
 	api.CodeUnavailable:          ErrUnavailable,
+	api.CodeOverloaded:           ErrOverloaded,
 }
 
 // Error is a non-2xx answer of payment-resource: the HTTP status and the
@@ -116,6 +122,11 @@ type Error struct {
 	// Retryable is the server's hint that the same request may succeed
 	// later.
 	Retryable bool
+	// RetryAfter is the answer's Retry-After (whole seconds, at most
+	// jsonhttp.MaxRetryAfter), 0 when absent: how long to wait before
+	// sending the request again (503 DATABASE_UNAVAILABLE and OVERLOADED
+	// carry one).
+	RetryAfter time.Duration
 }
 
 // Error describes the refusal in one line.
@@ -321,7 +332,8 @@ func (c *Client) call(ctx context.Context, method, path string, h *payoutevent.H
 	if h != nil {
 		jh = &jsonhttp.Holder{Token: h.Token, Owner: h.Owner, Proof: h.Proof, TokenHeader: api.HeaderToken, OwnerHeader: api.HeaderOwner, ProofHeader: api.HeaderProof}
 	}
-	status, raw, err := jsonhttp.Do(ctx, c.doer, method, c.base+path, jh, in)
+	ans, err := jsonhttp.DoAnswer(ctx, c.doer, method, c.base+path, jh, in)
+	status, raw := ans.Status, ans.Body
 	switch {
 	case errors.Is(err, jsonhttp.ErrEncode):
 		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
@@ -335,7 +347,8 @@ func (c *Client) call(ctx context.Context, method, path string, h *payoutevent.H
 	}
 	var env api.ErrorEnvelope
 	if json.Unmarshal(raw, &env) != nil || env.Error.Code == "" {
-		return &Error{Status: status, Message: jsonhttp.Excerpt(raw)}
+		return &Error{Status: status, Message: jsonhttp.Excerpt(raw), RetryAfter: jsonhttp.RetryAfter(ans.Header)}
 	}
-	return &Error{Status: status, Code: env.Error.Code, Message: env.Error.Message, Retryable: env.Error.Retryable}
+	return &Error{Status: status, Code: env.Error.Code, Message: env.Error.Message, Retryable: env.Error.Retryable,
+		RetryAfter: jsonhttp.RetryAfter(ans.Header)}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
@@ -50,14 +51,14 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 		api.CodePayoutNotClaimed: client.ErrPayoutNotClaimed, api.CodeRailRefConflict: client.ErrRailRefConflict,
 		api.CodePayoutNeedsAttention: client.ErrPayoutNeedsAttention,
 		api.CodeUnavailable:          client.ErrUnavailable, api.CodeUnverifiedToken: client.ErrUnverifiedToken,
-		api.CodeInvalidReceipt: client.ErrInvalidReceipt,
+		api.CodeInvalidReceipt: client.ErrInvalidReceipt, api.CodeOverloaded: client.ErrOverloaded,
 		// No sentinel: a wrong URL or client, or a bug.
 		api.CodeNotFound: nil, api.CodeMethodNotAllowed: nil, api.CodeInternal: nil,
 	}
 	all := []error{client.ErrInvalidRequest, client.ErrAccountNotFound, client.ErrAccountConflict, client.ErrCurrencyMismatch,
 		client.ErrPayoutNotFound, client.ErrPayoutConflict, client.ErrFencedOut, client.ErrPayoutFinished, client.ErrPayoutInDoubt,
 		client.ErrPayoutNotClaimed, client.ErrRailRefConflict, client.ErrUnavailable, client.ErrUnverifiedToken, client.ErrInvalidReceipt,
-		client.ErrPayoutNeedsAttention}
+		client.ErrPayoutNeedsAttention, client.ErrOverloaded}
 	for _, code := range api.Codes {
 		want, listed := sentinel[code]
 		if !listed {
@@ -170,5 +171,27 @@ func TestNewRefusesBadURLsAndNilDoer(t *testing.T) {
 	}
 	if _, err := client.New("http://h", client.WithHTTPClient(nil)); err == nil || !strings.Contains(err.Error(), "nil") {
 		t.Errorf("WithHTTPClient(nil): %v", err)
+	}
+}
+
+// A 503 with Retry-After hands its delay to the caller (the executor
+// waits it before the next try of a report); an answer without one says 0.
+func TestRefusalCarriesRetryAfter(t *testing.T) {
+	for ra, want := range map[string]time.Duration{"1": time.Second, "": 0} {
+		d := doerFunc(func(r *http.Request) (*http.Response, error) {
+			w := httptest.NewRecorder()
+			if ra != "" {
+				w.Header().Set("Retry-After", ra)
+			}
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, envelope(api.CodeUnavailable))
+			return w.Result(), nil
+		})
+		c, _ := client.New("http://pay.invalid", client.WithHTTPClient(d))
+		_, err := c.Payout(context.Background(), "p-1")
+		var e *client.Error
+		if !errors.As(err, &e) || !errors.Is(err, client.ErrUnavailable) || e.RetryAfter != want {
+			t.Errorf("Retry-After %q: %#v; want DATABASE_UNAVAILABLE with RetryAfter %v", ra, err, want)
+		}
 	}
 }

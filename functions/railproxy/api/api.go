@@ -24,7 +24,9 @@
 //	                                      409 PAYOUT_ALREADY_SUBMITTED -> AlreadySubmittedAnswer
 //	                                          (the payout already went to the rail; attempt recorded duplicate)
 //	                                      502 RAIL_AMBIGUOUS (rail called, outcome unknown; never retry blindly)
-//	                                      503 UNAVAILABLE (raildb unreachable or proxy closing; rail not called)
+//	                                      503 UNAVAILABLE (raildb unreachable or marked stalled, or proxy closing;
+//	                                          rail not called; Retry-After)
+//	                                      503 OVERLOADED (too many requests in flight; nothing done; Retry-After)
 //	                                      503 RAILDB_RESTORED (raildb restored from a backup; rail not called)
 //	GET  /v1/rail/high-water/{accountId}  -> 200 HighWater (404 NOT_FOUND: no token accepted yet)
 //	GET  /v1/rail/attempts?payoutId=P     -> 200 AttemptList (oldest first; empty when none)
@@ -163,8 +165,16 @@ const (
 	// CodeUnavailable (503): raildb did not answer, or the proxy is
 	// closing, before the rail was called. Retryable; a retry with the
 	// same token is refused FENCED_OUT if the failed request's transaction
-	// did commit.
+	// did commit. Also the answer, at once and without touching raildb,
+	// while raildb is marked stalled (a transaction ran out its whole
+	// DBTimeout; one probe per EnvStallProbeMs goes through): then nothing
+	// was recorded. Sent with Retry-After.
 	CodeUnavailable Code = "UNAVAILABLE"
+	// CodeOverloaded (503): rail-proxy holds EnvMaxInFlight requests
+	// already; this one was refused before anything was done (nothing
+	// recorded, the rail not called). Retryable, after Retry-After. The
+	// same spelling as lock-server's and payment-resource's.
+	CodeOverloaded Code = "OVERLOADED"
 	// CodeRestored (503): raildb was restored from a backup and may have
 	// forgotten high-water marks and forwarded payouts. Nothing was
 	// recorded and the rail was not called. Retryable once an operator
@@ -198,17 +208,17 @@ const (
 // Codes lists every Code, in the order declared above.
 var Codes = []Code{
 	CodeInvalidRequest, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeFencedOut, CodeUnverifiedToken, CodeAlreadySubmitted,
-	CodeRailAmbiguous, CodeUnavailable, CodeRestored, CodeAttemptInFlight, CodeNotForwarded, CodeRailSubmittedTwice,
+	CodeRailAmbiguous, CodeUnavailable, CodeOverloaded, CodeRestored, CodeAttemptInFlight, CodeNotForwarded, CodeRailSubmittedTwice,
 	CodeNotFound, CodeMethodNotAllowed, CodeInternal,
 }
 
 // Retryable reports whether the code always marks a condition that may
 // clear if the identical request is sent again later (CodeUnavailable,
-// CodeRestored, CodeAttemptInFlight). CodeAlreadySubmitted is
+// CodeOverloaded, CodeRestored, CodeAttemptInFlight). CodeAlreadySubmitted is
 // retryable only while the first attempt is forwarding; its envelope says
 // which.
 func (c Code) Retryable() bool {
-	return c == CodeUnavailable || c == CodeRestored || c == CodeAttemptInFlight
+	return c == CodeUnavailable || c == CodeOverloaded || c == CodeRestored || c == CodeAttemptInFlight
 }
 
 // ErrorEnvelope is the body of every non-2xx answer but 409
@@ -249,6 +259,20 @@ const (
 	// EnvDBTimeoutMs bounds each raildb transaction of a request, in
 	// milliseconds (default 5000, at most 600000).
 	EnvDBTimeoutMs = "RAIL_PROXY_DB_TIMEOUT_MS"
+	// EnvMaxInFlight bounds the requests rail-proxy serves at once: a
+	// decimal integer, 1..100000, default 256; one more is answered 503
+	// OVERLOADED at once.
+	EnvMaxInFlight = "RAIL_PROXY_MAX_IN_FLIGHT"
+	// EnvStallProbeMs is how often, in milliseconds (1..60000, default
+	// 500), one request is let through to raildb while it is marked
+	// stalled; the others are answered 503 UNAVAILABLE at once.
+	EnvStallProbeMs = "RAIL_PROXY_STALL_PROBE_MS"
+	// EnvStallAfterMs is how long, in milliseconds (0..60000, default
+	// 1000; 0 turns it off), a raildb transaction before the rail call
+	// may run while raildb answers nothing at all before raildb is marked
+	// stalled and every such transaction still running is answered 503
+	// UNAVAILABLE at once (rolled back; the rail not called).
+	EnvStallAfterMs = "RAIL_PROXY_STALL_AFTER_MS"
 	// EnvFencingEnabled is the kill switch rail.proxy.fencing.enabled:
 	// true/false, 1/0, on/off, yes/no; default true. Off only for the
 	// fencing experiment.

@@ -19,6 +19,7 @@ import (
 var genericCodes = map[api.Code]bool{
 	api.CodeInvalidRequest: true, api.CodeBodyTooLarge: true, api.CodeUnsupportedMediaType: true,
 	api.CodeNotFound: true, api.CodeMethodNotAllowed: true, api.CodeInternal: true,
+	api.CodeOverloaded: true, // lock-server's and payment-resource's too
 }
 
 // contractPatterns returns, for each spelling of rail-proxy's contract that
@@ -37,7 +38,7 @@ func contractPatterns() literals.Patterns {
 		pats[p] = literals.Path(p)
 	}
 	for _, e := range []string{api.EnvDatabaseURL, api.EnvDatabaseInstance, api.EnvRailURL, api.EnvRailTimeoutMs,
-		api.EnvDBTimeoutMs, api.EnvFencingEnabled} {
+		api.EnvDBTimeoutMs, api.EnvFencingEnabled, api.EnvMaxInFlight, api.EnvStallProbeMs, api.EnvStallAfterMs} {
 		pats[e] = literals.Word(e)
 	}
 	return pats

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
@@ -62,6 +63,11 @@ var (
 	// transport error, a 5xx without a code, or a 2xx or
 	// PAYOUT_ALREADY_SUBMITTED answer it cannot read.
 	ErrUnavailable = errors.New("railproxy client: unavailable")
+	// ErrOverloaded: rail-proxy refused the submission at once because it
+	// holds as many requests as it serves (OVERLOADED); nothing was
+	// recorded and the rail was not called. Send it again after
+	// Error.RetryAfter.
+	ErrOverloaded = errors.New("railproxy client: overloaded")
 	// ErrRaildbRestored: raildb was restored from a backup; submissions
 	// are refused, nothing recorded, until an operator runs rail-proxy
 	// recover-restore (RAILDB_RESTORED).
@@ -93,6 +99,7 @@ var sentinels = map[api.Code]error{
 	api.CodeAlreadySubmitted:     ErrAlreadySubmitted,
 	api.CodeRailAmbiguous:        ErrRailAmbiguous,
 	api.CodeUnavailable:          ErrUnavailable,
+	api.CodeOverloaded:           ErrOverloaded,
 	api.CodeRestored:             ErrRaildbRestored,
 	api.CodeNotFound:             ErrNotFound,
 	api.CodeAttemptInFlight:      ErrAttemptInFlight,
@@ -115,6 +122,11 @@ type Error struct {
 	// later (for PAYOUT_ALREADY_SUBMITTED: the first attempt is still
 	// forwarding).
 	Retryable bool
+	// RetryAfter is the answer's Retry-After (whole seconds, at most
+	// jsonhttp.MaxRetryAfter), 0 when absent: how long to wait before
+	// sending the request again (503 UNAVAILABLE and OVERLOADED carry
+	// one).
+	RetryAfter time.Duration
 	// Attempt is, for PAYOUT_ALREADY_SUBMITTED, the payout's attempt that
 	// went to the rail first (api.AlreadySubmittedAnswer.Attempt), whose
 	// outcome the caller reports instead; nil for every other code.
@@ -265,7 +277,8 @@ func (c *Client) call(ctx context.Context, method, path string, h *payoutevent.H
 	if h != nil {
 		jh = &jsonhttp.Holder{Token: h.Token, Owner: h.Owner, Proof: h.Proof, TokenHeader: api.HeaderToken, OwnerHeader: api.HeaderOwner, ProofHeader: api.HeaderProof}
 	}
-	status, raw, err := jsonhttp.Do(ctx, c.doer, method, c.base+path, jh, in)
+	resp, err := jsonhttp.DoAnswer(ctx, c.doer, method, c.base+path, jh, in)
+	status, raw := resp.Status, resp.Body
 	switch {
 	case errors.Is(err, jsonhttp.ErrEncode):
 		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
@@ -279,9 +292,10 @@ func (c *Client) call(ctx context.Context, method, path string, h *payoutevent.H
 	}
 	var ans api.AlreadySubmittedAnswer
 	if json.Unmarshal(raw, &ans) != nil || ans.Error.Code == "" {
-		return &Error{Status: status, Message: jsonhttp.Excerpt(raw)}
+		return &Error{Status: status, Message: jsonhttp.Excerpt(raw), RetryAfter: jsonhttp.RetryAfter(resp.Header)}
 	}
-	e := &Error{Status: status, Code: ans.Error.Code, Message: ans.Error.Message, Retryable: ans.Error.Retryable}
+	e := &Error{Status: status, Code: ans.Error.Code, Message: ans.Error.Message, Retryable: ans.Error.Retryable,
+		RetryAfter: jsonhttp.RetryAfter(resp.Header)}
 	if e.Code == api.CodeAlreadySubmitted {
 		if ans.Attempt.AttemptID <= 0 || ans.Attempt.Token <= 0 {
 			// Not forwarded, but what went before is unknown.

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
@@ -62,13 +63,13 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 		api.CodeUnavailable: client.ErrUnavailable, api.CodeRestored: client.ErrRaildbRestored,
 		api.CodeNotFound: client.ErrNotFound, api.CodeUnverifiedToken: client.ErrUnverifiedToken,
 		api.CodeAttemptInFlight: client.ErrAttemptInFlight, api.CodeNotForwarded: client.ErrNotForwarded,
-		api.CodeRailSubmittedTwice: client.ErrRailSubmittedTwice,
+		api.CodeRailSubmittedTwice: client.ErrRailSubmittedTwice, api.CodeOverloaded: client.ErrOverloaded,
 		// No sentinel: a wrong client, or a bug.
 		api.CodeMethodNotAllowed: nil, api.CodeInternal: nil,
 	}
 	all := []error{client.ErrInvalidRequest, client.ErrFencedOut, client.ErrAlreadySubmitted, client.ErrRailAmbiguous,
 		client.ErrUnavailable, client.ErrRaildbRestored, client.ErrNotFound, client.ErrUnverifiedToken,
-		client.ErrAttemptInFlight, client.ErrNotForwarded, client.ErrRailSubmittedTwice}
+		client.ErrAttemptInFlight, client.ErrNotForwarded, client.ErrRailSubmittedTwice, client.ErrOverloaded}
 	for _, code := range api.Codes {
 		want, listed := sentinel[code]
 		if !listed {
@@ -221,5 +222,27 @@ func TestNewRefusesBadURLsAndNilDoer(t *testing.T) {
 	}
 	if _, err := client.New("http://h", client.WithHTTPClient(nil)); err == nil || !strings.Contains(err.Error(), "nil") {
 		t.Errorf("WithHTTPClient(nil): %v", err)
+	}
+}
+
+// A 503 with Retry-After hands its delay to the caller (the executor
+// waits it before the next try); an answer without one says 0.
+func TestRefusalCarriesRetryAfter(t *testing.T) {
+	for ra, want := range map[string]time.Duration{"1": time.Second, "": 0} {
+		d := doerFunc(func(r *http.Request) (*http.Response, error) {
+			w := httptest.NewRecorder()
+			if ra != "" {
+				w.Header().Set("Retry-After", ra)
+			}
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, envelope(api.CodeOverloaded))
+			return w.Result(), nil
+		})
+		c, _ := client.New("http://rail.invalid", client.WithHTTPClient(d))
+		_, err := c.Submit(context.Background(), payoutevent.Holder{Token: 8, Owner: "worker-b"}, valid)
+		var e *client.Error
+		if !errors.As(err, &e) || !errors.Is(err, client.ErrOverloaded) || e.RetryAfter != want {
+			t.Errorf("Retry-After %q: %#v; want OVERLOADED with RetryAfter %v", ra, err, want)
+		}
 	}
 }

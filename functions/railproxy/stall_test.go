@@ -1,0 +1,349 @@
+package railproxy_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzzcheck"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// callerTimeout is the executor's RequestTimeout (5 s by default): a 503
+// that arrives later is, to the executor, no answer.
+const callerTimeout = 5 * time.Second
+
+// waitLimit bounds every wait for an asynchronous condition here.
+const waitLimit = 20 * time.Second
+
+type stallClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *stallClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *stallClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+type waveAnswer struct {
+	status     int
+	code       api.Code
+	retryAfter string
+	err        error
+	took       time.Duration
+}
+
+// submissionWave sends n submissions at once through caller, each of its
+// own payout (tag-i) on one of ten accounts, token 10, with lock-server's
+// proof, and returns every answer.
+func submissionWave(caller *http.Client, base, tag string, n int) []waveAnswer {
+	out := make([]waveAnswer, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			b := body(fmt.Sprintf("%s-%d", tag, i), fmt.Sprintf("acct-%d", i%10), 100)
+			req, _ := http.NewRequest(http.MethodPost, base+api.PathSubmissions, strings.NewReader(b))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set(fencing.HeaderToken, "10")
+			req.Header.Set(fencing.HeaderOwner, "worker-"+strconv.Itoa(i))
+			req.Header.Set(fencing.HeaderProof, prooftest.Proof(fmt.Sprintf("acct-%d", i%10), 10))
+			start := time.Now()
+			resp, err := caller.Do(req)
+			if err != nil {
+				out[i] = waveAnswer{err: err, took: time.Since(start)}
+				return
+			}
+			defer resp.Body.Close()
+			raw, _ := io.ReadAll(resp.Body)
+			var env api.ErrorEnvelope
+			_ = json.Unmarshal(raw, &env)
+			out[i] = waveAnswer{status: resp.StatusCode, code: env.Error.Code, retryAfter: resp.Header.Get("Retry-After"), took: time.Since(start)}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
+}
+
+// timedHandler serves through next and keeps the longest time a request
+// spent in it, from the moment it had the request to its answer.
+type timedHandler struct {
+	next    http.Handler
+	mu      sync.Mutex
+	slowest time.Duration
+}
+
+func (h *timedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	h.next.ServeHTTP(w, r)
+	d := time.Since(start)
+	h.mu.Lock()
+	h.slowest = max(h.slowest, d)
+	h.mu.Unlock()
+}
+
+// reset returns the longest time so far and starts again.
+func (h *timedHandler) reset() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	d := h.slowest
+	h.slowest = 0
+	return d
+}
+
+func spread(as []waveAnswer) string {
+	d := make([]time.Duration, len(as))
+	for i, a := range as {
+		d[i] = a.took
+	}
+	slices.Sort(d)
+	return fmt.Sprintf("min %v, median %v, p90 %v, max %v", d[0].Round(time.Millisecond), d[len(d)/2].Round(time.Millisecond),
+		d[len(d)*9/10].Round(time.Millisecond), d[len(d)-1].Round(time.Millisecond))
+}
+
+// shedLines counts the requests refused by the breaker or the bound
+// without a raildb transaction.
+func shedLines(t *testing.T, r *rig) int {
+	n := 0
+	for _, m := range r.logs.Events(t, api.EventRequestFailed) {
+		if m["msg"] == "rail-proxy request shed" {
+			n++
+		}
+	}
+	return n
+}
+
+// Issue #15 item 8: with raildb frozen (postmaster and backends
+// SIGSTOPped), every submission waited the whole 5 s DBTimeout, as long
+// as the executor's own timeout, without Retry-After. Now the first wave
+// is answered 503 with Retry-After before the executor gives up (raildb
+// is marked stalled once it has answered nothing for StallAfter, and the
+// fence transactions still waiting are cut), the next wave is refused by
+// the breaker without a transaction, nothing is recorded in raildb and
+// nothing reaches the rail, goroutines come back, and after the thaw the
+// first probe finds raildb and submissions pass again.
+func TestFrozenRaildbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
+	const (
+		concurrent  = 200
+		maxInFlight = 64
+	)
+	cluster := pgtest.NewCluster(t)
+	if err := cluster.CreateDatabase(t.Context(), "raildb"); err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t)
+	r.dsn = cluster.DSN("raildb")
+	clock := &stallClock{t: time.Unix(1_790_000_000, 0)}
+	p := r.proxy(func(c *railproxy.Config) {
+		c.MaxInFlight, c.Now, c.StallAfter = maxInFlight, clock.now, overload.DefaultStallAfter
+	})
+	t.Cleanup(func() { _ = cluster.Thaw() }) // before the proxy's Close
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(railproxy.Collectors()...)
+	mustAccept(t, p, "worker-0", body("seed", "acct-0", 100), 5)
+	db, err := pgxpool.New(t.Context(), r.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := fuzzcheck.Snapshot(t.Context(), db)
+	db.Close() // not left open on the frozen server
+	if err != nil {
+		t.Fatal(err)
+	}
+	atRail := len(r.stub.Submissions(""))
+
+	timed := &timedHandler{next: p}
+	srv := httptest.NewServer(timed)
+	defer srv.Close()
+	// The caller's own timeout is generous: under -race on a loaded
+	// machine, 200 new connections at once take seconds to be accepted.
+	// What must beat the executor's timeout is the service's answer,
+	// measured from the moment its handler has the request (timed).
+	caller := &http.Client{Timeout: time.Minute}
+	defer caller.CloseIdleConnections()
+	goroutines := runtime.NumGoroutine()
+	if err := cluster.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+
+	var peak atomic.Int64
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if v := int64(gathered(t, reg, "railproxy_requests_in_flight")); v > peak.Load() {
+				peak.Store(v)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	first := submissionWave(caller, srv.URL, "w1", concurrent)
+	close(stop)
+	<-sampled
+	t.Logf("wave 1 latency at the caller: %s", spread(first))
+	if slowest := timed.reset(); slowest >= callerTimeout {
+		t.Fatalf("wave 1: the slowest answer took %v in the handler; want it before the executor's %v", slowest, callerTimeout)
+	} else {
+		t.Logf("wave 1: slowest answer in the handler %v", slowest.Round(time.Millisecond))
+	}
+	counts := map[api.Code]int{}
+	for i, a := range first {
+		switch {
+		case a.err != nil:
+			t.Fatalf("wave 1, request %d: no answer: %v", i, a.err)
+		case a.status != http.StatusServiceUnavailable || a.retryAfter != "1" || (a.code != api.CodeUnavailable && a.code != api.CodeOverloaded):
+			t.Fatalf("wave 1, request %d: %d %s Retry-After %q; want 503 UNAVAILABLE or OVERLOADED with Retry-After 1", i, a.status, a.code, a.retryAfter)
+		}
+		counts[a.code]++
+	}
+	t.Logf("wave 1: %v, in-flight peak %d", counts, peak.Load())
+	if pk := peak.Load(); pk > maxInFlight || pk < 1 {
+		t.Fatalf("in-flight gauge peaked at %d; want 1..%d (the bound)", pk, maxInFlight)
+	}
+	if gathered(t, reg, "railproxy_db_stalled") != 1 || len(r.logs.Events(t, "backend_stalled")) != 1 {
+		t.Fatal("raildb is not marked stalled, once, after it answered nothing")
+	}
+
+	shedBefore := shedLines(t, r)
+	second := submissionWave(caller, srv.URL, "w2", concurrent)
+	t.Logf("wave 2 latency at the caller: %s; slowest in the handler %v", spread(second), timed.reset().Round(time.Millisecond))
+	for i, a := range second {
+		if a.err != nil || a.status != http.StatusServiceUnavailable || a.code != api.CodeUnavailable || a.retryAfter != "1" {
+			t.Fatalf("wave 2, request %d: %d %s Retry-After %q err %v; want 503 UNAVAILABLE with Retry-After 1", i, a.status, a.code, a.retryAfter, a.err)
+		}
+	}
+	if n := shedLines(t, r) - shedBefore; n != concurrent {
+		t.Fatalf("wave 2: %d of %d submissions refused by the breaker; the others went to raildb", n, concurrent)
+	}
+	caller.CloseIdleConnections()
+	awaitGoroutines(t, goroutines+8)
+
+	if err := cluster.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	clock.add(railproxy.DefaultConfig().StallProbeInterval)
+	deadline := time.Now().Add(waitLimit)
+	for {
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, httptest.NewRequest("GET", api.HighWaterPath("acct-0"), nil))
+		if rec.Code == http.StatusOK {
+			break
+		}
+		if rec.Code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("after the thaw: %d %s; want 200 once a probe finds raildb (within %v)", rec.Code, rec.Body, waitLimit)
+		}
+		clock.add(railproxy.DefaultConfig().StallProbeInterval)
+	}
+	if gathered(t, reg, "railproxy_db_stalled") != 0 || len(r.logs.Events(t, "backend_recovered")) != 1 {
+		t.Fatal("recovered, but the gauge or the log does not say so")
+	}
+	after, err := fuzzcheck.Snapshot(t.Context(), r.pool())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if changed := before.Changed(after); len(changed) > 0 {
+		t.Fatalf("the stall changed raildb: %v", changed)
+	}
+	if n := len(r.stub.Submissions("")); n != atRail {
+		t.Fatalf("the rail received %d submissions during the stall", n-atRail)
+	}
+	mustAccept(t, p, "worker-1", body("w1-1", "acct-1", 100), 10) // refused during the stall, passes now
+}
+
+// The in-flight bound: with RAIL_PROXY_MAX_IN_FLIGHT submissions held
+// (one waiting for the account's high-water row, which the test locks),
+// one more request is answered 503 OVERLOADED with Retry-After at once;
+// nothing is recorded for it, and the held one goes on once the lock is
+// released.
+func TestRequestsBeyondMaxInFlightAreShedAtOnce(t *testing.T) {
+	r := newRig(t)
+	p := r.proxy(func(c *railproxy.Config) { c.MaxInFlight, c.StallAfter = 1, 0 })
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(railproxy.Collectors()...)
+	mustAccept(t, p, "worker-0", body("p-0", "acct-7", 100), 5)
+	tx, err := r.pool().Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(t.Context(), "SELECT 1 FROM rail_high_water WHERE account_id = 'acct-7' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan int, 1)
+	go func() { held <- submit(p, "worker-1", body("p-1", "acct-7", 100), "6").Code }()
+	deadline := time.Now().Add(waitLimit)
+	for gathered(t, reg, "railproxy_requests_in_flight") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the submission never got in flight")
+		}
+		runtime.Gosched()
+	}
+	attempts := r.attemptRows()
+	rec := submit(p, "worker-2", body("p-2", "acct-8", 100), "6")
+	if e := envelope(t, rec); rec.Code != http.StatusServiceUnavailable || e.Code != api.CodeOverloaded || !e.Retryable || rec.Header().Get("Retry-After") != "1" {
+		t.Fatalf("the request beyond the bound: %d %s Retry-After %q; want 503 OVERLOADED, retryable, Retry-After 1", rec.Code, rec.Body, rec.Header().Get("Retry-After"))
+	}
+	if r.attemptRows() != attempts || len(r.stub.Submissions("p-2")) != 0 {
+		t.Fatal("the shed submission was recorded or reached the rail")
+	}
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if st := <-held; st != http.StatusOK {
+		t.Fatalf("the held submission ended %d", st)
+	}
+	mustAccept(t, p, "worker-2", body("p-2", "acct-8", 100), 6)
+}
+
+func awaitGoroutines(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for runtime.NumGoroutine() > n {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines after the stall; want at most %d:\n%s", runtime.NumGoroutine(), n, buf[:runtime.Stack(buf, true)])
+		}
+		runtime.Gosched()
+		time.Sleep(10 * time.Millisecond)
+	}
+}
