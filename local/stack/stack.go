@@ -481,7 +481,10 @@ func pgBinDir() string {
 
 // startCluster starts a throwaway PostgreSQL cluster and creates dbs.
 func (s *Stack) startCluster(ctx context.Context, name string, dbs ...string) (*pgcluster.Cluster, error) {
-	c, err := pgcluster.Start(ctx, pgcluster.Config{})
+	// syncfs: after a crash, PostgreSQL syncs the data directory before
+	// recovery; one syncfs of the file system instead of an fsync of
+	// every file cuts a restart after SIGKILL from seconds to a fraction.
+	c, err := pgcluster.Start(ctx, pgcluster.Config{Settings: map[string]string{"recovery_init_sync_method": "syncfs"}})
 	if err != nil {
 		return nil, fmt.Errorf("stack: PostgreSQL cluster %s: %w", name, err)
 	}
