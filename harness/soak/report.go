@@ -18,6 +18,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 )
 
 // Report is the result of one soak, written to harness/out/soak.json.
@@ -73,6 +74,12 @@ type Report struct {
 	ReconcilerPasses  int            `json:"reconcilerPasses"`
 	ReconcilerResults map[string]int `json:"reconcilerResults"`
 	LastPass          any            `json:"lastPass"`
+	// ForwardingOfFinishedPayouts lists the payouts that are posted,
+	// declined or failed in paydb while their rail-proxy attempt stays
+	// 'forwarding' in raildb: raildb died between the rail's answer and
+	// its recording. Money and books agree (the checks hold); raildb's
+	// record of the attempt is never finished by any process.
+	ForwardingOfFinishedPayouts []string `json:"forwardingOfFinishedPayouts"`
 	// Kills lists every kill with its recovery times.
 	Kills []Kill `json:"kills"`
 	// Throughput is payouts finished (posted, declined or failed) per
@@ -84,6 +91,9 @@ type Report struct {
 	PayoutsPerSecond float64 `json:"payoutsPerSecond"`
 	// Failures lists every broken rule (Check); empty for a good run.
 	Failures []string `json:"failures"`
+	// FailuresAfterBreak is Check's verdict on the records after
+	// Config.Break changed them on purpose (absent without Break).
+	FailuresAfterBreak []string `json:"failuresAfterBreak,omitempty"`
 }
 
 // fill computes the report's counts, recovery times and throughput from
@@ -112,7 +122,7 @@ func (rep *Report) fill(r Records, bucket time.Duration) {
 	}
 	rep.RailSubmissions = len(r.Journal)
 	for _, s := range r.Journal {
-		if s.Answer.Status == "ACK" {
+		if s.Answer.Status == railstub.StatusAck {
 			rep.RailAcks++
 		}
 	}
@@ -120,6 +130,9 @@ func (rep *Report) fill(r Records, bucket time.Duration) {
 		rep.Debits += n
 	}
 	rep.Audit = r.Audit
+	if rep.ForwardingOfFinishedPayouts == nil {
+		rep.ForwardingOfFinishedPayouts = []string{}
+	}
 	rep.Paths = r.Paths
 
 	var posted []time.Time

@@ -48,7 +48,10 @@ func inFlight(c map[string]int) int {
 // settle waits until the executors have finished every payout they can
 // (re-publishing the events of payouts that stopped moving, as an
 // operator redrives dead-lettered messages), then runs reconciler passes
-// until nothing is ambiguous or forwarding and a pass changes nothing.
+// until nothing is ambiguous, no payout in doubt has an attempt
+// forwarding, and a pass changes nothing. Attempts left forwarding under
+// payouts that are already final are listed in
+// Report.ForwardingOfFinishedPayouts: no pass can finish them.
 // ErrNotSettled when cfg.SettleTimeout passes first.
 func settle(ctx context.Context, cfg Config, st *stack.Stack, ld *loader, rep *Report, log *slog.Logger) error {
 	sctx, cancel := context.WithTimeout(ctx, cfg.SettleTimeout)
@@ -114,16 +117,17 @@ func settle(ctx context.Context, cfg Config, st *stack.Stack, ld *loader, rep *R
 			}
 		}
 		c, cerr := stateCounts(sctx, ld.paydb)
-		fwd, ferr := forwarding(sctx, st)
+		fwd, stuck, ferr := forwarding(sctx, st, ld.paydb)
 		if err == nil && cerr == nil && ferr == nil {
 			counts = c
 			rep.LastPass = pr.Results
-			if c[string(api.StateAmbiguous)] == 0 && inFlight(c) == 0 && fwd == 0 && !progressed(pr) {
+			rep.ForwardingOfFinishedPayouts = stuck
+			if c[string(api.StateAmbiguous)] == 0 && inFlight(c) == 0 && len(fwd) == 0 && !progressed(pr) {
 				return nil
 			}
 		}
 		if wait() != nil {
-			return notSettled(fmt.Sprintf("reconciling (forwarding attempts %d)", fwd), counts)
+			return notSettled(fmt.Sprintf("reconciling (payouts in doubt with an attempt forwarding: %d)", len(fwd)), counts)
 		}
 	}
 }
@@ -163,17 +167,48 @@ func pass(ctx context.Context, base string) (reconciler.PassReport, error) {
 	return pr, json.NewDecoder(resp.Body).Decode(&pr)
 }
 
-// forwarding counts raildb's attempts still forwarding (sent, or about to
-// be sent, to the rail with no answer recorded).
-func forwarding(ctx context.Context, st *stack.Stack) (int, error) {
+// forwarding returns the payouts whose rail-proxy attempt is still
+// forwarding in raildb (sent, or about to be sent, to the rail with no
+// answer recorded), split by their state in paydb: inDoubt for those not
+// final yet (the reconciler will settle them), stuck for those already
+// posted, declined or failed (their attempt is never finished by any
+// process: see docs/reliability.md, "Crash soak").
+func forwarding(ctx context.Context, st *stack.Stack, paydb *pgxpool.Pool) (inDoubt, stuck []string, err error) {
 	raildb, err := pgxpool.New(ctx, st.RailDBURL())
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
 	defer raildb.Close()
-	var n int
-	err = raildb.QueryRow(ctx, `SELECT count(*) FROM rail_attempt WHERE state = 'forwarding'`).Scan(&n)
-	return n, err
+	rows, err := raildb.Query(ctx, `SELECT DISTINCT payout_id FROM rail_attempt WHERE state = 'forwarding' ORDER BY payout_id`)
+	if err != nil {
+		return nil, nil, err
+	}
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, nil, err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	for _, id := range ids {
+		var state string
+		if err := paydb.QueryRow(ctx, `SELECT state FROM payout WHERE payout_id = $1`, id).Scan(&state); err != nil {
+			return nil, nil, fmt.Errorf("payout %s of a forwarding attempt: %w", id, err)
+		}
+		switch api.State(state) {
+		case api.StatePosted, api.StateDeclined, api.StateFailed:
+			stuck = append(stuck, id)
+		default:
+			inDoubt = append(inDoubt, id)
+		}
+	}
+	return inDoubt, stuck, nil
 }
 
 // redrive publishes again the events of the payouts still pending or

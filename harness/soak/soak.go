@@ -148,10 +148,12 @@ type Config struct {
 	// BinDir holds prebuilt binaries (stack.Build). Default: the stack
 	// builds them.
 	BinDir string
-	// BeforeCheck, when set, runs after the reconciliation and before the
-	// records are read: the tests use it to break the records on purpose
-	// and show the checks failing.
-	BeforeCheck func(ctx context.Context, st *stack.Stack) error
+	// Break, when set, runs after the records have been read and judged
+	// (Report.Failures); it may break the records on purpose, through the
+	// parts' own interfaces, and they are then read and judged again
+	// (Report.FailuresAfterBreak). The short soak uses it to show every
+	// check failing on the records of a real run.
+	Break func(ctx context.Context, st *stack.Stack) error
 	// Log receives progress lines (seed, kills, phases). Default: discard.
 	Log *slog.Logger
 }
@@ -305,17 +307,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if settleErr != nil && !errors.Is(settleErr, ErrNotSettled) {
 		return rep, fmt.Errorf("soak (seed %d, logs in %s): %w", cfg.Seed, st.Dir(), settleErr)
 	}
-	if cfg.BeforeCheck != nil {
-		if err := cfg.BeforeCheck(ctx, st); err != nil {
-			return rep, fmt.Errorf("soak: BeforeCheck: %w", err)
-		}
-	}
 	recs, err := readRecords(ctx, st, ld)
 	if err != nil {
 		return rep, fmt.Errorf("soak (seed %d, logs in %s): read the records: %w", cfg.Seed, st.Dir(), err)
 	}
 	rep.fill(recs, cfg.Bucket)
 	rep.Failures = Check(recs)
+	if cfg.Break != nil {
+		if err := cfg.Break(ctx, st); err != nil {
+			return rep, fmt.Errorf("soak: Break: %w", err)
+		}
+		broken, err := readRecords(ctx, st, ld)
+		if err != nil {
+			return rep, fmt.Errorf("soak: read the broken records: %w", err)
+		}
+		rep.FailuresAfterBreak = Check(broken)
+	}
 	log.Info("soak done", "seed", cfg.Seed, "outcomes", rep.Outcomes, "failures", len(rep.Failures))
 	if settleErr != nil {
 		return rep, fmt.Errorf("soak (seed %d, logs in %s): %w", cfg.Seed, st.Dir(), settleErr)
