@@ -241,7 +241,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		PaymentFencing: cfg.PaymentFencing, RailFencing: cfg.RailFencing, Kills: []Kill{}, Failures: []string{}}
 
 	scfg := stack.Config{Backend: cfg.Backend, PaymentFencing: cfg.PaymentFencing, RailFencing: cfg.RailFencing,
-		ReconcileEvery: cfg.ReconcileEvery, Dir: cfg.Dir, BinDir: cfg.BinDir, LeaseTTL: cfg.LeaseTTL, Log: quiet}
+		ReconcileEvery: cfg.ReconcileEvery, Dir: cfg.Dir, BinDir: cfg.BinDir, LeaseTTL: cfg.LeaseTTL, Log: quiet,
+		RailJournal: true}
 	if cfg.Backend == stack.BackendEtcd {
 		scfg.EtcdMembers = 3
 	}

@@ -148,6 +148,12 @@ type Config struct {
 	// process of its own, local/cmd/pubsub-fake) or PubSubEmulator (gcloud's
 	// Pub/Sub emulator, which needs gcloud and Java on the PATH).
 	PubSub string
+	// RailJournal makes the rail-stub keep its record of submissions in a
+	// file of the run folder (rail-stub.journal.jsonl, RAIL_STUB_JOURNAL),
+	// so that the record survives a restart of the rail-stub (Kill,
+	// Restart). Default false: in memory, as the fencing experiment's
+	// fixtures expect.
+	RailJournal bool
 	// EtcdMembers is the size of the etcd cluster with the etcd backend:
 	// 1 (the default) runs it in one etcd-local process named "etcd"; 3
 	// runs one etcd-local process per member, named "etcd-0", "etcd-1",
