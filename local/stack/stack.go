@@ -403,9 +403,11 @@ func (s *Stack) start(ctx context.Context) error {
 	wg = sync.WaitGroup{}
 	errs = make([]error, 2)
 	wg.Go(func() {
-		if s.stubURL, errs[0] = s.startFunction(ctx, "rail-stub", "rail-stub", []string{
-			railstub.EnvJournal + "=" + filepath.Join(s.dir, "rail-stub.journal.jsonl"),
-		}, "/submissions"); errs[0] != nil {
+		var stubEnv []string
+		if s.cfg.RailJournal {
+			stubEnv = []string{railstub.EnvJournal + "=" + filepath.Join(s.dir, "rail-stub.journal.jsonl")}
+		}
+		if s.stubURL, errs[0] = s.startFunction(ctx, "rail-stub", "rail-stub", stubEnv, "/submissions"); errs[0] != nil {
 			return
 		}
 		s.proxyURL, errs[0] = s.startFunction(ctx, "rail-proxy", "rail-proxy", []string{
