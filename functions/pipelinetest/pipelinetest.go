@@ -46,6 +46,9 @@ type Options struct {
 	// RailHandler, when set, wraps the rail-stub: rail-proxy's calls to
 	// the rail go through it (the explorer holds them there).
 	RailHandler func(next http.Handler) http.Handler
+	// ProxyHandler, when set, wraps rail-proxy's handler (the explorer
+	// learns there when a submission whose caller gave up has ended).
+	ProxyHandler func(next http.Handler) http.Handler
 	// RailTimeout, when positive, is rail-proxy's RailTimeout (and
 	// DBTimeout stays railproxy.MaxTimeout): a "hang" fault then ends the
 	// forward as ambiguous after it. Zero keeps railproxy.MaxTimeout, so
@@ -155,7 +158,11 @@ func Start(t testing.TB, opts Options) *Pipeline {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
-	p.ProxyURL = serve(proxy)
+	var proxyHandler http.Handler = proxy
+	if opts.ProxyHandler != nil {
+		proxyHandler = opts.ProxyHandler(proxyHandler)
+	}
+	p.ProxyURL = serve(proxyHandler)
 	if p.Rail, err = railclient.New(p.ProxyURL); err != nil {
 		t.Fatal(err)
 	}

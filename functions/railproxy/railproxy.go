@@ -304,7 +304,7 @@ type Proxy struct {
 	rail      *http.Client
 	transport *http.Transport
 	submitURL string
-	lookupURL string
+	stopURL   string
 	mux       *http.ServeMux
 
 	mu       sync.Mutex
@@ -350,7 +350,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		submitURL: strings.TrimSuffix(cfg.RailURL, "/") + "/submit",
-		lookupURL: strings.TrimSuffix(cfg.RailURL, "/") + "/submissions",
+		stopURL:   strings.TrimSuffix(cfg.RailURL, "/") + "/stops",
 		mux:       http.NewServeMux(),
 	}
 	p.mux.HandleFunc(api.PathSubmissions, p.handleSubmit)

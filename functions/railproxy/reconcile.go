@@ -1,6 +1,7 @@
 package railproxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
@@ -23,16 +23,22 @@ import (
 //
 // The payout's one forwarded attempt (rail_payout) is read. When it is
 // acked or declined, that is the answer. When it is forwarding or
-// ambiguous, the rail's record of the payout is read by the sender's
-// reference (GET RAIL_URL/submissions?payoutId=P), but only once the
-// attempt is older than the abandon threshold (abandonAfter: RailTimeout
-// + 2 x DBTimeout + 1 s). Past it, the original forward's HTTP client has
-// cut the call (RailTimeout) and its answer could no longer be recorded
-// (DBTimeout), and since rail_payout admits one forward per payout no
-// other submission of the payout can be on its way: the rail's record is
-// complete for this payout, so its "nothing" means the money did not move.
-// Before it, "nothing" could be a submission still travelling, and the
-// request is refused ATTEMPT_IN_FLIGHT.
+// ambiguous, rail-proxy puts a stop order on the payout's reference at the
+// rail (POST RAIL_URL/stops) and takes the payments the rail answers it
+// already holds with it. The stop order is what makes the answer safe to
+// act on: the rail refuses any later submission with that reference, so
+// "the rail has nothing" stays true even if the original forward's call
+// is still in some network and arrives later. A look-up alone would be a
+// read deciding a later write (the payout failed) with nothing to stop
+// the late call from paying; the schedule explorer found exactly that
+// ordering (harness/README.md).
+//
+// The stop is only sent once the attempt is older than the abandon
+// threshold (abandonAfter: RailTimeout + 2 x DBTimeout + 1 s). That
+// threshold is no longer what safety rests on; it keeps the reconciler
+// from stopping a payout whose forward is most likely still about to be
+// answered (the payout would then fail instead of being paid). Before it,
+// the request is refused ATTEMPT_IN_FLIGHT.
 //
 // The outcome is recorded with one statement guarded by the state that
 // was read (sqlReconcileAttempt): a late answer recorded meanwhile by the
@@ -124,7 +130,7 @@ func (p *Proxy) reconcile(ctx context.Context, payout string, h payoutevent.Hold
 		return api.Reconciliation{}, fmt.Errorf("%w: attempt %d of payout %s is %s and younger than %v", ErrInFlight,
 			a.AttemptID, payout, a.State, p.abandonAfter())
 	}
-	records, err := p.lookup(ctx, payout)
+	records, err := p.stopAtRail(ctx, payout)
 	if err != nil {
 		return api.Reconciliation{}, err
 	}
@@ -216,37 +222,48 @@ func (p *Proxy) payoutAttempt(ctx context.Context, payout string) (api.Attempt, 
 	return a, old, nil
 }
 
-// lookup reads the rail's record of payout by the sender's reference
-// (GET RAIL_URL/submissions?payoutId=P), through the transport of the
-// submissions, within RailTimeout. It keeps the records whose reference
-// (or payout id) is the payout. Any failure wraps ErrUnavailable.
-func (p *Proxy) lookup(ctx context.Context, payout string) ([]railRecord, error) {
-	u := p.lookupURL + "?" + url.Values{"payoutId": {payout}}.Encode()
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+// stopAtRail puts a stop order on the payout's reference at the rail
+// (POST RAIL_URL/stops {"reference": P}), through the transport of the
+// submissions, within RailTimeout, and returns the payments the rail
+// answers it had already recorded with that reference. After the stop
+// the rail refuses any submission with it, so the list is final: an empty
+// one means the money did not move and never will, however late the
+// original forward's call reaches the rail. It keeps the records whose
+// reference is the payout. Any failure wraps ErrUnavailable (the stop
+// order is idempotent: the next reconciliation repeats it).
+func (p *Proxy) stopAtRail(ctx context.Context, payout string) ([]railRecord, error) {
+	body, err := json.Marshal(struct {
+		Reference string `json:"reference"`
+	}{payout})
 	if err != nil {
-		return nil, fmt.Errorf("%w: build rail lookup: %v", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: encode stop order: %v", ErrUnavailable, err)
 	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.stopURL, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("%w: build rail stop order: %v", ErrUnavailable, err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
 	resp, err := p.rail.Do(hreq)
 	if err != nil {
-		return nil, fmt.Errorf("%w: rail lookup: %v", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: rail stop order: %v", ErrUnavailable, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxRailLookupBytes))
 	if err != nil {
-		return nil, fmt.Errorf("%w: rail lookup answered %d, reading its body: %v", ErrUnavailable, resp.StatusCode, err)
+		return nil, fmt.Errorf("%w: rail stop order answered %d, reading its body: %v", ErrUnavailable, resp.StatusCode, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%w: rail lookup answered %d", ErrUnavailable, resp.StatusCode)
+		return nil, fmt.Errorf("%w: rail stop order answered %d", ErrUnavailable, resp.StatusCode)
 	}
 	var list struct {
 		Submissions *[]railRecord `json:"submissions"`
 	}
 	if err := json.Unmarshal(raw, &list); err != nil || list.Submissions == nil {
-		return nil, fmt.Errorf("%w: rail lookup answered 200 with an unreadable body", ErrUnavailable)
+		return nil, fmt.Errorf("%w: rail stop order answered 200 with an unreadable body", ErrUnavailable)
 	}
 	var out []railRecord
 	for _, r := range *list.Submissions {
-		if r.Request.Reference == payout || r.Request.PayoutID == payout {
+		if r.Request.Reference == payout {
 			out = append(out, r)
 		}
 	}

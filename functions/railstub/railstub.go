@@ -19,11 +19,22 @@
 //	POST /submit          SubmitRequest -> 200 SubmitAnswer
 //	                      400 INVALID_REQUEST, 413, 415 (not recorded)
 //	                      503 RAIL_UNAVAILABLE (injected "error" fault; not recorded)
+//	                      409 REFERENCE_STOPPED (the reference has a stop order; not recorded)
 //	                      500 JOURNAL_FAILED, 503 STUB_CLOSED
 //	GET  /submissions     -> 200 SubmissionList, in sequence order;
 //	                      ?payoutId=P keeps the submissions of payout P
+//	POST /stops           StopRequest -> 200 StopAnswer (the payments made
+//	                      with the reference before the stop); 400 INVALID_REQUEST
 //	GET  /admin/faults    -> 200 Faults (the current fault state)
 //	POST /admin/faults    Faults -> 200 Faults; 400 INVALID_REQUEST
+//
+// A stop order is what a sender asks of a real rail when it cannot learn
+// whether a payment went out: "refuse anything with this reference from
+// now on, and tell me what you already have". It is recorded (journal
+// first) under the lock every payment takes, so its answer is final: no
+// payment with the reference can follow it. rail-proxy's reconciliation
+// uses it, so that "the rail has nothing" stays true afterwards without
+// any assumption on how late a call can arrive.
 //
 // Answer rules: DECLINE when amountMinor > Config.DeclineOverMinor or the
 // account is in Config.DeclineAccounts; ACK otherwise. A DECLINE is recorded
@@ -84,6 +95,8 @@ const (
 	StatusAck = "ACK"
 	// StatusDecline: the rail refused the payment; no money moved.
 	StatusDecline = "DECLINE"
+	// StatusStopped is the status of a stop order's record (Submission.Stop).
+	StatusStopped = "STOPPED"
 )
 
 // Fault modes of Faults.Mode.
@@ -111,6 +124,10 @@ const (
 	// CodeStubClosed (503): the stub is closing. A submission held by a
 	// "hang" fault is answered so when Close releases it; it was recorded.
 	CodeStubClosed = "STUB_CLOSED"
+	// CodeReferenceStopped (409): the submission's reference was stopped
+	// (POST /stops) before it arrived; nothing was recorded, no money
+	// moved. Not retryable.
+	CodeReferenceStopped = "REFERENCE_STOPPED"
 	// CodeInternal (500): a bug.
 	CodeInternal = "INTERNAL"
 )
@@ -127,6 +144,9 @@ var (
 	// ErrInjectedFailure: an "error" fault refused the submission; it is
 	// not recorded.
 	ErrInjectedFailure = errors.New("railstub: injected failure")
+	// ErrReferenceStopped: the submission's reference has a stop order; it
+	// is not recorded.
+	ErrReferenceStopped = errors.New("railstub: reference stopped")
 	// ErrJournal: the journal could not be read, written or synced.
 	ErrJournal = errors.New("railstub: journal")
 	// ErrClosed: the stub is closed.
@@ -298,6 +318,28 @@ type Submission struct {
 	// Withheld: a "hang" fault kept the answer from the caller. With an ACK
 	// the money moved and the caller never learned it.
 	Withheld bool `json:"withheld,omitempty"`
+	// Stop marks a stop order (POST /stops), not a payment: Request holds
+	// only the Reference, Answer.Status is StatusStopped, no money moved.
+	// From it on, a submission with that reference is refused. Stop orders
+	// share the journal and the sequence with payments; Submissions and
+	// GET /submissions never list them.
+	Stop bool `json:"stop,omitempty"`
+}
+
+// StopRequest is the body of POST /stops.
+type StopRequest struct {
+	// Reference is the payer's reference to stop, 1..MaxReferenceLen
+	// bytes of UTF-8.
+	Reference string `json:"reference"`
+}
+
+// StopAnswer is the 200 body of POST /stops.
+type StopAnswer struct {
+	// Reference is the stopped reference.
+	Reference string `json:"reference"`
+	// Submissions are the payments recorded with the reference before the
+	// stop, in sequence order (none: no payment with it can ever be made).
+	Submissions []Submission `json:"submissions"`
 }
 
 // SubmissionList is the 200 body of GET /submissions.
@@ -350,8 +392,9 @@ type Stub struct {
 	mu      sync.Mutex
 	faults  Faults
 	records []Submission
-	journal *journal // nil without JournalPath, or after Close
-	broken  error    // set by the first journal failure; refuses all later submissions
+	stopped map[string]bool // references with a stop order
+	journal *journal        // nil without JournalPath, or after Close
+	broken  error           // set by the first journal failure; refuses all later submissions
 	closed  bool
 }
 
@@ -375,6 +418,7 @@ func New(cfg Config, log *slog.Logger) (*Stub, error) {
 		mux:     http.NewServeMux(),
 		closing: make(chan struct{}),
 		faults:  Faults{LatencyMs: cfg.Latency.Milliseconds()},
+		stopped: map[string]bool{},
 	}
 	for _, a := range cfg.DeclineAccounts {
 		s.decline[a] = true
@@ -385,10 +429,16 @@ func New(cfg Config, log *slog.Logger) (*Stub, error) {
 			return nil, err
 		}
 		s.journal, s.records = j, recs
+		for _, r := range recs {
+			if r.Stop {
+				s.stopped[r.Request.Reference] = true
+			}
+		}
 		log.Info("rail stub journal reloaded", "event", "rail_journal_reloaded", "path", cfg.JournalPath, "submissions", len(recs))
 	}
 	s.mux.HandleFunc("/submit", s.handleSubmit)
 	s.mux.HandleFunc("/submissions", s.handleSubmissions)
+	s.mux.HandleFunc("/stops", s.handleStops)
 	s.mux.HandleFunc("/admin/faults", s.handleFaults)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, fmt.Errorf("%w: %s %s", errNotFound, r.Method, r.URL.Path))
@@ -423,7 +473,7 @@ func (s *Stub) Submissions(payoutID string) []Submission {
 	defer s.mu.Unlock()
 	out := make([]Submission, 0, len(s.records))
 	for _, r := range s.records {
-		if payoutID == "" || r.Request.PayoutID == payoutID {
+		if !r.Stop && (payoutID == "" || r.Request.PayoutID == payoutID) {
 			out = append(out, r)
 		}
 	}
@@ -496,6 +546,9 @@ func (s *Stub) record(req SubmitRequest) (Submission, time.Duration, string, err
 	if mode == FaultError {
 		return Submission{}, latency, mode, fmt.Errorf("%w: %s fault (%d more to come)", ErrInjectedFailure, mode, s.faults.FailNext)
 	}
+	if s.stopped[req.Reference] {
+		return Submission{}, 0, "", fmt.Errorf("%w: reference %q", ErrReferenceStopped, req.Reference)
+	}
 	seq := int64(len(s.records)) + 1
 	status := StatusAck
 	if req.AmountMinor > s.overMin || s.decline[req.AccountID] {
@@ -538,6 +591,67 @@ func (s *Stub) wait(ctx context.Context, d time.Duration) bool {
 	case <-s.closing:
 		return true
 	}
+}
+
+// Stop records a stop order for reference (journal first, as a payment
+// is recorded) and returns the payments recorded with that reference
+// before it. Under the same lock as every payment, so that no submission
+// of the reference can be recorded after the answer: what the answer
+// lists is final. A reference stopped before is stopped again without a
+// new record. Errors: ErrInvalidSubmission (a bad reference), ErrClosed,
+// ErrJournal.
+func (s *Stub) Stop(reference string) (StopAnswer, error) {
+	if !textOK(reference, MaxReferenceLen) {
+		return StopAnswer{}, fmt.Errorf("%w: reference must be 1..%d bytes of UTF-8", ErrInvalidSubmission, MaxReferenceLen)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return StopAnswer{}, ErrClosed
+	case s.broken != nil:
+		return StopAnswer{}, fmt.Errorf("%w: refusing stop orders after an earlier failure (restart the stub): %v", ErrJournal, s.broken)
+	}
+	if !s.stopped[reference] {
+		rec := Submission{Seq: int64(len(s.records)) + 1, ReceivedAt: time.Now().UTC(), Request: SubmitRequest{Reference: reference},
+			Answer: SubmitAnswer{Status: StatusStopped}, Stop: true}
+		if s.journal != nil {
+			if err := s.journal.append(rec); err != nil {
+				s.broken = err
+				s.log.Error("rail stub journal failed; refusing submissions until restart", "event", "rail_journal_failed", "error", err.Error())
+				return StopAnswer{}, err
+			}
+		}
+		s.records = append(s.records, rec)
+		s.stopped[reference] = true
+	}
+	ans := StopAnswer{Reference: reference, Submissions: []Submission{}}
+	for _, r := range s.records {
+		if !r.Stop && r.Request.Reference == reference {
+			ans.Submissions = append(ans.Submissions, r)
+		}
+	}
+	return ans, nil
+}
+
+func (s *Stub) handleStops(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		s.methodNotAllowed(w, r, http.MethodPost)
+		return
+	}
+	var req StopRequest
+	if err := httpjson.Decode(w, r, &req, MaxBodyBytes); err != nil {
+		s.fail(w, err)
+		return
+	}
+	ans, err := s.Stop(req.Reference)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.log.Warn("rail stop order recorded; later submissions of the reference are refused", "event", "rail_reference_stopped",
+		"reference", req.Reference, "submissions", len(ans.Submissions))
+	httpjson.WriteJSON(w, http.StatusOK, ans)
 }
 
 func (s *Stub) handleSubmissions(w http.ResponseWriter, r *http.Request) {
@@ -621,6 +735,8 @@ func statusOf(err error) (status int, code string, retryable bool) {
 		return http.StatusMethodNotAllowed, CodeMethodNotAllowed, false
 	case errors.Is(err, ErrInjectedFailure):
 		return http.StatusServiceUnavailable, CodeRailUnavailable, true
+	case errors.Is(err, ErrReferenceStopped):
+		return http.StatusConflict, CodeReferenceStopped, false
 	case errors.Is(err, ErrClosed):
 		return http.StatusServiceUnavailable, CodeStubClosed, false
 	case errors.Is(err, ErrJournal):

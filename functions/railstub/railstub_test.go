@@ -433,3 +433,60 @@ func TestEnvNamesListsEveryVariableLoadConfigReads(t *testing.T) {
 		t.Errorf("EnvNames = %v, LoadConfig reads %v", names, read)
 	}
 }
+
+// A stop order answers the payments already made with the reference, and
+// from then on a submission with it is refused and not recorded; the
+// order survives a restart (it is in the journal). Stop orders are never
+// listed as submissions.
+func TestStopOrderRefusesLaterSubmissionsAcrossARestart(t *testing.T) {
+	cfg := railstub.DefaultConfig()
+	cfg.JournalPath = filepath.Join(t.TempDir(), "rail.jsonl")
+	s := newStub(t, cfg)
+	answerOf(t, do(s, "POST", "/submit", okBody))
+
+	stop := func(s *railstub.Stub, body string) railstub.StopAnswer {
+		t.Helper()
+		rec := do(s, "POST", "/stops", body)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("POST /stops %s: %d %s", body, rec.Code, rec.Body)
+		}
+		var a railstub.StopAnswer
+		if err := json.Unmarshal(rec.Body.Bytes(), &a); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	if a := stop(s, `{"reference":"po-1"}`); len(a.Submissions) != 1 || a.Submissions[0].Request.PayoutID != "po-1" {
+		t.Fatalf("stop of po-1 answered %+v; want its one payment", a)
+	}
+	if a := stop(s, `{"reference":"po-2"}`); a.Submissions == nil || len(a.Submissions) != 0 {
+		t.Fatalf("stop of po-2 answered %+v; want an empty list", a)
+	}
+	late := strings.ReplaceAll(okBody, "po-1", "po-2")
+	rec := do(s, "POST", "/submit", late)
+	if rec.Code != http.StatusConflict || envelopeOf(t, rec).Code != railstub.CodeReferenceStopped {
+		t.Fatalf("submission of a stopped reference: %d %s; want 409 %s", rec.Code, rec.Body, railstub.CodeReferenceStopped)
+	}
+	if n := len(s.Submissions("")); n != 1 {
+		t.Fatalf("%d submissions listed; want 1 (stop orders and refused submissions are not payments)", n)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s2 := newStub(t, cfg)
+	if rec := do(s2, "POST", "/submit", late); rec.Code != http.StatusConflict {
+		t.Fatalf("after a restart, a submission of a stopped reference: %d %s; want 409", rec.Code, rec.Body)
+	}
+	if a := stop(s2, `{"reference":"po-2"}`); len(a.Submissions) != 0 {
+		t.Fatalf("a second stop of po-2 answered %+v; want an empty list", a)
+	}
+	if n := len(s2.Submissions("")); n != 1 {
+		t.Fatalf("after a restart, %d submissions listed; want 1", n)
+	}
+	for _, body := range []string{`{}`, `{"reference":""}`, `{"reference":"` + strings.Repeat("x", railstub.MaxReferenceLen+1) + `"}`, `{"reference":"a","x":1}`} {
+		if rec := do(s2, "POST", "/stops", body); rec.Code != http.StatusBadRequest {
+			t.Errorf("POST /stops %.40s: %d; want 400", body, rec.Code)
+		}
+	}
+}

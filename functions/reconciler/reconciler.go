@@ -43,6 +43,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -92,6 +93,9 @@ const (
 	ResultRailSubmittedTwice Result = "rail_submitted_twice"
 	// ResultError: a dependency failed or refused; next pass.
 	ResultError Result = "error"
+	// ResultNotInDoubt: Settle found the payout in no state of States;
+	// nothing was done. A pass never reports it.
+	ResultNotInDoubt Result = "not_in_doubt"
 )
 
 // Log events of the reconciler.
@@ -276,6 +280,32 @@ func (r *Reconciler) Pass(ctx context.Context) (PassReport, error) {
 	r.log.Info("reconciler pass done", "event", EventPassDone, "listed", rep.Listed, "results", rep.Results,
 		"railPaidNoDebit", len(rep.RailPaidNoDebit), "debitNoRailPayment", len(rep.DebitNoRailPayment))
 	return rep, nil
+}
+
+// Settle does for the one payout id what a pass does for each payout it
+// lists, whatever its turn: it reads the payout (GET /v1/payouts/{id})
+// and, when its state is one of States, settles it under its lease and
+// returns the Result (counted in reconciler_payouts_total, as a pass
+// counts it); ResultNotInDoubt when the payout is in no such state. The
+// read decides nothing by itself: every write that follows is fenced by
+// the lease's token. The error is for a payout that could not be read
+// (payment-resource client errors, such as payclient.ErrPayoutNotFound) or a
+// cancelled ctx; no audit runs.
+func (r *Reconciler) Settle(ctx context.Context, payoutID string) (Result, error) {
+	r.pass.Lock()
+	defer r.pass.Unlock()
+	gctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
+	p, err := r.pay.Payout(gctx, payoutID)
+	cancel()
+	if err != nil {
+		return ResultError, fmt.Errorf("reconciler: read payout %s: %w", payoutID, err)
+	}
+	if !slices.Contains(States, p.State) {
+		return ResultNotInDoubt, nil
+	}
+	res := r.settle(ctx, p)
+	payoutsTotal.WithLabelValues(string(res)).Inc()
+	return res, nil
 }
 
 // settle resolves one payout under its lease.

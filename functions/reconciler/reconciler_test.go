@@ -452,7 +452,7 @@ func TestLateAnswerRecordedDuringTheLookUpIsNotOverwritten(t *testing.T) {
 	)
 	p = pipelinetest.Start(t, pipelinetest.Options{RailTimeout: railTimeout, RailHandler: func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodGet && r.URL.Path == "/submissions" && r.URL.Query().Get("payoutId") != "" {
+			if r.Method == http.MethodPost && r.URL.Path == "/stops" {
 				late.Do(func() {
 					if _, err := p.RailDB.Exec(r.Context(), `UPDATE rail_attempt SET state = 'declined', rail_ref = 'rail-late', finished_at = now()
 WHERE payout_id = 'p-1' AND state IN ('forwarding', 'ambiguous')`); err != nil {
@@ -510,6 +510,28 @@ func TestPassReadsEveryPage(t *testing.T) {
 	}
 	if rep.Listed != 2 || rep.Results[reconciler.ResultFailed] != 2 {
 		t.Fatalf("pass with pages of 1: %+v; want both payouts failed", rep)
+	}
+	clean(t, p)
+}
+
+// Settle settles one named payout as a pass would, and leaves a payout in
+// no doubt alone.
+func TestSettleOnePayout(t *testing.T) {
+	p, ev := setup(t)
+	r := newReconciler(t, p, "reconciler-1")
+	if res, err := r.Settle(t.Context(), ev.PayoutID); err != nil || res != reconciler.ResultNotInDoubt {
+		t.Fatalf("Settle of a pending payout: %v, %v; want %s", res, err, reconciler.ResultNotInDoubt)
+	}
+	if _, err := r.Settle(t.Context(), "p-unknown"); !errors.Is(err, payclient.ErrPayoutNotFound) {
+		t.Fatalf("Settle of an unknown payout: %v; want ErrPayoutNotFound", err)
+	}
+	submitInDoubt(t, p, ev, railstub.FaultHang)
+	age(t, p, ev.PayoutID, false)
+	if res, err := r.Settle(t.Context(), ev.PayoutID); err != nil || res != reconciler.ResultPosted {
+		t.Fatalf("Settle of an ambiguous payout the rail paid: %v, %v; want %s", res, err, reconciler.ResultPosted)
+	}
+	if state, debits := ledger(t, p, ev.PayoutID); state != string(api.StatePosted) || debits != 1 {
+		t.Fatalf("after Settle: %s with %d debits; want posted with 1", state, debits)
 	}
 	clean(t, p)
 }

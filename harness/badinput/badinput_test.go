@@ -277,6 +277,9 @@ func rows() []row {
 		{svcStub, "content type text/plain", "POST", "/submit", []string{"Content-Type", "text/plain"}, stubOK, 415, string(railapi.CodeUnsupportedMediaType), nil},
 		{svcStub, "fault of an unknown mode", "POST", "/admin/faults", js, `{"failNext":1,"mode":"explode"}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "GET /submit", "GET", "/submit", nil, ``, 405, railstub.CodeMethodNotAllowed, nil},
+		{svcStub, "stop order without a reference", "POST", "/stops", js, `{}`, 400, string(railapi.CodeInvalidRequest), nil},
+		{svcStub, "stop order with an unknown field", "POST", "/stops", js, `{"reference":"p-1","force":true}`, 400, string(railapi.CodeInvalidRequest), nil},
+		{svcStub, "GET /stops", "GET", "/stops", nil, ``, 405, railstub.CodeMethodNotAllowed, nil},
 		{svcStub, "unknown path", "POST", "/refund", js, `{}`, 404, railstub.CodeNotFound, nil},
 
 		// executor push

@@ -1,9 +1,11 @@
 // Package explore is a schedule explorer for the payout pipeline: it runs
-// two or three executors on the same payout, on the real code of every
-// service, and decides, one step at a time, which of them moves next and
-// when a lease ends behind its holder's back. After each schedule it
-// judges the outcome from the rail's journal, raildb and paydb
-// (payoutaudit), never from what the workers reported.
+// one to three executors on the same payout (or on two payouts of one
+// account), and optionally the reconciler, on the real code of every
+// service, and decides, one step at a time, which of them moves next,
+// when a lease ends behind its holder's back, when the rail loses an
+// answer and when a process dies. After each schedule it judges the
+// outcome from the rail's journal, raildb and paydb (payoutaudit), never
+// from what the workers reported.
 //
 // # How the steps are held
 //
@@ -29,6 +31,26 @@
 //     forward all look like this to the pipeline;
 //   - revoke: an operator's revoke of the live lease, acknowledged.
 //
+// At a held rail call the explorer may instead lose the rail's answer
+// (the rail pays; rail-proxy records the attempt ambiguous) or keep the
+// call from the rail (rail-proxy cannot tell the difference). At any other
+// held step it may crash the actor: nothing more leaves that process, and
+// its lease ends by its TTL.
+//
+// The reconciler ("R") is one more actor when configured: its read of a
+// payout's state, its acquire, its reconciliation at rail-proxy, its
+// resolution at payment-resource and its release are held like an
+// executor's steps. Its reconciliation needs the attempt to be older than
+// rail-proxy's abandon threshold: the explorer offers "age" (every attempt
+// of the run becomes that old on raildb's clock) once per schedule, while
+// something is in doubt, even while a rail call is still held (a call
+// stuck in a network longer than the threshold). A holder may also give
+// up on its submission while rail-proxy's call to the rail is held
+// ("A:giveup"); that call then becomes rail-proxy's own step ("P:rail"),
+// let go whenever the explorer likes, for example after the reconciler
+// has found nothing at the rail. rail-proxy's stop order at the rail is
+// what keeps such a late call from paying a payout already ended failed.
+//
 // A duplicate delivery is one more executor: the schedule decides when
 // each one starts acquiring. An acquire is only let go when the key is
 // free (a refused acquire changes nothing and is retried), so a schedule
@@ -36,17 +58,21 @@
 //
 // # What is checked after each schedule
 //
-// After the scheduled executors are done, one more delivery runs to the
-// end unscheduled (Pub/Sub redelivers until a 2xx), then:
+// After the scheduled actors are done, one more delivery of each payout
+// runs to the end unscheduled (Pub/Sub redelivers until a 2xx), time
+// passes beyond the abandon threshold and an unscheduled reconciler
+// settles what is left in doubt (its next pass), then:
 //
-//   - INV-04 and INV-05 across the records (payoutaudit.Run on the payout):
+//   - every payout is posted, declined or failed (CheckSettled);
+//   - INV-04 and INV-05 across the records (payoutaudit.Run on the payouts):
 //     at most one rail submission, rail acknowledgements equal to ledger
 //     debits, every submission through rail-proxy, the recorded token the
 //     one that reached the rail, nothing left unreconciled;
 //   - INV-02: the tokens of successive grants strictly increase;
 //   - INV-03: rail-proxy forwarded the account's submissions in strictly
-//     increasing token order, and the payout's fenced writes never went
-//     back to a lower token;
+//     increasing token order, each payout's fenced writes never went back
+//     to a lower token, and no write of a payout of the account carried a
+//     token below the account's last debit (the account fence);
 //   - revoke takes effect: when the server ended a holder's lease (expire
 //     or revoke) before the holder's last lease check preceding its
 //     submission, that submission never reached the rail. The last check
@@ -62,11 +88,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -75,9 +103,11 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
 
@@ -92,7 +122,14 @@ const (
 	StepRail    = "rail"    // rail-proxy's call reaches the rail
 	StepReport  = "report"  // the result reaches payment-resource
 	StepRelease = "release" // the release reaches lock-server
-	stepDone    = "done"
+	// StepAttention: a needs_attention mark reaches payment-resource.
+	StepAttention = "attention"
+	// The reconciler's own steps (its acquire and release are StepAcquire
+	// and StepRelease).
+	StepRead      = "read"      // its read of the payout's state reaches payment-resource
+	StepReconcile = "reconcile" // its reconciliation reaches rail-proxy
+	StepResolve   = "resolve"   // its resolution reaches payment-resource
+	stepDone      = "done"
 )
 
 // Faults the explorer injects between steps.
@@ -101,12 +138,49 @@ const (
 	FaultExpire = "expire"
 	// FaultRevoke revokes the live lease, as an operator would.
 	FaultRevoke = "revoke"
+	// FaultRailLost is taken instead of a holder's StepRail ("A:lost"):
+	// the rail pays and its answer to rail-proxy is lost (rail-proxy
+	// records the attempt ambiguous).
+	FaultRailLost = "lost"
+	// FaultRailDown is taken instead of a holder's StepRail ("A:down"):
+	// the call never reaches the rail, and rail-proxy cannot tell that from
+	// a lost answer (ambiguous too).
+	FaultRailDown = "down"
+	// FaultCrash is taken instead of any held step of a holder ("A:crash",
+	// never at StepRail, where the call is rail-proxy's): the process dies
+	// there. Nothing more leaves it; its lease ends by its TTL.
+	FaultCrash = "crash"
+	// FaultGiveUp is taken instead of a holder's StepRail ("A:giveup"):
+	// the holder's own timeout cuts its call to rail-proxy, while
+	// rail-proxy's call to the rail stays held. That call becomes
+	// rail-proxy's pending step ("P:rail", or "P:lost", "P:down"), which
+	// the explorer lets go whenever it likes, for example after the
+	// reconciler has looked the payout up.
+	FaultGiveUp = "giveup"
+	// FaultAge is not a fault but time passing: every rail attempt of the
+	// run becomes older than rail-proxy's abandon threshold, so that the
+	// reconciler may reconcile an attempt in doubt. Offered once per
+	// schedule, with the reconciler, while an attempt is in doubt, also
+	// while a rail call is still held (see the package comment).
+	FaultAge = "age"
 )
 
 // Bounds of a schedule.
 const (
 	// MaxHolders is the most executors a schedule runs.
 	MaxHolders = 3
+	// Reconciler names the reconciler in a schedule ("R:read").
+	Reconciler = "R"
+	// reconcilerIndex is the reconciler's holder index.
+	reconcilerIndex = MaxHolders
+	// RailProxy names rail-proxy in a schedule ("P:rail"): it moves only
+	// a rail call whose caller gave up (FaultGiveUp).
+	RailProxy = "P"
+	// railProxyIndex is rail-proxy's holder index.
+	railProxyIndex = MaxHolders + 1
+	// headerHolder tells the explorer's handler in front of rail-proxy
+	// which actor sent a submission.
+	headerHolder = "X-Explore-Holder"
 	// ttl is every lease's TTL: longer than any schedule, so that only the
 	// explorer's faults end a lease, and no background renewal runs.
 	ttl = 10 * time.Minute
@@ -122,7 +196,8 @@ type Choice struct {
 	Step string
 }
 
-// String is "A:claim" for a step, the fault's name for a fault.
+// String is "A:claim" for a step (or a holder's fault, "A:crash"), the
+// fault's name for a fault on the lock.
 func (c Choice) String() string {
 	if c.Holder == "" {
 		return c.Step
@@ -149,9 +224,9 @@ func ParseSchedule(text string) (Schedule, error) {
 	for _, f := range strings.Fields(text) {
 		h, step, ok := strings.Cut(f, ":")
 		switch {
-		case !ok && (f == FaultExpire || f == FaultRevoke):
+		case !ok && (f == FaultExpire || f == FaultRevoke || f == FaultAge):
 			s = append(s, Choice{Step: f})
-		case ok && len(h) == 1 && h[0] >= 'A' && h[0] < 'A'+MaxHolders:
+		case ok && (len(h) == 1 && h[0] >= 'A' && h[0] < 'A'+MaxHolders || h == Reconciler || h == RailProxy):
 			s = append(s, Choice{Holder: h, Step: step})
 		default:
 			return nil, fmt.Errorf("explore: bad choice %q", f)
@@ -164,9 +239,20 @@ func ParseSchedule(text string) (Schedule, error) {
 type Config struct {
 	// Holders is how many executors run, 1..MaxHolders.
 	Holders int
+	// Payouts is how many payouts of one account the executors work on,
+	// 1 (the default, for 0) or 2: executor i delivers payout i mod
+	// Payouts. With two, the payouts share the account's lock and its
+	// account fence, and a stale holder of one meets the fence raised by
+	// a holder of the other.
+	Payouts int
+	// Reconciler adds the reconciler ("R") as one more scheduled actor:
+	// it reads each payout's state and settles the ones in doubt (the
+	// reconciler package's Settle), under the payout's lease.
+	Reconciler bool
 	// MaxFaults is how many faults a schedule may inject.
 	MaxFaults int
-	// Faults are the kinds injected (FaultExpire, FaultRevoke).
+	// Faults are the kinds injected (FaultExpire, FaultRevoke,
+	// FaultRailLost, FaultRailDown, FaultCrash, FaultGiveUp).
 	Faults []string
 }
 
@@ -179,6 +265,10 @@ type Result struct {
 	Violations []string
 	// Checks names the checks broken (a Check constant each), sorted.
 	Checks []string
+	// Ended is each payout's state after the last delivery and the
+	// reconciler, in the order of the run's payouts (payment-resource's
+	// api.State values).
+	Ended []string
 }
 
 // Names of the checks, as Result.Checks lists them.
@@ -195,6 +285,10 @@ const (
 	// CheckEndedLease: a submission reached the rail although the server
 	// had ended its holder's lease before the holder's last check.
 	CheckEndedLease = "ended-lease"
+	// CheckSettled: after the last delivery and the reconciler, a payout
+	// is not posted, declined or failed: it would wait for a person
+	// although the rail's record could settle it.
+	CheckSettled = "settled"
 )
 
 // Explorer runs schedules against one pipeline. Each schedule has its own
@@ -214,17 +308,17 @@ func New(t testing.TB, opts pipelinetest.Options) *Explorer {
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
-	opts.RailHandler = e.holdRail
+	opts.RailHandler, opts.ProxyHandler = e.holdRail, e.watchProxy
 	e.p = pipelinetest.Start(t, opts)
 	return e
 }
 
-// arrival is an executor stopped at a step, or done.
+// arrival is an actor (executor or reconciler) stopped at a step, or done.
 type arrival struct {
 	holder int
 	step   string
-	resume chan struct{} // closed to let the step go; nil when done
-	err    error         // when done
+	resume chan string // receives the choice's step (or FaultRailLost, FaultRailDown, FaultCrash); nil when done
+	err    error       // when done
 }
 
 // stepRecord is one step taken, for the checks.
@@ -237,17 +331,35 @@ type stepRecord struct {
 // run is one schedule in progress.
 type run struct {
 	e       *Explorer
-	event   payoutevent.Event
+	events  []payoutevent.Event // the payouts, all of one account
 	arrive  chan arrival
 	running atomic.Int32 // the holder let go last; -1 when unscheduled
+
+	// detached is the holder whose rail call rail-proxy still holds after
+	// the holder gave up on it (-1: none); proxyDone receives when
+	// rail-proxy's handling of that call has ended.
+	detached  atomic.Int32
+	proxyDone chan struct{}
+	doers     map[int]*doer
+	// ended is closed when Run returns: whatever is still held then
+	// (after an error of the explorer's own) is let go, the rail's calls
+	// as if the rail were down, so that no server waits forever.
+	ended chan struct{}
 
 	mu     sync.Mutex
 	grants []int64 // tokens granted, in order
 	tokens map[int]int64
 }
 
+// errCrashed is what a crashed actor's transport answers: nothing leaves
+// a dead process.
+var errCrashed = errors.New("explore: the process crashed")
+
 // holdRail wraps the rail: a call for a payout under exploration stops
 // until the explorer lets it go, as a step of the holder that is running.
+// The explorer's choice decides what the rail does with it: answer
+// (StepRail), pay and lose the answer (FaultRailLost), or never see it
+// (FaultRailDown).
 func (e *Explorer) holdRail(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
@@ -260,59 +372,170 @@ func (e *Explorer) holdRail(next http.Handler) http.Handler {
 			PayoutID string `json:"payoutId"`
 		}
 		_ = json.Unmarshal(body, &req)
+		mode := StepRail
 		if v, ok := e.runs.Load(req.PayoutID); ok {
 			run := v.(*run)
 			if h := int(run.running.Load()); h >= 0 {
-				a := arrival{holder: h, step: StepRail, resume: make(chan struct{})}
-				run.arrive <- a
-				<-a.resume
+				mode = run.hold(arrival{holder: h, step: StepRail, resume: make(chan string)}, FaultRailDown)
 			}
 		}
-		next.ServeHTTP(w, r)
+		switch mode {
+		case FaultRailDown:
+			http.Error(w, "the rail is down", http.StatusServiceUnavailable)
+		case FaultRailLost:
+			next.ServeHTTP(httptest.NewRecorder(), r)
+			http.Error(w, "the rail's answer was lost", http.StatusBadGateway)
+		default:
+			next.ServeHTTP(w, r)
+		}
 	})
 }
 
-// doer is one executor's transport: it holds each deciding request until
-// the explorer lets it go.
-type doer struct {
-	r      *run
-	holder int // -1: never held
+// hold reports a at its step and waits for the explorer's choice; once the
+// run has ended, the answer is orElse.
+func (r *run) hold(a arrival, orElse string) string {
+	select {
+	case r.arrive <- a:
+	case <-r.ended:
+		return orElse
+	}
+	select {
+	case mode := <-a.resume:
+		return mode
+	case <-r.ended:
+		return orElse
+	}
 }
 
-func stepOf(req *http.Request) string {
+// watchProxy wraps rail-proxy: when its handling of a submission whose
+// caller gave up ends (the rail's answer, or its absence, recorded), the
+// explorer hears of it, so that the next choice sees that record.
+func (e *Explorer) watchProxy(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != railapi.PathSubmissions {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var req struct {
+			PayoutID string `json:"payoutId"`
+		}
+		_ = json.Unmarshal(body, &req)
+		next.ServeHTTP(w, r)
+		if v, ok := e.runs.Load(req.PayoutID); ok {
+			run := v.(*run)
+			if h := run.detached.Load(); h >= 0 && holderName(int(h)) == r.Header.Get(headerHolder) {
+				run.detached.Store(-1)
+				select {
+				case run.proxyDone <- struct{}{}:
+				case <-run.ended:
+				}
+			}
+		}
+	})
+}
+
+// doer is one actor's transport: it holds each deciding request until
+// the explorer lets it go.
+type doer struct {
+	r       *run
+	holder  int // -1: never held
+	crashed atomic.Bool
+
+	mu  sync.Mutex
+	cut context.CancelFunc // cancels the request in flight
+}
+
+// giveUp cuts the request in flight, as the caller's own timeout would.
+func (d *doer) giveUp() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cut != nil {
+		d.cut()
+	}
+}
+
+// stepOf names the step req takes, "" for a request that is never held.
+// The reads an executor starts with decide nothing (the facts they read
+// never change); the reconciler's read of a payout's state decides
+// whether it acts, so it is a step of its own.
+func (r *run) stepOf(req *http.Request, reconciler bool) string {
 	p := req.URL.Path
-	switch {
-	case req.Method == http.MethodGet:
-		if p == railapi.PathAttempts {
+	if req.Method == http.MethodGet {
+		switch {
+		case p == railapi.PathAttempts:
 			return StepLookup
+		case reconciler && r.isPayoutPath(p, payapi.PayoutPath):
+			return StepRead
 		}
 		return ""
+	}
+	switch {
 	case strings.HasPrefix(p, api.PathLockPrefix) && strings.HasSuffix(p, api.SuffixAcquire):
 		return StepAcquire
 	case strings.HasPrefix(p, api.PathLockPrefix) && strings.HasSuffix(p, api.SuffixRenew):
 		return StepConfirm
 	case strings.HasPrefix(p, api.PathLockPrefix) && strings.HasSuffix(p, api.SuffixRelease):
 		return StepRelease
-	case strings.HasSuffix(p, "/claim"):
+	case r.isPayoutPath(p, payapi.ClaimPath):
 		return StepClaim
-	case strings.HasSuffix(p, "/result"):
+	case r.isPayoutPath(p, payapi.ResultPath):
 		return StepReport
+	case r.isPayoutPath(p, payapi.AttentionPath):
+		return StepAttention
+	case r.isPayoutPath(p, payapi.ResolutionPath):
+		return StepResolve
 	case p == railapi.PathSubmissions:
 		return StepSubmit
+	case p == railapi.PathReconciliations:
+		return StepReconcile
 	}
 	return ""
 }
 
-func (d *doer) Do(req *http.Request) (*http.Response, error) {
-	step := stepOf(req)
-	if d.holder >= 0 && step != "" {
-		a := arrival{holder: d.holder, step: step, resume: make(chan struct{})}
-		d.r.arrive <- a
-		<-a.resume
+// isPayoutPath reports whether p is path(id) for one of the run's payouts.
+func (r *run) isPayoutPath(p string, path func(id string) string) bool {
+	for _, ev := range r.events {
+		if p == path(ev.PayoutID) {
+			return true
+		}
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil || step != StepAcquire || resp.StatusCode != http.StatusOK {
-		return resp, err
+	return false
+}
+
+func (d *doer) Do(req *http.Request) (*http.Response, error) {
+	if d.crashed.Load() {
+		return nil, errCrashed
+	}
+	step := d.r.stepOf(req, d.holder == reconcilerIndex)
+	if d.holder >= 0 && step != "" {
+		if d.r.hold(arrival{holder: d.holder, step: step, resume: make(chan string)}, FaultCrash) == FaultCrash {
+			d.crashed.Store(true)
+			return nil, errCrashed
+		}
+	}
+	if d.holder >= 0 {
+		req.Header.Set(headerHolder, holderName(d.holder))
+	}
+	ctx, cut := context.WithCancel(req.Context())
+	d.mu.Lock()
+	d.cut = cut
+	d.mu.Unlock()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	d.mu.Lock()
+	d.cut = nil
+	d.mu.Unlock()
+	if err != nil {
+		cut()
+		return nil, err
+	}
+	if step != StepAcquire || resp.StatusCode != http.StatusOK {
+		return resp, nil
 	}
 	// Note the grant's token, for the checks, and hand the body on.
 	body, err := io.ReadAll(resp.Body)
@@ -337,14 +560,72 @@ func (d *doer) Do(req *http.Request) (*http.Response, error) {
 // the decisions made before it in the schedule.
 type Chooser func(depth int, enabled []Choice) (int, error)
 
-func holderName(h int) string { return string(rune('A' + h)) }
+func holderName(h int) string {
+	switch h {
+	case reconcilerIndex:
+		return Reconciler
+	case railProxyIndex:
+		return RailProxy
+	}
+	return string(rune('A' + h))
+}
+
+func holderIndex(name string) int {
+	switch name {
+	case Reconciler:
+		return reconcilerIndex
+	case RailProxy:
+		return railProxyIndex
+	}
+	return int(name[0] - 'A')
+}
 
 func (r *run) executor(owner string, d *doer) (*executor.Executor, error) {
 	cfg := executor.DefaultConfig()
 	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = r.e.p.LockURL, r.e.p.PayURL, r.e.p.ProxyURL
 	cfg.Owner, cfg.LeaseTTL = owner, ttl
 	cfg.AcquireWait, cfg.RequestTimeout, cfg.RailTimeout = 5*time.Minute, 5*time.Minute, 5*time.Minute
+	// Only a crashed process's calls fail in a schedule: its retries need
+	// not wait on the real clock.
+	cfg.ReportRetry.Initial, cfg.ReportRetry.Max = time.Millisecond, time.Millisecond
 	return executor.New(cfg, r.e.log.With("service", "executor", "worker", owner), executor.WithHTTPClient(d))
+}
+
+func (r *run) reconciler(owner string, d *doer) (*reconciler.Reconciler, error) {
+	cfg := reconciler.DefaultConfig()
+	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = r.e.p.LockURL, r.e.p.PayURL, r.e.p.ProxyURL
+	cfg.Owner, cfg.LeaseTTL = owner, ttl
+	cfg.AcquireWait, cfg.RequestTimeout = 5*time.Minute, 5*time.Minute
+	return reconciler.New(cfg, r.e.log.With("service", "reconciler", "worker", owner), reconciler.WithHTTPClient(d))
+}
+
+// settleAll runs the reconciler x over every payout of the run, in order.
+func (r *run) settleAll(ctx context.Context, x *reconciler.Reconciler) ([]reconciler.Result, error) {
+	var out []reconciler.Result
+	for _, ev := range r.events {
+		res, err := x.Settle(ctx, ev.PayoutID)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+// inDoubt reports whether a rail attempt of the run's account is
+// forwarding or ambiguous.
+func (r *run) inDoubt(ctx context.Context) (bool, error) {
+	var n int
+	err := r.e.p.RailDB.QueryRow(ctx, `SELECT count(*) FROM rail_attempt WHERE account_id = $1 AND state = ANY($2)`,
+		r.events[0].AccountID, []string{string(railapi.StateForwarding), string(railapi.StateAmbiguous)}).Scan(&n)
+	return n > 0, err
+}
+
+// age makes every rail attempt of the run's account older than
+// rail-proxy's abandon threshold, on raildb's clock.
+func (r *run) age(ctx context.Context) error {
+	_, err := r.e.p.RailDB.Exec(ctx, `UPDATE rail_attempt SET created_at = created_at - interval '1 day' WHERE account_id = $1`, r.events[0].AccountID)
+	return err
 }
 
 // Run runs one schedule of cfg, asking choose at each decision, and checks
@@ -354,28 +635,80 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 	if cfg.Holders < 1 || cfg.Holders > MaxHolders {
 		return Result{}, fmt.Errorf("explore: %d holders; want 1..%d", cfg.Holders, MaxHolders)
 	}
-	n := e.seq.Add(1)
-	r := &run{e: e, arrive: make(chan arrival), tokens: map[int]int64{},
-		event: payoutevent.Event{PayoutID: fmt.Sprintf("p-%d", n), AccountID: fmt.Sprintf("acct-%d", n), AmountMinor: 2500, Currency: "EUR"}}
-	r.running.Store(-1)
-	if err := e.p.CreatePayout(ctx, r.event); err != nil {
-		return Result{}, err
+	if cfg.Payouts == 0 {
+		cfg.Payouts = 1
 	}
-	e.runs.Store(r.event.PayoutID, r)
-	defer e.runs.Delete(r.event.PayoutID)
+	if cfg.Payouts < 1 || cfg.Payouts > 2 {
+		return Result{}, fmt.Errorf("explore: %d payouts; want 1 or 2", cfg.Payouts)
+	}
+	n := e.seq.Add(1)
+	r := &run{e: e, arrive: make(chan arrival), tokens: map[int]int64{}, proxyDone: make(chan struct{}, 1), doers: map[int]*doer{},
+		ended: make(chan struct{})}
+	r.detached.Store(-1)
+	defer close(r.ended)
+	for i := range cfg.Payouts {
+		id := fmt.Sprintf("p-%d", n)
+		if i > 0 {
+			id = fmt.Sprintf("p-%d-%d", n, i+1)
+		}
+		r.events = append(r.events, payoutevent.Event{PayoutID: id, AccountID: fmt.Sprintf("acct-%d", n), AmountMinor: 2500 + int64(i)*100, Currency: "EUR"})
+	}
+	r.running.Store(-1)
+	for _, ev := range r.events {
+		if err := e.p.CreatePayout(ctx, ev); err != nil {
+			return Result{}, err
+		}
+		e.runs.Store(ev.PayoutID, r)
+		defer e.runs.Delete(ev.PayoutID)
+	}
 
-	pending := map[int]arrival{}
+	// Each actor runs on a context of its own: a crash cancels it, so
+	// that the dead process's loops (the SDK's acquire retries) end at
+	// once. Whatever happens, no actor outlives the run.
+	runCtx, endRun := context.WithCancel(ctx)
+	defer endRun()
+	kill := map[int]context.CancelFunc{}
+	done := func(h int, err error) {
+		select {
+		case r.arrive <- arrival{holder: h, step: stepDone, err: err}:
+		case <-runCtx.Done():
+		}
+	}
+	actors := make([]int, 0, cfg.Holders+1)
 	for h := range cfg.Holders {
-		x, err := r.executor(holderName(h), &doer{r: r, holder: h})
+		actors = append(actors, h)
+		r.doers[h] = &doer{r: r, holder: h}
+		x, err := r.executor(holderName(h), r.doers[h])
 		if err != nil {
 			return Result{}, err
 		}
+		ev := r.events[h%len(r.events)]
+		actx, cancel := context.WithCancel(runCtx)
+		kill[h] = cancel
 		go func() {
-			_, err := x.Execute(ctx, r.event)
-			r.arrive <- arrival{holder: h, step: stepDone, err: err}
+			_, err := x.Execute(actx, ev)
+			done(h, err)
 		}()
 	}
-	for len(pending) < cfg.Holders {
+	if cfg.Reconciler {
+		actors = append(actors, reconcilerIndex)
+		d := &doer{r: r, holder: reconcilerIndex}
+		x, err := r.reconciler(Reconciler, d)
+		if err != nil {
+			return Result{}, err
+		}
+		actx, cancel := context.WithCancel(runCtx)
+		kill[reconcilerIndex] = cancel
+		go func() {
+			_, err := r.settleAll(actx, x)
+			if d.crashed.Load() {
+				err = nil // its read failed because it died
+			}
+			done(reconcilerIndex, err)
+		}()
+	}
+	pending := map[int]arrival{}
+	for len(pending) < len(actors) {
 		a := <-r.arrive
 		pending[a.holder] = a
 	}
@@ -384,8 +717,12 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 		steps  []stepRecord
 		ended  []endedLease
 		faults int
+		aged   bool
+		// proxyCall is a rail call rail-proxy still holds after its
+		// caller gave up on it; nil when there is none.
+		proxyCall *arrival
 	)
-	key := r.event.LockKey()
+	key := r.events[0].LockKey()
 	for {
 		state, err := e.p.Locks.Inspect(ctx, key)
 		if err != nil {
@@ -394,19 +731,52 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 		live := state.Lease != nil
 		var enabled []Choice
 		waiting := false
-		for h := range cfg.Holders {
+		for _, h := range actors {
 			a := pending[h]
+			if h == reconcilerIndex && a.err != nil {
+				return res, fmt.Errorf("explore: the reconciler: %w", a.err) // a read that failed
+			}
 			switch {
 			case a.step == stepDone:
 			case a.step == StepAcquire && live:
 				waiting = true
 			default:
 				enabled = append(enabled, Choice{Holder: holderName(h), Step: a.step})
+				if faults < cfg.MaxFaults {
+					if a.step == StepRail {
+						for _, f := range []string{FaultRailLost, FaultRailDown, FaultGiveUp} {
+							if slices.Contains(cfg.Faults, f) && (f != FaultGiveUp || proxyCall == nil) {
+								enabled = append(enabled, Choice{Holder: holderName(h), Step: f})
+							}
+						}
+					} else if slices.Contains(cfg.Faults, FaultCrash) {
+						enabled = append(enabled, Choice{Holder: holderName(h), Step: FaultCrash})
+					}
+				}
+			}
+		}
+		if proxyCall != nil {
+			enabled = append(enabled, Choice{Holder: RailProxy, Step: StepRail})
+			for _, f := range []string{FaultRailLost, FaultRailDown} {
+				if faults < cfg.MaxFaults && slices.Contains(cfg.Faults, f) {
+					enabled = append(enabled, Choice{Holder: RailProxy, Step: f})
+				}
 			}
 		}
 		if live && faults < cfg.MaxFaults {
 			for _, f := range cfg.Faults {
-				enabled = append(enabled, Choice{Step: f})
+				if f == FaultExpire || f == FaultRevoke {
+					enabled = append(enabled, Choice{Step: f})
+				}
+			}
+		}
+		if cfg.Reconciler && !aged && pending[reconcilerIndex].step != stepDone {
+			doubt, err := r.inDoubt(ctx)
+			if err != nil {
+				return res, err
+			}
+			if doubt {
+				enabled = append(enabled, Choice{Step: FaultAge})
 			}
 		}
 		if len(enabled) == 0 {
@@ -414,7 +784,8 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 				break
 			}
 			// Everyone left waits for a lease whose holder is done (its
-			// release failed): it ends by its TTL. Not a fault.
+			// release failed, or it crashed): it ends by its TTL. Not a
+			// fault.
 			enabled = append(enabled, Choice{Step: FaultExpire})
 			faults--
 		}
@@ -425,9 +796,14 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 		c := enabled[i]
 		res.Schedule = append(res.Schedule, c)
 		if c.Holder == "" {
-			faults++
 			var tok int64
 			switch c.Step {
+			case FaultAge:
+				aged = true
+				if err := r.age(ctx); err != nil {
+					return res, err
+				}
+				continue
 			case FaultExpire:
 				tok = state.Lease.Token
 				e.p.LockClock.Advance(ttl + time.Millisecond)
@@ -438,17 +814,51 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 				}
 				tok = l.Token
 			}
+			faults++
 			ended = append(ended, endedLease{index: len(res.Schedule) - 1, token: tok})
 			continue
 		}
-		h := int(c.Holder[0] - 'A')
+		h := holderIndex(c.Holder)
+		switch c.Step {
+		case FaultCrash, FaultRailLost, FaultRailDown, FaultGiveUp:
+			faults++
+		}
 		steps = append(steps, stepRecord{index: len(res.Schedule) - 1, holder: h, step: c.Step})
+		if h == railProxyIndex {
+			// The call its caller gave up on goes on; rail-proxy records
+			// what came of it before the next choice.
+			if err := r.letProxyGo(ctx, proxyCall, c.Step); err != nil {
+				return res, err
+			}
+			proxyCall = nil
+			continue
+		}
 		r.running.Store(int32(h))
-		close(pending[h].resume)
+		if c.Step == FaultGiveUp {
+			// The rail call stays held, now as rail-proxy's; the holder's
+			// own call is cut and it goes on from there.
+			proxyCall = &arrival{holder: railProxyIndex, step: StepRail, resume: pending[h].resume}
+			r.detached.Store(int32(h))
+			r.doers[h].giveUp()
+		} else {
+			select {
+			case pending[h].resume <- c.Step:
+			case <-ctx.Done():
+				return res, ctx.Err()
+			}
+		}
+		if c.Step == FaultCrash {
+			kill[h]()
+		}
+		// The actor runs until its next held step, or to its end (a
+		// crashed one fails every call from now on without arriving).
 		select {
 		case a := <-r.arrive:
 			if a.holder != h {
 				return res, fmt.Errorf("explore: %s arrived while %s was running", holderName(a.holder), c.Holder)
+			}
+			if c.Step == FaultCrash && a.step != stepDone {
+				return res, fmt.Errorf("explore: %s crashed, yet arrived at %s", c.Holder, a.step)
 			}
 			pending[h] = a
 		case <-ctx.Done():
@@ -456,10 +866,32 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 		}
 	}
 	r.running.Store(-1)
+	if proxyCall != nil {
+		if err := r.letProxyGo(ctx, proxyCall, StepRail); err != nil {
+			return res, err
+		}
+	}
 	if err := r.finish(ctx); err != nil {
 		return res, err
 	}
 	return res, r.check(ctx, &res, steps, ended)
+}
+
+// letProxyGo lets rail-proxy's held rail call a go with the rail's
+// answer mode (StepRail, FaultRailLost, FaultRailDown), and waits until
+// rail-proxy has handled the outcome.
+func (r *run) letProxyGo(ctx context.Context, a *arrival, mode string) error {
+	select {
+	case a.resume <- mode:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-r.proxyDone:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // endedLease is a fault: the lease carrying token ended on the server at
@@ -469,10 +901,13 @@ type endedLease struct {
 	token int64
 }
 
-// finish lets Pub/Sub redeliver the event to one more, unscheduled,
-// executor until an answer would be acknowledged.
+// finish lets Pub/Sub redeliver each payout's event to one more,
+// unscheduled, executor until an answer would be acknowledged; then time
+// passes beyond rail-proxy's abandon threshold and an unscheduled
+// reconciler settles what is left in doubt, as its next scheduled pass
+// would.
 func (r *run) finish(ctx context.Context) error {
-	if s, err := r.e.p.Locks.Inspect(ctx, r.event.LockKey()); err != nil {
+	if s, err := r.e.p.Locks.Inspect(ctx, r.events[0].LockKey()); err != nil {
 		return err
 	} else if s.Lease != nil {
 		r.e.p.LockClock.Advance(ttl + time.Millisecond)
@@ -481,15 +916,32 @@ func (r *run) finish(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var err2 error
-	for range 3 {
-		out, err := x.Execute(ctx, r.event)
-		if executor.Status(out, err) == http.StatusOK {
-			return nil
+	for _, ev := range r.events {
+		var (
+			err2 error
+			done bool
+		)
+		for range 3 {
+			out, err := x.Execute(ctx, ev)
+			if executor.Status(out, err) == http.StatusOK {
+				done = true
+				break
+			}
+			err2 = err
 		}
-		err2 = err
+		if !done {
+			return fmt.Errorf("explore: the last delivery of %s never ended: %w", ev.PayoutID, err2)
+		}
 	}
-	return fmt.Errorf("explore: the last delivery of %s never ended: %w", r.event.PayoutID, err2)
+	if err := r.age(ctx); err != nil {
+		return err
+	}
+	y, err := r.reconciler("Y", &doer{r: r, holder: -1})
+	if err != nil {
+		return err
+	}
+	_, err = r.settleAll(ctx, y)
+	return err
 }
 
 // check fills res.Violations from the records.
@@ -500,7 +952,11 @@ func (r *run) check(ctx context.Context, res *Result, steps []stepRecord, ended 
 		broken[check] = true
 		res.Violations = append(res.Violations, check+": "+fmt.Sprintf(format, args...))
 	}
-	rep, err := r.e.p.Audit(ctx, r.event.PayoutID)
+	ids := make([]string, len(r.events))
+	for i, ev := range r.events {
+		ids[i] = ev.PayoutID
+	}
+	rep, err := r.e.p.Audit(ctx, ids...)
 	if err != nil {
 		return err
 	}
@@ -525,7 +981,7 @@ func (r *run) check(ctx context.Context, res *Result, steps []stepRecord, ended 
 	}
 
 	// Fence point two: forwarded tokens strictly increase per account.
-	rows, err := r.e.p.RailDB.Query(ctx, `SELECT token, state FROM rail_attempt WHERE account_id = $1 ORDER BY attempt_id`, r.event.AccountID)
+	rows, err := r.e.p.RailDB.Query(ctx, `SELECT token, state FROM rail_attempt WHERE account_id = $1 ORDER BY attempt_id`, r.events[0].AccountID)
 	if err != nil {
 		return err
 	}
@@ -552,22 +1008,35 @@ func (r *run) check(ctx context.Context, res *Result, steps []stepRecord, ended 
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	// Fence point one: the payout's fenced writes never go back.
-	rows, err = r.e.p.PayDB.Query(ctx, `SELECT token FROM payout_transition WHERE payout_id = $1 AND token IS NOT NULL ORDER BY transition_id`, r.event.PayoutID)
+	// Fence point one: each payout's fenced writes never go back, and no
+	// write of any payout of the account carries a token below the
+	// account's last debit (the account fence).
+	for _, ev := range r.events {
+		if err := r.checkPayout(ctx, res, ev.PayoutID, fail); err != nil {
+			return err
+		}
+	}
+	rows, err = r.e.p.PayDB.Query(ctx, `SELECT payout_id, to_state, token FROM payout_transition
+WHERE payout_id = ANY($1) AND token IS NOT NULL ORDER BY transition_id`, ids)
 	if err != nil {
 		return err
 	}
-	last = 0
+	var debit int64
 	for rows.Next() {
-		var tok int64
-		if err := rows.Scan(&tok); err != nil {
+		var (
+			id, to string
+			tok    int64
+		)
+		if err := rows.Scan(&id, &to, &tok); err != nil {
 			rows.Close()
 			return err
 		}
-		if tok < last {
-			fail(CheckFences, "payment-resource accepted a write of the payout with token %d after %d", tok, last)
+		if tok < debit {
+			fail(CheckFences, "payment-resource accepted a write of %s (to %s) with token %d after the account's debit with token %d", id, to, tok, debit)
 		}
-		last = tok
+		if payapi.State(to) == payapi.StatePosted {
+			debit = max(debit, tok)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return err
@@ -605,6 +1074,41 @@ func (r *run) check(ctx context.Context, res *Result, steps []stepRecord, ended 
 		res.Checks = append(res.Checks, c)
 	}
 	slices.Sort(res.Checks)
+	return nil
+}
+
+// checkPayout checks that the payout's fenced writes never went back to a
+// lower token and that it ended settled (CheckFences, CheckSettled).
+func (r *run) checkPayout(ctx context.Context, res *Result, id string, fail func(check, format string, args ...any)) error {
+	rows, err := r.e.p.PayDB.Query(ctx, `SELECT token FROM payout_transition WHERE payout_id = $1 AND token IS NOT NULL ORDER BY transition_id`, id)
+	if err != nil {
+		return err
+	}
+	var last int64
+	for rows.Next() {
+		var tok int64
+		if err := rows.Scan(&tok); err != nil {
+			rows.Close()
+			return err
+		}
+		if tok < last {
+			fail(CheckFences, "payment-resource accepted a write of %s with token %d after %d", id, tok, last)
+		}
+		last = tok
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	p, err := r.e.p.Pay.Payout(ctx, id)
+	if err != nil {
+		return err
+	}
+	res.Ended = append(res.Ended, string(p.State))
+	switch p.State {
+	case payapi.StatePosted, payapi.StateDeclined, payapi.StateFailed:
+	default:
+		fail(CheckSettled, "%s left %s after the last delivery and the reconciler", id, p.State)
+	}
 	return nil
 }
 
@@ -661,13 +1165,31 @@ func (e *Explorer) Exhaustive(ctx context.Context, cfg Config, visit func(Result
 	}
 }
 
-// Sample runs n schedules of cfg chosen uniformly at each decision by a
+// Sample runs n schedules of cfg, each choice drawn at random by a
 // generator seeded with seed, calling visit with each; it stops early
 // when visit returns false. It returns the number of schedules run.
+//
+// The draw is weighted (weight), not uniform: a crash is enabled at
+// nearly every step of every actor, and a uniform draw would spend the
+// fault budget on crashes before any submission reached the rail, and
+// move the reconciler before anything is in doubt. Exhaustive covers
+// every choice alike.
 func (e *Explorer) Sample(ctx context.Context, cfg Config, seed uint64, n int, visit func(Result) bool) (int, error) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	for i := range n {
-		res, err := e.Run(ctx, cfg, func(_ int, enabled []Choice) (int, error) { return rng.IntN(len(enabled)), nil })
+		res, err := e.Run(ctx, cfg, func(_ int, enabled []Choice) (int, error) {
+			total := 0.0
+			for _, c := range enabled {
+				total += weight(c)
+			}
+			x := rng.Float64() * total
+			for i, c := range enabled {
+				if x -= weight(c); x < 0 {
+					return i, nil
+				}
+			}
+			return len(enabled) - 1, nil
+		})
 		if err != nil {
 			return i, fmt.Errorf("%w (schedule %s)", err, res.Schedule)
 		}
@@ -676,4 +1198,23 @@ func (e *Explorer) Sample(ctx context.Context, cfg Config, seed uint64, n int, v
 		}
 	}
 	return n, nil
+}
+
+// weight is a choice's weight in Sample's draw: a step 1, the rail's
+// faults 1 each (they only compete with one step), a crash 0.05, the
+// faults on the lease 0.3, the reconciler's read 0.05 and its other
+// steps 0.2 (so that it tends to read once something is in doubt),
+// rail-proxy's call whose
+// caller gave up 0.05 (so that it tends to arrive late, after the others
+// have moved on), time passing 1.
+func weight(c Choice) float64 {
+	switch {
+	case c.Step == FaultCrash, c.Holder == RailProxy, c.Holder == Reconciler && c.Step == StepRead:
+		return 0.05
+	case c.Holder == "" && c.Step != FaultAge:
+		return 0.3
+	case c.Holder == Reconciler:
+		return 0.2
+	}
+	return 1
 }
