@@ -108,6 +108,9 @@ func Check(r Records) []string {
 	}
 	atRail, acks := map[string]int{}, map[string]int{}
 	for _, s := range r.Journal {
+		if s.Stop {
+			continue // a stop order (the reconciler's), not a payment
+		}
 		atRail[s.Request.PayoutID]++
 		if s.Answer.Status == railstub.StatusAck {
 			acks[s.Request.PayoutID]++

@@ -64,8 +64,11 @@ type Report struct {
 	// RailSubmissions, RailAcks and Debits are counted from the rail's
 	// journal and the ledger.
 	RailSubmissions int `json:"railSubmissions"`
-	RailAcks        int `json:"railAcks"`
-	Debits          int `json:"debits"`
+	// RailStopOrders counts the reconciler's stop orders in the journal
+	// (not payments).
+	RailStopOrders int `json:"railStopOrders"`
+	RailAcks       int `json:"railAcks"`
+	Debits         int `json:"debits"`
 	// Audit is payoutaudit's report (without the per-payout lists when
 	// they are empty).
 	Audit payoutaudit.Report `json:"audit"`
@@ -120,8 +123,12 @@ func (rep *Report) fill(r Records, bucket time.Duration) {
 			rep.Lost = append(rep.Lost, PayoutRecord{ID: id, State: "missing"})
 		}
 	}
-	rep.RailSubmissions = len(r.Journal)
 	for _, s := range r.Journal {
+		if s.Stop {
+			rep.RailStopOrders++
+			continue
+		}
+		rep.RailSubmissions++
 		if s.Answer.Status == railstub.StatusAck {
 			rep.RailAcks++
 		}
