@@ -92,6 +92,12 @@ type Report struct {
 	// PayoutsPerSecond is every finished payout over the time from Start
 	// to the last finish.
 	PayoutsPerSecond float64 `json:"payoutsPerSecond"`
+	// Settled is false when the pipeline did not settle within
+	// Config.SettleTimeout: the records were then read while payouts
+	// were still in flight, and Failures holds what that snapshot shows
+	// (payouts not finished yet, submissions and debits in between), not
+	// a verdict.
+	Settled bool `json:"settled"`
 	// Failures lists every broken rule (Check); empty for a good run.
 	Failures []string `json:"failures"`
 	// FailuresAfterBreak is Check's verdict on the records after

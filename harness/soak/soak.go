@@ -72,8 +72,10 @@ const (
 	// load (the settle phase triggers passes itself).
 	DefaultReconcileEvery = 3 * time.Second
 	// DefaultSettleTimeout bounds the drain and the reconciliation after
-	// the load.
-	DefaultSettleTimeout = 4 * time.Minute
+	// the load. A full run on a saturated machine can end its load with a
+	// backlog of a thousand payouts still queued (4 minutes were too few
+	// for one such etcd run; see docs/reliability.md).
+	DefaultSettleTimeout = 10 * time.Minute
 	// DefaultStallTimeout is how long the drain waits without any payout
 	// finishing before it re-publishes the events of the payouts still
 	// waiting (an operator's redrive of dead-lettered messages).
@@ -310,6 +312,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	settleErr := settle(ctx, cfg, st, ld, rep, log)
 	rep.SettledAt = time.Now()
+	rep.Settled = settleErr == nil
 	if settleErr != nil && !errors.Is(settleErr, ErrNotSettled) {
 		return rep, fmt.Errorf("soak (seed %d, logs in %s): %w", cfg.Seed, st.Dir(), settleErr)
 	}
