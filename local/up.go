@@ -9,15 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutbus"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 )
@@ -86,7 +79,7 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "  paydb             %s\n  raildb            %s\n", st.PayDBURL(), st.RailDBURL())
 	fmt.Fprintf(out, "  logs              %s\n", st.Dir())
 	if *push && len(cfg.Executors) > 0 {
-		stopPush, err := pushToExecutors(ctx, st, cfg.Executors, cfg.Log)
+		stopPush, err := st.Push(ctx, cfg.Log)
 		if err != nil {
 			return err
 		}
@@ -108,54 +101,4 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 			fmt.Fprintf(out, "WARNING: %s exited on its own (%v); its log: %s\n", e.Name, e.Err, e.LogPath)
 		}
 	}
-}
-
-// pushToExecutors runs one push bridge per executor on the stack's payout
-// subscription: Pub/Sub spreads the messages over the bridges' streams, as
-// a push subscription spreads them over instances. The returned function
-// stops the bridges and waits for them.
-func pushToExecutors(ctx context.Context, st *stack.Stack, execs []stack.ExecutorSpec, log *slog.Logger) (func(), error) {
-	conn, err := grpc.NewClient(st.PubSubAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, err
-	}
-	c, err := pubsub.NewClient(ctx, stack.PubSubProject, option.WithGRPCConn(conn))
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
-	// Like the subscription Terraform creates: at most
-	// payoutbus.DefaultMaxDeliveryAttempts deliveries, then the dead-letter
-	// topic; redeliveries back off (Terraform's 5 s..300 s scaled down 50
-	// times, so that a poison message is dead-lettered in about 20 s).
-	var dead *payoutbus.Publisher
-	if err := payoutbus.SetupDeadLetter(ctx, c, stack.PubSubProject, stack.PubSubTopic, stack.PubSubSubscription, 0); err != nil {
-		log.Error("no dead-letter policy: failed messages are redelivered without limit", "event", "push_dead_letter_unavailable", "error", err.Error())
-	} else {
-		dead = payoutbus.NewPublisher(c, payoutbus.DeadLetterTopic(stack.PubSubTopic))
-	}
-	bctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for _, e := range execs {
-		b := &payoutbus.PushBridge{Sub: c.Subscriber(stack.PubSubSubscription), Endpoint: st.ExecutorURL(e.Name) + "/", Log: log.With("bridge", e.Name),
-			Subscription: stack.PubSubSubscription, Retry: payoutbus.RetryPolicy{Min: 100 * time.Millisecond, Max: 6 * time.Second}}
-		if dead != nil {
-			b.DeadLetter = dead
-		}
-		// Ends when bctx ends.
-		wg.Go(func() {
-			if err := b.Run(bctx); err != nil {
-				log.Error("push bridge stopped", "executor", e.Name, "error", err)
-			}
-		})
-	}
-	return func() {
-		cancel()
-		wg.Wait()
-		if dead != nil {
-			dead.Stop()
-		}
-		c.Close()
-		conn.Close()
-	}, nil
 }

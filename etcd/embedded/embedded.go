@@ -125,6 +125,15 @@ type Config struct {
 	// Logger receives etcd's logs. Nil: JSON at error level to stderr,
 	// without the lines etcd logs at error level for a clean shutdown.
 	Logger *zap.Logger
+
+	// Only, when not empty, lists the indices (0..Members-1) of the members
+	// this Cluster runs; the others belong to other processes (one etcd
+	// process per member, so that a chaos experiment can kill one with
+	// SIGKILL). It needs a Dir whose layout already exists (PrepareDir),
+	// so that every process agrees on the URLs, and the processes of a new
+	// cluster must be started together: a member is ready only once a
+	// majority has joined. Default: every member.
+	Only []int
 }
 
 func (c Config) withDefaults() Config {
@@ -168,6 +177,14 @@ func (c Config) Validate() error {
 	}
 	if c.StartAttempts < 1 {
 		bad("start attempts is %d; want >= 1", c.StartAttempts)
+	}
+	if len(c.Only) > 0 && c.Dir == "" {
+		bad("only %v needs a Dir prepared by PrepareDir", c.Only)
+	}
+	for _, i := range c.Only {
+		if i < 0 || i >= c.Members {
+			bad("only names member %d; want 0..%d", i, c.Members-1)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -273,6 +290,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		c.removeOwnDir()
 		return nil, err
 	}
+	if len(cfg.Only) > 0 && !reused {
+		return nil, fmt.Errorf("%w: %s has no %s (run PrepareDir first)", ErrLayoutMismatch, c.dir, layoutFile)
+	}
 	for attempt := 1; ; attempt++ {
 		if !reused {
 			if lay, err = newLayout(cfg.Members); err != nil {
@@ -288,7 +308,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			c.removeOwnDir()
 			return nil, err
 		}
-		err = c.startMembers(ctx, c.members)
+		err = c.startMembers(ctx, c.running())
 		if err == nil {
 			return c, nil
 		}
@@ -309,6 +329,39 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			return nil, fmt.Errorf("%w: %w", ErrNotReady, err)
 		}
 	}
+}
+
+// running returns the members this Cluster runs (Config.Only, or all).
+func (c *Cluster) running() []*member {
+	if len(c.cfg.Only) == 0 {
+		return c.members
+	}
+	out := make([]*member, 0, len(c.cfg.Only))
+	for _, i := range c.cfg.Only {
+		out = append(out, c.members[i])
+	}
+	return out
+}
+
+// PrepareDir records in dir (created if missing) the layout of a new
+// cluster of members members (names, free client and peer ports, cluster
+// token), for processes that each run some of its members (Config.Only).
+// It returns ErrLayoutMismatch when dir already holds a layout.
+func PrepareDir(dir string, members int) error {
+	if members < 1 || members > MaxMembers {
+		return fmt.Errorf("%w: members is %d; want 1..%d", ErrInvalidConfig, members, MaxMembers)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("embedded: data dir: %w", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, layoutFile)); err == nil {
+		return fmt.Errorf("%w: %s already holds a cluster", ErrLayoutMismatch, dir)
+	}
+	lay, err := newLayout(members)
+	if err != nil {
+		return err
+	}
+	return (&Cluster{dir: dir}).writeLayout(lay)
 }
 
 // Endpoints returns the client URLs of every member, running or not, in

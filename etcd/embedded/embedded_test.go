@@ -238,3 +238,68 @@ func TestKilledLeaderIsReplaced(t *testing.T) {
 		t.Fatalf("Get(/a) after restart = %v, %v", got, err)
 	}
 }
+
+// One Cluster per member (Only) over a prepared Dir forms one
+// three-member cluster, as three etcd-local processes do: every member
+// sees the same leader, and a write through one is read through another.
+// Without PrepareDir, Only is refused.
+func TestOneClusterPerMemberFormOneCluster(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Start(t.Context(), Config{Members: 3, Dir: dir, Only: []int{0}}); !errors.Is(err, ErrLayoutMismatch) {
+		t.Fatalf("Start with Only before PrepareDir = %v; want ErrLayoutMismatch", err)
+	}
+	if err := PrepareDir(dir, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := PrepareDir(dir, 3); !errors.Is(err, ErrLayoutMismatch) {
+		t.Fatalf("second PrepareDir = %v; want ErrLayoutMismatch", err)
+	}
+	cs := make([]*Cluster, 3)
+	errs := make([]error, 3)
+	done := make(chan struct{})
+	for i := range cs {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			cs[i], errs[i] = Start(ctx, Config{Members: 3, Dir: dir, Only: []int{i}})
+		}()
+	}
+	for range cs {
+		<-done
+	}
+	for i, c := range cs {
+		if errs[i] != nil {
+			t.Fatalf("member %d: %v", i, errs[i])
+		}
+		pgtest.Cleanup(t, c.Close)
+	}
+	leaders := map[int]bool{}
+	for i, c := range cs {
+		l, err := c.Leader()
+		if err == nil {
+			leaders[l] = true
+		}
+		if m, _ := c.Member((i + 1) % 3); m.Running {
+			t.Errorf("cluster %d runs member %d too", i, (i+1)%3)
+		}
+	}
+	if len(leaders) != 1 {
+		t.Errorf("leaders seen %v; want exactly one member leading", leaders)
+	}
+	cli := clientT(t, cs[0])
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := cli.Put(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	cli2, err := clientv3.New(clientv3.Config{Endpoints: []string{cs[2].Endpoints()[2]}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli2.Close()
+	got, err := cli2.Get(ctx, "k")
+	if err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "v" {
+		t.Errorf("read through member 2 = %v, %v; want k=v", got, err)
+	}
+}

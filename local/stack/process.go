@@ -104,6 +104,11 @@ func (p *Process) stop(grace time.Duration) {
 		<-p.done
 		return
 	}
+	select {
+	case <-p.done:
+		return // exited on its own: its pid may belong to another process now
+	default:
+	}
 	// The whole process group: a process's own children (the Java server
 	// behind gcloud's Pub/Sub emulator) go with it.
 	_ = syscall.Kill(-p.PID(), syscall.SIGTERM)

@@ -39,6 +39,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,6 +49,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
@@ -146,6 +148,18 @@ type Config struct {
 	// process of its own, local/cmd/pubsub-fake) or PubSubEmulator (gcloud's
 	// Pub/Sub emulator, which needs gcloud and Java on the PATH).
 	PubSub string
+	// RailJournal makes the rail-stub keep its record of submissions in a
+	// file of the run folder (rail-stub.journal.jsonl, RAIL_STUB_JOURNAL),
+	// so that the record survives a restart of the rail-stub (Kill,
+	// Restart). Default false: in memory, as the fencing experiment's
+	// fixtures expect.
+	RailJournal bool
+	// EtcdMembers is the size of the etcd cluster with the etcd backend:
+	// 1 (the default) runs it in one etcd-local process named "etcd"; 3
+	// runs one etcd-local process per member, named "etcd-0", "etcd-1",
+	// "etcd-2", so that a chaos experiment can kill one member (Kill) and
+	// bring it back (Restart).
+	EtcdMembers int
 	// Log receives one line per process started and stopped. Default:
 	// discard.
 	Log *slog.Logger
@@ -180,6 +194,11 @@ func (c Config) Validate() error {
 			bad("executor name %q: want a unique non-empty name without spaces or slashes", e.Name)
 		}
 		seen[e.Name] = true
+	}
+	switch c.EtcdMembers {
+	case 0, 1, 3:
+	default:
+		bad("EtcdMembers %d: want 1 or 3", c.EtcdMembers)
 	}
 	if c.LeaseTTL < 0 || c.LeaseTTL%time.Millisecond != 0 {
 		bad("LeaseTTL %v: want a positive whole number of milliseconds", c.LeaseTTL)
@@ -253,6 +272,10 @@ type Stack struct {
 	payDSN, railDSN, lockDSN           string
 	executors                          map[string]*Process
 	executorURLs                       map[string]string
+	// services holds how each named process was started, for Restart;
+	// current its latest process.
+	services map[string]service
+	current  map[string]*Process
 	// proofKey is lock-server's grant-proof key and receiptKey
 	// rail-proxy's receipt key, made fresh by Start.
 	proofKey, receiptKey fenceproof.SigningKey
@@ -291,7 +314,8 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	cfg.Executors = append([]ExecutorSpec(nil), cfg.Executors...)
-	s := &Stack{cfg: cfg, log: cfg.Log, executors: map[string]*Process{}, executorURLs: map[string]string{}}
+	s := &Stack{cfg: cfg, log: cfg.Log, executors: map[string]*Process{}, executorURLs: map[string]string{},
+		services: map[string]service{}, current: map[string]*Process{}}
 	if cfg.Dir == "" {
 		d, err := os.MkdirTemp("", "dll-stack-")
 		if err != nil {
@@ -379,7 +403,11 @@ func (s *Stack) start(ctx context.Context) error {
 	wg = sync.WaitGroup{}
 	errs = make([]error, 2)
 	wg.Go(func() {
-		if s.stubURL, errs[0] = s.startFunction(ctx, "rail-stub", "rail-stub", nil, "/submissions"); errs[0] != nil {
+		var stubEnv []string
+		if s.cfg.RailJournal {
+			stubEnv = []string{railstub.EnvJournal + "=" + filepath.Join(s.dir, "rail-stub.journal.jsonl")}
+		}
+		if s.stubURL, errs[0] = s.startFunction(ctx, "rail-stub", "rail-stub", stubEnv, "/submissions"); errs[0] != nil {
 			return
 		}
 		s.proxyURL, errs[0] = s.startFunction(ctx, "rail-proxy", "rail-proxy", []string{
@@ -461,7 +489,10 @@ func pgBinDir() string {
 
 // startCluster starts a throwaway PostgreSQL cluster and creates dbs.
 func (s *Stack) startCluster(ctx context.Context, name string, dbs ...string) (*pgcluster.Cluster, error) {
-	c, err := pgcluster.Start(ctx, pgcluster.Config{})
+	// syncfs: after a crash, PostgreSQL syncs the data directory before
+	// recovery; one syncfs of the file system instead of an fsync of
+	// every file cuts a restart after SIGKILL from seconds to a fraction.
+	c, err := pgcluster.Start(ctx, pgcluster.Config{Settings: map[string]string{"recovery_init_sync_method": "syncfs"}})
 	if err != nil {
 		return nil, fmt.Errorf("stack: PostgreSQL cluster %s: %w", name, err)
 	}
@@ -502,36 +533,62 @@ func (s *Stack) startLockBackend(ctx context.Context) error {
 	s.mu.Lock()
 	s.etcdData = data
 	s.mu.Unlock()
-	lines := make(chan string, 1)
-	p, err := s.spawn("etcd", "etcd-local", []string{"-members", "1", "-dir", data}, nil, lines)
-	if err != nil {
+	if s.cfg.EtcdMembers <= 1 {
+		eps, err := s.startEtcdProcess(ctx, "etcd", []string{"-members", "1", "-dir", data})
+		if err != nil {
+			return err
+		}
+		s.etcdEndpoints = eps
+		return nil
+	}
+	// One process per member: the layout first, then every member at once
+	// (a member is ready only once a majority has joined).
+	prep := exec.CommandContext(ctx, filepath.Join(s.bin, "etcd-local"), "-members", strconv.Itoa(s.cfg.EtcdMembers), "-dir", data, "-prepare")
+	if out, err := prep.CombinedOutput(); err != nil {
+		return fmt.Errorf("stack: etcd-local -prepare: %w\n%s", err, out)
+	}
+	var (
+		wg   sync.WaitGroup
+		errs = make([]error, s.cfg.EtcdMembers)
+		eps  = make([][]string, s.cfg.EtcdMembers)
+	)
+	for i := range s.cfg.EtcdMembers {
+		wg.Go(func() {
+			eps[i], errs[i] = s.startEtcdProcess(ctx, "etcd-"+strconv.Itoa(i),
+				[]string{"-members", strconv.Itoa(s.cfg.EtcdMembers), "-dir", data, "-member", strconv.Itoa(i)})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	line, err := awaitLine(ctx, p, lines)
+	s.etcdEndpoints = eps[0]
+	return nil
+}
+
+// startEtcdProcess starts etcd-local with args as process name and returns
+// the client URLs of every member of its cluster, from its ready line.
+func (s *Stack) startEtcdProcess(ctx context.Context, name string, args []string) ([]string, error) {
+	svc := service{name: name, bin: "etcd-local", args: args}
+	line, err := s.run(ctx, svc)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var ready struct {
 		Endpoints []string `json:"endpoints"`
 	}
 	if err := json.Unmarshal([]byte(line), &ready); err != nil || len(ready.Endpoints) == 0 {
-		return fmt.Errorf("stack: etcd-local ready line %q: %v", line, err)
+		return nil, fmt.Errorf("stack: etcd-local ready line %q: %v", line, err)
 	}
-	s.etcdEndpoints = ready.Endpoints
-	s.log.Info("etcd ready", "endpoints", ready.Endpoints, "pid", p.PID())
-	return nil
+	s.log.Info("etcd ready", "process", name, "endpoints", ready.Endpoints)
+	return ready.Endpoints, nil
 }
 
 func (s *Stack) startPubSub(ctx context.Context) error {
 	if s.cfg.PubSub == PubSubEmulator {
 		return s.startEmulator(ctx)
 	}
-	lines := make(chan string, 1)
-	p, err := s.spawn("pubsub-fake", "pubsub-fake", nil, nil, lines)
-	if err != nil {
-		return err
-	}
-	line, err := awaitLine(ctx, p, lines)
+	line, err := s.run(ctx, service{name: "pubsub-fake", bin: "pubsub-fake"})
 	if err != nil {
 		return err
 	}
@@ -542,7 +599,7 @@ func (s *Stack) startPubSub(ctx context.Context) error {
 		return fmt.Errorf("stack: pubsub-fake ready line %q: %v", line, err)
 	}
 	s.pubsubAddr = ready.Addr
-	s.log.Info("Pub/Sub fake ready", "addr", ready.Addr, "pid", p.PID())
+	s.log.Info("Pub/Sub fake ready", "addr", ready.Addr)
 	return nil
 }
 
@@ -590,27 +647,156 @@ func (s *Stack) startOnPort(ctx context.Context, name, bin string, env func(port
 		if err != nil {
 			return "", err
 		}
-		p, err := s.spawn(name, bin, nil, env(port), nil)
-		if err != nil {
-			return "", err
-		}
 		base := "http://127.0.0.1:" + strconv.Itoa(port)
-		err = awaitHTTP(ctx, p, base+probe, ok)
+		p, err := s.runProcess(ctx, service{name: name, bin: bin, env: env(port), probe: base + probe, ok: ok})
 		if err == nil {
-			s.mu.Lock()
-			if strings.HasPrefix(name, "executor-") {
-				s.executors[strings.TrimPrefix(name, "executor-")] = p
-			}
-			s.mu.Unlock()
 			s.log.Info("process ready", "name", name, "url", base, "pid", p.PID(), "log", p.LogPath())
 			return base, nil
 		}
-		if errors.Is(err, ErrExited) && isBindError(p) && attempt < portAttempts {
+		if errors.Is(err, ErrExited) && p != nil && isBindError(p) && attempt < portAttempts {
 			s.log.Info("port taken; retrying on another", "name", name, "port", port)
 			continue
 		}
 		return "", err
 	}
+}
+
+// service is how a named process of the stack is started, and restarted
+// (same binary, arguments and environment, so the same port and data).
+type service struct {
+	name, bin string
+	args, env []string
+	// probe is the URL polled until ok accepts its status; "" waits for
+	// the first line on stdout instead.
+	probe string
+	ok    func(status int) bool
+}
+
+// run starts svc and waits until it is ready; it returns the first
+// stdout line of a service without a probe.
+func (s *Stack) run(ctx context.Context, svc service) (string, error) {
+	var line string
+	_, err := s.runProcessLine(ctx, svc, &line)
+	return line, err
+}
+
+func (s *Stack) runProcess(ctx context.Context, svc service) (*Process, error) {
+	return s.runProcessLine(ctx, svc, nil)
+}
+
+// runProcessLine spawns svc, waits until it is ready and records it as
+// the current process of its name. A process that fails to become ready
+// is returned with the error (nil when it never started).
+func (s *Stack) runProcessLine(ctx context.Context, svc service, line *string) (*Process, error) {
+	var lines chan string
+	if svc.probe == "" {
+		lines = make(chan string, 1)
+	}
+	p, err := s.spawn(svc.name, svc.bin, svc.args, svc.env, lines)
+	if err != nil {
+		return nil, err
+	}
+	if svc.probe == "" {
+		l, err := awaitLine(ctx, p, lines)
+		if err != nil {
+			return p, err
+		}
+		if line != nil {
+			*line = l
+		}
+	} else if err := awaitHTTP(ctx, p, svc.probe, svc.ok); err != nil {
+		return p, err
+	}
+	s.mu.Lock()
+	s.services[svc.name] = svc
+	s.current[svc.name] = p
+	if strings.HasPrefix(svc.name, "executor-") {
+		s.executors[strings.TrimPrefix(svc.name, "executor-")] = p
+	}
+	s.mu.Unlock()
+	return p, nil
+}
+
+// Clusters named by Kill and Restart, besides the processes of Names.
+const (
+	// ClusterPaydb is the PostgreSQL cluster of paydb and raildb.
+	ClusterPaydb = "postgres-paydb"
+	// ClusterLockdb is the PostgreSQL cluster of lockdb (postgres backend).
+	ClusterLockdb = "postgres-lockdb"
+)
+
+// Names returns the names Kill and Restart accept: every process started
+// (lock-server, executor-A, rail-stub, etcd or etcd-0..2, ...) and the
+// PostgreSQL clusters (ClusterPaydb, ClusterLockdb), sorted.
+func (s *Stack) Names() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for n := range s.services {
+		out = append(out, n)
+	}
+	for _, c := range s.clusters {
+		out = append(out, "postgres-"+c.name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ErrNoSuchPart: Kill or Restart of a name that is not one of Names.
+var ErrNoSuchPart = errors.New("stack: no such process or cluster")
+
+func (s *Stack) cluster(name string) *pgcluster.Cluster {
+	for _, c := range s.clusters {
+		if "postgres-"+c.name == name {
+			return c.Cluster
+		}
+	}
+	return nil
+}
+
+// Kill sends SIGKILL to the process called name (its whole process
+// group) and waits until it has exited, or kills a PostgreSQL cluster's
+// server and its backends (pgcluster.Cluster.Kill). Nothing restarts it
+// until Restart. ErrNoSuchPart for an unknown name.
+func (s *Stack) Kill(name string) error {
+	s.mu.Lock()
+	c, p := s.cluster(name), s.current[name]
+	s.mu.Unlock()
+	switch {
+	case c != nil:
+		return c.Kill()
+	case p == nil:
+		return fmt.Errorf("%w: %q", ErrNoSuchPart, name)
+	}
+	p.mu.Lock()
+	p.stopped = true // Stop must not signal its (possibly reused) pid again
+	p.mu.Unlock()
+	_ = syscall.Kill(-p.PID(), syscall.SIGKILL)
+	<-p.done
+	return nil
+}
+
+// Restart starts the process called name again, as its supervisor would:
+// same binary, arguments and environment (so the same port, data
+// directory and journal), and waits until it is ready by the same check as
+// at Start; for a cluster, it starts the server on its data directory and
+// port (crash recovery after Kill). The process must have exited (Kill).
+// ctx bounds the wait. ErrNoSuchPart for an unknown name.
+func (s *Stack) Restart(ctx context.Context, name string) error {
+	s.mu.Lock()
+	c, svc, ok := s.cluster(name), s.services[name], s.services[name].name != ""
+	s.mu.Unlock()
+	switch {
+	case c != nil:
+		return c.Start(ctx)
+	case !ok:
+		return fmt.Errorf("%w: %q", ErrNoSuchPart, name)
+	}
+	p, err := s.runProcess(ctx, svc)
+	if err == nil {
+		s.log.Info("process restarted", "name", name, "pid", p.PID())
+	}
+	return err
 }
 
 // spawn starts a binary of the stack with its log in the run folder and

@@ -5,12 +5,22 @@
 // Usage:
 //
 //	etcd-local [-members 1] [-dir DIR] [-ready-file FILE]
+//	etcd-local -members 3 -dir DIR -prepare
+//	etcd-local -members 3 -dir DIR -member I
+//
+// The last two run a cluster with one process per member, so that one
+// member can be killed alone: -prepare records the cluster's layout (names,
+// ports, token) in DIR and exits; then one process per member, started
+// together, each runs member I of that layout (a member is ready once a
+// majority has joined). Restarted with the same arguments after a kill, a
+// member rejoins with its data on its URLs.
 //
 // Once every member is ready it prints one JSON line on stdout,
 //
 //	{"endpoints":["http://127.0.0.1:PORT",...],"members":[{"name":...,"clientURL":...,"peerURL":...,"dir":...}],"dir":DIR,"pid":PID}
 //
-// and, with -ready-file, writes the same JSON to FILE (written to a
+// (endpoints lists every member's client URL; members only those this
+// process runs) and, with -ready-file, writes the same JSON to FILE (written to a
 // temporary name and renamed, so a reader never sees half of it; removed
 // again on a clean exit). With -dir the data and the chosen ports are kept
 // in DIR, and a later run with the same -dir (after a stop or a kill)
@@ -62,16 +72,28 @@ func run() error {
 	dir := flag.String("dir", "", "parent of the members' data directories; kept on exit and reused by a later run (default: a temporary directory removed on exit)")
 	readyFile := flag.String("ready-file", "", "also write the ready JSON line to this file once every member is ready")
 	startTimeout := flag.Duration("start-timeout", time.Minute, "give up if the cluster is not ready within this time")
+	member := flag.Int("member", -1, "run only this member (0..members-1) of the cluster prepared in -dir (default: every member)")
+	prepare := flag.Bool("prepare", false, "record a new cluster's layout in -dir for one process per member (-member), then exit")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	if *prepare {
+		if *dir == "" {
+			return errors.New("-prepare needs -dir")
+		}
+		return embedded.PrepareDir(*dir, *members)
+	}
+	var only []int
+	if *member >= 0 {
+		only = []int{*member}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	startCtx, cancel := context.WithTimeout(ctx, *startTimeout)
-	c, err := embedded.Start(startCtx, embedded.Config{Members: *members, Dir: *dir})
+	c, err := embedded.Start(startCtx, embedded.Config{Members: *members, Dir: *dir, Only: only})
 	cancel()
 	if err != nil {
 		return err
@@ -83,6 +105,9 @@ func run() error {
 		m, err := c.Member(i)
 		if err != nil {
 			return err
+		}
+		if !m.Running {
+			continue
 		}
 		r.Members = append(r.Members, readyMember{Name: m.Name, ClientURL: m.ClientURL, PeerURL: m.PeerURL, Dir: m.Dir})
 	}

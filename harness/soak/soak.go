@@ -1,0 +1,396 @@
+// Package soak is the crash soak of the payout pipeline (issue #15, item
+// 5): it drives many payouts over many accounts through the local stack
+// (package local/stack: every part a separate operating-system process),
+// publishes a share of the payout events a second time (duplicate
+// deliveries), and meanwhile kills every kind of process in turn with
+// SIGKILL at seeded random moments: lock-server, each executor,
+// payment-resource, rail-proxy, rail-stub, the lockdb PostgreSQL cluster
+// (postgres backend), the paydb/raildb cluster and, with etcd, one member
+// of a three-member etcd cluster (the raft leader on the first etcd kill).
+// Each killed part is restarted as its supervisor would: same binary,
+// arguments and environment, so the same port, data directory and journal.
+//
+// After the load it drains the pipeline, runs the reconciler until nothing
+// is ambiguous or forwarding, and then judges the run from the records,
+// never from what workers reported (Check): every payout ended posted,
+// declined or failed, or waits in needs_attention with a reason (a
+// person's queue, counted and listed, never hidden); no payout reached the
+// rail twice (the rail-stub's journal); the ledger balances
+// (functions/payoutaudit over the journal, raildb and paydb); and every
+// rail payment has exactly one debit.
+//
+// One seed drives the plan of payouts, the duplicates and the chaos
+// schedule; it is printed at the start (Config.Log) and kept in the
+// Report. Timing on a shared machine still varies between runs with the
+// same seed: the seed fixes what is killed and when, not how far each
+// payout had got at that moment.
+package soak
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
+)
+
+// Defaults of Config (DefaultConfig).
+const (
+	// DefaultPayouts is the number of payouts of a full soak.
+	DefaultPayouts = 10_000
+	// DefaultAccounts is the number of accounts they are spread over.
+	DefaultAccounts = 200
+	// DefaultExecutors is the number of executor processes.
+	DefaultExecutors = 3
+	// DefaultCreateWorkers is the number of concurrent payout creations.
+	DefaultCreateWorkers = 4
+	// DefaultDuplicateRatio is the share of payouts whose event is
+	// published a second time.
+	DefaultDuplicateRatio = 0.2
+	// DefaultDeclineRatio is the share of payouts above the rail-stub's
+	// decline threshold (railstub.DefaultDeclineOverMinor): the rail
+	// declines them.
+	DefaultDeclineRatio = 0.05
+	// DefaultKillGap is the mean gap between two kills; each gap is drawn
+	// uniformly from [KillGap/2, 3·KillGap/2].
+	DefaultKillGap = 2 * time.Second
+	// DefaultDownTime bounds how long a killed part stays down before its
+	// supervisor restarts it; each is drawn uniformly from [0, DownTime].
+	DefaultDownTime = 500 * time.Millisecond
+	// DefaultLeaseTTL is the executors' lease TTL: short, so that the
+	// lease of a killed executor ends soon and another worker goes on.
+	DefaultLeaseTTL = 3 * time.Second
+	// DefaultReconcileEvery is the reconciler process's period during the
+	// load (the settle phase triggers passes itself).
+	DefaultReconcileEvery = 3 * time.Second
+	// DefaultSettleTimeout bounds the drain and the reconciliation after
+	// the load. A full run on a saturated machine can end its load with a
+	// backlog of a thousand payouts still queued (4 minutes were too few
+	// for one such etcd run; see docs/reliability.md).
+	DefaultSettleTimeout = 10 * time.Minute
+	// DefaultStallTimeout is how long the drain waits without any payout
+	// finishing before it re-publishes the events of the payouts still
+	// waiting (an operator's redrive of dead-lettered messages).
+	DefaultStallTimeout = 40 * time.Second
+	// DefaultBucket is the width of a throughput bucket.
+	DefaultBucket = time.Second
+	// OpeningBalanceMinor is every account's opening balance.
+	OpeningBalanceMinor = 1_000_000_000_000
+	// Currency of every account and payout.
+	Currency = "EUR"
+)
+
+// Errors of this package; test them with errors.Is.
+var (
+	// ErrInvalidConfig: a Config field is out of range.
+	ErrInvalidConfig = errors.New("soak: invalid config")
+	// ErrNotSettled: the pipeline did not settle within
+	// Config.SettleTimeout (payouts still pending, claimed, ambiguous or
+	// forwarding): reported with the counts, and the Report is still
+	// returned so that the records can be read.
+	ErrNotSettled = errors.New("soak: the pipeline did not settle")
+)
+
+// Config describes one soak run. Start from DefaultConfig.
+type Config struct {
+	// Backend is lock-server's backend: stack.BackendPostgres or
+	// stack.BackendEtcd (three etcd members, one process each).
+	Backend string
+	// Payouts is the number of payouts, >= 1. Default DefaultPayouts.
+	Payouts int
+	// Accounts is the number of accounts, 1..Payouts. Default
+	// DefaultAccounts.
+	Accounts int
+	// Executors is the number of executor processes, 1..26. Default
+	// DefaultExecutors.
+	Executors int
+	// CreateWorkers is the number of concurrent payout creations.
+	CreateWorkers int
+	// Rate paces the creations, in payouts per second; 0 creates them as
+	// fast as CreateWorkers go.
+	Rate float64
+	// DuplicateRatio and DeclineRatio are shares in [0, 1] (see the
+	// defaults).
+	DuplicateRatio, DeclineRatio float64
+	// Seed drives the plan and the chaos. 0: one is drawn and reported.
+	Seed uint64
+	// KillGap is the mean gap between kills (> 0); DownTime bounds each
+	// part's time down (>= 0).
+	KillGap, DownTime time.Duration
+	// Rounds is the minimum number of rounds of kills (each round kills
+	// every kind of part once, in a seeded order); kills go on, round
+	// after round, until every payout has been created. Default 1.
+	Rounds int
+	// MaxRounds, when positive, stops the kills after that many rounds
+	// even if payouts are still being created (the short soak in CI:
+	// exactly one kill of each kind). Default 0: no bound.
+	MaxRounds int
+	// NoChaos runs the load without any kill (a baseline).
+	NoChaos bool
+	// LeaseTTL is the executors' lease TTL. Default DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	// ReconcileEvery is the reconciler process's period during the load.
+	ReconcileEvery time.Duration
+	// SettleTimeout and StallTimeout: see the defaults.
+	SettleTimeout, StallTimeout time.Duration
+	// Bucket is the width of a throughput bucket.
+	Bucket time.Duration
+	// PaymentFencing and RailFencing are the stack's kill switches
+	// (DefaultConfig: both on). Off only to show the checks failing.
+	PaymentFencing, RailFencing bool
+	// Dir is the stack's run folder (logs, rail journal). Default: a new
+	// temporary folder, kept.
+	Dir string
+	// BinDir holds prebuilt binaries (stack.Build). Default: the stack
+	// builds them.
+	BinDir string
+	// Break, when set, runs after the records have been read and judged
+	// (Report.Failures); it may break the records on purpose, through the
+	// parts' own interfaces, and they are then read and judged again
+	// (Report.FailuresAfterBreak). The short soak uses it to show every
+	// check failing on the records of a real run.
+	Break func(ctx context.Context, st *stack.Stack) error
+	// Log receives progress lines (seed, kills, phases). Default: discard.
+	Log *slog.Logger
+}
+
+// DefaultConfig returns the defaults documented on Config, with the
+// postgres backend and both fence points on.
+func DefaultConfig() Config {
+	return Config{
+		Backend: stack.BackendPostgres, Payouts: DefaultPayouts, Accounts: DefaultAccounts, Executors: DefaultExecutors,
+		CreateWorkers: DefaultCreateWorkers, DuplicateRatio: DefaultDuplicateRatio, DeclineRatio: DefaultDeclineRatio,
+		KillGap: DefaultKillGap, DownTime: DefaultDownTime, Rounds: 1, LeaseTTL: DefaultLeaseTTL,
+		ReconcileEvery: DefaultReconcileEvery, SettleTimeout: DefaultSettleTimeout, StallTimeout: DefaultStallTimeout,
+		Bucket: DefaultBucket, PaymentFencing: true, RailFencing: true,
+	}
+}
+
+// Validate returns nil or one error per invalid field, joined, each
+// wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...))
+	}
+	if c.Backend != stack.BackendPostgres && c.Backend != stack.BackendEtcd {
+		bad("Backend %q: want %q or %q", c.Backend, stack.BackendPostgres, stack.BackendEtcd)
+	}
+	if c.Payouts < 1 {
+		bad("Payouts %d: want >= 1", c.Payouts)
+	}
+	if c.Accounts < 1 || c.Accounts > max(c.Payouts, 1) {
+		bad("Accounts %d: want 1..Payouts (%d)", c.Accounts, c.Payouts)
+	}
+	if c.Executors < 1 || c.Executors > 26 {
+		bad("Executors %d: want 1..26", c.Executors)
+	}
+	if c.CreateWorkers < 1 {
+		bad("CreateWorkers %d: want >= 1", c.CreateWorkers)
+	}
+	if c.Rate < 0 {
+		bad("Rate %v: want >= 0", c.Rate)
+	}
+	for name, r := range map[string]float64{"DuplicateRatio": c.DuplicateRatio, "DeclineRatio": c.DeclineRatio} {
+		if r < 0 || r > 1 {
+			bad("%s %v: want 0..1", name, r)
+		}
+	}
+	if c.KillGap <= 0 || c.DownTime < 0 {
+		bad("KillGap %v, DownTime %v: want KillGap > 0, DownTime >= 0", c.KillGap, c.DownTime)
+	}
+	if c.Rounds < 1 || c.MaxRounds < 0 || c.MaxRounds > 0 && c.MaxRounds < c.Rounds {
+		bad("Rounds %d, MaxRounds %d: want Rounds >= 1 and MaxRounds 0 or >= Rounds", c.Rounds, c.MaxRounds)
+	}
+	if c.LeaseTTL <= 0 || c.LeaseTTL%time.Millisecond != 0 {
+		bad("LeaseTTL %v: want a positive whole number of milliseconds", c.LeaseTTL)
+	}
+	if c.ReconcileEvery <= 0 || c.SettleTimeout <= 0 || c.StallTimeout <= 0 || c.Bucket <= 0 {
+		bad("ReconcileEvery %v, SettleTimeout %v, StallTimeout %v, Bucket %v: want all > 0", c.ReconcileEvery, c.SettleTimeout, c.StallTimeout, c.Bucket)
+	}
+	return errors.Join(errs...)
+}
+
+// Run runs one soak and returns its Report. The error is for a run that
+// could not be carried out (the stack did not start, a killed part did not
+// come back, the pipeline did not settle: ErrNotSettled, with the Report
+// filled as far as it got); broken invariants are in Report.Failures,
+// with a nil error.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = NewSeed()
+	}
+	log := cfg.Log.With("backend", cfg.Backend)
+	// The stack and the push bridges log a line per process and per
+	// delivery: only their warnings reach cfg.Log.
+	quiet := slog.New(minLevel{cfg.Log.Handler(), slog.LevelWarn}).With("backend", cfg.Backend)
+	log.Info("soak starting", "seed", cfg.Seed, "payouts", cfg.Payouts, "accounts", cfg.Accounts, "executors", cfg.Executors)
+	rep := &Report{Backend: cfg.Backend, Seed: cfg.Seed, Payouts: cfg.Payouts, Accounts: cfg.Accounts, Executors: cfg.Executors,
+		PaymentFencing: cfg.PaymentFencing, RailFencing: cfg.RailFencing, Kills: []Kill{}, Failures: []string{}}
+
+	scfg := stack.Config{Backend: cfg.Backend, PaymentFencing: cfg.PaymentFencing, RailFencing: cfg.RailFencing,
+		ReconcileEvery: cfg.ReconcileEvery, Dir: cfg.Dir, BinDir: cfg.BinDir, LeaseTTL: cfg.LeaseTTL, Log: quiet,
+		RailJournal: true}
+	if cfg.Backend == stack.BackendEtcd {
+		scfg.EtcdMembers = 3
+	}
+	for i := range cfg.Executors {
+		scfg.Executors = append(scfg.Executors, stack.ExecutorSpec{Name: string(rune('A' + i))})
+	}
+	t0 := time.Now()
+	st, err := stack.Start(ctx, scfg)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Stop()
+	rep.Dir = st.Dir()
+	log.Info("stack ready", "took", time.Since(t0).Round(time.Millisecond), "dir", st.Dir())
+	stopPush, err := st.Push(ctx, quiet)
+	if err != nil {
+		return nil, err
+	}
+	defer stopPush()
+
+	p := newPlan(cfg)
+	ld, err := newLoader(ctx, cfg, st, p, log)
+	if err != nil {
+		return nil, err
+	}
+	defer ld.close()
+	if err := ld.createAccounts(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkpoint(ctx, st); err != nil {
+		return nil, err
+	}
+
+	rep.Start = time.Now()
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	created := make(chan struct{})
+	var (
+		wg       sync.WaitGroup
+		loadErr  error
+		chaosErr error
+	)
+	wg.Go(func() {
+		defer close(created)
+		if loadErr = ld.createPayouts(runCtx); loadErr != nil {
+			cancelRun()
+		}
+	})
+	if !cfg.NoChaos {
+		ch := newChaos(cfg, st, log)
+		wg.Go(func() {
+			rep.Kills, chaosErr = ch.run(runCtx, created)
+			if chaosErr != nil {
+				cancelRun()
+			}
+		})
+	}
+	wg.Wait()
+	rep.LoadEnd = time.Now()
+	rep.Duplicates = ld.duplicates()
+	if err := errors.Join(loadErr, chaosErr); err != nil {
+		return rep, fmt.Errorf("soak (seed %d, logs in %s): %w", cfg.Seed, st.Dir(), err)
+	}
+	log.Info("load done; settling", "took", rep.LoadEnd.Sub(rep.Start).Round(time.Millisecond), "kills", len(rep.Kills))
+
+	settleErr := settle(ctx, cfg, st, ld, rep, log)
+	rep.SettledAt = time.Now()
+	rep.Settled = settleErr == nil
+	if settleErr != nil && !errors.Is(settleErr, ErrNotSettled) {
+		return rep, fmt.Errorf("soak (seed %d, logs in %s): %w", cfg.Seed, st.Dir(), settleErr)
+	}
+	recs, err := readRecords(ctx, st, ld)
+	if err != nil {
+		return rep, fmt.Errorf("soak (seed %d, logs in %s): read the records: %w", cfg.Seed, st.Dir(), err)
+	}
+	rep.fill(recs, cfg.Bucket)
+	rep.Failures = Check(recs)
+	if cfg.Break != nil {
+		if err := cfg.Break(ctx, st); err != nil {
+			return rep, fmt.Errorf("soak: Break: %w", err)
+		}
+		broken, err := readRecords(ctx, st, ld)
+		if err != nil {
+			return rep, fmt.Errorf("soak: read the broken records: %w", err)
+		}
+		rep.FailuresAfterBreak = Check(broken)
+	}
+	log.Info("soak done", "seed", cfg.Seed, "outcomes", rep.Outcomes, "failures", len(rep.Failures))
+	if settleErr != nil {
+		return rep, fmt.Errorf("soak (seed %d, logs in %s): %w", cfg.Seed, st.Dir(), settleErr)
+	}
+	return rep, nil
+}
+
+// executorName returns the process name of executor i.
+func executorName(i int) string { return "executor-" + string(rune('A'+i)) }
+
+// payoutID returns the id of payout i of a run.
+func payoutID(i int) string { return "soak-" + strconv.Itoa(i+1) }
+
+// NewSeed draws a seed for a run (never 0).
+func NewSeed() uint64 {
+	for {
+		if s := rand.Uint64(); s != 0 {
+			return s
+		}
+	}
+}
+
+// minLevel is a slog.Handler that passes on records at min or above.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(as), h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(name), h.min}
+}
+
+// checkpoint runs CHECKPOINT on the stack's PostgreSQL clusters once the
+// services have created their tables: a server that has run for a while
+// has checkpointed (checkpoint_timeout, 5 min by default), so its crash
+// recovery replays minutes of WAL, not the whole setup of a new cluster
+// (which made each restart of a fresh cluster seconds longer).
+func checkpoint(ctx context.Context, st *stack.Stack) error {
+	for _, dsn := range []string{st.PayDBURL(), st.LockDBURL()} {
+		if dsn == "" {
+			continue
+		}
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return fmt.Errorf("soak: checkpoint: %w", err)
+		}
+		_, err = conn.Exec(ctx, "CHECKPOINT")
+		conn.Close(ctx)
+		if err != nil {
+			return fmt.Errorf("soak: checkpoint: %w", err)
+		}
+	}
+	return nil
+}

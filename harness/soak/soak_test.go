@@ -1,0 +1,270 @@
+package soak_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/harness/soak"
+	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
+)
+
+var seed = flag.Uint64("soak.seed", 0, "seed of the short soaks (0: drawn and logged)")
+
+// good returns the records of a run where every rule holds: p-1 posted
+// (one ACK, one debit), p-2 declined, p-3 failed (never at the rail), p-4
+// waiting for a person with its reason.
+func good() soak.Records {
+	return soak.Records{
+		Expected: []string{"p-1", "p-2", "p-3", "p-4"},
+		Payouts: []soak.PayoutRecord{
+			{ID: "p-1", State: "posted"}, {ID: "p-2", State: "declined"},
+			{ID: "p-3", State: "failed"}, {ID: "p-4", State: "needs_attention", Reason: "rail_fence_ahead"},
+		},
+		Journal: []railstub.Submission{
+			{Seq: 1, Request: railstub.SubmitRequest{PayoutID: "p-1"}, Answer: railstub.SubmitAnswer{Status: railstub.StatusAck, RailRef: "rail-000001"}},
+			{Seq: 2, Request: railstub.SubmitRequest{PayoutID: "p-2"}, Answer: railstub.SubmitAnswer{Status: railstub.StatusDecline, RailRef: "rail-000002"}},
+		},
+		Debits: map[string]int{"p-1": 1},
+		Audit:  payoutaudit.Report{Balanced: true},
+	}
+}
+
+// Each check holds on good records and fails on records broken in its
+// one way, naming the payout.
+func TestCheckFailsOnEachBrokenRule(t *testing.T) {
+	if got := soak.Check(good()); len(got) != 0 {
+		t.Fatalf("Check(good) = %q; want no failure", got)
+	}
+	for _, c := range []struct {
+		name, want string
+		brk        func(*soak.Records)
+	}{
+		{"payout missing from paydb", soak.CheckNoneLost + ": payout p-5 is not in paydb", func(r *soak.Records) { r.Expected = append(r.Expected, "p-5") }},
+		{"payout left claimed", soak.CheckNoneLost + ": payout p-2 was left claimed", func(r *soak.Records) { r.Payouts[1].State = "claimed" }},
+		{"payout left ambiguous", soak.CheckNoneLost + ": payout p-3 was left ambiguous", func(r *soak.Records) { r.Payouts[2].State = "ambiguous" }},
+		{"needs attention without a reason", soak.CheckNoneLost + ": payout p-4 needs attention without a reason", func(r *soak.Records) { r.Payouts[3].Reason = "" }},
+		{"stop orders are not payments", "", func(r *soak.Records) {
+			for range 2 {
+				r.Journal = append(r.Journal, railstub.Submission{Stop: true, Request: railstub.SubmitRequest{Reference: "p-3"}, Answer: railstub.SubmitAnswer{Status: railstub.StatusStopped}})
+			}
+		}},
+		{"second submission at the rail", soak.CheckRailOnce + ": payout p-2 reached the rail 2 times", func(r *soak.Records) {
+			r.Journal = append(r.Journal, railstub.Submission{Seq: 3, Request: railstub.SubmitRequest{PayoutID: "p-2"}, Answer: railstub.SubmitAnswer{Status: railstub.StatusDecline}})
+		}},
+		{"audit unbalanced", soak.CheckLedgerBalances + ": ledger_balances acct-1: off by 5", func(r *soak.Records) {
+			r.Audit = payoutaudit.Report{Violations: []payoutaudit.Violation{{Check: "ledger_balances", Subject: "acct-1", Detail: "off by 5"}}}
+		}},
+		{"rail paid twice, one debit", soak.CheckOneDebit + ": payout p-1: the rail paid it 2 times, the ledger debits it 1 times", func(r *soak.Records) {
+			r.Journal = append(r.Journal, railstub.Submission{Seq: 3, Request: railstub.SubmitRequest{PayoutID: "p-1"}, Answer: railstub.SubmitAnswer{Status: railstub.StatusAck}})
+		}},
+		{"rail payment without debit", soak.CheckOneDebit + ": payout p-1: the rail paid it 1 times, the ledger debits it 0 times", func(r *soak.Records) { r.Debits = map[string]int{} }},
+		{"debit without rail payment", soak.CheckOneDebit + ": payout p-3: 1 debits and no payment at the rail", func(r *soak.Records) { r.Debits["p-3"] = 1 }},
+		{"two debits", soak.CheckOneDebit + ": payout p-1: the rail paid it 1 times, the ledger debits it 2 times", func(r *soak.Records) { r.Debits["p-1"] = 2 }},
+		{"posted without rail payment", soak.CheckOneDebit + ": payout p-1 is posted and the rail never paid it", func(r *soak.Records) {
+			r.Journal = r.Journal[1:]
+			r.Debits = map[string]int{}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := good()
+			r.Payouts = slices.Clone(r.Payouts)
+			c.brk(&r)
+			got := soak.Check(r)
+			if c.want == "" {
+				if len(got) != 0 {
+					t.Errorf("Check = %q; want no failure", got)
+				}
+				return
+			}
+			if !slices.Contains(got, c.want) {
+				t.Errorf("Check = %q; want it to contain %q", got, c.want)
+			}
+		})
+	}
+}
+
+func TestValidateReportsEveryInvalidField(t *testing.T) {
+	cfg := soak.DefaultConfig()
+	cfg.Backend, cfg.Payouts, cfg.KillGap = "redis", 0, 0
+	err := cfg.Validate()
+	for _, field := range []string{"Backend", "Payouts", "KillGap"} {
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("Validate = %v; want it to name %s", err, field)
+		}
+	}
+	if err := soak.DefaultConfig().Validate(); err != nil {
+		t.Errorf("DefaultConfig().Validate() = %v", err)
+	}
+}
+
+// binDir holds the stack's binaries, built once for the package's soaks
+// (linking the eight commands takes most of a minute on a loaded machine).
+var (
+	binDir   string
+	buildErr error
+	build    sync.Once
+)
+
+func buildOnce(t *testing.T) string {
+	t.Helper()
+	build.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "soak-bin-")
+		if buildErr != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		t0 := time.Now()
+		buildErr = stack.Build(ctx, binDir)
+		t.Logf("built the stack's binaries in %v", time.Since(t0).Round(time.Millisecond))
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+func shortConfig(t *testing.T, backend, bin string) soak.Config {
+	cfg := soak.DefaultConfig()
+	cfg.Backend, cfg.BinDir, cfg.Dir = backend, bin, t.TempDir()
+	cfg.Payouts, cfg.Accounts, cfg.Rate = 300, 30, 60
+	cfg.KillGap, cfg.DownTime, cfg.Rounds, cfg.MaxRounds = 300*time.Millisecond, 100*time.Millisecond, 1, 1
+	cfg.Seed = *seed
+	if cfg.Seed == 0 {
+		cfg.Seed = soak.NewSeed()
+	}
+	cfg.Log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	t.Logf("seed %d (rerun: go test ./harness/soak -run %s -soak.seed %d)", cfg.Seed, t.Name(), cfg.Seed)
+	return cfg
+}
+
+// TestShortCrashSoak is the soak in CI: a few hundred payouts on each
+// backend, one SIGKILL of every kind of part (an etcd member: the leader),
+// and the four outcomes asserted from the records.
+func TestShortCrashSoak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the whole stack twice and kills every part (about a minute)")
+	}
+	bin := buildOnce(t)
+	for _, backend := range []string{stack.BackendPostgres, stack.BackendEtcd} {
+		t.Run(backend, func(t *testing.T) {
+			// Most of a run is spent waiting for restarts (PostgreSQL's
+			// crash recovery): the two backends overlap well on 2 cores.
+			t.Parallel()
+			cfg := shortConfig(t, backend, bin)
+			if backend == stack.BackendPostgres {
+				// After the verdict on the real records: break them and
+				// expect every check to fail (shown on one backend; the
+				// checks do not depend on it).
+				cfg.Break = breakRecords
+			}
+			t0 := time.Now()
+			rep, err := soak.Run(t.Context(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %v for %d payouts; outcomes %v, paths %v, kills %d, rail %d submissions, %d ACKs, %d debits",
+				backend, time.Since(t0).Round(time.Millisecond), rep.Payouts, rep.Outcomes, rep.Paths, len(rep.Kills), rep.RailSubmissions, rep.RailAcks, rep.Debits)
+			for _, k := range rep.Kills {
+				t.Logf("kill %s at %.1f s: ready after %d ms", k.Process, k.AtS, k.ReadyMs)
+			}
+			for _, f := range rep.Failures {
+				t.Errorf("broken: %s", f)
+			}
+			var kinds []string
+			leader := false
+			for _, k := range rep.Kills {
+				kinds = append(kinds, k.Target)
+				leader = leader || k.Leader != nil && *k.Leader
+			}
+			slices.Sort(kinds)
+			want := soak.Targets(backend, cfg.Executors)
+			slices.Sort(want)
+			if !slices.Equal(kinds, want) {
+				t.Errorf("killed %v; want one kill of each of %v", kinds, want)
+			}
+			if backend == stack.BackendEtcd && !leader {
+				t.Error("no etcd kill hit the leader")
+			}
+			if n := rep.Outcomes["posted"]; n == 0 {
+				t.Errorf("no payout posted: %v", rep.Outcomes)
+			}
+			if cfg.Break != nil {
+				for _, want := range []string{soak.CheckNoneLost, soak.CheckRailOnce, soak.CheckOneDebit, soak.CheckLedgerBalances} {
+					if !slices.ContainsFunc(rep.FailuresAfterBreak, func(f string) bool { return strings.HasPrefix(f, want+":") }) {
+						t.Errorf("after breaking the records: failures %q; want one of %q", rep.FailuresAfterBreak, want)
+					}
+				}
+			}
+			for _, p := range rep.NeedsAttention {
+				t.Logf("needs attention: %s (%s): %s", p.ID, p.Reason, strings.Join(p.History, "; "))
+			}
+		})
+	}
+}
+
+// breakRecords breaks the records of a settled run in the ways the soak
+// must catch, through the parts' own interfaces: a second submission of a
+// posted payout straight to the rail (paid twice, a rail payment with no
+// debit), an account balance changed behind the ledger's back
+// (unbalanced), and a posted payout put back to claimed (an executor
+// never finished it: lost).
+func breakRecords(ctx context.Context, st *stack.Stack) error {
+	paydb, err := pgxpool.New(ctx, st.PayDBURL())
+	if err != nil {
+		return err
+	}
+	defer paydb.Close()
+	var sub railstub.SubmitRequest
+	if err := paydb.QueryRow(ctx, `SELECT payout_id, account_id, amount_minor, currency FROM payout WHERE state = 'posted' ORDER BY payout_id LIMIT 1`).
+		Scan(&sub.PayoutID, &sub.AccountID, &sub.AmountMinor, &sub.Currency); err != nil {
+		return err
+	}
+	sub.Reference = sub.PayoutID
+	body, _ := json.Marshal(sub)
+	resp, err := http.Post(st.RailStubURL()+"/submit", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("second submission: %s", resp.Status)
+	}
+	if _, err := paydb.Exec(ctx, `UPDATE account SET balance_minor = balance_minor - 1 WHERE account_id = 'soak-acct-1'`); err != nil {
+		return err
+	}
+	_, err = paydb.Exec(ctx, `UPDATE payout SET state = 'claimed' WHERE payout_id =
+		(SELECT payout_id FROM payout WHERE state = 'posted' ORDER BY payout_id DESC LIMIT 1)`)
+	return err
+}
+
+// testWriter sends log lines to t.Log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}

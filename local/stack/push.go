@@ -1,0 +1,72 @@
+package stack
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutbus"
+)
+
+// PushRetry is the push bridges' redelivery backoff: Terraform's
+// subscription (5 s..300 s) scaled down 50 times, so that a poison message
+// is dead-lettered in about 20 s.
+var PushRetry = payoutbus.RetryPolicy{Min: 100 * time.Millisecond, Max: 6 * time.Second}
+
+// Push runs one push bridge per executor on the stack's payout
+// subscription: Pub/Sub spreads the messages over the bridges' streams, as
+// a push subscription spreads them over instances. Like the subscription
+// Terraform creates, a message gets at most
+// payoutbus.DefaultMaxDeliveryAttempts deliveries, then goes to the
+// dead-letter topic; redeliveries back off (PushRetry). A restarted
+// executor keeps its URL, so its bridge reaches it again. The returned
+// function stops the bridges and waits for them; the bridges also end
+// with ctx.
+func (s *Stack) Push(ctx context.Context, log *slog.Logger) (stop func(), err error) {
+	conn, err := grpc.NewClient(s.PubSubAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("stack: push bridge: %w", err)
+	}
+	c, err := pubsub.NewClient(ctx, PubSubProject, option.WithGRPCConn(conn))
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("stack: push bridge: %w", err)
+	}
+	var dead *payoutbus.Publisher
+	if err := payoutbus.SetupDeadLetter(ctx, c, PubSubProject, PubSubTopic, PubSubSubscription, 0); err != nil {
+		log.Error("no dead-letter policy: failed messages are redelivered without limit", "event", "push_dead_letter_unavailable", "error", err.Error())
+	} else {
+		dead = payoutbus.NewPublisher(c, payoutbus.DeadLetterTopic(PubSubTopic))
+	}
+	bctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, e := range s.cfg.Executors {
+		b := &payoutbus.PushBridge{Sub: c.Subscriber(PubSubSubscription), Endpoint: s.ExecutorURL(e.Name) + "/", Log: log.With("bridge", e.Name),
+			Subscription: PubSubSubscription, Retry: PushRetry}
+		if dead != nil {
+			b.DeadLetter = dead
+		}
+		// Ends when bctx ends.
+		wg.Go(func() {
+			if err := b.Run(bctx); err != nil {
+				log.Error("push bridge stopped", "executor", e.Name, "error", err)
+			}
+		})
+	}
+	return func() {
+		cancel()
+		wg.Wait()
+		if dead != nil {
+			dead.Stop()
+		}
+		c.Close()
+		conn.Close()
+	}, nil
+}
