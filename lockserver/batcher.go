@@ -361,20 +361,11 @@ func (l *lane[Q, R]) run() {
 	l.mu.Unlock()
 
 	if len(batch) > 0 { // empty only if every waiting call left
-		ctx, cancel := l.batchContext(batch)
-		var res []R
-		if len(batch) == 1 {
-			res = []R{l.one(ctx, batch[0].req)}
-		} else {
-			reqs := make([]Q, len(batch))
-			for i, c := range batch {
-				reqs[i] = c.req
-			}
-			res = l.many(ctx, reqs)
+		res, err := l.call(batch)
+		if err == nil && len(res) != len(batch) {
+			err = fmt.Errorf("lockserver: batched %s: the store answered %d of %d members", l.op, len(res), len(batch))
 		}
-		cancel()
-		if len(res) != len(batch) { // a store bug: answer every member
-			err := fmt.Errorf("lockserver: batched %s: the store answered %d of %d members", l.op, len(res), len(batch))
+		if err != nil { // a store bug: answer every member with it
 			res = make([]R, len(batch))
 			for i := range res {
 				res[i] = l.fail(err)
@@ -417,6 +408,27 @@ func (l *lane[Q, R]) run() {
 	l.mu.Lock()
 	l.handOff()
 	l.mu.Unlock()
+}
+
+// call makes the store call for batch. A panic in the store is returned as
+// an error, so that the members are answered and the lane handed on
+// instead of every later request waiting for a leader that is gone.
+func (l *lane[Q, R]) call(batch []*call[Q, R]) (res []R, err error) {
+	ctx, cancel := l.batchContext(batch)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			res, err = nil, fmt.Errorf("lockserver: batched %s of %d requests: the store panicked: %v", l.op, len(batch), p)
+		}
+	}()
+	if len(batch) == 1 {
+		return []R{l.one(ctx, batch[0].req)}, nil
+	}
+	reqs := make([]Q, len(batch))
+	for i, c := range batch {
+		reqs[i] = c.req
+	}
+	return l.many(ctx, reqs), nil
 }
 
 // batchContext is the context of one batch's store call: the leader's

@@ -318,3 +318,27 @@ func TestBatchConfigValidateReportsEveryField(t *testing.T) {
 		t.Errorf("defaults: %v", err)
 	}
 }
+
+// panickyStore panics on its first Acquire.
+type panickyStore struct {
+	*memstore.Store
+	once sync.Once
+}
+
+func (p *panickyStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+	p.once.Do(func() { panic("injected") })
+	return p.Store.Acquire(ctx, key, owner, ttl)
+}
+
+// TestAStorePanicAnswersItsBatchAndTheQueueGoesOn: a store call that
+// panics is answered as an error to its members, and the next request is
+// served (the lead is handed on, not lost with the panicking goroutine).
+func TestAStorePanicAnswersItsBatchAndTheQueueGoesOn(t *testing.T) {
+	b := newBatcher(t, &panickyStore{Store: memstore.New(nil)})
+	if _, err := b.Acquire(t.Context(), "k", "w", time.Minute); err == nil || !strings.Contains(err.Error(), "panicked") {
+		t.Fatalf("first acquire: %v; want the store's panic as an error", err)
+	}
+	if _, err := b.Acquire(t.Context(), "k", "w", time.Minute); err != nil {
+		t.Fatalf("second acquire: %v; want granted", err)
+	}
+}
