@@ -49,7 +49,7 @@ BENCH_COUNT ?= 6
 
 # One whole pass per round, so the rows compared with each other run
 # seconds apart, and drift on the machine hits them alike.
-bench: ## SDK + lock-server vs the raw backend primitives: BENCH_COUNT rounds (default 6) at GOMAXPROCS 1 and 2, compared by benchstat (about 4 min)
+bench: ## SDK + lock-server vs the raw backend primitives: BENCH_COUNT rounds (default 6) at GOMAXPROCS 1 and 2, compared by benchstat (about 12 min)
 	@mkdir -p $(BIN)
 	$(GO) test -c -o $(BIN)/bench.test ./lockserver/bench/
 	@rm -f $(BIN)/bench.txt
