@@ -55,7 +55,7 @@ bench: ## SDK + lock-server vs the raw backend primitives: BENCH_COUNT rounds (d
 	@rm -f $(BIN)/bench.txt
 	@for i in $$(seq $(BENCH_COUNT)); do echo "round $$i of $(BENCH_COUNT)" >&2; \
 	  (cd lockserver/bench && ../../$(BIN)/bench.test -test.run '^$$' -test.bench . -test.benchtime 1s -test.cpu 1,2) >> $(BIN)/bench.txt || exit 1; done
-	$(GO) tool benchstat -col '/path@(raw raw-lease-per-lock sdk sdk-nobatch)' $(BIN)/bench.txt
+	$(GO) tool benchstat -col '/path@(raw raw-lease-per-lock sdk sdk-nobatch store-batched)' $(BIN)/bench.txt
 
 explore: ## every ordering of two executors on one payout (expiry or revoke at any step) and 10,000 sampled orderings of three, checked from the rail's journal and the books (about 4 min)
 	$(GO) test -count=1 -timeout 60m -run 'TestExhaustiveTwoHolders|TestSampledThreeHolders|TestRegressionSchedules' -v ./harness/explore/ -args -explore.full

@@ -4,7 +4,7 @@
 // builds the test binary, runs it in six whole rounds (each a pass over
 // every benchmark at GOMAXPROCS 1 and 2), and compares the paths with
 //
-//	go tool benchstat -col '/path@(raw raw-lease-per-lock sdk sdk-nobatch)' bin/bench.txt
+//	go tool benchstat -col '/path@(raw raw-lease-per-lock sdk sdk-nobatch store-batched)' bin/bench.txt
 //
 // (the explicit column order makes raw the base; the memory rows, which
 // have no raw, would otherwise make sdk the base).
@@ -25,6 +25,7 @@
 //	backend=postgres/path=raw        pgstore called directly: one SQL statement per acquire and per release
 //	backend=postgres/path=sdk        client.TryAcquire + Lease.Release via lock-server on pgstore, group grant on
 //	backend=postgres/path=sdk-nobatch  the same with group grant off
+//	backend=B/path=store-batched     lockserver.Batcher over the store, called directly (no HTTP): group grant alone
 package bench
 
 import (
@@ -223,6 +224,14 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					pairs(b, n, setup)
 				})
 			}
+			b.Run(fmt.Sprintf("path=store-batched/clients=%d", n), func(b *testing.B) {
+				store, err := etcdstore.Open(context.Background(), etcdConfig(eps, fmt.Sprintf("/bench-store-batched-%d/", n)), slog.New(slog.DiscardHandler))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer store.Close()
+				pairs(b, n, storePair(b, store))
+			})
 		}
 	})
 	b.Run("backend=postgres", func(b *testing.B) {
@@ -252,8 +261,30 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					pairs(b, n, setup)
 				})
 			}
+			b.Run(fmt.Sprintf("path=store-batched/clients=%d", n), func(b *testing.B) {
+				pairs(b, n, storePair(b, store))
+			})
 		}
 	})
+}
+
+// storePair returns a pair function calling a lockserver.Batcher over
+// store directly, without HTTP: what group grant does for the store alone.
+func storePair(b *testing.B, store lockserver.LockStore) func(c int) (func(string) error, func()) {
+	bs, err := lockserver.NewBatcher(store, lockserver.DefaultBatchConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return func(c int) (func(string) error, func()) {
+		owner := fmt.Sprintf("batched-%d", c)
+		return func(key string) error {
+			l, err := bs.Acquire(context.Background(), "batched-"+key, owner, 30*time.Second)
+			if err != nil {
+				return err
+			}
+			return bs.Release(context.Background(), l.Key, owner, l.Token)
+		}, func() {}
+	}
 }
 
 // etcdConfig is etcdstore's defaults on endpoints eps under prefix.
