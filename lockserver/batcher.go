@@ -93,8 +93,9 @@ func (c BatchConfig) Validate() error {
 // returns an error wrapping ErrUnavailable (nothing was sent for it). One
 // that ends while its batch is in flight returns at once with the same
 // error, and the outcome is unknown, as for a single call that times out.
-// The batch itself runs on a context that keeps the leader's values but
-// not its cancellation, until the latest deadline of its members.
+// A batch of several runs on a context that keeps the leader's values but
+// not its cancellation, until the latest deadline of its members; a batch
+// of one runs on its request's own context.
 type Batcher struct {
 	store LockStore
 	cfg   BatchConfig
@@ -414,16 +415,18 @@ func (l *lane[Q, R]) run() {
 // an error, so that the members are answered and the lane handed on
 // instead of every later request waiting for a leader that is gone.
 func (l *lane[Q, R]) call(batch []*call[Q, R]) (res []R, err error) {
-	ctx, cancel := l.batchContext(batch)
-	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {
 			res, err = nil, fmt.Errorf("lockserver: batched %s of %d requests: the store panicked: %v", l.op, len(batch), p)
 		}
 	}()
 	if len(batch) == 1 {
-		return []R{l.one(ctx, batch[0].req)}, nil
+		// Alone: the store's single call on the request's own context,
+		// exactly as without batching.
+		return []R{l.one(batch[0].ctx, batch[0].req)}, nil
 	}
+	ctx, cancel := l.batchContext(batch)
+	defer cancel()
 	reqs := make([]Q, len(batch))
 	for i, c := range batch {
 		reqs[i] = c.req
