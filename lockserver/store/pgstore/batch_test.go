@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -135,4 +136,45 @@ CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON lock_lease FOR EACH ROW EXECUTE
 		t.Fatalf("create the trigger: %v", err)
 	}
 	storetest.CheckBatchFailureAnswersEveryMember(t, s, s, "zz-poison")
+}
+
+// TestBatchStatementsTakeRowsInKeyOrder: two batches must never wait for
+// each other's rows in a cycle, so every batch statement takes its rows in
+// key order: the acquire inserts from a sort on the key, and the release
+// and renewal lock their rows (LockRows) above a sort on the key.
+func TestBatchStatementsTakeRowsInKeyOrder(t *testing.T) {
+	s := openStore(t, pgtest.NewDatabase(t))
+	ctx := testCtx(t)
+	for name, tc := range map[string]struct {
+		stmt string
+		args []any
+	}{
+		"acquireMany": {acquireManySQL, []any{[]string{"b", "a"}, []string{"w", "w"}, []int64{30_000, 30_000}}},
+		"releaseMany": {releaseManySQL, []any{[]string{"b", "a"}, []int64{1, 2}, []string{"w", "w"}}},
+		"renewMany":   {renewManySQL, []any{[]string{"b", "a"}, []int64{1, 2}, []string{"w", "w"}}},
+	} {
+		rows, err := s.pool.Query(ctx, "EXPLAIN (VERBOSE) "+tc.stmt, tc.args...)
+		if err != nil {
+			t.Fatalf("EXPLAIN %s: %v", name, err)
+		}
+		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatalf("EXPLAIN %s: %v", name, err)
+		}
+		text := strings.Join(plan, "\n")
+		key := regexp.MustCompile(`Sort Key: \w+\.lock_key\b`) // the table's alias is the planner's
+		if name == "acquireMany" {
+			key = regexp.MustCompile(`Sort Key: r\.k\b`)
+		}
+		loc := key.FindStringIndex(text)
+		if loc == nil {
+			t.Errorf("plan of %s has no sort on the key:\n%s", name, text)
+			continue
+		}
+		if name != "acquireMany" {
+			if lock := strings.Index(text, "LockRows"); lock < 0 || lock > loc[0] {
+				t.Errorf("plan of %s does not lock rows above the sort on the key:\n%s", name, text)
+			}
+		}
+	}
 }
