@@ -55,6 +55,12 @@ type Result struct {
 // no member is reported granted unless the backend confirmed its grant.
 // The returned slice has one Result (one error for ReleaseMany) per
 // member, in the order of the request.
+//
+// A type that embeds a BatchStore (a test double, a decorator) and
+// overrides Acquire or Release must override the batch methods too, or
+// hide them: lock-server's Batcher calls AcquireMany and ReleaseMany
+// whenever two or more requests meet, and the embedded ones would bypass
+// the override.
 type BatchStore interface {
 	// AcquireMany is Acquire for each member.
 	AcquireMany(ctx context.Context, reqs []AcquireRequest) []Result
