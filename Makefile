@@ -49,13 +49,13 @@ BENCH_COUNT ?= 6
 
 # One whole pass per round, so the rows compared with each other run
 # seconds apart, and drift on the machine hits them alike.
-bench: ## SDK + lock-server vs the raw backend primitives: BENCH_COUNT rounds (default 6) at GOMAXPROCS 1 and 2, compared by benchstat (about 4 min)
+bench: ## SDK + lock-server vs the raw backend primitives: BENCH_COUNT rounds (default 6) at GOMAXPROCS 1 and 2, compared by benchstat (about 12 min)
 	@mkdir -p $(BIN)
 	$(GO) test -c -o $(BIN)/bench.test ./lockserver/bench/
 	@rm -f $(BIN)/bench.txt
 	@for i in $$(seq $(BENCH_COUNT)); do echo "round $$i of $(BENCH_COUNT)" >&2; \
 	  (cd lockserver/bench && ../../$(BIN)/bench.test -test.run '^$$' -test.bench . -test.benchtime 1s -test.cpu 1,2) >> $(BIN)/bench.txt || exit 1; done
-	$(GO) tool benchstat -col '/path@(raw raw-lease-per-lock sdk)' $(BIN)/bench.txt
+	$(GO) tool benchstat -col '/path@(raw raw-lease-per-lock sdk sdk-nobatch store-batched)' $(BIN)/bench.txt
 
 explore: ## every ordering of two executors on one payout (one expiry or revoke), every ordering of one executor and the reconciler (two faults of any kind), 3,000 sampled schedules of each sample; checked from the rail's journal and the books
 	$(GO) test -count=1 -timeout 60m -run 'TestExhaustive|TestSampled|TestRegressionSchedules' -v ./harness/explore/ -args -explore.full

@@ -51,11 +51,21 @@ type ServerConfig struct {
 	StallProbeInterval time.Duration
 	// Now is the clock of the stall probes; nil means time.Now. For tests.
 	Now func() time.Time
+
+	// Batching coalesces concurrent acquires, releases and renewals into
+	// one backend round trip each (group grant, batcher.go) when the store
+	// can (BatchStore, BatchRenewer); other stores are called once per
+	// request whatever this says. Default true.
+	Batching bool
+	// Batch configures the batching; its Timeout is replaced by
+	// RequestTimeout. Default DefaultBatchConfig.
+	Batch BatchConfig
 }
 
 // DefaultServerConfig returns the defaults documented on ServerConfig.
 func DefaultServerConfig() ServerConfig {
-	return ServerConfig{RequestTimeout: 5 * time.Second, MaxInFlight: 256, StallProbeInterval: 500 * time.Millisecond}
+	return ServerConfig{RequestTimeout: 5 * time.Second, MaxInFlight: 256, StallProbeInterval: 500 * time.Millisecond,
+		Batching: true, Batch: DefaultBatchConfig()}
 }
 
 // Validate returns nil or one error per invalid field, joined.
@@ -70,6 +80,14 @@ func (c ServerConfig) Validate() error {
 	if c.StallProbeInterval <= 0 || c.StallProbeInterval > overload.MaxStallProbeInterval {
 		errs = append(errs, fmt.Errorf("lockserver: StallProbeInterval must be in (0, %v], got %v", overload.MaxStallProbeInterval, c.StallProbeInterval))
 	}
+	if c.Batching {
+		b := c.Batch
+		b.Timeout = c.RequestTimeout
+		if b.Timeout <= 0 {
+			b.Timeout = time.Second // reported above
+		}
+		errs = append(errs, b.Validate())
+	}
 	return errors.Join(errs...)
 }
 
@@ -77,7 +95,8 @@ func (c ServerConfig) Validate() error {
 // lease state: every decision is the store's, so any number of Servers may
 // share one backend.
 type Server struct {
-	store   LockStore
+	store   LockStore // the Batcher over the store when batching
+	batcher *Batcher  // nil without batching
 	cfg     ServerConfig
 	log     *slog.Logger
 	mux     *http.ServeMux
@@ -104,6 +123,15 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 		return nil, fmt.Errorf("lockserver: %w", err)
 	}
 	s := &Server{store: store, cfg: cfg, log: logger, mux: http.NewServeMux(), adm: adm}
+	if cfg.Batching {
+		bc := cfg.Batch
+		bc.Timeout = cfg.RequestTimeout
+		b, err := NewBatcher(store, bc)
+		if err != nil {
+			return nil, err
+		}
+		s.store, s.batcher = b, b
+	}
 	if cfg.Registry != nil {
 		m, err := newMetrics(cfg.Registry)
 		if err != nil {
@@ -132,6 +160,15 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 	// (TraceStore), whatever sits between it and the backend.
 	s.store = TraceStore(s.store, fmt.Sprintf("%T", store))
 	return s, nil
+}
+
+// BatchStats returns the counts of the Server's batched store calls
+// (Batcher.Stats); zero without batching.
+func (s *Server) BatchStats() (acquire, release, renew BatchStats) {
+	if s.batcher == nil {
+		return
+	}
+	return s.batcher.Stats()
 }
 
 // ServeHTTP implements http.Handler. A path that is not in canonical form

@@ -327,6 +327,17 @@ const (
 	// EnvMaxInFlight bounds the lock requests lock-server serves at once
 	// (a positive integer); more get 503 OVERLOADED at once.
 	EnvMaxInFlight = "LOCK_MAX_IN_FLIGHT"
+	// EnvBatchEnabled turns group grant on or off: "true" (default) or
+	// "false". On, concurrent acquires, releases and renewals share backend
+	// round trips (lockserver.Batcher).
+	EnvBatchEnabled = "LOCK_BATCH_ENABLED"
+	// EnvBatchMax is the most requests of one backend round trip when
+	// batching (1 to 1024, default 64).
+	EnvBatchMax = "LOCK_BATCH_MAX"
+	// EnvBatchWindowUs is how long, in microseconds, a request that finds
+	// no batch in flight waits for others before it is sent (0 to 100000,
+	// default 0: requests coalesce only behind a batch in flight).
+	EnvBatchWindowUs = "LOCK_BATCH_WINDOW_US"
 	// EnvProofKeys is read by fence points, not by lock-server: the public
 	// keys whose grant proofs they accept, comma-separated VerifyKey forms
 	// "id:base64url" (more than one while keys rotate). Not a secret.

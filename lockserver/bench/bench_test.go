@@ -4,24 +4,28 @@
 // builds the test binary, runs it in six whole rounds (each a pass over
 // every benchmark at GOMAXPROCS 1 and 2), and compares the paths with
 //
-//	go tool benchstat -col '/path@(raw raw-lease-per-lock sdk)' bin/bench.txt
+//	go tool benchstat -col '/path@(raw raw-lease-per-lock sdk sdk-nobatch store-batched)' bin/bench.txt
 //
 // (the explicit column order makes raw the base; the memory rows, which
 // have no raw, would otherwise make sdk the base).
 //
 // Each iteration is one acquire and one release of a key of the client's
-// own (no contention: this measures overhead, not waiting). With 8
+// own (no contention: this measures overhead, not waiting). With 8 and 64
 // clients, ns/op is wall time divided by all pairs completed, the inverse
 // of throughput. Benchmarks are named backend=B/path=P/clients=N, so that
 // benchstat puts the paths of one backend side by side, the first (raw)
 // as the base of the comparison:
 //
 //	backend=memory/path=sdk          client + lock-server over an in-memory store: the HTTP cost alone
+//	backend=memory/path=sdk-nobatch  the same with group grant off
 //	backend=etcd/path=raw            etcd's own concurrency.Mutex Lock/Unlock, one session per client
 //	backend=etcd/path=raw-lease-per-lock  the same with a session (a lease) granted and revoked per lock
-//	backend=etcd/path=sdk            client.TryAcquire + Lease.Release via lock-server (HTTP, loopback) on etcdstore
+//	backend=etcd/path=sdk            client.TryAcquire + Lease.Release via lock-server (HTTP, loopback) on etcdstore, group grant on
+//	backend=etcd/path=sdk-nobatch    the same with group grant off (LOCK_BATCH_ENABLED=false)
 //	backend=postgres/path=raw        pgstore called directly: one SQL statement per acquire and per release
-//	backend=postgres/path=sdk        client.TryAcquire + Lease.Release via lock-server on pgstore
+//	backend=postgres/path=sdk        client.TryAcquire + Lease.Release via lock-server on pgstore, group grant on
+//	backend=postgres/path=sdk-nobatch  the same with group grant off
+//	backend=B/path=store-batched     lockserver.Batcher over the store, called directly (no HTTP): group grant alone
 package bench
 
 import (
@@ -100,13 +104,25 @@ func pairs(b *testing.B, clients int, setup func(c int) (pair func(key string) e
 	}
 }
 
-// sdkPair returns a pair function going through a lock-server over store.
-func sdkPair(b *testing.B, store lockserver.LockStore) (func(c int) (func(string) error, func()), func()) {
-	h, err := lockserver.NewServer(store, lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
+// sdkPair returns a pair function going through a lock-server over store,
+// with group grant on (lock-server's default) or off. With batching, stop
+// reports the mean number of requests per acquire and per release store
+// call (acquires/call, releases/call).
+func sdkPair(b *testing.B, store lockserver.LockStore, batching bool) (func(c int) (func(string) error, func()), func()) {
+	cfg := lockserver.DefaultServerConfig()
+	cfg.Batching = batching
+	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
 	}
 	srv := httptest.NewServer(h)
+	stop := func() {
+		srv.Close()
+		if acq, rel, _ := h.BatchStats(); batching && acq.Calls > 0 && rel.Calls > 0 {
+			b.ReportMetric(float64(acq.Requests)/float64(acq.Calls), "acquires/call")
+			b.ReportMetric(float64(rel.Requests)/float64(rel.Calls), "releases/call")
+		}
+	}
 	return func(c int) (func(string) error, func()) {
 		cl, err := client.New(srv.URL, client.WithOwner(fmt.Sprintf("bench-%d", c)))
 		if err != nil {
@@ -119,21 +135,30 @@ func sdkPair(b *testing.B, store lockserver.LockStore) (func(c int) (func(string
 			}
 			return l.Release(context.Background())
 		}, func() {}
-	}, srv.Close
+	}, stop
 }
 
-var clientCounts = []int{1, 8}
+var clientCounts = []int{1, 8, 64}
+
+// sdkPaths are the lock-server paths of every backend: group grant on
+// (the default) and off.
+var sdkPaths = []struct {
+	name     string
+	batching bool
+}{{"sdk", true}, {"sdk-nobatch", false}}
 
 func BenchmarkAcquireRelease(b *testing.B) {
 	b.Run("backend=memory", func(b *testing.B) {
 		// The floor: lock-server and the SDK over an in-memory store, so the
 		// figure is the HTTP round trips and JSON alone.
 		for _, n := range clientCounts {
-			b.Run(fmt.Sprintf("path=sdk/clients=%d", n), func(b *testing.B) {
-				setup, stop := sdkPair(b, memstore.New(nil))
-				defer stop()
-				pairs(b, n, setup)
-			})
+			for _, p := range sdkPaths {
+				b.Run(fmt.Sprintf("path=%s/clients=%d", p.name, n), func(b *testing.B) {
+					setup, stop := sdkPair(b, memstore.New(nil), p.batching)
+					defer stop()
+					pairs(b, n, setup)
+				})
+			}
 		}
 	})
 	b.Run("backend=etcd", func(b *testing.B) {
@@ -187,15 +212,25 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					}, func() { _ = cli.Close() }
 				})
 			})
-			b.Run(fmt.Sprintf("path=sdk/clients=%d", n), func(b *testing.B) {
-				store, err := etcdstore.Open(context.Background(), etcdConfig(eps, fmt.Sprintf("/bench-sdk-%d/", n)), slog.New(slog.DiscardHandler))
+			for _, p := range sdkPaths {
+				b.Run(fmt.Sprintf("path=%s/clients=%d", p.name, n), func(b *testing.B) {
+					store, err := etcdstore.Open(context.Background(), etcdConfig(eps, fmt.Sprintf("/bench-%s-%d/", p.name, n)), slog.New(slog.DiscardHandler))
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer store.Close()
+					setup, stop := sdkPair(b, store, p.batching)
+					defer stop()
+					pairs(b, n, setup)
+				})
+			}
+			b.Run(fmt.Sprintf("path=store-batched/clients=%d", n), func(b *testing.B) {
+				store, err := etcdstore.Open(context.Background(), etcdConfig(eps, fmt.Sprintf("/bench-store-batched-%d/", n)), slog.New(slog.DiscardHandler))
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer store.Close()
-				setup, stop := sdkPair(b, store)
-				defer stop()
-				pairs(b, n, setup)
+				pairs(b, n, storePair(b, store))
 			})
 		}
 	})
@@ -219,13 +254,37 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					}, func() {}
 				})
 			})
-			b.Run(fmt.Sprintf("path=sdk/clients=%d", n), func(b *testing.B) {
-				setup, stop := sdkPair(b, store)
-				defer stop()
-				pairs(b, n, setup)
+			for _, p := range sdkPaths {
+				b.Run(fmt.Sprintf("path=%s/clients=%d", p.name, n), func(b *testing.B) {
+					setup, stop := sdkPair(b, store, p.batching)
+					defer stop()
+					pairs(b, n, setup)
+				})
+			}
+			b.Run(fmt.Sprintf("path=store-batched/clients=%d", n), func(b *testing.B) {
+				pairs(b, n, storePair(b, store))
 			})
 		}
 	})
+}
+
+// storePair returns a pair function calling a lockserver.Batcher over
+// store directly, without HTTP: what group grant does for the store alone.
+func storePair(b *testing.B, store lockserver.LockStore) func(c int) (func(string) error, func()) {
+	bs, err := lockserver.NewBatcher(store, lockserver.DefaultBatchConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return func(c int) (func(string) error, func()) {
+		owner := fmt.Sprintf("batched-%d", c)
+		return func(key string) error {
+			l, err := bs.Acquire(context.Background(), "batched-"+key, owner, 30*time.Second)
+			if err != nil {
+				return err
+			}
+			return bs.Release(context.Background(), l.Key, owner, l.Token)
+		}, func() {}
+	}
 }
 
 // etcdConfig is etcdstore's defaults on endpoints eps under prefix.

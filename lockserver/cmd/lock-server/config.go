@@ -50,6 +50,16 @@ type config struct {
 	// OVERLOADED at once (LOCK_MAX_IN_FLIGHT, default
 	// lockserver.DefaultServerConfig's 256, 1..maxInFlight).
 	MaxInFlight int
+	// Batching turns group grant on (LOCK_BATCH_ENABLED, default true with
+	// PostgreSQL and false with etcd: keys granted in one etcd transaction
+	// share its revision, so two keys could carry the same token, and
+	// INV-02 promises that no token is issued twice; per key the tokens
+	// still strictly increase when it is turned on);
+	// Batch.MaxSize is LOCK_BATCH_MAX and Batch.Window
+	// LOCK_BATCH_WINDOW_US (defaults lockserver.DefaultBatchConfig's 64
+	// and 0). See lockserver.Batcher.
+	Batching bool
+	Batch    lockserver.BatchConfig
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM
 	// (LOCK_SHUTDOWN_TIMEOUT_MS, default 10000, at most maxTimeoutMs).
 	ShutdownTimeout time.Duration
@@ -81,6 +91,8 @@ func defaultConfig() config {
 		RequestTimeout:  lockserver.DefaultServerConfig().RequestTimeout,
 		ShutdownTimeout: 10 * time.Second,
 		MaxInFlight:     lockserver.DefaultServerConfig().MaxInFlight,
+		Batching:        lockserver.DefaultServerConfig().Batching,
+		Batch:           lockserver.DefaultServerConfig().Batch,
 		LogLevel:        slog.LevelInfo,
 	}
 	c.Etcd.RequestTimeout = c.RequestTimeout
@@ -93,7 +105,8 @@ func defaultConfig() config {
 func envNames() []string {
 	return []string{api.EnvStore, api.EnvHTTPAddr, api.EnvPort, api.EnvLockDBURL, api.EnvLockDBMaxConns,
 		api.EnvEtcdEndpoints, api.EnvEtcdPrefix, api.EnvEtcdIdleLeases, api.EnvRequestTimeoutMs,
-		api.EnvShutdownTimeoutMs, api.EnvLogLevel, api.EnvProofSigningKey, api.EnvMaxInFlight}
+		api.EnvShutdownTimeoutMs, api.EnvLogLevel, api.EnvProofSigningKey, api.EnvMaxInFlight,
+		api.EnvBatchEnabled, api.EnvBatchMax, api.EnvBatchWindowUs}
 }
 
 // loadConfig returns defaultConfig overridden by the variables of envNames,
@@ -164,6 +177,35 @@ func loadConfig(getenv func(string) string) (config, error) {
 			bad("%s=%q: want an integer between 1 and %d", api.EnvMaxInFlight, v, maxInFlight)
 		} else {
 			c.MaxInFlight = n
+		}
+	}
+	if c.Store == "etcd" {
+		c.Batching = false
+	}
+	if v := strings.TrimSpace(getenv(api.EnvBatchEnabled)); v != "" {
+		switch v {
+		case "true":
+			c.Batching = true
+		case "false":
+			c.Batching = false
+		default:
+			bad("%s=%q: want true or false", api.EnvBatchEnabled, v)
+		}
+	}
+	if v := strings.TrimSpace(getenv(api.EnvBatchMax)); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > lockserver.MaxBatchMaxSize {
+			bad("%s=%q: want an integer between 1 and %d", api.EnvBatchMax, v, lockserver.MaxBatchMaxSize)
+		} else {
+			c.Batch.MaxSize = n
+		}
+	}
+	if v := strings.TrimSpace(getenv(api.EnvBatchWindowUs)); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n > lockserver.MaxBatchWindow.Microseconds() {
+			bad("%s=%q: want microseconds between 0 and %d", api.EnvBatchWindowUs, v, lockserver.MaxBatchWindow.Microseconds())
+		} else {
+			c.Batch.Window = time.Duration(n) * time.Microsecond
 		}
 	}
 	if v := strings.TrimSpace(getenv(api.EnvProofSigningKey)); v != "" {

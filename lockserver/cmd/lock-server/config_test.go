@@ -23,19 +23,40 @@ func TestConfigDefaultsAndOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Store != "postgres" || c.Addr != "127.0.0.1:8080" || c.RequestTimeout != 5*time.Second || c.LockDB.MaxConns != 16 || c.Etcd.IdleLeases != 64 {
+	if c.Store != "postgres" || c.Addr != "127.0.0.1:8080" || c.RequestTimeout != 5*time.Second || c.LockDB.MaxConns != 16 || c.Etcd.IdleLeases != 64 ||
+		!c.Batching || c.Batch.MaxSize != 64 || c.Batch.Window != 0 {
 		t.Fatalf("defaults: %+v", c)
 	}
 	c, err = loadConfig(env(map[string]string{
 		"LOCK_STORE": "etcd", "ETCD_ENDPOINTS": "http://a:2379, http://b:2379,", "PORT": "9000",
 		"LOCK_REQUEST_TIMEOUT_MS": "750", "LOG_LEVEL": "debug", "ETCD_IDLE_LEASES": "0",
+		"LOCK_BATCH_ENABLED": "false", "LOCK_BATCH_MAX": "8", "LOCK_BATCH_WINDOW_US": "250",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Store != "etcd" || len(c.Etcd.Endpoints) != 2 || c.Etcd.Endpoints[1] != "http://b:2379" || c.Addr != ":9000" || c.RequestTimeout != 750*time.Millisecond ||
-		c.Etcd.RequestTimeout != 750*time.Millisecond || c.Etcd.IdleLeases != 0 || c.Etcd.Validate() != nil {
+		c.Etcd.RequestTimeout != 750*time.Millisecond || c.Etcd.IdleLeases != 0 || c.Etcd.Validate() != nil ||
+		c.Batching || c.Batch.MaxSize != 8 || c.Batch.Window != 250*time.Microsecond {
 		t.Fatalf("overrides: %+v", c)
+	}
+}
+
+// Group grant is off by default with etcd (one transaction's keys share a
+// revision, so two keys could carry one token: INV-02 says no token is
+// issued twice) and can be turned on.
+func TestBatchingDefaultsOffWithEtcd(t *testing.T) {
+	base := map[string]string{"LOCK_STORE": "etcd", "ETCD_ENDPOINTS": "http://a:2379"}
+	c, err := loadConfig(env(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Batching {
+		t.Fatal("batching on by default with etcd; want off")
+	}
+	base["LOCK_BATCH_ENABLED"] = "true"
+	if c, err = loadConfig(env(base)); err != nil || !c.Batching {
+		t.Fatalf("LOCK_BATCH_ENABLED=true with etcd: batching %v, %v; want on", c.Batching, err)
 	}
 }
 
@@ -59,6 +80,11 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{map[string]string{"LOCKDB_URL": "x", "PORT": "abc"}, "PORT"},
 		{map[string]string{"LOCKDB_URL": "x", "PORT": "70000"}, "PORT"},
 		{map[string]string{"LOCKDB_URL": "x", "PORT": "080"}, "PORT"},
+		{map[string]string{"LOCKDB_URL": "x", "LOCK_BATCH_ENABLED": "yes"}, "LOCK_BATCH_ENABLED"},
+		{map[string]string{"LOCKDB_URL": "x", "LOCK_BATCH_MAX": "0"}, "LOCK_BATCH_MAX"},
+		{map[string]string{"LOCKDB_URL": "x", "LOCK_BATCH_MAX": "5000"}, "LOCK_BATCH_MAX"},
+		{map[string]string{"LOCKDB_URL": "x", "LOCK_BATCH_WINDOW_US": "-1"}, "LOCK_BATCH_WINDOW_US"},
+		{map[string]string{"LOCKDB_URL": "x", "LOCK_BATCH_WINDOW_US": "1000000"}, "LOCK_BATCH_WINDOW_US"},
 	} {
 		_, err := loadConfig(env(tc.env))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

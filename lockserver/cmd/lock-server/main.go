@@ -86,6 +86,7 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	scfg.RequestTimeout = cfg.RequestTimeout
 	scfg.ProofKey = cfg.ProofKey
 	scfg.MaxInFlight = cfg.MaxInFlight
+	scfg.Batching, scfg.Batch = cfg.Batching, cfg.Batch
 	scfg.Registry, err = newRegistry(store)
 	if err != nil {
 		return err
@@ -111,6 +112,10 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	started := []any{"event", "server_started", "addr", ln.Addr().String(), "store", cfg.Store}
 	if !cfg.ProofKey.IsZero() {
 		started = append(started, "proofKeyId", cfg.ProofKey.ID())
+	}
+	started = append(started, "batching", cfg.Batching)
+	if cfg.Batching {
+		started = append(started, "batchMax", cfg.Batch.MaxSize, "batchWindowUs", cfg.Batch.Window.Microseconds())
 	}
 	if cfg.Store == "etcd" {
 		started = append(started, "etcdPrefix", cfg.Etcd.Prefix, "etcdIdleLeases", cfg.Etcd.IdleLeases)

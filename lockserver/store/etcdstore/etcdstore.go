@@ -281,7 +281,10 @@ type Store struct {
 	pool       *leasePool
 	guard      guard         // the restore guard's stamp: guard.go
 	fromPool   atomic.Uint64 // grants made on an idle lease
-	granted    atomic.Uint64 // etcd leases granted
+	// maxTxnMembers caps the members of one group-grant transaction
+	// (batch.go); tests raise it past etcd's limit.
+	maxTxnMembers int
+	granted       atomic.Uint64 // etcd leases granted
 
 	// With the pool on: the TTLs (in whole seconds) acquires asked the
 	// granter to top up; nil with the pool off.
@@ -349,7 +352,7 @@ func newStore(cli *clientv3.Client, owns bool, cfg Config, logger *slog.Logger) 
 	}
 	s := &Store{
 		cli: cli, ownsClient: owns, prefix: cfg.Prefix,
-		reqTimeout: cfg.RequestTimeout, clock: cfg.Clock,
+		reqTimeout: cfg.RequestTimeout, clock: cfg.Clock, maxTxnMembers: defaultMaxTxnMembers,
 		log:  logger.With("store", "etcd", "prefix", cfg.Prefix),
 		pool: newLeasePool(cfg.IdleLeases),
 		stop: func() {},
@@ -591,17 +594,23 @@ func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lock
 	if err := refusal(key, kv, rec, owner, token); err != nil {
 		return lockserver.Lease{}, err
 	}
+	return s.keepAlive(ctx, lockserver.LeaseRef{Key: key, Owner: owner, Token: token}, kv)
+}
+
+// keepAlive is Renew's second step: one keep-alive for the lease of grant
+// kv, which was read and checked to be the live grant ref.
+func (s *Store) keepAlive(ctx context.Context, ref lockserver.LeaseRef, kv *mvccpb.KeyValue) (lockserver.Lease, error) {
 	sentAt := s.clock.Now()
 	ka, err := s.cli.KeepAliveOnce(ctx, clientv3.LeaseID(kv.Lease))
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return lockserver.Lease{}, fmt.Errorf("%w: lease of key %q with token %d has ended", lockserver.ErrNotHeld, key, token)
+		return lockserver.Lease{}, fmt.Errorf("%w: lease of key %q with token %d has ended", lockserver.ErrNotHeld, ref.Key, ref.Token)
 	}
 	if err != nil {
-		return lockserver.Lease{}, s.fail("renew", key, "keep-alive", err)
+		return lockserver.Lease{}, s.fail("renew", ref.Key, "keep-alive", err)
 	}
 	ttl := time.Duration(ka.TTL) * time.Second
 	return lockserver.Lease{
-		Key: key, Owner: owner, Token: token,
+		Key: ref.Key, Owner: ref.Owner, Token: ref.Token,
 		LeaseID: leaseID(kv.Lease), TTL: ttl, ExpiresAt: sentAt.Round(0).Add(ttl),
 	}, nil
 }

@@ -44,3 +44,14 @@ func TestContractOverHTTP(t *testing.T) {
 		Advance:  clock.Advance,
 	}))
 }
+
+func TestContractBatched(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	storetest.Run(t, storetest.Batched(storetest.Backend{
+		Name:     "memstore",
+		Open:     func(*testing.T) lockserver.LockStore { return memstore.New(clock) },
+		Reopen:   func(_ *testing.T, s lockserver.LockStore) lockserver.LockStore { return s },
+		ShortTTL: time.Second,
+		Advance:  clock.Advance,
+	}))
+}

@@ -251,6 +251,9 @@ type Store struct {
 	// acquireSQL is the acquire statement; tests swap in a broken one to
 	// show that the token-regression test can fail.
 	acquireSQL string
+	// acquireManySQL is the group-grant statement (batch.go), swapped the
+	// same way.
+	acquireManySQL string
 }
 
 var _ lockserver.LockStore = (*Store)(nil)
@@ -281,7 +284,7 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: open pool: %w", err)
 	}
-	s := &Store{pool: pool, log: logger, dsn: cfg.DSN, acquireSQL: acquireSQL}
+	s := &Store{pool: pool, log: logger, dsn: cfg.DSN, acquireSQL: acquireSQL, acquireManySQL: acquireManySQL}
 	if err := s.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, err

@@ -127,13 +127,18 @@ func TestLockClockIsInlined(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
 	s := openStore(t, dsn)
 	ctx := testCtx(t)
-	for name, stmt := range map[string]string{"acquire": acquireSQL, "renew": renewSQL, "release": releaseSQL, "inspect": inspectSQL} {
+	for name, stmt := range map[string]string{"acquire": acquireSQL, "renew": renewSQL, "release": releaseSQL, "inspect": inspectSQL,
+		"acquireMany": acquireManySQL, "renewMany": renewManySQL, "releaseMany": releaseManySQL} {
 		args := []any{"k", "worker-a", int64(30_000)}
 		switch name {
 		case "renew", "release":
 			args = []any{"k", int64(1), "worker-a"}
 		case "inspect":
 			args = []any{"k"}
+		case "acquireMany":
+			args = []any{[]string{"k"}, []string{"worker-a"}, []int64{30_000}}
+		case "renewMany", "releaseMany":
+			args = []any{[]string{"k"}, []int64{1}, []string{"worker-a"}}
 		}
 		rows, err := s.pool.Query(ctx, "EXPLAIN (VERBOSE) "+stmt, args...)
 		if err != nil {

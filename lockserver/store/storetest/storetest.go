@@ -46,6 +46,7 @@ func Run(t *testing.T, b Backend) {
 		{"BadInputChangesNothing", testBadInput},
 		{"ForwardClockStepEndsLeasesButTokensStillIncrease", testForwardClockStep},
 		{"BackwardClockStepAnswersNormally", testBackwardClockStep},
+		{"BatchAnswersEachMember", testBatchAnswersEachMember},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, b) })

@@ -1,0 +1,457 @@
+package lockserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults and bounds of BatchConfig.
+const (
+	// DefaultBatchMaxSize is the most members one backend round trip
+	// carries. 64: the concurrency one lock-server sees under load, and
+	// under etcd's default limit of 128 operations per transaction (a
+	// grant is one nested transaction, counted with its operations).
+	DefaultBatchMaxSize = 64
+	// MaxBatchMaxSize caps BatchConfig.MaxSize: one PostgreSQL statement
+	// with thousands of rows holds every one of their row locks until it
+	// ends.
+	MaxBatchMaxSize = 1024
+	// MaxBatchWindow caps BatchConfig.Window: every request that starts a
+	// batch waits that long before its round trip.
+	MaxBatchWindow = 100 * time.Millisecond
+)
+
+// BatchConfig configures a Batcher. Start from DefaultBatchConfig.
+type BatchConfig struct {
+	// MaxSize is the most members of one backend call; more waiting
+	// requests go in the next one. Default DefaultBatchMaxSize; 1 to
+	// MaxBatchMaxSize (1 sends every request alone, in arrival order).
+	MaxSize int
+	// Window is how long a request that finds no batch in flight waits for
+	// others before it is sent. Default 0: a request is sent at once, and
+	// requests coalesce only while a batch is in flight (group commit), so
+	// a lone client pays nothing. At most MaxBatchWindow.
+	Window time.Duration
+	// Timeout bounds one batch's backend call when a member's context has
+	// no deadline; otherwise the call runs until the latest deadline of
+	// its members. Default 5s (lock-server's request timeout). Positive.
+	Timeout time.Duration
+}
+
+// DefaultBatchConfig returns the defaults documented on BatchConfig.
+func DefaultBatchConfig() BatchConfig {
+	return BatchConfig{MaxSize: DefaultBatchMaxSize, Timeout: 5 * time.Second}
+}
+
+// Validate returns nil or one error per invalid field, joined.
+func (c BatchConfig) Validate() error {
+	var errs []error
+	if c.MaxSize < 1 || c.MaxSize > MaxBatchMaxSize {
+		errs = append(errs, fmt.Errorf("lockserver: batch MaxSize must be 1 to %d, got %d", MaxBatchMaxSize, c.MaxSize))
+	}
+	if c.Window < 0 || c.Window > MaxBatchWindow {
+		errs = append(errs, fmt.Errorf("lockserver: batch Window must be 0 to %v, got %v", MaxBatchWindow, c.Window))
+	}
+	if c.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("lockserver: batch Timeout must be positive, got %v", c.Timeout))
+	}
+	return errors.Join(errs...)
+}
+
+// Batcher is a LockStore that coalesces concurrent Acquire, Release and
+// Renew calls into one call of the wrapped store's BatchStore (and
+// BatchRenewer) methods: one backend round trip for many keys. Revoke,
+// Inspect, Ping and Close go straight to the store, as do the calls a
+// store without the capability cannot batch.
+//
+// How a call is served. Each operation has a queue. A call that finds no
+// batch of its operation in flight becomes the leader: after
+// BatchConfig.Window it takes the waiting calls (itself first, at most
+// MaxSize), makes the store call on its own goroutine, answers every
+// member, and hands the lead to the first call still waiting, if any.
+// Calls that arrive meanwhile wait for that next batch. A batch of one
+// member uses the store's single call, so a lone client sees the store's
+// ordinary path. There is no goroutine of the Batcher's own: every batch
+// runs on the goroutine of one of its members, and Close has nothing to
+// wait for.
+//
+// Duplicate keys. A backend statement may touch a key once, so one batch
+// holds at most one call per key; of calls for the same key, the first in
+// arrival order is sent. For acquires, the others are answered from its
+// outcome: if it was granted or refused as held, they are refused with
+// ErrLockHeld (they overlapped the first in time, so the history in which
+// the first took effect, then they were refused, is a correct one); on any
+// other outcome they wait for the next batch. Releases and renewals of a
+// repeated key always wait for the next batch: each carries its own token
+// and owner, and is judged against the key as the previous one left it.
+//
+// Contexts. A call whose context ends while it waits leaves the queue and
+// returns an error wrapping ErrUnavailable (nothing was sent for it). One
+// that ends while its batch is in flight returns at once with the same
+// error, and the outcome is unknown, as for a single call that times out.
+// A batch of several runs on a context that keeps the leader's values but
+// not its cancellation, until the latest deadline of its members; a batch
+// of one runs on its request's own context.
+type Batcher struct {
+	store LockStore
+	cfg   BatchConfig
+
+	acq *lane[AcquireRequest, Result]
+	rel *lane[LeaseRef, error]
+	ren *lane[LeaseRef, Result]
+}
+
+var _ LockStore = (*Batcher)(nil)
+
+// NewBatcher returns a Batcher over store. If store implements neither
+// BatchStore nor BatchRenewer, every call goes straight to it. It returns
+// an error if cfg is invalid or store is nil.
+func NewBatcher(store LockStore, cfg BatchConfig) (*Batcher, error) {
+	if store == nil {
+		return nil, errors.New("lockserver: NewBatcher needs a store")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	b := &Batcher{store: store, cfg: cfg}
+	if bs, ok := store.(BatchStore); ok {
+		b.acq = &lane[AcquireRequest, Result]{
+			cfg: cfg, op: "acquire",
+			key: func(r AcquireRequest) string { return r.Key },
+			one: func(ctx context.Context, r AcquireRequest) Result {
+				l, err := store.Acquire(ctx, r.Key, r.Owner, r.TTL)
+				return Result{Lease: l, Err: err}
+			},
+			many: bs.AcquireMany,
+			dup: func(r AcquireRequest, first Result) (Result, bool) {
+				if first.Err == nil || errors.Is(first.Err, ErrLockHeld) {
+					return Result{Err: fmt.Errorf("%w: key %q was decided by another acquire in the same batch, which found it free and took it or found it held", ErrLockHeld, r.Key)}, true
+				}
+				return Result{}, false
+			},
+			fail: func(err error) Result { return Result{Err: err} },
+		}
+		b.rel = &lane[LeaseRef, error]{
+			cfg: cfg, op: "release",
+			key:  func(r LeaseRef) string { return r.Key },
+			one:  func(ctx context.Context, r LeaseRef) error { return store.Release(ctx, r.Key, r.Owner, r.Token) },
+			many: bs.ReleaseMany,
+			fail: func(err error) error { return err },
+		}
+	}
+	if br, ok := store.(BatchRenewer); ok {
+		b.ren = &lane[LeaseRef, Result]{
+			cfg: cfg, op: "renew",
+			key: func(r LeaseRef) string { return r.Key },
+			one: func(ctx context.Context, r LeaseRef) Result {
+				l, err := store.Renew(ctx, r.Key, r.Owner, r.Token)
+				return Result{Lease: l, Err: err}
+			},
+			many: br.RenewMany,
+			fail: func(err error) Result { return Result{Err: err} },
+		}
+	}
+	return b, nil
+}
+
+// Unwrap returns the store the Batcher wraps.
+func (b *Batcher) Unwrap() LockStore { return b.store }
+
+// BatchStats counts the store calls of one operation a Batcher made and
+// the requests they carried; Requests/Calls is the mean batch size.
+type BatchStats struct {
+	// Calls is the number of store calls made (a batch of one counts).
+	Calls uint64
+	// Requests is the number of requests those calls answered, duplicates
+	// answered from another member's outcome included.
+	Requests uint64
+}
+
+// Stats returns the counts of acquire, release and renew batches; zero for
+// an operation the store cannot batch.
+func (b *Batcher) Stats() (acquire, release, renew BatchStats) {
+	return b.acq.stats(), b.rel.stats(), b.ren.stats()
+}
+
+// Acquire implements LockStore, batched when the store is a BatchStore.
+func (b *Batcher) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Lease, error) {
+	if b.acq == nil {
+		return b.store.Acquire(ctx, key, owner, ttl)
+	}
+	r := b.acq.do(ctx, AcquireRequest{Key: key, Owner: owner, TTL: ttl})
+	return r.Lease, r.Err
+}
+
+// Renew implements LockStore, batched when the store is a BatchRenewer.
+func (b *Batcher) Renew(ctx context.Context, key, owner string, token int64) (Lease, error) {
+	if b.ren == nil {
+		return b.store.Renew(ctx, key, owner, token)
+	}
+	r := b.ren.do(ctx, LeaseRef{Key: key, Owner: owner, Token: token})
+	return r.Lease, r.Err
+}
+
+// Release implements LockStore, batched when the store is a BatchStore.
+func (b *Batcher) Release(ctx context.Context, key, owner string, token int64) error {
+	if b.rel == nil {
+		return b.store.Release(ctx, key, owner, token)
+	}
+	return b.rel.do(ctx, LeaseRef{Key: key, Owner: owner, Token: token})
+}
+
+// Revoke implements LockStore; never batched.
+func (b *Batcher) Revoke(ctx context.Context, key string, token int64) (Lease, error) {
+	return b.store.Revoke(ctx, key, token)
+}
+
+// Inspect implements LockStore; never batched.
+func (b *Batcher) Inspect(ctx context.Context, key string) (State, error) {
+	return b.store.Inspect(ctx, key)
+}
+
+// Ping implements LockStore.
+func (b *Batcher) Ping(ctx context.Context) error { return b.store.Ping(ctx) }
+
+// Close implements LockStore: it closes the store. Calls in flight end
+// with the store's answer.
+func (b *Batcher) Close() error { return b.store.Close() }
+
+// lane is the queue of one operation: requests Q answered with R.
+type lane[Q, R any] struct {
+	cfg  BatchConfig
+	op   string
+	key  func(Q) string
+	one  func(context.Context, Q) R     // the single call, for a batch of one
+	many func(context.Context, []Q) []R // the batched call
+	// dup answers a request whose key was sent in the same batch by
+	// another, from that one's result; false: it waits for the next batch.
+	// Nil: always the next batch.
+	dup  func(q Q, first R) (R, bool)
+	fail func(error) R // the answer to a call whose context ended
+
+	calls, requests atomic.Uint64
+
+	mu      sync.Mutex
+	busy    bool          // a leader exists (running, or handed the lead)
+	pending []*call[Q, R] // waiting, in arrival order
+}
+
+// call is one request in a lane.
+type call[Q, R any] struct {
+	ctx  context.Context
+	req  Q
+	res  R
+	done chan struct{} // closed once res is set
+	lead chan struct{} // receives the lead (buffered)
+
+	// Guarded by the lane's mu.
+	leader bool // handed the lead, not yet running
+	taken  bool // in a batch in flight, or answered
+}
+
+func (l *lane[Q, R]) stats() BatchStats {
+	if l == nil {
+		return BatchStats{}
+	}
+	return BatchStats{Calls: l.calls.Load(), Requests: l.requests.Load()}
+}
+
+// do queues q and returns its answer.
+func (l *lane[Q, R]) do(ctx context.Context, q Q) R {
+	c := &call[Q, R]{ctx: ctx, req: q, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	l.mu.Lock()
+	l.pending = append(l.pending, c)
+	if !l.busy {
+		// Nothing in flight: this call leads. Only now can a window help.
+		l.busy = true
+		l.mu.Unlock()
+		if l.cfg.Window > 0 {
+			t := time.NewTimer(l.cfg.Window)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+		l.run()
+		return c.res
+	}
+	l.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.res
+	case <-c.lead:
+		l.run()
+		return c.res
+	case <-ctx.Done():
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c.taken {
+		select {
+		case <-c.done:
+			return c.res
+		default:
+		}
+		return l.fail(l.gaveUp(q, ctx.Err(), "while its batch was in flight; the outcome is unknown"))
+	}
+	l.remove(c)
+	if c.leader {
+		l.handOff()
+	}
+	return l.fail(l.gaveUp(q, ctx.Err(), "before it was sent; nothing was done"))
+}
+
+func (l *lane[Q, R]) gaveUp(q Q, err error, when string) error {
+	return fmt.Errorf("%w: lockserver: batched %s of key %q: context ended %s: %w", ErrUnavailable, l.op, l.key(q), when, err)
+}
+
+// remove takes c out of pending; l.mu is held.
+func (l *lane[Q, R]) remove(c *call[Q, R]) {
+	for i, p := range l.pending {
+		if p == c {
+			l.pending = append(l.pending[:i], l.pending[i+1:]...)
+			return
+		}
+	}
+}
+
+// handOff gives the lead to the first waiting call, or ends the lane's
+// busy state when none waits; l.mu is held.
+func (l *lane[Q, R]) handOff() {
+	if len(l.pending) == 0 {
+		l.busy = false
+		return
+	}
+	next := l.pending[0]
+	next.leader = true
+	next.lead <- struct{}{} // buffered, and sent once per call
+}
+
+// run is the leader's work: take a batch, call the store, answer every
+// member, hand the lead on.
+func (l *lane[Q, R]) run() {
+	l.mu.Lock()
+	var (
+		batch []*call[Q, R]
+		dups  = map[int][]*call[Q, R]{} // by index in batch
+		index = map[string]int{}
+		rest  = l.pending[:0:0]
+	)
+	for _, c := range l.pending {
+		k := l.key(c.req)
+		if i, ok := index[k]; ok {
+			if l.dup != nil {
+				dups[i] = append(dups[i], c)
+				c.taken = true
+				continue
+			}
+		} else if len(batch) < l.cfg.MaxSize {
+			index[k] = len(batch)
+			batch = append(batch, c)
+			c.taken, c.leader = true, false
+			continue
+		}
+		rest = append(rest, c)
+	}
+	l.pending = rest
+	l.mu.Unlock()
+
+	if len(batch) > 0 { // empty only if every waiting call left
+		res, err := l.call(batch)
+		if err == nil && len(res) != len(batch) {
+			err = fmt.Errorf("lockserver: batched %s: the store answered %d of %d members", l.op, len(res), len(batch))
+		}
+		if err != nil { // a store bug: answer every member with it
+			res = make([]R, len(batch))
+			for i := range res {
+				res[i] = l.fail(err)
+			}
+		}
+		l.calls.Add(1)
+		for i, c := range batch {
+			c.res = res[i]
+			close(c.done)
+		}
+		answered := len(batch)
+		var again []*call[Q, R]
+		for i, cs := range dups {
+			for _, c := range cs {
+				r, ok := l.dup(c.req, res[i])
+				if !ok && c.ctx.Err() != nil {
+					// Its caller has gone (it was told the outcome is
+					// unknown): never send it.
+					r, ok = l.fail(l.gaveUp(c.req, c.ctx.Err(), "before it was sent; nothing was done")), true
+				}
+				if !ok {
+					again = append(again, c)
+					continue
+				}
+				c.res = r
+				close(c.done)
+				answered++
+			}
+		}
+		l.requests.Add(uint64(answered))
+		if len(again) > 0 {
+			l.mu.Lock()
+			for _, c := range again {
+				c.taken = false
+			}
+			l.pending = append(again, l.pending...)
+			l.mu.Unlock()
+		}
+	}
+	l.mu.Lock()
+	l.handOff()
+	l.mu.Unlock()
+}
+
+// call makes the store call for batch. A panic in the store is returned as
+// an error, so that the members are answered and the lane handed on
+// instead of every later request waiting for a leader that is gone.
+func (l *lane[Q, R]) call(batch []*call[Q, R]) (res []R, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			res, err = nil, fmt.Errorf("lockserver: batched %s of %d requests: the store panicked: %v", l.op, len(batch), p)
+		}
+	}()
+	if len(batch) == 1 {
+		// Alone: the store's single call on the request's own context,
+		// exactly as without batching.
+		return []R{l.one(batch[0].ctx, batch[0].req)}, nil
+	}
+	ctx, cancel := l.batchContext(batch)
+	defer cancel()
+	reqs := make([]Q, len(batch))
+	for i, c := range batch {
+		reqs[i] = c.req
+	}
+	return l.many(ctx, reqs), nil
+}
+
+// batchContext is the context of one batch's store call: the leader's
+// values without its cancellation, until the latest deadline of the
+// members (or Timeout from now when one has none).
+func (l *lane[Q, R]) batchContext(batch []*call[Q, R]) (context.Context, context.CancelFunc) {
+	latest, all := time.Time{}, true
+	for _, c := range batch {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			all = false
+			break
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	base := context.WithoutCancel(batch[0].ctx)
+	if !all {
+		return context.WithTimeout(base, l.cfg.Timeout)
+	}
+	return context.WithDeadline(base, latest)
+}

@@ -1,0 +1,344 @@
+package lockserver_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
+)
+
+// gatedStore is a memstore whose first store call waits for gate, so that
+// a test can queue requests behind a batch in flight, and which records
+// the members of every call (a single call counts as a batch of one).
+type gatedStore struct {
+	*memstore.Store
+	gate chan struct{}
+
+	mu      sync.Mutex
+	started bool
+	calls   [][]string       // keys of each call, in order
+	fail    map[string]error // the next call of this key fails so
+}
+
+func newGatedStore() *gatedStore {
+	return &gatedStore{Store: memstore.New(nil), gate: make(chan struct{}), fail: map[string]error{}}
+}
+
+// enter records a call of keys and makes the first one wait for the gate.
+func (s *gatedStore) enter(keys ...string) {
+	s.mu.Lock()
+	first := !s.started
+	s.started = true
+	s.calls = append(s.calls, keys)
+	s.mu.Unlock()
+	if first {
+		<-s.gate
+	}
+}
+
+// injected returns (and forgets) the failure planned for key.
+func (s *gatedStore) injected(key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.fail[key]
+	delete(s.fail, key)
+	return err
+}
+
+func (s *gatedStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+	s.enter(key)
+	if err := s.injected(key); err != nil {
+		return lockserver.Lease{}, err
+	}
+	return s.Store.Acquire(ctx, key, owner, ttl)
+}
+
+func (s *gatedStore) AcquireMany(ctx context.Context, reqs []lockserver.AcquireRequest) []lockserver.Result {
+	keys := make([]string, len(reqs))
+	for i, r := range reqs {
+		keys[i] = r.Key
+	}
+	s.enter(keys...)
+	out := make([]lockserver.Result, len(reqs))
+	for i, r := range reqs {
+		if err := s.injected(r.Key); err != nil {
+			out[i].Err = err
+			continue
+		}
+		out[i].Lease, out[i].Err = s.Store.Acquire(ctx, r.Key, r.Owner, r.TTL)
+	}
+	return out
+}
+
+func (s *gatedStore) Release(ctx context.Context, key, owner string, token int64) error {
+	s.enter(key)
+	return s.Store.Release(ctx, key, owner, token)
+}
+
+func (s *gatedStore) ReleaseMany(ctx context.Context, refs []lockserver.LeaseRef) []error {
+	keys := make([]string, len(refs))
+	for i, r := range refs {
+		keys[i] = r.Key
+	}
+	s.enter(keys...)
+	return s.Store.ReleaseMany(ctx, refs)
+}
+
+func (s *gatedStore) callKeys() [][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.calls)
+}
+
+func newBatcher(t *testing.T, s lockserver.LockStore) *lockserver.Batcher {
+	t.Helper()
+	b, err := lockserver.NewBatcher(s, lockserver.DefaultBatchConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type answer struct {
+	lease lockserver.Lease
+	err   error
+}
+
+// TestAcquiresQueuedBehindABatchShareOneStoreCall: while one acquire is in
+// flight, six more arrive: three free keys, one held key, and two more
+// acquires of one of the free keys. They reach the store as one call of
+// four members (a key once); the free keys are granted, the held one is
+// refused, and the two repeats are refused as held, since the first
+// acquire of their key was granted.
+func TestAcquiresQueuedBehindABatchShareOneStoreCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newGatedStore()
+		b := newBatcher(t, s)
+		held, err := s.Store.Acquire(t.Context(), "held", "holder", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answers := make([]answer, 7)
+		keys := []string{"first", "b", "c", "held", "d", "b", "b"}
+		var wg sync.WaitGroup
+		start := func(i int) {
+			wg.Go(func() {
+				l, err := b.Acquire(t.Context(), keys[i], fmt.Sprintf("owner-%d", i), time.Minute)
+				answers[i] = answer{l, err}
+			})
+		}
+		start(0)
+		synctest.Wait() // the first acquire waits in the store
+		for i := 1; i < len(keys); i++ {
+			start(i)
+			synctest.Wait() // queued, in this order
+		}
+		close(s.gate)
+		wg.Wait()
+
+		want := [][]string{{"first"}, {"b", "c", "held", "d"}}
+		if got := s.callKeys(); !slices.EqualFunc(got, want, slices.Equal) {
+			t.Fatalf("store calls %v; want %v", got, want)
+		}
+		for _, i := range []int{0, 1, 2, 4} {
+			if a := answers[i]; a.err != nil || a.lease.Key != keys[i] || a.lease.Owner != fmt.Sprintf("owner-%d", i) || a.lease.Token <= held.Token {
+				t.Errorf("acquire %d of %q: %+v, %v; want granted to owner-%d with a token above %d", i, keys[i], a.lease, a.err, i, held.Token)
+			}
+		}
+		for _, i := range []int{3, 5, 6} {
+			if !errors.Is(answers[i].err, lockserver.ErrLockHeld) {
+				t.Errorf("acquire %d of %q: %+v, %v; want ErrLockHeld", i, keys[i], answers[i].lease, answers[i].err)
+			}
+		}
+		if st, _ := s.Inspect(t.Context(), "b"); st.Lease == nil || st.Lease.Owner != "owner-1" {
+			t.Errorf("key b: %+v; want held by owner-1, the first of its acquires", st.Lease)
+		}
+		a, _, _ := b.Stats()
+		if a.Calls != 2 || a.Requests != 7 {
+			t.Errorf("acquire stats %+v; want 2 calls for 7 requests", a)
+		}
+	})
+}
+
+// TestARepeatedKeyWhoseFirstAcquireFailedGoesInTheNextBatch: when the
+// first acquire of a key in a batch fails with anything but ErrLockHeld
+// (here the backend did not answer for it), a repeat of that key learns
+// nothing from it and is sent in the next batch, where it is granted.
+func TestARepeatedKeyWhoseFirstAcquireFailedGoesInTheNextBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newGatedStore()
+		s.fail["k"] = fmt.Errorf("%w: injected", lockserver.ErrUnavailable)
+		b := newBatcher(t, s)
+		answers := make([]answer, 4)
+		keys := []string{"first", "k", "other", "k"}
+		var wg sync.WaitGroup
+		for i := range keys {
+			wg.Go(func() {
+				l, err := b.Acquire(t.Context(), keys[i], fmt.Sprintf("owner-%d", i), time.Minute)
+				answers[i] = answer{l, err}
+			})
+			synctest.Wait()
+		}
+		close(s.gate)
+		wg.Wait()
+		want := [][]string{{"first"}, {"k", "other"}, {"k"}}
+		if got := s.callKeys(); !slices.EqualFunc(got, want, slices.Equal) {
+			t.Fatalf("store calls %v; want %v", got, want)
+		}
+		if !errors.Is(answers[1].err, lockserver.ErrUnavailable) {
+			t.Errorf("first acquire of k: %v; want the injected ErrUnavailable", answers[1].err)
+		}
+		if a := answers[3]; a.err != nil || a.lease.Owner != "owner-3" {
+			t.Errorf("repeated acquire of k: %+v, %v; want granted in the next batch", a.lease, a.err)
+		}
+	})
+}
+
+// TestRepeatedReleasesOfAKeyAreJudgedOneAfterTheOther: two releases of one
+// key wait behind a batch in flight, the first by another owner, the second
+// by the holder. They cannot share a store call; each is answered as a
+// release of its own: the first ErrNotHeld, the second released.
+func TestRepeatedReleasesOfAKeyAreJudgedOneAfterTheOther(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newGatedStore()
+		b := newBatcher(t, s)
+		l, err := s.Store.Acquire(t.Context(), "k", "holder", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, err := s.Store.Acquire(t.Context(), "other", "holder", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make([]error, 3)
+		calls := []lockserver.LeaseRef{{Key: "other", Owner: "holder", Token: other.Token}, {Key: "k", Owner: "mallory", Token: l.Token}, {Key: "k", Owner: "holder", Token: l.Token}}
+		var wg sync.WaitGroup
+		for i, c := range calls {
+			wg.Go(func() { errs[i] = b.Release(t.Context(), c.Key, c.Owner, c.Token) })
+			synctest.Wait()
+		}
+		close(s.gate)
+		wg.Wait()
+		want := [][]string{{"other"}, {"k"}, {"k"}}
+		if got := s.callKeys(); !slices.EqualFunc(got, want, slices.Equal) {
+			t.Fatalf("store calls %v; want %v", got, want)
+		}
+		if errs[0] != nil || !errors.Is(errs[1], lockserver.ErrNotHeld) || errs[2] != nil {
+			t.Fatalf("answers %v; want nil, ErrNotHeld, nil", errs)
+		}
+	})
+}
+
+// TestACallWhoseContextEndsWhileQueuedIsNeverSent: an acquire queued
+// behind a batch in flight whose context ends is answered ErrUnavailable
+// at once and never reaches the store; the others queued with it are
+// served.
+func TestACallWhoseContextEndsWhileQueuedIsNeverSent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newGatedStore()
+		b := newBatcher(t, s)
+		var wg sync.WaitGroup
+		var first, gone, after answer
+		wg.Go(func() { first.lease, first.err = b.Acquire(t.Context(), "first", "w", time.Minute) })
+		synctest.Wait()
+		ctx, cancel := context.WithCancel(t.Context())
+		wg.Go(func() { gone.lease, gone.err = b.Acquire(ctx, "gone", "w", time.Minute) })
+		synctest.Wait()
+		wg.Go(func() { after.lease, after.err = b.Acquire(t.Context(), "after", "w", time.Minute) })
+		synctest.Wait()
+		cancel()
+		synctest.Wait()
+		if !errors.Is(gone.err, lockserver.ErrUnavailable) || !strings.Contains(gone.err.Error(), "nothing was done") {
+			t.Fatalf("acquire with an ended context: %v; want ErrUnavailable, nothing done", gone.err)
+		}
+		close(s.gate)
+		wg.Wait()
+		want := [][]string{{"first"}, {"after"}}
+		if got := s.callKeys(); !slices.EqualFunc(got, want, slices.Equal) {
+			t.Fatalf("store calls %v; want %v", got, want)
+		}
+		if first.err != nil || after.err != nil {
+			t.Fatalf("the others: %v, %v; want granted", first.err, after.err)
+		}
+		if st, _ := s.Inspect(t.Context(), "gone"); st.Lease != nil {
+			t.Fatalf("key gone is held by %+v", *st.Lease)
+		}
+	})
+}
+
+// TestABatcherOverAStoreWithoutTheCapabilityCallsItDirectly.
+func TestABatcherOverAStoreWithoutTheCapabilityCallsItDirectly(t *testing.T) {
+	s := &plainStore{memstore.New(nil)}
+	b := newBatcher(t, s)
+	if _, err := b.Acquire(t.Context(), "k", "w", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if a, r, n := b.Stats(); a != (lockserver.BatchStats{}) || r != a || n != a {
+		t.Fatalf("stats %+v %+v %+v; want none: nothing is batched", a, r, n)
+	}
+}
+
+// plainStore hides memstore's batch methods.
+type plainStore struct{ s *memstore.Store }
+
+func (p *plainStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+	return p.s.Acquire(ctx, key, owner, ttl)
+}
+func (p *plainStore) Renew(ctx context.Context, key, owner string, token int64) (lockserver.Lease, error) {
+	return p.s.Renew(ctx, key, owner, token)
+}
+func (p *plainStore) Release(ctx context.Context, key, owner string, token int64) error {
+	return p.s.Release(ctx, key, owner, token)
+}
+func (p *plainStore) Revoke(ctx context.Context, key string, token int64) (lockserver.Lease, error) {
+	return p.s.Revoke(ctx, key, token)
+}
+func (p *plainStore) Inspect(ctx context.Context, key string) (lockserver.State, error) {
+	return p.s.Inspect(ctx, key)
+}
+func (p *plainStore) Ping(ctx context.Context) error { return p.s.Ping(ctx) }
+func (p *plainStore) Close() error                   { return p.s.Close() }
+
+func TestBatchConfigValidateReportsEveryField(t *testing.T) {
+	err := lockserver.BatchConfig{MaxSize: 0, Window: time.Second, Timeout: 0}.Validate()
+	for _, want := range []string{"MaxSize", "Window", "Timeout"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v; want an error naming %s", err, want)
+		}
+	}
+	if err := lockserver.DefaultBatchConfig().Validate(); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+}
+
+// panickyStore panics on its first Acquire.
+type panickyStore struct {
+	*memstore.Store
+	once sync.Once
+}
+
+func (p *panickyStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+	p.once.Do(func() { panic("injected") })
+	return p.Store.Acquire(ctx, key, owner, ttl)
+}
+
+// TestAStorePanicAnswersItsBatchAndTheQueueGoesOn: a store call that
+// panics is answered as an error to its members, and the next request is
+// served (the lead is handed on, not lost with the panicking goroutine).
+func TestAStorePanicAnswersItsBatchAndTheQueueGoesOn(t *testing.T) {
+	b := newBatcher(t, &panickyStore{Store: memstore.New(nil)})
+	if _, err := b.Acquire(t.Context(), "k", "w", time.Minute); err == nil || !strings.Contains(err.Error(), "panicked") {
+		t.Fatalf("first acquire: %v; want the store's panic as an error", err)
+	}
+	if _, err := b.Acquire(t.Context(), "k", "w", time.Minute); err != nil {
+		t.Fatalf("second acquire: %v; want granted", err)
+	}
+}

@@ -1,0 +1,388 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+)
+
+// Group grant (lockserver.BatchStore, BatchRenewer). A batch of acquires is
+// one etcd transaction whose every operation is a nested transaction (etcd
+// v3.3 and later; this module pins v3.7), one per key, each with its own
+// compare:
+//
+//	Txn().Then(
+//	    OpTxn([CreateRevision(k1) == 0], [Put(k1, record, lease1)], [Get(k1)]),
+//	    OpTxn([CreateRevision(k2) == 0], [Put(k2, record, lease2)], [Get(k2)]),
+//	    ...)
+//
+// One key being held takes that key's Else branch and leaves the others
+// alone. Each member has a lease of its own, as a single Acquire has (from
+// the pool, reset by a keep-alive sent alongside, or granted inline), so a
+// lease still carries one grant in its whole life. The whole transaction is
+// one raft write at one revision, so every member granted in it has the
+// same token, that revision: above every earlier grant of each key, as a
+// single grant's is (tokens are unique per key, not across keys). etcd
+// checks only the branch each compare takes, so a member's lease that has
+// ended refuses the whole transaction (nothing applied) only when that
+// member would have been granted; the batch then falls back to single
+// Acquires.
+//
+// etcd refuses a transaction with more operations than its --max-txn-ops
+// (default 128) at any level, a nested transaction counting against what
+// is left of the limit at its parent: a batch is sent in transactions of at
+// most Store.maxTxnMembers members.
+//
+// Releases and renewals cannot be one transaction: a release revokes the
+// grant's lease and a renewal sends a keep-alive, neither of which is a
+// transaction operation. Their batches read every key in one read-only
+// transaction (one linearizable read instead of one per key), then revoke
+// or keep alive each lease, all at once.
+
+// defaultMaxTxnMembers is the most members of one transaction: under
+// etcd's default --max-txn-ops of 128 with room to spare.
+const defaultMaxTxnMembers = 64
+
+var (
+	_ lockserver.BatchStore   = (*Store)(nil)
+	_ lockserver.BatchRenewer = (*Store)(nil)
+)
+
+// batchMember is one valid member of an AcquireMany transaction.
+type batchMember struct {
+	i      int // index in the request
+	req    lockserver.AcquireRequest
+	secs   int64
+	id     clientv3.LeaseID
+	ttl    time.Duration // the lease's TTL as granted
+	sentAt time.Time     // before the grant or keep-alive (monotonic)
+	pooled bool
+	ka     keptAlive // the keep-alive's answer, pooled members only
+	kaDone chan struct{}
+}
+
+type keptAlive struct {
+	resp *clientv3.LeaseKeepAliveResponse
+	err  error
+}
+
+// AcquireMany implements lockserver.BatchStore (see above). Answers are
+// those of Acquire: ErrLockHeld for a held key, ErrBackendRestored for
+// every member when the restore guard refuses, ErrUnavailable (wrapped)
+// for every member of a transaction whose outcome is unknown, whose leases
+// are then revoked so that no grant outlives the unknown.
+func (s *Store) AcquireMany(ctx context.Context, reqs []lockserver.AcquireRequest) []lockserver.Result {
+	out := make([]lockserver.Result, len(reqs))
+	keys := make([]string, len(reqs))
+	for i, r := range reqs {
+		keys[i] = r.Key
+	}
+	dups := lockserver.ValidateBatchKeys(keys)
+	var valid []int
+	for i, r := range reqs {
+		if out[i].Err = dups[i]; out[i].Err == nil {
+			out[i].Err = lockserver.ValidateAcquire(r.Key, r.Owner, r.TTL)
+		}
+		if out[i].Err == nil {
+			valid = append(valid, i)
+		}
+	}
+	if len(valid) == 0 {
+		return out
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
+	defer cancel()
+	failAll := func(err error) {
+		for _, i := range valid {
+			out[i].Err = err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		failAll(s.fail("acquire", "", "start", err))
+		return out
+	}
+	if err := s.guardBefore(ctx); err != nil { // the restore guard: guard.go
+		failAll(err)
+		return out
+	}
+	for len(valid) > 0 {
+		n := min(len(valid), s.maxTxnMembers)
+		s.acquireTxn(ctx, reqs, valid[:n], out)
+		valid = valid[n:]
+	}
+	return out
+}
+
+// acquireTxn grants the members idx of reqs in one transaction and writes
+// their answers into out.
+func (s *Store) acquireTxn(ctx context.Context, reqs []lockserver.AcquireRequest, idx []int, out []lockserver.Result) {
+	var (
+		ms    []*batchMember
+		wg    sync.WaitGroup
+		retry []int // members to serve with a single Acquire
+	)
+	for _, i := range idx {
+		r := reqs[i]
+		m := &batchMember{i: i, req: r, secs: int64((r.TTL + time.Second - 1) / time.Second)}
+		if idle, ok := s.pool.take(m.secs, s.clock.Now()); ok {
+			m.id, m.ttl, m.pooled = idle.id, idle.ttl, true
+		}
+		s.askAhead(m.secs)
+		ms = append(ms, m)
+	}
+	// Leases for the members the pool could not serve, granted at once.
+	var grantErr sync.Map // *batchMember -> error
+	for _, m := range ms {
+		if m.pooled {
+			continue
+		}
+		wg.Go(func() {
+			m.sentAt = s.clock.Now()
+			g, err := s.cli.Grant(ctx, m.secs)
+			if err != nil {
+				grantErr.Store(m, err)
+				return
+			}
+			s.granted.Add(1)
+			s.pool.learnFloor(m.secs, g.TTL)
+			m.id, m.ttl = g.ID, time.Duration(g.TTL)*time.Second
+		})
+	}
+	wg.Wait()
+	live := ms[:0:0]
+	for _, m := range ms {
+		if err, failed := grantErr.Load(m); failed {
+			out[m.i].Err = s.fail("acquire", m.req.Key, "grant lease", err.(error))
+			continue
+		}
+		live = append(live, m)
+	}
+	ms = live
+	if len(ms) == 0 {
+		return
+	}
+	// The keep-alives of pooled leases travel with the transaction.
+	for _, m := range ms {
+		if !m.pooled {
+			continue
+		}
+		m.sentAt, m.kaDone = s.clock.Now(), make(chan struct{})
+		go func() {
+			defer close(m.kaDone)
+			m.ka.resp, m.ka.err = s.cli.KeepAliveOnce(ctx, m.id)
+		}()
+	}
+	ops := make([]clientv3.Op, len(ms))
+	for j, m := range ms {
+		k := s.prefix + m.req.Key
+		ops[j] = clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k), "=", 0)},
+			[]clientv3.Op{clientv3.OpPut(k, encodeRecord(m.req.Owner, m.ttl), clientv3.WithLease(m.id))},
+			[]clientv3.Op{clientv3.OpGet(k)})
+	}
+	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	for _, m := range ms {
+		if m.kaDone != nil {
+			<-m.kaDone
+		}
+	}
+	if err == nil {
+		// The restore guard (guard.go), once for the whole transaction.
+		if err = s.guardAfter(resp); err != nil && s.guardBefore(ctx) == nil {
+			err = s.guardAfter(resp)
+		}
+	}
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		// A lease of a member that would have been granted had ended:
+		// etcd applied nothing. Serve every member alone.
+		for _, m := range ms {
+			s.giveBack(ctx, m, m.pooled && m.ka.err != nil)
+			retry = append(retry, m.i)
+		}
+	case err != nil:
+		// The outcome is unknown, or the guard refused: revoking every
+		// lease ends whatever grant the transaction made.
+		for _, m := range ms {
+			s.revokeBestEffort(ctx, m.req.Key, m.id)
+			if errors.Is(err, lockserver.ErrBackendRestored) {
+				out[m.i].Err = fmt.Errorf("etcdstore: acquire %q: %w", m.req.Key, err)
+			} else {
+				out[m.i].Err = s.fail("acquire", m.req.Key, fmt.Sprintf("create keys (a transaction of %d)", len(ms)), err)
+			}
+		}
+	default:
+		for j, m := range ms {
+			nested := resp.Responses[j].GetResponseTxn()
+			switch {
+			case nested == nil:
+				s.revokeBestEffort(ctx, m.req.Key, m.id)
+				out[m.i].Err = fmt.Errorf("etcdstore: acquire %q: the transaction's answer has no member %d", m.req.Key, j)
+			case !nested.Succeeded:
+				s.giveBack(ctx, m, m.pooled && m.ka.err != nil)
+				out[m.i].Err = heldBy(m.req.Key, (*clientv3.TxnResponse)(nested))
+			case m.pooled && errors.Is(m.ka.err, rpctypes.ErrLeaseNotFound):
+				// The lease ended after the key was attached to it: etcd
+				// deleted the key with it. No grant exists.
+				retry = append(retry, m.i)
+			case m.pooled && m.ka.err != nil:
+				s.revokeBestEffort(ctx, m.req.Key, m.id)
+				out[m.i].Err = s.fail("acquire", m.req.Key, "reset an idle lease", m.ka.err)
+			default:
+				ttl := m.ttl
+				if m.pooled {
+					ttl = time.Duration(m.ka.resp.TTL) * time.Second
+					s.fromPool.Add(1)
+				}
+				out[m.i].Lease = lockserver.Lease{
+					Key: m.req.Key, Owner: m.req.Owner, Token: resp.Header.Revision,
+					LeaseID: leaseID(int64(m.id)), TTL: ttl, ExpiresAt: m.sentAt.Round(0).Add(ttl),
+				}
+			}
+		}
+	}
+	for _, i := range retry {
+		wg.Go(func() {
+			r := reqs[i]
+			out[i].Lease, out[i].Err = s.Acquire(ctx, r.Key, r.Owner, r.TTL)
+		})
+	}
+	wg.Wait()
+}
+
+// giveBack returns the lease of a member that carries no grant to the
+// pool, or revokes it (dead: its keep-alive failed, or the pool is full).
+func (s *Store) giveBack(ctx context.Context, m *batchMember, dead bool) {
+	if dead || !s.pool.putUnused(m.id, m.ttl, m.sentAt, s.clock.Now()) {
+		s.revokeBestEffort(ctx, m.req.Key, m.id)
+	}
+}
+
+// readMany reads the lock keys of refs (members idx) in read-only
+// transactions of at most maxTxnMembers keys: one linearizable read per
+// transaction. It returns each member's key-value (nil when absent) and
+// record, or the error of its transaction.
+func (s *Store) readMany(ctx context.Context, op string, refs []lockserver.LeaseRef, idx []int) (map[int]readKey, error) {
+	got := make(map[int]readKey, len(idx))
+	for len(idx) > 0 {
+		n := min(len(idx), s.maxTxnMembers)
+		ops := make([]clientv3.Op, n)
+		for j, i := range idx[:n] {
+			ops[j] = clientv3.OpGet(s.prefix + refs[i].Key)
+		}
+		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return nil, s.fail(op, "", fmt.Sprintf("read %d keys", n), err)
+		}
+		for j, i := range idx[:n] {
+			kv, rec, err := s.lockKV(op, refs[i].Key, resp.Responses[j].GetResponseRange().GetKvs())
+			got[i] = readKey{kv: kv, rec: rec, err: err}
+		}
+		idx = idx[n:]
+	}
+	return got, nil
+}
+
+type readKey struct {
+	kv  *mvccpb.KeyValue
+	rec record
+	err error
+}
+
+// validRefs validates refs as Release and Renew do, and rejects repeated
+// keys; it returns the indices of the valid members.
+func validRefs(refs []lockserver.LeaseRef, errs []error) []int {
+	keys := make([]string, len(refs))
+	for i, r := range refs {
+		keys[i] = r.Key
+	}
+	dups := lockserver.ValidateBatchKeys(keys)
+	var valid []int
+	for i, r := range refs {
+		if errs[i] = dups[i]; errs[i] == nil {
+			errs[i] = lockserver.ValidateLease(r.Key, r.Owner, r.Token)
+		}
+		if errs[i] == nil {
+			valid = append(valid, i)
+		}
+	}
+	return valid
+}
+
+// ReleaseMany implements lockserver.BatchStore: one read of every key,
+// then each live grant's lease revoked, all at once (see Release for what
+// each member is answered).
+func (s *Store) ReleaseMany(ctx context.Context, refs []lockserver.LeaseRef) []error {
+	out := make([]error, len(refs))
+	valid := validRefs(refs, out)
+	if len(valid) == 0 {
+		return out
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
+	defer cancel()
+	got, err := s.readMany(ctx, "release", refs, valid)
+	if err != nil {
+		for _, i := range valid {
+			out[i] = err
+		}
+		return out
+	}
+	var wg sync.WaitGroup
+	for _, i := range valid {
+		r, g := refs[i], got[i]
+		if out[i] = g.err; g.err != nil {
+			continue
+		}
+		if out[i] = refusal(r.Key, g.kv, g.rec, r.Owner, r.Token); out[i] != nil {
+			continue
+		}
+		wg.Go(func() { out[i] = s.end(ctx, "release", r.Key, g.kv) })
+	}
+	wg.Wait()
+	return out
+}
+
+// RenewMany implements lockserver.BatchRenewer: one read of every key,
+// then one keep-alive per live grant's lease, all at once (see Renew for
+// what each member is answered).
+func (s *Store) RenewMany(ctx context.Context, refs []lockserver.LeaseRef) []lockserver.Result {
+	errs := make([]error, len(refs))
+	out := make([]lockserver.Result, len(refs))
+	valid := validRefs(refs, errs)
+	for i, err := range errs {
+		out[i].Err = err
+	}
+	if len(valid) == 0 {
+		return out
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
+	defer cancel()
+	got, err := s.readMany(ctx, "renew", refs, valid)
+	if err != nil {
+		for _, i := range valid {
+			out[i].Err = err
+		}
+		return out
+	}
+	var wg sync.WaitGroup
+	for _, i := range valid {
+		r, g := refs[i], got[i]
+		if out[i].Err = g.err; g.err != nil {
+			continue
+		}
+		if out[i].Err = refusal(r.Key, g.kv, g.rec, r.Owner, r.Token); out[i].Err != nil {
+			continue
+		}
+		wg.Go(func() { out[i].Lease, out[i].Err = s.keepAlive(ctx, r, g.kv) })
+	}
+	wg.Wait()
+	return out
+}
