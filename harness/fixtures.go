@@ -13,6 +13,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 )
 
 // FixtureProcesses are the processes whose logs a Fixture reduces, in the
@@ -69,7 +70,7 @@ type Fixture struct {
 func skipEvent(name string, attrs map[string]any) bool {
 	switch name {
 	case "server_started", "server_stopping", "server_stopped", "function_started", "function_stopping", "function_stopped",
-		"server_drain_timeout", "http_server_error":
+		"server_drain_timeout", "http_server_error", tracing.EventConfigured:
 		// Process lifecycle: not part of the experiment, and a process
 		// killed after its grace period never logs its stopping line.
 		return true

@@ -118,6 +118,10 @@ const (
 	EnvServiceName = "OTEL_SERVICE_NAME"
 )
 
+// EventConfigured (INFO) is the log event Setup writes once, naming the
+// exporter (and, for OTLP, the endpoint).
+const EventConfigured = "tracing_configured"
+
 // Exporters, values of Config.Exporter.
 const (
 	ExporterNone = "none"
@@ -224,7 +228,7 @@ func Setup(ctx context.Context, service string, cfg Config, log *slog.Logger) (s
 	}
 	otel.SetTextMapPropagator(Propagator())
 	if cfg.Exporter == ExporterNone {
-		log.Info("traces not exported; trace context is propagated", "event", "tracing_configured", "exporter", ExporterNone)
+		log.Info("traces not exported; trace context is propagated", "event", EventConfigured, "exporter", ExporterNone)
 		return func(context.Context) error { return nil }, nil
 	}
 	exp, err := otlptracehttp.New(ctx)
@@ -241,7 +245,7 @@ func Setup(ctx context.Context, service string, cfg Config, log *slog.Logger) (s
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	otel.SetTracerProvider(tp)
-	log.Info("traces exported with OTLP over HTTP", "event", "tracing_configured", "exporter", ExporterOTLP, "endpoint", cfg.Endpoint)
+	log.Info("traces exported with OTLP over HTTP", "event", EventConfigured, "exporter", ExporterOTLP, "endpoint", cfg.Endpoint)
 	return tp.Shutdown, nil
 }
 
