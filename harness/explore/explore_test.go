@@ -242,7 +242,7 @@ func sampled(t *testing.T, cfg explore.Config, n int) (choices, ended map[string
 // A seeded sample of schedules of two holders with one fault on the
 // lease: make test's short version of TestExhaustiveTwoHolders.
 func TestSampledTwoHolders(t *testing.T) {
-	sampled(t, explore.Config{Holders: 2, MaxFaults: 1, Faults: []string{explore.FaultExpire, explore.FaultRevoke}}, 300)
+	sampled(t, explore.Config{Holders: 2, MaxFaults: 1, Faults: []string{explore.FaultExpire, explore.FaultRevoke}}, 150)
 }
 
 // A seeded sample of schedules of three holders with up to two faults on
