@@ -81,7 +81,9 @@ func Decode(w http.ResponseWriter, r *http.Request, dst any, limit int64) error 
 		return &Error{http.StatusRequestEntityTooLarge, CodeBodyTooLarge, fmt.Sprintf("body larger than %d bytes", limit)}
 	}
 	if err != nil {
-		return &Error{http.StatusBadRequest, CodeInvalidRequest, "reading the body: " + err.Error()}
+		// The cause (a read timeout, a reset) names the connection's
+		// addresses: never in an answer.
+		return &Error{http.StatusBadRequest, CodeInvalidRequest, "the body could not be read: it came too slowly or the connection broke"}
 	}
 	if err := checkObject(body, fieldsOf(dst)); err != nil {
 		return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + jsonProblem(err)}
@@ -175,11 +177,24 @@ func checkObject(body []byte, fields map[string]bool) error {
 	return nil
 }
 
+// describe names the JSON value tok starts, in JSON's words.
 func describe(tok json.Token) string {
-	if tok == nil {
+	switch t := tok.(type) {
+	case nil:
 		return "null"
+	case json.Delim:
+		if t == '[' {
+			return "an array"
+		}
+		return fmt.Sprintf("%q", string(t))
+	case string:
+		return "a string"
+	case json.Number, float64:
+		return "a number"
+	case bool:
+		return "a boolean"
 	}
-	return fmt.Sprintf("%T %v", tok, tok)
+	return "not JSON"
 }
 
 // fieldsOf returns the exact JSON names of the fields of the struct dst

@@ -1,10 +1,12 @@
 package httpjson
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 type req struct {
@@ -59,14 +61,32 @@ func TestDecodeMessagesNameTheJSON(t *testing.T) {
 		{`{"owner":5}`, `field "owner" wants a string, got a JSON number`},
 		{`{"owner":"a"`, "the body ends before the JSON object does"},
 		{`{"owner":"a",}`, "invalid JSON at byte"},
+		{`[]`, "the body is an array, not a JSON object"},
+		{`"x"`, "the body is a string, not a JSON object"},
+		{`5`, "the body is a number, not a JSON object"},
+		{`true`, "the body is a boolean, not a JSON object"},
 	} {
 		r := httptest.NewRequest("POST", "/", strings.NewReader(tc.body))
 		err := Decode(httptest.NewRecorder(), r, &req{}, 256)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Decode(%q) = %v; want a message containing %q", tc.body, err, tc.want)
 		}
-		if err != nil && (strings.Contains(err.Error(), "Go ") || strings.Contains(err.Error(), "int64")) {
+		if err != nil && (strings.Contains(err.Error(), "Go ") || strings.Contains(err.Error(), "int64") || strings.Contains(err.Error(), "json.")) {
 			t.Errorf("Decode(%q) = %v; names a Go type", tc.body, err)
 		}
+	}
+}
+
+// A body that cannot be read (a client too slow for the read timeout, a
+// reset) is refused without the cause, which names socket addresses.
+func TestUnreadableBodyNamesNoAddress(t *testing.T) {
+	r := httptest.NewRequest("POST", "/", iotest.ErrReader(errors.New("read tcp 127.0.0.1:33783->127.0.0.1:37322: i/o timeout")))
+	err := Decode(httptest.NewRecorder(), r, &req{}, 256)
+	var e *Error
+	if !errors.As(err, &e) || e.Status != http.StatusBadRequest || e.Code != CodeInvalidRequest {
+		t.Fatalf("unreadable body: %v; want 400 %s", err, CodeInvalidRequest)
+	}
+	if strings.Contains(e.Message, "127.0.0.1") || strings.Contains(e.Message, "tcp") {
+		t.Fatalf("message %q names the connection", e.Message)
 	}
 }
