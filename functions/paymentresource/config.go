@@ -192,31 +192,9 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			c.OutboxPoll = time.Duration(ms) * time.Millisecond
 		}
 	}
-	if v := strings.TrimSpace(getenv(api.EnvMaxInFlight)); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > overload.MaxMaxInFlight {
-			errs = append(errs, fmt.Errorf("%w: %s=%q: want an integer, 1..%d", ErrInvalidConfig, api.EnvMaxInFlight, v, overload.MaxMaxInFlight))
-		} else {
-			c.MaxInFlight = n
-		}
-	}
-	if v := strings.TrimSpace(getenv(api.EnvStallProbeMs)); v != "" {
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms <= 0 || ms > overload.MaxStallProbeInterval.Milliseconds() {
-			errs = append(errs, fmt.Errorf("%w: %s=%q: want milliseconds, 1..%d", ErrInvalidConfig, api.EnvStallProbeMs, v,
-				overload.MaxStallProbeInterval.Milliseconds()))
-		} else {
-			c.StallProbeInterval = time.Duration(ms) * time.Millisecond
-		}
-	}
-	if v := strings.TrimSpace(getenv(api.EnvStallAfterMs)); v != "" {
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms < 0 || ms > overload.MaxStallProbeInterval.Milliseconds() {
-			errs = append(errs, fmt.Errorf("%w: %s=%q: want milliseconds, 0..%d", ErrInvalidConfig, api.EnvStallAfterMs, v,
-				overload.MaxStallProbeInterval.Milliseconds()))
-		} else {
-			c.StallAfter = time.Duration(ms) * time.Millisecond
-		}
+	for _, err := range (overload.Env{MaxInFlight: api.EnvMaxInFlight, StallProbeMs: api.EnvStallProbeMs, StallAfterMs: api.EnvStallAfterMs}).
+		Load(getenv, &c.MaxInFlight, &c.StallProbeInterval, &c.StallAfter) {
+		errs = append(errs, fmt.Errorf("%w: %v", ErrInvalidConfig, err))
 	}
 	for _, k := range []struct {
 		name string

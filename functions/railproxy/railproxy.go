@@ -306,31 +306,9 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		}
 		*d.dst = time.Duration(ms) * time.Millisecond
 	}
-	if v := strings.TrimSpace(getenv(api.EnvStallProbeMs)); v != "" {
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms <= 0 || ms > overload.MaxStallProbeInterval.Milliseconds() {
-			errs = append(errs, fmt.Errorf("%w: %s=%q must be milliseconds in [1, %d]", ErrInvalidConfig, api.EnvStallProbeMs, v,
-				overload.MaxStallProbeInterval.Milliseconds()))
-		} else {
-			c.StallProbeInterval = time.Duration(ms) * time.Millisecond
-		}
-	}
-	if v := strings.TrimSpace(getenv(api.EnvStallAfterMs)); v != "" {
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms < 0 || ms > overload.MaxStallProbeInterval.Milliseconds() {
-			errs = append(errs, fmt.Errorf("%w: %s=%q must be milliseconds in [0, %d]", ErrInvalidConfig, api.EnvStallAfterMs, v,
-				overload.MaxStallProbeInterval.Milliseconds()))
-		} else {
-			c.StallAfter = time.Duration(ms) * time.Millisecond
-		}
-	}
-	if v := strings.TrimSpace(getenv(api.EnvMaxInFlight)); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > overload.MaxMaxInFlight {
-			errs = append(errs, fmt.Errorf("%w: %s=%q must be an integer in [1, %d]", ErrInvalidConfig, api.EnvMaxInFlight, v, overload.MaxMaxInFlight))
-		} else {
-			c.MaxInFlight = n
-		}
+	for _, err := range (overload.Env{MaxInFlight: api.EnvMaxInFlight, StallProbeMs: api.EnvStallProbeMs, StallAfterMs: api.EnvStallAfterMs}).
+		Load(getenv, &c.MaxInFlight, &c.StallProbeInterval, &c.StallAfter) {
+		errs = append(errs, fmt.Errorf("%w: %v", ErrInvalidConfig, err))
 	}
 	on, err := fencing.Switch(api.EnvFencingEnabled, getenv(api.EnvFencingEnabled))
 	if err != nil {

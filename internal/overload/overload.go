@@ -32,6 +32,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -501,4 +502,49 @@ func Classify(ctx context.Context, err error, unavailable error) Outcome {
 		return Answered
 	}
 	return Inconclusive
+}
+
+// Env names one service's three overload variables (each service keeps
+// its own prefix, e.g. PAYMENT_MAX_IN_FLIGHT).
+type Env struct {
+	// MaxInFlight: an integer, 1..MaxMaxInFlight.
+	MaxInFlight string
+	// StallProbeMs: milliseconds, 1..MaxStallProbeInterval.
+	StallProbeMs string
+	// StallAfterMs: milliseconds, 0 (off)..MaxStallProbeInterval.
+	StallAfterMs string
+}
+
+// Load reads the variables of e that are set (getenv, surrounding space
+// ignored) into maxInFlight, probe and after, leaving a field alone when
+// its variable is unset or bad. It returns one error per bad value, each
+// naming the variable, the value and the range; the caller wraps them in
+// its own configuration sentinel.
+func (e Env) Load(getenv func(string) string, maxInFlight *int, probe, after *time.Duration) []error {
+	var errs []error
+	if v := strings.TrimSpace(getenv(e.MaxInFlight)); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxMaxInFlight {
+			errs = append(errs, fmt.Errorf("%s=%q: want an integer, 1..%d", e.MaxInFlight, v, MaxMaxInFlight))
+		} else {
+			*maxInFlight = n
+		}
+	}
+	for _, d := range []struct {
+		name string
+		min  int64
+		dst  *time.Duration
+	}{{e.StallProbeMs, 1, probe}, {e.StallAfterMs, 0, after}} {
+		v := strings.TrimSpace(getenv(d.name))
+		if v == "" {
+			continue
+		}
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms < d.min || ms > MaxStallProbeInterval.Milliseconds() {
+			errs = append(errs, fmt.Errorf("%s=%q: want milliseconds, %d..%d", d.name, v, d.min, MaxStallProbeInterval.Milliseconds()))
+			continue
+		}
+		*d.dst = time.Duration(ms) * time.Millisecond
+	}
+	return errs
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -362,4 +363,28 @@ func TestACallRunningOutItsDeadlineMarksTheBackendStalled(t *testing.T) {
 			t.Fatal("a full-deadline timeout did not mark the backend stalled")
 		}
 	})
+}
+
+// Env.Load takes every good value, refuses every bad one naming its
+// variable, and leaves a field alone when its variable is bad or unset.
+func TestEnvLoad(t *testing.T) {
+	e := overload.Env{MaxInFlight: "X_MAX", StallProbeMs: "X_PROBE", StallAfterMs: "X_AFTER"}
+	vars := map[string]string{"X_MAX": " 12 ", "X_PROBE": "250", "X_AFTER": "0"}
+	n, probe, after := 1, time.Second, time.Second
+	if errs := e.Load(func(k string) string { return vars[k] }, &n, &probe, &after); len(errs) != 0 || n != 12 || probe != 250*time.Millisecond || after != 0 {
+		t.Fatalf("good values: %v, %d %v %v", errs, n, probe, after)
+	}
+	vars = map[string]string{"X_MAX": "0", "X_PROBE": "0", "X_AFTER": "-1"}
+	errs := e.Load(func(k string) string { return vars[k] }, &n, &probe, &after)
+	if len(errs) != 3 || n != 12 || probe != 250*time.Millisecond || after != 0 {
+		t.Fatalf("bad values: %v, %d %v %v; want 3 errors and nothing changed", errs, n, probe, after)
+	}
+	for i, name := range []string{"X_MAX", "X_PROBE", "X_AFTER"} {
+		if !strings.Contains(errs[i].Error(), name) {
+			t.Errorf("error %q does not name %s", errs[i], name)
+		}
+	}
+	if errs := e.Load(func(string) string { return "" }, &n, &probe, &after); len(errs) != 0 || n != 12 {
+		t.Fatalf("unset: %v, %d", errs, n)
+	}
 }
