@@ -362,18 +362,13 @@ var errCrashed = errors.New("explore: the process crashed")
 // (FaultRailDown).
 func (e *Explorer) holdRail(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
+		payout, err := payoutOf(r)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		var req struct {
-			PayoutID string `json:"payoutId"`
-		}
-		_ = json.Unmarshal(body, &req)
 		mode := StepRail
-		if v, ok := e.runs.Load(req.PayoutID); ok {
+		if v, ok := e.runs.Load(payout); ok {
 			run := v.(*run)
 			if h := int(run.running.Load()); h >= 0 {
 				mode = run.hold(arrival{holder: h, step: StepRail, resume: make(chan string)}, FaultRailDown)
@@ -389,6 +384,21 @@ func (e *Explorer) holdRail(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		}
 	})
+}
+
+// payoutOf reads the payoutId of r's JSON body ("" when it has none) and
+// puts the body back for the handler behind.
+func payoutOf(r *http.Request) (string, error) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return "", err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var req struct {
+		PayoutID string `json:"payoutId"`
+	}
+	_ = json.Unmarshal(body, &req)
+	return req.PayoutID, nil
 }
 
 // hold reports a at its step and waits for the explorer's choice; once the
@@ -416,18 +426,13 @@ func (e *Explorer) watchProxy(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(r.Body)
+		payout, err := payoutOf(r)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		var req struct {
-			PayoutID string `json:"payoutId"`
-		}
-		_ = json.Unmarshal(body, &req)
 		next.ServeHTTP(w, r)
-		if v, ok := e.runs.Load(req.PayoutID); ok {
+		if v, ok := e.runs.Load(payout); ok {
 			run := v.(*run)
 			if h := run.detached.Load(); h >= 0 && holderName(int(h)) == r.Header.Get(headerHolder) {
 				run.detached.Store(-1)
