@@ -161,8 +161,8 @@ func revokeAfterClaim(ctx context.Context, t *testing.T, st *stack, log *slog.Lo
 			}
 		},
 	}))
-	if out, err := a.Execute(ctx, ev); !errors.Is(err, executor.ErrLeaseLost) {
-		t.Fatalf("A after the revoke: %q, %v; want ErrLeaseLost", out, err)
+	if out, err := a.Execute(ctx, ev); !errors.Is(err, executor.ErrNoLongerHolder) {
+		t.Fatalf("A after the revoke: %q, %v; want ErrNoLongerHolder", out, err)
 	}
 	if n := len(st.stub.Submissions(ev.PayoutID)); n != 0 {
 		t.Fatalf("the rail received %d submissions from the revoked holder, want 0", n)

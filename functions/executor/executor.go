@@ -82,9 +82,11 @@ import (
 var (
 	// ErrLockBusy: the account's lock was not granted within AcquireWait.
 	ErrLockBusy = errors.New("executor: lock busy")
-	// ErrLeaseLost: the lease ended before a side effect (expired, revoked,
-	// or refused by lock-server when confirmed); nothing was sent.
-	ErrLeaseLost = errors.New("executor: lease lost before a side effect")
+	// ErrNoLongerHolder: this worker stopped before a side effect because
+	// it is no longer the holder: its lease ended (expired, revoked, or
+	// refused by lock-server when confirmed, client.ErrLeaseLost); nothing
+	// was sent.
+	ErrNoLongerHolder = errors.New("executor: no longer the holder; stopped before a side effect")
 	// ErrSubmissionInFlight: rail-proxy reports that an earlier worker's
 	// submission of the payout is still waiting for the rail's answer;
 	// a later delivery reports its outcome.
@@ -394,7 +396,7 @@ func codeOf(err error) string {
 		return fencing.CodeFencedOut
 	case errors.Is(err, ErrLockBusy):
 		return codeLockBusy
-	case errors.Is(err, ErrLeaseLost):
+	case errors.Is(err, ErrNoLongerHolder):
 		return codeLeaseLost
 	case errors.Is(err, ErrSubmissionInFlight):
 		return codeInFlight
@@ -404,7 +406,7 @@ func codeOf(err error) string {
 }
 
 // Execute runs the payout flow for e and returns its final outcome, or an
-// error wrapping ErrLockBusy, ErrLeaseLost, ErrFencedOut,
+// error wrapping ErrLockBusy, ErrNoLongerHolder, ErrFencedOut,
 // ErrSubmissionInFlight or ErrDependency when a later delivery should try
 // again. Every answer of a dependency is classified by Classify; a
 // permanent refusal marks the payout needs_attention and ends with
