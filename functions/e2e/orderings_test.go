@@ -29,11 +29,7 @@ import (
 //
 // Outcomes are read from the rail's journal, raildb and paydb.
 func TestOrderingsOfIssue8(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL and etcd")
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
+	ctx := begin(t, "PostgreSQL and etcd", 5*time.Minute)
 	backends := lockStores(ctx, t)
 	for _, backend := range []string{"postgres", "etcd"} {
 		t.Run(backend+"/stale-submission-arrives-first", func(t *testing.T) {
