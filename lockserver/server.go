@@ -373,7 +373,7 @@ func (s *Server) fail(w http.ResponseWriter, op, key string, err error, attrs ..
 		key = key[:api.MaxKeyLen] + "..."
 	}
 	attrs = append([]any{"op", op, "key", key, "code", string(code), "error", err.Error()}, attrs...)
-	msg := err.Error()
+	msg := httpjson.ClientMessage(err)
 	switch {
 	case code == api.CodeBackendRestored:
 		s.log.Error("grant refused: backend may have been restored", append([]any{"event", api.EventBackendRestored}, attrs...)...)

@@ -707,7 +707,7 @@ func (s *Stub) methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed 
 // in the log only.
 func (s *Stub) fail(w http.ResponseWriter, err error) {
 	status, code, retryable := statusOf(err)
-	msg := err.Error()
+	msg := httpjson.ClientMessage(err)
 	if status >= 500 && code != CodeRailUnavailable {
 		s.log.Error("rail stub request failed", "event", EventRequestFailed, "code", code, "error", err.Error())
 	}
