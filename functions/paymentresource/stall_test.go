@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,25 +88,9 @@ func TestFrozenPaydbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Wave 1 meets the frozen paydb. A sampler watches the in-flight gauge.
-	var peak atomic.Int64
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			if v := int64(overloadtest.Gauge(t, reg, "paymentresource_requests_in_flight")); v > peak.Load() {
-				peak.Store(v)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}()
+	stopPeak := overloadtest.Peak(t, reg, "paymentresource_requests_in_flight")
 	first := wave(t, caller, srv.URL, concurrent)
-	close(stop)
-	<-sampled
+	peak := stopPeak()
 	t.Logf("wave 1 latency at the caller: %s", overloadtest.Spread(first))
 	if slowest := timed.Reset(); slowest >= callerTimeout {
 		t.Fatalf("wave 1: the slowest answer took %v in the handler; want it before the executor's %v", slowest, callerTimeout)
@@ -131,10 +114,10 @@ func TestFrozenPaydbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 	}
 	// How many were shed depends on how fast the wave arrives; the bound
 	// itself is TestRequestsBeyondMaxInFlightAreShedAtOnce's.
-	if p := peak.Load(); p > maxInFlight || p < 1 {
+	if p := peak; p > maxInFlight || p < 1 {
 		t.Fatalf("in-flight gauge peaked at %d; want 1..%d (the bound)", p, maxInFlight)
 	}
-	t.Logf("wave 1: %d DATABASE_UNAVAILABLE, %d OVERLOADED, in-flight peak %d", held, shed, peak.Load())
+	t.Logf("wave 1: %d DATABASE_UNAVAILABLE, %d OVERLOADED, in-flight peak %d", held, shed, peak)
 	if overloadtest.Gauge(t, reg, "paymentresource_db_stalled") != 1 {
 		t.Fatal("paydb is not marked stalled after its calls ran out their timeout")
 	}

@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,24 +111,9 @@ func TestFrozenRaildbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var peak atomic.Int64
-	stop, sampled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			if v := int64(overloadtest.Gauge(t, reg, "railproxy_requests_in_flight")); v > peak.Load() {
-				peak.Store(v)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}()
+	stopPeak := overloadtest.Peak(t, reg, "railproxy_requests_in_flight")
 	first := submissionWave(caller, srv.URL, "w1", concurrent)
-	close(stop)
-	<-sampled
+	peak := stopPeak()
 	t.Logf("wave 1 latency at the caller: %s", overloadtest.Spread(first))
 	if slowest := timed.Reset(); slowest >= callerTimeout {
 		t.Fatalf("wave 1: the slowest answer took %v in the handler; want it before the executor's %v", slowest, callerTimeout)
@@ -146,8 +130,8 @@ func TestFrozenRaildbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 		}
 		counts[a.Code]++
 	}
-	t.Logf("wave 1: %v, in-flight peak %d", counts, peak.Load())
-	if pk := peak.Load(); pk > maxInFlight || pk < 1 {
+	t.Logf("wave 1: %v, in-flight peak %d", counts, peak)
+	if pk := peak; pk > maxInFlight || pk < 1 {
 		t.Fatalf("in-flight gauge peaked at %d; want 1..%d (the bound)", pk, maxInFlight)
 	}
 	if overloadtest.Gauge(t, reg, "railproxy_db_stalled") != 1 || len(r.logs.Events(t, "backend_stalled")) != 1 {

@@ -152,3 +152,29 @@ func AwaitGoroutines(t testing.TB, n int, limit time.Duration) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Peak samples the label-free gauge name in reg every 5 ms until the
+// returned function is called; that function stops the sampling and
+// returns the highest value seen.
+func Peak(t testing.TB, reg *prometheus.Registry, name string) (stop func() int64) {
+	var peak int64
+	done, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if v := int64(Gauge(t, reg, name)); v > peak {
+				peak = v
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	return func() int64 {
+		close(done)
+		<-sampled
+		return peak
+	}
+}
