@@ -58,6 +58,11 @@ import (
 // armed): the run does not show a stale holder and proves nothing.
 var ErrNoTakeover = errors.New("harness: no second holder took over during the pause")
 
+// EventCloudPayoutCreated (INFO) is the harness's log event when a cloud
+// cell has created its payout and waits out the pause (cell, payoutId,
+// until).
+const EventCloudPayoutCreated = "cloud_payout_created"
+
 // FenceSwitch sets the two fencing kill switches of a cell on the
 // deployed services and returns once both serve with them.
 type FenceSwitch interface {
@@ -131,7 +136,7 @@ func RunCloudCell(ctx context.Context, cfg CloudConfig, cell Cell) (*Run, error)
 	if _, err := pay.CreatePayout(ctx, api.PayoutRequest{PayoutID: payoutID, AccountID: accountID, AmountMinor: AmountMinor, Currency: Currency}); err != nil {
 		return nil, fmt.Errorf("%s: create payout: %w", cell.Name(), err)
 	}
-	log.Info("payout created; waiting out the pause and the stale delivery", "event", "cloud_payout_created", "cell", cell.Name(),
+	log.Info("payout created; waiting out the pause and the stale delivery", "event", EventCloudPayoutCreated, "cell", cell.Name(),
 		"payoutId", payoutID, "until", created.Add(cfg.Pause+cfg.Settle).UTC())
 	// The stale delivery leaves no record when a fence refuses it: the only
 	// sign that it is over is the time its pause ends, plus its bounded calls.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
 
 // The token floor: the second line of the restore guard, behind the
@@ -45,7 +47,7 @@ func (s *Server) withdraw(ctx context.Context, l Lease, floor int64) error {
 	defer cancel()
 	if _, err := s.store.Revoke(rctx, l.Key, l.Token); err != nil {
 		s.log.Warn("withdrawing a grant with a repeated token failed; it expires after its TTL",
-			"event", "grant_withdraw_failed", "key", l.Key, "token", l.Token, "error", err.Error())
+			"event", api.EventGrantWithdrawFailed, "key", l.Key, "token", l.Token, "error", err.Error())
 	}
 	return fmt.Errorf("%w: the backend granted key %q with token %d, not above token %d that this lock-server issued before; the grant was withdrawn",
 		ErrBackendRestored, l.Key, l.Token, floor)

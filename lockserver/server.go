@@ -224,7 +224,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	err := s.store.Ping(ctx)
 	s.observe(ctx, err)
 	if err != nil {
-		s.log.Warn("backend not ready", "event", "backend_unready", "error", err.Error())
+		s.log.Warn("backend not ready", "event", api.EventBackendUnready, "error", err.Error())
 		writeError(w, http.StatusServiceUnavailable, api.CodeBackendUnavailable, "the backend did not answer a ping")
 		return
 	}
@@ -305,7 +305,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 		return
 	}
 	s.noteIssued(l.Token)
-	s.logLease("lock granted", "lock_granted", l)
+	s.logLease("lock granted", api.EventLockGranted, l)
 	writeJSON(w, http.StatusOK, s.holderGrant(l))
 }
 
@@ -322,7 +322,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(w, "renew", key, err, "owner", req.Owner, "token", req.Token)
 		return
 	}
-	s.logLease("lease renewed", "lease_renewed", l)
+	s.logLease("lease renewed", api.EventLeaseRenewed, l)
 	writeJSON(w, http.StatusOK, s.holderGrant(l))
 }
 
@@ -339,7 +339,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(w, "release", key, err, "owner", req.Owner, "token", req.Token)
 		return
 	}
-	s.log.Info("lease released", "event", "lease_released", "key", key, "owner", req.Owner, "token", req.Token)
+	s.log.Info("lease released", "event", api.EventLeaseReleased, "key", key, "owner", req.Owner, "token", req.Token)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -360,7 +360,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(w, "revoke", key, err, "token", req.Token)
 		return
 	}
-	s.log.Warn("lease force-revoked", "event", "lease_revoked", "key", l.Key, "owner", l.Owner, "token", l.Token, "reason", req.Reason)
+	s.log.Warn("lease force-revoked", "event", api.EventLeaseRevoked, "key", l.Key, "owner", l.Owner, "token", l.Token, "reason", req.Reason)
 	writeJSON(w, http.StatusOK, grantOf(l))
 }
 
@@ -373,24 +373,34 @@ func (s *Server) fail(w http.ResponseWriter, op, key string, err error, attrs ..
 		key = key[:api.MaxKeyLen] + "..."
 	}
 	attrs = append([]any{"op", op, "key", key, "code", string(code), "error", err.Error()}, attrs...)
-	msg := err.Error()
+	msg := httpjson.ClientMessage(err)
 	switch {
 	case code == api.CodeBackendRestored:
-		s.log.Error("grant refused: backend may have been restored", append([]any{"event", "backend_restored"}, attrs...)...)
+		s.log.Error("grant refused: backend may have been restored", append([]any{"event", api.EventBackendRestored}, attrs...)...)
 		msg = fmt.Sprintf("%s %q refused: the backend is not provably the one earlier tokens were issued on (restored or rolled back); "+
 			"an operator must run \"lockctl advance --past N\" with N at least the largest token ever issued", op, key)
 	case status >= 500:
-		s.log.Error("lock request failed", append([]any{"event", op + "_failed"}, attrs...)...)
+		s.log.Error("lock request failed", append([]any{"event", opEvents[op].failed}, attrs...)...)
 		msg = fmt.Sprintf("%s %q: the backend did not answer in time; the outcome is unknown", op, key)
 		if code == api.CodeInternal {
 			msg = op + ": internal error"
 		}
 	case code == api.CodeLockHeld:
-		s.log.Debug("lock request refused", append([]any{"event", op + "_refused"}, attrs...)...)
+		s.log.Debug("lock request refused", append([]any{"event", opEvents[op].refused}, attrs...)...)
 	default:
-		s.log.Info("lock request refused", append([]any{"event", op + "_refused"}, attrs...)...)
+		s.log.Info("lock request refused", append([]any{"event", opEvents[op].refused}, attrs...)...)
 	}
 	writeError(w, status, code, msg)
+}
+
+// opEvents names the events fail logs for each operation: refused (a 4xx)
+// and failed (a 5xx).
+var opEvents = map[string]struct{ refused, failed string }{
+	"acquire": {api.EventAcquireRefused, api.EventAcquireFailed},
+	"renew":   {api.EventRenewRefused, api.EventRenewFailed},
+	"release": {api.EventReleaseRefused, api.EventReleaseFailed},
+	"revoke":  {api.EventRevokeRefused, api.EventRevokeFailed},
+	"inspect": {api.EventInspectRefused, api.EventInspectFailed},
 }
 
 // statusOf maps a store error to its HTTP status and stable code.

@@ -108,6 +108,13 @@ func TestBadRequestsGetTheEnvelopeAndChangeNothing(t *testing.T) {
 			if env.Error.Code != tc.code || env.Error.Message == "" || env.Error.Retryable != tc.code.Retryable() {
 				t.Fatalf("envelope %+v; want code %s, a message, retryable=%v", env.Error, tc.code, tc.code.Retryable())
 			}
+			// The message is for people and stable: no Go package names from
+			// a wrapped error chain ("lockserver: ...", "json: ...").
+			for _, goName := range []string{"lockserver:", "api:", "json:", "strconv", "memstore:"} {
+				if strings.Contains(env.Error.Message, goName) {
+					t.Fatalf("message %q carries the Go error chain (%s)", env.Error.Message, goName)
+				}
+			}
 		})
 	}
 	after, _ := store.Inspect(context.Background(), "payout:acct-1")

@@ -95,12 +95,20 @@ func (rr *roundRobin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rr.workers[int(rr.next.Add(1))%len(rr.workers)].ServeHTTP(w, r)
 }
 
-func TestPayoutPipelineEndToEnd(t *testing.T) {
+// begin skips t in -short mode (what names what the test starts) and
+// returns a context that ends after limit, or with t.
+func begin(t *testing.T, what string, limit time.Duration) context.Context {
+	t.Helper()
 	if testing.Short() {
-		t.Skip("starts PostgreSQL, etcd and Pub/Sub")
+		t.Skip("starts " + what)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
-	defer cancel()
+	ctx, cancel := context.WithTimeout(t.Context(), limit)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestPayoutPipelineEndToEnd(t *testing.T) {
+	ctx := begin(t, "PostgreSQL, etcd and Pub/Sub", 8*time.Minute)
 	stores := lockStores(ctx, t)
 	for _, backend := range []string{"postgres", "etcd"} {
 		t.Run(backend, func(t *testing.T) { runPipeline(ctx, t, stores[backend]) })

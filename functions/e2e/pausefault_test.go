@@ -27,11 +27,7 @@ import (
 // and rail-proxy's fence refuses it. The rail receives the payout once and
 // the books balance.
 func TestPauseFaultMakesAStaleDeliveryTheFencesRefuse(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL")
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
+	ctx := begin(t, "PostgreSQL", 2*time.Minute)
 	var logs logtest.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 	st := newStack(ctx, t, log, lockStores(ctx, t)["postgres"], fences{payment: true, rail: true})

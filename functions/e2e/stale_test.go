@@ -47,11 +47,7 @@ func (p *partition) Do(r *http.Request) (*http.Response, error) {
 // submits as if it still held the lease. The outcome is read from the
 // rail-stub's record and the ledger, never from what the workers say.
 func TestStaleHolderMatrix(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL and etcd")
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
+	ctx := begin(t, "PostgreSQL and etcd", 5*time.Minute)
 	backends := lockStores(ctx, t)
 	cells := []struct {
 		name        string

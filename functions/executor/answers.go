@@ -70,7 +70,7 @@ type Verdict struct {
 	// ClassFenced when the holder's lease is current.
 	Reason api.AttentionReason
 	// Err is the sentinel of a ClassTransient (or stale ClassFenced)
-	// answer: ErrLockBusy, ErrLeaseLost, ErrFencedOut or ErrDependency,
+	// answer: ErrLockBusy, ErrNoLongerHolder, ErrFencedOut or ErrDependency,
 	// which chooses the push status and the delivery's metric label. A
 	// ClassContinue answer that cannot be acted on (a
 	// PAYOUT_ALREADY_SUBMITTED without its attempt) is redelivered with
@@ -94,8 +94,8 @@ var (
 var answers = map[Service]map[string]Verdict{
 	ServiceLockServer: {
 		string(lockapi.CodeLockHeld):             {Class: ClassTransient, Err: ErrLockBusy},
-		string(lockapi.CodeLeaseNotHeld):         {Class: ClassTransient, Err: ErrLeaseLost},
-		string(lockapi.CodeStaleToken):           {Class: ClassTransient, Err: ErrLeaseLost},
+		string(lockapi.CodeLeaseNotHeld):         {Class: ClassTransient, Err: ErrNoLongerHolder},
+		string(lockapi.CodeStaleToken):           {Class: ClassTransient, Err: ErrNoLongerHolder},
 		string(lockapi.CodeInvalidRequest):       {Class: ClassDone, Outcome: OutcomeDropped}, // the event's lock key is refused: it never executes
 		string(lockapi.CodeBodyTooLarge):         deployment,
 		string(lockapi.CodeUnsupportedMediaType): deployment,

@@ -122,7 +122,7 @@ func TestClassesOfTheAnswers(t *testing.T) {
 		{executor.ServiceRailProxy, string(railapi.CodeInvalidRequest), 400, executor.ClassPermanent, api.ReasonRailRequestRefused, nil},
 		{executor.ServicePaymentResource, string(api.CodeUnavailable), 503, executor.ClassTransient, "", executor.ErrDependency},
 		{executor.ServiceLockServer, string(lockapi.CodeLockHeld), 409, executor.ClassTransient, "", executor.ErrLockBusy},
-		{executor.ServiceLockServer, string(lockapi.CodeStaleToken), 409, executor.ClassTransient, "", executor.ErrLeaseLost},
+		{executor.ServiceLockServer, string(lockapi.CodeStaleToken), 409, executor.ClassTransient, "", executor.ErrNoLongerHolder},
 		{executor.ServiceRailProxy, "", 0, executor.ClassTransient, "", executor.ErrDependency},              // no answer
 		{executor.ServiceRailProxy, "", 502, executor.ClassTransient, "", executor.ErrDependency},            // not an envelope
 		{executor.ServiceRailProxy, "NEWER_CODE", 409, executor.ClassPermanent, api.ReasonUnclassified, nil}, // a newer rail-proxy

@@ -312,8 +312,8 @@ func TestRevokeAcknowledgedBeforeTheSubmissionStopsIt(t *testing.T) {
 	x, s := newExecutor(t, deps, hooks)
 	store = s
 	out, err := x.Execute(t.Context(), event)
-	if !errors.Is(err, executor.ErrLeaseLost) || executor.Status(out, err) != http.StatusServiceUnavailable {
-		t.Fatalf("Execute = %q, %v; want ErrLeaseLost and 503", out, err)
+	if !errors.Is(err, executor.ErrNoLongerHolder) || executor.Status(out, err) != http.StatusServiceUnavailable {
+		t.Fatalf("Execute = %q, %v; want ErrNoLongerHolder and 503", out, err)
 	}
 	if n := deps.railCalls(); n != 0 {
 		t.Fatalf("%d rail submissions after the lease was lost; want 0", n)

@@ -371,7 +371,7 @@ func createdStatus(created bool) int {
 // driver's error text, SQL, a socket address) goes to the log only.
 func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error, attrs ...any) {
 	status, code, retryable := statusOf(err)
-	msg := err.Error()
+	msg := httpjson.ClientMessage(err)
 	if status >= 500 {
 		msg = serverMessage(code)
 	}

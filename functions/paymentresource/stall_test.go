@@ -2,16 +2,10 @@ package paymentresource_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
-	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +15,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload/overloadtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
@@ -29,77 +24,21 @@ import (
 // default 5 s): a 503 that arrives later is, to the executor, no answer.
 const callerTimeout = 5 * time.Second
 
-// stallClock is the stall breaker's clock: no probe is due until the test
-// moves it.
-type stallClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *stallClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *stallClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-// waveAnswer is one answer of a wave: status, code, Retry-After, or the
-// caller's own error (no answer before its timeout).
-type waveAnswer struct {
-	status     int
-	code       api.Code
-	retryAfter string
-	err        error
-	took       time.Duration
-}
-
 // wave sends n requests at once through caller, half of them GET payout
 // p-1 and half claims of it with token 5 (and lock-server's proof), and
 // returns every answer.
-func wave(t *testing.T, caller *http.Client, base string, n int) []waveAnswer {
+func wave(t *testing.T, caller *http.Client, base string, n int) []overloadtest.Answer[api.Code] {
 	t.Helper()
-	out := make([]waveAnswer, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			req, _ := http.NewRequest(http.MethodGet, base+api.PayoutPath("p-1"), nil)
-			if i%2 == 1 {
-				req, _ = http.NewRequest(http.MethodPost, base+api.ClaimPath("p-1"), nil)
-				req.Header.Set(fencing.HeaderToken, "5")
-				req.Header.Set(fencing.HeaderOwner, "worker-"+strconv.Itoa(i))
-				req.Header.Set(fencing.HeaderProof, prooftest.Proof("acct-7", 5))
-			}
-			start := time.Now()
-			resp, err := caller.Do(req)
-			if err != nil {
-				out[i] = waveAnswer{err: err, took: time.Since(start)}
-				return
-			}
-			defer resp.Body.Close()
-			body, _ := io.ReadAll(resp.Body)
-			var env api.ErrorEnvelope
-			_ = json.Unmarshal(body, &env)
-			out[i] = waveAnswer{status: resp.StatusCode, code: env.Error.Code, retryAfter: resp.Header.Get("Retry-After"), took: time.Since(start)}
-		})
-	}
-	wg.Wait()
-	return out
-}
-
-// gathered returns the value of the label-free gauge name in reg.
-func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetGauge().GetValue()
+	return overloadtest.Wave[api.Code](caller, n, func(i int) *http.Request {
+		req, _ := http.NewRequest(http.MethodGet, base+api.PayoutPath("p-1"), nil)
+		if i%2 == 1 {
+			req, _ = http.NewRequest(http.MethodPost, base+api.ClaimPath("p-1"), nil)
+			req.Header.Set(fencing.HeaderToken, "5")
+			req.Header.Set(fencing.HeaderOwner, "worker-"+strconv.Itoa(i))
+			req.Header.Set(fencing.HeaderProof, prooftest.Proof("acct-7", 5))
 		}
-	}
-	t.Fatalf("no gauge %s", name)
-	return 0
+		return req
+	})
 }
 
 // Issue #15 item 8: with paydb frozen (its postmaster and every backend
@@ -123,9 +62,9 @@ func TestFrozenPaydbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 	if err := cluster.CreateDatabase(t.Context(), "paydb"); err != nil {
 		t.Fatal(err)
 	}
-	clock := &stallClock{t: time.Unix(1_790_000_000, 0)}
+	clock := overloadtest.NewClock(time.Unix(1_790_000_000, 0))
 	f := newFixtureOn(t, cluster.DSN("paydb"), newPublisher(nil), func(c *paymentresource.Config) {
-		c.MaxInFlight, c.Now, c.StallAfter = maxInFlight, clock.now, overload.DefaultStallAfter
+		c.MaxInFlight, c.Now, c.StallAfter = maxInFlight, clock.Now, overload.DefaultStallAfter
 	})
 	t.Cleanup(func() { _ = cluster.Thaw() }) // before the fixture's Close (cleanups run last first)
 	reg := prometheus.NewRegistry()
@@ -134,7 +73,7 @@ func TestFrozenPaydbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 	f.createPayout("p-1", "acct-7", 2500, "EUR")
 	before := f.snapshot()
 
-	timed := &timedHandler{next: f.h}
+	timed := &overloadtest.TimedHandler{Next: f.h}
 	srv := httptest.NewServer(timed)
 	defer srv.Close()
 	// The caller's own timeout is generous: under -race on a loaded
@@ -149,27 +88,11 @@ func TestFrozenPaydbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Wave 1 meets the frozen paydb. A sampler watches the in-flight gauge.
-	var peak atomic.Int64
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			if v := int64(gathered(t, reg, "paymentresource_requests_in_flight")); v > peak.Load() {
-				peak.Store(v)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}()
+	stopPeak := overloadtest.Peak(t, reg, "paymentresource_requests_in_flight")
 	first := wave(t, caller, srv.URL, concurrent)
-	close(stop)
-	<-sampled
-	t.Logf("wave 1 latency at the caller: %s", spread(first))
-	if slowest := timed.reset(); slowest >= callerTimeout {
+	peak := stopPeak()
+	t.Logf("wave 1 latency at the caller: %s", overloadtest.Spread(first))
+	if slowest := timed.Reset(); slowest >= callerTimeout {
 		t.Fatalf("wave 1: the slowest answer took %v in the handler; want it before the executor's %v", slowest, callerTimeout)
 	} else {
 		t.Logf("wave 1: slowest answer in the handler %v", slowest.Round(time.Millisecond))
@@ -177,25 +100,25 @@ func TestFrozenPaydbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 	held, shed := 0, 0
 	for i, a := range first {
 		switch {
-		case a.err != nil:
-			t.Fatalf("wave 1, request %d: no answer: %v", i, a.err)
-		case a.status != http.StatusServiceUnavailable || a.retryAfter != "1":
-			t.Fatalf("wave 1, request %d: %d %s, Retry-After %q; want 503 with Retry-After 1", i, a.status, a.code, a.retryAfter)
-		case a.code == api.CodeUnavailable:
+		case a.Err != nil:
+			t.Fatalf("wave 1, request %d: no answer: %v", i, a.Err)
+		case a.Status != http.StatusServiceUnavailable || a.RetryAfter != "1":
+			t.Fatalf("wave 1, request %d: %d %s, Retry-After %q; want 503 with Retry-After 1", i, a.Status, a.Code, a.RetryAfter)
+		case a.Code == api.CodeUnavailable:
 			held++
-		case a.code == api.CodeOverloaded:
+		case a.Code == api.CodeOverloaded:
 			shed++
 		default:
-			t.Fatalf("wave 1, request %d: code %s", i, a.code)
+			t.Fatalf("wave 1, request %d: code %s", i, a.Code)
 		}
 	}
 	// How many were shed depends on how fast the wave arrives; the bound
 	// itself is TestRequestsBeyondMaxInFlightAreShedAtOnce's.
-	if p := peak.Load(); p > maxInFlight || p < 1 {
+	if p := peak; p > maxInFlight || p < 1 {
 		t.Fatalf("in-flight gauge peaked at %d; want 1..%d (the bound)", p, maxInFlight)
 	}
-	t.Logf("wave 1: %d DATABASE_UNAVAILABLE, %d OVERLOADED, in-flight peak %d", held, shed, peak.Load())
-	if gathered(t, reg, "paymentresource_db_stalled") != 1 {
+	t.Logf("wave 1: %d DATABASE_UNAVAILABLE, %d OVERLOADED, in-flight peak %d", held, shed, peak)
+	if overloadtest.Gauge(t, reg, "paymentresource_db_stalled") != 1 {
 		t.Fatal("paydb is not marked stalled after its calls ran out their timeout")
 	}
 	if n := len(f.logs.Events(t, api.EventBackendStalled)); n != 1 {
@@ -209,11 +132,11 @@ func TestFrozenPaydbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 	fast := &http.Client{Timeout: time.Minute}
 	defer fast.CloseIdleConnections()
 	second := wave(t, fast, srv.URL, concurrent)
-	t.Logf("wave 2 latency at the caller: %s; slowest in the handler %v", spread(second), timed.reset().Round(time.Millisecond))
+	t.Logf("wave 2 latency at the caller: %s; slowest in the handler %v", overloadtest.Spread(second), timed.Reset().Round(time.Millisecond))
 	for i, a := range second {
-		if a.err != nil || a.status != http.StatusServiceUnavailable || a.code != api.CodeUnavailable || a.retryAfter != "1" {
+		if a.Err != nil || a.Status != http.StatusServiceUnavailable || a.Code != api.CodeUnavailable || a.RetryAfter != "1" {
 			t.Fatalf("wave 2, request %d: %d %s Retry-After %q err %v; want 503 %s with Retry-After 1",
-				i, a.status, a.code, a.retryAfter, a.err, api.CodeUnavailable)
+				i, a.Status, a.Code, a.RetryAfter, a.Err, api.CodeUnavailable)
 		}
 	}
 	if n := shedLines(t, f) - shedBefore; n != concurrent {
@@ -224,13 +147,13 @@ func TestFrozenPaydbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 	// deadline, the shed ones at once.
 	caller.CloseIdleConnections()
 	fast.CloseIdleConnections()
-	awaitGoroutines(t, goroutines+8)
+	overloadtest.AwaitGoroutines(t, goroutines+8, waitLimit)
 
 	// Thaw; the first probe (due once the interval has passed) finds paydb.
 	if err := cluster.Thaw(); err != nil {
 		t.Fatal(err)
 	}
-	clock.add(paymentresource.DefaultConfig().StallProbeInterval)
+	clock.Add(paymentresource.DefaultConfig().StallProbeInterval)
 	deadline := time.Now().Add(waitLimit)
 	for {
 		st, body := f.do("GET", api.PayoutPath("p-1"), "")
@@ -240,9 +163,9 @@ func TestFrozenPaydbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 		if st != http.StatusServiceUnavailable || time.Now().After(deadline) {
 			t.Fatalf("after the thaw: %d %s; want 200 once a probe finds paydb (within %v)", st, body, waitLimit)
 		}
-		clock.add(paymentresource.DefaultConfig().StallProbeInterval)
+		clock.Add(paymentresource.DefaultConfig().StallProbeInterval)
 	}
-	if gathered(t, reg, "paymentresource_db_stalled") != 0 || len(f.logs.Events(t, api.EventBackendRecovered)) != 1 {
+	if overloadtest.Gauge(t, reg, "paymentresource_db_stalled") != 0 || len(f.logs.Events(t, api.EventBackendRecovered)) != 1 {
 		t.Fatal("recovered, but the gauge or the log does not say so")
 	}
 	if after := f.snapshot(); after != before {
@@ -277,7 +200,7 @@ func TestRequestsBeyondMaxInFlightAreShedAtOnce(t *testing.T) {
 		claimed <- st
 	}()
 	deadline := time.Now().Add(waitLimit)
-	for gathered(t, reg, "paymentresource_requests_in_flight") < 1 {
+	for overloadtest.Gauge(t, reg, "paymentresource_requests_in_flight") < 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the claim never got in flight")
 		}
@@ -309,57 +232,4 @@ func shedLines(t *testing.T, f *fixture) int {
 		}
 	}
 	return n
-}
-
-// timedHandler serves through next and keeps the longest time a request
-// spent in it, from the moment it had the request to its answer.
-type timedHandler struct {
-	next    http.Handler
-	mu      sync.Mutex
-	slowest time.Duration
-}
-
-func (h *timedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	h.next.ServeHTTP(w, r)
-	d := time.Since(start)
-	h.mu.Lock()
-	h.slowest = max(h.slowest, d)
-	h.mu.Unlock()
-}
-
-// reset returns the longest time so far and starts again.
-func (h *timedHandler) reset() time.Duration {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	d := h.slowest
-	h.slowest = 0
-	return d
-}
-
-// spread summarises the latencies of a wave: min, median, 90th
-// percentile, max.
-func spread(as []waveAnswer) string {
-	d := make([]time.Duration, len(as))
-	for i, a := range as {
-		d[i] = a.took
-	}
-	slices.Sort(d)
-	return fmt.Sprintf("min %v, median %v, p90 %v, max %v", d[0].Round(time.Millisecond), d[len(d)/2].Round(time.Millisecond),
-		d[len(d)*9/10].Round(time.Millisecond), d[len(d)-1].Round(time.Millisecond))
-}
-
-// awaitGoroutines waits until at most n goroutines run, or fails t after
-// waitLimit with the count.
-func awaitGoroutines(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for runtime.NumGoroutine() > n {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines after the stall; want at most %d:\n%s", runtime.NumGoroutine(), n, buf[:runtime.Stack(buf, true)])
-		}
-		runtime.Gosched()
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -240,7 +240,7 @@ func (b *PushBridge) Run(ctx context.Context) error {
 		attempt := b.attempt(m)
 		body, err := pushBody(m, attempt)
 		if err != nil {
-			b.Log.Error("push bridge cannot wrap a message; acking it", "event", "push_bridge_unwrappable", "messageId", m.ID, "error", err.Error())
+			b.Log.Error("push bridge cannot wrap a message; acking it", "event", EventPushBridgeUnwrappable, "messageId", m.ID, "error", err.Error())
 			m.Ack()
 			return
 		}
@@ -255,7 +255,7 @@ func (b *PushBridge) Run(ctx context.Context) error {
 			m.Ack()
 		case b.DeadLetter != nil && attempt >= b.maxAttempts():
 			if err := b.deadLetter(ctx, m, attempt); err != nil {
-				b.Log.Error("push bridge cannot dead-letter a message; it will be redelivered", "event", "push_dead_letter_failed",
+				b.Log.Error("push bridge cannot dead-letter a message; it will be redelivered", "event", EventPushDeadLetterFailed,
 					"messageId", m.ID, "deliveryAttempt", attempt, "error", err.Error())
 				m.Nack()
 				return
@@ -320,7 +320,7 @@ func (b *PushBridge) deadLetter(ctx context.Context, m *pubsub.Message, attempt 
 		return err
 	}
 	deadLettered.Inc()
-	b.Log.Error("message moved to the dead-letter topic after its last delivery attempt failed", "event", "push_dead_lettered",
+	b.Log.Error("message moved to the dead-letter topic after its last delivery attempt failed", "event", EventPushDeadLettered,
 		"messageId", m.ID, "orderingKey", m.OrderingKey, "deliveryAttempt", attempt,
 		"payoutId", m.Attributes[payoutevent.AttrPayoutID], "accountId", m.Attributes[payoutevent.AttrAccountID])
 	return nil
@@ -337,7 +337,7 @@ func (b *PushBridge) deliver(ctx context.Context, doer interface {
 	)
 	post := func(copy int) {
 		status, err := b.post(ctx, doer, body)
-		b.Log.Info("push delivered", "event", "push_delivered", "messageId", id, "copy", copy, "status", status, "error", errString(err))
+		b.Log.Info("push delivered", "event", EventPushDelivered, "messageId", id, "copy", copy, "status", status, "error", errString(err))
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil || status/100 != 2 {

@@ -710,7 +710,7 @@ func (p *Proxy) methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed
 // goes to the log only.
 func (p *Proxy) fail(w http.ResponseWriter, lg *slog.Logger, err error) {
 	status, code, retryable := statusOf(err)
-	msg := err.Error()
+	msg := httpjson.ClientMessage(err)
 	if status >= 500 {
 		msg = serverMessage(code)
 	}

@@ -2,17 +2,12 @@ package railproxy_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +18,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzzcheck"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload/overloadtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -35,106 +31,19 @@ const callerTimeout = 5 * time.Second
 // waitLimit bounds every wait for an asynchronous condition here.
 const waitLimit = 20 * time.Second
 
-type stallClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *stallClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *stallClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-type waveAnswer struct {
-	status     int
-	code       api.Code
-	retryAfter string
-	err        error
-	took       time.Duration
-}
-
 // submissionWave sends n submissions at once through caller, each of its
 // own payout (tag-i) on one of ten accounts, token 10, with lock-server's
 // proof, and returns every answer.
-func submissionWave(caller *http.Client, base, tag string, n int) []waveAnswer {
-	out := make([]waveAnswer, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			b := body(fmt.Sprintf("%s-%d", tag, i), fmt.Sprintf("acct-%d", i%10), 100)
-			req, _ := http.NewRequest(http.MethodPost, base+api.PathSubmissions, strings.NewReader(b))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set(fencing.HeaderToken, "10")
-			req.Header.Set(fencing.HeaderOwner, "worker-"+strconv.Itoa(i))
-			req.Header.Set(fencing.HeaderProof, prooftest.Proof(fmt.Sprintf("acct-%d", i%10), 10))
-			start := time.Now()
-			resp, err := caller.Do(req)
-			if err != nil {
-				out[i] = waveAnswer{err: err, took: time.Since(start)}
-				return
-			}
-			defer resp.Body.Close()
-			raw, _ := io.ReadAll(resp.Body)
-			var env api.ErrorEnvelope
-			_ = json.Unmarshal(raw, &env)
-			out[i] = waveAnswer{status: resp.StatusCode, code: env.Error.Code, retryAfter: resp.Header.Get("Retry-After"), took: time.Since(start)}
-		})
-	}
-	wg.Wait()
-	return out
-}
-
-func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no gauge %s", name)
-	return 0
-}
-
-// timedHandler serves through next and keeps the longest time a request
-// spent in it, from the moment it had the request to its answer.
-type timedHandler struct {
-	next    http.Handler
-	mu      sync.Mutex
-	slowest time.Duration
-}
-
-func (h *timedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	h.next.ServeHTTP(w, r)
-	d := time.Since(start)
-	h.mu.Lock()
-	h.slowest = max(h.slowest, d)
-	h.mu.Unlock()
-}
-
-// reset returns the longest time so far and starts again.
-func (h *timedHandler) reset() time.Duration {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	d := h.slowest
-	h.slowest = 0
-	return d
-}
-
-func spread(as []waveAnswer) string {
-	d := make([]time.Duration, len(as))
-	for i, a := range as {
-		d[i] = a.took
-	}
-	slices.Sort(d)
-	return fmt.Sprintf("min %v, median %v, p90 %v, max %v", d[0].Round(time.Millisecond), d[len(d)/2].Round(time.Millisecond),
-		d[len(d)*9/10].Round(time.Millisecond), d[len(d)-1].Round(time.Millisecond))
+func submissionWave(caller *http.Client, base, tag string, n int) []overloadtest.Answer[api.Code] {
+	return overloadtest.Wave[api.Code](caller, n, func(i int) *http.Request {
+		b := body(fmt.Sprintf("%s-%d", tag, i), fmt.Sprintf("acct-%d", i%10), 100)
+		req, _ := http.NewRequest(http.MethodPost, base+api.PathSubmissions, strings.NewReader(b))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(fencing.HeaderToken, "10")
+		req.Header.Set(fencing.HeaderOwner, "worker-"+strconv.Itoa(i))
+		req.Header.Set(fencing.HeaderProof, prooftest.Proof(fmt.Sprintf("acct-%d", i%10), 10))
+		return req
+	})
 }
 
 // shedLines counts the requests refused by the breaker or the bound
@@ -169,9 +78,9 @@ func TestFrozenRaildbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 	}
 	r := newRig(t)
 	r.dsn = cluster.DSN("raildb")
-	clock := &stallClock{t: time.Unix(1_790_000_000, 0)}
+	clock := overloadtest.NewClock(time.Unix(1_790_000_000, 0))
 	p := r.proxy(func(c *railproxy.Config) {
-		c.MaxInFlight, c.Now, c.StallAfter = maxInFlight, clock.now, overload.DefaultStallAfter
+		c.MaxInFlight, c.Now, c.StallAfter = maxInFlight, clock.Now, overload.DefaultStallAfter
 	})
 	t.Cleanup(func() { _ = cluster.Thaw() }) // before the proxy's Close
 	reg := prometheus.NewRegistry()
@@ -188,7 +97,7 @@ func TestFrozenRaildbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 	}
 	atRail := len(r.stub.Submissions(""))
 
-	timed := &timedHandler{next: p}
+	timed := &overloadtest.TimedHandler{Next: p}
 	srv := httptest.NewServer(timed)
 	defer srv.Close()
 	// The caller's own timeout is generous: under -race on a loaded
@@ -202,26 +111,11 @@ func TestFrozenRaildbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var peak atomic.Int64
-	stop, sampled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			if v := int64(gathered(t, reg, "railproxy_requests_in_flight")); v > peak.Load() {
-				peak.Store(v)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}()
+	stopPeak := overloadtest.Peak(t, reg, "railproxy_requests_in_flight")
 	first := submissionWave(caller, srv.URL, "w1", concurrent)
-	close(stop)
-	<-sampled
-	t.Logf("wave 1 latency at the caller: %s", spread(first))
-	if slowest := timed.reset(); slowest >= callerTimeout {
+	peak := stopPeak()
+	t.Logf("wave 1 latency at the caller: %s", overloadtest.Spread(first))
+	if slowest := timed.Reset(); slowest >= callerTimeout {
 		t.Fatalf("wave 1: the slowest answer took %v in the handler; want it before the executor's %v", slowest, callerTimeout)
 	} else {
 		t.Logf("wave 1: slowest answer in the handler %v", slowest.Round(time.Millisecond))
@@ -229,39 +123,39 @@ func TestFrozenRaildbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 	counts := map[api.Code]int{}
 	for i, a := range first {
 		switch {
-		case a.err != nil:
-			t.Fatalf("wave 1, request %d: no answer: %v", i, a.err)
-		case a.status != http.StatusServiceUnavailable || a.retryAfter != "1" || (a.code != api.CodeUnavailable && a.code != api.CodeOverloaded):
-			t.Fatalf("wave 1, request %d: %d %s Retry-After %q; want 503 UNAVAILABLE or OVERLOADED with Retry-After 1", i, a.status, a.code, a.retryAfter)
+		case a.Err != nil:
+			t.Fatalf("wave 1, request %d: no answer: %v", i, a.Err)
+		case a.Status != http.StatusServiceUnavailable || a.RetryAfter != "1" || (a.Code != api.CodeUnavailable && a.Code != api.CodeOverloaded):
+			t.Fatalf("wave 1, request %d: %d %s Retry-After %q; want 503 UNAVAILABLE or OVERLOADED with Retry-After 1", i, a.Status, a.Code, a.RetryAfter)
 		}
-		counts[a.code]++
+		counts[a.Code]++
 	}
-	t.Logf("wave 1: %v, in-flight peak %d", counts, peak.Load())
-	if pk := peak.Load(); pk > maxInFlight || pk < 1 {
+	t.Logf("wave 1: %v, in-flight peak %d", counts, peak)
+	if pk := peak; pk > maxInFlight || pk < 1 {
 		t.Fatalf("in-flight gauge peaked at %d; want 1..%d (the bound)", pk, maxInFlight)
 	}
-	if gathered(t, reg, "railproxy_db_stalled") != 1 || len(r.logs.Events(t, "backend_stalled")) != 1 {
+	if overloadtest.Gauge(t, reg, "railproxy_db_stalled") != 1 || len(r.logs.Events(t, "backend_stalled")) != 1 {
 		t.Fatal("raildb is not marked stalled, once, after it answered nothing")
 	}
 
 	shedBefore := shedLines(t, r)
 	second := submissionWave(caller, srv.URL, "w2", concurrent)
-	t.Logf("wave 2 latency at the caller: %s; slowest in the handler %v", spread(second), timed.reset().Round(time.Millisecond))
+	t.Logf("wave 2 latency at the caller: %s; slowest in the handler %v", overloadtest.Spread(second), timed.Reset().Round(time.Millisecond))
 	for i, a := range second {
-		if a.err != nil || a.status != http.StatusServiceUnavailable || a.code != api.CodeUnavailable || a.retryAfter != "1" {
-			t.Fatalf("wave 2, request %d: %d %s Retry-After %q err %v; want 503 UNAVAILABLE with Retry-After 1", i, a.status, a.code, a.retryAfter, a.err)
+		if a.Err != nil || a.Status != http.StatusServiceUnavailable || a.Code != api.CodeUnavailable || a.RetryAfter != "1" {
+			t.Fatalf("wave 2, request %d: %d %s Retry-After %q err %v; want 503 UNAVAILABLE with Retry-After 1", i, a.Status, a.Code, a.RetryAfter, a.Err)
 		}
 	}
 	if n := shedLines(t, r) - shedBefore; n != concurrent {
 		t.Fatalf("wave 2: %d of %d submissions refused by the breaker; the others went to raildb", n, concurrent)
 	}
 	caller.CloseIdleConnections()
-	awaitGoroutines(t, goroutines+8)
+	overloadtest.AwaitGoroutines(t, goroutines+8, waitLimit)
 
 	if err := cluster.Thaw(); err != nil {
 		t.Fatal(err)
 	}
-	clock.add(railproxy.DefaultConfig().StallProbeInterval)
+	clock.Add(railproxy.DefaultConfig().StallProbeInterval)
 	deadline := time.Now().Add(waitLimit)
 	for {
 		rec := httptest.NewRecorder()
@@ -272,9 +166,9 @@ func TestFrozenRaildbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 		if rec.Code != http.StatusServiceUnavailable || time.Now().After(deadline) {
 			t.Fatalf("after the thaw: %d %s; want 200 once a probe finds raildb (within %v)", rec.Code, rec.Body, waitLimit)
 		}
-		clock.add(railproxy.DefaultConfig().StallProbeInterval)
+		clock.Add(railproxy.DefaultConfig().StallProbeInterval)
 	}
-	if gathered(t, reg, "railproxy_db_stalled") != 0 || len(r.logs.Events(t, "backend_recovered")) != 1 {
+	if overloadtest.Gauge(t, reg, "railproxy_db_stalled") != 0 || len(r.logs.Events(t, "backend_recovered")) != 1 {
 		t.Fatal("recovered, but the gauge or the log does not say so")
 	}
 	after, err := fuzzcheck.Snapshot(t.Context(), r.pool())
@@ -312,7 +206,7 @@ func TestRequestsBeyondMaxInFlightAreShedAtOnce(t *testing.T) {
 	held := make(chan int, 1)
 	go func() { held <- submit(p, "worker-1", body("p-1", "acct-7", 100), "6").Code }()
 	deadline := time.Now().Add(waitLimit)
-	for gathered(t, reg, "railproxy_requests_in_flight") < 1 {
+	for overloadtest.Gauge(t, reg, "railproxy_requests_in_flight") < 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the submission never got in flight")
 		}
@@ -333,17 +227,4 @@ func TestRequestsBeyondMaxInFlightAreShedAtOnce(t *testing.T) {
 		t.Fatalf("the held submission ended %d", st)
 	}
 	mustAccept(t, p, "worker-2", body("p-2", "acct-8", 100), 6)
-}
-
-func awaitGoroutines(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for runtime.NumGoroutine() > n {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines after the stall; want at most %d:\n%s", runtime.NumGoroutine(), n, buf[:runtime.Stack(buf, true)])
-		}
-		runtime.Gosched()
-		time.Sleep(10 * time.Millisecond)
-	}
 }

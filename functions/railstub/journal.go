@@ -54,7 +54,7 @@ func openJournal(path string, log *slog.Logger) (*journal, []Submission, error) 
 		if nl < 0 {
 			torn := len(data) - good
 			log.Warn("rail stub journal ends with a torn record; cutting it off (its answer was never sent)",
-				"event", "rail_journal_torn", "path", path, "line", lineNo, "bytes", torn)
+				"event", EventJournalTorn, "path", path, "line", lineNo, "bytes", torn)
 			if err := f.Truncate(int64(good)); err != nil {
 				return fail(fmt.Errorf("%w: cut torn record: %v", ErrJournal, err))
 			}

@@ -438,7 +438,7 @@ func New(cfg Config, log *slog.Logger) (*Stub, error) {
 				s.perID[r.Request.PayoutID]++
 			}
 		}
-		log.Info("rail stub journal reloaded", "event", "rail_journal_reloaded", "path", cfg.JournalPath, "submissions", len(recs))
+		log.Info("rail stub journal reloaded", "event", EventJournalReloaded, "path", cfg.JournalPath, "submissions", len(recs))
 	}
 	s.mux.HandleFunc("/submit", s.handleSubmit)
 	s.mux.HandleFunc("/submissions", s.handleSubmissions)
@@ -509,7 +509,7 @@ func (s *Stub) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	attrs := []any{"seq", rec.Seq, "payoutId", req.PayoutID, "accountId", req.AccountID,
 		"amountMinor", req.AmountMinor, "currency", req.Currency, "status", rec.Answer.Status, "railRef", rec.Answer.RailRef}
 	if mode == FaultHang {
-		s.log.Warn("rail submission recorded; answer withheld", append([]any{"event", "rail_answer_withheld"}, attrs...)...)
+		s.log.Warn("rail submission recorded; answer withheld", append([]any{"event", EventAnswerWithheld}, attrs...)...)
 		select {
 		case <-r.Context().Done():
 			// The caller gave up: it will never learn that the money moved.
@@ -518,7 +518,7 @@ func (s *Stub) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	s.log.Info("rail submission recorded", append([]any{"event", "rail_submission_recorded"}, attrs...)...)
+	s.log.Info("rail submission recorded", append([]any{"event", EventSubmissionRecorded}, attrs...)...)
 	if !s.wait(r.Context(), latency) {
 		return // the caller gave up during the latency; the record stands
 	}
@@ -571,7 +571,7 @@ func (s *Stub) record(req SubmitRequest) (Submission, time.Duration, string, err
 			// fsync outcome); refuse everything until a restart reloads the
 			// journal, which then decides what happened.
 			s.broken = err
-			s.log.Error("rail stub journal failed; refusing submissions until restart", "event", "rail_journal_failed", "error", err.Error())
+			s.log.Error("rail stub journal failed; refusing submissions until restart", "event", EventJournalFailed, "error", err.Error())
 			return Submission{}, 0, "", err
 		}
 	}
@@ -623,7 +623,7 @@ func (s *Stub) Stop(reference string) (StopAnswer, error) {
 		if s.journal != nil {
 			if err := s.journal.append(rec); err != nil {
 				s.broken = err
-				s.log.Error("rail stub journal failed; refusing submissions until restart", "event", "rail_journal_failed", "error", err.Error())
+				s.log.Error("rail stub journal failed; refusing submissions until restart", "event", EventJournalFailed, "error", err.Error())
 				return StopAnswer{}, err
 			}
 		}
@@ -654,7 +654,7 @@ func (s *Stub) handleStops(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	s.log.Warn("rail stop order recorded; later submissions of the reference are refused", "event", "rail_reference_stopped",
+	s.log.Warn("rail stop order recorded; later submissions of the reference are refused", "event", EventReferenceStopped,
 		"reference", req.Reference, "submissions", len(ans.Submissions))
 	httpjson.WriteJSON(w, http.StatusOK, ans)
 }
@@ -690,7 +690,7 @@ func (s *Stub) handleFaults(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.faults = f
 		s.mu.Unlock()
-		s.log.Warn("rail stub faults set", "event", "rail_faults_set", "latencyMs", f.LatencyMs, "failNext", f.FailNext, "mode", f.Mode)
+		s.log.Warn("rail stub faults set", "event", EventFaultsSet, "latencyMs", f.LatencyMs, "failNext", f.FailNext, "mode", f.Mode)
 		httpjson.WriteJSON(w, http.StatusOK, f)
 	default:
 		s.methodNotAllowed(w, r, "GET, POST")
@@ -707,9 +707,9 @@ func (s *Stub) methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed 
 // in the log only.
 func (s *Stub) fail(w http.ResponseWriter, err error) {
 	status, code, retryable := statusOf(err)
-	msg := err.Error()
+	msg := httpjson.ClientMessage(err)
 	if status >= 500 && code != CodeRailUnavailable {
-		s.log.Error("rail stub request failed", "event", "rail_request_failed", "code", code, "error", err.Error())
+		s.log.Error("rail stub request failed", "event", EventRequestFailed, "code", code, "error", err.Error())
 	}
 	switch {
 	case status < 500:

@@ -78,7 +78,7 @@ func Main(name string, known []string, build Builder, extra ...prometheus.Collec
 	defer stop()
 	context.AfterFunc(ctx, stop)
 	if err := run(ctx, name, known, os.Environ(), os.Getenv, build, log, extra, nil); err != nil {
-		log.Error("function failed", "event", "function_failed", "error", err.Error())
+		log.Error("function failed", "event", EventFunctionFailed, "error", err.Error())
 		os.Exit(1)
 	}
 }
@@ -101,7 +101,7 @@ func run(ctx context.Context, name string, known, environ []string, getenv func(
 		fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		if err := stopTracing(fctx); err != nil {
-			log.Warn("traces not flushed", "event", "tracing_flush_failed", "error", err.Error())
+			log.Warn("traces not flushed", "event", tracing.EventFlushFailed, "error", err.Error())
 		}
 	}()
 	port := getenv("PORT")
@@ -129,15 +129,15 @@ func run(ctx context.Context, name string, known, environ []string, getenv func(
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", net.JoinHostPort(host, port), err)
 	}
-	log.Info("function serving", "event", "function_started", "addr", ln.Addr().String())
+	log.Info("function serving", "event", EventFunctionStarted, "addr", ln.Addr().String())
 	if ready != nil {
 		ready <- ln.Addr()
 	}
-	context.AfterFunc(ctx, func() { log.Info("function stopping", "event", "function_stopping") })
+	context.AfterFunc(ctx, func() { log.Info("function stopping", "event", EventFunctionStopping) })
 	if err := httpserve.Serve(ctx, ln, routes(h, metrics), httpserve.DefaultConfig(), log); err != nil {
 		return err
 	}
-	log.Info("function stopped", "event", "function_stopped")
+	log.Info("function stopped", "event", EventFunctionStopped)
 	return nil
 }
 

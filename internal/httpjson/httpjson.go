@@ -96,6 +96,38 @@ func Decode(w http.ResponseWriter, r *http.Request, dst any, limit int64) error 
 	return nil
 }
 
+// goPrefixes are the Go package and function names that start the parts
+// of a wrapped error's text ("lockserver: invalid argument: ..."): the
+// code's layout, not something a client should read or match on.
+var goPrefixes = map[string]bool{
+	"lockserver": true, "api": true, "paymentresource": true, "railproxy": true, "railstub": true,
+	"fencing": true, "fenceproof": true, "payoutevent": true, "iso4217": true, "httpjson": true,
+	"jsonhttp": true, "pgstore": true, "etcdstore": true, "memstore": true, "overload": true,
+	"decode": true, "json": true, "strconv": true, "strconv.ParseInt": true, "strconv.Atoi": true,
+}
+
+// ClientMessage returns the message of a 4xx answer for err: a refused
+// body's own message (Decode's *Error), or err's text without the Go
+// package names that prefix its wrapped parts ("lockserver: invalid
+// argument: ttlMs is 1; ..." becomes "invalid argument: ttlMs is 1; ...").
+// What a client reads then stays the same when the code is reorganised;
+// the full text belongs in the service's log line. Never use it for a 5xx,
+// whose cause must not reach the client at all.
+func ClientMessage(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	parts := strings.Split(err.Error(), ": ")
+	kept := parts[:0]
+	for _, p := range parts {
+		if !goPrefixes[p] {
+			kept = append(kept, p)
+		}
+	}
+	return strings.Join(kept, ": ")
+}
+
 // jsonProblem says what is wrong with a body in the client's terms: the
 // JSON field and the kind of value it wants, where the syntax breaks, or
 // that the body ends early; never a Go type.

@@ -2,6 +2,7 @@ package httpjson
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -88,5 +89,25 @@ func TestUnreadableBodyNamesNoAddress(t *testing.T) {
 	}
 	if strings.Contains(e.Message, "127.0.0.1") || strings.Contains(e.Message, "tcp") {
 		t.Fatalf("message %q names the connection", e.Message)
+	}
+}
+
+// TestClientMessageDropsGoPackageNames: a 4xx message says what was wrong
+// in the client's terms, without the Go package names that prefix the
+// parts of a wrapped error, and a refused body keeps Decode's message.
+func TestClientMessageDropsGoPackageNames(t *testing.T) {
+	invalid := errors.New("lockserver: invalid argument")
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("%w: ttlMs is 1; it must be between 100 and 600000 milliseconds", invalid), "invalid argument: ttlMs is 1; it must be between 100 and 600000 milliseconds"},
+		{fmt.Errorf("%w: %w", errors.New("fencing: malformed X-Fencing-Token header"), errors.New(`strconv.ParseInt: parsing "x": invalid syntax`)), `malformed X-Fencing-Token header: parsing "x": invalid syntax`},
+		{fmt.Errorf("decode: %w", &Error{Status: 400, Code: CodeInvalidRequest, Message: "malformed request body: the body ends before the JSON object does"}), "malformed request body: the body ends before the JSON object does"},
+		{errors.New("owner: too long"), "owner: too long"},
+	} {
+		if got := ClientMessage(tc.err); got != tc.want {
+			t.Errorf("ClientMessage(%q) = %q; want %q", tc.err, got, tc.want)
+		}
 	}
 }

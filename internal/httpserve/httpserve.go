@@ -141,7 +141,7 @@ func New(h http.Handler, cfg Config, log *slog.Logger) (*http.Server, error) {
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		// "OPTIONS *" goes through Canonical like every other request.
 		DisableGeneralOptionsHandler: true,
-		ErrorLog:                     slog.NewLogLogger(log.With("event", "http_server_error").Handler(), slog.LevelWarn),
+		ErrorLog:                     slog.NewLogLogger(log.With("event", EventServerError).Handler(), slog.LevelWarn),
 	}, nil
 }
 

@@ -2,7 +2,10 @@
 // (an error code, a route, an environment variable name) outside the one
 // package allowed to spell it. The api packages' tests use it to keep
 // each contract spelled once: functions/paymentresource/api and
-// functions/railproxy/api.
+// functions/railproxy/api. It also finds log event names (the value of
+// the "event" attribute) spelled as literals instead of the owning
+// package's Event constants, and lists those constants so that a test can
+// check docs/log-events.md names each.
 package literals
 
 import (
@@ -73,6 +76,20 @@ func InSource(fset *token.FileSet, name string, src any, pats Patterns) ([]strin
 // vendor, and but the files allowedFiles (absolute paths). It returns the
 // findings with paths relative to root, and how many files it checked.
 func InModule(root string, skipDirs, allowedFiles []string, pats Patterns) (found []string, files int, err error) {
+	fset := token.NewFileSet()
+	err = walkGo(root, skipDirs, allowedFiles, func(path string) error {
+		files++
+		hits, err := InSource(fset, path, nil, pats)
+		found = append(found, relTo(root, hits)...)
+		return err
+	})
+	return found, files, err
+}
+
+// walkGo calls check with the path of every non-test Go file under root
+// but those in the directories skipDirs, in hidden directories, testdata
+// and vendor, and but the files allowedFiles (absolute paths).
+func walkGo(root string, skipDirs, allowedFiles []string, check func(path string) error) error {
 	skip := map[string]bool{}
 	for _, d := range skipDirs {
 		skip[filepath.Clean(d)] = true
@@ -81,8 +98,7 @@ func InModule(root string, skipDirs, allowedFiles []string, pats Patterns) (foun
 	for _, f := range allowedFiles {
 		allowed[filepath.Clean(f)] = true
 	}
-	fset := token.NewFileSet()
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -95,16 +111,169 @@ func InModule(root string, skipDirs, allowedFiles []string, pats Patterns) (foun
 		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || allowed[path] {
 			return nil
 		}
-		files++
-		hits, err := InSource(fset, path, nil, pats)
-		for _, h := range hits {
-			rel, relErr := filepath.Rel(root, h)
-			if relErr != nil {
-				rel = h
-			}
-			found = append(found, rel)
+		return check(path)
+	})
+}
+
+// relTo makes the paths that begin the findings relative to root.
+func relTo(root string, hits []string) []string {
+	out := make([]string, 0, len(hits))
+	for _, h := range hits {
+		rel, err := filepath.Rel(root, h)
+		if err != nil {
+			rel = h
 		}
+		out = append(out, rel)
+	}
+	return out
+}
+
+// EventKey is the slog attribute that names what happened (docs/log-events.md).
+const EventKey = "event"
+
+// EventsInSource returns "file:line:col: event name spelled as a literal"
+// for every place in the Go source src (read from name when src is nil)
+// where the value given to the "event" attribute contains a string
+// literal: the argument after "event" in a call (a slog method, With,
+// slog.String, slog.Any) or in an []any list of attributes, and the value
+// of an "event" key in a composite literal. An event name must be a
+// constant of the package that owns the event, so that a renamed event is
+// a compile error in every logger and reader of it.
+func EventsInSource(fset *token.FileSet, name string, src any) ([]string, error) {
+	f, err := parser.ParseFile(fset, name, src, parser.SkipObjectResolution)
+	if err != nil {
+		return nil, err
+	}
+	var found []string
+	check := func(list []ast.Expr) {
+		for i := 0; i+1 < len(list); i++ {
+			if isEventKey(list[i]) {
+				if lit := firstString(list[i+1]); lit != nil {
+					found = append(found, fset.Position(lit.Pos()).String()+": event name "+lit.Value+" spelled as a literal")
+				}
+			}
+		}
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.CallExpr:
+			check(n.Args)
+		case *ast.CompositeLit:
+			if isAnySlice(n.Type) {
+				check(n.Elts)
+			}
+			for _, e := range n.Elts {
+				if kv, ok := e.(*ast.KeyValueExpr); ok && isEventKey(kv.Key) {
+					if lit := firstString(kv.Value); lit != nil {
+						found = append(found, fset.Position(lit.Pos()).String()+": event name "+lit.Value+" spelled as a literal")
+					}
+				}
+			}
+		}
+		return true
+	})
+	return found, nil
+}
+
+// isEventKey reports whether e is the string literal "event".
+func isEventKey(e ast.Expr) bool {
+	lit, ok := e.(*ast.BasicLit)
+	if !ok || lit.Kind != token.STRING {
+		return false
+	}
+	v, err := strconv.Unquote(lit.Value)
+	return err == nil && v == EventKey
+}
+
+// firstString returns the first string literal inside e (e itself, or a
+// part of a concatenation, a conversion, an index), or nil.
+func firstString(e ast.Expr) *ast.BasicLit {
+	var lit *ast.BasicLit
+	ast.Inspect(e, func(n ast.Node) bool {
+		if lit != nil {
+			return false
+		}
+		if b, ok := n.(*ast.BasicLit); ok && b.Kind == token.STRING {
+			lit = b
+			return false
+		}
+		return true
+	})
+	return lit
+}
+
+// isAnySlice reports whether t is []any or []interface{}, the type of a
+// list of slog attributes.
+func isAnySlice(t ast.Expr) bool {
+	at, ok := t.(*ast.ArrayType)
+	if !ok || at.Len != nil {
+		return false
+	}
+	switch el := at.Elt.(type) {
+	case *ast.Ident:
+		return el.Name == "any"
+	case *ast.InterfaceType:
+		return el.Methods == nil || len(el.Methods.List) == 0
+	}
+	return false
+}
+
+// EventsInModule runs EventsInSource over every non-test Go file under
+// root (a module root), but hidden directories, testdata and vendor. It
+// returns the findings with paths relative to root, and how many files it
+// checked.
+func EventsInModule(root string) (found []string, files int, err error) {
+	fset := token.NewFileSet()
+	err = walkGo(root, nil, nil, func(path string) error {
+		files++
+		hits, err := EventsInSource(fset, path, nil)
+		found = append(found, relTo(root, hits)...)
 		return err
 	})
 	return found, files, err
+}
+
+// EventConstants returns every event name the module's non-test Go files
+// declare, with where: the string value of each constant whose name begins
+// with "Event" or "event" (the convention of every package that owns log
+// events), mapped to "file:line" positions relative to root.
+func EventConstants(root string) (map[string][]string, error) {
+	fset := token.NewFileSet()
+	out := map[string][]string{}
+	err := walkGo(root, nil, nil, func(path string) error {
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		for _, d := range f.Decls {
+			gd, ok := d.(*ast.GenDecl)
+			if !ok || gd.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, n := range vs.Names {
+					if !strings.HasPrefix(n.Name, "Event") && !strings.HasPrefix(n.Name, "event") || i >= len(vs.Values) {
+						continue
+					}
+					lit, ok := vs.Values[i].(*ast.BasicLit)
+					if !ok || lit.Kind != token.STRING {
+						continue
+					}
+					v, err := strconv.Unquote(lit.Value)
+					if err != nil {
+						continue
+					}
+					pos := fset.Position(n.Pos())
+					rel, relErr := filepath.Rel(root, pos.Filename)
+					if relErr != nil {
+						rel = pos.Filename
+					}
+					out[v] = append(out[v], rel+":"+strconv.Itoa(pos.Line))
+				}
+			}
+		}
+		return nil
+	})
+	return out, err
 }

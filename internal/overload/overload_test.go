@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload/overloadtest"
 )
 
 // A Guard starts no goroutine.
@@ -47,21 +48,6 @@ func newGuard(t *testing.T, cfg overload.Config) (*overload.Guard, *prometheus.R
 		t.Fatal(err)
 	}
 	return g, reg
-}
-
-func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no gauge %s", name)
-	return 0
 }
 
 func TestDefaultConfigIsValidAndValidateReportsEveryField(t *testing.T) {
@@ -97,7 +83,7 @@ func TestRequestsBeyondMaxInFlightAreRefusedAndSlotsComeBack(t *testing.T) {
 	if !ok1 || !ok2 {
 		t.Fatal("the first two requests were refused")
 	}
-	if got := gauge(t, reg, "test_in_flight"); got != 2 {
+	if got := overloadtest.Gauge(t, reg, "test_in_flight"); got != 2 {
 		t.Fatalf("in-flight gauge %v; want 2", got)
 	}
 	if _, reason, ok := g.Admit(); ok || reason != overload.ReasonOverloaded {
@@ -114,8 +100,8 @@ func TestRequestsBeyondMaxInFlightAreRefusedAndSlotsComeBack(t *testing.T) {
 	}
 	r2()
 	r3()
-	if g.InFlight() != 0 || gauge(t, reg, "test_in_flight") != 0 {
-		t.Fatalf("in flight %d (gauge %v) after every release; want 0", g.InFlight(), gauge(t, reg, "test_in_flight"))
+	if g.InFlight() != 0 || overloadtest.Gauge(t, reg, "test_in_flight") != 0 {
+		t.Fatalf("in flight %d (gauge %v) after every release; want 0", g.InFlight(), overloadtest.Gauge(t, reg, "test_in_flight"))
 	}
 }
 
@@ -125,7 +111,7 @@ func TestAStalledBackendIsProbedOncePerIntervalAndRecovers(t *testing.T) {
 	cfg.StallProbeInterval, cfg.Now = time.Minute, clock.now
 	g, reg := newGuard(t, cfg)
 	g.Observe(overload.TimedOut, errDown)
-	if !g.Stalled() || gauge(t, reg, "test_backend_stalled") != 1 {
+	if !g.Stalled() || overloadtest.Gauge(t, reg, "test_backend_stalled") != 1 {
 		t.Fatal("a full-deadline timeout did not mark the backend stalled")
 	}
 	for i := range 3 {
@@ -156,7 +142,7 @@ func TestAStalledBackendIsProbedOncePerIntervalAndRecovers(t *testing.T) {
 	}
 	g.Observe(overload.Answered, nil)
 	probe()
-	if g.Stalled() || gauge(t, reg, "test_backend_stalled") != 0 {
+	if g.Stalled() || overloadtest.Gauge(t, reg, "test_backend_stalled") != 0 {
 		t.Fatal("an answer did not clear the mark")
 	}
 	rel, _, ok := g.Admit()
@@ -277,7 +263,7 @@ func TestCallsThatNothingAnswersAreCutAfterStallAfter(t *testing.T) {
 		}
 		time.Sleep(time.Second) // the ping gets no answer either
 		synctest.Wait()
-		if !g.Stalled() || gauge(t, reg, "test_backend_stalled") != 1 {
+		if !g.Stalled() || overloadtest.Gauge(t, reg, "test_backend_stalled") != 1 {
 			t.Fatal("no answer for StallAfter did not mark the backend stalled")
 		}
 		for name, ctx := range map[string]context.Context{"A": ctxA, "B": ctxB} {

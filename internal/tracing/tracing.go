@@ -122,6 +122,10 @@ const (
 // exporter (and, for OTLP, the endpoint).
 const EventConfigured = "tracing_configured"
 
+// EventFlushFailed (WARN) is the log event a process writes at stop when
+// its last spans could not be sent in time.
+const EventFlushFailed = "tracing_flush_failed"
+
 // Exporters, values of Config.Exporter.
 const (
 	ExporterNone = "none"

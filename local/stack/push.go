@@ -41,7 +41,7 @@ func (s *Stack) Push(ctx context.Context, log *slog.Logger) (stop func(), err er
 	}
 	var dead *payoutbus.Publisher
 	if err := payoutbus.SetupDeadLetter(ctx, c, PubSubProject, PubSubTopic, PubSubSubscription, 0); err != nil {
-		log.Error("no dead-letter policy: failed messages are redelivered without limit", "event", "push_dead_letter_unavailable", "error", err.Error())
+		log.Error("no dead-letter policy: failed messages are redelivered without limit", "event", payoutbus.EventPushDeadLetterUnavailable, "error", err.Error())
 	} else {
 		dead = payoutbus.NewPublisher(c, payoutbus.DeadLetterTopic(PubSubTopic))
 	}

@@ -364,7 +364,7 @@ func (s *Stack) start(ctx context.Context) error {
 	}
 	for _, name := range sortedNames() {
 		if _, err := os.Stat(filepath.Join(s.bin, name)); err != nil {
-			return fmt.Errorf("%w: binary %s missing in %s (see stack.Build): %v", ErrPrerequisite, name, s.bin, err)
+			return fmt.Errorf("%w: binary %s missing in %s: build it with `go build -o %s %s` (or leave the binary folder unset and the stack builds every one): %v", ErrPrerequisite, name, s.bin, filepath.Join(s.bin, name), Binaries[name], err)
 		}
 	}
 

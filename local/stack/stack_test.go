@@ -63,3 +63,17 @@ func TestValidateReportsEveryInvalidField(t *testing.T) {
 		t.Errorf("Validate = %v; want ErrInvalidConfig naming Backend and PubSub", err)
 	}
 }
+
+// A binary folder without the binaries is refused with the command that
+// builds the missing one, not the name of a Go function.
+func TestMissingBinaryNamesTheBuildCommand(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	bin := t.TempDir()
+	_, err := stack.Start(context.Background(), stack.Config{BinDir: bin})
+	if !errors.Is(err, stack.ErrPrerequisite) {
+		t.Fatalf("Start = %v; want ErrPrerequisite", err)
+	}
+	if !strings.Contains(err.Error(), "go build -o "+bin+string(filepath.Separator)) || !strings.Contains(err.Error(), "github.com/distributed-lock-lab/distributed-lock-lab/") {
+		t.Fatalf("Start = %v; want the go build command of the missing binary", err)
+	}
+}

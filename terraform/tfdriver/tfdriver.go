@@ -142,14 +142,14 @@ func FindTerraform(path string) (string, error) {
 // step runs fn and logs its outcome and duration (duration_ms).
 func (d *Driver) step(ctx context.Context, name string, fn func() error) error {
 	start := time.Now()
-	d.log.InfoContext(ctx, "terraform step started", "event", "tf_step_started", "step", name)
+	d.log.InfoContext(ctx, "terraform step started", "event", EventStepStarted, "step", name)
 	err := fn()
 	ms := time.Since(start).Milliseconds()
 	if err != nil {
-		d.log.ErrorContext(ctx, "terraform step failed", "event", "tf_step_failed", "step", name, "duration_ms", ms, "err", err)
+		d.log.ErrorContext(ctx, "terraform step failed", "event", EventStepFailed, "step", name, "duration_ms", ms, "err", err)
 		return fmt.Errorf("%w: %s: %w", ErrStep, name, err)
 	}
-	d.log.InfoContext(ctx, "terraform step done", "event", "tf_step_done", "step", name, "duration_ms", ms)
+	d.log.InfoContext(ctx, "terraform step done", "event", EventStepDone, "step", name, "duration_ms", ms)
 	return nil
 }
 
@@ -231,7 +231,7 @@ func (d *Driver) Plan(ctx context.Context, targets ...string) (PlanSummary, erro
 	if err != nil {
 		return sum, err
 	}
-	d.log.InfoContext(ctx, sum.String(), "event", "tf_plan_counts", "create", sum.Create, "update", sum.Update,
+	d.log.InfoContext(ctx, sum.String(), "event", EventPlanCounts, "create", sum.Create, "update", sum.Update,
 		"replace", sum.Replace, "delete", sum.Delete, "unchanged", sum.NoOp, "planFile", sum.File)
 	return sum, nil
 }

@@ -58,13 +58,13 @@ func main() {
 // the rail submission of payout target.
 func selfStop(target string, log *slog.Logger) executor.Hooks {
 	var once sync.Once
-	log.Warn("experiment hook armed: this worker will SIGSTOP itself before the rail submission", "event", "self_stop_armed", "payoutId", target)
+	log.Warn("experiment hook armed: this worker will SIGSTOP itself before the rail submission", "event", executor.EventSelfStopArmed, "payoutId", target)
 	return executor.Hooks{BeforeRailSubmit: func(_ context.Context, e payoutevent.Event, token int64) {
 		if e.PayoutID != target {
 			return
 		}
 		once.Do(func() {
-			log.Warn("stopping self before the rail submission", "event", "self_stop", "payoutId", e.PayoutID, "accountId", e.AccountID, "token", token, "pid", os.Getpid())
+			log.Warn("stopping self before the rail submission", "event", executor.EventSelfStop, "payoutId", e.PayoutID, "accountId", e.AccountID, "token", token, "pid", os.Getpid())
 			// SIGSTOP sent to the process may be taken by another thread while
 			// this one runs on for a moment, long enough to reach the rail.
 			// Sent to this very thread, it stops the process before Tgkill
@@ -72,7 +72,7 @@ func selfStop(target string, log *slog.Logger) executor.Hooks {
 			runtime.LockOSThread()
 			_ = syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
 			runtime.UnlockOSThread()
-			log.Warn("resumed after SIGCONT; carrying on as if the lease were still held", "event", "self_resumed", "payoutId", e.PayoutID, "token", token)
+			log.Warn("resumed after SIGCONT; carrying on as if the lease were still held", "event", executor.EventSelfResumed, "payoutId", e.PayoutID, "token", token)
 		})
 	}}
 }

@@ -109,7 +109,7 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	go func() {
 		served <- httpserve.Serve(ctx, ln, tracing.Handler("lock-server", h, api.PathHealth, api.PathReady, lockserver.PathMetrics), hcfg, log)
 	}()
-	started := []any{"event", "server_started", "addr", ln.Addr().String(), "store", cfg.Store}
+	started := []any{"event", api.EventServerStarted, "addr", ln.Addr().String(), "store", cfg.Store}
 	if !cfg.ProofKey.IsZero() {
 		started = append(started, "proofKeyId", cfg.ProofKey.ID())
 	}
@@ -130,18 +130,18 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	case serveErr = <-served:
 		// The server failed before ctx ended.
 	case <-ctx.Done():
-		log.Info("lock-server stopping", "event", "server_stopping")
+		log.Info("lock-server stopping", "event", api.EventServerStopping)
 		serveErr = <-served
 	}
 	switch {
 	case errors.Is(serveErr, httpserve.ErrDrainTimeout):
 		// A client that never finishes its request held the drain open;
 		// past the timeout its connection was cut rather than hang.
-		log.Warn("drain timed out; closed the remaining connections", "event", "server_drain_timeout", "error", serveErr.Error())
+		log.Warn("drain timed out; closed the remaining connections", "event", api.EventServerDrainTimeout, "error", serveErr.Error())
 	case serveErr != nil:
 		return serveErr
 	}
-	log.Info("lock-server stopped", "event", "server_stopped")
+	log.Info("lock-server stopped", "event", api.EventServerStopped)
 	return nil
 }
 
@@ -150,7 +150,7 @@ func flushTraces(stop func(context.Context) error, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := stop(ctx); err != nil {
-		log.Warn("traces not flushed", "event", "tracing_flush_failed", "error", err.Error())
+		log.Warn("traces not flushed", "event", tracing.EventFlushFailed, "error", err.Error())
 	}
 }
 

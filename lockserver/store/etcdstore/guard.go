@@ -123,7 +123,7 @@ func (s *Store) guardBefore(ctx context.Context) error {
 			return fmt.Errorf("%w: etcdstore: the restore guard's stamp changed while being written; try again", lockserver.ErrUnavailable)
 		}
 		rev = put.Header.Revision
-		s.log.Info("restore guard stamped", "event", "restore_guard_stamped", "clusterId", st.ClusterID, "revision", rev)
+		s.log.Info("restore guard stamped", "event", EventRestoreGuardStamped, "clusterId", st.ClusterID, "revision", rev)
 	}
 	if st.ClusterID != clusterHex(answering) {
 		s.guard.mismatch = true
@@ -200,7 +200,7 @@ func (s *Store) Advance(ctx context.Context, past int64) (lockserver.Advanced, e
 	s.guard.mu.Lock()
 	s.guard.cluster, s.guard.stampRev, s.guard.mismatch = put.Header.ClusterId, put.Header.Revision, false
 	s.guard.mu.Unlock()
-	s.log.Info("restore guard advanced", "event", "restore_guard_advanced", "past", past, "clusterId", clusterHex(put.Header.ClusterId), "revision", put.Header.Revision)
+	s.log.Info("restore guard advanced", "event", EventRestoreGuardAdvanced, "past", past, "clusterId", clusterHex(put.Header.ClusterId), "revision", put.Header.Revision)
 	return out, nil
 }
 

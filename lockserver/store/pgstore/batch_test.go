@@ -5,7 +5,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -31,20 +30,7 @@ var naiveAcquireManySQL = strings.Replace(acquireManySQL,
 // made and released; its token for that key must still be above the fast
 // grant's. The naive statement is caught by the same check.
 func TestBatchTokenRegressionInterleaving(t *testing.T) {
-	t.Run("StoreStatement", func(t *testing.T) {
-		slow, fast := slowBatchAfterFastGrant(t, acquireManySQL)
-		if err := laterGrantHasGreaterToken(slow, fast); err != nil {
-			t.Fatal(err)
-		}
-	})
-	t.Run("NaiveStatementIsCaught", func(t *testing.T) {
-		slow, fast := slowBatchAfterFastGrant(t, naiveAcquireManySQL)
-		if err := laterGrantHasGreaterToken(slow, fast); err == nil {
-			t.Fatalf("check passed for the naive statement (slow grant token %d, fast grant token %d); it cannot catch a token regression", slow, fast)
-		} else {
-			t.Logf("caught, as it must be: %v", err)
-		}
-	})
+	checkTokenRegression(t, slowBatchAfterFastGrant, acquireManySQL, naiveAcquireManySQL)
 }
 
 // slowBatchAfterFastGrant is slowGrantAfterFastGrant with the slow grant
@@ -57,60 +43,23 @@ func slowBatchAfterFastGrant(t *testing.T, stmt string) (slow, fast int64) {
 	dsn := pgtest.NewDatabase(t)
 	s := openStore(t, dsn)
 	s.acquireManySQL = stmt
-
-	first, err := s.Acquire(ctx, key, "earlier-worker", testTTL)
-	if err != nil {
-		t.Fatalf("first Acquire: %v", err)
-	}
-	if err := s.Release(ctx, key, "earlier-worker", first.Token); err != nil {
-		t.Fatalf("first Release: %v", err)
-	}
-	xConn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect X: %v", err)
-	}
-	defer xConn.Close(context.Background())
-	x, err := xConn.Begin(ctx)
-	if err != nil {
-		t.Fatalf("begin X: %v", err)
-	}
-	defer x.Rollback(context.Background())
-	if _, err := x.Exec(ctx, `SELECT 1 FROM lock_lease WHERE lock_key = $1 FOR UPDATE`, key); err != nil {
-		t.Fatalf("X: lock the row: %v", err)
-	}
-
-	slowDone := make(chan []lockserver.Result, 1)
-	go func() {
-		slowDone <- s.AcquireMany(ctx, []lockserver.AcquireRequest{
-			{Key: "a-before", Owner: "slow-worker", TTL: testTTL},
-			{Key: key, Owner: "slow-worker", TTL: testTTL},
-			{Key: "z-after", Owner: "slow-worker", TTL: testTTL},
-		})
-	}()
-	awaitBlockedOnLock(t, ctx, dsn, slowDone)
-
-	if err := x.QueryRow(ctx, acquireSQL, key, "fast-worker", testTTL.Milliseconds()).Scan(new(string), &fast, new(int64), new(time.Time)); err != nil {
-		t.Fatalf("X: fast grant: %v", err)
-	}
-	tag, err := x.Exec(ctx, releaseSQL, key, fast, "fast-worker")
-	if err != nil || tag.RowsAffected() != 1 {
-		t.Fatalf("X: fast release: %v, %d rows", err, tag.RowsAffected())
-	}
-	if err := x.Commit(ctx); err != nil {
-		t.Fatalf("X: commit: %v", err)
-	}
-	var res []lockserver.Result
-	select {
-	case res = <-slowDone:
-	case <-ctx.Done():
-		t.Fatal("slow AcquireMany did not return after X committed")
-	}
+	earlier, fast, res := raceAFastGrant(t, ctx, dsn, s, key, acquireSQL, func() <-chan []lockserver.Result {
+		done := make(chan []lockserver.Result, 1)
+		go func() {
+			done <- s.AcquireMany(ctx, []lockserver.AcquireRequest{
+				{Key: "a-before", Owner: "slow-worker", TTL: testTTL},
+				{Key: key, Owner: "slow-worker", TTL: testTTL},
+				{Key: "z-after", Owner: "slow-worker", TTL: testTTL},
+			})
+		}()
+		return done
+	})
 	for i, r := range res {
 		if r.Err != nil {
 			t.Fatalf("slow AcquireMany member %d: %v", i, r.Err)
 		}
 	}
-	t.Logf("tokens: earlier grant %d, fast grant %d, slow batch %d, %d, %d", first.Token, fast, res[0].Lease.Token, res[1].Lease.Token, res[2].Lease.Token)
+	t.Logf("tokens: earlier grant %d, fast grant %d, slow batch %d, %d, %d", earlier, fast, res[0].Lease.Token, res[1].Lease.Token, res[2].Lease.Token)
 	return res[1].Lease.Token, fast
 }
 
@@ -153,15 +102,7 @@ func TestBatchStatementsTakeRowsInKeyOrder(t *testing.T) {
 		"releaseMany": {releaseManySQL, []any{[]string{"b", "a"}, []int64{1, 2}, []string{"w", "w"}}},
 		"renewMany":   {renewManySQL, []any{[]string{"b", "a"}, []int64{1, 2}, []string{"w", "w"}}},
 	} {
-		rows, err := s.pool.Query(ctx, "EXPLAIN (VERBOSE) "+tc.stmt, tc.args...)
-		if err != nil {
-			t.Fatalf("EXPLAIN %s: %v", name, err)
-		}
-		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatalf("EXPLAIN %s: %v", name, err)
-		}
-		text := strings.Join(plan, "\n")
+		text := explain(t, ctx, s, name, tc.stmt, tc.args...)
 		key := regexp.MustCompile(`Sort Key: \w+\.lock_key\b`) // the table's alias is the planner's
 		if name == "acquireMany" {
 			key = regexp.MustCompile(`Sort Key: r\.k\b`)

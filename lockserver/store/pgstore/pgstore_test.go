@@ -140,15 +140,7 @@ func TestLockClockIsInlined(t *testing.T) {
 		case "renewMany", "releaseMany":
 			args = []any{[]string{"k"}, []int64{1}, []string{"worker-a"}}
 		}
-		rows, err := s.pool.Query(ctx, "EXPLAIN (VERBOSE) "+stmt, args...)
-		if err != nil {
-			t.Fatalf("EXPLAIN %s: %v", name, err)
-		}
-		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatalf("EXPLAIN %s: %v", name, err)
-		}
-		text := strings.Join(plan, "\n")
+		text := explain(t, ctx, s, name, stmt, args...)
 		if strings.Contains(text, "lock_clock") || !strings.Contains(text, "clock_timestamp()") {
 			t.Errorf("plan of %s calls lock_clock() instead of inlining clock_timestamp():\n%s", name, text)
 		}
@@ -176,14 +168,21 @@ RETURNING l.owner_id, l.fencing_token, l.ttl_ms, l.expires_at`
 // The same scenario run with naiveAcquireSQL must make the check fail, which
 // shows the test can detect the regression it guards against.
 func TestTokenRegressionInterleaving(t *testing.T) {
+	checkTokenRegression(t, slowGrantAfterFastGrant, acquireSQL, naiveAcquireSQL)
+}
+
+// checkTokenRegression runs the interleaving race with the store's
+// statement, where INV-02 must hold, and with the naive one, where the
+// check must fail.
+func checkTokenRegression(t *testing.T, race func(t *testing.T, stmt string) (slow, fast int64), stmt, naive string) {
 	t.Run("StoreStatement", func(t *testing.T) {
-		slow, fast := slowGrantAfterFastGrant(t, acquireSQL)
+		slow, fast := race(t, stmt)
 		if err := laterGrantHasGreaterToken(slow, fast); err != nil {
 			t.Fatal(err)
 		}
 	})
 	t.Run("NaiveStatementIsCaught", func(t *testing.T) {
-		slow, fast := slowGrantAfterFastGrant(t, naiveAcquireSQL)
+		slow, fast := race(t, naive)
 		if err := laterGrantHasGreaterToken(slow, fast); err == nil {
 			t.Fatalf("check passed for the naive statement (slow grant token %d, fast grant token %d); it cannot catch a token regression", slow, fast)
 		} else {
@@ -218,7 +217,32 @@ func slowGrantAfterFastGrant(t *testing.T, stmt string) (slow, fast int64) {
 	dsn := pgtest.NewDatabase(t)
 	s := openStore(t, dsn)
 	s.acquireSQL = stmt
+	type result struct {
+		lease lockserver.Lease
+		err   error
+	}
+	earlier, fast, r := raceAFastGrant(t, ctx, dsn, s, key, s.acquireSQL, func() <-chan result {
+		done := make(chan result, 1)
+		go func() {
+			l, err := s.Acquire(ctx, key, "slow-worker", testTTL)
+			done <- result{l, err}
+		}()
+		return done
+	})
+	if r.err != nil {
+		t.Fatalf("slow Acquire: %v", r.err)
+	}
+	t.Logf("tokens: earlier grant %d, fast grant %d, slow grant %d", earlier, fast, r.lease.Token)
+	return r.lease.Token, fast
+}
 
+// raceAFastGrant plays steps 1 to 5 of slowGrantAfterFastGrant on key:
+// slow starts the slow granter (its answer comes on the channel it
+// returns), and the fast grant inside X uses the statement fastSQL. It
+// returns the earlier grant's token, the fast grant's token and the slow
+// granter's answer.
+func raceAFastGrant[R any](t *testing.T, ctx context.Context, dsn string, s *Store, key, fastSQL string, slow func() <-chan R) (earlier, fast int64, answer R) {
+	t.Helper()
 	first, err := s.Acquire(ctx, key, "earlier-worker", testTTL)
 	if err != nil {
 		t.Fatalf("first Acquire: %v", err)
@@ -241,18 +265,10 @@ func slowGrantAfterFastGrant(t *testing.T, stmt string) (slow, fast int64) {
 		t.Fatalf("X: lock the row: %v", err)
 	}
 
-	type result struct {
-		lease lockserver.Lease
-		err   error
-	}
-	slowDone := make(chan result, 1)
-	go func() {
-		l, err := s.Acquire(ctx, key, "slow-worker", testTTL)
-		slowDone <- result{l, err}
-	}()
+	slowDone := slow()
 	awaitBlockedOnLock(t, ctx, dsn, slowDone)
 
-	if err := x.QueryRow(ctx, s.acquireSQL, key, "fast-worker", testTTL.Milliseconds()).Scan(new(string), &fast, new(int64), new(time.Time)); err != nil {
+	if err := x.QueryRow(ctx, fastSQL, key, "fast-worker", testTTL.Milliseconds()).Scan(new(string), &fast, new(int64), new(time.Time)); err != nil {
 		t.Fatalf("X: fast grant: %v", err)
 	}
 	tag, err := x.Exec(ctx, releaseSQL, key, fast, "fast-worker")
@@ -263,17 +279,12 @@ func slowGrantAfterFastGrant(t *testing.T, stmt string) (slow, fast int64) {
 		t.Fatalf("X: commit: %v", err)
 	}
 
-	var r result
 	select {
-	case r = <-slowDone:
+	case answer = <-slowDone:
 	case <-ctx.Done():
-		t.Fatal("slow Acquire did not return after X committed")
+		t.Fatal("the slow granter did not return after X committed")
 	}
-	if r.err != nil {
-		t.Fatalf("slow Acquire: %v", r.err)
-	}
-	t.Logf("tokens: earlier grant %d, fast grant %d, slow grant %d", first.Token, fast, r.lease.Token)
-	return r.lease.Token, fast
+	return first.Token, fast, answer
 }
 
 // awaitBlockedOnLock polls until a backend of dsn's database waits for a
@@ -665,4 +676,19 @@ func TestRenewLogsBackwardClockStep(t *testing.T) {
 	if ms, _ := got[0]["steppedBackAtLeastMs"].(float64); got[0]["level"] != "ERROR" || got[0]["token"] != float64(a.Token) || ms < 9_000 || ms > 10_000 {
 		t.Fatalf("logged %v; want ERROR with token %d and steppedBackAtLeastMs in [9000, 10000]", got[0], a.Token)
 	}
+}
+
+// explain returns the verbose plan of stmt (called name in failures) with
+// args, one line of the plan a line.
+func explain(t *testing.T, ctx context.Context, s *Store, name, stmt string, args ...any) string {
+	t.Helper()
+	rows, err := s.pool.Query(ctx, "EXPLAIN (VERBOSE) "+stmt, args...)
+	if err != nil {
+		t.Fatalf("EXPLAIN %s: %v", name, err)
+	}
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("EXPLAIN %s: %v", name, err)
+	}
+	return strings.Join(plan, "\n")
 }

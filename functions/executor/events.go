@@ -1,0 +1,84 @@
+package executor
+
+// Log events of the executor: the value of the "event" attribute of its
+// log lines (docs/log-events.md, section executor). Some share a name with
+// payment-resource's events of the same kind (payout_posted, for
+// instance); the executor logs its own view of the same thing.
+const (
+	// EventSelfStopArmed: the experiment hook will stop this worker before
+	// the rail submission (EXECUTOR_SELF_STOP_BEFORE_SUBMIT; experiment only).
+	EventSelfStopArmed = "self_stop_armed"
+	// EventSelfStop: the worker stops itself with SIGSTOP (experiment only).
+	EventSelfStop = "self_stop"
+	// EventSelfResumed: the worker runs again after SIGCONT (experiment only).
+	EventSelfResumed = "self_resumed"
+	// EventPushBodyRefused: WARN, the request body is not one well-formed
+	// push envelope; answered 400 INVALID_REQUEST.
+	EventPushBodyRefused = "push_body_refused"
+	// EventPayoutEventReceived: a push arrived.
+	EventPayoutEventReceived = "payout_event_received"
+	// EventPayoutEventMalformed: the message does not decode; acknowledged.
+	EventPayoutEventMalformed = "payout_event_malformed"
+	// EventPayoutEventUnknownPayout: the payout does not exist, or
+	// lock-server refuses its lock key; acknowledged.
+	EventPayoutEventUnknownPayout = "payout_event_unknown_payout"
+	// EventPayoutEventMismatch: the message does not describe its payout;
+	// acknowledged.
+	EventPayoutEventMismatch = "payout_event_mismatch"
+	// EventLeaseAcquired: the lease this execution runs under.
+	EventLeaseAcquired = "lease_acquired"
+	// EventPayoutClaimed: claimed at payment-resource with the token.
+	EventPayoutClaimed = "payout_claimed"
+	// EventPayoutAlreadyDone: the payout was finished before; nothing to do.
+	EventPayoutAlreadyDone = "payout_already_done"
+	// EventPayoutInDoubt: the payout's rail outcome is unknown; nothing to do.
+	EventPayoutInDoubt = "payout_in_doubt"
+	// EventPayoutAlreadyNeedsAttention: the payout already waits for a
+	// person; nothing to do.
+	EventPayoutAlreadyNeedsAttention = "payout_already_needs_attention"
+	// EventRailPriorAttemptFound: rail-proxy refused the submission as the
+	// payout's second; the first attempt's outcome is reported instead.
+	EventRailPriorAttemptFound = "rail_prior_attempt_found"
+	// EventRailPriorAttemptMismatch: ERROR, the submission that went to the
+	// rail under this payout's id describes another payout.
+	EventRailPriorAttemptMismatch = "rail_prior_attempt_mismatch"
+	// EventLeaseLost: the lease was lost before a step; nothing was sent.
+	EventLeaseLost = "lease_lost"
+	// EventRailSubmissionAccepted: the rail answered ACK or DECLINE.
+	EventRailSubmissionAccepted = "rail_submission_accepted"
+	// EventRailSubmissionAmbiguous: the rail's outcome is unknown.
+	EventRailSubmissionAmbiguous = "rail_submission_ambiguous"
+	// EventPayoutFencedStale: WARN, a fence point refused this worker's
+	// token and a newer holder exists; answered 409 for redelivery.
+	EventPayoutFencedStale = "payout_fenced_stale"
+	// EventPayoutFenceAheadOfLease: ERROR, a fence point refused the token
+	// of the current lease; the payout is marked needs_attention.
+	EventPayoutFenceAheadOfLease = "payout_fence_ahead_of_lease"
+	// EventPayoutRefusedPermanently: ERROR, an answer no retry can change.
+	EventPayoutRefusedPermanently = "payout_refused_permanently"
+	// EventPayoutNeedsAttention: ERROR, the payout was marked needs_attention.
+	EventPayoutNeedsAttention = "payout_needs_attention"
+	// EventPayoutAttentionUnrecorded: ERROR, the payout needs attention but
+	// the mark could not be written.
+	EventPayoutAttentionUnrecorded = "payout_attention_unrecorded"
+	// EventPayoutResultRefused: WARN, payment-resource did not take the
+	// result after the in-process retries.
+	EventPayoutResultRefused = "payout_result_refused"
+	// EventPayoutPosted, EventPayoutDeclined and EventPayoutAmbiguous: the
+	// outcome recorded at payment-resource.
+	EventPayoutPosted    = "payout_posted"
+	EventPayoutDeclined  = "payout_declined"
+	EventPayoutAmbiguous = "payout_ambiguous"
+	// EventLeaseReleased and EventLeaseReleaseFailed end the execution.
+	EventLeaseReleased      = "lease_released"
+	EventLeaseReleaseFailed = "lease_release_failed"
+	// EventExecutionDone: the push is acknowledged.
+	EventExecutionDone = "payout_execution_done"
+	// EventExecutionRetry: the push is left for redelivery (status).
+	EventExecutionRetry = "payout_execution_retry"
+	// EventFaultPauseStarted and EventFaultPauseEnded: WARN, the injected
+	// pause before the rail submission (EXECUTOR_FAULT_PAUSE_BEFORE_SUBMIT_MS; experiment
+	// and e2e tests only).
+	EventFaultPauseStarted = "fault_pause_started"
+	EventFaultPauseEnded   = "fault_pause_ended"
+)

@@ -1,0 +1,22 @@
+package payoutbus
+
+// Log events of the push bridge (docs/log-events.md, section "Every
+// function process").
+const (
+	// EventPushDelivered (INFO): a message was posted to the push endpoint
+	// (copy, status).
+	EventPushDelivered = "push_delivered"
+	// EventPushBridgeUnwrappable (ERROR): a message could not be wrapped as
+	// a push body; it is acknowledged.
+	EventPushBridgeUnwrappable = "push_bridge_unwrappable"
+	// EventPushDeadLettered (ERROR): a message's last delivery attempt
+	// failed and it was moved to the dead-letter topic.
+	EventPushDeadLettered = "push_dead_lettered"
+	// EventPushDeadLetterFailed (ERROR): moving it there failed; it is
+	// redelivered.
+	EventPushDeadLetterFailed = "push_dead_letter_failed"
+	// EventPushDeadLetterUnavailable (ERROR, logged by local up): no
+	// dead-letter policy could be set; failed messages are redelivered
+	// without limit.
+	EventPushDeadLetterUnavailable = "push_dead_letter_unavailable"
+)

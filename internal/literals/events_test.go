@@ -1,0 +1,97 @@
+package literals_test
+
+import (
+	"go/token"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/literals"
+)
+
+// moduleRoot returns the module's root folder, two levels above this
+// package.
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("module root not found at %s: %v", root, err)
+	}
+	return root
+}
+
+// TestNoEventNameIsALiteral checks every non-test Go file of the module:
+// the "event" attribute of a log line is always a constant of the package
+// that owns the event (an api package, or the service's own package), so
+// that renaming an event is one edit and every reader follows it.
+func TestNoEventNameIsALiteral(t *testing.T) {
+	root := moduleRoot(t)
+	found, files, err := literals.EventsInModule(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range found {
+		t.Errorf("%s; use the owning package's Event constant", f)
+	}
+	if files < 50 {
+		t.Fatalf("checked only %d files under %s; the walk is broken", files, root)
+	}
+}
+
+// TestEventLiteralsFindsAPlantedLiteral shows that the check above can
+// fail: each planted literal event name is reported, and constants, other
+// attributes and lists that are not attributes are not.
+func TestEventLiteralsFindsAPlantedLiteral(t *testing.T) {
+	src := `package p
+func f() {
+	log.Info("lease granted", "event", "lease_acquired", "token", 7)
+	log.Warn("refused", append([]any{"event", op + "_refused"}, attrs...)...)
+	log.With("event", "http_server_error")
+	log.LogAttrs(ctx, slog.LevelInfo, "x", slog.String("event", "payout_posted"))
+	_ = map[string]any{"event": "fenced_out"}
+	log.Info("fine", "event", api.EventPayoutPosted, "note", "event")
+	log.Info("fine", "event", events[op].refused)
+	_ = []string{"time", "event", "service"}
+}
+`
+	found, err := literals.EventsInSource(token.NewFileSet(), "planted.go", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`"lease_acquired"`, `"_refused"`, `"http_server_error"`, `"payout_posted"`, `"fenced_out"`}
+	if len(found) != len(want) {
+		t.Fatalf("found %d literals, want %d: %q", len(found), len(want), found)
+	}
+	for i, w := range want {
+		if !strings.Contains(found[i], "event name "+w+" spelled as a literal") {
+			t.Errorf("finding %d = %q, want it to name %s", i, found[i], w)
+		}
+	}
+}
+
+// TestEveryEventIsDocumented checks that docs/log-events.md names every
+// event constant of the module (as `name`), so that the table operators
+// query from cannot fall behind the code.
+func TestEveryEventIsDocumented(t *testing.T) {
+	root := moduleRoot(t)
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "log-events.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := literals.EventConstants(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) < 50 {
+		t.Fatalf("found only %d event constants under %s; the walk is broken", len(events), root)
+	}
+	for name, where := range events {
+		if !strings.Contains(string(doc), "`"+name+"`") {
+			t.Errorf("event %q (%s) is not in docs/log-events.md", name, strings.Join(where, ", "))
+		}
+	}
+}
