@@ -281,7 +281,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return rep, fmt.Errorf("build lockctl: %w\n%s", err, out)
 	}
 	st, err := stack.Start(ctx, stack.Config{Backend: stack.BackendPostgres, PaymentFencing: true, RailFencing: true,
-		Executors: []stack.ExecutorSpec{{Name: "A"}}, Dir: filepath.Join(cfg.Dir, "stack"), BinDir: bin, Log: log})
+		Executors: []stack.ExecutorSpec{{Name: "A"}}, Dir: filepath.Join(cfg.Dir, "stack"), BinDir: bin, Log: log,
+		RailJournal: true}) // PayoutSubmittedTwice's runbook reads the rail's journal
 	if err != nil {
 		return rep, err
 	}
@@ -309,7 +310,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	e := &env{st: st, vars: map[string]string{
 		"LS": st.LockServerURL(), "PAY": st.PaymentResourceURL(), "PROXY": st.RailProxyURL(), "STUB": st.RailStubURL(),
 		"LOCKDB_URL": st.LockDBURL(), "PAYDB_URL": st.PayDBURL(), "RAILDB_URL": st.RailDBURL(),
-		"PATH": bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"RAIL_STUB_JOURNAL": filepath.Join(st.Dir(), "rail-stub.journal.jsonl"), // where local/stack keeps it
+		"PATH":              bin + string(os.PathListSeparator) + os.Getenv("PATH"),
 	}}
 	lctx, stopLoad := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -342,6 +344,15 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 // runFault injects f, awaits each of its alerts and runs their runbook
 // steps, then heals.
 func runFault(ctx context.Context, cfg Config, e *env, mon *monitor, f *Fault, log *slog.Logger) ([]Result, error) {
+	// None of the fault's alerts may be pending or firing already (a slow
+	// scrape on a loaded machine makes up 0 for a moment): the detection
+	// latency would then be shorter than the rule's "for".
+	qctx, cancel := context.WithTimeout(ctx, cfg.AlertTimeout)
+	err := mon.awaitQuery(qctx, fmt.Sprintf(`absent(ALERTS{alertname=~%q})`, strings.Join(f.Alerts, "|")))
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("fault %s: its alerts were already pending or firing before it: %w", f.Name, err)
+	}
 	mon.recv.reset()
 	log.Info("fault injected", "event", "gameday_fault_injected", "fault", f.Name)
 	injected := time.Now()
