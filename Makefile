@@ -4,7 +4,7 @@ GO    ?= go
 PKGS  := ./...
 BIN   := bin
 
-.PHONY: help test fuzz lint fmt build bench demo explore soak clean plan deploy destroy
+.PHONY: help test fuzz lint fmt build bench demo explore soak gameday clean plan deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -84,6 +84,9 @@ SOAK_FLAGS   ?=
 
 soak: ## crash soak: SOAK_PAYOUTS (default 10000) payouts per backend (SOAK_BACKEND=postgres|etcd, default both in turn) while every kind of process is SIGKILLed and restarted; writes harness/out/soak.json and soak-BACKEND.svg (SOAK_FLAGS: more flags, e.g. -seed N)
 	$(GO) run ./harness/cmd/soak -backend $(SOAK_BACKEND) -payouts $(SOAK_PAYOUTS) -out harness/out $(SOAK_FLAGS)
+
+gameday: ## local game day: the stack, a real Prometheus and Alertmanager, every fault injected in turn; detection latency and time to runbook step per alert in harness/out/gameday.json and gameday.md (docs/gameday.md)
+	$(GO) run ./harness/cmd/gameday -out harness/out
 
 plan: ## Google Cloud: terraform init and a saved plan with its resource counts (needs GOOGLE_CLOUD_PROJECT, BILLING_ACCOUNT, gcloud ADC; docs/cloud.md)
 	$(call cloud_preflight,plan)

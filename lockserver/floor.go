@@ -46,7 +46,7 @@ func (s *Server) withdraw(ctx context.Context, l Lease, floor int64) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RequestTimeout)
 	defer cancel()
 	if _, err := s.store.Revoke(rctx, l.Key, l.Token); err != nil {
-		s.log.Warn("withdrawing a grant with a repeated token failed; it expires after its TTL",
+		s.log.WarnContext(ctx, "withdrawing a grant with a repeated token failed; it expires after its TTL",
 			"event", api.EventGrantWithdrawFailed, "key", l.Key, "token", l.Token, "error", err.Error())
 	}
 	return fmt.Errorf("%w: the backend granted key %q with token %d, not above token %d that this lock-server issued before; the grant was withdrawn",

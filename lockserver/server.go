@@ -224,7 +224,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	err := s.store.Ping(ctx)
 	s.observe(ctx, err)
 	if err != nil {
-		s.log.Warn("backend not ready", "event", api.EventBackendUnready, "error", err.Error())
+		s.log.WarnContext(ctx, "backend not ready", "event", api.EventBackendUnready, "error", err.Error())
 		writeError(w, http.StatusServiceUnavailable, api.CodeBackendUnavailable, "the backend did not answer a ping")
 		return
 	}
@@ -305,7 +305,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 		return
 	}
 	s.noteIssued(l.Token)
-	s.logLease("lock granted", api.EventLockGranted, l)
+	s.logLease(r.Context(), "lock granted", api.EventLockGranted, l)
 	writeJSON(w, http.StatusOK, s.holderGrant(l))
 }
 
@@ -322,7 +322,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(w, "renew", key, err, "owner", req.Owner, "token", req.Token)
 		return
 	}
-	s.logLease("lease renewed", api.EventLeaseRenewed, l)
+	s.logLease(r.Context(), "lease renewed", api.EventLeaseRenewed, l)
 	writeJSON(w, http.StatusOK, s.holderGrant(l))
 }
 
@@ -339,7 +339,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(w, "release", key, err, "owner", req.Owner, "token", req.Token)
 		return
 	}
-	s.log.Info("lease released", "event", api.EventLeaseReleased, "key", key, "owner", req.Owner, "token", req.Token)
+	s.log.InfoContext(ctx, "lease released", "event", api.EventLeaseReleased, "key", key, "owner", req.Owner, "token", req.Token)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -360,7 +360,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(w, "revoke", key, err, "token", req.Token)
 		return
 	}
-	s.log.Warn("lease force-revoked", "event", api.EventLeaseRevoked, "key", l.Key, "owner", l.Owner, "token", l.Token, "reason", req.Reason)
+	s.log.WarnContext(ctx, "lease force-revoked", "event", api.EventLeaseRevoked, "key", l.Key, "owner", l.Owner, "token", l.Token, "reason", req.Reason)
 	writeJSON(w, http.StatusOK, grantOf(l))
 }
 
@@ -473,7 +473,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.WriteJSON(w,
 // logLease writes the events that let one token be traced from the grant
 // to the fence points: lock_granted and lease_renewed carry key, owner and
 // token.
-func (s *Server) logLease(msg, event string, l Lease) {
-	s.log.Info(msg, "event", event, "key", l.Key, "owner", l.Owner, "token", l.Token,
+func (s *Server) logLease(ctx context.Context, msg, event string, l Lease) {
+	s.log.InfoContext(ctx, msg, "event", event, "key", l.Key, "owner", l.Owner, "token", l.Token,
 		"leaseId", l.LeaseID, "ttlMs", l.TTL.Milliseconds(), "expiresAt", l.ExpiresAt.UTC())
 }

@@ -21,6 +21,7 @@ locals {
     "container.googleapis.com",
     "iam.googleapis.com",
     "iamcredentials.googleapis.com",
+    "monitoring.googleapis.com",
     "pubsub.googleapis.com",
     "cloudscheduler.googleapis.com",
     "run.googleapis.com",
@@ -310,4 +311,38 @@ module "pubsub" {
   publishers                = { payment-resource = "serviceAccount:${local.sa["payment-resource"]}" }
   ack_deadline_seconds      = local.ack_deadline_seconds
   depends_on                = [module.budget, module.apis]
+}
+
+# PayoutDeadLettered on Google Cloud (docs/runbooks/payout-dead-lettered.md):
+# the local rule reads the push bridge's payout_push_dead_lettered_total,
+# which does not exist here; the same signal is a message waiting on the
+# dead-letter subscription. Free (alert policies are not billed) and
+# destroyed with the rest.
+resource "google_monitoring_alert_policy" "payout_dead_lettered" {
+  project      = var.project_id
+  display_name = "PayoutDeadLettered"
+  combiner     = "OR"
+  severity     = "WARNING"
+  user_labels  = merge(local.labels, { severity = "ticket" })
+
+  conditions {
+    display_name = "A payout message is waiting on the dead-letter subscription"
+    condition_threshold {
+      filter          = "resource.type = \"pubsub_subscription\" AND resource.labels.subscription_id = \"${module.pubsub.dead_letter_subscription}\" AND metric.type = \"pubsub.googleapis.com/subscription/num_undelivered_messages\""
+      comparison      = "COMPARISON_GT"
+      threshold_value = 0
+      duration        = "0s"
+      aggregations {
+        alignment_period   = "60s"
+        per_series_aligner = "ALIGN_MAX"
+      }
+    }
+  }
+
+  documentation {
+    mime_type = "text/markdown"
+    content   = "A payout message went to the dead-letter topic after its last delivery attempt; its payout stays where it was until the message is published again. Runbook: docs/runbooks/payout-dead-lettered.md"
+  }
+
+  depends_on = [module.apis]
 }

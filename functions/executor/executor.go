@@ -73,6 +73,7 @@ import (
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
@@ -147,6 +148,9 @@ type Executor struct {
 	log   *slog.Logger
 	hooks Hooks
 
+	// metered is serve, counted and timed (package httpmetrics).
+	metered http.Handler
+
 	// pause is the pause fault's wait (Config.FaultPause); a timer by
 	// default, replaced only by tests (export_test.go).
 	pause func(d time.Duration)
@@ -183,6 +187,7 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Executor, error) {
 		return nil, errors.New("executor: New needs a logger")
 	}
 	x := &Executor{cfg: cfg, log: logger, doer: &http.Client{Transport: tracing.Transport(nil)}, pause: sleep}
+	x.metered = httpmetrics.Handler(MetricsFunction, httpmetrics.OneRoute(MetricsRoute), http.HandlerFunc(x.serve))
 	for _, o := range opts {
 		o(x)
 	}
@@ -226,7 +231,14 @@ const maxPushBytes = 64 << 10
 // and the delivery attempt; a CloudEvent may lose them. Each push that
 // decodes gets a span (SpanDelivery) in the payout's trace, whose context
 // travels in the message's attributes (see startDelivery).
-func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) { x.metered.ServeHTTP(w, r) }
+
+// MetricsRoute is the executor's one route in the request metrics
+// (package httpmetrics): the push endpoint, served at "/".
+const MetricsRoute = "/"
+
+// serve answers one push; ServeHTTP counts and times it.
+func (x *Executor) serve(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		deliveries.WithLabelValues(resultRejected).Inc()
 		w.Header().Set("Allow", http.MethodPost)
@@ -255,7 +267,7 @@ func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Not a push at all (Pub/Sub never sends a broken envelope): a
 		// client error, refused with the envelope.
 		// The decoder's own text (Go type names) stays in the log.
-		x.log.Warn("request is not a push", "event", EventPushBodyRefused, "error", err.Error())
+		x.log.WarnContext(r.Context(), "request is not a push", "event", EventPushBodyRefused, "error", err.Error())
 		deliveries.WithLabelValues(resultRejected).Inc()
 		httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalidRequest,
 			"the body is not one Pub/Sub push envelope: one JSON object, no key given twice, nothing after it", false)
@@ -264,7 +276,7 @@ func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		// A message that cannot decode never will: acknowledge it so that it
 		// is not redelivered forever, and leave the evidence in the log.
-		x.log.Error("payout event dropped", "event", EventPayoutEventMalformed, "messageId", push.Message.MessageID, "error", err.Error())
+		x.log.ErrorContext(r.Context(), "payout event dropped", "event", EventPayoutEventMalformed, "messageId", push.Message.MessageID, "error", err.Error())
 		deliveries.WithLabelValues(string(OutcomeDropped)).Inc()
 		w.WriteHeader(http.StatusNoContent)
 		return
@@ -272,7 +284,7 @@ func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, span := startDelivery(r, push, ev)
 	defer span.End()
 	log := x.log.With("payoutId", ev.PayoutID, "accountId", ev.AccountID, "messageId", push.Message.MessageID, "deliveryAttempt", push.Attempt(), "ownerId", x.Owner())
-	log.Info("payout event received", "event", EventPayoutEventReceived, "orderingKey", push.Message.OrderingKey)
+	log.InfoContext(ctx, "payout event received", "event", EventPayoutEventReceived, "orderingKey", push.Message.OrderingKey)
 	out, err := x.Execute(withDeliveryAttempt(ctx, push.Attempt()), ev)
 	status := Status(out, err)
 	if err != nil {
@@ -280,7 +292,7 @@ func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		span.SetAttributes(attribute.String(tracing.AttrOutcome, code))
 		span.SetStatus(codes.Error, code)
 		deliveries.WithLabelValues(code).Inc()
-		log.Warn("payout execution incomplete; Pub/Sub will redeliver", "event", EventExecutionRetry, "status", status, "error", err.Error())
+		log.WarnContext(ctx, "payout execution incomplete; Pub/Sub will redeliver", "event", EventExecutionRetry, "status", status, "error", err.Error())
 		// The cause (another service's answer, an address) stays in the
 		// log; the push answer says only what happens next.
 		httpjson.WriteError(w, status, code, retryMessages[code], true)
@@ -288,7 +300,7 @@ func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	span.SetAttributes(attribute.String(tracing.AttrOutcome, string(out)))
 	deliveries.WithLabelValues(string(out)).Inc()
-	log.Info("payout execution finished", "event", EventExecutionDone, "outcome", string(out))
+	log.InfoContext(ctx, "payout execution finished", "event", EventExecutionDone, "outcome", string(out))
 	httpjson.WriteJSON(w, status, map[string]string{"payoutId": ev.PayoutID, "outcome": string(out)})
 }
 
@@ -420,7 +432,7 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	// the amount sent to the rail.
 	switch err := x.verify(ctx, e); {
 	case errors.Is(err, errMismatch):
-		log.Error("payout event does not match its payout; dropped", "event", EventPayoutEventMismatch, "error", err.Error())
+		log.ErrorContext(ctx, "payout event does not match its payout; dropped", "event", EventPayoutEventMismatch, "error", err.Error())
 		return OutcomeDropped, nil
 	case err != nil:
 		return x.settle(ctx, log, e, nil, "read payout", ServicePaymentResource, err)
@@ -451,14 +463,14 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	// account's lock) and this worker's owner id.
 	holder := payoutevent.Holder{Token: token, Proof: lease.Proof(), Owner: x.Owner()}
 	log = log.With("token", token)
-	log.Info("lease granted; executing under it", "event", EventLeaseAcquired, "lock", e.LockKey(), "leaseId", lease.Grant().LeaseID, "ttlMs", lease.Grant().TTLMs)
+	log.InfoContext(ctx, "lease granted; executing under it", "event", EventLeaseAcquired, "lock", e.LockKey(), "leaseId", lease.Grant().LeaseID, "ttlMs", lease.Grant().TTLMs)
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.cfg.RequestTimeout)
 		defer cancel()
 		if err := lease.Release(rctx); err != nil {
-			log.Info("lease release refused or failed", "event", EventLeaseReleaseFailed, "error", err.Error())
+			log.InfoContext(ctx, "lease release refused or failed", "event", EventLeaseReleaseFailed, "error", err.Error())
 		} else {
-			log.Info("lease released", "event", EventLeaseReleased)
+			log.InfoContext(ctx, "lease released", "event", EventLeaseReleased)
 		}
 	}()
 
@@ -469,7 +481,7 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	if err := x.claim(ctx, e, holder); err != nil {
 		return x.settle(ctx, log, e, lease, "claim", ServicePaymentResource, err)
 	}
-	log.Info("payout claimed", "event", EventPayoutClaimed)
+	log.InfoContext(ctx, "payout claimed", "event", EventPayoutClaimed)
 	if x.hooks.AfterClaim != nil {
 		x.hooks.AfterClaim(ctx, e, lease)
 	}
@@ -490,7 +502,7 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	var first *firstAttempt
 	switch {
 	case errors.As(err, &first):
-		log.Warn("the payout already went to the rail; reporting that submission's outcome instead of submitting again",
+		log.WarnContext(ctx, "the payout already went to the rail; reporting that submission's outcome instead of submitting again",
 			"event", EventRailPriorAttemptFound, "attemptState", first.State, "railRef", first.RailRef, "attemptToken", first.Token)
 		if first.State == railapi.StateForwarding {
 			return "", fmt.Errorf("%w: attempt %d with token %d", ErrSubmissionInFlight, first.AttemptID, first.Token)
@@ -500,18 +512,18 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 			// What went to the rail under this payout's id is not this
 			// payout (a forged or buggy submission): its outcome says
 			// nothing about this payout's money. A person decides.
-			log.Error("the submission that went to the rail under this payout's id does not match the payout; marking it ambiguous",
+			log.ErrorContext(ctx, "the submission that went to the rail under this payout's id does not match the payout; marking it ambiguous",
 				"event", EventRailPriorAttemptMismatch, "attemptAccountId", first.AccountID, "attemptAmountMinor", first.AmountMinor,
 				"attemptCurrency", first.Currency)
 			res = railResult{Status: api.OutcomeAmbiguous} // no token of this payout reached the rail
 		}
 	case errors.Is(err, errAmbiguous):
-		log.Error("rail outcome unknown; marking the payout ambiguous", "event", EventRailSubmissionAmbiguous, "error", err.Error())
+		log.ErrorContext(ctx, "rail outcome unknown; marking the payout ambiguous", "event", EventRailSubmissionAmbiguous, "error", err.Error())
 		res = railResult{Status: api.OutcomeAmbiguous, Token: token}
 	case err != nil:
 		return x.settle(ctx, log, e, lease, "rail submission", ServiceRailProxy, err)
 	default:
-		log.Info("rail submission answered", "event", EventRailSubmissionAccepted, "railStatus", res.Status, "railRef", res.RailRef)
+		log.InfoContext(ctx, "rail submission answered", "event", EventRailSubmissionAccepted, "railStatus", res.Status, "railRef", res.RailRef)
 	}
 	// (3) The rail's answer is a fact: report it whatever the lease says now;
 	// payment-resource's fence decides whether this worker may still write.
@@ -520,13 +532,13 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	}
 	switch res.Status {
 	case api.OutcomeAck:
-		log.Info("payout posted", "event", EventPayoutPosted, "railRef", res.RailRef)
+		log.InfoContext(ctx, "payout posted", "event", EventPayoutPosted, "railRef", res.RailRef)
 		return OutcomePosted, nil
 	case api.OutcomeDecline:
-		log.Info("payout declined", "event", EventPayoutDeclined, "railRef", res.RailRef)
+		log.InfoContext(ctx, "payout declined", "event", EventPayoutDeclined, "railRef", res.RailRef)
 		return OutcomeDeclined, nil
 	default:
-		log.Warn("payout marked ambiguous", "event", EventPayoutAmbiguous)
+		log.WarnContext(ctx, "payout marked ambiguous", "event", EventPayoutAmbiguous)
 		return OutcomeInDoubt, nil
 	}
 }
@@ -546,7 +558,7 @@ func (x *Executor) settle(ctx context.Context, log *slog.Logger, e payoutevent.E
 	case ClassDone:
 		event := map[Outcome]string{OutcomeAlreadyDone: EventPayoutAlreadyDone, OutcomeInDoubt: EventPayoutInDoubt,
 			OutcomeDropped: EventPayoutEventUnknownPayout, OutcomeNeedsAttention: EventPayoutAlreadyNeedsAttention}[v.Outcome]
-		log.Info("payout needs nothing more from this delivery", "event", event, "outcome", string(v.Outcome), "error", err.Error())
+		log.InfoContext(ctx, "payout needs nothing more from this delivery", "event", event, "outcome", string(v.Outcome), "error", err.Error())
 		return v.Outcome, nil
 	case ClassFenced:
 		if lease == nil {
@@ -556,14 +568,14 @@ func (x *Executor) settle(ctx context.Context, log *slog.Logger, e payoutevent.E
 		// this lease is still the current one: if it is, no newer holder
 		// exists, so no grant of this key issued the fence's token.
 		if cerr := x.confirm(ctx, log, lease, "judging a fence refusal"); cerr != nil {
-			log.Warn("fenced out by a newer holder; Pub/Sub will redeliver", "event", EventPayoutFencedStale, "error", err.Error())
+			log.WarnContext(ctx, "fenced out by a newer holder; Pub/Sub will redeliver", "event", EventPayoutFencedStale, "error", err.Error())
 			return "", fmt.Errorf("%w: %s: %v", v.Err, step, err)
 		}
-		log.Error("fenced out while holding the current lease: the fence holds a token lock-server never granted for this lock",
+		log.ErrorContext(ctx, "fenced out while holding the current lease: the fence holds a token lock-server never granted for this lock",
 			"event", EventPayoutFenceAheadOfLease, "reason", string(v.Reason), "error", err.Error())
 		return x.markAttention(ctx, log, e, lease, v.Reason)
 	case ClassPermanent:
-		log.Error("refusal no retry can change", "event", EventPayoutRefusedPermanently, "reason", string(v.Reason), "error", err.Error())
+		log.ErrorContext(ctx, "refusal no retry can change", "event", EventPayoutRefusedPermanently, "reason", string(v.Reason), "error", err.Error())
 		return x.markAttention(ctx, log, e, lease, v.Reason)
 	default:
 		return "", fmt.Errorf("%w: %s: %v", v.Err, step, err)
@@ -580,7 +592,7 @@ func (x *Executor) settle(ctx context.Context, log *slog.Logger, e payoutevent.E
 // table says; a mark that stays unanswered is redelivered.
 func (x *Executor) markAttention(ctx context.Context, log *slog.Logger, e payoutevent.Event, lease *client.Lease, reason api.AttentionReason) (Outcome, error) {
 	if lease == nil {
-		log.Error("payout needs attention but no lease is held to record it", "event", EventPayoutAttentionUnrecorded, "reason", string(reason))
+		log.ErrorContext(ctx, "payout needs attention but no lease is held to record it", "event", EventPayoutAttentionUnrecorded, "reason", string(reason))
 		return OutcomeNeedsAttention, nil
 	}
 	err := x.retry(ctx, func(ctx context.Context) error {
@@ -589,7 +601,7 @@ func (x *Executor) markAttention(ctx context.Context, log *slog.Logger, e payout
 		return err
 	})
 	if err == nil {
-		log.Error("payout marked needs_attention; delivery acknowledged", "event", EventPayoutNeedsAttention, "reason", string(reason))
+		log.ErrorContext(ctx, "payout marked needs_attention; delivery acknowledged", "event", EventPayoutNeedsAttention, "reason", string(reason))
 		return OutcomeNeedsAttention, nil
 	}
 	v, code := classifyErr(ServicePaymentResource, err)
@@ -599,7 +611,7 @@ func (x *Executor) markAttention(ctx context.Context, log *slog.Logger, e payout
 	case ClassTransient:
 		return "", fmt.Errorf("%w: marking needs_attention: %v", v.Err, err)
 	}
-	log.Error("payout needs attention but payment-resource refused to record it; delivery acknowledged",
+	log.ErrorContext(ctx, "payout needs attention but payment-resource refused to record it; delivery acknowledged",
 		"event", EventPayoutAttentionUnrecorded, "reason", string(reason), "code", code, "error", err.Error())
 	return OutcomeNeedsAttention, nil
 }
@@ -616,7 +628,7 @@ func (x *Executor) confirm(ctx context.Context, log *slog.Logger, lease *client.
 	defer cancel()
 	err := lease.Renew(rctx)
 	if errors.Is(err, client.ErrLeaseLost) {
-		log.Warn("lease lost before the "+step+"; not going on", "event", EventLeaseLost, "step", step, "error", err.Error())
+		log.WarnContext(ctx, "lease lost before the "+step+"; not going on", "event", EventLeaseLost, "step", step, "error", err.Error())
 	}
 	return err
 }
@@ -627,7 +639,7 @@ func (x *Executor) confirm(ctx context.Context, log *slog.Logger, lease *client.
 func (x *Executor) report(ctx context.Context, log *slog.Logger, e payoutevent.Event, h payoutevent.Holder, res railResult) error {
 	err := x.retry(ctx, func(ctx context.Context) error { return x.postResult(ctx, e, h, res) })
 	if err != nil {
-		log.Warn("payment-resource did not take the result", "event", EventPayoutResultRefused, "railStatus", res.Status, "railRef", res.RailRef, "error", err.Error())
+		log.WarnContext(ctx, "payment-resource did not take the result", "event", EventPayoutResultRefused, "railStatus", res.Status, "railRef", res.RailRef, "error", err.Error())
 	}
 	return err
 }
@@ -692,10 +704,10 @@ func sleep(d time.Duration) { time.Sleep(d) }
 // bounded by its own timeout.
 func (x *Executor) pauseFault(ctx context.Context, log *slog.Logger) context.Context {
 	d := x.cfg.FaultPause.Duration
-	log.Warn("fault injection: pausing after the last lease confirmation, before the rail submission", "event", EventFaultPauseStarted,
+	log.WarnContext(ctx, "fault injection: pausing after the last lease confirmation, before the rail submission", "event", EventFaultPauseStarted,
 		"pauseMs", d.Milliseconds(), "ttlMs", x.cfg.LeaseTTL.Milliseconds())
 	x.pause(d)
-	log.Warn("fault injection: pause over; carrying on as if the lease were still held", "event", EventFaultPauseEnded,
+	log.WarnContext(ctx, "fault injection: pause over; carrying on as if the lease were still held", "event", EventFaultPauseEnded,
 		"pauseMs", d.Milliseconds(), "requestEnded", ctx.Err() != nil)
 	return context.WithoutCancel(ctx)
 }
@@ -706,3 +718,7 @@ func (x *Executor) delay(retry int) time.Duration {
 	defer x.rndMu.Unlock()
 	return x.cfg.ReportRetry.Delay(retry, x.rnd)
 }
+
+// MetricsFunction is this function's value of the function label of the
+// request metrics (package httpmetrics).
+const MetricsFunction = "executor"

@@ -1,6 +1,7 @@
 package fencing_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,7 +48,7 @@ func ExampleRefusal_Log() {
 		},
 	}))
 	refusal := fencing.Refusal{Resource: "rail", ResourceID: "acct-7", PresentedToken: 1, HighestToken: 3, Owner: "A"}
-	refusal.Log(log, "payoutId", "p-1")
+	refusal.Log(context.Background(), log, "payoutId", "p-1")
 	fmt.Println(refusal.Error())
 	// Output:
 	// {"level":"WARN","msg":"stale fencing token refused","event":"fenced_out","resource":"rail","resourceId":"acct-7","presentedToken":1,"highestToken":3,"ownerId":"A","payoutId":"p-1"}

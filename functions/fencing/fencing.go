@@ -10,6 +10,7 @@
 package fencing
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -197,10 +198,11 @@ var unverified = func() *prometheus.CounterVec {
 	return c
 }()
 
-// LogUnverified writes the unverified_token event at WARN (resource,
+// LogUnverified writes (with ctx, so that the line carries the request's
+// trace id: internal/logjson) the unverified_token event at WARN (resource,
 // resourceId, presentedToken, ownerId, reason, plus extra) and counts it
 // in fence_unverified_tokens_total (see Register).
-func LogUnverified(log *slog.Logger, resource, resourceID string, token int64, owner string, reason error, extra ...any) {
+func LogUnverified(ctx context.Context, log *slog.Logger, resource, resourceID string, token int64, owner string, reason error, extra ...any) {
 	label := "other"
 	if slices.Contains(Resources, resource) {
 		label = resource
@@ -208,7 +210,7 @@ func LogUnverified(log *slog.Logger, resource, resourceID string, token int64, o
 	unverified.WithLabelValues(label).Inc()
 	attrs := append([]any{"event", payoutevent.EventUnverifiedToken, "resource", resource, "resourceId", resourceID,
 		"presentedToken", token, "ownerId", owner, "reason", reason.Error()}, extra...)
-	log.Warn("fencing token not verified", attrs...)
+	log.WarnContext(ctx, "fencing token not verified", attrs...)
 }
 
 // Register adds the fence points' metrics to reg:
@@ -226,11 +228,12 @@ func Register(reg prometheus.Registerer) error {
 	return reg.Register(unverified)
 }
 
-// Log writes the fenced_out event at WARN with the attributes every fence
+// Log writes (with ctx, so that the line carries the request's trace id:
+// internal/logjson) the fenced_out event at WARN with the attributes every fence
 // point logs (docs/log-events.md): resource, resourceId, presentedToken, highestToken, ownerId, plus
 // any extra attributes (payoutId, ...), and counts it in
 // fence_refusals_total (see Register).
-func (f Refusal) Log(log *slog.Logger, extra ...any) {
+func (f Refusal) Log(ctx context.Context, log *slog.Logger, extra ...any) {
 	label := "other"
 	if slices.Contains(Resources, f.Resource) {
 		label = f.Resource
@@ -240,7 +243,7 @@ func (f Refusal) Log(log *slog.Logger, extra ...any) {
 		"event", EventFencedOut, "resource", f.Resource, "resourceId", f.ResourceID,
 		"presentedToken", f.PresentedToken, "highestToken", f.HighestToken, "ownerId", f.Owner,
 	}, extra...)
-	log.Warn("stale fencing token refused", attrs...)
+	log.WarnContext(ctx, "stale fencing token refused", attrs...)
 }
 
 // Switch reads a kill switch from the environment value v ("" means the

@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -47,7 +48,7 @@ func TestTokenFrom(t *testing.T) {
 func TestRefusalLogsThePinnedEvent(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, nil))
-	Refusal{Resource: "account", ResourceID: "acct-7", PresentedToken: 41, HighestToken: 42, Owner: "A"}.Log(log, "payoutId", "p-1")
+	Refusal{Resource: "account", ResourceID: "acct-7", PresentedToken: 41, HighestToken: 42, Owner: "A"}.Log(context.Background(), log, "payoutId", "p-1")
 	var got map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 )
@@ -79,7 +80,9 @@ func (s *Service) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, fmt.Errorf("%w: %s %s", errNoRoute, r.Method, r.URL.Path))
 	})
-	return s.admit(mux)
+	// Counted outermost: the refusals of admit (503 OVERLOADED, stalled
+	// paydb) are requests answered too.
+	return httpmetrics.Handler(MetricsFunction, httpmetrics.MuxRoutes(mux), s.admit(mux))
 }
 
 // only answers 405 to a method other than method (HEAD counts as GET).
@@ -310,7 +313,7 @@ func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !rep.Balanced {
-		s.log.Warn("ledger audit found violations", "event", api.EventAuditUnbalanced, "violations", len(rep.Violations))
+		s.log.WarnContext(ctx, "ledger audit found violations", "event", api.EventAuditUnbalanced, "violations", len(rep.Violations))
 	}
 	httpjson.WriteJSON(w, http.StatusOK, rep)
 }
@@ -381,13 +384,13 @@ func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error, attrs 
 		// Shed at once: one line per refused request would flood the log
 		// exactly when the service is in trouble; backend_stalled and the
 		// gauges tell it once.
-		s.log.Debug("request shed", append([]any{"event", api.EventRequestFailed}, attrs...)...)
+		s.log.DebugContext(r.Context(), "request shed", append([]any{"event", api.EventRequestFailed}, attrs...)...)
 	case status >= 500:
-		s.log.Error("request failed", append([]any{"event", api.EventRequestFailed}, attrs...)...)
+		s.log.ErrorContext(r.Context(), "request failed", append([]any{"event", api.EventRequestFailed}, attrs...)...)
 	case code == api.CodeFencedOut:
-		s.log.Debug("request refused", append([]any{"event", api.EventRequestRefused}, attrs...)...)
+		s.log.DebugContext(r.Context(), "request refused", append([]any{"event", api.EventRequestRefused}, attrs...)...)
 	default:
-		s.log.Info("request refused", append([]any{"event", api.EventRequestRefused}, attrs...)...)
+		s.log.InfoContext(r.Context(), "request refused", append([]any{"event", api.EventRequestRefused}, attrs...)...)
 	}
 	if status == http.StatusServiceUnavailable && retryable {
 		overload.SetRetryAfter(w.Header())
@@ -474,3 +477,7 @@ func invalid(err error) error {
 	}
 	return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 }
+
+// MetricsFunction is this function's value of the function label of the
+// request metrics (package httpmetrics).
+const MetricsFunction = "payment-resource"

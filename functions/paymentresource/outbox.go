@@ -72,7 +72,7 @@ func (o *outbox) run(ctx context.Context) {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
-			o.log.Warn("outbox drain failed", "event", api.EventOutboxDrainFailed, "error", err.Error(), "retryIn", backoff)
+			o.log.WarnContext(ctx, "outbox drain failed", "event", api.EventOutboxDrainFailed, "error", err.Error(), "retryIn", backoff)
 			wait = backoff
 			backoff = min(2*backoff, maxPublishBackoff)
 		case n == outboxBatch:
@@ -162,7 +162,7 @@ func (o *outbox) drain(ctx context.Context) (int, error) {
 		if err != nil {
 			// Logged here, not by run: a failure must be on record even
 			// when Close interrupts the pass right after it.
-			o.log.Warn("outbox publish failed", "event", api.EventOutboxPublishFailed, "outboxId", row.id, "orderingKey", row.orderingKey,
+			o.log.WarnContext(pctx, "outbox publish failed", "event", api.EventOutboxPublishFailed, "outboxId", row.id, "orderingKey", row.orderingKey,
 				"payoutId", row.attrs[payoutevent.AttrPayoutID], "accountId", row.attrs[payoutevent.AttrAccountID], "error", err.Error())
 			pubErr = fmt.Errorf("publish outbox row %d (payout %s): %w", row.id, row.attrs[payoutevent.AttrPayoutID], err)
 			break
@@ -172,7 +172,7 @@ func (o *outbox) drain(ctx context.Context) (int, error) {
 			break
 		}
 		published++
-		o.log.Info("outbox row published", "event", api.EventOutboxPublished, "outboxId", row.id, "orderingKey", row.orderingKey,
+		o.log.InfoContext(pctx, "outbox row published", "event", api.EventOutboxPublished, "outboxId", row.id, "orderingKey", row.orderingKey,
 			"payoutId", row.attrs[payoutevent.AttrPayoutID], "accountId", row.attrs[payoutevent.AttrAccountID])
 	}
 	if err := tx.Commit(mark); err != nil {

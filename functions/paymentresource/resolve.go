@@ -41,7 +41,7 @@ func (s *Service) resolveTx(ctx context.Context, id string, h payoutevent.Holder
 		}
 		p, err := s.result(ctx, id, h, api.ResultRequest(req))
 		if err == nil && p.State != before.State {
-			s.log.Warn("payout in doubt resolved", "event", api.EventPayoutResolved, "payoutId", id, "accountId", p.AccountID,
+			s.log.WarnContext(ctx, "payout in doubt resolved", "event", api.EventPayoutResolved, "payoutId", id, "accountId", p.AccountID,
 				"token", h.Token, "ownerId", h.Owner, "outcome", string(req.Outcome), "from", string(before.State), "to", string(p.State))
 		}
 		return p, err
@@ -56,7 +56,7 @@ func (s *Service) resolveTx(ctx context.Context, id string, h payoutevent.Holder
 		if err != nil {
 			return err
 		}
-		if err := s.verifyToken(id, l, h); err != nil {
+		if err := s.verifyToken(ctx, id, l, h); err != nil {
 			return err
 		}
 		rec := payoutevent.RailReceipt{PayoutID: id, AccountID: l.accountID, AmountMinor: l.amount, Currency: l.currency,
@@ -81,7 +81,7 @@ func (s *Service) resolveTx(ctx context.Context, id string, h payoutevent.Holder
 			return dbError("resolution", err)
 		}
 		if tag.RowsAffected() == 0 {
-			return s.refused(id, l, h.Token, h.Owner, false)
+			return s.refused(ctx, id, l, h.Token, h.Owner, false)
 		}
 		if err := transition(ctx, tx, id, l.state, api.StateFailed, h.Token, h.Owner); err != nil {
 			return err
@@ -94,7 +94,7 @@ func (s *Service) resolveTx(ctx context.Context, id string, h payoutevent.Holder
 		return api.Payout{}, err
 	}
 	if changed {
-		s.log.Warn("payout failed: its submission never reached the rail", "event", api.EventPayoutFailed,
+		s.log.WarnContext(ctx, "payout failed: its submission never reached the rail", "event", api.EventPayoutFailed,
 			"payoutId", id, "accountId", p.AccountID, "token", h.Token, "ownerId", h.Owner, "railToken", req.RailToken, "from", string(from))
 	}
 	return p, nil

@@ -137,7 +137,7 @@ VALUES ($1, $2, $3, $3) ON CONFLICT (account_id) DO NOTHING RETURNING `+accountC
 		req.AccountID, req.Currency, *req.OpeningBalanceMinor))
 	switch {
 	case err == nil:
-		s.log.Info("account created", "event", api.EventAccountCreated, "accountId", a.AccountID,
+		s.log.InfoContext(ctx, "account created", "event", api.EventAccountCreated, "accountId", a.AccountID,
 			"currency", a.Currency, "openingBalanceMinor", a.OpeningBalanceMinor)
 		return a, true, nil
 	case !errors.Is(err, pgx.ErrNoRows):
@@ -226,7 +226,7 @@ VALUES ($1, $2, $3, $4) ON CONFLICT (payout_id) DO NOTHING`, req.PayoutID, req.A
 		return api.Payout{}, false, err
 	}
 	if created {
-		s.log.Info("payout created", "event", api.EventPayoutCreated, "payoutId", p.PayoutID, "accountId", p.AccountID,
+		s.log.InfoContext(ctx, "payout created", "event", api.EventPayoutCreated, "payoutId", p.PayoutID, "accountId", p.AccountID,
 			"amountMinor", p.AmountMinor, "currency", p.Currency)
 		s.outbox.wake()
 	}
@@ -273,7 +273,7 @@ func (s *Service) claimTx(ctx context.Context, id string, h payoutevent.Holder) 
 		if err != nil {
 			return err
 		}
-		if err := s.verifyToken(id, l, h); err != nil {
+		if err := s.verifyToken(ctx, id, l, h); err != nil {
 			return err
 		}
 		from = l.state
@@ -286,7 +286,7 @@ func (s *Service) claimTx(ctx context.Context, id string, h payoutevent.Holder) 
 			return dbError("claim", err)
 		}
 		if tag.RowsAffected() == 0 {
-			return s.refused(id, l, token, owner, true)
+			return s.refused(ctx, id, l, token, owner, true)
 		}
 		if err := recordClaim(ctx, tx, id, l, token, owner); err != nil {
 			return err
@@ -297,7 +297,7 @@ func (s *Service) claimTx(ctx context.Context, id string, h payoutevent.Holder) 
 	if err != nil {
 		return api.Payout{}, err
 	}
-	s.log.Info("payout claimed", "event", api.EventPayoutClaimed, "payoutId", id, "accountId", p.AccountID,
+	s.log.InfoContext(ctx, "payout claimed", "event", api.EventPayoutClaimed, "payoutId", id, "accountId", p.AccountID,
 		"token", token, "ownerId", owner, "from", string(from))
 	return p, nil
 }
@@ -317,7 +317,7 @@ func (s *Service) resultTx(ctx context.Context, id string, h payoutevent.Holder,
 		if err != nil {
 			return err
 		}
-		if err := s.verifyToken(id, l, h); err != nil {
+		if err := s.verifyToken(ctx, id, l, h); err != nil {
 			return err
 		}
 		if err := s.verifyReceipt(id, l, token, req); err != nil {
@@ -355,7 +355,7 @@ func (s *Service) resultTx(ctx context.Context, id string, h payoutevent.Holder,
 			return dbError("result", err)
 		}
 		if tag.RowsAffected() == 0 {
-			return s.refused(id, l, token, owner, false)
+			return s.refused(ctx, id, l, token, owner, false)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE payout SET rail_token = $2 WHERE payout_id = $1`, id, railToken(req, token)); err != nil {
 			return dbError("result: rail token", err)
@@ -398,18 +398,18 @@ func (s *Service) resultTx(ctx context.Context, id string, h payoutevent.Holder,
 		"railRef", req.RailRef, "from", string(from)}
 	switch {
 	case replayed:
-		s.log.Info("rail result already recorded", append([]any{"event", api.EventResultReplayed, "outcome", string(req.Outcome)}, attrs...)...)
+		s.log.InfoContext(ctx, "rail result already recorded", append([]any{"event", api.EventResultReplayed, "outcome", string(req.Outcome)}, attrs...)...)
 	case req.Outcome == api.OutcomeAck:
 		level := slog.LevelInfo
 		if p.Debits > 1 {
 			level = slog.LevelWarn // only possible with fencing off
 		}
-		s.log.Log(context.Background(), level, "payout posted",
+		s.log.Log(ctx, level, "payout posted",
 			append([]any{"event", api.EventPayoutPosted, "amountMinor", p.AmountMinor, "currency", p.Currency, "debits", p.Debits}, attrs...)...)
 	case req.Outcome == api.OutcomeDecline:
-		s.log.Info("payout declined", append([]any{"event", api.EventPayoutDeclined}, attrs...)...)
+		s.log.InfoContext(ctx, "payout declined", append([]any{"event", api.EventPayoutDeclined}, attrs...)...)
 	default:
-		s.log.Warn("payout outcome ambiguous", append([]any{"event", api.EventPayoutAmbiguous}, attrs...)...)
+		s.log.WarnContext(ctx, "payout outcome ambiguous", append([]any{"event", api.EventPayoutAmbiguous}, attrs...)...)
 	}
 	return p, nil
 }
@@ -467,7 +467,7 @@ func (s *Service) debit(ctx context.Context, tx pgx.Tx, id string, l lockedPayou
 		if !s.fencing || highest < token {
 			return fmt.Errorf("paymentresource: debit of account %s matched no row (currency %s)", l.accountID, l.currency)
 		}
-		return s.fencedOut(fencing.Refusal{Resource: "account", ResourceID: l.accountID, PresentedToken: token, HighestToken: highest, Owner: owner},
+		return s.fencedOut(ctx, fencing.Refusal{Resource: "account", ResourceID: l.accountID, PresentedToken: token, HighestToken: highest, Owner: owner},
 			id, l.accountID)
 	}
 	var txn int64
@@ -515,7 +515,7 @@ func recordClaim(ctx context.Context, tx pgx.Tx, id string, l lockedPayout, toke
 // higher fence (FENCED_OUT, logged: a stale holder's result or mark is a
 // stale write, which the experiment counts), then a state the step does
 // not start from.
-func (s *Service) refused(id string, l lockedPayout, token int64, owner string, claim bool) error {
+func (s *Service) refused(ctx context.Context, id string, l lockedPayout, token int64, owner string, claim bool) error {
 	switch {
 	case claim && (l.state == api.StatePosted || l.state == api.StateDeclined || l.state == api.StateFailed):
 		return fmt.Errorf("%w: payout %s is %s", ErrPayoutFinished, id, l.state)
@@ -524,13 +524,13 @@ func (s *Service) refused(id string, l lockedPayout, token int64, owner string, 
 	case claim && (l.state == api.StateAmbiguous || l.state == api.StateSubmitted || l.state == api.StateAcknowledged):
 		return fmt.Errorf("%w: payout %s is %s", ErrPayoutInDoubt, id, l.state)
 	case s.fencing && l.fence > token:
-		return s.fencedOut(fencing.Refusal{Resource: "payout", ResourceID: id, PresentedToken: token, HighestToken: l.fence, Owner: owner},
+		return s.fencedOut(ctx, fencing.Refusal{Resource: "payout", ResourceID: id, PresentedToken: token, HighestToken: l.fence, Owner: owner},
 			id, l.accountID)
 	case s.fencing && l.accountFence > token:
 		// A newer holder of the account's lock has debited: this token is
 		// stale for every payout of the account, even one nobody has
 		// touched since (its own fence is still low).
-		return s.fencedOut(fencing.Refusal{Resource: "account", ResourceID: l.accountID, PresentedToken: token, HighestToken: l.accountFence, Owner: owner},
+		return s.fencedOut(ctx, fencing.Refusal{Resource: "account", ResourceID: l.accountID, PresentedToken: token, HighestToken: l.accountFence, Owner: owner},
 			id, l.accountID)
 	}
 	switch l.state {
@@ -563,7 +563,7 @@ func (s *Service) attentionTx(ctx context.Context, id string, h payoutevent.Hold
 		if err != nil {
 			return err
 		}
-		if err := s.verifyToken(id, l, h); err != nil {
+		if err := s.verifyToken(ctx, id, l, h); err != nil {
 			return err
 		}
 		from = l.state
@@ -580,7 +580,7 @@ func (s *Service) attentionTx(ctx context.Context, id string, h payoutevent.Hold
 			return dbError("attention", err)
 		}
 		if tag.RowsAffected() == 0 {
-			return s.refused(id, l, token, owner, false)
+			return s.refused(ctx, id, l, token, owner, false)
 		}
 		if err := insertTransition(ctx, tx, id, l.state, api.StateNeedsAttention, token, owner, reason); err != nil {
 			return err
@@ -594,7 +594,7 @@ func (s *Service) attentionTx(ctx context.Context, id string, h payoutevent.Hold
 	}
 	if changed {
 		needingAttention.WithLabelValues(string(reason)).Inc()
-		s.log.Error("payout needs attention: a refusal no retry can change", "event", api.EventPayoutNeedsAttention,
+		s.log.ErrorContext(ctx, "payout needs attention: a refusal no retry can change", "event", api.EventPayoutNeedsAttention,
 			"payoutId", id, "accountId", p.AccountID, "token", token, "ownerId", owner, "reason", string(reason), "from", string(from))
 	}
 	return p, nil
@@ -605,13 +605,13 @@ func (s *Service) attentionTx(ctx context.Context, id string, h payoutevent.Hold
 // (payout:{account}): a token it did not issue there must not write the
 // payout or move the account's fence. It returns nil or
 // ErrUnverifiedToken, logged.
-func (s *Service) verifyToken(id string, l lockedPayout, h payoutevent.Holder) error {
+func (s *Service) verifyToken(ctx context.Context, id string, l lockedPayout, h payoutevent.Holder) error {
 	if !s.fencing {
 		return nil
 	}
 	err := fencing.Verify(s.proofKeys, h.Proof, payoutevent.Event{AccountID: l.accountID}.LockKey(), h.Token)
 	if err != nil {
-		fencing.LogUnverified(s.log, "account", l.accountID, h.Token, h.Owner, err, "payoutId", id, "accountId", l.accountID)
+		fencing.LogUnverified(ctx, s.log, "account", l.accountID, h.Token, h.Owner, err, "payoutId", id, "accountId", l.accountID)
 		return fmt.Errorf("%w: %w", ErrUnverifiedToken, err)
 	}
 	return nil
@@ -637,8 +637,8 @@ func (s *Service) verifyReceipt(id string, l lockedPayout, token int64, req api.
 
 // fencedOut logs the fenced_out event and returns the error wrapping
 // ErrFencedOut.
-func (s *Service) fencedOut(r fencing.Refusal, payoutID, accountID string) error {
-	r.Log(s.log, "payoutId", payoutID, "accountId", accountID)
+func (s *Service) fencedOut(ctx context.Context, r fencing.Refusal, payoutID, accountID string) error {
+	r.Log(ctx, s.log, "payoutId", payoutID, "accountId", accountID)
 	return fencedOutError{msg: fmt.Errorf("%w: %s %s has accepted token %d; token %d is stale", ErrFencedOut,
 		r.Resource, r.ResourceID, r.HighestToken, r.PresentedToken), refusal: r}
 }

@@ -1,8 +1,12 @@
 package pipelinetest_test
 
 import (
+	"bytes"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,11 +14,15 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
+	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutbus"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
 )
 
 // The cardinality rule (SC-11) for every function's metrics, the ones
@@ -22,11 +30,14 @@ import (
 // submission counts, the paydb ages): payouts of ever more accounts
 // through the whole pipeline, and no label value is a payout id, an account id, a lock key, an owner or
 // a token, and the number of series does not grow with the payouts.
-// (lock-server's metrics have their own test in package lockserver.)
+// The request metrics of the four functions (package httpmetrics) are
+// among them, and each function must have counted its requests by
+// registered pattern. (lock-server's metrics have their own test in
+// package lockserver.)
 func TestFunctionMetricsCarryNoIdsOrTokens(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	for _, cs := range [][]prometheus.Collector{paymentresource.Collectors(), railstub.Collectors(), executor.Collectors(),
-		payoutbus.Collectors(), reconciler.Collectors()} {
+		payoutbus.Collectors(), reconciler.Collectors(), httpmetrics.Collectors()} {
 		for _, c := range cs {
 			if err := reg.Register(c); err != nil {
 				t.Fatal(err)
@@ -64,6 +75,17 @@ func TestFunctionMetricsCarryNoIdsOrTokens(t *testing.T) {
 			if out, _, err := deliver(t, x, ev, 3); err != nil || out != executor.OutcomePosted {
 				t.Fatalf("%s: %q, %v; want posted", ev.PayoutID, out, err)
 			}
+			// The same event again, as a Pub/Sub push to the executor's
+			// HTTP endpoint (a redelivery: already posted).
+			body, err := payoutevent.Encode(ev, "m-"+ev.PayoutID, ev.AccountID, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := httptest.NewRecorder()
+			x.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body)))
+			if w.Code != http.StatusOK {
+				t.Fatalf("push of %s: %d %s", ev.PayoutID, w.Code, w.Body)
+			}
 			st, err := p.Locks.Inspect(t.Context(), ev.LockKey())
 			if err != nil {
 				t.Fatal(err)
@@ -87,6 +109,44 @@ func TestFunctionMetricsCarryNoIdsOrTokens(t *testing.T) {
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Every function's requests are counted (package httpmetrics), by a
+	// route that is a registered pattern, never a path.
+	routes := map[string]map[string]bool{}
+	for _, f := range fams {
+		if f.GetName() != httpmetrics.NameRequests {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var fn, route string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case httpmetrics.LabelFunction:
+					fn = l.GetValue()
+				case httpmetrics.LabelRoute:
+					route = l.GetValue()
+				}
+			}
+			for v, what := range secret {
+				if what != "token" && strings.Contains(route, v) {
+					t.Errorf("%s{%s=%q} carries a %s", httpmetrics.NameRequests, httpmetrics.LabelRoute, route, what)
+				}
+			}
+			if routes[fn] == nil {
+				routes[fn] = map[string]bool{}
+			}
+			routes[fn][route] = true
+		}
+	}
+	for fn, want := range map[string]string{
+		paymentresource.MetricsFunction: payapi.PathClaim,
+		railproxy.MetricsFunction:       railapi.PathSubmissions,
+		railstub.MetricsFunction:        "/submit",
+		executor.MetricsFunction:        executor.MetricsRoute,
+	} {
+		if !routes[fn][want] {
+			t.Errorf("%s{%s=%q} has no %s=%q series (routes seen: %v)", httpmetrics.NameRequests, httpmetrics.LabelFunction, fn, httpmetrics.LabelRoute, want, routes[fn])
+		}
 	}
 	for _, f := range fams {
 		for _, m := range f.GetMetric() {

@@ -1,13 +1,18 @@
 package pipelinetest_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +32,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 )
 
@@ -182,7 +188,8 @@ func port(t *testing.T, raw string) string {
 func TestOnePayoutIsOneTraceWithTheTokenAtBothFencePoints(t *testing.T) {
 	rec := installTracing(t)
 	msgs := make(capture, 4)
-	p := pipelinetest.Start(t, pipelinetest.Options{Publisher: msgs})
+	var logs lockedBuffer
+	p := pipelinetest.Start(t, pipelinetest.Options{Publisher: msgs, Log: logjson.New(&logs, slog.LevelDebug, false)})
 	ev := payoutevent.Event{PayoutID: "p-trace", AccountID: "acct-trace", AmountMinor: 2500, Currency: "EUR"}
 	opening := int64(1_000_000)
 	if _, err := p.Pay.CreateAccount(t.Context(), api.AccountRequest{AccountID: ev.AccountID, Currency: ev.Currency, OpeningBalanceMinor: &opening}); err != nil {
@@ -335,10 +342,58 @@ func TestOnePayoutIsOneTraceWithTheTokenAtBothFencePoints(t *testing.T) {
 			t.Errorf("no fence span %s %s in the trace (got %v)\n%s", w.point, w.step, fences, tree(got))
 		}
 	}
+
+	// The log lines the services wrote inside the payout's requests carry
+	// the trace's id and the id of a span of it (internal/logjson): the
+	// grant and the fence points' events name the trace their spans are in.
+	linked := map[string]bool{}
+	for _, line := range bytes.Split(logs.Bytes(), []byte("\n")) {
+		var l map[string]any
+		if json.Unmarshal(line, &l) != nil || (l["key"] != ev.LockKey() && l["payoutId"] != ev.PayoutID) {
+			continue
+		}
+		event, _ := l["event"].(string)
+		sid, _ := l[logjson.KeySpanID].(string)
+		_, inTrace := ids[spanIDOf(sid)]
+		if l[logjson.KeyTraceID] != traceID.String() || !inTrace {
+			t.Errorf("log line %s: %s=%v %s=%v; want the payout's trace %s and one of its spans", event,
+				logjson.KeyTraceID, l[logjson.KeyTraceID], logjson.KeySpanID, l[logjson.KeySpanID], traceID)
+			continue
+		}
+		linked[event] = true
+	}
+	if !linked["lock_granted"] {
+		t.Errorf("no lock_granted line linked to the trace (linked: %v)", linked)
+	}
 	if t.Failed() {
 		return
 	}
-	t.Logf("one trace %s, %d spans, token %d at %v:\n%s", traceID, len(got), token, fences, tree(got))
+	t.Logf("one trace %s, %d spans, token %d at %v; log events linked to it: %v:\n%s", traceID, len(got), token, fences, slices.Sorted(maps.Keys(linked)), tree(got))
+}
+
+// spanIDOf parses a span id as logjson writes it (the zero id if it is not
+// one).
+func spanIDOf(s string) trace.SpanID {
+	id, _ := trace.SpanIDFromHex(s)
+	return id
+}
+
+// lockedBuffer is a bytes.Buffer that several services may log to at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.b.Bytes())
 }
 
 // jsonRaw is a body already encoded as JSON.

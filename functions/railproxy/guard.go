@@ -344,7 +344,7 @@ func RecoverRestore(ctx context.Context, db pgpool.Config, rec RestoreRecovery, 
 	if err != nil {
 		return RestoreRecovered{}, dbError("recover restore", err)
 	}
-	log.Warn("raildb recovered after a restore: submissions admitted again",
+	log.WarnContext(ctx, "raildb recovered after a restore: submissions admitted again",
 		"event", api.EventRaildbRecovered, "past", rec.Past, "tokenFloor", out.TokenFloor, "attemptIdsAbove", out.AttemptIDsAbove,
 		"rebuilt", len(out.Rebuilt), "identity", out.Identity, "previous", out.Previous)
 	return out, nil

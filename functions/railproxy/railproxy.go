@@ -88,6 +88,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
@@ -359,6 +360,7 @@ type Proxy struct {
 	submitURL string
 	stopURL   string
 	mux       *http.ServeMux
+	metered   http.Handler // serve, counted by httpmetrics
 
 	guard  *overload.Guard // in-flight bound and stall breaker
 	detach func()          // from guardGauges
@@ -445,6 +447,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 	p.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, p.log, fmt.Errorf("%w: no route for %s %s", ErrNotFound, r.Method, r.URL.Path))
 	})
+	p.metered = httpmetrics.Handler(MetricsFunction, httpmetrics.MuxRoutes(p.mux), http.HandlerFunc(p.serve))
 	return p, nil
 }
 
@@ -452,7 +455,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 // is answered 503 OVERLOADED, and one that arrives while raildb is marked
 // stalled (and is not the probe) 503 UNAVAILABLE, both at once, with
 // Retry-After, before anything is recorded.
-func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.metered.ServeHTTP(w, r) }
+
+// serve answers r; ServeHTTP counts and times it (package httpmetrics),
+// refusals included.
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	if !p.enter() {
 		p.fail(w, p.log, fmt.Errorf("%w: closing", ErrUnavailable))
 		return
@@ -569,7 +576,7 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		key := payoutevent.Event{AccountID: req.AccountID}.LockKey()
 		if err := fencing.Verify(p.cfg.ProofKeys, h.Proof, key, token); err != nil {
 			fencing.EndSpan(span, err)
-			fencing.LogUnverified(p.log, "rail", req.AccountID, token, owner, err, "payoutId", req.PayoutID, "accountId", req.AccountID)
+			fencing.LogUnverified(r.Context(), p.log, "rail", req.AccountID, token, owner, err, "payoutId", req.PayoutID, "accountId", req.AccountID)
 			p.fail(w, p.log, fmt.Errorf("%w: %w", ErrUnverifiedToken, err))
 			return
 		}
@@ -588,11 +595,11 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	)
 	switch {
 	case errors.As(err, &refusal):
-		refusal.Log(p.log, "payoutId", req.PayoutID, "accountId", req.AccountID, "token", token, "attemptId", attemptID)
+		refusal.Log(r.Context(), p.log, "payoutId", req.PayoutID, "accountId", req.AccountID, "token", token, "attemptId", attemptID)
 		p.fail(w, lg, err)
 		return
 	case errors.As(err, &dup):
-		lg.Warn("payout already went to the rail; not forwarding it again", "event", api.EventSubmissionDuplicate,
+		lg.WarnContext(ctx, "payout already went to the rail; not forwarding it again", "event", api.EventSubmissionDuplicate,
 			"attemptId", attemptID, "firstAttemptId", dup.First.AttemptID, "firstToken", dup.First.Token, "firstState", dup.First.State)
 		status, code, _ := statusOf(err)
 		dup.First.Receipt = p.receipt(dup.First.PayoutID, dup.First.AccountID, dup.First.AmountMinor, dup.First.Currency,
@@ -607,15 +614,15 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lg = lg.With("attemptId", attemptID)
-	lg.Info("forwarding submission to the rail", "event", api.EventSubmissionForwarding,
+	lg.InfoContext(ctx, "forwarding submission to the rail", "event", api.EventSubmissionForwarding,
 		"amountMinor", req.AmountMinor, "currency", req.Currency)
 
 	ans, err := p.forward(ctx, req)
 	if err != nil {
 		if ferr := p.finish(ctx, attemptID, api.StateAmbiguous, ""); ferr != nil {
-			lg.Error("could not record the ambiguous outcome; the attempt stays forwarding", "event", api.EventAttemptUpdateFailed, "error", ferr.Error())
+			lg.ErrorContext(ctx, "could not record the ambiguous outcome; the attempt stays forwarding", "event", api.EventAttemptUpdateFailed, "error", ferr.Error())
 		}
-		lg.Error("rail outcome unknown; the money may have moved: reconcile, never retry blindly",
+		lg.ErrorContext(ctx, "rail outcome unknown; the money may have moved: reconcile, never retry blindly",
 			"event", api.EventSubmissionAmbiguous, "error", err.Error())
 		p.fail(w, lg, fmt.Errorf("%w: attempt %d: %v", ErrRailAmbiguous, attemptID, err))
 		return
@@ -627,10 +634,10 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	if ferr := p.finish(ctx, attemptID, state, ans.RailRef); ferr != nil {
 		// The rail's answer is the truth about the money; answer it even
 		// though the audit row could not be updated.
-		lg.Error("could not record the rail's answer; the attempt stays forwarding", "event", api.EventAttemptUpdateFailed,
+		lg.ErrorContext(ctx, "could not record the rail's answer; the attempt stays forwarding", "event", api.EventAttemptUpdateFailed,
 			"state", state, "railRef", ans.RailRef, "error", ferr.Error())
 	}
-	lg.Info("rail answered "+string(ans.Status), "event", event, "railRef", ans.RailRef)
+	lg.InfoContext(ctx, "rail answered "+string(ans.Status), "event", event, "railRef", ans.RailRef)
 	httpjson.WriteJSON(w, http.StatusOK, api.SubmitAnswer{Status: ans.Status, RailRef: ans.RailRef, AttemptID: attemptID, Token: token,
 		Receipt: p.receipt(req.PayoutID, req.AccountID, req.AmountMinor, req.Currency, state, ans.RailRef, token)})
 }
@@ -788,3 +795,7 @@ func statusOf(err error) (status int, code api.Code, retryable bool) {
 		return http.StatusInternalServerError, api.CodeInternal, false
 	}
 }
+
+// MetricsFunction is this function's value of the function label of the
+// request metrics (package httpmetrics).
+const MetricsFunction = "rail-proxy"

@@ -114,7 +114,7 @@ func (p *Proxy) reconcile(ctx context.Context, payout string, h payoutevent.Hold
 	if !p.cfg.FencingDisabled {
 		key := payoutevent.Event{AccountID: a.AccountID}.LockKey()
 		if err := fencing.Verify(p.cfg.ProofKeys, h.Proof, key, h.Token); err != nil {
-			fencing.LogUnverified(p.log, "rail", a.AccountID, h.Token, h.Owner, err, "payoutId", payout, "accountId", a.AccountID)
+			fencing.LogUnverified(ctx, p.log, "rail", a.AccountID, h.Token, h.Owner, err, "payoutId", payout, "accountId", a.AccountID)
 			return api.Reconciliation{}, fmt.Errorf("%w: %w", ErrUnverifiedToken, err)
 		}
 	}
@@ -155,7 +155,7 @@ func (p *Proxy) reconcile(ctx context.Context, payout string, h payoutevent.Hold
 		for _, r := range records {
 			refs = append(refs, r.Answer.RailRef)
 		}
-		lg.Error("the rail holds more than one submission of this payout: a safety violation (INV-04); not resolving it",
+		lg.ErrorContext(ctx, "the rail holds more than one submission of this payout: a safety violation (INV-04); not resolving it",
 			"event", api.EventRailSubmittedTwice, "count", len(records), "railRefs", refs)
 		return api.Reconciliation{}, fmt.Errorf("%w: %d submissions of payout %s (%v)", ErrRailSubmittedTwice, len(records), payout, refs)
 	}
@@ -180,7 +180,7 @@ func (p *Proxy) reconcile(ctx context.Context, payout string, h payoutevent.Hold
 		}
 		return p.reconciliation(now, false), nil
 	}
-	lg.Warn("forwarded attempt resolved against the rail's record", "event", api.EventAttemptReconciled,
+	lg.WarnContext(ctx, "forwarded attempt resolved against the rail's record", "event", api.EventAttemptReconciled,
 		"previousState", a.State, "state", state, "railRef", railRef)
 	a.State, a.RailRef = state, railRef
 	return p.reconciliation(a, true), nil

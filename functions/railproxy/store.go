@@ -136,13 +136,13 @@ func (p *Proxy) admit(ctx context.Context, req api.SubmitRequest, token int64, o
 			refusal = &fencing.Refusal{Resource: "rail", ResourceID: req.AccountID, PresentedToken: token, HighestToken: max(hw, floor), Owner: owner}
 		case p.cfg.FencingDisabled:
 			if token <= floor {
-				lg.Warn("token at or below the restore's token floor forwarded: fencing is disabled", "event", api.EventFencingBypassed, "tokenFloor", floor)
+				lg.WarnContext(ctx, "token at or below the restore's token floor forwarded: fencing is disabled", "event", api.EventFencingBypassed, "tokenFloor", floor)
 			}
 			if err := tx.QueryRow(ctx, sqlAdvanceUnfenced, req.AccountID, token).Scan(&hw); err != nil {
 				return fmt.Errorf("advance high-water: %w", err)
 			}
 			if hw > token {
-				lg.Warn("stale token forwarded: fencing is disabled", "event", api.EventFencingBypassed, "highestToken", hw)
+				lg.WarnContext(ctx, "stale token forwarded: fencing is disabled", "event", api.EventFencingBypassed, "highestToken", hw)
 			}
 		default:
 			err := tx.QueryRow(ctx, sqlAdvanceStrict, req.AccountID, token).Scan(&hw)
@@ -212,12 +212,12 @@ func (p *Proxy) claimPayout(ctx context.Context, tx pgx.Tx, payoutID string, att
 		if _, err := tx.Exec(ctx, sqlSetAttemptState, first.AttemptID, api.StateAmbiguous); err != nil {
 			return nil, fmt.Errorf("mark abandoned attempt ambiguous: %w", err)
 		}
-		lg.Error("a forwarded attempt never recorded the rail's answer; marked ambiguous: reconcile with the rail",
+		lg.ErrorContext(ctx, "a forwarded attempt never recorded the rail's answer; marked ambiguous: reconcile with the rail",
 			"event", api.EventAttemptAbandoned, "abandonedAttemptId", first.AttemptID, "abandonedToken", first.Token)
 		first.State = api.StateAmbiguous
 	}
 	if p.cfg.FencingDisabled {
-		lg.Warn("second submission of a payout forwarded: fencing is disabled", "event", api.EventFencingBypassed,
+		lg.WarnContext(ctx, "second submission of a payout forwarded: fencing is disabled", "event", api.EventFencingBypassed,
 			"firstAttemptId", first.AttemptID, "firstToken", first.Token)
 		return nil, nil
 	}

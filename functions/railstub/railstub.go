@@ -62,6 +62,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
 )
 
@@ -386,6 +387,7 @@ type Stub struct {
 	decline  map[string]bool
 	overMin  int64
 	mux      *http.ServeMux
+	metered  http.Handler  // mux, counted by httpmetrics
 	closing  chan struct{} // closed by Close: releases held requests
 	closeOne sync.Once
 
@@ -447,11 +449,12 @@ func New(cfg Config, log *slog.Logger) (*Stub, error) {
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, fmt.Errorf("%w: %s %s", errNotFound, r.Method, r.URL.Path))
 	})
+	s.metered = httpmetrics.Handler(MetricsFunction, httpmetrics.MuxRoutes(s.mux), s.mux)
 	return s, nil
 }
 
 // ServeHTTP implements http.Handler.
-func (s *Stub) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Stub) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.metered.ServeHTTP(w, r) }
 
 // Close makes every later submission fail with ErrClosed, releases the
 // requests held by a "hang" fault (answered 503 STUB_CLOSED; they stay
@@ -509,7 +512,7 @@ func (s *Stub) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	attrs := []any{"seq", rec.Seq, "payoutId", req.PayoutID, "accountId", req.AccountID,
 		"amountMinor", req.AmountMinor, "currency", req.Currency, "status", rec.Answer.Status, "railRef", rec.Answer.RailRef}
 	if mode == FaultHang {
-		s.log.Warn("rail submission recorded; answer withheld", append([]any{"event", EventAnswerWithheld}, attrs...)...)
+		s.log.WarnContext(r.Context(), "rail submission recorded; answer withheld", append([]any{"event", EventAnswerWithheld}, attrs...)...)
 		select {
 		case <-r.Context().Done():
 			// The caller gave up: it will never learn that the money moved.
@@ -518,7 +521,7 @@ func (s *Stub) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	s.log.Info("rail submission recorded", append([]any{"event", EventSubmissionRecorded}, attrs...)...)
+	s.log.InfoContext(r.Context(), "rail submission recorded", append([]any{"event", EventSubmissionRecorded}, attrs...)...)
 	if !s.wait(r.Context(), latency) {
 		return // the caller gave up during the latency; the record stands
 	}
@@ -654,7 +657,7 @@ func (s *Stub) handleStops(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	s.log.Warn("rail stop order recorded; later submissions of the reference are refused", "event", EventReferenceStopped,
+	s.log.WarnContext(r.Context(), "rail stop order recorded; later submissions of the reference are refused", "event", EventReferenceStopped,
 		"reference", req.Reference, "submissions", len(ans.Submissions))
 	httpjson.WriteJSON(w, http.StatusOK, ans)
 }
@@ -690,7 +693,7 @@ func (s *Stub) handleFaults(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.faults = f
 		s.mu.Unlock()
-		s.log.Warn("rail stub faults set", "event", EventFaultsSet, "latencyMs", f.LatencyMs, "failNext", f.FailNext, "mode", f.Mode)
+		s.log.WarnContext(r.Context(), "rail stub faults set", "event", EventFaultsSet, "latencyMs", f.LatencyMs, "failNext", f.FailNext, "mode", f.Mode)
 		httpjson.WriteJSON(w, http.StatusOK, f)
 	default:
 		s.methodNotAllowed(w, r, "GET, POST")
@@ -750,3 +753,7 @@ func statusOf(err error) (status int, code string, retryable bool) {
 		return http.StatusInternalServerError, CodeInternal, false
 	}
 }
+
+// MetricsFunction is this function's value of the function label of the
+// request metrics (package httpmetrics).
+const MetricsFunction = "rail-stub"

@@ -39,6 +39,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpserve"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
@@ -73,7 +74,7 @@ func Main(name string, known []string, build Builder, extra ...prometheus.Collec
 			os.Exit(1)
 		}
 	}
-	log := logjson.New(os.Stderr, level, logjson.OnGoogleCloud(os.Getenv)).With("service", name)
+	log := logjson.NewInProject(os.Stderr, level, logjson.OnGoogleCloud(os.Getenv), logjson.Project(os.Getenv)).With("service", name)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	context.AfterFunc(ctx, stop)
@@ -156,7 +157,9 @@ const PathMetrics = "/metrics"
 
 // metricsHandler serves a registry with the Go runtime and process
 // collectors, the fence points' fence_refusals_total{resource} (package
-// fencing) and extra. No label carries a key, an id, an owner or a token.
+// fencing), the request metrics function_requests_total and
+// function_request_duration_seconds (package httpmetrics, which each
+// function's handler records) and extra. No label carries a key, an id, an owner or a token.
 func metricsHandler(extra ...prometheus.Collector) (http.Handler, error) {
 	reg := prometheus.NewRegistry()
 	for _, c := range append([]prometheus.Collector{
@@ -169,6 +172,11 @@ func metricsHandler(extra ...prometheus.Collector) (http.Handler, error) {
 	}
 	if err := fencing.Register(reg); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	for _, c := range httpmetrics.Collectors() {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
 	}
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), nil
 }

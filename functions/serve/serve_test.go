@@ -17,6 +17,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
 )
 
 // TestMetricsCountFenceRefusals: the registry every function process serves
@@ -50,9 +51,9 @@ func TestMetricsCountFenceRefusals(t *testing.T) {
 	}
 	before := scrape()
 	r := fencing.Refusal{Resource: "rail", ResourceID: "acct-secret-7", PresentedToken: 41, HighestToken: 42, Owner: "worker-secret"}
-	r.Log(slog.New(slog.DiscardHandler))
-	r.Log(slog.New(slog.DiscardHandler))
-	fencing.Refusal{Resource: "something-new"}.Log(slog.New(slog.DiscardHandler))
+	r.Log(context.Background(), slog.New(slog.DiscardHandler))
+	r.Log(context.Background(), slog.New(slog.DiscardHandler))
+	fencing.Refusal{Resource: "something-new"}.Log(context.Background(), slog.New(slog.DiscardHandler))
 	after := scrape()
 	if d := value(after, `fence_refusals_total{resource="rail"}`) - value(before, `fence_refusals_total{resource="rail"}`); d != 2 {
 		t.Errorf("rail refusals went up by %v; want 2", d)
@@ -176,5 +177,26 @@ func TestRunServesThroughTheHardenedServer(t *testing.T) {
 	case <-closed:
 	default:
 		t.Error("run returned without closing the function's dependencies")
+	}
+}
+
+// TestMetricsServeTheRequestMetrics: the registry of every function
+// process serves the request metrics the functions' handlers record.
+func TestMetricsServeTheRequestMetrics(t *testing.T) {
+	h, err := metricsHandler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpmetrics.Handler("serve-test", httpmetrics.OneRoute("/x"), http.NotFoundHandler()).
+		ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/x/secret-id", nil))
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", PathMetrics, nil))
+	for _, want := range []string{
+		httpmetrics.NameRequests + `{class="4xx",function="serve-test",route="/x"} 1`,
+		httpmetrics.NameDuration + `_count{function="serve-test",route="/x"} 1`,
+	} {
+		if !strings.Contains(w.Body.String(), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }

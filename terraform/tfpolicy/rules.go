@@ -409,6 +409,7 @@ var labelPath = map[string][]string{
 	"google_cloud_run_v2_service":         {"labels"},
 	"google_compute_address":              {"labels"},
 	"google_container_cluster":            {"resource_labels"},
+	"google_monitoring_alert_policy":      {"user_labels"},
 	"google_pubsub_subscription":          {"labels"},
 	"google_pubsub_topic":                 {"labels"},
 	"google_secret_manager_secret":        {"labels"},

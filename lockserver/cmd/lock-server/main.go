@@ -58,7 +58,7 @@ func main() {
 // receives the bound address once the server accepts connections.
 func run(ctx context.Context, getenv func(string) string, environ []string, stderr io.Writer, ready chan<- net.Addr) error {
 	cfg, err := loadConfig(getenv)
-	log := logjson.New(stderr, cfg.LogLevel, logjson.OnGoogleCloud(os.Getenv)).With("service", "lock-server")
+	log := logjson.NewInProject(stderr, cfg.LogLevel, logjson.OnGoogleCloud(os.Getenv), logjson.Project(os.Getenv)).With("service", "lock-server")
 	// Before refusing a bad configuration too: a misspelt LOCKDB_URL is
 	// both "LOCKDB_URL is required" and an unknown variable.
 	envcheck.Warn(log, envNames(), environ)

@@ -123,8 +123,10 @@ resource "google_cloud_run_v2_service" "this" {
         cpu_idle = var.cpu_idle
       }
 
+      # GOOGLE_CLOUD_PROJECT: logjson links each log line inside a traced
+      # request to its trace in Cloud Trace (logging.googleapis.com/trace).
       dynamic "env" {
-        for_each = var.env
+        for_each = merge({ GOOGLE_CLOUD_PROJECT = var.project_id }, var.env)
         content {
           name  = env.key
           value = env.value

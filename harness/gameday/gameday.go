@@ -1,0 +1,515 @@
+// Package gameday runs the local game day (charter SC-09, issue #9 item
+// 6): the local stack (local/stack), a real Prometheus scraping every
+// service with the game-day alert rules (ops/prometheus/gameday/rules.yml,
+// the SLO spec at 1/30 time scale, scrape and evaluation every second),
+// a real Alertmanager sending to a webhook receiver hosted here; then, one
+// fault at a time, it injects the fault on purpose, waits for each alert
+// the fault must fire, and runs the first diagnostic command of the
+// alert's runbook (docs/runbooks/<alert>.md, the first sh block under
+// "First diagnostic") against the stack. For each alert it records the
+// detection latency (fault injected to the alert received by the webhook)
+// and the time to the runbook step (alert received to the command's
+// answer), and whether the answer names the cause.
+//
+// Nothing in the rules is overridden: the game-day rules already divide
+// every window and "for" by 30 (docs/slo.md). The alerts that cannot be
+// fired on this machine are listed in NotFiredLocally with the reason.
+package gameday
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
+	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+)
+
+// Sentinel errors.
+var (
+	// ErrPrerequisite: Prometheus or Alertmanager is not installed.
+	ErrPrerequisite = errors.New("gameday: missing prerequisite")
+	// ErrInvalidConfig wraps every error of Config.Validate.
+	ErrInvalidConfig = errors.New("gameday: invalid config")
+	// ErrNotFired: an alert did not fire within Config.AlertTimeout of its
+	// fault (the game day fails).
+	ErrNotFired = errors.New("gameday: alert did not fire")
+)
+
+// Config says which faults to inject and where the run lives.
+type Config struct {
+	// Faults are the names of the faults to inject, in order (see
+	// Faults). Default: every fault.
+	Faults []string
+	// Repo is the repository root (the rules and runbooks are read from
+	// it). Required.
+	Repo string
+	// Dir is the run folder: the stack's logs, Prometheus' and
+	// Alertmanager's configuration, data and logs. Required.
+	Dir string
+	// AlertTimeout bounds the wait for each alert after its fault.
+	// Default 90 s.
+	AlertTimeout time.Duration
+	// RunbookTimeout bounds each runbook command. Default 20 s.
+	RunbookTimeout time.Duration
+	// Log receives progress lines. Default: discard.
+	Log *slog.Logger
+}
+
+// DefaultConfig injects every fault.
+func DefaultConfig() Config {
+	return Config{AlertTimeout: 90 * time.Second, RunbookTimeout: 20 * time.Second}
+}
+
+// Validate reports every invalid field, each wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Repo == "" {
+		errs = append(errs, fmt.Errorf("%w: Repo is required", ErrInvalidConfig))
+	}
+	if c.Dir == "" {
+		errs = append(errs, fmt.Errorf("%w: Dir is required", ErrInvalidConfig))
+	}
+	if c.AlertTimeout <= 0 || c.RunbookTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("%w: AlertTimeout and RunbookTimeout must be positive", ErrInvalidConfig))
+	}
+	for _, f := range c.Faults {
+		if faultByName(f) == nil {
+			errs = append(errs, fmt.Errorf("%w: unknown fault %q", ErrInvalidConfig, f))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Result is one alert of one fault.
+type Result struct {
+	// Alert is the alert name; Fault the fault injected.
+	Alert string `json:"alert"`
+	Fault string `json:"fault"`
+	// Fired is whether the webhook received the alert within AlertTimeout.
+	Fired bool `json:"fired"`
+	// DetectionMs is fault injected -> alert received, in milliseconds.
+	DetectionMs int64 `json:"detectionMs"`
+	// RunbookCommand is the runbook's first diagnostic command as run;
+	// RunbookMs is alert received -> the command's answer, in ms;
+	// RunbookExit its exit status; RunbookConfirms whether the answer
+	// names the cause (Fault.Confirms); RunbookOutput its first lines.
+	RunbookCommand  string `json:"runbookCommand"`
+	RunbookMs       int64  `json:"runbookMs"`
+	RunbookExit     int    `json:"runbookExit"`
+	RunbookConfirms bool   `json:"runbookConfirms"`
+	RunbookOutput   string `json:"runbookOutput"`
+	// AlsoFired lists the other alerts received while this fault was on.
+	AlsoFired []string `json:"alsoFired,omitempty"`
+}
+
+// Report is a whole game day.
+type Report struct {
+	Started  time.Time `json:"started"`
+	Results  []Result  `json:"results"`
+	NotFired []string  `json:"notFired,omitempty"`
+	// NotFiredLocally are the alerts no local fault fires, with why.
+	NotFiredLocally map[string]string `json:"notFiredLocally"`
+}
+
+// env is what a fault and a runbook command see of the stack.
+type env struct {
+	st   *stack.Stack
+	mu   sync.Mutex
+	vars map[string]string // the runbook commands' environment (LS, PAY, ...)
+}
+
+func (e *env) set(k, v string) {
+	e.mu.Lock()
+	e.vars[k] = v
+	e.mu.Unlock()
+}
+
+// Fault is one fault the game day injects on purpose.
+type Fault struct {
+	// Name names the fault (Config.Faults).
+	Name string
+	// Alerts are the alerts it must fire.
+	Alerts []string
+	// Inject breaks the system; Heal (may be nil) repairs it after the
+	// alerts are in and the runbook steps ran.
+	Inject func(ctx context.Context, e *env) error
+	Heal   func(ctx context.Context, e *env) error
+	// Confirms, per alert, is a pattern the runbook command's answer
+	// must match to name the cause.
+	Confirms map[string]string
+}
+
+// Faults are every fault of the game day.
+var Faults = []Fault{
+	{
+		Name:   "lock-server-killed",
+		Alerts: []string{"LockServerDown"},
+		Inject: func(ctx context.Context, e *env) error { return e.st.Kill("lock-server") },
+		Heal:   func(ctx context.Context, e *env) error { return e.st.Restart(ctx, "lock-server") },
+		// lockctl ready cannot reach it.
+		Confirms: map[string]string{"LockServerDown": `no answer from lock-server`},
+	},
+	{
+		Name:   "forged-token",
+		Alerts: []string{"FenceUnverifiedTokens"},
+		Inject: func(ctx context.Context, e *env) error {
+			c, err := railclient.New(e.st.RailProxyURL())
+			if err != nil {
+				return err
+			}
+			// A token lock-server never granted, with no proof.
+			h := payoutevent.Holder{Token: 1 << 40, Owner: "gameday-forger"}
+			_, err = c.Submit(ctx, h, railapi.SubmitRequest{PayoutID: "gd-forged-1", AccountID: "gd-acct-forged", AmountMinor: 100, Currency: "EUR"})
+			if err == nil {
+				return errors.New("rail-proxy accepted a forged token")
+			}
+			return nil
+		},
+		Confirms: map[string]string{"FenceUnverifiedTokens": `fence_unverified_tokens_total\{resource="rail"\} [1-9]`},
+	},
+	{
+		Name:   "rail-submitted-twice",
+		Alerts: []string{"PayoutSubmittedTwice"},
+		Inject: func(ctx context.Context, e *env) error {
+			// Two submissions of one payout straight to the rail, past
+			// both fence points (as a second, unfenced caller would).
+			id := "gd-dup-1"
+			e.set("ID", id)
+			body := fmt.Sprintf(`{"payoutId":%q,"accountId":"gd-acct-dup","amountMinor":100,"currency":"EUR","reference":%q}`, id, id)
+			for range 2 {
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.st.RailStubURL()+"/submit", strings.NewReader(body))
+				if err != nil {
+					return err
+				}
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return err
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					return fmt.Errorf("rail-stub answered %d to a submission", resp.StatusCode)
+				}
+			}
+			return nil
+		},
+		Confirms: map[string]string{"PayoutSubmittedTwice": `gd-dup-1`},
+	},
+	{
+		Name:   "lockdb-killed",
+		Alerts: []string{"LockStoreUnreachable", "LockAcquireErrorBudgetBurn"},
+		Inject: func(ctx context.Context, e *env) error { return e.st.Kill(stack.ClusterLockdb) },
+		Heal:   func(ctx context.Context, e *env) error { return e.st.Restart(ctx, stack.ClusterLockdb) },
+		Confirms: map[string]string{
+			"LockStoreUnreachable":       `(?i)BACKEND_UNAVAILABLE|not ready|refused|unavailable`,
+			"LockAcquireErrorBudgetBurn": `(?i)BACKEND_UNAVAILABLE|unavailable|refused`,
+		},
+	},
+}
+
+// NotFiredLocally are the alerts of ops/slo.yaml that no fault of this
+// game day fires, and why.
+var NotFiredLocally = map[string]string{
+	"LockAcquireLatencyBudgetBurn": "needs acquires slower than 100 ms for minutes of game time; the stack offers no way to slow lockdb without stopping it (pgcluster.Freeze is not exposed by local/stack), and a stopped lockdb fires LockStoreUnreachable instead. Not built yet.",
+	"PayoutCompletionBudgetBurn":   "its threshold (60 s from creation to posted) is a bucket of payout_completion_seconds and is not scaled by 1/30: a burn needs payouts held over 60 s each for minutes. Not built yet.",
+	"PayoutDeadLettered":           "counted by the local push bridge only when an executor fails every delivery attempt; needs an executor crashing on every delivery (a fault switch the executor does not have). Not built yet.",
+	"PayoutsNeedingAttention":      "needs a payout driven into needs_attention (a permanent refusal, e.g. a receipt that does not verify); not built yet.",
+	"PayoutAmbiguousTooLong":       "the age threshold (30 min, 60 s at 1/30) is a gauge value, so the payout must stay ambiguous for over 70 s of wall time; not built yet.",
+	"PayoutOutboxStuck":            "needs the outbox publisher stopped while payouts are created (killing pubsub-fake); not built yet.",
+	"PayoutDatabaseStalled":        "needs paydb or raildb frozen (SIGSTOP) under load; local/stack does not expose pgcluster.Freeze. Not built yet.",
+	"EtcdNoLeader":                 "needs the etcd backend with three members and their metrics scraped; the game day runs the PostgreSQL backend. Not built yet.",
+	"EtcdLeaderChangesFrequent":    "as EtcdNoLeader, and four leader changes within 2 minutes of game time.",
+}
+
+func faultByName(name string) *Fault {
+	for i := range Faults {
+		if Faults[i].Name == name {
+			return &Faults[i]
+		}
+	}
+	return nil
+}
+
+// Run runs a game day: starts the stack and the monitoring, injects each
+// fault of cfg in turn, and returns the report. It returns an error
+// wrapping ErrNotFired (with the report) when an alert did not fire.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	rep := Report{Started: time.Now().UTC(), NotFiredLocally: NotFiredLocally}
+	if err := cfg.Validate(); err != nil {
+		return rep, err
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	for _, bin := range []string{BinPrometheus, BinAlertmanager} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return rep, fmt.Errorf("%w: %s is not on PATH (apt-get install %s)", ErrPrerequisite, bin, debianPackage(bin))
+		}
+	}
+	faults := cfg.Faults
+	if len(faults) == 0 {
+		for _, f := range Faults {
+			faults = append(faults, f.Name)
+		}
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return rep, err
+	}
+	bin := filepath.Join(cfg.Dir, "bin")
+	if err := stack.Build(ctx, bin); err != nil {
+		return rep, err
+	}
+	lockctl := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./lockserver/cmd/lockctl")
+	lockctl.Dir = cfg.Repo
+	if out, err := lockctl.CombinedOutput(); err != nil {
+		return rep, fmt.Errorf("build lockctl: %w\n%s", err, out)
+	}
+	st, err := stack.Start(ctx, stack.Config{Backend: stack.BackendPostgres, PaymentFencing: true, RailFencing: true,
+		Executors: []stack.ExecutorSpec{{Name: "A"}}, Dir: filepath.Join(cfg.Dir, "stack"), BinDir: bin, Log: log,
+		RailJournal: true}) // PayoutSubmittedTwice's runbook reads the rail's journal
+	if err != nil {
+		return rep, err
+	}
+	defer st.Stop()
+	hostOf := func(u string) string { return strings.TrimPrefix(strings.TrimPrefix(u, "http://"), "https://") }
+	targets := []Target{
+		{"lock-server", hostOf(st.LockServerURL())},
+		{"payment-resource", hostOf(st.PaymentResourceURL())},
+		{"rail-proxy", hostOf(st.RailProxyURL())},
+		{"rail-stub", hostOf(st.RailStubURL())},
+		{"executor", hostOf(st.ExecutorURL("A"))},
+	}
+	mon, err := startMonitor(ctx, cfg.Dir, filepath.Join(cfg.Repo, "ops/prometheus/gameday/rules.yml"), targets)
+	if err != nil {
+		return rep, err
+	}
+	defer mon.stop()
+	// Every target scraped once, so that absent() and rates have data.
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	err = mon.awaitQuery(wctx, fmt.Sprintf(`count(up == 1) == %d`, len(targets)))
+	cancel()
+	if err != nil {
+		return rep, err
+	}
+	e := &env{st: st, vars: map[string]string{
+		"LS": st.LockServerURL(), "PAY": st.PaymentResourceURL(), "PROXY": st.RailProxyURL(), "STUB": st.RailStubURL(),
+		"LOCKDB_URL": st.LockDBURL(), "PAYDB_URL": st.PayDBURL(), "RAILDB_URL": st.RailDBURL(),
+		"RAIL_STUB_JOURNAL": filepath.Join(st.Dir(), "rail-stub.journal.jsonl"), // where local/stack keeps it
+		"PATH":              bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+	}}
+	lctx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { load(lctx, st.LockServerURL()) }) // ends with lctx
+	defer func() { stopLoad(); wg.Wait() }()
+	// A few seconds of healthy traffic before the first fault: the burn
+	// rules need a total to divide by.
+	if err := mon.awaitQuery(ctx, `sum(rate(lockserver_requests_total{op="acquire"}[10s])) > 0`); err != nil {
+		return rep, err
+	}
+	for _, name := range faults {
+		f := faultByName(name)
+		rs, err := runFault(ctx, cfg, e, mon, f, log)
+		rep.Results = append(rep.Results, rs...)
+		if err != nil {
+			return rep, err
+		}
+	}
+	for _, r := range rep.Results {
+		if !r.Fired {
+			rep.NotFired = append(rep.NotFired, r.Alert)
+		}
+	}
+	if len(rep.NotFired) > 0 {
+		return rep, fmt.Errorf("%w: %s", ErrNotFired, strings.Join(rep.NotFired, ", "))
+	}
+	return rep, nil
+}
+
+// runFault injects f, awaits each of its alerts and runs their runbook
+// steps, then heals.
+func runFault(ctx context.Context, cfg Config, e *env, mon *monitor, f *Fault, log *slog.Logger) ([]Result, error) {
+	// None of the fault's alerts may be pending or firing already (a slow
+	// scrape on a loaded machine makes up 0 for a moment): the detection
+	// latency would then be shorter than the rule's "for".
+	qctx, cancel := context.WithTimeout(ctx, cfg.AlertTimeout)
+	err := mon.awaitQuery(qctx, fmt.Sprintf(`absent(ALERTS{alertname=~%q})`, strings.Join(f.Alerts, "|")))
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("fault %s: its alerts were already pending or firing before it: %w", f.Name, err)
+	}
+	mon.recv.reset()
+	log.Info("fault injected", "event", "gameday_fault_injected", "fault", f.Name)
+	injected := time.Now()
+	if err := f.Inject(ctx, e); err != nil {
+		return nil, fmt.Errorf("fault %s: inject: %w", f.Name, err)
+	}
+	var out []Result
+	for _, alert := range f.Alerts {
+		r := Result{Alert: alert, Fault: f.Name}
+		actx, cancel := context.WithTimeout(ctx, cfg.AlertTimeout)
+		at, err := mon.recv.await(actx, alert)
+		cancel()
+		if err == nil {
+			r.Fired = true
+			r.DetectionMs = at.Sub(injected).Milliseconds()
+			log.Info("alert received", "event", "gameday_alert_received", "fault", f.Name, "alert", alert, "detectionMs", r.DetectionMs)
+			cmd, err := runbookCommand(cfg.Repo, alert)
+			if err != nil {
+				return append(out, r), err
+			}
+			r.RunbookCommand = cmd
+			e.mu.Lock()
+			vars := make([]string, 0, len(e.vars))
+			for k, v := range e.vars {
+				vars = append(vars, k+"="+v)
+			}
+			e.mu.Unlock()
+			rctx, cancel := context.WithTimeout(ctx, cfg.RunbookTimeout)
+			c := exec.CommandContext(rctx, "bash", "-c", cmd)
+			c.Env = append(os.Environ(), vars...)
+			var buf bytes.Buffer
+			c.Stdout, c.Stderr = &buf, &buf
+			runErr := c.Run()
+			cancel()
+			r.RunbookMs = time.Since(at).Milliseconds()
+			if ee := (*exec.ExitError)(nil); errors.As(runErr, &ee) {
+				r.RunbookExit = ee.ExitCode()
+			} else if runErr != nil {
+				r.RunbookExit = -1
+			}
+			r.RunbookConfirms = regexp.MustCompile(f.Confirms[alert]).Match(buf.Bytes())
+			r.RunbookOutput = lastLines(buf.String(), 6)
+		} else {
+			log.Warn("alert not received", "event", "gameday_alert_missing", "fault", f.Name, "alert", alert)
+		}
+		out = append(out, r)
+	}
+	for name := range mon.recv.received() {
+		if !contains(f.Alerts, name) {
+			for i := range out {
+				out[i].AlsoFired = append(out[i].AlsoFired, name)
+			}
+		}
+	}
+	if f.Heal != nil {
+		if err := f.Heal(ctx, e); err != nil {
+			return out, fmt.Errorf("fault %s: heal: %w", f.Name, err)
+		}
+	}
+	return out, nil
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// lastLines is the last n lines of s (a command's answer ends with its
+// verdict).
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// RunbookPath is the runbook of alert: docs/runbooks/<alert in kebab
+// case>.md (LockServerDown -> lock-server-down.md), as ops/slo names it.
+func RunbookPath(alert string) string {
+	var b strings.Builder
+	for i, r := range alert {
+		if r >= 'A' && r <= 'Z' {
+			if i > 0 {
+				b.WriteByte('-')
+			}
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return filepath.Join("docs", "runbooks", b.String()+".md")
+}
+
+var firstDiagnostic = regexp.MustCompile("(?s)## First diagnostic.*?```sh\n(.*?)```")
+
+// runbookCommand returns the first sh block under "First diagnostic" of
+// alert's runbook.
+func runbookCommand(repo, alert string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(repo, RunbookPath(alert)))
+	if err != nil {
+		return "", err
+	}
+	m := firstDiagnostic.FindSubmatch(b)
+	if m == nil {
+		return "", fmt.Errorf("%s: no sh block under \"First diagnostic\"", RunbookPath(alert))
+	}
+	return strings.TrimSpace(string(m[1])), nil
+}
+
+// load sends a steady stream of acquires of one key (a grant, then clean
+// LOCK_HELD answers: both good events of the availability SLO) and
+// readiness probes (LockStoreUnreachable reads them, as Kubernetes'
+// probes would feed it), until ctx ends.
+func load(ctx context.Context, lockURL string) {
+	client := &http.Client{Timeout: 2 * time.Second}
+	body, _ := json.Marshal(lockapi.AcquireRequest{Owner: "gameday-load", TTLMs: 60_000})
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, lockURL+lockapi.PathLockPrefix+"gameday:load/acquire", bytes.NewReader(body))
+		if err == nil {
+			req.Header.Set("Content-Type", "application/json")
+			if resp, err := client.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}
+		if n%3 == 0 {
+			if req, err := http.NewRequestWithContext(ctx, http.MethodGet, lockURL+lockapi.PathReady, nil); err == nil {
+				if resp, err := client.Do(req); err == nil {
+					resp.Body.Close()
+				}
+			}
+		}
+	}
+}
+
+// Table is the report as a Markdown table, one row per alert, then the
+// alerts not fired locally.
+func Table(rep Report) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "| Alert | Fault injected | Fired | Detection (fault → alert received) | Time to runbook step (alert → first diagnostic answered) | Runbook answer names the cause | Also fired |\n|---|---|---|---|---|---|---|\n")
+	for _, r := range rep.Results {
+		det, step := "—", "—"
+		if r.Fired {
+			det = fmt.Sprintf("%.1f s", float64(r.DetectionMs)/1000)
+			step = fmt.Sprintf("%.1f s (exit %d)", float64(r.RunbookMs)/1000, r.RunbookExit)
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %v | %s | %s | %v | %s |\n", r.Alert, r.Fault, r.Fired, det, step, r.RunbookConfirms, strings.Join(r.AlsoFired, ", "))
+	}
+	return b.String()
+}

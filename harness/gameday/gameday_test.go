@@ -1,0 +1,136 @@
+package gameday
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// repoRoot is the repository root (the package is harness/gameday).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	abs, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
+}
+
+// needTools skips without Prometheus and Alertmanager, except in CI
+// (CI set), where .ci/run installs them and their absence is a failure.
+func needTools(t *testing.T) {
+	t.Helper()
+	for _, bin := range []string{BinPrometheus, BinAlertmanager} {
+		if _, err := exec.LookPath(bin); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s not on PATH in CI (.ci/run installs Debian's %s)", bin, debianPackage(bin))
+			}
+			t.Skipf("%s not on PATH (apt-get install %s); CI fails instead of skipping", bin, debianPackage(bin))
+		}
+	}
+}
+
+// TestShortGameDay is the game day's short version (make test): the
+// stack, a real Prometheus and Alertmanager, and two faults: lock-server
+// killed (LockServerDown) and a forged token at rail-proxy
+// (FenceUnverifiedTokens). Each alert must reach the webhook, and its
+// runbook's first command must answer naming the cause.
+func TestShortGameDay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the whole stack")
+	}
+	needTools(t)
+	cfg := DefaultConfig()
+	cfg.Repo, cfg.Dir = repoRoot(t), t.TempDir()
+	cfg.Faults = []string{"lock-server-killed", "forged-token"}
+	cfg.AlertTimeout = 60 * time.Second
+	start := time.Now()
+	rep, err := Run(t.Context(), cfg)
+	for _, r := range rep.Results {
+		t.Logf("%s (%s): fired %v after %d ms; runbook step %d ms, exit %d, confirms %v\n$ %s\n%s", r.Alert, r.Fault, r.Fired,
+			r.DetectionMs, r.RunbookMs, r.RunbookExit, r.RunbookConfirms, r.RunbookCommand, r.RunbookOutput)
+	}
+	if err != nil {
+		if b, rerr := os.ReadFile(filepath.Join(cfg.Dir, "prometheus.log")); rerr == nil && errors.Is(err, ErrNotFired) {
+			t.Logf("prometheus.log (tail):\n%s", tail(string(b), 20))
+		}
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 2 {
+		t.Fatalf("%d results; want 2", len(rep.Results))
+	}
+	for _, r := range rep.Results {
+		if !r.Fired || r.DetectionMs <= 0 {
+			t.Errorf("%s: fired %v after %d ms", r.Alert, r.Fired, r.DetectionMs)
+		}
+		if !r.RunbookConfirms {
+			t.Errorf("%s: the runbook's first command did not name the cause:\n$ %s\n%s", r.Alert, r.RunbookCommand, r.RunbookOutput)
+		}
+	}
+	t.Logf("short game day: %v", time.Since(start).Round(time.Second))
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestEveryAlertIsFiredOrExplained: each alert of the game-day rules is
+// either fired by a fault or listed in NotFiredLocally with a reason, and
+// every alert of the faults has a runbook with a first diagnostic command.
+func TestEveryAlertIsFiredOrExplained(t *testing.T) {
+	repo := repoRoot(t)
+	b, err := os.ReadFile(filepath.Join(repo, "ops/prometheus/gameday/rules.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var alerts []string
+	for _, m := range regexp.MustCompile(`(?m)^\s*- alert: (\w+)`).FindAllSubmatch(b, -1) {
+		if !slices.Contains(alerts, string(m[1])) {
+			alerts = append(alerts, string(m[1]))
+		}
+	}
+	if len(alerts) < 10 {
+		t.Fatalf("%d alerts in the game-day rules; the parser is broken", len(alerts))
+	}
+	fired := map[string]bool{}
+	for _, f := range Faults {
+		for _, a := range f.Alerts {
+			fired[a] = true
+			if _, err := runbookCommand(repo, a); err != nil {
+				t.Errorf("fault %s, alert %s: %v", f.Name, a, err)
+			}
+			if _, err := regexp.Compile(f.Confirms[a]); err != nil || f.Confirms[a] == "" {
+				t.Errorf("fault %s, alert %s: no valid Confirms pattern", f.Name, a)
+			}
+		}
+	}
+	for _, a := range alerts {
+		if fired[a] && NotFiredLocally[a] != "" {
+			t.Errorf("%s is fired by a fault and listed as not fired locally", a)
+		}
+		if !fired[a] && NotFiredLocally[a] == "" {
+			t.Errorf("%s: no fault fires it and NotFiredLocally does not say why", a)
+		}
+	}
+	for a := range NotFiredLocally {
+		if !slices.Contains(alerts, a) {
+			t.Errorf("NotFiredLocally names %s, which is not an alert", a)
+		}
+	}
+}
+
+func TestRunbookPath(t *testing.T) {
+	if got := RunbookPath("LockServerDown"); got != filepath.Join("docs", "runbooks", "lock-server-down.md") {
+		t.Errorf("RunbookPath = %s", got)
+	}
+}

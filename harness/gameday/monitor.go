@@ -1,0 +1,356 @@
+package gameday
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Binaries of the Debian packages prometheus and prometheus-alertmanager.
+const (
+	BinPrometheus   = "prometheus"
+	BinAlertmanager = "prometheus-alertmanager"
+)
+
+// receiver is the Alertmanager webhook receiver: it notes when each
+// alert name was first received firing (the receipt time is the
+// detection time).
+type receiver struct {
+	srv *http.Server
+	url string
+
+	mu     sync.Mutex
+	firing map[string]time.Time // alertname -> first receipt since the last reset
+	notify chan struct{}
+}
+
+func startReceiver() (*receiver, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	r := &receiver{firing: map[string]time.Time{}, notify: make(chan struct{}, 1)}
+	r.srv = &http.Server{Handler: http.HandlerFunc(r.serve), ReadHeaderTimeout: 5 * time.Second}
+	r.url = "http://" + ln.Addr().String() + "/alerts"
+	go func() { _ = r.srv.Serve(ln) }() // ends at close (Shutdown)
+	return r, nil
+}
+
+// webhook is the part of Alertmanager's webhook body (version 4) read here.
+type webhook struct {
+	Alerts []struct {
+		Status string            `json:"status"`
+		Labels map[string]string `json:"labels"`
+	} `json:"alerts"`
+}
+
+func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
+	now := time.Now()
+	var body webhook
+	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&body); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.mu.Lock()
+	for _, a := range body.Alerts {
+		if name := a.Labels["alertname"]; a.Status == "firing" && name != "" {
+			if _, ok := r.firing[name]; !ok {
+				r.firing[name] = now
+			}
+		}
+	}
+	r.mu.Unlock()
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// reset forgets what was received (before a fault is injected).
+func (r *receiver) reset() {
+	r.mu.Lock()
+	r.firing = map[string]time.Time{}
+	r.mu.Unlock()
+}
+
+// received returns the alert names received firing since the last reset.
+func (r *receiver) received() map[string]time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]time.Time, len(r.firing))
+	for k, v := range r.firing {
+		out[k] = v
+	}
+	return out
+}
+
+// await waits until alert is received firing, or ctx ends.
+func (r *receiver) await(ctx context.Context, alert string) (time.Time, error) {
+	for {
+		if at, ok := r.received()[alert]; ok {
+			return at, nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-r.notify:
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (r *receiver) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = r.srv.Shutdown(ctx)
+}
+
+// freePort asks the OS for a free loopback port.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// daemon is Prometheus or Alertmanager, run in a process group of its own.
+type daemon struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startDaemon(name, bin, logPath string, args ...string) (*daemon, error) {
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s is not on PATH (Debian package %s): %v", ErrPrerequisite, bin, debianPackage(bin), err)
+	}
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	d := &daemon{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logf.Close(); close(d.done) }() // ends when the process exits
+	return d, nil
+}
+
+func debianPackage(bin string) string {
+	if bin == BinAlertmanager {
+		return "prometheus-alertmanager"
+	}
+	return "prometheus"
+}
+
+// stop sends SIGTERM to the group, then SIGKILL after 5 s, and waits.
+func (d *daemon) stop() {
+	if d == nil {
+		return
+	}
+	_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(5 * time.Second):
+		_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
+		<-d.done
+	}
+}
+
+// awaitReady polls url until it answers 200 or ctx ends or d exits.
+func awaitReady(ctx context.Context, d *daemon, u string) error {
+	for {
+		resp, err := http.Get(u)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready at %s: %w", d.name, u, ctx.Err())
+		case <-d.done:
+			return fmt.Errorf("%s exited during start (see its log)", d.name)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Target is one scrape job of the game day's Prometheus.
+type Target struct {
+	Job, Addr string // host:port, metrics at /metrics
+}
+
+// writeAlertmanagerConfig: one route to the webhook, every alert its own
+// group, sent at once (group_wait 0s), never repeated within the run.
+func writeAlertmanagerConfig(path, webhookURL string) error {
+	cfg := fmt.Sprintf(`route:
+  receiver: gameday
+  group_by: [alertname]
+  group_wait: 0s
+  group_interval: 1s
+  repeat_interval: 1h
+receivers:
+  - name: gameday
+    webhook_configs:
+      - url: %q
+        send_resolved: false
+`, webhookURL)
+	return os.WriteFile(path, []byte(cfg), 0o644)
+}
+
+// writePrometheusConfig: scrape and evaluate every second, the game-day
+// rules (ops/prometheus/gameday/rules.yml), one Alertmanager.
+func writePrometheusConfig(path, rules, alertmanager string, targets []Target) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, `global:
+  scrape_interval: 1s
+  scrape_timeout: 900ms
+  evaluation_interval: 1s
+rule_files:
+  - %q
+alerting:
+  alertmanagers:
+    - static_configs:
+        - targets: [%q]
+scrape_configs:
+`, rules, alertmanager)
+	for _, t := range targets {
+		fmt.Fprintf(&b, "  - job_name: %q\n    static_configs:\n      - targets: [%q]\n", t.Job, t.Addr)
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// monitor is the game day's Prometheus, Alertmanager and receiver.
+type monitor struct {
+	recv     *receiver
+	prom, am *daemon
+	promURL  string
+}
+
+func startMonitor(ctx context.Context, dir, rules string, targets []Target) (m *monitor, err error) {
+	m = &monitor{}
+	defer func() {
+		if err != nil {
+			m.stop()
+		}
+	}()
+	if m.recv, err = startReceiver(); err != nil {
+		return m, err
+	}
+	amPort, err := freePort()
+	if err != nil {
+		return m, err
+	}
+	amClusterPort, err := freePort()
+	if err != nil {
+		return m, err
+	}
+	amCfg := filepath.Join(dir, "alertmanager.yml")
+	if err := writeAlertmanagerConfig(amCfg, m.recv.url); err != nil {
+		return m, err
+	}
+	amAddr := fmt.Sprintf("127.0.0.1:%d", amPort)
+	if m.am, err = startDaemon("alertmanager", BinAlertmanager, filepath.Join(dir, "alertmanager.log"),
+		"--config.file="+amCfg, "--storage.path="+filepath.Join(dir, "alertmanager-data"),
+		"--web.listen-address="+amAddr, fmt.Sprintf("--cluster.listen-address=127.0.0.1:%d", amClusterPort)); err != nil {
+		return m, err
+	}
+	if err := awaitReady(ctx, m.am, "http://"+amAddr+"/-/ready"); err != nil {
+		return m, err
+	}
+	promPort, err := freePort()
+	if err != nil {
+		return m, err
+	}
+	promCfg := filepath.Join(dir, "prometheus.yml")
+	if err := writePrometheusConfig(promCfg, rules, amAddr, targets); err != nil {
+		return m, err
+	}
+	promAddr := fmt.Sprintf("127.0.0.1:%d", promPort)
+	if m.prom, err = startDaemon("prometheus", BinPrometheus, filepath.Join(dir, "prometheus.log"),
+		"--config.file="+promCfg, "--storage.tsdb.path="+filepath.Join(dir, "prometheus-data"),
+		"--web.listen-address="+promAddr); err != nil {
+		return m, err
+	}
+	m.promURL = "http://" + promAddr
+	if err := awaitReady(ctx, m.prom, m.promURL+"/-/ready"); err != nil {
+		return m, err
+	}
+	return m, nil
+}
+
+// query evaluates an instant PromQL query and returns the number of
+// series of its answer.
+func (m *monitor) query(ctx context.Context, q string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.promURL+"/api/v1/query?query="+url.QueryEscape(q), nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Status string `json:"status"`
+		Data   struct {
+			Result []json.RawMessage `json:"result"`
+		} `json:"data"`
+		Error string `json:"error"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return 0, err
+	}
+	if body.Status != "success" {
+		return 0, errors.New("prometheus query " + q + ": " + body.Error)
+	}
+	return len(body.Data.Result), nil
+}
+
+// awaitQuery polls q until it returns at least one series.
+func (m *monitor) awaitQuery(ctx context.Context, q string) error {
+	for {
+		n, err := m.query(ctx, q)
+		if err == nil && n > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("prometheus: %q never true: %w (last error %v)", q, ctx.Err(), err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func (m *monitor) stop() {
+	if m == nil {
+		return
+	}
+	m.prom.stop()
+	m.am.stop()
+	if m.recv != nil {
+		m.recv.close()
+	}
+}
