@@ -354,7 +354,7 @@ func runFault(ctx context.Context, cfg Config, e *env, mon *monitor, f *Fault, l
 		return nil, fmt.Errorf("fault %s: its alerts were already pending or firing before it: %w", f.Name, err)
 	}
 	mon.recv.reset()
-	log.Info("fault injected", "event", "gameday_fault_injected", "fault", f.Name)
+	log.Info("fault injected", "event", EventFaultInjected, "fault", f.Name)
 	injected := time.Now()
 	if err := f.Inject(ctx, e); err != nil {
 		return nil, fmt.Errorf("fault %s: inject: %w", f.Name, err)
@@ -368,7 +368,7 @@ func runFault(ctx context.Context, cfg Config, e *env, mon *monitor, f *Fault, l
 		if err == nil {
 			r.Fired = true
 			r.DetectionMs = at.Sub(injected).Milliseconds()
-			log.Info("alert received", "event", "gameday_alert_received", "fault", f.Name, "alert", alert, "detectionMs", r.DetectionMs)
+			log.Info("alert received", "event", EventAlertReceived, "fault", f.Name, "alert", alert, "detectionMs", r.DetectionMs)
 			cmd, err := runbookCommand(cfg.Repo, alert)
 			if err != nil {
 				return append(out, r), err
@@ -396,7 +396,7 @@ func runFault(ctx context.Context, cfg Config, e *env, mon *monitor, f *Fault, l
 			r.RunbookConfirms = regexp.MustCompile(f.Confirms[alert]).Match(buf.Bytes())
 			r.RunbookOutput = lastLines(buf.String(), 6)
 		} else {
-			log.Warn("alert not received", "event", "gameday_alert_missing", "fault", f.Name, "alert", alert)
+			log.Warn("alert not received", "event", EventAlertMissing, "fault", f.Name, "alert", alert)
 		}
 		out = append(out, r)
 	}
