@@ -114,6 +114,7 @@ func newWorld(t *testing.T) *world {
 	rcfg := railproxy.DefaultConfig()
 	rcfg.DB.DSN, rcfg.RailURL = rdsn, rail.URL
 	rcfg.ProofKeys, rcfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
+	rcfg.TermsKeys = prooftest.TermsKeys()
 	proxy, err := railproxy.New(ctx, rcfg, log)
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +126,7 @@ func newWorld(t *testing.T) *world {
 	pcfg := paymentresource.DefaultConfig()
 	pcfg.DatabaseURL, pcfg.OutboxPoll = pdsn, 10*time.Millisecond
 	pcfg.ProofKeys, pcfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
+	pcfg.TermsKey = prooftest.TermsSigningKey()
 	svc, err := paymentresource.New(ctx, pcfg, publisher{}, log)
 	if err != nil {
 		t.Fatal(err)
