@@ -57,7 +57,7 @@ variable "gke_namespace" {
 }
 
 variable "lock_proof_keys" {
-  description = "Public keys of lock-server's grant proofs (LOCK_PROOF_KEYS: comma-separated id:base64url, from lockctl proof-key), given to both fence points. Not a secret; the signing half goes to the lock-proof-signing-key secret (docs/cloud.md)."
+  description = "Public keys of lock-server's grant proofs (LOCK_PROOF_KEYS: comma-separated id:base64url, from lockctl proof-key), given to both fence points. Not a secret; labenv deploy sets it from the lock-proof-signing-key secret (docs/cloud.md)."
   type        = string
   validation {
     condition     = can(regex("^[A-Za-z0-9_-]{1,32}:[A-Za-z0-9_-]{43}(,[A-Za-z0-9_-]{1,32}:[A-Za-z0-9_-]{43})*$", var.lock_proof_keys))
@@ -66,7 +66,7 @@ variable "lock_proof_keys" {
 }
 
 variable "rail_receipt_keys" {
-  description = "Public keys of rail-proxy's receipts (RAIL_RECEIPT_KEYS), given to payment-resource. Not a secret; the signing half goes to the rail-receipt-signing-key secret."
+  description = "Public keys of rail-proxy's receipts (RAIL_RECEIPT_KEYS), given to payment-resource. Not a secret; labenv deploy sets it from the rail-receipt-signing-key secret (docs/cloud.md)."
   type        = string
   validation {
     condition     = can(regex("^[A-Za-z0-9_-]{1,32}:[A-Za-z0-9_-]{43}(,[A-Za-z0-9_-]{1,32}:[A-Za-z0-9_-]{43})*$", var.rail_receipt_keys))
@@ -75,7 +75,7 @@ variable "rail_receipt_keys" {
 }
 
 variable "payment_terms_keys" {
-  description = "Public keys of payment-resource's payout-terms signatures (PAYMENT_TERMS_KEYS), given to rail-proxy, which forwards only terms payment-resource signed. Not a secret; the signing half goes to the payment-terms-signing-key secret."
+  description = "Public keys of payment-resource's payout-terms signatures (PAYMENT_TERMS_KEYS), given to rail-proxy, which forwards only terms payment-resource signed. Not a secret; labenv deploy sets it from the payment-terms-signing-key secret (docs/cloud.md)."
   type        = string
   validation {
     condition     = can(regex("^[A-Za-z0-9_-]{1,32}:[A-Za-z0-9_-]{43}(,[A-Za-z0-9_-]{1,32}:[A-Za-z0-9_-]{43})*$", var.payment_terms_keys))

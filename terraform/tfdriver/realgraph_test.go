@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/labsetup"
 	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/tfdriver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/tfpolicy"
 )
@@ -144,5 +145,82 @@ func TestRealModuleGraphAppliesBudgetFirstAndDestroysToZero(t *testing.T) {
 				t.Errorf("state after destroy = %v (err %v), want empty", left, err)
 			}
 		})
+	}
+}
+
+// TestFirstDeployAppliesTheSecretsAloneBudgetFirst is labenv's first
+// deploy on the real module's graph: a plan targeted at the secrets'
+// module creates the secrets and what they need (the budget first), and
+// nothing that would read a secret or bill by the hour (Cloud Run, Cloud
+// SQL, GKE); the full plan after it creates the rest.
+func TestFirstDeployAppliesTheSecretsAloneBudgetFirst(t *testing.T) {
+	if _, err := tfdriver.FindTerraform(""); err != nil {
+		t.Skipf("skipping: the lifecycle test needs a terraform binary (1.9 or later) on PATH: %v", err)
+	}
+	dir, deps := realGraphModule(t)
+	const budget = "module.budget.google_billing_budget.lab"
+	var targets []string
+	want := map[string]bool{}
+	var need func(a string)
+	need = func(a string) {
+		if want[a] {
+			return
+		}
+		want[a] = true
+		for _, d := range deps[a] {
+			need(d)
+		}
+	}
+	for a := range deps {
+		if strings.HasPrefix(a, labsetup.SecretsTarget+".") {
+			targets = append(targets, "terraform_data."+dataName(a))
+			need(a)
+		}
+	}
+	if len(targets) == 0 {
+		t.Fatalf("the real module has no resource under %s", labsetup.SecretsTarget)
+	}
+	sort.Strings(targets)
+	ctx := context.Background()
+	trace := filepath.Join(t.TempDir(), "trace")
+	logs := &lockedBuffer{}
+	d, err := tfdriver.New(tfdriver.Config{Dir: dir, Vars: map[string]string{"trace": trace}, Output: logs}, quietLog(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Init(ctx); err != nil {
+		t.Fatalf("%v\n%s", err, logs)
+	}
+	t.Cleanup(func() { _ = d.Destroy(context.Background()) })
+	sum, err := d.Plan(ctx, targets...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, logs)
+	}
+	if sum.Create != len(want) {
+		t.Errorf("targeted plan creates %d, want %d (the secrets and what they need)", sum.Create, len(want))
+	}
+	if err := d.Apply(ctx); err != nil {
+		t.Fatalf("%v\n%s", err, logs)
+	}
+	order := readTrace(t, trace)
+	if len(order) == 0 || (order[0] != budget && !slices.Contains(deps[budget], order[0])) {
+		t.Errorf("first created: %v, want the budget (or what it needs) first", order)
+	}
+	for i, a := range order {
+		if !want[a] {
+			t.Errorf("the targeted apply created %s, which the secrets do not need", a)
+		}
+		for _, billable := range []string{"google_cloud_run_v2_service", "google_sql_database_instance", "google_container_cluster"} {
+			if strings.Contains(a, billable) {
+				t.Errorf("the targeted apply created %s (position %d) before the keys exist", a, i)
+			}
+		}
+	}
+	full, err := d.Plan(ctx)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, logs)
+	}
+	if full.Create != len(deps)-len(want) {
+		t.Errorf("the full plan after it creates %d, want the remaining %d", full.Create, len(deps)-len(want))
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/terraform-exec/tfexec"
@@ -202,11 +203,21 @@ func (s PlanSummary) String() string {
 
 // Plan runs terraform plan with Config.Vars, saves the plan to
 // Config.PlanFile, reads it back and logs its resource counts before
-// anything is applied.
-func (d *Driver) Plan(ctx context.Context) (PlanSummary, error) {
+// anything is applied. With targets (resource or module addresses, as
+// terraform plan -target takes them) the plan holds only those and what
+// they depend on: labenv's first deploy applies the secrets alone, so
+// that their versions exist before any service that reads them.
+func (d *Driver) Plan(ctx context.Context, targets ...string) (PlanSummary, error) {
 	sum := PlanSummary{File: d.cfg.PlanFile}
-	err := d.step(ctx, "plan", func() error {
+	name := "plan"
+	if len(targets) > 0 {
+		name = "plan -target " + strings.Join(targets, " -target ")
+	}
+	err := d.step(ctx, name, func() error {
 		opts := append(d.varOptionsPlan(), tfexec.Out(d.cfg.PlanFile))
+		for _, t := range targets {
+			opts = append(opts, tfexec.Target(t))
+		}
 		if _, err := d.tf.Plan(ctx, opts...); err != nil {
 			return err
 		}

@@ -3,9 +3,13 @@
 // and `make destroy` run it.
 //
 //	labenv plan      init and a saved plan, with its resource counts
-//	labenv deploy    plan, apply, outputs, then cloudbuild.yaml with this
-//	                 commit (gcloud builds submit); a failed apply is
-//	                 destroyed at once unless -keep-on-failure
+//	labenv deploy    the signing keys (read from Secret Manager, or made
+//	                 on a first deploy and stored there after a plan
+//	                 targeted at the secrets), plan, apply, outputs, each
+//	                 service's schema grant, lock-server's Kubernetes
+//	                 Secret, then cloudbuild.yaml with this commit (gcloud
+//	                 builds submit); a failed apply is destroyed at once
+//	                 unless -keep-on-failure
 //	labenv destroy   delete the GKE objects whose disks and load balancers
 //	                 outlive the cluster, then terraform destroy; fail if
 //	                 anything is left in the state, or if the zero-billable
@@ -19,6 +23,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -30,9 +35,12 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/labsetup"
 	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/leftovers"
 	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/tfdriver"
+	sqladmin "google.golang.org/api/sqladmin/v1"
 )
 
 func main() {
@@ -64,7 +72,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, exists 
 		return 2
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
-	d, err := tfdriver.New(tfdriver.Config{Dir: *dir, Vars: vars.Map(), Output: stderr}, log)
+	tfVars := vars.Map()
+	var keys []labsetup.ResolvedKey
+	if fs.Arg(0) == "deploy" {
+		// The keys' public halves are variables of the plan: resolve
+		// them (and make the missing ones) before terraform runs.
+		if keys, err = resolveKeys(ctx, vars.Project, getenv); err != nil {
+			fmt.Fprintf(stderr, "labenv deploy: %v\n", err)
+			return 1
+		}
+		for k, v := range labsetup.Vars(keys) {
+			tfVars[k] = v
+		}
+	}
+	d, err := tfdriver.New(tfdriver.Config{Dir: *dir, Vars: tfVars, Output: stderr}, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "labenv: %v\n", err)
 		return 2
@@ -73,7 +94,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, exists 
 	case "plan":
 		err = plan(ctx, d, stdout)
 	case "deploy":
-		err = deploy(ctx, d, vars, *keep, stdout, stderr)
+		err = deploy(ctx, d, vars, keys, *keep, log, stdout, stderr)
 	case "destroy":
 		err = destroy(ctx, d, vars, getenv, stdout, stderr)
 	}
@@ -96,16 +117,71 @@ func plan(ctx context.Context, d *tfdriver.Driver, stdout io.Writer) error {
 	return nil
 }
 
-func deploy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars, keep bool, stdout, stderr io.Writer) error {
-	if err := plan(ctx, d, stdout); err != nil {
+// namePrefix is the root module's name_prefix: TF_VAR_name_prefix, or
+// the module's default.
+func namePrefix(getenv func(string) string) string {
+	if p := getenv("TF_VAR_name_prefix"); p != "" {
+		return p
+	}
+	return "dlock"
+}
+
+// resolveKeys reads the signing keys' secret halves from the project's
+// Secret Manager, making those that have no version yet
+// (labsetup.ResolveKeys).
+func resolveKeys(ctx context.Context, project string, getenv func(string) string) ([]labsetup.ResolvedKey, error) {
+	sv, closeSV, err := labsetup.NewSecretManager(ctx, project)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = closeSV() }()
+	return labsetup.ResolveKeys(ctx, sv, namePrefix(getenv), labsetup.Keys, getenv, rand.Reader, time.Now())
+}
+
+func deploy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars, keys []labsetup.ResolvedKey, keep bool, log *slog.Logger, stdout, stderr io.Writer) error {
+	if err := d.Init(ctx); err != nil {
 		return err
 	}
-	if err := d.Apply(ctx); err != nil {
+	applied := func(err error) error {
+		if err == nil {
+			return nil
+		}
 		if keep {
 			return fmt.Errorf("%w (left in place: -keep-on-failure; run make destroy)", err)
 		}
 		fmt.Fprintln(stderr, "labenv deploy: apply failed; destroying what it created")
 		return errors.Join(err, d.Destroy(context.WithoutCancel(ctx)))
+	}
+	if labsetup.AnyNew(keys) {
+		// A first deploy: the secrets alone (and what they need, the
+		// budget first), then their first versions, so that no service
+		// that reads a secret starts before the secret has a value.
+		sum, err := d.Plan(ctx, labsetup.SecretsTarget)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, sum)
+		if err := applied(d.Apply(ctx)); err != nil {
+			return err
+		}
+		sv, closeSV, err := labsetup.NewSecretManager(ctx, vars.Project)
+		if err != nil {
+			return err
+		}
+		err = labsetup.AddNew(ctx, sv, keys)
+		_ = closeSV()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "labenv deploy: made the signing keys and stored their secret halves in Secret Manager")
+	}
+	sum, err := d.Plan(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, sum)
+	if err := applied(d.Apply(ctx)); err != nil {
+		return err
 	}
 	out, err := d.Outputs(ctx)
 	if err != nil {
@@ -115,6 +191,46 @@ func deploy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars, ke
 		var s string
 		_ = json.Unmarshal(out[k], &s)
 		return s
+	}
+	// Each service creates its tables as its own IAM user: it needs
+	// CREATE on its database's schema before it first starts.
+	admin, err := sqladmin.NewService(ctx)
+	if err != nil {
+		return fmt.Errorf("the Cloud SQL Admin client: %w", err)
+	}
+	connect, closeConnect, err := labsetup.CloudSQLConnect(ctx)
+	if err != nil {
+		return err
+	}
+	err = labsetup.GrantSchemas(ctx, labsetup.NewSQLAdmin(admin, vars.Project), connect, out, labsetup.SchemaGrants, rand.Reader, log)
+	_ = closeConnect()
+	if err != nil {
+		return err
+	}
+	// lock-server's grant-proof key, as the Kubernetes Secret its
+	// Deployment reads, before cloudbuild.yaml waits for its rollout.
+	for _, k := range keys {
+		if !k.Kubernetes {
+			continue
+		}
+		manifest, err := labsetup.LockServerSecret(k.Signing)
+		if err != nil {
+			return err
+		}
+		steps := [][]string{
+			{"gcloud", "container", "clusters", "get-credentials", str("gke_cluster"), "--region", str("gke_location"), "--project", vars.Project},
+			{"kubectl", "apply", "-f", "lockserver/deploy/namespace.yaml"},
+		}
+		for _, s := range steps {
+			cmd := exec.CommandContext(ctx, s[0], s[1:]...)
+			cmd.Stdout, cmd.Stderr = stdout, stderr
+			if err := cmd.Run(); err != nil {
+				return fmt.Errorf("%s: %w", strings.Join(s[:2], " "), err)
+			}
+		}
+		if err := labsetup.KubectlApply(ctx, "kubectl", manifest, stdout); err != nil {
+			return err
+		}
 	}
 	sha, err := exec.CommandContext(ctx, "git", "rev-parse", "HEAD").Output()
 	if err != nil {
@@ -150,10 +266,7 @@ func destroy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars, g
 	// has it; the module's defaults when it no longer does.
 	// NamePrefix (the module's default; TF_VAR_name_prefix overrides it)
 	// finds the Cloud Scheduler jobs, which carry no labels.
-	scope := leftovers.Scope{Project: vars.Project, Region: vars.Region, Labels: map[string]string{"app": "distributed-lock-lab"}, NamePrefix: "dlock"}
-	if p := getenv("TF_VAR_name_prefix"); p != "" {
-		scope.NamePrefix = p
-	}
+	scope := leftovers.Scope{Project: vars.Project, Region: vars.Region, Labels: map[string]string{"app": "distributed-lock-lab"}, NamePrefix: namePrefix(getenv)}
 	if scope.Region == "" {
 		scope.Region = "europe-west1"
 	}

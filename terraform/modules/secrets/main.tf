@@ -1,7 +1,7 @@
 # The three signing keys of the lab, as Secret Manager secrets. Terraform
-# creates the secrets and who may read them, never a version: the keys are
-# generated outside Terraform (lockctl proof-key, docs/cloud.md) and added
-# as versions, so no secret ever enters the Terraform state.
+# creates the secrets and who may read them, never a version: labenv deploy
+# makes the keys and adds them as versions (terraform/labsetup), so no
+# secret ever enters the Terraform state.
 #
 #   lock-proof-signing-key    lock-server's grant-proof key (LOCK_PROOF_SIGNING_KEY),
 #                             read by lock-server's service account
