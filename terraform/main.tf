@@ -164,8 +164,9 @@ module "secrets" {
   name_prefix = var.name_prefix
   labels      = local.labels
   readers = {
-    lock-proof-signing-key   = local.sa["lock-server"]
-    rail-receipt-signing-key = local.sa["rail-proxy"]
+    lock-proof-signing-key    = local.sa["lock-server"]
+    rail-receipt-signing-key  = local.sa["rail-proxy"]
+    payment-terms-signing-key = local.sa["payment-resource"]
   }
   depends_on = [module.budget, module.apis]
 }
@@ -186,11 +187,12 @@ module "rail_proxy" {
   }
   labels = local.labels
   env = {
-    RAILDB_URL      = "user=${module.iam.db_users["rail-proxy"]} dbname=raildb sslmode=disable"
-    RAILDB_INSTANCE = module.cloudsql.pay_connection_name
-    RAIL_URL        = module.rail_stub.uri
-    RAIL_ID_TOKENS  = "true" # rail-stub is private: each call carries an ID token
-    LOCK_PROOF_KEYS = var.lock_proof_keys
+    RAILDB_URL         = "user=${module.iam.db_users["rail-proxy"]} dbname=raildb sslmode=disable"
+    RAILDB_INSTANCE    = module.cloudsql.pay_connection_name
+    RAIL_URL           = module.rail_stub.uri
+    RAIL_ID_TOKENS     = "true" # rail-stub is private: each call carries an ID token
+    LOCK_PROOF_KEYS    = var.lock_proof_keys
+    PAYMENT_TERMS_KEYS = var.payment_terms_keys
   }
   env_refs = {
     RAIL_RECEIPT_SIGNING_KEY = module.secrets.ids["rail-receipt-signing-key"]
@@ -224,6 +226,9 @@ module "payment_resource" {
     PUBSUB_TOPIC      = module.pubsub.topic
     LOCK_PROOF_KEYS   = var.lock_proof_keys
     RAIL_RECEIPT_KEYS = var.rail_receipt_keys
+  }
+  env_refs = {
+    PAYMENT_TERMS_SIGNING_KEY = module.secrets.ids["payment-terms-signing-key"]
   }
   depends_on = [module.budget, module.apis]
 }

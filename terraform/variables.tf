@@ -74,6 +74,15 @@ variable "rail_receipt_keys" {
   }
 }
 
+variable "payment_terms_keys" {
+  description = "Public keys of payment-resource's payout-terms signatures (PAYMENT_TERMS_KEYS), given to rail-proxy, which forwards only terms payment-resource signed. Not a secret; labenv deploy sets it from the payment-terms-signing-key secret (docs/cloud.md)."
+  type        = string
+  validation {
+    condition     = can(regex("^[A-Za-z0-9_-]{1,32}:[A-Za-z0-9_-]{43}(,[A-Za-z0-9_-]{1,32}:[A-Za-z0-9_-]{43})*$", var.payment_terms_keys))
+    error_message = "payment_terms_keys must be one or more id:base64url public keys."
+  }
+}
+
 variable "game_day" {
   description = <<-EOT
     The game day of the fencing experiment (docs/cloud.md), null (the default) for none. When set:

@@ -187,6 +187,7 @@ func newStack(ctx context.Context, t *testing.T, log *slog.Logger, openStore fun
 	pcfg.RailURL = serveHTTP(t, st.stub)
 	pcfg.FencingDisabled = !f.rail
 	pcfg.ProofKeys, pcfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
+	pcfg.TermsKeys = prooftest.TermsKeys()
 	proxy, err := railproxy.New(ctx, pcfg, log.With("service", "rail-proxy"))
 	if err != nil {
 		t.Fatal(err)
@@ -215,6 +216,7 @@ func newStack(ctx context.Context, t *testing.T, log *slog.Logger, openStore fun
 	paycfg := paymentresource.DefaultConfig()
 	paycfg.DatabaseURL, paycfg.OutboxPoll, paycfg.FencingDisabled = st.paydb, 50*time.Millisecond, !f.payment
 	paycfg.ProofKeys, paycfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
+	paycfg.TermsKey = prooftest.TermsSigningKey()
 	svc, err := paymentresource.New(ctx, paycfg, pub, log.With("service", "payment-resource"))
 	if err != nil {
 		t.Fatal(err)

@@ -136,6 +136,7 @@ var answers = map[Service]map[string]Verdict{
 		string(railapi.CodeUnsupportedMediaType): deployment,
 		string(railapi.CodeFencedOut):            {Class: ClassFenced, Reason: api.ReasonRailFenceAhead, Err: ErrFencedOut},
 		string(railapi.CodeUnverifiedToken):      deployment,                                 // as at payment-resource
+		string(railapi.CodeInvalidTerms):         deployment,                                 // payment-resource's own signature, passed on: a key rail-proxy does not have
 		string(railapi.CodeAlreadySubmitted):     {Class: ClassContinue, Err: ErrDependency}, // report the first attempt's outcome; without it, ask again
 		string(railapi.CodeRailAmbiguous):        {Class: ClassContinue, Err: ErrDependency}, // report AMBIGUOUS
 		string(railapi.CodeUnavailable):          transient,                                  // raildb slow or marked stalled; nothing recorded; Retry-After

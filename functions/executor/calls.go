@@ -85,16 +85,22 @@ func (x *Executor) verify(ctx context.Context, e payoutevent.Event) error {
 	return nil
 }
 
-// claim claims the payout with token. It returns nil or the client's
-// error (for Classify).
-func (x *Executor) claim(ctx context.Context, e payoutevent.Event, h payoutevent.Holder) error {
+// claim claims the payout with token. It returns payment-resource's
+// signature over the payout's terms (api.Payout.TermsSignature, which
+// rail-proxy requires with the submission), or the client's error (for
+// Classify).
+func (x *Executor) claim(ctx context.Context, e payoutevent.Event, h payoutevent.Holder) (terms string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
 	defer cancel()
-	_, err := x.pay.Claim(ctx, e.PayoutID, h)
-	return err
+	p, err := x.pay.Claim(ctx, e.PayoutID, h)
+	if err != nil {
+		return "", err
+	}
+	return p.TermsSignature, nil
 }
 
-// submit sends the payout to the rail through rail-proxy with token. It
+// submit sends the payout to the rail through rail-proxy with token and
+// payment-resource's signature over its terms (from the claim). It
 // returns a *firstAttempt when the payout already went to the rail,
 // errAmbiguous when rail-proxy says the rail was called and did not answer
 // (RAIL_AMBIGUOUS), or the client's error (for Classify).
@@ -104,10 +110,11 @@ func (x *Executor) claim(ctx context.Context, e payoutevent.Event, h payoutevent
 // ambiguous: the submission may have gone to the rail, but asking again is
 // safe, because rail-proxy forwards a payout once and answers a later
 // submission with the first one's attempt and outcome.
-func (x *Executor) submit(ctx context.Context, e payoutevent.Event, h payoutevent.Holder) (railResult, error) {
+func (x *Executor) submit(ctx context.Context, e payoutevent.Event, h payoutevent.Holder, terms string) (railResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, x.cfg.RailTimeout)
 	defer cancel()
-	req := railapi.SubmitRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency}
+	req := railapi.SubmitRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency,
+		TermsSignature: terms}
 	ans, err := x.rail.Submit(ctx, h, req)
 	var refusal *railclient.Error
 	switch {

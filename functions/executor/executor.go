@@ -478,7 +478,8 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	if err := x.confirm(ctx, log, lease, "claim"); err != nil {
 		return x.settle(ctx, log, e, nil, "confirm before the claim", ServiceLockServer, err)
 	}
-	if err := x.claim(ctx, e, holder); err != nil {
+	terms, err := x.claim(ctx, e, holder)
+	if err != nil {
 		return x.settle(ctx, log, e, lease, "claim", ServicePaymentResource, err)
 	}
 	log.InfoContext(ctx, "payout claimed", "event", EventPayoutClaimed)
@@ -498,7 +499,7 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	if x.hooks.BeforeRailSubmit != nil {
 		x.hooks.BeforeRailSubmit(ctx, e, token)
 	}
-	res, err := x.submit(ctx, e, holder)
+	res, err := x.submit(ctx, e, holder, terms)
 	var first *firstAttempt
 	switch {
 	case errors.As(err, &first):

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -51,6 +52,10 @@ type fakeDeps struct {
 	resultTimes      []time.Time
 	attnCode         api.Code // "" = 200
 	attentions       []map[string]any
+	// terms is the termsSignature of the claim's answer; submissions are
+	// the bodies sent to rail-proxy.
+	terms       string
+	submissions []map[string]any
 }
 
 func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -71,8 +76,11 @@ func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			httpjson.WriteError(w, statusOf(f.claimCode), string(f.claimCode), "scripted", false)
 			return
 		}
-		httpjson.WriteJSON(w, 200, map[string]string{"payoutId": "p-1", "state": "claimed"})
+		httpjson.WriteJSON(w, 200, map[string]string{"payoutId": "p-1", "state": "claimed", "termsSignature": f.terms})
 	case r.URL.Path == railapi.PathSubmissions:
+		var body map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		f.submissions = append(f.submissions, body)
 		if f.railStatus < 0 { // the answer is lost: the connection breaks
 			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
 				_ = conn.Close()
@@ -192,6 +200,22 @@ func TestHappyPathPostsTheRailOutcomeWithTheLeaseToken(t *testing.T) {
 	}
 	if len(deps.results) != 1 || deps.results[0]["outcome"] != "ACK" || deps.results[0]["railRef"] != "rail-000001" {
 		t.Fatalf("results posted: %v", deps.results)
+	}
+}
+
+// rail-proxy forwards only terms payment-resource signed (issue #15, item
+// 12): the executor sends the signature of the payout it claimed, as
+// payment-resource answered the claim, with exactly the payout's terms.
+func TestSubmissionCarriesTheClaimedPayoutsTermsSignature(t *testing.T) {
+	deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`, terms: "pay-1.signature-of-p-1"}
+	x, _ := newExecutor(t, deps, executor.Hooks{})
+	body, _ := payoutevent.Encode(event, "m-1", "acct-7", 1)
+	if rec := push(t, x, body); rec.Code != 200 {
+		t.Fatalf("push answered %d %s; want 200", rec.Code, rec.Body)
+	}
+	want := map[string]any{"payoutId": "p-1", "accountId": "acct-7", "amountMinor": 2500.0, "currency": "EUR", "termsSignature": deps.terms}
+	if len(deps.submissions) != 1 || !maps.Equal(deps.submissions[0], want) {
+		t.Fatalf("submissions %v; want one, %v", deps.submissions, want)
 	}
 }
 

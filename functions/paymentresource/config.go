@@ -71,6 +71,13 @@ type Config struct {
 	// DECLINE is recorded only with rail-proxy's signature over it.
 	// Required. Env RAIL_RECEIPT_KEYS.
 	ReceiptKeys fenceproof.Keyring
+	// TermsKey signs the terms of every payout payment-resource answers
+	// (api.Payout.TermsSignature, terms.go): rail-proxy forwards a
+	// submission only with this signature over exactly its payout id,
+	// account, amount and currency. Required; a secret. Env
+	// PAYMENT_TERMS_SIGNING_KEY (a fenceproof SigningKey form; `lockctl
+	// proof-key` makes one).
+	TermsKey fenceproof.SigningKey
 	// MaxInFlight bounds the requests served at once; one more is answered
 	// 503 OVERLOADED with Retry-After at once, and nothing is done for it
 	// (internal/overload). Default overload.DefaultMaxInFlight (256), far
@@ -110,7 +117,7 @@ func DefaultConfig() Config {
 // constants of functions/paymentresource/api), for envcheck.
 func EnvNames() []string {
 	return []string{api.EnvDatabaseURL, api.EnvCloudSQLInstance, api.EnvMaxConns, api.EnvFencingEnabled, api.EnvOutboxPollMs,
-		api.EnvProofKeys, api.EnvReceiptKeys, api.EnvMaxInFlight, api.EnvStallProbeMs, api.EnvStallAfterMs}
+		api.EnvProofKeys, api.EnvReceiptKeys, api.EnvTermsSigningKey, api.EnvMaxInFlight, api.EnvStallProbeMs, api.EnvStallAfterMs}
 }
 
 // Validate returns nil or one error per invalid field, joined
@@ -138,6 +145,9 @@ func (c Config) Validate() error {
 	if c.ReceiptKeys.Len() == 0 {
 		bad("ReceiptKeys (%s) is required: rail-proxy's public receipt keys", api.EnvReceiptKeys)
 	}
+	if c.TermsKey.IsZero() {
+		bad("TermsKey (%s) is required: the secret key payment-resource signs its payouts' terms with (lockctl proof-key makes one)", api.EnvTermsSigningKey)
+	}
 	if c.MaxInFlight < 1 || c.MaxInFlight > overload.MaxMaxInFlight {
 		bad("MaxInFlight (%s) %d is outside 1..%d", api.EnvMaxInFlight, c.MaxInFlight, overload.MaxMaxInFlight)
 	}
@@ -160,7 +170,7 @@ func (c Config) pool() pgpool.Config {
 
 // LoadConfig returns DefaultConfig overridden by the variables of EnvNames
 // (PAYDB_URL, PAYDB_INSTANCE, PAYDB_MAX_CONNS, PAYMENT_FENCING_ENABLED,
-// OUTBOX_POLL_MS, LOCK_PROOF_KEYS, RAIL_RECEIPT_KEYS, PAYMENT_MAX_IN_FLIGHT,
+// OUTBOX_POLL_MS, LOCK_PROOF_KEYS, RAIL_RECEIPT_KEYS, PAYMENT_TERMS_SIGNING_KEY, PAYMENT_MAX_IN_FLIGHT,
 // PAYMENT_STALL_PROBE_MS, PAYMENT_STALL_AFTER_MS), read through getenv (os.Getenv in production; an unset
 // or empty variable keeps the default), then validated. It reports every
 // unparsable variable and every invalid field at once, joined; each error
@@ -206,6 +216,12 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 				errs = append(errs, fmt.Errorf("%w: %v", ErrInvalidConfig, err))
 			}
 			*k.dst = ring
+		}
+	}
+	if v := strings.TrimSpace(getenv(api.EnvTermsSigningKey)); v != "" {
+		if c.TermsKey, err = fenceproof.ParseSigningKey(v); err != nil {
+			// A secret: the error names the key id at most.
+			errs = append(errs, fmt.Errorf("%w: %s: %v", ErrInvalidConfig, api.EnvTermsSigningKey, err))
 		}
 	}
 	if err := errors.Join(append(errs, c.Validate())...); err != nil {

@@ -121,6 +121,7 @@ func (f *fixture) start(pub paymentresource.Publisher, opts ...option) {
 	cfg := paymentresource.DefaultConfig()
 	cfg.DatabaseURL, cfg.OutboxPoll = f.dsn, 10*time.Millisecond
 	cfg.ProofKeys, cfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
+	cfg.TermsKey = prooftest.TermsSigningKey()
 	// No early stall detection unless a test asks for it (see
 	// stall_test.go): under -race on a starved machine paydb can take
 	// longer than StallAfter to answer anything, even a ping.

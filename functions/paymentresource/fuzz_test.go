@@ -57,6 +57,7 @@ func FuzzPaymentResource(f *testing.F) {
 	cfg := paymentresource.DefaultConfig()
 	cfg.DatabaseURL, cfg.OutboxPoll = dsn, 10*time.Millisecond
 	cfg.ProofKeys, cfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
+	cfg.TermsKey = prooftest.TermsSigningKey()
 	svc, err := paymentresource.New(context.Background(), cfg, newPublisher(nil), slog.New(slog.DiscardHandler))
 	if err != nil {
 		f.Fatal(err)

@@ -150,7 +150,7 @@ func (s *Service) handleCreatePayout(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", req.PayoutID, "accountId", req.AccountID)
 		return
 	}
-	httpjson.WriteJSON(w, createdStatus(created), p)
+	s.writePayout(w, createdStatus(created), p)
 }
 
 func (s *Service) handleGetPayout(w http.ResponseWriter, r *http.Request) {
@@ -166,7 +166,7 @@ func (s *Service) handleGetPayout(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id)
 		return
 	}
-	httpjson.WriteJSON(w, http.StatusOK, p)
+	s.writePayout(w, http.StatusOK, p)
 }
 
 func (s *Service) handleClaim(w http.ResponseWriter, r *http.Request) {
@@ -186,7 +186,7 @@ func (s *Service) handleClaim(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
-	httpjson.WriteJSON(w, http.StatusOK, p)
+	s.writePayout(w, http.StatusOK, p)
 }
 
 func (s *Service) handleResult(w http.ResponseWriter, r *http.Request) {
@@ -211,7 +211,7 @@ func (s *Service) handleResult(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner, "outcome", string(req.Outcome), "railRef", req.RailRef)
 		return
 	}
-	httpjson.WriteJSON(w, http.StatusOK, p)
+	s.writePayout(w, http.StatusOK, p)
 }
 
 func (s *Service) handleAttention(w http.ResponseWriter, r *http.Request) {
@@ -236,7 +236,7 @@ func (s *Service) handleAttention(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner, "reason", string(req.Reason))
 		return
 	}
-	httpjson.WriteJSON(w, http.StatusOK, p)
+	s.writePayout(w, http.StatusOK, p)
 }
 
 func (s *Service) handleResolution(w http.ResponseWriter, r *http.Request) {
@@ -261,7 +261,7 @@ func (s *Service) handleResolution(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner, "outcome", string(req.Outcome), "railRef", req.RailRef)
 		return
 	}
-	httpjson.WriteJSON(w, http.StatusOK, p)
+	s.writePayout(w, http.StatusOK, p)
 }
 
 func (s *Service) handleListPayouts(w http.ResponseWriter, r *http.Request) {
@@ -300,7 +300,7 @@ func (s *Service) handleListPayouts(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	httpjson.WriteJSON(w, http.StatusOK, list)
+	s.writePayouts(w, list)
 }
 
 func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request) {

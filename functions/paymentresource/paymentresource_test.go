@@ -585,6 +585,7 @@ func TestLoadConfig(t *testing.T) {
 	const url = "postgres://pay@127.0.0.1:5432/paydb"
 	proofKeys := prooftest.LockSigningKey().VerifyKey().String()
 	receiptKeys := prooftest.ReceiptSigningKey().VerifyKey().String()
+	termsKey := prooftest.TermsSigningKey().String()
 	// plain is the comparable part of a Config; keys are checked by length.
 	type plain struct {
 		DatabaseURL, CloudSQLInstance string
@@ -592,18 +593,22 @@ func TestLoadConfig(t *testing.T) {
 		FencingDisabled               bool
 		OutboxPoll                    time.Duration
 		Proofs, Receipts              int
+		TermsKeyID                    string
 	}
 	flat := func(c paymentresource.Config) plain {
-		return plain{c.DatabaseURL, c.CloudSQLInstance, c.MaxConns, c.FencingDisabled, c.OutboxPoll, c.ProofKeys.Len(), c.ReceiptKeys.Len()}
+		return plain{c.DatabaseURL, c.CloudSQLInstance, c.MaxConns, c.FencingDisabled, c.OutboxPoll, c.ProofKeys.Len(), c.ReceiptKeys.Len(), c.TermsKey.ID()}
 	}
-	cfg, err := paymentresource.LoadConfig(env("PAYDB_URL", url, "LOCK_PROOF_KEYS", proofKeys, "RAIL_RECEIPT_KEYS", receiptKeys))
-	if want := paymentresource.DefaultConfig(); err != nil || flat(cfg) != (plain{DatabaseURL: url, OutboxPoll: want.OutboxPoll, Proofs: 1, Receipts: 1}) {
+	cfg, err := paymentresource.LoadConfig(env("PAYDB_URL", url, "LOCK_PROOF_KEYS", proofKeys, "RAIL_RECEIPT_KEYS", receiptKeys,
+		"PAYMENT_TERMS_SIGNING_KEY", termsKey))
+	if want := paymentresource.DefaultConfig(); err != nil || flat(cfg) != (plain{DatabaseURL: url, OutboxPoll: want.OutboxPoll, Proofs: 1, Receipts: 1,
+		TermsKeyID: prooftest.TermsSigningKey().ID()}) {
 		t.Errorf("defaults: %+v, %v", cfg, err)
 	}
 	cfg, err = paymentresource.LoadConfig(env("PAYDB_URL", url, "PAYDB_INSTANCE", "p:r:i", "PAYDB_MAX_CONNS", "8",
-		"PAYMENT_FENCING_ENABLED", "false", "OUTBOX_POLL_MS", "250", "RAIL_RECEIPT_KEYS", receiptKeys+","+proofKeys))
+		"PAYMENT_FENCING_ENABLED", "false", "OUTBOX_POLL_MS", "250", "RAIL_RECEIPT_KEYS", receiptKeys+","+proofKeys,
+		"PAYMENT_TERMS_SIGNING_KEY", termsKey))
 	if wantCfg := (plain{DatabaseURL: url, CloudSQLInstance: "p:r:i", MaxConns: 8, FencingDisabled: true,
-		OutboxPoll: 250 * 1e6, Receipts: 2}); err != nil || flat(cfg) != wantCfg {
+		OutboxPoll: 250 * 1e6, Receipts: 2, TermsKeyID: prooftest.TermsSigningKey().ID()}); err != nil || flat(cfg) != wantCfg {
 		t.Errorf("all set (fencing off needs no proof keys): %+v, %v; want %+v", flat(cfg), err, wantCfg)
 	}
 	for _, kv := range [][]string{
@@ -621,6 +626,9 @@ func TestLoadConfig(t *testing.T) {
 		{"PAYDB_URL", url, "RAIL_RECEIPT_KEYS", receiptKeys, "LOCK_PROOF_KEYS", "k1:x"}, // a bad key
 		// A secret key where a public one goes: refused, and not echoed.
 		{"PAYDB_URL", url, "LOCK_PROOF_KEYS", proofKeys, "RAIL_RECEIPT_KEYS", prooftest.ReceiptSigningKey().String()},
+		// Everything but the payout-terms key, then a public key in its place.
+		{"PAYDB_URL", url, "LOCK_PROOF_KEYS", proofKeys, "RAIL_RECEIPT_KEYS", receiptKeys, "PAYMENT_TERMS_SIGNING_KEY", ""},
+		{"PAYDB_URL", url, "LOCK_PROOF_KEYS", proofKeys, "RAIL_RECEIPT_KEYS", receiptKeys, "PAYMENT_TERMS_SIGNING_KEY", prooftest.TermsSigningKey().VerifyKey().String()},
 	} {
 		_, err := paymentresource.LoadConfig(env(kv...))
 		if !errors.Is(err, paymentresource.ErrInvalidConfig) {

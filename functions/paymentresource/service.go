@@ -137,8 +137,9 @@ type Service struct {
 	pool      *pgxpool.Pool
 	closePool func()
 	fencing   bool
-	proofKeys fenceproof.Keyring // lock-server's grant proofs
-	receipts  fenceproof.Keyring // rail-proxy's receipts
+	proofKeys fenceproof.Keyring    // lock-server's grant proofs
+	receipts  fenceproof.Keyring    // rail-proxy's receipts
+	termsKey  fenceproof.SigningKey // signs the payouts' terms (terms.go)
 	log       *slog.Logger
 	handler   http.Handler
 	outbox    *outbox
@@ -187,6 +188,7 @@ func New(ctx context.Context, cfg Config, pub Publisher, logger *slog.Logger) (*
 		fencing:   !cfg.FencingDisabled,
 		proofKeys: cfg.ProofKeys,
 		receipts:  cfg.ReceiptKeys,
+		termsKey:  cfg.TermsKey,
 		log:       logger,
 		stop:      stop,
 		outbox:    newOutbox(pool, pub, logger, cfg.OutboxPoll),

@@ -75,7 +75,8 @@ func (w world) claim(e payoutevent.Event, token int64) {
 // reference.
 func (w world) submit(e payoutevent.Event, token int64) string {
 	code, body := call(w.t, "POST", w.p.ProxyURL+railapi.PathSubmissions, e.AccountID, token,
-		railapi.SubmitRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency})
+		railapi.SubmitRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency,
+			TermsSignature: prooftest.Terms(payoutevent.PayoutTerms(e))}) // as payment-resource signs the payout
 	if code != http.StatusOK {
 		w.t.Fatalf("submit %s with %d: %d %v", e.PayoutID, token, code, body)
 	}

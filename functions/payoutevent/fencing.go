@@ -95,6 +95,33 @@ func (r RailReceipt) Fields() []string {
 		r.Outcome, r.RailRef, strconv.FormatInt(r.RailToken, 10)}
 }
 
+// PayoutTermsDomain names payment-resource's signatures over a payout's
+// terms among the statements its key could sign (lockserver/fenceproof
+// Sign).
+const PayoutTermsDomain = "distributed-lock-lab/payout-terms/v1"
+
+// PayoutTerms is what payment-resource signs for every payout it holds in
+// paydb, and what rail-proxy checks before it lets a submission near the
+// rail: the payout id (also the rail's reference), the debited account,
+// the amount in minor units and the currency, i.e. everything rail-proxy
+// forwards. A lease on the account's lock lets a holder send a payout;
+// only this signature says the ledger created that payout with exactly
+// these terms, so a holder cannot get a payout id paydb does not know, or
+// another amount, currency or account, paid.
+type PayoutTerms struct {
+	// PayoutID, AccountID, AmountMinor (minor units) and Currency are the
+	// payout's, as paydb records them.
+	PayoutID    string
+	AccountID   string
+	AmountMinor int64
+	Currency    string
+}
+
+// Fields returns the terms' fields in the order they are signed.
+func (t PayoutTerms) Fields() []string {
+	return []string{t.PayoutID, t.AccountID, strconv.FormatInt(t.AmountMinor, 10), t.Currency}
+}
+
 // Environment variables of the fence points' keys.
 const (
 	// EnvProofKeys lists, at both fence points, the public keys of
@@ -108,4 +135,12 @@ const (
 	// EnvReceiptKeys lists, at payment-resource, the public keys of
 	// rail-proxy's receipts (comma-separated VerifyKey forms). Required.
 	EnvReceiptKeys = "RAIL_RECEIPT_KEYS"
+	// EnvTermsSigningKey is payment-resource's secret key for the
+	// signatures over its payouts' terms (a fenceproof SigningKey form).
+	// Required.
+	EnvTermsSigningKey = "PAYMENT_TERMS_SIGNING_KEY"
+	// EnvTermsKeys lists, at rail-proxy, the public keys of
+	// payment-resource's terms signatures (comma-separated VerifyKey
+	// forms). Required, whether fencing is on or off.
+	EnvTermsKeys = "PAYMENT_TERMS_KEYS"
 )

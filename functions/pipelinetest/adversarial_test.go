@@ -52,6 +52,15 @@ func newExecutor(t *testing.T, p *pipelinetest.Pipeline, owner string, d client.
 
 // send POSTs body to url with a fencing token (none when token is 0) and
 // returns the status and the body.
+// signed is r with payment-resource's signature over its terms (the test
+// key), as if payment-resource had created that payout with those terms:
+// for tests of what lies past rail-proxy's terms check (a payment-resource
+// bug, or its key in the wrong hands).
+func signed(r railapi.SubmitRequest) railapi.SubmitRequest {
+	r.TermsSignature = prooftest.Terms(r.Terms())
+	return r
+}
+
 func send(t *testing.T, url, account string, token int64, body any) (int, []byte) {
 	t.Helper()
 	var rd io.Reader
@@ -151,8 +160,16 @@ func TestForeignFirstAttemptIsNotThePayoutsOutcome(t *testing.T) {
 			if err := p.CreatePayout(t.Context(), ev); err != nil {
 				t.Fatal(err)
 			}
-			status, body := send(t, p.ProxyURL+railapi.PathSubmissions, c.account, c.token, map[string]any{
-				"payoutId": ev.PayoutID, "accountId": c.account, "amountMinor": c.amount, "currency": "EUR"})
+			foreign := railapi.SubmitRequest{PayoutID: ev.PayoutID, AccountID: c.account, AmountMinor: c.amount, Currency: "EUR"}
+			// Since signed payout terms (issue #15, item 12) the foreign
+			// submission is refused: payment-resource never signed it.
+			status, body := send(t, p.ProxyURL+railapi.PathSubmissions, c.account, c.token, foreign)
+			if status != http.StatusForbidden || !bytes.Contains(body, []byte(railapi.CodeInvalidTerms)) {
+				t.Fatalf("foreign submission: %d %s; want 403 %s", status, body, railapi.CodeInvalidTerms)
+			}
+			// Past that check (as if payment-resource had signed it), the
+			// executor must still not take it as the payout's outcome.
+			status, body = send(t, p.ProxyURL+railapi.PathSubmissions, c.account, c.token, signed(foreign))
 			if status != http.StatusOK {
 				t.Fatalf("foreign submission: %d %s; want it forwarded", status, body)
 			}
@@ -195,8 +212,10 @@ func TestAuditComparesWhatTheRailPaidWithTheBooks(t *testing.T) {
 	if _, err := p.Pay.Claim(t.Context(), ev.PayoutID, payoutevent.Holder{Token: tok, Proof: lease.Proof(), Owner: "review"}); err != nil {
 		t.Fatalf("claim: %v", err)
 	}
-	status, body := send(t, p.ProxyURL+railapi.PathSubmissions, ev.AccountID, tok, map[string]any{
-		"payoutId": ev.PayoutID, "accountId": ev.AccountID, "amountMinor": 1, "currency": "EUR"})
+	// The wrong amount now needs payment-resource's signature over it too
+	// (issue #15, item 12): a payment-resource bug, for this test.
+	status, body := send(t, p.ProxyURL+railapi.PathSubmissions, ev.AccountID, tok,
+		signed(railapi.SubmitRequest{PayoutID: ev.PayoutID, AccountID: ev.AccountID, AmountMinor: 1, Currency: "EUR"}))
 	var ans railapi.SubmitAnswer
 	if status != http.StatusOK || json.Unmarshal(body, &ans) != nil || ans.Status != railapi.RailAck {
 		t.Fatalf("submission: %d %s", status, body)
@@ -277,8 +296,10 @@ func TestConcurrentSubmissionsOfOnePayoutReachTheRailOnce(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := range n {
 				wg.Go(func() {
-					status, _ := send(t, p.ProxyURL+railapi.PathSubmissions, fmt.Sprintf("acct-%d", i%2), int64(i+1), map[string]any{
-						"payoutId": "p-1", "accountId": fmt.Sprintf("acct-%d", i%2), "amountMinor": 2500, "currency": "EUR"})
+					// Both accounts' terms signed: what is tested is the
+					// one forward per payout, past the terms check.
+					status, _ := send(t, p.ProxyURL+railapi.PathSubmissions, fmt.Sprintf("acct-%d", i%2), int64(i+1),
+						signed(railapi.SubmitRequest{PayoutID: "p-1", AccountID: fmt.Sprintf("acct-%d", i%2), AmountMinor: 2500, Currency: "EUR"}))
 					codes <- status
 				})
 			}

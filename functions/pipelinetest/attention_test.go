@@ -77,7 +77,7 @@ func TestPermanentRefusalEndsInNeedsAttentionWithNothingLooping(t *testing.T) {
 	}{
 		{"rail-proxy's high-water ahead", func(t *testing.T, p *pipelinetest.Pipeline) {
 			st, body := send(t, p.ProxyURL+railapi.PathSubmissions, "acct-1", forged,
-				railapi.SubmitRequest{PayoutID: "p-x", AccountID: "acct-1", AmountMinor: 1, Currency: "EUR"})
+				signed(railapi.SubmitRequest{PayoutID: "p-x", AccountID: "acct-1", AmountMinor: 1, Currency: "EUR"}))
 			if st != http.StatusOK {
 				t.Fatalf("submission with the huge token: %d %s", st, body)
 			}

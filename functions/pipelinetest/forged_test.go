@@ -55,7 +55,7 @@ func TestAForgedMaximumTokenNeitherBricksTheAccountNorMovesMoney(t *testing.T) {
 	}
 	maxToken := strconv.FormatInt(1<<63-1, 10)
 	st, body := post(t, p.ProxyURL+railapi.PathSubmissions,
-		railapi.SubmitRequest{PayoutID: "p-x", AccountID: "acct-1", AmountMinor: 1, Currency: "EUR"},
+		signed(railapi.SubmitRequest{PayoutID: "p-x", AccountID: "acct-1", AmountMinor: 1, Currency: "EUR"}), // only the token is forged
 		fencing.HeaderToken, maxToken)
 	if st != http.StatusForbidden || !bytes.Contains(body, []byte(railapi.CodeUnverifiedToken)) {
 		t.Fatalf("forged submission: %d %s; want 403 %s", st, body, railapi.CodeUnverifiedToken)

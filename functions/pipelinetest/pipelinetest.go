@@ -167,6 +167,7 @@ func Start(t testing.TB, opts Options) *Pipeline {
 	}
 	pcfg.FencingDisabled = opts.RailFencingOff
 	pcfg.ProofKeys, pcfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
+	pcfg.TermsKeys = prooftest.TermsKeys()
 	proxy, err := railproxy.New(ctx, pcfg, log.With("service", "rail-proxy"))
 	if err != nil {
 		t.Fatal(err)
@@ -186,6 +187,7 @@ func Start(t testing.TB, opts Options) *Pipeline {
 	paycfg := paymentresource.DefaultConfig()
 	paycfg.DatabaseURL, paycfg.OutboxPoll, paycfg.FencingDisabled = paydb, 10*time.Minute, opts.PaymentFencingOff
 	paycfg.ProofKeys, paycfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
+	paycfg.TermsKey = prooftest.TermsSigningKey()
 	paycfg.StallAfter = 0 // as rail-proxy's above
 	var pub paymentresource.Publisher = nopPublisher{}
 	if opts.Publisher != nil {

@@ -87,11 +87,12 @@ func startRestoreRig(t *testing.T) *restoreRig {
 	return &restoreRig{p: p, logs: logs, ev: ev, stale: stale, paidWith: paidWith}
 }
 
-// submit sends ev with token to rail-proxy.
+// submit sends ev with token to rail-proxy, its terms signed as
+// payment-resource would sign them.
 func (r *restoreRig) submit(t *testing.T, token int64, payout, account string) (railapi.SubmitAnswer, error) {
 	t.Helper()
-	return r.p.Rail.Submit(t.Context(), prooftest.Holder(account, token, "review"), railapi.SubmitRequest{
-		PayoutID: payout, AccountID: account, AmountMinor: r.ev.AmountMinor, Currency: r.ev.Currency})
+	return r.p.Rail.Submit(t.Context(), prooftest.Holder(account, token, "review"), signed(railapi.SubmitRequest{
+		PayoutID: payout, AccountID: account, AmountMinor: r.ev.AmountMinor, Currency: r.ev.Currency}))
 }
 
 // refusal returns err's *railclient.Error (a zero one when err is not).

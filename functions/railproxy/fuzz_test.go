@@ -70,6 +70,7 @@ func fuzzRig(f *testing.F) (p *railproxy.Proxy, stub *railstub.Stub, db *pgxpool
 	cfg := railproxy.DefaultConfig()
 	cfg.DB.DSN, cfg.RailURL = dsn, rail.URL
 	cfg.ProofKeys, cfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
+	cfg.TermsKeys = prooftest.TermsKeys()
 	p, err = railproxy.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		f.Fatal(err)
@@ -85,7 +86,15 @@ func fuzzRig(f *testing.F) (p *railproxy.Proxy, stub *railstub.Stub, db *pgxpool
 
 func FuzzRailProxy(f *testing.F) {
 	p, stub, db := fuzzRig(f)
+	// sub is a submission of a payout payment-resource created (its terms
+	// signed); unsigned the same without the signature.
 	sub := func(payout, account string) []byte {
+		r := api.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: 2500, Currency: "EUR"}
+		r.TermsSignature = prooftest.Terms(r.Terms())
+		b, _ := json.Marshal(r)
+		return b
+	}
+	unsigned := func(payout, account string) []byte {
 		return fmt.Appendf(nil, `{"payoutId":%q,"accountId":%q,"amountMinor":2500,"currency":"EUR"}`, payout, account)
 	}
 	// acct-1's high-water is 5, and payout p-0 went to the rail.
@@ -122,6 +131,8 @@ func FuzzRailProxy(f *testing.F) {
 		{0, "", "65", proofValid, "", "", ct, []byte(`{"payoutId":"p-5","payoutId":"p-6","accountId":"acct-1","amountMinor":1,"currency":"EUR"}`)},
 		{0, "", "66", proofValid, "", "w\xff", ct, sub("p-7", "acct-1")},
 		{0, "", "67", proofValid, "", strings.Repeat("é", 70), ct, sub("p-7", "acct-1")},
+		{0, "", "69", proofValid, "", "", ct, unsigned("p-9", "acct-1")},
+		{0, "", "70", proofValid, "", "", ct, []byte(strings.Replace(string(sub("p-9", "acct-1")), "2500", "2501", 1))},
 		{1, "/v1/rail/high-water/acct-1", "", proofNone, "", "", "", nil},
 		{1, "/v1/rail/high-water/acct 1", "", proofNone, "", "", "", nil},
 		{1, "/v1/rail/attempts", "", proofNone, "", "", "", nil},
@@ -207,7 +218,9 @@ func FuzzRailProxySubmission(f *testing.F) {
 	f.Add("p-7", "acct-4", int64(1), "EUR", int64(0))
 	f.Add("é", "acct-4", int64(1), "EUR", int64(2))
 	f.Fuzz(func(t *testing.T, payout, account string, amount int64, currency string, token int64) {
-		body, err := json.Marshal(api.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: currency})
+		sub := api.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: currency}
+		sub.TermsSignature = prooftest.Terms(sub.Terms()) // as payment-resource signs the payouts it created
+		body, err := json.Marshal(sub)
 		if err != nil {
 			t.Fatal(err)
 		}

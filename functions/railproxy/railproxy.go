@@ -192,6 +192,12 @@ type Config struct {
 	// Attempt.Receipt): payment-resource records an ACK or DECLINE only
 	// with one. Required; a secret. Env RAIL_RECEIPT_SIGNING_KEY.
 	ReceiptKey fenceproof.SigningKey
+	// TermsKeys are the public keys of payment-resource's payout-terms
+	// signatures: a submission is forwarded only when one of them signed
+	// exactly its payout id, account, amount and currency (terms.go).
+	// Required, fencing on or off: it is authenticity, not fencing. Env
+	// PAYMENT_TERMS_KEYS.
+	TermsKeys fenceproof.Keyring
 	// MaxInFlight bounds the requests served at once; one more is answered
 	// 503 OVERLOADED with Retry-After at once, nothing recorded and the
 	// rail not called (internal/overload). Default
@@ -234,7 +240,7 @@ func DefaultConfig() Config {
 func EnvNames() []string {
 	return []string{api.EnvDatabaseURL, api.EnvDatabaseInstance, api.EnvRailURL, api.EnvRailTimeoutMs,
 		api.EnvDBTimeoutMs, api.EnvFencingEnabled, api.EnvProofKeys, api.EnvReceiptSigningKey, api.EnvMaxInFlight, api.EnvStallProbeMs,
-		api.EnvStallAfterMs}
+		api.EnvStallAfterMs, api.EnvTermsKeys}
 }
 
 // Validate returns nil or one error per invalid field, joined
@@ -266,6 +272,9 @@ func (c Config) Validate() error {
 	if c.ReceiptKey.IsZero() {
 		bad("ReceiptKey (%s) is required: the secret key rail-proxy signs its receipts with (lockctl proof-key makes one)", api.EnvReceiptSigningKey)
 	}
+	if c.TermsKeys.Len() == 0 {
+		bad("TermsKeys (%s) is required: payment-resource's public payout-terms keys", api.EnvTermsKeys)
+	}
 	if c.MaxInFlight < 1 || c.MaxInFlight > overload.MaxMaxInFlight {
 		bad("MaxInFlight (%s) %d is outside 1..%d", api.EnvMaxInFlight, c.MaxInFlight, overload.MaxMaxInFlight)
 	}
@@ -282,7 +291,7 @@ func (c Config) Validate() error {
 // (RAILDB_URL, RAILDB_INSTANCE, RAIL_URL, RAIL_TIMEOUT_MS,
 // RAIL_PROXY_DB_TIMEOUT_MS, RAIL_PROXY_FENCING_ENABLED, LOCK_PROOF_KEYS,
 // RAIL_RECEIPT_SIGNING_KEY, RAIL_PROXY_MAX_IN_FLIGHT,
-// RAIL_PROXY_STALL_PROBE_MS, RAIL_PROXY_STALL_AFTER_MS), read through
+// RAIL_PROXY_STALL_PROBE_MS, RAIL_PROXY_STALL_AFTER_MS, PAYMENT_TERMS_KEYS), read through
 // getenv (an empty value keeps the default), then validated. It reports
 // every unparsable variable and every invalid field at once, joined; each
 // error wraps ErrInvalidConfig and names the variable to fix.
@@ -318,6 +327,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	c.FencingDisabled = !on
 	if v := strings.TrimSpace(getenv(api.EnvProofKeys)); v != "" {
 		if c.ProofKeys, err = fencing.ParseKeys(api.EnvProofKeys, v); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %v", ErrInvalidConfig, err))
+		}
+	}
+	if v := strings.TrimSpace(getenv(api.EnvTermsKeys)); v != "" {
+		if c.TermsKeys, err = fencing.ParseKeys(api.EnvTermsKeys, v); err != nil {
 			errs = append(errs, fmt.Errorf("%w: %v", ErrInvalidConfig, err))
 		}
 	}
@@ -567,6 +581,12 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}
+	// Before the proof and the fence, fencing on or off: only terms
+	// payment-resource signed go any further (terms.go).
+	if err := p.verifyTerms(req, h); err != nil {
+		p.fail(w, p.log, err)
+		return
+	}
 	// The fence span: the token presented, its verification and the
 	// high-water mark's verdict.
 	_, span := startFence(r.Context(), req, h, !p.cfg.FencingDisabled)
@@ -771,6 +791,8 @@ func statusOf(err error) (status int, code api.Code, retryable bool) {
 		return http.StatusConflict, api.CodeFencedOut, false
 	case errors.Is(err, ErrUnverifiedToken):
 		return http.StatusForbidden, api.CodeUnverifiedToken, false
+	case errors.Is(err, ErrInvalidTerms):
+		return http.StatusForbidden, api.CodeInvalidTerms, false
 	case errors.Is(err, ErrAlreadySubmitted):
 		return http.StatusConflict, api.CodeAlreadySubmitted, false
 	case errors.Is(err, ErrRailAmbiguous):

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
@@ -70,6 +71,7 @@ func (r *rig) proxy(mod func(*railproxy.Config)) *railproxy.Proxy {
 	cfg.DB.DSN = r.dsn
 	cfg.RailURL = r.rail.URL
 	cfg.ProofKeys, cfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
+	cfg.TermsKeys = prooftest.TermsKeys()
 	// No early stall detection unless a test asks for it: under -race on a
 	// starved machine, raildb can take longer than StallAfter to answer
 	// anything, even a ping, and a test of the fence would meet a
@@ -156,8 +158,12 @@ func withProof(req *http.Request, body string, tokens []string) {
 	req.Header.Set(fencing.HeaderProof, prooftest.Proof(sub.AccountID, tok))
 }
 
+// body is the submission of a payout payment-resource created: its terms
+// signed with the test terms key, as the executor passes them on.
 func body(payout, account string, amount int64) string {
-	b, _ := json.Marshal(api.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: "EUR"})
+	req := api.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: "EUR"}
+	req.TermsSignature = prooftest.Terms(req.Terms())
+	b, _ := json.Marshal(req)
 	return string(b)
 }
 
@@ -424,7 +430,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 	p := r.proxy(nil)
 	mustAccept(t, p, "w", body("po-1", "acct-1", 100), 42)
 
-	good := map[string]any{"payoutId": "po-2", "accountId": "acct-1", "amountMinor": 100, "currency": "EUR"}
+	good := map[string]any{"payoutId": "po-2", "accountId": "acct-1", "amountMinor": 100, "currency": "EUR",
+		"termsSignature": prooftest.Terms(payoutevent.PayoutTerms{PayoutID: "po-2", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR"})}
 	with := func(k string, v any) string {
 		m := map[string]any{}
 		for kk, vv := range good {
@@ -472,6 +479,12 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"unassigned currency", post(with("currency", "ZZZ"), "50"), 400, api.CodeInvalidRequest},
 		{"testing currency", post(with("currency", "XTS"), "50"), 400, api.CodeInvalidRequest},
 		{"oversized body", post(with("payoutId", strings.Repeat("p", api.MaxBodyBytes)), "50"), 413, api.CodeBodyTooLarge},
+		// Terms payment-resource did not sign (terms_test.go has the
+		// whole table): refused before the fence, with token 50 above it.
+		{"no terms signature", post(with("termsSignature", nil), "50"), 403, api.CodeInvalidTerms},
+		{"amount other than the signed one", post(with("amountMinor", 101), "50"), 403, api.CodeInvalidTerms},
+		{"payout id paydb does not know", post(with("payoutId", "po-ghost"), "50"), 403, api.CodeInvalidTerms},
+		{"terms signature not a string", post(with("termsSignature", 7), "50"), 400, api.CodeInvalidRequest},
 		{"missing token", post(ok), 400, api.CodeInvalidRequest},
 		{"empty token", post(ok, ""), 400, api.CodeInvalidRequest},
 		{"non-numeric token", post(ok, "fifty"), 400, api.CodeInvalidRequest},
@@ -616,6 +629,7 @@ func TestLoadConfig(t *testing.T) {
 		api.EnvFencingEnabled:    "false",
 		api.EnvProofKeys:         prooftest.LockSigningKey().VerifyKey().String(),
 		api.EnvReceiptSigningKey: prooftest.ReceiptSigningKey().String(),
+		api.EnvTermsKeys:         prooftest.TermsSigningKey().VerifyKey().String(),
 	}
 	getenv := func(k string) string { return env[k] }
 	got, err := railproxy.LoadConfig(getenv)
@@ -624,7 +638,7 @@ func TestLoadConfig(t *testing.T) {
 	}
 	if got.DB.DSN != env[api.EnvDatabaseURL] || got.DB.CloudSQLInstance != "proj:region:inst" || got.RailURL != "http://127.0.0.1:9000/" ||
 		got.RailTimeout != 1500*time.Millisecond || got.DBTimeout != 700*time.Millisecond || !got.FencingDisabled ||
-		got.ProofKeys.Len() != 1 || got.ReceiptKey.ID() != prooftest.ReceiptSigningKey().ID() {
+		got.ProofKeys.Len() != 1 || got.ReceiptKey.ID() != prooftest.ReceiptSigningKey().ID() || got.TermsKeys.Len() != 1 {
 		t.Fatalf("LoadConfig = %+v", got)
 	}
 	delete(env, api.EnvFencingEnabled)
@@ -641,6 +655,8 @@ func TestLoadConfig(t *testing.T) {
 		api.EnvProofKeys:      "k:short",
 		// A public key where the secret goes (and none at all).
 		api.EnvReceiptSigningKey: prooftest.ReceiptSigningKey().VerifyKey().String(),
+		// A secret key where the public ones go.
+		api.EnvTermsKeys: prooftest.TermsSigningKey().String(),
 	} {
 		bad := map[string]string{}
 		for kk, vv := range env {
@@ -651,7 +667,7 @@ func TestLoadConfig(t *testing.T) {
 			t.Errorf("%s=%q: error %v, want ErrInvalidConfig", k, v, err)
 		}
 	}
-	for _, k := range []string{api.EnvProofKeys, api.EnvReceiptSigningKey} {
+	for _, k := range []string{api.EnvProofKeys, api.EnvReceiptSigningKey, api.EnvTermsKeys} {
 		missing := map[string]string{}
 		for kk, vv := range env {
 			missing[kk] = vv

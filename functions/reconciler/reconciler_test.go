@@ -104,11 +104,13 @@ func holder(t *testing.T, p *pipelinetest.Pipeline, ev payoutevent.Event, owner 
 func submitInDoubt(t *testing.T, p *pipelinetest.Pipeline, ev payoutevent.Event, mode string) payoutevent.Holder {
 	t.Helper()
 	lease, h := holder(t, p, ev, "worker-a")
-	if _, err := p.Pay.Claim(t.Context(), ev.PayoutID, h); err != nil {
+	claimed, err := p.Pay.Claim(t.Context(), ev.PayoutID, h)
+	if err != nil {
 		t.Fatal(err)
 	}
 	fault(t, p, mode)
-	_, err := p.Rail.Submit(t.Context(), h, railapi.SubmitRequest{PayoutID: ev.PayoutID, AccountID: ev.AccountID, AmountMinor: ev.AmountMinor, Currency: ev.Currency})
+	_, err = p.Rail.Submit(t.Context(), h, railapi.SubmitRequest{PayoutID: ev.PayoutID, AccountID: ev.AccountID, AmountMinor: ev.AmountMinor, Currency: ev.Currency,
+		TermsSignature: claimed.TermsSignature})
 	if !errors.Is(err, railclient.ErrRailAmbiguous) {
 		t.Fatalf("submission with fault %s: %v; want RAIL_AMBIGUOUS", mode, err)
 	}
@@ -312,10 +314,12 @@ func TestLateAckRefusedByTheAccountFenceThenSettledOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	leaseB, b := holder(t, p, ev2, "worker-b")
-	if _, err := p.Pay.Claim(t.Context(), ev2.PayoutID, b); err != nil {
+	claimed, err := p.Pay.Claim(t.Context(), ev2.PayoutID, b)
+	if err != nil {
 		t.Fatal(err)
 	}
-	ans, err := p.Rail.Submit(t.Context(), b, railapi.SubmitRequest{PayoutID: ev2.PayoutID, AccountID: ev2.AccountID, AmountMinor: ev2.AmountMinor, Currency: ev2.Currency})
+	ans, err := p.Rail.Submit(t.Context(), b, railapi.SubmitRequest{PayoutID: ev2.PayoutID, AccountID: ev2.AccountID, AmountMinor: ev2.AmountMinor, Currency: ev2.Currency,
+		TermsSignature: claimed.TermsSignature})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,6 +78,11 @@ func TestCloudRunContract(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// And payment-resource's payout-terms key, which rail-proxy requires.
+	termsKey, err := fenceproof.GenerateSigningKey("contract-pay", rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := []contractCase{
 		{
 			name: "rail-stub", pkg: "./functions/cmd/rail-stub",
@@ -90,7 +95,8 @@ func TestCloudRunContract(t *testing.T) {
 			name: "rail-proxy", pkg: "./functions/cmd/rail-proxy",
 			env: func(t *testing.T) []string {
 				return []string{railapi.EnvDatabaseURL + "=" + pgtest.NewDatabase(t), railapi.EnvRailURL + "=http://127.0.0.1:1",
-					railapi.EnvProofKeys + "=" + proofKey.VerifyKey().String(), railapi.EnvReceiptSigningKey + "=" + receiptKey.String()}
+					railapi.EnvProofKeys + "=" + proofKey.VerifyKey().String(), railapi.EnvReceiptSigningKey + "=" + receiptKey.String(),
+					railapi.EnvTermsKeys + "=" + termsKey.VerifyKey().String()}
 			},
 			method: "POST", path: railapi.PathSubmissions, header: http.Header{fencing.HeaderToken: {"1"}},
 			body: `{"payoutId":"p-1","accountId":"acct-1","amountMinor":5,"currency":"ZZZ"}`,
@@ -103,7 +109,8 @@ func TestCloudRunContract(t *testing.T) {
 				t.Cleanup(func() { ps.Close() })
 				return []string{payapi.EnvDatabaseURL + "=" + pgtest.NewDatabase(t), "PUBSUB_EMULATOR_HOST=" + ps.Addr,
 					"PUBSUB_PROJECT=contract", "PUBSUB_TOPIC=payouts",
-					payapi.EnvProofKeys + "=" + proofKey.VerifyKey().String(), payapi.EnvReceiptKeys + "=" + receiptKey.VerifyKey().String()}
+					payapi.EnvProofKeys + "=" + proofKey.VerifyKey().String(), payapi.EnvReceiptKeys + "=" + receiptKey.VerifyKey().String(),
+					payapi.EnvTermsSigningKey + "=" + termsKey.String()}
 			},
 			method: "POST", path: payapi.PathPayouts,
 			body: `{"payoutId":"p-1","accountId":"acct-nobody","amountMinor":5,"currency":"EUR"}`,

@@ -3,6 +3,7 @@ package badinput_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -114,6 +115,7 @@ func newWorld(t *testing.T) *world {
 	rcfg := railproxy.DefaultConfig()
 	rcfg.DB.DSN, rcfg.RailURL = rdsn, rail.URL
 	rcfg.ProofKeys, rcfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
+	rcfg.TermsKeys = prooftest.TermsKeys()
 	proxy, err := railproxy.New(ctx, rcfg, log)
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +127,7 @@ func newWorld(t *testing.T) *world {
 	pcfg := paymentresource.DefaultConfig()
 	pcfg.DatabaseURL, pcfg.OutboxPoll = pdsn, 10*time.Millisecond
 	pcfg.ProofKeys, pcfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
+	pcfg.TermsKey = prooftest.TermsSigningKey()
 	svc, err := paymentresource.New(ctx, pcfg, publisher{}, log)
 	if err != nil {
 		t.Fatal(err)
@@ -176,13 +179,26 @@ func (w *world) setup(t *testing.T) {
 		{service: svcPay, method: "POST", path: payapi.PathPayouts, headers: []string{"Content-Type", ctJSON}, body: `{"payoutId":"p-1","accountId":"acct-1","amountMinor":2500,"currency":"EUR"}`},
 		{service: svcPay, method: "POST", path: payapi.PathPayouts, headers: []string{"Content-Type", ctJSON}, body: `{"payoutId":"p-2","accountId":"acct-1","amountMinor":2500,"currency":"EUR"}`},
 		{service: svcPay, method: "POST", path: payapi.ClaimPath("p-2"), headers: holder},
-		{service: svcProxy, method: "POST", path: railapi.PathSubmissions, headers: holder, body: `{"payoutId":"p-2","accountId":"acct-1","amountMinor":2500,"currency":"EUR"}`},
+		{service: svcProxy, method: "POST", path: railapi.PathSubmissions, headers: holder, body: submission("p-2", "acct-1", 2500, termsOf("p-2", "acct-1", 2500))},
 		{service: svcLock, method: "POST", path: lockapi.PathLockPrefix + "payout:acct-1" + lockapi.SuffixAcquire, headers: []string{"Content-Type", ctJSON}, body: `{"owner":"worker-a","ttlMs":600000}`},
 	} {
 		if rec := w.send(r); rec.Code >= 300 {
 			t.Fatalf("setup %s %s: %d %s", r.method, r.path, rec.Code, rec.Body)
 		}
 	}
+}
+
+// termsOf is payment-resource's signature (the test key) over a payout's
+// terms, in EUR.
+func termsOf(payout, account string, amount int64) string {
+	return prooftest.Terms(payoutevent.PayoutTerms{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: "EUR"})
+}
+
+// submission is rail-proxy's body for a payout in EUR with the terms
+// signature sig ("" for none).
+func submission(payout, account string, amount int64, sig string) string {
+	b, _ := json.Marshal(railapi.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: "EUR", TermsSignature: sig})
+	return string(b)
 }
 
 // rows returns the table: every named bad input and its answer.
@@ -198,7 +214,7 @@ func rows() []row {
 	}
 	proof := func(account string, token int64) string { return prooftest.Proof(account, token) }
 	lock := func(op string) string { return lockapi.PathLockPrefix + "payout:acct-1" + op }
-	sub := `{"payoutId":"p-1","accountId":"acct-1","amountMinor":2500,"currency":"EUR"}`
+	sub := submission("p-1", "acct-1", 2500, termsOf("p-1", "acct-1", 2500)) // p-1 as payment-resource signs it
 	stubOK := `{"payoutId":"p-1","accountId":"acct-1","amountMinor":2500,"currency":"EUR","reference":"p-1"}`
 	push := func(data string) string {
 		b, _ := payoutevent.EncodeRaw([]byte(data), nil, "m-1", acct, 1)
@@ -265,6 +281,14 @@ func rows() []row {
 		{svcProxy, "lower-case currency", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), `{"payoutId":"p-1","accountId":"acct-1","amountMinor":2500,"currency":"eur"}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcProxy, "amount 0", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), `{"payoutId":"p-1","accountId":"acct-1","amountMinor":0,"currency":"EUR"}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcProxy, "unknown field", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), `{"payoutId":"p-1","accountId":"acct-1","amountMinor":2500,"currency":"EUR","railRef":"x"}`, 400, string(railapi.CodeInvalidRequest), nil},
+		// Terms payment-resource did not sign (issue #15, item 12), each
+		// with token 6 and its proof, above the high-water.
+		{svcProxy, "terms: no signature", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), submission("p-1", "acct-1", 2500, ""), 403, string(railapi.CodeInvalidTerms), nil},
+		{svcProxy, "terms: amount other than the payout's", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), submission("p-1", "acct-1", 250000, termsOf("p-1", "acct-1", 2500)), 403, string(railapi.CodeInvalidTerms), nil},
+		{svcProxy, "terms: payout id paydb does not know", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), submission("p-ghost", "acct-1", 2500, termsOf("p-1", "acct-1", 2500)), 403, string(railapi.CodeInvalidTerms), nil},
+		{svcProxy, "terms: payout of another account", "POST", railapi.PathSubmissions, holder("6", proof("acct-2", 6)), submission("p-1", "acct-2", 2500, termsOf("p-1", "acct-1", 2500)), 403, string(railapi.CodeInvalidTerms), nil},
+		{svcProxy, "terms: signed by another key", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), submission("p-1", "acct-1", 2500,
+			prooftest.ReceiptSigningKey().Sign(payoutevent.PayoutTermsDomain, payoutevent.PayoutTerms{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 2500, Currency: "EUR"}.Fields()...)), 403, string(railapi.CodeInvalidTerms), nil},
 		{svcProxy, "attempts without payoutId", "GET", railapi.PathAttempts, nil, ``, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcProxy, "high-water of a malformed account id", "GET", "/v1/rail/high-water/acct 1", nil, ``, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcProxy, "GET the submissions", "GET", railapi.PathSubmissions, nil, ``, 405, string(railapi.CodeMethodNotAllowed), nil},

@@ -1,5 +1,6 @@
 // Package prooftest gives tests the keys of a test deployment: lock-server's
-// grant-proof key and rail-proxy's receipt key, both made from fixed
+// grant-proof key, rail-proxy's receipt key and payment-resource's
+// payout-terms key, all made from fixed
 // seeds (test keys, never for a real deployment), and helpers that sign
 // what those services would sign, so a test can present a verified token
 // to a fence point without running lock-server.
@@ -36,6 +37,7 @@ func ring(k fenceproof.SigningKey) fenceproof.Keyring {
 var (
 	lockKey    = key("test-lock", 1)
 	receiptKey = key("test-rail", 2)
+	termsKey   = key("test-pay", 3)
 )
 
 // LockSigningKey is lock-server's grant-proof key in tests.
@@ -49,6 +51,18 @@ func ReceiptSigningKey() fenceproof.SigningKey { return receiptKey }
 
 // ReceiptKeys is payment-resource's keyring for ReceiptSigningKey.
 func ReceiptKeys() fenceproof.Keyring { return ring(receiptKey) }
+
+// TermsSigningKey is payment-resource's payout-terms key in tests.
+func TermsSigningKey() fenceproof.SigningKey { return termsKey }
+
+// TermsKeys is rail-proxy's keyring for TermsSigningKey.
+func TermsKeys() fenceproof.Keyring { return ring(termsKey) }
+
+// Terms is TermsSigningKey's signature over t, as payment-resource signs
+// a payout's terms (api.Payout.TermsSignature).
+func Terms(t payoutevent.PayoutTerms) string {
+	return termsKey.Sign(payoutevent.PayoutTermsDomain, t.Fields()...)
+}
 
 // Holder returns the headers a holder of token on account's lock
 // (payout:{account}) sends, with a proof signed by LockSigningKey.
@@ -68,12 +82,15 @@ func Receipt(r payoutevent.RailReceipt) string {
 
 // Env returns the environment lines ("NAME=value") that give a stack's
 // processes these keys: lock-server's signing key, both fence points'
-// proof keys, rail-proxy's receipt key and payment-resource's receipt keys.
+// proof keys, rail-proxy's receipt key and payment-resource's receipt keys,
+// payment-resource's terms key and rail-proxy's terms keys.
 func Env(lockSigningVar string) []string {
 	return []string{
 		lockSigningVar + "=" + lockKey.String(),
 		payoutevent.EnvProofKeys + "=" + lockKey.VerifyKey().String(),
 		payoutevent.EnvReceiptSigningKey + "=" + receiptKey.String(),
 		payoutevent.EnvReceiptKeys + "=" + receiptKey.VerifyKey().String(),
+		payoutevent.EnvTermsSigningKey + "=" + termsKey.String(),
+		payoutevent.EnvTermsKeys + "=" + termsKey.VerifyKey().String(),
 	}
 }

@@ -276,9 +276,10 @@ type Stack struct {
 	// current its latest process.
 	services map[string]service
 	current  map[string]*Process
-	// proofKey is lock-server's grant-proof key and receiptKey
-	// rail-proxy's receipt key, made fresh by Start.
-	proofKey, receiptKey fenceproof.SigningKey
+	// proofKey is lock-server's grant-proof key, receiptKey
+	// rail-proxy's receipt key and termsKey payment-resource's
+	// payout-terms key, made fresh by Start.
+	proofKey, receiptKey, termsKey fenceproof.SigningKey
 }
 
 // SignGrant returns the proof lock-server would send with a grant of
@@ -391,6 +392,11 @@ func (s *Stack) start(ctx context.Context) error {
 	if s.receiptKey, err = fenceproof.GenerateSigningKey("local-rail", rand.Reader); err != nil {
 		return err
 	}
+	// And one for payment-resource's payout terms, which rail-proxy
+	// checks before it forwards anything.
+	if s.termsKey, err = fenceproof.GenerateSigningKey("local-pay", rand.Reader); err != nil {
+		return err
+	}
 	lockEnv := []string{lockapi.EnvStore + "=" + s.cfg.Backend, lockapi.EnvProofSigningKey + "=" + s.proofKey.String()}
 	if s.cfg.Backend == BackendPostgres {
 		lockEnv = append(lockEnv, lockapi.EnvLockDBURL+"="+s.lockDSN)
@@ -414,6 +420,7 @@ func (s *Stack) start(ctx context.Context) error {
 			railapi.EnvDatabaseURL + "=" + s.railDSN, railapi.EnvRailURL + "=" + s.stubURL,
 			railapi.EnvFencingEnabled + "=" + strconv.FormatBool(s.cfg.RailFencing),
 			railapi.EnvProofKeys + "=" + s.proofKey.VerifyKey().String(), railapi.EnvReceiptSigningKey + "=" + s.receiptKey.String(),
+			railapi.EnvTermsKeys + "=" + s.termsKey.VerifyKey().String(),
 		}, "/")
 	})
 	wg.Go(func() {
@@ -421,6 +428,7 @@ func (s *Stack) start(ctx context.Context) error {
 			payapi.EnvDatabaseURL + "=" + s.payDSN, payapi.EnvFencingEnabled + "=" + strconv.FormatBool(s.cfg.PaymentFencing),
 			payapi.EnvOutboxPollMs + "=50",
 			payapi.EnvProofKeys + "=" + s.proofKey.VerifyKey().String(), payapi.EnvReceiptKeys + "=" + s.receiptKey.VerifyKey().String(),
+			payapi.EnvTermsSigningKey + "=" + s.termsKey.String(),
 			"PUBSUB_EMULATOR_HOST=" + s.pubsubAddr, "PUBSUB_PROJECT=" + PubSubProject,
 			"PUBSUB_TOPIC=" + PubSubTopic, "PUBSUB_SETUP_SUBSCRIPTION=" + PubSubSubscription,
 		}, "/")

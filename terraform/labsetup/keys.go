@@ -46,11 +46,14 @@ type Key struct {
 
 // Keys are the lab's signing keys: lock-server's grant proofs
 // (LOCK_PROOF_SIGNING_KEY, checked by both fence points with
-// LOCK_PROOF_KEYS) and rail-proxy's receipts (RAIL_RECEIPT_SIGNING_KEY,
-// checked by payment-resource with RAIL_RECEIPT_KEYS).
+// LOCK_PROOF_KEYS), rail-proxy's receipts (RAIL_RECEIPT_SIGNING_KEY,
+// checked by payment-resource with RAIL_RECEIPT_KEYS) and payment-resource's
+// payout terms (PAYMENT_TERMS_SIGNING_KEY, checked by rail-proxy with
+// PAYMENT_TERMS_KEYS).
 var Keys = []Key{
 	{Secret: "lock-proof-signing-key", Var: "lock_proof_keys", IDPrefix: "lock", Kubernetes: true},
 	{Secret: "rail-receipt-signing-key", Var: "rail_receipt_keys", IDPrefix: "rail"},
+	{Secret: "payment-terms-signing-key", Var: "payment_terms_keys", IDPrefix: "pay"},
 }
 
 // SecretsTarget is the Terraform address of the module that creates the

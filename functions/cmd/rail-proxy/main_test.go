@@ -29,6 +29,7 @@ func newRaildb(t *testing.T) string {
 	cfg := railproxy.DefaultConfig()
 	cfg.DB.DSN, cfg.RailURL = dsn, "http://127.0.0.1:1"
 	cfg.ProofKeys, cfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
+	cfg.TermsKeys = prooftest.TermsKeys()
 	p, err := railproxy.New(t.Context(), cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

@@ -320,6 +320,10 @@ const (
 	// EnvReceiptKeys lists the public keys of rail-proxy's receipts;
 	// required (payoutevent.EnvReceiptKeys).
 	EnvReceiptKeys = payoutevent.EnvReceiptKeys
+	// EnvTermsSigningKey is the secret key payment-resource signs its
+	// payouts' terms with (Payout.TermsSignature); required
+	// (payoutevent.EnvTermsSigningKey).
+	EnvTermsSigningKey = payoutevent.EnvTermsSigningKey
 )
 
 // Log events of payment-resource: the value of the "event" attribute of

@@ -294,6 +294,13 @@ type Payout struct {
 	UpdatedAt time.Time `json:"updatedAt"`
 	// History lists every accepted state change, oldest first, never nil.
 	History []Transition `json:"history"`
+	// TermsSignature is payment-resource's signature over the payout's
+	// terms (payoutevent.PayoutTerms: payout id, account id, amount,
+	// currency), made with its key (EnvTermsSigningKey) from paydb's row
+	// whenever a payout is answered. Pass it unchanged to rail-proxy with
+	// the submission (railproxy/api SubmitRequest.TermsSignature):
+	// rail-proxy forwards only terms payment-resource signed.
+	TermsSignature string `json:"termsSignature"`
 }
 
 // Transition is one accepted state change of a payout.

@@ -78,6 +78,7 @@ func startPaymentResource() (baseURL string, stop func()) {
 	cfg.DatabaseURL = u.String()
 	// The public keys of the test deployment's lock-server and rail-proxy.
 	cfg.ProofKeys, cfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
+	cfg.TermsKey = prooftest.TermsSigningKey()
 	svc, err := paymentresource.New(ctx, cfg, discard{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		log.Fatal(err)

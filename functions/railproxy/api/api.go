@@ -20,6 +20,8 @@
 //
 //	POST /v1/rail/submissions             X-Fencing-Token (required), X-Lock-Owner (logs only);
 //	                                      SubmitRequest -> 200 SubmitAnswer (the rail answered ACK or DECLINE)
+//	                                      403 INVALID_TERMS (no signature of payment-resource over exactly
+//	                                          these terms; nothing recorded, the rail not called)
 //	                                      409 FENCED_OUT (stale token; attempt recorded fenced)
 //	                                      409 PAYOUT_ALREADY_SUBMITTED -> AlreadySubmittedAnswer
 //	                                          (the payout already went to the rail; attempt recorded duplicate)
@@ -151,6 +153,15 @@ const (
 	// guards the account (payout:{accountId}). Nothing changed; the same
 	// request can never succeed. Spelled in payoutevent.
 	CodeUnverifiedToken Code = payoutevent.CodeUnverifiedToken
+	// CodeInvalidTerms (403): the submission's TermsSignature is missing,
+	// malformed, made by a key not in EnvTermsKeys, or does not cover
+	// exactly its payout id, account id, amount and currency: payment-
+	// resource did not create this payout with these terms (a payout id
+	// paydb does not know, another amount, currency or account). Checked
+	// before the token's proof and the fence, and also while fencing is
+	// off: nothing recorded, no high-water moved, the rail not called. The
+	// same request can never succeed.
+	CodeInvalidTerms Code = "INVALID_TERMS"
 	// CodeAlreadySubmitted (409): an earlier attempt of the payout went,
 	// or may have gone, to the rail; this one was recorded
 	// StateDuplicate and not forwarded. The body is an
@@ -207,7 +218,7 @@ const (
 
 // Codes lists every Code, in the order declared above.
 var Codes = []Code{
-	CodeInvalidRequest, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeFencedOut, CodeUnverifiedToken, CodeAlreadySubmitted,
+	CodeInvalidRequest, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeFencedOut, CodeUnverifiedToken, CodeInvalidTerms, CodeAlreadySubmitted,
 	CodeRailAmbiguous, CodeUnavailable, CodeOverloaded, CodeRestored, CodeAttemptInFlight, CodeNotForwarded, CodeRailSubmittedTwice,
 	CodeNotFound, CodeMethodNotAllowed, CodeInternal,
 }
@@ -287,6 +298,10 @@ const (
 	// EnvReceiptSigningKey is the secret key rail-proxy signs its
 	// receipts with; required (payoutevent.EnvReceiptSigningKey).
 	EnvReceiptSigningKey = payoutevent.EnvReceiptSigningKey
+	// EnvTermsKeys lists the public keys of payment-resource's payout-terms
+	// signatures (fenceproof VerifyKey forms, comma-separated); required,
+	// whether fencing is on or off (payoutevent.EnvTermsKeys).
+	EnvTermsKeys = payoutevent.EnvTermsKeys
 )
 
 // Log events of rail-proxy: the value of the "event" attribute of its
@@ -329,6 +344,10 @@ const (
 	// EventUnverifiedToken (WARN): a fenced write was refused for an
 	// unverified token (see payoutevent.EventUnverifiedToken).
 	EventUnverifiedToken = payoutevent.EventUnverifiedToken
+	// EventTermsRefused (WARN): a submission was refused 403
+	// INVALID_TERMS (payoutId, accountId, amountMinor, currency, token,
+	// ownerId, reason): its terms are not ones payment-resource signed.
+	EventTermsRefused = "payout_terms_refused"
 	// EventFencingDisabled (WARN, once at start): the kill switch turned
 	// fencing off.
 	EventFencingDisabled = payoutevent.EventFencingDisabled

@@ -77,6 +77,17 @@ type SubmitRequest struct {
 	AmountMinor int64 `json:"amountMinor"`
 	// Currency is an ISO 4217 code: three upper-case ASCII letters.
 	Currency string `json:"currency"`
+	// TermsSignature is payment-resource's signature over the four fields
+	// above (paymentresource/api Payout.TermsSignature, passed unchanged;
+	// payoutevent.PayoutTerms). Required, but not by Validate: a missing,
+	// malformed or mismatched one is answered 403 CodeInvalidTerms.
+	TermsSignature string `json:"termsSignature"`
+}
+
+// Terms returns the payout terms r asks rail-proxy to forward, the
+// statement TermsSignature must sign.
+func (r SubmitRequest) Terms() payoutevent.PayoutTerms {
+	return payoutevent.PayoutTerms{PayoutID: r.PayoutID, AccountID: r.AccountID, AmountMinor: r.AmountMinor, Currency: r.Currency}
 }
 
 // Validate returns an error describing the first invalid field of r (ids

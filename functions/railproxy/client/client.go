@@ -54,6 +54,11 @@ var (
 	// (PAYOUT_ALREADY_SUBMITTED). The *Error's Attempt is that first
 	// attempt, never nil.
 	ErrAlreadySubmitted = errors.New("railproxy client: payout already submitted")
+	// ErrInvalidTerms: api.CodeInvalidTerms, the submission's terms are not
+	// ones payment-resource signed (SubmitRequest.TermsSignature missing,
+	// of an unknown key, or over other terms); nothing recorded, the rail
+	// not called.
+	ErrInvalidTerms = errors.New("railproxy client: payout terms not signed by payment-resource")
 	// ErrRailAmbiguous: the rail was called and its outcome is unknown;
 	// the money may have moved (RAIL_AMBIGUOUS). Never submit again to
 	// find out: reconcile with the rail's records.
@@ -96,6 +101,7 @@ var sentinels = map[api.Code]error{
 	api.CodeUnsupportedMediaType: ErrInvalidRequest,
 	api.CodeFencedOut:            ErrFencedOut,
 	api.CodeUnverifiedToken:      ErrUnverifiedToken,
+	api.CodeInvalidTerms:         ErrInvalidTerms,
 	api.CodeAlreadySubmitted:     ErrAlreadySubmitted,
 	api.CodeRailAmbiguous:        ErrRailAmbiguous,
 	api.CodeUnavailable:          ErrUnavailable,

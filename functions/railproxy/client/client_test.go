@@ -53,7 +53,7 @@ func envelope(code api.Code) string {
 	return string(b)
 }
 
-var valid = api.SubmitRequest{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR"}
+var valid = api.SubmitRequest{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR", TermsSignature: "test-pay.sig"}
 
 func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 	sentinel := map[api.Code]error{
@@ -64,12 +64,13 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 		api.CodeNotFound: client.ErrNotFound, api.CodeUnverifiedToken: client.ErrUnverifiedToken,
 		api.CodeAttemptInFlight: client.ErrAttemptInFlight, api.CodeNotForwarded: client.ErrNotForwarded,
 		api.CodeRailSubmittedTwice: client.ErrRailSubmittedTwice, api.CodeOverloaded: client.ErrOverloaded,
+		api.CodeInvalidTerms: client.ErrInvalidTerms,
 		// No sentinel: a wrong client, or a bug.
 		api.CodeMethodNotAllowed: nil, api.CodeInternal: nil,
 	}
 	all := []error{client.ErrInvalidRequest, client.ErrFencedOut, client.ErrAlreadySubmitted, client.ErrRailAmbiguous,
 		client.ErrUnavailable, client.ErrRaildbRestored, client.ErrNotFound, client.ErrUnverifiedToken,
-		client.ErrAttemptInFlight, client.ErrNotForwarded, client.ErrRailSubmittedTwice, client.ErrOverloaded}
+		client.ErrAttemptInFlight, client.ErrNotForwarded, client.ErrRailSubmittedTwice, client.ErrOverloaded, client.ErrInvalidTerms}
 	for _, code := range api.Codes {
 		want, listed := sentinel[code]
 		if !listed {
@@ -159,7 +160,7 @@ func TestSubmitCarriesTheHoldersHeadersAndBody(t *testing.T) {
 	}
 	var body map[string]any
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body["payoutId"] != "p-1" || body["accountId"] != "acct-7" ||
-		body["amountMinor"] != 2500.0 || body["currency"] != "EUR" || len(body) != 4 {
+		body["amountMinor"] != 2500.0 || body["currency"] != "EUR" || body["termsSignature"] != "test-pay.sig" || len(body) != 5 {
 		t.Errorf("body %v (%v)", body, err)
 	}
 }

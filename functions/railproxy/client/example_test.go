@@ -81,6 +81,7 @@ func startRailProxy() (baseURL string, stop func()) {
 	// The test deployment's keys: lock-server's public key, and the key
 	// rail-proxy signs its receipts with.
 	cfg.ProofKeys, cfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
+	cfg.TermsKeys = prooftest.TermsKeys()
 	proxy, err := railproxy.New(ctx, cfg, quiet)
 	if err != nil {
 		log.Fatal(err)
@@ -95,6 +96,15 @@ func holderOf(account string, token int64, owner string) payoutevent.Holder {
 	return prooftest.Holder(account, token, owner)
 }
 
+// payout stands in for a payout payment-resource created: its terms, with
+// payment-resource's signature over them. In a worker, the fields and
+// TermsSignature of the payout as payment-resource answered its claim.
+func payout(id, account string, amount int64, currency string) api.SubmitRequest {
+	req := api.SubmitRequest{PayoutID: id, AccountID: account, AmountMinor: amount, Currency: currency}
+	req.TermsSignature = prooftest.Terms(req.Terms())
+	return req
+}
+
 // Submit a payout to the rail as the holder of the lease payout:acct-7
 // with fencing token 7, then read what rail-proxy recorded.
 func Example() {
@@ -106,7 +116,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	const token = 7 // the lease's fencing token
-	ans, err := rail.Submit(ctx, holderOf("acct-7", token, "worker-a"), api.SubmitRequest{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR"})
+	ans, err := rail.Submit(ctx, holderOf("acct-7", token, "worker-a"), payout("p-1", "acct-7", 2500, "EUR"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -135,10 +145,10 @@ func Example_fencedOut() {
 	rail, _ := client.New(base)
 	// B holds the newer lease (token 9) and submits p-2; A (token 8) was
 	// paused and submits p-1 of the same account afterwards.
-	if _, err := rail.Submit(ctx, holderOf("acct-7", 9, "worker-b"), api.SubmitRequest{PayoutID: "p-2", AccountID: "acct-7", AmountMinor: 100, Currency: "EUR"}); err != nil {
+	if _, err := rail.Submit(ctx, holderOf("acct-7", 9, "worker-b"), payout("p-2", "acct-7", 100, "EUR")); err != nil {
 		log.Fatal(err)
 	}
-	_, err := rail.Submit(ctx, holderOf("acct-7", 8, "worker-a"), api.SubmitRequest{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR"})
+	_, err := rail.Submit(ctx, holderOf("acct-7", 8, "worker-a"), payout("p-1", "acct-7", 2500, "EUR"))
 	fmt.Println("fenced out:", errors.Is(err, client.ErrFencedOut))
 	var refusal *client.Error
 	if errors.As(err, &refusal) {
@@ -160,7 +170,7 @@ func Example_alreadySubmitted() {
 	defer stop()
 	ctx := context.Background()
 	rail, _ := client.New(base)
-	req := api.SubmitRequest{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR"}
+	req := payout("p-1", "acct-7", 2500, "EUR")
 	if _, err := rail.Submit(ctx, holderOf("acct-7", 7, "worker-a"), req); err != nil {
 		log.Fatal(err)
 	}
@@ -184,7 +194,7 @@ func ExampleClient_HighWater() {
 
 	_, err := rail.HighWater(ctx, "acct-404")
 	fmt.Println("not found:", errors.Is(err, client.ErrNotFound))
-	_, err = rail.Submit(ctx, payoutevent.Holder{Token: 0, Owner: "worker-a"}, api.SubmitRequest{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR"})
+	_, err = rail.Submit(ctx, payoutevent.Holder{Token: 0, Owner: "worker-a"}, payout("p-1", "acct-7", 2500, "EUR"))
 	fmt.Println("token 0:", errors.Is(err, client.ErrInvalidRequest))
 	// Output:
 	// not found: true

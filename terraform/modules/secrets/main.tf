@@ -1,4 +1,4 @@
-# The two signing keys of the lab, as Secret Manager secrets. Terraform
+# The three signing keys of the lab, as Secret Manager secrets. Terraform
 # creates the secrets and who may read them, never a version: labenv deploy
 # makes the keys and adds them as versions (terraform/labsetup), so no
 # secret ever enters the Terraform state.
@@ -7,9 +7,12 @@
 #                             read by lock-server's service account
 #   rail-receipt-signing-key  rail-proxy's receipt key (RAIL_RECEIPT_SIGNING_KEY),
 #                             read by rail-proxy's service account
+#   payment-terms-signing-key payment-resource's payout-terms key
+#                             (PAYMENT_TERMS_SIGNING_KEY), read by
+#                             payment-resource's service account
 #
 # Their public halves are not secrets: they are plain variables of the root
-# module (lock_proof_keys, rail_receipt_keys).
+# module (lock_proof_keys, rail_receipt_keys, payment_terms_keys).
 
 variable "project_id" {
   type = string
