@@ -114,8 +114,8 @@ func (h *history) add(kind, owner string) {
 // Enabled, WithAttrs, WithGroup and Handle make history the slog.Handler
 // that records the joins.
 func (h *history) Enabled(context.Context, slog.Level) bool { return true }
-func (h *history) WithAttrs([]slog.Attr) slog.Handler      { return h }
-func (h *history) WithGroup(string) slog.Handler           { return h }
+func (h *history) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *history) WithGroup(string) slog.Handler            { return h }
 func (h *history) Handle(_ context.Context, r slog.Record) error {
 	var event, owner string
 	r.Attrs(func(a slog.Attr) bool {
