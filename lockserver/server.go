@@ -63,10 +63,11 @@ type ServerConfig struct {
 
 	// MaxWaiters bounds the acquires waiting in the wait queues
 	// (api.AcquireRequest.WaitMs; waitqueue.go) at once, over all keys.
-	// A waiter holds its in-flight slot while it waits, so the bound must
-	// be below MaxInFlight: the slots above it stay free for the releases
-	// that end the waits. One more waiting acquire is asked once, like a
-	// plain acquire. 0 turns waiting off. Default DefaultMaxWaiters.
+	// A waiter holds its in-flight slot while it waits, so at most half
+	// of MaxInFlight wait, whatever MaxWaiters says: the other slots stay
+	// free for the releases that end the waits. One more waiting acquire
+	// is asked once, like a plain acquire. 0 turns waiting off. Default
+	// DefaultMaxWaiters; at most overload.MaxMaxInFlight.
 	MaxWaiters int
 	// WaitPoll is the longest a head waiter sleeps between two asks when
 	// nothing on this lock-server wakes it: how late it notices a release
@@ -93,8 +94,8 @@ func (c ServerConfig) Validate() error {
 	if c.StallProbeInterval <= 0 || c.StallProbeInterval > overload.MaxStallProbeInterval {
 		errs = append(errs, fmt.Errorf("lockserver: StallProbeInterval must be in (0, %v], got %v", overload.MaxStallProbeInterval, c.StallProbeInterval))
 	}
-	if c.MaxWaiters < 0 || c.MaxWaiters >= max(c.MaxInFlight, 1) {
-		errs = append(errs, fmt.Errorf("lockserver: MaxWaiters must be 0 or more and below MaxInFlight (%d), got %d", c.MaxInFlight, c.MaxWaiters))
+	if c.MaxWaiters < 0 || c.MaxWaiters > overload.MaxMaxInFlight {
+		errs = append(errs, fmt.Errorf("lockserver: MaxWaiters must be in 0..%d, got %d", overload.MaxMaxInFlight, c.MaxWaiters))
 	}
 	if c.WaitPoll <= 0 || c.WaitPoll > MaxWaitPoll {
 		errs = append(errs, fmt.Errorf("lockserver: WaitPoll must be in (0, %v], got %v", MaxWaitPoll, c.WaitPoll))
@@ -143,7 +144,7 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 	if err != nil {
 		return nil, fmt.Errorf("lockserver: %w", err)
 	}
-	s := &Server{store: store, cfg: cfg, log: logger, mux: http.NewServeMux(), adm: adm, waitq: newWaitQueues(cfg.MaxWaiters, logger)}
+	s := &Server{store: store, cfg: cfg, log: logger, mux: http.NewServeMux(), adm: adm, waitq: newWaitQueues(min(cfg.MaxWaiters, cfg.MaxInFlight/2), logger)}
 	if cfg.Batching {
 		bc := cfg.Batch
 		bc.Timeout = cfg.RequestTimeout
@@ -338,7 +339,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 	var l Lease
 	var waited time.Duration
 	var err error
-	if req.WaitMs > 0 && s.cfg.MaxWaiters > 0 {
+	if req.WaitMs > 0 && s.waitq.max > 0 {
 		if err = ValidateAcquire(key, req.Owner, ttl); err == nil {
 			waitEnd := start.Add(time.Duration(req.WaitMs) * time.Millisecond)
 			if !budgetEnd.IsZero() && budgetEnd.Before(waitEnd) {

@@ -59,8 +59,8 @@ const (
 // Defaults and bounds of the wait queue's ServerConfig fields.
 const (
 	// DefaultMaxWaiters is ServerConfig.MaxWaiters' default: half of the
-	// default MaxInFlight, so that waiters, which hold their in-flight slot
-	// while they wait, always leave room for releases and renewals.
+	// default MaxInFlight (waiters hold their in-flight slot while they
+	// wait; the other half stays free for releases and renewals).
 	DefaultMaxWaiters = 128
 	// DefaultWaitPoll is ServerConfig.WaitPoll's default: how late a head
 	// waiter may notice a release made through another lock-server.

@@ -86,9 +86,6 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	scfg.RequestTimeout = cfg.RequestTimeout
 	scfg.ProofKey = cfg.ProofKey
 	scfg.MaxInFlight = cfg.MaxInFlight
-	// Waiters hold their in-flight slot: keep at least half of the slots
-	// for releases and renewals when LOCK_MAX_IN_FLIGHT is small.
-	scfg.MaxWaiters = min(scfg.MaxWaiters, cfg.MaxInFlight/2)
 	scfg.Batching, scfg.Batch = cfg.Batching, cfg.Batch
 	scfg.Registry, err = newRegistry(store)
 	if err != nil {
