@@ -7,6 +7,7 @@ package bench
 //	etcd-mutex  etcd's concurrency.Mutex (waiters queued by revision, woken by a watch), one session per client
 //	wait        client.Acquire with client.WithWait (lock-server's FIFO wait queue, a long-poll per request)
 //	barging     client.Acquire without a wait (LOCK_HELD, then jittered backoff: 20 ms base, 1 s cap)
+//	redsync     go-redsync on Redis (backend=redis; redis_test.go): no token, no durability
 //
 // and the metrics, besides ns/op (wall time over handoffs: the inverse of
 // handoffs/s):
@@ -204,4 +205,5 @@ func BenchmarkContended(b *testing.B) {
 			}
 		}
 	})
+	redisContended(b)
 }
