@@ -75,6 +75,8 @@ func sharedRedis(b *testing.B) string {
 			return os.RemoveAll(dir)
 		})
 		redisAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		// The pool logs every refused dial while redis-server starts.
+		goredislib.SetLogger(quietRedis{})
 		cli := goredislib.NewClient(&goredislib.Options{Addr: redisAddr})
 		defer cli.Close()
 		deadline := time.Now().Add(30 * time.Second)
@@ -100,6 +102,11 @@ func sharedRedis(b *testing.B) string {
 	}
 	return redisAddr
 }
+
+// quietRedis drops go-redis's log lines (dial retries during start-up).
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // redsyncFor returns a Redsync over one client of addr and its close.
 func redsyncFor(addr string) (*redsync.Redsync, func()) {
