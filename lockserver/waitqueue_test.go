@@ -427,3 +427,34 @@ func TestWaiterNoticesExpiry(t *testing.T) {
 		t.Fatalf("waited %d ms: the expiry was noticed by the poll, not by the timer", g.WaitedMs)
 	}
 }
+
+// TestReleaseThroughAnotherReplicaIsNoticed: two lock-servers share one
+// backend; a release through one is not seen by the other's queue, whose
+// head notices it by its poll (WaitPoll), well before the holder's 30 s
+// TTL or its own 10 s wait would end.
+func TestReleaseThroughAnotherReplicaIsNoticed(t *testing.T) {
+	shared := memstore.New(nil)
+	cfg := lockserver.DefaultServerConfig()
+	cfg.Batching = false
+	cfg.WaitPoll = 20 * time.Millisecond
+	a, err := lockserver.NewServer(shared, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := lockserver.NewServer(shared, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "payout:acct-replicas"
+	_, holder := serve(a, waitAcquire(t.Context(), key, "holder", 0))
+	answers := make(chan waitAnswer, 1)
+	go func() {
+		s, g := serve(b, waitAcquire(context.Background(), key, "waiter", 10_000))
+		answers <- waitAnswer{"waiter", s, g}
+	}()
+	awaitWaiting(t, b, 1)
+	releaseGrant(t, a, holder)
+	if got := <-answers; got.status != http.StatusOK || got.grant.Token <= holder.Token {
+		t.Fatalf("waiter on the other replica: %d token %d; want a grant above token %d", got.status, got.grant.Token, holder.Token)
+	}
+}
