@@ -339,6 +339,9 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 	var l Lease
 	var waited time.Duration
 	var err error
+	if req.WaitMs > 0 {
+		noteOp(w, opAcquireWait)
+	}
 	if req.WaitMs > 0 && s.waitq.max > 0 {
 		if err = ValidateAcquire(key, req.Owner, ttl); err == nil {
 			waitEnd := start.Add(time.Duration(req.WaitMs) * time.Millisecond)

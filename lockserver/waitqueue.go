@@ -67,9 +67,10 @@ const (
 	DefaultWaitPoll = 250 * time.Millisecond
 	// MaxWaitPoll caps ServerConfig.WaitPoll.
 	MaxWaitPoll = 10 * time.Second
-	// minRetry is the shortest pause of a head between two refused asks
-	// when nothing woke it (a lease whose ExpiresAt has just passed by
-	// lock-server's clock but not yet by the backend's).
+	// minRetry is the first pause of a head after an ask refused although
+	// the lease's ExpiresAt had passed by lock-server's clock (it had not
+	// by the backend's); it doubles with each such refusal in a row, up to
+	// WaitPoll.
 	minRetry = 2 * time.Millisecond
 )
 
@@ -194,6 +195,7 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	early := 0 // asks in a row refused after the lease's ExpiresAt
 	for {
 		// The request may have ended while it became the head or slept.
 		if waitCtx.Err() != nil {
@@ -217,10 +219,15 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 		icancel()
 		switch {
 		case ierr != nil:
-		case st.Lease == nil:
-			pause = minRetry // freed between the two calls
+		case st.Lease == nil || !time.Now().Before(st.Lease.ExpiresAt):
+			// Free, or expired by this clock but not by the backend's (a
+			// clock behind ours, etcd's remaining TTL in whole seconds):
+			// ask again soon, backing off so that a skew costs a few asks.
+			pause = min(pause, minRetry<<min(early, 10))
+			early++
 		default:
-			pause = min(pause, max(time.Until(st.Lease.ExpiresAt), minRetry))
+			pause = min(pause, time.Until(st.Lease.ExpiresAt))
+			early = 0
 		}
 		timer.Reset(pause)
 		select {
