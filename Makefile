@@ -4,7 +4,7 @@ GO    ?= go
 PKGS  := ./...
 BIN   := bin
 
-.PHONY: help test fuzz lint fmt build bench demo explore soak gameday clean plan deploy destroy
+.PHONY: help test fuzz lint fmt build bench bench-contended demo explore soak gameday clean plan deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -55,7 +55,18 @@ bench: ## SDK + lock-server vs the raw backend primitives: BENCH_COUNT rounds (d
 	@rm -f $(BIN)/bench.txt
 	@for i in $$(seq $(BENCH_COUNT)); do echo "round $$i of $(BENCH_COUNT)" >&2; \
 	  (cd lockserver/bench && ../../$(BIN)/bench.test -test.run '^$$' -test.bench . -test.benchtime 1s -test.cpu 1,2) >> $(BIN)/bench.txt || exit 1; done
-	$(GO) tool benchstat -col '/path@(raw raw-lease-per-lock sdk sdk-nobatch store-batched)' $(BIN)/bench.txt
+	$(GO) tool benchstat -filter '.name:AcquireRelease' -col '/path@(raw raw-lease-per-lock sdk sdk-nobatch store-batched redsync)' $(BIN)/bench.txt
+	$(GO) tool benchstat -filter '.name:Contended' -col '/path@(etcd-mutex wait barging redsync)' $(BIN)/bench.txt
+
+# The contended rows alone (issue 16 target 3): handoffs on one key, wait
+# queue vs barging vs etcd's concurrency.Mutex; BENCH_COUNT rounds.
+bench-contended: ## handoffs on one key at 8 and 64 clients: lock-server's wait queue vs the SDK's barging vs etcd's concurrency.Mutex vs go-redsync (needs redis-server, else skipped), BENCH_COUNT rounds, benchstat (about 2 min a round)
+	@mkdir -p $(BIN)
+	$(GO) test -c -o $(BIN)/bench.test ./lockserver/bench/
+	@rm -f $(BIN)/bench-contended.txt
+	@for i in $$(seq $(BENCH_COUNT)); do echo "round $$i of $(BENCH_COUNT)" >&2; \
+	  (cd lockserver/bench && ../../$(BIN)/bench.test -test.run '^$$' -test.bench Contended -test.benchtime 2s -test.cpu 2) >> $(BIN)/bench-contended.txt || exit 1; done
+	$(GO) tool benchstat -col '/path@(etcd-mutex wait barging redsync)' $(BIN)/bench-contended.txt
 
 explore: ## every ordering of two executors on one payout (one expiry or revoke), every ordering of one executor and the reconciler (two faults of any kind), 3,000 sampled schedules of each sample; checked from the rail's journal and the books
 	$(GO) test -count=1 -timeout 60m -run 'TestExhaustive|TestSampled|TestRegressionSchedules' -v ./harness/explore/ -args -explore.full

@@ -24,6 +24,11 @@ const (
 	codeOther = "OTHER"
 )
 
+// opAcquireWait is the op of an acquire with a wait (a long-poll): its
+// duration is mostly waiting, so it is kept out of acquire's latency
+// (and the SLO read from it).
+const opAcquireWait = "acquire_wait"
+
 var knownOps = map[string]bool{
 	"acquire": true, "renew": true, "release": true, "revoke": true,
 	"inspect": true, "health": true, "ready": true,
@@ -46,7 +51,8 @@ var knownCodes = func() map[api.Code]bool {
 //	lockserver_requests_total{op, code}          counter
 //	lockserver_request_duration_seconds{op}      histogram, seconds
 //
-// op is acquire, renew, release, revoke, inspect, health, ready or other;
+// op is acquire, acquire_wait (an acquire with waitMs), renew, release,
+// revoke, inspect, health, ready or other;
 // code is OK or the error envelope's code.
 type metrics struct {
 	requests *prometheus.CounterVec
@@ -79,6 +85,9 @@ func (m *metrics) observe(w http.ResponseWriter, r *http.Request, next http.Hand
 	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 	next.ServeHTTP(rec, r)
 	op := opOf(r)
+	if rec.op != "" {
+		op = rec.op
+	}
 	m.requests.WithLabelValues(op, rec.code()).Inc()
 	m.duration.WithLabelValues(op).Observe(time.Since(start).Seconds())
 }
@@ -107,6 +116,15 @@ type recorder struct {
 	http.ResponseWriter
 	status  int
 	errCode api.Code
+	op      string // set by the handler when opOf's answer is too coarse
+}
+
+// noteOp records op as the request's operation, for a handler whose
+// route's name is too coarse (acquire with a wait). w may be any writer.
+func noteOp(w http.ResponseWriter, op string) {
+	if rec, ok := w.(*recorder); ok {
+		rec.op = op
+	}
 }
 
 func (r *recorder) WriteHeader(status int) {

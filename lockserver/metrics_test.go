@@ -198,3 +198,26 @@ func TestMetricsKeepErrorHandling(t *testing.T) {
 		t.Errorf(`requests{op="acquire",code="INVALID_REQUEST"} after a long unknown field = %v; want 1`, got)
 	}
 }
+
+// TestWaitingAcquiresHaveAnOpOfTheirOwn: a long-poll acquire is counted
+// as acquire_wait, so its waiting stays out of acquire's latency.
+func TestWaitingAcquiresHaveAnOpOfTheirOwn(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cfg := lockserver.DefaultServerConfig()
+	cfg.Registry = reg
+	h, err := lockserver.NewServer(memstore.New(nil), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	do(h, "POST", "/v1/locks/payout:acct-m/acquire", "application/json", `{"owner":"a","ttlMs":30000}`)
+	do(h, "POST", "/v1/locks/payout:acct-m/acquire", "application/json", `{"owner":"b","ttlMs":30000,"waitMs":10}`)
+	if got := counter(t, reg, "acquire", "OK"); got != 1 {
+		t.Errorf("acquire OK = %v, want 1", got)
+	}
+	if got := counter(t, reg, "acquire_wait", "LOCK_HELD"); got != 1 {
+		t.Errorf("acquire_wait LOCK_HELD = %v, want 1", got)
+	}
+	if got := counter(t, reg, "acquire", "LOCK_HELD"); got != 0 {
+		t.Errorf("acquire LOCK_HELD = %v, want 0: the waiting acquire was counted as a plain one", got)
+	}
+}

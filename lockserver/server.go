@@ -60,12 +60,26 @@ type ServerConfig struct {
 	// Batch configures the batching; its Timeout is replaced by
 	// RequestTimeout. Default DefaultBatchConfig.
 	Batch BatchConfig
+
+	// MaxWaiters bounds the acquires waiting in the wait queues
+	// (api.AcquireRequest.WaitMs; waitqueue.go) at once, over all keys.
+	// A waiter holds its in-flight slot while it waits, so at most half
+	// of MaxInFlight wait, whatever MaxWaiters says: the other slots stay
+	// free for the releases that end the waits. One more waiting acquire
+	// is asked once, like a plain acquire. 0 turns waiting off. Default
+	// DefaultMaxWaiters; at most overload.MaxMaxInFlight.
+	MaxWaiters int
+	// WaitPoll is the longest a head waiter sleeps between two asks when
+	// nothing on this lock-server wakes it: how late it notices a release
+	// through another lock-server. Default DefaultWaitPoll; at most
+	// MaxWaitPoll.
+	WaitPoll time.Duration
 }
 
 // DefaultServerConfig returns the defaults documented on ServerConfig.
 func DefaultServerConfig() ServerConfig {
 	return ServerConfig{RequestTimeout: 5 * time.Second, MaxInFlight: 256, StallProbeInterval: 500 * time.Millisecond,
-		Batching: true, Batch: DefaultBatchConfig()}
+		Batching: true, Batch: DefaultBatchConfig(), MaxWaiters: DefaultMaxWaiters, WaitPoll: DefaultWaitPoll}
 }
 
 // Validate returns nil or one error per invalid field, joined.
@@ -79,6 +93,12 @@ func (c ServerConfig) Validate() error {
 	}
 	if c.StallProbeInterval <= 0 || c.StallProbeInterval > overload.MaxStallProbeInterval {
 		errs = append(errs, fmt.Errorf("lockserver: StallProbeInterval must be in (0, %v], got %v", overload.MaxStallProbeInterval, c.StallProbeInterval))
+	}
+	if c.MaxWaiters < 0 || c.MaxWaiters > overload.MaxMaxInFlight {
+		errs = append(errs, fmt.Errorf("lockserver: MaxWaiters must be in 0..%d, got %d", overload.MaxMaxInFlight, c.MaxWaiters))
+	}
+	if c.WaitPoll <= 0 || c.WaitPoll > MaxWaitPoll {
+		errs = append(errs, fmt.Errorf("lockserver: WaitPoll must be in (0, %v], got %v", MaxWaitPoll, c.WaitPoll))
 	}
 	if c.Batching {
 		b := c.Batch
@@ -107,6 +127,8 @@ type Server struct {
 	issued atomic.Int64
 
 	adm *overload.Guard // in-flight bound and stall tracking (overload.go)
+
+	waitq *waitQueues // the waiting acquires (waitqueue.go)
 }
 
 // NewServer returns a Server over store. It returns an error if cfg is
@@ -122,7 +144,7 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 	if err != nil {
 		return nil, fmt.Errorf("lockserver: %w", err)
 	}
-	s := &Server{store: store, cfg: cfg, log: logger, mux: http.NewServeMux(), adm: adm}
+	s := &Server{store: store, cfg: cfg, log: logger, mux: http.NewServeMux(), adm: adm, waitq: newWaitQueues(min(cfg.MaxWaiters, cfg.MaxInFlight/2), logger)}
 	if cfg.Batching {
 		bc := cfg.Batch
 		bc.Timeout = cfg.RequestTimeout
@@ -138,6 +160,12 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 			return nil, fmt.Errorf("lockserver: register metrics: %w", err)
 		}
 		s.metrics = m
+		if err := cfg.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "lockserver_acquire_waiters",
+			Help: "Acquires waiting in lock-server's wait queues (a long-poll acquire with waitMs), over all keys.",
+		}, func() float64 { return float64(s.waitq.waiting()) })); err != nil {
+			return nil, fmt.Errorf("lockserver: register metrics: %w", err)
+		}
 		if err := s.registerFloor(cfg.Registry); err != nil {
 			return nil, fmt.Errorf("lockserver: register metrics: %w", err)
 		}
@@ -170,6 +198,11 @@ func (s *Server) BatchStats() (acquire, release, renew BatchStats) {
 	}
 	return s.batcher.Stats()
 }
+
+// Waiting returns the number of acquires waiting in the Server's wait
+// queues (api.AcquireRequest.WaitMs), over all keys; also published as
+// the gauge lockserver_acquire_waiters.
+func (s *Server) Waiting() int { return s.waitq.waiting() }
 
 // ServeHTTP implements http.Handler. A path that is not in canonical form
 // ("..", ".", "//"; httpserve.CanonicalPath) is refused with the envelope
@@ -284,6 +317,7 @@ func (s *Server) handleOp(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
+	start := time.Now()
 	var req api.AcquireRequest
 	if !decodeBody(w, r, &req) {
 		return
@@ -292,21 +326,68 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(w, "acquire", key, fmt.Errorf("%w: %v", ErrInvalidArgument, err))
 		return
 	}
-	ctx, cancel := s.backendCtx(r)
-	defer cancel()
-	floor := s.issued.Load() // before the request: see floor.go
-	l, err := s.store.Acquire(ctx, key, req.Owner, time.Duration(req.TTLMs)*time.Millisecond)
-	s.observe(ctx, err)
-	if err == nil && l.Token <= floor {
-		err = s.withdraw(ctx, l, floor)
+	if err := api.ValidateWaitMs(req.WaitMs); err != nil {
+		s.fail(w, "acquire", key, fmt.Errorf("%w: %v", ErrInvalidArgument, err))
+		return
+	}
+	// The caller's budget, less the margin for the answer (overload.go).
+	var budgetEnd time.Time
+	if b, ok := budget(r); ok {
+		budgetEnd = start.Add(b - DeadlineMargin)
+	}
+	ttl := time.Duration(req.TTLMs) * time.Millisecond
+	var l Lease
+	var waited time.Duration
+	var err error
+	if req.WaitMs > 0 {
+		noteOp(w, opAcquireWait)
+	}
+	if req.WaitMs > 0 && s.waitq.max > 0 {
+		if err = ValidateAcquire(key, req.Owner, ttl); err == nil {
+			waitEnd := start.Add(time.Duration(req.WaitMs) * time.Millisecond)
+			if !budgetEnd.IsZero() && budgetEnd.Before(waitEnd) {
+				waitEnd = budgetEnd
+			}
+			l, waited, err = s.acquireWaiting(r.Context(), key, req.Owner, ttl, start, waitEnd, budgetEnd)
+		}
+	} else {
+		l, err = s.grant(r.Context(), key, req.Owner, ttl, budgetEnd)
 	}
 	if err != nil {
 		s.fail(w, "acquire", key, err, "owner", req.Owner)
 		return
 	}
-	s.noteIssued(l.Token)
 	s.logLease(r.Context(), "lock granted", api.EventLockGranted, l)
-	writeJSON(w, http.StatusOK, s.holderGrant(l))
+	g := s.holderGrant(l)
+	if req.WaitMs > 0 {
+		g.WaitedMs = waited.Milliseconds()
+	}
+	writeJSON(w, http.StatusOK, g)
+}
+
+// grant asks the store for key once, on ctx bounded by RequestTimeout or,
+// when it is earlier, budgetEnd (the caller's budget less the margin;
+// zero: none), and applies the token floor (floor.go).
+func (s *Server) grant(ctx context.Context, key, owner string, ttl time.Duration, budgetEnd time.Time) (Lease, error) {
+	d := s.cfg.RequestTimeout
+	if left := time.Until(budgetEnd); !budgetEnd.IsZero() && left < d {
+		d = max(left, time.Millisecond)
+	} else {
+		ctx = overload.MarkFull(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	floor := s.issued.Load() // before the request: see floor.go
+	l, err := s.store.Acquire(ctx, key, owner, ttl)
+	s.observe(ctx, err)
+	if err == nil && l.Token <= floor {
+		err = s.withdraw(ctx, l, floor)
+	}
+	if err != nil {
+		return Lease{}, err
+	}
+	s.noteIssued(l.Token)
+	return l, nil
 }
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request, key string) {
@@ -339,6 +420,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(w, "release", key, err, "owner", req.Owner, "token", req.Token)
 		return
 	}
+	s.waitq.wake(key)
 	s.log.InfoContext(ctx, "lease released", "event", api.EventLeaseReleased, "key", key, "owner", req.Owner, "token", req.Token)
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -360,6 +442,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(w, "revoke", key, err, "token", req.Token)
 		return
 	}
+	s.waitq.wake(key)
 	s.log.WarnContext(ctx, "lease force-revoked", "event", api.EventLeaseRevoked, "key", l.Key, "owner", l.Owner, "token", l.Token, "reason", req.Reason)
 	writeJSON(w, http.StatusOK, grantOf(l))
 }

@@ -14,7 +14,7 @@
 //
 // The API (every body is JSON, every error is an [ErrorEnvelope]):
 //
-//	POST /v1/locks/{key}/acquire  AcquireRequest -> 200 Grant | 409 LOCK_HELD, 503 BACKEND_RESTORED
+//	POST /v1/locks/{key}/acquire  AcquireRequest -> 200 Grant | 409 LOCK_HELD, 503 BACKEND_RESTORED (with waitMs: a long-poll)
 //	POST /v1/locks/{key}/renew    RenewRequest   -> 200 Grant | 409 LEASE_NOT_HELD, STALE_TOKEN
 //	POST /v1/locks/{key}/release  ReleaseRequest -> 204       | 409 LEASE_NOT_HELD, STALE_TOKEN
 //	POST /v1/locks/{key}/revoke   RevokeRequest  -> 200 Grant (the revoked lease) | 409 LEASE_NOT_HELD, STALE_TOKEN
@@ -70,16 +70,43 @@ const (
 	MaxBodyBytes = 4096
 )
 
-// AcquireRequest asks for a lease on the key in the path. The grant is
-// refused with LOCK_HELD while another unexpired lease exists on the key: the
-// server never queues (barging; the SDK retries with jittered backoff).
+// AcquireRequest asks for a lease on the key in the path. Without WaitMs
+// the grant is refused with LOCK_HELD at once while another unexpired lease
+// exists on the key (barging; the SDK retries with jittered backoff). With
+// WaitMs the request is a long-poll: lock-server queues it behind the
+// earlier waiting acquires of the key that reached the same lock-server,
+// in arrival order, and grants it when it is at the head of that queue and
+// the backend grants the key, or answers LOCK_HELD once WaitMs has passed
+// (or the caller's X-Request-Timeout-Ms budget, minus lock-server's
+// margin, if that ends first). The queue is per lock-server process: the
+// backend stays the arbiter, and an acquire through another lock-server
+// may take the key first.
 type AcquireRequest struct {
 	// Owner identifies the holder; see ValidateOwner. Required.
 	Owner string `json:"owner"`
 	// TTLMs is the requested lease duration in milliseconds, within
 	// [MinTTLMs, MaxTTLMs]. Required.
 	TTLMs int64 `json:"ttlMs"`
+	// WaitMs is how long, in milliseconds, the request may wait in the
+	// key's queue for the lease: 0 (or absent) never waits, otherwise
+	// within [MinWaitMs, MaxWaitMs]; see ValidateWaitMs. The TTL of a
+	// grant starts when the backend grants it, not when the request
+	// arrived. Optional.
+	WaitMs int64 `json:"waitMs,omitempty"`
 }
+
+// Bounds of AcquireRequest.WaitMs.
+const (
+	// MinWaitMs is the shortest wait an acquire may ask for, in
+	// milliseconds (a shorter one is not a wait worth a queue place).
+	MinWaitMs = 10
+	// MaxWaitMs is the longest wait one acquire may ask for, in
+	// milliseconds (60 s). A waiter keeps its place in the queue only for
+	// one request, so longer waits are fairer, but every proxy on the way
+	// must keep the request open that long (a GKE load balancer's default
+	// backend timeout is 30 s): keep waits below the shortest such timeout.
+	MaxWaitMs = 60_000
+)
 
 // RenewRequest extends the lease identified by (key, Owner, Token) by its
 // granted TTL, measured from the moment the backend processes the renewal.
@@ -145,6 +172,13 @@ type Grant struct {
 	// token, unchanged, to every fence point that verifies tokens (the
 	// payout pipeline's are: header X-Fencing-Proof). Opaque to holders.
 	Proof string `json:"proof,omitempty"`
+	// WaitedMs, in the answer to an acquire that asked to wait
+	// (AcquireRequest.WaitMs), is how long lock-server held the request
+	// before the backend call that granted it, in milliseconds, by
+	// lock-server's clock; the TTL started no earlier. The SDK counts it,
+	// less its drift allowance and never more than the round trip it
+	// measured, into the lease's local deadline. Absent otherwise.
+	WaitedMs int64 `json:"waitedMs,omitempty"`
 }
 
 // LockState is the answer to inspect.
@@ -271,6 +305,15 @@ func ValidateOwner(owner string) error {
 func ValidateTTLMs(ttlMs int64) error {
 	if ttlMs < MinTTLMs || ttlMs > MaxTTLMs {
 		return fmt.Errorf("ttlMs is %d; it must be between %d and %d milliseconds", ttlMs, MinTTLMs, MaxTTLMs)
+	}
+	return nil
+}
+
+// ValidateWaitMs returns an error unless waitMs is 0 (no wait) or within
+// [MinWaitMs, MaxWaitMs].
+func ValidateWaitMs(waitMs int64) error {
+	if waitMs != 0 && (waitMs < MinWaitMs || waitMs > MaxWaitMs) {
+		return fmt.Errorf("waitMs is %d; it must be 0 (no wait) or between %d and %d milliseconds", waitMs, MinWaitMs, MaxWaitMs)
 	}
 	return nil
 }

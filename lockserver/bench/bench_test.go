@@ -26,6 +26,8 @@
 //	backend=postgres/path=sdk        client.TryAcquire + Lease.Release via lock-server on pgstore, group grant on
 //	backend=postgres/path=sdk-nobatch  the same with group grant off
 //	backend=B/path=store-batched     lockserver.Batcher over the store, called directly (no HTTP): group grant alone
+//	backend=redis/path=redsync       go-redsync on a local Redis (redis_test.go): no fencing token, no durability;
+//	                                 skipped with one line without redis-server
 package bench
 
 import (
@@ -266,6 +268,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			})
 		}
 	})
+	redisAcquireRelease(b)
 }
 
 // storePair returns a pair function calling a lockserver.Batcher over

@@ -16,9 +16,12 @@
 // the protected resource comes only from the fencing token, which the
 // resource must check on every write (see Lease.Token).
 //
-// Contention. The server never queues: Acquire retries a held lock with
-// jittered exponential backoff (barging), so there is no fairness between
-// waiters. An acquire whose response is lost may still have been granted;
+// Contention. By default Acquire retries a held lock with jittered
+// exponential backoff (barging), so there is no fairness between waiters.
+// With WithWait, each attempt is a long-poll that lock-server queues per
+// key in arrival order and grants in about one round trip after the
+// holder's release (FIFO among the waiters of one lock-server; see
+// api.AcquireRequest). An acquire whose response is lost may still have been granted;
 // the SDK does not guess, it retries and meets LOCK_HELD until that orphan
 // lease expires after one TTL.
 //
@@ -379,6 +382,7 @@ func (c *Client) Owner() string { return c.owner }
 type AcquireOption func(*acquireConfig) error
 
 type acquireConfig struct {
+	wait      time.Duration
 	ttl       time.Duration
 	owner     string
 	autoRenew bool
@@ -396,6 +400,29 @@ func WithTTL(ttl time.Duration) AcquireOption {
 			return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 		}
 		a.ttl = ttl
+		return nil
+	}
+}
+
+// WithWait makes each acquire request a long-poll of up to d: lock-server
+// queues it behind the earlier waiters of the key and grants it when its
+// turn comes, or answers LOCK_HELD after d (api.AcquireRequest.WaitMs).
+// d is a whole number of milliseconds within [api.MinWaitMs,
+// api.MaxWaitMs]. TryAcquire makes one such request; Acquire makes one
+// after another until ctx ends, at once after a wait that ran its course
+// and with its backoff otherwise (a lock-server without room for more
+// waiters answers at once). A waiter keeps its place in the queue for one
+// request only, so a d longer than the expected wait is fairer. Each HTTP
+// call then has d on top of WithRequestTimeout. Default: no wait.
+func WithWait(d time.Duration) AcquireOption {
+	return func(a *acquireConfig) error {
+		if d%time.Millisecond != 0 {
+			return fmt.Errorf("%w: wait %v is not whole milliseconds", ErrInvalidRequest, d)
+		}
+		if err := api.ValidateWaitMs(d.Milliseconds()); err != nil || d == 0 {
+			return fmt.Errorf("%w: wait %v: must be between %d and %d milliseconds", ErrInvalidRequest, d, api.MinWaitMs, api.MaxWaitMs)
+		}
+		a.wait = d
 		return nil
 	}
 }
@@ -465,11 +492,15 @@ func (c *Client) tryAcquire(ctx context.Context, key string, a acquireConfig) (*
 	}
 	sent := c.clock.Now()
 	var g api.Grant
-	if err := c.call(ctx, http.MethodPost, api.PathLockPrefix+key+api.SuffixAcquire, api.AcquireRequest{Owner: a.owner, TTLMs: a.ttl.Milliseconds()}, &g); err != nil {
+	req := api.AcquireRequest{Owner: a.owner, TTLMs: a.ttl.Milliseconds(), WaitMs: a.wait.Milliseconds()}
+	if err := c.callWithin(ctx, c.reqTO+a.wait, http.MethodPost, api.PathLockPrefix+key+api.SuffixAcquire, req, &g); err != nil {
 		return nil, err
 	}
 	if err := checkGrant(g, key, a.owner, 0); err != nil {
 		return nil, fmt.Errorf("%w: acquire %q: %v", ErrBadAnswer, key, err)
+	}
+	if a.wait > 0 {
+		sent = sent.Add(c.waitCredit(g.WaitedMs, c.clock.Now().Sub(sent)))
 	}
 	l := newLease(c, g, sent)
 	if l.Check() != nil {
@@ -498,12 +529,22 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 		return nil, err
 	}
 	for attempt := 0; ; attempt++ {
+		asked := c.clock.Now()
 		l, err := c.tryAcquire(ctx, key, a)
 		if err == nil {
 			return l, nil
 		}
 		if !errors.Is(err, ErrLockHeld) && !errors.Is(err, ErrUnavailable) {
 			return nil, err
+		}
+		if a.wait > 0 && errors.Is(err, ErrLockHeld) && c.clock.Now().Sub(asked) >= a.wait {
+			// The long-poll ran its course: ask again at once, at the
+			// tail of the queue.
+			attempt = -1
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("client: acquire %q: %w (last answer: %v)", key, ctx.Err(), err)
+			}
+			continue
 		}
 		pause := c.backoff(attempt)
 		var refusal *Error
@@ -516,6 +557,18 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 			return nil, fmt.Errorf("client: acquire %q: %w (last answer: %v)", key, werr, err)
 		}
 	}
+}
+
+// waitCredit is how much later than the request was sent a waited grant's
+// TTL can be counted from: the server's WaitedMs less the drift allowance
+// (the local clock may run slower than the server's by the drift rate),
+// and never more than the round trip measured locally, elapsed, so that a
+// broken server's figure cannot move the deadline past the answer's
+// arrival (INV-06).
+func (c *Client) waitCredit(waitedMs int64, elapsed time.Duration) time.Duration {
+	waited := time.Duration(waitedMs) * time.Millisecond
+	credit := waited - time.Duration(float64(waited)*c.rate)
+	return max(min(credit, elapsed), 0)
 }
 
 // backoff returns the pause before attempt+1: half of min(max, base*2^n)
@@ -589,6 +642,8 @@ func checkGrant(g api.Grant, key, owner string, token int64) error {
 		return fmt.Errorf("the grant has token %d, not %d", g.Token, token)
 	case g.TTLMs <= 0 || g.TTLMs > api.MaxTTLMs:
 		return fmt.Errorf("the grant has ttlMs %d, outside 1..%d", g.TTLMs, api.MaxTTLMs)
+	case g.WaitedMs < 0 || g.WaitedMs > api.MaxWaitMs:
+		return fmt.Errorf("the grant has waitedMs %d, outside 0..%d", g.WaitedMs, api.MaxWaitMs)
 	}
 	return nil
 }
@@ -651,7 +706,12 @@ func (c *Client) Revoke(ctx context.Context, key string, token int64, reason str
 // call sends one request and decodes a 2xx body into out (when out is not
 // nil) or a refusal into *Error.
 func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
-	ctx, cancel := context.WithTimeout(ctx, c.reqTO)
+	return c.callWithin(ctx, c.reqTO, method, path, in, out)
+}
+
+// callWithin is call with a timeout of to instead of the Client's.
+func (c *Client) callWithin(ctx context.Context, to time.Duration, method, path string, in, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, to)
 	defer cancel()
 	var body io.Reader
 	if in != nil {

@@ -184,3 +184,36 @@ func ExampleLease_Done() {
 	fmt.Println(errors.Is(lease.Err(), client.ErrReleased))
 	// Output: true
 }
+
+// With WithWait, an acquire of a held key waits in lock-server's queue for
+// the key instead of backing off: it is granted in about one round trip
+// after the holder releases, and waiters are served in arrival order.
+func ExampleWithWait() {
+	lockURL, stop := startLockServer()
+	defer stop()
+	ctx := context.Background()
+
+	a, _ := client.New(lockURL, client.WithOwner("worker-a"))
+	b, _ := client.New(lockURL, client.WithOwner("worker-b"))
+	leaseA, err := a.Acquire(ctx, "payout:acct-7", client.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	granted := make(chan *client.Lease)
+	go func() {
+		// Each request waits up to 5 s in the queue; Acquire asks again
+		// until ctx ends.
+		l, err := b.Acquire(ctx, "payout:acct-7", client.WithTTL(10*time.Second), client.WithWait(5*time.Second))
+		if err != nil {
+			log.Fatal(err)
+		}
+		granted <- l
+	}()
+	if err := leaseA.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	leaseB := <-granted
+	defer leaseB.Release(ctx)
+	fmt.Println(leaseB.Owner(), "holds token", leaseB.Token(), "after token", leaseA.Token())
+	// Output: worker-b holds token 2 after token 1
+}

@@ -1,0 +1,209 @@
+package bench
+
+// The contended rows (issue 16, target 3): every client takes the same
+// key, so each iteration is one handoff, from one holder to the next.
+// BenchmarkContended/backend=B/path=P/clients=N, with the paths
+//
+//	etcd-mutex  etcd's concurrency.Mutex (waiters queued by revision, woken by a watch), one session per client
+//	wait        client.Acquire with client.WithWait (lock-server's FIFO wait queue, a long-poll per request)
+//	barging     client.Acquire without a wait (LOCK_HELD, then jittered backoff: 20 ms base, 1 s cap)
+//	redsync     go-redsync on Redis (backend=redis; redis_test.go): no token, no durability
+//
+// and the metrics, besides ns/op (wall time over handoffs: the inverse of
+// handoffs/s):
+//
+//	handoffs/s      handoffs per second
+//	handoff-us      mean time from a holder's release call to the next grant's return to its caller, µs
+//	handoff-p99-us  its 99th percentile, µs
+//	max-wait-ms     the longest time one client spent in one acquire call, ms
+//
+// The hold is empty (acquire, then release at once), so a handoff is all
+// waiting and the figures are the queue's, not the critical section's.
+// Run alone (about two minutes):
+//
+//	go test -run '^$' -bench Contended -benchtime 2s ./lockserver/bench/
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
+)
+
+// contendedClients are the client counts of the contended rows.
+var contendedClients = []int{8, 64}
+
+// locker takes the benchmark's one key and returns its release.
+type locker func(ctx context.Context) (release func() error, err error)
+
+// handoffs runs `clients` goroutines taking one key in turn until b.N
+// grants are done, and reports the handoff metrics.
+func handoffs(b *testing.B, clients int, setup func(c int) (locker, func())) {
+	lockers := make([]locker, clients)
+	dones := make([]func(), clients)
+	for c := range clients {
+		lockers[c], dones[c] = setup(c)
+	}
+	defer func() {
+		for _, d := range dones {
+			d()
+		}
+	}()
+	var (
+		next        atomic.Int64
+		lastRelease atomic.Int64 // unix ns of the latest release call's start
+		mu          sync.Mutex
+		latencies   []time.Duration
+		longest     time.Duration
+		wg          sync.WaitGroup
+	)
+	b.ResetTimer()
+	start := time.Now()
+	for c := range clients {
+		wg.Go(func() {
+			var mine []time.Duration
+			var worst time.Duration
+			defer func() {
+				mu.Lock()
+				latencies = append(latencies, mine...)
+				longest = max(longest, worst)
+				mu.Unlock()
+			}()
+			for next.Add(1) <= int64(b.N) {
+				asked := time.Now()
+				release, err := lockers[c](context.Background())
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				got := time.Now()
+				worst = max(worst, got.Sub(asked))
+				if lr := lastRelease.Load(); lr != 0 {
+					mine = append(mine, got.Sub(time.Unix(0, lr)))
+				}
+				lastRelease.Store(time.Now().UnixNano())
+				if err := release(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "handoffs/s")
+	b.ReportMetric(float64(longest.Milliseconds()), "max-wait-ms")
+	if len(latencies) > 0 {
+		slices.Sort(latencies)
+		var sum time.Duration
+		for _, l := range latencies {
+			sum += l
+		}
+		b.ReportMetric(float64(sum.Microseconds())/float64(len(latencies)), "handoff-us")
+		b.ReportMetric(float64(latencies[len(latencies)*99/100].Microseconds()), "handoff-p99-us")
+	}
+}
+
+// sdkLocker returns lockers going through one lock-server over store
+// (group grant off, as lock-server runs on etcd by default): with a wait
+// (the wait queue) or without (barging).
+func sdkLocker(b *testing.B, store lockserver.LockStore, key string, wait bool) (func(c int) (locker, func()), func()) {
+	cfg := lockserver.DefaultServerConfig()
+	cfg.Batching = false
+	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	opts := []client.AcquireOption{client.WithTTL(30 * time.Second)}
+	if wait {
+		opts = append(opts, client.WithWait(30*time.Second))
+	}
+	return func(c int) (locker, func()) {
+		cl, err := client.New(srv.URL, client.WithOwner(fmt.Sprintf("contender-%d", c)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func(ctx context.Context) (func() error, error) {
+			l, err := cl.Acquire(ctx, key, opts...)
+			if err != nil {
+				return nil, err
+			}
+			return func() error { return l.Release(ctx) }, nil
+		}, func() {}
+	}, srv.Close
+}
+
+// sdkContendedPaths are the lock-server paths of the contended rows.
+var sdkContendedPaths = []struct {
+	name string
+	wait bool
+}{{"wait", true}, {"barging", false}}
+
+func BenchmarkContended(b *testing.B) {
+	b.Run("backend=memory", func(b *testing.B) {
+		for _, n := range contendedClients {
+			for _, p := range sdkContendedPaths {
+				b.Run(fmt.Sprintf("path=%s/clients=%d", p.name, n), func(b *testing.B) {
+					setup, stop := sdkLocker(b, memstore.New(nil), "contended", p.wait)
+					defer stop()
+					handoffs(b, n, setup)
+				})
+			}
+		}
+	})
+	b.Run("backend=etcd", func(b *testing.B) {
+		eps := sharedEtcd(b)
+		for _, n := range contendedClients {
+			b.Run(fmt.Sprintf("path=etcd-mutex/clients=%d", n), func(b *testing.B) {
+				handoffs(b, n, func(c int) (locker, func()) {
+					cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
+					if err != nil {
+						b.Fatal(err)
+					}
+					sess, err := concurrency.NewSession(cli, concurrency.WithTTL(30))
+					if err != nil {
+						b.Fatal(err)
+					}
+					return func(ctx context.Context) (func() error, error) {
+							m := concurrency.NewMutex(sess, "/bench-contended-mutex/")
+							if err := m.Lock(ctx); err != nil {
+								return nil, err
+							}
+							return func() error { return m.Unlock(ctx) }, nil
+						}, func() {
+							_ = sess.Close()
+							_ = cli.Close()
+						}
+				})
+			})
+			for _, p := range sdkContendedPaths {
+				b.Run(fmt.Sprintf("path=%s/clients=%d", p.name, n), func(b *testing.B) {
+					store, err := etcdstore.Open(context.Background(), etcdConfig(eps, fmt.Sprintf("/bench-contended-%s-%d/", p.name, n)), slog.New(slog.DiscardHandler))
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer store.Close()
+					setup, stop := sdkLocker(b, store, "contended", p.wait)
+					defer stop()
+					handoffs(b, n, setup)
+				})
+			}
+		}
+	})
+	redisContended(b)
+}
