@@ -506,6 +506,10 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	case errors.Is(err, errAmbiguous):
 		log.Error("rail outcome unknown; marking the payout ambiguous", "event", "rail_submission_ambiguous", "error", err.Error())
 		res = railResult{Status: api.OutcomeAmbiguous, Token: token}
+	case errors.Is(err, errStopped):
+		log.Warn("the rail refused the payout for good (a reconciliation stopped it); marking it ambiguous for the reconciler to fail",
+			"event", "rail_submission_stopped", "error", err.Error())
+		res = railResult{Status: api.OutcomeAmbiguous, Token: token}
 	case err != nil:
 		return x.settle(ctx, log, e, lease, "rail submission", ServiceRailProxy, err)
 	default:

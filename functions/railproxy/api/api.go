@@ -131,10 +131,14 @@ type Code string
 
 // Error codes, with the HTTP status each is sent with.
 const (
-	// CodeInvalidRequest (400): malformed or missing HeaderToken, malformed
-	// body, unknown or repeated field, a field out of bounds, or a bad
-	// query parameter. Nothing recorded.
+	// CodeInvalidRequest (400): malformed body, unknown or repeated field,
+	// a field out of bounds, a malformed HeaderOwner, or a bad query
+	// parameter. Nothing recorded.
 	CodeInvalidRequest Code = "INVALID_REQUEST"
+	// CodeInvalidToken (400): HeaderToken missing, repeated, or not a
+	// positive decimal int64 in canonical form. Nothing recorded. Spelled
+	// in payoutevent: payment-resource answers the same header so.
+	CodeInvalidToken Code = payoutevent.CodeInvalidToken
 	// CodeBodyTooLarge (413): body larger than MaxBodyBytes.
 	CodeBodyTooLarge Code = "BODY_TOO_LARGE"
 	// CodeUnsupportedMediaType (415): a Content-Type other than
@@ -162,6 +166,23 @@ const (
 	// may have moved. The attempt is StateAmbiguous. Not retryable:
 	// reconcile with the rail's records.
 	CodeRailAmbiguous Code = "RAIL_AMBIGUOUS"
+	// CodeRailNotReached (503): the rail certainly did not take the
+	// submission: the connection to it could not be established (nothing
+	// was sent), or the rail answered that it recorded nothing (rail-stub's
+	// 503 RAIL_UNAVAILABLE). No money moved. The attempt is recorded
+	// StateNotSent and the payout's forward is released, so that a later
+	// submission of the payout (a redelivery with a newer token, or the
+	// same holder's resend with its own token) may go to the rail.
+	// Retryable, with Retry-After. A timeout, a reset or any failure after
+	// the request may have been written is CodeRailAmbiguous instead.
+	CodeRailNotReached Code = "RAIL_NOT_REACHED"
+	// CodePayoutStopped (409): the rail refused the submission because the
+	// payout's reference has a stop order (rail-stub's 409
+	// REFERENCE_STOPPED): a reconciliation stopped it. No money moved and
+	// none ever will for this payout; the attempt is recorded
+	// StateNotAtRail (a reconciliation answers it RailNone, with a
+	// receipt). Not retryable.
+	CodePayoutStopped Code = "PAYOUT_STOPPED"
 	// CodeUnavailable (503): raildb did not answer, or the proxy is
 	// closing, before the rail was called. Retryable; a retry with the
 	// same token is refused FENCED_OUT if the failed request's transaction
@@ -207,18 +228,18 @@ const (
 
 // Codes lists every Code, in the order declared above.
 var Codes = []Code{
-	CodeInvalidRequest, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeFencedOut, CodeUnverifiedToken, CodeAlreadySubmitted,
-	CodeRailAmbiguous, CodeUnavailable, CodeOverloaded, CodeRestored, CodeAttemptInFlight, CodeNotForwarded, CodeRailSubmittedTwice,
+	CodeInvalidRequest, CodeInvalidToken, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeFencedOut, CodeUnverifiedToken, CodeAlreadySubmitted,
+	CodeRailAmbiguous, CodeRailNotReached, CodePayoutStopped, CodeUnavailable, CodeOverloaded, CodeRestored, CodeAttemptInFlight, CodeNotForwarded, CodeRailSubmittedTwice,
 	CodeNotFound, CodeMethodNotAllowed, CodeInternal,
 }
 
 // Retryable reports whether the code always marks a condition that may
 // clear if the identical request is sent again later (CodeUnavailable,
-// CodeOverloaded, CodeRestored, CodeAttemptInFlight). CodeAlreadySubmitted is
+// CodeOverloaded, CodeRestored, CodeAttemptInFlight, CodeRailNotReached). CodeAlreadySubmitted is
 // retryable only while the first attempt is forwarding; its envelope says
 // which.
 func (c Code) Retryable() bool {
-	return c == CodeUnavailable || c == CodeOverloaded || c == CodeRestored || c == CodeAttemptInFlight
+	return c == CodeUnavailable || c == CodeOverloaded || c == CodeRestored || c == CodeAttemptInFlight || c == CodeRailNotReached
 }
 
 // ErrorEnvelope is the body of every non-2xx answer but 409
@@ -305,6 +326,15 @@ const (
 	// EventSubmissionAmbiguous (ERROR): the rail's outcome is unknown; the
 	// answer is 502 RAIL_AMBIGUOUS.
 	EventSubmissionAmbiguous = "rail_submission_ambiguous"
+	// EventSubmissionNotReached (WARN): the rail certainly did not take the
+	// submission (connection never established, or the rail recorded
+	// nothing); the attempt is recorded not_sent and the payout's forward
+	// released (released); answered 503 RAIL_NOT_REACHED.
+	EventSubmissionNotReached = "rail_submission_not_reached"
+	// EventSubmissionStopped (WARN): the rail refused the submission for a
+	// stop order on the payout's reference; the attempt is recorded
+	// not_at_rail; answered 409 PAYOUT_STOPPED.
+	EventSubmissionStopped = "rail_submission_stopped"
 	// EventSubmissionDuplicate (WARN): the payout already went to the
 	// rail; answered 409 PAYOUT_ALREADY_SUBMITTED (firstAttemptId,
 	// firstToken, firstState).

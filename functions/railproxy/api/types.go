@@ -11,6 +11,8 @@ import (
 // is
 //
 //	forwarding -> acked | declined | ambiguous
+//	forwarding -> not_sent      (the rail certainly did not take it; the payout's forward is released)
+//	forwarding -> not_at_rail   (the rail refused it: the reference was stopped)
 //	forwarding | ambiguous -> acked | declined | not_at_rail   (by a reconciliation)
 //	fenced, duplicate (final at once: the rail was not called)
 //
@@ -33,6 +35,12 @@ const (
 	// no submission of the payout in the rail's record: the forward never
 	// reached the rail, and no money moved. Final.
 	StateNotAtRail State = "not_at_rail"
+	// StateNotSent: the rail certainly did not take the submission (the
+	// connection was never established, or the rail answered that it
+	// recorded nothing: api.CodeRailNotReached). No money moved. Final; the
+	// attempt is no longer the payout's forward, so a later submission of
+	// the payout may go to the rail.
+	StateNotSent State = "not_sent"
 	// StateFenced: the token was stale; the rail was not called.
 	StateFenced State = "fenced"
 	// StateDuplicate: the payout had already gone to the rail with an

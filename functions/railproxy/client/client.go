@@ -38,7 +38,7 @@ import (
 // the sentinel of their code under errors.Is.
 var (
 	// ErrInvalidRequest: the server refused the request as malformed (codes
-	// INVALID_REQUEST, BODY_TOO_LARGE, UNSUPPORTED_MEDIA_TYPE), or the
+	// INVALID_REQUEST, INVALID_TOKEN, BODY_TOO_LARGE, UNSUPPORTED_MEDIA_TYPE), or the
 	// client refused it before sending. Nothing was recorded.
 	ErrInvalidRequest = errors.New("railproxy client: invalid request")
 	// ErrFencedOut: the token is not above the account's high-water mark
@@ -58,6 +58,15 @@ var (
 	// the money may have moved (RAIL_AMBIGUOUS). Never submit again to
 	// find out: reconcile with the rail's records.
 	ErrRailAmbiguous = errors.New("railproxy client: rail outcome unknown")
+	// ErrRailNotReached: the rail certainly did not take the submission
+	// (RAIL_NOT_REACHED): no money moved and rail-proxy released the
+	// payout's forward, so submitting the payout again (after
+	// Error.RetryAfter, with this token or a newer one) may reach the rail.
+	ErrRailNotReached = errors.New("railproxy client: the rail did not take the submission")
+	// ErrPayoutStopped: the rail refused the submission because a
+	// reconciliation stopped the payout's reference (PAYOUT_STOPPED): no
+	// money moved, and none ever will for this payout.
+	ErrPayoutStopped = errors.New("railproxy client: payout stopped at the rail")
 	// ErrUnavailable: rail-proxy or raildb did not answer before the rail
 	// was called (UNAVAILABLE), or the caller cannot know what happened: a
 	// transport error, a 5xx without a code, or a 2xx or
@@ -92,12 +101,15 @@ var (
 // *Error.
 var sentinels = map[api.Code]error{
 	api.CodeInvalidRequest:       ErrInvalidRequest,
+	api.CodeInvalidToken:         ErrInvalidRequest,
 	api.CodeBodyTooLarge:         ErrInvalidRequest,
 	api.CodeUnsupportedMediaType: ErrInvalidRequest,
 	api.CodeFencedOut:            ErrFencedOut,
 	api.CodeUnverifiedToken:      ErrUnverifiedToken,
 	api.CodeAlreadySubmitted:     ErrAlreadySubmitted,
 	api.CodeRailAmbiguous:        ErrRailAmbiguous,
+	api.CodeRailNotReached:       ErrRailNotReached,
+	api.CodePayoutStopped:        ErrPayoutStopped,
 	api.CodeUnavailable:          ErrUnavailable,
 	api.CodeOverloaded:           ErrOverloaded,
 	api.CodeRestored:             ErrRaildbRestored,
@@ -198,7 +210,8 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 // as headers; POST /v1/rail/submissions), and
 // returns the rail's answer (ACK or DECLINE). It returns ErrFencedOut,
 // ErrAlreadySubmitted (with the first attempt in the *Error's Attempt),
-// ErrRailAmbiguous, ErrRaildbRestored, ErrUnavailable, or
+// ErrRailAmbiguous, ErrRailNotReached, ErrPayoutStopped,
+// ErrRaildbRestored, ErrUnavailable, or
 // ErrInvalidRequest (also for a token that is not positive or a request
 // that fails api.SubmitRequest.Validate, without sending).
 func (c *Client) Submit(ctx context.Context, h payoutevent.Holder, req api.SubmitRequest) (api.SubmitAnswer, error) {
