@@ -160,6 +160,9 @@ var (
 	errMethod = errors.New("railproxy: method not allowed")
 	// errOverloaded: the in-flight bound is reached (503 OVERLOADED).
 	errOverloaded = errors.New("railproxy: too many requests in flight")
+	// errReconciling marks the failures of a reconciliation, whose 503
+	// message differs from a submission's (see fail).
+	errReconciling = errors.New("railproxy: reconciliation")
 	// errStalled: raildb is marked stalled and this request is not the
 	// probe; always wrapped with ErrUnavailable (503 UNAVAILABLE).
 	errStalled = errors.New("railproxy: raildb is marked stalled (a transaction ran out its whole timeout); not tried")
@@ -776,6 +779,11 @@ func (p *Proxy) fail(w http.ResponseWriter, lg *slog.Logger, err error) {
 	msg := err.Error()
 	if status >= 500 {
 		msg = serverMessage(code)
+		if code == api.CodeUnavailable && errors.Is(err, errReconciling) {
+			// A reconciliation's 503 cannot promise "nothing reached the
+			// rail": the payout's forward may have, and the stop order too.
+			msg = "rail-proxy, raildb or the rail did not answer; the reconciliation recorded nothing, the same request may be sent again"
+		}
 	}
 	switch {
 	case code == api.CodeRailAmbiguous || code == api.CodeFencedOut || code == api.CodeRailNotReached || code == api.CodePayoutStopped:

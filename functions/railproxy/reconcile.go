@@ -95,7 +95,7 @@ func (p *Proxy) handleReconcile(w http.ResponseWriter, r *http.Request) {
 	lg := p.log.With("payoutId", req.PayoutID, "token", h.Token, "ownerId", h.Owner)
 	rec, err := p.reconcile(r.Context(), req.PayoutID, h, lg)
 	if err != nil {
-		p.fail(w, lg, err)
+		p.fail(w, lg, fmt.Errorf("%w: %w", errReconciling, err))
 		return
 	}
 	httpjson.WriteJSON(w, http.StatusOK, rec)
