@@ -456,6 +456,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 	p.mux.HandleFunc(api.PathHighWater, p.handleHighWater)
 	p.mux.HandleFunc(api.PathAttempts, p.handleAttempts)
 	p.mux.HandleFunc(api.PathReconciliations, p.handleReconcile)
+	p.mux.HandleFunc(api.PathUnsettled, p.handleUnsettled)
 	p.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, p.log, fmt.Errorf("%w: no route for %s %s", ErrNotFound, r.Method, r.URL.Path))
 	})

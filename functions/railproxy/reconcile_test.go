@@ -78,3 +78,51 @@ func decode[T any](t *testing.T, rec *httptest.ResponseRecorder) T {
 	}
 	return v
 }
+
+// listUnsettled gets one page of PathUnsettled with query, as the holder
+// of token on lockKey (with lock-server's proof of it).
+func listUnsettled(h http.Handler, lockKey string, token int64, query string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest("GET", api.PathUnsettled+query, nil)
+	req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
+	req.Header.Set(fencing.HeaderProof, prooftest.LockSigningKey().SignGrant(lockKey, token, time.Now()))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// TestUnsettledListsOnlyForwardedAttemptsPastTheThresholdAndNeedsAProof:
+// the listing names the forwarded attempts still forwarding or ambiguous
+// and older than the abandon threshold, pages by attempt id, refuses a
+// token without a proof on its lock, and an attempt settled by a
+// reconciliation leaves it.
+func TestUnsettledListsOnlyForwardedAttemptsPastTheThresholdAndNeedsAProof(t *testing.T) {
+	r := newRig(t)
+	p := r.proxy(func(c *railproxy.Config) { c.RailTimeout, c.DBTimeout = time.Second, time.Second })
+	old1 := r.forwardingAttempt("po-1", 5, time.Minute)
+	old2 := r.forwardingAttempt("po-2", 6, time.Minute)
+	r.forwardingAttempt("po-3", 7, 0) // young: may still be in flight
+	mustAccept(t, p, "w", body("po-4", "acct-1", 100), 8)
+
+	wantCode(t, listUnsettled(p, "payout:acct-1", 9, ""), http.StatusForbidden, api.CodeUnverifiedToken)
+	wantCode(t, listUnsettled(p, api.UnsettledLockKey, 9, "?limit=0"), http.StatusBadRequest, api.CodeInvalidRequest)
+	wantCode(t, listUnsettled(p, api.UnsettledLockKey, 9, "?limit=1&limit=2"), http.StatusBadRequest, api.CodeInvalidRequest)
+	wantCode(t, listUnsettled(p, api.UnsettledLockKey, 9, "?state=x"), http.StatusBadRequest, api.CodeInvalidRequest)
+
+	page := decode[api.UnsettledList](t, listUnsettled(p, api.UnsettledLockKey, 9, "?limit=1"))
+	if len(page.Attempts) != 1 || page.Attempts[0].AttemptID != old1 || page.Next != old1 {
+		t.Fatalf("first page %+v; want attempt %d and next %d", page, old1, old1)
+	}
+	page = decode[api.UnsettledList](t, listUnsettled(p, api.UnsettledLockKey, 9, "?limit=1&after="+strconv.FormatInt(old1, 10)))
+	if len(page.Attempts) != 1 || page.Attempts[0].AttemptID != old2 || page.Attempts[0].PayoutID != "po-2" {
+		t.Fatalf("second page %+v; want attempt %d of po-2", page, old2)
+	}
+	// Settled by the reconciliation (the rail has nothing: not_at_rail),
+	// po-1 leaves the list.
+	if rec := decode[api.Reconciliation](t, reconcileAs(p, "acct-1", 10, `{"payoutId":"po-1"}`)); rec.Outcome != api.RailNone {
+		t.Fatalf("reconciliation %+v; want NONE", rec)
+	}
+	page = decode[api.UnsettledList](t, listUnsettled(p, api.UnsettledLockKey, 11, ""))
+	if len(page.Attempts) != 1 || page.Attempts[0].AttemptID != old2 || page.Next != 0 {
+		t.Fatalf("list after settling po-1: %+v; want only attempt %d, no next page", page, old2)
+	}
+}

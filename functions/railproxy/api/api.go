@@ -28,6 +28,9 @@
 //	                                          rail not called; Retry-After)
 //	                                      503 OVERLOADED (too many requests in flight; nothing done; Retry-After)
 //	                                      503 RAILDB_RESTORED (raildb restored from a backup; rail not called)
+//	GET  /v1/rail/unsettled?limit=N&after=ID  X-Fencing-Token, X-Fencing-Proof (a grant on UnsettledLockKey);
+//	                                      -> 200 UnsettledList (forwarded attempts forwarding or ambiguous,
+//	                                          older than the abandon threshold, by attempt id)
 //	GET  /v1/rail/high-water/{accountId}  -> 200 HighWater (404 NOT_FOUND: no token accepted yet)
 //	GET  /v1/rail/attempts?payoutId=P     -> 200 AttemptList (oldest first; empty when none)
 //	POST /v1/rail/reconciliations         X-Fencing-Token, X-Fencing-Proof (the payout's lease);
@@ -69,6 +72,28 @@ const (
 	// HeaderOwner of the payout's lease holder; ReconcileRequest ->
 	// Reconciliation).
 	PathReconciliations = pathRail + "/reconciliations"
+
+	// PathUnsettled: GET lists the payouts' forwarded attempts still
+	// forwarding or ambiguous and older than the abandon threshold, oldest
+	// attempt first (query QueryLimit, QueryAfter; headers HeaderToken,
+	// HeaderProof of a grant on UnsettledLockKey -> UnsettledList): the
+	// reconciler settles each with PathReconciliations, so that every
+	// attempt ends in a final state, also under a payout already posted.
+	PathUnsettled = pathRail + "/unsettled"
+	// QueryLimit is PathUnsettled's page size, 1..MaxUnsettledLimit
+	// (default DefaultUnsettledLimit), given at most once.
+	QueryLimit = "limit"
+	// QueryAfter starts PathUnsettled's page after that attempt id (a
+	// positive decimal; UnsettledList.Next), given at most once.
+	QueryAfter = "after"
+	// UnsettledLockKey is the lock whose grant's token and proof a caller
+	// of PathUnsettled presents (verified while fencing is on), as a
+	// reconciliation presents the payout's: the same integrity check, not
+	// authentication (SECURITY.md).
+	UnsettledLockKey = "rail-proxy:unsettled"
+	// DefaultUnsettledLimit and MaxUnsettledLimit bound QueryLimit.
+	DefaultUnsettledLimit = 100
+	MaxUnsettledLimit     = 500
 
 	pathRail            = "/v1/rail"
 	pathHighWaterPrefix = pathRail + "/high-water/"
@@ -349,6 +374,11 @@ const (
 	// record of a forwarded attempt that was forwarding or ambiguous
 	// (previousState, state, railRef, railOutcome).
 	EventAttemptReconciled = "rail_attempt_reconciled"
+	// EventPayoutClosed (WARN): a reconciliation with the payout's facts
+	// closed a payout rail-proxy never forwarded: an attempt of the
+	// reconciliation's token became its forward, and the stop order goes
+	// to the rail (attemptId).
+	EventPayoutClosed = "rail_payout_closed"
 	// EventRailSubmittedTwice (ERROR): a reconciliation found more than
 	// one submission of the payout at the rail (count, railRefs): a
 	// safety violation; answered 409 RAIL_SUBMITTED_TWICE.

@@ -212,11 +212,31 @@ type AlreadySubmittedAnswer struct {
 type ReconcileRequest struct {
 	// PayoutID names the payout whose forwarded attempt is resolved.
 	PayoutID string `json:"payoutId"`
+	// AccountID, AmountMinor and Currency are the payout as
+	// payment-resource holds it: optional, all or none. With them, a
+	// payout rail-proxy never forwarded is closed instead of answered
+	// PAYOUT_NOT_FORWARDED: rail-proxy records an attempt of the
+	// reconciliation's token as the payout's forward (so that no later
+	// submission of it is forwarded), puts the stop order on its
+	// reference and answers what the rail holds (RailNone, normally),
+	// with a receipt over these facts.
+	AccountID   string `json:"accountId,omitempty"`
+	AmountMinor int64  `json:"amountMinor,omitempty"`
+	Currency    string `json:"currency,omitempty"`
 }
 
-// Validate returns an error unless the payout id is well-formed (answered
-// 400 INVALID_REQUEST).
-func (r ReconcileRequest) Validate() error { return ValidatePayoutID(r.PayoutID) }
+// Validate returns an error unless the payout id is well-formed and the
+// payout's facts are either all absent or all valid, as a SubmitRequest's
+// (answered 400 INVALID_REQUEST).
+func (r ReconcileRequest) Validate() error {
+	if r.AccountID == "" && r.AmountMinor == 0 && r.Currency == "" {
+		return ValidatePayoutID(r.PayoutID)
+	}
+	return SubmitRequest{PayoutID: r.PayoutID, AccountID: r.AccountID, AmountMinor: r.AmountMinor, Currency: r.Currency}.Validate()
+}
+
+// HasPayout reports whether the request carries the payout's facts.
+func (r ReconcileRequest) HasPayout() bool { return r.AccountID != "" }
 
 // Reconciliation is the 200 body of POST /v1/rail/reconciliations: the
 // outcome of the payout's one forwarded attempt, as rail-proxy recorded it
@@ -239,4 +259,14 @@ type Reconciliation struct {
 	// (payoutevent.RailReceipt with Outcome "NONE" and RailRef "" for
 	// RailNone): pass it unchanged to payment-resource's resolution.
 	Receipt string `json:"receipt"`
+}
+
+// UnsettledList is the 200 body of GET PathUnsettled.
+type UnsettledList struct {
+	// Attempts are forwarded attempts (each its payout's one forward) in
+	// StateForwarding or StateAmbiguous, older than rail-proxy's abandon
+	// threshold, by attempt id; empty, never null, when none.
+	Attempts []Attempt `json:"attempts"`
+	// Next is the QueryAfter of the next page; 0 (absent) on the last.
+	Next int64 `json:"next,omitempty"`
 }

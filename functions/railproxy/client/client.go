@@ -27,6 +27,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
@@ -266,8 +268,15 @@ func (c *Client) Attempts(ctx context.Context, payout string) ([]api.Attempt, er
 // ErrRailSubmittedTwice, ErrUnverifiedToken, ErrUnavailable, or
 // ErrInvalidRequest (without sending, for a malformed id or token).
 func (c *Client) Reconcile(ctx context.Context, h payoutevent.Holder, payout string) (api.Reconciliation, error) {
+	return c.ReconcilePayout(ctx, h, api.ReconcileRequest{PayoutID: payout})
+}
+
+// ReconcilePayout is Reconcile with the payout's facts (req's AccountID,
+// AmountMinor, Currency, as payment-resource holds them): a payout
+// rail-proxy never forwarded is then closed and answered (RailNone unless
+// the rail holds it) instead of ErrNotForwarded.
+func (c *Client) ReconcilePayout(ctx context.Context, h payoutevent.Holder, req api.ReconcileRequest) (api.Reconciliation, error) {
 	var rec api.Reconciliation
-	req := api.ReconcileRequest{PayoutID: payout}
 	if err := errors.Join(api.ValidateToken(h.Token), req.Validate()); err != nil {
 		return rec, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
@@ -280,6 +289,30 @@ func (c *Client) Reconcile(ctx context.Context, h payoutevent.Holder, payout str
 		return api.Reconciliation{}, fmt.Errorf("%w: rail-proxy answered 200 with outcome %q", ErrUnavailable, rec.Outcome)
 	}
 	return rec, nil
+}
+
+// Unsettled lists one page of the payouts' forwarded attempts still
+// forwarding or ambiguous past rail-proxy's abandon threshold (GET
+// /v1/rail/unsettled), after attempt id after (0: from the first), at most
+// limit (1..api.MaxUnsettledLimit), as the holder h of a grant on
+// api.UnsettledLockKey. It returns ErrUnverifiedToken, ErrUnavailable, or
+// ErrInvalidRequest (without sending, for a bad token, after or limit).
+func (c *Client) Unsettled(ctx context.Context, h payoutevent.Holder, after int64, limit int) (api.UnsettledList, error) {
+	var list api.UnsettledList
+	if err := api.ValidateToken(h.Token); err != nil || after < 0 || limit < 1 || limit > api.MaxUnsettledLimit {
+		return list, fmt.Errorf("%w: token %d, after %d, limit %d (1..%d)", ErrInvalidRequest, h.Token, after, limit, api.MaxUnsettledLimit)
+	}
+	q := url.Values{api.QueryLimit: {strconv.Itoa(limit)}}
+	if after > 0 {
+		q.Set(api.QueryAfter, strconv.FormatInt(after, 10))
+	}
+	if err := c.call(ctx, http.MethodGet, api.PathUnsettled+"?"+q.Encode(), &h, nil, &list); err != nil {
+		return api.UnsettledList{}, err
+	}
+	if list.Attempts == nil {
+		list.Attempts = []api.Attempt{}
+	}
+	return list, nil
 }
 
 // call sends one request through jsonhttp.Do, with the holder's headers
