@@ -74,9 +74,8 @@ var (
 
 // ProofFrom returns the X-Fencing-Proof header: "" and nil when it is
 // absent (Verify then refuses the token as unproven), and "" and an error
-// wrapping ErrUnverified and ErrRepeatedProof when it is sent more than
-// once (a fence point answers it like a proof that does not verify, and
-// says so).
+// wrapping ErrRepeatedProof when it is sent more than once (a fence point
+// answers it like a proof that does not verify, and says so).
 func ProofFrom(r *http.Request) (string, error) {
 	vals := r.Header.Values(HeaderProof)
 	switch len(vals) {
@@ -85,7 +84,7 @@ func ProofFrom(r *http.Request) (string, error) {
 	case 1:
 		return strings.TrimSpace(vals[0]), nil
 	}
-	return "", fmt.Errorf("%w: %w: sent %d times", ErrUnverified, ErrRepeatedProof, len(vals))
+	return "", fmt.Errorf("%w: sent %d times", ErrRepeatedProof, len(vals))
 }
 
 // Verify checks that proof shows token was granted by lock-server on

@@ -339,6 +339,7 @@ func (s *Service) holder(w http.ResponseWriter, r *http.Request) (id string, h p
 	}
 	proof, err := fencing.ProofFrom(r)
 	if err != nil && s.fencing {
+		fencing.LogUnverified(s.log, "payout", id, token, owner, err, "payoutId", id)
 		s.fail(w, r, fmt.Errorf("%w: %w", ErrUnverifiedToken, err), "payoutId", id, "ownerId", owner)
 		return "", h, false
 	}

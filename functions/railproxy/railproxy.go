@@ -557,6 +557,8 @@ func (p *Proxy) holder(w http.ResponseWriter, r *http.Request) (h payoutevent.Ho
 	}
 	proof, err := fencing.ProofFrom(r)
 	if err != nil && !p.cfg.FencingDisabled {
+		// Before the body is read: the account is not known yet.
+		fencing.LogUnverified(p.log, "rail", "", token, owner, err)
 		p.fail(w, p.log, fmt.Errorf("%w: %w", ErrUnverifiedToken, err))
 		return h, false
 	}

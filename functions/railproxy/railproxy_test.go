@@ -931,7 +931,9 @@ func TestConcurrentSubmissionsOfOnePayoutReachTheRailOnce(t *testing.T) {
 // marked ambiguous (for reconciliation) and the refusal is final.
 func TestForwardingAttemptIsRetryableThenAbandoned(t *testing.T) {
 	r := newRig(t)
-	p := r.proxy(func(c *railproxy.Config) { c.RailTimeout, c.DBTimeout = 100*time.Millisecond, 100*time.Millisecond })
+	// Timeouts long enough for a loaded machine (a 100 ms DBTimeout met
+	// 503s there); the attempt is aged past the threshold by hand.
+	p := r.proxy(func(c *railproxy.Config) { c.RailTimeout, c.DBTimeout = time.Second, 2*time.Second })
 	ctx := t.Context()
 	var id int64
 	if err := r.pool().QueryRow(ctx, `INSERT INTO rail_attempt (payout_id, account_id, token, amount_minor, currency, state)
@@ -946,7 +948,7 @@ VALUES ('po-1', 'acct-1', 5, 700, 'EUR', 'forwarding') RETURNING attempt_id`).Sc
 		t.Fatalf("refusal %+v; want the forwarding attempt, retryable", ans)
 	}
 	// Older than RailTimeout + 2 x DBTimeout + 1 s: no live proxy is calling.
-	if _, err := r.pool().Exec(ctx, `UPDATE rail_attempt SET created_at = now() - interval '2 seconds' WHERE attempt_id = $1`, id); err != nil {
+	if _, err := r.pool().Exec(ctx, `UPDATE rail_attempt SET created_at = now() - interval '10 seconds' WHERE attempt_id = $1`, id); err != nil {
 		t.Fatal(err)
 	}
 	ans = mustBeDuplicate(t, submit(p, "w", body("po-1", "acct-1", 700), "7"))
