@@ -43,7 +43,11 @@
 // a call that timed out, lost its connection or got a 5xx is unknown (the
 // money may have moved), so the attempt is marked 'ambiguous', answered
 // 502 RAIL_AMBIGUOUS, not retryable, and left for reconciliation with the
-// rail's records. Never retry such a submission blindly. An attempt left
+// rail's records. Never retry such a submission blindly. Only a
+// connection that was never established and the rail's own "recorded
+// nothing" are certain: 503 RAIL_NOT_REACHED, the attempt 'not_sent' and
+// the payout's forward released in the same transaction (rail.go,
+// forward). An attempt left
 // 'forwarding' by a rail-proxy that died while calling the rail is marked
 // 'ambiguous' by the next submission of its payout once no live
 // rail-proxy can still be calling (see api.AlreadySubmittedAnswer).
@@ -55,11 +59,14 @@
 //
 //	POST /v1/rail/submissions             SubmitRequest -> 200 SubmitAnswer; 409 FENCED_OUT,
 //	                                      409 PAYOUT_ALREADY_SUBMITTED, 502 RAIL_AMBIGUOUS,
+//	                                      503 RAIL_NOT_REACHED, 409 PAYOUT_STOPPED,
 //	                                      503 UNAVAILABLE, 503 RAILDB_RESTORED
 //	GET  /v1/rail/high-water/{accountId}  200 HighWater, 404 NOT_FOUND
 //	GET  /v1/rail/attempts?payoutId=P     200 AttemptList (oldest first)
 //	POST /v1/rail/reconciliations         ReconcileRequest -> 200 Reconciliation; 409 ATTEMPT_IN_FLIGHT,
 //	                                      404 PAYOUT_NOT_FORWARDED, 409 RAIL_SUBMITTED_TWICE, 503 UNAVAILABLE
+//	GET  /v1/rail/unsettled               200 UnsettledList (forwarded attempts forwarding or ambiguous
+//	                                      past the abandon threshold)
 //
 // Reconciliation (reconcile.go) resolves a payout's forwarded attempt that
 // never recorded the rail's answer against the rail's own record.

@@ -15,6 +15,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -89,7 +90,11 @@ func (p *Proxy) handleReconcile(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, p.log, err)
 		return
 	}
-	if err := req.Validate(); err != nil {
+	err := req.Validate()
+	if err == nil && req.HasPayout() {
+		err = iso4217.Check(req.Currency)
+	}
+	if err != nil {
 		p.fail(w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}

@@ -24,6 +24,10 @@
 //	                                      409 PAYOUT_ALREADY_SUBMITTED -> AlreadySubmittedAnswer
 //	                                          (the payout already went to the rail; attempt recorded duplicate)
 //	                                      502 RAIL_AMBIGUOUS (rail called, outcome unknown; never retry blindly)
+//	                                      503 RAIL_NOT_REACHED (the rail certainly did not take it; attempt
+//	                                          not_sent, the payout's forward released; retryable)
+//	                                      409 PAYOUT_STOPPED (the rail refused it: a reconciliation stopped
+//	                                          the payout; attempt not_at_rail)
 //	                                      503 UNAVAILABLE (raildb unreachable or marked stalled, or proxy closing;
 //	                                          rail not called; Retry-After)
 //	                                      503 OVERLOADED (too many requests in flight; nothing done; Retry-After)
@@ -36,12 +40,14 @@
 //	POST /v1/rail/reconciliations         X-Fencing-Token, X-Fencing-Proof (the payout's lease);
 //	                                      ReconcileRequest -> 200 Reconciliation (ACK, DECLINE or NONE, signed)
 //	                                      409 ATTEMPT_IN_FLIGHT (younger than the abandon threshold; retry later)
-//	                                      404 PAYOUT_NOT_FORWARDED (rail-proxy never let the payout through)
+//	                                      404 PAYOUT_NOT_FORWARDED (rail-proxy never let the payout through;
+//	                                          with the payout's facts in the request it is closed instead)
 //	                                      409 RAIL_SUBMITTED_TWICE (the rail holds more than one submission:
 //	                                          a safety violation, never resolved automatically)
 //	                                      503 UNAVAILABLE (raildb or the rail's record could not be read)
 //
-// Any route may also answer 400 INVALID_REQUEST, 404 NOT_FOUND, 405
+// Any route may also answer 400 INVALID_REQUEST, 400 INVALID_TOKEN (the
+// token header), 403 UNVERIFIED_TOKEN (a proof header sent twice), 404 NOT_FOUND, 405
 // METHOD_NOT_ALLOWED, 413 BODY_TOO_LARGE, 415 UNSUPPORTED_MEDIA_TYPE, 503
 // UNAVAILABLE or 500 INTERNAL. A refused submission never reaches the
 // rail.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -232,7 +233,18 @@ func (r ReconcileRequest) Validate() error {
 	if r.AccountID == "" && r.AmountMinor == 0 && r.Currency == "" {
 		return ValidatePayoutID(r.PayoutID)
 	}
-	return SubmitRequest{PayoutID: r.PayoutID, AccountID: r.AccountID, AmountMinor: r.AmountMinor, Currency: r.Currency}.Validate()
+	// Field by field, not through SubmitRequest: a submission may carry
+	// more than the payout's facts.
+	if err := errors.Join(ValidatePayoutID(r.PayoutID), ValidateAccountID(r.AccountID)); err != nil {
+		return err
+	}
+	switch {
+	case r.AmountMinor <= 0 || r.AmountMinor > MaxAmountMinor:
+		return fmt.Errorf("amountMinor %d is outside 1..%d", r.AmountMinor, MaxAmountMinor)
+	case !payoutevent.IsCurrency(r.Currency):
+		return fmt.Errorf("currency %q is not three upper-case letters (ISO 4217)", r.Currency)
+	}
+	return nil
 }
 
 // HasPayout reports whether the request carries the payout's facts.
