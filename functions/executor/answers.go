@@ -45,8 +45,8 @@ const (
 	// can pass it either.
 	ClassFenced Class = "fenced"
 	// ClassContinue: the answer is the step's result and the execution
-	// goes on (rail-proxy's RAIL_AMBIGUOUS and PAYOUT_ALREADY_SUBMITTED:
-	// an outcome to report).
+	// goes on (rail-proxy's RAIL_AMBIGUOUS, PAYOUT_STOPPED and
+	// PAYOUT_ALREADY_SUBMITTED: an outcome to report).
 	ClassContinue Class = "continue"
 )
 
@@ -132,6 +132,7 @@ var answers = map[Service]map[string]Verdict{
 	},
 	ServiceRailProxy: {
 		string(railapi.CodeInvalidRequest):       {Class: ClassPermanent, Reason: api.ReasonRailRequestRefused},
+		string(railapi.CodeInvalidToken):         deployment, // as at payment-resource
 		string(railapi.CodeBodyTooLarge):         deployment,
 		string(railapi.CodeUnsupportedMediaType): deployment,
 		string(railapi.CodeFencedOut):            {Class: ClassFenced, Reason: api.ReasonRailFenceAhead, Err: ErrFencedOut},
@@ -139,6 +140,8 @@ var answers = map[Service]map[string]Verdict{
 		string(railapi.CodeInvalidTerms):         deployment,                                 // payment-resource's own signature, passed on: a key rail-proxy does not have
 		string(railapi.CodeAlreadySubmitted):     {Class: ClassContinue, Err: ErrDependency}, // report the first attempt's outcome; without it, ask again
 		string(railapi.CodeRailAmbiguous):        {Class: ClassContinue, Err: ErrDependency}, // report AMBIGUOUS
+		string(railapi.CodeRailNotReached):       transient,                                  // nothing reached the rail; the forward is released: redeliver
+		string(railapi.CodePayoutStopped):        {Class: ClassContinue, Err: ErrDependency}, // nothing moved, for good: report AMBIGUOUS, the reconciler fails it
 		string(railapi.CodeUnavailable):          transient,                                  // raildb slow or marked stalled; nothing recorded; Retry-After
 		string(railapi.CodeOverloaded):           transient,                                  // rail-proxy sheds load; nothing recorded; Retry-After
 		string(railapi.CodeRestored):             transient,                                  // until an operator runs recover-restore

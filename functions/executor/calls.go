@@ -17,6 +17,12 @@ var (
 	// may or may not have moved, and only a reconciliation with the rail
 	// can tell.
 	errAmbiguous = errors.New("executor: rail outcome unknown")
+	// errStopped: the rail refused the submission because a
+	// reconciliation stopped the payout's reference (PAYOUT_STOPPED): no
+	// money moved, and none will. The payout is reported ambiguous, which
+	// hands it to the reconciler; rail-proxy's record (not_at_rail) lets it
+	// fail the payout at once.
+	errStopped = errors.New("executor: payout stopped at the rail")
 	// errMismatch: the event does not describe the payout it names.
 	errMismatch = errors.New("executor: event does not match its payout")
 )
@@ -103,7 +109,10 @@ func (x *Executor) claim(ctx context.Context, e payoutevent.Event, h payoutevent
 // payment-resource's signature over its terms (from the claim). It
 // returns a *firstAttempt when the payout already went to the rail,
 // errAmbiguous when rail-proxy says the rail was called and did not answer
-// (RAIL_AMBIGUOUS), or the client's error (for Classify).
+// (RAIL_AMBIGUOUS), errStopped when the rail refused it for a stop order
+// (PAYOUT_STOPPED), or the client's error (for Classify; RAIL_NOT_REACHED,
+// nothing reached the rail, is transient: the delivery is redelivered and
+// submits again).
 //
 // An answer lost on the way back (a broken connection, a timeout, a 5xx
 // other than RAIL_AMBIGUOUS, an unreadable 200) is transient, not
@@ -128,6 +137,8 @@ func (x *Executor) submit(ctx context.Context, e payoutevent.Event, h payouteven
 		return railResult{}, fmt.Errorf("%w: %v", ErrDependency, err)
 	case errors.Is(err, railclient.ErrRailAmbiguous):
 		return railResult{}, fmt.Errorf("%w: %v", errAmbiguous, err)
+	case errors.Is(err, railclient.ErrPayoutStopped):
+		return railResult{}, fmt.Errorf("%w: %v", errStopped, err)
 	}
 	return railResult{}, err
 }

@@ -48,6 +48,10 @@ const (
 	EventRailSubmissionAccepted = "rail_submission_accepted"
 	// EventRailSubmissionAmbiguous: the rail's outcome is unknown.
 	EventRailSubmissionAmbiguous = "rail_submission_ambiguous"
+	// EventRailSubmissionStopped: rail-proxy answered PAYOUT_STOPPED (a
+	// reconciliation stopped the payout's reference at the rail); the
+	// payout is marked ambiguous for the reconciler to fail.
+	EventRailSubmissionStopped = "rail_submission_stopped"
 	// EventPayoutFencedStale: WARN, a fence point refused this worker's
 	// token and a newer holder exists; answered 409 for redelivery.
 	EventPayoutFencedStale = "payout_fenced_stale"

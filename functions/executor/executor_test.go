@@ -723,6 +723,13 @@ func TestRailProxyAnswersAreClassifiedByTheirCodes(t *testing.T) {
 		{"UNAVAILABLE", 503, env(railapi.CodeUnavailable), "", executor.ErrDependency, ""},
 		{"RAILDB_RESTORED", 503, env(railapi.CodeRestored), "", executor.ErrDependency, ""},
 		{"INTERNAL", 500, env(railapi.CodeInternal), "", executor.ErrDependency, ""},
+		// Nothing reached the rail and rail-proxy released the forward:
+		// redelivered, never recorded ambiguous (which would end failed).
+		{"RAIL_NOT_REACHED", 503, env(railapi.CodeRailNotReached), "", executor.ErrDependency, ""},
+		// Stopped by a reconciliation: nothing moved, for good; handed to
+		// the reconciler as ambiguous.
+		{"PAYOUT_STOPPED", 409, env(railapi.CodePayoutStopped), executor.OutcomeInDoubt, nil, "AMBIGUOUS"},
+		{"INVALID_TOKEN (a wrong deployment)", 400, env(railapi.CodeInvalidToken), "", executor.ErrDependency, ""},
 		{"INVALID_REQUEST", 400, env(railapi.CodeInvalidRequest), executor.OutcomeNeedsAttention, nil, ""},
 		{"a code this executor does not know, 4xx", 409, `{"error":{"code":"SOMETHING_NEW","message":"x","retryable":false}}`, executor.OutcomeNeedsAttention, nil, ""},
 		{"a code this executor does not know, 5xx", 503, `{"error":{"code":"SOMETHING_NEW","message":"x","retryable":false}}`, "", executor.ErrDependency, ""},

@@ -65,19 +65,27 @@ var (
 	// not an owner id lock-server would grant a lease to
 	// (lockserver/api.ValidateOwner).
 	ErrBadOwner = errors.New("fencing: malformed " + HeaderOwner + " header")
+	// ErrRepeatedProof: the X-Fencing-Proof header is sent more than once:
+	// which proof was meant is unknown (see ProofFrom).
+	ErrRepeatedProof = errors.New("fencing: more than one " + HeaderProof + " header")
 	// ErrUnverified: the token's proof does not show that lock-server
 	// issued it for the lock that guards the resource (see Verify).
 	ErrUnverified = errors.New("fencing: token not issued for this resource's lock")
 )
 
-// ProofFrom returns the X-Fencing-Proof header ("" when absent; the
-// header sent more than once also reads "", which Verify refuses).
-func ProofFrom(r *http.Request) string {
+// ProofFrom returns the X-Fencing-Proof header: "" and nil when it is
+// absent (Verify then refuses the token as unproven), and "" and an error
+// wrapping ErrRepeatedProof when it is sent more than once (a fence point
+// answers it like a proof that does not verify, and says so).
+func ProofFrom(r *http.Request) (string, error) {
 	vals := r.Header.Values(HeaderProof)
-	if len(vals) != 1 {
-		return ""
+	switch len(vals) {
+	case 0:
+		return "", nil
+	case 1:
+		return strings.TrimSpace(vals[0]), nil
 	}
-	return strings.TrimSpace(vals[0])
+	return "", fmt.Errorf("%w: sent %d times", ErrRepeatedProof, len(vals))
 }
 
 // Verify checks that proof shows token was granted by lock-server on

@@ -66,9 +66,10 @@ func FuzzHeaders(f *testing.F) {
 				t.Fatalf("TokenFrom(%q, twice=%v) accepted %d", token, twice, tok)
 			}
 		}
-		got := fencing.ProofFrom(r)
-		if want := strings.TrimSpace(proof); twice && got != "" || !twice && got != want {
-			t.Fatalf("ProofFrom(%q, twice=%v) = %q", proof, twice, got)
+		got, err := fencing.ProofFrom(r)
+		if want := strings.TrimSpace(proof); twice && (got != "" || !errors.Is(err, fencing.ErrRepeatedProof)) ||
+			!twice && (got != want || err != nil) {
+			t.Fatalf("ProofFrom(%q, twice=%v) = %q, %v", proof, twice, got, err)
 		}
 	})
 }

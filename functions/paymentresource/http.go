@@ -340,7 +340,13 @@ func (s *Service) holder(w http.ResponseWriter, r *http.Request) (id string, h p
 		s.fail(w, r, err, "payoutId", id, "ownerId", owner)
 		return "", h, false
 	}
-	return id, payoutevent.Holder{Token: token, Proof: fencing.ProofFrom(r), Owner: owner}, true
+	proof, err := fencing.ProofFrom(r)
+	if err != nil && s.fencing {
+		fencing.LogUnverified(r.Context(), s.log, "payout", id, token, owner, err, "payoutId", id)
+		s.fail(w, r, fmt.Errorf("%w: %w", ErrUnverifiedToken, err), "payoutId", id, "ownerId", owner)
+		return "", h, false
+	}
+	return id, payoutevent.Holder{Token: token, Proof: proof, Owner: owner}, true
 }
 
 // decodeEmpty accepts an empty body or an empty JSON object (the claim

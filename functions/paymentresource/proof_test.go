@@ -3,6 +3,7 @@ package paymentresource_test
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
@@ -40,6 +41,10 @@ func TestUnverifiedTokensAreRefusedAndChangeNothing(t *testing.T) {
 	} {
 		st, body := f.do("POST", c.path, c.body, c.headers...)
 		want(t, c.name, st, body, http.StatusForbidden, api.CodeUnverifiedToken)
+		// Probe 15: two proofs used to read "missing proof".
+		if c.name == "claim with two proofs" && !strings.Contains(string(body), "more than one") {
+			t.Errorf("%s: message %s; want it to say more than one proof came", c.name, body)
+		}
 		if after := f.snapshot(); after != before {
 			t.Fatalf("%s changed paydb:\nbefore %s\nafter  %s", c.name, before, after)
 		}

@@ -19,6 +19,10 @@ const (
 	// accepts, in bytes (lock-server's owner bound); a longer one, or one
 	// lock-server would not grant a lease to, is refused 400.
 	MaxLockOwnerLen = 128
+	// CodeInvalidToken is the error code (sent with 400) of a fenced write
+	// whose HeaderFencingToken is missing, repeated, or not a positive
+	// decimal int64 in canonical form: both fence points answer it so.
+	CodeInvalidToken = "INVALID_TOKEN"
 	// CodeFencedOut is the error code (sent with 409) of a write a fence
 	// point refused because a higher token (or, at a strict fence, the
 	// same one) has written: the writer is a stale holder and must stop.

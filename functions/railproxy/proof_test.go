@@ -138,3 +138,26 @@ func wantCode(t *testing.T, rec *httptest.ResponseRecorder, status int, code api
 		t.Fatalf("code %s, want %s", e.Code, code)
 	}
 }
+
+// TestTwoProofHeadersAreRefusedAsMoreThanOne (probe 15): a request with
+// two X-Fencing-Proof headers is refused 403 UNVERIFIED_TOKEN, saying that
+// more than one proof came (it used to say "missing"), and changes
+// nothing.
+func TestTwoProofHeadersAreRefusedAsMoreThanOne(t *testing.T) {
+	r := newRig(t)
+	p := r.proxy(nil)
+	req := httptest.NewRequest("POST", api.PathSubmissions, strings.NewReader(body("p-1", "acct-1", 100)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(fencing.HeaderToken, "5")
+	req.Header.Add(fencing.HeaderProof, prooftest.Proof("acct-1", 5))
+	req.Header.Add(fencing.HeaderProof, prooftest.Proof("acct-1", 5))
+	rec := httptest.NewRecorder()
+	p.ServeHTTP(rec, req)
+	wantCode(t, rec, http.StatusForbidden, api.CodeUnverifiedToken)
+	if msg := envelope(t, rec).Message; !strings.Contains(msg, "more than one") || strings.Contains(msg, "missing") {
+		t.Fatalf("message %q; want it to say more than one proof, not a missing one", msg)
+	}
+	if hw := highWater(t, p, "acct-1"); hw != -1 || r.attemptRows() != 0 || len(r.stub.Submissions("")) != 0 {
+		t.Fatalf("a refused request changed something: high-water %d, %d attempts", hw, r.attemptRows())
+	}
+}

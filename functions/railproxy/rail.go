@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 )
 
 // railRequest is the rail's POST /submit body: no token, no idempotency
@@ -32,17 +34,38 @@ type railAnswer struct {
 // maxRailAnswerBytes bounds how much of the rail's answer is read.
 const maxRailAnswerBytes = 64 << 10
 
+// Failures of forward that are not "outcome unknown".
+var (
+	// errNotSent: the rail certainly did not take the submission (see
+	// forward); answered api.CodeRailNotReached.
+	errNotSent = errors.New("railproxy: the rail did not take the submission")
+	// errRefStopped: the rail refused the submission because its
+	// reference has a stop order; answered api.CodePayoutStopped.
+	errRefStopped = errors.New("railproxy: the rail refused the submission: its reference is stopped")
+)
+
 // forward submits req to the rail once, within Config.RailTimeout. It
 // returns the answer when the rail answered 200 with ACK or DECLINE and a
-// reference, and otherwise an error: the outcome is then unknown and the
-// caller must treat the submission as ambiguous.
+// reference. Otherwise it returns an error, and the outcome is unknown
+// (ambiguous: the money may have moved) unless the error wraps one of two
+// certain answers:
 //
-// Deliberately conservative: every failure counts as ambiguous, including
-// a refused connection or a 4xx, where the money most likely did not move.
-// Telling "never sent" from "sent, answer lost" apart depends on transport
-// details (a reused keep-alive connection can fail after the request went
-// out), and one wrong guess is a second payment; reconciliation with the
-// rail's records settles every ambiguous attempt instead.
+//   - errNotSent: the connection to the rail was never established (a
+//     dial error: nothing of the request was written; Go's transport
+//     resends a POST on a fresh connection only when nothing was written
+//     on the first, so a dial error after such a resend is still "nothing
+//     sent"), or the rail answered its own "not recorded" (rail-stub's 503
+//     RAIL_UNAVAILABLE, whose contract says nothing was recorded);
+//   - errRefStopped: the rail answered 409 REFERENCE_STOPPED: a
+//     reconciliation put a stop order on the payout's reference and the
+//     rail refused the payment, for good.
+//
+// Everything else counts as ambiguous, conservatively: a reset, a timeout
+// or a broken keep-alive connection after the request may have gone out,
+// any other 4xx or 5xx (rail-stub's STUB_CLOSED is answered to a request
+// it did record), an unreadable answer. One wrong "not sent" is a second
+// payment, so only the two answers above qualify; reconciliation with the
+// rail's record settles every ambiguous attempt.
 func (p *Proxy) forward(ctx context.Context, req api.SubmitRequest) (railAnswer, error) {
 	body, err := json.Marshal(railRequest{
 		PayoutID: req.PayoutID, AccountID: req.AccountID, AmountMinor: req.AmountMinor,
@@ -58,6 +81,9 @@ func (p *Proxy) forward(ctx context.Context, req api.SubmitRequest) (railAnswer,
 	hreq.Header.Set("Content-Type", "application/json")
 	resp, err := p.rail.Do(hreq)
 	if err != nil {
+		if dialFailed(err) {
+			return railAnswer{}, fmt.Errorf("%w: connection never established: %w", errNotSent, err)
+		}
 		return railAnswer{}, fmt.Errorf("rail call: %w", err)
 	}
 	defer resp.Body.Close()
@@ -66,6 +92,12 @@ func (p *Proxy) forward(ctx context.Context, req api.SubmitRequest) (railAnswer,
 		return railAnswer{}, fmt.Errorf("rail answered %d, reading its body: %w", resp.StatusCode, err)
 	}
 	if resp.StatusCode != http.StatusOK {
+		switch code := railCode(raw); {
+		case resp.StatusCode == http.StatusServiceUnavailable && code == railstub.CodeRailUnavailable:
+			return railAnswer{}, fmt.Errorf("%w: rail answered %d %s (nothing recorded)", errNotSent, resp.StatusCode, code)
+		case resp.StatusCode == http.StatusConflict && code == railstub.CodeReferenceStopped:
+			return railAnswer{}, fmt.Errorf("%w: rail answered %d %s", errRefStopped, resp.StatusCode, code)
+		}
 		return railAnswer{}, fmt.Errorf("rail answered %d: %.200s", resp.StatusCode, raw)
 	}
 	var ans railAnswer
@@ -79,4 +111,26 @@ func (p *Proxy) forward(ctx context.Context, req api.SubmitRequest) (railAnswer,
 		return railAnswer{}, errors.New("rail answered 200 without a usable railRef")
 	}
 	return ans, nil
+}
+
+// dialFailed reports whether err is a failure to establish the connection
+// to the rail (a *net.OpError of operation "dial": refused, unreachable,
+// no route, a dial timeout), before any byte of the request was written.
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// railCode is the code of the rail's error envelope ({"error":{"code"}},
+// rail-stub's), "" when raw is not one.
+func railCode(raw []byte) string {
+	var env struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(raw, &env) != nil {
+		return ""
+	}
+	return env.Error.Code
 }

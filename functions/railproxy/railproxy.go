@@ -43,7 +43,11 @@
 // a call that timed out, lost its connection or got a 5xx is unknown (the
 // money may have moved), so the attempt is marked 'ambiguous', answered
 // 502 RAIL_AMBIGUOUS, not retryable, and left for reconciliation with the
-// rail's records. Never retry such a submission blindly. An attempt left
+// rail's records. Never retry such a submission blindly. Only a
+// connection that was never established and the rail's own "recorded
+// nothing" are certain: 503 RAIL_NOT_REACHED, the attempt 'not_sent' and
+// the payout's forward released in the same transaction (rail.go,
+// forward). An attempt left
 // 'forwarding' by a rail-proxy that died while calling the rail is marked
 // 'ambiguous' by the next submission of its payout once no live
 // rail-proxy can still be calling (see api.AlreadySubmittedAnswer).
@@ -55,11 +59,14 @@
 //
 //	POST /v1/rail/submissions             SubmitRequest -> 200 SubmitAnswer; 409 FENCED_OUT,
 //	                                      409 PAYOUT_ALREADY_SUBMITTED, 502 RAIL_AMBIGUOUS,
+//	                                      503 RAIL_NOT_REACHED, 409 PAYOUT_STOPPED,
 //	                                      503 UNAVAILABLE, 503 RAILDB_RESTORED
 //	GET  /v1/rail/high-water/{accountId}  200 HighWater, 404 NOT_FOUND
 //	GET  /v1/rail/attempts?payoutId=P     200 AttemptList (oldest first)
 //	POST /v1/rail/reconciliations         ReconcileRequest -> 200 Reconciliation; 409 ATTEMPT_IN_FLIGHT,
 //	                                      404 PAYOUT_NOT_FORWARDED, 409 RAIL_SUBMITTED_TWICE, 503 UNAVAILABLE
+//	GET  /v1/rail/unsettled               200 UnsettledList (forwarded attempts forwarding or ambiguous
+//	                                      past the abandon threshold)
 //
 // Reconciliation (reconcile.go) resolves a payout's forwarded attempt that
 // never recorded the rail's answer against the rail's own record.
@@ -118,6 +125,9 @@ var (
 	// ErrInvalidRequest: a request's token header, body or parameters are
 	// malformed; nothing was recorded.
 	ErrInvalidRequest = errors.New("railproxy: invalid request")
+	// ErrInvalidToken: the X-Fencing-Token header is missing, repeated or
+	// malformed (400 INVALID_TOKEN); nothing was recorded.
+	ErrInvalidToken = errors.New("railproxy: invalid fencing token header")
 	// ErrFencedOut: the token is not greater than the account's high-water.
 	// The error also wraps a fencing.Refusal with both tokens.
 	ErrFencedOut = errors.New("railproxy: stale fencing token")
@@ -132,6 +142,14 @@ var (
 	// DECLINE (timeout, connection failure, 5xx, anything else); the money
 	// may have moved.
 	ErrRailAmbiguous = errors.New("railproxy: rail outcome unknown")
+	// ErrRailNotReached: the rail certainly did not take the submission
+	// (the connection was never established, or the rail answered that it
+	// recorded nothing); no money moved and the payout may be submitted
+	// again (503 RAIL_NOT_REACHED, retryable).
+	ErrRailNotReached = errors.New("railproxy: the rail did not take the submission")
+	// ErrPayoutStopped: the rail refused the submission for a stop order
+	// on the payout's reference (409 PAYOUT_STOPPED); no money moved.
+	ErrPayoutStopped = errors.New("railproxy: the payout's reference is stopped at the rail")
 	// ErrUnavailable: raildb could not be reached or did not answer in
 	// time, or the proxy is closed.
 	ErrUnavailable = errors.New("railproxy: unavailable")
@@ -150,6 +168,9 @@ var (
 	errMethod = errors.New("railproxy: method not allowed")
 	// errOverloaded: the in-flight bound is reached (503 OVERLOADED).
 	errOverloaded = errors.New("railproxy: too many requests in flight")
+	// errReconciling marks the failures of a reconciliation, whose 503
+	// message differs from a submission's (see fail).
+	errReconciling = errors.New("railproxy: reconciliation")
 	// errStalled: raildb is marked stalled and this request is not the
 	// probe; always wrapped with ErrUnavailable (503 UNAVAILABLE).
 	errStalled = errors.New("railproxy: raildb is marked stalled (a transaction ran out its whole timeout); not tried")
@@ -458,6 +479,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 	p.mux.HandleFunc(api.PathHighWater, p.handleHighWater)
 	p.mux.HandleFunc(api.PathAttempts, p.handleAttempts)
 	p.mux.HandleFunc(api.PathReconciliations, p.handleReconcile)
+	p.mux.HandleFunc(api.PathUnsettled, p.handleUnsettled)
 	p.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, p.log, fmt.Errorf("%w: no route for %s %s", ErrNotFound, r.Method, r.URL.Path))
 	})
@@ -544,14 +566,16 @@ func (p *Proxy) Close() error {
 }
 
 // holder reads the lock holder's headers of a fenced request (token,
-// proof, owner); it answers 400 INVALID_REQUEST itself and returns
-// ok=false when the token or the owner is malformed. A malformed owner is
+// proof, owner); it answers itself and returns ok=false when the token is
+// malformed (400 INVALID_TOKEN), the owner is malformed (400
+// INVALID_REQUEST), or, while fencing is on, the proof is sent more than
+// once (403 UNVERIFIED_TOKEN, saying so). A malformed owner is
 // refused like lock-server refuses it, never cut and stored: it would
 // reach raildb.
 func (p *Proxy) holder(w http.ResponseWriter, r *http.Request) (h payoutevent.Holder, ok bool) {
 	token, err := fencing.TokenFrom(r)
 	if err != nil {
-		p.fail(w, p.log, fmt.Errorf("%w: %w", ErrInvalidRequest, err))
+		p.fail(w, p.log, fmt.Errorf("%w: %w", ErrInvalidToken, err))
 		return h, false
 	}
 	owner, err := fencing.OwnerFrom(r)
@@ -559,7 +583,14 @@ func (p *Proxy) holder(w http.ResponseWriter, r *http.Request) (h payoutevent.Ho
 		p.fail(w, p.log, fmt.Errorf("%w: %w", ErrInvalidRequest, err))
 		return h, false
 	}
-	return payoutevent.Holder{Token: token, Proof: fencing.ProofFrom(r), Owner: owner}, true
+	proof, err := fencing.ProofFrom(r)
+	if err != nil && !p.cfg.FencingDisabled {
+		// Before the body is read: the account is not known yet.
+		fencing.LogUnverified(r.Context(), p.log, "rail", "", token, owner, err)
+		p.fail(w, p.log, fmt.Errorf("%w: %w", ErrUnverifiedToken, err))
+		return h, false
+	}
+	return payoutevent.Holder{Token: token, Proof: proof, Owner: owner}, true
 }
 
 func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
@@ -638,7 +669,14 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		"amountMinor", req.AmountMinor, "currency", req.Currency)
 
 	ans, err := p.forward(ctx, req)
-	if err != nil {
+	switch {
+	case errors.Is(err, errNotSent):
+		p.notReached(ctx, w, lg, attemptID, req.PayoutID, err)
+		return
+	case errors.Is(err, errRefStopped):
+		p.stopped(ctx, w, lg, attemptID, err)
+		return
+	case err != nil:
 		if ferr := p.finish(ctx, attemptID, api.StateAmbiguous, ""); ferr != nil {
 			lg.ErrorContext(ctx, "could not record the ambiguous outcome; the attempt stays forwarding", "event", api.EventAttemptUpdateFailed, "error", ferr.Error())
 		}
@@ -660,6 +698,43 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	lg.InfoContext(ctx, "rail answered "+string(ans.Status), "event", event, "railRef", ans.RailRef)
 	httpjson.WriteJSON(w, http.StatusOK, api.SubmitAnswer{Status: ans.Status, RailRef: ans.RailRef, AttemptID: attemptID, Token: token,
 		Receipt: p.receipt(req.PayoutID, req.AccountID, req.AmountMinor, req.Currency, state, ans.RailRef, token)})
+}
+
+// notReached answers a forward the rail certainly did not take (forward's
+// errNotSent): the attempt is recorded not_sent and the payout's forward
+// released (notSent), then 503 RAIL_NOT_REACHED, retryable. When the
+// record fails, or the attempt was meanwhile recorded otherwise, the
+// attempt stays the payout's forward: a later submission is answered
+// PAYOUT_ALREADY_SUBMITTED and the payout goes to reconciliation, where
+// the rail's record (nothing) settles it. The answer is the same: no money
+// moved.
+func (p *Proxy) notReached(ctx context.Context, w http.ResponseWriter, lg *slog.Logger, attemptID int64, payout string, cause error) {
+	released, err := p.notSent(ctx, attemptID, payout)
+	switch {
+	case err != nil:
+		lg.Error("could not record that the rail did not take the submission; the attempt stays forwarding", "event", api.EventAttemptUpdateFailed,
+			"state", api.StateNotSent, "error", err.Error())
+	case !released:
+		lg.Warn("the rail did not take the submission, but the attempt was recorded otherwise meanwhile; it stays the payout's forward",
+			"event", api.EventAttemptUpdateFailed, "state", api.StateNotSent)
+	}
+	lg.Warn("the rail did not take the submission; nothing moved, the payout may be submitted again",
+		"event", api.EventSubmissionNotReached, "released", released, "error", cause.Error())
+	p.fail(w, lg, fmt.Errorf("%w: attempt %d: %v", ErrRailNotReached, attemptID, cause))
+}
+
+// stopped answers a forward the rail refused for a stop order on the
+// payout's reference (forward's errRefStopped): the attempt is recorded
+// not_at_rail (the rail holds nothing of it and never will), then 409
+// PAYOUT_STOPPED.
+func (p *Proxy) stopped(ctx context.Context, w http.ResponseWriter, lg *slog.Logger, attemptID int64, cause error) {
+	if err := p.finish(ctx, attemptID, api.StateNotAtRail, ""); err != nil {
+		lg.Error("could not record the rail's refusal; the attempt stays forwarding", "event", api.EventAttemptUpdateFailed,
+			"state", api.StateNotAtRail, "error", err.Error())
+	}
+	lg.Warn("the rail refused the submission: a reconciliation stopped the payout's reference; nothing moved",
+		"event", api.EventSubmissionStopped, "error", cause.Error())
+	p.fail(w, lg, fmt.Errorf("%w: attempt %d: %v", ErrPayoutStopped, attemptID, cause))
 }
 
 // receipt signs the rail's answer to a payout's one forwarded submission
@@ -731,8 +806,9 @@ func (p *Proxy) methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed
 
 // fail answers err with the envelope, through statusOf, and logs server
 // failures (a restored raildb as the event raildb_restored). Refusals of
-// bad input are logged at DEBUG; fenced_out and rail_submission_ambiguous
-// have been logged by the caller. A 5xx answer carries a generic message
+// bad input are logged at DEBUG; fenced_out, rail_submission_ambiguous,
+// rail_submission_not_reached and rail_submission_stopped have been logged
+// by the caller. A 5xx answer carries a generic message
 // (serverMessage): the cause (a driver's error, SQL, the rail's address)
 // goes to the log only.
 func (p *Proxy) fail(w http.ResponseWriter, lg *slog.Logger, err error) {
@@ -740,9 +816,14 @@ func (p *Proxy) fail(w http.ResponseWriter, lg *slog.Logger, err error) {
 	msg := httpjson.ClientMessage(err)
 	if status >= 500 {
 		msg = serverMessage(code)
+		if code == api.CodeUnavailable && errors.Is(err, errReconciling) {
+			// A reconciliation's 503 cannot promise "nothing reached the
+			// rail": the payout's forward may have, and the stop order too.
+			msg = "rail-proxy, raildb or the rail did not answer; the reconciliation recorded nothing, the same request may be sent again"
+		}
 	}
 	switch {
-	case code == api.CodeRailAmbiguous || code == api.CodeFencedOut:
+	case code == api.CodeRailAmbiguous || code == api.CodeFencedOut || code == api.CodeRailNotReached || code == api.CodePayoutStopped:
 	case errors.Is(err, errOverloaded) || errors.Is(err, errStalled):
 		// Shed at once: one line per refused request would flood the log
 		// exactly when the service is in trouble; backend_stalled and the
@@ -768,6 +849,8 @@ func serverMessage(code api.Code) string {
 	switch code {
 	case api.CodeRailAmbiguous:
 		return "the rail was called and did not answer; the money may have moved: reconcile, never retry blindly"
+	case api.CodeRailNotReached:
+		return "the rail did not take the submission (not reached, or it recorded nothing); no money moved, the payout may be submitted again"
 	case api.CodeRestored:
 		return "raildb was restored from a backup; submissions are refused until an operator runs rail-proxy recover-restore"
 	case api.CodeUnavailable:
@@ -785,6 +868,8 @@ func statusOf(err error) (status int, code api.Code, retryable bool) {
 	switch {
 	case errors.As(err, &decodeErr):
 		return decodeErr.Status, api.Code(decodeErr.Code), false
+	case errors.Is(err, ErrInvalidToken):
+		return http.StatusBadRequest, api.CodeInvalidToken, false
 	case errors.Is(err, ErrInvalidRequest):
 		return http.StatusBadRequest, api.CodeInvalidRequest, false
 	case errors.Is(err, ErrFencedOut):
@@ -797,6 +882,10 @@ func statusOf(err error) (status int, code api.Code, retryable bool) {
 		return http.StatusConflict, api.CodeAlreadySubmitted, false
 	case errors.Is(err, ErrRailAmbiguous):
 		return http.StatusBadGateway, api.CodeRailAmbiguous, false
+	case errors.Is(err, ErrRailNotReached):
+		return http.StatusServiceUnavailable, api.CodeRailNotReached, true
+	case errors.Is(err, ErrPayoutStopped):
+		return http.StatusConflict, api.CodePayoutStopped, false
 	case errors.Is(err, ErrInFlight):
 		return http.StatusConflict, api.CodeAttemptInFlight, true
 	case errors.Is(err, ErrNotForwarded):

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -290,6 +291,39 @@ func TestEqualTokenIsFenced(t *testing.T) {
 	mustAccept(t, p, "w", body("po-3", "acct-2", 100), 7)
 }
 
+// TestAHoldersResendOfItsOwnSubmissionIsNotStale (probe 3): a refused
+// PAYOUT_ALREADY_SUBMITTED raises the high-water to the newer holder's
+// token (the fence learns a newer holder exists), and that holder's resend
+// of its own submission, with the same token, gets the already-submitted
+// answer again, never FENCED_OUT for its own token. The same token for
+// another payout is still stale.
+func TestAHoldersResendOfItsOwnSubmissionIsNotStale(t *testing.T) {
+	r := newRig(t)
+	p := r.proxy(nil)
+	first := mustAccept(t, p, "worker-a", body("po-1", "acct-1", 100), 11)
+	for i := range 2 {
+		rec := submit(p, "worker-b", body("po-1", "acct-1", 100), "12")
+		var ans api.AlreadySubmittedAnswer
+		if rec.Code != http.StatusConflict || json.Unmarshal(rec.Body.Bytes(), &ans) != nil ||
+			ans.Error.Code != api.CodeAlreadySubmitted || ans.Attempt.AttemptID != first.AttemptID || ans.Attempt.State != api.StateAcked {
+			t.Fatalf("submission %d of po-1 with token 12: %d %s; want 409 %s with attempt %d, acked", i+1, rec.Code, rec.Body,
+				api.CodeAlreadySubmitted, first.AttemptID)
+		}
+	}
+	if hw := highWater(t, p, "acct-1"); hw != 12 {
+		t.Fatalf("high-water %d, want 12 (the refusal taught the fence the newer token)", hw)
+	}
+	if got := r.logs.Events(t, fencing.EventFencedOut); len(got) != 0 {
+		t.Fatalf("fenced_out lines %v; want none: nobody stale submitted", got)
+	}
+	// Token 11 is stale now, and 12 cannot carry a second payout.
+	mustBeFenced(t, submit(p, "worker-a", body("po-1", "acct-1", 100), "11"))
+	mustBeFenced(t, submit(p, "worker-b", body("po-2", "acct-1", 100), "12"))
+	if n := len(r.stub.Submissions("")); n != 1 {
+		t.Fatalf("rail received %d submissions, want 1", n)
+	}
+}
+
 func TestHighWaterSurvivesProxyRestart(t *testing.T) {
 	r := newRig(t)
 	first := r.proxy(nil)
@@ -336,47 +370,75 @@ func TestWithFencingOffTheStaleHolderReachesTheRail(t *testing.T) {
 		t.Fatalf("high-water %d, want 42", hw)
 	}
 	on := r.proxy(nil)
-	mustBeFenced(t, submit(on, "worker-a", body("po-1", "acct-1", 2500), "42"))
+	mustBeFenced(t, submit(on, "worker-a", body("po-2", "acct-1", 2500), "41"))
+	mustBeFenced(t, submit(on, "worker-a", body("po-2", "acct-1", 2500), "42"))
+}
+
+// setFaults posts a fault setting to the rig's rail-stub.
+func (r *rig) setFaults(faults string) {
+	r.t.Helper()
+	resp, err := http.Post(r.rail.URL+"/admin/faults", "application/json", strings.NewReader(faults))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != 200 {
+		r.t.Fatalf("set faults: %d", resp.StatusCode)
+	}
+}
+
+// deadURL is an http URL where nothing listens: a connection to it is
+// refused before anything is sent.
+func deadURL(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := "http://" + l.Addr().String()
+	_ = l.Close() // nothing listens there any more
+	return u
 }
 
 func TestRailFailureAfterForwardingIsAmbiguous(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		faults      string // POST /admin/faults body; "" for none
-		railDown    bool
+		rail        http.HandlerFunc
 		wantRecords int
 	}{
 		// The rail recorded the payment and never answered.
 		{name: "rail hangs", faults: `{"failNext":1,"mode":"hang"}`, wantRecords: 1},
-		// A 5xx says nothing reliable about the money.
-		{name: "rail answers 503", faults: `{"failNext":1,"mode":"error"}`, wantRecords: 0},
-		// Counted as ambiguous too, conservatively (see forward).
-		{name: "rail unreachable", railDown: true, wantRecords: 0},
+		// A 503 that is not the rail's own "not recorded" (a proxy's, a
+		// load balancer's) says nothing reliable about the money.
+		{name: "rail answers a plain 503", rail: func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			http.Error(w, "upstream unavailable", http.StatusServiceUnavailable)
+		}},
+		// The connection is cut after the request was read: it may have
+		// been recorded.
+		{name: "connection reset after the request", rail: func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				_ = conn.Close()
+			}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t)
 			railURL := r.rail.URL
-			if tc.railDown {
-				l, err := net.Listen("tcp", "127.0.0.1:0")
-				if err != nil {
-					t.Fatal(err)
-				}
-				railURL = "http://" + l.Addr().String()
-				_ = l.Close() // nothing listens there any more
+			if tc.rail != nil {
+				srv := httptest.NewServer(tc.rail)
+				t.Cleanup(srv.Close)
+				railURL = srv.URL
 			}
 			p := r.proxy(func(c *railproxy.Config) {
 				c.RailURL = railURL
 				c.RailTimeout = 500 * time.Millisecond
 			})
 			if tc.faults != "" {
-				resp, err := http.Post(r.rail.URL+"/admin/faults", "application/json", strings.NewReader(tc.faults))
-				if err != nil {
-					t.Fatal(err)
-				}
-				_ = resp.Body.Close()
-				if resp.StatusCode != 200 {
-					t.Fatalf("set faults: %d", resp.StatusCode)
-				}
+				r.setFaults(tc.faults)
 			}
 			rec := submit(p, "w", body("po-1", "acct-1", 2500), "42")
 			if rec.Code != http.StatusBadGateway {
@@ -404,10 +466,115 @@ func TestRailFailureAfterForwardingIsAmbiguous(t *testing.T) {
 			if tc.wantRecords == 1 && (!recs[0].Withheld || recs[0].Answer.Status != railstub.StatusAck) {
 				t.Fatalf("rail record %+v; want a withheld ACK: the money moved", recs[0])
 			}
-			// The token stays spent: a blind retry with it is fenced.
-			mustBeFenced(t, submit(p, "w", body("po-1", "acct-1", 2500), "42"))
+			// The payout's forward stays with the ambiguous attempt: the
+			// holder's resend gets that attempt, a newer holder too, and
+			// nothing goes to the rail again.
+			for _, tok := range []string{"42", "43"} {
+				rec := submit(p, "w", body("po-1", "acct-1", 2500), tok)
+				if e := envelope(t, rec); rec.Code != http.StatusConflict || e.Code != api.CodeAlreadySubmitted {
+					t.Fatalf("resend with token %s: %d %s; want 409 %s", tok, rec.Code, rec.Body, api.CodeAlreadySubmitted)
+				}
+			}
+			if n := len(r.stub.Submissions("")); n != tc.wantRecords {
+				t.Fatalf("rail records after the resends: %d, want %d", n, tc.wantRecords)
+			}
 		})
 	}
+}
+
+// TestRailCertainlyNotReachedIsRetryableAndReleasesTheForward: a refused
+// connection (nothing sent) and the rail's own "not recorded" answer
+// (rail-stub's 503 RAIL_UNAVAILABLE) are not ambiguous: the answer is 503
+// RAIL_NOT_REACHED, retryable, the attempt not_sent, and the payout may go
+// to the rail again, with the same token (the holder's resend) or a newer
+// one, exactly once.
+func TestRailCertainlyNotReachedIsRetryableAndReleasesTheForward(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		down    bool   // the rail's address refuses connections
+		faults  string // POST /admin/faults body
+		resends string // the token of the resend that reaches the rail
+	}{
+		{name: "connection refused, resent with the same token", down: true, resends: "42"},
+		{name: "rail answers 503 RAIL_UNAVAILABLE, resent by a newer holder", faults: `{"failNext":1,"mode":"error"}`, resends: "43"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			railURL := r.rail.URL
+			if tc.down {
+				railURL = deadURL(t)
+			}
+			p := r.proxy(func(c *railproxy.Config) { c.RailURL = railURL; c.RailTimeout = 2 * time.Second })
+			if tc.faults != "" {
+				r.setFaults(tc.faults)
+			}
+			rec := submit(p, "w", body("po-1", "acct-1", 2500), "42")
+			e := envelope(t, rec)
+			if rec.Code != http.StatusServiceUnavailable || e.Code != api.CodeRailNotReached || !e.Retryable || rec.Header().Get("Retry-After") == "" {
+				t.Fatalf("answer %d %s (Retry-After %q); want 503 %s, retryable, with Retry-After", rec.Code, rec.Body,
+					rec.Header().Get("Retry-After"), api.CodeRailNotReached)
+			}
+			if strings.Contains(e.Message, "127.0.0.1") || strings.Contains(e.Message, railURL) {
+				t.Fatalf("503 message %q carries internal text", e.Message)
+			}
+			if got := r.attemptStates(); !reflect.DeepEqual(got, map[api.State]int{api.StateNotSent: 1}) {
+				t.Fatalf("attempt states %v, want one not_sent", got)
+			}
+			if got := r.logs.Events(t, api.EventSubmissionNotReached); len(got) != 1 || got[0]["released"] != true {
+				t.Fatalf("rail_submission_not_reached lines %v; want one, released", got)
+			}
+			if n := len(r.stub.Submissions("")); n != 0 {
+				t.Fatalf("rail records %d submissions, want 0", n)
+			}
+			q := p
+			if tc.down {
+				q = r.proxy(nil) // the rail is back
+			}
+			ans := mustAccept(t, q, "w", body("po-1", "acct-1", 2500), mustInt(t, tc.resends))
+			if ans.Status != api.RailAck {
+				t.Fatalf("resend answered %+v; want ACK", ans)
+			}
+			// Once forwarded, the payout is not forwarded again.
+			rec = submit(q, "w", body("po-1", "acct-1", 2500), "44")
+			if e := envelope(t, rec); rec.Code != http.StatusConflict || e.Code != api.CodeAlreadySubmitted {
+				t.Fatalf("third submission: %d %s; want 409 %s", rec.Code, rec.Body, api.CodeAlreadySubmitted)
+			}
+			if got := r.stub.Submissions("po-1"); len(got) != 1 {
+				t.Fatalf("rail records of po-1: %d, want exactly 1", len(got))
+			}
+		})
+	}
+}
+
+// TestRailRefusalOfAStoppedReferenceIsDefinitive: the rail's 409
+// REFERENCE_STOPPED (a reconciliation stopped the payout) is not
+// ambiguous: nothing moved and nothing will; the attempt is not_at_rail
+// and the answer 409 PAYOUT_STOPPED, not retryable.
+func TestRailRefusalOfAStoppedReferenceIsDefinitive(t *testing.T) {
+	r := newRig(t)
+	p := r.proxy(nil)
+	if _, err := r.stub.Stop("po-1"); err != nil {
+		t.Fatal(err)
+	}
+	rec := submit(p, "w", body("po-1", "acct-1", 2500), "42")
+	if e := envelope(t, rec); rec.Code != http.StatusConflict || e.Code != api.CodePayoutStopped || e.Retryable {
+		t.Fatalf("answer %d %s; want 409 %s, not retryable", rec.Code, rec.Body, api.CodePayoutStopped)
+	}
+	if got := r.attemptStates(); !reflect.DeepEqual(got, map[api.State]int{api.StateNotAtRail: 1}) {
+		t.Fatalf("attempt states %v, want one not_at_rail", got)
+	}
+	if n := len(r.stub.Submissions("po-1")); n != 0 {
+		t.Fatalf("rail records %d payments of po-1, want 0", n)
+	}
+}
+
+func mustInt(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func TestDeclineIsAnsweredAndRecorded(t *testing.T) {
@@ -485,14 +652,14 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"amount other than the signed one", post(with("amountMinor", 101), "50"), 403, api.CodeInvalidTerms},
 		{"payout id paydb does not know", post(with("payoutId", "po-ghost"), "50"), 403, api.CodeInvalidTerms},
 		{"terms signature not a string", post(with("termsSignature", 7), "50"), 400, api.CodeInvalidRequest},
-		{"missing token", post(ok), 400, api.CodeInvalidRequest},
-		{"empty token", post(ok, ""), 400, api.CodeInvalidRequest},
-		{"non-numeric token", post(ok, "fifty"), 400, api.CodeInvalidRequest},
-		{"zero token", post(ok, "0"), 400, api.CodeInvalidRequest},
-		{"negative token", post(ok, "-50"), 400, api.CodeInvalidRequest},
-		{"plus-signed token", post(ok, "+50"), 400, api.CodeInvalidRequest},
-		{"overflowing token", post(ok, "99999999999999999999"), 400, api.CodeInvalidRequest},
-		{"two token headers", post(ok, "50", "51"), 400, api.CodeInvalidRequest},
+		{"missing token", post(ok), 400, api.CodeInvalidToken},
+		{"empty token", post(ok, ""), 400, api.CodeInvalidToken},
+		{"non-numeric token", post(ok, "fifty"), 400, api.CodeInvalidToken},
+		{"zero token", post(ok, "0"), 400, api.CodeInvalidToken},
+		{"negative token", post(ok, "-50"), 400, api.CodeInvalidToken},
+		{"plus-signed token", post(ok, "+50"), 400, api.CodeInvalidToken},
+		{"overflowing token", post(ok, "99999999999999999999"), 400, api.CodeInvalidToken},
+		{"two token headers", post(ok, "50", "51"), 400, api.CodeInvalidToken},
 		{"text content type", req{"POST", api.PathSubmissions, "text/plain", ok, []string{"50"}}, 415, api.CodeUnsupportedMediaType},
 		{"GET submissions", req{"GET", api.PathSubmissions, "", "", []string{"50"}}, 405, api.CodeMethodNotAllowed},
 		{"POST high-water", req{"POST", api.HighWaterPath("acct-1"), "application/json", ok, []string{"50"}}, 405, api.CodeMethodNotAllowed},
@@ -780,7 +947,9 @@ func TestConcurrentSubmissionsOfOnePayoutReachTheRailOnce(t *testing.T) {
 // marked ambiguous (for reconciliation) and the refusal is final.
 func TestForwardingAttemptIsRetryableThenAbandoned(t *testing.T) {
 	r := newRig(t)
-	p := r.proxy(func(c *railproxy.Config) { c.RailTimeout, c.DBTimeout = 100*time.Millisecond, 100*time.Millisecond })
+	// Timeouts long enough for a loaded machine (a 100 ms DBTimeout met
+	// 503s there); the attempt is aged past the threshold by hand.
+	p := r.proxy(func(c *railproxy.Config) { c.RailTimeout, c.DBTimeout = time.Second, 2*time.Second })
 	ctx := t.Context()
 	var id int64
 	if err := r.pool().QueryRow(ctx, `INSERT INTO rail_attempt (payout_id, account_id, token, amount_minor, currency, state)
@@ -795,7 +964,7 @@ VALUES ('po-1', 'acct-1', 5, 700, 'EUR', 'forwarding') RETURNING attempt_id`).Sc
 		t.Fatalf("refusal %+v; want the forwarding attempt, retryable", ans)
 	}
 	// Older than RailTimeout + 2 x DBTimeout + 1 s: no live proxy is calling.
-	if _, err := r.pool().Exec(ctx, `UPDATE rail_attempt SET created_at = now() - interval '2 seconds' WHERE attempt_id = $1`, id); err != nil {
+	if _, err := r.pool().Exec(ctx, `UPDATE rail_attempt SET created_at = now() - interval '10 seconds' WHERE attempt_id = $1`, id); err != nil {
 		t.Fatal(err)
 	}
 	ans = mustBeDuplicate(t, submit(p, "w", body("po-1", "acct-1", 700), "7"))

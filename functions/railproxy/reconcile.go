@@ -9,11 +9,13 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -88,14 +90,21 @@ func (p *Proxy) handleReconcile(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, p.log, err)
 		return
 	}
-	if err := req.Validate(); err != nil {
+	err := req.Validate()
+	if err == nil && req.HasPayout() {
+		err = iso4217.Check(req.Currency)
+	}
+	if err != nil {
 		p.fail(w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}
 	lg := p.log.With("payoutId", req.PayoutID, "token", h.Token, "ownerId", h.Owner)
 	rec, err := p.reconcile(r.Context(), req.PayoutID, h, lg)
+	if errors.Is(err, ErrNotForwarded) && req.HasPayout() {
+		rec, err = p.closePayout(r.Context(), req, h, lg)
+	}
 	if err != nil {
-		p.fail(w, lg, err)
+		p.fail(w, lg, fmt.Errorf("%w: %w", errReconciling, err))
 		return
 	}
 	httpjson.WriteJSON(w, http.StatusOK, rec)
@@ -130,6 +139,14 @@ func (p *Proxy) reconcile(ctx context.Context, payout string, h payoutevent.Hold
 		return api.Reconciliation{}, fmt.Errorf("%w: attempt %d of payout %s is %s and younger than %v", ErrInFlight,
 			a.AttemptID, payout, a.State, p.abandonAfter())
 	}
+	return p.settleAtRail(ctx, a, lg)
+}
+
+// settleAtRail puts the stop order on the reference of a's payout at the
+// rail and records what the rail holds as a's outcome, guarded by a's
+// state as read (a forwarding or ambiguous attempt, the payout's forward).
+func (p *Proxy) settleAtRail(ctx context.Context, a api.Attempt, lg *slog.Logger) (api.Reconciliation, error) {
+	payout := a.PayoutID
 	records, err := p.stopAtRail(ctx, payout)
 	if err != nil {
 		return api.Reconciliation{}, err
@@ -185,6 +202,76 @@ func (p *Proxy) reconcile(ctx context.Context, payout string, h payoutevent.Hold
 	a.State, a.RailRef = state, railRef
 	return p.reconciliation(a, true), nil
 }
+
+// sqlCloseAttempt records the attempt that closes a payout rail-proxy
+// never forwarded: the reconciliation's token and owner, recorded
+// 'ambiguous' (its outcome is the rail's answer to the stop order that
+// follows) and made the payout's forward in the same transaction.
+const sqlCloseAttempt = `
+INSERT INTO rail_attempt (payout_id, account_id, token, owner_id, amount_minor, currency, state, finished_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, now())
+RETURNING attempt_id, created_at`
+
+// closePayout closes a payout that has no forwarded attempt (req carries
+// its facts, as payment-resource holds them), for the holder h of
+// payout:{req.AccountID} (verified while fencing is on): in one
+// transaction it records an attempt of h's token, 'ambiguous', as the
+// payout's forward, so that every later submission of the payout is
+// refused PAYOUT_ALREADY_SUBMITTED by rail-proxy itself; then it puts the
+// stop order on the payout's reference at the rail and records what the
+// rail holds (nothing: not_at_rail, normally). When a submission took the
+// payout's forward first, the payout is reconciled as forwarded. When the
+// stop order gets no answer, the closing attempt stays ambiguous and a
+// later reconciliation (past the abandon threshold) sends it again.
+func (p *Proxy) closePayout(ctx context.Context, req api.ReconcileRequest, h payoutevent.Holder, lg *slog.Logger) (api.Reconciliation, error) {
+	if !p.cfg.FencingDisabled {
+		key := payoutevent.Event{AccountID: req.AccountID}.LockKey()
+		if err := fencing.Verify(p.cfg.ProofKeys, h.Proof, key, h.Token); err != nil {
+			fencing.LogUnverified(ctx, p.log, "rail", req.AccountID, h.Token, h.Owner, err, "payoutId", req.PayoutID, "accountId", req.AccountID)
+			return api.Reconciliation{}, fmt.Errorf("%w: %w", ErrUnverifiedToken, err)
+		}
+	}
+	a := api.Attempt{PayoutID: req.PayoutID, AccountID: req.AccountID, AmountMinor: req.AmountMinor, Currency: req.Currency,
+		Token: h.Token, OwnerID: h.Owner, State: api.StateAmbiguous}
+	claimed := false
+	dctx, done := p.dbCall(ctx)
+	err := pgx.BeginFunc(dctx, p.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(dctx, sqlCloseAttempt, a.PayoutID, a.AccountID, a.Token, a.OwnerID, a.AmountMinor, a.Currency, a.State).
+			Scan(&a.AttemptID, &a.CreatedAt); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(dctx, sqlClaimPayout, a.PayoutID, a.AttemptID)
+		if err != nil {
+			return err
+		}
+		if claimed = tag.RowsAffected() == 1; !claimed {
+			return errRollback
+		}
+		return nil
+	})
+	if errors.Is(err, errRollback) {
+		err = nil
+	}
+	if err != nil {
+		err = dbError("close payout", err)
+	}
+	done(err)
+	if err != nil {
+		return api.Reconciliation{}, err
+	}
+	if !claimed {
+		// A submission took the payout's forward meanwhile.
+		return p.reconcile(ctx, req.PayoutID, h, lg)
+	}
+	a.CreatedAt = a.CreatedAt.UTC()
+	lg = lg.With("accountId", a.AccountID, "attemptId", a.AttemptID)
+	lg.Warn("payout never forwarded: closed (its later submissions are refused), stopping its reference at the rail",
+		"event", api.EventPayoutClosed)
+	return p.settleAtRail(ctx, a, lg)
+}
+
+// errRollback ends a transaction that must not commit, without a failure.
+var errRollback = errors.New("railproxy: rolled back")
 
 // reconciliation is the answer for an attempt whose outcome is recorded.
 func (p *Proxy) reconciliation(a api.Attempt, resolved bool) api.Reconciliation {
@@ -275,3 +362,97 @@ func (p *Proxy) stopAtRail(ctx context.Context, payout string) ([]railRecord, er
 
 // maxRailLookupBytes bounds how much of the rail's record is read.
 const maxRailLookupBytes = 1 << 20
+
+// sqlUnsettled lists the payouts' forwarded attempts still forwarding or
+// ambiguous and older than the abandon threshold ($1, ms), after attempt
+// $2, at most $3.
+const sqlUnsettled = `
+SELECT a.attempt_id, a.payout_id, a.account_id, a.amount_minor, a.currency, a.token, a.owner_id, a.state,
+       COALESCE(a.rail_ref, ''), a.created_at, a.finished_at
+  FROM rail_payout p JOIN rail_attempt a USING (attempt_id)
+ WHERE a.state IN ('forwarding', 'ambiguous')
+   AND a.created_at < now() - $1::bigint * interval '1 millisecond'
+   AND a.attempt_id > $2
+ ORDER BY a.attempt_id
+ LIMIT $3`
+
+// handleUnsettled serves GET PathUnsettled: the holder's token and proof
+// of a grant on api.UnsettledLockKey are verified (while fencing is on),
+// as a reconciliation's are on the payout's lock, then one page of
+// unsettled forwarded attempts is answered.
+func (p *Proxy) handleUnsettled(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		p.methodNotAllowed(w, r, http.MethodGet)
+		return
+	}
+	h, ok := p.holder(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	limit, after := int64(api.DefaultUnsettledLimit), int64(0)
+	for name, dst := range map[string]*int64{api.QueryLimit: &limit, api.QueryAfter: &after} {
+		vals, ok := q[name]
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(vals[0], 10, 64)
+		if len(vals) != 1 || err != nil || n < 1 || name == api.QueryLimit && n > api.MaxUnsettledLimit {
+			p.fail(w, p.log, fmt.Errorf("%w: query parameter %s must be given once, a positive integer (limit at most %d)",
+				ErrInvalidRequest, name, api.MaxUnsettledLimit))
+			return
+		}
+		*dst = n
+	}
+	for name := range q {
+		if name != api.QueryLimit && name != api.QueryAfter {
+			p.fail(w, p.log, fmt.Errorf("%w: unknown query parameter %q", ErrInvalidRequest, name))
+			return
+		}
+	}
+	if !p.cfg.FencingDisabled {
+		if err := fencing.Verify(p.cfg.ProofKeys, h.Proof, api.UnsettledLockKey, h.Token); err != nil {
+			fencing.LogUnverified(r.Context(), p.log, "rail", api.UnsettledLockKey, h.Token, h.Owner, err)
+			p.fail(w, p.log, fmt.Errorf("%w: %w", ErrUnverifiedToken, err))
+			return
+		}
+	}
+	list, err := p.unsettled(r.Context(), after, limit)
+	if err != nil {
+		p.fail(w, p.log, fmt.Errorf("%w: %w", errReconciling, err))
+		return
+	}
+	httpjson.WriteJSON(w, http.StatusOK, list)
+}
+
+// unsettled reads one page of sqlUnsettled.
+func (p *Proxy) unsettled(ctx context.Context, after, limit int64) (_ api.UnsettledList, err error) {
+	ctx, done := p.dbCall(ctx)
+	defer func() { done(err) }()
+	rows, err := p.pool.Query(ctx, sqlUnsettled, p.abandonAfter().Milliseconds(), after, limit)
+	if err != nil {
+		return api.UnsettledList{}, dbError("list unsettled attempts", err)
+	}
+	out := api.UnsettledList{Attempts: []api.Attempt{}}
+	for rows.Next() {
+		var a api.Attempt
+		if err := rows.Scan(&a.AttemptID, &a.PayoutID, &a.AccountID, &a.AmountMinor, &a.Currency, &a.Token,
+			&a.OwnerID, &a.State, &a.RailRef, &a.CreatedAt, &a.FinishedAt); err != nil {
+			rows.Close()
+			return api.UnsettledList{}, dbError("list unsettled attempts", err)
+		}
+		a.CreatedAt = a.CreatedAt.UTC()
+		if a.FinishedAt != nil {
+			t := a.FinishedAt.UTC()
+			a.FinishedAt = &t
+		}
+		out.Attempts = append(out.Attempts, a)
+	}
+	if err := rows.Err(); err != nil {
+		return api.UnsettledList{}, dbError("list unsettled attempts", err)
+	}
+	if int64(len(out.Attempts)) == limit {
+		out.Next = out.Attempts[len(out.Attempts)-1].AttemptID
+	}
+	return out, nil
+}

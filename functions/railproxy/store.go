@@ -74,6 +74,24 @@ UPDATE rail_attempt
    SET state = $2, rail_ref = NULLIF($3, ''), finished_at = now()
  WHERE attempt_id = $1 AND state = 'forwarding'`
 
+// A forwarded attempt the rail certainly did not take: recorded not_sent,
+// only if still forwarding (an abandonment or a reconciliation may have
+// recorded it meanwhile, and then it stays the payout's forward).
+const sqlNotSent = `
+UPDATE rail_attempt SET state = $2, finished_at = now()
+ WHERE attempt_id = $1 AND state = 'forwarding'`
+
+// Releases the payout's forward held by a not_sent attempt, in the same
+// transaction: a later submission of the payout may be forwarded.
+const sqlReleasePayout = `
+DELETE FROM rail_payout WHERE payout_id = $1 AND attempt_id = $2`
+
+// Whether an earlier attempt of the payout, on the account, carried the
+// token: a submission whose token equals the high-water mark is then the
+// same holder's resend of its own submission, not a stale one.
+const sqlOwnEarlierAttempt = `
+SELECT EXISTS (SELECT 1 FROM rail_attempt WHERE payout_id = $1 AND account_id = $2 AND token = $3)`
+
 const sqlAttempts = `
 SELECT attempt_id, payout_id, account_id, amount_minor, currency, token, owner_id, state,
        COALESCE(rail_ref, ''), created_at, finished_at
@@ -97,7 +115,16 @@ SELECT attempt_id, payout_id, account_id, amount_minor, currency, token, owner_i
 // The order matters: a stale token is refused as stale (fenced_out) even
 // when its payout was also submitted already, and a fresh token raises the
 // high-water even when its payout was submitted already, so that the stale
-// holder is fenced out of every later submission of the account.
+// holder is fenced out of every later submission of the account (a fence
+// may learn a newer token from a refused submission). A token equal to the
+// high-water is stale unless an earlier attempt of the same payout carried
+// it: then it is that holder's resend of its own submission, and goes to
+// step 2 (PAYOUT_ALREADY_SUBMITTED with the payout's forward, or, when
+// its earlier forward was recorded not_sent, forwarded again). Another
+// payout with the same token is still refused: one grant, one payout.
+//
+// Both refusals record one audit row (fenced or duplicate) that decides
+// nothing later; no refusal creates a forward or lowers anything.
 //
 // It returns the attempt id and nil when the submission may be forwarded
 // (recorded 'forwarding'); the attempt id and an error wrapping
@@ -151,8 +178,21 @@ func (p *Proxy) admit(ctx context.Context, req api.SubmitRequest, token int64, o
 				if err := tx.QueryRow(ctx, sqlHighWater, req.AccountID).Scan(&hw); err != nil {
 					return fmt.Errorf("read high-water: %w", err)
 				}
-				state = api.StateFenced
-				refusal = &fencing.Refusal{Resource: "rail", ResourceID: req.AccountID, PresentedToken: token, HighestToken: hw, Owner: owner}
+				own := false
+				if hw == token {
+					// The high-water is this very token: no newer holder
+					// has been seen. If this payout already came with it,
+					// this is its holder's resend (a token names one
+					// grant), answered by the one-forward check below,
+					// never as stale.
+					if err := tx.QueryRow(ctx, sqlOwnEarlierAttempt, req.PayoutID, req.AccountID, token).Scan(&own); err != nil {
+						return fmt.Errorf("read earlier attempts: %w", err)
+					}
+				}
+				if !own {
+					state = api.StateFenced
+					refusal = &fencing.Refusal{Resource: "rail", ResourceID: req.AccountID, PresentedToken: token, HighestToken: hw, Owner: owner}
+				}
 			case err != nil:
 				return fmt.Errorf("advance high-water: %w", err)
 			}
@@ -255,6 +295,34 @@ func (p *Proxy) finish(ctx context.Context, attemptID int64, state api.State, ra
 		return fmt.Errorf("railproxy: finish attempt %d: no forwarding attempt with that id", attemptID)
 	}
 	return nil
+}
+
+// notSent records a forwarded attempt that the rail certainly did not take
+// (state not_sent) and, in the same transaction, releases the payout's
+// forward that it held, so that a later submission of the payout may go
+// to the rail. It reports whether it did: false when the attempt was no
+// longer forwarding (marked abandoned, or reconciled, meanwhile), and
+// then it stays the payout's forward. Like finish, it runs even when the
+// caller has gone.
+func (p *Proxy) notSent(ctx context.Context, attemptID int64, payoutID string) (released bool, err error) {
+	ctx, cancel := p.dbCtx(ctx)
+	defer cancel()
+	defer func() { p.observe(ctx, err) }()
+	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, sqlNotSent, attemptID, api.StateNotSent)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		if _, err := tx.Exec(ctx, sqlReleasePayout, payoutID, attemptID); err != nil {
+			return err
+		}
+		released = true
+		return nil
+	})
+	if err != nil {
+		return false, dbError("record not_sent attempt", err)
+	}
+	return released, nil
 }
 
 // highWater returns the account's high-water, ErrNotFound when the account

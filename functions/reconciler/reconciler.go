@@ -84,15 +84,22 @@ const (
 	// ResultInFlight: rail-proxy's attempt is younger than its abandon
 	// threshold (ATTEMPT_IN_FLIGHT); next pass.
 	ResultInFlight Result = "in_flight"
-	// ResultNotForwarded: rail-proxy never let the payout through; the
-	// rail cannot have it, but nothing here can prove no later submission
-	// will come: left to a person (logged).
+	// ResultNotForwarded: rail-proxy never let the payout through and
+	// did not close it (a rail-proxy older than this reconciler, which
+	// answers PAYOUT_NOT_FORWARDED): left to a person (logged). A current
+	// rail-proxy closes such a payout and answers NONE: failed.
 	ResultNotForwarded Result = "not_forwarded"
 	// ResultRailSubmittedTwice: the rail holds more than one submission of
 	// the payout: a safety violation, left to a person (ERROR).
 	ResultRailSubmittedTwice Result = "rail_submitted_twice"
 	// ResultError: a dependency failed or refused; next pass.
 	ResultError Result = "error"
+	// ResultAttemptSettled: a forwarded attempt rail-proxy listed as
+	// unsettled (forwarding or ambiguous past its abandon threshold) under
+	// a payout in no state of States was settled at rail-proxy
+	// (acked, declined or not_at_rail); the payout itself was left as it
+	// is (finished, or an executor's redelivery reports the attempt).
+	ResultAttemptSettled Result = "attempt_settled"
 	// ResultNotInDoubt: Settle found the payout in no state of States;
 	// nothing was done. A pass never reports it.
 	ResultNotInDoubt Result = "not_in_doubt"
@@ -132,7 +139,7 @@ var (
 			Help: "Payouts a reconciler pass visited, by result.",
 		}, []string{"result"})
 		for _, r := range []Result{ResultPosted, ResultDeclined, ResultFailed, ResultAlreadyDone, ResultLockBusy,
-			ResultInFlight, ResultNotForwarded, ResultRailSubmittedTwice, ResultError} {
+			ResultInFlight, ResultNotForwarded, ResultRailSubmittedTwice, ResultError, ResultAttemptSettled} {
 			c.WithLabelValues(string(r))
 		}
 		return c
@@ -261,6 +268,9 @@ func (r *Reconciler) Pass(ctx context.Context) (PassReport, error) {
 			after = page.Next
 		}
 	}
+	if err := r.settleAttempts(ctx, &rep); err != nil {
+		return rep, err
+	}
 	if r.audit != nil {
 		a, err := r.audit(ctx)
 		if err != nil {
@@ -308,6 +318,119 @@ func (r *Reconciler) Settle(ctx context.Context, payoutID string) (Result, error
 	return res, nil
 }
 
+// settleAttempts visits rail-proxy's unsettled forwarded attempts (GET
+// /v1/rail/unsettled, under a lease on railapi.UnsettledLockKey, whose
+// token and proof rail-proxy verifies) and settles each one whose payout
+// is in no state of States with rail-proxy's reconciliation, under the
+// payout's lease (settleAttempt): a rail-proxy or raildb that died after
+// the rail answered and before the answer was recorded leaves the attempt
+// forwarding under a payout that may be posted already, and no state pass
+// visits it. Payouts in States were visited by the pass. Each attempt
+// is counted in rep; the error is for a listing that failed (or a
+// cancelled ctx): the pass then stops.
+func (r *Reconciler) settleAttempts(ctx context.Context, rep *PassReport) error {
+	actx, cancel := context.WithTimeout(ctx, r.cfg.AcquireWait)
+	lease, err := r.locks.Acquire(actx, railapi.UnsettledLockKey, client.WithTTL(r.cfg.LeaseTTL), client.WithAutoRenew(0))
+	cancel()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil || errors.Is(err, client.ErrLockHeld) {
+			// Another reconciler lists right now; next pass.
+			r.log.Warn("unsettled attempts not listed: their lock is busy", "event", EventPayoutSkipped, "result", string(ResultLockBusy), "error", err.Error())
+			return nil
+		}
+		return fmt.Errorf("reconciler: lease for listing unsettled attempts: %w", err)
+	}
+	var attempts []railapi.Attempt
+	after := int64(0)
+	for {
+		h := payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: r.Owner()}
+		lctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
+		page, err := r.rail.Unsettled(lctx, h, after, r.cfg.PageSize)
+		cancel()
+		if err != nil {
+			r.releaseLease(ctx, lease)
+			return fmt.Errorf("reconciler: list unsettled attempts: %w", err)
+		}
+		attempts = append(attempts, page.Attempts...)
+		if page.Next == 0 {
+			break
+		}
+		after = page.Next
+	}
+	r.releaseLease(ctx, lease)
+	for _, a := range attempts {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		res := r.settleAttempt(ctx, a)
+		if res == "" {
+			continue
+		}
+		rep.Listed++
+		rep.Results[res]++
+		payoutsTotal.WithLabelValues(string(res)).Inc()
+	}
+	return nil
+}
+
+// settleAttempt settles one unsettled attempt at rail-proxy under its
+// payout's lease, unless the payout is in a state of States (the pass
+// settles those; "" is returned, nothing counted).
+func (r *Reconciler) settleAttempt(ctx context.Context, a railapi.Attempt) Result {
+	log := r.log.With("payoutId", a.PayoutID, "accountId", a.AccountID, "ownerId", r.Owner(), "attemptId", a.AttemptID)
+	skip := func(res Result, err error) Result {
+		log.Warn("unsettled attempt not settled by this pass", "event", EventPayoutSkipped, "result", string(res), "error", err.Error())
+		return res
+	}
+	gctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
+	p, err := r.pay.Payout(gctx, a.PayoutID)
+	cancel()
+	switch {
+	case err == nil && slices.Contains(States, p.State):
+		return ""
+	case err != nil && !errors.Is(err, payclient.ErrPayoutNotFound):
+		return skip(ResultError, err)
+	}
+	// The attempt is rail-proxy's: its payout's lock orders this
+	// reconciliation with every holder of the account.
+	e := payoutevent.Event{PayoutID: a.PayoutID, AccountID: a.AccountID}
+	actx, cancel := context.WithTimeout(ctx, r.cfg.AcquireWait)
+	lease, err := r.locks.Acquire(actx, e.LockKey(), client.WithTTL(r.cfg.LeaseTTL), client.WithAutoRenew(0))
+	cancel()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil || errors.Is(err, client.ErrLockHeld) {
+			return skip(ResultLockBusy, err)
+		}
+		return skip(ResultError, err)
+	}
+	defer r.releaseLease(ctx, lease)
+	h := payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: r.Owner()}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
+	rec, err := r.rail.Reconcile(cctx, h, a.PayoutID)
+	cancel()
+	switch {
+	case errors.Is(err, railclient.ErrAttemptInFlight):
+		return skip(ResultInFlight, err)
+	case errors.Is(err, railclient.ErrRailSubmittedTwice):
+		log.Error("the rail holds more than one submission of this payout", "event", EventPayoutSkipped,
+			"result", string(ResultRailSubmittedTwice), "error", err.Error())
+		return ResultRailSubmittedTwice
+	case err != nil:
+		return skip(ResultError, err)
+	}
+	log.Info("unsettled attempt settled against the rail's record", "event", EventPayoutReconciled, "result", string(ResultAttemptSettled),
+		"outcome", string(rec.Outcome), "railRef", rec.RailRef, "railToken", rec.RailToken, "state", string(rec.Attempt.State))
+	return ResultAttemptSettled
+}
+
+// releaseLease releases lease, even when ctx has ended; a refused release
+// means the lease had ended.
+func (r *Reconciler) releaseLease(ctx context.Context, lease *client.Lease) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.RequestTimeout)
+	defer cancel()
+	_ = lease.Release(rctx)
+}
+
 // settle resolves one payout under its lease.
 func (r *Reconciler) settle(ctx context.Context, p api.Payout) Result {
 	e := payoutevent.Event{PayoutID: p.PayoutID, AccountID: p.AccountID}
@@ -338,7 +461,12 @@ func (r *Reconciler) settle(ctx context.Context, p api.Payout) Result {
 	log = log.With("token", h.Token)
 
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
-	rec, err := r.rail.Reconcile(cctx, h, p.PayoutID)
+	// With the payout's facts, a payout rail-proxy never forwarded is
+	// closed there (no later submission of it is forwarded) and stopped
+	// at the rail, and comes back NONE: it fails like any other payout the
+	// rail does not hold.
+	rec, err := r.rail.ReconcilePayout(cctx, h, railapi.ReconcileRequest{PayoutID: p.PayoutID, AccountID: p.AccountID,
+		AmountMinor: p.AmountMinor, Currency: p.Currency})
 	cancel()
 	switch {
 	case errors.Is(err, railclient.ErrAttemptInFlight):

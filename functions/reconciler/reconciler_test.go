@@ -111,7 +111,20 @@ func submitInDoubt(t *testing.T, p *pipelinetest.Pipeline, ev payoutevent.Event,
 	fault(t, p, mode)
 	_, err = p.Rail.Submit(t.Context(), h, railapi.SubmitRequest{PayoutID: ev.PayoutID, AccountID: ev.AccountID, AmountMinor: ev.AmountMinor, Currency: ev.Currency,
 		TermsSignature: claimed.TermsSignature})
-	if !errors.Is(err, railclient.ErrRailAmbiguous) {
+	switch {
+	case mode == railstub.FaultError && errors.Is(err, railclient.ErrRailNotReached):
+		// rail-proxy knows this one never reached the rail (not_sent, the
+		// forward released). Make it what a failure rail-proxy cannot tell
+		// from a lost answer leaves (a 503 without the rail's code, a
+		// reset): the payout's forward, ambiguous, absent from the rail.
+		if _, err := p.RailDB.Exec(t.Context(), `UPDATE rail_attempt SET state = 'ambiguous' WHERE payout_id = $1 AND state = 'not_sent'`, ev.PayoutID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.RailDB.Exec(t.Context(), `INSERT INTO rail_payout (payout_id, attempt_id)
+SELECT payout_id, max(attempt_id) FROM rail_attempt WHERE payout_id = $1 GROUP BY payout_id`, ev.PayoutID); err != nil {
+			t.Fatal(err)
+		}
+	case !errors.Is(err, railclient.ErrRailAmbiguous):
 		t.Fatalf("submission with fault %s: %v; want RAIL_AMBIGUOUS", mode, err)
 	}
 	if _, err := p.Pay.PostResult(t.Context(), ev.PayoutID, h, api.ResultRequest{Outcome: api.OutcomeAmbiguous}); err != nil {
@@ -544,6 +557,109 @@ func TestSettleOnePayout(t *testing.T) {
 	}
 	if state, debits := ledger(t, p, ev.PayoutID); state != string(api.StatePosted) || debits != 1 {
 		t.Fatalf("after Settle: %s with %d debits; want posted with 1", state, debits)
+	}
+	clean(t, p)
+}
+
+// TestAnAttemptLeftForwardingUnderAPostedPayoutIsSettled (soak finding 1,
+// probe 9): rail-proxy (or raildb) died after the rail answered and before
+// the answer was recorded; the executor still got the signed answer and
+// the payout is posted with its one debit. No state pass visits it, so
+// the attempt stayed forwarding and the audit listed it unreconciled for
+// good. The pass now lists rail-proxy's unsettled attempts and settles
+// each with the stop-order reconciliation: the attempt ends acked, the
+// payout is untouched, the audit is clean.
+func TestAnAttemptLeftForwardingUnderAPostedPayoutIsSettled(t *testing.T) {
+	p, ev := setup(t)
+	lease, h := holder(t, p, ev, "worker-a")
+	if _, err := p.Pay.Claim(t.Context(), ev.PayoutID, h); err != nil {
+		t.Fatal(err)
+	}
+	ans, err := p.Rail.Submit(t.Context(), h, railapi.SubmitRequest{PayoutID: ev.PayoutID, AccountID: ev.AccountID, AmountMinor: ev.AmountMinor, Currency: ev.Currency})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Pay.PostResult(t.Context(), ev.PayoutID, h, api.ResultRequest{Outcome: api.OutcomeAck, RailRef: ans.RailRef, Receipt: ans.Receipt}); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	age(t, p, ev.PayoutID, true) // the answer was never recorded
+	r := newReconciler(t, p, "reconciler-1")
+	rep, err := r.Pass(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Results[reconciler.ResultAttemptSettled] != 1 {
+		t.Fatalf("pass %+v; want the attempt settled", rep)
+	}
+	atts, err := p.Rail.Attempts(t.Context(), ev.PayoutID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(atts) != 1 || atts[0].State != railapi.StateAcked || atts[0].RailRef != ans.RailRef {
+		t.Fatalf("attempts %+v; want the one attempt acked with %s", atts, ans.RailRef)
+	}
+	if st, n := ledger(t, p, ev.PayoutID); st != string(api.StatePosted) || n != 1 {
+		t.Fatalf("p-1 is %s with %d debits; want posted with 1", st, n)
+	}
+	if got := len(p.Stub.Submissions(ev.PayoutID)); got != 1 {
+		t.Fatalf("the rail has %d submissions of p-1; want 1", got)
+	}
+	clean(t, p)
+	// Settled for good: the next pass finds nothing.
+	if rep, err := r.Pass(t.Context()); err != nil || rep.Listed != 0 {
+		t.Fatalf("second pass %+v, %v; want nothing listed", rep, err)
+	}
+}
+
+// TestAnAmbiguousPayoutNeverForwardedIsClosedAndFailed (probe 13): a
+// payout marked ambiguous that never reached rail-proxy used to stay
+// not_forwarded for good. The reconciler now sends the payout's facts:
+// rail-proxy records a closing attempt as the payout's forward (so it
+// refuses every later submission itself), stops the reference at the
+// rail, and answers NONE; the payout is failed, with no debit, and a late
+// submission of it reaches nothing.
+func TestAnAmbiguousPayoutNeverForwardedIsClosedAndFailed(t *testing.T) {
+	p, ev := setup(t)
+	lease, h := holder(t, p, ev, "worker-a")
+	if _, err := p.Pay.Claim(t.Context(), ev.PayoutID, h); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Pay.PostResult(t.Context(), ev.PayoutID, h, api.ResultRequest{Outcome: api.OutcomeAmbiguous}); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	r := newReconciler(t, p, "reconciler-1")
+	rep, err := r.Pass(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Results[reconciler.ResultFailed] != 1 {
+		t.Fatalf("pass %+v; want p-1 failed", rep)
+	}
+	if st, n := ledger(t, p, ev.PayoutID); st != string(api.StateFailed) || n != 0 {
+		t.Fatalf("p-1 is %s with %d debits; want failed with none", st, n)
+	}
+	atts, err := p.Rail.Attempts(t.Context(), ev.PayoutID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(atts) != 1 || atts[0].State != railapi.StateNotAtRail || atts[0].OwnerID != "reconciler-1" {
+		t.Fatalf("attempts %+v; want the reconciler's closing attempt, not_at_rail", atts)
+	}
+	// A late submission (a stale worker's, or a newer one's) is refused
+	// by rail-proxy itself and reaches nothing.
+	_, h2 := holder(t, p, ev, "worker-b")
+	_, err = p.Rail.Submit(t.Context(), h2, railapi.SubmitRequest{PayoutID: ev.PayoutID, AccountID: ev.AccountID, AmountMinor: ev.AmountMinor, Currency: ev.Currency})
+	if !errors.Is(err, railclient.ErrAlreadySubmitted) {
+		t.Fatalf("late submission: %v; want PAYOUT_ALREADY_SUBMITTED", err)
+	}
+	if got := len(p.Stub.Submissions(ev.PayoutID)); got != 0 {
+		t.Fatalf("the rail has %d submissions of p-1; want 0", got)
 	}
 	clean(t, p)
 }

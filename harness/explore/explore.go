@@ -107,7 +107,9 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
 
@@ -146,6 +148,12 @@ const (
 	// the call never reaches the rail, and rail-proxy cannot tell that from
 	// a lost answer (ambiguous too).
 	FaultRailDown = "down"
+	// FaultRailRefused is taken instead of a holder's StepRail
+	// ("A:refused"): the rail refuses the call and says it recorded
+	// nothing (rail-stub's 503 RAIL_UNAVAILABLE), which rail-proxy answers
+	// RAIL_NOT_REACHED and the executor redelivers. Offered only when a
+	// Config's Faults name it.
+	FaultRailRefused = "refused"
 	// FaultCrash is taken instead of any held step of a holder ("A:crash",
 	// never at StepRail, where the call is rail-proxy's): the process dies
 	// there. Nothing more leaves it; its lease ends by its TTL.
@@ -377,6 +385,8 @@ func (e *Explorer) holdRail(next http.Handler) http.Handler {
 		switch mode {
 		case FaultRailDown:
 			http.Error(w, "the rail is down", http.StatusServiceUnavailable)
+		case FaultRailRefused:
+			httpjson.WriteError(w, http.StatusServiceUnavailable, railstub.CodeRailUnavailable, "the rail recorded nothing", true)
 		case FaultRailLost:
 			next.ServeHTTP(httptest.NewRecorder(), r)
 			http.Error(w, "the rail's answer was lost", http.StatusBadGateway)
@@ -749,7 +759,7 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 				enabled = append(enabled, Choice{Holder: holderName(h), Step: a.step})
 				if faults < cfg.MaxFaults {
 					if a.step == StepRail {
-						for _, f := range []string{FaultRailLost, FaultRailDown, FaultGiveUp} {
+						for _, f := range []string{FaultRailLost, FaultRailDown, FaultRailRefused, FaultGiveUp} {
 							if slices.Contains(cfg.Faults, f) && (f != FaultGiveUp || proxyCall == nil) {
 								enabled = append(enabled, Choice{Holder: holderName(h), Step: f})
 							}
@@ -762,7 +772,7 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 		}
 		if proxyCall != nil {
 			enabled = append(enabled, Choice{Holder: RailProxy, Step: StepRail})
-			for _, f := range []string{FaultRailLost, FaultRailDown} {
+			for _, f := range []string{FaultRailLost, FaultRailDown, FaultRailRefused} {
 				if faults < cfg.MaxFaults && slices.Contains(cfg.Faults, f) {
 					enabled = append(enabled, Choice{Holder: RailProxy, Step: f})
 				}
@@ -825,7 +835,7 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 		}
 		h := holderIndex(c.Holder)
 		switch c.Step {
-		case FaultCrash, FaultRailLost, FaultRailDown, FaultGiveUp:
+		case FaultCrash, FaultRailLost, FaultRailDown, FaultRailRefused, FaultGiveUp:
 			faults++
 		}
 		steps = append(steps, stepRecord{index: len(res.Schedule) - 1, holder: h, step: c.Step})

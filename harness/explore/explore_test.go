@@ -128,6 +128,33 @@ func TestRegressionSchedules(t *testing.T) {
 	}
 }
 
+// TestRailThatRecordedNothingIsRetriedNotFailed (soak finding 2): the
+// rail refuses A's call and says it recorded nothing. rail-proxy answers
+// RAIL_NOT_REACHED and releases the payout's forward; A's delivery is
+// redelivered (no report, so the payout stays claimed, never ambiguous),
+// and the redelivery B sends the payout to the rail, which pays it once.
+// Before, the same schedule recorded the payout ambiguous and the
+// reconciler failed a payout a retry would have paid.
+func TestRailThatRecordedNothingIsRetriedNotFailed(t *testing.T) {
+	x := explore.New(t, pipelinetest.Options{})
+	s, err := explore.ParseSchedule("A:acquire A:confirm A:claim A:confirm A:submit A:refused A:release " +
+		"B:acquire B:confirm B:claim B:confirm B:submit B:rail B:report B:release")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := explore.Config{Holders: 2, Payouts: 1, MaxFaults: 2, Faults: append(slices.Clone(allFaults), explore.FaultRailRefused)}
+	res, err := x.Replay(t.Context(), cfg, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range res.Violations {
+		t.Error(v)
+	}
+	if want := []string{"posted"}; !slices.Equal(res.Ended, want) {
+		t.Errorf("payouts ended %v; want %v", res.Ended, want)
+	}
+}
+
 // The checks can fail: with rail-proxy's fence point switched off, the
 // first regression schedule pays twice and the audit sees it in the rail's
 // journal although paydb balances.

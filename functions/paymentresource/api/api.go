@@ -186,7 +186,7 @@ const (
 	CodeUnsupportedMediaType Code = "UNSUPPORTED_MEDIA_TYPE"
 	// CodeInvalidToken (400): HeaderToken missing, repeated, or not a
 	// positive decimal int64.
-	CodeInvalidToken Code = "INVALID_TOKEN"
+	CodeInvalidToken Code = payoutevent.CodeInvalidToken
 	// CodeNotFound (404): no such route.
 	CodeNotFound Code = "NOT_FOUND"
 	// CodeMethodNotAllowed (405): the route exists for another method.

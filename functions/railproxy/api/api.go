@@ -26,21 +26,30 @@
 //	                                      409 PAYOUT_ALREADY_SUBMITTED -> AlreadySubmittedAnswer
 //	                                          (the payout already went to the rail; attempt recorded duplicate)
 //	                                      502 RAIL_AMBIGUOUS (rail called, outcome unknown; never retry blindly)
+//	                                      503 RAIL_NOT_REACHED (the rail certainly did not take it; attempt
+//	                                          not_sent, the payout's forward released; retryable)
+//	                                      409 PAYOUT_STOPPED (the rail refused it: a reconciliation stopped
+//	                                          the payout; attempt not_at_rail)
 //	                                      503 UNAVAILABLE (raildb unreachable or marked stalled, or proxy closing;
 //	                                          rail not called; Retry-After)
 //	                                      503 OVERLOADED (too many requests in flight; nothing done; Retry-After)
 //	                                      503 RAILDB_RESTORED (raildb restored from a backup; rail not called)
+//	GET  /v1/rail/unsettled?limit=N&after=ID  X-Fencing-Token, X-Fencing-Proof (a grant on UnsettledLockKey);
+//	                                      -> 200 UnsettledList (forwarded attempts forwarding or ambiguous,
+//	                                          older than the abandon threshold, by attempt id)
 //	GET  /v1/rail/high-water/{accountId}  -> 200 HighWater (404 NOT_FOUND: no token accepted yet)
 //	GET  /v1/rail/attempts?payoutId=P     -> 200 AttemptList (oldest first; empty when none)
 //	POST /v1/rail/reconciliations         X-Fencing-Token, X-Fencing-Proof (the payout's lease);
 //	                                      ReconcileRequest -> 200 Reconciliation (ACK, DECLINE or NONE, signed)
 //	                                      409 ATTEMPT_IN_FLIGHT (younger than the abandon threshold; retry later)
-//	                                      404 PAYOUT_NOT_FORWARDED (rail-proxy never let the payout through)
+//	                                      404 PAYOUT_NOT_FORWARDED (rail-proxy never let the payout through;
+//	                                          with the payout's facts in the request it is closed instead)
 //	                                      409 RAIL_SUBMITTED_TWICE (the rail holds more than one submission:
 //	                                          a safety violation, never resolved automatically)
 //	                                      503 UNAVAILABLE (raildb or the rail's record could not be read)
 //
-// Any route may also answer 400 INVALID_REQUEST, 404 NOT_FOUND, 405
+// Any route may also answer 400 INVALID_REQUEST, 400 INVALID_TOKEN (the
+// token header), 403 UNVERIFIED_TOKEN (a proof header sent twice), 404 NOT_FOUND, 405
 // METHOD_NOT_ALLOWED, 413 BODY_TOO_LARGE, 415 UNSUPPORTED_MEDIA_TYPE, 503
 // UNAVAILABLE or 500 INTERNAL. A refused submission never reaches the
 // rail.
@@ -71,6 +80,28 @@ const (
 	// HeaderOwner of the payout's lease holder; ReconcileRequest ->
 	// Reconciliation).
 	PathReconciliations = pathRail + "/reconciliations"
+
+	// PathUnsettled: GET lists the payouts' forwarded attempts still
+	// forwarding or ambiguous and older than the abandon threshold, oldest
+	// attempt first (query QueryLimit, QueryAfter; headers HeaderToken,
+	// HeaderProof of a grant on UnsettledLockKey -> UnsettledList): the
+	// reconciler settles each with PathReconciliations, so that every
+	// attempt ends in a final state, also under a payout already posted.
+	PathUnsettled = pathRail + "/unsettled"
+	// QueryLimit is PathUnsettled's page size, 1..MaxUnsettledLimit
+	// (default DefaultUnsettledLimit), given at most once.
+	QueryLimit = "limit"
+	// QueryAfter starts PathUnsettled's page after that attempt id (a
+	// positive decimal; UnsettledList.Next), given at most once.
+	QueryAfter = "after"
+	// UnsettledLockKey is the lock whose grant's token and proof a caller
+	// of PathUnsettled presents (verified while fencing is on), as a
+	// reconciliation presents the payout's: the same integrity check, not
+	// authentication (SECURITY.md).
+	UnsettledLockKey = "rail-proxy:unsettled"
+	// DefaultUnsettledLimit and MaxUnsettledLimit bound QueryLimit.
+	DefaultUnsettledLimit = 100
+	MaxUnsettledLimit     = 500
 
 	pathRail            = "/v1/rail"
 	pathHighWaterPrefix = pathRail + "/high-water/"
@@ -133,10 +164,14 @@ type Code string
 
 // Error codes, with the HTTP status each is sent with.
 const (
-	// CodeInvalidRequest (400): malformed or missing HeaderToken, malformed
-	// body, unknown or repeated field, a field out of bounds, or a bad
-	// query parameter. Nothing recorded.
+	// CodeInvalidRequest (400): malformed body, unknown or repeated field,
+	// a field out of bounds, a malformed HeaderOwner, or a bad query
+	// parameter. Nothing recorded.
 	CodeInvalidRequest Code = "INVALID_REQUEST"
+	// CodeInvalidToken (400): HeaderToken missing, repeated, or not a
+	// positive decimal int64 in canonical form. Nothing recorded. Spelled
+	// in payoutevent: payment-resource answers the same header so.
+	CodeInvalidToken Code = payoutevent.CodeInvalidToken
 	// CodeBodyTooLarge (413): body larger than MaxBodyBytes.
 	CodeBodyTooLarge Code = "BODY_TOO_LARGE"
 	// CodeUnsupportedMediaType (415): a Content-Type other than
@@ -173,6 +208,23 @@ const (
 	// may have moved. The attempt is StateAmbiguous. Not retryable:
 	// reconcile with the rail's records.
 	CodeRailAmbiguous Code = "RAIL_AMBIGUOUS"
+	// CodeRailNotReached (503): the rail certainly did not take the
+	// submission: the connection to it could not be established (nothing
+	// was sent), or the rail answered that it recorded nothing (rail-stub's
+	// 503 RAIL_UNAVAILABLE). No money moved. The attempt is recorded
+	// StateNotSent and the payout's forward is released, so that a later
+	// submission of the payout (a redelivery with a newer token, or the
+	// same holder's resend with its own token) may go to the rail.
+	// Retryable, with Retry-After. A timeout, a reset or any failure after
+	// the request may have been written is CodeRailAmbiguous instead.
+	CodeRailNotReached Code = "RAIL_NOT_REACHED"
+	// CodePayoutStopped (409): the rail refused the submission because the
+	// payout's reference has a stop order (rail-stub's 409
+	// REFERENCE_STOPPED): a reconciliation stopped it. No money moved and
+	// none ever will for this payout; the attempt is recorded
+	// StateNotAtRail (a reconciliation answers it RailNone, with a
+	// receipt). Not retryable.
+	CodePayoutStopped Code = "PAYOUT_STOPPED"
 	// CodeUnavailable (503): raildb did not answer, or the proxy is
 	// closing, before the rail was called. Retryable; a retry with the
 	// same token is refused FENCED_OUT if the failed request's transaction
@@ -218,18 +270,18 @@ const (
 
 // Codes lists every Code, in the order declared above.
 var Codes = []Code{
-	CodeInvalidRequest, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeFencedOut, CodeUnverifiedToken, CodeInvalidTerms, CodeAlreadySubmitted,
-	CodeRailAmbiguous, CodeUnavailable, CodeOverloaded, CodeRestored, CodeAttemptInFlight, CodeNotForwarded, CodeRailSubmittedTwice,
+	CodeInvalidRequest, CodeInvalidToken, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeFencedOut, CodeUnverifiedToken, CodeInvalidTerms, CodeAlreadySubmitted,
+	CodeRailAmbiguous, CodeRailNotReached, CodePayoutStopped, CodeUnavailable, CodeOverloaded, CodeRestored, CodeAttemptInFlight, CodeNotForwarded, CodeRailSubmittedTwice,
 	CodeNotFound, CodeMethodNotAllowed, CodeInternal,
 }
 
 // Retryable reports whether the code always marks a condition that may
 // clear if the identical request is sent again later (CodeUnavailable,
-// CodeOverloaded, CodeRestored, CodeAttemptInFlight). CodeAlreadySubmitted is
+// CodeOverloaded, CodeRestored, CodeAttemptInFlight, CodeRailNotReached). CodeAlreadySubmitted is
 // retryable only while the first attempt is forwarding; its envelope says
 // which.
 func (c Code) Retryable() bool {
-	return c == CodeUnavailable || c == CodeOverloaded || c == CodeRestored || c == CodeAttemptInFlight
+	return c == CodeUnavailable || c == CodeOverloaded || c == CodeRestored || c == CodeAttemptInFlight || c == CodeRailNotReached
 }
 
 // ErrorEnvelope is the body of every non-2xx answer but 409
@@ -320,6 +372,15 @@ const (
 	// EventSubmissionAmbiguous (ERROR): the rail's outcome is unknown; the
 	// answer is 502 RAIL_AMBIGUOUS.
 	EventSubmissionAmbiguous = "rail_submission_ambiguous"
+	// EventSubmissionNotReached (WARN): the rail certainly did not take the
+	// submission (connection never established, or the rail recorded
+	// nothing); the attempt is recorded not_sent and the payout's forward
+	// released (released); answered 503 RAIL_NOT_REACHED.
+	EventSubmissionNotReached = "rail_submission_not_reached"
+	// EventSubmissionStopped (WARN): the rail refused the submission for a
+	// stop order on the payout's reference; the attempt is recorded
+	// not_at_rail; answered 409 PAYOUT_STOPPED.
+	EventSubmissionStopped = "rail_submission_stopped"
 	// EventSubmissionDuplicate (WARN): the payout already went to the
 	// rail; answered 409 PAYOUT_ALREADY_SUBMITTED (firstAttemptId,
 	// firstToken, firstState).
@@ -334,6 +395,11 @@ const (
 	// record of a forwarded attempt that was forwarding or ambiguous
 	// (previousState, state, railRef, railOutcome).
 	EventAttemptReconciled = "rail_attempt_reconciled"
+	// EventPayoutClosed (WARN): a reconciliation with the payout's facts
+	// closed a payout rail-proxy never forwarded: an attempt of the
+	// reconciliation's token became its forward, and the stop order goes
+	// to the rail (attemptId).
+	EventPayoutClosed = "rail_payout_closed"
 	// EventRailSubmittedTwice (ERROR): a reconciliation found more than
 	// one submission of the payout at the rail (count, railRefs): a
 	// safety violation; answered 409 RAIL_SUBMITTED_TWICE.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 // is
 //
 //	forwarding -> acked | declined | ambiguous
+//	forwarding -> not_sent      (the rail certainly did not take it; the payout's forward is released)
+//	forwarding -> not_at_rail   (the rail refused it: the reference was stopped)
 //	forwarding | ambiguous -> acked | declined | not_at_rail   (by a reconciliation)
 //	fenced, duplicate (final at once: the rail was not called)
 //
@@ -33,6 +36,12 @@ const (
 	// no submission of the payout in the rail's record: the forward never
 	// reached the rail, and no money moved. Final.
 	StateNotAtRail State = "not_at_rail"
+	// StateNotSent: the rail certainly did not take the submission (the
+	// connection was never established, or the rail answered that it
+	// recorded nothing: api.CodeRailNotReached). No money moved. Final; the
+	// attempt is no longer the payout's forward, so a later submission of
+	// the payout may go to the rail.
+	StateNotSent State = "not_sent"
 	// StateFenced: the token was stale; the rail was not called.
 	StateFenced State = "fenced"
 	// StateDuplicate: the payout had already gone to the rail with an
@@ -215,11 +224,42 @@ type AlreadySubmittedAnswer struct {
 type ReconcileRequest struct {
 	// PayoutID names the payout whose forwarded attempt is resolved.
 	PayoutID string `json:"payoutId"`
+	// AccountID, AmountMinor and Currency are the payout as
+	// payment-resource holds it: optional, all or none. With them, a
+	// payout rail-proxy never forwarded is closed instead of answered
+	// PAYOUT_NOT_FORWARDED: rail-proxy records an attempt of the
+	// reconciliation's token as the payout's forward (so that no later
+	// submission of it is forwarded), puts the stop order on its
+	// reference and answers what the rail holds (RailNone, normally),
+	// with a receipt over these facts.
+	AccountID   string `json:"accountId,omitempty"`
+	AmountMinor int64  `json:"amountMinor,omitempty"`
+	Currency    string `json:"currency,omitempty"`
 }
 
-// Validate returns an error unless the payout id is well-formed (answered
-// 400 INVALID_REQUEST).
-func (r ReconcileRequest) Validate() error { return ValidatePayoutID(r.PayoutID) }
+// Validate returns an error unless the payout id is well-formed and the
+// payout's facts are either all absent or all valid, as a SubmitRequest's
+// (answered 400 INVALID_REQUEST).
+func (r ReconcileRequest) Validate() error {
+	if r.AccountID == "" && r.AmountMinor == 0 && r.Currency == "" {
+		return ValidatePayoutID(r.PayoutID)
+	}
+	// Field by field, not through SubmitRequest: a submission may carry
+	// more than the payout's facts.
+	if err := errors.Join(ValidatePayoutID(r.PayoutID), ValidateAccountID(r.AccountID)); err != nil {
+		return err
+	}
+	switch {
+	case r.AmountMinor <= 0 || r.AmountMinor > MaxAmountMinor:
+		return fmt.Errorf("amountMinor %d is outside 1..%d", r.AmountMinor, MaxAmountMinor)
+	case !payoutevent.IsCurrency(r.Currency):
+		return fmt.Errorf("currency %q is not three upper-case letters (ISO 4217)", r.Currency)
+	}
+	return nil
+}
+
+// HasPayout reports whether the request carries the payout's facts.
+func (r ReconcileRequest) HasPayout() bool { return r.AccountID != "" }
 
 // Reconciliation is the 200 body of POST /v1/rail/reconciliations: the
 // outcome of the payout's one forwarded attempt, as rail-proxy recorded it
@@ -242,4 +282,14 @@ type Reconciliation struct {
 	// (payoutevent.RailReceipt with Outcome "NONE" and RailRef "" for
 	// RailNone): pass it unchanged to payment-resource's resolution.
 	Receipt string `json:"receipt"`
+}
+
+// UnsettledList is the 200 body of GET PathUnsettled.
+type UnsettledList struct {
+	// Attempts are forwarded attempts (each its payout's one forward) in
+	// StateForwarding or StateAmbiguous, older than rail-proxy's abandon
+	// threshold, by attempt id; empty, never null, when none.
+	Attempts []Attempt `json:"attempts"`
+	// Next is the QueryAfter of the next page; 0 (absent) on the last.
+	Next int64 `json:"next,omitempty"`
 }

@@ -27,6 +27,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
@@ -38,7 +40,7 @@ import (
 // the sentinel of their code under errors.Is.
 var (
 	// ErrInvalidRequest: the server refused the request as malformed (codes
-	// INVALID_REQUEST, BODY_TOO_LARGE, UNSUPPORTED_MEDIA_TYPE), or the
+	// INVALID_REQUEST, INVALID_TOKEN, BODY_TOO_LARGE, UNSUPPORTED_MEDIA_TYPE), or the
 	// client refused it before sending. Nothing was recorded.
 	ErrInvalidRequest = errors.New("railproxy client: invalid request")
 	// ErrFencedOut: the token is not above the account's high-water mark
@@ -63,6 +65,15 @@ var (
 	// the money may have moved (RAIL_AMBIGUOUS). Never submit again to
 	// find out: reconcile with the rail's records.
 	ErrRailAmbiguous = errors.New("railproxy client: rail outcome unknown")
+	// ErrRailNotReached: the rail certainly did not take the submission
+	// (RAIL_NOT_REACHED): no money moved and rail-proxy released the
+	// payout's forward, so submitting the payout again (after
+	// Error.RetryAfter, with this token or a newer one) may reach the rail.
+	ErrRailNotReached = errors.New("railproxy client: the rail did not take the submission")
+	// ErrPayoutStopped: the rail refused the submission because a
+	// reconciliation stopped the payout's reference (PAYOUT_STOPPED): no
+	// money moved, and none ever will for this payout.
+	ErrPayoutStopped = errors.New("railproxy client: payout stopped at the rail")
 	// ErrUnavailable: rail-proxy or raildb did not answer before the rail
 	// was called (UNAVAILABLE), or the caller cannot know what happened: a
 	// transport error, a 5xx without a code, or a 2xx or
@@ -97,6 +108,7 @@ var (
 // *Error.
 var sentinels = map[api.Code]error{
 	api.CodeInvalidRequest:       ErrInvalidRequest,
+	api.CodeInvalidToken:         ErrInvalidRequest,
 	api.CodeBodyTooLarge:         ErrInvalidRequest,
 	api.CodeUnsupportedMediaType: ErrInvalidRequest,
 	api.CodeFencedOut:            ErrFencedOut,
@@ -104,6 +116,8 @@ var sentinels = map[api.Code]error{
 	api.CodeInvalidTerms:         ErrInvalidTerms,
 	api.CodeAlreadySubmitted:     ErrAlreadySubmitted,
 	api.CodeRailAmbiguous:        ErrRailAmbiguous,
+	api.CodeRailNotReached:       ErrRailNotReached,
+	api.CodePayoutStopped:        ErrPayoutStopped,
 	api.CodeUnavailable:          ErrUnavailable,
 	api.CodeOverloaded:           ErrOverloaded,
 	api.CodeRestored:             ErrRaildbRestored,
@@ -204,7 +218,8 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 // as headers; POST /v1/rail/submissions), and
 // returns the rail's answer (ACK or DECLINE). It returns ErrFencedOut,
 // ErrAlreadySubmitted (with the first attempt in the *Error's Attempt),
-// ErrRailAmbiguous, ErrRaildbRestored, ErrUnavailable, or
+// ErrRailAmbiguous, ErrRailNotReached, ErrPayoutStopped,
+// ErrRaildbRestored, ErrUnavailable, or
 // ErrInvalidRequest (also for a token that is not positive or a request
 // that fails api.SubmitRequest.Validate, without sending).
 func (c *Client) Submit(ctx context.Context, h payoutevent.Holder, req api.SubmitRequest) (api.SubmitAnswer, error) {
@@ -259,8 +274,15 @@ func (c *Client) Attempts(ctx context.Context, payout string) ([]api.Attempt, er
 // ErrRailSubmittedTwice, ErrUnverifiedToken, ErrUnavailable, or
 // ErrInvalidRequest (without sending, for a malformed id or token).
 func (c *Client) Reconcile(ctx context.Context, h payoutevent.Holder, payout string) (api.Reconciliation, error) {
+	return c.ReconcilePayout(ctx, h, api.ReconcileRequest{PayoutID: payout})
+}
+
+// ReconcilePayout is Reconcile with the payout's facts (req's AccountID,
+// AmountMinor, Currency, as payment-resource holds them): a payout
+// rail-proxy never forwarded is then closed and answered (RailNone unless
+// the rail holds it) instead of ErrNotForwarded.
+func (c *Client) ReconcilePayout(ctx context.Context, h payoutevent.Holder, req api.ReconcileRequest) (api.Reconciliation, error) {
 	var rec api.Reconciliation
-	req := api.ReconcileRequest{PayoutID: payout}
 	if err := errors.Join(api.ValidateToken(h.Token), req.Validate()); err != nil {
 		return rec, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
@@ -273,6 +295,30 @@ func (c *Client) Reconcile(ctx context.Context, h payoutevent.Holder, payout str
 		return api.Reconciliation{}, fmt.Errorf("%w: rail-proxy answered 200 with outcome %q", ErrUnavailable, rec.Outcome)
 	}
 	return rec, nil
+}
+
+// Unsettled lists one page of the payouts' forwarded attempts still
+// forwarding or ambiguous past rail-proxy's abandon threshold (GET
+// /v1/rail/unsettled), after attempt id after (0: from the first), at most
+// limit (1..api.MaxUnsettledLimit), as the holder h of a grant on
+// api.UnsettledLockKey. It returns ErrUnverifiedToken, ErrUnavailable, or
+// ErrInvalidRequest (without sending, for a bad token, after or limit).
+func (c *Client) Unsettled(ctx context.Context, h payoutevent.Holder, after int64, limit int) (api.UnsettledList, error) {
+	var list api.UnsettledList
+	if err := api.ValidateToken(h.Token); err != nil || after < 0 || limit < 1 || limit > api.MaxUnsettledLimit {
+		return list, fmt.Errorf("%w: token %d, after %d, limit %d (1..%d)", ErrInvalidRequest, h.Token, after, limit, api.MaxUnsettledLimit)
+	}
+	q := url.Values{api.QueryLimit: {strconv.Itoa(limit)}}
+	if after > 0 {
+		q.Set(api.QueryAfter, strconv.FormatInt(after, 10))
+	}
+	if err := c.call(ctx, http.MethodGet, api.PathUnsettled+"?"+q.Encode(), &h, nil, &list); err != nil {
+		return api.UnsettledList{}, err
+	}
+	if list.Attempts == nil {
+		list.Attempts = []api.Attempt{}
+	}
+	return list, nil
 }
 
 // call sends one request through jsonhttp.Do, with the holder's headers

@@ -65,12 +65,15 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 		api.CodeAttemptInFlight: client.ErrAttemptInFlight, api.CodeNotForwarded: client.ErrNotForwarded,
 		api.CodeRailSubmittedTwice: client.ErrRailSubmittedTwice, api.CodeOverloaded: client.ErrOverloaded,
 		api.CodeInvalidTerms: client.ErrInvalidTerms,
+		api.CodeInvalidToken: client.ErrInvalidRequest, api.CodeRailNotReached: client.ErrRailNotReached,
+		api.CodePayoutStopped: client.ErrPayoutStopped,
 		// No sentinel: a wrong client, or a bug.
 		api.CodeMethodNotAllowed: nil, api.CodeInternal: nil,
 	}
 	all := []error{client.ErrInvalidRequest, client.ErrFencedOut, client.ErrAlreadySubmitted, client.ErrRailAmbiguous,
 		client.ErrUnavailable, client.ErrRaildbRestored, client.ErrNotFound, client.ErrUnverifiedToken,
-		client.ErrAttemptInFlight, client.ErrNotForwarded, client.ErrRailSubmittedTwice, client.ErrOverloaded, client.ErrInvalidTerms}
+		client.ErrAttemptInFlight, client.ErrNotForwarded, client.ErrRailSubmittedTwice, client.ErrOverloaded, client.ErrInvalidTerms,
+		client.ErrRailNotReached, client.ErrPayoutStopped}
 	for _, code := range api.Codes {
 		want, listed := sentinel[code]
 		if !listed {

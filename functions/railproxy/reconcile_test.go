@@ -1,0 +1,128 @@
+package railproxy_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
+)
+
+// reconcileAs posts a reconciliation of body (a ReconcileRequest) as the
+// holder of token on account's lock, with lock-server's proof of it.
+func reconcileAs(h http.Handler, account string, token int64, body string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest("POST", api.PathReconciliations, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
+	req.Header.Set(fencing.HeaderProof, prooftest.Proof(account, token))
+	req.Header.Set(fencing.HeaderOwner, "reconciler")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// forwardingAttempt records, by hand, a forwarded attempt of payout on
+// acct-1 that stayed forwarding (its proxy died before the rail's answer
+// was recorded), created age ago.
+func (r *rig) forwardingAttempt(payout string, token int64, age time.Duration) int64 {
+	r.t.Helper()
+	ctx := r.t.Context()
+	var id int64
+	if err := r.pool().QueryRow(ctx, `INSERT INTO rail_attempt (payout_id, account_id, token, amount_minor, currency, state, created_at)
+VALUES ($1, 'acct-1', $2, 700, 'EUR', 'forwarding', now() - $3::bigint * interval '1 millisecond') RETURNING attempt_id`,
+		payout, token, age.Milliseconds()).Scan(&id); err != nil {
+		r.t.Fatal(err)
+	}
+	if _, err := r.pool().Exec(ctx, `INSERT INTO rail_payout (payout_id, attempt_id) VALUES ($1, $2)`, payout, id); err != nil {
+		r.t.Fatal(err)
+	}
+	return id
+}
+
+// TestReconciliationWithTheRailDownDoesNotClaimNothingReachedIt (probe
+// 10): with the rail dead, a reconciliation's stop order gets no answer:
+// 503 UNAVAILABLE, retryable, nothing recorded, and the message must not
+// promise that nothing reached the rail (the payout's forward may have).
+func TestReconciliationWithTheRailDownDoesNotClaimNothingReachedIt(t *testing.T) {
+	r := newRig(t)
+	p := r.proxy(func(c *railproxy.Config) {
+		c.RailURL = deadURL(t)
+		c.RailTimeout, c.DBTimeout = time.Second, time.Second
+	})
+	r.forwardingAttempt("po-1", 5, time.Minute)
+	rec := reconcileAs(p, "acct-1", 6, `{"payoutId":"po-1"}`)
+	e := envelope(t, rec)
+	if rec.Code != http.StatusServiceUnavailable || e.Code != api.CodeUnavailable || !e.Retryable {
+		t.Fatalf("answer %d %s; want 503 %s, retryable", rec.Code, rec.Body, api.CodeUnavailable)
+	}
+	if strings.Contains(e.Message, "nothing reached the rail") {
+		t.Fatalf("message %q claims nothing reached the rail", e.Message)
+	}
+	if got := r.attemptStates(); got[api.StateForwarding] != 1 || len(got) != 1 {
+		t.Fatalf("attempt states %v; want the one forwarding attempt unchanged", got)
+	}
+}
+
+func decode[T any](t *testing.T, rec *httptest.ResponseRecorder) T {
+	t.Helper()
+	var v T
+	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &v) != nil {
+		t.Fatalf("answer %d %s; want 200 with a body", rec.Code, rec.Body)
+	}
+	return v
+}
+
+// listUnsettled gets one page of PathUnsettled with query, as the holder
+// of token on lockKey (with lock-server's proof of it).
+func listUnsettled(h http.Handler, lockKey string, token int64, query string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest("GET", api.PathUnsettled+query, nil)
+	req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
+	req.Header.Set(fencing.HeaderProof, prooftest.LockSigningKey().SignGrant(lockKey, token, time.Now()))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// TestUnsettledListsOnlyForwardedAttemptsPastTheThresholdAndNeedsAProof:
+// the listing names the forwarded attempts still forwarding or ambiguous
+// and older than the abandon threshold, pages by attempt id, refuses a
+// token without a proof on its lock, and an attempt settled by a
+// reconciliation leaves it.
+func TestUnsettledListsOnlyForwardedAttemptsPastTheThresholdAndNeedsAProof(t *testing.T) {
+	r := newRig(t)
+	p := r.proxy(func(c *railproxy.Config) { c.RailTimeout, c.DBTimeout = time.Second, time.Second })
+	old1 := r.forwardingAttempt("po-1", 5, time.Minute)
+	old2 := r.forwardingAttempt("po-2", 6, time.Minute)
+	r.forwardingAttempt("po-3", 7, 0) // young: may still be in flight
+	mustAccept(t, p, "w", body("po-4", "acct-1", 100), 8)
+
+	wantCode(t, listUnsettled(p, "payout:acct-1", 9, ""), http.StatusForbidden, api.CodeUnverifiedToken)
+	wantCode(t, listUnsettled(p, api.UnsettledLockKey, 9, "?limit=0"), http.StatusBadRequest, api.CodeInvalidRequest)
+	wantCode(t, listUnsettled(p, api.UnsettledLockKey, 9, "?limit=1&limit=2"), http.StatusBadRequest, api.CodeInvalidRequest)
+	wantCode(t, listUnsettled(p, api.UnsettledLockKey, 9, "?state=x"), http.StatusBadRequest, api.CodeInvalidRequest)
+
+	page := decode[api.UnsettledList](t, listUnsettled(p, api.UnsettledLockKey, 9, "?limit=1"))
+	if len(page.Attempts) != 1 || page.Attempts[0].AttemptID != old1 || page.Next != old1 {
+		t.Fatalf("first page %+v; want attempt %d and next %d", page, old1, old1)
+	}
+	page = decode[api.UnsettledList](t, listUnsettled(p, api.UnsettledLockKey, 9, "?limit=1&after="+strconv.FormatInt(old1, 10)))
+	if len(page.Attempts) != 1 || page.Attempts[0].AttemptID != old2 || page.Attempts[0].PayoutID != "po-2" {
+		t.Fatalf("second page %+v; want attempt %d of po-2", page, old2)
+	}
+	// Settled by the reconciliation (the rail has nothing: not_at_rail),
+	// po-1 leaves the list.
+	if rec := decode[api.Reconciliation](t, reconcileAs(p, "acct-1", 10, `{"payoutId":"po-1"}`)); rec.Outcome != api.RailNone {
+		t.Fatalf("reconciliation %+v; want NONE", rec)
+	}
+	page = decode[api.UnsettledList](t, listUnsettled(p, api.UnsettledLockKey, 11, ""))
+	if len(page.Attempts) != 1 || page.Attempts[0].AttemptID != old2 || page.Next != 0 {
+		t.Fatalf("list after settling po-1: %+v; want only attempt %d, no next page", page, old2)
+	}
+}
