@@ -71,6 +71,16 @@ WHERE transition_id = (SELECT max(transition_id) FROM payout_transition WHERE pa
   AND from_state = 'claimed' AND to_state = 'claimed'`
 )
 
+// availableBalance is an account's balance minus the amounts of its
+// payouts that are not final (every state but posted, declined and
+// failed): the money a new payout may still take. It is read inside the
+// creating transaction, after the account row is locked, and clamped to
+// int64 (the sum is numeric).
+const availableBalance = `SELECT greatest(least(a.balance_minor - coalesce((SELECT sum(p.amount_minor) FROM payout p
+    WHERE p.account_id = a.account_id AND p.state NOT IN ('posted', 'declined', 'failed')), 0),
+  9223372036854775807), -9223372036854775808)::bigint
+FROM account a WHERE a.account_id = $1`
+
 // Ledger accounts of a payout debit.
 const (
 	ledgerAccountPrefix = "account:"
@@ -169,11 +179,16 @@ func (s *Service) account(ctx context.Context, id string) (api.Account, error) {
 // createPayout inserts the payout, its creation transition and the outbox
 // row of its event in one transaction, or returns the existing payout when
 // it has the same account, amount and currency (created=false, no new
-// outbox row).
+// outbox row). A new payout larger than the account's available balance
+// (availableBalance) is refused with ErrInsufficientFunds and changes
+// nothing.
 func (s *Service) createPayout(ctx context.Context, req api.PayoutRequest) (p api.Payout, created bool, err error) {
 	err = s.inTx(ctx, "create payout", func(tx pgx.Tx) error {
+		// The account row is locked (FOR UPDATE) until commit: creations
+		// on one account are serialized, so two of them can never both
+		// count the same available balance.
 		var ccy string
-		err := tx.QueryRow(ctx, `SELECT currency FROM account WHERE account_id = $1`, req.AccountID).Scan(&ccy)
+		err := tx.QueryRow(ctx, `SELECT currency FROM account WHERE account_id = $1 FOR UPDATE`, req.AccountID).Scan(&ccy)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: %q", ErrAccountNotFound, req.AccountID)
 		}
@@ -182,6 +197,28 @@ func (s *Service) createPayout(ctx context.Context, req api.PayoutRequest) (p ap
 		}
 		if ccy != req.Currency {
 			return fmt.Errorf("%w: payout in %s, account %s in %s", ErrCurrencyMismatch, req.Currency, req.AccountID, ccy)
+		}
+		var available int64
+		if err := tx.QueryRow(ctx, availableBalance, req.AccountID).Scan(&available); err != nil {
+			return dbError("create payout: available balance", err)
+		}
+		if req.AmountMinor > available {
+			// A replay of an existing payout is answered from that payout
+			// (200 or PAYOUT_CONFLICT), whatever the balance is now.
+			existing, err := loadPayout(ctx, tx, req.PayoutID)
+			if errors.Is(err, ErrPayoutNotFound) {
+				return fmt.Errorf("%w: payout of %d %s, account %s has %d available", ErrInsufficientFunds,
+					req.AmountMinor, req.Currency, req.AccountID, available)
+			}
+			if err != nil {
+				return err
+			}
+			if existing.AccountID != req.AccountID || existing.AmountMinor != req.AmountMinor || existing.Currency != req.Currency {
+				return fmt.Errorf("%w: payout %s is %d %s from account %s", ErrPayoutConflict,
+					existing.PayoutID, existing.AmountMinor, existing.Currency, existing.AccountID)
+			}
+			p = existing
+			return nil
 		}
 		tag, err := tx.Exec(ctx, `INSERT INTO payout (payout_id, account_id, amount_minor, currency)
 VALUES ($1, $2, $3, $4) ON CONFLICT (payout_id) DO NOTHING`, req.PayoutID, req.AccountID, req.AmountMinor, req.Currency)

@@ -234,6 +234,7 @@ func rows() []row {
 		{svcPay, "payout: amount 0", "POST", payapi.PathPayouts, js, `{"payoutId":"p-9","accountId":"acct-1","amountMinor":0,"currency":"EUR"}`, 400, string(payapi.CodeInvalidRequest), nil},
 		{svcPay, "payout: unknown account", "POST", payapi.PathPayouts, js, `{"payoutId":"p-9","accountId":"acct-404","amountMinor":1,"currency":"EUR"}`, 404, string(payapi.CodeAccountNotFound), nil},
 		{svcPay, "payout: currency not the account's", "POST", payapi.PathPayouts, js, `{"payoutId":"p-9","accountId":"acct-1","amountMinor":1,"currency":"USD"}`, 422, string(payapi.CodeCurrencyMismatch), nil},
+		{svcPay, "payout: amount above the available balance", "POST", payapi.PathPayouts, js, `{"payoutId":"p-9","accountId":"acct-1","amountMinor":5001,"currency":"EUR"}`, 409, string(payapi.CodeInsufficientFunds), nil},
 		{svcPay, "payout: id reused with another amount", "POST", payapi.PathPayouts, js, `{"payoutId":"p-1","accountId":"acct-1","amountMinor":9999,"currency":"EUR"}`, 409, string(payapi.CodePayoutConflict), nil},
 		{svcPay, "claim: no fencing token", "POST", payapi.ClaimPath("p-1"), with(payapi.HeaderOwner, "worker-b"), ``, 400, string(payapi.CodeInvalidToken), nil},
 		{svcPay, "claim: token 0", "POST", payapi.ClaimPath("p-1"), holder("0", proof(acct, 0)), ``, 400, string(payapi.CodeInvalidToken), nil},

@@ -211,8 +211,11 @@ type Account struct {
 	// OpeningBalanceMinor is the balance at creation, in minor units.
 	OpeningBalanceMinor int64 `json:"openingBalanceMinor"`
 	// BalanceMinor is the opening balance minus the posted debits, in
-	// minor units. It may be negative: an acknowledged rail payment is
-	// recorded even when it overdraws.
+	// minor units. A payout is created only within the available balance
+	// (BalanceMinor minus the payouts not yet final; INSUFFICIENT_FUNDS
+	// otherwise), so with fencing on it never goes negative. An
+	// acknowledged rail payment is still recorded when it overdraws: with
+	// fencing off a second debit of one payout can.
 	BalanceMinor int64 `json:"balanceMinor"`
 	// Fence is the highest fencing token that debited the account (0: none).
 	Fence int64 `json:"fence"`
