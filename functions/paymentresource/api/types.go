@@ -292,7 +292,10 @@ type Payout struct {
 	// shows).
 	Debits int `json:"debits"`
 	// CreatedAt and UpdatedAt are the times of the creation and of the
-	// last accepted write (UTC).
+	// last accepted state change (UTC): exactly the At of the first and of
+	// the last History row, taken from one clock in one statement. A write
+	// that changes no state (a claim with the token the payout already
+	// carries) moves neither.
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
 	// History lists every accepted state change, oldest first, never nil.
