@@ -144,6 +144,12 @@ type Config struct {
 	// LeaseTTL is the executors' lease TTL (LEASE_TTL_MS), a whole number
 	// of milliseconds. Default DefaultLeaseTTL.
 	LeaseTTL time.Duration
+	// PushTimeout is how long a push bridge (Push) waits for an
+	// executor's answer before the delivery counts as failed and the
+	// message is redelivered. Default payoutbus.DefaultPushTimeout, the
+	// ack deadline of the cloud's push subscription (120 s); shorter makes
+	// a frozen executor's payout reach another one sooner.
+	PushTimeout time.Duration
 	// PubSub selects the Pub/Sub server: PubSubFake (default: pstest in a
 	// process of its own, local/cmd/pubsub-fake) or PubSubEmulator (gcloud's
 	// Pub/Sub emulator, which needs gcloud and Java on the PATH).
@@ -199,6 +205,9 @@ func (c Config) Validate() error {
 	case 0, 1, 3:
 	default:
 		bad("EtcdMembers %d: want 1 or 3", c.EtcdMembers)
+	}
+	if c.PushTimeout < 0 {
+		bad("PushTimeout %v: want a positive duration (0: payoutbus.DefaultPushTimeout)", c.PushTimeout)
 	}
 	if c.LeaseTTL < 0 || c.LeaseTTL%time.Millisecond != 0 {
 		bad("LeaseTTL %v: want a positive whole number of milliseconds", c.LeaseTTL)
