@@ -54,3 +54,27 @@ func TestUpdatedAtIsTheLastHistoryRowsTime(t *testing.T) {
 	want(t, "decline p-2", st, body, http.StatusOK, "")
 	check("declined", "p-2")
 }
+
+// A stale holder re-posting the identical ACK (same rail reference and
+// outcome) gets 200 and changes nothing: results are facts keyed by the
+// rail reference (docs/payout-api.md, the newcomer's probe 4).
+func TestStaleHolderReplayingTheSameAckChangesNothing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, newPublisher(nil))
+	f.createAccount("acct-1", "EUR", 10_000)
+	f.createPayout("p-1", "acct-1", 100, "EUR")
+	st, body := f.claim("p-1", 5, "stale")
+	want(t, "claim by the stale holder", st, body, http.StatusOK, "")
+	st, body = f.claim("p-1", 7, "current")
+	want(t, "claim by the current holder", st, body, http.StatusOK, "")
+	st, body = f.result("p-1", 7, "current", "ACK", "rail-1")
+	want(t, "ACK by the current holder", st, body, http.StatusOK, "")
+	before := f.snapshot()
+	st, body = f.result("p-1", 5, "stale", "ACK", "rail-1")
+	want(t, "the same ACK by the stale holder", st, body, http.StatusOK, "")
+	if after := f.snapshot(); after != before {
+		t.Errorf("a replayed ACK changed paydb:\nbefore %s\nafter  %s", before, after)
+	}
+	st, body = f.result("p-1", 5, "stale", "ACK", "rail-2")
+	want(t, "another ACK by the stale holder", st, body, http.StatusConflict, "")
+}
