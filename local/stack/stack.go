@@ -247,6 +247,7 @@ func Build(ctx context.Context, dir string) error {
 		args = append(args, Binaries[name])
 	}
 	cmd := exec.CommandContext(ctx, goBin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with a killed `local up`
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("stack: go build (run from inside the repository): %w\n%s", err, strings.TrimSpace(string(out)))
@@ -341,6 +342,15 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		}
 		s.dir = d
 	}
+	// The big folders of stacks whose process died without Stop (SIGKILL):
+	// their children died with them (Pdeathsig), their folders did not.
+	removed, err := RemoveLeftovers(os.TempDir(), processAlive)
+	for _, d := range removed {
+		s.log.Info("removed a dead stack's leftover folder", "dir", d)
+	}
+	if err != nil {
+		s.log.Warn("leftover folders of dead stacks not removed", "error", err.Error())
+	}
 	sctx, cancel := ctx, context.CancelFunc(func() {})
 	if _, ok := ctx.Deadline(); !ok {
 		sctx, cancel = context.WithTimeout(ctx, DefaultStartTimeout)
@@ -365,6 +375,12 @@ func (s *Stack) start(ctx context.Context) error {
 	s.bin = s.cfg.BinDir
 	if s.bin == "" {
 		s.bin, s.ownBin = filepath.Join(s.dir, "bin"), true
+		if err := os.MkdirAll(s.bin, 0o755); err != nil {
+			return fmt.Errorf("stack: binaries folder: %w", err)
+		}
+		if err := markOwned(s.bin); err != nil {
+			return err
+		}
 		t0 := time.Now()
 		if err := Build(ctx, s.bin); err != nil {
 			return err
@@ -508,6 +524,9 @@ func (s *Stack) startCluster(ctx context.Context, name string, dbs ...string) (*
 	s.mu.Lock()
 	s.clusters = append(s.clusters, namedCluster{name, c})
 	s.mu.Unlock()
+	if err := markOwned(c.Dir()); err != nil {
+		return nil, err
+	}
 	for _, db := range dbs {
 		if err := c.CreateDatabase(ctx, db); err != nil {
 			return nil, fmt.Errorf("stack: cluster %s: %w", name, err)
@@ -542,6 +561,9 @@ func (s *Stack) startLockBackend(ctx context.Context) error {
 	s.mu.Lock()
 	s.etcdData = data
 	s.mu.Unlock()
+	if err := markOwned(data); err != nil {
+		return err
+	}
 	if s.cfg.EtcdMembers <= 1 {
 		eps, err := s.startEtcdProcess(ctx, "etcd", []string{"-members", "1", "-dir", data})
 		if err != nil {
