@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutbus"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 )
@@ -33,6 +34,7 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 	ttl := fs.Duration("lease-ttl", stack.DefaultLeaseTTL, "the executors' lease TTL")
 	push := fs.Bool("push", true, "deliver payout events to the executors, as a Pub/Sub push subscription would")
 	reconcileEvery := fs.Duration("reconcile-every", 10*time.Second, "run a reconciler pass this often (0: no reconciler process)")
+	pushTimeout := fs.Duration("push-timeout", payoutbus.DefaultPushTimeout, "how long the push bridge waits for an executor's answer before the message is redelivered (the cloud subscription's ack deadline)")
 	pubsub := fs.String("pubsub", stack.PubSubFake, "Pub/Sub server: fake (pstest in its own process) or emulator (gcloud's Pub/Sub emulator)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -42,7 +44,7 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 	}
 	cfg := stack.Config{
 		Backend: *backend, PaymentFencing: *payFence, RailFencing: *railFence,
-		Dir: *dir, LeaseTTL: *ttl, PubSub: *pubsub, ReconcileEvery: *reconcileEvery,
+		Dir: *dir, LeaseTTL: *ttl, PubSub: *pubsub, ReconcileEvery: *reconcileEvery, PushTimeout: *pushTimeout,
 		Log: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	}
 	for _, n := range strings.Split(*executors, ",") {

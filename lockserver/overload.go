@@ -13,9 +13,9 @@ package lockserver
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
@@ -31,27 +31,51 @@ const DeadlineMargin = 100 * time.Millisecond
 // (overload.RetryAfterSeconds).
 const RetryAfterSeconds = overload.RetryAfterSeconds
 
+// errBadBudget: api.HeaderTimeoutMs is given but is not one decimal
+// integer in 1..api.MaxRequestTimeoutMs (400 INVALID_REQUEST).
+var errBadBudget = fmt.Errorf("header %s must be sent once, as milliseconds 1..%d without sign or leading zero",
+	api.HeaderTimeoutMs, api.MaxRequestTimeoutMs)
+
 // budget reads the caller's remaining time from api.HeaderTimeoutMs: ok is
-// false when the header is absent or not a positive integer (then ignored).
-func budget(r *http.Request) (time.Duration, bool) {
-	v := strings.TrimSpace(r.Header.Get(api.HeaderTimeoutMs))
-	ms, err := strconv.ParseInt(v, 10, 64)
-	if v == "" || err != nil || ms <= 0 || ms > int64(time.Hour/time.Millisecond) {
-		return 0, false
+// false when the header is absent; err is errBadBudget when it is sent but
+// malformed (repeated, signed, a leading zero, not decimal, 0, or above
+// api.MaxRequestTimeoutMs): serve refuses such a request before anything.
+func budget(r *http.Request) (d time.Duration, ok bool, err error) {
+	vs := r.Header.Values(api.HeaderTimeoutMs)
+	if len(vs) == 0 {
+		return 0, false, nil
 	}
-	return time.Duration(ms) * time.Millisecond, true
+	if len(vs) > 1 || len(vs[0]) > len(strconv.Itoa(api.MaxRequestTimeoutMs)) {
+		return 0, false, errBadBudget
+	}
+	v := vs[0]
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' || (i == 0 && v[i] == '0') {
+			return 0, false, errBadBudget
+		}
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if v == "" || err != nil || ms > api.MaxRequestTimeoutMs {
+		return 0, false, errBadBudget
+	}
+	return time.Duration(ms) * time.Millisecond, true, nil
 }
 
 // backendCtx is the context of the backend calls of r: the request's,
 // with a deadline of RequestTimeout (marked full: overload.MarkFull), or
 // of the caller's budget minus DeadlineMargin when that is shorter (at
-// least 1 ms).
+// least 1 ms). serve has already refused a malformed budget.
 func (s *Server) backendCtx(r *http.Request) (context.Context, context.CancelFunc) {
-	d := s.cfg.RequestTimeout
+	return s.boundedCtx(r, s.cfg.RequestTimeout, true)
+}
+
+// boundedCtx is backendCtx with the limit d; full says whether running
+// out d counts as a stall (overload.MarkFull).
+func (s *Server) boundedCtx(r *http.Request, d time.Duration, full bool) (context.Context, context.CancelFunc) {
 	ctx := r.Context()
-	if b, ok := budget(r); ok && b-DeadlineMargin < d {
+	if b, ok, _ := budget(r); ok && b-DeadlineMargin < d {
 		d = max(b-DeadlineMargin, time.Millisecond)
-	} else {
+	} else if full {
 		ctx = overload.MarkFull(ctx)
 	}
 	return context.WithTimeout(ctx, d)

@@ -182,18 +182,87 @@ func TestTheCallersBudgetBoundsTheBackendDeadline(t *testing.T) {
 	if rec := acquireReq(h, "k"); rec.Code != http.StatusOK {
 		t.Fatalf("after a caller's own short budget ran out, the backend was treated as stalled: %d %s", rec.Code, rec.Body)
 	}
-	// A malformed budget is ignored: the backend gets the whole deadline.
-	store.held.Store(true)
-	var wg sync.WaitGroup
-	bad := []string{"abc", "-5", "0", "99999999999999", "1e3"}
-	for i, v := range bad {
-		wg.Go(func() { acquireReq(h, fmt.Sprintf("bad-%d", i), api.HeaderTimeoutMs, v) })
+	close(store.gate)
+}
+
+// A malformed budget is refused 400 INVALID_REQUEST before anything is
+// done (the newcomer's probe 14 sent -1 and a 20-digit value, and both were
+// silently ignored); the bounds are api.MaxRequestTimeoutMs.
+func TestAMalformedBudgetIsRefused(t *testing.T) {
+	store := newGateStore()
+	h, err := lockserver.NewServer(store, lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
 	}
-	for range bad {
-		if left := <-store.entered; left < 50*time.Second {
-			t.Errorf("a malformed budget shortened the backend deadline to %v", left)
+	for _, v := range []string{"-1", "99999999999999999999", "abc", "0", "+5", "05", "1e3", " 5", "5 ", "",
+		fmt.Sprint(api.MaxRequestTimeoutMs + 1)} {
+		rec := acquireReq(h, "k", api.HeaderTimeoutMs, v)
+		var env api.ErrorEnvelope
+		if rec.Code != http.StatusBadRequest || json.Unmarshal(rec.Body.Bytes(), &env) != nil || env.Error.Code != api.CodeInvalidRequest {
+			t.Errorf("%s %q: %d %s; want 400 %s", api.HeaderTimeoutMs, v, rec.Code, rec.Body, api.CodeInvalidRequest)
 		}
 	}
-	close(store.gate)
-	wg.Wait()
+	req := httptest.NewRequest("GET", api.PathLockPrefix+"k", nil)
+	req.Header.Add(api.HeaderTimeoutMs, "500")
+	req.Header.Add(api.HeaderTimeoutMs, "600")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusBadRequest {
+		t.Errorf("%s sent twice: %d %s; want 400", api.HeaderTimeoutMs, rec.Code, rec.Body)
+	}
+	if n := store.calls.Load(); n != 0 {
+		t.Errorf("refused requests reached the store %d times", n)
+	}
+	for _, v := range []string{"1", "500", fmt.Sprint(api.MaxRequestTimeoutMs)} {
+		if rec := acquireReq(h, "ok-"+v, api.HeaderTimeoutMs, v); rec.Code != http.StatusOK {
+			t.Errorf("%s %q: %d %s; want 200", api.HeaderTimeoutMs, v, rec.Code, rec.Body)
+		}
+	}
+}
+
+// pingStore is a memstore whose Ping waits for its context and reports
+// the time that context had left.
+type pingStore struct {
+	lockserver.LockStore
+	left chan time.Duration
+}
+
+func (p *pingStore) Ping(ctx context.Context) error {
+	left := time.Duration(-1)
+	if dl, ok := ctx.Deadline(); ok {
+		left = time.Until(dl)
+	}
+	p.left <- left
+	<-ctx.Done()
+	return fmt.Errorf("%w: %w", lockserver.ErrUnavailable, ctx.Err())
+}
+
+// /readyz has its own short bound: with a backend that does not answer,
+// the probe gets 503 BACKEND_UNAVAILABLE after ReadyTimeout (1 s by
+// default), not after RequestTimeout (5 s, what the newcomer's probe 14
+// measured), and that does not mark the backend stalled.
+func TestReadinessHasItsOwnShortBound(t *testing.T) {
+	store := &pingStore{LockStore: memstore.New(nil), left: make(chan time.Duration, 4)}
+	cfg := lockserver.DefaultServerConfig()
+	if cfg.ReadyTimeout != time.Second {
+		t.Fatalf("default ReadyTimeout %v, want 1s", cfg.ReadyTimeout)
+	}
+	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", api.PathReady, nil))
+	if left := <-store.left; left <= 0 || left > cfg.ReadyTimeout {
+		t.Errorf("the readiness ping had %v; want at most ReadyTimeout %v", left, cfg.ReadyTimeout)
+	}
+	wantRefused(t, "readyz with a silent backend", rec, api.CodeBackendUnavailable)
+	if rec := acquireReq(h, "k"); rec.Code != http.StatusOK {
+		t.Fatalf("a readiness timeout marked the backend stalled: %d %s", rec.Code, rec.Body)
+	}
+	bad := cfg
+	bad.ReadyTimeout = 0
+	if err := bad.Validate(); err == nil {
+		t.Errorf("ReadyTimeout 0 validated")
+	}
 }

@@ -27,6 +27,14 @@ type ServerConfig struct {
 	// client learns of trouble while its lease can still be renewed.
 	RequestTimeout time.Duration
 
+	// ReadyTimeout bounds the backend ping of GET /readyz: a probe is
+	// answered 503 BACKEND_UNAVAILABLE once it runs out, without marking
+	// the backend stalled. Default 1s: a readiness probe (Kubernetes'
+	// default timeout is 1 s) must learn quickly, and a backend slower
+	// than that to answer a ping is not ready. Positive; a RequestTimeout
+	// shorter than it bounds the ping instead.
+	ReadyTimeout time.Duration
+
 	// Registry, when not nil, receives the Server's request metrics
 	// (lockserver_requests_total{op,code} and
 	// lockserver_request_duration_seconds{op}; see metrics.go) and is served
@@ -78,7 +86,7 @@ type ServerConfig struct {
 
 // DefaultServerConfig returns the defaults documented on ServerConfig.
 func DefaultServerConfig() ServerConfig {
-	return ServerConfig{RequestTimeout: 5 * time.Second, MaxInFlight: 256, StallProbeInterval: 500 * time.Millisecond,
+	return ServerConfig{RequestTimeout: 5 * time.Second, ReadyTimeout: time.Second, MaxInFlight: 256, StallProbeInterval: 500 * time.Millisecond,
 		Batching: true, Batch: DefaultBatchConfig(), MaxWaiters: DefaultMaxWaiters, WaitPoll: DefaultWaitPoll}
 }
 
@@ -87,6 +95,9 @@ func (c ServerConfig) Validate() error {
 	var errs []error
 	if c.RequestTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("lockserver: RequestTimeout must be positive, got %v", c.RequestTimeout))
+	}
+	if c.ReadyTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("lockserver: ReadyTimeout must be positive, got %v", c.ReadyTimeout))
 	}
 	if c.MaxInFlight <= 0 || c.MaxInFlight > overload.MaxMaxInFlight {
 		errs = append(errs, fmt.Errorf("lockserver: MaxInFlight must be in 1..%d, got %d", overload.MaxMaxInFlight, c.MaxInFlight))
@@ -226,6 +237,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.mux.ServeHTTP(w, r) // liveness and metrics never touch the backend
 		return
 	}
+	if _, _, err := budget(r); err != nil {
+		writeError(w, http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
+		return
+	}
 	release, reason, ok := s.adm.Admit()
 	if !ok {
 		code, msg := api.CodeOverloaded, "too many requests in flight; nothing was done"
@@ -252,7 +267,10 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		methodNotAllowed(w, r, http.MethodGet)
 		return
 	}
-	ctx, cancel := s.backendCtx(r)
+	// Readiness has its own short bound (ReadyTimeout): a probe learns of
+	// a backend that does not answer at once, not after RequestTimeout,
+	// and running it out does not mark the backend stalled.
+	ctx, cancel := s.boundedCtx(r, min(s.cfg.ReadyTimeout, s.cfg.RequestTimeout), false)
 	defer cancel()
 	err := s.store.Ping(ctx)
 	s.observe(ctx, err)
@@ -332,7 +350,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 	}
 	// The caller's budget, less the margin for the answer (overload.go).
 	var budgetEnd time.Time
-	if b, ok := budget(r); ok {
+	if b, ok, _ := budget(r); ok { // a malformed budget was refused in ServeHTTP
 		budgetEnd = start.Add(b - DeadlineMargin)
 	}
 	ttl := time.Duration(req.TTLMs) * time.Millisecond

@@ -116,6 +116,7 @@ var answers = map[Service]map[string]Verdict{
 		string(api.CodeAccountNotFound):      {Class: ClassPermanent, Reason: api.ReasonPaymentRequestRefused},
 		string(api.CodeAccountConflict):      {Class: ClassPermanent, Reason: api.ReasonPaymentRequestRefused},
 		string(api.CodeCurrencyMismatch):     {Class: ClassPermanent, Reason: api.ReasonPaymentRequestRefused},
+		string(api.CodeInsufficientFunds):    {Class: ClassPermanent, Reason: api.ReasonPaymentRequestRefused}, // creation only; never sent to an executor
 		string(api.CodePayoutNotFound):       {Class: ClassDone, Outcome: OutcomeDropped},
 		string(api.CodePayoutConflict):       {Class: ClassPermanent, Reason: api.ReasonPaymentRequestRefused},
 		string(api.CodeFencedOut):            {Class: ClassFenced, Reason: api.ReasonPaymentFenceAhead, Err: ErrFencedOut},

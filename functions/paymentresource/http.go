@@ -437,6 +437,8 @@ func statusOf(err error) (status int, code api.Code, retryable bool) {
 		return http.StatusConflict, api.CodeAccountConflict, false
 	case errors.Is(err, ErrCurrencyMismatch):
 		return http.StatusUnprocessableEntity, api.CodeCurrencyMismatch, false
+	case errors.Is(err, ErrInsufficientFunds):
+		return http.StatusConflict, api.CodeInsufficientFunds, false
 	case errors.Is(err, ErrPayoutNotFound):
 		return http.StatusNotFound, api.CodePayoutNotFound, false
 	case errors.Is(err, ErrPayoutConflict):

@@ -247,8 +247,8 @@ func TestOutboxPublishesInOrder(t *testing.T) {
 	t.Parallel()
 	pub := newPublisher(nil)
 	f := newFixture(t, pub)
-	f.createAccount("acct-1", "EUR", 0)
-	f.createAccount("acct-2", "EUR", 0)
+	f.createAccount("acct-1", "EUR", 1_000)
+	f.createAccount("acct-2", "EUR", 1_000)
 	want := []string{"p-1/acct-1", "p-2/acct-2", "p-3/acct-1", "p-4/acct-2", "p-5/acct-1"}
 	for _, w := range want {
 		id, acct, _ := strings.Cut(w, "/")

@@ -18,9 +18,9 @@ import (
 // (strict). ACK and DECLINE take the result path (receipt, rail_result
 // idempotency, the one debit); NONE fails the payout.
 const (
-	failFenced = `UPDATE payout SET state = 'failed', fence = $2, owner_id = NULLIF($3, ''), rail_token = $4, attention_reason = NULL, updated_at = now()
+	failFenced = `UPDATE payout SET state = 'failed', fence = $2, owner_id = NULLIF($3, ''), rail_token = $4, attention_reason = NULL
 WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention') AND fence <= $2 AND $2 >= (SELECT a.fence FROM account a WHERE a.account_id = payout.account_id)`
-	failUnfenced = `UPDATE payout SET state = 'failed', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_token = $4, attention_reason = NULL, updated_at = now()
+	failUnfenced = `UPDATE payout SET state = 'failed', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_token = $4, attention_reason = NULL
 WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention')`
 )
 

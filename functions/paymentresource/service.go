@@ -34,6 +34,10 @@ var (
 	ErrAccountConflict = errors.New("paymentresource: account exists with other values")
 	// ErrCurrencyMismatch: a payout's currency is not its account's (422).
 	ErrCurrencyMismatch = errors.New("paymentresource: currency is not the account's")
+	// ErrInsufficientFunds: a new payout's amount is larger than its
+	// account's available balance: the balance minus the amounts of the
+	// account's payouts not yet posted, declined or failed (409).
+	ErrInsufficientFunds = errors.New("paymentresource: insufficient funds")
 	// ErrPayoutNotFound: no payout has the id (404).
 	ErrPayoutNotFound = errors.New("paymentresource: payout not found")
 	// ErrPayoutConflict: the payout id exists with other values (409).

@@ -24,18 +24,18 @@ import (
 const (
 	// claimFenced claims a payout: non-strict (fence <= token), so that
 	// the holder may go on to post with the same token.
-	claimFenced = `UPDATE payout SET state = 'claimed', fence = $2, owner_id = NULLIF($3, ''), updated_at = now()
+	claimFenced = `UPDATE payout SET state = 'claimed', fence = $2, owner_id = NULLIF($3, '')
 WHERE payout_id = $1 AND state IN ('pending', 'claimed') AND fence <= $2 AND $2 >= (SELECT a.fence FROM account a WHERE a.account_id = payout.account_id)`
-	claimUnfenced = `UPDATE payout SET state = 'claimed', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), updated_at = now()
+	claimUnfenced = `UPDATE payout SET state = 'claimed', fence = greatest(fence, $2), owner_id = NULLIF($3, '')
 WHERE payout_id = $1 AND state IN ('pending', 'claimed')`
 
 	// postFenced marks a payout posted (non-strict on the payout row).
-	postFenced = `UPDATE payout SET state = 'posted', fence = $2, owner_id = NULLIF($3, ''), rail_ref = $4, attention_reason = NULL, updated_at = now()
+	postFenced = `UPDATE payout SET state = 'posted', fence = $2, owner_id = NULLIF($3, ''), rail_ref = $4, attention_reason = NULL
 WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention') AND fence <= $2 AND $2 >= (SELECT a.fence FROM account a WHERE a.account_id = payout.account_id)`
 	// postUnfenced also accepts an already posted payout: a second ACK
 	// with a new rail reference becomes a second debit, the corruption the
 	// experiment shows.
-	postUnfenced = `UPDATE payout SET state = 'posted', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_ref = $4, attention_reason = NULL, updated_at = now()
+	postUnfenced = `UPDATE payout SET state = 'posted', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_ref = $4, attention_reason = NULL
 WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention', 'posted')`
 
 	// debitFenced is the account debit: STRICT (fence < token), one debit
@@ -45,31 +45,46 @@ WHERE account_id = $1 AND currency = $4 AND fence < $3`
 	debitUnfenced = `UPDATE account SET balance_minor = balance_minor - $2, fence = greatest(fence, $3)
 WHERE account_id = $1 AND currency = $4`
 
-	declineFenced = `UPDATE payout SET state = 'declined', fence = $2, owner_id = NULLIF($3, ''), rail_ref = $4, attention_reason = NULL, updated_at = now()
+	declineFenced = `UPDATE payout SET state = 'declined', fence = $2, owner_id = NULLIF($3, ''), rail_ref = $4, attention_reason = NULL
 WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention') AND fence <= $2 AND $2 >= (SELECT a.fence FROM account a WHERE a.account_id = payout.account_id)`
-	declineUnfenced = `UPDATE payout SET state = 'declined', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_ref = $4, attention_reason = NULL, updated_at = now()
+	declineUnfenced = `UPDATE payout SET state = 'declined', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_ref = $4, attention_reason = NULL
 WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention')`
 
-	ambiguousFenced = `UPDATE payout SET state = 'ambiguous', fence = $2, owner_id = NULLIF($3, ''), rail_ref = coalesce(NULLIF($4, ''), rail_ref), attention_reason = NULL, updated_at = now()
+	ambiguousFenced = `UPDATE payout SET state = 'ambiguous', fence = $2, owner_id = NULLIF($3, ''), rail_ref = coalesce(NULLIF($4, ''), rail_ref), attention_reason = NULL
 WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention') AND fence <= $2 AND $2 >= (SELECT a.fence FROM account a WHERE a.account_id = payout.account_id)`
-	ambiguousUnfenced = `UPDATE payout SET state = 'ambiguous', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_ref = coalesce(NULLIF($4, ''), rail_ref), attention_reason = NULL, updated_at = now()
+	ambiguousUnfenced = `UPDATE payout SET state = 'ambiguous', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_ref = coalesce(NULLIF($4, ''), rail_ref), attention_reason = NULL
 WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention')`
 
 	// attentionFenced marks a payout needs_attention (non-strict on the
 	// payout row, like every step of a holder). A finished payout is never
 	// touched, whatever the token.
-	attentionFenced = `UPDATE payout SET state = 'needs_attention', attention_reason = $4, fence = $2, owner_id = NULLIF($3, ''), updated_at = now()
+	attentionFenced = `UPDATE payout SET state = 'needs_attention', attention_reason = $4, fence = $2, owner_id = NULLIF($3, '')
 WHERE payout_id = $1 AND state IN ('pending', 'claimed', 'submitted', 'ambiguous') AND fence <= $2 AND $2 >= (SELECT a.fence FROM account a WHERE a.account_id = payout.account_id)`
-	attentionUnfenced = `UPDATE payout SET state = 'needs_attention', attention_reason = $4, fence = greatest(fence, $2), owner_id = NULLIF($3, ''), updated_at = now()
+	attentionUnfenced = `UPDATE payout SET state = 'needs_attention', attention_reason = $4, fence = greatest(fence, $2), owner_id = NULLIF($3, '')
 WHERE payout_id = $1 AND state IN ('pending', 'claimed', 'submitted', 'ambiguous')`
 
 	// coalesceReclaim folds a re-claim into the payout's last history row
 	// when that row is itself a re-claim (claimed -> claimed): the row
 	// keeps the latest token, owner and time and counts the claims.
-	coalesceReclaim = `UPDATE payout_transition SET token = $2, owner_id = NULLIF($3, ''), at = clock_timestamp(), claims = claims + 1
-WHERE transition_id = (SELECT max(transition_id) FROM payout_transition WHERE payout_id = $1)
-  AND from_state = 'claimed' AND to_state = 'claimed'`
+	// The payout's updated_at takes the row's new time in the same
+	// statement (see insertTransition).
+	coalesceReclaim = `WITH t AS (
+  UPDATE payout_transition SET token = $2, owner_id = NULLIF($3, ''), at = clock_timestamp(), claims = claims + 1
+  WHERE transition_id = (SELECT max(transition_id) FROM payout_transition WHERE payout_id = $1)
+    AND from_state = 'claimed' AND to_state = 'claimed'
+  RETURNING at)
+UPDATE payout SET updated_at = t.at FROM t WHERE payout.payout_id = $1`
 )
+
+// availableBalance is an account's balance minus the amounts of its
+// payouts that are not final (every state but posted, declined and
+// failed): the money a new payout may still take. It is read inside the
+// creating transaction, after the account row is locked, and clamped to
+// int64 (the sum is numeric).
+const availableBalance = `SELECT greatest(least(a.balance_minor - coalesce((SELECT sum(p.amount_minor) FROM payout p
+    WHERE p.account_id = a.account_id AND p.state NOT IN ('posted', 'declined', 'failed')), 0),
+  9223372036854775807), -9223372036854775808)::bigint
+FROM account a WHERE a.account_id = $1`
 
 // Ledger accounts of a payout debit.
 const (
@@ -169,11 +184,16 @@ func (s *Service) account(ctx context.Context, id string) (api.Account, error) {
 // createPayout inserts the payout, its creation transition and the outbox
 // row of its event in one transaction, or returns the existing payout when
 // it has the same account, amount and currency (created=false, no new
-// outbox row).
+// outbox row). A new payout larger than the account's available balance
+// (availableBalance) is refused with ErrInsufficientFunds and changes
+// nothing.
 func (s *Service) createPayout(ctx context.Context, req api.PayoutRequest) (p api.Payout, created bool, err error) {
 	err = s.inTx(ctx, "create payout", func(tx pgx.Tx) error {
+		// The account row is locked (FOR UPDATE) until commit: creations
+		// on one account are serialized, so two of them can never both
+		// count the same available balance.
 		var ccy string
-		err := tx.QueryRow(ctx, `SELECT currency FROM account WHERE account_id = $1`, req.AccountID).Scan(&ccy)
+		err := tx.QueryRow(ctx, `SELECT currency FROM account WHERE account_id = $1 FOR UPDATE`, req.AccountID).Scan(&ccy)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: %q", ErrAccountNotFound, req.AccountID)
 		}
@@ -182,6 +202,28 @@ func (s *Service) createPayout(ctx context.Context, req api.PayoutRequest) (p ap
 		}
 		if ccy != req.Currency {
 			return fmt.Errorf("%w: payout in %s, account %s in %s", ErrCurrencyMismatch, req.Currency, req.AccountID, ccy)
+		}
+		var available int64
+		if err := tx.QueryRow(ctx, availableBalance, req.AccountID).Scan(&available); err != nil {
+			return dbError("create payout: available balance", err)
+		}
+		if req.AmountMinor > available {
+			// A replay of an existing payout is answered from that payout
+			// (200 or PAYOUT_CONFLICT), whatever the balance is now.
+			existing, err := loadPayout(ctx, tx, req.PayoutID)
+			if errors.Is(err, ErrPayoutNotFound) {
+				return fmt.Errorf("%w: payout of %d %s, account %s has %d available", ErrInsufficientFunds,
+					req.AmountMinor, req.Currency, req.AccountID, available)
+			}
+			if err != nil {
+				return err
+			}
+			if existing.AccountID != req.AccountID || existing.AmountMinor != req.AmountMinor || existing.Currency != req.Currency {
+				return fmt.Errorf("%w: payout %s is %d %s from account %s", ErrPayoutConflict,
+					existing.PayoutID, existing.AmountMinor, existing.Currency, existing.AccountID)
+			}
+			p = existing
+			return nil
 		}
 		tag, err := tx.Exec(ctx, `INSERT INTO payout (payout_id, account_id, amount_minor, currency)
 VALUES ($1, $2, $3, $4) ON CONFLICT (payout_id) DO NOTHING`, req.PayoutID, req.AccountID, req.AmountMinor, req.Currency)
@@ -660,10 +702,19 @@ func transition(ctx context.Context, tx pgx.Tx, id string, from, to api.State, t
 }
 
 // insertTransition is transition with the reason of a change into
-// needs_attention.
+// needs_attention. The history row and the payout's updated_at (and, for
+// the creation, its created_at) take one time, the row's at
+// (clock_timestamp()), in one statement: a payout's updatedAt is always
+// its last history row's time, never earlier (the newcomer's probe 15 saw
+// updated_at from the transaction's start, now(), before the row's
+// clock_timestamp()). The fenced UPDATEs therefore leave updated_at alone.
 func insertTransition(ctx context.Context, tx pgx.Tx, id string, from, to api.State, token int64, owner string, reason api.AttentionReason) error {
-	_, err := tx.Exec(ctx, `INSERT INTO payout_transition (payout_id, from_state, to_state, token, owner_id, reason)
-VALUES ($1, NULLIF($2, ''), $3, NULLIF($4::bigint, 0), NULLIF($5, ''), NULLIF($6, ''))`, id, string(from), string(to), token, owner, string(reason))
+	_, err := tx.Exec(ctx, `WITH t AS (
+  INSERT INTO payout_transition (payout_id, from_state, to_state, token, owner_id, reason)
+  VALUES ($1, NULLIF($2, ''), $3, NULLIF($4::bigint, 0), NULLIF($5, ''), NULLIF($6, ''))
+  RETURNING at, from_state)
+UPDATE payout SET updated_at = t.at, created_at = CASE WHEN t.from_state IS NULL THEN t.at ELSE payout.created_at END
+FROM t WHERE payout.payout_id = $1`, id, string(from), string(to), token, owner, string(reason))
 	if err != nil {
 		return dbError("record transition", err)
 	}

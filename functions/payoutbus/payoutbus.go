@@ -93,6 +93,16 @@ func Setup(ctx context.Context, c *pubsub.Client, project, topic, sub string, ac
 // topic.
 const DefaultMaxDeliveryAttempts = 10
 
+// DefaultPushTimeout is how long a PushBridge waits for the endpoint's
+// answer to one push: the ack deadline of the executor's push subscription
+// in terraform/main.tf (local.ack_deadline_seconds, 120 s). A push
+// subscription treats a push unanswered within its ack deadline as not
+// acknowledged and redelivers the message (to any instance); the bridge
+// then does the same, so a frozen executor's message reaches another one
+// after as long as it would on the cloud (TestPushTimeoutIsTerraformsAckDeadline
+// keeps the two equal).
+const DefaultPushTimeout = 120 * time.Second
+
 // DeadLetterTopic returns the id of the dead-letter topic of topic, named
 // as Terraform names it ("<topic>-dead-letter"); its subscription has the
 // same id.
@@ -191,10 +201,15 @@ type PushBridge struct {
 	Sub *pubsub.Subscriber
 	// Endpoint receives the push requests (the executor's URL).
 	Endpoint string
-	// Doer sends the requests; default a client with a 60 s timeout.
+	// Doer sends the requests; default an http.Client with Timeout.
 	Doer interface {
 		Do(*http.Request) (*http.Response, error)
 	}
+	// Timeout bounds each push when Doer is nil: an endpoint that has not
+	// answered by then (a frozen executor) fails the delivery, and the
+	// message is redelivered. Default DefaultPushTimeout, the cloud
+	// subscription's ack deadline.
+	Timeout time.Duration
 	// Copies, when set, returns how many times to post one delivery and
 	// whether the copies go at once (concurrently) or one after another. It
 	// lets tests make every message arrive two or three times, some copies
@@ -234,7 +249,11 @@ func (b *PushBridge) Run(ctx context.Context) error {
 	}
 	doer := b.Doer
 	if doer == nil {
-		doer = &http.Client{Timeout: 60 * time.Second}
+		timeout := b.Timeout
+		if timeout <= 0 {
+			timeout = DefaultPushTimeout
+		}
+		doer = &http.Client{Timeout: timeout}
 	}
 	err := b.Sub.Receive(ctx, func(ctx context.Context, m *pubsub.Message) {
 		attempt := b.attempt(m)

@@ -8,7 +8,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -280,4 +283,81 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// A push the endpoint does not answer (a frozen executor) fails after the
+// bridge's Timeout and the message is delivered again: the newcomer's
+// probe 5 found the bridge waiting a fixed 60 s, so a stopped executor's
+// payout did not reach the other one for a minute.
+func TestAnUnansweredPushIsRedeliveredAfterTheTimeout(t *testing.T) {
+	c := fakePubSub(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := Setup(ctx, c, "local", "payouts", "payout-executor", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu       sync.Mutex
+		arrivals int
+		second   = make(chan struct{})
+		frozen   = make(chan struct{}) // the first push is held until the test ends
+	)
+	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		mu.Lock()
+		arrivals++
+		n := arrivals
+		mu.Unlock()
+		if n == 1 {
+			select {
+			case <-frozen:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		if n == 2 {
+			close(second)
+		}
+	}))
+	defer endpoint.Close()
+	defer close(frozen)
+
+	bridge := &PushBridge{Sub: c.Subscriber("payout-executor"), Endpoint: endpoint.URL, Log: slog.New(slog.DiscardHandler),
+		Timeout: 300 * time.Millisecond}
+	bctx, stop := context.WithCancel(ctx)
+	bridgeDone := make(chan error, 1)
+	go func() { bridgeDone <- bridge.Run(bctx) }()
+	pub := NewPublisher(c, "payouts")
+	defer pub.Stop()
+	ev := payoutevent.Event{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR"}
+	if err := pub.Publish(ctx, "acct-7", mustJSON(t, ev), map[string]string{payoutevent.AttrPayoutID: "p-1"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-second:
+	case <-ctx.Done():
+		t.Fatalf("the unanswered push was not redelivered within 30 s with a Timeout of 300 ms")
+	}
+	stop()
+	if err := <-bridgeDone; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The bridge's default push timeout is the ack deadline of the cloud's
+// push subscription, read from terraform/main.tf.
+func TestPushTimeoutIsTerraformsAckDeadline(t *testing.T) {
+	b, err := os.ReadFile("../../terraform/main.tf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s*ack_deadline_seconds\s*=\s*(\d+)\s*$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("terraform/main.tf sets no ack_deadline_seconds local")
+	}
+	secs, _ := strconv.Atoi(string(m[1]))
+	if got := DefaultPushTimeout; got != time.Duration(secs)*time.Second {
+		t.Errorf("DefaultPushTimeout = %v; the cloud subscription's ack deadline is %d s", got, secs)
+	}
 }

@@ -59,7 +59,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
@@ -86,6 +85,10 @@ const (
 	// MaxLatency bounds Config.Latency and Faults.LatencyMs: 10 minutes, far
 	// beyond any caller's timeout, so a typo cannot park requests for days.
 	MaxLatency = 10 * time.Minute
+	// MaxFailNext bounds Faults.FailNext: a test never needs more
+	// failures in a row, and a typo (int64's maximum) would otherwise
+	// break the rail for good.
+	MaxFailNext = 10_000
 	// MaxBodyBytes bounds the body of POST /submit and POST /admin/faults.
 	MaxBodyBytes = 4 << 10
 )
@@ -259,8 +262,9 @@ const (
 
 // SubmitRequest is the body of POST /submit. Every field is required.
 type SubmitRequest struct {
-	// PayoutID identifies the payout, 1..128 bytes. The rail does not
-	// deduplicate on it.
+	// PayoutID identifies the payout, 1..128 bytes of UTF-8 text without
+	// control characters (httpjson.Text), like AccountID and Reference. The
+	// rail does not deduplicate on it.
 	PayoutID string `json:"payoutId"`
 	// AccountID is the debited account, 1..64 bytes.
 	AccountID string `json:"accountId"`
@@ -278,22 +282,24 @@ type SubmitRequest struct {
 func (s SubmitRequest) Validate() error {
 	switch {
 	case !textOK(s.PayoutID, MaxPayoutIDLen):
-		return fmt.Errorf("%w: payoutId must be 1..%d bytes of UTF-8", ErrInvalidSubmission, MaxPayoutIDLen)
+		return fmt.Errorf("%w: payoutId must be 1..%d bytes of UTF-8 text without control characters", ErrInvalidSubmission, MaxPayoutIDLen)
 	case !textOK(s.AccountID, MaxAccountIDLen):
-		return fmt.Errorf("%w: accountId must be 1..%d bytes of UTF-8", ErrInvalidSubmission, MaxAccountIDLen)
+		return fmt.Errorf("%w: accountId must be 1..%d bytes of UTF-8 text without control characters", ErrInvalidSubmission, MaxAccountIDLen)
 	case s.AmountMinor <= 0:
 		return fmt.Errorf("%w: amountMinor %d is not positive", ErrInvalidSubmission, s.AmountMinor)
 	case iso4217.Check(s.Currency) != nil:
 		return fmt.Errorf("%w: %v", ErrInvalidSubmission, iso4217.Check(s.Currency))
 	case !textOK(s.Reference, MaxReferenceLen):
-		return fmt.Errorf("%w: reference must be 1..%d bytes of UTF-8", ErrInvalidSubmission, MaxReferenceLen)
+		return fmt.Errorf("%w: reference must be 1..%d bytes of UTF-8 text without control characters", ErrInvalidSubmission, MaxReferenceLen)
 	}
 	return nil
 }
 
-func textOK(s string, max int) bool {
-	return s != "" && len(s) <= max && utf8.ValidString(s)
-}
+// textOK is the project's rule for stored free text (httpjson.Text): 1..max
+// bytes of UTF-8, no control character (NUL, newline, ...), no U+FFFD.
+// Together with httpjson.Decode's refusal of strings that are not UTF-8,
+// nothing the journal records was rewritten on the way in.
+func textOK(s string, max int) bool { return httpjson.Text(s, max) }
 
 // SubmitAnswer is the 200 body of POST /submit.
 type SubmitAnswer struct {
@@ -330,7 +336,7 @@ type Submission struct {
 // StopRequest is the body of POST /stops.
 type StopRequest struct {
 	// Reference is the payer's reference to stop, 1..MaxReferenceLen
-	// bytes of UTF-8.
+	// bytes of UTF-8 text without control characters (httpjson.Text).
 	Reference string `json:"reference"`
 }
 
@@ -357,7 +363,8 @@ type Faults struct {
 	// milliseconds; 0..MaxLatency.
 	LatencyMs int64 `json:"latencyMs"`
 	// FailNext is how many of the next valid submissions fail in Mode
-	// (each failure consumes one); >= 0. Invalid submissions consume none.
+	// (each failure consumes one); 0..MaxFailNext. Invalid submissions
+	// consume none.
 	FailNext int `json:"failNext"`
 	// Mode is FaultError or FaultHang; required when FailNext > 0.
 	Mode string `json:"mode,omitempty"`
@@ -369,8 +376,8 @@ func (f Faults) Validate() error {
 	switch {
 	case f.LatencyMs < 0 || f.LatencyMs > MaxLatency.Milliseconds():
 		return fmt.Errorf("%w: latencyMs %d must be in [0, %d]", ErrInvalidFaults, f.LatencyMs, MaxLatency.Milliseconds())
-	case f.FailNext < 0:
-		return fmt.Errorf("%w: failNext %d is negative", ErrInvalidFaults, f.FailNext)
+	case f.FailNext < 0 || f.FailNext > MaxFailNext:
+		return fmt.Errorf("%w: failNext %d must be in [0, %d]", ErrInvalidFaults, f.FailNext, MaxFailNext)
 	case f.Mode != "" && f.Mode != FaultError && f.Mode != FaultHang:
 		return fmt.Errorf("%w: mode %q: want %q or %q", ErrInvalidFaults, f.Mode, FaultError, FaultHang)
 	case f.FailNext > 0 && f.Mode == "":

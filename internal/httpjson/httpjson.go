@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Codes produced by Decode.
@@ -62,14 +64,19 @@ func (e *Error) Error() string { return e.Message }
 // pointer to a struct), refusing a Content-Type other than application/json
 // (a missing one is accepted), anything but an object (null included),
 // field names that do not match a json tag of dst exactly (encoding/json
-// alone would match them case-insensitively), a field given twice, and
-// anything after the object. It returns nil or an *Error to answer with
-// (see Write).
+// alone would match them case-insensitively), a field given twice,
+// anything after the object, a charset other than UTF-8, and a string (key
+// or value) that is not UTF-8 text (checkStrings). It returns nil or an
+// *Error to answer with (see Write).
 func Decode(w http.ResponseWriter, r *http.Request, dst any, limit int64) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
+		mt, params, err := mime.ParseMediaType(ct)
 		if err != nil || mt != "application/json" {
 			return &Error{http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, fmt.Sprintf("content type %q; send application/json", ct)}
+		}
+		if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+			return &Error{http.StatusUnsupportedMediaType, CodeUnsupportedMediaType,
+				fmt.Sprintf("charset %q; JSON is UTF-8: send application/json without a charset, or with charset=utf-8", cs)}
 		}
 	}
 	// MaxBytesReader marks the connection to be closed after an oversized
@@ -87,6 +94,9 @@ func Decode(w http.ResponseWriter, r *http.Request, dst any, limit int64) error 
 	}
 	if err := checkObject(body, fieldsOf(dst)); err != nil {
 		return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + jsonProblem(err)}
+	}
+	if err := checkStrings(body); err != nil {
+		return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + err.Error()}
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -207,6 +217,46 @@ func checkObject(body []byte, fields map[string]bool) error {
 		return errors.New("trailing data after the JSON object")
 	}
 	return nil
+}
+
+// checkStrings refuses a body (already known to be one JSON object) with a
+// string, key or value, that holds U+FFFD, the replacement character:
+// encoding/json silently writes it in place of bytes that are not UTF-8
+// and of an escaped lone surrogate ("\udc00"), so after decoding a broken
+// string can no longer be told apart. A literal U+FFFD is refused with
+// them: no field of the project needs it.
+func checkStrings(body []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if s, ok := tok.(string); ok && strings.ContainsRune(s, utf8.RuneError) {
+			return errors.New("a string is not UTF-8 text: it has bytes that are not UTF-8, an escaped lone surrogate or U+FFFD")
+		}
+	}
+}
+
+// Text reports whether s is 1..max bytes of UTF-8 text that a log line, a
+// journal or a database column can hold unchanged: valid UTF-8, with no
+// control character (C0 such as NUL or a newline, DEL, C1) and no U+FFFD.
+// It is the one rule of the project for free text that is stored (a
+// rail reference, for instance); ids keep their narrower ASCII rules.
+func Text(s string, max int) bool {
+	if s == "" || len(s) > max || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			return false
+		}
+	}
+	return true
 }
 
 // describe names the JSON value tok starts, in JSON's words.

@@ -111,3 +111,76 @@ func TestClientMessageDropsGoPackageNames(t *testing.T) {
 		}
 	}
 }
+
+// A string that is not UTF-8 text is refused, whatever the field: raw
+// bytes that are not UTF-8 and an escaped lone surrogate would both reach
+// the handler as U+FFFD (the newcomer's probe 11 saw the rail-stub record
+// them so). The check covers keys and nested values too.
+func TestDecodeRefusesStringsThatAreNotUTF8(t *testing.T) {
+	for _, body := range []string{
+		"{\"owner\":\"a\xffb\"}",
+		`{"owner":"\udc00"}`,
+		`{"owner":"\ud800x"}`,
+		`{"owner":"�"}`,
+		`{"owner":"\ufffd"}`,
+		"{\"note\":\"ok\",\"own\xffer\":\"a\"}",
+	} {
+		r := httptest.NewRequest("POST", "/", strings.NewReader(body))
+		err := Decode(httptest.NewRecorder(), r, &req{}, 256)
+		var e *Error
+		if !errors.As(err, &e) || e.Status != http.StatusBadRequest || e.Code != CodeInvalidRequest {
+			t.Errorf("Decode(%q) = %v; want 400 %s", body, err, CodeInvalidRequest)
+		}
+	}
+	for _, body := range []string{`{"owner":"é😀"}`, `{"owner":"\u00e9\ud83d\ude00"}`, `{"owner":"a\nb"}`} {
+		r := httptest.NewRequest("POST", "/", strings.NewReader(body))
+		if err := Decode(httptest.NewRecorder(), r, &req{}, 256); err != nil {
+			t.Errorf("Decode(%q) = %v; want nil (UTF-8 text; controls are each field's rule)", body, err)
+		}
+	}
+}
+
+// JSON is UTF-8: a Content-Type naming another charset is refused 415; no
+// charset, or utf-8 in any case, is accepted (the newcomer's probe 15 sent
+// charset=latin1 and was served).
+func TestDecodeRefusesOtherCharsets(t *testing.T) {
+	for ct, want := range map[string]int{
+		"application/json":                     0,
+		"application/json; charset=utf-8":      0,
+		"application/json; charset=UTF-8":      0,
+		`application/json; charset="utf-8"`:    0,
+		"application/json; charset=latin1":     http.StatusUnsupportedMediaType,
+		"application/json; charset=iso-8859-1": http.StatusUnsupportedMediaType,
+		"application/json; charset=utf-16":     http.StatusUnsupportedMediaType,
+		"application/json; charset=":           http.StatusUnsupportedMediaType,
+	} {
+		r := httptest.NewRequest("POST", "/", strings.NewReader(`{"owner":"a"}`))
+		r.Header.Set("Content-Type", ct)
+		err := Decode(httptest.NewRecorder(), r, &req{}, 256)
+		got := 0
+		var e *Error
+		if errors.As(err, &e) {
+			got = e.Status
+			if e.Code != CodeUnsupportedMediaType {
+				t.Errorf("%q: code %s, want %s", ct, e.Code, CodeUnsupportedMediaType)
+			}
+		} else if err != nil {
+			t.Errorf("%q: %v is not an *Error", ct, err)
+		}
+		if got != want {
+			t.Errorf("Content-Type %q: status %d (%v), want %d", ct, got, err, want)
+		}
+	}
+}
+
+func TestText(t *testing.T) {
+	for s, want := range map[string]bool{
+		"p-1": true, "Inv März": true, "é😀": true,
+		"": false, "a\x00b": false, "a\nb": false, "a\tb": false, "a\x7fb": false, "a\u0085b": false,
+		"a\xffb": false, "a\ufffdb": false, strings.Repeat("x", 11): false, strings.Repeat("x", 10): true,
+	} {
+		if got := Text(s, 10); got != want {
+			t.Errorf("Text(%q, 10) = %v, want %v", s, got, want)
+		}
+	}
+}

@@ -25,7 +25,9 @@ var PushRetry = payoutbus.RetryPolicy{Min: 100 * time.Millisecond, Max: 6 * time
 // a push subscription spreads them over instances. Like the subscription
 // Terraform creates, a message gets at most
 // payoutbus.DefaultMaxDeliveryAttempts deliveries, then goes to the
-// dead-letter topic; redeliveries back off (PushRetry). A restarted
+// dead-letter topic; redeliveries back off (PushRetry). A push unanswered
+// within Config.PushTimeout (default the cloud's ack deadline, 120 s) is a
+// failed delivery, redelivered as Pub/Sub would. A restarted
 // executor keeps its URL, so its bridge reaches it again. The returned
 // function stops the bridges and waits for them; the bridges also end
 // with ctx.
@@ -49,7 +51,7 @@ func (s *Stack) Push(ctx context.Context, log *slog.Logger) (stop func(), err er
 	var wg sync.WaitGroup
 	for _, e := range s.cfg.Executors {
 		b := &payoutbus.PushBridge{Sub: c.Subscriber(PubSubSubscription), Endpoint: s.ExecutorURL(e.Name) + "/", Log: log.With("bridge", e.Name),
-			Subscription: PubSubSubscription, Retry: PushRetry}
+			Subscription: PubSubSubscription, Retry: PushRetry, Timeout: s.cfg.PushTimeout}
 		if dead != nil {
 			b.DeadLetter = dead
 		}

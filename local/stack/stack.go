@@ -144,6 +144,12 @@ type Config struct {
 	// LeaseTTL is the executors' lease TTL (LEASE_TTL_MS), a whole number
 	// of milliseconds. Default DefaultLeaseTTL.
 	LeaseTTL time.Duration
+	// PushTimeout is how long a push bridge (Push) waits for an
+	// executor's answer before the delivery counts as failed and the
+	// message is redelivered. Default payoutbus.DefaultPushTimeout, the
+	// ack deadline of the cloud's push subscription (120 s); shorter makes
+	// a frozen executor's payout reach another one sooner.
+	PushTimeout time.Duration
 	// PubSub selects the Pub/Sub server: PubSubFake (default: pstest in a
 	// process of its own, local/cmd/pubsub-fake) or PubSubEmulator (gcloud's
 	// Pub/Sub emulator, which needs gcloud and Java on the PATH).
@@ -200,6 +206,9 @@ func (c Config) Validate() error {
 	default:
 		bad("EtcdMembers %d: want 1 or 3", c.EtcdMembers)
 	}
+	if c.PushTimeout < 0 {
+		bad("PushTimeout %v: want a positive duration (0: payoutbus.DefaultPushTimeout)", c.PushTimeout)
+	}
 	if c.LeaseTTL < 0 || c.LeaseTTL%time.Millisecond != 0 {
 		bad("LeaseTTL %v: want a positive whole number of milliseconds", c.LeaseTTL)
 	}
@@ -238,6 +247,7 @@ func Build(ctx context.Context, dir string) error {
 		args = append(args, Binaries[name])
 	}
 	cmd := exec.CommandContext(ctx, goBin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with a killed `local up`
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("stack: go build (run from inside the repository): %w\n%s", err, strings.TrimSpace(string(out)))
@@ -333,6 +343,15 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		}
 		s.dir = d
 	}
+	// The big folders of stacks whose process died without Stop (SIGKILL):
+	// their children died with them (Pdeathsig), their folders did not.
+	removed, err := RemoveLeftovers(os.TempDir(), processAlive)
+	for _, d := range removed {
+		s.log.Info("removed a dead stack's leftover folder", "dir", d)
+	}
+	if err != nil {
+		s.log.Warn("leftover folders of dead stacks not removed", "error", err.Error())
+	}
 	sctx, cancel := ctx, context.CancelFunc(func() {})
 	if _, ok := ctx.Deadline(); !ok {
 		sctx, cancel = context.WithTimeout(ctx, DefaultStartTimeout)
@@ -357,6 +376,12 @@ func (s *Stack) start(ctx context.Context) error {
 	s.bin = s.cfg.BinDir
 	if s.bin == "" {
 		s.bin, s.ownBin = filepath.Join(s.dir, "bin"), true
+		if err := os.MkdirAll(s.bin, 0o755); err != nil {
+			return fmt.Errorf("stack: binaries folder: %w", err)
+		}
+		if err := markOwned(s.bin); err != nil {
+			return err
+		}
 		t0 := time.Now()
 		if err := Build(ctx, s.bin); err != nil {
 			return err
@@ -507,6 +532,9 @@ func (s *Stack) startCluster(ctx context.Context, name string, dbs ...string) (*
 	s.mu.Lock()
 	s.clusters = append(s.clusters, namedCluster{name, c})
 	s.mu.Unlock()
+	if err := markOwned(c.Dir()); err != nil {
+		return nil, err
+	}
 	for _, db := range dbs {
 		if err := c.CreateDatabase(ctx, db); err != nil {
 			return nil, fmt.Errorf("stack: cluster %s: %w", name, err)
@@ -541,6 +569,9 @@ func (s *Stack) startLockBackend(ctx context.Context) error {
 	s.mu.Lock()
 	s.etcdData = data
 	s.mu.Unlock()
+	if err := markOwned(data); err != nil {
+		return err
+	}
 	if s.cfg.EtcdMembers <= 1 {
 		eps, err := s.startEtcdProcess(ctx, "etcd", []string{"-members", "1", "-dir", data})
 		if err != nil {

@@ -20,7 +20,8 @@
 //	POST /v1/locks/{key}/revoke   RevokeRequest  -> 200 Grant (the revoked lease) | 409 LEASE_NOT_HELD, STALE_TOKEN
 //	GET  /v1/locks/{key}                         -> 200 LockState
 //	GET  /healthz                                -> 200 when the process serves HTTP
-//	GET  /readyz                                 -> 200 when the backend answers, 503 BACKEND_UNAVAILABLE otherwise
+//	GET  /readyz                                 -> 200 when the backend answers a ping within the server's
+//	                                                ReadyTimeout (1 s by default), 503 BACKEND_UNAVAILABLE otherwise
 package api
 
 import (
@@ -46,9 +47,12 @@ const (
 	// PathReady answers 200 when the backend answers a ping (readiness).
 	PathReady = "/readyz"
 	// HeaderTimeoutMs, sent by a caller, is the time it will still wait for
-	// the answer, in milliseconds (a positive decimal integer). lock-server
-	// then gives its backend at most that minus its margin, so that a 503
-	// arrives before the caller gives up. The SDK sends it on every call.
+	// the answer, in milliseconds: once, as a decimal integer without sign
+	// or leading zero, 1..MaxRequestTimeoutMs; anything else is refused 400
+	// INVALID_REQUEST before anything is done. lock-server then gives its
+	// backend at most that minus its margin, so that a 503 arrives before
+	// the caller gives up. The SDK sends it on every call (capped at
+	// MaxRequestTimeoutMs).
 	HeaderTimeoutMs = "X-Request-Timeout-Ms"
 )
 
@@ -68,6 +72,9 @@ const (
 	MaxTTLMs = 600_000
 	// MaxBodyBytes is the largest request body accepted, in bytes.
 	MaxBodyBytes = 4096
+	// MaxRequestTimeoutMs is the largest HeaderTimeoutMs accepted, in
+	// milliseconds (one hour; a caller that waits longer sends this).
+	MaxRequestTimeoutMs = 3_600_000
 )
 
 // AcquireRequest asks for a lease on the key in the path. Without WaitMs

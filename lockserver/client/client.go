@@ -731,7 +731,7 @@ func (c *Client) callWithin(ctx context.Context, to time.Duration, method, path 
 	req.Header.Set("Accept", "application/json")
 	if dl, ok := ctx.Deadline(); ok {
 		if left := time.Until(dl).Milliseconds(); left > 0 {
-			req.Header.Set(api.HeaderTimeoutMs, strconv.FormatInt(left, 10))
+			req.Header.Set(api.HeaderTimeoutMs, strconv.FormatInt(min(left, api.MaxRequestTimeoutMs), 10))
 		}
 	}
 	resp, err := c.doer.Do(req)

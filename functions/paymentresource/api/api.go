@@ -19,7 +19,7 @@
 //	POST /v1/accounts              AccountRequest -> 201 Account (200 if it exists alike; 409 ACCOUNT_CONFLICT)
 //	GET  /v1/accounts/{id}         -> 200 Account (404 ACCOUNT_NOT_FOUND)
 //	POST /v1/payouts               PayoutRequest -> 201 Payout (200 if it exists alike; 409 PAYOUT_CONFLICT,
-//	                               404 ACCOUNT_NOT_FOUND, 422 CURRENCY_MISMATCH)
+//	                               INSUFFICIENT_FUNDS; 404 ACCOUNT_NOT_FOUND, 422 CURRENCY_MISMATCH)
 //	GET  /v1/payouts/{id}          -> 200 Payout (404 PAYOUT_NOT_FOUND)
 //	POST /v1/payouts/{id}/claim    X-Fencing-Token, X-Lock-Owner; empty body or {} -> 200 Payout
 //	                               (409 FENCED_OUT, PAYOUT_FINISHED, PAYOUT_IN_DOUBT, PAYOUT_NEEDS_ATTENTION;
@@ -200,6 +200,12 @@ const (
 	// CodeCurrencyMismatch (422): the payout's currency is not its
 	// account's.
 	CodeCurrencyMismatch Code = "CURRENCY_MISMATCH"
+	// CodeInsufficientFunds (409): a new payout's amount is larger than
+	// its account's available balance, Account.BalanceMinor minus the
+	// amounts of the account's payouts not yet posted, declined or failed.
+	// Nothing was created. The same request may succeed once earlier
+	// payouts are declined or failed, so it is not retryable as such.
+	CodeInsufficientFunds Code = "INSUFFICIENT_FUNDS"
 	// CodePayoutNotFound (404): the payout does not exist.
 	CodePayoutNotFound Code = "PAYOUT_NOT_FOUND"
 	// CodePayoutConflict (409): the payout id exists with another account,
@@ -256,7 +262,7 @@ const (
 // Codes lists every Code, in the order declared above.
 var Codes = []Code{
 	CodeInvalidRequest, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeInvalidToken, CodeNotFound,
-	CodeMethodNotAllowed, CodeAccountNotFound, CodeAccountConflict, CodeCurrencyMismatch, CodePayoutNotFound,
+	CodeMethodNotAllowed, CodeAccountNotFound, CodeAccountConflict, CodeCurrencyMismatch, CodeInsufficientFunds, CodePayoutNotFound,
 	CodePayoutConflict, CodeFencedOut, CodeUnverifiedToken, CodePayoutFinished, CodePayoutInDoubt, CodePayoutNotClaimed,
 	CodePayoutNeedsAttention, CodeRailRefConflict, CodeInvalidReceipt, CodeUnavailable, CodeOverloaded, CodeInternal,
 }

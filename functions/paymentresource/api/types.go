@@ -211,8 +211,11 @@ type Account struct {
 	// OpeningBalanceMinor is the balance at creation, in minor units.
 	OpeningBalanceMinor int64 `json:"openingBalanceMinor"`
 	// BalanceMinor is the opening balance minus the posted debits, in
-	// minor units. It may be negative: an acknowledged rail payment is
-	// recorded even when it overdraws.
+	// minor units. A payout is created only within the available balance
+	// (BalanceMinor minus the payouts not yet final; INSUFFICIENT_FUNDS
+	// otherwise), so with fencing on it never goes negative. An
+	// acknowledged rail payment is still recorded when it overdraws: with
+	// fencing off a second debit of one payout can.
 	BalanceMinor int64 `json:"balanceMinor"`
 	// Fence is the highest fencing token that debited the account (0: none).
 	Fence int64 `json:"fence"`
@@ -289,7 +292,10 @@ type Payout struct {
 	// shows).
 	Debits int `json:"debits"`
 	// CreatedAt and UpdatedAt are the times of the creation and of the
-	// last accepted write (UTC).
+	// last accepted state change (UTC): exactly the At of the first and of
+	// the last History row, taken from one clock in one statement. A write
+	// that changes no state (a claim with the token the payout already
+	// carries) moves neither.
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
 	// History lists every accepted state change, oldest first, never nil.

@@ -42,6 +42,10 @@ var (
 	// ErrCurrencyMismatch: the payout's currency is not its account's
 	// (CURRENCY_MISMATCH).
 	ErrCurrencyMismatch = errors.New("paymentresource client: currency is not the account's")
+	// ErrInsufficientFunds: the payout's amount is larger than its
+	// account's available balance (INSUFFICIENT_FUNDS); nothing was
+	// created.
+	ErrInsufficientFunds = errors.New("paymentresource client: insufficient funds")
 	// ErrPayoutNotFound: the payout does not exist (PAYOUT_NOT_FOUND).
 	ErrPayoutNotFound = errors.New("paymentresource client: payout not found")
 	// ErrPayoutConflict: the payout id exists with other values
@@ -93,6 +97,7 @@ var sentinels = map[api.Code]error{
 	api.CodeAccountNotFound:      ErrAccountNotFound,
 	api.CodeAccountConflict:      ErrAccountConflict,
 	api.CodeCurrencyMismatch:     ErrCurrencyMismatch,
+	api.CodeInsufficientFunds:    ErrInsufficientFunds,
 	api.CodePayoutNotFound:       ErrPayoutNotFound,
 	api.CodePayoutConflict:       ErrPayoutConflict,
 	api.CodeFencedOut:            ErrFencedOut,
@@ -211,8 +216,9 @@ func (c *Client) Account(ctx context.Context, id string) (api.Account, error) {
 
 // CreatePayout creates a payout (POST /v1/payouts) and so publishes its
 // event, or returns it as it is now when it already exists with the same
-// values. It returns ErrPayoutConflict, ErrAccountNotFound,
-// ErrCurrencyMismatch, ErrInvalidRequest, ErrUnavailable.
+// values. It returns ErrPayoutConflict, ErrInsufficientFunds,
+// ErrAccountNotFound, ErrCurrencyMismatch, ErrInvalidRequest,
+// ErrUnavailable.
 func (c *Client) CreatePayout(ctx context.Context, req api.PayoutRequest) (api.Payout, error) {
 	var p api.Payout
 	if err := req.Validate(); err != nil {

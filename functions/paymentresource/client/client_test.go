@@ -52,13 +52,14 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 		api.CodePayoutNeedsAttention: client.ErrPayoutNeedsAttention,
 		api.CodeUnavailable:          client.ErrUnavailable, api.CodeUnverifiedToken: client.ErrUnverifiedToken,
 		api.CodeInvalidReceipt: client.ErrInvalidReceipt, api.CodeOverloaded: client.ErrOverloaded,
+		api.CodeInsufficientFunds: client.ErrInsufficientFunds,
 		// No sentinel: a wrong URL or client, or a bug.
 		api.CodeNotFound: nil, api.CodeMethodNotAllowed: nil, api.CodeInternal: nil,
 	}
 	all := []error{client.ErrInvalidRequest, client.ErrAccountNotFound, client.ErrAccountConflict, client.ErrCurrencyMismatch,
 		client.ErrPayoutNotFound, client.ErrPayoutConflict, client.ErrFencedOut, client.ErrPayoutFinished, client.ErrPayoutInDoubt,
 		client.ErrPayoutNotClaimed, client.ErrRailRefConflict, client.ErrUnavailable, client.ErrUnverifiedToken, client.ErrInvalidReceipt,
-		client.ErrPayoutNeedsAttention, client.ErrOverloaded}
+		client.ErrPayoutNeedsAttention, client.ErrOverloaded, client.ErrInsufficientFunds}
 	for _, code := range api.Codes {
 		want, listed := sentinel[code]
 		if !listed {
