@@ -18,10 +18,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -247,3 +250,76 @@ func (c *Cluster) Promote(ctx context.Context) error {
 	c.log.Debug("pgcluster promoted", "port", c.Port())
 	return nil
 }
+
+// MultiHostDSN returns a URL that lists the clusters' addresses in order
+// and asks for the one that accepts writes
+// (target_session_attrs=read-write): a client library that supports it
+// (pgx, libpq) tries each host in turn and keeps the first that is not in
+// recovery, so a pool built on it finds a promoted standby by itself, e.g.
+// "postgres://postgres@127.0.0.1:5432,127.0.0.1:5433/lockdb?sslmode=disable&target_session_attrs=read-write".
+func MultiHostDSN(dbname string, clusters ...*Cluster) string {
+	hosts := make([]string, len(clusters))
+	for i, c := range clusters {
+		hosts[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(c.Port()))
+	}
+	u := url.URL{
+		Scheme:   "postgres",
+		User:     url.User(Superuser),
+		Host:     strings.Join(hosts, ","),
+		Path:     "/" + dbname,
+		RawQuery: "sslmode=disable&target_session_attrs=read-write",
+	}
+	return u.String()
+}
+
+// SetSynchronousStandby makes the running cluster's commits wait for the
+// standby named name (synchronous_standby_names = SyncStandbyNames(name),
+// by ALTER SYSTEM, so it survives restarts, and a configuration reload),
+// and returns once the cluster reports that standby as synchronous. An
+// empty name makes replication asynchronous again (returns after the
+// reload). Until the named standby streams, every commit waits: attach it
+// first (StartStandby). Errors are the driver's or ctx's.
+func (c *Cluster) SetSynchronousStandby(ctx context.Context, name string) error {
+	value := ""
+	if name != "" {
+		if !standbyName.MatchString(name) {
+			return fmt.Errorf("%w: standby name %q", ErrInvalidConfig, name)
+		}
+		value = SyncStandbyNames(name)
+	}
+	conn, err := pgx.Connect(ctx, c.AdminDSN())
+	if err != nil {
+		return fmt.Errorf("pgcluster: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, `ALTER SYSTEM SET synchronous_standby_names = `+quoteLiteral(value)); err != nil {
+		return fmt.Errorf("pgcluster: set synchronous_standby_names: %w", err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+		return fmt.Errorf("pgcluster: reload: %w", err)
+	}
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_replication WHERE $1 = '' OR (application_name = $1 AND sync_state = 'sync')`, name).Scan(&n); err != nil {
+			return fmt.Errorf("pgcluster: read pg_stat_replication: %w", err)
+		}
+		var cur string
+		if err := conn.QueryRow(ctx, `SHOW synchronous_standby_names`).Scan(&cur); err != nil {
+			return fmt.Errorf("pgcluster: show synchronous_standby_names: %w", err)
+		}
+		if cur == value && (name == "" || n > 0) {
+			c.log.Debug("pgcluster synchronous standby set", "port", c.Port(), "name", name)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pgcluster: standby %q not synchronous: %w", name, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

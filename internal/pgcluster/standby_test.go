@@ -47,12 +47,15 @@ func startStandby(t *testing.T, primary *Cluster, name string) *Cluster {
 // return: that is what "synchronous" means here.
 func TestSyncStandbyHasEveryAcknowledgedCommitAfterPromotion(t *testing.T) {
 	ctx := t.Context()
-	primary, err := Start(ctx, Config{Settings: map[string]string{"synchronous_standby_names": SyncStandbyNames("standby1")}})
+	primary, err := Start(ctx, Config{})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(func() { _ = primary.Close() })
 	standby := startStandby(t, primary, "standby1")
+	if err := primary.SetSynchronousStandby(ctx, "standby1"); err != nil {
+		t.Fatalf("SetSynchronousStandby: %v", err)
+	}
 
 	if got := queryOne[string](t, primary.AdminDSN(), `SELECT coalesce(string_agg(application_name || ':' || sync_state, ','), '') FROM pg_stat_replication`); got != "standby1:sync" {
 		t.Fatalf("pg_stat_replication = %q; want standby1:sync", got)
@@ -92,12 +95,15 @@ func TestSyncStandbyHasEveryAcknowledgedCommitAfterPromotion(t *testing.T) {
 
 func TestSyncCommitWaitsForTheStandby(t *testing.T) {
 	ctx := t.Context()
-	primary, err := Start(ctx, Config{Settings: map[string]string{"synchronous_standby_names": SyncStandbyNames("standby1")}})
+	primary, err := Start(ctx, Config{})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(func() { _ = primary.Close() })
 	standby := startStandby(t, primary, "standby1")
+	if err := primary.SetSynchronousStandby(ctx, "standby1"); err != nil {
+		t.Fatalf("SetSynchronousStandby: %v", err)
+	}
 	execSQL(t, primary.AdminDSN(), "CREATE TABLE survivor (id int PRIMARY KEY)")
 	if err := standby.Kill(); err != nil {
 		t.Fatalf("Kill standby: %v", err)
