@@ -4,7 +4,7 @@ GO    ?= go
 PKGS  := ./...
 BIN   := bin
 
-.PHONY: help test fuzz lint fmt build bench demo explore soak clean plan deploy destroy
+.PHONY: help test fuzz lint fmt build bench demo explore soak failover clean plan deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -84,6 +84,12 @@ SOAK_FLAGS   ?=
 
 soak: ## crash soak: SOAK_PAYOUTS (default 10000) payouts per backend (SOAK_BACKEND=postgres|etcd, default both in turn) while every kind of process is SIGKILLed and restarted; writes harness/out/soak.json and soak-BACKEND.svg (SOAK_FLAGS: more flags, e.g. -seed N)
 	$(GO) run ./harness/cmd/soak -backend $(SOAK_BACKEND) -payouts $(SOAK_PAYOUTS) -out harness/out $(SOAK_FLAGS)
+
+FAILOVER_SEEDS ?= 1,2,3
+FAILOVER_FLAGS ?=
+
+failover: ## lockdb failover (SC-08): kill the primary under SDK clients, promote the standby, synchronous then asynchronous replication, FAILOVER_SEEDS (default 1,2,3); writes harness/out/failover.json (FAILOVER_FLAGS: e.g. -standby-stall 5s -clients 16)
+	$(GO) run ./harness/cmd/failover -mode sync,async -seeds $(FAILOVER_SEEDS) -out harness/out $(FAILOVER_FLAGS)
 
 plan: ## Google Cloud: terraform init and a saved plan with its resource counts (needs GOOGLE_CLOUD_PROJECT, BILLING_ACCOUNT, gcloud ADC; docs/cloud.md)
 	$(call cloud_preflight,plan)

@@ -66,7 +66,8 @@ const (
 	EventStarted = "failover_started"
 	// EventPrimaryKilled (WARN): lockdb's primary was sent SIGKILL.
 	EventPrimaryKilled = "failover_primary_killed"
-	// EventStandbyStalled (WARN): the standby was frozen (Config.StandbyStall).
+	// EventStandbyStalled (WARN): the primary's WAL senders were stopped
+	// (Config.StandbyStall).
 	EventStandbyStalled = "failover_standby_stalled"
 	// EventStandbyPromoted (WARN): the standby accepts writes.
 	EventStandbyPromoted = "failover_standby_promoted"
@@ -113,10 +114,11 @@ type Config struct {
 	Before, PromoteDelay, After time.Duration
 	// Window is the width of an availability window (positive).
 	Window time.Duration
-	// StandbyStall, when positive, freezes the standby (SIGSTOP of every
-	// process: pgcluster.Freeze) that long before the kill and thaws it
-	// right after: a standby that lags, as one across a congested link
-	// between zones does. With synchronous replication commits wait during
+	// StandbyStall, when positive, stops the primary's WAL senders
+	// (pgcluster.PauseWALSenders) that long before the kill: a standby that
+	// lags, as one across a congested link between zones does. (Freezing
+	// the standby instead does not do it: the kernel's socket buffers
+	// hold seconds of WAL, which the standby reads when it resumes.) With synchronous replication commits wait during
 	// the stall (the dip starts before the kill); with asynchronous
 	// replication they go on, and are lost with the primary.
 	StandbyStall time.Duration
@@ -431,12 +433,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 
 	if cfg.StandbyStall > 0 {
 		sleep(ctx, cfg.Before-min(cfg.StandbyStall, cfg.Before))
-		if err := standby.Freeze(); err != nil {
+		paused, err := primary.PauseWALSenders()
+		if err != nil || paused == 0 {
 			stopLoad()
 			wg.Wait()
-			return rep, err
+			return rep, fmt.Errorf("failover: pause the WAL senders: %d paused, %v", paused, err)
 		}
-		logger.Warn("lockdb standby frozen: it stops receiving WAL", "event", EventStandbyStalled, "atMs", since().Milliseconds(),
+		logger.Warn("lockdb primary's WAL senders stopped: the standby stops receiving WAL", "event", EventStandbyStalled, "atMs", since().Milliseconds(),
 			"stallMs", cfg.StandbyStall.Milliseconds())
 		sleep(ctx, min(cfg.StandbyStall, cfg.Before))
 	} else {
@@ -449,11 +452,6 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	kill := since()
 	logger.Warn("lockdb primary killed (SIGKILL, every process)", "event", EventPrimaryKilled, "atMs", kill.Milliseconds(), "port", primary.Port())
-	if err := standby.Thaw(); err != nil {
-		stopLoad()
-		wg.Wait()
-		return rep, err
-	}
 	sleep(ctx, cfg.PromoteDelay)
 	// What the promoted lockdb would issue next: read before any grant
 	// there (lock-server's pool cannot reach it while it is in recovery).

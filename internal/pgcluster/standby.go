@@ -323,3 +323,39 @@ func (c *Cluster) SetSynchronousStandby(ctx context.Context, name string) error 
 
 // quoteLiteral quotes s as an SQL string literal.
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// PauseWALSenders stops (SIGSTOP) the server's WAL sender processes, and
+// returns how many it stopped: the standbys stop receiving WAL while the
+// server goes on, as across a congested link between zones. A commit that
+// waits for a synchronous standby waits until they resume; an
+// asynchronous primary goes on committing what no standby has. Kill ends
+// them with the rest (SIGKILL reaches a stopped process); ResumeWALSenders
+// resumes them. ErrNotRunning when the server is not running.
+func (c *Cluster) PauseWALSenders() (int, error) {
+	return c.signalWALSenders(syscall.SIGSTOP)
+}
+
+// ResumeWALSenders resumes (SIGCONT) the WAL senders PauseWALSenders
+// stopped, and returns how many it signalled.
+func (c *Cluster) ResumeWALSenders() (int, error) {
+	return c.signalWALSenders(syscall.SIGCONT)
+}
+
+func (c *Cluster) signalWALSenders(sig syscall.Signal) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil {
+		return 0, ErrNotRunning
+	}
+	n := 0
+	for _, pid := range childrenOf(c.proc.cmd.Process.Pid) {
+		cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if err != nil || !bytes.HasPrefix(cmdline, []byte("postgres: walsender")) {
+			continue
+		}
+		if syscall.Kill(pid, sig) == nil {
+			n++
+		}
+	}
+	return n, nil
+}

@@ -137,3 +137,58 @@ func TestStandbyConfigValidate(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// The lesson behind synchronous replication, at the database level: an
+// asynchronous primary acknowledges commits its standby never receives
+// (here the WAL senders are paused, as a lagging link would leave them);
+// killed, its promoted standby lacks them, and its sequence hands out again
+// values the dead primary had already handed out, although PostgreSQL logs
+// a sequence 32 values ahead.
+func TestAsyncStandbyLosesAcknowledgedCommitsAndRepeatsSequenceValues(t *testing.T) {
+	ctx := t.Context()
+	primary, err := Start(ctx, Config{})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = primary.Close() })
+	standby := startStandby(t, primary, "standby1")
+	dsn := primary.AdminDSN()
+	execSQL(t, dsn, "CREATE SEQUENCE token_seq CACHE 1")
+	execSQL(t, dsn, "CREATE TABLE grants (token bigint PRIMARY KEY)")
+	execSQL(t, dsn, "INSERT INTO grants SELECT nextval('token_seq') FROM generate_series(1, 10)")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		conn, err := pgx.Connect(ctx, standby.AdminDSN())
+		if err == nil {
+			var n int
+			err = conn.QueryRow(ctx, "SELECT count(*) FROM grants").Scan(&n)
+			conn.Close(context.Background())
+			if err == nil && n == 10 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the standby never received the first 10 rows")
+		}
+	}
+	if n, err := primary.PauseWALSenders(); err != nil || n != 1 {
+		t.Fatalf("PauseWALSenders = %d, %v; want 1", n, err)
+	}
+	// 100 acknowledged commits, one value each: far more than 32 ahead.
+	for range 100 {
+		execSQL(t, dsn, "INSERT INTO grants SELECT nextval('token_seq')")
+	}
+	if err := primary.Kill(); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	if err := standby.Promote(ctx); err != nil {
+		t.Fatalf("Promote: %v", err)
+	}
+	if got := queryOne[int64](t, standby.AdminDSN(), "SELECT count(*) FROM grants"); got != 10 {
+		t.Fatalf("rows on the promoted asynchronous standby = %d; want 10 (the 100 acknowledged while it lagged are lost)", got)
+	}
+	next := queryOne[int64](t, standby.AdminDSN(), "SELECT nextval('token_seq')")
+	if next > 110 {
+		t.Fatalf("promoted sequence's next value %d; want a repeat of one of 11..110, which the dead primary handed out", next)
+	}
+	t.Logf("the promoted standby's sequence hands out %d again (the dead primary had handed out up to 110)", next)
+}
