@@ -44,6 +44,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
 )
@@ -253,11 +254,18 @@ type Report struct {
 	HighestBeforeKill    int64 `json:"highestTokenBeforeKill"`
 	LowestAfterPromotion int64 `json:"lowestTokenAfterPromotion"`
 	// SequenceAfterPromotion is fencing_token_seq's last_value on the
-	// promoted lockdb, read directly before any grant there; the next
-	// nextval returns one more. RepeatableTokens counts tokens granted
+	// promoted lockdb, read directly right after the promotion (in the
+	// synchronous mode grants may already have drawn from it, which can
+	// only raise it; in the asynchronous mode the restore guard refuses
+	// grants before they draw); the next nextval returns one more. RepeatableTokens counts tokens granted
 	// before the kill that are above it: the promoted lockdb would issue
 	// each again, were nothing to stop it.
-	SequenceAfterPromotion  int64 `json:"sequenceAfterPromotion"`
+	SequenceAfterPromotion int64 `json:"sequenceAfterPromotion"`
+	// ReadyzDownMs and ReadyzUpMs are, in ms since the kill, the first
+	// /readyz probe (every 50 ms) that answered not ready after the kill,
+	// and the first that answered ready after that (-1: none).
+	ReadyzDownMs            int64 `json:"readyzDownMs"`
+	ReadyzUpMs              int64 `json:"readyzUpMs"`
 	RepeatableTokens        int   `json:"repeatableTokens"`
 	PaydbBefore, PaydbAfter Paydb
 	// Violations are the safety checks that failed (empty: none).
@@ -445,12 +453,46 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	} else {
 		sleep(ctx, cfg.Before)
 	}
+	var (
+		killMu  sync.Mutex
+		killAt  time.Duration = -1
+		readyWG sync.WaitGroup
+	)
+	rep.ReadyzDownMs, rep.ReadyzUpMs = -1, -1
+	readyWG.Go(func() {
+		probe := &http.Client{Timeout: 2 * time.Second}
+		for loadCtx.Err() == nil {
+			req, _ := http.NewRequestWithContext(loadCtx, http.MethodGet, url+api.PathReady, nil)
+			resp, err := probe.Do(req)
+			ready := err == nil && resp.StatusCode == http.StatusOK
+			if resp != nil {
+				resp.Body.Close()
+			}
+			at := since()
+			killMu.Lock()
+			k := killAt
+			killMu.Unlock()
+			if k >= 0 && loadCtx.Err() == nil {
+				switch {
+				case !ready && rep.ReadyzDownMs < 0:
+					rep.ReadyzDownMs = (at - k).Milliseconds()
+				case ready && rep.ReadyzDownMs >= 0 && rep.ReadyzUpMs < 0:
+					rep.ReadyzUpMs = (at - k).Milliseconds()
+				}
+			}
+			sleep(loadCtx, 50*time.Millisecond)
+		}
+	})
+	defer func() { stopLoad(); readyWG.Wait() }()
 	if err := primary.Kill(); err != nil {
 		stopLoad()
 		wg.Wait()
 		return rep, err
 	}
 	kill := since()
+	killMu.Lock()
+	killAt = kill
+	killMu.Unlock()
 	logger.Warn("lockdb primary killed (SIGKILL, every process)", "event", EventPrimaryKilled, "atMs", kill.Milliseconds(), "port", primary.Port())
 	sleep(ctx, cfg.PromoteDelay)
 	// What the promoted lockdb would issue next: read before any grant
@@ -469,6 +511,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	sleep(ctx, cfg.After)
 	stopLoad()
 	wg.Wait()
+	readyWG.Wait()
 	end := since()
 
 	if rep.PaydbAfter, err = readPaydb(ctx, paydb); err != nil {
@@ -483,7 +526,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		"attempts", rep.Attempts, "grants", rep.Grants,
 		"firstFailureMs", rep.Dip.FirstFailureMs, "lastFailureMs", rep.Dip.LastFailureMs, "recoveredMs", rep.Dip.RecoveredMs,
 		"dipAttempts", rep.Dip.Attempts, "dipFailed", rep.Dip.Failed, "dipFailedPct", rep.Dip.FailedPct,
-		"unavailable", rep.Dip.Unavailable, "restored", rep.Dip.Restored, "slowestMs", rep.Dip.SlowestMs, "standbyStallMs", rep.StandbyStallMs, "promotedAfterKillMs", rep.PromotedMs-rep.KillMs)
+		"unavailable", rep.Dip.Unavailable, "restored", rep.Dip.Restored, "slowestMs", rep.Dip.SlowestMs, "readyzDownMs", rep.ReadyzDownMs, "readyzUpMs", rep.ReadyzUpMs, "standbyStallMs", rep.StandbyStallMs, "promotedAfterKillMs", rep.PromotedMs-rep.KillMs)
 	level := slog.LevelInfo
 	if len(rep.Violations) > 0 {
 		level = slog.LevelError

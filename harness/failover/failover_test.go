@@ -60,6 +60,10 @@ func TestSyncFailoverDipsAndRecoversWithoutSafetyEvent(t *testing.T) {
 	if rep.Dip.RecoveredMs < 0 || rep.LowestAfterPromotion == 0 {
 		t.Fatalf("no recovery: recovered %d ms, lowest token after promotion %d", rep.Dip.RecoveredMs, rep.LowestAfterPromotion)
 	}
+	// /readyz follows the backend: not ready in the gap, ready again after.
+	if rep.ReadyzDownMs < 0 || rep.ReadyzUpMs < rep.ReadyzDownMs {
+		t.Errorf("readyz went down at +%d ms and up at +%d ms; want down in the gap, then up", rep.ReadyzDownMs, rep.ReadyzUpMs)
+	}
 	if rep.LowestAfterPromotion <= rep.HighestBeforeKill {
 		t.Errorf("token %d after promotion, %d before the kill", rep.LowestAfterPromotion, rep.HighestBeforeKill)
 	}

@@ -83,9 +83,9 @@ func run() int {
 		return 1
 	}
 	for _, r := range reports {
-		fmt.Printf("%-5s stall %d ms seed %d: %d acquires, %d grants; dip: first failure +%d ms, last +%d ms, recovered +%d ms, slowest acquire %d ms, %d of %d failed (%.1f%%; unavailable %d, restored %d); promoted +%d ms; highest token before kill %d, lowest after promotion %d, promoted sequence %d (%d tokens it would repeat); paydb untouched %v; violations %d\n",
+		fmt.Printf("%-5s stall %d ms seed %d: %d acquires, %d grants; dip: first failure +%d ms, last +%d ms, recovered +%d ms, slowest acquire %d ms, %d of %d failed (%.1f%%; unavailable %d, restored %d); promoted +%d ms; readyz down +%d ms, up +%d ms; highest token before kill %d, lowest after promotion %d, promoted sequence %d (%d tokens it would repeat); paydb untouched %v; violations %d\n",
 			r.Mode, r.StandbyStallMs, r.Seed, r.Attempts, r.Grants, r.Dip.FirstFailureMs, r.Dip.LastFailureMs, r.Dip.RecoveredMs, r.Dip.SlowestMs, r.Dip.Failed, r.Dip.Attempts, r.Dip.FailedPct,
-			r.Dip.Unavailable, r.Dip.Restored, r.PromotedMs-r.KillMs, r.HighestBeforeKill, r.LowestAfterPromotion, r.SequenceAfterPromotion, r.RepeatableTokens,
+			r.Dip.Unavailable, r.Dip.Restored, r.PromotedMs-r.KillMs, r.ReadyzDownMs, r.ReadyzUpMs, r.HighestBeforeKill, r.LowestAfterPromotion, r.SequenceAfterPromotion, r.RepeatableTokens,
 			r.PaydbBefore == r.PaydbAfter, len(r.Violations))
 		for _, v := range r.Violations {
 			fmt.Printf("      %s\n", v)
