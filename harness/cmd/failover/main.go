@@ -43,6 +43,10 @@ func run() int {
 	flag.Parse()
 
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	// lock-server's and pgstore's own events (backend_stalled,
+	// backend_recovered, lockdb_promotion_accepted, ...) beside the
+	// experiment's, without the per-request INFO lines.
+	serverLog := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "lock-server")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var reports []failover.Report
@@ -57,7 +61,7 @@ func run() int {
 			cfg := def
 			cfg.Mode, cfg.Seed, cfg.Clients, cfg.Keys = strings.TrimSpace(mode), seed, *clients, *keys
 			cfg.Before, cfg.PromoteDelay, cfg.After, cfg.Log = *before, *delay, *after, logger
-			cfg.StandbyStall = *stall
+			cfg.StandbyStall, cfg.ServerLog = *stall, serverLog
 			rep, err := failover.Run(ctx, cfg)
 			switch {
 			case errors.Is(err, failover.ErrUnsafe) && cfg.Mode == failover.ModeAsync:
