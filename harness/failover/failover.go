@@ -229,8 +229,13 @@ type Dip struct {
 
 // Paydb is what the experiment reads of paydb before and after.
 type Paydb struct {
-	Rows      int64     `json:"rows"`
-	WALLSN    string    `json:"walLsn"`
+	Rows int64 `json:"rows"`
+	// Digest is md5 of every row, in key order.
+	Digest string `json:"digest"`
+	// NextXID is the next transaction id the server will assign: any
+	// transaction that writes takes one. (The WAL position is not used: it
+	// moved by a few KB during runs in which nothing wrote paydb.)
+	NextXID   int64     `json:"nextXid"`
 	StartedAt time.Time `json:"postmasterStartedAt"`
 }
 
@@ -700,7 +705,9 @@ func readPaydb(ctx context.Context, paydb *pgcluster.Cluster) (Paydb, error) {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	var p Paydb
-	err = conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM account), pg_current_wal_lsn()::text, pg_postmaster_start_time()`).Scan(&p.Rows, &p.WALLSN, &p.StartedAt)
+	err = conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM account),
+    (SELECT md5(coalesce(string_agg(account_id || ':' || balance_minor, ',' ORDER BY account_id), '')) FROM account),
+    pg_snapshot_xmax(pg_current_snapshot())::text::bigint, pg_postmaster_start_time()`).Scan(&p.Rows, &p.Digest, &p.NextXID, &p.StartedAt)
 	if err != nil {
 		return Paydb{}, fmt.Errorf("failover: read paydb: %w", err)
 	}
