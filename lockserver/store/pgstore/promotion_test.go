@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -15,7 +16,10 @@ import (
 // both with the multi-host DSN that finds whichever accepts writes.
 func newReplicatedLockdb(t *testing.T, sync bool) (primary, standby *pgcluster.Cluster, dsn string) {
 	t.Helper()
-	ctx := testCtx(t)
+	// Three clusters' worth of start-up (initdb, base backup) can take
+	// more than testCtx's minute on a busy machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
 	primary, err := pgcluster.Start(ctx, pgcluster.Config{})
 	if err != nil {
 		t.Fatalf("start primary: %v", err)
