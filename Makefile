@@ -4,7 +4,7 @@ GO    ?= go
 PKGS  := ./...
 BIN   := bin
 
-.PHONY: help test fuzz lint fmt build bench bench-contended demo explore soak gameday clean plan deploy destroy
+.PHONY: help test fuzz lint fmt build bench bench-contended demo explore soak gameday failover clean plan deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -99,11 +99,17 @@ soak: ## crash soak: SOAK_PAYOUTS (default 10000) payouts per backend (SOAK_BACK
 gameday: ## local game day: the stack, a real Prometheus and Alertmanager, every fault injected in turn; detection latency and time to runbook step per alert in harness/out/gameday.json and gameday.md (docs/gameday.md)
 	$(GO) run ./harness/cmd/gameday -out harness/out
 
+FAILOVER_SEEDS ?= 1,2,3
+FAILOVER_FLAGS ?=
+
+failover: ## lockdb failover (SC-08): kill the primary under SDK clients, promote the standby, synchronous then asynchronous replication, FAILOVER_SEEDS (default 1,2,3); writes harness/out/failover.json (FAILOVER_FLAGS: e.g. -standby-stall 5s -clients 16)
+	$(GO) run ./harness/cmd/failover -mode sync,async -seeds $(FAILOVER_SEEDS) -out harness/out $(FAILOVER_FLAGS)
+
 plan: ## Google Cloud: terraform init and a saved plan with its resource counts (needs GOOGLE_CLOUD_PROJECT, BILLING_ACCOUNT, gcloud ADC; docs/cloud.md)
 	$(call cloud_preflight,plan)
 	$(GO) run ./terraform/cmd/labenv plan
 
-deploy: ## Google Cloud: apply (budget first), then cloudbuild.yaml with this commit; a failed apply is destroyed
+deploy: ## Google Cloud: signing keys (Secret Manager), apply (budget first), schema grants, lock-server's Kubernetes Secret, then cloudbuild.yaml with this commit; a failed apply is destroyed
 	$(call cloud_preflight,deploy)
 	$(GO) run ./terraform/cmd/labenv deploy
 

@@ -1,5 +1,8 @@
 // Package pgcluster starts and stops a throwaway PostgreSQL cluster from the
 // locally installed server binaries, for tests and for the local stack.
+// standby.go adds streaming replication: a hot standby of a running
+// cluster (StartStandby), synchronous or not (SetSynchronousStandby), a
+// lagging link (PauseWALSenders) and promotion (Promote).
 //
 // A Cluster lives in one directory: Dir/data is the data directory (it also
 // holds the unix socket) and Dir/postgres.log receives the server's output.

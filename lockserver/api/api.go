@@ -355,6 +355,11 @@ const (
 	EnvLockDBURL = "LOCKDB_URL"
 	// EnvLockDBMaxConns caps lockdb's connection pool (a positive integer).
 	EnvLockDBMaxConns = "LOCKDB_MAX_CONNS"
+	// EnvLockDBAcceptPromotion, "true" or "false" (default), lets grants go
+	// on after lockdb fails over to a promoted synchronous standby, which
+	// ends on a new timeline (pgstore's Config.AcceptPromotion); set it
+	// only when lockdb's standby is synchronous.
+	EnvLockDBAcceptPromotion = "LOCKDB_ACCEPT_PROMOTION"
 	// EnvEtcdEndpoints are etcd's client URLs, comma-separated; required
 	// with LOCK_STORE=etcd.
 	EnvEtcdEndpoints = "ETCD_ENDPOINTS"

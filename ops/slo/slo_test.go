@@ -52,6 +52,7 @@ var generated = []struct {
 var nonAlertRunbooks = []string{
 	"lockdb-clock.md",
 	"lockdb-restore.md",
+	"lockdb-failover.md",
 	"raildb-restore.md",
 	"payout-needs-attention.md",
 }

@@ -34,8 +34,10 @@ type config struct {
 	// authentication, so it listens on loopback unless told otherwise).
 	Addr string
 	// LockDB configures the postgres store: DSN from LOCKDB_URL (required
-	// with Store=postgres), MaxConns from LOCKDB_MAX_CONNS (default
-	// pgstore.DefaultMaxConns); the rest are pgstore's defaults.
+	// with Store=postgres; several hosts with target_session_attrs=read-write
+	// follow a failover), MaxConns from LOCKDB_MAX_CONNS (default
+	// pgstore.DefaultMaxConns), AcceptPromotion from LOCKDB_ACCEPT_PROMOTION
+	// (default false); the rest are pgstore's defaults.
 	LockDB pgstore.Config
 	// Etcd configures the etcd store: Endpoints from ETCD_ENDPOINTS
 	// (comma-separated, required with Store=etcd), Prefix from ETCD_PREFIX
@@ -104,6 +106,7 @@ func defaultConfig() config {
 // KUBERNETES_SERVICE_HOST, which carry none of envcheck.Prefixes).
 func envNames() []string {
 	return []string{api.EnvStore, api.EnvHTTPAddr, api.EnvPort, api.EnvLockDBURL, api.EnvLockDBMaxConns,
+		api.EnvLockDBAcceptPromotion,
 		api.EnvEtcdEndpoints, api.EnvEtcdPrefix, api.EnvEtcdIdleLeases, api.EnvRequestTimeoutMs,
 		api.EnvShutdownTimeoutMs, api.EnvLogLevel, api.EnvProofSigningKey, api.EnvMaxInFlight,
 		api.EnvBatchEnabled, api.EnvBatchMax, api.EnvBatchWindowUs}
@@ -155,6 +158,16 @@ func loadConfig(getenv func(string) string) (config, error) {
 			bad("%s=%q: want a positive integer", api.EnvLockDBMaxConns, v)
 		} else {
 			c.LockDB.MaxConns = int32(n)
+		}
+	}
+	if v := strings.TrimSpace(getenv(api.EnvLockDBAcceptPromotion)); v != "" {
+		switch v {
+		case "true":
+			c.LockDB.AcceptPromotion = true
+		case "false":
+			c.LockDB.AcceptPromotion = false
+		default:
+			bad("%s=%q: want true or false", api.EnvLockDBAcceptPromotion, v)
 		}
 	}
 	for _, d := range []struct {

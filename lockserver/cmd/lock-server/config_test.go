@@ -24,8 +24,16 @@ func TestConfigDefaultsAndOverrides(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Store != "postgres" || c.Addr != "127.0.0.1:8080" || c.RequestTimeout != 5*time.Second || c.LockDB.MaxConns != 16 || c.Etcd.IdleLeases != 64 ||
-		!c.Batching || c.Batch.MaxSize != 64 || c.Batch.Window != 0 {
+		!c.Batching || c.Batch.MaxSize != 64 || c.Batch.Window != 0 || c.LockDB.AcceptPromotion {
 		t.Fatalf("defaults: %+v", c)
+	}
+	// A multi-host DSN that follows a failover, with promotions accepted.
+	c, err = loadConfig(env(map[string]string{
+		"LOCKDB_URL":              "postgres://u@10.0.0.1:5432,10.0.0.2:5432/lockdb?target_session_attrs=read-write",
+		"LOCKDB_ACCEPT_PROMOTION": "true",
+	}))
+	if err != nil || !c.LockDB.AcceptPromotion || c.LockDB.ReplicationCheckInterval <= 0 {
+		t.Fatalf("LOCKDB_ACCEPT_PROMOTION=true: %+v, %v", c.LockDB, err)
 	}
 	c, err = loadConfig(env(map[string]string{
 		"LOCK_STORE": "etcd", "ETCD_ENDPOINTS": "http://a:2379, http://b:2379,", "PORT": "9000",
@@ -70,6 +78,7 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{map[string]string{"LOCK_STORE": "etcd"}, "ETCD_ENDPOINTS"},
 		{map[string]string{"LOCKDB_URL": "x", "LOCK_REQUEST_TIMEOUT_MS": "-5"}, "LOCK_REQUEST_TIMEOUT_MS"},
 		{map[string]string{"LOCKDB_URL": "x", "LOCKDB_MAX_CONNS": "many"}, "LOCKDB_MAX_CONNS"},
+		{map[string]string{"LOCKDB_URL": "x", "LOCKDB_ACCEPT_PROMOTION": "yes"}, "LOCKDB_ACCEPT_PROMOTION"},
 		{map[string]string{"LOCKDB_URL": "x", "LOG_LEVEL": "loud"}, "LOG_LEVEL"},
 		{map[string]string{"LOCKDB_URL": "x", "ETCD_IDLE_LEASES": "-1"}, "ETCD_IDLE_LEASES"},
 		{map[string]string{"LOCKDB_URL": "x", "ETCD_PREFIX": "/x"}, "ETCD_PREFIX"},

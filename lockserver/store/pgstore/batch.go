@@ -115,6 +115,9 @@ func (s *Store) AcquireMany(ctx context.Context, reqs []lockserver.AcquireReques
 		return out
 	}
 	granted, err := s.guardedAcquireMany(ctx, ks, owners, ttls)
+	if s.promoted(ctx, err) { // a promoted synchronous standby: promotion.go
+		granted, err = s.guardedAcquireMany(ctx, ks, owners, ttls)
+	}
 	if err != nil {
 		if !errors.Is(err, lockserver.ErrBackendRestored) {
 			err = unavailable(fmt.Sprintf("acquire of %d keys", len(send)), "", err)

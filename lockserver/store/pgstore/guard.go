@@ -22,7 +22,8 @@ import (
 // transaction and the same round trip, and a mismatch refuses the grant
 // before a token is drawn. Renew, release, revoke and inspect are not
 // checked: they issue no token, and a holder should still be able to give
-// back a lease while the operator works.
+// back a lease while the operator works. A promoted synchronous standby
+// is on a new timeline too; promotion.go decides when that is accepted.
 //
 // What it cannot see: a copy of the data directory taken from the same
 // cluster and started without archive recovery (a disk snapshot restored in

@@ -66,6 +66,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgerr"
@@ -188,12 +189,31 @@ type Config struct {
 	// clock that is not disciplined and may yet be stepped. Default
 	// DefaultClockOffsetBound. Must be positive.
 	ClockOffsetBound time.Duration
+
+	// AcceptPromotion lets grants go on after lockdb fails over to a
+	// promoted synchronous standby (promotion.go): when the restore guard
+	// finds lockdb on a later timeline of the same cluster, database and
+	// sequence, and this store saw the stamped timeline's commits waiting
+	// for a standby, the stamp is moved to the new timeline instead of
+	// refusing grants until lockctl advance. Default false: every new
+	// timeline is treated as a restore. Set it only when lockdb's standby
+	// is synchronous (synchronous_standby_names naming it); with it set,
+	// the store checks that every ReplicationCheckInterval and logs
+	// lockdb_replication_async when it is not so.
+	AcceptPromotion bool
+
+	// ReplicationCheckInterval is how often, with AcceptPromotion, the
+	// store reads lockdb's replication settings. Default
+	// DefaultReplicationCheckInterval. Must be positive when
+	// AcceptPromotion is set.
+	ReplicationCheckInterval time.Duration
 }
 
 // DefaultConfig returns the defaults documented on Config; DSN is left
 // empty (required).
 func DefaultConfig() Config {
-	return Config{MaxConns: DefaultMaxConns, ConnectTimeout: DefaultConnectTimeout, ClockOffsetBound: DefaultClockOffsetBound}
+	return Config{MaxConns: DefaultMaxConns, ConnectTimeout: DefaultConnectTimeout, ClockOffsetBound: DefaultClockOffsetBound,
+		ReplicationCheckInterval: DefaultReplicationCheckInterval}
 }
 
 // Validate returns nil or one error per invalid field, joined
@@ -214,6 +234,9 @@ func (c Config) poolConfig() (*pgxpool.Config, error) {
 	}
 	if c.ConnectTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("%w: ConnectTimeout is %v; want a positive duration (default %v)", ErrInvalidConfig, c.ConnectTimeout, DefaultConnectTimeout))
+	}
+	if c.AcceptPromotion && c.ReplicationCheckInterval <= 0 {
+		errs = append(errs, fmt.Errorf("%w: ReplicationCheckInterval is %v; want a positive duration with AcceptPromotion (default %v)", ErrInvalidConfig, c.ReplicationCheckInterval, DefaultReplicationCheckInterval))
 	}
 	var pc *pgxpool.Config
 	if c.DSN == "" {
@@ -254,6 +277,17 @@ type Store struct {
 	// acquireManySQL is the group-grant statement (batch.go), swapped the
 	// same way.
 	acquireManySQL string
+
+	// acceptPromotions is Config.AcceptPromotion (promotion.go).
+	acceptPromotions bool
+	// replMu guards syncByTimeline: per timeline, whether the last
+	// replication check on it found commits waiting for a standby.
+	replMu         sync.Mutex
+	syncByTimeline map[int64]bool
+	// stopWatch stops the replication watcher; watchDone is closed when it
+	// has exited. Both nil without AcceptPromotion.
+	stopWatch, watchDone chan struct{}
+	closeOnce            sync.Once
 }
 
 var _ lockserver.LockStore = (*Store)(nil)
@@ -284,7 +318,8 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: open pool: %w", err)
 	}
-	s := &Store{pool: pool, log: logger, dsn: cfg.DSN, acquireSQL: acquireSQL, acquireManySQL: acquireManySQL}
+	s := &Store{pool: pool, log: logger, dsn: cfg.DSN, acquireSQL: acquireSQL, acquireManySQL: acquireManySQL,
+		acceptPromotions: cfg.AcceptPromotion, syncByTimeline: map[int64]bool{}}
 	if err := s.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -292,6 +327,17 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 	if err := s.logClock(ctx, cfg.ClockOffsetBound); err != nil {
 		pool.Close()
 		return nil, err
+	}
+	if cfg.AcceptPromotion {
+		if _, err := s.CheckReplication(ctx); err != nil {
+			pool.Close()
+			return nil, err
+		}
+		s.stopWatch, s.watchDone = make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(s.watchDone)
+			s.watchReplication(cfg.ReplicationCheckInterval, s.stopWatch)
+		}()
 	}
 	logger.Debug("pgstore opened", "max_conns", pc.MaxConns)
 	return s, nil
@@ -376,6 +422,9 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		return lockserver.Lease{}, err
 	}
 	l, err := s.guardedAcquire(ctx, key, owner, ttl) // the restore guard: guard.go
+	if s.promoted(ctx, err) {                        // a promoted synchronous standby: promotion.go
+		l, err = s.guardedAcquire(ctx, key, owner, ttl)
+	}
 	if errors.Is(err, lockserver.ErrBackendRestored) {
 		return lockserver.Lease{}, err
 	}
@@ -526,6 +575,12 @@ func (s *Store) Ping(ctx context.Context) error {
 // connections in use to be returned. Leases stay in the database. Closing
 // twice is harmless; other calls after Close return ErrUnavailable.
 func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		if s.stopWatch != nil {
+			close(s.stopWatch)
+			<-s.watchDone
+		}
+	})
 	s.pool.Close()
 	return nil
 }
