@@ -572,10 +572,12 @@ func TestSettleOnePayout(t *testing.T) {
 func TestAnAttemptLeftForwardingUnderAPostedPayoutIsSettled(t *testing.T) {
 	p, ev := setup(t)
 	lease, h := holder(t, p, ev, "worker-a")
-	if _, err := p.Pay.Claim(t.Context(), ev.PayoutID, h); err != nil {
+	claimed, err := p.Pay.Claim(t.Context(), ev.PayoutID, h)
+	if err != nil {
 		t.Fatal(err)
 	}
-	ans, err := p.Rail.Submit(t.Context(), h, railapi.SubmitRequest{PayoutID: ev.PayoutID, AccountID: ev.AccountID, AmountMinor: ev.AmountMinor, Currency: ev.Currency})
+	ans, err := p.Rail.Submit(t.Context(), h, railapi.SubmitRequest{PayoutID: ev.PayoutID, AccountID: ev.AccountID, AmountMinor: ev.AmountMinor, Currency: ev.Currency,
+		TermsSignature: claimed.TermsSignature})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -654,7 +656,12 @@ func TestAnAmbiguousPayoutNeverForwardedIsClosedAndFailed(t *testing.T) {
 	// A late submission (a stale worker's, or a newer one's) is refused
 	// by rail-proxy itself and reaches nothing.
 	_, h2 := holder(t, p, ev, "worker-b")
-	_, err = p.Rail.Submit(t.Context(), h2, railapi.SubmitRequest{PayoutID: ev.PayoutID, AccountID: ev.AccountID, AmountMinor: ev.AmountMinor, Currency: ev.Currency})
+	po, err := p.Pay.Payout(t.Context(), ev.PayoutID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.Rail.Submit(t.Context(), h2, railapi.SubmitRequest{PayoutID: ev.PayoutID, AccountID: ev.AccountID, AmountMinor: ev.AmountMinor, Currency: ev.Currency,
+		TermsSignature: po.TermsSignature})
 	if !errors.Is(err, railclient.ErrAlreadySubmitted) {
 		t.Fatalf("late submission: %v; want PAYOUT_ALREADY_SUBMITTED", err)
 	}

@@ -32,6 +32,8 @@ import (
 	"sync"
 	"time"
 
+	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
@@ -172,9 +174,26 @@ var Faults = []Fault{
 			if err != nil {
 				return err
 			}
+			// A real payout, so that its terms carry payment-resource's
+			// signature: rail-proxy checks the terms before the token's
+			// proof, and an unsigned submission would be refused
+			// INVALID_TERMS without reaching the fence.
+			pay, err := payclient.New(e.st.PaymentResourceURL())
+			if err != nil {
+				return err
+			}
+			balance := int64(1000)
+			if _, err := pay.CreateAccount(ctx, payapi.AccountRequest{AccountID: "gd-acct-forged", Currency: "EUR", OpeningBalanceMinor: &balance}); err != nil {
+				return err
+			}
+			p, err := pay.CreatePayout(ctx, payapi.PayoutRequest{PayoutID: "gd-forged-1", AccountID: "gd-acct-forged", AmountMinor: 100, Currency: "EUR"})
+			if err != nil {
+				return err
+			}
 			// A token lock-server never granted, with no proof.
 			h := payoutevent.Holder{Token: 1 << 40, Owner: "gameday-forger"}
-			_, err = c.Submit(ctx, h, railapi.SubmitRequest{PayoutID: "gd-forged-1", AccountID: "gd-acct-forged", AmountMinor: 100, Currency: "EUR"})
+			_, err = c.Submit(ctx, h, railapi.SubmitRequest{PayoutID: p.PayoutID, AccountID: p.AccountID, AmountMinor: p.AmountMinor, Currency: p.Currency,
+				TermsSignature: p.TermsSignature})
 			if err == nil {
 				return errors.New("rail-proxy accepted a forged token")
 			}
@@ -309,7 +328,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	e := &env{st: st, vars: map[string]string{
 		"LS": st.LockServerURL(), "PAY": st.PaymentResourceURL(), "PROXY": st.RailProxyURL(), "STUB": st.RailStubURL(),
-		"LOCKDB_URL": st.LockDBURL(), "PAYDB_URL": st.PayDBURL(), "RAILDB_URL": st.RailDBURL(),
+		lockapi.EnvLockDBURL: st.LockDBURL(), payapi.EnvDatabaseURL: st.PayDBURL(), railapi.EnvDatabaseURL: st.RailDBURL(),
 		"RAIL_STUB_JOURNAL": filepath.Join(st.Dir(), "rail-stub.journal.jsonl"), // where local/stack keeps it
 		"PATH":              bin + string(os.PathListSeparator) + os.Getenv("PATH"),
 	}}
