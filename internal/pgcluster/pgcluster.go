@@ -355,19 +355,31 @@ func (c *Cluster) initdb(ctx context.Context) error {
 		c.log.Debug("pgcluster reusing cluster", "dir", c.dir)
 		return nil
 	}
+	if err := c.runTool(ctx, "initdb",
+		"-D", c.dataDir, "-A", "trust", "-U", Superuser, "-E", "UTF8", "--locale=C",
+		"--no-sync", "--no-instructions"); err != nil {
+		return err
+	}
+	c.log.Debug("pgcluster initdb done", "dir", c.dir)
+	return nil
+}
+
+// runTool runs one of PostgreSQL's programs (initdb, pg_basebackup) to
+// its end, its output appended to the cluster's log; when ctx ends first
+// the program's process group is killed. The error names the program and,
+// when it failed, ends with the tail of its output.
+func (c *Cluster) runTool(ctx context.Context, name string, args ...string) error {
 	logFile, err := c.openLog()
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
 	var out bytes.Buffer
-	cmd := c.command("initdb", syscall.SIGKILL,
-		"-D", c.dataDir, "-A", "trust", "-U", Superuser, "-E", "UTF8", "--locale=C",
-		"--no-sync", "--no-instructions")
+	cmd := c.command(name, syscall.SIGKILL, args...)
 	cmd.Stdout = io.MultiWriter(logFile, &out)
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("pgcluster: start initdb: %w", err)
+		return fmt.Errorf("pgcluster: start %s: %w", name, err)
 	}
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- cmd.Wait() }()
@@ -376,12 +388,11 @@ func (c *Cluster) initdb(ctx context.Context) error {
 	case <-ctx.Done():
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-waitErr
-		return fmt.Errorf("pgcluster: initdb: %w", ctx.Err())
+		return fmt.Errorf("pgcluster: %s: %w", name, ctx.Err())
 	}
 	if err != nil {
-		return fmt.Errorf("pgcluster: initdb: %w\n%s", err, tail(out.Bytes()))
+		return fmt.Errorf("pgcluster: %s: %w\n%s", name, err, tail(out.Bytes()))
 	}
-	c.log.Debug("pgcluster initdb done", "dir", c.dir)
 	return nil
 }
 

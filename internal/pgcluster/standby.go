@@ -17,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
@@ -172,31 +171,10 @@ func awaitStreaming(ctx context.Context, port int, name string) error {
 // baseBackup copies the primary on port into s's (empty) data directory
 // and marks it a standby (standby.signal).
 func (s *Cluster) baseBackup(ctx context.Context, port int, slot string) error {
-	logFile, err := s.openLog()
-	if err != nil {
-		return err
-	}
-	defer logFile.Close()
-	var out bytes.Buffer
-	cmd := s.command("pg_basebackup", syscall.SIGKILL,
+	if err := s.runTool(ctx, "pg_basebackup",
 		"-D", s.dataDir, "-h", "127.0.0.1", "-p", strconv.Itoa(port), "-U", Superuser,
-		"-X", "stream", "-C", "-S", slot, "-c", "fast", "--no-sync", "-w")
-	cmd.Stdout = io.MultiWriter(logFile, &out)
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("pgcluster: start pg_basebackup: %w", err)
-	}
-	waitErr := make(chan error, 1)
-	go func() { waitErr <- cmd.Wait() }()
-	select {
-	case err = <-waitErr:
-	case <-ctx.Done():
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-waitErr
-		return fmt.Errorf("pgcluster: pg_basebackup: %w", ctx.Err())
-	}
-	if err != nil {
-		return fmt.Errorf("pgcluster: pg_basebackup: %w\n%s", err, tail(out.Bytes()))
+		"-X", "stream", "-C", "-S", slot, "-c", "fast", "--no-sync", "-w"); err != nil {
+		return err
 	}
 	signal := filepath.Join(s.dataDir, "standby.signal")
 	if err := os.WriteFile(signal, nil, 0o600); err != nil {
