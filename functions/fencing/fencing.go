@@ -230,10 +230,20 @@ func LogUnverified(ctx context.Context, log *slog.Logger, resource, resourceID s
 // id, the tokens and the owner are in the fenced_out log event only (the
 // cardinality rule).
 func Register(reg prometheus.Registerer) error {
-	if err := reg.Register(refusals); err != nil {
-		return err
+	for _, c := range Collectors() {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
 	}
-	return reg.Register(unverified)
+	return nil
+}
+
+// Collectors returns the fence points' metrics (see Register), for the
+// Collectors of the two services that hold a fence point
+// (paymentresource.Collectors, railproxy.Collectors). A process without a
+// fence point (the executor, rail-stub, the reconciler) serves neither.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{refusals, unverified}
 }
 
 // Log writes (with ctx, so that the line carries the request's trace id:

@@ -119,7 +119,7 @@ var guardGauges = func() *overload.Gauges {
 // paymentresource_requests_in_flight, over every Service of the process.
 // No label carries an id or a token.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{needingAttention, guardGauges, completion, ages}
+	return append([]prometheus.Collector{needingAttention, guardGauges, completion, ages}, fencing.Collectors()...)
 }
 
 // Publisher publishes one message to the payout topic. Implementations

@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutbus"
@@ -43,9 +42,6 @@ func TestFunctionMetricsCarryNoIdsOrTokens(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-	}
-	if err := fencing.Register(reg); err != nil {
-		t.Fatal(err)
 	}
 	series := func() (int, map[string]bool) {
 		t.Helper()

@@ -422,8 +422,12 @@ var guardGauges = func() *overload.Gauges {
 
 // Collectors returns rail-proxy's metrics, for the registry its process
 // serves: railproxy_db_stalled (1 while raildb is marked stalled) and
-// railproxy_requests_in_flight, over every Proxy of the process.
-func Collectors() []prometheus.Collector { return []prometheus.Collector{guardGauges} }
+// railproxy_requests_in_flight, over every Proxy of the process, and the
+// fence point's fence_refusals_total and fence_unverified_tokens_total
+// (fencing.Collectors).
+func Collectors() []prometheus.Collector {
+	return append([]prometheus.Collector{guardGauges}, fencing.Collectors()...)
+}
 
 // New opens raildb (pgpool.Open), applies the pending migrations and
 // returns the Proxy. ctx bounds the start only. It logs at WARN when

@@ -37,7 +37,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpserve"
@@ -156,8 +155,7 @@ func routes(h, metrics http.Handler) http.Handler {
 const PathMetrics = "/metrics"
 
 // metricsHandler serves a registry with the Go runtime and process
-// collectors, the fence points' fence_refusals_total{resource} (package
-// fencing), the request metrics function_requests_total and
+// collectors, the request metrics function_requests_total and
 // function_request_duration_seconds (package httpmetrics, which each
 // function's handler records) and extra. No label carries a key, an id, an owner or a token.
 func metricsHandler(extra ...prometheus.Collector) (http.Handler, error) {
@@ -169,9 +167,6 @@ func metricsHandler(extra ...prometheus.Collector) (http.Handler, error) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
-	}
-	if err := fencing.Register(reg); err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	for _, c := range httpmetrics.Collectors() {
 		if err := reg.Register(c); err != nil {

@@ -20,11 +20,25 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
 )
 
-// TestMetricsCountFenceRefusals: the registry every function process serves
-// at /metrics counts fenced_out events by resource, and carries neither the
-// resource id, the tokens nor the owner.
+// TestMetricsCountFenceRefusals: the registry of a process with a fence
+// point (its Collectors include fencing.Collectors, as payment-resource's
+// and rail-proxy's do) counts fenced_out events by resource, and carries
+// neither the resource id, the tokens nor the owner. A process without
+// one (no extra collectors: the executor, rail-stub) serves neither fence
+// metric.
 func TestMetricsCountFenceRefusals(t *testing.T) {
-	h, err := metricsHandler()
+	plain, err := metricsHandler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	plain.ServeHTTP(w, httptest.NewRequest("GET", PathMetrics, nil))
+	for _, name := range []string{"fence_refusals_total", "fence_unverified_tokens_total"} {
+		if strings.Contains(w.Body.String(), name) {
+			t.Errorf("a process without a fence point serves %s", name)
+		}
+	}
+	h, err := metricsHandler(fencing.Collectors()...)
 	if err != nil {
 		t.Fatal(err)
 	}
