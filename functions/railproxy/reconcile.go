@@ -224,6 +224,13 @@ RETURNING attempt_id, created_at`
 // stop order gets no answer, the closing attempt stays ambiguous and a
 // later reconciliation (past the abandon threshold) sends it again.
 func (p *Proxy) closePayout(ctx context.Context, req api.ReconcileRequest, h payoutevent.Holder, lg *slog.Logger) (api.Reconciliation, error) {
+	// The facts must be the payout's as payment-resource created it,
+	// checked as a submission's terms are, before anything is recorded.
+	terms := api.SubmitRequest{PayoutID: req.PayoutID, AccountID: req.AccountID, AmountMinor: req.AmountMinor,
+		Currency: req.Currency, TermsSignature: req.TermsSignature}
+	if err := p.verifyTerms(terms, h); err != nil {
+		return api.Reconciliation{}, err
+	}
 	if !p.cfg.FencingDisabled {
 		key := payoutevent.Event{AccountID: req.AccountID}.LockKey()
 		if err := fencing.Verify(p.cfg.ProofKeys, h.Proof, key, h.Token); err != nil {

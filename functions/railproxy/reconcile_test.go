@@ -126,3 +126,47 @@ func TestUnsettledListsOnlyForwardedAttemptsPastTheThresholdAndNeedsAProof(t *te
 		t.Fatalf("list after settling po-1: %+v; want only attempt %d, no next page", page, old2)
 	}
 }
+
+// TestClosingAPayoutNeedsItsSignedTerms (the newcomer's probe of 66b68cb):
+// a reconciliation carrying a payout's facts closes a payout rail-proxy
+// never forwarded only for the terms payment-resource signed. Made-up
+// facts (another account, another amount), or none signed, are refused
+// 403 INVALID_TERMS with nothing recorded (and so no stop order at the
+// rail); the payout's real signed terms close it.
+func TestClosingAPayoutNeedsItsSignedTerms(t *testing.T) {
+	r := newRig(t)
+	p := r.proxy(nil)
+	real := api.SubmitRequest{PayoutID: "g-1", AccountID: "acct-g", AmountMinor: 500, Currency: "EUR"}
+	sig := prooftest.Terms(real.Terms())
+	body := func(account string, amount int64, signature string) string {
+		b, _ := json.Marshal(api.ReconcileRequest{PayoutID: "g-1", AccountID: account, AmountMinor: amount, Currency: "EUR", TermsSignature: signature})
+		return string(b)
+	}
+	for _, tc := range []struct {
+		name, account string
+		amount        int64
+		signature     string
+	}{
+		{"another account's lock, the real signature", "acct-h", 500, sig},
+		{"another account, no signature", "acct-h", 1, ""},
+		{"the right account, another amount", "acct-g", 1, sig},
+		{"the right facts, no signature", "acct-g", 500, ""},
+	} {
+		rec := reconcileAs(p, tc.account, 7, body(tc.account, tc.amount, tc.signature))
+		if e := envelope(t, rec); rec.Code != http.StatusForbidden || e.Code != api.CodeInvalidTerms {
+			t.Fatalf("%s: answer %d %s; want 403 %s", tc.name, rec.Code, rec.Body, api.CodeInvalidTerms)
+		}
+		// The closing attempt is recorded before the stop order is
+		// sent: no row, no stop order.
+		if n := r.attemptRows(); n != 0 {
+			t.Fatalf("%s: %d attempt rows; want none", tc.name, n)
+		}
+	}
+	rec := reconcileAs(p, "acct-g", 7, body("acct-g", 500, sig))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("the payout's own signed terms: %d %s; want 200", rec.Code, rec.Body)
+	}
+	if got := r.attemptStates(); got[api.StateNotAtRail]+got[api.StateAmbiguous] != 1 {
+		t.Fatalf("attempt states %v; want the one closing attempt", got)
+	}
+}

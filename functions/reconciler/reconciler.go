@@ -466,7 +466,7 @@ func (r *Reconciler) settle(ctx context.Context, p api.Payout) Result {
 	// at the rail, and comes back NONE: it fails like any other payout the
 	// rail does not hold.
 	rec, err := r.rail.ReconcilePayout(cctx, h, railapi.ReconcileRequest{PayoutID: p.PayoutID, AccountID: p.AccountID,
-		AmountMinor: p.AmountMinor, Currency: p.Currency})
+		AmountMinor: p.AmountMinor, Currency: p.Currency, TermsSignature: p.TermsSignature})
 	cancel()
 	switch {
 	case errors.Is(err, railclient.ErrAttemptInFlight):

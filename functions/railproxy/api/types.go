@@ -235,6 +235,14 @@ type ReconcileRequest struct {
 	AccountID   string `json:"accountId,omitempty"`
 	AmountMinor int64  `json:"amountMinor,omitempty"`
 	Currency    string `json:"currency,omitempty"`
+	// TermsSignature is payment-resource's signature over these facts
+	// (the payout's termsSignature, unchanged), required with them: a
+	// payout is closed only for the terms payment-resource created, as a
+	// submission is forwarded only for them (403 INVALID_TERMS
+	// otherwise, nothing recorded). Without it anyone holding a grant on
+	// an account's lock could close another account's payout under
+	// made-up facts.
+	TermsSignature string `json:"termsSignature,omitempty"`
 }
 
 // Validate returns an error unless the payout id is well-formed and the
