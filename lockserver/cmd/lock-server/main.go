@@ -102,7 +102,7 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	hcfg := httpserve.DefaultConfig()
 	hcfg.ReadHeaderTimeout = 5 * time.Second
 	hcfg.ReadTimeout = 5 * time.Second // bodies are at most 4 KiB
-	hcfg.WriteTimeout = cfg.RequestTimeout + 5*time.Second
+	hcfg.WriteTimeout = writeTimeout(cfg.RequestTimeout)
 	hcfg.ShutdownTimeout = cfg.ShutdownTimeout
 	served := make(chan error, 1)
 	// Ends when ctx ends and the drain is over (or the server fails).
@@ -204,4 +204,14 @@ func newRegistry(store lockserver.LockStore) (*prometheus.Registry, error) {
 		}
 	}
 	return reg, nil
+}
+
+// writeTimeout is the server's bound on writing one answer, counted from
+// the end of the request's headers: the longest a request may work (a
+// backend call of requestTimeout after the longest wait an acquire may
+// ask for, api.MaxWaitMs) plus 5 s for the answer itself. Shorter, a
+// waiting acquire granted late would lose its answer (the connection is
+// closed unanswered) and leave a lease nobody knows it holds.
+func writeTimeout(requestTimeout time.Duration) time.Duration {
+	return time.Duration(api.MaxWaitMs)*time.Millisecond + requestTimeout + 5*time.Second
 }

@@ -230,3 +230,17 @@ func TestHardenedHTTPSurface(t *testing.T) {
 		t.Errorf("GET %s with %d bytes of headers = %d; want 431", api.PathHealth, httpserve.DefaultConfig().MaxHeaderBytes+8<<10, resp.StatusCode)
 	}
 }
+
+// TestWriteTimeoutOutlastsTheLongestWait: the server's write bound must
+// let a waiting acquire granted at the very end of the longest wait
+// (api.MaxWaitMs) and its backend call still answer. The newcomer's probe
+// found it 10 s (RequestTimeout + 5 s): any wait past that lost its
+// answer while the grant stood.
+func TestWriteTimeoutOutlastsTheLongestWait(t *testing.T) {
+	for _, rt := range []time.Duration{time.Second, 5 * time.Second, 30 * time.Second} {
+		longest := time.Duration(api.MaxWaitMs)*time.Millisecond + rt
+		if got := writeTimeout(rt); got <= longest {
+			t.Errorf("writeTimeout(%v) = %v; want more than the longest wait plus the backend call, %v", rt, got, longest)
+		}
+	}
+}
