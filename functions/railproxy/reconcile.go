@@ -226,9 +226,7 @@ RETURNING attempt_id, created_at`
 func (p *Proxy) closePayout(ctx context.Context, req api.ReconcileRequest, h payoutevent.Holder, lg *slog.Logger) (api.Reconciliation, error) {
 	// The facts must be the payout's as payment-resource created it,
 	// checked as a submission's terms are, before anything is recorded.
-	terms := api.SubmitRequest{PayoutID: req.PayoutID, AccountID: req.AccountID, AmountMinor: req.AmountMinor,
-		Currency: req.Currency, TermsSignature: req.TermsSignature}
-	if err := p.verifyTerms(terms, h); err != nil {
+	if err := p.verifyTerms(api.SubmitRequest(req), h); err != nil {
 		return api.Reconciliation{}, err
 	}
 	if !p.cfg.FencingDisabled {
