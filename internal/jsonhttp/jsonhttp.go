@@ -1,10 +1,11 @@
 // Package jsonhttp is the transport core the payout services' typed
 // clients share (functions/paymentresource/client, functions/railproxy/
-// client): the check of a base URL, and one JSON request with a lock
-// holder's headers, read back with a bounded body. Each client keeps its
-// own error type, sentinels and envelope decoding; this package knows no
-// service's codes. It imports only the standard library, so the clients
-// stay free of drivers and frameworks.
+// client): the check of a base URL, one JSON request with a lock
+// holder's headers read back with a bounded body, the error envelope
+// every service sends, and Conn, which holds all of it for a client. Each
+// client keeps its own error type, sentinels and methods; this package
+// knows no service's codes. It imports only the standard library, so the
+// clients stay free of drivers and frameworks.
 package jsonhttp
 
 import (
@@ -155,4 +156,117 @@ func Excerpt(raw []byte) string {
 		msg = msg[:512]
 	}
 	return msg
+}
+
+// Conn is the part of a typed client that knows no service: its name for
+// errors, its base URL and its transport, and the two sentinels its
+// failures wrap. A client holds one and keeps only its own codes, error
+// type and methods.
+type Conn struct {
+	who         string
+	base        string
+	doer        Doer
+	invalid     error
+	unavailable error
+}
+
+// ConnOption configures a Conn; the typed clients export it as their
+// Option.
+type ConnOption func(*Conn) error
+
+// WithDoer sends a Conn's requests through d instead of
+// http.DefaultClient. It fails (at NewConn) for a nil d.
+func WithDoer(d Doer) ConnOption {
+	return func(c *Conn) error {
+		if d == nil {
+			return fmt.Errorf("%s: WithHTTPClient(nil)", c.who)
+		}
+		c.doer = d
+		return nil
+	}
+}
+
+// NewConn returns a Conn for the service at baseURL (checked by BaseURL).
+// who names the client in errors ("railproxy client"); invalid and
+// unavailable are the client's sentinels for a request that was not sent
+// and for one whose outcome is unknown (see Call). It returns an error for
+// a malformed URL or an option that fails.
+func NewConn(who, baseURL string, invalid, unavailable error, opts ...ConnOption) (*Conn, error) {
+	base, err := BaseURL(who, baseURL)
+	if err != nil {
+		return nil, err
+	}
+	c := &Conn{who: who, base: base, doer: http.DefaultClient, invalid: invalid, unavailable: unavailable}
+	for _, o := range opts {
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Refusal is a non-2xx answer, read as the error envelope every service
+// of this project sends ({"error":{"code","message","retryable"}}).
+type Refusal struct {
+	// Status is the HTTP status code.
+	Status int
+	// Code is the envelope's code; empty when the body was not an
+	// envelope (a proxy's page, say).
+	Code string
+	// Message is the envelope's message, or Excerpt of the body when it
+	// was not an envelope.
+	Message string
+	// Retryable is the envelope's retryable hint.
+	Retryable bool
+	// RetryAfter is the answer's Retry-After (see RetryAfter).
+	RetryAfter time.Duration
+	// Body is the answer's body, for a client whose envelope carries more
+	// (rail-proxy's first attempt).
+	Body []byte
+}
+
+// Call sends method on the Conn's base URL + path (see DoAnswer for h and
+// in) and decodes a 2xx answer's body into out. It returns a nil Refusal
+// and a nil error for a 2xx answer; a Refusal and a nil error for any
+// other status; and no Refusal with an error wrapping the Conn's invalid
+// sentinel when nothing was sent (ErrEncode), or its unavailable sentinel
+// when no complete answer arrived or a 2xx body did not decode (the
+// outcome is unknown).
+func (c *Conn) Call(ctx context.Context, method, path string, h *Holder, in, out any) (*Refusal, error) {
+	ans, err := DoAnswer(ctx, c.doer, method, c.base+path, h, in)
+	switch {
+	case errors.Is(err, ErrEncode):
+		return nil, fmt.Errorf("%w: %v", c.invalid, err)
+	case err != nil:
+		return nil, fmt.Errorf("%w: %w", c.unavailable, err)
+	case ans.Status/100 == 2:
+		if err := json.Unmarshal(ans.Body, out); err != nil {
+			return nil, fmt.Errorf("%w: undecodable answer %d to %s %s: %v", c.unavailable, ans.Status, method, path, err)
+		}
+		return nil, nil
+	}
+	r := &Refusal{Status: ans.Status, RetryAfter: RetryAfter(ans.Header), Body: ans.Body}
+	var env struct {
+		Error struct {
+			Code      string `json:"code"`
+			Message   string `json:"message"`
+			Retryable bool   `json:"retryable"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(ans.Body, &env) != nil || env.Error.Code == "" {
+		r.Message = Excerpt(ans.Body)
+		return r, nil
+	}
+	r.Code, r.Message, r.Retryable = env.Error.Code, env.Error.Message, env.Error.Retryable
+	return r, nil
+}
+
+// Matches is the errors.Is rule of the typed clients' Error types: a
+// refusal with a code matches the sentinel of its code (sentinels), and
+// one without a code and with a 5xx status matches unavailable.
+func Matches[C ~string](sentinels map[C]error, code C, status int, target, unavailable error) bool {
+	if s, ok := sentinels[code]; ok {
+		return target == s
+	}
+	return code == "" && status >= 500 && target == unavailable
 }

@@ -93,3 +93,71 @@ func TestImportsOnlyTheStandardLibrary(t *testing.T) {
 		t.Errorf("internal/jsonhttp depends on %v; want the standard library only", deps)
 	}
 }
+
+func TestConnCallSortsEveryAnswer(t *testing.T) {
+	errInvalid, errUnavailable := errors.New("invalid"), errors.New("unavailable")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/ok":
+			_, _ = w.Write([]byte(`{"n":7}`))
+		case "/garbled":
+			_, _ = w.Write([]byte(`{"n":`))
+		case "/envelope":
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusConflict)
+			_, _ = w.Write([]byte(`{"error":{"code":"FENCED_OUT","message":"stale","retryable":true}}`))
+		default:
+			w.WriteHeader(http.StatusBadGateway)
+			_, _ = w.Write([]byte("  <html>proxy</html>\n"))
+		}
+	}))
+	defer srv.Close()
+	c, err := NewConn("test client", srv.URL, errInvalid, errUnavailable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var out struct{ N int }
+	if r, err := c.Call(ctx, "GET", "/ok", nil, nil, &out); r != nil || err != nil || out.N != 7 {
+		t.Errorf("2xx: %+v %v %+v", r, err, out)
+	}
+	if r, err := c.Call(ctx, "GET", "/garbled", nil, nil, &out); r != nil || !errors.Is(err, errUnavailable) {
+		t.Errorf("undecodable 2xx: %+v %v, want the unavailable sentinel", r, err)
+	}
+	r, err := c.Call(ctx, "GET", "/envelope", nil, nil, &out)
+	if err != nil || r == nil || r.Status != http.StatusConflict || r.Code != "FENCED_OUT" || r.Message != "stale" || !r.Retryable || r.RetryAfter != 2*time.Second {
+		t.Errorf("envelope: %+v %v", r, err)
+	}
+	r, err = c.Call(ctx, "GET", "/other", nil, nil, &out)
+	if err != nil || r == nil || r.Status != http.StatusBadGateway || r.Code != "" || r.Message != "<html>proxy</html>" {
+		t.Errorf("no envelope: %+v %v", r, err)
+	}
+	if r, err := c.Call(ctx, "GET", "/ok", nil, func() {}, &out); r != nil || !errors.Is(err, errInvalid) {
+		t.Errorf("unencodable body: %+v %v, want the invalid sentinel", r, err)
+	}
+	dead, _ := NewConn("test client", "http://127.0.0.1:1", errInvalid, errUnavailable)
+	if r, err := dead.Call(ctx, "GET", "/ok", nil, nil, &out); r != nil || !errors.Is(err, errUnavailable) || !errors.Is(err, ErrNoAnswer) {
+		t.Errorf("no answer: %+v %v", r, err)
+	}
+	if _, err := NewConn("test client", srv.URL, errInvalid, errUnavailable, WithDoer(nil)); err == nil || !strings.HasPrefix(err.Error(), "test client: ") {
+		t.Errorf("WithDoer(nil): %v", err)
+	}
+}
+
+func TestMatches(t *testing.T) {
+	errA, errU, other := errors.New("a"), errors.New("u"), errors.New("other")
+	s := map[string]error{"A": errA}
+	for _, c := range []struct {
+		code   string
+		status int
+		target error
+		want   bool
+	}{
+		{"A", 409, errA, true}, {"A", 409, errU, false}, {"A", 503, errU, false},
+		{"", 502, errU, true}, {"", 404, errU, false}, {"B", 503, errU, false}, {"", 500, other, false},
+	} {
+		if got := Matches(s, c.code, c.status, c.target, errU); got != c.want {
+			t.Errorf("Matches(%q, %d, %v) = %v", c.code, c.status, c.target, got)
+		}
+	}
+}

@@ -16,7 +16,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -142,10 +141,7 @@ func (e *Error) Error() string {
 // Is matches e against the sentinel of its code; an answer without a code
 // and with a 5xx status matches ErrUnavailable.
 func (e *Error) Is(target error) bool {
-	if s, ok := sentinels[e.Code]; ok {
-		return target == s
-	}
-	return e.Code == "" && e.Status >= 500 && target == ErrUnavailable
+	return jsonhttp.Matches(sentinels, e.Code, e.Status, target, ErrUnavailable)
 }
 
 // Doer sends one HTTP request; *http.Client implements it, and so does
@@ -154,40 +150,26 @@ type Doer = jsonhttp.Doer
 
 // Client talks to one payment-resource. It is safe for concurrent use.
 type Client struct {
-	base string
-	doer Doer
+	conn *jsonhttp.Conn
 }
 
-// Option configures a Client.
-type Option func(*Client) error
+// Option configures a Client (WithHTTPClient).
+type Option = jsonhttp.ConnOption
 
 // WithHTTPClient sends requests through d instead of http.DefaultClient.
-// Deadlines come from the ctx of each call; the client adds none.
-func WithHTTPClient(d Doer) Option {
-	return func(c *Client) error {
-		if d == nil {
-			return errors.New("paymentresource client: WithHTTPClient(nil)")
-		}
-		c.doer = d
-		return nil
-	}
-}
+// Deadlines come from the ctx of each call; the client adds none. New
+// fails for a nil d.
+func WithHTTPClient(d Doer) Option { return jsonhttp.WithDoer(d) }
 
 // New returns a Client for the payment-resource at baseURL, an absolute
 // http(s) URL with an optional path prefix and no query. It returns an
 // error for a malformed URL or an invalid option.
 func New(baseURL string, opts ...Option) (*Client, error) {
-	base, err := jsonhttp.BaseURL("paymentresource client", baseURL)
+	conn, err := jsonhttp.NewConn("paymentresource client", baseURL, ErrInvalidRequest, ErrUnavailable, opts...)
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{base: base, doer: http.DefaultClient}
-	for _, o := range opts {
-		if err := o(c); err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
+	return &Client{conn: conn}, nil
 }
 
 // CreateAccount creates an account (POST /v1/accounts), or returns it
@@ -330,31 +312,17 @@ func (c *Client) Audit(ctx context.Context) (api.AuditReport, error) {
 	return rep, err
 }
 
-// call sends one request through jsonhttp.Do, with the holder's headers
-// when h is not nil, and decodes a 2xx body into out or a refusal into
-// *Error.
+// call sends one request through jsonhttp.Conn.Call, with the holder's
+// headers when h is not nil, and decodes a 2xx body into out or a refusal
+// into *Error.
 func (c *Client) call(ctx context.Context, method, path string, h *payoutevent.Holder, in, out any) error {
 	var jh *jsonhttp.Holder
 	if h != nil {
 		jh = &jsonhttp.Holder{Token: h.Token, Owner: h.Owner, Proof: h.Proof, TokenHeader: api.HeaderToken, OwnerHeader: api.HeaderOwner, ProofHeader: api.HeaderProof}
 	}
-	ans, err := jsonhttp.DoAnswer(ctx, c.doer, method, c.base+path, jh, in)
-	status, raw := ans.Status, ans.Body
-	switch {
-	case errors.Is(err, jsonhttp.ErrEncode):
-		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
-	case err != nil:
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
-	case status/100 == 2:
-		if err := json.Unmarshal(raw, out); err != nil {
-			return fmt.Errorf("%w: undecodable answer %d to %s %s: %v", ErrUnavailable, status, method, path, err)
-		}
-		return nil
+	r, err := c.conn.Call(ctx, method, path, jh, in, out)
+	if r == nil {
+		return err
 	}
-	var env api.ErrorEnvelope
-	if json.Unmarshal(raw, &env) != nil || env.Error.Code == "" {
-		return &Error{Status: status, Message: jsonhttp.Excerpt(raw), RetryAfter: jsonhttp.RetryAfter(ans.Header)}
-	}
-	return &Error{Status: status, Code: env.Error.Code, Message: env.Error.Message, Retryable: env.Error.Retryable,
-		RetryAfter: jsonhttp.RetryAfter(ans.Header)}
+	return &Error{Status: r.Status, Code: api.Code(r.Code), Message: r.Message, Retryable: r.Retryable, RetryAfter: r.RetryAfter}
 }

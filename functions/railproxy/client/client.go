@@ -165,10 +165,7 @@ func (e *Error) Error() string {
 // Is matches e against the sentinel of its code; an answer without a code
 // and with a 5xx status matches ErrUnavailable.
 func (e *Error) Is(target error) bool {
-	if s, ok := sentinels[e.Code]; ok {
-		return target == s
-	}
-	return e.Code == "" && e.Status >= 500 && target == ErrUnavailable
+	return jsonhttp.Matches(sentinels, e.Code, e.Status, target, ErrUnavailable)
 }
 
 // Doer sends one HTTP request; *http.Client implements it, and so does
@@ -177,40 +174,26 @@ type Doer = jsonhttp.Doer
 
 // Client talks to one rail-proxy. It is safe for concurrent use.
 type Client struct {
-	base string
-	doer Doer
+	conn *jsonhttp.Conn
 }
 
-// Option configures a Client.
-type Option func(*Client) error
+// Option configures a Client (WithHTTPClient).
+type Option = jsonhttp.ConnOption
 
 // WithHTTPClient sends requests through d instead of http.DefaultClient.
-// Deadlines come from the ctx of each call; the client adds none.
-func WithHTTPClient(d Doer) Option {
-	return func(c *Client) error {
-		if d == nil {
-			return errors.New("railproxy client: WithHTTPClient(nil)")
-		}
-		c.doer = d
-		return nil
-	}
-}
+// Deadlines come from the ctx of each call; the client adds none. New
+// fails for a nil d.
+func WithHTTPClient(d Doer) Option { return jsonhttp.WithDoer(d) }
 
 // New returns a Client for the rail-proxy at baseURL, an absolute http(s)
 // URL with an optional path prefix and no query. It returns an error for a
 // malformed URL or an invalid option.
 func New(baseURL string, opts ...Option) (*Client, error) {
-	base, err := jsonhttp.BaseURL("railproxy client", baseURL)
+	conn, err := jsonhttp.NewConn("railproxy client", baseURL, ErrInvalidRequest, ErrUnavailable, opts...)
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{base: base, doer: http.DefaultClient}
-	for _, o := range opts {
-		if err := o(c); err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
+	return &Client{conn: conn}, nil
 }
 
 // Submit sends the payout to the rail through rail-proxy, as the lock
@@ -321,37 +304,24 @@ func (c *Client) Unsettled(ctx context.Context, h payoutevent.Holder, after int6
 	return list, nil
 }
 
-// call sends one request through jsonhttp.Do, with the holder's headers
-// when h is not nil, and decodes a 2xx body into out or a refusal into
-// *Error.
+// call sends one request through jsonhttp.Conn.Call, with the holder's
+// headers when h is not nil, and decodes a 2xx body into out or a refusal
+// into *Error (with the first attempt for PAYOUT_ALREADY_SUBMITTED).
 func (c *Client) call(ctx context.Context, method, path string, h *payoutevent.Holder, in, out any) error {
 	var jh *jsonhttp.Holder
 	if h != nil {
 		jh = &jsonhttp.Holder{Token: h.Token, Owner: h.Owner, Proof: h.Proof, TokenHeader: api.HeaderToken, OwnerHeader: api.HeaderOwner, ProofHeader: api.HeaderProof}
 	}
-	resp, err := jsonhttp.DoAnswer(ctx, c.doer, method, c.base+path, jh, in)
-	status, raw := resp.Status, resp.Body
-	switch {
-	case errors.Is(err, jsonhttp.ErrEncode):
-		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
-	case err != nil:
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
-	case status/100 == 2:
-		if err := json.Unmarshal(raw, out); err != nil {
-			return fmt.Errorf("%w: undecodable answer %d to %s %s: %v", ErrUnavailable, status, method, path, err)
-		}
-		return nil
+	r, err := c.conn.Call(ctx, method, path, jh, in, out)
+	if r == nil {
+		return err
 	}
-	var ans api.AlreadySubmittedAnswer
-	if json.Unmarshal(raw, &ans) != nil || ans.Error.Code == "" {
-		return &Error{Status: status, Message: jsonhttp.Excerpt(raw), RetryAfter: jsonhttp.RetryAfter(resp.Header)}
-	}
-	e := &Error{Status: status, Code: ans.Error.Code, Message: ans.Error.Message, Retryable: ans.Error.Retryable,
-		RetryAfter: jsonhttp.RetryAfter(resp.Header)}
+	e := &Error{Status: r.Status, Code: api.Code(r.Code), Message: r.Message, Retryable: r.Retryable, RetryAfter: r.RetryAfter}
 	if e.Code == api.CodeAlreadySubmitted {
-		if ans.Attempt.AttemptID <= 0 || ans.Attempt.Token <= 0 {
+		var ans api.AlreadySubmittedAnswer
+		if json.Unmarshal(r.Body, &ans) != nil || ans.Attempt.AttemptID <= 0 || ans.Attempt.Token <= 0 {
 			// Not forwarded, but what went before is unknown.
-			return fmt.Errorf("%w: %d %s without its first attempt: %.512s", ErrUnavailable, status, e.Code, raw)
+			return fmt.Errorf("%w: %d %s without its first attempt: %.512s", ErrUnavailable, r.Status, e.Code, r.Body)
 		}
 		e.Attempt = &ans.Attempt
 	}
