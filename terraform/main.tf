@@ -27,6 +27,8 @@ locals {
     "run.googleapis.com",
     "secretmanager.googleapis.com",
     "sqladmin.googleapis.com",
+    "cloudtrace.googleapis.com",
+    "telemetry.googleapis.com",
   ])
 
   placeholder_image = "us-docker.pkg.dev/cloudrun/container/hello"
@@ -142,6 +144,7 @@ module "gke" {
 # the operator's identity for the harness, which reads its record).
 module "rail_stub" {
   source          = "./modules/cloudrun"
+  traces_endpoint = var.traces_endpoint
   project_id      = var.project_id
   region          = var.region
   name            = "rail-stub"
@@ -173,6 +176,7 @@ module "secrets" {
 
 module "rail_proxy" {
   source          = "./modules/cloudrun"
+  traces_endpoint = var.traces_endpoint
   project_id      = var.project_id
   region          = var.region
   name            = "rail-proxy"
@@ -202,6 +206,7 @@ module "rail_proxy" {
 
 module "payment_resource" {
   source          = "./modules/cloudrun"
+  traces_endpoint = var.traces_endpoint
   project_id      = var.project_id
   region          = var.region
   name            = "payment-resource"
@@ -235,6 +240,7 @@ module "payment_resource" {
 
 module "executor" {
   source          = "./modules/cloudrun"
+  traces_endpoint = var.traces_endpoint
   project_id      = var.project_id
   region          = var.region
   name            = "executor"
@@ -266,6 +272,7 @@ module "executor" {
 # calling it with an OIDC token of its own service account.
 module "reconciler" {
   source          = "./modules/cloudrun"
+  traces_endpoint = var.traces_endpoint
   project_id      = var.project_id
   region          = var.region
   name            = "reconciler"

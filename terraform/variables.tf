@@ -114,3 +114,9 @@ variable "game_day" {
     error_message = "game_day.operator must be one user: or serviceAccount: member, never a public one."
   }
 }
+
+variable "traces_endpoint" {
+  description = "OTLP base URL every service exports its spans to. The default is Google's Telemetry API (Cloud Trace), which the services sign with their own accounts; empty turns the export off."
+  type        = string
+  default     = "https://telemetry.googleapis.com"
+}

@@ -16,6 +16,12 @@
 // processor's limits (OTEL_BSP_*), and the resource reads OTEL_SERVICE_NAME
 // and OTEL_RESOURCE_ATTRIBUTES.
 //
+// On Google Cloud the spans go straight to Cloud Trace through Google's
+// OTLP endpoint (GoogleTelemetryHost): for an endpoint on that host the
+// exporter signs its requests with Application Default Credentials and
+// the resource names the project (AttrGCPProjectID). No collector runs
+// beside the services.
+//
 // Handler and Transport put a span around every request a server answers
 // and every request a client sends, with the trace context carried in the
 // request headers; Inject and Extract carry it in a Pub/Sub message's
@@ -30,17 +36,20 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/oauth2/google"
 )
 
 // Span attributes of the project. Values of payout and account ids, lock
@@ -116,6 +125,30 @@ const (
 	EnvTracesProtocol = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 	// EnvServiceName overrides the service name a main passes to Setup.
 	EnvServiceName = "OTEL_SERVICE_NAME"
+	// EnvResourceAttributes adds resource attributes (key=value,...);
+	// LoadConfig reads gcp.project_id from it.
+	EnvResourceAttributes = "OTEL_RESOURCE_ATTRIBUTES"
+	// EnvGoogleProject is the Google Cloud project (not an OpenTelemetry
+	// variable): the project spans sent to GoogleTelemetryHost are
+	// written to, unless OTEL_RESOURCE_ATTRIBUTES names one.
+	EnvGoogleProject = "GOOGLE_CLOUD_PROJECT"
+)
+
+// Google Cloud's own OTLP endpoint, the Telemetry API. Cloud Trace takes
+// spans there from any OTLP exporter that signs its requests; nothing
+// needs a collector in between.
+const (
+	// GoogleTelemetryHost is the Telemetry API's host. An OTLP endpoint
+	// on it (https://telemetry.googleapis.com, or its /v1/traces) turns
+	// Config.GoogleAuth on.
+	GoogleTelemetryHost = "telemetry.googleapis.com"
+	// AttrGCPProjectID is the resource attribute naming the project the
+	// Telemetry API writes the spans to; it refuses spans without it.
+	AttrGCPProjectID = "gcp.project_id"
+	// googleScope is the OAuth scope of the signed requests (the
+	// account's roles, roles/telemetry.tracesWriter here, decide what it
+	// may do).
+	googleScope = "https://www.googleapis.com/auth/cloud-platform"
 )
 
 // EventConfigured (INFO) is the log event Setup writes once, naming the
@@ -149,6 +182,14 @@ type Config struct {
 	// exporter reads its endpoint from the environment itself (default
 	// http://localhost:4318/v1/traces).
 	Endpoint string
+	// GoogleAuth signs every export with Google Application Default
+	// Credentials (on Cloud Run and GKE with Workload Identity: the
+	// service's own account), as GoogleTelemetryHost requires. LoadConfig
+	// sets it for an endpoint on that host.
+	GoogleAuth bool
+	// GoogleProject is the project the spans are written to, added to
+	// the resource as AttrGCPProjectID; required with GoogleAuth.
+	GoogleProject string
 }
 
 // DefaultConfig exports nothing.
@@ -157,10 +198,15 @@ func DefaultConfig() Config { return Config{Exporter: ExporterNone} }
 // Validate returns nil or every problem, joined, each wrapping
 // ErrInvalidConfig.
 func (c Config) Validate() error {
+	var errs []error
 	if c.Exporter != ExporterNone && c.Exporter != ExporterOTLP {
-		return fmt.Errorf("%w: exporter %q: want %s or %s", ErrInvalidConfig, c.Exporter, ExporterOTLP, ExporterNone)
+		errs = append(errs, fmt.Errorf("%w: exporter %q: want %s or %s", ErrInvalidConfig, c.Exporter, ExporterOTLP, ExporterNone))
 	}
-	return nil
+	if c.GoogleAuth && c.GoogleProject == "" {
+		errs = append(errs, fmt.Errorf("%w: spans sent to %s need their project: set %s, or %s=%s=PROJECT",
+			ErrInvalidConfig, GoogleTelemetryHost, EnvGoogleProject, EnvResourceAttributes, AttrGCPProjectID))
+	}
+	return errors.Join(errs...)
 }
 
 // LoadConfig reads the standard variables through getenv:
@@ -174,7 +220,10 @@ func (c Config) Validate() error {
 //     process exports nothing rather than retrying a collector that is
 //     not there);
 //   - with OTLP on, OTEL_EXPORTER_OTLP_PROTOCOL and its _TRACES_ form must
-//     be unset or http/protobuf.
+//     be unset or http/protobuf;
+//   - an endpoint on GoogleTelemetryHost turns GoogleAuth on, with the
+//     project from gcp.project_id in OTEL_RESOURCE_ATTRIBUTES or else
+//     GOOGLE_CLOUD_PROJECT (one of them is required).
 //
 // It returns every problem, joined, each wrapping ErrInvalidConfig.
 func LoadConfig(getenv func(string) string) (Config, error) {
@@ -203,6 +252,18 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			errs = append(errs, fmt.Errorf("%w: %s=%q: only %s is built in", ErrInvalidConfig, name, v, protocolHTTP))
 		}
 	}
+	if u, err := url.Parse(endpoint); endpoint != "" && err == nil && strings.EqualFold(u.Hostname(), GoogleTelemetryHost) {
+		c.GoogleAuth = true
+		c.GoogleProject = strings.TrimSpace(getenv(EnvGoogleProject))
+		for kv := range strings.SplitSeq(getenv(EnvResourceAttributes), ",") {
+			if k, v, ok := strings.Cut(kv, "="); ok && strings.TrimSpace(k) == AttrGCPProjectID && strings.TrimSpace(v) != "" {
+				c.GoogleProject = strings.TrimSpace(v)
+			}
+		}
+		if err := c.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return c, errors.Join(errs...)
 }
 
@@ -215,7 +276,8 @@ func cmpOr(a, b string) string {
 
 // EnvNames lists the variables LoadConfig reads, for envcheck.
 func EnvNames() []string {
-	return []string{EnvSDKDisabled, EnvTracesExporter, EnvEndpoint, EnvTracesEndpoint, EnvProtocol, EnvTracesProtocol, EnvServiceName}
+	return []string{EnvSDKDisabled, EnvTracesExporter, EnvEndpoint, EnvTracesEndpoint, EnvProtocol, EnvTracesProtocol, EnvServiceName,
+		EnvResourceAttributes, EnvGoogleProject}
 }
 
 // Setup installs the global propagator (W3C trace context and baggage)
@@ -235,12 +297,24 @@ func Setup(ctx context.Context, service string, cfg Config, log *slog.Logger) (s
 		log.Info("traces not exported; trace context is propagated", "event", EventConfigured, "exporter", ExporterNone)
 		return func(context.Context) error { return nil }, nil
 	}
-	exp, err := otlptracehttp.New(ctx)
+	var opts []otlptracehttp.Option
+	attrs := []attribute.KeyValue{semconv.ServiceName(service)}
+	if cfg.GoogleAuth {
+		// The client outlives Setup's ctx: it fetches and refreshes the
+		// tokens for as long as the process exports.
+		hc, err := google.DefaultClient(context.WithoutCancel(ctx), googleScope)
+		if err != nil {
+			return nil, fmt.Errorf("tracing: Application Default Credentials for %s: %w", GoogleTelemetryHost, err)
+		}
+		opts = append(opts, otlptracehttp.WithHTTPClient(hc))
+		attrs = append(attrs, attribute.String(AttrGCPProjectID, cfg.GoogleProject))
+	}
+	exp, err := otlptracehttp.New(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
 	}
 	res, err := resource.New(ctx,
-		resource.WithAttributes(semconv.ServiceName(service)),
+		resource.WithAttributes(attrs...),
 		resource.WithFromEnv(), // OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES win
 		resource.WithTelemetrySDK())
 	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
@@ -249,7 +323,8 @@ func Setup(ctx context.Context, service string, cfg Config, log *slog.Logger) (s
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	otel.SetTracerProvider(tp)
-	log.Info("traces exported with OTLP over HTTP", "event", EventConfigured, "exporter", ExporterOTLP, "endpoint", cfg.Endpoint)
+	log.Info("traces exported with OTLP over HTTP", "event", EventConfigured, "exporter", ExporterOTLP, "endpoint", cfg.Endpoint,
+		"googleAuth", cfg.GoogleAuth)
 	return tp.Shutdown, nil
 }
 

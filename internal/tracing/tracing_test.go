@@ -3,11 +3,19 @@ package tracing_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -192,5 +200,103 @@ func TestTransportAndHandlerCarryTheTrace(t *testing.T) {
 	}
 	if inHandler.SpanID() != server[0].SpanContext.SpanID() {
 		t.Errorf("the handler's context carries span %s; want the server span %s", inHandler.SpanID(), server[0].SpanContext.SpanID())
+	}
+}
+
+func TestLoadConfigSignsForGooglesTelemetryAPI(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		env         map[string]string
+		auth        bool
+		project     string
+		errContains string
+	}{
+		{"a collector", map[string]string{tracing.EnvEndpoint: "http://collector:4318", tracing.EnvGoogleProject: "lab-1"}, false, "", ""},
+		{"base URL", map[string]string{tracing.EnvEndpoint: "https://telemetry.googleapis.com", tracing.EnvGoogleProject: "lab-1"}, true, "lab-1", ""},
+		{"traces URL and port", map[string]string{tracing.EnvTracesEndpoint: "https://telemetry.googleapis.com:443/v1/traces", tracing.EnvGoogleProject: "lab-1"}, true, "lab-1", ""},
+		{"the resource names the project", map[string]string{tracing.EnvEndpoint: "https://telemetry.googleapis.com",
+			tracing.EnvGoogleProject: "lab-1", tracing.EnvResourceAttributes: "team=x, gcp.project_id=lab-2"}, true, "lab-2", ""},
+		{"no project", map[string]string{tracing.EnvEndpoint: "https://telemetry.googleapis.com"}, true, "", "GOOGLE_CLOUD_PROJECT"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := tracing.LoadConfig(env(tc.env))
+			if c.GoogleAuth != tc.auth || c.GoogleProject != tc.project {
+				t.Errorf("LoadConfig = %+v; want GoogleAuth %v, project %q", c, tc.auth, tc.project)
+			}
+			if tc.errContains == "" && err != nil || tc.errContains != "" && (!errors.Is(err, tracing.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.errContains)) {
+				t.Errorf("LoadConfig error = %v; want one naming %q", err, tc.errContains)
+			}
+		})
+	}
+}
+
+// With GoogleAuth, every export carries an OAuth access token from
+// Application Default Credentials (here a service account key whose token
+// endpoint is local) and the resource names the project.
+func TestSetupSignsExportsWithApplicationDefaultCredentials(t *testing.T) {
+	restoreGlobals(t)
+	tokens := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"access_token":"token-from-adc","token_type":"Bearer","expires_in":3600}`))
+	}))
+	defer tokens.Close()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, _ := json.Marshal(map[string]string{
+		"type": "service_account", "project_id": "lab-1", "private_key_id": "k1",
+		"private_key":  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})),
+		"client_email": "executor@lab-1.iam.gserviceaccount.com", "client_id": "1", "token_uri": tokens.URL,
+	})
+	file := filepath.Join(t.TempDir(), "sa.json")
+	if err := os.WriteFile(file, sa, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", file)
+
+	var mu sync.Mutex
+	var auth []string
+	col := &collector{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		auth = append(auth, r.Header.Get("Authorization"))
+		mu.Unlock()
+		col.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	t.Setenv(tracing.EnvEndpoint, srv.URL)
+	cfg := tracing.Config{Exporter: tracing.ExporterOTLP, Endpoint: srv.URL, GoogleAuth: true, GoogleProject: "lab-1"}
+	shutdown, err := tracing.Setup(t.Context(), "executor", cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := tracing.Tracer("test").Start(context.Background(), "signed-span")
+	span.End()
+	if err := shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(auth) == 0 {
+		t.Fatal("nothing was exported")
+	}
+	for _, a := range auth {
+		if a != "Bearer token-from-adc" {
+			t.Errorf("an export carried Authorization %q; want the ADC token", a)
+		}
+	}
+	all := bytes.Join(col.bodies, nil)
+	for _, want := range []string{"signed-span", tracing.AttrGCPProjectID, "lab-1"} {
+		if !bytes.Contains(all, []byte(want)) {
+			t.Errorf("the export lacks %q", want)
+		}
+	}
+	if err := (tracing.Config{Exporter: tracing.ExporterOTLP, GoogleAuth: true}).Validate(); !errors.Is(err, tracing.ErrInvalidConfig) {
+		t.Errorf("Validate(GoogleAuth without a project) = %v; want ErrInvalidConfig", err)
 	}
 }

@@ -59,6 +59,12 @@ variable "ingress" {
   default     = "INGRESS_TRAFFIC_INTERNAL_ONLY"
 }
 
+variable "traces_endpoint" {
+  description = "OTLP base URL the service exports spans to (OTEL_EXPORTER_OTLP_ENDPOINT); empty: no export."
+  type        = string
+  default     = ""
+}
+
 variable "vpc_egress" {
   description = "ALL_TRAFFIC for a service that calls internal-ingress services (*.run.app is internal only through the VPC, with Private Google Access); PRIVATE_RANGES_ONLY otherwise, so that the Cloud SQL connector reaches the instances' public IPs without a NAT."
   type        = string
@@ -124,9 +130,13 @@ resource "google_cloud_run_v2_service" "this" {
       }
 
       # GOOGLE_CLOUD_PROJECT: logjson links each log line inside a traced
-      # request to its trace in Cloud Trace (logging.googleapis.com/trace).
+      # request to its trace in Cloud Trace (logging.googleapis.com/trace),
+      # and names the project the spans are written to. With
+      # traces_endpoint on Google's Telemetry API, the service signs its
+      # exports as its own account (internal/tracing).
       dynamic "env" {
-        for_each = merge({ GOOGLE_CLOUD_PROJECT = var.project_id }, var.env)
+        for_each = merge({ GOOGLE_CLOUD_PROJECT = var.project_id },
+        var.traces_endpoint == "" ? {} : { OTEL_EXPORTER_OTLP_ENDPOINT = var.traces_endpoint }, var.env)
         content {
           name  = env.key
           value = env.value

@@ -13,7 +13,7 @@ variable "name_prefix" {
 
 locals {
   accounts = {
-    rail-stub        = "rail-stub: the fictional payment rail (no Google API at all)"
+    rail-stub        = "rail-stub: the fictional payment rail (no Google API but Cloud Trace)"
     rail-proxy       = "rail-proxy: fence point two, raildb over the Cloud SQL connector"
     payment-resource = "payment-resource: fence point one, paydb over the Cloud SQL connector, publishes payout events"
     executor         = "executor: runs payouts pushed by Pub/Sub, calls payment-resource and rail-proxy"
@@ -39,6 +39,13 @@ locals {
     "deployer/logging.logWriter"                    = { account = "deployer", role = "roles/logging.logWriter" }
   }
 
+  # Every traced service writes its spans to Cloud Trace through the
+  # Telemetry API's OTLP endpoint (docs/tracing.md).
+  traced = ["rail-stub", "rail-proxy", "payment-resource", "executor", "reconciler", "lock-server"]
+  roles = merge(local.project_roles, {
+    for a in local.traced : "${a}/telemetry.tracesWriter" => { account = a, role = "roles/telemetry.tracesWriter" }
+  })
+
   # The deployer sets these accounts as the identity of what it deploys.
   deployed_as = ["rail-stub", "rail-proxy", "payment-resource", "executor", "reconciler"]
 }
@@ -51,7 +58,7 @@ resource "google_service_account" "this" {
 }
 
 resource "google_project_iam_member" "this" {
-  for_each = local.project_roles
+  for_each = local.roles
   project  = var.project_id
   role     = each.value.role
   member   = "serviceAccount:${google_service_account.this[each.value.account].email}"
