@@ -3,6 +3,7 @@ package railproxy_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -13,6 +14,8 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
 // Reads that decide a later write, inside admit's transaction (audit 7).
@@ -128,5 +131,37 @@ WHERE NOT l.granted AND a.datname = current_database()`).Scan(&waiting)
 			t.Fatal("the request never blocked on the row lock")
 		case <-tick.C:
 		}
+	}
+}
+
+// TestClosingAPayoutIsRefusedOnARestoredRaildb: closing a payout that has
+// no forward records an attempt, and "no forward" is read from raildb. On
+// a restored raildb (before rail-proxy recover-restore) that read may be
+// the backup's, and the attempt id the restored sequence hands out may
+// already have named another attempt in logs and answers. The closing
+// transaction checks the restore guard as a submission's does: 503
+// RAILDB_RESTORED, nothing recorded, no stop order.
+func TestClosingAPayoutIsRefusedOnARestoredRaildb(t *testing.T) {
+	r := newRig(t)
+	p := r.proxy(nil)
+	if _, err := r.pool().Exec(t.Context(), `UPDATE raildb_identity SET sequence_oid = sequence_oid + 1`); err != nil {
+		t.Fatal(err)
+	}
+	req := api.ReconcileRequest{PayoutID: "g-1", AccountID: "acct-g", AmountMinor: 500, Currency: "EUR"}
+	req.TermsSignature = prooftest.Terms(api.SubmitRequest(req).Terms())
+	b, _ := json.Marshal(req)
+	rec := reconcileAs(p, "acct-g", 7, string(b))
+	if e := envelope(t, rec); rec.Code != http.StatusServiceUnavailable || e.Code != api.CodeRestored || !e.Retryable {
+		t.Fatalf("closing g-1 on a restored raildb: %d %s; want 503 %s, retryable", rec.Code, rec.Body, api.CodeRestored)
+	}
+	if n := r.attemptRows(); n != 0 {
+		t.Fatalf("%d attempt rows; want none", n)
+	}
+	// No stop order reached the rail: the payout can still be paid.
+	if _, err := railproxy.RecoverRestore(t.Context(), pgpool.Config{DSN: r.dsn}, railproxy.RestoreRecovery{Past: 6}, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	if ans := mustAccept(t, p, "w", body("g-1", "acct-g", 500), 8); ans.Status != api.RailAck {
+		t.Fatalf("g-1 after the recovery: %+v; want ACK", ans)
 	}
 }
