@@ -215,7 +215,8 @@ RETURNING attempt_id, created_at`
 // closePayout closes a payout that has no forwarded attempt (req carries
 // its facts, as payment-resource holds them), for the holder h of
 // payout:{req.AccountID} (verified while fencing is on): in one
-// transaction it records an attempt of h's token, 'ambiguous', as the
+// transaction, after the restore guard (ErrRestored, nothing recorded), it
+// records an attempt of h's token, 'ambiguous', as the
 // payout's forward, so that every later submission of the payout is
 // refused PAYOUT_ALREADY_SUBMITTED by rail-proxy itself; then it puts the
 // stop order on the payout's reference at the rail and records what the
@@ -241,6 +242,12 @@ func (p *Proxy) closePayout(ctx context.Context, req api.ReconcileRequest, h pay
 	claimed := false
 	dctx, done := p.dbCall(ctx)
 	err := pgx.BeginFunc(dctx, p.pool, func(tx pgx.Tx) error {
+		// The restore guard, as for a submission: on a restored raildb
+		// "no forward" may be the backup's, and the attempt id the
+		// restored sequence hands out may have named another attempt.
+		if err := tx.QueryRow(dctx, checkIdentitySQL).Scan(new(int64)); err != nil {
+			return restored(err)
+		}
 		if err := tx.QueryRow(dctx, sqlCloseAttempt, a.PayoutID, a.AccountID, a.Token, a.OwnerID, a.AmountMinor, a.Currency, a.State).
 			Scan(&a.AttemptID, &a.CreatedAt); err != nil {
 			return err
@@ -257,7 +264,7 @@ func (p *Proxy) closePayout(ctx context.Context, req api.ReconcileRequest, h pay
 	if errors.Is(err, errRollback) {
 		err = nil
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrRestored) {
 		err = dbError("close payout", err)
 	}
 	done(err)

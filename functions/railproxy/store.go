@@ -87,10 +87,14 @@ const sqlReleasePayout = `
 DELETE FROM rail_payout WHERE payout_id = $1 AND attempt_id = $2`
 
 // Whether an earlier attempt of the payout, on the account, carried the
-// token: a submission whose token equals the high-water mark is then the
-// same holder's resend of its own submission, not a stale one.
+// token past the fence: a submission whose token equals the high-water
+// mark is then the same holder's resend of its own submission, not a stale
+// one. A 'fenced' row is the fence's own refusal, an audit row that must
+// decide nothing later: counting it let the second try of a token on a
+// payout it was refused for through to the rail (one grant, two payouts;
+// TestARefusedSubmissionDoesNotMakeTheNextOneOwn).
 const sqlOwnEarlierAttempt = `
-SELECT EXISTS (SELECT 1 FROM rail_attempt WHERE payout_id = $1 AND account_id = $2 AND token = $3)`
+SELECT EXISTS (SELECT 1 FROM rail_attempt WHERE payout_id = $1 AND account_id = $2 AND token = $3 AND state <> 'fenced')`
 
 const sqlAttempts = `
 SELECT attempt_id, payout_id, account_id, amount_minor, currency, token, owner_id, state,
@@ -118,13 +122,17 @@ SELECT attempt_id, payout_id, account_id, amount_minor, currency, token, owner_i
 // holder is fenced out of every later submission of the account (a fence
 // may learn a newer token from a refused submission). A token equal to the
 // high-water is stale unless an earlier attempt of the same payout carried
-// it: then it is that holder's resend of its own submission, and goes to
-// step 2 (PAYOUT_ALREADY_SUBMITTED with the payout's forward, or, when
-// its earlier forward was recorded not_sent, forwarded again). Another
-// payout with the same token is still refused: one grant, one payout.
+// it past the fence (any row but 'fenced'): then it is that holder's
+// resend of its own submission, and goes to step 2
+// (PAYOUT_ALREADY_SUBMITTED with the payout's forward, or, when its
+// earlier forward was recorded not_sent, forwarded again). Another payout
+// with the same token is still refused, however often it is tried: one
+// grant, one payout.
 //
-// Both refusals record one audit row (fenced or duplicate) that decides
-// nothing later; no refusal creates a forward or lowers anything.
+// Both refusals record one audit row. A 'fenced' row decides nothing
+// later; a 'duplicate' row says that its token passed the fence for its
+// payout, which is all the own-resend check reads from it. No refusal
+// creates a forward or lowers anything.
 //
 // It returns the attempt id and nil when the submission may be forwarded
 // (recorded 'forwarding'); the attempt id and an error wrapping
@@ -228,23 +236,44 @@ func (p *Proxy) admit(ctx context.Context, req api.SubmitRequest, token int64, o
 // returns that attempt (after marking it ambiguous if it was abandoned
 // while forwarding) and records attemptID as 'duplicate', unless fencing
 // is disabled: then the duplicate is forwarded anyway, as the experiment
-// needs, and nil is returned.
+// needs, and nil is returned. A forward released (not_sent) while it is
+// being read is no earlier submission: the payout is claimed again, at
+// most maxClaimTries times (then an error wrapping ErrUnavailable).
 func (p *Proxy) claimPayout(ctx context.Context, tx pgx.Tx, payoutID string, attemptID int64, lg *slog.Logger) (*AlreadySubmitted, error) {
-	tag, err := tx.Exec(ctx, sqlClaimPayout, payoutID, attemptID)
-	if err != nil {
-		return nil, fmt.Errorf("claim payout: %w", err)
-	}
-	if tag.RowsAffected() == 1 {
-		return nil, nil
-	}
 	var (
 		first     api.Attempt
 		abandoned bool
 	)
-	if err := tx.QueryRow(ctx, sqlForwardedAttempt, payoutID, p.abandonAfter().Milliseconds()).Scan(
-		&first.AttemptID, &first.PayoutID, &first.AccountID, &first.AmountMinor, &first.Currency, &first.Token,
-		&first.OwnerID, &first.State, &first.RailRef, &first.CreatedAt, &first.FinishedAt, &abandoned); err != nil {
-		return nil, fmt.Errorf("read the payout's forwarded attempt: %w", err)
+	for try := 1; ; try++ {
+		tag, err := tx.Exec(ctx, sqlClaimPayout, payoutID, attemptID)
+		if err != nil {
+			return nil, fmt.Errorf("claim payout: %w", err)
+		}
+		if tag.RowsAffected() == 1 {
+			return nil, nil
+		}
+		err = tx.QueryRow(ctx, sqlForwardedAttempt, payoutID, p.abandonAfter().Milliseconds()).Scan(
+			&first.AttemptID, &first.PayoutID, &first.AccountID, &first.AmountMinor, &first.Currency, &first.Token,
+			&first.OwnerID, &first.State, &first.RailRef, &first.CreatedAt, &first.FinishedAt, &abandoned)
+		// The forward that made the insert conflict may have been released
+		// (notSent) before this read: the read then finds no forward (a
+		// new snapshot), or, having waited for notSent's row lock, the
+		// attempt as not_sent, which no longer holds the payout. Neither
+		// is an earlier submission: claim the payout again (the release is
+		// committed by now). Refusing it PAYOUT_ALREADY_SUBMITTED with a
+		// not_sent attempt made the executor report AMBIGUOUS, and the
+		// reconciler failed a payout nothing held
+		// (TestAForwardReleasedWhileBeingReadIsNotAnAlreadySubmittedPayout).
+		released := errors.Is(err, pgx.ErrNoRows) || err == nil && first.State == api.StateNotSent
+		if !released {
+			if err != nil {
+				return nil, fmt.Errorf("read the payout's forwarded attempt: %w", err)
+			}
+			break
+		}
+		if try == maxClaimTries {
+			return nil, fmt.Errorf("%w: the forward of payout %s was released %d times while this submission claimed it", ErrUnavailable, payoutID, try)
+		}
 	}
 	if abandoned {
 		// No live rail-proxy is still calling the rail for it: its
@@ -271,6 +300,11 @@ func (p *Proxy) claimPayout(ctx context.Context, tx pgx.Tx, payoutID string, att
 	}
 	return &AlreadySubmitted{First: first}, nil
 }
+
+// maxClaimTries bounds how often claimPayout claims a payout whose forward
+// was released while it read it; each retry needs another submission of
+// the payout forwarded and released meanwhile.
+const maxClaimTries = 5
 
 // abandonAfter is the longest a forwarded attempt can stay 'forwarding' in
 // a live rail-proxy of this configuration: the admit transaction, the rail
