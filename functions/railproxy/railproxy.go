@@ -455,7 +455,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 		return nil, err
 	}
 	fencing.WarnIfOff(log, api.EnvFencingEnabled, !cfg.FencingDisabled)
-	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr := newRailTransport()
 	var railTransport http.RoundTripper = tr
 	if cfg.WrapRailTransport != nil {
 		railTransport = cfg.WrapRailTransport(tr)
@@ -914,3 +914,17 @@ func statusOf(err error) (status int, code api.Code, retryable bool) {
 // MetricsFunction is this function's value of the function label of the
 // request metrics (package httpmetrics).
 const MetricsFunction = "rail-proxy"
+
+// newRailTransport is the transport of the calls to the rail: the default
+// one, limited to HTTP/1.1. Go's HTTP/1 client never sends a POST again
+// on its own (it has no idempotency key), but its HTTP/2 client does,
+// after a server resets the stream with PROTOCOL_ERROR, even when the
+// server had already acted on it: one rail call could then pay twice,
+// with no attempt of rail-proxy to show for the second payment. A rail
+// on TLS (rail-stub on Cloud Run) would otherwise negotiate HTTP/2.
+func newRailTransport() *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetHTTP1(true)
+	return tr
+}
