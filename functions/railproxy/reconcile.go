@@ -215,7 +215,9 @@ RETURNING attempt_id, created_at`
 // closePayout closes a payout that has no forwarded attempt (req carries
 // its facts, as payment-resource holds them), for the holder h of
 // payout:{req.AccountID} (verified while fencing is on): in one
-// transaction, after the restore guard (ErrRestored, nothing recorded), it
+// transaction, after the restore guard (ErrRestored, nothing recorded)
+// and the account's fence (a token below the high-water or at or below
+// the token floor: ErrFencedOut, only a 'fenced' audit row recorded), it
 // records an attempt of h's token, 'ambiguous', as the
 // payout's forward, so that every later submission of the payout is
 // refused PAYOUT_ALREADY_SUBMITTED by rail-proxy itself; then it puts the
@@ -240,13 +242,27 @@ func (p *Proxy) closePayout(ctx context.Context, req api.ReconcileRequest, h pay
 	a := api.Attempt{PayoutID: req.PayoutID, AccountID: req.AccountID, AmountMinor: req.AmountMinor, Currency: req.Currency,
 		Token: h.Token, OwnerID: h.Owner, State: api.StateAmbiguous}
 	claimed := false
+	var refusal *fencing.Refusal
 	dctx, done := p.dbCall(ctx)
 	err := pgx.BeginFunc(dctx, p.pool, func(tx pgx.Tx) error {
 		// The restore guard, as for a submission: on a restored raildb
 		// "no forward" may be the backup's, and the attempt id the
 		// restored sequence hands out may have named another attempt.
-		if err := tx.QueryRow(dctx, checkIdentitySQL).Scan(new(int64)); err != nil {
+		var floor int64
+		if err := tx.QueryRow(dctx, checkIdentitySQL).Scan(&floor); err != nil {
 			return restored(err)
+		}
+		// The account's fence, as for a submission: a closing takes the
+		// payout's forward, so a stale holder must not take it from a
+		// newer one (it would fail a payout the live holder is about to
+		// submit). The newest holder may close (its token equal to the
+		// high-water: a close moves no money, so the strict rule's
+		// one-grant-one-payout does not apply), and raises the high-water
+		// when its token is newer.
+		var err error
+		refusal, err = closeFence(dctx, tx, a, floor, p.cfg.FencingDisabled)
+		if err != nil || refusal != nil {
+			return err
 		}
 		if err := tx.QueryRow(dctx, sqlCloseAttempt, a.PayoutID, a.AccountID, a.Token, a.OwnerID, a.AmountMinor, a.Currency, a.State).
 			Scan(&a.AttemptID, &a.CreatedAt); err != nil {
@@ -271,6 +287,10 @@ func (p *Proxy) closePayout(ctx context.Context, req api.ReconcileRequest, h pay
 	if err != nil {
 		return api.Reconciliation{}, err
 	}
+	if refusal != nil {
+		refusal.Log(ctx, p.log, "payoutId", a.PayoutID, "accountId", a.AccountID, "token", a.Token)
+		return api.Reconciliation{}, fmt.Errorf("%w: closing payout %s: %w", ErrFencedOut, a.PayoutID, *refusal)
+	}
 	if !claimed {
 		// A submission took the payout's forward meanwhile.
 		return p.reconcile(ctx, req.PayoutID, h, lg)
@@ -280,6 +300,53 @@ func (p *Proxy) closePayout(ctx context.Context, req api.ReconcileRequest, h pay
 	lg.Warn("payout never forwarded: closed (its later submissions are refused), stopping its reference at the rail",
 		"event", api.EventPayoutClosed)
 	return p.settleAtRail(ctx, a, lg)
+}
+
+// sqlAdvanceClose is the closing's fence: the account's high-water is
+// raised to the token, or stays when it equals the token; zero rows when
+// the high-water is greater (the token is stale). It locks the account's
+// row like a submission's fence, so closings and submissions of one
+// account are serialised.
+const sqlAdvanceClose = `
+INSERT INTO rail_high_water (account_id, high_water, updated_at)
+VALUES ($1, $2, now())
+ON CONFLICT (account_id) DO UPDATE
+   SET high_water = EXCLUDED.high_water, updated_at = now()
+ WHERE rail_high_water.high_water <= EXCLUDED.high_water
+RETURNING high_water`
+
+// closeFence runs the closing's fence inside its transaction: a token at
+// or below the restore's token floor, or below the account's high-water,
+// is refused (a fencing.Refusal, with a 'fenced' audit row committed by
+// the caller's transaction). With fencing disabled the high-water only
+// grows. It returns a nil Refusal when the closing may go on.
+func closeFence(ctx context.Context, tx pgx.Tx, a api.Attempt, floor int64, disabled bool) (*fencing.Refusal, error) {
+	if disabled {
+		var hw int64
+		if err := tx.QueryRow(ctx, sqlAdvanceUnfenced, a.AccountID, a.Token).Scan(&hw); err != nil {
+			return nil, fmt.Errorf("advance high-water: %w", err)
+		}
+		return nil, nil
+	}
+	var hw int64
+	err := pgx.ErrNoRows
+	if a.Token > floor {
+		err = tx.QueryRow(ctx, sqlAdvanceClose, a.AccountID, a.Token).Scan(&hw)
+	}
+	switch {
+	case err == nil:
+		return nil, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, fmt.Errorf("advance high-water: %w", err)
+	}
+	if err := tx.QueryRow(ctx, sqlHighWater, a.AccountID).Scan(&hw); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("read high-water: %w", err)
+	}
+	if err := tx.QueryRow(ctx, sqlInsertAttempt, a.PayoutID, a.AccountID, a.Token, a.OwnerID,
+		a.AmountMinor, a.Currency, api.StateFenced).Scan(new(int64)); err != nil {
+		return nil, fmt.Errorf("record attempt: %w", err)
+	}
+	return &fencing.Refusal{Resource: "rail", ResourceID: a.AccountID, PresentedToken: a.Token, HighestToken: max(hw, floor), Owner: a.OwnerID}, nil
 }
 
 // errRollback ends a transaction that must not commit, without a failure.

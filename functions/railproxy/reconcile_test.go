@@ -170,3 +170,46 @@ func TestClosingAPayoutNeedsItsSignedTerms(t *testing.T) {
 		t.Fatalf("attempt states %v; want the one closing attempt", got)
 	}
 }
+
+// TestAStaleTokenCannotCloseANewerHoldersPayout (newcomer probe, session
+// 7): closing a never-forwarded payout takes its forward, so it passes the
+// account's fence like a submission. A revoked holder's token below the
+// high-water is refused 409 FENCED_OUT with one 'fenced' audit row, no
+// forward and no stop order, and the live holder's submission then
+// reaches the rail. The newest holder may close (its token equal to the
+// high-water), and a close with a newer token raises the high-water.
+func TestAStaleTokenCannotCloseANewerHoldersPayout(t *testing.T) {
+	r := newRig(t)
+	p := r.proxy(nil)
+	mustAccept(t, p, "A", body("z-11", "acct-1", 700), 411) // the account's high-water is now 411
+	real := api.SubmitRequest{PayoutID: "z-12", AccountID: "acct-1", AmountMinor: 9, Currency: "EUR"}
+	b, _ := json.Marshal(api.ReconcileRequest{PayoutID: "z-12", AccountID: "acct-1", AmountMinor: 9, Currency: "EUR",
+		TermsSignature: prooftest.Terms(real.Terms())})
+
+	rec := reconcileAs(p, "acct-1", 66, string(b))
+	if e := envelope(t, rec); rec.Code != http.StatusConflict || e.Code != api.CodeFencedOut {
+		t.Fatalf("a close with the stale token 66: %d %s; want 409 %s", rec.Code, rec.Body, api.CodeFencedOut)
+	}
+	if got := r.attemptStates(); got[api.StateFenced] != 1 || got[api.StateNotAtRail]+got[api.StateAmbiguous] != 0 {
+		t.Fatalf("attempt states after the stale close %v; want one fenced audit row and no closing attempt", got)
+	}
+	mustAccept(t, p, "B", body("z-12", "acct-1", 9), 421) // the live holder's payout reaches the rail
+
+	// The newest holder may close another payout with its own token.
+	other := api.SubmitRequest{PayoutID: "z-13", AccountID: "acct-1", AmountMinor: 5, Currency: "EUR"}
+	b, _ = json.Marshal(api.ReconcileRequest{PayoutID: "z-13", AccountID: "acct-1", AmountMinor: 5, Currency: "EUR",
+		TermsSignature: prooftest.Terms(other.Terms())})
+	if rec := reconcileAs(p, "acct-1", 421, string(b)); rec.Code != http.StatusOK {
+		t.Fatalf("a close with the high-water's own token 421: %d %s; want 200", rec.Code, rec.Body)
+	}
+	// A close with a newer token raises the high-water: 421 is stale now.
+	third := api.SubmitRequest{PayoutID: "z-14", AccountID: "acct-1", AmountMinor: 4, Currency: "EUR"}
+	b, _ = json.Marshal(api.ReconcileRequest{PayoutID: "z-14", AccountID: "acct-1", AmountMinor: 4, Currency: "EUR",
+		TermsSignature: prooftest.Terms(third.Terms())})
+	if rec := reconcileAs(p, "acct-1", 500, string(b)); rec.Code != http.StatusOK {
+		t.Fatalf("a close with the newer token 500: %d %s; want 200", rec.Code, rec.Body)
+	}
+	if rec := submit(p, "B", body("z-15", "acct-1", 3), "421"); rec.Code != http.StatusConflict || envelope(t, rec).Code != api.CodeFencedOut {
+		t.Fatalf("a submission with 421 after the close with 500: %d %s; want 409 %s", rec.Code, rec.Body, api.CodeFencedOut)
+	}
+}
