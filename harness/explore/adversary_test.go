@@ -117,7 +117,7 @@ func TestAdversaryCoverage(t *testing.T) {
 			}
 		})
 	}
-	n := 60
+	n := 25
 	if *full {
 		n = *samples
 	}
@@ -142,4 +142,30 @@ func TestAdversaryCoverage(t *testing.T) {
 	if extra := slices.DeleteFunc(slices.Sorted(maps.Keys(paths)), func(p string) bool { return slices.Contains(allPaths, p) }); len(extra) > 0 {
 		t.Errorf("paths %v are not in allPaths", extra)
 	}
+}
+
+// Every schedule of one executor and the reconciler with up to two
+// faults among the rail's refusal, a caller giving up, forged terms, a
+// resend, a refusal for good and a lost answer: make explore.
+func TestExhaustiveAdversaryWithTheReconciler(t *testing.T) {
+	if !*full {
+		t.Skip("make explore (-explore.full) runs every schedule; make test samples them")
+	}
+	cfg := explore.Config{Holders: 1, Reconciler: true, MaxFaults: 2, Faults: []string{explore.FaultRailRefused, explore.FaultGiveUp,
+		explore.FaultForge, explore.FaultResend, explore.FaultReject, explore.FaultRailLost}}
+	x := explore.New(t, pipelinetest.Options{})
+	explored(t, func(visit func(explore.Result) bool) (int, error) { return x.Exhaustive(t.Context(), cfg, visit) })
+}
+
+// Every schedule of two executors with up to two faults among an
+// expiry, the rail's refusal and a resend (the own and the stale resend
+// after a not_sent release, in every order with the newer holder): make
+// explore.
+func TestExhaustiveResendsOfTwoHolders(t *testing.T) {
+	if !*full {
+		t.Skip("make explore (-explore.full) runs every schedule; make test samples them")
+	}
+	cfg := explore.Config{Holders: 2, MaxFaults: 2, Faults: []string{explore.FaultExpire, explore.FaultRailRefused, explore.FaultResend}}
+	x := explore.New(t, pipelinetest.Options{})
+	explored(t, func(visit func(explore.Result) bool) (int, error) { return x.Exhaustive(t.Context(), cfg, visit) })
 }

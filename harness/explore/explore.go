@@ -51,6 +51,24 @@
 // has found nothing at the rail. rail-proxy's stop order at the rail is
 // what keeps such a late call from paying a payout already ended failed.
 //
+// Three faults model what a holder, or the network, may do beyond the
+// executor's own code. "A:forge", taken instead of A's submission once:
+// A, whose lease is real, first sends its payout with altered terms
+// (another amount or another account under the payout's own signature,
+// another payout's signature, a signature over another amount by a key
+// that is not payment-resource's), each with its own token and proof, and
+// is then back at its genuine submission. "A:resend": a copy of A's last
+// submission, same token, proof and terms, reaches rail-proxy again at
+// any later point (a client's retry, a duplicated request); its rail
+// call, if any, is rail-proxy's step like a given-up one. With "refused"
+// this reaches the holder's own resend after a not_sent release and a
+// stale holder's resend after a newer holder's release; with "giveup" and
+// "age", a release that races an abandonment or a reconciliation.
+// "A:reject", taken instead of A's submission: it is refused for good
+// before rail-proxy records anything (400 INVALID_REQUEST), A marks the
+// payout needs_attention, and the reconciler closes a payout rail-proxy
+// never forwarded, after which a late submission must be refused.
+//
 // A duplicate delivery is one more executor: the schedule decides when
 // each one starts acquiring. An acquire is only let go when the key is
 // free (a refused acquire changes nothing and is retried), so a schedule
@@ -70,14 +88,29 @@
 //     one that reached the rail, nothing left unreconciled;
 //   - INV-02: the tokens of successive grants strictly increase;
 //   - INV-03: rail-proxy forwarded the account's submissions in strictly
-//     increasing token order, each payout's fenced writes never went back
-//     to a lower token, and no write of a payout of the account carried a
-//     token below the account's last debit (the account fence);
+//     increasing token order (one equal token only: a holder's own resend
+//     of a payout whose forward with it was released not_sent), each
+//     payout's fenced writes never went back to a lower token, and no
+//     write of a payout of the account carried a token below the
+//     account's last debit (the account fence);
 //   - revoke takes effect: when the server ended a holder's lease (expire
 //     or revoke) before the holder's last lease check preceding its
 //     submission, that submission never reached the rail. The last check
 //     is the holder's last confirmation with lock-server, or, for an
-//     executor that only checks its local deadline, the submission itself.
+//     executor that only checks its local deadline, the submission itself;
+//   - signed terms (CheckTerms): every forgery refused 403 with raildb
+//     unchanged (no attempt, no forward, no high-water mark, for the
+//     payout, its account and the forged account), and only paydb's terms
+//     in the rail's journal and in raildb's attempts;
+//   - recorded outcomes (CheckRecorded): an attempt rail-proxy answered
+//     as the payout's forward with an outcome (ambiguous, acked, declined,
+//     not_at_rail) is still its forward at the end, its outcome unchanged
+//     or, from ambiguous, resolved; and after a reconciliation closed a
+//     never-forwarded payout, no submission of it went to the rail.
+//
+// Each Result also names the rail-proxy outcomes its schedule reached
+// (Result.Paths, the Path constants), from rail-proxy's answers as they
+// leave it and from raildb: coverage evidence that a test can insist on.
 //
 // INV-01 and INV-06 are properties of the lock service alone; they are
 // checked by lockserver/store/storetest (linearizability) and the SDK's
