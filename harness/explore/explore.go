@@ -383,7 +383,9 @@ type Explorer struct {
 }
 
 // New starts a pipeline (pipelinetest.Start with opts, its RailHandler
-// replaced by the explorer's) and returns an Explorer over it.
+// and ProxyHandler replaced by the explorer's), creates the decoy payout
+// whose signature FaultForge borrows (payout decoy-1 of acct-decoy), and
+// returns an Explorer over it.
 func New(t testing.TB, opts pipelinetest.Options) *Explorer {
 	t.Helper()
 	e := &Explorer{log: opts.Log}
@@ -1387,7 +1389,8 @@ func (e *Explorer) Sample(ctx context.Context, cfg Config, seed uint64, n int, v
 // steps 0.2 (so that it tends to read once something is in doubt),
 // rail-proxy's call whose
 // caller gave up 0.05 (so that it tends to arrive late, after the others
-// have moved on), time passing 1.
+// have moved on), time passing 1, a forgery 0.3, a resend or a refusal
+// for good 0.15 (a resend is offered at nearly every decision).
 func weight(c Choice) float64 {
 	switch {
 	case c.Step == FaultResend, c.Step == FaultReject:
