@@ -68,8 +68,8 @@ bench-contended: ## handoffs on one key at 8 and 64 clients: lock-server's wait 
 	  (cd lockserver/bench && ../../$(BIN)/bench.test -test.run '^$$' -test.bench Contended -test.benchtime 2s -test.cpu 2) >> $(BIN)/bench-contended.txt || exit 1; done
 	$(GO) tool benchstat -col '/path@(etcd-mutex wait barging redsync)' $(BIN)/bench-contended.txt
 
-explore: ## every ordering of two executors on one payout (one expiry or revoke), every ordering of one executor and the reconciler (two faults of any kind), 3,000 sampled schedules of each sample; checked from the rail's journal and the books
-	$(GO) test -count=1 -timeout 60m -run 'TestExhaustive|TestSampled|TestRegressionSchedules' -v ./harness/explore/ -args -explore.full
+explore: ## every ordering of two executors on one payout (one expiry or revoke), every ordering of one executor and the reconciler (two faults of any kind), every ordering of one executor and the reconciler with two faults among forged terms, resends, refusals and give-ups, every ordering of two executors with two faults among expiry, the rail refusing and a resend, 3,000 sampled schedules of each sample; checked from the rail's journal and the books
+	$(GO) test -count=1 -timeout 120m -run 'TestExhaustive|TestSampled|TestRegressionSchedules|TestAdversaryCoverage' -v ./harness/explore/ -args -explore.full
 
 demo: ## the fencing experiment on real processes, 2 backends x 4 fencing cells; writes harness/out/summary.json
 	$(GO) run ./harness/cmd/experiment -out harness/out

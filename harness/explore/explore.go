@@ -51,6 +51,24 @@
 // has found nothing at the rail. rail-proxy's stop order at the rail is
 // what keeps such a late call from paying a payout already ended failed.
 //
+// Three faults model what a holder, or the network, may do beyond the
+// executor's own code. "A:forge", taken instead of A's submission once:
+// A, whose lease is real, first sends its payout with altered terms
+// (another amount or another account under the payout's own signature,
+// another payout's signature, a signature over another amount by a key
+// that is not payment-resource's), each with its own token and proof, and
+// is then back at its genuine submission. "A:resend": a copy of A's last
+// submission, same token, proof and terms, reaches rail-proxy again at
+// any later point (a client's retry, a duplicated request); its rail
+// call, if any, is rail-proxy's step like a given-up one. With "refused"
+// this reaches the holder's own resend after a not_sent release and a
+// stale holder's resend after a newer holder's release; with "giveup" and
+// "age", a release that races an abandonment or a reconciliation.
+// "A:reject", taken instead of A's submission: it is refused for good
+// before rail-proxy records anything (400 INVALID_REQUEST), A marks the
+// payout needs_attention, and the reconciler closes a payout rail-proxy
+// never forwarded, after which a late submission must be refused.
+//
 // A duplicate delivery is one more executor: the schedule decides when
 // each one starts acquiring. An acquire is only let go when the key is
 // free (a refused acquire changes nothing and is retried), so a schedule
@@ -70,14 +88,29 @@
 //     one that reached the rail, nothing left unreconciled;
 //   - INV-02: the tokens of successive grants strictly increase;
 //   - INV-03: rail-proxy forwarded the account's submissions in strictly
-//     increasing token order, each payout's fenced writes never went back
-//     to a lower token, and no write of a payout of the account carried a
-//     token below the account's last debit (the account fence);
+//     increasing token order (one equal token only: a holder's own resend
+//     of a payout whose forward with it was released not_sent), each
+//     payout's fenced writes never went back to a lower token, and no
+//     write of a payout of the account carried a token below the
+//     account's last debit (the account fence);
 //   - revoke takes effect: when the server ended a holder's lease (expire
 //     or revoke) before the holder's last lease check preceding its
 //     submission, that submission never reached the rail. The last check
 //     is the holder's last confirmation with lock-server, or, for an
-//     executor that only checks its local deadline, the submission itself.
+//     executor that only checks its local deadline, the submission itself;
+//   - signed terms (CheckTerms): every forgery refused 403 with raildb
+//     unchanged (no attempt, no forward, no high-water mark, for the
+//     payout, its account and the forged account), and only paydb's terms
+//     in the rail's journal and in raildb's attempts;
+//   - recorded outcomes (CheckRecorded): an attempt rail-proxy answered
+//     as the payout's forward with an outcome (ambiguous, acked, declined,
+//     not_at_rail) is still its forward at the end, its outcome unchanged
+//     or, from ambiguous, resolved; and after a reconciliation closed a
+//     never-forwarded payout, no submission of it went to the rail.
+//
+// Each Result also names the rail-proxy outcomes its schedule reached
+// (Result.Paths, the Path constants), from rail-proxy's answers as they
+// leave it and from raildb: coverage evidence that a test can insist on.
 //
 // INV-01 and INV-06 are properties of the lock service alone; they are
 // checked by lockserver/store/storetest (linearizability) and the SDK's
@@ -171,6 +204,28 @@ const (
 	// schedule, with the reconciler, while an attempt is in doubt, also
 	// while a rail call is still held (see the package comment).
 	FaultAge = "age"
+	// FaultForge is taken instead of a holder's StepSubmit ("A:forge"),
+	// once per holder: the holder, whose lease is real, first sends its
+	// submission with altered terms (adversary.go: another amount,
+	// another account, another payout's signature, a signature that is
+	// not payment-resource's), each with its own token and proof; then it
+	// is back at StepSubmit with its genuine submission. Each forged
+	// submission must be refused 403 with nothing recorded at rail-proxy.
+	FaultForge = "forge"
+	// FaultResend ("A:resend"): a copy of the holder's last submission,
+	// same token, proof and terms, reaches rail-proxy again (the holder's
+	// client retried it, or the network duplicated it), at any later
+	// point of the schedule, once per holder. Its answer reaches nobody;
+	// its rail call, if rail-proxy makes one, is rail-proxy's pending step
+	// ("P:rail", "P:refused", ...), as after FaultGiveUp.
+	FaultResend = "resend"
+	// FaultReject is taken instead of a holder's StepSubmit ("A:reject"):
+	// the submission is refused for good before rail-proxy records
+	// anything (the explorer answers 400 INVALID_REQUEST in its place,
+	// as rail-proxy answers a request no retry can change), so the holder
+	// marks the payout needs_attention, and the reconciler closes a
+	// payout that was never forwarded.
+	FaultReject = "reject"
 )
 
 // Bounds of a schedule.
@@ -260,7 +315,8 @@ type Config struct {
 	// MaxFaults is how many faults a schedule may inject.
 	MaxFaults int
 	// Faults are the kinds injected (FaultExpire, FaultRevoke,
-	// FaultRailLost, FaultRailDown, FaultCrash, FaultGiveUp).
+	// FaultRailLost, FaultRailDown, FaultRailRefused, FaultCrash,
+	// FaultGiveUp, FaultForge, FaultResend, FaultReject).
 	Faults []string
 }
 
@@ -277,6 +333,10 @@ type Result struct {
 	// reconciler, in the order of the run's payouts (payment-resource's
 	// api.State values).
 	Ended []string
+	// Paths names the rail-proxy outcomes the schedule reached (Path
+	// constants, sorted, each once), judged from rail-proxy's answers and
+	// raildb: coverage evidence, not a check.
+	Paths []string
 }
 
 // Names of the checks, as Result.Checks lists them.
@@ -297,6 +357,17 @@ const (
 	// is not posted, declined or failed: it would wait for a person
 	// although the rail's record could settle it.
 	CheckSettled = "settled"
+	// CheckTerms: a forged submission (FaultForge) was not refused 403,
+	// or changed raildb (an attempt or a high-water mark recorded), or
+	// terms other than paydb's reached the rail's journal or raildb's
+	// attempts.
+	CheckTerms = "terms"
+	// CheckRecorded: an attempt rail-proxy answered as the payout's
+	// forward with an outcome (ambiguous, acked, declined, not_at_rail)
+	// was later released or went back (a not_sent release that raced an
+	// abandonment or a reconciliation), or a submission of a payout the
+	// reconciler had closed went on to the rail.
+	CheckRecorded = "recorded-outcome"
 )
 
 // Explorer runs schedules against one pipeline. Each schedule has its own
@@ -306,10 +377,15 @@ type Explorer struct {
 	log  *slog.Logger
 	seq  atomic.Int64
 	runs sync.Map // payout id -> *run, for the rail hook
+	// decoy is another account's payout whose signature a forgery borrows
+	// (FaultForge).
+	decoy decoy
 }
 
 // New starts a pipeline (pipelinetest.Start with opts, its RailHandler
-// replaced by the explorer's) and returns an Explorer over it.
+// and ProxyHandler replaced by the explorer's), creates the decoy payout
+// whose signature FaultForge borrows (payout decoy-1 of acct-decoy), and
+// returns an Explorer over it.
 func New(t testing.TB, opts pipelinetest.Options) *Explorer {
 	t.Helper()
 	e := &Explorer{log: opts.Log}
@@ -318,6 +394,11 @@ func New(t testing.TB, opts pipelinetest.Options) *Explorer {
 	}
 	opts.RailHandler, opts.ProxyHandler = e.holdRail, e.watchProxy
 	e.p = pipelinetest.Start(t, opts)
+	d, err := e.newDecoy(context.Background())
+	if err != nil {
+		t.Fatalf("explore: the decoy payout: %v", err)
+	}
+	e.decoy = d
 	return e
 }
 
@@ -357,6 +438,18 @@ type run struct {
 	mu     sync.Mutex
 	grants []int64 // tokens granted, in order
 	tokens map[int]int64
+
+	// forging is set while a holder's forged submissions are sent: a
+	// rail call they cause (with the terms check broken) is not held.
+	forging atomic.Bool
+	// detachedResend tells watchProxy that the detached call is a resend
+	// (FaultResend), not a call its caller gave up on.
+	detachedResend atomic.Bool
+	// bg counts the resends still waiting for their answer.
+	bg sync.WaitGroup
+	// seen is what rail-proxy answered and what the forgeries did
+	// (adversary.go).
+	seen seen
 }
 
 // errCrashed is what a crashed actor's transport answers: nothing leaves
@@ -378,7 +471,7 @@ func (e *Explorer) holdRail(next http.Handler) http.Handler {
 		mode := StepRail
 		if v, ok := e.runs.Load(payout); ok {
 			run := v.(*run)
-			if h := int(run.running.Load()); h >= 0 {
+			if h := int(run.running.Load()); h >= 0 && !run.forging.Load() {
 				mode = run.hold(arrival{holder: h, step: StepRail, resume: make(chan string)}, FaultRailDown)
 			}
 		}
@@ -432,7 +525,7 @@ func (r *run) hold(a arrival, orElse string) string {
 // explorer hears of it, so that the next choice sees that record.
 func (e *Explorer) watchProxy(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.URL.Path != railapi.PathSubmissions {
+		if r.Method != http.MethodPost || r.URL.Path != railapi.PathSubmissions && r.URL.Path != railapi.PathReconciliations {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -441,15 +534,26 @@ func (e *Explorer) watchProxy(next http.Handler) http.Handler {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		next.ServeHTTP(w, r)
-		if v, ok := e.runs.Load(payout); ok {
-			run := v.(*run)
-			if h := run.detached.Load(); h >= 0 && holderName(int(h)) == r.Header.Get(headerHolder) {
-				run.detached.Store(-1)
-				select {
-				case run.proxyDone <- struct{}{}:
-				case <-run.ended:
-				}
+		v, ok := e.runs.Load(payout)
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		run := v.(*run)
+		if r.URL.Path == railapi.PathReconciliations {
+			run.watchReconciliation(next, w, r, payout)
+			return
+		}
+		c := &capture{ResponseWriter: w}
+		next.ServeHTTP(c, r)
+		run.seen.submission(r, payout, c)
+		resend := r.Header.Get(headerResend) != ""
+		if h := run.detached.Load(); h >= 0 && holderName(int(h)) == r.Header.Get(headerHolder) && resend == run.detachedResend.Load() {
+			run.detached.Store(-1)
+			run.detachedResend.Store(false)
+			select {
+			case run.proxyDone <- struct{}{}:
+			case <-run.ended:
 			}
 		}
 	})
@@ -464,6 +568,11 @@ type doer struct {
 
 	mu  sync.Mutex
 	cut context.CancelFunc // cancels the request in flight
+
+	// last is the holder's last submission as sent (FaultResend sends it
+	// again); forged and resent: FaultForge and FaultResend were taken.
+	last           *sentRequest
+	forged, resent bool
 }
 
 // giveUp cuts the request in flight, as the caller's own timeout would.
@@ -528,14 +637,34 @@ func (d *doer) Do(req *http.Request) (*http.Response, error) {
 		return nil, errCrashed
 	}
 	step := d.r.stepOf(req, d.holder == reconcilerIndex)
-	if d.holder >= 0 && step != "" {
-		if d.r.hold(arrival{holder: d.holder, step: step, resume: make(chan string)}, FaultCrash) == FaultCrash {
+	if d.holder >= 0 {
+		req.Header.Set(headerHolder, holderName(d.holder))
+	}
+	for d.holder >= 0 && step != "" {
+		mode := d.r.hold(arrival{holder: d.holder, step: step, resume: make(chan string)}, FaultCrash)
+		if mode == FaultCrash {
 			d.crashed.Store(true)
 			return nil, errCrashed
 		}
+		if mode == FaultReject {
+			return rejected(), nil
+		}
+		if mode != FaultForge {
+			break
+		}
+		// The forgeries go first; then the holder is back at its step.
+		if err := d.r.forge(req); err != nil {
+			return nil, err
+		}
 	}
-	if d.holder >= 0 {
-		req.Header.Set(headerHolder, holderName(d.holder))
+	if step == StepSubmit && d.holder >= 0 {
+		sent, err := keep(req)
+		if err != nil {
+			return nil, err
+		}
+		d.mu.Lock()
+		d.last = sent
+		d.mu.Unlock()
 	}
 	ctx, cut := context.WithCancel(req.Context())
 	d.mu.Lock()
@@ -764,8 +893,17 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 								enabled = append(enabled, Choice{Holder: holderName(h), Step: f})
 							}
 						}
-					} else if slices.Contains(cfg.Faults, FaultCrash) {
-						enabled = append(enabled, Choice{Holder: holderName(h), Step: FaultCrash})
+					} else {
+						if a.step == StepSubmit && h != reconcilerIndex {
+							for _, f := range []string{FaultForge, FaultReject} {
+								if slices.Contains(cfg.Faults, f) && (f != FaultForge || !r.doers[h].forged) {
+									enabled = append(enabled, Choice{Holder: holderName(h), Step: f})
+								}
+							}
+						}
+						if slices.Contains(cfg.Faults, FaultCrash) {
+							enabled = append(enabled, Choice{Holder: holderName(h), Step: FaultCrash})
+						}
 					}
 				}
 			}
@@ -792,6 +930,15 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 			}
 			if doubt {
 				enabled = append(enabled, Choice{Step: FaultAge})
+			}
+		}
+		// A resend is offered while something else may still happen (it
+		// never is the only choice, or every schedule would end with one).
+		if len(enabled) > 0 && proxyCall == nil && faults < cfg.MaxFaults && slices.Contains(cfg.Faults, FaultResend) {
+			for _, h := range actors {
+				if d := r.doers[h]; h != reconcilerIndex && d.sent() && !d.resent {
+					enabled = append(enabled, Choice{Holder: holderName(h), Step: FaultResend})
+				}
 			}
 		}
 		if len(enabled) == 0 {
@@ -835,7 +982,7 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 		}
 		h := holderIndex(c.Holder)
 		switch c.Step {
-		case FaultCrash, FaultRailLost, FaultRailDown, FaultRailRefused, FaultGiveUp:
+		case FaultCrash, FaultRailLost, FaultRailDown, FaultRailRefused, FaultGiveUp, FaultForge, FaultResend, FaultReject:
 			faults++
 		}
 		steps = append(steps, stepRecord{index: len(res.Schedule) - 1, holder: h, step: c.Step})
@@ -847,6 +994,20 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 			}
 			proxyCall = nil
 			continue
+		}
+		if c.Step == FaultResend {
+			// A copy of h's submission reaches rail-proxy; h stays where
+			// it is. A rail call it causes is rail-proxy's pending step.
+			r.doers[h].resent = true
+			call, err := r.resend(ctx, runCtx, h)
+			if err != nil {
+				return res, err
+			}
+			proxyCall = call
+			continue
+		}
+		if c.Step == FaultForge {
+			r.doers[h].forged = true
 		}
 		r.running.Store(int32(h))
 		if c.Step == FaultGiveUp {
@@ -889,6 +1050,7 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 	if err := r.finish(ctx); err != nil {
 		return res, err
 	}
+	r.bg.Wait()
 	return res, r.check(ctx, &res, steps, ended)
 }
 
@@ -996,18 +1158,21 @@ func (r *run) check(ctx context.Context, res *Result, steps []stepRecord, ended 
 	}
 
 	// Fence point two: forwarded tokens strictly increase per account.
-	rows, err := r.e.p.RailDB.Query(ctx, `SELECT token, state FROM rail_attempt WHERE account_id = $1 ORDER BY attempt_id`, r.events[0].AccountID)
+	// The one equal token allowed: the holder's own resend of a payout
+	// whose forward with that token was released not_sent.
+	rows, err := r.e.p.RailDB.Query(ctx, `SELECT payout_id, token, state FROM rail_attempt WHERE account_id = $1 ORDER BY attempt_id`, r.events[0].AccountID)
 	if err != nil {
 		return err
 	}
 	var (
-		last      int64
-		forwarded = map[int64]bool{}
+		last                int64
+		lastPayout, lastSet string
+		forwarded           = map[int64]bool{}
 	)
 	for rows.Next() {
 		var tok int64
-		var state string
-		if err := rows.Scan(&tok, &state); err != nil {
+		var payout, state string
+		if err := rows.Scan(&payout, &tok, &state); err != nil {
 			rows.Close()
 			return err
 		}
@@ -1015,10 +1180,10 @@ func (r *run) check(ctx context.Context, res *Result, steps []stepRecord, ended 
 			continue
 		}
 		forwarded[tok] = true
-		if tok <= last {
+		if tok < last || tok == last && (payout != lastPayout || railapi.State(lastSet) != railapi.StateNotSent) {
 			fail(CheckFences, "rail-proxy forwarded token %d after %d", tok, last)
 		}
-		last = tok
+		last, lastPayout, lastSet = tok, payout, state
 	}
 	if err := rows.Err(); err != nil {
 		return err
@@ -1084,6 +1249,9 @@ WHERE payout_id = ANY($1) AND token IS NOT NULL ORDER BY transition_id`, ids)
 					holderName(h), tok, end.index, check)
 			}
 		}
+	}
+	if err := r.checkAdversary(ctx, res, fail); err != nil {
+		return err
 	}
 	for c := range broken {
 		res.Checks = append(res.Checks, c)
@@ -1221,9 +1389,14 @@ func (e *Explorer) Sample(ctx context.Context, cfg Config, seed uint64, n int, v
 // steps 0.2 (so that it tends to read once something is in doubt),
 // rail-proxy's call whose
 // caller gave up 0.05 (so that it tends to arrive late, after the others
-// have moved on), time passing 1.
+// have moved on), time passing 1, a forgery 0.3, a resend or a refusal
+// for good 0.15 (a resend is offered at nearly every decision).
 func weight(c Choice) float64 {
 	switch {
+	case c.Step == FaultResend, c.Step == FaultReject:
+		return 0.15
+	case c.Step == FaultForge:
+		return 0.3
 	case c.Step == FaultCrash, c.Holder == RailProxy, c.Holder == Reconciler && c.Step == StepRead:
 		return 0.05
 	case c.Holder == "" && c.Step != FaultAge:

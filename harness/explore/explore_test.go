@@ -190,6 +190,9 @@ func explored(t *testing.T, run func(visit func(explore.Result) bool) (int, erro
 	seen := 0
 	n, err := run(func(r explore.Result) bool {
 		seen++
+		if seen%1000 == 0 {
+			t.Logf("%d schedules so far; failures by check: %v", seen, failures)
+		}
 		for _, c := range r.Checks {
 			if failures[c] == 0 {
 				t.Errorf("first schedule breaking %s (schedule %d of the run): %s\n  %v", c, seen, r.Schedule, r.Violations)
