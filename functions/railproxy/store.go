@@ -69,10 +69,20 @@ SELECT a.attempt_id, a.payout_id, a.account_id, a.amount_minor, a.currency, a.to
 const sqlSetAttemptState = `
 UPDATE rail_attempt SET state = $2, finished_at = now() WHERE attempt_id = $1`
 
+// Records the rail's answer to a forwarded attempt's own call: while the
+// attempt is forwarding, or ambiguous because a later submission of the
+// payout found it past the abandon threshold (abandoned, while its call
+// was still at the rail). The call's own answer is the truth about that
+// attempt, so it replaces "unknown"; a reconciliation that settled it
+// first (stop order, then the rail's record) has written the same fact,
+// and a final state is never overwritten. Before, only a forwarding
+// attempt was updated, and a late ACK of an abandoned forward, passed on
+// with its receipt and posted at paydb, left raildb saying ambiguous
+// without its reference (explore7, session 7).
 const sqlFinishAttempt = `
 UPDATE rail_attempt
    SET state = $2, rail_ref = NULLIF($3, ''), finished_at = now()
- WHERE attempt_id = $1 AND state = 'forwarding'`
+ WHERE attempt_id = $1 AND state IN ('forwarding', 'ambiguous')`
 
 // A forwarded attempt the rail certainly did not take: recorded not_sent,
 // only if still forwarding (an abandonment or a reconciliation may have
@@ -326,7 +336,7 @@ func (p *Proxy) finish(ctx context.Context, attemptID int64, state api.State, ra
 		return dbError("finish attempt", err)
 	}
 	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("railproxy: finish attempt %d: no forwarding attempt with that id", attemptID)
+		return fmt.Errorf("railproxy: finish attempt %d: no forwarding or ambiguous attempt with that id", attemptID)
 	}
 	return nil
 }

@@ -100,6 +100,15 @@ var regressions = []struct {
 	{"reconciler-lease-ends-mid-settle", 2,
 		"A:acquire A:confirm A:claim A:confirm A:submit A:lost A:report A:release age R:read R:acquire expire B:acquire B:confirm B:claim B:release R:reconcile R:resolve R:release",
 		1, true, []string{"posted"}},
+	// explore7's exhaustive adversary run (session 7): A's own resend,
+	// past the abandon threshold, marked A's forward, still at the rail,
+	// ambiguous; the rail then paid and answered ACK, rail-proxy passed it
+	// on with its receipt and A posted the payout, but the answer could
+	// not be recorded (finish updated only a forwarding attempt), so
+	// raildb kept the paid attempt ambiguous without its reference.
+	{"late-answer-of-an-abandoned-forward-is-recorded", 1,
+		"A:acquire A:confirm A:claim A:confirm A:submit age R:read A:resend A:rail A:report A:release",
+		1, true, nil},
 }
 
 // allFaults are every fault the explorer injects.
@@ -113,7 +122,8 @@ func TestRegressionSchedules(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg := explore.Config{Holders: c.holders, Payouts: c.payouts, Reconciler: c.reconciler, MaxFaults: 2, Faults: allFaults}
+			cfg := explore.Config{Holders: c.holders, Payouts: c.payouts, Reconciler: c.reconciler, MaxFaults: 2,
+				Faults: append(slices.Clone(allFaults), explore.FaultRailRefused, explore.FaultResend, explore.FaultForge, explore.FaultReject)}
 			res, err := x.Replay(t.Context(), cfg, s)
 			if err != nil {
 				t.Fatal(err)
