@@ -233,6 +233,7 @@ func rows() []row {
 		{svcLock, "content type with charset=latin1", "POST", lockapi.PathLockPrefix + "k" + lockapi.SuffixAcquire, []string{"Content-Type", "application/json; charset=latin1"}, `{"owner":"w","ttlMs":1000}`, 415, string(lockapi.CodeUnsupportedMediaType), nil},
 		{svcLock, "revoke reason with an escaped lone surrogate", "POST", lock(lockapi.SuffixRevoke), js, `{"reason":"\udc00"}`, 400, string(lockapi.CodeInvalidRequest), nil},
 		{svcLock, "request timeout header -1", "POST", lockapi.PathLockPrefix + "k" + lockapi.SuffixAcquire, with(lockapi.HeaderTimeoutMs, "-1"), `{"owner":"w","ttlMs":1000}`, 400, string(lockapi.CodeInvalidRequest), nil},
+		{svcLock, "request timeout header 101, below the minimum", "POST", lockapi.PathLockPrefix + "k" + lockapi.SuffixAcquire, with(lockapi.HeaderTimeoutMs, "101"), `{"owner":"w","ttlMs":1000}`, 400, string(lockapi.CodeInvalidRequest), nil},
 		{svcLock, "request timeout header of 20 digits", "POST", lockapi.PathLockPrefix + "k" + lockapi.SuffixAcquire, with(lockapi.HeaderTimeoutMs, "99999999999999999999"), `{"owner":"w","ttlMs":1000}`, 400, string(lockapi.CodeInvalidRequest), nil},
 		{svcLock, "body over 4 KiB", "POST", lockapi.PathLockPrefix + "k" + lockapi.SuffixAcquire, js, `{"owner":"` + strings.Repeat("a", lockapi.MaxBodyBytes) + `","ttlMs":1000}`, 413, string(lockapi.CodeBodyTooLarge), nil},
 		{svcLock, "key starting with '-'", "POST", lockapi.PathLockPrefix + "-bad" + lockapi.SuffixAcquire, js, `{"owner":"w","ttlMs":1000}`, 400, string(lockapi.CodeInvalidRequest), nil},
