@@ -545,10 +545,12 @@ func (s *Server) holderGrant(l Lease) api.Grant {
 	return g
 }
 
-// decodeBody decodes the request body into dst (see httpjson.Decode). It
-// writes the error envelope and returns false when the body is refused.
+// decodeBody decodes the request body into dst (see
+// httpjson.DecodeRefusingNull: a field sent as null is refused, for every
+// request of lockserver/api). It writes the error envelope and returns
+// false when the body is refused.
 func decodeBody(w http.ResponseWriter, r *http.Request, dst any) bool {
-	if err := httpjson.Decode(w, r, dst, api.MaxBodyBytes); err != nil {
+	if err := httpjson.DecodeRefusingNull(w, r, dst, api.MaxBodyBytes); err != nil {
 		e := err.(*httpjson.Error)
 		writeError(w, e.Status, api.Code(e.Code), e.Message)
 		return false

@@ -6,6 +6,9 @@
 // lockserver/client, a test, a tool in another language reading this file)
 // can depend on it without pulling in a backend.
 //
+// No field of a request may be JSON null (400 INVALID_REQUEST): an
+// optional field is left out to mean its default, never sent as null.
+//
 // All durations on the wire are integer milliseconds (fields suffixed "Ms");
 // all instants are RFC 3339 timestamps with nanoseconds, in UTC, read from the
 // clock of the backend that decided them. Fencing tokens are positive 64-bit
