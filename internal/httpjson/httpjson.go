@@ -91,8 +91,9 @@ func ContentType(r *http.Request, also ...string) *Error {
 
 // Decode reads exactly one JSON object of at most limit bytes into dst (a
 // pointer to a struct), refusing a request whose Content-Type breaks the
-// rule of ContentType (missing, sent twice, not application/json, a
-// charset other than UTF-8), anything but an object (null included),
+// rule of ContentType (missing while there is a body, sent twice, not
+// application/json, a charset other than UTF-8), an empty body (400),
+// anything but an object (null included),
 // field names that do not match a json tag of dst exactly (encoding/json
 // alone would match them case-insensitively), a field given twice,
 // anything after the object, and a string (key or value) that is not
@@ -114,7 +115,11 @@ func DecodeRefusingNull(w http.ResponseWriter, r *http.Request, dst any, limit i
 }
 
 func decode(w http.ResponseWriter, r *http.Request, dst any, limit int64, refuseNull bool) error {
-	if e := ContentType(r); e != nil {
+	// A Content-Type that is sent is checked before the body is read; a
+	// missing one only once the body is known to be there (a POST with
+	// no body at all is refused below as an empty body, 400).
+	noType := len(r.Header.Values("Content-Type")) == 0
+	if e := ContentType(r); e != nil && !noType {
 		return e
 	}
 	// MaxBytesReader marks the connection to be closed after an oversized
@@ -129,6 +134,9 @@ func decode(w http.ResponseWriter, r *http.Request, dst any, limit int64, refuse
 		// The cause (a read timeout, a reset) names the connection's
 		// addresses: never in an answer.
 		return &Error{http.StatusBadRequest, CodeInvalidRequest, "the body could not be read: it came too slowly or the connection broke"}
+	}
+	if noType && len(bytes.TrimSpace(body)) > 0 {
+		return ContentType(r)
 	}
 	if err := checkObject(body, fieldsOf(dst), refuseNull); err != nil {
 		return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + jsonProblem(err)}

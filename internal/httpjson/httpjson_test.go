@@ -202,13 +202,18 @@ func TestContentTypeIsRequiredAndSentOnce(t *testing.T) {
 		code   string
 	}{
 		{"none", nil, http.StatusUnsupportedMediaType, CodeUnsupportedMediaType},
+		{"none, and no body", nil, http.StatusBadRequest, CodeInvalidRequest},
 		{"application/json", []string{"application/json"}, 0, ""},
 		{"twice the same", []string{"application/json", "application/json"}, http.StatusBadRequest, CodeInvalidRequest},
 		{"json, then text/plain", []string{"application/json", "text/plain"}, http.StatusBadRequest, CodeInvalidRequest},
 		{"json, then latin1", []string{"application/json", "application/json; charset=latin1"}, http.StatusBadRequest, CodeInvalidRequest},
 		{"one header listing two", []string{"application/json, text/plain"}, http.StatusUnsupportedMediaType, CodeUnsupportedMediaType},
 	} {
-		r := httptest.NewRequest("POST", "/", strings.NewReader(`{"owner":"a"}`))
+		body := `{"owner":"a"}`
+		if strings.Contains(tc.name, "no body") {
+			body = ""
+		}
+		r := httptest.NewRequest("POST", "/", strings.NewReader(body))
 		for _, ct := range tc.cts {
 			r.Header.Add("Content-Type", ct)
 		}
