@@ -79,7 +79,7 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 		fmt.Fprintf(out, "  lockdb            %s\n", u)
 	}
 	fmt.Fprintf(out, "  paydb             %s\n  raildb            %s\n", st.PayDBURL(), st.RailDBURL())
-	fmt.Fprintf(out, "  logs              %s\n", st.Dir())
+	fmt.Fprintf(out, "  logs              %s (one per process, and the PostgreSQL server logs postgres-*.log; kept after the stack stops or is killed)\n", st.Dir())
 	if *push && len(cfg.Executors) > 0 {
 		stopPush, err := st.Push(ctx, cfg.Log)
 		if err != nil {

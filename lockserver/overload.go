@@ -31,15 +31,24 @@ const DeadlineMargin = 100 * time.Millisecond
 // (overload.RetryAfterSeconds).
 const RetryAfterSeconds = overload.RetryAfterSeconds
 
+// minBackendSlice is the least time a backend call made within a
+// caller's budget gets: api.MinRequestTimeoutMs less DeadlineMargin. A
+// waiting acquire stops asking when less than this is left of the
+// budget, rather than start a call that would be cut (and might commit
+// after its 503).
+const minBackendSlice = time.Duration(api.MinRequestTimeoutMs)*time.Millisecond - DeadlineMargin
+
 // errBadBudget: api.HeaderTimeoutMs is given but is not one decimal
-// integer in 1..api.MaxRequestTimeoutMs (400 INVALID_REQUEST).
-var errBadBudget = fmt.Errorf("header %s must be sent once, as milliseconds 1..%d without sign or leading zero",
-	api.HeaderTimeoutMs, api.MaxRequestTimeoutMs)
+// integer in api.MinRequestTimeoutMs..api.MaxRequestTimeoutMs (400
+// INVALID_REQUEST).
+var errBadBudget = fmt.Errorf("header %s must be sent once, as milliseconds %d..%d without sign or leading zero (below %d ms the backend call cannot finish in time: do not send the request)",
+	api.HeaderTimeoutMs, api.MinRequestTimeoutMs, api.MaxRequestTimeoutMs, api.MinRequestTimeoutMs)
 
 // budget reads the caller's remaining time from api.HeaderTimeoutMs: ok is
 // false when the header is absent; err is errBadBudget when it is sent but
-// malformed (repeated, signed, a leading zero, not decimal, 0, or above
-// api.MaxRequestTimeoutMs): serve refuses such a request before anything.
+// malformed (repeated, signed, a leading zero, not decimal, below
+// api.MinRequestTimeoutMs, or above api.MaxRequestTimeoutMs): serve
+// refuses such a request before anything.
 func budget(r *http.Request) (d time.Duration, ok bool, err error) {
 	vs := r.Header.Values(api.HeaderTimeoutMs)
 	if len(vs) == 0 {
@@ -55,7 +64,7 @@ func budget(r *http.Request) (d time.Duration, ok bool, err error) {
 		}
 	}
 	ms, err := strconv.ParseInt(v, 10, 64)
-	if v == "" || err != nil || ms > api.MaxRequestTimeoutMs {
+	if v == "" || err != nil || ms < api.MinRequestTimeoutMs || ms > api.MaxRequestTimeoutMs {
 		return 0, false, errBadBudget
 	}
 	return time.Duration(ms) * time.Millisecond, true, nil

@@ -360,12 +360,15 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 	if req.WaitMs > 0 {
 		noteOp(w, opAcquireWait)
 	}
-	if req.WaitMs > 0 && s.waitq.max > 0 {
+	waitEnd := start.Add(time.Duration(req.WaitMs) * time.Millisecond)
+	// The last ask of a wait must still have minBackendSlice of the
+	// budget: an ask cut by the budget may commit after its 503. A budget
+	// that leaves no room to wait gets one ask, as a plain acquire.
+	if lastAsk := budgetEnd.Add(-minBackendSlice); !budgetEnd.IsZero() && lastAsk.Before(waitEnd) {
+		waitEnd = lastAsk
+	}
+	if req.WaitMs > 0 && s.waitq.max > 0 && waitEnd.After(start) {
 		if err = ValidateAcquire(key, req.Owner, ttl); err == nil {
-			waitEnd := start.Add(time.Duration(req.WaitMs) * time.Millisecond)
-			if !budgetEnd.IsZero() && budgetEnd.Before(waitEnd) {
-				waitEnd = budgetEnd
-			}
 			l, waited, err = s.acquireWaiting(r.Context(), key, req.Owner, ttl, start, waitEnd, budgetEnd)
 		}
 	} else {
@@ -385,11 +388,12 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 
 // grant asks the store for key once, on ctx bounded by RequestTimeout or,
 // when it is earlier, budgetEnd (the caller's budget less the margin;
-// zero: none), and applies the token floor (floor.go).
+// zero: none) but never less than minBackendSlice, and applies the token
+// floor (floor.go).
 func (s *Server) grant(ctx context.Context, key, owner string, ttl time.Duration, budgetEnd time.Time) (Lease, error) {
 	d := s.cfg.RequestTimeout
 	if left := time.Until(budgetEnd); !budgetEnd.IsZero() && left < d {
-		d = max(left, time.Millisecond)
+		d = min(max(left, minBackendSlice), d)
 	} else {
 		ctx = overload.MarkFull(ctx)
 	}
@@ -541,10 +545,12 @@ func (s *Server) holderGrant(l Lease) api.Grant {
 	return g
 }
 
-// decodeBody decodes the request body into dst (see httpjson.Decode). It
-// writes the error envelope and returns false when the body is refused.
+// decodeBody decodes the request body into dst (see
+// httpjson.DecodeRefusingNull: a field sent as null is refused, for every
+// request of lockserver/api). It writes the error envelope and returns
+// false when the body is refused.
 func decodeBody(w http.ResponseWriter, r *http.Request, dst any) bool {
-	if err := httpjson.Decode(w, r, dst, api.MaxBodyBytes); err != nil {
+	if err := httpjson.DecodeRefusingNull(w, r, dst, api.MaxBodyBytes); err != nil {
 		e := err.(*httpjson.Error)
 		writeError(w, e.Status, api.Code(e.Code), e.Message)
 		return false

@@ -95,6 +95,18 @@ func TestBadRequestsGetTheEnvelopeAndChangeNothing(t *testing.T) {
 		{"token never granted", "POST", "/v1/locks/payout:acct-1/release", ctJSON, fmt.Sprintf(`{"owner":"worker-a","token":%d}`, g.Token+1000), 409, api.CodeLeaseNotHeld},
 		{"wrong owner", "POST", "/v1/locks/payout:acct-1/release", ctJSON, fmt.Sprintf(`{"owner":"mallory","token":%d}`, g.Token), 409, api.CodeLeaseNotHeld},
 		{"held", "POST", "/v1/locks/payout:acct-1/acquire", ctJSON, `{"owner":"worker-b","ttlMs":1000}`, 409, api.CodeLockHeld},
+		// null is refused for every field of every request (issue #15):
+		// "waitMs": null read as no wait, and a revoke's "token": null as 0,
+		// an unconditional revoke.
+		{"wait null", "POST", "/v1/locks/k/acquire", ctJSON, `{"owner":"w","ttlMs":1000,"waitMs":null}`, 400, api.CodeInvalidRequest},
+		{"ttl null", "POST", "/v1/locks/k/acquire", ctJSON, `{"owner":"w","ttlMs":null}`, 400, api.CodeInvalidRequest},
+		{"owner null", "POST", "/v1/locks/k/acquire", ctJSON, `{"owner":null,"ttlMs":1000}`, 400, api.CodeInvalidRequest},
+		{"renew token null", "POST", "/v1/locks/payout:acct-1/renew", ctJSON, `{"owner":"worker-a","token":null}`, 400, api.CodeInvalidRequest},
+		{"release token null", "POST", "/v1/locks/payout:acct-1/release", ctJSON, `{"owner":"worker-a","token": null }`, 400, api.CodeInvalidRequest},
+		{"revoke token null", "POST", "/v1/locks/payout:acct-1/revoke", ctJSON, `{"token":null}`, 400, api.CodeInvalidRequest},
+		{"revoke reason null", "POST", "/v1/locks/payout:acct-1/revoke", ctJSON, `{"reason":null}`, 400, api.CodeInvalidRequest},
+		// One Content-Type rule for every service (httpjson.ContentType).
+		{"no content type with a body", "POST", "/v1/locks/k/acquire", "", `{"owner":"w","ttlMs":1000}`, 415, api.CodeUnsupportedMediaType},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := do(h, tc.method, tc.path, tc.ct, tc.body)
@@ -148,7 +160,7 @@ func TestHappyPathShapes(t *testing.T) {
 	if rec.Code != 200 || !st.Held || st.Lease == nil || st.Lease.Token != g.Token || st.LastToken != g.Token {
 		t.Fatalf("inspect: %d %s", rec.Code, rec.Body)
 	}
-	rec = do(h, "POST", "/v1/locks/payout:acct-7/renew", "", fmt.Sprintf(`{"owner":"worker-a","token":%d}`, g.Token))
+	rec = do(h, "POST", "/v1/locks/payout:acct-7/renew", "application/json", fmt.Sprintf(`{"owner":"worker-a","token":%d}`, g.Token))
 	if rec.Code != 200 {
 		t.Fatalf("renew: %d %s", rec.Code, rec.Body)
 	}

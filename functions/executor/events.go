@@ -48,10 +48,11 @@ const (
 	EventRailSubmissionAccepted = "rail_submission_accepted"
 	// EventRailSubmissionAmbiguous: the rail's outcome is unknown.
 	EventRailSubmissionAmbiguous = "rail_submission_ambiguous"
-	// EventRailSubmissionStopped: rail-proxy answered PAYOUT_STOPPED (a
+	// EventPayoutStoppedAtRail: WARN, rail-proxy answered PAYOUT_STOPPED (a
 	// reconciliation stopped the payout's reference at the rail); the
-	// payout is marked ambiguous for the reconciler to fail.
-	EventRailSubmissionStopped = "rail_submission_stopped"
+	// payout is marked ambiguous for the reconciler to fail. (rail-proxy's
+	// own line for the same refusal is rail_submission_stopped.)
+	EventPayoutStoppedAtRail = "payout_stopped_at_rail"
 	// EventPayoutFencedStale: WARN, a fence point refused this worker's
 	// token and a newer holder exists; answered 409 for redelivery.
 	EventPayoutFencedStale = "payout_fenced_stale"

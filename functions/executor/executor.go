@@ -523,7 +523,7 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 		res = railResult{Status: api.OutcomeAmbiguous, Token: token}
 	case errors.Is(err, errStopped):
 		log.WarnContext(ctx, "the rail refused the payout for good (a reconciliation stopped it); marking it ambiguous for the reconciler to fail",
-			"event", EventRailSubmissionStopped, "error", err.Error())
+			"event", EventPayoutStoppedAtRail, "error", err.Error())
 		res = railResult{Status: api.OutcomeAmbiguous, Token: token}
 	case err != nil:
 		return x.settle(ctx, log, e, lease, "rail submission", ServiceRailProxy, err)

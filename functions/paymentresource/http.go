@@ -1,12 +1,10 @@
 package paymentresource
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -350,21 +348,10 @@ func (s *Service) holder(w http.ResponseWriter, r *http.Request) (id string, h p
 }
 
 // decodeEmpty accepts an empty body or an empty JSON object (the claim
-// takes no parameters) and refuses anything else like httpjson.Decode.
+// takes no parameters) under the project's one Content-Type rule
+// (httpjson.DecodeEmpty).
 func decodeEmpty(w http.ResponseWriter, r *http.Request) error {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes))
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		return &httpjson.Error{Status: http.StatusRequestEntityTooLarge, Code: httpjson.CodeBodyTooLarge,
-			Message: fmt.Sprintf("body larger than %d bytes", api.MaxBodyBytes)}
-	case err != nil:
-		return &httpjson.Error{Status: http.StatusBadRequest, Code: httpjson.CodeInvalidRequest, Message: "reading body: " + err.Error()}
-	case len(bytes.TrimSpace(b)) == 0:
-		return nil
-	}
-	r.Body = io.NopCloser(bytes.NewReader(b))
-	return httpjson.Decode(w, r, &struct{}{}, api.MaxBodyBytes)
+	return httpjson.DecodeEmpty(w, r, api.MaxBodyBytes)
 }
 
 func createdStatus(created bool) int {

@@ -157,7 +157,9 @@ func TestASubmissionThatBypassedRailProxyIsFound(t *testing.T) {
 	e := w.payout("p-1")
 	rec := httptest.NewRecorder()
 	b, _ := json.Marshal(railstub.SubmitRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency, Reference: e.PayoutID})
-	p.Stub.ServeHTTP(rec, httptest.NewRequest("POST", "/submit", bytes.NewReader(b)))
+	req := httptest.NewRequest("POST", "/submit", bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	p.Stub.ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {
 		t.Fatalf("rail-stub: %d %s", rec.Code, rec.Body)
 	}

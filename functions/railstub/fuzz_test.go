@@ -69,7 +69,7 @@ func FuzzRailStub(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		s.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/submit", strings.NewReader(okBody)))
+		s.ServeHTTP(httptest.NewRecorder(), postJSON("/submit", okBody))
 		before := stubState(t, s)
 		rec := httptest.NewRecorder()
 		s.ServeHTTP(rec, req)

@@ -21,7 +21,7 @@ func TestJournalFailureRefusesLaterSubmissions(t *testing.T) {
 	body := `{"payoutId":"po-1","accountId":"acct-1","amountMinor":1,"currency":"EUR","reference":"po-1"}`
 	for i := range 2 {
 		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, httptest.NewRequest("POST", "/submit", strings.NewReader(body)))
+		s.ServeHTTP(rec, postJSON("/submit", body))
 		if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), CodeJournalFailed) {
 			t.Fatalf("submission %d: %d %s; want 500 %s", i+1, rec.Code, rec.Body, CodeJournalFailed)
 		}
@@ -34,4 +34,12 @@ func TestJournalFailureRefusesLaterSubmissions(t *testing.T) {
 	if got := len(s.Submissions("")); got != 0 {
 		t.Fatalf("got %d records, want 0: a submission not in the journal is not recorded", got)
 	}
+}
+
+// postJSON is a POST of body as application/json, the rule of every
+// service (httpjson.ContentType).
+func postJSON(path, body string) *http.Request {
+	r := httptest.NewRequest("POST", path, strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	return r
 }

@@ -213,7 +213,7 @@ func TestHangFaultRecordsButWithholdsTheAnswer(t *testing.T) {
 			t.Fatalf("set faults: %d %s", rec.Code, rec.Body)
 		}
 		ctx, cancel := context.WithCancel(t.Context())
-		req := httptest.NewRequest("POST", "/submit", strings.NewReader(okBody)).WithContext(ctx)
+		req := postJSON("/submit", okBody).WithContext(ctx)
 		rec := httptest.NewRecorder()
 		done := make(chan struct{})
 		go func() { s.ServeHTTP(rec, req); close(done) }()
@@ -246,7 +246,7 @@ func TestCloseReleasesAHeldSubmission(t *testing.T) {
 		rec := httptest.NewRecorder()
 		done := make(chan struct{})
 		go func() {
-			s.ServeHTTP(rec, httptest.NewRequest("POST", "/submit", strings.NewReader(okBody)))
+			s.ServeHTTP(rec, postJSON("/submit", okBody))
 			close(done)
 		}()
 		synctest.Wait()
@@ -282,7 +282,7 @@ func TestLatencyIsAddedAfterRecording(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, httptest.NewRequest("POST", "/submit", strings.NewReader(okBody)).WithContext(ctx))
+		s.ServeHTTP(rec, postJSON("/submit", okBody).WithContext(ctx))
 		if rec.Body.Len() != 0 {
 			t.Fatalf("answered %q to a caller that gave up", rec.Body)
 		}
@@ -301,7 +301,7 @@ func TestRestartReloadsTheJournal(t *testing.T) {
 	do(s, "POST", "/admin/faults", `{"failNext":1,"mode":"hang"}`)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel() // a caller that is already gone: the hang returns at once
-	s.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/submit", strings.NewReader(okBody)).WithContext(ctx))
+	s.ServeHTTP(httptest.NewRecorder(), postJSON("/submit", okBody).WithContext(ctx))
 	before := s.Submissions("")
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -501,4 +501,12 @@ func TestStopOrderRefusesLaterSubmissionsAcrossARestart(t *testing.T) {
 			t.Errorf("POST /stops %.40s: %d; want 400", body, rec.Code)
 		}
 	}
+}
+
+// postJSON is a POST of body as application/json, the rule of every
+// service (httpjson.ContentType).
+func postJSON(path, body string) *http.Request {
+	r := httptest.NewRequest("POST", path, strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	return r
 }

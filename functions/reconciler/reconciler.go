@@ -38,7 +38,6 @@ package reconciler
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -55,6 +54,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
 
@@ -109,6 +109,9 @@ const (
 const (
 	// EventPassDone (INFO): a pass ended (listed, results, mismatches).
 	EventPassDone = "reconciler_pass_done"
+	// EventRunRefused (INFO): POST PathRuns was refused before the pass
+	// (a body or Content-Type outside the rule: status, code, error).
+	EventRunRefused = "reconciler_run_refused"
 	// EventPayoutReconciled (INFO, WARN when it changed nothing it
 	// should have): one payout's result (payoutId, accountId, token,
 	// result, outcome, railRef).
@@ -536,28 +539,42 @@ func (r *Reconciler) Loop(ctx context.Context) {
 	}
 }
 
-// ServeHTTP runs one pass on POST PathRuns and answers its PassReport
-// (503 with {"error": ...} when the listing failed); other requests get
-// 404 or 405.
+// MaxRunBodyBytes bounds the body of POST PathRuns, which takes no
+// parameters: an empty body or "{}".
+const MaxRunBodyBytes = 4096
+
+// CodePassNotRun is the code of the 503 of POST PathRuns when the pass
+// could not list the payouts (retryable: nothing was settled).
+const CodePassNotRun = "PASS_NOT_RUN"
+
+// ServeHTTP runs one pass on POST PathRuns and answers its PassReport.
+// The request takes no parameters: its body is empty, or "{}" sent as
+// application/json in UTF-8 (httpjson.DecodeEmpty, the rule of every
+// service); anything else is refused 400, 413 or 415 before the pass.
+// Other paths get 404 NOT_FOUND, other methods 405 METHOD_NOT_ALLOWED,
+// and a pass that could not list the payouts 503 CodePassNotRun, each
+// with the error envelope {"error":{"code","message","retryable"}}.
 func (r *Reconciler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
 	switch {
 	case req.URL.Path != PathRuns:
-		w.WriteHeader(http.StatusNotFound)
-		_ = json.NewEncoder(w).Encode(map[string]string{"error": "no such route; POST " + PathRuns})
+		httpjson.WriteError(w, http.StatusNotFound, string(api.CodeNotFound), "no such route; POST "+PathRuns, false)
 		return
 	case req.Method != http.MethodPost:
 		w.Header().Set("Allow", http.MethodPost)
-		w.WriteHeader(http.StatusMethodNotAllowed)
-		_ = json.NewEncoder(w).Encode(map[string]string{"error": "use POST"})
+		httpjson.WriteError(w, http.StatusMethodNotAllowed, string(api.CodeMethodNotAllowed), "use POST "+PathRuns, false)
+		return
+	}
+	if err := httpjson.DecodeEmpty(w, req, MaxRunBodyBytes); err != nil {
+		e := err.(*httpjson.Error)
+		r.log.InfoContext(req.Context(), "reconciler run refused", "event", EventRunRefused, "status", e.Status, "code", e.Code, "error", e.Message)
+		httpjson.Write(w, e)
 		return
 	}
 	rep, err := r.Pass(req.Context())
 	if err != nil {
 		r.log.Error("reconciler pass failed", "event", EventPassDone, "error", err.Error())
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_ = json.NewEncoder(w).Encode(map[string]string{"error": "the pass could not list the payouts; see the reconciler's log"})
+		httpjson.WriteError(w, http.StatusServiceUnavailable, CodePassNotRun, "the pass could not list the payouts; see the reconciler's log", true)
 		return
 	}
-	_ = json.NewEncoder(w).Encode(rep)
+	httpjson.WriteJSON(w, http.StatusOK, rep)
 }

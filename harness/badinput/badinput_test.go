@@ -25,7 +25,9 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzzcheck"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
@@ -51,6 +53,7 @@ const (
 	svcProxy   = "rail-proxy"
 	svcStub    = "rail-stub"
 	svcPush    = "executor (push)"
+	svcRecon   = "reconciler"
 	ctJSON     = "application/json"
 	codeNone   = "" // an answer without an envelope (the push endpoint's 204 and 200)
 	acct       = "acct-1"
@@ -140,14 +143,22 @@ func newWorld(t *testing.T) *world {
 		t.Cleanup(s.Close)
 		return s.URL
 	}
+	lockURL, payURL, proxyURL := serve(ls), serve(svc.Handler()), serve(proxy)
 	xcfg := executor.DefaultConfig()
-	xcfg.LockServerURL, xcfg.PaymentResourceURL, xcfg.RailProxyURL = serve(ls), serve(svc.Handler()), serve(proxy)
+	xcfg.LockServerURL, xcfg.PaymentResourceURL, xcfg.RailProxyURL = lockURL, payURL, proxyURL
 	xcfg.Owner = "worker-a"
 	x, err := executor.New(xcfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.handlers[svcPush] = x
+	ccfg := reconciler.DefaultConfig()
+	ccfg.LockServerURL, ccfg.PaymentResourceURL, ccfg.RailProxyURL = lockURL, payURL, proxyURL
+	rec, err := reconciler.New(ccfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.handlers[svcRecon] = rec
 	return w
 }
 
@@ -163,6 +174,22 @@ func (w *world) send(r row) *httptest.ResponseRecorder {
 		panic("row " + r.name + " has a header net/http would refuse")
 	}
 	req.Method = r.method
+	// A header a row names more than once is sent more than once
+	// (NewRequest keeps the last).
+	seen := map[string]int{}
+	for i := 0; i+1 < len(r.headers); i += 2 {
+		seen[http.CanonicalHeaderKey(r.headers[i])]++
+	}
+	for name, n := range seen {
+		if n > 1 {
+			req.Header.Del(name)
+			for i := 0; i+1 < len(r.headers); i += 2 {
+				if http.CanonicalHeaderKey(r.headers[i]) == name {
+					req.Header.Add(name, r.headers[i+1])
+				}
+			}
+		}
+	}
 	rec := httptest.NewRecorder()
 	w.handlers[r.service].ServeHTTP(rec, req)
 	return rec
@@ -204,6 +231,7 @@ func submission(payout, account string, amount int64, sig string) string {
 // rows returns the table: every named bad input and its answer.
 func rows() []row {
 	js := []string{"Content-Type", ctJSON}
+	twice := []string{"Content-Type", ctJSON, "Content-Type", ctJSON}
 	with := func(h ...string) []string { return append(slices.Clone(js), h...) }
 	holder := func(token, proof string) []string {
 		h := with(payapi.HeaderToken, token, payapi.HeaderOwner, "worker-b")
@@ -231,8 +259,11 @@ func rows() []row {
 		{svcLock, "owner with a byte outside the rule", "POST", lockapi.PathLockPrefix + "k" + lockapi.SuffixAcquire, js, "{\"owner\":\"w\xff\",\"ttlMs\":1000}", 400, string(lockapi.CodeInvalidRequest), nil},
 		{svcLock, "content type text/plain", "POST", lockapi.PathLockPrefix + "k" + lockapi.SuffixAcquire, []string{"Content-Type", "text/plain"}, `{"owner":"w","ttlMs":1000}`, 415, string(lockapi.CodeUnsupportedMediaType), nil},
 		{svcLock, "content type with charset=latin1", "POST", lockapi.PathLockPrefix + "k" + lockapi.SuffixAcquire, []string{"Content-Type", "application/json; charset=latin1"}, `{"owner":"w","ttlMs":1000}`, 415, string(lockapi.CodeUnsupportedMediaType), nil},
+		{svcLock, "no content type, with a body", "POST", lockapi.PathLockPrefix + "k" + lockapi.SuffixAcquire, nil, `{"owner":"w","ttlMs":1000}`, 415, string(lockapi.CodeUnsupportedMediaType), nil},
+		{svcLock, "content type sent twice", "POST", lockapi.PathLockPrefix + "k" + lockapi.SuffixAcquire, twice, `{"owner":"w","ttlMs":1000}`, 400, string(lockapi.CodeInvalidRequest), nil},
 		{svcLock, "revoke reason with an escaped lone surrogate", "POST", lock(lockapi.SuffixRevoke), js, `{"reason":"\udc00"}`, 400, string(lockapi.CodeInvalidRequest), nil},
 		{svcLock, "request timeout header -1", "POST", lockapi.PathLockPrefix + "k" + lockapi.SuffixAcquire, with(lockapi.HeaderTimeoutMs, "-1"), `{"owner":"w","ttlMs":1000}`, 400, string(lockapi.CodeInvalidRequest), nil},
+		{svcLock, "request timeout header 101, below the minimum", "POST", lockapi.PathLockPrefix + "k" + lockapi.SuffixAcquire, with(lockapi.HeaderTimeoutMs, "101"), `{"owner":"w","ttlMs":1000}`, 400, string(lockapi.CodeInvalidRequest), nil},
 		{svcLock, "request timeout header of 20 digits", "POST", lockapi.PathLockPrefix + "k" + lockapi.SuffixAcquire, with(lockapi.HeaderTimeoutMs, "99999999999999999999"), `{"owner":"w","ttlMs":1000}`, 400, string(lockapi.CodeInvalidRequest), nil},
 		{svcLock, "body over 4 KiB", "POST", lockapi.PathLockPrefix + "k" + lockapi.SuffixAcquire, js, `{"owner":"` + strings.Repeat("a", lockapi.MaxBodyBytes) + `","ttlMs":1000}`, 413, string(lockapi.CodeBodyTooLarge), nil},
 		{svcLock, "key starting with '-'", "POST", lockapi.PathLockPrefix + "-bad" + lockapi.SuffixAcquire, js, `{"owner":"w","ttlMs":1000}`, 400, string(lockapi.CodeInvalidRequest), nil},
@@ -242,6 +273,8 @@ func rows() []row {
 		{svcLock, "release by another owner", "POST", lock(lockapi.SuffixRelease), js, `{"owner":"mallory","token":1}`, 409, string(lockapi.CodeLeaseNotHeld), nil},
 		{svcLock, "acquire of a held lock", "POST", lock(lockapi.SuffixAcquire), js, `{"owner":"worker-b","ttlMs":1000}`, 409, string(lockapi.CodeLockHeld), nil},
 		{svcLock, "revoke reason over 256 bytes", "POST", lock(lockapi.SuffixRevoke), js, `{"reason":"` + strings.Repeat("r", lockapi.MaxReasonLen+1) + `"}`, 400, string(lockapi.CodeInvalidRequest), nil},
+		{svcLock, "waitMs null", "POST", lockapi.PathLockPrefix + "k" + lockapi.SuffixAcquire, js, `{"owner":"w","ttlMs":1000,"waitMs":null}`, 400, string(lockapi.CodeInvalidRequest), nil},
+		{svcLock, "revoke token null", "POST", lock(lockapi.SuffixRevoke), js, `{"token":null}`, 400, string(lockapi.CodeInvalidRequest), nil},
 		{svcLock, "unknown operation", "POST", lock("/steal"), js, `{}`, 404, string(lockapi.CodeNotFound), nil},
 		{svcLock, "GET on an operation", "GET", lock(lockapi.SuffixRelease), nil, ``, 405, string(lockapi.CodeMethodNotAllowed), nil},
 
@@ -253,6 +286,10 @@ func rows() []row {
 		{svcPay, "account: id with a space", "GET", "/v1/accounts/acct 1", nil, ``, 400, string(payapi.CodeInvalidRequest), nil},
 		{svcPay, "payout: amount 0", "POST", payapi.PathPayouts, js, `{"payoutId":"p-9","accountId":"acct-1","amountMinor":0,"currency":"EUR"}`, 400, string(payapi.CodeInvalidRequest), nil},
 		{svcPay, "payout: content type with charset=latin1", "POST", payapi.PathPayouts, []string{"Content-Type", "application/json; charset=latin1"}, `{"payoutId":"p-9","accountId":"acct-1","amountMinor":1,"currency":"EUR"}`, 415, string(payapi.CodeUnsupportedMediaType), nil},
+		{svcPay, "payout: no content type, with a body", "POST", payapi.PathPayouts, nil, `{"payoutId":"p-9","accountId":"acct-1","amountMinor":1,"currency":"EUR"}`, 415, string(payapi.CodeUnsupportedMediaType), nil},
+		{svcPay, "payout: content type sent twice", "POST", payapi.PathPayouts, []string{"Content-Type", ctJSON, "Content-Type", "text/plain"}, `{"payoutId":"p-9","accountId":"acct-1","amountMinor":1,"currency":"EUR"}`, 400, string(payapi.CodeInvalidRequest), nil},
+		{svcPay, "account: no content type, with a body", "POST", payapi.PathAccounts, nil, `{"accountId":"acct-9","currency":"EUR","openingBalanceMinor":1}`, 415, string(payapi.CodeUnsupportedMediaType), nil},
+		{svcPay, "claim: a body without content type", "POST", payapi.ClaimPath("p-1"), []string{payapi.HeaderToken, "6", payapi.HeaderProof, proof(acct, 6), payapi.HeaderOwner, "worker-b"}, `{}`, 415, string(payapi.CodeUnsupportedMediaType), nil},
 		{svcPay, "payout: unknown account", "POST", payapi.PathPayouts, js, `{"payoutId":"p-9","accountId":"acct-404","amountMinor":1,"currency":"EUR"}`, 404, string(payapi.CodeAccountNotFound), nil},
 		{svcPay, "payout: currency not the account's", "POST", payapi.PathPayouts, js, `{"payoutId":"p-9","accountId":"acct-1","amountMinor":1,"currency":"USD"}`, 422, string(payapi.CodeCurrencyMismatch), nil},
 		{svcPay, "payout: amount above the available balance", "POST", payapi.PathPayouts, js, `{"payoutId":"p-9","accountId":"acct-1","amountMinor":5001,"currency":"EUR"}`, 409, string(payapi.CodeInsufficientFunds), nil},
@@ -287,6 +324,8 @@ func rows() []row {
 		{svcProxy, "lower-case currency", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), `{"payoutId":"p-1","accountId":"acct-1","amountMinor":2500,"currency":"eur"}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcProxy, "amount 0", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), `{"payoutId":"p-1","accountId":"acct-1","amountMinor":0,"currency":"EUR"}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcProxy, "unknown field", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), `{"payoutId":"p-1","accountId":"acct-1","amountMinor":2500,"currency":"EUR","railRef":"x"}`, 400, string(railapi.CodeInvalidRequest), nil},
+		{svcProxy, "no content type, with a body", "POST", railapi.PathSubmissions, []string{railapi.HeaderToken, "6", railapi.HeaderProof, proof(acct, 6), railapi.HeaderOwner, "worker-b"}, sub, 415, string(railapi.CodeUnsupportedMediaType), nil},
+		{svcProxy, "content type sent twice", "POST", railapi.PathSubmissions, append(holder("6", proof(acct, 6)), "Content-Type", ctJSON), sub, 400, string(railapi.CodeInvalidRequest), nil},
 		// Terms payment-resource did not sign (issue #15, item 12), each
 		// with token 6 and its proof, above the high-water.
 		{svcProxy, "terms: no signature", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), submission("p-1", "acct-1", 2500, ""), 403, string(railapi.CodeInvalidTerms), nil},
@@ -311,6 +350,8 @@ func rows() []row {
 		{svcStub, "payoutId with a newline", "POST", "/submit", js, strings.Replace(stubOK, `"payoutId":"p-1"`, `"payoutId":"p-1\nACK"`, 1), 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "content type with charset=latin1", "POST", "/submit", []string{"Content-Type", "application/json; charset=latin1"}, stubOK, 415, string(railapi.CodeUnsupportedMediaType), nil},
 		{svcStub, "content type text/plain", "POST", "/submit", []string{"Content-Type", "text/plain"}, stubOK, 415, string(railapi.CodeUnsupportedMediaType), nil},
+		{svcStub, "no content type, with a body", "POST", "/submit", nil, stubOK, 415, string(railapi.CodeUnsupportedMediaType), nil},
+		{svcStub, "content type sent twice", "POST", "/submit", twice, stubOK, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "fault of an unknown mode", "POST", "/admin/faults", js, `{"failNext":1,"mode":"explode"}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "failNext of int64's maximum", "POST", "/admin/faults", js, `{"failNext":9223372036854775807,"mode":"error"}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "GET /submit", "GET", "/submit", nil, ``, 405, railstub.CodeMethodNotAllowed, nil},
@@ -321,6 +362,13 @@ func rows() []row {
 		{svcStub, "stop order reference with a newline", "POST", "/stops", js, `{"reference":"p-1\n"}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "GET /stops", "GET", "/stops", nil, ``, 405, railstub.CodeMethodNotAllowed, nil},
 		{svcStub, "unknown path", "POST", "/refund", js, `{}`, 404, railstub.CodeNotFound, nil},
+
+		// reconciler (the trigger of a pass; it takes no parameters)
+		{svcRecon, "run: content type with charset=latin1", "POST", reconciler.PathRuns, []string{"Content-Type", "application/json; charset=latin1"}, `{}`, 415, httpjson.CodeUnsupportedMediaType, nil},
+		{svcRecon, "run: a body without content type", "POST", reconciler.PathRuns, nil, `{}`, 415, httpjson.CodeUnsupportedMediaType, nil},
+		{svcRecon, "run: content type sent twice", "POST", reconciler.PathRuns, twice, `{}`, 400, httpjson.CodeInvalidRequest, nil},
+		{svcRecon, "run: a parameter", "POST", reconciler.PathRuns, js, `{"dryRun":true}`, 400, httpjson.CodeInvalidRequest, nil},
+		{svcRecon, "GET a run", "GET", reconciler.PathRuns, nil, ``, 405, string(payapi.CodeMethodNotAllowed), nil},
 
 		// executor push
 		{svcPush, "GET instead of a push", "GET", "/", nil, ``, 405, string(payapi.CodeMethodNotAllowed), nil},

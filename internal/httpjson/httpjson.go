@@ -13,6 +13,7 @@ import (
 	"mime"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -60,24 +61,66 @@ type Error struct {
 // Error returns the message.
 func (e *Error) Error() string { return e.Message }
 
+// ContentType applies the project's one Content-Type rule to a request
+// that carries a JSON body: the header is sent exactly once (two or more
+// are refused 400 CodeInvalidRequest: which one the sender meant is
+// unknown, and net/http's Header.Get would read only the first), and it
+// is application/json (or one of the media types in also) with no
+// charset or charset=utf-8 (anything else, or no header at all, is
+// refused 415 CodeUnsupportedMediaType). It returns nil or the *Error to
+// answer with.
+func ContentType(r *http.Request, also ...string) *Error {
+	vs := r.Header.Values("Content-Type")
+	switch {
+	case len(vs) > 1:
+		return &Error{http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("Content-Type is sent %d times; send it once, as application/json", len(vs))}
+	case len(vs) == 0:
+		return &Error{http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "no Content-Type; a request with a body must send Content-Type: application/json"}
+	}
+	ct := vs[0]
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || (mt != "application/json" && !slices.Contains(also, mt)) {
+		return &Error{http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, fmt.Sprintf("content type %q; send application/json", ct)}
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return &Error{http.StatusUnsupportedMediaType, CodeUnsupportedMediaType,
+			fmt.Sprintf("charset %q; JSON is UTF-8: send application/json without a charset, or with charset=utf-8", cs)}
+	}
+	return nil
+}
+
 // Decode reads exactly one JSON object of at most limit bytes into dst (a
-// pointer to a struct), refusing a Content-Type other than application/json
-// (a missing one is accepted), anything but an object (null included),
+// pointer to a struct), refusing a request whose Content-Type breaks the
+// rule of ContentType (missing while there is a body, sent twice, not
+// application/json, a charset other than UTF-8), an empty body (400),
+// anything but an object (null included),
 // field names that do not match a json tag of dst exactly (encoding/json
 // alone would match them case-insensitively), a field given twice,
-// anything after the object, a charset other than UTF-8, and a string (key
-// or value) that is not UTF-8 text (checkStrings). It returns nil or an
-// *Error to answer with (see Write).
+// anything after the object, and a string (key or value) that is not
+// UTF-8 text (checkStrings). It returns nil or an *Error to answer with
+// (see Write).
 func Decode(w http.ResponseWriter, r *http.Request, dst any, limit int64) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, params, err := mime.ParseMediaType(ct)
-		if err != nil || mt != "application/json" {
-			return &Error{http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, fmt.Sprintf("content type %q; send application/json", ct)}
-		}
-		if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
-			return &Error{http.StatusUnsupportedMediaType, CodeUnsupportedMediaType,
-				fmt.Sprintf("charset %q; JSON is UTF-8: send application/json without a charset, or with charset=utf-8", cs)}
-		}
+	return decode(w, r, dst, limit, false)
+}
+
+// DecodeRefusingNull is Decode that also refuses a field whose value is
+// JSON null (400 CodeInvalidRequest). encoding/json leaves a field sent
+// as null at its zero value, so that "waitMs": null would read as 0 (no
+// wait) and a revoke's "token": null as 0 (revoke whatever lease is
+// live): for an API whose optional fields mean something when left out,
+// null is a third value with no meaning, and is refused rather than
+// guessed. lock-server's requests are decoded with it.
+func DecodeRefusingNull(w http.ResponseWriter, r *http.Request, dst any, limit int64) error {
+	return decode(w, r, dst, limit, true)
+}
+
+func decode(w http.ResponseWriter, r *http.Request, dst any, limit int64, refuseNull bool) error {
+	// A Content-Type that is sent is checked before the body is read; a
+	// missing one only once the body is known to be there (a POST with
+	// no body at all is refused below as an empty body, 400).
+	noType := len(r.Header.Values("Content-Type")) == 0
+	if e := ContentType(r); e != nil && !noType {
+		return e
 	}
 	// MaxBytesReader marks the connection to be closed after an oversized
 	// body only when it is handed net/http's own writer, so unwrap any
@@ -92,7 +135,10 @@ func Decode(w http.ResponseWriter, r *http.Request, dst any, limit int64) error 
 		// addresses: never in an answer.
 		return &Error{http.StatusBadRequest, CodeInvalidRequest, "the body could not be read: it came too slowly or the connection broke"}
 	}
-	if err := checkObject(body, fieldsOf(dst)); err != nil {
+	if noType && len(bytes.TrimSpace(body)) > 0 {
+		return ContentType(r)
+	}
+	if err := checkObject(body, fieldsOf(dst), refuseNull); err != nil {
 		return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + jsonProblem(err)}
 	}
 	if err := checkStrings(body); err != nil {
@@ -104,6 +150,32 @@ func Decode(w http.ResponseWriter, r *http.Request, dst any, limit int64) error 
 		return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + jsonProblem(err)}
 	}
 	return nil
+}
+
+// DecodeEmpty is Decode for a POST that takes no parameters: it accepts
+// an empty body (or only white space) without a Content-Type, and
+// otherwise exactly what Decode accepts for an empty object, "{}". A
+// Content-Type that is sent is held to ContentType's rule even with an
+// empty body.
+func DecodeEmpty(w http.ResponseWriter, r *http.Request, limit int64) error {
+	body, err := io.ReadAll(http.MaxBytesReader(unwrap(w), r.Body, limit))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return &Error{http.StatusRequestEntityTooLarge, CodeBodyTooLarge, fmt.Sprintf("body larger than %d bytes", limit)}
+	case err != nil:
+		return &Error{http.StatusBadRequest, CodeInvalidRequest, "the body could not be read: it came too slowly or the connection broke"}
+	case len(bytes.TrimSpace(body)) == 0:
+		if len(r.Header.Values("Content-Type")) == 0 {
+			return nil
+		}
+		if e := ContentType(r); e != nil {
+			return e
+		}
+		return nil
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return Decode(w, r, &struct{}{}, limit)
 }
 
 // goPrefixes are the Go package and function names that start the parts
@@ -177,8 +249,9 @@ func kindOf(t reflect.Type) string {
 }
 
 // checkObject verifies that body is one JSON object whose keys are all in
-// fields (when fields is not nil), none repeated, with nothing after it.
-func checkObject(body []byte, fields map[string]bool) error {
+// fields (when fields is not nil), none repeated, with nothing after it,
+// and (refuseNull) no value null.
+func checkObject(body []byte, fields map[string]bool, refuseNull bool) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	tok, err := dec.Token()
@@ -208,6 +281,9 @@ func checkObject(body []byte, fields map[string]bool) error {
 		var skip json.RawMessage
 		if err := dec.Decode(&skip); err != nil {
 			return err
+		}
+		if refuseNull && string(bytes.TrimSpace(skip)) == "null" {
+			return fmt.Errorf("field %q is null; leave a field out to mean its default, or send a value", key)
 		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace

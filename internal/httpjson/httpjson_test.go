@@ -38,6 +38,7 @@ func TestDecodeIsStrict(t *testing.T) {
 		{`{"owner":"a","note":"` + strings.Repeat("x", 100) + `"}` + strings.Repeat(" ", 200), 413},
 	} {
 		r := httptest.NewRequest("POST", "/", strings.NewReader(tc.body))
+		r.Header.Set("Content-Type", "application/json")
 		var got req
 		err := Decode(httptest.NewRecorder(), r, &got, 256)
 		status := 0
@@ -68,6 +69,7 @@ func TestDecodeMessagesNameTheJSON(t *testing.T) {
 		{`true`, "the body is a boolean, not a JSON object"},
 	} {
 		r := httptest.NewRequest("POST", "/", strings.NewReader(tc.body))
+		r.Header.Set("Content-Type", "application/json")
 		err := Decode(httptest.NewRecorder(), r, &req{}, 256)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Decode(%q) = %v; want a message containing %q", tc.body, err, tc.want)
@@ -82,6 +84,7 @@ func TestDecodeMessagesNameTheJSON(t *testing.T) {
 // reset) is refused without the cause, which names socket addresses.
 func TestUnreadableBodyNamesNoAddress(t *testing.T) {
 	r := httptest.NewRequest("POST", "/", iotest.ErrReader(errors.New("read tcp 127.0.0.1:33783->127.0.0.1:37322: i/o timeout")))
+	r.Header.Set("Content-Type", "application/json")
 	err := Decode(httptest.NewRecorder(), r, &req{}, 256)
 	var e *Error
 	if !errors.As(err, &e) || e.Status != http.StatusBadRequest || e.Code != CodeInvalidRequest {
@@ -126,6 +129,7 @@ func TestDecodeRefusesStringsThatAreNotUTF8(t *testing.T) {
 		"{\"note\":\"ok\",\"own\xffer\":\"a\"}",
 	} {
 		r := httptest.NewRequest("POST", "/", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
 		err := Decode(httptest.NewRecorder(), r, &req{}, 256)
 		var e *Error
 		if !errors.As(err, &e) || e.Status != http.StatusBadRequest || e.Code != CodeInvalidRequest {
@@ -134,6 +138,7 @@ func TestDecodeRefusesStringsThatAreNotUTF8(t *testing.T) {
 	}
 	for _, body := range []string{`{"owner":"é😀"}`, `{"owner":"\u00e9\ud83d\ude00"}`, `{"owner":"a\nb"}`} {
 		r := httptest.NewRequest("POST", "/", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
 		if err := Decode(httptest.NewRecorder(), r, &req{}, 256); err != nil {
 			t.Errorf("Decode(%q) = %v; want nil (UTF-8 text; controls are each field's rule)", body, err)
 		}
@@ -181,6 +186,114 @@ func TestText(t *testing.T) {
 	} {
 		if got := Text(s, 10); got != want {
 			t.Errorf("Text(%q, 10) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// One Content-Type rule for every service (issue #15): a request with a
+// body must say application/json, once. The newcomer's probe posted to
+// payment-resource without a Content-Type and was served, and with two
+// Content-Type headers only the first was read.
+func TestContentTypeIsRequiredAndSentOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cts    []string
+		status int
+		code   string
+	}{
+		{"none", nil, http.StatusUnsupportedMediaType, CodeUnsupportedMediaType},
+		{"none, and no body", nil, http.StatusBadRequest, CodeInvalidRequest},
+		{"application/json", []string{"application/json"}, 0, ""},
+		{"twice the same", []string{"application/json", "application/json"}, http.StatusBadRequest, CodeInvalidRequest},
+		{"json, then text/plain", []string{"application/json", "text/plain"}, http.StatusBadRequest, CodeInvalidRequest},
+		{"json, then latin1", []string{"application/json", "application/json; charset=latin1"}, http.StatusBadRequest, CodeInvalidRequest},
+		{"one header listing two", []string{"application/json, text/plain"}, http.StatusUnsupportedMediaType, CodeUnsupportedMediaType},
+	} {
+		body := `{"owner":"a"}`
+		if strings.Contains(tc.name, "no body") {
+			body = ""
+		}
+		r := httptest.NewRequest("POST", "/", strings.NewReader(body))
+		for _, ct := range tc.cts {
+			r.Header.Add("Content-Type", ct)
+		}
+		err := Decode(httptest.NewRecorder(), r, &req{}, 256)
+		status, code := 0, ""
+		if e, ok := err.(*Error); ok {
+			status, code = e.Status, e.Code
+		} else if err != nil {
+			t.Errorf("%s: %v is not an *Error", tc.name, err)
+		}
+		if status != tc.status || code != tc.code {
+			t.Errorf("Decode with Content-Type %s: %d %s (%v); want %d %s", tc.name, status, code, err, tc.status, tc.code)
+		}
+	}
+}
+
+// DecodeEmpty (a POST without parameters: a claim, a reconciler run)
+// takes an empty body without a Content-Type, and otherwise holds the
+// request to Decode's rule: a body, or a Content-Type that is sent, must
+// follow it.
+func TestDecodeEmpty(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		cts        []string
+		status     int
+	}{
+		{"no body, no type", "", nil, 0},
+		{"blank body, no type", " \n", nil, 0},
+		{"no body, json", "", []string{"application/json"}, 0},
+		{"{}, json", "{}", []string{"application/json; charset=utf-8"}, 0},
+		{"{}, no type", "{}", nil, http.StatusUnsupportedMediaType},
+		{"no body, latin1", "", []string{"application/json; charset=latin1"}, http.StatusUnsupportedMediaType},
+		{"{}, latin1", "{}", []string{"application/json; charset=latin1"}, http.StatusUnsupportedMediaType},
+		{"no body, type twice", "", []string{"application/json", "application/json"}, http.StatusBadRequest},
+		{"a parameter", `{"force":true}`, []string{"application/json"}, http.StatusBadRequest},
+		{"too large", strings.Repeat(" ", 300) + "{}", []string{"application/json"}, http.StatusRequestEntityTooLarge},
+	} {
+		r := httptest.NewRequest("POST", "/", strings.NewReader(tc.body))
+		for _, ct := range tc.cts {
+			r.Header.Add("Content-Type", ct)
+		}
+		err := DecodeEmpty(httptest.NewRecorder(), r, 256)
+		status := 0
+		if e, ok := err.(*Error); ok {
+			status = e.Status
+		} else if err != nil {
+			t.Errorf("%s: %v is not an *Error", tc.name, err)
+		}
+		if status != tc.status {
+			t.Errorf("DecodeEmpty %s: %d (%v); want %d", tc.name, status, err, tc.status)
+		}
+	}
+}
+
+// DecodeRefusingNull refuses a field sent as null, which Decode (and
+// encoding/json) read as the field's zero value.
+func TestDecodeRefusingNull(t *testing.T) {
+	for body, want := range map[string]int{
+		`{"owner":"a","ttlMs":5}`:           0,
+		`{"owner":"a"}`:                     0,
+		`{"owner":"a","ttlMs":null}`:        http.StatusBadRequest,
+		`{"owner":null}`:                    http.StatusBadRequest,
+		`{"owner":"a","ttlMs": null }`:      http.StatusBadRequest,
+		`{"owner":"null","note":"null"}`:    0,
+		"{\"owner\":\"a\",\"note\":\tnull}": http.StatusBadRequest,
+	} {
+		r := httptest.NewRequest("POST", "/", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		err := DecodeRefusingNull(httptest.NewRecorder(), r, &req{}, 256)
+		got := 0
+		if e, ok := err.(*Error); ok {
+			got = e.Status
+		}
+		if got != want {
+			t.Errorf("DecodeRefusingNull(%s): %d (%v); want %d", body, got, err, want)
+		}
+		r = httptest.NewRequest("POST", "/", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		if err := Decode(httptest.NewRecorder(), r, &req{}, 256); err != nil {
+			t.Errorf("Decode(%s): %v; Decode itself keeps accepting null", body, err)
 		}
 	}
 }

@@ -95,3 +95,38 @@ func TestEveryEventIsDocumented(t *testing.T) {
 		}
 	}
 }
+
+// sharedEvents are the event names more than one package declares, each
+// on purpose: the same thing seen from two sides, with one meaning (the
+// executor's payout_posted is payment-resource's, reported by the
+// worker that asked for it). Any other name declared twice is a clash:
+// two services giving one name two meanings, as the executor's and
+// rail-proxy's rail_submission_stopped did (issue #15); an operator's
+// query for one would find both.
+var sharedEvents = map[string]string{
+	"payout_claimed":            "the claim, by payment-resource and by the executor that asked",
+	"payout_posted":             "the posted result, by payment-resource and by the executor that reported it",
+	"payout_declined":           "the declined result, likewise",
+	"payout_ambiguous":          "the ambiguous result, likewise",
+	"payout_needs_attention":    "the needs_attention mark, likewise",
+	"lease_released":            "the release, by lock-server and by the executor that asked",
+	"rail_submission_ambiguous": "the rail's unknown outcome, by rail-proxy and by the executor it answered",
+	"rail_request_failed":       "a failed request, by rail-proxy and by rail-stub (each logs its own)",
+	"backend_stalled":           "internal/overload's breaker, whose names payment-resource re-exports",
+	"backend_recovered":         "internal/overload's breaker, likewise",
+}
+
+// TestNoEventNameHasTwoMeanings checks that an event name declared by
+// more than one package is one of sharedEvents.
+func TestNoEventNameHasTwoMeanings(t *testing.T) {
+	events, err := literals.EventConstants(moduleRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, where := range events {
+		if len(where) > 1 && sharedEvents[name] == "" {
+			t.Errorf("event %q is declared in %s: give each meaning its own name (or add it to sharedEvents if it is one fact seen from two sides)",
+				name, strings.Join(where, ", "))
+		}
+	}
+}

@@ -49,6 +49,16 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// OwnerFile is the file, in every temporary directory Start creates
+// (Config.Dir empty), that holds the pid of the process that created it,
+// written before anything else. Close removes the directory; when the
+// process dies first (SIGKILL, a test binary killed at its timeout), the
+// directory stays, and local/stack's RemoveLeftovers, which reads the
+// same file in the folders of a local stack, removes it once that process
+// is gone. The name is the local stack's ("dll-owner.pid"): one mark for
+// every large temporary folder of the project.
+const OwnerFile = "dll-owner.pid"
+
 // DefaultBinDir is where Debian and Ubuntu install the PostgreSQL 15 server
 // binaries; used when Config.BinDir and $PG_BIN are both empty.
 const DefaultBinDir = "/usr/lib/postgresql/15/bin"
@@ -109,11 +119,20 @@ type Config struct {
 	BinDir string
 
 	// Dir holds the cluster (Dir/data and Dir/postgres.log). Default: a new
-	// directory under os.TempDir(), removed by Close. A Dir given here is
+	// directory under os.TempDir() ("pgcluster-*"), removed by Close, that
+	// holds OwnerFile from its creation on. A Dir given here is
 	// created if missing, reused as is when it already holds a cluster
 	// (initdb is skipped), and never removed by Close. When running as root,
 	// Dir and its parents must be searchable by the "postgres" user.
 	Dir string
+
+	// LogPath is the server's log file (the output of initdb and of every
+	// server start). Default: Dir/postgres.log, which goes with the
+	// directory. A path outside Dir is never removed by Close, so the log
+	// outlives the cluster, and a crash of this process that leaves Close
+	// unrun (SIGKILL) and its directory to the leftover cleanup. Its
+	// folder must exist.
+	LogPath string
 
 	// Port is the TCP port on 127.0.0.1, 1..65535. Default 0: a free port
 	// from the operating system, replaced by another (up to 5 tries) when
@@ -294,6 +313,12 @@ func (c *Cluster) prepareDir() error {
 			return fmt.Errorf("pgcluster: create temp dir: %w", err)
 		}
 		c.dir, c.ownsDir = dir, true
+		// Written before anything else goes in, so that no temporary
+		// cluster folder is ever without its owner (see OwnerFile).
+		if err := os.WriteFile(filepath.Join(dir, OwnerFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+			_ = os.RemoveAll(dir)
+			return fmt.Errorf("pgcluster: mark %s: %w", dir, err)
+		}
 	} else {
 		dir, err := filepath.Abs(c.cfg.Dir)
 		if err != nil {
@@ -306,6 +331,13 @@ func (c *Cluster) prepareDir() error {
 	}
 	c.dataDir = dataDir(c.dir)
 	c.logPath = filepath.Join(c.dir, "postgres.log")
+	if c.cfg.LogPath != "" {
+		p, err := filepath.Abs(c.cfg.LogPath)
+		if err != nil {
+			return fmt.Errorf("pgcluster: log path %q: %w", c.cfg.LogPath, err)
+		}
+		c.logPath = p
+	}
 	err := checkSocketPath(c.dataDir)
 	if err == nil {
 		err = os.MkdirAll(c.dataDir, 0o700)

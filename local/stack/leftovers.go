@@ -9,19 +9,24 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
 )
 
 // OwnerFile is the file, in each large temporary folder a stack makes (its
-// binaries, etcd's data, each PostgreSQL cluster's folder), that holds the
-// pid of the process that made it. A stack stopped normally removes those
-// folders itself; RemoveLeftovers removes the ones whose owner died
-// without stopping it (SIGKILL of `local up`: some 425 MB per stack).
-const OwnerFile = "dll-owner.pid"
+// binaries, etcd's data), that holds the pid of the process that made it;
+// internal/pgcluster writes the same file (pgcluster.OwnerFile) into every
+// temporary cluster folder it creates, a stack's, a test's or a harness
+// run's. A stack stopped normally removes those folders itself;
+// RemoveLeftovers removes the ones whose owner died without removing them
+// (SIGKILL of `local up`: some 425 MB per stack; a test binary killed at
+// its timeout).
+const OwnerFile = pgcluster.OwnerFile
 
 // leftoverPatterns are the folders under os.TempDir() that RemoveLeftovers
 // considers: a stack's binaries (inside its run folder, whose logs stay),
 // etcd's data and the PostgreSQL clusters (internal/pgcluster's prefix).
-// Only those holding an OwnerFile were made by a stack.
+// Only those holding an OwnerFile are considered.
 var leftoverPatterns = []string{"dll-stack-*/bin", "dll-etcd-*", "pgcluster-*"}
 
 // markOwned writes the current process's pid into dir's OwnerFile.
@@ -41,8 +46,9 @@ func processAlive(pid int) bool {
 
 // RemoveLeftovers removes, under tmp, every folder of leftoverPatterns
 // whose OwnerFile names a process that alive reports gone, and returns
-// the folders it removed. A folder without an OwnerFile (not a stack's:
-// a test's cluster, say), with an unreadable one, or whose owner lives is
+// the folders it removed. A folder without an OwnerFile (made before
+// pgcluster wrote one; remove such old folders by hand when nothing runs),
+// with an unreadable one, or whose owner lives is
 // kept: a running stack's folders are never touched. A reused pid keeps a
 // dead stack's folders until that process ends too (the safe side). The
 // errors of folders it could not remove are joined.

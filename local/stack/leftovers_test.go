@@ -34,7 +34,7 @@ func TestRemoveLeftoversRemovesOnlyDeadStacksFolders(t *testing.T) {
 	gone := []string{mk("dll-stack-1/bin", dead), mk("dll-etcd-1", dead), mk("pgcluster-1", dead)}
 	kept := []string{
 		mk("dll-stack-2/bin", live), mk("dll-etcd-2", live), mk("pgcluster-2", live), // a running stack
-		mk("pgcluster-3", 0),         // no owner file: a test's cluster
+		mk("pgcluster-3", 0),         // no owner file: made before pgcluster wrote one
 		mk("dll-stack-1/logs", dead), // the dead stack's run folder keeps its logs
 		mk("other-1", dead),          // not a stack's pattern
 	}

@@ -525,16 +525,18 @@ func (s *Stack) startCluster(ctx context.Context, name string, dbs ...string) (*
 	// syncfs: after a crash, PostgreSQL syncs the data directory before
 	// recovery; one syncfs of the file system instead of an fsync of
 	// every file cuts a restart after SIGKILL from seconds to a fraction.
-	c, err := pgcluster.Start(ctx, pgcluster.Config{Settings: map[string]string{"recovery_init_sync_method": "syncfs"}})
+	// The server log goes to the run folder, not the cluster's temporary
+	// folder: it stays there after Stop and after a SIGKILL of this
+	// process, when the cluster's folder is left to RemoveLeftovers (the
+	// folder holds pgcluster.OwnerFile from its creation).
+	c, err := pgcluster.Start(ctx, pgcluster.Config{Settings: map[string]string{"recovery_init_sync_method": "syncfs"},
+		LogPath: s.PostgresLogPath(name)})
 	if err != nil {
 		return nil, fmt.Errorf("stack: PostgreSQL cluster %s: %w", name, err)
 	}
 	s.mu.Lock()
 	s.clusters = append(s.clusters, namedCluster{name, c})
 	s.mu.Unlock()
-	if err := markOwned(c.Dir()); err != nil {
-		return nil, err
-	}
 	for _, db := range dbs {
 		if err := c.CreateDatabase(ctx, db); err != nil {
 			return nil, fmt.Errorf("stack: cluster %s: %w", name, err)
@@ -857,10 +859,17 @@ func (s *Stack) spawn(name, bin string, args, env []string, firstLine chan<- str
 	return p, nil
 }
 
+// PostgresLogPath is the server log of the stack's PostgreSQL cluster
+// name ("paydb", "lockdb"), in the run folder: written there from the start,
+// so that it is kept after Stop and after a crash of the stack's process.
+func (s *Stack) PostgresLogPath(name string) string {
+	return filepath.Join(s.dir, "postgres-"+name+".log")
+}
+
 // Stop stops every process (in reverse start order, SIGTERM then SIGKILL
 // after a grace period; a stopped process is continued so it can exit),
-// stops and removes the PostgreSQL clusters (copying each server log into
-// the run folder first), removes etcd's data and the binaries Start built
+// stops and removes the PostgreSQL clusters (their server logs are in the
+// run folder: PostgresLogPath), removes etcd's data and the binaries Start built
 // (not those of Config.BinDir). The run folder with the
 // logs stays. Stop is idempotent and safe to call concurrently.
 func (s *Stack) Stop() { s.stopOnce.Do(s.stop) }
@@ -879,10 +888,7 @@ func (s *Stack) stop() {
 		sctx, cancel := context.WithTimeout(context.Background(), stopGrace)
 		_ = c.Stop(sctx) // Close kills the server if this did not stop it
 		cancel()
-		// The server log goes with the cluster's directory: keep a copy.
-		if b, err := os.ReadFile(c.LogPath()); err == nil {
-			_ = os.WriteFile(filepath.Join(s.dir, "postgres-"+c.name+".log"), b, 0o644)
-		}
+		// The server log is in the run folder already (PostgresLogPath).
 		if err := c.Close(); err != nil {
 			s.log.Warn("PostgreSQL cluster close", "cluster", c.name, "error", err.Error())
 		}

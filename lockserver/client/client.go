@@ -269,10 +269,13 @@ func WithDriftAllowance(rate float64, margin time.Duration) Option {
 }
 
 // WithRequestTimeout bounds each HTTP call (default DefaultRequestTimeout).
+// It must be at least api.MinRequestTimeoutMs: the SDK sends no call with
+// less time than that left (lock-server would refuse the budget), so a
+// shorter timeout could never send anything.
 func WithRequestTimeout(d time.Duration) Option {
 	return func(c *Client) error {
-		if d <= 0 {
-			return fmt.Errorf("client: WithRequestTimeout(%v): must be positive", d)
+		if d < time.Duration(api.MinRequestTimeoutMs)*time.Millisecond {
+			return fmt.Errorf("client: WithRequestTimeout(%v): must be at least %d ms (api.MinRequestTimeoutMs)", d, api.MinRequestTimeoutMs)
 		}
 		c.reqTO = d
 		return nil
@@ -730,9 +733,16 @@ func (c *Client) callWithin(ctx context.Context, to time.Duration, method, path 
 	}
 	req.Header.Set("Accept", "application/json")
 	if dl, ok := ctx.Deadline(); ok {
-		if left := time.Until(dl).Milliseconds(); left > 0 {
-			req.Header.Set(api.HeaderTimeoutMs, strconv.FormatInt(min(left, api.MaxRequestTimeoutMs), 10))
+		// Less than api.MinRequestTimeoutMs left: lock-server would refuse
+		// the budget, and a backend call that short would run out and
+		// might commit after its 503. Nothing is sent: the outcome is
+		// known (not done), and the error is ctx's deadline.
+		left := time.Until(dl).Milliseconds()
+		if left < api.MinRequestTimeoutMs {
+			return fmt.Errorf("client: %s %s not sent: %d ms left, less than lock-server's minimum budget of %d ms: %w",
+				method, path, left, api.MinRequestTimeoutMs, context.DeadlineExceeded)
 		}
+		req.Header.Set(api.HeaderTimeoutMs, strconv.FormatInt(min(left, api.MaxRequestTimeoutMs), 10))
 	}
 	resp, err := c.doer.Do(req)
 	if err != nil {

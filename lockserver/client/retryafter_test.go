@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -91,5 +92,45 @@ func TestAcquireWaitsRetryAfterAndSendsItsBudget(t *testing.T) {
 func TestTheSDKsTimeoutExceedsLockServersDeadline(t *testing.T) {
 	if srv := lockserver.DefaultServerConfig().RequestTimeout + lockserver.DeadlineMargin; client.DefaultRequestTimeout <= srv {
 		t.Fatalf("SDK timeout %v <= lock-server deadline + margin %v", client.DefaultRequestTimeout, srv)
+	}
+}
+
+// The SDK never sends a budget below api.MinRequestTimeoutMs: with less
+// time left it sends nothing (lock-server would refuse the budget, and a
+// backend call that short runs out and may commit after its 503) and
+// returns the context's deadline. Before, it sent whatever was left.
+func TestNoCallIsSentWithLessThanTheMinimumBudget(t *testing.T) {
+	srv, err := lockserver.NewServer(memstore.New(nil), lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &overloadedFirst{h: srv}
+	c, err := client.New("http://lock.invalid", client.WithHTTPClient(o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(t.Context(), time.Duration(api.MinRequestTimeoutMs/2)*time.Millisecond)
+	defer cancel()
+	if l, err := c.TryAcquire(short, "k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("TryAcquire with %d ms left: %v, %v; want context.DeadlineExceeded", api.MinRequestTimeoutMs/2, l, err)
+	}
+	o.mu.Lock()
+	sent := len(o.budgets)
+	o.mu.Unlock()
+	if sent != 0 {
+		t.Fatalf("%d requests were sent with less than the minimum budget (%v)", sent, o.budgets)
+	}
+	if _, err := c.TryAcquire(t.Context(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, b := range o.budgets {
+		if ms, err := strconv.Atoi(b); err != nil || ms < api.MinRequestTimeoutMs {
+			t.Errorf("budget %q sent; want at least %d", b, api.MinRequestTimeoutMs)
+		}
+	}
+	if _, err := client.New("http://lock.invalid", client.WithRequestTimeout(time.Duration(api.MinRequestTimeoutMs-1)*time.Millisecond)); err == nil {
+		t.Errorf("WithRequestTimeout below the minimum budget was accepted: no call could ever be sent")
 	}
 }

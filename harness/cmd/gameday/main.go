@@ -7,6 +7,9 @@
 // Usage:
 //
 //	gameday [-out harness/out] [-faults lock-server-killed,forged-token,...]
+//
+// It takes flags only: an argument that is not a flag is refused before
+// anything is started or written (as harness/cmd/soak does).
 package main
 
 import (
@@ -25,18 +28,27 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "gameday:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+// run parses args (the command line without the program name) and runs
+// the game day. Arguments left after the flags are refused with an error,
+// before anything is started or written.
+func run(args []string) error {
 	cfg := gameday.DefaultConfig()
-	out := flag.String("out", "harness/out", "folder for gameday.json, gameday.md and the run's logs (runs/gameday)")
-	faults := flag.String("faults", "", "comma-separated faults to inject (default: every fault)")
-	flag.DurationVar(&cfg.AlertTimeout, "alert-timeout", cfg.AlertTimeout, "wait for each alert at most this long")
-	flag.Parse()
+	fs := flag.NewFlagSet("gameday", flag.ContinueOnError)
+	out := fs.String("out", "harness/out", "folder for gameday.json, gameday.md and the run's logs (runs/gameday)")
+	faults := fs.String("faults", "", "comma-separated faults to inject (default: every fault)")
+	fs.DurationVar(&cfg.AlertTimeout, "alert-timeout", cfg.AlertTimeout, "wait for each alert at most this long")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
 	if *faults != "" {
 		cfg.Faults = strings.Split(*faults, ",")
 	}
