@@ -61,8 +61,14 @@ func signed(r railapi.SubmitRequest) railapi.SubmitRequest {
 	return r
 }
 
+// A railapi.SubmitRequest body's TermsSignature goes in its header
+// (railapi.HeaderTermsSignature), as the executor sends it.
 func send(t *testing.T, url, account string, token int64, body any) (int, []byte) {
 	t.Helper()
+	var terms string
+	if sub, ok := body.(railapi.SubmitRequest); ok {
+		terms = sub.TermsSignature
+	}
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -77,6 +83,9 @@ func send(t *testing.T, url, account string, token int64, body any) (int, []byte
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if terms != "" {
+		req.Header.Set(railapi.HeaderTermsSignature, terms)
 	}
 	if token > 0 {
 		req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
