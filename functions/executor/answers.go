@@ -86,6 +86,13 @@ var (
 	// it ends in the dead-letter topic if it lasts, and no payout is
 	// marked for it.
 	deployment = transient
+	// alteredTerms is rail-proxy's INVALID_TERMS: payment-resource's key
+	// signed other terms than the ones submitted. That is about this
+	// payout (its terms were changed after signing, or the signature is
+	// another payout's), not the deployment: an unknown key
+	// (TERMS_KEY_UNKNOWN) or no signature (TERMS_UNSIGNED) is the
+	// deployment's. Redelivering it would loop to the dead-letter topic.
+	alteredTerms = Verdict{Class: ClassPermanent, Reason: api.ReasonRailRequestRefused}
 )
 
 // answers is the classification of every code of lockserver/api,
@@ -138,7 +145,9 @@ var answers = map[Service]map[string]Verdict{
 		string(railapi.CodeUnsupportedMediaType): deployment,
 		string(railapi.CodeFencedOut):            {Class: ClassFenced, Reason: api.ReasonRailFenceAhead, Err: ErrFencedOut},
 		string(railapi.CodeUnverifiedToken):      deployment,                                 // as at payment-resource
-		string(railapi.CodeInvalidTerms):         deployment,                                 // payment-resource's own signature, passed on: a key rail-proxy does not have
+		string(railapi.CodeInvalidTerms):         alteredTerms,                               // a known key's signature over other terms: this payout's, for good
+		string(railapi.CodeTermsKeyUnknown):      transient,                                  // payment-resource signs with a key rail-proxy does not hold yet: redeliver until it does
+		string(railapi.CodeTermsUnsigned):        deployment,                                 // no signature passed on: payment-resource or this executor is misdeployed, for every payout
 		string(railapi.CodeAlreadySubmitted):     {Class: ClassContinue, Err: ErrDependency}, // report the first attempt's outcome; without it, ask again
 		string(railapi.CodeRailAmbiguous):        {Class: ClassContinue, Err: ErrDependency}, // report AMBIGUOUS
 		string(railapi.CodeRailNotReached):       transient,                                  // nothing reached the rail; the forward is released: redeliver

@@ -120,6 +120,11 @@ func TestClassesOfTheAnswers(t *testing.T) {
 		{executor.ServicePaymentResource, string(api.CodeFencedOut), 409, executor.ClassFenced, api.ReasonPaymentFenceAhead, executor.ErrFencedOut},
 		{executor.ServiceRailProxy, string(railapi.CodeFencedOut), 409, executor.ClassFenced, api.ReasonRailFenceAhead, executor.ErrFencedOut},
 		{executor.ServiceRailProxy, string(railapi.CodeInvalidRequest), 400, executor.ClassPermanent, api.ReasonRailRequestRefused, nil},
+		// Terms: a known key's signature over other terms is this payout's
+		// (permanent); an unknown key or no signature is the deployment's.
+		{executor.ServiceRailProxy, string(railapi.CodeInvalidTerms), 403, executor.ClassPermanent, api.ReasonRailRequestRefused, nil},
+		{executor.ServiceRailProxy, string(railapi.CodeTermsKeyUnknown), 403, executor.ClassTransient, "", executor.ErrDependency},
+		{executor.ServiceRailProxy, string(railapi.CodeTermsUnsigned), 403, executor.ClassTransient, "", executor.ErrDependency},
 		{executor.ServicePaymentResource, string(api.CodeUnavailable), 503, executor.ClassTransient, "", executor.ErrDependency},
 		{executor.ServiceLockServer, string(lockapi.CodeLockHeld), 409, executor.ClassTransient, "", executor.ErrLockBusy},
 		{executor.ServiceLockServer, string(lockapi.CodeStaleToken), 409, executor.ClassTransient, "", executor.ErrNoLongerHolder},

@@ -53,9 +53,11 @@ type fakeDeps struct {
 	attnCode         api.Code // "" = 200
 	attentions       []map[string]any
 	// terms is the termsSignature of the claim's answer; submissions are
-	// the bodies sent to rail-proxy.
-	terms       string
-	submissions []map[string]any
+	// the bodies sent to rail-proxy, termsHeaders the values of their
+	// api.HeaderTermsSignature.
+	terms        string
+	submissions  []map[string]any
+	termsHeaders [][]string
 }
 
 func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -81,6 +83,7 @@ func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var body map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		f.submissions = append(f.submissions, body)
+		f.termsHeaders = append(f.termsHeaders, r.Header.Values(railapi.HeaderTermsSignature))
 		if f.railStatus < 0 { // the answer is lost: the connection breaks
 			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
 				_ = conn.Close()
@@ -205,7 +208,9 @@ func TestHappyPathPostsTheRailOutcomeWithTheLeaseToken(t *testing.T) {
 
 // rail-proxy forwards only terms payment-resource signed (issue #15, item
 // 12): the executor sends the signature of the payout it claimed, as
-// payment-resource answered the claim, with exactly the payout's terms.
+// payment-resource answered the claim, with exactly the payout's terms, in
+// the header api.HeaderTermsSignature (a rail-proxy older than the check
+// ignores a header, where it refuses an unknown body member).
 func TestSubmissionCarriesTheClaimedPayoutsTermsSignature(t *testing.T) {
 	deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`, terms: "pay-1.signature-of-p-1"}
 	x, _ := newExecutor(t, deps, executor.Hooks{})
@@ -213,9 +218,58 @@ func TestSubmissionCarriesTheClaimedPayoutsTermsSignature(t *testing.T) {
 	if rec := push(t, x, body); rec.Code != 200 {
 		t.Fatalf("push answered %d %s; want 200", rec.Code, rec.Body)
 	}
-	want := map[string]any{"payoutId": "p-1", "accountId": "acct-7", "amountMinor": 2500.0, "currency": "EUR", "termsSignature": deps.terms}
+	want := map[string]any{"payoutId": "p-1", "accountId": "acct-7", "amountMinor": 2500.0, "currency": "EUR"}
 	if len(deps.submissions) != 1 || !maps.Equal(deps.submissions[0], want) {
 		t.Fatalf("submissions %v; want one, %v", deps.submissions, want)
+	}
+	if h := deps.termsHeaders[0]; len(h) != 1 || h[0] != deps.terms {
+		t.Fatalf("header %s = %q; want [%s]", railapi.HeaderTermsSignature, h, deps.terms)
+	}
+}
+
+// Issue: one altered payout used to loop until the dead-letter topic,
+// because every INVALID_TERMS was taken for a key mismatch. The refusals
+// of the terms are classified once, from their codes: INVALID_TERMS (a
+// known key's signature over other terms) marks the payout
+// needs_attention (rail_request_refused) and acknowledges the delivery;
+// TERMS_KEY_UNKNOWN and TERMS_UNSIGNED (the same for every payout: the
+// deployment) are redelivered and mark nothing.
+func TestTermsRefusalsAreClassifiedByTheirCodes(t *testing.T) {
+	refusal := func(code railapi.Code) *fakeDeps {
+		b, _ := json.Marshal(railapi.ErrorEnvelope{Error: railapi.ErrorBody{Code: code, Message: "scripted", Retryable: code.Retryable()}})
+		return &fakeDeps{railStatus: http.StatusForbidden, railBody: string(b), terms: "test-pay.sig"}
+	}
+	for _, c := range []struct {
+		code       railapi.Code
+		wantOut    executor.Outcome
+		wantErr    error
+		wantStatus int
+		wantMarks  int
+	}{
+		{railapi.CodeInvalidTerms, executor.OutcomeNeedsAttention, nil, http.StatusOK, 1},
+		{railapi.CodeTermsKeyUnknown, "", executor.ErrDependency, http.StatusServiceUnavailable, 0},
+		{railapi.CodeTermsUnsigned, "", executor.ErrDependency, http.StatusServiceUnavailable, 0},
+	} {
+		t.Run(string(c.code), func(t *testing.T) {
+			deps := refusal(c.code)
+			x, _ := newExecutor(t, deps, executor.Hooks{})
+			out, err := x.Execute(t.Context(), event)
+			if out != c.wantOut || !errors.Is(err, c.wantErr) || (c.wantErr == nil) != (err == nil) {
+				t.Fatalf("Execute = %q, %v; want %q, %v", out, err, c.wantOut, c.wantErr)
+			}
+			if got := executor.Status(out, err); got != c.wantStatus {
+				t.Errorf("push status %d, want %d", got, c.wantStatus)
+			}
+			if len(deps.attentions) != c.wantMarks {
+				t.Fatalf("attention marks %v; want %d", deps.attentions, c.wantMarks)
+			}
+			if c.wantMarks == 1 && deps.attentions[0]["reason"] != string(api.ReasonRailRequestRefused) {
+				t.Errorf("attention reason %v; want %s", deps.attentions[0]["reason"], api.ReasonRailRequestRefused)
+			}
+			if len(deps.results) != 0 {
+				t.Errorf("results posted %v; want none: the rail was not called", deps.results)
+			}
+		})
 	}
 }
 

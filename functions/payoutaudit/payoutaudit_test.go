@@ -38,6 +38,9 @@ func call(t *testing.T, method, url, account string, token int64, body any) (int
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if sub, ok := body.(railapi.SubmitRequest); ok && sub.TermsSignature != "" {
+		req.Header.Set(railapi.HeaderTermsSignature, sub.TermsSignature) // as the executor sends it
+	}
 	if token > 0 {
 		req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
 		req.Header.Set(fencing.HeaderProof, prooftest.Proof(account, token)) // as if lock-server granted it

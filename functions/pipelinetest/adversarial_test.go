@@ -61,8 +61,14 @@ func signed(r railapi.SubmitRequest) railapi.SubmitRequest {
 	return r
 }
 
+// A railapi.SubmitRequest body's TermsSignature goes in its header
+// (railapi.HeaderTermsSignature), as the executor sends it.
 func send(t *testing.T, url, account string, token int64, body any) (int, []byte) {
 	t.Helper()
+	var terms string
+	if sub, ok := body.(railapi.SubmitRequest); ok {
+		terms = sub.TermsSignature
+	}
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -77,6 +83,9 @@ func send(t *testing.T, url, account string, token int64, body any) (int, []byte
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if terms != "" {
+		req.Header.Set(railapi.HeaderTermsSignature, terms)
 	}
 	if token > 0 {
 		req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
@@ -162,8 +171,12 @@ func TestForeignFirstAttemptIsNotThePayoutsOutcome(t *testing.T) {
 			}
 			foreign := railapi.SubmitRequest{PayoutID: ev.PayoutID, AccountID: c.account, AmountMinor: c.amount, Currency: "EUR"}
 			// Since signed payout terms (issue #15, item 12) the foreign
-			// submission is refused: payment-resource never signed it.
-			status, body := send(t, p.ProxyURL+railapi.PathSubmissions, c.account, c.token, foreign)
+			// submission is refused: payment-resource never signed it. It
+			// carries p-1's own signature (over p-1's real terms): a known
+			// key's signature over other terms, INVALID_TERMS.
+			withP1sSignature := foreign
+			withP1sSignature.TermsSignature = prooftest.Terms(payoutevent.PayoutTerms(ev))
+			status, body := send(t, p.ProxyURL+railapi.PathSubmissions, c.account, c.token, withP1sSignature)
 			if status != http.StatusForbidden || !bytes.Contains(body, []byte(railapi.CodeInvalidTerms)) {
 				t.Fatalf("foreign submission: %d %s; want 403 %s", status, body, railapi.CodeInvalidTerms)
 			}

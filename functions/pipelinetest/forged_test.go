@@ -29,6 +29,9 @@ func post(t *testing.T, url string, body any, headers ...string) (int, []byte) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if sub, ok := body.(railapi.SubmitRequest); ok && sub.TermsSignature != "" {
+		req.Header.Set(railapi.HeaderTermsSignature, sub.TermsSignature) // as the executor sends it
+	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Add(headers[i], headers[i+1])
 	}

@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,6 +39,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
@@ -63,6 +65,13 @@ type Options struct {
 	// events with their attributes); nil drops them. The outbox drains
 	// when a payout is created.
 	Publisher paymentresource.Publisher
+	// TermsSigningKey, when set, is the key payment-resource signs payout
+	// terms with; zero keeps prooftest.TermsSigningKey(). RailTermsKeys,
+	// when it holds a key, is rail-proxy's PAYMENT_TERMS_KEYS; empty keeps
+	// prooftest.TermsKeys(). Together they stage a key rotation done in the
+	// wrong order (see Pipeline.ReplaceProxy).
+	TermsSigningKey fenceproof.SigningKey
+	RailTermsKeys   fenceproof.Keyring
 }
 
 // Clock is the lock store's clock: it stands still unless Advance moves it.
@@ -105,6 +114,27 @@ type Pipeline struct {
 	Stub *railstub.Stub
 	// PayDB and RailDB are pools on the two databases, for checks.
 	PayDB, RailDB *pgxpool.Pool
+
+	proxyCfg railproxy.Config
+	proxyLog *slog.Logger
+	proxy    atomic.Pointer[railproxy.Proxy]
+}
+
+// ReplaceProxy starts a new rail-proxy on the same raildb and rail with
+// its configuration changed by mod, serves it at ProxyURL from now on,
+// and closes the old one (waiting for its requests in flight): a
+// redeploy of rail-proxy, e.g. with a key added to its TermsKeys.
+func (p *Pipeline) ReplaceProxy(t testing.TB, mod func(*railproxy.Config)) {
+	t.Helper()
+	cfg := p.proxyCfg
+	mod(&cfg)
+	next, err := railproxy.New(context.Background(), cfg, p.proxyLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = next.Close() })
+	p.proxyCfg = cfg
+	_ = p.proxy.Swap(next).Close()
 }
 
 type nopPublisher struct{}
@@ -168,12 +198,17 @@ func Start(t testing.TB, opts Options) *Pipeline {
 	pcfg.FencingDisabled = opts.RailFencingOff
 	pcfg.ProofKeys, pcfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
 	pcfg.TermsKeys = prooftest.TermsKeys()
-	proxy, err := railproxy.New(ctx, pcfg, log.With("service", "rail-proxy"))
+	if opts.RailTermsKeys.Len() > 0 {
+		pcfg.TermsKeys = opts.RailTermsKeys
+	}
+	p.proxyCfg, p.proxyLog = pcfg, log.With("service", "rail-proxy")
+	proxy, err := railproxy.New(ctx, pcfg, p.proxyLog)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
-	var proxyHandler http.Handler = proxy
+	p.proxy.Store(proxy)
+	var proxyHandler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { p.proxy.Load().ServeHTTP(w, r) })
 	if opts.ProxyHandler != nil {
 		proxyHandler = opts.ProxyHandler(proxyHandler)
 	}
@@ -188,6 +223,9 @@ func Start(t testing.TB, opts Options) *Pipeline {
 	paycfg.DatabaseURL, paycfg.OutboxPoll, paycfg.FencingDisabled = paydb, 10*time.Minute, opts.PaymentFencingOff
 	paycfg.ProofKeys, paycfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
 	paycfg.TermsKey = prooftest.TermsSigningKey()
+	if !opts.TermsSigningKey.IsZero() {
+		paycfg.TermsKey = opts.TermsSigningKey
+	}
 	paycfg.StallAfter = 0 // as rail-proxy's above
 	var pub paymentresource.Publisher = nopPublisher{}
 	if opts.Publisher != nil {

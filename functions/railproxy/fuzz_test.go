@@ -90,7 +90,7 @@ func FuzzRailProxy(f *testing.F) {
 	// signed); unsigned the same without the signature.
 	sub := func(payout, account string) []byte {
 		r := api.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: 2500, Currency: "EUR"}
-		r.TermsSignature = prooftest.Terms(r.Terms())
+		r.BodyTermsSignature = prooftest.Terms(r.Terms()) // the previous version's body member, still accepted
 		b, _ := json.Marshal(r)
 		return b
 	}
@@ -219,13 +219,13 @@ func FuzzRailProxySubmission(f *testing.F) {
 	f.Add("é", "acct-4", int64(1), "EUR", int64(2))
 	f.Fuzz(func(t *testing.T, payout, account string, amount int64, currency string, token int64) {
 		sub := api.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: currency}
-		sub.TermsSignature = prooftest.Terms(sub.Terms()) // as payment-resource signs the payouts it created
+		sig := prooftest.Terms(sub.Terms()) // as payment-resource signs the payouts it created
 		body, err := json.Marshal(sub)
 		if err != nil {
 			t.Fatal(err)
 		}
 		req, _ := fuzzcheck.NewRequest(0, api.PathSubmissions, body, "Content-Type", "application/json",
-			api.HeaderToken, strconv.FormatInt(token, 10), api.HeaderProof, prooftest.Proof(account, token))
+			api.HeaderToken, strconv.FormatInt(token, 10), api.HeaderProof, prooftest.Proof(account, token), api.HeaderTermsSignature, sig)
 		records := len(stub.Submissions(""))
 		rec := httptest.NewRecorder()
 		p.ServeHTTP(rec, req)

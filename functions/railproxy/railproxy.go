@@ -219,6 +219,14 @@ type Config struct {
 	// Required, fencing on or off: it is authenticity, not fencing. Env
 	// PAYMENT_TERMS_KEYS.
 	TermsKeys fenceproof.Keyring
+	// TermsNotRequired lets a submission (or closing reconciliation) that
+	// carries no terms signature at all through the terms check, logged
+	// EventTermsUnsigned at WARN, instead of refusing it 403
+	// TERMS_UNSIGNED; a signature that is sent is verified all the same.
+	// The zero value requires the signature. Only for a rolling deploy
+	// over executors that do not send it yet (docs/payout-pipeline.md).
+	// Env RAIL_PROXY_TERMS_REQUIRED=false (rail.proxy.terms.required).
+	TermsNotRequired bool
 	// MaxInFlight bounds the requests served at once; one more is answered
 	// 503 OVERLOADED with Retry-After at once, nothing recorded and the
 	// rail not called (internal/overload). Default
@@ -261,7 +269,7 @@ func DefaultConfig() Config {
 func EnvNames() []string {
 	return []string{api.EnvDatabaseURL, api.EnvDatabaseInstance, api.EnvRailURL, api.EnvRailTimeoutMs,
 		api.EnvDBTimeoutMs, api.EnvFencingEnabled, api.EnvProofKeys, api.EnvReceiptSigningKey, api.EnvMaxInFlight, api.EnvStallProbeMs,
-		api.EnvStallAfterMs, api.EnvTermsKeys}
+		api.EnvStallAfterMs, api.EnvTermsKeys, api.EnvTermsRequired}
 }
 
 // Validate returns nil or one error per invalid field, joined
@@ -312,7 +320,8 @@ func (c Config) Validate() error {
 // (RAILDB_URL, RAILDB_INSTANCE, RAIL_URL, RAIL_TIMEOUT_MS,
 // RAIL_PROXY_DB_TIMEOUT_MS, RAIL_PROXY_FENCING_ENABLED, LOCK_PROOF_KEYS,
 // RAIL_RECEIPT_SIGNING_KEY, RAIL_PROXY_MAX_IN_FLIGHT,
-// RAIL_PROXY_STALL_PROBE_MS, RAIL_PROXY_STALL_AFTER_MS, PAYMENT_TERMS_KEYS), read through
+// RAIL_PROXY_STALL_PROBE_MS, RAIL_PROXY_STALL_AFTER_MS, PAYMENT_TERMS_KEYS,
+// RAIL_PROXY_TERMS_REQUIRED), read through
 // getenv (an empty value keeps the default), then validated. It reports
 // every unparsable variable and every invalid field at once, joined; each
 // error wraps ErrInvalidConfig and names the variable to fix.
@@ -346,6 +355,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		errs = append(errs, fmt.Errorf("%w: %v", ErrInvalidConfig, err))
 	}
 	c.FencingDisabled = !on
+	required, err := fencing.Switch(api.EnvTermsRequired, getenv(api.EnvTermsRequired))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("%w: %v", ErrInvalidConfig, err))
+	}
+	c.TermsNotRequired = !required
 	if v := strings.TrimSpace(getenv(api.EnvProofKeys)); v != "" {
 		if c.ProofKeys, err = fencing.ParseKeys(api.EnvProofKeys, v); err != nil {
 			errs = append(errs, fmt.Errorf("%w: %v", ErrInvalidConfig, err))
@@ -455,6 +469,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 		return nil, err
 	}
 	fencing.WarnIfOff(log, api.EnvFencingEnabled, !cfg.FencingDisabled)
+	if cfg.TermsNotRequired {
+		log.Warn("payout terms are NOT required: submissions without payment-resource's signature are forwarded; only during a rolling deploy",
+			"event", api.EventTermsNotRequired, "switch", api.EnvTermsRequired)
+	}
 	tr := newRailTransport()
 	var railTransport http.RoundTripper = tr
 	if cfg.WrapRailTransport != nil {
@@ -614,6 +632,11 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := cmp.Or(req.Validate(), iso4217.Check(req.Currency)); err != nil {
 		p.fail(w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
+		return
+	}
+	var err error
+	if req.TermsSignature, err = termsSignature(r, req.BodyTermsSignature); err != nil {
+		p.fail(w, p.log, err)
 		return
 	}
 	// Before the proof and the fence, fencing on or off: only terms
@@ -882,6 +905,10 @@ func statusOf(err error) (status int, code api.Code, retryable bool) {
 		return http.StatusForbidden, api.CodeUnverifiedToken, false
 	case errors.Is(err, ErrInvalidTerms):
 		return http.StatusForbidden, api.CodeInvalidTerms, false
+	case errors.Is(err, ErrTermsKeyUnknown):
+		return http.StatusForbidden, api.CodeTermsKeyUnknown, true
+	case errors.Is(err, ErrTermsUnsigned):
+		return http.StatusForbidden, api.CodeTermsUnsigned, false
 	case errors.Is(err, ErrAlreadySubmitted):
 		return http.StatusConflict, api.CodeAlreadySubmitted, false
 	case errors.Is(err, ErrRailAmbiguous):

@@ -160,20 +160,54 @@ func withProof(req *http.Request, body string, tokens []string) {
 }
 
 // body is the submission of a payout payment-resource created: its terms
-// signed with the test terms key, as the executor passes them on.
+// signed with the test terms key. The signature is written as the body
+// member termsSignature (BodyTermsSignature), which submit moves to
+// the header api.HeaderTermsSignature, as the executor sends it.
 func body(payout, account string, amount int64) string {
 	req := api.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: "EUR"}
-	req.TermsSignature = prooftest.Terms(req.Terms())
+	req.BodyTermsSignature = prooftest.Terms(req.Terms())
 	b, _ := json.Marshal(req)
 	return string(b)
 }
 
+// termsToHeader returns body without its termsSignature member and that
+// member's value, when body is a JSON object whose termsSignature is a
+// string; otherwise body unchanged and "".
+func termsToHeader(body string) (string, string) {
+	var m map[string]json.RawMessage
+	var sig string
+	if json.Unmarshal([]byte(body), &m) != nil || json.Unmarshal(m["termsSignature"], &sig) != nil {
+		return body, ""
+	}
+	delete(m, "termsSignature")
+	b, _ := json.Marshal(m)
+	return string(b), sig
+}
+
 // submit posts body with the given token headers (none when tokens is
-// empty) and owner. With one token, it also sends lock-server's proof of
+// empty) and owner; a string termsSignature member of body is sent in
+// the header api.HeaderTermsSignature instead (submitLegacy sends it as
+// it is). With one token, it also sends lock-server's proof of
 // it on the lock of the body's account, as an honest holder would (see
 // withProof).
 func submit(h http.Handler, owner, body string, tokens ...string) *httptest.ResponseRecorder {
+	body, sig := termsToHeader(body)
+	return submitWith(h, owner, body, sig, tokens...)
+}
+
+// submitLegacy is submit with the body as it is: a termsSignature member
+// stays in the body, as the previous version's executor sends it.
+func submitLegacy(h http.Handler, owner, body string, tokens ...string) *httptest.ResponseRecorder {
+	return submitWith(h, owner, body, "", tokens...)
+}
+
+// submitWith is submit with the header api.HeaderTermsSignature set to
+// sig (none when sig is "").
+func submitWith(h http.Handler, owner, body, sig string, tokens ...string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest("POST", api.PathSubmissions, strings.NewReader(body))
+	if sig != "" {
+		req.Header.Set(api.HeaderTermsSignature, sig)
+	}
 	req.Header.Set("Content-Type", "application/json")
 	for _, tok := range tokens {
 		req.Header.Add(fencing.HeaderToken, tok)
@@ -648,7 +682,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"oversized body", post(with("payoutId", strings.Repeat("p", api.MaxBodyBytes)), "50"), 413, api.CodeBodyTooLarge},
 		// Terms payment-resource did not sign (terms_test.go has the
 		// whole table): refused before the fence, with token 50 above it.
-		{"no terms signature", post(with("termsSignature", nil), "50"), 403, api.CodeInvalidTerms},
+		{"no terms signature", post(with("termsSignature", nil), "50"), 403, api.CodeTermsUnsigned},
 		{"amount other than the signed one", post(with("amountMinor", 101), "50"), 403, api.CodeInvalidTerms},
 		{"payout id paydb does not know", post(with("payoutId", "po-ghost"), "50"), 403, api.CodeInvalidTerms},
 		{"terms signature not a string", post(with("termsSignature", 7), "50"), 400, api.CodeInvalidRequest},

@@ -94,6 +94,13 @@ func (p *Proxy) handleReconcile(w http.ResponseWriter, r *http.Request) {
 	if err == nil && req.HasPayout() {
 		err = iso4217.Check(req.Currency)
 	}
+	if err == nil {
+		req.TermsSignature, err = termsSignature(r, req.BodyTermsSignature)
+	}
+	if errors.Is(err, ErrInvalidRequest) {
+		p.fail(w, p.log, err)
+		return
+	}
 	if err != nil {
 		p.fail(w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return

@@ -10,15 +10,21 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
 
 // reconcileAs posts a reconciliation of body (a ReconcileRequest) as the
 // holder of token on account's lock, with lock-server's proof of it.
 func reconcileAs(h http.Handler, account string, token int64, body string) *httptest.ResponseRecorder {
+	body, sig := termsToHeader(body) // as the reconciler sends it
 	req := httptest.NewRequest("POST", api.PathReconciliations, strings.NewReader(body))
+	if sig != "" {
+		req.Header.Set(api.HeaderTermsSignature, sig)
+	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
 	req.Header.Set(fencing.HeaderProof, prooftest.Proof(account, token))
@@ -139,22 +145,29 @@ func TestClosingAPayoutNeedsItsSignedTerms(t *testing.T) {
 	real := api.SubmitRequest{PayoutID: "g-1", AccountID: "acct-g", AmountMinor: 500, Currency: "EUR"}
 	sig := prooftest.Terms(real.Terms())
 	body := func(account string, amount int64, signature string) string {
-		b, _ := json.Marshal(api.ReconcileRequest{PayoutID: "g-1", AccountID: account, AmountMinor: amount, Currency: "EUR", TermsSignature: signature})
+		b, _ := json.Marshal(api.ReconcileRequest{PayoutID: "g-1", AccountID: account, AmountMinor: amount, Currency: "EUR", BodyTermsSignature: signature})
 		return string(b)
+	}
+	unknown, err := fenceproof.GenerateSigningKey("pay-next", strings.NewReader(strings.Repeat("n", 64)))
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		name, account string
 		amount        int64
 		signature     string
+		code          api.Code
 	}{
-		{"another account's lock, the real signature", "acct-h", 500, sig},
-		{"another account, no signature", "acct-h", 1, ""},
-		{"the right account, another amount", "acct-g", 1, sig},
-		{"the right facts, no signature", "acct-g", 500, ""},
+		{"another account's lock, the real signature", "acct-h", 500, sig, api.CodeInvalidTerms},
+		{"another account, no signature", "acct-h", 1, "", api.CodeTermsUnsigned},
+		{"the right account, another amount", "acct-g", 1, sig, api.CodeInvalidTerms},
+		{"the right facts, no signature", "acct-g", 500, "", api.CodeTermsUnsigned},
+		{"the right facts, a key rail-proxy does not hold", "acct-g", 500, unknown.Sign(payoutevent.PayoutTermsDomain, real.Terms().Fields()...),
+			api.CodeTermsKeyUnknown},
 	} {
 		rec := reconcileAs(p, tc.account, 7, body(tc.account, tc.amount, tc.signature))
-		if e := envelope(t, rec); rec.Code != http.StatusForbidden || e.Code != api.CodeInvalidTerms {
-			t.Fatalf("%s: answer %d %s; want 403 %s", tc.name, rec.Code, rec.Body, api.CodeInvalidTerms)
+		if e := envelope(t, rec); rec.Code != http.StatusForbidden || e.Code != tc.code {
+			t.Fatalf("%s: answer %d %s; want 403 %s", tc.name, rec.Code, rec.Body, tc.code)
 		}
 		// The closing attempt is recorded before the stop order is
 		// sent: no row, no stop order.

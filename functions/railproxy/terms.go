@@ -3,9 +3,11 @@ package railproxy
 import (
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
 
 // Signed payout terms (issue #15, probe item 12).
@@ -18,35 +20,98 @@ import (
 // speaks for the terms: payment-resource signs every payout it answers
 // (payoutevent.PayoutTerms: payout id, account id, amount in minor units,
 // currency, everything rail-proxy sends to the rail), the executor passes
-// the signature on (api.SubmitRequest.TermsSignature), and rail-proxy
+// the signature on (header api.HeaderTermsSignature), and rail-proxy
 // checks it against payment-resource's public keys (Config.TermsKeys)
 // before anything else reads or writes raildb: a refusal records no
 // attempt, moves no high-water mark, and never reaches the rail.
+//
+// A refusal says which of three things went wrong, because callers must
+// act differently on them: a known key's signature over other terms
+// (ErrInvalidTerms, 403 INVALID_TERMS) is about this payout and
+// permanent; an unknown key id (ErrTermsKeyUnknown, 403 TERMS_KEY_UNKNOWN,
+// retryable) is a key rotation rail-proxy has not caught up with; no
+// usable signature (ErrTermsUnsigned, 403 TERMS_UNSIGNED) is a caller that
+// does not send one. fenceproof's Verify tells them apart.
+//
+// The signature travels in a header rather than the body so that a
+// rail-proxy older than the check ignores it; the previous version's body
+// member is still read for one release (api.SubmitRequest.BodyTermsSignature).
 //
 // The check is authenticity, not fencing: it stays on when the kill
 // switch turns fencing off, so the experiment still shows what a stale
 // holder does and nothing else. It does not order holders (the fence
 // does) and does not stop a second submission of a payout (rail_payout
-// does).
+// does). Config.TermsNotRequired lets a request without any signature
+// through, for a rolling deploy only.
 
-// ErrInvalidTerms: the submission's terms signature is missing, malformed,
-// made by a key not in Config.TermsKeys, or does not cover exactly its
-// payout id, account id, amount and currency (403 INVALID_TERMS). It
-// wraps the fenceproof error that says which (ErrMissing, ErrMalformed,
-// ErrUnknownKey, ErrInvalid).
-var ErrInvalidTerms = errors.New("railproxy: payout terms not signed by payment-resource")
+// Errors of the terms check. Each wraps the fenceproof error that says
+// why (ErrMissing, ErrMalformed, ErrUnknownKey, ErrInvalid).
+var (
+	// ErrInvalidTerms: the terms signature names a key of
+	// Config.TermsKeys but does not cover exactly the request's payout id,
+	// account id, amount and currency (403 INVALID_TERMS): these terms are
+	// not the ledger's; permanent for the payout.
+	ErrInvalidTerms = errors.New("railproxy: payout terms not signed by payment-resource")
+	// ErrTermsKeyUnknown: the terms signature names a key id that is not
+	// in Config.TermsKeys (403 TERMS_KEY_UNKNOWN, retryable): a deployment
+	// fault that clears once the key is added.
+	ErrTermsKeyUnknown = errors.New("railproxy: payout terms signed by a key rail-proxy does not hold")
+	// ErrTermsUnsigned: no usable terms signature, missing or malformed
+	// (403 TERMS_UNSIGNED).
+	ErrTermsUnsigned = errors.New("railproxy: payout terms carry no usable signature")
+)
 
-// verifyTerms checks req's TermsSignature against Config.TermsKeys over
-// req's own terms. On a refusal it logs EventTermsRefused at WARN (the
-// terms, the holder's token and owner, the reason) and returns an error
-// wrapping ErrInvalidTerms; it touches neither raildb nor the rail.
+// termsSignature returns the terms signature of r: its
+// api.HeaderTermsSignature, or, when that is absent or empty, body (the
+// previous version's body member). It returns an error wrapping
+// ErrInvalidRequest when the header is sent more than once, or when both
+// are sent and differ (which one would be the caller's?).
+func termsSignature(r *http.Request, body string) (string, error) {
+	vals := r.Header.Values(api.HeaderTermsSignature)
+	if len(vals) > 1 {
+		return "", fmt.Errorf("%w: header %s sent %d times; send it once", ErrInvalidRequest, api.HeaderTermsSignature, len(vals))
+	}
+	header := ""
+	if len(vals) == 1 {
+		header = vals[0]
+	}
+	switch {
+	case header == "":
+		return body, nil
+	case body != "" && body != header:
+		return "", fmt.Errorf("%w: header %s and the body member termsSignature differ; send the header only", ErrInvalidRequest, api.HeaderTermsSignature)
+	}
+	return header, nil
+}
+
+// verifyTerms checks req.Signature() against Config.TermsKeys over req's
+// own terms. On a refusal it logs EventTermsRefused at WARN (the terms,
+// the holder's token and owner, the code, the reason) and returns an error
+// wrapping ErrInvalidTerms, ErrTermsKeyUnknown or ErrTermsUnsigned; it
+// touches neither raildb nor the rail. With Config.TermsNotRequired, a
+// request without any signature passes (EventTermsUnsigned at WARN).
 func (p *Proxy) verifyTerms(req api.SubmitRequest, h payoutevent.Holder) error {
-	_, err := p.cfg.TermsKeys.Verify(req.TermsSignature, payoutevent.PayoutTermsDomain, req.Terms().Fields()...)
+	sig := req.Signature()
+	attrs := []any{"payoutId", req.PayoutID, "accountId", req.AccountID, "amountMinor", req.AmountMinor, "currency", req.Currency,
+		"token", h.Token, "ownerId", h.Owner}
+	if sig == "" && p.cfg.TermsNotRequired {
+		p.log.Warn("payout terms without a signature let through: terms are not required ("+api.EnvTermsRequired+"=false)",
+			append([]any{"event", api.EventTermsUnsigned}, attrs...)...)
+		return nil
+	}
+	_, err := p.cfg.TermsKeys.Verify(sig, payoutevent.PayoutTermsDomain, req.Terms().Fields()...)
 	if err == nil {
 		return nil
 	}
-	p.log.Warn("submission refused: payment-resource did not sign these payout terms", "event", api.EventTermsRefused,
-		"payoutId", req.PayoutID, "accountId", req.AccountID, "amountMinor", req.AmountMinor, "currency", req.Currency,
-		"token", h.Token, "ownerId", h.Owner, "reason", err.Error())
-	return fmt.Errorf("%w: %w", ErrInvalidTerms, err)
+	refusal := ErrTermsUnsigned // fenceproof.ErrMissing, ErrMalformed
+	switch {
+	case errors.Is(err, fenceproof.ErrInvalid):
+		refusal = ErrInvalidTerms
+	case errors.Is(err, fenceproof.ErrUnknownKey):
+		refusal = ErrTermsKeyUnknown
+	}
+	_, code, _ := statusOf(refusal)
+	p.log.Warn("payout terms refused: payment-resource's signature over them is not verified", append([]any{"event", api.EventTermsRefused},
+		append(attrs, "code", string(code), "reason", err.Error())...)...)
+	return fmt.Errorf("%w: %w", refusal, err)
 }

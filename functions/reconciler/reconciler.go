@@ -92,6 +92,13 @@ const (
 	// ResultRailSubmittedTwice: the rail holds more than one submission of
 	// the payout: a safety violation, left to a person (ERROR).
 	ResultRailSubmittedTwice Result = "rail_submitted_twice"
+	// ResultTermsRefused: rail-proxy refused to close a payout it never
+	// forwarded because payment-resource's signature does not cover the
+	// payout's facts as sent (INVALID_TERMS, permanent for the payout):
+	// left to a person (ERROR), nothing recorded. A key rail-proxy does not
+	// hold yet (TERMS_KEY_UNKNOWN) or no signature (TERMS_UNSIGNED) is a
+	// deployment fault instead: ResultError, tried again next pass.
+	ResultTermsRefused Result = "terms_refused"
 	// ResultError: a dependency failed or refused; next pass.
 	ResultError Result = "error"
 	// ResultAttemptSettled: a forwarded attempt rail-proxy listed as
@@ -142,7 +149,7 @@ var (
 			Help: "Payouts a reconciler pass visited, by result.",
 		}, []string{"result"})
 		for _, r := range []Result{ResultPosted, ResultDeclined, ResultFailed, ResultAlreadyDone, ResultLockBusy,
-			ResultInFlight, ResultNotForwarded, ResultRailSubmittedTwice, ResultError, ResultAttemptSettled} {
+			ResultInFlight, ResultNotForwarded, ResultRailSubmittedTwice, ResultTermsRefused, ResultError, ResultAttemptSettled} {
 			c.WithLabelValues(string(r))
 		}
 		return c
@@ -440,7 +447,7 @@ func (r *Reconciler) settle(ctx context.Context, p api.Payout) Result {
 	log := r.log.With("payoutId", p.PayoutID, "accountId", p.AccountID, "ownerId", r.Owner(), "state", string(p.State))
 	skip := func(res Result, err error) Result {
 		level := slog.LevelWarn
-		if res == ResultRailSubmittedTwice || res == ResultNotForwarded {
+		if res == ResultRailSubmittedTwice || res == ResultNotForwarded || res == ResultTermsRefused {
 			level = slog.LevelError
 		}
 		log.Log(ctx, level, "payout not settled by this pass", "event", EventPayoutSkipped, "result", string(res), "error", err.Error())
@@ -478,7 +485,9 @@ func (r *Reconciler) settle(ctx context.Context, p api.Payout) Result {
 		return skip(ResultNotForwarded, err)
 	case errors.Is(err, railclient.ErrRailSubmittedTwice):
 		return skip(ResultRailSubmittedTwice, err)
-	case err != nil:
+	case errors.Is(err, railclient.ErrInvalidTerms):
+		return skip(ResultTermsRefused, err)
+	case err != nil: // TERMS_KEY_UNKNOWN and TERMS_UNSIGNED too: a deployment fault, next pass
 		return skip(ResultError, err)
 	}
 	req := api.ResolutionRequest{Outcome: outcome(rec.Outcome), RailRef: rec.RailRef, RailToken: rec.RailToken, Receipt: rec.Receipt}

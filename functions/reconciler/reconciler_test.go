@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,12 +23,16 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
 
 // No goroutine outlives the tests: the reconciler's loop and its clients end with their test.
@@ -669,4 +675,116 @@ func TestAnAmbiguousPayoutNeverForwardedIsClosedAndFailed(t *testing.T) {
 		t.Fatalf("the rail has %d submissions of p-1; want 0", got)
 	}
 	clean(t, p)
+}
+
+// ambiguousNeverForwarded leaves ev's payout ambiguous without any
+// submission to rail-proxy: the closing path's case.
+func ambiguousNeverForwarded(t *testing.T, p *pipelinetest.Pipeline, ev payoutevent.Event) {
+	t.Helper()
+	lease, h := holder(t, p, ev, "worker-a")
+	if _, err := p.Pay.Claim(t.Context(), ev.PayoutID, h); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Pay.PostResult(t.Context(), ev.PayoutID, h, api.ResultRequest{Outcome: api.OutcomeAmbiguous}); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// alterReconciliations sends requests through http.DefaultClient, raising
+// the amount of every reconciliation that carries a payout's facts (its
+// terms signature, in the header, left as payment-resource made it).
+type alterReconciliations struct{}
+
+func (alterReconciliations) Do(r *http.Request) (*http.Response, error) {
+	if r.URL.Path == railapi.PathReconciliations && r.Body != nil {
+		var req railapi.ReconcileRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			return nil, err
+		}
+		if req.HasPayout() {
+			req.AmountMinor *= 100
+		}
+		b, _ := json.Marshal(req)
+		r = r.Clone(r.Context())
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+	}
+	return http.DefaultClient.Do(r)
+}
+
+// The closing path classifies the terms refusals once, as the executor
+// does: facts payment-resource did not sign (INVALID_TERMS) are left to a
+// person under their own result, terms_refused, at ERROR, and rail-proxy
+// records nothing and stops nothing.
+func TestClosingWithAlteredTermsIsLeftToAPerson(t *testing.T) {
+	p, ev := setup(t)
+	ambiguousNeverForwarded(t, p, ev)
+	cfg := reconciler.DefaultConfig()
+	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL, cfg.Owner = p.LockURL, p.PayURL, p.ProxyURL, "reconciler-1"
+	var logs logtest.Buffer
+	r, err := reconciler.New(cfg, slog.New(slog.NewJSONHandler(&logs, nil)), reconciler.WithHTTPClient(alterReconciliations{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := r.Pass(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Results[reconciler.ResultTermsRefused] != 1 || rep.Results[reconciler.ResultError] != 0 {
+		t.Fatalf("pass %+v; want p-1 %s", rep, reconciler.ResultTermsRefused)
+	}
+	lines := logs.Events(t, reconciler.EventPayoutSkipped)
+	if len(lines) != 1 || lines[0]["level"] != "ERROR" || lines[0]["result"] != string(reconciler.ResultTermsRefused) {
+		t.Fatalf("%s lines %v; want one at ERROR, result %s", reconciler.EventPayoutSkipped, lines, reconciler.ResultTermsRefused)
+	}
+	if st, n := ledger(t, p, ev.PayoutID); st != string(api.StateAmbiguous) || n != 0 {
+		t.Fatalf("p-1 is %s with %d debits; want still ambiguous, none", st, n)
+	}
+	// The closing attempt is recorded before the stop order is sent: no
+	// attempt, no stop order.
+	if atts, err := p.Rail.Attempts(t.Context(), ev.PayoutID); err != nil || len(atts) != 0 {
+		t.Fatalf("attempts %+v, %v; want none: nothing recorded", atts, err)
+	}
+	if got := len(p.Stub.Submissions("")); got != 0 {
+		t.Fatalf("the rail holds %d submissions; want none", got)
+	}
+}
+
+// A key rail-proxy does not hold yet (TERMS_KEY_UNKNOWN) is a deployment
+// fault: the pass counts it as an error and tries again next pass, which
+// closes and fails the payout once rail-proxy has the key.
+func TestClosingWithAnUnknownTermsKeySucceedsOnceTheKeyIsAdded(t *testing.T) {
+	next, err := fenceproof.GenerateSigningKey("pay-next", strings.NewReader(strings.Repeat("n", 64)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pipelinetest.Start(t, pipelinetest.Options{RailTimeout: railTimeout, TermsSigningKey: next})
+	ev := payoutevent.Event{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 2500, Currency: "EUR"}
+	if err := p.CreatePayout(t.Context(), ev); err != nil {
+		t.Fatal(err)
+	}
+	ambiguousNeverForwarded(t, p, ev)
+	r := newReconciler(t, p, "reconciler-1")
+	rep, err := r.Pass(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Results[reconciler.ResultError] != 1 || rep.Results[reconciler.ResultTermsRefused] != 0 {
+		t.Fatalf("pass with the key unknown %+v; want p-1 %s (next pass)", rep, reconciler.ResultError)
+	}
+	p.ReplaceProxy(t, func(c *railproxy.Config) {
+		ring, err := fenceproof.NewKeyring(prooftest.TermsSigningKey().VerifyKey(), next.VerifyKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.TermsKeys = ring
+	})
+	if rep, err = r.Pass(t.Context()); err != nil || rep.Results[reconciler.ResultFailed] != 1 {
+		t.Fatalf("pass with the key added: %+v, %v; want p-1 failed", rep, err)
+	}
+	if st, n := ledger(t, p, ev.PayoutID); st != string(api.StateFailed) || n != 0 {
+		t.Fatalf("p-1 is %s with %d debits; want failed with none", st, n)
+	}
 }

@@ -206,7 +206,7 @@ func (w *world) setup(t *testing.T) {
 		{service: svcPay, method: "POST", path: payapi.PathPayouts, headers: []string{"Content-Type", ctJSON}, body: `{"payoutId":"p-1","accountId":"acct-1","amountMinor":2500,"currency":"EUR"}`},
 		{service: svcPay, method: "POST", path: payapi.PathPayouts, headers: []string{"Content-Type", ctJSON}, body: `{"payoutId":"p-2","accountId":"acct-1","amountMinor":2500,"currency":"EUR"}`},
 		{service: svcPay, method: "POST", path: payapi.ClaimPath("p-2"), headers: holder},
-		{service: svcProxy, method: "POST", path: railapi.PathSubmissions, headers: holder, body: submission("p-2", "acct-1", 2500, termsOf("p-2", "acct-1", 2500))},
+		{service: svcProxy, method: "POST", path: railapi.PathSubmissions, headers: signedBy(holder, termsOf("p-2", "acct-1", 2500)), body: submission("p-2", "acct-1", 2500)},
 		{service: svcLock, method: "POST", path: lockapi.PathLockPrefix + "payout:acct-1" + lockapi.SuffixAcquire, headers: []string{"Content-Type", ctJSON}, body: `{"owner":"worker-a","ttlMs":600000}`},
 	} {
 		if rec := w.send(r); rec.Code >= 300 {
@@ -221,11 +221,20 @@ func termsOf(payout, account string, amount int64) string {
 	return prooftest.Terms(payoutevent.PayoutTerms{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: "EUR"})
 }
 
-// submission is rail-proxy's body for a payout in EUR with the terms
-// signature sig ("" for none).
-func submission(payout, account string, amount int64, sig string) string {
-	b, _ := json.Marshal(railapi.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: "EUR", TermsSignature: sig})
+// submission is rail-proxy's body for a payout in EUR; its terms
+// signature travels in a header (signedBy).
+func submission(payout, account string, amount int64) string {
+	b, _ := json.Marshal(railapi.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: "EUR"})
 	return string(b)
+}
+
+// signedBy is headers with the terms signature sig in
+// railapi.HeaderTermsSignature ("" for none).
+func signedBy(headers []string, sig string) []string {
+	if sig == "" {
+		return headers
+	}
+	return append(slices.Clone(headers), railapi.HeaderTermsSignature, sig)
 }
 
 // rows returns the table: every named bad input and its answer.
@@ -242,7 +251,8 @@ func rows() []row {
 	}
 	proof := func(account string, token int64) string { return prooftest.Proof(account, token) }
 	lock := func(op string) string { return lockapi.PathLockPrefix + "payout:acct-1" + op }
-	sub := submission("p-1", "acct-1", 2500, termsOf("p-1", "acct-1", 2500)) // p-1 as payment-resource signs it
+	sub := submission("p-1", "acct-1", 2500)
+	p1 := func(h []string) []string { return signedBy(h, termsOf("p-1", "acct-1", 2500)) } // p-1 as payment-resource signs it
 	stubOK := `{"payoutId":"p-1","accountId":"acct-1","amountMinor":2500,"currency":"EUR","reference":"p-1"}`
 	push := func(data string) string {
 		b, _ := payoutevent.EncodeRaw([]byte(data), nil, "m-1", acct, 1)
@@ -313,14 +323,14 @@ func rows() []row {
 		{svcPay, "unknown route", "GET", "/v1/refunds", nil, ``, 404, string(payapi.CodeNotFound), nil},
 
 		// rail-proxy
-		{svcProxy, "no fencing token", "POST", railapi.PathSubmissions, with(railapi.HeaderProof, proof(acct, 6)), sub, 400, string(railapi.CodeInvalidToken), nil},
-		{svcProxy, "token 0", "POST", railapi.PathSubmissions, holder("0", proof(acct, 0)), sub, 400, string(railapi.CodeInvalidToken), nil},
-		{svcProxy, "token sent with a leading zero", "POST", railapi.PathSubmissions, holder("06", proof(acct, 6)), sub, 400, string(railapi.CodeInvalidToken), nil},
-		{svcProxy, "no proof", "POST", railapi.PathSubmissions, holder("6", ""), sub, 403, string(railapi.CodeUnverifiedToken), nil},
-		{svcProxy, "proof of another account's lock", "POST", railapi.PathSubmissions, holder("6", proof("acct-2", 6)), sub, 403, string(railapi.CodeUnverifiedToken), nil},
-		{svcProxy, "forged maximum token, garbage proof", "POST", railapi.PathSubmissions, holder(tokenLimit, "v1.1.test-lock.AAAA"), sub, 403, string(railapi.CodeUnverifiedToken), nil},
-		{svcProxy, "stale token with a valid proof", "POST", railapi.PathSubmissions, holder("4", proof(acct, 4)), sub, 409, string(railapi.CodeFencedOut), []string{"rail_attempt"}},
-		{svcProxy, "owner header over 128 bytes", "POST", railapi.PathSubmissions, with(railapi.HeaderToken, "6", railapi.HeaderProof, proof(acct, 6), railapi.HeaderOwner, strings.Repeat("é", 70)), sub, 400, string(railapi.CodeInvalidRequest), nil},
+		{svcProxy, "no fencing token", "POST", railapi.PathSubmissions, p1(with(railapi.HeaderProof, proof(acct, 6))), sub, 400, string(railapi.CodeInvalidToken), nil},
+		{svcProxy, "token 0", "POST", railapi.PathSubmissions, p1(holder("0", proof(acct, 0))), sub, 400, string(railapi.CodeInvalidToken), nil},
+		{svcProxy, "token sent with a leading zero", "POST", railapi.PathSubmissions, p1(holder("06", proof(acct, 6))), sub, 400, string(railapi.CodeInvalidToken), nil},
+		{svcProxy, "no proof", "POST", railapi.PathSubmissions, p1(holder("6", "")), sub, 403, string(railapi.CodeUnverifiedToken), nil},
+		{svcProxy, "proof of another account's lock", "POST", railapi.PathSubmissions, p1(holder("6", proof("acct-2", 6))), sub, 403, string(railapi.CodeUnverifiedToken), nil},
+		{svcProxy, "forged maximum token, garbage proof", "POST", railapi.PathSubmissions, p1(holder(tokenLimit, "v1.1.test-lock.AAAA")), sub, 403, string(railapi.CodeUnverifiedToken), nil},
+		{svcProxy, "stale token with a valid proof", "POST", railapi.PathSubmissions, p1(holder("4", proof(acct, 4))), sub, 409, string(railapi.CodeFencedOut), []string{"rail_attempt"}},
+		{svcProxy, "owner header over 128 bytes", "POST", railapi.PathSubmissions, p1(with(railapi.HeaderToken, "6", railapi.HeaderProof, proof(acct, 6), railapi.HeaderOwner, strings.Repeat("é", 70))), sub, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcProxy, "lower-case currency", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), `{"payoutId":"p-1","accountId":"acct-1","amountMinor":2500,"currency":"eur"}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcProxy, "amount 0", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), `{"payoutId":"p-1","accountId":"acct-1","amountMinor":0,"currency":"EUR"}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcProxy, "unknown field", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), `{"payoutId":"p-1","accountId":"acct-1","amountMinor":2500,"currency":"EUR","railRef":"x"}`, 400, string(railapi.CodeInvalidRequest), nil},
@@ -328,12 +338,13 @@ func rows() []row {
 		{svcProxy, "content type sent twice", "POST", railapi.PathSubmissions, append(holder("6", proof(acct, 6)), "Content-Type", ctJSON), sub, 400, string(railapi.CodeInvalidRequest), nil},
 		// Terms payment-resource did not sign (issue #15, item 12), each
 		// with token 6 and its proof, above the high-water.
-		{svcProxy, "terms: no signature", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), submission("p-1", "acct-1", 2500, ""), 403, string(railapi.CodeInvalidTerms), nil},
-		{svcProxy, "terms: amount other than the payout's", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), submission("p-1", "acct-1", 250000, termsOf("p-1", "acct-1", 2500)), 403, string(railapi.CodeInvalidTerms), nil},
-		{svcProxy, "terms: payout id paydb does not know", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), submission("p-ghost", "acct-1", 2500, termsOf("p-1", "acct-1", 2500)), 403, string(railapi.CodeInvalidTerms), nil},
-		{svcProxy, "terms: payout of another account", "POST", railapi.PathSubmissions, holder("6", proof("acct-2", 6)), submission("p-1", "acct-2", 2500, termsOf("p-1", "acct-1", 2500)), 403, string(railapi.CodeInvalidTerms), nil},
-		{svcProxy, "terms: signed by another key", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), submission("p-1", "acct-1", 2500,
-			prooftest.ReceiptSigningKey().Sign(payoutevent.PayoutTermsDomain, payoutevent.PayoutTerms{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 2500, Currency: "EUR"}.Fields()...)), 403, string(railapi.CodeInvalidTerms), nil},
+		{svcProxy, "terms: no signature", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), submission("p-1", "acct-1", 2500), 403, string(railapi.CodeTermsUnsigned), nil},
+		{svcProxy, "terms: amount other than the payout's", "POST", railapi.PathSubmissions, signedBy(holder("6", proof(acct, 6)), termsOf("p-1", "acct-1", 2500)), submission("p-1", "acct-1", 250000), 403, string(railapi.CodeInvalidTerms), nil},
+		{svcProxy, "terms: payout id paydb does not know", "POST", railapi.PathSubmissions, signedBy(holder("6", proof(acct, 6)), termsOf("p-1", "acct-1", 2500)), submission("p-ghost", "acct-1", 2500), 403, string(railapi.CodeInvalidTerms), nil},
+		{svcProxy, "terms: payout of another account", "POST", railapi.PathSubmissions, signedBy(holder("6", proof("acct-2", 6)), termsOf("p-1", "acct-1", 2500)), submission("p-1", "acct-2", 2500), 403, string(railapi.CodeInvalidTerms), nil},
+		{svcProxy, "terms: signed by a key rail-proxy does not hold", "POST", railapi.PathSubmissions, signedBy(holder("6", proof(acct, 6)),
+			prooftest.ReceiptSigningKey().Sign(payoutevent.PayoutTermsDomain, payoutevent.PayoutTerms{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 2500, Currency: "EUR"}.Fields()...)),
+			submission("p-1", "acct-1", 2500), 403, string(railapi.CodeTermsKeyUnknown), nil},
 		{svcProxy, "payoutId with an escaped lone surrogate", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), `{"payoutId":"p-\udc00","accountId":"acct-1","amountMinor":2500,"currency":"EUR"}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcProxy, "attempts without payoutId", "GET", railapi.PathAttempts, nil, ``, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcProxy, "high-water of a malformed account id", "GET", "/v1/rail/high-water/acct 1", nil, ``, 400, string(railapi.CodeInvalidRequest), nil},

@@ -66,6 +66,9 @@ type Holder struct {
 	Proof string
 	// TokenHeader, OwnerHeader and ProofHeader are the headers' names.
 	TokenHeader, OwnerHeader, ProofHeader string
+	// Extra are more headers of the request, set as they are (rail-proxy's
+	// payout-terms signature); nil for none.
+	Extra http.Header
 }
 
 // Do sends method url through d, with in encoded as the JSON body when it
@@ -113,6 +116,11 @@ func DoAnswer(ctx context.Context, d Doer, method, url string, h *Holder, in any
 		}
 		if h.Proof != "" {
 			req.Header.Set(h.ProofHeader, h.Proof)
+		}
+		for k, vs := range h.Extra {
+			for _, v := range vs {
+				req.Header.Add(k, v)
+			}
 		}
 	}
 	resp, err := d.Do(req)

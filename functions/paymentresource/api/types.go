@@ -77,7 +77,9 @@ const (
 	// other 4xx codes that depend on the payout, not on the deployment).
 	ReasonPaymentRequestRefused AttentionReason = "payment_request_refused"
 	// ReasonRailRequestRefused: rail-proxy refused the payout's submission
-	// as invalid (INVALID_REQUEST); the rail was not called.
+	// as invalid (INVALID_REQUEST), or its terms as not the ones
+	// payment-resource signed (INVALID_TERMS: a known key's signature over
+	// other terms); the rail was not called.
 	ReasonRailRequestRefused AttentionReason = "rail_request_refused"
 	// ReasonReceiptRefused: payment-resource refused the rail's answer
 	// because its receipt is missing or not rail-proxy's over this payout

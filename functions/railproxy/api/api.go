@@ -18,10 +18,15 @@
 //
 // The API (every body is JSON, every error is an [ErrorEnvelope]):
 //
-//	POST /v1/rail/submissions             X-Fencing-Token (required), X-Lock-Owner (logs only);
+//	POST /v1/rail/submissions             X-Fencing-Token (required), X-Lock-Owner (logs only),
+//	                                      X-Payout-Terms-Signature (payment-resource's, over the terms);
 //	                                      SubmitRequest -> 200 SubmitAnswer (the rail answered ACK or DECLINE)
-//	                                      403 INVALID_TERMS (no signature of payment-resource over exactly
-//	                                          these terms; nothing recorded, the rail not called)
+//	                                      403 INVALID_TERMS (a known key's signature over other terms:
+//	                                          these terms were altered; permanent for the payout)
+//	                                      403 TERMS_KEY_UNKNOWN (signed by a key rail-proxy does not hold:
+//	                                          a key rotation not finished; retryable)
+//	                                      403 TERMS_UNSIGNED (no usable signature: missing or malformed)
+//	                                          (all three: nothing recorded, the rail not called)
 //	                                      409 FENCED_OUT (stale token; attempt recorded fenced)
 //	                                      409 PAYOUT_ALREADY_SUBMITTED -> AlreadySubmittedAnswer
 //	                                          (the payout already went to the rail; attempt recorded duplicate)
@@ -39,8 +44,11 @@
 //	                                          older than the abandon threshold, by attempt id)
 //	GET  /v1/rail/high-water/{accountId}  -> 200 HighWater (404 NOT_FOUND: no token accepted yet)
 //	GET  /v1/rail/attempts?payoutId=P     -> 200 AttemptList (oldest first; empty when none)
-//	POST /v1/rail/reconciliations         X-Fencing-Token, X-Fencing-Proof (the payout's lease);
+//	POST /v1/rail/reconciliations         X-Fencing-Token, X-Fencing-Proof (the payout's lease),
+//	                                      X-Payout-Terms-Signature (with the payout's facts);
 //	                                      ReconcileRequest -> 200 Reconciliation (ACK, DECLINE or NONE, signed)
+//	                                      403 INVALID_TERMS, TERMS_KEY_UNKNOWN, TERMS_UNSIGNED (closing a
+//	                                          never-forwarded payout: as a submission's)
 //	                                      409 ATTEMPT_IN_FLIGHT (younger than the abandon threshold; retry later)
 //	                                      404 PAYOUT_NOT_FORWARDED (rail-proxy never let the payout through;
 //	                                          with the payout's facts in the request it is closed instead)
@@ -132,6 +140,15 @@ const (
 	// (lockserver/api Grant.Proof), unchanged; required while fencing is
 	// on (payoutevent.HeaderFencingProof).
 	HeaderProof = payoutevent.HeaderFencingProof
+	// HeaderTermsSignature carries payment-resource's signature over the
+	// payout's terms (paymentresource/api Payout.TermsSignature, passed
+	// unchanged; payoutevent.PayoutTerms): SubmitRequest.TermsSignature,
+	// and ReconcileRequest.TermsSignature with the payout's facts. At most
+	// once (sent twice: 400 INVALID_REQUEST). A header rather than a body
+	// member so that a rail-proxy older than the terms check, which
+	// decodes bodies strictly, ignores it instead of refusing the
+	// submission (docs/payout-pipeline.md, deploying).
+	HeaderTermsSignature = "X-Payout-Terms-Signature"
 )
 
 // Bounds of requests. A request outside them is answered 400
@@ -188,15 +205,51 @@ const (
 	// guards the account (payout:{accountId}). Nothing changed; the same
 	// request can never succeed. Spelled in payoutevent.
 	CodeUnverifiedToken Code = payoutevent.CodeUnverifiedToken
-	// CodeInvalidTerms (403): the submission's TermsSignature is missing,
-	// malformed, made by a key not in EnvTermsKeys, or does not cover
-	// exactly its payout id, account id, amount and currency: payment-
-	// resource did not create this payout with these terms (a payout id
-	// paydb does not know, another amount, currency or account). Checked
-	// before the token's proof and the fence, and also while fencing is
-	// off: nothing recorded, no high-water moved, the rail not called. The
-	// same request can never succeed.
+	// CodeInvalidTerms (403): the terms signature (HeaderTermsSignature)
+	// is well formed and names a key of EnvTermsKeys, but that key did not
+	// sign exactly this payout id, account id, amount and currency:
+	// payment-resource did not create this payout with these terms (a
+	// payout id paydb does not know, another amount, currency or account,
+	// the signature of another payout). It depends on the payout, not on
+	// the deployment: permanent for this payout (the executor marks it
+	// needs_attention, rail_request_refused). Checked before the token's
+	// proof and the fence, and also while fencing is off: nothing
+	// recorded, no high-water moved, the rail not called. The same request
+	// can never succeed.
+	//
+	// Until this version INVALID_TERMS also covered the two codes below.
+	// They were split off because they mean something else: a key id
+	// rail-proxy does not hold yet is a deployment fault that clears once
+	// the key is added, and a missing signature is a caller that does not
+	// send one; only a known key's signature over other terms says that
+	// these terms are not the ledger's. The code kept the permanent case
+	// because an executor of the previous version treats INVALID_TERMS as
+	// a deployment fault: for the narrowed meaning that is slow (redelivered
+	// to the dead-letter topic), never wrong. One caveat: a key of
+	// EnvTermsKeys under the id of payment-resource's signing key but not
+	// its public half (a key id reused for a new key) makes every payout
+	// INVALID_TERMS: never reuse a key id.
 	CodeInvalidTerms Code = "INVALID_TERMS"
+	// CodeTermsKeyUnknown (403, retryable): the terms signature is well
+	// formed but names a key id that is not in EnvTermsKeys:
+	// payment-resource signs with a key rail-proxy has not been given (a
+	// rotation done in the wrong order, or not finished). The same for
+	// every payout signed with that key, a deployment fault: the same
+	// request succeeds once the key is added. Nothing recorded, the rail
+	// not called.
+	CodeTermsKeyUnknown Code = "TERMS_KEY_UNKNOWN"
+	// CodeTermsUnsigned (403): no usable terms signature:
+	// HeaderTermsSignature (and the previous version's body member) absent
+	// or empty, or not of the form "<key id>.<base64url signature>". A
+	// caller that does not pass payment-resource's signature on (an
+	// executor older than the terms check, a payment-resource without its
+	// signing key): the same for every payout, a deployment fault. Not
+	// retryable as such: the same request never succeeds while
+	// EnvTermsRequired is on. Nothing recorded, the rail not called. With
+	// EnvTermsRequired off, a request with no signature at all is let
+	// through the terms check instead (logged EventTermsUnsigned); a
+	// malformed one is still refused.
+	CodeTermsUnsigned Code = "TERMS_UNSIGNED"
 	// CodeAlreadySubmitted (409): an earlier attempt of the payout went,
 	// or may have gone, to the rail; this one was recorded
 	// StateDuplicate and not forwarded. The body is an
@@ -270,18 +323,19 @@ const (
 
 // Codes lists every Code, in the order declared above.
 var Codes = []Code{
-	CodeInvalidRequest, CodeInvalidToken, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeFencedOut, CodeUnverifiedToken, CodeInvalidTerms, CodeAlreadySubmitted,
+	CodeInvalidRequest, CodeInvalidToken, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeFencedOut, CodeUnverifiedToken, CodeInvalidTerms, CodeTermsKeyUnknown, CodeTermsUnsigned, CodeAlreadySubmitted,
 	CodeRailAmbiguous, CodeRailNotReached, CodePayoutStopped, CodeUnavailable, CodeOverloaded, CodeRestored, CodeAttemptInFlight, CodeNotForwarded, CodeRailSubmittedTwice,
 	CodeNotFound, CodeMethodNotAllowed, CodeInternal,
 }
 
 // Retryable reports whether the code always marks a condition that may
 // clear if the identical request is sent again later (CodeUnavailable,
-// CodeOverloaded, CodeRestored, CodeAttemptInFlight, CodeRailNotReached). CodeAlreadySubmitted is
-// retryable only while the first attempt is forwarding; its envelope says
-// which.
+// CodeOverloaded, CodeRestored, CodeAttemptInFlight, CodeRailNotReached,
+// CodeTermsKeyUnknown). CodeAlreadySubmitted is retryable only while the
+// first attempt is forwarding; its envelope says which.
 func (c Code) Retryable() bool {
-	return c == CodeUnavailable || c == CodeOverloaded || c == CodeRestored || c == CodeAttemptInFlight || c == CodeRailNotReached
+	return c == CodeUnavailable || c == CodeOverloaded || c == CodeRestored || c == CodeAttemptInFlight || c == CodeRailNotReached ||
+		c == CodeTermsKeyUnknown
 }
 
 // ErrorEnvelope is the body of every non-2xx answer but 409
@@ -354,6 +408,15 @@ const (
 	// signatures (fenceproof VerifyKey forms, comma-separated); required,
 	// whether fencing is on or off (payoutevent.EnvTermsKeys).
 	EnvTermsKeys = payoutevent.EnvTermsKeys
+	// EnvTermsRequired is rail.proxy.terms.required: true/false, 1/0,
+	// on/off, yes/no; default true. Off, a submission or closing
+	// reconciliation that carries no terms signature at all is let
+	// through the terms check (logged EventTermsUnsigned at WARN) instead
+	// of refused 403 TERMS_UNSIGNED; a signature that is sent is verified
+	// all the same. Only for a rolling deploy over executors that do not
+	// send the signature yet (docs/payout-pipeline.md); logged at WARN at
+	// start when off (EventTermsNotRequired).
+	EnvTermsRequired = "RAIL_PROXY_TERMS_REQUIRED"
 )
 
 // Log events of rail-proxy: the value of the "event" attribute of its
@@ -410,10 +473,20 @@ const (
 	// EventUnverifiedToken (WARN): a fenced write was refused for an
 	// unverified token (see payoutevent.EventUnverifiedToken).
 	EventUnverifiedToken = payoutevent.EventUnverifiedToken
-	// EventTermsRefused (WARN): a submission was refused 403
-	// INVALID_TERMS (payoutId, accountId, amountMinor, currency, token,
-	// ownerId, reason): its terms are not ones payment-resource signed.
+	// EventTermsRefused (WARN): a submission or closing reconciliation
+	// was refused for its terms signature (payoutId, accountId,
+	// amountMinor, currency, token, ownerId, code: INVALID_TERMS,
+	// TERMS_KEY_UNKNOWN or TERMS_UNSIGNED, reason).
 	EventTermsRefused = "payout_terms_refused"
+	// EventTermsUnsigned (WARN): with EnvTermsRequired off, a submission
+	// or closing reconciliation without a terms signature was let through
+	// the terms check (payoutId, accountId, amountMinor, currency, token,
+	// ownerId). Once none is logged any more, every caller sends the
+	// signature: turn EnvTermsRequired on.
+	EventTermsUnsigned = "payout_terms_unsigned"
+	// EventTermsNotRequired (WARN, once at start): EnvTermsRequired is
+	// off; a submission without a terms signature is forwarded.
+	EventTermsNotRequired = "payout_terms_not_required"
 	// EventFencingDisabled (WARN, once at start): the kill switch turned
 	// fencing off.
 	EventFencingDisabled = payoutevent.EventFencingDisabled

@@ -45,7 +45,7 @@ func (nopWriter) WriteHeader(int)             {}
 func TestRetryableCodes(t *testing.T) {
 	for _, c := range api.Codes {
 		want := c == api.CodeUnavailable || c == api.CodeOverloaded || c == api.CodeRestored || c == api.CodeAttemptInFlight ||
-			c == api.CodeRailNotReached
+			c == api.CodeRailNotReached || c == api.CodeTermsKeyUnknown
 		if got := c.Retryable(); got != want {
 			t.Errorf("%s.Retryable() = %v, want %v", c, got, want)
 		}

@@ -4,6 +4,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -24,8 +25,8 @@ var genericCodes = map[api.Code]bool{
 
 // contractPatterns returns, for each spelling of rail-proxy's contract that
 // only the api package may write as a literal, a pattern matching it inside
-// a string literal: its own codes, its route prefix and its environment
-// variable names.
+// a string literal: its own codes, its route prefix, its environment
+// variable names and its own header (the terms signature's).
 func contractPatterns() literals.Patterns {
 	pats := literals.Patterns{}
 	for _, c := range api.Codes {
@@ -38,9 +39,11 @@ func contractPatterns() literals.Patterns {
 		pats[p] = literals.Path(p)
 	}
 	for _, e := range []string{api.EnvDatabaseURL, api.EnvDatabaseInstance, api.EnvRailURL, api.EnvRailTimeoutMs,
-		api.EnvDBTimeoutMs, api.EnvFencingEnabled, api.EnvMaxInFlight, api.EnvStallProbeMs, api.EnvStallAfterMs} {
+		api.EnvDBTimeoutMs, api.EnvFencingEnabled, api.EnvMaxInFlight, api.EnvStallProbeMs, api.EnvStallAfterMs, api.EnvTermsRequired} {
 		pats[e] = literals.Word(e)
 	}
+	// Header names are case-insensitive on the wire: any spelling counts.
+	pats[api.HeaderTermsSignature] = regexp.MustCompile(`(?i)(^|[^A-Za-z0-9_-])` + regexp.QuoteMeta(api.HeaderTermsSignature) + `($|[^A-Za-z0-9_-])`)
 	return pats
 }
 
@@ -86,7 +89,11 @@ var f = base + "/v1/rail/high-water/" + acct
 var g = "/v1/rail/attempts?payoutId=" + id
 var h = []string{"RAILDB_URL=" + dsn, "RAIL_URL=x", "RAIL_PROXY_FENCING_ENABLED=false"}
 var i = "409 ` + payoutevent.CodeFencedOut + `"
-var fine = []string{"DATABASE_UNAVAILABLE", "RAIL_UNAVAILABLE", "RAIL_PROXY_URL", "NOT_FOUND", "INTERNAL", "/v1/railx", "/v1/payouts", "/submit"}
+var j = map[string][]string{"X-Payout-Terms-Signature": {sig}}
+var k = "x-payout-terms-signature: " + sig
+var l = "TERMS_KEY_UNKNOWN"
+var m = "RAIL_PROXY_TERMS_REQUIRED=false"
+var fine = []string{"X-Payout-Terms-Signature-V2", "termsSignature", "DATABASE_UNAVAILABLE", "RAIL_UNAVAILABLE", "RAIL_PROXY_URL", "NOT_FOUND", "INTERNAL", "/v1/railx", "/v1/payouts", "/submit"}
 `
 	found, err := literals.InSource(token.NewFileSet(), "planted.go", src, contractPatterns())
 	if err != nil {
@@ -94,7 +101,8 @@ var fine = []string{"DATABASE_UNAVAILABLE", "RAIL_UNAVAILABLE", "RAIL_PROXY_URL"
 	}
 	want := []string{"spells RAIL_AMBIGUOUS", "spells PAYOUT_ALREADY_SUBMITTED", "spells UNAVAILABLE", "spells RAILDB_RESTORED",
 		"spells /v1/rail/submissions", "spells /v1/rail/high-water", "spells /v1/rail/attempts",
-		"spells RAILDB_URL", "spells RAIL_URL", "spells RAIL_PROXY_FENCING_ENABLED", "spells FENCED_OUT"}
+		"spells RAILDB_URL", "spells RAIL_URL", "spells RAIL_PROXY_FENCING_ENABLED", "spells FENCED_OUT",
+		"spells X-Payout-Terms-Signature", "spells X-Payout-Terms-Signature", "spells TERMS_KEY_UNKNOWN", "spells RAIL_PROXY_TERMS_REQUIRED"}
 	if len(found) != len(want) {
 		t.Fatalf("found %d literals, want %d: %q", len(found), len(want), found)
 	}

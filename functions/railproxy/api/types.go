@@ -88,9 +88,26 @@ type SubmitRequest struct {
 	Currency string `json:"currency"`
 	// TermsSignature is payment-resource's signature over the four fields
 	// above (paymentresource/api Payout.TermsSignature, passed unchanged;
-	// payoutevent.PayoutTerms). Required, but not by Validate: a missing,
-	// malformed or mismatched one is answered 403 CodeInvalidTerms.
-	TermsSignature string `json:"termsSignature"`
+	// payoutevent.PayoutTerms). It travels in HeaderTermsSignature, never
+	// in the body. Required, but not by Validate: a missing or malformed
+	// one is answered 403 CodeTermsUnsigned, one of an unknown key 403
+	// CodeTermsKeyUnknown, one over other terms 403 CodeInvalidTerms.
+	TermsSignature string `json:"-"`
+	// BodyTermsSignature is the previous version's body member
+	// "termsSignature", still accepted by rail-proxy for this one release
+	// (executors of that version send it) and removed in the next: used
+	// only when HeaderTermsSignature is absent; sent with a different
+	// header it is 400 INVALID_REQUEST. Clients leave it empty (omitted).
+	BodyTermsSignature string `json:"termsSignature,omitempty"`
+}
+
+// Signature returns the terms signature r was sent with: TermsSignature
+// (the header's) when set, else BodyTermsSignature.
+func (r SubmitRequest) Signature() string {
+	if r.TermsSignature != "" {
+		return r.TermsSignature
+	}
+	return r.BodyTermsSignature
 }
 
 // Terms returns the payout terms r asks rail-proxy to forward, the
@@ -236,13 +253,17 @@ type ReconcileRequest struct {
 	AmountMinor int64  `json:"amountMinor,omitempty"`
 	Currency    string `json:"currency,omitempty"`
 	// TermsSignature is payment-resource's signature over these facts
-	// (the payout's termsSignature, unchanged), required with them: a
-	// payout is closed only for the terms payment-resource created, as a
-	// submission is forwarded only for them (403 INVALID_TERMS
+	// (the payout's termsSignature, unchanged), required with them and
+	// sent in HeaderTermsSignature: a payout is closed only for the terms
+	// payment-resource created, as a submission is forwarded only for
+	// them (403 INVALID_TERMS, TERMS_KEY_UNKNOWN or TERMS_UNSIGNED
 	// otherwise, nothing recorded). Without it anyone holding a grant on
 	// an account's lock could close another account's payout under
 	// made-up facts.
-	TermsSignature string `json:"termsSignature,omitempty"`
+	TermsSignature string `json:"-"`
+	// BodyTermsSignature is the previous version's body member, accepted
+	// for this one release as SubmitRequest.BodyTermsSignature is.
+	BodyTermsSignature string `json:"termsSignature,omitempty"`
 }
 
 // Validate returns an error unless the payout id is well-formed and the

@@ -56,11 +56,19 @@ var (
 	// (PAYOUT_ALREADY_SUBMITTED). The *Error's Attempt is that first
 	// attempt, never nil.
 	ErrAlreadySubmitted = errors.New("railproxy client: payout already submitted")
-	// ErrInvalidTerms: api.CodeInvalidTerms, the submission's terms are not
-	// ones payment-resource signed (SubmitRequest.TermsSignature missing,
-	// of an unknown key, or over other terms); nothing recorded, the rail
-	// not called.
+	// ErrInvalidTerms: api.CodeInvalidTerms, a known key's signature over
+	// other terms: the submission's terms are not the ones payment-resource
+	// signed (SubmitRequest.TermsSignature of another payout, or the terms
+	// changed); nothing recorded, the rail not called. Permanent for the
+	// payout.
 	ErrInvalidTerms = errors.New("railproxy client: payout terms not signed by payment-resource")
+	// ErrTermsKeyUnknown: api.CodeTermsKeyUnknown, the terms signature
+	// names a key rail-proxy does not hold (a key rotation not finished);
+	// the same request succeeds once the key is added. Retryable.
+	ErrTermsKeyUnknown = errors.New("railproxy client: payout terms signed by a key rail-proxy does not hold")
+	// ErrTermsUnsigned: api.CodeTermsUnsigned, no usable terms signature
+	// (TermsSignature empty or malformed).
+	ErrTermsUnsigned = errors.New("railproxy client: payout terms carry no usable signature")
 	// ErrRailAmbiguous: the rail was called and its outcome is unknown;
 	// the money may have moved (RAIL_AMBIGUOUS). Never submit again to
 	// find out: reconcile with the rail's records.
@@ -114,6 +122,8 @@ var sentinels = map[api.Code]error{
 	api.CodeFencedOut:            ErrFencedOut,
 	api.CodeUnverifiedToken:      ErrUnverifiedToken,
 	api.CodeInvalidTerms:         ErrInvalidTerms,
+	api.CodeTermsKeyUnknown:      ErrTermsKeyUnknown,
+	api.CodeTermsUnsigned:        ErrTermsUnsigned,
 	api.CodeAlreadySubmitted:     ErrAlreadySubmitted,
 	api.CodeRailAmbiguous:        ErrRailAmbiguous,
 	api.CodeRailNotReached:       ErrRailNotReached,
@@ -198,8 +208,10 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 
 // Submit sends the payout to the rail through rail-proxy, as the lock
 // holder h (its fencing token, the token's proof and its owner id, sent
-// as headers; POST /v1/rail/submissions), and
+// as headers; POST /v1/rail/submissions) with req.TermsSignature in
+// header api.HeaderTermsSignature, and
 // returns the rail's answer (ACK or DECLINE). It returns ErrFencedOut,
+// ErrInvalidTerms, ErrTermsKeyUnknown, ErrTermsUnsigned,
 // ErrAlreadySubmitted (with the first attempt in the *Error's Attempt),
 // ErrRailAmbiguous, ErrRailNotReached, ErrPayoutStopped,
 // ErrRaildbRestored, ErrUnavailable, or
@@ -210,7 +222,7 @@ func (c *Client) Submit(ctx context.Context, h payoutevent.Holder, req api.Submi
 	if err := errors.Join(api.ValidateToken(h.Token), req.Validate()); err != nil {
 		return ans, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
-	if err := c.call(ctx, http.MethodPost, api.PathSubmissions, &h, req, &ans); err != nil {
+	if err := c.call(ctx, http.MethodPost, api.PathSubmissions, &h, terms(req.TermsSignature), req, &ans); err != nil {
 		return api.SubmitAnswer{}, err
 	}
 	if ans.Status != api.RailAck && ans.Status != api.RailDecline {
@@ -228,7 +240,7 @@ func (c *Client) HighWater(ctx context.Context, account string) (int64, error) {
 		return 0, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
 	var hw api.HighWater
-	if err := c.call(ctx, http.MethodGet, api.HighWaterPath(account), nil, nil, &hw); err != nil {
+	if err := c.call(ctx, http.MethodGet, api.HighWaterPath(account), nil, nil, nil, &hw); err != nil {
 		return 0, err
 	}
 	return hw.HighWater, nil
@@ -241,7 +253,7 @@ func (c *Client) Attempts(ctx context.Context, payout string) ([]api.Attempt, er
 		return nil, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
 	var list api.AttemptList
-	if err := c.call(ctx, http.MethodGet, api.AttemptsPath(payout), nil, nil, &list); err != nil {
+	if err := c.call(ctx, http.MethodGet, api.AttemptsPath(payout), nil, nil, nil, &list); err != nil {
 		return nil, err
 	}
 	if list.Attempts == nil {
@@ -261,15 +273,18 @@ func (c *Client) Reconcile(ctx context.Context, h payoutevent.Holder, payout str
 }
 
 // ReconcilePayout is Reconcile with the payout's facts (req's AccountID,
-// AmountMinor, Currency, as payment-resource holds them): a payout
+// AmountMinor, Currency, as payment-resource holds them, and its
+// TermsSignature, sent in header api.HeaderTermsSignature): a payout
 // rail-proxy never forwarded is then closed and answered (RailNone unless
-// the rail holds it) instead of ErrNotForwarded.
+// the rail holds it) instead of ErrNotForwarded; terms rail-proxy does not
+// verify are refused with ErrInvalidTerms, ErrTermsKeyUnknown or
+// ErrTermsUnsigned, as a submission's.
 func (c *Client) ReconcilePayout(ctx context.Context, h payoutevent.Holder, req api.ReconcileRequest) (api.Reconciliation, error) {
 	var rec api.Reconciliation
 	if err := errors.Join(api.ValidateToken(h.Token), req.Validate()); err != nil {
 		return rec, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
-	if err := c.call(ctx, http.MethodPost, api.PathReconciliations, &h, req, &rec); err != nil {
+	if err := c.call(ctx, http.MethodPost, api.PathReconciliations, &h, terms(req.TermsSignature), req, &rec); err != nil {
 		return api.Reconciliation{}, err
 	}
 	switch rec.Outcome {
@@ -295,7 +310,7 @@ func (c *Client) Unsettled(ctx context.Context, h payoutevent.Holder, after int6
 	if after > 0 {
 		q.Set(api.QueryAfter, strconv.FormatInt(after, 10))
 	}
-	if err := c.call(ctx, http.MethodGet, api.PathUnsettled+"?"+q.Encode(), &h, nil, &list); err != nil {
+	if err := c.call(ctx, http.MethodGet, api.PathUnsettled+"?"+q.Encode(), &h, nil, nil, &list); err != nil {
 		return api.UnsettledList{}, err
 	}
 	if list.Attempts == nil {
@@ -304,13 +319,24 @@ func (c *Client) Unsettled(ctx context.Context, h payoutevent.Holder, after int6
 	return list, nil
 }
 
+// terms is the header that carries a payout-terms signature
+// (api.HeaderTermsSignature); nil for "".
+func terms(sig string) http.Header {
+	if sig == "" {
+		return nil
+	}
+	return http.Header{http.CanonicalHeaderKey(api.HeaderTermsSignature): {sig}}
+}
+
 // call sends one request through jsonhttp.Conn.Call, with the holder's
-// headers when h is not nil, and decodes a 2xx body into out or a refusal
-// into *Error (with the first attempt for PAYOUT_ALREADY_SUBMITTED).
-func (c *Client) call(ctx context.Context, method, path string, h *payoutevent.Holder, in, out any) error {
+// headers and extra when h is not nil, and decodes a 2xx body into out or
+// a refusal into *Error (with the first attempt for
+// PAYOUT_ALREADY_SUBMITTED).
+func (c *Client) call(ctx context.Context, method, path string, h *payoutevent.Holder, extra http.Header, in, out any) error {
 	var jh *jsonhttp.Holder
 	if h != nil {
-		jh = &jsonhttp.Holder{Token: h.Token, Owner: h.Owner, Proof: h.Proof, TokenHeader: api.HeaderToken, OwnerHeader: api.HeaderOwner, ProofHeader: api.HeaderProof}
+		jh = &jsonhttp.Holder{Token: h.Token, Owner: h.Owner, Proof: h.Proof, TokenHeader: api.HeaderToken, OwnerHeader: api.HeaderOwner, ProofHeader: api.HeaderProof,
+			Extra: extra}
 	}
 	r, err := c.conn.Call(ctx, method, path, jh, in, out)
 	if r == nil {

@@ -64,8 +64,9 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 		api.CodeNotFound: client.ErrNotFound, api.CodeUnverifiedToken: client.ErrUnverifiedToken,
 		api.CodeAttemptInFlight: client.ErrAttemptInFlight, api.CodeNotForwarded: client.ErrNotForwarded,
 		api.CodeRailSubmittedTwice: client.ErrRailSubmittedTwice, api.CodeOverloaded: client.ErrOverloaded,
-		api.CodeInvalidTerms: client.ErrInvalidTerms,
-		api.CodeInvalidToken: client.ErrInvalidRequest, api.CodeRailNotReached: client.ErrRailNotReached,
+		api.CodeInvalidTerms: client.ErrInvalidTerms, api.CodeTermsKeyUnknown: client.ErrTermsKeyUnknown,
+		api.CodeTermsUnsigned: client.ErrTermsUnsigned,
+		api.CodeInvalidToken:  client.ErrInvalidRequest, api.CodeRailNotReached: client.ErrRailNotReached,
 		api.CodePayoutStopped: client.ErrPayoutStopped,
 		// No sentinel: a wrong client, or a bug.
 		api.CodeMethodNotAllowed: nil, api.CodeInternal: nil,
@@ -73,7 +74,7 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 	all := []error{client.ErrInvalidRequest, client.ErrFencedOut, client.ErrAlreadySubmitted, client.ErrRailAmbiguous,
 		client.ErrUnavailable, client.ErrRaildbRestored, client.ErrNotFound, client.ErrUnverifiedToken,
 		client.ErrAttemptInFlight, client.ErrNotForwarded, client.ErrRailSubmittedTwice, client.ErrOverloaded, client.ErrInvalidTerms,
-		client.ErrRailNotReached, client.ErrPayoutStopped}
+		client.ErrRailNotReached, client.ErrPayoutStopped, client.ErrTermsKeyUnknown, client.ErrTermsUnsigned}
 	for _, code := range api.Codes {
 		want, listed := sentinel[code]
 		if !listed {
@@ -161,10 +162,45 @@ func TestSubmitCarriesTheHoldersHeadersAndBody(t *testing.T) {
 		r.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("headers %v", r.Header)
 	}
+	// The terms signature travels in its header, once, and not in the
+	// body: a rail-proxy older than the terms check refuses unknown body
+	// members but ignores a header.
+	if got := r.Header.Values(api.HeaderTermsSignature); len(got) != 1 || got[0] != "test-pay.sig" {
+		t.Errorf("header %s = %q; want [test-pay.sig]", api.HeaderTermsSignature, got)
+	}
 	var body map[string]any
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body["payoutId"] != "p-1" || body["accountId"] != "acct-7" ||
-		body["amountMinor"] != 2500.0 || body["currency"] != "EUR" || body["termsSignature"] != "test-pay.sig" || len(body) != 5 {
-		t.Errorf("body %v (%v)", body, err)
+		body["amountMinor"] != 2500.0 || body["currency"] != "EUR" || len(body) != 4 {
+		t.Errorf("body %v (%v); want the four terms only", body, err)
+	}
+}
+
+// A reconciliation with the payout's facts sends their terms signature in
+// the header, as a submission does; one without facts sends none.
+func TestReconcilePayoutCarriesTheTermsSignatureInItsHeader(t *testing.T) {
+	var got []*http.Request
+	c, err := client.New("http://rail.invalid", client.WithHTTPClient(answering(200,
+		`{"outcome":"NONE","railToken":9,"resolved":true,"attempt":{"attemptId":1},"receipt":"r"}`, &got)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := payoutevent.Holder{Token: 9, Proof: "v1.proof", Owner: "reconciler"}
+	if _, err := c.ReconcilePayout(context.Background(), h, api.ReconcileRequest{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500,
+		Currency: "EUR", TermsSignature: "test-pay.sig"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Reconcile(context.Background(), h, "p-2"); err != nil {
+		t.Fatal(err)
+	}
+	if v := got[0].Header.Values(api.HeaderTermsSignature); len(v) != 1 || v[0] != "test-pay.sig" {
+		t.Errorf("with facts: header %s = %q; want [test-pay.sig]", api.HeaderTermsSignature, v)
+	}
+	var body map[string]any
+	if err := json.NewDecoder(got[0].Body).Decode(&body); err != nil || body["termsSignature"] != nil {
+		t.Errorf("with facts: body %v (%v); want no termsSignature member", body, err)
+	}
+	if v := got[1].Header.Values(api.HeaderTermsSignature); len(v) != 0 {
+		t.Errorf("without facts: header %s = %q; want none", api.HeaderTermsSignature, v)
 	}
 }
 
