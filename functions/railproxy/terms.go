@@ -1,6 +1,7 @@
 package railproxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -40,12 +41,12 @@ var ErrInvalidTerms = errors.New("railproxy: payout terms not signed by payment-
 // req's own terms. On a refusal it logs EventTermsRefused at WARN (the
 // terms, the holder's token and owner, the reason) and returns an error
 // wrapping ErrInvalidTerms; it touches neither raildb nor the rail.
-func (p *Proxy) verifyTerms(req api.SubmitRequest, h payoutevent.Holder) error {
+func (p *Proxy) verifyTerms(ctx context.Context, req api.SubmitRequest, h payoutevent.Holder) error {
 	_, err := p.cfg.TermsKeys.Verify(req.TermsSignature, payoutevent.PayoutTermsDomain, req.Terms().Fields()...)
 	if err == nil {
 		return nil
 	}
-	p.log.Warn("submission refused: payment-resource did not sign these payout terms", "event", api.EventTermsRefused,
+	p.log.WarnContext(ctx, "submission refused: payment-resource did not sign these payout terms", "event", api.EventTermsRefused,
 		"payoutId", req.PayoutID, "accountId", req.AccountID, "amountMinor", req.AmountMinor, "currency", req.Currency,
 		"token", h.Token, "ownerId", h.Owner, "reason", err.Error())
 	return fmt.Errorf("%w: %w", ErrInvalidTerms, err)
