@@ -39,6 +39,7 @@ import (
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/ops/slo"
 )
 
 // Sentinel errors.
@@ -133,6 +134,38 @@ type env struct {
 	st   *stack.Stack
 	mu   sync.Mutex
 	vars map[string]string // the runbook commands' environment (LS, PAY, ...)
+	// bgStop and bgDone are the running background fault (startBackground).
+	bgStop context.CancelFunc
+	bgDone chan error
+}
+
+// startBackground runs fault in a goroutine until stopBackground (a fault
+// that must keep acting while it is on, such as holding row locks).
+func (e *env) startBackground(ctx context.Context, fault func(context.Context) error) error {
+	bctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- fault(bctx) }() // ends with bctx (stopBackground)
+	e.mu.Lock()
+	e.bgStop, e.bgDone = cancel, done
+	e.mu.Unlock()
+	return nil
+}
+
+// stopBackground stops the goroutine of startBackground and returns its
+// error (nil when it ended because it was stopped).
+func (e *env) stopBackground() error {
+	e.mu.Lock()
+	cancel, done := e.bgStop, e.bgDone
+	e.bgStop, e.bgDone = nil, nil
+	e.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
 }
 
 func (e *env) set(k, v string) {
@@ -239,20 +272,54 @@ var Faults = []Fault{
 			"LockAcquireErrorBudgetBurn": `(?i)BACKEND_UNAVAILABLE|unavailable|refused`,
 		},
 	},
+	{
+		// lockdb answers, slowly: the load's lock row is held FOR UPDATE by
+		// another session for 300 ms at a time (a long transaction, a
+		// vacuum, a slow disk look the same to lock-server), so acquires
+		// of it wait behind the row lock and answer in 100-300 ms.
+		Name:   "lockdb-slow",
+		Alerts: []string{"LockAcquireLatencyBudgetBurn"},
+		Inject: func(ctx context.Context, e *env) error {
+			return e.startBackground(ctx, func(ctx context.Context) error { return holdRowLocks(ctx, e.st.LockDBURL(), loadKey) })
+		},
+		Heal: func(ctx context.Context, e *env) error { return e.stopBackground() },
+		// The runbook's pg_stat_activity shows acquires waiting on a row lock.
+		Confirms: map[string]string{"LockAcquireLatencyBudgetBurn": `Lock +\| +(tuple|transactionid)`},
+	},
+	{
+		// paydb and raildb (one cluster) frozen: connections accepted and
+		// never answered. payment-resource's payout API and rail-proxy
+		// wait out their database timeout, mark it stalled and shed.
+		Name:   "paydb-frozen",
+		Alerts: []string{"PayoutDatabaseStalled", "PayoutAPIErrorBudgetBurn"},
+		Inject: func(ctx context.Context, e *env) error { return e.st.Freeze(stack.ClusterPaydb) },
+		Heal:   func(ctx context.Context, e *env) error { return e.st.Thaw(stack.ClusterPaydb) },
+		Confirms: map[string]string{
+			"PayoutDatabaseStalled":    `psql exit 124`,
+			"PayoutAPIErrorBudgetBurn": `class="5xx",function="payment-resource",route="/v1/payouts[^"]*"\} [1-9]`,
+		},
+	},
+	{
+		// The Pub/Sub server frozen (SIGSTOP) while payouts are created:
+		// payment-resource's outbox cannot publish, its rows wait.
+		Name:   "pubsub-frozen",
+		Alerts: []string{"PayoutOutboxStuck"},
+		Inject: func(ctx context.Context, e *env) error { return e.st.Freeze("pubsub-fake") },
+		Heal:   func(ctx context.Context, e *env) error { return e.st.Thaw("pubsub-fake") },
+		// The unpublished rows counted (a count of 1 or more).
+		Confirms: map[string]string{"PayoutOutboxStuck": `(?m)^\s*[1-9][0-9]* \|`},
+	},
 }
 
 // NotFiredLocally are the alerts of ops/slo.yaml that no fault of this
 // game day fires, and why.
 var NotFiredLocally = map[string]string{
-	"LockAcquireLatencyBudgetBurn": "needs acquires slower than 100 ms for minutes of game time; the stack offers no way to slow lockdb without stopping it (pgcluster.Freeze is not exposed by local/stack), and a stopped lockdb fires LockStoreUnreachable instead. Not built yet.",
-	"PayoutCompletionBudgetBurn":   "its threshold (60 s from creation to posted) is a bucket of payout_completion_seconds and is not scaled by 1/30: a burn needs payouts held over 60 s each for minutes. Not built yet.",
-	"PayoutDeadLettered":           "counted by the local push bridge only when an executor fails every delivery attempt; needs an executor crashing on every delivery (a fault switch the executor does not have). Not built yet.",
-	"PayoutsNeedingAttention":      "needs a payout driven into needs_attention (a permanent refusal, e.g. a receipt that does not verify); not built yet.",
-	"PayoutAmbiguousTooLong":       "the age threshold (30 min, 60 s at 1/30) is a gauge value, so the payout must stay ambiguous for over 70 s of wall time; not built yet.",
-	"PayoutOutboxStuck":            "needs the outbox publisher stopped while payouts are created (killing pubsub-fake); not built yet.",
-	"PayoutDatabaseStalled":        "needs paydb or raildb frozen (SIGSTOP) under load; local/stack does not expose pgcluster.Freeze. Not built yet.",
-	"EtcdNoLeader":                 "needs the etcd backend with three members and their metrics scraped; the game day runs the PostgreSQL backend. Not built yet.",
-	"EtcdLeaderChangesFrequent":    "as EtcdNoLeader, and four leader changes within 2 minutes of game time.",
+	"PayoutCompletionBudgetBurn": "its threshold (60 s from creation to posted) is a bucket of payout_completion_seconds and is not scaled by 1/30: a burn needs payouts finishing later than 60 s each, for minutes of game time, which is over 70 s of wall time per fault on top of the executor path the game day does not drive (no push bridge runs). Not built yet.",
+	"PayoutDeadLettered":         "counted by the local push bridge (functions/payoutbus) inside the process that runs it; the game day runs no push bridge and Prometheus scrapes no harness process. Needs the bridge, a /metrics endpoint for it and a poison payout message. Not built yet.",
+	"PayoutsNeedingAttention":    "needs a payout driven into needs_attention through the executor (a permanent refusal, e.g. a rail receipt that does not verify); the game day drives no executor (no push bridge). Not built yet.",
+	"PayoutAmbiguousTooLong":     "the age threshold (30 min, 60 s at 1/30) is a gauge value, not a window: the payout must stay ambiguous for over 60 s plus the 10 s for, over 70 s of wall time, and be made ambiguous through an executor. Not built yet.",
+	"EtcdNoLeader":               "local/stack runs three etcd members (EtcdMembers: 3) only with lock-server on the etcd backend, while every other fault of this game day needs the PostgreSQL backend (lockdb killed, slowed); a second stack and a reload of Prometheus' targets mid-run are not built yet. The fault itself is two members killed (quorum lost): the survivor reports etcd_server_has_leader 0.",
+	"EtcdLeaderChangesFrequent":  "as EtcdNoLeader, and four leader changes within 2 minutes of game time (the leader killed and restarted four times).",
 }
 
 func faultByName(name string) *Fault {
@@ -308,11 +375,15 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	defer st.Stop()
 	hostOf := func(u string) string { return strings.TrimPrefix(strings.TrimPrefix(u, "http://"), "https://") }
 	targets := []Target{
-		{"lock-server", hostOf(st.LockServerURL())},
-		{"payment-resource", hostOf(st.PaymentResourceURL())},
-		{"rail-proxy", hostOf(st.RailProxyURL())},
-		{"rail-stub", hostOf(st.RailStubURL())},
-		{"executor", hostOf(st.ExecutorURL("A"))},
+		{Job: "lock-server", Addr: hostOf(st.LockServerURL())},
+		// Its /metrics reads two ages from paydb, waiting up to 2 s
+		// (paymentresource.ageTimeout): with the global 900 ms timeout a
+		// frozen paydb would fail the whole scrape and hide the
+		// payout API's 5xx and paymentresource_db_stalled with it.
+		{Job: "payment-resource", Addr: hostOf(st.PaymentResourceURL()), Interval: 3 * time.Second},
+		{Job: "rail-proxy", Addr: hostOf(st.RailProxyURL())},
+		{Job: "rail-stub", Addr: hostOf(st.RailStubURL())},
+		{Job: "executor", Addr: hostOf(st.ExecutorURL("A"))},
 	}
 	mon, err := startMonitor(ctx, cfg.Dir, filepath.Join(cfg.Repo, "ops/prometheus/gameday/rules.yml"), targets)
 	if err != nil {
@@ -335,10 +406,20 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	lctx, stopLoad := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { load(lctx, st.LockServerURL()) }) // ends with lctx
+	if err := payoutLoadSetup(ctx, st.PaymentResourceURL()); err != nil {
+		stopLoad()
+		wg.Wait()
+		return rep, err
+	}
+	wg.Go(func() { payoutLoad(lctx, st.PaymentResourceURL(), st.RailProxyURL()) }) // ends with lctx
+	defer func() { _ = e.stopBackground() }()
 	defer func() { stopLoad(); wg.Wait() }()
 	// A few seconds of healthy traffic before the first fault: the burn
 	// rules need a total to divide by.
 	if err := mon.awaitQuery(ctx, `sum(rate(lockserver_requests_total{op="acquire"}[10s])) > 0`); err != nil {
+		return rep, err
+	}
+	if err := mon.awaitQuery(ctx, `sum(rate(function_requests_total{function="payment-resource",route=~"/v1/payouts.*"}[10s])) > 0`); err != nil {
 		return rep, err
 	}
 	for _, name := range faults {
@@ -456,17 +537,7 @@ func lastLines(s string, n int) string {
 // RunbookPath is the runbook of alert: docs/runbooks/<alert in kebab
 // case>.md (LockServerDown -> lock-server-down.md), as ops/slo names it.
 func RunbookPath(alert string) string {
-	var b strings.Builder
-	for i, r := range alert {
-		if r >= 'A' && r <= 'Z' {
-			if i > 0 {
-				b.WriteByte('-')
-			}
-			r += 'a' - 'A'
-		}
-		b.WriteRune(r)
-	}
-	return filepath.Join("docs", "runbooks", b.String()+".md")
+	return filepath.Join("docs", "runbooks", slo.Kebab(alert)+".md")
 }
 
 var firstDiagnostic = regexp.MustCompile("(?s)## First diagnostic.*?```sh\n(.*?)```")
@@ -500,7 +571,7 @@ func load(ctx context.Context, lockURL string) {
 			return
 		case <-tick.C:
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, lockURL+lockapi.PathLockPrefix+"gameday:load/acquire", bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, lockURL+lockapi.PathLockPrefix+loadKey+"/acquire", bytes.NewReader(body))
 		if err == nil {
 			req.Header.Set("Content-Type", "application/json")
 			if resp, err := client.Do(req); err == nil {

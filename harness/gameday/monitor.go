@@ -200,6 +200,11 @@ func awaitReady(ctx context.Context, d *daemon, u string) error {
 // Target is one scrape job of the game day's Prometheus.
 type Target struct {
 	Job, Addr string // host:port, metrics at /metrics
+	// Interval, when not zero, replaces the global 1 s scrape interval
+	// for this job; the scrape timeout is then Interval - 100 ms. A
+	// target whose /metrics may take longer than 900 ms on purpose needs
+	// it (payment-resource waits up to 2 s for paydb's ages).
+	Interval time.Duration
 }
 
 // writeAlertmanagerConfig: one route to the webhook, every alert its own
@@ -237,7 +242,11 @@ alerting:
 scrape_configs:
 `, rules, alertmanager)
 	for _, t := range targets {
-		fmt.Fprintf(&b, "  - job_name: %q\n    static_configs:\n      - targets: [%q]\n", t.Job, t.Addr)
+		fmt.Fprintf(&b, "  - job_name: %q\n", t.Job)
+		if t.Interval > 0 {
+			fmt.Fprintf(&b, "    scrape_interval: %dms\n    scrape_timeout: %dms\n", t.Interval.Milliseconds(), (t.Interval - 100*time.Millisecond).Milliseconds())
+		}
+		fmt.Fprintf(&b, "    static_configs:\n      - targets: [%q]\n", t.Addr)
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
