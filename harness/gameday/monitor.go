@@ -256,6 +256,19 @@ type monitor struct {
 	recv     *receiver
 	prom, am *daemon
 	promURL  string
+	// promCfg is Prometheus' configuration file, amAddr Alertmanager's
+	// host:port (retarget rewrites the one with the other).
+	promCfg, amAddr string
+}
+
+// retarget points Prometheus at new scrape targets (the stack of the next
+// phase): it rewrites the configuration and sends SIGHUP, which makes
+// Prometheus reload it. Series of the old targets go stale.
+func (m *monitor) retarget(rules string, targets []Target) error {
+	if err := writePrometheusConfig(m.promCfg, rules, m.amAddr, targets); err != nil {
+		return err
+	}
+	return m.prom.cmd.Process.Signal(syscall.SIGHUP)
 }
 
 func startMonitor(ctx context.Context, dir, rules string, targets []Target) (m *monitor, err error) {
@@ -294,6 +307,7 @@ func startMonitor(ctx context.Context, dir, rules string, targets []Target) (m *
 		return m, err
 	}
 	promCfg := filepath.Join(dir, "prometheus.yml")
+	m.promCfg, m.amAddr = promCfg, amAddr
 	if err := writePrometheusConfig(promCfg, rules, amAddr, targets); err != nil {
 		return m, err
 	}
