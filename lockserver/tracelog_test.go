@@ -83,7 +83,9 @@ func TestEveryRequestLineCarriesTheTraceID(t *testing.T) {
 	}
 }
 
-func tracedID(ctx context.Context) string { return trace.SpanContextFromContext(ctx).TraceID().String() }
+func tracedID(ctx context.Context) string {
+	return trace.SpanContextFromContext(ctx).TraceID().String()
+}
 
 // heldStore is a memstore whose key k is held by someone else for a
 // minute, so that an acquire with a wait queues and ends LOCK_HELD.
