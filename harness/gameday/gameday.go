@@ -187,6 +187,12 @@ type Fault struct {
 	// Confirms, per alert, is a pattern the runbook command's answer
 	// must match to name the cause.
 	Confirms map[string]string
+	// Severity, when set, is the only severity of its alerts the fault
+	// must fire and waits to be quiet before it: a burn alert's ticket
+	// (windows of 48 and 4 minutes at 1/30 scale) may still be firing
+	// from an earlier fault or a slow start on a loaded machine, while
+	// its page (2 minutes and 10 s) has cleared. Default "": any.
+	Severity string
 	// Backend is the lock-server backend of the stack the fault needs:
 	// "" or stack.BackendPostgres, or stack.BackendEtcd (three members).
 	// Run groups the faults by backend, one stack each.
@@ -308,7 +314,8 @@ var Faults = []Fault{
 		// vacuum, a slow disk look the same to lock-server), so acquires
 		// of it wait behind the row lock and answer in 100-300 ms.
 		Name:   "lockdb-slow",
-		Alerts: []string{"LockAcquireLatencyBudgetBurn"},
+		Alerts:   []string{"LockAcquireLatencyBudgetBurn"},
+		Severity: "page",
 		Inject: func(ctx context.Context, e *env) error {
 			return e.startBackground(ctx, func(ctx context.Context) error { return holdRowLocks(ctx, e.st.LockDBURL(), loadKey) })
 		},
@@ -545,7 +552,11 @@ func runFault(ctx context.Context, cfg Config, e *env, mon *monitor, f *Fault, l
 	// scrape on a loaded machine makes up 0 for a moment): the detection
 	// latency would then be shorter than the rule's "for".
 	qctx, cancel := context.WithTimeout(ctx, cfg.AlertTimeout)
-	err := mon.awaitQuery(qctx, fmt.Sprintf(`absent(ALERTS{alertname=~%q})`, strings.Join(f.Alerts, "|")))
+	quiet := fmt.Sprintf(`absent(ALERTS{alertname=~%q})`, strings.Join(f.Alerts, "|"))
+	if f.Severity != "" {
+		quiet = fmt.Sprintf(`absent(ALERTS{alertname=~%q,severity=%q})`, strings.Join(f.Alerts, "|"), f.Severity)
+	}
+	err := mon.awaitQuery(qctx, quiet)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("fault %s: its alerts were already pending or firing before it: %w", f.Name, err)
@@ -560,7 +571,11 @@ func runFault(ctx context.Context, cfg Config, e *env, mon *monitor, f *Fault, l
 	for _, alert := range f.Alerts {
 		r := Result{Alert: alert, Fault: f.Name}
 		actx, cancel := context.WithTimeout(ctx, cfg.AlertTimeout)
-		at, err := mon.recv.await(actx, alert)
+		key := alert
+		if f.Severity != "" {
+			key += "/" + f.Severity
+		}
+		at, err := mon.recv.await(actx, key)
 		cancel()
 		if err == nil {
 			r.Fired = true
@@ -598,7 +613,7 @@ func runFault(ctx context.Context, cfg Config, e *env, mon *monitor, f *Fault, l
 		out = append(out, r)
 	}
 	for name := range mon.recv.received() {
-		if !contains(f.Alerts, name) {
+		if !strings.Contains(name, "/") && !contains(f.Alerts, name) {
 			for i := range out {
 				out[i].AlsoFired = append(out[i].AlsoFired, name)
 			}

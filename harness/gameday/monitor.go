@@ -66,8 +66,11 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	for _, a := range body.Alerts {
 		if name := a.Labels["alertname"]; a.Status == "firing" && name != "" {
-			if _, ok := r.firing[name]; !ok {
-				r.firing[name] = now
+			// By name, and by name and severity (Fault.Severity).
+			for _, k := range []string{name, name + "/" + a.Labels["severity"]} {
+				if _, ok := r.firing[k]; !ok {
+					r.firing[k] = now
+				}
 			}
 		}
 	}
@@ -86,7 +89,8 @@ func (r *receiver) reset() {
 	r.mu.Unlock()
 }
 
-// received returns the alert names received firing since the last reset.
+// received returns the alert names received firing since the last reset,
+// each also as name/severity.
 func (r *receiver) received() map[string]time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
