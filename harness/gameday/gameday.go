@@ -313,7 +313,7 @@ var Faults = []Fault{
 		// another session for 300 ms at a time (a long transaction, a
 		// vacuum, a slow disk look the same to lock-server), so acquires
 		// of it wait behind the row lock and answer in 100-300 ms.
-		Name:   "lockdb-slow",
+		Name:     "lockdb-slow",
 		Alerts:   []string{"LockAcquireLatencyBudgetBurn"},
 		Severity: "page",
 		Inject: func(ctx context.Context, e *env) error {
