@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -245,12 +246,27 @@ alerting:
         - targets: [%q]
 scrape_configs:
 `, rules, alertmanager)
+	// One job per name (Prometheus refuses a name twice), with every
+	// target of that name; the job's interval is its first target's.
+	var jobs []string
+	byJob := map[string][]Target{}
 	for _, t := range targets {
-		fmt.Fprintf(&b, "  - job_name: %q\n", t.Job)
-		if t.Interval > 0 {
-			fmt.Fprintf(&b, "    scrape_interval: %dms\n    scrape_timeout: %dms\n", t.Interval.Milliseconds(), (t.Interval - 100*time.Millisecond).Milliseconds())
+		if _, ok := byJob[t.Job]; !ok {
+			jobs = append(jobs, t.Job)
 		}
-		fmt.Fprintf(&b, "    static_configs:\n      - targets: [%q]\n", t.Addr)
+		byJob[t.Job] = append(byJob[t.Job], t)
+	}
+	for _, job := range jobs {
+		ts := byJob[job]
+		fmt.Fprintf(&b, "  - job_name: %q\n", job)
+		if iv := ts[0].Interval; iv > 0 {
+			fmt.Fprintf(&b, "    scrape_interval: %dms\n    scrape_timeout: %dms\n", iv.Milliseconds(), (iv - 100*time.Millisecond).Milliseconds())
+		}
+		addrs := make([]string, len(ts))
+		for i, t := range ts {
+			addrs[i] = strconv.Quote(t.Addr)
+		}
+		fmt.Fprintf(&b, "    static_configs:\n      - targets: [%s]\n", strings.Join(addrs, ", "))
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
