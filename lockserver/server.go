@@ -293,7 +293,7 @@ func (s *Server) handleLock(w http.ResponseWriter, r *http.Request) {
 	st, err := s.store.Inspect(ctx, key)
 	s.observe(ctx, err)
 	if err != nil {
-		s.fail(w, "inspect", key, err)
+		s.fail(r.Context(), w, "inspect", key, err)
 		return
 	}
 	out := api.LockState{Key: st.Key, Held: st.Lease != nil, LastToken: st.LastToken}
@@ -319,7 +319,7 @@ func (s *Server) handleOp(w http.ResponseWriter, r *http.Request) {
 	// The key is checked before the body so that a bad key is reported as
 	// such whatever the body holds.
 	if err := ValidateKey(key); err != nil {
-		s.fail(w, op[1:], key, err)
+		s.fail(r.Context(), w, op[1:], key, err)
 		return
 	}
 	switch op {
@@ -341,11 +341,11 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 		return
 	}
 	if err := api.ValidateTTLMs(req.TTLMs); err != nil {
-		s.fail(w, "acquire", key, fmt.Errorf("%w: %v", ErrInvalidArgument, err))
+		s.fail(r.Context(), w, "acquire", key, fmt.Errorf("%w: %v", ErrInvalidArgument, err))
 		return
 	}
 	if err := api.ValidateWaitMs(req.WaitMs); err != nil {
-		s.fail(w, "acquire", key, fmt.Errorf("%w: %v", ErrInvalidArgument, err))
+		s.fail(r.Context(), w, "acquire", key, fmt.Errorf("%w: %v", ErrInvalidArgument, err))
 		return
 	}
 	// The caller's budget, less the margin for the answer (overload.go).
@@ -375,7 +375,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 		l, err = s.grant(r.Context(), key, req.Owner, ttl, budgetEnd)
 	}
 	if err != nil {
-		s.fail(w, "acquire", key, err, "owner", req.Owner)
+		s.fail(r.Context(), w, "acquire", key, err, "owner", req.Owner)
 		return
 	}
 	s.logLease(r.Context(), "lock granted", api.EventLockGranted, l)
@@ -422,7 +422,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, key string) {
 	l, err := s.store.Renew(ctx, key, req.Owner, req.Token)
 	s.observe(ctx, err)
 	if err != nil {
-		s.fail(w, "renew", key, err, "owner", req.Owner, "token", req.Token)
+		s.fail(r.Context(), w, "renew", key, err, "owner", req.Owner, "token", req.Token)
 		return
 	}
 	s.logLease(r.Context(), "lease renewed", api.EventLeaseRenewed, l)
@@ -439,7 +439,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, key string) {
 	err := s.store.Release(ctx, key, req.Owner, req.Token)
 	s.observe(ctx, err)
 	if err != nil {
-		s.fail(w, "release", key, err, "owner", req.Owner, "token", req.Token)
+		s.fail(r.Context(), w, "release", key, err, "owner", req.Owner, "token", req.Token)
 		return
 	}
 	s.waitq.wake(key)
@@ -453,7 +453,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, key string) {
 		return
 	}
 	if len(req.Reason) > api.MaxReasonLen {
-		s.fail(w, "revoke", key, fmt.Errorf("%w: reason is %d bytes, longer than %d", ErrInvalidArgument, len(req.Reason), api.MaxReasonLen))
+		s.fail(r.Context(), w, "revoke", key, fmt.Errorf("%w: reason is %d bytes, longer than %d", ErrInvalidArgument, len(req.Reason), api.MaxReasonLen))
 		return
 	}
 	ctx, cancel := s.backendCtx(r)
@@ -461,7 +461,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, key string) {
 	l, err := s.store.Revoke(ctx, key, req.Token)
 	s.observe(ctx, err)
 	if err != nil {
-		s.fail(w, "revoke", key, err, "token", req.Token)
+		s.fail(r.Context(), w, "revoke", key, err, "token", req.Token)
 		return
 	}
 	s.waitq.wake(key)
@@ -472,7 +472,9 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, key string) {
 // fail maps err to the error envelope (the one place where errors become
 // HTTP statuses) and logs it. A backend failure is logged with its cause
 // and answered with a generic message: connection details stay in the log.
-func (s *Server) fail(w http.ResponseWriter, op, key string, err error, attrs ...any) {
+// Every line is written with ctx, the request's context, so that it carries
+// the request's trace (internal/logjson).
+func (s *Server) fail(ctx context.Context, w http.ResponseWriter, op, key string, err error, attrs ...any) {
 	status, code := statusOf(err)
 	if len(key) > api.MaxKeyLen {
 		key = key[:api.MaxKeyLen] + "..."
@@ -481,19 +483,19 @@ func (s *Server) fail(w http.ResponseWriter, op, key string, err error, attrs ..
 	msg := httpjson.ClientMessage(err)
 	switch {
 	case code == api.CodeBackendRestored:
-		s.log.Error("grant refused: backend may have been restored", append([]any{"event", api.EventBackendRestored}, attrs...)...)
+		s.log.ErrorContext(ctx, "grant refused: backend may have been restored", append([]any{"event", api.EventBackendRestored}, attrs...)...)
 		msg = fmt.Sprintf("%s %q refused: the backend is not provably the one earlier tokens were issued on (restored or rolled back); "+
 			"an operator must run \"lockctl advance --past N\" with N at least the largest token ever issued", op, key)
 	case status >= 500:
-		s.log.Error("lock request failed", append([]any{"event", opEvents[op].failed}, attrs...)...)
+		s.log.ErrorContext(ctx, "lock request failed", append([]any{"event", opEvents[op].failed}, attrs...)...)
 		msg = fmt.Sprintf("%s %q: the backend did not answer in time; the outcome is unknown", op, key)
 		if code == api.CodeInternal {
 			msg = op + ": internal error"
 		}
 	case code == api.CodeLockHeld:
-		s.log.Debug("lock request refused", append([]any{"event", opEvents[op].refused}, attrs...)...)
+		s.log.DebugContext(ctx, "lock request refused", append([]any{"event", opEvents[op].refused}, attrs...)...)
 	default:
-		s.log.Info("lock request refused", append([]any{"event", opEvents[op].refused}, attrs...)...)
+		s.log.InfoContext(ctx, "lock request refused", append([]any{"event", opEvents[op].refused}, attrs...)...)
 	}
 	writeError(w, status, code, msg)
 }

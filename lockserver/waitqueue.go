@@ -107,7 +107,7 @@ func newWaitQueues(max int, log *slog.Logger) *waitQueues {
 // join queues a waiter for key at the tail and returns it with its key's
 // queue, or errQueueFull. The acquire_queued event is logged before the
 // queue is unlocked, so that it is in the order of the joins.
-func (q *waitQueues) join(key, owner string) (*waiter, *keyQueue, error) {
+func (q *waitQueues) join(ctx context.Context, key, owner string) (*waiter, *keyQueue, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.n >= q.max {
@@ -124,7 +124,7 @@ func (q *waitQueues) join(key, owner string) (*waiter, *keyQueue, error) {
 		close(w.head)
 	}
 	q.n++
-	q.log.Debug("acquire queued", "event", EventAcquireQueued, "key", key, "owner", owner, "ahead", len(kq.waiters)-1)
+	q.log.DebugContext(ctx, "acquire queued", "event", EventAcquireQueued, "key", key, "owner", owner, "ahead", len(kq.waiters)-1)
 	return w, kq, nil
 }
 
@@ -179,7 +179,7 @@ func (q *waitQueues) waiting() int {
 // waitEnd passes (ErrLockHeld). waited is the time from start to the
 // backend call that granted the key.
 func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl time.Duration, start, waitEnd, budgetEnd time.Time) (l Lease, waited time.Duration, err error) {
-	w, kq, err := s.waitq.join(key, owner)
+	w, kq, err := s.waitq.join(reqCtx, key, owner)
 	if errors.Is(err, errQueueFull) {
 		// No place to wait: one ask, as a plain acquire.
 		l, err := s.grant(reqCtx, key, owner, ttl, budgetEnd)
@@ -252,10 +252,10 @@ func (s *Server) abandon(reqCtx context.Context, l Lease) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), s.cfg.RequestTimeout)
 	defer cancel()
 	if err := s.store.Release(ctx, l.Key, l.Owner, l.Token); err != nil {
-		s.log.Warn("releasing a grant whose waiter had gone failed; it expires after its TTL",
+		s.log.WarnContext(ctx, "releasing a grant whose waiter had gone failed; it expires after its TTL",
 			"event", EventWaitReleaseFailed, "key", l.Key, "owner", l.Owner, "token", l.Token, "error", err.Error())
 		return
 	}
-	s.log.Info("grant released: its waiter had gone", "event", EventWaitGrantAbandoned, "key", l.Key, "owner", l.Owner, "token", l.Token)
+	s.log.InfoContext(ctx, "grant released: its waiter had gone", "event", EventWaitGrantAbandoned, "key", l.Key, "owner", l.Owner, "token", l.Token)
 	s.waitq.wake(l.Key)
 }

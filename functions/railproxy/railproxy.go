@@ -503,7 +503,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 	p.mux.HandleFunc(api.PathReconciliations, p.handleReconcile)
 	p.mux.HandleFunc(api.PathUnsettled, p.handleUnsettled)
 	p.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		p.fail(w, p.log, fmt.Errorf("%w: no route for %s %s", ErrNotFound, r.Method, r.URL.Path))
+		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: no route for %s %s", ErrNotFound, r.Method, r.URL.Path))
 	})
 	p.metered = httpmetrics.Handler(MetricsFunction, httpmetrics.MuxRoutes(p.mux), http.HandlerFunc(p.serve))
 	return p, nil
@@ -519,7 +519,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.metered.Se
 // refusals included.
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	if !p.enter() {
-		p.fail(w, p.log, fmt.Errorf("%w: closing", ErrUnavailable))
+		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: closing", ErrUnavailable))
 		return
 	}
 	defer p.inflight.Done()
@@ -529,7 +529,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 		if reason == overload.ReasonStalled {
 			err = fmt.Errorf("%w: %w", ErrUnavailable, errStalled)
 		}
-		p.fail(w, p.log, err)
+		p.fail(r.Context(), w, p.log, err)
 		return
 	}
 	defer release()
@@ -597,19 +597,19 @@ func (p *Proxy) Close() error {
 func (p *Proxy) holder(w http.ResponseWriter, r *http.Request) (h payoutevent.Holder, ok bool) {
 	token, err := fencing.TokenFrom(r)
 	if err != nil {
-		p.fail(w, p.log, fmt.Errorf("%w: %w", ErrInvalidToken, err))
+		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %w", ErrInvalidToken, err))
 		return h, false
 	}
 	owner, err := fencing.OwnerFrom(r)
 	if err != nil {
-		p.fail(w, p.log, fmt.Errorf("%w: %w", ErrInvalidRequest, err))
+		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %w", ErrInvalidRequest, err))
 		return h, false
 	}
 	proof, err := fencing.ProofFrom(r)
 	if err != nil && !p.cfg.FencingDisabled {
 		// Before the body is read: the account is not known yet.
 		fencing.LogUnverified(r.Context(), p.log, "rail", "", token, owner, err)
-		p.fail(w, p.log, fmt.Errorf("%w: %w", ErrUnverifiedToken, err))
+		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %w", ErrUnverifiedToken, err))
 		return h, false
 	}
 	return payoutevent.Holder{Token: token, Proof: proof, Owner: owner}, true
@@ -627,22 +627,22 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	token, owner := h.Token, h.Owner
 	var req api.SubmitRequest
 	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
-		p.fail(w, p.log, err)
+		p.fail(r.Context(), w, p.log, err)
 		return
 	}
 	if err := cmp.Or(req.Validate(), iso4217.Check(req.Currency)); err != nil {
-		p.fail(w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
+		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}
 	var err error
 	if req.TermsSignature, err = termsSignature(r, req.BodyTermsSignature); err != nil {
-		p.fail(w, p.log, err)
+		p.fail(r.Context(), w, p.log, err)
 		return
 	}
 	// Before the proof and the fence, fencing on or off: only terms
 	// payment-resource signed go any further (terms.go).
-	if err := p.verifyTerms(req, h); err != nil {
-		p.fail(w, p.log, err)
+	if err := p.verifyTerms(r.Context(), req, h); err != nil {
+		p.fail(r.Context(), w, p.log, err)
 		return
 	}
 	// The fence span: the token presented, its verification and the
@@ -655,7 +655,7 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		if err := fencing.Verify(p.cfg.ProofKeys, h.Proof, key, token); err != nil {
 			fencing.EndSpan(span, err)
 			fencing.LogUnverified(r.Context(), p.log, "rail", req.AccountID, token, owner, err, "payoutId", req.PayoutID, "accountId", req.AccountID)
-			p.fail(w, p.log, fmt.Errorf("%w: %w", ErrUnverifiedToken, err))
+			p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %w", ErrUnverifiedToken, err))
 			return
 		}
 	}
@@ -674,7 +674,7 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.As(err, &refusal):
 		refusal.Log(r.Context(), p.log, "payoutId", req.PayoutID, "accountId", req.AccountID, "token", token, "attemptId", attemptID)
-		p.fail(w, lg, err)
+		p.fail(r.Context(), w, lg, err)
 		return
 	case errors.As(err, &dup):
 		lg.WarnContext(ctx, "payout already went to the rail; not forwarding it again", "event", api.EventSubmissionDuplicate,
@@ -688,7 +688,7 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		})
 		return
 	case err != nil:
-		p.fail(w, lg, err)
+		p.fail(r.Context(), w, lg, err)
 		return
 	}
 	lg = lg.With("attemptId", attemptID)
@@ -709,7 +709,7 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		}
 		lg.ErrorContext(ctx, "rail outcome unknown; the money may have moved: reconcile, never retry blindly",
 			"event", api.EventSubmissionAmbiguous, "error", err.Error())
-		p.fail(w, lg, fmt.Errorf("%w: attempt %d: %v", ErrRailAmbiguous, attemptID, err))
+		p.fail(r.Context(), w, lg, fmt.Errorf("%w: attempt %d: %v", ErrRailAmbiguous, attemptID, err))
 		return
 	}
 	state, event := api.StateAcked, api.EventSubmissionAcked
@@ -739,15 +739,15 @@ func (p *Proxy) notReached(ctx context.Context, w http.ResponseWriter, lg *slog.
 	released, err := p.notSent(ctx, attemptID, payout)
 	switch {
 	case err != nil:
-		lg.Error("could not record that the rail did not take the submission; the attempt stays forwarding", "event", api.EventAttemptUpdateFailed,
+		lg.ErrorContext(ctx, "could not record that the rail did not take the submission; the attempt stays forwarding", "event", api.EventAttemptUpdateFailed,
 			"state", api.StateNotSent, "error", err.Error())
 	case !released:
-		lg.Warn("the rail did not take the submission, but the attempt was recorded otherwise meanwhile; it stays the payout's forward",
+		lg.WarnContext(ctx, "the rail did not take the submission, but the attempt was recorded otherwise meanwhile; it stays the payout's forward",
 			"event", api.EventAttemptUpdateFailed, "state", api.StateNotSent)
 	}
-	lg.Warn("the rail did not take the submission; nothing moved, the payout may be submitted again",
+	lg.WarnContext(ctx, "the rail did not take the submission; nothing moved, the payout may be submitted again",
 		"event", api.EventSubmissionNotReached, "released", released, "error", cause.Error())
-	p.fail(w, lg, fmt.Errorf("%w: attempt %d: %v", ErrRailNotReached, attemptID, cause))
+	p.fail(ctx, w, lg, fmt.Errorf("%w: attempt %d: %v", ErrRailNotReached, attemptID, cause))
 }
 
 // stopped answers a forward the rail refused for a stop order on the
@@ -756,12 +756,12 @@ func (p *Proxy) notReached(ctx context.Context, w http.ResponseWriter, lg *slog.
 // PAYOUT_STOPPED.
 func (p *Proxy) stopped(ctx context.Context, w http.ResponseWriter, lg *slog.Logger, attemptID int64, cause error) {
 	if err := p.finish(ctx, attemptID, api.StateNotAtRail, ""); err != nil {
-		lg.Error("could not record the rail's refusal; the attempt stays forwarding", "event", api.EventAttemptUpdateFailed,
+		lg.ErrorContext(ctx, "could not record the rail's refusal; the attempt stays forwarding", "event", api.EventAttemptUpdateFailed,
 			"state", api.StateNotAtRail, "error", err.Error())
 	}
-	lg.Warn("the rail refused the submission: a reconciliation stopped the payout's reference; nothing moved",
+	lg.WarnContext(ctx, "the rail refused the submission: a reconciliation stopped the payout's reference; nothing moved",
 		"event", api.EventSubmissionStopped, "error", cause.Error())
-	p.fail(w, lg, fmt.Errorf("%w: attempt %d: %v", ErrPayoutStopped, attemptID, cause))
+	p.fail(ctx, w, lg, fmt.Errorf("%w: attempt %d: %v", ErrPayoutStopped, attemptID, cause))
 }
 
 // receipt signs the rail's answer to a payout's one forwarded submission
@@ -792,12 +792,12 @@ func (p *Proxy) handleHighWater(w http.ResponseWriter, r *http.Request) {
 	}
 	acct := r.PathValue("accountId")
 	if err := api.ValidateAccountID(acct); err != nil {
-		p.fail(w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
+		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}
 	hw, err := p.highWater(r.Context(), acct)
 	if err != nil {
-		p.fail(w, p.log, err)
+		p.fail(r.Context(), w, p.log, err)
 		return
 	}
 	httpjson.WriteJSON(w, http.StatusOK, api.HighWater{AccountID: acct, HighWater: hw})
@@ -811,16 +811,16 @@ func (p *Proxy) handleAttempts(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	payout := q.Get(api.QueryPayoutID)
 	if len(q[api.QueryPayoutID]) != 1 {
-		p.fail(w, p.log, fmt.Errorf("%w: query parameter %s must be given once", ErrInvalidRequest, api.QueryPayoutID))
+		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: query parameter %s must be given once", ErrInvalidRequest, api.QueryPayoutID))
 		return
 	}
 	if err := api.ValidatePayoutID(payout); err != nil {
-		p.fail(w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
+		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}
 	list, err := p.attempts(r.Context(), payout)
 	if err != nil {
-		p.fail(w, p.log, err)
+		p.fail(r.Context(), w, p.log, err)
 		return
 	}
 	httpjson.WriteJSON(w, http.StatusOK, api.AttemptList{Attempts: list})
@@ -828,7 +828,7 @@ func (p *Proxy) handleAttempts(w http.ResponseWriter, r *http.Request) {
 
 func (p *Proxy) methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed string) {
 	w.Header().Set("Allow", allowed)
-	p.fail(w, p.log, fmt.Errorf("%w: %s %s; use %s", errMethod, r.Method, r.URL.Path, allowed))
+	p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %s %s; use %s", errMethod, r.Method, r.URL.Path, allowed))
 }
 
 // fail answers err with the envelope, through statusOf, and logs server
@@ -837,8 +837,9 @@ func (p *Proxy) methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed
 // rail_submission_not_reached and rail_submission_stopped have been logged
 // by the caller. A 5xx answer carries a generic message
 // (serverMessage): the cause (a driver's error, SQL, the rail's address)
-// goes to the log only.
-func (p *Proxy) fail(w http.ResponseWriter, lg *slog.Logger, err error) {
+// goes to the log only. Every line is written with ctx, the request's
+// context, so that it carries the request's trace (internal/logjson).
+func (p *Proxy) fail(ctx context.Context, w http.ResponseWriter, lg *slog.Logger, err error) {
 	status, code, retryable := statusOf(err)
 	msg := httpjson.ClientMessage(err)
 	if status >= 500 {
@@ -855,14 +856,14 @@ func (p *Proxy) fail(w http.ResponseWriter, lg *slog.Logger, err error) {
 		// Shed at once: one line per refused request would flood the log
 		// exactly when the service is in trouble; backend_stalled and the
 		// gauges tell it once.
-		lg.Debug("rail-proxy request shed", "event", api.EventRequestFailed, "code", code, "error", err.Error())
+		lg.DebugContext(ctx, "rail-proxy request shed", "event", api.EventRequestFailed, "code", code, "error", err.Error())
 	case code == api.CodeRestored:
-		lg.Error("raildb was restored: submission refused until rail-proxy recover-restore (docs/runbooks/raildb-restore.md)",
+		lg.ErrorContext(ctx, "raildb was restored: submission refused until rail-proxy recover-restore (docs/runbooks/raildb-restore.md)",
 			"event", api.EventRaildbRestored, "code", code, "error", err.Error())
 	case status >= 500:
-		lg.Error("rail-proxy request failed", "event", api.EventRequestFailed, "code", code, "error", err.Error())
+		lg.ErrorContext(ctx, "rail-proxy request failed", "event", api.EventRequestFailed, "code", code, "error", err.Error())
 	default:
-		lg.Debug("rail-proxy request refused", "event", api.EventRequestRefused, "code", code, "error", err.Error())
+		lg.DebugContext(ctx, "rail-proxy request refused", "event", api.EventRequestRefused, "code", code, "error", err.Error())
 	}
 	if status == http.StatusServiceUnavailable && retryable {
 		overload.SetRetryAfter(w.Header())

@@ -26,6 +26,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
@@ -81,7 +82,9 @@ func (r *rig) proxy(mod func(*railproxy.Config)) *railproxy.Proxy {
 	if mod != nil {
 		mod(&cfg)
 	}
-	log := slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	// logjson as in production: a line logged with a traced context
+	// carries the trace id (tracelog_test.go).
+	log := logjson.New(r.logs, slog.LevelDebug, false)
 	p, err := railproxy.New(r.t.Context(), cfg, log)
 	if err != nil {
 		r.t.Fatalf("railproxy.New: %v", err)

@@ -87,7 +87,7 @@ func (p *Proxy) handleReconcile(w http.ResponseWriter, r *http.Request) {
 	}
 	var req api.ReconcileRequest
 	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
-		p.fail(w, p.log, err)
+		p.fail(r.Context(), w, p.log, err)
 		return
 	}
 	err := req.Validate()
@@ -98,11 +98,11 @@ func (p *Proxy) handleReconcile(w http.ResponseWriter, r *http.Request) {
 		req.TermsSignature, err = termsSignature(r, req.BodyTermsSignature)
 	}
 	if errors.Is(err, ErrInvalidRequest) {
-		p.fail(w, p.log, err)
+		p.fail(r.Context(), w, p.log, err)
 		return
 	}
 	if err != nil {
-		p.fail(w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
+		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}
 	lg := p.log.With("payoutId", req.PayoutID, "token", h.Token, "ownerId", h.Owner)
@@ -111,7 +111,7 @@ func (p *Proxy) handleReconcile(w http.ResponseWriter, r *http.Request) {
 		rec, err = p.closePayout(r.Context(), req, h, lg)
 	}
 	if err != nil {
-		p.fail(w, lg, fmt.Errorf("%w: %w", errReconciling, err))
+		p.fail(r.Context(), w, lg, fmt.Errorf("%w: %w", errReconciling, err))
 		return
 	}
 	httpjson.WriteJSON(w, http.StatusOK, rec)
@@ -236,7 +236,7 @@ RETURNING attempt_id, created_at`
 func (p *Proxy) closePayout(ctx context.Context, req api.ReconcileRequest, h payoutevent.Holder, lg *slog.Logger) (api.Reconciliation, error) {
 	// The facts must be the payout's as payment-resource created it,
 	// checked as a submission's terms are, before anything is recorded.
-	if err := p.verifyTerms(api.SubmitRequest(req), h); err != nil {
+	if err := p.verifyTerms(ctx, api.SubmitRequest(req), h); err != nil {
 		return api.Reconciliation{}, err
 	}
 	if !p.cfg.FencingDisabled {
@@ -304,7 +304,7 @@ func (p *Proxy) closePayout(ctx context.Context, req api.ReconcileRequest, h pay
 	}
 	a.CreatedAt = a.CreatedAt.UTC()
 	lg = lg.With("accountId", a.AccountID, "attemptId", a.AttemptID)
-	lg.Warn("payout never forwarded: closed (its later submissions are refused), stopping its reference at the rail",
+	lg.WarnContext(ctx, "payout never forwarded: closed (its later submissions are refused), stopping its reference at the rail",
 		"event", api.EventPayoutClosed)
 	return p.settleAtRail(ctx, a, lg)
 }
@@ -484,7 +484,7 @@ func (p *Proxy) handleUnsettled(w http.ResponseWriter, r *http.Request) {
 		}
 		n, err := strconv.ParseInt(vals[0], 10, 64)
 		if len(vals) != 1 || err != nil || n < 1 || name == api.QueryLimit && n > api.MaxUnsettledLimit {
-			p.fail(w, p.log, fmt.Errorf("%w: query parameter %s must be given once, a positive integer (limit at most %d)",
+			p.fail(r.Context(), w, p.log, fmt.Errorf("%w: query parameter %s must be given once, a positive integer (limit at most %d)",
 				ErrInvalidRequest, name, api.MaxUnsettledLimit))
 			return
 		}
@@ -492,20 +492,20 @@ func (p *Proxy) handleUnsettled(w http.ResponseWriter, r *http.Request) {
 	}
 	for name := range q {
 		if name != api.QueryLimit && name != api.QueryAfter {
-			p.fail(w, p.log, fmt.Errorf("%w: unknown query parameter %q", ErrInvalidRequest, name))
+			p.fail(r.Context(), w, p.log, fmt.Errorf("%w: unknown query parameter %q", ErrInvalidRequest, name))
 			return
 		}
 	}
 	if !p.cfg.FencingDisabled {
 		if err := fencing.Verify(p.cfg.ProofKeys, h.Proof, api.UnsettledLockKey, h.Token); err != nil {
 			fencing.LogUnverified(r.Context(), p.log, "rail", api.UnsettledLockKey, h.Token, h.Owner, err)
-			p.fail(w, p.log, fmt.Errorf("%w: %w", ErrUnverifiedToken, err))
+			p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %w", ErrUnverifiedToken, err))
 			return
 		}
 	}
 	list, err := p.unsettled(r.Context(), after, limit)
 	if err != nil {
-		p.fail(w, p.log, fmt.Errorf("%w: %w", errReconciling, err))
+		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %w", errReconciling, err))
 		return
 	}
 	httpjson.WriteJSON(w, http.StatusOK, list)

@@ -1,6 +1,7 @@
 package railproxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -90,12 +91,12 @@ func termsSignature(r *http.Request, body string) (string, error) {
 // wrapping ErrInvalidTerms, ErrTermsKeyUnknown or ErrTermsUnsigned; it
 // touches neither raildb nor the rail. With Config.TermsNotRequired, a
 // request without any signature passes (EventTermsUnsigned at WARN).
-func (p *Proxy) verifyTerms(req api.SubmitRequest, h payoutevent.Holder) error {
+func (p *Proxy) verifyTerms(ctx context.Context, req api.SubmitRequest, h payoutevent.Holder) error {
 	sig := req.Signature()
 	attrs := []any{"payoutId", req.PayoutID, "accountId", req.AccountID, "amountMinor", req.AmountMinor, "currency", req.Currency,
 		"token", h.Token, "ownerId", h.Owner}
 	if sig == "" && p.cfg.TermsNotRequired {
-		p.log.Warn("payout terms without a signature let through: terms are not required ("+api.EnvTermsRequired+"=false)",
+		p.log.WarnContext(ctx, "payout terms without a signature let through: terms are not required ("+api.EnvTermsRequired+"=false)",
 			append([]any{"event", api.EventTermsUnsigned}, attrs...)...)
 		return nil
 	}
@@ -111,7 +112,7 @@ func (p *Proxy) verifyTerms(req api.SubmitRequest, h payoutevent.Holder) error {
 		refusal = ErrTermsKeyUnknown
 	}
 	_, code, _ := statusOf(refusal)
-	p.log.Warn("payout terms refused: payment-resource's signature over them is not verified", append([]any{"event", api.EventTermsRefused},
+	p.log.WarnContext(ctx, "payout terms refused: payment-resource's signature over them is not verified", append([]any{"event", api.EventTermsRefused},
 		append(attrs, "code", string(code), "reason", err.Error())...)...)
 	return fmt.Errorf("%w: %w", refusal, err)
 }

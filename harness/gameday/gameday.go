@@ -39,6 +39,7 @@ import (
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/ops/slo"
 )
 
 // Sentinel errors.
@@ -133,6 +134,38 @@ type env struct {
 	st   *stack.Stack
 	mu   sync.Mutex
 	vars map[string]string // the runbook commands' environment (LS, PAY, ...)
+	// bgStop and bgDone are the running background fault (startBackground).
+	bgStop context.CancelFunc
+	bgDone chan error
+}
+
+// startBackground runs fault in a goroutine until stopBackground (a fault
+// that must keep acting while it is on, such as holding row locks).
+func (e *env) startBackground(ctx context.Context, fault func(context.Context) error) error {
+	bctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- fault(bctx) }() // ends with bctx (stopBackground)
+	e.mu.Lock()
+	e.bgStop, e.bgDone = cancel, done
+	e.mu.Unlock()
+	return nil
+}
+
+// stopBackground stops the goroutine of startBackground and returns its
+// error (nil when it ended because it was stopped).
+func (e *env) stopBackground() error {
+	e.mu.Lock()
+	cancel, done := e.bgStop, e.bgDone
+	e.bgStop, e.bgDone = nil, nil
+	e.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
 }
 
 func (e *env) set(k, v string) {
@@ -154,6 +187,16 @@ type Fault struct {
 	// Confirms, per alert, is a pattern the runbook command's answer
 	// must match to name the cause.
 	Confirms map[string]string
+	// Severity, when set, is the only severity of its alerts the fault
+	// must fire and waits to be quiet before it: a burn alert's ticket
+	// (windows of 48 and 4 minutes at 1/30 scale) may still be firing
+	// from an earlier fault or a slow start on a loaded machine, while
+	// its page (2 minutes and 10 s) has cleared. Default "": any.
+	Severity string
+	// Backend is the lock-server backend of the stack the fault needs:
+	// "" or stack.BackendPostgres, or stack.BackendEtcd (three members).
+	// Run groups the faults by backend, one stack each.
+	Backend string
 }
 
 // Faults are every fault of the game day.
@@ -239,20 +282,82 @@ var Faults = []Fault{
 			"LockAcquireErrorBudgetBurn": `(?i)BACKEND_UNAVAILABLE|unavailable|refused`,
 		},
 	},
+	{
+		// paydb and raildb (one cluster) frozen: connections accepted and
+		// never answered. payment-resource's payout API and rail-proxy
+		// wait out their database timeout, mark it stalled and shed.
+		Name:   "paydb-frozen",
+		Alerts: []string{"PayoutDatabaseStalled", "PayoutAPIErrorBudgetBurn"},
+		Inject: func(ctx context.Context, e *env) error { return e.st.Freeze(stack.ClusterPaydb) },
+		Heal:   func(ctx context.Context, e *env) error { return e.st.Thaw(stack.ClusterPaydb) },
+		Confirms: map[string]string{
+			"PayoutDatabaseStalled":    `psql exit 124`,
+			"PayoutAPIErrorBudgetBurn": `class="5xx",function="payment-resource",route="/v1/payouts[^"]*"\} [1-9]`,
+		},
+	},
+	{
+		// The Pub/Sub server frozen (SIGSTOP) while payouts are created:
+		// payment-resource's outbox cannot publish, its rows wait.
+		Name:   "pubsub-frozen",
+		Alerts: []string{"PayoutOutboxStuck"},
+		Inject: func(ctx context.Context, e *env) error { return e.st.Freeze("pubsub-fake") },
+		Heal:   func(ctx context.Context, e *env) error { return e.st.Thaw("pubsub-fake") },
+		// The unpublished rows counted (a count of 1 or more).
+		Confirms: map[string]string{"PayoutOutboxStuck": `(?m)^\s*[1-9][0-9]* \|`},
+	},
+	{
+		// Last of the PostgreSQL faults: on a loaded machine the latency
+		// SLO burns by itself while the stack is young (few samples, slow
+		// start-up), and its alert must be quiet before the fault.
+		// lockdb answers, slowly: the load's lock row is held FOR UPDATE by
+		// another session for 300 ms at a time (a long transaction, a
+		// vacuum, a slow disk look the same to lock-server), so acquires
+		// of it wait behind the row lock and answer in 100-300 ms.
+		Name:     "lockdb-slow",
+		Alerts:   []string{"LockAcquireLatencyBudgetBurn"},
+		Severity: "page",
+		Inject: func(ctx context.Context, e *env) error {
+			return e.startBackground(ctx, func(ctx context.Context) error { return holdRowLocks(ctx, e.st.LockDBURL(), loadKey) })
+		},
+		Heal: func(ctx context.Context, e *env) error { return e.stopBackground() },
+		// The runbook's pg_stat_activity shows acquires waiting on a row lock.
+		Confirms: map[string]string{"LockAcquireLatencyBudgetBurn": `Lock +\| +(tuple|transactionid)`},
+	},
+	{
+		// The etcd leader killed and restarted four times in a row, as
+		// repeated evictions of the leader's pod would: each kill is an
+		// election (lock-server on etcd sees a second of failed calls).
+		Name:    "etcd-leader-churn",
+		Backend: stack.BackendEtcd,
+		Alerts:  []string{"EtcdLeaderChangesFrequent"},
+		Inject:  func(ctx context.Context, e *env) error { return churnEtcdLeader(ctx, e.st, 4) },
+		// Some member has seen more than its first leader.
+		Confirms: map[string]string{"EtcdLeaderChangesFrequent": `(?m)etcd_server_leader_changes_seen_total ([2-9]|[1-9][0-9]+)$`},
+	},
+	{
+		// Two of the three etcd members killed: the survivor has no
+		// quorum, so no leader (etcd's CheckQuorum makes a leader step
+		// down when it cannot hear a majority).
+		Name:    "etcd-quorum-lost",
+		Backend: stack.BackendEtcd,
+		Alerts:  []string{"EtcdNoLeader"},
+		Inject: func(ctx context.Context, e *env) error {
+			return errors.Join(e.st.Kill("etcd-1"), e.st.Kill("etcd-2"))
+		},
+		Heal: func(ctx context.Context, e *env) error {
+			return errors.Join(e.st.Restart(ctx, "etcd-1"), e.st.Restart(ctx, "etcd-2"))
+		},
+		Confirms: map[string]string{"EtcdNoLeader": `etcd_server_has_leader 0`},
+	},
 }
 
 // NotFiredLocally are the alerts of ops/slo.yaml that no fault of this
 // game day fires, and why.
 var NotFiredLocally = map[string]string{
-	"LockAcquireLatencyBudgetBurn": "needs acquires slower than 100 ms for minutes of game time; the stack offers no way to slow lockdb without stopping it (pgcluster.Freeze is not exposed by local/stack), and a stopped lockdb fires LockStoreUnreachable instead. Not built yet.",
-	"PayoutCompletionBudgetBurn":   "its threshold (60 s from creation to posted) is a bucket of payout_completion_seconds and is not scaled by 1/30: a burn needs payouts held over 60 s each for minutes. Not built yet.",
-	"PayoutDeadLettered":           "counted by the local push bridge only when an executor fails every delivery attempt; needs an executor crashing on every delivery (a fault switch the executor does not have). Not built yet.",
-	"PayoutsNeedingAttention":      "needs a payout driven into needs_attention (a permanent refusal, e.g. a receipt that does not verify); not built yet.",
-	"PayoutAmbiguousTooLong":       "the age threshold (30 min, 60 s at 1/30) is a gauge value, so the payout must stay ambiguous for over 70 s of wall time; not built yet.",
-	"PayoutOutboxStuck":            "needs the outbox publisher stopped while payouts are created (killing pubsub-fake); not built yet.",
-	"PayoutDatabaseStalled":        "needs paydb or raildb frozen (SIGSTOP) under load; local/stack does not expose pgcluster.Freeze. Not built yet.",
-	"EtcdNoLeader":                 "needs the etcd backend with three members and their metrics scraped; the game day runs the PostgreSQL backend. Not built yet.",
-	"EtcdLeaderChangesFrequent":    "as EtcdNoLeader, and four leader changes within 2 minutes of game time.",
+	"PayoutCompletionBudgetBurn": "its threshold (60 s from creation to posted) is a bucket of payout_completion_seconds and is not scaled by 1/30: a burn needs payouts finishing later than 60 s each, for minutes of game time, which is over 70 s of wall time per fault on top of the executor path the game day does not drive (no push bridge runs). Not built yet.",
+	"PayoutDeadLettered":         "counted by the local push bridge (functions/payoutbus) inside the process that runs it; the game day runs no push bridge and Prometheus scrapes no harness process. Needs the bridge, a /metrics endpoint for it and a poison payout message. Not built yet.",
+	"PayoutsNeedingAttention":    "needs a payout driven into needs_attention through the executor (a permanent refusal, e.g. a rail receipt that does not verify); the game day drives no executor (no push bridge). Not built yet.",
+	"PayoutAmbiguousTooLong":     "the age threshold (30 min, 60 s at 1/30) is a gauge value, not a window: the payout must stay ambiguous for over 60 s plus the 10 s for, over 70 s of wall time, and be made ambiguous through an executor. Not built yet.",
 }
 
 func faultByName(name string) *Fault {
@@ -299,51 +404,14 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if out, err := lockctl.CombinedOutput(); err != nil {
 		return rep, fmt.Errorf("build lockctl: %w\n%s", err, out)
 	}
-	st, err := stack.Start(ctx, stack.Config{Backend: stack.BackendPostgres, PaymentFencing: true, RailFencing: true,
-		Executors: []stack.ExecutorSpec{{Name: "A"}}, Dir: filepath.Join(cfg.Dir, "stack"), BinDir: bin, Log: log,
-		RailJournal: true}) // PayoutSubmittedTwice's runbook reads the rail's journal
-	if err != nil {
-		return rep, err
-	}
-	defer st.Stop()
-	hostOf := func(u string) string { return strings.TrimPrefix(strings.TrimPrefix(u, "http://"), "https://") }
-	targets := []Target{
-		{"lock-server", hostOf(st.LockServerURL())},
-		{"payment-resource", hostOf(st.PaymentResourceURL())},
-		{"rail-proxy", hostOf(st.RailProxyURL())},
-		{"rail-stub", hostOf(st.RailStubURL())},
-		{"executor", hostOf(st.ExecutorURL("A"))},
-	}
-	mon, err := startMonitor(ctx, cfg.Dir, filepath.Join(cfg.Repo, "ops/prometheus/gameday/rules.yml"), targets)
-	if err != nil {
-		return rep, err
-	}
-	defer mon.stop()
-	// Every target scraped once, so that absent() and rates have data.
-	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	err = mon.awaitQuery(wctx, fmt.Sprintf(`count(up == 1) == %d`, len(targets)))
-	cancel()
-	if err != nil {
-		return rep, err
-	}
-	e := &env{st: st, vars: map[string]string{
-		"LS": st.LockServerURL(), "PAY": st.PaymentResourceURL(), "PROXY": st.RailProxyURL(), "STUB": st.RailStubURL(),
-		lockapi.EnvLockDBURL: st.LockDBURL(), payapi.EnvDatabaseURL: st.PayDBURL(), railapi.EnvDatabaseURL: st.RailDBURL(),
-		"RAIL_STUB_JOURNAL": filepath.Join(st.Dir(), "rail-stub.journal.jsonl"), // where local/stack keeps it
-		"PATH":              bin + string(os.PathListSeparator) + os.Getenv("PATH"),
-	}}
-	lctx, stopLoad := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { load(lctx, st.LockServerURL()) }) // ends with lctx
-	defer func() { stopLoad(); wg.Wait() }()
-	// A few seconds of healthy traffic before the first fault: the burn
-	// rules need a total to divide by.
-	if err := mon.awaitQuery(ctx, `sum(rate(lockserver_requests_total{op="acquire"}[10s])) > 0`); err != nil {
-		return rep, err
-	}
-	for _, name := range faults {
-		f := faultByName(name)
-		rs, err := runFault(ctx, cfg, e, mon, f, log)
+	var mon *monitor
+	defer func() {
+		if mon != nil {
+			mon.stop()
+		}
+	}()
+	for _, ph := range phasesOf(faults) {
+		rs, err := runPhase(ctx, cfg, bin, &mon, ph, log)
 		rep.Results = append(rep.Results, rs...)
 		if err != nil {
 			return rep, err
@@ -360,6 +428,123 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	return rep, nil
 }
 
+// phase is the faults run on one stack: those of one lock-server backend.
+type phase struct {
+	backend string
+	faults  []*Fault
+}
+
+// phasesOf groups the faults by backend, PostgreSQL first, keeping their
+// order within each: each group runs on a stack of its own.
+func phasesOf(names []string) []phase {
+	var pg, etcd phase
+	pg.backend, etcd.backend = stack.BackendPostgres, stack.BackendEtcd
+	for _, n := range names {
+		f := faultByName(n)
+		if f.Backend == stack.BackendEtcd {
+			etcd.faults = append(etcd.faults, f)
+		} else {
+			pg.faults = append(pg.faults, f)
+		}
+	}
+	var out []phase
+	for _, ph := range []phase{pg, etcd} {
+		if len(ph.faults) > 0 {
+			out = append(out, ph)
+		}
+	}
+	return out
+}
+
+// runPhase starts the stack of ph (the etcd backend runs three etcd
+// members, each scraped), starts the monitoring (*mon nil) or points it
+// at the new stack (a reload of Prometheus), keeps the steady load on it,
+// and runs ph's faults in turn. The stack is stopped when it returns.
+func runPhase(ctx context.Context, cfg Config, bin string, mon **monitor, ph phase, log *slog.Logger) ([]Result, error) {
+	scfg := stack.Config{Backend: ph.backend, PaymentFencing: true, RailFencing: true,
+		Executors: []stack.ExecutorSpec{{Name: "A"}}, Dir: filepath.Join(cfg.Dir, "stack-"+ph.backend), BinDir: bin, Log: log,
+		RailJournal: true} // PayoutSubmittedTwice's runbook reads the rail's journal
+	if ph.backend == stack.BackendEtcd {
+		scfg.EtcdMembers = 3
+	}
+	st, err := stack.Start(ctx, scfg)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Stop()
+	hostOf := func(u string) string { return strings.TrimPrefix(strings.TrimPrefix(u, "http://"), "https://") }
+	targets := []Target{
+		{Job: "lock-server", Addr: hostOf(st.LockServerURL())},
+		// Its /metrics reads two ages from paydb, waiting up to 2 s
+		// (paymentresource.ageTimeout): with the global 900 ms timeout a
+		// frozen paydb would fail the whole scrape and hide the
+		// payout API's 5xx and paymentresource_db_stalled with it.
+		{Job: "payment-resource", Addr: hostOf(st.PaymentResourceURL()), Interval: 3 * time.Second},
+		{Job: "rail-proxy", Addr: hostOf(st.RailProxyURL())},
+		{Job: "rail-stub", Addr: hostOf(st.RailStubURL())},
+		{Job: "executor", Addr: hostOf(st.ExecutorURL("A"))},
+	}
+	for _, ep := range st.EtcdEndpoints() {
+		// Embedded etcd serves its metrics on the client URL.
+		targets = append(targets, Target{Job: "etcd", Addr: hostOf(ep)})
+	}
+	rules := filepath.Join(cfg.Repo, "ops/prometheus/gameday/rules.yml")
+	if *mon == nil {
+		m, err := startMonitor(ctx, cfg.Dir, rules, targets) // stopped by itself on error
+		if err != nil {
+			return nil, err
+		}
+		*mon = m
+	} else if err := (*mon).retarget(rules, targets); err != nil {
+		return nil, err
+	}
+	m := *mon
+	// Every target scraped once, so that absent() and rates have data.
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	for _, t := range targets {
+		if err := m.awaitQuery(wctx, fmt.Sprintf(`up{job=%q,instance=%q} == 1`, t.Job, t.Addr)); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	cancel()
+	e := &env{st: st, vars: map[string]string{
+		"LS": st.LockServerURL(), "PAY": st.PaymentResourceURL(), "PROXY": st.RailProxyURL(), "STUB": st.RailStubURL(),
+		lockapi.EnvLockDBURL: st.LockDBURL(), payapi.EnvDatabaseURL: st.PayDBURL(), railapi.EnvDatabaseURL: st.RailDBURL(),
+		"ETCD":              strings.Join(st.EtcdEndpoints(), ","),
+		"RAIL_STUB_JOURNAL": filepath.Join(st.Dir(), "rail-stub.journal.jsonl"), // where local/stack keeps it
+		"PATH":              bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+	}}
+	lctx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { load(lctx, st.LockServerURL()) }) // ends with lctx
+	defer func() { stopLoad(); wg.Wait() }()
+	if err := payoutLoadSetup(ctx, st.PaymentResourceURL()); err != nil {
+		return nil, err
+	}
+	wg.Go(func() { payoutLoad(lctx, st.PaymentResourceURL(), st.RailProxyURL()) }) // ends with lctx
+	defer func() { _ = e.stopBackground() }()
+	// A few seconds of healthy traffic before the first fault: the burn
+	// rules need a total to divide by.
+	for _, q := range []string{
+		`sum(rate(lockserver_requests_total{op="acquire"}[10s])) > 0`,
+		`sum(rate(function_requests_total{function="payment-resource",route=~"/v1/payouts.*"}[10s])) > 0`,
+	} {
+		if err := m.awaitQuery(ctx, q); err != nil {
+			return nil, err
+		}
+	}
+	var out []Result
+	for _, f := range ph.faults {
+		rs, err := runFault(ctx, cfg, e, m, f, log)
+		out = append(out, rs...)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
 // runFault injects f, awaits each of its alerts and runs their runbook
 // steps, then heals.
 func runFault(ctx context.Context, cfg Config, e *env, mon *monitor, f *Fault, log *slog.Logger) ([]Result, error) {
@@ -367,7 +552,11 @@ func runFault(ctx context.Context, cfg Config, e *env, mon *monitor, f *Fault, l
 	// scrape on a loaded machine makes up 0 for a moment): the detection
 	// latency would then be shorter than the rule's "for".
 	qctx, cancel := context.WithTimeout(ctx, cfg.AlertTimeout)
-	err := mon.awaitQuery(qctx, fmt.Sprintf(`absent(ALERTS{alertname=~%q})`, strings.Join(f.Alerts, "|")))
+	quiet := fmt.Sprintf(`absent(ALERTS{alertname=~%q})`, strings.Join(f.Alerts, "|"))
+	if f.Severity != "" {
+		quiet = fmt.Sprintf(`absent(ALERTS{alertname=~%q,severity=%q})`, strings.Join(f.Alerts, "|"), f.Severity)
+	}
+	err := mon.awaitQuery(qctx, quiet)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("fault %s: its alerts were already pending or firing before it: %w", f.Name, err)
@@ -382,7 +571,11 @@ func runFault(ctx context.Context, cfg Config, e *env, mon *monitor, f *Fault, l
 	for _, alert := range f.Alerts {
 		r := Result{Alert: alert, Fault: f.Name}
 		actx, cancel := context.WithTimeout(ctx, cfg.AlertTimeout)
-		at, err := mon.recv.await(actx, alert)
+		key := alert
+		if f.Severity != "" {
+			key += "/" + f.Severity
+		}
+		at, err := mon.recv.await(actx, key)
 		cancel()
 		if err == nil {
 			r.Fired = true
@@ -420,7 +613,7 @@ func runFault(ctx context.Context, cfg Config, e *env, mon *monitor, f *Fault, l
 		out = append(out, r)
 	}
 	for name := range mon.recv.received() {
-		if !contains(f.Alerts, name) {
+		if !strings.Contains(name, "/") && !contains(f.Alerts, name) {
 			for i := range out {
 				out[i].AlsoFired = append(out[i].AlsoFired, name)
 			}
@@ -456,17 +649,7 @@ func lastLines(s string, n int) string {
 // RunbookPath is the runbook of alert: docs/runbooks/<alert in kebab
 // case>.md (LockServerDown -> lock-server-down.md), as ops/slo names it.
 func RunbookPath(alert string) string {
-	var b strings.Builder
-	for i, r := range alert {
-		if r >= 'A' && r <= 'Z' {
-			if i > 0 {
-				b.WriteByte('-')
-			}
-			r += 'a' - 'A'
-		}
-		b.WriteRune(r)
-	}
-	return filepath.Join("docs", "runbooks", b.String()+".md")
+	return filepath.Join("docs", "runbooks", slo.Kebab(alert)+".md")
 }
 
 var firstDiagnostic = regexp.MustCompile("(?s)## First diagnostic.*?```sh\n(.*?)```")
@@ -500,7 +683,7 @@ func load(ctx context.Context, lockURL string) {
 			return
 		case <-tick.C:
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, lockURL+lockapi.PathLockPrefix+"gameday:load/acquire", bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, lockURL+lockapi.PathLockPrefix+loadKey+"/acquire", bytes.NewReader(body))
 		if err == nil {
 			req.Header.Set("Content-Type", "application/json")
 			if resp, err := client.Do(req); err == nil {

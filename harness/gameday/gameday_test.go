@@ -134,3 +134,32 @@ func TestRunbookPath(t *testing.T) {
 		t.Errorf("RunbookPath = %s", got)
 	}
 }
+
+// TestPrometheusConfigHasOneJobPerName: the etcd members are three
+// targets of one job; Prometheus refuses a configuration that names a job
+// twice (the etcd phase's reload failed that way).
+func TestPrometheusConfigHasOneJobPerName(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "prometheus.yml")
+	err := writePrometheusConfig(path, "rules.yml", "127.0.0.1:1", []Target{
+		{Job: "lock-server", Addr: "127.0.0.1:2"},
+		{Job: "etcd", Addr: "127.0.0.1:3"}, {Job: "etcd", Addr: "127.0.0.1:4"}, {Job: "etcd", Addr: "127.0.0.1:5"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), `job_name: "etcd"`); n != 1 {
+		t.Errorf("job etcd named %d times; want 1:\n%s", n, b)
+	}
+	if !strings.Contains(string(b), `targets: ["127.0.0.1:3", "127.0.0.1:4", "127.0.0.1:5"]`) {
+		t.Errorf("the etcd job does not list its three members:\n%s", b)
+	}
+	if _, err := exec.LookPath("promtool"); err == nil {
+		if out, err := exec.Command("promtool", "check", "config", "--syntax-only", path).CombinedOutput(); err != nil {
+			t.Errorf("promtool check config: %v\n%s", err, out)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -66,8 +67,11 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	for _, a := range body.Alerts {
 		if name := a.Labels["alertname"]; a.Status == "firing" && name != "" {
-			if _, ok := r.firing[name]; !ok {
-				r.firing[name] = now
+			// By name, and by name and severity (Fault.Severity).
+			for _, k := range []string{name, name + "/" + a.Labels["severity"]} {
+				if _, ok := r.firing[k]; !ok {
+					r.firing[k] = now
+				}
 			}
 		}
 	}
@@ -86,7 +90,8 @@ func (r *receiver) reset() {
 	r.mu.Unlock()
 }
 
-// received returns the alert names received firing since the last reset.
+// received returns the alert names received firing since the last reset,
+// each also as name/severity.
 func (r *receiver) received() map[string]time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -200,6 +205,11 @@ func awaitReady(ctx context.Context, d *daemon, u string) error {
 // Target is one scrape job of the game day's Prometheus.
 type Target struct {
 	Job, Addr string // host:port, metrics at /metrics
+	// Interval, when not zero, replaces the global 1 s scrape interval
+	// for this job; the scrape timeout is then Interval - 100 ms. A
+	// target whose /metrics may take longer than 900 ms on purpose needs
+	// it (payment-resource waits up to 2 s for paydb's ages).
+	Interval time.Duration
 }
 
 // writeAlertmanagerConfig: one route to the webhook, every alert its own
@@ -236,8 +246,27 @@ alerting:
         - targets: [%q]
 scrape_configs:
 `, rules, alertmanager)
+	// One job per name (Prometheus refuses a name twice), with every
+	// target of that name; the job's interval is its first target's.
+	var jobs []string
+	byJob := map[string][]Target{}
 	for _, t := range targets {
-		fmt.Fprintf(&b, "  - job_name: %q\n    static_configs:\n      - targets: [%q]\n", t.Job, t.Addr)
+		if _, ok := byJob[t.Job]; !ok {
+			jobs = append(jobs, t.Job)
+		}
+		byJob[t.Job] = append(byJob[t.Job], t)
+	}
+	for _, job := range jobs {
+		ts := byJob[job]
+		fmt.Fprintf(&b, "  - job_name: %q\n", job)
+		if iv := ts[0].Interval; iv > 0 {
+			fmt.Fprintf(&b, "    scrape_interval: %dms\n    scrape_timeout: %dms\n", iv.Milliseconds(), (iv - 100*time.Millisecond).Milliseconds())
+		}
+		addrs := make([]string, len(ts))
+		for i, t := range ts {
+			addrs[i] = strconv.Quote(t.Addr)
+		}
+		fmt.Fprintf(&b, "    static_configs:\n      - targets: [%s]\n", strings.Join(addrs, ", "))
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
@@ -247,6 +276,19 @@ type monitor struct {
 	recv     *receiver
 	prom, am *daemon
 	promURL  string
+	// promCfg is Prometheus' configuration file, amAddr Alertmanager's
+	// host:port (retarget rewrites the one with the other).
+	promCfg, amAddr string
+}
+
+// retarget points Prometheus at new scrape targets (the stack of the next
+// phase): it rewrites the configuration and sends SIGHUP, which makes
+// Prometheus reload it. Series of the old targets go stale.
+func (m *monitor) retarget(rules string, targets []Target) error {
+	if err := writePrometheusConfig(m.promCfg, rules, m.amAddr, targets); err != nil {
+		return err
+	}
+	return m.prom.cmd.Process.Signal(syscall.SIGHUP)
 }
 
 func startMonitor(ctx context.Context, dir, rules string, targets []Target) (m *monitor, err error) {
@@ -285,6 +327,7 @@ func startMonitor(ctx context.Context, dir, rules string, targets []Target) (m *
 		return m, err
 	}
 	promCfg := filepath.Join(dir, "prometheus.yml")
+	m.promCfg, m.amAddr = promCfg, amAddr
 	if err := writePrometheusConfig(promCfg, rules, amAddr, targets); err != nil {
 		return m, err
 	}

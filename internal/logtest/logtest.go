@@ -29,6 +29,19 @@ func (b *Buffer) Write(p []byte) (int, error) {
 // name. A line that is not JSON fails the test: every service logs JSON.
 func (b *Buffer) Events(t testing.TB, name string) []map[string]any {
 	t.Helper()
+	var out []map[string]any
+	for _, m := range b.Lines(t) {
+		if m["event"] == name {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Lines returns every line written so far, decoded, in order. A line that
+// is not JSON fails the test.
+func (b *Buffer) Lines(t testing.TB) []map[string]any {
+	t.Helper()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []map[string]any
@@ -42,9 +55,7 @@ func (b *Buffer) Events(t testing.TB, name string) []map[string]any {
 		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
 			t.Fatalf("log line %q is not JSON: %v", sc.Text(), err)
 		}
-		if m["event"] == name {
-			out = append(out, m)
-		}
+		out = append(out, m)
 	}
 	return out
 }

@@ -840,6 +840,41 @@ func (s *Stack) Restart(ctx context.Context, name string) error {
 	return err
 }
 
+// Freeze makes the part called name stop answering without going away:
+// a PostgreSQL cluster (ClusterPaydb: paydb and raildb; ClusterLockdb)
+// is frozen with pgcluster.Cluster.Freeze (SIGSTOP of the server and its
+// backends: connections are accepted by the kernel and never answered,
+// as a hung host or a paused VM looks to its clients); a process
+// (pubsub-fake, etcd-1, ...) gets SIGSTOP on its whole process group.
+// Thaw resumes it; Stop thaws first (a stopped process gets SIGCONT with
+// its SIGTERM). ErrNoSuchPart for an unknown name.
+func (s *Stack) Freeze(name string) error { return s.freeze(name, syscall.SIGSTOP) }
+
+// Thaw resumes the part Freeze stopped (SIGCONT, pgcluster.Cluster.Thaw).
+// It is a no-op for a part that is not frozen. ErrNoSuchPart for an
+// unknown name.
+func (s *Stack) Thaw(name string) error { return s.freeze(name, syscall.SIGCONT) }
+
+func (s *Stack) freeze(name string, sig syscall.Signal) error {
+	s.mu.Lock()
+	c, p := s.cluster(name), s.current[name]
+	s.mu.Unlock()
+	switch {
+	case c != nil && sig == syscall.SIGSTOP:
+		return c.Freeze()
+	case c != nil:
+		return c.Thaw()
+	case p == nil:
+		return fmt.Errorf("%w: %q", ErrNoSuchPart, name)
+	}
+	select {
+	case <-p.done:
+		return fmt.Errorf("stack: %s has exited", name)
+	default:
+	}
+	return syscall.Kill(-p.PID(), sig)
+}
+
 // spawn starts a binary of the stack with its log in the run folder and
 // records it for Stop.
 func (s *Stack) spawn(name, bin string, args, env []string, firstLine chan<- string) (*Process, error) {

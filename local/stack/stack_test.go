@@ -77,3 +77,15 @@ func TestMissingBinaryNamesTheBuildCommand(t *testing.T) {
 		t.Fatalf("Start = %v; want the go build command of the missing binary", err)
 	}
 }
+
+// Freeze and Thaw of a name that is no part of the stack are refused with
+// ErrNoSuchPart, not ignored: a game-day fault that froze nothing would
+// wait for alerts that cannot come.
+func TestFreezeOfAnUnknownPartIsRefused(t *testing.T) {
+	var st stack.Stack
+	for _, f := range []func(string) error{st.Freeze, st.Thaw} {
+		if err := f("no-such-part"); !errors.Is(err, stack.ErrNoSuchPart) {
+			t.Errorf("got %v; want ErrNoSuchPart", err)
+		}
+	}
+}

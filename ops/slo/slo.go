@@ -233,10 +233,14 @@ func (s *Spec) Validate() error {
 // Kebab spells a CamelCase alert name in kebab case, the name of its
 // runbook: LockStoreUnreachable is lock-store-unreachable.
 func Kebab(alert string) string {
+	rs := []rune(alert)
 	var b strings.Builder
-	for i, r := range alert {
+	for i, r := range rs {
 		if unicode.IsUpper(r) {
-			if i > 0 {
+			// A capital starts a word after a lower-case letter, and at
+			// the end of an acronym (the last capital before a lower-case
+			// letter): PayoutAPIErrorBudgetBurn -> payout-api-error-...
+			if i > 0 && (!unicode.IsUpper(rs[i-1]) || i+1 < len(rs) && unicode.IsLower(rs[i+1])) {
 				b.WriteByte('-')
 			}
 			r = unicode.ToLower(r)

@@ -534,9 +534,12 @@ func TestAcquireSLIClassifiesEveryLockAPICode(t *testing.T) {
 
 func TestKebab(t *testing.T) {
 	for in, want := range map[string]string{
-		"LockStoreUnreachable": "lock-store-unreachable",
-		"EtcdNoLeader":         "etcd-no-leader",
-		"A":                    "a",
+		"LockStoreUnreachable":     "lock-store-unreachable",
+		"EtcdNoLeader":             "etcd-no-leader",
+		"A":                        "a",
+		"PayoutAPIErrorBudgetBurn": "payout-api-error-budget-burn",
+		"APIDown":                  "api-down",
+		"EdgeAPI":                  "edge-api",
 	} {
 		if got := slo.Kebab(in); got != want {
 			t.Errorf("Kebab(%q) = %q; want %q", in, got, want)
