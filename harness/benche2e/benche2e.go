@@ -66,6 +66,11 @@ type Measurement struct {
 	// LatencyMs holds the created-to-posted latency percentiles, in
 	// milliseconds: "p50", "p95", "p99", "max".
 	LatencyMs map[string]float64 `json:"latencyMs"`
+	// OutboxLagMs holds the percentiles of the wait of each payout's
+	// event in payment-resource's outbox, from the row's creation to the
+	// broker's acknowledgement (outbox created_at to published_at), in
+	// milliseconds: the first thing every payout waits on.
+	OutboxLagMs map[string]float64 `json:"outboxLagMs"`
 	// Deliveries counts the push requests each executor answered during
 	// the run, by executor name (A, B, ...).
 	Deliveries map[string]int `json:"deliveries"`
@@ -281,6 +286,24 @@ func latency(ctx context.Context, dsn string, m *Measurement) error {
 	}
 	m.Payouts = len(lat)
 	m.LatencyMs = Percentiles(lat)
+	var lag []float64
+	rows, err = db.Query(ctx, `SELECT extract(epoch FROM published_at - created_at) * 1000 FROM outbox WHERE published_at IS NOT NULL`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var ms float64
+		if err := rows.Scan(&ms); err != nil {
+			rows.Close()
+			return err
+		}
+		lag = append(lag, ms)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	m.OutboxLagMs = Percentiles(lag)
 	if m.Payouts > 0 {
 		m.Seconds = round(last.Sub(first).Seconds(), 3)
 		if m.Seconds > 0 {

@@ -57,7 +57,7 @@ func TestMarkdownCountsBrokenChecks(t *testing.T) {
 	if err := benche2e.WriteMarkdown(&b, res); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| postgres | spread | after | 2 | 110.0 (100.0, 120.0) |", "A 110, B 90", "| 1 |\n", "| 6.00 |"} {
+	for _, want := range []string{"| postgres | spread | after | 2 | 110.0 (100.0, 120.0) |", "| 0/0 | 6.00 |", "A 110, B 90", "| 1 |\n"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, b.String())
 		}

@@ -261,7 +261,7 @@ func runOne(ctx context.Context, cfg Config, backend, mode string, v Variant, ro
 		rr.Failures = []string{}
 	}
 	cfg.Log.Info("bench run done", "backend", backend, "mode", mode, "variant", v.Name, "round", round,
-		"payoutsPerSecond", rr.PayoutsPerSecond, "p50ms", rr.LatencyMs["p50"], "cpuPerPayoutMs", rr.CPUPerPayoutMs["total"],
+		"payoutsPerSecond", rr.PayoutsPerSecond, "p50ms", rr.LatencyMs["p50"], "outboxLagP50ms", rr.OutboxLagMs["p50"], "cpuPerPayoutMs", rr.CPUPerPayoutMs["total"],
 		"deliveries", rr.Deliveries, "failures", len(rr.Failures), "load", rr.LoadBefore)
 	return rr, nil
 }
@@ -304,8 +304,8 @@ func WriteMarkdown(w io.Writer, res *Result) error {
 		groups[k] = append(groups[k], r)
 	}
 	var b strings.Builder
-	b.WriteString("| backend | mode | variant | runs | payouts/s (each run) | p50 ms | p95 ms | p99 ms | CPU ms/payout | deliveries per executor | load avg | broken checks |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| backend | mode | variant | runs | payouts/s (each run) | p50 ms | p95 ms | p99 ms | outbox lag p50/p99 ms | CPU ms/payout | deliveries per executor | load avg | broken checks |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, k := range keys {
 		rs := groups[k]
 		var rates []string
@@ -322,10 +322,12 @@ func WriteMarkdown(w io.Writer, res *Result) error {
 		for _, e := range slices.Sorted(mapsKeys(del)) {
 			ds = append(ds, fmt.Sprintf("%s %d", e, del[e]))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %d | %.1f (%s) | %.0f | %.0f | %.0f | %.2f | %s | %.1f-%.1f | %d |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %.1f (%s) | %.0f | %.0f | %.0f | %.0f/%.0f | %.2f | %s | %.1f-%.1f | %d |\n",
 			k.backend, k.mode, k.variant, len(rs), median(rs, func(r RunResult) float64 { return r.PayoutsPerSecond }), strings.Join(rates, ", "),
 			median(rs, func(r RunResult) float64 { return r.LatencyMs["p50"] }), median(rs, func(r RunResult) float64 { return r.LatencyMs["p95"] }),
-			median(rs, func(r RunResult) float64 { return r.LatencyMs["p99"] }), median(rs, func(r RunResult) float64 { return r.CPUPerPayoutMs["total"] }),
+			median(rs, func(r RunResult) float64 { return r.LatencyMs["p99"] }),
+			median(rs, func(r RunResult) float64 { return r.OutboxLagMs["p50"] }), median(rs, func(r RunResult) float64 { return r.OutboxLagMs["p99"] }),
+			median(rs, func(r RunResult) float64 { return r.CPUPerPayoutMs["total"] }),
 			strings.Join(ds, ", "), minOf(rs, func(r RunResult) float64 { return r.LoadBefore }), maxOf(rs, func(r RunResult) float64 { return r.LoadAfter }), broken)
 	}
 	b.WriteString("\nCPU per payout (ms, median of the runs) by process:\n\n")
