@@ -4,7 +4,7 @@ GO    ?= go
 PKGS  := ./...
 BIN   := bin
 
-.PHONY: help test fuzz lint fmt build bench bench-contended demo explore soak gameday failover clean plan deploy destroy
+.PHONY: help test fuzz lint fmt build bench bench-contended bench-e2e demo explore soak gameday failover clean plan deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -67,6 +67,13 @@ bench-contended: ## handoffs on one key at 8 and 64 clients: lock-server's wait 
 	@for i in $$(seq $(BENCH_COUNT)); do echo "round $$i of $(BENCH_COUNT)" >&2; \
 	  (cd lockserver/bench && ../../$(BIN)/bench.test -test.run '^$$' -test.bench Contended -test.benchtime 2s -test.cpu 2) >> $(BIN)/bench-contended.txt || exit 1; done
 	$(GO) tool benchstat -col '/path@(etcd-mutex wait barging redsync)' $(BIN)/bench-contended.txt
+
+BENCH_E2E_FLAGS ?=
+
+# Issue 16 target 5. A fresh stack per run; its measurements also ride on
+# the short crash soak in `make test` (harness/soak), so they cannot rot.
+bench-e2e: ## end to end: payouts/s, latency p50/p95/p99, deliveries per executor, CPU per payout per process, 3 runs per backend, spread (2,000 payouts over 200 accounts, 16 creators) and hot (one account); fails on any broken integrity check; writes harness/out/bench-e2e.json and .md (BENCH_E2E_FLAGS: e.g. -before main -profile 8; docs/benchmarks.md)
+	$(GO) run ./harness/cmd/benche2e -out harness/out $(BENCH_E2E_FLAGS)
 
 explore: ## every ordering of two executors on one payout (one expiry or revoke), every ordering of one executor and the reconciler (two faults of any kind), every ordering of one executor and the reconciler with two faults among forged terms, resends, refusals and give-ups, every ordering of two executors with two faults among expiry, the rail refusing and a resend, 3,000 sampled schedules of each sample; checked from the rail's journal and the books
 	$(GO) test -count=1 -timeout 120m -run 'TestExhaustive|TestSampled|TestRegressionSchedules|TestAdversaryCoverage' -v ./harness/explore/ -args -explore.full

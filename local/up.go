@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,6 +38,7 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 	reconcileEvery := fs.Duration("reconcile-every", 10*time.Second, "run a reconciler pass this often (0: no reconciler process)")
 	pushTimeout := fs.Duration("push-timeout", payoutbus.DefaultPushTimeout, "how long the push bridge waits for an executor's answer before the message is redelivered (the cloud subscription's ack deadline)")
 	pubsub := fs.String("pubsub", stack.PubSubFake, "Pub/Sub server: fake (pstest in its own process) or emulator (gcloud's Pub/Sub emulator)")
+	pprof := fs.Bool("pprof", false, "serve Go's profiler from lock-server and every function, each on a loopback port of its own (PPROF_ADDR)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -44,7 +47,7 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 	}
 	cfg := stack.Config{
 		Backend: *backend, PaymentFencing: *payFence, RailFencing: *railFence,
-		Dir: *dir, LeaseTTL: *ttl, PubSub: *pubsub, ReconcileEvery: *reconcileEvery, PushTimeout: *pushTimeout,
+		Dir: *dir, LeaseTTL: *ttl, PubSub: *pubsub, ReconcileEvery: *reconcileEvery, PushTimeout: *pushTimeout, Pprof: *pprof,
 		Log: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	}
 	for _, n := range strings.Split(*executors, ",") {
@@ -80,6 +83,10 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "  paydb             %s\n  raildb            %s\n", st.PayDBURL(), st.RailDBURL())
 	fmt.Fprintf(out, "  logs              %s (one per process, and the PostgreSQL server logs postgres-*.log; kept after the stack stops or is killed)\n", st.Dir())
+	pp := st.PprofAddrs()
+	for _, name := range slices.Sorted(maps.Keys(pp)) {
+		fmt.Fprintf(out, "  pprof %-11s http://%s/debug/pprof/\n", name, pp[name])
+	}
 	if *push && len(cfg.Executors) > 0 {
 		stopPush, err := st.Push(ctx, cfg.Log)
 		if err != nil {

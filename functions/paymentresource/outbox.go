@@ -12,6 +12,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Outbox publisher settings.
@@ -33,6 +34,10 @@ const (
 	// even with several instances.
 	outboxLockID = 0x6f7574626f78 // "outbox"
 )
+
+// errMarkFailed: recording a published row failed; the transaction is
+// then unusable and no later row is marked in the pass.
+var errMarkFailed = errors.New("outbox: mark failed")
 
 // outbox drains unpublished outbox rows through a Publisher.
 type outbox struct {
@@ -153,27 +158,82 @@ func (o *outbox) drain(ctx context.Context) (int, error) {
 	defer cancel()
 	published := 0
 	var pubErr error
-	for _, row := range batch {
-		pctx, cancelPub := context.WithTimeout(ctx, publishTimeout)
-		pctx, span, attrs := startPublish(pctx, row.id, row.orderingKey, row.attrs)
-		err := o.pub.Publish(pctx, row.orderingKey, row.data, attrs)
-		endPublish(span, err)
-		cancelPub()
-		if err != nil {
-			// Logged here, not by run: a failure must be on record even
-			// when Close interrupts the pass right after it.
-			o.log.WarnContext(pctx, "outbox publish failed", "event", api.EventOutboxPublishFailed, "outboxId", row.id, "orderingKey", row.orderingKey,
-				"payoutId", row.attrs[payoutevent.AttrPayoutID], "accountId", row.attrs[payoutevent.AttrAccountID], "error", err.Error())
-			pubErr = fmt.Errorf("publish outbox row %d (payout %s): %w", row.id, row.attrs[payoutevent.AttrPayoutID], err)
-			break
-		}
+	markOne := func(row outboxRow, pctx context.Context) error {
 		if _, err := tx.Exec(mark, `UPDATE outbox SET published_at = clock_timestamp() WHERE id = $1`, row.id); err != nil {
-			pubErr = fmt.Errorf("mark outbox row %d: %w", row.id, err)
-			break
+			return fmt.Errorf("mark outbox row %d: %w", row.id, err)
 		}
 		published++
 		o.log.InfoContext(pctx, "outbox row published", "event", api.EventOutboxPublished, "outboxId", row.id, "orderingKey", row.orderingKey,
 			"payoutId", row.attrs[payoutevent.AttrPayoutID], "accountId", row.attrs[payoutevent.AttrAccountID])
+		return nil
+	}
+	failed := func(pctx context.Context, row outboxRow, err error) error {
+		// Logged here, not by run: a failure must be on record even
+		// when Close interrupts the pass right after it.
+		o.log.WarnContext(pctx, "outbox publish failed", "event", api.EventOutboxPublishFailed, "outboxId", row.id, "orderingKey", row.orderingKey,
+			"payoutId", row.attrs[payoutevent.AttrPayoutID], "accountId", row.attrs[payoutevent.AttrAccountID], "error", err.Error())
+		return fmt.Errorf("publish outbox row %d (payout %s): %w", row.id, row.attrs[payoutevent.AttrPayoutID], err)
+	}
+	if ap, ok := o.pub.(AsyncPublisher); ok {
+		// Every row of the batch is handed to the broker's client at
+		// once, in id order, and the acknowledgements are awaited
+		// afterwards: the client bundles them into a few requests
+		// instead of one request (and one bundling delay) per row.
+		// Order within an ordering key is the client's (it sends a key's
+		// messages in call order and fails every later message of a key
+		// after a failure); across keys no order is promised. A row is
+		// marked only once acknowledged, and no row is marked after an
+		// unacknowledged row of the same key, so that the next pass
+		// publishes the key's rows again from the first missing one.
+		pctx, cancelPub := context.WithTimeout(ctx, publishTimeout)
+		defer cancelPub()
+		type inFlight struct {
+			row  outboxRow
+			ctx  context.Context
+			span trace.Span
+			wait func(context.Context) error
+		}
+		sent := make([]inFlight, 0, len(batch))
+		for _, row := range batch {
+			rctx, span, attrs := startPublish(pctx, row.id, row.orderingKey, row.attrs)
+			sent = append(sent, inFlight{row: row, ctx: rctx, span: span, wait: ap.PublishAsync(rctx, row.orderingKey, row.data, attrs)})
+		}
+		stopped := map[string]bool{} // ordering keys with an unacknowledged row
+		for _, f := range sent {
+			err := f.wait(f.ctx)
+			endPublish(f.span, err)
+			switch {
+			case err != nil:
+				stopped[f.row.orderingKey] = true
+				pubErr = errors.Join(pubErr, failed(f.ctx, f.row, err))
+			case stopped[f.row.orderingKey] || pubErr != nil && errors.Is(pubErr, errMarkFailed):
+				// Acknowledged after an earlier row of its key was not (or
+				// after a mark failed): published again next pass, a
+				// duplicate the pipeline absorbs.
+			default:
+				if err := markOne(f.row, f.ctx); err != nil {
+					pubErr = errors.Join(pubErr, fmt.Errorf("%w: %w", errMarkFailed, err))
+				}
+			}
+		}
+	} else {
+		for _, row := range batch {
+			pctx, cancelPub := context.WithTimeout(ctx, publishTimeout)
+			pctx, span, attrs := startPublish(pctx, row.id, row.orderingKey, row.attrs)
+			err := o.pub.Publish(pctx, row.orderingKey, row.data, attrs)
+			endPublish(span, err)
+			if err != nil {
+				pubErr = failed(pctx, row, err)
+				cancelPub()
+				break
+			}
+			err = markOne(row, pctx)
+			cancelPub()
+			if err != nil {
+				pubErr = err
+				break
+			}
+		}
 	}
 	if err := tx.Commit(mark); err != nil {
 		return 0, errors.Join(pubErr, fmt.Errorf("commit outbox marks: %w", err))

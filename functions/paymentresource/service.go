@@ -135,6 +135,20 @@ type Publisher interface {
 	Publish(ctx context.Context, orderingKey string, data []byte, attrs map[string]string) error
 }
 
+// AsyncPublisher is an optional capability of a Publisher (payoutbus's
+// has it): PublishAsync hands one message to the broker's client without
+// waiting for the acknowledgement, and returns a function that waits for
+// it, with the contract of Publish's return (nil only once the broker has
+// persisted the message; it honours its ctx). Messages of one ordering
+// key must be sent in the order of the calls, and after a failure of one,
+// every later message of that key must fail until the key is resumed (the
+// wait function resumes it). The outbox then hands a whole batch of rows
+// over at once, so the client can bundle them, instead of paying one
+// round trip and one bundling delay per row.
+type AsyncPublisher interface {
+	PublishAsync(ctx context.Context, orderingKey string, data []byte, attrs map[string]string) (wait func(context.Context) error)
+}
+
 // Service is payment-resource: its database pool, its HTTP handler and its
 // outbox publisher. It is safe for concurrent use. Close releases it.
 type Service struct {

@@ -63,6 +63,26 @@ func (p *Publisher) Publish(ctx context.Context, orderingKey string, data []byte
 	return nil
 }
 
+// PublishAsync hands one message to the client and returns at once; wait
+// blocks until Pub/Sub has stored it (nil) or it failed, or ctx ends, and
+// after a failure resumes the ordering key so that a later attempt can go
+// through. Messages of one ordering key are sent in call order, and once
+// one fails every later one of the key fails until it is resumed (the
+// client's ordering guarantee). It satisfies
+// paymentresource.AsyncPublisher: the outbox publishes a batch of rows
+// with one bundle instead of one request and one DelayThreshold (10 ms)
+// per row.
+func (p *Publisher) PublishAsync(ctx context.Context, orderingKey string, data []byte, attrs map[string]string) (wait func(context.Context) error) {
+	res := p.p.Publish(ctx, &pubsub.Message{Data: data, Attributes: attrs, OrderingKey: orderingKey})
+	return func(ctx context.Context) error {
+		if _, err := res.Get(ctx); err != nil {
+			p.p.ResumePublish(orderingKey)
+			return fmt.Errorf("payoutbus: publish: %w", err)
+		}
+		return nil
+	}
+}
+
 // Stop flushes and stops the publisher.
 func (p *Publisher) Stop() { p.p.Stop() }
 

@@ -41,6 +41,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpserve"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pprofserve"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 )
 
@@ -53,7 +54,8 @@ type Builder func(ctx context.Context, getenv func(string) string, log *slog.Log
 // LOG_LEVEL; with Cloud Logging's keys on Google Cloud, see logjson), the
 // handler from build, served on $HOST:$PORT (default every interface,
 // port 8080) by internal/httpserve, and its metrics, extra included, at
-// PathMetrics. known lists the environment variables build reads (from
+// PathMetrics, and Go's profiler on a loopback address of its own when
+// PPROF_ADDR is set (internal/pprofserve; off by default). known lists the environment variables build reads (from
 // the function's config constants): at start, every variable of the
 // environment with one of envcheck.Prefixes that is not in known gets a
 // WARN line (event envcheck.EventUnknownVariable). Traces are set up
@@ -87,7 +89,11 @@ func Main(name string, known []string, build Builder, extra ...prometheus.Collec
 // over. When ready is not nil it receives the bound address once the
 // server accepts connections.
 func run(ctx context.Context, name string, known, environ []string, getenv func(string) string, build Builder, log *slog.Logger, extra []prometheus.Collector, ready chan<- net.Addr) error {
-	envcheck.Warn(log, known, environ)
+	envcheck.Warn(log, append(append([]string(nil), known...), pprofserve.EnvAddr), environ)
+	pcfg, err := pprofserve.LoadConfig(getenv)
+	if err != nil {
+		return err
+	}
 	tcfg, err := tracing.LoadConfig(getenv)
 	if err != nil {
 		return err
@@ -129,6 +135,14 @@ func run(ctx context.Context, name string, known, environ []string, getenv func(
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", net.JoinHostPort(host, port), err)
 	}
+	// The profiler, only when PPROF_ADDR asks for it, on a listener of
+	// its own; it ends with ctx.
+	_, waitPprof, err := pprofserve.Start(ctx, pcfg, ln.Addr(), log)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer waitPprof()
 	log.Info("function serving", "event", EventFunctionStarted, "addr", ln.Addr().String())
 	if ready != nil {
 		ready <- ln.Addr()

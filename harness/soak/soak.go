@@ -158,6 +158,19 @@ type Config struct {
 	// (Report.FailuresAfterBreak). The short soak uses it to show every
 	// check failing on the records of a real run.
 	Break func(ctx context.Context, st *stack.Stack) error
+	// Observe, when set, is called once the accounts exist and just
+	// before the first payout is created; the function it returns is
+	// called once the run has settled, before the records are read and
+	// while the stack still runs. The end-to-end benchmark
+	// (harness/benche2e) measures CPU, deliveries and latency with it.
+	Observe func(ctx context.Context, st *stack.Stack) (done func(ctx context.Context) error, err error)
+	// Pprof serves Go's profiler from every service process
+	// (stack.Config.Pprof). Default false.
+	Pprof bool
+	// EtcdMembers is the size of the etcd cluster with the etcd backend:
+	// 3 (DefaultConfig: the chaos kills one member, the leader first) or 1
+	// (only with NoChaos: the default of `go run ./local up`).
+	EtcdMembers int
 	// Log receives progress lines (seed, kills, phases). Default: discard.
 	Log *slog.Logger
 }
@@ -170,7 +183,7 @@ func DefaultConfig() Config {
 		CreateWorkers: DefaultCreateWorkers, DuplicateRatio: DefaultDuplicateRatio, DeclineRatio: DefaultDeclineRatio,
 		KillGap: DefaultKillGap, DownTime: DefaultDownTime, Rounds: 1, LeaseTTL: DefaultLeaseTTL,
 		ReconcileEvery: DefaultReconcileEvery, SettleTimeout: DefaultSettleTimeout, StallTimeout: DefaultStallTimeout,
-		Bucket: DefaultBucket, PaymentFencing: true, RailFencing: true,
+		Bucket: DefaultBucket, PaymentFencing: true, RailFencing: true, EtcdMembers: 3,
 	}
 }
 
@@ -210,6 +223,9 @@ func (c Config) Validate() error {
 	if c.Rounds < 1 || c.MaxRounds < 0 || c.MaxRounds > 0 && c.MaxRounds < c.Rounds {
 		bad("Rounds %d, MaxRounds %d: want Rounds >= 1 and MaxRounds 0 or >= Rounds", c.Rounds, c.MaxRounds)
 	}
+	if c.EtcdMembers != 3 && (c.EtcdMembers != 1 || !c.NoChaos) {
+		bad("EtcdMembers %d: want 3, or 1 with NoChaos", c.EtcdMembers)
+	}
 	if c.LeaseTTL <= 0 || c.LeaseTTL%time.Millisecond != 0 {
 		bad("LeaseTTL %v: want a positive whole number of milliseconds", c.LeaseTTL)
 	}
@@ -244,9 +260,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	scfg := stack.Config{Backend: cfg.Backend, PaymentFencing: cfg.PaymentFencing, RailFencing: cfg.RailFencing,
 		ReconcileEvery: cfg.ReconcileEvery, Dir: cfg.Dir, BinDir: cfg.BinDir, LeaseTTL: cfg.LeaseTTL, Log: quiet,
-		RailJournal: true}
+		RailJournal: true, Pprof: cfg.Pprof}
 	if cfg.Backend == stack.BackendEtcd {
-		scfg.EtcdMembers = 3
+		scfg.EtcdMembers = cfg.EtcdMembers
 	}
 	for i := range cfg.Executors {
 		scfg.Executors = append(scfg.Executors, stack.ExecutorSpec{Name: string(rune('A' + i))})
@@ -278,6 +294,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 
+	var observed func(context.Context) error
+	if cfg.Observe != nil {
+		if observed, err = cfg.Observe(ctx, st); err != nil {
+			return nil, fmt.Errorf("soak: Observe: %w", err)
+		}
+	}
 	rep.Start = time.Now()
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
@@ -315,6 +337,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Settled = settleErr == nil
 	if settleErr != nil && !errors.Is(settleErr, ErrNotSettled) {
 		return rep, fmt.Errorf("soak (seed %d, logs in %s): %w", cfg.Seed, st.Dir(), settleErr)
+	}
+	if observed != nil {
+		if err := observed(ctx); err != nil {
+			return rep, fmt.Errorf("soak: Observe's end: %w", err)
+		}
 	}
 	recs, err := readRecords(ctx, st, ld)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/harness/benche2e"
 	"github.com/distributed-lock-lab/distributed-lock-lab/harness/soak"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 )
@@ -175,6 +176,11 @@ func TestShortCrashSoak(t *testing.T) {
 			// crash recovery): the two backends overlap well on 2 cores.
 			t.Parallel()
 			cfg := shortConfig(t, backend, bin)
+			// The end-to-end benchmark's measurements (make bench-e2e) ride
+			// on this run, so that they cannot rot without a stack of their
+			// own: its figures mean nothing under chaos, its code runs.
+			var m benche2e.Measurement
+			cfg.Observe = benche2e.Observer(&m, 0, "")
 			if backend == stack.BackendPostgres {
 				// After the verdict on the real records: break them and
 				// expect every check to fail (shown on one backend; the
@@ -212,6 +218,7 @@ func TestShortCrashSoak(t *testing.T) {
 			if n := rep.Outcomes["posted"]; n == 0 {
 				t.Errorf("no payout posted: %v", rep.Outcomes)
 			}
+			checkMeasurement(t, m, rep.Outcomes["posted"], cfg.Executors)
 			if cfg.Break != nil {
 				for _, want := range []string{soak.CheckNoneLost, soak.CheckRailOnce, soak.CheckOneDebit, soak.CheckLedgerBalances} {
 					if !slices.ContainsFunc(rep.FailuresAfterBreak, func(f string) bool { return strings.HasPrefix(f, want+":") }) {
@@ -223,6 +230,37 @@ func TestShortCrashSoak(t *testing.T) {
 				t.Logf("needs attention: %s (%s): %s", p.ID, p.Reason, strings.Join(p.History, "; "))
 			}
 		})
+	}
+}
+
+// checkMeasurement checks what benche2e's observer measured on a run
+// with posted payouts and executors executor processes.
+func checkMeasurement(t *testing.T, m benche2e.Measurement, posted, executors int) {
+	t.Helper()
+	t.Logf("bench measurement: %d payouts in %.1f s (%.1f/s), latency %v ms, deliveries %v, CPU per payout %v ms",
+		m.Payouts, m.Seconds, m.PayoutsPerSecond, m.LatencyMs, m.Deliveries, m.CPUPerPayoutMs)
+	if m.Payouts != posted || m.PayoutsPerSecond <= 0 {
+		t.Errorf("measured %d payouts at %.1f/s; want the %d posted at a positive rate", m.Payouts, m.PayoutsPerSecond, posted)
+	}
+	if !(m.LatencyMs["p50"] > 0 && m.LatencyMs["p50"] <= m.LatencyMs["p95"] && m.LatencyMs["p95"] <= m.LatencyMs["p99"] && m.LatencyMs["p99"] <= m.LatencyMs["max"]) {
+		t.Errorf("latency percentiles %v; want 0 < p50 <= p95 <= p99 <= max", m.LatencyMs)
+	}
+	total := 0
+	for _, n := range m.Deliveries {
+		total += n
+	}
+	// A killed executor's counter starts again at its restart: the sum
+	// may fall short of the payouts under chaos, never reach zero.
+	if len(m.Deliveries) != executors || total <= 0 {
+		t.Errorf("deliveries %v; want one count per executor (%d), summing to more than 0", m.Deliveries, executors)
+	}
+	for _, p := range []string{"lock-server", "payment-resource", "rail-proxy", "executor-A", "postgres-paydb", "bench"} {
+		if m.CPUSeconds[p] <= 0 {
+			t.Errorf("CPU of %s = %v s; want > 0 (all: %v)", p, m.CPUSeconds[p], m.CPUSeconds)
+		}
+	}
+	if m.CPUPerPayoutMs["total"] <= 0 {
+		t.Errorf("CPU per payout %v; want a positive total", m.CPUPerPayoutMs)
 	}
 }
 

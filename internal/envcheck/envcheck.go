@@ -28,7 +28,8 @@ import (
 // PAYMENT_RESOURCE_URL), PAYDB_, OUTBOX_, RAIL_ (rail-proxy, rail-stub,
 // the executor's RAIL_PROXY_URL and RAIL_CALL_TIMEOUT_MS), RAILDB_,
 // EXECUTOR_, LEASE_ and ACQUIRE_ (the executor's LEASE_TTL_MS and
-// ACQUIRE_WAIT_MS), RECONCILER_ (the reconciler). Left out on purpose: PORT, HOST and LOG_LEVEL (no
+// ACQUIRE_WAIT_MS), RECONCILER_ (the reconciler), PPROF_ (every service's
+// PPROF_ADDR, internal/pprofserve). Left out on purpose: PORT, HOST and LOG_LEVEL (no
 // project prefix; LOG_ and PUBSUB_ are also used by other tools and by
 // Google's client libraries, e.g. PUBSUB_EMULATOR_HOST, so a warning there
 // would be noise).
@@ -37,7 +38,7 @@ var Prefixes = []string{
 	"PAYMENT_", "PAYDB_", "OUTBOX_",
 	"RAIL_", "RAILDB_",
 	"EXECUTOR_", "LEASE_", "ACQUIRE_",
-	"RECONCILER_",
+	"RECONCILER_", "PPROF_",
 }
 
 // EventUnknownVariable is the log event of Warn's lines.

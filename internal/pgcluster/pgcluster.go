@@ -869,3 +869,15 @@ func (c *Cluster) CreateDatabase(ctx context.Context, name string) error {
 	}
 	return nil
 }
+
+// PID returns the process id of the running postmaster, or 0 while the
+// server is stopped. Its backends are its children (for per-process
+// accounting, e.g. the end-to-end benchmark's CPU per process).
+func (c *Cluster) PID() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil {
+		return 0
+	}
+	return c.proc.cmd.Process.Pid
+}

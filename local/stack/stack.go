@@ -52,6 +52,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pprofserve"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
@@ -166,6 +167,11 @@ type Config struct {
 	// "etcd-2", so that a chaos experiment can kill one member (Kill) and
 	// bring it back (Restart).
 	EtcdMembers int
+	// Pprof serves Go's profiler from lock-server and every function
+	// process (PPROF_ADDR, internal/pprofserve) on a free loopback port of
+	// its own, never the service's port; PprofAddrs reports them. Default
+	// false: off, as in a deployment.
+	Pprof bool
 	// Log receives one line per process started and stopped. Default:
 	// discard.
 	Log *slog.Logger
@@ -282,6 +288,7 @@ type Stack struct {
 	payDSN, railDSN, lockDSN           string
 	executors                          map[string]*Process
 	executorURLs                       map[string]string
+	pprofAddrs                         map[string]string // by process name, with Config.Pprof
 	// services holds how each named process was started, for Restart;
 	// current its latest process.
 	services map[string]service
@@ -325,7 +332,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	cfg.Executors = append([]ExecutorSpec(nil), cfg.Executors...)
-	s := &Stack{cfg: cfg, log: cfg.Log, executors: map[string]*Process{}, executorURLs: map[string]string{},
+	s := &Stack{cfg: cfg, log: cfg.Log, executors: map[string]*Process{}, executorURLs: map[string]string{}, pprofAddrs: map[string]string{},
 		services: map[string]service{}, current: map[string]*Process{}}
 	if cfg.Dir == "" {
 		d, err := os.MkdirTemp("", "dll-stack-")
@@ -689,9 +696,24 @@ func (s *Stack) startOnPort(ctx context.Context, name, bin string, env func(port
 			return "", err
 		}
 		base := "http://127.0.0.1:" + strconv.Itoa(port)
-		p, err := s.runProcess(ctx, service{name: name, bin: bin, env: env(port), probe: base + probe, ok: ok})
+		penv := env(port)
+		var paddr string
+		if s.cfg.Pprof {
+			pport, err := freePort()
+			if err != nil {
+				return "", err
+			}
+			paddr = "127.0.0.1:" + strconv.Itoa(pport)
+			penv = append(penv, pprofserve.EnvAddr+"="+paddr)
+		}
+		p, err := s.runProcess(ctx, service{name: name, bin: bin, env: penv, probe: base + probe, ok: ok})
 		if err == nil {
 			s.log.Info("process ready", "name", name, "url", base, "pid", p.PID(), "log", p.LogPath())
+			if paddr != "" {
+				s.mu.Lock()
+				s.pprofAddrs[name] = paddr
+				s.mu.Unlock()
+			}
 			return base, nil
 		}
 		if errors.Is(err, ErrExited) && p != nil && isBindError(p) && attempt < portAttempts {
@@ -975,6 +997,20 @@ func (s *Stack) RailDBURL() string { return s.railDSN }
 
 // LockDBURL returns the DSN of lockdb ("" with the etcd backend).
 func (s *Stack) LockDBURL() string { return s.lockDSN }
+
+// PprofAddrs returns, by process name (lock-server, payment-resource,
+// executor-A, ...), the host:port where each serves Go's profiler
+// (/debug/pprof/), with Config.Pprof; empty without it. A restarted
+// process keeps its address.
+func (s *Stack) PprofAddrs() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]string, len(s.pprofAddrs))
+	for k, v := range s.pprofAddrs {
+		out[k] = v
+	}
+	return out
+}
 
 // Executor returns the process of the executor called name, or nil.
 func (s *Stack) Executor(name string) *Process {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pprofserve"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
@@ -109,7 +110,7 @@ func envNames() []string {
 		api.EnvLockDBAcceptPromotion,
 		api.EnvEtcdEndpoints, api.EnvEtcdPrefix, api.EnvEtcdIdleLeases, api.EnvRequestTimeoutMs,
 		api.EnvShutdownTimeoutMs, api.EnvLogLevel, api.EnvProofSigningKey, api.EnvMaxInFlight,
-		api.EnvBatchEnabled, api.EnvBatchMax, api.EnvBatchWindowUs}
+		api.EnvBatchEnabled, api.EnvBatchMax, api.EnvBatchWindowUs, pprofserve.EnvAddr}
 }
 
 // loadConfig returns defaultConfig overridden by the variables of envNames,

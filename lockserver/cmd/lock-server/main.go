@@ -31,6 +31,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpserve"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pprofserve"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
@@ -66,6 +67,10 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 		return err
 	}
 
+	pcfg, err := pprofserve.LoadConfig(getenv)
+	if err != nil {
+		return err
+	}
 	tcfg, err := tracing.LoadConfig(getenv)
 	if err != nil {
 		return err
@@ -99,6 +104,14 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
+	// The profiler, only when PPROF_ADDR asks for it, on a listener of its
+	// own; it ends with ctx.
+	_, waitPprof, err := pprofserve.Start(ctx, pcfg, ln.Addr(), log)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer waitPprof()
 	hcfg := httpserve.DefaultConfig()
 	hcfg.ReadHeaderTimeout = 5 * time.Second
 	hcfg.ReadTimeout = 5 * time.Second // bodies are at most 4 KiB

@@ -1,0 +1,380 @@
+// Package benche2e is the end-to-end benchmark of the payout pipeline
+// (issue #16, target 5): payouts per second through the local stack of real
+// processes (package local/stack: lock-server on PostgreSQL or etcd,
+// payment-resource, rail-proxy, rail-stub, executors fed by the push
+// bridge, the reconciler).
+//
+// It does not drive the stack itself: each run is a harness/soak run
+// without chaos and without duplicate or declined payouts (soak.Config
+// NoChaos), so the load, the drain and the integrity checks are the
+// soak's, judged from the records (soak.Check: every payout ended, none
+// reached the rail twice by the rail-stub's journal, payoutaudit balanced,
+// every rail payment has exactly one debit). A run with any broken check
+// fails the benchmark. This package adds the measurements, through the
+// soak's Observe hook (Observer):
+//
+//   - payouts per second from the first payout created to the last
+//     posted, and the latency of each payout from created to posted
+//     (p50, p95, p99), all from paydb's payout_transition (the database's
+//     clock);
+//   - deliveries per executor (function_requests_total of each executor);
+//   - CPU time of every process of the stack (/proc/PID/stat, or the exit
+//     status of a process that exited), of each PostgreSQL cluster with
+//     its backends, and of the benchmark's own process (the creators and
+//     the push bridges), and CPU per payout of each;
+//   - optionally a CPU profile of every service process during the load
+//     (stack.Config.Pprof, internal/pprofserve).
+//
+// The figures are only comparable within one invocation on one machine:
+// the machine is shared, so the load average is recorded before and after
+// each run, and comparisons are made as ratios of runs done side by side.
+package benche2e
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
+	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
+)
+
+// Measurement is what Observer measured over one run.
+type Measurement struct {
+	// Payouts counts the payouts posted during the run.
+	Payouts int `json:"payouts"`
+	// Seconds is the time from the first payout created to the last
+	// posted (paydb's clock).
+	Seconds float64 `json:"seconds"`
+	// PayoutsPerSecond is Payouts / Seconds.
+	PayoutsPerSecond float64 `json:"payoutsPerSecond"`
+	// LatencyMs holds the created-to-posted latency percentiles, in
+	// milliseconds: "p50", "p95", "p99", "max".
+	LatencyMs map[string]float64 `json:"latencyMs"`
+	// OutboxLagMs holds the percentiles of the wait of each payout's
+	// event in payment-resource's outbox, from the row's creation to the
+	// broker's acknowledgement (outbox created_at to published_at), in
+	// milliseconds: the first thing every payout waits on.
+	OutboxLagMs map[string]float64 `json:"outboxLagMs"`
+	// Deliveries counts the push requests each executor answered during
+	// the run, by executor name (A, B, ...).
+	Deliveries map[string]int `json:"deliveries"`
+	// CPUSeconds is the CPU time (user + system) each process used during
+	// the run, by process name (lock-server, executor-A, postgres-paydb
+	// with its backends, "bench" for this process: the creators and the
+	// push bridges).
+	CPUSeconds map[string]float64 `json:"cpuSeconds"`
+	// CPUPerPayoutMs is CPUSeconds per posted payout, in milliseconds,
+	// with "total" for the sum.
+	CPUPerPayoutMs map[string]float64 `json:"cpuPerPayoutMs"`
+	// Profiles are the CPU profiles taken during the run, by process
+	// name (files in the run folder), with Config.ProfileSeconds.
+	Profiles map[string]string `json:"profiles,omitempty"`
+	// LoadBefore and LoadAfter are the 1-minute load average of the
+	// machine (/proc/loadavg) when the run started and ended.
+	LoadBefore float64 `json:"loadBefore"`
+	LoadAfter  float64 `json:"loadAfter"`
+}
+
+// Observer returns a soak.Config.Observe hook that fills m. When
+// profileSeconds > 0 (the stack must run with Pprof) it takes a CPU
+// profile of that many seconds from every service process as the load
+// starts, and writes each to dir/NAME.pprof.
+func Observer(m *Measurement, profileSeconds int, dir string) func(ctx context.Context, st *stack.Stack) (func(context.Context) error, error) {
+	return func(ctx context.Context, st *stack.Stack) (func(context.Context) error, error) {
+		m.LoadBefore = loadAvg()
+		cpu0 := cpuSample(st)
+		del0, err := deliveries(ctx, st)
+		if err != nil {
+			return nil, err
+		}
+		var (
+			wg       sync.WaitGroup
+			mu       sync.Mutex
+			profErrs []error
+		)
+		if profileSeconds > 0 {
+			m.Profiles = map[string]string{}
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, err
+			}
+			for name, addr := range st.PprofAddrs() {
+				path := filepath.Join(dir, name+".pprof")
+				// Ends when the profile is written or ctx ends.
+				wg.Go(func() {
+					err := fetchProfile(ctx, "http://"+addr+"/debug/pprof/profile?seconds="+strconv.Itoa(profileSeconds), path)
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil {
+						profErrs = append(profErrs, fmt.Errorf("profile of %s: %w", name, err))
+						return
+					}
+					m.Profiles[name] = path
+				})
+			}
+		}
+		return func(ctx context.Context) error {
+			cpu1 := cpuSample(st)
+			del1, err := deliveries(ctx, st)
+			if err != nil {
+				return err
+			}
+			wg.Wait()
+			m.LoadAfter = loadAvg()
+			m.Deliveries = map[string]int{}
+			// A counter or a cluster's figure that went down belongs to a
+			// part restarted during the run (the crash soak): its new
+			// figure is all it did since.
+			for name, n := range del1 {
+				if n < del0[name] {
+					del0[name] = 0
+				}
+				m.Deliveries[name] = n - del0[name]
+			}
+			m.CPUSeconds = map[string]float64{}
+			for name, c := range cpu1 {
+				if c < cpu0[name] {
+					cpu0[name] = 0
+				}
+				m.CPUSeconds[name] = round((c - cpu0[name]).Seconds(), 3)
+			}
+			if err := latency(ctx, st.PayDBURL(), m); err != nil {
+				return err
+			}
+			m.CPUPerPayoutMs = map[string]float64{}
+			var total float64
+			for name, s := range m.CPUSeconds {
+				total += s
+				if m.Payouts > 0 {
+					m.CPUPerPayoutMs[name] = round(s*1000/float64(m.Payouts), 2)
+				}
+			}
+			if m.Payouts > 0 {
+				m.CPUPerPayoutMs["total"] = round(total*1000/float64(m.Payouts), 2)
+			}
+			return errors.Join(profErrs...)
+		}, nil
+	}
+}
+
+// cpuSample returns the CPU time used so far by every process of st (the
+// sum over the processes of one name, so that a restarted process counts
+// with its predecessor), by each PostgreSQL cluster, and by this process.
+func cpuSample(st *stack.Stack) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, p := range st.Processes() {
+		if d, err := p.CPU(); err == nil {
+			out[p.Name()] += d
+		}
+	}
+	for name, d := range st.ClusterCPU() {
+		out[name] = d
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		out["bench"] = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	return out
+}
+
+// deliveries returns, by executor name, the requests each executor has
+// answered so far (the sum of its function_requests_total series).
+func deliveries(ctx context.Context, st *stack.Stack) (map[string]int, error) {
+	out := map[string]int{}
+	for _, p := range st.Processes() {
+		name, ok := strings.CutPrefix(p.Name(), "executor-")
+		if !ok {
+			continue
+		}
+		n, err := scrapeCounter(ctx, st.ExecutorURL(name)+"/metrics", httpmetrics.NameRequests)
+		if err != nil {
+			return nil, fmt.Errorf("deliveries of executor %s: %w", name, err)
+		}
+		out[name] = n
+	}
+	return out, nil
+}
+
+// scrapeCounter sums every series of the counter called metric in the
+// Prometheus text exposition at url.
+func scrapeCounter(ctx context.Context, url, metric string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	return sumCounter(resp.Body, metric)
+}
+
+// sumCounter sums the samples of metric (lines "metric{...} value" or
+// "metric value") in a Prometheus text exposition.
+func sumCounter(r io.Reader, metric string) (int, error) {
+	var total float64
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, metric)
+		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		f := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return 0, fmt.Errorf("%q: %v", line, err)
+		}
+		total += v
+	}
+	return int(total), sc.Err()
+}
+
+// latency reads every posted payout's creation and posting times from
+// paydb and fills m's payouts, seconds, rate and percentiles.
+func latency(ctx context.Context, dsn string, m *Measurement) error {
+	db, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	rows, err := db.Query(ctx, `SELECT min(at) FILTER (WHERE from_state IS NULL), max(at) FILTER (WHERE to_state = 'posted')
+		FROM payout_transition GROUP BY payout_id HAVING bool_or(to_state = 'posted')`)
+	if err != nil {
+		return err
+	}
+	var (
+		lat         []float64
+		first, last time.Time
+	)
+	for rows.Next() {
+		var created, posted time.Time
+		if err := rows.Scan(&created, &posted); err != nil {
+			rows.Close()
+			return err
+		}
+		lat = append(lat, float64(posted.Sub(created).Microseconds())/1000)
+		if first.IsZero() || created.Before(first) {
+			first = created
+		}
+		if posted.After(last) {
+			last = posted
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	m.Payouts = len(lat)
+	m.LatencyMs = Percentiles(lat)
+	var lag []float64
+	rows, err = db.Query(ctx, `SELECT extract(epoch FROM published_at - created_at) * 1000 FROM outbox WHERE published_at IS NOT NULL`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var ms float64
+		if err := rows.Scan(&ms); err != nil {
+			rows.Close()
+			return err
+		}
+		lag = append(lag, ms)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	m.OutboxLagMs = Percentiles(lag)
+	if m.Payouts > 0 {
+		m.Seconds = round(last.Sub(first).Seconds(), 3)
+		if m.Seconds > 0 {
+			m.PayoutsPerSecond = round(float64(m.Payouts)/m.Seconds, 1)
+		}
+	}
+	return nil
+}
+
+// Percentiles returns the p50, p95, p99 and max of xs (nearest rank),
+// rounded to 0.1; zeros for an empty xs. xs is sorted in place.
+func Percentiles(xs []float64) map[string]float64 {
+	out := map[string]float64{"p50": 0, "p95": 0, "p99": 0, "max": 0}
+	if len(xs) == 0 {
+		return out
+	}
+	slices.Sort(xs)
+	for name, p := range map[string]float64{"p50": 50, "p95": 95, "p99": 99, "max": 100} {
+		i := int(math.Ceil(p/100*float64(len(xs)))) - 1
+		out[name] = round(xs[max(i, 0)], 1)
+	}
+	return out
+}
+
+func round(x float64, digits int) float64 {
+	f := math.Pow(10, float64(digits))
+	return math.Round(x*f) / f
+}
+
+// loadAvg returns the machine's 1-minute load average, or -1.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return -1
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
+// fetchProfile GETs url (a pprof endpoint) and writes the answer to path.
+func fetchProfile(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%s: %s", resp.Status, b)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// quiet is a discarding logger for runs without Config.Log.
+var quiet = slog.New(slog.DiscardHandler)
