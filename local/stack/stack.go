@@ -81,8 +81,10 @@ const (
 	// DefaultLeaseTTL is the executors' lease TTL when Config.LeaseTTL is 0:
 	// the executor's own default.
 	DefaultLeaseTTL = 10 * time.Second
-	// DefaultStartTimeout bounds Start when the caller's ctx has no sooner
-	// deadline: building the binaries the first time takes most of it.
+	// DefaultStartTimeout bounds Start, after the binaries are built, when
+	// the caller's ctx has no sooner deadline: databases, Pub/Sub, the
+	// services and their readiness. The build itself is bounded by ctx
+	// alone (a first build compiles every dependency).
 	DefaultStartTimeout = 3 * time.Minute
 	// stopGrace is how long Stop waits for a process after SIGTERM before
 	// it kills the process group.
@@ -255,6 +257,9 @@ func Build(ctx context.Context, dir string) error {
 	cmd := exec.CommandContext(ctx, goBin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with a killed `local up`
 	out, err := cmd.CombinedOutput()
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("stack: go build stopped before it finished (%v): %w", context.Cause(ctx), err)
+	}
 	if err != nil {
 		return fmt.Errorf("stack: go build (run from inside the repository): %w\n%s", err, strings.TrimSpace(string(out)))
 	}
@@ -359,12 +364,22 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if err != nil {
 		s.log.Warn("leftover folders of dead stacks not removed", "error", err.Error())
 	}
+	// The build is bounded by ctx alone: a first build compiles every
+	// dependency, which on two busy cores took longer than the start's
+	// own limit (newcomer probe, session 7).
+	err = checkPostgres()
+	if err == nil {
+		err = s.buildBinaries(ctx)
+	}
 	sctx, cancel := ctx, context.CancelFunc(func() {})
 	if _, ok := ctx.Deadline(); !ok {
 		sctx, cancel = context.WithTimeout(ctx, DefaultStartTimeout)
 	}
 	defer cancel()
-	if err := s.start(sctx); err != nil {
+	if err == nil {
+		err = s.start(sctx)
+	}
+	if err != nil {
 		s.Stop()
 		if s.ownDir {
 			_ = os.Remove(s.dir) // only if nothing was logged in it
@@ -376,25 +391,40 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	return s, nil
 }
 
-func (s *Stack) start(ctx context.Context) error {
+// buildBinaries builds every binary into the run folder unless
+// Config.BinDir names prebuilt ones, saying so first: the first build of
+// a fresh clone compiles every dependency and takes minutes.
+func (s *Stack) buildBinaries(ctx context.Context) error {
+	s.bin = s.cfg.BinDir
+	if s.bin != "" {
+		return nil
+	}
+	s.bin, s.ownBin = filepath.Join(s.dir, "bin"), true
+	if err := os.MkdirAll(s.bin, 0o755); err != nil {
+		return fmt.Errorf("stack: binaries folder: %w", err)
+	}
+	if err := markOwned(s.bin); err != nil {
+		return err
+	}
+	s.log.Info("building the binaries (the first build of a clone compiles every dependency and can take several minutes)", "dir", s.bin)
+	t0 := time.Now()
+	if err := Build(ctx, s.bin); err != nil {
+		return err
+	}
+	s.log.Info("binaries built", "dir", s.bin, "took", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// checkPostgres returns ErrPrerequisite when the PostgreSQL server
+// binaries are missing.
+func checkPostgres() error {
 	if _, err := os.Stat(filepath.Join(pgBinDir(), "initdb")); err != nil {
 		return fmt.Errorf("%w: PostgreSQL server binaries not found in %s (install postgresql-15 or set %s): %v", ErrPrerequisite, pgBinDir(), pgcluster.EnvBinDir, err)
 	}
-	s.bin = s.cfg.BinDir
-	if s.bin == "" {
-		s.bin, s.ownBin = filepath.Join(s.dir, "bin"), true
-		if err := os.MkdirAll(s.bin, 0o755); err != nil {
-			return fmt.Errorf("stack: binaries folder: %w", err)
-		}
-		if err := markOwned(s.bin); err != nil {
-			return err
-		}
-		t0 := time.Now()
-		if err := Build(ctx, s.bin); err != nil {
-			return err
-		}
-		s.log.Info("binaries built", "dir", s.bin, "took", time.Since(t0).Round(time.Millisecond))
-	}
+	return nil
+}
+
+func (s *Stack) start(ctx context.Context) error {
 	for _, name := range sortedNames() {
 		if _, err := os.Stat(filepath.Join(s.bin, name)); err != nil {
 			return fmt.Errorf("%w: binary %s missing in %s: build it with `go build -o %s %s` (or leave the binary folder unset and the stack builds every one): %v", ErrPrerequisite, name, s.bin, filepath.Join(s.bin, name), Binaries[name], err)
