@@ -40,6 +40,7 @@ var knownCodes = func() map[api.Code]bool {
 		api.CodeLockHeld, api.CodeLeaseNotHeld, api.CodeStaleToken, api.CodeInvalidRequest,
 		api.CodeBodyTooLarge, api.CodeUnsupportedMediaType, api.CodeNotFound,
 		api.CodeMethodNotAllowed, api.CodeBackendUnavailable, api.CodeBackendRestored, api.CodeOverloaded, api.CodeInternal,
+		api.CodeRequestCancelled,
 	} {
 		m[c] = true
 	}

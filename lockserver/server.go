@@ -476,6 +476,11 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, key string) {
 // the request's trace (internal/logjson).
 func (s *Server) fail(ctx context.Context, w http.ResponseWriter, op, key string, err error, attrs ...any) {
 	status, code := statusOf(err)
+	if code == api.CodeBackendUnavailable && errors.Is(ctx.Err(), context.Canceled) {
+		// The caller went away (its request was cancelled or its
+		// connection closed) before the answer: not the backend's failure.
+		status, code = api.StatusRequestCancelled, api.CodeRequestCancelled
+	}
 	if len(key) > api.MaxKeyLen {
 		key = key[:api.MaxKeyLen] + "..."
 	}
@@ -494,6 +499,9 @@ func (s *Server) fail(ctx context.Context, w http.ResponseWriter, op, key string
 		}
 	case code == api.CodeLockHeld:
 		s.log.DebugContext(ctx, "lock request refused", append([]any{"event", opEvents[op].refused}, attrs...)...)
+	case code == api.CodeRequestCancelled:
+		s.log.InfoContext(ctx, "lock request ended by its caller before the answer", append([]any{"event", opEvents[op].refused}, attrs...)...)
+		msg = fmt.Sprintf("%s %q: the request ended before lock-server answered; the outcome is unknown", op, key)
 	default:
 		s.log.InfoContext(ctx, "lock request refused", append([]any{"event", opEvents[op].refused}, attrs...)...)
 	}

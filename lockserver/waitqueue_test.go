@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
@@ -317,8 +318,8 @@ func TestCancelledWaiterIsSkipped(t *testing.T) {
 		awaitWaiting(t, h, i+1)
 	}
 	ctxs["gone"]()
-	if a := <-answers; a.owner != "gone" || a.status != http.StatusServiceUnavailable {
-		t.Fatalf("first answer: %s %d, want gone's 503 (its request ended)", a.owner, a.status)
+	if a := <-answers; a.owner != "gone" || a.status != api.StatusRequestCancelled {
+		t.Fatalf("first answer: %s %d, want gone's %d %s (its request ended; not the backend's 503)", a.owner, a.status, api.StatusRequestCancelled, api.CodeRequestCancelled)
 	}
 	awaitWaiting(t, h, 2)
 	releaseGrant(t, h, holder)
@@ -370,8 +371,8 @@ func TestGrantToAGoneWaiterIsReleased(t *testing.T) {
 		a := <-answers
 		got[a.owner] = a
 	}
-	if a := got["late"]; a.status != http.StatusServiceUnavailable {
-		t.Fatalf("late: %d, want 503 (its request ended)", a.status)
+	if a := got["late"]; a.status != api.StatusRequestCancelled {
+		t.Fatalf("late: %d, want %d (its request ended)", a.status, api.StatusRequestCancelled)
 	}
 	a := got["next"]
 	if a.status != http.StatusOK {
@@ -461,5 +462,47 @@ func TestReleaseThroughAnotherReplicaIsNoticed(t *testing.T) {
 	releaseGrant(t, a, holder)
 	if got := <-answers; got.status != http.StatusOK || got.grant.Token <= holder.Token {
 		t.Fatalf("waiter on the other replica: %d token %d; want a grant above token %d", got.status, got.grant.Token, holder.Token)
+	}
+}
+
+// TestAWaiterThatGoesAwayIsNotABackendFailure (newcomer probe, session
+// 7): a waiting acquire whose caller gave up was logged as an ERROR
+// acquire_failed with BACKEND_UNAVAILABLE, the code the acquire
+// availability SLO counts against the backend. It is now answered 499
+// REQUEST_CANCELLED, logged at INFO, and no ERROR line is written.
+func TestAWaiterThatGoesAwayIsNotABackendFailure(t *testing.T) {
+	logs := &logtest.Buffer{}
+	cfg := lockserver.DefaultServerConfig()
+	cfg.Batching = false
+	h, err := lockserver.NewServer(memstore.New(nil), cfg, slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "payout:acct-gone"
+	if s, _ := serve(h, waitAcquire(t.Context(), key, "holder", 0)); s != http.StatusOK {
+		t.Fatalf("holder: %d", s)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	answer := make(chan *httptest.ResponseRecorder, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, waitAcquire(ctx, key, "gone", 30_000))
+		answer <- rec
+	}()
+	awaitWaiting(t, h, 1)
+	cancel()
+	rec := <-answer
+	var env api.ErrorEnvelope
+	if err := json.Unmarshal(rec.Body.Bytes(), &env); err != nil || rec.Code != api.StatusRequestCancelled || env.Error.Code != api.CodeRequestCancelled {
+		t.Fatalf("answer %d %s; want %d %s", rec.Code, rec.Body, api.StatusRequestCancelled, api.CodeRequestCancelled)
+	}
+	for _, l := range logs.Lines(t) {
+		if l["level"] == "ERROR" {
+			t.Errorf("an ERROR line for a caller that went away: %v", l)
+		}
+	}
+	if got := logs.Events(t, api.EventAcquireRefused); len(got) != 1 || got[0]["code"] != string(api.CodeRequestCancelled) || got[0]["level"] != "INFO" {
+		t.Errorf("acquire_refused lines %v; want one at INFO with code %s", got, api.CodeRequestCancelled)
 	}
 }

@@ -257,7 +257,21 @@ const (
 	CodeOverloaded Code = "OVERLOADED"
 	// CodeInternal (500): a bug. Not retryable.
 	CodeInternal Code = "INTERNAL"
+	// CodeRequestCancelled (StatusRequestCancelled, 499): the caller's
+	// request ended (cancelled, or its connection closed) before
+	// lock-server could answer, typically while it waited in a key's
+	// queue. The caller never reads this answer; the outcome of the
+	// operation is unknown to it, as for BACKEND_UNAVAILABLE. It exists so
+	// that lock-server's logs and metrics tell a caller giving up from the
+	// backend failing (it is not an error of the acquire availability
+	// SLO).
+	CodeRequestCancelled Code = "REQUEST_CANCELLED"
 )
+
+// StatusRequestCancelled is the status of CodeRequestCancelled: 499, the
+// status proxies (nginx first) use for a request its client closed. It is
+// recorded, never read by the caller.
+const StatusRequestCancelled = 499
 
 // ErrorEnvelope is the body of every non-2xx response.
 type ErrorEnvelope struct {
