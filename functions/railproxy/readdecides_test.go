@@ -148,7 +148,7 @@ func TestClosingAPayoutIsRefusedOnARestoredRaildb(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := api.ReconcileRequest{PayoutID: "g-1", AccountID: "acct-g", AmountMinor: 500, Currency: "EUR"}
-	req.TermsSignature = prooftest.Terms(api.SubmitRequest(req).Terms())
+	req.BodyTermsSignature = prooftest.Terms(api.SubmitRequest(req).Terms()) // reconcileAs sends it in its header
 	b, _ := json.Marshal(req)
 	rec := reconcileAs(p, "acct-g", 7, string(b))
 	if e := envelope(t, rec); rec.Code != http.StatusServiceUnavailable || e.Code != api.CodeRestored || !e.Retryable {

@@ -197,7 +197,7 @@ func TestAStaleTokenCannotCloseANewerHoldersPayout(t *testing.T) {
 	mustAccept(t, p, "A", body("z-11", "acct-1", 700), 411) // the account's high-water is now 411
 	real := api.SubmitRequest{PayoutID: "z-12", AccountID: "acct-1", AmountMinor: 9, Currency: "EUR"}
 	b, _ := json.Marshal(api.ReconcileRequest{PayoutID: "z-12", AccountID: "acct-1", AmountMinor: 9, Currency: "EUR",
-		TermsSignature: prooftest.Terms(real.Terms())})
+		BodyTermsSignature: prooftest.Terms(real.Terms())})
 
 	rec := reconcileAs(p, "acct-1", 66, string(b))
 	if e := envelope(t, rec); rec.Code != http.StatusConflict || e.Code != api.CodeFencedOut {
@@ -211,14 +211,14 @@ func TestAStaleTokenCannotCloseANewerHoldersPayout(t *testing.T) {
 	// The newest holder may close another payout with its own token.
 	other := api.SubmitRequest{PayoutID: "z-13", AccountID: "acct-1", AmountMinor: 5, Currency: "EUR"}
 	b, _ = json.Marshal(api.ReconcileRequest{PayoutID: "z-13", AccountID: "acct-1", AmountMinor: 5, Currency: "EUR",
-		TermsSignature: prooftest.Terms(other.Terms())})
+		BodyTermsSignature: prooftest.Terms(other.Terms())})
 	if rec := reconcileAs(p, "acct-1", 421, string(b)); rec.Code != http.StatusOK {
 		t.Fatalf("a close with the high-water's own token 421: %d %s; want 200", rec.Code, rec.Body)
 	}
 	// A close with a newer token raises the high-water: 421 is stale now.
 	third := api.SubmitRequest{PayoutID: "z-14", AccountID: "acct-1", AmountMinor: 4, Currency: "EUR"}
 	b, _ = json.Marshal(api.ReconcileRequest{PayoutID: "z-14", AccountID: "acct-1", AmountMinor: 4, Currency: "EUR",
-		TermsSignature: prooftest.Terms(third.Terms())})
+		BodyTermsSignature: prooftest.Terms(third.Terms())})
 	if rec := reconcileAs(p, "acct-1", 500, string(b)); rec.Code != http.StatusOK {
 		t.Fatalf("a close with the newer token 500: %d %s; want 200", rec.Code, rec.Body)
 	}

@@ -292,7 +292,7 @@ var Faults = []Fault{
 		Heal:   func(ctx context.Context, e *env) error { return e.st.Thaw(stack.ClusterPaydb) },
 		Confirms: map[string]string{
 			"PayoutDatabaseStalled":    `psql exit 124`,
-			"PayoutAPIErrorBudgetBurn": `class="5xx",function="payment-resource",route="/v1/payouts[^"]*"\} [1-9]`,
+			"PayoutAPIErrorBudgetBurn": `class="5xx",function="payment-resource",route="` + payapi.PathPayouts + `[^"]*"\} [1-9]`,
 		},
 	},
 	{
@@ -528,7 +528,7 @@ func runPhase(ctx context.Context, cfg Config, bin string, mon **monitor, ph pha
 	// rules need a total to divide by.
 	for _, q := range []string{
 		`sum(rate(lockserver_requests_total{op="acquire"}[10s])) > 0`,
-		`sum(rate(function_requests_total{function="payment-resource",route=~"/v1/payouts.*"}[10s])) > 0`,
+		`sum(rate(function_requests_total{function="payment-resource",route=~"` + payapi.PathPayouts + `.*"}[10s])) > 0`,
 	} {
 		if err := m.awaitQuery(ctx, q); err != nil {
 			return nil, err
