@@ -278,6 +278,11 @@ func (r *run) forge(req *http.Request) error {
 			return err
 		}
 		f.alter(body, g, r.e.decoy)
+		// A forged signature travels where the executor sends the real
+		// one: in its header (a body member that differs from the
+		// header is refused 400 before the terms are checked).
+		sig, forgedSig := body["termsSignature"].(string)
+		delete(body, "termsSignature")
 		raw, err := json.Marshal(body)
 		if err != nil {
 			return err
@@ -292,6 +297,9 @@ func (r *run) forge(req *http.Request) error {
 		}
 		freq.Header = genuine.header.Clone()
 		freq.Header.Set(headerForged, "1")
+		if forgedSig {
+			freq.Header.Set(railapi.HeaderTermsSignature, sig)
+		}
 		resp, err := http.DefaultClient.Do(freq)
 		if err != nil {
 			return fmt.Errorf("explore: forge: %w", err)
