@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pprofserve"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
@@ -110,7 +109,7 @@ func envNames() []string {
 		api.EnvLockDBAcceptPromotion,
 		api.EnvEtcdEndpoints, api.EnvEtcdPrefix, api.EnvEtcdIdleLeases, api.EnvRequestTimeoutMs,
 		api.EnvShutdownTimeoutMs, api.EnvLogLevel, api.EnvProofSigningKey, api.EnvMaxInFlight,
-		api.EnvBatchEnabled, api.EnvBatchMax, api.EnvBatchWindowUs, pprofserve.EnvAddr}
+		api.EnvBatchEnabled, api.EnvBatchMax, api.EnvBatchWindowUs}
 }
 
 // loadConfig returns defaultConfig overridden by the variables of envNames,

@@ -62,7 +62,7 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	log := logjson.NewInProject(stderr, cfg.LogLevel, logjson.OnGoogleCloud(os.Getenv), logjson.Project(os.Getenv)).With("service", "lock-server")
 	// Before refusing a bad configuration too: a misspelt LOCKDB_URL is
 	// both "LOCKDB_URL is required" and an unknown variable.
-	envcheck.Warn(log, envNames(), environ)
+	envcheck.Warn(log, append(envNames(), pprofserve.EnvAddr), environ) // PPROF_ADDR: read by pprofserve.LoadConfig below
 	if err != nil {
 		return err
 	}
