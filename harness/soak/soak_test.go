@@ -1,13 +1,9 @@
 package soak_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
-	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -276,20 +272,8 @@ func breakRecords(ctx context.Context, st *stack.Stack) error {
 		return err
 	}
 	defer paydb.Close()
-	var sub railstub.SubmitRequest
-	if err := paydb.QueryRow(ctx, `SELECT payout_id, account_id, amount_minor, currency FROM payout WHERE state = 'posted' ORDER BY payout_id LIMIT 1`).
-		Scan(&sub.PayoutID, &sub.AccountID, &sub.AmountMinor, &sub.Currency); err != nil {
+	if _, err := soak.PayAgainAtRail(ctx, st); err != nil {
 		return err
-	}
-	sub.Reference = sub.PayoutID
-	body, _ := json.Marshal(sub)
-	resp, err := http.Post(st.RailStubURL()+"/submit", "application/json", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("second submission: %s", resp.Status)
 	}
 	if _, err := paydb.Exec(ctx, `UPDATE account SET balance_minor = balance_minor - 1 WHERE account_id = 'soak-acct-1'`); err != nil {
 		return err

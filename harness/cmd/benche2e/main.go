@@ -16,12 +16,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
 	"maps"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -30,9 +28,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/harness/benche2e"
 	"github.com/distributed-lock-lab/distributed-lock-lab/harness/soak"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
@@ -164,33 +159,8 @@ func splitList(s string) []string {
 	return out
 }
 
-// doublePayOne submits one posted payout to the rail a second time,
-// straight to the rail-stub (as a worker past every fence would): the
-// rail's journal then holds two submissions of it and two payments
-// against one debit.
+// doublePayOne is soak.PayAgainAtRail as a Config.Break.
 func doublePayOne(ctx context.Context, st *stack.Stack) error {
-	paydb, err := pgxpool.New(ctx, st.PayDBURL())
-	if err != nil {
-		return err
-	}
-	defer paydb.Close()
-	var sub railstub.SubmitRequest
-	if err := paydb.QueryRow(ctx, `SELECT payout_id, account_id, amount_minor, currency FROM payout WHERE state = 'posted' ORDER BY payout_id LIMIT 1`).
-		Scan(&sub.PayoutID, &sub.AccountID, &sub.AmountMinor, &sub.Currency); err != nil {
-		return err
-	}
-	sub.Reference = sub.PayoutID
-	body, err := json.Marshal(sub)
-	if err != nil {
-		return err
-	}
-	resp, err := http.Post(st.RailStubURL()+"/submit", "application/json", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("second submission of %s: %s", sub.PayoutID, resp.Status)
-	}
-	return nil
+	_, err := soak.PayAgainAtRail(ctx, st)
+	return err
 }
