@@ -263,12 +263,10 @@ func (s *Service) handleResolution(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) handleListPayouts(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	for k, v := range q {
-		if (k != api.QueryState && k != api.QueryLimit && k != api.QueryAfter) || len(v) != 1 {
-			s.fail(w, r, fmt.Errorf("%w: query parameter %q unknown or repeated", ErrInvalidArgument, k))
-			return
-		}
+	q, err := httpjson.Query(r, api.QueryState, api.QueryLimit, api.QueryAfter)
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("%w: %v", ErrInvalidArgument, err))
+		return
 	}
 	state := api.State(q.Get(api.QueryState))
 	if !slices.Contains(api.Listable, state) {

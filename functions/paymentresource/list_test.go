@@ -48,6 +48,10 @@ func TestListPayoutsPagesAndRefusesBadQueries(t *testing.T) {
 		"/v1/payouts", "/v1/payouts?state=posted", "/v1/payouts?state=claimed&limit=0", "/v1/payouts?state=claimed&limit=501",
 		"/v1/payouts?state=claimed&limit=01", "/v1/payouts?state=claimed&limit=x", "/v1/payouts?state=claimed&state=claimed",
 		"/v1/payouts?state=claimed&other=1", "/v1/payouts?state=claimed&after=%20",
+		// Malformed pairs were dropped by url.URL.Query: "after=%zz" listed
+		// from the start (200), ";" read as no state at all (newcomer
+		// probe, session 7).
+		"/v1/payouts?state=claimed&after=%zz", "/v1/payouts?state=claimed;limit=5",
 	} {
 		st, body := f.do("GET", q, "")
 		want(t, q, st, body, http.StatusBadRequest, api.CodeInvalidRequest)

@@ -808,7 +808,11 @@ func (p *Proxy) handleAttempts(w http.ResponseWriter, r *http.Request) {
 		p.methodNotAllowed(w, r, http.MethodGet)
 		return
 	}
-	q := r.URL.Query()
+	q, err := httpjson.Query(r, api.QueryPayoutID)
+	if err != nil {
+		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
+		return
+	}
 	payout := q.Get(api.QueryPayoutID)
 	if len(q[api.QueryPayoutID]) != 1 {
 		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: query parameter %s must be given once", ErrInvalidRequest, api.QueryPayoutID))

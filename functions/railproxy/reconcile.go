@@ -475,7 +475,11 @@ func (p *Proxy) handleUnsettled(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	q := r.URL.Query()
+	q, err := httpjson.Query(r, api.QueryLimit, api.QueryAfter)
+	if err != nil {
+		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
+		return
+	}
 	limit, after := int64(api.DefaultUnsettledLimit), int64(0)
 	for name, dst := range map[string]*int64{api.QueryLimit: &limit, api.QueryAfter: &after} {
 		vals, ok := q[name]

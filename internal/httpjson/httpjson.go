@@ -12,6 +12,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"reflect"
 	"slices"
 	"strings"
@@ -409,4 +410,25 @@ func unwrap(w http.ResponseWriter) http.ResponseWriter {
 		}
 		w = u.Unwrap()
 	}
+}
+
+// Query parses r's query string strictly and returns it: a malformed pair
+// (an invalid percent-escape, a ";" separator), a parameter not in
+// allowed, and a parameter given more than once are errors, which the
+// caller answers 400 with the envelope. (url.URL.Query drops malformed
+// pairs without a word, so "?after=%zz" read as no "after" at all.)
+func Query(r *http.Request, allowed ...string) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, fmt.Errorf("malformed query string: %v", err)
+	}
+	for k, v := range q {
+		if !slices.Contains(allowed, k) {
+			return nil, fmt.Errorf("query parameter %q is not one of %v", k, allowed)
+		}
+		if len(v) != 1 {
+			return nil, fmt.Errorf("query parameter %q given %d times; give it once", k, len(v))
+		}
+	}
+	return q, nil
 }

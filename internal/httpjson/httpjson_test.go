@@ -297,3 +297,21 @@ func TestDecodeRefusingNull(t *testing.T) {
 		}
 	}
 }
+
+func TestQueryRefusesMalformedUnknownAndRepeatedParameters(t *testing.T) {
+	for raw, ok := range map[string]bool{
+		"":                      true,
+		"state=claimed":         true,
+		"state=claimed&limit=5": true,
+		"after=%zz":             false, // url.URL.Query drops it silently
+		"state=claimed;limit=5": false,
+		"other=1":               false,
+		"state=a&state=b":       false,
+	} {
+		r := httptest.NewRequest("GET", "/v1/payouts?"+raw, nil)
+		q, err := Query(r, "state", "limit", "after")
+		if (err == nil) != ok {
+			t.Errorf("Query(%q) = %v, %v; want ok %v", raw, q, err, ok)
+		}
+	}
+}
