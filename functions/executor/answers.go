@@ -112,6 +112,7 @@ var answers = map[Service]map[string]Verdict{
 		string(lockapi.CodeBackendRestored):      transient, // until an operator advances the tokens
 		string(lockapi.CodeOverloaded):           transient, // lock-server sheds load; Retry-After
 		string(lockapi.CodeInternal):             transient,
+		string(lockapi.CodeRequestCancelled):     transient, // only seen when the executor itself gave up: redelivered
 	},
 	ServicePaymentResource: {
 		string(api.CodeInvalidRequest):       {Class: ClassPermanent, Reason: api.ReasonPaymentRequestRefused},
