@@ -452,8 +452,11 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, key string) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	if len(req.Reason) > api.MaxReasonLen {
-		s.fail(r.Context(), w, "revoke", key, fmt.Errorf("%w: reason is %d bytes, longer than %d", ErrInvalidArgument, len(req.Reason), api.MaxReasonLen))
+	if req.Reason != "" && !httpjson.Text(req.Reason, api.MaxReasonLen) {
+		// The one rule for stored free text (the reason goes to the log
+		// and the operator's audit trail): no control characters.
+		s.fail(r.Context(), w, "revoke", key, fmt.Errorf("%w: reason must be at most %d bytes of text without control characters (%d bytes given)",
+			ErrInvalidArgument, api.MaxReasonLen, len(req.Reason)))
 		return
 	}
 	ctx, cancel := s.backendCtx(r)

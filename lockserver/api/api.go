@@ -157,7 +157,9 @@ type RevokeRequest struct {
 	// live lease carries exactly this token (STALE_TOKEN if a newer one does).
 	// 0 revokes whatever lease is live.
 	Token int64 `json:"token,omitempty"`
-	// Reason is free text recorded in the server's log (at most 256 bytes).
+	// Reason is free text recorded in the server's log: at most
+	// MaxReasonLen bytes of UTF-8 without control characters (a newline,
+	// a tab, an escape), or 400 INVALID_REQUEST.
 	Reason string `json:"reason,omitempty"`
 }
 

@@ -265,7 +265,10 @@ func (r Keyring) Verify(sig, domain string, fields ...string) (string, error) {
 	if !ok || checkID(id) != nil {
 		return "", fmt.Errorf("%w: want <key id>.<signature>", ErrMalformed)
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(b64)
+	// Strict: one text per signature. The lenient decoder also took a
+	// last character whose unused bits were set, so the same signature had
+	// several spellings (newcomer probe, session 7).
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(b64)
 	if err != nil || len(raw) != ed25519.SignatureSize {
 		return "", fmt.Errorf("%w: signature is not %d bytes of base64url", ErrMalformed, ed25519.SignatureSize)
 	}
