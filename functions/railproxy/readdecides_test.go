@@ -9,12 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
@@ -74,7 +73,7 @@ func TestAForwardReleasedWhileBeingReadIsNotAnAlreadySubmittedPayout(t *testing.
 
 	done := make(chan *httptest.ResponseRecorder, 1)
 	go func() { done <- submit(p, "worker-b", body("po-1", "acct-1", 700), "42") }()
-	awaitBlockedOnLock(t, ctx, r.dsn, done)
+	pgtest.AwaitBlockedOnLock(t, ctx, r.dsn, done)
 
 	// The second half: the forward released, committed.
 	if _, err := tx.Exec(ctx, `DELETE FROM rail_payout WHERE payout_id = $1 AND attempt_id = $2`, "po-1", x); err != nil {
@@ -100,37 +99,6 @@ func TestAForwardReleasedWhileBeingReadIsNotAnAlreadySubmittedPayout(t *testing.
 	mustBeDuplicate(t, submit(p, "worker-c", body("po-1", "acct-1", 700), "43"))
 	if got := r.stub.Submissions("po-1"); len(got) != 1 {
 		t.Fatalf("rail records %d submissions of po-1; want 1", len(got))
-	}
-}
-
-// awaitBlockedOnLock polls until a backend of dsn's database waits for a
-// lock, failing t if done delivers first or ctx ends.
-func awaitBlockedOnLock[R any](t *testing.T, ctx context.Context, dsn string, done <-chan R) {
-	t.Helper()
-	obs, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect observer: %v", err)
-	}
-	defer obs.Close(context.Background())
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		var waiting int
-		err := obs.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE NOT l.granted AND a.datname = current_database()`).Scan(&waiting)
-		if err != nil {
-			t.Fatalf("observe pg_locks: %v", err)
-		}
-		if waiting > 0 {
-			return
-		}
-		select {
-		case r := <-done:
-			t.Fatalf("the request answered before blocking on the row lock: %+v", r)
-		case <-ctx.Done():
-			t.Fatal("the request never blocked on the row lock")
-		case <-tick.C:
-		}
 	}
 }
 

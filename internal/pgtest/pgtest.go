@@ -305,3 +305,37 @@ func RunTool(t testing.TB, name string, args ...string) {
 		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
 	}
 }
+
+// AwaitBlockedOnLock polls until a backend of dsn's database waits for a
+// lock (pg_locks shows a lock not granted), so that a test can let the
+// transaction holding it go on knowing the other one is queued behind it.
+// It fails t if done delivers first (the request answered without
+// blocking) or ctx ends.
+func AwaitBlockedOnLock[R any](t *testing.T, ctx context.Context, dsn string, done <-chan R) {
+	t.Helper()
+	obs, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("pgtest: connect observer: %v", err)
+	}
+	defer obs.Close(context.Background())
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var waiting int
+		err := obs.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE NOT l.granted AND a.datname = current_database()`).Scan(&waiting)
+		if err != nil {
+			t.Fatalf("pgtest: observe pg_locks: %v", err)
+		}
+		if waiting > 0 {
+			return
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("pgtest: answered before blocking on the row lock: %+v", r)
+		case <-ctx.Done():
+			t.Fatal("pgtest: never blocked on the row lock")
+		case <-tick.C:
+		}
+	}
+}

@@ -266,7 +266,7 @@ func raceAFastGrant[R any](t *testing.T, ctx context.Context, dsn string, s *Sto
 	}
 
 	slowDone := slow()
-	awaitBlockedOnLock(t, ctx, dsn, slowDone)
+	pgtest.AwaitBlockedOnLock(t, ctx, dsn, slowDone)
 
 	if err := x.QueryRow(ctx, fastSQL, key, "fast-worker", testTTL.Milliseconds()).Scan(new(string), &fast, new(int64), new(time.Time)); err != nil {
 		t.Fatalf("X: fast grant: %v", err)
@@ -285,37 +285,6 @@ func raceAFastGrant[R any](t *testing.T, ctx context.Context, dsn string, s *Sto
 		t.Fatal("the slow granter did not return after X committed")
 	}
 	return first.Token, fast, answer
-}
-
-// awaitBlockedOnLock polls until a backend of dsn's database waits for a
-// lock, failing t if the slow acquire returns first or ctx ends.
-func awaitBlockedOnLock[R any](t *testing.T, ctx context.Context, dsn string, done <-chan R) {
-	t.Helper()
-	obs, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect observer: %v", err)
-	}
-	defer obs.Close(context.Background())
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		var waiting int
-		err := obs.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE NOT l.granted AND a.datname = current_database()`).Scan(&waiting)
-		if err != nil {
-			t.Fatalf("observe pg_locks: %v", err)
-		}
-		if waiting > 0 {
-			return
-		}
-		select {
-		case r := <-done:
-			t.Fatalf("slow Acquire returned before blocking on the row lock: %+v", r)
-		case <-ctx.Done():
-			t.Fatal("slow Acquire never blocked on the row lock")
-		case <-tick.C:
-		}
-	}
 }
 
 // TestFirstCallAfterServerBounceSucceeds shows the pool drops connections
