@@ -404,14 +404,9 @@ func (r *Reconciler) settleAttempt(ctx context.Context, a railapi.Attempt) Resul
 	// The attempt is rail-proxy's: its payout's lock orders this
 	// reconciliation with every holder of the account.
 	e := payoutevent.Event{PayoutID: a.PayoutID, AccountID: a.AccountID}
-	actx, cancel := context.WithTimeout(ctx, r.cfg.AcquireWait)
-	lease, err := r.locks.Acquire(actx, e.LockKey(), client.WithTTL(r.cfg.LeaseTTL), client.WithAutoRenew(0))
-	cancel()
+	lease, res, err := r.acquire(ctx, e.LockKey())
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil || errors.Is(err, client.ErrLockHeld) {
-			return skip(ResultLockBusy, err)
-		}
-		return skip(ResultError, err)
+		return skip(res, err)
 	}
 	defer r.releaseLease(ctx, lease)
 	h := payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: r.Owner()}
@@ -431,6 +426,23 @@ func (r *Reconciler) settleAttempt(ctx context.Context, a railapi.Attempt) Resul
 	log.Info("unsettled attempt settled against the rail's record", "event", EventPayoutReconciled, "result", string(ResultAttemptSettled),
 		"outcome", string(rec.Outcome), "railRef", rec.RailRef, "railToken", rec.RailToken, "state", string(rec.Attempt.State))
 	return ResultAttemptSettled
+}
+
+// acquire takes key's lease for one settlement, waiting up to
+// AcquireWait. When it is not granted it returns the result to skip the
+// settlement with: ResultLockBusy when the key stayed held (LOCK_HELD, or
+// AcquireWait ran out while the pass goes on), ResultError otherwise.
+func (r *Reconciler) acquire(ctx context.Context, key string) (*client.Lease, Result, error) {
+	actx, cancel := context.WithTimeout(ctx, r.cfg.AcquireWait)
+	lease, err := r.locks.Acquire(actx, key, client.WithTTL(r.cfg.LeaseTTL), client.WithAutoRenew(0))
+	cancel()
+	switch {
+	case err == nil:
+		return lease, "", nil
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil || errors.Is(err, client.ErrLockHeld):
+		return nil, ResultLockBusy, err
+	}
+	return nil, ResultError, err
 }
 
 // releaseLease releases lease, even when ctx has ended; a refused release
@@ -453,20 +465,11 @@ func (r *Reconciler) settle(ctx context.Context, p api.Payout) Result {
 		log.Log(ctx, level, "payout not settled by this pass", "event", EventPayoutSkipped, "result", string(res), "error", err.Error())
 		return res
 	}
-	actx, cancel := context.WithTimeout(ctx, r.cfg.AcquireWait)
-	lease, err := r.locks.Acquire(actx, e.LockKey(), client.WithTTL(r.cfg.LeaseTTL), client.WithAutoRenew(0))
-	cancel()
+	lease, res, err := r.acquire(ctx, e.LockKey())
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil || errors.Is(err, client.ErrLockHeld) {
-			return skip(ResultLockBusy, err)
-		}
-		return skip(ResultError, err)
+		return skip(res, err)
 	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.RequestTimeout)
-		defer cancel()
-		_ = lease.Release(rctx) // a refused release: the lease had ended
-	}()
+	defer r.releaseLease(ctx, lease)
 	h := payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: r.Owner()}
 	log = log.With("token", h.Token)
 
@@ -501,7 +504,7 @@ func (r *Reconciler) settle(ctx context.Context, p api.Payout) Result {
 	case err != nil:
 		return skip(ResultError, err)
 	}
-	res := ResultError
+	res = ResultError
 	switch got.State {
 	case api.StatePosted:
 		res = ResultPosted
