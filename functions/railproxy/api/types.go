@@ -126,13 +126,7 @@ func (r SubmitRequest) Validate() error {
 	if err := ValidateAccountID(r.AccountID); err != nil {
 		return err
 	}
-	switch {
-	case r.AmountMinor <= 0 || r.AmountMinor > MaxAmountMinor:
-		return fmt.Errorf("amountMinor %d is outside 1..%d", r.AmountMinor, MaxAmountMinor)
-	case !payoutevent.IsCurrency(r.Currency):
-		return fmt.Errorf("currency %q is not three upper-case letters (ISO 4217)", r.Currency)
-	}
-	return nil
+	return validateAmount(r.AmountMinor, r.Currency)
 }
 
 // ValidatePayoutID returns an error unless id is a well-formed payout id
@@ -278,13 +272,7 @@ func (r ReconcileRequest) Validate() error {
 	if err := errors.Join(ValidatePayoutID(r.PayoutID), ValidateAccountID(r.AccountID)); err != nil {
 		return err
 	}
-	switch {
-	case r.AmountMinor <= 0 || r.AmountMinor > MaxAmountMinor:
-		return fmt.Errorf("amountMinor %d is outside 1..%d", r.AmountMinor, MaxAmountMinor)
-	case !payoutevent.IsCurrency(r.Currency):
-		return fmt.Errorf("currency %q is not three upper-case letters (ISO 4217)", r.Currency)
-	}
-	return nil
+	return validateAmount(r.AmountMinor, r.Currency)
 }
 
 // HasPayout reports whether the request carries the payout's facts.
@@ -321,4 +309,17 @@ type UnsettledList struct {
 	Attempts []Attempt `json:"attempts"`
 	// Next is the QueryAfter of the next page; 0 (absent) on the last.
 	Next int64 `json:"next,omitempty"`
+}
+
+// validateAmount is the amount and currency rule of SubmitRequest and of
+// a ReconcileRequest's payout facts: 1..MaxAmountMinor minor units, and
+// three upper-case letters.
+func validateAmount(amountMinor int64, currency string) error {
+	switch {
+	case amountMinor <= 0 || amountMinor > MaxAmountMinor:
+		return fmt.Errorf("amountMinor %d is outside 1..%d", amountMinor, MaxAmountMinor)
+	case !payoutevent.IsCurrency(currency):
+		return fmt.Errorf("currency %q is not three upper-case letters (ISO 4217)", currency)
+	}
+	return nil
 }
