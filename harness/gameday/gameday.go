@@ -12,8 +12,11 @@
 // answer), and whether the answer names the cause.
 //
 // Nothing in the rules is overridden: the game-day rules already divide
-// every window and "for" by 30 (docs/slo.md). The alerts that cannot be
-// fired on this machine are listed in NotFiredLocally with the reason.
+// every window, "for", age and histogram threshold by 30 (docs/slo.md).
+// The faults of the executor path (Fault.Executes) run on a stack of their
+// own with the push bridge, whose dead-letter counter this process serves
+// for Prometheus. An alert that no fault can fire on this machine would be
+// listed in NotFiredLocally with the reason; none is.
 package gameday
 
 import (
