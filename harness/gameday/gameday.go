@@ -12,8 +12,11 @@
 // answer), and whether the answer names the cause.
 //
 // Nothing in the rules is overridden: the game-day rules already divide
-// every window and "for" by 30 (docs/slo.md). The alerts that cannot be
-// fired on this machine are listed in NotFiredLocally with the reason.
+// every window, "for", age and histogram threshold by 30 (docs/slo.md).
+// The faults of the executor path (Fault.Executes) run on a stack of their
+// own with the push bridge, whose dead-letter counter this process serves
+// for Prometheus. An alert that no fault can fire on this machine would be
+// listed in NotFiredLocally with the reason; none is.
 package gameday
 
 import (
@@ -37,6 +40,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/ops/slo"
@@ -51,6 +55,11 @@ var (
 	// ErrNotFired: an alert did not fire within Config.AlertTimeout of its
 	// fault (the game day fails).
 	ErrNotFired = errors.New("gameday: alert did not fire")
+	// ErrNotConfirmed: an alert fired, but the first diagnostic command
+	// of its runbook did not name the fault's cause (Fault.Confirms): the
+	// runbook would send the person on call the wrong way (the game day
+	// fails).
+	ErrNotConfirmed = errors.New("gameday: runbook step did not name the cause")
 )
 
 // Config says which faults to inject and where the run lives.
@@ -125,6 +134,9 @@ type Report struct {
 	Started  time.Time `json:"started"`
 	Results  []Result  `json:"results"`
 	NotFired []string  `json:"notFired,omitempty"`
+	// NotConfirmed are the alerts (alert/fault) that fired but whose
+	// runbook's first command did not name the cause.
+	NotConfirmed []string `json:"notConfirmed,omitempty"`
 	// NotFiredLocally are the alerts no local fault fires, with why.
 	NotFiredLocally map[string]string `json:"notFiredLocally"`
 }
@@ -197,6 +209,17 @@ type Fault struct {
 	// "" or stack.BackendPostgres, or stack.BackendEtcd (three members).
 	// Run groups the faults by backend, one stack each.
 	Backend string
+	// Executes says the fault needs payouts executed: its phase (a
+	// PostgreSQL stack of its own, after the PostgreSQL phase) runs the
+	// push bridge from Pub/Sub to the executor with the cloud
+	// subscription's dead-letter policy, scraped by Prometheus, and a
+	// reconciler that only runs when asked (POST its runs route).
+	Executes bool
+	// AlertTimeout, when longer than Config.AlertTimeout, bounds the wait
+	// for this fault's alerts: an alert whose threshold is an age needs
+	// that age to pass first (PayoutAmbiguousTooLong: 60 s plus its 10 s
+	// "for" at 1/30 scale).
+	AlertTimeout time.Duration
 }
 
 // Faults are every fault of the game day.
@@ -324,6 +347,102 @@ var Faults = []Fault{
 		Confirms: map[string]string{"LockAcquireLatencyBudgetBurn": `Lock +\| +(tuple|transactionid)`},
 	},
 	{
+		// The executor-path faults (Executes: a phase of their own, with
+		// the push bridge). First: the payout-completion SLO must be quiet
+		// before it, and the later faults delay payouts too.
+		// rail-stub answers every submission 3 s late (under rail-proxy's
+		// 5 s rail timeout: the payouts are posted, late). One account's
+		// payouts serialise on its lock, so the load's payouts queue
+		// behind each other and all finish past the SLO's threshold (60 s,
+		// 2 s at 1/30 scale).
+		Name:     "rail-stub-slow",
+		Executes: true,
+		Alerts:   []string{"PayoutCompletionBudgetBurn"},
+		// The ticket's windows (48 and 4 minutes here) outlive a phase.
+		Severity: "page",
+		Inject: func(ctx context.Context, e *env) error {
+			return setRailStubFaults(ctx, e.st.RailStubURL(), railstub.Faults{LatencyMs: 3000})
+		},
+		Heal: func(ctx context.Context, e *env) error {
+			return setRailStubFaults(ctx, e.st.RailStubURL(), railstub.Faults{})
+		},
+		// The runbook's transitions: a stretch of 3 s or more from the
+		// claim to the rail's answer (acknowledged), the rail's time.
+		Confirms: map[string]string{"PayoutCompletionBudgetBurn": `acknowledged\s*\|[^|\n]*\|\s*00:00:(0[3-9]|[1-5][0-9])`},
+	},
+	{
+		// rail-proxy's high-water mark of an account set above every
+		// token lock-server has granted (fenceAhead), then a payout of it:
+		// the executor is refused FENCED_OUT at the rail, confirms its
+		// lease is current and marks the payout needs_attention.
+		Name:     "fence-ahead",
+		Executes: true,
+		Alerts:   []string{"PayoutsNeedingAttention"},
+		Inject: func(ctx context.Context, e *env) error {
+			e.set("ID", aheadPayout)
+			return fenceAhead(ctx, e.st.PaymentResourceURL(), e.st.RailDBURL())
+		},
+		// Nothing heals it: the payout waits for a person, as the alert
+		// says; the account is the fault's own.
+		Confirms: map[string]string{"PayoutsNeedingAttention": aheadPayout + `[^\n]*` + string(payapi.ReasonRailFenceAhead)},
+	},
+	{
+		// rail-stub records the next submission and withholds its answer
+		// until rail-proxy's rail timeout (5 s) gives up: rail-proxy
+		// answers RAIL_AMBIGUOUS and the executor marks the payout
+		// ambiguous. Nothing settles it until the heal asks the
+		// reconciler for a pass; the alert needs the payout 60 s old (30
+		// minutes at 1/30 scale) for 10 s.
+		Name:         "payout-ambiguous",
+		Executes:     true,
+		Alerts:       []string{"PayoutAmbiguousTooLong"},
+		AlertTimeout: 150 * time.Second,
+		Inject: func(ctx context.Context, e *env) error {
+			if err := setRailStubFaults(ctx, e.st.RailStubURL(), railstub.Faults{FailNext: 1, Mode: railstub.FaultHang}); err != nil {
+				return err
+			}
+			// The runbook's $ID: the payout that became ambiguous.
+			actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			id, err := awaitPayoutIn(actx, e.st.PayDBURL(), payapi.StateAmbiguous)
+			if err != nil {
+				return err
+			}
+			e.set("ID", id)
+			return nil
+		},
+		Heal: func(ctx context.Context, e *env) error { return reconcileOnce(ctx, e.st.ReconcilerURL()) },
+		// The rail's record of it: recorded, the answer withheld.
+		Confirms: map[string]string{"PayoutAmbiguousTooLong": `"withheld":true`},
+	},
+	{
+		// The executor killed and kept down: every push is refused
+		// (connection refused) until the bridge, after the subscription's
+		// 10 delivery attempts (its backoff scaled down 50 times, about
+		// 25 s), moves the message to the dead-letter topic. A crash loop
+		// that answers no delivery looks the same to Pub/Sub.
+		Name:     "executor-down",
+		Executes: true,
+		Alerts:   []string{"PayoutDeadLettered"},
+		Inject:   func(ctx context.Context, e *env) error { return e.st.Kill("executor-A") },
+		Heal:     func(ctx context.Context, e *env) error { return e.st.Restart(ctx, "executor-A") },
+		// The bridge's failed pushes: no answer, connection refused.
+		Confirms: map[string]string{"PayoutDeadLettered": `"status":0,"error":"[^\n]*connection refused`},
+	},
+	{
+		// rail-stub killed and kept down: rail-proxy answers
+		// RAIL_NOT_REACHED (nothing reached the rail), a transient refusal
+		// the executor leaves for redelivery, until the messages run out
+		// of delivery attempts and are dead-lettered.
+		Name:     "rail-stub-down",
+		Executes: true,
+		Alerts:   []string{"PayoutDeadLettered"},
+		Inject:   func(ctx context.Context, e *env) error { return e.st.Kill("rail-stub") },
+		Heal:     func(ctx context.Context, e *env) error { return e.st.Restart(ctx, "rail-stub") },
+		// The executor's reason for each failed delivery.
+		Confirms: map[string]string{"PayoutDeadLettered": string(railapi.CodeRailNotReached)},
+	},
+	{
 		// The etcd leader killed and restarted four times in a row, as
 		// repeated evictions of the leader's pod would: each kill is an
 		// election (lock-server on etcd sees a second of failed calls).
@@ -352,13 +471,9 @@ var Faults = []Fault{
 }
 
 // NotFiredLocally are the alerts of ops/slo.yaml that no fault of this
-// game day fires, and why.
-var NotFiredLocally = map[string]string{
-	"PayoutCompletionBudgetBurn": "its threshold (60 s from creation to posted) is a bucket of payout_completion_seconds and is not scaled by 1/30: a burn needs payouts finishing later than 60 s each, for minutes of game time, which is over 70 s of wall time per fault on top of the executor path the game day does not drive (no push bridge runs). Not built yet.",
-	"PayoutDeadLettered":         "counted by the local push bridge (functions/payoutbus) inside the process that runs it; the game day runs no push bridge and Prometheus scrapes no harness process. Needs the bridge, a /metrics endpoint for it and a poison payout message. Not built yet.",
-	"PayoutsNeedingAttention":    "needs a payout driven into needs_attention through the executor (a permanent refusal, e.g. a rail receipt that does not verify); the game day drives no executor (no push bridge). Not built yet.",
-	"PayoutAmbiguousTooLong":     "the age threshold (30 min, 60 s at 1/30) is a gauge value, not a window: the payout must stay ambiguous for over 60 s plus the 10 s for, over 70 s of wall time, and be made ambiguous through an executor. Not built yet.",
-}
+// game day fires, and why. None today: every alert has a fault
+// (TestEveryAlertIsFiredOrExplained).
+var NotFiredLocally = map[string]string{}
 
 func faultByName(name string) *Fault {
 	for i := range Faults {
@@ -417,38 +532,59 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			return rep, err
 		}
 	}
+	return rep, verdict(&rep)
+}
+
+// verdict fills rep's NotFired and NotConfirmed from its results and
+// returns the game day's error: ErrNotFired for an alert that did not
+// fire, ErrNotConfirmed for one whose runbook step did not name the
+// cause (both joined), nil when every alert fired and was confirmed.
+func verdict(rep *Report) error {
 	for _, r := range rep.Results {
 		if !r.Fired {
 			rep.NotFired = append(rep.NotFired, r.Alert)
+		} else if !r.RunbookConfirms {
+			rep.NotConfirmed = append(rep.NotConfirmed, r.Alert+"/"+r.Fault)
 		}
 	}
+	var errs []error
 	if len(rep.NotFired) > 0 {
-		return rep, fmt.Errorf("%w: %s", ErrNotFired, strings.Join(rep.NotFired, ", "))
+		errs = append(errs, fmt.Errorf("%w: %s", ErrNotFired, strings.Join(rep.NotFired, ", ")))
 	}
-	return rep, nil
+	if len(rep.NotConfirmed) > 0 {
+		errs = append(errs, fmt.Errorf("%w: %s", ErrNotConfirmed, strings.Join(rep.NotConfirmed, ", ")))
+	}
+	return errors.Join(errs...)
 }
 
-// phase is the faults run on one stack: those of one lock-server backend.
+// phase is the faults run on one stack: those of one lock-server backend,
+// and, for the PostgreSQL backend, whether payouts are executed.
 type phase struct {
-	backend string
-	faults  []*Fault
+	backend  string
+	executes bool
+	faults   []*Fault
 }
 
-// phasesOf groups the faults by backend, PostgreSQL first, keeping their
-// order within each: each group runs on a stack of its own.
+// phasesOf groups the faults into phases, keeping their order within
+// each: PostgreSQL, then PostgreSQL with the executor path (Fault.Executes),
+// then etcd. Each group runs on a stack of its own.
 func phasesOf(names []string) []phase {
-	var pg, etcd phase
-	pg.backend, etcd.backend = stack.BackendPostgres, stack.BackendEtcd
+	pg := phase{backend: stack.BackendPostgres}
+	pay := phase{backend: stack.BackendPostgres, executes: true}
+	etcd := phase{backend: stack.BackendEtcd}
 	for _, n := range names {
 		f := faultByName(n)
-		if f.Backend == stack.BackendEtcd {
+		switch {
+		case f.Backend == stack.BackendEtcd:
 			etcd.faults = append(etcd.faults, f)
-		} else {
+		case f.Executes:
+			pay.faults = append(pay.faults, f)
+		default:
 			pg.faults = append(pg.faults, f)
 		}
 	}
 	var out []phase
-	for _, ph := range []phase{pg, etcd} {
+	for _, ph := range []phase{pg, pay, etcd} {
 		if len(ph.faults) > 0 {
 			out = append(out, ph)
 		}
@@ -461,17 +597,34 @@ func phasesOf(names []string) []phase {
 // at the new stack (a reload of Prometheus), keeps the steady load on it,
 // and runs ph's faults in turn. The stack is stopped when it returns.
 func runPhase(ctx context.Context, cfg Config, bin string, mon **monitor, ph phase, log *slog.Logger) ([]Result, error) {
+	name := ph.backend
+	if ph.executes {
+		name += "-payouts"
+	}
 	scfg := stack.Config{Backend: ph.backend, PaymentFencing: true, RailFencing: true,
-		Executors: []stack.ExecutorSpec{{Name: "A"}}, Dir: filepath.Join(cfg.Dir, "stack-"+ph.backend), BinDir: bin, Log: log,
+		Executors: []stack.ExecutorSpec{{Name: "A"}}, Dir: filepath.Join(cfg.Dir, "stack-"+name), BinDir: bin, Log: log,
 		RailJournal: true} // PayoutSubmittedTwice's runbook reads the rail's journal
 	if ph.backend == stack.BackendEtcd {
 		scfg.EtcdMembers = 3
+	}
+	if ph.executes {
+		// The reconciler settles ambiguous payouts: it must not settle
+		// the one payout-ambiguous makes before its alert fires, so it
+		// runs a pass only when the fault's heal asks for one.
+		scfg.ReconcileEvery = time.Hour
 	}
 	st, err := stack.Start(ctx, scfg)
 	if err != nil {
 		return nil, err
 	}
 	defer st.Stop()
+	var br *bridge
+	if ph.executes {
+		if br, err = startBridge(ctx, st); err != nil {
+			return nil, err
+		}
+		defer br.stop() // before st.Stop: the bridges use its Pub/Sub
+	}
 	hostOf := func(u string) string { return strings.TrimPrefix(strings.TrimPrefix(u, "http://"), "https://") }
 	targets := []Target{
 		{Job: "lock-server", Addr: hostOf(st.LockServerURL())},
@@ -487,6 +640,9 @@ func runPhase(ctx context.Context, cfg Config, bin string, mon **monitor, ph pha
 	for _, ep := range st.EtcdEndpoints() {
 		// Embedded etcd serves its metrics on the client URL.
 		targets = append(targets, Target{Job: "etcd", Addr: hostOf(ep)})
+	}
+	if br != nil {
+		targets = append(targets, Target{Job: "push-bridge", Addr: br.addr})
 	}
 	rules := filepath.Join(cfg.Repo, "ops/prometheus/gameday/rules.yml")
 	if *mon == nil {
@@ -515,6 +671,13 @@ func runPhase(ctx context.Context, cfg Config, bin string, mon **monitor, ph pha
 		"RAIL_STUB_JOURNAL": filepath.Join(st.Dir(), "rail-stub.journal.jsonl"), // where local/stack keeps it
 		"PATH":              bin + string(os.PathListSeparator) + os.Getenv("PATH"),
 	}}
+	if br != nil {
+		// PayoutDeadLettered's runbook reads the bridges' log and the
+		// executor's (local/stack names it after the executor).
+		e.vars["PUSH_LOG"] = br.logPath
+		e.vars["EXECUTOR_LOG"] = filepath.Join(st.Dir(), "executor-A.log")
+		e.vars["RECONCILER"] = st.ReconcilerURL()
+	}
 	lctx, stopLoad := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { load(lctx, st.LockServerURL()) }) // ends with lctx
@@ -526,10 +689,15 @@ func runPhase(ctx context.Context, cfg Config, bin string, mon **monitor, ph pha
 	defer func() { _ = e.stopBackground() }()
 	// A few seconds of healthy traffic before the first fault: the burn
 	// rules need a total to divide by.
-	for _, q := range []string{
+	healthy := []string{
 		`sum(rate(lockserver_requests_total{op="acquire"}[10s])) > 0`,
 		`sum(rate(function_requests_total{function="payment-resource",route=~"` + payapi.PathPayouts + `.*"}[10s])) > 0`,
-	} {
+	}
+	if ph.executes {
+		// Payouts executed and posted: the completion SLO has a total.
+		healthy = append(healthy, `sum(rate(payout_completion_seconds_count[10s])) > 0`)
+	}
+	for _, q := range healthy {
 		if err := m.awaitQuery(ctx, q); err != nil {
 			return nil, err
 		}
@@ -570,7 +738,11 @@ func runFault(ctx context.Context, cfg Config, e *env, mon *monitor, f *Fault, l
 	var out []Result
 	for _, alert := range f.Alerts {
 		r := Result{Alert: alert, Fault: f.Name}
-		actx, cancel := context.WithTimeout(ctx, cfg.AlertTimeout)
+		deadline := time.Now().Add(cfg.AlertTimeout)
+		if d := injected.Add(f.AlertTimeout); d.After(deadline) {
+			deadline = d
+		}
+		actx, cancel := context.WithDeadline(ctx, deadline)
 		key := alert
 		if f.Severity != "" {
 			key += "/" + f.Severity

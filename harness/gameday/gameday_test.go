@@ -129,6 +129,69 @@ func TestEveryAlertIsFiredOrExplained(t *testing.T) {
 	}
 }
 
+// TestVerdict: a game day fails when an alert did not fire and when a
+// fired alert's runbook step did not name the cause; it passes only when
+// every alert fired and was confirmed.
+func TestVerdict(t *testing.T) {
+	ok := Result{Alert: "A", Fault: "f", Fired: true, RunbookConfirms: true}
+	for _, tc := range []struct {
+		name    string
+		results []Result
+		want    []error
+	}{
+		{"all confirmed", []Result{ok, ok}, nil},
+		{"not fired", []Result{ok, {Alert: "B", Fault: "g"}}, []error{ErrNotFired}},
+		{"not confirmed", []Result{ok, {Alert: "B", Fault: "g", Fired: true}}, []error{ErrNotConfirmed}},
+		{"both", []Result{{Alert: "B", Fault: "g", Fired: true}, {Alert: "C", Fault: "h"}}, []error{ErrNotFired, ErrNotConfirmed}},
+	} {
+		rep := Report{Results: tc.results}
+		err := verdict(&rep)
+		if len(tc.want) == 0 && err != nil {
+			t.Errorf("%s: verdict = %v; want nil", tc.name, err)
+		}
+		if len(tc.want) > 0 && err == nil {
+			t.Errorf("%s: verdict = nil; want %v", tc.name, tc.want)
+		}
+		for _, w := range tc.want {
+			if !errors.Is(err, w) {
+				t.Errorf("%s: verdict = %v; want it to wrap %v", tc.name, err, w)
+			}
+		}
+	}
+	rep := Report{Results: []Result{{Alert: "B", Fault: "g", Fired: true}}}
+	_ = verdict(&rep)
+	if !slices.Equal(rep.NotConfirmed, []string{"B/g"}) {
+		t.Errorf("NotConfirmed = %v; want [B/g]", rep.NotConfirmed)
+	}
+}
+
+// TestPhases: the executor-path faults run on a stack of their own,
+// between the PostgreSQL and the etcd phases, and the short game day's
+// faults need no executor path (TestShortGameDay keeps its length).
+func TestPhases(t *testing.T) {
+	var names []string
+	for _, f := range Faults {
+		names = append(names, f.Name)
+	}
+	phs := phasesOf(names)
+	if len(phs) != 3 || phs[0].executes || !phs[1].executes || phs[1].backend != "postgres" || phs[2].backend != "etcd" {
+		t.Fatalf("phases: %+v; want postgres, postgres with executors, etcd", phs)
+	}
+	for _, f := range phs[1].faults {
+		if f.Backend != "" && f.Backend != "postgres" {
+			t.Errorf("executor-path fault %s on backend %s", f.Name, f.Backend)
+		}
+	}
+	if len(phs[1].faults) != 5 {
+		t.Errorf("%d executor-path faults; want 5", len(phs[1].faults))
+	}
+	for _, ph := range phasesOf([]string{"lock-server-killed", "forged-token"}) {
+		if ph.executes {
+			t.Error("the short game day's faults start the executor path")
+		}
+	}
+}
+
 func TestRunbookPath(t *testing.T) {
 	if got := RunbookPath("LockServerDown"); got != filepath.Join("docs", "runbooks", "lock-server-down.md") {
 		t.Errorf("RunbookPath = %s", got)

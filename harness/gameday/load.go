@@ -48,8 +48,9 @@ func payoutLoadSetup(ctx context.Context, payURL string) error {
 // every second (its outbox row is what PayoutOutboxStuck watches when
 // Pub/Sub stops), and a read of the account's high-water mark at
 // rail-proxy every second (raildb's stall is noticed the same way). The
-// payouts are published but not executed: the game day runs no push
-// bridge. Answers are not checked: during a fault they are the fault.
+// payouts are published, and executed only in the executor-path phase,
+// where the push bridge runs (Fault.Executes). Answers are not checked:
+// during a fault they are the fault.
 func payoutLoad(ctx context.Context, payURL, proxyURL string) {
 	client := &http.Client{Timeout: 2 * time.Second}
 	pay, err := payclient.New(payURL)

@@ -88,12 +88,16 @@ type BurnRate struct {
 // without _bucket, _count or _sum); Type is counter, gauge or histogram;
 // From names the process that exposes it; Status is one of the Status
 // constants; Note says, for a planned metric, who adds it and its shape.
+// Buckets, for a histogram a rule reads by bucket, are its bucket bounds
+// in seconds as the exposing process registers them: the template
+// function bucket picks one of them.
 type Metric struct {
-	Name   string `yaml:"name"`
-	Type   string `yaml:"type"`
-	From   string `yaml:"from"`
-	Status string `yaml:"status"`
-	Note   string `yaml:"note,omitempty"`
+	Name    string    `yaml:"name"`
+	Type    string    `yaml:"type"`
+	From    string    `yaml:"from"`
+	Status  string    `yaml:"status"`
+	Note    string    `yaml:"note,omitempty"`
+	Buckets []float64 `yaml:"buckets,omitempty,flow"`
 }
 
 // SLO is one objective. Objective is in percent (99.9); SLI.Errors and
@@ -112,7 +116,8 @@ type SLO struct {
 }
 
 // Symptom is an alert outside any SLO. Expr and For are templates with
-// the functions window and seconds (scaled durations); Summary and
+// the functions window and seconds (scaled durations, see Generate);
+// Summary and
 // Description are Prometheus annotation templates, passed through as they
 // are.
 type Symptom struct {
@@ -189,6 +194,9 @@ func (s *Spec) Validate() error {
 		}
 		if m.Status == StatusPlanned && m.Note == "" {
 			bad("planned metric %q needs a note saying who adds it", m.Name)
+		}
+		if len(m.Buckets) > 0 && (m.Type != "histogram" || !slices.IsSorted(m.Buckets) || slices.Contains(m.Buckets, 0)) {
+			bad("metric %q: buckets need a histogram and bounds in ascending order above 0", m.Name)
 		}
 	}
 	alerts := map[string]bool{}
@@ -269,9 +277,10 @@ func (s *Spec) Alerts() []string {
 
 // Options shape the generated rules.
 type Options struct {
-	// Scale divides every window, every "for" and every duration of a
-	// symptom's expression (1: real time; the game day uses 30, so that an
-	// hour is two minutes). Default 1.
+	// Scale divides every window, every "for", every duration of a
+	// symptom's expression and every histogram threshold of an SLI read
+	// with bucket (1: real time; the game day uses 30, so that an hour is
+	// two minutes and a payout's 60 s are 2 s). Default 1.
 	Scale int
 	// RunbookBase is prefixed to each runbook path in runbook_url (empty:
 	// the path from the repository root, e.g. docs/runbooks/x.md).
@@ -297,6 +306,60 @@ func scaled(d time.Duration, scale int) model.Duration {
 		s = time.Second
 	}
 	return model.Duration(s)
+}
+
+// templateFuncs are the functions of the spec's query templates at scale
+// (window, seconds, bucket).
+func templateFuncs(s *Spec, scale int) template.FuncMap {
+	return template.FuncMap{
+		"window": func(d string) (string, error) {
+			pd, err := model.ParseDuration(d)
+			if err != nil {
+				return "", err
+			}
+			return scaled(time.Duration(pd), scale).String(), nil
+		},
+		"seconds": func(d string) (string, error) {
+			pd, err := model.ParseDuration(d)
+			if err != nil {
+				return "", err
+			}
+			return strconv.FormatInt(int64(time.Duration(scaled(time.Duration(pd), scale)).Seconds()), 10), nil
+		},
+		// bucket is a time threshold read from a histogram's buckets (the
+		// value of its le label): d scaled, which must be one of the
+		// metric's declared Buckets, since a threshold between two bounds
+		// cannot be read from the histogram.
+		"bucket": func(metric, d string) (string, error) {
+			return bucketLabel(s, metric, d, scale)
+		},
+	}
+}
+
+// ErrNoBucket: a bucket template names a histogram threshold that is not
+// one of the metric's declared buckets at the generated scale.
+var ErrNoBucket = errors.New("slo: threshold is not a bucket of the histogram")
+
+// bucketLabel is the le label of metric's bucket at duration d divided by
+// scale (whole seconds, at least one, as every scaled duration), formatted
+// as Prometheus' client libraries format a bound (60, 2, 0.5). It returns
+// an error wrapping ErrNoBucket when that bound is not in the metric's
+// Buckets.
+func bucketLabel(s *Spec, metric, d string, scale int) (string, error) {
+	pd, err := model.ParseDuration(d)
+	if err != nil {
+		return "", err
+	}
+	secs := time.Duration(scaled(time.Duration(pd), scale)).Seconds()
+	for _, m := range s.Metrics {
+		if m.Name == metric {
+			if !slices.Contains(m.Buckets, secs) {
+				return "", fmt.Errorf("%w: %s at scale %d is %g s; %s has buckets %v", ErrNoBucket, d, scale, secs, metric, m.Buckets)
+			}
+			return strconv.FormatFloat(secs, 'f', -1, 64), nil
+		}
+	}
+	return "", fmt.Errorf("%w: %s is not a declared metric", ErrNoBucket, metric)
 }
 
 // ruleFile is the rules.yml document.
@@ -334,22 +397,7 @@ func Generate(s *Spec, opt Options) ([]byte, error) {
 	if opt.Scale < 0 {
 		return nil, fmt.Errorf("slo: scale %d is negative", opt.Scale)
 	}
-	funcs := template.FuncMap{
-		"window": func(d string) (string, error) {
-			pd, err := model.ParseDuration(d)
-			if err != nil {
-				return "", err
-			}
-			return scaled(time.Duration(pd), opt.Scale).String(), nil
-		},
-		"seconds": func(d string) (string, error) {
-			pd, err := model.ParseDuration(d)
-			if err != nil {
-				return "", err
-			}
-			return strconv.FormatInt(int64(time.Duration(scaled(time.Duration(pd), opt.Scale)).Seconds()), 10), nil
-		},
-	}
+	funcs := templateFuncs(s, opt.Scale)
 	render := func(name, text string, data any) (string, error) {
 		t, err := template.New(name).Funcs(funcs).Option("missingkey=error").Parse(text)
 		if err != nil {
@@ -536,7 +584,7 @@ func Report(s *Spec) ([]ReportQuery, error) {
 		data := struct{ Window string }{s.Period.String()}
 		var q [2]string
 		for i, text := range []string{o.SLI.Errors, o.SLI.Total} {
-			t, err := template.New(o.Name).Option("missingkey=error").Parse(text)
+			t, err := template.New(o.Name).Funcs(templateFuncs(s, 1)).Option("missingkey=error").Parse(text)
 			if err != nil {
 				return nil, fmt.Errorf("slo: %s: %w", o.Name, err)
 			}

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/ops/slo"
 )
 
@@ -400,17 +401,74 @@ func TestCompressedScaleDividesEveryWindow(t *testing.T) {
 		"[48m]",   // the ticket's 1d window
 		"[2h24m]", // the ticket's 3d window
 		"> 60",    // PayoutAmbiguousTooLong's 30 minutes, in seconds
+		`le="2"`,  // payout-completion's 60 s threshold, a bucket of the histogram
 		"interval: 2s",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("compressed rules lack %q", want)
 		}
 	}
-	for _, unwanted := range []string{"[5m]", "[1h]", "[1d]", "[3d]", "> 1800"} {
+	for _, unwanted := range []string{"[5m]", "[1h]", "[1d]", "[3d]", "> 1800", `le="60"`} {
 		if strings.Contains(text, unwanted) {
 			t.Errorf("compressed rules still hold the real-time %q", unwanted)
 		}
 	}
+}
+
+// TestBucketThresholdIsABucket: a histogram threshold (the bucket template
+// function) is scaled like every duration, and a scaled threshold that is
+// not one of the metric's declared buckets is refused instead of reading
+// an le label the histogram does not have (the SLI would count nothing).
+func TestBucketThresholdIsABucket(t *testing.T) {
+	spec := func(buckets string) *slo.Spec {
+		s, err := slo.Parse([]byte(`
+period: 30d
+runbooks: docs/runbooks
+burnRates:
+  page: [{factor: 14.4, long: 1h, short: 5m}]
+metrics:
+  - {name: m_seconds, type: histogram, from: x, status: exists, buckets: ` + buckets + `}
+slos:
+  - name: x
+    alert: XBurn
+    objective: 99
+    description: d
+    sli:
+      errors: sum(rate(m_seconds_bucket{le="{{bucket "m_seconds" "60s"}}"}[{{.Window}}]))
+      total: sum(rate(m_seconds_count[{{.Window}}]))
+`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	b, err := slo.Generate(spec("[1, 2, 60]"), slo.Options{Scale: 30})
+	if err != nil || !strings.Contains(string(b), `le="2"`) {
+		t.Errorf("scale 30 with a bucket at 2: %v\n%s", err, b)
+	}
+	b, err = slo.Generate(spec("[1, 2, 60]"), slo.Options{})
+	if err != nil || !strings.Contains(string(b), `le="60"`) {
+		t.Errorf("scale 1: %v\n%s", err, b)
+	}
+	if _, err := slo.Generate(spec("[1, 5, 60]"), slo.Options{Scale: 30}); !errors.Is(err, slo.ErrNoBucket) {
+		t.Errorf("scale 30 without a bucket at 2: %v; want ErrNoBucket", err)
+	}
+}
+
+// TestCompletionBucketsAreTheSpecs: the buckets ops/slo.yaml declares for
+// payout_completion_seconds are the ones payment-resource registers, so
+// that the bucket the generator picks exists.
+func TestCompletionBucketsAreTheSpecs(t *testing.T) {
+	s := loadSpec(t)
+	for _, m := range s.Metrics {
+		if m.Name == "payout_completion_seconds" {
+			if !slices.Equal(m.Buckets, paymentresource.CompletionBuckets) {
+				t.Errorf("ops/slo.yaml declares buckets %v; payment-resource registers %v", m.Buckets, paymentresource.CompletionBuckets)
+			}
+			return
+		}
+	}
+	t.Error("payout_completion_seconds is not declared")
 }
 
 // TestSLODocHasTheMonthlyReport checks that docs/slo.md gives, for every

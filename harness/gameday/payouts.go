@@ -1,0 +1,131 @@
+package gameday
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
+)
+
+// The executor-path faults' accounts and payouts (Fault.Executes).
+const (
+	// aheadAccount is fence-ahead's account, aheadPayout its payout.
+	aheadAccount = "gd-acct-ahead"
+	aheadPayout  = "gd-ahead-1"
+	// aheadToken is the fence fence-ahead writes: far above any token
+	// lock-server grants in a game day.
+	aheadToken = int64(1) << 40
+)
+
+// pathRailStubFaults is rail-stub's fault-injection route (package
+// railstub's doc comment).
+const pathRailStubFaults = "/admin/faults"
+
+// setRailStubFaults replaces rail-stub's fault state with f (POST
+// /admin/faults; the zero Faults heals).
+func setRailStubFaults(ctx context.Context, stubURL string, f railstub.Faults) error {
+	body, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	return post(ctx, stubURL+pathRailStubFaults, body)
+}
+
+// post sends body as JSON and wants a 2xx answer.
+func post(ctx context.Context, url string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("POST %s answered %d", url, resp.StatusCode)
+	}
+	return nil
+}
+
+// fenceAhead puts rail-proxy's high-water mark of a new account above
+// every token lock-server has granted, in raildb, then creates a payout of
+// the account for the executor. A fence ahead of lock-server is what a
+// lock-server moved to a backend whose tokens start lower (lockdb's
+// sequence to etcd's revisions), or a raildb copied from another
+// environment, leaves behind: every holder of the account's current lease
+// is then refused FENCED_OUT at the rail, and the executor, having
+// confirmed its lease with lock-server, marks the payout needs_attention
+// (rail_fence_ahead) instead of redelivering it forever.
+//
+// The fence is rail-proxy's, not payment-resource's: with
+// payment-resource's account fence ahead, the executor's mark of the
+// payout is refused by that same fence (payout_attention_unrecorded in
+// its log), the payout is never counted in payouts_needing_attention_total
+// and no alert fires (found by this game day; docs/gameday.md).
+func fenceAhead(ctx context.Context, payURL, raildbURL string) error {
+	pay, err := payclient.New(payURL)
+	if err != nil {
+		return err
+	}
+	balance := int64(1_000_000)
+	if _, err := pay.CreateAccount(ctx, payapi.AccountRequest{AccountID: aheadAccount, Currency: "EUR", OpeningBalanceMinor: &balance}); err != nil {
+		return fmt.Errorf("fence-ahead: create account: %w", err)
+	}
+	conn, err := pgx.Connect(ctx, raildbURL)
+	if err != nil {
+		return fmt.Errorf("fence-ahead: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, `INSERT INTO rail_high_water (account_id, high_water, updated_at) VALUES ($1, $2, now())
+ON CONFLICT (account_id) DO UPDATE SET high_water = excluded.high_water, updated_at = now()`, aheadAccount, aheadToken); err != nil {
+		return fmt.Errorf("fence-ahead: %w", err)
+	}
+	if _, err := pay.CreatePayout(ctx, payapi.PayoutRequest{PayoutID: aheadPayout, AccountID: aheadAccount, AmountMinor: 100, Currency: "EUR"}); err != nil {
+		return fmt.Errorf("fence-ahead: create payout: %w", err)
+	}
+	return nil
+}
+
+// awaitPayoutIn polls paydb until some payout is in state, and returns
+// the id of the one that entered it last.
+func awaitPayoutIn(ctx context.Context, paydbURL string, state payapi.State) (string, error) {
+	conn, err := pgx.Connect(ctx, paydbURL)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for {
+		var id string
+		err := conn.QueryRow(ctx, `SELECT payout_id FROM payout WHERE state = $1 ORDER BY updated_at DESC LIMIT 1`, string(state)).Scan(&id)
+		if err == nil {
+			return id, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return "", err
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("no payout in state %s: %w", state, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// reconcileOnce asks the stack's reconciler for one pass (POST
+// reconciler.PathRuns): it settles ambiguous payouts with the rail's
+// record.
+func reconcileOnce(ctx context.Context, reconcilerURL string) error {
+	return post(ctx, reconcilerURL+reconciler.PathRuns, []byte("{}"))
+}
