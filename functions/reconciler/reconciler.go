@@ -117,7 +117,8 @@ const (
 	// EventPassDone (INFO): a pass ended (listed, results, mismatches).
 	EventPassDone = "reconciler_pass_done"
 	// EventRunRefused (INFO): POST PathRuns was refused before the pass
-	// (a body or Content-Type outside the rule: status, code, error).
+	// (a query parameter, or a body or Content-Type outside the rule:
+	// status, code, error).
 	EventRunRefused = "reconciler_run_refused"
 	// EventPayoutReconciled (INFO, WARN when it changed nothing it
 	// should have): one payout's result (payoutId, accountId, token,
@@ -574,6 +575,14 @@ func (r *Reconciler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	case req.Method != http.MethodPost:
 		w.Header().Set("Allow", http.MethodPost)
 		httpjson.WriteError(w, http.StatusMethodNotAllowed, string(api.CodeMethodNotAllowed), "use POST "+PathRuns, false)
+		return
+	}
+	if _, err := httpjson.Query(req); err != nil {
+		// A run takes no parameter: one sent anyway (a dry run the
+		// caller believes it asked for) is refused, not ignored.
+		e := &httpjson.Error{Status: http.StatusBadRequest, Code: httpjson.CodeInvalidRequest, Message: err.Error()}
+		r.log.InfoContext(req.Context(), "reconciler run refused", "event", EventRunRefused, "status", e.Status, "code", e.Code, "error", e.Message)
+		httpjson.Write(w, e)
 		return
 	}
 	if err := httpjson.DecodeEmpty(w, req, MaxRunBodyBytes); err != nil {
