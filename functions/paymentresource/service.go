@@ -100,7 +100,7 @@ var guardGauges = func() *overload.Gauges {
 		Stalled:      "paymentresource_db_stalled",
 		StalledHelp:  "1 while paydb is marked stalled (a call ran out its whole request timeout) and requests are answered 503 " + string(api.CodeUnavailable) + " at once; 0 otherwise.",
 		InFlight:     "paymentresource_requests_in_flight",
-		InFlightHelp: "Requests payment-resource is serving (at most " + api.EnvMaxInFlight + "; one more is answered 503 " + string(api.CodeOverloaded) + ").",
+		InFlightHelp: "Requests payment-resource is serving past their input checks (at most " + api.EnvMaxInFlight + "; one more is answered 503 " + string(api.CodeOverloaded) + ").",
 	})
 	if err != nil {
 		panic(err) // the names above are constants

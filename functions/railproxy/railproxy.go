@@ -426,7 +426,7 @@ var guardGauges = func() *overload.Gauges {
 		Stalled:      "railproxy_db_stalled",
 		StalledHelp:  "1 while raildb is marked stalled (a transaction ran out its whole timeout) and requests are answered 503 " + string(api.CodeUnavailable) + " at once; 0 otherwise.",
 		InFlight:     "railproxy_requests_in_flight",
-		InFlightHelp: "Requests rail-proxy is serving (at most " + api.EnvMaxInFlight + "; one more is answered 503 " + string(api.CodeOverloaded) + ").",
+		InFlightHelp: "Requests rail-proxy is serving past their input checks (at most " + api.EnvMaxInFlight + "; one more is answered 503 " + string(api.CodeOverloaded) + ").",
 	})
 	if err != nil {
 		panic(err) // the names above are constants
