@@ -534,9 +534,10 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 // 503). It takes a slot of the in-flight bound and asks the stall breaker;
 // a request they refuse is answered here (503 OVERLOADED, or 503
 // UNAVAILABLE while raildb is marked stalled and this request is not the
-// probe), with Retry-After, nothing recorded, and ok is false. Otherwise
-// release must be called once, when the request is done.
-func (p *Proxy) begin(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+// probe), with Retry-After, nothing recorded, and the refusal is
+// returned. Otherwise release must be called once, when the request is
+// done.
+func (p *Proxy) begin(w http.ResponseWriter, r *http.Request) (release func(), refusal error) {
 	release, reason, ok := p.guard.Admit()
 	if !ok {
 		err := fmt.Errorf("%w: %d requests in flight", errOverloaded, p.guard.InFlight())
@@ -544,9 +545,9 @@ func (p *Proxy) begin(w http.ResponseWriter, r *http.Request) (release func(), o
 			err = fmt.Errorf("%w: %w", ErrUnavailable, errStalled)
 		}
 		p.fail(r.Context(), w, p.log, err)
-		return nil, false
+		return nil, err
 	}
-	return release, true
+	return release, nil
 }
 
 // noQuery refuses a query string on a route that takes none (400
@@ -689,9 +690,9 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	// Every check of the input has passed: only now does raildb's state
 	// (the in-flight bound, the stall breaker) decide.
-	release, ok := p.begin(w, r)
-	if !ok {
-		fencing.EndSpan(span, errStalled)
+	release, shed := p.begin(w, r)
+	if shed != nil {
+		fencing.EndSpan(span, shed)
 		return
 	}
 	defer release()
@@ -834,8 +835,8 @@ func (p *Proxy) handleHighWater(w http.ResponseWriter, r *http.Request) {
 		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}
-	release, ok := p.begin(w, r)
-	if !ok {
+	release, shed := p.begin(w, r)
+	if shed != nil {
 		return
 	}
 	defer release()
@@ -866,8 +867,8 @@ func (p *Proxy) handleAttempts(w http.ResponseWriter, r *http.Request) {
 		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}
-	release, ok := p.begin(w, r)
-	if !ok {
+	release, shed := p.begin(w, r)
+	if shed != nil {
 		return
 	}
 	defer release()

@@ -108,8 +108,8 @@ func (p *Proxy) handleReconcile(w http.ResponseWriter, r *http.Request) {
 		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}
-	release, ok := p.begin(w, r)
-	if !ok {
+	release, shed := p.begin(w, r)
+	if shed != nil {
 		return
 	}
 	defer release()
@@ -515,8 +515,8 @@ func (p *Proxy) handleUnsettled(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	release, ok := p.begin(w, r)
-	if !ok {
+	release, shed := p.begin(w, r)
+	if shed != nil {
 		return
 	}
 	defer release()
