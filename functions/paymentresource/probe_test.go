@@ -173,7 +173,8 @@ func TestQueryParametersOnRoutesThatTakeNoneAreRefused(t *testing.T) {
 // terms was answered 409 with the stored payout's amount, currency and
 // account, or the account's opening balance: anyone who guessed an id
 // learnt another's terms. Now the message names the fields that differ
-// and never their stored values.
+// and never their stored values. INSUFFICIENT_FUNDS no longer tells the
+// account's available balance either.
 func TestConflictAnswersDoNotRevealTheStoredTerms(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, newPublisher(nil))
@@ -195,6 +196,10 @@ func TestConflictAnswersDoNotRevealTheStoredTerms(t *testing.T) {
 			api.CodePayoutConflict, []string{"amountMinor"}, []string{"43210", "987654", "944444"}},
 		{"payout: other account", api.PathPayouts, `{"payoutId":"p-1","accountId":"acct-other","amountMinor":5,"currency":"GBP"}`,
 			api.CodePayoutConflict, []string{"accountId", "amountMinor"}, []string{"acct-secret", "43210"}},
+		// The same leak one code over: a new payout above the available
+		// balance said how much was available.
+		{"new payout above the available balance", api.PathPayouts, `{"payoutId":"p-2","accountId":"acct-secret","amountMinor":99999999,"currency":"GBP"}`,
+			api.CodeInsufficientFunds, []string{"available balance"}, []string{"944444", "987654"}},
 	} {
 		st, body := f.do("POST", tc.path, tc.body)
 		want(t, tc.name, st, body, http.StatusConflict, tc.code)

@@ -247,8 +247,10 @@ func (s *Service) createPayout(ctx context.Context, req api.PayoutRequest) (p ap
 			// (200 or PAYOUT_CONFLICT), whatever the balance is now.
 			existing, err := loadPayout(ctx, tx, req.PayoutID)
 			if errors.Is(err, ErrPayoutNotFound) {
-				return fmt.Errorf("%w: payout of %d %s, account %s has %d available", ErrInsufficientFunds,
-					req.AmountMinor, req.Currency, req.AccountID, available)
+				// The available balance itself is not told: whoever can
+				// name an account would otherwise read its balance.
+				return fmt.Errorf("%w: payout of %d %s is above account %s's available balance", ErrInsufficientFunds,
+					req.AmountMinor, req.Currency, req.AccountID)
 			}
 			if err != nil {
 				return err
