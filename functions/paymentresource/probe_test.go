@@ -174,7 +174,7 @@ func TestQueryParametersOnRoutesThatTakeNoneAreRefused(t *testing.T) {
 // account, or the account's opening balance: anyone who guessed an id
 // learnt another's terms. Now the message names the fields that differ
 // and never their stored values. INSUFFICIENT_FUNDS no longer tells the
-// account's available balance either.
+// account's available balance, nor CURRENCY_MISMATCH its currency.
 func TestConflictAnswersDoNotRevealTheStoredTerms(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, newPublisher(nil))
@@ -200,9 +200,15 @@ func TestConflictAnswersDoNotRevealTheStoredTerms(t *testing.T) {
 		// balance said how much was available.
 		{"new payout above the available balance", api.PathPayouts, `{"payoutId":"p-2","accountId":"acct-secret","amountMinor":99999999,"currency":"GBP"}`,
 			api.CodeInsufficientFunds, []string{"available balance"}, []string{"944444", "987654"}},
+		{"new payout in another currency", api.PathPayouts, `{"payoutId":"p-2","accountId":"acct-secret","amountMinor":1,"currency":"EUR"}`,
+			api.CodeCurrencyMismatch, []string{"currency"}, []string{"GBP"}},
 	} {
 		st, body := f.do("POST", tc.path, tc.body)
-		want(t, tc.name, st, body, http.StatusConflict, tc.code)
+		status := http.StatusConflict
+		if tc.code == api.CodeCurrencyMismatch {
+			status = http.StatusUnprocessableEntity
+		}
+		want(t, tc.name, st, body, status, tc.code)
 		msg := decode[api.ErrorEnvelope](t, body).Error.Message
 		for _, field := range tc.fields {
 			if !strings.Contains(msg, field) {

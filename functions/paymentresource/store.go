@@ -236,7 +236,9 @@ func (s *Service) createPayout(ctx context.Context, req api.PayoutRequest) (p ap
 			return dbError("create payout: read account", err)
 		}
 		if ccy != req.Currency {
-			return fmt.Errorf("%w: payout in %s, account %s in %s", ErrCurrencyMismatch, req.Currency, req.AccountID, ccy)
+			// Not which currency the account has: the stored terms of an
+			// account are not told to whoever names it (as for conflicts).
+			return fmt.Errorf("%w: payout in %s is not in account %s's currency", ErrCurrencyMismatch, req.Currency, req.AccountID)
 		}
 		var available int64
 		if err := tx.QueryRow(ctx, availableBalance, req.AccountID).Scan(&available); err != nil {
