@@ -38,8 +38,10 @@ const RequestTimeout = 4 * time.Second
 // or 503 DATABASE_UNAVAILABLE at once with Retry-After, nothing is done for
 // it, and ok is false. Otherwise ctx is the call's context (RequestTimeout,
 // cut when paydb is marked stalled meanwhile, overload.Guard.Call) and done
-// must be called once with the call's error: it records the outcome for
-// the breaker and frees the slot.
+// must be called with the call's error: it records the outcome for the
+// breaker and frees the slot. Only its first call counts, so that a
+// handler also defers done(errAbandoned): should the call panic, the slot
+// is freed all the same and the breaker learns nothing from it.
 func (s *Service) begin(w http.ResponseWriter, r *http.Request) (ctx context.Context, done func(error), ok bool) {
 	release, reason, ok := s.guard.Admit()
 	if !ok {
@@ -120,6 +122,7 @@ func (s *Service) handleCreateAccount(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	defer done(errAbandoned)
 	a, created, err := s.createAccount(ctx, req)
 	done(err)
 	if err != nil {
@@ -139,6 +142,7 @@ func (s *Service) handleGetAccount(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	defer done(errAbandoned)
 	a, err := s.account(ctx, id)
 	done(err)
 	if err != nil {
@@ -162,6 +166,7 @@ func (s *Service) handleCreatePayout(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	defer done(errAbandoned)
 	p, created, err := s.createPayout(ctx, req)
 	done(err)
 	if err != nil {
@@ -181,6 +186,7 @@ func (s *Service) handleGetPayout(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	defer done(errAbandoned)
 	p, err := s.payout(ctx, id)
 	done(err)
 	if err != nil {
@@ -204,6 +210,7 @@ func (s *Service) handleClaim(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	defer done(errAbandoned)
 	p, err := s.claim(ctx, id, h)
 	done(err)
 	if err != nil {
@@ -232,6 +239,7 @@ func (s *Service) handleResult(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	defer done(errAbandoned)
 	p, err := s.result(ctx, id, h, req)
 	done(err)
 	if err != nil {
@@ -260,6 +268,7 @@ func (s *Service) handleAttention(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	defer done(errAbandoned)
 	p, err := s.attention(ctx, id, h, req.Reason)
 	done(err)
 	if err != nil {
@@ -288,6 +297,7 @@ func (s *Service) handleResolution(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	defer done(errAbandoned)
 	p, err := s.resolve(ctx, id, h, req)
 	done(err)
 	if err != nil {
@@ -328,6 +338,7 @@ func (s *Service) handleListPayouts(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	defer done(errAbandoned)
 	list, err := s.listPayouts(ctx, state, limit, after)
 	done(err)
 	if err != nil {
@@ -344,6 +355,7 @@ func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	defer done(errAbandoned)
 	rep, err := Audit(ctx, s.pool)
 	done(err)
 	if err != nil {

@@ -74,6 +74,10 @@ var (
 	// errStalled: paydb is marked stalled and this request is not the
 	// probe; always wrapped with ErrUnavailable (503 DATABASE_UNAVAILABLE).
 	errStalled = errors.New("paymentresource: paydb is marked stalled (a call ran out its whole request timeout); not tried")
+	// errAbandoned ends a paydb call that did not return (its handler
+	// panicked): a cancellation, which tells the stall breaker nothing
+	// (overload.Classify). See begin.
+	errAbandoned = fmt.Errorf("paymentresource: paydb call abandoned: %w", context.Canceled)
 	// errNoRoute: no route matches the request path (404).
 	errNoRoute = errors.New("paymentresource: no such route")
 	// errMethodNotAllowed: the route exists for another method (405).
