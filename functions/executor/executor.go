@@ -550,9 +550,11 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 
 // settle ends the execution on the error err of step, an answer of svc (or
 // no answer), as Classify says: a final outcome for ClassDone; for
-// ClassPermanent the payout is marked needs_attention (markAttention);
-// for ClassFenced the lease is confirmed with lock-server first, and only
-// the holder of the current lease turns the refusal into a permanent one;
+// ClassPermanent and ClassFenced the lease is confirmed with lock-server
+// first, and only the holder of the current lease turns the refusal into
+// a permanent one (the payout marked needs_attention, markAttention); a
+// worker whose lease has ended is fenced out by a newer holder
+// (ErrFencedOut, redelivered);
 // otherwise an error wrapping the verdict's sentinel, so that Pub/Sub
 // redelivers. lease is nil before the lease is held or when it is the
 // lease's own confirmation that failed.
@@ -580,6 +582,23 @@ func (x *Executor) settle(ctx context.Context, log *slog.Logger, e payoutevent.E
 			"event", EventPayoutFenceAheadOfLease, "reason", string(v.Reason), "error", err.Error())
 		return x.markAttention(ctx, log, e, lease, v.Reason)
 	case ClassPermanent:
+		// Only the holder of the current lease turns a refusal into the
+		// payout's needs_attention, as for ClassFenced: a refusal answered
+		// to a worker whose lease has ended may be the newer holder's doing
+		// (it claimed, reported or resolved the payout meanwhile), and the
+		// stale worker's mark would be fenced out anyway.
+		if lease != nil {
+			if cerr := x.confirm(ctx, log, lease, "judging a permanent refusal"); cerr != nil {
+				if errors.Is(cerr, client.ErrLeaseLost) {
+					log.WarnContext(ctx, "refused after this worker's lease ended: fenced out by a newer holder, whose work decides the payout; Pub/Sub will redeliver",
+						"event", EventPayoutFencedStale, "reason", string(v.Reason), "error", err.Error())
+					return "", fmt.Errorf("%w: %s: %v", ErrFencedOut, step, err)
+				}
+				// lock-server did not answer: not known to hold the lease,
+				// so nothing is marked; the next delivery judges again.
+				return "", fmt.Errorf("%w: %s: %v (lease not confirmed: %v)", ErrDependency, step, err, cerr)
+			}
+		}
 		log.ErrorContext(ctx, "refusal no retry can change", "event", EventPayoutRefusedPermanently, "reason", string(v.Reason), "error", err.Error())
 		return x.markAttention(ctx, log, e, lease, v.Reason)
 	default:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
@@ -162,9 +163,10 @@ VALUES ($1, $2, $3, $3) ON CONFLICT (account_id) DO NOTHING RETURNING `+accountC
 	if err != nil {
 		return api.Account{}, false, err
 	}
-	if a.Currency != req.Currency || a.OpeningBalanceMinor != *req.OpeningBalanceMinor {
-		return api.Account{}, false, fmt.Errorf("%w: account %s has currency %s and opening balance %d", ErrAccountConflict,
-			a.AccountID, a.Currency, a.OpeningBalanceMinor)
+	if d := differing(diff{"currency", a.Currency != req.Currency}, diff{"openingBalanceMinor", a.OpeningBalanceMinor != *req.OpeningBalanceMinor}); d != "" {
+		// Which fields differ, never their stored values: the answer must
+		// not tell a caller an account's balance it did not already send.
+		return api.Account{}, false, fmt.Errorf("%w: account %s exists with a different %s", ErrAccountConflict, a.AccountID, d)
 	}
 	return a, false, nil
 }
@@ -179,6 +181,39 @@ func (s *Service) account(ctx context.Context, id string) (api.Account, error) {
 		return api.Account{}, dbError("read account", err)
 	}
 	return a, nil
+}
+
+// termsConflict returns an error wrapping ErrPayoutConflict when req asks
+// for payout p's id with other terms, nil when they are the same. It names
+// the fields that differ and never their stored values: the answer to a
+// caller that reuses a payout id must not tell it another payout's amount,
+// currency or account.
+func termsConflict(p api.Payout, req api.PayoutRequest) error {
+	d := differing(diff{"accountId", p.AccountID != req.AccountID}, diff{"amountMinor", p.AmountMinor != req.AmountMinor},
+		diff{"currency", p.Currency != req.Currency})
+	if d == "" {
+		return nil
+	}
+	return fmt.Errorf("%w: payout %s exists with a different %s", ErrPayoutConflict, p.PayoutID, d)
+}
+
+// diff is one field of a create request compared with the stored row:
+// its JSON name and whether the values differ.
+type diff struct {
+	field   string
+	differs bool
+}
+
+// differing returns the JSON names of the fields that differ, joined with
+// " and ", or "" when none does.
+func differing(fields ...diff) string {
+	var names []string
+	for _, f := range fields {
+		if f.differs {
+			names = append(names, f.field)
+		}
+	}
+	return strings.Join(names, " and ")
 }
 
 // createPayout inserts the payout, its creation transition and the outbox
@@ -201,7 +236,9 @@ func (s *Service) createPayout(ctx context.Context, req api.PayoutRequest) (p ap
 			return dbError("create payout: read account", err)
 		}
 		if ccy != req.Currency {
-			return fmt.Errorf("%w: payout in %s, account %s in %s", ErrCurrencyMismatch, req.Currency, req.AccountID, ccy)
+			// Not which currency the account has: the stored terms of an
+			// account are not told to whoever names it (as for conflicts).
+			return fmt.Errorf("%w: payout in %s is not in account %s's currency", ErrCurrencyMismatch, req.Currency, req.AccountID)
 		}
 		var available int64
 		if err := tx.QueryRow(ctx, availableBalance, req.AccountID).Scan(&available); err != nil {
@@ -212,15 +249,16 @@ func (s *Service) createPayout(ctx context.Context, req api.PayoutRequest) (p ap
 			// (200 or PAYOUT_CONFLICT), whatever the balance is now.
 			existing, err := loadPayout(ctx, tx, req.PayoutID)
 			if errors.Is(err, ErrPayoutNotFound) {
-				return fmt.Errorf("%w: payout of %d %s, account %s has %d available", ErrInsufficientFunds,
-					req.AmountMinor, req.Currency, req.AccountID, available)
+				// The available balance itself is not told: whoever can
+				// name an account would otherwise read its balance.
+				return fmt.Errorf("%w: payout of %d %s is above account %s's available balance", ErrInsufficientFunds,
+					req.AmountMinor, req.Currency, req.AccountID)
 			}
 			if err != nil {
 				return err
 			}
-			if existing.AccountID != req.AccountID || existing.AmountMinor != req.AmountMinor || existing.Currency != req.Currency {
-				return fmt.Errorf("%w: payout %s is %d %s from account %s", ErrPayoutConflict,
-					existing.PayoutID, existing.AmountMinor, existing.Currency, existing.AccountID)
+			if err := termsConflict(existing, req); err != nil {
+				return err
 			}
 			p = existing
 			return nil
@@ -234,9 +272,8 @@ VALUES ($1, $2, $3, $4) ON CONFLICT (payout_id) DO NOTHING`, req.PayoutID, req.A
 			if p, err = loadPayout(ctx, tx, req.PayoutID); err != nil {
 				return err
 			}
-			if p.AccountID != req.AccountID || p.AmountMinor != req.AmountMinor || p.Currency != req.Currency {
-				return fmt.Errorf("%w: payout %s is %d %s from account %s", ErrPayoutConflict,
-					p.PayoutID, p.AmountMinor, p.Currency, p.AccountID)
+			if err := termsConflict(p, req); err != nil {
+				return err
 			}
 			return nil
 		}
