@@ -3,6 +3,7 @@ package reconciler_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,12 +14,14 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
+	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
 
 // doerFunc is an HTTP client made of a function.
@@ -183,5 +186,30 @@ func TestAuditBesideLiveTrafficStillReportsARealDiscrepancy(t *testing.T) {
 	if !slices.Equal(rep.RailPaidNoDebit, []string{unbooked.PayoutID}) || !slices.Equal(rep.DebitNoRailPayment, []string{unpaid.PayoutID}) {
 		t.Fatalf("pass reports rail paid no debit %v, debit no rail payment %v; want [%s], [%s]",
 			rep.RailPaidNoDebit, rep.DebitNoRailPayment, unbooked.PayoutID, unpaid.PayoutID)
+	}
+}
+
+// The audit's settle is a positive number of milliseconds: LoadConfig
+// reads it (default payoutaudit.DefaultSettle) and refuses 0 naming the
+// variable, and DBAuditor refuses a settle that is not positive.
+func TestAuditSettleIsConfiguredAndValidated(t *testing.T) {
+	env := map[string]string{lockapi.EnvServerURL: "http://127.0.0.1:1", reconciler.EnvPaymentResourceURL: "http://127.0.0.1:2",
+		reconciler.EnvRailProxyURL: "http://127.0.0.1:3"}
+	cfg, err := reconciler.LoadConfig(func(k string) string { return env[k] })
+	if err != nil || cfg.AuditSettle != payoutaudit.DefaultSettle {
+		t.Fatalf("LoadConfig: settle %v, %v; want %v", cfg.AuditSettle, err, payoutaudit.DefaultSettle)
+	}
+	env[reconciler.EnvAuditSettleMs] = "1500"
+	if cfg, err = reconciler.LoadConfig(func(k string) string { return env[k] }); err != nil || cfg.AuditSettle != 1500*time.Millisecond {
+		t.Fatalf("LoadConfig with %s=1500: settle %v, %v; want 1.5s", reconciler.EnvAuditSettleMs, cfg.AuditSettle, err)
+	}
+	env[reconciler.EnvAuditSettleMs] = "0"
+	if _, err = reconciler.LoadConfig(func(k string) string { return env[k] }); !errors.Is(err, reconciler.ErrInvalidConfig) ||
+		!strings.Contains(err.Error(), reconciler.EnvAuditSettleMs) {
+		t.Fatalf("LoadConfig with %s=0: %v; want ErrInvalidConfig naming it", reconciler.EnvAuditSettleMs, err)
+	}
+	_, _, err = reconciler.DBAuditor(t.Context(), "postgres://127.0.0.1:1/paydb", "postgres://127.0.0.1:1/raildb", "http://127.0.0.1:4", 0, http.DefaultClient)
+	if !errors.Is(err, reconciler.ErrInvalidConfig) {
+		t.Fatalf("DBAuditor with settle 0: %v; want ErrInvalidConfig", err)
 	}
 }
