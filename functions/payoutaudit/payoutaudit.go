@@ -164,11 +164,13 @@ type LiveConfig struct {
 // two reads. But the pipeline writes them in one causal order: rail-proxy
 // records its forward in raildb before it calls the rail; the rail
 // records the payment before it answers; rail-proxy records the answer in
-// raildb before it answers the executor; and payment-resource posts the
-// debit (with the rail reference and token) only after that ACK. Live
-// reads against that order: paydb first, raildb second, the rail's
-// journal last. Then every later record a check looks for on behalf of an
-// earlier one is already there when it is read:
+// raildb before it answers the executor (when raildb fails there, the
+// forward stays 'forwarding', which the token rule already allows); and
+// payment-resource posts the debit (with the rail reference and token)
+// only after that ACK. Live reads against that order: paydb first, raildb
+// second, the rail's journal last. Then whatever a check looks for on
+// behalf of a record it has read was written before that record, so it
+// is there when its store is read, later:
 //
 //   - a debit seen in paydb has its rail payment in the journal (no false
 //     "debit without rail payment", DebitNoRailPayment, the finding of
