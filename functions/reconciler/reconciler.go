@@ -33,7 +33,11 @@
 // After the pass (when an Auditor is given) it runs the cross audit of
 // package payoutaudit and reports a rail payment with no debit and a debit
 // with no rail payment (events and the gauge
-// reconciler_audit_mismatches{kind}); it does not fix those itself.
+// reconciler_audit_mismatches{kind}); it does not fix those itself. The
+// audit runs beside executors at work, so DBAuditor uses
+// payoutaudit.Live: the books are read before the rail's journal, and a
+// rail payment found ahead of its debit is looked at again after
+// Config.AuditSettle and reported only if it persists.
 package reconciler
 
 import (
