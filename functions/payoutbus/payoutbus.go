@@ -230,6 +230,11 @@ const DefaultPollInterval = 10 * time.Millisecond
 // twenty pulls a second, and a new message waits at most this long.
 const maxIdlePoll = 50 * time.Millisecond
 
+// maxErrorWait caps the growing wait after failed pulls (Pub/Sub
+// restarting or unreachable), so that an outage is not a busy loop of
+// warnings.
+const maxErrorWait = time.Second
+
 // PushBridge pulls from a subscription and posts each message, wrapped as a
 // Pub/Sub push request, to an HTTP endpoint.
 //
@@ -353,7 +358,8 @@ func (b *PushBridge) Run(ctx context.Context) error {
 		kick  = make(chan struct{}, 1) // a message was answered: pull again now
 	)
 	defer wg.Wait()
-	idle := poll // the wait after an empty pull: doubles while nothing comes, up to maxIdlePoll
+	idle := poll    // the wait after an empty pull: doubles while nothing comes, up to maxIdlePoll
+	errWait := poll // the wait after a failed pull: doubles while pulls fail, up to maxErrorWait
 	// Extends the in-flight messages' deadlines; ends with ctx.
 	wg.Go(func() { b.keepAlive(ctx, sub, deadline) })
 	for {
@@ -370,7 +376,10 @@ func (b *PushBridge) Run(ctx context.Context) error {
 			case err != nil && !retryable(err):
 				return fmt.Errorf("payoutbus: pull %s: %w", sub, err)
 			case err != nil:
-				b.Log.Warn("push bridge pull failed; pulling again", "error", err.Error())
+				b.Log.Warn("push bridge pull failed; pulling again", "event", EventPushPullFailed, "error", err.Error(), "retryIn", errWait)
+				idle, errWait = errWait, min(2*errWait, maxErrorWait)
+			default:
+				errWait = poll
 			}
 			for _, rm := range resp.GetReceivedMessages() {
 				slots <- struct{}{}
@@ -459,7 +468,7 @@ func (b *PushBridge) ack(ctx context.Context, sub, ackID string) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := b.Admin.Acknowledge(actx, &pubsubpb.AcknowledgeRequest{Subscription: sub, AckIds: []string{ackID}}); err != nil {
-		b.Log.Warn("push bridge acknowledgement failed; the message will be delivered again", "ackId", ackID, "error", err.Error())
+		b.Log.Warn("push bridge acknowledgement failed; the message will be delivered again", "event", EventPushAckFailed, "ackId", ackID, "error", err.Error())
 	}
 }
 
@@ -470,7 +479,7 @@ func (b *PushBridge) nack(ctx context.Context, sub, ackID string) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := b.Admin.ModifyAckDeadline(actx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: sub, AckIds: []string{ackID}, AckDeadlineSeconds: 0}); err != nil {
-		b.Log.Warn("push bridge could not hand a message back; its deadline will", "ackId", ackID, "error", err.Error())
+		b.Log.Warn("push bridge could not hand a message back; its deadline will", "event", EventPushNackFailed, "ackId", ackID, "error", err.Error())
 	}
 }
 
@@ -508,7 +517,7 @@ func (b *PushBridge) extend(ctx context.Context, sub string, deadline time.Durat
 		err := b.Admin.ModifyAckDeadline(ectx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: sub, AckIds: batch, AckDeadlineSeconds: int32(deadline / time.Second)})
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			b.Log.Warn("push bridge could not extend the deadlines of the messages in flight", "messages", len(batch), "error", err.Error())
+			b.Log.Warn("push bridge could not extend the deadlines of the messages in flight", "event", EventPushExtendFailed, "messages", len(batch), "error", err.Error())
 		}
 	}
 }
