@@ -1006,6 +1006,9 @@ const MetricsFunction = "rail-proxy"
 // on TLS (rail-stub on Cloud Run) would otherwise negotiate HTTP/2.
 func newRailTransport() *http.Transport {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// Keep a connection per payout in flight for reuse (net/http keeps 2
+	// idle per host: the others were opened and closed for every call).
+	tr.MaxIdleConnsPerHost = 64
 	tr.Protocols = new(http.Protocols)
 	tr.Protocols.SetHTTP1(true)
 	return tr
