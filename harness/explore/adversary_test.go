@@ -65,8 +65,9 @@ var adversarial = []struct {
 	{"not-sent-release-after-the-reconciliation", 2, true,
 		"A:acquire A:confirm A:claim A:confirm A:submit A:giveup A:release age B:acquire B:confirm B:claim B:confirm B:submit B:report B:release R:read R:acquire R:reconcile P:refused R:resolve R:release",
 		[]string{explore.PathNotSentKept, explore.PathReconciled}, []string{"failed"}},
-	// A's submission is refused for good before rail-proxy, A marks the
-	// payout needs_attention, the reconciler closes it at rail-proxy
+	// A's submission is refused for good before rail-proxy, A confirms
+	// its lease (a refusal is judged only by the current holder) and marks
+	// the payout needs_attention, the reconciler closes it at rail-proxy
 	// (never forwarded) and fails it; B, whose lease ended before A's
 	// grant, submits late and is refused FENCED_OUT: the close passed the
 	// account's fence with the reconciler's newer token (session 7; before,
@@ -74,7 +75,7 @@ var adversarial = []struct {
 	// and B then marked the payout needs_attention). B confirms, learns
 	// its lease is gone, and stops.
 	{"late-submission-after-the-close", 2, true,
-		"B:acquire B:confirm B:claim B:confirm expire A:acquire A:confirm A:claim A:confirm A:reject A:attention A:release R:read R:acquire R:reconcile R:resolve R:release B:submit B:confirm B:release",
+		"B:acquire B:confirm B:claim B:confirm expire A:acquire A:confirm A:claim A:confirm A:reject A:confirm A:attention A:release R:read R:acquire R:reconcile R:resolve R:release B:submit B:confirm B:release",
 		[]string{explore.PathClosed, explore.PathLateAfterClose}, []string{"failed"}},
 	// The late rail call of a caller that gave up reaches the rail after
 	// the reconciler's stop order: PAYOUT_STOPPED, nothing paid.
