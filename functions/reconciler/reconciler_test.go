@@ -64,7 +64,9 @@ func newReconciler(t *testing.T, p *pipelinetest.Pipeline, owner string) *reconc
 	t.Helper()
 	cfg := reconciler.DefaultConfig()
 	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL, cfg.Owner = p.LockURL, p.PayURL, p.ProxyURL, owner
-	r, err := reconciler.New(cfg, slog.New(slog.DiscardHandler),
+	// The reconciler's log goes to the test's output, shown only when the
+	// test fails: a pass that counts an error says why there.
+	r, err := reconciler.New(cfg, slog.New(slog.NewTextHandler(t.Output(), nil)),
 		reconciler.WithAuditor(func(ctx context.Context) (payoutaudit.Report, error) { return p.Audit(ctx) }))
 	if err != nil {
 		t.Fatal(err)
