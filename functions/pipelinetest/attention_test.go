@@ -73,8 +73,10 @@ func TestPermanentRefusalEndsInNeedsAttentionWithNothingLooping(t *testing.T) {
 		// possible by writing paydb by hand, now that tokens carry
 		// lock-server's proof) also refuses the mark, since every fenced
 		// payout statement holds the account's fence: the delivery still
-		// ends at once (payout_attention_unrecorded), the payout stays
-		// pending for a person.
+		// ends at once (payout_attention_unrecorded, counted in
+		// executor_attention_unrecorded_total, which pages:
+		// PayoutAttentionUnrecorded), the payout stays pending for a
+		// person.
 		marked bool
 	}{
 		{"rail-proxy's high-water ahead", func(t *testing.T, p *pipelinetest.Pipeline) {
