@@ -4,7 +4,7 @@ GO    ?= go
 PKGS  := ./...
 BIN   := bin
 
-.PHONY: help test fuzz lint fmt build bench bench-contended bench-e2e demo explore soak gameday failover clean plan deploy destroy
+.PHONY: help test fuzz lint fmt build bench bench-contended bench-e2e bench-e2e-creators demo explore soak gameday failover clean plan deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -74,6 +74,14 @@ BENCH_E2E_FLAGS ?=
 # the short crash soak in `make test` (harness/soak), so they cannot rot.
 bench-e2e: ## end to end: payouts/s, latency p50/p95/p99, deliveries per executor, CPU per payout per process, 3 runs per backend, spread (2,000 payouts over 200 accounts, 16 creators) and hot (one account); fails on any broken integrity check; writes harness/out/bench-e2e.json and .md (BENCH_E2E_FLAGS: e.g. -before main -profile 8; docs/benchmarks.md)
 	$(GO) run ./harness/cmd/benche2e -out harness/out $(BENCH_E2E_FLAGS)
+
+BENCH_E2E_CREATORS ?= 1 4 16 64
+
+bench-e2e-creators: ## end to end, spread only (600 payouts over 60 accounts): one benche2e run per number of creators (BENCH_E2E_CREATORS), then the chart of payouts/s against creators, harness/out/bench-e2e-creators.svg (BENCH_E2E_FLAGS as for bench-e2e, e.g. -before main -runs 3)
+	for c in $(BENCH_E2E_CREATORS); do \
+		$(GO) run ./harness/cmd/benche2e -modes spread -payouts 600 -accounts 60 -creators $$c -out harness/out/creators-$$c $(BENCH_E2E_FLAGS) || exit 1; \
+	done
+	$(GO) run ./harness/cmd/benche2echart -target 0 -o harness/out/bench-e2e-creators.svg $(foreach c,$(BENCH_E2E_CREATORS),harness/out/creators-$(c)/bench-e2e.json)
 
 explore: ## every ordering of two executors on one payout (one expiry or revoke), every ordering of one executor and the reconciler (two faults of any kind), every ordering of one executor and the reconciler with two faults among forged terms, resends, refusals and give-ups, every ordering of two executors with two faults among expiry, the rail refusing and a resend, 3,000 sampled schedules of each sample; checked from the rail's journal and the books
 	$(GO) test -count=1 -timeout 120m -run 'TestExhaustive|TestSampled|TestRegressionSchedules|TestAdversaryCoverage' -v ./harness/explore/ -args -explore.full

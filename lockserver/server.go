@@ -241,6 +241,24 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
 		return
 	}
+	// No route of the lock API takes a query parameter: one sent anyway is
+	// refused, never ignored (the client may have meant something by it).
+	if _, err := httpjson.Query(r); err != nil {
+		writeError(w, http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// begin admits one request to backend work under the in-flight bound and
+// the stall breaker. Handlers call it once the request's input has passed
+// every check (key, body, fields), so that bad input is answered its own
+// 4xx whatever the backend's state: a malformed body while the backend is
+// stalled is 400, not 503. A request they refuse is answered here, 503
+// OVERLOADED or 503 BACKEND_UNAVAILABLE at once with Retry-After, nothing
+// done, and ok is false; otherwise release must be called once, when the
+// request is done.
+func (s *Server) begin(w http.ResponseWriter) (release func(), ok bool) {
 	release, reason, ok := s.adm.Admit()
 	if !ok {
 		code, msg := api.CodeOverloaded, "too many requests in flight; nothing was done"
@@ -248,10 +266,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			code, msg = api.CodeBackendUnavailable, "the backend is not answering (a recent call ran out its whole timeout); nothing was done"
 		}
 		writeError(w, http.StatusServiceUnavailable, code, msg)
-		return
+		return nil, false
 	}
-	defer release()
-	s.mux.ServeHTTP(w, r)
+	return release, true
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
@@ -267,6 +284,11 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		methodNotAllowed(w, r, http.MethodGet)
 		return
 	}
+	release, ok := s.begin(w)
+	if !ok {
+		return
+	}
+	defer release()
 	// Readiness has its own short bound (ReadyTimeout): a probe learns of
 	// a backend that does not answer at once, not after RequestTimeout,
 	// and running it out does not mark the backend stalled.
@@ -288,6 +310,15 @@ func (s *Server) handleLock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.PathValue("key")
+	if err := ValidateKey(key); err != nil {
+		s.fail(r.Context(), w, "inspect", key, err)
+		return
+	}
+	release, ok := s.begin(w)
+	if !ok {
+		return
+	}
+	defer release()
 	ctx, cancel := s.backendCtx(r)
 	defer cancel()
 	st, err := s.store.Inspect(ctx, key)
@@ -348,6 +379,15 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(r.Context(), w, "acquire", key, fmt.Errorf("%w: %v", ErrInvalidArgument, err))
 		return
 	}
+	if err := ValidateAcquire(key, req.Owner, time.Duration(req.TTLMs)*time.Millisecond); err != nil {
+		s.fail(r.Context(), w, "acquire", key, err, "owner", req.Owner)
+		return
+	}
+	release, ok := s.begin(w)
+	if !ok {
+		return
+	}
+	defer release()
 	// The caller's budget, less the margin for the answer (overload.go).
 	var budgetEnd time.Time
 	if b, ok, _ := budget(r); ok { // a malformed budget was refused in ServeHTTP
@@ -417,6 +457,15 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, key string) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
+	if err := ValidateLease(key, req.Owner, req.Token); err != nil {
+		s.fail(r.Context(), w, "renew", key, err, "owner", req.Owner, "token", req.Token)
+		return
+	}
+	release, ok := s.begin(w)
+	if !ok {
+		return
+	}
+	defer release()
 	ctx, cancel := s.backendCtx(r)
 	defer cancel()
 	l, err := s.store.Renew(ctx, key, req.Owner, req.Token)
@@ -434,6 +483,15 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, key string) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
+	if err := ValidateLease(key, req.Owner, req.Token); err != nil {
+		s.fail(r.Context(), w, "release", key, err, "owner", req.Owner, "token", req.Token)
+		return
+	}
+	release, ok := s.begin(w)
+	if !ok {
+		return
+	}
+	defer release()
 	ctx, cancel := s.backendCtx(r)
 	defer cancel()
 	err := s.store.Release(ctx, key, req.Owner, req.Token)
@@ -459,6 +517,15 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, key string) {
 			ErrInvalidArgument, api.MaxReasonLen, len(req.Reason)))
 		return
 	}
+	if err := ValidateRevokeToken(req.Token); err != nil {
+		s.fail(r.Context(), w, "revoke", key, err, "token", req.Token)
+		return
+	}
+	release, ok := s.begin(w)
+	if !ok {
+		return
+	}
+	defer release()
 	ctx, cancel := s.backendCtx(r)
 	defer cancel()
 	l, err := s.store.Revoke(ctx, key, req.Token)

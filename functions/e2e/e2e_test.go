@@ -271,7 +271,7 @@ func runPipeline(ctx context.Context, t *testing.T, openStore func(*testing.T, *
 	pushURL := serveHTTP(t, rr)
 	var copiesMu sync.Mutex
 	bridge := &payoutbus.PushBridge{
-		Sub: st.psc.Subscriber("payout-executor"), Endpoint: pushURL, Log: log.With("service", "push-bridge"),
+		Sub: st.psc.Subscriber("payout-executor"), Admin: st.psc.SubscriptionAdminClient, Endpoint: pushURL, Log: log.With("service", "push-bridge"),
 		// Every delivery arrives two or three times, half of them at once.
 		Copies: func(string) (int, bool) {
 			copiesMu.Lock()

@@ -54,7 +54,8 @@ const (
 	// own line for the same refusal is rail_submission_stopped.)
 	EventPayoutStoppedAtRail = "payout_stopped_at_rail"
 	// EventPayoutFencedStale: WARN, a fence point refused this worker's
-	// token and a newer holder exists; answered 409 for redelivery.
+	// token, or a dependency refused it for good after its lease ended,
+	// and a newer holder exists; answered 409 for redelivery.
 	EventPayoutFencedStale = "payout_fenced_stale"
 	// EventPayoutFenceAheadOfLease: ERROR, a fence point refused the token
 	// of the current lease; the payout is marked needs_attention.

@@ -26,6 +26,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
@@ -888,5 +889,51 @@ func TestUnrecordedAttentionIsCounted(t *testing.T) {
 				t.Errorf("%s{reason=%q} went up by %v; want %v", executor.MetricAttentionUnrecorded, c.reason, got, c.want)
 			}
 		})
+	}
+}
+
+// Issue #15 (newcomer probe, lower priority 6): a stale worker (its lease
+// revoked and the lock granted to a newer holder before its submission)
+// whose report payment-resource then refused for good (here
+// RAIL_REF_CONFLICT) logged "refusal no retry can change" at ERROR and
+// marked the payout needs_attention with its stale token. The refusal may
+// be the newer holder's doing; only the current holder decides. Now the
+// lease is confirmed first: the log says what happened (fenced out by a
+// newer holder, payout_fenced_stale at WARN), nothing is marked, and the
+// delivery is redelivered (409).
+func TestStaleHolderRefusedForGoodIsFencedOutNotMarked(t *testing.T) {
+	deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`, resultCode: api.CodeRailRefConflict}
+	store := memstore.New(nil)
+	ls, err := lockserver.NewServer(store, lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lsrv := httptest.NewServer(ls)
+	t.Cleanup(lsrv.Close)
+	dsrv := httptest.NewServer(deps)
+	t.Cleanup(dsrv.Close)
+	cfg := executor.DefaultConfig()
+	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = lsrv.URL, dsrv.URL, dsrv.URL
+	cfg.Owner, cfg.LeaseTTL, cfg.AcquireWait = "worker-a", 2*time.Second, 3*time.Second
+	cfg.ReportRetry = executor.RetryConfig{Attempts: 4, Initial: time.Millisecond, Max: 4 * time.Millisecond}
+	var logs logtest.Buffer
+	x, err := executor.New(cfg, slog.New(slog.NewJSONHandler(&logs, nil)), executor.WithRand(rand.New(rand.NewPCG(1, 2))),
+		executor.WithHooks(staleBeforeSubmit(t, &store)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := x.Execute(t.Context(), event)
+	if !errors.Is(err, executor.ErrFencedOut) || executor.Status(out, err) != http.StatusConflict {
+		t.Fatalf("Execute = %q, %v; want ErrFencedOut and 409 so that Pub/Sub redelivers", out, err)
+	}
+	if len(deps.attentions) != 0 {
+		t.Fatalf("the stale worker marked the payout: %v", deps.attentions)
+	}
+	if n := len(logs.Events(t, executor.EventPayoutRefusedPermanently)); n != 0 {
+		t.Fatalf("%d %s lines; want none: the refusal was answered to a stale holder", n, executor.EventPayoutRefusedPermanently)
+	}
+	lines := logs.Events(t, executor.EventPayoutFencedStale)
+	if len(lines) != 1 || lines[0]["level"] != "WARN" || !strings.Contains(lines[0]["msg"].(string), "fenced out by a newer holder") {
+		t.Fatalf("%s lines %v; want one at WARN saying the worker was fenced out by a newer holder", executor.EventPayoutFencedStale, lines)
 	}
 }

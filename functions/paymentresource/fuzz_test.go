@@ -130,6 +130,8 @@ func FuzzPaymentResource(f *testing.F) {
 		{opAudit, "", "", proofNone, "", "", "", ``},
 		{opRawPath, "/v1/nope", "", proofNone, "", "", "", ``},
 		{opRawPath, "/v1/payouts/p-1/claim/x", "", proofNone, "", "", "", ``},
+		{opRawPath, "/v1/audit?full=1", "", proofNone, "", "", "", ``},
+		{opRawPath, "/v1/payouts?state=pending&x=%zz", "", proofNone, "", "", "", ``},
 		{opClaim + 128, "p-1", "12", proofValid, "", "", "", ``},
 	} {
 		f.Add(s.op, s.id, s.token, s.proofMode, s.proofArg, s.owner, s.ct, []byte(s.body))

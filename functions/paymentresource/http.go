@@ -30,30 +30,33 @@ import (
 // on an outcome it cannot know. One budget: this < the callers' timeout.
 const RequestTimeout = 4 * time.Second
 
-// admit serves r through next under the in-flight bound and the stall
-// breaker: a request refused by them is answered 503 OVERLOADED or 503
-// DATABASE_UNAVAILABLE at once, with Retry-After, and nothing is done for
-// it.
-func (s *Service) admit(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		release, reason, ok := s.guard.Admit()
-		if !ok {
-			err := fmt.Errorf("%w: %d requests in flight", errOverloaded, s.guard.InFlight())
-			if reason == overload.ReasonStalled {
-				err = fmt.Errorf("%w: %w", ErrUnavailable, errStalled)
-			}
-			s.fail(w, r, err)
-			return
+// begin admits one request to paydb work and starts its paydb call; call
+// it only once the request is decoded and validated, so that bad input is
+// answered its own 4xx whatever paydb's state (a malformed body during a
+// stall is 400, not 503). It takes a slot of the in-flight bound and asks
+// the stall breaker: a request they refuse is answered here, 503 OVERLOADED
+// or 503 DATABASE_UNAVAILABLE at once with Retry-After, nothing is done for
+// it, and ok is false. Otherwise ctx is the call's context (RequestTimeout,
+// cut when paydb is marked stalled meanwhile, overload.Guard.Call) and done
+// must be called with the call's error: it records the outcome for the
+// breaker and frees the slot. Only its first call counts, so that a
+// handler also defers done(errAbandoned): should the call panic, the slot
+// is freed all the same and the breaker learns nothing from it.
+func (s *Service) begin(w http.ResponseWriter, r *http.Request) (ctx context.Context, done func(error), ok bool) {
+	release, reason, ok := s.guard.Admit()
+	if !ok {
+		err := fmt.Errorf("%w: %d requests in flight", errOverloaded, s.guard.InFlight())
+		if reason == overload.ReasonStalled {
+			err = fmt.Errorf("%w: %w", ErrUnavailable, errStalled)
 		}
-		defer release()
-		next.ServeHTTP(w, r)
-	})
-}
-
-// observe records the outcome of one paydb call made with ctx (from
-// overload.WithTimeout) for the stall breaker.
-func (s *Service) observe(ctx context.Context, err error) {
-	s.guard.Observe(overload.Classify(ctx, err, ErrUnavailable), err)
+		s.fail(w, r, err)
+		return nil, nil, false
+	}
+	ctx, called := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
+	return ctx, func(err error) {
+		called(err)
+		release()
+	}, true
 }
 
 // routes builds the handler. Patterns carry no method so that a wrong
@@ -78,17 +81,27 @@ func (s *Service) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, fmt.Errorf("%w: %s %s", errNoRoute, r.Method, r.URL.Path))
 	})
-	// Counted outermost: the refusals of admit (503 OVERLOADED, stalled
-	// paydb) are requests answered too.
-	return httpmetrics.Handler(MetricsFunction, httpmetrics.MuxRoutes(mux), s.admit(mux))
+	// Admission (the in-flight bound, the stall breaker) is each handler's
+	// own, once its input has passed (begin); its refusals are counted
+	// here like every answer.
+	return httpmetrics.Handler(MetricsFunction, httpmetrics.MuxRoutes(mux), mux)
 }
 
-// only answers 405 to a method other than method (HEAD counts as GET).
+// only answers 405 to a method other than method (HEAD counts as GET),
+// and 400 INVALID_REQUEST to a query string: no route served through it
+// takes query parameters (the list of payouts, which does, reads its own
+// with httpjson.Query), and one sent anyway is refused rather than
+// ignored, so that a client never believes a parameter it misspelt, or
+// one this version does not know, was applied.
 func (s *Service) only(method string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
 			w.Header().Set("Allow", method)
 			s.fail(w, r, fmt.Errorf("%w: %s %s; use %s", errMethodNotAllowed, r.Method, r.URL.Path, method))
+			return
+		}
+		if _, err := httpjson.Query(r); err != nil {
+			s.fail(w, r, fmt.Errorf("%w: %v", ErrInvalidArgument, err))
 			return
 		}
 		h(w, r)
@@ -105,7 +118,11 @@ func (s *Service) handleCreateAccount(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "accountId", req.AccountID)
 		return
 	}
-	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
+	ctx, done, ok := s.begin(w, r)
+	if !ok {
+		return
+	}
+	defer done(errAbandoned)
 	a, created, err := s.createAccount(ctx, req)
 	done(err)
 	if err != nil {
@@ -121,7 +138,11 @@ func (s *Service) handleGetAccount(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
+	ctx, done, ok := s.begin(w, r)
+	if !ok {
+		return
+	}
+	defer done(errAbandoned)
 	a, err := s.account(ctx, id)
 	done(err)
 	if err != nil {
@@ -141,7 +162,11 @@ func (s *Service) handleCreatePayout(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", req.PayoutID, "accountId", req.AccountID)
 		return
 	}
-	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
+	ctx, done, ok := s.begin(w, r)
+	if !ok {
+		return
+	}
+	defer done(errAbandoned)
 	p, created, err := s.createPayout(ctx, req)
 	done(err)
 	if err != nil {
@@ -157,7 +182,11 @@ func (s *Service) handleGetPayout(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
+	ctx, done, ok := s.begin(w, r)
+	if !ok {
+		return
+	}
+	defer done(errAbandoned)
 	p, err := s.payout(ctx, id)
 	done(err)
 	if err != nil {
@@ -177,7 +206,11 @@ func (s *Service) handleClaim(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
-	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
+	ctx, done, ok := s.begin(w, r)
+	if !ok {
+		return
+	}
+	defer done(errAbandoned)
 	p, err := s.claim(ctx, id, h)
 	done(err)
 	if err != nil {
@@ -202,7 +235,11 @@ func (s *Service) handleResult(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
-	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
+	ctx, done, ok := s.begin(w, r)
+	if !ok {
+		return
+	}
+	defer done(errAbandoned)
 	p, err := s.result(ctx, id, h, req)
 	done(err)
 	if err != nil {
@@ -227,7 +264,11 @@ func (s *Service) handleAttention(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
-	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
+	ctx, done, ok := s.begin(w, r)
+	if !ok {
+		return
+	}
+	defer done(errAbandoned)
 	p, err := s.attention(ctx, id, h, req.Reason)
 	done(err)
 	if err != nil {
@@ -252,7 +293,11 @@ func (s *Service) handleResolution(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
-	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
+	ctx, done, ok := s.begin(w, r)
+	if !ok {
+		return
+	}
+	defer done(errAbandoned)
 	p, err := s.resolve(ctx, id, h, req)
 	done(err)
 	if err != nil {
@@ -289,7 +334,11 @@ func (s *Service) handleListPayouts(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ctx, done := s.guard.Call(r.Context(), RequestTimeout, ErrUnavailable)
+	ctx, done, ok := s.begin(w, r)
+	if !ok {
+		return
+	}
+	defer done(errAbandoned)
 	list, err := s.listPayouts(ctx, state, limit, after)
 	done(err)
 	if err != nil {
@@ -300,10 +349,15 @@ func (s *Service) handleListPayouts(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := overload.WithTimeout(r.Context(), RequestTimeout)
-	defer cancel()
+	// Behind the breaker like every route that needs paydb: an operator's
+	// read is no reason to wait out a stall.
+	ctx, done, ok := s.begin(w, r)
+	if !ok {
+		return
+	}
+	defer done(errAbandoned)
 	rep, err := Audit(ctx, s.pool)
-	s.observe(ctx, err)
+	done(err)
 	if err != nil {
 		s.fail(w, r, err)
 		return

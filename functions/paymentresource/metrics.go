@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
@@ -26,15 +25,9 @@ var completion = prometheus.NewHistogram(prometheus.HistogramOpts{
 	Buckets: CompletionBuckets,
 })
 
-// completionSeconds reads how long ago payout id was created, by paydb's
-// clock (the transaction's now()).
-func completionSeconds(ctx context.Context, tx pgx.Tx, id string) (float64, error) {
-	var secs float64
-	if err := tx.QueryRow(ctx, `SELECT greatest(EXTRACT(EPOCH FROM now() - created_at), 0)::float8 FROM payout WHERE payout_id = $1`, id).Scan(&secs); err != nil {
-		return 0, dbError("result: completion time", err)
-	}
-	return secs, nil
-}
+// completionSQL reads how long ago payout $1 was created, by paydb's
+// clock (the transaction's now()), in seconds.
+const completionSQL = `SELECT greatest(EXTRACT(EPOCH FROM now() - created_at), 0)::float8 FROM payout WHERE payout_id = $1`
 
 // Metric names of the ages read at each scrape.
 const (

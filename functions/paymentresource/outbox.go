@@ -158,13 +158,16 @@ func (o *outbox) drain(ctx context.Context) (int, error) {
 	defer cancel()
 	published := 0
 	var pubErr error
+	logPublished := func(pctx context.Context, row outboxRow) {
+		o.log.InfoContext(pctx, "outbox row published", "event", api.EventOutboxPublished, "outboxId", row.id, "orderingKey", row.orderingKey,
+			"payoutId", row.attrs[payoutevent.AttrPayoutID], "accountId", row.attrs[payoutevent.AttrAccountID])
+	}
 	markOne := func(row outboxRow, pctx context.Context) error {
 		if _, err := tx.Exec(mark, `UPDATE outbox SET published_at = clock_timestamp() WHERE id = $1`, row.id); err != nil {
 			return fmt.Errorf("mark outbox row %d: %w", row.id, err)
 		}
 		published++
-		o.log.InfoContext(pctx, "outbox row published", "event", api.EventOutboxPublished, "outboxId", row.id, "orderingKey", row.orderingKey,
-			"payoutId", row.attrs[payoutevent.AttrPayoutID], "accountId", row.attrs[payoutevent.AttrAccountID])
+		logPublished(pctx, row)
 		return nil
 	}
 	failed := func(pctx context.Context, row outboxRow, err error) error {
@@ -194,6 +197,7 @@ func (o *outbox) drain(ctx context.Context) (int, error) {
 			wait func(context.Context) error
 		}
 		sent := make([]inFlight, 0, len(batch))
+		var acked []inFlight // acknowledged and to be marked
 		for _, row := range batch {
 			rctx, span, attrs := startPublish(pctx, row.id, row.orderingKey, row.attrs)
 			sent = append(sent, inFlight{row: row, ctx: rctx, span: span, wait: ap.PublishAsync(rctx, row.orderingKey, row.data, attrs)})
@@ -211,8 +215,23 @@ func (o *outbox) drain(ctx context.Context) (int, error) {
 				// after a mark failed): published again next pass, a
 				// duplicate the pipeline absorbs.
 			default:
-				if err := markOne(f.row, f.ctx); err != nil {
-					pubErr = errors.Join(pubErr, fmt.Errorf("%w: %w", errMarkFailed, err))
+				acked = append(acked, f)
+			}
+		}
+		// Every acknowledged row marked by one statement: the marks only
+		// count at the commit below, all or none, as they did one
+		// statement per row.
+		ids := make([]int64, len(acked))
+		for i, f := range acked {
+			ids[i] = f.row.id
+		}
+		if len(ids) > 0 {
+			if _, err := tx.Exec(mark, `UPDATE outbox SET published_at = clock_timestamp() WHERE id = ANY($1)`, ids); err != nil {
+				pubErr = errors.Join(pubErr, fmt.Errorf("%w: mark %d outbox rows: %w", errMarkFailed, len(ids), err))
+			} else {
+				for _, f := range acked {
+					published++
+					logPublished(f.ctx, f.row)
 				}
 			}
 		}

@@ -74,6 +74,10 @@ var (
 	// errStalled: paydb is marked stalled and this request is not the
 	// probe; always wrapped with ErrUnavailable (503 DATABASE_UNAVAILABLE).
 	errStalled = errors.New("paymentresource: paydb is marked stalled (a call ran out its whole request timeout); not tried")
+	// errAbandoned ends a paydb call that did not return (its handler
+	// panicked): a cancellation, which tells the stall breaker nothing
+	// (overload.Classify). See begin.
+	errAbandoned = fmt.Errorf("paymentresource: paydb call abandoned: %w", context.Canceled)
 	// errNoRoute: no route matches the request path (404).
 	errNoRoute = errors.New("paymentresource: no such route")
 	// errMethodNotAllowed: the route exists for another method (405).
@@ -100,7 +104,7 @@ var guardGauges = func() *overload.Gauges {
 		Stalled:      "paymentresource_db_stalled",
 		StalledHelp:  "1 while paydb is marked stalled (a call ran out its whole request timeout) and requests are answered 503 " + string(api.CodeUnavailable) + " at once; 0 otherwise.",
 		InFlight:     "paymentresource_requests_in_flight",
-		InFlightHelp: "Requests payment-resource is serving (at most " + api.EnvMaxInFlight + "; one more is answered 503 " + string(api.CodeOverloaded) + ").",
+		InFlightHelp: "Requests payment-resource is serving past their input checks (at most " + api.EnvMaxInFlight + "; one more is answered 503 " + string(api.CodeOverloaded) + ").",
 	})
 	if err != nil {
 		panic(err) // the names above are constants

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
@@ -162,9 +163,10 @@ VALUES ($1, $2, $3, $3) ON CONFLICT (account_id) DO NOTHING RETURNING `+accountC
 	if err != nil {
 		return api.Account{}, false, err
 	}
-	if a.Currency != req.Currency || a.OpeningBalanceMinor != *req.OpeningBalanceMinor {
-		return api.Account{}, false, fmt.Errorf("%w: account %s has currency %s and opening balance %d", ErrAccountConflict,
-			a.AccountID, a.Currency, a.OpeningBalanceMinor)
+	if d := differing(diff{"currency", a.Currency != req.Currency}, diff{"openingBalanceMinor", a.OpeningBalanceMinor != *req.OpeningBalanceMinor}); d != "" {
+		// Which fields differ, never their stored values: the answer must
+		// not tell a caller an account's balance it did not already send.
+		return api.Account{}, false, fmt.Errorf("%w: account %s exists with a different %s", ErrAccountConflict, a.AccountID, d)
 	}
 	return a, false, nil
 }
@@ -179,6 +181,39 @@ func (s *Service) account(ctx context.Context, id string) (api.Account, error) {
 		return api.Account{}, dbError("read account", err)
 	}
 	return a, nil
+}
+
+// termsConflict returns an error wrapping ErrPayoutConflict when req asks
+// for payout p's id with other terms, nil when they are the same. It names
+// the fields that differ and never their stored values: the answer to a
+// caller that reuses a payout id must not tell it another payout's amount,
+// currency or account.
+func termsConflict(p api.Payout, req api.PayoutRequest) error {
+	d := differing(diff{"accountId", p.AccountID != req.AccountID}, diff{"amountMinor", p.AmountMinor != req.AmountMinor},
+		diff{"currency", p.Currency != req.Currency})
+	if d == "" {
+		return nil
+	}
+	return fmt.Errorf("%w: payout %s exists with a different %s", ErrPayoutConflict, p.PayoutID, d)
+}
+
+// diff is one field of a create request compared with the stored row:
+// its JSON name and whether the values differ.
+type diff struct {
+	field   string
+	differs bool
+}
+
+// differing returns the JSON names of the fields that differ, joined with
+// " and ", or "" when none does.
+func differing(fields ...diff) string {
+	var names []string
+	for _, f := range fields {
+		if f.differs {
+			names = append(names, f.field)
+		}
+	}
+	return strings.Join(names, " and ")
 }
 
 // createPayout inserts the payout, its creation transition and the outbox
@@ -201,7 +236,9 @@ func (s *Service) createPayout(ctx context.Context, req api.PayoutRequest) (p ap
 			return dbError("create payout: read account", err)
 		}
 		if ccy != req.Currency {
-			return fmt.Errorf("%w: payout in %s, account %s in %s", ErrCurrencyMismatch, req.Currency, req.AccountID, ccy)
+			// Not which currency the account has: the stored terms of an
+			// account are not told to whoever names it (as for conflicts).
+			return fmt.Errorf("%w: payout in %s is not in account %s's currency", ErrCurrencyMismatch, req.Currency, req.AccountID)
 		}
 		var available int64
 		if err := tx.QueryRow(ctx, availableBalance, req.AccountID).Scan(&available); err != nil {
@@ -212,15 +249,16 @@ func (s *Service) createPayout(ctx context.Context, req api.PayoutRequest) (p ap
 			// (200 or PAYOUT_CONFLICT), whatever the balance is now.
 			existing, err := loadPayout(ctx, tx, req.PayoutID)
 			if errors.Is(err, ErrPayoutNotFound) {
-				return fmt.Errorf("%w: payout of %d %s, account %s has %d available", ErrInsufficientFunds,
-					req.AmountMinor, req.Currency, req.AccountID, available)
+				// The available balance itself is not told: whoever can
+				// name an account would otherwise read its balance.
+				return fmt.Errorf("%w: payout of %d %s is above account %s's available balance", ErrInsufficientFunds,
+					req.AmountMinor, req.Currency, req.AccountID)
 			}
 			if err != nil {
 				return err
 			}
-			if existing.AccountID != req.AccountID || existing.AmountMinor != req.AmountMinor || existing.Currency != req.Currency {
-				return fmt.Errorf("%w: payout %s is %d %s from account %s", ErrPayoutConflict,
-					existing.PayoutID, existing.AmountMinor, existing.Currency, existing.AccountID)
+			if err := termsConflict(existing, req); err != nil {
+				return err
 			}
 			p = existing
 			return nil
@@ -234,14 +272,10 @@ VALUES ($1, $2, $3, $4) ON CONFLICT (payout_id) DO NOTHING`, req.PayoutID, req.A
 			if p, err = loadPayout(ctx, tx, req.PayoutID); err != nil {
 				return err
 			}
-			if p.AccountID != req.AccountID || p.AmountMinor != req.AmountMinor || p.Currency != req.Currency {
-				return fmt.Errorf("%w: payout %s is %d %s from account %s", ErrPayoutConflict,
-					p.PayoutID, p.AmountMinor, p.Currency, p.AccountID)
+			if err := termsConflict(p, req); err != nil {
+				return err
 			}
 			return nil
-		}
-		if err := transition(ctx, tx, req.PayoutID, "", api.StatePending, 0, ""); err != nil {
-			return err
 		}
 		ev := payoutevent.Event{PayoutID: req.PayoutID, AccountID: req.AccountID, AmountMinor: req.AmountMinor, Currency: req.Currency}
 		data, err := json.Marshal(ev)
@@ -256,13 +290,17 @@ VALUES ($1, $2, $3, $4) ON CONFLICT (payout_id) DO NOTHING`, req.PayoutID, req.A
 		if err != nil {
 			return fmt.Errorf("paymentresource: encode attributes: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO outbox (ordering_key, data, attrs) VALUES ($1, $2, $3::jsonb)`,
-			ev.AccountID, data, string(attrs)); err != nil {
-			return dbError("create payout: outbox", err)
+		// The payout row is in: its creation transition, the outbox row
+		// and the read-back in one round trip.
+		b := &pgx.Batch{}
+		queueTransition(b, req.PayoutID, "", api.StatePending, 0, "")
+		b.Queue(`INSERT INTO outbox (ordering_key, data, attrs) VALUES ($1, $2, $3::jsonb)`, ev.AccountID, data, string(attrs))
+		p, err = execTail(ctx, tx, b, []string{"record transition", "create payout: outbox"}, req.PayoutID, nil)
+		if err != nil {
+			return err
 		}
 		created = true
-		p, err = loadPayout(ctx, tx, req.PayoutID)
-		return err
+		return nil
 	})
 	if err != nil {
 		return api.Payout{}, false, err
@@ -329,6 +367,14 @@ func (s *Service) claimTx(ctx context.Context, id string, h payoutevent.Holder) 
 		}
 		if tag.RowsAffected() == 0 {
 			return s.refused(ctx, id, l, token, owner, true)
+		}
+		if l.state != api.StateClaimed {
+			// The first claim of this payout: its history row and the
+			// read-back in one round trip (recordClaim's first case).
+			b := &pgx.Batch{}
+			queueTransition(b, id, l.state, api.StateClaimed, token, owner)
+			p, err = execTail(ctx, tx, b, []string{"record transition"}, id, nil)
+			return err
 		}
 		if err := recordClaim(ctx, tx, id, l, token, owner); err != nil {
 			return err
@@ -399,35 +445,31 @@ func (s *Service) resultTx(ctx context.Context, id string, h payoutevent.Holder,
 		if tag.RowsAffected() == 0 {
 			return s.refused(ctx, id, l, token, owner, false)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE payout SET rail_token = $2 WHERE payout_id = $1`, id, railToken(req, token)); err != nil {
-			return dbError("result: rail token", err)
-		}
+		b := &pgx.Batch{}
+		b.Queue(`UPDATE payout SET rail_token = $2 WHERE payout_id = $1`, id, railToken(req, token))
+		ops := []string{"result: rail token"}
 		switch req.Outcome {
 		case api.OutcomeAck:
+			// The account's fence decides the debit: its own round trip,
+			// read before anything that depends on it is sent.
 			if err := s.debit(ctx, tx, id, l, token, owner, req.RailRef); err != nil {
 				return err
 			}
-			if err := transition(ctx, tx, id, l.state, api.StateAcknowledged, token, owner); err != nil {
-				return err
-			}
-			if err := transition(ctx, tx, id, api.StateAcknowledged, api.StatePosted, token, owner); err != nil {
-				return err
-			}
+			queueTransition(b, id, l.state, api.StateAcknowledged, token, owner)
+			queueTransition(b, id, api.StateAcknowledged, api.StatePosted, token, owner)
+			ops = append(ops, "record transition", "record transition")
 		case api.OutcomeDecline:
-			if err := transition(ctx, tx, id, l.state, api.StateDeclined, token, owner); err != nil {
-				return err
-			}
+			queueTransition(b, id, l.state, api.StateDeclined, token, owner)
+			ops = append(ops, "record transition")
 		default:
-			if err := transition(ctx, tx, id, l.state, api.StateAmbiguous, token, owner); err != nil {
-				return err
-			}
+			queueTransition(b, id, l.state, api.StateAmbiguous, token, owner)
+			ops = append(ops, "record transition")
 		}
+		var secs *float64
 		if req.Outcome != api.OutcomeAmbiguous && l.state != api.StatePosted && l.state != api.StateDeclined {
-			if completedAfter, err = completionSeconds(ctx, tx, id); err != nil {
-				return err
-			}
+			secs = &completedAfter
 		}
-		p, err = loadPayout(ctx, tx, id)
+		p, err = execTail(ctx, tx, b, ops, id, secs)
 		return err
 	})
 	if err != nil {
@@ -489,15 +531,16 @@ func railToken(req api.ResultRequest, token int64) int64 {
 	return token
 }
 
-// debit is fence point one on the account row: the strict, fenced debit,
-// then the ledger transaction (account:{id} -amount, rail:clearing
-// +amount).
+// debit is fence point one on the account row: the strict, fenced debit
+// and, in the same statement (withLedger), the ledger transaction
+// (account:{id} -amount, rail:clearing +amount).
 func (s *Service) debit(ctx context.Context, tx pgx.Tx, id string, l lockedPayout, token int64, owner, railRef string) error {
 	q := debitFenced
 	if !s.fencing {
 		q = debitUnfenced
 	}
-	tag, err := tx.Exec(ctx, q, l.accountID, l.amount, token, l.currency)
+	tag, err := tx.Exec(ctx, withLedger(q), l.accountID, l.amount, token, l.currency,
+		id, kindPayoutDebit, railRef, ledgerAccountPrefix+l.accountID, ledgerRailClearing)
 	if err != nil {
 		return dbError("debit", err)
 	}
@@ -512,17 +555,23 @@ func (s *Service) debit(ctx context.Context, tx pgx.Tx, id string, l lockedPayou
 		return s.fencedOut(ctx, fencing.Refusal{Resource: "account", ResourceID: l.accountID, PresentedToken: token, HighestToken: highest, Owner: owner},
 			id, l.accountID)
 	}
-	var txn int64
-	if err := tx.QueryRow(ctx, `INSERT INTO ledger_txn (payout_id, kind, rail_ref, token) VALUES ($1, $2, $3, $4) RETURNING txn_id`,
-		id, kindPayoutDebit, railRef, token).Scan(&txn); err != nil {
-		return dbError("ledger txn", err)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO ledger_entry (txn_id, ledger_account, amount_minor, currency)
-VALUES ($1, $2, -$4::bigint, $5), ($1, $3, $4, $5)`,
-		txn, ledgerAccountPrefix+l.accountID, ledgerRailClearing, l.amount, l.currency); err != nil {
-		return dbError("ledger entries", err)
-	}
 	return nil
+}
+
+// withLedger wraps a debit statement (debitFenced or debitUnfenced,
+// parameters $1-$4) so that the ledger transaction of the debit (one
+// ledger_txn row for payout $5, kind $6, rail reference $7, token $3; two
+// ledger_entry rows: ledger account $8 -amount, $9 +amount) is written by
+// the same statement, and only for the account row the debit matched: one
+// round trip instead of three, and a refused debit can write no ledger row
+// at all. It affects two rows (the entries) when the debit matched, none
+// when the fence refused it.
+func withLedger(debit string) string {
+	return `WITH d AS (` + debit + `
+  RETURNING account_id),
+t AS (INSERT INTO ledger_txn (payout_id, kind, rail_ref, token) SELECT $5, $6, $7, $3 FROM d RETURNING txn_id)
+INSERT INTO ledger_entry (txn_id, ledger_account, amount_minor, currency)
+SELECT t.txn_id, e.ledger_account, e.amount_minor, $4 FROM t, (VALUES ($8::text, -$2::bigint), ($9::text, $2::bigint)) AS e (ledger_account, amount_minor)`
 }
 
 // recordClaim writes the history of an accepted claim: nothing when the
@@ -709,16 +758,73 @@ func transition(ctx context.Context, tx pgx.Tx, id string, from, to api.State, t
 // updated_at from the transaction's start, now(), before the row's
 // clock_timestamp()). The fenced UPDATEs therefore leave updated_at alone.
 func insertTransition(ctx context.Context, tx pgx.Tx, id string, from, to api.State, token int64, owner string, reason api.AttentionReason) error {
-	_, err := tx.Exec(ctx, `WITH t AS (
+	if _, err := tx.Exec(ctx, insertTransitionSQL, id, string(from), string(to), token, owner, string(reason)); err != nil {
+		return dbError("record transition", err)
+	}
+	return nil
+}
+
+// insertTransitionSQL is insertTransition's statement.
+const insertTransitionSQL = `WITH t AS (
   INSERT INTO payout_transition (payout_id, from_state, to_state, token, owner_id, reason)
   VALUES ($1, NULLIF($2, ''), $3, NULLIF($4::bigint, 0), NULLIF($5, ''), NULLIF($6, ''))
   RETURNING at, from_state)
 UPDATE payout SET updated_at = t.at, created_at = CASE WHEN t.from_state IS NULL THEN t.at ELSE payout.created_at END
-FROM t WHERE payout.payout_id = $1`, id, string(from), string(to), token, owner, string(reason))
-	if err != nil {
-		return dbError("record transition", err)
+FROM t WHERE payout.payout_id = $1`
+
+// A transaction's tail: the statements that follow its last decision (the
+// fenced statement whose row count decides between going on and a
+// refusal) depend on no answer of each other, so they travel to paydb as
+// one batch, one round trip, instead of one round trip each (pgx.Batch
+// sends them in order and reads their answers in order). Any error among
+// them rolls the whole transaction back, as before. The decisions
+// themselves (lockPayout, the fenced UPDATEs, the debit) keep a round trip
+// each, so every write they decide is only sent after the decision was
+// read.
+
+// queueTransition queues transition's statement on b; execTail reads it.
+func queueTransition(b *pgx.Batch, id string, from, to api.State, token int64, owner string) {
+	b.Queue(insertTransitionSQL, id, string(from), string(to), token, owner, "")
+}
+
+// queueLoadPayout queues loadPayout's two queries on b; readPayout reads
+// them.
+func queueLoadPayout(b *pgx.Batch, id string) {
+	b.Queue(payoutRowSQL, id)
+	b.Queue(payoutHistorySQL, id)
+}
+
+// execTail sends b, whose statements are execs (one per op, which names
+// it in its error), followed by completionSQL when completion is not nil
+// (read into it) and loadPayout's two queries, all in one round trip, and
+// returns the payout as read at the end.
+func execTail(ctx context.Context, tx pgx.Tx, b *pgx.Batch, ops []string, id string, completion *float64) (p api.Payout, err error) {
+	if completion != nil {
+		b.Queue(completionSQL, id)
 	}
-	return nil
+	queueLoadPayout(b, id)
+	br := tx.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); cerr != nil && err == nil {
+			err = dbError("transaction tail", cerr)
+		}
+	}()
+	for _, op := range ops {
+		if _, err := br.Exec(); err != nil {
+			return api.Payout{}, dbError(op, err)
+		}
+	}
+	if completion != nil {
+		if err := br.QueryRow().Scan(completion); err != nil {
+			return api.Payout{}, dbError("result: completion time", err)
+		}
+	}
+	p, err = scanPayoutRow(br.QueryRow(), id)
+	if err != nil {
+		return api.Payout{}, err
+	}
+	rows, err := br.Query()
+	return withHistory(p, rows, err)
 }
 
 // payout returns the payout with its history, or ErrPayoutNotFound.
@@ -727,12 +833,31 @@ func (s *Service) payout(ctx context.Context, id string) (api.Payout, error) {
 }
 
 func loadPayout(ctx context.Context, q querier, id string) (api.Payout, error) {
-	var p api.Payout
-	err := q.QueryRow(ctx, `SELECT payout_id, account_id, amount_minor, currency, state, fence,
+	p, err := scanPayoutRow(q.QueryRow(ctx, payoutRowSQL, id), id)
+	if err != nil {
+		return api.Payout{}, err
+	}
+	rows, err := q.Query(ctx, payoutHistorySQL, id)
+	return withHistory(p, rows, err)
+}
+
+// payoutRowSQL and payoutHistorySQL read a payout and its history
+// (loadPayout, queueLoadPayout).
+const (
+	payoutRowSQL = `SELECT payout_id, account_id, amount_minor, currency, state, fence,
        coalesce(owner_id, ''), coalesce(rail_ref, ''), coalesce(rail_token, 0), coalesce(attention_reason, ''),
        (SELECT count(*) FROM ledger_txn t WHERE t.payout_id = p.payout_id AND t.kind = 'payout_debit'),
        created_at, updated_at
-FROM payout p WHERE payout_id = $1`, id).Scan(&p.PayoutID, &p.AccountID, &p.AmountMinor, &p.Currency, &p.State, &p.Fence,
+FROM payout p WHERE payout_id = $1`
+	payoutHistorySQL = `SELECT coalesce(from_state, ''), to_state, coalesce(token, 0), coalesce(owner_id, ''),
+       coalesce(reason, ''), claims, at
+FROM payout_transition WHERE payout_id = $1 ORDER BY transition_id`
+)
+
+// scanPayoutRow scans payoutRowSQL's row of payout id.
+func scanPayoutRow(row pgx.Row, id string) (api.Payout, error) {
+	var p api.Payout
+	err := row.Scan(&p.PayoutID, &p.AccountID, &p.AmountMinor, &p.Currency, &p.State, &p.Fence,
 		&p.OwnerID, &p.RailRef, &p.RailToken, &p.AttentionReason, &p.Debits, &p.CreatedAt, &p.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return api.Payout{}, fmt.Errorf("%w: %q", ErrPayoutNotFound, id)
@@ -741,9 +866,12 @@ FROM payout p WHERE payout_id = $1`, id).Scan(&p.PayoutID, &p.AccountID, &p.Amou
 		return api.Payout{}, dbError("read payout", err)
 	}
 	p.CreatedAt, p.UpdatedAt = p.CreatedAt.UTC(), p.UpdatedAt.UTC()
-	rows, err := q.Query(ctx, `SELECT coalesce(from_state, ''), to_state, coalesce(token, 0), coalesce(owner_id, ''),
-       coalesce(reason, ''), claims, at
-FROM payout_transition WHERE payout_id = $1 ORDER BY transition_id`, id)
+	return p, nil
+}
+
+// withHistory returns p with the history read by payoutHistorySQL (rows,
+// or its error).
+func withHistory(p api.Payout, rows pgx.Rows, err error) (api.Payout, error) {
 	if err != nil {
 		return api.Payout{}, dbError("read payout history", err)
 	}

@@ -13,9 +13,11 @@
 package payoutaudit
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -89,6 +91,10 @@ type Report struct {
 	// Unreconciled. Never nil.
 	RailPaidNoDebit    []string `json:"railPaidNoDebit"`
 	DebitNoRailPayment []string `json:"debitNoRailPayment"`
+	// InFlight lists the payouts Live's first look flagged (the rail's
+	// record ahead of the books) and its second look found agreeing: in
+	// flight, not reported. Never nil.
+	InFlight []string `json:"inFlight"`
 	// Payouts counts the payouts checked; RailSubmissions and RailAcks
 	// the rail's records of them; Debits their ledger debits.
 	Payouts         int `json:"payouts"`
@@ -124,6 +130,178 @@ type payoutFacts struct {
 	paid       []railstub.SubmitRequest
 }
 
+// DefaultSettle is Live's default wait between its two looks (2 s): far
+// more than the time from the rail's answer to the executor's post
+// through rail-proxy and payment-resource in a healthy pipeline (tens of
+// milliseconds), and short enough for a reconciler pass. A payout whose
+// post takes longer is still in flight at the second look and is
+// reported; the next audit, which finds it posted, clears it.
+const DefaultSettle = 2 * time.Second
+
+// RailReader reads the rail's own record (railstub.Stub.Submissions, or
+// GET /submissions of a rail-stub process): every payment it holds, at
+// least those of the payouts audited; stop orders are skipped if present.
+// Its error is returned by Live, wrapped.
+type RailReader func(ctx context.Context) ([]railstub.Submission, error)
+
+// LiveConfig configures Live. The zero value waits DefaultSettle.
+type LiveConfig struct {
+	// Settle is the wait before the second look (0: DefaultSettle; see
+	// DefaultSettle for its bound). Must not be negative.
+	Settle time.Duration
+	// Settled, when set, is called instead of the Settle wait and returns
+	// when the second look may start (a test holds it on a hook; an error
+	// ends Live with it).
+	Settled func(ctx context.Context) error
+}
+
+// Live checks the records like Run, beside live traffic (the reconciler's
+// audit after each pass), and never reports a disagreement that is only
+// a payout in flight, without hiding a persistent one.
+//
+// Why the order of the reads decides. The records are three stores read
+// one after the other, never one snapshot, so a payout may move between
+// two reads. But the pipeline writes them in one causal order: rail-proxy
+// records its forward in raildb before it calls the rail; the rail
+// records the payment before it answers; rail-proxy records the answer in
+// raildb before it answers the executor (when raildb fails there, the
+// forward stays 'forwarding', which the token rule already allows); and
+// payment-resource posts the debit (with the rail reference and token)
+// only after that ACK. Live reads against that order: paydb first, raildb
+// second, the rail's journal last. Then whatever a check looks for on
+// behalf of a record it has read was written before that record, so it
+// is there when its store is read, later:
+//
+//   - a debit seen in paydb has its rail payment in the journal (no false
+//     "debit without rail payment", DebitNoRailPayment, the finding of
+//     the game day of docs/gameday.md, where the journal was read first);
+//   - a rail reference and token paydb recorded are in raildb (no false
+//     CheckRailToken), and a rail reference raildb recorded is in the
+//     journal (no false CheckRailThroughProxy on references).
+//
+// Those findings are reported from this one look. The other direction
+// cannot be made safe by any order: a payment the rail holds whose debit
+// (or payout row, or forward in raildb) is written by a payout still in
+// flight. The rail's record is read last, so it is the newest, and a
+// payment the rail acknowledged after paydb was read has no debit yet.
+// Those findings (RailPaidNoDebit; CheckRailMatchesLedger with more ACKs
+// than debits, or of a payout paydb does not know; CheckRailThroughProxy
+// with more submissions than forwards) get a second look: after Settle,
+// Live reads paydb, raildb and the journal again, in the same order, for
+// just the payouts flagged, and reports a finding only when the second
+// look makes it again. A real one (a payment that never gets a debit)
+// persists and is reported; a payout that was in flight has been posted
+// and is listed in InFlight instead. A cut-off (not judging payments
+// recorded after paydb's read) would not do: the game day's payout was
+// paid before the books were read and posted after.
+//
+// The ledger audit (paymentresource.Audit, when payoutIDs is nil) reads
+// paydb alone in one snapshot and is reported as is. Counts and
+// Unreconciled are the first look's (less the payouts found in flight).
+// The error is a database's or the rail reader's.
+func Live(ctx context.Context, paydb, raildb *pgxpool.Pool, readRail RailReader, payoutIDs []string, cfg LiveConfig) (Report, error) {
+	if cfg.Settle < 0 {
+		return newReport(), fmt.Errorf("payoutaudit: negative settle %v", cfg.Settle)
+	}
+	look := func(ids []string) (Report, []bool, error) {
+		fs, err := readBooks(ctx, paydb, raildb, ids)
+		if err != nil {
+			return Report{}, nil, err
+		}
+		rail, err := readRail(ctx)
+		if err != nil {
+			return Report{}, nil, fmt.Errorf("payoutaudit: read the rail's record: %w", err)
+		}
+		fs.addRail(rail, ids)
+		rep, ahead := judge(fs)
+		return rep, ahead, nil
+	}
+	rep, ahead, err := look(payoutIDs)
+	if err != nil {
+		return newReport(), err
+	}
+	var suspects []string
+	for i, v := range rep.Violations {
+		if ahead[i] && !slices.Contains(suspects, v.Subject) {
+			suspects = append(suspects, v.Subject)
+		}
+	}
+	for _, id := range rep.RailPaidNoDebit {
+		if !slices.Contains(suspects, id) {
+			suspects = append(suspects, id)
+		}
+	}
+	if len(suspects) > 0 {
+		slices.Sort(suspects)
+		if cfg.Settled != nil {
+			err = cfg.Settled(ctx)
+		} else {
+			err = wait(ctx, cmp.Or(cfg.Settle, DefaultSettle))
+		}
+		if err != nil {
+			return newReport(), fmt.Errorf("payoutaudit: settle: %w", err)
+		}
+		again, aheadAgain, err := look(suspects)
+		if err != nil {
+			return newReport(), err
+		}
+		persists := func(v Violation) bool {
+			for i, w := range again.Violations {
+				if aheadAgain[i] && w.Check == v.Check && w.Subject == v.Subject {
+					return true
+				}
+			}
+			return false
+		}
+		kept := []Violation{}
+		for i, v := range rep.Violations {
+			if !ahead[i] || persists(v) {
+				kept = append(kept, v)
+			}
+		}
+		rep.Violations = kept
+		paid := []string{}
+		for _, id := range rep.RailPaidNoDebit {
+			if slices.Contains(again.RailPaidNoDebit, id) {
+				paid = append(paid, id)
+			}
+		}
+		rep.RailPaidNoDebit = paid
+		for _, id := range suspects {
+			flagged := slices.Contains(rep.RailPaidNoDebit, id) || slices.ContainsFunc(rep.Violations, func(v Violation) bool { return v.Subject == id })
+			if !flagged {
+				rep.InFlight = append(rep.InFlight, id)
+			}
+		}
+		rep.Unreconciled = slices.DeleteFunc(rep.Unreconciled, func(id string) bool { return slices.Contains(rep.InFlight, id) })
+	}
+	return withLedger(ctx, paydb, rep, payoutIDs)
+}
+
+// wait blocks for d or until ctx ends.
+func wait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// facts is what the records say, per payout id.
+type facts map[string]*payoutFacts
+
+func (fs facts) get(id string) *payoutFacts {
+	f := fs[id]
+	if f == nil {
+		f = &payoutFacts{tokenByRef: map[string]int64{}}
+		fs[id] = f
+	}
+	return f
+}
+
 // Run checks the payouts named in payoutIDs (every payout of paydb, and
 // every payout the rail or raildb knows, when payoutIDs is nil) against
 // the rail's journal rail (railstub.Stub.Submissions, or GET /submissions
@@ -131,30 +309,53 @@ type payoutFacts struct {
 // raildb and paydb. When payoutIDs is nil it also runs
 // paymentresource.Audit over paydb and includes its violations.
 //
-// The two databases are read one after the other, each in one snapshot:
-// run it when the pipeline is quiet (no payout in flight), as the
-// experiment and the tests do. Broken rules are reported in the Report;
-// the error is a database's.
+// The rail's journal was read by the caller, before the databases: run
+// it when the pipeline is quiet (no payout in flight), as the experiment,
+// the soak's final check and the tests do. Beside live traffic use Live,
+// which reads the records in the pipeline's causal order and gives a
+// second look to what only a payout in flight can explain. Broken rules
+// are reported in the Report; the error is a database's.
 func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submission, payoutIDs []string) (Report, error) {
-	rep := Report{Violations: []Violation{}, Unreconciled: []string{}, RailPaidNoDebit: []string{}, DebitNoRailPayment: []string{}}
-	facts := map[string]*payoutFacts{}
-	get := func(id string) *payoutFacts {
-		f := facts[id]
-		if f == nil {
-			f = &payoutFacts{tokenByRef: map[string]int64{}}
-			facts[id] = f
-		}
-		return f
+	fs, err := readBooks(ctx, paydb, raildb, payoutIDs)
+	if err != nil {
+		return newReport(), err
 	}
-	scoped := payoutIDs != nil
-	want := func(id string) bool { return !scoped || slices.Contains(payoutIDs, id) }
+	fs.addRail(rail, payoutIDs)
+	rep, _ := judge(fs)
+	return withLedger(ctx, paydb, rep, payoutIDs)
+}
 
+func newReport() Report {
+	return Report{Violations: []Violation{}, Unreconciled: []string{}, RailPaidNoDebit: []string{}, DebitNoRailPayment: []string{}, InFlight: []string{}}
+}
+
+// withLedger adds paymentresource.Audit's report and violations to rep
+// when payoutIDs is nil, and sets Balanced.
+func withLedger(ctx context.Context, paydb *pgxpool.Pool, rep Report, payoutIDs []string) (Report, error) {
+	if payoutIDs == nil {
+		ledger, err := paymentresource.Audit(ctx, paydb)
+		if err != nil {
+			return rep, fmt.Errorf("payoutaudit: %w", err)
+		}
+		rep.Ledger = &ledger
+		for _, v := range ledger.Violations {
+			rep.Violations = append(rep.Violations, Violation{v.Check, v.Subject, v.Detail})
+		}
+	}
+	rep.Balanced = len(rep.Violations) == 0
+	return rep, nil
+}
+
+// readBooks reads what paydb, then raildb, say of payoutIDs (all when
+// nil).
+func readBooks(ctx context.Context, paydb, raildb *pgxpool.Pool, payoutIDs []string) (facts, error) {
+	fs := facts{}
 	rows, err := paydb.Query(ctx, `SELECT p.payout_id, p.state, coalesce(p.rail_ref, ''), coalesce(p.rail_token, 0),
        (SELECT count(*) FROM ledger_txn t WHERE t.payout_id = p.payout_id AND t.kind = 'payout_debit'),
        p.account_id, p.amount_minor, p.currency
   FROM payout p WHERE $1::text[] IS NULL OR p.payout_id = ANY($1::text[])`, payoutIDs)
 	if err != nil {
-		return rep, fmt.Errorf("payoutaudit: paydb: %w", err)
+		return nil, fmt.Errorf("payoutaudit: paydb: %w", err)
 	}
 	var (
 		id, state, ref, acct, ccy string
@@ -162,23 +363,23 @@ func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submi
 		debits                    int
 	)
 	if _, err := pgx.ForEachRow(rows, []any{&id, &state, &ref, &tok, &debits, &acct, &amount, &ccy}, func() error {
-		f := get(id)
+		f := fs.get(id)
 		f.inPaydb, f.state, f.railRef, f.railToken, f.debits = true, state, ref, tok, debits
 		f.account, f.amount, f.currency = acct, amount, ccy
 		return nil
 	}); err != nil {
-		return rep, fmt.Errorf("payoutaudit: paydb: %w", err)
+		return nil, fmt.Errorf("payoutaudit: paydb: %w", err)
 	}
 
 	rows, err = raildb.Query(ctx, `SELECT payout_id, token, state, coalesce(rail_ref, ''), owner_id FROM rail_attempt
  WHERE state NOT IN ($2, $3) AND ($1::text[] IS NULL OR payout_id = ANY($1::text[]))`,
 		payoutIDs, railapi.StateFenced, railapi.StateDuplicate)
 	if err != nil {
-		return rep, fmt.Errorf("payoutaudit: raildb: %w", err)
+		return nil, fmt.Errorf("payoutaudit: raildb: %w", err)
 	}
 	var owner string
 	if _, err := pgx.ForEachRow(rows, []any{&id, &tok, &state, &ref, &owner}, func() error {
-		f := get(id)
+		f := fs.get(id)
 		f.forwarded++
 		if ref != "" {
 			f.tokenByRef[ref] = tok
@@ -189,27 +390,31 @@ func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submi
 		}
 		return nil
 	}); err != nil {
-		return rep, fmt.Errorf("payoutaudit: raildb: %w", err)
+		return nil, fmt.Errorf("payoutaudit: raildb: %w", err)
 	}
 
 	rows, err = raildb.Query(ctx, `SELECT p.payout_id, a.token, a.state FROM rail_payout p JOIN rail_attempt a USING (attempt_id)
  WHERE $1::text[] IS NULL OR p.payout_id = ANY($1::text[])`, payoutIDs)
 	if err != nil {
-		return rep, fmt.Errorf("payoutaudit: raildb: %w", err)
+		return nil, fmt.Errorf("payoutaudit: raildb: %w", err)
 	}
 	if _, err := pgx.ForEachRow(rows, []any{&id, &tok, &state}, func() error {
-		f := get(id)
+		f := fs.get(id)
 		f.firstToken, f.firstState = tok, railapi.State(state)
 		return nil
 	}); err != nil {
-		return rep, fmt.Errorf("payoutaudit: raildb: %w", err)
+		return nil, fmt.Errorf("payoutaudit: raildb: %w", err)
 	}
+	return fs, nil
+}
 
+// addRail adds the rail's records of payoutIDs (all when nil) to fs.
+func (fs facts) addRail(rail []railstub.Submission, payoutIDs []string) {
 	for _, s := range rail {
-		if !want(s.Request.PayoutID) {
+		if s.Stop || payoutIDs != nil && !slices.Contains(payoutIDs, s.Request.PayoutID) {
 			continue
 		}
-		f := get(s.Request.PayoutID)
+		f := fs.get(s.Request.PayoutID)
 		f.rail++
 		f.railRefs = append(f.railRefs, s.Answer.RailRef)
 		f.paid = append(f.paid, s.Request)
@@ -217,17 +422,30 @@ func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submi
 			f.acks++
 		}
 	}
+}
 
-	ids := make([]string, 0, len(facts))
-	for id := range facts {
+// judge applies the cross-record rules to fs. The Report has no ledger
+// part and Balanced unset. ahead[i] is true when Violations[i] is a
+// record of the rail (or of a forward) that the books, read before it,
+// may not show yet because the payout was in flight (see Live); every
+// payout of RailPaidNoDebit is such a finding too.
+func judge(fs facts) (rep Report, ahead []bool) {
+	rep = newReport()
+	ids := make([]string, 0, len(fs))
+	for id := range fs {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
 	add := func(check, subject, format string, args ...any) {
 		rep.Violations = append(rep.Violations, Violation{check, subject, fmt.Sprintf(format, args...)})
+		ahead = append(ahead, false)
+	}
+	addAhead := func(check, subject, format string, args ...any) {
+		add(check, subject, format, args...)
+		ahead[len(ahead)-1] = true
 	}
 	for _, id := range ids {
-		f := facts[id]
+		f := fs[id]
 		if f.inPaydb {
 			rep.Payouts++
 		}
@@ -244,7 +462,7 @@ func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submi
 			add(CheckRailOnce, id, "the rail received %d submissions (%d acknowledged); paydb has %d debit(s)", f.rail, f.acks, f.debits)
 		}
 		if f.rail > f.forwarded {
-			add(CheckRailThroughProxy, id, "the rail received %d submissions, rail-proxy forwarded %d", f.rail, f.forwarded)
+			addAhead(CheckRailThroughProxy, id, "the rail received %d submissions, rail-proxy forwarded %d", f.rail, f.forwarded)
 		}
 		for _, r := range f.refsAnswered {
 			if !slices.Contains(f.railRefs, r) {
@@ -267,9 +485,12 @@ func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submi
 				add(CheckRailMatchesLedger, id, "a %s payout has %d debit(s)", f.state, f.debits)
 			}
 		case "":
-			add(CheckRailMatchesLedger, id, "the rail received %d submission(s) of a payout paydb does not know", f.rail)
+			addAhead(CheckRailMatchesLedger, id, "the rail received %d submission(s) of a payout paydb does not know", f.rail)
 		default:
-			if f.debits != f.acks {
+			switch {
+			case f.acks > f.debits:
+				addAhead(CheckRailMatchesLedger, id, "the rail acknowledged %d submission(s), paydb has %d debit(s) (state %s)", f.acks, f.debits, f.state)
+			case f.debits > f.acks:
 				add(CheckRailMatchesLedger, id, "the rail acknowledged %d submission(s), paydb has %d debit(s) (state %s)", f.acks, f.debits, f.state)
 			}
 		}
@@ -300,16 +521,5 @@ func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submi
 			}
 		}
 	}
-	if !scoped {
-		ledger, err := paymentresource.Audit(ctx, paydb)
-		if err != nil {
-			return rep, fmt.Errorf("payoutaudit: %w", err)
-		}
-		rep.Ledger = &ledger
-		for _, v := range ledger.Violations {
-			rep.Violations = append(rep.Violations, Violation{v.Check, v.Subject, v.Detail})
-		}
-	}
-	rep.Balanced = len(rep.Violations) == 0
-	return rep, nil
+	return rep, ahead
 }

@@ -2,6 +2,7 @@ package payoutaudit_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -184,5 +185,91 @@ func TestAWrongRailTokenIsFound(t *testing.T) {
 	w.report(e, 5, w.submit(e, 5), 4)
 	if got := checks(w.audit(e.PayoutID)); !slices.Equal(got, []string{payoutaudit.CheckRailToken}) {
 		t.Fatalf("checks broken %v; want %s", got, payoutaudit.CheckRailToken)
+	}
+}
+
+// railReader reads p's rail-stub journal, as the reconciler reads GET
+// /submissions; before each read it runs the next of hooks, if any (what
+// happened in the pipeline just before the audit read the rail).
+func railReader(p *pipelinetest.Pipeline, hooks ...func()) payoutaudit.RailReader {
+	calls := 0
+	return func(context.Context) ([]railstub.Submission, error) {
+		if calls < len(hooks) && hooks[calls] != nil {
+			hooks[calls]()
+		}
+		calls++
+		return p.Stub.Submissions(""), nil
+	}
+}
+
+// A payout the rail pays after the audit read the books and that is
+// posted before the second look is in flight, not a rail payment without
+// a debit: the game day's interleaving, the other way round.
+func TestLiveAuditGivesAPaymentAheadOfItsDebitASecondLook(t *testing.T) {
+	p := pipelinetest.Start(t, pipelinetest.Options{})
+	w := world{t, p}
+	e := w.payout("p-1")
+	var ref string
+	paid := func() { w.claim(e, 5); ref = w.submit(e, 5) } // the rail records and ACKs; no post yet
+	looks := 0
+	settled := func(context.Context) error { looks++; w.report(e, 5, ref, 0); return nil } // the executor's post lands
+	rep, err := payoutaudit.Live(t.Context(), p.PayDB, p.RailDB, railReader(p, paid), nil, payoutaudit.LiveConfig{Settled: settled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if looks != 1 {
+		t.Fatalf("second looks %d; want 1 (the first look must flag the payout)", looks)
+	}
+	if !rep.Balanced || len(rep.RailPaidNoDebit) != 0 || len(rep.DebitNoRailPayment) != 0 || !slices.Equal(rep.InFlight, []string{e.PayoutID}) {
+		t.Fatalf("report %+v; want balanced, no mismatch, %s in flight", rep, e.PayoutID)
+	}
+}
+
+// Real discrepancies persist through the second look and are reported: a
+// payment the rail holds that never gets a debit (sent to the rail
+// directly, past rail-proxy) and a debit with no rail payment (a post
+// with a rail reference the rail never issued).
+func TestLiveAuditStillReportsRealDiscrepancies(t *testing.T) {
+	p := pipelinetest.Start(t, pipelinetest.Options{})
+	w := world{t, p}
+	ok := w.payout("p-1")
+	w.claim(ok, 5)
+	w.report(ok, 5, w.submit(ok, 5), 0)
+	unbooked := w.payout("p-2")
+	rec := httptest.NewRecorder()
+	b, _ := json.Marshal(railstub.SubmitRequest{PayoutID: unbooked.PayoutID, AccountID: unbooked.AccountID, AmountMinor: unbooked.AmountMinor,
+		Currency: unbooked.Currency, Reference: unbooked.PayoutID})
+	req := httptest.NewRequest("POST", "/submit", bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	p.Stub.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("rail-stub: %d %s", rec.Code, rec.Body)
+	}
+	unpaid := w.payout("p-3")
+	w.claim(unpaid, 5)
+	w.report(unpaid, 5, "rail-999999", 0)
+
+	looks := 0
+	rep, err := payoutaudit.Live(t.Context(), p.PayDB, p.RailDB, railReader(p), nil,
+		payoutaudit.LiveConfig{Settled: func(context.Context) error { looks++; return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if looks != 1 {
+		t.Fatalf("second looks %d; want 1", looks)
+	}
+	if !slices.Equal(rep.RailPaidNoDebit, []string{unbooked.PayoutID}) || !slices.Equal(rep.DebitNoRailPayment, []string{unpaid.PayoutID}) || len(rep.InFlight) != 0 {
+		t.Fatalf("rail paid no debit %v, debit no rail payment %v, in flight %v; want [%s], [%s], []",
+			rep.RailPaidNoDebit, rep.DebitNoRailPayment, rep.InFlight, unbooked.PayoutID, unpaid.PayoutID)
+	}
+	found := func(check, id string) bool {
+		return slices.ContainsFunc(rep.Violations, func(v payoutaudit.Violation) bool { return v.Check == check && v.Subject == id })
+	}
+	if rep.Balanced || !found(payoutaudit.CheckRailThroughProxy, unbooked.PayoutID) || !found(payoutaudit.CheckRailMatchesLedger, unpaid.PayoutID) {
+		t.Fatalf("violations %v; want %s for %s and %s for %s", rep.Violations,
+			payoutaudit.CheckRailThroughProxy, unbooked.PayoutID, payoutaudit.CheckRailMatchesLedger, unpaid.PayoutID)
+	}
+	if !slices.Contains(rep.Unreconciled, unbooked.PayoutID) {
+		t.Fatalf("unreconciled %v; want %s (money moved, no outcome)", rep.Unreconciled, unbooked.PayoutID)
 	}
 }

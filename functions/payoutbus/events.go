@@ -19,4 +19,18 @@ const (
 	// dead-letter policy could be set; failed messages are redelivered
 	// without limit.
 	EventPushDeadLetterUnavailable = "push_dead_letter_unavailable"
+	// EventPushPullFailed (WARN): a pull failed with an error a retry may
+	// change (Pub/Sub restarting or unreachable); the bridge pulls again
+	// after retryIn.
+	EventPushPullFailed = "push_pull_failed"
+	// EventPushAckFailed (WARN): acknowledging an answered message failed;
+	// Pub/Sub delivers it again after its deadline (a duplicate).
+	EventPushAckFailed = "push_ack_failed"
+	// EventPushNackFailed (WARN): handing a failed message back failed; its
+	// deadline hands it back later.
+	EventPushNackFailed = "push_nack_failed"
+	// EventPushExtendFailed (WARN): extending the deadlines of the messages
+	// in flight failed (messages); one may be delivered a second time
+	// while its push is still unanswered.
+	EventPushExtendFailed = "push_extend_failed"
 )

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
+	vkit "cloud.google.com/go/pubsub/v2/apiv1"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
@@ -214,14 +215,55 @@ type DeadLetterPublisher interface {
 	Publish(ctx context.Context, orderingKey string, data []byte, attrs map[string]string) error
 }
 
+// DefaultMaxOutstanding is how many messages a PushBridge has in flight
+// at most: the v2 client's default MaxOutstandingMessages.
+const DefaultMaxOutstanding = 1000
+
+// DefaultPollInterval is how long a PushBridge waits before pulling again
+// after a pull found nothing: pstest's own delivery tick to streaming
+// subscribers (10 ms).
+const DefaultPollInterval = 10 * time.Millisecond
+
+// maxIdlePoll caps the growing wait between the pulls of an idle bridge
+// (PushBridge.PollInterval doubles after each pull that found nothing and
+// no answered message cut the wait short): an idle bridge costs Pub/Sub
+// twenty pulls a second, and a new message waits at most this long.
+const maxIdlePoll = 50 * time.Millisecond
+
+// maxErrorWait caps the growing wait after failed pulls (Pub/Sub
+// restarting or unreachable), so that an outage is not a busy loop of
+// warnings.
+const maxErrorWait = time.Second
+
 // PushBridge pulls from a subscription and posts each message, wrapped as a
 // Pub/Sub push request, to an HTTP endpoint.
+//
+// It pulls and acknowledges through the raw API (Admin: unary Pull,
+// Acknowledge, ModifyAckDeadline), not through Subscriber.Receive: the
+// v2 client sends acknowledgements in batches every 100 ms, and with
+// message ordering the next message of an ordering key is only handed out
+// once the previous one is acknowledged, so Receive capped one account at
+// 10 payouts/s whatever the executors did. The bridge acknowledges one
+// message right after its 2xx, as a push subscription does on the cloud,
+// and pulls again at once, so the next message of the key goes out one
+// round trip to Pub/Sub after the answer. What Receive did besides is kept:
+// at most MaxOutstanding messages in flight, and each in-flight message's
+// ack deadline extended (ModifyAckDeadline every half deadline) until it
+// is answered, so only Timeout and the retry policy decide when a message
+// is delivered again.
 type PushBridge struct {
-	// Sub is the subscription to pull from.
+	// Sub names the subscription to pull from (Sub.String(), the full
+	// name); the bridge does not call its Receive.
 	Sub *pubsub.Subscriber
+	// Admin is the raw API the bridge pulls and acknowledges through:
+	// the SubscriptionAdminClient of the client Sub belongs to.
+	Admin *vkit.SubscriptionAdminClient
 	// Endpoint receives the push requests (the executor's URL).
 	Endpoint string
-	// Doer sends the requests; default an http.Client with Timeout.
+	// Doer sends the requests; default an http.Client with Timeout whose
+	// transport keeps up to MaxOutstanding idle connections to the
+	// endpoint (net/http's default keeps 2, so concurrent pushes would
+	// open and close a connection each).
 	Doer interface {
 		Do(*http.Request) (*http.Response, error)
 	}
@@ -256,16 +298,35 @@ type PushBridge struct {
 	// Retry is the wait before a failed message is handed back for
 	// redelivery (default: none).
 	Retry RetryPolicy
+	// MaxOutstanding bounds the messages in flight (default
+	// DefaultMaxOutstanding).
+	MaxOutstanding int
+	// PollInterval is the wait before the next pull after one that found
+	// nothing (default DefaultPollInterval), doubled after each further
+	// empty pull up to 50 ms; an answered message, which may release its
+	// key's next message, ends the wait at once.
+	PollInterval time.Duration
 
 	mu       sync.Mutex
-	attempts map[string]int // by message id, when the subscription does not number them
+	attempts map[string]int      // by message id, when the subscription does not number them
+	inflight map[string]struct{} // ack ids being delivered, for the deadline extension
 }
 
 // Run delivers until ctx ends; it returns nil then, or the first error of
-// the subscription.
+// the subscription that a retry cannot change (it does not exist, the
+// request is refused). It waits for the deliveries in flight before it
+// returns.
 func (b *PushBridge) Run(ctx context.Context) error {
-	if b.Sub == nil || b.Endpoint == "" || b.Log == nil {
-		return errors.New("payoutbus: PushBridge needs Sub, Endpoint and Log")
+	if b.Sub == nil || b.Admin == nil || b.Endpoint == "" || b.Log == nil {
+		return errors.New("payoutbus: PushBridge needs Sub, Admin, Endpoint and Log")
+	}
+	maxOut := b.MaxOutstanding
+	if maxOut <= 0 {
+		maxOut = DefaultMaxOutstanding
+	}
+	poll := b.PollInterval
+	if poll <= 0 {
+		poll = DefaultPollInterval
 	}
 	doer := b.Doer
 	if doer == nil {
@@ -273,63 +334,232 @@ func (b *PushBridge) Run(ctx context.Context) error {
 		if timeout <= 0 {
 			timeout = DefaultPushTimeout
 		}
-		doer = &http.Client{Timeout: timeout}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = maxOut
+		defer tr.CloseIdleConnections()
+		doer = &http.Client{Timeout: timeout, Transport: tr}
 	}
-	err := b.Sub.Receive(ctx, func(ctx context.Context, m *pubsub.Message) {
-		attempt := b.attempt(m)
-		body, err := pushBody(m, attempt)
-		if err != nil {
-			b.Log.Error("push bridge cannot wrap a message; acking it", "event", EventPushBridgeUnwrappable, "messageId", m.ID, "error", err.Error())
-			m.Ack()
-			return
+	sub := b.Sub.String()
+	s, err := b.Admin.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: sub})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
 		}
-		n, concurrent := 1, false
-		if b.Copies != nil {
-			n, concurrent = b.Copies(m.ID)
-		}
-		ok := b.deliver(ctx, doer, m.ID, body, max(n, 1), concurrent)
-		switch {
-		case ok:
-			b.forget(m.ID)
-			m.Ack()
-		case b.DeadLetter != nil && attempt >= b.maxAttempts():
-			if err := b.deadLetter(ctx, m, attempt); err != nil {
-				b.Log.Error("push bridge cannot dead-letter a message; it will be redelivered", "event", EventPushDeadLetterFailed,
-					"messageId", m.ID, "deliveryAttempt", attempt, "error", err.Error())
-				m.Nack()
-				return
-			}
-			b.forget(m.ID)
-			m.Ack()
-		default:
-			t := time.NewTimer(b.Retry.Delay(attempt))
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-			}
-			m.Nack()
-		}
-	})
-	if err != nil && ctx.Err() == nil {
-		return fmt.Errorf("payoutbus: receive: %w", err)
+		return fmt.Errorf("payoutbus: subscription %s: %w", sub, err)
 	}
-	return nil
+	deadline := time.Duration(s.GetAckDeadlineSeconds()) * time.Second
+	if deadline <= 0 {
+		deadline = 10 * time.Second // Pub/Sub's default
+	}
+
+	var (
+		wg    sync.WaitGroup
+		slots = make(chan struct{}, maxOut)
+		kick  = make(chan struct{}, 1) // a message was answered: pull again now
+	)
+	defer wg.Wait()
+	idle := poll    // the wait after an empty pull: doubles while nothing comes, up to maxIdlePoll
+	errWait := poll // the wait after a failed pull: doubles while pulls fail, up to maxErrorWait
+	// Extends the in-flight messages' deadlines; ends with ctx.
+	wg.Go(func() { b.keepAlive(ctx, sub, deadline) })
+	for {
+		free := maxOut - len(slots)
+		if free > 0 {
+			// ReturnImmediately: the bridge waits for its own kick or poll
+			// instead of the server's long poll (pstest's is a fixed 500 ms
+			// that an acknowledgement does not cut short).
+			//lint:ignore SA1019 deprecated for the cloud, where push replaces this bridge; pstest and the emulator honour it
+			resp, err := b.Admin.Pull(ctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: int32(free), ReturnImmediately: true})
+			switch {
+			case ctx.Err() != nil:
+				return nil
+			case err != nil && !retryable(err):
+				return fmt.Errorf("payoutbus: pull %s: %w", sub, err)
+			case err != nil:
+				b.Log.Warn("push bridge pull failed; pulling again", "event", EventPushPullFailed, "error", err.Error(), "retryIn", errWait)
+				idle, errWait = errWait, min(2*errWait, maxErrorWait)
+			default:
+				errWait = poll
+			}
+			for _, rm := range resp.GetReceivedMessages() {
+				slots <- struct{}{}
+				b.track(rm.GetAckId(), true)
+				// Ends when the message was answered and acknowledged or
+				// handed back.
+				wg.Go(func() {
+					defer func() {
+						<-slots
+						select {
+						case kick <- struct{}{}:
+						default:
+						}
+					}()
+					b.handle(ctx, doer, sub, rm)
+				})
+			}
+			if len(resp.GetReceivedMessages()) > 0 {
+				idle = poll
+				continue
+			}
+		}
+		t := time.NewTimer(idle)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-kick:
+			t.Stop()
+		case <-t.C:
+			idle = min(2*idle, maxIdlePoll)
+		}
+	}
 }
 
-// attempt is m's delivery attempt: its DeliveryAttempt when the
-// subscription numbers them, or this bridge's own count.
-func (b *PushBridge) attempt(m *pubsub.Message) int {
-	if m.DeliveryAttempt != nil {
-		return *m.DeliveryAttempt
+// handle delivers one pulled message and then acknowledges it (every copy
+// answered 2xx, or it went to the dead-letter topic) or hands it back for
+// redelivery after the retry policy's wait.
+func (b *PushBridge) handle(ctx context.Context, doer interface {
+	Do(*http.Request) (*http.Response, error)
+}, sub string, rm *pubsubpb.ReceivedMessage) {
+	m := rm.GetMessage()
+	ackID := rm.GetAckId()
+	attempt := b.attempt(m.GetMessageId(), int(rm.GetDeliveryAttempt()))
+	body, err := payoutevent.EncodeRaw(m.GetData(), m.GetAttributes(), m.GetMessageId(), m.GetOrderingKey(), attempt)
+	if err != nil {
+		b.Log.Error("push bridge cannot wrap a message; acking it", "event", EventPushBridgeUnwrappable, "messageId", m.GetMessageId(), "error", err.Error())
+		b.ack(ctx, sub, ackID)
+		return
+	}
+	n, concurrent := 1, false
+	if b.Copies != nil {
+		n, concurrent = b.Copies(m.GetMessageId())
+	}
+	ok := b.deliver(ctx, doer, m.GetMessageId(), body, max(n, 1), concurrent)
+	switch {
+	case ok:
+		b.forget(m.GetMessageId())
+		b.ack(ctx, sub, ackID)
+	case b.DeadLetter != nil && attempt >= b.maxAttempts():
+		if err := b.deadLetter(ctx, m, attempt); err != nil {
+			b.Log.Error("push bridge cannot dead-letter a message; it will be redelivered", "event", EventPushDeadLetterFailed,
+				"messageId", m.GetMessageId(), "deliveryAttempt", attempt, "error", err.Error())
+			b.nack(ctx, sub, ackID)
+			return
+		}
+		b.forget(m.GetMessageId())
+		b.ack(ctx, sub, ackID)
+	default:
+		t := time.NewTimer(b.Retry.Delay(attempt))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		b.nack(ctx, sub, ackID)
+	}
+}
+
+// ack acknowledges ackID now, even when ctx has ended (the push was
+// answered: a redelivery would only be a duplicate). A failed
+// acknowledgement is logged; the message is then delivered again after
+// its deadline, which at-least-once delivery allows.
+func (b *PushBridge) ack(ctx context.Context, sub, ackID string) {
+	b.track(ackID, false)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := b.Admin.Acknowledge(actx, &pubsubpb.AcknowledgeRequest{Subscription: sub, AckIds: []string{ackID}}); err != nil {
+		b.Log.Warn("push bridge acknowledgement failed; the message will be delivered again", "event", EventPushAckFailed, "ackId", ackID, "error", err.Error())
+	}
+}
+
+// nack hands ackID back for redelivery now (a deadline of 0, as the
+// client's Nack does); if that fails, its deadline hands it back later.
+func (b *PushBridge) nack(ctx context.Context, sub, ackID string) {
+	b.track(ackID, false)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := b.Admin.ModifyAckDeadline(actx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: sub, AckIds: []string{ackID}, AckDeadlineSeconds: 0}); err != nil {
+		b.Log.Warn("push bridge could not hand a message back; its deadline will", "event", EventPushNackFailed, "ackId", ackID, "error", err.Error())
+	}
+}
+
+// keepAlive extends the deadline of every message in flight by deadline,
+// every half deadline, until ctx ends.
+func (b *PushBridge) keepAlive(ctx context.Context, sub string, deadline time.Duration) {
+	t := time.NewTicker(deadline / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		b.extend(ctx, sub, deadline)
+	}
+}
+
+// extend sends the deadline extension of every message in flight. It
+// holds b.mu throughout, so that a message dropped from the set (track)
+// before its acknowledgement or hand-back cannot get an extension after
+// it: a late extension would hold back a handed-back message.
+func (b *PushBridge) extend(ctx context.Context, sub string, deadline time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ids := make([]string, 0, len(b.inflight))
+	for id := range b.inflight {
+		ids = append(ids, id)
+	}
+	for len(ids) > 0 {
+		batch := ids[:min(len(ids), 1000)]
+		ids = ids[len(batch):]
+		// Bounded, so that a stopped Pub/Sub server does not hold b.mu.
+		ectx, cancel := context.WithTimeout(ctx, deadline/4)
+		err := b.Admin.ModifyAckDeadline(ectx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: sub, AckIds: batch, AckDeadlineSeconds: int32(deadline / time.Second)})
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			b.Log.Warn("push bridge could not extend the deadlines of the messages in flight", "event", EventPushExtendFailed, "messages", len(batch), "error", err.Error())
+		}
+	}
+}
+
+// track adds ackID to, or drops it from, the messages in flight.
+func (b *PushBridge) track(ackID string, add bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.inflight == nil {
+		b.inflight = map[string]struct{}{}
+	}
+	if add {
+		b.inflight[ackID] = struct{}{}
+	} else {
+		delete(b.inflight, ackID)
+	}
+}
+
+// retryable reports whether a failed pull may succeed when tried again
+// (the server is restarting, stopped or overloaded).
+func retryable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted, codes.Internal, codes.Unknown, codes.Canceled:
+		return true
+	}
+	return false
+}
+
+// attempt is a message's delivery attempt: delivery (the message's
+// DeliveryAttempt) when the subscription numbers them, or this bridge's
+// own count of message id.
+func (b *PushBridge) attempt(id string, delivery int) int {
+	if delivery > 0 {
+		return delivery
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.attempts == nil {
 		b.attempts = map[string]int{}
 	}
-	b.attempts[m.ID]++
-	return b.attempts[m.ID]
+	b.attempts[id]++
+	return b.attempts[id]
 }
 
 // forget drops the bridge's count of message id.
@@ -348,20 +578,20 @@ func (b *PushBridge) maxAttempts() int {
 
 // deadLetter publishes m to DeadLetter with Pub/Sub's dead-letter
 // attributes, then logs and counts it.
-func (b *PushBridge) deadLetter(ctx context.Context, m *pubsub.Message, attempt int) error {
-	attrs := make(map[string]string, len(m.Attributes)+2)
-	for k, v := range m.Attributes {
+func (b *PushBridge) deadLetter(ctx context.Context, m *pubsubpb.PubsubMessage, attempt int) error {
+	attrs := make(map[string]string, len(m.GetAttributes())+2)
+	for k, v := range m.GetAttributes() {
 		attrs[k] = v
 	}
 	attrs[AttrDeadLetterDeliveryCount] = strconv.Itoa(attempt)
 	attrs[AttrDeadLetterSubscription] = b.Subscription
-	if err := b.DeadLetter.Publish(ctx, m.OrderingKey, m.Data, attrs); err != nil {
+	if err := b.DeadLetter.Publish(ctx, m.GetOrderingKey(), m.GetData(), attrs); err != nil {
 		return err
 	}
 	deadLettered.Inc()
 	b.Log.Error("message moved to the dead-letter topic after its last delivery attempt failed", "event", EventPushDeadLettered,
-		"messageId", m.ID, "orderingKey", m.OrderingKey, "deliveryAttempt", attempt,
-		"payoutId", m.Attributes[payoutevent.AttrPayoutID], "accountId", m.Attributes[payoutevent.AttrAccountID])
+		"messageId", m.GetMessageId(), "orderingKey", m.GetOrderingKey(), "deliveryAttempt", attempt,
+		"payoutId", m.GetAttributes()[payoutevent.AttrPayoutID], "accountId", m.GetAttributes()[payoutevent.AttrAccountID])
 	return nil
 }
 
@@ -409,11 +639,6 @@ func (b *PushBridge) post(ctx context.Context, doer interface {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode, nil
-}
-
-// pushBody wraps m as the JSON body of a Pub/Sub push request.
-func pushBody(m *pubsub.Message, attempt int) ([]byte, error) {
-	return payoutevent.EncodeRaw(m.Data, m.Attributes, m.ID, m.OrderingKey, attempt)
 }
 
 func errString(err error) string {

@@ -137,6 +137,8 @@ func FuzzRailProxy(f *testing.F) {
 		{1, "/v1/rail/high-water/acct 1", "", proofNone, "", "", "", nil},
 		{1, "/v1/rail/attempts", "", proofNone, "", "", "", nil},
 		{1, "/v1/rail/nope", "", proofNone, "", "", "", nil},
+		{1, "/v1/rail/high-water/acct-1?at=1", "", proofNone, "", "", "", nil},
+		{0, api.PathSubmissions + "?dryRun=1", "71", proofValid, "", "", ct, sub("p-10", "acct-1")},
 		{3, "", "68", proofValid, "", "", ct, sub("p-8", "acct-1")},
 	} {
 		f.Add(s.method, s.path, s.token, s.proofMode, s.proofArg, s.owner, s.ct, s.body)

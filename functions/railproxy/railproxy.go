@@ -426,7 +426,7 @@ var guardGauges = func() *overload.Gauges {
 		Stalled:      "railproxy_db_stalled",
 		StalledHelp:  "1 while raildb is marked stalled (a transaction ran out its whole timeout) and requests are answered 503 " + string(api.CodeUnavailable) + " at once; 0 otherwise.",
 		InFlight:     "railproxy_requests_in_flight",
-		InFlightHelp: "Requests rail-proxy is serving (at most " + api.EnvMaxInFlight + "; one more is answered 503 " + string(api.CodeOverloaded) + ").",
+		InFlightHelp: "Requests rail-proxy is serving past their input checks (at most " + api.EnvMaxInFlight + "; one more is answered 503 " + string(api.CodeOverloaded) + ").",
 	})
 	if err != nil {
 		panic(err) // the names above are constants
@@ -509,10 +509,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 	return p, nil
 }
 
-// ServeHTTP implements http.Handler. A request beyond Config.MaxInFlight
-// is answered 503 OVERLOADED, and one that arrives while raildb is marked
-// stalled (and is not the probe) 503 UNAVAILABLE, both at once, with
-// Retry-After, before anything is recorded.
+// ServeHTTP implements http.Handler. A request whose input passes (path,
+// method, query, headers, body) and that arrives beyond
+// Config.MaxInFlight is answered 503 OVERLOADED, and one that arrives
+// while raildb is marked stalled (and is not the probe) 503 UNAVAILABLE,
+// both at once, with Retry-After, before anything is recorded (begin).
+// Bad input is answered its own 4xx whatever raildb's state.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.metered.ServeHTTP(w, r) }
 
 // serve answers r; ServeHTTP counts and times it (package httpmetrics),
@@ -523,6 +525,19 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer p.inflight.Done()
+	p.mux.ServeHTTP(w, r)
+}
+
+// begin admits one request to raildb work: call it once the request's
+// input has passed every check, so that bad input is answered its own 4xx
+// whatever raildb's state (a malformed body during a stall is 400, not
+// 503). It takes a slot of the in-flight bound and asks the stall breaker;
+// a request they refuse is answered here (503 OVERLOADED, or 503
+// UNAVAILABLE while raildb is marked stalled and this request is not the
+// probe), with Retry-After, nothing recorded, and the refusal is
+// returned. Otherwise release must be called once, when the request is
+// done.
+func (p *Proxy) begin(w http.ResponseWriter, r *http.Request) (release func(), refusal error) {
 	release, reason, ok := p.guard.Admit()
 	if !ok {
 		err := fmt.Errorf("%w: %d requests in flight", errOverloaded, p.guard.InFlight())
@@ -530,10 +545,21 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 			err = fmt.Errorf("%w: %w", ErrUnavailable, errStalled)
 		}
 		p.fail(r.Context(), w, p.log, err)
-		return
+		return nil, err
 	}
-	defer release()
-	p.mux.ServeHTTP(w, r)
+	return release, nil
+}
+
+// noQuery refuses a query string on a route that takes none (400
+// INVALID_REQUEST, as the routes that take some refuse an unknown one),
+// answering itself; ok is false when it did. A parameter the client sent
+// is never silently ignored: it may have meant something to the client.
+func (p *Proxy) noQuery(w http.ResponseWriter, r *http.Request) (ok bool) {
+	if _, err := httpjson.Query(r); err != nil {
+		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
+		return false
+	}
+	return true
 }
 
 // dbCall starts one raildb transaction before the rail call: ctx with
@@ -620,6 +646,9 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		p.methodNotAllowed(w, r, http.MethodPost)
 		return
 	}
+	if !p.noQuery(w, r) {
+		return
+	}
 	h, ok := p.holder(w, r)
 	if !ok {
 		return
@@ -659,6 +688,14 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// Every check of the input has passed: only now does raildb's state
+	// (the in-flight bound, the stall breaker) decide.
+	release, shed := p.begin(w, r)
+	if shed != nil {
+		fencing.EndSpan(span, shed)
+		return
+	}
+	defer release()
 	// From here on the submission does not depend on its caller staying:
 	// once the fence has passed, the rail is called and its answer recorded
 	// even if the caller hangs up, so that the audit learns the outcome.
@@ -790,11 +827,19 @@ func (p *Proxy) handleHighWater(w http.ResponseWriter, r *http.Request) {
 		p.methodNotAllowed(w, r, http.MethodGet)
 		return
 	}
+	if !p.noQuery(w, r) {
+		return
+	}
 	acct := r.PathValue("accountId")
 	if err := api.ValidateAccountID(acct); err != nil {
 		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}
+	release, shed := p.begin(w, r)
+	if shed != nil {
+		return
+	}
+	defer release()
 	hw, err := p.highWater(r.Context(), acct)
 	if err != nil {
 		p.fail(r.Context(), w, p.log, err)
@@ -822,6 +867,11 @@ func (p *Proxy) handleAttempts(w http.ResponseWriter, r *http.Request) {
 		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}
+	release, shed := p.begin(w, r)
+	if shed != nil {
+		return
+	}
+	defer release()
 	list, err := p.attempts(r.Context(), payout)
 	if err != nil {
 		p.fail(r.Context(), w, p.log, err)
@@ -956,6 +1006,9 @@ const MetricsFunction = "rail-proxy"
 // on TLS (rail-stub on Cloud Run) would otherwise negotiate HTTP/2.
 func newRailTransport() *http.Transport {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// Keep a connection per payout in flight for reuse (net/http keeps 2
+	// idle per host: the others were opened and closed for every call).
+	tr.MaxIdleConnsPerHost = 64
 	tr.Protocols = new(http.Protocols)
 	tr.Protocols.SetHTTP1(true)
 	return tr

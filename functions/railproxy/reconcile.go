@@ -81,6 +81,9 @@ func (p *Proxy) handleReconcile(w http.ResponseWriter, r *http.Request) {
 		p.methodNotAllowed(w, r, http.MethodPost)
 		return
 	}
+	if !p.noQuery(w, r) {
+		return
+	}
 	h, ok := p.holder(w, r)
 	if !ok {
 		return
@@ -105,6 +108,11 @@ func (p *Proxy) handleReconcile(w http.ResponseWriter, r *http.Request) {
 		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}
+	release, shed := p.begin(w, r)
+	if shed != nil {
+		return
+	}
+	defer release()
 	lg := p.log.With("payoutId", req.PayoutID, "token", h.Token, "ownerId", h.Owner)
 	rec, err := p.reconcile(r.Context(), req.PayoutID, h, lg)
 	if errors.Is(err, ErrNotForwarded) && req.HasPayout() {
@@ -507,6 +515,11 @@ func (p *Proxy) handleUnsettled(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	release, shed := p.begin(w, r)
+	if shed != nil {
+		return
+	}
+	defer release()
 	list, err := p.unsettled(r.Context(), after, limit)
 	if err != nil {
 		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %w", errReconciling, err))

@@ -49,6 +49,8 @@ func FuzzRailStub(f *testing.F) {
 		{1, "/submit", "", ``},
 		{3, "/admin/faults", ct, `{}`},
 		{0, "/nope", ct, `{}`},
+		{0, "/submit?dryRun=1", ct, okBody},
+		{1, "/submissions?payout=po-1", "", ``},
 		{0, "/x/../submit", ct, okBody},
 		{0, "/submit", ct, `{"payoutId":"po-1","accountId":"acct-1","amountMinor":1e30,"currency":"EUR","reference":"po-1"}`},
 	} {

@@ -14,7 +14,8 @@
 // records back with GET /submissions to check that the rail received at
 // most one submission per payout (INV-04).
 //
-// Routes (every error answer is the envelope of package httpjson):
+// Routes (every error answer is the envelope of package httpjson; a query
+// parameter a route does not take is refused 400 INVALID_REQUEST):
 //
 //	POST /submit          SubmitRequest -> 200 SubmitAnswer
 //	                      400 INVALID_REQUEST, 413, 415 (not recorded)
@@ -158,7 +159,13 @@ var (
 	// errNotFound and errMethod are routing refusals.
 	errNotFound = errors.New("railstub: no such route")
 	errMethod   = errors.New("railstub: method not allowed")
+	// errQuery: a query parameter the route does not take, or a malformed
+	// query string (400 INVALID_REQUEST).
+	errQuery = errors.New("railstub: invalid query")
 )
+
+// queryPayoutID is the one query parameter of GET /submissions.
+const queryPayoutID = "payoutId"
 
 // Config configures a Stub. Start from DefaultConfig or LoadConfig; the
 // zero value is not valid (DeclineOverMinor must be positive).
@@ -449,10 +456,10 @@ func New(cfg Config, log *slog.Logger) (*Stub, error) {
 		}
 		log.Info("rail stub journal reloaded", "event", EventJournalReloaded, "path", cfg.JournalPath, "submissions", len(recs))
 	}
-	s.mux.HandleFunc("/submit", s.handleSubmit)
-	s.mux.HandleFunc("/submissions", s.handleSubmissions)
-	s.mux.HandleFunc("/stops", s.handleStops)
-	s.mux.HandleFunc("/admin/faults", s.handleFaults)
+	s.mux.HandleFunc("/submit", s.query(s.handleSubmit))
+	s.mux.HandleFunc("/submissions", s.query(s.handleSubmissions, queryPayoutID))
+	s.mux.HandleFunc("/stops", s.query(s.handleStops))
+	s.mux.HandleFunc("/admin/faults", s.query(s.handleFaults))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, fmt.Errorf("%w: %s %s", errNotFound, r.Method, r.URL.Path))
 	})
@@ -674,7 +681,7 @@ func (s *Stub) handleSubmissions(w http.ResponseWriter, r *http.Request) {
 		s.methodNotAllowed(w, r, http.MethodGet)
 		return
 	}
-	httpjson.WriteJSON(w, http.StatusOK, SubmissionList{Submissions: s.Submissions(r.URL.Query().Get("payoutId"))})
+	httpjson.WriteJSON(w, http.StatusOK, SubmissionList{Submissions: s.Submissions(r.URL.Query().Get(queryPayoutID))})
 }
 
 func (s *Stub) handleFaults(w http.ResponseWriter, r *http.Request) {
@@ -704,6 +711,19 @@ func (s *Stub) handleFaults(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteJSON(w, http.StatusOK, f)
 	default:
 		s.methodNotAllowed(w, r, "GET, POST")
+	}
+}
+
+// query refuses, with 400 INVALID_REQUEST, a request whose query string
+// is malformed or has a parameter not in allowed (httpjson.Query), before
+// h sees it: a parameter the client sent is never silently ignored.
+func (s *Stub) query(h http.HandlerFunc, allowed ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if _, err := httpjson.Query(r, allowed...); err != nil {
+			s.fail(w, fmt.Errorf("%w: %v", errQuery, err))
+			return
+		}
+		h(w, r)
 	}
 }
 
@@ -742,7 +762,7 @@ func statusOf(err error) (status int, code string, retryable bool) {
 	switch {
 	case errors.As(err, &decodeErr):
 		return decodeErr.Status, decodeErr.Code, false
-	case errors.Is(err, ErrInvalidSubmission), errors.Is(err, ErrInvalidFaults):
+	case errors.Is(err, ErrInvalidSubmission), errors.Is(err, ErrInvalidFaults), errors.Is(err, errQuery):
 		return http.StatusBadRequest, httpjson.CodeInvalidRequest, false
 	case errors.Is(err, errNotFound):
 		return http.StatusNotFound, CodeNotFound, false

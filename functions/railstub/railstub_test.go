@@ -510,3 +510,37 @@ func postJSON(path, body string) *http.Request {
 	r.Header.Set("Content-Type", "application/json")
 	return r
 }
+
+// Newcomer probe of issue #15, finding 3, at rail-stub: a query parameter
+// was ignored, so "POST /submit?dryRun=1" paid and "GET
+// /submissions?payout=p" (misspelt) listed every payout's submissions as
+// if they were p's. Now a parameter a route does not take is refused 400
+// INVALID_REQUEST and nothing is recorded; GET /submissions?payoutId=P
+// still filters.
+func TestQueryParametersARouteDoesNotTakeAreRefused(t *testing.T) {
+	s := newStub(t, railstub.DefaultConfig())
+	for _, tc := range []struct{ name, method, path, body string }{
+		{"submit", "POST", "/submit?dryRun=1", okBody},
+		{"submit, malformed query", "POST", "/submit?a=%zz", okBody},
+		{"stop order", "POST", "/stops?force=1", `{"reference":"po-1"}`},
+		{"faults", "POST", "/admin/faults?x=1", `{"latencyMs":5}`},
+		{"submissions, misspelt filter", "GET", "/submissions?payout=po-1", ``},
+		{"submissions, filter given twice", "GET", "/submissions?payoutId=a&payoutId=b", ``},
+	} {
+		rec := do(s, tc.method, tc.path, tc.body)
+		if got := envelopeOf(t, rec); rec.Code != http.StatusBadRequest || got.Code != httpjson.CodeInvalidRequest || !strings.Contains(got.Message, "query") {
+			t.Errorf("%s: %d %s; want 400 %s saying the query was refused", tc.name, rec.Code, rec.Body, httpjson.CodeInvalidRequest)
+		}
+	}
+	if f := do(s, "GET", "/admin/faults", ""); !strings.Contains(f.Body.String(), `"latencyMs":0`) {
+		t.Fatalf("refused fault settings changed the faults: %s", f.Body)
+	}
+	if ref := answerOf(t, do(s, "POST", "/submit", okBody)).RailRef; ref != "rail-000001" {
+		t.Fatalf("railRef %s, want rail-000001: a refused request was recorded (or stopped the reference)", ref)
+	}
+	rec := do(s, "GET", "/submissions?payoutId=po-2", "")
+	var list railstub.SubmissionList
+	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &list) != nil || len(list.Submissions) != 0 {
+		t.Fatalf("GET /submissions?payoutId=po-2: %d %s; want 200 and none", rec.Code, rec.Body)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -32,12 +33,21 @@ func AuditEnvNames() []string { return []string{EnvAuditPaydbURL, EnvAuditRaildb
 // maxJournalBytes bounds the rail journal read by the audit (64 MiB).
 const maxJournalBytes = 64 << 20
 
-// DBAuditor returns an Auditor that runs payoutaudit.Run over paydb and
+// DBAuditor returns an Auditor that runs payoutaudit.Live over paydb and
 // raildb (opened from the DSNs) and the rail's journal at railURL +
-// "/submissions", read through d; close releases the pools. It returns
-// nil, nil, nil when all three are empty, and an error wrapping
-// ErrInvalidConfig when only some are set.
-func DBAuditor(ctx context.Context, paydbDSN, raildbDSN, railURL string, d interface {
+// "/submissions", read through d, with settle between its two looks
+// (Config.AuditSettle); close releases the pools. It returns nil, nil,
+// nil when all three are empty, and an error wrapping ErrInvalidConfig
+// when only some are set or settle is not positive.
+//
+// The audit runs while executors work, so it reads the books first and
+// the rail's journal last (the pipeline's causal order: a debit is posted
+// only after the rail answered ACK) and looks again at what only a payout
+// in flight can explain before reporting it; see payoutaudit.Live. Before
+// this, the journal was read first, and a payout the rail paid and paydb
+// posted between the two reads was reported as a debit without a rail
+// payment (docs/gameday.md).
+func DBAuditor(ctx context.Context, paydbDSN, raildbDSN, railURL string, settle time.Duration, d interface {
 	Do(*http.Request) (*http.Response, error)
 }) (Auditor, func(), error) {
 	set := 0
@@ -48,6 +58,9 @@ func DBAuditor(ctx context.Context, paydbDSN, raildbDSN, railURL string, d inter
 	}
 	if set == 0 {
 		return nil, nil, nil
+	}
+	if set == 3 && settle <= 0 {
+		return nil, nil, fmt.Errorf("%w: %s: audit settle %v must be positive", ErrInvalidConfig, EnvAuditSettleMs, settle)
 	}
 	if set != 3 {
 		return nil, nil, fmt.Errorf("%w: set all of %s, %s and %s, or none", ErrInvalidConfig, EnvAuditPaydbURL, EnvAuditRaildbURL, EnvAuditRailURL)
@@ -62,25 +75,28 @@ func DBAuditor(ctx context.Context, paydbDSN, raildbDSN, railURL string, d inter
 		return nil, nil, fmt.Errorf("%w: %s: %v", ErrInvalidConfig, EnvAuditRaildbURL, err)
 	}
 	journal := strings.TrimSuffix(railURL, "/") + "/submissions"
-	audit := func(ctx context.Context) (payoutaudit.Report, error) {
+	readRail := func(ctx context.Context) ([]railstub.Submission, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, journal, nil)
 		if err != nil {
-			return payoutaudit.Report{}, err
+			return nil, err
 		}
 		resp, err := d.Do(req)
 		if err != nil {
-			return payoutaudit.Report{}, fmt.Errorf("read the rail's journal: %w", err)
+			return nil, fmt.Errorf("read the rail's journal: %w", err)
 		}
 		defer resp.Body.Close()
 		raw, err := io.ReadAll(io.LimitReader(resp.Body, maxJournalBytes))
 		if err != nil || resp.StatusCode != http.StatusOK {
-			return payoutaudit.Report{}, fmt.Errorf("read the rail's journal: status %d: %v", resp.StatusCode, err)
+			return nil, fmt.Errorf("read the rail's journal: status %d: %v", resp.StatusCode, err)
 		}
 		var list railstub.SubmissionList
 		if err := json.Unmarshal(raw, &list); err != nil {
-			return payoutaudit.Report{}, fmt.Errorf("decode the rail's journal: %w", err)
+			return nil, fmt.Errorf("decode the rail's journal: %w", err)
 		}
-		return payoutaudit.Run(ctx, paydb, raildb, list.Submissions, nil)
+		return list.Submissions, nil
+	}
+	audit := func(ctx context.Context) (payoutaudit.Report, error) {
+		return payoutaudit.Live(ctx, paydb, raildb, readRail, nil, payoutaudit.LiveConfig{Settle: settle})
 	}
 	return audit, func() { paydb.Close(); raildb.Close() }, nil
 }

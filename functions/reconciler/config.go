@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
@@ -40,6 +41,10 @@ const (
 	// milliseconds in the process (the local stack); 0 (the default) runs
 	// passes only on POST PathRuns (Cloud Scheduler on Cloud Run).
 	EnvIntervalMs = "RECONCILER_INTERVAL_MS"
+	// EnvAuditSettleMs is the wait, in milliseconds, between the audit's
+	// two looks at a payout whose rail record is ahead of the books
+	// (payoutaudit.Live); used only with the audit's variables.
+	EnvAuditSettleMs = "RECONCILER_AUDIT_SETTLE_MS"
 	// EnvIDTokens (true or false, default false), read by cmd/reconciler,
 	// adds Cloud Run ID tokens to the calls to payment-resource and
 	// rail-proxy.
@@ -72,6 +77,13 @@ type Config struct {
 	// Interval, when positive, is the period of Loop (the local stack).
 	// Default 0: no loop, passes only when triggered.
 	Interval time.Duration
+	// AuditSettle is the audit's wait before its second look at the
+	// payouts whose rail record was ahead of the books (default
+	// payoutaudit.DefaultSettle, 2s): a payout the rail paid that is
+	// still not posted after it is reported. Read by cmd/reconciler for
+	// DBAuditor; longer holds the pass longer (only when something was
+	// flagged), shorter risks reporting a slow payout in flight.
+	AuditSettle time.Duration
 }
 
 // ErrInvalidConfig: a Config field is out of bounds or a variable does not
@@ -80,13 +92,14 @@ var ErrInvalidConfig = errors.New("reconciler: invalid config")
 
 // DefaultConfig returns the defaults documented on Config (URLs empty).
 func DefaultConfig() Config {
-	return Config{LeaseTTL: 30 * time.Second, AcquireWait: 2 * time.Second, RequestTimeout: 15 * time.Second, PageSize: 100}
+	return Config{LeaseTTL: 30 * time.Second, AcquireWait: 2 * time.Second, RequestTimeout: 15 * time.Second, PageSize: 100,
+		AuditSettle: payoutaudit.DefaultSettle}
 }
 
 // EnvNames returns the variables LoadConfig reads, for envcheck.
 func EnvNames() []string {
 	return []string{lockapi.EnvServerURL, EnvPaymentResourceURL, EnvRailProxyURL, EnvOwner, EnvLeaseTTLMs,
-		EnvAcquireWaitMs, EnvRequestTimeoutMs, EnvPageSize, EnvIntervalMs}
+		EnvAcquireWaitMs, EnvRequestTimeoutMs, EnvPageSize, EnvIntervalMs, EnvAuditSettleMs}
 }
 
 // LoadConfig returns DefaultConfig overridden by the variables of
@@ -106,6 +119,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	}{
 		{key: EnvLeaseTTLMs, dst: &c.LeaseTTL}, {key: EnvAcquireWaitMs, dst: &c.AcquireWait},
 		{key: EnvRequestTimeoutMs, dst: &c.RequestTimeout}, {key: EnvIntervalMs, dst: &c.Interval, zeroOK: true},
+		{key: EnvAuditSettleMs, dst: &c.AuditSettle},
 	} {
 		v := strings.TrimSpace(getenv(d.key))
 		if v == "" {
@@ -154,6 +168,9 @@ func (c Config) Validate() error {
 	}
 	if c.PageSize < 1 || c.PageSize > api.MaxListLimit {
 		errs = append(errs, fmt.Errorf("%w: PageSize (%s) %d must be in 1..%d", ErrInvalidConfig, EnvPageSize, c.PageSize, api.MaxListLimit))
+	}
+	if c.AuditSettle <= 0 {
+		errs = append(errs, fmt.Errorf("%w: AuditSettle (%s) %v must be positive", ErrInvalidConfig, EnvAuditSettleMs, c.AuditSettle))
 	}
 	if c.Interval < 0 {
 		errs = append(errs, fmt.Errorf("%w: Interval (%s) %v must not be negative", ErrInvalidConfig, EnvIntervalMs, c.Interval))

@@ -33,7 +33,11 @@
 // After the pass (when an Auditor is given) it runs the cross audit of
 // package payoutaudit and reports a rail payment with no debit and a debit
 // with no rail payment (events and the gauge
-// reconciler_audit_mismatches{kind}); it does not fix those itself.
+// reconciler_audit_mismatches{kind}); it does not fix those itself. The
+// audit runs beside executors at work, so DBAuditor uses
+// payoutaudit.Live: the books are read before the rail's journal, and a
+// rail payment found ahead of its debit is looked at again after
+// Config.AuditSettle and reported only if it persists.
 package reconciler
 
 import (
@@ -99,6 +103,15 @@ const (
 	// hold yet (TERMS_KEY_UNKNOWN) or no signature (TERMS_UNSIGNED) is a
 	// deployment fault instead: ResultError, tried again next pass.
 	ResultTermsRefused Result = "terms_refused"
+	// ResultFencedOut: a newer holder of the payout's lock is at work:
+	// rail-proxy refused the closing reconciliation, or payment-resource
+	// the resolution, FENCED_OUT, because a token newer than this pass's
+	// has already passed the account's fence (this pass's lease ended, by
+	// expiry or revoke, while it ran). Nothing was recorded; the newer
+	// holder's own report settles the payout, or the next pass does, under
+	// a newer token. Logged at INFO: the fence doing its work, not a
+	// failure.
+	ResultFencedOut Result = "fenced_out"
 	// ResultError: a dependency failed or refused; next pass.
 	ResultError Result = "error"
 	// ResultAttemptSettled: a forwarded attempt rail-proxy listed as
@@ -117,7 +130,8 @@ const (
 	// EventPassDone (INFO): a pass ended (listed, results, mismatches).
 	EventPassDone = "reconciler_pass_done"
 	// EventRunRefused (INFO): POST PathRuns was refused before the pass
-	// (a body or Content-Type outside the rule: status, code, error).
+	// (a query parameter, or a body or Content-Type outside the rule:
+	// status, code, error).
 	EventRunRefused = "reconciler_run_refused"
 	// EventPayoutReconciled (INFO, WARN when it changed nothing it
 	// should have): one payout's result (payoutId, accountId, token,
@@ -149,7 +163,7 @@ var (
 			Help: "Payouts a reconciler pass visited, by result.",
 		}, []string{"result"})
 		for _, r := range []Result{ResultPosted, ResultDeclined, ResultFailed, ResultAlreadyDone, ResultLockBusy,
-			ResultInFlight, ResultNotForwarded, ResultRailSubmittedTwice, ResultTermsRefused, ResultError, ResultAttemptSettled} {
+			ResultInFlight, ResultNotForwarded, ResultRailSubmittedTwice, ResultTermsRefused, ResultFencedOut, ResultError, ResultAttemptSettled} {
 			c.WithLabelValues(string(r))
 		}
 		return c
@@ -458,11 +472,14 @@ func (r *Reconciler) settle(ctx context.Context, p api.Payout) Result {
 	e := payoutevent.Event{PayoutID: p.PayoutID, AccountID: p.AccountID}
 	log := r.log.With("payoutId", p.PayoutID, "accountId", p.AccountID, "ownerId", r.Owner(), "state", string(p.State))
 	skip := func(res Result, err error) Result {
-		level := slog.LevelWarn
-		if res == ResultRailSubmittedTwice || res == ResultNotForwarded || res == ResultTermsRefused {
+		level, msg := slog.LevelWarn, "payout not settled by this pass"
+		switch res {
+		case ResultRailSubmittedTwice, ResultNotForwarded, ResultTermsRefused:
 			level = slog.LevelError
+		case ResultFencedOut:
+			level, msg = slog.LevelInfo, "payout left to a newer holder of its lock: this pass's token was fenced out"
 		}
-		log.Log(ctx, level, "payout not settled by this pass", "event", EventPayoutSkipped, "result", string(res), "error", err.Error())
+		log.Log(ctx, level, msg, "event", EventPayoutSkipped, "result", string(res), "error", err.Error())
 		return res
 	}
 	lease, res, err := r.acquire(ctx, e.LockKey())
@@ -490,6 +507,8 @@ func (r *Reconciler) settle(ctx context.Context, p api.Payout) Result {
 		return skip(ResultRailSubmittedTwice, err)
 	case errors.Is(err, railclient.ErrInvalidTerms):
 		return skip(ResultTermsRefused, err)
+	case errors.Is(err, railclient.ErrFencedOut):
+		return skip(ResultFencedOut, err)
 	case err != nil: // TERMS_KEY_UNKNOWN and TERMS_UNSIGNED too: a deployment fault, next pass
 		return skip(ResultError, err)
 	}
@@ -501,6 +520,8 @@ func (r *Reconciler) settle(ctx context.Context, p api.Payout) Result {
 	case errors.Is(err, payclient.ErrPayoutFinished):
 		log.Info("payout already settled", "event", EventPayoutReconciled, "result", string(ResultAlreadyDone), "outcome", string(req.Outcome))
 		return ResultAlreadyDone
+	case errors.Is(err, payclient.ErrFencedOut):
+		return skip(ResultFencedOut, err)
 	case err != nil:
 		return skip(ResultError, err)
 	}
@@ -574,6 +595,14 @@ func (r *Reconciler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	case req.Method != http.MethodPost:
 		w.Header().Set("Allow", http.MethodPost)
 		httpjson.WriteError(w, http.StatusMethodNotAllowed, string(api.CodeMethodNotAllowed), "use POST "+PathRuns, false)
+		return
+	}
+	if _, err := httpjson.Query(req); err != nil {
+		// A run takes no parameter: one sent anyway (a dry run the
+		// caller believes it asked for) is refused, not ignored.
+		e := &httpjson.Error{Status: http.StatusBadRequest, Code: httpjson.CodeInvalidRequest, Message: err.Error()}
+		r.log.InfoContext(req.Context(), "reconciler run refused", "event", EventRunRefused, "status", e.Status, "code", e.Code, "error", e.Message)
+		httpjson.Write(w, e)
 		return
 	}
 	if err := httpjson.DecodeEmpty(w, req, MaxRunBodyBytes); err != nil {

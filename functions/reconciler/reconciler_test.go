@@ -788,3 +788,78 @@ func TestClosingWithAnUnknownTermsKeySucceedsOnceTheKeyIsAdded(t *testing.T) {
 		t.Fatalf("p-1 is %s with %d debits; want failed with none", st, n)
 	}
 }
+
+// newerHolderFirst sends requests through http.DefaultClient; before the
+// first reconciliation it sends, it runs first once: a newer holder at
+// work while the pass's request is on its way.
+type newerHolderFirst struct {
+	once  sync.Once
+	first func()
+}
+
+func (d *newerHolderFirst) Do(r *http.Request) (*http.Response, error) {
+	if r.URL.Path == railapi.PathReconciliations {
+		d.once.Do(d.first)
+	}
+	return http.DefaultClient.Do(r)
+}
+
+// Issue #15 (newcomer probe, lower priority 5): a closing reconciliation
+// refused FENCED_OUT (the pass's lease ended, and a newer holder of the
+// account's lock submitted meanwhile, raising the high-water mark) was
+// counted as an error, logged at WARN and tried again every pass. It is
+// the fence doing its work: the newer holder is at work on the account.
+// Now it is its own result, fenced_out, logged at INFO, and nothing is
+// recorded for the payout.
+func TestAFencedCloseIsLeftToTheNewerHolder(t *testing.T) {
+	p, ev := setup(t)
+	ambiguousNeverForwarded(t, p, ev)
+	ev2 := payoutevent.Event{PayoutID: "p-2", AccountID: ev.AccountID, AmountMinor: 100, Currency: "EUR"}
+	if err := p.CreatePayout(t.Context(), ev2); err != nil {
+		t.Fatal(err)
+	}
+	ops, err := client.New(p.LockURL, client.WithOwner("operator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := &newerHolderFirst{first: func() {
+		// The pass's lease is revoked (as if it had paused past its TTL)
+		// and worker-b, granted a newer token, submits p-2 of the account.
+		if _, err := ops.Revoke(t.Context(), ev.LockKey(), 0, "test: the reconciler paused"); err != nil {
+			t.Fatal(err)
+		}
+		_, h := holder(t, p, ev2, "worker-b")
+		po, err := p.Pay.Payout(t.Context(), ev2.PayoutID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Rail.Submit(t.Context(), h, railapi.SubmitRequest{PayoutID: ev2.PayoutID, AccountID: ev2.AccountID,
+			AmountMinor: ev2.AmountMinor, Currency: ev2.Currency, TermsSignature: po.TermsSignature}); err != nil {
+			t.Fatal(err)
+		}
+	}}
+	cfg := reconciler.DefaultConfig()
+	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL, cfg.Owner = p.LockURL, p.PayURL, p.ProxyURL, "reconciler-1"
+	var logs logtest.Buffer
+	r, err := reconciler.New(cfg, slog.New(slog.NewJSONHandler(&logs, nil)), reconciler.WithHTTPClient(newer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := r.Pass(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Results[reconciler.ResultFencedOut] != 1 || rep.Results[reconciler.ResultError] != 0 {
+		t.Fatalf("pass %+v; want p-1 %s", rep, reconciler.ResultFencedOut)
+	}
+	lines := logs.Events(t, reconciler.EventPayoutSkipped)
+	if len(lines) != 1 || lines[0]["level"] != "INFO" || lines[0]["result"] != string(reconciler.ResultFencedOut) {
+		t.Fatalf("%s lines %v; want one at INFO, result %s", reconciler.EventPayoutSkipped, lines, reconciler.ResultFencedOut)
+	}
+	if st, n := ledger(t, p, ev.PayoutID); st != string(api.StateAmbiguous) || n != 0 {
+		t.Fatalf("p-1 is %s with %d debits; want still ambiguous, none", st, n)
+	}
+	if got := len(p.Stub.Submissions(ev.PayoutID)); got != 0 {
+		t.Fatalf("the rail holds %d submissions of p-1; want none", got)
+	}
+}

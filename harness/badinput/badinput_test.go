@@ -286,6 +286,7 @@ func rows() []row {
 		{svcLock, "waitMs null", "POST", lockapi.PathLockPrefix + "k" + lockapi.SuffixAcquire, js, `{"owner":"w","ttlMs":1000,"waitMs":null}`, 400, string(lockapi.CodeInvalidRequest), nil},
 		{svcLock, "revoke token null", "POST", lock(lockapi.SuffixRevoke), js, `{"token":null}`, 400, string(lockapi.CodeInvalidRequest), nil},
 		{svcLock, "unknown operation", "POST", lock("/steal"), js, `{}`, 404, string(lockapi.CodeNotFound), nil},
+		{svcLock, "query parameter on an acquire", "POST", lockapi.PathLockPrefix + "k" + lockapi.SuffixAcquire + "?waitMs=5000", js, `{"owner":"w","ttlMs":1000}`, 400, string(lockapi.CodeInvalidRequest), nil},
 		{svcLock, "GET on an operation", "GET", lock(lockapi.SuffixRelease), nil, ``, 405, string(lockapi.CodeMethodNotAllowed), nil},
 
 		// payment-resource
@@ -319,6 +320,8 @@ func rows() []row {
 		{svcPay, "result: ACK with a forged receipt", "POST", payapi.ResultPath("p-2"), holder("5", proof(acct, 5)), `{"outcome":"ACK","railRef":"rail-000001","railToken":5,"receipt":"test-rail.AAAA"}`, 422, string(payapi.CodeInvalidReceipt), nil},
 		{svcPay, "result: unknown outcome", "POST", payapi.ResultPath("p-2"), holder("5", proof(acct, 5)), `{"outcome":"MAYBE"}`, 400, string(payapi.CodeInvalidRequest), nil},
 		{svcPay, "result: payout not claimed", "POST", payapi.ResultPath("p-1"), holder("6", proof(acct, 6)), `{"outcome":"AMBIGUOUS"}`, 409, string(payapi.CodePayoutNotClaimed), nil},
+		{svcPay, "account: query parameter on the create", "POST", payapi.PathAccounts + "?dryRun=1", js, `{"accountId":"acct-9","currency":"EUR","openingBalanceMinor":1}`, 400, string(payapi.CodeInvalidRequest), nil},
+		{svcPay, "claim: query parameter", "POST", payapi.ClaimPath("p-1") + "?force=1", holder("6", proof(acct, 6)), ``, 400, string(payapi.CodeInvalidRequest), nil},
 		{svcPay, "DELETE a payout", "DELETE", payapi.PayoutPath("p-1"), nil, ``, 405, string(payapi.CodeMethodNotAllowed), nil},
 		{svcPay, "unknown route", "GET", "/v1/refunds", nil, ``, 404, string(payapi.CodeNotFound), nil},
 
@@ -346,6 +349,7 @@ func rows() []row {
 			prooftest.ReceiptSigningKey().Sign(payoutevent.PayoutTermsDomain, payoutevent.PayoutTerms{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 2500, Currency: "EUR"}.Fields()...)),
 			submission("p-1", "acct-1", 2500), 403, string(railapi.CodeTermsKeyUnknown), nil},
 		{svcProxy, "payoutId with an escaped lone surrogate", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), `{"payoutId":"p-\udc00","accountId":"acct-1","amountMinor":2500,"currency":"EUR"}`, 400, string(railapi.CodeInvalidRequest), nil},
+		{svcProxy, "query parameter on a submission", "POST", railapi.PathSubmissions + "?dryRun=1", p1(holder("6", proof(acct, 6))), sub, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcProxy, "attempts without payoutId", "GET", railapi.PathAttempts, nil, ``, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcProxy, "high-water of a malformed account id", "GET", "/v1/rail/high-water/acct 1", nil, ``, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcProxy, "GET the submissions", "GET", railapi.PathSubmissions, nil, ``, 405, string(railapi.CodeMethodNotAllowed), nil},
@@ -365,6 +369,8 @@ func rows() []row {
 		{svcStub, "content type sent twice", "POST", "/submit", twice, stubOK, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "fault of an unknown mode", "POST", "/admin/faults", js, `{"failNext":1,"mode":"explode"}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "failNext of int64's maximum", "POST", "/admin/faults", js, `{"failNext":9223372036854775807,"mode":"error"}`, 400, string(railapi.CodeInvalidRequest), nil},
+		{svcStub, "query parameter on /submit", "POST", "/submit?dryRun=1", js, stubOK, 400, string(railapi.CodeInvalidRequest), nil},
+		{svcStub, "misspelt filter of /submissions", "GET", "/submissions?payout=p-1", nil, ``, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "GET /submit", "GET", "/submit", nil, ``, 405, railstub.CodeMethodNotAllowed, nil},
 		{svcStub, "stop order without a reference", "POST", "/stops", js, `{}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "stop order with an unknown field", "POST", "/stops", js, `{"reference":"p-1","force":true}`, 400, string(railapi.CodeInvalidRequest), nil},
@@ -379,6 +385,7 @@ func rows() []row {
 		{svcRecon, "run: a body without content type", "POST", reconciler.PathRuns, nil, `{}`, 415, httpjson.CodeUnsupportedMediaType, nil},
 		{svcRecon, "run: content type sent twice", "POST", reconciler.PathRuns, twice, `{}`, 400, httpjson.CodeInvalidRequest, nil},
 		{svcRecon, "run: a parameter", "POST", reconciler.PathRuns, js, `{"dryRun":true}`, 400, httpjson.CodeInvalidRequest, nil},
+		{svcRecon, "run: a query parameter", "POST", reconciler.PathRuns + "?dryRun=1", nil, ``, 400, httpjson.CodeInvalidRequest, nil},
 		{svcRecon, "GET a run", "GET", reconciler.PathRuns, nil, ``, 405, string(payapi.CodeMethodNotAllowed), nil},
 
 		// executor push

@@ -3,6 +3,7 @@ package benche2e_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -60,6 +61,43 @@ func TestMarkdownCountsBrokenChecks(t *testing.T) {
 	for _, want := range []string{"| postgres | spread | after | 2 | 110.0 (100.0, 120.0) |", "| 0/0 | 6.00 |", "A 110, B 90", "| 1 |\n"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// TestCreatorsSeriesTakesTheMedianAndSkipsBrokenRuns: the chart's points
+// are the median run per backend, mode, variant and creators, runs that
+// broke a check are left out, and the SVG names every series.
+func TestCreatorsSeriesTakesTheMedianAndSkipsBrokenRuns(t *testing.T) {
+	run := func(backend, variant string, creators int, perSecond float64, failures ...string) benche2e.RunResult {
+		r := benche2e.RunResult{Backend: backend, Mode: "spread", Variant: variant, Creators: creators, Failures: failures}
+		r.Payouts, r.PayoutsPerSecond = 100, perSecond
+		return r
+	}
+	a := &benche2e.Result{Runs: []benche2e.RunResult{
+		run("postgres", "after", 4, 30), run("postgres", "after", 4, 50), run("postgres", "after", 4, 40),
+		run("postgres", "after", 4, 900, "no payout reached the rail twice"),
+		run("postgres", "before", 4, 20),
+	}}
+	b := &benche2e.Result{Runs: []benche2e.RunResult{run("postgres", "after", 16, 70), run("etcd", "after", 16, 60)}}
+	got := benche2e.CreatorsSeries(a, b)
+	want := []benche2e.Series{
+		{Name: "etcd spread after", Points: []benche2e.Point{{Creators: 16, PayoutsPerSecond: 60, Min: 60, Max: 60, Runs: 1}}},
+		{Name: "postgres spread after", Points: []benche2e.Point{
+			{Creators: 4, PayoutsPerSecond: 40, Min: 30, Max: 50, Runs: 3},
+			{Creators: 16, PayoutsPerSecond: 70, Min: 70, Max: 70, Runs: 1}}},
+		{Name: "postgres spread before", Points: []benche2e.Point{{Creators: 4, PayoutsPerSecond: 20, Min: 20, Max: 20, Runs: 1}}},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("CreatorsSeries = %+v\nwant %+v", got, want)
+	}
+	var svg bytes.Buffer
+	if err := benche2e.WriteCreatorsSVG(&svg, "test", got, 500); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range want {
+		if !strings.Contains(svg.String(), s.Name) {
+			t.Errorf("the SVG does not name series %q", s.Name)
 		}
 	}
 }

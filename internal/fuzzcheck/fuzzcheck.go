@@ -207,14 +207,17 @@ func Canonical(p string) bool {
 var Methods = []string{http.MethodPost, http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodOptions}
 
 // NewRequest builds the request a fuzz input describes: Methods[method %
-// len], the path as the server would have decoded it, the body, and
-// headers as name, value pairs (an empty value leaves the header out). It
-// returns ok=false when a header value holds CR, LF or NUL, which
-// net/http refuses before any handler sees the request.
+// len], the path as the server would have decoded it, up to its first
+// "?", and what follows that as the raw query string (so that the targets
+// fuzz query parameters too), the body, and headers as name, value pairs
+// (an empty value leaves the header out). It returns ok=false when a
+// header value holds CR, LF or NUL, which net/http refuses before any
+// handler sees the request.
 func NewRequest(method uint8, p string, body []byte, headers ...string) (r *http.Request, ok bool) {
 	r = httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
 	r.Method = Methods[int(method)%len(Methods)]
-	r.URL.Path, r.URL.RawPath = p, ""
+	p, query, _ := strings.Cut(p, "?")
+	r.URL.Path, r.URL.RawPath, r.URL.RawQuery = p, "", query
 	for i := 0; i+1 < len(headers); i += 2 {
 		if headers[i+1] == "" {
 			continue

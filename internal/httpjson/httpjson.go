@@ -416,13 +416,19 @@ func unwrap(w http.ResponseWriter) http.ResponseWriter {
 // (an invalid percent-escape, a ";" separator), a parameter not in
 // allowed, and a parameter given more than once are errors, which the
 // caller answers 400 with the envelope. (url.URL.Query drops malformed
-// pairs without a word, so "?after=%zz" read as no "after" at all.)
+// pairs without a word, so "?after=%zz" read as no "after" at all.) With
+// no allowed parameters it is the check of a route that takes none: any
+// query string with a parameter is an error, so that a client's misspelt
+// or unknown parameter is refused rather than silently ignored.
 func Query(r *http.Request, allowed ...string) (url.Values, error) {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		return nil, fmt.Errorf("malformed query string: %v", err)
 	}
 	for k, v := range q {
+		if len(allowed) == 0 {
+			return nil, fmt.Errorf("query parameter %q: this route takes no query parameters", k)
+		}
 		if !slices.Contains(allowed, k) {
 			return nil, fmt.Errorf("query parameter %q is not one of %v", k, allowed)
 		}

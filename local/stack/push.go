@@ -50,7 +50,7 @@ func (s *Stack) Push(ctx context.Context, log *slog.Logger) (stop func(), err er
 	bctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, e := range s.cfg.Executors {
-		b := &payoutbus.PushBridge{Sub: c.Subscriber(PubSubSubscription), Endpoint: s.ExecutorURL(e.Name) + "/", Log: log.With("bridge", e.Name),
+		b := &payoutbus.PushBridge{Sub: c.Subscriber(PubSubSubscription), Admin: c.SubscriptionAdminClient, Endpoint: s.ExecutorURL(e.Name) + "/", Log: log.With("bridge", e.Name),
 			Subscription: PubSubSubscription, Retry: PushRetry, Timeout: s.cfg.PushTimeout}
 		if dead != nil {
 			b.DeadLetter = dead

@@ -45,7 +45,7 @@ func build(ctx context.Context, getenv func(string) string, log *slog.Logger) (h
 	}
 	opts := []reconciler.Option{reconciler.WithHTTPClient(doer)}
 	audit, closeAudit, err := reconciler.DBAuditor(ctx, getenv(reconciler.EnvAuditPaydbURL), getenv(reconciler.EnvAuditRaildbURL),
-		getenv(reconciler.EnvAuditRailURL), http.DefaultClient)
+		getenv(reconciler.EnvAuditRailURL), cfg.AuditSettle, http.DefaultClient)
 	if err != nil {
 		return nil, nil, err
 	}
