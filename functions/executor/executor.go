@@ -390,9 +390,12 @@ var deliveries = func() *prometheus.CounterVec {
 // Collectors returns the executor's metrics, for the registry its process
 // serves: executor_deliveries_total{result}, one per request answered,
 // result being an Outcome, the code of the error that makes Pub/Sub
-// redeliver, or "rejected" for a request that is not a push (never a
-// payout, an account or a token).
-func Collectors() []prometheus.Collector { return []prometheus.Collector{deliveries} }
+// redeliver, or "rejected" for a request that is not a push; and
+// executor_attention_unrecorded_total{reason}, reason an
+// api.AttentionReason (never a payout, an account or a token).
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{deliveries, attentionUnrecorded}
+}
 
 // Status maps the result of Execute to the push answer: 200 for a final
 // outcome (Pub/Sub acknowledges), 409 when fenced out, 503 otherwise
@@ -634,14 +637,16 @@ func (x *Executor) settle(ctx context.Context, log *slog.Logger, e payoutevent.E
 // markAttention records reason on the payout (needs_attention, fenced with
 // the lease's token), retrying transient failures in process, and ends
 // the execution with OutcomeNeedsAttention. Without a lease it cannot
-// write: the event is logged (payout_attention_unrecorded) and
-// acknowledged all the same, as it is when payment-resource refuses the
+// write: the event is logged (payout_attention_unrecorded), counted in
+// executor_attention_unrecorded_total{reason} and acknowledged all the
+// same, as it is when payment-resource refuses the
 // mark for good (a payout fence above the current lease refuses this
 // write too). A payout that turned out finished or unknown ends as the
 // table says; a mark that stays unanswered is redelivered.
 func (x *Executor) markAttention(ctx context.Context, log *slog.Logger, e payoutevent.Event, lease *client.Lease, reason api.AttentionReason) (Outcome, error) {
 	if lease == nil {
 		log.ErrorContext(ctx, "payout needs attention but no lease is held to record it", "event", EventPayoutAttentionUnrecorded, "reason", string(reason))
+		countUnrecorded(reason)
 		return OutcomeNeedsAttention, nil
 	}
 	err := x.retry(ctx, func(ctx context.Context) error {
@@ -662,6 +667,7 @@ func (x *Executor) markAttention(ctx context.Context, log *slog.Logger, e payout
 	}
 	log.ErrorContext(ctx, "payout needs attention but payment-resource refused to record it; delivery acknowledged",
 		"event", EventPayoutAttentionUnrecorded, "reason", string(reason), "code", code, "error", err.Error())
+	countUnrecorded(reason)
 	return OutcomeNeedsAttention, nil
 }
 

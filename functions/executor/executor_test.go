@@ -39,6 +39,7 @@ type fakeDeps struct {
 	mu         sync.Mutex
 	calls      []string
 	payout     string   // GET api.PayoutPath("p-1") body; "" = the payout the event describes
+	payoutCode api.Code // "" = 200 with payout; else GET api.PayoutPath("p-1") is refused with it
 	claimCode  api.Code // "" = 200
 	railStatus int      // -1: close the connection without an answer
 	railBody   string
@@ -68,6 +69,10 @@ func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.calls = append(f.calls, r.Method+" "+r.URL.Path+" token="+tok)
 	switch {
 	case r.Method == "GET" && r.URL.Path == api.PayoutPath("p-1"):
+		if f.payoutCode != "" {
+			httpjson.WriteError(w, statusOf(f.payoutCode), string(f.payoutCode), "scripted", false)
+			return
+		}
 		body := f.payout
 		if body == "" {
 			body = `{"payoutId":"p-1","accountId":"acct-7","amountMinor":2500,"currency":"EUR","state":"pending"}`
@@ -711,6 +716,9 @@ func TestDeliveriesAreCountedByResult(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, f := range fams {
+			if f.GetName() != "executor_deliveries_total" {
+				continue
+			}
 			for _, m := range f.GetMetric() {
 				for _, l := range m.GetLabel() {
 					if l.GetName() != "result" {
@@ -808,6 +816,77 @@ func TestRailProxyAnswersAreClassifiedByTheirCodes(t *testing.T) {
 			}
 			if c.wantOutcome != "" && (len(deps.results) != 1 || deps.results[0]["outcome"] != c.wantOutcome) {
 				t.Errorf("results %v; want one %s", deps.results, c.wantOutcome)
+			}
+		})
+	}
+}
+
+// unrecordedCount reads executor_attention_unrecorded_total{reason} from
+// reg (which holds executor.Collectors()).
+func unrecordedCount(t *testing.T, reg *prometheus.Registry, reason api.AttentionReason) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != executor.MetricAttentionUnrecorded {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() != "reason" {
+					t.Fatalf("%s has label %q", f.GetName(), l.GetName())
+				}
+				if l.GetValue() == string(reason) {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s series for reason %q", executor.MetricAttentionUnrecorded, reason)
+	return 0
+}
+
+// TestUnrecordedAttentionIsCounted (issue #9, the game day's finding): a
+// payout the executor judges to need attention but cannot mark so is
+// acknowledged all the same, so the counter is the only signal that it is
+// stuck. Both paths count, by reason: the mark refused by
+// payment-resource's fence (the holder of the current lease fenced out at
+// the claim and at the mark: a fence above every grant), and a permanent
+// refusal before any lease is held (nothing can be written). A mark that
+// is written counts nothing, and every reason is served from the start,
+// at 0, so that the first unrecorded payout is an increase an alert sees.
+func TestUnrecordedAttentionIsCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	for _, c := range executor.Collectors() {
+		if err := reg.Register(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range api.AttentionReasons {
+		unrecordedCount(t, reg, r) // present before anything happened
+	}
+	for _, c := range []struct {
+		name   string
+		deps   *fakeDeps
+		reason api.AttentionReason
+		want   float64
+	}{
+		{"mark refused by the fence ahead of the lease", &fakeDeps{claimCode: api.CodeFencedOut, attnCode: api.CodeFencedOut}, api.ReasonPaymentFenceAhead, 1},
+		{"permanent refusal before the lease", &fakeDeps{payoutCode: api.CodeInvalidRequest}, api.ReasonPaymentRequestRefused, 1},
+		{"mark written", &fakeDeps{claimCode: api.CodeFencedOut}, api.ReasonPaymentFenceAhead, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := unrecordedCount(t, reg, c.reason)
+			x, _ := newExecutor(t, c.deps, executor.Hooks{})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if out, err := x.Execute(ctx, event); out != executor.OutcomeNeedsAttention || err != nil {
+				t.Fatalf("Execute = %q, %v; want %q (acknowledged)", out, err, executor.OutcomeNeedsAttention)
+			}
+			if got := unrecordedCount(t, reg, c.reason) - before; got != c.want {
+				t.Errorf("%s{reason=%q} went up by %v; want %v", executor.MetricAttentionUnrecorded, c.reason, got, c.want)
 			}
 		})
 	}

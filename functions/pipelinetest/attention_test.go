@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
@@ -71,8 +73,10 @@ func TestPermanentRefusalEndsInNeedsAttentionWithNothingLooping(t *testing.T) {
 		// possible by writing paydb by hand, now that tokens carry
 		// lock-server's proof) also refuses the mark, since every fenced
 		// payout statement holds the account's fence: the delivery still
-		// ends at once (payout_attention_unrecorded), the payout stays
-		// pending for a person.
+		// ends at once (payout_attention_unrecorded, counted in
+		// executor_attention_unrecorded_total, which pages:
+		// PayoutAttentionUnrecorded), the payout stays pending for a
+		// person.
 		marked bool
 	}{
 		{"rail-proxy's high-water ahead", func(t *testing.T, p *pipelinetest.Pipeline) {
@@ -96,6 +100,13 @@ func TestPermanentRefusalEndsInNeedsAttentionWithNothingLooping(t *testing.T) {
 			}
 			tc.forge(t, p)
 			x := newExecutor(t, p, "worker-a", nil)
+			reg := prometheus.NewRegistry()
+			for _, c := range executor.Collectors() {
+				if err := reg.Register(c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			unrecordedBefore := unrecorded(t, reg, tc.reason)
 
 			n, status := pushUntilAcked(t, x, ev, 20)
 			if status != http.StatusOK || n != 1 {
@@ -110,6 +121,16 @@ func TestPermanentRefusalEndsInNeedsAttentionWithNothingLooping(t *testing.T) {
 			}
 			if !tc.marked && po.State != api.StatePending {
 				t.Fatalf("p-1 is %s; want pending (the forged account fence refuses the mark too)", po.State)
+			}
+			// A mark that could not be written is counted (issue #9: the
+			// PayoutAttentionUnrecorded alert reads it); one that was
+			// written is not.
+			want := 0.0
+			if !tc.marked {
+				want = 1
+			}
+			if got := unrecorded(t, reg, tc.reason) - unrecordedBefore; got != want {
+				t.Fatalf("%s{reason=%q} went up by %v; want %v", executor.MetricAttentionUnrecorded, tc.reason, got, want)
 			}
 			if len(po.History) > 3 {
 				t.Fatalf("p-1's history has %d rows: %+v", len(po.History), po.History)
@@ -199,4 +220,28 @@ func TestForeignRailReferenceEndsInNeedsAttention(t *testing.T) {
 	if po.State != api.StateNeedsAttention || po.AttentionReason != api.ReasonRailRefConflict {
 		t.Fatalf("p-b is %s (%q); want needs_attention (%s)", po.State, po.AttentionReason, api.ReasonRailRefConflict)
 	}
+}
+
+// unrecorded reads executor_attention_unrecorded_total{reason} from reg,
+// which holds executor.Collectors().
+func unrecorded(t *testing.T, reg *prometheus.Registry, reason api.AttentionReason) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != executor.MetricAttentionUnrecorded {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == string(reason) {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s series for reason %q", executor.MetricAttentionUnrecorded, reason)
+	return 0
 }

@@ -97,7 +97,7 @@ func TestFunctionMetricsCarryNoIdsOrTokens(t *testing.T) {
 		t.Errorf("%d series after 3 payouts, %d after 13: series grow with payouts", small, big)
 	}
 	for _, want := range []string{"payout_completion_seconds", "rail_submissions_total", "rail_duplicate_submissions_total",
-		"payouts_ambiguous_oldest_age_seconds", "payment_outbox_oldest_unpublished_age_seconds", "fence_refusals_total", "executor_deliveries_total"} {
+		"payouts_ambiguous_oldest_age_seconds", "payment_outbox_oldest_unpublished_age_seconds", "fence_refusals_total", "executor_deliveries_total", executor.MetricAttentionUnrecorded} {
 		if !names[want] {
 			t.Errorf("metric %s is not served", want)
 		}

@@ -387,6 +387,24 @@ var Faults = []Fault{
 		Confirms: map[string]string{"PayoutsNeedingAttention": aheadPayout + `[^\n]*` + string(payapi.ReasonRailFenceAhead)},
 	},
 	{
+		// payment-resource's account fence of an account set above every
+		// token lock-server has granted (paymentFenceAhead), then a payout
+		// of it: the executor is refused FENCED_OUT at the claim, confirms
+		// its lease, and its needs_attention mark is refused by the same
+		// fence. The delivery is acknowledged and the payout stays
+		// pending; only the executor's counter of unrecorded marks sees it.
+		Name:     "payment-fence-ahead",
+		Executes: true,
+		Alerts:   []string{"PayoutAttentionUnrecorded"},
+		Inject: func(ctx context.Context, e *env) error {
+			e.set("ACCOUNT", payAheadAccount)
+			return paymentFenceAhead(ctx, e.st.PaymentResourceURL(), e.st.PayDBURL())
+		},
+		// Nothing heals it: the payout waits for a person; the account is
+		// the fault's own.
+		Confirms: map[string]string{"PayoutAttentionUnrecorded": payAheadAccount + ` fence=[0-9]+ [^\n]*FENCE AHEAD`},
+	},
+	{
 		// rail-stub records the next submission and withholds its answer
 		// until rail-proxy's rail timeout (5 s) gives up: rail-proxy
 		// answers RAIL_AMBIGUOUS and the executor marks the payout

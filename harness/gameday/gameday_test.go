@@ -182,8 +182,8 @@ func TestPhases(t *testing.T) {
 			t.Errorf("executor-path fault %s on backend %s", f.Name, f.Backend)
 		}
 	}
-	if len(phs[1].faults) != 5 {
-		t.Errorf("%d executor-path faults; want 5", len(phs[1].faults))
+	if len(phs[1].faults) != 6 {
+		t.Errorf("%d executor-path faults; want 6", len(phs[1].faults))
 	}
 	for _, ph := range phasesOf([]string{"lock-server-killed", "forged-token"}) {
 		if ph.executes {

@@ -25,6 +25,10 @@ const (
 	// aheadToken is the fence fence-ahead writes: far above any token
 	// lock-server grants in a game day.
 	aheadToken = int64(1) << 40
+	// payAheadAccount is payment-fence-ahead's account, payAheadPayout
+	// its payout (the fence is aheadToken too).
+	payAheadAccount = "gd-acct-pay-ahead"
+	payAheadPayout  = "gd-pay-ahead-1"
 )
 
 // pathRailStubFaults is rail-stub's fault-injection route (package
@@ -72,8 +76,9 @@ func post(ctx context.Context, url string, body []byte) error {
 // The fence is rail-proxy's, not payment-resource's: with
 // payment-resource's account fence ahead, the executor's mark of the
 // payout is refused by that same fence (payout_attention_unrecorded in
-// its log), the payout is never counted in payouts_needing_attention_total
-// and no alert fires (found by this game day; docs/gameday.md).
+// its log), the payout is never counted in payouts_needing_attention_total,
+// and only PayoutAttentionUnrecorded sees it (paymentFenceAhead; found by
+// this game day, issue #9).
 func fenceAhead(ctx context.Context, payURL, raildbURL string) error {
 	pay, err := payclient.New(payURL)
 	if err != nil {
@@ -94,6 +99,38 @@ ON CONFLICT (account_id) DO UPDATE SET high_water = excluded.high_water, updated
 	}
 	if _, err := pay.CreatePayout(ctx, payapi.PayoutRequest{PayoutID: aheadPayout, AccountID: aheadAccount, AmountMinor: 100, Currency: "EUR"}); err != nil {
 		return fmt.Errorf("fence-ahead: create payout: %w", err)
+	}
+	return nil
+}
+
+// paymentFenceAhead puts payment-resource's account fence of a new
+// account above every token lock-server has granted, in paydb (a paydb
+// written by hand or restored from another environment), then creates a
+// payout of the account for the executor. The holder of the account's
+// current lease is refused FENCED_OUT at the claim, confirms its lease,
+// and its needs_attention mark is refused by the same fence: the executor
+// acknowledges the delivery and counts it in
+// executor_attention_unrecorded_total (payout_attention_unrecorded in its
+// log). The payout stays pending; before issue #9 nothing paged.
+func paymentFenceAhead(ctx context.Context, payURL, paydbURL string) error {
+	pay, err := payclient.New(payURL)
+	if err != nil {
+		return err
+	}
+	balance := int64(1_000_000)
+	if _, err := pay.CreateAccount(ctx, payapi.AccountRequest{AccountID: payAheadAccount, Currency: "EUR", OpeningBalanceMinor: &balance}); err != nil {
+		return fmt.Errorf("payment-fence-ahead: create account: %w", err)
+	}
+	conn, err := pgx.Connect(ctx, paydbURL)
+	if err != nil {
+		return fmt.Errorf("payment-fence-ahead: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, `UPDATE account SET fence = $2 WHERE account_id = $1`, payAheadAccount, aheadToken); err != nil {
+		return fmt.Errorf("payment-fence-ahead: %w", err)
+	}
+	if _, err := pay.CreatePayout(ctx, payapi.PayoutRequest{PayoutID: payAheadPayout, AccountID: payAheadAccount, AmountMinor: 100, Currency: "EUR"}); err != nil {
+		return fmt.Errorf("payment-fence-ahead: create payout: %w", err)
 	}
 	return nil
 }
