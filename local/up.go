@@ -79,9 +79,9 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 		fmt.Fprintf(out, "  etcd              %s\n", strings.Join(eps, ","))
 	}
 	if u := st.LockDBURL(); u != "" {
-		fmt.Fprintf(out, "  lockdb            %s\n", u)
+		fmt.Fprintf(out, "  lockdb            %s%s\n", u, postmaster(st, stack.ClusterLockdb))
 	}
-	fmt.Fprintf(out, "  paydb             %s\n  raildb            %s\n", st.PayDBURL(), st.RailDBURL())
+	fmt.Fprintf(out, "  paydb             %s%s\n  raildb            %s (the same cluster)\n", st.PayDBURL(), postmaster(st, stack.ClusterPaydb), st.RailDBURL())
 	fmt.Fprintf(out, "  logs              %s (one per process, and the PostgreSQL server logs postgres-*.log; kept after the stack stops or is killed)\n", st.Dir())
 	pp := st.PprofAddrs()
 	for _, name := range slices.Sorted(maps.Keys(pp)) {
@@ -110,4 +110,15 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 			fmt.Fprintf(out, "WARNING: %s exited on its own (%v); its log: %s\n", e.Name, e.Err, e.LogPath)
 		}
 	}
+}
+
+// postmaster names the postmaster of the cluster called name for the
+// banner, and how to freeze the cluster by hand (SIGSTOP of the server and
+// its backends, as stack.Stack.Freeze does); "" when it is not running.
+func postmaster(st *stack.Stack, name string) string {
+	pid, err := st.ClusterPID(name)
+	if err != nil || pid == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (postmaster pid %d; freeze: kill -STOP %d $(pgrep -P %d), thaw: -CONT)", pid, pid, pid)
 }

@@ -406,7 +406,7 @@ func (s *Stack) buildBinaries(ctx context.Context) error {
 	if err := markOwned(s.bin); err != nil {
 		return err
 	}
-	s.log.Info("building the binaries (the first build of a clone compiles every dependency and can take several minutes)", "dir", s.bin)
+	s.log.Info("building the binaries (every run folder gets its own; Go's build cache makes that quick, except on the first build of a clone, which compiles every dependency and can take several minutes)", "dir", s.bin)
 	t0 := time.Now()
 	if err := Build(ctx, s.bin); err != nil {
 		return err
@@ -890,6 +890,21 @@ func (s *Stack) Restart(ctx context.Context, name string) error {
 		s.log.Info("process restarted", "name", name, "pid", p.PID())
 	}
 	return err
+}
+
+// ClusterPID returns the postmaster's process id of the PostgreSQL
+// cluster called name (ClusterPaydb, ClusterLockdb), 0 while it is
+// stopped, or ErrNoSuchPart for a name that is not one of the stack's
+// clusters. Its backends are its children: `kill -STOP <pid> $(pgrep -P
+// <pid>)` freezes the cluster by hand as Freeze does.
+func (s *Stack) ClusterPID(name string) (int, error) {
+	s.mu.Lock()
+	c := s.cluster(name)
+	s.mu.Unlock()
+	if c == nil {
+		return 0, fmt.Errorf("%w: %q", ErrNoSuchPart, name)
+	}
+	return c.PID(), nil
 }
 
 // Freeze makes the part called name stop answering without going away:

@@ -88,4 +88,9 @@ func TestFreezeOfAnUnknownPartIsRefused(t *testing.T) {
 			t.Errorf("got %v; want ErrNoSuchPart", err)
 		}
 	}
+	// The same for the postmaster pid local up prints: a name that is no
+	// cluster of the stack is an error, never pid 0 as if it were stopped.
+	if pid, err := st.ClusterPID(stack.ClusterPaydb); !errors.Is(err, stack.ErrNoSuchPart) || pid != 0 {
+		t.Errorf("ClusterPID of a stack without clusters = %d, %v; want ErrNoSuchPart", pid, err)
+	}
 }
