@@ -302,7 +302,7 @@ func (r *Reconciler) Pass(ctx context.Context) (PassReport, error) {
 		} else {
 			rep.RailPaidNoDebit, rep.DebitNoRailPayment = a.RailPaidNoDebit, a.DebitNoRailPayment
 			for _, id := range a.RailPaidNoDebit {
-				r.log.Error("the rail paid this payout and the books hold no debit for it", "event", EventRailPaidNoDebit, "payoutId", id)
+				r.log.Error("the rail paid this payout more times than the books debited it", "event", EventRailPaidNoDebit, "payoutId", id)
 			}
 			for _, id := range a.DebitNoRailPayment {
 				r.log.Error("the books debit this payout and the rail holds no payment of it", "event", EventDebitNoRailPayment, "payoutId", id)
