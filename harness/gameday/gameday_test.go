@@ -1,7 +1,10 @@
 package gameday
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -224,5 +227,98 @@ func TestPrometheusConfigHasOneJobPerName(t *testing.T) {
 		if out, err := exec.Command("promtool", "check", "config", "--syntax-only", path).CombinedOutput(); err != nil {
 			t.Errorf("promtool check config: %v\n%s", err, out)
 		}
+	}
+}
+
+// TestAnAlertThatFiresAgainIsReceivedAgain: an alert that fired, ended and
+// fires again (the latency burn fired by the machine's load before its
+// fault, then by the fault) reaches the receiver the second time, while
+// another alert of the same name stays firing. With send_resolved off,
+// Alertmanager's notification log kept the first firing as current and
+// held the second back for repeat_interval (an hour): the full game day of
+// 2026-12-01 21:52 failed on LockAcquireLatencyBudgetBurn that way.
+func TestAnAlertThatFiresAgainIsReceivedAgain(t *testing.T) {
+	needTools(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	recv, err := startReceiver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.close()
+	amPort, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusterPort, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "alertmanager.yml")
+	if err := writeAlertmanagerConfig(cfg, recv.url); err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", amPort)
+	am, err := startDaemon("alertmanager", BinAlertmanager, filepath.Join(dir, "alertmanager.log"),
+		"--config.file="+cfg, "--storage.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr, fmt.Sprintf("--cluster.listen-address=127.0.0.1:%d", clusterPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer am.stop()
+	if err := awaitReady(ctx, am, "http://"+addr+"/-/ready"); err != nil {
+		t.Fatal(err)
+	}
+	// post sends the burn's page (ended when page is false) and its
+	// ticket (always firing) as Prometheus would.
+	post := func(pageFiring bool) {
+		t.Helper()
+		now := time.Now().UTC()
+		pageEnd := now.Add(5 * time.Minute)
+		if !pageFiring {
+			pageEnd = now.Add(-time.Second)
+		}
+		body := fmt.Sprintf(`[{"labels":{"alertname":"Burn","severity":"page"},"startsAt":%q,"endsAt":%q},
+{"labels":{"alertname":"Burn","severity":"ticket"},"startsAt":%q,"endsAt":%q}]`,
+			now.Add(-time.Minute).Format(time.RFC3339), pageEnd.Format(time.RFC3339),
+			now.Add(-time.Minute).Format(time.RFC3339), now.Add(5*time.Minute).Format(time.RFC3339))
+		resp, err := http.Post("http://"+addr+"/api/v2/alerts", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("posting alerts: %s", resp.Status)
+		}
+	}
+	notes := func() int { recv.mu.Lock(); defer recv.mu.Unlock(); return recv.notes }
+
+	post(true)
+	if _, err := recv.await(ctx, "Burn/page"); err != nil {
+		t.Fatalf("first firing never received: %v", err)
+	}
+	// The page ends; wait for the notification of its end, which is what
+	// lets Alertmanager see the next firing as new. Without it (resolutions
+	// not sent) the test goes on after 30 s and fails below, on what the
+	// game day saw.
+	before := notes()
+	post(false)
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer rcancel()
+	for notes() == before && rctx.Err() == nil {
+		select {
+		case <-rctx.Done():
+			t.Log("the end of the page was not notified within 30 s")
+		case <-recv.notify:
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	recv.reset()
+	post(true)
+	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
+	defer acancel()
+	if _, err := recv.await(actx, "Burn/page"); err != nil {
+		t.Fatalf("the page fired again and was not received: %v", err)
 	}
 }

@@ -34,6 +34,7 @@ type receiver struct {
 
 	mu     sync.Mutex
 	firing map[string]time.Time // alertname -> first receipt since the last reset
+	notes  int                  // notifications received, firing or resolved
 	notify chan struct{}
 }
 
@@ -65,6 +66,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	r.mu.Lock()
+	r.notes++
 	for _, a := range body.Alerts {
 		if name := a.Labels["alertname"]; a.Status == "firing" && name != "" {
 			// By name, and by name and severity (Fault.Severity).
@@ -212,12 +214,18 @@ type Target struct {
 	Interval time.Duration
 }
 
-// writeAlertmanagerConfig: one route to the webhook, every alert its own
-// group, sent at once (group_wait 0s), never repeated within the run.
+// writeAlertmanagerConfig: one route to the webhook, one group per alert
+// name and severity, sent at once (group_wait 0s), never repeated within
+// the run. Resolutions are sent too (the receiver ignores them): without
+// them Alertmanager's notification log keeps an alert that ended as still
+// notified, and when the same alert fires again (a burn that fired by
+// itself, went quiet, and is then fired by its fault) the group looks
+// unchanged and nothing is sent until repeat_interval, an hour
+// (TestAnAlertThatFiresAgainIsReceivedAgain).
 func writeAlertmanagerConfig(path, webhookURL string) error {
 	cfg := fmt.Sprintf(`route:
   receiver: gameday
-  group_by: [alertname]
+  group_by: [alertname, severity]
   group_wait: 0s
   group_interval: 1s
   repeat_interval: 1h
@@ -225,7 +233,7 @@ receivers:
   - name: gameday
     webhook_configs:
       - url: %q
-        send_resolved: false
+        send_resolved: true
 `, webhookURL)
 	return os.WriteFile(path, []byte(cfg), 0o644)
 }
