@@ -70,12 +70,43 @@ func budget(r *http.Request) (d time.Duration, ok bool, err error) {
 	return time.Duration(ms) * time.Millisecond, true, nil
 }
 
+// DefaultStallProbeTimeout is DefaultServerConfig's StallProbeTimeout:
+// the stall threshold of payment-resource and rail-proxy
+// (overload.DefaultStallAfter), well under the callers' 5 s budget.
+const DefaultStallProbeTimeout = overload.DefaultStallAfter
+
+// probeKey marks the context of the request let through to probe a
+// stalled backend (begin).
+type probeKey struct{}
+
+// callTimeout is the time one backend call made for the request of ctx is
+// given: RequestTimeout, or for the probe of a stalled backend (begin)
+// StallProbeTimeout when that is shorter. Before, the probe waited out
+// the whole RequestTimeout, 5 s, which is the callers' own budget: its
+// caller mostly heard its own timeout instead of the 503.
+//
+// A shorter deadline changes no semantics. A probe that is an acquire,
+// renew or revoke and runs out its deadline may still have committed in
+// the backend; it is answered 503 BACKEND_UNAVAILABLE, which for a write
+// already means "outcome unknown" (exactly as after RequestTimeout), and
+// the caller must find out (inspect) or retry as it does today. Running
+// the probe's deadline out counts as a stall (full deadline, unless the
+// caller's budget was shorter), so the backend stays marked stalled and
+// the next probe is one StallProbeInterval away; an answer clears the
+// mark as before.
+func (s *Server) callTimeout(ctx context.Context) time.Duration {
+	if ctx.Value(probeKey{}) != nil {
+		return min(s.cfg.StallProbeTimeout, s.cfg.RequestTimeout)
+	}
+	return s.cfg.RequestTimeout
+}
+
 // backendCtx is the context of the backend calls of r: the request's,
-// with a deadline of RequestTimeout (marked full: overload.MarkFull), or
+// with a deadline of callTimeout (marked full: overload.MarkFull), or
 // of the caller's budget minus DeadlineMargin when that is shorter (at
 // least 1 ms). serve has already refused a malformed budget.
 func (s *Server) backendCtx(r *http.Request) (context.Context, context.CancelFunc) {
-	return s.boundedCtx(r, s.cfg.RequestTimeout, true)
+	return s.boundedCtx(r, s.callTimeout(r.Context()), true)
 }
 
 // boundedCtx is backendCtx with the limit d; full says whether running

@@ -348,3 +348,131 @@ func TestAWaitingAcquireNeverAsksWithLessThanTheMinimumSlice(t *testing.T) {
 		t.Errorf("an ask of the waiter had %v of the budget; want at least %v", store.least, slice)
 	}
 }
+
+// frozenStore is a gateStore whose Renew, Revoke and Inspect wait for the
+// gate too while it is held: every lock-server request meets a frozen
+// backend.
+type frozenStore struct{ *gateStore }
+
+func (f frozenStore) hold(ctx context.Context) error {
+	f.calls.Add(1)
+	if !f.held.Load() {
+		return nil
+	}
+	left := time.Duration(-1)
+	if dl, ok := ctx.Deadline(); ok {
+		left = time.Until(dl)
+	}
+	f.entered <- left
+	select {
+	case <-f.gate:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", lockserver.ErrUnavailable, ctx.Err())
+	}
+}
+
+func (f frozenStore) Renew(ctx context.Context, key, owner string, token int64) (lockserver.Lease, error) {
+	if err := f.hold(ctx); err != nil {
+		return lockserver.Lease{}, err
+	}
+	return f.LockStore.Renew(ctx, key, owner, token)
+}
+
+func (f frozenStore) Revoke(ctx context.Context, key string, token int64) (lockserver.Lease, error) {
+	if err := f.hold(ctx); err != nil {
+		return lockserver.Lease{}, err
+	}
+	return f.LockStore.Revoke(ctx, key, token)
+}
+
+func (f frozenStore) Inspect(ctx context.Context, key string) (lockserver.State, error) {
+	if err := f.hold(ctx); err != nil {
+		return lockserver.State{}, err
+	}
+	return f.LockStore.Inspect(ctx, key)
+}
+
+// Issue #15 item 8 (stall9): while the backend was marked stalled, the one
+// request let through every StallProbeInterval to probe it waited out the
+// whole RequestTimeout (5 s, the callers' own budget), so its caller heard
+// its own timeout instead of the 503. Now every probe (acquire, inspect,
+// renew, revoke) gives the backend at most StallProbeTimeout, is answered
+// 503 BACKEND_UNAVAILABLE with Retry-After when that runs out, keeps the
+// backend marked stalled, and an answer clears the mark as before. The
+// check is on the deadline lock-server gave the store (its own decision),
+// not on elapsed time.
+func TestAStallProbeIsBoundedByStallProbeTimeout(t *testing.T) {
+	g := newGateStore()
+	store := frozenStore{g}
+	clock := &fakeNow{t: time.Unix(1_790_000_000, 0)}
+	cfg := lockserver.DefaultServerConfig()
+	cfg.RequestTimeout, cfg.StallProbeTimeout = 1500*time.Millisecond, 50*time.Millisecond
+	cfg.StallProbeInterval, cfg.Now = time.Minute, clock.now
+	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := acquireReq(h, "k")
+	if rec.Code != http.StatusOK {
+		t.Fatalf("acquire before the stall: %d %s", rec.Code, rec.Body)
+	}
+	var grant api.Grant
+	if err := json.Unmarshal(rec.Body.Bytes(), &grant); err != nil {
+		t.Fatal(err)
+	}
+	req := func(method, path, body string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(method, path, strings.NewReader(body))
+		if body != "" {
+			r.Header.Set("Content-Type", "application/json")
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		return rec
+	}
+	g.held.Store(true)
+	wantRefused(t, "the request that meets the frozen backend", acquireReq(h, "k1"), api.CodeBackendUnavailable)
+	if left := <-g.entered; left <= cfg.StallProbeTimeout {
+		t.Fatalf("a request before any stall had %v; want the whole RequestTimeout %v", left, cfg.RequestTimeout)
+	}
+	probes := []struct {
+		name string
+		do   func() *httptest.ResponseRecorder
+	}{
+		{"acquire", func() *httptest.ResponseRecorder { return acquireReq(h, "k1") }},
+		{"inspect", func() *httptest.ResponseRecorder { return req("GET", api.PathLockPrefix+"k", "") }},
+		{"renew", func() *httptest.ResponseRecorder {
+			return req("POST", api.PathLockPrefix+"k"+api.SuffixRenew, fmt.Sprintf(`{"owner":"w","token":%d}`, grant.Token))
+		}},
+		{"revoke", func() *httptest.ResponseRecorder {
+			return req("POST", api.PathLockPrefix+"k"+api.SuffixRevoke, fmt.Sprintf(`{"token":%d}`, grant.Token))
+		}},
+	}
+	for _, p := range probes {
+		clock.add(time.Minute) // the probe's turn
+		calls := g.calls.Load()
+		wantRefused(t, p.name+" probe", p.do(), api.CodeBackendUnavailable)
+		if left := <-g.entered; left <= 0 || left > cfg.StallProbeTimeout {
+			t.Fatalf("the %s probe gave the backend %v; want at most StallProbeTimeout %v (RequestTimeout is %v)",
+				p.name, left, cfg.StallProbeTimeout, cfg.RequestTimeout)
+		}
+		if n := g.calls.Load() - calls; n != 1 {
+			t.Fatalf("the %s probe made %d backend calls; want 1", p.name, n)
+		}
+		// The probe's timeout keeps the backend marked stalled: the next
+		// request is refused without a backend call.
+		wantRefused(t, "after the "+p.name+" probe", p.do(), api.CodeBackendUnavailable)
+		if n := g.calls.Load() - calls; n != 1 {
+			t.Fatalf("after the %s probe timed out the backend was called again (%d calls); want it still marked stalled", p.name, n)
+		}
+	}
+	// The backend returns: the next probe gets the answer and clears the mark.
+	g.held.Store(false)
+	clock.add(time.Minute)
+	if rec := req("GET", api.PathLockPrefix+"k", ""); rec.Code != http.StatusOK {
+		t.Fatalf("the probe after recovery: %d %s", rec.Code, rec.Body)
+	}
+	if rec := acquireReq(h, "k2"); rec.Code != http.StatusOK {
+		t.Fatalf("after recovery: %d %s", rec.Code, rec.Body)
+	}
+}

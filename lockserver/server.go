@@ -57,6 +57,17 @@ type ServerConfig struct {
 	// one request is let through to probe it; the others get 503 at once.
 	// Default 500ms.
 	StallProbeInterval time.Duration
+	// StallProbeTimeout bounds the backend calls of the one request let
+	// through to probe a stalled backend (StallProbeInterval): it is
+	// answered 503 BACKEND_UNAVAILABLE with Retry-After once this runs
+	// out, and the backend stays marked stalled. Default
+	// DefaultStallProbeTimeout (1s): a backend that answered nothing for
+	// a whole RequestTimeout and does not answer a probe within a second
+	// is still stalled, and the probe's caller (the executor and the SDK
+	// give a request 5 s) hears the 503 instead of its own timeout. A
+	// RequestTimeout shorter than it bounds the probe instead. Positive,
+	// at most overload.MaxStallProbeInterval.
+	StallProbeTimeout time.Duration
 	// Now is the clock of the stall probes; nil means time.Now. For tests.
 	Now func() time.Time
 
@@ -87,7 +98,8 @@ type ServerConfig struct {
 // DefaultServerConfig returns the defaults documented on ServerConfig.
 func DefaultServerConfig() ServerConfig {
 	return ServerConfig{RequestTimeout: 5 * time.Second, ReadyTimeout: time.Second, MaxInFlight: 256, StallProbeInterval: 500 * time.Millisecond,
-		Batching: true, Batch: DefaultBatchConfig(), MaxWaiters: DefaultMaxWaiters, WaitPoll: DefaultWaitPoll}
+		StallProbeTimeout: DefaultStallProbeTimeout,
+		Batching:          true, Batch: DefaultBatchConfig(), MaxWaiters: DefaultMaxWaiters, WaitPoll: DefaultWaitPoll}
 }
 
 // Validate returns nil or one error per invalid field, joined.
@@ -104,6 +116,9 @@ func (c ServerConfig) Validate() error {
 	}
 	if c.StallProbeInterval <= 0 || c.StallProbeInterval > overload.MaxStallProbeInterval {
 		errs = append(errs, fmt.Errorf("lockserver: StallProbeInterval must be in (0, %v], got %v", overload.MaxStallProbeInterval, c.StallProbeInterval))
+	}
+	if c.StallProbeTimeout <= 0 || c.StallProbeTimeout > overload.MaxStallProbeInterval {
+		errs = append(errs, fmt.Errorf("lockserver: StallProbeTimeout must be in (0, %v], got %v", overload.MaxStallProbeInterval, c.StallProbeTimeout))
 	}
 	if c.MaxWaiters < 0 || c.MaxWaiters > overload.MaxMaxInFlight {
 		errs = append(errs, fmt.Errorf("lockserver: MaxWaiters must be in 0..%d, got %d", overload.MaxMaxInFlight, c.MaxWaiters))
@@ -257,18 +272,26 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 // stalled is 400, not 503. A request they refuse is answered here, 503
 // OVERLOADED or 503 BACKEND_UNAVAILABLE at once with Retry-After, nothing
 // done, and ok is false; otherwise release must be called once, when the
-// request is done.
-func (s *Server) begin(w http.ResponseWriter) (release func(), ok bool) {
+// request is done. The request it returns is r, or, when the request is
+// let through to probe a stalled backend, r marked so that its backend
+// calls are bounded by StallProbeTimeout (callTimeout); handlers go on
+// with it.
+func (s *Server) begin(w http.ResponseWriter, r *http.Request) (_ *http.Request, release func(), ok bool) {
 	release, reason, ok := s.adm.Admit()
+	if ok && s.adm.Stalled() {
+		// Admitted while stalled: this request is the probe (or the mark
+		// came just after its admission; bounding it too is harmless).
+		r = r.WithContext(context.WithValue(r.Context(), probeKey{}, true))
+	}
 	if !ok {
 		code, msg := api.CodeOverloaded, "too many requests in flight; nothing was done"
 		if reason == overload.ReasonStalled {
 			code, msg = api.CodeBackendUnavailable, "the backend is not answering (a recent call ran out its whole timeout); nothing was done"
 		}
 		writeError(w, http.StatusServiceUnavailable, code, msg)
-		return nil, false
+		return r, nil, false
 	}
-	return release, true
+	return r, release, true
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
@@ -284,7 +307,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		methodNotAllowed(w, r, http.MethodGet)
 		return
 	}
-	release, ok := s.begin(w)
+	r, release, ok := s.begin(w, r)
 	if !ok {
 		return
 	}
@@ -292,7 +315,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	// Readiness has its own short bound (ReadyTimeout): a probe learns of
 	// a backend that does not answer at once, not after RequestTimeout,
 	// and running it out does not mark the backend stalled.
-	ctx, cancel := s.boundedCtx(r, min(s.cfg.ReadyTimeout, s.cfg.RequestTimeout), false)
+	ctx, cancel := s.boundedCtx(r, min(s.cfg.ReadyTimeout, s.callTimeout(r.Context())), false)
 	defer cancel()
 	err := s.store.Ping(ctx)
 	s.observe(ctx, err)
@@ -314,7 +337,7 @@ func (s *Server) handleLock(w http.ResponseWriter, r *http.Request) {
 		s.fail(r.Context(), w, "inspect", key, err)
 		return
 	}
-	release, ok := s.begin(w)
+	r, release, ok := s.begin(w, r)
 	if !ok {
 		return
 	}
@@ -383,7 +406,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(r.Context(), w, "acquire", key, err, "owner", req.Owner)
 		return
 	}
-	release, ok := s.begin(w)
+	r, release, ok := s.begin(w, r)
 	if !ok {
 		return
 	}
@@ -426,12 +449,12 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 	writeJSON(w, http.StatusOK, g)
 }
 
-// grant asks the store for key once, on ctx bounded by RequestTimeout or,
+// grant asks the store for key once, on ctx bounded by callTimeout or,
 // when it is earlier, budgetEnd (the caller's budget less the margin;
 // zero: none) but never less than minBackendSlice, and applies the token
 // floor (floor.go).
 func (s *Server) grant(ctx context.Context, key, owner string, ttl time.Duration, budgetEnd time.Time) (Lease, error) {
-	d := s.cfg.RequestTimeout
+	d := s.callTimeout(ctx)
 	if left := time.Until(budgetEnd); !budgetEnd.IsZero() && left < d {
 		d = min(max(left, minBackendSlice), d)
 	} else {
@@ -461,7 +484,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(r.Context(), w, "renew", key, err, "owner", req.Owner, "token", req.Token)
 		return
 	}
-	release, ok := s.begin(w)
+	r, release, ok := s.begin(w, r)
 	if !ok {
 		return
 	}
@@ -487,7 +510,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(r.Context(), w, "release", key, err, "owner", req.Owner, "token", req.Token)
 		return
 	}
-	release, ok := s.begin(w)
+	r, release, ok := s.begin(w, r)
 	if !ok {
 		return
 	}
@@ -521,7 +544,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(r.Context(), w, "revoke", key, err, "token", req.Token)
 		return
 	}
-	release, ok := s.begin(w)
+	r, release, ok := s.begin(w, r)
 	if !ok {
 		return
 	}

@@ -214,7 +214,7 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 			return Lease{}, 0, err
 		}
 		pause := s.cfg.WaitPoll
-		ictx, icancel := context.WithTimeout(context.WithoutCancel(reqCtx), s.cfg.RequestTimeout)
+		ictx, icancel := context.WithTimeout(context.WithoutCancel(reqCtx), s.callTimeout(reqCtx))
 		st, ierr := s.store.Inspect(ictx, key)
 		icancel()
 		switch {

@@ -412,6 +412,10 @@ const (
 	// EnvMaxInFlight bounds the lock requests lock-server serves at once
 	// (a positive integer); more get 503 OVERLOADED at once.
 	EnvMaxInFlight = "LOCK_MAX_IN_FLIGHT"
+	// EnvStallProbeTimeoutMs bounds, in milliseconds, the one request let
+	// through to probe a stalled backend; past it the probe is answered
+	// 503 BACKEND_UNAVAILABLE with Retry-After.
+	EnvStallProbeTimeoutMs = "LOCK_STALL_PROBE_TIMEOUT_MS"
 	// EnvBatchEnabled turns group grant on or off: "true" (default) or
 	// "false". On, concurrent acquires, releases and renewals share backend
 	// round trips (lockserver.Batcher).

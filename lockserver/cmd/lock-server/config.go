@@ -52,6 +52,11 @@ type config struct {
 	// OVERLOADED at once (LOCK_MAX_IN_FLIGHT, default
 	// lockserver.DefaultServerConfig's 256, 1..maxInFlight).
 	MaxInFlight int
+	// StallProbeTimeout bounds the request let through to probe a stalled
+	// backend (LOCK_STALL_PROBE_TIMEOUT_MS, default
+	// lockserver.DefaultStallProbeTimeout, 1000; 1..maxStallProbeTimeoutMs).
+	// See lockserver.ServerConfig.StallProbeTimeout.
+	StallProbeTimeout time.Duration
 	// Batching turns group grant on (LOCK_BATCH_ENABLED, default true with
 	// PostgreSQL and false with etcd: keys granted in one etcd transaction
 	// share its revision, so two keys could carry the same token, and
@@ -81,21 +86,25 @@ const (
 	// maxIdleLeases caps ETCD_IDLE_LEASES: more idle leases than this per
 	// lock-server only burden etcd's lessor.
 	maxIdleLeases = 100_000
+	// maxStallProbeTimeoutMs caps LOCK_STALL_PROBE_TIMEOUT_MS
+	// (overload.MaxStallProbeInterval, one minute).
+	maxStallProbeTimeoutMs = 60_000
 )
 
 // defaultConfig returns the defaults documented on config.
 func defaultConfig() config {
 	c := config{
-		Store:           "postgres",
-		Addr:            "127.0.0.1:8080",
-		LockDB:          pgstore.DefaultConfig(),
-		Etcd:            etcdstore.DefaultConfig(),
-		RequestTimeout:  lockserver.DefaultServerConfig().RequestTimeout,
-		ShutdownTimeout: 10 * time.Second,
-		MaxInFlight:     lockserver.DefaultServerConfig().MaxInFlight,
-		Batching:        lockserver.DefaultServerConfig().Batching,
-		Batch:           lockserver.DefaultServerConfig().Batch,
-		LogLevel:        slog.LevelInfo,
+		Store:             "postgres",
+		Addr:              "127.0.0.1:8080",
+		LockDB:            pgstore.DefaultConfig(),
+		Etcd:              etcdstore.DefaultConfig(),
+		RequestTimeout:    lockserver.DefaultServerConfig().RequestTimeout,
+		ShutdownTimeout:   10 * time.Second,
+		MaxInFlight:       lockserver.DefaultServerConfig().MaxInFlight,
+		StallProbeTimeout: lockserver.DefaultServerConfig().StallProbeTimeout,
+		Batching:          lockserver.DefaultServerConfig().Batching,
+		Batch:             lockserver.DefaultServerConfig().Batch,
+		LogLevel:          slog.LevelInfo,
 	}
 	c.Etcd.RequestTimeout = c.RequestTimeout
 	return c
@@ -109,7 +118,7 @@ func envNames() []string {
 		api.EnvLockDBAcceptPromotion,
 		api.EnvEtcdEndpoints, api.EnvEtcdPrefix, api.EnvEtcdIdleLeases, api.EnvRequestTimeoutMs,
 		api.EnvShutdownTimeoutMs, api.EnvLogLevel, api.EnvProofSigningKey, api.EnvMaxInFlight,
-		api.EnvBatchEnabled, api.EnvBatchMax, api.EnvBatchWindowUs}
+		api.EnvStallProbeTimeoutMs, api.EnvBatchEnabled, api.EnvBatchMax, api.EnvBatchWindowUs}
 }
 
 // loadConfig returns defaultConfig overridden by the variables of envNames,
@@ -190,6 +199,14 @@ func loadConfig(getenv func(string) string) (config, error) {
 			bad("%s=%q: want an integer between 1 and %d", api.EnvMaxInFlight, v, maxInFlight)
 		} else {
 			c.MaxInFlight = n
+		}
+	}
+	if v := strings.TrimSpace(getenv(api.EnvStallProbeTimeoutMs)); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 || n > maxStallProbeTimeoutMs {
+			bad("%s=%q: want a number of milliseconds between 1 and %d", api.EnvStallProbeTimeoutMs, v, maxStallProbeTimeoutMs)
+		} else {
+			c.StallProbeTimeout = time.Duration(n) * time.Millisecond
 		}
 	}
 	if c.Store == "etcd" {
@@ -274,6 +291,9 @@ func (c config) Validate() error {
 	}
 	if c.RequestTimeout <= 0 {
 		bad("%s: RequestTimeout %v is not positive", api.EnvRequestTimeoutMs, c.RequestTimeout)
+	}
+	if c.StallProbeTimeout <= 0 || c.StallProbeTimeout > maxStallProbeTimeoutMs*time.Millisecond {
+		bad("%s: StallProbeTimeout %v is outside (0, %v]", api.EnvStallProbeTimeoutMs, c.StallProbeTimeout, maxStallProbeTimeoutMs*time.Millisecond)
 	}
 	if c.ShutdownTimeout <= 0 {
 		bad("%s: ShutdownTimeout %v is not positive", api.EnvShutdownTimeoutMs, c.ShutdownTimeout)

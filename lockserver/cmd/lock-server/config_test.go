@@ -11,6 +11,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
@@ -94,6 +95,9 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{map[string]string{"LOCKDB_URL": "x", "LOCK_BATCH_MAX": "5000"}, "LOCK_BATCH_MAX"},
 		{map[string]string{"LOCKDB_URL": "x", "LOCK_BATCH_WINDOW_US": "-1"}, "LOCK_BATCH_WINDOW_US"},
 		{map[string]string{"LOCKDB_URL": "x", "LOCK_BATCH_WINDOW_US": "1000000"}, "LOCK_BATCH_WINDOW_US"},
+		{map[string]string{"LOCKDB_URL": "x", "LOCK_STALL_PROBE_TIMEOUT_MS": "0"}, "LOCK_STALL_PROBE_TIMEOUT_MS"},
+		{map[string]string{"LOCKDB_URL": "x", "LOCK_STALL_PROBE_TIMEOUT_MS": "60001"}, "LOCK_STALL_PROBE_TIMEOUT_MS"},
+		{map[string]string{"LOCKDB_URL": "x", "LOCK_STALL_PROBE_TIMEOUT_MS": "soon"}, "LOCK_STALL_PROBE_TIMEOUT_MS"},
 	} {
 		_, err := loadConfig(env(tc.env))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -131,6 +135,19 @@ func TestIdleLeasesZeroMeansOffInBothPlaces(t *testing.T) {
 	}
 	if got := defaultConfig().LockDB.MaxConns; got != pgstore.DefaultMaxConns {
 		t.Errorf("default lockdb pool: lock-server %d, pgstore %d", got, pgstore.DefaultMaxConns)
+	}
+}
+
+// TestStallProbeTimeoutIsRead: LOCK_STALL_PROBE_TIMEOUT_MS sets the bound
+// of the stall probe; unset, it is lock-server's default (1 s, well under
+// the callers' 5 s budget).
+func TestStallProbeTimeoutIsRead(t *testing.T) {
+	c, err := loadConfig(env(map[string]string{api.EnvLockDBURL: "postgres://x/lockdb", api.EnvStallProbeTimeoutMs: "750"}))
+	if err != nil || c.StallProbeTimeout != 750*time.Millisecond {
+		t.Fatalf("LOCK_STALL_PROBE_TIMEOUT_MS=750: %v, %v; want 750ms", c.StallProbeTimeout, err)
+	}
+	if got := defaultConfig().StallProbeTimeout; got != lockserver.DefaultServerConfig().StallProbeTimeout || got >= lockserver.DefaultServerConfig().RequestTimeout {
+		t.Fatalf("default stall probe timeout %v; want lockserver's default, under its RequestTimeout", got)
 	}
 }
 

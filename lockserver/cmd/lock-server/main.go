@@ -91,6 +91,7 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	scfg.RequestTimeout = cfg.RequestTimeout
 	scfg.ProofKey = cfg.ProofKey
 	scfg.MaxInFlight = cfg.MaxInFlight
+	scfg.StallProbeTimeout = cfg.StallProbeTimeout
 	scfg.Batching, scfg.Batch = cfg.Batching, cfg.Batch
 	scfg.Registry, err = newRegistry(store)
 	if err != nil {
