@@ -59,6 +59,7 @@ import (
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
 
@@ -585,7 +586,8 @@ const CodePassNotRun = "PASS_NOT_RUN"
 // application/json in UTF-8 (httpjson.DecodeEmpty, the rule of every
 // service); anything else is refused 400, 413 or 415 before the pass.
 // Other paths get 404 NOT_FOUND, other methods 405 METHOD_NOT_ALLOWED,
-// and a pass that could not list the payouts 503 CodePassNotRun, each
+// and a pass that could not list the payouts 503 CodePassNotRun with
+// Retry-After (overload.RetryAfterSeconds), each
 // with the error envelope {"error":{"code","message","retryable"}}.
 func (r *Reconciler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	switch {
@@ -614,6 +616,8 @@ func (r *Reconciler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	rep, err := r.Pass(req.Context())
 	if err != nil {
 		r.log.Error("reconciler pass failed", "event", EventPassDone, "error", err.Error())
+		// Retry-After like every 503 of the project (overload.SetRetryAfter).
+		overload.SetRetryAfter(w.Header())
 		httpjson.WriteError(w, http.StatusServiceUnavailable, CodePassNotRun, "the pass could not list the payouts; see the reconciler's log", true)
 		return
 	}

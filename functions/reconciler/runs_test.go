@@ -5,12 +5,14 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 )
 
 // POST /v1/reconciler/runs holds its body to the rule of every service
@@ -80,6 +82,10 @@ func TestTheRunsEndpointFollowsTheContentTypeRule(t *testing.T) {
 		// The fake payment-resource cannot list: the pass ran and says so.
 		if rec.Code != http.StatusServiceUnavailable || json.Unmarshal(rec.Body.Bytes(), &env) != nil || env.Error.Code != reconciler.CodePassNotRun || !env.Error.Retryable {
 			t.Errorf("%s: %d %s; want 503 %s, retryable", tc.name, rec.Code, rec.Body, reconciler.CodePassNotRun)
+		}
+		// Like every 503 of the project (a probe of issue 9 found none).
+		if ra := rec.Header().Get(overload.HeaderRetryAfter); ra != strconv.Itoa(overload.RetryAfterSeconds) {
+			t.Errorf("%s: Retry-After %q; want %d", tc.name, ra, overload.RetryAfterSeconds)
 		}
 		if listed.Load() == before {
 			t.Errorf("%s: no pass ran", tc.name)
