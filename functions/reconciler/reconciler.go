@@ -194,10 +194,12 @@ type PassReport struct {
 	Listed int `json:"listed"`
 	// Results counts them by Result.
 	Results map[Result]int `json:"results"`
-	// RailPaidNoDebit and DebitNoRailPayment list the audit's findings
-	// (nil without an Auditor).
-	RailPaidNoDebit    []string `json:"railPaidNoDebit,omitempty"`
-	DebitNoRailPayment []string `json:"debitNoRailPayment,omitempty"`
+	// RailPaidNoDebit and DebitNoRailPayment list the audit's findings,
+	// payout ids: never nil, so that the body always carries both lists
+	// (docs/payout-api.md), [] when the audit found none or did not run
+	// (no Auditor).
+	RailPaidNoDebit    []string `json:"railPaidNoDebit"`
+	DebitNoRailPayment []string `json:"debitNoRailPayment"`
 }
 
 // Reconciler runs passes. It is safe for concurrent use; passes are
@@ -268,7 +270,7 @@ func (r *Reconciler) Owner() string { return r.locks.Owner() }
 func (r *Reconciler) Pass(ctx context.Context) (PassReport, error) {
 	r.pass.Lock()
 	defer r.pass.Unlock()
-	rep := PassReport{Results: map[Result]int{}}
+	rep := PassReport{Results: map[Result]int{}, RailPaidNoDebit: []string{}, DebitNoRailPayment: []string{}}
 	for _, st := range States {
 		after := ""
 		for {
@@ -301,7 +303,8 @@ func (r *Reconciler) Pass(ctx context.Context) (PassReport, error) {
 		if err != nil {
 			r.log.Warn("audit could not run", "event", EventAuditFailed, "error", err.Error())
 		} else {
-			rep.RailPaidNoDebit, rep.DebitNoRailPayment = a.RailPaidNoDebit, a.DebitNoRailPayment
+			rep.RailPaidNoDebit = append(rep.RailPaidNoDebit, a.RailPaidNoDebit...)
+			rep.DebitNoRailPayment = append(rep.DebitNoRailPayment, a.DebitNoRailPayment...)
 			for _, id := range a.RailPaidNoDebit {
 				r.log.Error("the rail paid this payout and the books hold no debit for it", "event", EventRailPaidNoDebit, "payoutId", id)
 			}

@@ -92,3 +92,25 @@ func TestTheRunsEndpointFollowsTheContentTypeRule(t *testing.T) {
 		}
 	}
 }
+
+
+// auditListsShown fails unless rep, as the run answers it, carries both
+// audit lists as [] (docs/payout-api.md shows them always; a probe of
+// issue 9 found them left out when the audit found nothing or did not
+// run).
+func auditListsShown(t *testing.T, rep reconciler.PassReport) {
+	t.Helper()
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]json.RawMessage
+	if err := json.Unmarshal(b, &body); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"railPaidNoDebit", "debitNoRailPayment"} {
+		if string(body[k]) != "[]" {
+			t.Errorf("run answer %s: %s = %q; want []", b, k, body[k])
+		}
+	}
+}
