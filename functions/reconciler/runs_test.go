@@ -93,7 +93,6 @@ func TestTheRunsEndpointFollowsTheContentTypeRule(t *testing.T) {
 	}
 }
 
-
 // auditListsShown fails unless rep, as the run answers it, carries both
 // audit lists as [] (docs/payout-api.md shows them always; a probe of
 // issue 9 found them left out when the audit found nothing or did not
