@@ -258,12 +258,26 @@ const maxPushBytes = 64 << 10
 // travels in the message's attributes (see startDelivery).
 func (x *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) { x.metered.ServeHTTP(w, r) }
 
+// PushPath is the path of the push endpoint, the executor's one route:
+// the root of its URL, where Pub/Sub pushes (terraform's push_endpoint is
+// the service's URL). Another path is answered 404 NOT_FOUND.
+const PushPath = "/"
+
 // MetricsRoute is the executor's one route in the request metrics
 // (package httpmetrics): the push endpoint, served at "/".
-const MetricsRoute = "/"
+const MetricsRoute = PushPath
 
 // serve answers one push; ServeHTTP counts and times it.
 func (x *Executor) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != PushPath {
+		// Pub/Sub pushes to the service's URL, path "/" (terraform's
+		// push_endpoint, local/stack's bridge); any other path is a
+		// caller's mistake, not a push to acknowledge. The query string
+		// and the content type stay lenient (docs/reliability.md).
+		deliveries.WithLabelValues(resultRejected).Inc()
+		httpjson.WriteError(w, http.StatusNotFound, string(api.CodeNotFound), "no such route; Pub/Sub pushes with POST "+PushPath, false)
+		return
+	}
 	if r.Method != http.MethodPost {
 		deliveries.WithLabelValues(resultRejected).Inc()
 		w.Header().Set("Allow", http.MethodPost)
@@ -271,9 +285,17 @@ func (x *Executor) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxPushBytes))
-	if err != nil {
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
 		deliveries.WithLabelValues(resultRejected).Inc()
-		httpjson.WriteError(w, http.StatusRequestEntityTooLarge, httpjson.CodeBodyTooLarge, err.Error(), false)
+		httpjson.WriteError(w, http.StatusRequestEntityTooLarge, httpjson.CodeBodyTooLarge, fmt.Sprintf("body larger than %d bytes", maxPushBytes), false)
+		return
+	case err != nil:
+		// The cause (a read timeout, a reset) names the connection's
+		// addresses: never in an answer. Pub/Sub redelivers.
+		deliveries.WithLabelValues(resultRejected).Inc()
+		httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalidRequest, "the body could not be read: it came too slowly or the connection broke", false)
 		return
 	}
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/cloudevents+json" {

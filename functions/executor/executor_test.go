@@ -937,3 +937,37 @@ func TestStaleHolderRefusedForGoodIsFencedOutNotMarked(t *testing.T) {
 		t.Fatalf("%s lines %v; want one at WARN saying the worker was fenced out by a newer holder", executor.EventPayoutFencedStale, lines)
 	}
 }
+
+// A probe of issue 9: a POST to any path was acknowledged 204 (a push to
+// "/foo" dropped like a malformed message), and an oversized body was
+// answered with net/http's own text. Now another path gets 404 with the
+// envelope and reaches no dependency, a query string on the push path is
+// still accepted (Pub/Sub push URLs may carry one), and the 413 says the
+// limit in the envelope's own words.
+func TestUnknownPathsAreNotFoundAndOversizedBodiesSayTheLimit(t *testing.T) {
+	deps := &fakeDeps{}
+	x, _ := newExecutor(t, deps, executor.Hooks{})
+	malformed := []byte(`{"message":{"data":"e30="}}`) // acked 204 on the push path
+	for _, path := range []string{"/foo", "/v1/payouts", "//", "/foo?x=1"} {
+		rec := httptest.NewRecorder()
+		x.ServeHTTP(rec, httptest.NewRequest("POST", path, bytes.NewReader(malformed)))
+		var env httpjson.Envelope
+		if err := json.Unmarshal(rec.Body.Bytes(), &env); rec.Code != http.StatusNotFound || err != nil || env.Error.Code != string(api.CodeNotFound) {
+			t.Errorf("POST %s answered %d %s; want 404 with the envelope and %s", path, rec.Code, rec.Body, api.CodeNotFound)
+		}
+	}
+	rec := httptest.NewRecorder()
+	x.ServeHTTP(rec, httptest.NewRequest("POST", executor.PushPath+"?token=abc", bytes.NewReader(malformed)))
+	if rec.Code != http.StatusNoContent {
+		t.Errorf("a push with a query string answered %d %s; want 204", rec.Code, rec.Body)
+	}
+	rec = push(t, x, bytes.Repeat([]byte(" "), 1<<20))
+	var env httpjson.Envelope
+	if err := json.Unmarshal(rec.Body.Bytes(), &env); rec.Code != http.StatusRequestEntityTooLarge || err != nil || env.Error.Code != httpjson.CodeBodyTooLarge ||
+		!strings.HasPrefix(env.Error.Message, "body larger than ") || strings.Contains(env.Error.Message, "http:") {
+		t.Errorf("an oversized push answered %d %s; want 413 %s saying the limit, no Go text", rec.Code, rec.Body, httpjson.CodeBodyTooLarge)
+	}
+	if len(deps.calls) != 0 {
+		t.Fatalf("refused requests reached dependencies: %v", deps.calls)
+	}
+}

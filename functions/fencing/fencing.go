@@ -102,6 +102,19 @@ func Verify(keys fenceproof.Keyring, proof, lockKey string, token int64) error {
 	return nil
 }
 
+// CheckProof judges proof's form alone, without keys: nil, or an error
+// wrapping ErrUnverified and fenceproof.ErrMissing or ErrMalformed, as
+// Verify would answer it. A fence point calls it before it is admitted to
+// database work, so that a missing or malformed proof is refused (403)
+// whatever the database's state; only the signature check, which needs
+// the resource's lock key from the database, comes after.
+func CheckProof(proof string) error {
+	if err := fenceproof.CheckGrant(proof); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnverified, err)
+	}
+	return nil
+}
+
 // ParseKeys reads the fence points' LOCK_PROOF_KEYS value (v, from
 // variable name) into a Keyring: fenceproof.ParseKeyring, with the error
 // naming the variable.

@@ -390,7 +390,13 @@ func (s *Service) holder(w http.ResponseWriter, r *http.Request) (id string, h p
 		s.fail(w, r, err, "payoutId", id, "ownerId", owner)
 		return "", h, false
 	}
+	// The proof's form is judged here, before admission (begin), so that
+	// a missing or malformed proof is 403 UNVERIFIED_TOKEN during a paydb
+	// stall too; its signature needs the payout's account (verifyToken).
 	proof, err := fencing.ProofFrom(r)
+	if err == nil && s.fencing {
+		err = fencing.CheckProof(proof)
+	}
 	if err != nil && s.fencing {
 		fencing.LogUnverified(r.Context(), s.log, "payout", id, token, owner, err, "payoutId", id)
 		s.fail(w, r, fmt.Errorf("%w: %w", ErrUnverifiedToken, err), "payoutId", id, "ownerId", owner)

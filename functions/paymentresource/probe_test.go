@@ -75,12 +75,26 @@ func TestBadInputDuringAPaydbStallGetsItsOwn4xx(t *testing.T) {
 	// clock stands still: no probe is due, so anything admitted to paydb
 	// work would be answered 503 by the breaker.
 	tok := []string{fencing.HeaderToken, "5", fencing.HeaderOwner, "w"}
+	// A proof's form is judged without paydb (a later probe, issue 9
+	// finding 1): only its signature needs the payout's account. noProof
+	// cases go unsigned (f.raw), badProof ones carry a proof no key could
+	// verify.
+	badProof := append([]string{fencing.HeaderProof, "v1.17.not-a-signature"}, tok...)
+	const noProof = "no proof"
 	for _, tc := range []struct {
 		name, method, path, body string
 		headers                  []string
 		status                   int
 		code                     api.Code
 	}{
+		{"claim: " + noProof, "POST", api.ClaimPath("p-1"), ``, tok, http.StatusForbidden, api.CodeUnverifiedToken},
+		{"claim: malformed proof", "POST", api.ClaimPath("p-1"), ``, badProof, http.StatusForbidden, api.CodeUnverifiedToken},
+		{"claim: proof that is not v1", "POST", api.ClaimPath("p-1"), ``, append([]string{fencing.HeaderProof, "x"}, tok...), http.StatusForbidden, api.CodeUnverifiedToken},
+		{"result: " + noProof, "POST", api.ResultPath("p-1"), `{"outcome":"AMBIGUOUS","railRef":""}`, tok, http.StatusForbidden, api.CodeUnverifiedToken},
+		{"result: malformed proof", "POST", api.ResultPath("p-1"), `{"outcome":"AMBIGUOUS","railRef":""}`, badProof, http.StatusForbidden, api.CodeUnverifiedToken},
+		{"attention: " + noProof, "POST", api.AttentionPath("p-1"), `{"reason":"payment_fence_ahead"}`, tok, http.StatusForbidden, api.CodeUnverifiedToken},
+		{"attention: malformed proof", "POST", api.AttentionPath("p-1"), `{"reason":"payment_fence_ahead"}`, badProof, http.StatusForbidden, api.CodeUnverifiedToken},
+		{"resolution: malformed proof", "POST", api.ResolutionPath("p-1"), `{}`, badProof, http.StatusForbidden, api.CodeUnverifiedToken},
 		{"account: malformed JSON", "POST", api.PathAccounts, `{"accountId":`, nil, http.StatusBadRequest, api.CodeInvalidRequest},
 		{"account: unassigned currency", "POST", api.PathAccounts, `{"accountId":"a-2","currency":"ZZZ","openingBalanceMinor":1}`, nil, http.StatusBadRequest, api.CodeInvalidRequest},
 		{"account: text body", "POST", api.PathAccounts, `x`, []string{"Content-Type", "text/plain"}, http.StatusUnsupportedMediaType, api.CodeUnsupportedMediaType},
@@ -100,7 +114,9 @@ func TestBadInputDuringAPaydbStallGetsItsOwn4xx(t *testing.T) {
 		{"no such route", "GET", "/v2/payouts", ``, nil, http.StatusNotFound, api.CodeNotFound},
 	} {
 		shedBefore := shedLines(t, f)
+		f.raw = strings.HasSuffix(tc.name, noProof)
 		st, body := f.do(tc.method, tc.path, tc.body, tc.headers...)
+		f.raw = false
 		want(t, tc.name+" while paydb is stalled", st, body, tc.status, tc.code)
 		if n := shedLines(t, f) - shedBefore; n != 0 {
 			t.Fatalf("%s: reached the breaker", tc.name)

@@ -78,7 +78,7 @@ func ValidateID(what, v string, max int) error {
 			i > 0 && (c == '.' || c == '_' || c == ':' || c == '-') {
 			continue
 		}
-		return fmt.Errorf("%s has byte %q at offset %d; allowed: letters, digits, and . _ : - after the first byte", what, c, i)
+		return fmt.Errorf("%s has byte %q at offset %d; allowed: letters, digits, and . _ : - after the first byte", what, v[i:i+1], i)
 	}
 	return nil
 }

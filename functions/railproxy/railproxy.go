@@ -720,7 +720,7 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		dup.First.Receipt = p.receipt(dup.First.PayoutID, dup.First.AccountID, dup.First.AmountMinor, dup.First.Currency,
 			dup.First.State, dup.First.RailRef, dup.First.Token)
 		httpjson.WriteJSON(w, status, api.AlreadySubmittedAnswer{
-			Error:   api.ErrorBody{Code: code, Message: err.Error(), Retryable: dup.First.State == api.StateForwarding},
+			Error:   api.ErrorBody{Code: code, Message: httpjson.ClientMessage(err), Retryable: dup.First.State == api.StateForwarding},
 			Attempt: dup.First,
 		})
 		return

@@ -346,6 +346,11 @@ func TestAHoldersResendOfItsOwnSubmissionIsNotStale(t *testing.T) {
 			t.Fatalf("submission %d of po-1 with token 12: %d %s; want 409 %s with attempt %d, acked", i+1, rec.Code, rec.Body,
 				api.CodeAlreadySubmitted, first.AttemptID)
 		}
+		// A 4xx message carries no Go package name (a probe of issue 9
+		// read "railproxy: payout already submitted: ...").
+		if m := ans.Error.Message; strings.Contains(m, "railproxy") || !strings.HasPrefix(m, "payout already submitted: ") {
+			t.Fatalf("submission %d: message %q; want it to start \"payout already submitted: \", no Go names", i+1, m)
+		}
 	}
 	if hw := highWater(t, p, "acct-1"); hw != 12 {
 		t.Fatalf("high-water %d, want 12 (the refusal taught the fence the newer token)", hw)

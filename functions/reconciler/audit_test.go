@@ -128,6 +128,7 @@ func TestAuditBesideLiveTrafficReportsNoPayoutInFlight(t *testing.T) {
 				t.Fatalf("pass reports rail paid no debit %v, debit no rail payment %v; want none (the payout was in flight)",
 					rep.RailPaidNoDebit, rep.DebitNoRailPayment)
 			}
+			auditListsShown(t, rep) // the audit ran and found none
 			clean(t, p)
 		})
 	}

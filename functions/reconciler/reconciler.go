@@ -59,6 +59,7 @@ import (
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
 
@@ -193,10 +194,12 @@ type PassReport struct {
 	Listed int `json:"listed"`
 	// Results counts them by Result.
 	Results map[Result]int `json:"results"`
-	// RailPaidNoDebit and DebitNoRailPayment list the audit's findings
-	// (nil without an Auditor).
-	RailPaidNoDebit    []string `json:"railPaidNoDebit,omitempty"`
-	DebitNoRailPayment []string `json:"debitNoRailPayment,omitempty"`
+	// RailPaidNoDebit and DebitNoRailPayment list the audit's findings,
+	// payout ids: never nil, so that the body always carries both lists
+	// (docs/payout-api.md), [] when the audit found none or did not run
+	// (no Auditor).
+	RailPaidNoDebit    []string `json:"railPaidNoDebit"`
+	DebitNoRailPayment []string `json:"debitNoRailPayment"`
 }
 
 // Reconciler runs passes. It is safe for concurrent use; passes are
@@ -267,7 +270,7 @@ func (r *Reconciler) Owner() string { return r.locks.Owner() }
 func (r *Reconciler) Pass(ctx context.Context) (PassReport, error) {
 	r.pass.Lock()
 	defer r.pass.Unlock()
-	rep := PassReport{Results: map[Result]int{}}
+	rep := PassReport{Results: map[Result]int{}, RailPaidNoDebit: []string{}, DebitNoRailPayment: []string{}}
 	for _, st := range States {
 		after := ""
 		for {
@@ -300,7 +303,8 @@ func (r *Reconciler) Pass(ctx context.Context) (PassReport, error) {
 		if err != nil {
 			r.log.Warn("audit could not run", "event", EventAuditFailed, "error", err.Error())
 		} else {
-			rep.RailPaidNoDebit, rep.DebitNoRailPayment = a.RailPaidNoDebit, a.DebitNoRailPayment
+			rep.RailPaidNoDebit = append(rep.RailPaidNoDebit, a.RailPaidNoDebit...)
+			rep.DebitNoRailPayment = append(rep.DebitNoRailPayment, a.DebitNoRailPayment...)
 			for _, id := range a.RailPaidNoDebit {
 				r.log.Error("the rail paid this payout more times than the books debited it", "event", EventRailPaidNoDebit, "payoutId", id)
 			}
@@ -585,7 +589,8 @@ const CodePassNotRun = "PASS_NOT_RUN"
 // application/json in UTF-8 (httpjson.DecodeEmpty, the rule of every
 // service); anything else is refused 400, 413 or 415 before the pass.
 // Other paths get 404 NOT_FOUND, other methods 405 METHOD_NOT_ALLOWED,
-// and a pass that could not list the payouts 503 CodePassNotRun, each
+// and a pass that could not list the payouts 503 CodePassNotRun with
+// Retry-After (overload.RetryAfterSeconds), each
 // with the error envelope {"error":{"code","message","retryable"}}.
 func (r *Reconciler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	switch {
@@ -614,6 +619,8 @@ func (r *Reconciler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	rep, err := r.Pass(req.Context())
 	if err != nil {
 		r.log.Error("reconciler pass failed", "event", EventPassDone, "error", err.Error())
+		// Retry-After like every 503 of the project (overload.SetRetryAfter).
+		overload.SetRetryAfter(w.Header())
 		httpjson.WriteError(w, http.StatusServiceUnavailable, CodePassNotRun, "the pass could not list the payouts; see the reconciler's log", true)
 		return
 	}

@@ -5,12 +5,14 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 )
 
 // POST /v1/reconciler/runs holds its body to the rule of every service
@@ -81,8 +83,33 @@ func TestTheRunsEndpointFollowsTheContentTypeRule(t *testing.T) {
 		if rec.Code != http.StatusServiceUnavailable || json.Unmarshal(rec.Body.Bytes(), &env) != nil || env.Error.Code != reconciler.CodePassNotRun || !env.Error.Retryable {
 			t.Errorf("%s: %d %s; want 503 %s, retryable", tc.name, rec.Code, rec.Body, reconciler.CodePassNotRun)
 		}
+		// Like every 503 of the project (a probe of issue 9 found none).
+		if ra := rec.Header().Get(overload.HeaderRetryAfter); ra != strconv.Itoa(overload.RetryAfterSeconds) {
+			t.Errorf("%s: Retry-After %q; want %d", tc.name, ra, overload.RetryAfterSeconds)
+		}
 		if listed.Load() == before {
 			t.Errorf("%s: no pass ran", tc.name)
+		}
+	}
+}
+
+// auditListsShown fails unless rep, as the run answers it, carries both
+// audit lists as [] (docs/payout-api.md shows them always; a probe of
+// issue 9 found them left out when the audit found nothing or did not
+// run).
+func auditListsShown(t *testing.T, rep reconciler.PassReport) {
+	t.Helper()
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]json.RawMessage
+	if err := json.Unmarshal(b, &body); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"railPaidNoDebit", "debitNoRailPayment"} {
+		if string(body[k]) != "[]" {
+			t.Errorf("run answer %s: %s = %q; want []", b, k, body[k])
 		}
 	}
 }

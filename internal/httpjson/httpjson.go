@@ -139,6 +139,12 @@ func decode(w http.ResponseWriter, r *http.Request, dst any, limit int64, refuse
 	if noType && len(bytes.TrimSpace(body)) > 0 {
 		return ContentType(r)
 	}
+	// Bytes that are not UTF-8 first, before a key is read: encoding/json
+	// turns them into U+FFFD, so an unknown key "\xff" would be named
+	// "\ufffd" (a probe of issue 9) instead of being refused as not UTF-8.
+	if !utf8.Valid(body) {
+		return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + errNotUTF8.Error()}
+	}
 	if err := checkObject(body, fieldsOf(dst), refuseNull); err != nil {
 		return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + jsonProblem(err)}
 	}
@@ -296,6 +302,10 @@ func checkObject(body []byte, fields map[string]bool, refuseNull bool) error {
 	return nil
 }
 
+// errNotUTF8 is the refusal of a body with bytes that are not UTF-8, or a
+// string that holds an escaped lone surrogate or U+FFFD (checkStrings).
+var errNotUTF8 = errors.New("a string is not UTF-8 text: it has bytes that are not UTF-8, an escaped lone surrogate or U+FFFD")
+
 // checkStrings refuses a body (already known to be one JSON object) with a
 // string, key or value, that holds U+FFFD, the replacement character:
 // encoding/json silently writes it in place of bytes that are not UTF-8
@@ -314,7 +324,7 @@ func checkStrings(body []byte) error {
 			return err
 		}
 		if s, ok := tok.(string); ok && strings.ContainsRune(s, utf8.RuneError) {
-			return errors.New("a string is not UTF-8 text: it has bytes that are not UTF-8, an escaped lone surrogate or U+FFFD")
+			return errNotUTF8
 		}
 	}
 }

@@ -127,6 +127,10 @@ func TestDecodeRefusesStringsThatAreNotUTF8(t *testing.T) {
 		`{"owner":"�"}`,
 		`{"owner":"\ufffd"}`,
 		"{\"note\":\"ok\",\"own\xffer\":\"a\"}",
+		// A key that is not UTF-8 was named as an unknown field "\ufffd"
+		// (a probe of issue 9): the not-UTF-8 message comes first.
+		"{\"\xff\":1}",
+		"{\"owner\":\"a\"}\xff",
 	} {
 		r := httptest.NewRequest("POST", "/", strings.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")
@@ -134,6 +138,8 @@ func TestDecodeRefusesStringsThatAreNotUTF8(t *testing.T) {
 		var e *Error
 		if !errors.As(err, &e) || e.Status != http.StatusBadRequest || e.Code != CodeInvalidRequest {
 			t.Errorf("Decode(%q) = %v; want 400 %s", body, err, CodeInvalidRequest)
+		} else if !strings.Contains(e.Message, "not UTF-8") || strings.Contains(e.Message, "ufffd") {
+			t.Errorf("Decode(%q) message %q; want the not-UTF-8 message", body, e.Message)
 		}
 	}
 	for _, body := range []string{`{"owner":"é😀"}`, `{"owner":"\u00e9\ud83d\ude00"}`, `{"owner":"a\nb"}`} {

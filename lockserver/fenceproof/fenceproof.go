@@ -220,26 +220,53 @@ type Grant struct {
 // lock key and token. It returns ErrMissing for an empty proof,
 // ErrMalformed, ErrUnknownKey, or ErrInvalid (all wrapped).
 func (r Keyring) VerifyGrant(proof, key string, token int64) (Grant, error) {
-	if proof == "" {
-		return Grant{}, ErrMissing
-	}
-	if len(proof) > MaxProofLen {
-		return Grant{}, fmt.Errorf("%w: %d bytes", ErrMalformed, len(proof))
-	}
-	rest, ok := strings.CutPrefix(proof, version+".")
-	if !ok {
-		return Grant{}, fmt.Errorf("%w: want the %s prefix", ErrMalformed, version)
-	}
-	ms, sig, ok := strings.Cut(rest, ".")
-	n, err := strconv.ParseInt(ms, 10, 64)
-	if !ok || err != nil || n < 0 || strconv.FormatInt(n, 10) != ms {
-		return Grant{}, fmt.Errorf("%w: bad signing time", ErrMalformed)
+	ms, sig, err := splitGrant(proof)
+	if err != nil {
+		return Grant{}, err
 	}
 	id, err := r.Verify(sig, grantDomain, key, strconv.FormatInt(token, 10), ms)
 	if err != nil {
 		return Grant{}, err
 	}
+	n, _ := strconv.ParseInt(ms, 10, 64) // checked by splitGrant
 	return Grant{KeyID: id, Issued: time.UnixMilli(n).UTC()}, nil
+}
+
+// CheckGrant judges a grant proof's form alone, without keys: nil, or
+// ErrMissing for an empty proof, or ErrMalformed (wrapped), exactly as
+// VerifyGrant would answer it. A fence point calls it before its
+// database work, so that a proof no key could verify is refused whatever
+// the database's state; a proof that passes may still fail VerifyGrant
+// (ErrUnknownKey, ErrInvalid).
+func CheckGrant(proof string) error {
+	_, sig, err := splitGrant(proof)
+	if err != nil {
+		return err
+	}
+	_, _, err = splitSig(sig)
+	return err
+}
+
+// splitGrant splits a v1 grant proof into its signing time (decimal unix
+// ms, canonical) and its "<key id>.<signature>" part, unchecked. It
+// returns ErrMissing or ErrMalformed (wrapped).
+func splitGrant(proof string) (ms, sig string, err error) {
+	if proof == "" {
+		return "", "", ErrMissing
+	}
+	if len(proof) > MaxProofLen {
+		return "", "", fmt.Errorf("%w: %d bytes", ErrMalformed, len(proof))
+	}
+	rest, ok := strings.CutPrefix(proof, version+".")
+	if !ok {
+		return "", "", fmt.Errorf("%w: want the %s prefix", ErrMalformed, version)
+	}
+	ms, sig, ok = strings.Cut(rest, ".")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if !ok || err != nil || n < 0 || strconv.FormatInt(n, 10) != ms {
+		return "", "", fmt.Errorf("%w: bad signing time", ErrMalformed)
+	}
+	return ms, sig, nil
 }
 
 // Sign returns "<key id>.<base64url signature>" over domain and fields,
@@ -255,22 +282,9 @@ func (k SigningKey) Sign(domain string, fields ...string) string {
 // domain and fields, and returns the key id. It returns ErrMissing,
 // ErrMalformed, ErrUnknownKey or ErrInvalid (wrapped).
 func (r Keyring) Verify(sig, domain string, fields ...string) (string, error) {
-	if sig == "" {
-		return "", ErrMissing
-	}
-	if len(sig) > MaxProofLen {
-		return "", fmt.Errorf("%w: %d bytes", ErrMalformed, len(sig))
-	}
-	id, b64, ok := strings.Cut(sig, ".")
-	if !ok || checkID(id) != nil {
-		return "", fmt.Errorf("%w: want <key id>.<signature>", ErrMalformed)
-	}
-	// Strict: one text per signature. The lenient decoder also took a
-	// last character whose unused bits were set, so the same signature had
-	// several spellings (newcomer probe, session 7).
-	raw, err := base64.RawURLEncoding.Strict().DecodeString(b64)
-	if err != nil || len(raw) != ed25519.SignatureSize {
-		return "", fmt.Errorf("%w: signature is not %d bytes of base64url", ErrMalformed, ed25519.SignatureSize)
+	id, raw, err := splitSig(sig)
+	if err != nil {
+		return "", err
 	}
 	pub, ok := r.keys[id]
 	if !ok {
@@ -280,6 +294,30 @@ func (r Keyring) Verify(sig, domain string, fields ...string) (string, error) {
 		return "", ErrInvalid
 	}
 	return id, nil
+}
+
+// splitSig reads "<key id>.<base64url signature>" (Sign's form) into the
+// key id and the signature's bytes, without keys. It returns ErrMissing or
+// ErrMalformed (wrapped).
+func splitSig(sig string) (id string, raw []byte, err error) {
+	if sig == "" {
+		return "", nil, ErrMissing
+	}
+	if len(sig) > MaxProofLen {
+		return "", nil, fmt.Errorf("%w: %d bytes", ErrMalformed, len(sig))
+	}
+	id, b64, ok := strings.Cut(sig, ".")
+	if !ok || checkID(id) != nil {
+		return "", nil, fmt.Errorf("%w: want <key id>.<signature>", ErrMalformed)
+	}
+	// Strict: one text per signature. The lenient decoder also took a
+	// last character whose unused bits were set, so the same signature had
+	// several spellings (newcomer probe, session 7).
+	raw, err = base64.RawURLEncoding.Strict().DecodeString(b64)
+	if err != nil || len(raw) != ed25519.SignatureSize {
+		return "", nil, fmt.Errorf("%w: signature is not %d bytes of base64url", ErrMalformed, ed25519.SignatureSize)
+	}
+	return id, raw, nil
 }
 
 func message(domain string, fields []string) []byte {

@@ -75,6 +75,16 @@ func TestGrantProofVerifiesOnlyForItsKeyAndToken(t *testing.T) {
 			if _, err := r.VerifyGrant(c.proof, c.key, c.token); !errors.Is(err, c.want) {
 				t.Fatalf("VerifyGrant = %v, want %v", err, c.want)
 			}
+			// CheckGrant, without keys, refuses exactly the proofs of a
+			// form no key could verify, as VerifyGrant does.
+			err := fenceproof.CheckGrant(c.proof)
+			if formOnly := errors.Is(c.want, fenceproof.ErrMissing) || errors.Is(c.want, fenceproof.ErrMalformed); formOnly {
+				if !errors.Is(err, c.want) {
+					t.Fatalf("CheckGrant = %v, want %v", err, c.want)
+				}
+			} else if err != nil {
+				t.Fatalf("CheckGrant = %v, want nil (only the keys can refuse it)", err)
+			}
 		})
 	}
 }

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
@@ -58,6 +59,11 @@ func TestValidation(t *testing.T) {
 		if err != nil {
 			t.Errorf("%s refused: %v", name, err)
 		}
+	}
+	// A byte that is not ASCII is named escaped (a probe of issue 9 found
+	// it printed as a Latin-1 character).
+	if err := (api.ResultRequest{Outcome: api.OutcomeAck, RailRef: "r\xc3\xa9"}.Validate(1)); err == nil || !strings.Contains(err.Error(), `byte "\xc3" at offset 1`) {
+		t.Errorf("railRef with a non-ASCII byte: %v; want it named \"\\xc3\"", err)
 	}
 	for name, err := range map[string]error{
 		"account without opening":   api.AccountRequest{AccountID: "a", Currency: "EUR"}.Validate(),

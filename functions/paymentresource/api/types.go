@@ -460,7 +460,7 @@ func (r ResultRequest) Validate(token int64) error {
 	}
 	for i := 0; i < len(r.RailRef); i++ {
 		if c := r.RailRef[i]; c <= ' ' || c > '~' {
-			return fmt.Errorf("railRef has byte %q at offset %d; allowed: printable ASCII without spaces", c, i)
+			return fmt.Errorf("railRef has byte %q at offset %d; allowed: printable ASCII without spaces", r.RailRef[i:i+1], i)
 		}
 	}
 	return nil
