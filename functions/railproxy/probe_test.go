@@ -1,6 +1,7 @@
 package railproxy_test
 
 import (
+	"cmp"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -27,6 +28,7 @@ type probeReq struct {
 	name, method, path, ct, body, token string
 	status                              int
 	code                                api.Code
+	proof                               string // sent instead of a real proof of token when set
 }
 
 func (q probeReq) serve(h http.Handler) *httptest.ResponseRecorder {
@@ -36,7 +38,7 @@ func (q probeReq) serve(h http.Handler) *httptest.ResponseRecorder {
 	}
 	if q.token != "" {
 		req.Header.Set(fencing.HeaderToken, q.token)
-		req.Header.Set(fencing.HeaderProof, prooftest.Proof("acct-1", 50))
+		req.Header.Set(fencing.HeaderProof, cmp.Or(q.proof, prooftest.Proof("acct-1", 50)))
 		req.Header.Set(fencing.HeaderOwner, "w")
 	}
 	rec := httptest.NewRecorder()
@@ -97,17 +99,22 @@ func TestBadInputDuringARaildbStallGetsItsOwn4xx(t *testing.T) {
 	good := body("p-2", "acct-1", 100)
 	js := "application/json"
 	for _, q := range []probeReq{
-		{"submission: malformed JSON", "POST", api.PathSubmissions, js, `{"payoutId":`, "50", 400, api.CodeInvalidRequest},
-		{"submission: unassigned currency", "POST", api.PathSubmissions, js, strings.Replace(good, `"EUR"`, `"ZZZ"`, 1), "50", 400, api.CodeInvalidRequest},
-		{"submission: text body", "POST", api.PathSubmissions, "text/plain", good, "50", 415, api.CodeUnsupportedMediaType},
-		{"submission: missing token", "POST", api.PathSubmissions, js, good, "", 400, api.CodeInvalidToken},
-		{"submission: amount other than the signed one", "POST", api.PathSubmissions, js, strings.Replace(good, `"amountMinor":100`, `"amountMinor":101`, 1), "50", 403, api.CodeInvalidTerms},
-		{"submission: query parameter", "POST", api.PathSubmissions + "?dryRun=1", js, good, "50", 400, api.CodeInvalidRequest},
-		{"submission: wrong method", "PUT", api.PathSubmissions, js, good, "50", 405, api.CodeMethodNotAllowed},
-		{"reconciliation: malformed JSON", "POST", api.PathReconciliations, js, `[`, "50", 400, api.CodeInvalidRequest},
-		{"high-water: bad account id", "GET", api.HighWaterPath("-x"), "", "", "", 400, api.CodeInvalidRequest},
-		{"attempts: unknown query parameter", "GET", api.PathAttempts + "?payout=p-1", "", "", "", 400, api.CodeInvalidRequest},
-		{"no such route", "GET", "/v2/rail", "", "", "", 404, api.CodeNotFound},
+		{"submission: malformed JSON", "POST", api.PathSubmissions, js, `{"payoutId":`, "50", 400, api.CodeInvalidRequest, ""},
+		{"submission: unassigned currency", "POST", api.PathSubmissions, js, strings.Replace(good, `"EUR"`, `"ZZZ"`, 1), "50", 400, api.CodeInvalidRequest, ""},
+		{"submission: text body", "POST", api.PathSubmissions, "text/plain", good, "50", 415, api.CodeUnsupportedMediaType, ""},
+		{"submission: missing token", "POST", api.PathSubmissions, js, good, "", 400, api.CodeInvalidToken, ""},
+		{"submission: amount other than the signed one", "POST", api.PathSubmissions, js, strings.Replace(good, `"amountMinor":100`, `"amountMinor":101`, 1), "50", 403, api.CodeInvalidTerms, ""},
+		{"submission: query parameter", "POST", api.PathSubmissions + "?dryRun=1", js, good, "50", 400, api.CodeInvalidRequest, ""},
+		{"submission: wrong method", "PUT", api.PathSubmissions, js, good, "50", 405, api.CodeMethodNotAllowed, ""},
+		{"reconciliation: malformed JSON", "POST", api.PathReconciliations, js, `[`, "50", 400, api.CodeInvalidRequest, ""},
+		// The proof's shape is judged before raildb: only its signature
+		// needs the attempt's account, which is in raildb.
+		{"reconciliation: malformed proof", "POST", api.PathReconciliations, js, `{"payoutId":"p-1"}`, "50", 403, api.CodeUnverifiedToken, "garbage"},
+		{"reconciliation: missing proof", "POST", api.PathReconciliations, js, `{"payoutId":"p-1"}`, "50", 403, api.CodeUnverifiedToken, " "},
+		{"submission: malformed proof", "POST", api.PathSubmissions, js, good, "50", 403, api.CodeUnverifiedToken, "v1.x"},
+		{"high-water: bad account id", "GET", api.HighWaterPath("-x"), "", "", "", 400, api.CodeInvalidRequest, ""},
+		{"attempts: unknown query parameter", "GET", api.PathAttempts + "?payout=p-1", "", "", "", 400, api.CodeInvalidRequest, ""},
+		{"no such route", "GET", "/v2/rail", "", "", "", 404, api.CodeNotFound, ""},
 	} {
 		shedBefore := shedLines(t, r)
 		rec := q.serve(p)
@@ -162,10 +169,10 @@ func TestQueryParametersOnRoutesThatTakeNoneAreRefused(t *testing.T) {
 	attempts, atRail := r.attemptRows(), len(r.stub.Submissions(""))
 	js := "application/json"
 	for _, q := range []probeReq{
-		{"submission", "POST", api.PathSubmissions + "?dryRun=1", js, body("p-1", "acct-1", 100), "50", 400, api.CodeInvalidRequest},
-		{"submission, malformed query", "POST", api.PathSubmissions + "?a=%zz", js, body("p-1", "acct-1", 100), "50", 400, api.CodeInvalidRequest},
-		{"reconciliation", "POST", api.PathReconciliations + "?force=1", js, `{"payoutId":"p-0"}`, "50", 400, api.CodeInvalidRequest},
-		{"high-water", "GET", api.HighWaterPath("acct-1") + "?at=1", "", "", "", 400, api.CodeInvalidRequest},
+		{"submission", "POST", api.PathSubmissions + "?dryRun=1", js, body("p-1", "acct-1", 100), "50", 400, api.CodeInvalidRequest, ""},
+		{"submission, malformed query", "POST", api.PathSubmissions + "?a=%zz", js, body("p-1", "acct-1", 100), "50", 400, api.CodeInvalidRequest, ""},
+		{"reconciliation", "POST", api.PathReconciliations + "?force=1", js, `{"payoutId":"p-0"}`, "50", 400, api.CodeInvalidRequest, ""},
+		{"high-water", "GET", api.HighWaterPath("acct-1") + "?at=1", "", "", "", 400, api.CodeInvalidRequest, ""},
 	} {
 		if !strings.Contains(q.path, "?") {
 			t.Fatalf("%s: no query", q.name)

@@ -108,6 +108,17 @@ func (p *Proxy) handleReconcile(w http.ResponseWriter, r *http.Request) {
 		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
 	}
+	if !p.cfg.FencingDisabled {
+		// The proof's shape (present, well formed) needs no key and no
+		// raildb, so a missing or malformed one is the caller's 403 even
+		// while raildb is stalled; its signature is verified in reconcile,
+		// against the lock of the attempt's account, which is in raildb.
+		if err := fencing.CheckProof(h.Proof); err != nil {
+			fencing.LogUnverified(r.Context(), p.log, "rail", "", h.Token, h.Owner, err, "payoutId", req.PayoutID)
+			p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %w", ErrUnverifiedToken, err))
+			return
+		}
+	}
 	release, shed := p.begin(w, r)
 	if shed != nil {
 		return
