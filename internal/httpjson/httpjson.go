@@ -141,7 +141,7 @@ func decode(w http.ResponseWriter, r *http.Request, dst any, limit int64, refuse
 	}
 	// Bytes that are not UTF-8 first, before a key is read: encoding/json
 	// turns them into U+FFFD, so an unknown key "\xff" would be named
-	// "\ufffd" (a probe of issue 9) instead of being refused as not UTF-8.
+	// "\ufffd" (a newcomer probe found it) instead of being refused as not UTF-8.
 	if !utf8.Valid(body) {
 		return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + errNotUTF8.Error()}
 	}
