@@ -34,8 +34,9 @@ type receiver struct {
 
 	mu     sync.Mutex
 	firing map[string]time.Time // alertname -> first receipt since the last reset
-	notes  int                  // notifications received, firing or resolved
-	notify chan struct{}
+	// resolved: alertname/severity -> last receipt of its resolution.
+	resolved map[string]time.Time
+	notify   chan struct{}
 }
 
 func startReceiver() (*receiver, error) {
@@ -43,7 +44,7 @@ func startReceiver() (*receiver, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &receiver{firing: map[string]time.Time{}, notify: make(chan struct{}, 1)}
+	r := &receiver{firing: map[string]time.Time{}, resolved: map[string]time.Time{}, notify: make(chan struct{}, 1)}
 	r.srv = &http.Server{Handler: http.HandlerFunc(r.serve), ReadHeaderTimeout: 5 * time.Second}
 	r.url = "http://" + ln.Addr().String() + "/alerts"
 	go func() { _ = r.srv.Serve(ln) }() // ends at close (Shutdown)
@@ -66,8 +67,10 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	r.mu.Lock()
-	r.notes++
 	for _, a := range body.Alerts {
+		if a.Status == "resolved" {
+			r.resolved[a.Labels["alertname"]+"/"+a.Labels["severity"]] = now
+		}
 		if name := a.Labels["alertname"]; a.Status == "firing" && name != "" {
 			// By name, and by name and severity (Fault.Severity).
 			for _, k := range []string{name, name + "/" + a.Labels["severity"]} {
