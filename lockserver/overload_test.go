@@ -83,11 +83,11 @@ func wantRefused(t *testing.T, what string, rec *httptest.ResponseRecorder, code
 	}
 }
 
-// Issue #15, finding 5: with the backend frozen every request waited the
-// whole backend deadline. Now the first timeout marks the backend stalled,
-// later requests get 503 with Retry-After without calling the backend, one
-// probe per interval is let through, and the first answer clears the mark.
-func TestAStalledBackendGetsFast503sAndRecovers(t *testing.T) {
+// newStalledServer returns a lock-server (backend deadline 100 ms, a probe
+// a minute, on clock) over a gate store that holds every call, after its
+// first request met the frozen backend and marked it stalled.
+func newStalledServer(t *testing.T) (http.Handler, *gateStore, *fakeNow) {
+	t.Helper()
 	store := newGateStore()
 	clock := &fakeNow{t: time.Unix(1_790_000_000, 0)}
 	cfg := lockserver.DefaultServerConfig()
@@ -99,6 +99,15 @@ func TestAStalledBackendGetsFast503sAndRecovers(t *testing.T) {
 	store.held.Store(true)
 	wantRefused(t, "the request that meets the frozen backend", acquireReq(h, "k1"), api.CodeBackendUnavailable)
 	<-store.entered
+	return h, store, clock
+}
+
+// Issue #15, finding 5: with the backend frozen every request waited the
+// whole backend deadline. Now the first timeout marks the backend stalled,
+// later requests get 503 with Retry-After without calling the backend, one
+// probe per interval is let through, and the first answer clears the mark.
+func TestAStalledBackendGetsFast503sAndRecovers(t *testing.T) {
+	h, store, clock := newStalledServer(t)
 	for i := range 5 {
 		wantRefused(t, fmt.Sprintf("request %d while stalled", i), acquireReq(h, "k1"), api.CodeBackendUnavailable)
 	}

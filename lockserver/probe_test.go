@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
@@ -44,17 +43,7 @@ func (q lockReq) check(t *testing.T, h http.Handler, suffix string) {
 // server's, the same over every LockStore (a gate over memstore stands
 // for a frozen PostgreSQL or etcd here).
 func TestBadInputWhileTheBackendIsStalledGetsItsOwn4xx(t *testing.T) {
-	store := newGateStore()
-	clock := &fakeNow{t: time.Unix(1_790_000_000, 0)}
-	cfg := lockserver.DefaultServerConfig()
-	cfg.RequestTimeout, cfg.StallProbeInterval, cfg.Now = 100*time.Millisecond, time.Minute, clock.now
-	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	store.held.Store(true)
-	wantRefused(t, "the request that meets the frozen backend", acquireReq(h, "k1"), api.CodeBackendUnavailable)
-	<-store.entered
+	h, store, _ := newStalledServer(t)
 	wantRefused(t, "a good acquire while stalled", acquireReq(h, "k1"), api.CodeBackendUnavailable)
 
 	js := "application/json"
