@@ -129,18 +129,7 @@ func TestBadInputDuringAPaydbStallGetsItsOwn4xx(t *testing.T) {
 	if err := cluster.Thaw(); err != nil {
 		t.Fatal(err)
 	}
-	clock.Add(paymentresource.DefaultConfig().StallProbeInterval)
-	deadline := time.Now().Add(waitLimit)
-	for {
-		st, body := f.do("GET", api.PayoutPath("p-1"), "")
-		if st == http.StatusOK {
-			break
-		}
-		if st != http.StatusServiceUnavailable || time.Now().After(deadline) {
-			t.Fatalf("after the thaw: %d %s; want 200 once a probe finds paydb (within %v)", st, body, waitLimit)
-		}
-		clock.Add(paymentresource.DefaultConfig().StallProbeInterval)
-	}
+	awaitPaydbFound(t, f, clock)
 	if after := f.snapshot(); after != before {
 		t.Fatalf("the refused requests changed paydb:\nbefore %s\nafter  %s", before, after)
 	}

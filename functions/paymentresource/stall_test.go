@@ -153,18 +153,7 @@ func TestFrozenPaydbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 	if err := cluster.Thaw(); err != nil {
 		t.Fatal(err)
 	}
-	clock.Add(paymentresource.DefaultConfig().StallProbeInterval)
-	deadline := time.Now().Add(waitLimit)
-	for {
-		st, body := f.do("GET", api.PayoutPath("p-1"), "")
-		if st == http.StatusOK {
-			break
-		}
-		if st != http.StatusServiceUnavailable || time.Now().After(deadline) {
-			t.Fatalf("after the thaw: %d %s; want 200 once a probe finds paydb (within %v)", st, body, waitLimit)
-		}
-		clock.Add(paymentresource.DefaultConfig().StallProbeInterval)
-	}
+	awaitPaydbFound(t, f, clock)
 	if overloadtest.Gauge(t, reg, "paymentresource_db_stalled") != 0 || len(f.logs.Events(t, api.EventBackendRecovered)) != 1 {
 		t.Fatal("recovered, but the gauge or the log does not say so")
 	}
@@ -232,4 +221,23 @@ func shedLines(t *testing.T, f *fixture) int {
 		}
 	}
 	return n
+}
+
+// awaitPaydbFound moves clock on by a probe interval at a time until a
+// probe finds the thawed paydb and payout p-1 is answered 200 again;
+// anything but 503 before that, or waitLimit passing, fails the test.
+func awaitPaydbFound(t *testing.T, f *fixture, clock *overloadtest.Clock) {
+	t.Helper()
+	clock.Add(paymentresource.DefaultConfig().StallProbeInterval)
+	deadline := time.Now().Add(waitLimit)
+	for {
+		st, body := f.do("GET", api.PayoutPath("p-1"), "")
+		if st == http.StatusOK {
+			break
+		}
+		if st != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("after the thaw: %d %s; want 200 once a probe finds paydb (within %v)", st, body, waitLimit)
+		}
+		clock.Add(paymentresource.DefaultConfig().StallProbeInterval)
+	}
 }
