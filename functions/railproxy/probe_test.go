@@ -134,19 +134,7 @@ func TestBadInputDuringARaildbStallGetsItsOwn4xx(t *testing.T) {
 	if err := cluster.Thaw(); err != nil {
 		t.Fatal(err)
 	}
-	clock.Add(railproxy.DefaultConfig().StallProbeInterval)
-	deadline := time.Now().Add(waitLimit)
-	for {
-		rec := httptest.NewRecorder()
-		p.ServeHTTP(rec, httptest.NewRequest("GET", api.HighWaterPath("acct-1"), nil))
-		if rec.Code == http.StatusOK {
-			break
-		}
-		if rec.Code != http.StatusServiceUnavailable || time.Now().After(deadline) {
-			t.Fatalf("after the thaw: %d %s; want 200 once a probe finds raildb (within %v)", rec.Code, rec.Body, waitLimit)
-		}
-		clock.Add(railproxy.DefaultConfig().StallProbeInterval)
-	}
+	awaitRaildbFound(t, p, clock, "acct-1")
 	after := snapshotOf(t, r.dsn)
 	if changed := before.Changed(after); len(changed) > 0 {
 		t.Fatalf("the refused requests changed raildb: %v", changed)

@@ -155,19 +155,7 @@ func TestFrozenRaildbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 	if err := cluster.Thaw(); err != nil {
 		t.Fatal(err)
 	}
-	clock.Add(railproxy.DefaultConfig().StallProbeInterval)
-	deadline := time.Now().Add(waitLimit)
-	for {
-		rec := httptest.NewRecorder()
-		p.ServeHTTP(rec, httptest.NewRequest("GET", api.HighWaterPath("acct-0"), nil))
-		if rec.Code == http.StatusOK {
-			break
-		}
-		if rec.Code != http.StatusServiceUnavailable || time.Now().After(deadline) {
-			t.Fatalf("after the thaw: %d %s; want 200 once a probe finds raildb (within %v)", rec.Code, rec.Body, waitLimit)
-		}
-		clock.Add(railproxy.DefaultConfig().StallProbeInterval)
-	}
+	awaitRaildbFound(t, p, clock, "acct-0")
 	if overloadtest.Gauge(t, reg, "railproxy_db_stalled") != 0 || len(r.logs.Events(t, "backend_recovered")) != 1 {
 		t.Fatal("recovered, but the gauge or the log does not say so")
 	}
@@ -227,4 +215,25 @@ func TestRequestsBeyondMaxInFlightAreShedAtOnce(t *testing.T) {
 		t.Fatalf("the held submission ended %d", st)
 	}
 	mustAccept(t, p, "worker-2", body("p-2", "acct-8", 100), 6)
+}
+
+// awaitRaildbFound moves clock on by a probe interval at a time until a
+// probe finds the thawed raildb and account's high-water mark is answered
+// 200 again; anything but 503 before that, or waitLimit passing, fails the
+// test.
+func awaitRaildbFound(t *testing.T, p http.Handler, clock *overloadtest.Clock, account string) {
+	t.Helper()
+	clock.Add(railproxy.DefaultConfig().StallProbeInterval)
+	deadline := time.Now().Add(waitLimit)
+	for {
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, httptest.NewRequest("GET", api.HighWaterPath(account), nil))
+		if rec.Code == http.StatusOK {
+			break
+		}
+		if rec.Code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("after the thaw: %d %s; want 200 once a probe finds raildb (within %v)", rec.Code, rec.Body, waitLimit)
+		}
+		clock.Add(railproxy.DefaultConfig().StallProbeInterval)
+	}
 }
