@@ -636,8 +636,8 @@ const maxRefusalBytes = 4 << 10
 // post sends one push and returns the answer's status, 0 when there was
 // none. For a non-2xx answer it also returns the error envelope's code
 // (internal/httpjson; "" when the body is not the envelope) and an error
-// that says what the endpoint answered: "503 RAIL_NOT_REACHED: <its
-// message>", or the start of a body that is not the envelope (a proxy's
+// that says what the endpoint answered ("answered 503
+// DEPENDENCY_UNAVAILABLE: <its message>" from the executor), or the start of a body that is not the envelope (a proxy's
 // page), so that the push_delivered line names why the push failed.
 func (b *PushBridge) post(ctx context.Context, doer interface {
 	Do(*http.Request) (*http.Response, error)
