@@ -19,6 +19,7 @@ package payoutbus
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +38,8 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhttp"
 )
 
 // Publisher publishes payout events with message ordering on. It satisfies
@@ -605,8 +608,10 @@ func (b *PushBridge) deliver(ctx context.Context, doer interface {
 		wg  sync.WaitGroup
 	)
 	post := func(copy int) {
-		status, err := b.post(ctx, doer, body)
-		b.Log.Info("push delivered", "event", EventPushDelivered, "messageId", id, "copy", copy, "status", status, "error", errString(err))
+		status, code, err := b.post(ctx, doer, body)
+		// "error" right after "status": the runbook of PayoutDeadLettered
+		// and the game day's executor-down check read "status":0,"error":.
+		b.Log.Info("push delivered", "event", EventPushDelivered, "messageId", id, "copy", copy, "status", status, "error", errString(err), "code", code)
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil || status/100 != 2 {
@@ -624,21 +629,55 @@ func (b *PushBridge) deliver(ctx context.Context, doer interface {
 	return all
 }
 
+// maxRefusalBytes bounds how much of a non-2xx answer post reads for the
+// log (the error envelope is a few hundred bytes).
+const maxRefusalBytes = 4 << 10
+
+// post sends one push and returns the answer's status, 0 when there was
+// none. For a non-2xx answer it also returns the error envelope's code
+// (internal/httpjson; "" when the body is not the envelope) and an error
+// that says what the endpoint answered ("answered 503
+// DEPENDENCY_UNAVAILABLE: <its message>" from the executor), or the start of a body that is not the envelope (a proxy's
+// page), so that the push_delivered line names why the push failed.
 func (b *PushBridge) post(ctx context.Context, doer interface {
 	Do(*http.Request) (*http.Response, error)
-}, body []byte) (int, error) {
+}, body []byte) (status int, code string, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.Endpoint, bytes.NewReader(body))
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := doer.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 == 2 {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, "", nil
+	}
+	raw, rerr := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBytes))
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, nil
+	code, err = refusal(resp.StatusCode, raw, rerr)
+	return resp.StatusCode, code, err
+}
+
+// refusal describes a non-2xx answer with body raw (read with error rerr):
+// its envelope's code, and an error naming the status, the code and the
+// message.
+func refusal(status int, raw []byte, rerr error) (string, error) {
+	var env httpjson.Envelope
+	if json.Unmarshal(raw, &env) == nil && env.Error.Code != "" {
+		return env.Error.Code, fmt.Errorf("answered %d %s: %s", status, env.Error.Code, env.Error.Message)
+	}
+	switch msg := jsonhttp.Excerpt(raw); {
+	case rerr != nil:
+		return "", fmt.Errorf("answered %d; reading the answer failed: %w", status, rerr)
+	case msg == "":
+		return "", fmt.Errorf("answered %d with no body", status)
+	default:
+		return "", fmt.Errorf("answered %d without the error envelope: %s", status, msg)
+	}
 }
 
 func errString(err error) string {

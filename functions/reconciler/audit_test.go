@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
@@ -20,6 +22,7 @@ import (
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
@@ -212,5 +215,125 @@ func TestAuditSettleIsConfiguredAndValidated(t *testing.T) {
 	_, _, err = reconciler.DBAuditor(t.Context(), "postgres://127.0.0.1:1/paydb", "postgres://127.0.0.1:1/raildb", "http://127.0.0.1:4", 0, http.DefaultClient)
 	if !errors.Is(err, reconciler.ErrInvalidConfig) {
 		t.Fatalf("DBAuditor with settle 0: %v; want ErrInvalidConfig", err)
+	}
+}
+
+// mismatchGauge reads reconciler_audit_mismatches{kind} from the
+// reconciler's collectors.
+func mismatchGauge(t *testing.T, kind string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(reconciler.Collectors()...)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "reconciler_audit_mismatches" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" && l.GetValue() == kind {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no series reconciler_audit_mismatches{kind=%q}", kind)
+	return 0
+}
+
+// TestAuditFindingsAreCountedForThePage: what the audit finds wrong is
+// counted in reconciler_audit_mismatches{kind}, which PayoutAuditMismatch
+// pages on, listed in the run's answer and logged. An unbalanced account
+// (its balance moved by hand in paydb) is a violation, which the two
+// payout kinds do not see; the next audit after the repair sets every
+// kind to 0 (the page ends); a rail payment paydb never booked is a rail
+// payment without a debit, and its broken rules are violations too.
+func TestAuditFindingsAreCountedForThePage(t *testing.T) {
+	p, ev := setup(t)
+	var logs logtest.Buffer
+	cfg := reconciler.DefaultConfig()
+	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL, cfg.Owner = p.LockURL, p.PayURL, p.ProxyURL, "reconciler-page"
+	r, err := reconciler.New(cfg, slog.New(slog.NewJSONHandler(&logs, nil)), reconciler.WithAuditor(liveAuditor(t, p, nil, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pass := func() reconciler.PassReport {
+		t.Helper()
+		rep, err := r.Pass(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		auditShown(t, rep)
+		return rep
+	}
+	want := func(step string, rail, debit, violation float64) {
+		t.Helper()
+		for kind, w := range map[string]float64{reconciler.KindRailPaidNoDebit: rail, reconciler.KindDebitNoRailPayment: debit, reconciler.KindViolation: violation} {
+			if got := mismatchGauge(t, kind); got != w {
+				t.Errorf("%s: reconciler_audit_mismatches{kind=%q} = %v; want %v", step, kind, got, w)
+			}
+		}
+	}
+	moveBalance := func(by int64) {
+		t.Helper()
+		if _, err := p.PayDB.Exec(t.Context(), `UPDATE account SET balance_minor = balance_minor + $2 WHERE account_id = $1`, ev.AccountID, by); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	moveBalance(-1)
+	rep := pass()
+	if len(rep.Violations) != 1 || rep.Violations[0].Check != api.CheckAccountBalance || rep.Violations[0].Subject != ev.AccountID {
+		t.Fatalf("unbalanced %s: violations %+v; want one %s of it", ev.AccountID, rep.Violations, api.CheckAccountBalance)
+	}
+	want("unbalanced account", 0, 0, 1)
+	lines := logs.Events(t, reconciler.EventAuditViolation)
+	if len(lines) != 1 || lines[0]["level"] != "ERROR" || lines[0]["check"] != api.CheckAccountBalance || lines[0]["subject"] != ev.AccountID {
+		t.Errorf("%s lines %v; want one at ERROR naming %s of %s", reconciler.EventAuditViolation, lines, api.CheckAccountBalance, ev.AccountID)
+	}
+
+	moveBalance(1)
+	if rep := pass(); len(rep.Violations) != 0 {
+		t.Fatalf("after the repair: violations %+v; want none", rep.Violations)
+	}
+	want("after the repair", 0, 0, 0)
+
+	const unbooked = "p-unbooked"
+	b, _ := json.Marshal(railstub.SubmitRequest{PayoutID: unbooked, AccountID: "acct-9", AmountMinor: 100, Currency: "EUR", Reference: unbooked})
+	resp, err := http.Post(p.RailURL+"/submit", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("rail-stub: %d", resp.StatusCode)
+	}
+	rep = pass()
+	if !slices.Equal(rep.RailPaidNoDebit, []string{unbooked}) || len(rep.Violations) == 0 {
+		t.Fatalf("a rail payment paydb never booked: rail paid no debit %v, violations %+v; want [%s] and its broken rules",
+			rep.RailPaidNoDebit, rep.Violations, unbooked)
+	}
+	want("a rail payment without a debit", 1, 0, float64(len(rep.Violations)))
+}
+
+// auditShown fails unless rep, as the run answers it, carries the three
+// audit lists (docs/payout-api.md), [] or not.
+func auditShown(t *testing.T, rep reconciler.PassReport) {
+	t.Helper()
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]json.RawMessage
+	if err := json.Unmarshal(b, &body); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"railPaidNoDebit", "debitNoRailPayment", "violations"} {
+		if v := string(body[k]); len(v) == 0 || v[0] != '[' {
+			t.Errorf("run answer %s: %s = %q; want a list", b, k, v)
+		}
 	}
 }

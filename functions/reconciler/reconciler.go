@@ -31,9 +31,11 @@
 // just another writer, idempotent and safe to run while executors work.
 //
 // After the pass (when an Auditor is given) it runs the cross audit of
-// package payoutaudit and reports a rail payment with no debit and a debit
-// with no rail payment (events and the gauge
-// reconciler_audit_mismatches{kind}); it does not fix those itself. The
+// package payoutaudit and reports a rail payment with no debit, a debit
+// with no rail payment, and every rule the audit found broken (an
+// unbalanced ledger, a payout the rail received twice, ...): events, the
+// run's answer, and the gauge reconciler_audit_mismatches{kind}, which
+// alert PayoutAuditMismatch pages on; it does not fix those itself. The
 // audit runs beside executors at work, so DBAuditor uses
 // payoutaudit.Live: the books are read before the rail's journal, and a
 // rail payment found ahead of its debit is looked at again after
@@ -147,14 +149,26 @@ const (
 	// EventDebitNoRailPayment (ERROR): the audit found a debit with no
 	// rail payment (payoutId).
 	EventDebitNoRailPayment = "reconciler_debit_without_rail_payment"
+	// EventAuditViolation (ERROR): the audit found a rule broken (check,
+	// subject: a payout id or what the ledger check names, detail).
+	EventAuditViolation = "reconciler_audit_violation"
 	// EventAuditFailed (WARN): the audit could not run.
 	EventAuditFailed = "reconciler_audit_failed"
 )
 
-// Kinds of audit mismatch, the label of reconciler_audit_mismatches.
+// Kinds of audit mismatch, the label of reconciler_audit_mismatches. The
+// kinds overlap: a payout of the first two kinds is usually also a
+// violation.
 const (
-	KindRailPaidNoDebit    = "rail_payment_without_debit"
+	// KindRailPaidNoDebit counts payoutaudit.Report.RailPaidNoDebit.
+	KindRailPaidNoDebit = "rail_payment_without_debit"
+	// KindDebitNoRailPayment counts Report.DebitNoRailPayment.
 	KindDebitNoRailPayment = "debit_without_rail_payment"
+	// KindViolation counts Report.Violations: every rule the audit found
+	// broken, the cross-record checks of payoutaudit and the ledger checks
+	// of paymentresource.Audit (an unbalanced ledger, a balance that is not
+	// its opening balance less its debits).
+	KindViolation = "violation"
 )
 
 var (
@@ -172,10 +186,11 @@ var (
 	mismatches = func() *prometheus.GaugeVec {
 		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "reconciler_audit_mismatches",
-			Help: "Payouts the last audit found with a rail payment and no debit, or a debit and no rail payment.",
+			Help: "What the last audit found wrong, by kind: payouts with a rail payment and no debit, payouts with a debit and no rail payment, broken rules (violations).",
 		}, []string{"kind"})
 		g.WithLabelValues(KindRailPaidNoDebit)
 		g.WithLabelValues(KindDebitNoRailPayment)
+		g.WithLabelValues(KindViolation)
 		return g
 	}()
 )
@@ -200,6 +215,10 @@ type PassReport struct {
 	// (no Auditor).
 	RailPaidNoDebit    []string `json:"railPaidNoDebit"`
 	DebitNoRailPayment []string `json:"debitNoRailPayment"`
+	// Violations lists every rule the audit found broken
+	// (payoutaudit.Report.Violations), never nil: [] when none, or when
+	// the audit did not run.
+	Violations []payoutaudit.Violation `json:"violations"`
 }
 
 // Reconciler runs passes. It is safe for concurrent use; passes are
@@ -270,7 +289,7 @@ func (r *Reconciler) Owner() string { return r.locks.Owner() }
 func (r *Reconciler) Pass(ctx context.Context) (PassReport, error) {
 	r.pass.Lock()
 	defer r.pass.Unlock()
-	rep := PassReport{Results: map[Result]int{}, RailPaidNoDebit: []string{}, DebitNoRailPayment: []string{}}
+	rep := PassReport{Results: map[Result]int{}, RailPaidNoDebit: []string{}, DebitNoRailPayment: []string{}, Violations: []payoutaudit.Violation{}}
 	for _, st := range States {
 		after := ""
 		for {
@@ -311,12 +330,17 @@ func (r *Reconciler) Pass(ctx context.Context) (PassReport, error) {
 			for _, id := range a.DebitNoRailPayment {
 				r.log.Error("the books debit this payout and the rail holds no payment of it", "event", EventDebitNoRailPayment, "payoutId", id)
 			}
+			rep.Violations = append(rep.Violations, a.Violations...)
+			for _, v := range a.Violations {
+				r.log.Error("the audit found a rule broken", "event", EventAuditViolation, "check", v.Check, "subject", v.Subject, "detail", v.Detail)
+			}
 			mismatches.WithLabelValues(KindRailPaidNoDebit).Set(float64(len(a.RailPaidNoDebit)))
 			mismatches.WithLabelValues(KindDebitNoRailPayment).Set(float64(len(a.DebitNoRailPayment)))
+			mismatches.WithLabelValues(KindViolation).Set(float64(len(a.Violations)))
 		}
 	}
 	r.log.Info("reconciler pass done", "event", EventPassDone, "listed", rep.Listed, "results", rep.Results,
-		"railPaidNoDebit", len(rep.RailPaidNoDebit), "debitNoRailPayment", len(rep.DebitNoRailPayment))
+		"railPaidNoDebit", len(rep.RailPaidNoDebit), "debitNoRailPayment", len(rep.DebitNoRailPayment), "violations", len(rep.Violations))
 	return rep, nil
 }
 

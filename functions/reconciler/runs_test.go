@@ -107,7 +107,7 @@ func auditListsShown(t *testing.T, rep reconciler.PassReport) {
 	if err := json.Unmarshal(b, &body); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"railPaidNoDebit", "debitNoRailPayment"} {
+	for _, k := range []string{"railPaidNoDebit", "debitNoRailPayment", "violations"} {
 		if string(body[k]) != "[]" {
 			t.Errorf("run answer %s: %s = %q; want []", b, k, body[k])
 		}

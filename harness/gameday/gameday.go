@@ -275,20 +275,9 @@ var Faults = []Fault{
 			// both fence points (as a second, unfenced caller would).
 			id := "gd-dup-1"
 			e.set("ID", id)
-			body := fmt.Sprintf(`{"payoutId":%q,"accountId":"gd-acct-dup","amountMinor":100,"currency":"EUR","reference":%q}`, id, id)
 			for range 2 {
-				req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.st.RailStubURL()+"/submit", strings.NewReader(body))
-				if err != nil {
+				if err := railStubSubmit(ctx, e.st.RailStubURL(), id, "gd-acct-dup"); err != nil {
 					return err
-				}
-				req.Header.Set("Content-Type", "application/json")
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					return err
-				}
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					return fmt.Errorf("rail-stub answered %d to a submission", resp.StatusCode)
 				}
 			}
 			return nil
@@ -459,6 +448,30 @@ var Faults = []Fault{
 		Heal:     func(ctx context.Context, e *env) error { return e.st.Restart(ctx, "rail-stub") },
 		// The executor's reason for each failed delivery.
 		Confirms: map[string]string{"PayoutDeadLettered": string(railapi.CodeRailNotReached)},
+	},
+	{
+		// A payment the rail made that the books never debited: one
+		// submission of a payout paydb does not know, straight to
+		// rail-stub, past both fence points (a second, unfenced caller of
+		// the rail), then a reconciler pass, whose cross audit reports it
+		// (reconciler_audit_mismatches{kind="rail_payment_without_debit"},
+		// and kind "violation" for the rules it breaks) after its second
+		// look. Last of the executor path: the payment
+		// stays in the rail's journal, so every later audit of the phase
+		// reports it again.
+		Name:     "rail-paid-no-debit",
+		Executes: true,
+		Alerts:   []string{"PayoutAuditMismatch"},
+		Inject: func(ctx context.Context, e *env) error {
+			e.set("ID", noDebitPayout)
+			if err := railStubSubmit(ctx, e.st.RailStubURL(), noDebitPayout, noDebitAccount); err != nil {
+				return err
+			}
+			return reconcileOnce(ctx, e.st.ReconcilerURL())
+		},
+		// Nothing heals it: money moved; the books need a person.
+		// The runbook's pass names the payout under railPaidNoDebit.
+		Confirms: map[string]string{"PayoutAuditMismatch": `"railPaidNoDebit":\[[^\]]*"` + noDebitPayout + `"`},
 	},
 	{
 		// The etcd leader killed and restarted four times in a row, as
@@ -661,6 +674,10 @@ func runPhase(ctx context.Context, cfg Config, bin string, mon **monitor, ph pha
 	}
 	if br != nil {
 		targets = append(targets, Target{Job: "push-bridge", Addr: br.addr})
+	}
+	if ph.executes {
+		// reconciler_audit_mismatches, PayoutAuditMismatch's gauge.
+		targets = append(targets, Target{Job: "reconciler", Addr: hostOf(st.ReconcilerURL())})
 	}
 	rules := filepath.Join(cfg.Repo, "ops/prometheus/gameday/rules.yml")
 	if *mon == nil {

@@ -29,7 +29,40 @@ const (
 	// its payout (the fence is aheadToken too).
 	payAheadAccount = "gd-acct-pay-ahead"
 	payAheadPayout  = "gd-pay-ahead-1"
+	// noDebitPayout is rail-paid-no-debit's payout, paid at the rail and
+	// unknown to paydb; noDebitAccount the account the rail is told.
+	noDebitPayout  = "gd-nodebit-1"
+	noDebitAccount = "gd-acct-nodebit"
 )
+
+// pathRailStubSubmit is rail-stub's submission route (package railstub's
+// doc comment): no token, no fence, no idempotency key.
+const pathRailStubSubmit = "/submit"
+
+// railStubSubmit submits a payment of 100 EUR of payout id from account
+// straight to rail-stub, past both fence points, and wants the rail's
+// ACK: money moved.
+func railStubSubmit(ctx context.Context, stubURL, id, account string) error {
+	body, err := json.Marshal(railstub.SubmitRequest{PayoutID: id, AccountID: account, AmountMinor: 100, Currency: "EUR", Reference: id})
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, stubURL+pathRailStubSubmit, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var ans railstub.SubmitAnswer
+	if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil || resp.StatusCode != http.StatusOK || ans.Status != railstub.StatusAck {
+		return fmt.Errorf("rail-stub answered %d %q to a submission of %s (%v); want 200 %s", resp.StatusCode, ans.Status, id, err, railstub.StatusAck)
+	}
+	return nil
+}
 
 // pathRailStubFaults is rail-stub's fault-injection route (package
 // railstub's doc comment).
