@@ -26,6 +26,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
@@ -60,11 +61,15 @@ type chainRig struct {
 // rigConfig configures newChainRig.
 type rigConfig struct {
 	ttl, acquireWait time.Duration
+	// requestTimeout is the Executor's RequestTimeout (0: the default).
+	requestTimeout time.Duration
 	// lock wraps lock-server's handler; lockLog is its logger (default:
 	// discarded); opts are the Executor's options.
 	lock    func(http.Handler) http.Handler
 	lockLog *slog.Logger
 	opts    []executor.Option
+	// log is the Executor's logger (default: discarded).
+	log *slog.Logger
 }
 
 func newChainRig(t *testing.T, deps *fakeDeps, rc rigConfig) chainRig {
@@ -85,7 +90,13 @@ func newChainRig(t *testing.T, deps *fakeDeps, rc rigConfig) chainRig {
 	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = lsrv.URL, dsrv.URL, dsrv.URL
 	cfg.Owner, cfg.LeaseTTL, cfg.AcquireWait = "worker-a", rc.ttl, rc.acquireWait
 	cfg.ReportRetry = executor.RetryConfig{Attempts: 2, Initial: time.Millisecond, Max: 2 * time.Millisecond}
-	x, err := executor.New(cfg, slog.New(slog.DiscardHandler), append([]executor.Option{executor.WithRand(rand.New(rand.NewPCG(1, 2)))}, rc.opts...)...)
+	if rc.requestTimeout > 0 {
+		cfg.RequestTimeout = rc.requestTimeout
+	}
+	if rc.log == nil {
+		rc.log = slog.New(slog.DiscardHandler)
+	}
+	x, err := executor.New(cfg, rc.log, append([]executor.Option{executor.WithRand(rand.New(rand.NewPCG(1, 2)))}, rc.opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +200,7 @@ func TestLeasePastItsLocalDeadlineStopsBeforeTheClaim(t *testing.T) {
 // releases before it answers.
 func TestPushIsAnsweredBeforeTheReleaseAndCloseWaitsForIt(t *testing.T) {
 	deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
 	defer cancel()
 	var (
 		arrivedOnce sync.Once
@@ -208,7 +219,11 @@ func TestPushIsAnsweredBeforeTheReleaseAndCloseWaitsForIt(t *testing.T) {
 			next.ServeHTTP(w, r)
 		})
 	}
-	rig := newChainRig(t, deps, rigConfig{ttl: time.Minute, acquireWait: 3 * time.Second, lock: holdRelease})
+	// The release's own timeout (RequestTimeout) is longer than the test:
+	// only lock-server's answer ends it.
+	var logs logtest.Buffer
+	rig := newChainRig(t, deps, rigConfig{ttl: time.Minute, acquireWait: 3 * time.Second, requestTimeout: time.Minute, lock: holdRelease,
+		log: slog.New(slog.NewJSONHandler(&logs, nil))})
 	body, _ := payoutevent.Encode(event, "m-1", "acct-7", 1)
 	answered := make(chan *httptest.ResponseRecorder, 1)
 	go func() { answered <- push(t, rig.x, body) }()
@@ -216,6 +231,10 @@ func TestPushIsAnsweredBeforeTheReleaseAndCloseWaitsForIt(t *testing.T) {
 	case rec := <-answered:
 		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"posted"`) {
 			t.Fatalf("push answered %d %s; want 200 posted", rec.Code, rec.Body)
+		}
+		if n := len(logs.Events(t, executor.EventLeaseReleased)) + len(logs.Events(t, executor.EventLeaseReleaseFailed)); n != 0 {
+			close(letGo)
+			t.Fatalf("the release ended (%d lines) before the push was answered, while lock-server held it: the answer waited for the release", n)
 		}
 	case <-ctx.Done():
 		close(letGo)
