@@ -18,7 +18,8 @@
 //     lock-server until the lease with A's token is gone;
 //  6. the same message is delivered to B, as Pub/Sub redelivers a message
 //     whose push was not answered in time; B takes the lease with a larger
-//     token and completes the payout;
+//     token, completes the payout, answers and releases the lease (the
+//     harness waits for the release, which follows the answer);
 //  7. A is continued with SIGCONT and carries on as if it still held the
 //     lease; the harness waits for its push answer.
 //
@@ -353,6 +354,17 @@ func (r *Run) drive(ctx context.Context, st *stack.Stack, mark func(string, map[
 	mark("push_sent", map[string]any{"ownerId": "B", "deliveryAttempt": 2})
 	r.AnswerB = push(ctx, st.ExecutorURL("B"), bodyB)
 	mark("push_answered", map[string]any{"ownerId": "B", "answer": r.AnswerB})
+	// B releases its lease right after its answer (issue 16): A continues
+	// once that release is in, after B's whole run, as before.
+	if err := poll(ctx, "executor B to release its lease", func() (bool, error) {
+		var state lockapi.LockState
+		if err := getJSON(ctx, st.LockServerURL()+lockapi.PathLockPrefix+url.PathEscape(key), &state); err != nil {
+			return false, err
+		}
+		return !state.Held, nil
+	}); err != nil {
+		return err
+	}
 
 	if err := a.Signal(continueSignal); err != nil {
 		return err

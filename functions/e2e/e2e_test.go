@@ -254,6 +254,8 @@ func (st *stack) executor(t *testing.T, log *slog.Logger, owner string, ttl time
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its lease releases follow the push answers: wait for the last ones.
+	t.Cleanup(func() { _ = x.Close(context.Background()) })
 	return x
 }
 

@@ -49,6 +49,8 @@ func TestPauseFaultMakesAStaleDeliveryTheFencesRefuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its lease releases follow the push answers: wait for the last ones.
+	t.Cleanup(func() { _ = x.Close(context.Background()) })
 	deliver := func(attempt int) *httptest.ResponseRecorder {
 		body, err := payoutevent.Encode(ev, "m-1", ev.AccountID, attempt)
 		if err != nil {

@@ -116,6 +116,18 @@ func (f FaultPause) validate(leaseTTL time.Duration) []error {
 	return errs
 }
 
+// queueWait is how long each acquire request of the executor waits in
+// lock-server's queue of the key (client.WithWait): AcquireWait in whole
+// milliseconds, at most api.MaxWaitMs; 0 (no queue: the SDK's retries
+// with backoff) when that is below api.MinWaitMs.
+func queueWait(acquireWait time.Duration) time.Duration {
+	d := min(acquireWait.Truncate(time.Millisecond), api.MaxWaitMs*time.Millisecond)
+	if d < api.MinWaitMs*time.Millisecond {
+		return 0
+	}
+	return d
+}
+
 // ErrInvalidConfig is wrapped by every error of Validate and LoadConfig.
 var ErrInvalidConfig = errors.New("executor: invalid config")
 
@@ -136,10 +148,16 @@ type Config struct {
 	// within lockserver/api's MinTTLMs..MaxTTLMs, whole milliseconds).
 	// It must cover one claim, one rail submission and one result post with
 	// room to spare; the lease is renewed in the background meanwhile.
+	// The claim is preceded by a check of the lease's local deadline
+	// only, the rail submission by a confirmation with lock-server.
 	LeaseTTL time.Duration
 	// AcquireWait bounds how long one delivery waits for the account's lock
 	// before answering 503 so that Pub/Sub redelivers later
-	// (ACQUIRE_WAIT_MS, default 15000, positive).
+	// (ACQUIRE_WAIT_MS, default 15000, positive). The wait is spent in
+	// lock-server's queue of the key (api.AcquireRequest.WaitMs, at most
+	// api.MaxWaitMs per request), so that the lock passes from one
+	// delivery to the next about one round trip after the release; below
+	// api.MinWaitMs the SDK retries with backoff instead.
 	AcquireWait time.Duration
 	// RequestTimeout bounds each call to payment-resource
 	// (EXECUTOR_REQUEST_TIMEOUT_MS, default 5000, positive).

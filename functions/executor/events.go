@@ -75,9 +75,15 @@ const (
 	EventPayoutPosted    = "payout_posted"
 	EventPayoutDeclined  = "payout_declined"
 	EventPayoutAmbiguous = "payout_ambiguous"
-	// EventLeaseReleased and EventLeaseReleaseFailed end the execution.
+	// EventLeaseReleased and EventLeaseReleaseFailed: the release's
+	// answer, logged after the push's answer (the release is sent once
+	// the push is answered).
 	EventLeaseReleased      = "lease_released"
 	EventLeaseReleaseFailed = "lease_release_failed"
+	// EventReleasesUnfinished: WARN at stop, lease releases were still in
+	// flight when the wait for them (Close) ended; those leases end by
+	// their TTL.
+	EventReleasesUnfinished = "lease_releases_unfinished"
 	// EventExecutionDone: the push is acknowledged.
 	EventExecutionDone = "payout_execution_done"
 	// EventExecutionRetry: the push is left for redelivery (status).

@@ -5,16 +5,19 @@
 //  0. reads the payout and checks that the event describes it (the event
 //     is a notification; the payout row decides the account and amount),
 //  1. acquires the lease on payout:{account_id} through the SDK (renewed in
-//     the background while it works),
-//  2. confirms the lease with lock-server (a renewal), then claims the
+//     the background while it works), waiting in lock-server's queue of
+//     the key (client.WithWait) rather than retrying with backoff,
+//  2. checks the lease's local deadline (no round trip), then claims the
 //     payout at payment-resource with its fencing token,
-//  3. confirms the lease again, then submits the payout to the rail
+//  3. confirms the lease with lock-server (a renewal), then submits the
+//     payout to the rail
 //     through rail-proxy with its fencing token; when rail-proxy answers
 //     that the payout already went to the rail (an earlier worker's
 //     submission, perhaps a stale one that arrived first), it takes that
 //     attempt's outcome instead of submitting again,
 //  4. posts the rail's outcome to payment-resource with its fencing token,
-//  5. releases the lease.
+//  5. answers the push, then releases the lease in the background (Close
+//     waits for the releases still in flight).
 //
 // No step rests on an unfenced read: whether the payout may go to the rail
 // is decided by rail-proxy inside the transaction that records the
@@ -22,12 +25,22 @@
 // "not yet" and both submit). docs/payout-pipeline.md lists every read
 // that decides a later write.
 //
-// The lease confirmations make an operator's revoke, or an expiry the
-// worker's local deadline has not caught up with, stop the worker before
-// its next side effect; they cannot close the window: the process can be
-// paused right after a confirmation. What stops a stale worker is the two
+// The lease confirmation before the rail submission makes an operator's
+// revoke, or an expiry the worker's local deadline has not caught up
+// with, stop the worker before the side effect no transaction can undo;
+// it cannot close the window: the process can be paused right after it.
+// The claim before it is a fenced write that a newer holder's claim
+// overrides, so only the local deadline is checked there (a confirmation
+// would cost a round trip and a lockdb write per payout for nothing a
+// fence does not already give). What stops a stale worker is the two
 // fence points, rail-proxy's high-water mark and one-forward-per-payout
 // rule and payment-resource's conditional UPDATE.
+//
+// The release is conditional on the token (a stale one ends nothing), so
+// it need not precede the push's answer: Pub/Sub hands out the account's
+// next event as soon as the answer is in, and that delivery's acquire
+// waits in lock-server's queue until the release arrives, then is
+// granted in about one round trip.
 //
 // Pub/Sub delivers at least once; a redelivery is just another worker. Every
 // answer of lock-server, payment-resource and rail-proxy is classified once
@@ -158,6 +171,17 @@ type Executor struct {
 	// rndMu guards rnd, the jitter of the in-process retries.
 	rndMu sync.Mutex
 	rnd   *rand.Rand
+
+	// relMu guards closed (set by Close: from then on a release is sent
+	// before Execute returns) and the Adds of releases, which counts the
+	// releases sent in the background (releaseLater); Close waits for it.
+	relMu    sync.Mutex
+	closed   bool
+	releases sync.WaitGroup
+
+	// beforeClaim runs after the grant, before the local lease check
+	// that precedes the claim; tests only (export_test.go).
+	beforeClaim func(*client.Lease)
 }
 
 // Option configures New.
@@ -332,7 +356,12 @@ func (x *Executor) serve(w http.ResponseWriter, r *http.Request) {
 	defer span.End()
 	log := x.log.With("payoutId", ev.PayoutID, "accountId", ev.AccountID, "messageId", push.Message.MessageID, "deliveryAttempt", push.Attempt(), "ownerId", x.Owner())
 	log.InfoContext(ctx, "payout event received", "event", EventPayoutEventReceived, "orderingKey", push.Message.OrderingKey)
-	out, err := x.Execute(withDeliveryAttempt(ctx, push.Attempt()), ev)
+	// The lease is released once the answer is written (deferred, so also
+	// when the execution panics): Pub/Sub's next event of the account need
+	// not wait for lock-server's answer to the release.
+	var release func()
+	defer func() { x.releaseLater(release) }()
+	out, err := x.execute(withDeliveryAttempt(ctx, push.Attempt()), ev, &release)
 	status := Status(out, err)
 	if err != nil {
 		code := codeOf(err)
@@ -475,7 +504,22 @@ func codeOf(err error) string {
 // OutcomeNeedsAttention. Once the lease is granted, its token and owner
 // are set on the span of ctx (ServeHTTP's SpanDelivery), and every request
 // made carries ctx's trace context.
+//
+// Execute returns once the outcome is known; the lease's release (if a
+// lease was granted) then goes to lock-server in the background,
+// conditional on the token, with ctx's values but not its cancellation.
+// Close waits for the releases still in flight; after Close, Execute
+// releases before it returns.
 func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, error) {
+	var release func()
+	defer func() { x.releaseLater(release) }()
+	return x.execute(ctx, e, &release)
+}
+
+// execute is Execute without the release: once the lease is granted it
+// sets *release to the function that releases it, which the caller runs
+// through releaseLater after it has answered.
+func (x *Executor) execute(ctx context.Context, e payoutevent.Event, release *func()) (Outcome, error) {
 	log := x.log.With("payoutId", e.PayoutID, "accountId", e.AccountID, "ownerId", x.Owner())
 	// (0) the event is a notification; the payout row is the truth. A
 	// forged or corrupted event must not choose the lock, the account or
@@ -489,9 +533,17 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	}
 	// The pause fault's delivery (Config.FaultPause) stands for a stopped
 	// process, which renews nothing: its lease gets no background renewal,
-	// only the confirmations below, so lock-server ends it during the pause.
+	// only the confirmation before the rail submission, so lock-server
+	// ends it during the pause.
 	paused := x.cfg.FaultPause.Applies(e.PayoutID, deliveryAttemptOf(ctx))
 	aopts := []client.AcquireOption{client.WithTTL(x.cfg.LeaseTTL)}
+	if w := queueWait(x.cfg.AcquireWait); w > 0 {
+		// Wait in lock-server's queue of the key: the previous delivery of
+		// the account answers its push before it releases, so this acquire
+		// often arrives first, and is granted about one round trip after
+		// that release instead of after the SDK's backoff.
+		aopts = append(aopts, client.WithWait(w))
+	}
 	if !paused {
 		aopts = append(aopts, client.WithAutoRenew(0))
 	}
@@ -514,19 +566,19 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 	holder := payoutevent.Holder{Token: token, Proof: lease.Proof(), Owner: x.Owner()}
 	log = log.With("token", token)
 	log.InfoContext(ctx, "lease granted; executing under it", "event", EventLeaseAcquired, "lock", e.LockKey(), "leaseId", lease.Grant().LeaseID, "ttlMs", lease.Grant().TTLMs)
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.cfg.RequestTimeout)
-		defer cancel()
-		if err := lease.Release(rctx); err != nil {
-			log.InfoContext(ctx, "lease release refused or failed", "event", EventLeaseReleaseFailed, "error", err.Error())
-		} else {
-			log.InfoContext(ctx, "lease released", "event", EventLeaseReleased)
-		}
-	}()
+	*release = func() { x.release(ctx, log, lease) }
 
-	// (1) claim, once lock-server has confirmed the grant is still ours.
-	if err := x.confirm(ctx, log, lease, "claim"); err != nil {
-		return x.settle(ctx, log, e, nil, "confirm before the claim", ServiceLockServer, err)
+	// (1) claim, once the lease's local deadline says it is still held.
+	// No confirmation with lock-server here: the claim is fenced and
+	// reversible (a newer holder's claim takes the payout over), so a
+	// lease the server ended behind this worker's back costs nothing yet;
+	// the confirmation before the rail submission stops this worker
+	// before the side effect that cannot be undone.
+	if x.beforeClaim != nil {
+		x.beforeClaim(lease)
+	}
+	if err := x.checkLocal(ctx, log, lease, "claim"); err != nil {
+		return x.settle(ctx, log, e, nil, "local lease check before the claim", ServiceLockServer, err)
 	}
 	terms, err := x.claim(ctx, e, holder)
 	if err != nil {
@@ -691,6 +743,83 @@ func (x *Executor) markAttention(ctx context.Context, log *slog.Logger, e payout
 		"event", EventPayoutAttentionUnrecorded, "reason", string(reason), "code", code, "error", err.Error())
 	countUnrecorded(reason)
 	return OutcomeNeedsAttention, nil
+}
+
+// release asks lock-server to end lease (conditional on its token: a
+// lease that has ended, or a newer holder's, is left alone) and logs the
+// answer. It is bounded by RequestTimeout and ignores ctx's cancellation
+// (it runs after the push is answered), keeping its values (the trace).
+func (x *Executor) release(ctx context.Context, log *slog.Logger, lease *client.Lease) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.cfg.RequestTimeout)
+	defer cancel()
+	if err := lease.Release(rctx); err != nil {
+		log.InfoContext(ctx, "lease release refused or failed", "event", EventLeaseReleaseFailed, "error", err.Error())
+	} else {
+		log.InfoContext(ctx, "lease released", "event", EventLeaseReleased)
+	}
+}
+
+// releaseLater runs release (nil: no lease was granted) in a goroutine
+// that Close waits for, or, once Close has been called, before it
+// returns. The goroutine ends when the release has been answered or has
+// failed (release is bounded by RequestTimeout).
+func (x *Executor) releaseLater(release func()) {
+	if release == nil {
+		return
+	}
+	x.relMu.Lock()
+	if x.closed {
+		x.relMu.Unlock()
+		release()
+		return
+	}
+	x.releases.Add(1)
+	x.relMu.Unlock()
+	go func() {
+		defer x.releases.Done()
+		release()
+	}()
+}
+
+// Close waits until every lease release still in flight (Execute sends
+// them after it returns) has been answered or has failed, each bounded by
+// RequestTimeout, or until ctx ends; then it returns an error wrapping
+// ctx's, and the releases left finish by themselves (if the process exits
+// first, their leases end by their TTL, as after a crash). From the first
+// Close on, an execution releases its lease before it returns, so that no
+// release is sent unwaited for. Call it once the push endpoint has stopped
+// taking requests (cmd/executor calls it after the server's drain); it may
+// be called more than once.
+func (x *Executor) Close(ctx context.Context) error {
+	x.relMu.Lock()
+	x.closed = true
+	x.relMu.Unlock()
+	done := make(chan struct{})
+	go func() { // ends when the last release has ended
+		x.releases.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("executor: lease releases still in flight: %w", ctx.Err())
+	}
+}
+
+// checkLocal reports whether lease is held by its local deadline, with no
+// request: nil, or the SDK's error wrapping client.ErrLeaseLost (the
+// deadline passed, or a renewal was refused), logged as EventLeaseLost
+// before the step named. The deadline is conservative (measured from the
+// acquire's or last renewal's send time, less the drift allowance; see
+// lockserver/client), so it never says held after lock-server may have
+// expired the lease; it cannot see an operator's revoke.
+func (x *Executor) checkLocal(ctx context.Context, log *slog.Logger, lease *client.Lease, step string) error {
+	err := lease.Check()
+	if err != nil {
+		log.WarnContext(ctx, "lease lost before the "+step+" (checked locally, no request); not going on", "event", EventLeaseLost, "step", step, "error", err.Error())
+	}
+	return err
 }
 
 // confirm asks lock-server to renew the lease before the side effect named

@@ -179,7 +179,19 @@ func newExecutor(t *testing.T, deps *fakeDeps, hooks executor.Hooks) (*executor.
 	if err != nil {
 		t.Fatal(err)
 	}
+	closeAtCleanup(t, x)
 	return x, store
+}
+
+// closeAtCleanup waits, when the test ends, for the lease releases x
+// still has in flight (sent after the push's answer), so that none
+// outlives the test or its lock-server.
+func closeAtCleanup(t testing.TB, x *executor.Executor) {
+	t.Cleanup(func() {
+		if err := x.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
 }
 
 func push(t *testing.T, x http.Handler, body []byte) *httptest.ResponseRecorder {
@@ -196,6 +208,9 @@ func TestHappyPathPostsTheRailOutcomeWithTheLeaseToken(t *testing.T) {
 	rec := push(t, x, body)
 	if rec.Code != 200 {
 		t.Fatalf("push answered %d %s; want 200 (ack)", rec.Code, rec.Body)
+	}
+	if err := x.Close(t.Context()); err != nil { // the release follows the answer
+		t.Fatal(err)
 	}
 	st, _ := store.Inspect(context.Background(), "payout:acct-7")
 	if st.Lease != nil || st.LastToken == 0 {
@@ -922,6 +937,7 @@ func TestStaleHolderRefusedForGoodIsFencedOutNotMarked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	closeAtCleanup(t, x)
 	out, err := x.Execute(t.Context(), event)
 	if !errors.Is(err, executor.ErrFencedOut) || executor.Status(out, err) != http.StatusConflict {
 		t.Fatalf("Execute = %q, %v; want ErrFencedOut and 409 so that Pub/Sub redelivers", out, err)

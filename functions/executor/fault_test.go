@@ -81,6 +81,7 @@ func TestPauseFaultMakesTheFirstDeliveryAStaleHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	closeAtCleanup(t, x)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

@@ -69,6 +69,7 @@ func fuzzExecutor(f *testing.F, deps http.Handler) (*executor.Executor, *memstor
 	if err != nil {
 		f.Fatal(err)
 	}
+	closeAtCleanup(f, x)
 	return x, store
 }
 

@@ -55,6 +55,9 @@ func TestDeliverySpanContinuesTheMessageTrace(t *testing.T) {
 	if rec.Code != 200 {
 		t.Fatalf("push answered %d %s; want 200", rec.Code, rec.Body)
 	}
+	if err := x.Close(t.Context()); err != nil { // the release, sent after the answer
+		t.Fatal(err)
+	}
 
 	var delivery tracetest.SpanStub
 	n := 0

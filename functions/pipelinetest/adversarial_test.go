@@ -7,6 +7,7 @@ package pipelinetest_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,6 +48,8 @@ func newExecutor(t *testing.T, p *pipelinetest.Pipeline, owner string, d client.
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its lease releases follow the push answers: wait for the last ones.
+	t.Cleanup(func() { _ = x.Close(context.Background()) })
 	return x
 }
 

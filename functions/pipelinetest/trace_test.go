@@ -219,6 +219,11 @@ func TestOnePayoutIsOneTraceWithTheTokenAtBothFencePoints(t *testing.T) {
 	if st != http.StatusOK || !strings.Contains(string(answer), string(executor.OutcomePosted)) {
 		t.Fatalf("push answered %d %s; want 200 posted", st, answer)
 	}
+	// The lease's release follows the answer: its spans belong to the
+	// trace too.
+	if err := x.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 
 	// Every hop closed: the delivery span ended, and each client span of
 	// an HTTP call has its server span.

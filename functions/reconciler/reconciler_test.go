@@ -396,6 +396,8 @@ func TestReconcilerAndExecutorRacingEndWithOneLedgerEffect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its lease releases follow the push answers: wait for the last ones.
+	t.Cleanup(func() { _ = x.Close(context.Background()) })
 	body, err := payoutevent.Encode(ev, "m-1", ev.AccountID, 1)
 	if err != nil {
 		t.Fatal(err)

@@ -151,6 +151,8 @@ func newWorld(t *testing.T) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its lease releases follow the push answers: wait for the last ones.
+	t.Cleanup(func() { _ = x.Close(context.Background()) })
 	w.handlers[svcPush] = x
 	ccfg := reconciler.DefaultConfig()
 	ccfg.LockServerURL, ccfg.PaymentResourceURL, ccfg.RailProxyURL = lockURL, payURL, proxyURL

@@ -38,19 +38,19 @@ var adversarial = []struct {
 	// forgeries are refused 403 INVALID_TERMS with nothing recorded, the
 	// genuine one is paid once.
 	{"forged-terms-then-the-genuine-submission", 1, true,
-		"A:acquire A:confirm A:claim A:confirm A:forge A:submit A:rail A:report A:release R:read",
+		"A:acquire A:claim A:confirm A:forge A:submit A:rail A:report A:release R:read",
 		[]string{explore.PathInvalidTerms, explore.PathForwarded}, []string{"posted"}},
 	// The rail refuses A's call and recorded nothing: rail-proxy records
 	// it not_sent and releases the forward; A's own resend, same token,
 	// goes to the rail again and is paid; B's delivery finds that forward.
 	{"own-resend-after-not-sent", 2, false,
-		"A:acquire A:confirm A:claim A:confirm A:submit A:refused A:release A:resend P:rail B:acquire B:confirm B:claim B:confirm B:submit B:report B:release",
+		"A:acquire A:claim A:confirm A:submit A:refused A:release A:resend P:rail B:acquire B:claim B:confirm B:submit B:report B:release",
 		[]string{explore.PathNotSentReleased, explore.PathResendAfterNotSent, explore.PathAlreadySubmitted}, []string{"posted"}},
 	// B, the newer holder, is refused by the rail too and its forward
 	// released; A's stale resend arrives then, and B's token, the
 	// high-water mark, fences it out although no forward is held.
 	{"stale-resend-after-the-newer-holders-release", 2, false,
-		"A:acquire A:confirm A:claim A:confirm A:submit A:refused A:release B:acquire B:confirm B:claim B:confirm B:submit B:refused A:resend B:release",
+		"A:acquire A:claim A:confirm A:submit A:refused A:release B:acquire B:claim B:confirm B:submit B:refused A:resend B:release",
 		[]string{explore.PathNotSentReleased, explore.PathStaleResendFenced}, []string{"posted"}},
 	// A gives up while its rail call is held; past the abandon threshold
 	// B's submission marks A's attempt ambiguous and B reports it; then
@@ -58,12 +58,12 @@ var adversarial = []struct {
 	// attempt is no longer forwarding), and the reconciler settles the
 	// attempt B was told about.
 	{"not-sent-release-after-the-abandonment", 2, true,
-		"A:acquire A:confirm A:claim A:confirm A:submit A:giveup A:release age B:acquire B:confirm B:claim B:confirm B:submit B:report B:release P:refused R:read R:acquire R:reconcile R:resolve R:release",
+		"A:acquire A:claim A:confirm A:submit A:giveup A:release age B:acquire B:claim B:confirm B:submit B:report B:release P:refused R:read R:acquire R:reconcile R:resolve R:release",
 		[]string{explore.PathNotSentKept, explore.PathReconciled, explore.PathAlreadySubmitted}, []string{"failed"}},
 	// The same, with the reconciler's stop and record between B's report
 	// and the rail's refusal of the old call.
 	{"not-sent-release-after-the-reconciliation", 2, true,
-		"A:acquire A:confirm A:claim A:confirm A:submit A:giveup A:release age B:acquire B:confirm B:claim B:confirm B:submit B:report B:release R:read R:acquire R:reconcile P:refused R:resolve R:release",
+		"A:acquire A:claim A:confirm A:submit A:giveup A:release age B:acquire B:claim B:confirm B:submit B:report B:release R:read R:acquire R:reconcile P:refused R:resolve R:release",
 		[]string{explore.PathNotSentKept, explore.PathReconciled}, []string{"failed"}},
 	// A's submission is refused for good before rail-proxy, A confirms
 	// its lease (a refusal is judged only by the current holder) and marks
@@ -75,12 +75,12 @@ var adversarial = []struct {
 	// and B then marked the payout needs_attention). B confirms, learns
 	// its lease is gone, and stops.
 	{"late-submission-after-the-close", 2, true,
-		"B:acquire B:confirm B:claim B:confirm expire A:acquire A:confirm A:claim A:confirm A:reject A:confirm A:attention A:release R:read R:acquire R:reconcile R:resolve R:release B:submit B:confirm B:release",
+		"B:acquire B:claim B:confirm expire A:acquire A:claim A:confirm A:reject A:confirm A:attention A:release R:read R:acquire R:reconcile R:resolve R:release B:submit B:confirm B:release",
 		[]string{explore.PathClosed, explore.PathLateAfterClose}, []string{"failed"}},
 	// The late rail call of a caller that gave up reaches the rail after
 	// the reconciler's stop order: PAYOUT_STOPPED, nothing paid.
 	{"late-rail-call-after-the-stop-order", 2, true,
-		"A:acquire A:confirm A:claim A:confirm A:submit A:giveup A:release age B:acquire B:confirm B:claim B:confirm B:submit B:report B:release R:read R:acquire R:reconcile R:resolve R:release P:rail",
+		"A:acquire A:claim A:confirm A:submit A:giveup A:release age B:acquire B:claim B:confirm B:submit B:report B:release R:read R:acquire R:reconcile R:resolve R:release P:rail",
 		[]string{explore.PathStopped, explore.PathReconciled}, []string{"failed"}},
 }
 

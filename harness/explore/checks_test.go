@@ -16,7 +16,7 @@ import (
 // claim lands after the new holder's, with a lower token.
 func TestExplorerFencesCheckCanFail(t *testing.T) {
 	x := explore.New(t, pipelinetest.Options{PaymentFencingOff: true})
-	s, err := explore.ParseSchedule("A:acquire A:confirm expire B:acquire B:confirm B:claim A:claim A:confirm A:release B:confirm B:submit B:rail B:report B:release")
+	s, err := explore.ParseSchedule("A:acquire expire B:acquire B:claim A:claim A:confirm A:release B:confirm B:submit B:rail B:report B:release")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,8 +71,18 @@
 //
 // A duplicate delivery is one more executor: the schedule decides when
 // each one starts acquiring. An acquire is only let go when the key is
-// free (a refused acquire changes nothing and is retried), so a schedule
-// never waits on the real clock.
+// free, so a schedule never waits on the real clock. The executor's
+// acquire waits in lock-server's queue of the key while another holds it,
+// and is granted right after that release (or expiry): the same grant at
+// the same point of the schedule as one let go then, having written
+// nothing meanwhile.
+//
+// An executor answers its push before it releases: Execute returns, then
+// the release goes to lock-server from a goroutine of its own. The
+// release stays that actor's last held step (StepRelease), and the actor
+// is done only once it has been let go or the actor has crashed; the
+// explorer may move every other actor, or inject a fault, between the
+// actor's last write and its release, as before.
 //
 // # What is checked after each schedule
 //
@@ -831,6 +841,12 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 		kill[h] = cancel
 		go func() {
 			_, err := x.Execute(actx, ev)
+			// Execute has answered; its release goes to lock-server after
+			// that, from a goroutine of its own, as this actor's next held
+			// step (StepRelease). Waiting for it here keeps one step of
+			// this actor in flight at a time, and the actor done only
+			// once its release has been let go (or it crashed).
+			_ = x.Close(context.WithoutCancel(actx))
 			done(h, err)
 		}()
 	}
@@ -1109,6 +1125,10 @@ func (r *run) finish(ctx context.Context) error {
 		if !done {
 			return fmt.Errorf("explore: the last delivery of %s never ended: %w", ev.PayoutID, err2)
 		}
+	}
+	// Its last release, before the reconciler asks for the lock.
+	if err := x.Close(ctx); err != nil {
+		return err
 	}
 	if err := r.age(ctx); err != nil {
 		return err

@@ -21,8 +21,9 @@ var (
 
 // regressions are the orderings that once paid twice or let a revoked
 // holder through, one named schedule each, on
-// today's executor (a confirmation with lock-server before the claim and
-// before the submission). Each must pass every check.
+// today's executor (a check of the local deadline before the claim, a
+// confirmation with lock-server before the submission, the release after
+// the push's answer). Each must pass every check.
 var regressions = []struct {
 	name    string
 	holders int
@@ -37,48 +38,64 @@ var regressions = []struct {
 	// before B's own: rail-proxy lets A's through (nothing greater seen
 	// yet) and must refuse B's as the payout's second.
 	{"stale-submission-arrives-first", 2,
-		"A:acquire A:confirm A:claim A:confirm expire B:acquire B:confirm B:claim B:confirm A:submit A:rail B:submit B:report B:release A:report A:release", 1, false, nil},
+		"A:acquire A:claim A:confirm expire B:acquire B:claim B:confirm A:submit A:rail B:submit B:report B:release A:report A:release", 1, false, nil},
 	// Failure 2: an operator's revoke, acknowledged before A's last
 	// confirmation, stops A before the rail.
 	{"revoke-before-the-last-confirmation", 1,
-		"A:acquire A:confirm A:claim revoke A:confirm A:release", 1, false, nil},
+		"A:acquire A:claim revoke A:confirm A:release", 1, false, nil},
 	// Failure 3: the grant ends under its holder (an etcd lease revoked by
 	// id looks the same to the pipeline) and a new holder proceeds while
 	// the old one's submission is in flight.
 	{"grant-ended-under-its-holder", 2,
-		"A:acquire A:confirm A:claim A:confirm revoke B:acquire B:confirm B:claim B:confirm A:submit A:rail B:submit B:report B:release A:report A:release", 1, false, nil},
+		"A:acquire A:claim A:confirm revoke B:acquire B:claim B:confirm A:submit A:rail B:submit B:report B:release A:report A:release", 1, false, nil},
 	// Failure 4: lockdb's clock steps forward: the lease ends early on the
-	// server while A's local deadline says it holds; A's confirmation
-	// learns it before the rail.
+	// server while A's local deadline says it holds; A claims (its local
+	// check cannot see it), B claims over it with its newer token, and
+	// A's confirmation learns it before the rail.
 	{"lease-ends-early-on-the-servers-clock", 2,
-		"A:acquire A:confirm expire A:claim B:acquire B:confirm B:claim A:confirm A:release B:confirm B:submit B:rail B:report B:release", 1, false, nil},
+		"A:acquire expire A:claim B:acquire B:claim A:confirm A:release B:confirm B:submit B:rail B:report B:release", 1, false, nil},
 	// Failure 5 (the newcomer's, found on a running stack): A's lease ends
-	// between its confirmation and its claim of p-1 while B, on the same
+	// between its grant and its claim of p-1 while B, on the same
 	// account's lock, posts p-2 and debits the account. A's claim must
 	// meet the account fence (the payout's own fence has never seen a
 	// token): without that clause the fences check fails.
 	{"stale-claim-after-the-accounts-debit", 2,
-		"A:acquire A:confirm expire B:acquire B:confirm B:claim B:confirm B:submit B:rail B:report B:release A:claim A:confirm A:release",
+		"A:acquire expire B:acquire B:claim B:confirm B:submit B:rail B:report B:release A:claim A:confirm A:release",
+		2, false, []string{"posted", "posted"}},
+	// Issue 16: no confirmation before the claim. A revoke acknowledged
+	// right after the grant does not stop A's claim (fenced, and taken
+	// over by the next holder's); it stops A's submission at the
+	// confirmation before it. The last delivery then claims over A's claim
+	// and posts the payout once.
+	{"revoke-after-the-grant-stops-the-submission-not-the-claim", 1,
+		"A:acquire revoke A:claim A:confirm A:release", 1, false, []string{"posted"}},
+	// Issue 16: A answers its push before it releases. Between A's report
+	// and its release its lease ends and B, delivering the account's
+	// next payout, is granted; A's late release, conditional on its
+	// token, is refused and leaves B's lease alone; both payouts posted
+	// once.
+	{"late-release-after-the-next-grant", 2,
+		"A:acquire A:claim A:confirm A:submit A:rail A:report expire B:acquire B:claim A:release B:confirm B:submit B:rail B:report B:release",
 		2, false, []string{"posted", "posted"}},
 	// The rail pays and its answer is lost: rail-proxy records the attempt
 	// ambiguous, so does payment-resource; once the attempt is older than
 	// the abandon threshold the reconciler finds the rail's payment and
 	// posts the payout with its one debit.
 	{"answer-lost-then-settled-by-the-reconciler", 1,
-		"A:acquire A:confirm A:claim A:confirm A:submit A:lost A:report A:release age R:read R:acquire R:reconcile R:resolve R:release",
+		"A:acquire A:claim A:confirm A:submit A:lost A:report A:release age R:read R:acquire R:reconcile R:resolve R:release",
 		1, true, []string{"posted"}},
 	// The call never reaches the rail; rail-proxy cannot tell that from a
 	// lost answer. The rail's record has nothing: the reconciler ends the
 	// payout failed, with no debit.
 	{"never-reached-the-rail-ends-failed", 1,
-		"A:acquire A:confirm A:claim A:confirm A:submit A:down A:report A:release age R:read R:acquire R:reconcile R:resolve R:release",
+		"A:acquire A:claim A:confirm A:submit A:down A:report A:release age R:read R:acquire R:reconcile R:resolve R:release",
 		1, true, []string{"failed"}},
 	// A dies after the rail paid and before it reported. Its lease ends by
 	// its TTL; B's submission learns from rail-proxy that the payout went
 	// to the rail and reports that attempt's answer instead of paying
 	// again.
 	{"crash-after-the-rail-answered", 2,
-		"A:acquire A:confirm A:claim A:confirm A:submit A:rail A:crash expire B:acquire B:confirm B:claim B:confirm B:submit B:report B:release",
+		"A:acquire A:claim A:confirm A:submit A:rail A:crash expire B:acquire B:claim B:confirm B:submit B:report B:release",
 		1, false, []string{"posted"}},
 	// Failure 6: A gives up on its submission while rail-proxy's call to
 	// the rail is still on its way; time passes beyond the abandon
@@ -88,7 +105,7 @@ var regressions = []struct {
 	// look-up the rail paid it: money out, no debit, payout failed. With
 	// rail-proxy's stop order the rail refuses it.
 	{"late-rail-call-after-the-reconciler-found-nothing", 2,
-		"A:acquire A:confirm A:claim A:confirm A:submit A:giveup A:release age B:acquire B:confirm B:claim B:confirm B:submit B:report B:release R:read R:acquire R:reconcile R:resolve R:release P:rail",
+		"A:acquire A:claim A:confirm A:submit A:giveup A:release age B:acquire B:claim B:confirm B:submit B:report B:release R:read R:acquire R:reconcile R:resolve R:release P:rail",
 		1, true, []string{"failed"}},
 	// The reconciler's lease ends between its acquire and its
 	// reconciliation, and a duplicate delivery B takes a newer grant. B
@@ -98,7 +115,7 @@ var regressions = []struct {
 	// token below one it has seen) and the payout is posted with one
 	// debit; the reconciler's release is refused STALE_TOKEN.
 	{"reconciler-lease-ends-mid-settle", 2,
-		"A:acquire A:confirm A:claim A:confirm A:submit A:lost A:report A:release age R:read R:acquire expire B:acquire B:confirm B:claim B:release R:reconcile R:resolve R:release",
+		"A:acquire A:claim A:confirm A:submit A:lost A:report A:release age R:read R:acquire expire B:acquire B:claim B:release R:reconcile R:resolve R:release",
 		1, true, []string{"posted"}},
 	// explore7's exhaustive adversary run (session 7): A's own resend,
 	// past the abandon threshold, marked A's forward, still at the rail,
@@ -107,7 +124,7 @@ var regressions = []struct {
 	// not be recorded (finish updated only a forwarding attempt), so
 	// raildb kept the paid attempt ambiguous without its reference.
 	{"late-answer-of-an-abandoned-forward-is-recorded", 1,
-		"A:acquire A:confirm A:claim A:confirm A:submit age R:read A:resend A:rail A:report A:release",
+		"A:acquire A:claim A:confirm A:submit age R:read A:resend A:rail A:report A:release",
 		1, true, nil},
 }
 
@@ -147,8 +164,8 @@ func TestRegressionSchedules(t *testing.T) {
 // reconciler failed a payout a retry would have paid.
 func TestRailThatRecordedNothingIsRetriedNotFailed(t *testing.T) {
 	x := explore.New(t, pipelinetest.Options{})
-	s, err := explore.ParseSchedule("A:acquire A:confirm A:claim A:confirm A:submit A:refused A:release " +
-		"B:acquire B:confirm B:claim B:confirm B:submit B:rail B:report B:release")
+	s, err := explore.ParseSchedule("A:acquire A:claim A:confirm A:submit A:refused A:release " +
+		"B:acquire B:claim B:confirm B:submit B:rail B:report B:release")
 	if err != nil {
 		t.Fatal(err)
 	}

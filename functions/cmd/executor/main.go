@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
@@ -50,9 +51,24 @@ func main() {
 		if err != nil {
 			return nil, nil, err
 		}
-		return x, nil, nil
+		// After the drain: wait for the lease releases still in flight
+		// (each is sent after its push was answered), within what is left
+		// of Cloud Run's grace; a release cut short leaves its lease to
+		// its TTL, as a crash would.
+		closeFn := func() {
+			cctx, cancel := context.WithTimeout(context.Background(), releaseDrain)
+			defer cancel()
+			if err := x.Close(cctx); err != nil {
+				log.Warn("lease releases unfinished at stop; their leases end by their TTL", "event", executor.EventReleasesUnfinished, "error", err.Error())
+			}
+		}
+		return x, closeFn, nil
 	}, executor.Collectors()...)
 }
+
+// releaseDrain bounds the wait for the lease releases in flight at stop:
+// httpserve's drain takes up to 8 s of Cloud Run's 10 s grace.
+const releaseDrain = time.Second
 
 // selfStop returns hooks that stop this process with SIGSTOP once, before
 // the rail submission of payout target.
