@@ -159,8 +159,8 @@ func (k VerifyKey) String() string {
 
 // VerifyCacheSize is how many successful verifications a Keyring made by
 // NewKeyring or ParseKeyring remembers (least recently used first out).
-// An entry is a 32-byte digest plus the LRU's bookkeeping, about 150 bytes,
-// so a full cache holds about 600 KiB. A proof is worth remembering from
+// An entry is a 32-byte digest plus the LRU's bookkeeping, about 180 bytes
+// (measured on the heap), so a full cache holds about 740 KiB. A proof is worth remembering from
 // the claim of a payout to its result, tens of milliseconds later (and
 // through a retry or a redelivery): a fence point adds about one entry per
 // payout to each of its key rings, so even at the pipeline's target of 500
