@@ -159,13 +159,14 @@ func (k VerifyKey) String() string {
 
 // VerifyCacheSize is how many successful verifications a Keyring made by
 // NewKeyring or ParseKeyring remembers (least recently used first out).
-// An entry is a 32-byte digest plus the LRU's bookkeeping, about 180 bytes
-// (measured on the heap), so a full cache holds about 740 KiB. A proof is worth remembering from
-// the claim of a payout to its result, tens of milliseconds later (and
-// through a retry or a redelivery): a fence point adds about one entry per
-// payout to each of its key rings, so even at the pipeline's target of 500
-// payouts/s 4096 entries hold the last 8 s of proofs, and a proof that fell
-// out only costs the full verification again.
+// An entry is a 32-byte digest plus the LRU's bookkeeping, about 180
+// bytes (measured on the heap), so a full cache holds about 740 KiB. A
+// proof is worth remembering from the claim of a payout to its result,
+// tens of milliseconds later (and through a retry or a redelivery): a
+// fence point adds about one entry per payout to each of its key rings, so
+// even at the pipeline's target of 500 payouts/s 4096 entries hold the
+// last 8 s of proofs, and a proof that fell out only costs the full
+// verification again.
 const VerifyCacheSize = 4096
 
 // Keyring is the set of public keys a verifier accepts, by id. The zero
@@ -347,8 +348,8 @@ func (r Keyring) Verify(sig, domain string, fields ...string) (string, error) {
 // verify is ed25519.Verify(pub, msg, sig), answered from r's cache when
 // the same triple verified before. Ed25519 verification is a pure
 // function of the three, so a remembered success is exactly the answer a
-// new verification would give; failures are not remembered (a forger's
-// attempts must not evict real proofs, and cost them the full check).
+// new verification would give. Failures are not remembered: each of a
+// forger's attempts pays the full check and evicts no genuine proof.
 func (r Keyring) verify(pub ed25519.PublicKey, msg, sig []byte) bool {
 	if r.verified == nil {
 		return ed25519.Verify(pub, msg, sig)
