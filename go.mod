@@ -11,6 +11,7 @@ require (
 	cloud.google.com/go/run v1.25.0
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/go-redsync/redsync/v4 v4.18.1
+	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/hashicorp/hcl/v2 v2.25.0
 	github.com/hashicorp/terraform-exec v0.26.0
 	github.com/hashicorp/terraform-json v0.29.0

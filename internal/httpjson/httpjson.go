@@ -16,6 +16,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 )
@@ -139,17 +140,31 @@ func decode(w http.ResponseWriter, r *http.Request, dst any, limit int64, refuse
 	if noType && len(bytes.TrimSpace(body)) > 0 {
 		return ContentType(r)
 	}
+	if e := decodeBody(body, dst, refuseNull); e != nil {
+		return e
+	}
+	return nil
+}
+
+// decodeBody is the part of decode that judges the body's bytes and fills
+// dst: nil, or the *Error to answer with. Its checks run in a fixed order,
+// and the first that fails names the problem.
+func decodeBody(body []byte, dst any, refuseNull bool) *Error {
 	// Bytes that are not UTF-8 first, before a key is read: encoding/json
 	// turns them into U+FFFD, so an unknown key "\xff" would be named
 	// "\ufffd" (a newcomer probe found it) instead of being refused as not UTF-8.
 	if !utf8.Valid(body) {
 		return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + errNotUTF8.Error()}
 	}
-	if err := checkObject(body, fieldsOf(dst), refuseNull); err != nil {
-		return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + jsonProblem(err)}
+	if fields := fieldNames(dst); !plainObject(body, fields, refuseNull) {
+		if err := checkObject(body, fields, refuseNull); err != nil {
+			return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + jsonProblem(err)}
+		}
 	}
-	if err := checkStrings(body); err != nil {
-		return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + err.Error()}
+	if mayHoldRuneError(body) {
+		if err := checkStrings(body); err != nil {
+			return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + err.Error()}
+		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -157,6 +172,20 @@ func decode(w http.ResponseWriter, r *http.Request, dst any, limit int64, refuse
 		return &Error{http.StatusBadRequest, CodeInvalidRequest, "malformed request body: " + jsonProblem(err)}
 	}
 	return nil
+}
+
+// mayHoldRuneError reports whether a string of body (valid UTF-8, and one
+// JSON object) can decode to a string holding U+FFFD, the only thing
+// checkStrings refuses in such a body. encoding/json writes U+FFFD for
+// U+FFFD itself, for bytes that are not UTF-8 (there are none), and for a
+// \u escape (\ufffd, or a surrogate escape that is not half of a
+// pair); a JSON object holds U+FFFD's bytes only inside a string. So a
+// body with neither U+FFFD nor a backslash followed by "u" decodes to no
+// U+FFFD, and checkStrings, a second tokenization of the whole body,
+// would accept it. A "\\u" (an escaped backslash, then u) is counted
+// too: that only costs the full check.
+func mayHoldRuneError(body []byte) bool {
+	return bytes.Contains(body, []byte(`\u`)) || bytes.Contains(body, []byte(string(utf8.RuneError)))
 }
 
 // DecodeEmpty is Decode for a POST that takes no parameters: it accepts
@@ -302,6 +331,101 @@ func checkObject(body []byte, fields map[string]bool, refuseNull bool) error {
 	return nil
 }
 
+// maxPlainKeys bounds the keys plainObject compares pairwise for
+// repeats; a body with more goes to checkObject.
+const maxPlainKeys = 16
+
+// plainObject reports whether checkObject(body, fields, refuseNull) is
+// certainly nil, for a body already known to be valid UTF-8, without
+// checkObject's cost (a json.Decoder reading a token or a value at a
+// time, with allocations for each). It answers true only for the common
+// case: valid JSON (json.Valid, the scanner encoding/json itself uses,
+// with the same nesting limit) that is one object, whose top-level keys
+// have no escape (so that their bytes are their text), are at most
+// maxPlainKeys, none repeated, all in fields (unless fields is nil), and,
+// with refuseNull, no top-level value null. Any other body, accepted or
+// not, gets false, and checkObject itself then judges it and words the
+// refusal. FuzzDecodeBodyMatchesThreePasses holds the two together.
+func plainObject(body []byte, fields map[string]bool, refuseNull bool) bool {
+	if !json.Valid(body) {
+		return false
+	}
+	// From here on body is one valid JSON value with white space around.
+	i := skipSpace(body, 0)
+	if body[i] != '{' {
+		return false
+	}
+	var keys [maxPlainKeys][]byte
+	n := 0
+	for i = skipSpace(body, i+1); body[i] != '}'; i = skipSpace(body, i) {
+		if body[i] == ',' {
+			i = skipSpace(body, i+1)
+		}
+		// body[i] is the opening quote of a key.
+		end := bytes.IndexByte(body[i+1:], '"') + i + 1
+		key := body[i+1 : end]
+		if bytes.IndexByte(key, '\\') >= 0 || n == maxPlainKeys || (fields != nil && !fields[string(key)]) {
+			return false
+		}
+		for _, k := range keys[:n] {
+			if bytes.Equal(k, key) {
+				return false
+			}
+		}
+		keys[n] = key
+		n++
+		i = skipSpace(body, end+1) + 1 // past the colon
+		i = skipSpace(body, i)
+		if refuseNull && body[i] == 'n' { // the only value that starts with n
+			return false
+		}
+		i = skipValue(body, i)
+	}
+	return true
+}
+
+// skipSpace returns the index of the first byte of body at or after i
+// that is not JSON white space (len(body) if none).
+func skipSpace(body []byte, i int) int {
+	for i < len(body) && (body[i] == ' ' || body[i] == '\t' || body[i] == '\n' || body[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue returns the index just past the JSON value that starts at
+// body[i], in a body known to be valid JSON.
+func skipValue(body []byte, i int) int {
+	depth := 0
+	for ; i < len(body); i++ {
+		switch body[i] {
+		case '"':
+			for i++; body[i] != '"'; i++ {
+				if body[i] == '\\' {
+					i++ // the escaped byte, a quote perhaps
+				}
+			}
+			if depth == 0 {
+				return i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 { // the end of the object holding a scalar
+				return i
+			}
+			if depth--; depth == 0 {
+				return i + 1
+			}
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 { // the end of a scalar
+				return i
+			}
+		}
+	}
+	return i
+}
+
 // errNotUTF8 is the refusal of a body with bytes that are not UTF-8, or a
 // string that holds an escaped lone surrogate or U+FFFD (checkStrings).
 var errNotUTF8 = errors.New("a string is not UTF-8 text: it has bytes that are not UTF-8, an escaped lone surrogate or U+FFFD")
@@ -364,6 +488,25 @@ func describe(tok json.Token) string {
 		return "a boolean"
 	}
 	return "not JSON"
+}
+
+// fieldNamesOf caches fieldsOf by the type of dst: reflect.Type to
+// map[string]bool, each map read only once stored.
+var fieldNamesOf sync.Map
+
+// fieldNames is fieldsOf, computed once per type of dst: a service
+// decodes the same few request types for its whole life. The map it
+// returns is shared and must not be written.
+func fieldNames(dst any) map[string]bool {
+	t := reflect.TypeOf(dst)
+	if t == nil {
+		return nil
+	}
+	if names, ok := fieldNamesOf.Load(t); ok {
+		return names.(map[string]bool)
+	}
+	names, _ := fieldNamesOf.LoadOrStore(t, fieldsOf(dst))
+	return names.(map[string]bool)
 }
 
 // fieldsOf returns the exact JSON names of the fields of the struct dst

@@ -2,6 +2,7 @@ package fenceproof_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -22,12 +23,18 @@ func isOneOf(err error, targets ...error) bool {
 // FuzzVerifyGrant checks a Keyring against arbitrary proofs, lock keys and
 // tokens: every refusal wraps one of the documented errors; an accepted
 // proof is bound to exactly its key and token (it fails for a neighbour
-// of either) and names the ring's key; and a proof the ring's key signed
-// for the same key and token always verifies.
+// of either) and names the ring's key; a proof the ring's key signed for
+// the same key and token always verifies; and the ring, whose cache
+// remembers every success of the run, answers exactly as a ring without a
+// cache.
 func FuzzVerifyGrant(f *testing.F) {
 	k := newKey(f, "fuzz-key", 7)
 	other := newKey(f, "fuzz-key", 8) // same id, another key: a forgery
 	ring, err := fenceproof.NewKeyring(k.VerifyKey())
+	if err != nil {
+		f.Fatal(err)
+	}
+	uncached, err := fenceproof.NewKeyringWithCache(0, k.VerifyKey())
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -46,6 +53,9 @@ func FuzzVerifyGrant(f *testing.F) {
 	f.Add(strings.Repeat("v1.", 100), "k", int64(9223372036854775807))
 	f.Fuzz(func(t *testing.T, proof, key string, token int64) {
 		g, err := ring.VerifyGrant(proof, key, token)
+		if ug, uerr := uncached.VerifyGrant(proof, key, token); ug != g || fmt.Sprint(uerr) != fmt.Sprint(err) {
+			t.Fatalf("VerifyGrant(%q, %q, %d) = %+v, %v; without a cache %+v, %v", proof, key, token, g, err, ug, uerr)
+		}
 		if err != nil {
 			if !isOneOf(err, fenceproof.ErrMissing, fenceproof.ErrMalformed, fenceproof.ErrUnknownKey, fenceproof.ErrInvalid) {
 				t.Fatalf("VerifyGrant(%q, %q, %d) = %v; want one of the documented errors", proof, key, token, err)
