@@ -158,7 +158,7 @@ func RunCloudCell(ctx context.Context, cfg CloudConfig, cell Cell) (*Run, error)
 		}
 	}
 	var subs railstub.SubmissionList
-	if err := getJSONWith(ctx, cfg.HTTP, strings.TrimSuffix(cfg.RailStubURL, "/")+"/submissions", &subs); err != nil {
+	if err := getJSONWith(ctx, cfg.HTTP, strings.TrimSuffix(cfg.RailStubURL, "/")+railapi.RailPathJournal, &subs); err != nil {
 		return nil, fmt.Errorf("%s: rail-stub submissions: %w", cell.Name(), err)
 	}
 	after, err := pay.Audit(ctx)

@@ -182,7 +182,7 @@ type Config struct {
 	// from RAILDB_INSTANCE (optional; dial through the Cloud SQL connector).
 	DB pgpool.Config
 	// RailURL is the rail's base URL (http or https); submissions are
-	// POSTed to RailURL + "/submit". Required. Env RAIL_URL.
+	// POSTed to RailURL + api.RailPathSubmit. Required. Env RAIL_URL.
 	RailURL string
 	// RailTimeout bounds one call to the rail, from dial to the end of the
 	// answer. When it runs out the outcome is unknown: the attempt is
@@ -491,8 +491,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 			// A redirect is not an answer: it ends as a non-200, ambiguous.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		submitURL: strings.TrimSuffix(cfg.RailURL, "/") + "/submit",
-		stopURL:   strings.TrimSuffix(cfg.RailURL, "/") + "/stops",
+		submitURL: strings.TrimSuffix(cfg.RailURL, "/") + api.RailPathSubmit,
+		stopURL:   strings.TrimSuffix(cfg.RailURL, "/") + api.RailPathStops,
 		mux:       http.NewServeMux(),
 		guard:     guard,
 		detach:    guardGauges.Attach(guard),

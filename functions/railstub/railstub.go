@@ -61,6 +61,7 @@ import (
 	"sync"
 	"time"
 
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
@@ -166,6 +167,12 @@ var (
 
 // queryPayoutID is the one query parameter of GET /submissions.
 const queryPayoutID = "payoutId"
+
+// PathFaults is rail-stub's own fault-injection route (GET the fault state,
+// POST Faults to replace it; see the package comment). The rail's routes,
+// which rail-proxy calls, are railapi.RailPathSubmit, RailPathStops and
+// RailPathJournal.
+const PathFaults = "/admin/faults"
 
 // Config configures a Stub. Start from DefaultConfig or LoadConfig; the
 // zero value is not valid (DeclineOverMinor must be positive).
@@ -456,10 +463,10 @@ func New(cfg Config, log *slog.Logger) (*Stub, error) {
 		}
 		log.Info("rail stub journal reloaded", "event", EventJournalReloaded, "path", cfg.JournalPath, "submissions", len(recs))
 	}
-	s.mux.HandleFunc("/submit", s.query(s.handleSubmit))
-	s.mux.HandleFunc("/submissions", s.query(s.handleSubmissions, queryPayoutID))
-	s.mux.HandleFunc("/stops", s.query(s.handleStops))
-	s.mux.HandleFunc("/admin/faults", s.query(s.handleFaults))
+	s.mux.HandleFunc(railapi.RailPathSubmit, s.query(s.handleSubmit))
+	s.mux.HandleFunc(railapi.RailPathJournal, s.query(s.handleSubmissions, queryPayoutID))
+	s.mux.HandleFunc(railapi.RailPathStops, s.query(s.handleStops))
+	s.mux.HandleFunc(PathFaults, s.query(s.handleFaults))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, fmt.Errorf("%w: %s %s", errNotFound, r.Method, r.URL.Path))
 	})

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 )
 
@@ -35,7 +36,7 @@ const maxJournalBytes = 64 << 20
 
 // DBAuditor returns an Auditor that runs payoutaudit.Live over paydb and
 // raildb (opened from the DSNs) and the rail's journal at railURL +
-// "/submissions", read through d, with settle between its two looks
+// railapi.RailPathJournal, read through d, with settle between its two looks
 // (Config.AuditSettle); close releases the pools. It returns nil, nil,
 // nil when all three are empty, and an error wrapping ErrInvalidConfig
 // when only some are set or settle is not positive.
@@ -74,7 +75,7 @@ func DBAuditor(ctx context.Context, paydbDSN, raildbDSN, railURL string, settle 
 		paydb.Close()
 		return nil, nil, fmt.Errorf("%w: %s: %v", ErrInvalidConfig, EnvAuditRaildbURL, err)
 	}
-	journal := strings.TrimSuffix(railURL, "/") + "/submissions"
+	journal := strings.TrimSuffix(railURL, "/") + railapi.RailPathJournal
 	readRail := func(ctx context.Context) ([]railstub.Submission, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, journal, nil)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 )
@@ -35,10 +36,6 @@ const (
 	noDebitAccount = "gd-acct-nodebit"
 )
 
-// pathRailStubSubmit is rail-stub's submission route (package railstub's
-// doc comment): no token, no fence, no idempotency key.
-const pathRailStubSubmit = "/submit"
-
 // railStubSubmit submits a payment of 100 EUR of payout id from account
 // straight to rail-stub, past both fence points, and wants the rail's
 // ACK: money moved.
@@ -47,12 +44,7 @@ func railStubSubmit(ctx context.Context, stubURL, id, account string) error {
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, stubURL+pathRailStubSubmit, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	resp, err := postJSON(ctx, stubURL+railapi.RailPathSubmit, body)
 	if err != nil {
 		return err
 	}
@@ -64,9 +56,16 @@ func railStubSubmit(ctx context.Context, stubURL, id, account string) error {
 	return nil
 }
 
-// pathRailStubFaults is rail-stub's fault-injection route (package
-// railstub's doc comment).
-const pathRailStubFaults = "/admin/faults"
+// postJSON sends body to url as JSON (POST, 30 s timeout) and returns the
+// answer, whose body the caller closes.
+func postJSON(ctx context.Context, url string, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return (&http.Client{Timeout: 30 * time.Second}).Do(req)
+}
 
 // setRailStubFaults replaces rail-stub's fault state with f (POST
 // /admin/faults; the zero Faults heals).
@@ -75,17 +74,12 @@ func setRailStubFaults(ctx context.Context, stubURL string, f railstub.Faults) e
 	if err != nil {
 		return err
 	}
-	return post(ctx, stubURL+pathRailStubFaults, body)
+	return post(ctx, stubURL+railstub.PathFaults, body)
 }
 
 // post sends body as JSON and wants a 2xx answer.
 func post(ctx context.Context, url string, body []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	resp, err := postJSON(ctx, url, body)
 	if err != nil {
 		return err
 	}

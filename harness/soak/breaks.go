@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 )
@@ -35,7 +36,7 @@ func PayAgainAtRail(ctx context.Context, st *stack.Stack) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, st.RailStubURL()+"/submit", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, st.RailStubURL()+railapi.RailPathSubmit, bytes.NewReader(body))
 	if err != nil {
 		return "", err
 	}

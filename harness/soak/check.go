@@ -12,6 +12,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 )
@@ -263,7 +264,7 @@ func readRecords(ctx context.Context, st *stack.Stack, ld *loader) (Records, err
 		return r, err
 	}
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, st.RailStubURL()+"/submissions", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, st.RailStubURL()+railapi.RailPathJournal, nil)
 	if err != nil {
 		return r, err
 	}

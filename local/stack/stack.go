@@ -475,7 +475,7 @@ func (s *Stack) start(ctx context.Context) error {
 		if s.cfg.RailJournal {
 			stubEnv = []string{railstub.EnvJournal + "=" + filepath.Join(s.dir, "rail-stub.journal.jsonl")}
 		}
-		if s.stubURL, errs[0] = s.startFunction(ctx, "rail-stub", "rail-stub", stubEnv, "/submissions"); errs[0] != nil {
+		if s.stubURL, errs[0] = s.startFunction(ctx, "rail-stub", "rail-stub", stubEnv, railapi.RailPathJournal); errs[0] != nil {
 			return
 		}
 		s.proxyURL, errs[0] = s.startFunction(ctx, "rail-proxy", "rail-proxy", []string{
