@@ -138,6 +138,7 @@ var answers = map[Service]map[string]Verdict{
 		string(api.CodeUnavailable):          transient, // paydb slow or marked stalled; Retry-After
 		string(api.CodeOverloaded):           transient, // payment-resource sheds load; Retry-After
 		string(api.CodeInternal):             transient,
+		string(api.CodeRequestCancelled):     transient, // only seen when the executor itself gave up: redelivered
 	},
 	ServiceRailProxy: {
 		string(railapi.CodeInvalidRequest):       {Class: ClassPermanent, Reason: api.ReasonRailRequestRefused},

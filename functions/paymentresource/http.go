@@ -425,8 +425,13 @@ func createdStatus(created bool) int {
 // driver's error text, SQL, a socket address) goes to the log only.
 func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error, attrs ...any) {
 	status, code, retryable := statusOf(err)
+	if code == api.CodeUnavailable && errors.Is(r.Context().Err(), context.Canceled) {
+		// The caller went away (it cancelled, or closed its connection)
+		// before the answer: not paydb's failure.
+		status, code, retryable = api.StatusRequestCancelled, api.CodeRequestCancelled, false
+	}
 	msg := httpjson.ClientMessage(err)
-	if status >= 500 {
+	if status >= 500 || code == api.CodeRequestCancelled {
 		msg = serverMessage(code)
 	}
 	attrs = append([]any{"status", status, "code", string(code), "method", r.Method, "path", r.URL.Path, "error", err.Error()}, attrs...)
@@ -449,14 +454,16 @@ func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error, attrs 
 	httpjson.WriteJSON(w, status, api.ErrorEnvelope{Error: api.ErrorBody{Code: code, Message: msg, Retryable: retryable}})
 }
 
-// serverMessage is the message of a 5xx answer with code: fixed text that
-// says what the caller may do, never the cause.
+// serverMessage is the message of a 5xx (or 499) answer with code: fixed
+// text that says what the caller may do, never the cause.
 func serverMessage(code api.Code) string {
 	switch code {
 	case api.CodeUnavailable:
 		return "paydb did not answer in time; nothing was committed, the same request may be sent again"
 	case api.CodeOverloaded:
 		return "too many requests in flight; nothing was done, the same request may be sent again after Retry-After"
+	case api.CodeRequestCancelled:
+		return "the request ended before paydb answered; its outcome is unknown to the caller"
 	}
 	return "internal error; the cause is in payment-resource's log (request_failed)"
 }

@@ -241,3 +241,33 @@ func awaitPaydbFound(t *testing.T, f *fixture, clock *overloadtest.Clock) {
 		clock.Add(paymentresource.DefaultConfig().StallProbeInterval)
 	}
 }
+
+// TestACallerThatGoesAwayIsNotADatabaseFailure (a newcomer probe,
+// 2026-12-02): a push the bridge gave up on closed its connection while
+// the executor's read of the payout was at paydb, and payment-resource
+// logged an ERROR 503 DATABASE_UNAVAILABLE, the answer the payout API's
+// availability SLO counts against paydb. A request whose caller has gone
+// is now answered 499 REQUEST_CANCELLED, logged at INFO, with no ERROR
+// line; the same request with its caller still there is served.
+func TestACallerThatGoesAwayIsNotADatabaseFailure(t *testing.T) {
+	f := newFixture(t, newPublisher(nil))
+	f.createAccount("acct-1", "EUR", 1_000)
+	f.createPayout("p-1", "acct-1", 100, "EUR")
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	w := httptest.NewRecorder()
+	f.h.ServeHTTP(w, httptest.NewRequestWithContext(ctx, "GET", api.PayoutPath("p-1"), nil))
+	if env := decode[api.ErrorEnvelope](t, w.Body.Bytes()); w.Code != api.StatusRequestCancelled || env.Error.Code != api.CodeRequestCancelled || env.Error.Retryable {
+		t.Fatalf("a request whose caller went away: %d %s; want %d %s, not retryable", w.Code, w.Body, api.StatusRequestCancelled, api.CodeRequestCancelled)
+	}
+	if lines := f.logs.Events(t, api.EventRequestFailed); len(lines) != 0 {
+		t.Fatalf("logged %d request_failed line(s) for a caller that went away: %v", len(lines), lines)
+	}
+	refused := f.logs.Events(t, api.EventRequestRefused)
+	if len(refused) != 1 || refused[0]["level"] != "INFO" || refused[0]["code"] != string(api.CodeRequestCancelled) {
+		t.Fatalf("request_refused lines %v; want one at INFO with code %s", refused, api.CodeRequestCancelled)
+	}
+	if got := f.payout("p-1"); got.PayoutID != "p-1" {
+		t.Fatalf("the same read with its caller there: %+v", got)
+	}
+}

@@ -257,7 +257,21 @@ const (
 	// CodeInternal (500): a bug. Not retryable. Its message is generic;
 	// the cause is in payment-resource's log (request_failed).
 	CodeInternal Code = "INTERNAL"
+	// CodeRequestCancelled (StatusRequestCancelled, 499): the caller's
+	// request ended (cancelled, or its connection closed: a push the bridge
+	// gave up on) while paydb was being asked. Nobody reads this answer;
+	// the transaction was rolled back, or its outcome is unknown to the
+	// caller, as for DATABASE_UNAVAILABLE. It exists so that the log (INFO,
+	// request_refused) and the request metrics tell a caller giving up
+	// from paydb failing: a 4xx, so not an error of the payout API's
+	// availability SLO. The same spelling and status as lock-server's.
+	CodeRequestCancelled Code = "REQUEST_CANCELLED"
 )
+
+// StatusRequestCancelled is the status of CodeRequestCancelled: 499, the
+// status proxies use for a request whose client closed it. It is recorded,
+// never read by the caller.
+const StatusRequestCancelled = 499
 
 // Codes lists every Code, in the order declared above.
 var Codes = []Code{
@@ -265,6 +279,7 @@ var Codes = []Code{
 	CodeMethodNotAllowed, CodeAccountNotFound, CodeAccountConflict, CodeCurrencyMismatch, CodeInsufficientFunds, CodePayoutNotFound,
 	CodePayoutConflict, CodeFencedOut, CodeUnverifiedToken, CodePayoutFinished, CodePayoutInDoubt, CodePayoutNotClaimed,
 	CodePayoutNeedsAttention, CodeRailRefConflict, CodeInvalidReceipt, CodeUnavailable, CodeOverloaded, CodeInternal,
+	CodeRequestCancelled,
 }
 
 // Retryable reports whether the code marks a condition that may clear if

@@ -19,7 +19,8 @@ import (
 var genericCodes = map[api.Code]bool{
 	api.CodeInvalidRequest: true, api.CodeBodyTooLarge: true, api.CodeUnsupportedMediaType: true,
 	api.CodeNotFound: true, api.CodeMethodNotAllowed: true, api.CodeInternal: true,
-	api.CodeOverloaded: true, // lock-server's and rail-proxy's too
+	api.CodeOverloaded:       true, // lock-server's and rail-proxy's too
+	api.CodeRequestCancelled: true, // lock-server's too, with the same status
 }
 
 // contractPatterns returns, for each spelling of payment-resource's

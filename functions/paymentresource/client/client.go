@@ -109,6 +109,7 @@ var sentinels = map[api.Code]error{
 	api.CodeRailRefConflict:      ErrRailRefConflict,
 	api.CodeUnavailable:          ErrUnavailable,
 	api.CodeOverloaded:           ErrOverloaded,
+	api.CodeRequestCancelled:     ErrUnavailable, // never read: only the caller that gave up is answered it
 }
 
 // Error is a non-2xx answer of payment-resource: the HTTP status and the

@@ -53,6 +53,7 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 		api.CodeUnavailable:          client.ErrUnavailable, api.CodeUnverifiedToken: client.ErrUnverifiedToken,
 		api.CodeInvalidReceipt: client.ErrInvalidReceipt, api.CodeOverloaded: client.ErrOverloaded,
 		api.CodeInsufficientFunds: client.ErrInsufficientFunds,
+		api.CodeRequestCancelled:  client.ErrUnavailable, // never read by a caller that is still there
 		// No sentinel: a wrong URL or client, or a bug.
 		api.CodeNotFound: nil, api.CodeMethodNotAllowed: nil, api.CodeInternal: nil,
 	}
