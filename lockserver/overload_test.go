@@ -33,20 +33,31 @@ func newGateStore() *gateStore {
 }
 
 func (g *gateStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
-	g.calls.Add(1)
-	if g.held.Load() {
-		left := time.Duration(-1)
-		if dl, ok := ctx.Deadline(); ok {
-			left = time.Until(dl)
-		}
-		g.entered <- left
-		select {
-		case <-g.gate:
-		case <-ctx.Done():
-			return lockserver.Lease{}, fmt.Errorf("%w: %w", lockserver.ErrUnavailable, ctx.Err())
-		}
+	if err := g.hold(ctx); err != nil {
+		return lockserver.Lease{}, err
 	}
 	return g.LockStore.Acquire(ctx, key, owner, ttl)
+}
+
+// hold counts a call and, while the gate is held, reports the call's
+// time left to entered and waits for the gate to open or ctx to end
+// (then an error wrapping lockserver.ErrUnavailable).
+func (g *gateStore) hold(ctx context.Context) error {
+	g.calls.Add(1)
+	if !g.held.Load() {
+		return nil
+	}
+	left := time.Duration(-1)
+	if dl, ok := ctx.Deadline(); ok {
+		left = time.Until(dl)
+	}
+	g.entered <- left
+	select {
+	case <-g.gate:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", lockserver.ErrUnavailable, ctx.Err())
+	}
 }
 
 type fakeNow struct {
@@ -362,24 +373,6 @@ func TestAWaitingAcquireNeverAsksWithLessThanTheMinimumSlice(t *testing.T) {
 // gate too while it is held: every lock-server request meets a frozen
 // backend.
 type frozenStore struct{ *gateStore }
-
-func (f frozenStore) hold(ctx context.Context) error {
-	f.calls.Add(1)
-	if !f.held.Load() {
-		return nil
-	}
-	left := time.Duration(-1)
-	if dl, ok := ctx.Deadline(); ok {
-		left = time.Until(dl)
-	}
-	f.entered <- left
-	select {
-	case <-f.gate:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", lockserver.ErrUnavailable, ctx.Err())
-	}
-}
 
 func (f frozenStore) Renew(ctx context.Context, key, owner string, token int64) (lockserver.Lease, error) {
 	if err := f.hold(ctx); err != nil {

@@ -153,16 +153,8 @@ func TestAuditBesideLiveTrafficStillReportsARealDiscrepancy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b, _ := json.Marshal(railstub.SubmitRequest{PayoutID: unbooked.PayoutID, AccountID: unbooked.AccountID,
+	payAtRail(t, p, railstub.SubmitRequest{PayoutID: unbooked.PayoutID, AccountID: unbooked.AccountID,
 		AmountMinor: unbooked.AmountMinor, Currency: unbooked.Currency, Reference: unbooked.PayoutID})
-	resp, err := http.Post(p.RailURL+"/submit", "application/json", bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("rail-stub: %d", resp.StatusCode)
-	}
 	lease, h := holder(t, p, unpaid, "worker-forger")
 	if _, err := p.Pay.Claim(t.Context(), unpaid.PayoutID, h); err != nil {
 		t.Fatal(err)
@@ -302,15 +294,7 @@ func TestAuditFindingsAreCountedForThePage(t *testing.T) {
 	want("after the repair", 0, 0, 0)
 
 	const unbooked = "p-unbooked"
-	b, _ := json.Marshal(railstub.SubmitRequest{PayoutID: unbooked, AccountID: "acct-9", AmountMinor: 100, Currency: "EUR", Reference: unbooked})
-	resp, err := http.Post(p.RailURL+"/submit", "application/json", bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("rail-stub: %d", resp.StatusCode)
-	}
+	payAtRail(t, p, railstub.SubmitRequest{PayoutID: unbooked, AccountID: "acct-9", AmountMinor: 100, Currency: "EUR", Reference: unbooked})
 	rep = pass()
 	if !slices.Equal(rep.RailPaidNoDebit, []string{unbooked}) || len(rep.Violations) == 0 {
 		t.Fatalf("a rail payment paydb never booked: rail paid no debit %v, violations %+v; want [%s] and its broken rules",
@@ -328,5 +312,20 @@ func auditShown(t *testing.T, rep reconciler.PassReport) {
 		if len(v) == 0 || v[0] != '[' {
 			t.Errorf("run answer %s: %s = %q; want a list", b, k, v)
 		}
+	}
+}
+
+// payAtRail submits req straight to p's rail-stub, past rail-proxy and
+// both fence points (a payment the books never booked), and wants 200.
+func payAtRail(t *testing.T, p *pipelinetest.Pipeline, req railstub.SubmitRequest) {
+	t.Helper()
+	b, _ := json.Marshal(req)
+	resp, err := http.Post(p.RailURL+railapi.RailPathSubmit, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("rail-stub: %d", resp.StatusCode)
 	}
 }
