@@ -160,6 +160,7 @@ var answers = map[Service]map[string]Verdict{
 		string(railapi.CodeNotFound):             deployment,
 		string(railapi.CodeMethodNotAllowed):     deployment,
 		string(railapi.CodeInternal):             transient,
+		string(railapi.CodeRequestCancelled):     transient, // only seen when the executor itself gave up: redelivered
 		// Answers of the reconciliation route, which the executor never
 		// calls (the reconciler does): seen here, they mean a wrong
 		// deployment, not this payout.

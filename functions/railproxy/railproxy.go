@@ -895,8 +895,13 @@ func (p *Proxy) methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed
 // context, so that it carries the request's trace (internal/logjson).
 func (p *Proxy) fail(ctx context.Context, w http.ResponseWriter, lg *slog.Logger, err error) {
 	status, code, retryable := statusOf(err)
+	if code == api.CodeUnavailable && errors.Is(ctx.Err(), context.Canceled) {
+		// The caller went away (it cancelled, or closed its connection)
+		// before the answer: not raildb's failure.
+		status, code, retryable = api.StatusRequestCancelled, api.CodeRequestCancelled, false
+	}
 	msg := httpjson.ClientMessage(err)
-	if status >= 500 {
+	if status >= 500 || code == api.CodeRequestCancelled {
 		msg = serverMessage(code)
 		if code == api.CodeUnavailable && errors.Is(err, errReconciling) {
 			// A reconciliation's 503 cannot promise "nothing reached the
@@ -939,6 +944,8 @@ func serverMessage(code api.Code) string {
 		return "rail-proxy or raildb is unavailable; nothing reached the rail, the same request may be sent again"
 	case api.CodeOverloaded:
 		return "too many requests in flight; nothing was recorded and nothing reached the rail, the same request may be sent again after Retry-After"
+	case api.CodeRequestCancelled:
+		return "the request ended before rail-proxy answered; its outcome is unknown to the caller"
 	}
 	return "internal error; the cause is in rail-proxy's log (rail_request_failed)"
 }

@@ -2,6 +2,7 @@ package railproxy_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -235,5 +236,46 @@ func awaitRaildbFound(t *testing.T, p http.Handler, clock *overloadtest.Clock, a
 			t.Fatalf("after the thaw: %d %s; want 200 once a probe finds raildb (within %v)", rec.Code, rec.Body, waitLimit)
 		}
 		clock.Add(railproxy.DefaultConfig().StallProbeInterval)
+	}
+}
+
+// TestACallerThatGoesAwayIsNotARaildbFailure: a read whose caller went
+// away (cancelled, or closed its connection) before raildb answered is
+// answered 499 REQUEST_CANCELLED and logged as a refusal, not as an
+// ERROR 503 UNAVAILABLE, which the payout API's availability SLO counts
+// against raildb (payment-resource and lock-server do the same). The same
+// read with its caller still there is served.
+func TestACallerThatGoesAwayIsNotARaildbFailure(t *testing.T) {
+	r := newRig(t)
+	p := r.proxy(nil)
+	if rec := submit(p, "w", body("po-1", "acct-1", 100), "7"); rec.Code != http.StatusOK {
+		t.Fatalf("submission: %d %s", rec.Code, rec.Body)
+	}
+	for _, path := range []string{api.HighWaterPath("acct-1"), api.AttemptsPath("po-1")} {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		w := httptest.NewRecorder()
+		p.ServeHTTP(w, httptest.NewRequestWithContext(ctx, http.MethodGet, path, nil))
+		var env api.ErrorEnvelope
+		if err := json.Unmarshal(w.Body.Bytes(), &env); err != nil || w.Code != api.StatusRequestCancelled || env.Error.Code != api.CodeRequestCancelled || env.Error.Retryable {
+			t.Fatalf("GET %s by a caller that went away: %d %s; want %d %s, not retryable", path, w.Code, w.Body, api.StatusRequestCancelled, api.CodeRequestCancelled)
+		}
+		w = httptest.NewRecorder()
+		p.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		if w.Code != http.StatusOK {
+			t.Fatalf("GET %s with its caller there: %d %s", path, w.Code, w.Body)
+		}
+	}
+	if lines := r.logs.Events(t, api.EventRequestFailed); len(lines) != 0 {
+		t.Fatalf("logged %d rail_request_failed line(s) for callers that went away: %v", len(lines), lines)
+	}
+	n := 0
+	for _, m := range r.logs.Events(t, api.EventRequestRefused) {
+		if m["code"] == string(api.CodeRequestCancelled) {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d rail_request_refused line(s) with code %s; want 2", n, api.CodeRequestCancelled)
 	}
 }

@@ -333,13 +333,32 @@ const (
 	CodeMethodNotAllowed Code = "METHOD_NOT_ALLOWED"
 	// CodeInternal (500): a bug. Not retryable.
 	CodeInternal Code = "INTERNAL"
+	// CodeRequestCancelled (StatusRequestCancelled, 499): the caller's
+	// request ended (cancelled, or its connection closed) before rail-proxy
+	// answered, on a route whose work depends on its caller staying: a
+	// read (the high-water mark, the attempts) or a reconciliation. Nobody
+	// reads this answer, and it promises what UNAVAILABLE promises on the
+	// same route: a read changed nothing; a reconciliation recorded
+	// nothing, though its stop order may have reached the rail. It exists
+	// so that the log and the request metrics tell a caller giving up from
+	// raildb failing: a 4xx, logged at DEBUG (request_refused), not an
+	// ERROR 503. A submission that has passed its fence no longer depends
+	// on its caller: the rail is called and its answer recorded even if
+	// the caller has gone. The same spelling and status as lock-server's
+	// and payment-resource's.
+	CodeRequestCancelled Code = "REQUEST_CANCELLED"
 )
+
+// StatusRequestCancelled is the status of CodeRequestCancelled: 499, the
+// status proxies use for a request whose client closed it. It is recorded,
+// never read by the caller.
+const StatusRequestCancelled = 499
 
 // Codes lists every Code, in the order declared above.
 var Codes = []Code{
 	CodeInvalidRequest, CodeInvalidToken, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeFencedOut, CodeUnverifiedToken, CodeInvalidTerms, CodeTermsKeyUnknown, CodeTermsUnsigned, CodeAlreadySubmitted,
 	CodeRailAmbiguous, CodeRailNotReached, CodePayoutStopped, CodeUnavailable, CodeOverloaded, CodeRestored, CodeAttemptInFlight, CodeNotForwarded, CodeRailSubmittedTwice,
-	CodeNotFound, CodeMethodNotAllowed, CodeInternal,
+	CodeNotFound, CodeMethodNotAllowed, CodeInternal, CodeRequestCancelled,
 }
 
 // Retryable reports whether the code always marks a condition that may

@@ -135,6 +135,7 @@ var sentinels = map[api.Code]error{
 	api.CodeAttemptInFlight:      ErrAttemptInFlight,
 	api.CodeNotForwarded:         ErrNotForwarded,
 	api.CodeRailSubmittedTwice:   ErrRailSubmittedTwice,
+	api.CodeRequestCancelled:     ErrUnavailable, // never read: only the caller that gave up is answered it
 }
 
 // Error is a non-2xx answer of rail-proxy: the HTTP status and the decoded

@@ -67,7 +67,7 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 		api.CodeInvalidTerms: client.ErrInvalidTerms, api.CodeTermsKeyUnknown: client.ErrTermsKeyUnknown,
 		api.CodeTermsUnsigned: client.ErrTermsUnsigned,
 		api.CodeInvalidToken:  client.ErrInvalidRequest, api.CodeRailNotReached: client.ErrRailNotReached,
-		api.CodePayoutStopped: client.ErrPayoutStopped,
+		api.CodePayoutStopped: client.ErrPayoutStopped, api.CodeRequestCancelled: client.ErrUnavailable,
 		// No sentinel: a wrong client, or a bug.
 		api.CodeMethodNotAllowed: nil, api.CodeInternal: nil,
 	}
