@@ -23,7 +23,10 @@
 //     its backends, and of the benchmark's own process (the creators and
 //     the push bridges), and CPU per payout of each;
 //   - optionally a CPU profile of every service process during the load
-//     (stack.Config.Pprof, internal/pprofserve).
+//     (stack.Config.Pprof, internal/pprofserve);
+//   - optionally the statements each database served, per payout
+//     (stack.Config.StatementStats, PostgreSQL's pg_stat_statements): the
+//     round trips of the services to their databases.
 //
 // The figures are only comparable within one invocation on one machine:
 // the machine is shared, so the load average is recorded before and after
@@ -85,18 +88,45 @@ type Measurement struct {
 	// Profiles are the CPU profiles taken during the run, by process
 	// name (files in the run folder), with Config.ProfileSeconds.
 	Profiles map[string]string `json:"profiles,omitempty"`
+	// Statements are the statements the stack's databases served during
+	// the run, with ObserverConfig.Statements (stack.Stack.StatementStats,
+	// reset as the load starts), by cluster, database and calls.
+	Statements []stack.StatementStat `json:"statements,omitempty"`
+	// StatementsPerPayout is, by database, the statements it served per
+	// posted payout during the run (its round trips: BEGIN and COMMIT
+	// count, a pgx.Batch counts each statement), with "total" for their
+	// sum. With ObserverConfig.Statements.
+	StatementsPerPayout map[string]float64 `json:"statementsPerPayout,omitempty"`
 	// LoadBefore and LoadAfter are the 1-minute load average of the
 	// machine (/proc/loadavg) when the run started and ended.
 	LoadBefore float64 `json:"loadBefore"`
 	LoadAfter  float64 `json:"loadAfter"`
 }
 
-// Observer returns a soak.Config.Observe hook that fills m. When
-// profileSeconds > 0 (the stack must run with Pprof) it takes a CPU
-// profile of that many seconds from every service process as the load
-// starts, and writes each to dir/NAME.pprof.
-func Observer(m *Measurement, profileSeconds int, dir string) func(ctx context.Context, st *stack.Stack) (func(context.Context) error, error) {
+// ObserverConfig says what Observer measures besides the defaults.
+type ObserverConfig struct {
+	// ProfileSeconds > 0 takes a CPU profile of that many seconds from
+	// every service process as the load starts (the stack must run with
+	// Pprof), written to ProfileDir/NAME.pprof.
+	ProfileSeconds int
+	ProfileDir     string
+	// Statements reads the statement statistics of the stack's databases
+	// (the stack must run with StatementStats): reset as the load starts,
+	// read when the run has settled.
+	Statements bool
+}
+
+// Observer returns a soak.Config.Observe hook that fills m, with what cfg
+// adds. Its end fails with the first error of a profile or of the
+// statement statistics.
+func Observer(m *Measurement, cfg ObserverConfig) func(ctx context.Context, st *stack.Stack) (func(context.Context) error, error) {
+	profileSeconds, dir := cfg.ProfileSeconds, cfg.ProfileDir
 	return func(ctx context.Context, st *stack.Stack) (func(context.Context) error, error) {
+		if cfg.Statements {
+			if err := st.ResetStatementStats(ctx); err != nil {
+				return nil, err
+			}
+		}
 		m.LoadBefore = loadAvg()
 		cpu0 := cpuSample(st)
 		del0, err := deliveries(ctx, st)
@@ -153,8 +183,26 @@ func Observer(m *Measurement, profileSeconds int, dir string) func(ctx context.C
 				}
 				m.CPUSeconds[name] = round((c - cpu0[name]).Seconds(), 3)
 			}
+			if cfg.Statements {
+				// Before latency's own queries of paydb.
+				if m.Statements, err = st.StatementStats(ctx); err != nil {
+					return err
+				}
+			}
 			if err := latency(ctx, st.PayDBURL(), m); err != nil {
 				return err
+			}
+			if cfg.Statements && m.Payouts > 0 {
+				m.StatementsPerPayout = map[string]float64{}
+				var total int64
+				for _, s := range m.Statements {
+					m.StatementsPerPayout[s.Database] += float64(s.Calls)
+					total += s.Calls
+				}
+				for db, n := range m.StatementsPerPayout {
+					m.StatementsPerPayout[db] = round(n/float64(m.Payouts), 2)
+				}
+				m.StatementsPerPayout["total"] = round(float64(total)/float64(m.Payouts), 2)
 			}
 			m.CPUPerPayoutMs = map[string]float64{}
 			var total float64

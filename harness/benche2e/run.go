@@ -69,6 +69,9 @@ type Config struct {
 	// ProfileSeconds > 0 takes a CPU profile of every service process for
 	// that many seconds from the start of each run's load.
 	ProfileSeconds int
+	// Statements counts the statements every database serves during each
+	// run (ObserverConfig.Statements), reported per payout.
+	Statements bool
 	// LeaseTTL is the executors' lease TTL.
 	LeaseTTL time.Duration
 	// Dir holds each run's folder (logs, profiles); BinDir prebuilt
@@ -235,6 +238,7 @@ func runOne(ctx context.Context, cfg Config, backend, mode string, v Variant, ro
 	sc.BinDir, sc.Break = cfg.BinDir, cfg.Break
 	sc.Dir = filepath.Join(cfg.Dir, fmt.Sprintf("%s-%s-%s-%d", backend, mode, v.Name, round))
 	sc.Pprof = cfg.ProfileSeconds > 0
+	sc.StatementStats = cfg.Statements
 	sc.Log = slog.New(warnOnly{cfg.Log.Handler()})
 	if v.BinDir != "" {
 		sc.BinDir = v.BinDir
@@ -244,7 +248,8 @@ func runOne(ctx context.Context, cfg Config, backend, mode string, v Variant, ro
 	}
 	rr := &RunResult{Backend: backend, Mode: mode, Variant: v.Name, Round: round, Seed: sc.Seed, Payouts: sc.Payouts,
 		Accounts: sc.Accounts, Creators: sc.CreateWorkers, Dir: sc.Dir}
-	sc.Observe = Observer(&rr.Measurement, cfg.ProfileSeconds, filepath.Join(sc.Dir, "profiles"))
+	sc.Observe = Observer(&rr.Measurement, ObserverConfig{ProfileSeconds: cfg.ProfileSeconds, ProfileDir: filepath.Join(sc.Dir, "profiles"),
+		Statements: cfg.Statements})
 	cfg.Log.Info("bench run starting", "backend", backend, "mode", mode, "variant", v.Name, "round", round, "payouts", sc.Payouts, "accounts", sc.Accounts)
 	rep, err := soak.Run(ctx, sc)
 	if rep != nil {
@@ -291,7 +296,8 @@ func WriteJSON(w io.Writer, res *Result) error {
 // median of its runs' payouts/s, latency percentiles and CPU per payout,
 // the deliveries of each executor summed over the runs, the load average
 // and the number of broken checks; then the median CPU per payout of
-// each process.
+// each process; then, when the runs counted them, the statements per
+// payout of each database and the most frequent statements.
 func WriteMarkdown(w io.Writer, res *Result) error {
 	type key struct{ backend, mode, variant string }
 	var keys []key
@@ -347,8 +353,64 @@ func WriteMarkdown(w io.Writer, res *Result) error {
 		}
 		b.WriteString("\n")
 	}
+	writeStatements(&b, keys, groups)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// topStatements is how many statements of each database
+// writeStatements lists.
+const topStatements = 12
+
+// writeStatements adds, when the runs counted statements, the median
+// statements per payout of each database, then each database's most
+// frequent statements in the first run of each backend, mode and variant.
+func writeStatements[K comparable](b *strings.Builder, keys []K, groups map[K][]RunResult) {
+	dbs := map[string]bool{}
+	for _, rs := range groups {
+		for _, r := range rs {
+			for db := range r.StatementsPerPayout {
+				dbs[db] = true
+			}
+		}
+	}
+	if len(dbs) == 0 {
+		return
+	}
+	delete(dbs, "total")
+	names := append(slices.Sorted(mapsKeys(dbs)), "total")
+	b.WriteString("\nStatements per payout by database (median of the runs; pg_stat_statements, BEGIN and COMMIT included):\n\n")
+	b.WriteString("| backend | mode | variant | " + strings.Join(names, " | ") + " |\n|---|---|---|" + strings.Repeat("---|", len(names)) + "\n")
+	for _, k := range keys {
+		rs := groups[k]
+		r0 := rs[0]
+		fmt.Fprintf(b, "| %s | %s | %s |", r0.Backend, r0.Mode, r0.Variant)
+		for _, db := range names {
+			fmt.Fprintf(b, " %.2f |", median(rs, func(r RunResult) float64 { return r.StatementsPerPayout[db] }))
+		}
+		b.WriteString("\n")
+	}
+	for _, k := range keys {
+		r := groups[k][0]
+		if len(r.Statements) == 0 || r.Payouts == 0 {
+			continue
+		}
+		fmt.Fprintf(b, "\nMost frequent statements, %s %s %s, round %d (%d payouts):\n\n", r.Backend, r.Mode, r.Variant, r.Round, r.Measurement.Payouts)
+		b.WriteString("| database | per payout | mean µs | statement |\n|---|---|---|---|\n")
+		shown := map[string]int{}
+		for _, s := range r.Statements {
+			if shown[s.Database] == topStatements {
+				continue
+			}
+			shown[s.Database]++
+			q := s.Query
+			if len(q) > 100 {
+				q = q[:100] + "..."
+			}
+			fmt.Fprintf(b, "| %s | %.2f | %.0f | `%s` |\n", s.Database, float64(s.Calls)/float64(r.Measurement.Payouts),
+				1000*s.TotalMs/float64(max(s.Calls, 1)), strings.ReplaceAll(q, "|", "\\|"))
+		}
+	}
 }
 
 func mapsKeys[V any](m map[string]V) func(func(string) bool) {

@@ -167,6 +167,10 @@ type Config struct {
 	// Pprof serves Go's profiler from every service process
 	// (stack.Config.Pprof). Default false.
 	Pprof bool
+	// StatementStats loads pg_stat_statements into the stack's PostgreSQL
+	// clusters (stack.Config.StatementStats), for Observe to read.
+	// Default false.
+	StatementStats bool
 	// EtcdMembers is the size of the etcd cluster with the etcd backend:
 	// 3 (DefaultConfig: the chaos kills one member, the leader first) or 1
 	// (only with NoChaos: the default of `go run ./local up`).
@@ -260,7 +264,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	scfg := stack.Config{Backend: cfg.Backend, PaymentFencing: cfg.PaymentFencing, RailFencing: cfg.RailFencing,
 		ReconcileEvery: cfg.ReconcileEvery, Dir: cfg.Dir, BinDir: cfg.BinDir, LeaseTTL: cfg.LeaseTTL, Log: quiet,
-		RailJournal: true, Pprof: cfg.Pprof}
+		RailJournal: true, Pprof: cfg.Pprof, StatementStats: cfg.StatementStats}
 	if cfg.Backend == stack.BackendEtcd {
 		scfg.EtcdMembers = cfg.EtcdMembers
 	}

@@ -176,7 +176,8 @@ func TestShortCrashSoak(t *testing.T) {
 			// on this run, so that they cannot rot without a stack of their
 			// own: its figures mean nothing under chaos, its code runs.
 			var m benche2e.Measurement
-			cfg.Observe = benche2e.Observer(&m, 0, "")
+			cfg.StatementStats = true
+			cfg.Observe = benche2e.Observer(&m, benche2e.ObserverConfig{Statements: true})
 			if backend == stack.BackendPostgres {
 				// After the verdict on the real records: break them and
 				// expect every check to fail (shown on one backend; the
@@ -257,6 +258,19 @@ func checkMeasurement(t *testing.T, m benche2e.Measurement, posted, executors in
 	}
 	if m.CPUPerPayoutMs["total"] <= 0 {
 		t.Errorf("CPU per payout %v; want a positive total", m.CPUPerPayoutMs)
+	}
+	// The statement counts start again at a restart of their cluster (a
+	// kill of paydb, maybe after the last payout was created): what
+	// matters here is that they are read, per database, and add up. The
+	// outbox's publisher reads paydb all along.
+	var paydb int64
+	for _, s := range m.Statements {
+		if s.Database == "paydb" {
+			paydb += s.Calls
+		}
+	}
+	if paydb <= 0 || m.StatementsPerPayout["paydb"] <= 0 || m.StatementsPerPayout["total"] < m.StatementsPerPayout["paydb"] {
+		t.Errorf("statements: %d in paydb, per payout %v; want paydb's counted and within the total", paydb, m.StatementsPerPayout)
 	}
 }
 

@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -174,6 +175,11 @@ type Config struct {
 	// its own, never the service's port; PprofAddrs reports them. Default
 	// false: off, as in a deployment.
 	Pprof bool
+	// StatementStats loads pg_stat_statements into every PostgreSQL
+	// cluster (statements.go), so that StatementStats reports the
+	// statements each database served: the round trips of the services to
+	// their databases. Default false: off, as in a deployment.
+	StatementStats bool
 	// Log receives one line per process started and stopped. Default:
 	// discard.
 	Log *slog.Logger
@@ -566,14 +572,22 @@ func (s *Stack) startCluster(ctx context.Context, name string, dbs ...string) (*
 	// folder: it stays there after Stop and after a SIGKILL of this
 	// process, when the cluster's folder is left to RemoveLeftovers (the
 	// folder holds pgcluster.OwnerFile from its creation).
-	c, err := pgcluster.Start(ctx, pgcluster.Config{Settings: map[string]string{"recovery_init_sync_method": "syncfs"},
-		LogPath: s.PostgresLogPath(name)})
+	settings := map[string]string{"recovery_init_sync_method": "syncfs"}
+	if s.cfg.StatementStats {
+		maps.Copy(settings, statementSettings)
+	}
+	c, err := pgcluster.Start(ctx, pgcluster.Config{Settings: settings, LogPath: s.PostgresLogPath(name)})
 	if err != nil {
 		return nil, fmt.Errorf("stack: PostgreSQL cluster %s: %w", name, err)
 	}
 	s.mu.Lock()
 	s.clusters = append(s.clusters, namedCluster{name, c})
 	s.mu.Unlock()
+	if s.cfg.StatementStats {
+		if err := enableStatementStats(ctx, namedCluster{name, c}); err != nil {
+			return nil, err
+		}
+	}
 	for _, db := range dbs {
 		if err := c.CreateDatabase(ctx, db); err != nil {
 			return nil, fmt.Errorf("stack: cluster %s: %w", name, err)
