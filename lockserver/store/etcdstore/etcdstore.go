@@ -15,7 +15,12 @@
 //
 // The fencing token is the revision of the winning transaction
 // (resp.Header.Revision), which is also the key's ModRevision while the
-// grant lives, since the key is never written again. etcd's revision is one
+// grant lives, since the key is written by the transaction that grants it
+// and never again. (A Handoff, handoff.go, grants the key to the next
+// holder by rewriting it, attached to a new lease, in one transaction:
+// the key's ModRevision is then the new grant's token, and its
+// CreateRevision, which nothing here reads as a token, stays the first
+// grant's.) etcd's revision is one
 // counter for the whole cluster, raft-replicated and persisted, so tokens
 // strictly increase across grants of every key, across restarts of
 // lock-server and of etcd members, and across leader changes (a snapshot
@@ -271,6 +276,8 @@ func (c Config) validate() error {
 // lifetime context, and Close waits for it. An acquire on an
 // idle lease sends its keep-alive from a goroutine of its own and waits for
 // it; the etcd client a Store owns has its own goroutines, ended by Close.
+// A Handoff revokes the lease it emptied from a goroutine of its own,
+// which Close waits for.
 type Store struct {
 	cli        *clientv3.Client
 	ownsClient bool
@@ -291,6 +298,12 @@ type Store struct {
 	ahead   chan int64
 	stop    context.CancelFunc // ends the granter's lifetime context
 	workers sync.WaitGroup
+
+	// The background revocations of leases a Handoff emptied
+	// (handoff.go); Close waits for them, and none starts once closing.
+	bgMu    sync.Mutex
+	closing bool
+	bg      sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -657,39 +670,68 @@ func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver
 	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
 	defer cancel()
 
-	kv, rec, err := s.get(ctx, "revoke", key)
-	if err != nil {
-		return lockserver.Lease{}, err
-	}
-	if kv == nil {
-		return lockserver.Lease{}, fmt.Errorf("%w: no live lease on key %q", lockserver.ErrNotHeld, key)
-	}
-	if token != 0 {
-		if err := refusal(key, kv, rec, rec.Owner, token); err != nil {
+	for range inspectTries {
+		kv, rec, err := s.get(ctx, "revoke", key)
+		if err != nil {
 			return lockserver.Lease{}, err
 		}
+		if kv == nil {
+			return lockserver.Lease{}, fmt.Errorf("%w: no live lease on key %q", lockserver.ErrNotHeld, key)
+		}
+		if token != 0 {
+			if err := refusal(key, kv, rec, rec.Owner, token); err != nil {
+				return lockserver.Lease{}, err
+			}
+		}
+		sent := s.now()
+		err = s.end(ctx, "revoke", key, kv)
+		if token == 0 && errors.Is(err, lockserver.ErrStaleToken) {
+			// A newer grant replaced the one read (a handoff, or a
+			// release and an acquire) without the key being free between
+			// the read and the delete, or with it free only briefly:
+			// revoke whatever is live now.
+			continue
+		}
+		if err != nil {
+			return lockserver.Lease{}, err
+		}
+		return lockserver.Lease{
+			Key: key, Owner: rec.Owner, Token: kv.ModRevision,
+			LeaseID: leaseID(kv.Lease), TTL: time.Duration(rec.TTLMs) * time.Millisecond, ExpiresAt: sent,
+		}, nil
 	}
-	sent := s.now()
-	if err := s.end(ctx, "revoke", key, kv); err != nil {
-		return lockserver.Lease{}, err
-	}
-	return lockserver.Lease{
-		Key: key, Owner: rec.Owner, Token: kv.ModRevision,
-		LeaseID: leaseID(kv.Lease), TTL: time.Duration(rec.TTLMs) * time.Millisecond, ExpiresAt: sent,
-	}, nil
+	return lockserver.Lease{}, fmt.Errorf("%w: etcdstore: revoke %q: the key changed grants under %d attempts in a row", lockserver.ErrUnavailable, key, inspectTries)
 }
 
-// end ends grant kv of key by revoking its lease: etcd deletes the key
-// with the lease, in one raft write. ErrNotHeld if the lease has ended
-// already (expired, released or revoked since kv was read).
+// end ends grant kv of key: one transaction deletes the key if it still
+// carries that grant (its ModRevision and lease unchanged), then its
+// lease, which carries nothing any more, is revoked in the background
+// (revokeLater). The conditional delete, not the lease revocation, is what
+// ends the grant: a Handoff (handoff.go) moves a key to a new lease
+// without revoking the old one, so revoking the old lease alone would
+// report a grant ended that had been handed off. Of a release, a
+// force-revoke, a handoff and an expiry racing for one grant, exactly one
+// ends it, and the others are refused: ErrStaleToken when the key now
+// carries a newer grant, ErrNotHeld otherwise (expired, released or
+// revoked since kv was read).
 func (s *Store) end(ctx context.Context, op, key string, kv *mvccpb.KeyValue) error {
-	_, err := s.cli.Revoke(ctx, clientv3.LeaseID(kv.Lease))
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	k := s.prefix + key
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(k), "=", kv.ModRevision),
+			clientv3.Compare(clientv3.LeaseValue(k), "=", clientv3.LeaseID(kv.Lease))).
+		Then(clientv3.OpDelete(k)).
+		Else(clientv3.OpGet(k)).
+		Commit()
+	if err != nil {
+		return s.fail(op, key, "delete key", err)
+	}
+	if !resp.Succeeded {
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 && kvs[0].ModRevision > kv.ModRevision {
+			return fmt.Errorf("%w: key %q has a newer grant (token %d) than token %d, granted before the %s", lockserver.ErrStaleToken, key, kvs[0].ModRevision, kv.ModRevision, op)
+		}
 		return fmt.Errorf("%w: the lease on key %q with token %d ended before the %s", lockserver.ErrNotHeld, key, kv.ModRevision, op)
 	}
-	if err != nil {
-		return s.fail(op, key, "revoke lease", err)
-	}
+	s.revokeLater(key, clientv3.LeaseID(kv.Lease))
 	return nil
 }
 
@@ -707,29 +749,39 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, erro
 	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
 	defer cancel()
 
-	st := lockserver.State{Key: key}
-	kv, rec, err := s.get(ctx, "inspect", key)
-	if err != nil || kv == nil {
-		return st, err
-	}
-	st.LastToken = kv.ModRevision
-	sent := s.now()
-	ttl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease), clientv3.WithAttachedKeys())
-	if err != nil {
-		return lockserver.State{}, s.fail("inspect", key, "lease time to live", err)
-	}
-	if ttl.TTL < 0 || !slices.ContainsFunc(ttl.Keys, func(k []byte) bool { return string(k) == s.prefix+key }) {
-		// The grant ended between the two reads (the leader answers
-		// TimeToLive only after applying everything it has committed): its
-		// lease is gone.
+	for range inspectTries {
+		st := lockserver.State{Key: key}
+		kv, rec, err := s.get(ctx, "inspect", key)
+		if err != nil || kv == nil {
+			return st, err
+		}
+		st.LastToken = kv.ModRevision
+		sent := s.now()
+		ttl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease), clientv3.WithAttachedKeys())
+		if err != nil {
+			return lockserver.State{}, s.fail("inspect", key, "lease time to live", err)
+		}
+		if ttl.TTL < 0 || !slices.ContainsFunc(ttl.Keys, func(k []byte) bool { return string(k) == s.prefix+key }) {
+			// The grant ended between the two reads (the leader answers
+			// TimeToLive only after applying everything it has
+			// committed): released, revoked or expired, or handed off to
+			// a new lease without the key ever being free. Read again.
+			continue
+		}
+		st.Lease = &lockserver.Lease{
+			Key: key, Owner: rec.Owner, Token: kv.ModRevision, LeaseID: leaseID(kv.Lease),
+			TTL: time.Duration(rec.TTLMs) * time.Millisecond, ExpiresAt: sent.Add(time.Duration(ttl.TTL) * time.Second),
+		}
 		return st, nil
 	}
-	st.Lease = &lockserver.Lease{
-		Key: key, Owner: rec.Owner, Token: kv.ModRevision, LeaseID: leaseID(kv.Lease),
-		TTL: time.Duration(rec.TTLMs) * time.Millisecond, ExpiresAt: sent.Add(time.Duration(ttl.TTL) * time.Second),
-	}
-	return st, nil
+	return lockserver.State{}, fmt.Errorf("%w: etcdstore: inspect %q: the key changed grants under %d reads in a row", lockserver.ErrUnavailable, key, inspectTries)
 }
+
+// inspectTries bounds Inspect's reads of a key whose grant keeps ending
+// between the read of the key and the read of its lease, and Revoke's
+// attempts (with no token) on a key whose grant keeps being replaced
+// between the read and the delete.
+const inspectTries = 8
 
 // LeaseStats counts this Store's etcd leases since Open (see Leases in the
 // package doc): for metrics.
@@ -767,6 +819,10 @@ func (s *Store) Ping(ctx context.Context) error {
 // again returns the first result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.bgMu.Lock()
+		s.closing = true
+		s.bgMu.Unlock()
+		s.bg.Wait()
 		s.stop()
 		s.workers.Wait()
 		if s.ownsClient {

@@ -94,6 +94,9 @@ func testRefusedHandoffChangesNothing(t *testing.T, b Backend) {
 	a := mustAcquire(t, s, "k", "worker-a", longTTL)
 	refused("Handoff with a token never granted", lockserver.LeaseRef{Key: "k", Owner: "worker-a", Token: a.Token + 1_000_000}, lockserver.ErrNotHeld)
 	refused("Handoff by another owner", lockserver.LeaseRef{Key: "k", Owner: "mallory", Token: a.Token}, lockserver.ErrNotHeld)
+	// Owners that begin or extend the holder's name are other owners.
+	refused("Handoff by a prefix of the owner", lockserver.LeaseRef{Key: "k", Owner: "worker-", Token: a.Token}, lockserver.ErrNotHeld)
+	refused("Handoff by an extension of the owner", lockserver.LeaseRef{Key: "k", Owner: "worker-ab", Token: a.Token}, lockserver.ErrNotHeld)
 	refused("Handoff of a never-granted key", lockserver.LeaseRef{Key: "never", Owner: "worker-a", Token: a.Token}, lockserver.ErrNotHeld)
 	if err := s.Release(ctxT(t), "k", "worker-a", a.Token); err != nil {
 		t.Fatalf("Release: %v", err)
