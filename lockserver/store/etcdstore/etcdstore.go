@@ -34,21 +34,27 @@
 // lease carries one grant in its whole life: no lease that has carried a key
 // is ever attached to another.
 //
-// That makes the lease the handle of the grant. Release reads the key,
-// checks that its ModRevision is the token and its record's owner the
-// caller, and revokes the key's lease, which deletes the key with it (one
-// raft write). A late release from an old holder names an old token, so it
-// never reaches a newer grant; and whatever happens between the read and the
-// revocation, the lease carries that grant and nothing else. etcd revokes a
-// lease once: of a release, a force-revoke and an expiry racing for one
-// grant, exactly one ends it and the others find the lease gone
-// (ErrNotHeld). Revoke does the same without the owner check, and with the
-// token check only when it is given one. Renew reads the key, checks its
-// ModRevision and owner, and sends one keep-alive for its lease; if the
-// holder's own release lands in between, the keep-alive finds the lease
-// revoked (ErrNotHeld), or resets it just before the release revokes it
-// (the renewal is linearized before the release). It cannot extend another
-// grant: no other grant ever lives on that lease.
+// That makes the lease the handle of the grant for renewal and expiry.
+// Release reads the key, checks that its ModRevision is the token and its
+// record's owner the caller, and ends the grant with one transaction that
+// deletes the key only if its ModRevision and lease are still those read
+// (one raft write); the lease, which then carries nothing, is revoked in
+// the background. A late release from an old holder names an old token, so
+// it never reaches a newer grant. Of a release, a force-revoke, a handoff
+// (handoff.go) and an expiry racing for one grant, exactly one ends it and
+// the others are refused (ErrStaleToken when the key carries a newer
+// grant, ErrNotHeld otherwise). Ending a grant by revoking its lease alone,
+// as earlier versions did, is not enough once a handoff can move the key
+// to a new lease: the revocation would succeed on the emptied lease and
+// report as ended a grant that had been handed off (the linearizability
+// check found it). Revoke does the same without the owner check, and with
+// the token check only when it is given one; with no token, it revokes
+// whatever grant is live, reading again if the grant it read was
+// replaced. Renew reads the key, checks its ModRevision and owner, and
+// sends one keep-alive for its lease; if the holder's own release lands
+// in between, the keep-alive finds the lease revoked (ErrNotHeld), or
+// resets it (the renewal is linearized at its read, before the release).
+// It cannot extend another grant: no other grant ever lives on that lease.
 //
 // Granting a lease is a raft write; a keep-alive is not (the leader
 // answers it alone). To keep the grant off the acquire's path, a Store
@@ -629,14 +635,12 @@ func (s *Store) keepAlive(ctx context.Context, ref lockserver.LeaseRef, kv *mvcc
 }
 
 // Release implements lockserver.LockStore: it reads the key, checks that
-// its ModRevision equals token and its owner matches, then revokes the
-// grant's lease, which deletes the key with it. The lease carries this
-// grant and has carried no other, so revoking it cannot end anything else,
-// even if the grant ended between the read and the revocation; etcd
-// revokes a lease once, so of a release, a force-revoke and an expiry
-// racing for one grant exactly one ends it, and the others find the lease
-// gone (ErrNotHeld). ErrStaleToken when a newer grant is live, ErrNotHeld
-// when no grant or another owner's is, ErrInvalidArgument, ErrUnavailable.
+// its ModRevision equals token and its owner matches, then ends the grant
+// (end: the key deleted if it still carries that grant, the lease revoked
+// in the background). Of a release, a force-revoke, a handoff and an
+// expiry racing for one grant exactly one ends it. ErrStaleToken when a
+// newer grant is live, ErrNotHeld when no grant or another owner's is,
+// ErrInvalidArgument, ErrUnavailable.
 func (s *Store) Release(ctx context.Context, key, owner string, token int64) error {
 	if err := lockserver.ValidateLease(key, owner, token); err != nil {
 		return err
@@ -655,11 +659,12 @@ func (s *Store) Release(ctx context.Context, key, owner string, token int64) err
 }
 
 // Revoke implements lockserver.LockStore: it reads the live grant and
-// revokes its lease, which deletes the key with it (see Release). With
+// ends it as Release does; with no token, a grant replaced between the
+// read and the end is read again, up to inspectTries times. With
 // token > 0 it acts only if the live grant's token is token (ErrStaleToken
 // if a newer grant is live, ErrNotHeld if an older one is). The returned
 // lease is the revoked grant, with ExpiresAt set to lock-server's clock just
-// before the revocation was sent.
+// before the deletion was sent.
 func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver.Lease, error) {
 	if err := lockserver.ValidateKey(key); err != nil {
 		return lockserver.Lease{}, err
