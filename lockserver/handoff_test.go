@@ -112,6 +112,29 @@ func awaitParked(t *testing.T, h *lockserver.Server, key string) {
 	}
 }
 
+// awaitParkedUnanswered waits until key's head waiter on h sleeps
+// between asks again, failing the test if the waiter is answered first.
+func awaitParkedUnanswered(t *testing.T, h *lockserver.Server, key string, answer <-chan waitAnswer, after string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !h.HeadParked(key) {
+		select {
+		case a := <-answer:
+			t.Fatalf("the waiter was answered %d %+v after %s; want it still waiting", a.status, a.grant, after)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the head waiter of %q never parked again after %s", key, after)
+		}
+		time.Sleep(time.Millisecond) // polling a condition, not a fixed sleep
+	}
+	select {
+	case a := <-answer:
+		t.Fatalf("the waiter was answered %d %+v after %s; want it still waiting", a.status, a.grant, after)
+	default:
+	}
+}
+
 // waitFor starts a waiting acquire of key by owner and returns where its
 // answer arrives.
 func waitFor(ctx context.Context, h http.Handler, key, owner string) <-chan waitAnswer {
@@ -170,12 +193,7 @@ func TestRefusedHandoffChangesNothing(t *testing.T) {
 		if code := releaseAnswer(h, key, bad.owner, bad.token); code != http.StatusConflict {
 			t.Fatalf("release by %s with token %d: %d, want 409", bad.owner, bad.token, code)
 		}
-		awaitParked(t, h, key)
-		select {
-		case a := <-answer:
-			t.Fatalf("the waiter was answered %d %+v after a refused release", a.status, a.grant)
-		default:
-		}
+		awaitParkedUnanswered(t, h, key, answer, "a refused release")
 		st, err := store.Inspect(t.Context(), key)
 		if err != nil || st.Lease == nil || st.Lease.Owner != "holder" || st.Lease.Token != holder.Token || h.Waiting() != 1 {
 			t.Fatalf("after a refused release: %+v %v, %d waiting; want the holder's lease and the waiter queued", st.Lease, err, h.Waiting())
@@ -202,12 +220,7 @@ func TestHandoffOfUnknownOutcomeGrantsNothing(t *testing.T) {
 	if code := releaseAnswer(h, key, "holder", holder.Token); code != http.StatusServiceUnavailable {
 		t.Fatalf("release whose handoff's outcome is unknown: %d, want 503", code)
 	}
-	awaitParked(t, h, key) // it asked again and went back to sleep
-	select {
-	case a := <-answer:
-		t.Fatalf("the waiter was answered %d %+v after a handoff of unknown outcome", a.status, a.grant)
-	default:
-	}
+	awaitParkedUnanswered(t, h, key, answer, "a handoff of unknown outcome") // it asked again and went back to sleep
 	releaseGrant(t, h, holder)
 	a := <-answer
 	if a.status != http.StatusOK || a.grant.Token <= holder.Token {
