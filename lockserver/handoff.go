@@ -48,10 +48,11 @@ import (
 // overrides Release or Acquire must override Handoff too, or hide it:
 // lock-server calls Handoff instead of Release whenever a waiter is
 // parked on the key, and the embedded one would bypass the override.
-// Lock-server's Batcher hides it deliberately (a handoff is never
-// batched: NewServer takes the capability from the store it is given,
-// beneath the Batcher), and TraceStore passes it through with its own
-// span (lockstore.Handoff).
+// Lock-server's Batcher and TraceStore's wrapper hide it deliberately (a
+// handoff is never batched): NewServer takes the capability from the
+// store it is given, beneath both, and traces it with TraceHandoff (span
+// lockstore.Handoff). The HTTP API has no handoff route: the SDK's
+// stores in tests (storetest.OverHTTP) have no Handoff either.
 type Handoffer interface {
 	// Handoff releases from and grants from.Key to to.Owner for to.TTL,
 	// atomically; see the interface's documentation.

@@ -9,7 +9,9 @@ package lockserver
 // again whenever one of these happens:
 //
 //   - a release or revoke of the key answered by this lock-server (wake):
-//     the next grant follows the release by about one backend round trip;
+//     the next grant follows the release by about one backend round trip
+//     (with the handoff, below, a release grants the parked head in the
+//     release's own backend call instead);
 //   - the holder's lease reaches its ExpiresAt, read with Inspect after
 //     each refusal (a timer; a renewal moves it, and the head reads it
 //     again after the next refusal);
@@ -17,9 +19,23 @@ package lockserver
 //     backend, which this one cannot see, is noticed within WaitPoll.
 //
 // Every grant is the backend's (LockStore.Acquire through the Batcher and
-// the token floor, exactly as a plain acquire), so the token is drawn as
-// always and every invariant of the store holds; the queue only decides
-// which of this lock-server's waiters asks. Across lock-servers there is
+// the token floor, exactly as a plain acquire, or a release's
+// Handoffer.Handoff through the same token floor), so the token is drawn
+// as always and every invariant of the store holds; the queue only
+// decides which of this lock-server's waiters asks or is handed the key.
+//
+// Handoff (ServerConfig.Handoff, a store that is a Handoffer). Between
+// two asks the head is parked. A release of the key answered by this
+// lock-server while the head is parked claims it (under the queue's
+// mutex) and makes the release and the head's grant one backend
+// transaction (handOff); the outcome is delivered to the head, which
+// answers its request with the grant, or, when nothing was granted that
+// the backend confirmed (refused, unknown, withdrawn by the floor), asks
+// again as usual. A head in the middle of its own ask is never claimed:
+// that release releases and wakes it. A head that follows a head granted
+// on this lock-server parks at once until that grant's ExpiresAt (at most
+// WaitPoll) instead of asking first, so that it is parked, and can be
+// handed the key, when the release comes. Across lock-servers there is
 // no common queue: FIFO order holds among the waiters of one lock-server,
 // and an acquire through another one (or a plain acquire, which never
 // queues) can take the key between two of them (barging).
@@ -245,14 +261,12 @@ func (q *waitQueues) park(w *waiter) {
 func (q *waitQueues) unpark(w *waiter, got bool) (r handoffResult, ok bool) {
 	q.mu.Lock()
 	w.parked = false
-	claimed := w.claimed
-	q.mu.Unlock()
-	if !claimed || got {
-		q.mu.Lock()
+	if !w.claimed || got {
 		w.claimed = false
 		q.mu.Unlock()
 		return handoffResult{}, false
 	}
+	q.mu.Unlock()
 	// A handoff is in flight: its outcome comes within the releaser's
 	// backend timeout.
 	r = <-w.handed
