@@ -37,7 +37,11 @@ import (
 //     token floor, floor.go, checks it as it checks any grant).
 //   - The restore guard applies as for Acquire: a store that cannot prove
 //     the backend is the one it issued tokens on returns
-//     ErrBackendRestored, and then nothing changes (from stays held).
+//     ErrBackendRestored, and no grant to to.Owner exists. from stays
+//     held, except where a store learns of the restore only after its
+//     transaction applied (etcdstore, when the cluster changed under an
+//     open store): it then ends the new grant, and from has ended too,
+//     as a Release followed by a refused Acquire would leave it.
 //   - ErrUnavailable, wrapped, when the outcome is unknown: from may or may
 //     not have been released, and the grant to to.Owner may or may not
 //     exist. The caller must never report that grant (the backend did not

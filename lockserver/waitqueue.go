@@ -406,7 +406,10 @@ func (s *Server) handoffOn() bool { return s.handoffer != nil && s.cfg.Handoff }
 // fact made is nobody's and expires after the waiter's TTL). When the
 // restore guard refuses the grant (ErrBackendRestored, nothing changed),
 // from is released by a plain Release: the guard refuses grants, never
-// releases, and the waiter hears the refusal from its own ask.
+// releases, and the waiter hears the refusal from its own ask. (On etcd,
+// when the store learned of the restore only after the transaction, from
+// has ended already and that Release answers ErrNotHeld or
+// ErrStaleToken, which is the truth.)
 func (s *Server) handOff(ctx context.Context, from LeaseRef) (handled bool, err error) {
 	if !s.handoffOn() {
 		return false, nil
