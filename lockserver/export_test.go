@@ -1,5 +1,7 @@
 package lockserver
 
+import "github.com/prometheus/client_golang/prometheus"
+
 // HeadParked reports whether key's head waiter sleeps between two asks,
 // so that a release now would be handed to it (waitqueue.go). For tests
 // only.
@@ -9,3 +11,7 @@ func (s *Server) HeadParked(key string) bool {
 	kq := s.waitq.keys[key]
 	return kq != nil && len(kq.waiters) > 0 && kq.waiters[0].parked && !kq.waiters[0].claimed
 }
+
+// HandoffCounter is lockserver_handoffs_total (nil without a Registry).
+// For tests only.
+func (s *Server) HandoffCounter() *prometheus.CounterVec { return s.handoffs }

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
@@ -211,7 +214,13 @@ func TestRefusedHandoffChangesNothing(t *testing.T) {
 // confirm, and it goes back to asking; the holder's retried release then
 // reaches it.
 func TestHandoffOfUnknownOutcomeGrantsNothing(t *testing.T) {
-	h, store := handoffServer(t)
+	store := newHandoffStore()
+	cfg := lockserver.DefaultServerConfig()
+	cfg.Batching, cfg.Registry = false, prometheus.NewRegistry()
+	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
 	const key = "payout:acct-unknown"
 	_, holder := serve(h, waitAcquire(t.Context(), key, "holder", 0))
 	answer := waitFor(context.Background(), h, key, "waiter")
@@ -228,6 +237,11 @@ func TestHandoffOfUnknownOutcomeGrantsNothing(t *testing.T) {
 	}
 	if got := store.handedOff(); len(got) != 1 || got[0].Token != a.grant.Token {
 		t.Fatalf("handoffs %+v; want the one of the retried release", got)
+	}
+	for outcome, want := range map[string]float64{"unknown": 1, "granted": 1, "refused": 0} {
+		if got := testutil.ToFloat64(h.HandoffCounter().WithLabelValues(outcome)); got != want {
+			t.Errorf("lockserver_handoffs_total{outcome=%q} = %v, want %v", outcome, got, want)
+		}
 	}
 }
 

@@ -167,6 +167,9 @@ type Server struct {
 	// the store NewServer was given (beneath the Batcher); nil when the
 	// store has none.
 	handoffer Handoffer
+	// handoffs counts the handoffs by outcome (lockserver_handoffs_total);
+	// nil without a Registry.
+	handoffs *prometheus.CounterVec
 }
 
 // NewServer returns a Server over store. It returns an error if cfg is
@@ -202,6 +205,13 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 			Name: "lockserver_acquire_waiters",
 			Help: "Acquires waiting in lock-server's wait queues (a long-poll acquire with waitMs), over all keys.",
 		}, func() float64 { return float64(s.waitq.waiting()) })); err != nil {
+			return nil, fmt.Errorf("lockserver: register metrics: %w", err)
+		}
+		s.handoffs = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockserver_handoffs_total",
+			Help: "Releases handed to a parked head waiter in one backend call (the wait queue's handoff), by outcome: granted, refused (the release was refused; nothing changed), unknown (the backend did not answer), withdrawn (the token floor withdrew the grant), restored (the restore guard refused the grant).",
+		}, []string{"outcome"})
+		if err := cfg.Registry.Register(s.handoffs); err != nil {
 			return nil, fmt.Errorf("lockserver: register metrics: %w", err)
 		}
 		if err := s.registerFloor(cfg.Registry); err != nil {

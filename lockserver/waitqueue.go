@@ -57,6 +57,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
 
 // Log events of the wait queue.
@@ -424,13 +426,16 @@ func (s *Server) handOff(ctx context.Context, from LeaseRef) (handled bool, err 
 	s.observe(ctx, err)
 	switch {
 	case err == nil && l.Token <= floor:
+		s.countHandoff("withdrawn")
 		w.deliver(handoffResult{err: s.withdraw(ctx, l, floor)})
 		return true, nil
 	case err == nil:
+		s.countHandoff("granted")
 		s.noteIssued(l.Token)
 		w.deliver(handoffResult{lease: l, asked: asked})
 		return true, nil
 	case errors.Is(err, ErrBackendRestored):
+		s.countHandoff("restored")
 		w.deliver(handoffResult{err: err})
 		err = s.store.Release(ctx, from.Key, from.Owner, from.Token)
 		s.observe(ctx, err)
@@ -439,8 +444,20 @@ func (s *Server) handOff(ctx context.Context, from LeaseRef) (handled bool, err 
 		}
 		return true, err
 	default:
+		if _, code := statusOf(err); code == api.CodeBackendUnavailable || code == api.CodeInternal {
+			s.countHandoff("unknown")
+		} else {
+			s.countHandoff("refused")
+		}
 		w.deliver(handoffResult{err: err})
 		return true, err
+	}
+}
+
+// countHandoff counts one handoff with outcome in lockserver_handoffs_total.
+func (s *Server) countHandoff(outcome string) {
+	if s.handoffs != nil {
+		s.handoffs.WithLabelValues(outcome).Inc()
 	}
 }
 
