@@ -56,17 +56,17 @@ bench: ## SDK + lock-server vs the raw backend primitives: BENCH_COUNT rounds (d
 	@for i in $$(seq $(BENCH_COUNT)); do echo "round $$i of $(BENCH_COUNT)" >&2; \
 	  (cd lockserver/bench && ../../$(BIN)/bench.test -test.run '^$$' -test.bench . -test.benchtime 1s -test.cpu 1,2) >> $(BIN)/bench.txt || exit 1; done
 	$(GO) tool benchstat -filter '.name:AcquireRelease' -col '/path@(raw raw-lease-per-lock sdk sdk-nobatch store-batched redsync)' $(BIN)/bench.txt
-	$(GO) tool benchstat -filter '.name:Contended' -col '/path@(etcd-mutex wait barging redsync)' $(BIN)/bench.txt
+	$(GO) tool benchstat -filter '.name:Contended' -col '/path@(etcd-mutex wait wait-nohandoff barging redsync)' $(BIN)/bench.txt
 
 # The contended rows alone (issue 16 target 3): handoffs on one key, wait
-# queue vs barging vs etcd's concurrency.Mutex; BENCH_COUNT rounds.
+# queue (handoff on and off) vs barging vs etcd's concurrency.Mutex; BENCH_COUNT rounds.
 bench-contended: ## handoffs on one key at 8 and 64 clients: lock-server's wait queue vs the SDK's barging vs etcd's concurrency.Mutex vs go-redsync (needs redis-server, else skipped), BENCH_COUNT rounds, benchstat (about 2 min a round)
 	@mkdir -p $(BIN)
 	$(GO) test -c -o $(BIN)/bench.test ./lockserver/bench/
 	@rm -f $(BIN)/bench-contended.txt
 	@for i in $$(seq $(BENCH_COUNT)); do echo "round $$i of $(BENCH_COUNT)" >&2; \
 	  (cd lockserver/bench && ../../$(BIN)/bench.test -test.run '^$$' -test.bench Contended -test.benchtime 2s -test.cpu 2) >> $(BIN)/bench-contended.txt || exit 1; done
-	$(GO) tool benchstat -col '/path@(etcd-mutex wait barging redsync)' $(BIN)/bench-contended.txt
+	$(GO) tool benchstat -col '/path@(etcd-mutex wait wait-nohandoff barging redsync)' $(BIN)/bench-contended.txt
 
 BENCH_E2E_FLAGS ?=
 

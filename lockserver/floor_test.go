@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net/http"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,8 +21,9 @@ import (
 // taken back: every token it mints is lowered by back.
 type rewoundStore struct {
 	*memstore.Store
-	back    int64
-	revoked []int64
+	back     int64
+	handBack atomic.Int64 // what Handoff lowers its tokens by
+	revoked  []int64
 }
 
 func (s *rewoundStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
@@ -104,4 +108,40 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no gauge %s", name)
 	return 0
+}
+
+// Handoff is the memstore's, with the token lowered by handBack.
+func (s *rewoundStore) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockserver.AcquireRequest) (lockserver.Lease, error) {
+	l, err := s.Store.Handoff(ctx, from, to)
+	l.Token -= s.handBack.Load()
+	return l, err
+}
+
+// TestServerWithdrawsAHandoffNotAboveItsFloor: a release hands the key to
+// a parked waiter, but the backend's counter has gone back, so the
+// handoff's token is not above one this lock-server issued. The grant is
+// withdrawn before the waiter hears of it; the release (which did take
+// effect) is answered 204; the waiter asks again and is granted above the
+// floor.
+func TestServerWithdrawsAHandoffNotAboveItsFloor(t *testing.T) {
+	store := &rewoundStore{Store: memstore.New(nil)}
+	cfg := lockserver.DefaultServerConfig()
+	cfg.Batching = false
+	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "payout:acct-floor"
+	_, holder := serve(h, waitAcquire(t.Context(), key, "holder", 0))
+	answer := waitFor(context.Background(), h, key, "waiter")
+	awaitParked(t, h, key)
+	store.handBack.Store(2) // the handoff mints holder.Token-1: a repeat
+	releaseGrant(t, h, holder)
+	a := <-answer
+	if a.status != http.StatusOK || a.grant.Token <= holder.Token {
+		t.Fatalf("waiter: %d token %d; want granted above the floor %d", a.status, a.grant.Token, holder.Token)
+	}
+	if !slices.Equal(store.revoked, []int64{holder.Token - 1}) {
+		t.Fatalf("withdrawn tokens %v, want [%d] (the handoff's)", store.revoked, holder.Token-1)
+	}
 }

@@ -121,3 +121,29 @@ func (t *tracedStore) Inspect(ctx context.Context, key string) (State, error) {
 func (t *tracedStore) Ping(ctx context.Context) error { return t.s.Ping(ctx) }
 
 func (t *tracedStore) Close() error { return t.s.Close() }
+
+// TraceHandoff returns h with a span lockstore.Handoff around every call,
+// as TraceStore traces the LockStore methods: backend, the key, the new
+// owner and its TTL, the fencing token (from's when the span starts,
+// replaced by the granted one on success) and the outcome. NewServer
+// applies it to its store's Handoffer (the Batcher and TraceStore's
+// wrapper hide the capability; see Handoffer).
+func TraceHandoff(h Handoffer, backend string) Handoffer {
+	return &tracedHandoffer{h: h, t: &tracedStore{backend: backend, tr: tracing.Tracer(tracerName)}}
+}
+
+type tracedHandoffer struct {
+	h Handoffer
+	t *tracedStore
+}
+
+func (t *tracedHandoffer) Handoff(ctx context.Context, from LeaseRef, to AcquireRequest) (Lease, error) {
+	ctx, span := t.t.start(ctx, "Handoff", from.Key, attribute.String(tracing.AttrLockOwner, to.Owner),
+		attribute.Int64(tracing.AttrLeaseTTLMs, to.TTL.Milliseconds()), attribute.Int64(tracing.AttrToken, from.Token))
+	l, err := t.h.Handoff(ctx, from, to)
+	if err == nil {
+		span.SetAttributes(attribute.Int64(tracing.AttrToken, l.Token))
+	}
+	end(span, err)
+	return l, err
+}

@@ -65,3 +65,46 @@ func TestTraceStoreSpansCarryTheKeyAndTheToken(t *testing.T) {
 		}
 	}
 }
+
+// TraceHandoff gives a handoff a span of its own, carrying the new grant's
+// token (or, refused, the presented one) and the verdict.
+func TestTraceHandoffSpansCarryTheNewToken(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() { otel.SetTracerProvider(noop.NewTracerProvider()) })
+
+	mem := memstore.New(nil)
+	h := lockserver.TraceHandoff(mem, "memory")
+	ctx := context.Background()
+	l, err := mem.Acquire(ctx, "payout:acct-1", "A", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := lockserver.LeaseRef{Key: "payout:acct-1", Owner: "A", Token: l.Token}
+	to := lockserver.AcquireRequest{Key: "payout:acct-1", Owner: "B", TTL: time.Minute}
+	n, err := h.Handoff(ctx, from, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Handoff(ctx, from, to); !errors.Is(err, lockserver.ErrStaleToken) {
+		t.Fatalf("second handoff: %v; want ErrStaleToken", err)
+	}
+	got := exp.GetSpans()
+	if len(got) != 2 {
+		t.Fatalf("%d spans; want 2", len(got))
+	}
+	for i, w := range []struct {
+		outcome string
+		token   int64
+	}{{"ok", n.Token}, {"stale_token", l.Token}} {
+		attrs := map[string]any{}
+		for _, kv := range got[i].Attributes {
+			attrs[string(kv.Key)] = kv.Value.AsInterface()
+		}
+		if got[i].Name != "lockstore.Handoff" || attrs[tracing.AttrLockOutcome] != w.outcome || attrs[tracing.AttrToken] != w.token ||
+			attrs[tracing.AttrLockOwner] != "B" || attrs[tracing.AttrLockStore] != "memory" {
+			t.Errorf("span %d: %s %v; want lockstore.Handoff outcome %s token %d owner B", i, got[i].Name, attrs, w.outcome, w.token)
+		}
+	}
+}

@@ -9,7 +9,9 @@ package lockserver
 // again whenever one of these happens:
 //
 //   - a release or revoke of the key answered by this lock-server (wake):
-//     the next grant follows the release by about one backend round trip;
+//     the next grant follows the release by about one backend round trip
+//     (with the handoff, below, a release grants the parked head in the
+//     release's own backend call instead);
 //   - the holder's lease reaches its ExpiresAt, read with Inspect after
 //     each refusal (a timer; a renewal moves it, and the head reads it
 //     again after the next refusal);
@@ -17,9 +19,23 @@ package lockserver
 //     backend, which this one cannot see, is noticed within WaitPoll.
 //
 // Every grant is the backend's (LockStore.Acquire through the Batcher and
-// the token floor, exactly as a plain acquire), so the token is drawn as
-// always and every invariant of the store holds; the queue only decides
-// which of this lock-server's waiters asks. Across lock-servers there is
+// the token floor, exactly as a plain acquire, or a release's
+// Handoffer.Handoff through the same token floor), so the token is drawn
+// as always and every invariant of the store holds; the queue only
+// decides which of this lock-server's waiters asks or is handed the key.
+//
+// Handoff (ServerConfig.Handoff, a store that is a Handoffer). Between
+// two asks the head is parked. A release of the key answered by this
+// lock-server while the head is parked claims it (under the queue's
+// mutex) and makes the release and the head's grant one backend
+// transaction (handOff); the outcome is delivered to the head, which
+// answers its request with the grant, or, when nothing was granted that
+// the backend confirmed (refused, unknown, withdrawn by the floor), asks
+// again as usual. A head in the middle of its own ask is never claimed:
+// that release releases and wakes it. A head that follows a head granted
+// on this lock-server parks at once until that grant's ExpiresAt (at most
+// WaitPoll) instead of asking first, so that it is parked, and can be
+// handed the key, when the release comes. Across lock-servers there is
 // no common queue: FIFO order holds among the waiters of one lock-server,
 // and an acquire through another one (or a plain acquire, which never
 // queues) can take the key between two of them (barging).
@@ -41,6 +57,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
 
 // Log events of the wait queue.
@@ -51,6 +69,10 @@ const (
 	// EventWaitGrantAbandoned: a waiter's request ended while its grant
 	// was in flight; the grant was released and the next waiter woken.
 	EventWaitGrantAbandoned = "wait_grant_abandoned"
+	// EventHandoffFailed (debug): a handoff to a parked waiter did not
+	// grant it the key (refused, outcome unknown, or withdrawn by the
+	// token floor); the waiter asks again as usual.
+	EventHandoffFailed = "handoff_failed"
 	// EventWaitReleaseFailed: releasing an abandoned grant failed; the
 	// lease expires after its TTL and nobody holds it meanwhile.
 	EventWaitReleaseFailed = "wait_release_failed"
@@ -92,12 +114,37 @@ type keyQueue struct {
 	// wake has room for one signal: a release or revoke of the key seen
 	// since the head last looked. A stale signal costs one extra ask.
 	wake chan struct{}
+	// held (under waitQueues.mu) is the lease the last head left with,
+	// when it left granted: the next head knows the key is held until
+	// held.ExpiresAt without asking. Used only when releases hand off.
+	held Lease
 }
 
 // waiter is one waiting acquire.
 type waiter struct {
 	// head is closed when the waiter becomes the head of its queue.
 	head chan struct{}
+	// to is the grant the waiter asks for: what a handoff grants it.
+	to AcquireRequest
+	// parked (under waitQueues.mu): the waiter is the head and sleeps
+	// between two asks; only a parked head can be claimed for a handoff.
+	parked bool
+	// claimed (under waitQueues.mu): a release has claimed the waiter for
+	// a handoff and its outcome is not yet consumed; the waiter does not
+	// ask the backend, nor leave, until it has read handed.
+	claimed bool
+	// handed carries the outcome of the one handoff in flight for the
+	// waiter (room for one: a waiter is claimed at most once at a time).
+	handed chan handoffResult
+}
+
+// handoffResult is the outcome of a handoff to a waiter: the lease (err
+// nil: the backend confirmed the grant) or why the waiter has none and
+// must ask again; asked is when the handoff was sent.
+type handoffResult struct {
+	lease Lease
+	err   error
+	asked time.Time
 }
 
 func newWaitQueues(max int, log *slog.Logger) *waitQueues {
@@ -107,7 +154,7 @@ func newWaitQueues(max int, log *slog.Logger) *waitQueues {
 // join queues a waiter for key at the tail and returns it with its key's
 // queue, or errQueueFull. The acquire_queued event is logged before the
 // queue is unlocked, so that it is in the order of the joins.
-func (q *waitQueues) join(ctx context.Context, key, owner string) (*waiter, *keyQueue, error) {
+func (q *waitQueues) join(ctx context.Context, key, owner string, ttl time.Duration) (*waiter, *keyQueue, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.n >= q.max {
@@ -118,7 +165,7 @@ func (q *waitQueues) join(ctx context.Context, key, owner string) (*waiter, *key
 		kq = &keyQueue{wake: make(chan struct{}, 1)}
 		q.keys[key] = kq
 	}
-	w := &waiter{head: make(chan struct{})}
+	w := &waiter{head: make(chan struct{}), to: AcquireRequest{Key: key, Owner: owner, TTL: ttl}, handed: make(chan handoffResult, 1)}
 	kq.waiters = append(kq.waiters, w)
 	if len(kq.waiters) == 1 {
 		close(w.head)
@@ -129,8 +176,9 @@ func (q *waitQueues) join(ctx context.Context, key, owner string) (*waiter, *key
 }
 
 // leave takes w out of key's queue; if w was the head, the next waiter
-// becomes the head.
-func (q *waitQueues) leave(key string, w *waiter) {
+// becomes the head, and granted (the lease w leaves with; zero when it
+// has none) is kept as the key's held hint for it.
+func (q *waitQueues) leave(key string, w *waiter, granted Lease) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	kq := q.keys[key]
@@ -144,6 +192,7 @@ func (q *waitQueues) leave(key string, w *waiter) {
 		kq.waiters = append(kq.waiters[:i], kq.waiters[i+1:]...)
 		q.n--
 		if i == 0 && len(kq.waiters) > 0 {
+			kq.held = granted
 			close(kq.waiters[0].head)
 		}
 		break
@@ -167,6 +216,68 @@ func (q *waitQueues) wake(key string) {
 	}
 }
 
+// claim returns key's head waiter, marked claimed, if it is parked and
+// not already claimed; nil otherwise (no waiter, or the head is asking the
+// backend itself: the releaser then releases and wakes it as usual). The
+// caller must deliver exactly one handoffResult to the waiter it got.
+func (q *waitQueues) claim(key string) *waiter {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	kq := q.keys[key]
+	if kq == nil || len(kq.waiters) == 0 {
+		return nil
+	}
+	w := kq.waiters[0]
+	if !w.parked || w.claimed {
+		return nil
+	}
+	w.claimed = true
+	return w
+}
+
+// heldHint returns the lease the previous head of kq left with (zero:
+// none, or it left without a grant) and forgets it.
+func (q *waitQueues) heldHint(kq *keyQueue) Lease {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	l := kq.held
+	kq.held = Lease{}
+	return l
+}
+
+// deliver hands r to w, claimed by claim; it never blocks.
+func (w *waiter) deliver(r handoffResult) { w.handed <- r }
+
+// park marks the head w as sleeping between asks: claimable.
+func (q *waitQueues) park(w *waiter) {
+	q.mu.Lock()
+	w.parked = true
+	q.mu.Unlock()
+}
+
+// unpark ends w's sleep. got says whether w has already received a
+// handoff's outcome; if it has not but a handoff is in flight for it,
+// unpark waits for that outcome and returns it (ok true). Once unpark
+// returns, w is neither parked nor claimed: nobody hands it a grant
+// while it asks the backend itself.
+func (q *waitQueues) unpark(w *waiter, got bool) (r handoffResult, ok bool) {
+	q.mu.Lock()
+	w.parked = false
+	if !w.claimed || got {
+		w.claimed = false
+		q.mu.Unlock()
+		return handoffResult{}, false
+	}
+	q.mu.Unlock()
+	// A handoff is in flight: its outcome comes within the releaser's
+	// backend timeout.
+	r = <-w.handed
+	q.mu.Lock()
+	w.claimed = false
+	q.mu.Unlock()
+	return r, true
+}
+
 // waiting returns the number of waiters over all keys.
 func (q *waitQueues) waiting() int {
 	q.mu.Lock()
@@ -179,19 +290,28 @@ func (q *waitQueues) waiting() int {
 // waitEnd passes (ErrLockHeld). waited is the time from start to the
 // backend call that granted the key.
 func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl time.Duration, start, waitEnd, budgetEnd time.Time) (l Lease, waited time.Duration, err error) {
-	w, kq, err := s.waitq.join(reqCtx, key, owner)
+	w, kq, err := s.waitq.join(reqCtx, key, owner, ttl)
 	if errors.Is(err, errQueueFull) {
 		// No place to wait: one ask, as a plain acquire.
 		l, err := s.grant(reqCtx, key, owner, ttl, budgetEnd)
 		return l, 0, err
 	}
-	defer s.waitq.leave(key, w)
+	defer func() { s.waitq.leave(key, w, l) }() // l: the named result
 	waitCtx, cancel := context.WithDeadline(reqCtx, waitEnd)
 	defer cancel()
 	select {
 	case <-w.head:
 	case <-waitCtx.Done():
 		return Lease{}, 0, s.waitOver(reqCtx, key, start, "before its turn came")
+	}
+	// With handoff, a head that follows a granted head parks at once
+	// until that grant's ExpiresAt (at most WaitPoll): the key is held by
+	// the waiter just answered, so asking would only be refused, and a
+	// head in the middle of an ask when the release comes cannot be
+	// handed the key.
+	var held Lease
+	if s.handoffOn() {
+		held = s.waitq.heldHint(kq)
 	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -201,40 +321,143 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 		if waitCtx.Err() != nil {
 			return Lease{}, 0, s.waitOver(reqCtx, key, start, "at the head of the queue")
 		}
-		asked := time.Now()
-		l, err := s.grant(context.WithoutCancel(reqCtx), key, owner, ttl, budgetEnd)
-		if err == nil {
-			if reqCtx.Err() != nil {
-				s.abandon(reqCtx, l)
-				return Lease{}, 0, fmt.Errorf("%w: the request ended while its grant was in flight; the grant was released", ErrUnavailable)
-			}
-			return l, asked.Sub(start), nil
-		}
-		if !errors.Is(err, ErrLockHeld) {
-			return Lease{}, 0, err
-		}
 		pause := s.cfg.WaitPoll
-		ictx, icancel := context.WithTimeout(context.WithoutCancel(reqCtx), s.callTimeout(reqCtx))
-		st, ierr := s.store.Inspect(ictx, key)
-		icancel()
-		switch {
-		case ierr != nil:
-		case st.Lease == nil || !time.Now().Before(st.Lease.ExpiresAt):
-			// Free, or expired by this clock but not by the backend's (a
-			// clock behind ours, etcd's remaining TTL in whole seconds):
-			// ask again soon, backing off so that a skew costs a few asks.
-			pause = min(pause, minRetry<<min(early, 10))
-			early++
-		default:
-			pause = min(pause, time.Until(st.Lease.ExpiresAt))
-			early = 0
+		if until := time.Until(held.ExpiresAt); held.Token != 0 && until > 0 {
+			pause = min(pause, until)
+		} else {
+			asked := time.Now()
+			l, err := s.grant(context.WithoutCancel(reqCtx), key, owner, ttl, budgetEnd)
+			if err == nil {
+				if reqCtx.Err() != nil {
+					s.abandon(reqCtx, l)
+					return Lease{}, 0, fmt.Errorf("%w: the request ended while its grant was in flight; the grant was released", ErrUnavailable)
+				}
+				return l, asked.Sub(start), nil
+			}
+			if !errors.Is(err, ErrLockHeld) {
+				return Lease{}, 0, err
+			}
+			ictx, icancel := context.WithTimeout(context.WithoutCancel(reqCtx), s.callTimeout(reqCtx))
+			st, ierr := s.store.Inspect(ictx, key)
+			icancel()
+			switch {
+			case ierr != nil:
+			case st.Lease == nil || !time.Now().Before(st.Lease.ExpiresAt):
+				// Free, or expired by this clock but not by the backend's (a
+				// clock behind ours, etcd's remaining TTL in whole seconds):
+				// ask again soon, backing off so that a skew costs a few asks.
+				pause = min(pause, minRetry<<min(early, 10))
+				early++
+			default:
+				pause = min(pause, time.Until(st.Lease.ExpiresAt))
+				early = 0
+			}
 		}
-		timer.Reset(pause)
-		select {
-		case <-kq.wake:
-		case <-timer.C:
-		case <-waitCtx.Done():
+		held = Lease{}
+		r, got := s.sleep(w, kq, waitCtx, timer, pause)
+		if !got {
+			continue
 		}
+		if r.err != nil {
+			// Refused, unknown or withdrawn: nothing was granted to this
+			// waiter that the backend confirmed; it asks again as usual.
+			s.log.DebugContext(reqCtx, "handoff to a waiter failed; it asks again", "event", EventHandoffFailed, "key", key, "owner", owner, "error", r.err.Error())
+			continue
+		}
+		if reqCtx.Err() != nil {
+			s.abandon(reqCtx, r.lease)
+			return Lease{}, 0, fmt.Errorf("%w: the request ended while a handoff to it was in flight; the grant was released", ErrUnavailable)
+		}
+		return r.lease, r.asked.Sub(start), nil
+	}
+}
+
+// sleep parks the head w for pause, until its key is woken, or its wait
+// ends, or a release hands it the key. got says whether a handoff's
+// outcome came (r); once sleep returns, w is neither parked nor claimed.
+func (s *Server) sleep(w *waiter, kq *keyQueue, waitCtx context.Context, timer *time.Timer, pause time.Duration) (r handoffResult, got bool) {
+	timer.Reset(pause)
+	s.waitq.park(w)
+	select {
+	case <-kq.wake:
+	case <-timer.C:
+	case <-waitCtx.Done():
+	case r = <-w.handed:
+		got = true
+	}
+	if hr, ok := s.waitq.unpark(w, got); ok {
+		r, got = hr, true
+	}
+	return r, got
+}
+
+// handoffOn reports whether releases hand off to parked waiters: the
+// store can (Handoffer) and ServerConfig.Handoff is on.
+func (s *Server) handoffOn() bool { return s.handoffer != nil && s.cfg.Handoff }
+
+// handOff serves the release of from when this lock-server has a parked
+// head waiter for its key and the store can hand off: one backend
+// transaction releases from and grants the key to the waiter (Handoffer).
+// handled is false when there is no such waiter or no capability: the
+// caller then releases and wakes as usual. Otherwise err is the release's
+// answer: nil when from was released (the waiter has its grant, or, when
+// the token floor withdrew the grant, asks again), the store's refusal
+// (ErrStaleToken, ErrNotHeld: nothing changed, the waiter stays queued
+// and asks again as usual), or ErrUnavailable (outcome unknown: the
+// waiter is told nothing was granted and asks again; a grant that was in
+// fact made is nobody's and expires after the waiter's TTL). When the
+// restore guard refuses the grant (ErrBackendRestored, nothing changed),
+// from is released by a plain Release: the guard refuses grants, never
+// releases, and the waiter hears the refusal from its own ask. (On etcd,
+// when the store learned of the restore only after the transaction, from
+// has ended already and that Release answers ErrNotHeld or
+// ErrStaleToken, which is the truth.)
+func (s *Server) handOff(ctx context.Context, from LeaseRef) (handled bool, err error) {
+	if !s.handoffOn() {
+		return false, nil
+	}
+	w := s.waitq.claim(from.Key)
+	if w == nil {
+		return false, nil
+	}
+	floor := s.issued.Load() // before the request: see floor.go
+	asked := time.Now()
+	l, err := s.handoffer.Handoff(ctx, from, w.to)
+	s.observe(ctx, err)
+	switch {
+	case err == nil && l.Token <= floor:
+		s.countHandoff("withdrawn")
+		w.deliver(handoffResult{err: s.withdraw(ctx, l, floor)})
+		return true, nil
+	case err == nil:
+		s.countHandoff("granted")
+		s.noteIssued(l.Token)
+		w.deliver(handoffResult{lease: l, asked: asked})
+		return true, nil
+	case errors.Is(err, ErrBackendRestored):
+		s.countHandoff("restored")
+		w.deliver(handoffResult{err: err})
+		err = s.store.Release(ctx, from.Key, from.Owner, from.Token)
+		s.observe(ctx, err)
+		if err == nil {
+			s.waitq.wake(from.Key)
+		}
+		return true, err
+	default:
+		if _, code := statusOf(err); code == api.CodeBackendUnavailable || code == api.CodeInternal {
+			s.countHandoff("unknown")
+		} else {
+			s.countHandoff("refused")
+		}
+		w.deliver(handoffResult{err: err})
+		return true, err
+	}
+}
+
+// countHandoff counts one handoff with outcome in lockserver_handoffs_total.
+func (s *Server) countHandoff(outcome string) {
+	if s.handoffs != nil {
+		s.handoffs.WithLabelValues(outcome).Inc()
 	}
 }
 

@@ -219,8 +219,25 @@ type waitAnswer struct {
 	grant  api.Grant
 }
 
+// queueStores runs test over a store that cannot hand off (a release
+// then wakes the head, which asks) and over one that can (the release
+// grants the parked head in the same store call).
+func queueStores(t *testing.T, test func(t *testing.T, h *lockserver.Server, store *recordingStore)) {
+	t.Run("release-and-wake", func(t *testing.T) {
+		h, store := waitServer(t)
+		test(t, h, store)
+	})
+	t.Run("handoff", func(t *testing.T) {
+		h, store := handoffServer(t)
+		test(t, h, store.recordingStore)
+	})
+}
+
 func TestWaitersAreGrantedInArrivalOrder(t *testing.T) {
-	h, store := waitServer(t)
+	queueStores(t, testWaitersAreGrantedInArrivalOrder)
+}
+
+func testWaitersAreGrantedInArrivalOrder(t *testing.T, h *lockserver.Server, store *recordingStore) {
 	const key, n = "payout:acct-fifo", 8
 	status, holder := serve(h, waitAcquire(t.Context(), key, "holder", 0))
 	if status != http.StatusOK {
@@ -268,14 +285,33 @@ func TestWaitersAreGrantedInArrivalOrder(t *testing.T) {
 // granted (plus one, a grant that the store records after the join it
 // preceded).
 func TestNoWaiterStarvesAmong64(t *testing.T) {
-	hist := &history{}
-	store := &recordingStore{LockStore: memstore.New(nil), history: hist}
-	cfg := lockserver.DefaultServerConfig()
-	cfg.Batching = false
-	h, err := lockserver.NewServer(store, cfg, slog.New(hist))
-	if err != nil {
-		t.Fatal(err)
+	for _, handoff := range []bool{false, true} {
+		t.Run(fmt.Sprintf("handoff=%v", handoff), func(t *testing.T) {
+			hist := &history{}
+			var store lockserver.LockStore
+			hs := newHandoffStore()
+			rs := hs.recordingStore
+			rs.history = hist
+			store = rs
+			if handoff {
+				store = hs
+			}
+			cfg := lockserver.DefaultServerConfig()
+			cfg.Batching = false
+			h, err := lockserver.NewServer(store, cfg, slog.New(hist))
+			if err != nil {
+				t.Fatal(err)
+			}
+			testNoWaiterStarves(t, h, rs, hist)
+			if got := len(hs.handedOff()); handoff != (got > 0) {
+				t.Fatalf("%d handoffs with handoff %v", got, handoff)
+			}
+			t.Logf("%d of the grants were handoffs", len(hs.handedOff()))
+		})
 	}
+}
+
+func testNoWaiterStarves(t *testing.T, h *lockserver.Server, store *recordingStore, hist *history) {
 	const key, clients, rounds = "payout:acct-hot", 64, 4
 	var wg sync.WaitGroup
 	for c := range clients {

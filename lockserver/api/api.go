@@ -420,6 +420,11 @@ const (
 	// "false". On, concurrent acquires, releases and renewals share backend
 	// round trips (lockserver.Batcher).
 	EnvBatchEnabled = "LOCK_BATCH_ENABLED"
+	// EnvHandoffEnabled turns the wait queue's handoff on or off: "true"
+	// (default) or "false". On, a release answered by the lock-server
+	// where the key's head waiter is parked grants it the key in the
+	// release's own backend transaction (lockserver.ServerConfig.Handoff).
+	EnvHandoffEnabled = "LOCK_HANDOFF_ENABLED"
 	// EnvBatchMax is the most requests of one backend round trip when
 	// batching (1 to 1024, default 64).
 	EnvBatchMax = "LOCK_BATCH_MAX"

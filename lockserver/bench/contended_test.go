@@ -4,11 +4,15 @@ package bench
 // key, so each iteration is one handoff, from one holder to the next.
 // BenchmarkContended/backend=B/path=P/clients=N, with the paths
 //
-//	etcd-mutex  etcd's concurrency.Mutex (waiters queued by revision, woken by a watch), one session per client
-//	wait        client.Acquire with client.WithWait (lock-server's FIFO wait queue, a long-poll per request)
-//	barging     client.Acquire without a wait (LOCK_HELD, then jittered backoff: 20 ms base, 1 s cap)
+//	etcd-mutex      etcd's concurrency.Mutex (waiters queued by revision, woken by a watch), one session per client
+//	wait            client.Acquire with client.WithWait (lock-server's FIFO wait queue, a long-poll per
+//	                request), lock-server's defaults: a release hands the key to the parked head waiter in
+//	                the same store call (ServerConfig.Handoff)
+//	wait-nohandoff  the same with ServerConfig.Handoff off: the release, then the head's own acquire
+//	barging         client.Acquire without a wait (LOCK_HELD, then jittered backoff: 20 ms base, 1 s cap)
 //	redsync     go-redsync on Redis (backend=redis; redis_test.go): no token, no durability
 //
+// on the backends memory, etcd and postgres (no etcd-mutex row there),
 // and the metrics, besides ns/op (wall time over handoffs: the inverse of
 // handoffs/s):
 //
@@ -37,10 +41,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
 )
 
 // contendedClients are the client counts of the contended rows.
@@ -119,11 +125,12 @@ func handoffs(b *testing.B, clients int, setup func(c int) (locker, func())) {
 }
 
 // sdkLocker returns lockers going through one lock-server over store
-// (group grant off, as lock-server runs on etcd by default): with a wait
-// (the wait queue) or without (barging).
-func sdkLocker(b *testing.B, store lockserver.LockStore, key string, wait bool) (func(c int) (locker, func()), func()) {
+// (group grant off, as lock-server runs on etcd by default, so that the
+// backends compare alike): with a wait (the wait queue, with or without
+// handoff) or without (barging).
+func sdkLocker(b *testing.B, store lockserver.LockStore, key string, wait, handoff bool) (func(c int) (locker, func()), func()) {
 	cfg := lockserver.DefaultServerConfig()
-	cfg.Batching = false
+	cfg.Batching, cfg.Handoff = false, handoff
 	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
@@ -150,16 +157,16 @@ func sdkLocker(b *testing.B, store lockserver.LockStore, key string, wait bool) 
 
 // sdkContendedPaths are the lock-server paths of the contended rows.
 var sdkContendedPaths = []struct {
-	name string
-	wait bool
-}{{"wait", true}, {"barging", false}}
+	name          string
+	wait, handoff bool
+}{{"wait", true, true}, {"wait-nohandoff", true, false}, {"barging", false, true}}
 
 func BenchmarkContended(b *testing.B) {
 	b.Run("backend=memory", func(b *testing.B) {
 		for _, n := range contendedClients {
 			for _, p := range sdkContendedPaths {
 				b.Run(fmt.Sprintf("path=%s/clients=%d", p.name, n), func(b *testing.B) {
-					setup, stop := sdkLocker(b, memstore.New(nil), "contended", p.wait)
+					setup, stop := sdkLocker(b, memstore.New(nil), "contended", p.wait, p.handoff)
 					defer stop()
 					handoffs(b, n, setup)
 				})
@@ -198,7 +205,24 @@ func BenchmarkContended(b *testing.B) {
 						b.Fatal(err)
 					}
 					defer store.Close()
-					setup, stop := sdkLocker(b, store, "contended", p.wait)
+					setup, stop := sdkLocker(b, store, "contended", p.wait, p.handoff)
+					defer stop()
+					handoffs(b, n, setup)
+				})
+			}
+		}
+	})
+	b.Run("backend=postgres", func(b *testing.B) {
+		dsn := pgtest.NewDatabase(b)
+		store, err := pgstore.Open(context.Background(), pgConfig(dsn), slog.New(slog.DiscardHandler))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer store.Close()
+		for _, n := range contendedClients {
+			for _, p := range sdkContendedPaths {
+				b.Run(fmt.Sprintf("path=%s/clients=%d", p.name, n), func(b *testing.B) {
+					setup, stop := sdkLocker(b, store, fmt.Sprintf("contended-%s-%d", p.name, n), p.wait, p.handoff)
 					defer stop()
 					handoffs(b, n, setup)
 				})

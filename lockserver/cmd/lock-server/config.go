@@ -67,6 +67,10 @@ type config struct {
 	// and 0). See lockserver.Batcher.
 	Batching bool
 	Batch    lockserver.BatchConfig
+	// Handoff lets a release hand its key to the parked head waiter in
+	// one backend transaction (LOCK_HANDOFF_ENABLED, default true, with
+	// either store). See lockserver.ServerConfig.Handoff.
+	Handoff bool
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM
 	// (LOCK_SHUTDOWN_TIMEOUT_MS, default 10000, at most maxTimeoutMs).
 	ShutdownTimeout time.Duration
@@ -104,6 +108,7 @@ func defaultConfig() config {
 		StallProbeTimeout: lockserver.DefaultServerConfig().StallProbeTimeout,
 		Batching:          lockserver.DefaultServerConfig().Batching,
 		Batch:             lockserver.DefaultServerConfig().Batch,
+		Handoff:           lockserver.DefaultServerConfig().Handoff,
 		LogLevel:          slog.LevelInfo,
 	}
 	c.Etcd.RequestTimeout = c.RequestTimeout
@@ -118,7 +123,8 @@ func envNames() []string {
 		api.EnvLockDBAcceptPromotion,
 		api.EnvEtcdEndpoints, api.EnvEtcdPrefix, api.EnvEtcdIdleLeases, api.EnvRequestTimeoutMs,
 		api.EnvShutdownTimeoutMs, api.EnvLogLevel, api.EnvProofSigningKey, api.EnvMaxInFlight,
-		api.EnvStallProbeTimeoutMs, api.EnvBatchEnabled, api.EnvBatchMax, api.EnvBatchWindowUs}
+		api.EnvStallProbeTimeoutMs, api.EnvBatchEnabled, api.EnvBatchMax, api.EnvBatchWindowUs,
+		api.EnvHandoffEnabled}
 }
 
 // loadConfig returns defaultConfig overridden by the variables of envNames,
@@ -220,6 +226,16 @@ func loadConfig(getenv func(string) string) (config, error) {
 			c.Batching = false
 		default:
 			bad("%s=%q: want true or false", api.EnvBatchEnabled, v)
+		}
+	}
+	if v := strings.TrimSpace(getenv(api.EnvHandoffEnabled)); v != "" {
+		switch v {
+		case "true":
+			c.Handoff = true
+		case "false":
+			c.Handoff = false
+		default:
+			bad("%s=%q: want true or false", api.EnvHandoffEnabled, v)
 		}
 	}
 	if v := strings.TrimSpace(getenv(api.EnvBatchMax)); v != "" {

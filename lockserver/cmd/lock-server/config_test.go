@@ -25,7 +25,7 @@ func TestConfigDefaultsAndOverrides(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Store != "postgres" || c.Addr != "127.0.0.1:8080" || c.RequestTimeout != 5*time.Second || c.LockDB.MaxConns != 16 || c.Etcd.IdleLeases != 64 ||
-		!c.Batching || c.Batch.MaxSize != 64 || c.Batch.Window != 0 || c.LockDB.AcceptPromotion {
+		!c.Batching || c.Batch.MaxSize != 64 || c.Batch.Window != 0 || c.LockDB.AcceptPromotion || !c.Handoff {
 		t.Fatalf("defaults: %+v", c)
 	}
 	// A multi-host DSN that follows a failover, with promotions accepted.
@@ -40,13 +40,14 @@ func TestConfigDefaultsAndOverrides(t *testing.T) {
 		"LOCK_STORE": "etcd", "ETCD_ENDPOINTS": "http://a:2379, http://b:2379,", "PORT": "9000",
 		"LOCK_REQUEST_TIMEOUT_MS": "750", "LOG_LEVEL": "debug", "ETCD_IDLE_LEASES": "0",
 		"LOCK_BATCH_ENABLED": "false", "LOCK_BATCH_MAX": "8", "LOCK_BATCH_WINDOW_US": "250",
+		"LOCK_HANDOFF_ENABLED": "false",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Store != "etcd" || len(c.Etcd.Endpoints) != 2 || c.Etcd.Endpoints[1] != "http://b:2379" || c.Addr != ":9000" || c.RequestTimeout != 750*time.Millisecond ||
 		c.Etcd.RequestTimeout != 750*time.Millisecond || c.Etcd.IdleLeases != 0 || c.Etcd.Validate() != nil ||
-		c.Batching || c.Batch.MaxSize != 8 || c.Batch.Window != 250*time.Microsecond {
+		c.Batching || c.Batch.MaxSize != 8 || c.Batch.Window != 250*time.Microsecond || c.Handoff {
 		t.Fatalf("overrides: %+v", c)
 	}
 }
@@ -91,6 +92,7 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{map[string]string{"LOCKDB_URL": "x", "PORT": "70000"}, "PORT"},
 		{map[string]string{"LOCKDB_URL": "x", "PORT": "080"}, "PORT"},
 		{map[string]string{"LOCKDB_URL": "x", "LOCK_BATCH_ENABLED": "yes"}, "LOCK_BATCH_ENABLED"},
+		{map[string]string{"LOCKDB_URL": "x", "LOCK_HANDOFF_ENABLED": "on"}, "LOCK_HANDOFF_ENABLED"},
 		{map[string]string{"LOCKDB_URL": "x", "LOCK_BATCH_MAX": "0"}, "LOCK_BATCH_MAX"},
 		{map[string]string{"LOCKDB_URL": "x", "LOCK_BATCH_MAX": "5000"}, "LOCK_BATCH_MAX"},
 		{map[string]string{"LOCKDB_URL": "x", "LOCK_BATCH_WINDOW_US": "-1"}, "LOCK_BATCH_WINDOW_US"},

@@ -93,6 +93,7 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	scfg.MaxInFlight = cfg.MaxInFlight
 	scfg.StallProbeTimeout = cfg.StallProbeTimeout
 	scfg.Batching, scfg.Batch = cfg.Batching, cfg.Batch
+	scfg.Handoff = cfg.Handoff
 	scfg.Registry, err = newRegistry(store)
 	if err != nil {
 		return err
@@ -127,7 +128,7 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	if !cfg.ProofKey.IsZero() {
 		started = append(started, "proofKeyId", cfg.ProofKey.ID())
 	}
-	started = append(started, "batching", cfg.Batching)
+	started = append(started, "batching", cfg.Batching, "handoff", cfg.Handoff)
 	if cfg.Batching {
 		started = append(started, "batchMax", cfg.Batch.MaxSize, "batchWindowUs", cfg.Batch.Window.Microseconds())
 	}

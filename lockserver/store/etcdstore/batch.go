@@ -318,8 +318,9 @@ func validRefs(refs []lockserver.LeaseRef, errs []error) []int {
 }
 
 // ReleaseMany implements lockserver.BatchStore: one read of every key,
-// then each live grant's lease revoked, all at once (see Release for what
-// each member is answered).
+// then each live grant ended (its key deleted conditionally, its lease
+// revoked in the background), all at once (see Release for what each
+// member is answered).
 func (s *Store) ReleaseMany(ctx context.Context, refs []lockserver.LeaseRef) []error {
 	out := make([]error, len(refs))
 	valid := validRefs(refs, out)

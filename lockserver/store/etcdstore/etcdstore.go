@@ -15,7 +15,12 @@
 //
 // The fencing token is the revision of the winning transaction
 // (resp.Header.Revision), which is also the key's ModRevision while the
-// grant lives, since the key is never written again. etcd's revision is one
+// grant lives, since the key is written by the transaction that grants it
+// and never again. (A Handoff, handoff.go, grants the key to the next
+// holder by rewriting it, attached to a new lease, in one transaction:
+// the key's ModRevision is then the new grant's token, and its
+// CreateRevision, which nothing here reads as a token, stays the first
+// grant's.) etcd's revision is one
 // counter for the whole cluster, raft-replicated and persisted, so tokens
 // strictly increase across grants of every key, across restarts of
 // lock-server and of etcd members, and across leader changes (a snapshot
@@ -29,21 +34,27 @@
 // lease carries one grant in its whole life: no lease that has carried a key
 // is ever attached to another.
 //
-// That makes the lease the handle of the grant. Release reads the key,
-// checks that its ModRevision is the token and its record's owner the
-// caller, and revokes the key's lease, which deletes the key with it (one
-// raft write). A late release from an old holder names an old token, so it
-// never reaches a newer grant; and whatever happens between the read and the
-// revocation, the lease carries that grant and nothing else. etcd revokes a
-// lease once: of a release, a force-revoke and an expiry racing for one
-// grant, exactly one ends it and the others find the lease gone
-// (ErrNotHeld). Revoke does the same without the owner check, and with the
-// token check only when it is given one. Renew reads the key, checks its
-// ModRevision and owner, and sends one keep-alive for its lease; if the
-// holder's own release lands in between, the keep-alive finds the lease
-// revoked (ErrNotHeld), or resets it just before the release revokes it
-// (the renewal is linearized before the release). It cannot extend another
-// grant: no other grant ever lives on that lease.
+// That makes the lease the handle of the grant for renewal and expiry.
+// Release reads the key, checks that its ModRevision is the token and its
+// record's owner the caller, and ends the grant with one transaction that
+// deletes the key only if its ModRevision and lease are still those read
+// (one raft write); the lease, which then carries nothing, is revoked in
+// the background. A late release from an old holder names an old token, so
+// it never reaches a newer grant. Of a release, a force-revoke, a handoff
+// (handoff.go) and an expiry racing for one grant, exactly one ends it and
+// the others are refused (ErrStaleToken when the key carries a newer
+// grant, ErrNotHeld otherwise). Ending a grant by revoking its lease alone,
+// as earlier versions did, is not enough once a handoff can move the key
+// to a new lease: the revocation would succeed on the emptied lease and
+// report as ended a grant that had been handed off (the linearizability
+// check found it). Revoke does the same without the owner check, and with
+// the token check only when it is given one; with no token, it revokes
+// whatever grant is live, reading again if the grant it read was
+// replaced. Renew reads the key, checks its ModRevision and owner, and
+// sends one keep-alive for its lease; if the holder's own release lands
+// in between, the keep-alive finds the lease revoked (ErrNotHeld), or
+// resets it (the renewal is linearized at its read, before the release).
+// It cannot extend another grant: no other grant ever lives on that lease.
 //
 // Granting a lease is a raft write; a keep-alive is not (the leader
 // answers it alone). To keep the grant off the acquire's path, a Store
@@ -271,6 +282,8 @@ func (c Config) validate() error {
 // lifetime context, and Close waits for it. An acquire on an
 // idle lease sends its keep-alive from a goroutine of its own and waits for
 // it; the etcd client a Store owns has its own goroutines, ended by Close.
+// A Handoff revokes the lease it emptied from a goroutine of its own,
+// which Close waits for.
 type Store struct {
 	cli        *clientv3.Client
 	ownsClient bool
@@ -291,6 +304,12 @@ type Store struct {
 	ahead   chan int64
 	stop    context.CancelFunc // ends the granter's lifetime context
 	workers sync.WaitGroup
+
+	// The background revocations of leases a Handoff emptied
+	// (handoff.go); Close waits for them, and none starts once closing.
+	bgMu    sync.Mutex
+	closing bool
+	bg      sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -616,14 +635,12 @@ func (s *Store) keepAlive(ctx context.Context, ref lockserver.LeaseRef, kv *mvcc
 }
 
 // Release implements lockserver.LockStore: it reads the key, checks that
-// its ModRevision equals token and its owner matches, then revokes the
-// grant's lease, which deletes the key with it. The lease carries this
-// grant and has carried no other, so revoking it cannot end anything else,
-// even if the grant ended between the read and the revocation; etcd
-// revokes a lease once, so of a release, a force-revoke and an expiry
-// racing for one grant exactly one ends it, and the others find the lease
-// gone (ErrNotHeld). ErrStaleToken when a newer grant is live, ErrNotHeld
-// when no grant or another owner's is, ErrInvalidArgument, ErrUnavailable.
+// its ModRevision equals token and its owner matches, then ends the grant
+// (end: the key deleted if it still carries that grant, the lease revoked
+// in the background). Of a release, a force-revoke, a handoff and an
+// expiry racing for one grant exactly one ends it. ErrStaleToken when a
+// newer grant is live, ErrNotHeld when no grant or another owner's is,
+// ErrInvalidArgument, ErrUnavailable.
 func (s *Store) Release(ctx context.Context, key, owner string, token int64) error {
 	if err := lockserver.ValidateLease(key, owner, token); err != nil {
 		return err
@@ -642,11 +659,12 @@ func (s *Store) Release(ctx context.Context, key, owner string, token int64) err
 }
 
 // Revoke implements lockserver.LockStore: it reads the live grant and
-// revokes its lease, which deletes the key with it (see Release). With
+// ends it as Release does; with no token, a grant replaced between the
+// read and the end is read again, up to inspectTries times. With
 // token > 0 it acts only if the live grant's token is token (ErrStaleToken
 // if a newer grant is live, ErrNotHeld if an older one is). The returned
 // lease is the revoked grant, with ExpiresAt set to lock-server's clock just
-// before the revocation was sent.
+// before the deletion was sent.
 func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver.Lease, error) {
 	if err := lockserver.ValidateKey(key); err != nil {
 		return lockserver.Lease{}, err
@@ -657,39 +675,68 @@ func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver
 	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
 	defer cancel()
 
-	kv, rec, err := s.get(ctx, "revoke", key)
-	if err != nil {
-		return lockserver.Lease{}, err
-	}
-	if kv == nil {
-		return lockserver.Lease{}, fmt.Errorf("%w: no live lease on key %q", lockserver.ErrNotHeld, key)
-	}
-	if token != 0 {
-		if err := refusal(key, kv, rec, rec.Owner, token); err != nil {
+	for range inspectTries {
+		kv, rec, err := s.get(ctx, "revoke", key)
+		if err != nil {
 			return lockserver.Lease{}, err
 		}
+		if kv == nil {
+			return lockserver.Lease{}, fmt.Errorf("%w: no live lease on key %q", lockserver.ErrNotHeld, key)
+		}
+		if token != 0 {
+			if err := refusal(key, kv, rec, rec.Owner, token); err != nil {
+				return lockserver.Lease{}, err
+			}
+		}
+		sent := s.now()
+		err = s.end(ctx, "revoke", key, kv)
+		if token == 0 && errors.Is(err, lockserver.ErrStaleToken) {
+			// A newer grant replaced the one read (a handoff, or a
+			// release and an acquire) without the key being free between
+			// the read and the delete, or with it free only briefly:
+			// revoke whatever is live now.
+			continue
+		}
+		if err != nil {
+			return lockserver.Lease{}, err
+		}
+		return lockserver.Lease{
+			Key: key, Owner: rec.Owner, Token: kv.ModRevision,
+			LeaseID: leaseID(kv.Lease), TTL: time.Duration(rec.TTLMs) * time.Millisecond, ExpiresAt: sent,
+		}, nil
 	}
-	sent := s.now()
-	if err := s.end(ctx, "revoke", key, kv); err != nil {
-		return lockserver.Lease{}, err
-	}
-	return lockserver.Lease{
-		Key: key, Owner: rec.Owner, Token: kv.ModRevision,
-		LeaseID: leaseID(kv.Lease), TTL: time.Duration(rec.TTLMs) * time.Millisecond, ExpiresAt: sent,
-	}, nil
+	return lockserver.Lease{}, fmt.Errorf("%w: etcdstore: revoke %q: the key changed grants under %d attempts in a row", lockserver.ErrUnavailable, key, inspectTries)
 }
 
-// end ends grant kv of key by revoking its lease: etcd deletes the key
-// with the lease, in one raft write. ErrNotHeld if the lease has ended
-// already (expired, released or revoked since kv was read).
+// end ends grant kv of key: one transaction deletes the key if it still
+// carries that grant (its ModRevision and lease unchanged), then its
+// lease, which carries nothing any more, is revoked in the background
+// (revokeLater). The conditional delete, not the lease revocation, is what
+// ends the grant: a Handoff (handoff.go) moves a key to a new lease
+// without revoking the old one, so revoking the old lease alone would
+// report a grant ended that had been handed off. Of a release, a
+// force-revoke, a handoff and an expiry racing for one grant, exactly one
+// ends it, and the others are refused: ErrStaleToken when the key now
+// carries a newer grant, ErrNotHeld otherwise (expired, released or
+// revoked since kv was read).
 func (s *Store) end(ctx context.Context, op, key string, kv *mvccpb.KeyValue) error {
-	_, err := s.cli.Revoke(ctx, clientv3.LeaseID(kv.Lease))
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	k := s.prefix + key
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(k), "=", kv.ModRevision),
+			clientv3.Compare(clientv3.LeaseValue(k), "=", clientv3.LeaseID(kv.Lease))).
+		Then(clientv3.OpDelete(k)).
+		Else(clientv3.OpGet(k)).
+		Commit()
+	if err != nil {
+		return s.fail(op, key, "delete key", err)
+	}
+	if !resp.Succeeded {
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 && kvs[0].ModRevision > kv.ModRevision {
+			return fmt.Errorf("%w: key %q has a newer grant (token %d) than token %d, granted before the %s", lockserver.ErrStaleToken, key, kvs[0].ModRevision, kv.ModRevision, op)
+		}
 		return fmt.Errorf("%w: the lease on key %q with token %d ended before the %s", lockserver.ErrNotHeld, key, kv.ModRevision, op)
 	}
-	if err != nil {
-		return s.fail(op, key, "revoke lease", err)
-	}
+	s.revokeLater(key, clientv3.LeaseID(kv.Lease))
 	return nil
 }
 
@@ -707,29 +754,39 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, erro
 	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
 	defer cancel()
 
-	st := lockserver.State{Key: key}
-	kv, rec, err := s.get(ctx, "inspect", key)
-	if err != nil || kv == nil {
-		return st, err
-	}
-	st.LastToken = kv.ModRevision
-	sent := s.now()
-	ttl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease), clientv3.WithAttachedKeys())
-	if err != nil {
-		return lockserver.State{}, s.fail("inspect", key, "lease time to live", err)
-	}
-	if ttl.TTL < 0 || !slices.ContainsFunc(ttl.Keys, func(k []byte) bool { return string(k) == s.prefix+key }) {
-		// The grant ended between the two reads (the leader answers
-		// TimeToLive only after applying everything it has committed): its
-		// lease is gone.
+	for range inspectTries {
+		st := lockserver.State{Key: key}
+		kv, rec, err := s.get(ctx, "inspect", key)
+		if err != nil || kv == nil {
+			return st, err
+		}
+		st.LastToken = kv.ModRevision
+		sent := s.now()
+		ttl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease), clientv3.WithAttachedKeys())
+		if err != nil {
+			return lockserver.State{}, s.fail("inspect", key, "lease time to live", err)
+		}
+		if ttl.TTL < 0 || !slices.ContainsFunc(ttl.Keys, func(k []byte) bool { return string(k) == s.prefix+key }) {
+			// The grant ended between the two reads (the leader answers
+			// TimeToLive only after applying everything it has
+			// committed): released, revoked or expired, or handed off to
+			// a new lease without the key ever being free. Read again.
+			continue
+		}
+		st.Lease = &lockserver.Lease{
+			Key: key, Owner: rec.Owner, Token: kv.ModRevision, LeaseID: leaseID(kv.Lease),
+			TTL: time.Duration(rec.TTLMs) * time.Millisecond, ExpiresAt: sent.Add(time.Duration(ttl.TTL) * time.Second),
+		}
 		return st, nil
 	}
-	st.Lease = &lockserver.Lease{
-		Key: key, Owner: rec.Owner, Token: kv.ModRevision, LeaseID: leaseID(kv.Lease),
-		TTL: time.Duration(rec.TTLMs) * time.Millisecond, ExpiresAt: sent.Add(time.Duration(ttl.TTL) * time.Second),
-	}
-	return st, nil
+	return lockserver.State{}, fmt.Errorf("%w: etcdstore: inspect %q: the key changed grants under %d reads in a row", lockserver.ErrUnavailable, key, inspectTries)
 }
+
+// inspectTries bounds Inspect's reads of a key whose grant keeps ending
+// between the read of the key and the read of its lease, and Revoke's
+// attempts (with no token) on a key whose grant keeps being replaced
+// between the read and the delete.
+const inspectTries = 8
 
 // LeaseStats counts this Store's etcd leases since Open (see Leases in the
 // package doc): for metrics.
@@ -767,6 +824,10 @@ func (s *Store) Ping(ctx context.Context) error {
 // again returns the first result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.bgMu.Lock()
+		s.closing = true
+		s.bgMu.Unlock()
+		s.bg.Wait()
 		s.stop()
 		s.workers.Wait()
 		if s.ownsClient {

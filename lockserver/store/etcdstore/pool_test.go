@@ -198,7 +198,8 @@ func TestAnIdleLeaseThatEndedIsReplaced(t *testing.T) {
 }
 
 // TestAReleasedGrantsLeaseIsRevoked, with the pool on and off: Release and
-// Revoke end a grant by revoking its lease.
+// Revoke end a grant by deleting its key (conditional on the grant), and
+// then revoke its lease in the background (waited for here).
 func TestAReleasedGrantsLeaseIsRevoked(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -210,6 +211,10 @@ func TestAReleasedGrantsLeaseIsRevoked(t *testing.T) {
 			if err := s.Release(ctxT(t), "k", "worker-a", l.Token); err != nil {
 				t.Fatalf("Release: %v", err)
 			}
+			if st, err := s.Inspect(ctxT(t), "k"); err != nil || st.Lease != nil || st.LastToken != 0 {
+				t.Fatalf("after Release returned: %+v, %v; want the key deleted", st, err)
+			}
+			s.bg.Wait() // the background revocation
 			if leaseAlive(t, s, l.LeaseID) {
 				t.Fatalf("lease %s alive after Release returned", l.LeaseID)
 			}
@@ -221,6 +226,7 @@ func TestAReleasedGrantsLeaseIsRevoked(t *testing.T) {
 			if _, err := s.Revoke(ctxT(t), "k", 0); err != nil {
 				t.Fatalf("Revoke: %v", err)
 			}
+			s.bg.Wait()
 			if leaseAlive(t, s, l.LeaseID) {
 				t.Errorf("lease %s still alive after its grant was revoked", l.LeaseID)
 			}
@@ -438,32 +444,33 @@ func TestABatchGrowsWithSteadyDemand(t *testing.T) {
 	}
 }
 
-// racingRevoke passes the client's lease calls through, except that the
-// first revocation of lease armed runs between first, then goes on.
-type racingRevoke struct {
-	clientv3.Lease
-	armed   atomic.Int64
+// racingRead passes the client's KV calls through, except that the first
+// read after armed is set runs between after it, then returns.
+type racingRead struct {
+	clientv3.KV
+	armed   atomic.Bool
 	between func()
 }
 
-func (r *racingRevoke) Revoke(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseRevokeResponse, error) {
-	if id != 0 && r.armed.CompareAndSwap(int64(id), 0) {
+func (r *racingRead) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	resp, err := r.KV.Get(ctx, key, opts...)
+	if r.armed.CompareAndSwap(true, false) {
 		r.between()
 	}
-	return r.Lease.Revoke(ctx, id)
+	return resp, err
 }
 
 // TestAReleaseRacingAForceRevokeEndsTheGrantOnce: a force-revoke lands
-// between the release's read and its revocation; exactly one of them ends
-// the grant, and the other is told the grant was not held.
+// between the release's read and its end of the grant; exactly one of them
+// ends the grant, and the other is told the grant was not held.
 func TestAReleaseRacingAForceRevokeEndsTheGrantOnce(t *testing.T) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: shared.Endpoints(), Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatalf("client: %v", err)
 	}
 	defer cli.Close()
-	race := &racingRevoke{Lease: cli.Lease}
-	cli.Lease = race
+	race := &racingRead{KV: cli.KV}
+	cli.KV = race
 	prefix := newPrefix(t)
 	s, err := New(cli, conf(func(cfg *Config) { cfg.Prefix = prefix }), nil)
 	if err != nil {
@@ -475,10 +482,10 @@ func TestAReleaseRacingAForceRevokeEndsTheGrantOnce(t *testing.T) {
 	l := mustAcquire(t, s, "k", "worker-a", 10*time.Second)
 	var revokeErr error
 	race.between = func() { _, revokeErr = operator.Revoke(ctxT(t), "k", l.Token) }
-	race.armed.Store(int64(parseLeaseID(t, l.LeaseID)))
+	race.armed.Store(true)
 	err = s.Release(ctxT(t), "k", "worker-a", l.Token)
-	if race.armed.Load() != 0 {
-		t.Fatal("the release revoked no lease")
+	if race.armed.Load() {
+		t.Fatal("the release read nothing")
 	}
 	if revokeErr != nil {
 		t.Fatalf("the force-revoke that came first: %v", revokeErr)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
@@ -134,6 +135,10 @@ func TestSnapshotRestoreRefusesGrantsUntilAdvance(t *testing.T) {
 	quiet := openT(t, c, s.prefix)
 	defer quiet.Close()
 	grantRelease(t, quiet, "payout:acct-9", 1)
+	held, err := s.Acquire(ctx, "payout:held", "worker-h", time.Minute) // live in the snapshot
+	if err != nil {
+		t.Fatal(err)
+	}
 	snap := saveSnapshot(t, c.Endpoints())
 	highest := grantRelease(t, s, "payout:acct-1", 20) // issued after the snapshot
 	if err := c.Close(); err != nil {
@@ -153,10 +158,20 @@ func TestSnapshotRestoreRefusesGrantsUntilAdvance(t *testing.T) {
 		}
 		t.Logf("acquire %d refused as it should be: %v", i, err)
 	}
+	// A handoff is a grant: refused like one, before its transaction
+	// (the store knows of the new cluster now), and then nothing changed.
+	_, err = s.Handoff(ctx, lockserver.LeaseRef{Key: "payout:held", Owner: "worker-h", Token: held.Token},
+		lockserver.AcquireRequest{Key: "payout:held", Owner: "worker-b", TTL: time.Minute})
+	if !errors.Is(err, lockserver.ErrBackendRestored) {
+		t.Fatalf("handoff on the restored cluster: %v; want ErrBackendRestored", err)
+	}
+	if st, err := s.Inspect(ctx, "payout:held"); err != nil || st.Lease == nil || st.Lease.Owner != "worker-h" || st.Lease.Token != held.Token {
+		t.Fatalf("after the refused handoff: %+v, %v; want still worker-h's with token %d", st.Lease, err, held.Token)
+	}
 	if st, err := s.Inspect(ctx, "payout:acct-2"); err != nil || st.Lease != nil {
 		t.Fatalf("Inspect after the refusals: %+v %v; want no live lease (the refused grant withdrawn)", st, err)
 	}
-	_, err := s.Advance(ctx, highest)
+	_, err = s.Advance(ctx, highest)
 	if !errors.Is(err, ErrRevisionTooLow) {
 		t.Fatalf("Advance(%d) without a bumped revision: %v; want ErrRevisionTooLow", highest, err)
 	}

@@ -84,13 +84,31 @@ func TestDumpRestoredIntoANewDatabaseRefusesGrantsUntilAdvance(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
 	s := openStore(t, dsn)
 	grantRelease(t, s, "payout:acct-1", 3)
+	held, err := s.Acquire(testCtx(t), "payout:held", "worker-h", testTTL) // live in the backup
+	if err != nil {
+		t.Fatal(err)
+	}
 	dump := filepath.Join(t.TempDir(), "lockdb.dump")
 	pgtest.RunTool(t, "pg_dump", "--format=custom", "--file="+dump, "--dbname="+dsn)
 	highest := grantRelease(t, s, "payout:acct-1", 5) // issued after the backup
 
 	restoredDSN := pgtest.NewDatabase(t)
 	pgtest.RunTool(t, "pg_restore", "--no-owner", "--exit-on-error", "--dbname="+restoredDSN, dump)
-	checkRefusedUntilAdvance(t, openStore(t, restoredDSN), highest)
+	restored := openStore(t, restoredDSN)
+	// A handoff is a grant: refused like one, and then nothing changed
+	// (the released half too); a plain release still works.
+	_, err = restored.Handoff(testCtx(t), lockserver.LeaseRef{Key: "payout:held", Owner: "worker-h", Token: held.Token},
+		lockserver.AcquireRequest{Key: "payout:held", Owner: "worker-b", TTL: testTTL})
+	if !errors.Is(err, lockserver.ErrBackendRestored) {
+		t.Fatalf("Handoff on the restored lockdb: %v; want ErrBackendRestored", err)
+	}
+	if st, err := restored.Inspect(testCtx(t), "payout:held"); err != nil || st.Lease == nil || st.Lease.Owner != "worker-h" || st.Lease.Token != held.Token {
+		t.Fatalf("after the refused handoff: %+v, %v; want still held by worker-h with token %d", st.Lease, err, held.Token)
+	}
+	if err := restored.Release(testCtx(t), "payout:held", "worker-h", held.Token); err != nil {
+		t.Fatalf("Release on the restored lockdb: %v", err)
+	}
+	checkRefusedUntilAdvance(t, restored, highest)
 }
 
 // TestDumpRestoredOverTheSameDatabaseRefusesGrantsUntilAdvance restores

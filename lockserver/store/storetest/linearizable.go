@@ -19,24 +19,26 @@ import (
 )
 
 // The linearizability check: several clients run a seeded random mix of
-// acquire, renew, release (their own and stale ones), revoke and inspect on
-// a few keys at once; every call is recorded with the times it was sent and
+// acquire, renew, release (their own and stale ones), handoff (when the
+// store is a lockserver.Handoffer: the holder's release and a new grant to
+// itself in one call, with its live token or a stale one), revoke and
+// inspect on a few keys at once; every call is recorded with the times it was sent and
 // answered; porcupine then searches for one sequential order, consistent
 // with those times, in which every answer is what a single correct lock
 // would have given. The sequential lock is lockModel below.
 
 // lockOp is one call as the model sees it.
 type lockOp struct {
-	Op    string // "acquire", "renew", "release", "revoke", "inspect"
+	Op    string // "acquire", "renew", "release", "handoff", "revoke", "inspect"
 	Key   string
-	Owner string // acquire, renew, release
-	Token int64  // renew, release
+	Owner string // acquire, renew, release, handoff (from and to)
+	Token int64  // renew, release, handoff (from)
 }
 
 // lockResult is one answer. Outcome is "ok", "held" (ErrLockHeld),
 // "not-held" (ErrNotHeld), "stale" (ErrStaleToken) or "unknown" (the store
 // could not tell: ErrUnavailable, the call may or may not have taken
-// effect). For an "ok" acquire Token is the token granted; for inspect and
+// effect). For an "ok" acquire or handoff Token is the token granted; for inspect and
 // revoke, Owner and Token describe the lease seen ("" and 0 when free).
 type lockResult struct {
 	Outcome string
@@ -78,6 +80,11 @@ func (s lockState) newerGranted(token int64) bool {
 //   - renew and release succeed exactly for the live grant (owner, token);
 //     otherwise they answer stale, allowed only when a newer grant has been
 //     made, or not-held, allowed unless a newer grant is live;
+//   - handoff is release then acquire with nothing between: it succeeds
+//     exactly for the live grant, with a token larger than every earlier
+//     grant, and then the key is held by the new owner; it is refused as
+//     release is refused, and then nothing changed; of unknown outcome, it
+//     took effect entirely or not at all;
 //   - revoke (of whatever is live) succeeds exactly when a grant is live;
 //   - inspect reports exactly the live grant;
 //   - a call whose outcome is unknown either took effect or did not; a
@@ -100,6 +107,8 @@ func lockStep(s lockState, in lockOp, out lockResult) []lockState {
 			return []lockState{s, {Owner: in.Owner, Token: unknownToken, Last: s.Last}}
 		case in.Op == "release" && mine, in.Op == "revoke" && live:
 			return []lockState{s, free}
+		case in.Op == "handoff" && mine:
+			return []lockState{s, {Owner: in.Owner, Token: unknownToken, Last: s.Last}}
 		}
 		return []lockState{s}
 	}
@@ -134,6 +143,11 @@ func lockStep(s lockState, in lockOp, out lockResult) []lockState {
 	case "release":
 		if out.Outcome == "ok" {
 			return yes(mine, free)
+		}
+		return yes(!mine && refusalOK(), s)
+	case "handoff":
+		if out.Outcome == "ok" {
+			return yes(mine && out.Token > s.Last, lockState{Owner: in.Owner, Token: out.Token, Last: out.Token})
 		}
 		return yes(!mine && refusalOK(), s)
 	case "revoke":
@@ -186,6 +200,8 @@ var lockModel = (&porcupine.NondeterministicModel{
 		switch in.Op {
 		case "acquire":
 			return fmt.Sprintf("%s acquire %s -> %s %d", in.Owner, in.Key, out.Outcome, out.Token)
+		case "handoff":
+			return fmt.Sprintf("%s handoff %s token %d to itself -> %s %d", in.Owner, in.Key, in.Token, out.Outcome, out.Token)
 		case "inspect", "revoke":
 			return fmt.Sprintf("%s %s -> %s %s %d", in.Op, in.Key, out.Outcome, out.Owner, out.Token)
 		}
@@ -265,11 +281,14 @@ func CheckLinearizable(t *testing.T, name string, s lockserver.LockStore, fault 
 	if t.Failed() {
 		return
 	}
-	grants, unknown := 0, 0
+	grants, handoffs, unknown := 0, 0, 0
 	for _, op := range history {
 		out := op.Output.(lockResult)
 		if op.Input.(lockOp).Op == "acquire" && out.Outcome == "ok" {
 			grants++
+		}
+		if op.Input.(lockOp).Op == "handoff" && out.Outcome == "ok" {
+			handoffs++
 		}
 		if out.Outcome == "unknown" {
 			unknown++
@@ -281,8 +300,8 @@ func CheckLinearizable(t *testing.T, name string, s lockserver.LockStore, fault 
 	res, info := porcupine.CheckOperationsVerbose(lockModel, history, time.Minute)
 	switch res {
 	case porcupine.Ok:
-		t.Logf("%d operations (%d grants, %d with unknown outcome) by %d clients on %d keys: linearizable",
-			len(history), grants, unknown, linClients, len(linKeys))
+		t.Logf("%d operations (%d grants, %d handoffs, %d with unknown outcome) by %d clients on %d keys: linearizable",
+			len(history), grants, handoffs, unknown, linClients, len(linKeys))
 	case porcupine.Unknown:
 		t.Fatalf("linearizability check of %d operations timed out", len(history))
 	default:
@@ -308,6 +327,7 @@ func recordHistory(t *testing.T, s lockserver.LockStore, fault func()) []porcupi
 	start := time.Now()
 	now := func() int64 { return int64(time.Since(start)) }
 
+	hand, _ := s.(lockserver.Handoffer) // a Batcher hides it: no handoffs then
 	var (
 		mu       sync.Mutex
 		history  []porcupine.Operation
@@ -337,10 +357,12 @@ func recordHistory(t *testing.T, s lockserver.LockStore, fault func()) []porcupi
 					in.Op = "revoke" // the operator
 				case r < 35 && len(tokens[key]) > 0:
 					// A holder that lost track: an old token of its own.
-					in.Op = []string{"renew", "release"}[rng.IntN(2)]
+					in.Op = []string{"renew", "release", "handoff"}[rng.IntN(2+btoi(hand != nil))]
 					in.Token = tokens[key][rng.IntN(len(tokens[key]))]
 				case holds && r < 65:
 					in.Op, in.Token = "renew", tok
+				case holds && r < 80 && hand != nil:
+					in.Op, in.Token = "handoff", tok
 				case holds:
 					in.Op, in.Token = "release", tok
 				default:
@@ -367,6 +389,17 @@ func recordHistory(t *testing.T, s lockserver.LockStore, fault func()) []porcupi
 					if err == nil || in.Token == held[key] {
 						delete(held, key)
 					}
+				case "handoff":
+					var l lockserver.Lease
+					l, err = hand.Handoff(ctx, lockserver.LeaseRef{Key: key, Owner: owner, Token: in.Token},
+						lockserver.AcquireRequest{Key: key, Owner: owner, TTL: linTTL})
+					out.Token = l.Token
+					if err == nil {
+						held[key] = l.Token
+						tokens[key] = append(tokens[key], l.Token)
+					} else if in.Token == held[key] {
+						delete(held, key)
+					}
 				case "revoke":
 					var l lockserver.Lease
 					l, err = s.Revoke(ctx, key, 0)
@@ -389,7 +422,7 @@ func recordHistory(t *testing.T, s lockserver.LockStore, fault func()) []porcupi
 					// It may take effect at any moment from its call on.
 					ret = math.MaxInt64
 					out.Owner, out.Token = "", 0
-					if in.Op == "renew" || in.Op == "release" {
+					if in.Op == "renew" || in.Op == "release" || in.Op == "handoff" {
 						delete(held, key) // it cannot tell; it stops using the lease
 					}
 				} else if in.Op == "renew" && err != nil && in.Token == held[key] {
@@ -416,4 +449,11 @@ func recordHistory(t *testing.T, s lockserver.LockStore, fault func()) []porcupi
 		t.Fatal("the clients finished before the fault was injected")
 	}
 	return history
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

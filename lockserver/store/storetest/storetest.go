@@ -47,6 +47,9 @@ func Run(t *testing.T, b Backend) {
 		{"ForwardClockStepEndsLeasesButTokensStillIncrease", testForwardClockStep},
 		{"BackwardClockStepAnswersNormally", testBackwardClockStep},
 		{"BatchAnswersEachMember", testBatchAnswersEachMember},
+		{"HandoffGrantsTheNextOwner", testHandoffGrantsTheNextOwner},
+		{"RefusedHandoffChangesNothing", testRefusedHandoffChangesNothing},
+		{"HandoffBadInputChangesNothing", testHandoffBadInputChangesNothing},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, b) })

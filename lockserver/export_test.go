@@ -1,0 +1,17 @@
+package lockserver
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// HeadParked reports whether key's head waiter sleeps between two asks,
+// so that a release now would be handed to it (waitqueue.go). For tests
+// only.
+func (s *Server) HeadParked(key string) bool {
+	s.waitq.mu.Lock()
+	defer s.waitq.mu.Unlock()
+	kq := s.waitq.keys[key]
+	return kq != nil && len(kq.waiters) > 0 && kq.waiters[0].parked && !kq.waiters[0].claimed
+}
+
+// HandoffCounter is lockserver_handoffs_total (nil without a Registry).
+// For tests only.
+func (s *Server) HandoffCounter() *prometheus.CounterVec { return s.handoffs }

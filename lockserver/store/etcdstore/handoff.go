@@ -1,0 +1,217 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+)
+
+// Handoff. One transaction replaces the live grant (from) by the next
+// one (to) on the same etcd key:
+//
+//	If(ModRevision(Prefix+k) == from.Token,
+//	   Value(Prefix+k) > ownerPrefix(from.Owner), Value(Prefix+k) < ownerEnd(from.Owner))
+//	Then(Put(Prefix+k, record(to), WithLease(new lease), WithPrevKV()))
+//	Else(Get(Prefix+k))
+//
+// The ModRevision compare is Release's token check (a key's ModRevision
+// is the token of its live grant: a grant writes the key once, creating
+// it on Acquire, rewriting it on Handoff); the two Value compares are its
+// owner check, with no read first: a record is
+// {"owner":O,"ttlMs":N}, so it lies strictly between the bytes
+// {"owner":O,"ttlMs": and the same bytes with the last one, ':', raised
+// to ';' exactly when its owner is O (O is JSON-escaped, so no owner can
+// end early or run into the next field). The new token is the
+// transaction's revision, the key's new ModRevision; its CreateRevision
+// stays the first grant's, which nothing in this store reads as a token.
+//
+// The new lease is an idle one from the pool (reset by a keep-alive sent
+// with the transaction, as Acquire does) or one granted inline; it has
+// never carried a key, so a lease still names one grant for its whole
+// life. The Put moves the key from the old lease to the new one (etcd
+// detaches a key from its previous lease when it is written with
+// another), so the old lease carries nothing afterwards: revoking it, as
+// Handoff does afterwards in the background (best effort; failing that it
+// expires), and as an operator may by id, ends no grant. The transaction
+// also fails unless the old lease is still attached (the key still exists
+// with that ModRevision), so an ended grant is never handed off: a key
+// whose lease expired is deleted by etcd, and a stale one has a larger
+// ModRevision.
+
+var _ lockserver.Handoffer = (*Store)(nil)
+
+// ownerRange returns the bounds between which, exclusive, the value of a
+// lock key held by owner lies, and no other key's value.
+func ownerRange(owner string) (lo, hi string) {
+	full := encodeRecord(owner, 0) // {"owner":O,"ttlMs":0}
+	lo = full[:len(full)-2]        // {"owner":O,"ttlMs":
+	return lo, lo[:len(lo)-1] + ";"
+}
+
+// Handoff implements lockserver.Handoffer in one transaction (above),
+// after the restore guard's check as Acquire makes it. ErrStaleToken,
+// ErrNotHeld (from is not the live grant: nothing changed),
+// ErrInvalidArgument, ErrBackendRestored (no grant to to.Owner exists;
+// from is untouched, except when the grant's transaction is refused only
+// after it applied, the cluster having changed under it: then the new
+// lease is revoked, which deletes the key, and from has ended too, as a
+// Release followed by a refused Acquire), ErrUnavailable (outcome
+// unknown; the new lease is revoked best effort, which ends the new grant
+// if it was made, and from with it).
+func (s *Store) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockserver.AcquireRequest) (lockserver.Lease, error) {
+	if err := lockserver.ValidateHandoff(from, to); err != nil {
+		return lockserver.Lease{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
+	defer cancel()
+	if err := ctx.Err(); err != nil {
+		return lockserver.Lease{}, s.fail("handoff", from.Key, "start", err)
+	}
+	if err := s.guardBefore(ctx); err != nil {
+		return lockserver.Lease{}, err
+	}
+	secs := int64((to.TTL + time.Second - 1) / time.Second)
+	idle, ok := s.pool.take(secs, s.clock.Now())
+	s.askAhead(secs)
+	if ok {
+		if l, done, err := s.handoffOnIdle(ctx, from, to, idle); done {
+			return l, err
+		}
+	}
+	sentAt := s.clock.Now()
+	g, err := s.cli.Grant(ctx, secs)
+	if err != nil {
+		return lockserver.Lease{}, s.fail("handoff", from.Key, "grant lease", err)
+	}
+	s.granted.Add(1)
+	granted := time.Duration(g.TTL) * time.Second
+	s.pool.learnFloor(secs, g.TTL)
+	resp, err := s.replace(ctx, from, to.Owner, g.ID, granted)
+	if err != nil {
+		s.revokeBestEffort(ctx, from.Key, g.ID)
+		return lockserver.Lease{}, s.fail("handoff", from.Key, "replace key", err)
+	}
+	if !resp.Succeeded {
+		if !s.pool.putUnused(g.ID, granted, sentAt, s.clock.Now()) {
+			s.revokeBestEffort(ctx, from.Key, g.ID)
+		}
+		return lockserver.Lease{}, s.handoffRefusal(from, resp)
+	}
+	s.revokeOld(from.Key, resp)
+	return lockserver.Lease{
+		Key: to.Key, Owner: to.Owner, Token: resp.Header.Revision,
+		LeaseID: leaseID(int64(g.ID)), TTL: granted, ExpiresAt: sentAt.Round(0).Add(granted),
+	}, nil
+}
+
+// handoffOnIdle is Handoff on an idle lease, as acquireOnIdle is Acquire
+// on one. done is false when the idle lease had ended before the
+// transaction, which then changed nothing: Handoff goes on with a new
+// lease.
+func (s *Store) handoffOnIdle(ctx context.Context, from lockserver.LeaseRef, to lockserver.AcquireRequest, idle pooledLease) (l lockserver.Lease, done bool, err error) {
+	type keptAlive struct {
+		resp *clientv3.LeaseKeepAliveResponse
+		err  error
+	}
+	sentAt := s.clock.Now()
+	kac := make(chan keptAlive, 1)
+	go func() {
+		resp, err := s.cli.KeepAliveOnce(ctx, idle.id)
+		kac <- keptAlive{resp, err}
+	}()
+	resp, err := s.replace(ctx, from, to.Owner, idle.id, idle.ttl)
+	ka := <-kac
+	switch {
+	case err == nil && !resp.Succeeded:
+		if ka.err == nil {
+			s.pool.putUnused(idle.id, idle.ttl, sentAt, s.clock.Now())
+		}
+		return lockserver.Lease{}, true, s.handoffRefusal(from, resp)
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		// etcd refused the transaction: the idle lease had ended, and
+		// nothing changed.
+		return lockserver.Lease{}, false, nil
+	case ka.err != nil || err != nil:
+		// The transaction may have applied, and the idle lease may have
+		// ended since (taking the key with it). Either way the outcome is
+		// unknown; revoking the lease ends any grant made on it.
+		s.revokeBestEffort(ctx, from.Key, idle.id)
+		if err != nil {
+			return lockserver.Lease{}, true, s.fail("handoff", from.Key, "replace key", err)
+		}
+		return lockserver.Lease{}, true, s.fail("handoff", from.Key, "reset an idle lease",
+			fmt.Errorf("%w (the key may have been handed off and ended with the lease)", ka.err))
+	}
+	s.fromPool.Add(1)
+	s.revokeOld(from.Key, resp)
+	ttl := time.Duration(ka.resp.TTL) * time.Second
+	return lockserver.Lease{
+		Key: to.Key, Owner: to.Owner, Token: resp.Header.Revision,
+		LeaseID: leaseID(int64(idle.id)), TTL: ttl, ExpiresAt: sentAt.Round(0).Add(ttl),
+	}, true, nil
+}
+
+// replace runs Handoff's transaction: put the key with lease id and a
+// record of owner and ttl if from is its live grant, else read it. A
+// grant made where the restore guard does not allow it is an error
+// wrapping lockserver.ErrBackendRestored (the caller revokes lease id).
+func (s *Store) replace(ctx context.Context, from lockserver.LeaseRef, owner string, id clientv3.LeaseID, ttl time.Duration) (*clientv3.TxnResponse, error) {
+	k := s.prefix + from.Key
+	lo, hi := ownerRange(from.Owner)
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(k), "=", from.Token),
+			clientv3.Compare(clientv3.Value(k), ">", lo),
+			clientv3.Compare(clientv3.Value(k), "<", hi)).
+		Then(clientv3.OpPut(k, encodeRecord(owner, ttl), clientv3.WithLease(id), clientv3.WithPrevKV())).
+		Else(clientv3.OpGet(k)).
+		Commit()
+	if err == nil && resp.Succeeded {
+		if err = s.guardAfter(resp); err != nil && s.guardBefore(ctx) == nil {
+			err = s.guardAfter(resp)
+		}
+	}
+	return resp, err
+}
+
+// handoffRefusal is Release's answer for a Handoff transaction that did
+// not apply, from the key as the transaction read it.
+func (s *Store) handoffRefusal(from lockserver.LeaseRef, resp *clientv3.TxnResponse) error {
+	kv, rec, err := s.lockKV("handoff", from.Key, resp.Responses[0].GetResponseRange().GetKvs())
+	if err != nil {
+		return err
+	}
+	if err := refusal(from.Key, kv, rec, from.Owner, from.Token); err != nil {
+		return err
+	}
+	// Unreachable: the key matched every compare when read.
+	return fmt.Errorf("%w: the lease on key %q with token %d was not the live grant when handed off", lockserver.ErrNotHeld, from.Key, from.Token)
+}
+
+// revokeOld revokes, in the background, the lease the key was attached to
+// before a Handoff's transaction moved it (resp's previous key): it now
+// carries nothing.
+func (s *Store) revokeOld(key string, resp *clientv3.TxnResponse) {
+	put := resp.Responses[0].GetResponsePut()
+	if put == nil || put.PrevKv == nil || put.PrevKv.Lease == 0 {
+		return
+	}
+	s.revokeLater(key, clientv3.LeaseID(put.PrevKv.Lease))
+}
+
+// revokeLater revokes lease id, which carries no key any more, from a
+// goroutine of its own, best effort (failing, the lease expires after its
+// TTL). Close waits for these goroutines; none starts once Close has.
+func (s *Store) revokeLater(key string, id clientv3.LeaseID) {
+	s.bgMu.Lock()
+	defer s.bgMu.Unlock()
+	if s.closing {
+		return
+	}
+	s.bg.Go(func() { s.revokeBestEffort(context.Background(), key, id) })
+}
