@@ -20,7 +20,7 @@ var genericCodes = map[api.Code]bool{
 	api.CodeInvalidRequest: true, api.CodeBodyTooLarge: true, api.CodeUnsupportedMediaType: true,
 	api.CodeNotFound: true, api.CodeMethodNotAllowed: true, api.CodeInternal: true,
 	api.CodeOverloaded:       true, // lock-server's and rail-proxy's too
-	api.CodeRequestCancelled: true, // lock-server's too, with the same status
+	api.CodeRequestCancelled: true, // lock-server's and rail-proxy's too, with the same status
 }
 
 // contractPatterns returns, for each spelling of payment-resource's

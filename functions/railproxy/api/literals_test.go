@@ -20,7 +20,8 @@ import (
 var genericCodes = map[api.Code]bool{
 	api.CodeInvalidRequest: true, api.CodeBodyTooLarge: true, api.CodeUnsupportedMediaType: true,
 	api.CodeNotFound: true, api.CodeMethodNotAllowed: true, api.CodeInternal: true,
-	api.CodeOverloaded: true, // lock-server's and payment-resource's too
+	api.CodeOverloaded:       true, // lock-server's and payment-resource's too
+	api.CodeRequestCancelled: true, // lock-server's and payment-resource's too, with the same status
 }
 
 // contractPatterns returns, for each spelling of rail-proxy's contract that
