@@ -339,7 +339,7 @@ func recordHistory(t *testing.T, s lockserver.LockStore, fault func()) []porcupi
 	)
 	for c := range linClients {
 		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(linSeed, uint64(c)))
+			rng := rand.New(rand.NewPCG(seedFromEnv(linSeed), uint64(c)))
 			owner := fmt.Sprintf("client-%d", c)
 			held := map[string]int64{}     // live grants this client believes it holds
 			tokens := map[string][]int64{} // every token it was granted, per key
