@@ -105,7 +105,13 @@ func CheckLinearizableWaiting(t *testing.T, name string, inner lockserver.LockSt
 		ls := &loggedStore{LockStore: inner, log: log}
 		served = ls
 		if hd, ok := inner.(lockserver.Handoffer); ok {
-			served = &loggedHandoffer{loggedStore: ls, h: hd}
+			lh := &loggedHandoffer{loggedStore: ls, h: hd}
+			served = lh
+			bs, ok1 := inner.(lockserver.BatchStore)
+			br, ok2 := inner.(lockserver.BatchRenewer)
+			if ok1 && ok2 {
+				served = &loggedBatch{loggedHandoffer: lh, bs: bs, br: br}
+			}
 		}
 	}
 	h, err := lockserver.NewServer(served, cfg, log)
@@ -197,4 +203,33 @@ func (l *loggedHandoffer) Handoff(ctx context.Context, from lockserver.LeaseRef,
 	out, err := l.h.Handoff(ctx, from, to)
 	l.log.Debug("store", "call", "handoff", "key", from.Key, "from", from.Owner, "fromToken", from.Token, "owner", to.Owner, "token", out.Token, "err", fmt.Sprint(err), "start", start)
 	return out, err
+}
+
+// loggedBatch is loggedHandoffer that batches as its store does.
+type loggedBatch struct {
+	*loggedHandoffer
+	bs lockserver.BatchStore
+	br lockserver.BatchRenewer
+}
+
+func (l *loggedBatch) AcquireMany(ctx context.Context, reqs []lockserver.AcquireRequest) []lockserver.Result {
+	start := time.Now()
+	out := l.bs.AcquireMany(ctx, reqs)
+	for i, r := range reqs {
+		l.log.Debug("store", "call", "acquireMany", "key", r.Key, "owner", r.Owner, "token", out[i].Lease.Token, "err", fmt.Sprint(out[i].Err), "start", start, "n", len(reqs))
+	}
+	return out
+}
+
+func (l *loggedBatch) ReleaseMany(ctx context.Context, refs []lockserver.LeaseRef) []error {
+	start := time.Now()
+	out := l.bs.ReleaseMany(ctx, refs)
+	for i, r := range refs {
+		l.log.Debug("store", "call", "releaseMany", "key", r.Key, "owner", r.Owner, "token", r.Token, "err", fmt.Sprint(out[i]), "start", start, "n", len(refs))
+	}
+	return out
+}
+
+func (l *loggedBatch) RenewMany(ctx context.Context, refs []lockserver.LeaseRef) []lockserver.Result {
+	return l.br.RenewMany(ctx, refs)
 }
