@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -53,4 +54,69 @@ func TestProbeRenewRacingAHandoffIsStale(t *testing.T) {
 	if err != nil && !errors.Is(err, lockserver.ErrStaleToken) {
 		t.Fatalf("renewal of token %d racing its handoff to token %d (live throughout): %v; want ErrStaleToken or success", a.Token, b.Token, err)
 	}
+}
+
+// TestProbeCloseWithBackgroundRevokesInFlight: Close while releases and
+// handoffs (each starting a background revoke of the emptied lease) run
+// on other goroutines returns, and the background revokes ended no
+// grant: after Close, every key a handoff last granted is still held by
+// its new owner.
+func TestProbeCloseWithBackgroundRevokesInFlight(t *testing.T) {
+	prefix := newPrefix(t)
+	s, err := Open(ctxT(t), conf(func(cfg *Config) {
+		cfg.Endpoints, cfg.Prefix = shared.Endpoints(), prefix
+	}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 16
+	handed := make([]lockserver.Lease, n)
+	started := make(chan struct{}, n)
+	done := make(chan struct{}, n)
+	for i := range n {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			key := "payout:probe-close-" + strconv.Itoa(i)
+			a, err := s.Acquire(ctxT(t), key, "worker-a", 10*time.Second)
+			if err != nil {
+				t.Errorf("Acquire: %v", err)
+				started <- struct{}{}
+				return
+			}
+			started <- struct{}{}
+			b, err := s.Handoff(ctxT(t), lockserver.LeaseRef{Key: key, Owner: "worker-a", Token: a.Token},
+				lockserver.AcquireRequest{Key: key, Owner: "worker-b", TTL: 10 * time.Second})
+			if err == nil {
+				handed[i] = b
+			}
+		}()
+	}
+	for range n {
+		<-started
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for range n {
+		<-done
+	}
+	check, err := Open(ctxT(t), conf(func(cfg *Config) {
+		cfg.Endpoints, cfg.Prefix = shared.Endpoints(), prefix
+	}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer check.Close()
+	held := 0
+	for i, b := range handed {
+		if b.Token == 0 {
+			continue // the handoff ran into Close
+		}
+		held++
+		st, err := check.Inspect(ctxT(t), "payout:probe-close-"+strconv.Itoa(i))
+		if err != nil || st.Lease == nil || st.Lease.Owner != "worker-b" || st.Lease.Token != b.Token {
+			t.Errorf("key %d after Close: %+v %v; want held by worker-b with token %d", i, st.Lease, err, b.Token)
+		}
+	}
+	t.Logf("%d of %d handoffs completed before Close", held, n)
 }
