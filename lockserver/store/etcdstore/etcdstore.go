@@ -597,8 +597,10 @@ func heldBy(key string, resp *clientv3.TxnResponse) error {
 // release lands between them, the renewal either reports success for a
 // grant that was just released (linearized before the release), having
 // reset a lease that carries no key and will not carry one again, or
-// finds the lease revoked (ErrNotHeld). It cannot extend another grant:
-// no other grant is ever made on that lease.
+// finds the lease revoked and reads the key again: ErrStaleToken when a
+// newer grant holds it (a Handoff leaves the key free at no moment, so
+// ErrNotHeld would be false), else ErrNotHeld. It cannot extend another
+// grant: no other grant is ever made on that lease.
 func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lockserver.Lease, error) {
 	if err := lockserver.ValidateLease(key, owner, token); err != nil {
 		return lockserver.Lease{}, err
@@ -622,6 +624,17 @@ func (s *Store) keepAlive(ctx context.Context, ref lockserver.LeaseRef, kv *mvcc
 	sentAt := s.clock.Now()
 	ka, err := s.cli.KeepAliveOnce(ctx, clientv3.LeaseID(kv.Lease))
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		// The grant ended after it was read. A Handoff may have ended it
+		// (the key moved to a newer grant's lease, the old lease revoked
+		// in the background) without the key being free at any moment:
+		// then only ErrStaleToken is true. Read the key again to tell.
+		now, rec, rerr := s.get(ctx, "renew", ref.Key)
+		if rerr != nil {
+			return lockserver.Lease{}, rerr
+		}
+		if rerr := refusal(ref.Key, now, rec, ref.Owner, ref.Token); errors.Is(rerr, lockserver.ErrStaleToken) {
+			return lockserver.Lease{}, rerr
+		}
 		return lockserver.Lease{}, fmt.Errorf("%w: lease of key %q with token %d has ended", lockserver.ErrNotHeld, ref.Key, ref.Token)
 	}
 	if err != nil {

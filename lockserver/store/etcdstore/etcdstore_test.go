@@ -401,3 +401,21 @@ func TestIsUnavailableClassifiesUnknownOutcomes(t *testing.T) {
 		}
 	}
 }
+
+// TestLinearizableWaiting: the linearizability workload through a
+// lock-server whose acquires all wait (handoffs to parked waiters).
+func TestLinearizableWaiting(t *testing.T) {
+	b := backend(t)
+	s := b.Open(t)
+	t.Cleanup(func() { _ = s.Close() })
+	storetest.CheckLinearizableWaiting(t, "etcd", s, false)
+}
+
+// TestLinearizableWaitingCancelled: the same with some waiting acquires
+// cancelled mid-wait.
+func TestLinearizableWaitingCancelled(t *testing.T) {
+	b := backend(t)
+	s := b.Open(t)
+	t.Cleanup(func() { _ = s.Close() })
+	storetest.CheckLinearizableWaiting(t, "etcd", s, true)
+}

@@ -55,3 +55,15 @@ func TestContractBatched(t *testing.T) {
 		Advance:  clock.Advance,
 	}))
 }
+
+// TestLinearizableWaiting: the linearizability workload through a
+// lock-server whose acquires all wait (handoffs to parked waiters).
+func TestLinearizableWaiting(t *testing.T) {
+	storetest.CheckLinearizableWaiting(t, "memstore", memstore.New(nil), false)
+}
+
+// TestLinearizableWaitingCancelled: the same with some waiting acquires
+// cancelled mid-wait.
+func TestLinearizableWaitingCancelled(t *testing.T) {
+	storetest.CheckLinearizableWaiting(t, "memstore", memstore.New(nil), true)
+}

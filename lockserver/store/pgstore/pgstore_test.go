@@ -661,3 +661,21 @@ func explain(t *testing.T, ctx context.Context, s *Store, name, stmt string, arg
 	}
 	return strings.Join(plan, "\n")
 }
+
+// TestLinearizableWaiting: the linearizability workload through a
+// lock-server whose acquires all wait (handoffs to parked waiters).
+func TestLinearizableWaiting(t *testing.T) {
+	b := backend()
+	s := b.Open(t)
+	t.Cleanup(func() { _ = s.Close() })
+	storetest.CheckLinearizableWaiting(t, "postgres", s, false)
+}
+
+// TestLinearizableWaitingCancelled: the same with some waiting acquires
+// cancelled mid-wait.
+func TestLinearizableWaitingCancelled(t *testing.T) {
+	b := backend()
+	s := b.Open(t)
+	t.Cleanup(func() { _ = s.Close() })
+	storetest.CheckLinearizableWaiting(t, "postgres", s, true)
+}

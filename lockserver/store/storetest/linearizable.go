@@ -59,6 +59,10 @@ type lockState struct {
 	// Unseen: a grant whose token nobody saw was made and has ended, so a
 	// token larger than Last has been granted since the last one seen.
 	Unseen bool
+	// Orphan: the live grant was made by an acquire of unknown outcome
+	// (probe: lock-server releases such a grant itself when the waiter's
+	// request ended; see the "abandon" op).
+	Orphan bool
 }
 
 // olderThanLive reports whether token is older than the live grant's.
@@ -101,10 +105,18 @@ func lockStep(s lockState, in lockOp, out lockResult) []lockState {
 		}
 		return nil
 	}
+	if in.Op == "abandon" {
+		// Lock-server releasing the grant of an acquire whose request
+		// ended (it may fail, leaving the grant to expire).
+		if live && s.Owner == in.Owner && s.Orphan {
+			return []lockState{s, free}
+		}
+		return []lockState{s}
+	}
 	if out.Outcome == "unknown" {
 		switch {
 		case in.Op == "acquire" && !live:
-			return []lockState{s, {Owner: in.Owner, Token: unknownToken, Last: s.Last}}
+			return []lockState{s, {Owner: in.Owner, Token: unknownToken, Last: s.Last, Orphan: true}}
 		case in.Op == "release" && mine, in.Op == "revoke" && live:
 			return []lockState{s, free}
 		case in.Op == "handoff" && mine:
@@ -125,12 +137,15 @@ func lockStep(s lockState, in lockOp, out lockResult) []lockState {
 	// grant, which pins an unseen token.
 	seen := func(owner string, token int64) (bool, lockState) {
 		if s.Token == unknownToken {
-			return owner == s.Owner && token > s.Last, lockState{Owner: owner, Token: token, Last: token}
+			return owner == s.Owner && token > s.Last, lockState{Owner: owner, Token: token, Last: token, Orphan: s.Orphan}
 		}
 		return owner == s.Owner && token == s.Token, s
 	}
 	switch in.Op {
 	case "acquire":
+		if out.Outcome == "held-waited" {
+			return []lockState{s}
+		}
 		if out.Outcome == "ok" {
 			return yes(!live && out.Token > s.Last, lockState{Owner: in.Owner, Token: out.Token, Last: out.Token})
 		}
@@ -225,6 +240,8 @@ func outcomeOf(err error) (string, bool) {
 	switch {
 	case err == nil:
 		return "ok", true
+	case errors.Is(err, errWaitedHeld):
+		return "held-waited", true
 	case errors.Is(err, lockserver.ErrLockHeld):
 		return "held", true
 	case errors.Is(err, lockserver.ErrStaleToken):
@@ -339,7 +356,7 @@ func recordHistory(t *testing.T, s lockserver.LockStore, fault func()) []porcupi
 	)
 	for c := range linClients {
 		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(linSeed, uint64(c)))
+			rng := rand.New(rand.NewPCG(seedFromEnv(linSeed), uint64(c)))
 			owner := fmt.Sprintf("client-%d", c)
 			held := map[string]int64{}     // live grants this client believes it holds
 			tokens := map[string][]int64{} // every token it was granted, per key
@@ -430,6 +447,10 @@ func recordHistory(t *testing.T, s lockserver.LockStore, fault func()) []porcupi
 				}
 				mu.Lock()
 				history = append(history, porcupine.Operation{ClientId: c, Input: in, Call: call, Output: out, Return: ret})
+				if _, ok := s.(interface{ abandonsUnknownGrants() }); ok && in.Op == "acquire" && outcome == "unknown" {
+					history = append(history, porcupine.Operation{ClientId: c, Input: lockOp{Op: "abandon", Key: key, Owner: owner},
+						Call: call, Output: lockResult{Outcome: "ok"}, Return: math.MaxInt64})
+				}
 				mu.Unlock()
 				done.Add(1)
 				if outcome == "unknown" {

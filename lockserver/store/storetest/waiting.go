@@ -1,0 +1,235 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+)
+
+// seedFromEnv returns LIN_SEED when set (to run the linearizability
+// workloads with other seeds), else def.
+func seedFromEnv(def uint64) uint64 {
+	if v, err := strconv.ParseUint(os.Getenv("LIN_SEED"), 10, 64); err == nil {
+		return v
+	}
+	return def
+}
+
+// waitingStore is httpStore whose Acquire is a waiting acquire (a seeded
+// random wait of 10..200 ms), so that the workload's releases find parked
+// head waiters and hand the key to them (lock-server's wait queue and
+// Handoffer). With cancel, a few acquires have their request cancelled
+// after a random short time, so that a waiter's request ends while its
+// grant or a handoff to it is in flight (the outcome is then unknown).
+type waitingStore struct {
+	*httpStore
+	mu     sync.Mutex
+	rng    *rand.Rand
+	cancel bool
+}
+
+// abandonsUnknownGrants marks a store whose acquires of unknown outcome
+// may be granted and then released by lock-server itself (the waiter's
+// request ended): the history gets an "abandon" op for each.
+func (w *waitingStore) abandonsUnknownGrants() {}
+
+func (w *waitingStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+	w.mu.Lock()
+	wait := time.Duration(10+w.rng.IntN(190)) * time.Millisecond
+	cut := w.cancel && w.rng.IntN(100) < 4
+	after := time.Duration(w.rng.IntN(int(wait/time.Microsecond))) * time.Microsecond
+	w.mu.Unlock()
+	if cut {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		stop := time.AfterFunc(after, cancel) // a perturbation, not a wait for a condition
+		defer stop.Stop()
+	}
+	l, err := w.c.TryAcquire(ctx, key, client.WithTTL(ttl), client.WithLeaseOwner(owner), client.WithWait(wait))
+	if err != nil {
+		if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+			return lockserver.Lease{}, fmt.Errorf("%w: %w", lockserver.ErrUnavailable, err)
+		}
+		if errors.Is(err, client.ErrLockHeld) {
+			// A waiting acquire's LOCK_HELD does not say the key was held
+			// at some moment of the wait: a waiter behind the head, or a
+			// head whose wait ends mid-ask, is refused while the key may
+			// be free (see the probe report). The model accepts it in any
+			// state.
+			return lockserver.Lease{}, fmt.Errorf("%w: %w", errWaitedHeld, err)
+		}
+		return lockserver.Lease{}, fromSDK(err)
+	}
+	return leaseOf(l.Grant()), nil
+}
+
+// errWaitedHeld marks a waiting acquire answered LOCK_HELD.
+var errWaitedHeld = errors.New("storetest: waited and refused")
+
+// CheckLinearizableWaiting runs the linearizability workload through a
+// lock-server (handoff on) over inner, every acquire a waiting one, and
+// fails t unless the history is linearizable and some releases handed
+// the key to a parked waiter. With cancel, some waiting acquires are
+// cancelled mid-wait (their outcome is unknown to the model).
+func CheckLinearizableWaiting(t *testing.T, name string, inner lockserver.LockStore, cancel bool) {
+	t.Helper()
+	cfg := lockserver.DefaultServerConfig()
+	reg := prometheus.NewRegistry()
+	cfg.Registry = reg
+	cfg.Handoff = os.Getenv("LIN_NOHANDOFF") == "" // debugging: the same check with the handoff off
+	log := slog.New(slog.DiscardHandler)
+	if path := os.Getenv("LIN_LOG"); path != "" { // debugging: the server's log, debug level
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = f.Close() })
+		log = slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	var served lockserver.LockStore = inner
+	if os.Getenv("LIN_LOG") != "" {
+		ls := &loggedStore{LockStore: inner, log: log}
+		served = ls
+		if hd, ok := inner.(lockserver.Handoffer); ok {
+			lh := &loggedHandoffer{loggedStore: ls, h: hd}
+			served = lh
+			bs, ok1 := inner.(lockserver.BatchStore)
+			br, ok2 := inner.(lockserver.BatchRenewer)
+			if ok1 && ok2 {
+				served = &loggedBatch{loggedHandoffer: lh, bs: bs, br: br}
+			}
+		}
+	}
+	h, err := lockserver.NewServer(served, cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	c, err := client.New(srv.URL, client.WithDriftAllowance(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := seedFromEnv(linSeed)
+	ws := &waitingStore{httpStore: &httpStore{inner: inner, srv: srv, c: c}, rng: rand.New(rand.NewPCG(seed, 99)), cancel: cancel}
+	var fault func()
+	if cancel {
+		fault = func() {} // allows the unknown outcomes of cancelled acquires
+	}
+	CheckLinearizable(t, name+"/waiting", ws, fault)
+	by := handoffsByOutcome(t, reg)
+	granted := by["granted"]
+	t.Logf("seed %d: handoffs by outcome %v", seed, by)
+	if granted == 0 && cfg.Handoff {
+		t.Errorf("no release handed the key to a waiter: the check did not exercise the handoff")
+	}
+}
+
+// handoffsByOutcome reads lockserver_handoffs_total from reg.
+func handoffsByOutcome(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "lockserver_handoffs_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "outcome" {
+					out[lp.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// loggedStore logs every call to its store (debugging the waiting check).
+type loggedStore struct {
+	lockserver.LockStore
+	log *slog.Logger
+}
+
+func (l *loggedStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+	start := time.Now()
+	out, err := l.LockStore.Acquire(ctx, key, owner, ttl)
+	l.log.Debug("store", "call", "acquire", "key", key, "owner", owner, "token", out.Token, "err", fmt.Sprint(err), "start", start)
+	return out, err
+}
+
+func (l *loggedStore) Release(ctx context.Context, key, owner string, token int64) error {
+	start := time.Now()
+	err := l.LockStore.Release(ctx, key, owner, token)
+	l.log.Debug("store", "call", "release", "key", key, "owner", owner, "token", token, "err", fmt.Sprint(err), "start", start)
+	return err
+}
+
+func (l *loggedStore) Inspect(ctx context.Context, key string) (lockserver.State, error) {
+	start := time.Now()
+	st, err := l.LockStore.Inspect(ctx, key)
+	var lease any
+	if st.Lease != nil {
+		lease = fmt.Sprintf("%s/%d exp %v", st.Lease.Owner, st.Lease.Token, st.Lease.ExpiresAt)
+	}
+	l.log.Debug("store", "call", "inspect", "key", key, "lease", lease, "err", fmt.Sprint(err), "start", start)
+	return st, err
+}
+
+type loggedHandoffer struct {
+	*loggedStore
+	h lockserver.Handoffer
+}
+
+func (l *loggedHandoffer) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockserver.AcquireRequest) (lockserver.Lease, error) {
+	start := time.Now()
+	out, err := l.h.Handoff(ctx, from, to)
+	l.log.Debug("store", "call", "handoff", "key", from.Key, "from", from.Owner, "fromToken", from.Token, "owner", to.Owner, "token", out.Token, "err", fmt.Sprint(err), "start", start)
+	return out, err
+}
+
+// loggedBatch is loggedHandoffer that batches as its store does.
+type loggedBatch struct {
+	*loggedHandoffer
+	bs lockserver.BatchStore
+	br lockserver.BatchRenewer
+}
+
+func (l *loggedBatch) AcquireMany(ctx context.Context, reqs []lockserver.AcquireRequest) []lockserver.Result {
+	start := time.Now()
+	out := l.bs.AcquireMany(ctx, reqs)
+	for i, r := range reqs {
+		l.log.Debug("store", "call", "acquireMany", "key", r.Key, "owner", r.Owner, "token", out[i].Lease.Token, "err", fmt.Sprint(out[i].Err), "start", start, "n", len(reqs))
+	}
+	return out
+}
+
+func (l *loggedBatch) ReleaseMany(ctx context.Context, refs []lockserver.LeaseRef) []error {
+	start := time.Now()
+	out := l.bs.ReleaseMany(ctx, refs)
+	for i, r := range refs {
+		l.log.Debug("store", "call", "releaseMany", "key", r.Key, "owner", r.Owner, "token", r.Token, "err", fmt.Sprint(out[i]), "start", start, "n", len(refs))
+	}
+	return out
+}
+
+func (l *loggedBatch) RenewMany(ctx context.Context, refs []lockserver.LeaseRef) []lockserver.Result {
+	return l.br.RenewMany(ctx, refs)
+}
