@@ -90,31 +90,8 @@ func CheckLinearizableWaiting(t *testing.T, name string, inner lockserver.LockSt
 	cfg := lockserver.DefaultServerConfig()
 	reg := prometheus.NewRegistry()
 	cfg.Registry = reg
-	cfg.Handoff = os.Getenv("LIN_NOHANDOFF") == "" // debugging: the same check with the handoff off
 	log := slog.New(slog.DiscardHandler)
-	if path := os.Getenv("LIN_LOG"); path != "" { // debugging: the server's log, debug level
-		f, err := os.Create(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = f.Close() })
-		log = slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	var served lockserver.LockStore = inner
-	if os.Getenv("LIN_LOG") != "" {
-		ls := &loggedStore{LockStore: inner, log: log}
-		served = ls
-		if hd, ok := inner.(lockserver.Handoffer); ok {
-			lh := &loggedHandoffer{loggedStore: ls, h: hd}
-			served = lh
-			bs, ok1 := inner.(lockserver.BatchStore)
-			br, ok2 := inner.(lockserver.BatchRenewer)
-			if ok1 && ok2 {
-				served = &loggedBatch{loggedHandoffer: lh, bs: bs, br: br}
-			}
-		}
-	}
-	h, err := lockserver.NewServer(served, cfg, log)
+	h, err := lockserver.NewServer(inner, cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,76 +137,4 @@ func handoffsByOutcome(t *testing.T, reg *prometheus.Registry) map[string]float6
 		}
 	}
 	return out
-}
-
-// loggedStore logs every call to its store (debugging the waiting check).
-type loggedStore struct {
-	lockserver.LockStore
-	log *slog.Logger
-}
-
-func (l *loggedStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
-	start := time.Now()
-	out, err := l.LockStore.Acquire(ctx, key, owner, ttl)
-	l.log.Debug("store", "call", "acquire", "key", key, "owner", owner, "token", out.Token, "err", fmt.Sprint(err), "start", start)
-	return out, err
-}
-
-func (l *loggedStore) Release(ctx context.Context, key, owner string, token int64) error {
-	start := time.Now()
-	err := l.LockStore.Release(ctx, key, owner, token)
-	l.log.Debug("store", "call", "release", "key", key, "owner", owner, "token", token, "err", fmt.Sprint(err), "start", start)
-	return err
-}
-
-func (l *loggedStore) Inspect(ctx context.Context, key string) (lockserver.State, error) {
-	start := time.Now()
-	st, err := l.LockStore.Inspect(ctx, key)
-	var lease any
-	if st.Lease != nil {
-		lease = fmt.Sprintf("%s/%d exp %v", st.Lease.Owner, st.Lease.Token, st.Lease.ExpiresAt)
-	}
-	l.log.Debug("store", "call", "inspect", "key", key, "lease", lease, "err", fmt.Sprint(err), "start", start)
-	return st, err
-}
-
-type loggedHandoffer struct {
-	*loggedStore
-	h lockserver.Handoffer
-}
-
-func (l *loggedHandoffer) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockserver.AcquireRequest) (lockserver.Lease, error) {
-	start := time.Now()
-	out, err := l.h.Handoff(ctx, from, to)
-	l.log.Debug("store", "call", "handoff", "key", from.Key, "from", from.Owner, "fromToken", from.Token, "owner", to.Owner, "token", out.Token, "err", fmt.Sprint(err), "start", start)
-	return out, err
-}
-
-// loggedBatch is loggedHandoffer that batches as its store does.
-type loggedBatch struct {
-	*loggedHandoffer
-	bs lockserver.BatchStore
-	br lockserver.BatchRenewer
-}
-
-func (l *loggedBatch) AcquireMany(ctx context.Context, reqs []lockserver.AcquireRequest) []lockserver.Result {
-	start := time.Now()
-	out := l.bs.AcquireMany(ctx, reqs)
-	for i, r := range reqs {
-		l.log.Debug("store", "call", "acquireMany", "key", r.Key, "owner", r.Owner, "token", out[i].Lease.Token, "err", fmt.Sprint(out[i].Err), "start", start, "n", len(reqs))
-	}
-	return out
-}
-
-func (l *loggedBatch) ReleaseMany(ctx context.Context, refs []lockserver.LeaseRef) []error {
-	start := time.Now()
-	out := l.bs.ReleaseMany(ctx, refs)
-	for i, r := range refs {
-		l.log.Debug("store", "call", "releaseMany", "key", r.Key, "owner", r.Owner, "token", r.Token, "err", fmt.Sprint(out[i]), "start", start, "n", len(refs))
-	}
-	return out
-}
-
-func (l *loggedBatch) RenewMany(ctx context.Context, refs []lockserver.LeaseRef) []lockserver.Result {
-	return l.br.RenewMany(ctx, refs)
 }
