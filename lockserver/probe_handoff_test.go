@@ -251,24 +251,7 @@ func TestProbeHeldHintAcrossReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	const key = "payout:probe-hint"
-	_, holder := serve(a, waitAcquire(t.Context(), key, "holder", 0))
-	first := make(chan waitAnswer, 1)
-	go func() {
-		s, g := serve(a, waitAcquire(context.Background(), key, "waiter-1", 10_000))
-		first <- waitAnswer{"waiter-1", s, g}
-	}()
-	awaitParked(t, a, key)
-	second := make(chan waitAnswer, 1)
-	go func() {
-		s, g := serve(a, waitAcquire(context.Background(), key, "waiter-2", 10_000))
-		second <- waitAnswer{"waiter-2", s, g}
-	}()
-	awaitWaiting(t, a, 2)
-	releaseGrant(t, a, holder)
-	w1 := <-first
-	if w1.status != http.StatusOK {
-		t.Fatalf("waiter-1: %d", w1.status)
-	}
+	w1, second := secondWaiterOnTheHint(t, a, key, 30_000)
 	awaitParked(t, a, key) // waiter-2 on the held hint
 	releaseGrant(t, b, w1.grant)
 	if w2 := <-second; w2.status != http.StatusOK || w2.grant.Token <= w1.grant.Token {
@@ -276,16 +259,17 @@ func TestProbeHeldHintAcrossReplicas(t *testing.T) {
 	}
 }
 
-// TestProbeHeldHintHolderCrash: waiter-1 is granted (TTL 500 ms) and
-// crashes; waiter-2, parked on the held hint, is granted after the
-// lease expires.
-func TestProbeHeldHintHolderCrash(t *testing.T) {
-	h, _ := handoffServer(t)
-	const key = "payout:probe-crash"
+// secondWaiterOnTheHint sets the scene of the held-hint tests on h: a
+// holder of key, waiter-1 (its grant's TTL ttlMs) parked behind it, then
+// waiter-2 queued; the holder releases and waiter-1 is granted, which
+// leaves waiter-2 the head, on the hint of waiter-1's grant. It returns
+// waiter-1's answer and where waiter-2's will come.
+func secondWaiterOnTheHint(t *testing.T, h *lockserver.Server, key string, ttlMs int64) (waitAnswer, <-chan waitAnswer) {
+	t.Helper()
 	_, holder := serve(h, waitAcquire(t.Context(), key, "holder", 0))
 	first := make(chan waitAnswer, 1)
 	go func() {
-		s, g := serve(h, waitAcquireTTL(context.Background(), key, "waiter-1", api.MinTTLMs, 10_000))
+		s, g := serve(h, waitAcquireTTL(context.Background(), key, "waiter-1", ttlMs, 10_000))
 		first <- waitAnswer{"waiter-1", s, g}
 	}()
 	awaitParked(t, h, key)
@@ -300,6 +284,16 @@ func TestProbeHeldHintHolderCrash(t *testing.T) {
 	if w1.status != http.StatusOK {
 		t.Fatalf("waiter-1: %d", w1.status)
 	}
+	return w1, second
+}
+
+// TestProbeHeldHintHolderCrash: waiter-1 is granted (TTL 500 ms) and
+// crashes; waiter-2, parked on the held hint, is granted after the
+// lease expires.
+func TestProbeHeldHintHolderCrash(t *testing.T) {
+	h, _ := handoffServer(t)
+	const key = "payout:probe-crash"
+	w1, second := secondWaiterOnTheHint(t, h, key, api.MinTTLMs)
 	// waiter-1 never releases.
 	if w2 := <-second; w2.status != http.StatusOK || w2.grant.Token <= w1.grant.Token {
 		t.Fatalf("waiter-2: %d %+v; want granted after waiter-1's lease expired", w2.status, w2.grant)

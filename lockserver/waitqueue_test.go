@@ -175,10 +175,7 @@ func waitServer(t *testing.T) (*lockserver.Server, *recordingStore) {
 
 // waitAcquire is an acquire of key by owner with a wait of waitMs.
 func waitAcquire(ctx context.Context, key, owner string, waitMs int64) *http.Request {
-	body, _ := json.Marshal(api.AcquireRequest{Owner: owner, TTLMs: 30_000, WaitMs: waitMs})
-	r := httptest.NewRequestWithContext(ctx, http.MethodPost, api.PathLockPrefix+key+api.SuffixAcquire, bytes.NewReader(body))
-	r.Header.Set("Content-Type", "application/json")
-	return r
+	return waitAcquireTTL(ctx, key, owner, 30_000, waitMs)
 }
 
 // serve sends r to h and returns the answer's status and grant.
