@@ -69,6 +69,7 @@ type batchMember struct {
 	kaDone chan struct{}
 }
 
+// keptAlive is the outcome of one keep-alive of an idle lease.
 type keptAlive struct {
 	resp *clientv3.LeaseKeepAliveResponse
 	err  error

@@ -515,16 +515,8 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 // lease had ended, and nothing was granted: Acquire goes on with a new
 // lease.
 func (s *Store) acquireOnIdle(ctx context.Context, key, owner string, idle pooledLease) (l lockserver.Lease, done bool, err error) {
-	type keptAlive struct {
-		resp *clientv3.LeaseKeepAliveResponse
-		err  error
-	}
 	sentAt := s.clock.Now()
-	kac := make(chan keptAlive, 1)
-	go func() {
-		resp, err := s.cli.KeepAliveOnce(ctx, idle.id)
-		kac <- keptAlive{resp, err}
-	}()
+	kac := s.keepAliveBeside(ctx, idle.id)
 	resp, err := s.create(ctx, key, owner, idle.id, idle.ttl)
 	ka := <-kac
 	switch {
@@ -553,6 +545,19 @@ func (s *Store) acquireOnIdle(ctx context.Context, key, owner string, idle poole
 		Key: key, Owner: owner, Token: resp.Header.Revision,
 		LeaseID: leaseID(int64(idle.id)), TTL: ttl, ExpiresAt: sentAt.Round(0).Add(ttl),
 	}, true, nil
+}
+
+// keepAliveBeside sends one keep-alive for lease id from a goroutine of
+// its own and returns where its outcome will come (once): a grant on an
+// idle lease (acquireOnIdle, handoffOnIdle) sends it beside its
+// transaction, so that taking the lease costs no round trip of its own.
+func (s *Store) keepAliveBeside(ctx context.Context, id clientv3.LeaseID) <-chan keptAlive {
+	kac := make(chan keptAlive, 1)
+	go func() {
+		resp, err := s.cli.KeepAliveOnce(ctx, id)
+		kac <- keptAlive{resp, err}
+	}()
+	return kac
 }
 
 // create runs Acquire's transaction: create the key with lease id and a

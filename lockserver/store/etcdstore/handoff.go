@@ -115,16 +115,8 @@ func (s *Store) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockse
 // transaction, which then changed nothing: Handoff goes on with a new
 // lease.
 func (s *Store) handoffOnIdle(ctx context.Context, from lockserver.LeaseRef, to lockserver.AcquireRequest, idle pooledLease) (l lockserver.Lease, done bool, err error) {
-	type keptAlive struct {
-		resp *clientv3.LeaseKeepAliveResponse
-		err  error
-	}
 	sentAt := s.clock.Now()
-	kac := make(chan keptAlive, 1)
-	go func() {
-		resp, err := s.cli.KeepAliveOnce(ctx, idle.id)
-		kac <- keptAlive{resp, err}
-	}()
+	kac := s.keepAliveBeside(ctx, idle.id)
 	resp, err := s.replace(ctx, from, to.Owner, idle.id, idle.ttl)
 	ka := <-kac
 	switch {

@@ -66,9 +66,19 @@ RETURNING ` + identityText
 // pgx.ErrNoRows when the key is held, an error wrapping
 // lockserver.ErrBackendRestored on a mismatch, or the driver's error.
 func (s *Store) guardedAcquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+	return s.guardedGrant(ctx, key, s.acquireSQL, key, owner, ttl.Milliseconds())
+}
+
+// guardedGrant runs the identity check and grantSQL (with args), a
+// statement that grants key and returns the lease as scanLease reads it,
+// in one batch: one round trip, one implicit transaction, the statement
+// run only if the check passed. pgx.ErrNoRows when the statement granted
+// nothing, an error wrapping lockserver.ErrBackendRestored on a mismatch,
+// or the driver's error (the implicit commit's included).
+func (s *Store) guardedGrant(ctx context.Context, key, grantSQL string, args ...any) (lockserver.Lease, error) {
 	b := &pgx.Batch{}
 	b.Queue(checkIdentitySQL)
-	b.Queue(s.acquireSQL, key, owner, ttl.Milliseconds())
+	b.Queue(grantSQL, args...)
 	br := s.pool.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()

@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -63,17 +62,5 @@ func (s *Store) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockse
 // from is not the live lease, an error wrapping ErrBackendRestored on an
 // identity mismatch, or the driver's error.
 func (s *Store) guardedHandoff(ctx context.Context, from lockserver.LeaseRef, to lockserver.AcquireRequest) (lockserver.Lease, error) {
-	b := &pgx.Batch{}
-	b.Queue(checkIdentitySQL)
-	b.Queue(handoffSQL, from.Key, from.Token, from.Owner, to.Owner, to.TTL.Milliseconds())
-	br := s.pool.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return lockserver.Lease{}, restored(err)
-	}
-	l, err := scanLease(br.QueryRow(), from.Key)
-	if cerr := br.Close(); err == nil && cerr != nil {
-		return lockserver.Lease{}, fmt.Errorf("commit: %w", cerr) // the implicit commit failed
-	}
-	return l, err
+	return s.guardedGrant(ctx, from.Key, handoffSQL, from.Key, from.Token, from.Owner, to.Owner, to.TTL.Milliseconds())
 }
