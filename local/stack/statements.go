@@ -60,12 +60,21 @@ type StatementStat struct {
 // enableStatementStats creates the extension's view in c's maintenance
 // database (the module itself is loaded by statementSettings).
 func enableStatementStats(ctx context.Context, c namedCluster) error {
+	return withAdminConn(ctx, c, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`)
+		return err
+	})
+}
+
+// withAdminConn calls f with a connection to c's maintenance database,
+// closed after; its errors name the cluster.
+func withAdminConn(ctx context.Context, c namedCluster, f func(context.Context, *pgx.Conn) error) error {
 	conn, err := pgx.Connect(ctx, c.DSN(adminDatabase))
-	if err != nil {
-		return fmt.Errorf("stack: cluster %s: statement statistics: %w", c.name, err)
+	if err == nil {
+		err = f(ctx, conn)
+		conn.Close(context.WithoutCancel(ctx))
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+	if err != nil {
 		return fmt.Errorf("stack: cluster %s: statement statistics: %w", c.name, err)
 	}
 	return nil
@@ -121,14 +130,8 @@ func (s *Stack) eachCluster(ctx context.Context, f func(context.Context, namedCl
 	clusters := append([]namedCluster(nil), s.clusters...)
 	s.mu.Unlock()
 	for _, c := range clusters {
-		conn, err := pgx.Connect(ctx, c.DSN(adminDatabase))
-		if err != nil {
-			return fmt.Errorf("stack: cluster %s: statement statistics: %w", c.name, err)
-		}
-		err = f(ctx, c, conn)
-		conn.Close(context.WithoutCancel(ctx))
-		if err != nil {
-			return fmt.Errorf("stack: cluster %s: statement statistics: %w", c.name, err)
+		if err := withAdminConn(ctx, c, func(ctx context.Context, conn *pgx.Conn) error { return f(ctx, c, conn) }); err != nil {
+			return err
 		}
 	}
 	return nil
