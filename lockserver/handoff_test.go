@@ -208,6 +208,60 @@ func TestRefusedHandoffChangesNothing(t *testing.T) {
 	}
 }
 
+// TestRefusedHandoffKeepsTheHeadParked: a refused release changed nothing,
+// so the parked head sleeps on instead of asking the backend (an ask
+// would be refused, and a head mid-ask when the holder's own release
+// comes cannot be handed the key). Each refusal (a stale token, another
+// owner) is followed by a wait for the first of: the head back to
+// sleep, or its ask reaching the store (a failure); the holder's release
+// must then be a handoff.
+func TestRefusedHandoffKeepsTheHeadParked(t *testing.T) {
+	store := newHandoffStore()
+	cfg := lockserver.DefaultServerConfig()
+	// No poll during the test: the head's only reasons to ask are the
+	// holder's expiry (30 s away) and the refused handoffs.
+	cfg.Batching, cfg.WaitPoll = false, lockserver.MaxWaitPoll
+	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "payout:acct-refused-parked"
+	_, old := serve(h, waitAcquire(t.Context(), key, "holder", 0))
+	releaseGrant(t, h, old)
+	_, holder := serve(h, waitAcquire(t.Context(), key, "holder", 0))
+	answer := waitFor(context.Background(), h, key, "waiter")
+	awaitParked(t, h, key)
+	entered, gate := store.arm("waiter")
+	defer close(gate)
+	for _, bad := range []struct {
+		owner string
+		token int64
+	}{{"holder", old.Token}, {"intruder", holder.Token}} {
+		if code := releaseAnswer(h, key, bad.owner, bad.token); code != http.StatusConflict {
+			t.Fatalf("release by %s with token %d: %d, want 409", bad.owner, bad.token, code)
+		}
+		awaitCond(t, "the head back to sleep, or asking", func() bool {
+			select {
+			case <-entered:
+				return true
+			default:
+				return h.HeadParked(key)
+			}
+		})
+		select {
+		case <-entered:
+			t.Fatalf("the head asked the store after the refused release by %s with token %d; want it parked until the holder's expiry", bad.owner, bad.token)
+		default:
+		}
+	}
+	releaseGrant(t, h, holder)
+	a := <-answer
+	if got := store.handedOff(); a.status != http.StatusOK || len(got) != 1 || got[0].Token != a.grant.Token {
+		t.Fatalf("waiter: %d %+v, handoffs %+v; want the holder's release handed to it", a.status, a.grant, got)
+	}
+	releaseGrant(t, h, a.grant)
+}
+
 // TestHandoffOfUnknownOutcomeGrantsNothing: the handoff's outcome is
 // unknown (ErrUnavailable). The release is answered 503 as a release of
 // unknown outcome, the waiter is not answered a grant the backend did not

@@ -70,8 +70,10 @@ const (
 	// was in flight; the grant was released and the next waiter woken.
 	EventWaitGrantAbandoned = "wait_grant_abandoned"
 	// EventHandoffFailed (debug): a handoff to a parked waiter did not
-	// grant it the key (refused, outcome unknown, or withdrawn by the
-	// token floor); the waiter asks again as usual.
+	// grant it the key. Refused (the release was): the waiter sleeps on
+	// until its sleep was to end (resumeSleep true); outcome unknown,
+	// withdrawn by the token floor, or refused by the restore guard: it
+	// asks again.
 	EventHandoffFailed = "handoff_failed"
 	// EventWaitReleaseFailed: releasing an abandoned grant failed; the
 	// lease expires after its TTL and nobody holds it meanwhile.
@@ -316,13 +318,20 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	early := 0 // asks in a row refused after the lease's ExpiresAt
+	// resume, after a refused handoff, is when the interrupted sleep was
+	// to end: the refusal changed nothing in the backend, so what the
+	// head knew when it parked still holds, and it parks again until then
+	// instead of asking.
+	var resume time.Time
 	for {
 		// The request may have ended while it became the head or slept.
 		if waitCtx.Err() != nil {
 			return Lease{}, 0, s.waitOver(reqCtx, key, start, "at the head of the queue")
 		}
 		pause := s.cfg.WaitPoll
-		if until := time.Until(held.ExpiresAt); held.Token != 0 && until > 0 {
+		if until := time.Until(resume); until > 0 {
+			pause = until
+		} else if until := time.Until(held.ExpiresAt); held.Token != 0 && until > 0 {
 			pause = min(pause, until)
 		} else {
 			asked := time.Now()
@@ -353,15 +362,25 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 				early = 0
 			}
 		}
-		held = Lease{}
+		held, resume = Lease{}, time.Time{}
+		sleepEnd := time.Now().Add(pause)
 		r, got := s.sleep(w, kq, waitCtx, timer, pause)
 		if !got {
 			continue
 		}
 		if r.err != nil {
-			// Refused, unknown or withdrawn: nothing was granted to this
-			// waiter that the backend confirmed; it asks again as usual.
-			s.log.DebugContext(reqCtx, "handoff to a waiter failed; it asks again", "event", EventHandoffFailed, "key", key, "owner", owner, "error", r.err.Error())
+			// Nothing was granted to this waiter that the backend
+			// confirmed. A refused release (a stale token, a lease that
+			// had ended or another owner's) changed nothing, so the head
+			// sleeps on, parked, until its sleep was to end: asking now
+			// would only be refused, and a head in the middle of an ask
+			// when the real release comes cannot be handed the key. An
+			// unknown outcome, a grant the floor withdrew or a restore:
+			// it asks again.
+			if errors.Is(r.err, ErrStaleToken) || errors.Is(r.err, ErrNotHeld) {
+				resume = sleepEnd
+			}
+			s.log.DebugContext(reqCtx, "handoff to a waiter failed", "event", EventHandoffFailed, "key", key, "owner", owner, "error", r.err.Error(), "resumeSleep", !resume.IsZero())
 			continue
 		}
 		if reqCtx.Err() != nil {
