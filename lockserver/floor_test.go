@@ -3,7 +3,6 @@ package lockserver_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"slices"
 	"sync/atomic"
@@ -46,10 +45,7 @@ func TestServerWithdrawsATokenNotAboveOneItIssued(t *testing.T) {
 	store := &rewoundStore{Store: memstore.New(nil)}
 	cfg := lockserver.DefaultServerConfig()
 	cfg.Registry = prometheus.NewRegistry()
-	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, store, cfg)
 	acquire := func(key string) (int, api.Grant, api.ErrorEnvelope) {
 		rec := do(h, "POST", "/v1/locks/"+key+"/acquire", "application/json", `{"owner":"worker-a","ttlMs":60000}`)
 		var g api.Grant
@@ -127,10 +123,7 @@ func TestServerWithdrawsAHandoffNotAboveItsFloor(t *testing.T) {
 	store := &rewoundStore{Store: memstore.New(nil)}
 	cfg := lockserver.DefaultServerConfig()
 	cfg.Batching = false
-	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, store, cfg)
 	const key = "payout:acct-floor"
 	_, holder := serve(h, waitAcquire(t.Context(), key, "holder", 0))
 	answer := waitFor(context.Background(), h, key, "waiter")

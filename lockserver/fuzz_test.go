@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -106,10 +105,7 @@ func FuzzLockServer(f *testing.F) {
 		cfg := lockserver.DefaultServerConfig()
 		cfg.ProofKey = prooftest.LockSigningKey()
 		cfg.Registry = prometheus.NewRegistry()
-		h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
+		h := serverWith(t, store, cfg)
 		p := api.PathLockPrefix + key
 		if op != "" {
 			p += "/" + op

@@ -3,7 +3,6 @@ package lockserver_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"slices"
 	"sync"
@@ -96,10 +95,7 @@ func handoffServer(t *testing.T) (*lockserver.Server, *handoffStore) {
 	store := newHandoffStore()
 	cfg := lockserver.DefaultServerConfig()
 	cfg.Batching = false
-	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, store, cfg)
 	return h, store
 }
 
@@ -221,10 +217,7 @@ func TestRefusedHandoffKeepsTheHeadParked(t *testing.T) {
 	// No poll during the test: the head's only reasons to ask are the
 	// holder's expiry (30 s away) and the refused handoffs.
 	cfg.Batching, cfg.WaitPoll = false, lockserver.MaxWaitPoll
-	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, store, cfg)
 	const key = "payout:acct-refused-parked"
 	_, old := serve(h, waitAcquire(t.Context(), key, "holder", 0))
 	releaseGrant(t, h, old)
@@ -271,10 +264,7 @@ func TestHandoffOfUnknownOutcomeGrantsNothing(t *testing.T) {
 	store := newHandoffStore()
 	cfg := lockserver.DefaultServerConfig()
 	cfg.Batching, cfg.Registry = false, prometheus.NewRegistry()
-	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, store, cfg)
 	const key = "payout:acct-unknown"
 	_, holder := serve(h, waitAcquire(t.Context(), key, "holder", 0))
 	answer := waitFor(context.Background(), h, key, "waiter")
@@ -370,10 +360,7 @@ func TestHandoffOffReleasesAndWakes(t *testing.T) {
 	store := newHandoffStore()
 	cfg := lockserver.DefaultServerConfig()
 	cfg.Batching, cfg.Handoff = false, false
-	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, store, cfg)
 	const key = "payout:acct-off"
 	_, holder := serve(h, waitAcquire(t.Context(), key, "holder", 0))
 	answer := waitFor(context.Background(), h, key, "waiter")

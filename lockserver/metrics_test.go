@@ -3,7 +3,6 @@ package lockserver_test
 import (
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -64,10 +63,7 @@ func TestMetricsCountOutcomesAndCarryNoKeysOwnersOrTokens(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg := lockserver.DefaultServerConfig()
 	cfg.Registry = reg
-	h, err := lockserver.NewServer(memstore.New(nil), cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, memstore.New(nil), cfg)
 	secret := map[string]bool{} // every key, owner and token sent
 	series := func() int {
 		fams, err := reg.Gather()
@@ -154,10 +150,7 @@ func TestMetricsCountOutcomesAndCarryNoKeysOwnersOrTokens(t *testing.T) {
 }
 
 func TestNoRegistryNoMetricsRoute(t *testing.T) {
-	h, err := lockserver.NewServer(memstore.New(nil), lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, memstore.New(nil), lockserver.DefaultServerConfig())
 	if c := status(h, "GET", lockserver.PathMetrics, ""); c != 404 {
 		t.Fatalf("GET %s without a registry = %d; want 404", lockserver.PathMetrics, c)
 	}
@@ -171,10 +164,7 @@ func TestMetricsKeepErrorHandling(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg := lockserver.DefaultServerConfig()
 	cfg.Registry = reg
-	h, err := lockserver.NewServer(memstore.New(nil), cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, memstore.New(nil), cfg)
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	body := `{"owner":"` + strings.Repeat("a", 64<<10) + `","ttlMs":30000}`
@@ -205,10 +195,7 @@ func TestWaitingAcquiresHaveAnOpOfTheirOwn(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg := lockserver.DefaultServerConfig()
 	cfg.Registry = reg
-	h, err := lockserver.NewServer(memstore.New(nil), cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, memstore.New(nil), cfg)
 	do(h, "POST", "/v1/locks/payout:acct-m/acquire", "application/json", `{"owner":"a","ttlMs":30000}`)
 	do(h, "POST", "/v1/locks/payout:acct-m/acquire", "application/json", `{"owner":"b","ttlMs":30000,"waitMs":10}`)
 	if got := counter(t, reg, "acquire", "OK"); got != 1 {

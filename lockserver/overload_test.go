@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -103,10 +102,7 @@ func newStalledServer(t *testing.T) (http.Handler, *gateStore, *fakeNow) {
 	clock := &fakeNow{t: time.Unix(1_790_000_000, 0)}
 	cfg := lockserver.DefaultServerConfig()
 	cfg.RequestTimeout, cfg.StallProbeInterval, cfg.Now = 100*time.Millisecond, time.Minute, clock.now
-	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, store, cfg)
 	store.held.Store(true)
 	wantRefused(t, "the request that meets the frozen backend", acquireReq(h, "k1"), api.CodeBackendUnavailable)
 	<-store.entered
@@ -147,10 +143,7 @@ func TestRequestsBeyondMaxInFlightAreRefusedAtOnce(t *testing.T) {
 	store := newGateStore()
 	cfg := lockserver.DefaultServerConfig()
 	cfg.RequestTimeout, cfg.MaxInFlight = time.Minute, 2
-	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, store, cfg)
 	store.held.Store(true)
 	var wg sync.WaitGroup
 	codes := make(chan int, 2)
@@ -189,10 +182,7 @@ func TestTheCallersBudgetBoundsTheBackendDeadline(t *testing.T) {
 	store := newGateStore()
 	cfg := lockserver.DefaultServerConfig()
 	cfg.RequestTimeout = time.Minute
-	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, store, cfg)
 	store.held.Store(true)
 	wantRefused(t, "a caller with 300 ms", acquireReq(h, "k", api.HeaderTimeoutMs, "300"), api.CodeBackendUnavailable)
 	if left := <-store.entered; left <= 0 || left > 300*time.Millisecond-lockserver.DeadlineMargin {
@@ -210,10 +200,7 @@ func TestTheCallersBudgetBoundsTheBackendDeadline(t *testing.T) {
 // silently ignored); the bounds are api.MaxRequestTimeoutMs.
 func TestAMalformedBudgetIsRefused(t *testing.T) {
 	store := newGateStore()
-	h, err := lockserver.NewServer(store, lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, store, lockserver.DefaultServerConfig())
 	for _, v := range []string{"-1", "99999999999999999999", "abc", "0", "+5", "05", "1e3", " 5", "5 ", "",
 		fmt.Sprint(api.MaxRequestTimeoutMs + 1)} {
 		rec := acquireReq(h, "k", api.HeaderTimeoutMs, v)
@@ -267,10 +254,7 @@ func TestReadinessHasItsOwnShortBound(t *testing.T) {
 	if cfg.ReadyTimeout != time.Second {
 		t.Fatalf("default ReadyTimeout %v, want 1s", cfg.ReadyTimeout)
 	}
-	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, store, cfg)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", api.PathReady, nil))
 	if left := <-store.left; left <= 0 || left > cfg.ReadyTimeout {
@@ -294,10 +278,7 @@ func TestReadinessHasItsOwnShortBound(t *testing.T) {
 // left a lease standing, held by a caller told 503).
 func TestABudgetTooShortForTheBackendIsRefused(t *testing.T) {
 	store := newGateStore()
-	h, err := lockserver.NewServer(store, lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, store, lockserver.DefaultServerConfig())
 	for _, v := range []string{"1", "50", "101", "150", fmt.Sprint(api.MinRequestTimeoutMs - 1)} {
 		rec := acquireReq(h, "short-"+v, api.HeaderTimeoutMs, v)
 		var env api.ErrorEnvelope
@@ -343,10 +324,7 @@ func TestAWaitingAcquireNeverAsksWithLessThanTheMinimumSlice(t *testing.T) {
 	store := &sliceStore{LockStore: memstore.New(nil)}
 	cfg := lockserver.DefaultServerConfig()
 	cfg.WaitPoll = 5 * time.Millisecond // ask often, up to the end
-	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, store, cfg)
 	if _, err := store.LockStore.Acquire(context.Background(), "k", "other", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -411,10 +389,7 @@ func TestAStallProbeIsBoundedByStallProbeTimeout(t *testing.T) {
 	cfg := lockserver.DefaultServerConfig()
 	cfg.RequestTimeout, cfg.StallProbeTimeout = 1500*time.Millisecond, 50*time.Millisecond
 	cfg.StallProbeInterval, cfg.Now = time.Minute, clock.now
-	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, store, cfg)
 	rec := acquireReq(h, "k")
 	if rec.Code != http.StatusOK {
 		t.Fatalf("acquire before the stall: %d %s", rec.Code, rec.Body)

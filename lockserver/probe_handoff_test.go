@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -210,10 +209,7 @@ func TestProbeUnknownHandoffThatApplied(t *testing.T) {
 	store := &unknownAppliedStore{handoffStore: newHandoffStore(), orphan: make(chan lockserver.Lease, 1)}
 	cfg := lockserver.DefaultServerConfig()
 	cfg.Batching = false
-	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, store, cfg)
 	const key = "payout:probe-unknown-applied"
 	_, holder := serve(h, waitAcquire(t.Context(), key, "holder", 0))
 	answer := make(chan waitAnswer, 1)
@@ -242,14 +238,8 @@ func TestProbeHeldHintAcrossReplicas(t *testing.T) {
 	cfg := lockserver.DefaultServerConfig()
 	cfg.Batching = false
 	cfg.WaitPoll = 20 * time.Millisecond
-	a, err := lockserver.NewServer(shared, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := lockserver.NewServer(shared.mem, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := serverWith(t, shared, cfg)
+	b := serverWith(t, shared.mem, cfg)
 	const key = "payout:probe-hint"
 	w1, second := secondWaiterOnTheHint(t, a, key, 30_000)
 	awaitParked(t, a, key) // waiter-2 on the held hint
@@ -312,10 +302,7 @@ func TestProbeRefusedHandoffAnswersAsAPlainRelease(t *testing.T) {
 		store := newHandoffStore()
 		cfg := lockserver.DefaultServerConfig()
 		cfg.Batching, cfg.Handoff = false, handoff
-		h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
+		h := serverWith(t, store, cfg)
 		const key = "payout:probe-answers"
 		_, holder := serve(h, waitAcquire(t.Context(), key, "holder", 0))
 		ctx, cancel := context.WithCancel(context.Background())

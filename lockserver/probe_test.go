@@ -2,7 +2,6 @@ package lockserver_test
 
 import (
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -80,10 +79,7 @@ func TestBadInputWhileTheBackendIsStalledGetsItsOwn4xx(t *testing.T) {
 // without the wait its sender asked for). Now every route of the lock API
 // refuses one, 400 INVALID_REQUEST, and nothing is granted.
 func TestQueryParametersAreRefusedByTheLockAPI(t *testing.T) {
-	h, err := lockserver.NewServer(memstore.New(nil), lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, memstore.New(nil), lockserver.DefaultServerConfig())
 	js := "application/json"
 	for _, q := range []lockReq{
 		{"acquire", "POST", api.PathLockPrefix + "k1" + api.SuffixAcquire + "?waitMs=5000", js, `{"owner":"w","ttlMs":60000}`, 400, api.CodeInvalidRequest},

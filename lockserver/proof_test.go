@@ -3,7 +3,6 @@ package lockserver_test
 import (
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"testing"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
@@ -19,10 +18,7 @@ import (
 func TestGrantsToTheHolderCarryAProofOfTheirKeyAndToken(t *testing.T) {
 	cfg := lockserver.DefaultServerConfig()
 	cfg.ProofKey = prooftest.LockSigningKey()
-	h, err := lockserver.NewServer(memstore.New(nil), cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, memstore.New(nil), cfg)
 	keys := prooftest.ProofKeys()
 	grant := func(rec []byte) api.Grant {
 		t.Helper()

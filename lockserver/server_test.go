@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,13 +16,10 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
+// newServer is a lock-server with the default configuration over store.
 func newServer(t *testing.T, store lockserver.LockStore) http.Handler {
 	t.Helper()
-	h, err := lockserver.NewServer(store, lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h
+	return serverWith(t, store, lockserver.DefaultServerConfig())
 }
 
 func do(h http.Handler, method, path, contentType, body string) *httptest.ResponseRecorder {

@@ -166,10 +166,7 @@ func waitServer(t *testing.T) (*lockserver.Server, *recordingStore) {
 	store := &recordingStore{LockStore: memstore.New(nil)}
 	cfg := lockserver.DefaultServerConfig()
 	cfg.Batching = false
-	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, store, cfg)
 	return h, store
 }
 
@@ -450,10 +447,7 @@ func TestWaiterNoticesExpiry(t *testing.T) {
 	store := memstore.New(nil)
 	cfg := lockserver.DefaultServerConfig()
 	cfg.WaitPoll = lockserver.MaxWaitPoll
-	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := serverWith(t, store, cfg)
 	const key = "payout:acct-expiry"
 	if _, err := store.Acquire(t.Context(), key, "holder", time.Duration(api.MinTTLMs)*time.Millisecond); err != nil {
 		t.Fatal(err)
@@ -476,14 +470,8 @@ func TestReleaseThroughAnotherReplicaIsNoticed(t *testing.T) {
 	cfg := lockserver.DefaultServerConfig()
 	cfg.Batching = false
 	cfg.WaitPoll = 20 * time.Millisecond
-	a, err := lockserver.NewServer(shared, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := lockserver.NewServer(shared, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := serverWith(t, shared, cfg)
+	b := serverWith(t, shared, cfg)
 	const key = "payout:acct-replicas"
 	_, holder := serve(a, waitAcquire(t.Context(), key, "holder", 0))
 	answers := make(chan waitAnswer, 1)
