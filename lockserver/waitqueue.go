@@ -374,9 +374,11 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 			// had ended or another owner's) changed nothing, so the head
 			// sleeps on, parked, until its sleep was to end: asking now
 			// would only be refused, and a head in the middle of an ask
-			// when the real release comes cannot be handed the key. An
-			// unknown outcome, a grant the floor withdrew or a restore:
-			// it asks again.
+			// when the real release comes cannot be handed the key. The
+			// head then notices a release as it would have without the
+			// refused one: through this lock-server at once, through
+			// another within WaitPoll. An unknown outcome, a grant the
+			// floor withdrew or a restore: it asks again.
 			if errors.Is(r.err, ErrStaleToken) || errors.Is(r.err, ErrNotHeld) {
 				resume = sleepEnd
 			}
