@@ -193,7 +193,8 @@ type RetryConfig struct {
 	Initial time.Duration
 	// Max caps every step (EXECUTOR_REPORT_BACKOFF_MAX_MS, default 2000
 	// ms, at least Initial). The defaults wait at most 200 + 400 + 800 ms
-	// in all, well inside the ack deadline of a push (60 s).
+	// in all, well inside the ack deadline of a push (120 s, the
+	// subscription's in terraform/main.tf and payoutbus.DefaultPushTimeout).
 	Max time.Duration
 }
 

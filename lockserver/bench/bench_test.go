@@ -4,7 +4,7 @@
 // builds the test binary, runs it in six whole rounds (each a pass over
 // every benchmark at GOMAXPROCS 1 and 2), and compares the paths with
 //
-//	go tool benchstat -col '/path@(raw raw-lease-per-lock sdk sdk-nobatch store-batched)' bin/bench.txt
+//	go tool benchstat -filter '.name:AcquireRelease' -col '/path@(raw raw-lease-per-lock sdk sdk-nobatch store-batched redsync)' bin/bench.txt
 //
 // (the explicit column order makes raw the base; the memory rows, which
 // have no raw, would otherwise make sdk the base).
@@ -87,6 +87,7 @@ func pairs(b *testing.B, clients int, setup func(c int) (pair func(key string) e
 	for c := range clients {
 		fns[c], dones[c] = setup(c)
 	}
+	fsyncs := meterFsyncs(b)
 	b.ResetTimer()
 	for c := range clients {
 		wg.Go(func() {
@@ -101,13 +102,15 @@ func pairs(b *testing.B, clients int, setup func(c int) (pair func(key string) e
 	}
 	wg.Wait()
 	b.StopTimer()
+	fsyncs.report()
 	for _, d := range dones {
 		d()
 	}
 }
 
 // sdkPair returns a pair function going through a lock-server over store,
-// with group grant on (lock-server's default) or off. With batching, stop
+// with group grant on (ServerConfig's default, and lock-server's on
+// PostgreSQL; its binary turns it off on etcd) or off. With batching, stop
 // reports the mean number of requests per acquire and per release store
 // call (acquires/call, releases/call).
 func sdkPair(b *testing.B, store lockserver.LockStore, batching bool) (func(c int) (func(string) error, func()), func()) {

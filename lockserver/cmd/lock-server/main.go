@@ -211,6 +211,14 @@ func newRegistry(store lockserver.LockStore) (*prometheus.Registry, error) {
 				Name: "lockserver_etcd_grants_from_pool_total",
 				Help: "Grants made on an idle etcd lease granted ahead of time, without waiting for a lease grant.",
 			}, func() float64 { return float64(es.LeaseStats().FromPool) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "lockserver_etcd_leases_revoked_total",
+				Help: "etcd leases revoked after their grant ended (a raft write each, off the request's path, sent in batches).",
+			}, func() float64 { return float64(es.LeaseStats().Revoked) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "lockserver_etcd_lease_revoke_batches_total",
+				Help: "Batches in which those revocations were sent together (etcd commits concurrent proposals in one write to disk).",
+			}, func() float64 { return float64(es.LeaseStats().RevokeBatches) }),
 		)
 	}
 	for _, c := range cs {

@@ -305,11 +305,21 @@ type Store struct {
 	stop    context.CancelFunc // ends the granter's lifetime context
 	workers sync.WaitGroup
 
-	// The background revocations of leases a Handoff emptied
-	// (handoff.go); Close waits for them, and none starts once closing.
-	bgMu    sync.Mutex
-	closing bool
-	bg      sync.WaitGroup
+	// The revoker (revoker.go): the leases whose grant has ended, queued
+	// for revocation; whether the revoker runs; flush, closed by Close,
+	// makes it revoke what is queued at once. Close waits for it (bg),
+	// and nothing is queued once closing.
+	bgMu     sync.Mutex
+	closing  bool
+	toRevoke []emptied
+	revoking bool
+	flush    chan struct{}
+	bg       sync.WaitGroup
+	// revokeWait is when the revoker sends its next batch:
+	// afterRevokeWindow, or a channel a test fires by hand.
+	revokeWait    func() <-chan time.Time
+	revoked       atomic.Uint64 // emptied leases the revoker revoked
+	revokeBatches atomic.Uint64 // batches the revoker sent
 
 	closeOnce sync.Once
 	closeErr  error
@@ -372,9 +382,10 @@ func newStore(cli *clientv3.Client, owns bool, cfg Config, logger *slog.Logger) 
 	s := &Store{
 		cli: cli, ownsClient: owns, prefix: cfg.Prefix,
 		reqTimeout: cfg.RequestTimeout, clock: cfg.Clock, maxTxnMembers: defaultMaxTxnMembers,
-		log:  logger.With("store", "etcd", "prefix", cfg.Prefix),
-		pool: newLeasePool(cfg.IdleLeases),
-		stop: func() {},
+		log:   logger.With("store", "etcd", "prefix", cfg.Prefix),
+		pool:  newLeasePool(cfg.IdleLeases),
+		stop:  func() {},
+		flush: make(chan struct{}), revokeWait: afterRevokeWindow,
 	}
 	if s.pool.off() {
 		return s
@@ -818,11 +829,18 @@ type LeaseStats struct {
 	// FromPool counts the grants made on an idle lease from the pool,
 	// for which the acquire did not wait for a lease grant.
 	FromPool uint64
+	// Revoked counts the leases revoked after their grant ended (a raft
+	// write each, off the request's path: see revoker.go), and
+	// RevokeBatches the batches they were sent in, together.
+	Revoked, RevokeBatches uint64
 }
 
 // LeaseStats returns the Store's lease counts.
 func (s *Store) LeaseStats() LeaseStats {
-	return LeaseStats{Idle: s.pool.len(), Granted: s.granted.Load(), FromPool: s.fromPool.Load()}
+	return LeaseStats{
+		Idle: s.pool.len(), Granted: s.granted.Load(), FromPool: s.fromPool.Load(),
+		Revoked: s.revoked.Load(), RevokeBatches: s.revokeBatches.Load(),
+	}
 }
 
 // Ping implements lockserver.LockStore with a linearizable read of one key,
@@ -844,6 +862,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.bgMu.Lock()
 		s.closing = true
+		close(s.flush)
 		s.bgMu.Unlock()
 		s.bg.Wait()
 		s.stop()
@@ -915,13 +934,17 @@ func refusal(key string, kv *mvccpb.KeyValue, rec record, owner string, token in
 
 // revokeBestEffort revokes a lease that holds no grant anyone was told
 // about (or no key any more). Failure is harmless: the lease expires after
-// its TTL. It runs even when ctx has ended, on a short context of its own.
-func (s *Store) revokeBestEffort(ctx context.Context, key string, id clientv3.LeaseID) {
+// its TTL. It runs even when ctx has ended, on a short context of its own,
+// and reports whether etcd revoked the lease (false: gone already, or the
+// revocation failed).
+func (s *Store) revokeBestEffort(ctx context.Context, key string, id clientv3.LeaseID) (revoked bool) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.reqTimeout)
 	defer cancel()
-	if _, err := s.cli.Revoke(rctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	_, err := s.cli.Revoke(rctx, id)
+	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		s.log.Debug("lease revoke failed", "lock", key, "leaseId", leaseID(int64(id)), "err", err)
 	}
+	return err == nil
 }
 
 // fail wraps an etcd client error: with lockserver.ErrUnavailable and the

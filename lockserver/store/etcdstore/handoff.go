@@ -195,15 +195,3 @@ func (s *Store) revokeOld(key string, resp *clientv3.TxnResponse) {
 	}
 	s.revokeLater(key, clientv3.LeaseID(put.PrevKv.Lease))
 }
-
-// revokeLater revokes lease id, which carries no key any more, from a
-// goroutine of its own, best effort (failing, the lease expires after its
-// TTL). Close waits for these goroutines; none starts once Close has.
-func (s *Store) revokeLater(key string, id clientv3.LeaseID) {
-	s.bgMu.Lock()
-	defer s.bgMu.Unlock()
-	if s.closing {
-		return
-	}
-	s.bg.Go(func() { s.revokeBestEffort(context.Background(), key, id) })
-}
