@@ -7,7 +7,7 @@ BIN   := bin
 .PHONY: help test fuzz lint fmt build bench bench-contended bench-e2e bench-e2e-creators demo explore soak gameday failover clean plan deploy destroy
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-19s %s\n", $$1, $$2}'
 
 test: ## run every test (starts its own PostgreSQL clusters and embedded etcd)
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
