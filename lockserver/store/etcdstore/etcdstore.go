@@ -39,7 +39,7 @@
 // record's owner the caller, and ends the grant with one transaction that
 // deletes the key only if its ModRevision and lease are still those read
 // (one raft write); the lease, which then carries nothing, is revoked in
-// the background. A late release from an old holder names an old token, so
+// the background, batched with others (revoker.go). A late release from an old holder names an old token, so
 // it never reaches a newer grant. Of a release, a force-revoke, a handoff
 // (handoff.go) and an expiry racing for one grant, exactly one ends it and
 // the others are refused (ErrStaleToken when the key carries a newer
@@ -740,7 +740,7 @@ func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver
 // end ends grant kv of key: one transaction deletes the key if it still
 // carries that grant (its ModRevision and lease unchanged), then its
 // lease, which carries nothing any more, is revoked in the background
-// (revokeLater). The conditional delete, not the lease revocation, is what
+// (revokeLater, batched). The conditional delete, not the lease revocation, is what
 // ends the grant: a Handoff (handoff.go) moves a key to a new lease
 // without revoking the old one, so revoking the old lease alone would
 // report a grant ended that had been handed off. Of a release, a
