@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -17,6 +18,9 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 )
+
+// pushBridgeLog is the push bridges' JSON log in the run folder.
+const pushBridgeLog = "push-bridge.log"
 
 // up starts the whole stack as separate processes, prints where each part
 // listens, and waits for ctx to end (Ctrl-C, SIGTERM) or for its parent
@@ -88,12 +92,23 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 		fmt.Fprintf(out, "  pprof %-11s http://%s/debug/pprof/\n", name, pp[name])
 	}
 	if *push && len(cfg.Executors) > 0 {
-		stopPush, err := st.Push(ctx, cfg.Log)
+		// The bridges run in this process: their lines go to this
+		// process's standard error as text and, as JSON, to a log in the
+		// run folder, which outlives the terminal (push_dead_lettered is
+		// the evidence of payouts left pending).
+		path := filepath.Join(st.Dir(), pushBridgeLog)
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("push bridge log: %w", err)
+		}
+		defer f.Close()
+		log := slog.New(slog.NewMultiHandler(cfg.Log.Handler(), slog.NewJSONHandler(f, nil)))
+		stopPush, err := st.Push(ctx, log)
 		if err != nil {
 			return err
 		}
 		defer stopPush()
-		fmt.Fprintf(out, "  push bridge       subscription %s -> one puller per executor; Pub/Sub spreads payouts over them (often all to one)\n", stack.PubSubSubscription)
+		fmt.Fprintf(out, "  push bridge       subscription %s -> one puller per executor; Pub/Sub spreads payouts over them (often all to one); log %s\n", stack.PubSubSubscription, path)
 	}
 	fmt.Fprintf(out, "Ctrl-C stops everything (the log folder stays); from another shell: kill %d (SIGINT or SIGTERM),\n", os.Getpid())
 	fmt.Fprintf(out, "or kill the parent (pid %d, the go run wrapper, which passes no signal on): the stack notices and stops\n", os.Getppid())
