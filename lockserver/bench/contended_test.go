@@ -20,6 +20,8 @@ package bench
 //	handoff-us      mean time from a holder's release call to the next grant's return to its caller, µs
 //	handoff-p99-us  its 99th percentile, µs
 //	max-wait-ms     the longest time one client spent in one acquire call, ms
+//	etcd-commits/op on etcd only: the embedded member's backend (bbolt) commits per handoff
+//	etcd-fsyncs/op  on etcd only: its raft log (WAL) fsyncs per handoff
 //
 // The hold is empty (acquire, then release at once), so a handoff is all
 // waiting and the figures are the queue's, not the critical section's.
@@ -38,6 +40,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -56,8 +59,9 @@ var contendedClients = []int{8, 64}
 type locker func(ctx context.Context) (release func() error, err error)
 
 // handoffs runs `clients` goroutines taking one key in turn until b.N
-// grants are done, and reports the handoff metrics.
-func handoffs(b *testing.B, clients int, setup func(c int) (locker, func())) {
+// grants are done, and reports the handoff metrics; onEtcd adds the
+// embedded etcd member's disk flushes per handoff (etcdDisk).
+func handoffs(b *testing.B, clients int, onEtcd bool, setup func(c int) (locker, func())) {
 	lockers := make([]locker, clients)
 	dones := make([]func(), clients)
 	for c := range clients {
@@ -76,6 +80,10 @@ func handoffs(b *testing.B, clients int, setup func(c int) (locker, func())) {
 		longest     time.Duration
 		wg          sync.WaitGroup
 	)
+	var disk0 etcdDisk
+	if onEtcd {
+		disk0 = readEtcdDisk(b)
+	}
 	b.ResetTimer()
 	start := time.Now()
 	for c := range clients {
@@ -111,6 +119,11 @@ func handoffs(b *testing.B, clients int, setup func(c int) (locker, func())) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
+	if onEtcd {
+		d := readEtcdDisk(b)
+		b.ReportMetric(float64(d.commits-disk0.commits)/float64(b.N), "etcd-commits/op")
+		b.ReportMetric(float64(d.walFsyncs-disk0.walFsyncs)/float64(b.N), "etcd-fsyncs/op")
+	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "handoffs/s")
 	b.ReportMetric(float64(longest.Milliseconds()), "max-wait-ms")
 	if len(latencies) > 0 {
@@ -122,6 +135,42 @@ func handoffs(b *testing.B, clients int, setup func(c int) (locker, func())) {
 		b.ReportMetric(float64(sum.Microseconds())/float64(len(latencies)), "handoff-us")
 		b.ReportMetric(float64(latencies[len(latencies)*99/100].Microseconds()), "handoff-p99-us")
 	}
+}
+
+// etcdDisk counts the disk flushes of the embedded etcd member
+// (sharedEtcd) so far, from the metrics it registers with Prometheus'
+// default registry: the raft log's fsyncs, and the backend's (bbolt)
+// commits, two flushes each. etcd commits its backend at once when a
+// request it applies has deleted a record, as a lease's revocation does
+// (a key's deletion is a tombstone, written like a put), and otherwise in
+// batches (docs/benchmarks.md, "Where the handoff's tail comes from on
+// etcd"). The member is shared by every etcd row of the process, so a row
+// also counts what earlier rows left behind (an idle lease of a closed
+// store expiring during it): a few hundredths per handoff.
+type etcdDisk struct{ walFsyncs, commits uint64 }
+
+// readEtcdDisk reads etcdDisk now; it fails the benchmark if the member's
+// metrics are missing.
+func readEtcdDisk(b *testing.B) etcdDisk {
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	var d etcdDisk
+	found := 0
+	for _, mf := range mfs {
+		var n uint64
+		for _, m := range mf.GetMetric() {
+			n += m.GetHistogram().GetSampleCount()
+		}
+		switch mf.GetName() {
+		case "etcd_disk_wal_fsync_duration_seconds":
+			d.walFsyncs, found = n, found+1
+		case "etcd_disk_backend_commit_duration_seconds":
+			d.commits, found = n, found+1
+		}
+	}
+	if found != 2 {
+		b.Fatalf("the embedded etcd's disk metrics are missing from the default registry (gather: %v)", err)
+	}
+	return d
 }
 
 // sdkLocker returns lockers going through one lock-server over store
@@ -168,7 +217,7 @@ func BenchmarkContended(b *testing.B) {
 				b.Run(fmt.Sprintf("path=%s/clients=%d", p.name, n), func(b *testing.B) {
 					setup, stop := sdkLocker(b, memstore.New(nil), "contended", p.wait, p.handoff)
 					defer stop()
-					handoffs(b, n, setup)
+					handoffs(b, n, false, setup)
 				})
 			}
 		}
@@ -177,7 +226,7 @@ func BenchmarkContended(b *testing.B) {
 		eps := sharedEtcd(b)
 		for _, n := range contendedClients {
 			b.Run(fmt.Sprintf("path=etcd-mutex/clients=%d", n), func(b *testing.B) {
-				handoffs(b, n, func(c int) (locker, func()) {
+				handoffs(b, n, true, func(c int) (locker, func()) {
 					cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
 					if err != nil {
 						b.Fatal(err)
@@ -207,7 +256,7 @@ func BenchmarkContended(b *testing.B) {
 					defer store.Close()
 					setup, stop := sdkLocker(b, store, "contended", p.wait, p.handoff)
 					defer stop()
-					handoffs(b, n, setup)
+					handoffs(b, n, true, setup)
 				})
 			}
 		}
@@ -224,7 +273,7 @@ func BenchmarkContended(b *testing.B) {
 				b.Run(fmt.Sprintf("path=%s/clients=%d", p.name, n), func(b *testing.B) {
 					setup, stop := sdkLocker(b, store, fmt.Sprintf("contended-%s-%d", p.name, n), p.wait, p.handoff)
 					defer stop()
-					handoffs(b, n, setup)
+					handoffs(b, n, false, setup)
 				})
 			}
 		}
