@@ -28,6 +28,9 @@
 //	backend=B/path=store-batched     lockserver.Batcher over the store, called directly (no HTTP): group grant alone
 //	backend=redis/path=redsync       go-redsync on a local Redis (redis_test.go): no fencing token, no durability;
 //	                                 skipped with one line without redis-server
+//
+// The etcd rows also report the embedded member's disk flushes per pair
+// (etcd-fsyncs/op, etcd-commits/op: see etcdDisk in contended_test.go).
 package bench
 
 import (
@@ -35,6 +38,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -87,7 +91,14 @@ func pairs(b *testing.B, clients int, setup func(c int) (pair func(key string) e
 	for c := range clients {
 		fns[c], dones[c] = setup(c)
 	}
-	fsyncs := meterFsyncs(b)
+	// The etcd rows also report the member's disk flushes per pair,
+	// background writes included (the pool's lease grants, the
+	// revocations of ended grants' leases).
+	onEtcd := strings.Contains(b.Name(), "backend=etcd")
+	var disk0 etcdDisk
+	if onEtcd {
+		disk0 = readEtcdDisk(b)
+	}
 	b.ResetTimer()
 	for c := range clients {
 		wg.Go(func() {
@@ -102,7 +113,9 @@ func pairs(b *testing.B, clients int, setup func(c int) (pair func(key string) e
 	}
 	wg.Wait()
 	b.StopTimer()
-	fsyncs.report()
+	if onEtcd {
+		reportEtcdDisk(b, disk0)
+	}
 	for _, d := range dones {
 		d()
 	}

@@ -120,9 +120,7 @@ func handoffs(b *testing.B, clients int, onEtcd bool, setup func(c int) (locker,
 	elapsed := time.Since(start)
 	b.StopTimer()
 	if onEtcd {
-		d := readEtcdDisk(b)
-		b.ReportMetric(float64(d.commits-disk0.commits)/float64(b.N), "etcd-commits/op")
-		b.ReportMetric(float64(d.walFsyncs-disk0.walFsyncs)/float64(b.N), "etcd-fsyncs/op")
+		reportEtcdDisk(b, disk0)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "handoffs/s")
 	b.ReportMetric(float64(longest.Milliseconds()), "max-wait-ms")
@@ -171,6 +169,14 @@ func readEtcdDisk(b *testing.B) etcdDisk {
 		b.Fatalf("the embedded etcd's disk metrics are missing from the default registry (gather: %v)", err)
 	}
 	return d
+}
+
+// reportEtcdDisk reports the etcd member's disk flushes per operation
+// since disk0: etcd-commits/op and etcd-fsyncs/op.
+func reportEtcdDisk(b *testing.B, disk0 etcdDisk) {
+	d := readEtcdDisk(b)
+	b.ReportMetric(float64(d.commits-disk0.commits)/float64(b.N), "etcd-commits/op")
+	b.ReportMetric(float64(d.walFsyncs-disk0.walFsyncs)/float64(b.N), "etcd-fsyncs/op")
 }
 
 // sdkLocker returns lockers going through one lock-server over store
