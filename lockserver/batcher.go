@@ -251,6 +251,7 @@ type call[Q, R any] struct {
 	// Guarded by the lane's mu.
 	leader bool // handed the lead, not yet running
 	taken  bool // in a batch in flight, or answered
+	gone   bool // its caller returned while taken: never queue it again
 }
 
 func (l *lane[Q, R]) stats() BatchStats {
@@ -297,6 +298,10 @@ func (l *lane[Q, R]) do(ctx context.Context, q Q) R {
 			return c.res
 		default:
 		}
+		// A repeat of a key is taken without being sent, and may be put
+		// back in the queue (run): it must not be, now that nobody waits
+		// for it to take the lead.
+		c.gone = true
 		return l.fail(l.gaveUp(q, ctx.Err(), "while its batch was in flight; the outcome is unknown"))
 	}
 	l.remove(c)
@@ -399,10 +404,15 @@ func (l *lane[Q, R]) run() {
 		l.requests.Add(uint64(answered))
 		if len(again) > 0 {
 			l.mu.Lock()
+			back := again[:0]
 			for _, c := range again {
+				if c.gone { // its caller left after the check above
+					continue
+				}
 				c.taken = false
+				back = append(back, c)
 			}
-			l.pending = append(again, l.pending...)
+			l.pending = append(back, l.pending...)
 			l.mu.Unlock()
 		}
 	}
