@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +14,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
 // lateCancelCtx is a context whose first Err call answers as the context
@@ -79,4 +83,137 @@ func TestARepeatWhoseCallerLeftAsItWasRequeuedDoesNotStallTheLane(t *testing.T) 
 			t.Fatalf("key k granted to w2, whose caller had gone: %+v", *st.Lease)
 		}
 	})
+}
+
+// faultyBatchStore is a memstore whose single and batched acquires fail
+// some members with ErrUnavailable (before the member is attempted) and
+// yield the processor at random, from one seeded source, and which
+// records every owner an acquire was sent for.
+type faultyBatchStore struct {
+	*memstore.Store
+	mu   sync.Mutex
+	rnd  *rand.Rand
+	sent map[string]bool // owners whose acquire reached the store
+}
+
+func (s *faultyBatchStore) fault(owner string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sent[owner] = true
+	if s.rnd.IntN(4) == 0 {
+		return fmt.Errorf("%w: injected", lockserver.ErrUnavailable)
+	}
+	return nil
+}
+
+func (s *faultyBatchStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+	runtime.Gosched()
+	if err := s.fault(owner); err != nil {
+		return lockserver.Lease{}, err
+	}
+	return s.Store.Acquire(ctx, key, owner, ttl)
+}
+
+func (s *faultyBatchStore) AcquireMany(ctx context.Context, reqs []lockserver.AcquireRequest) []lockserver.Result {
+	runtime.Gosched()
+	out := make([]lockserver.Result, len(reqs))
+	for i, r := range reqs {
+		if err := s.fault(r.Owner); err != nil {
+			out[i].Err = err
+			continue
+		}
+		out[i].Lease, out[i].Err = s.Store.Acquire(ctx, r.Key, r.Owner, r.TTL)
+	}
+	return out
+}
+
+func (s *faultyBatchStore) wasSent(owner string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sent[owner]
+}
+
+// TestBatcherUnderRandomFaultsAndCancellations: many callers acquire and
+// release a few keys at once through a Batcher whose store fails a quarter
+// of the members, some with contexts that end at random moments. Every
+// call returns; a call told "nothing was done" never reached the store; a
+// grant is the caller's own and is the key's live lease until released;
+// and afterwards the Batcher still serves a new acquire (no lane is left
+// waiting for a leader that is gone).
+func TestBatcherUnderRandomFaultsAndCancellations(t *testing.T) {
+	for seed := uint64(1); seed <= 8; seed++ {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			s := &faultyBatchStore{Store: memstore.New(nil), rnd: rand.New(rand.NewPCG(seed, 0)), sent: map[string]bool{}}
+			b := newBatcher(t, s)
+			rnd := rand.New(rand.NewPCG(seed, 1))
+			type plan struct {
+				key    string
+				cancel time.Duration // 0: never
+			}
+			const callers, each = 16, 40
+			plans := make([][]plan, callers)
+			for c := range plans {
+				for range each {
+					p := plan{key: fmt.Sprint("k", rnd.IntN(4))}
+					if rnd.IntN(3) == 0 {
+						p.cancel = time.Duration(rnd.IntN(200)) * time.Microsecond
+					}
+					plans[c] = append(plans[c], p)
+				}
+			}
+			var wg sync.WaitGroup
+			errs := make(chan error, callers*each)
+			for c := range callers {
+				wg.Go(func() {
+					for i, p := range plans[c] {
+						owner := fmt.Sprintf("w%d-%d", c, i)
+						ctx, cancel := context.WithCancel(t.Context())
+						if p.cancel > 0 {
+							time.AfterFunc(p.cancel, cancel)
+						}
+						l, err := b.Acquire(ctx, p.key, owner, time.Minute)
+						cancel()
+						switch {
+						case err == nil:
+							if l.Owner != owner || l.Key != p.key {
+								errs <- fmt.Errorf("%s: granted %+v; want its own lease of %s", owner, l, p.key)
+								continue
+							}
+							if st, _ := s.Inspect(t.Context(), p.key); st.Lease == nil || st.Lease.Token != l.Token {
+								errs <- fmt.Errorf("%s: granted token %d of %s, but the key's lease is %+v", owner, l.Token, p.key, st.Lease)
+							}
+							if err := b.Release(t.Context(), p.key, owner, l.Token); err != nil {
+								errs <- fmt.Errorf("%s: release of its grant: %v", owner, err)
+							}
+						case strings.Contains(err.Error(), "nothing was done") && s.wasSent(owner):
+							errs <- fmt.Errorf("%s: answered %v, but its acquire reached the store", owner, err)
+						}
+					}
+				})
+			}
+			done := make(chan struct{})
+			go func() { wg.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("callers still waiting after 30 s: a lane is stuck")
+			}
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			// The lanes are idle: a new acquire is served at once.
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			for {
+				_, err := b.Acquire(ctx, "after", "last", time.Minute)
+				if err == nil {
+					break
+				}
+				if ctx.Err() != nil {
+					t.Fatalf("an acquire after the storm: %v; want granted (a lane is stuck)", err)
+				}
+			}
+		})
+	}
 }
