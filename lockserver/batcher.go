@@ -366,6 +366,9 @@ func (l *lane[Q, R]) run() {
 	l.pending = rest
 	l.mu.Unlock()
 
+	for _, c := range batch {
+		noteSent(c.ctx)
+	}
 	if len(batch) > 0 { // empty only if every waiting call left
 		res, err := l.call(batch)
 		if err == nil && len(res) != len(batch) {
@@ -464,4 +467,24 @@ func (l *lane[Q, R]) batchContext(batch []*call[Q, R]) (context.Context, context
 		return context.WithTimeout(base, l.cfg.Timeout)
 	}
 	return context.WithDeadline(base, latest)
+}
+
+// sendNoteKey is the context key of withSendNote.
+type sendNoteKey struct{}
+
+// withSendNote returns ctx carrying note, which a Batcher calls on the
+// leader's goroutine just before it sends the request of ctx to the store
+// (alone or in a batch), after any wait in its queue. The Server reads its
+// token floor again there (floor.go): a grant sent after another grant's
+// answer came back must get a larger token, and a request that waited
+// behind a batch in flight was sent after that batch's answers.
+func withSendNote(ctx context.Context, note func()) context.Context {
+	return context.WithValue(ctx, sendNoteKey{}, note)
+}
+
+// noteSent calls the note of ctx (withSendNote), if any.
+func noteSent(ctx context.Context) {
+	if note, ok := ctx.Value(sendNoteKey{}).(func()); ok {
+		note()
+	}
 }
