@@ -89,8 +89,9 @@ func (c BatchConfig) Validate() error {
 // repeated key always wait for the next batch: each carries its own token
 // and owner, and is judged against the key as the previous one left it.
 //
-// Contexts. A call whose context ends while it waits leaves the queue and
-// returns an error wrapping ErrUnavailable (nothing was sent for it). One
+// Contexts. A call whose context ends while it waits (in the queue, or in
+// its batching window as a leader) leaves the queue and returns an error
+// wrapping ErrUnavailable (nothing was sent for it). One
 // that ends while its batch is in flight returns at once with the same
 // error, and the outcome is unknown, as for a single call that times out.
 // A batch of several runs on a context that keeps the leader's values but
@@ -275,7 +276,14 @@ func (l *lane[Q, R]) do(ctx context.Context, q Q) R {
 			select {
 			case <-t.C:
 			case <-ctx.Done():
+				// Nothing was sent for it: it leaves, and the calls that
+				// joined it in the window get the lead.
 				t.Stop()
+				l.mu.Lock()
+				l.remove(c)
+				l.handOff()
+				l.mu.Unlock()
+				return l.fail(l.gaveUp(q, ctx.Err(), "before it was sent; nothing was done"))
 			}
 		}
 		l.run()

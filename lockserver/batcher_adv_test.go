@@ -134,8 +134,9 @@ func (s *faultyBatchStore) wasSent(owner string) bool {
 }
 
 // TestBatcherUnderRandomFaultsAndCancellations: many callers acquire and
-// release a few keys at once through a Batcher whose store fails a quarter
-// of the members, some with contexts that end at random moments. Every
+// release a few keys at once through a Batcher (with and without a
+// batching window) whose store fails a quarter of the members, some with
+// contexts that end at random moments. Every
 // call returns; a call told "nothing was done" never reached the store; a
 // grant is the caller's own and is the key's live lease until released;
 // and afterwards the Batcher still serves a new acquire (no lane is left
@@ -144,7 +145,14 @@ func TestBatcherUnderRandomFaultsAndCancellations(t *testing.T) {
 	for seed := uint64(1); seed <= 8; seed++ {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			s := &faultyBatchStore{Store: memstore.New(nil), rnd: rand.New(rand.NewPCG(seed, 0)), sent: map[string]bool{}}
-			b := newBatcher(t, s)
+			cfg := lockserver.DefaultBatchConfig()
+			if seed%2 == 0 {
+				cfg.Window = 100 * time.Microsecond // even seeds: the first call of a batch waits for others
+			}
+			b, err := lockserver.NewBatcher(s, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
 			rnd := rand.New(rand.NewPCG(seed, 1))
 			type plan struct {
 				key    string
@@ -216,4 +224,43 @@ func TestBatcherUnderRandomFaultsAndCancellations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestALeaderWhoseContextEndsInTheWindowIsNeverSent: with a batching
+// window, the first acquire waits for others before it is sent. If its
+// context ends during that wait, nothing has been sent for it: it must be
+// answered ErrUnavailable, nothing done, and never reach the store, while
+// the acquires that joined it in the window are still served. Sent in the
+// batch anyway (on a context without its cancellation), it was granted a
+// lease that its caller, gone, would never use or release, and the key
+// was held for the whole TTL (found by the adversarial review).
+func TestALeaderWhoseContextEndsInTheWindowIsNeverSent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newGatedStore()
+		close(s.gate)
+		cfg := lockserver.DefaultBatchConfig()
+		cfg.Window = 50 * time.Millisecond
+		b, err := lockserver.NewBatcher(s, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		var wg sync.WaitGroup
+		var leader, joined answer
+		wg.Go(func() { leader.lease, leader.err = b.Acquire(ctx, "gone", "w1", time.Minute) })
+		synctest.Wait() // in its window
+		wg.Go(func() { joined.lease, joined.err = b.Acquire(t.Context(), "other", "w2", time.Minute) })
+		synctest.Wait()
+		cancel()
+		wg.Wait()
+		if !errors.Is(leader.err, lockserver.ErrUnavailable) || !strings.Contains(leader.err.Error(), "nothing was done") {
+			t.Errorf("the leader whose context ended in the window: %+v, %v; want ErrUnavailable, nothing done", leader.lease, leader.err)
+		}
+		if st, _ := s.Inspect(t.Context(), "gone"); st.Lease != nil {
+			t.Errorf("key gone is held by %+v, granted to a caller that had left before anything was sent", *st.Lease)
+		}
+		if joined.err != nil || joined.lease.Owner != "w2" {
+			t.Errorf("the acquire that joined in the window: %+v, %v; want granted", joined.lease, joined.err)
+		}
+	})
 }
