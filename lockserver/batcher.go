@@ -91,9 +91,9 @@ func (c BatchConfig) Validate() error {
 //
 // Contexts. A call whose context ends while it waits (in the queue, or in
 // its batching window as a leader) leaves the queue and returns an error
-// wrapping ErrUnavailable (nothing was sent for it). One
-// that ends while its batch is in flight returns at once with the same
-// error, and the outcome is unknown, as for a single call that times out.
+// wrapping ErrUnavailable (nothing was sent for it). One that ends while
+// its batch is in flight returns at once with the same error, and the
+// outcome is unknown, as for a single call that times out.
 // A batch of several runs on a context that keeps the leader's values but
 // not its cancellation, until the latest deadline of its members; a batch
 // of one runs on its request's own context.
