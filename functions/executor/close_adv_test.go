@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
 
 // TestCloseRacingDeliveriesLeavesNoLeaseHeld: deliveries of one account's
@@ -72,5 +73,71 @@ func TestCloseRacingDeliveriesLeavesNoLeaseHeld(t *testing.T) {
 				t.Fatalf("the next delivery: %d %s; want 200", rec.Code, rec.Body)
 			}
 		})
+	}
+}
+
+// TestAFailedReleaseLeavesTheLeaseToExpire: lock-server refuses every
+// release (503). The push is answered all the same, the lease's
+// background renewal has stopped (no renewal reaches lock-server after the
+// release was sent, for that lease's token), so the lease ends by its
+// TTL, and the account's next delivery, waiting in lock-server's queue, is
+// granted once it has.
+func TestAFailedReleaseLeavesTheLeaseToExpire(t *testing.T) {
+	deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}
+	var (
+		mu               sync.Mutex
+		released         int64 // the token of the release refused, 0 before it
+		renewalsAfter    int   // renewals of that token after its release
+		releaseAttempted = make(chan struct{})
+		once             sync.Once
+	)
+	refuseRelease := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch lockOp(r) {
+			case "release":
+				var req lockapi.ReleaseRequest
+				r.Body = readBack(t, r, &req)
+				mu.Lock()
+				released = req.Token
+				mu.Unlock()
+				once.Do(func() { close(releaseAttempted) })
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = w.Write([]byte(`{"error":{"code":"BACKEND_UNAVAILABLE","message":"injected","retryable":true}}`))
+				return
+			case "renew":
+				var req lockapi.RenewRequest
+				r.Body = readBack(t, r, &req)
+				mu.Lock()
+				if released != 0 && req.Token == released {
+					renewalsAfter++
+				}
+				mu.Unlock()
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	const ttl = 1500 * time.Millisecond
+	rig := newChainRig(t, deps, rigConfig{ttl: ttl, acquireWait: 10 * time.Second, lock: refuseRelease})
+	body, _ := payoutevent.Encode(event, "m-1", "acct-7", 1)
+	if rec := push(t, rig.x, body); rec.Code != http.StatusOK {
+		t.Fatalf("first delivery: %d %s; want 200", rec.Code, rec.Body)
+	}
+	<-releaseAttempted
+	first, err := rig.store.Inspect(t.Context(), event.LockKey())
+	if err != nil || first.Lease == nil {
+		t.Fatalf("after the refused release: %+v, %v; want the lease still held", first.Lease, err)
+	}
+	start := time.Now()
+	if rec := push(t, rig.x, body); rec.Code != http.StatusOK {
+		t.Fatalf("next delivery: %d %s; want 200 once the first lease expired", rec.Code, rec.Body)
+	}
+	if waited := time.Since(start); waited > ttl+2*time.Second {
+		t.Errorf("the next delivery took %v; the first lease (TTL %v) should have ended by then", waited, ttl)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if renewalsAfter != 0 {
+		t.Errorf("%d renewals of token %d reached lock-server after its release was sent: a lease whose release failed is kept alive", renewalsAfter, released)
 	}
 }
