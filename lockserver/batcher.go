@@ -89,10 +89,11 @@ func (c BatchConfig) Validate() error {
 // repeated key always wait for the next batch: each carries its own token
 // and owner, and is judged against the key as the previous one left it.
 //
-// Contexts. A call whose context ends while it waits leaves the queue and
-// returns an error wrapping ErrUnavailable (nothing was sent for it). One
-// that ends while its batch is in flight returns at once with the same
-// error, and the outcome is unknown, as for a single call that times out.
+// Contexts. A call whose context ends while it waits (in the queue, or in
+// its batching window as a leader) leaves the queue and returns an error
+// wrapping ErrUnavailable (nothing was sent for it). One that ends while
+// its batch is in flight returns at once with the same error, and the
+// outcome is unknown, as for a single call that times out.
 // A batch of several runs on a context that keeps the leader's values but
 // not its cancellation, until the latest deadline of its members; a batch
 // of one runs on its request's own context.
@@ -251,6 +252,7 @@ type call[Q, R any] struct {
 	// Guarded by the lane's mu.
 	leader bool // handed the lead, not yet running
 	taken  bool // in a batch in flight, or answered
+	gone   bool // its caller returned while taken: never queue it again
 }
 
 func (l *lane[Q, R]) stats() BatchStats {
@@ -274,7 +276,14 @@ func (l *lane[Q, R]) do(ctx context.Context, q Q) R {
 			select {
 			case <-t.C:
 			case <-ctx.Done():
+				// Nothing was sent for it: it leaves, and the calls that
+				// joined it in the window get the lead.
 				t.Stop()
+				l.mu.Lock()
+				l.remove(c)
+				l.handOff()
+				l.mu.Unlock()
+				return l.fail(l.gaveUp(q, ctx.Err(), "before it was sent; nothing was done"))
 			}
 		}
 		l.run()
@@ -297,6 +306,10 @@ func (l *lane[Q, R]) do(ctx context.Context, q Q) R {
 			return c.res
 		default:
 		}
+		// A repeat of a key is taken without being sent, and may be put
+		// back in the queue (run): it must not be, now that nobody waits
+		// for it to take the lead.
+		c.gone = true
 		return l.fail(l.gaveUp(q, ctx.Err(), "while its batch was in flight; the outcome is unknown"))
 	}
 	l.remove(c)
@@ -361,6 +374,9 @@ func (l *lane[Q, R]) run() {
 	l.pending = rest
 	l.mu.Unlock()
 
+	for _, c := range batch {
+		noteSent(c.ctx)
+	}
 	if len(batch) > 0 { // empty only if every waiting call left
 		res, err := l.call(batch)
 		if err == nil && len(res) != len(batch) {
@@ -399,10 +415,15 @@ func (l *lane[Q, R]) run() {
 		l.requests.Add(uint64(answered))
 		if len(again) > 0 {
 			l.mu.Lock()
+			back := again[:0]
 			for _, c := range again {
+				if c.gone { // its caller left after the check above
+					continue
+				}
 				c.taken = false
+				back = append(back, c)
 			}
-			l.pending = append(again, l.pending...)
+			l.pending = append(back, l.pending...)
 			l.mu.Unlock()
 		}
 	}
@@ -454,4 +475,24 @@ func (l *lane[Q, R]) batchContext(batch []*call[Q, R]) (context.Context, context
 		return context.WithTimeout(base, l.cfg.Timeout)
 	}
 	return context.WithDeadline(base, latest)
+}
+
+// sendNoteKey is the context key of withSendNote.
+type sendNoteKey struct{}
+
+// withSendNote returns ctx carrying note, which a Batcher calls on the
+// leader's goroutine just before it sends the request of ctx to the store
+// (alone or in a batch), after any wait in its queue. The Server reads its
+// token floor again there (floor.go): a grant sent after another grant's
+// answer came back must get a larger token, and a request that waited
+// behind a batch in flight was sent after that batch's answers.
+func withSendNote(ctx context.Context, note func()) context.Context {
+	return context.WithValue(ctx, sendNoteKey{}, note)
+}
+
+// noteSent calls the note of ctx (withSendNote), if any.
+func noteSent(ctx context.Context) {
+	if note, ok := ctx.Value(sendNoteKey{}).(func()); ok {
+		note()
+	}
 }

@@ -17,13 +17,15 @@ import (
 // answer came back must get a larger token than that grant, whatever the
 // keys. A Server remembers the largest token it has handed out; an acquire
 // whose token is not above the value it read before sending the request
-// proves that the backend went back in time (a snapshot restored in place,
-// which keeps every identity fact), and is withdrawn and refused with
-// ErrBackendRestored. The floor lives in this process only: it protects the
-// tokens this lock-server issued, not those issued through another one, and
-// it is empty after a restart. Its value is published as the gauge
-// lockserver_highest_token_issued, which Prometheus keeps across restores:
-// the figure an operator needs for "lockctl advance --past N".
+// (read again by the Batcher as it sends a request that waited in its
+// queue: withSendNote) proves that the backend went back in time (a
+// snapshot restored in place, which keeps every identity fact), and is
+// withdrawn and refused with ErrBackendRestored. The floor lives in this
+// process only: it protects the tokens this lock-server issued, not those
+// issued through another one, and it is empty after a restart. Its value
+// is published as the gauge lockserver_highest_token_issued, which
+// Prometheus keeps across restores: the figure an operator needs for
+// "lockctl advance --past N".
 
 // metricHighestTokenIssued is the name of the gauge of the token floor.
 const metricHighestTokenIssued = "lockserver_highest_token_issued"

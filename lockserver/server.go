@@ -487,11 +487,15 @@ func (s *Server) grant(ctx context.Context, key, owner string, ttl time.Duration
 	}
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	floor := s.issued.Load() // before the request: see floor.go
+	// The floor as the request is sent (floor.go): read now, and again by
+	// a Batcher when it sends the request after a wait in its queue.
+	var floor atomic.Int64
+	floor.Store(s.issued.Load())
+	ctx = withSendNote(ctx, func() { floor.Store(s.issued.Load()) })
 	l, err := s.store.Acquire(ctx, key, owner, ttl)
 	s.observe(ctx, err)
-	if err == nil && l.Token <= floor {
-		err = s.withdraw(ctx, l, floor)
+	if err == nil && l.Token <= floor.Load() {
+		err = s.withdraw(ctx, l, floor.Load())
 	}
 	if err != nil {
 		return Lease{}, err

@@ -135,6 +135,11 @@ func TestSnapshotRestoreRefusesGrantsUntilAdvance(t *testing.T) {
 	quiet := openT(t, c, s.prefix)
 	defer quiet.Close()
 	grantRelease(t, quiet, "payout:acct-9", 1)
+	// batched is a third lock-server, whose first grant after the restore
+	// is a group grant.
+	batched := openT(t, c, s.prefix)
+	defer batched.Close()
+	grantRelease(t, batched, "payout:acct-8", 1)
 	held, err := s.Acquire(ctx, "payout:held", "worker-h", time.Minute) // live in the snapshot
 	if err != nil {
 		t.Fatal(err)
@@ -146,6 +151,20 @@ func TestSnapshotRestoreRefusesGrantsUntilAdvance(t *testing.T) {
 	}
 
 	c = restoreInPlace(t, dir, snap, "restored-1", 0)
+	// A group grant that finds the new cluster only after its transaction:
+	// every member refused, every grant it made withdrawn.
+	res := batched.AcquireMany(ctx, []lockserver.AcquireRequest{
+		{Key: "payout:acct-3", Owner: "worker-c", TTL: 2 * shared.MinLeaseTTL()}, {Key: "payout:acct-4", Owner: "worker-c", TTL: 2 * shared.MinLeaseTTL()}})
+	for i, r := range res {
+		if !errors.Is(r.Err, lockserver.ErrBackendRestored) {
+			t.Fatalf("group grant member %d on the restored cluster: %+v, %v; want ErrBackendRestored", i, r.Lease, r.Err)
+		}
+	}
+	for _, key := range []string{"payout:acct-3", "payout:acct-4"} {
+		if st, err := s.Inspect(ctx, key); err != nil || st.Lease != nil {
+			t.Fatalf("Inspect(%s) after a refused group grant: %+v, %v; want no live lease (withdrawn)", key, st.Lease, err)
+		}
+	}
 	for i := range 2 { // the first finds the new cluster after its grant, the second before
 		l, err := s.Acquire(ctx, "payout:acct-2", "worker-b", 2*shared.MinLeaseTTL())
 		switch {

@@ -52,6 +52,20 @@ func checkRefusedUntilAdvance(t *testing.T, s *Store, highest int64) {
 		t.Fatalf("Acquire on the restored lockdb: %v; want ErrBackendRestored", err)
 	}
 	t.Logf("refused as it should be: %v", err)
+	// A group grant on the restored lockdb is refused as a whole, each
+	// member with ErrBackendRestored, and grants nothing.
+	res := s.AcquireMany(ctx, []lockserver.AcquireRequest{
+		{Key: "payout:acct-1", Owner: "worker-b", TTL: testTTL}, {Key: "payout:acct-batch", Owner: "worker-c", TTL: testTTL}})
+	for i, r := range res {
+		if !errors.Is(r.Err, lockserver.ErrBackendRestored) {
+			t.Fatalf("AcquireMany member %d on the restored lockdb: %+v, %v; want ErrBackendRestored", i, r.Lease, r.Err)
+		}
+	}
+	for _, key := range []string{"payout:acct-1", "payout:acct-batch"} {
+		if st, err := s.Inspect(ctx, key); err != nil || st.Lease != nil {
+			t.Fatalf("Inspect(%s) after a refused group grant: %+v, %v; want no lease", key, st.Lease, err)
+		}
+	}
 	// Inspect still answers: it issues no token.
 	if _, err := s.Inspect(ctx, "payout:acct-1"); err != nil {
 		t.Fatalf("Inspect on the restored lockdb: %v", err)
