@@ -54,6 +54,7 @@ import (
 	"strings"
 	"time"
 
+	"filippo.io/edwards25519"
 	lru "github.com/hashicorp/golang-lru/v2"
 )
 
@@ -213,7 +214,9 @@ func newKeyring(cacheSize int, keys ...VerifyKey) (Keyring, error) {
 
 // ParseKeyring reads a comma-separated list of VerifyKey strings (spaces
 // around entries are ignored). It returns ErrBadKey (wrapped) for a bad
-// entry, a repeated id, or an empty list.
+// entry (including a key no honest signer has: not a curve point, or of
+// small order, under which signatures can be forged), a repeated id, or
+// an empty list.
 func ParseKeyring(s string) (Keyring, error) {
 	var keys []VerifyKey
 	for _, part := range strings.Split(s, ",") {
@@ -224,6 +227,9 @@ func ParseKeyring(s string) (Keyring, error) {
 		id, raw, err := splitKey(part, ed25519.PublicKeySize)
 		if err != nil {
 			return Keyring{}, err
+		}
+		if err := checkPublicKey(raw); err != nil {
+			return Keyring{}, fmt.Errorf("%w: key %q: %v", ErrBadKey, id, err)
 		}
 		keys = append(keys, VerifyKey{id: id, pub: ed25519.PublicKey(raw)})
 	}
@@ -422,6 +428,25 @@ func checkID(id string) error {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
 			return fmt.Errorf("%w: key id %q: only letters, digits, _ and -", ErrBadKey, id)
 		}
+	}
+	return nil
+}
+
+// checkPublicKey refuses 32 bytes that cannot be an honest Ed25519
+// public key: not the encoding of a curve point, or a point of small
+// order (its multiple by the cofactor 8 is the identity). Under a
+// small-order key, crypto/ed25519.Verify accepts signatures that anyone
+// can make without a private key (the identity point accepts one
+// signature for every message), so such a key in a fence point's
+// keyring would let a caller forge grant proofs. A key from
+// GenerateSigningKey never is one.
+func checkPublicKey(raw []byte) error {
+	p, err := new(edwards25519.Point).SetBytes(raw)
+	if err != nil {
+		return errors.New("not an Ed25519 public key (no curve point has this encoding)")
+	}
+	if new(edwards25519.Point).MultByCofactor(p).Equal(edwards25519.NewIdentityPoint()) == 1 {
+		return errors.New("a point of small order: signatures under it can be forged without a private key")
 	}
 	return nil
 }

@@ -1,8 +1,11 @@
 package fenceproof_test
 
 import (
+	"crypto/ed25519"
+	"encoding/base64"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -136,6 +139,33 @@ func TestKeysRoundTripTheirStringForms(t *testing.T) {
 	raw[len(raw)-2] ^= 1 // damage the public half
 	if _, err := fenceproof.ParseSigningKey(string(raw)); !errors.Is(err, fenceproof.ErrBadKey) {
 		t.Fatalf("a signing key with a damaged public half parsed: %v", err)
+	}
+}
+
+// TestWeakPublicKeysAreRefused: a keyring entry that no honest signer
+// has is refused (ErrBadKey): a point of small order, under which
+// crypto/ed25519.Verify accepts a signature anyone can make, and bytes
+// that encode no curve point. The first check shows why: under the
+// identity point, the signature (R = identity, S = 0) verifies for every
+// message.
+func TestWeakPublicKeysAreRefused(t *testing.T) {
+	identity := append([]byte{1}, make([]byte, 31)...)
+	forged := append(slices.Clone(identity), make([]byte, 32)...)
+	if !ed25519.Verify(identity, []byte("grant payout:acct-1 token 99"), forged) {
+		t.Fatal("the forged signature did not verify under the identity point; this test's reason to exist may be gone")
+	}
+	for name, b64 := range map[string]string{
+		"identity":          base64.RawURLEncoding.EncodeToString(identity),
+		"order 8":           "xxdqcD1N2E-6PAt2DRBnDyogU_osOczGTsf9d5KsA3o",
+		"not a point (y=2)": "AgAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+	} {
+		if _, err := fenceproof.ParseKeyring("weak:" + b64); !errors.Is(err, fenceproof.ErrBadKey) {
+			t.Errorf("ParseKeyring of a %s key = %v, want ErrBadKey", name, err)
+		}
+	}
+	good := newKey(t, "k1", 1)
+	if _, err := fenceproof.ParseKeyring(good.VerifyKey().String()); err != nil {
+		t.Errorf("a generated key was refused: %v", err)
 	}
 }
 
