@@ -213,12 +213,8 @@ func newRegistry(store lockserver.LockStore) (*prometheus.Registry, error) {
 			}, func() float64 { return float64(es.LeaseStats().FromPool) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "lockserver_etcd_leases_revoked_total",
-				Help: "etcd leases revoked after their grant ended (a raft write each, off the request's path, sent in batches).",
+				Help: "etcd leases revoked after their grant ended, off the request's path (a raft write and a backend commit each).",
 			}, func() float64 { return float64(es.LeaseStats().Revoked) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "lockserver_etcd_lease_revoke_batches_total",
-				Help: "Batches in which those revocations were sent together (etcd commits concurrent proposals in one write to disk).",
-			}, func() float64 { return float64(es.LeaseStats().RevokeBatches) }),
 		)
 	}
 	for _, c := range cs {

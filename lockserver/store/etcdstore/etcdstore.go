@@ -39,7 +39,7 @@
 // record's owner the caller, and ends the grant with one transaction that
 // deletes the key only if its ModRevision and lease are still those read
 // (one raft write); the lease, which then carries nothing, is revoked in
-// the background, batched with others (revoker.go). A late release from an old holder names an old token, so
+// the background. A late release from an old holder names an old token, so
 // it never reaches a newer grant. Of a release, a force-revoke, a handoff
 // (handoff.go) and an expiry racing for one grant, exactly one ends it and
 // the others are refused (ErrStaleToken when the key carries a newer
@@ -305,21 +305,12 @@ type Store struct {
 	stop    context.CancelFunc // ends the granter's lifetime context
 	workers sync.WaitGroup
 
-	// The revoker (revoker.go): the leases whose grant has ended, queued
-	// for revocation; whether the revoker runs; flush, closed by Close,
-	// makes it revoke what is queued at once. Close waits for it (bg),
-	// and nothing is queued once closing.
-	bgMu     sync.Mutex
-	closing  bool
-	toRevoke []emptied
-	revoking bool
-	flush    chan struct{}
-	bg       sync.WaitGroup
-	// revokeWait is when the revoker sends its next batch:
-	// afterRevokeWindow, or a channel a test fires by hand.
-	revokeWait    func() <-chan time.Time
-	revoked       atomic.Uint64 // emptied leases the revoker revoked
-	revokeBatches atomic.Uint64 // batches the revoker sent
+	// The background revocations of the leases of ended grants
+	// (revokeLater); Close waits for them, and none starts once closing.
+	bgMu    sync.Mutex
+	closing bool
+	bg      sync.WaitGroup
+	revoked atomic.Uint64 // leases of ended grants revoked
 
 	closeOnce sync.Once
 	closeErr  error
@@ -382,10 +373,9 @@ func newStore(cli *clientv3.Client, owns bool, cfg Config, logger *slog.Logger) 
 	s := &Store{
 		cli: cli, ownsClient: owns, prefix: cfg.Prefix,
 		reqTimeout: cfg.RequestTimeout, clock: cfg.Clock, maxTxnMembers: defaultMaxTxnMembers,
-		log:   logger.With("store", "etcd", "prefix", cfg.Prefix),
-		pool:  newLeasePool(cfg.IdleLeases),
-		stop:  func() {},
-		flush: make(chan struct{}), revokeWait: afterRevokeWindow,
+		log:  logger.With("store", "etcd", "prefix", cfg.Prefix),
+		pool: newLeasePool(cfg.IdleLeases),
+		stop: func() {},
 	}
 	if s.pool.off() {
 		return s
@@ -740,7 +730,7 @@ func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver
 // end ends grant kv of key: one transaction deletes the key if it still
 // carries that grant (its ModRevision and lease unchanged), then its
 // lease, which carries nothing any more, is revoked in the background
-// (revokeLater, batched). The conditional delete, not the lease revocation, is what
+// (revokeLater). The conditional delete, not the lease revocation, is what
 // ends the grant: a Handoff (handoff.go) moves a key to a new lease
 // without revoking the old one, so revoking the old lease alone would
 // report a grant ended that had been handed off. Of a release, a
@@ -830,16 +820,16 @@ type LeaseStats struct {
 	// for which the acquire did not wait for a lease grant.
 	FromPool uint64
 	// Revoked counts the leases revoked after their grant ended (a raft
-	// write each, off the request's path: see revoker.go), and
-	// RevokeBatches the batches they were sent in, together.
-	Revoked, RevokeBatches uint64
+	// write and a backend commit each, off the request's path: see
+	// revokeLater).
+	Revoked uint64
 }
 
 // LeaseStats returns the Store's lease counts.
 func (s *Store) LeaseStats() LeaseStats {
 	return LeaseStats{
 		Idle: s.pool.len(), Granted: s.granted.Load(), FromPool: s.fromPool.Load(),
-		Revoked: s.revoked.Load(), RevokeBatches: s.revokeBatches.Load(),
+		Revoked: s.revoked.Load(),
 	}
 }
 
@@ -862,7 +852,6 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.bgMu.Lock()
 		s.closing = true
-		close(s.flush)
 		s.bgMu.Unlock()
 		s.bg.Wait()
 		s.stop()
