@@ -77,7 +77,7 @@ func (c BatchConfig) Validate() error {
 // member uses the store's single call, so a lone client sees the store's
 // ordinary path. There is no goroutine of the Batcher's own: every batch
 // runs on the goroutine of one of its members, and Close has nothing to
-// wait for.
+// wait for, but for the releases of abandoned grants (Contexts, below).
 //
 // Duplicate keys. A backend statement may touch a key once, so one batch
 // holds at most one call per key; of calls for the same key, the first in
@@ -93,7 +93,13 @@ func (c BatchConfig) Validate() error {
 // its batching window as a leader) leaves the queue and returns an error
 // wrapping ErrUnavailable (nothing was sent for it). One that ends while
 // its batch is in flight returns at once with the same error, and the
-// outcome is unknown, as for a single call that times out.
+// outcome is unknown to its caller, as for a single call that times out.
+// The Batcher learns it when the batch answers: an acquire granted to a
+// caller that has gone is abandoned, and the Batcher releases it at once
+// (the store's Release with the grant's own token, so it can end nothing
+// else, on a goroutine of its own that Close waits for), instead of
+// leaving the key held by nobody until the lease's TTL ends; if that
+// release fails, the lease expires after its TTL.
 // A batch of several runs on a context that keeps the leader's values but
 // not its cancellation, until the latest deadline of its members; a batch
 // of one runs on its request's own context.
@@ -104,6 +110,11 @@ type Batcher struct {
 	acq *lane[AcquireRequest, Result]
 	rel *lane[LeaseRef, error]
 	ren *lane[LeaseRef, Result]
+
+	// The releases of abandoned grants in flight (Close waits for them),
+	// and how many were released.
+	abandoning sync.WaitGroup
+	abandoned  atomic.Uint64
 }
 
 var _ LockStore = (*Batcher)(nil)
@@ -135,6 +146,11 @@ func NewBatcher(store LockStore, cfg BatchConfig) (*Batcher, error) {
 				return Result{}, false
 			},
 			fail: func(err error) Result { return Result{Err: err} },
+			abandon: func(_ AcquireRequest, r Result) {
+				if r.Err == nil {
+					b.releaseAbandoned(r.Lease)
+				}
+			},
 		}
 		b.rel = &lane[LeaseRef, error]{
 			cfg: cfg, op: "release",
@@ -217,9 +233,29 @@ func (b *Batcher) Inspect(ctx context.Context, key string) (State, error) {
 // Ping implements LockStore.
 func (b *Batcher) Ping(ctx context.Context) error { return b.store.Ping(ctx) }
 
-// Close implements LockStore: it closes the store. Calls in flight end
-// with the store's answer.
-func (b *Batcher) Close() error { return b.store.Close() }
+// Close implements LockStore: it waits for the releases of abandoned
+// grants in flight, then closes the store. Calls in flight end with the
+// store's answer.
+func (b *Batcher) Close() error {
+	b.abandoning.Wait()
+	return b.store.Close()
+}
+
+// Abandoned returns the number of grants the Batcher released because
+// their caller had gone while their batch was in flight.
+func (b *Batcher) Abandoned() uint64 { return b.abandoned.Load() }
+
+// releaseAbandoned releases l, granted to a caller that has gone, on a
+// goroutine of its own, bounded by BatchConfig.Timeout.
+func (b *Batcher) releaseAbandoned(l Lease) {
+	b.abandoning.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Timeout)
+		defer cancel()
+		if b.store.Release(ctx, l.Key, l.Owner, l.Token) == nil {
+			b.abandoned.Add(1)
+		}
+	})
+}
 
 // lane is the queue of one operation: requests Q answered with R.
 type lane[Q, R any] struct {
@@ -233,6 +269,9 @@ type lane[Q, R any] struct {
 	// Nil: always the next batch.
 	dup  func(q Q, first R) (R, bool)
 	fail func(error) R // the answer to a call whose context ended
+	// abandon, when not nil, is given the result of every member of a
+	// batch whose caller had gone when the batch answered.
+	abandon func(q Q, r R)
 
 	calls, requests atomic.Uint64
 
@@ -392,6 +431,22 @@ func (l *lane[Q, R]) run() {
 		for i, c := range batch {
 			c.res = res[i]
 			close(c.done)
+		}
+		if l.abandon != nil {
+			// A member whose caller returned while the batch was in flight
+			// (gone, set under l.mu only while done was open) was told the
+			// outcome is unknown: nobody will learn this result.
+			l.mu.Lock()
+			var gone []int
+			for i, c := range batch {
+				if c.gone {
+					gone = append(gone, i)
+				}
+			}
+			l.mu.Unlock()
+			for _, i := range gone {
+				l.abandon(batch[i].req, res[i])
+			}
 		}
 		answered := len(batch)
 		var again []*call[Q, R]

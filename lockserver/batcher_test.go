@@ -26,6 +26,8 @@ type gatedStore struct {
 	started bool
 	calls   [][]string       // keys of each call, in order
 	fail    map[string]error // the next call of this key fails so
+	// holdMany, when not nil, holds every AcquireMany until it is closed.
+	holdMany chan struct{}
 }
 
 func newGatedStore() *gatedStore {
@@ -67,6 +69,9 @@ func (s *gatedStore) AcquireMany(ctx context.Context, reqs []lockserver.AcquireR
 		keys[i] = r.Key
 	}
 	s.enter(keys...)
+	if s.holdMany != nil {
+		<-s.holdMany
+	}
 	out := make([]lockserver.Result, len(reqs))
 	for i, r := range reqs {
 		if err := s.injected(r.Key); err != nil {
@@ -270,6 +275,60 @@ func TestACallWhoseContextEndsWhileQueuedIsNeverSent(t *testing.T) {
 		}
 		if st, _ := s.Inspect(t.Context(), "gone"); st.Lease != nil {
 			t.Fatalf("key gone is held by %+v", *st.Lease)
+		}
+	})
+}
+
+// TestAGrantWhoseCallerLeftMidBatchIsReleased: two acquires queued behind
+// a call in flight go as one batch; the second one's caller leaves while
+// that batch is in flight (told: outcome unknown). The batch grants both;
+// the Batcher releases the grant nobody will learn of, and keeps the
+// other.
+func TestAGrantWhoseCallerLeftMidBatchIsReleased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newGatedStore()
+		s.holdMany = make(chan struct{})
+		b := newBatcher(t, s)
+		var wg sync.WaitGroup
+		var first, gone, kept answer
+		wg.Go(func() { first.lease, first.err = b.Acquire(t.Context(), "first", "w", time.Minute) })
+		synctest.Wait()
+		// kept first: the first call waiting takes the lead and runs the
+		// next batch on its own goroutine, so it cannot leave mid-batch.
+		wg.Go(func() { kept.lease, kept.err = b.Acquire(t.Context(), "kept", "w", time.Minute) })
+		synctest.Wait()
+		ctx, cancel := context.WithCancel(t.Context())
+		wg.Go(func() { gone.lease, gone.err = b.Acquire(ctx, "gone", "w", time.Minute) })
+		synctest.Wait()
+		close(s.gate) // the first call answers; the batch of kept and gone is held
+		synctest.Wait()
+		cancel()
+		synctest.Wait()
+		if !errors.Is(gone.err, lockserver.ErrUnavailable) || !strings.Contains(gone.err.Error(), "outcome is unknown") {
+			close(s.holdMany)
+			t.Fatalf("acquire whose context ended mid-batch: %v; want ErrUnavailable, outcome unknown", gone.err)
+		}
+		close(s.holdMany)
+		wg.Wait()
+		if err := b.Close(); err != nil { // waits for the abandoned grant's release
+			t.Fatal(err)
+		}
+		// The last call is the release of the grant nobody learned of.
+		want := [][]string{{"first"}, {"kept", "gone"}, {"gone"}}
+		if got := s.callKeys(); !slices.EqualFunc(got, want, slices.Equal) {
+			t.Fatalf("store calls %v; want %v", got, want)
+		}
+		if first.err != nil || kept.err != nil {
+			t.Fatalf("the others: %v, %v; want granted", first.err, kept.err)
+		}
+		if st, _ := s.Inspect(t.Context(), "gone"); st.Lease != nil {
+			t.Fatalf("key gone is held by %+v, granted to a caller that had left", *st.Lease)
+		}
+		if st, _ := s.Inspect(t.Context(), "kept"); st.Lease == nil || st.Lease.Token != kept.lease.Token {
+			t.Fatalf("key kept: %+v; want the grant answered, token %d", st.Lease, kept.lease.Token)
+		}
+		if n := b.Abandoned(); n != 1 {
+			t.Fatalf("Abandoned() = %d, want 1", n)
 		}
 	})
 }
