@@ -424,9 +424,10 @@ func (s *Server) handoffOn() bool { return s.handoffer != nil && s.cfg.Handoff }
 // answer: nil when from was released (the waiter has its grant, or, when
 // the token floor withdrew the grant, asks again), the store's refusal
 // (ErrStaleToken, ErrNotHeld: nothing changed, the waiter stays queued
-// and sleeps on, parked, until its sleep was to end), or ErrUnavailable (outcome unknown: the
-// waiter is told nothing was granted and asks again; a grant that was in
-// fact made is nobody's and expires after the waiter's TTL). When the
+// and sleeps on, parked, until its sleep was to end), or ErrUnavailable
+// (outcome unknown: the waiter is told nothing was granted and asks
+// again; a grant that was in fact made is nobody's and expires after the
+// waiter's TTL). When the
 // restore guard refuses the grant (ErrBackendRestored, nothing changed),
 // from is released by a plain Release: the guard refuses grants, never
 // releases, and the waiter hears the refusal from its own ask. (On etcd,
