@@ -255,6 +255,50 @@ func TestRefusedHandoffKeepsTheHeadParked(t *testing.T) {
 	releaseGrant(t, h, a.grant)
 }
 
+// TestARefusedHandoffDoesNotHideARealRelease: a stale release claims the
+// parked head and its handoff is held in the store; the holder's real
+// release comes meanwhile, finds the head claimed, releases and wakes it.
+// When the stale handoff is then refused, the head must ask (the key is
+// free), not sleep on as after a refusal alone: the wake it saw says the
+// key changed.
+func TestARefusedHandoffDoesNotHideARealRelease(t *testing.T) {
+	store := newHandoffStore()
+	cfg := lockserver.DefaultServerConfig()
+	cfg.Batching, cfg.WaitPoll = false, lockserver.MaxWaitPoll
+	h := serverWith(t, store, cfg)
+	const key = "payout:acct-refused-woken"
+	_, old := serve(h, waitAcquire(t.Context(), key, "holder", 0))
+	releaseGrant(t, h, old)
+	_, holder := serve(h, waitAcquire(t.Context(), key, "holder", 0))
+	answer := waitFor(context.Background(), h, key, "waiter")
+	awaitParked(t, h, key)
+	entered, gate := store.holdNext()
+	stale := make(chan int, 1)
+	go func() { stale <- releaseAnswer(h, key, "holder", old.Token) }()
+	<-entered // the stale release's handoff is in the store, the head claimed
+	releaseGrant(t, h, holder)
+	close(gate)
+	if code := <-stale; code != http.StatusConflict {
+		t.Fatalf("stale release: %d, want 409", code)
+	}
+	var a waitAnswer
+	awaitCond(t, "the waiter answered, or parked again", func() bool {
+		select {
+		case a = <-answer:
+			return true
+		default:
+			return h.HeadParked(key)
+		}
+	})
+	if a.owner == "" {
+		t.Fatal("the head parked again after the refused handoff although the holder had released the key; want it to ask")
+	}
+	if a.status != http.StatusOK || a.grant.Token <= holder.Token {
+		t.Fatalf("waiter: %d %+v; want a grant above token %d", a.status, a.grant, holder.Token)
+	}
+	releaseGrant(t, h, a.grant)
+}
+
 // TestHandoffOfUnknownOutcomeGrantsNothing: the handoff's outcome is
 // unknown (ErrUnavailable). The release is answered 503 as a release of
 // unknown outcome, the waiter is not answered a grant the backend did not

@@ -364,7 +364,7 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 		}
 		held, resume = Lease{}, time.Time{}
 		sleepEnd := time.Now().Add(pause)
-		r, got := s.sleep(w, kq, waitCtx, timer, pause)
+		r, got, woken := s.sleep(w, kq, waitCtx, timer, pause)
 		if !got {
 			continue
 		}
@@ -377,9 +377,12 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 			// when the real release comes cannot be handed the key. The
 			// head then notices a release as it would have without the
 			// refused one: through this lock-server at once, through
-			// another within WaitPoll. An unknown outcome, a grant the
-			// floor withdrew or a restore: it asks again.
-			if errors.Is(r.err, ErrStaleToken) || errors.Is(r.err, ErrNotHeld) {
+			// another within WaitPoll. Unless it was woken in the same
+			// sleep (a real release came while the refused handoff was in
+			// flight, and found the head claimed): then, as after an
+			// unknown outcome, a grant the floor withdrew or a restore, it
+			// asks again.
+			if (errors.Is(r.err, ErrStaleToken) || errors.Is(r.err, ErrNotHeld)) && !woken {
 				resume = sleepEnd
 			}
 			s.log.DebugContext(reqCtx, "handoff to a waiter failed", "event", EventHandoffFailed, "key", key, "owner", owner, "error", r.err.Error(), "resumeSleep", !resume.IsZero())
@@ -395,12 +398,16 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 
 // sleep parks the head w for pause, until its key is woken, or its wait
 // ends, or a release hands it the key. got says whether a handoff's
-// outcome came (r); once sleep returns, w is neither parked nor claimed.
-func (s *Server) sleep(w *waiter, kq *keyQueue, waitCtx context.Context, timer *time.Timer, pause time.Duration) (r handoffResult, got bool) {
+// outcome came (r), woken whether a wake was taken (a release or revoke
+// of the key answered here; both can be true when the wake came while a
+// handoff to w was in flight); once sleep returns, w is neither parked
+// nor claimed.
+func (s *Server) sleep(w *waiter, kq *keyQueue, waitCtx context.Context, timer *time.Timer, pause time.Duration) (r handoffResult, got, woken bool) {
 	timer.Reset(pause)
 	s.waitq.park(w)
 	select {
 	case <-kq.wake:
+		woken = true
 	case <-timer.C:
 	case <-waitCtx.Done():
 	case r = <-w.handed:
@@ -409,7 +416,7 @@ func (s *Server) sleep(w *waiter, kq *keyQueue, waitCtx context.Context, timer *
 	if hr, ok := s.waitq.unpark(w, got); ok {
 		r, got = hr, true
 	}
-	return r, got
+	return r, got, woken
 }
 
 // handoffOn reports whether releases hand off to parked waiters: the
