@@ -15,3 +15,13 @@ func (s *Server) HeadParked(key string) bool {
 // HandoffCounter is lockserver_handoffs_total (nil without a Registry).
 // For tests only.
 func (s *Server) HandoffCounter() *prometheus.CounterVec { return s.handoffs }
+
+// HeadAwaitsHandoff reports whether key's head waiter has ended its sleep
+// (woken, its timer or its wait over) while a handoff claimed it, and
+// waits for that handoff's outcome (waitqueue.go unpark). For tests only.
+func (s *Server) HeadAwaitsHandoff(key string) bool {
+	s.waitq.mu.Lock()
+	defer s.waitq.mu.Unlock()
+	kq := s.waitq.keys[key]
+	return kq != nil && len(kq.waiters) > 0 && !kq.waiters[0].parked && kq.waiters[0].claimed
+}

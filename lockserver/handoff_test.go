@@ -277,6 +277,10 @@ func TestARefusedHandoffDoesNotHideARealRelease(t *testing.T) {
 	go func() { stale <- releaseAnswer(h, key, "holder", old.Token) }()
 	<-entered // the stale release's handoff is in the store, the head claimed
 	releaseGrant(t, h, holder)
+	// The head takes the wake before the refusal exists: without this
+	// wait it may read both at once and take the refusal first, and the
+	// wake left for its next sleep hides the hole this test is about.
+	awaitCond(t, "the head woken, awaiting the stale handoff's outcome", func() bool { return h.HeadAwaitsHandoff(key) })
 	close(gate)
 	if code := <-stale; code != http.StatusConflict {
 		t.Fatalf("stale release: %d, want 409", code)
