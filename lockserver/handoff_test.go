@@ -204,6 +204,25 @@ func TestRefusedHandoffChangesNothing(t *testing.T) {
 	}
 }
 
+// parkedBehindASecondGrant builds a lock-server over a handoffStore with
+// no poll (WaitPoll at its maximum: the head's only other reason to ask
+// is the holder's expiry, 30 s away), grants key to "holder" twice (old,
+// released, then holder, live), and parks a waiter behind it; answer is
+// where the waiter's answer arrives. old.Token is a stale token of key.
+func parkedBehindASecondGrant(t *testing.T, key string) (h *lockserver.Server, store *handoffStore, old, holder api.Grant, answer <-chan waitAnswer) {
+	t.Helper()
+	store = newHandoffStore()
+	cfg := lockserver.DefaultServerConfig()
+	cfg.Batching, cfg.WaitPoll = false, lockserver.MaxWaitPoll
+	h = serverWith(t, store, cfg)
+	_, old = serve(h, waitAcquire(t.Context(), key, "holder", 0))
+	releaseGrant(t, h, old)
+	_, holder = serve(h, waitAcquire(t.Context(), key, "holder", 0))
+	answer = waitFor(context.Background(), h, key, "waiter")
+	awaitParked(t, h, key)
+	return h, store, old, holder, answer
+}
+
 // TestRefusedHandoffKeepsTheHeadParked: a refused release changed nothing,
 // so the parked head sleeps on instead of asking the backend (an ask
 // would be refused, and a head mid-ask when the holder's own release
@@ -212,18 +231,8 @@ func TestRefusedHandoffChangesNothing(t *testing.T) {
 // sleep, or its ask reaching the store (a failure); the holder's release
 // must then be a handoff.
 func TestRefusedHandoffKeepsTheHeadParked(t *testing.T) {
-	store := newHandoffStore()
-	cfg := lockserver.DefaultServerConfig()
-	// No poll during the test: the head's only reasons to ask are the
-	// holder's expiry (30 s away) and the refused handoffs.
-	cfg.Batching, cfg.WaitPoll = false, lockserver.MaxWaitPoll
-	h := serverWith(t, store, cfg)
 	const key = "payout:acct-refused-parked"
-	_, old := serve(h, waitAcquire(t.Context(), key, "holder", 0))
-	releaseGrant(t, h, old)
-	_, holder := serve(h, waitAcquire(t.Context(), key, "holder", 0))
-	answer := waitFor(context.Background(), h, key, "waiter")
-	awaitParked(t, h, key)
+	h, store, old, holder, answer := parkedBehindASecondGrant(t, key)
 	entered, gate := store.arm("waiter")
 	defer close(gate)
 	for _, bad := range []struct {
@@ -262,16 +271,8 @@ func TestRefusedHandoffKeepsTheHeadParked(t *testing.T) {
 // free), not sleep on as after a refusal alone: the wake it saw says the
 // key changed.
 func TestARefusedHandoffDoesNotHideARealRelease(t *testing.T) {
-	store := newHandoffStore()
-	cfg := lockserver.DefaultServerConfig()
-	cfg.Batching, cfg.WaitPoll = false, lockserver.MaxWaitPoll
-	h := serverWith(t, store, cfg)
 	const key = "payout:acct-refused-woken"
-	_, old := serve(h, waitAcquire(t.Context(), key, "holder", 0))
-	releaseGrant(t, h, old)
-	_, holder := serve(h, waitAcquire(t.Context(), key, "holder", 0))
-	answer := waitFor(context.Background(), h, key, "waiter")
-	awaitParked(t, h, key)
+	h, store, old, holder, answer := parkedBehindASecondGrant(t, key)
 	entered, gate := store.holdNext()
 	stale := make(chan int, 1)
 	go func() { stale <- releaseAnswer(h, key, "holder", old.Token) }()
