@@ -38,7 +38,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -94,11 +93,7 @@ func pairs(b *testing.B, clients int, setup func(c int) (pair func(key string) e
 	// The etcd rows also report the member's disk flushes per pair,
 	// background writes included (the pool's lease grants, the
 	// revocations of ended grants' leases).
-	onEtcd := strings.Contains(b.Name(), "backend=etcd")
-	var disk0 etcdDisk
-	if onEtcd {
-		disk0 = readEtcdDisk(b)
-	}
+	disk := meterEtcdDisk(b)
 	b.ResetTimer()
 	for c := range clients {
 		wg.Go(func() {
@@ -113,9 +108,7 @@ func pairs(b *testing.B, clients int, setup func(c int) (pair func(key string) e
 	}
 	wg.Wait()
 	b.StopTimer()
-	if onEtcd {
-		reportEtcdDisk(b, disk0)
-	}
+	disk.report()
 	for _, d := range dones {
 		d()
 	}

@@ -35,6 +35,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -59,9 +60,9 @@ var contendedClients = []int{8, 64}
 type locker func(ctx context.Context) (release func() error, err error)
 
 // handoffs runs `clients` goroutines taking one key in turn until b.N
-// grants are done, and reports the handoff metrics; onEtcd adds the
-// embedded etcd member's disk flushes per handoff (etcdDisk).
-func handoffs(b *testing.B, clients int, onEtcd bool, setup func(c int) (locker, func())) {
+// grants are done, and reports the handoff metrics; an etcd row adds the
+// embedded etcd member's disk flushes per handoff (meterEtcdDisk).
+func handoffs(b *testing.B, clients int, setup func(c int) (locker, func())) {
 	lockers := make([]locker, clients)
 	dones := make([]func(), clients)
 	for c := range clients {
@@ -80,10 +81,7 @@ func handoffs(b *testing.B, clients int, onEtcd bool, setup func(c int) (locker,
 		longest     time.Duration
 		wg          sync.WaitGroup
 	)
-	var disk0 etcdDisk
-	if onEtcd {
-		disk0 = readEtcdDisk(b)
-	}
+	disk := meterEtcdDisk(b)
 	b.ResetTimer()
 	start := time.Now()
 	for c := range clients {
@@ -119,9 +117,7 @@ func handoffs(b *testing.B, clients int, onEtcd bool, setup func(c int) (locker,
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
-	if onEtcd {
-		reportEtcdDisk(b, disk0)
-	}
+	disk.report()
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "handoffs/s")
 	b.ReportMetric(float64(longest.Milliseconds()), "max-wait-ms")
 	if len(latencies) > 0 {
@@ -171,12 +167,31 @@ func readEtcdDisk(b *testing.B) etcdDisk {
 	return d
 }
 
-// reportEtcdDisk reports the etcd member's disk flushes per operation
-// since disk0: etcd-commits/op and etcd-fsyncs/op.
-func reportEtcdDisk(b *testing.B, disk0 etcdDisk) {
-	d := readEtcdDisk(b)
-	b.ReportMetric(float64(d.commits-disk0.commits)/float64(b.N), "etcd-commits/op")
-	b.ReportMetric(float64(d.walFsyncs-disk0.walFsyncs)/float64(b.N), "etcd-fsyncs/op")
+// etcdDiskMeter reports an etcd row's disk flushes per operation, from
+// its start (meterEtcdDisk) to report: etcd-commits/op and
+// etcd-fsyncs/op. It does nothing on a row of another backend.
+type etcdDiskMeter struct {
+	b     *testing.B
+	start etcdDisk
+	on    bool
+}
+
+// meterEtcdDisk starts an etcdDiskMeter for b: on when b's name has
+// backend=etcd.
+func meterEtcdDisk(b *testing.B) etcdDiskMeter {
+	if !strings.Contains(b.Name(), "backend=etcd") {
+		return etcdDiskMeter{}
+	}
+	return etcdDiskMeter{b: b, start: readEtcdDisk(b), on: true}
+}
+
+func (m etcdDiskMeter) report() {
+	if !m.on {
+		return
+	}
+	d := readEtcdDisk(m.b)
+	m.b.ReportMetric(float64(d.commits-m.start.commits)/float64(m.b.N), "etcd-commits/op")
+	m.b.ReportMetric(float64(d.walFsyncs-m.start.walFsyncs)/float64(m.b.N), "etcd-fsyncs/op")
 }
 
 // sdkLocker returns lockers going through one lock-server over store
@@ -223,7 +238,7 @@ func BenchmarkContended(b *testing.B) {
 				b.Run(fmt.Sprintf("path=%s/clients=%d", p.name, n), func(b *testing.B) {
 					setup, stop := sdkLocker(b, memstore.New(nil), "contended", p.wait, p.handoff)
 					defer stop()
-					handoffs(b, n, false, setup)
+					handoffs(b, n, setup)
 				})
 			}
 		}
@@ -232,7 +247,7 @@ func BenchmarkContended(b *testing.B) {
 		eps := sharedEtcd(b)
 		for _, n := range contendedClients {
 			b.Run(fmt.Sprintf("path=etcd-mutex/clients=%d", n), func(b *testing.B) {
-				handoffs(b, n, true, func(c int) (locker, func()) {
+				handoffs(b, n, func(c int) (locker, func()) {
 					cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
 					if err != nil {
 						b.Fatal(err)
@@ -262,7 +277,7 @@ func BenchmarkContended(b *testing.B) {
 					defer store.Close()
 					setup, stop := sdkLocker(b, store, "contended", p.wait, p.handoff)
 					defer stop()
-					handoffs(b, n, true, setup)
+					handoffs(b, n, setup)
 				})
 			}
 		}
@@ -279,7 +294,7 @@ func BenchmarkContended(b *testing.B) {
 				b.Run(fmt.Sprintf("path=%s/clients=%d", p.name, n), func(b *testing.B) {
 					setup, stop := sdkLocker(b, store, fmt.Sprintf("contended-%s-%d", p.name, n), p.wait, p.handoff)
 					defer stop()
-					handoffs(b, n, false, setup)
+					handoffs(b, n, setup)
 				})
 			}
 		}

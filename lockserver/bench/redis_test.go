@@ -147,7 +147,7 @@ func redisContended(b *testing.B) {
 		addr := sharedRedis(b)
 		for _, n := range contendedClients {
 			b.Run(fmt.Sprintf("path=redsync/clients=%d", n), func(b *testing.B) {
-				handoffs(b, n, false, func(c int) (locker, func()) {
+				handoffs(b, n, func(c int) (locker, func()) {
 					rs, done := redsyncFor(addr)
 					return func(ctx context.Context) (func() error, error) {
 						m := rs.NewMutex("bench-redsync-contended", redsyncOptions...)
