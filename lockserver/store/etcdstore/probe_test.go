@@ -20,14 +20,7 @@ import (
 // ran. The test runs Renew's two steps (get, refusal, keepAlive) with
 // the handoff forced between them.
 func TestProbeRenewRacingAHandoffIsStale(t *testing.T) {
-	prefix := newPrefix(t)
-	s, err := Open(ctxT(t), conf(func(cfg *Config) {
-		cfg.Endpoints, cfg.Prefix = shared.Endpoints(), prefix
-	}), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openCfgT(t, nil)
 	const key = "payout:probe-renew-handoff"
 	a, err := s.Acquire(ctxT(t), key, "worker-a", 10*time.Second)
 	if err != nil {
@@ -63,12 +56,8 @@ func TestProbeRenewRacingAHandoffIsStale(t *testing.T) {
 // its new owner.
 func TestProbeCloseWithBackgroundRevokesInFlight(t *testing.T) {
 	prefix := newPrefix(t)
-	s, err := Open(ctxT(t), conf(func(cfg *Config) {
-		cfg.Endpoints, cfg.Prefix = shared.Endpoints(), prefix
-	}), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	onPrefix := func(cfg *Config) { cfg.Prefix = prefix }
+	s := openCfgT(t, onPrefix) // its cleanup's Close returns the test's first one
 	const n = 16
 	handed := make([]lockserver.Lease, n)
 	started := make(chan struct{}, n)
@@ -100,13 +89,7 @@ func TestProbeCloseWithBackgroundRevokesInFlight(t *testing.T) {
 	for range n {
 		<-done
 	}
-	check, err := Open(ctxT(t), conf(func(cfg *Config) {
-		cfg.Endpoints, cfg.Prefix = shared.Endpoints(), prefix
-	}), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer check.Close()
+	check := openCfgT(t, onPrefix)
 	held := 0
 	for i, b := range handed {
 		if b.Token == 0 {
