@@ -1,11 +1,8 @@
 package lockserver_test
 
 import (
-	"context"
-	"sync"
 	"testing"
 	"testing/synctest"
-	"time"
 )
 
 // TestACallerLeavingAsItsBatchAnswersGetsTheGrantOrItIsReleased: the
@@ -18,20 +15,8 @@ func TestACallerLeavingAsItsBatchAnswersGetsTheGrantOrItIsReleased(t *testing.T)
 	received, released := 0, 0
 	for i := range 300 {
 		synctest.Test(t, func(t *testing.T) {
-			s := newGatedStore()
-			s.holdMany = make(chan struct{})
-			b := newBatcher(t, s)
-			var wg sync.WaitGroup
-			var first, kept, racer answer
-			wg.Go(func() { first.lease, first.err = b.Acquire(t.Context(), "first", "w", time.Minute) })
-			synctest.Wait()
-			wg.Go(func() { kept.lease, kept.err = b.Acquire(t.Context(), "kept", "w", time.Minute) })
-			synctest.Wait()
-			ctx, cancel := context.WithCancel(t.Context())
-			wg.Go(func() { racer.lease, racer.err = b.Acquire(ctx, "racer", "w", time.Minute) })
-			synctest.Wait()
-			close(s.gate)
-			synctest.Wait()
+			hb := holdBatchWithALeaver(t, "racer")
+			s, b, cancel, racer := hb.s, hb.b, hb.cancel, &hb.leaver
 			// Three orders of the two events, in turn.
 			switch i % 3 {
 			case 0:
@@ -44,7 +29,7 @@ func TestACallerLeavingAsItsBatchAnswersGetsTheGrantOrItIsReleased(t *testing.T)
 				cancel()
 				close(s.holdMany)
 			}
-			wg.Wait()
+			hb.wg.Wait()
 			if err := b.Close(); err != nil {
 				t.Fatal(err)
 			}

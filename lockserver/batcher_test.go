@@ -279,6 +279,39 @@ func TestACallWhoseContextEndsWhileQueuedIsNeverSent(t *testing.T) {
 	})
 }
 
+// heldBatch is a Batcher over a gatedStore whose second store call, the
+// batch of "kept" and a leaver (an acquire of key whose context cancel
+// ends), is held in AcquireMany until s.holdMany is closed; "first", the
+// call in flight they queued behind, has been answered. The answers
+// arrive in first, kept and leaver once wg is done. Call it inside a
+// synctest bubble.
+type heldBatch struct {
+	s                   *gatedStore
+	b                   *lockserver.Batcher
+	wg                  sync.WaitGroup
+	first, kept, leaver answer
+	cancel              context.CancelFunc
+}
+
+func holdBatchWithALeaver(t *testing.T, key string) *heldBatch {
+	hb := &heldBatch{s: newGatedStore()}
+	hb.s.holdMany = make(chan struct{})
+	hb.b = newBatcher(t, hb.s)
+	hb.wg.Go(func() { hb.first.lease, hb.first.err = hb.b.Acquire(t.Context(), "first", "w", time.Minute) })
+	synctest.Wait()
+	// kept first: the first call waiting takes the lead and runs the next
+	// batch on its own goroutine, so it cannot leave mid-batch.
+	hb.wg.Go(func() { hb.kept.lease, hb.kept.err = hb.b.Acquire(t.Context(), "kept", "w", time.Minute) })
+	synctest.Wait()
+	ctx, cancel := context.WithCancel(t.Context())
+	hb.cancel = cancel
+	hb.wg.Go(func() { hb.leaver.lease, hb.leaver.err = hb.b.Acquire(ctx, key, "w", time.Minute) })
+	synctest.Wait()
+	close(hb.s.gate) // the first call answers; the batch of kept and the leaver is held
+	synctest.Wait()
+	return hb
+}
+
 // TestAGrantWhoseCallerLeftMidBatchIsReleased: two acquires queued behind
 // a call in flight go as one batch; the second one's caller leaves while
 // that batch is in flight (told: outcome unknown). The batch grants both;
@@ -286,22 +319,10 @@ func TestACallWhoseContextEndsWhileQueuedIsNeverSent(t *testing.T) {
 // other.
 func TestAGrantWhoseCallerLeftMidBatchIsReleased(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newGatedStore()
-		s.holdMany = make(chan struct{})
-		b := newBatcher(t, s)
-		var wg sync.WaitGroup
-		var first, gone, kept answer
-		wg.Go(func() { first.lease, first.err = b.Acquire(t.Context(), "first", "w", time.Minute) })
-		synctest.Wait()
-		// kept first: the first call waiting takes the lead and runs the
-		// next batch on its own goroutine, so it cannot leave mid-batch.
-		wg.Go(func() { kept.lease, kept.err = b.Acquire(t.Context(), "kept", "w", time.Minute) })
-		synctest.Wait()
-		ctx, cancel := context.WithCancel(t.Context())
-		wg.Go(func() { gone.lease, gone.err = b.Acquire(ctx, "gone", "w", time.Minute) })
-		synctest.Wait()
-		close(s.gate) // the first call answers; the batch of kept and gone is held
-		synctest.Wait()
+		hb := holdBatchWithALeaver(t, "gone")
+		s, b, cancel := hb.s, hb.b, hb.cancel
+		first, kept, gone := &hb.first, &hb.kept, &hb.leaver
+		wg := &hb.wg
 		cancel()
 		synctest.Wait()
 		if !errors.Is(gone.err, lockserver.ErrUnavailable) || !strings.Contains(gone.err.Error(), "outcome is unknown") {
