@@ -81,7 +81,7 @@ func (s *Service) resolveTx(ctx context.Context, id string, h payoutevent.Holder
 			return dbError("resolution", err)
 		}
 		if tag.RowsAffected() == 0 {
-			return s.refused(ctx, id, l, h.Token, h.Owner, false)
+			return s.refused(ctx, tx, id, l, h.Token, h.Owner, false)
 		}
 		if err := transition(ctx, tx, id, l.state, api.StateFailed, h.Token, h.Owner); err != nil {
 			return err

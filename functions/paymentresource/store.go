@@ -321,18 +321,13 @@ type lockedPayout struct {
 	currency  string
 	state     api.State
 	fence     int64
-	// accountFence is the account's fence as read with the payout (not
-	// locked): it explains a refusal; the fenced statements check the
-	// account's fence themselves.
-	accountFence int64
 }
 
 func lockPayout(ctx context.Context, tx pgx.Tx, id string) (lockedPayout, error) {
 	var l lockedPayout
-	err := tx.QueryRow(ctx, `SELECT p.account_id, p.amount_minor, p.currency, p.state, p.fence,
-       (SELECT a.fence FROM account a WHERE a.account_id = p.account_id)
+	err := tx.QueryRow(ctx, `SELECT p.account_id, p.amount_minor, p.currency, p.state, p.fence
 FROM payout p WHERE p.payout_id = $1 FOR UPDATE`, id).
-		Scan(&l.accountID, &l.amount, &l.currency, &l.state, &l.fence, &l.accountFence)
+		Scan(&l.accountID, &l.amount, &l.currency, &l.state, &l.fence)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return l, fmt.Errorf("%w: %q", ErrPayoutNotFound, id)
 	}
@@ -366,7 +361,7 @@ func (s *Service) claimTx(ctx context.Context, id string, h payoutevent.Holder) 
 			return dbError("claim", err)
 		}
 		if tag.RowsAffected() == 0 {
-			return s.refused(ctx, id, l, token, owner, true)
+			return s.refused(ctx, tx, id, l, token, owner, true)
 		}
 		if l.state != api.StateClaimed {
 			// The first claim of this payout: its history row and the
@@ -443,7 +438,7 @@ func (s *Service) resultTx(ctx context.Context, id string, h payoutevent.Holder,
 			return dbError("result", err)
 		}
 		if tag.RowsAffected() == 0 {
-			return s.refused(ctx, id, l, token, owner, false)
+			return s.refused(ctx, tx, id, l, token, owner, false)
 		}
 		b := &pgx.Batch{}
 		b.Queue(`UPDATE payout SET rail_token = $2 WHERE payout_id = $1`, id, railToken(req, token))
@@ -545,8 +540,8 @@ func (s *Service) debit(ctx context.Context, tx pgx.Tx, id string, l lockedPayou
 		return dbError("debit", err)
 	}
 	if tag.RowsAffected() == 0 {
-		var highest int64
-		if err := tx.QueryRow(ctx, `SELECT fence FROM account WHERE account_id = $1`, l.accountID).Scan(&highest); err != nil {
+		highest, err := accountFence(ctx, tx, l.accountID)
+		if err != nil {
 			return dbError("debit: read account fence", err)
 		}
 		if !s.fencing || highest < token {
@@ -556,6 +551,13 @@ func (s *Service) debit(ctx context.Context, tx pgx.Tx, id string, l lockedPayou
 			id, l.accountID)
 	}
 	return nil
+}
+
+// accountFence reads account id's fence as committed now (not locked).
+func accountFence(ctx context.Context, tx pgx.Tx, id string) (int64, error) {
+	var fence int64
+	err := tx.QueryRow(ctx, `SELECT fence FROM account WHERE account_id = $1`, id).Scan(&fence)
+	return fence, err
 }
 
 // withLedger wraps a debit statement (debitFenced or debitUnfenced,
@@ -598,7 +600,13 @@ func recordClaim(ctx context.Context, tx pgx.Tx, id string, l lockedPayout, toke
 }
 
 // refused explains why a fenced payout statement matched no row, from the
-// row as locked just before it. For a claim, a payout no claim can take
+// payout row as locked just before it and the account's fence as it is
+// now. The fenced statements check the account's fence themselves, at
+// their own start: a concurrent debit of the account committed after the
+// payout was locked is seen by the statement, so it must be by the
+// explanation too (read earlier, it left such a refusal unexplained, a
+// 500 INTERNAL instead of FENCED_OUT). The fence only grows, so a value
+// read now above the token proves the token stale. For a claim, a payout no claim can take
 // says so whatever the token: finished (PAYOUT_FINISHED before FENCED_OUT:
 // no holder, however new, has anything left to do, and a payout fence
 // raised by a bad token must not turn "done" into a refusal that is
@@ -606,7 +614,14 @@ func recordClaim(ctx context.Context, tx pgx.Tx, id string, l lockedPayout, toke
 // higher fence (FENCED_OUT, logged: a stale holder's result or mark is a
 // stale write, which the experiment counts), then a state the step does
 // not start from.
-func (s *Service) refused(ctx context.Context, id string, l lockedPayout, token int64, owner string, claim bool) error {
+func (s *Service) refused(ctx context.Context, tx pgx.Tx, id string, l lockedPayout, token int64, owner string, claim bool) error {
+	var account int64 // the account's fence now, when it can explain
+	if s.fencing && l.fence <= token {
+		var err error
+		if account, err = accountFence(ctx, tx, l.accountID); err != nil {
+			return dbError("refusal: read account fence", err)
+		}
+	}
 	switch {
 	case claim && (l.state == api.StatePosted || l.state == api.StateDeclined || l.state == api.StateFailed):
 		return fmt.Errorf("%w: payout %s is %s", ErrPayoutFinished, id, l.state)
@@ -617,11 +632,11 @@ func (s *Service) refused(ctx context.Context, id string, l lockedPayout, token 
 	case s.fencing && l.fence > token:
 		return s.fencedOut(ctx, fencing.Refusal{Resource: "payout", ResourceID: id, PresentedToken: token, HighestToken: l.fence, Owner: owner},
 			id, l.accountID)
-	case s.fencing && l.accountFence > token:
+	case s.fencing && account > token:
 		// A newer holder of the account's lock has debited: this token is
 		// stale for every payout of the account, even one nobody has
 		// touched since (its own fence is still low).
-		return s.fencedOut(ctx, fencing.Refusal{Resource: "account", ResourceID: l.accountID, PresentedToken: token, HighestToken: l.accountFence, Owner: owner},
+		return s.fencedOut(ctx, fencing.Refusal{Resource: "account", ResourceID: l.accountID, PresentedToken: token, HighestToken: account, Owner: owner},
 			id, l.accountID)
 	}
 	switch l.state {
@@ -671,7 +686,7 @@ func (s *Service) attentionTx(ctx context.Context, id string, h payoutevent.Hold
 			return dbError("attention", err)
 		}
 		if tag.RowsAffected() == 0 {
-			return s.refused(ctx, id, l, token, owner, false)
+			return s.refused(ctx, tx, id, l, token, owner, false)
 		}
 		if err := insertTransition(ctx, tx, id, l.state, api.StateNeedsAttention, token, owner, reason); err != nil {
 			return err
