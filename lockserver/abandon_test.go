@@ -1,7 +1,10 @@
 package lockserver_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -14,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
@@ -442,5 +446,44 @@ func TestAParkedWaiterGetsTheKeyOfAnAbandonedPlainGrant(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestTheReleaseOfAnAbandonedGrantIsLoggedWithTheRequestsTraceID: the
+// grant_abandoned line is written after the answer, from the background
+// release, yet carries the trace id of the request whose grant it
+// released, as every line of that request does.
+func TestTheReleaseOfAnAbandonedGrantIsLoggedWithTheRequestsTraceID(t *testing.T) {
+	ctx, cancel := context.WithCancel(tracedContext(t))
+	defer cancel()
+	s := newAbandonStore()
+	s.afterGrant["gone"] = cancel
+	var buf bytes.Buffer
+	h, err := lockserver.NewServer(s, lockserver.DefaultServerConfig(), logjson.New(&buf, slog.LevelDebug, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec := <-send(h, waitAcquireTTL(ctx, "k", "gone", 60_000, 0)); rec.Code != api.StatusRequestCancelled {
+		t.Fatalf("answer %d %s; want %d", rec.Code, rec.Body, api.StatusRequestCancelled)
+	}
+	if err := h.Close(); err != nil { // the release, and its line, are done
+		t.Fatal(err)
+	}
+	abandoned := 0
+	sc := bufio.NewScanner(&buf)
+	for sc.Scan() {
+		var l map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("not JSON: %s", sc.Bytes())
+		}
+		if l["event"] == api.EventGrantAbandoned {
+			abandoned++
+		}
+		if l[logjson.KeyTraceID] != tracedID(ctx) {
+			t.Errorf("line without the request's trace id (%s = %v; want %s):\n%s", logjson.KeyTraceID, l[logjson.KeyTraceID], tracedID(ctx), sc.Bytes())
+		}
+	}
+	if abandoned != 1 {
+		t.Fatalf("%d %s lines, want 1", abandoned, api.EventGrantAbandoned)
 	}
 }
