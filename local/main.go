@@ -104,6 +104,9 @@ func demo(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Deferred calls run last first: the HTTP drain below, then this (the
+	// releases of abandoned grants), then the store's Close above.
+	defer h.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err

@@ -99,7 +99,10 @@ func (c BatchConfig) Validate() error {
 // (the store's Release with the grant's own token, so it can end nothing
 // else, on a goroutine of its own that Close waits for), instead of
 // leaving the key held by nobody until the lease's TTL ends; if that
-// release fails, the lease expires after its TTL.
+// release fails, the lease expires after its TTL. A Server's Batcher
+// hands such a grant to the Server instead (NewServer), which releases
+// it the way a holder's release is made (waking the key's waiters) and
+// which Server.Close waits for.
 // A batch of several runs on a context that keeps the leader's values but
 // not its cancellation, until the latest deadline of its members; a batch
 // of one runs on its request's own context.
@@ -115,6 +118,11 @@ type Batcher struct {
 	// and how many were released.
 	abandoning sync.WaitGroup
 	abandoned  atomic.Uint64
+	// onAbandon, when not nil, is given every abandoned grant instead of
+	// releaseAbandoned, with the context of the call it was granted to
+	// (ended): the owner of the hook releases it. Set by NewServer
+	// before the Batcher serves any call.
+	onAbandon func(ctx context.Context, l Lease)
 }
 
 var _ LockStore = (*Batcher)(nil)
@@ -146,8 +154,12 @@ func NewBatcher(store LockStore, cfg BatchConfig) (*Batcher, error) {
 				return Result{}, false
 			},
 			fail: func(err error) Result { return Result{Err: err} },
-			abandon: func(_ AcquireRequest, r Result) {
-				if r.Err == nil {
+			abandon: func(ctx context.Context, _ AcquireRequest, r Result) {
+				switch {
+				case r.Err != nil:
+				case b.onAbandon != nil:
+					b.onAbandon(ctx, r.Lease)
+				default:
 					b.releaseAbandoned(r.Lease)
 				}
 			},
@@ -242,7 +254,8 @@ func (b *Batcher) Close() error {
 }
 
 // Abandoned returns the number of grants the Batcher released because
-// their caller had gone while their batch was in flight.
+// their caller had gone while their batch was in flight; a Server's
+// Batcher leaves those releases to the Server and counts none.
 func (b *Batcher) Abandoned() uint64 { return b.abandoned.Load() }
 
 // releaseAbandoned releases l, granted to a caller that has gone, on a
@@ -270,8 +283,9 @@ type lane[Q, R any] struct {
 	dup  func(q Q, first R) (R, bool)
 	fail func(error) R // the answer to a call whose context ended
 	// abandon, when not nil, is given the result of every member of a
-	// batch whose caller had gone when the batch answered.
-	abandon func(q Q, r R)
+	// batch whose caller had gone when the batch answered, with that
+	// member's (ended) context.
+	abandon func(ctx context.Context, q Q, r R)
 
 	calls, requests atomic.Uint64
 
@@ -445,7 +459,7 @@ func (l *lane[Q, R]) run() {
 			}
 			l.mu.Unlock()
 			for _, i := range gone {
-				l.abandon(batch[i].req, res[i])
+				l.abandon(batch[i].ctx, batch[i].req, res[i])
 			}
 		}
 		answered := len(batch)

@@ -16,6 +16,10 @@ func (s *Server) HeadParked(key string) bool {
 // For tests only.
 func (s *Server) HandoffCounter() *prometheus.CounterVec { return s.handoffs }
 
+// AbandonedCounter is lockserver_abandoned_grants_total (nil without a
+// Registry). For tests only.
+func (s *Server) AbandonedCounter() *prometheus.CounterVec { return s.abandonedGrants }
+
 // HeadAwaitsHandoff reports whether key's head waiter has ended its sleep
 // (woken, its timer or its wait over) while a handoff claimed it, and
 // waits for that handoff's outcome (waitqueue.go unpark). For tests only.

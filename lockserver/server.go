@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -147,7 +148,10 @@ func (c ServerConfig) Validate() error {
 
 // Server serves the lock API of package api over a LockStore. It keeps no
 // lease state: every decision is the store's, so any number of Servers may
-// share one backend.
+// share one backend. The only work it runs beyond its requests is the
+// release of grants their requests abandoned (abandon.go): Close waits
+// for it, once the Server serves no more requests and before the store
+// is closed.
 type Server struct {
 	store   LockStore // the Batcher over the store when batching
 	batcher *Batcher  // nil without batching
@@ -170,6 +174,17 @@ type Server struct {
 	// handoffs counts the handoffs by outcome (lockserver_handoffs_total);
 	// nil without a Registry.
 	handoffs *prometheus.CounterVec
+
+	// The background releases of abandoned grants (abandon.go): bg counts
+	// those running; closing (under bgMu) is set by Close, after which
+	// none starts. abandonedGrants counts them by outcome
+	// (lockserver_abandoned_grants_total); nil without a Registry.
+	bg              sync.WaitGroup
+	bgMu            sync.Mutex
+	closing         bool
+	closeOnce       sync.Once
+	closeErr        error
+	abandonedGrants *prometheus.CounterVec
 }
 
 // NewServer returns a Server over store. It returns an error if cfg is
@@ -193,6 +208,10 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 		if err != nil {
 			return nil, err
 		}
+		// A member's grant whose caller left mid-batch is released by
+		// the Server, which wakes the key's waiters and which Close
+		// waits for (abandon.go).
+		b.onAbandon = func(ctx context.Context, l Lease) { s.releaseAbandoned(ctx, l, abandonedInBatch) }
 		s.store, s.batcher = b, b
 	}
 	if cfg.Registry != nil {
@@ -212,6 +231,13 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 			Help: "Releases handed to a parked head waiter in one backend call (the wait queue's handoff), by outcome: granted, refused (the release was refused; nothing changed), unknown (the backend did not answer), withdrawn (the token floor withdrew the grant), restored (the restore guard refused the grant).",
 		}, []string{"outcome"})
 		if err := cfg.Registry.Register(s.handoffs); err != nil {
+			return nil, fmt.Errorf("lockserver: register metrics: %w", err)
+		}
+		s.abandonedGrants = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockserver_abandoned_grants_total",
+			Help: "Grants made for an acquire whose request had ended before lock-server answered it (a plain acquire or batch leader before its answer was written, or a batch member whose caller left mid-batch), released in the background, by outcome: released, failed (the lease expires after its TTL).",
+		}, []string{"outcome"})
+		if err := cfg.Registry.Register(s.abandonedGrants); err != nil {
 			return nil, fmt.Errorf("lockserver: register metrics: %w", err)
 		}
 		if err := s.registerFloor(cfg.Registry); err != nil {
@@ -466,11 +492,22 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(r.Context(), w, "acquire", key, err, "owner", req.Owner)
 		return
 	}
-	s.logLease(r.Context(), "lock granted", api.EventLockGranted, l)
 	g := s.holderGrant(l)
 	if req.WaitMs > 0 {
 		g.WaitedMs = waited.Milliseconds()
 	}
+	// The last moment to take the grant back: once the 200 is written the
+	// caller may hold it. A request that has ended by now (its caller
+	// went away while the backend granted it) is answered an error
+	// instead, so the grant is one nobody can have, and is released
+	// (abandon.go) rather than left to its TTL.
+	if cerr := r.Context().Err(); cerr != nil {
+		s.releaseAbandoned(r.Context(), l, abandonedBeforeAnswer)
+		s.fail(r.Context(), w, "acquire", key, fmt.Errorf("%w: the request ended before its grant (token %d) was answered; the grant is released: %w", ErrUnavailable, l.Token, cerr),
+			"owner", req.Owner, "token", l.Token)
+		return
+	}
+	s.logLease(r.Context(), "lock granted", api.EventLockGranted, l)
 	writeJSON(w, http.StatusOK, g)
 }
 
@@ -546,14 +583,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, key string) {
 	defer release()
 	ctx, cancel := s.backendCtx(r)
 	defer cancel()
-	handed, err := s.handOff(ctx, LeaseRef{Key: key, Owner: req.Owner, Token: req.Token})
-	if !handed {
-		err = s.store.Release(ctx, key, req.Owner, req.Token)
-		s.observe(ctx, err)
-		if err == nil {
-			s.waitq.wake(key)
-		}
-	}
+	err := s.releaseAndWake(ctx, LeaseRef{Key: key, Owner: req.Owner, Token: req.Token})
 	if err != nil {
 		s.fail(r.Context(), w, "release", key, err, "owner", req.Owner, "token", req.Token)
 		return

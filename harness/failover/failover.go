@@ -363,6 +363,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
+	// After the HTTP server's close (deferred below, so run first) and
+	// before the store's: the releases of abandoned grants use the store.
+	defer handler.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return rep, err

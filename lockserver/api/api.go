@@ -470,6 +470,21 @@ const (
 	EventBackendRestored = "backend_restored"
 	// EventGrantWithdrawFailed (WARN): revoking a withdrawn grant failed.
 	EventGrantWithdrawFailed = "grant_withdraw_failed"
+	// EventGrantAbandoned (INFO): an acquire was granted but its request
+	// had ended before lock-server wrote the grant (or, batched, while
+	// its batch was in flight), so nobody can hold it: the grant was
+	// released in the background, conditional on its token, and the
+	// key's waiters on this lock-server woken. The wait queue's own case
+	// is EventWaitGrantAbandoned of package lockserver.
+	EventGrantAbandoned = "grant_abandoned"
+	// EventAbandonedReleaseFailed (WARN): releasing such an abandoned
+	// grant failed, or was not started because lock-server was closing;
+	// its lease expires after its TTL, held by nobody meanwhile.
+	EventAbandonedReleaseFailed = "abandoned_release_failed"
+	// EventAbandonedReleasesUnfinished (WARN): at shutdown, releases of
+	// abandoned grants were still running when lock-server stopped
+	// waiting for them; their leases end by their TTL if they fail.
+	EventAbandonedReleasesUnfinished = "abandoned_releases_unfinished"
 	// EventAcquireRefused, EventRenewRefused, EventReleaseRefused,
 	// EventRevokeRefused and EventInspectRefused: a request was refused
 	// (a 4xx; DEBUG for LOCK_HELD, INFO otherwise).

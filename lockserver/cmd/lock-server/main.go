@@ -7,8 +7,10 @@
 // It serves through internal/httpserve, the server every process of the
 // project uses (timeouts, header limit, canonical paths). It shuts down
 // gracefully on SIGINT or SIGTERM: it stops accepting connections, lets
-// in-flight requests finish (bounded by LOCK_SHUTDOWN_TIMEOUT_MS) and
-// closes the backend. It holds no lease state
+// in-flight requests finish (bounded by LOCK_SHUTDOWN_TIMEOUT_MS), waits
+// for the releases of abandoned grants those requests left running
+// (lockserver.Server.Close, bounded by LOCK_REQUEST_TIMEOUT_MS plus 1 s)
+// and then closes the backend, in that order. It holds no lease state
 // of its own, so a restart loses nothing.
 package main
 
@@ -85,6 +87,9 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	if err != nil {
 		return err
 	}
+	// run owns the store and closes it, once, last: after the HTTP
+	// server's drain and the Server's Close below, whose background
+	// releases use it. The Server never closes it.
 	defer store.Close()
 
 	scfg := lockserver.DefaultServerConfig()
@@ -147,6 +152,13 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	case <-ctx.Done():
 		log.Info("lock-server stopping", "event", api.EventServerStopping)
 		serveErr = <-served
+	}
+	// The handlers are done (or were cut by the drain's timeout): wait
+	// for the releases of abandoned grants they started, which need the
+	// store, closed after this by the deferred call above.
+	if err := h.Close(); err != nil {
+		log.Warn("releases of abandoned grants still running at stop; their leases end by their TTL if they fail",
+			"event", api.EventAbandonedReleasesUnfinished, "error", err.Error())
 	}
 	switch {
 	case errors.Is(serveErr, httpserve.ErrDrainTimeout):
