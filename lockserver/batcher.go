@@ -123,6 +123,12 @@ type Batcher struct {
 	// (ended): the owner of the hook releases it. Set by NewServer
 	// before the Batcher serves any call.
 	onAbandon func(ctx context.Context, l Lease)
+	// onGrant, when not nil, is given the token of every grant a batch
+	// returned, before any member is answered and before the lead passes
+	// to the next batch: the Server's token floor (floor.go), which the
+	// next batch reads as it is sent, so must already hold these tokens.
+	// Set by NewServer before the Batcher serves any call.
+	onGrant func(token int64)
 }
 
 var _ LockStore = (*Batcher)(nil)
@@ -154,6 +160,11 @@ func NewBatcher(store LockStore, cfg BatchConfig) (*Batcher, error) {
 				return Result{}, false
 			},
 			fail: func(err error) Result { return Result{Err: err} },
+			settled: func(r Result) {
+				if r.Err == nil && b.onGrant != nil {
+					b.onGrant(r.Lease.Token)
+				}
+			},
 			abandon: func(ctx context.Context, _ AcquireRequest, r Result) {
 				switch {
 				case r.Err != nil:
@@ -282,6 +293,9 @@ type lane[Q, R any] struct {
 	// Nil: always the next batch.
 	dup  func(q Q, first R) (R, bool)
 	fail func(error) R // the answer to a call whose context ended
+	// settled, when not nil, is given every result of a batch before any
+	// member is answered and before the lead is handed on.
+	settled func(R)
 	// abandon, when not nil, is given the result of every member of a
 	// batch whose caller had gone when the batch answered, with that
 	// member's (ended) context.
@@ -442,6 +456,11 @@ func (l *lane[Q, R]) run() {
 			}
 		}
 		l.calls.Add(1)
+		if l.settled != nil {
+			for _, r := range res {
+				l.settled(r)
+			}
+		}
 		for i, c := range batch {
 			c.res = res[i]
 			close(c.done)

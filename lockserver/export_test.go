@@ -29,3 +29,7 @@ func (s *Server) HeadAwaitsHandoff(key string) bool {
 	kq := s.waitq.keys[key]
 	return kq != nil && len(kq.waiters) > 0 && !kq.waiters[0].parked && kq.waiters[0].claimed
 }
+
+// SetOnGrant sets the Batcher's onGrant hook (a Server sets it to its
+// token floor). For tests only.
+func (b *Batcher) SetOnGrant(f func(token int64)) { b.onGrant = f }

@@ -20,7 +20,11 @@ import (
 // (read again by the Batcher as it sends a request that waited in its
 // queue: withSendNote) proves that the backend went back in time (a
 // snapshot restored in place, which keeps every identity fact), and is
-// withdrawn and refused with ErrBackendRestored. The floor lives in this
+// withdrawn and refused with ErrBackendRestored. For that a batch's
+// grants must be in the floor before the next batch is sent: the Batcher
+// notes them (onGrant) before it answers the batch's callers or hands the
+// lead on, since a caller notes its own grant only once it has run
+// again. The floor lives in this
 // process only: it protects the tokens this lock-server issued, not those
 // issued through another one, and it is empty after a restart. Its value
 // is published as the gauge lockserver_highest_token_issued, which

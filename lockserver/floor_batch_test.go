@@ -26,9 +26,13 @@ type restoredBehindAQueueStore struct {
 	gate                 chan struct{}
 	mu                   sync.Mutex
 	revoked              []int64
+	onAcquire            func(key string) // when not nil, told of every acquire as it reaches the store
 }
 
 func (s *restoredBehindAQueueStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+	if s.onAcquire != nil {
+		s.onAcquire(key)
+	}
 	if key == s.gatedKey {
 		<-s.gate
 	}
@@ -116,6 +120,62 @@ func TestTheFloorOfAQueuedAcquireIsReadWhenItIsSent(t *testing.T) {
 		}
 		if st, _ := store.Inspect(t.Context(), "payout:queued"); st.Lease != nil {
 			t.Fatalf("the refused grant is still live: %+v", st.Lease)
+		}
+	})
+}
+
+// TestABatchsGrantsReachTheFloorBeforeTheNextBatchIsSent: the Batcher
+// gives every token a batch was granted to its onGrant hook (the Server's
+// token floor) before the next batch goes to the store. The Server used
+// to note a grant only when its caller had run again, and the next
+// leader could read the floor first: TestTheFloorOfAQueuedAcquireIsReadWhenItIsSent
+// then failed about once in a thousand runs under -race. Here the store
+// looks at what the hook has been given at the moment the queued acquire
+// reaches it; deterministic, whatever the scheduling.
+func TestABatchsGrantsReachTheFloorBeforeTheNextBatchIsSent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &restoredBehindAQueueStore{Store: memstore.New(nil), gatedKey: "payout:ahead", rewoundKey: "none", gate: make(chan struct{})}
+		b, err := lockserver.NewBatcher(store, lockserver.DefaultServerConfig().Batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var (
+			mu     sync.Mutex
+			noted  []int64
+			atSend []int64 // what the hook had been given when the queued acquire reached the store
+		)
+		b.SetOnGrant(func(token int64) {
+			mu.Lock()
+			noted = append(noted, token)
+			mu.Unlock()
+		})
+		store.onAcquire = func(key string) {
+			if key == "payout:queued" {
+				mu.Lock()
+				atSend = append([]int64(nil), noted...)
+				mu.Unlock()
+			}
+		}
+		ctx := t.Context()
+		var ahead, queued lockserver.Lease
+		var aheadErr, queuedErr error
+		var wg sync.WaitGroup
+		wg.Go(func() { ahead, aheadErr = b.Acquire(ctx, "payout:ahead", "worker-a", time.Minute) })
+		synctest.Wait() // in the store, behind the gate
+		wg.Go(func() { queued, queuedErr = b.Acquire(ctx, "payout:queued", "worker-b", time.Minute) })
+		synctest.Wait() // in the Batcher's queue
+		close(store.gate)
+		wg.Wait()
+		if aheadErr != nil || queuedErr != nil {
+			t.Fatalf("acquires: %v, %v", aheadErr, queuedErr)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(atSend) != 1 || atSend[0] != ahead.Token {
+			t.Fatalf("when the queued acquire was sent the floor hook had been given %v; want [%d], the token of the batch ahead", atSend, ahead.Token)
+		}
+		if len(noted) != 2 || noted[1] != queued.Token {
+			t.Errorf("the hook was given %v; want [%d %d]", noted, ahead.Token, queued.Token)
 		}
 	})
 }

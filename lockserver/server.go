@@ -212,6 +212,9 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 		// the Server, which wakes the key's waiters and which Close
 		// waits for (abandon.go).
 		b.onAbandon = func(ctx context.Context, l Lease) { s.releaseAbandoned(ctx, l, abandonedInBatch) }
+		// A batch's grants raise the floor before the next batch is sent
+		// (floor.go), not only when each caller returns.
+		b.onGrant = s.noteIssued
 		s.store, s.batcher = b, b
 	}
 	if cfg.Registry != nil {
