@@ -118,6 +118,10 @@ type Batcher struct {
 	// and how many were released.
 	abandoning sync.WaitGroup
 	abandoned  atomic.Uint64
+	// closing is set by Close, under abandonMu; no release starts after
+	// it, so that none is added to abandoning while Close waits.
+	abandonMu sync.Mutex
+	closing   bool
 	// onAbandon, when not nil, is given every abandoned grant instead of
 	// releaseAbandoned, with the context of the call it was granted to
 	// (ended): the owner of the hook releases it. Set by NewServer
@@ -258,8 +262,12 @@ func (b *Batcher) Ping(ctx context.Context) error { return b.store.Ping(ctx) }
 
 // Close implements LockStore: it waits for the releases of abandoned
 // grants in flight, then closes the store. Calls in flight end with the
-// store's answer.
+// store's answer; a grant they make for a caller that has gone is not
+// released once Close has begun (its lease ends after its TTL).
 func (b *Batcher) Close() error {
+	b.abandonMu.Lock()
+	b.closing = true
+	b.abandonMu.Unlock()
 	b.abandoning.Wait()
 	return b.store.Close()
 }
@@ -272,6 +280,11 @@ func (b *Batcher) Abandoned() uint64 { return b.abandoned.Load() }
 // releaseAbandoned releases l, granted to a caller that has gone, on a
 // goroutine of its own, bounded by BatchConfig.Timeout.
 func (b *Batcher) releaseAbandoned(l Lease) {
+	b.abandonMu.Lock()
+	defer b.abandonMu.Unlock()
+	if b.closing {
+		return
+	}
 	b.abandoning.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Timeout)
 		defer cancel()

@@ -354,6 +354,31 @@ func TestAGrantWhoseCallerLeftMidBatchIsReleased(t *testing.T) {
 	})
 }
 
+// TestAGrantAbandonedAfterCloseIsNotReleased: Close begins while a batch
+// holding a caller that has left is in flight. The Batcher starts no
+// release after Close began (it would use a closed store, and join a
+// wait already under way); that grant ends by its TTL.
+func TestAGrantAbandonedAfterCloseIsNotReleased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hb := holdBatchWithALeaver(t, "gone")
+		hb.cancel()
+		synctest.Wait()
+		if err := hb.b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		close(hb.s.holdMany)
+		hb.wg.Wait()
+		synctest.Wait()
+		want := [][]string{{"first"}, {"kept", "gone"}}
+		if got := hb.s.callKeys(); !slices.EqualFunc(got, want, slices.Equal) {
+			t.Fatalf("store calls %v; want %v: no release after Close", got, want)
+		}
+		if n := hb.b.Abandoned(); n != 0 {
+			t.Fatalf("Abandoned() = %d, want 0", n)
+		}
+	})
+}
+
 // TestABatcherOverAStoreWithoutTheCapabilityCallsItDirectly.
 func TestABatcherOverAStoreWithoutTheCapabilityCallsItDirectly(t *testing.T) {
 	s := &plainStore{memstore.New(nil)}
