@@ -28,11 +28,16 @@ import (
 )
 
 // fakePubSub starts pstest and returns a client on it.
-func fakePubSub(t *testing.T) *pubsub.Client {
+func fakePubSub(t *testing.T) *pubsub.Client { return fakePubSubDial(t, nil) }
+
+// fakePubSubDial starts pstest with reactors opts and returns a client on
+// it, connected with the dial options dial (for example an interceptor)
+// besides plain-text credentials.
+func fakePubSubDial(t *testing.T, dial []grpc.DialOption, opts ...pstest.ServerReactorOption) *pubsub.Client {
 	t.Helper()
-	srv := pstest.NewServer()
+	srv := pstest.NewServer(opts...)
 	t.Cleanup(func() { _ = srv.Close() })
-	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(srv.Addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dial...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,18 +411,7 @@ func (p *pullCounter) wait(ctx context.Context, n int) bool {
 // fakePubSubWith is fakePubSub with pstest reactors.
 func fakePubSubWith(t *testing.T, opts ...pstest.ServerReactorOption) *pubsub.Client {
 	t.Helper()
-	srv := pstest.NewServer(opts...)
-	t.Cleanup(func() { _ = srv.Close() })
-	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := pubsub.NewClient(t.Context(), "local", option.WithGRPCConn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return fakePubSubDial(t, nil, opts...)
 }
 
 // TestBridgePushesOneKeyInOrderOneAtATime: the bridge acknowledges a

@@ -3,7 +3,6 @@ package payoutbus
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -11,12 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"cloud.google.com/go/pubsub/v2/pstest"
-	"google.golang.org/api/option"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 )
@@ -40,17 +35,7 @@ func TestABridgeStoppedDuringAPullHandsTheMessagesBack(t *testing.T) {
 		}
 		return err
 	}
-	srv := pstest.NewServer()
-	t.Cleanup(func() { _ = srv.Close() })
-	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(intercept))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := pubsub.NewClient(t.Context(), "local", option.WithGRPCConn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := fakePubSubDial(t, []grpc.DialOption{grpc.WithUnaryInterceptor(intercept)})
 
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -76,16 +61,9 @@ func TestABridgeStoppedDuringAPullHandsTheMessagesBack(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer endpoint.Close()
-	run := func(ctx context.Context) chan error {
-		b := &PushBridge{Sub: c.Subscriber("payout-executor"), Admin: c.SubscriptionAdminClient, Endpoint: endpoint.URL, Log: slog.New(slog.DiscardHandler)}
-		done := make(chan error, 1)
-		go func() { done <- b.Run(ctx) }()
-		return done
-	}
-
 	b1ctx, stop1 := context.WithCancel(ctx)
 	stopOnPull.Store(&stop1)
-	b1 := run(b1ctx)
+	b1 := runBridge(b1ctx, c, endpoint.URL)
 	pub := NewPublisher(c, "payouts")
 	defer pub.Stop()
 	ev := payoutevent.Event{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR"}
@@ -108,17 +86,7 @@ func TestABridgeStoppedDuringAPullHandsTheMessagesBack(t *testing.T) {
 	}
 
 	who.Store("second")
-	b2ctx, stop2 := context.WithCancel(ctx)
-	b2 := run(b2ctx)
-	select {
-	case <-pushed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the message pulled as the first bridge stopped did not reach the second bridge within 10 s: left to its 600 s ack deadline")
-	}
-	stop2()
-	if err := <-b2; err != nil {
-		t.Fatalf("second bridge: %v", err)
-	}
+	secondBridgeGets(t, ctx, c, endpoint.URL, pushed, "the message pulled as the first bridge stopped did not reach the second bridge within 10 s: left to its 600 s ack deadline")
 	mu.Lock()
 	defer mu.Unlock()
 	if len(pushes) != 1 || pushes[0] != "second" {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
+
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 )
 
@@ -49,12 +51,7 @@ func TestABridgeStoppedMidPushHandsTheMessageBack(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer endpoint.Close()
-	run := func(ctx context.Context) chan error {
-		b := &PushBridge{Sub: c.Subscriber("payout-executor"), Admin: c.SubscriptionAdminClient, Endpoint: endpoint.URL, Log: slog.New(slog.DiscardHandler)}
-		done := make(chan error, 1)
-		go func() { done <- b.Run(ctx) }()
-		return done
-	}
+	run := func(ctx context.Context) chan error { return runBridge(ctx, c, endpoint.URL) }
 	b1ctx, stop1 := context.WithCancel(ctx)
 	b1 := run(b1ctx)
 	pub := NewPublisher(c, "payouts")
@@ -72,15 +69,33 @@ func TestABridgeStoppedMidPushHandsTheMessageBack(t *testing.T) {
 	if err := <-b1; err != nil {
 		t.Fatalf("first bridge: %v", err)
 	}
-	b2ctx, stop2 := context.WithCancel(ctx)
-	b2 := run(b2ctx)
+	secondBridgeGets(t, ctx, c, endpoint.URL, second, "the message pushed when the first bridge stopped did not reach the second bridge within 10 s: acknowledged, or left to its 600 s ack deadline")
+}
+
+// runBridge runs a push bridge of subscription payout-executor on c to
+// endpoint until ctx ends; its Run's error arrives on the channel.
+func runBridge(ctx context.Context, c *pubsub.Client, endpoint string) chan error {
+	b := &PushBridge{Sub: c.Subscriber("payout-executor"), Admin: c.SubscriptionAdminClient, Endpoint: endpoint, Log: slog.New(slog.DiscardHandler)}
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	return done
+}
+
+// secondBridgeGets runs a second bridge until arrived is signalled (the
+// endpoint saw the message again), failing with msg if that takes more
+// than 10 s, then stops it.
+func secondBridgeGets(t *testing.T, ctx context.Context, c *pubsub.Client, endpoint string, arrived <-chan struct{}, msg string) {
+	t.Helper()
+	bctx, stop := context.WithCancel(ctx)
+	done := runBridge(bctx, c, endpoint)
 	select {
-	case <-second:
+	case <-arrived:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the message pushed when the first bridge stopped did not reach the second bridge within 10 s: acknowledged, or left to its 600 s ack deadline")
+		stop()
+		t.Fatal(msg)
 	}
-	stop2()
-	if err := <-b2; err != nil {
+	stop()
+	if err := <-done; err != nil {
 		t.Fatalf("second bridge: %v", err)
 	}
 }
