@@ -49,7 +49,7 @@ BENCH_COUNT ?= 6
 
 # One whole pass per round, so the rows compared with each other run
 # seconds apart, and drift on the machine hits them alike.
-bench: ## SDK + lock-server vs the raw backend primitives: BENCH_COUNT rounds (default 6) at GOMAXPROCS 1 and 2, compared by benchstat (about 12 min)
+bench: ## SDK + lock-server vs the raw backend primitives: BENCH_COUNT rounds (default 6) at GOMAXPROCS 1 and 2, compared by benchstat, and the chart of pairs/s against clients for every path, bin/bench-pairs.svg (about 12 min)
 	@mkdir -p $(BIN)
 	$(GO) test -c -o $(BIN)/bench.test ./lockserver/bench/
 	@rm -f $(BIN)/bench.txt
@@ -57,6 +57,7 @@ bench: ## SDK + lock-server vs the raw backend primitives: BENCH_COUNT rounds (d
 	  (cd lockserver/bench && ../../$(BIN)/bench.test -test.run '^$$' -test.bench . -test.benchtime 1s -test.cpu 1,2) >> $(BIN)/bench.txt || exit 1; done
 	$(GO) tool benchstat -filter '.name:AcquireRelease' -col '/path@(raw raw-lease-per-lock sdk sdk-nobatch store-batched redsync)' $(BIN)/bench.txt
 	$(GO) tool benchstat -filter '.name:Contended' -col '/path@(etcd-mutex wait wait-nohandoff barging redsync)' $(BIN)/bench.txt
+	$(GO) run ./lockserver/bench/cmd/benchchart -o $(BIN)/bench-pairs.svg $(BIN)/bench.txt
 
 # The contended rows alone (issue 16 target 3): handoffs on one key, wait
 # queue (handoff on and off) vs barging vs etcd's concurrency.Mutex; BENCH_COUNT rounds.

@@ -371,10 +371,14 @@ func (b *PushBridge) Run(ctx context.Context) error {
 			// ReturnImmediately: the bridge waits for its own kick or poll
 			// instead of the server's long poll (pstest's is a fixed 500 ms
 			// that an acknowledgement does not cut short).
-			//lint:ignore SA1019 deprecated for the cloud, where push replaces this bridge; pstest and the emulator honour it
-			resp, err := b.Admin.Pull(ctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: int32(free), ReturnImmediately: true})
+			resp, err := b.pull(ctx, sub, free)
 			switch {
 			case ctx.Err() != nil:
+				// Stopped during the pull: what it received goes back at
+				// once, not after its ack deadline.
+				for _, rm := range resp.GetReceivedMessages() {
+					b.nack(ctx, sub, rm.GetAckId())
+				}
 				return nil
 			case err != nil && !retryable(err):
 				return fmt.Errorf("payoutbus: pull %s: %w", sub, err)
@@ -416,6 +420,22 @@ func (b *PushBridge) Run(ctx context.Context) error {
 			idle = min(2*idle, maxIdlePoll)
 		}
 	}
+}
+
+// pullTimeout bounds one pull: it returns at once (ReturnImmediately),
+// so only a stalled Pub/Sub server reaches the bound.
+const pullTimeout = 10 * time.Second
+
+// pull asks for up to n messages of sub. The request does not end with
+// ctx: a pull cut short as the bridge stops could leave messages handed
+// out to it whose answer never arrives, and those would wait for their
+// ack deadline (120 s in the cloud) before anyone else got them. Run
+// hands back what a pull returns after ctx has ended.
+func (b *PushBridge) pull(ctx context.Context, sub string, n int) (*pubsubpb.PullResponse, error) {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pullTimeout)
+	defer cancel()
+	//lint:ignore SA1019 deprecated for the cloud, where push replaces this bridge; pstest and the emulator honour it
+	return b.Admin.Pull(pctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: int32(n), ReturnImmediately: true})
 }
 
 // handle delivers one pulled message and then acknowledges it (every copy
