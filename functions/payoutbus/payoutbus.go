@@ -422,9 +422,12 @@ func (b *PushBridge) Run(ctx context.Context) error {
 	}
 }
 
-// pullTimeout bounds one pull: it returns at once (ReturnImmediately),
-// so only a stalled Pub/Sub server reaches the bound.
-const pullTimeout = 10 * time.Second
+// callTimeout bounds each call the bridge makes to Pub/Sub outside its
+// context (a pull, an acknowledgement, a hand-back): they return at once
+// (the pull with ReturnImmediately), so only a stalled Pub/Sub server
+// reaches the bound. A variable so that tests of a stalled server need
+// not wait 10 s per call.
+var callTimeout = 10 * time.Second
 
 // pull asks for up to n messages of sub. The request does not end with
 // ctx: a pull cut short as the bridge stops could leave messages handed
@@ -432,7 +435,7 @@ const pullTimeout = 10 * time.Second
 // ack deadline (120 s in the cloud) before anyone else got them. Run
 // hands back what a pull returns after ctx has ended.
 func (b *PushBridge) pull(ctx context.Context, sub string, n int) (*pubsubpb.PullResponse, error) {
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pullTimeout)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer cancel()
 	//lint:ignore SA1019 deprecated for the cloud, where push replaces this bridge; pstest and the emulator honour it
 	return b.Admin.Pull(pctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: int32(n), ReturnImmediately: true})
@@ -488,7 +491,7 @@ func (b *PushBridge) handle(ctx context.Context, doer interface {
 // its deadline, which at-least-once delivery allows.
 func (b *PushBridge) ack(ctx context.Context, sub, ackID string) {
 	b.track(ackID, false)
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer cancel()
 	if err := b.Admin.Acknowledge(actx, &pubsubpb.AcknowledgeRequest{Subscription: sub, AckIds: []string{ackID}}); err != nil {
 		b.Log.Warn("push bridge acknowledgement failed; the message will be delivered again", "event", EventPushAckFailed, "ackId", ackID, "error", err.Error())
@@ -499,7 +502,7 @@ func (b *PushBridge) ack(ctx context.Context, sub, ackID string) {
 // client's Nack does); if that fails, its deadline hands it back later.
 func (b *PushBridge) nack(ctx context.Context, sub, ackID string) {
 	b.track(ackID, false)
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer cancel()
 	if err := b.Admin.ModifyAckDeadline(actx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: sub, AckIds: []string{ackID}, AckDeadlineSeconds: 0}); err != nil {
 		b.Log.Warn("push bridge could not hand a message back; its deadline will", "event", EventPushNackFailed, "ackId", ackID, "error", err.Error())
