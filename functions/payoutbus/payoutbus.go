@@ -375,10 +375,14 @@ func (b *PushBridge) Run(ctx context.Context) error {
 			switch {
 			case ctx.Err() != nil:
 				// Stopped during the pull: what it received goes back at
-				// once, not after its ack deadline.
+				// once, not after its ack deadline, in one bound whatever
+				// their number (a stalled server must not hold the stop
+				// for a bound per message).
+				ids := make([]string, 0, len(resp.GetReceivedMessages()))
 				for _, rm := range resp.GetReceivedMessages() {
-					b.nack(ctx, sub, rm.GetAckId())
+					ids = append(ids, rm.GetAckId())
 				}
+				b.handBack(ctx, sub, ids)
 				return nil
 			case err != nil && !retryable(err):
 				return fmt.Errorf("payoutbus: pull %s: %w", sub, err)
@@ -507,6 +511,32 @@ func (b *PushBridge) nack(ctx context.Context, sub, ackID string) {
 	if err := b.Admin.ModifyAckDeadline(actx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: sub, AckIds: []string{ackID}, AckDeadlineSeconds: 0}); err != nil {
 		b.Log.Warn("push bridge could not hand a message back; its deadline will", "event", EventPushNackFailed, "ackId", ackID, "error", err.Error())
 	}
+}
+
+// maxAckIDsPerCall is the most ack ids the bridge sends in one
+// ModifyAckDeadline request (the request stays far under Pub/Sub's
+// 512 KB limit).
+const maxAckIDsPerCall = 1000
+
+// handBack hands every one of ids back for redelivery now, as nack does
+// for one, never tracked as in flight. The requests (one per
+// maxAckIDsPerCall ids) go at once, each bounded by callTimeout, so
+// handBack returns within one bound however many ids there are; an id
+// whose request failed is delivered again after its deadline.
+func (b *PushBridge) handBack(ctx context.Context, sub string, ids []string) {
+	var wg sync.WaitGroup
+	for len(ids) > 0 {
+		batch := ids[:min(len(ids), maxAckIDsPerCall)]
+		ids = ids[len(batch):]
+		wg.Go(func() {
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+			defer cancel()
+			if err := b.Admin.ModifyAckDeadline(actx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: sub, AckIds: batch, AckDeadlineSeconds: 0}); err != nil {
+				b.Log.Warn("push bridge could not hand messages back; their deadline will", "event", EventPushNackFailed, "messages", len(batch), "error", err.Error())
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // keepAlive extends the deadline of every message in flight by deadline,
