@@ -447,7 +447,9 @@ func (b *PushBridge) pull(ctx context.Context, sub string, n int) (*pubsubpb.Pul
 
 // handle delivers one pulled message and then acknowledges it (every copy
 // answered 2xx, or it went to the dead-letter topic) or hands it back for
-// redelivery after the retry policy's wait.
+// redelivery after the retry policy's wait, or at once when the bridge is
+// stopping (a failure then may be the stop's own doing: never a reason to
+// dead-letter).
 func (b *PushBridge) handle(ctx context.Context, doer interface {
 	Do(*http.Request) (*http.Response, error)
 }, sub string, rm *pubsubpb.ReceivedMessage) {
@@ -466,6 +468,11 @@ func (b *PushBridge) handle(ctx context.Context, doer interface {
 	}
 	ok := b.deliver(ctx, doer, m.GetMessageId(), body, max(n, 1), concurrent)
 	switch {
+	case !ok && ctx.Err() != nil:
+		// The bridge is stopping: its own stop may have cut the push, so
+		// the attempt says nothing about the endpoint. Handed back at
+		// once, never dead-lettered.
+		b.nack(ctx, sub, ackID)
 	case ok:
 		b.forget(m.GetMessageId())
 		b.ack(ctx, sub, ackID)
