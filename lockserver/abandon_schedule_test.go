@@ -180,16 +180,11 @@ func schedPost(h http.Handler, ctx context.Context, key, op string, body any) *h
 // runSchedule plays cs on a Server configured by mod and checks the
 // properties listed at the top of this file.
 func runSchedule(t *testing.T, cs []schedClient, mod func(*lockserver.ServerConfig)) {
-	runScheduleHook(t, cs, mod, func(*lockserver.Server) {})
-}
-
-func runScheduleHook(t *testing.T, cs []schedClient, mod func(*lockserver.ServerConfig), got func(*lockserver.Server)) {
 	store := newSchedStore()
 	h, logs := abandonServer(t, store, func(c *lockserver.ServerConfig) {
 		c.WaitPoll = lockserver.MaxWaitPoll
 		mod(c)
 	})
-	got(h)
 	hs := &holders{now: map[string]string{}, last: map[string]int64{}}
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -261,8 +256,9 @@ func runScheduleHook(t *testing.T, cs []schedClient, mod func(*lockserver.Server
 }
 
 // TestSchedulesOfAbandonedGrantsKeepOneHolderAndLeakNothing plays 50
-// seeded schedules of 14 clients on each configuration (batching and
-// handoff on or off). A failing seed is named in the subtest.
+// seeded schedules of 20 clients on each configuration (batching, with or
+// without a window, or none; handoff on or off). A failing seed is named
+// in the subtest.
 func TestSchedulesOfAbandonedGrantsKeepOneHolderAndLeakNothing(t *testing.T) {
 	for _, cfg := range []struct {
 		name              string
