@@ -26,8 +26,9 @@ const (
 	// EventPushAckFailed (WARN): acknowledging an answered message failed;
 	// Pub/Sub delivers it again after its deadline (a duplicate).
 	EventPushAckFailed = "push_ack_failed"
-	// EventPushNackFailed (WARN): handing a failed message back failed; its
-	// deadline hands it back later.
+	// EventPushNackFailed (WARN): handing a failed message back failed
+	// (ackId), or handing back what a pull brought as the bridge stopped
+	// (messages: how many); their deadline hands them back later.
 	EventPushNackFailed = "push_nack_failed"
 	// EventPushExtendFailed (WARN): extending the deadlines of the messages
 	// in flight failed (messages); one may be delivered a second time

@@ -375,10 +375,14 @@ func (b *PushBridge) Run(ctx context.Context) error {
 			switch {
 			case ctx.Err() != nil:
 				// Stopped during the pull: what it received goes back at
-				// once, not after its ack deadline.
+				// once, not after its ack deadline, in one bound whatever
+				// their number (a stalled server must not hold the stop
+				// for a bound per message).
+				ids := make([]string, 0, len(resp.GetReceivedMessages()))
 				for _, rm := range resp.GetReceivedMessages() {
-					b.nack(ctx, sub, rm.GetAckId())
+					ids = append(ids, rm.GetAckId())
 				}
+				b.handBack(ctx, sub, ids)
 				return nil
 			case err != nil && !retryable(err):
 				return fmt.Errorf("payoutbus: pull %s: %w", sub, err)
@@ -422,9 +426,12 @@ func (b *PushBridge) Run(ctx context.Context) error {
 	}
 }
 
-// pullTimeout bounds one pull: it returns at once (ReturnImmediately),
-// so only a stalled Pub/Sub server reaches the bound.
-const pullTimeout = 10 * time.Second
+// callTimeout bounds each call the bridge makes to Pub/Sub outside its
+// context (a pull, an acknowledgement, a hand-back): they return at once
+// (the pull with ReturnImmediately), so only a stalled Pub/Sub server
+// reaches the bound. A variable so that tests of a stalled server need
+// not wait 10 s per call.
+var callTimeout = 10 * time.Second
 
 // pull asks for up to n messages of sub. The request does not end with
 // ctx: a pull cut short as the bridge stops could leave messages handed
@@ -432,7 +439,7 @@ const pullTimeout = 10 * time.Second
 // ack deadline (120 s in the cloud) before anyone else got them. Run
 // hands back what a pull returns after ctx has ended.
 func (b *PushBridge) pull(ctx context.Context, sub string, n int) (*pubsubpb.PullResponse, error) {
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pullTimeout)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer cancel()
 	//lint:ignore SA1019 deprecated for the cloud, where push replaces this bridge; pstest and the emulator honour it
 	return b.Admin.Pull(pctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: int32(n), ReturnImmediately: true})
@@ -440,7 +447,9 @@ func (b *PushBridge) pull(ctx context.Context, sub string, n int) (*pubsubpb.Pul
 
 // handle delivers one pulled message and then acknowledges it (every copy
 // answered 2xx, or it went to the dead-letter topic) or hands it back for
-// redelivery after the retry policy's wait.
+// redelivery after the retry policy's wait, or at once when the bridge is
+// stopping (a failure then may be the stop's own doing: never a reason to
+// dead-letter).
 func (b *PushBridge) handle(ctx context.Context, doer interface {
 	Do(*http.Request) (*http.Response, error)
 }, sub string, rm *pubsubpb.ReceivedMessage) {
@@ -459,6 +468,11 @@ func (b *PushBridge) handle(ctx context.Context, doer interface {
 	}
 	ok := b.deliver(ctx, doer, m.GetMessageId(), body, max(n, 1), concurrent)
 	switch {
+	case !ok && ctx.Err() != nil:
+		// The bridge is stopping: its own stop may have cut the push, so
+		// the attempt says nothing about the endpoint. Handed back at
+		// once, never dead-lettered.
+		b.nack(ctx, sub, ackID)
 	case ok:
 		b.forget(m.GetMessageId())
 		b.ack(ctx, sub, ackID)
@@ -488,7 +502,7 @@ func (b *PushBridge) handle(ctx context.Context, doer interface {
 // its deadline, which at-least-once delivery allows.
 func (b *PushBridge) ack(ctx context.Context, sub, ackID string) {
 	b.track(ackID, false)
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer cancel()
 	if err := b.Admin.Acknowledge(actx, &pubsubpb.AcknowledgeRequest{Subscription: sub, AckIds: []string{ackID}}); err != nil {
 		b.Log.Warn("push bridge acknowledgement failed; the message will be delivered again", "event", EventPushAckFailed, "ackId", ackID, "error", err.Error())
@@ -499,11 +513,37 @@ func (b *PushBridge) ack(ctx context.Context, sub, ackID string) {
 // client's Nack does); if that fails, its deadline hands it back later.
 func (b *PushBridge) nack(ctx context.Context, sub, ackID string) {
 	b.track(ackID, false)
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer cancel()
 	if err := b.Admin.ModifyAckDeadline(actx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: sub, AckIds: []string{ackID}, AckDeadlineSeconds: 0}); err != nil {
 		b.Log.Warn("push bridge could not hand a message back; its deadline will", "event", EventPushNackFailed, "ackId", ackID, "error", err.Error())
 	}
+}
+
+// maxAckIDsPerCall is the most ack ids the bridge sends in one
+// ModifyAckDeadline request (the request stays far under Pub/Sub's
+// 512 KB limit).
+const maxAckIDsPerCall = 1000
+
+// handBack hands every one of ids back for redelivery now, as nack does
+// for one, never tracked as in flight. The requests (one per
+// maxAckIDsPerCall ids) go at once, each bounded by callTimeout, so
+// handBack returns within one bound however many ids there are; an id
+// whose request failed is delivered again after its deadline.
+func (b *PushBridge) handBack(ctx context.Context, sub string, ids []string) {
+	var wg sync.WaitGroup
+	for len(ids) > 0 {
+		batch := ids[:min(len(ids), maxAckIDsPerCall)]
+		ids = ids[len(batch):]
+		wg.Go(func() {
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+			defer cancel()
+			if err := b.Admin.ModifyAckDeadline(actx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: sub, AckIds: batch, AckDeadlineSeconds: 0}); err != nil {
+				b.Log.Warn("push bridge could not hand messages back; their deadline will", "event", EventPushNackFailed, "messages", len(batch), "error", err.Error())
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // keepAlive extends the deadline of every message in flight by deadline,

@@ -41,7 +41,10 @@ const Benchmark = "BenchmarkAcquireRelease"
 var ErrNoRows = errors.New("benchchart: no AcquireRelease rows")
 
 // ErrName: a BenchmarkAcquireRelease line's name lacks its backend=, path=
-// or clients= part, or clients is not a positive integer.
+// or clients= part, gives one twice, has a part that is none of them (its
+// rounds would be pooled with those of a different configuration), or
+// clients is not a positive integer; or the line's sec/op does not give a
+// finite, positive number of pairs per second.
 var ErrName = errors.New("benchchart: malformed row name")
 
 // Point is one row of the chart: a path at one number of clients, over
@@ -97,8 +100,8 @@ func Read(r io.Reader) ([]Series, error) {
 		if !ok {
 			sec, ok = res.Value("sec/op")
 		}
-		if !ok || sec <= 0 {
-			return nil, fmt.Errorf("%w: %s has no positive sec/op", ErrName, res.Name)
+		if !ok || !(sec > 0) || math.IsInf(1/sec, 0) {
+			return nil, fmt.Errorf("%w: %s has no sec/op that gives a finite, positive rate", ErrName, res.Name)
 		}
 		if rounds[k] == nil {
 			rounds[k] = map[int][]float64{}
@@ -140,10 +143,13 @@ type rowKey struct {
 }
 
 // rowOf reads a row's backend, path, GOMAXPROCS and clients from the parts
-// of its name (benchfmt.Name.Parts: "/key=value" parts, then "-N").
+// of its name (benchfmt.Name.Parts: "/key=value" parts, then "-N"). Any
+// other part, or one of the three given twice, is refused: rows whose
+// names differ only there would otherwise be pooled as one.
 func rowOf(name string, parts [][]byte) (rowKey, int, error) {
 	k := rowKey{procs: 1}
 	clients := 0
+	seen := map[string]bool{}
 	for _, p := range parts {
 		s := string(p)
 		if n, ok := strings.CutPrefix(s, "-"); ok {
@@ -154,11 +160,12 @@ func rowOf(name string, parts [][]byte) (rowKey, int, error) {
 			k.procs = procs
 			continue
 		}
-		kv, ok := strings.CutPrefix(s, "/")
-		key, val, found := strings.Cut(kv, "=")
-		if !ok || !found {
-			continue
+		kv, _ := strings.CutPrefix(s, "/")
+		key, val, _ := strings.Cut(kv, "=")
+		if seen[key] {
+			return rowKey{}, 0, fmt.Errorf("%w: %s: %s= given twice", ErrName, name, key)
 		}
+		seen[key] = true
 		switch key {
 		case "backend":
 			k.backend = val
@@ -170,6 +177,8 @@ func rowOf(name string, parts [][]byte) (rowKey, int, error) {
 				return rowKey{}, 0, fmt.Errorf("%w: %s: clients %q", ErrName, name, val)
 			}
 			clients = n
+		default:
+			return rowKey{}, 0, fmt.Errorf("%w: %s: part %q is not backend=, path= or clients=", ErrName, name, s)
 		}
 	}
 	if k.backend == "" || k.path == "" || clients == 0 {
@@ -192,8 +201,17 @@ var pathColors = map[string]color.RGBA{
 	"redsync":            {R: 200, G: 120, A: 255},
 }
 
-// otherColor is a path pathColors does not name.
-var otherColor = color.RGBA{R: 140, B: 140, A: 255}
+// otherColors are given, in turn, to the paths pathColors does not name,
+// in the order of their names, so that no two lines of a panel share a
+// colour while there are colours left (then they repeat).
+var otherColors = []color.RGBA{
+	{R: 140, B: 140, A: 255},
+	{G: 150, B: 150, A: 255},
+	{R: 150, G: 80, B: 20, A: 255},
+	{R: 230, G: 40, B: 150, A: 255},
+	{R: 100, G: 100, B: 230, A: 255},
+	{R: 120, G: 170, A: 255},
+}
 
 // WriteSVG draws the series of GOMAXPROCS procs as SVG (gonum.org/v1/plot,
 // vgsvg): one panel per backend, two to a row, pairs/s against clients on
@@ -261,6 +279,7 @@ func panel(title string, series []Series) (*plot.Plot, error) {
 	p.Legend.Top, p.Legend.Left = false, false // lower right: lines rise with clients
 	p.Legend.XOffs, p.Legend.YOffs = vg.Points(-8), vg.Points(4)
 	lo, hi, right := 0.0, 0.0, 1.0
+	others := 0 // paths without a colour of their own so far (series are sorted by path)
 	for _, s := range series {
 		pts := make(plotter.XYs, len(s.Points))
 		for i, pt := range s.Points {
@@ -276,7 +295,8 @@ func panel(title string, series []Series) (*plot.Plot, error) {
 		}
 		c, ok := pathColors[s.Path]
 		if !ok {
-			c = otherColor
+			c = otherColors[others%len(otherColors)]
+			others++
 		}
 		line.Color, line.Width = c, vg.Points(1.5)
 		dots.Color, dots.Radius = c, vg.Points(2.5)

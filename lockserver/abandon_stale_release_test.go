@@ -1,0 +1,253 @@
+package lockserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
+)
+
+// lateStore is a memstore that ends the request of owner "gone" right
+// after a call grants it (cancelGone), and holds the first call that
+// would end a lease of key held (a Release or Handoff from "gone", or any
+// Revoke of it) until gate is closed; entered is closed when that call
+// arrives.
+type lateStore struct {
+	*memstore.Store
+	held string
+
+	mu         sync.Mutex
+	cancelGone context.CancelFunc
+	// granted, when not nil, is closed once gone's Acquire has granted
+	// it, and its request is ended only once answer is closed.
+	granted, answer chan struct{}
+	entered         chan struct{}
+	gate            chan struct{}
+	used            bool
+}
+
+func (s *lateStore) hold(key, owner string) {
+	s.mu.Lock()
+	wait := !s.used && key == s.held && (owner == "gone" || owner == "")
+	if wait {
+		s.used = true
+		close(s.entered)
+	}
+	s.mu.Unlock()
+	if wait {
+		<-s.gate
+	}
+}
+
+func (s *lateStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+	if owner != "gone" {
+		return s.Store.Acquire(ctx, key, owner, ttl)
+	}
+	l, err := s.Store.Acquire(context.WithoutCancel(ctx), key, owner, ttl)
+	if s.granted != nil {
+		close(s.granted)
+		<-s.answer
+	}
+	s.cancelGone()
+	return l, err
+}
+
+func (s *lateStore) AcquireMany(ctx context.Context, reqs []lockserver.AcquireRequest) []lockserver.Result {
+	res := s.Store.AcquireMany(ctx, reqs)
+	for _, r := range reqs {
+		if r.Owner == "gone" {
+			s.cancelGone()
+		}
+	}
+	return res
+}
+
+func (s *lateStore) Release(ctx context.Context, key, owner string, token int64) error {
+	s.hold(key, owner)
+	return s.Store.Release(ctx, key, owner, token)
+}
+
+func (s *lateStore) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockserver.AcquireRequest) (lockserver.Lease, error) {
+	s.hold(from.Key, from.Owner)
+	return s.Store.Handoff(ctx, from, to)
+}
+
+func (s *lateStore) Revoke(ctx context.Context, key string, token int64) (lockserver.Lease, error) {
+	s.hold(key, "")
+	return s.Store.Revoke(ctx, key, token)
+}
+
+// TestALateReleaseOfAnAbandonedGrantEndsNothingNewer: an acquire's
+// request ends just as the backend grants it (TTL 500 ms), and the
+// background release of that abandoned grant is delayed in the store
+// past the grant's expiry. Meanwhile a waiter, "next", is granted the key
+// by its own ask when the abandoned lease expires (answered 200, a newer
+// token), and a second waiter parks behind it. When the late release
+// finally reaches the store it must be refused (it is conditional on the
+// abandoned grant's token): next's renewal and release succeed, the
+// token is not repeated, and next's release reaches the second waiter at
+// once.
+func TestALateReleaseOfAnAbandonedGrantEndsNothingNewer(t *testing.T) {
+	for _, c := range []struct {
+		name              string
+		batching, handoff bool
+	}{{"single", false, false}, {"single-handoff", false, true}, {"batched", true, false}, {"batched-handoff", true, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const key = "payout:acct-late"
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				s := &lateStore{Store: memstore.New(nil), held: key, cancelGone: cancel, entered: make(chan struct{}), gate: make(chan struct{})}
+				h, _ := abandonServer(t, s, func(cfg *lockserver.ServerConfig) {
+					cfg.Batching, cfg.Handoff, cfg.WaitPoll = c.batching, c.handoff, lockserver.MaxWaitPoll
+				})
+				if rec := <-send(h, waitAcquireTTL(ctx, key, "gone", api.MinTTLMs, 0)); rec.Code != api.StatusRequestCancelled {
+					close(s.gate)
+					t.Fatalf("gone: %d %s; want %d", rec.Code, rec.Body, api.StatusRequestCancelled)
+				}
+				synctest.Wait()
+				select {
+				case <-s.entered:
+				default:
+					t.Fatal("the abandoned grant's release never reached the store")
+				}
+				gone := liveLease(t, s, key)
+				if gone == nil || gone.Owner != "gone" {
+					close(s.gate)
+					t.Fatalf("key %q: %+v; want gone's grant, its release held", key, gone)
+				}
+				next := send(h, waitAcquireTTL(t.Context(), key, "next", 60_000, api.MaxWaitMs))
+				rec := <-next // granted when gone's lease expires
+				if rec.Code != http.StatusOK {
+					close(s.gate)
+					t.Fatalf("next: %d %s", rec.Code, rec.Body)
+				}
+				var g api.Grant
+				if err := json.Unmarshal(rec.Body.Bytes(), &g); err != nil {
+					t.Fatal(err)
+				}
+				if g.Token <= gone.Token {
+					t.Fatalf("next's token %d, not above the abandoned grant's %d", g.Token, gone.Token)
+				}
+				second := send(h, waitAcquireTTL(t.Context(), key, "second", 60_000, api.MaxWaitMs))
+				synctest.Wait()
+				close(s.gate) // the late release goes on
+				synctest.Wait()
+				if l := liveLease(t, s, key); l == nil || l.Owner != "next" || l.Token != g.Token {
+					t.Fatalf("key %q after the late release of token %d: %+v; want next's lease (token %d)", key, gone.Token, l, g.Token)
+				}
+				if rec := schedPost(h, t.Context(), key, api.SuffixRenew, api.RenewRequest{Owner: "next", Token: g.Token}); rec.Code != http.StatusOK {
+					t.Fatalf("next renewing: %d %s; want 200", rec.Code, rec.Body)
+				}
+				start := time.Now()
+				if rec := schedPost(h, t.Context(), key, api.SuffixRelease, api.ReleaseRequest{Owner: "next", Token: g.Token}); rec.Code != http.StatusNoContent {
+					t.Fatalf("next releasing: %d %s; want 204", rec.Code, rec.Body)
+				}
+				rec = <-second
+				if rec.Code != http.StatusOK {
+					t.Fatalf("second: %d %s", rec.Code, rec.Body)
+				}
+				if waited := time.Since(start); waited >= lockserver.MaxWaitPoll {
+					t.Fatalf("second granted %v after next's release: not woken", waited)
+				}
+				if err := h.Close(); err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
+}
+
+// TestALateHandoffOfAnAbandonedGrantEndsNothingNewer: while the backend
+// grants a plain acquire (TTL 500 ms) a waiter parks on the key; the
+// acquire's request ends before its answer, and the release of the
+// abandoned grant claims the parked waiter for a handoff, which the
+// store holds past the grant's expiry. Meanwhile a plain acquire,
+// "barger", is granted the key (a newer token). When the late handoff
+// reaches the store it must be refused: the barger's lease is intact
+// (renewal, release), the waiter is not granted on top of it, and the
+// barger's release reaches the waiter at once, not after WaitPoll.
+func TestALateHandoffOfAnAbandonedGrantEndsNothingNewer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const key = "payout:acct-late-handoff"
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		s := &lateStore{Store: memstore.New(nil), held: key, cancelGone: cancel, entered: make(chan struct{}), gate: make(chan struct{}),
+			granted: make(chan struct{}), answer: make(chan struct{})}
+		h, _ := abandonServer(t, s, func(cfg *lockserver.ServerConfig) {
+			cfg.Batching, cfg.Handoff, cfg.WaitPoll = false, true, lockserver.MaxWaitPoll
+		})
+		gone := send(h, waitAcquireTTL(ctx, key, "gone", api.MinTTLMs, 0))
+		<-s.granted
+		waiter := send(h, waitAcquireTTL(t.Context(), key, "waiter", 60_000, api.MaxWaitMs))
+		synctest.Wait()
+		if !h.HeadParked(key) {
+			close(s.answer)
+			close(s.gate)
+			t.Fatal("the waiter is not parked behind the grant in flight")
+		}
+		close(s.answer)
+		if rec := <-gone; rec.Code != api.StatusRequestCancelled {
+			close(s.gate)
+			t.Fatalf("gone: %d %s; want %d", rec.Code, rec.Body, api.StatusRequestCancelled)
+		}
+		synctest.Wait()
+		select {
+		case <-s.entered:
+		default:
+			t.Fatal("the abandoned grant's release never reached the store")
+		}
+		abandoned := liveLease(t, s, key)
+		time.Sleep(time.Until(abandoned.ExpiresAt) + time.Millisecond)
+		rec := <-send(h, waitAcquireTTL(t.Context(), key, "barger", 60_000, 0))
+		if rec.Code != http.StatusOK {
+			close(s.gate)
+			t.Fatalf("barger, after the abandoned grant expired: %d %s", rec.Code, rec.Body)
+		}
+		var g api.Grant
+		if err := json.Unmarshal(rec.Body.Bytes(), &g); err != nil {
+			t.Fatal(err)
+		}
+		close(s.gate) // the late handoff goes on
+		synctest.Wait()
+		if l := liveLease(t, s, key); l == nil || l.Owner != "barger" || l.Token != g.Token {
+			t.Fatalf("key %q after the late handoff from token %d: %+v; want barger's lease (token %d)", key, abandoned.Token, l, g.Token)
+		}
+		if got := testutil.ToFloat64(h.HandoffCounter().WithLabelValues("refused")); got != 1 {
+			t.Fatalf("handoffs refused: %v; want 1 (the late one)", got)
+		}
+		if rec := schedPost(h, t.Context(), key, api.SuffixRenew, api.RenewRequest{Owner: "barger", Token: g.Token}); rec.Code != http.StatusOK {
+			t.Fatalf("barger renewing: %d %s; want 200", rec.Code, rec.Body)
+		}
+		start := time.Now()
+		if rec := schedPost(h, t.Context(), key, api.SuffixRelease, api.ReleaseRequest{Owner: "barger", Token: g.Token}); rec.Code != http.StatusNoContent {
+			t.Fatalf("barger releasing: %d %s; want 204", rec.Code, rec.Body)
+		}
+		rec = <-waiter
+		if rec.Code != http.StatusOK {
+			t.Fatalf("waiter: %d %s", rec.Code, rec.Body)
+		}
+		var w api.Grant
+		if err := json.Unmarshal(rec.Body.Bytes(), &w); err != nil {
+			t.Fatal(err)
+		}
+		if w.Token <= g.Token {
+			t.Fatalf("waiter's token %d not above barger's %d", w.Token, g.Token)
+		}
+		if waited := time.Since(start); waited >= lockserver.MaxWaitPoll {
+			t.Fatalf("waiter granted %v after barger's release: not woken", waited)
+		}
+		if err := h.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -1,0 +1,11 @@
+package pgstore
+
+import (
+	"testing"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
+)
+
+// TestAbandonedGrantsThroughLockServer: storetest.AbandonedGrants on
+// PostgreSQL.
+func TestAbandonedGrantsThroughLockServer(t *testing.T) { storetest.AbandonedGrants(t, backend()) }
