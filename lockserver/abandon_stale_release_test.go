@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -145,20 +146,7 @@ func TestALateReleaseOfAnAbandonedGrantEndsNothingNewer(t *testing.T) {
 				if l := liveLease(t, s, key); l == nil || l.Owner != "next" || l.Token != g.Token {
 					t.Fatalf("key %q after the late release of token %d: %+v; want next's lease (token %d)", key, gone.Token, l, g.Token)
 				}
-				if rec := schedPost(h, t.Context(), key, api.SuffixRenew, api.RenewRequest{Owner: "next", Token: g.Token}); rec.Code != http.StatusOK {
-					t.Fatalf("next renewing: %d %s; want 200", rec.Code, rec.Body)
-				}
-				start := time.Now()
-				if rec := schedPost(h, t.Context(), key, api.SuffixRelease, api.ReleaseRequest{Owner: "next", Token: g.Token}); rec.Code != http.StatusNoContent {
-					t.Fatalf("next releasing: %d %s; want 204", rec.Code, rec.Body)
-				}
-				rec = <-second
-				if rec.Code != http.StatusOK {
-					t.Fatalf("second: %d %s", rec.Code, rec.Body)
-				}
-				if waited := time.Since(start); waited >= lockserver.MaxWaitPoll {
-					t.Fatalf("second granted %v after next's release: not woken", waited)
-				}
+				holderEndsAndWaiterIsWoken(t, h, key, "next", g.Token, "second", second)
 				if err := h.Close(); err != nil {
 					t.Fatal(err)
 				}
@@ -225,29 +213,39 @@ func TestALateHandoffOfAnAbandonedGrantEndsNothingNewer(t *testing.T) {
 		if got := testutil.ToFloat64(h.HandoffCounter().WithLabelValues("refused")); got != 1 {
 			t.Fatalf("handoffs refused: %v; want 1 (the late one)", got)
 		}
-		if rec := schedPost(h, t.Context(), key, api.SuffixRenew, api.RenewRequest{Owner: "barger", Token: g.Token}); rec.Code != http.StatusOK {
-			t.Fatalf("barger renewing: %d %s; want 200", rec.Code, rec.Body)
-		}
-		start := time.Now()
-		if rec := schedPost(h, t.Context(), key, api.SuffixRelease, api.ReleaseRequest{Owner: "barger", Token: g.Token}); rec.Code != http.StatusNoContent {
-			t.Fatalf("barger releasing: %d %s; want 204", rec.Code, rec.Body)
-		}
-		rec = <-waiter
-		if rec.Code != http.StatusOK {
-			t.Fatalf("waiter: %d %s", rec.Code, rec.Body)
-		}
-		var w api.Grant
-		if err := json.Unmarshal(rec.Body.Bytes(), &w); err != nil {
-			t.Fatal(err)
-		}
+		w := holderEndsAndWaiterIsWoken(t, h, key, "barger", g.Token, "waiter", waiter)
 		if w.Token <= g.Token {
 			t.Fatalf("waiter's token %d not above barger's %d", w.Token, g.Token)
-		}
-		if waited := time.Since(start); waited >= lockserver.MaxWaitPoll {
-			t.Fatalf("waiter granted %v after barger's release: not woken", waited)
 		}
 		if err := h.Close(); err != nil {
 			t.Fatal(err)
 		}
 	})
+}
+
+// holderEndsAndWaiterIsWoken has holder renew and release its lease
+// (token) of key, both of which must succeed, then takes the waiter's
+// answer from answer: a grant, made well before MaxWaitPoll (woken by the
+// release, not found by a poll). It returns the waiter's grant.
+func holderEndsAndWaiterIsWoken(t *testing.T, h http.Handler, key, holder string, token int64, waiter string, answer <-chan *httptest.ResponseRecorder) api.Grant {
+	t.Helper()
+	if rec := schedPost(h, t.Context(), key, api.SuffixRenew, api.RenewRequest{Owner: holder, Token: token}); rec.Code != http.StatusOK {
+		t.Fatalf("%s renewing: %d %s; want 200", holder, rec.Code, rec.Body)
+	}
+	start := time.Now()
+	if rec := schedPost(h, t.Context(), key, api.SuffixRelease, api.ReleaseRequest{Owner: holder, Token: token}); rec.Code != http.StatusNoContent {
+		t.Fatalf("%s releasing: %d %s; want 204", holder, rec.Code, rec.Body)
+	}
+	rec := <-answer
+	if rec.Code != http.StatusOK {
+		t.Fatalf("%s: %d %s", waiter, rec.Code, rec.Body)
+	}
+	if waited := time.Since(start); waited >= lockserver.MaxWaitPoll {
+		t.Fatalf("%s granted %v after %s's release: not woken", waiter, waited, holder)
+	}
+	var g api.Grant
+	if err := json.Unmarshal(rec.Body.Bytes(), &g); err != nil {
+		t.Fatal(err)
+	}
+	return g
 }

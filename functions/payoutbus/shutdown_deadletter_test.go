@@ -10,12 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2"
-	"cloud.google.com/go/pubsub/v2/pstest"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 )
 
@@ -48,17 +42,7 @@ func (d *recordingDeadLetter) count() int {
 // the dead-letter topic and acknowledged, which would drop the payout
 // from the pipeline until an operator replays it.
 func TestAStopDuringTheLastAttemptDoesNotDeadLetter(t *testing.T) {
-	srv := pstest.NewServer()
-	t.Cleanup(func() { _ = srv.Close() })
-	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := pubsub.NewClient(t.Context(), "local", option.WithGRPCConn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := fakePubSub(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	if err := Setup(ctx, c, "local", "payouts", "payout-executor", 600*time.Second); err != nil {

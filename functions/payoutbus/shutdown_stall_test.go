@@ -10,12 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"cloud.google.com/go/pubsub/v2/pstest"
-	"google.golang.org/api/option"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 )
@@ -56,17 +52,7 @@ func TestAStalledServerHoldsAStoppingBridgeForOneCallBoundOnly(t *testing.T) {
 		}
 		return err
 	}
-	srv := pstest.NewServer()
-	t.Cleanup(func() { _ = srv.Close() })
-	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(intercept))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := pubsub.NewClient(t.Context(), "local", option.WithGRPCConn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := fakePubSubDial(t, []grpc.DialOption{grpc.WithUnaryInterceptor(intercept)})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	if err := Setup(ctx, c, "local", "payouts", "payout-executor", 600*time.Second); err != nil {
