@@ -53,7 +53,7 @@ func TestCloseRacingAbandonedGrantsLosesNoRelease(t *testing.T) {
 					wg.Go(func() {
 						defer cancel()
 						time.Sleep(start)
-						if rec := schedPost(h, ctx, keys[i], api.SuffixAcquire, api.AcquireRequest{Owner: owner, TTLMs: 60_000}); rec.Code == http.StatusOK {
+						if rec := schedPost(ctx, h, keys[i], api.SuffixAcquire, api.AcquireRequest{Owner: owner, TTLMs: 60_000}); rec.Code == http.StatusOK {
 							t.Errorf("%s answered its grant although its request ended in the store: %s", owner, rec.Body)
 						}
 					})

@@ -19,7 +19,6 @@ package lockserver_test
 //     was left to its TTL).
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -168,12 +167,10 @@ func (h *holders) releasing(key string) {
 	delete(h.now, key)
 }
 
-func schedPost(h http.Handler, ctx context.Context, key, op string, body any) *httptest.ResponseRecorder {
-	b, _ := json.Marshal(body)
-	r := httptest.NewRequestWithContext(ctx, http.MethodPost, api.PathLockPrefix+key+op, bytes.NewReader(b))
-	r.Header.Set("Content-Type", "application/json")
+// schedPost serves lockRequest(ctx, key, op, body) on h.
+func schedPost(ctx context.Context, h http.Handler, key, op string, body any) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, r)
+	h.ServeHTTP(rec, lockRequest(ctx, key, op, body))
 	return rec
 }
 
@@ -203,7 +200,7 @@ func runSchedule(t *testing.T, cs []schedClient, mod func(*lockserver.ServerConf
 		wg.Go(func() {
 			defer cancel()
 			time.Sleep(c.start)
-			rec := schedPost(h, ctx, c.key, api.SuffixAcquire, api.AcquireRequest{Owner: c.owner, TTLMs: 60_000, WaitMs: c.waitMs})
+			rec := schedPost(ctx, h, c.key, api.SuffixAcquire, api.AcquireRequest{Owner: c.owner, TTLMs: 60_000, WaitMs: c.waitMs})
 			switch {
 			case rec.Code == http.StatusOK:
 			case c.end == endNever && c.waitMs > 0:
@@ -228,12 +225,12 @@ func runSchedule(t *testing.T, cs []schedClient, mod func(*lockserver.ServerConf
 			}
 			hs.granted(t, c.key, c.owner, g.Token)
 			time.Sleep(c.hold / 2)
-			if rec := schedPost(h, t.Context(), c.key, api.SuffixRenew, api.RenewRequest{Owner: c.owner, Token: g.Token}); rec.Code != http.StatusOK {
+			if rec := schedPost(t.Context(), h, c.key, api.SuffixRenew, api.RenewRequest{Owner: c.owner, Token: g.Token}); rec.Code != http.StatusOK {
 				t.Errorf("%s renewing its lease (token %d): %d %s; want 200: its lease was ended under it", c.owner, g.Token, rec.Code, rec.Body)
 			}
 			time.Sleep(c.hold / 2)
 			hs.releasing(c.key)
-			if rec := schedPost(h, t.Context(), c.key, api.SuffixRelease, api.ReleaseRequest{Owner: c.owner, Token: g.Token}); rec.Code != http.StatusNoContent {
+			if rec := schedPost(t.Context(), h, c.key, api.SuffixRelease, api.ReleaseRequest{Owner: c.owner, Token: g.Token}); rec.Code != http.StatusNoContent {
 				t.Errorf("%s releasing its lease (token %d): %d %s; want 204: its lease was ended under it", c.owner, g.Token, rec.Code, rec.Body)
 			}
 		})

@@ -229,11 +229,11 @@ func TestALateHandoffOfAnAbandonedGrantEndsNothingNewer(t *testing.T) {
 // release, not found by a poll). It returns the waiter's grant.
 func holderEndsAndWaiterIsWoken(t *testing.T, h http.Handler, key, holder string, token int64, waiter string, answer <-chan *httptest.ResponseRecorder) api.Grant {
 	t.Helper()
-	if rec := schedPost(h, t.Context(), key, api.SuffixRenew, api.RenewRequest{Owner: holder, Token: token}); rec.Code != http.StatusOK {
+	if rec := schedPost(t.Context(), h, key, api.SuffixRenew, api.RenewRequest{Owner: holder, Token: token}); rec.Code != http.StatusOK {
 		t.Fatalf("%s renewing: %d %s; want 200", holder, rec.Code, rec.Body)
 	}
 	start := time.Now()
-	if rec := schedPost(h, t.Context(), key, api.SuffixRelease, api.ReleaseRequest{Owner: holder, Token: token}); rec.Code != http.StatusNoContent {
+	if rec := schedPost(t.Context(), h, key, api.SuffixRelease, api.ReleaseRequest{Owner: holder, Token: token}); rec.Code != http.StatusNoContent {
 		t.Fatalf("%s releasing: %d %s; want 204", holder, rec.Code, rec.Body)
 	}
 	rec := <-answer

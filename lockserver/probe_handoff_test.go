@@ -31,8 +31,14 @@ func awaitCond(t *testing.T, what string, cond func() bool) {
 
 // waitAcquireTTL is waitAcquire with a TTL of ttlMs.
 func waitAcquireTTL(ctx context.Context, key, owner string, ttlMs, waitMs int64) *http.Request {
-	body, _ := json.Marshal(api.AcquireRequest{Owner: owner, TTLMs: ttlMs, WaitMs: waitMs})
-	r := httptest.NewRequestWithContext(ctx, http.MethodPost, api.PathLockPrefix+key+api.SuffixAcquire, bytes.NewReader(body))
+	return lockRequest(ctx, key, api.SuffixAcquire, api.AcquireRequest{Owner: owner, TTLMs: ttlMs, WaitMs: waitMs})
+}
+
+// lockRequest is a POST of body, as JSON, to operation op (api.Suffix*)
+// of key, on ctx.
+func lockRequest(ctx context.Context, key, op string, body any) *http.Request {
+	b, _ := json.Marshal(body)
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, api.PathLockPrefix+key+op, bytes.NewReader(b))
 	r.Header.Set("Content-Type", "application/json")
 	return r
 }

@@ -25,14 +25,10 @@ import (
 // within seconds. Before, the bridge returned with the answer unread and
 // the message waited out its deadline.
 func TestABridgeStoppedDuringAPullHandsTheMessagesBack(t *testing.T) {
-	var stopOnPull atomic.Pointer[context.CancelFunc] // armed: cancel the bridge when a pull brings a message
+	var stopOnPull pullStopper
 	intercept := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		err := invoker(ctx, method, req, reply, cc, opts...)
-		if r, ok := reply.(*pubsubpb.PullResponse); ok && err == nil && len(r.GetReceivedMessages()) > 0 {
-			if stop := stopOnPull.Swap(nil); stop != nil {
-				(*stop)()
-			}
-		}
+		stopOnPull.after(reply, err, nil)
 		return err
 	}
 	c := fakePubSubDial(t, []grpc.DialOption{grpc.WithUnaryInterceptor(intercept)})
@@ -62,7 +58,7 @@ func TestABridgeStoppedDuringAPullHandsTheMessagesBack(t *testing.T) {
 	}))
 	defer endpoint.Close()
 	b1ctx, stop1 := context.WithCancel(ctx)
-	stopOnPull.Store(&stop1)
+	stopOnPull.arm(stop1)
 	b1 := runBridge(b1ctx, c, endpoint.URL)
 	pub := NewPublisher(c, "payouts")
 	defer pub.Stop()
@@ -92,4 +88,32 @@ func TestABridgeStoppedDuringAPullHandsTheMessagesBack(t *testing.T) {
 	if len(pushes) != 1 || pushes[0] != "second" {
 		t.Errorf("pushes by %v; want one, by the second bridge", pushes)
 	}
+}
+
+// pullStopper cancels a bridge, once armed, right after the server has
+// answered one of its pulls with messages: the stop lands while that
+// answer is on its way to the bridge.
+type pullStopper struct {
+	armed atomic.Pointer[context.CancelFunc]
+}
+
+// arm makes the next pull that brings messages call stop.
+func (p *pullStopper) arm(stop context.CancelFunc) { p.armed.Store(&stop) }
+
+// after is called by an interceptor with a call's reply and error; when
+// armed and the reply is a pull that brought messages, it calls before
+// (if not nil) with their number, then the stop.
+func (p *pullStopper) after(reply any, err error, before func(messages int)) {
+	r, ok := reply.(*pubsubpb.PullResponse)
+	if !ok || err != nil || len(r.GetReceivedMessages()) == 0 {
+		return
+	}
+	stop := p.armed.Swap(nil)
+	if stop == nil {
+		return
+	}
+	if before != nil {
+		before(len(r.GetReceivedMessages()))
+	}
+	(*stop)()
 }

@@ -31,7 +31,7 @@ func TestAStalledServerHoldsAStoppingBridgeForOneCallBoundOnly(t *testing.T) {
 	callTimeout = 400 * time.Millisecond
 
 	var (
-		stopOnPull atomic.Pointer[context.CancelFunc]
+		stopOnPull pullStopper
 		pulled     atomic.Int64 // messages the stopping pull brought
 		handBacks  atomic.Int64 // hand-back calls made
 		stopped    atomic.Int64 // when the bridge was cancelled (UnixNano)
@@ -43,13 +43,10 @@ func TestAStalledServerHoldsAStoppingBridgeForOneCallBoundOnly(t *testing.T) {
 			return ctx.Err()
 		}
 		err := invoker(ctx, method, req, reply, cc, opts...)
-		if r, ok := reply.(*pubsubpb.PullResponse); ok && err == nil && len(r.GetReceivedMessages()) > 0 {
-			if stop := stopOnPull.Swap(nil); stop != nil {
-				pulled.Store(int64(len(r.GetReceivedMessages())))
-				stopped.Store(time.Now().UnixNano())
-				(*stop)()
-			}
-		}
+		stopOnPull.after(reply, err, func(n int) {
+			pulled.Store(int64(n))
+			stopped.Store(time.Now().UnixNano())
+		})
 		return err
 	}
 	c := fakePubSubDial(t, []grpc.DialOption{grpc.WithUnaryInterceptor(intercept)})
@@ -76,7 +73,7 @@ func TestAStalledServerHoldsAStoppingBridgeForOneCallBoundOnly(t *testing.T) {
 
 	bctx, stop := context.WithCancel(ctx)
 	defer stop()
-	stopOnPull.Store(&stop)
+	stopOnPull.arm(stop)
 	b := &PushBridge{Sub: c.Subscriber("payout-executor"), Admin: c.SubscriptionAdminClient, Endpoint: endpoint.URL, Log: slog.New(slog.DiscardHandler)}
 	if err := b.Run(bctx); err != nil {
 		t.Fatalf("Run: %v", err)

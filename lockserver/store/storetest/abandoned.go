@@ -109,7 +109,7 @@ func (s *endingStore) Handoff(ctx context.Context, from lockserver.LeaseRef, to 
 	return l, err
 }
 
-func post(h http.Handler, ctx context.Context, key, op string, body any) *httptest.ResponseRecorder {
+func post(ctx context.Context, h http.Handler, key, op string, body any) *httptest.ResponseRecorder {
 	raw, _ := json.Marshal(body)
 	r := httptest.NewRequestWithContext(ctx, http.MethodPost, api.PathLockPrefix+key+op, bytes.NewReader(raw))
 	r.Header.Set("Content-Type", "application/json")
@@ -179,7 +179,7 @@ func abandonedSchedule(t *testing.T, b Backend, batching bool, seed uint64) {
 		wg.Go(func() {
 			defer cancel()
 			time.Sleep(begin)
-			rec := post(h, ctx, key, api.SuffixAcquire, api.AcquireRequest{Owner: owner, TTLMs: 60_000, WaitMs: waitMs})
+			rec := post(ctx, h, key, api.SuffixAcquire, api.AcquireRequest{Owner: owner, TTLMs: 60_000, WaitMs: waitMs})
 			switch {
 			case rec.Code == http.StatusOK:
 			case end == never && waitMs > 0:
@@ -209,14 +209,14 @@ func abandonedSchedule(t *testing.T, b Backend, batching bool, seed uint64) {
 			now[key], last[key] = owner, g.Token
 			mu.Unlock()
 			time.Sleep(hold / 2)
-			if rec := post(h, t.Context(), key, api.SuffixRenew, api.RenewRequest{Owner: owner, Token: g.Token}); rec.Code != http.StatusOK {
+			if rec := post(t.Context(), h, key, api.SuffixRenew, api.RenewRequest{Owner: owner, Token: g.Token}); rec.Code != http.StatusOK {
 				t.Errorf("%s renewing (token %d): %d %s; want 200: its lease was ended under it", owner, g.Token, rec.Code, rec.Body)
 			}
 			time.Sleep(hold / 2)
 			mu.Lock()
 			delete(now, key)
 			mu.Unlock()
-			if rec := post(h, t.Context(), key, api.SuffixRelease, api.ReleaseRequest{Owner: owner, Token: g.Token}); rec.Code != http.StatusNoContent {
+			if rec := post(t.Context(), h, key, api.SuffixRelease, api.ReleaseRequest{Owner: owner, Token: g.Token}); rec.Code != http.StatusNoContent {
 				t.Errorf("%s releasing (token %d): %d %s; want 204: its lease was ended under it", owner, g.Token, rec.Code, rec.Body)
 			}
 		})
