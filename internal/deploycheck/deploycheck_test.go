@@ -100,6 +100,18 @@ func TestEtcdChecksFailOnBrokenCopies(t *testing.T) {
 			c := &m.StatefulSets[0].Spec.Template.Spec.Containers[0]
 			c.Args = slices.DeleteFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--auto-compaction-mode") })
 		}, "--auto-compaction-mode="},
+		{"no fsync", func(m *deploycheck.Manifests) {
+			c := &m.StatefulSets[0].Spec.Template.Spec.Containers[0]
+			c.Args = append(c.Args, "--unsafe-no-fsync")
+		}, "--unsafe-no-fsync is set"},
+		{"a cluster token without a generation", func(m *deploycheck.Manifests) {
+			c := &m.StatefulSets[0].Spec.Template.Spec.Containers[0]
+			for i, a := range c.Args {
+				if strings.HasPrefix(a, "--initial-cluster-token=") {
+					c.Args[i] = "--initial-cluster-token=dlock-etcd"
+				}
+			}
+		}, "carries no generation"},
 		{"claims retained", func(m *deploycheck.Manifests) { m.StatefulSets[0].Spec.PersistentVolumeClaimRetentionPolicy = nil }, "claims are retained"},
 		{"two members may go", func(m *deploycheck.Manifests) { v := intstr.FromInt32(2); m.PDBs[0].Spec.MaxUnavailable = &v }, "maxUnavailable: 1"},
 		{"no PDB", func(m *deploycheck.Manifests) { m.PDBs = nil }, "0 PodDisruptionBudgets"},

@@ -2,6 +2,7 @@ package deploycheck
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -118,6 +119,12 @@ func CheckEtcd(m *Manifests) []string {
 			out = append(out, "etcd: no "+flag+" flag")
 		}
 	}
+	if strings.Contains(args, "--unsafe-no-fsync") && !strings.Contains(args, "--unsafe-no-fsync=false") {
+		out = append(out, "etcd: --unsafe-no-fsync is set: a crash could lose grants already answered, and their tokens be issued again")
+	}
+	if !clusterTokenWithGeneration.MatchString(args) {
+		out = append(out, "etcd: --initial-cluster-token carries no generation (-gen-N): a snapshot restored with it would keep the cluster ID")
+	}
 	if !requiredAntiAffinity(sts.Spec.Template.Spec.Affinity, "kubernetes.io/hostname", sts.Spec.Template.Labels) {
 		out = append(out, "etcd: no required pod anti-affinity by kubernetes.io/hostname over its own pods")
 	}
@@ -232,3 +239,8 @@ func CheckLockServer(m *Manifests, paths LockServerPaths) []string {
 	}
 	return append(out, checkPod("lock-server", d.Spec.Template.Spec)...)
 }
+
+// clusterTokenWithGeneration matches an --initial-cluster-token that ends
+// in a generation, "-gen-" and a number, which every restore of the
+// cluster must raise (docs/runbooks/etcd-restore.md).
+var clusterTokenWithGeneration = regexp.MustCompile(`--initial-cluster-token=\S+-gen-[0-9]+(\s|$)`)

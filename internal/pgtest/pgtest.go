@@ -229,9 +229,16 @@ func NewDatabase(t testing.TB) string {
 // t ends. It fails t when the cluster cannot start.
 func NewCluster(t testing.TB) *pgcluster.Cluster {
 	t.Helper()
+	return NewClusterWith(t, nil)
+}
+
+// NewClusterWith is NewCluster with extra server parameters (see
+// pgcluster.Config.Settings).
+func NewClusterWith(t testing.TB, settings map[string]string) *pgcluster.Cluster {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	c, err := pgcluster.Start(ctx, pgcluster.Config{})
+	c, err := pgcluster.Start(ctx, pgcluster.Config{Settings: settings})
 	if err != nil {
 		t.Fatalf("pgtest: start cluster: %v", err)
 	}

@@ -34,12 +34,12 @@ const (
 	// acquireManySQL is acquireSQL for the keys of arrays $1 (keys), $2
 	// (owners) and $3 (TTLs in ms); it returns the rows it granted.
 	acquireManySQL = `INSERT INTO lock_lease AS l (lock_key, owner_id, fencing_token, ttl_ms, granted_at, expires_at)
-SELECT r.k, r.o, nextval('fencing_token_seq'), r.t, lock_clock(), lock_clock() + r.t * interval '1 millisecond'
+SELECT r.k, r.o, lockdb_draw_token(0), r.t, lock_clock(), lock_clock() + r.t * interval '1 millisecond'
 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(k, o, t)
 ORDER BY r.k
 ON CONFLICT (lock_key) DO UPDATE SET
     owner_id = EXCLUDED.owner_id,
-    fencing_token = nextval('fencing_token_seq'),
+    fencing_token = lockdb_draw_token(l.fencing_token),
     ttl_ms = EXCLUDED.ttl_ms,
     granted_at = lock_clock(),
     expires_at = lock_clock() + EXCLUDED.ttl_ms * interval '1 millisecond'
@@ -142,6 +142,15 @@ func (s *Store) AcquireMany(ctx context.Context, reqs []lockserver.AcquireReques
 // and the statement in one batch, one implicit transaction. It returns the
 // leases granted, by key.
 func (s *Store) guardedAcquireMany(ctx context.Context, keys, owners []string, ttls []int64) (map[string]lockserver.Lease, error) {
+	var granted map[string]lockserver.Lease
+	err := s.drawing(ctx, func() (err error) {
+		granted, err = s.guardedAcquireManyOnce(ctx, keys, owners, ttls)
+		return err
+	})
+	return granted, err
+}
+
+func (s *Store) guardedAcquireManyOnce(ctx context.Context, keys, owners []string, ttls []int64) (map[string]lockserver.Lease, error) {
 	b := &pgx.Batch{}
 	b.Queue(checkIdentitySQL)
 	b.Queue(s.acquireManySQL, keys, owners, ttls)
@@ -173,7 +182,7 @@ func (s *Store) guardedAcquireMany(ctx context.Context, keys, owners []string, t
 		err = cerr // the implicit commit failed
 	}
 	if err != nil {
-		return nil, err
+		return nil, restored(err)
 	}
 	return granted, nil
 }

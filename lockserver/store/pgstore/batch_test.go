@@ -22,7 +22,7 @@ func TestContractBatched(t *testing.T) { storetest.Run(t, storetest.Batched(back
 // the VALUES-side token in DO UPDATE): the regression the interleaving
 // below must catch.
 var naiveAcquireManySQL = strings.Replace(acquireManySQL,
-	"fencing_token = nextval('fencing_token_seq')", "fencing_token = EXCLUDED.fencing_token", 1)
+	"fencing_token = lockdb_draw_token(l.fencing_token)", "fencing_token = EXCLUDED.fencing_token", 1)
 
 // TestBatchTokenRegressionInterleaving is TestTokenRegressionInterleaving
 // for a group grant: the slow grant is one AcquireMany statement for three

@@ -25,17 +25,32 @@ import (
 // back a lease while the operator works. A promoted synchronous standby
 // is on a new timeline too; promotion.go decides when that is accepted.
 //
-// What it cannot see: a copy of the data directory taken from the same
-// cluster and started without archive recovery (a disk snapshot restored in
-// place) keeps all four facts. lock-server's token floor and the runbook
-// (docs/runbooks/lockdb-restore.md) cover that case.
+// A rollback that keeps all four facts (a data directory put back, a
+// dump restored in place, a sequence reset) is caught by the token draw
+// itself (migration 00005, docs/adr/0002-token-floor-from-lockdbs-clock.md):
+// the sequence is kept within a second of lockdb's clock, so a draw after
+// the rollback is moved up to the clock (drawing), above every earlier
+// token; and a draw not above the key's row is refused as a restore.
 
 const (
 	// checkIdentitySQL raises SQLSTATE sqlstateRestored on a mismatch.
 	checkIdentitySQL = `SELECT lockdb_check_identity()`
 
-	// sqlstateRestored is the SQLSTATE of lockdb_check_identity's refusal.
+	// sqlstateRestored is the SQLSTATE of lockdb_check_identity's refusal,
+	// and of lockdb_draw_token's when a draw is not above the key's row.
 	sqlstateRestored = "DL001"
+
+	// sqlstateBehindClock is lockdb_draw_token's answer to a draw more
+	// than a second behind lockdb's clock: run catchUpSQL and draw again.
+	sqlstateBehindClock = "DL002"
+
+	// sqlstateClockPastRange is lockdb_catch_up's refusal of a clock that
+	// reads beyond the largest token.
+	sqlstateClockPastRange = "DL003"
+
+	// catchUpSQL moves fencing_token_seq up to lockdb's clock, in
+	// microseconds, never down (migration 00005).
+	catchUpSQL = `SELECT lockdb_catch_up()`
 
 	// advanceSQL moves the sequence to the largest of N, its own value and
 	// every token recorded in lock_lease; the next nextval returns one more.
@@ -76,6 +91,35 @@ func (s *Store) guardedAcquire(ctx context.Context, key, owner string, ttl time.
 // nothing, an error wrapping lockserver.ErrBackendRestored on a mismatch,
 // or the driver's error (the implicit commit's included).
 func (s *Store) guardedGrant(ctx context.Context, key, grantSQL string, args ...any) (lockserver.Lease, error) {
+	var l lockserver.Lease
+	err := s.drawing(ctx, func() (err error) {
+		l, err = s.guardedGrantOnce(ctx, key, grantSQL, args...)
+		return err
+	})
+	return l, err
+}
+
+// drawing runs grant, a statement that draws tokens; when its draw was
+// behind lockdb's clock, it moves the sequence up to the clock and runs
+// grant once more.
+func (s *Store) drawing(ctx context.Context, grant func() error) error {
+	err := grant()
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != sqlstateBehindClock {
+		return err
+	}
+	var seq int64
+	if err := s.pool.QueryRow(ctx, catchUpSQL).Scan(&seq); err != nil {
+		if errors.As(err, &pgErr) && pgErr.Code == sqlstateClockPastRange {
+			return fmt.Errorf("%w: pgstore: %s", lockserver.ErrUnavailable, pgErr.Message)
+		}
+		return err
+	}
+	s.log.Debug("pgstore moved fencing_token_seq up to lockdb's clock", "sequence", seq)
+	return grant()
+}
+
+func (s *Store) guardedGrantOnce(ctx context.Context, key, grantSQL string, args ...any) (lockserver.Lease, error) {
 	b := &pgx.Batch{}
 	b.Queue(checkIdentitySQL)
 	b.Queue(grantSQL, args...)
@@ -88,7 +132,7 @@ func (s *Store) guardedGrant(ctx context.Context, key, grantSQL string, args ...
 	if cerr := br.Close(); err == nil && cerr != nil {
 		return lockserver.Lease{}, cerr // the implicit commit failed
 	}
-	return l, err
+	return l, restored(err)
 }
 
 // restored wraps the guard's refusal in lockserver.ErrBackendRestored and

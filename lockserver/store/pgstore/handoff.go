@@ -21,7 +21,7 @@ var _ lockserver.Handoffer = (*Store)(nil)
 // committed before it, as for Acquire. No row matched: nothing changed.
 const handoffSQL = `UPDATE lock_lease l SET
     owner_id = $4,
-    fencing_token = nextval('fencing_token_seq'),
+    fencing_token = lockdb_draw_token(l.fencing_token),
     ttl_ms = $5::bigint,
     granted_at = lock_clock(),
     expires_at = lock_clock() + $5::bigint * interval '1 millisecond'

@@ -2,18 +2,16 @@
 // key in table lock_lease, fencing tokens from one global sequence,
 // fencing_token_seq (CACHE 1), and expiry decided by the database's clock.
 //
-// Tokens. Every grant draws its token with nextval('fencing_token_seq')
-// inside the statement that wins the key's row, after the row lock is
-// held, so a grant that waited on the row lock cannot carry a token older
-// than the grant it waited for (a value drawn before waiting could be). The
-// sequence is shared by all keys and every acquire attempt draws a value
-// even when it is refused, so tokens of a key are unique and strictly
-// increasing but not dense: expect gaps. Rows are never deleted; a released,
-// revoked or expired lease keeps its last token in its row, which is how
-// Inspect reports LastToken and why tokens keep increasing across restarts
-// of lock-server and of PostgreSQL. A restore of lockdb from a backup
-// takes the sequence back; the restore guard (guard.go) refuses grants
-// then, until Advance.
+// Tokens. Every grant draws its token from fencing_token_seq, through
+// lockdb_draw_token, inside the statement that wins the key's row, after
+// the row lock is held, so a grant that waited on the row lock cannot
+// carry a token older than the grant it waited for. The sequence is
+// shared by all keys, kept within a second of lockdb's clock in
+// microseconds, and every acquire attempt draws a value even when it is
+// refused: tokens are unique and strictly increasing, with gaps. Rows are
+// never deleted; a released, revoked or expired lease keeps its last token
+// in its row (Inspect's LastToken). Commits are durable before a grant is
+// answered. A restore or rollback of lockdb is handled by guard.go.
 //
 // Clock. Expiry is decided by lock_clock(), a SQL function (migration
 // 00002) that returns clock_timestamp(): the database host's wall clock at
@@ -84,10 +82,10 @@ const (
 	// the nextval in DO UPDATE SET runs after the row lock is won and the
 	// WHERE has been re-checked on the latest row version.
 	acquireSQL = `INSERT INTO lock_lease AS l (lock_key, owner_id, fencing_token, ttl_ms, granted_at, expires_at)
-VALUES ($1, $2, nextval('fencing_token_seq'), $3::bigint, lock_clock(), lock_clock() + $3::bigint * interval '1 millisecond')
+VALUES ($1, $2, lockdb_draw_token(0), $3::bigint, lock_clock(), lock_clock() + $3::bigint * interval '1 millisecond')
 ON CONFLICT (lock_key) DO UPDATE SET
     owner_id = EXCLUDED.owner_id,
-    fencing_token = nextval('fencing_token_seq'),
+    fencing_token = lockdb_draw_token(l.fencing_token),
     ttl_ms = EXCLUDED.ttl_ms,
     granted_at = lock_clock(),
     expires_at = lock_clock() + EXCLUDED.ttl_ms * interval '1 millisecond'
@@ -155,6 +153,31 @@ const (
 	// earlier than at the lease's previous grant or renewal.
 	eventClockStepped = "lockdb_clock_stepped"
 )
+
+// ErrNotDurable is returned (wrapped) by Open, and fails a new connection,
+// when lockdb runs with fsync off: a commit it acknowledged could be lost
+// in a crash, and the grant's token issued again after it.
+var ErrNotDurable = errors.New("pgstore: lockdb does not make commits durable")
+
+// durableSQL reads fsync and makes the session's commits durable before
+// they are acknowledged: a synchronous_commit of "off" (set for the
+// server, the database or the role) becomes "on" for this session; any
+// other value already waits for the local flush and is kept.
+const durableSQL = `SELECT current_setting('fsync'), set_config('synchronous_commit',
+    CASE current_setting('synchronous_commit') WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, false)`
+
+// durable runs durableSQL on a new connection: ErrNotDurable when fsync
+// is off.
+func durable(ctx context.Context, conn *pgx.Conn) error {
+	var fsync, syncCommit string
+	if err := conn.QueryRow(ctx, durableSQL).Scan(&fsync, &syncCommit); err != nil {
+		return err
+	}
+	if fsync != "on" || syncCommit == "off" {
+		return fmt.Errorf("%w: fsync is %q and synchronous_commit %q; lock-server needs fsync = on (set it in postgresql.conf or as the Cloud SQL flag)", ErrNotDurable, fsync, syncCommit)
+	}
+	return nil
+}
 
 // ErrInvalidConfig is returned (wrapped) by Config.Validate and Open for a
 // missing or malformed DSN or a field out of range.
@@ -252,6 +275,7 @@ func (c Config) poolConfig() (*pgxpool.Config, error) {
 		return nil, err
 	}
 	pc.MaxConns = c.MaxConns
+	pc.AfterConnect = durable
 	if pc.ConnConfig.ConnectTimeout == 0 {
 		pc.ConnConfig.ConnectTimeout = c.ConnectTimeout
 	}
