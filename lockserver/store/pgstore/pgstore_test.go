@@ -72,6 +72,9 @@ func backend() storetest.Backend {
 			}
 			return openStore(t, dsn)
 		},
+		Replica: func(t *testing.T, s lockserver.LockStore) lockserver.LockStore {
+			return openStore(t, s.(*Store).dsn)
+		},
 		RestartBackend: func(t *testing.T) (lockserver.LockStore, func()) {
 			c, dsn := newClusterDB(t)
 			// The restart may run on a goroutine of its own (the

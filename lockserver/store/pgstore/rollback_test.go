@@ -20,6 +20,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 )
 
 // startReplica runs one lock-server over lockdb at dsn (its own Store,
@@ -308,4 +309,32 @@ func copyDir(t *testing.T, from, to string) {
 	if out, err := exec.Command("cp", "-a", from, to).CombinedOutput(); err != nil {
 		t.Fatalf("cp -a %s %s: %v: %s", from, to, err, out)
 	}
+}
+
+// TestLinearizableAcrossReplicasWhileTheSequenceGoesBack runs the
+// linearizability workload through two replicas and, under the clients,
+// restarts one of them and resets fencing_token_seq to 2 (rows intact):
+// the history must stay linearizable, every grant above all before it.
+func TestLinearizableAcrossReplicasWhileTheSequenceGoesBack(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	first, second := openStore(t, dsn), openStore(t, dsn)
+	storetest.CheckLinearizableAcrossReplicas(t, "postgres/sequence-reset", first, second, func(old lockserver.LockStore) lockserver.LockStore {
+		_ = old.Close()
+		conn, err := pgx.Connect(testCtx(t), dsn)
+		if err != nil {
+			t.Error(err)
+			return old
+		}
+		defer conn.Close(testCtx(t))
+		if _, err := conn.Exec(testCtx(t), `ALTER SEQUENCE fencing_token_seq RESTART WITH 2`); err != nil {
+			t.Error(err)
+		}
+		s, err := Open(testCtx(t), conf(func(c *Config) { c.DSN = dsn }), nil)
+		if err != nil {
+			t.Error(err)
+			return old
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
 }

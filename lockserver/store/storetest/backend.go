@@ -37,6 +37,11 @@ type Backend struct {
 	// check: it must report failures with t.Errorf, never t.Fatalf.
 	RestartBackend func(t *testing.T) (s lockserver.LockStore, restart func())
 
+	// Replica, when set, opens a second store over the namespace of s
+	// without closing s, as the other replica of lock-server would. The
+	// suite closes it. When nil, the two-replica check is skipped.
+	Replica func(t *testing.T, s lockserver.LockStore) lockserver.LockStore
+
 	// ShortTTL is the TTL the expiry tests ask for: the shortest the backend
 	// honours without rounding much (PostgreSQL: exact; etcd: whole seconds
 	// above its floor).

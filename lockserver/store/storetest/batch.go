@@ -22,6 +22,11 @@ func Batched(b Backend) Backend {
 	wrapped.Reopen = func(t *testing.T, s lockserver.LockStore) lockserver.LockStore {
 		return batch(t, b.Reopen(t, s.(*lockserver.Batcher).Unwrap()))
 	}
+	if b.Replica != nil {
+		wrapped.Replica = func(t *testing.T, s lockserver.LockStore) lockserver.LockStore {
+			return batch(t, b.Replica(t, s.(*lockserver.Batcher).Unwrap()))
+		}
+	}
 	if b.StepClock != nil {
 		wrapped.StepClock = func(t *testing.T, s lockserver.LockStore, d time.Duration) {
 			b.StepClock(t, s.(*lockserver.Batcher).Unwrap(), d)

@@ -29,6 +29,11 @@ func OverHTTP(b Backend) Backend {
 		hs.srv.Close()
 		return serve(t, b.Reopen(t, hs.inner))
 	}
+	if b.Replica != nil {
+		wrapped.Replica = func(t *testing.T, s lockserver.LockStore) lockserver.LockStore {
+			return serve(t, b.Replica(t, s.(*httpStore).inner))
+		}
+	}
 	if b.StepClock != nil {
 		wrapped.StepClock = func(t *testing.T, s lockserver.LockStore, d time.Duration) {
 			b.StepClock(t, s.(*httpStore).inner, d)

@@ -43,6 +43,7 @@ func Run(t *testing.T, b Backend) {
 		{"ConcurrentAcquirers", testConcurrent},
 		{"Linearizable", testLinearizable},
 		{"LinearizableAcrossBackendRestart", testLinearizableAcrossBackendRestart},
+		{"LinearizableAcrossReplicasAndRestart", testLinearizableAcrossReplicasAndRestart},
 		{"BadInputChangesNothing", testBadInput},
 		{"ForwardClockStepEndsLeasesButTokensStillIncrease", testForwardClockStep},
 		{"BackwardClockStepAnswersNormally", testBackwardClockStep},
