@@ -136,6 +136,7 @@ module "gke" {
   node_service_account             = local.sa["gke-nodes"]
   lock_server_service_account_name = module.iam.names["lock-server"]
   namespace                        = var.gke_namespace
+  control_plane_cidrs              = var.gke_control_plane_cidrs
   depends_on                       = [module.budget, module.apis]
 }
 

@@ -56,6 +56,12 @@ variable "gke_namespace" {
   default     = "dlock"
 }
 
+variable "gke_control_plane_cidrs" {
+  description = "CIDR ranges (your workstation's, e.g. [\"203.0.113.7/32\"]) allowed to reach the GKE control plane besides Google Cloud's own addresses, which Cloud Build deploys from. Empty (the default): any address, guarded by IAM and RBAC only."
+  type        = list(string)
+  default     = []
+}
+
 variable "lock_proof_keys" {
   description = "Public keys of lock-server's grant proofs (LOCK_PROOF_KEYS: comma-separated id:base64url, from lockctl proof-key), given to both fence points. Not a secret; labenv deploy sets it from the lock-proof-signing-key secret (docs/cloud.md)."
   type        = string
