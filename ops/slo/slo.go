@@ -20,6 +20,7 @@ package slo
 //go:generate go run ../cmd/slogen -spec ../slo.yaml -out ../prometheus/gameday/rules.yml -scale 30
 //go:generate go run ../cmd/slogen -spec ../slo.yaml -out ../prometheus/tests/slo-rules.yml -no-annotations -only slos
 //go:generate go run ../cmd/slogen -spec ../slo.yaml -out ../prometheus/tests/symptom-rules.yml -no-annotations -only symptoms
+//go:generate go run ../cmd/slogen -spec ../slo.yaml -out ../../terraform/modules/monitoring/alerts.tf -format terraform
 
 import (
 	"bytes"
@@ -127,6 +128,19 @@ type Symptom struct {
 	For         string `yaml:"for,omitempty"`
 	Summary     string `yaml:"summary"`
 	Description string `yaml:"description"`
+	// Cloud, when set, replaces Expr and For in the alert's Google Cloud
+	// twin (GenerateTerraform), for a symptom whose series do not exist
+	// there.
+	Cloud *CloudExpr `yaml:"cloud,omitempty"`
+}
+
+// CloudExpr is what a symptom reads on Google Cloud instead of its local
+// expression: Expr and For are templates as in Symptom (For empty: the
+// symptom's own); Why says why the two differ.
+type CloudExpr struct {
+	Expr string `yaml:"expr"`
+	For  string `yaml:"for,omitempty"`
+	Why  string `yaml:"why"`
 }
 
 // Load reads and validates the spec at path.
@@ -233,6 +247,9 @@ func (s *Spec) Validate() error {
 		}
 		if y.Expr == "" || y.Summary == "" || y.Description == "" {
 			bad("symptom %q: expr, summary and description are required", y.Alert)
+		}
+		if y.Cloud != nil && (y.Cloud.Expr == "" || strings.TrimSpace(y.Cloud.Why) == "") {
+			bad("symptom %q: cloud needs expr and why", y.Alert)
 		}
 	}
 	return errors.Join(errs...)
