@@ -203,3 +203,58 @@ func TestCloudBuildDecodingIsStrict(t *testing.T) {
 		t.Errorf("LoadCloudBuild(misspelt key) = %v, want ErrDecode", err)
 	}
 }
+
+// TestEveryWorkloadIsScraped: lock-server and etcd each have their
+// PodMonitoring, named for the job their alerts read; each broken copy
+// is named by CheckScraped.
+func TestEveryWorkloadIsScraped(t *testing.T) {
+	m := decode(t, namespaceManifest, etcdManifest, lockServerManifest)
+	if len(m.PodMonitorings) != 2 {
+		t.Fatalf("decoded %d PodMonitorings, want 2", len(m.PodMonitorings))
+	}
+	for _, p := range deploycheck.CheckScraped(m) {
+		t.Error(p)
+	}
+	for _, tc := range []struct {
+		name  string
+		edit  func(m *deploycheck.Manifests)
+		wants string
+	}{
+		{"lock-server not scraped", func(m *deploycheck.Manifests) { m.PodMonitorings = m.PodMonitorings[:1] }, "Deployment lock-server: 0 PodMonitorings"},
+		{"named for another job", func(m *deploycheck.Manifests) { m.PodMonitorings[0].Name = "etcd-members" }, `not the job "etcd"`},
+		{"a port the pods do not declare", func(m *deploycheck.Manifests) {
+			m.PodMonitorings[0].Spec.Endpoints[0].Port = intstr.FromString("metric")
+		}, `port "metric" is no named container port`},
+		{"selecting no pod", func(m *deploycheck.Manifests) {
+			m.PodMonitorings[1].Spec.Selector.MatchLabels = map[string]string{"app.kubernetes.io/name": "lockserver"}
+		}, "Deployment lock-server: 0 PodMonitorings"},
+		{"scraped too rarely", func(m *deploycheck.Manifests) { m.PodMonitorings[1].Spec.Endpoints[0].Interval = "5m" }, `interval "5m"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := decode(t, namespaceManifest, etcdManifest, lockServerManifest)
+			tc.edit(m)
+			problems := deploycheck.CheckScraped(m)
+			if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, tc.wants) }) {
+				t.Errorf("problems %q do not name %q", problems, tc.wants)
+			}
+		})
+	}
+}
+
+func TestStrictDecodingRefusesAMisspeltPodMonitoringField(t *testing.T) {
+	b, err := os.ReadFile(lockServerManifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := strings.Replace(string(b), "      interval: 30s", "      intervall: 30s", 1)
+	if broken == string(b) {
+		t.Fatal("the edit changed nothing")
+	}
+	p := filepath.Join(t.TempDir(), "lock-server.yaml")
+	if err := os.WriteFile(p, []byte(broken), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := deploycheck.DecodeFiles(p); !errors.Is(err, deploycheck.ErrDecode) || !strings.Contains(err.Error(), "intervall") {
+		t.Errorf("DecodeFiles(misspelt PodMonitoring field) = %v, want ErrDecode naming it", err)
+	}
+}

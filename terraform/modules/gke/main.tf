@@ -87,6 +87,15 @@ resource "google_container_cluster" "lab" {
     channel = "REGULAR"
   }
 
+  # Managed Service for Prometheus' collection (on by default on
+  # Autopilot, said here because the PodMonitoring resources of
+  # etcd/deploy and lockserver/deploy need it).
+  monitoring_config {
+    managed_prometheus {
+      enabled = true
+    }
+  }
+
   dynamic "master_authorized_networks_config" {
     for_each = length(var.control_plane_cidrs) > 0 ? [1] : []
     content {
