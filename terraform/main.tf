@@ -257,8 +257,8 @@ module "executor" {
   invokers      = { pubsub-push = "serviceAccount:${local.sa["pubsub-push"]}" }
   labels        = local.labels
   # A paused delivery (the game day's pause fault) must keep running after
-  # Pub/Sub has hung up on its push.
-  cpu_idle = !local.game_day
+  # Pub/Sub has hung up on its push: cpu_idle stays false (the module's
+  # default, which the metrics sidecar needs on every service anyway).
   env = merge({
     LOCK_SERVER_URL      = "http://${module.network.lock_server_address}"
     PAYMENT_RESOURCE_URL = module.payment_resource.uri
