@@ -2,6 +2,7 @@ package deploycheck_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/deploycheck"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/ops/slo"
 )
 
 const repo = "../.."
@@ -238,6 +240,52 @@ func TestEveryWorkloadIsScraped(t *testing.T) {
 				t.Errorf("problems %q do not name %q", problems, tc.wants)
 			}
 		})
+	}
+}
+
+// TestScrapesKeepWhatTheAlertsRead: every metric ops/slo.yaml reads from
+// etcd or lock-server survives the metric relabeling of their
+// PodMonitoring (a keep filter that dropped one would blind its alert in
+// silence); shown failing with a filter that keeps only the disk series.
+func TestScrapesKeepWhatTheAlertsRead(t *testing.T) {
+	spec, err := slo.Load(filepath.Join(repo, "ops", "slo.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(m *deploycheck.Manifests) []string {
+		var out []string
+		for _, pm := range m.PodMonitorings {
+			n := 0
+			for _, metric := range spec.Metrics {
+				if metric.From != pm.Name {
+					continue
+				}
+				n++
+				names := []string{metric.Name}
+				if metric.Type == "histogram" {
+					names = []string{metric.Name + "_bucket", metric.Name + "_count"}
+				}
+				for _, e := range pm.Spec.Endpoints {
+					for _, name := range names {
+						if ok, err := e.Keeps(name); err != nil || !ok {
+							out = append(out, fmt.Sprintf("%s drops %s (%v)", pm.Name, name, err))
+						}
+					}
+				}
+			}
+			if n == 0 {
+				out = append(out, "ops/slo.yaml declares no metric from "+pm.Name)
+			}
+		}
+		return out
+	}
+	m := decode(t, namespaceManifest, etcdManifest, lockServerManifest)
+	for _, p := range check(m) {
+		t.Error(p)
+	}
+	m.PodMonitorings[0].Spec.Endpoints[0].MetricRelabeling[0].Regex = "etcd_disk_.+"
+	if got := check(m); len(got) == 0 || !strings.Contains(got[0], "drops etcd_server_has_leader") {
+		t.Errorf("a filter keeping only the disk series: problems %q, want one naming etcd_server_has_leader", got)
 	}
 }
 

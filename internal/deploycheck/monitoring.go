@@ -2,6 +2,7 @@ package deploycheck
 
 import (
 	"fmt"
+	"regexp"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,11 +31,24 @@ type PodMonitoringSpec struct {
 
 // ScrapeEndpoint is one port of the selected pods to scrape.
 type ScrapeEndpoint struct {
-	Port     intstr.IntOrString `json:"port"`
-	Path     string             `json:"path,omitempty"`
-	Scheme   string             `json:"scheme,omitempty"`
-	Interval string             `json:"interval,omitempty"`
-	Timeout  string             `json:"timeout,omitempty"`
+	Port             intstr.IntOrString `json:"port"`
+	Path             string             `json:"path,omitempty"`
+	Scheme           string             `json:"scheme,omitempty"`
+	Interval         string             `json:"interval,omitempty"`
+	Timeout          string             `json:"timeout,omitempty"`
+	MetricRelabeling []RelabelingRule   `json:"metricRelabeling,omitempty"`
+}
+
+// RelabelingRule is one metric relabeling rule of an endpoint, as in
+// Prometheus' metric_relabel_configs.
+type RelabelingRule struct {
+	SourceLabels []string `json:"sourceLabels,omitempty"`
+	Separator    string   `json:"separator,omitempty"`
+	TargetLabel  string   `json:"targetLabel,omitempty"`
+	Regex        string   `json:"regex,omitempty"`
+	Modulus      uint64   `json:"modulus,omitempty"`
+	Replacement  string   `json:"replacement,omitempty"`
+	Action       string   `json:"action,omitempty"`
 }
 
 // MaxScrapeInterval is the longest scrape interval CheckScraped accepts:
@@ -104,4 +118,24 @@ func declaresPort(spec corev1.PodSpec, name string) bool {
 		}
 	}
 	return false
+}
+
+// Keeps reports whether the endpoint's metric relabeling keeps the series
+// of the metric name: each keep or drop rule on __name__ alone is applied
+// in order, its regex anchored as Prometheus anchors it. A rule of any
+// other shape is an error: Keeps cannot tell what it does.
+func (e ScrapeEndpoint) Keeps(name string) (bool, error) {
+	for _, r := range e.MetricRelabeling {
+		if len(r.SourceLabels) != 1 || r.SourceLabels[0] != "__name__" || (r.Action != "keep" && r.Action != "drop") {
+			return false, fmt.Errorf("deploycheck: relabeling rule %+v is not a keep or drop on __name__", r)
+		}
+		re, err := regexp.Compile("^(?:" + r.Regex + ")$")
+		if err != nil {
+			return false, err
+		}
+		if re.MatchString(name) != (r.Action == "keep") {
+			return false, nil
+		}
+	}
+	return true, nil
 }
