@@ -31,12 +31,26 @@ fuzz: ## run every fuzz target (FuzzXxx) for FUZZTIME (default 30s) each, one af
 	  $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) -parallel $(FUZZPARALLEL) $$pkg; \
 	done
 
-lint: ## gofmt, go vet, staticcheck and terraform fmt; fails on any finding
+# The Terraform scanners, built with go install (.ci/run installs both;
+# they are looked for on PATH and in go env GOPATH's bin). Without one, lint
+# says so and skips it, except under CI, where it fails.
+TFLINT_MOD := github.com/terraform-linters/tflint@v0.64.0
+TFSEC_MOD  := github.com/aquasecurity/tfsec/cmd/tfsec@v1.26.0
+define scanner
+	@PATH="$$PATH:$$($(GO) env GOPATH)/bin"; \
+	if ! command -v $(1) >/dev/null; then \
+	  echo "lint: $(1) not found (go install $(2))"; [ -z "$$CI" ] || exit 1; \
+	else $(3); fi
+endef
+
+lint: ## gofmt, go vet, staticcheck, terraform fmt, tflint and tfsec; fails on any finding
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
 	@if command -v terraform >/dev/null; then terraform fmt -check -recursive terraform 2>/dev/null || { echo "terraform fmt would change the files above (run: terraform fmt -recursive terraform)"; exit 1; }; \
 	  else echo "lint: terraform not on PATH, skipping terraform fmt -check"; fi
+	$(call scanner,tflint,$(TFLINT_MOD),tflint --chdir=terraform --recursive --config=$$PWD/terraform/.tflint.hcl --format=compact)
+	$(call scanner,tfsec,$(TFSEC_MOD),tfsec --no-color --concise-output --no-module-downloads terraform)
 
 fmt: ## format every Go file
 	gofmt -w $$(git ls-files '*.go')

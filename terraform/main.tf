@@ -136,6 +136,7 @@ module "gke" {
   node_service_account             = local.sa["gke-nodes"]
   lock_server_service_account_name = module.iam.names["lock-server"]
   namespace                        = var.gke_namespace
+  control_plane_cidrs              = var.gke_control_plane_cidrs
   depends_on                       = [module.budget, module.apis]
 }
 
@@ -256,8 +257,8 @@ module "executor" {
   invokers      = { pubsub-push = "serviceAccount:${local.sa["pubsub-push"]}" }
   labels        = local.labels
   # A paused delivery (the game day's pause fault) must keep running after
-  # Pub/Sub has hung up on its push.
-  cpu_idle = !local.game_day
+  # Pub/Sub has hung up on its push: cpu_idle stays false (the module's
+  # default, which the metrics sidecar needs on every service anyway).
   env = merge({
     LOCK_SERVER_URL      = "http://${module.network.lock_server_address}"
     PAYMENT_RESOURCE_URL = module.payment_resource.uri
@@ -325,36 +326,14 @@ module "pubsub" {
   depends_on                = [module.budget, module.apis]
 }
 
-# PayoutDeadLettered on Google Cloud (docs/runbooks/payout-dead-lettered.md):
-# the local rule reads the push bridge's payout_push_dead_lettered_total,
-# which does not exist here; the same signal is a message waiting on the
-# dead-letter subscription. Free (alert policies are not billed) and
-# destroyed with the rest.
-resource "google_monitoring_alert_policy" "payout_dead_lettered" {
-  project      = var.project_id
-  display_name = "PayoutDeadLettered"
-  combiner     = "OR"
-  severity     = "WARNING"
-  user_labels  = merge(local.labels, { severity = "ticket" })
-
-  conditions {
-    display_name = "A payout message is waiting on the dead-letter subscription"
-    condition_threshold {
-      filter          = "resource.type = \"pubsub_subscription\" AND resource.labels.subscription_id = \"${module.pubsub.dead_letter_subscription}\" AND metric.type = \"pubsub.googleapis.com/subscription/num_undelivered_messages\""
-      comparison      = "COMPARISON_GT"
-      threshold_value = 0
-      duration        = "0s"
-      aggregations {
-        alignment_period   = "60s"
-        per_series_aligner = "ALIGN_MAX"
-      }
-    }
-  }
-
-  documentation {
-    mime_type = "text/markdown"
-    content   = "A payout message went to the dead-letter topic after its last delivery attempt; its payout stays where it was until the message is published again. Runbook: docs/runbooks/payout-dead-lettered.md"
-  }
-
-  depends_on = [module.apis]
+# Every alert of ops/slo.yaml as a Cloud Monitoring alert policy with a
+# PromQL condition (docs/cloud.md, "Alerts on Google Cloud"), sent to the
+# notification channels the user gives.
+module "monitoring" {
+  source                = "./modules/monitoring"
+  project_id            = var.project_id
+  notification_channels = var.notification_channels
+  runbook_base          = var.runbook_base
+  labels                = local.labels
+  depends_on            = [module.budget, module.apis]
 }

@@ -56,6 +56,28 @@ variable "gke_namespace" {
   default     = "dlock"
 }
 
+variable "notification_channels" {
+  description = "Cloud Monitoring notification channels every alert of ops/slo.yaml is sent to, as ids (projects/PROJECT/notificationChannels/N: gcloud beta monitoring channels list). Empty (the default): incidents open in Cloud Monitoring and page nobody."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for c in var.notification_channels : can(regex("^projects/[^/]+/notificationChannels/[0-9]+$", c))])
+    error_message = "notification_channels must be ids of the form projects/PROJECT/notificationChannels/NUMBER."
+  }
+}
+
+variable "runbook_base" {
+  description = "Prefixed to each runbook's path (docs/runbooks/x.md) in the alerts' documentation: where the on-call person reads this repository."
+  type        = string
+  default     = "https://github.com/distributed-lock-lab/distributed-lock-lab/blob/main/"
+}
+
+variable "gke_control_plane_cidrs" {
+  description = "CIDR ranges (your workstation's, e.g. [\"203.0.113.7/32\"]) allowed to reach the GKE control plane besides Google Cloud's own addresses, which Cloud Build deploys from. Empty (the default): any address, guarded by IAM and RBAC only."
+  type        = list(string)
+  default     = []
+}
+
 variable "lock_proof_keys" {
   description = "Public keys of lock-server's grant proofs (LOCK_PROOF_KEYS: comma-separated id:base64url, from lockctl proof-key), given to both fence points. Not a secret; labenv deploy sets it from the lock-proof-signing-key secret (docs/cloud.md)."
   type        = string

@@ -2,6 +2,7 @@
 // without a cloud account, strictly, and checks the properties a live
 // deploy depends on: the Kubernetes manifests of etcd (etcd/deploy) and
 // lock-server (lockserver/deploy), decoded into the Kubernetes API types
+// (and Managed Service for Prometheus's PodMonitoring, declared here)
 // with unknown fields refused, and cloudbuild.yaml, decoded into the
 // fields of a Cloud Build config with unknown fields refused.
 //
@@ -36,6 +37,7 @@ type Manifests struct {
 	Deployments     []*appsv1.Deployment
 	StatefulSets    []*appsv1.StatefulSet
 	PDBs            []*policyv1.PodDisruptionBudget
+	PodMonitorings  []*PodMonitoring
 }
 
 var docSeparator = regexp.MustCompile(`(?m)^---\s*$`)
@@ -86,6 +88,9 @@ func (m *Manifests) decode(name string, b []byte) error {
 		case "policy/v1/PodDisruptionBudget":
 			o := &policyv1.PodDisruptionBudget{}
 			m.PDBs, target = append(m.PDBs, o), o
+		case "monitoring.googleapis.com/v1/PodMonitoring":
+			o := &PodMonitoring{}
+			m.PodMonitorings, target = append(m.PodMonitorings, o), o
 		default:
 			return fmt.Errorf("%w: %s document %d: kind %q of apiVersion %q is not one deploycheck knows", ErrDecode, name, i+1, tm.Kind, tm.APIVersion)
 		}

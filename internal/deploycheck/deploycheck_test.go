@@ -2,6 +2,7 @@ package deploycheck_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/deploycheck"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/ops/slo"
 )
 
 const repo = "../.."
@@ -213,5 +215,106 @@ func TestCloudBuildDecodingIsStrict(t *testing.T) {
 	}
 	if _, err := deploycheck.LoadCloudBuild(p); !errors.Is(err, deploycheck.ErrDecode) {
 		t.Errorf("LoadCloudBuild(misspelt key) = %v, want ErrDecode", err)
+	}
+}
+
+// TestEveryWorkloadIsScraped: lock-server and etcd each have their
+// PodMonitoring, named for the job their alerts read; each broken copy
+// is named by CheckScraped.
+func TestEveryWorkloadIsScraped(t *testing.T) {
+	m := decode(t, namespaceManifest, etcdManifest, lockServerManifest)
+	if len(m.PodMonitorings) != 2 {
+		t.Fatalf("decoded %d PodMonitorings, want 2", len(m.PodMonitorings))
+	}
+	for _, p := range deploycheck.CheckScraped(m) {
+		t.Error(p)
+	}
+	for _, tc := range []struct {
+		name  string
+		edit  func(m *deploycheck.Manifests)
+		wants string
+	}{
+		{"lock-server not scraped", func(m *deploycheck.Manifests) { m.PodMonitorings = m.PodMonitorings[:1] }, "Deployment lock-server: 0 PodMonitorings"},
+		{"named for another job", func(m *deploycheck.Manifests) { m.PodMonitorings[0].Name = "etcd-members" }, `not the job "etcd"`},
+		{"a port the pods do not declare", func(m *deploycheck.Manifests) {
+			m.PodMonitorings[0].Spec.Endpoints[0].Port = intstr.FromString("metric")
+		}, `port "metric" is no named container port`},
+		{"selecting no pod", func(m *deploycheck.Manifests) {
+			m.PodMonitorings[1].Spec.Selector.MatchLabels = map[string]string{"app.kubernetes.io/name": "lockserver"}
+		}, "Deployment lock-server: 0 PodMonitorings"},
+		{"scraped too rarely", func(m *deploycheck.Manifests) { m.PodMonitorings[1].Spec.Endpoints[0].Interval = "5m" }, `interval "5m"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := decode(t, namespaceManifest, etcdManifest, lockServerManifest)
+			tc.edit(m)
+			problems := deploycheck.CheckScraped(m)
+			if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, tc.wants) }) {
+				t.Errorf("problems %q do not name %q", problems, tc.wants)
+			}
+		})
+	}
+}
+
+// TestScrapesKeepWhatTheAlertsRead: every metric ops/slo.yaml reads from
+// etcd or lock-server survives the metric relabeling of their
+// PodMonitoring (a keep filter that dropped one would blind its alert in
+// silence); shown failing with a filter that keeps only the disk series.
+func TestScrapesKeepWhatTheAlertsRead(t *testing.T) {
+	spec, err := slo.Load(filepath.Join(repo, "ops", "slo.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(m *deploycheck.Manifests) []string {
+		var out []string
+		for _, pm := range m.PodMonitorings {
+			n := 0
+			for _, metric := range spec.Metrics {
+				if metric.From != pm.Name {
+					continue
+				}
+				n++
+				names := []string{metric.Name}
+				if metric.Type == "histogram" {
+					names = []string{metric.Name + "_bucket", metric.Name + "_count"}
+				}
+				for _, e := range pm.Spec.Endpoints {
+					for _, name := range names {
+						if ok, err := e.Keeps(name); err != nil || !ok {
+							out = append(out, fmt.Sprintf("%s drops %s (%v)", pm.Name, name, err))
+						}
+					}
+				}
+			}
+			if n == 0 {
+				out = append(out, "ops/slo.yaml declares no metric from "+pm.Name)
+			}
+		}
+		return out
+	}
+	m := decode(t, namespaceManifest, etcdManifest, lockServerManifest)
+	for _, p := range check(m) {
+		t.Error(p)
+	}
+	m.PodMonitorings[0].Spec.Endpoints[0].MetricRelabeling[0].Regex = "etcd_disk_.+"
+	if got := check(m); len(got) == 0 || !strings.Contains(got[0], "drops etcd_server_has_leader") {
+		t.Errorf("a filter keeping only the disk series: problems %q, want one naming etcd_server_has_leader", got)
+	}
+}
+
+func TestStrictDecodingRefusesAMisspeltPodMonitoringField(t *testing.T) {
+	b, err := os.ReadFile(lockServerManifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := strings.Replace(string(b), "      interval: 30s", "      intervall: 30s", 1)
+	if broken == string(b) {
+		t.Fatal("the edit changed nothing")
+	}
+	p := filepath.Join(t.TempDir(), "lock-server.yaml")
+	if err := os.WriteFile(p, []byte(broken), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := deploycheck.DecodeFiles(p); !errors.Is(err, deploycheck.ErrDecode) || !strings.Contains(err.Error(), "intervall") {
+		t.Errorf("DecodeFiles(misspelt PodMonitoring field) = %v, want ErrDecode naming it", err)
 	}
 }

@@ -230,7 +230,7 @@ func goSource(t *testing.T) string {
 }
 
 // TestEveryMetricIsDeclaredAndPlannedOnesAreListed checks that every metric
-// a rule reads is declared in the spec; that an "exists" metric is
+// a rule or a cloud expression reads is declared in the spec; that an "exists" metric is
 // registered by a Go file of the repository (a rename breaks this test, not
 // the alert in silence); that a "planned" metric is not registered yet (once
 // it is, its status must become exists); and it lists the planned metrics.
@@ -267,6 +267,19 @@ func TestEveryMetricIsDeclaredAndPlannedOnesAreListed(t *testing.T) {
 				}
 				used[base] = true
 			}
+		}
+	}
+	// The cloud expressions of the symptoms read metrics too.
+	for _, y := range s.Symptoms {
+		expr, _, ok, err := cloudOverride(s, y.Alert)
+		if err != nil || !ok {
+			continue
+		}
+		for _, name := range metricsOf(t, expr) {
+			if _, ok := declared[name]; !ok {
+				t.Errorf("the cloud expression of %s reads %s, which ops/slo.yaml does not declare under metrics", y.Alert, name)
+			}
+			used[name] = true
 		}
 	}
 	src := goSource(t)

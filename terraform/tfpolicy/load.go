@@ -7,8 +7,9 @@
 // resolves (the part of terraform validate that needs no provider schema), the billing
 // budget exists and every other resource depends on it, lockdb is on its
 // own REGIONAL instance, the push subscription is authenticated, ordered
-// and dead-lettered, nothing is public, Cloud Run scales to zero, nothing
-// is deletion-protected, and every resource that takes labels has them.
+// and dead-lettered, nothing is public, Cloud Run scales to zero and sends
+// its metrics to Cloud Monitoring, nothing is deletion-protected, and every
+// resource that takes labels has them.
 //
 // It checks what the configuration says, not what Google will do with it:
 // `terraform validate` and a plan against the real provider (run in

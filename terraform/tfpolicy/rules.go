@@ -2,6 +2,7 @@ package tfpolicy
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -42,6 +43,7 @@ var Rules = []Rule{
 	{"push-subscription", "payout events reach the executor authenticated, in order per account, and undeliverable ones are kept", checkPushSubscription},
 	{"no-public-access", "nothing of the lab may be invoked or read by anyone on the internet", checkNoPublicAccess},
 	{"cloud-run-scaling", "an idle lab costs nothing and a runaway one costs a bounded amount", checkCloudRunScaling},
+	{"cloud-run-metrics", "the functions' metrics must reach Cloud Monitoring, where their alerts are evaluated", checkCloudRunMetrics},
 	{"deletion-protection-off", "destroy must reach zero instead of stopping half-way on a protected resource", checkDeletionProtection},
 	{"labels", "every labelled resource can be found by the zero-billable check", checkLabels},
 	{"game-day-off", "a fault (the executor's pause) is armed only by the game_day variable, which defaults to off", checkGameDayOff},
@@ -377,6 +379,93 @@ func checkCloudRunScaling(c *Config) []Violation {
 		}
 	}
 	return out
+}
+
+// checkCloudRunMetrics: every Cloud Run service runs Managed Service for
+// Prometheus' sidecar (a container whose image is, or defaults to, one
+// of cloud-run-gmp-sidecar, started after the serving container, the one
+// with ports) and keeps its CPU between requests, since the sidecar
+// scrapes on a timer (cpu_idle is the literal false, or a module variable
+// whose default is false and which the module's call does not set).
+func checkCloudRunMetrics(c *Config) []Violation {
+	const rule = "cloud-run-metrics"
+	var out []Violation
+	for _, r := range resourcesOfType(c, "google_cloud_run_v2_service") {
+		tmpl := nested(r.Block.Body, "template")
+		var app, sidecar *hclsyntax.Body
+		for _, ct := range blocks(tmpl, "containers") {
+			switch {
+			case len(blocks(ct.Body, "ports")) > 0:
+				app = ct.Body
+			case strings.Contains(literalOrDefault(r.Module, attrExpr(ct.Body, "image")), "cloud-run-gmp-sidecar"):
+				sidecar = ct.Body
+			}
+		}
+		if sidecar == nil {
+			out = append(out, violation(rule, r, "no managed Prometheus sidecar container: the function's /metrics reach nobody"))
+			continue
+		}
+		appName, _ := StringLiteral(attrExpr(app, "name"))
+		var after []string
+		if e := attrExpr(sidecar, "depends_on"); e != nil {
+			if v, diags := e.Value(nil); !diags.HasErrors() && v.CanIterateElements() {
+				for it := v.ElementIterator(); it.Next(); {
+					if _, el := it.Element(); el.Type() == cty.String {
+						after = append(after, el.AsString())
+					}
+				}
+			}
+		}
+		if appName == "" || !slices.Contains(after, appName) {
+			out = append(out, violation(rule, r, "the sidecar does not depend on the serving container (named, with ports)"))
+		}
+		if !cpuKept(r, attrExpr(nested(app, "resources"), "cpu_idle")) {
+			out = append(out, violation(rule, r, "cpu_idle may be true: the sidecar's timed scrapes would get no CPU between requests"))
+		}
+	}
+	return out
+}
+
+// literalOrDefault is the value of a string literal, or the default of the
+// module variable var.X that expr is; "" otherwise.
+func literalOrDefault(m *Module, expr hcl.Expression) string {
+	if s, ok := StringLiteral(expr); ok {
+		return s
+	}
+	if tr, ok := expr.(*hclsyntax.ScopeTraversalExpr); ok && tr.Traversal.RootName() == "var" && len(tr.Traversal) == 2 {
+		if v := m.Variables[tr.Traversal[1].(hcl.TraverseAttr).Name]; v != nil {
+			s, _ := StringLiteral(attrExpr(v.Body, "default"))
+			return s
+		}
+	}
+	return ""
+}
+
+// cpuKept reports whether idle, the cpu_idle of r, is false for every
+// instance of r's module: the literal false, or var.X whose default is
+// false and which the module's call does not set.
+func cpuKept(r *Resource, idle hcl.Expression) bool {
+	if idle == nil {
+		return false
+	}
+	if isFalse(idle) {
+		return true
+	}
+	tr, ok := idle.(*hclsyntax.ScopeTraversalExpr)
+	if !ok || tr.Traversal.RootName() != "var" || len(tr.Traversal) != 2 {
+		return false
+	}
+	name := tr.Traversal[1].(hcl.TraverseAttr).Name
+	v := r.Module.Variables[name]
+	if v == nil || !isFalse(attrExpr(v.Body, "default")) {
+		return false
+	}
+	if r.Module.Call != nil {
+		if e := attrExpr(r.Module.Call.Body, name); e != nil && !isFalse(e) {
+			return false
+		}
+	}
+	return true
 }
 
 // protectedByDefault are the resource types the provider protects from

@@ -242,6 +242,24 @@ var brokenCases = []struct {
 		want:  "max_instance_count is not set",
 	},
 	{
+		name:  "no metrics sidecar",
+		rule:  "cloud-run-metrics",
+		edits: []edit{{"modules/cloudrun/main.tf", "cloud-run-gmp-sidecar/cloud-run-gmp-sidecar", "cloud-run/otel-collector"}},
+		want:  "no managed Prometheus sidecar container",
+	},
+	{
+		name:  "the sidecar starting before the function",
+		rule:  "cloud-run-metrics",
+		edits: []edit{{"modules/cloudrun/main.tf", `depends_on = ["app"]`, `depends_on = []`}},
+		want:  "the sidecar does not depend on the serving container",
+	},
+	{
+		name:  "CPU only during requests",
+		rule:  "cloud-run-metrics",
+		edits: []edit{{"main.tf", "  invokers      = { pubsub-push", "  cpu_idle      = !local.game_day\n  invokers      = { pubsub-push"}},
+		want:  "cpu_idle may be true",
+	},
+	{
 		name:  "the GKE cluster protected",
 		rule:  "deletion-protection-off",
 		edits: []edit{{"modules/gke/main.tf", "deletion_protection = false", "deletion_protection = true"}},

@@ -10,8 +10,10 @@
 // promtool unit tests in ops/prometheus/tests load;
 // -runbook-base is prefixed to every runbook_url (default: paths from the
 // repository root); -report prints the PromQL of the monthly report
-// (docs/slo.md) instead of rules. Without -out the rules go to standard
-// output.
+// (docs/slo.md) instead of rules; -format terraform writes the Google
+// Cloud twin of every alert instead, as Cloud Monitoring alert policies
+// (terraform/modules/monitoring). Without -out the output goes to
+// standard output.
 package main
 
 import (
@@ -39,6 +41,7 @@ func run(args []string) error {
 	only := fs.String("only", "", "keep only the groups of the slos or of the symptoms (the promtool unit tests' copies)")
 	report := fs.Bool("report", false, "print the PromQL of the monthly report (docs/slo.md) instead of rules")
 	base := fs.String("runbook-base", "", "prefix of every runbook_url (e.g. https://github.com/OWNER/REPO/blob/main/)")
+	format := fs.String("format", "prometheus", "prometheus (a rules file) or terraform (the Cloud Monitoring alert policies of every alert)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -62,7 +65,15 @@ func run(args []string) error {
 		}
 		return nil
 	}
-	b, err := slo.Generate(s, slo.Options{Scale: *scale, RunbookBase: *base, Source: "ops/" + filepath.Base(*spec), NoAnnotations: *noAnn, Only: *only})
+	var b []byte
+	switch *format {
+	case "prometheus":
+		b, err = slo.Generate(s, slo.Options{Scale: *scale, RunbookBase: *base, Source: "ops/" + filepath.Base(*spec), NoAnnotations: *noAnn, Only: *only})
+	case "terraform":
+		b, err = slo.GenerateTerraform(s, "ops/"+filepath.Base(*spec))
+	default:
+		err = fmt.Errorf("-format %q is not prometheus or terraform", *format)
+	}
 	if err != nil {
 		return err
 	}

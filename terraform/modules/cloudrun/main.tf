@@ -72,9 +72,15 @@ variable "vpc_egress" {
 }
 
 variable "cpu_idle" {
-  description = "true: CPU only while requests are being answered (request-based billing). false keeps it between requests (instance-based), for work that outlives its request."
+  description = "true: CPU only while requests are being answered (request-based billing). false (the default) keeps it between requests (instance-based), for work that outlives its request: the metrics sidecar's timed scrapes, the outbox publisher, a paused game-day delivery."
   type        = bool
-  default     = true
+  default     = false
+}
+
+variable "metrics_sidecar_image" {
+  description = "Image of Google Cloud Managed Service for Prometheus' Cloud Run sidecar, which scrapes the function's /metrics on port 8080 and writes them to Cloud Monitoring."
+  type        = string
+  default     = "us-docker.pkg.dev/cloud-ops-agents-artifacts/cloud-run-gmp-sidecar/cloud-run-gmp-sidecar:1.2.0"
 }
 
 variable "invokers" {
@@ -115,6 +121,9 @@ resource "google_cloud_run_v2_service" "this" {
     }
 
     containers {
+      # Named, so that the sidecar can wait for it and a deploy can name
+      # the container whose image it changes (gcloud run deploy --container).
+      name  = "app"
       image = var.image
 
       ports {
@@ -159,6 +168,23 @@ resource "google_cloud_run_v2_service" "this" {
       startup_probe {
         tcp_socket {
           port = 8080
+        }
+      }
+    }
+
+    # Managed Service for Prometheus' sidecar: it scrapes the function's
+    # /metrics (port 8080, its default) and writes the series to Cloud
+    # Monitoring, where the alert policies of module.monitoring read them.
+    # It scrapes on a timer, so the instance keeps its CPU between
+    # requests (cpu_idle defaults to false, docs/cloud.md).
+    containers {
+      name       = "collector"
+      image      = var.metrics_sidecar_image
+      depends_on = ["app"]
+      resources {
+        limits = {
+          cpu    = "1"
+          memory = "512Mi"
         }
       }
     }

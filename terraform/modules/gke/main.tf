@@ -41,6 +41,35 @@ variable "namespace" {
   type = string
 }
 
+variable "control_plane_cidrs" {
+  description = "CIDR ranges allowed to reach the control plane, besides Google Cloud's own addresses (Cloud Build). Empty: any address, with IAM and RBAC as the only guard."
+  type        = list(string)
+  default     = []
+}
+
+# Autopilot decides what these tfsec findings check, and none of the
+# fields they read may be set on an Autopilot cluster:
+# - enforce-pod-security-policy: Kubernetes removed PodSecurityPolicy in
+#   1.25; Autopilot enforces its own pod security rules instead.
+# - metadata-endpoints-disabled: every Autopilot node runs the GKE
+#   metadata server (Workload Identity); the legacy endpoints are off.
+# - enable-network-policy: Dataplane V2 always enforces network policy.
+# - use-service-account: nodes run as node_service_account, set in
+#   auto_provisioning_defaults below, the Autopilot place for it.
+# - enable-private-cluster: public nodes accept no inbound traffic
+#   (GKE's firewall); they give the Auth Proxy its way to Cloud SQL's
+#   public address, and image pulls, without a Cloud NAT billed by the
+#   hour.
+# - enable-master-networks: the control plane is open to every address
+#   unless control_plane_cidrs is set, since the deploy reaches it from
+#   the user's machine (labenv) and from Cloud Build, neither with a fixed
+#   address; IAM and RBAC still guard it.
+# tfsec:ignore:google-gke-enforce-pod-security-policy
+# tfsec:ignore:google-gke-metadata-endpoints-disabled
+# tfsec:ignore:google-gke-enable-network-policy
+# tfsec:ignore:google-gke-use-service-account
+# tfsec:ignore:google-gke-enable-private-cluster
+# tfsec:ignore:google-gke-enable-master-networks
 resource "google_container_cluster" "lab" {
   project             = var.project_id
   name                = "${var.name_prefix}-gke"
@@ -56,6 +85,30 @@ resource "google_container_cluster" "lab" {
 
   release_channel {
     channel = "REGULAR"
+  }
+
+  # Managed Service for Prometheus' collection (on by default on
+  # Autopilot, said here because the PodMonitoring resources of
+  # etcd/deploy and lockserver/deploy need it).
+  monitoring_config {
+    managed_prometheus {
+      enabled = true
+    }
+  }
+
+  dynamic "master_authorized_networks_config" {
+    for_each = length(var.control_plane_cidrs) > 0 ? [1] : []
+    content {
+      # Cloud Build's default pool has Google Cloud addresses.
+      gcp_public_cidrs_access_enabled = true
+      dynamic "cidr_blocks" {
+        for_each = var.control_plane_cidrs
+        iterator = cidr
+        content {
+          cidr_block = cidr.value
+        }
+      }
+    }
   }
 
   cluster_autoscaling {

@@ -42,8 +42,13 @@ locals {
   # Every traced service writes its spans to Cloud Trace through the
   # Telemetry API's OTLP endpoint (docs/tracing.md).
   traced = ["rail-stub", "rail-proxy", "payment-resource", "executor", "reconciler", "lock-server"]
+  # Each Cloud Run service's managed Prometheus sidecar writes the
+  # function's /metrics to Cloud Monitoring as the service's account.
+  scraped = ["rail-stub", "rail-proxy", "payment-resource", "executor", "reconciler"]
   roles = merge(local.project_roles, {
     for a in local.traced : "${a}/telemetry.tracesWriter" => { account = a, role = "roles/telemetry.tracesWriter" }
+    }, {
+    for a in local.scraped : "${a}/monitoring.metricWriter" => { account = a, role = "roles/monitoring.metricWriter" }
   })
 
   # The deployer sets these accounts as the identity of what it deploys.
