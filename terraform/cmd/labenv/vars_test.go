@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +16,8 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/bootstrap"
+	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/labsetup"
 	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/tfdriver"
 )
 
@@ -79,25 +84,91 @@ func firstRunModule(t *testing.T, required []string) string {
 }
 
 // labEnv is the documented environment of `make plan/deploy/destroy`:
-// the project, the billing account, and (through exists) ADC.
+// the project, the billing account, and (through adcExists) ADC.
 func labEnv(k string) string {
 	return map[string]string{tfdriver.EnvProject: "lab-1", tfdriver.EnvBillingAccount: "000000-000000-000000", "HOME": "/nonexistent"}[k]
 }
 
 func adcExists(string) bool { return true }
 
-// TestPlanAndDestroyGiveEveryRequiredVariable runs labenv plan and labenv
-// destroy on a module with exactly the real module's variables, with no
-// Secret Manager to read the keys from: each must reach terraform with a
-// value for every variable without a default.
-func TestPlanAndDestroyGiveEveryRequiredVariable(t *testing.T) {
+// newLabenv is labenv against f, with its outputs in stdout and stderr and
+// the schema grants recorded in grants.
+func newLabenv(f *fakeCloud, opts *clientOptions, stdout, stderr io.Writer, grants *[]map[string]json.RawMessage) *labenv {
+	return &labenv{
+		getenv: labEnv, exists: adcExists, stdout: stdout, stderr: stderr, clients: opts,
+		wait: bootstrap.Wait{Sleep: f.sleep},
+		grants: func(_ context.Context, project string, out map[string]json.RawMessage, _ *slog.Logger) error {
+			*grants = append(*grants, out)
+			return nil
+		},
+	}
+}
+
+// requiredValues is the fixture's output of every required variable.
+func requiredValues(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	d, err := tfdriver.New(tfdriver.Config{Dir: dir}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := d.Outputs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]string
+	if err := json.Unmarshal(out["required_variables"], &m); err != nil {
+		t.Fatalf("output required_variables: %v (%s)", err, out["required_variables"])
+	}
+	return m
+}
+
+// TestEveryPathGivesEveryRequiredVariable runs labenv plan, deploy and
+// destroy on a module with exactly the real module's variables
+// (variables.tf copied): each must reach terraform with a value for every
+// variable without a default. Plan and destroy also run with Secret
+// Manager off, with the keys' secrets missing, and with the latest
+// version of one disabled: they read nothing they need.
+func TestEveryPathGivesEveryRequiredVariable(t *testing.T) {
 	required := requiredVariables(t)
 	dir := firstRunModule(t, required)
-	for _, cmd := range []string{"plan", "destroy"} {
+	fakeCommands(t)
+	f := newFakeCloud()
+	opts := f.serve(t)
+	var grants []map[string]json.RawMessage
+	labenv := func(cmd string) {
+		t.Helper()
 		var stdout, stderr bytes.Buffer
-		code := run(context.Background(), []string{"-dir", dir, cmd}, labEnv, adcExists, &stdout, &stderr)
+		code := newLabenv(f, opts, &stdout, &stderr, &grants).run(context.Background(), []string{"-dir", dir, cmd})
 		if code != 0 || strings.Contains(stderr.String(), "No value for required variable") {
-			t.Errorf("labenv %s: exit %d, want 0 with every one of %v given\n%s", cmd, code, required, stderr.String())
+			t.Fatalf("labenv %s: exit %d, want 0 with every one of %v given\n%s", cmd, code, required, stderr.String())
 		}
 	}
+	// A fresh project: Secret Manager is off.
+	labenv("plan")
+	labenv("destroy")
+	// Every API on, no secret yet.
+	f.enableAll()
+	labenv("plan")
+	labenv("deploy")
+	got := requiredValues(t, dir)
+	for _, v := range required {
+		if got[v] == "" {
+			t.Errorf("after deploy, required variable %s is empty", v)
+		}
+	}
+	for _, k := range labsetup.Keys {
+		if got[k.Var] == labsetup.Placeholder {
+			t.Errorf("deploy applied %s = the placeholder, want the stored key's public half", k.Var)
+		}
+	}
+	// A disabled latest version, then a deleted secret.
+	f.mu.Lock()
+	f.secrets["dlock-rail-receipt-signing-key"].disabled = true
+	f.mu.Unlock()
+	labenv("plan")
+	f.mu.Lock()
+	delete(f.secrets, "dlock-payment-terms-signing-key")
+	f.mu.Unlock()
+	labenv("plan")
+	labenv("destroy")
 }
