@@ -50,6 +50,7 @@ type fakeCloud struct {
 	services  map[string]string        // Cloud Run "region/name" -> labels (JSON)
 	instances map[string]string        // Cloud SQL name -> labels (JSON)
 	refusals  []string                 // every SERVICE_DISABLED or "does not exist" answered
+	badImage  bool                     // Cloud Run refuses every service (an error no retry fixes)
 	slept     time.Duration
 }
 
@@ -357,6 +358,10 @@ func (f *fakeCloud) rest(w http.ResponseWriter, r *http.Request) {
 		key := strings.TrimPrefix(path, "/fake/run/")
 		if r.Method == http.MethodDelete {
 			delete(f.services, key)
+			return
+		}
+		if f.badImage {
+			restError(w, http.StatusBadRequest, "badRequest", "Image 'europe-west1-docker.pkg.dev/x' not found.", nil)
 			return
 		}
 		f.services[key] = string(body)

@@ -153,3 +153,34 @@ func TestBootstrapNamesWhatItCannotFix(t *testing.T) {
 		t.Errorf("stderr names Service Usage %d times (want once) or reached terraform:\n%s", n, stderr)
 	}
 }
+
+// TestAFailedApplyIsKeptUnlessAskedToDestroy: an apply that fails for a
+// reason no retry fixes leaves what it made in place and says how to
+// destroy it; with -destroy-on-failure labenv destroys it.
+func TestAFailedApplyIsKeptUnlessAskedToDestroy(t *testing.T) {
+	fakeCommands(t)
+	for _, destroy := range []bool{false, true} {
+		dir := firstRunModule(t, requiredVariables(t))
+		f := newFakeCloud()
+		f.enableAll()
+		f.badImage = true
+		opts := f.serve(t)
+		args := []string{"-dir", dir, "deploy"}
+		if destroy {
+			args = append([]string{"-destroy-on-failure"}, args...)
+		}
+		code, _, stderr := runLabenv(t, f, opts, nil, args...)
+		if code != 1 || !strings.Contains(stderr, "not found") {
+			t.Fatalf("destroy-on-failure %v: exit %d, want 1 with Cloud Run's refusal\n%s", destroy, code, stderr)
+		}
+		f.mu.Lock()
+		made := len(f.instances)
+		f.mu.Unlock()
+		switch {
+		case !destroy && (made != 2 || !strings.Contains(stderr, "make destroy")):
+			t.Errorf("kept by default: %d Cloud SQL instances left (want 2), and stderr must say make destroy:\n%s", made, stderr)
+		case destroy && made != 0:
+			t.Errorf("-destroy-on-failure: %d Cloud SQL instances left, want 0", made)
+		}
+	}
+}
