@@ -2,16 +2,21 @@
 // through its lifecycle with terraform/tfdriver; `make plan`, `make deploy`
 // and `make destroy` run it.
 //
-//	labenv plan      init and a saved plan, with its resource counts
-//	labenv deploy    the signing keys (read from Secret Manager, or made
-//	                 on a first deploy and stored there after a plan
-//	                 targeted at the secrets), plan, apply, outputs, each
-//	                 service's schema grant, lock-server's Kubernetes
-//	                 Secret, then cloudbuild.yaml with this commit (gcloud
-//	                 builds submit); a failed apply is destroyed at once
-//	                 unless -keep-on-failure
+//	labenv plan      read-only: says which APIs deploy would enable, reads
+//	                 the keys that exist (placeholders for the others),
+//	                 init and a saved plan with its resource counts
+//	labenv deploy    enable and await the APIs labenv needs
+//	                 (terraform/bootstrap), the signing keys (read from
+//	                 Secret Manager, or made on a first deploy and stored
+//	                 there after a plan targeted at the secrets), plan,
+//	                 apply, outputs, each service's schema grant,
+//	                 lock-server's Kubernetes Secret, then cloudbuild.yaml
+//	                 with this commit; an apply failing on a transient
+//	                 error is retried once, and a failed apply is kept
+//	                 unless -destroy-on-failure
 //	labenv destroy   delete the GKE objects whose disks and load balancers
-//	                 outlive the cluster, then terraform destroy; fail if
+//	                 outlive the cluster, then terraform destroy (the keys'
+//	                 variables are placeholders: nothing is read); fail if
 //	                 anything is left in the state, or if the zero-billable
 //	                 check (terraform/leftovers) finds anything of the lab
 //
