@@ -69,7 +69,7 @@ func TestFirstRunFromAnEmptyProjectToZero(t *testing.T) {
 	}
 	// The keys: stored, and their public halves in the services' env.
 	var env map[string]map[string]string
-	out := requiredOutputs(t, dir)
+	out := stateOutputs(t, dir)
 	if err := json.Unmarshal(out["service_env"], &env); err != nil {
 		t.Fatal(err)
 	}
@@ -116,8 +116,8 @@ func TestFirstRunFromAnEmptyProjectToZero(t *testing.T) {
 	}
 }
 
-// requiredOutputs reads the fixture's outputs.
-func requiredOutputs(t *testing.T, dir string) map[string]json.RawMessage {
+// stateOutputs reads the fixture's outputs from its state.
+func stateOutputs(t *testing.T, dir string) map[string]json.RawMessage {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "terraform.tfstate"))
 	if err != nil {

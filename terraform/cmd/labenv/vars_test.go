@@ -38,13 +38,14 @@ func requiredVariables(t *testing.T) []string {
 	}
 	var req []string
 	for _, b := range content.Blocks {
-		attrs, _ := b.Body.JustAttributes()
-		if _, ok := attrs["default"]; !ok {
+		attrs, _, diags := b.Body.PartialContent(&hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "default"}}})
+		if diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		if _, ok := attrs.Attributes["default"]; !ok {
 			req = append(req, b.Labels[0])
 		}
 	}
-	// Nested validation blocks make JustAttributes complain; it still
-	// returns the attributes it found.
 	slices.Sort(req)
 	if len(req) == 0 {
 		t.Fatalf("%s declares no required variable: the parse is wrong", rootVariables)
@@ -107,17 +108,9 @@ func newLabenv(f *fakeCloud, opts *clientOptions, stdout, stderr io.Writer, gran
 // requiredValues is the fixture's output of every required variable.
 func requiredValues(t *testing.T, dir string) map[string]string {
 	t.Helper()
-	d, err := tfdriver.New(tfdriver.Config{Dir: dir}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := d.Outputs(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
 	var m map[string]string
-	if err := json.Unmarshal(out["required_variables"], &m); err != nil {
-		t.Fatalf("output required_variables: %v (%s)", err, out["required_variables"])
+	if err := json.Unmarshal(stateOutputs(t, dir)["required_variables"], &m); err != nil {
+		t.Fatalf("output required_variables: %v", err)
 	}
 	return m
 }
