@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -60,6 +61,9 @@ func firstRunModule(t *testing.T, required []string) string {
 	t.Helper()
 	if _, err := tfdriver.FindTerraform(""); err != nil {
 		t.Skipf("skipping: needs a terraform binary (1.9 or later) on PATH: %v", err)
+	}
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("skipping: the fixture module reaches the fake Google Cloud with curl, which is not on PATH")
 	}
 	dir := t.TempDir()
 	if err := os.CopyFS(dir, os.DirFS("testdata/firstrun")); err != nil {
