@@ -139,9 +139,9 @@ plan: ## Google Cloud: terraform init and a saved plan with its resource counts 
 	$(call cloud_preflight,plan)
 	$(GO) run ./terraform/cmd/labenv plan
 
-deploy: ## Google Cloud: signing keys (Secret Manager), apply (budget first), schema grants, lock-server's Kubernetes Secret, then cloudbuild.yaml with this commit; a failed apply is destroyed
+deploy: ## Google Cloud: enable the APIs labenv needs, signing keys (Secret Manager), apply (budget first; one retry on a transient error), schema grants, lock-server's Kubernetes Secret, then cloudbuild.yaml with this commit; a failed apply is kept (LABENV_FLAGS=-destroy-on-failure destroys it)
 	$(call cloud_preflight,deploy)
-	$(GO) run ./terraform/cmd/labenv deploy
+	$(GO) run ./terraform/cmd/labenv $(LABENV_FLAGS) deploy
 
 destroy: ## Google Cloud: delete the GKE objects, terraform destroy, then the zero-billable check through the Google Cloud APIs
 	$(call cloud_preflight,destroy)

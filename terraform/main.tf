@@ -44,7 +44,9 @@ locals {
   ack_deadline_seconds     = 120
   executor_request_timeout = "180s"
 
-  sa = module.iam.emails
+  # The service accounts' emails, known only once they have had time to
+  # propagate: every binding that names one waits for it.
+  sa = time_sleep.service_accounts.triggers
 
   # The game day (var.game_day, off by default): the executor's pause fault
   # and the operator's access for the harness. Nothing here is set unless
@@ -73,13 +75,31 @@ module "apis" {
   depends_on = [module.budget]
 }
 
+# Google documents that an API just enabled may answer SERVICE_DISABLED
+# for a few minutes, and that a new service account may not be usable in
+# a binding for about a minute. Everything that calls an API of
+# local.services waits for the first; everything that names a service
+# account (through local.sa) for the second. Both wait on the first apply
+# only; destroy does not wait. labenv enables and awaits the APIs it calls
+# itself (and the budget's) before Terraform runs, and retries an apply
+# once on these errors should the waits fall short.
+resource "time_sleep" "apis" {
+  create_duration = "60s"
+  triggers        = { services = join(",", sort(module.apis.enabled)) }
+}
+
+resource "time_sleep" "service_accounts" {
+  create_duration = "60s"
+  triggers        = module.iam.emails
+}
+
 # The Pub/Sub service agent is created lazily by Google; asking for its
 # identity makes it exist before the dead-letter grants name it.
 resource "google_project_service_identity" "pubsub" {
   provider   = google-beta
   project    = var.project_id
   service    = "pubsub.googleapis.com"
-  depends_on = [module.budget, module.apis]
+  depends_on = [module.budget, module.apis, time_sleep.apis]
 }
 
 module "network" {
@@ -87,14 +107,14 @@ module "network" {
   name_prefix = var.name_prefix
   region      = var.region
   labels      = local.labels
-  depends_on  = [module.budget, module.apis]
+  depends_on  = [module.budget, module.apis, time_sleep.apis]
 }
 
 module "iam" {
   source      = "./modules/iam"
   project_id  = var.project_id
   name_prefix = var.name_prefix
-  depends_on  = [module.budget, module.apis]
+  depends_on  = [module.budget, module.apis, time_sleep.apis]
 }
 
 module "registry" {
@@ -105,7 +125,7 @@ module "registry" {
   labels      = local.labels
   writers     = { deployer = "serviceAccount:${local.sa["deployer"]}" }
   readers     = { gke-nodes = "serviceAccount:${local.sa["gke-nodes"]}" }
-  depends_on  = [module.budget, module.apis]
+  depends_on  = [module.budget, module.apis, time_sleep.apis]
 }
 
 module "cloudsql" {
@@ -122,7 +142,7 @@ module "cloudsql" {
   lock_users = {
     lock-server = module.iam.db_users["lock-server"]
   }
-  depends_on = [module.budget, module.apis]
+  depends_on = [module.budget, module.apis, time_sleep.apis]
 }
 
 module "gke" {
@@ -137,7 +157,7 @@ module "gke" {
   lock_server_service_account_name = module.iam.names["lock-server"]
   namespace                        = var.gke_namespace
   control_plane_cidrs              = var.gke_control_plane_cidrs
-  depends_on                       = [module.budget, module.apis]
+  depends_on                       = [module.budget, module.apis, time_sleep.apis]
 }
 
 # rail-stub stands for the payment rail, a party outside the lab: its
@@ -159,7 +179,7 @@ module "rail_stub" {
   subnetwork_id = module.network.subnetwork_id
   invokers      = merge({ rail-proxy = "serviceAccount:${local.sa["rail-proxy"]}" }, local.game_day_invokers)
   labels        = local.labels
-  depends_on    = [module.budget, module.apis]
+  depends_on    = [module.budget, module.apis, time_sleep.apis]
 }
 
 module "secrets" {
@@ -172,7 +192,7 @@ module "secrets" {
     rail-receipt-signing-key  = local.sa["rail-proxy"]
     payment-terms-signing-key = local.sa["payment-resource"]
   }
-  depends_on = [module.budget, module.apis]
+  depends_on = [module.budget, module.apis, time_sleep.apis]
 }
 
 module "rail_proxy" {
@@ -202,7 +222,7 @@ module "rail_proxy" {
   env_refs = {
     RAIL_RECEIPT_SIGNING_KEY = module.secrets.ids["rail-receipt-signing-key"]
   }
-  depends_on = [module.budget, module.apis]
+  depends_on = [module.budget, module.apis, time_sleep.apis]
 }
 
 module "payment_resource" {
@@ -236,7 +256,7 @@ module "payment_resource" {
   env_refs = {
     PAYMENT_TERMS_SIGNING_KEY = module.secrets.ids["payment-terms-signing-key"]
   }
-  depends_on = [module.budget, module.apis]
+  depends_on = [module.budget, module.apis, time_sleep.apis]
 }
 
 module "executor" {
@@ -265,7 +285,7 @@ module "executor" {
     RAIL_PROXY_URL       = module.rail_proxy.uri
     EXECUTOR_ID_TOKENS   = "true" # payment-resource and rail-proxy are private
   }, local.game_day_executor_env)
-  depends_on = [module.budget, module.apis]
+  depends_on = [module.budget, module.apis, time_sleep.apis]
 }
 
 # The reconciler settles payouts in doubt against the rail's record
@@ -291,7 +311,7 @@ module "reconciler" {
     RAIL_PROXY_URL       = module.rail_proxy.uri
     RECONCILER_ID_TOKENS = "true"
   }
-  depends_on = [module.budget, module.apis]
+  depends_on = [module.budget, module.apis, time_sleep.apis]
 }
 
 resource "google_cloud_scheduler_job" "reconcile" {
@@ -309,7 +329,7 @@ resource "google_cloud_scheduler_job" "reconcile" {
       audience              = module.reconciler.uri
     }
   }
-  depends_on = [module.budget, module.apis]
+  depends_on = [module.budget, module.apis, time_sleep.apis]
 }
 
 module "pubsub" {
@@ -323,7 +343,8 @@ module "pubsub" {
   pubsub_service_agent      = google_project_service_identity.pubsub.email
   publishers                = { payment-resource = "serviceAccount:${local.sa["payment-resource"]}" }
   ack_deadline_seconds      = local.ack_deadline_seconds
-  depends_on                = [module.budget, module.apis]
+  # The push account is named here by name, not through local.sa.
+  depends_on = [module.budget, module.apis, time_sleep.apis, time_sleep.service_accounts]
 }
 
 # Every alert of ops/slo.yaml as a Cloud Monitoring alert policy with a

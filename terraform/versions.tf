@@ -15,6 +15,10 @@ terraform {
       source  = "hashicorp/google-beta"
       version = "~> 7.0"
     }
+    time = {
+      source  = "hashicorp/time"
+      version = "~> 0.12"
+    }
     random = {
       source  = "hashicorp/random"
       version = "~> 3.6"

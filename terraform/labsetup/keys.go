@@ -19,6 +19,7 @@ import (
 	secretmanager "cloud.google.com/go/secretmanager/apiv1"
 	"cloud.google.com/go/secretmanager/apiv1/secretmanagerpb"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
+	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/bootstrap"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -145,6 +146,65 @@ func Vars(keys []ResolvedKey) map[string]string {
 	return m
 }
 
+// Placeholder is a well-formed public key (an id and 32 zero bytes) that
+// stands for a key's public half where its value cannot matter: destroy
+// evaluates the variables but creates nothing from them, and plan shows
+// it where no key exists yet.
+const Placeholder = "placeholder:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+
+// PlaceholderVars returns every key's variable set to Placeholder. Destroy
+// uses them: it needs a valid value for each required variable and reads
+// none of them, so it works whatever state Secret Manager is in.
+func PlaceholderVars(keys []Key) map[string]string {
+	m := make(map[string]string, len(keys))
+	for _, k := range keys {
+		m[k.Var] = Placeholder
+	}
+	return m
+}
+
+// PlanVars returns the keys' variables for a plan, reading only: each
+// stored key's public half (or TF_VAR_<Var> when it lists it), else
+// TF_VAR_<Var> when set, else Placeholder. It never makes or stores a key.
+// A key it could not read (the secret missing, its latest version
+// disabled or destroyed, Secret Manager off, sv nil) gets a note saying
+// so; the notes are for the user, never an error.
+func PlanVars(ctx context.Context, sv SecretVersions, namePrefix string, keys []Key, getenv func(string) string) (map[string]string, []string) {
+	m := make(map[string]string, len(keys))
+	var notes []string
+	for _, k := range keys {
+		id := namePrefix + "-" + k.Secret
+		set := strings.TrimSpace(getenv("TF_VAR_" + k.Var))
+		fallback := func(why string) {
+			m[k.Var] = Placeholder
+			if set != "" {
+				m[k.Var] = set
+			}
+			notes = append(notes, fmt.Sprintf("%s: %s; this plan shows %s in its place (labenv deploy makes or reads the key)", k.Var, why, m[k.Var]))
+		}
+		if sv == nil {
+			fallback("Secret Manager not reachable")
+			continue
+		}
+		payload, err := sv.Latest(ctx, id)
+		if err != nil {
+			fallback(fmt.Sprintf("secret %s not read (%v)", id, err))
+			continue
+		}
+		sk, err := fenceproof.ParseSigningKey(strings.TrimSpace(string(payload)))
+		if err != nil {
+			fallback(fmt.Sprintf("the latest version of secret %s is not a signing key", id))
+			continue
+		}
+		pub := sk.VerifyKey().String()
+		m[k.Var] = pub
+		if set != "" && slices.Contains(strings.Split(set, ","), pub) {
+			m[k.Var] = set
+		}
+	}
+	return m, notes
+}
+
 // AnyNew reports whether a key was made by this run.
 func AnyNew(keys []ResolvedKey) bool {
 	return slices.ContainsFunc(keys, func(k ResolvedKey) bool { return k.New })
@@ -198,6 +258,9 @@ func (s secretManager) Latest(ctx context.Context, secretID string) ([]byte, err
 	resp, err := s.c.AccessSecretVersion(ctx, &secretmanagerpb.AccessSecretVersionRequest{Name: name})
 	if status.Code(err) == codes.NotFound {
 		return nil, fmt.Errorf("%w: %s", ErrNoVersion, secretID)
+	}
+	if _, off := bootstrap.ServiceDisabled(err); off {
+		return nil, fmt.Errorf("%w: secretmanager.googleapis.com: %w", bootstrap.ErrServiceDisabled, err)
 	}
 	if err != nil {
 		return nil, err

@@ -37,6 +37,7 @@ import (
 	"cloud.google.com/go/scheduler/apiv1/schedulerpb"
 	secretmanager "cloud.google.com/go/secretmanager/apiv1"
 	"cloud.google.com/go/secretmanager/apiv1/secretmanagerpb"
+	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/bootstrap"
 	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
 	sqladmin "google.golang.org/api/sqladmin/v1"
@@ -137,6 +138,19 @@ type Clients struct {
 // Default Credentials when opts are empty). The returned function closes
 // them.
 func NewClients(ctx context.Context, project string, opts ...option.ClientOption) (Clients, func(), error) {
+	return NewClientsWith(ctx, project, ClientOptions{GRPC: opts, Compute: opts, SQL: opts})
+}
+
+// ClientOptions are NewClientsWith's options by kind of client: the REST
+// clients of Compute and Cloud SQL Admin build their URLs differently
+// from each other, so a test serving both needs an endpoint for each.
+type ClientOptions struct {
+	GRPC, Compute, SQL []option.ClientOption
+}
+
+// NewClientsWith is NewClients with options by kind of client.
+func NewClientsWith(ctx context.Context, project string, o ClientOptions) (Clients, func(), error) {
+	opts := o.GRPC
 	var c Clients
 	var closers []func() error
 	closeAll := func() {
@@ -161,11 +175,11 @@ func NewClients(ctx context.Context, project string, opts ...option.ClientOption
 		return fail("Artifact Registry", err)
 	}
 	closers = append(closers, c.Registry.Close)
-	if c.Disks, err = compute.NewDisksRESTClient(ctx, opts...); err != nil {
+	if c.Disks, err = compute.NewDisksRESTClient(ctx, o.Compute...); err != nil {
 		return fail("Compute disks", err)
 	}
 	closers = append(closers, c.Disks.Close)
-	if c.SQL, err = sqladmin.NewService(ctx, opts...); err != nil {
+	if c.SQL, err = sqladmin.NewService(ctx, o.SQL...); err != nil {
 		return fail("Cloud SQL Admin", err)
 	}
 	if c.PubSub, err = pubsub.NewClient(ctx, project, opts...); err != nil {
@@ -185,7 +199,9 @@ func NewClients(ctx context.Context, project string, opts ...option.ClientOption
 
 // Find lists every kind and returns the lab's resources that remain,
 // sorted. Listing errors are joined, each wrapping ErrList; the leftovers
-// found by the other kinds are returned with them.
+// found by the other kinds are returned with them. A kind whose API
+// answers 403 SERVICE_DISABLED has nothing: an API that is off holds no
+// resource of the lab.
 func Find(ctx context.Context, s Scope, c Clients) ([]Leftover, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
@@ -211,6 +227,13 @@ func Find(ctx context.Context, s Scope, c Clients) ([]Leftover, error) {
 			continue
 		}
 		l, err := k.list()
+		if _, off := bootstrap.ServiceDisabled(err); off && len(l) == 0 {
+			// The API is off in the project (labenv never disables one:
+			// the lab's APIs keep disable_on_destroy = false), so none of
+			// its resources can exist: a fresh project, or one whose
+			// deploy stopped before Terraform enabled it.
+			continue
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%w %s: %w", ErrList, k.kind, err))
 		}

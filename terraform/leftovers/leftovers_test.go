@@ -43,6 +43,7 @@ type fakeCloud struct {
 	disks    map[string][]map[string]any // zone key -> disks (REST JSON)
 	sql      []map[string]any            // REST JSON instances
 	sqlFails bool
+	sqlOff   bool // the Cloud SQL Admin API answers 403 SERVICE_DISABLED
 	secrets  []*secretmanagerpb.Secret
 	jobs     []*schedulerpb.Job
 }
@@ -142,6 +143,12 @@ func (f *fakeCloud) rest(w http.ResponseWriter, r *http.Request) {
 	case "/v1/projects/" + project + "/instances":
 		if f.sqlFails {
 			http.Error(w, `{"error":{"code":500,"message":"backend error"}}`, http.StatusInternalServerError)
+			return
+		}
+		if f.sqlOff {
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = w.Write([]byte(`{"error":{"code":403,"message":"Cloud SQL Admin API has not been used in project lab-1 before or it is disabled","status":"PERMISSION_DENIED",` +
+				`"details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"SERVICE_DISABLED","domain":"googleapis.com","metadata":{"service":"sqladmin.googleapis.com"}}]}}`))
 			return
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"items": f.sql})
@@ -292,6 +299,16 @@ func TestAListingFailureIsNeverAPass(t *testing.T) {
 	}
 	if err := leftovers.Check(context.Background(), leftovers.Scope{Project: project, Region: "europe-west1"}, c); !errors.Is(err, leftovers.ErrInvalidScope) {
 		t.Errorf("Check without labels = %v, want ErrInvalidScope", err)
+	}
+}
+
+// TestADisabledAPIHasNothing: a kind whose API is off (403
+// SERVICE_DISABLED, as on a fresh project) has no leftover, where any other
+// refusal fails the check.
+func TestADisabledAPIHasNothing(t *testing.T) {
+	c := start(t, &fakeCloud{sqlOff: true})
+	if err := leftovers.Check(context.Background(), scope, c); err != nil {
+		t.Errorf("Check with the Cloud SQL Admin API off = %v, want nil", err)
 	}
 }
 

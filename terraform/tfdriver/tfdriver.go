@@ -15,6 +15,7 @@
 package tfdriver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,6 +27,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/terraform-exec/tfexec"
@@ -92,6 +94,31 @@ type Driver struct {
 	cfg Config
 	tf  *tfexec.Terraform
 	log *slog.Logger
+	// stderr collects terraform's stderr during one step: a failed
+	// step's error carries its diagnostics.
+	stderr *lockedBuffer
+}
+
+// lockedBuffer is a bytes.Buffer that terraform-exec's goroutines may
+// write to.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// take returns what was written and empties the buffer.
+func (l *lockedBuffer) take() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.b.String()
+	l.b.Reset()
+	return s
 }
 
 // New checks cfg, finds the terraform binary and returns a Driver. It
@@ -114,11 +141,14 @@ func New(cfg Config, log *slog.Logger) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
+	stderr := &lockedBuffer{}
 	if cfg.Output != nil {
 		tf.SetStdout(cfg.Output)
-		tf.SetStderr(cfg.Output)
+		tf.SetStderr(io.MultiWriter(cfg.Output, stderr))
+	} else {
+		tf.SetStderr(stderr)
 	}
-	return &Driver{cfg: cfg, tf: tf, log: log.With("module", cfg.Dir)}, nil
+	return &Driver{cfg: cfg, tf: tf, log: log.With("module", cfg.Dir), stderr: stderr}, nil
 }
 
 // FindTerraform returns the path of the terraform binary: path itself when
@@ -139,14 +169,20 @@ func FindTerraform(path string) (string, error) {
 	return path, nil
 }
 
-// step runs fn and logs its outcome and duration (duration_ms).
+// step runs fn and logs its outcome and duration (duration_ms). A failed
+// step's error ends with terraform's diagnostics (its stderr from the
+// first "Error:" on), which Transient reads.
 func (d *Driver) step(ctx context.Context, name string, fn func() error) error {
 	start := time.Now()
 	d.log.InfoContext(ctx, "terraform step started", "event", EventStepStarted, "step", name)
+	d.stderr.take()
 	err := fn()
 	ms := time.Since(start).Milliseconds()
 	if err != nil {
 		d.log.ErrorContext(ctx, "terraform step failed", "event", EventStepFailed, "step", name, "duration_ms", ms, "err", err)
+		if diag := d.stderr.take(); strings.Contains(diag, "Error:") && !strings.Contains(err.Error(), "Error:") {
+			return fmt.Errorf("%w: %s: %w\n%s", ErrStep, name, err, strings.TrimSpace(diag[strings.Index(diag, "Error:"):]))
+		}
 		return fmt.Errorf("%w: %s: %w", ErrStep, name, err)
 	}
 	d.log.InfoContext(ctx, "terraform step done", "event", EventStepDone, "step", name, "duration_ms", ms)

@@ -527,6 +527,7 @@ var unlabelled = map[string]bool{
 	"google_sql_user":                                true,
 	"google_storage_bucket_iam_member":               true,
 	"random_id":                                      true,
+	"time_sleep":                                     true, // a wait, nothing billed
 }
 
 // checkLabels: every resource whose type takes labels sets them, and every

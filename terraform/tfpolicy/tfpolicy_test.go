@@ -144,7 +144,7 @@ var brokenCases = []struct {
 	{
 		name:  "a module that neither waits for nor uses anything after the budget",
 		rule:  "budget-first",
-		edits: []edit{{"main.tf", "  name_prefix = var.name_prefix\n  depends_on  = [module.budget, module.apis]\n}", "  name_prefix = var.name_prefix\n}"}},
+		edits: []edit{{"main.tf", "  name_prefix = var.name_prefix\n  depends_on  = [module.budget, module.apis, time_sleep.apis]\n}", "  name_prefix = var.name_prefix\n}"}},
 		want:  "module.iam.google_service_account.this: does not depend",
 	},
 	{

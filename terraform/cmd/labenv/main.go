@@ -2,16 +2,21 @@
 // through its lifecycle with terraform/tfdriver; `make plan`, `make deploy`
 // and `make destroy` run it.
 //
-//	labenv plan      init and a saved plan, with its resource counts
-//	labenv deploy    the signing keys (read from Secret Manager, or made
-//	                 on a first deploy and stored there after a plan
-//	                 targeted at the secrets), plan, apply, outputs, each
-//	                 service's schema grant, lock-server's Kubernetes
-//	                 Secret, then cloudbuild.yaml with this commit (gcloud
-//	                 builds submit); a failed apply is destroyed at once
-//	                 unless -keep-on-failure
+//	labenv plan      read-only: says which APIs deploy would enable, reads
+//	                 the keys that exist (placeholders for the others),
+//	                 init and a saved plan with its resource counts
+//	labenv deploy    enable and await the APIs labenv needs
+//	                 (terraform/bootstrap), the signing keys (read from
+//	                 Secret Manager, or made on a first deploy and stored
+//	                 there after a plan targeted at the secrets), plan,
+//	                 apply, outputs, each service's schema grant,
+//	                 lock-server's Kubernetes Secret, then cloudbuild.yaml
+//	                 with this commit; an apply failing on a transient
+//	                 error is retried once, and a failed apply is kept
+//	                 unless -destroy-on-failure
 //	labenv destroy   delete the GKE objects whose disks and load balancers
-//	                 outlive the cluster, then terraform destroy; fail if
+//	                 outlive the cluster, then terraform destroy (the keys'
+//	                 variables are placeholders: nothing is read); fail if
 //	                 anything is left in the state, or if the zero-billable
 //	                 check (terraform/leftovers) finds anything of the lab
 //
@@ -30,6 +35,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -37,28 +43,79 @@ import (
 	"syscall"
 	"time"
 
+	secretmanager "cloud.google.com/go/secretmanager/apiv1"
+	"cloud.google.com/go/secretmanager/apiv1/secretmanagerpb"
+	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/bootstrap"
 	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/labsetup"
 	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/leftovers"
 	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/tfdriver"
+	billingbudgets "google.golang.org/api/billingbudgets/v1"
+	cloudresourcemanager "google.golang.org/api/cloudresourcemanager/v3"
+	iam "google.golang.org/api/iam/v1"
+	"google.golang.org/api/iterator"
+	"google.golang.org/api/option"
 	sqladmin "google.golang.org/api/sqladmin/v1"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Getenv, tfdriver.FileExists, os.Stdout, os.Stderr)
+	e := &labenv{getenv: os.Getenv, exists: tfdriver.FileExists, stdout: os.Stdout, stderr: os.Stderr}
+	code := e.run(ctx, os.Args[1:])
 	stop()
 	os.Exit(code)
 }
 
-const usage = "usage: labenv [-dir terraform] [-keep-on-failure] plan|deploy|destroy"
+const usage = "usage: labenv [-dir terraform] [-destroy-on-failure] [-retry-after 90s] plan|deploy|destroy"
+
+// labenv is the command with what it reaches outside the process. The
+// zero value of every field but getenv, exists, stdout and stderr is the
+// production one.
+type labenv struct {
+	getenv func(string) string
+	exists func(string) bool
+	stdout io.Writer
+	stderr io.Writer
+	// clients are the options of the Google API clients; nil: Application
+	// Default Credentials with the lab's project as quota project.
+	clients *clientOptions
+	// wait paces readiness polls and the wait before an apply is retried;
+	// its Sleep is a timer unless a test sets it.
+	wait bootstrap.Wait
+	// grants makes the schema grants after apply; nil:
+	// labsetup.GrantSchemas through the Cloud SQL Admin API and connector.
+	grants func(ctx context.Context, project string, outputs map[string]json.RawMessage, log *slog.Logger) error
+}
+
+// clientOptions are the options of the Google API clients by kind.
+type clientOptions struct {
+	// GRPC: Secret Manager and the zero-billable check's gRPC clients.
+	GRPC []option.ClientOption
+	// REST: Service Usage, Resource Manager, IAM, Billing Budgets, Cloud
+	// SQL Admin.
+	REST []option.ClientOption
+	// Compute: the Compute Engine REST client.
+	Compute []option.ClientOption
+}
+
+// quotaProject are the production options: Application Default
+// Credentials, with every call billed to and checked against the lab's
+// project. User credentials have no quota project of their own unless
+// `gcloud auth application-default set-quota-project` was run, and APIs
+// such as Billing Budgets refuse user calls without one.
+func quotaProject(project string) *clientOptions {
+	o := []option.ClientOption{option.WithQuotaProject(project)}
+	return &clientOptions{GRPC: o, REST: o, Compute: o}
+}
 
 // run is main without the process: it returns the exit code (2 for usage
 // and missing credentials, 1 for a failed step).
-func run(ctx context.Context, args []string, getenv func(string) string, exists func(string) bool, stdout, stderr io.Writer) int {
+func (e *labenv) run(ctx context.Context, args []string) int {
+	stdout, stderr := e.stdout, e.stderr
 	fs := flag.NewFlagSet("labenv", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "terraform", "the root module")
-	keep := fs.Bool("keep-on-failure", false, "deploy: leave a failed apply in place instead of destroying it")
+	destroyOnFailure := fs.Bool("destroy-on-failure", false, "deploy: destroy what a failed apply created (default: keep it, and say how to destroy it)")
+	retryAfter := fs.Duration("retry-after", 90*time.Second, "deploy: wait before the one retry of an apply that failed with an error Google documents as transient")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -66,43 +123,153 @@ func run(ctx context.Context, args []string, getenv func(string) string, exists 
 		fmt.Fprintln(stderr, usage)
 		return 2
 	}
-	vars, err := tfdriver.Preflight(getenv, exists)
+	cmd := fs.Arg(0)
+	vars, err := tfdriver.Preflight(e.getenv, e.exists)
 	if err != nil {
-		fmt.Fprintf(stderr, "labenv %s: %v\n", fs.Arg(0), err)
+		fmt.Fprintf(stderr, "labenv %s: %v\n", cmd, err)
 		return 2
+	}
+	if e.clients == nil {
+		e.clients = quotaProject(vars.Project)
+	}
+	if e.wait.Sleep == nil {
+		e.wait.Sleep = bootstrap.Sleep
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
 	tfVars := vars.Map()
 	var keys []labsetup.ResolvedKey
-	if fs.Arg(0) == "deploy" {
-		// The keys' public halves are variables of the plan: resolve
-		// them (and make the missing ones) before terraform runs.
-		if keys, err = resolveKeys(ctx, vars.Project, getenv); err != nil {
+	switch cmd {
+	case "plan":
+		// Read-only: report what deploy would enable, read the keys
+		// that exist, placeholders for the others.
+		kv := e.planKeys(ctx, vars)
+		maps.Copy(tfVars, kv)
+	case "deploy":
+		if err := e.bootstrap(ctx, vars, log); err != nil {
 			fmt.Fprintf(stderr, "labenv deploy: %v\n", err)
 			return 1
 		}
-		for k, v := range labsetup.Vars(keys) {
-			tfVars[k] = v
+		// The keys' public halves are variables of the plan: resolve
+		// them (and make the missing ones) before terraform runs.
+		if keys, err = e.resolveKeys(ctx, vars.Project); err != nil {
+			fmt.Fprintf(stderr, "labenv deploy: %v\n", err)
+			return 1
 		}
+		maps.Copy(tfVars, labsetup.Vars(keys))
+	case "destroy":
+		// Destroy creates nothing from the keys: any valid value will
+		// do, and none is read, so destroy works whatever state Secret
+		// Manager is in.
+		maps.Copy(tfVars, labsetup.PlaceholderVars(labsetup.Keys))
 	}
 	d, err := tfdriver.New(tfdriver.Config{Dir: *dir, Vars: tfVars, Output: stderr}, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "labenv: %v\n", err)
 		return 2
 	}
-	switch fs.Arg(0) {
+	switch cmd {
 	case "plan":
 		err = plan(ctx, d, stdout)
 	case "deploy":
-		err = deploy(ctx, d, vars, keys, *keep, log, stdout, stderr)
+		err = e.deploy(ctx, d, vars, keys, failurePolicy{destroy: *destroyOnFailure, retryAfter: *retryAfter}, log)
 	case "destroy":
-		err = destroy(ctx, d, vars, getenv, stdout, stderr)
+		err = e.destroy(ctx, d, vars)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "labenv %s: %v\n", fs.Arg(0), err)
+		fmt.Fprintf(stderr, "labenv %s: %v\n", cmd, err)
 		return 1
 	}
 	return 0
+}
+
+// bootstrapAPIs are the APIs that must answer before Terraform runs, in
+// the order they are needed: Service Usage to enable the others (it
+// cannot enable itself); Resource Manager, which the providers read the
+// project through; Billing Budgets, for the budget Terraform creates
+// first; IAM, whose service accounts Terraform creates right after
+// enabling the APIs (an API enabled in the same apply answers
+// SERVICE_DISABLED for minutes); Secret Manager, which labenv reads the
+// keys from before any plan.
+func (e *labenv) bootstrapAPIs(ctx context.Context, vars tfdriver.CloudVars) ([]bootstrap.API, error) {
+	crm, err := cloudresourcemanager.NewService(ctx, e.clients.REST...)
+	if err != nil {
+		return nil, err
+	}
+	bb, err := billingbudgets.NewService(ctx, e.clients.REST...)
+	if err != nil {
+		return nil, err
+	}
+	iamc, err := iam.NewService(ctx, e.clients.REST...)
+	if err != nil {
+		return nil, err
+	}
+	sm, err := secretmanager.NewClient(ctx, e.clients.GRPC...)
+	if err != nil {
+		return nil, err
+	}
+	context.AfterFunc(ctx, func() { _ = sm.Close() })
+	return []bootstrap.API{
+		{Service: "serviceusage.googleapis.com", Why: "labenv enables the other APIs through it"},
+		{Service: "cloudresourcemanager.googleapis.com", Why: "the providers read the project", Probe: func(ctx context.Context) error {
+			_, err := crm.Projects.Get("projects/" + vars.Project).Context(ctx).Do()
+			return err
+		}},
+		{Service: "billingbudgets.googleapis.com", Why: "the budget, created first", Probe: func(ctx context.Context) error {
+			_, err := bb.BillingAccounts.Budgets.List("billingAccounts/" + vars.BillingAccount).PageSize(1).Context(ctx).Do()
+			return err
+		}},
+		{Service: "iam.googleapis.com", Why: "the services' accounts, created right after the APIs", Probe: func(ctx context.Context) error {
+			_, err := iamc.Projects.ServiceAccounts.List("projects/" + vars.Project).PageSize(1).Context(ctx).Do()
+			return err
+		}},
+		{Service: "secretmanager.googleapis.com", Why: "labenv reads the signing keys before planning", Probe: func(ctx context.Context) error {
+			_, err := sm.ListSecrets(ctx, &secretmanagerpb.ListSecretsRequest{Parent: "projects/" + vars.Project, PageSize: 1}).Next()
+			if errors.Is(err, iterator.Done) {
+				return nil
+			}
+			return err
+		}},
+	}, nil
+}
+
+// bootstrap enables and awaits every bootstrap API (deploy).
+func (e *labenv) bootstrap(ctx context.Context, vars tfdriver.CloudVars, log *slog.Logger) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	apis, err := e.bootstrapAPIs(ctx, vars)
+	if err != nil {
+		return err
+	}
+	su, err := bootstrap.NewServiceUsage(ctx, vars.Project, e.wait, e.clients.REST...)
+	if err != nil {
+		return err
+	}
+	return bootstrap.Ensure(ctx, vars.Project, su, apis, e.wait, log)
+}
+
+// planKeys returns the keys' variables for a plan, read-only, printing
+// what is missing (never an error: a plan shows what deploy would do).
+func (e *labenv) planKeys(ctx context.Context, vars tfdriver.CloudVars) map[string]string {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if apis, err := e.bootstrapAPIs(ctx, vars); err == nil {
+		if su, err := bootstrap.NewServiceUsage(ctx, vars.Project, e.wait, e.clients.REST...); err == nil {
+			if err := bootstrap.Check(ctx, vars.Project, su, apis); err != nil {
+				fmt.Fprintf(e.stderr, "labenv plan: %v\n", err)
+			}
+		}
+	}
+	sv, closeSV, err := labsetup.NewSecretManager(ctx, vars.Project, e.clients.GRPC...)
+	if err != nil {
+		sv = nil
+	} else {
+		defer func() { _ = closeSV() }()
+	}
+	m, notes := labsetup.PlanVars(ctx, sv, namePrefix(e.getenv), labsetup.Keys, e.getenv)
+	for _, n := range notes {
+		fmt.Fprintf(e.stderr, "labenv plan: %s\n", n)
+	}
+	return m
 }
 
 func plan(ctx context.Context, d *tfdriver.Driver, stdout io.Writer) error {
@@ -129,42 +296,69 @@ func namePrefix(getenv func(string) string) string {
 // resolveKeys reads the signing keys' secret halves from the project's
 // Secret Manager, making those that have no version yet
 // (labsetup.ResolveKeys).
-func resolveKeys(ctx context.Context, project string, getenv func(string) string) ([]labsetup.ResolvedKey, error) {
-	sv, closeSV, err := labsetup.NewSecretManager(ctx, project)
+func (e *labenv) resolveKeys(ctx context.Context, project string) ([]labsetup.ResolvedKey, error) {
+	sv, closeSV, err := labsetup.NewSecretManager(ctx, project, e.clients.GRPC...)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = closeSV() }()
-	return labsetup.ResolveKeys(ctx, sv, namePrefix(getenv), labsetup.Keys, getenv, rand.Reader, time.Now())
+	return labsetup.ResolveKeys(ctx, sv, namePrefix(e.getenv), labsetup.Keys, e.getenv, rand.Reader, time.Now())
 }
 
-func deploy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars, keys []labsetup.ResolvedKey, keep bool, log *slog.Logger, stdout, stderr io.Writer) error {
-	if err := d.Init(ctx); err != nil {
-		return err
-	}
-	applied := func(err error) error {
-		if err == nil {
+// failurePolicy says what deploy does when an apply fails.
+type failurePolicy struct {
+	// destroy: destroy what the failed apply created; otherwise it is
+	// kept and labenv prints how to destroy it.
+	destroy bool
+	// retryAfter is the wait before the one retry of an apply that failed
+	// with a transient error (tfdriver.Transient).
+	retryAfter time.Duration
+}
+
+// planApply plans (with targets) and applies; an apply that fails with
+// an error Google documents as transient is planned and applied once
+// more after the policy's wait. A failure that remains is kept in place
+// or destroyed as the policy says.
+func (e *labenv) planApply(ctx context.Context, d *tfdriver.Driver, p failurePolicy, targets ...string) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		var sum tfdriver.PlanSummary
+		if sum, err = d.Plan(ctx, targets...); err != nil {
+			break
+		}
+		fmt.Fprintln(e.stdout, sum)
+		if err = d.Apply(ctx); err == nil {
 			return nil
 		}
-		if keep {
-			return fmt.Errorf("%w (left in place: -keep-on-failure; run make destroy)", err)
+		reason, transient := tfdriver.Transient(err)
+		if !transient || attempt > 1 {
+			break
 		}
-		fmt.Fprintln(stderr, "labenv deploy: apply failed; destroying what it created")
+		fmt.Fprintf(e.stderr, "labenv deploy: apply failed on %s, which Google documents as transient; planning and applying once more in %s\n", reason, p.retryAfter)
+		if werr := e.wait.Sleep(ctx, p.retryAfter); werr != nil {
+			return errors.Join(err, werr)
+		}
+	}
+	if p.destroy {
+		fmt.Fprintln(e.stderr, "labenv deploy: apply failed; destroying what it created (-destroy-on-failure)")
 		return errors.Join(err, d.Destroy(context.WithoutCancel(ctx)))
+	}
+	return fmt.Errorf("%w\nWhat the apply created is kept (it bills until destroyed): fix the cause and run make deploy again to finish it, or make destroy to remove it", err)
+}
+
+func (e *labenv) deploy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars, keys []labsetup.ResolvedKey, p failurePolicy, log *slog.Logger) error {
+	stdout, stderr := e.stdout, e.stderr
+	if err := d.Init(ctx); err != nil {
+		return err
 	}
 	if labsetup.AnyNew(keys) {
 		// A first deploy: the secrets alone (and what they need, the
 		// budget first), then their first versions, so that no service
 		// that reads a secret starts before the secret has a value.
-		sum, err := d.Plan(ctx, labsetup.SecretsTarget)
-		if err != nil {
+		if err := e.planApply(ctx, d, p, labsetup.SecretsTarget); err != nil {
 			return err
 		}
-		fmt.Fprintln(stdout, sum)
-		if err := applied(d.Apply(ctx)); err != nil {
-			return err
-		}
-		sv, closeSV, err := labsetup.NewSecretManager(ctx, vars.Project)
+		sv, closeSV, err := labsetup.NewSecretManager(ctx, vars.Project, e.clients.GRPC...)
 		if err != nil {
 			return err
 		}
@@ -175,12 +369,7 @@ func deploy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars, ke
 		}
 		fmt.Fprintln(stdout, "labenv deploy: made the signing keys and stored their secret halves in Secret Manager")
 	}
-	sum, err := d.Plan(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(stdout, sum)
-	if err := applied(d.Apply(ctx)); err != nil {
+	if err := e.planApply(ctx, d, p); err != nil {
 		return err
 	}
 	out, err := d.Outputs(ctx)
@@ -194,17 +383,11 @@ func deploy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars, ke
 	}
 	// Each service creates its tables as its own IAM user: it needs
 	// CREATE on its database's schema before it first starts.
-	admin, err := sqladmin.NewService(ctx)
-	if err != nil {
-		return fmt.Errorf("the Cloud SQL Admin client: %w", err)
+	grants := e.grants
+	if grants == nil {
+		grants = e.grantSchemas
 	}
-	connect, closeConnect, err := labsetup.CloudSQLConnect(ctx)
-	if err != nil {
-		return err
-	}
-	err = labsetup.GrantSchemas(ctx, labsetup.NewSQLAdmin(admin, vars.Project), connect, out, labsetup.SchemaGrants, rand.Reader, log)
-	_ = closeConnect()
-	if err != nil {
+	if err := grants(ctx, vars.Project, out, log); err != nil {
 		return err
 	}
 	// lock-server's grant-proof key, as the Kubernetes Secret its
@@ -258,7 +441,23 @@ func deploy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars, ke
 	return nil
 }
 
-func destroy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars, getenv func(string) string, stdout, stderr io.Writer) error {
+// grantSchemas is the production grants step: labsetup.GrantSchemas
+// through the Cloud SQL Admin API and the Cloud SQL Go connector.
+func (e *labenv) grantSchemas(ctx context.Context, project string, out map[string]json.RawMessage, log *slog.Logger) error {
+	admin, err := sqladmin.NewService(ctx, e.clients.REST...)
+	if err != nil {
+		return fmt.Errorf("the Cloud SQL Admin client: %w", err)
+	}
+	connect, closeConnect, err := labsetup.CloudSQLConnect(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = closeConnect() }()
+	return labsetup.GrantSchemas(ctx, labsetup.NewSQLAdmin(admin, project), connect, out, labsetup.SchemaGrants, rand.Reader, log)
+}
+
+func (e *labenv) destroy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars) error {
+	stdout, stderr := e.stdout, e.stderr
 	if err := d.Init(ctx); err != nil {
 		return err
 	}
@@ -266,7 +465,7 @@ func destroy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars, g
 	// has it; the module's defaults when it no longer does.
 	// NamePrefix (the module's default; TF_VAR_name_prefix overrides it)
 	// finds the Cloud Scheduler jobs, which carry no labels.
-	scope := leftovers.Scope{Project: vars.Project, Region: vars.Region, Labels: map[string]string{"app": "distributed-lock-lab"}, NamePrefix: namePrefix(getenv)}
+	scope := leftovers.Scope{Project: vars.Project, Region: vars.Region, Labels: map[string]string{"app": "distributed-lock-lab"}, NamePrefix: namePrefix(e.getenv)}
 	if scope.Region == "" {
 		scope.Region = "europe-west1"
 	}
@@ -306,7 +505,7 @@ func destroy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.CloudVars, g
 		return fmt.Errorf("%d resources left in the state: %v", len(left), left)
 	}
 	fmt.Fprintln(stdout, "labenv destroy: the Terraform state is empty; listing labelled leftovers through the Google Cloud APIs")
-	clients, closeClients, err := leftovers.NewClients(ctx, vars.Project)
+	clients, closeClients, err := leftovers.NewClientsWith(ctx, vars.Project, leftovers.ClientOptions{GRPC: e.clients.GRPC, Compute: e.clients.Compute, SQL: e.clients.REST})
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ func TestEveryCommandStopsAtOnceWithoutCredentials(t *testing.T) {
 	for _, cmd := range []string{"plan", "deploy", "destroy"} {
 		var stdout, stderr bytes.Buffer
 		dir := t.TempDir() // no module: reaching terraform would fail differently
-		code := run(context.Background(), []string{"-dir", dir, cmd}, func(string) string { return "" }, func(string) bool { return false }, &stdout, &stderr)
+		code := (&labenv{getenv: func(string) string { return "" }, exists: func(string) bool { return false }, stdout: &stdout, stderr: &stderr}).run(context.Background(), []string{"-dir", dir, cmd})
 		if code != 2 {
 			t.Errorf("%s: exit %d, want 2", cmd, code)
 		}
@@ -32,7 +32,7 @@ func TestEveryCommandStopsAtOnceWithoutCredentials(t *testing.T) {
 
 func TestUnknownCommandPrintsUsage(t *testing.T) {
 	var stderr bytes.Buffer
-	if code := run(context.Background(), []string{"apply"}, func(string) string { return "" }, func(string) bool { return false }, &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), "usage") {
+	if code := (&labenv{getenv: func(string) string { return "" }, exists: func(string) bool { return false }, stdout: &bytes.Buffer{}, stderr: &stderr}).run(context.Background(), []string{"apply"}); code != 2 || !strings.Contains(stderr.String(), "usage") {
 		t.Errorf("exit %d, stderr %q; want 2 and the usage", code, stderr.String())
 	}
 }
