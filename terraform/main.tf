@@ -356,5 +356,5 @@ module "monitoring" {
   notification_channels = var.notification_channels
   runbook_base          = var.runbook_base
   labels                = local.labels
-  depends_on            = [module.budget, module.apis]
+  depends_on            = [module.budget, module.apis, time_sleep.apis]
 }
