@@ -101,7 +101,7 @@ func (s *Store) guardedGrant(ctx context.Context, key, grantSQL string, args ...
 
 // drawing runs grant, a statement that draws tokens; when its draw was
 // behind lockdb's clock, it moves the sequence up to the clock and runs
-// grant once more.
+// grant once more. A second draw behind the clock is ErrUnavailable.
 func (s *Store) drawing(ctx context.Context, grant func() error) error {
 	err := grant()
 	var pgErr *pgconn.PgError
@@ -116,7 +116,14 @@ func (s *Store) drawing(ctx context.Context, grant func() error) error {
 		return err
 	}
 	s.log.Debug("pgstore moved fencing_token_seq up to lockdb's clock", "sequence", seq)
-	return grant()
+	err = grant()
+	if errors.As(err, &pgErr) && pgErr.Code == sqlstateBehindClock {
+		// lockdb's clock moved on by more than a second since the catch-up
+		// (a step, or a grant that waited that long): nothing was granted,
+		// and asking again is right.
+		return fmt.Errorf("%w: pgstore: %w", lockserver.ErrUnavailable, err)
+	}
+	return err
 }
 
 func (s *Store) guardedGrantOnce(ctx context.Context, key, grantSQL string, args ...any) (lockserver.Lease, error) {
