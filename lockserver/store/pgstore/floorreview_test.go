@@ -299,3 +299,53 @@ AS $$ SELECT clock_timestamp() + nextval('review_clock_jumps') * interval '2 sec
 		t.Errorf("AcquireMany with every draw behind the clock: %v; want ErrUnavailable", res[0].Err)
 	}
 }
+
+// TestARollbackAfterAnAdvancePastTheClockIsCaught: the restore runbook
+// tells the operator to add a margin to N before lockctl advance ("a token
+// skipped costs nothing"), and Advance accepts any N up to 2^53 - 1. An N
+// ahead of lockdb's clock puts the sequence ahead of it, and the floor
+// notices a rollback only once the sequence is a second behind the clock:
+// until the clock catches up with N (a margin of a day: a day), a
+// rollback older than a second is not caught, and another lock-server
+// issues tokens again. The ADR lists the draws' rate and a clock stepped
+// back as what puts the sequence ahead, not an advance.
+func TestARollbackAfterAnAdvancePastTheClockIsCaught(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	issuing, other := openStore(t, dsn), openStore(t, dsn)
+	first := grantRelease(t, issuing, "payout:acct-1", 1)
+	// N: the largest token issued, with a margin of a day's microseconds.
+	if _, err := issuing.Advance(testCtx(t), first+(24*time.Hour).Microseconds()); err != nil {
+		t.Fatal(err)
+	}
+	backup := grantRelease(t, issuing, "payout:acct-1", 1) // the state a backup keeps
+	issued := map[int64]bool{backup: true}
+	for i := range 3 {
+		issued[grantRelease(t, issuing, fmt.Sprintf("payout:acct-%d", i+2), 1)] = true
+	}
+	// The sequence goes back to the backup's value, a minute later.
+	execSQL(t, dsn, fmt.Sprintf(`SELECT setval('fencing_token_seq', %d)`, backup))
+	stepClock(t, dsn, time.Minute)
+	l, err := other.Acquire(testCtx(t), "payout:acct-new", "worker-b", testTTL)
+	switch {
+	case errors.Is(err, lockserver.ErrBackendRestored):
+		t.Logf("refused: %v", err)
+	case err != nil:
+		t.Fatal(err)
+	case issued[l.Token]:
+		t.Errorf("after a rollback a minute old, the other lock-server granted token %d again", l.Token)
+	}
+}
+
+// TestCommitsAreDurableWhateverTheRoleOrDatabaseSays: synchronous_commit
+// = off set for lockdb or for lock-server's role, not for the server, is
+// overridden as well (not a bug: a review check).
+func TestCommitsAreDurableWhateverTheRoleOrDatabaseSays(t *testing.T) {
+	c, dsn := newClusterDB(t)
+	execSQL(t, c.AdminDSN(), `ALTER DATABASE lockdb SET synchronous_commit = off`)
+	execSQL(t, c.AdminDSN(), `ALTER ROLE CURRENT_USER SET synchronous_commit = off`)
+	s := openStore(t, dsn)
+	var got string
+	if err := s.pool.QueryRow(testCtx(t), `SHOW synchronous_commit`).Scan(&got); err != nil || got != "on" {
+		t.Fatalf("the store's session: synchronous_commit %q, %v; want on", got, err)
+	}
+}
