@@ -41,7 +41,20 @@ func TestAnAdvanceToTheLargestPastKeepsTokensBelow2To53(t *testing.T) {
 	var exact []float64
 	l, err := s.Acquire(testCtx(t), "payout:acct-1", "worker-a", testTTL)
 	if err != nil {
-		t.Fatalf("Acquire after the advance: %v; want a token up to 2^53 - 1", err)
+		if !errors.Is(err, lockserver.ErrUnavailable) {
+			t.Fatalf("Acquire after the advance: %v; want a token up to 2^53 - 1 or ErrUnavailable", err)
+		}
+		if st, err := s.Inspect(testCtx(t), "payout:acct-1"); err != nil || st.Lease != nil || st.LastToken > lockserver.MaxAdvancePast {
+			t.Fatalf("after the refusal: %+v, last token %d, %v; want nothing granted", st.Lease, st.LastToken, err)
+		}
+		res := s.AcquireMany(testCtx(t), []lockserver.AcquireRequest{{Key: "payout:acct-2", Owner: "worker-a", TTL: testTTL}})
+		if res[0].Err == nil && res[0].Lease.Token > lockserver.MaxAdvancePast {
+			t.Fatalf("AcquireMany granted token %d, beyond 2^53 - 1", res[0].Lease.Token)
+		}
+		if res[0].Err != nil && !errors.Is(res[0].Err, lockserver.ErrUnavailable) {
+			t.Fatalf("AcquireMany after the advance: %v; want ErrUnavailable", res[0].Err)
+		}
+		return
 	}
 	exact = append(exact, float64(l.Token))
 	if l.Token > lockserver.MaxAdvancePast {
