@@ -45,7 +45,8 @@ const (
 	sqlstateBehindClock = "DL002"
 
 	// sqlstateClockPastRange is lockdb_catch_up's refusal of a clock that
-	// reads beyond the largest token.
+	// reads beyond the largest token, and lockdb_draw_token's of a draw
+	// beyond it (migration 00006).
 	sqlstateClockPastRange = "DL003"
 
 	// catchUpSQL moves fencing_token_seq up to lockdb's clock, in
@@ -101,10 +102,15 @@ func (s *Store) guardedGrant(ctx context.Context, key, grantSQL string, args ...
 
 // drawing runs grant, a statement that draws tokens; when its draw was
 // behind lockdb's clock, it moves the sequence up to the clock and runs
-// grant once more.
+// grant once more. A second draw behind the clock, and a draw or a clock
+// past the largest token (2^53 - 1), are ErrUnavailable.
 func (s *Store) drawing(ctx context.Context, grant func() error) error {
 	err := grant()
 	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == sqlstateClockPastRange {
+		// A draw past 2^53 - 1 (migration 00006): nothing was granted.
+		return fmt.Errorf("%w: pgstore: %s", lockserver.ErrUnavailable, pgErr.Message)
+	}
 	if !errors.As(err, &pgErr) || pgErr.Code != sqlstateBehindClock {
 		return err
 	}
@@ -116,7 +122,14 @@ func (s *Store) drawing(ctx context.Context, grant func() error) error {
 		return err
 	}
 	s.log.Debug("pgstore moved fencing_token_seq up to lockdb's clock", "sequence", seq)
-	return grant()
+	err = grant()
+	if errors.As(err, &pgErr) && pgErr.Code == sqlstateBehindClock {
+		// lockdb's clock moved on by more than a second since the catch-up
+		// (a step, or a grant that waited that long): nothing was granted,
+		// and asking again is right.
+		return fmt.Errorf("%w: pgstore: %w", lockserver.ErrUnavailable, err)
+	}
+	return err
 }
 
 func (s *Store) guardedGrantOnce(ctx context.Context, key, grantSQL string, args ...any) (lockserver.Lease, error) {
