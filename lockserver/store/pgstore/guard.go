@@ -30,14 +30,16 @@ import (
 // itself (migration 00005, docs/adr/0002-token-floor-from-lockdbs-clock.md):
 // the sequence is kept within a second of lockdb's clock, so a draw after
 // the rollback is moved up to the clock (drawing), above every earlier
-// token; and a draw not above the key's row is refused as a restore.
+// token; and a draw not above a token some row holds is refused as a
+// restore.
 
 const (
 	// checkIdentitySQL raises SQLSTATE sqlstateRestored on a mismatch.
 	checkIdentitySQL = `SELECT lockdb_check_identity()`
 
 	// sqlstateRestored is the SQLSTATE of lockdb_check_identity's refusal,
-	// and of lockdb_draw_token's when a draw is not above the key's row.
+	// and of lockdb_draw_token's when a draw is not above a token a row
+	// already holds.
 	sqlstateRestored = "DL001"
 
 	// sqlstateBehindClock is lockdb_draw_token's answer to a draw more
@@ -46,7 +48,7 @@ const (
 
 	// sqlstateClockPastRange is lockdb_catch_up's refusal of a clock that
 	// reads beyond the largest token, and lockdb_draw_token's of a draw
-	// beyond it (migration 00006).
+	// beyond it.
 	sqlstateClockPastRange = "DL003"
 
 	// catchUpSQL moves fencing_token_seq up to lockdb's clock, in
@@ -108,7 +110,7 @@ func (s *Store) drawing(ctx context.Context, grant func() error) error {
 	err := grant()
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == sqlstateClockPastRange {
-		// A draw past 2^53 - 1 (migration 00006): nothing was granted.
+		// A draw past 2^53 - 1: nothing was granted.
 		return fmt.Errorf("%w: pgstore: %s", lockserver.ErrUnavailable, pgErr.Message)
 	}
 	if !errors.As(err, &pgErr) || pgErr.Code != sqlstateBehindClock {
@@ -190,5 +192,10 @@ func (s *Store) Advance(ctx context.Context, past int64) (lockserver.Advanced, e
 		return lockserver.Advanced{}, unavailable("advance", "", err)
 	}
 	s.log.Debug("pgstore advanced", "past", past, "next_above", out.NextAbove, "identity", out.Identity, "previous", out.Previous)
+	var lead int64
+	if err := s.pool.QueryRow(ctx, `SELECT $1::bigint - lockdb_clock_floor()`, out.NextAbove).Scan(&lead); err == nil && lead > time.Second.Microseconds() {
+		s.log.Warn("tokens now lead lockdb's clock: until the clock passes them, a rollback of lockdb that takes the rows back too is not caught by the clock floor; give advance the largest token issued with a margin of seconds, not more",
+			"next_above", out.NextAbove, "lead", time.Duration(lead)*time.Microsecond)
+	}
 	return out, nil
 }

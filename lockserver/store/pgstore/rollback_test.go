@@ -313,8 +313,10 @@ func copyDir(t *testing.T, from, to string) {
 
 // TestLinearizableAcrossReplicasWhileTheSequenceGoesBack runs the
 // linearizability workload through two replicas and, under the clients,
-// restarts one of them and resets fencing_token_seq to 2 (rows intact):
-// the history must stay linearizable, every grant above all before it.
+// restarts one of them and resets fencing_token_seq to 2 (rows intact);
+// grants are refused (BACKEND_RESTORED) until the operator's advance past
+// the largest token in lockdb. The history must stay linearizable, every
+// grant above all before it.
 func TestLinearizableAcrossReplicasWhileTheSequenceGoesBack(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
 	first, second := openStore(t, dsn), openStore(t, dsn)
@@ -335,6 +337,12 @@ func TestLinearizableAcrossReplicasWhileTheSequenceGoesBack(t *testing.T) {
 			return old
 		}
 		t.Cleanup(func() { _ = s.Close() })
+		var highest int64
+		if err := conn.QueryRow(testCtx(t), `SELECT max(fencing_token) FROM lock_lease`).Scan(&highest); err != nil {
+			t.Error(err)
+		} else if _, err := s.Advance(testCtx(t), highest); err != nil {
+			t.Error(err)
+		}
 		return s
 	})
 }

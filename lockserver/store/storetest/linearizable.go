@@ -124,6 +124,10 @@ func lockStep(s lockState, in lockOp, out lockResult) []lockState {
 		}
 		return []lockState{s}
 	}
+	if out.Outcome == "restored" {
+		// The restore guard refused a grant: nothing changed.
+		return yes(in.Op == "acquire" || in.Op == "handoff", s)
+	}
 	refusalOK := func() bool {
 		switch out.Outcome {
 		case "stale":
@@ -250,6 +254,8 @@ func outcomeOf(err error) (string, bool) {
 		return "not-held", true
 	case errors.Is(err, lockserver.ErrUnavailable):
 		return "unknown", true
+	case errors.Is(err, lockserver.ErrBackendRestored):
+		return "restored", true
 	}
 	return "", false
 }

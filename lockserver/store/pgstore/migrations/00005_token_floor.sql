@@ -2,10 +2,10 @@
 -- that a rollback of the token source could have produced.
 --
 -- Two checks, both in the granting statement (pgstore's guard.go says why):
---   * the key's row: a draw at or below the token the key's row already
---     holds means the sequence went back while the row did not. SQLSTATE
---     DL001, the restore guard's refusal, for as long as the sequence is
---     not above the row ("lockctl advance" moves it past).
+--   * the rows: a draw at or below the token the key's row holds, or the
+--     largest token of any row, means the sequence went back while the
+--     rows did not. SQLSTATE DL001, the restore guard's refusal, until
+--     "lockctl advance" moves the sequence past them.
 --   * lockdb's clock: the sequence is kept no further than one second
 --     behind lock_clock() in microseconds since 1970. A draw further
 --     behind raises DL002; pgstore then runs lockdb_catch_up() and draws
@@ -24,23 +24,35 @@ $$;
 
 COMMENT ON FUNCTION lockdb_clock_floor() IS 'lock_clock() in whole microseconds since 1970: the value the token sequence is kept near.';
 
--- lockdb_draw_token(above) returns nextval('fencing_token_seq'), or raises
--- DL001 when the value is not above `above` (the key's row's token, 0 for
--- a new key) and DL002 when it is more than a second behind the clock.
--- It takes the guard's advisory lock shared, as lockdb_check_identity
--- does, so no draw runs while lockdb_catch_up or an advance moves the
--- sequence.
+-- lockdb_draw_token(above) returns nextval('fencing_token_seq'). It
+-- raises DL003 when the value is past 2^53 - 1 (tokens must stay exact in
+-- JSON), DL001 when it is not above `above` (the key's row's token, 0 for
+-- a new key) or not above the largest token any row held before the draw
+-- (the sequence went back while the rows did not), and DL002 when it is
+-- more than a second behind the clock. The largest token is read before
+-- nextval: every row committed by then drew its token earlier, so only a
+-- sequence that went back can give a value at or below it. It takes the
+-- guard's advisory lock shared, as lockdb_check_identity does, so no draw
+-- runs while lockdb_catch_up or an advance moves the sequence.
+CREATE INDEX lock_lease_fencing_token ON lock_lease (fencing_token);
+
 -- +goose StatementBegin
 CREATE FUNCTION lockdb_draw_token(above bigint) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
+    highest bigint;
     v bigint;
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(x'6c6f636b6964'::bigint);
+    SELECT coalesce(max(fencing_token), 0) INTO highest FROM lock_lease;
     v := nextval('fencing_token_seq');
-    IF v <= above THEN
+    IF v > 9007199254740991 THEN
+        RAISE EXCEPTION USING ERRCODE = 'DL003',
+            MESSAGE = format('fencing_token_seq gave %s, past the largest token (2^53 - 1)', v);
+    END IF;
+    IF v <= above OR v <= highest THEN
         RAISE EXCEPTION USING ERRCODE = 'DL001',
-            MESSAGE = format('fencing_token_seq went back: it gave %s, and the key''s row already holds token %s', v, above);
+            MESSAGE = format('fencing_token_seq went back: it gave %s, and token %s was already granted', v, GREATEST(above, highest));
     END IF;
     IF v < lockdb_clock_floor() - 1000000 THEN
         RAISE EXCEPTION USING ERRCODE = 'DL002',
