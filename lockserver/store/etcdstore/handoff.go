@@ -198,7 +198,7 @@ func (s *Store) replace(ctx context.Context, from lockserver.LeaseRef, owner str
 		}
 		guess = rec.Offset // from is live: with this offset, and the new offset read
 	}
-	return nil, 0, fmt.Errorf("%w: etcdstore: handoff %q: the token offset changed under %d attempts in a row", lockserver.ErrUnavailable, from.Key, offsetTries)
+	return nil, 0, fmt.Errorf("%w: etcdstore: handoff %q: the key or the token offset changed under %d attempts in a row", lockserver.ErrUnavailable, from.Key, offsetTries)
 }
 
 // handoffRefusal is Release's answer for a Handoff transaction that did

@@ -279,20 +279,21 @@ func memberDirT(t *testing.T, dir string) string {
 func TestNoTokenIsIssuedTwiceAfterARollbackThatKeepsTheClusterID(t *testing.T) {
 	rollbacks := []struct {
 		name string
-		// mark records the state to go back to, while c runs; back stops
-		// c and starts it again from that state.
-		mark func(t *testing.T, dir string, c *embedded.Cluster) (*embedded.Cluster, func() *embedded.Cluster)
+		// mark records the state to go back to, while c runs, and leaves a
+		// cluster running; back stops it and starts it again from that
+		// state.
+		mark func(t *testing.T, dir string, c *embedded.Cluster) (back func() *embedded.Cluster)
 	}{
-		{"snapshot restored with the same names, URLs and token", func(t *testing.T, dir string, c *embedded.Cluster) (*embedded.Cluster, func() *embedded.Cluster) {
+		{"snapshot restored with the same names, URLs and token", func(t *testing.T, dir string, c *embedded.Cluster) func() *embedded.Cluster {
 			snap := saveSnapshot(t, c.Endpoints())
-			return c, func() *embedded.Cluster {
+			return func() *embedded.Cluster {
 				if err := c.Close(); err != nil {
 					t.Fatal(err)
 				}
 				return restoreInPlace(t, dir, snap, "", 0)
 			}
 		}},
-		{"data directory put back", func(t *testing.T, dir string, c *embedded.Cluster) (*embedded.Cluster, func() *embedded.Cluster) {
+		{"data directory put back", func(t *testing.T, dir string, c *embedded.Cluster) func() *embedded.Cluster {
 			if err := c.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -301,7 +302,7 @@ func TestNoTokenIsIssuedTwiceAfterARollbackThatKeepsTheClusterID(t *testing.T) {
 				t.Fatal(err)
 			}
 			c = startT(t, embedded.Config{Dir: dir})
-			return c, func() *embedded.Cluster {
+			return func() *embedded.Cluster {
 				if err := c.Close(); err != nil {
 					t.Fatal(err)
 				}
@@ -330,7 +331,7 @@ func TestNoTokenIsIssuedTwiceAfterARollbackThatKeepsTheClusterID(t *testing.T) {
 			grantRelease(t, other, "payout:acct-2", 2)
 			before := clusterIDT(t, same)
 
-			c, back := rb.mark(t, dir, c)
+			back := rb.mark(t, dir, c)
 			var highest int64
 			for range 5 { // issued after the state the rollback goes back to
 				highest = max(highest, grantRelease(t, same, "payout:acct-1", 3), grantRelease(t, other, "payout:acct-2", 3))
