@@ -2,29 +2,35 @@
 // go.etcd.io/etcd/client/v3.
 //
 // Layout. A lock key k is the etcd key Prefix+k, present exactly while the
-// lock is held. Its value is a small JSON record {"owner":O,"ttlMs":N}:
-// the holder and the TTL etcd granted, in milliseconds. The etcd lease it
-// is attached to is the grant's lease, which carries no other key, ever.
+// lock is held. Its value is a small JSON record
+// {"owner":O,"offset":X,"ttlMs":N}: the holder, the token offset the grant
+// was made with (absent, meaning 0, in records of earlier versions) and
+// the TTL etcd granted, in milliseconds. The etcd lease it is attached to
+// is the grant's lease, which carries no other key, ever. Prefix holds two
+// keys of the store's own: the restore guard's stamp (guard.go) and the
+// token offset (offset.go).
 //
 // Tokens. Acquire takes a lease (see Leases below), then runs one
 // transaction:
 //
-//	If(CreateRevision(Prefix+k) == 0)
-//	Then(Put(Prefix+k, record, WithLease(lease)))
-//	Else(Get(Prefix+k))
+//	If(CreateRevision(Prefix+k) == 0, the token offset is still X)
+//	Then(Put(Prefix+k, record with X, WithLease(lease)))
+//	Else(Get(Prefix+k), Get(the token offset))
 //
-// The fencing token is the revision of the winning transaction
-// (resp.Header.Revision), which is also the key's ModRevision while the
+// The fencing token is the revision of the winning transaction plus X,
+// which is also the key's ModRevision plus its record's offset while the
 // grant lives, since the key is written by the transaction that grants it
 // and never again. (A Handoff, handoff.go, grants the key to the next
-// holder by rewriting it, attached to a new lease, in one transaction:
-// the key's ModRevision is then the new grant's token, and its
-// CreateRevision, which nothing here reads as a token, stays the first
-// grant's.) etcd's revision is one
-// counter for the whole cluster, raft-replicated and persisted, so tokens
-// strictly increase across grants of every key, across restarts of
-// lock-server and of etcd members, and across leader changes (a snapshot
-// restore takes it back: see the restore guard in guard.go).
+// holder by rewriting it, attached to a new lease, in one transaction;
+// the key's CreateRevision, which nothing here reads as a token, stays the
+// first grant's.) etcd's revision is one counter for the whole cluster,
+// raft-replicated and persisted, and the offset is only ever raised, so
+// tokens strictly increase in revision order, across restarts of
+// lock-server and of etcd members, and across leader changes. The offset
+// is kept within a second of lock-server's clock in microseconds, so that
+// a rollback of etcd that keeps its cluster ID still lands above every
+// earlier token (offset.go); a restore that changes the ID is refused by
+// the restore guard (guard.go).
 //
 // Leases. A grant needs a lease with its own TTL, renewable without
 // touching any other grant, and a lease id that names that grant alone:
@@ -35,9 +41,10 @@
 // is ever attached to another.
 //
 // That makes the lease the handle of the grant for renewal and expiry.
-// Release reads the key, checks that its ModRevision is the token and its
-// record's owner the caller, and ends the grant with one transaction that
-// deletes the key only if its ModRevision and lease are still those read
+// Release reads the key, checks that its token (ModRevision plus the
+// record's offset) is the one named and its record's owner the caller,
+// and ends the grant with one transaction that deletes the key only if
+// its ModRevision and lease are still those read
 // (one raft write); the lease, which then carries nothing, is revoked in
 // the background. A late release from an old holder names an old token, so
 // it never reaches a newer grant. Of a release, a force-revoke, a handoff
@@ -50,7 +57,7 @@
 // check found it). Revoke does the same without the owner check, and with
 // the token check only when it is given one; with no token, it revokes
 // whatever grant is live, reading again if the grant it read was
-// replaced. Renew reads the key, checks its ModRevision and owner, and
+// replaced. Renew reads the key, checks its token and owner, and
 // sends one keep-alive for its lease; if the holder's own release lands
 // in between, the keep-alive finds the lease revoked (ErrNotHeld), or
 // resets it (the renewal is linearized at its read, before the release).
@@ -108,7 +115,8 @@
 // key still exists and Acquire still refuses, so Inspect agrees with
 // Acquire rather than with the clock. After the key is deleted etcd forgets
 // it: Inspect reports LastToken 0 for a key whose lease has ended. The
-// cluster revision is still monotonic, so later tokens are larger anyway.
+// cluster revision and the token offset are still monotonic, so later
+// tokens are larger anyway.
 //
 // Errors. Refusals wrap lockserver.ErrLockHeld, ErrNotHeld, ErrStaleToken;
 // arguments are checked with lockserver's validators first
