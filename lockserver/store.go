@@ -93,7 +93,7 @@ type State struct {
 // Implementations: lockserver/store/pgstore (token = nextval of one global
 // sequence, drawn after the grant has won the key's row),
 // lockserver/store/etcdstore (token = the revision of the winning
-// transaction) and lockserver/store/memstore (in-process, injected clock,
+// transaction plus an offset kept near lock-server's clock) and lockserver/store/memstore (in-process, injected clock,
 // for tests and simulation). All pass lockserver/store/storetest.
 type LockStore interface {
 	// Acquire grants a lease on key to owner for ttl if no unexpired lease

@@ -272,8 +272,8 @@ func newAdvance(timeout *time.Duration, printJSON func(any) error) *cobra.Comman
 			"N must be at least the largest token ever issued before the restore: the maximum over time of\n" +
 			"lockserver_highest_token_issued in Prometheus, and of the tokens in lock_granted log lines and at\n" +
 			"the fence points. PostgreSQL: moves fencing_token_seq past N (never backwards) and stamps the\n" +
-			"database's identity. etcd: checks that the revision is above N (else restore again with\n" +
-			"etcdutl snapshot restore --bump-revision) and stamps the cluster ID.\n" +
+			"database's identity. etcd: raises the token offset so that every later token is above N\n" +
+			"(never lowering it; no --bump-revision needed) and stamps the cluster ID.\n" +
 			"It opens the store directly (not through lock-server), with lock-server's settings.",
 		Args: cobra.NoArgs,
 		RunE: func(_ *cobra.Command, _ []string) error {

@@ -19,18 +19,20 @@ import (
 // v3.3 and later; this module pins v3.7), one per key, each with its own
 // compare:
 //
-//	Txn().Then(
-//	    OpTxn([CreateRevision(k1) == 0], [Put(k1, record, lease1)], [Get(k1)]),
-//	    OpTxn([CreateRevision(k2) == 0], [Put(k2, record, lease2)], [Get(k2)]),
-//	    ...)
+//	Txn().If(the offset key is still the version whose offset is X).Then(
+//	    OpTxn([CreateRevision(k1) == 0], [Put(k1, record(X), lease1)], [Get(k1)]),
+//	    OpTxn([CreateRevision(k2) == 0], [Put(k2, record(X), lease2)], [Get(k2)]),
+//	    ...).Else(Get(offset key))
 //
 // One key being held takes that key's Else branch and leaves the others
 // alone. Each member has a lease of its own, as a single Acquire has (from
 // the pool, reset by a keep-alive sent alongside, or granted inline), so a
 // lease still carries one grant in its whole life. The whole transaction is
-// one raft write at one revision, so every member granted in it has the
-// same token, that revision: above every earlier grant of each key, as a
-// single grant's is (tokens are unique per key, not across keys). etcd
+// one raft write at one revision with one token offset (offset.go; a
+// changed offset sends the transaction again with the new one), so every
+// member granted in it has the same token, that revision plus X: above
+// every earlier grant of each key, as a single grant's is (tokens are
+// unique per key, not across keys). etcd
 // checks only the branch each compare takes, so a member's lease that has
 // ended refuses the whole transaction (nothing applied) only when that
 // member would have been granted; the batch then falls back to single
@@ -181,21 +183,13 @@ func (s *Store) acquireTxn(ctx context.Context, reqs []lockserver.AcquireRequest
 			m.ka.resp, m.ka.err = s.cli.KeepAliveOnce(ctx, m.id)
 		}()
 	}
-	ops := make([]clientv3.Op, len(ms))
-	for j, m := range ms {
-		k := s.prefix + m.req.Key
-		ops[j] = clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k), "=", 0)},
-			[]clientv3.Op{clientv3.OpPut(k, encodeRecord(m.req.Owner, m.ttl), clientv3.WithLease(m.id))},
-			[]clientv3.Op{clientv3.OpGet(k)})
-	}
-	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	resp, token, err := s.createMany(ctx, ms)
 	for _, m := range ms {
 		if m.kaDone != nil {
 			<-m.kaDone
 		}
 	}
-	if err == nil {
+	if err == nil && resp != nil {
 		// The restore guard (guard.go), once for the whole transaction.
 		if err = s.guardAfter(resp); err != nil && s.guardBefore(ctx) == nil {
 			err = s.guardAfter(resp)
@@ -244,7 +238,7 @@ func (s *Store) acquireTxn(ctx context.Context, reqs []lockserver.AcquireRequest
 					s.fromPool.Add(1)
 				}
 				out[m.i].Lease = lockserver.Lease{
-					Key: m.req.Key, Owner: m.req.Owner, Token: resp.Header.Revision,
+					Key: m.req.Key, Owner: m.req.Owner, Token: token,
 					LeaseID: leaseID(int64(m.id)), TTL: ttl, ExpiresAt: m.sentAt.Round(0).Add(ttl),
 				}
 			}
@@ -257,6 +251,38 @@ func (s *Store) acquireTxn(ctx context.Context, reqs []lockserver.AcquireRequest
 		})
 	}
 	wg.Wait()
+}
+
+// createMany sends the group grant's transaction for members ms, with the
+// current token offset, again while the offset changed under it, and
+// returns the members' token.
+func (s *Store) createMany(ctx context.Context, ms []*batchMember) (*clientv3.TxnResponse, int64, error) {
+	ok := s.offsetKey()
+	for range offsetTries {
+		off, err := s.tokenOffset(ctx, "acquire")
+		if err != nil {
+			return nil, 0, err
+		}
+		ops := make([]clientv3.Op, len(ms))
+		for j, m := range ms {
+			k := s.prefix + m.req.Key
+			ops[j] = clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k), "=", 0)},
+				[]clientv3.Op{clientv3.OpPut(k, encodeRecord(m.req.Owner, m.ttl, off.x), clientv3.WithLease(m.id))},
+				[]clientv3.Op{clientv3.OpGet(k)})
+		}
+		resp, err := s.cli.Txn(ctx).If(off.compares(ok)...).Then(ops...).Else(clientv3.OpGet(ok)).Commit()
+		if err != nil {
+			return nil, 0, err
+		}
+		if resp.Succeeded {
+			return resp, resp.Header.Revision + off.x, nil
+		}
+		if err := s.learnOffset(resp.Responses[0]); err != nil {
+			return nil, 0, err
+		}
+	}
+	return nil, 0, fmt.Errorf("%w: etcdstore: group grant: the token offset changed under %d attempts in a row", lockserver.ErrUnavailable, offsetTries)
 }
 
 // giveBack returns the lease of a member that carries no grant to the

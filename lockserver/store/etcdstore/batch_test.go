@@ -16,10 +16,11 @@ func TestContractBatched(t *testing.T) {
 	storetest.Run(t, storetest.Batched(backend(t)))
 }
 
-// TestABatchSharesOneRevisionAndEachTokenIsItsKeysModRevision: the
-// members granted in one transaction carry its revision, which is each
-// key's ModRevision (the token a release or renewal is checked against).
-func TestABatchSharesOneRevisionAndEachTokenIsItsKeysModRevision(t *testing.T) {
+// TestABatchSharesOneRevisionAndEachTokenIsItsKeysModRevisionPlusOffset:
+// the members granted in one transaction carry its revision plus the one
+// offset it was made with, which is each key's ModRevision plus its
+// record's offset (the token a release or renewal is checked against).
+func TestABatchSharesOneRevisionAndEachTokenIsItsKeysModRevisionPlusOffset(t *testing.T) {
 	s := openT(t, shared, newPrefix(t))
 	defer s.Close()
 	res := s.AcquireMany(ctxT(t), []lockserver.AcquireRequest{
@@ -34,8 +35,8 @@ func TestABatchSharesOneRevisionAndEachTokenIsItsKeysModRevision(t *testing.T) {
 		if err != nil || len(got.Kvs) != 1 {
 			t.Fatalf("Get %q: %v, %d kvs", r.Lease.Key, err, len(got.Kvs))
 		}
-		if mr := got.Kvs[0].ModRevision; mr != r.Lease.Token {
-			t.Fatalf("member %d: token %d, key's ModRevision %d", i, r.Lease.Token, mr)
+		if mr, off := got.Kvs[0].ModRevision, recordT(t, got.Kvs[0]).Offset; mr+off != r.Lease.Token || off == 0 {
+			t.Fatalf("member %d: token %d, key's ModRevision %d, offset %d", i, r.Lease.Token, mr, off)
 		}
 		if lid := leaseID(got.Kvs[0].Lease); lid != r.Lease.LeaseID {
 			t.Fatalf("member %d: lease id %s, key's lease %s", i, r.Lease.LeaseID, lid)

@@ -2,29 +2,35 @@
 // go.etcd.io/etcd/client/v3.
 //
 // Layout. A lock key k is the etcd key Prefix+k, present exactly while the
-// lock is held. Its value is a small JSON record {"owner":O,"ttlMs":N}:
-// the holder and the TTL etcd granted, in milliseconds. The etcd lease it
-// is attached to is the grant's lease, which carries no other key, ever.
+// lock is held. Its value is a small JSON record
+// {"owner":O,"offset":X,"ttlMs":N}: the holder, the token offset the grant
+// was made with (absent, meaning 0, in records of earlier versions) and
+// the TTL etcd granted, in milliseconds. The etcd lease it is attached to
+// is the grant's lease, which carries no other key, ever. Prefix holds two
+// keys of the store's own: the restore guard's stamp (guard.go) and the
+// token offset (offset.go).
 //
 // Tokens. Acquire takes a lease (see Leases below), then runs one
 // transaction:
 //
-//	If(CreateRevision(Prefix+k) == 0)
-//	Then(Put(Prefix+k, record, WithLease(lease)))
-//	Else(Get(Prefix+k))
+//	If(CreateRevision(Prefix+k) == 0, the token offset is still X)
+//	Then(Put(Prefix+k, record with X, WithLease(lease)))
+//	Else(Get(Prefix+k), Get(the token offset))
 //
-// The fencing token is the revision of the winning transaction
-// (resp.Header.Revision), which is also the key's ModRevision while the
+// The fencing token is the revision of the winning transaction plus X,
+// which is also the key's ModRevision plus its record's offset while the
 // grant lives, since the key is written by the transaction that grants it
 // and never again. (A Handoff, handoff.go, grants the key to the next
-// holder by rewriting it, attached to a new lease, in one transaction:
-// the key's ModRevision is then the new grant's token, and its
-// CreateRevision, which nothing here reads as a token, stays the first
-// grant's.) etcd's revision is one
-// counter for the whole cluster, raft-replicated and persisted, so tokens
-// strictly increase across grants of every key, across restarts of
-// lock-server and of etcd members, and across leader changes (a snapshot
-// restore takes it back: see the restore guard in guard.go).
+// holder by rewriting it, attached to a new lease, in one transaction;
+// the key's CreateRevision, which nothing here reads as a token, stays the
+// first grant's.) etcd's revision is one counter for the whole cluster,
+// raft-replicated and persisted, and the offset is only ever raised, so
+// tokens strictly increase in revision order, across restarts of
+// lock-server and of etcd members, and across leader changes. The offset
+// is kept within a second of lock-server's clock in microseconds, so that
+// a rollback of etcd that keeps its cluster ID still lands above every
+// earlier token (offset.go); a restore that changes the ID is refused by
+// the restore guard (guard.go).
 //
 // Leases. A grant needs a lease with its own TTL, renewable without
 // touching any other grant, and a lease id that names that grant alone:
@@ -35,9 +41,10 @@
 // is ever attached to another.
 //
 // That makes the lease the handle of the grant for renewal and expiry.
-// Release reads the key, checks that its ModRevision is the token and its
-// record's owner the caller, and ends the grant with one transaction that
-// deletes the key only if its ModRevision and lease are still those read
+// Release reads the key, checks that its token (ModRevision plus the
+// record's offset) is the one named and its record's owner the caller,
+// and ends the grant with one transaction that deletes the key only if
+// its ModRevision and lease are still those read
 // (one raft write); the lease, which then carries nothing, is revoked in
 // the background. A late release from an old holder names an old token, so
 // it never reaches a newer grant. Of a release, a force-revoke, a handoff
@@ -50,7 +57,7 @@
 // check found it). Revoke does the same without the owner check, and with
 // the token check only when it is given one; with no token, it revokes
 // whatever grant is live, reading again if the grant it read was
-// replaced. Renew reads the key, checks its ModRevision and owner, and
+// replaced. Renew reads the key, checks its token and owner, and
 // sends one keep-alive for its lease; if the holder's own release lands
 // in between, the keep-alive finds the lease revoked (ErrNotHeld), or
 // resets it (the renewal is linearized at its read, before the release).
@@ -108,7 +115,8 @@
 // key still exists and Acquire still refuses, so Inspect agrees with
 // Acquire rather than with the clock. After the key is deleted etcd forgets
 // it: Inspect reports LastToken 0 for a key whose lease has ended. The
-// cluster revision is still monotonic, so later tokens are larger anyway.
+// cluster revision and the token offset are still monotonic, so later
+// tokens are larger anyway.
 //
 // Errors. Refusals wrap lockserver.ErrLockHeld, ErrNotHeld, ErrStaleToken;
 // arguments are checked with lockserver's validators first
@@ -293,6 +301,7 @@ type Store struct {
 	log        *slog.Logger
 	pool       *leasePool
 	guard      guard         // the restore guard's stamp: guard.go
+	off        offsets       // the token offset: offset.go
 	fromPool   atomic.Uint64 // grants made on an idle lease
 	// maxTxnMembers caps the members of one group-grant transaction
 	// (batch.go); tests raise it past etcd's limit.
@@ -491,7 +500,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	s.granted.Add(1)
 	granted := time.Duration(g.TTL) * time.Second
 	s.pool.learnFloor(secs, g.TTL)
-	resp, err := s.create(ctx, key, owner, g.ID, granted)
+	resp, token, err := s.create(ctx, key, owner, g.ID, granted)
 	if err != nil {
 		// The transaction may have applied. Revoking its lease ends the
 		// grant either way, so the caller's "unknown" is at worst a grant
@@ -506,7 +515,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		return lockserver.Lease{}, heldBy(key, resp)
 	}
 	return lockserver.Lease{
-		Key: key, Owner: owner, Token: resp.Header.Revision,
+		Key: key, Owner: owner, Token: token,
 		LeaseID: leaseID(int64(g.ID)), TTL: granted, ExpiresAt: sentAt.Round(0).Add(granted),
 	}, nil
 }
@@ -518,7 +527,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 func (s *Store) acquireOnIdle(ctx context.Context, key, owner string, idle pooledLease) (l lockserver.Lease, done bool, err error) {
 	sentAt := s.clock.Now()
 	kac := s.keepAliveBeside(ctx, idle.id)
-	resp, err := s.create(ctx, key, owner, idle.id, idle.ttl)
+	resp, token, err := s.create(ctx, key, owner, idle.id, idle.ttl)
 	ka := <-kac
 	switch {
 	case err == nil && !resp.Succeeded:
@@ -543,7 +552,7 @@ func (s *Store) acquireOnIdle(ctx context.Context, key, owner string, idle poole
 	ttl := time.Duration(ka.resp.TTL) * time.Second
 	s.fromPool.Add(1)
 	return lockserver.Lease{
-		Key: key, Owner: owner, Token: resp.Header.Revision,
+		Key: key, Owner: owner, Token: token,
 		LeaseID: leaseID(int64(idle.id)), TTL: ttl, ExpiresAt: sentAt.Round(0).Add(ttl),
 	}, true, nil
 }
@@ -562,37 +571,56 @@ func (s *Store) keepAliveBeside(ctx context.Context, id clientv3.LeaseID) <-chan
 }
 
 // create runs Acquire's transaction: create the key with lease id and a
-// record of owner and ttl if it does not exist, else read it. A grant made
-// where the restore guard does not allow it is an error wrapping
+// record of owner, ttl and the token offset if it does not exist and the
+// offset is still the version the store compares with (offset.go), else
+// read both; a changed offset is read and the transaction sent again. It
+// returns the grant's token when resp.Succeeded. A grant made where the
+// restore guard does not allow it is an error wrapping
 // lockserver.ErrBackendRestored.
-func (s *Store) create(ctx context.Context, key, owner string, id clientv3.LeaseID, ttl time.Duration) (*clientv3.TxnResponse, error) {
-	k := s.prefix + key
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-		Then(clientv3.OpPut(k, encodeRecord(owner, ttl), clientv3.WithLease(id))).
-		Else(clientv3.OpGet(k)).
-		Commit()
-	if err == nil && resp.Succeeded {
-		// The restore guard (guard.go): the caller revokes the lease of a
-		// refused grant, which deletes the key. A stamp written since this
-		// store read it (lockctl advance) is read again once.
-		if err = s.guardAfter(resp); err != nil && s.guardBefore(ctx) == nil {
-			err = s.guardAfter(resp)
+func (s *Store) create(ctx context.Context, key, owner string, id clientv3.LeaseID, ttl time.Duration) (resp *clientv3.TxnResponse, token int64, err error) {
+	k, ok := s.prefix+key, s.offsetKey()
+	for range offsetTries {
+		off, err := s.tokenOffset(ctx, "acquire")
+		if err != nil {
+			return nil, 0, err
+		}
+		resp, err = s.cli.Txn(ctx).
+			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k), "=", 0)}, off.compares(ok)...)...).
+			Then(clientv3.OpPut(k, encodeRecord(owner, ttl, off.x), clientv3.WithLease(id))).
+			Else(clientv3.OpGet(k), clientv3.OpGet(ok)).
+			Commit()
+		if err != nil {
+			return resp, 0, err
+		}
+		if resp.Succeeded {
+			// The restore guard (guard.go): the caller revokes the lease of a
+			// refused grant, which deletes the key. A stamp written since this
+			// store read it (lockctl advance) is read again once.
+			if err = s.guardAfter(resp); err != nil && s.guardBefore(ctx) == nil {
+				err = s.guardAfter(resp)
+			}
+			return resp, resp.Header.Revision + off.x, err
+		}
+		if err := s.learnOffset(resp.Responses[1]); err != nil {
+			return nil, 0, err
+		}
+		if len(resp.Responses[0].GetResponseRange().GetKvs()) > 0 {
+			return resp, 0, nil // held
 		}
 	}
-	return resp, err
+	return nil, 0, fmt.Errorf("%w: etcdstore: acquire %q: the token offset changed under %d attempts in a row", lockserver.ErrUnavailable, key, offsetTries)
 }
 
 // heldBy is ErrLockHeld for a create transaction that found the key.
 func heldBy(key string, resp *clientv3.TxnResponse) error {
 	if rr := resp.Responses[0].GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
-		return fmt.Errorf("%w: key %q is held with token %d", lockserver.ErrLockHeld, key, rr.Kvs[0].ModRevision)
+		return fmt.Errorf("%w: key %q is held with token %d", lockserver.ErrLockHeld, key, tokenOf(rr.Kvs[0]))
 	}
 	return fmt.Errorf("%w: key %q", lockserver.ErrLockHeld, key)
 }
 
 // Renew implements lockserver.LockStore: it reads the key, checks that its
-// ModRevision equals token and its owner matches, then sends one keep-alive
+// grant's token is token and its owner matches, then sends one keep-alive
 // for the lease the key is attached to, which carries this grant and has
 // carried no other. etcd refuses a keep-alive for a lease that has expired
 // or been revoked (ErrNotHeld), even one not yet deleted, so a renewal
@@ -654,7 +682,8 @@ func (s *Store) keepAlive(ctx context.Context, ref lockserver.LeaseRef, kv *mvcc
 }
 
 // Release implements lockserver.LockStore: it reads the key, checks that
-// its ModRevision equals token and its owner matches, then ends the grant
+// its grant's token (ModRevision plus the record's offset) is token and
+// its owner matches, then ends the grant
 // (end: the key deleted if it still carries that grant, the lease revoked
 // in the background). Of a release, a force-revoke, a handoff and an
 // expiry racing for one grant exactly one ends it. ErrStaleToken when a
@@ -720,7 +749,7 @@ func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver
 			return lockserver.Lease{}, err
 		}
 		return lockserver.Lease{
-			Key: key, Owner: rec.Owner, Token: kv.ModRevision,
+			Key: key, Owner: rec.Owner, Token: kv.ModRevision + rec.Offset,
 			LeaseID: leaseID(kv.Lease), TTL: time.Duration(rec.TTLMs) * time.Millisecond, ExpiresAt: sent,
 		}, nil
 	}
@@ -751,9 +780,9 @@ func (s *Store) end(ctx context.Context, op, key string, kv *mvccpb.KeyValue) er
 	}
 	if !resp.Succeeded {
 		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 && kvs[0].ModRevision > kv.ModRevision {
-			return fmt.Errorf("%w: key %q has a newer grant (token %d) than token %d, granted before the %s", lockserver.ErrStaleToken, key, kvs[0].ModRevision, kv.ModRevision, op)
+			return fmt.Errorf("%w: key %q has a newer grant (token %d) than token %d, granted before the %s", lockserver.ErrStaleToken, key, tokenOf(kvs[0]), tokenOf(kv), op)
 		}
-		return fmt.Errorf("%w: the lease on key %q with token %d ended before the %s", lockserver.ErrNotHeld, key, kv.ModRevision, op)
+		return fmt.Errorf("%w: the lease on key %q with token %d ended before the %s", lockserver.ErrNotHeld, key, tokenOf(kv), op)
 	}
 	s.revokeLater(key, clientv3.LeaseID(kv.Lease))
 	return nil
@@ -764,8 +793,9 @@ func (s *Store) end(ctx context.Context, op, key string, kv *mvccpb.KeyValue) er
 // reported live while the key exists (see the package doc); ExpiresAt is
 // lock-server's clock before the TTL query plus the remaining TTL, which
 // etcd truncates to whole seconds, so it is a lower bound that moves
-// between calls. LastToken is the key's ModRevision while it exists, and 0
-// once etcd has deleted it.
+// between calls. LastToken is the token of the key's grant (its
+// ModRevision plus its record's offset) while it exists, and 0 once etcd
+// has deleted it.
 func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, error) {
 	if err := lockserver.ValidateKey(key); err != nil {
 		return lockserver.State{}, err
@@ -779,7 +809,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, erro
 		if err != nil || kv == nil {
 			return st, err
 		}
-		st.LastToken = kv.ModRevision
+		st.LastToken = kv.ModRevision + rec.Offset
 		sent := s.now()
 		ttl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease), clientv3.WithAttachedKeys())
 		if err != nil {
@@ -793,7 +823,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, erro
 			continue
 		}
 		st.Lease = &lockserver.Lease{
-			Key: key, Owner: rec.Owner, Token: kv.ModRevision, LeaseID: leaseID(kv.Lease),
+			Key: key, Owner: rec.Owner, Token: st.LastToken, LeaseID: leaseID(kv.Lease),
 			TTL: time.Duration(rec.TTLMs) * time.Millisecond, ExpiresAt: sent.Add(time.Duration(ttl.TTL) * time.Second),
 		}
 		return st, nil
@@ -865,17 +895,29 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// record is the value of a lock key.
+// record is the value of a lock key. Offset is the token offset the grant
+// was made with (offset.go): its token is the key's ModRevision plus
+// Offset. Records written before the offset existed have none: offset 0.
+// The field order is part of Handoff's owner check (handoff.go).
 type record struct {
-	Owner string `json:"owner"`
-	TTLMs int64  `json:"ttlMs"`
+	Owner  string `json:"owner"`
+	Offset int64  `json:"offset,omitempty"`
+	TTLMs  int64  `json:"ttlMs"`
 }
 
 // encodeRecord is the value of a lock key held by owner with a granted TTL
-// of ttl.
-func encodeRecord(owner string, ttl time.Duration) string {
-	b, _ := json.Marshal(record{Owner: owner, TTLMs: ttl.Milliseconds()}) // always encodes
+// of ttl, granted with token offset offset.
+func encodeRecord(owner string, ttl time.Duration, offset int64) string {
+	b, _ := json.Marshal(record{Owner: owner, Offset: offset, TTLMs: ttl.Milliseconds()}) // always encodes
 	return string(b)
+}
+
+// tokenOf is the token of the grant a lock key carries, for messages: its
+// ModRevision plus its record's offset (0 if the record does not parse).
+func tokenOf(kv *mvccpb.KeyValue) int64 {
+	var rec record
+	_ = json.Unmarshal(kv.Value, &rec) // a foreign value is reported by lockKV
+	return kv.ModRevision + rec.Offset
 }
 
 // get reads the key linearizably; kv is nil when it does not exist.
@@ -908,13 +950,14 @@ func (s *Store) lockKV(op, key string, kvs []*mvccpb.KeyValue) (*mvccpb.KeyValue
 // not: ErrStaleToken when a newer grant exists, ErrNotHeld otherwise. A nil
 // kv means no grant is live; rec is consulted only when kv is non-nil.
 func refusal(key string, kv *mvccpb.KeyValue, rec record, owner string, token int64) error {
-	switch {
-	case kv == nil:
+	if kv == nil {
 		return fmt.Errorf("%w: no live lease on key %q", lockserver.ErrNotHeld, key)
-	case kv.ModRevision > token:
-		return fmt.Errorf("%w: key %q has a newer grant (token %d) than token %d", lockserver.ErrStaleToken, key, kv.ModRevision, token)
-	case kv.ModRevision != token:
-		return fmt.Errorf("%w: the live lease on key %q has token %d, not %d", lockserver.ErrNotHeld, key, kv.ModRevision, token)
+	}
+	switch live := kv.ModRevision + rec.Offset; {
+	case live > token:
+		return fmt.Errorf("%w: key %q has a newer grant (token %d) than token %d", lockserver.ErrStaleToken, key, live, token)
+	case live != token:
+		return fmt.Errorf("%w: the live lease on key %q has token %d, not %d", lockserver.ErrNotHeld, key, live, token)
 	case rec.Owner != owner:
 		return fmt.Errorf("%w: the lease on key %q with token %d is not held by %q", lockserver.ErrNotHeld, key, token, owner)
 	}

@@ -136,7 +136,10 @@ func TestContractOverHTTP(t *testing.T) {
 	storetest.Run(t, storetest.OverHTTP(backend(t)))
 }
 
-func TestTokenIsTheKeysModRevision(t *testing.T) {
+// TestTokenIsTheKeysModRevisionPlusItsOffset: a grant's token is the
+// key's ModRevision (which is also its CreateRevision) plus the offset
+// its record carries, which is the offset in etcd.
+func TestTokenIsTheKeysModRevisionPlusItsOffset(t *testing.T) {
 	prefix := newPrefix(t)
 	s := openT(t, shared, prefix)
 	defer s.Close()
@@ -150,9 +153,13 @@ func TestTokenIsTheKeysModRevision(t *testing.T) {
 		if err != nil || len(resp.Kvs) != 1 {
 			t.Fatalf("read back key: %v %v", resp, err)
 		}
-		kv := resp.Kvs[0]
-		if kv.ModRevision != l.Token || kv.CreateRevision != l.Token {
-			t.Fatalf("grant #%d: token %d; key has ModRevision %d, CreateRevision %d; want all equal", i, l.Token, kv.ModRevision, kv.CreateRevision)
+		kv, rec := resp.Kvs[0], recordT(t, resp.Kvs[0])
+		if kv.ModRevision+rec.Offset != l.Token || kv.CreateRevision != kv.ModRevision {
+			t.Fatalf("grant #%d: token %d; key has ModRevision %d, CreateRevision %d, offset %d; want token = ModRevision + offset, CreateRevision = ModRevision",
+				i, l.Token, kv.ModRevision, kv.CreateRevision, rec.Offset)
+		}
+		if off := offsetT(t, s); rec.Offset != off || off == 0 {
+			t.Fatalf("grant #%d: record's offset %d; the offset in etcd is %d; want equal and above 0", i, rec.Offset, off)
 		}
 		if got := leaseID(kv.Lease); got != l.LeaseID {
 			t.Fatalf("grant #%d: LeaseID %s; key is attached to lease %s", i, l.LeaseID, got)

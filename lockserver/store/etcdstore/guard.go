@@ -3,7 +3,6 @@ package etcdstore
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -14,9 +13,10 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 )
 
-// The restore guard. A token is the revision of the winning transaction,
-// and restoring a snapshot without --bump-revision takes the revision back
-// to the snapshot's: the next grants would repeat tokens already issued.
+// The restore guard. A token is the revision of the winning transaction
+// plus the token offset (offset.go), and restoring a snapshot takes both
+// back to the snapshot's: the next grants could repeat tokens already
+// issued.
 // "etcdutl snapshot restore" always makes a new cluster, and the cluster ID
 // etcd puts in every response header names the cluster. So the store keeps
 // a stamp at Prefix + "_restore_guard" (lock keys start with a letter or a
@@ -35,17 +35,12 @@ import (
 // What it cannot see: a restore that gives the new cluster the same ID,
 // which happens when it is restored with the same member names, peer URLs
 // and --initial-cluster-token as the old one (etcd derives the ID from
-// them). The runbook asks for --bump-revision on every restore, and
-// lock-server's token floor catches the rest while a lock-server runs.
+// them), or a data directory put back. The token offset covers those: it
+// keeps tokens near lock-server's clock, so the first grant after such a
+// rollback lands above every token issued before it.
 
 // guardName is the key, under Prefix, of the stamp.
 const guardName = "_restore_guard"
-
-// ErrRevisionTooLow is returned, wrapped, by Advance when the cluster's
-// revision is not above the largest token issued: no stamp can make the
-// next revisions new tokens; the snapshot must be restored again with
-// --bump-revision.
-var ErrRevisionTooLow = errors.New("etcdstore: revision not above the tokens already issued")
 
 // stamp is the value of the stamp key.
 type stamp struct {
@@ -153,12 +148,10 @@ func (s *Store) guardAfter(resp *clientv3.TxnResponse) error {
 // advance). past must be at least the largest token ever issued before the
 // restore (the maximum of lock-server's gauge
 // lockserver_highest_token_issued, or of the tokens in lock_granted log
-// lines and at the fence points). etcd's revision cannot be moved forward
-// by a client, so Advance only checks that the cluster's revision is
-// already above past, which a restore with "etcdutl snapshot restore
-// --bump-revision" provides, and then stamps the answering cluster: every
-// later grant has a larger revision than the stamp. ErrRevisionTooLow
-// (wrapped, naming the bump needed) when it is not; ErrInvalidArgument
+// lines and at the fence points). In one transaction it stamps the
+// answering cluster and raises the token offset (offset.go), never
+// lowering it, so that every later token is above past, whatever the
+// cluster's revision: no --bump-revision is needed. ErrInvalidArgument
 // unless 0 < past <= MaxAdvancePast; ErrUnavailable.
 func (s *Store) Advance(ctx context.Context, past int64) (lockserver.Advanced, error) {
 	if past <= 0 || past > lockserver.MaxAdvancePast {
@@ -166,42 +159,55 @@ func (s *Store) Advance(ctx context.Context, past int64) (lockserver.Advanced, e
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
 	defer cancel()
-	k := s.guardKey()
-	got, err := s.cli.Get(ctx, k)
-	if err != nil {
-		return lockserver.Advanced{}, s.fail("advance", "", "read the restore guard's stamp", err)
-	}
-	out := lockserver.Advanced{Past: past, Identity: "etcd cluster " + clusterHex(got.Header.ClusterId)}
-	var prevRev int64
-	if len(got.Kvs) > 0 {
-		var st stamp
-		if json.Unmarshal(got.Kvs[0].Value, &st) == nil && st.ClusterID != "" {
-			out.Previous = "etcd cluster " + st.ClusterID
+	gk, ok := s.guardKey(), s.offsetKey()
+	for range offsetTries {
+		got, err := s.cli.Txn(ctx).Then(clientv3.OpGet(gk), clientv3.OpGet(ok)).Commit()
+		if err != nil {
+			return lockserver.Advanced{}, s.fail("advance", "", "read the restore guard's stamp and the token offset", err)
 		}
-		prevRev = got.Kvs[0].ModRevision
+		out := lockserver.Advanced{Past: past, Identity: "etcd cluster " + clusterHex(got.Header.ClusterId)}
+		var prevRev int64
+		if kvs := got.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			var st stamp
+			if json.Unmarshal(kvs[0].Value, &st) == nil && st.ClusterID != "" {
+				out.Previous = "etcd cluster " + st.ClusterID
+			}
+			prevRev = kvs[0].ModRevision
+		}
+		off, err := s.parseOffset(got.Responses[1].GetResponseRange().GetKvs())
+		if err != nil {
+			return lockserver.Advanced{}, err
+		}
+		// The raise lands at a revision above rev, and later grants above
+		// that, so an offset of past - rev puts every later token above
+		// past. Up to the clock as well, as a grant would raise it.
+		rev := got.Header.Revision
+		next := max(off.x, past-rev)
+		if nowUs, err := s.nowMicros("advance"); err == nil {
+			next = max(next, nowUs-rev)
+		}
+		st, _ := json.Marshal(stamp{ClusterID: clusterHex(got.Header.ClusterId), StampedAt: s.now().UTC(), AdvancedPast: past}) // a stamp always encodes
+		raw, _ := json.Marshal(offsetRecord{Offset: next, RaisedAt: s.now().UTC(), AdvancedPast: past})                         // always encodes
+		put, err := s.cli.Txn(ctx).
+			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(gk), "=", prevRev)}, off.compares(ok)...)...).
+			Then(clientv3.OpPut(gk, string(st)), clientv3.OpPut(ok, string(raw))).
+			Commit()
+		if err != nil {
+			return lockserver.Advanced{}, s.fail("advance", "", "write the restore guard's stamp and the token offset", err)
+		}
+		if !put.Succeeded {
+			continue // a grant raised the offset meanwhile: read both again
+		}
+		out.NextAbove = put.Header.Revision + next
+		s.guard.mu.Lock()
+		s.guard.cluster, s.guard.stampRev, s.guard.mismatch = put.Header.ClusterId, put.Header.Revision, false
+		s.guard.mu.Unlock()
+		s.off.store(offsetVersion{rev: put.Header.Revision, x: next, raw: string(raw)})
+		s.log.Info("restore guard advanced", "event", EventRestoreGuardAdvanced, "past", past, "clusterId", clusterHex(put.Header.ClusterId),
+			"revision", put.Header.Revision, "tokenOffset", next)
+		return out, nil
 	}
-	if rev := got.Header.Revision; rev <= past {
-		return lockserver.Advanced{}, fmt.Errorf("%w: the cluster's revision is %d, not above %d: tokens %d to %d would be issued again. "+
-			"Restore the snapshot again with \"etcdutl snapshot restore --bump-revision %d --mark-compacted\" (any bump above %d minus the snapshot's revision will do), then run advance again",
-			ErrRevisionTooLow, rev, past, rev+1, past, past+1_000_000, past)
-	}
-	b, _ := json.Marshal(stamp{ClusterID: clusterHex(got.Header.ClusterId), StampedAt: s.now().UTC(), AdvancedPast: past}) // a stamp always encodes
-	put, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(k), "=", prevRev)).
-		Then(clientv3.OpPut(k, string(b))).
-		Commit()
-	if err != nil {
-		return lockserver.Advanced{}, s.fail("advance", "", "write the restore guard's stamp", err)
-	}
-	if !put.Succeeded {
-		return lockserver.Advanced{}, fmt.Errorf("%w: etcdstore: the restore guard's stamp changed during advance; run it again", lockserver.ErrUnavailable)
-	}
-	out.NextAbove = put.Header.Revision
-	s.guard.mu.Lock()
-	s.guard.cluster, s.guard.stampRev, s.guard.mismatch = put.Header.ClusterId, put.Header.Revision, false
-	s.guard.mu.Unlock()
-	s.log.Info("restore guard advanced", "event", EventRestoreGuardAdvanced, "past", past, "clusterId", clusterHex(put.Header.ClusterId), "revision", put.Header.Revision)
-	return out, nil
+	return lockserver.Advanced{}, fmt.Errorf("%w: etcdstore: the restore guard's stamp or the token offset changed under %d attempts at advance; run it again", lockserver.ErrUnavailable, offsetTries)
 }
 
 // clusterHex formats an etcd cluster ID as etcdctl prints it.

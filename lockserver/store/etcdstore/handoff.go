@@ -13,23 +13,28 @@ import (
 )
 
 // Handoff. One transaction replaces the live grant (from) by the next
-// one (to) on the same etcd key:
+// one (to) on the same etcd key, with G a guess of the offset from was
+// granted with (first the current one) and X the current offset:
 //
-//	If(ModRevision(Prefix+k) == from.Token,
-//	   Value(Prefix+k) > ownerPrefix(from.Owner), Value(Prefix+k) < ownerEnd(from.Owner))
-//	Then(Put(Prefix+k, record(to), WithLease(new lease), WithPrevKV()))
-//	Else(Get(Prefix+k))
+//	If(ModRevision(Prefix+k) == from.Token - G,
+//	   Value(Prefix+k) > ownerPrefix(from.Owner, G), Value(Prefix+k) < ownerEnd(from.Owner, G),
+//	   the offset key is still the version whose offset is X)
+//	Then(Put(Prefix+k, record(to, X), WithLease(new lease), WithPrevKV()))
+//	Else(Get(Prefix+k), Get(offset key))
 //
-// The ModRevision compare is Release's token check (a key's ModRevision
-// is the token of its live grant: a grant writes the key once, creating
-// it on Acquire, rewriting it on Handoff); the two Value compares are its
-// owner check, with no read first: a record is
-// {"owner":O,"ttlMs":N}, so it lies strictly between the bytes
-// {"owner":O,"ttlMs": and the same bytes with the last one, ':', raised
-// to ';' exactly when its owner is O (O is JSON-escaped, so no owner can
-// end early or run into the next field). The new token is the
-// transaction's revision, the key's new ModRevision; its CreateRevision
-// stays the first grant's, which nothing in this store reads as a token.
+// The compares are Release's token and owner checks, with no read first
+// (a grant writes the key once, creating it on Acquire, rewriting it on
+// Handoff, so the key's ModRevision plus its record's offset is the token
+// of its live grant): a record is {"owner":O,"offset":G,"ttlMs":N}
+// ({"owner":O,"ttlMs":N} when G is 0), so it lies strictly between those
+// bytes up to "ttlMs": and the same bytes with the last one, ':', raised
+// to ';' exactly when its owner is O and its offset G (O is JSON-escaped,
+// so no owner can end early or run into the next field). When the key
+// read back is from's grant with another offset, or the offset key has
+// changed, the transaction is sent again with those. The new token is the
+// transaction's revision plus X, as for Acquire (offset.go); the key's
+// CreateRevision stays the first grant's, which nothing in this store
+// reads as a token.
 //
 // The new lease is an idle one from the pool (reset by a keep-alive sent
 // with the transaction, as Acquire does) or one granted inline; it has
@@ -47,10 +52,11 @@ import (
 var _ lockserver.Handoffer = (*Store)(nil)
 
 // ownerRange returns the bounds between which, exclusive, the value of a
-// lock key held by owner lies, and no other key's value.
-func ownerRange(owner string) (lo, hi string) {
-	full := encodeRecord(owner, 0) // {"owner":O,"ttlMs":0}
-	lo = full[:len(full)-2]        // {"owner":O,"ttlMs":
+// lock key held by owner and granted with offset lies, and no other key's
+// value.
+func ownerRange(owner string, offset int64) (lo, hi string) {
+	full := encodeRecord(owner, 0, offset) // {"owner":O,"offset":G,"ttlMs":0}
+	lo = full[:len(full)-2]                // {"owner":O,"offset":G,"ttlMs":
 	return lo, lo[:len(lo)-1] + ";"
 }
 
@@ -92,7 +98,7 @@ func (s *Store) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockse
 	s.granted.Add(1)
 	granted := time.Duration(g.TTL) * time.Second
 	s.pool.learnFloor(secs, g.TTL)
-	resp, err := s.replace(ctx, from, to.Owner, g.ID, granted)
+	resp, token, err := s.replace(ctx, from, to.Owner, g.ID, granted)
 	if err != nil {
 		s.revokeBestEffort(ctx, from.Key, g.ID)
 		return lockserver.Lease{}, s.fail("handoff", from.Key, "replace key", err)
@@ -105,7 +111,7 @@ func (s *Store) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockse
 	}
 	s.revokeOld(from.Key, resp)
 	return lockserver.Lease{
-		Key: to.Key, Owner: to.Owner, Token: resp.Header.Revision,
+		Key: to.Key, Owner: to.Owner, Token: token,
 		LeaseID: leaseID(int64(g.ID)), TTL: granted, ExpiresAt: sentAt.Round(0).Add(granted),
 	}, nil
 }
@@ -117,7 +123,7 @@ func (s *Store) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockse
 func (s *Store) handoffOnIdle(ctx context.Context, from lockserver.LeaseRef, to lockserver.AcquireRequest, idle pooledLease) (l lockserver.Lease, done bool, err error) {
 	sentAt := s.clock.Now()
 	kac := s.keepAliveBeside(ctx, idle.id)
-	resp, err := s.replace(ctx, from, to.Owner, idle.id, idle.ttl)
+	resp, token, err := s.replace(ctx, from, to.Owner, idle.id, idle.ttl)
 	ka := <-kac
 	switch {
 	case err == nil && !resp.Succeeded:
@@ -144,31 +150,55 @@ func (s *Store) handoffOnIdle(ctx context.Context, from lockserver.LeaseRef, to 
 	s.revokeOld(from.Key, resp)
 	ttl := time.Duration(ka.resp.TTL) * time.Second
 	return lockserver.Lease{
-		Key: to.Key, Owner: to.Owner, Token: resp.Header.Revision,
+		Key: to.Key, Owner: to.Owner, Token: token,
 		LeaseID: leaseID(int64(idle.id)), TTL: ttl, ExpiresAt: sentAt.Round(0).Add(ttl),
 	}, true, nil
 }
 
 // replace runs Handoff's transaction: put the key with lease id and a
-// record of owner and ttl if from is its live grant, else read it. A
-// grant made where the restore guard does not allow it is an error
-// wrapping lockserver.ErrBackendRestored (the caller revokes lease id).
-func (s *Store) replace(ctx context.Context, from lockserver.LeaseRef, owner string, id clientv3.LeaseID, ttl time.Duration) (*clientv3.TxnResponse, error) {
-	k := s.prefix + from.Key
-	lo, hi := ownerRange(from.Owner)
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(k), "=", from.Token),
-			clientv3.Compare(clientv3.Value(k), ">", lo),
-			clientv3.Compare(clientv3.Value(k), "<", hi)).
-		Then(clientv3.OpPut(k, encodeRecord(owner, ttl), clientv3.WithLease(id), clientv3.WithPrevKV())).
-		Else(clientv3.OpGet(k)).
-		Commit()
-	if err == nil && resp.Succeeded {
-		if err = s.guardAfter(resp); err != nil && s.guardBefore(ctx) == nil {
-			err = s.guardAfter(resp)
+// record of owner, ttl and the current token offset if from is its live
+// grant, else read it (and the offset, which the next attempt compares
+// with). It returns the new grant's token when resp.Succeeded. A grant
+// made where the restore guard does not allow it is an error wrapping
+// lockserver.ErrBackendRestored (the caller revokes lease id).
+func (s *Store) replace(ctx context.Context, from lockserver.LeaseRef, owner string, id clientv3.LeaseID, ttl time.Duration) (resp *clientv3.TxnResponse, token int64, err error) {
+	k, ok := s.prefix+from.Key, s.offsetKey()
+	guess := int64(-1) // from's offset: first the current one
+	for range offsetTries {
+		off, err := s.tokenOffset(ctx, "handoff")
+		if err != nil {
+			return nil, 0, err
 		}
+		if guess < 0 {
+			guess = off.x
+		}
+		lo, hi := ownerRange(from.Owner, guess)
+		resp, err = s.cli.Txn(ctx).
+			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", from.Token-guess),
+				clientv3.Compare(clientv3.Value(k), ">", lo),
+				clientv3.Compare(clientv3.Value(k), "<", hi)}, off.compares(ok)...)...).
+			Then(clientv3.OpPut(k, encodeRecord(owner, ttl, off.x), clientv3.WithLease(id), clientv3.WithPrevKV())).
+			Else(clientv3.OpGet(k), clientv3.OpGet(ok)).
+			Commit()
+		if err != nil {
+			return resp, 0, err
+		}
+		if resp.Succeeded {
+			if err = s.guardAfter(resp); err != nil && s.guardBefore(ctx) == nil {
+				err = s.guardAfter(resp)
+			}
+			return resp, resp.Header.Revision + off.x, err
+		}
+		if err := s.learnOffset(resp.Responses[1]); err != nil {
+			return nil, 0, err
+		}
+		kv, rec, err := s.lockKV("handoff", from.Key, resp.Responses[0].GetResponseRange().GetKvs())
+		if err != nil || refusal(from.Key, kv, rec, from.Owner, from.Token) != nil {
+			return resp, 0, nil // from is not the live grant: handoffRefusal says why
+		}
+		guess = rec.Offset // from is live: with this offset, and the new offset read
 	}
-	return resp, err
+	return nil, 0, fmt.Errorf("%w: etcdstore: handoff %q: the key or the token offset changed under %d attempts in a row", lockserver.ErrUnavailable, from.Key, offsetTries)
 }
 
 // handoffRefusal is Release's answer for a Handoff transaction that did

@@ -11,11 +11,11 @@ import (
 )
 
 // TestHandoffMovesTheKeyToAFreshLease: after a Handoff the key's
-// ModRevision is the new token and the key is attached to the new grant's
-// lease, not the old one; revoking the old lease by id (as an operator
-// with etcdctl might, and as Handoff does in the background) ends no
-// grant: the key stays held by the new owner; revoking the new lease ends
-// the new grant.
+// ModRevision plus its record's offset is the new token and the key is
+// attached to the new grant's lease, not the old one; revoking the old
+// lease by id (as an operator with etcdctl might, and as Handoff does in
+// the background) ends no grant: the key stays held by the new owner;
+// revoking the new lease ends the new grant.
 func TestHandoffMovesTheKeyToAFreshLease(t *testing.T) {
 	for _, idle := range []int{0, DefaultIdleLeases} {
 		t.Run("idle="+strconv.Itoa(idle), func(t *testing.T) {
@@ -32,6 +32,10 @@ func TestHandoffMovesTheKeyToAFreshLease(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			first, err := s.cli.Get(ctxT(t), prefix+key)
+			if err != nil || len(first.Kvs) != 1 {
+				t.Fatalf("read back key: %v %v", first, err)
+			}
 			b, err := s.Handoff(ctxT(t), lockserver.LeaseRef{Key: key, Owner: "worker-a", Token: a.Token},
 				lockserver.AcquireRequest{Key: key, Owner: "worker-b", TTL: 10 * time.Second})
 			if err != nil {
@@ -42,9 +46,10 @@ func TestHandoffMovesTheKeyToAFreshLease(t *testing.T) {
 				t.Fatalf("read back key: %v %v", resp, err)
 			}
 			kv := resp.Kvs[0]
-			if kv.ModRevision != b.Token || leaseID(kv.Lease) != b.LeaseID || b.LeaseID == a.LeaseID || kv.CreateRevision != a.Token {
-				t.Fatalf("after the handoff: key ModRevision %d, CreateRevision %d, lease %s; want ModRevision = token %d, lease %s (not %s), CreateRevision %d",
-					kv.ModRevision, kv.CreateRevision, leaseID(kv.Lease), b.Token, b.LeaseID, a.LeaseID, a.Token)
+			off := recordT(t, kv).Offset
+			if kv.ModRevision+off != b.Token || leaseID(kv.Lease) != b.LeaseID || b.LeaseID == a.LeaseID || kv.CreateRevision != first.Kvs[0].ModRevision {
+				t.Fatalf("after the handoff: key ModRevision %d, CreateRevision %d, offset %d, lease %s; want ModRevision + offset = token %d, lease %s (not %s), CreateRevision %d (the first grant's)",
+					kv.ModRevision, kv.CreateRevision, off, leaseID(kv.Lease), b.Token, b.LeaseID, a.LeaseID, first.Kvs[0].ModRevision)
 			}
 			old, err := strconv.ParseInt(a.LeaseID, 16, 64)
 			if err != nil {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,7 +48,8 @@ func saveSnapshot(t *testing.T, endpoints []string) string {
 
 // restoreInPlace stops nothing: given the stopped cluster's Dir, it gives
 // the cluster a new --initial-cluster-token (so the restored cluster has a
-// new ID, as a restore with other names, URLs or token has), replaces the
+// new ID, as a restore with other names, URLs or token has; token ""
+// keeps the old one, and with it the cluster ID), replaces the
 // member's data with "etcdutl snapshot restore" of snap (bumping the
 // revision by bump when bump > 0), and starts the cluster again on the
 // same URLs.
@@ -69,7 +71,9 @@ func restoreInPlace(t *testing.T, dir, snap, token string, bump uint64) *embedde
 	if err := json.Unmarshal(b, &lay); err != nil || len(lay.Members) != 1 {
 		t.Fatalf("layout %s: %v %+v", layoutPath, err, lay)
 	}
-	lay.Token = token
+	if token != "" {
+		lay.Token = token
+	}
 	if b, err = json.Marshal(lay); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +91,7 @@ func restoreInPlace(t *testing.T, dir, snap, token string, bump uint64) *embedde
 		OutputDataDir:       memberDir,
 		PeerURLs:            []string{m.PeerURL},
 		InitialCluster:      m.Name + "=" + m.PeerURL,
-		InitialClusterToken: token,
+		InitialClusterToken: lay.Token,
 		RevisionBump:        bump,
 		MarkCompacted:       bump > 0,
 	})
@@ -116,13 +120,11 @@ func grantRelease(t *testing.T, s *Store, key string, n int) int64 {
 
 // TestSnapshotRestoreRefusesGrantsUntilAdvance takes a real snapshot of the
 // cluster, grants more tokens, and restores the snapshot with etcdutl's
-// restore into the member's data directory, on the same URLs, while the
-// store (a running lock-server) stays open. Restored without
-// --bump-revision, the revision is back at the snapshot's, so without the
-// guard the next grant repeats a token already issued; the guard refuses,
-// and advance refuses too, naming the bump needed. Restored again with
-// --bump-revision, advance succeeds and the next token is above every
-// earlier one.
+// restore into the member's data directory, on the same URLs, with a new
+// cluster token, while the store (a running lock-server) stays open. The
+// cluster has a new ID: the guard refuses every grant until advance, which
+// needs no --bump-revision (it raises the token offset past N); then the
+// next token is above every earlier one, from every lock-server.
 func TestSnapshotRestoreRefusesGrantsUntilAdvance(t *testing.T) {
 	dir := t.TempDir()
 	c := startT(t, embedded.Config{Dir: dir})
@@ -190,26 +192,14 @@ func TestSnapshotRestoreRefusesGrantsUntilAdvance(t *testing.T) {
 	if st, err := s.Inspect(ctx, "payout:acct-2"); err != nil || st.Lease != nil {
 		t.Fatalf("Inspect after the refusals: %+v %v; want no live lease (the refused grant withdrawn)", st, err)
 	}
-	_, err = s.Advance(ctx, highest)
-	if !errors.Is(err, ErrRevisionTooLow) {
-		t.Fatalf("Advance(%d) without a bumped revision: %v; want ErrRevisionTooLow", highest, err)
-	}
-	t.Logf("advance refused as it should be: %v", err)
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	c = restoreInPlace(t, dir, snap, "restored-2", 1_000_000)
-	if _, err := s.Acquire(ctx, "payout:acct-2", "worker-b", 2*shared.MinLeaseTTL()); !errors.Is(err, lockserver.ErrBackendRestored) {
-		t.Fatalf("acquire on the bumped cluster before advance: %v; want ErrBackendRestored", err)
-	}
 	// The operator's lockctl is another client: s learns of the new stamp
-	// from etcd.
+	// from etcd. No --bump-revision is needed: advance raises the token
+	// offset past N.
 	op := openT(t, c, s.prefix)
 	defer op.Close()
 	adv, err := op.Advance(ctx, highest)
 	if err != nil {
-		t.Fatalf("Advance(%d) on the bumped cluster: %v", highest, err)
+		t.Fatalf("Advance(%d) on the restored cluster: %v", highest, err)
 	}
 	if adv.NextAbove <= highest || adv.Previous == adv.Identity {
 		t.Fatalf("Advance = %+v; want nextAbove > %d and a new identity", adv, highest)
@@ -228,5 +218,155 @@ func TestSnapshotRestoreRefusesGrantsUntilAdvance(t *testing.T) {
 	}
 	if l2 := grantRelease(t, op, "payout:acct-3", 1); l2 <= l.Token {
 		t.Fatalf("a new store's grant has token %d, not above %d", l2, l.Token)
+	}
+}
+
+// steppedClock is lock-server's wall clock moved by a step the test sets,
+// as a restore that takes a minute moves it.
+type steppedClock struct{ step atomic.Int64 }
+
+func (c *steppedClock) Now() time.Time { return time.Now().Add(time.Duration(c.step.Load())) }
+
+// openClockT opens a store on c under prefix with clock clk.
+func openClockT(t *testing.T, c *embedded.Cluster, prefix string, clk Clock) *Store {
+	t.Helper()
+	s, err := Open(ctxT(t), conf(func(cfg *Config) { cfg.Endpoints, cfg.Prefix, cfg.Clock = c.Endpoints(), prefix, clk }), nil)
+	if err != nil {
+		t.Fatalf("Open(%v, %q): %v", c.Endpoints(), prefix, err)
+	}
+	return s
+}
+
+// clusterIDT is the ID of the cluster s reaches.
+func clusterIDT(t *testing.T, s *Store) uint64 {
+	t.Helper()
+	resp, err := s.cli.Get(ctxT(t), s.prefix, clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatalf("read the cluster ID: %v", err)
+	}
+	return resp.Header.ClusterId
+}
+
+// memberDirT is the data directory of the one member of the cluster
+// started in dir.
+func memberDirT(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "cluster.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lay struct {
+		Members []struct {
+			Name string `json:"name"`
+		} `json:"members"`
+	}
+	if err := json.Unmarshal(b, &lay); err != nil || len(lay.Members) != 1 {
+		t.Fatalf("layout in %s: %v %+v", dir, err, lay)
+	}
+	return filepath.Join(dir, lay.Members[0].Name)
+}
+
+// TestNoTokenIsIssuedTwiceAfterARollbackThatKeepsTheClusterID: etcd taken
+// back, in the two ways that keep its cluster ID (so the restore guard's
+// stamp still matches): a snapshot restored with etcdutl with the same
+// member name, peer URL and cluster token, and the member's data
+// directory copied while stopped and put back. Tokens were issued after
+// the point it goes back to, through a lock-server that stays up and
+// another replica; the restore takes a minute of lock-server's clock.
+// Then the same lock-server, the other replica and one started after the
+// rollback each grant, and every grant is above every token issued before
+// the rollback, and above the grants before it.
+func TestNoTokenIsIssuedTwiceAfterARollbackThatKeepsTheClusterID(t *testing.T) {
+	rollbacks := []struct {
+		name string
+		// mark records the state to go back to, while c runs, and leaves a
+		// cluster running; back stops it and starts it again from that
+		// state.
+		mark func(t *testing.T, dir string, c *embedded.Cluster) (back func() *embedded.Cluster)
+	}{
+		{"snapshot restored with the same names, URLs and token", func(t *testing.T, dir string, c *embedded.Cluster) func() *embedded.Cluster {
+			snap := saveSnapshot(t, c.Endpoints())
+			return func() *embedded.Cluster {
+				if err := c.Close(); err != nil {
+					t.Fatal(err)
+				}
+				return restoreInPlace(t, dir, snap, "", 0)
+			}
+		}},
+		{"data directory put back", func(t *testing.T, dir string, c *embedded.Cluster) func() *embedded.Cluster {
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			saved := filepath.Join(t.TempDir(), "member")
+			if err := os.CopyFS(saved, os.DirFS(memberDirT(t, dir))); err != nil {
+				t.Fatal(err)
+			}
+			c = startT(t, embedded.Config{Dir: dir})
+			return func() *embedded.Cluster {
+				if err := c.Close(); err != nil {
+					t.Fatal(err)
+				}
+				md := memberDirT(t, dir)
+				if err := os.RemoveAll(md); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.CopyFS(md, os.DirFS(saved)); err != nil {
+					t.Fatal(err)
+				}
+				return startT(t, embedded.Config{Dir: dir})
+			}
+		}},
+	}
+	for _, rb := range rollbacks {
+		t.Run(rb.name, func(t *testing.T) {
+			dir := t.TempDir()
+			c := startT(t, embedded.Config{Dir: dir})
+			clk := &steppedClock{}
+			prefix := newPrefix(t)
+			same := openClockT(t, c, prefix, clk)
+			defer same.Close()
+			other := openClockT(t, c, prefix, clk)
+			defer other.Close()
+			grantRelease(t, same, "payout:acct-1", 2)
+			grantRelease(t, other, "payout:acct-2", 2)
+			before := clusterIDT(t, same)
+
+			back := rb.mark(t, dir, c)
+			var highest int64
+			for range 5 { // issued after the state the rollback goes back to
+				highest = max(highest, grantRelease(t, same, "payout:acct-1", 3), grantRelease(t, other, "payout:acct-2", 3))
+			}
+			c = back()
+			clk.step.Store(int64(time.Minute))
+			if after := clusterIDT(t, same); after != before {
+				t.Fatalf("the rollback changed the cluster ID from %s to %s; this test is about one that keeps it", clusterHex(before), clusterHex(after))
+			}
+
+			restarted := openClockT(t, c, prefix, clk)
+			defer restarted.Close()
+			last := highest
+			for _, via := range []struct {
+				name string
+				s    *Store
+			}{{"the same lock-server", same}, {"the other replica", other}, {"a restarted lock-server", restarted}} {
+				for _, key := range []string{"payout:acct-1", "payout:acct-2"} {
+					// Every path is tried, so that a failure names them all.
+					l, err := via.s.Acquire(ctxT(t), key, "worker-b", 2*shared.MinLeaseTTL())
+					switch {
+					case err != nil:
+						t.Errorf("%s: Acquire(%s) after the rollback: %v", via.name, key, err)
+						continue
+					case l.Token <= highest:
+						t.Errorf("%s re-issued token %d for %s after the rollback; %d was already issued before it", via.name, l.Token, key, highest)
+					case l.Token <= last:
+						t.Errorf("%s granted token %d for %s; %d was granted before it", via.name, l.Token, key, last)
+					}
+					last = max(last, l.Token)
+					if err := via.s.Release(ctxT(t), key, "worker-b", l.Token); err != nil {
+						t.Fatalf("%s: Release(%s, %d): %v", via.name, key, l.Token, err)
+					}
+				}
+			}
+		})
 	}
 }

@@ -1,0 +1,217 @@
+package etcdstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+)
+
+// The token offset. A token is the revision of the granting transaction
+// plus an offset kept in etcd at Prefix + "_token_offset", which is only
+// ever raised, and which the store keeps so that tokens stay within a
+// second of lock-server's clock counted in microseconds since 1970. A
+// rollback of etcd that keeps its cluster ID (a snapshot restored with the
+// old names, peer URLs and cluster token, or a data directory put back)
+// takes the revision and the offset back to values written when the state
+// it returns to was written; the first grant after it finds the offset
+// more than a second behind the clock, raises it, and lands above every
+// token issued before the rollback, on every lock-server at once
+// (docs/adr/0002-token-floor-from-lockdbs-clock.md).
+//
+// Ordering. Every granting transaction compares the offset key's
+// ModRevision and value with the version the store read, and writes that
+// offset X into the granted key's record, so token = ModRevision + X for
+// as long as the grant lives. So the offset a grant at revision R uses is
+// off(R), the offset in etcd at R. The offset is only raised: a raise at
+// revision Rc from X to X' >= X makes every grant before Rc get
+// R + X < Rc + X <= Rc + X', and every grant after it R' + X'' > Rc + X'
+// (X'' >= X'). off is non-decreasing and R strictly increasing, so
+// R + off(R) strictly increases in revision order: tokens are ordered as
+// revisions are, and a raise racing a grant fails the grant's compare,
+// which is sent again with the new offset.
+//
+// Catch-up. A grant is sent only when the version it compares with
+// satisfies rev + X >= clock - 1 s (rev: the offset key's ModRevision,
+// below the grant's own revision), so the grant's token is above
+// clock - 1 s, the clock read before it was sent. Otherwise the store
+// first raises the offset (a compare-and-swap on the same version, never
+// lowering) to clock - R, R the revision of a read just before it: every
+// later token is then above the clock. A raise is one small write, about
+// once a second while grants flow, shared by every lock-server. A clock
+// reading past 2^53 - 1 microseconds (lockserver.MaxAdvancePast) is never
+// made a token: grants are refused with ErrUnavailable.
+
+// offsetName is the key, under Prefix, of the token offset.
+const offsetName = "_token_offset"
+
+// maxBehind is how far, in microseconds, a token may lag lock-server's
+// clock before the offset is raised: one second.
+const maxBehind = 1_000_000
+
+// offsetTries bounds the attempts of one grant, or one raise, whose
+// compare on the offset keeps failing because the offset keeps changing.
+const offsetTries = 8
+
+// offsetRecord is the value of the offset key.
+type offsetRecord struct {
+	// Offset is added to a grant's revision to make its token.
+	Offset int64 `json:"offset"`
+	// RaisedAt is lock-server's clock when it was written (UTC).
+	RaisedAt time.Time `json:"raisedAt"`
+	// AdvancedPast is the N of the "lockctl advance" that wrote it, 0
+	// for a catch-up to the clock.
+	AdvancedPast int64 `json:"advancedPast,omitempty"`
+}
+
+// offsetVersion is one version of the offset key as the store read or
+// wrote it.
+type offsetVersion struct {
+	rev int64  // the key's ModRevision; 0 while it does not exist
+	x   int64  // the offset, 0 while the key does not exist
+	raw string // the key's value, compared byte for byte
+}
+
+// compares holds in a transaction exactly when the offset key is still
+// this version (absent when rev is 0).
+func (v offsetVersion) compares(k string) []clientv3.Cmp {
+	if v.rev == 0 {
+		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k), "=", 0)}
+	}
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.ModRevision(k), "=", v.rev),
+		clientv3.Compare(clientv3.Value(k), "=", v.raw),
+	}
+}
+
+// fresh reports whether a grant made while v is in effect gets a token
+// no more than maxBehind behind nowUs: its revision is above v.rev.
+func (v offsetVersion) fresh(nowUs int64) bool { return v.rev+v.x >= nowUs-maxBehind }
+
+// offsets is the Store's knowledge of the offset key.
+type offsets struct {
+	mu      sync.Mutex
+	cur     offsetVersion
+	raising sync.Mutex // one raise at a time per Store
+}
+
+func (o *offsets) load() offsetVersion {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.cur
+}
+
+func (o *offsets) store(v offsetVersion) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.cur = v
+}
+
+func (s *Store) offsetKey() string { return s.prefix + offsetName }
+
+// parseOffset reads the offset key from kvs (none: the key is absent,
+// offset 0).
+func (s *Store) parseOffset(kvs []*mvccpb.KeyValue) (offsetVersion, error) {
+	if len(kvs) == 0 {
+		return offsetVersion{}, nil
+	}
+	var rec offsetRecord
+	if err := json.Unmarshal(kvs[0].Value, &rec); err != nil || rec.Offset < 0 {
+		return offsetVersion{}, fmt.Errorf("etcdstore: the token offset %q is not an offset (%q): %v", s.offsetKey(), kvs[0].Value, err)
+	}
+	return offsetVersion{rev: kvs[0].ModRevision, x: rec.Offset, raw: string(kvs[0].Value)}, nil
+}
+
+// learnOffset records the offset key as a granting transaction's Else
+// branch read it (op: its response), so that the next attempt compares
+// with it.
+func (s *Store) learnOffset(op *etcdserverpb.ResponseOp) error {
+	v, err := s.parseOffset(op.GetResponseRange().GetKvs())
+	if err != nil {
+		return err
+	}
+	s.off.store(v)
+	return nil
+}
+
+// nowMicros is lock-server's clock in microseconds since 1970, or
+// ErrUnavailable when it reads past the largest token.
+func (s *Store) nowMicros(op string) (int64, error) {
+	now := s.now()
+	us := now.UnixMicro()
+	if us > lockserver.MaxAdvancePast {
+		return 0, fmt.Errorf("%w: etcdstore: %s: lock-server's clock reads %s, past the largest token (2^53 - 1 microseconds after 1970): fix the clock",
+			lockserver.ErrUnavailable, op, now.UTC().Format(time.RFC3339))
+	}
+	return us, nil
+}
+
+// tokenOffset returns the offset version a grant compares with and adds
+// to its revision: the one the store knows if it is fresh by the clock
+// now, else one raised to the clock (raise).
+func (s *Store) tokenOffset(ctx context.Context, op string) (offsetVersion, error) {
+	nowUs, err := s.nowMicros(op)
+	if err != nil {
+		return offsetVersion{}, err
+	}
+	if v := s.off.load(); v.fresh(nowUs) {
+		return v, nil
+	}
+	return s.raise(ctx, op, nowUs)
+}
+
+// raise reads the offset key and, unless another lock-server has raised
+// it enough already, raises it to nowUs minus the revision read, never
+// lowering it, with a compare-and-swap on the version read.
+func (s *Store) raise(ctx context.Context, op string, nowUs int64) (offsetVersion, error) {
+	s.off.raising.Lock()
+	defer s.off.raising.Unlock()
+	if v := s.off.load(); v.fresh(nowUs) { // raised while this call waited
+		return v, nil
+	}
+	k := s.offsetKey()
+	got, err := s.cli.Get(ctx, k)
+	if err != nil {
+		return offsetVersion{}, s.fail(op, "", "read the token offset", err)
+	}
+	v, err := s.parseOffset(got.Kvs)
+	if err != nil {
+		return offsetVersion{}, err
+	}
+	rev := got.Header.Revision
+	for range offsetTries {
+		s.off.store(v)
+		if v.fresh(nowUs) {
+			return v, nil
+		}
+		next := max(v.x, nowUs-rev)
+		b, _ := json.Marshal(offsetRecord{Offset: next, RaisedAt: s.now().UTC()}) // always encodes
+		resp, err := s.cli.Txn(ctx).
+			If(v.compares(k)...).
+			Then(clientv3.OpPut(k, string(b))).
+			Else(clientv3.OpGet(k)).
+			Commit()
+		if err != nil {
+			return offsetVersion{}, s.fail(op, "", "raise the token offset", err)
+		}
+		if resp.Succeeded {
+			raised := offsetVersion{rev: resp.Header.Revision, x: next, raw: string(b)}
+			s.off.store(raised)
+			s.log.Debug("token offset raised to the clock", "offset", next, "revision", raised.rev, "previous", v.x)
+			return raised, nil
+		}
+		// Another lock-server wrote it first: compare with its version.
+		if v, err = s.parseOffset(resp.Responses[0].GetResponseRange().GetKvs()); err != nil {
+			return offsetVersion{}, err
+		}
+		rev = resp.Header.Revision
+	}
+	return offsetVersion{}, fmt.Errorf("%w: etcdstore: %s: the token offset changed under %d raises in a row", lockserver.ErrUnavailable, op, offsetTries)
+}
