@@ -12,7 +12,9 @@ require (
 	cloud.google.com/go/scheduler v1.18.1
 	cloud.google.com/go/secretmanager v1.24.0
 	filippo.io/edwards25519 v1.2.0
+	github.com/GoogleCloudPlatform/functions-framework-go v1.9.2
 	github.com/anishathalye/porcupine v1.3.1
+	github.com/cloudevents/sdk-go/v2 v2.15.2
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/hashicorp/hcl/v2 v2.25.0
@@ -56,6 +58,7 @@ require (
 	cloud.google.com/go/auth v0.24.1 // indirect
 	cloud.google.com/go/auth/oauth2adapt v0.3.0 // indirect
 	cloud.google.com/go/compute/metadata v0.10.0 // indirect
+	cloud.google.com/go/functions v1.19.3 // indirect
 	cloud.google.com/go/iam v1.15.0 // indirect
 	cloud.google.com/go/longrunning v1.5.0 // indirect
 	cloud.google.com/go/monitoring v1.31.0 // indirect

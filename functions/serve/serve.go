@@ -1,24 +1,13 @@
 // Package serve runs one of the payout functions as a process: it builds
 // the function's handler from the environment and serves it at "/" (as
 // Cloud Run functions serve it), with its metrics at PathMetrics, on
-// $PORT (default 8080) and $HOST (default: every interface). The same main
-// therefore runs locally as a plain process, which is what lets the
-// fencing experiment SIGSTOP a real worker, and in a Cloud Run container.
-//
-// The server is the project's own (internal/httpserve), not
-// functions-framework-go's funcframework.StartHostPort, which this package
-// used until 2026-12-01. A probe of the running stack measured why it had
-// to go: the framework's http.Server has no timeouts (500 half-open
-// connections raised payment-resource from 23 to 522 goroutines and the
-// executor from 9 to 509, held indefinitely), no shutdown hook (SIGTERM
-// cut in-flight requests instead of draining them), and its ServeMux
-// answered non-canonical paths ("POST /x/../submit") with a bodiless 307
-// that keeps method and body, before any check of ours could run. The
-// function model is unchanged: one handler at "/", $PORT, JSON logs with
-// Cloud Logging's keys on Google Cloud. On SIGTERM the server stops
-// accepting, answers the requests in flight (up to httpserve's
-// ShutdownTimeout, 8 s, inside Cloud Run's 10 s), then closes the
-// function's dependencies and exits 0.
+// $PORT (default 8080) and $HOST (default: every interface), on the
+// project's hardened server (internal/httpserve: timeouts, a drain on
+// SIGTERM, the path check before any mux). The images and the local stack
+// run it, which is what lets the fencing experiment SIGSTOP a real worker.
+// Build is the same function without the server: the module's root
+// package uses it to serve the functions through functions-framework-go
+// (docs/cloud.md says why the images do not).
 package serve
 
 import (
@@ -68,14 +57,11 @@ type Builder func(ctx context.Context, getenv func(string) string, log *slog.Log
 // drain had to cut requests. After the first signal a second one stops
 // the process at once.
 func Main(name string, known []string, build Builder, extra ...prometheus.Collector) {
-	level := slog.LevelInfo
-	if v := os.Getenv("LOG_LEVEL"); v != "" {
-		if err := level.UnmarshalText([]byte(v)); err != nil {
-			fmt.Fprintf(os.Stderr, "%s: LOG_LEVEL=%q: want debug, info, warn or error\n", name, v)
-			os.Exit(1)
-		}
+	log, err := Logger(name, os.Getenv)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
 	}
-	log := logjson.NewInProject(os.Stderr, level, logjson.OnGoogleCloud(os.Getenv), logjson.Project(os.Getenv)).With("service", name)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	context.AfterFunc(ctx, stop)
@@ -85,31 +71,67 @@ func Main(name string, known []string, build Builder, extra ...prometheus.Collec
 	}
 }
 
-// run starts the function and blocks until ctx ends and the drain is
-// over. When ready is not nil it receives the bound address once the
-// server accepts connections.
-func run(ctx context.Context, name string, known, environ []string, getenv func(string) string, build Builder, log *slog.Logger, extra []prometheus.Collector, ready chan<- net.Addr) error {
-	envcheck.Warn(log, append(append([]string(nil), known...), pprofserve.EnvAddr), environ)
-	pcfg, err := pprofserve.LoadConfig(getenv)
-	if err != nil {
-		return err
+// Logger returns the logger of the function called name: JSON on stderr,
+// level from LOG_LEVEL (default info), with Cloud Logging's keys on Google
+// Cloud (see logjson), every line carrying "service".
+func Logger(name string, getenv func(string) string) (*slog.Logger, error) {
+	level := slog.LevelInfo
+	if v := getenv("LOG_LEVEL"); v != "" {
+		if err := level.UnmarshalText([]byte(v)); err != nil {
+			return nil, fmt.Errorf("LOG_LEVEL=%q: want debug, info, warn or error", v)
+		}
 	}
+	return logjson.NewInProject(os.Stderr, level, logjson.OnGoogleCloud(getenv), logjson.Project(getenv)).With("service", name), nil
+}
+
+// Build prepares the function called name as Main serves it, without the
+// server: it warns about unknown variables in environ (known lists the
+// ones build reads), sets up traces from the OTEL_* variables, builds the
+// handler and serves the metrics, extra included, at PathMetrics beside
+// it. close releases what the handler holds, then flushes the traces.
+func Build(ctx context.Context, name string, known, environ []string, getenv func(string) string, build Builder, log *slog.Logger, extra ...prometheus.Collector) (h http.Handler, close func(), err error) {
+	envcheck.Warn(log, append(append([]string(nil), known...), pprofserve.EnvAddr), environ)
 	tcfg, err := tracing.LoadConfig(getenv)
 	if err != nil {
-		return err
+		return nil, nil, err
+	}
+	metrics, err := metricsHandler(extra...)
+	if err != nil {
+		return nil, nil, err
 	}
 	stopTracing, err := tracing.Setup(ctx, name, tcfg, log)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer func() {
-		// After the drain and closeFn: the last requests' spans go too.
+	flush := func() {
+		// After closeFn: the last requests' spans go too.
 		fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		if err := stopTracing(fctx); err != nil {
 			log.Warn("traces not flushed", "event", tracing.EventFlushFailed, "error", err.Error())
 		}
-	}()
+	}
+	fh, closeFn, err := build(ctx, getenv, log)
+	if err != nil {
+		flush()
+		return nil, nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	return routes(fh, metrics), func() {
+		if closeFn != nil {
+			closeFn()
+		}
+		flush()
+	}, nil
+}
+
+// run starts the function and blocks until ctx ends and the drain is
+// over. When ready is not nil it receives the bound address once the
+// server accepts connections.
+func run(ctx context.Context, name string, known, environ []string, getenv func(string) string, build Builder, log *slog.Logger, extra []prometheus.Collector, ready chan<- net.Addr) error {
+	pcfg, err := pprofserve.LoadConfig(getenv)
+	if err != nil {
+		return err
+	}
 	port := getenv("PORT")
 	if port == "" {
 		port = "8080"
@@ -117,19 +139,13 @@ func run(ctx context.Context, name string, known, environ []string, getenv func(
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		return fmt.Errorf("PORT=%q: want a port number", port)
 	}
-	h, closeFn, err := build(ctx, getenv, log)
-	if err != nil {
-		return fmt.Errorf("start %s: %w", name, err)
-	}
-	if closeFn != nil {
-		// After Serve's drain: the requests in flight still use what
-		// closeFn releases.
-		defer closeFn()
-	}
-	metrics, err := metricsHandler(extra...)
+	h, closeFn, err := Build(ctx, name, known, environ, getenv, build, log, extra...)
 	if err != nil {
 		return err
 	}
+	// After Serve's drain: the requests in flight still use what closeFn
+	// releases.
+	defer closeFn()
 	host := getenv("HOST") // loopback locally; empty (all interfaces) on Cloud Run
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
 	if err != nil {
@@ -148,7 +164,7 @@ func run(ctx context.Context, name string, known, environ []string, getenv func(
 		ready <- ln.Addr()
 	}
 	context.AfterFunc(ctx, func() { log.Info("function stopping", "event", EventFunctionStopping) })
-	if err := httpserve.Serve(ctx, ln, routes(h, metrics), httpserve.DefaultConfig(), log); err != nil {
+	if err := httpserve.Serve(ctx, ln, h, httpserve.DefaultConfig(), log); err != nil {
 		return err
 	}
 	log.Info("function stopped", "event", EventFunctionStopped)

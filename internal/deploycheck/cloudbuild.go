@@ -48,7 +48,7 @@ func LoadCloudBuild(path string) (*CloudBuild, error) {
 }
 
 // Functions returns the names of the directories under dir (functions/cmd):
-// one deployable function each.
+// one deployable function each, FrameworkRunner aside.
 func Functions(dir string) ([]string, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -56,13 +56,18 @@ func Functions(dir string) ([]string, error) {
 	}
 	var out []string
 	for _, e := range ents {
-		if e.IsDir() {
+		if e.IsDir() && e.Name() != FrameworkRunner {
 			out = append(out, e.Name())
 		}
 	}
 	sort.Strings(out)
 	return out, nil
 }
+
+// FrameworkRunner is the one directory of functions/cmd that is not a
+// deployed function: it serves any of them through functions-framework-go
+// on a developer's machine.
+const FrameworkRunner = "framework"
 
 // CommitTag is the tag every image of the build carries.
 const CommitTag = ":$COMMIT_SHA"

@@ -23,19 +23,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/serve"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/idtokens"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 )
 
 // cmdRecover is the name of the recovery subcommand.
@@ -48,26 +46,8 @@ func main() {
 		stop()
 		os.Exit(code)
 	}
-	serve.Main("rail-proxy", envNames(), func(ctx context.Context, getenv func(string) string, log *slog.Logger) (http.Handler, func(), error) {
-		cfg, err := railproxy.LoadConfig(getenv)
-		if err != nil {
-			return nil, nil, err
-		}
-		if on, err := idtokens.Enabled(railapi.EnvRailIDTokens, getenv(railapi.EnvRailIDTokens)); err != nil {
-			return nil, nil, err
-		} else if on {
-			tr, err := idtokens.New(ctx, nil, nil, cfg.RailURL)
-			if err != nil {
-				return nil, nil, err
-			}
-			cfg.WrapRailTransport = func(base http.RoundTripper) http.RoundTripper { tr.Base = base; return tr }
-		}
-		p, err := railproxy.New(ctx, cfg, log)
-		if err != nil {
-			return nil, nil, err
-		}
-		return tracing.Handler("rail-proxy", p, serve.PathMetrics), func() { _ = p.Close() }, nil
-	}, railproxy.Collectors()...)
+	f := catalog.RailProxy
+	serve.Main(f.Name, f.EnvNames(), f.Build, f.Collectors()...)
 }
 
 // recoverRestore runs "rail-proxy recover-restore" with args (after the
@@ -141,7 +121,3 @@ func recoverRestore(ctx context.Context, args []string, getenv func(string) stri
 	}
 	return 0
 }
-
-// envNames lists the environment variables rail-proxy reads (its config's
-// constants), for the unknown-variable warning at start.
-func envNames() []string { return append(railproxy.EnvNames(), railapi.EnvRailIDTokens) }

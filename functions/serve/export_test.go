@@ -1,0 +1,4 @@
+package serve
+
+// Run is run, for the external tests.
+var Run = run
