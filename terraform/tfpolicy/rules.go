@@ -43,6 +43,8 @@ var Rules = []Rule{
 	{"push-subscription", "payout events reach the executor authenticated, in order per account, and undeliverable ones are kept", checkPushSubscription},
 	{"no-public-access", "nothing of the lab may be invoked or read by anyone on the internet", checkNoPublicAccess},
 	{"cloud-run-scaling", "an idle lab costs nothing and a runaway one costs a bounded amount", checkCloudRunScaling},
+	{"cloud-run-startup", "a cold instance must have the time to open its database and migrate before Cloud Run shuts it down", checkCloudRunStartup},
+	{"egress-path", "whatever dials Cloud SQL's public address must have a way out of the VPC", checkEgressPath},
 	{"cloud-run-metrics", "the functions' metrics must reach Cloud Monitoring, where their alerts are evaluated", checkCloudRunMetrics},
 	{"deletion-protection-off", "destroy must reach zero instead of stopping half-way on a protected resource", checkDeletionProtection},
 	{"labels", "every labelled resource can be found by the zero-billable check", checkLabels},
