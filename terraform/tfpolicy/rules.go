@@ -424,6 +424,9 @@ func checkCloudRunMetrics(c *Config) []Violation {
 		if !cpuKept(r, attrExpr(nested(app, "resources"), "cpu_idle")) {
 			out = append(out, violation(rule, r, "cpu_idle may be true: the sidecar's timed scrapes would get no CPU between requests"))
 		}
+		if !cpuKept(r, attrExpr(nested(sidecar, "resources"), "cpu_idle")) {
+			out = append(out, violation(rule, r, "the sidecar's cpu_idle is not stated false like the serving container's: the instance's containers would disagree about its CPU"))
+		}
 	}
 	return out
 }

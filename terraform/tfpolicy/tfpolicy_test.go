@@ -293,6 +293,12 @@ var brokenCases = []struct {
 		want: "module.gke.google_container_cluster.lab: has private nodes and there is no Cloud NAT",
 	},
 	{
+		name:  "the sidecar on request-based CPU",
+		rule:  "cloud-run-metrics",
+		edits: []edit{{"modules/cloudrun/main.tf", "        # provider sends false, and one instance's containers must not\n        # disagree about when the instance has CPU.\n        cpu_idle = var.cpu_idle", "        cpu_idle = true"}},
+		want:  "the sidecar's cpu_idle is not stated false",
+	},
+	{
 		name:  "the GKE cluster protected",
 		rule:  "deletion-protection-off",
 		edits: []edit{{"modules/gke/main.tf", "deletion_protection = false", "deletion_protection = true"}},

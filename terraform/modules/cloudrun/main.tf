@@ -203,6 +203,10 @@ resource "google_cloud_run_v2_service" "this" {
           cpu    = "1"
           memory = "512Mi"
         }
+        # Stated like the app's: with resources set and cpu_idle unset the
+        # provider sends false, and one instance's containers must not
+        # disagree about when the instance has CPU.
+        cpu_idle = var.cpu_idle
       }
     }
   }
