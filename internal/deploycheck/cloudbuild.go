@@ -3,8 +3,10 @@ package deploycheck
 import (
 	"fmt"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -159,6 +161,46 @@ func CheckCloudBuild(cb *CloudBuild, functions []string) []string {
 		if !strings.HasSuffix(img, CommitTag) {
 			out = append(out, fmt.Sprintf("images: %q is not tagged %s", img, CommitTag))
 		}
+	}
+	return out
+}
+
+// BuildMargin is what a build's timeout must leave, beyond the rollout
+// waits its steps state, for the validation, the offline checks, six Go
+// builds, the pushes and the Cloud Run deploys.
+const BuildMargin = 30 * time.Minute
+
+var rolloutTimeout = regexp.MustCompile(`--timeout=(\S+)`)
+
+// CheckBuildLimits checks what Cloud Build would otherwise choose: the
+// build states its timeout (Cloud Build's default is documented as 10
+// minutes in older texts and 60 in the API reference; a GKE rollout
+// alone may wait 20 here), long enough for every --timeout= its steps
+// give kubectl plus BuildMargin, and a machineType (the default pool's
+// machine has 2 vCPUs for six Go builds in parallel).
+func CheckBuildLimits(cb *CloudBuild) []string {
+	var out []string
+	var waits time.Duration
+	for _, s := range cb.Steps {
+		for _, m := range rolloutTimeout.FindAllStringSubmatch(strings.Join(s.Args, " "), -1) {
+			d, err := time.ParseDuration(m[1])
+			if err != nil {
+				out = append(out, fmt.Sprintf("step %q: --timeout=%s is not a duration", s.ID, m[1]))
+				continue
+			}
+			waits += d
+		}
+	}
+	switch d, err := time.ParseDuration(cb.Timeout); {
+	case cb.Timeout == "":
+		out = append(out, "the build states no timeout: Cloud Build's default applies")
+	case err != nil:
+		out = append(out, fmt.Sprintf("timeout %q is not a duration", cb.Timeout))
+	case d < waits+BuildMargin:
+		out = append(out, fmt.Sprintf("timeout %s is less than the steps' rollout waits (%s) plus %s", d, waits, BuildMargin))
+	}
+	if mt, _ := cb.Options["machineType"].(string); mt == "" {
+		out = append(out, "options.machineType is not set: the default pool's 2 vCPUs build six images at once")
 	}
 	return out
 }

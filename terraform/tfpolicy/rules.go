@@ -43,6 +43,8 @@ var Rules = []Rule{
 	{"push-subscription", "payout events reach the executor authenticated, in order per account, and undeliverable ones are kept", checkPushSubscription},
 	{"no-public-access", "nothing of the lab may be invoked or read by anyone on the internet", checkNoPublicAccess},
 	{"cloud-run-scaling", "an idle lab costs nothing and a runaway one costs a bounded amount", checkCloudRunScaling},
+	{"cloud-run-startup", "a cold instance must have the time to open its database and migrate before Cloud Run shuts it down", checkCloudRunStartup},
+	{"egress-path", "whatever dials Cloud SQL's public address must have a way out of the VPC", checkEgressPath},
 	{"cloud-run-metrics", "the functions' metrics must reach Cloud Monitoring, where their alerts are evaluated", checkCloudRunMetrics},
 	{"deletion-protection-off", "destroy must reach zero instead of stopping half-way on a protected resource", checkDeletionProtection},
 	{"labels", "every labelled resource can be found by the zero-billable check", checkLabels},
@@ -421,6 +423,9 @@ func checkCloudRunMetrics(c *Config) []Violation {
 		}
 		if !cpuKept(r, attrExpr(nested(app, "resources"), "cpu_idle")) {
 			out = append(out, violation(rule, r, "cpu_idle may be true: the sidecar's timed scrapes would get no CPU between requests"))
+		}
+		if !cpuKept(r, attrExpr(nested(sidecar, "resources"), "cpu_idle")) {
+			out = append(out, violation(rule, r, "the sidecar's cpu_idle is not stated false like the serving container's: the instance's containers would disagree about its CPU"))
 		}
 	}
 	return out

@@ -109,6 +109,14 @@ func TestFirstRunFromAnEmptyProjectToZero(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "zero billable resources of the lab in lab-1") {
 		t.Fatalf("labenv destroy: exit %d, want 0 and the zero-billable check green\n%s\n%s", code, stdout, stderr)
 	}
+	// GKE's own objects first, and their disks waited for, before
+	// terraform destroy removes the cluster under them.
+	cmds, _ = os.ReadFile(calls)
+	del := strings.Index(string(cmds), "kubectl delete --ignore-not-found --wait -f lockserver/deploy/lock-server.yaml -f etcd/deploy/etcd.yaml")
+	wait := strings.Index(string(cmds), "kubectl wait --for=delete persistentvolume --all")
+	if del < 0 || wait < del {
+		t.Errorf("destroy did not delete lock-server's and etcd's objects and then wait for their volumes; commands:\n%s", cmds)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.services)+len(f.instances)+len(f.secrets) != 0 {

@@ -472,6 +472,12 @@ func (e *labenv) destroy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.
 	// Disks of etcd's claims and the internal load balancer's forwarding
 	// rule are made by GKE, not Terraform, and outlive the cluster: delete
 	// their owners first. Best effort: the cluster may already be gone.
+	// kubectl delete --wait returns once the Service is gone (its
+	// finalizer holds it until the forwarding rule is deleted) and the
+	// StatefulSet is gone, but its claims, and their disks, are deleted
+	// after it by the garbage collector and the CSI driver: wait for the
+	// volumes too (a volume object lives until its disk is deleted), or
+	// terraform destroy removes the cluster before the driver has run.
 	if out, err := d.Outputs(ctx); err == nil && len(out["gke_cluster"]) > 0 {
 		var cluster, location string
 		_ = json.Unmarshal(out["gke_cluster"], &cluster)
@@ -483,6 +489,7 @@ func (e *labenv) destroy(ctx context.Context, d *tfdriver.Driver, vars tfdriver.
 		steps := [][]string{
 			{"gcloud", "container", "clusters", "get-credentials", cluster, "--region", location, "--project", vars.Project},
 			{"kubectl", "delete", "--ignore-not-found", "--wait", "-f", "lockserver/deploy/lock-server.yaml", "-f", "etcd/deploy/etcd.yaml"},
+			{"kubectl", "wait", "--for=delete", "persistentvolume", "--all", "--timeout=10m"},
 		}
 		for _, s := range steps {
 			var buf bytes.Buffer
