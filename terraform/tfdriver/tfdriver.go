@@ -112,6 +112,18 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
 // take returns what was written and empties the buffer.
 func (l *lockedBuffer) take() string {
 	l.mu.Lock()
@@ -143,8 +155,10 @@ func New(cfg Config, log *slog.Logger) (*Driver, error) {
 	}
 	stderr := &lockedBuffer{}
 	if cfg.Output != nil {
-		tf.SetStdout(cfg.Output)
-		tf.SetStderr(io.MultiWriter(cfg.Output, stderr))
+		// terraform-exec copies stdout and stderr from two goroutines.
+		out := &lockedWriter{w: cfg.Output}
+		tf.SetStdout(out)
+		tf.SetStderr(io.MultiWriter(out, stderr))
 	} else {
 		tf.SetStderr(stderr)
 	}
