@@ -31,6 +31,14 @@
 //     forward all look like this to the pipeline;
 //   - revoke: an operator's revoke of the live lease, acknowledged.
 //
+// lock-server may run as two replicas over the one lock store, as its
+// Deployment runs two pods (pipelinetest.Options.LockReplicas, given to
+// New): executors A and C talk to the first ("L1"), B and the reconciler
+// to the second ("L2"). "L1:restart" or "L2:restart", once per schedule
+// after the first grant, restarts that replica between two steps: a new
+// Server over a newly opened store serves at its URL, its token floor
+// forgotten, and a request held for it reaches the new one.
+//
 // At a held rail call the explorer may instead lose the rail's answer
 // (the rail pays; rail-proxy records the attempt ambiguous) or keep the
 // call from the rail (rail-proxy cannot tell the difference). At any other
