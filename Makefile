@@ -98,7 +98,7 @@ bench-e2e-creators: ## end to end, spread only (600 payouts over 60 accounts): o
 	done
 	$(GO) run ./harness/cmd/benche2echart -target 0 -o harness/out/bench-e2e-creators.svg $(foreach c,$(BENCH_E2E_CREATORS),harness/out/creators-$(c)/bench-e2e.json)
 
-explore: ## every ordering of two executors on one payout (one expiry or revoke), every ordering of one executor and the reconciler (two faults of any kind), every ordering of one executor and the reconciler with two faults among forged terms, resends, refusals and give-ups, every ordering of two executors with two faults among expiry, the rail refusing and a resend, 3,000 sampled schedules of each sample; checked from the rail's journal and the books
+explore: ## every ordering of two executors on one payout (one expiry or revoke), every ordering of one executor and the reconciler (two faults of any kind), every ordering of one executor and the reconciler with two faults among forged terms, resends, refusals and give-ups, every ordering of two executors with two faults among expiry, the rail refusing and a resend, 3,000 sampled schedules of each sample (two of them over two lock-server replicas, one restarted once); checked from the rail's journal and the books
 	$(GO) test -count=1 -timeout 120m -run 'TestExhaustive|TestSampled|TestRegressionSchedules|TestAdversaryCoverage' -v ./harness/explore/ -args -explore.full
 
 demo: ## the fencing experiment on real processes, 2 backends x 4 fencing cells; writes harness/out/summary.json

@@ -3,7 +3,9 @@
 // rail-stub, and lock-server over an in-memory lock store whose clock the
 // test moves. Every piece is the production code behind a loopback HTTP
 // server; only the lock store is memstore, so that a test decides when a
-// lease expires on the server's clock. Each server is wrapped for tracing
+// lease expires on the server's clock. lock-server may run as two
+// replicas over that one store, as its Deployment runs two pods, and a
+// test may restart either (Pipeline.RestartLock). Each server is wrapped for tracing
 // as the processes wrap theirs (internal/tracing.Handler; lock-server's
 // store calls are traced inside lockserver.NewServer): with a tracer
 // provider and the W3C propagator installed globally, a test sees the
@@ -16,6 +18,7 @@ package pipelinetest
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -72,6 +75,9 @@ type Options struct {
 	// wrong order (see Pipeline.ReplaceProxy).
 	TermsSigningKey fenceproof.SigningKey
 	RailTermsKeys   fenceproof.Keyring
+	// LockReplicas is how many lock-servers run over the one lock store
+	// (Pipeline.LockURLs): 1 when 0, 2 as lock-server's Deployment runs.
+	LockReplicas int
 }
 
 // Clock is the lock store's clock: it stands still unless Advance moves it.
@@ -97,12 +103,16 @@ func (c *Clock) Advance(d time.Duration) {
 // Pipeline is a started pipeline. Its servers and pools are closed when
 // the test ends.
 type Pipeline struct {
-	// Locks is lock-server's store, on LockClock.
+	// Locks is lock-server's store, on LockClock: the backend every
+	// replica's store is opened on.
 	Locks     *memstore.Store
 	LockClock *Clock
-	// LockURL, PayURL and ProxyURL are the base URLs of lock-server,
-	// payment-resource and rail-proxy.
+	// LockURL, PayURL and ProxyURL are the base URLs of lock-server (its
+	// first replica), payment-resource and rail-proxy.
 	LockURL, PayURL, ProxyURL string
+	// LockURLs are the base URLs of lock-server's replicas
+	// (Options.LockReplicas); LockURLs[0] is LockURL.
+	LockURLs []string
 	// RailURL is the base URL of the rail (rail-stub, through
 	// Options.RailHandler), as rail-proxy calls it.
 	RailURL string
@@ -118,6 +128,68 @@ type Pipeline struct {
 	proxyCfg railproxy.Config
 	proxyLog *slog.Logger
 	proxy    atomic.Pointer[railproxy.Proxy]
+
+	lockCfg  lockserver.ServerConfig
+	lockLog  *slog.Logger
+	replicas []*lockReplica
+}
+
+// lockReplica is one lock-server replica: the Server serving at its URL
+// and the store it was opened with.
+type lockReplica struct {
+	mu     sync.Mutex // serializes restarts
+	server atomic.Pointer[lockserver.Server]
+	store  *replicaStore
+}
+
+// replicaStore is a replica's store over the shared memstore: the
+// backend's state (leases, the token counter) is the memstore's, as
+// lockdb's is PostgreSQL's, and a replica opens its own store on it. Once
+// closed it refuses Ping. Everything else is the memstore's, including its
+// batch and handoff capabilities, so that a replica's Server batches and
+// hands off as a single lock-server's does.
+type replicaStore struct {
+	*memstore.Store
+	closed atomic.Bool
+}
+
+func (s *replicaStore) Ping(ctx context.Context) error {
+	if s.closed.Load() {
+		return lockserver.ErrUnavailable
+	}
+	return s.Store.Ping(ctx)
+}
+
+func (s *replicaStore) Close() error {
+	s.closed.Store(true)
+	return nil
+}
+
+// openLock starts a lock-server over a new store on Locks.
+func (p *Pipeline) openLock() (*lockserver.Server, *replicaStore, error) {
+	st := &replicaStore{Store: p.Locks}
+	ls, err := lockserver.NewServer(st, p.lockCfg, p.lockLog)
+	return ls, st, err
+}
+
+// RestartLock restarts lock-server replica i (0 is LockURL's): its Server
+// is closed with its store, and a new Server over a newly opened store on
+// the same backend serves at the same URL from now on. What the old one
+// kept in memory (its token floor, its wait queues, its batches) is gone;
+// what the backend holds is not. Call it while no request is in flight
+// at that replica: a request that arrives later reaches the new Server.
+func (p *Pipeline) RestartLock(i int) error {
+	rp := p.replicas[i]
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	next, st, err := p.openLock()
+	if err != nil {
+		return err
+	}
+	old, oldStore := rp.server.Swap(next), rp.store
+	rp.store = st
+	err = old.Close()
+	return errors.Join(err, oldStore.Close())
 }
 
 // ReplaceProxy starts a new rail-proxy on the same raildb and rail with
@@ -164,14 +236,24 @@ func Start(t testing.TB, opts Options) *Pipeline {
 	}
 	p := &Pipeline{LockClock: &Clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	p.Locks = memstore.New(p.LockClock)
-	lcfg := lockserver.DefaultServerConfig()
-	lcfg.ProofKey = prooftest.LockSigningKey()
-	ls, err := lockserver.NewServer(p.Locks, lcfg, log.With("service", "lock-server"))
-	if err != nil {
-		t.Fatal(err)
+	p.lockCfg = lockserver.DefaultServerConfig()
+	p.lockCfg.ProofKey = prooftest.LockSigningKey()
+	p.lockLog = log.With("service", "lock-server")
+	for range max(opts.LockReplicas, 1) {
+		ls, st, err := p.openLock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rp := &lockReplica{store: st}
+		rp.server.Store(ls)
+		p.replicas = append(p.replicas, rp)
+		p.LockURLs = append(p.LockURLs, serve("lock-server", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rp.server.Load().ServeHTTP(w, r)
+		})))
 	}
-	p.LockURL = serve("lock-server", ls)
+	p.LockURL = p.LockURLs[0]
 
+	var err error
 	p.Stub, err = railstub.New(railstub.DefaultConfig(), log.With("service", "rail-stub"))
 	if err != nil {
 		t.Fatal(err)

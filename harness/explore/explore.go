@@ -31,6 +31,14 @@
 //     forward all look like this to the pipeline;
 //   - revoke: an operator's revoke of the live lease, acknowledged.
 //
+// lock-server may run as two replicas over the one lock store, as its
+// Deployment runs two pods (pipelinetest.Options.LockReplicas, given to
+// New): executors A and C talk to the first ("L1"), B and the reconciler
+// to the second ("L2"). "L1:restart" or "L2:restart", once per schedule
+// after the first grant, restarts that replica between two steps: a new
+// Server over a newly opened store serves at its URL, its token floor
+// forgotten, and a request held for it reaches the new one.
+//
 // At a held rail call the explorer may instead lose the rail's answer
 // (the rail pays; rail-proxy records the attempt ambiguous) or keep the
 // call from the rail (rail-proxy cannot tell the difference). At any other
@@ -236,6 +244,15 @@ const (
 	// marks the payout needs_attention, and the reconciler closes a
 	// payout that was never forwarded.
 	FaultReject = "reject"
+	// FaultRestart restarts a lock-server replica ("L1:restart",
+	// "L2:restart"): its Server is closed and a new one, over a newly
+	// opened store on the same lock store, serves at its URL
+	// (pipelinetest.Pipeline.RestartLock). It forgets the token floor it
+	// kept; the leases and the token counter are the store's. A request
+	// held for that replica reaches the new Server. Offered once per
+	// schedule, after the first grant, while something else may still
+	// happen.
+	FaultRestart = "restart"
 )
 
 // Bounds of a schedule.
@@ -251,6 +268,9 @@ const (
 	RailProxy = "P"
 	// railProxyIndex is rail-proxy's holder index.
 	railProxyIndex = MaxHolders + 1
+	// LockReplica names lock-server replica i (from 1) in a schedule
+	// ("L2:restart"), with the replica's number after it.
+	LockReplica = "L"
 	// headerHolder tells the explorer's handler in front of rail-proxy
 	// which actor sent a submission.
 	headerHolder = "X-Explore-Holder"
@@ -262,7 +282,9 @@ const (
 // Choice is one decision of a schedule: let a holder's step go, or inject
 // a fault.
 type Choice struct {
-	// Holder is the executor moved ("A", "B", "C"), "" for a fault.
+	// Holder is the executor moved ("A", "B", "C"), or the process the
+	// step or fault is of ("R", "P", a lock-server replica "L1"), "" for
+	// a fault on the lock.
 	Holder string
 	// Step is the step it takes (a Step constant), or the fault (a Fault
 	// constant).
@@ -299,7 +321,8 @@ func ParseSchedule(text string) (Schedule, error) {
 		switch {
 		case !ok && (f == FaultExpire || f == FaultRevoke || f == FaultAge):
 			s = append(s, Choice{Step: f})
-		case ok && (len(h) == 1 && h[0] >= 'A' && h[0] < 'A'+MaxHolders || h == Reconciler || h == RailProxy):
+		case ok && (len(h) == 1 && h[0] >= 'A' && h[0] < 'A'+MaxHolders || h == Reconciler || h == RailProxy ||
+			step == FaultRestart && replicaIndex(h) >= 0):
 			s = append(s, Choice{Holder: h, Step: step})
 		default:
 			return nil, fmt.Errorf("explore: bad choice %q", f)
@@ -326,7 +349,7 @@ type Config struct {
 	MaxFaults int
 	// Faults are the kinds injected (FaultExpire, FaultRevoke,
 	// FaultRailLost, FaultRailDown, FaultRailRefused, FaultCrash,
-	// FaultGiveUp, FaultForge, FaultResend, FaultReject).
+	// FaultGiveUp, FaultForge, FaultResend, FaultReject, FaultRestart).
 	Faults []string
 }
 
@@ -347,6 +370,10 @@ type Result struct {
 	// constants, sorted, each once), judged from rail-proxy's answers and
 	// raildb: coverage evidence, not a check.
 	Paths []string
+	// RestartedGrants counts the grants a scheduled actor got from a
+	// lock-server replica after FaultRestart restarted it: coverage
+	// evidence, not a check.
+	RestartedGrants int
 }
 
 // Names of the checks, as Result.Checks lists them.
@@ -448,6 +475,10 @@ type run struct {
 	mu     sync.Mutex
 	grants []int64 // tokens granted, in order
 	tokens map[int]int64
+	// restarted is the lock-server replica FaultRestart restarted (-1:
+	// none); restartedGrants counts the grants it made since.
+	restarted       int
+	restartedGrants int
 
 	// forging is set while a holder's forged submissions are sent: a
 	// rail call they cause (with the terms check broken) is not held.
@@ -704,6 +735,9 @@ func (d *doer) Do(req *http.Request) (*http.Response, error) {
 		d.r.grants = append(d.r.grants, g.Token)
 		if d.holder >= 0 {
 			d.r.tokens[d.holder] = g.Token
+			if d.r.restarted == d.r.replicaOf(d.holder) {
+				d.r.restartedGrants++
+			}
 		}
 		d.r.mu.Unlock()
 	}
@@ -724,6 +758,28 @@ func holderName(h int) string {
 	return string(rune('A' + h))
 }
 
+// replicaName names lock-server replica i (from 0) in a schedule.
+func replicaName(i int) string { return fmt.Sprintf("%s%d", LockReplica, i+1) }
+
+// replicaIndex is the replica name names (from 0), or -1.
+func replicaIndex(name string) int {
+	if len(name) == 2 && name[0] == LockReplica[0] && name[1] >= '1' && name[1] <= '9' {
+		return int(name[1] - '1')
+	}
+	return -1
+}
+
+// replicaOf is the lock-server replica holder h talks to: executor i the
+// replica i mod the number of replicas, the reconciler the next after the
+// executors' first (the second of two), an unscheduled actor (-1) the
+// first.
+func (r *run) replicaOf(h int) int {
+	if h < 0 {
+		return 0
+	}
+	return h % len(r.e.p.LockURLs)
+}
+
 func holderIndex(name string) int {
 	switch name {
 	case Reconciler:
@@ -736,7 +792,7 @@ func holderIndex(name string) int {
 
 func (r *run) executor(owner string, d *doer) (*executor.Executor, error) {
 	cfg := executor.DefaultConfig()
-	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = r.e.p.LockURL, r.e.p.PayURL, r.e.p.ProxyURL
+	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = r.e.p.LockURLs[r.replicaOf(d.holder)], r.e.p.PayURL, r.e.p.ProxyURL
 	cfg.Owner, cfg.LeaseTTL = owner, ttl
 	cfg.AcquireWait, cfg.RequestTimeout, cfg.RailTimeout = 5*time.Minute, 5*time.Minute, 5*time.Minute
 	// Only a crashed process's calls fail in a schedule: its retries need
@@ -747,7 +803,7 @@ func (r *run) executor(owner string, d *doer) (*executor.Executor, error) {
 
 func (r *run) reconciler(owner string, d *doer) (*reconciler.Reconciler, error) {
 	cfg := reconciler.DefaultConfig()
-	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = r.e.p.LockURL, r.e.p.PayURL, r.e.p.ProxyURL
+	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = r.e.p.LockURLs[r.replicaOf(d.holder)], r.e.p.PayURL, r.e.p.ProxyURL
 	cfg.Owner, cfg.LeaseTTL = owner, ttl
 	cfg.AcquireWait, cfg.RequestTimeout = 5*time.Minute, 5*time.Minute
 	return reconciler.New(cfg, r.e.log.With("service", "reconciler", "worker", owner), reconciler.WithHTTPClient(d))
@@ -799,6 +855,7 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 	r := &run{e: e, arrive: make(chan arrival), tokens: map[int]int64{}, proxyDone: make(chan struct{}, 1), doers: map[int]*doer{},
 		ended: make(chan struct{})}
 	r.detached.Store(-1)
+	r.restarted = -1
 	defer close(r.ended)
 	for i := range cfg.Payouts {
 		id := fmt.Sprintf("p-%d", n)
@@ -873,11 +930,12 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 		pending[a.holder] = a
 	}
 	var (
-		res    Result
-		steps  []stepRecord
-		ended  []endedLease
-		faults int
-		aged   bool
+		res       Result
+		steps     []stepRecord
+		ended     []endedLease
+		faults    int
+		aged      bool
+		restarted bool
 		// proxyCall is a rail call rail-proxy still holds after its
 		// caller gave up on it; nil when there is none.
 		proxyCall *arrival
@@ -957,6 +1015,12 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 				}
 			}
 		}
+		// So is a restart, once there is a token floor to forget.
+		if len(enabled) > 0 && !restarted && faults < cfg.MaxFaults && slices.Contains(cfg.Faults, FaultRestart) && r.granted() {
+			for i := range e.p.LockURLs {
+				enabled = append(enabled, Choice{Holder: replicaName(i), Step: FaultRestart})
+			}
+		}
 		if len(enabled) == 0 {
 			if !waiting {
 				break
@@ -994,6 +1058,19 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 			}
 			faults++
 			ended = append(ended, endedLease{index: len(res.Schedule) - 1, token: tok})
+			continue
+		}
+		if c.Step == FaultRestart {
+			// Nothing is in flight at lock-server between two choices.
+			restarted = true
+			faults++
+			i := replicaIndex(c.Holder)
+			if err := e.p.RestartLock(i); err != nil {
+				return res, fmt.Errorf("explore: restart %s: %w", c.Holder, err)
+			}
+			r.mu.Lock()
+			r.restarted = i
+			r.mu.Unlock()
 			continue
 		}
 		h := holderIndex(c.Holder)
@@ -1067,7 +1144,17 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 		return res, err
 	}
 	r.bg.Wait()
+	r.mu.Lock()
+	res.RestartedGrants = r.restartedGrants
+	r.mu.Unlock()
 	return res, r.check(ctx, &res, steps, ended)
+}
+
+// granted reports whether lock-server has granted anything in the run.
+func (r *run) granted() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.grants) > 0
 }
 
 // letProxyGo lets rail-proxy's held rail call a go with the rail's
@@ -1410,9 +1497,12 @@ func (e *Explorer) Sample(ctx context.Context, cfg Config, seed uint64, n int, v
 // rail-proxy's call whose
 // caller gave up 0.05 (so that it tends to arrive late, after the others
 // have moved on), time passing 1, a forgery 0.3, a resend or a refusal
-// for good 0.15 (a resend is offered at nearly every decision).
+// for good 0.15 (a resend is offered at nearly every decision), a
+// lock-server restart 0.15 (so is it).
 func weight(c Choice) float64 {
 	switch {
+	case c.Step == FaultRestart:
+		return 0.15
 	case c.Step == FaultResend, c.Step == FaultReject:
 		return 0.15
 	case c.Step == FaultForge:
