@@ -230,7 +230,7 @@ func (s *Store) revokeOld(key string, resp *clientv3.TxnResponse) {
 // goroutine of its own, at once and best effort (failing, the lease
 // expires after its TTL). Close waits for these goroutines; none starts
 // once Close has. Sending the revocations of many leases together (a
-// 50 ms window, tried in issue 16) saved most of their raft log fsyncs
+// 50 ms window, tried once; docs/benchmarks.md) saved most of their raft log fsyncs
 // and a quarter of a contended handoff's mean, but made its p99 two to
 // three times worse: etcd applies each revocation with a backend commit
 // of its own, and a batch of them stalls every transaction queued behind
