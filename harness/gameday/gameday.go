@@ -1,5 +1,6 @@
 // Package gameday runs the local game day (charter SC-09): the local
-// stack (local/stack), a real Prometheus scraping every service with the game-day alert rules (ops/prometheus/gameday/rules.yml,
+// stack (local/stack), a real Prometheus scraping every service with the
+// game-day alert rules (ops/prometheus/gameday/rules.yml,
 // the SLO spec at 1/30 time scale, scrape and evaluation every second),
 // a real Alertmanager sending to a webhook receiver hosted here; then, one
 // fault at a time, it injects the fault on purpose, waits for each alert
