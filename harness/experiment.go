@@ -355,7 +355,7 @@ func (r *Run) drive(ctx context.Context, st *stack.Stack, mark func(string, map[
 	mark("push_sent", map[string]any{"ownerId": "B", "deliveryAttempt": 2})
 	r.AnswerB = push(ctx, st.ExecutorURL("B"), bodyB)
 	mark("push_answered", map[string]any{"ownerId": "B", "answer": r.AnswerB})
-	// B releases its lease right after its answer (issue 16): A continues
+	// B releases its lease right after its answer: A continues
 	// once that release is in, after B's whole run, as before.
 	if err := poll(ctx, "executor B to release its lease", func() (bool, error) {
 		var state lockapi.LockState

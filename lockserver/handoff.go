@@ -6,8 +6,7 @@ import (
 )
 
 // Handoff: the optional capability of a store to end one lease and grant
-// its key to the next holder in one backend transaction (issue 16, target
-// 3). Lock-server's wait queue (waitqueue.go) uses it when a release
+// its key to the next holder in one backend transaction. Lock-server's wait queue (waitqueue.go) uses it when a release
 // arrives for a key whose head waiter is parked: one backend round trip
 // instead of a release followed by the waiter's own acquire. It is an
 // extra interface beside LockStore, never part of it: over a store without

@@ -109,7 +109,7 @@ func newStalledServer(t *testing.T) (http.Handler, *gateStore, *fakeNow) {
 	return h, store, clock
 }
 
-// Issue #15, finding 5: with the backend frozen every request waited the
+// With the backend frozen every request waited the
 // whole backend deadline. Now the first timeout marks the backend stalled,
 // later requests get 503 with Retry-After without calling the backend, one
 // probe per interval is let through, and the first answer clears the mark.
@@ -373,7 +373,7 @@ func (f frozenStore) Inspect(ctx context.Context, key string) (lockserver.State,
 	return f.LockStore.Inspect(ctx, key)
 }
 
-// Issue #15 item 8 (stall9): while the backend was marked stalled, the one
+// (stall9): while the backend was marked stalled, the one
 // request let through every StallProbeInterval to probe it waited out the
 // whole RequestTimeout (5 s, the callers' own budget), so its caller heard
 // its own timeout instead of the 503. Now every probe (acquire, inspect,

@@ -33,7 +33,7 @@ func (q lockReq) check(t *testing.T, h http.Handler, suffix string) {
 	}
 }
 
-// Newcomer probe of issue #15, finding 1, at lock-server: while the
+// Newcomer probe, at lock-server: while the
 // backend was marked stalled, every request was answered 503
 // BACKEND_UNAVAILABLE, a malformed body or an invalid owner included: the
 // breaker ran before the body was read. Now bad input gets its own 4xx
@@ -74,7 +74,7 @@ func TestBadInputWhileTheBackendIsStalledGetsItsOwn4xx(t *testing.T) {
 	}
 }
 
-// Newcomer probe of issue #15, finding 3, at lock-server: a query
+// Newcomer probe, at lock-server: a query
 // parameter was ignored ("POST .../acquire?waitMs=5000" granted at once,
 // without the wait its sender asked for). Now every route of the lock API
 // refuses one, 400 INVALID_REQUEST, and nothing is granted.

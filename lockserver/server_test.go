@@ -91,7 +91,7 @@ func TestBadRequestsGetTheEnvelopeAndChangeNothing(t *testing.T) {
 		{"token never granted", "POST", "/v1/locks/payout:acct-1/release", ctJSON, fmt.Sprintf(`{"owner":"worker-a","token":%d}`, g.Token+1000), 409, api.CodeLeaseNotHeld},
 		{"wrong owner", "POST", "/v1/locks/payout:acct-1/release", ctJSON, fmt.Sprintf(`{"owner":"mallory","token":%d}`, g.Token), 409, api.CodeLeaseNotHeld},
 		{"held", "POST", "/v1/locks/payout:acct-1/acquire", ctJSON, `{"owner":"worker-b","ttlMs":1000}`, 409, api.CodeLockHeld},
-		// null is refused for every field of every request (issue #15):
+		// null is refused for every field of every request:
 		// "waitMs": null read as no wait, and a revoke's "token": null as 0,
 		// an unconditional revoke.
 		{"wait null", "POST", "/v1/locks/k/acquire", ctJSON, `{"owner":"w","ttlMs":1000,"waitMs":null}`, 400, api.CodeInvalidRequest},

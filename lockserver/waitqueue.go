@@ -1,6 +1,6 @@
 package lockserver
 
-// The wait queue: a fair blocking acquire (issue 16, target 3).
+// The wait queue: a fair blocking acquire.
 //
 // An acquire with api.AcquireRequest.WaitMs joins its key's queue on this
 // lock-server, behind the waiting acquires of the key that arrived before

@@ -103,7 +103,7 @@ func TestEveryCodeIsClassified(t *testing.T) {
 }
 
 // TestClassesOfTheAnswers pins one answer of each class (and the refusals
-// #15 found looping) to its verdict.
+// a probe found looping) to its verdict.
 func TestClassesOfTheAnswers(t *testing.T) {
 	for _, c := range []struct {
 		svc    executor.Service

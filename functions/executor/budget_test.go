@@ -7,7 +7,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 )
 
-// One deadline budget (issue #15 item 8): payment-resource gives up on a
+// One deadline budget: payment-resource gives up on a
 // frozen paydb, and answers 503 (nothing written), before the executor
 // gives up on payment-resource (outcome unknown to it).
 func TestPaymentResourcesDeadlineIsInsideTheExecutors(t *testing.T) {

@@ -107,8 +107,8 @@ func newChainRig(t *testing.T, deps *fakeDeps, rc rigConfig) chainRig {
 // The chain of one payout, in the order its requests reach lock-server
 // and the services: the read, the acquire, the claim, the one
 // confirmation (before the rail submission), the submission, the result,
-// and the release. Before issue 16 a confirmation also came between the
-// acquire and the claim. The TTL is long, so that no background renewal
+// and the release. (An earlier version also confirmed between the
+// acquire and the claim.) The TTL is long, so that no background renewal
 // falls inside the chain.
 func TestTheChainHasOneConfirmationBeforeTheSubmissionOnly(t *testing.T) {
 	deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}
@@ -146,7 +146,7 @@ func TestTheChainHasOneConfirmationBeforeTheSubmissionOnly(t *testing.T) {
 // (lock-server could not be reached to renew it) stops the worker before
 // the claim, with no request: nothing is claimed, and the push is answered
 // 503 LEASE_LOST (ErrNoLongerHolder) for redelivery, as a refused
-// confirmation was before issue 16.
+// confirmation is.
 func TestLeasePastItsLocalDeadlineStopsBeforeTheClaim(t *testing.T) {
 	deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}
 	// Every renewal fails (lock-server's backend is away), so the

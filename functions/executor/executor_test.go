@@ -227,8 +227,7 @@ func TestHappyPathPostsTheRailOutcomeWithTheLeaseToken(t *testing.T) {
 	}
 }
 
-// rail-proxy forwards only terms payment-resource signed (issue #15, item
-// 12): the executor sends the signature of the payout it claimed, as
+// rail-proxy forwards only terms payment-resource signed: the executor sends the signature of the payout it claimed, as
 // payment-resource answered the claim, with exactly the payout's terms, in
 // the header api.HeaderTermsSignature (a rail-proxy older than the check
 // ignores a header, where it refuses an unknown body member).
@@ -370,7 +369,7 @@ func TestTransientResultAnswersAreRetriedInProcess(t *testing.T) {
 	}
 }
 
-// Issue #15 item 8: payment-resource's 503s (OVERLOADED, and
+// Payment-resource's 503s (OVERLOADED, and
 // DATABASE_UNAVAILABLE while paydb is stalled) carry Retry-After; the
 // in-process retry of a report waits it rather than its own backoff of a
 // few milliseconds, which would only be refused again.
@@ -863,7 +862,7 @@ func unrecordedCount(t *testing.T, reg *prometheus.Registry, reason api.Attentio
 	return 0
 }
 
-// TestUnrecordedAttentionIsCounted (issue #9, the game day's finding): a
+// TestUnrecordedAttentionIsCounted (the game day's finding): a
 // payout the executor judges to need attention but cannot mark so is
 // acknowledged all the same, so the counter is the only signal that it is
 // stuck. Both paths count, by reason: the mark refused by
@@ -907,7 +906,7 @@ func TestUnrecordedAttentionIsCounted(t *testing.T) {
 	}
 }
 
-// Issue #15 (newcomer probe, lower priority 6): a stale worker (its lease
+// A newcomer probe: a stale worker (its lease
 // revoked and the lock granted to a newer holder before its submission)
 // whose report payment-resource then refused for good (here
 // RAIL_REF_CONFLICT) logged "refusal no retry can change" at ERROR and
@@ -954,7 +953,7 @@ func TestStaleHolderRefusedForGoodIsFencedOutNotMarked(t *testing.T) {
 	}
 }
 
-// A probe of issue 9: a POST to any path was acknowledged 204 (a push to
+// A probe: a POST to any path was acknowledged 204 (a push to
 // "/foo" dropped like a malformed message), and an oversized body was
 // answered with net/http's own text. Now another path gets 404 with the
 // envelope and reaches no dependency, a query string on the push path is

@@ -122,7 +122,7 @@ func TestNeedsAttentionRecordsWhyAndStopsClaims(t *testing.T) {
 }
 
 // TestClaimOfAFinishedPayoutIsFinishedWhateverItsFence: a forged maximum
-// token claimed and posted a payout (#15); the executors' later claims,
+// token claimed and posted a payout; the executors' later claims,
 // with real (lower) tokens, are told PAYOUT_FINISHED, which ends their
 // delivery, not FENCED_OUT, which they redelivered forever.
 func TestClaimOfAFinishedPayoutIsFinishedWhateverItsFence(t *testing.T) {
@@ -177,7 +177,7 @@ func TestReclaimsDoNotGrowTheHistory(t *testing.T) {
 	}
 }
 
-// TestOwnerHeaderIsHeldToLockServersRule (#15, probe finding 3): an
+// TestOwnerHeaderIsHeldToLockServersRule: an
 // X-Lock-Owner that lock-server would not grant a lease to (invalid
 // UTF-8, a control character, a valid UTF-8 id longer than 128 bytes
 // that a cut would split mid-character, a repeated header) is refused 400

@@ -157,7 +157,7 @@ func FuzzPaymentResource(f *testing.F) {
 			method, path = http.MethodPost, id
 		}
 		if !fuzzcheck.Canonical(path) {
-			return // refused by the server constructor first (issue #15, item 7)
+			return // refused by the server constructor first
 		}
 		ctx := context.Background()
 		var proof string

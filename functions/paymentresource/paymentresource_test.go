@@ -394,7 +394,7 @@ func TestClaimRefusals(t *testing.T) {
 		{"declined", 9, http.StatusConflict, api.CodePayoutFinished},
 		{"ambiguous", 9, http.StatusConflict, api.CodePayoutInDoubt},
 		// A finished payout is finished whatever the token: before the
-		// fence (#15: a payout fence raised by a forged token made every
+		// fence (a payout fence raised by a forged token made every
 		// claim FENCED_OUT, and the executors redelivered it forever).
 		{"posted", 4, http.StatusConflict, api.CodePayoutFinished},
 		{"ambiguous", 4, http.StatusConflict, api.CodePayoutInDoubt},

@@ -17,7 +17,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 )
 
-// Newcomer probe of issue #15, findings 1 and 2. With paydb frozen, a
+// Newcomer probe. With paydb frozen, a
 // malformed body was answered 503 DATABASE_UNAVAILABLE: the stall breaker
 // ran before the body was read. And GET /v1/audit ran outside the
 // breaker's early cut, waiting out the whole RequestTimeout. Now the audit
@@ -75,7 +75,7 @@ func TestBadInputDuringAPaydbStallGetsItsOwn4xx(t *testing.T) {
 	// clock stands still: no probe is due, so anything admitted to paydb
 	// work would be answered 503 by the breaker.
 	tok := []string{fencing.HeaderToken, "5", fencing.HeaderOwner, "w"}
-	// A proof's form is judged without paydb (a later probe, issue 9
+	// A proof's form is judged without paydb (a later probe
 	// finding 1): only its signature needs the payout's account. noProof
 	// cases go unsigned (f.raw), badProof ones carry a proof no key could
 	// verify.
@@ -135,7 +135,7 @@ func TestBadInputDuringAPaydbStallGetsItsOwn4xx(t *testing.T) {
 	}
 }
 
-// Newcomer probe of issue #15, finding 3: a query parameter on a POST
+// Newcomer probe: a query parameter on a POST
 // route (and on a GET route that takes none) was ignored, so that
 // "POST /v1/accounts?dryRun=1" created the account. Now every such request
 // is refused 400 INVALID_REQUEST, the code the list of payouts already
@@ -174,7 +174,7 @@ func TestQueryParametersOnRoutesThatTakeNoneAreRefused(t *testing.T) {
 	want(t, "claim without a query", st, body, http.StatusOK, "")
 }
 
-// Newcomer probe of issue #15, finding 4: an idempotent create with other
+// Newcomer probe: an idempotent create with other
 // terms was answered 409 with the stored payout's amount, currency and
 // account, or the account's opening balance: anyone who guessed an id
 // learnt another's terms. Now the message names the fields that differ

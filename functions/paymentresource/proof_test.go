@@ -12,7 +12,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
-// Issue #15, finding 1 at fence point one: a claim and an ACK with a token
+// At fence point one: a claim and an ACK with a token
 // lock-server never issued (the maximum int64) debited the account with no
 // rail submission and set its fence to the maximum. Now every fenced write
 // whose token has no proof for payout:{account} is refused, and changes
@@ -58,7 +58,7 @@ func TestUnverifiedTokensAreRefusedAndChangeNothing(t *testing.T) {
 	want(t, "the real holder's claim", st, body, http.StatusOK, "")
 }
 
-// Issue #15, finding 2: a holder recorded the rail's next reference as its
+// A holder recorded the rail's next reference as its
 // own payout's DECLINE, and a later payout that the rail paid under that
 // reference then failed RAIL_REF_CONFLICT with money gone and no debit. Now
 // an ACK or DECLINE is recorded only with rail-proxy's receipt over exactly

@@ -41,7 +41,7 @@ func wave(t *testing.T, caller *http.Client, base string, n int) []overloadtest.
 	})
 }
 
-// Issue #15 item 8: with paydb frozen (its postmaster and every backend
+// With paydb frozen (its postmaster and every backend
 // SIGSTOPped: connections are accepted and never answered), every request
 // waited the full 4 s RequestTimeout, without Retry-After, and as many as
 // arrived were held at once. Now: the first wave meets paydb, no more than

@@ -8,7 +8,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 )
 
-// Signed payout terms (issue #15, probe item 12). A lease on an account's
+// Signed payout terms. A lease on an account's
 // lock lets its holder send a submission to rail-proxy; without more,
 // rail-proxy would forward any payout id, amount, currency or account the
 // holder wrote, and only the reconciler's audit would notice the money

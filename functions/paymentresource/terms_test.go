@@ -9,7 +9,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
-// Issue #15, probe item 12: rail-proxy forwards only terms payment-resource
+// Rail-proxy forwards only terms payment-resource
 // signed, so every payout answer an executor may read (the create, the
 // read, the claim) carries payment-resource's signature over exactly the
 // payout's id, account, amount and currency, and over nothing else.

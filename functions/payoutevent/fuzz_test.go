@@ -107,7 +107,7 @@ func FuzzDecode(f *testing.F) {
 		}
 		data, _ := base64.StdEncoding.DecodeString(push.Message.Data)
 		if !strictJSON(body, nil) || !strictJSON(data, eventKeys) {
-			// Known (issue #15, item 7; fixed on branch httpserve): Decode
+			// Known (fixed on branch httpserve): Decode
 			// accepts trailing data after the event, repeated keys and
 			// keys in another case. Remove this return once merged.
 			return

@@ -37,7 +37,7 @@ func TestValidate(t *testing.T) {
 		t.Errorf("punctuation after the first byte: %v", err)
 	}
 	// A byte that is not ASCII is named escaped, as lock-server names it,
-	// not as the Latin-1 character of its value (a probe of issue 9 found
+	// not as the Latin-1 character of its value (a probe found
 	// "accountId has byte 'Ã'" for the first byte of "é").
 	if err := payoutevent.ValidateID("accountId", "acct-\xc3\xa9", 64); err == nil || !strings.Contains(err.Error(), `byte "\xc3" at offset 5`) {
 		t.Errorf("ValidateID of a non-ASCII id = %v; want it to name byte \"\\xc3\" at offset 5", err)

@@ -173,7 +173,7 @@ func TestForeignFirstAttemptIsNotThePayoutsOutcome(t *testing.T) {
 				t.Fatal(err)
 			}
 			foreign := railapi.SubmitRequest{PayoutID: ev.PayoutID, AccountID: c.account, AmountMinor: c.amount, Currency: "EUR"}
-			// Since signed payout terms (issue #15, item 12) the foreign
+			// Since signed payout terms the foreign
 			// submission is refused: payment-resource never signed it. It
 			// carries p-1's own signature (over p-1's real terms): a known
 			// key's signature over other terms, INVALID_TERMS.
@@ -228,15 +228,15 @@ func TestAuditComparesWhatTheRailPaidWithTheBooks(t *testing.T) {
 	if _, err := p.Pay.Claim(t.Context(), ev.PayoutID, payoutevent.Holder{Token: tok, Proof: lease.Proof(), Owner: "review"}); err != nil {
 		t.Fatalf("claim: %v", err)
 	}
-	// The wrong amount now needs payment-resource's signature over it too
-	// (issue #15, item 12): a payment-resource bug, for this test.
+	// The wrong amount now needs payment-resource's signature over it too:
+	// a payment-resource bug, for this test.
 	status, body := send(t, p.ProxyURL+railapi.PathSubmissions, ev.AccountID, tok,
 		signed(railapi.SubmitRequest{PayoutID: ev.PayoutID, AccountID: ev.AccountID, AmountMinor: 1, Currency: "EUR"}))
 	var ans railapi.SubmitAnswer
 	if status != http.StatusOK || json.Unmarshal(body, &ans) != nil || ans.Status != railapi.RailAck {
 		t.Fatalf("submission: %d %s", status, body)
 	}
-	// Since rail receipts (issue #15), payment-resource refuses to book an
+	// Since rail receipts, payment-resource refuses to book an
 	// ACK whose receipt covers another amount than the payout's; the rail
 	// still paid 1 EUR with no debit, which the audit must report.
 	_, err = p.Pay.PostResult(t.Context(), ev.PayoutID, payoutevent.Holder{Token: tok, Proof: lease.Proof(), Owner: "review"},

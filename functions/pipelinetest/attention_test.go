@@ -17,7 +17,7 @@ import (
 )
 
 // forged is a token above anything lock-server granted: the largest
-// int64. With verified tokens (#15 item 2) a client can no longer put it
+// int64. With verified tokens a client can no longer put it
 // in a fence without lock-server's proof; these tests put it there as a
 // restore of lockdb from an old backup, a bug, or a test key would: with a
 // proof made by the test keys, or straight into the database.
@@ -55,8 +55,8 @@ func pushUntilAckedOutcome(t *testing.T, x *executor.Executor, ev payoutevent.Ev
 	return max, status, ""
 }
 
-// TestPermanentRefusalEndsInNeedsAttentionWithNothingLooping (#15, probe
-// finding 1, the looping part): an account's fence holds a token above
+// TestPermanentRefusalEndsInNeedsAttentionWithNothingLooping (a probe's
+// finding, the looping part): an account's fence holds a token above
 // anything lock-server granted for payout:{account}. Before, every later
 // payout of the account was refused FENCED_OUT, answered as transient and
 // redelivered forever (60 history rows and 60 lease grants in 6 s). Now
@@ -122,7 +122,7 @@ func TestPermanentRefusalEndsInNeedsAttentionWithNothingLooping(t *testing.T) {
 			if !tc.marked && po.State != api.StatePending {
 				t.Fatalf("p-1 is %s; want pending (the forged account fence refuses the mark too)", po.State)
 			}
-			// A mark that could not be written is counted (issue #9: the
+			// A mark that could not be written is counted (the
 			// PayoutAttentionUnrecorded alert reads it); one that was
 			// written is not.
 			want := 0.0
@@ -185,10 +185,10 @@ func TestRedeliveryOfTheForgedPayoutEnds(t *testing.T) {
 	}
 }
 
-// TestForeignRailReferenceEndsInNeedsAttention (#15, probe finding 2, the
+// TestForeignRailReferenceEndsInNeedsAttention (a probe's finding, the
 // looping part): the rail's next reference is already recorded for
-// another payout (the probe did it with a foreign DECLINE, which receipts,
-// #15 item 3, now refuse; here it is a row written before receipts
+// another payout (the probe did it with a foreign DECLINE, which receipts
+// now refuse; here it is a row written before receipts
 // existed), so the next real payout, which the rail pays under that
 // reference, is refused RAIL_REF_CONFLICT. That refusal can never change:
 // the payout ends in needs_attention (rail_ref_conflict) after one

@@ -24,8 +24,8 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
 )
 
-// The cardinality rule (SC-11) for every function's metrics, the ones
-// issue #9 added included (payout_completion_seconds, the rail's
+// The cardinality rule (SC-11) for every function's metrics, the
+// game day's included (payout_completion_seconds, the rail's
 // submission counts, the paydb ages): payouts of ever more accounts
 // through the whole pipeline, and no label value is a payout id, an account id, a lock key, an owner or
 // a token, and the number of series does not grow with the payouts.

@@ -45,7 +45,7 @@ func post(t *testing.T, url string, body any, headers ...string) (int, []byte) {
 	return resp.StatusCode, out.Bytes()
 }
 
-// Issue #15, finding 1, on the whole pipeline: the probe's request (the
+// On the whole pipeline: the probe's request (the
 // maximum token, no lease, straight to rail-proxy) and its twin at
 // payment-resource used to brick acct-1 for good and set the executors
 // looping. Now both are refused; acct-1's next payout is paid once, by the
@@ -80,7 +80,7 @@ func TestAForgedMaximumTokenNeitherBricksTheAccountNorMovesMoney(t *testing.T) {
 	}
 }
 
-// Issue #15, finding 2, on the whole pipeline: a holder of acct-1's lock
+// On the whole pipeline: a holder of acct-1's lock
 // recorded the rail's next reference as its payout's DECLINE; the next
 // payout of another account, paid by the rail under that reference, then
 // failed RAIL_REF_CONFLICT forever with money gone and no debit. Now the

@@ -22,7 +22,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
 
-// Issue #15, probe item 12, on the whole pipeline: a holder of a real
+// On the whole pipeline: a holder of a real
 // lease on payout:acct-1 (lock-server's grant, its proof) sent rail-proxy
 // a payout id paydb does not know, and the rail paid it; only the
 // reconciler's audit saw it afterwards. Now rail-proxy forwards only

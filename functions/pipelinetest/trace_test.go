@@ -176,7 +176,7 @@ func port(t *testing.T, raw string) string {
 	return u.Port()
 }
 
-// Issue #9 (SC-12 by tooling): one payout, created at payment-resource,
+// SC-12 by tooling: one payout, created at payment-resource,
 // published by its outbox, pushed to the executor and executed through
 // lock-server, payment-resource, rail-proxy and the rail, is ONE trace:
 // every span recorded from the creation on shares its trace id and hangs

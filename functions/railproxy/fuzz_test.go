@@ -148,7 +148,7 @@ func FuzzRailProxy(f *testing.F) {
 			path = api.PathSubmissions
 		}
 		if !fuzzcheck.Canonical(path) {
-			return // refused by the server constructor first (issue #15, item 7)
+			return // refused by the server constructor first
 		}
 		proof := fuzzProof(proofMode, proofArg, token, body)
 		req, ok := fuzzcheck.NewRequest(method, path, body, "Content-Type", contentType,

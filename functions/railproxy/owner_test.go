@@ -11,7 +11,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 )
 
-// TestOwnerHeaderIsHeldToLockServersRule (#15, probe finding 3): an
+// TestOwnerHeaderIsHeldToLockServersRule: an
 // X-Lock-Owner that lock-server would not grant a lease to (invalid
 // UTF-8, a control character, a valid UTF-8 id longer than 128 bytes
 // that a cut would split mid-character, a repeated header) is refused 400

@@ -62,7 +62,7 @@ func snapshotOf(t *testing.T, dsn string) fuzzcheck.Tables {
 	return s
 }
 
-// Newcomer probe of issue #15, finding 1, at rail-proxy: with raildb
+// Newcomer probe, at rail-proxy: with raildb
 // frozen, a malformed submission was answered 503 UNAVAILABLE, because the
 // stall breaker ran before the body was read. Now, while raildb is marked
 // stalled, every bad request still gets its own 4xx code (nothing
@@ -144,7 +144,7 @@ func TestBadInputDuringARaildbStallGetsItsOwn4xx(t *testing.T) {
 	}
 }
 
-// Newcomer probe of issue #15, finding 3, at rail-proxy: a query parameter
+// Newcomer probe, at rail-proxy: a query parameter
 // on POST /v1/rail/submissions (or on a route that takes none) was
 // ignored, and the submission went to the rail. Now it is refused 400
 // INVALID_REQUEST, the code GET /v1/rail/attempts gives an unknown

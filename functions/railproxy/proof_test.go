@@ -32,7 +32,7 @@ func submitWithProof(h http.Handler, body string, token int64, proof string) *ht
 	return rec
 }
 
-// Issue #15, finding 1: a token lock-server never issued (the maximum
+// A token lock-server never issued (the maximum
 // int64, with no proof) was accepted, reached the rail and raised acct-1's
 // high-water for good. Now every token without lock-server's proof for
 // payout:acct-1 is refused before the fence, and changes nothing.
@@ -90,7 +90,7 @@ func TestWithFencingOffTokensAreNotVerified(t *testing.T) {
 	}
 }
 
-// Issue #15, finding 2: payment-resource records an ACK or a DECLINE only
+// Payment-resource records an ACK or a DECLINE only
 // with rail-proxy's receipt, which covers exactly the payout's submission
 // and the rail's answer; the first answer and a refused second submission
 // both carry it.

@@ -346,7 +346,7 @@ func TestAHoldersResendOfItsOwnSubmissionIsNotStale(t *testing.T) {
 			t.Fatalf("submission %d of po-1 with token 12: %d %s; want 409 %s with attempt %d, acked", i+1, rec.Code, rec.Body,
 				api.CodeAlreadySubmitted, first.AttemptID)
 		}
-		// A 4xx message carries no Go package name (a probe of issue 9
+		// A 4xx message carries no Go package name (a probe once
 		// read "railproxy: payout already submitted: ...").
 		if m := ans.Error.Message; strings.Contains(m, "railproxy") || !strings.HasPrefix(m, "payout already submitted: ") {
 			t.Fatalf("submission %d: message %q; want it to start \"payout already submitted: \", no Go names", i+1, m)

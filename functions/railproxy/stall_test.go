@@ -59,7 +59,7 @@ func shedLines(t *testing.T, r *rig) int {
 	return n
 }
 
-// Issue #15 item 8: with raildb frozen (postmaster and backends
+// With raildb frozen (postmaster and backends
 // SIGSTOPped), every submission waited the whole 5 s DBTimeout, as long
 // as the executor's own timeout, without Retry-After. Now the first wave
 // is answered 503 with Retry-After before the executor gives up (raildb

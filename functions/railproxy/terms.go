@@ -11,7 +11,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
 
-// Signed payout terms (issue #15, probe item 12).
+// Signed payout terms.
 //
 // A lease on payout:{account} is the right to send that account's payouts;
 // it says nothing about which payouts exist. Without this check a holder

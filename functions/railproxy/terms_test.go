@@ -22,7 +22,7 @@ func signedAs(req api.SubmitRequest, sig string) string {
 	return string(b)
 }
 
-// Issue #15, probe item 12: rail-proxy forwarded any payout a holder of a
+// Rail-proxy forwarded any payout a holder of a
 // valid lease on the account wrote, whether or not payment-resource had
 // created it with those terms. Now each submission whose terms
 // payment-resource did not sign is refused 403 INVALID_TERMS before the

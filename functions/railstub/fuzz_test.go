@@ -59,7 +59,7 @@ func FuzzRailStub(f *testing.F) {
 	f.Fuzz(func(t *testing.T, method uint8, path, contentType string, body []byte) {
 		if !fuzzcheck.Canonical(path) {
 			// http.ServeMux redirects a non-canonical path; the server
-			// constructor refuses it first (issue #15, item 7).
+			// constructor refuses it first.
 			return
 		}
 		req, ok := fuzzcheck.NewRequest(method, path, body, "Content-Type", contentType)

@@ -511,7 +511,7 @@ func postJSON(path, body string) *http.Request {
 	return r
 }
 
-// Newcomer probe of issue #15, finding 3, at rail-stub: a query parameter
+// Newcomer probe, at rail-stub: a query parameter
 // was ignored, so "POST /submit?dryRun=1" paid and "GET
 // /submissions?payout=p" (misspelt) listed every payout's submissions as
 // if they were p's. Now a parameter a route does not take is refused 400

@@ -808,7 +808,7 @@ func (d *newerHolderFirst) Do(r *http.Request) (*http.Response, error) {
 	return http.DefaultClient.Do(r)
 }
 
-// Issue #15 (newcomer probe, lower priority 5): a closing reconciliation
+// A newcomer probe: a closing reconciliation
 // refused FENCED_OUT (the pass's lease ended, and a newer holder of the
 // account's lock submitted meanwhile, raising the high-water mark) was
 // counted as an error, logged at WARN and tried again every pass. It is

@@ -83,7 +83,7 @@ func TestTheRunsEndpointFollowsTheContentTypeRule(t *testing.T) {
 		if rec.Code != http.StatusServiceUnavailable || json.Unmarshal(rec.Body.Bytes(), &env) != nil || env.Error.Code != reconciler.CodePassNotRun || !env.Error.Retryable {
 			t.Errorf("%s: %d %s; want 503 %s, retryable", tc.name, rec.Code, rec.Body, reconciler.CodePassNotRun)
 		}
-		// Like every 503 of the project (a probe of issue 9 found none).
+		// Like every 503 of the project (a probe found none).
 		if ra := rec.Header().Get(overload.HeaderRetryAfter); ra != strconv.Itoa(overload.RetryAfterSeconds) {
 			t.Errorf("%s: Retry-After %q; want %d", tc.name, ra, overload.RetryAfterSeconds)
 		}
@@ -94,8 +94,8 @@ func TestTheRunsEndpointFollowsTheContentTypeRule(t *testing.T) {
 }
 
 // auditListsShown fails unless rep, as the run answers it, carries both
-// audit lists as [] (docs/payout-api.md shows them always; a probe of
-// issue 9 found them left out when the audit found nothing or did not
+// audit lists as [] (docs/payout-api.md shows them always; a probe
+// found them left out when the audit found nothing or did not
 // run).
 func auditListsShown(t *testing.T, rep reconciler.PassReport) {
 	t.Helper()

@@ -52,8 +52,8 @@ type contractCase struct {
 	want   int // the handler's answer to body
 }
 
-// TestCloudRunContract checks Cloud Run's contract on each function binary
-// (issue #13): it serves on $PORT (and refuses a non-canonical spelling of
+// TestCloudRunContract checks Cloud Run's contract on each function
+// binary: it serves on $PORT (and refuses a non-canonical spelling of
 // its route with 400 and the envelope); SIGTERM with a request in flight (its
 // body half sent) lets that request finish and be answered, then the
 // process exits 0 within Cloud Run's 10 s; and with K_SERVICE set every

@@ -341,7 +341,7 @@ func rows() []row {
 		{svcProxy, "unknown field", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), `{"payoutId":"p-1","accountId":"acct-1","amountMinor":2500,"currency":"EUR","railRef":"x"}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcProxy, "no content type, with a body", "POST", railapi.PathSubmissions, []string{railapi.HeaderToken, "6", railapi.HeaderProof, proof(acct, 6), railapi.HeaderOwner, "worker-b"}, sub, 415, string(railapi.CodeUnsupportedMediaType), nil},
 		{svcProxy, "content type sent twice", "POST", railapi.PathSubmissions, append(holder("6", proof(acct, 6)), "Content-Type", ctJSON), sub, 400, string(railapi.CodeInvalidRequest), nil},
-		// Terms payment-resource did not sign (issue #15, item 12), each
+		// Terms payment-resource did not sign, each
 		// with token 6 and its proof, above the high-water.
 		{svcProxy, "terms: no signature", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), submission("p-1", "acct-1", 2500), 403, string(railapi.CodeTermsUnsigned), nil},
 		{svcProxy, "terms: amount other than the payout's", "POST", railapi.PathSubmissions, signedBy(holder("6", proof(acct, 6)), termsOf("p-1", "acct-1", 2500)), submission("p-1", "acct-1", 250000), 403, string(railapi.CodeInvalidTerms), nil},

@@ -1,5 +1,5 @@
-// Package benche2e is the end-to-end benchmark of the payout pipeline
-// (issue #16, target 5): payouts per second through the local stack of real
+// Package benche2e is the end-to-end benchmark of the payout pipeline:
+// payouts per second through the local stack of real
 // processes (package local/stack: lock-server on PostgreSQL or etcd,
 // payment-resource, rail-proxy, rail-stub, executors fed by the push
 // bridge, the reconciler).

@@ -25,7 +25,7 @@ const (
 	ModeHot = "hot"
 )
 
-// Defaults of Config (DefaultConfig): the hand measurement of issue #16.
+// Defaults of Config (DefaultConfig): the first hand measurement's sizes.
 const (
 	DefaultPayouts    = 2000
 	DefaultAccounts   = 200

@@ -1,4 +1,4 @@
-// Package failover is the lockdb failover experiment (issue #9, SC-08):
+// Package failover is the lockdb failover experiment (SC-08):
 // the local stand-in for killing the primary of a regional Cloud SQL
 // instance. lockdb runs as a primary with a streaming standby
 // (internal/pgcluster), synchronous or asynchronous (Config.Mode); paydb

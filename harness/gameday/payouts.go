@@ -105,7 +105,7 @@ func post(ctx context.Context, url string, body []byte) error {
 // payout is refused by that same fence (payout_attention_unrecorded in
 // its log), the payout is never counted in payouts_needing_attention_total,
 // and only PayoutAttentionUnrecorded sees it (paymentFenceAhead; found by
-// this game day, issue #9).
+// this game day).
 func fenceAhead(ctx context.Context, payURL, raildbURL string) error {
 	pay, err := payclient.New(payURL)
 	if err != nil {
@@ -138,7 +138,7 @@ ON CONFLICT (account_id) DO UPDATE SET high_water = excluded.high_water, updated
 // and its needs_attention mark is refused by the same fence: the executor
 // acknowledges the delivery and counts it in
 // executor_attention_unrecorded_total (payout_attention_unrecorded in its
-// log). The payout stays pending; before issue #9 nothing paged.
+// log). The payout stays pending; before that alert nothing paged.
 func paymentFenceAhead(ctx context.Context, payURL, paydbURL string) error {
 	pay, err := payclient.New(payURL)
 	if err != nil {

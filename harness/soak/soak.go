@@ -1,5 +1,4 @@
-// Package soak is the crash soak of the payout pipeline (issue #15, item
-// 5): it drives many payouts over many accounts through the local stack
+// Package soak is the crash soak of the payout pipeline: it drives many payouts over many accounts through the local stack
 // (package local/stack: every part a separate operating-system process),
 // publishes a share of the payout events a second time (duplicate
 // deliveries), and meanwhile kills every kind of process in turn with

@@ -191,8 +191,8 @@ func Check(a Answer, opts Options, inputs ...string) error {
 // Canonical reports whether p is a path in canonical form (starts with
 // "/", no ".", ".." or empty segments), the only form the services'
 // routes answer. A handler given a non-canonical path may redirect: the
-// server constructor refuses such paths before the handler (issue #15,
-// item 7), so handler-level targets leave them out.
+// server constructor refuses such paths before the handler, so
+// handler-level targets leave them out.
 func Canonical(p string) bool {
 	if p == "" || p[0] != '/' || strings.Contains(p, "//") {
 		return false

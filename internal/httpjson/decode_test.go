@@ -11,7 +11,7 @@ import (
 )
 
 // threePasses is decodeBody as it was before plainObject, mayHoldRuneError
-// and fieldNames (issue 16): every check on every body, and the field
+// and fieldNames: every check on every body, and the field
 // names found by reflection at each call. decodeBody must answer exactly as it
 // does (FuzzDecodeBodyMatchesThreePasses).
 func threePasses(body []byte, dst any, refuseNull bool) *Error {

@@ -128,7 +128,7 @@ func TestDecodeRefusesStringsThatAreNotUTF8(t *testing.T) {
 		`{"owner":"\ufffd"}`,
 		"{\"note\":\"ok\",\"own\xffer\":\"a\"}",
 		// A key that is not UTF-8 was named as an unknown field "\ufffd"
-		// (a probe of issue 9): the not-UTF-8 message comes first.
+		// (a probe): the not-UTF-8 message comes first.
 		"{\"\xff\":1}",
 		"{\"owner\":\"a\"}\xff",
 	} {
@@ -196,7 +196,7 @@ func TestText(t *testing.T) {
 	}
 }
 
-// One Content-Type rule for every service (issue #15): a request with a
+// One Content-Type rule for every service: a request with a
 // body must say application/json, once. The newcomer's probe posted to
 // payment-resource without a Content-Type and was served, and with two
 // Content-Type headers only the first was read.

@@ -101,7 +101,7 @@ func TestEveryEventIsDocumented(t *testing.T) {
 // executor's payout_posted is payment-resource's, reported by the
 // worker that asked for it). Any other name declared twice is a clash:
 // two services giving one name two meanings, as the executor's and
-// rail-proxy's rail_submission_stopped did (issue #15); an operator's
+// rail-proxy's rail_submission_stopped did; an operator's
 // query for one would find both.
 var sharedEvents = map[string]string{
 	"payout_claimed":            "the claim, by payment-resource and by the executor that asked",

@@ -1,6 +1,6 @@
 package bench
 
-// The contended rows (issue 16, target 3): every client takes the same
+// The contended rows: every client takes the same
 // key, so each iteration is one handoff, from one holder to the next.
 // BenchmarkContended/backend=B/path=P/clients=N, with the paths
 //

@@ -1,6 +1,6 @@
 package bench
 
-// The peer row (issue 16, target 4): what users pick instead of a lock
+// The peer row: what users pick instead of a lock
 // service with fencing tokens. go-redsync's Mutex on one local Redis
 // (Debian's redis-server, started here on a free port, persistence off,
 // as such locks are usually run). It has NO fencing token (its value is a

@@ -60,7 +60,7 @@ func TestValidation(t *testing.T) {
 			t.Errorf("%s refused: %v", name, err)
 		}
 	}
-	// A byte that is not ASCII is named escaped (a probe of issue 9 found
+	// A byte that is not ASCII is named escaped (a probe found
 	// it printed as a Latin-1 character).
 	if err := (api.ResultRequest{Outcome: api.OutcomeAck, RailRef: "r\xc3\xa9"}.Validate(1)); err == nil || !strings.Contains(err.Error(), `byte "\xc3" at offset 1`) {
 		t.Errorf("railRef with a non-ASCII byte: %v; want it named \"\\xc3\"", err)

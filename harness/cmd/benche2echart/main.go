@@ -1,5 +1,5 @@
 // Command benche2echart draws the end-to-end benchmark's payouts/s against
-// concurrent creators (issue #16, target 5) from bench-e2e.json files
+// concurrent creators from bench-e2e.json files
 // written by benche2e, typically one invocation per -creators value:
 //
 //	for c in 1 4 16 64; do

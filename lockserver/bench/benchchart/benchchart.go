@@ -1,8 +1,7 @@
 // Package benchchart reads the output of lockserver/bench's
 // BenchmarkAcquireRelease (the Go benchmark format, as `make bench` writes
 // it to bin/bench.txt) and draws acquire+release pairs per second against
-// concurrent clients, one line per path and one panel per backend (issue
-// #16: "a chart of pairs/s against clients for every path").
+// concurrent clients, one line per path and one panel per backend.
 //
 // Each benchmark line is one round of one row; its sec/op is wall time
 // divided by every pair completed by all clients, so pairs/s is its

@@ -1,6 +1,6 @@
 // Command benchchart draws lockserver/bench's acquire+release pairs per
 // second against concurrent clients, one panel per backend and one line
-// per path, from the benchmark output `make bench` writes (issue #16):
+// per path, from the benchmark output `make bench` writes:
 //
 //	go run ./lockserver/bench/cmd/benchchart -o bin/bench-pairs.svg bin/bench.txt
 //
