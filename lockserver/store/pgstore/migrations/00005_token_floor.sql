@@ -65,7 +65,9 @@ $$;
 
 -- lockdb_catch_up() moves the sequence up to the clock floor, never down,
 -- holding the guard's advisory lock exclusively so that no draw is in
--- flight while it reads and sets the sequence. It refuses a clock beyond
+-- flight while it reads and sets the sequence. When another caller has
+-- already moved it (every grant in flight when the sequence fell behind
+-- asks at once), it returns without taking the lock. It refuses a clock beyond
 -- 2^53 - 1 microseconds (year 2255): a clock that far ahead is wrong, and
 -- tokens must stay exact in JSON. It returns the sequence's value.
 -- +goose StatementBegin
@@ -75,6 +77,10 @@ DECLARE
     f bigint;
     cur bigint;
 BEGIN
+    SELECT last_value INTO cur FROM fencing_token_seq;
+    IF cur >= lockdb_clock_floor() - 1000000 THEN
+        RETURN cur;
+    END IF;
     PERFORM pg_advisory_xact_lock(x'6c6f636b6964'::bigint);
     f := lockdb_clock_floor();
     IF f > 9007199254740991 THEN
