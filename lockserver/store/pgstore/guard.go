@@ -104,34 +104,33 @@ func (s *Store) guardedGrant(ctx context.Context, key, grantSQL string, args ...
 
 // drawing runs grant, a statement that draws tokens; when its draw was
 // behind lockdb's clock, it moves the sequence up to the clock and runs
-// grant once more. A second draw behind the clock, and a draw or a clock
-// past the largest token (2^53 - 1), are ErrUnavailable.
+// grant once more. A draw still behind the clock after that (the clock
+// moved on by more than a second: a step, or a grant that waited that
+// long), and a draw or a clock past the largest token (2^53 - 1), granted
+// nothing and are ErrUnavailable.
 func (s *Store) drawing(ctx context.Context, grant func() error) error {
 	err := grant()
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == sqlstateClockPastRange {
-		// A draw past 2^53 - 1: nothing was granted.
-		return fmt.Errorf("%w: pgstore: %s", lockserver.ErrUnavailable, pgErr.Message)
-	}
-	if !errors.As(err, &pgErr) || pgErr.Code != sqlstateBehindClock {
-		return err
-	}
-	var seq int64
-	if err := s.pool.QueryRow(ctx, catchUpSQL).Scan(&seq); err != nil {
-		if errors.As(err, &pgErr) && pgErr.Code == sqlstateClockPastRange {
-			return fmt.Errorf("%w: pgstore: %s", lockserver.ErrUnavailable, pgErr.Message)
+	if sqlstate(err) == sqlstateBehindClock {
+		var seq int64
+		if err = s.pool.QueryRow(ctx, catchUpSQL).Scan(&seq); err == nil {
+			s.log.Debug("pgstore moved fencing_token_seq up to lockdb's clock", "sequence", seq)
+			err = grant()
 		}
-		return err
 	}
-	s.log.Debug("pgstore moved fencing_token_seq up to lockdb's clock", "sequence", seq)
-	err = grant()
-	if errors.As(err, &pgErr) && pgErr.Code == sqlstateBehindClock {
-		// lockdb's clock moved on by more than a second since the catch-up
-		// (a step, or a grant that waited that long): nothing was granted,
-		// and asking again is right.
+	if c := sqlstate(err); c == sqlstateBehindClock || c == sqlstateClockPastRange {
 		return fmt.Errorf("%w: pgstore: %w", lockserver.ErrUnavailable, err)
 	}
 	return err
+}
+
+// sqlstate returns the SQLSTATE of a PostgreSQL error in err's chain, ""
+// when there is none.
+func sqlstate(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }
 
 func (s *Store) guardedGrantOnce(ctx context.Context, key, grantSQL string, args ...any) (lockserver.Lease, error) {
