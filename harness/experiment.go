@@ -44,19 +44,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
-	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
-	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/harness/drive"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
@@ -244,7 +234,7 @@ func runOnce(ctx context.Context, backend string, cell Cell, opt Options) (*Run,
 			return nil, err
 		}
 	}
-	st, err := stack.Start(ctx, stack.Config{
+	d, err := drive.Start(ctx, stack.Config{
 		Backend: backend, PaymentFencing: cell.PaymentFencing, RailFencing: cell.RailFencing,
 		Executors: []stack.ExecutorSpec{{Name: "A", SelfStopBefore: PayoutID}, {Name: "B"}},
 		Dir:       dir, BinDir: opt.BinDir, LeaseTTL: opt.LeaseTTL, PubSub: opt.PubSub, Log: opt.Log,
@@ -252,17 +242,18 @@ func runOnce(ctx context.Context, backend string, cell Cell, opt Options) (*Run,
 	if err != nil {
 		return nil, err
 	}
-	defer st.Stop()
+	defer d.Close()
+	st := d.Stack()
 	r := &Run{Cell: cell, Dir: st.Dir()}
 	r.Summary = Summary{Backend: backend, PaymentFencing: cell.PaymentFencing, RailFencing: cell.RailFencing, PayoutID: PayoutID, FencedOut: []FencedOut{}}
 	var marks []Event
 	mark := func(name string, attrs map[string]any) {
 		marks = append(marks, Event{Time: time.Now(), Service: "harness", Name: name, Attrs: attrs})
 	}
-	if err := r.drive(ctx, st, mark); err != nil {
+	if err := r.drive(ctx, d, mark); err != nil {
 		return nil, fmt.Errorf("%s/%s: %w (logs in %s)", backend, cell.Name(), err, st.Dir())
 	}
-	if err := r.measure(ctx, st); err != nil {
+	if err := r.measure(ctx, d); err != nil {
 		return nil, fmt.Errorf("%s/%s: %w (logs in %s)", backend, cell.Name(), err, st.Dir())
 	}
 	st.Stop() // every log complete
@@ -278,24 +269,20 @@ func runOnce(ctx context.Context, backend string, cell Cell, opt Options) (*Run,
 }
 
 // drive performs the experiment's steps.
-func (r *Run) drive(ctx context.Context, st *stack.Stack, mark func(string, map[string]any)) error {
-	pay, err := payclient.New(st.PaymentResourceURL())
-	if err != nil {
+func (r *Run) drive(ctx context.Context, d *drive.Driver, mark func(string, map[string]any)) error {
+	st := d.Stack()
+	if err := d.CreateAccount(ctx, AccountID, Currency, OpeningBalanceMinor); err != nil {
 		return err
 	}
-	opening := int64(OpeningBalanceMinor)
-	if _, err := pay.CreateAccount(ctx, api.AccountRequest{AccountID: AccountID, Currency: Currency, OpeningBalanceMinor: &opening}); err != nil {
-		return fmt.Errorf("create account: %w", err)
-	}
 	// A fresh stack: the payout must be new, not one left by an earlier run.
-	p, err := pay.CreatePayout(ctx, api.PayoutRequest{PayoutID: PayoutID, AccountID: AccountID, AmountMinor: AmountMinor, Currency: Currency})
+	p, err := d.CreatePayout(ctx, payoutevent.Event{PayoutID: PayoutID, AccountID: AccountID, AmountMinor: AmountMinor, Currency: Currency})
 	if err != nil {
-		return fmt.Errorf("create payout: %w", err)
+		return err
 	}
 	if p.State != api.StatePending || len(p.History) != 1 {
 		return fmt.Errorf("create payout: payout %s is %s with %d state changes; want a new pending one", p.PayoutID, p.State, len(p.History))
 	}
-	msg, err := pullOne(ctx, st.PubSubAddr())
+	msg, err := d.PullOne(ctx, stepTimeout)
 	if err != nil {
 		return err
 	}
@@ -384,36 +371,22 @@ func (r *Run) drive(ctx context.Context, st *stack.Stack, mark func(string, map[
 }
 
 // measure reads the outcome from the rail's journal (rail-stub), raildb and
-// paydb, through the cross-record audit (payoutaudit).
-func (r *Run) measure(ctx context.Context, st *stack.Stack) error {
-	var subs railstub.SubmissionList
-	if err := getJSON(ctx, st.RailStubURL()+railapi.RailPathJournal, &subs); err != nil {
-		return fmt.Errorf("rail-stub submissions: %w", err)
-	}
-	paydb, err := pgxpool.New(ctx, st.PayDBURL())
+// paydb, through the cross-record audit (drive.Driver.Audit).
+func (r *Run) measure(ctx context.Context, d *drive.Driver) error {
+	a, err := d.Audit(ctx)
 	if err != nil {
-		return fmt.Errorf("paydb: %w", err)
-	}
-	defer paydb.Close()
-	raildb, err := pgxpool.New(ctx, st.RailDBURL())
-	if err != nil {
-		return fmt.Errorf("raildb: %w", err)
-	}
-	defer raildb.Close()
-	rep, err := payoutaudit.Run(ctx, paydb, raildb, subs.Submissions, nil)
-	if err != nil {
-		return fmt.Errorf("audit: %w", err)
-	}
-	if r.Audit, err = json.Marshal(rep); err != nil {
 		return err
 	}
-	for _, s := range subs.Submissions {
+	if r.Audit, err = json.Marshal(a.Report); err != nil {
+		return err
+	}
+	for _, s := range a.Journal {
 		if s.Request.PayoutID == PayoutID {
 			r.Summary.RailSubmissions++
 		}
 	}
-	r.Summary.Debits = rep.Debits
-	r.Summary.LedgerBalanced = rep.Balanced
+	r.Summary.Debits = a.Report.Debits
+	r.Summary.LedgerBalanced = a.Report.Balanced
 	return nil
 }
 
@@ -449,38 +422,6 @@ func tokenOf(p *stack.Process, owner string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no lease_acquired event of %s in %s", owner, p.LogPath())
-}
-
-// pullOne pulls the first message from the stack's subscription and
-// acknowledges it to the fake: from here on the harness is the push
-// subscription, delivering and redelivering it itself.
-func pullOne(ctx context.Context, addr string) (*pubsub.Message, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	c, err := pubsub.NewClient(ctx, stack.PubSubProject, option.WithGRPCConn(conn))
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	rctx, cancel := context.WithTimeout(ctx, stepTimeout)
-	defer cancel()
-	var got *pubsub.Message
-	err = c.Subscriber(stack.PubSubSubscription).Receive(rctx, func(_ context.Context, m *pubsub.Message) {
-		if got == nil {
-			got = m
-			m.Ack()
-			cancel()
-			return
-		}
-		m.Nack()
-	})
-	if got == nil {
-		return nil, fmt.Errorf("no payout event on subscription %s: %v (%w)", stack.PubSubSubscription, err, rctx.Err())
-	}
-	return got, nil
 }
 
 // push posts a push body to an executor and returns "STATUS CODE-or-outcome".

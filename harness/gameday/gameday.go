@@ -41,6 +41,7 @@ import (
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/harness/drive"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/ops/slo"
@@ -649,11 +650,12 @@ func runPhase(ctx context.Context, cfg Config, bin string, mon **monitor, ph pha
 		// runs a pass only when the fault's heal asks for one.
 		scfg.ReconcileEvery = time.Hour
 	}
-	st, err := stack.Start(ctx, scfg)
+	d, err := drive.Start(ctx, scfg)
 	if err != nil {
 		return nil, err
 	}
-	defer st.Stop()
+	defer d.Close()
+	st := d.Stack()
 	var br *bridge
 	if ph.executes {
 		if br, err = startBridge(ctx, st); err != nil {
@@ -722,10 +724,10 @@ func runPhase(ctx context.Context, cfg Config, bin string, mon **monitor, ph pha
 	var wg sync.WaitGroup
 	wg.Go(func() { load(lctx, st.LockServerURL()) }) // ends with lctx
 	defer func() { stopLoad(); wg.Wait() }()
-	if err := payoutLoadSetup(ctx, st.PaymentResourceURL()); err != nil {
+	if err := payoutLoadSetup(ctx, d); err != nil {
 		return nil, err
 	}
-	wg.Go(func() { payoutLoad(lctx, st.PaymentResourceURL(), st.RailProxyURL()) }) // ends with lctx
+	wg.Go(func() { payoutLoad(lctx, d) }) // ends with lctx
 	defer func() { _ = e.stopBackground() }()
 	// A few seconds of healthy traffic before the first fault: the burn
 	// rules need a total to divide by.

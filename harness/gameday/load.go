@@ -11,8 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
-	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/harness/drive"
 )
 
 // loadKey is the lock the steady acquire load asks for (load).
@@ -26,17 +27,12 @@ const (
 
 // payoutLoadSetup creates the account and the first payout the payout API
 // load reads.
-func payoutLoadSetup(ctx context.Context, payURL string) error {
-	pay, err := payclient.New(payURL)
-	if err != nil {
-		return err
+func payoutLoadSetup(ctx context.Context, d *drive.Driver) error {
+	if err := d.CreateAccount(ctx, loadAccount, "EUR", 1_000_000_000_000); err != nil {
+		return fmt.Errorf("payout load: %w", err)
 	}
-	balance := int64(1_000_000_000_000)
-	if _, err := pay.CreateAccount(ctx, payapi.AccountRequest{AccountID: loadAccount, Currency: "EUR", OpeningBalanceMinor: &balance}); err != nil {
-		return fmt.Errorf("payout load: create account: %w", err)
-	}
-	if _, err := pay.CreatePayout(ctx, payapi.PayoutRequest{PayoutID: loadPayout, AccountID: loadAccount, AmountMinor: 1, Currency: "EUR"}); err != nil {
-		return fmt.Errorf("payout load: create payout: %w", err)
+	if _, err := d.CreatePayout(ctx, payoutevent.Event{PayoutID: loadPayout, AccountID: loadAccount, AmountMinor: 1, Currency: "EUR"}); err != nil {
+		return fmt.Errorf("payout load: %w", err)
 	}
 	return nil
 }
@@ -51,12 +47,9 @@ func payoutLoadSetup(ctx context.Context, payURL string) error {
 // payouts are published, and executed only in the executor-path phase,
 // where the push bridge runs (Fault.Executes). Answers are not checked:
 // during a fault they are the fault.
-func payoutLoad(ctx context.Context, payURL, proxyURL string) {
+func payoutLoad(ctx context.Context, d *drive.Driver) {
 	client := &http.Client{Timeout: 2 * time.Second}
-	pay, err := payclient.New(payURL)
-	if err != nil {
-		return
-	}
+	pay, payURL, proxyURL := d.Pay, d.Stack().PaymentResourceURL(), d.Stack().RailProxyURL()
 	get := func(url string) {
 		if req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil); err == nil {
 			if resp, err := client.Do(req); err == nil {

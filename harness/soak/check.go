@@ -2,9 +2,7 @@ package soak
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"slices"
 	"time"
 
@@ -12,9 +10,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
-	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
-	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 )
 
 // Records is what the soak judges a run by, read after it settled from
@@ -168,17 +164,12 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // readRecords reads the records of a settled run.
-func readRecords(ctx context.Context, st *stack.Stack, ld *loader) (Records, error) {
+func readRecords(ctx context.Context, ld *loader) (Records, error) {
 	var r Records
 	for _, p := range ld.plan.payouts {
 		r.Expected = append(r.Expected, p.id)
 	}
-	paydb := ld.paydb
-	raildb, err := pgxpool.New(ctx, st.RailDBURL())
-	if err != nil {
-		return r, err
-	}
-	defer raildb.Close()
+	paydb := ld.d.PayDB
 
 	rows, err := paydb.Query(ctx, `SELECT payout_id, state, coalesce(attention_reason, '') FROM payout WHERE payout_id LIKE 'soak-%' ORDER BY payout_id`)
 	if err != nil {
@@ -264,25 +255,11 @@ func readRecords(ctx context.Context, st *stack.Stack, ld *loader) (Records, err
 		return r, err
 	}
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, st.RailStubURL()+railapi.RailPathJournal, nil)
+	a, err := ld.d.Audit(ctx)
 	if err != nil {
 		return r, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return r, fmt.Errorf("the rail's journal: %w", err)
-	}
-	var list railstub.SubmissionList
-	err = json.NewDecoder(resp.Body).Decode(&list)
-	resp.Body.Close()
-	if err != nil {
-		return r, fmt.Errorf("the rail's journal: %w", err)
-	}
-	r.Journal = list.Submissions
-
-	if r.Audit, err = payoutaudit.Run(ctx, paydb, raildb, r.Journal, nil); err != nil {
-		return r, fmt.Errorf("audit: %w", err)
-	}
+	r.Journal, r.Audit = a.Journal, a.Report
 	return r, nil
 }
 

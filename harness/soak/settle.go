@@ -13,7 +13,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
-	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
+	"github.com/distributed-lock-lab/distributed-lock-lab/harness/drive"
 )
 
 // settlePoll is the pause between two looks at the records while the
@@ -53,7 +53,7 @@ func inFlight(c map[string]int) int {
 // payouts that are already final are listed in
 // Report.ForwardingOfFinishedPayouts: no pass can finish them.
 // ErrNotSettled when cfg.SettleTimeout passes first.
-func settle(ctx context.Context, cfg Config, st *stack.Stack, ld *loader, rep *Report, log *slog.Logger) error {
+func settle(ctx context.Context, cfg Config, ld *loader, rep *Report, log *slog.Logger) error {
 	sctx, cancel := context.WithTimeout(ctx, cfg.SettleTimeout)
 	defer cancel()
 	tick := time.NewTicker(settlePoll)
@@ -74,7 +74,7 @@ func settle(ctx context.Context, cfg Config, st *stack.Stack, ld *loader, rep *R
 	var counts map[string]int
 	lastLeft, lastMove := -1, time.Now()
 	for {
-		c, err := stateCounts(sctx, ld.paydb)
+		c, err := stateCounts(sctx, ld.d.PayDB)
 		if err != nil {
 			if sctx.Err() != nil {
 				return notSettled("draining", counts)
@@ -106,7 +106,7 @@ func settle(ctx context.Context, cfg Config, st *stack.Stack, ld *loader, rep *R
 
 	// 2. The reconciler settles what is in doubt.
 	for {
-		pr, err := pass(sctx, st.ReconcilerURL())
+		pr, err := pass(sctx, ld.d.Stack().ReconcilerURL())
 		if err == nil {
 			rep.ReconcilerPasses++
 			for k, v := range pr.Results {
@@ -116,8 +116,8 @@ func settle(ctx context.Context, cfg Config, st *stack.Stack, ld *loader, rep *R
 				rep.ReconcilerResults[string(k)] += v
 			}
 		}
-		c, cerr := stateCounts(sctx, ld.paydb)
-		fwd, stuck, ferr := forwarding(sctx, st, ld.paydb)
+		c, cerr := stateCounts(sctx, ld.d.PayDB)
+		fwd, stuck, ferr := forwarding(sctx, ld.d)
 		if err == nil && cerr == nil && ferr == nil {
 			counts = c
 			rep.LastPass = pr.Results
@@ -173,13 +173,8 @@ func pass(ctx context.Context, base string) (reconciler.PassReport, error) {
 // final yet (the reconciler will settle them), stuck for those already
 // posted, declined or failed (their attempt is never finished by any
 // process: see docs/reliability.md, "Crash soak").
-func forwarding(ctx context.Context, st *stack.Stack, paydb *pgxpool.Pool) (inDoubt, stuck []string, err error) {
-	raildb, err := pgxpool.New(ctx, st.RailDBURL())
-	if err != nil {
-		return nil, nil, err
-	}
-	defer raildb.Close()
-	rows, err := raildb.Query(ctx, `SELECT DISTINCT payout_id FROM rail_attempt WHERE state = 'forwarding' ORDER BY payout_id`)
+func forwarding(ctx context.Context, d *drive.Driver) (inDoubt, stuck []string, err error) {
+	rows, err := d.RailDB.Query(ctx, `SELECT DISTINCT payout_id FROM rail_attempt WHERE state = 'forwarding' ORDER BY payout_id`)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -198,7 +193,7 @@ func forwarding(ctx context.Context, st *stack.Stack, paydb *pgxpool.Pool) (inDo
 	}
 	for _, id := range ids {
 		var state string
-		if err := paydb.QueryRow(ctx, `SELECT state FROM payout WHERE payout_id = $1`, id).Scan(&state); err != nil {
+		if err := d.PayDB.QueryRow(ctx, `SELECT state FROM payout WHERE payout_id = $1`, id).Scan(&state); err != nil {
 			return nil, nil, fmt.Errorf("payout %s of a forwarding attempt: %w", id, err)
 		}
 		switch api.State(state) {
@@ -214,7 +209,7 @@ func forwarding(ctx context.Context, st *stack.Stack, paydb *pgxpool.Pool) (inDo
 // redrive publishes again the events of the payouts still pending or
 // claimed and returns how many.
 func redrive(ctx context.Context, ld *loader) (int, error) {
-	rows, err := ld.paydb.Query(ctx, `SELECT payout_id FROM payout WHERE payout_id LIKE 'soak-%' AND state IN ('pending', 'claimed')`)
+	rows, err := ld.d.PayDB.Query(ctx, `SELECT payout_id FROM payout WHERE payout_id LIKE 'soak-%' AND state IN ('pending', 'claimed')`)
 	if err != nil {
 		return 0, err
 	}
@@ -236,7 +231,7 @@ func redrive(ctx context.Context, ld *loader) (int, error) {
 		if !ok {
 			continue
 		}
-		if err := ld.publish(ctx, p); err != nil {
+		if err := ld.d.Publish(ctx, p.event()); err != nil {
 			return 0, err
 		}
 	}

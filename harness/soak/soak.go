@@ -38,6 +38,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/harness/drive"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 )
 
@@ -271,11 +272,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		scfg.Executors = append(scfg.Executors, stack.ExecutorSpec{Name: string(rune('A' + i))})
 	}
 	t0 := time.Now()
-	st, err := stack.Start(ctx, scfg)
+	d, err := drive.Start(ctx, scfg)
 	if err != nil {
 		return nil, err
 	}
-	defer st.Stop()
+	defer d.Close()
+	st := d.Stack()
 	rep.Dir = st.Dir()
 	log.Info("stack ready", "took", time.Since(t0).Round(time.Millisecond), "dir", st.Dir())
 	stopPush, err := st.Push(ctx, quiet)
@@ -284,12 +286,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer stopPush()
 
-	p := newPlan(cfg)
-	ld, err := newLoader(ctx, cfg, st, p, log)
-	if err != nil {
-		return nil, err
-	}
-	defer ld.close()
+	ld := &loader{cfg: cfg, plan: newPlan(cfg), d: d}
 	if err := ld.createAccounts(ctx); err != nil {
 		return nil, err
 	}
@@ -335,7 +332,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	log.Info("load done; settling", "took", rep.LoadEnd.Sub(rep.Start).Round(time.Millisecond), "kills", len(rep.Kills))
 
-	settleErr := settle(ctx, cfg, st, ld, rep, log)
+	settleErr := settle(ctx, cfg, ld, rep, log)
 	rep.SettledAt = time.Now()
 	rep.Settled = settleErr == nil
 	if settleErr != nil && !errors.Is(settleErr, ErrNotSettled) {
@@ -346,7 +343,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return rep, fmt.Errorf("soak: Observe's end: %w", err)
 		}
 	}
-	recs, err := readRecords(ctx, st, ld)
+	recs, err := readRecords(ctx, ld)
 	if err != nil {
 		return rep, fmt.Errorf("soak (seed %d, logs in %s): read the records: %w", cfg.Seed, st.Dir(), err)
 	}
@@ -356,7 +353,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err := cfg.Break(ctx, st); err != nil {
 			return rep, fmt.Errorf("soak: Break: %w", err)
 		}
-		broken, err := readRecords(ctx, st, ld)
+		broken, err := readRecords(ctx, ld)
 		if err != nil {
 			return rep, fmt.Errorf("soak: read the broken records: %w", err)
 		}
