@@ -1,0 +1,271 @@
+package explore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+)
+
+// errCrashed is what a crashed actor's transport answers: nothing leaves
+// a dead process.
+var errCrashed = errors.New("explore: the process crashed")
+
+// holdRail wraps the rail: a call for a payout under exploration stops
+// until the explorer lets it go, as a step of the holder that is running.
+// The explorer's choice decides what the rail does with it: answer
+// (StepRail), pay and lose the answer (FaultRailLost), or never see it
+// (FaultRailDown).
+func (e *Explorer) holdRail(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		payout, err := payoutOf(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mode := StepRail
+		if v, ok := e.runs.Load(payout); ok {
+			run := v.(*run)
+			if h := int(run.running.Load()); h >= 0 && !run.forging.Load() {
+				mode = run.hold(arrival{holder: h, step: StepRail, resume: make(chan string)}, FaultRailDown)
+			}
+		}
+		switch mode {
+		case FaultRailDown:
+			http.Error(w, "the rail is down", http.StatusServiceUnavailable)
+		case FaultRailRefused:
+			httpjson.WriteError(w, http.StatusServiceUnavailable, railstub.CodeRailUnavailable, "the rail recorded nothing", true)
+		case FaultRailLost:
+			next.ServeHTTP(httptest.NewRecorder(), r)
+			http.Error(w, "the rail's answer was lost", http.StatusBadGateway)
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// payoutOf reads the payoutId of r's JSON body ("" when it has none) and
+// puts the body back for the handler behind.
+func payoutOf(r *http.Request) (string, error) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return "", err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var req struct {
+		PayoutID string `json:"payoutId"`
+	}
+	_ = json.Unmarshal(body, &req)
+	return req.PayoutID, nil
+}
+
+// hold reports a at its step and waits for the explorer's choice; once the
+// run has ended, the answer is orElse.
+func (r *run) hold(a arrival, orElse string) string {
+	select {
+	case r.arrive <- a:
+	case <-r.ended:
+		return orElse
+	}
+	select {
+	case mode := <-a.resume:
+		return mode
+	case <-r.ended:
+		return orElse
+	}
+}
+
+// watchProxy wraps rail-proxy: when its handling of a submission whose
+// caller gave up ends (the rail's answer, or its absence, recorded), the
+// explorer hears of it, so that the next choice sees that record.
+func (e *Explorer) watchProxy(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != railapi.PathSubmissions && r.URL.Path != railapi.PathReconciliations {
+			next.ServeHTTP(w, r)
+			return
+		}
+		payout, err := payoutOf(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		v, ok := e.runs.Load(payout)
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		run := v.(*run)
+		if r.URL.Path == railapi.PathReconciliations {
+			run.watchReconciliation(next, w, r, payout)
+			return
+		}
+		c := &capture{ResponseWriter: w}
+		next.ServeHTTP(c, r)
+		run.seen.submission(r, payout, c)
+		resend := r.Header.Get(headerResend) != ""
+		if h := run.detached.Load(); h >= 0 && holderName(int(h)) == r.Header.Get(headerHolder) && resend == run.detachedResend.Load() {
+			run.detached.Store(-1)
+			run.detachedResend.Store(false)
+			select {
+			case run.proxyDone <- struct{}{}:
+			case <-run.ended:
+			}
+		}
+	})
+}
+
+// doer is one actor's transport: it holds each deciding request until
+// the explorer lets it go.
+type doer struct {
+	r       *run
+	holder  int // -1: never held
+	crashed atomic.Bool
+
+	mu  sync.Mutex
+	cut context.CancelFunc // cancels the request in flight
+
+	// last is the holder's last submission as sent (FaultResend sends it
+	// again); forged and resent: FaultForge and FaultResend were taken.
+	last           *sentRequest
+	forged, resent bool
+}
+
+// giveUp cuts the request in flight, as the caller's own timeout would.
+func (d *doer) giveUp() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cut != nil {
+		d.cut()
+	}
+}
+
+// stepOf names the step req takes, "" for a request that is never held.
+// The reads an executor starts with decide nothing (the facts they read
+// never change); the reconciler's read of a payout's state decides
+// whether it acts, so it is a step of its own.
+func (r *run) stepOf(req *http.Request, reconciler bool) string {
+	p := req.URL.Path
+	if req.Method == http.MethodGet {
+		switch {
+		case p == railapi.PathAttempts:
+			return StepLookup
+		case reconciler && r.isPayoutPath(p, payapi.PayoutPath):
+			return StepRead
+		}
+		return ""
+	}
+	switch {
+	case strings.HasPrefix(p, api.PathLockPrefix) && strings.HasSuffix(p, api.SuffixAcquire):
+		return StepAcquire
+	case strings.HasPrefix(p, api.PathLockPrefix) && strings.HasSuffix(p, api.SuffixRenew):
+		return StepConfirm
+	case strings.HasPrefix(p, api.PathLockPrefix) && strings.HasSuffix(p, api.SuffixRelease):
+		return StepRelease
+	case r.isPayoutPath(p, payapi.ClaimPath):
+		return StepClaim
+	case r.isPayoutPath(p, payapi.ResultPath):
+		return StepReport
+	case r.isPayoutPath(p, payapi.AttentionPath):
+		return StepAttention
+	case r.isPayoutPath(p, payapi.ResolutionPath):
+		return StepResolve
+	case p == railapi.PathSubmissions:
+		return StepSubmit
+	case p == railapi.PathReconciliations:
+		return StepReconcile
+	}
+	return ""
+}
+
+// isPayoutPath reports whether p is path(id) for one of the run's payouts.
+func (r *run) isPayoutPath(p string, path func(id string) string) bool {
+	for _, ev := range r.events {
+		if p == path(ev.PayoutID) {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *doer) Do(req *http.Request) (*http.Response, error) {
+	if d.crashed.Load() {
+		return nil, errCrashed
+	}
+	step := d.r.stepOf(req, d.holder == reconcilerIndex)
+	if d.holder >= 0 {
+		req.Header.Set(headerHolder, holderName(d.holder))
+	}
+	for d.holder >= 0 && step != "" {
+		mode := d.r.hold(arrival{holder: d.holder, step: step, resume: make(chan string)}, FaultCrash)
+		if mode == FaultCrash {
+			d.crashed.Store(true)
+			return nil, errCrashed
+		}
+		if mode == FaultReject {
+			return rejected(), nil
+		}
+		if mode != FaultForge {
+			break
+		}
+		// The forgeries go first; then the holder is back at its step.
+		if err := d.r.forge(req); err != nil {
+			return nil, err
+		}
+	}
+	if step == StepSubmit && d.holder >= 0 {
+		sent, err := keep(req)
+		if err != nil {
+			return nil, err
+		}
+		d.mu.Lock()
+		d.last = sent
+		d.mu.Unlock()
+	}
+	ctx, cut := context.WithCancel(req.Context())
+	d.mu.Lock()
+	d.cut = cut
+	d.mu.Unlock()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	d.mu.Lock()
+	d.cut = nil
+	d.mu.Unlock()
+	if err != nil {
+		cut()
+		return nil, err
+	}
+	if step != StepAcquire || resp.StatusCode != http.StatusOK {
+		return resp, nil
+	}
+	// Note the grant's token, for the checks, and hand the body on.
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	var g api.Grant
+	if json.Unmarshal(body, &g) == nil {
+		d.r.mu.Lock()
+		d.r.grants = append(d.r.grants, g.Token)
+		if d.holder >= 0 {
+			d.r.tokens[d.holder] = g.Token
+			if d.r.restarted == d.r.replicaOf(d.holder) {
+				d.r.restartedGrants++
+			}
+		}
+		d.r.mu.Unlock()
+	}
+	return resp, nil
+}

@@ -1,0 +1,272 @@
+package explore
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+)
+
+// Names of the checks, as Result.Checks lists them.
+const (
+	// CheckAudit: payoutaudit found a violation (INV-04, INV-05).
+	CheckAudit = "audit"
+	// CheckRailOnce: the rail received the payout more than once (INV-04);
+	// also reported under CheckAudit.
+	CheckRailOnce = "rail-once"
+	// CheckTokens: grant tokens did not strictly increase (INV-02).
+	CheckTokens = "grant-tokens"
+	// CheckFences: a fence point accepted a lower token (INV-03).
+	CheckFences = "fences"
+	// CheckEndedLease: a submission reached the rail although the server
+	// had ended its holder's lease before the holder's last check.
+	CheckEndedLease = "ended-lease"
+	// CheckSettled: after the last delivery and the reconciler, a payout
+	// is not posted, declined or failed: it would wait for a person
+	// although the rail's record could settle it.
+	CheckSettled = "settled"
+	// CheckTerms: a forged submission (FaultForge) was not refused 403,
+	// or changed raildb (an attempt or a high-water mark recorded), or
+	// terms other than paydb's reached the rail's journal or raildb's
+	// attempts.
+	CheckTerms = "terms"
+	// CheckRecorded: an attempt rail-proxy answered as the payout's
+	// forward with an outcome (ambiguous, acked, declined, not_at_rail)
+	// was later released or went back (a not_sent release that raced an
+	// abandonment or a reconciliation), or a submission of a payout the
+	// reconciler had closed went on to the rail.
+	CheckRecorded = "recorded-outcome"
+)
+
+// endedLease is a fault: the lease carrying token ended on the server at
+// schedule position index.
+type endedLease struct {
+	index int
+	token int64
+}
+
+// finish lets Pub/Sub redeliver each payout's event to one more,
+// unscheduled, executor until an answer would be acknowledged; then time
+// passes beyond rail-proxy's abandon threshold and an unscheduled
+// reconciler settles what is left in doubt, as its next scheduled pass
+// would.
+func (r *run) finish(ctx context.Context) error {
+	if s, err := r.e.p.Locks.Inspect(ctx, r.events[0].LockKey()); err != nil {
+		return err
+	} else if s.Lease != nil {
+		r.e.p.LockClock.Advance(ttl + time.Millisecond)
+	}
+	x, err := r.executor("Z", &doer{r: r, holder: -1})
+	if err != nil {
+		return err
+	}
+	for _, ev := range r.events {
+		var (
+			err2 error
+			done bool
+		)
+		for range 3 {
+			out, err := x.Execute(ctx, ev)
+			if executor.Status(out, err) == http.StatusOK {
+				done = true
+				break
+			}
+			err2 = err
+		}
+		if !done {
+			return fmt.Errorf("explore: the last delivery of %s never ended: %w", ev.PayoutID, err2)
+		}
+	}
+	// Its last release, before the reconciler asks for the lock.
+	if err := x.Close(ctx); err != nil {
+		return err
+	}
+	if err := r.age(ctx); err != nil {
+		return err
+	}
+	y, err := r.reconciler("Y", &doer{r: r, holder: -1})
+	if err != nil {
+		return err
+	}
+	_, err = r.settleAll(ctx, y)
+	return err
+}
+
+// check fills res.Violations from the records.
+func (r *run) check(ctx context.Context, res *Result, steps []stepRecord, ended []endedLease) error {
+	res.Violations = []string{}
+	broken := map[string]bool{}
+	fail := func(check, format string, args ...any) {
+		broken[check] = true
+		res.Violations = append(res.Violations, check+": "+fmt.Sprintf(format, args...))
+	}
+	ids := make([]string, len(r.events))
+	for i, ev := range r.events {
+		ids[i] = ev.PayoutID
+	}
+	rep, err := r.e.p.Audit(ctx, ids...)
+	if err != nil {
+		return err
+	}
+	for _, v := range rep.Violations {
+		fail(CheckAudit, "%s", v)
+		if v.Check == "rail_at_most_once_per_payout" {
+			broken[CheckRailOnce] = true
+		}
+	}
+	if len(rep.Unreconciled) > 0 {
+		fail(CheckAudit, "payout left unreconciled: %v", rep.Unreconciled)
+	}
+
+	r.mu.Lock()
+	grants := slices.Clone(r.grants)
+	tokens := r.tokens
+	r.mu.Unlock()
+	for i := 1; i < len(grants); i++ {
+		if grants[i] <= grants[i-1] {
+			fail(CheckTokens, "grant %d has token %d after %d", i, grants[i], grants[i-1])
+		}
+	}
+
+	// Fence point two: forwarded tokens strictly increase per account.
+	// The one equal token allowed: the holder's own resend of a payout
+	// whose forward with that token was released not_sent.
+	rows, err := r.e.p.RailDB.Query(ctx, `SELECT payout_id, token, state FROM rail_attempt WHERE account_id = $1 ORDER BY attempt_id`, r.events[0].AccountID)
+	if err != nil {
+		return err
+	}
+	var (
+		last                int64
+		lastPayout, lastSet string
+		forwarded           = map[int64]bool{}
+	)
+	for rows.Next() {
+		var tok int64
+		var payout, state string
+		if err := rows.Scan(&payout, &tok, &state); err != nil {
+			rows.Close()
+			return err
+		}
+		if s := railapi.State(state); s == railapi.StateFenced || s == railapi.StateDuplicate {
+			continue
+		}
+		forwarded[tok] = true
+		if tok < last || tok == last && (payout != lastPayout || railapi.State(lastSet) != railapi.StateNotSent) {
+			fail(CheckFences, "rail-proxy forwarded token %d after %d", tok, last)
+		}
+		last, lastPayout, lastSet = tok, payout, state
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	// Fence point one: each payout's fenced writes never go back, and no
+	// write of any payout of the account carries a token below the
+	// account's last debit (the account fence).
+	for _, ev := range r.events {
+		if err := r.checkPayout(ctx, res, ev.PayoutID, fail); err != nil {
+			return err
+		}
+	}
+	rows, err = r.e.p.PayDB.Query(ctx, `SELECT payout_id, to_state, token FROM payout_transition
+WHERE payout_id = ANY($1) AND token IS NOT NULL ORDER BY transition_id`, ids)
+	if err != nil {
+		return err
+	}
+	var debit int64
+	for rows.Next() {
+		var (
+			id, to string
+			tok    int64
+		)
+		if err := rows.Scan(&id, &to, &tok); err != nil {
+			rows.Close()
+			return err
+		}
+		if tok < debit {
+			fail(CheckFences, "payment-resource accepted a write of %s (to %s) with token %d after the account's debit with token %d", id, to, tok, debit)
+		}
+		if payapi.State(to) == payapi.StatePosted {
+			debit = max(debit, tok)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+
+	// A lease the server ended before its holder's last check stops the
+	// holder's submission.
+	for _, end := range ended {
+		for h, tok := range tokens {
+			if tok != end.token || !forwarded[tok] {
+				continue
+			}
+			check := -1
+			for _, s := range steps {
+				if s.holder != h {
+					continue
+				}
+				if s.step == StepConfirm {
+					check = s.index
+				}
+				if s.step == StepSubmit {
+					if check < 0 {
+						check = s.index // only a local check, made as it sent
+					}
+					break
+				}
+			}
+			if check > end.index {
+				fail(CheckEndedLease, "%s's lease (token %d) ended at step %d, before its last check at step %d, yet its submission reached the rail",
+					holderName(h), tok, end.index, check)
+			}
+		}
+	}
+	if err := r.checkAdversary(ctx, res, fail); err != nil {
+		return err
+	}
+	for c := range broken {
+		res.Checks = append(res.Checks, c)
+	}
+	slices.Sort(res.Checks)
+	return nil
+}
+
+// checkPayout checks that the payout's fenced writes never went back to a
+// lower token and that it ended settled (CheckFences, CheckSettled).
+func (r *run) checkPayout(ctx context.Context, res *Result, id string, fail func(check, format string, args ...any)) error {
+	rows, err := r.e.p.PayDB.Query(ctx, `SELECT token FROM payout_transition WHERE payout_id = $1 AND token IS NOT NULL ORDER BY transition_id`, id)
+	if err != nil {
+		return err
+	}
+	var last int64
+	for rows.Next() {
+		var tok int64
+		if err := rows.Scan(&tok); err != nil {
+			rows.Close()
+			return err
+		}
+		if tok < last {
+			fail(CheckFences, "payment-resource accepted a write of %s with token %d after %d", id, tok, last)
+		}
+		last = tok
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	p, err := r.e.p.Pay.Payout(ctx, id)
+	if err != nil {
+		return err
+	}
+	res.Ended = append(res.Ended, string(p.State))
+	switch p.State {
+	case payapi.StatePosted, payapi.StateDeclined, payapi.StateFailed:
+	default:
+		fail(CheckSettled, "%s left %s after the last delivery and the reconciler", id, p.State)
+	}
+	return nil
+}
