@@ -50,3 +50,77 @@ func (r *run) settleAll(ctx context.Context, x *reconciler.Reconciler) ([]reconc
 	}
 	return out, nil
 }
+
+// sched is a schedule in progress: the actors, where each is held, and
+// what the choices so far did.
+type sched struct {
+	cfg     Config
+	res     Result
+	actors  []int                      // holder indexes, the reconciler last
+	pending map[int]arrival            // where each actor is held, or done
+	kill    map[int]context.CancelFunc // crashes an actor
+	steps   []stepRecord
+	ended   []endedLease
+	faults  int
+	// aged and restarted: FaultAge and FaultRestart were taken.
+	aged, restarted bool
+	// proxyCall is a rail call rail-proxy still holds after its caller
+	// gave up on it; nil when there is none.
+	proxyCall *arrival
+}
+
+// startActors starts cfg's executors (each delivering payout i mod
+// Payouts) and the reconciler, each on a context of its own under runCtx,
+// and waits until every one is held at its first step (or done).
+func (r *run) startActors(runCtx context.Context, cfg Config) (*sched, error) {
+	s := &sched{cfg: cfg, kill: map[int]context.CancelFunc{}, pending: map[int]arrival{}, actors: make([]int, 0, cfg.Holders+1)}
+	done := func(h int, err error) {
+		select {
+		case r.arrive <- arrival{holder: h, step: stepDone, err: err}:
+		case <-runCtx.Done():
+		}
+	}
+	for h := range cfg.Holders {
+		s.actors = append(s.actors, h)
+		r.doers[h] = &doer{r: r, holder: h}
+		x, err := r.executor(holderName(h), r.doers[h])
+		if err != nil {
+			return nil, err
+		}
+		ev := r.events[h%len(r.events)]
+		actx, cancel := context.WithCancel(runCtx)
+		s.kill[h] = cancel
+		go func() {
+			_, err := x.Execute(actx, ev)
+			// Execute has answered; its release goes to lock-server after
+			// that, from a goroutine of its own, as this actor's next held
+			// step (StepRelease). Waiting for it here keeps one step of
+			// this actor in flight at a time, and the actor done only
+			// once its release has been let go (or it crashed).
+			_ = x.Close(context.WithoutCancel(actx))
+			done(h, err)
+		}()
+	}
+	if cfg.Reconciler {
+		s.actors = append(s.actors, reconcilerIndex)
+		d := &doer{r: r, holder: reconcilerIndex}
+		x, err := r.reconciler(Reconciler, d)
+		if err != nil {
+			return nil, err
+		}
+		actx, cancel := context.WithCancel(runCtx)
+		s.kill[reconcilerIndex] = cancel
+		go func() {
+			_, err := r.settleAll(actx, x)
+			if d.crashed.Load() {
+				err = nil // its read failed because it died
+			}
+			done(reconcilerIndex, err)
+		}()
+	}
+	for len(s.pending) < len(s.actors) {
+		a := <-r.arrive
+		s.pending[a.holder] = a
+	}
+	return s, nil
+}

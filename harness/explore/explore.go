@@ -143,7 +143,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
@@ -278,27 +277,80 @@ type run struct {
 	// seen is what rail-proxy answered and what the forgeries did
 	// (adversary.go).
 	seen seen
+	// registered lists the payouts e.runs maps to this run.
+	registered []string
 }
 
 // Run runs one schedule of cfg, asking choose at each decision, and checks
 // its outcome. The error is the explorer's own (a service that failed, a
 // nondeterministic replay), never a broken check.
 func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result, error) {
-	if cfg.Holders < 1 || cfg.Holders > MaxHolders {
-		return Result{}, fmt.Errorf("explore: %d holders; want 1..%d", cfg.Holders, MaxHolders)
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return Result{}, err
 	}
-	if cfg.Payouts == 0 {
-		cfg.Payouts = 1
+	r := e.newRun(cfg)
+	defer r.close()
+	if err := r.createPayouts(ctx); err != nil {
+		return Result{}, err
 	}
-	if cfg.Payouts < 1 || cfg.Payouts > 2 {
-		return Result{}, fmt.Errorf("explore: %d payouts; want 1 or 2", cfg.Payouts)
+	// Each actor runs on a context of its own: a crash cancels it, so
+	// that the dead process's loops (the SDK's acquire retries) end at
+	// once. Whatever happens, no actor outlives the run.
+	runCtx, endRun := context.WithCancel(ctx)
+	defer endRun()
+	s, err := r.startActors(runCtx, cfg)
+	if err != nil {
+		return Result{}, err
 	}
+	key := r.events[0].LockKey()
+	for {
+		state, err := e.p.Locks.Inspect(ctx, key)
+		if err != nil {
+			return s.res, err
+		}
+		enabled, err := r.enabled(ctx, s, state.Lease != nil)
+		if err != nil {
+			return s.res, err
+		}
+		if len(enabled) == 0 {
+			break
+		}
+		i, err := choose(len(s.res.Schedule), enabled)
+		if err != nil {
+			return s.res, err
+		}
+		c := enabled[i]
+		s.res.Schedule = append(s.res.Schedule, c)
+		if err := r.take(ctx, runCtx, s, c, state); err != nil {
+			return s.res, err
+		}
+	}
+	return r.end(ctx, s)
+}
+
+// withDefaults checks c and fills Payouts.
+func (c Config) withDefaults() (Config, error) {
+	if c.Holders < 1 || c.Holders > MaxHolders {
+		return c, fmt.Errorf("explore: %d holders; want 1..%d", c.Holders, MaxHolders)
+	}
+	if c.Payouts == 0 {
+		c.Payouts = 1
+	}
+	if c.Payouts < 1 || c.Payouts > 2 {
+		return c, fmt.Errorf("explore: %d payouts; want 1 or 2", c.Payouts)
+	}
+	return c, nil
+}
+
+// newRun names the payouts of a new schedule, all of one new account.
+func (e *Explorer) newRun(cfg Config) *run {
 	n := e.seq.Add(1)
 	r := &run{e: e, arrive: make(chan arrival), tokens: map[int]int64{}, proxyDone: make(chan struct{}, 1), doers: map[int]*doer{},
 		ended: make(chan struct{})}
 	r.detached.Store(-1)
 	r.restarted = -1
-	defer close(r.ended)
+	r.running.Store(-1)
 	for i := range cfg.Payouts {
 		id := fmt.Sprintf("p-%d", n)
 		if i > 0 {
@@ -306,288 +358,45 @@ func (e *Explorer) Run(ctx context.Context, cfg Config, choose Chooser) (Result,
 		}
 		r.events = append(r.events, payoutevent.Event{PayoutID: id, AccountID: fmt.Sprintf("acct-%d", n), AmountMinor: 2500 + int64(i)*100, Currency: "EUR"})
 	}
-	r.running.Store(-1)
-	for _, ev := range r.events {
-		if err := e.p.CreatePayout(ctx, ev); err != nil {
-			return Result{}, err
-		}
-		e.runs.Store(ev.PayoutID, r)
-		defer e.runs.Delete(ev.PayoutID)
-	}
+	return r
+}
 
-	// Each actor runs on a context of its own: a crash cancels it, so
-	// that the dead process's loops (the SDK's acquire retries) end at
-	// once. Whatever happens, no actor outlives the run.
-	runCtx, endRun := context.WithCancel(ctx)
-	defer endRun()
-	kill := map[int]context.CancelFunc{}
-	done := func(h int, err error) {
-		select {
-		case r.arrive <- arrival{holder: h, step: stepDone, err: err}:
-		case <-runCtx.Done():
+// createPayouts creates the run's payouts at payment-resource and lets
+// the rail's and rail-proxy's handlers find the run by payout.
+func (r *run) createPayouts(ctx context.Context) error {
+	for _, ev := range r.events {
+		if err := r.e.p.CreatePayout(ctx, ev); err != nil {
+			return err
 		}
+		r.e.runs.Store(ev.PayoutID, r)
+		r.registered = append(r.registered, ev.PayoutID)
 	}
-	actors := make([]int, 0, cfg.Holders+1)
-	for h := range cfg.Holders {
-		actors = append(actors, h)
-		r.doers[h] = &doer{r: r, holder: h}
-		x, err := r.executor(holderName(h), r.doers[h])
-		if err != nil {
-			return Result{}, err
-		}
-		ev := r.events[h%len(r.events)]
-		actx, cancel := context.WithCancel(runCtx)
-		kill[h] = cancel
-		go func() {
-			_, err := x.Execute(actx, ev)
-			// Execute has answered; its release goes to lock-server after
-			// that, from a goroutine of its own, as this actor's next held
-			// step (StepRelease). Waiting for it here keeps one step of
-			// this actor in flight at a time, and the actor done only
-			// once its release has been let go (or it crashed).
-			_ = x.Close(context.WithoutCancel(actx))
-			done(h, err)
-		}()
+	return nil
+}
+
+// close forgets the run's payouts and lets go whatever is still held.
+func (r *run) close() {
+	for _, id := range slices.Backward(r.registered) {
+		r.e.runs.Delete(id)
 	}
-	if cfg.Reconciler {
-		actors = append(actors, reconcilerIndex)
-		d := &doer{r: r, holder: reconcilerIndex}
-		x, err := r.reconciler(Reconciler, d)
-		if err != nil {
-			return Result{}, err
-		}
-		actx, cancel := context.WithCancel(runCtx)
-		kill[reconcilerIndex] = cancel
-		go func() {
-			_, err := r.settleAll(actx, x)
-			if d.crashed.Load() {
-				err = nil // its read failed because it died
-			}
-			done(reconcilerIndex, err)
-		}()
-	}
-	pending := map[int]arrival{}
-	for len(pending) < len(actors) {
-		a := <-r.arrive
-		pending[a.holder] = a
-	}
-	var (
-		res       Result
-		steps     []stepRecord
-		ended     []endedLease
-		faults    int
-		aged      bool
-		restarted bool
-		// proxyCall is a rail call rail-proxy still holds after its
-		// caller gave up on it; nil when there is none.
-		proxyCall *arrival
-	)
-	key := r.events[0].LockKey()
-	for {
-		state, err := e.p.Locks.Inspect(ctx, key)
-		if err != nil {
-			return res, err
-		}
-		live := state.Lease != nil
-		var enabled []Choice
-		waiting := false
-		for _, h := range actors {
-			a := pending[h]
-			if h == reconcilerIndex && a.err != nil {
-				return res, fmt.Errorf("explore: the reconciler: %w", a.err) // a read that failed
-			}
-			switch {
-			case a.step == stepDone:
-			case a.step == StepAcquire && live:
-				waiting = true
-			default:
-				enabled = append(enabled, Choice{Holder: holderName(h), Step: a.step})
-				if faults < cfg.MaxFaults {
-					if a.step == StepRail {
-						for _, f := range []string{FaultRailLost, FaultRailDown, FaultRailRefused, FaultGiveUp} {
-							if slices.Contains(cfg.Faults, f) && (f != FaultGiveUp || proxyCall == nil) {
-								enabled = append(enabled, Choice{Holder: holderName(h), Step: f})
-							}
-						}
-					} else {
-						if a.step == StepSubmit && h != reconcilerIndex {
-							for _, f := range []string{FaultForge, FaultReject} {
-								if slices.Contains(cfg.Faults, f) && (f != FaultForge || !r.doers[h].forged) {
-									enabled = append(enabled, Choice{Holder: holderName(h), Step: f})
-								}
-							}
-						}
-						if slices.Contains(cfg.Faults, FaultCrash) {
-							enabled = append(enabled, Choice{Holder: holderName(h), Step: FaultCrash})
-						}
-					}
-				}
-			}
-		}
-		if proxyCall != nil {
-			enabled = append(enabled, Choice{Holder: RailProxy, Step: StepRail})
-			for _, f := range []string{FaultRailLost, FaultRailDown, FaultRailRefused} {
-				if faults < cfg.MaxFaults && slices.Contains(cfg.Faults, f) {
-					enabled = append(enabled, Choice{Holder: RailProxy, Step: f})
-				}
-			}
-		}
-		if live && faults < cfg.MaxFaults {
-			for _, f := range cfg.Faults {
-				if f == FaultExpire || f == FaultRevoke {
-					enabled = append(enabled, Choice{Step: f})
-				}
-			}
-		}
-		if cfg.Reconciler && !aged && pending[reconcilerIndex].step != stepDone {
-			doubt, err := r.inDoubt(ctx)
-			if err != nil {
-				return res, err
-			}
-			if doubt {
-				enabled = append(enabled, Choice{Step: FaultAge})
-			}
-		}
-		// A resend is offered while something else may still happen (it
-		// never is the only choice, or every schedule would end with one).
-		if len(enabled) > 0 && proxyCall == nil && faults < cfg.MaxFaults && slices.Contains(cfg.Faults, FaultResend) {
-			for _, h := range actors {
-				if d := r.doers[h]; h != reconcilerIndex && d.sent() && !d.resent {
-					enabled = append(enabled, Choice{Holder: holderName(h), Step: FaultResend})
-				}
-			}
-		}
-		// So is a restart, once there is a token floor to forget.
-		if len(enabled) > 0 && !restarted && faults < cfg.MaxFaults && slices.Contains(cfg.Faults, FaultRestart) && r.granted() {
-			for i := range e.p.LockURLs {
-				enabled = append(enabled, Choice{Holder: replicaName(i), Step: FaultRestart})
-			}
-		}
-		if len(enabled) == 0 {
-			if !waiting {
-				break
-			}
-			// Everyone left waits for a lease whose holder is done (its
-			// release failed, or it crashed): it ends by its TTL. Not a
-			// fault.
-			enabled = append(enabled, Choice{Step: FaultExpire})
-			faults--
-		}
-		i, err := choose(len(res.Schedule), enabled)
-		if err != nil {
-			return res, err
-		}
-		c := enabled[i]
-		res.Schedule = append(res.Schedule, c)
-		if c.Holder == "" {
-			var tok int64
-			switch c.Step {
-			case FaultAge:
-				aged = true
-				if err := r.age(ctx); err != nil {
-					return res, err
-				}
-				continue
-			case FaultExpire:
-				tok = state.Lease.Token
-				e.p.LockClock.Advance(ttl + time.Millisecond)
-			case FaultRevoke:
-				l, err := e.p.Locks.Revoke(ctx, key, 0)
-				if err != nil {
-					return res, fmt.Errorf("explore: revoke: %w", err)
-				}
-				tok = l.Token
-			}
-			faults++
-			ended = append(ended, endedLease{index: len(res.Schedule) - 1, token: tok})
-			continue
-		}
-		if c.Step == FaultRestart {
-			// Nothing is in flight at lock-server between two choices.
-			restarted = true
-			faults++
-			i := replicaIndex(c.Holder)
-			if err := e.p.RestartLock(i); err != nil {
-				return res, fmt.Errorf("explore: restart %s: %w", c.Holder, err)
-			}
-			r.mu.Lock()
-			r.restarted = i
-			r.mu.Unlock()
-			continue
-		}
-		h := holderIndex(c.Holder)
-		switch c.Step {
-		case FaultCrash, FaultRailLost, FaultRailDown, FaultRailRefused, FaultGiveUp, FaultForge, FaultResend, FaultReject:
-			faults++
-		}
-		steps = append(steps, stepRecord{index: len(res.Schedule) - 1, holder: h, step: c.Step})
-		if h == railProxyIndex {
-			// The call its caller gave up on goes on; rail-proxy records
-			// what came of it before the next choice.
-			if err := r.letProxyGo(ctx, proxyCall, c.Step); err != nil {
-				return res, err
-			}
-			proxyCall = nil
-			continue
-		}
-		if c.Step == FaultResend {
-			// A copy of h's submission reaches rail-proxy; h stays where
-			// it is. A rail call it causes is rail-proxy's pending step.
-			r.doers[h].resent = true
-			call, err := r.resend(ctx, runCtx, h)
-			if err != nil {
-				return res, err
-			}
-			proxyCall = call
-			continue
-		}
-		if c.Step == FaultForge {
-			r.doers[h].forged = true
-		}
-		r.running.Store(int32(h))
-		if c.Step == FaultGiveUp {
-			// The rail call stays held, now as rail-proxy's; the holder's
-			// own call is cut and it goes on from there.
-			proxyCall = &arrival{holder: railProxyIndex, step: StepRail, resume: pending[h].resume}
-			r.detached.Store(int32(h))
-			r.doers[h].giveUp()
-		} else {
-			select {
-			case pending[h].resume <- c.Step:
-			case <-ctx.Done():
-				return res, ctx.Err()
-			}
-		}
-		if c.Step == FaultCrash {
-			kill[h]()
-		}
-		// The actor runs until its next held step, or to its end (a
-		// crashed one fails every call from now on without arriving).
-		select {
-		case a := <-r.arrive:
-			if a.holder != h {
-				return res, fmt.Errorf("explore: %s arrived while %s was running", holderName(a.holder), c.Holder)
-			}
-			if c.Step == FaultCrash && a.step != stepDone {
-				return res, fmt.Errorf("explore: %s crashed, yet arrived at %s", c.Holder, a.step)
-			}
-			pending[h] = a
-		case <-ctx.Done():
-			return res, ctx.Err()
-		}
-	}
+	close(r.ended)
+}
+
+// end lets go what rail-proxy still holds once no choice is left, runs
+// the last delivery and the reconciler (finish), and checks the records.
+func (r *run) end(ctx context.Context, s *sched) (Result, error) {
 	r.running.Store(-1)
-	if proxyCall != nil {
-		if err := r.letProxyGo(ctx, proxyCall, StepRail); err != nil {
-			return res, err
+	if s.proxyCall != nil {
+		if err := r.letProxyGo(ctx, s.proxyCall, StepRail); err != nil {
+			return s.res, err
 		}
 	}
 	if err := r.finish(ctx); err != nil {
-		return res, err
+		return s.res, err
 	}
 	r.bg.Wait()
 	r.mu.Lock()
-	res.RestartedGrants = r.restartedGrants
+	s.res.RestartedGrants = r.restartedGrants
 	r.mu.Unlock()
-	return res, r.check(ctx, &res, steps, ended)
+	return s.res, r.check(ctx, &s.res, s.steps, s.ended)
 }
