@@ -1,17 +1,15 @@
 package benche2e
 
 import (
-	"bytes"
 	"fmt"
 	"image/color"
 	"io"
 	"slices"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/svgplot"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // Point is one point of the creators chart: the median payouts/s of the
@@ -101,31 +99,13 @@ func WriteCreatorsSVG(w io.Writer, title string, series []Series, target float64
 	p.Legend.Left = true
 	top, right := target, 1.0
 	for i, s := range series {
-		pts := make(plotter.XYs, len(s.Points))
-		var bars plotter.XYs
+		pts := make([]svgplot.Point, len(s.Points))
 		for j, pt := range s.Points {
-			pts[j] = plotter.XY{X: float64(pt.Creators), Y: pt.PayoutsPerSecond}
+			pts[j] = svgplot.Point{X: float64(pt.Creators), Y: pt.PayoutsPerSecond, Min: pt.Min, Max: pt.Max, Bar: pt.Runs > 1}
 			top, right = max(top, pt.Max), max(right, float64(pt.Creators))
-			if pt.Runs > 1 {
-				bars = append(bars, plotter.XY{X: float64(pt.Creators), Y: pt.Min}, plotter.XY{X: float64(pt.Creators), Y: pt.Max})
-			}
 		}
-		line, dots, err := plotter.NewLinePoints(pts)
-		if err != nil {
+		if err := svgplot.AddRange(p, s.Name, seriesColors[i%len(seriesColors)], pts); err != nil {
 			return err
-		}
-		c := seriesColors[i%len(seriesColors)]
-		line.Color, line.Width = c, vg.Points(1.5)
-		dots.Color, dots.Radius = c, vg.Points(2.5)
-		p.Add(line, dots)
-		p.Legend.Add(s.Name, line, dots)
-		for j := 0; j+1 < len(bars); j += 2 {
-			bar, err := plotter.NewLine(bars[j : j+2])
-			if err != nil {
-				return err
-			}
-			bar.Color = c
-			p.Add(bar)
 		}
 	}
 	if target > 0 {
@@ -139,12 +119,5 @@ func WriteCreatorsSVG(w io.Writer, title string, series []Series, target float64
 		p.Legend.Add(fmt.Sprintf("target %g/s", target), t)
 	}
 	p.X.Min, p.Y.Min, p.Y.Max = 0, 0, top*1.1
-	c := vgsvg.New(vg.Points(720), vg.Points(400))
-	p.Draw(draw.New(c))
-	var buf bytes.Buffer
-	if _, err := c.WriteTo(&buf); err != nil {
-		return err
-	}
-	_, err := w.Write(buf.Bytes())
-	return err
+	return svgplot.Write(w, p, vg.Points(720), vg.Points(400))
 }

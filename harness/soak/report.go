@@ -1,7 +1,6 @@
 package soak
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"image/color"
@@ -14,11 +13,11 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/svgplot"
 )
 
 // Report is the result of one soak, written to harness/out/soak.json.
@@ -248,12 +247,5 @@ func (rep *Report) WriteSVG(w io.Writer) error {
 		}
 		p.Add(l)
 	}
-	c := vgsvg.New(vg.Points(900), vg.Points(360))
-	p.Draw(draw.New(c))
-	var buf bytes.Buffer
-	if _, err := c.WriteTo(&buf); err != nil {
-		return err
-	}
-	_, err = w.Write(buf.Bytes())
-	return err
+	return svgplot.Write(w, p, vg.Points(900), vg.Points(360))
 }

@@ -10,7 +10,6 @@
 package benchchart
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"image/color"
@@ -20,10 +19,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/svgplot"
 	"golang.org/x/perf/benchfmt"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
-	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
@@ -259,12 +258,7 @@ func WriteSVG(w io.Writer, title string, series []Series, procs int) error {
 			}
 		}
 	}
-	var buf bytes.Buffer
-	if _, err := c.WriteTo(&buf); err != nil {
-		return err
-	}
-	_, err := w.Write(buf.Bytes())
-	return err
+	return svgplot.WriteCanvas(w, c)
 }
 
 // panel is one backend's plot.
@@ -280,37 +274,21 @@ func panel(title string, series []Series) (*plot.Plot, error) {
 	lo, hi, right := 0.0, 0.0, 1.0
 	others := 0 // paths without a colour of their own so far (series are sorted by path)
 	for _, s := range series {
-		pts := make(plotter.XYs, len(s.Points))
+		pts := make([]svgplot.Point, len(s.Points))
 		for i, pt := range s.Points {
-			pts[i] = plotter.XY{X: float64(pt.Clients), Y: pt.PairsPerSec}
+			pts[i] = svgplot.Point{X: float64(pt.Clients), Y: pt.PairsPerSec, Min: pt.Min, Max: pt.Max, Bar: pt.Rounds >= 2 && pt.Max > pt.Min}
 			if lo == 0 || pt.Min < lo {
 				lo = pt.Min
 			}
 			hi, right = max(hi, pt.Max), max(right, float64(pt.Clients))
-		}
-		line, dots, err := plotter.NewLinePoints(pts)
-		if err != nil {
-			return nil, err
 		}
 		c, ok := pathColors[s.Path]
 		if !ok {
 			c = otherColors[others%len(otherColors)]
 			others++
 		}
-		line.Color, line.Width = c, vg.Points(1.5)
-		dots.Color, dots.Radius = c, vg.Points(2.5)
-		p.Add(line, dots)
-		p.Legend.Add(s.Path, line, dots)
-		for _, pt := range s.Points {
-			if pt.Rounds < 2 || pt.Max <= pt.Min {
-				continue
-			}
-			bar, err := plotter.NewLine(plotter.XYs{{X: float64(pt.Clients), Y: pt.Min}, {X: float64(pt.Clients), Y: pt.Max}})
-			if err != nil {
-				return nil, err
-			}
-			bar.Color = c
-			p.Add(bar)
+		if err := svgplot.AddRange(p, s.Path, c, pts); err != nil {
+			return nil, err
 		}
 	}
 	p.X.Min, p.X.Max = 0.8, right*1.5
