@@ -1,33 +1,9 @@
-// Package harness runs the fencing experiment (a stale holder stopped with
-// SIGSTOP, each fence point on and off) on a
-// stack of real processes (package local/stack) and reports what happened.
-//
-// One run, for one lock backend and one setting of the two fencing kill
-// switches:
-//
-//  1. a stack starts with executors A and B; A is armed to SIGSTOP itself
-//     after its last lease confirmation and before its rail submission of payout
-//     p-1 (EXECUTOR_SELF_STOP_BEFORE_SUBMIT);
-//  2. account acct-7 and payout p-1 are created through payment-resource,
-//     which publishes the payout event to the Pub/Sub fake;
-//  3. the harness plays the push subscription: it pulls the event and
-//     posts it, wrapped as a push request, to A;
-//  4. A takes the lease on payout:acct-7, claims the payout and stops
-//     itself; the harness sees the process in state T;
-//  5. A's lease expires on the server's schedule: the harness polls
-//     lock-server until the lease with A's token is gone;
-//  6. the same message is delivered to B, as Pub/Sub redelivers a message
-//     whose push was not answered in time; B takes the lease with a larger
-//     token, completes the payout, answers and releases the lease (the
-//     harness waits for the release, which follows the answer);
-//  7. A is continued with SIGCONT and carries on as if it still held the
-//     lease; the harness waits for its push answer.
-//
-// The outcome is measured only from the rail-stub's record (GET
-// /submissions) and the ledger (payment-resource's GET /v1/audit, plus the
-// comparison of rail acknowledgements with debits), never from what the
-// workers say; the tokens and refusals are read from the services' JSON
-// logs (lease_acquired, fenced_out).
+// Package harness runs the fencing experiment: a lock holder stopped with a
+// real SIGSTOP on a stack of real processes (package local/stack), once per
+// lock backend and setting of the two fencing kill switches (RunCell), or
+// against a deployment (RunCloudCell), judged from the rail's journal and
+// the ledger audit. Run it with `make demo` or ./harness/cmd/experiment;
+// harness/README.md describes the steps and the outcomes.
 package harness
 
 import (

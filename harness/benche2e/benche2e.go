@@ -1,36 +1,10 @@
 // Package benche2e is the end-to-end benchmark of the payout pipeline:
-// payouts per second through the local stack of real
-// processes (package local/stack: lock-server on PostgreSQL or etcd,
-// payment-resource, rail-proxy, rail-stub, executors fed by the push
-// bridge, the reconciler).
-//
-// It does not drive the stack itself: each run is a harness/soak run
-// without chaos and without duplicate or declined payouts (soak.Config
-// NoChaos), so the load, the drain and the integrity checks are the
-// soak's, judged from the records (soak.Check: every payout ended, none
-// reached the rail twice by the rail-stub's journal, payoutaudit balanced,
-// every rail payment has exactly one debit). A run with any broken check
-// fails the benchmark. This package adds the measurements, through the
-// soak's Observe hook (Observer):
-//
-//   - payouts per second from the first payout created to the last
-//     posted, and the latency of each payout from created to posted
-//     (p50, p95, p99), all from paydb's payout_transition (the database's
-//     clock);
-//   - deliveries per executor (function_requests_total of each executor);
-//   - CPU time of every process of the stack (/proc/PID/stat, or the exit
-//     status of a process that exited), of each PostgreSQL cluster with
-//     its backends, and of the benchmark's own process (the creators and
-//     the push bridges), and CPU per payout of each;
-//   - optionally a CPU profile of every service process during the load
-//     (stack.Config.Pprof, internal/pprofserve);
-//   - optionally the statements each database served, per payout
-//     (stack.Config.StatementStats, PostgreSQL's pg_stat_statements): the
-//     round trips of the services to their databases.
-//
-// The figures are only comparable within one invocation on one machine:
-// the machine is shared, so the load average is recorded before and after
-// each run, and comparisons are made as ratios of runs done side by side.
+// each run is a soak run without chaos (harness/soak) on a fresh local
+// stack, measured through the soak's Observe hook (Observer: payouts/s,
+// latency, deliveries, CPU per payout, optional profiles and statement
+// counts) and failed by any broken integrity check. Run it with
+// `make bench-e2e` or ./harness/cmd/benche2e; docs/benchmarks.md has the
+// method and the figures.
 package benche2e
 
 import (

@@ -65,7 +65,7 @@ const (
 	// run becomes older than rail-proxy's abandon threshold, so that the
 	// reconciler may reconcile an attempt in doubt. Offered once per
 	// schedule, with the reconciler, while an attempt is in doubt, also
-	// while a rail call is still held (see the package comment).
+	// while a rail call is still held (harness/README.md).
 	FaultAge = "age"
 	// FaultForge is taken instead of a holder's StepSubmit ("A:forge"),
 	// once per holder: the holder, whose lease is real, first sends its

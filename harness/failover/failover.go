@@ -1,31 +1,9 @@
-// Package failover is the lockdb failover experiment (SC-08):
-// the local stand-in for killing the primary of a regional Cloud SQL
-// instance. lockdb runs as a primary with a streaming standby
-// (internal/pgcluster), synchronous or asynchronous (Config.Mode); paydb
-// runs as a separate cluster that the experiment never touches. A
-// lock-server (the real HTTP handler over pgstore, in this process) reaches
-// lockdb through a multi-host DSN with target_session_attrs=read-write and
-// LOCKDB_ACCEPT_PROMOTION's setting, and Config.Clients clients acquire,
-// renew and release through it with the SDK. After Config.Before the
-// primary is killed (SIGKILL, every process), after Config.PromoteDelay
-// (the failure detection of a managed service) the standby is promoted,
-// and the clients go on for Config.After.
-//
-// What it measures (Report): acquire availability per Config.Window (an
-// acquire answered with a grant or LOCK_HELD counts as served, any other
-// answer as failed), the dip (first and last failure after the kill, the
-// time to recovery, the share failed in between), and what the promoted
-// lockdb would issue next (the sequence read directly) against the tokens
-// granted before the kill. What it checks (Check): no token granted twice;
-// every token granted after the promotion is above every token granted
-// before the kill (INV-02); no two holders of one key held at once with a
-// later grant's token not above the earlier's, as an in-memory fence
-// (strict, as rail-proxy's) judges their writes; paydb's row count, WAL
-// position and postmaster start time unchanged.
-//
-// One seed drives the clients' choices (keys, think times, renewals); the
-// moments of the kill and promotion are fixed durations. On a shared
-// machine the timings vary from run to run with the same seed.
+// Package failover is the lockdb failover experiment (SC-08): lockdb as a
+// primary with a streaming standby, clients acquiring through a lock-server
+// in this process, the primary killed and the standby promoted (Run); it
+// measures the dip in acquire availability and checks that no token was
+// granted twice or went back (Check). Run it with `make failover` or
+// ./harness/cmd/failover; docs/reliability.md has the design and results.
 package failover
 
 import (

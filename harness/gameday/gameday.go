@@ -1,22 +1,9 @@
-// Package gameday runs the local game day (charter SC-09): the local
-// stack (local/stack), a real Prometheus scraping every service with the
-// game-day alert rules (ops/prometheus/gameday/rules.yml,
-// the SLO spec at 1/30 time scale, scrape and evaluation every second),
-// a real Alertmanager sending to a webhook receiver hosted here; then, one
-// fault at a time, it injects the fault on purpose, waits for each alert
-// the fault must fire, and runs the first diagnostic command of the
-// alert's runbook (docs/runbooks/<alert>.md, the first sh block under
-// "First diagnostic") against the stack. For each alert it records the
-// detection latency (fault injected to the alert received by the webhook)
-// and the time to the runbook step (alert received to the command's
-// answer), and whether the answer names the cause.
-//
-// Nothing in the rules is overridden: the game-day rules already divide
-// every window, "for", age and histogram threshold by 30 (docs/slo.md).
-// The faults of the executor path (Fault.Executes) run on a stack of their
-// own with the push bridge, whose dead-letter counter this process serves
-// for Prometheus. An alert that no fault can fire on this machine would be
-// listed in NotFiredLocally with the reason; none is.
+// Package gameday runs the local game day (SC-09): the local stack, a real
+// Prometheus with the game-day alert rules and a real Alertmanager; each
+// fault is injected in turn, each alert it must fire is awaited, and its
+// runbook's first diagnostic is run (Run), recording detection latency and
+// time to the runbook step. Run it with `make gameday` or
+// ./harness/cmd/gameday; docs/gameday.md has the design and the results.
 package gameday
 
 import (

@@ -1,28 +1,10 @@
-// Package soak is the crash soak of the payout pipeline: it drives many payouts over many accounts through the local stack
-// (package local/stack: every part a separate operating-system process),
-// publishes a share of the payout events a second time (duplicate
-// deliveries), and meanwhile kills every kind of process in turn with
-// SIGKILL at seeded random moments: lock-server, each executor,
-// payment-resource, rail-proxy, rail-stub, the lockdb PostgreSQL cluster
-// (postgres backend), the paydb/raildb cluster and, with etcd, one member
-// of a three-member etcd cluster (the raft leader on the first etcd kill).
-// Each killed part is restarted as its supervisor would: same binary,
-// arguments and environment, so the same port, data directory and journal.
-//
-// After the load it drains the pipeline, runs the reconciler until nothing
-// is ambiguous or forwarding, and then judges the run from the records,
-// never from what workers reported (Check): every payout ended posted,
-// declined or failed, or waits in needs_attention with a reason (a
-// person's queue, counted and listed, never hidden); no payout reached the
-// rail twice (the rail-stub's journal); the ledger balances
-// (functions/payoutaudit over the journal, raildb and paydb); and every
-// rail payment has exactly one debit.
-//
-// One seed drives the plan of payouts, the duplicates and the chaos
-// schedule; it is printed at the start (Config.Log) and kept in the
-// Report. Timing on a shared machine still varies between runs with the
-// same seed: the seed fixes what is killed and when, not how far each
-// payout had got at that moment.
+// Package soak is the crash soak of the payout pipeline: many payouts
+// through the local stack while every kind of process is killed with
+// SIGKILL and restarted at seeded moments (Run), then judged from the
+// records (Check: none lost, none paid twice, the ledger balances, one
+// debit per rail payment). One seed drives the plan and the kills. Run it
+// with `make soak` or ./harness/cmd/soak; docs/reliability.md has the
+// design and the runs.
 package soak
 
 import (
