@@ -16,7 +16,8 @@
 // The faults of the executor path (Fault.Executes) run on a stack of their
 // own with the push bridge, whose dead-letter counter this process serves
 // for Prometheus. An alert that no fault can fire on this machine would be
-// listed in NotFiredLocally with the reason; none is.
+// listed in NotFiredLocally with the reason (EtcdMemberDown: it fires
+// beside the etcd faults, but its runbook step is kubectl, for GKE).
 package gameday
 
 import (
