@@ -272,6 +272,24 @@ var Faults = []Fault{
 		},
 		Confirms: map[string]string{"PayoutSubmittedTwice": `gd-dup-1`},
 	},
+	// A function killed: its scrape is refused, FunctionDown pages; the
+	// runbook's probe of it is refused too (curl exit 7).
+	killed("payment-resource-killed", "payment-resource", "FunctionDown", false,
+		func(st *stack.Stack) string { return st.PaymentResourceURL() }),
+	killed("rail-proxy-killed", "rail-proxy", "FunctionDown", false,
+		func(st *stack.Stack) string { return st.RailProxyURL() }),
+	// A process stopped (SIGSTOP): it accepts connections and answers
+	// nothing, every scrape waits out its timeout, ProcessHung pages; the
+	// runbook's probe times out (curl exit 28).
+	hung("lock-server-hung", "lock-server", false, func(st *stack.Stack) string { return st.LockServerURL() }),
+	hung("payment-resource-hung", "payment-resource", false, func(st *stack.Stack) string { return st.PaymentResourceURL() }),
+	hung("rail-proxy-hung", "rail-proxy", false, func(st *stack.Stack) string { return st.RailProxyURL() }),
+	hung("rail-stub-hung", "rail-stub", false, func(st *stack.Stack) string { return st.RailStubURL() }),
+	hung("executor-hung", "executor-A", false, func(st *stack.Stack) string { return st.ExecutorURL("A") }),
+	killed("rail-stub-killed", "rail-stub", "FunctionDown", false,
+		func(st *stack.Stack) string { return st.RailStubURL() }),
+	killed("executor-killed", "executor-A", "FunctionDown", false,
+		func(st *stack.Stack) string { return st.ExecutorURL("A") }),
 	{
 		Name:   "lockdb-killed",
 		Alerts: []string{"LockStoreUnreachable", "LockAcquireErrorBudgetBurn"},
@@ -411,6 +429,25 @@ var Faults = []Fault{
 		Confirms: map[string]string{"PayoutAmbiguousTooLong": `"withheld":true`},
 	},
 	{
+		// rail-proxy killed while payouts are executed: payment-resource
+		// still takes payouts, the executor claims each and cannot submit
+		// it, and nothing completes. The completion SLO counts no event
+		// and cannot burn; PayoutsNotCompleting pages, and the runbook's
+		// count of unfinished payouts by state shows them claimed.
+		Name:     "rail-proxy-down",
+		Executes: true,
+		Alerts:   []string{"PayoutsNotCompleting", "FunctionDown"},
+		Inject: func(ctx context.Context, e *env) error {
+			e.set("URL", e.st.RailProxyURL())
+			return e.st.Kill("rail-proxy")
+		},
+		Heal: func(ctx context.Context, e *env) error { return e.st.Restart(ctx, "rail-proxy") },
+		Confirms: map[string]string{
+			"PayoutsNotCompleting": `claimed\s*\|\s*[1-9]`,
+			"FunctionDown":         `curl exit 7\b`,
+		},
+	},
+	{
 		// The executor killed and kept down: every push is refused
 		// (connection refused) until the bridge, after the subscription's
 		// 10 delivery attempts (its backoff scaled down 50 times, about
@@ -437,6 +474,8 @@ var Faults = []Fault{
 		// The executor's reason for each failed delivery.
 		Confirms: map[string]string{"PayoutDeadLettered": string(railapi.CodeRailNotReached)},
 	},
+	killed("reconciler-killed", "reconciler", "FunctionDown", true, func(st *stack.Stack) string { return st.ReconcilerURL() }),
+	hung("reconciler-hung", "reconciler", true, func(st *stack.Stack) string { return st.ReconcilerURL() }),
 	{
 		// A payment the rail made that the books never debited: one
 		// submission of a payout paydb does not know, straight to
@@ -487,16 +526,60 @@ var Faults = []Fault{
 		},
 		Confirms: map[string]string{"EtcdNoLeader": `etcd_server_has_leader 0`},
 	},
+	{
+		// One etcd member stopped: the other two keep the quorum; its
+		// scrape waits out its timeout.
+		Name:    "etcd-member-hung",
+		Backend: stack.BackendEtcd,
+		Alerts:  []string{"ProcessHung"},
+		Inject: func(ctx context.Context, e *env) error {
+			e.set("URL", e.st.EtcdEndpoints()[0])
+			return e.st.Freeze("etcd-0")
+		},
+		Heal:     func(ctx context.Context, e *env) error { return e.st.Thaw("etcd-0") },
+		Confirms: map[string]string{"ProcessHung": `curl exit 28\b`},
+	},
 }
 
 // NotFiredLocally are the alerts of ops/slo.yaml that no fault of this
 // game day fires, and why (TestEveryAlertIsFiredOrExplained).
 var NotFiredLocally = map[string]string{
-	"EtcdMemberDown": "no fault stops one member alone; the etcd-quorum fault stops two, " +
-		"and its report lists EtcdMemberDown among the other alerts received; " +
-		"the runbook's first diagnostic is kubectl, for GKE",
-	"FunctionDown": "no fault kills or hangs a function process; " +
-		"its runbook's first diagnostic reads Cloud Run's log",
+	"EtcdMemberDown": "etcd-member-hung and etcd-quorum-lost stop members, and their reports list " +
+		"EtcdMemberDown among the other alerts received; the runbook's first diagnostic is kubectl, for GKE",
+}
+
+// killed is the fault of process (a stack.Stack name) killed and kept
+// down until its heal restarts it; alert must page. url gives the
+// process's base URL, the runbook's $URL.
+func killed(name, process, alert string, executes bool, url func(*stack.Stack) string) Fault {
+	return Fault{
+		Name:     name,
+		Executes: executes,
+		Alerts:   []string{alert},
+		Inject: func(ctx context.Context, e *env) error {
+			e.set("URL", url(e.st))
+			return e.st.Kill(process)
+		},
+		Heal:     func(ctx context.Context, e *env) error { return e.st.Restart(ctx, process) },
+		Confirms: map[string]string{alert: `curl exit 7\b`},
+	}
+}
+
+// hung is the fault of process stopped with SIGSTOP (alive, holding its
+// port, answering nothing) until its heal resumes it; ProcessHung must
+// page.
+func hung(name, process string, executes bool, url func(*stack.Stack) string) Fault {
+	return Fault{
+		Name:     name,
+		Executes: executes,
+		Alerts:   []string{"ProcessHung"},
+		Inject: func(ctx context.Context, e *env) error {
+			e.set("URL", url(e.st))
+			return e.st.Freeze(process)
+		},
+		Heal:     func(ctx context.Context, e *env) error { return e.st.Thaw(process) },
+		Confirms: map[string]string{"ProcessHung": `curl exit 28\b`},
+	}
 }
 
 func faultByName(name string) *Fault {

@@ -40,10 +40,12 @@ func needTools(t *testing.T) {
 }
 
 // TestShortGameDay is the game day's short version (make test): the
-// stack, a real Prometheus and Alertmanager, and two faults: lock-server
-// killed (LockServerDown) and a forged token at rail-proxy
-// (FenceUnverifiedTokens). Each alert must reach the webhook, and its
-// runbook's first command must answer naming the cause.
+// stack, a real Prometheus and Alertmanager, and five faults: lock-server
+// killed (LockServerDown), a forged token at rail-proxy
+// (FenceUnverifiedTokens), payment-resource killed and rail-proxy killed
+// (FunctionDown, each) and lock-server stopped with SIGSTOP
+// (ProcessHung). Each alert must reach the webhook, and its runbook's
+// first command must answer naming the cause.
 func TestShortGameDay(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the whole stack")
@@ -51,7 +53,14 @@ func TestShortGameDay(t *testing.T) {
 	needTools(t)
 	cfg := DefaultConfig()
 	cfg.Repo, cfg.Dir = repoRoot(t), t.TempDir()
-	cfg.Faults = []string{"lock-server-killed", "forged-token"}
+	short := map[string]string{ // fault -> the alert it must fire
+		"lock-server-killed":      "LockServerDown",
+		"forged-token":            "FenceUnverifiedTokens",
+		"payment-resource-killed": "FunctionDown",
+		"rail-proxy-killed":       "FunctionDown",
+		"lock-server-hung":        "ProcessHung",
+	}
+	cfg.Faults = []string{"lock-server-killed", "forged-token", "payment-resource-killed", "rail-proxy-killed", "lock-server-hung"}
 	cfg.AlertTimeout = 60 * time.Second
 	start := time.Now()
 	rep, err := Run(t.Context(), cfg)
@@ -65,10 +74,13 @@ func TestShortGameDay(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
-	if len(rep.Results) != 2 {
-		t.Fatalf("%d results; want 2", len(rep.Results))
+	if len(rep.Results) != len(short) {
+		t.Fatalf("%d results; want %d", len(rep.Results), len(short))
 	}
 	for _, r := range rep.Results {
+		if r.Alert != short[r.Fault] {
+			t.Errorf("fault %s: result for %s; want %s", r.Fault, r.Alert, short[r.Fault])
+		}
 		if !r.Fired || r.DetectionMs <= 0 {
 			t.Errorf("%s: fired %v after %d ms", r.Alert, r.Fired, r.DetectionMs)
 		}
@@ -185,15 +197,15 @@ func TestPhases(t *testing.T) {
 			t.Errorf("executor-path fault %s on backend %s", f.Name, f.Backend)
 		}
 	}
-	if len(phs[1].faults) != 7 {
-		t.Errorf("%d executor-path faults; want 7", len(phs[1].faults))
+	if len(phs[1].faults) != 10 {
+		t.Errorf("%d executor-path faults; want 10", len(phs[1].faults))
 	}
 	// rail-paid-no-debit's payment stays in the rail's journal, so every
 	// later reconciler pass of the phase would page again: it runs last.
 	if last := phs[1].faults[len(phs[1].faults)-1]; last.Name != "rail-paid-no-debit" {
 		t.Errorf("the executor path ends with %s; want rail-paid-no-debit", last.Name)
 	}
-	for _, ph := range phasesOf([]string{"lock-server-killed", "forged-token"}) {
+	for _, ph := range phasesOf([]string{"lock-server-killed", "forged-token", "payment-resource-killed", "rail-proxy-killed", "lock-server-hung"}) {
 		if ph.executes {
 			t.Error("the short game day's faults start the executor path")
 		}

@@ -23,9 +23,11 @@ const (
 	// aheadAccount is fence-ahead's account, aheadPayout its payout.
 	aheadAccount = "gd-acct-ahead"
 	aheadPayout  = "gd-ahead-1"
-	// aheadToken is the fence fence-ahead writes: far above any token
-	// lock-server grants in a game day.
-	aheadToken = int64(1) << 40
+	// aheadToken is the fence fence-ahead writes: above any token
+	// lock-server grants (lockdb keeps its tokens near its clock in
+	// microseconds since 1970, about 2^50.7 in 2026; 2^52 is reached in
+	// 2112) and below the largest token, 2^53 - 1.
+	aheadToken = int64(1) << 52
 	// payAheadAccount is payment-fence-ahead's account, payAheadPayout
 	// its payout (the fence is aheadToken too).
 	payAheadAccount = "gd-acct-pay-ahead"

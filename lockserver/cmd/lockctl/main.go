@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -60,14 +61,36 @@ func main() {
 }
 
 // withHint adds to an error of a lock-server that could not be reached
-// which server was tried and how to name another one.
+// which server was tried and what the failure says: a connection that was
+// accepted and never answered is a hung lock-server at the right URL (the
+// hint names its liveness URL and the runbook), anything else is nothing
+// answering there (the hint says how to name another URL).
 func withHint(err error, server string) error {
 	var e *client.Error
 	if !errors.Is(err, client.ErrUnavailable) || (errors.As(err, &e) && e.Code != "") {
 		return err
 	}
-	return fmt.Errorf("%w\nno answer from lock-server at %s: give its URL with --server or LOCK_SERVER_URL (go run ./local up prints it)", err, server)
+	server = strings.TrimSuffix(server, "/")
+	var op *net.OpError
+	dialing := errors.As(err, &op) && op.Op == "dial"
+	if !dialing && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)) {
+		return fmt.Errorf("%w\nno answer from lock-server at %s: it accepted the connection and answered nothing in time, "+
+			"so the URL is right and lock-server is hung or overloaded (docs/runbooks/process-hung.md); "+
+			"its liveness is %s%s", err, server, server, api.PathHealth)
+	}
+	return fmt.Errorf("%w\nno answer from lock-server at %s: nothing accepted the connection, so lock-server is down or that is not its URL; "+
+		"give its URL with --server or %s (go run ./local up prints the local one; on GKE, "+
+		"kubectl -n dlock port-forward deploy/lock-server %d makes it %s)", err, server, api.EnvServerURL, gkePort, defaultServer)
 }
+
+// defaultServer is the server URL without --server or LOCK_SERVER_URL:
+// lock-server's own default listen address, and where `kubectl
+// port-forward deploy/lock-server 8080` puts the pod's port (gkePort,
+// its containerPort in lockserver/deploy/lock-server.yaml).
+const (
+	defaultServer = "http://127.0.0.1:8080"
+	gkePort       = 8080
+)
 
 func newRoot(out io.Writer) *cobra.Command {
 	var server string
@@ -80,7 +103,7 @@ func newRoot(out io.Writer) *cobra.Command {
 	}
 	def := os.Getenv(api.EnvServerURL)
 	if def == "" {
-		def = "http://127.0.0.1:8080"
+		def = defaultServer
 	}
 	root.PersistentFlags().StringVar(&server, "server", def, "lock-server base URL; LOCK_SERVER_URL, when set, gives the default")
 	root.PersistentFlags().DurationVar(&timeout, "timeout", 10*time.Second, "time allowed for the command")

@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
@@ -77,7 +81,8 @@ func TestOperatorFlow(t *testing.T) {
 }
 
 // A lock-server that does not answer: the error names the URL tried and
-// both ways to give another.
+// both ways to give another, and the port-forward URL it suggests for GKE
+// is the port lock-server's pod serves.
 func TestUnreachableServerNamesTheFlagAndTheVariable(t *testing.T) {
 	srv := httptest.NewServer(nil)
 	url := srv.URL
@@ -87,10 +92,68 @@ func TestUnreachableServerNamesTheFlagAndTheVariable(t *testing.T) {
 		t.Fatal("inspect against a closed server succeeded")
 	}
 	msg := withHint(err, url).Error()
-	for _, want := range []string{url, "--server", "LOCK_SERVER_URL"} {
+	for _, want := range []string{url, "--server", "LOCK_SERVER_URL", "nothing accepted the connection"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message %q does not name %s", msg, want)
 		}
+	}
+	if strings.Contains(msg, "hung") {
+		t.Errorf("a refused connection is called hung: %q", msg)
+	}
+	manifest, err := os.ReadFile("../../deploy/lock-server.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`containerPort: (\d+)`).FindSubmatch(manifest)
+	if m == nil {
+		t.Fatal("lockserver/deploy/lock-server.yaml declares no containerPort")
+	}
+	if want := "port-forward deploy/lock-server " + string(m[1]) + " makes it http://127.0.0.1:" + string(m[1]); !strings.Contains(msg, want) {
+		t.Errorf("message %q does not say %q (the pod's containerPort)", msg, want)
+	}
+}
+
+// A lock-server that accepts the request and answers nothing in time is
+// hung at the right URL: the hint says so, and the liveness URL it names
+// is one lock-server serves (200 once it answers again).
+func TestHungServerHintNamesAServedURL(t *testing.T) {
+	h, err := lockserver.NewServer(memstore.New(nil), lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hung atomic.Bool
+	hung.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hung.Load() {
+			<-r.Context().Done() // answers nothing until the caller gives up
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	_, err = runCmd(t, srv.URL, "ready", "--timeout", "1s")
+	if err == nil {
+		t.Fatal("ready against a hung server succeeded")
+	}
+	msg := withHint(err, srv.URL).Error()
+	if !strings.Contains(msg, "hung") || strings.Contains(msg, "not its URL") {
+		t.Errorf("message %q does not say lock-server is hung at the right URL", msg)
+	}
+	m := regexp.MustCompile(`its liveness is (\S+)`).FindStringSubmatch(msg)
+	if m == nil {
+		t.Fatalf("message %q names no liveness URL", msg)
+	}
+	if !strings.HasPrefix(m[1], srv.URL+"/") {
+		t.Fatalf("liveness URL %s is not on the server tried (%s)", m[1], srv.URL)
+	}
+	hung.Store(false)
+	resp, err := http.Get(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET %s (the hint's URL) = %s; want 200", m[1], resp.Status)
 	}
 }
 

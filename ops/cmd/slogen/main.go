@@ -14,6 +14,8 @@
 // Cloud twin of every alert instead, as Cloud Monitoring alert policies
 // (terraform/modules/monitoring). Without -out the output goes to
 // standard output.
+//
+// sloth (github.com/slok/sloth v0.16.0) was weighed and not taken: it makes the same burn-rate rules, but not the symptom pages, the 1/30 game-day copy (histogram thresholds included) or the Cloud Monitoring twins (docs/slo.md).
 package main
 
 import (

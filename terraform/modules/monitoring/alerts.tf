@@ -543,7 +543,59 @@ resource "google_monitoring_alert_policy" "function_down_page" {
 
   documentation {
     mime_type = "text/markdown"
-    content   = "A function does not answer - its process is dead or hung.\n\nRunbook: ${var.runbook_base}docs/runbooks/function-down.md"
+    content   = "A function does not answer - its process is dead or hung, or it has no scrape target at all.\n\nRunbook: ${var.runbook_base}docs/runbooks/function-down.md"
+  }
+}
+
+resource "google_monitoring_alert_policy" "process_hung_page" {
+  project               = var.project_id
+  display_name          = "ProcessHung"
+  combiner              = "OR"
+  severity              = "CRITICAL"
+  notification_channels = var.notification_channels
+  user_labels = merge(var.labels, {
+    alert    = "process-hung"
+    severity = "page"
+  })
+
+  conditions {
+    display_name = "ProcessHung (page)"
+    condition_prometheus_query_language {
+      query               = "sum by (container_name) (increase(kubernetes_io:container_restart_count{container_name=~\"lock-server|etcd\",monitored_resource=\"k8s_container\"}[15m])) > 0"
+      duration            = "60s"
+      evaluation_interval = "60s"
+    }
+  }
+
+  documentation {
+    mime_type = "text/markdown"
+    content   = "A process accepts connections but answers nothing - it is stopped, deadlocked or starved, not dead.\n\nRunbook: ${var.runbook_base}docs/runbooks/process-hung.md"
+  }
+}
+
+resource "google_monitoring_alert_policy" "payouts_not_completing_page" {
+  project               = var.project_id
+  display_name          = "PayoutsNotCompleting"
+  combiner              = "OR"
+  severity              = "CRITICAL"
+  notification_channels = var.notification_channels
+  user_labels = merge(var.labels, {
+    alert    = "payouts-not-completing"
+    severity = "page"
+  })
+
+  conditions {
+    display_name = "PayoutsNotCompleting (page)"
+    condition_prometheus_query_language {
+      query               = "sum(increase(function_requests_total{class=\"2xx\",function=\"payment-resource\",route=\"/v1/payouts\"}[10m])) > 0 unless sum(increase(payout_completion_seconds_count[10m])) > 0"
+      duration            = "300s"
+      evaluation_interval = "60s"
+    }
+  }
+
+  documentation {
+    mime_type = "text/markdown"
+    content   = "Payouts are being created but none has completed for ten minutes - the pipeline is silent.\n\nRunbook: ${var.runbook_base}docs/runbooks/payouts-not-completing.md"
   }
 }
 
