@@ -39,7 +39,7 @@ import (
 // holds (pools, publishers, background goroutines) and may be nil.
 type Builder func(ctx context.Context, getenv func(string) string, log *slog.Logger) (h http.Handler, close func(), err error)
 
-// Main runs the function called name and exits the process when it ends:
+// Main runs the function called name:
 // JSON logs on stderr (level from LOG_LEVEL), the handler from build served
 // on $HOST:$PORT (default every interface, port 8080) by internal/httpserve,
 // its metrics (extra included) at PathMetrics, Go's profiler on a loopback
