@@ -11,17 +11,10 @@
 //	lockctl advance --past 48210 --store postgres --lockdb-url "$LOCKDB_URL"
 //
 // The server URL comes from --server, else $LOCK_SERVER_URL, else
-// http://127.0.0.1:8080.
-//
-// "advance" is the operator's step after a restore of the backend (see
-// docs/runbooks/lockdb-restore.md). Unlike the other commands it does not
-// go through lock-server: it opens the store itself, with the same
-// settings lock-server reads (LOCK_STORE, LOCKDB_URL, ETCD_ENDPOINTS,
-// ETCD_PREFIX, or the flags). The lock API has no authentication, and a
-// wrong N can re-issue tokens (too small) or push them out of range (too
-// large), so the step needs the backend's credentials, which whoever
-// restored the backend has anyway; and it works while every lock-server
-// refuses grants, or none runs.
+// http://127.0.0.1:8080. "advance", the step after a restore of the backend
+// (docs/runbooks/lockdb-restore.md), opens the store itself with
+// lock-server's settings (LOCK_STORE, LOCKDB_URL, ETCD_ENDPOINTS,
+// ETCD_PREFIX, or the flags); docs/lock-service.md says why.
 package main
 
 import (
