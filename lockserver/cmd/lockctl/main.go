@@ -1,7 +1,6 @@
-// Command lockctl is the operator's break-glass tool for lock-server: it
-// inspects a key, force-revokes a lease, and can take or give back a lease
-// by hand. Every command prints JSON on stdout and exits non-zero with the
-// server's error code on stderr when refused.
+// Command lockctl is the operator's break-glass tool for lock-server. Every
+// command prints JSON on stdout and exits non-zero with the server's error
+// code on stderr when refused.
 //
 //	lockctl --server http://127.0.0.1:8080 inspect payout:acct-7
 //	lockctl revoke payout:acct-7 --token 42 --reason "stuck worker, INC-12"
@@ -10,11 +9,9 @@
 //	lockctl ready
 //	lockctl advance --past 48210 --store postgres --lockdb-url "$LOCKDB_URL"
 //
-// The server URL comes from --server, else $LOCK_SERVER_URL, else
-// http://127.0.0.1:8080. "advance", the step after a restore of the backend
-// (docs/runbooks/lockdb-restore.md), opens the store itself with
-// lock-server's settings (LOCK_STORE, LOCKDB_URL, ETCD_ENDPOINTS,
-// ETCD_PREFIX, or the flags); docs/lock-service.md says why.
+// --server defaults to $LOCK_SERVER_URL, else http://127.0.0.1:8080.
+// "advance" (docs/runbooks/lockdb-restore.md) opens the store itself, with
+// lock-server's settings (LOCK_STORE, LOCKDB_URL, ETCD_*) or the flags.
 package main
 
 import (

@@ -1,6 +1,5 @@
 // Command labenv takes the lab's Google Cloud environment (terraform/)
-// through its lifecycle with terraform/tfdriver; `make plan`, `make deploy`
-// and `make destroy` run it.
+// through its lifecycle; `make plan`, `make deploy` and `make destroy` run it.
 //
 //	labenv plan      read-only: the APIs deploy would enable, init and a
 //	                 saved plan with its resource counts
@@ -9,11 +8,10 @@
 //	                 cloudbuild.yaml at this commit; a failed apply is kept
 //	                 unless -destroy-on-failure
 //	labenv destroy   the GKE objects that outlive the cluster, terraform
-//	                 destroy, then the zero-billable check
-//	                 (terraform/leftovers); fails if anything is left
+//	                 destroy, then the zero-billable check (terraform/leftovers)
 //
 // It first checks GOOGLE_CLOUD_PROJECT, BILLING_ACCOUNT and Application
-// Default Credentials. Every step is described in docs/cloud.md.
+// Default Credentials. Every step: docs/cloud.md.
 package main
 
 import (
