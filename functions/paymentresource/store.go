@@ -761,9 +761,8 @@ func transition(ctx context.Context, tx pgx.Tx, id string, from, to api.State, t
 // needs_attention. The history row and the payout's updated_at (and, for
 // the creation, its created_at) take one time, the row's at
 // (clock_timestamp()), in one statement: a payout's updatedAt is always
-// its last history row's time, never earlier (the newcomer's probe 15 saw
-// updated_at from the transaction's start, now(), before the row's
-// clock_timestamp()). The fenced UPDATEs therefore leave updated_at alone.
+// its last history row's time, never earlier. The fenced UPDATEs
+// therefore leave updated_at alone.
 func insertTransition(ctx context.Context, tx pgx.Tx, id string, from, to api.State, token int64, owner string, reason api.AttentionReason) error {
 	if _, err := tx.Exec(ctx, insertTransitionSQL, id, string(from), string(to), token, owner, string(reason)); err != nil {
 		return dbError("record transition", err)

@@ -75,10 +75,7 @@ UPDATE rail_attempt SET state = $2, finished_at = now() WHERE attempt_id = $1`
 // was still at the rail). The call's own answer is the truth about that
 // attempt, so it replaces "unknown"; a reconciliation that settled it
 // first (stop order, then the rail's record) has written the same fact,
-// and a final state is never overwritten. Before, only a forwarding
-// attempt was updated, and a late ACK of an abandoned forward, passed on
-// with its receipt and posted at paydb, left raildb saying ambiguous
-// without its reference (explore7, session 7).
+// and a final state is never overwritten.
 const sqlFinishAttempt = `
 UPDATE rail_attempt
    SET state = $2, rail_ref = NULLIF($3, ''), finished_at = now()

@@ -356,8 +356,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		s.log.Warn("leftover folders of dead stacks not removed", "error", err.Error())
 	}
 	// The build is bounded by ctx alone: a first build compiles every
-	// dependency, which on two busy cores took longer than the start's
-	// own limit (newcomer probe, session 7).
+	// dependency, which can take longer than the start's own limit.
 	err = checkPostgres()
 	if err == nil {
 		err = s.buildBinaries(ctx)

@@ -365,9 +365,8 @@ func splitSig(sig string) (id string, raw []byte, err error) {
 	if !ok || checkID(id) != nil {
 		return "", nil, fmt.Errorf("%w: want <key id>.<signature>", ErrMalformed)
 	}
-	// Strict: one text per signature. The lenient decoder also took a
-	// last character whose unused bits were set, so the same signature had
-	// several spellings (newcomer probe, session 7).
+	// Strict: one text per signature (the lenient decoder accepts a last
+	// character with unused bits set, so a signature has several spellings).
 	raw, err = base64.RawURLEncoding.Strict().DecodeString(b64)
 	if err != nil || len(raw) != ed25519.SignatureSize {
 		return "", nil, fmt.Errorf("%w: signature is not %d bytes of base64url", ErrMalformed, ed25519.SignatureSize)
