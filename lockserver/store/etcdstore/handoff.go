@@ -207,12 +207,8 @@ func (s *Store) revokeOld(key string, resp *clientv3.TxnResponse) {
 // revokeLater revokes lease id, which carries no key any more, from a
 // goroutine of its own, at once and best effort (failing, the lease
 // expires after its TTL). Close waits for these goroutines; none starts
-// once Close has. Sending the revocations of many leases together (a
-// 50 ms window, tried once; docs/benchmarks.md) saved most of their raft log fsyncs
-// and a quarter of a contended handoff's mean, but made its p99 two to
-// three times worse: etcd applies each revocation with a backend commit
-// of its own, and a batch of them stalls every transaction queued behind
-// it (docs/benchmarks.md).
+// once Close has. Revocations are not batched: a batch stalls the
+// transactions queued behind it (docs/benchmarks.md).
 func (s *Store) revokeLater(key string, id clientv3.LeaseID) {
 	s.bgMu.Lock()
 	defer s.bgMu.Unlock()
