@@ -252,8 +252,8 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Reconciler, error) {
 // Owner is the owner id of the reconciler's leases.
 func (r *Reconciler) Owner() string { return r.locks.Owner() }
 
-// Pass runs one pass over every payout in States (see the package
-// comment) and then the audit. A payout it cannot settle now is counted
+// Pass runs one pass over every payout in States, then over rail-proxy's
+// unsettled attempts, and then the audit (with WithAuditor). A payout it cannot settle now is counted
 // and left for the next pass; the error is only for a listing that
 // failed (the pass then stops) or a cancelled ctx.
 func (r *Reconciler) Pass(ctx context.Context) (PassReport, error) {

@@ -389,9 +389,9 @@ func scanLease(row pgx.Row, key string) (lockserver.Lease, error) {
 	return leaseOf(key, owner, token, ttl, expires), nil
 }
 
-// Acquire implements lockserver.LockStore in one statement (see the package
-// doc for how the token is drawn), preceded in the same round trip by the
-// restore guard's identity check (guard.go). ErrLockHeld, wrapped, when an
+// Acquire implements lockserver.LockStore in one statement, which draws the
+// token only after it has won the key's row, preceded in the same round trip
+// by the restore guard's identity check. ErrLockHeld, wrapped, when an
 // unexpired lease exists on key; ErrBackendRestored when lockdb is not the
 // instance its identity stamp names; ErrInvalidArgument; ErrUnavailable.
 func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
