@@ -1,25 +1,16 @@
 // Command local runs the system on this machine, on loopback only.
 //
 //	go run ./local up      the whole stack as separate processes (package
-//	                       local/stack): PostgreSQL clusters, etcd or
-//	                       lockdb, the Pub/Sub fake, lock-server, rail-stub,
-//	                       rail-proxy, payment-resource and executors; prints
-//	                       every URL and runs until Ctrl-C, SIGTERM or
-//	                       SIGHUP, or until its parent process exits
-//	                       (flags: go run ./local up -h)
+//	                       local/stack); prints every URL and runs until
+//	                       Ctrl-C, SIGTERM or SIGHUP, or until its parent
+//	                       process exits (flags: go run ./local up -h)
 //	go run ./local demo    one lease through the SDK: an embedded etcd, a
-//	                       lock-server in front of it, two workers contending
-//	                       for payout:acct-7 (the stand-in for `make demo`
-//	                       until the fencing experiment lands)
+//	                       lock-server, two workers contending for
+//	                       payout:acct-7
 //
-// Everything it starts is stopped before it exits, on success, on error,
-// on SIGINT, SIGTERM or SIGHUP to this process, and when its parent exits:
-// `go run` passes no signal on, and dies of SIGTERM leaving this process
-// behind, which notices (local/stack.WithParent) and stops the stack. The
-// go command ignores SIGINT sent to it alone (it expects Ctrl-C to reach
-// the whole process group, as a terminal sends it); send that one to this
-// process or to the group (kill -INT -- -PGID, or kill -INT %1 in a shell
-// with job control).
+// Everything it starts is stopped before it exits. The go command passes
+// no signal on and ignores a SIGINT sent to it alone: signal this process
+// or its process group (README.md).
 package main
 
 import (

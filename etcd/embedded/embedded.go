@@ -1,27 +1,13 @@
 // Package embedded runs an etcd cluster inside the current process, from
-// go.etcd.io/etcd/server/v3/embed: one member (the default, for tests and
-// the local stack) or several (three for chaos experiments), each member
-// with its own data directory and its own client and peer URLs on
-// 127.0.0.1, on ports chosen by the operating system.
-//
-// A member can be stopped and restarted on the same data directory and the
-// same URLs, so its data survives the restart exactly as it would survive a
-// restart of an etcd process; for a one-member cluster this is the "etcd
-// restarted" fault. StopMember is graceful (a leader hands over leadership
-// first); KillMember is abrupt (the others must time out and elect). Pausing
-// a member (SIGSTOP) or killing it with its process needs a separate
-// process: see etcd/cmd/etcd-local.
-//
-// Timing. The default heartbeat is 50 ms and the election timeout 500 ms,
-// half of etcd's own defaults, which is comfortable on loopback. They also
-// set etcd's lease floor: etcd raises every lease TTL to
-// ⌊3 × electionTicks / 2⌋ heartbeats rounded up to whole seconds, which is
-// 1 s with these defaults (2 s with etcd's own 100 ms / 1 s). See
-// [Config.MinLeaseTTL].
-//
-// Logging. etcd logs through zap. Unless a logger is supplied, members log
-// at error level to stderr, minus the error lines etcd writes for every
-// clean shutdown of a member.
+// go.etcd.io/etcd/server/v3/embed: one member (tests, the local stack) or
+// several (chaos), each with its own data directory and loopback URLs on
+// ports the operating system chose. Start(ctx, cfg) returns a Cluster
+// (Endpoints for clients); Close it when done. A member can be stopped (StopMember,
+// graceful) or killed (KillMember, abrupt) and restarted on the same data
+// and URLs; pausing a member needs a process of its own (etcd/cmd/etcd-local).
+// The default timing (50 ms heartbeat, 500 ms election timeout) makes etcd's
+// lease floor 1 s (Config.MinLeaseTTL). Unless a logger is supplied, members
+// log errors to stderr, minus those of a clean shutdown.
 package embedded
 
 import (

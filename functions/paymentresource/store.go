@@ -600,20 +600,12 @@ func recordClaim(ctx context.Context, tx pgx.Tx, id string, l lockedPayout, toke
 }
 
 // refused explains why a fenced payout statement matched no row, from the
-// payout row as locked just before it and the account's fence as it is
-// now. The fenced statements check the account's fence themselves, at
-// their own start: a concurrent debit of the account committed after the
-// payout was locked is seen by the statement, so it must be by the
-// explanation too (read earlier, it left such a refusal unexplained, a
-// 500 INTERNAL instead of FENCED_OUT). The fence only grows, so a value
-// read now above the token proves the token stale. For a claim, a payout no claim can take
-// says so whatever the token: finished (PAYOUT_FINISHED before FENCED_OUT:
-// no holder, however new, has anything left to do, and a payout fence
-// raised by a bad token must not turn "done" into a refusal that is
-// redelivered forever), in doubt, needs attention. Then, for every step, a
-// higher fence (FENCED_OUT, logged: a stale holder's result or mark is a
-// stale write, which the experiment counts), then a state the step does
-// not start from.
+// payout row as locked before it and the account's fence read now (the
+// statement saw a debit committed after the lock, and a fence only grows).
+// In order: for a claim, a payout no claim can take (finished, in doubt,
+// needs attention) whatever the token, so a fence raised by a bad token
+// never turns "done" into a refusal redelivered forever; then a higher
+// fence (FENCED_OUT, logged); then a state the step does not start from.
 func (s *Service) refused(ctx context.Context, tx pgx.Tx, id string, l lockedPayout, token int64, owner string, claim bool) error {
 	var account int64 // the account's fence now, when it can explain
 	if s.fencing && l.fence <= token {
@@ -769,9 +761,8 @@ func transition(ctx context.Context, tx pgx.Tx, id string, from, to api.State, t
 // needs_attention. The history row and the payout's updated_at (and, for
 // the creation, its created_at) take one time, the row's at
 // (clock_timestamp()), in one statement: a payout's updatedAt is always
-// its last history row's time, never earlier (the newcomer's probe 15 saw
-// updated_at from the transaction's start, now(), before the row's
-// clock_timestamp()). The fenced UPDATEs therefore leave updated_at alone.
+// its last history row's time, never earlier. The fenced UPDATEs
+// therefore leave updated_at alone.
 func insertTransition(ctx context.Context, tx pgx.Tx, id string, from, to api.State, token int64, owner string, reason api.AttentionReason) error {
 	if _, err := tx.Exec(ctx, insertTransitionSQL, id, string(from), string(to), token, owner, string(reason)); err != nil {
 		return dbError("record transition", err)

@@ -156,49 +156,17 @@ type LiveConfig struct {
 }
 
 // Live checks the records like Run, beside live traffic (the reconciler's
-// audit after each pass), and never reports a disagreement that is only
-// a payout in flight, without hiding a persistent one.
-//
-// Why the order of the reads decides. The records are three stores read
-// one after the other, never one snapshot, so a payout may move between
-// two reads. But the pipeline writes them in one causal order: rail-proxy
-// records its forward in raildb before it calls the rail; the rail
-// records the payment before it answers; rail-proxy records the answer in
-// raildb before it answers the executor (when raildb fails there, the
-// forward stays 'forwarding', which the token rule already allows); and
-// payment-resource posts the debit (with the rail reference and token)
-// only after that ACK. Live reads against that order: paydb first, raildb
-// second, the rail's journal last. Then whatever a check looks for on
-// behalf of a record it has read was written before that record, so it
-// is there when its store is read, later:
-//
-//   - a debit seen in paydb has its rail payment in the journal (no false
-//     "debit without rail payment", DebitNoRailPayment, the finding of
-//     the game day of docs/gameday.md, where the journal was read first);
-//   - a rail reference and token paydb recorded are in raildb (no false
-//     CheckRailToken), and a rail reference raildb recorded is in the
-//     journal (no false CheckRailThroughProxy on references).
-//
-// Those findings are reported from this one look. The other direction
-// cannot be made safe by any order: a payment the rail holds whose debit
-// (or payout row, or forward in raildb) is written by a payout still in
-// flight. The rail's record is read last, so it is the newest, and a
-// payment the rail acknowledged after paydb was read has no debit yet.
-// Those findings (RailPaidNoDebit; CheckRailMatchesLedger with more ACKs
-// than debits, or of a payout paydb does not know; CheckRailThroughProxy
-// with more submissions than forwards) get a second look: after Settle,
-// Live reads paydb, raildb and the journal again, in the same order, for
-// just the payouts flagged, and reports a finding only when the second
-// look makes it again. A real one (a payment that never gets a debit)
-// persists and is reported; a payout that was in flight has been posted
-// and is listed in InFlight instead. A cut-off (not judging payments
-// recorded after paydb's read) would not do: the game day's payout was
-// paid before the books were read and posted after.
-//
-// The ledger audit (paymentresource.Audit, when payoutIDs is nil) reads
-// paydb alone in one snapshot and is reported as is. Counts and
-// Unreconciled are the first look's (less the payouts found in flight).
-// The error is a database's or the rail reader's.
+// audit after each pass), and never reports a disagreement that is only a
+// payout in flight, without hiding a persistent one. It reads against the
+// pipeline's causal order of writes (paydb first, raildb second, the rail's
+// journal last), so a debit's rail payment, and a recorded reference, is
+// always found; the findings no order can make safe (a rail payment ahead
+// of its debit or forward) get a second look after cfg.Settle, and are
+// reported only when found again (the payouts that were in flight go to
+// InFlight). The ledger audit (paymentresource.Audit, when payoutIDs is
+// nil) is one paydb snapshot, reported as is. Counts and Unreconciled are
+// the first look's. The error is a database's or the rail reader's. The
+// argument: docs/correctness.md, "The cross audit beside live traffic".
 func Live(ctx context.Context, paydb, raildb *pgxpool.Pool, readRail RailReader, payoutIDs []string, cfg LiveConfig) (Report, error) {
 	if cfg.Settle < 0 {
 		return newReport(), fmt.Errorf("payoutaudit: negative settle %v", cfg.Settle)

@@ -2,18 +2,11 @@
 // (cloud.google.com/go/pubsub/v2): a Publisher that payment-resource's
 // outbox drains into, topic and subscription setup with message ordering
 // by account, and a PushBridge that delivers pulled messages to the
-// executor's HTTP endpoint exactly as a push subscription would post them.
-//
-// The bridge exists because the in-process fake (pstest) has no push
-// delivery. It also keeps what a raw push to a CloudEvent function would
-// lose: the ordering key and the delivery attempt travel in the wrapped
-// push body. Delivery is at least once, like Pub/Sub's: a message is
-// acknowledged only after a 2xx answer, and redelivered otherwise, after
-// the subscription's retry backoff (RetryPolicy), until its maximum
-// number of delivery attempts; then it is moved to the dead-letter topic,
-// logged and counted, as the subscription Terraform creates does
-// (terraform/modules/pubsub: max_delivery_attempts, retry_policy), so
-// that a poison message ends the same way locally as on Cloud Run.
+// executor's HTTP endpoint as a push subscription would post them, ordering
+// key and delivery attempt included. The bridge exists because the
+// in-process fake (pstest) has no push delivery; like the subscription
+// Terraform creates, it acknowledges after a 2xx only, redelivers with the
+// retry policy and dead-letters after the maximum delivery attempts.
 package payoutbus
 
 import (
@@ -239,21 +232,13 @@ const maxIdlePoll = 50 * time.Millisecond
 const maxErrorWait = time.Second
 
 // PushBridge pulls from a subscription and posts each message, wrapped as a
-// Pub/Sub push request, to an HTTP endpoint.
-//
-// It pulls and acknowledges through the raw API (Admin: unary Pull,
-// Acknowledge, ModifyAckDeadline), not through Subscriber.Receive: the
-// v2 client sends acknowledgements in batches every 100 ms, and with
-// message ordering the next message of an ordering key is only handed out
-// once the previous one is acknowledged, so Receive capped one account at
-// 10 payouts/s whatever the executors did. The bridge acknowledges one
-// message right after its 2xx, as a push subscription does on the cloud,
-// and pulls again at once, so the next message of the key goes out one
-// round trip to Pub/Sub after the answer. What Receive did besides is kept:
-// at most MaxOutstanding messages in flight, and each in-flight message's
-// ack deadline extended (ModifyAckDeadline every half deadline) until it
-// is answered, so only Timeout and the retry policy decide when a message
-// is delivered again.
+// Pub/Sub push request, to an HTTP endpoint. It acknowledges each message
+// right after its 2xx, as a push subscription does, through the raw API
+// rather than Subscriber.Receive, whose 100 ms acknowledgement batches cap
+// one ordering key at 10 messages/s (docs/benchmarks.md). At most
+// MaxOutstanding messages are in flight, each one's ack deadline extended
+// until it is answered, so only Timeout and the retry policy decide when a
+// message is delivered again.
 type PushBridge struct {
 	// Sub names the subscription to pull from (Sub.String(), the full
 	// name); the bridge does not call its Receive.

@@ -1,19 +1,10 @@
 // Package pipelinetest starts the payout pipeline inside one test process:
 // payment-resource over its own paydb, rail-proxy over its own raildb, the
-// rail-stub, and lock-server over an in-memory lock store whose clock the
-// test moves. Every piece is the production code behind a loopback HTTP
-// server; only the lock store is memstore, so that a test decides when a
-// lease expires on the server's clock. lock-server may run as two
-// replicas over that one store, as its Deployment runs two pods, and a
-// test may restart either (Pipeline.RestartLock). Each server is wrapped for tracing
-// as the processes wrap theirs (internal/tracing.Handler; lock-server's
-// store calls are traced inside lockserver.NewServer): with a tracer
-// provider and the W3C propagator installed globally, a test sees the
-// spans of every hop.
-//
-// It is for tests only (the payout audit's, and the schedule explorer of
-// harness/explore); it needs PostgreSQL, through internal/pgtest, so a
-// test binary using it calls pgtest.Main from its TestMain.
+// rail-stub, and lock-server (one or two replicas, restartable with
+// Pipeline.RestartLock) over a memstore whose clock the test moves. Every
+// piece is the production code behind a loopback HTTP server, wrapped for
+// tracing as the processes wrap theirs. It is for tests only and needs
+// PostgreSQL: a test binary using it calls pgtest.Main from its TestMain.
 package pipelinetest
 
 import (

@@ -15,29 +15,14 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 )
 
-// The restore guard. raildb is what makes a second payment impossible: the
-// high-water mark per account and the one forward per payout. A restore
-// from an older backup forgets every mark and every rail_payout row written
-// after the backup, so a stale holder (token below a forgotten high-water)
-// or a second submission of a payout that was already paid would reach
-// the rail again; and attempt ids would be handed out a second time.
-//
-// Table raildb_identity (migration 00003) records the instance the records
-// were written on: system identifier, timeline, database OID and the OID of
-// rail_attempt's id sequence. Every kind of restore changes at least one of
-// them, so admit runs raildb_check_identity() first in its transaction, and
-// a mismatch refuses the submission (503 RAILDB_RESTORED, nothing recorded,
-// the rail not called) until an operator runs RecoverRestore ("rail-proxy
-// recover-restore"). The reads (high-water, attempts) are not checked.
-//
-// The same row holds the token floor N of the last recovery: the fence
-// refuses every token at or below it, for every account, including those
-// without a high-water row, since the restore may have forgotten any of
-// them.
-//
-// What it cannot see: a copy of the data directory of the same cluster
-// started without archive recovery (a disk snapshot restored in place)
-// keeps all four facts; see docs/runbooks/raildb-restore.md.
+// The restore guard. A restore of raildb forgets the high-water marks and
+// forwards written after the backup, so a stale token or a paid payout could
+// reach the rail again. Table raildb_identity (migration 00003) records the
+// instance (system identifier, timeline, database OID, rail_attempt's id
+// sequence OID), which every kind of restore changes; admit checks it first
+// and refuses the submission (503 RAILDB_RESTORED, nothing recorded) until
+// RecoverRestore. The same row holds the token floor of the last recovery.
+// Reads are not checked. What it cannot see: docs/runbooks/raildb-restore.md.
 
 const (
 	// checkIdentitySQL raises SQLSTATE sqlstateRestored on a mismatch and
@@ -248,22 +233,13 @@ type RestoreRecovered struct {
 }
 
 // RecoverRestore is the operator's step after a restore of raildb
-// ("rail-proxy recover-restore"). It opens raildb (db), applies pending
-// migrations and, in ONE transaction holding the guard's lock exclusively
-// (submissions wait):
-//
-//  1. moves the attempt id sequence past every id it may have handed out
-//     before the restore (AttemptIDGap, RestoreRecovery.AttemptIDsPast);
-//  2. for every payout of the rail's journal without a rail_payout row,
-//     records each of its submissions as an attempt (state acked or
-//     declined with the rail's reference, token rec.Past, owner
-//     api.RebuiltOwner) and the first as the payout's one forward, so that no
-//     later submission of it is forwarded;
-//  3. raises the token floor to rec.Past;
-//  4. stamps the current identity: submissions are admitted again.
-//
-// Running it again adds no attempt and lowers nothing; it only moves the
-// attempt ids another gap on. Errors wrap ErrInvalidRecovery (nothing
+// ("rail-proxy recover-restore"). It applies pending migrations and, in one
+// transaction that holds submissions off, moves the attempt id sequence
+// past every id it may have handed out (RestoreRecovery.AttemptIDsPast),
+// records each payout of the rail's journal that raildb forgot as
+// forwarded (owner api.RebuiltOwner, token rec.Past), raises the token
+// floor to rec.Past and stamps the current identity. Running it again adds
+// no attempt and lowers nothing. Errors wrap ErrInvalidRecovery (nothing
 // changed), ErrUnavailable, or describe the failed migration.
 func RecoverRestore(ctx context.Context, db pgpool.Config, rec RestoreRecovery, log *slog.Logger) (RestoreRecovered, error) {
 	if log == nil {

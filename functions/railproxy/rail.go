@@ -44,28 +44,14 @@ var (
 	errRefStopped = errors.New("railproxy: the rail refused the submission: its reference is stopped")
 )
 
-// forward submits req to the rail once, within Config.RailTimeout. It
+// forward submits req to the rail once, within Config.RailTimeout, and
 // returns the answer when the rail answered 200 with ACK or DECLINE and a
-// reference. Otherwise it returns an error, and the outcome is unknown
-// (ambiguous: the money may have moved) unless the error wraps one of two
-// certain answers:
-//
-//   - errNotSent: the connection to the rail was never established (a
-//     dial error: nothing of the request was written; Go's transport
-//     resends a POST on a fresh connection only when nothing was written
-//     on the first, so a dial error after such a resend is still "nothing
-//     sent"), or the rail answered its own "not recorded" (rail-stub's 503
-//     RAIL_UNAVAILABLE, whose contract says nothing was recorded);
-//   - errRefStopped: the rail answered 409 REFERENCE_STOPPED: a
-//     reconciliation put a stop order on the payout's reference and the
-//     rail refused the payment, for good.
-//
-// Everything else counts as ambiguous, conservatively: a reset, a timeout
-// or a broken keep-alive connection after the request may have gone out,
-// any other 4xx or 5xx (rail-stub's STUB_CLOSED is answered to a request
-// it did record), an unreadable answer. One wrong "not sent" is a second
-// payment, so only the two answers above qualify; reconciliation with the
-// rail's record settles every ambiguous attempt.
+// reference. Every other outcome is ambiguous (the money may have moved)
+// except two certain ones: errNotSent (the connection was never
+// established, or the rail answered its own 503 RAIL_UNAVAILABLE, which
+// records nothing) and errRefStopped (409 REFERENCE_STOPPED: a
+// reconciliation stopped the payout's reference). A wrong "not sent" would
+// be a second payment, so nothing else qualifies.
 func (p *Proxy) forward(ctx context.Context, req api.SubmitRequest) (railAnswer, error) {
 	body, err := json.Marshal(railRequest{
 		PayoutID: req.PayoutID, AccountID: req.AccountID, AmountMinor: req.AmountMinor,

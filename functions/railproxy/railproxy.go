@@ -1,81 +1,16 @@
 // Package railproxy is fence point two of the payout pipeline: the only way
-// to the external payment rail, which has no fencing token and no
-// idempotency key of its own (see package railstub).
+// to the payment rail, which has no fencing token and no idempotency key.
 //
-// For every submission it keeps, in its own database (raildb), the highest
-// fencing token accepted per account (rail_high_water), the one attempt
-// per payout that went to the rail (rail_payout) and an audit row per
-// attempt (rail_attempt). In ONE transaction, BEFORE the rail is called,
-// it
-//
-//  0. checks that raildb is the database those records were written on
-//     (the restore guard, guard.go): after a restore from a backup it is
-//     not, and the submission is refused with 503 RAILDB_RESTORED until an
-//     operator runs "rail-proxy recover-restore" (RecoverRestore), which
-//     also sets a token floor at or below which every token is refused;
-//  1. raises the account's high-water to the presented token with a
-//     conditional statement; a token not greater than the high-water
-//     (strict: an equal token is stale too) is refused with 409
-//     FENCED_OUT, recorded as a 'fenced' attempt and logged as the
-//     fenced_out event;
-//  2. makes the attempt the payout's one forward; when an earlier attempt
-//     of the payout already went (or may have gone) to the rail, the
-//     submission is refused with 409 PAYOUT_ALREADY_SUBMITTED, recorded as
-//     a 'duplicate' attempt, and the answer carries that earlier attempt,
-//     whose outcome the caller reports instead;
-//  3. records the attempt 'forwarding' (attempt-before-forward).
-//
-// Only after that transaction commits is the rail called, and its answer
-// recorded. A refused submission never reaches the rail.
-//
-// Why both checks. The fence orders writes: once a token has been accepted
-// for an account, no request with a lower or equal token reaches the rail
-// through any rail-proxy sharing the database, before or after a restart.
-// It cannot stop a lower token that arrives FIRST: a stale holder whose
-// submission overtakes the new holder's finds a high-water it is above,
-// and is let through; the new holder's submission, with its greater token,
-// would pass the fence too. Check 2 is what stops that second payment: the
-// decision "this payout has not been sent yet" is taken inside the
-// transaction that records the send, never from an earlier read.
-//
-// What it does not guarantee: the order of arrival at the rail is not the
-// order of tokens (the call happens after the commit); and the outcome of
-// a call that timed out, lost its connection or got a 5xx is unknown (the
-// money may have moved), so the attempt is marked 'ambiguous', answered
-// 502 RAIL_AMBIGUOUS, not retryable, and left for reconciliation with the
-// rail's records. Never retry such a submission blindly. Only a
-// connection that was never established and the rail's own "recorded
-// nothing" are certain: 503 RAIL_NOT_REACHED, the attempt 'not_sent' and
-// the payout's forward released in the same transaction (rail.go,
-// forward). An attempt left
-// 'forwarding' by a rail-proxy that died while calling the rail is marked
-// 'ambiguous' by the next submission of its payout once no live
-// rail-proxy can still be calling (see api.AlreadySubmittedAnswer).
-//
-// The wire contract (routes, bodies, codes, attempt states, bounds, the
-// environment variables of Config and the log events) is package
-// functions/railproxy/api; functions/railproxy/client is its typed client.
-// In short:
-//
-//	POST /v1/rail/submissions             SubmitRequest -> 200 SubmitAnswer; 409 FENCED_OUT,
-//	                                      409 PAYOUT_ALREADY_SUBMITTED, 502 RAIL_AMBIGUOUS,
-//	                                      503 RAIL_NOT_REACHED, 409 PAYOUT_STOPPED,
-//	                                      503 UNAVAILABLE, 503 RAILDB_RESTORED
-//	GET  /v1/rail/high-water/{accountId}  200 HighWater, 404 NOT_FOUND
-//	GET  /v1/rail/attempts?payoutId=P     200 AttemptList (oldest first)
-//	POST /v1/rail/reconciliations         ReconcileRequest -> 200 Reconciliation; 409 ATTEMPT_IN_FLIGHT,
-//	                                      404 PAYOUT_NOT_FORWARDED, 409 RAIL_SUBMITTED_TWICE, 503 UNAVAILABLE
-//	GET  /v1/rail/unsettled               200 UnsettledList (forwarded attempts forwarding or ambiguous
-//	                                      past the abandon threshold)
-//
-// Reconciliation (reconcile.go) resolves a payout's forwarded attempt that
-// never recorded the rail's answer against the rail's own record.
-//
-// The kill switch Config.FencingDisabled (RAIL_PROXY_FENCING_ENABLED=false)
-// exists only for the fencing experiment: both checks are skipped, the
-// attempt is still recorded, the high-water still raised to the greatest
-// token seen and the payout's first forward still kept, so that both stay
-// meaningful when fencing is switched back on.
+// New(ctx, cfg, logger) returns a Proxy, an http.Handler serving the routes
+// of functions/railproxy/api (cfg from LoadConfig or DefaultConfig); Close
+// it when done. Before calling the rail, in one raildb transaction, it
+// raises the account's high-water mark to the presented token (409
+// FENCED_OUT if the token is not above it), makes the attempt the payout's
+// one forward (409 PAYOUT_ALREADY_SUBMITTED otherwise) and records it
+// (attempt-before-forward). A refused submission never reaches the rail; a
+// call whose outcome is unknown is 502 RAIL_AMBIGUOUS, left for
+// reconciliation. RecoverRestore is the operator's step after raildb is
+// restored. The design: docs/payout-pipeline.md.
 package railproxy
 
 import (

@@ -19,33 +19,14 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Reconciliation: rail-proxy resolves its own forwarded attempts against
-// the rail, because it owns both the rail connection (and its transport,
-// with Cloud Run ID tokens) and the receipt key.
-//
-// The payout's one forwarded attempt (rail_payout) is read. When it is
-// acked or declined, that is the answer. When it is forwarding or
-// ambiguous, rail-proxy puts a stop order on the payout's reference at the
-// rail (POST RAIL_URL/stops) and takes the payments the rail answers it
-// already holds with it. The stop order is what makes the answer safe to
-// act on: the rail refuses any later submission with that reference, so
-// "the rail has nothing" stays true even if the original forward's call
-// is still in some network and arrives later. A look-up alone would be a
-// read deciding a later write (the payout failed) with nothing to stop
-// the late call from paying; the schedule explorer found exactly that
-// ordering (harness/README.md).
-//
-// The stop is only sent once the attempt is older than the abandon
-// threshold (abandonAfter: RailTimeout + 2 x DBTimeout + 1 s). That
-// threshold is no longer what safety rests on; it keeps the reconciler
-// from stopping a payout whose forward is most likely still about to be
-// answered (the payout would then fail instead of being paid). Before it,
-// the request is refused ATTEMPT_IN_FLIGHT.
-//
-// The outcome is recorded with one statement guarded by the state that
-// was read (sqlReconcileAttempt): a late answer recorded meanwhile by the
-// original forward is never overwritten; the reconciliation then answers
-// what is recorded.
+// Reconciliation resolves the payout's forwarded attempt (rail_payout)
+// against the rail. Acked or declined: that is the answer. Forwarding or
+// ambiguous, and older than the abandon threshold (abandonAfter; before it,
+// ATTEMPT_IN_FLIGHT): rail-proxy puts a stop order on the payout's
+// reference at the rail, so that "the rail has nothing" stays true even if
+// the original call arrives later, and records what the rail holds, only
+// if the attempt is still in the state read. See "The reconciler" in
+// docs/payout-pipeline.md.
 
 // sqlReconcileAttempt records a reconciliation's outcome, only if the
 // attempt is still in the state the reconciliation read.

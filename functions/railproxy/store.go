@@ -75,10 +75,7 @@ UPDATE rail_attempt SET state = $2, finished_at = now() WHERE attempt_id = $1`
 // was still at the rail). The call's own answer is the truth about that
 // attempt, so it replaces "unknown"; a reconciliation that settled it
 // first (stop order, then the rail's record) has written the same fact,
-// and a final state is never overwritten. Before, only a forwarding
-// attempt was updated, and a late ACK of an abandoned forward, passed on
-// with its receipt and posted at paydb, left raildb saying ambiguous
-// without its reference (explore7, session 7).
+// and a final state is never overwritten.
 const sqlFinishAttempt = `
 UPDATE rail_attempt
    SET state = $2, rail_ref = NULLIF($3, ''), finished_at = now()
@@ -114,43 +111,18 @@ SELECT attempt_id, payout_id, account_id, amount_minor, currency, token, owner_i
  ORDER BY attempt_id`
 
 // admit runs the checks made before the rail and records the attempt, in
-// one transaction, before the rail is called:
-//
-//  0. the restore guard (guard.go): raildb's identity must match its
-//     stamp, or the submission is refused with ErrRestored and nothing is
-//     recorded; a token at or below the token floor of the last recovery
-//     is refused as stale (recorded 'fenced') for every account;
-//  1. the fence: the account's high-water is raised to the token, or the
-//     token is refused as stale (recorded 'fenced');
-//  2. one forward per payout: the attempt becomes the payout's row of
-//     rail_payout, or, when an earlier attempt of the payout holds it, the
-//     submission is refused (recorded 'duplicate') with that attempt.
-//
-// The order matters: a stale token is refused as stale (fenced_out) even
-// when its payout was also submitted already, and a fresh token raises the
-// high-water even when its payout was submitted already, so that the stale
-// holder is fenced out of every later submission of the account (a fence
-// may learn a newer token from a refused submission). A token equal to the
-// high-water is stale unless an earlier attempt of the same payout carried
-// it past the fence (any row but 'fenced'): then it is that holder's
-// resend of its own submission, and goes to step 2
-// (PAYOUT_ALREADY_SUBMITTED with the payout's forward, or, when its
-// earlier forward was recorded not_sent, forwarded again). Another payout
-// with the same token is still refused, however often it is tried: one
-// grant, one payout.
-//
-// Both refusals record one audit row. A 'fenced' row decides nothing
-// later; a 'duplicate' row says that its token passed the fence for its
-// payout, which is all the own-resend check reads from it. No refusal
-// creates a forward or lowers anything.
-//
-// It returns the attempt id and nil when the submission may be forwarded
-// (recorded 'forwarding'); the attempt id and an error wrapping
-// ErrFencedOut and a fencing.Refusal when the token is stale, or wrapping
-// ErrAlreadySubmitted and an *AlreadySubmitted when the payout already
-// went (both refusals are committed); 0 and an error wrapping ErrRestored
-// when raildb was restored (nothing recorded); ErrUnavailable or another
-// error when raildb failed (nothing known to be recorded).
+// one transaction, in this order: the restore guard (ErrRestored, nothing
+// recorded) and the token floor; the fence (the account's high-water is
+// raised to the token, or ErrFencedOut); one forward per payout (the
+// attempt becomes the payout's rail_payout row, or ErrAlreadySubmitted
+// with the earlier attempt). A fresh token raises the high-water even when
+// its payout already went. A token equal to the high-water passes only as
+// its holder's resend of the same payout. Each refusal is committed as one
+// audit row ('fenced' or 'duplicate'). It returns the attempt id and nil
+// (recorded 'forwarding'), the attempt id and an error wrapping
+// ErrFencedOut and a fencing.Refusal or ErrAlreadySubmitted and an
+// *AlreadySubmitted, 0 and ErrRestored, or ErrUnavailable or another error
+// when raildb failed (nothing known to be recorded).
 func (p *Proxy) admit(ctx context.Context, req api.SubmitRequest, token int64, owner string, lg *slog.Logger) (_ int64, err error) {
 	ctx, done := p.dbCall(ctx)
 	defer func() { done(err) }()

@@ -11,39 +11,14 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
 
-// Signed payout terms.
-//
-// A lease on payout:{account} is the right to send that account's payouts;
-// it says nothing about which payouts exist. Without this check a holder
-// of any valid grant could have rail-proxy forward a payout id paydb does
-// not know, or a known one with another amount, currency or account, and
-// only the reconciler's audit would see the money afterwards. So the ledger
-// speaks for the terms: payment-resource signs every payout it answers
-// (payoutevent.PayoutTerms: payout id, account id, amount in minor units,
-// currency, everything rail-proxy sends to the rail), the executor passes
-// the signature on (header api.HeaderTermsSignature), and rail-proxy
-// checks it against payment-resource's public keys (Config.TermsKeys)
-// before anything else reads or writes raildb: a refusal records no
-// attempt, moves no high-water mark, and never reaches the rail.
-//
-// A refusal says which of three things went wrong, because callers must
-// act differently on them: a known key's signature over other terms
-// (ErrInvalidTerms, 403 INVALID_TERMS) is about this payout and
-// permanent; an unknown key id (ErrTermsKeyUnknown, 403 TERMS_KEY_UNKNOWN,
-// retryable) is a key rotation rail-proxy has not caught up with; no
-// usable signature (ErrTermsUnsigned, 403 TERMS_UNSIGNED) is a caller that
-// does not send one. fenceproof's Verify tells them apart.
-//
-// The signature travels in a header rather than the body so that a
-// rail-proxy older than the check ignores it; the previous version's body
-// member is still read for one release (api.SubmitRequest.BodyTermsSignature).
-//
-// The check is authenticity, not fencing: it stays on when the kill
-// switch turns fencing off, so the experiment still shows what a stale
-// holder does and nothing else. It does not order holders (the fence
-// does) and does not stop a second submission of a payout (rail_payout
-// does). Config.TermsNotRequired lets a request without any signature
-// through, for a rolling deploy only.
+// Signed payout terms. payment-resource signs the terms of every payout
+// (payoutevent.PayoutTerms), the executor passes the signature on
+// (api.HeaderTermsSignature) and rail-proxy checks it against
+// Config.TermsKeys before it reads or writes raildb, so a lease holder
+// cannot forward a payout paydb does not know or with other terms. The
+// check stays on when fencing is turned off; Config.TermsNotRequired lets
+// a request without a signature through, for a rolling deploy only. See
+// "Which numbers a fence point believes" in docs/payout-pipeline.md.
 
 // Errors of the terms check. Each wraps the fenceproof error that says
 // why (ErrMissing, ErrMalformed, ErrUnknownKey, ErrInvalid).

@@ -1,45 +1,15 @@
-// Package reconciler settles the payouts the pipeline left in doubt
-// (ambiguous) or for attention (needs_attention) against the rail's own
-// record, with exactly one ledger effect each, and reports where the
-// rail's record and the books disagree.
+// Package reconciler settles the payouts the pipeline left ambiguous or
+// needs_attention against the rail's own record, with exactly one ledger
+// effect each, and reports where the rail's record and the books disagree.
 //
-// One pass lists the payouts in those states at payment-resource (GET
-// /v1/payouts?state=S, paged) and, for each:
-//
-//  1. takes the payout's lease, payout:{account}, through the lock SDK,
-//     like any worker (a lock held by an executor at work is skipped
-//     until the next pass);
-//  2. asks rail-proxy to reconcile the payout's one forwarded attempt
-//     with the rail's record (POST /v1/rail/reconciliations): ACK,
-//     DECLINE, or NONE (nothing reached the rail), signed by rail-proxy;
-//  3. posts that outcome with its receipt as the payout's resolution
-//     (POST /v1/payouts/{id}/resolution): posted with one debit, declined,
-//     or failed;
-//  4. releases the lease.
-//
-// Why a lease and not a special unfenced path. The resolution is a write
-// to the payout and, for an ACK, a debit of the account: the same writes
-// an executor makes, guarded by the same two fence points. Taking the
-// payout's lease serialises the reconciler with every executor of the
-// account, and its fencing token, verified with lock-server's proof at
-// both fence points, orders its writes with theirs: a stale executor that
-// wakes up after the reconciler's resolution is refused FENCED_OUT, and a
-// reconciler that stalls past its lease is refused in turn. An unfenced
-// "admin" path would be a second way to the ledger that the fences do not
-// see, which is exactly the hazard this project exists to show; it would
-// also need its own authorisation story. With the lease, the reconciler is
-// just another writer, idempotent and safe to run while executors work.
-//
-// After the pass (when an Auditor is given) it runs the cross audit of
-// package payoutaudit and reports a rail payment with no debit, a debit
-// with no rail payment, and every rule the audit found broken (an
-// unbalanced ledger, a payout the rail received twice, ...): events, the
-// run's answer, and the gauge reconciler_audit_mismatches{kind}, which
-// alert PayoutAuditMismatch pages on; it does not fix those itself. The
-// audit runs beside executors at work, so DBAuditor uses
-// payoutaudit.Live: the books are read before the rail's journal, and a
-// rail payment found ahead of its debit is looked at again after
-// Config.AuditSettle and reported only if it persists.
+// New(cfg, logger, opts...) returns a Reconciler; Pass runs one pass, Loop
+// runs passes until ctx ends, Settle settles one payout, and ServeHTTP
+// runs a pass on request. For each payout it takes the payout's lease like
+// any executor, asks rail-proxy to reconcile the payout's forwarded
+// attempt, posts the signed outcome as the payout's resolution, and
+// releases the lease, so its writes pass the same fences. With
+// WithAuditor, a pass ends with the cross audit of package payoutaudit.
+// The design: "The reconciler" in docs/payout-pipeline.md.
 package reconciler
 
 import (
@@ -282,8 +252,8 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Reconciler, error) {
 // Owner is the owner id of the reconciler's leases.
 func (r *Reconciler) Owner() string { return r.locks.Owner() }
 
-// Pass runs one pass over every payout in States (see the package
-// comment) and then the audit. A payout it cannot settle now is counted
+// Pass runs one pass over every payout in States, then over rail-proxy's
+// unsettled attempts, and then the audit (with WithAuditor). A payout it cannot settle now is counted
 // and left for the next pass; the error is only for a listing that
 // failed (the pass then stops) or a cancelled ctx.
 func (r *Reconciler) Pass(ctx context.Context) (PassReport, error) {

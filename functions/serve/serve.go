@@ -39,23 +39,16 @@ import (
 // holds (pools, publishers, background goroutines) and may be nil.
 type Builder func(ctx context.Context, getenv func(string) string, log *slog.Logger) (h http.Handler, close func(), err error)
 
-// Main runs the function called name: JSON logs on stderr (level from
-// LOG_LEVEL; with Cloud Logging's keys on Google Cloud, see logjson), the
-// handler from build, served on $HOST:$PORT (default every interface,
-// port 8080) by internal/httpserve, and its metrics, extra included, at
-// PathMetrics, and Go's profiler on a loopback address of its own when
-// PPROF_ADDR is set (internal/pprofserve; off by default). known lists the environment variables build reads (from
-// the function's config constants): at start, every variable of the
-// environment with one of envcheck.Prefixes that is not in known gets a
-// WARN line (event envcheck.EventUnknownVariable). Traces are set up
-// once, by internal/tracing.Setup from the standard OTEL_* variables
-// (nothing exported unless they ask for OTLP), and flushed at the end;
-// the function's own spans come from its main, which wraps its handler
-// (tracing.Handler) and clients (tracing.Transport). When SIGINT or SIGTERM
-// arrives it drains the requests in flight, calls close and returns; it
-// exits the process with status 1 if the function cannot start or the
-// drain had to cut requests. After the first signal a second one stops
-// the process at once.
+// Main runs the function called name:
+// JSON logs on stderr (level from LOG_LEVEL), the handler from build served
+// on $HOST:$PORT (default every interface, port 8080) by internal/httpserve,
+// its metrics (extra included) at PathMetrics, Go's profiler on a loopback
+// address when PPROF_ADDR is set, and traces from the standard OTEL_*
+// variables. known lists the environment variables build reads; any other
+// with one of envcheck.Prefixes gets a WARN line at start. On SIGINT or
+// SIGTERM it drains the requests in flight, calls close and returns; a
+// second signal stops the process at once. It exits with status 1 if the
+// function cannot start or the drain had to cut requests.
 func Main(name string, known []string, build Builder, extra ...prometheus.Collector) {
 	log, err := Logger(name, os.Getenv)
 	if err != nil {

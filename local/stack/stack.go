@@ -1,30 +1,15 @@
 // Package stack starts the whole payout system on this machine as separate
-// operating-system processes on loopback, the way the fencing experiment
-// needs it: a worker that is a process of its own can be stopped with a
-// real SIGSTOP.
+// operating-system processes on loopback, so that the fencing experiment
+// can stop a worker with a real SIGSTOP: throwaway PostgreSQL clusters
+// (paydb and raildb; lockdb apart), etcd and the Pub/Sub fake in processes
+// of their own, lock-server, rail-stub, rail-proxy, payment-resource and
+// the executors of Config.Executors.
 //
-// A Stack is, in start order:
-//
-//   - a throwaway PostgreSQL cluster for paydb and raildb, and, with the
-//     postgres backend, a second one for lockdb (internal/pgcluster; the
-//     two are separate so that an experiment can kill one and keep the
-//     other);
-//   - with the etcd backend, etcd in its own process (etcd/cmd/etcd-local);
-//   - the Pub/Sub fake in its own process (local/cmd/pubsub-fake), reached
-//     through PUBSUB_EMULATOR_HOST;
-//   - lock-server (LOCK_STORE = Config.Backend), rail-stub, rail-proxy,
-//     payment-resource, and one executor per Config.Executors entry.
-//
-// Every port is asked from the operating system; every service is checked
-// ready before the next one starts (lock-server's /readyz, an HTTP answer
-// from the functions, the ready line of etcd-local and pubsub-fake). Each
-// process writes its output to its own file in Config.Dir. Every child
-// runs in a process group of its own with a parent-death signal (SIGKILL),
-// so it does not outlive the program that started it; Stop ends them all
-// and removes the PostgreSQL clusters and etcd's data.
-//
-// The stack is a laboratory: trust authentication, no TLS, fencing kill
-// switches that may be off. Never point it at real money.
+// Start(ctx, cfg) returns once every service answers ready; Stop ends every
+// child and removes the clusters' and etcd's data. Ports come from the
+// operating system; each process logs to its own file in Config.Dir and
+// dies with the program that started it. A laboratory: trust
+// authentication, no TLS, kill switches that may be off.
 package stack
 
 import (
@@ -371,8 +356,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		s.log.Warn("leftover folders of dead stacks not removed", "error", err.Error())
 	}
 	// The build is bounded by ctx alone: a first build compiles every
-	// dependency, which on two busy cores took longer than the start's
-	// own limit (newcomer probe, session 7).
+	// dependency, which can take longer than the start's own limit.
 	err = checkPostgres()
 	if err == nil {
 		err = s.buildBinaries(ctx)

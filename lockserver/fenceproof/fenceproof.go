@@ -1,45 +1,15 @@
 // Package fenceproof lets a fence point check that a fencing token was
 // issued by the lock service for the lock that guards its resource.
 //
-// A fencing token protects a resource only if the resource can trust the
-// number: a token the lock service never issued (a bug, a typo, a replay
-// against another resource, a forgery) raises a high-water mark for good
-// and shuts every real holder out. lock-server therefore signs each grant:
-// the proof is an Ed25519 signature over the lock key, the token and the
-// time of signing, made with a key that only lock-server holds. A fence
-// point verifies it with the public half before it raises its high-water
-// mark, and knows which lock key guards the resource it protects (the
-// payout pipeline's accounts are guarded by "payout:{account}"), so a
-// token of another key is refused as surely as an invented one.
-//
-// Why signatures rather than asking lock-server (as Chubby's servers check
-// a sequencer): a check costs no round trip and keeps the fence point
-// available when lock-server is not; and why Ed25519 rather than an HMAC:
-// a fence point holds only a public key, so a fence point, its logs or its
-// configuration can never mint a token. The proof says nothing about
-// whether the lease is still live: staleness stays the high-water mark's
-// job, and proofs are never compared with a clock (the signing time is
-// carried for diagnostics only). Proofs are not authentication of
-// callers: anyone holding a proof may present it (see SECURITY.md).
-//
-// Keys have an id, so they rotate: verifiers accept every key of their
-// Keyring, lock-server signs with one. Rotate by adding the new public key
-// to every verifier, then giving lock-server the new signing key, then
-// removing the old public key once no lease signed by it can be live.
-//
-// The same keys sign other statements under their own domain (Sign and
-// Verify); rail-proxy's receipts use it.
-//
-// A Keyring remembers the signatures it has verified (VerifyCacheSize),
-// because a fence point checks the same proof more than once per payout
-// (payment-resource at the claim and again at the result). What is
-// remembered is a pure fact, "this public key signed exactly this message
-// with exactly this signature", never "this key id is trusted": the id
-// is looked up in the Keyring before the cache is asked, so a key removed
-// from the ring is refused whatever was verified with it before.
-//
-// Besides the standard library, this package imports only
-// github.com/hashicorp/golang-lru/v2 (the cache).
+// lock-server signs each grant with a SigningKey (SignGrant: Ed25519 over
+// the lock key, the token and the signing time); a fence point holds only
+// the public keys, as a Keyring (ParseKeyring), and calls VerifyGrant with
+// the lock key that guards its resource before the token may raise its
+// high-water mark. A proof says the token was issued, not that the lease is
+// live (the high-water mark's job), nor who presents it. Sign and Verify
+// sign other statements under a domain of their own (rail-proxy's
+// receipts). Design, key rotation and limits: SECURITY.md and
+// docs/configuration.md.
 package fenceproof
 
 import (
@@ -159,15 +129,10 @@ func (k VerifyKey) String() string {
 }
 
 // VerifyCacheSize is how many successful verifications a Keyring made by
-// NewKeyring or ParseKeyring remembers (least recently used first out).
-// An entry is a 32-byte digest plus the LRU's bookkeeping, about 180
-// bytes (measured on the heap), so a full cache holds about 740 KiB. A
-// proof is worth remembering from the claim of a payout to its result,
-// tens of milliseconds later (and through a retry or a redelivery): a
-// fence point adds about one entry per payout to each of its key rings, so
-// even at the pipeline's target of 500 payouts/s 4096 entries hold the
-// last 8 s of proofs, and a proof that fell out only costs the full
-// verification again.
+// NewKeyring or ParseKeyring remembers (least recently used first out),
+// about 180 bytes each. A remembered fact is "this public key signed this
+// message with this signature"; the key id is always looked up in the
+// Keyring first, so a key removed from it verifies nothing.
 const VerifyCacheSize = 4096
 
 // Keyring is the set of public keys a verifier accepts, by id. The zero
@@ -400,9 +365,8 @@ func splitSig(sig string) (id string, raw []byte, err error) {
 	if !ok || checkID(id) != nil {
 		return "", nil, fmt.Errorf("%w: want <key id>.<signature>", ErrMalformed)
 	}
-	// Strict: one text per signature. The lenient decoder also took a
-	// last character whose unused bits were set, so the same signature had
-	// several spellings (newcomer probe, session 7).
+	// Strict: one text per signature (the lenient decoder accepts a last
+	// character with unused bits set, so a signature has several spellings).
 	raw, err = base64.RawURLEncoding.Strict().DecodeString(b64)
 	if err != nil || len(raw) != ed25519.SignatureSize {
 		return "", nil, fmt.Errorf("%w: signature is not %d bytes of base64url", ErrMalformed, ed25519.SignatureSize)

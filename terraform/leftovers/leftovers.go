@@ -1,17 +1,11 @@
 // Package leftovers lists what of the lab is still billed in its project
 // after a destroy, through the Google Cloud APIs rather than Terraform's
 // state (which only knows what it made): Cloud Run services, Cloud SQL
-// instances, GKE clusters, Pub/Sub topics and subscriptions, Artifact
-// Registry repositories, persistent disks, Secret Manager secrets (billed
-// per active version) and Cloud Scheduler jobs (billed per job). A resource
-// is the lab's when it carries every one of the lab's labels (terraform
-// output labels); three kinds of leftover never carry them and are matched
-// otherwise: disks that GKE created (a goog-k8s-* or goog-gke-* label: the
-// project is the lab's alone), the cloud-run-source-deploy repository that
-// `gcloud run deploy --source` creates, and Cloud Scheduler jobs, which
-// have no labels at all: a job is the lab's when its id starts with the
-// lab's name prefix and a dash (Scope.NamePrefix).
-//
+// instances, GKE clusters, Pub/Sub, Artifact Registry repositories,
+// persistent disks, Secret Manager secrets and Cloud Scheduler jobs. A
+// resource is the lab's when it carries every one of the lab's labels, or,
+// for the kinds that never carry them, when it is a GKE-created disk, the
+// cloud-run-source-deploy repository, or a job named with Scope.NamePrefix.
 // Check is the zero-billable check of `make destroy`; Services reads the
 // deployed services' URLs and readiness for the harness.
 package leftovers

@@ -1,19 +1,15 @@
 // Package tfpolicy checks the lab's Terraform configuration (terraform/)
-// offline, from its source: it parses every .tf file of the root module
-// and of the local modules it calls with hashicorp/hcl (no provider schema,
-// no network), resolves references between resources, locals, module
-// variables and module outputs into a dependency graph, and applies the
-// rules that keep a live apply safe and a destroy complete: every name
-// resolves (the part of terraform validate that needs no provider schema), the billing
-// budget exists and every other resource depends on it, lockdb is on its
-// own REGIONAL instance, the push subscription is authenticated, ordered
-// and dead-lettered, nothing is public, Cloud Run scales to zero and sends
-// its metrics to Cloud Monitoring, nothing is deletion-protected, and every
-// resource that takes labels has them.
+// offline: Load parses the root module and the local modules it calls with
+// hashicorp/hcl (no provider schema, no network) into a dependency graph,
+// and Check applies the rules that keep an apply safe and a destroy
+// complete (every name resolves, every resource depends on the billing
+// budget, nothing public or deletion-protected, labels everywhere, ...). It
+// checks what the configuration says, not what Google will do with it.
 //
-// It checks what the configuration says, not what Google will do with it:
-// `terraform validate` and a plan against the real provider (run in
-// cloudbuild.yaml) check the rest.
+// Why not OPA/conftest, a tflint ruleset or tfsec: conftest sees each file's
+// HCL as JSON, without references resolved across modules, and a tflint
+// plugin would be Go code of the same size; tfsec (run in `make lint`)
+// checks generic security, not this project's rules.
 package tfpolicy
 
 import (

@@ -1,34 +1,16 @@
 // Command etcd-local runs an embedded etcd cluster (package etcd/embedded)
-// as a process of its own, so that an experiment can pause it (SIGSTOP),
-// kill it (SIGKILL) or stop it (SIGTERM) like a real etcd.
-//
-// Usage:
+// as a process of its own, so that an experiment can pause, kill or stop it
+// like a real etcd.
 //
 //	etcd-local [-members 1] [-dir DIR] [-ready-file FILE]
-//	etcd-local -members 3 -dir DIR -prepare
-//	etcd-local -members 3 -dir DIR -member I
+//	etcd-local -members 3 -dir DIR -prepare   # record the layout in DIR
+//	etcd-local -members 3 -dir DIR -member I  # run member I of it
 //
-// The last two run a cluster with one process per member, so that one
-// member can be killed alone: -prepare records the cluster's layout (names,
-// ports, token) in DIR and exits; then one process per member, started
-// together, each runs member I of that layout (a member is ready once a
-// majority has joined). Restarted with the same arguments after a kill, a
-// member rejoins with its data on its URLs.
-//
-// Once every member is ready it prints one JSON line on stdout,
-//
-//	{"endpoints":["http://127.0.0.1:PORT",...],"members":[{"name":...,"clientURL":...,"peerURL":...,"dir":...}],"dir":DIR,"pid":PID}
-//
-// (endpoints lists every member's client URL; members only those this
-// process runs) and, with -ready-file, writes the same JSON to FILE (written to a
-// temporary name and renamed, so a reader never sees half of it; removed
-// again on a clean exit). With -dir the data and the chosen ports are kept
-// in DIR, and a later run with the same -dir (after a stop or a kill)
-// serves the same data on the same URLs; without it a temporary directory
-// is used and removed on exit.
-//
-// SIGINT or SIGTERM stops every member and exits 0. A failure to start
-// exits 1.
+// Once its members are ready it prints one JSON line on stdout (and writes
+// it atomically to -ready-file): {"endpoints":[...],"members":[...],
+// "dir":DIR,"pid":PID}. With -dir, a later run serves the same data on the
+// same URLs; without it a temporary directory is removed on exit. SIGINT or
+// SIGTERM stops every member and exits 0; a failure to start exits 1.
 package main
 
 import (

@@ -1,18 +1,13 @@
 // Command rail-proxy is fence point two as a process (package
-// functions/railproxy): it serves POST /v1/rail/submissions on $PORT,
-// checking each holder's fencing token against the persisted per-account
-// high-water mark before the rail is called. Configuration is read from the
-// environment (docs/configuration.md).
-//
-// One operator subcommand, run after raildb was restored from a backup
-// (docs/runbooks/raildb-restore.md):
+// functions/railproxy), configured from the environment
+// (docs/configuration.md). One operator subcommand, after raildb was
+// restored from a backup (docs/runbooks/raildb-restore.md):
 //
 //	RAILDB_URL='postgres://...' rail-proxy recover-restore --past N --rail-journal FILE [--attempt-ids-past M]
 //
-// It reads RAILDB_URL (and RAILDB_INSTANCE) like the service, runs
-// railproxy.RecoverRestore and prints its result as JSON on stdout. Exit
-// status 0 on success, 2 on bad arguments or input (nothing changed), 1
-// when raildb failed.
+// runs railproxy.RecoverRestore and prints its result as JSON. Exit status
+// 0 on success, 2 on bad arguments or input (nothing changed), 1 when
+// raildb failed.
 package main
 
 import (

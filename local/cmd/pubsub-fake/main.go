@@ -1,18 +1,12 @@
 // Command pubsub-fake runs the in-memory Pub/Sub fake
 // (cloud.google.com/go/pubsub/v2/pstest) as a process of its own, for the
-// local stack. Clients reach it through PUBSUB_EMULATOR_HOST, which the
-// Pub/Sub client library honours.
-//
-// Usage:
+// local stack; clients reach it through PUBSUB_EMULATOR_HOST.
 //
 //	pubsub-fake [-port 0]
 //
-// Once it listens it prints one JSON line on stdout,
-//
-//	{"addr":"127.0.0.1:PORT","pid":PID}
-//
-// SIGINT or SIGTERM stops it and exits 0. The fake keeps everything in
-// memory: topics, subscriptions and messages end with the process.
+// Once it listens it prints {"addr":"127.0.0.1:PORT","pid":PID} on stdout.
+// SIGINT or SIGTERM stops it and exits 0; everything is in memory and ends
+// with the process.
 package main
 
 import (

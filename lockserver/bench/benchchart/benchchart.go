@@ -1,12 +1,10 @@
 // Package benchchart reads the output of lockserver/bench's
-// BenchmarkAcquireRelease (the Go benchmark format, as `make bench` writes
-// it to bin/bench.txt) and draws acquire+release pairs per second against
-// concurrent clients, one line per path and one panel per backend.
-//
-// Each benchmark line is one round of one row; its sec/op is wall time
-// divided by every pair completed by all clients, so pairs/s is its
-// inverse. A point is the median round of a row, with the lowest and
-// highest round.
+// BenchmarkAcquireRelease (Read: the Go benchmark format, as `make bench`
+// writes it to bin/bench.txt) and draws acquire+release pairs per second
+// against concurrent clients (WriteSVG), one line per path and one panel
+// per backend; a point is the median round of a row, with the lowest and
+// highest round. It reads with golang.org/x/perf/benchfmt and draws with
+// gonum.org/v1/plot; benchstat compares runs but draws no chart.
 package benchchart
 
 import (

@@ -1,17 +1,11 @@
 // Command lock-server serves the lock API (package lockserver/api) over the
-// backend chosen by LOCK_STORE: "postgres" (lockdb, token = nextval of one
-// global sequence) or "etcd" (token = the revision of the winning
-// transaction). Configuration is read from the environment; every key is
-// in docs/configuration.md. Logs are JSON on stderr.
-//
-// It serves through internal/httpserve, the server every process of the
-// project uses (timeouts, header limit, canonical paths). It shuts down
-// gracefully on SIGINT or SIGTERM: it stops accepting connections, lets
-// in-flight requests finish (bounded by LOCK_SHUTDOWN_TIMEOUT_MS), waits
-// for the releases of abandoned grants those requests left running
-// (lockserver.Server.Close, bounded by LOCK_REQUEST_TIMEOUT_MS plus 1 s)
-// and then closes the backend, in that order. It holds no lease state
-// of its own, so a restart loses nothing.
+// backend chosen by LOCK_STORE: "postgres" (package pgstore) or "etcd"
+// (package etcdstore). Configuration is read from the environment (every
+// key in docs/configuration.md); logs are JSON on stderr. On SIGINT or
+// SIGTERM it stops accepting connections, drains the requests in flight
+// (LOCK_SHUTDOWN_TIMEOUT_MS), waits for the background releases of
+// abandoned grants (lockserver.Server.Close), then closes the backend. It
+// holds no lease state of its own, so a restart loses nothing.
 package main
 
 import (

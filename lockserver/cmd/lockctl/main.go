@@ -1,7 +1,6 @@
-// Command lockctl is the operator's break-glass tool for lock-server: it
-// inspects a key, force-revokes a lease, and can take or give back a lease
-// by hand. Every command prints JSON on stdout and exits non-zero with the
-// server's error code on stderr when refused.
+// Command lockctl is the operator's break-glass tool for lock-server. Every
+// command prints JSON on stdout and exits non-zero with the server's error
+// code on stderr when refused.
 //
 //	lockctl --server http://127.0.0.1:8080 inspect payout:acct-7
 //	lockctl revoke payout:acct-7 --token 42 --reason "stuck worker, INC-12"
@@ -10,18 +9,9 @@
 //	lockctl ready
 //	lockctl advance --past 48210 --store postgres --lockdb-url "$LOCKDB_URL"
 //
-// The server URL comes from --server, else $LOCK_SERVER_URL, else
-// http://127.0.0.1:8080.
-//
-// "advance" is the operator's step after a restore of the backend (see
-// docs/runbooks/lockdb-restore.md). Unlike the other commands it does not
-// go through lock-server: it opens the store itself, with the same
-// settings lock-server reads (LOCK_STORE, LOCKDB_URL, ETCD_ENDPOINTS,
-// ETCD_PREFIX, or the flags). The lock API has no authentication, and a
-// wrong N can re-issue tokens (too small) or push them out of range (too
-// large), so the step needs the backend's credentials, which whoever
-// restored the backend has anyway; and it works while every lock-server
-// refuses grants, or none runs.
+// --server defaults to $LOCK_SERVER_URL, else http://127.0.0.1:8080.
+// "advance" (docs/runbooks/lockdb-restore.md) opens the store itself, with
+// lock-server's settings (LOCK_STORE, LOCKDB_URL, ETCD_*) or the flags.
 package main
 
 import (

@@ -15,39 +15,14 @@ import (
 )
 
 // Group grant (lockserver.BatchStore, BatchRenewer). A batch of acquires is
-// one etcd transaction whose every operation is a nested transaction (etcd
-// v3.3 and later; this module pins v3.7), one per key, each with its own
-// compare:
-//
-//	Txn().If(the offset key is still the version whose offset is X).Then(
-//	    OpTxn([CreateRevision(k1) == 0], [Put(k1, record(X), lease1)], [Get(k1)]),
-//	    OpTxn([CreateRevision(k2) == 0], [Put(k2, record(X), lease2)], [Get(k2)]),
-//	    ...).Else(Get(offset key))
-//
-// One key being held takes that key's Else branch and leaves the others
-// alone. Each member has a lease of its own, as a single Acquire has (from
-// the pool, reset by a keep-alive sent alongside, or granted inline), so a
-// lease still carries one grant in its whole life. The whole transaction is
-// one raft write at one revision with one token offset (offset.go; a
-// changed offset sends the transaction again with the new one), so every
-// member granted in it has the same token, that revision plus X: above
-// every earlier grant of each key, as a single grant's is (tokens are
-// unique per key, not across keys). etcd
-// checks only the branch each compare takes, so a member's lease that has
-// ended refuses the whole transaction (nothing applied) only when that
-// member would have been granted; the batch then falls back to single
-// Acquires.
-//
-// etcd refuses a transaction with more operations than its --max-txn-ops
-// (default 128) at any level, a nested transaction counting against what
-// is left of the limit at its parent: a batch is sent in transactions of at
-// most Store.maxTxnMembers members.
-//
-// Releases and renewals cannot be one transaction: a release revokes the
-// grant's lease and a renewal sends a keep-alive, neither of which is a
-// transaction operation. Their batches read every key in one read-only
-// transaction (one linearizable read instead of one per key), then revoke
-// or keep alive each lease, all at once.
+// one etcd transaction, guarded by the token offset's version, whose
+// operations are nested transactions, one per key, each creating its key
+// on a lease of its own if absent: every member granted shares the
+// transaction's revision, so the same token (tokens are unique per key, not
+// across keys). A member whose lease has ended fails the whole transaction,
+// and the batch falls back to single Acquires. Releases and renewals read
+// every key in one read-only transaction, then end each grant or keep its
+// lease alive, all at once. See "Group grant" in docs/lock-service.md.
 
 // defaultMaxTxnMembers is the most members of one transaction: under
 // etcd's default --max-txn-ops of 128 with room to spare.

@@ -1,128 +1,14 @@
-// Package etcdstore is the etcd lockserver.LockStore, over
-// go.etcd.io/etcd/client/v3.
+// Package etcdstore is the etcd implementation of lockserver.LockStore,
+// over go.etcd.io/etcd/client/v3.
 //
-// Layout. A lock key k is the etcd key Prefix+k, present exactly while the
-// lock is held. Its value is a small JSON record
-// {"owner":O,"offset":X,"ttlMs":N}: the holder, the token offset the grant
-// was made with (absent, meaning 0, in records of earlier versions) and
-// the TTL etcd granted, in milliseconds. The etcd lease it is attached to
-// is the grant's lease, which carries no other key, ever. Prefix holds two
-// keys of the store's own: the restore guard's stamp (guard.go) and the
-// token offset (offset.go).
-//
-// Tokens. Acquire takes a lease (see Leases below), then runs one
-// transaction:
-//
-//	If(CreateRevision(Prefix+k) == 0, the token offset is still X)
-//	Then(Put(Prefix+k, record with X, WithLease(lease)))
-//	Else(Get(Prefix+k), Get(the token offset))
-//
-// The fencing token is the revision of the winning transaction plus X,
-// which is also the key's ModRevision plus its record's offset while the
-// grant lives, since the key is written by the transaction that grants it
-// and never again. (A Handoff, handoff.go, grants the key to the next
-// holder by rewriting it, attached to a new lease, in one transaction;
-// the key's CreateRevision, which nothing here reads as a token, stays the
-// first grant's.) etcd's revision is one counter for the whole cluster,
-// raft-replicated and persisted, and the offset is only ever raised, so
-// tokens strictly increase in revision order, across restarts of
-// lock-server and of etcd members, and across leader changes. The offset
-// is kept within a second of lock-server's clock in microseconds, so that
-// a rollback of etcd that keeps its cluster ID still lands above every
-// earlier token (offset.go); a restore that changes the ID is refused by
-// the restore guard (guard.go).
-//
-// Leases. A grant needs a lease with its own TTL, renewable without
-// touching any other grant, and a lease id that names that grant alone:
-// lock-server and the executor log the grant's leaseId and the API returns
-// it, and an operator may revoke it by id ("etcdctl lease revoke", the usual
-// etcd break-glass), which must end that grant and nothing else. So an etcd
-// lease carries one grant in its whole life: no lease that has carried a key
-// is ever attached to another.
-//
-// That makes the lease the handle of the grant for renewal and expiry.
-// Release reads the key, checks that its token (ModRevision plus the
-// record's offset) is the one named and its record's owner the caller,
-// and ends the grant with one transaction that deletes the key only if
-// its ModRevision and lease are still those read
-// (one raft write); the lease, which then carries nothing, is revoked in
-// the background. A late release from an old holder names an old token, so
-// it never reaches a newer grant. Of a release, a force-revoke, a handoff
-// (handoff.go) and an expiry racing for one grant, exactly one ends it and
-// the others are refused (ErrStaleToken when the key carries a newer
-// grant, ErrNotHeld otherwise). Ending a grant by revoking its lease alone,
-// as earlier versions did, is not enough once a handoff can move the key
-// to a new lease: the revocation would succeed on the emptied lease and
-// report as ended a grant that had been handed off (the linearizability
-// check found it). Revoke does the same without the owner check, and with
-// the token check only when it is given one; with no token, it revokes
-// whatever grant is live, reading again if the grant it read was
-// replaced. Renew reads the key, checks its token and owner, and
-// sends one keep-alive for its lease; if the holder's own release lands
-// in between, the keep-alive finds the lease revoked (ErrNotHeld), or
-// resets it (the renewal is linearized at its read, before the release).
-// It cannot extend another grant: no other grant ever lives on that lease.
-//
-// Granting a lease is a raft write; a keep-alive is not (the leader
-// answers it alone). To keep the grant off the acquire's path, a Store
-// keeps a bounded pool of idle leases (Config.IdleLeases): leases granted
-// ahead of time by a goroutine of its own, the granter, and never used. An
-// Acquire takes one from the pool if there is one (else it grants one
-// itself) and resets it with a keep-alive sent together with the create
-// transaction, so it waits for one raft write instead of two; an Acquire
-// that loses its transaction attached nothing to its lease, which goes back
-// to the pool. Each Acquire asks the granter to top the pool up; the
-// granter grants in batches, which etcd commits together, sized to the
-// demand (see leasePool). With the pool off (IdleLeases 0) Acquire grants
-// its lease inline, and a Store starts no goroutine.
-//
-// The pool hands out only leases it knows have life left, since etcd would
-// still attach a key to a lease that has expired but that the leader has
-// not yet revoked: it keeps a lower bound of each idle lease's last reset by
-// etcd (this store's clock before the grant or keep-alive it sent, on the
-// monotonic clock), and hands out no lease with less than half its TTL left
-// by that bound. The keep-alive sent with the transaction must succeed for
-// the grant to be reported. (Were it to reach etcd more than half a TTL after
-// the transaction, etcd could have attached the key to a lease that then
-// expired: a grant nobody was told of, which blocks the key until the leader
-// revokes the lease, like an acquire whose answer was lost; the acquire
-// starts again with a new lease.) Idle leases carry no key, and those idle
-// at Close, evicted from a full pool or past their half TTL, expire on their
-// own.
-//
-// Lock-servers of earlier versions reused leases (an idle pool of released
-// leases): while one shares the cluster, a lease may carry successive
-// grants, and a Release of this version that reads a grant just before an
-// old lock-server releases it could revoke the next grant on that lease.
-// Stop them, or run them with ETCD_IDLE_LEASES=0 (which turned their reuse
-// off), before this version serves.
-//
-// Expiry. etcd decides: the leader's lessor revokes a lease when its TTL
-// runs out without a keep-alive, and the revocation deletes the key. TTLs
-// are whole seconds (a request is rounded up) and etcd raises any TTL below
-// its floor (1.5 election timeouts: 2 s with etcd's default timing, 1 s with
-// this repository's etcd/embedded, whose election timeout is 500 ms);
-// Lease.TTL is what etcd granted. Lease.ExpiresAt is computed by
-// lock-server: its own clock read just before the grant or keep-alive
-// request was sent, plus the granted TTL. That is a lower bound: etcd starts
-// the TTL later than that, and a leader change re-arms the remaining TTL of
-// every lease (etcd extends leases when a new leader takes over), so etcd
-// may expire a lease later than ExpiresAt, never earlier (up to the rate
-// difference of the two clocks).
-//
-// Inspect reports a lease as live while its key exists: between the TTL
-// running out and the leader's revocation (etcd checks every 500 ms) the
-// key still exists and Acquire still refuses, so Inspect agrees with
-// Acquire rather than with the clock. After the key is deleted etcd forgets
-// it: Inspect reports LastToken 0 for a key whose lease has ended. The
-// cluster revision and the token offset are still monotonic, so later
-// tokens are larger anyway.
-//
-// Errors. Refusals wrap lockserver.ErrLockHeld, ErrNotHeld, ErrStaleToken;
-// arguments are checked with lockserver's validators first
-// (ErrInvalidArgument). An unreachable cluster, a lost leader, a request
-// timeout or the caller's context ending wrap lockserver.ErrUnavailable
-// together with the cause; the operation may or may not have taken effect.
+// Open a Store with Open (cfg from DefaultConfig with Endpoints set) or
+// wrap an existing client with New, and Close it when done. A lock key k
+// is the etcd key Prefix+k, present exactly while the lock is held, on an
+// etcd lease that carries that one grant in its whole life. The fencing
+// token is the granting transaction's revision plus a token offset kept
+// near lock-server's clock; etcd's leader decides expiry. An unreachable
+// cluster or a timeout wraps lockserver.ErrUnavailable: the operation may
+// or may not have taken effect. The design: docs/lock-service.md.
 package etcdstore
 
 import (
@@ -166,9 +52,9 @@ const (
 	// within a TTL of etcd coming back.
 	DefaultReconnectMaxDelay = 2 * time.Second
 	// DefaultIdleLeases is how many idle etcd leases, granted ahead of
-	// time and never used, a Store keeps for its next acquires (see Leases
-	// in the package doc): enough for the grants one lock-server makes in
-	// a burst; each is a few hundred bytes in etcd's lessor.
+	// time and never used, a Store keeps for its next acquires: enough for
+	// the grants one lock-server makes in a burst; each is a few hundred
+	// bytes in etcd's lessor.
 	DefaultIdleLeases = 64
 )
 
@@ -218,7 +104,7 @@ type Config struct {
 
 	// IdleLeases caps the idle etcd leases, granted ahead of time and
 	// never used, that the Store keeps so that an acquire need not wait for
-	// a lease grant (see Leases in the package doc). Each lease carries at
+	// a lease grant (a raft write). Each lease carries at
 	// most one grant whatever this is. Default DefaultIdleLeases; 0 turns
 	// the pool off (the same meaning as lock-server's ETCD_IDLE_LEASES=0):
 	// every acquire waits for a lease grant, and the Store starts no
@@ -283,7 +169,7 @@ func (c Config) validate() error {
 }
 
 // Store is the etcd LockStore. It is safe for concurrent use and keeps no
-// lock state of its own (only idle leases, see the package doc). With the
+// lock state of its own (only idle leases). With the
 // pool on it runs one goroutine, the granter, which grants batches of idle
 // leases as acquires need them, sending a batch's grants from goroutines of
 // its own and waiting for them; it exits when Close cancels the Store's
@@ -452,24 +338,14 @@ func (s *Store) askAhead(secs int64) {
 	}
 }
 
-// Acquire implements lockserver.LockStore. It needs a lease of ceil(ttl)
-// seconds that has never carried a key: an idle one from the pool if there
-// is one (see Leases in the package doc), else a newly granted one (etcd
-// may raise the TTL to its floor; Lease.TTL is the granted TTL); either way
-// it asks the pool's granters for one more. One transaction then creates
-// the key with that lease if the key does not exist; the token is the
-// revision of that transaction, and the lease carries this grant only. If
-// the key exists, the lease, which carries nothing, goes back to the pool
-// (or is revoked with the pool off) and ErrLockHeld is returned.
-//
-// An idle lease is reset by a keep-alive sent together with the
-// transaction, so taking one costs no extra round trip. That is safe in either
-// order: etcd refuses to attach a key to a lease that has ended, and
-// refuses a keep-alive for a lease that has ended, so a grant is reported
-// only when the keep-alive succeeded, that is when the lease was alive and
-// then reset to its full TTL, no earlier than the request was sent. If the
-// idle lease turns out to have ended, the key (if the transaction created
-// it) ended with it, and Acquire starts again with a new lease.
+// Acquire implements lockserver.LockStore. It attaches the key, if absent,
+// to a lease of ceil(ttl) seconds that has never carried a key (an idle one
+// from the pool, reset by a keep-alive sent with the transaction, or one
+// granted inline), in one transaction; the token is that transaction's
+// revision plus the token offset. etcd may raise the TTL to its floor:
+// Lease.TTL is the TTL granted. A grant is reported only when the lease was
+// alive and reset to its full TTL. If the key is held, the unused lease goes
+// back to the pool and ErrLockHeld is returned.
 func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
 	if err := lockserver.ValidateAcquire(key, owner, ttl); err != nil {
 		return lockserver.Lease{}, err
@@ -619,22 +495,13 @@ func heldBy(key string, resp *clientv3.TxnResponse) error {
 	return fmt.Errorf("%w: key %q", lockserver.ErrLockHeld, key)
 }
 
-// Renew implements lockserver.LockStore: it reads the key, checks that its
-// grant's token is token and its owner matches, then sends one keep-alive
-// for the lease the key is attached to, which carries this grant and has
-// carried no other. etcd refuses a keep-alive for a lease that has expired
-// or been revoked (ErrNotHeld), even one not yet deleted, so a renewal
-// never resurrects a lease. The returned ExpiresAt is lock-server's clock
+// Renew implements lockserver.LockStore: it reads the key, checks the
+// grant's token and owner, and sends one keep-alive for the grant's lease.
+// etcd refuses a keep-alive for a lease that has ended, so a renewal never
+// brings a grant back, and the lease carries no other grant, so it never
+// extends one. A refused keep-alive is answered ErrStaleToken if a newer
+// grant holds the key, else ErrNotHeld. ExpiresAt is lock-server's clock
 // just before the keep-alive plus the TTL etcd reports.
-//
-// The read and the keep-alive are two requests. If the holder's own
-// release lands between them, the renewal either reports success for a
-// grant that was just released (linearized before the release), having
-// reset a lease that carries no key and will not carry one again, or
-// finds the lease revoked and reads the key again: ErrStaleToken when a
-// newer grant holds it (a Handoff leaves the key free at no moment, so
-// ErrNotHeld would be false), else ErrNotHeld. It cannot extend another
-// grant: no other grant is ever made on that lease.
 func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lockserver.Lease, error) {
 	if err := lockserver.ValidateLease(key, owner, token); err != nil {
 		return lockserver.Lease{}, err
@@ -756,17 +623,12 @@ func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver
 	return lockserver.Lease{}, fmt.Errorf("%w: etcdstore: revoke %q: the key changed grants under %d attempts in a row", lockserver.ErrUnavailable, key, inspectTries)
 }
 
-// end ends grant kv of key: one transaction deletes the key if it still
-// carries that grant (its ModRevision and lease unchanged), then its
-// lease, which carries nothing any more, is revoked in the background
-// (revokeLater). The conditional delete, not the lease revocation, is what
-// ends the grant: a Handoff (handoff.go) moves a key to a new lease
-// without revoking the old one, so revoking the old lease alone would
-// report a grant ended that had been handed off. Of a release, a
-// force-revoke, a handoff and an expiry racing for one grant, exactly one
-// ends it, and the others are refused: ErrStaleToken when the key now
-// carries a newer grant, ErrNotHeld otherwise (expired, released or
-// revoked since kv was read).
+// end ends grant kv of key: one transaction deletes the key if its
+// ModRevision and lease are still kv's, then the emptied lease is revoked
+// in the background (revokeLater). The conditional delete ends the grant:
+// a Handoff moves the key off the old lease without revoking it. If the
+// grant already ended: ErrStaleToken when a newer grant holds the key,
+// else ErrNotHeld.
 func (s *Store) end(ctx context.Context, op, key string, kv *mvccpb.KeyValue) error {
 	k := s.prefix + key
 	resp, err := s.cli.Txn(ctx).
@@ -790,7 +652,8 @@ func (s *Store) end(ctx context.Context, op, key string, kv *mvccpb.KeyValue) er
 
 // Inspect implements lockserver.LockStore: it reads the key and, if
 // present, asks the leader for its lease's remaining TTL. The lease is
-// reported live while the key exists (see the package doc); ExpiresAt is
+// reported live while the key exists, as Acquire still refuses it between
+// the TTL running out and the leader's revocation; ExpiresAt is
 // lock-server's clock before the TTL query plus the remaining TTL, which
 // etcd truncates to whole seconds, so it is a lower bound that moves
 // between calls. LastToken is the token of the key's grant (its
@@ -837,8 +700,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, erro
 // between the read and the delete.
 const inspectTries = 8
 
-// LeaseStats counts this Store's etcd leases since Open (see Leases in the
-// package doc): for metrics.
+// LeaseStats counts this Store's etcd leases since Open, for metrics.
 type LeaseStats struct {
 	// Idle is the number of idle leases (granted ahead, never used) in
 	// the pool now.

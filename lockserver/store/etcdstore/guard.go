@@ -13,31 +13,13 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 )
 
-// The restore guard. A token is the revision of the winning transaction
-// plus the token offset (offset.go), and restoring a snapshot takes both
-// back to the snapshot's: the next grants could repeat tokens already
-// issued.
-// "etcdutl snapshot restore" always makes a new cluster, and the cluster ID
-// etcd puts in every response header names the cluster. So the store keeps
-// a stamp at Prefix + "_restore_guard" (lock keys start with a letter or a
-// digit, so no lock key is that key): the cluster ID the tokens are issued
-// on, and the revision at which the stamp was written.
-//
-// Before a grant, the store makes sure it knows a stamp naming the cluster
-// that answers (reading it when it has none yet or has seen a mismatch,
-// and writing the first one when the key is absent). After the grant's
-// transaction it checks the response header: a grant made on another
-// cluster than the stamp's, or at a revision not above the stamp's, is
-// withdrawn (the caller revokes its lease, which deletes the key) and
-// refused with lockserver.ErrBackendRestored. Renew, Release, Revoke and
-// Inspect are not checked: they issue no token.
-//
-// What it cannot see: a restore that gives the new cluster the same ID,
-// which happens when it is restored with the same member names, peer URLs
-// and --initial-cluster-token as the old one (etcd derives the ID from
-// them), or a data directory put back. The token offset covers those: it
-// keeps tokens near lock-server's clock, so the first grant after such a
-// rollback lands above every token issued before it.
+// The restore guard. A stamp at Prefix + "_restore_guard" records the
+// cluster ID tokens are issued on and the revision it was written at.
+// A grant made on another cluster (etcdutl snapshot restore makes a new
+// one) or at a revision not above the stamp's is withdrawn and refused with
+// lockserver.ErrBackendRestored. Only grants are checked: the other methods
+// issue no token. A rollback that keeps the cluster ID is left to the token
+// offset (offset.go). See "Restores" in docs/lock-service.md.
 
 // guardName is the key, under Prefix, of the stamp.
 const guardName = "_restore_guard"

@@ -13,41 +13,19 @@ import (
 )
 
 // Handoff. One transaction replaces the live grant (from) by the next
-// one (to) on the same etcd key, with G a guess of the offset from was
-// granted with (first the current one) and X the current offset:
+// one (to), with G a guess of the offset from was granted with and X the
+// current offset:
 //
 //	If(ModRevision(Prefix+k) == from.Token - G,
-//	   Value(Prefix+k) > ownerPrefix(from.Owner, G), Value(Prefix+k) < ownerEnd(from.Owner, G),
+//	   ownerPrefix(from.Owner, G) < Value(Prefix+k) < ownerEnd(from.Owner, G),
 //	   the offset key is still the version whose offset is X)
 //	Then(Put(Prefix+k, record(to, X), WithLease(new lease), WithPrevKV()))
 //	Else(Get(Prefix+k), Get(offset key))
 //
-// The compares are Release's token and owner checks, with no read first
-// (a grant writes the key once, creating it on Acquire, rewriting it on
-// Handoff, so the key's ModRevision plus its record's offset is the token
-// of its live grant): a record is {"owner":O,"offset":G,"ttlMs":N}
-// ({"owner":O,"ttlMs":N} when G is 0), so it lies strictly between those
-// bytes up to "ttlMs": and the same bytes with the last one, ':', raised
-// to ';' exactly when its owner is O and its offset G (O is JSON-escaped,
-// so no owner can end early or run into the next field). When the key
-// read back is from's grant with another offset, or the offset key has
-// changed, the transaction is sent again with those. The new token is the
-// transaction's revision plus X, as for Acquire (offset.go); the key's
-// CreateRevision stays the first grant's, which nothing in this store
-// reads as a token.
-//
-// The new lease is an idle one from the pool (reset by a keep-alive sent
-// with the transaction, as Acquire does) or one granted inline; it has
-// never carried a key, so a lease still names one grant for its whole
-// life. The Put moves the key from the old lease to the new one (etcd
-// detaches a key from its previous lease when it is written with
-// another), so the old lease carries nothing afterwards: revoking it, as
-// Handoff does afterwards in the background (best effort; failing that it
-// expires), and as an operator may by id, ends no grant. The transaction
-// also fails unless the old lease is still attached (the key still exists
-// with that ModRevision), so an ended grant is never handed off: a key
-// whose lease expired is deleted by etcd, and a stale one has a larger
-// ModRevision.
+// The compares are Release's token and owner checks without a read first;
+// a wrong guess of G, or a changed offset, sends it again. The new lease
+// has never carried a key; the old one is left empty and revoked in the
+// background. See "Handoff" in docs/lock-service.md.
 
 var _ lockserver.Handoffer = (*Store)(nil)
 
@@ -229,12 +207,8 @@ func (s *Store) revokeOld(key string, resp *clientv3.TxnResponse) {
 // revokeLater revokes lease id, which carries no key any more, from a
 // goroutine of its own, at once and best effort (failing, the lease
 // expires after its TTL). Close waits for these goroutines; none starts
-// once Close has. Sending the revocations of many leases together (a
-// 50 ms window, tried once; docs/benchmarks.md) saved most of their raft log fsyncs
-// and a quarter of a contended handoff's mean, but made its p99 two to
-// three times worse: etcd applies each revocation with a backend commit
-// of its own, and a batch of them stalls every transaction queued behind
-// it (docs/benchmarks.md).
+// once Close has. Revocations are not batched: a batch stalls the
+// transactions queued behind it (docs/benchmarks.md).
 func (s *Store) revokeLater(key string, id clientv3.LeaseID) {
 	s.bgMu.Lock()
 	defer s.bgMu.Unlock()

@@ -14,40 +14,17 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 )
 
-// The token offset. A token is the revision of the granting transaction
-// plus an offset kept in etcd at Prefix + "_token_offset", which is only
-// ever raised, and which the store keeps so that tokens stay within a
-// second of lock-server's clock counted in microseconds since 1970. A
-// rollback of etcd that keeps its cluster ID (a snapshot restored with the
-// old names, peer URLs and cluster token, or a data directory put back)
-// takes the revision and the offset back to values written when the state
-// it returns to was written; the first grant after it finds the offset
-// more than a second behind the clock, raises it, and lands above every
-// token issued before the rollback, on every lock-server at once
-// (docs/adr/0002-token-floor-from-lockdbs-clock.md).
-//
-// Ordering. Every granting transaction compares the offset key's
-// ModRevision and value with the version the store read, and writes that
-// offset X into the granted key's record, so token = ModRevision + X for
-// as long as the grant lives. So the offset a grant at revision R uses is
-// off(R), the offset in etcd at R. The offset is only raised: a raise at
-// revision Rc from X to X' >= X makes every grant before Rc get
-// R + X < Rc + X <= Rc + X', and every grant after it R' + X'' > Rc + X'
-// (X'' >= X'). off is non-decreasing and R strictly increasing, so
-// R + off(R) strictly increases in revision order: tokens are ordered as
-// revisions are, and a raise racing a grant fails the grant's compare,
-// which is sent again with the new offset.
-//
-// Catch-up. A grant is sent only when the version it compares with
-// satisfies rev + X >= clock - 1 s (rev: the offset key's ModRevision,
-// below the grant's own revision), so the grant's token is above
-// clock - 1 s, the clock read before it was sent. Otherwise the store
-// first raises the offset (a compare-and-swap on the same version, never
-// lowering) to clock - R, R the revision of a read just before it: every
-// later token is then above the clock. A raise is one small write, about
-// once a second while grants flow, shared by every lock-server. A clock
-// reading past 2^53 - 1 microseconds (lockserver.MaxAdvancePast) is never
-// made a token: grants are refused with ErrUnavailable.
+// The token offset. A token is the granting transaction's revision plus
+// the offset at Prefix + "_token_offset". Every grant compares the offset
+// key's version and writes the offset X it used into its record, so
+// token = ModRevision + X while the grant lives; the offset is only ever
+// raised, by a compare-and-swap that fails any grant racing it, so tokens
+// increase in revision order. A grant is sent only when the offset key's
+// revision plus X is within a second of the clock in microseconds;
+// otherwise the offset is first raised to the clock. So the first grant
+// after a rollback that keeps the cluster ID lands above every earlier
+// token (docs/adr/0002-token-floor-from-lockdbs-clock.md). A clock past
+// lockserver.MaxAdvancePast is refused with ErrUnavailable.
 
 // offsetName is the key, under Prefix, of the token offset.
 const offsetName = "_token_offset"

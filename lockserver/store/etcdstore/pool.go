@@ -8,33 +8,15 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// leasePool keeps idle etcd leases: leases granted ahead of time that
-// have never carried a key, so that an Acquire asking for their TTL can
-// reset one with a keep-alive (answered by the leader without a raft
-// write) instead of waiting for a grant (a raft write). A lease is used for
-// at most one grant: it enters the pool when the store's granters have
-// just granted it, or when an Acquire took it and lost its transaction
-// (attaching nothing to it); a lease that carried a grant never comes back.
-// So a lease id names one grant for its whole life (see Leases in the
-// package doc).
-//
-// The pool must never hand out a lease etcd may already have expired: the
-// leader revokes expired leases only every 500 ms, and until then etcd
-// still attaches keys to them, so a grant on such a lease would be written
-// and then deleted with it. The pool therefore keeps, for every idle lease,
-// a lower bound of the moment etcd last reset it (this store's clock just
-// before the grant or keep-alive was sent), and hands a lease out only
-// while that bound plus its TTL is at least margin(TTL) ahead. These times
-// keep Go's monotonic clock reading, so a step of the wall clock cannot
-// make a lease look younger than it is.
-//
-// Grants for the pool come in batches, per requested TTL, so that etcd
-// commits them together (concurrent proposals share a raft write to disk):
-// when the leases of a TTL, idle and being granted, fall to half the batch
-// size, a batch tops them up. The batch size adapts to demand: it doubles,
-// up to maxAhead, at every top-up since which no lease of that TTL expired
-// unused, and halves whenever one does. A steady stream of acquires grants
-// in batches of maxAhead; an acquire now and then wastes about one grant.
+// leasePool keeps idle etcd leases: granted ahead of time, never attached
+// to a key, so an Acquire resets one with a keep-alive (no raft write)
+// instead of waiting for a grant. A lease leaves the pool for one grant and
+// comes back only if that grant lost its transaction. A lease is handed out
+// only while a lower bound of its remaining life (monotonic clock) is at
+// least margin(TTL), since etcd still attaches keys to an expired lease
+// until the leader revokes it. Grants come in batches per TTL whose size
+// doubles, up to maxAhead, while no lease of that TTL expires unused, and
+// halves when one does. See docs/lock-service.md.
 type leasePool struct {
 	mu       sync.Mutex
 	max      int                     // idle leases kept in all; 0 turns the pool off

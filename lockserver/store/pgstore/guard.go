@@ -12,26 +12,15 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 )
 
-// The restore guard. A restore of lockdb takes fencing_token_seq back to
-// the backup's value, and the next grants would repeat tokens already
-// issued. Table lockdb_identity (migration 00004) records the instance the
-// tokens were issued on: system identifier, timeline, database OID and the
-// sequence's OID. The row travels with every backup, but every kind of
-// restore changes at least one of those facts (see the migration), so every
-// grant runs lockdb_check_identity() first, in the same implicit
-// transaction and the same round trip, and a mismatch refuses the grant
-// before a token is drawn. Renew, release, revoke and inspect are not
-// checked: they issue no token, and a holder should still be able to give
-// back a lease while the operator works. A promoted synchronous standby
-// is on a new timeline too; promotion.go decides when that is accepted.
-//
-// A rollback that keeps all four facts (a data directory put back, a
-// dump restored in place, a sequence reset) is caught by the token draw
-// itself (migration 00005, docs/adr/0002-token-floor-from-lockdbs-clock.md):
-// the sequence is kept within a second of lockdb's clock, so a draw after
-// the rollback is moved up to the clock (drawing), above every earlier
-// token; and a draw not above a token some row holds is refused as a
-// restore.
+// The restore guard. Table lockdb_identity (migration 00004) records the
+// instance tokens are issued on (system identifier, timeline, database OID,
+// sequence OID), which every kind of restore changes. Every grant runs
+// lockdb_check_identity() in the same round trip and implicit transaction,
+// so a mismatch refuses the grant (lockserver.ErrBackendRestored) before a
+// token is drawn; the other methods issue no token and are not checked.
+// promotion.go decides when a promoted standby's new timeline is accepted.
+// A rollback that keeps all four facts is caught by the token draw
+// (migration 00005, docs/adr/0002-token-floor-from-lockdbs-clock.md).
 
 const (
 	// checkIdentitySQL raises SQLSTATE sqlstateRestored on a mismatch.

@@ -1,61 +1,14 @@
-// Package pgstore is the PostgreSQL lockserver.LockStore: one row per lock
-// key in table lock_lease, fencing tokens from one global sequence,
-// fencing_token_seq (CACHE 1), and expiry decided by the database's clock.
+// Package pgstore is the PostgreSQL implementation of lockserver.LockStore:
+// one row per lock key in table lock_lease, fencing tokens from one global
+// sequence (fencing_token_seq), drawn inside the statement that wins the
+// key's row, and expiry decided by lockdb's clock (lock_clock()).
 //
-// Tokens. Every grant draws its token from fencing_token_seq, through
-// lockdb_draw_token, inside the statement that wins the key's row, after
-// the row lock is held, so a grant that waited on the row lock cannot
-// carry a token older than the grant it waited for. The sequence is
-// shared by all keys, kept within a second of lockdb's clock in
-// microseconds, and every acquire attempt draws a value even when it is
-// refused: tokens are unique and strictly increasing, with gaps. Rows are
-// never deleted; a released, revoked or expired lease keeps its last token
-// in its row (Inspect's LastToken). Commits are durable before a grant is
-// answered. A restore or rollback of lockdb is handled by guard.go.
-//
-// Clock. Expiry is decided by lock_clock(), a SQL function (migration
-// 00002) that returns clock_timestamp(): the database host's wall clock at
-// the moment each statement runs (not now(), which is frozen at transaction
-// start). The planner inlines it, so it costs what clock_timestamp() costs;
-// tests replace it in their own database to step the clock. The clocks of
-// lock-server and of clients play no part. Lease.ExpiresAt is that clock's
-// reading.
-//
-// A wall clock can be stepped, and PostgreSQL offers no clock that cannot:
-// expiry is therefore correct only if lockdb's host clock is disciplined by
-// slewing alone once PostgreSQL serves: chrony or ntpd allowed to step only
-// at boot, if at all (chrony's "makestep 1 3" steps during its first three
-// updates only); a leap second smeared, as Google's NTP service, the default
-// of Compute Engine, smears it. A monotonic clock of
-// lock-server would not do instead: several lock-servers share one lockdb,
-// and each one's clock starts anew at its restart. What a step does:
-//
-//   - Forward by S: every live lease ends up to S early, while its holder's
-//     local deadline (a monotonic clock) still says it holds. The next grant
-//     carries a larger token, so a fenced resource refuses the earlier
-//     holder; a resource that is not fenced may be written by both. The
-//     earlier holder's renew and release answer ErrNotHeld, or
-//     ErrStaleToken once the key has been granted again.
-//   - Backward by S: every live lease lasts up to S longer, unless renewed
-//     (a renewal counts its TTL from the clock as it now reads) or released;
-//     an abandoned lease blocks its key for TTL + S. No call fails for it.
-//     A renewal that finds the clock earlier than at the lease's previous
-//     grant or renewal logs lockdb_clock_stepped at ERROR.
-//
-// Open logs, once, that expiry follows lockdb's wall clock, with the offset
-// of that clock from the local one (a warning above Config.ClockOffsetBound).
-// See docs/runbooks/lockdb-clock.md.
-//
-// Errors. Statements that fail for want of the database (connection
-// refused or lost, context deadline, server shutting down, too many
-// connections) return an error wrapping lockserver.ErrUnavailable and the
-// cause; the operation may or may not have taken effect. After a restart of
-// PostgreSQL, pgxpool pings a connection idle for more than a second before
-// handing it out and discards it if dead; one used more recently fails its
-// next call with ErrUnavailable and is discarded, and the caller retries.
-//
-// The schema is created by Migrate (goose migrations embedded from
-// migrations/), which Open runs unless told not to.
+// Open a Store with Open (cfg from DefaultConfig with the DSN set), which
+// runs the embedded migrations unless cfg.SkipMigrations, and Close it when
+// done. Expiry is correct only while lockdb's host clock is slewed, never
+// stepped. A call that fails for want of the database wraps
+// lockserver.ErrUnavailable: the operation may or may not have taken effect.
+// The design: docs/lock-service.md; the clock: docs/runbooks/lockdb-clock.md.
 package pgstore
 
 import (
@@ -436,9 +389,9 @@ func scanLease(row pgx.Row, key string) (lockserver.Lease, error) {
 	return leaseOf(key, owner, token, ttl, expires), nil
 }
 
-// Acquire implements lockserver.LockStore in one statement (see the package
-// doc for how the token is drawn), preceded in the same round trip by the
-// restore guard's identity check (guard.go). ErrLockHeld, wrapped, when an
+// Acquire implements lockserver.LockStore in one statement, which draws the
+// token only after it has won the key's row, preceded in the same round trip
+// by the restore guard's identity check. ErrLockHeld, wrapped, when an
 // unexpired lease exists on key; ErrBackendRestored when lockdb is not the
 // instance its identity stamp names; ErrInvalidArgument; ErrUnavailable.
 func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {

@@ -11,42 +11,16 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 )
 
-// Failover to a promoted standby. A promoted standby ends on a new
-// timeline, so the restore guard (guard.go) refuses every grant after a
-// failover, exactly as after a restore: an asynchronous standby can lack
-// commits the old primary acknowledged, grants among them, and its
-// fencing_token_seq can be behind tokens already handed out. A
-// synchronous standby cannot: the primary acknowledged no commit before the
-// standby had flushed it. With Config.AcceptPromotion, the store tells the
-// two apart by watching the replication it runs on:
-//
-//   - every Config.ReplicationCheckInterval (and at Open) it reads the
-//     primary's synchronous_standby_names and synchronous_commit and
-//     remembers, per timeline, whether commits were waiting for a standby
-//     (names set, synchronous_commit on or remote_apply);
-//   - a grant refused by the guard is looked at again: when the stamp and
-//     the server differ only in the timeline (same system identifier,
-//     database and sequence: a standby copied from this cluster), the new
-//     timeline is later than the stamped one, and the stamped timeline was
-//     last seen synchronously replicated, the stamp is moved to the new
-//     timeline (lockdb_promotion_accepted, WARN) and the grant is tried once
-//     more. Otherwise the refusal stands, as before (BACKEND_RESTORED until
-//     lockctl advance).
-//
-// What the rule rests on, and its limits: the promoted server must be the
-// synchronous standby (with "FIRST 1 (name)", the one named), not another,
-// asynchronous one; a switch from synchronous to asynchronous replication
-// less than one check interval before the failure is not seen; a
-// lock-server that (re)starts after the failure has not seen the old
-// timeline and refuses. A point-in-time recovery of a backup of the same
-// cluster also ends on a later timeline with the same three facts, and is
-// accepted as a promotion if the stamped timeline was synchronous: the
-// token floor of every running lock-server still withdraws a repeated
-// token, but lockdb-restore.md tells the operator to stop lock-servers
-// first. A commit whose wait for the standby is cancelled (the statement's
-// context ends) is visible on the primary without being on the standby;
-// its grant was answered BACKEND_UNAVAILABLE (outcome unknown), so its
-// token reached no holder, but an inspection may have shown it.
+// Failover to a promoted standby. A promoted standby is on a new timeline,
+// which the restore guard refuses like a restore: an asynchronous standby
+// may lack acknowledged grants. With Config.AcceptPromotion the store reads
+// synchronous_standby_names and synchronous_commit at Open and every
+// Config.ReplicationCheckInterval, and remembers per timeline whether
+// commits waited for a standby. A grant refused only for a later timeline
+// of the same cluster, database and sequence, whose stamped timeline was
+// last seen synchronous, moves the stamp (lockdb_promotion_accepted, WARN)
+// and is tried once more. The rule's limits are in docs/reliability.md
+// ("lockdb failover").
 
 const (
 	// replicationSQL reads what decides whether a commit waits for a

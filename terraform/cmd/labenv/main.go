@@ -1,28 +1,17 @@
 // Command labenv takes the lab's Google Cloud environment (terraform/)
-// through its lifecycle with terraform/tfdriver; `make plan`, `make deploy`
-// and `make destroy` run it.
+// through its lifecycle; `make plan`, `make deploy` and `make destroy` run it.
 //
-//	labenv plan      read-only: says which APIs deploy would enable, reads
-//	                 the keys that exist (placeholders for the others),
-//	                 init and a saved plan with its resource counts
-//	labenv deploy    enable and await the APIs labenv needs
-//	                 (terraform/bootstrap), the signing keys (read from
-//	                 Secret Manager, or made on a first deploy and stored
-//	                 there after a plan targeted at the secrets), plan,
-//	                 apply, outputs, each service's schema grant,
-//	                 lock-server's Kubernetes Secret, then cloudbuild.yaml
-//	                 with this commit; an apply failing on a transient
-//	                 error is retried once, and a failed apply is kept
+//	labenv plan      read-only: the APIs deploy would enable, init and a
+//	                 saved plan with its resource counts
+//	labenv deploy    APIs, signing keys (Secret Manager), plan, apply,
+//	                 schema grants, lock-server's Kubernetes Secret, then
+//	                 cloudbuild.yaml at this commit; a failed apply is kept
 //	                 unless -destroy-on-failure
-//	labenv destroy   delete the GKE objects whose disks and load balancers
-//	                 outlive the cluster, then terraform destroy (the keys'
-//	                 variables are placeholders: nothing is read); fail if
-//	                 anything is left in the state, or if the zero-billable
-//	                 check (terraform/leftovers) finds anything of the lab
+//	labenv destroy   the GKE objects that outlive the cluster, terraform
+//	                 destroy, then the zero-billable check (terraform/leftovers)
 //
-// Before terraform or any Google API is called, it checks
-// GOOGLE_CLOUD_PROJECT, BILLING_ACCOUNT and Application Default
-// Credentials, and stops with one line naming what is missing.
+// It first checks GOOGLE_CLOUD_PROJECT, BILLING_ACCOUNT and Application
+// Default Credentials. Every step: docs/cloud.md.
 package main
 
 import (
