@@ -85,8 +85,8 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
@@ -299,13 +299,13 @@ func (x *Executor) serve(w http.ResponseWriter, r *http.Request) {
 		// caller's mistake, not a push to acknowledge. The query string
 		// and the content type stay lenient (docs/reliability.md).
 		deliveries.WithLabelValues(resultRejected).Inc()
-		httpjson.WriteError(w, http.StatusNotFound, string(api.CodeNotFound), "no such route; Pub/Sub pushes with POST "+PushPath, false)
+		jsonhandler.WriteError(w, http.StatusNotFound, string(api.CodeNotFound), "no such route; Pub/Sub pushes with POST "+PushPath, false)
 		return
 	}
 	if r.Method != http.MethodPost {
 		deliveries.WithLabelValues(resultRejected).Inc()
 		w.Header().Set("Allow", http.MethodPost)
-		httpjson.WriteError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", "send Pub/Sub push requests with POST", false)
+		jsonhandler.WriteError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", "send Pub/Sub push requests with POST", false)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxPushBytes))
@@ -313,13 +313,13 @@ func (x *Executor) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.As(err, &tooLarge):
 		deliveries.WithLabelValues(resultRejected).Inc()
-		httpjson.WriteError(w, http.StatusRequestEntityTooLarge, httpjson.CodeBodyTooLarge, fmt.Sprintf("body larger than %d bytes", maxPushBytes), false)
+		jsonhandler.WriteError(w, http.StatusRequestEntityTooLarge, jsonhandler.CodeBodyTooLarge, fmt.Sprintf("body larger than %d bytes", maxPushBytes), false)
 		return
 	case err != nil:
 		// The cause (a read timeout, a reset) names the connection's
 		// addresses: never in an answer. Pub/Sub redelivers.
 		deliveries.WithLabelValues(resultRejected).Inc()
-		httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalidRequest, "the body could not be read: it came too slowly or the connection broke", false)
+		jsonhandler.WriteError(w, http.StatusBadRequest, jsonhandler.CodeInvalidRequest, "the body could not be read: it came too slowly or the connection broke", false)
 		return
 	}
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/cloudevents+json" {
@@ -340,7 +340,7 @@ func (x *Executor) serve(w http.ResponseWriter, r *http.Request) {
 		// The decoder's own text (Go type names) stays in the log.
 		x.log.WarnContext(r.Context(), "request is not a push", "event", EventPushBodyRefused, "error", err.Error())
 		deliveries.WithLabelValues(resultRejected).Inc()
-		httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalidRequest,
+		jsonhandler.WriteError(w, http.StatusBadRequest, jsonhandler.CodeInvalidRequest,
 			"the body is not one Pub/Sub push envelope: one JSON object, no key given twice, nothing after it", false)
 		return
 	}
@@ -371,13 +371,13 @@ func (x *Executor) serve(w http.ResponseWriter, r *http.Request) {
 		log.WarnContext(ctx, "payout execution incomplete; Pub/Sub will redeliver", "event", EventExecutionRetry, "status", status, "error", err.Error())
 		// The cause (another service's answer, an address) stays in the
 		// log; the push answer says only what happens next.
-		httpjson.WriteError(w, status, code, retryMessages[code], true)
+		jsonhandler.WriteError(w, status, code, retryMessages[code], true)
 		return
 	}
 	span.SetAttributes(attribute.String(tracing.AttrOutcome, string(out)))
 	deliveries.WithLabelValues(string(out)).Inc()
 	log.InfoContext(ctx, "payout execution finished", "event", EventExecutionDone, "outcome", string(out))
-	httpjson.WriteJSON(w, status, map[string]string{"payoutId": ev.PayoutID, "outcome": string(out)})
+	jsonhandler.WriteJSON(w, status, map[string]string{"payoutId": ev.PayoutID, "outcome": string(out)})
 }
 
 // tracerName scopes the executor's spans.

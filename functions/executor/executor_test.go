@@ -25,7 +25,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
@@ -70,7 +70,7 @@ func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == "GET" && r.URL.Path == api.PayoutPath("p-1"):
 		if f.payoutCode != "" {
-			httpjson.WriteError(w, statusOf(f.payoutCode), string(f.payoutCode), "scripted", false)
+			jsonhandler.WriteError(w, statusOf(f.payoutCode), string(f.payoutCode), "scripted", false)
 			return
 		}
 		body := f.payout
@@ -81,10 +81,10 @@ func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(body))
 	case r.URL.Path == api.ClaimPath("p-1"):
 		if f.claimCode != "" {
-			httpjson.WriteError(w, statusOf(f.claimCode), string(f.claimCode), "scripted", false)
+			jsonhandler.WriteError(w, statusOf(f.claimCode), string(f.claimCode), "scripted", false)
 			return
 		}
-		httpjson.WriteJSON(w, 200, map[string]string{"payoutId": "p-1", "state": "claimed", "termsSignature": f.terms})
+		jsonhandler.WriteJSON(w, 200, map[string]string{"payoutId": "p-1", "state": "claimed", "termsSignature": f.terms})
 	case r.URL.Path == railapi.PathSubmissions:
 		var body map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&body)
@@ -105,10 +105,10 @@ func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body["token"] = tok
 		f.attentions = append(f.attentions, body)
 		if f.attnCode != "" {
-			httpjson.WriteError(w, statusOf(f.attnCode), string(f.attnCode), "scripted", false)
+			jsonhandler.WriteError(w, statusOf(f.attnCode), string(f.attnCode), "scripted", false)
 			return
 		}
-		httpjson.WriteJSON(w, 200, map[string]string{"payoutId": "p-1", "state": "needs_attention"})
+		jsonhandler.WriteJSON(w, 200, map[string]string{"payoutId": "p-1", "state": "needs_attention"})
 	case r.URL.Path == api.ResultPath("p-1"):
 		var body map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&body)
@@ -120,14 +120,14 @@ func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if f.resultRetryAfter != "" {
 				w.Header().Set("Retry-After", f.resultRetryAfter)
 			}
-			httpjson.WriteError(w, http.StatusServiceUnavailable, string(code), "scripted", true)
+			jsonhandler.WriteError(w, http.StatusServiceUnavailable, string(code), "scripted", true)
 			return
 		}
 		if f.resultCode != "" {
-			httpjson.WriteError(w, statusOf(f.resultCode), string(f.resultCode), "scripted", false)
+			jsonhandler.WriteError(w, statusOf(f.resultCode), string(f.resultCode), "scripted", false)
 			return
 		}
-		httpjson.WriteJSON(w, 200, map[string]string{"payoutId": "p-1"})
+		jsonhandler.WriteJSON(w, 200, map[string]string{"payoutId": "p-1"})
 	default:
 		http.NotFound(w, r)
 	}
@@ -596,9 +596,9 @@ func TestMalformedPushIsAckedAndBadMethodRefused(t *testing.T) {
 	// refused 400 with the envelope.
 	for _, body := range []string{`{`, dataPush(`{}`) + ` trailing`, `{"message":{"data":"e30="},"message":{"data":"e30="}}`} {
 		rec := push(t, x, []byte(body))
-		var env httpjson.Envelope
-		if err := json.Unmarshal(rec.Body.Bytes(), &env); rec.Code != http.StatusBadRequest || err != nil || env.Error.Code != httpjson.CodeInvalidRequest {
-			t.Errorf("broken envelope %s answered %d %s; want 400 with the envelope and %s", body, rec.Code, rec.Body, httpjson.CodeInvalidRequest)
+		var env jsonhandler.Envelope
+		if err := json.Unmarshal(rec.Body.Bytes(), &env); rec.Code != http.StatusBadRequest || err != nil || env.Error.Code != jsonhandler.CodeInvalidRequest {
+			t.Errorf("broken envelope %s answered %d %s; want 400 with the envelope and %s", body, rec.Code, rec.Body, jsonhandler.CodeInvalidRequest)
 		}
 	}
 	rec := httptest.NewRecorder()
@@ -966,7 +966,7 @@ func TestUnknownPathsAreNotFoundAndOversizedBodiesSayTheLimit(t *testing.T) {
 	for _, path := range []string{"/foo", "/v1/payouts", "//", "/foo?x=1"} {
 		rec := httptest.NewRecorder()
 		x.ServeHTTP(rec, httptest.NewRequest("POST", path, bytes.NewReader(malformed)))
-		var env httpjson.Envelope
+		var env jsonhandler.Envelope
 		if err := json.Unmarshal(rec.Body.Bytes(), &env); rec.Code != http.StatusNotFound || err != nil || env.Error.Code != string(api.CodeNotFound) {
 			t.Errorf("POST %s answered %d %s; want 404 with the envelope and %s", path, rec.Code, rec.Body, api.CodeNotFound)
 		}
@@ -977,10 +977,10 @@ func TestUnknownPathsAreNotFoundAndOversizedBodiesSayTheLimit(t *testing.T) {
 		t.Errorf("a push with a query string answered %d %s; want 204", rec.Code, rec.Body)
 	}
 	rec = push(t, x, bytes.Repeat([]byte(" "), 1<<20))
-	var env httpjson.Envelope
-	if err := json.Unmarshal(rec.Body.Bytes(), &env); rec.Code != http.StatusRequestEntityTooLarge || err != nil || env.Error.Code != httpjson.CodeBodyTooLarge ||
+	var env jsonhandler.Envelope
+	if err := json.Unmarshal(rec.Body.Bytes(), &env); rec.Code != http.StatusRequestEntityTooLarge || err != nil || env.Error.Code != jsonhandler.CodeBodyTooLarge ||
 		!strings.HasPrefix(env.Error.Message, "body larger than ") || strings.Contains(env.Error.Message, "http:") {
-		t.Errorf("an oversized push answered %d %s; want 413 %s saying the limit, no Go text", rec.Code, rec.Body, httpjson.CodeBodyTooLarge)
+		t.Errorf("an oversized push answered %d %s; want 413 %s saying the limit, no Go text", rec.Code, rec.Body, jsonhandler.CodeBodyTooLarge)
 	}
 	if len(deps.calls) != 0 {
 		t.Fatalf("refused requests reached dependencies: %v", deps.calls)

@@ -17,7 +17,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
@@ -40,7 +40,7 @@ func (f *fencedDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if tok < f.hwm {
 			f.refused = append(f.refused, tok)
 			f.mu.Unlock()
-			httpjson.WriteError(w, http.StatusConflict, fencing.CodeFencedOut, "stale token", false)
+			jsonhandler.WriteError(w, http.StatusConflict, fencing.CodeFencedOut, "stale token", false)
 			return
 		}
 		f.hwm = tok

@@ -3,7 +3,7 @@
 // payment-resource, rail-proxy, rail-stub, the executor's push endpoint),
 // each with the status and code it gets. The table is produced by
 // TestBadInputTable, which asserts every row, checks each answer's
-// properties (internal/fuzzcheck) and that the refusal changed nothing,
+// properties (internal/fuzztest) and that the refusal changed nothing,
 // and fails when the committed table differs from what it produced:
 //
 //	go test ./harness/badinput -run TestBadInputTable -update

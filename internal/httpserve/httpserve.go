@@ -8,8 +8,8 @@
 //     connection (IdleTimeout), and the size of the headers
 //     (MaxHeaderBytes, answered 431 by net/http);
 //   - refuses a request whose path is not in canonical form ("..", ".",
-//     "//") with 400 and the JSON error envelope of internal/httpjson (code
-//     httpjson.CodeInvalidRequest), before any route sees it: an
+//     "//") with 400 and the JSON error envelope of internal/jsonhandler (code
+//     jsonhandler.CodeInvalidRequest), before any route sees it: an
 //     http.ServeMux would answer it with a bodiless redirect that keeps the
 //     method and body, so a client that follows it re-sends a write to a
 //     route it never named;
@@ -38,7 +38,7 @@ import (
 	"path"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 )
 
 // Errors of this package; test them with errors.Is.
@@ -181,12 +181,12 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg Config, log
 }
 
 // Canonical refuses, with 400 and the JSON error envelope (code
-// httpjson.CodeInvalidRequest), a request whose path is not in canonical
+// jsonhandler.CodeInvalidRequest), a request whose path is not in canonical
 // form (see CanonicalPath), and passes every other request to h.
 func Canonical(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p := r.URL.Path; !CanonicalPath(p) {
-			httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalidRequest, fmt.Sprintf("path %q is not in canonical form", p), false)
+			jsonhandler.WriteError(w, http.StatusBadRequest, jsonhandler.CodeInvalidRequest, fmt.Sprintf("path %q is not in canonical form", p), false)
 			return
 		}
 		h.ServeHTTP(w, r)

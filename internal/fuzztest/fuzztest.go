@@ -1,4 +1,4 @@
-// Package fuzzcheck holds the properties every answer of the project's
+// Package fuzztest holds the properties every answer of the project's
 // services must have whatever a client sends, as the fuzz targets and the
 // bad-input table check them (docs/reliability.md):
 //
@@ -12,7 +12,7 @@
 // The state check ("a refused request changes nothing") is each target's:
 // only it knows where its service keeps state. This package is for tests;
 // no production code imports it.
-package fuzzcheck
+package fuzztest
 
 import (
 	"bytes"
