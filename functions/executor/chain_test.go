@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor/fault"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
@@ -164,13 +165,13 @@ func TestLeasePastItsLocalDeadlineStopsBeforeTheClaim(t *testing.T) {
 	defer cancel()
 	// Between the grant and the claim, wait for the lease's local
 	// deadline (Done closes when it passes).
-	waitForDeadline := executor.WithBeforeClaim(func(l *client.Lease) {
+	waitForDeadline := executor.WithFault(fault.Points{executor.AfterGrant: func(_ context.Context, _ executor.Delivery, l *client.Lease) {
 		select {
 		case <-l.Done():
 		case <-ctx.Done():
 			t.Error("the lease's local deadline never passed")
 		}
-	})
+	}})
 	rig := newChainRig(t, deps, rigConfig{ttl: time.Duration(lockapi.MinTTLMs) * time.Millisecond, acquireWait: 3 * time.Second, lock: noRenewals,
 		opts: []executor.Option{waitForDeadline}})
 	body, _ := payoutevent.Encode(event, "m-1", "acct-7", 1)

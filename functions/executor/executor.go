@@ -138,16 +138,45 @@ const (
 	OutcomeNeedsAttention Outcome = "needs_attention"
 )
 
-// Hooks are called at fixed points of an execution. The fencing experiment
-// uses BeforeRailSubmit to stop the worker with SIGSTOP at the most
-// dangerous moment: after its last lease confirmation, before the rail.
-type Hooks struct {
-	// AfterClaim runs right after the payout was claimed under lease.
-	AfterClaim func(ctx context.Context, e payoutevent.Event, lease *client.Lease)
-	// BeforeRailSubmit runs after the last lease confirmation and before
-	// the rail submission; token is the lease's fencing token.
-	BeforeRailSubmit func(ctx context.Context, e payoutevent.Event, token int64)
+// Fault is injected into an execution at fixed points, to play a worker
+// paused at the most dangerous moments of the fencing experiment (package
+// fault holds the experiment's and the game day's). New takes one with
+// WithFault; production passes none, and then no point is visited. Its
+// methods run on the delivery's goroutine and may block.
+type Fault interface {
+	// Renews reports whether the lease of delivery d is renewed in the
+	// background while it works. A fault that stands for a stopped
+	// process returns false: lock-server then ends the lease after its
+	// TTL, and only the confirmation before the rail submission renews it.
+	Renews(d Delivery) bool
+	// At runs at point p of delivery d, under lease; the execution goes
+	// on with the context it returns.
+	At(ctx context.Context, p Point, d Delivery, lease *client.Lease) context.Context
 }
+
+// Delivery is the execution a Fault is asked about.
+type Delivery struct {
+	// Event is the payout event being executed.
+	Event payoutevent.Event
+	// Attempt is Pub/Sub's delivery attempt ("1", "2", ...), "" when the
+	// push did not carry one or the call came through Execute.
+	Attempt string
+}
+
+// Point is a place in an execution where a Fault runs.
+type Point int
+
+// Points, in the order an execution reaches them.
+const (
+	// AfterGrant: the lease was just granted; the local lease check and
+	// the claim come next.
+	AfterGrant Point = iota + 1
+	// AfterClaim: the payout was just claimed under the lease.
+	AfterClaim
+	// BeforeSubmit: after the last lease confirmation, before the rail
+	// submission: the point where a pause is most dangerous.
+	BeforeSubmit
+)
 
 // Executor executes payout events. It is safe for concurrent use: Pub/Sub
 // may push several events at once, and the lock serialises those of one
@@ -159,14 +188,10 @@ type Executor struct {
 	rail  *railclient.Client
 	doer  client.Doer
 	log   *slog.Logger
-	hooks Hooks
+	fault Fault // nil: none
 
 	// metered is serve, counted and timed (package httpmetrics).
 	metered http.Handler
-
-	// pause is the pause fault's wait (Config.FaultPause); a timer by
-	// default, replaced only by tests (export_test.go).
-	pause func(d time.Duration)
 
 	// rndMu guards rnd, the jitter of the in-process retries.
 	rndMu sync.Mutex
@@ -178,17 +203,13 @@ type Executor struct {
 	relMu    sync.Mutex
 	closed   bool
 	releases sync.WaitGroup
-
-	// beforeClaim runs after the grant, before the local lease check
-	// that precedes the claim; tests only (export_test.go).
-	beforeClaim func(*client.Lease)
 }
 
 // Option configures New.
 type Option func(*Executor)
 
-// WithHooks installs h.
-func WithHooks(h Hooks) Option { return func(x *Executor) { x.hooks = h } }
+// WithFault injects f at the points of every execution. Default: none.
+func WithFault(f Fault) Option { return func(x *Executor) { x.fault = f } }
 
 // WithRand draws the jitter of the in-process retries from r (tests pass a
 // seeded one). Default: a generator seeded from crypto/rand at New.
@@ -235,7 +256,7 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Executor, error) {
 	if logger == nil {
 		return nil, errors.New("executor: New needs a logger")
 	}
-	x := &Executor{cfg: cfg, log: logger, doer: &http.Client{Transport: tracing.Transport(KeepAliveTransport())}, pause: sleep}
+	x := &Executor{cfg: cfg, log: logger, doer: &http.Client{Transport: tracing.Transport(KeepAliveTransport())}}
 	x.metered = httpmetrics.Handler(MetricsFunction, httpmetrics.OneRoute(MetricsRoute), http.HandlerFunc(x.serve))
 	for _, o := range opts {
 		o(x)
@@ -531,11 +552,7 @@ func (x *Executor) execute(ctx context.Context, e payoutevent.Event, release *fu
 	case err != nil:
 		return x.settle(ctx, log, e, nil, "read payout", ServicePaymentResource, err)
 	}
-	// The pause fault's delivery (Config.FaultPause) stands for a stopped
-	// process, which renews nothing: its lease gets no background renewal,
-	// only the confirmation before the rail submission, so lock-server
-	// ends it during the pause.
-	paused := x.cfg.FaultPause.Applies(e.PayoutID, deliveryAttemptOf(ctx))
+	d := Delivery{Event: e, Attempt: deliveryAttemptOf(ctx)}
 	aopts := []client.AcquireOption{client.WithTTL(x.cfg.LeaseTTL)}
 	if w := queueWait(x.cfg.AcquireWait); w > 0 {
 		// Wait in lock-server's queue of the key: the previous delivery of
@@ -544,7 +561,7 @@ func (x *Executor) execute(ctx context.Context, e payoutevent.Event, release *fu
 		// that release instead of after the SDK's backoff.
 		aopts = append(aopts, client.WithWait(w))
 	}
-	if !paused {
+	if x.fault == nil || x.fault.Renews(d) {
 		aopts = append(aopts, client.WithAutoRenew(0))
 	}
 	actx, cancel := context.WithTimeout(ctx, x.cfg.AcquireWait)
@@ -574,9 +591,7 @@ func (x *Executor) execute(ctx context.Context, e payoutevent.Event, release *fu
 	// lease the server ended behind this worker's back costs nothing yet;
 	// the confirmation before the rail submission stops this worker
 	// before the side effect that cannot be undone.
-	if x.beforeClaim != nil {
-		x.beforeClaim(lease)
-	}
+	ctx = x.inject(ctx, AfterGrant, d, lease)
 	if err := x.checkLocal(ctx, log, lease, "claim"); err != nil {
 		return x.settle(ctx, log, e, nil, "local lease check before the claim", ServiceLockServer, err)
 	}
@@ -585,9 +600,7 @@ func (x *Executor) execute(ctx context.Context, e payoutevent.Event, release *fu
 		return x.settle(ctx, log, e, lease, "claim", ServicePaymentResource, err)
 	}
 	log.InfoContext(ctx, "payout claimed", "event", EventPayoutClaimed)
-	if x.hooks.AfterClaim != nil {
-		x.hooks.AfterClaim(ctx, e, lease)
-	}
+	ctx = x.inject(ctx, AfterClaim, d, lease)
 
 	// (2) the last confirmation, then the side effect no transaction can
 	// undo. Whether the payout already went to the rail is rail-proxy's
@@ -595,12 +608,7 @@ func (x *Executor) execute(ctx context.Context, e payoutevent.Event, release *fu
 	if err := x.confirm(ctx, log, lease, "rail submission"); err != nil {
 		return x.settle(ctx, log, e, nil, "confirm before the rail submission", ServiceLockServer, err)
 	}
-	if paused {
-		ctx = x.pauseFault(ctx, log)
-	}
-	if x.hooks.BeforeRailSubmit != nil {
-		x.hooks.BeforeRailSubmit(ctx, e, token)
-	}
+	ctx = x.inject(ctx, BeforeSubmit, d, lease)
 	res, err := x.submit(ctx, e, holder, terms)
 	var first *firstAttempt
 	switch {
@@ -898,24 +906,12 @@ func deliveryAttemptOf(ctx context.Context) string {
 	return a
 }
 
-// sleep waits d whatever happens meanwhile: a paused process does not see
-// its client hang up or its context end.
-func sleep(d time.Duration) { time.Sleep(d) }
-
-// pauseFault is the game day's pause (Config.FaultPause): it waits
-// FaultPause.Duration, ignoring ctx as a stopped process would, and
-// returns a context that no longer ends with the push request, so that the
-// stale worker's rail submission and result reach the fences even when
-// Pub/Sub has given up on the push meanwhile. Each call after it is still
-// bounded by its own timeout.
-func (x *Executor) pauseFault(ctx context.Context, log *slog.Logger) context.Context {
-	d := x.cfg.FaultPause.Duration
-	log.WarnContext(ctx, "fault injection: pausing after the last lease confirmation, before the rail submission", "event", EventFaultPauseStarted,
-		"pauseMs", d.Milliseconds(), "ttlMs", x.cfg.LeaseTTL.Milliseconds())
-	x.pause(d)
-	log.WarnContext(ctx, "fault injection: pause over; carrying on as if the lease were still held", "event", EventFaultPauseEnded,
-		"pauseMs", d.Milliseconds(), "requestEnded", ctx.Err() != nil)
-	return context.WithoutCancel(ctx)
+// inject runs the Fault, if any, at point p.
+func (x *Executor) inject(ctx context.Context, p Point, d Delivery, lease *client.Lease) context.Context {
+	if x.fault == nil {
+		return ctx
+	}
+	return x.fault.At(ctx, p, d, lease)
 }
 
 // delay is ReportRetry.Delay with the executor's random source.
