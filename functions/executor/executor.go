@@ -1,61 +1,13 @@
-// Package executor is the payout worker: the critical section that the lock
-// is taken for. It is an HTTP handler for Pub/Sub push requests carrying a
-// payoutevent.Event; for each payout it
+// Package executor is the payout worker, an http.Handler for Pub/Sub push
+// requests that carry a payoutevent.Event. For each payout it takes the
+// lease on payout:{account_id}, claims the payout at payment-resource,
+// confirms the lease, submits through rail-proxy and posts the rail's
+// outcome, every write carrying the lease's fencing token; the answer's
+// status tells Pub/Sub whether to deliver again (Status).
 //
-//  0. reads the payout and checks that the event describes it (the event
-//     is a notification; the payout row decides the account and amount),
-//  1. acquires the lease on payout:{account_id} through the SDK (renewed in
-//     the background while it works), waiting in lock-server's queue of
-//     the key (client.WithWait) rather than retrying with backoff,
-//  2. checks the lease's local deadline (no round trip), then claims the
-//     payout at payment-resource with its fencing token,
-//  3. confirms the lease with lock-server (a renewal), then submits the
-//     payout to the rail
-//     through rail-proxy with its fencing token; when rail-proxy answers
-//     that the payout already went to the rail (an earlier worker's
-//     submission, perhaps a stale one that arrived first), it takes that
-//     attempt's outcome instead of submitting again,
-//  4. posts the rail's outcome to payment-resource with its fencing token,
-//  5. answers the push, then releases the lease in the background (Close
-//     waits for the releases still in flight).
-//
-// No step rests on an unfenced read: whether the payout may go to the rail
-// is decided by rail-proxy inside the transaction that records the
-// submission, never by a look-up beforehand (two holders would each read
-// "not yet" and both submit). docs/payout-pipeline.md lists every read
-// that decides a later write.
-//
-// The lease confirmation before the rail submission makes an operator's
-// revoke, or an expiry the worker's local deadline has not caught up
-// with, stop the worker before the side effect no transaction can undo;
-// it cannot close the window: the process can be paused right after it.
-// The claim before it is a fenced write that a newer holder's claim
-// overrides, so only the local deadline is checked there (a confirmation
-// would cost a round trip and a lockdb write per payout for nothing a
-// fence does not already give). What stops a stale worker is the two
-// fence points, rail-proxy's high-water mark and one-forward-per-payout
-// rule and payment-resource's conditional UPDATE.
-//
-// The release is conditional on the token (a stale one ends nothing), so
-// it need not precede the push's answer: Pub/Sub hands out the account's
-// next event as soon as the answer is in, and that delivery's acquire
-// waits in lock-server's queue until the release arrives, then is
-// granted in about one round trip.
-//
-// Pub/Sub delivers at least once; a redelivery is just another worker. Every
-// answer of lock-server, payment-resource and rail-proxy is classified once
-// (Classify, one table keyed by the api codes) as done, permanent or
-// transient. The HTTP status tells Pub/Sub whether to deliver again: 2xx
-// when the payout reached a state no retry can change (posted, declined,
-// in doubt, already finished, the message is malformed) or met a permanent
-// refusal (then the payout is marked needs_attention with a reason first,
-// so that a refusal no retry can change never becomes an endless
-// redelivery); 5xx or 409 when a later attempt may finish the job (the
-// lock was busy, the lease was lost, a dependency was down, or this worker
-// was fenced out by a newer holder).
-//
-// Which lock backend lock-server uses is invisible here: the executor is
-// the same binary for PostgreSQL and etcd.
+// Build one with New from LoadConfig's Config, serve it, and call Close
+// after the server's drain. docs/payout-pipeline.md explains each step,
+// what stops a stale worker, and how every answer is classified.
 package executor
 
 import (
@@ -225,12 +177,9 @@ func WithRand(r *rand.Rand) Option { return func(x *Executor) { x.rnd = r } }
 func WithHTTPClient(d client.Doer) Option { return func(x *Executor) { x.doer = d } }
 
 // IdleConnsPerHost is how many idle connections to each of lock-server,
-// payment-resource and rail-proxy the default transport keeps for reuse.
-// net/http's default keeps 2: with more payouts in flight than that, most
-// of the executor's requests (about eight per payout) opened a TCP
-// connection of their own, which the profiles showed as a seventh of the
-// executor's CPU (net.(*sysDialer).dialSingle) and as many accepts in
-// every service it calls.
+// payment-resource and rail-proxy the default transport keeps for reuse
+// (net/http keeps 2; an executor sends about eight requests per payout;
+// docs/benchmarks.md has the profile that set it).
 const IdleConnsPerHost = 64
 
 // KeepAliveTransport returns a clone of http.DefaultTransport that keeps
