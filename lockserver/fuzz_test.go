@@ -13,7 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzzcheck"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzztest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
@@ -48,7 +48,7 @@ func lockSnapshot(store *memstore.Store, keys ...string) string {
 // FuzzLockServer sends one request with an arbitrary method, key,
 // operation, content type and body to a lock-server (memstore, grant
 // proofs on, metrics on) where heldKey is held, and checks the answer's
-// properties (package fuzzcheck), that a refused request changed no lease
+// properties (package fuzztest), that a refused request changed no lease
 // and drew no token, and that every 200 grant is for the key asked, signed
 // for exactly its key and token.
 //
@@ -126,12 +126,12 @@ func FuzzLockServer(f *testing.F) {
 		}
 		// No budget may bring a 503: one too short for the backend call
 		// (below api.MinRequestTimeoutMs) is refused 400 before anything.
-		var opts fuzzcheck.Options
+		var opts fuzztest.Options
 		before := lockSnapshot(store, key, heldKey)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
-		a := fuzzcheck.FromRecorder(rec)
-		if err := fuzzcheck.Check(a, opts, p, contentType, string(body), token); err != nil {
+		a := fuzztest.FromRecorder(rec)
+		if err := fuzztest.Check(a, opts, p, contentType, string(body), token); err != nil {
 			t.Fatalf("%s %q: %v", req.Method, p, err)
 		}
 		if a.Status >= 400 {

@@ -134,7 +134,7 @@ func (r *recorder) WriteHeader(status int) {
 }
 
 // Unwrap gives http.ResponseController and http.MaxBytesReader (through
-// httpjson) the server's own writer.
+// jsonhandler) the server's own writer.
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // noteError records the code of the error envelope about to be written.

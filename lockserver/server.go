@@ -12,8 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpserve"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
@@ -312,7 +312,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	// No route of the lock API takes a query parameter: one sent anyway is
 	// refused, never ignored (the client may have meant something by it).
-	if _, err := httpjson.Query(r); err != nil {
+	if _, err := jsonhandler.Query(r); err != nil {
 		writeError(w, http.StatusBadRequest, api.CodeInvalidRequest, err.Error())
 		return
 	}
@@ -600,7 +600,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, key string) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	if req.Reason != "" && !httpjson.Text(req.Reason, api.MaxReasonLen) {
+	if req.Reason != "" && !jsonhandler.Text(req.Reason, api.MaxReasonLen) {
 		// The one rule for stored free text (the reason goes to the log
 		// and the operator's audit trail): no control characters.
 		s.fail(r.Context(), w, "revoke", key, fmt.Errorf("%w: reason must be at most %d bytes of text without control characters (%d bytes given)",
@@ -645,7 +645,7 @@ func (s *Server) fail(ctx context.Context, w http.ResponseWriter, op, key string
 		key = key[:api.MaxKeyLen] + "..."
 	}
 	attrs = append([]any{"op", op, "key", key, "code", string(code), "error", err.Error()}, attrs...)
-	msg := httpjson.ClientMessage(err)
+	msg := jsonhandler.ClientMessage(err)
 	switch {
 	case code == api.CodeBackendRestored:
 		s.log.ErrorContext(ctx, "grant refused: backend may have been restored", append([]any{"event", api.EventBackendRestored}, attrs...)...)
@@ -716,12 +716,12 @@ func (s *Server) holderGrant(l Lease) api.Grant {
 }
 
 // decodeBody decodes the request body into dst (see
-// httpjson.DecodeRefusingNull: a field sent as null is refused, for every
+// jsonhandler.DecodeRefusingNull: a field sent as null is refused, for every
 // request of lockserver/api). It writes the error envelope and returns
 // false when the body is refused.
 func decodeBody(w http.ResponseWriter, r *http.Request, dst any) bool {
-	if err := httpjson.DecodeRefusingNull(w, r, dst, api.MaxBodyBytes); err != nil {
-		e := err.(*httpjson.Error)
+	if err := jsonhandler.DecodeRefusingNull(w, r, dst, api.MaxBodyBytes); err != nil {
+		e := err.(*jsonhandler.Error)
 		writeError(w, e.Status, api.Code(e.Code), e.Message)
 		return false
 	}
@@ -742,10 +742,10 @@ func writeError(w http.ResponseWriter, status int, code api.Code, msg string) {
 	if status == http.StatusServiceUnavailable && code.Retryable() {
 		overload.SetRetryAfter(w.Header())
 	}
-	httpjson.WriteError(w, status, string(code), msg, code.Retryable())
+	jsonhandler.WriteError(w, status, string(code), msg, code.Retryable())
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.WriteJSON(w, status, v) }
+func writeJSON(w http.ResponseWriter, status int, v any) { jsonhandler.WriteJSON(w, status, v) }
 
 // logLease writes the events that let one token be traced from the grant
 // to the fence points: lock_granted and lease_renewed carry key, owner and

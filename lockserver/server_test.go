@@ -103,7 +103,7 @@ func TestBadRequestsGetTheEnvelopeAndChangeNothing(t *testing.T) {
 		{"revoke reason null", "POST", "/v1/locks/payout:acct-1/revoke", ctJSON, `{"reason":null}`, 400, api.CodeInvalidRequest},
 		// A log-forging reason was accepted (newcomer probe, session 7).
 		{"revoke reason with a newline and an escape", "POST", "/v1/locks/payout:acct-1/revoke", ctJSON, `{"reason":"a\nlevel=ERROR \u001b[31m"}`, 400, api.CodeInvalidRequest},
-		// One Content-Type rule for every service (httpjson.ContentType).
+		// One Content-Type rule for every service (jsonhandler.ContentType).
 		{"no content type with a body", "POST", "/v1/locks/k/acquire", "", `{"owner":"w","ttlMs":1000}`, 415, api.CodeUnsupportedMediaType},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

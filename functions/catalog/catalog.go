@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor/fault"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutbus"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
@@ -182,7 +183,7 @@ func buildReconciler(ctx context.Context, getenv func(string) string, log *slog.
 }
 
 func executorEnv() []string {
-	return append(executor.EnvNames(), executor.EnvSelfStopBeforeSubmit, executor.EnvIDTokens)
+	return append(append(executor.EnvNames(), fault.EnvNames()...), executor.EnvIDTokens)
 }
 
 // releaseDrain bounds the wait for the lease releases in flight at stop:
@@ -206,8 +207,14 @@ func buildExecutor(ctx context.Context, getenv func(string) string, log *slog.Lo
 		// The span (and traceparent) outside, the ID token inside.
 		opts = append(opts, executor.WithHTTPClient(&http.Client{Transport: tracing.Transport(tr)}))
 	}
-	if target := getenv(executor.EnvSelfStopBeforeSubmit); target != "" {
-		opts = append(opts, executor.WithHooks(selfStop(target, log)))
+	// The fencing experiment and the game day arm a fault through the
+	// environment; production arms none.
+	f, err := fault.FromEnv(getenv, cfg.LeaseTTL, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if f != nil {
+		opts = append(opts, executor.WithFault(f))
 	}
 	x, err := executor.New(cfg, log, opts...)
 	if err != nil {

@@ -12,8 +12,8 @@ import (
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/serve"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpserve"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 )
 
 // Log events of a function served by functions-framework-go
@@ -55,7 +55,7 @@ func (f Function) Lazy(getenv func(string) string, environ func() []string) *Laz
 func (l *Lazy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h, err := l.handler()
 	if err != nil {
-		httpjson.WriteError(w, http.StatusServiceUnavailable, CodeNotStarted, "the function could not start; its log says why", true)
+		jsonhandler.WriteError(w, http.StatusServiceUnavailable, CodeNotStarted, "the function could not start; its log says why", true)
 		return
 	}
 	h.ServeHTTP(w, r)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor/fault"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
@@ -77,8 +78,9 @@ func staleSubmissionFirst(ctx context.Context, t *testing.T, st *stack, log *slo
 	createPayout(t, st, ev)
 	part := &partition{lockHost: strings.TrimPrefix(st.lockURL, "http://")}
 	stalledA, resumeA := make(chan int64, 1), make(chan struct{})
-	a := st.executor(t, log, "A", ttl, executor.WithHTTPClient(part), executor.WithHooks(executor.Hooks{
-		BeforeRailSubmit: func(_ context.Context, _ payoutevent.Event, token int64) {
+	a := st.executor(t, log, "A", ttl, executor.WithHTTPClient(part), executor.WithFault(fault.Points{
+		executor.BeforeSubmit: func(_ context.Context, _ executor.Delivery, lease *client.Lease) {
+			token := lease.Token()
 			part.set(true) // A stops renewing: its lease expires on the server
 			stalledA <- token
 			<-resumeA
@@ -90,8 +92,9 @@ func staleSubmissionFirst(ctx context.Context, t *testing.T, st *stack, log *slo
 	awaitLeaseGone(ctx, t, st, ev, tokenA)
 
 	stalledB, resumeB := make(chan int64, 1), make(chan struct{})
-	b := st.executor(t, log, "B", ttl, executor.WithHooks(executor.Hooks{
-		BeforeRailSubmit: func(_ context.Context, _ payoutevent.Event, token int64) {
+	b := st.executor(t, log, "B", ttl, executor.WithFault(fault.Points{
+		executor.BeforeSubmit: func(_ context.Context, _ executor.Delivery, lease *client.Lease) {
+			token := lease.Token()
 			stalledB <- token
 			<-resumeB
 		},
@@ -150,8 +153,8 @@ func revokeAfterClaim(ctx context.Context, t *testing.T, st *stack, log *slog.Lo
 		t.Fatal(err)
 	}
 	// A long TTL: only the revoke can end A's lease during the test.
-	a := st.executor(t, log, "A", time.Minute, executor.WithHooks(executor.Hooks{
-		AfterClaim: func(ctx context.Context, _ payoutevent.Event, lease *client.Lease) {
+	a := st.executor(t, log, "A", time.Minute, executor.WithFault(fault.Points{
+		executor.AfterClaim: func(ctx context.Context, _ executor.Delivery, lease *client.Lease) {
 			if _, err := operator.Revoke(ctx, ev.LockKey(), lease.Token(), "game day"); err != nil {
 				t.Errorf("revoke: %v", err)
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor/fault"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
@@ -39,13 +40,18 @@ func TestPauseFaultMakesAStaleDeliveryTheFencesRefuse(t *testing.T) {
 	env := map[string]string{
 		"LOCK_SERVER_URL": st.lockURL, executor.EnvPaymentResourceURL: st.pay, executor.EnvRailProxyURL: st.proxy,
 		executor.EnvOwner: "worker", executor.EnvLeaseTTLMs: "1000",
-		executor.EnvFaultPauseMs: "8000", executor.EnvFaultPausePayoutPrefix: "gameday-",
+		fault.EnvPauseMs: "8000", fault.EnvPausePayoutPrefix: "gameday-",
 	}
-	cfg, err := executor.LoadConfig(func(k string) string { return env[k] })
+	getenv := func(k string) string { return env[k] }
+	cfg, err := executor.LoadConfig(getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	x, err := executor.New(cfg, log.With("service", "executor"))
+	f, err := fault.FromEnv(getenv, cfg.LeaseTTL, log.With("service", "executor"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := executor.New(cfg, log.With("service", "executor"), executor.WithFault(f))
 	if err != nil {
 		t.Fatal(err)
 	}

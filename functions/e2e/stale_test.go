@@ -13,9 +13,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor/fault"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
 
 // partition is a transport that can cut a worker off from lock-server, as
@@ -117,8 +119,9 @@ func staleHolderRun(ctx context.Context, t *testing.T, st *stack, log *slog.Logg
 	lockHost := strings.TrimPrefix(st.lockURL, "http://")
 	part := &partition{lockHost: lockHost}
 	stalled, resume := make(chan int64, 1), make(chan struct{})
-	a := st.executor(t, log, "A", ttl, executor.WithHTTPClient(part), executor.WithHooks(executor.Hooks{
-		BeforeRailSubmit: func(_ context.Context, _ payoutevent.Event, token int64) {
+	a := st.executor(t, log, "A", ttl, executor.WithHTTPClient(part), executor.WithFault(fault.Points{
+		executor.BeforeSubmit: func(_ context.Context, _ executor.Delivery, lease *client.Lease) {
+			token := lease.Token()
 			part.set(true) // A stops: no more renewals reach the server
 			stalled <- token
 			<-resume

@@ -197,7 +197,7 @@ func TestReportRetryConfig(t *testing.T) {
 // names addresses); the cause is in the log.
 func TestRedeliveryAnswerCarriesNoInternalText(t *testing.T) {
 	deps := &fakeDeps{claimCode: api.CodeUnavailable}
-	x, _ := newExecutor(t, deps, executor.Hooks{})
+	x, _ := newExecutor(t, deps, nil)
 	body, _ := payoutevent.Encode(event, "m-1", "acct-7", 1)
 	rec := httptest.NewRecorder()
 	x.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", strings.NewReader(string(body))))

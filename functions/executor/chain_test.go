@@ -22,10 +22,11 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor/fault"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
@@ -154,7 +155,7 @@ func TestLeasePastItsLocalDeadlineStopsBeforeTheClaim(t *testing.T) {
 	noRenewals := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if lockOp(r) == "renew" {
-				httpjson.WriteError(w, http.StatusServiceUnavailable, string(lockapi.CodeBackendUnavailable), "scripted", true)
+				jsonhandler.WriteError(w, http.StatusServiceUnavailable, string(lockapi.CodeBackendUnavailable), "scripted", true)
 				return
 			}
 			next.ServeHTTP(w, r)
@@ -164,18 +165,18 @@ func TestLeasePastItsLocalDeadlineStopsBeforeTheClaim(t *testing.T) {
 	defer cancel()
 	// Between the grant and the claim, wait for the lease's local
 	// deadline (Done closes when it passes).
-	waitForDeadline := executor.WithBeforeClaim(func(l *client.Lease) {
+	waitForDeadline := executor.WithFault(fault.Points{executor.AfterGrant: func(_ context.Context, _ executor.Delivery, l *client.Lease) {
 		select {
 		case <-l.Done():
 		case <-ctx.Done():
 			t.Error("the lease's local deadline never passed")
 		}
-	})
+	}})
 	rig := newChainRig(t, deps, rigConfig{ttl: time.Duration(lockapi.MinTTLMs) * time.Millisecond, acquireWait: 3 * time.Second, lock: noRenewals,
 		opts: []executor.Option{waitForDeadline}})
 	body, _ := payoutevent.Encode(event, "m-1", "acct-7", 1)
 	rec := push(t, rig.x, body)
-	var env httpjson.Envelope
+	var env jsonhandler.Envelope
 	if err := json.Unmarshal(rec.Body.Bytes(), &env); rec.Code != http.StatusServiceUnavailable || err != nil || env.Error.Code != "LEASE_LOST" {
 		t.Fatalf("push answered %d %s; want 503 LEASE_LOST (redelivered)", rec.Code, rec.Body)
 	}

@@ -42,79 +42,7 @@ const (
 	// EnvReportBackoffMaxMs caps every wait, in milliseconds
 	// (RetryConfig.Max).
 	EnvReportBackoffMaxMs = "EXECUTOR_REPORT_BACKOFF_MAX_MS"
-	// EnvSelfStopBeforeSubmit, read by cmd/executor (not by LoadConfig),
-	// arms the experiment hook: the worker SIGSTOPs itself before the rail
-	// submission of that payout id.
-	EnvSelfStopBeforeSubmit = "EXECUTOR_SELF_STOP_BEFORE_SUBMIT"
-	// EnvFaultPauseMs arms the game day's pause fault (FaultPause.Duration),
-	// in milliseconds; unset or 0 is off. Set only by Terraform's game_day
-	// variable, never by default.
-	EnvFaultPauseMs = "EXECUTOR_FAULT_PAUSE_BEFORE_SUBMIT_MS"
-	// EnvFaultPausePayoutPrefix selects the payouts the pause fault applies
-	// to (FaultPause.PayoutPrefix).
-	EnvFaultPausePayoutPrefix = "EXECUTOR_FAULT_PAUSE_PAYOUT_PREFIX"
 )
-
-// MaxFaultPause caps FaultPause.Duration: the executor's Cloud Run request
-// timeout is 180 s on game days (terraform/main.tf), and a pause longer
-// than the request lives would never reach a fence.
-const MaxFaultPause = 10 * time.Minute
-
-// FaultPause is the game day's stand-in for SIGSTOP on Cloud Run, where a
-// process cannot be stopped from outside: the first delivery of a selected
-// payout behaves as a worker paused at the most dangerous moment of the
-// fencing experiment (after its last lease confirmation, before the rail
-// submission) for Duration. While paused it renews nothing (the lease of
-// that delivery is taken without background renewal, so lock-server ends it
-// on its own schedule after the TTL), and when it wakes it carries on as if
-// it still held the lease, whether or not its push request is still open,
-// so that its stale token reaches the fences. The zero value is off.
-type FaultPause struct {
-	// Duration is how long the selected delivery pauses
-	// (EXECUTOR_FAULT_PAUSE_BEFORE_SUBMIT_MS, default 0 = off). When set it
-	// must exceed LeaseTTL, so that the lease expires during the pause, and
-	// be at most MaxFaultPause. For a redelivery by real Pub/Sub to happen
-	// meanwhile it must also exceed the push subscription's ack deadline plus
-	// its minimum backoff (terraform/main.tf checks that).
-	Duration time.Duration
-	// PayoutPrefix selects the payouts that pause: those whose id starts
-	// with it (EXECUTOR_FAULT_PAUSE_PAYOUT_PREFIX, required when Duration
-	// is set, and only then). Only delivery attempt 1 of such a payout
-	// pauses (Pub/Sub's deliveryAttempt; a push without one never pauses),
-	// so the redelivery that takes over runs normally, and every other
-	// payout is untouched.
-	PayoutPrefix string
-}
-
-// Armed reports whether the pause fault is on.
-func (f FaultPause) Armed() bool { return f.Duration > 0 }
-
-// Applies reports whether delivery attempt of the payout payoutID pauses.
-func (f FaultPause) Applies(payoutID, attempt string) bool {
-	return f.Armed() && attempt == "1" && strings.HasPrefix(payoutID, f.PayoutPrefix)
-}
-
-// validate reports every invalid field of f against the lease TTL.
-func (f FaultPause) validate(leaseTTL time.Duration) []error {
-	var errs []error
-	switch {
-	case f.Duration < 0:
-		errs = append(errs, fmt.Errorf("%w: %s must not be negative", ErrInvalidConfig, EnvFaultPauseMs))
-	case f.Duration == 0 && f.PayoutPrefix != "":
-		errs = append(errs, fmt.Errorf("%w: %s is set but %s is not: the pause fault is half armed", ErrInvalidConfig, EnvFaultPausePayoutPrefix, EnvFaultPauseMs))
-	case f.Duration > 0:
-		if f.PayoutPrefix == "" {
-			errs = append(errs, fmt.Errorf("%w: %s is set but %s is not: every payout would pause", ErrInvalidConfig, EnvFaultPauseMs, EnvFaultPausePayoutPrefix))
-		}
-		if f.Duration <= leaseTTL {
-			errs = append(errs, fmt.Errorf("%w: %s (%v) must exceed %s (%v), or the lease outlives the pause", ErrInvalidConfig, EnvFaultPauseMs, f.Duration, EnvLeaseTTLMs, leaseTTL))
-		}
-		if f.Duration > MaxFaultPause {
-			errs = append(errs, fmt.Errorf("%w: %s (%v) is above %v", ErrInvalidConfig, EnvFaultPauseMs, f.Duration, MaxFaultPause))
-		}
-	}
-	return errs
-}
 
 // queueWait is how long each acquire request of the executor waits in
 // lock-server's queue of the key (client.WithWait): AcquireWait in whole
@@ -173,9 +101,6 @@ type Config struct {
 	// new lease. Only answers Classify calls transient are retried; when
 	// the attempts run out the delivery is redelivered by Pub/Sub.
 	ReportRetry RetryConfig
-	// FaultPause is the game day's pause fault; off by default (the zero
-	// value).
-	FaultPause FaultPause
 }
 
 // RetryConfig is an exponential backoff with jitter: the wait before
@@ -234,8 +159,7 @@ func (c RetryConfig) validate() []error {
 	return errs
 }
 
-// DefaultConfig returns the defaults documented on Config, without URLs
-// and with the pause fault off.
+// DefaultConfig returns the defaults documented on Config, without URLs.
 func DefaultConfig() Config {
 	return Config{
 		LeaseTTL:       10 * time.Second,
@@ -247,11 +171,11 @@ func DefaultConfig() Config {
 }
 
 // EnvNames returns the environment variables LoadConfig reads, for
-// envcheck (cmd/executor adds EnvSelfStopBeforeSubmit).
+// envcheck (cmd/executor adds those of package fault).
 func EnvNames() []string {
 	return []string{api.EnvServerURL, EnvPaymentResourceURL, EnvRailProxyURL, EnvOwner,
 		EnvLeaseTTLMs, EnvAcquireWaitMs, EnvRequestTimeoutMs, EnvRailTimeoutMs,
-		EnvReportAttempts, EnvReportBackoffMs, EnvReportBackoffMaxMs, EnvFaultPauseMs, EnvFaultPausePayoutPrefix}
+		EnvReportAttempts, EnvReportBackoffMs, EnvReportBackoffMaxMs}
 }
 
 // LoadConfig returns DefaultConfig overridden by the variables of EnvNames,
@@ -264,16 +188,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	c.PaymentResourceURL = strings.TrimSpace(getenv(EnvPaymentResourceURL))
 	c.RailProxyURL = strings.TrimSpace(getenv(EnvRailProxyURL))
 	c.Owner = getenv(EnvOwner)
-	c.FaultPause.PayoutPrefix = strings.TrimSpace(getenv(EnvFaultPausePayoutPrefix))
 	var errs []error
-	if v := strings.TrimSpace(getenv(EnvFaultPauseMs)); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			errs = append(errs, fmt.Errorf("%w: %s=%q: want a number of milliseconds, 0 for off", ErrInvalidConfig, EnvFaultPauseMs, v))
-		} else {
-			c.FaultPause.Duration = time.Duration(n) * time.Millisecond
-		}
-	}
 	for _, d := range []struct {
 		key string
 		dst *time.Duration
@@ -336,6 +251,5 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.ReportRetry.validate()...)
-	errs = append(errs, c.FaultPause.validate(c.LeaseTTL)...)
 	return errors.Join(errs...)
 }

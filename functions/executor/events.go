@@ -5,13 +5,6 @@ package executor
 // payment-resource's events of the same kind (payout_posted, for
 // instance); the executor logs its own view of the same thing.
 const (
-	// EventSelfStopArmed: the experiment hook will stop this worker before
-	// the rail submission (EXECUTOR_SELF_STOP_BEFORE_SUBMIT; experiment only).
-	EventSelfStopArmed = "self_stop_armed"
-	// EventSelfStop: the worker stops itself with SIGSTOP (experiment only).
-	EventSelfStop = "self_stop"
-	// EventSelfResumed: the worker runs again after SIGCONT (experiment only).
-	EventSelfResumed = "self_resumed"
 	// EventPushBodyRefused: WARN, the request body is not one well-formed
 	// push envelope; answered 400 INVALID_REQUEST.
 	EventPushBodyRefused = "push_body_refused"
@@ -88,9 +81,4 @@ const (
 	EventExecutionDone = "payout_execution_done"
 	// EventExecutionRetry: the push is left for redelivery (status).
 	EventExecutionRetry = "payout_execution_retry"
-	// EventFaultPauseStarted and EventFaultPauseEnded: WARN, the injected
-	// pause before the rail submission (EXECUTOR_FAULT_PAUSE_BEFORE_SUBMIT_MS; experiment
-	// and e2e tests only).
-	EventFaultPauseStarted = "fault_pause_started"
-	EventFaultPauseEnded   = "fault_pause_ended"
 )

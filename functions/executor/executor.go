@@ -1,61 +1,13 @@
-// Package executor is the payout worker: the critical section that the lock
-// is taken for. It is an HTTP handler for Pub/Sub push requests carrying a
-// payoutevent.Event; for each payout it
+// Package executor is the payout worker, an http.Handler for Pub/Sub push
+// requests that carry a payoutevent.Event. For each payout it takes the
+// lease on payout:{account_id}, claims the payout at payment-resource,
+// confirms the lease, submits through rail-proxy and posts the rail's
+// outcome, every write carrying the lease's fencing token; the answer's
+// status tells Pub/Sub whether to deliver again (Status).
 //
-//  0. reads the payout and checks that the event describes it (the event
-//     is a notification; the payout row decides the account and amount),
-//  1. acquires the lease on payout:{account_id} through the SDK (renewed in
-//     the background while it works), waiting in lock-server's queue of
-//     the key (client.WithWait) rather than retrying with backoff,
-//  2. checks the lease's local deadline (no round trip), then claims the
-//     payout at payment-resource with its fencing token,
-//  3. confirms the lease with lock-server (a renewal), then submits the
-//     payout to the rail
-//     through rail-proxy with its fencing token; when rail-proxy answers
-//     that the payout already went to the rail (an earlier worker's
-//     submission, perhaps a stale one that arrived first), it takes that
-//     attempt's outcome instead of submitting again,
-//  4. posts the rail's outcome to payment-resource with its fencing token,
-//  5. answers the push, then releases the lease in the background (Close
-//     waits for the releases still in flight).
-//
-// No step rests on an unfenced read: whether the payout may go to the rail
-// is decided by rail-proxy inside the transaction that records the
-// submission, never by a look-up beforehand (two holders would each read
-// "not yet" and both submit). docs/payout-pipeline.md lists every read
-// that decides a later write.
-//
-// The lease confirmation before the rail submission makes an operator's
-// revoke, or an expiry the worker's local deadline has not caught up
-// with, stop the worker before the side effect no transaction can undo;
-// it cannot close the window: the process can be paused right after it.
-// The claim before it is a fenced write that a newer holder's claim
-// overrides, so only the local deadline is checked there (a confirmation
-// would cost a round trip and a lockdb write per payout for nothing a
-// fence does not already give). What stops a stale worker is the two
-// fence points, rail-proxy's high-water mark and one-forward-per-payout
-// rule and payment-resource's conditional UPDATE.
-//
-// The release is conditional on the token (a stale one ends nothing), so
-// it need not precede the push's answer: Pub/Sub hands out the account's
-// next event as soon as the answer is in, and that delivery's acquire
-// waits in lock-server's queue until the release arrives, then is
-// granted in about one round trip.
-//
-// Pub/Sub delivers at least once; a redelivery is just another worker. Every
-// answer of lock-server, payment-resource and rail-proxy is classified once
-// (Classify, one table keyed by the api codes) as done, permanent or
-// transient. The HTTP status tells Pub/Sub whether to deliver again: 2xx
-// when the payout reached a state no retry can change (posted, declined,
-// in doubt, already finished, the message is malformed) or met a permanent
-// refusal (then the payout is marked needs_attention with a reason first,
-// so that a refusal no retry can change never becomes an endless
-// redelivery); 5xx or 409 when a later attempt may finish the job (the
-// lock was busy, the lease was lost, a dependency was down, or this worker
-// was fenced out by a newer holder).
-//
-// Which lock backend lock-server uses is invisible here: the executor is
-// the same binary for PostgreSQL and etcd.
+// Build one with New from LoadConfig's Config, serve it, and call Close
+// after the server's drain. docs/payout-pipeline.md explains each step,
+// what stops a stale worker, and how every answer is classified.
 package executor
 
 import (
@@ -85,8 +37,8 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
@@ -138,16 +90,45 @@ const (
 	OutcomeNeedsAttention Outcome = "needs_attention"
 )
 
-// Hooks are called at fixed points of an execution. The fencing experiment
-// uses BeforeRailSubmit to stop the worker with SIGSTOP at the most
-// dangerous moment: after its last lease confirmation, before the rail.
-type Hooks struct {
-	// AfterClaim runs right after the payout was claimed under lease.
-	AfterClaim func(ctx context.Context, e payoutevent.Event, lease *client.Lease)
-	// BeforeRailSubmit runs after the last lease confirmation and before
-	// the rail submission; token is the lease's fencing token.
-	BeforeRailSubmit func(ctx context.Context, e payoutevent.Event, token int64)
+// Fault is injected into an execution at fixed points, to play a worker
+// paused at the most dangerous moments of the fencing experiment (package
+// fault holds the experiment's and the game day's). New takes one with
+// WithFault; production passes none, and then no point is visited. Its
+// methods run on the delivery's goroutine and may block.
+type Fault interface {
+	// Renews reports whether the lease of delivery d is renewed in the
+	// background while it works. A fault that stands for a stopped
+	// process returns false: lock-server then ends the lease after its
+	// TTL, and only the confirmation before the rail submission renews it.
+	Renews(d Delivery) bool
+	// At runs at point p of delivery d, under lease; the execution goes
+	// on with the context it returns.
+	At(ctx context.Context, p Point, d Delivery, lease *client.Lease) context.Context
 }
+
+// Delivery is the execution a Fault is asked about.
+type Delivery struct {
+	// Event is the payout event being executed.
+	Event payoutevent.Event
+	// Attempt is Pub/Sub's delivery attempt ("1", "2", ...), "" when the
+	// push did not carry one or the call came through Execute.
+	Attempt string
+}
+
+// Point is a place in an execution where a Fault runs.
+type Point int
+
+// Points, in the order an execution reaches them.
+const (
+	// AfterGrant: the lease was just granted; the local lease check and
+	// the claim come next.
+	AfterGrant Point = iota + 1
+	// AfterClaim: the payout was just claimed under the lease.
+	AfterClaim
+	// BeforeSubmit: after the last lease confirmation, before the rail
+	// submission: the point where a pause is most dangerous.
+	BeforeSubmit
+)
 
 // Executor executes payout events. It is safe for concurrent use: Pub/Sub
 // may push several events at once, and the lock serialises those of one
@@ -159,14 +140,10 @@ type Executor struct {
 	rail  *railclient.Client
 	doer  client.Doer
 	log   *slog.Logger
-	hooks Hooks
+	fault Fault // nil: none
 
 	// metered is serve, counted and timed (package httpmetrics).
 	metered http.Handler
-
-	// pause is the pause fault's wait (Config.FaultPause); a timer by
-	// default, replaced only by tests (export_test.go).
-	pause func(d time.Duration)
 
 	// rndMu guards rnd, the jitter of the in-process retries.
 	rndMu sync.Mutex
@@ -178,17 +155,13 @@ type Executor struct {
 	relMu    sync.Mutex
 	closed   bool
 	releases sync.WaitGroup
-
-	// beforeClaim runs after the grant, before the local lease check
-	// that precedes the claim; tests only (export_test.go).
-	beforeClaim func(*client.Lease)
 }
 
 // Option configures New.
 type Option func(*Executor)
 
-// WithHooks installs h.
-func WithHooks(h Hooks) Option { return func(x *Executor) { x.hooks = h } }
+// WithFault injects f at the points of every execution. Default: none.
+func WithFault(f Fault) Option { return func(x *Executor) { x.fault = f } }
 
 // WithRand draws the jitter of the in-process retries from r (tests pass a
 // seeded one). Default: a generator seeded from crypto/rand at New.
@@ -204,12 +177,9 @@ func WithRand(r *rand.Rand) Option { return func(x *Executor) { x.rnd = r } }
 func WithHTTPClient(d client.Doer) Option { return func(x *Executor) { x.doer = d } }
 
 // IdleConnsPerHost is how many idle connections to each of lock-server,
-// payment-resource and rail-proxy the default transport keeps for reuse.
-// net/http's default keeps 2: with more payouts in flight than that, most
-// of the executor's requests (about eight per payout) opened a TCP
-// connection of their own, which the profiles showed as a seventh of the
-// executor's CPU (net.(*sysDialer).dialSingle) and as many accepts in
-// every service it calls.
+// payment-resource and rail-proxy the default transport keeps for reuse
+// (net/http keeps 2; an executor sends about eight requests per payout;
+// docs/benchmarks.md has the profile that set it).
 const IdleConnsPerHost = 64
 
 // KeepAliveTransport returns a clone of http.DefaultTransport that keeps
@@ -235,7 +205,7 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Executor, error) {
 	if logger == nil {
 		return nil, errors.New("executor: New needs a logger")
 	}
-	x := &Executor{cfg: cfg, log: logger, doer: &http.Client{Transport: tracing.Transport(KeepAliveTransport())}, pause: sleep}
+	x := &Executor{cfg: cfg, log: logger, doer: &http.Client{Transport: tracing.Transport(KeepAliveTransport())}}
 	x.metered = httpmetrics.Handler(MetricsFunction, httpmetrics.OneRoute(MetricsRoute), http.HandlerFunc(x.serve))
 	for _, o := range opts {
 		o(x)
@@ -299,13 +269,13 @@ func (x *Executor) serve(w http.ResponseWriter, r *http.Request) {
 		// caller's mistake, not a push to acknowledge. The query string
 		// and the content type stay lenient (docs/reliability.md).
 		deliveries.WithLabelValues(resultRejected).Inc()
-		httpjson.WriteError(w, http.StatusNotFound, string(api.CodeNotFound), "no such route; Pub/Sub pushes with POST "+PushPath, false)
+		jsonhandler.WriteError(w, http.StatusNotFound, string(api.CodeNotFound), "no such route; Pub/Sub pushes with POST "+PushPath, false)
 		return
 	}
 	if r.Method != http.MethodPost {
 		deliveries.WithLabelValues(resultRejected).Inc()
 		w.Header().Set("Allow", http.MethodPost)
-		httpjson.WriteError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", "send Pub/Sub push requests with POST", false)
+		jsonhandler.WriteError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", "send Pub/Sub push requests with POST", false)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxPushBytes))
@@ -313,13 +283,13 @@ func (x *Executor) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.As(err, &tooLarge):
 		deliveries.WithLabelValues(resultRejected).Inc()
-		httpjson.WriteError(w, http.StatusRequestEntityTooLarge, httpjson.CodeBodyTooLarge, fmt.Sprintf("body larger than %d bytes", maxPushBytes), false)
+		jsonhandler.WriteError(w, http.StatusRequestEntityTooLarge, jsonhandler.CodeBodyTooLarge, fmt.Sprintf("body larger than %d bytes", maxPushBytes), false)
 		return
 	case err != nil:
 		// The cause (a read timeout, a reset) names the connection's
 		// addresses: never in an answer. Pub/Sub redelivers.
 		deliveries.WithLabelValues(resultRejected).Inc()
-		httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalidRequest, "the body could not be read: it came too slowly or the connection broke", false)
+		jsonhandler.WriteError(w, http.StatusBadRequest, jsonhandler.CodeInvalidRequest, "the body could not be read: it came too slowly or the connection broke", false)
 		return
 	}
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/cloudevents+json" {
@@ -340,7 +310,7 @@ func (x *Executor) serve(w http.ResponseWriter, r *http.Request) {
 		// The decoder's own text (Go type names) stays in the log.
 		x.log.WarnContext(r.Context(), "request is not a push", "event", EventPushBodyRefused, "error", err.Error())
 		deliveries.WithLabelValues(resultRejected).Inc()
-		httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalidRequest,
+		jsonhandler.WriteError(w, http.StatusBadRequest, jsonhandler.CodeInvalidRequest,
 			"the body is not one Pub/Sub push envelope: one JSON object, no key given twice, nothing after it", false)
 		return
 	}
@@ -371,13 +341,13 @@ func (x *Executor) serve(w http.ResponseWriter, r *http.Request) {
 		log.WarnContext(ctx, "payout execution incomplete; Pub/Sub will redeliver", "event", EventExecutionRetry, "status", status, "error", err.Error())
 		// The cause (another service's answer, an address) stays in the
 		// log; the push answer says only what happens next.
-		httpjson.WriteError(w, status, code, retryMessages[code], true)
+		jsonhandler.WriteError(w, status, code, retryMessages[code], true)
 		return
 	}
 	span.SetAttributes(attribute.String(tracing.AttrOutcome, string(out)))
 	deliveries.WithLabelValues(string(out)).Inc()
 	log.InfoContext(ctx, "payout execution finished", "event", EventExecutionDone, "outcome", string(out))
-	httpjson.WriteJSON(w, status, map[string]string{"payoutId": ev.PayoutID, "outcome": string(out)})
+	jsonhandler.WriteJSON(w, status, map[string]string{"payoutId": ev.PayoutID, "outcome": string(out)})
 }
 
 // tracerName scopes the executor's spans.
@@ -531,11 +501,7 @@ func (x *Executor) execute(ctx context.Context, e payoutevent.Event, release *fu
 	case err != nil:
 		return x.settle(ctx, log, e, nil, "read payout", ServicePaymentResource, err)
 	}
-	// The pause fault's delivery (Config.FaultPause) stands for a stopped
-	// process, which renews nothing: its lease gets no background renewal,
-	// only the confirmation before the rail submission, so lock-server
-	// ends it during the pause.
-	paused := x.cfg.FaultPause.Applies(e.PayoutID, deliveryAttemptOf(ctx))
+	d := Delivery{Event: e, Attempt: deliveryAttemptOf(ctx)}
 	aopts := []client.AcquireOption{client.WithTTL(x.cfg.LeaseTTL)}
 	if w := queueWait(x.cfg.AcquireWait); w > 0 {
 		// Wait in lock-server's queue of the key: the previous delivery of
@@ -544,7 +510,7 @@ func (x *Executor) execute(ctx context.Context, e payoutevent.Event, release *fu
 		// that release instead of after the SDK's backoff.
 		aopts = append(aopts, client.WithWait(w))
 	}
-	if !paused {
+	if x.fault == nil || x.fault.Renews(d) {
 		aopts = append(aopts, client.WithAutoRenew(0))
 	}
 	actx, cancel := context.WithTimeout(ctx, x.cfg.AcquireWait)
@@ -574,9 +540,7 @@ func (x *Executor) execute(ctx context.Context, e payoutevent.Event, release *fu
 	// lease the server ended behind this worker's back costs nothing yet;
 	// the confirmation before the rail submission stops this worker
 	// before the side effect that cannot be undone.
-	if x.beforeClaim != nil {
-		x.beforeClaim(lease)
-	}
+	ctx = x.inject(ctx, AfterGrant, d, lease)
 	if err := x.checkLocal(ctx, log, lease, "claim"); err != nil {
 		return x.settle(ctx, log, e, nil, "local lease check before the claim", ServiceLockServer, err)
 	}
@@ -585,9 +549,7 @@ func (x *Executor) execute(ctx context.Context, e payoutevent.Event, release *fu
 		return x.settle(ctx, log, e, lease, "claim", ServicePaymentResource, err)
 	}
 	log.InfoContext(ctx, "payout claimed", "event", EventPayoutClaimed)
-	if x.hooks.AfterClaim != nil {
-		x.hooks.AfterClaim(ctx, e, lease)
-	}
+	ctx = x.inject(ctx, AfterClaim, d, lease)
 
 	// (2) the last confirmation, then the side effect no transaction can
 	// undo. Whether the payout already went to the rail is rail-proxy's
@@ -595,12 +557,7 @@ func (x *Executor) execute(ctx context.Context, e payoutevent.Event, release *fu
 	if err := x.confirm(ctx, log, lease, "rail submission"); err != nil {
 		return x.settle(ctx, log, e, nil, "confirm before the rail submission", ServiceLockServer, err)
 	}
-	if paused {
-		ctx = x.pauseFault(ctx, log)
-	}
-	if x.hooks.BeforeRailSubmit != nil {
-		x.hooks.BeforeRailSubmit(ctx, e, token)
-	}
+	ctx = x.inject(ctx, BeforeSubmit, d, lease)
 	res, err := x.submit(ctx, e, holder, terms)
 	var first *firstAttempt
 	switch {
@@ -898,24 +855,12 @@ func deliveryAttemptOf(ctx context.Context) string {
 	return a
 }
 
-// sleep waits d whatever happens meanwhile: a paused process does not see
-// its client hang up or its context end.
-func sleep(d time.Duration) { time.Sleep(d) }
-
-// pauseFault is the game day's pause (Config.FaultPause): it waits
-// FaultPause.Duration, ignoring ctx as a stopped process would, and
-// returns a context that no longer ends with the push request, so that the
-// stale worker's rail submission and result reach the fences even when
-// Pub/Sub has given up on the push meanwhile. Each call after it is still
-// bounded by its own timeout.
-func (x *Executor) pauseFault(ctx context.Context, log *slog.Logger) context.Context {
-	d := x.cfg.FaultPause.Duration
-	log.WarnContext(ctx, "fault injection: pausing after the last lease confirmation, before the rail submission", "event", EventFaultPauseStarted,
-		"pauseMs", d.Milliseconds(), "ttlMs", x.cfg.LeaseTTL.Milliseconds())
-	x.pause(d)
-	log.WarnContext(ctx, "fault injection: pause over; carrying on as if the lease were still held", "event", EventFaultPauseEnded,
-		"pauseMs", d.Milliseconds(), "requestEnded", ctx.Err() != nil)
-	return context.WithoutCancel(ctx)
+// inject runs the Fault, if any, at point p.
+func (x *Executor) inject(ctx context.Context, p Point, d Delivery, lease *client.Lease) context.Context {
+	if x.fault == nil {
+		return ctx
+	}
+	return x.fault.At(ctx, p, d, lease)
 }
 
 // delay is ReportRetry.Delay with the executor's random source.

@@ -21,11 +21,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor/fault"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
@@ -70,7 +71,7 @@ func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == "GET" && r.URL.Path == api.PayoutPath("p-1"):
 		if f.payoutCode != "" {
-			httpjson.WriteError(w, statusOf(f.payoutCode), string(f.payoutCode), "scripted", false)
+			jsonhandler.WriteError(w, statusOf(f.payoutCode), string(f.payoutCode), "scripted", false)
 			return
 		}
 		body := f.payout
@@ -81,10 +82,10 @@ func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(body))
 	case r.URL.Path == api.ClaimPath("p-1"):
 		if f.claimCode != "" {
-			httpjson.WriteError(w, statusOf(f.claimCode), string(f.claimCode), "scripted", false)
+			jsonhandler.WriteError(w, statusOf(f.claimCode), string(f.claimCode), "scripted", false)
 			return
 		}
-		httpjson.WriteJSON(w, 200, map[string]string{"payoutId": "p-1", "state": "claimed", "termsSignature": f.terms})
+		jsonhandler.WriteJSON(w, 200, map[string]string{"payoutId": "p-1", "state": "claimed", "termsSignature": f.terms})
 	case r.URL.Path == railapi.PathSubmissions:
 		var body map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&body)
@@ -105,10 +106,10 @@ func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body["token"] = tok
 		f.attentions = append(f.attentions, body)
 		if f.attnCode != "" {
-			httpjson.WriteError(w, statusOf(f.attnCode), string(f.attnCode), "scripted", false)
+			jsonhandler.WriteError(w, statusOf(f.attnCode), string(f.attnCode), "scripted", false)
 			return
 		}
-		httpjson.WriteJSON(w, 200, map[string]string{"payoutId": "p-1", "state": "needs_attention"})
+		jsonhandler.WriteJSON(w, 200, map[string]string{"payoutId": "p-1", "state": "needs_attention"})
 	case r.URL.Path == api.ResultPath("p-1"):
 		var body map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&body)
@@ -120,14 +121,14 @@ func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if f.resultRetryAfter != "" {
 				w.Header().Set("Retry-After", f.resultRetryAfter)
 			}
-			httpjson.WriteError(w, http.StatusServiceUnavailable, string(code), "scripted", true)
+			jsonhandler.WriteError(w, http.StatusServiceUnavailable, string(code), "scripted", true)
 			return
 		}
 		if f.resultCode != "" {
-			httpjson.WriteError(w, statusOf(f.resultCode), string(f.resultCode), "scripted", false)
+			jsonhandler.WriteError(w, statusOf(f.resultCode), string(f.resultCode), "scripted", false)
 			return
 		}
-		httpjson.WriteJSON(w, 200, map[string]string{"payoutId": "p-1"})
+		jsonhandler.WriteJSON(w, 200, map[string]string{"payoutId": "p-1"})
 	default:
 		http.NotFound(w, r)
 	}
@@ -160,7 +161,7 @@ func (f *fakeDeps) railCalls() int {
 
 var event = payoutevent.Event{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR"}
 
-func newExecutor(t *testing.T, deps *fakeDeps, hooks executor.Hooks) (*executor.Executor, *memstore.Store) {
+func newExecutor(t *testing.T, deps *fakeDeps, f executor.Fault) (*executor.Executor, *memstore.Store) {
 	t.Helper()
 	store := memstore.New(nil)
 	ls, err := lockserver.NewServer(store, lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
@@ -175,7 +176,7 @@ func newExecutor(t *testing.T, deps *fakeDeps, hooks executor.Hooks) (*executor.
 	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = lsrv.URL, dsrv.URL, dsrv.URL
 	cfg.Owner, cfg.LeaseTTL, cfg.AcquireWait = "worker-a", 2*time.Second, 3*time.Second
 	cfg.ReportRetry = executor.RetryConfig{Attempts: 4, Initial: time.Millisecond, Max: 4 * time.Millisecond}
-	x, err := executor.New(cfg, slog.New(slog.DiscardHandler), executor.WithHooks(hooks), executor.WithRand(rand.New(rand.NewPCG(1, 2))))
+	x, err := executor.New(cfg, slog.New(slog.DiscardHandler), executor.WithFault(f), executor.WithRand(rand.New(rand.NewPCG(1, 2))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +204,7 @@ func push(t *testing.T, x http.Handler, body []byte) *httptest.ResponseRecorder 
 
 func TestHappyPathPostsTheRailOutcomeWithTheLeaseToken(t *testing.T) {
 	deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}
-	x, store := newExecutor(t, deps, executor.Hooks{})
+	x, store := newExecutor(t, deps, nil)
 	body, _ := payoutevent.Encode(event, "m-1", "acct-7", 1)
 	rec := push(t, x, body)
 	if rec.Code != 200 {
@@ -233,7 +234,7 @@ func TestHappyPathPostsTheRailOutcomeWithTheLeaseToken(t *testing.T) {
 // ignores a header, where it refuses an unknown body member).
 func TestSubmissionCarriesTheClaimedPayoutsTermsSignature(t *testing.T) {
 	deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`, terms: "pay-1.signature-of-p-1"}
-	x, _ := newExecutor(t, deps, executor.Hooks{})
+	x, _ := newExecutor(t, deps, nil)
 	body, _ := payoutevent.Encode(event, "m-1", "acct-7", 1)
 	if rec := push(t, x, body); rec.Code != 200 {
 		t.Fatalf("push answered %d %s; want 200", rec.Code, rec.Body)
@@ -272,7 +273,7 @@ func TestTermsRefusalsAreClassifiedByTheirCodes(t *testing.T) {
 	} {
 		t.Run(string(c.code), func(t *testing.T) {
 			deps := refusal(c.code)
-			x, _ := newExecutor(t, deps, executor.Hooks{})
+			x, _ := newExecutor(t, deps, nil)
 			out, err := x.Execute(t.Context(), event)
 			if out != c.wantOut || !errors.Is(err, c.wantErr) || (c.wantErr == nil) != (err == nil) {
 				t.Fatalf("Execute = %q, %v; want %q, %v", out, err, c.wantOut, c.wantErr)
@@ -297,8 +298,8 @@ func TestTermsRefusalsAreClassifiedByTheirCodes(t *testing.T) {
 // right before its rail submission: its lease is revoked and the account's
 // lock granted to another worker (a newer token), as when the worker was
 // paused past its TTL.
-func staleBeforeSubmit(t *testing.T, store **memstore.Store) executor.Hooks {
-	return executor.Hooks{BeforeRailSubmit: func(context.Context, payoutevent.Event, int64) {
+func staleBeforeSubmit(t *testing.T, store **memstore.Store) executor.Fault {
+	return fault.Points{executor.BeforeSubmit: func(context.Context, executor.Delivery, *client.Lease) {
 		if _, err := (*store).Revoke(context.Background(), "payout:acct-7", 0); err != nil {
 			t.Errorf("revoke: %v", err)
 		}
@@ -332,7 +333,7 @@ func TestStaleHolderFencedOutIsRedelivered(t *testing.T) {
 // (rail_fence_ahead, with the lease's token) and the push acknowledged.
 func TestCurrentHolderFencedOutMarksNeedsAttention(t *testing.T) {
 	deps := &fakeDeps{railStatus: 409, railBody: `{"error":{"code":"FENCED_OUT","message":"stale","retryable":false}}`}
-	x, store := newExecutor(t, deps, executor.Hooks{})
+	x, store := newExecutor(t, deps, nil)
 	body, _ := payoutevent.Encode(event, "m-1", "acct-7", 1)
 	rec := push(t, x, body)
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"needs_attention"`) {
@@ -352,7 +353,7 @@ func TestCurrentHolderFencedOutMarksNeedsAttention(t *testing.T) {
 // and the payout is posted by the same delivery.
 func TestTransientResultAnswersAreRetriedInProcess(t *testing.T) {
 	deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`, resultFailures: 3}
-	x, _ := newExecutor(t, deps, executor.Hooks{})
+	x, _ := newExecutor(t, deps, nil)
 	out, err := x.Execute(t.Context(), event)
 	if err != nil || out != executor.OutcomePosted {
 		t.Fatalf("Execute = %q, %v; want posted after three 503s", out, err)
@@ -362,7 +363,7 @@ func TestTransientResultAnswersAreRetriedInProcess(t *testing.T) {
 	}
 	// One more failure than the attempts: redelivered, with ErrDependency.
 	deps = &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`, resultFailures: 4}
-	x, _ = newExecutor(t, deps, executor.Hooks{})
+	x, _ = newExecutor(t, deps, nil)
 	out, err = x.Execute(t.Context(), event)
 	if !errors.Is(err, executor.ErrDependency) || executor.Status(out, err) != http.StatusServiceUnavailable || len(deps.results) != 4 {
 		t.Fatalf("Execute = %q, %v after %d posts; want ErrDependency (503) after 4 posts", out, err, len(deps.results))
@@ -377,7 +378,7 @@ func TestReportRetryHonoursRetryAfter(t *testing.T) {
 	for _, code := range []api.Code{api.CodeOverloaded, api.CodeUnavailable} {
 		deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`,
 			resultFailures: 1, resultFailCode: code, resultRetryAfter: "1"}
-		x, _ := newExecutor(t, deps, executor.Hooks{})
+		x, _ := newExecutor(t, deps, nil)
 		out, err := x.Execute(t.Context(), event)
 		if err != nil || out != executor.OutcomePosted {
 			t.Fatalf("%s: Execute = %q, %v; want posted after one refusal", code, out, err)
@@ -399,7 +400,7 @@ func TestRevokeAcknowledgedBeforeTheSubmissionStopsIt(t *testing.T) {
 	// is acknowledged; the worker's local deadline is far away and no
 	// background renewal has run, yet it must not reach the rail: it
 	// confirms the lease with lock-server before the submission.
-	hooks := executor.Hooks{AfterClaim: func(_ context.Context, _ payoutevent.Event, lease *client.Lease) {
+	hooks := fault.Points{executor.AfterClaim: func(_ context.Context, _ executor.Delivery, lease *client.Lease) {
 		if _, err := store.Revoke(context.Background(), "payout:acct-7", 0); err != nil {
 			t.Errorf("revoke: %v", err)
 		}
@@ -446,7 +447,7 @@ func TestPayoutAlreadySubmittedReportsThatSubmission(t *testing.T) {
 				ref = "rail-000009"
 			}
 			deps := &fakeDeps{railStatus: http.StatusConflict, railBody: alreadySubmitted(c.state, ref, 1)}
-			x, _ := newExecutor(t, deps, executor.Hooks{})
+			x, _ := newExecutor(t, deps, nil)
 			out, err := x.Execute(t.Context(), event)
 			if err != nil || out != c.want {
 				t.Fatalf("Execute = %q, %v; want %s", out, err, c.want)
@@ -473,7 +474,7 @@ func TestAlreadySubmittedUnderAnotherAccountIsInDoubt(t *testing.T) {
 	body["attempt"].(map[string]any)["accountId"] = "acct-8"
 	b, _ := json.Marshal(body)
 	deps := &fakeDeps{railStatus: http.StatusConflict, railBody: string(b)}
-	x, _ := newExecutor(t, deps, executor.Hooks{})
+	x, _ := newExecutor(t, deps, nil)
 	out, err := x.Execute(t.Context(), event)
 	if err != nil || out != executor.OutcomeInDoubt {
 		t.Fatalf("Execute = %q, %v; want in_doubt", out, err)
@@ -485,7 +486,7 @@ func TestAlreadySubmittedUnderAnotherAccountIsInDoubt(t *testing.T) {
 
 func TestPayoutSubmissionStillInFlightIsRedelivered(t *testing.T) {
 	deps := &fakeDeps{railStatus: http.StatusConflict, railBody: alreadySubmitted("forwarding", "", 1)}
-	x, _ := newExecutor(t, deps, executor.Hooks{})
+	x, _ := newExecutor(t, deps, nil)
 	out, err := x.Execute(t.Context(), event)
 	if !errors.Is(err, executor.ErrSubmissionInFlight) || executor.Status(out, err) != http.StatusServiceUnavailable {
 		t.Fatalf("Execute = %q, %v; want ErrSubmissionInFlight and 503 so that Pub/Sub asks again later", out, err)
@@ -497,7 +498,7 @@ func TestPayoutSubmissionStillInFlightIsRedelivered(t *testing.T) {
 
 func TestAmbiguousRailIsRecordedAndAcked(t *testing.T) {
 	deps := &fakeDeps{railStatus: 502, railBody: `{"error":{"code":"RAIL_AMBIGUOUS","message":"timeout","retryable":false}}`}
-	x, _ := newExecutor(t, deps, executor.Hooks{})
+	x, _ := newExecutor(t, deps, nil)
 	out, err := x.Execute(t.Context(), event)
 	if err != nil || out != executor.OutcomeInDoubt || executor.Status(out, err) != 200 {
 		t.Fatalf("Execute = %q, %v; want in_doubt, acknowledged (never resubmitted blindly)", out, err)
@@ -509,7 +510,7 @@ func TestAmbiguousRailIsRecordedAndAcked(t *testing.T) {
 
 func TestFinishedPayoutIsAcked(t *testing.T) {
 	deps := &fakeDeps{claimCode: api.CodePayoutFinished}
-	x, _ := newExecutor(t, deps, executor.Hooks{})
+	x, _ := newExecutor(t, deps, nil)
 	body, _ := payoutevent.Encode(event, "m-1", "acct-7", 2)
 	if rec := push(t, x, body); rec.Code != 200 {
 		t.Fatalf("duplicate delivery of a finished payout answered %d; want 200", rec.Code)
@@ -557,7 +558,7 @@ func TestPaymentResourceAnswersAreClassifiedByTheirCodes(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			deps := c.deps()
-			x, _ := newExecutor(t, deps, executor.Hooks{})
+			x, _ := newExecutor(t, deps, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			out, err := x.Execute(ctx, event)
@@ -583,7 +584,7 @@ func dataPush(data string) string {
 
 func TestMalformedPushIsAckedAndBadMethodRefused(t *testing.T) {
 	deps := &fakeDeps{}
-	x, _ := newExecutor(t, deps, executor.Hooks{})
+	x, _ := newExecutor(t, deps, nil)
 	for _, body := range []string{`{"message":{"data":"!!!"}}`, `{"message":{"data":"e30="}}`,
 		dataPush(`{"payoutId":"p-1","accountId":"acct-1","amountMinor":5,"currency":"EUR"} trailing`),
 		dataPush(`{"payoutId":"p-1","accountId":"acct-1","accountId":"acct-2","amountMinor":5,"currency":"EUR"}`),
@@ -596,9 +597,9 @@ func TestMalformedPushIsAckedAndBadMethodRefused(t *testing.T) {
 	// refused 400 with the envelope.
 	for _, body := range []string{`{`, dataPush(`{}`) + ` trailing`, `{"message":{"data":"e30="},"message":{"data":"e30="}}`} {
 		rec := push(t, x, []byte(body))
-		var env httpjson.Envelope
-		if err := json.Unmarshal(rec.Body.Bytes(), &env); rec.Code != http.StatusBadRequest || err != nil || env.Error.Code != httpjson.CodeInvalidRequest {
-			t.Errorf("broken envelope %s answered %d %s; want 400 with the envelope and %s", body, rec.Code, rec.Body, httpjson.CodeInvalidRequest)
+		var env jsonhandler.Envelope
+		if err := json.Unmarshal(rec.Body.Bytes(), &env); rec.Code != http.StatusBadRequest || err != nil || env.Error.Code != jsonhandler.CodeInvalidRequest {
+			t.Errorf("broken envelope %s answered %d %s; want 400 with the envelope and %s", body, rec.Code, rec.Body, jsonhandler.CodeInvalidRequest)
 		}
 	}
 	rec := httptest.NewRecorder()
@@ -613,7 +614,7 @@ func TestMalformedPushIsAckedAndBadMethodRefused(t *testing.T) {
 
 func TestLockBusyIsRetried(t *testing.T) {
 	deps := &fakeDeps{}
-	x, store := newExecutor(t, deps, executor.Hooks{})
+	x, store := newExecutor(t, deps, nil)
 	if _, err := store.Acquire(context.Background(), "payout:acct-7", "someone-else", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -678,7 +679,7 @@ func TestEventThatDoesNotMatchItsPayoutIsDropped(t *testing.T) {
 	// holds for p-1: executing it would lock the wrong key and pay the wrong
 	// amount from the wrong account.
 	deps := &fakeDeps{payout: `{"payoutId":"p-1","accountId":"acct-1","amountMinor":2500,"currency":"EUR"}`, railStatus: 200, railBody: `{"status":"ACK","railRef":"r"}`}
-	x, store := newExecutor(t, deps, executor.Hooks{})
+	x, store := newExecutor(t, deps, nil)
 	forged := payoutevent.Event{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 900000, Currency: "EUR"}
 	out, err := x.Execute(t.Context(), forged)
 	if err != nil || out != executor.OutcomeDropped {
@@ -695,7 +696,7 @@ func TestEventThatDoesNotMatchItsPayoutIsDropped(t *testing.T) {
 func TestCloudEventFormsAreAccepted(t *testing.T) {
 	for _, structured := range []bool{false, true} {
 		deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}
-		x, _ := newExecutor(t, deps, executor.Hooks{})
+		x, _ := newExecutor(t, deps, nil)
 		body, _ := payoutevent.Encode(event, "m-1", "acct-7", 0)
 		req := httptest.NewRequest("POST", "/", bytes.NewReader(body))
 		req.Header.Set("ce-specversion", "1.0")
@@ -752,11 +753,11 @@ func TestDeliveriesAreCountedByResult(t *testing.T) {
 		before[r] = count(r)
 	}
 	posted := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}
-	x, _ := newExecutor(t, posted, executor.Hooks{})
+	x, _ := newExecutor(t, posted, nil)
 	body, _ := payoutevent.Encode(event, "m-1", "acct-7", 1)
 	push(t, x, body)
 	fenced := &fakeDeps{railStatus: 409, railBody: `{"error":{"code":"FENCED_OUT","message":"stale","retryable":false}}`}
-	y, _ := newExecutor(t, fenced, executor.Hooks{})
+	y, _ := newExecutor(t, fenced, nil)
 	push(t, y, body)
 	push(t, y, body)
 	push(t, y, []byte(`{"message":{"data":"e30="}}`)) // an empty event: dropped
@@ -815,7 +816,7 @@ func TestRailProxyAnswersAreClassifiedByTheirCodes(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			deps := &fakeDeps{railStatus: c.status, railBody: c.body}
-			x, _ := newExecutor(t, deps, executor.Hooks{})
+			x, _ := newExecutor(t, deps, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			out, err := x.Execute(ctx, event)
@@ -893,7 +894,7 @@ func TestUnrecordedAttentionIsCounted(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			before := unrecordedCount(t, reg, c.reason)
-			x, _ := newExecutor(t, c.deps, executor.Hooks{})
+			x, _ := newExecutor(t, c.deps, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			if out, err := x.Execute(ctx, event); out != executor.OutcomeNeedsAttention || err != nil {
@@ -932,7 +933,7 @@ func TestStaleHolderRefusedForGoodIsFencedOutNotMarked(t *testing.T) {
 	cfg.ReportRetry = executor.RetryConfig{Attempts: 4, Initial: time.Millisecond, Max: 4 * time.Millisecond}
 	var logs logtest.Buffer
 	x, err := executor.New(cfg, slog.New(slog.NewJSONHandler(&logs, nil)), executor.WithRand(rand.New(rand.NewPCG(1, 2))),
-		executor.WithHooks(staleBeforeSubmit(t, &store)))
+		executor.WithFault(staleBeforeSubmit(t, &store)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -961,12 +962,12 @@ func TestStaleHolderRefusedForGoodIsFencedOutNotMarked(t *testing.T) {
 // limit in the envelope's own words.
 func TestUnknownPathsAreNotFoundAndOversizedBodiesSayTheLimit(t *testing.T) {
 	deps := &fakeDeps{}
-	x, _ := newExecutor(t, deps, executor.Hooks{})
+	x, _ := newExecutor(t, deps, nil)
 	malformed := []byte(`{"message":{"data":"e30="}}`) // acked 204 on the push path
 	for _, path := range []string{"/foo", "/v1/payouts", "//", "/foo?x=1"} {
 		rec := httptest.NewRecorder()
 		x.ServeHTTP(rec, httptest.NewRequest("POST", path, bytes.NewReader(malformed)))
-		var env httpjson.Envelope
+		var env jsonhandler.Envelope
 		if err := json.Unmarshal(rec.Body.Bytes(), &env); rec.Code != http.StatusNotFound || err != nil || env.Error.Code != string(api.CodeNotFound) {
 			t.Errorf("POST %s answered %d %s; want 404 with the envelope and %s", path, rec.Code, rec.Body, api.CodeNotFound)
 		}
@@ -977,10 +978,10 @@ func TestUnknownPathsAreNotFoundAndOversizedBodiesSayTheLimit(t *testing.T) {
 		t.Errorf("a push with a query string answered %d %s; want 204", rec.Code, rec.Body)
 	}
 	rec = push(t, x, bytes.Repeat([]byte(" "), 1<<20))
-	var env httpjson.Envelope
-	if err := json.Unmarshal(rec.Body.Bytes(), &env); rec.Code != http.StatusRequestEntityTooLarge || err != nil || env.Error.Code != httpjson.CodeBodyTooLarge ||
+	var env jsonhandler.Envelope
+	if err := json.Unmarshal(rec.Body.Bytes(), &env); rec.Code != http.StatusRequestEntityTooLarge || err != nil || env.Error.Code != jsonhandler.CodeBodyTooLarge ||
 		!strings.HasPrefix(env.Error.Message, "body larger than ") || strings.Contains(env.Error.Message, "http:") {
-		t.Errorf("an oversized push answered %d %s; want 413 %s saying the limit, no Go text", rec.Code, rec.Body, httpjson.CodeBodyTooLarge)
+		t.Errorf("an oversized push answered %d %s; want 413 %s saying the limit, no Go text", rec.Code, rec.Body, jsonhandler.CodeBodyTooLarge)
 	}
 	if len(deps.calls) != 0 {
 		t.Fatalf("refused requests reached dependencies: %v", deps.calls)

@@ -14,10 +14,11 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor/fault"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
@@ -40,7 +41,7 @@ func (f *fencedDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if tok < f.hwm {
 			f.refused = append(f.refused, tok)
 			f.mu.Unlock()
-			httpjson.WriteError(w, http.StatusConflict, fencing.CodeFencedOut, "stale token", false)
+			jsonhandler.WriteError(w, http.StatusConflict, fencing.CodeFencedOut, "stale token", false)
 			return
 		}
 		f.hwm = tok
@@ -74,10 +75,13 @@ func TestPauseFaultMakesTheFirstDeliveryAStaleHolder(t *testing.T) {
 	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = lsrv.URL, dsrv.URL, dsrv.URL
 	cfg.Owner, cfg.LeaseTTL, cfg.AcquireWait = "worker-a", time.Duration(lockapi.MinTTLMs)*time.Millisecond, 5*time.Second
 	cfg.ReportRetry = executor.RetryConfig{Attempts: 2, Initial: time.Millisecond, Max: 2 * time.Millisecond}
-	cfg.FaultPause = executor.FaultPause{Duration: 3 * time.Second, PayoutPrefix: "p-"}
 	paused, wake := make(chan time.Duration, 2), make(chan struct{})
-	x, err := executor.New(cfg, slog.New(slog.DiscardHandler), executor.WithRand(rand.New(rand.NewPCG(1, 2))),
-		executor.WithPauseFunc(func(d time.Duration) { paused <- d; <-wake }))
+	pause := &fault.Pause{Duration: 3 * time.Second, PayoutPrefix: "p-", LeaseTTL: cfg.LeaseTTL, Log: slog.New(slog.DiscardHandler),
+		Sleep: func(d time.Duration) { paused <- d; <-wake }}
+	if err := pause.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	x, err := executor.New(cfg, slog.New(slog.DiscardHandler), executor.WithRand(rand.New(rand.NewPCG(1, 2))), executor.WithFault(pause))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,8 +94,8 @@ func TestPauseFaultMakesTheFirstDeliveryAStaleHolder(t *testing.T) {
 	go func() { answerA <- push(t, x, bodyA) }()
 	select {
 	case d := <-paused:
-		if d != cfg.FaultPause.Duration {
-			t.Fatalf("paused for %v; want FaultPause.Duration %v", d, cfg.FaultPause.Duration)
+		if d != pause.Duration {
+			t.Fatalf("paused for %v; want Pause.Duration %v", d, pause.Duration)
 		}
 	case rec := <-answerA:
 		t.Fatalf("delivery 1 answered %d %s without pausing", rec.Code, rec.Body)
@@ -147,57 +151,56 @@ func TestPauseFaultMakesTheFirstDeliveryAStaleHolder(t *testing.T) {
 	}
 }
 
-// TestPauseFaultIsOffByDefaultAndValidated: DefaultConfig has it off, and
-// one LoadConfig names every wrong pause variable at once.
+// TestPauseFaultIsOffByDefaultAndValidated: an environment without the
+// fault variables arms nothing, and one FromEnv names every wrong pause
+// variable at once.
 func TestPauseFaultIsOffByDefaultAndValidated(t *testing.T) {
-	if f := executor.DefaultConfig().FaultPause; f.Armed() || f.Applies("p-1", "1") {
-		t.Fatalf("DefaultConfig().FaultPause = %+v; want off", f)
+	const ttl = 10 * time.Second
+	log := slog.New(slog.DiscardHandler)
+	load := func(env map[string]string) (executor.Fault, error) {
+		return fault.FromEnv(func(k string) string { return env[k] }, ttl, log)
 	}
-	base := map[string]string{lockapi.EnvServerURL: "http://a", executor.EnvPaymentResourceURL: "http://b", executor.EnvRailProxyURL: "http://c"}
-	load := func(extra map[string]string) (executor.Config, error) {
-		return executor.LoadConfig(func(k string) string {
-			if v, ok := extra[k]; ok {
-				return v
-			}
-			return base[k]
-		})
+	if f, err := load(nil); f != nil || err != nil {
+		t.Fatalf("FromEnv of an empty environment = %v, %v; want nil, nil", f, err)
 	}
-	c, err := load(map[string]string{executor.EnvFaultPauseMs: "30000", executor.EnvFaultPausePayoutPrefix: "gd-"})
-	if err != nil || c.FaultPause != (executor.FaultPause{Duration: 30 * time.Second, PayoutPrefix: "gd-"}) {
-		t.Fatalf("LoadConfig = %+v, %v", c.FaultPause, err)
+	f, err := load(map[string]string{fault.EnvPauseMs: "30000", fault.EnvPausePayoutPrefix: "gd-"})
+	p, _ := f.(*fault.Pause)
+	if err != nil || p == nil || p.Duration != 30*time.Second || p.PayoutPrefix != "gd-" {
+		t.Fatalf("FromEnv = %+v, %v; want a 30 s pause of gd- payouts", f, err)
 	}
 	for _, tc := range []struct {
-		f          executor.FaultPause
 		attempt    string
 		payout     string
 		wantPaused bool
 	}{
-		{c.FaultPause, "1", "gd-both-on", true},
-		{c.FaultPause, "2", "gd-both-on", false},
-		{c.FaultPause, "", "gd-both-on", false},
-		{c.FaultPause, "1", "p-1", false},
+		{"1", "gd-both-on", true},
+		{"2", "gd-both-on", false},
+		{"", "gd-both-on", false},
+		{"1", "p-1", false},
 	} {
-		if got := tc.f.Applies(tc.payout, tc.attempt); got != tc.wantPaused {
-			t.Errorf("Applies(%q, attempt %q) = %v; want %v", tc.payout, tc.attempt, got, tc.wantPaused)
+		d := executor.Delivery{Event: payoutevent.Event{PayoutID: tc.payout}, Attempt: tc.attempt}
+		if got := p.Applies(d); got != tc.wantPaused || p.Renews(d) == tc.wantPaused {
+			t.Errorf("Applies(%q, attempt %q) = %v, Renews = %v; want %v and the opposite", tc.payout, tc.attempt, got, p.Renews(d), tc.wantPaused)
 		}
 	}
 	for name, tc := range map[string]struct {
 		env  map[string]string
 		want []string
 	}{
-		"not a number":           {map[string]string{executor.EnvFaultPauseMs: "soon", executor.EnvLeaseTTLMs: "x"}, []string{executor.EnvFaultPauseMs, executor.EnvLeaseTTLMs}},
-		"no selector, too short": {map[string]string{executor.EnvFaultPauseMs: "5000"}, []string{executor.EnvFaultPausePayoutPrefix, "must exceed " + executor.EnvLeaseTTLMs}},
-		"selector only":          {map[string]string{executor.EnvFaultPausePayoutPrefix: "gd-"}, []string{"half armed"}},
-		"too long":               {map[string]string{executor.EnvFaultPauseMs: "3600000", executor.EnvFaultPausePayoutPrefix: "gd-"}, []string{"above"}},
+		"not a number":           {map[string]string{fault.EnvPauseMs: "soon"}, []string{fault.EnvPauseMs}},
+		"no selector, too short": {map[string]string{fault.EnvPauseMs: "5000"}, []string{fault.EnvPausePayoutPrefix, "must exceed " + executor.EnvLeaseTTLMs}},
+		"selector only":          {map[string]string{fault.EnvPausePayoutPrefix: "gd-"}, []string{"half armed"}},
+		"too long":               {map[string]string{fault.EnvPauseMs: "3600000", fault.EnvPausePayoutPrefix: "gd-"}, []string{"above"}},
+		"both faults":            {map[string]string{fault.EnvPauseMs: "30000", fault.EnvPausePayoutPrefix: "gd-", fault.EnvSelfStopBeforeSubmit: "p-1"}, []string{"one fault at a time"}},
 	} {
 		_, err := load(tc.env)
-		if !errors.Is(err, executor.ErrInvalidConfig) {
-			t.Errorf("%s: LoadConfig error %v; want ErrInvalidConfig", name, err)
+		if !errors.Is(err, fault.ErrInvalid) {
+			t.Errorf("%s: FromEnv error %v; want ErrInvalid", name, err)
 			continue
 		}
 		for _, w := range tc.want {
 			if !strings.Contains(err.Error(), w) {
-				t.Errorf("%s: LoadConfig error %q does not say %q", name, err, w)
+				t.Errorf("%s: FromEnv error %q does not say %q", name, err, w)
 			}
 		}
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzzcheck"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzztest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
@@ -31,7 +31,7 @@ func (d healthyDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d.mu.Lock()
 		d.calls = append(d.calls, r.Method+" "+r.URL.Path)
 		d.mu.Unlock()
-		httpjson.WriteError(w, http.StatusNotFound, string(api.CodePayoutNotFound), "no such payout", false)
+		jsonhandler.WriteError(w, http.StatusNotFound, string(api.CodePayoutNotFound), "no such payout", false)
 		return
 	}
 	d.fakeDeps.ServeHTTP(w, r)
@@ -77,7 +77,7 @@ func fuzzExecutor(f *testing.F, deps http.Handler) (*executor.Executor, *memstor
 // type (Pub/Sub's push JSON, a CloudEvent in structured or binary mode,
 // or anything), to the executor over a real lock-server (memstore) and
 // healthy fake dependencies, and checks the answer's properties (package
-// fuzzcheck; healthy dependencies leave no room for a 5xx) and that a
+// fuzztest; healthy dependencies leave no room for a 5xx) and that a
 // push refused or dropped took no lease and wrote nothing anywhere.
 func FuzzPush(f *testing.F) {
 	deps := healthyDeps{&fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}}
@@ -111,7 +111,7 @@ func FuzzPush(f *testing.F) {
 		f.Add(s.method, s.ct, s.body)
 	}
 	f.Fuzz(func(t *testing.T, method uint8, contentType string, body []byte) {
-		req, ok := fuzzcheck.NewRequest(method, "/", body, "Content-Type", contentType)
+		req, ok := fuzztest.NewRequest(method, "/", body, "Content-Type", contentType)
 		if !ok {
 			return
 		}
@@ -119,8 +119,8 @@ func FuzzPush(f *testing.F) {
 		writes := deps.writes()
 		rec := httptest.NewRecorder()
 		x.ServeHTTP(rec, req)
-		a := fuzzcheck.FromRecorder(rec)
-		if err := fuzzcheck.Check(a, fuzzcheck.Options{}, contentType, string(body)); err != nil {
+		a := fuzztest.FromRecorder(rec)
+		if err := fuzztest.Check(a, fuzztest.Options{}, contentType, string(body)); err != nil {
 			t.Fatalf("%s %q: %v", req.Method, contentType, err)
 		}
 		after, _ := store.Inspect(context.Background(), event.LockKey())

@@ -34,7 +34,7 @@ func TestDeliverySpanContinuesTheMessageTrace(t *testing.T) {
 		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
 	})
 	deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}
-	x, store := newExecutor(t, deps, executor.Hooks{})
+	x, store := newExecutor(t, deps, nil)
 
 	publish := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{0xa}, SpanID: trace.SpanID{0xb}, TraceFlags: trace.FlagsSampled})
 	pubsub := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{0xc}, SpanID: trace.SpanID{0xd}, TraceFlags: trace.FlagsSampled})

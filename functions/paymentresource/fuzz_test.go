@@ -12,14 +12,14 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzzcheck"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzztest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Operations of a fuzz input (op % 8). Above 127, the method is picked
-// from fuzzcheck.Methods instead of the operation's own.
+// from fuzztest.Methods instead of the operation's own.
 const (
 	opCreateAccount = iota
 	opGetAccount
@@ -50,7 +50,7 @@ func fuzzReceipt() string {
 // payout, claim, result, audit, or any path) with an arbitrary id, method,
 // fencing token, proof (none, valid, garbage, another account's), owner,
 // content type and body to payment-resource over one paydb, and checks the
-// answer's properties (package fuzzcheck), that a refusal changed no row,
+// answer's properties (package fuzztest), that a refusal changed no row,
 // and that no claim or result passes without a valid proof.
 func FuzzPaymentResource(f *testing.F) {
 	dsn := pgtest.NewDatabase(f)
@@ -70,7 +70,7 @@ func FuzzPaymentResource(f *testing.F) {
 	}
 	f.Cleanup(db.Close)
 	send := func(method, path, body string, headers ...string) {
-		req, _ := fuzzcheck.NewRequest(0, path, []byte(body), append([]string{"Content-Type", "application/json"}, headers...)...)
+		req, _ := fuzztest.NewRequest(0, path, []byte(body), append([]string{"Content-Type", "application/json"}, headers...)...)
 		req.Method = method
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
@@ -156,7 +156,7 @@ func FuzzPaymentResource(f *testing.F) {
 		case opRawPath:
 			method, path = http.MethodPost, id
 		}
-		if !fuzzcheck.Canonical(path) {
+		if !fuzztest.Canonical(path) {
 			return // refused by the server constructor first
 		}
 		ctx := context.Background()
@@ -174,32 +174,32 @@ func FuzzPaymentResource(f *testing.F) {
 		case proofGarbage:
 			proof = proofArg
 		}
-		req, ok := fuzzcheck.NewRequest(0, path, body, "Content-Type", contentType,
+		req, ok := fuzztest.NewRequest(0, path, body, "Content-Type", contentType,
 			api.HeaderToken, token, api.HeaderProof, proof, api.HeaderOwner, owner)
 		if !ok {
 			return
 		}
 		req.Method = method
 		if op >= 128 {
-			req.Method = fuzzcheck.Methods[int(op)%len(fuzzcheck.Methods)]
+			req.Method = fuzztest.Methods[int(op)%len(fuzztest.Methods)]
 		}
-		before, err := fuzzcheck.Snapshot(ctx, db)
+		before, err := fuzztest.Snapshot(ctx, db)
 		if err != nil {
 			t.Fatal(err)
 		}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
-		a := fuzzcheck.FromRecorder(rec)
-		if err := fuzzcheck.Check(a, fuzzcheck.Options{}, id, token, proof, owner, contentType, string(body)); err != nil {
+		a := fuzztest.FromRecorder(rec)
+		if err := fuzztest.Check(a, fuzztest.Options{}, id, token, proof, owner, contentType, string(body)); err != nil {
 			t.Fatalf("%s %q token %q proof %q owner %q: %v", req.Method, path, token, proof, owner, err)
 		}
-		after, err := fuzzcheck.Snapshot(ctx, db)
+		after, err := fuzztest.Snapshot(ctx, db)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if a.Status >= 400 {
 			if changed := before.Changed(after); len(changed) > 0 {
-				env, _ := fuzzcheck.DecodeEnvelope(a.Body, false)
+				env, _ := fuzztest.DecodeEnvelope(a.Body, false)
 				t.Fatalf("refused %s %q (%d %s) changed tables %v", req.Method, path, a.Status, env.Error.Code, changed)
 			}
 			return

@@ -13,9 +13,9 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 )
 
@@ -90,7 +90,7 @@ func (s *Service) routes() http.Handler {
 // only answers 405 to a method other than method (HEAD counts as GET),
 // and 400 INVALID_REQUEST to a query string: no route served through it
 // takes query parameters (the list of payouts, which does, reads its own
-// with httpjson.Query), and one sent anyway is refused rather than
+// with jsonhandler.Query), and one sent anyway is refused rather than
 // ignored, so that a client never believes a parameter it misspelt, or
 // one this version does not know, was applied.
 func (s *Service) only(method string, h http.HandlerFunc) http.HandlerFunc {
@@ -100,7 +100,7 @@ func (s *Service) only(method string, h http.HandlerFunc) http.HandlerFunc {
 			s.fail(w, r, fmt.Errorf("%w: %s %s; use %s", errMethodNotAllowed, r.Method, r.URL.Path, method))
 			return
 		}
-		if _, err := httpjson.Query(r); err != nil {
+		if _, err := jsonhandler.Query(r); err != nil {
 			s.fail(w, r, fmt.Errorf("%w: %v", ErrInvalidArgument, err))
 			return
 		}
@@ -110,7 +110,7 @@ func (s *Service) only(method string, h http.HandlerFunc) http.HandlerFunc {
 
 func (s *Service) handleCreateAccount(w http.ResponseWriter, r *http.Request) {
 	var req api.AccountRequest
-	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
+	if err := jsonhandler.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -129,7 +129,7 @@ func (s *Service) handleCreateAccount(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "accountId", req.AccountID)
 		return
 	}
-	httpjson.WriteJSON(w, createdStatus(created), a)
+	jsonhandler.WriteJSON(w, createdStatus(created), a)
 }
 
 func (s *Service) handleGetAccount(w http.ResponseWriter, r *http.Request) {
@@ -149,12 +149,12 @@ func (s *Service) handleGetAccount(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err, "accountId", id)
 		return
 	}
-	httpjson.WriteJSON(w, http.StatusOK, a)
+	jsonhandler.WriteJSON(w, http.StatusOK, a)
 }
 
 func (s *Service) handleCreatePayout(w http.ResponseWriter, r *http.Request) {
 	var req api.PayoutRequest
-	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
+	if err := jsonhandler.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -227,7 +227,7 @@ func (s *Service) handleResult(w http.ResponseWriter, r *http.Request) {
 	}
 	token, owner := h.Token, h.Owner
 	var req api.ResultRequest
-	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
+	if err := jsonhandler.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
@@ -256,7 +256,7 @@ func (s *Service) handleAttention(w http.ResponseWriter, r *http.Request) {
 	}
 	token, owner := h.Token, h.Owner
 	var req api.AttentionRequest
-	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
+	if err := jsonhandler.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
@@ -285,7 +285,7 @@ func (s *Service) handleResolution(w http.ResponseWriter, r *http.Request) {
 	}
 	token, owner := h.Token, h.Owner
 	var req api.ResolutionRequest
-	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
+	if err := jsonhandler.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
@@ -308,7 +308,7 @@ func (s *Service) handleResolution(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) handleListPayouts(w http.ResponseWriter, r *http.Request) {
-	q, err := httpjson.Query(r, api.QueryState, api.QueryLimit, api.QueryAfter)
+	q, err := jsonhandler.Query(r, api.QueryState, api.QueryLimit, api.QueryAfter)
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("%w: %v", ErrInvalidArgument, err))
 		return
@@ -365,7 +365,7 @@ func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request) {
 	if !rep.Balanced {
 		s.log.WarnContext(ctx, "ledger audit found violations", "event", api.EventAuditUnbalanced, "violations", len(rep.Violations))
 	}
-	httpjson.WriteJSON(w, http.StatusOK, rep)
+	jsonhandler.WriteJSON(w, http.StatusOK, rep)
 }
 
 // holder reads the payout id of the path and the lock holder's token,
@@ -407,9 +407,9 @@ func (s *Service) holder(w http.ResponseWriter, r *http.Request) (id string, h p
 
 // decodeEmpty accepts an empty body or an empty JSON object (the claim
 // takes no parameters) under the project's one Content-Type rule
-// (httpjson.DecodeEmpty).
+// (jsonhandler.DecodeEmpty).
 func decodeEmpty(w http.ResponseWriter, r *http.Request) error {
-	return httpjson.DecodeEmpty(w, r, api.MaxBodyBytes)
+	return jsonhandler.DecodeEmpty(w, r, api.MaxBodyBytes)
 }
 
 func createdStatus(created bool) int {
@@ -430,7 +430,7 @@ func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error, attrs 
 		// before the answer: not paydb's failure.
 		status, code, retryable = api.StatusRequestCancelled, api.CodeRequestCancelled, false
 	}
-	msg := httpjson.ClientMessage(err)
+	msg := jsonhandler.ClientMessage(err)
 	if status >= 500 || code == api.CodeRequestCancelled {
 		msg = serverMessage(code)
 	}
@@ -451,7 +451,7 @@ func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error, attrs 
 	if status == http.StatusServiceUnavailable && retryable {
 		overload.SetRetryAfter(w.Header())
 	}
-	httpjson.WriteJSON(w, status, api.ErrorEnvelope{Error: api.ErrorBody{Code: code, Message: msg, Retryable: retryable}})
+	jsonhandler.WriteJSON(w, status, api.ErrorEnvelope{Error: api.ErrorBody{Code: code, Message: msg, Retryable: retryable}})
 }
 
 // serverMessage is the message of a 5xx (or 499) answer with code: fixed
@@ -471,7 +471,7 @@ func serverMessage(code api.Code) string {
 // statusOf maps an error to its HTTP status, stable code and retryability:
 // the one place where errors become HTTP answers.
 func statusOf(err error) (status int, code api.Code, retryable bool) {
-	var decodeErr *httpjson.Error
+	var decodeErr *jsonhandler.Error
 	switch {
 	case errors.As(err, &decodeErr):
 		return decodeErr.Status, api.Code(decodeErr.Code), false

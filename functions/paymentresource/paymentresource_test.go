@@ -17,7 +17,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
@@ -760,17 +760,17 @@ func TestConcurrentHoldersPostAtMostOnce(t *testing.T) {
 	}
 }
 
-// TestDecodingCodesAreTheAPIs checks that the codes internal/httpjson
+// TestDecodingCodesAreTheAPIs checks that the codes internal/jsonhandler
 // answers with while decoding a body are spelled as the api declares them:
 // the handler passes them through unchanged.
 func TestDecodingCodesAreTheAPIs(t *testing.T) {
 	for got, want := range map[string]api.Code{
-		httpjson.CodeInvalidRequest:       api.CodeInvalidRequest,
-		httpjson.CodeBodyTooLarge:         api.CodeBodyTooLarge,
-		httpjson.CodeUnsupportedMediaType: api.CodeUnsupportedMediaType,
+		jsonhandler.CodeInvalidRequest:       api.CodeInvalidRequest,
+		jsonhandler.CodeBodyTooLarge:         api.CodeBodyTooLarge,
+		jsonhandler.CodeUnsupportedMediaType: api.CodeUnsupportedMediaType,
 	} {
 		if api.Code(got) != want {
-			t.Errorf("httpjson answers %q where the api declares %q", got, want)
+			t.Errorf("jsonhandler answers %q where the api declares %q", got, want)
 		}
 	}
 }

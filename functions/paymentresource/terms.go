@@ -5,7 +5,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 )
 
 // Signed payout terms. A lease on an account's
@@ -37,7 +37,7 @@ func (s *Service) signTerms(p *api.Payout) {
 // writePayout answers p with status, its terms signed.
 func (s *Service) writePayout(w http.ResponseWriter, status int, p api.Payout) {
 	s.signTerms(&p)
-	httpjson.WriteJSON(w, status, p)
+	jsonhandler.WriteJSON(w, status, p)
 }
 
 // writePayouts answers a page of payouts (200), each with its terms
@@ -46,5 +46,5 @@ func (s *Service) writePayouts(w http.ResponseWriter, list api.PayoutList) {
 	for i := range list.Payouts {
 		s.signTerms(&list.Payouts[i])
 	}
-	httpjson.WriteJSON(w, http.StatusOK, list)
+	jsonhandler.WriteJSON(w, http.StatusOK, list)
 }

@@ -31,8 +31,8 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhttp"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonclient"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 )
 
 // Publisher publishes payout events with message ordering on. It satisfies
@@ -680,7 +680,7 @@ const maxRefusalBytes = 4 << 10
 
 // post sends one push and returns the answer's status, 0 when there was
 // none. For a non-2xx answer it also returns the error envelope's code
-// (internal/httpjson; "" when the body is not the envelope) and an error
+// (internal/jsonhandler; "" when the body is not the envelope) and an error
 // that says what the endpoint answered ("answered 503
 // DEPENDENCY_UNAVAILABLE: <its message>" from the executor), or the start of a body that is not the envelope (a proxy's
 // page), so that the push_delivered line names why the push failed.
@@ -711,11 +711,11 @@ func (b *PushBridge) post(ctx context.Context, doer interface {
 // its envelope's code, and an error naming the status, the code and the
 // message.
 func refusal(status int, raw []byte, rerr error) (string, error) {
-	var env httpjson.Envelope
+	var env jsonhandler.Envelope
 	if json.Unmarshal(raw, &env) == nil && env.Error.Code != "" {
 		return env.Error.Code, fmt.Errorf("answered %d %s: %s", status, env.Error.Code, env.Error.Message)
 	}
-	switch msg := jsonhttp.Excerpt(raw); {
+	switch msg := jsonclient.Excerpt(raw); {
 	case rerr != nil:
 		return "", fmt.Errorf("answered %d; reading the answer failed: %w", status, rerr)
 	case msg == "":

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 )
 
 // TestAFailedPushLogsWhatTheEndpointAnswered: the push_delivered line of a
@@ -29,7 +29,7 @@ func TestAFailedPushLogsWhatTheEndpointAnswered(t *testing.T) {
 		errWant []string // substrings of the line's error; nil: error ""
 	}{
 		{"envelope", func(w http.ResponseWriter) {
-			httpjson.WriteError(w, http.StatusServiceUnavailable, string(railapi.CodeRailNotReached), msg, true)
+			jsonhandler.WriteError(w, http.StatusServiceUnavailable, string(railapi.CodeRailNotReached), msg, true)
 		}, false, http.StatusServiceUnavailable, string(railapi.CodeRailNotReached),
 			[]string{"503", string(railapi.CodeRailNotReached), msg}},
 		{"not the envelope", func(w http.ResponseWriter) {

@@ -15,7 +15,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzzcheck"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzztest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -52,7 +52,7 @@ func fuzzProof(mode uint8, arg, token string, body []byte) string {
 // FuzzRailProxy sends one request with an arbitrary method, path, fencing
 // token, proof (none, valid, garbage, another account's), owner, content
 // type and body to a rail-proxy over one raildb and a healthy rail-stub,
-// and checks the answer's properties (package fuzzcheck), that a refusal
+// and checks the answer's properties (package fuzztest), that a refusal
 // reached no rail and changed no row (beyond the documented audit row of
 // FENCED_OUT and PAYOUT_ALREADY_SUBMITTED, and the high-water raise of the
 // latter), and that nothing reaches the rail without a valid proof.
@@ -98,7 +98,7 @@ func FuzzRailProxy(f *testing.F) {
 		return fmt.Appendf(nil, `{"payoutId":%q,"accountId":%q,"amountMinor":2500,"currency":"EUR"}`, payout, account)
 	}
 	// acct-1's high-water is 5, and payout p-0 went to the rail.
-	setup, _ := fuzzcheck.NewRequest(0, api.PathSubmissions, sub("p-0", "acct-1"),
+	setup, _ := fuzztest.NewRequest(0, api.PathSubmissions, sub("p-0", "acct-1"),
 		"Content-Type", "application/json", api.HeaderToken, "5", api.HeaderProof, prooftest.Proof("acct-1", 5))
 	if rec := httptest.NewRecorder(); func() int { p.ServeHTTP(rec, setup); return rec.Code }() != http.StatusOK {
 		f.Fatalf("setup submission refused: %s", rec.Body)
@@ -147,35 +147,35 @@ func FuzzRailProxy(f *testing.F) {
 		if path == "" {
 			path = api.PathSubmissions
 		}
-		if !fuzzcheck.Canonical(path) {
+		if !fuzztest.Canonical(path) {
 			return // refused by the server constructor first
 		}
 		proof := fuzzProof(proofMode, proofArg, token, body)
-		req, ok := fuzzcheck.NewRequest(method, path, body, "Content-Type", contentType,
+		req, ok := fuzztest.NewRequest(method, path, body, "Content-Type", contentType,
 			api.HeaderToken, token, api.HeaderProof, proof, api.HeaderOwner, owner)
 		if !ok {
 			return
 		}
 		ctx := context.Background()
-		before, err := fuzzcheck.Snapshot(ctx, db)
+		before, err := fuzztest.Snapshot(ctx, db)
 		if err != nil {
 			t.Fatal(err)
 		}
 		records := len(stub.Submissions(""))
 		rec := httptest.NewRecorder()
 		p.ServeHTTP(rec, req)
-		a := fuzzcheck.FromRecorder(rec)
-		if err := fuzzcheck.Check(a, fuzzcheck.Options{ExtraEnvelopeFields: true}, path, token, proof, owner, contentType, string(body)); err != nil {
+		a := fuzztest.FromRecorder(rec)
+		if err := fuzztest.Check(a, fuzztest.Options{ExtraEnvelopeFields: true}, path, token, proof, owner, contentType, string(body)); err != nil {
 			t.Fatalf("%s %q token %q proof %q owner %q: %v", req.Method, path, token, proof, owner, err)
 		}
-		after, err := fuzzcheck.Snapshot(ctx, db)
+		after, err := fuzztest.Snapshot(ctx, db)
 		if err != nil {
 			t.Fatal(err)
 		}
 		changed := before.Changed(after)
 		newRecords := len(stub.Submissions("")) - records
 		if a.Status >= 400 {
-			env, _ := fuzzcheck.DecodeEnvelope(a.Body, true)
+			env, _ := fuzztest.DecodeEnvelope(a.Body, true)
 			var allowed []string
 			switch api.Code(env.Error.Code) {
 			case api.CodeFencedOut:
@@ -226,13 +226,13 @@ func FuzzRailProxySubmission(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req, _ := fuzzcheck.NewRequest(0, api.PathSubmissions, body, "Content-Type", "application/json",
+		req, _ := fuzztest.NewRequest(0, api.PathSubmissions, body, "Content-Type", "application/json",
 			api.HeaderToken, strconv.FormatInt(token, 10), api.HeaderProof, prooftest.Proof(account, token), api.HeaderTermsSignature, sig)
 		records := len(stub.Submissions(""))
 		rec := httptest.NewRecorder()
 		p.ServeHTTP(rec, req)
-		a := fuzzcheck.FromRecorder(rec)
-		if err := fuzzcheck.Check(a, fuzzcheck.Options{ExtraEnvelopeFields: true}, string(body)); err != nil {
+		a := fuzztest.FromRecorder(rec)
+		if err := fuzztest.Check(a, fuzztest.Options{ExtraEnvelopeFields: true}, string(body)); err != nil {
 			t.Fatalf("submission %s token %d: %v", body, token, err)
 		}
 		got := stub.Submissions("")[records:]

@@ -13,7 +13,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzzcheck"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzztest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload/overloadtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
@@ -48,14 +48,14 @@ func (q probeReq) serve(h http.Handler) *httptest.ResponseRecorder {
 
 // snapshotOf reads raildb's rows at dsn through a pool of its own, closed
 // before it returns (none is left open on a server the test freezes).
-func snapshotOf(t *testing.T, dsn string) fuzzcheck.Tables {
+func snapshotOf(t *testing.T, dsn string) fuzztest.Tables {
 	t.Helper()
 	db, err := pgxpool.New(t.Context(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	s, err := fuzzcheck.Snapshot(t.Context(), db)
+	s, err := fuzztest.Snapshot(t.Context(), db)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,9 +29,9 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
@@ -490,7 +490,7 @@ func (p *Proxy) begin(w http.ResponseWriter, r *http.Request) (release func(), r
 // answering itself; ok is false when it did. A parameter the client sent
 // is never silently ignored: it may have meant something to the client.
 func (p *Proxy) noQuery(w http.ResponseWriter, r *http.Request) (ok bool) {
-	if _, err := httpjson.Query(r); err != nil {
+	if _, err := jsonhandler.Query(r); err != nil {
 		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return false
 	}
@@ -590,7 +590,7 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	token, owner := h.Token, h.Owner
 	var req api.SubmitRequest
-	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
+	if err := jsonhandler.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
 		p.fail(r.Context(), w, p.log, err)
 		return
 	}
@@ -654,8 +654,8 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		status, code, _ := statusOf(err)
 		dup.First.Receipt = p.receipt(dup.First.PayoutID, dup.First.AccountID, dup.First.AmountMinor, dup.First.Currency,
 			dup.First.State, dup.First.RailRef, dup.First.Token)
-		httpjson.WriteJSON(w, status, api.AlreadySubmittedAnswer{
-			Error:   api.ErrorBody{Code: code, Message: httpjson.ClientMessage(err), Retryable: dup.First.State == api.StateForwarding},
+		jsonhandler.WriteJSON(w, status, api.AlreadySubmittedAnswer{
+			Error:   api.ErrorBody{Code: code, Message: jsonhandler.ClientMessage(err), Retryable: dup.First.State == api.StateForwarding},
 			Attempt: dup.First,
 		})
 		return
@@ -695,7 +695,7 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 			"state", state, "railRef", ans.RailRef, "error", ferr.Error())
 	}
 	lg.InfoContext(ctx, "rail answered "+string(ans.Status), "event", event, "railRef", ans.RailRef)
-	httpjson.WriteJSON(w, http.StatusOK, api.SubmitAnswer{Status: ans.Status, RailRef: ans.RailRef, AttemptID: attemptID, Token: token,
+	jsonhandler.WriteJSON(w, http.StatusOK, api.SubmitAnswer{Status: ans.Status, RailRef: ans.RailRef, AttemptID: attemptID, Token: token,
 		Receipt: p.receipt(req.PayoutID, req.AccountID, req.AmountMinor, req.Currency, state, ans.RailRef, token)})
 }
 
@@ -780,7 +780,7 @@ func (p *Proxy) handleHighWater(w http.ResponseWriter, r *http.Request) {
 		p.fail(r.Context(), w, p.log, err)
 		return
 	}
-	httpjson.WriteJSON(w, http.StatusOK, api.HighWater{AccountID: acct, HighWater: hw})
+	jsonhandler.WriteJSON(w, http.StatusOK, api.HighWater{AccountID: acct, HighWater: hw})
 }
 
 func (p *Proxy) handleAttempts(w http.ResponseWriter, r *http.Request) {
@@ -788,7 +788,7 @@ func (p *Proxy) handleAttempts(w http.ResponseWriter, r *http.Request) {
 		p.methodNotAllowed(w, r, http.MethodGet)
 		return
 	}
-	q, err := httpjson.Query(r, api.QueryPayoutID)
+	q, err := jsonhandler.Query(r, api.QueryPayoutID)
 	if err != nil {
 		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
@@ -812,7 +812,7 @@ func (p *Proxy) handleAttempts(w http.ResponseWriter, r *http.Request) {
 		p.fail(r.Context(), w, p.log, err)
 		return
 	}
-	httpjson.WriteJSON(w, http.StatusOK, api.AttemptList{Attempts: list})
+	jsonhandler.WriteJSON(w, http.StatusOK, api.AttemptList{Attempts: list})
 }
 
 func (p *Proxy) methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed string) {
@@ -835,7 +835,7 @@ func (p *Proxy) fail(ctx context.Context, w http.ResponseWriter, lg *slog.Logger
 		// before the answer: not raildb's failure.
 		status, code, retryable = api.StatusRequestCancelled, api.CodeRequestCancelled, false
 	}
-	msg := httpjson.ClientMessage(err)
+	msg := jsonhandler.ClientMessage(err)
 	if status >= 500 || code == api.CodeRequestCancelled {
 		msg = serverMessage(code)
 		if code == api.CodeUnavailable && errors.Is(err, errReconciling) {
@@ -862,7 +862,7 @@ func (p *Proxy) fail(ctx context.Context, w http.ResponseWriter, lg *slog.Logger
 	if status == http.StatusServiceUnavailable && retryable {
 		overload.SetRetryAfter(w.Header())
 	}
-	httpjson.WriteJSON(w, status, api.ErrorEnvelope{Error: api.ErrorBody{Code: code, Message: msg, Retryable: retryable}})
+	jsonhandler.WriteJSON(w, status, api.ErrorEnvelope{Error: api.ErrorBody{Code: code, Message: msg, Retryable: retryable}})
 }
 
 // serverMessage is the message of a 5xx answer with code: fixed text that
@@ -888,7 +888,7 @@ func serverMessage(code api.Code) string {
 // statusOf maps an error to its HTTP status, code and retryability: the
 // one place where rail-proxy's errors become answers.
 func statusOf(err error) (status int, code api.Code, retryable bool) {
-	var decodeErr *httpjson.Error
+	var decodeErr *jsonhandler.Error
 	switch {
 	case errors.As(err, &decodeErr):
 		return decodeErr.Status, api.Code(decodeErr.Code), false

@@ -14,8 +14,8 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -70,7 +70,7 @@ func (p *Proxy) handleReconcile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req api.ReconcileRequest
-	if err := httpjson.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
+	if err := jsonhandler.Decode(w, r, &req, api.MaxBodyBytes); err != nil {
 		p.fail(r.Context(), w, p.log, err)
 		return
 	}
@@ -114,7 +114,7 @@ func (p *Proxy) handleReconcile(w http.ResponseWriter, r *http.Request) {
 		p.fail(r.Context(), w, lg, fmt.Errorf("%w: %w", errReconciling, err))
 		return
 	}
-	httpjson.WriteJSON(w, http.StatusOK, rec)
+	jsonhandler.WriteJSON(w, http.StatusOK, rec)
 }
 
 // reconcile resolves payout's forwarded attempt for the holder h of the
@@ -475,7 +475,7 @@ func (p *Proxy) handleUnsettled(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	q, err := httpjson.Query(r, api.QueryLimit, api.QueryAfter)
+	q, err := jsonhandler.Query(r, api.QueryLimit, api.QueryAfter)
 	if err != nil {
 		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
 		return
@@ -517,7 +517,7 @@ func (p *Proxy) handleUnsettled(w http.ResponseWriter, r *http.Request) {
 		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %w", errReconciling, err))
 		return
 	}
-	httpjson.WriteJSON(w, http.StatusOK, list)
+	jsonhandler.WriteJSON(w, http.StatusOK, list)
 }
 
 // unsettled reads one page of sqlUnsettled.

@@ -17,7 +17,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzzcheck"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzztest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload/overloadtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
@@ -91,7 +91,7 @@ func TestFrozenRaildbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before, err := fuzzcheck.Snapshot(t.Context(), db)
+	before, err := fuzztest.Snapshot(t.Context(), db)
 	db.Close() // not left open on the frozen server
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +160,7 @@ func TestFrozenRaildbIsAnswered503WithRetryAfterAndRecovers(t *testing.T) {
 	if overloadtest.Gauge(t, reg, "railproxy_db_stalled") != 0 || len(r.logs.Events(t, "backend_recovered")) != 1 {
 		t.Fatal("recovered, but the gauge or the log does not say so")
 	}
-	after, err := fuzzcheck.Snapshot(t.Context(), r.pool())
+	after, err := fuzztest.Snapshot(t.Context(), r.pool())
 	if err != nil {
 		t.Fatal(err)
 	}

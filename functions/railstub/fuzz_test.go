@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzzcheck"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzztest"
 )
 
 // stubState is what a request may change in a Stub: its records and its
@@ -24,7 +24,7 @@ func stubState(t *testing.T, s *railstub.Stub) string {
 
 // FuzzRailStub sends one request with an arbitrary method, path, content
 // type and body to a fresh rail-stub holding one submission, and checks
-// the answer's properties (package fuzzcheck) and that a refused request
+// the answer's properties (package fuzztest) and that a refused request
 // recorded nothing and changed no fault setting.
 func FuzzRailStub(f *testing.F) {
 	const ct = "application/json"
@@ -57,12 +57,12 @@ func FuzzRailStub(f *testing.F) {
 		f.Add(s.method, s.path, s.ct, []byte(s.body))
 	}
 	f.Fuzz(func(t *testing.T, method uint8, path, contentType string, body []byte) {
-		if !fuzzcheck.Canonical(path) {
+		if !fuzztest.Canonical(path) {
 			// http.ServeMux redirects a non-canonical path; the server
 			// constructor refuses it first.
 			return
 		}
-		req, ok := fuzzcheck.NewRequest(method, path, body, "Content-Type", contentType)
+		req, ok := fuzztest.NewRequest(method, path, body, "Content-Type", contentType)
 		if !ok {
 			return
 		}
@@ -75,8 +75,8 @@ func FuzzRailStub(f *testing.F) {
 		before := stubState(t, s)
 		rec := httptest.NewRecorder()
 		s.ServeHTTP(rec, req)
-		a := fuzzcheck.FromRecorder(rec)
-		if err := fuzzcheck.Check(a, fuzzcheck.Options{}, path, contentType, string(body)); err != nil {
+		a := fuzztest.FromRecorder(rec)
+		if err := fuzztest.Check(a, fuzztest.Options{}, path, contentType, string(body)); err != nil {
 			t.Fatalf("%s %q: %v", req.Method, path, err)
 		}
 		if a.Status >= 400 {

@@ -37,7 +37,7 @@ func TestJournalFailureRefusesLaterSubmissions(t *testing.T) {
 }
 
 // postJSON is a POST of body as application/json, the rule of every
-// service (httpjson.ContentType).
+// service (jsonhandler.ContentType).
 func postJSON(path, body string) *http.Request {
 	r := httptest.NewRequest("POST", path, strings.NewReader(body))
 	r.Header.Set("Content-Type", "application/json")

@@ -14,7 +14,7 @@
 // records back with GET /submissions to check that the rail received at
 // most one submission per payout (INV-04).
 //
-// Routes (every error answer is the envelope of package httpjson; a query
+// Routes (every error answer is the envelope of package jsonhandler; a query
 // parameter a route does not take is refused 400 INVALID_REQUEST):
 //
 //	POST /submit          SubmitRequest -> 200 SubmitAnswer
@@ -62,9 +62,9 @@ import (
 	"time"
 
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 )
 
 // Environment variables read by LoadConfig.
@@ -114,7 +114,7 @@ const (
 	FaultHang = "hang"
 )
 
-// Error codes of the stub's envelope, besides httpjson's INVALID_REQUEST,
+// Error codes of the stub's envelope, besides jsonhandler's INVALID_REQUEST,
 // BODY_TOO_LARGE and UNSUPPORTED_MEDIA_TYPE.
 const (
 	// CodeNotFound (404): no such route.
@@ -277,7 +277,7 @@ const (
 // SubmitRequest is the body of POST /submit. Every field is required.
 type SubmitRequest struct {
 	// PayoutID identifies the payout, 1..128 bytes of UTF-8 text without
-	// control characters (httpjson.Text), like AccountID and Reference. The
+	// control characters (jsonhandler.Text), like AccountID and Reference. The
 	// rail does not deduplicate on it.
 	PayoutID string `json:"payoutId"`
 	// AccountID is the debited account, 1..64 bytes.
@@ -309,11 +309,11 @@ func (s SubmitRequest) Validate() error {
 	return nil
 }
 
-// textOK is the project's rule for stored free text (httpjson.Text): 1..max
+// textOK is the project's rule for stored free text (jsonhandler.Text): 1..max
 // bytes of UTF-8, no control character (NUL, newline, ...), no U+FFFD.
-// Together with httpjson.Decode's refusal of strings that are not UTF-8,
+// Together with jsonhandler.Decode's refusal of strings that are not UTF-8,
 // nothing the journal records was rewritten on the way in.
-func textOK(s string, max int) bool { return httpjson.Text(s, max) }
+func textOK(s string, max int) bool { return jsonhandler.Text(s, max) }
 
 // SubmitAnswer is the 200 body of POST /submit.
 type SubmitAnswer struct {
@@ -350,7 +350,7 @@ type Submission struct {
 // StopRequest is the body of POST /stops.
 type StopRequest struct {
 	// Reference is the payer's reference to stop, 1..MaxReferenceLen
-	// bytes of UTF-8 text without control characters (httpjson.Text).
+	// bytes of UTF-8 text without control characters (jsonhandler.Text).
 	Reference string `json:"reference"`
 }
 
@@ -514,7 +514,7 @@ func (s *Stub) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req SubmitRequest
-	if err := httpjson.Decode(w, r, &req, MaxBodyBytes); err != nil {
+	if err := jsonhandler.Decode(w, r, &req, MaxBodyBytes); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -546,7 +546,7 @@ func (s *Stub) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	if !s.wait(r.Context(), latency) {
 		return // the caller gave up during the latency; the record stands
 	}
-	httpjson.WriteJSON(w, http.StatusOK, rec.Answer)
+	jsonhandler.WriteJSON(w, http.StatusOK, rec.Answer)
 }
 
 // record applies the fault state and the answer rules to req and, unless an
@@ -669,7 +669,7 @@ func (s *Stub) handleStops(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req StopRequest
-	if err := httpjson.Decode(w, r, &req, MaxBodyBytes); err != nil {
+	if err := jsonhandler.Decode(w, r, &req, MaxBodyBytes); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -680,7 +680,7 @@ func (s *Stub) handleStops(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.WarnContext(r.Context(), "rail stop order recorded; later submissions of the reference are refused", "event", EventReferenceStopped,
 		"reference", req.Reference, "submissions", len(ans.Submissions))
-	httpjson.WriteJSON(w, http.StatusOK, ans)
+	jsonhandler.WriteJSON(w, http.StatusOK, ans)
 }
 
 func (s *Stub) handleSubmissions(w http.ResponseWriter, r *http.Request) {
@@ -688,7 +688,7 @@ func (s *Stub) handleSubmissions(w http.ResponseWriter, r *http.Request) {
 		s.methodNotAllowed(w, r, http.MethodGet)
 		return
 	}
-	httpjson.WriteJSON(w, http.StatusOK, SubmissionList{Submissions: s.Submissions(r.URL.Query().Get(queryPayoutID))})
+	jsonhandler.WriteJSON(w, http.StatusOK, SubmissionList{Submissions: s.Submissions(r.URL.Query().Get(queryPayoutID))})
 }
 
 func (s *Stub) handleFaults(w http.ResponseWriter, r *http.Request) {
@@ -697,10 +697,10 @@ func (s *Stub) handleFaults(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		f := s.faults
 		s.mu.Unlock()
-		httpjson.WriteJSON(w, http.StatusOK, f)
+		jsonhandler.WriteJSON(w, http.StatusOK, f)
 	case http.MethodPost:
 		var f Faults
-		if err := httpjson.Decode(w, r, &f, MaxBodyBytes); err != nil {
+		if err := jsonhandler.Decode(w, r, &f, MaxBodyBytes); err != nil {
 			s.fail(w, err)
 			return
 		}
@@ -715,18 +715,18 @@ func (s *Stub) handleFaults(w http.ResponseWriter, r *http.Request) {
 		s.faults = f
 		s.mu.Unlock()
 		s.log.WarnContext(r.Context(), "rail stub faults set", "event", EventFaultsSet, "latencyMs", f.LatencyMs, "failNext", f.FailNext, "mode", f.Mode)
-		httpjson.WriteJSON(w, http.StatusOK, f)
+		jsonhandler.WriteJSON(w, http.StatusOK, f)
 	default:
 		s.methodNotAllowed(w, r, "GET, POST")
 	}
 }
 
 // query refuses, with 400 INVALID_REQUEST, a request whose query string
-// is malformed or has a parameter not in allowed (httpjson.Query), before
+// is malformed or has a parameter not in allowed (jsonhandler.Query), before
 // h sees it: a parameter the client sent is never silently ignored.
 func (s *Stub) query(h http.HandlerFunc, allowed ...string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if _, err := httpjson.Query(r, allowed...); err != nil {
+		if _, err := jsonhandler.Query(r, allowed...); err != nil {
 			s.fail(w, fmt.Errorf("%w: %v", errQuery, err))
 			return
 		}
@@ -744,7 +744,7 @@ func (s *Stub) methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed 
 // in the log only.
 func (s *Stub) fail(w http.ResponseWriter, err error) {
 	status, code, retryable := statusOf(err)
-	msg := httpjson.ClientMessage(err)
+	msg := jsonhandler.ClientMessage(err)
 	if status >= 500 && code != CodeRailUnavailable {
 		s.log.Error("rail stub request failed", "event", EventRequestFailed, "code", code, "error", err.Error())
 	}
@@ -759,18 +759,18 @@ func (s *Stub) fail(w http.ResponseWriter, err error) {
 	default:
 		msg = "internal error; the cause is in rail-stub's log (rail_request_failed)"
 	}
-	httpjson.WriteError(w, status, code, msg, retryable)
+	jsonhandler.WriteError(w, status, code, msg, retryable)
 }
 
 // statusOf maps an error to its HTTP status, code and retryability: the
 // one place where the stub's errors become answers.
 func statusOf(err error) (status int, code string, retryable bool) {
-	var decodeErr *httpjson.Error
+	var decodeErr *jsonhandler.Error
 	switch {
 	case errors.As(err, &decodeErr):
 		return decodeErr.Status, decodeErr.Code, false
 	case errors.Is(err, ErrInvalidSubmission), errors.Is(err, ErrInvalidFaults), errors.Is(err, errQuery):
-		return http.StatusBadRequest, httpjson.CodeInvalidRequest, false
+		return http.StatusBadRequest, jsonhandler.CodeInvalidRequest, false
 	case errors.Is(err, errNotFound):
 		return http.StatusNotFound, CodeNotFound, false
 	case errors.Is(err, errMethod):

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 )
 
 const okBody = `{"payoutId":"po-1","accountId":"acct-1","amountMinor":2500,"currency":"EUR","reference":"po-1"}`
@@ -52,9 +52,9 @@ func answerOf(t *testing.T, rec *httptest.ResponseRecorder) railstub.SubmitAnswe
 	return a
 }
 
-func envelopeOf(t *testing.T, rec *httptest.ResponseRecorder) httpjson.Body {
+func envelopeOf(t *testing.T, rec *httptest.ResponseRecorder) jsonhandler.Body {
 	t.Helper()
-	var env httpjson.Envelope
+	var env jsonhandler.Envelope
 	if err := json.Unmarshal(rec.Body.Bytes(), &env); err != nil || env.Error.Code == "" {
 		t.Fatalf("body %q is not an error envelope (err %v)", rec.Body, err)
 	}
@@ -128,38 +128,38 @@ func TestBadInputIsRefusedAndNotRecorded(t *testing.T) {
 		status                   int
 		code                     string
 	}{
-		{"malformed JSON", "POST", "/submit", `{"payoutId":`, 400, httpjson.CodeInvalidRequest},
-		{"empty body", "POST", "/submit", ``, 400, httpjson.CodeInvalidRequest},
-		{"unknown field", "POST", "/submit", with("token", 7), 400, httpjson.CodeInvalidRequest},
-		{"missing payoutId", "POST", "/submit", with("payoutId", nil), 400, httpjson.CodeInvalidRequest},
-		{"missing accountId", "POST", "/submit", with("accountId", nil), 400, httpjson.CodeInvalidRequest},
-		{"missing amount", "POST", "/submit", with("amountMinor", nil), 400, httpjson.CodeInvalidRequest},
-		{"zero amount", "POST", "/submit", with("amountMinor", 0), 400, httpjson.CodeInvalidRequest},
-		{"negative amount", "POST", "/submit", with("amountMinor", -5), 400, httpjson.CodeInvalidRequest},
-		{"fractional amount", "POST", "/submit", with("amountMinor", 1.5), 400, httpjson.CodeInvalidRequest},
-		{"lower-case currency", "POST", "/submit", with("currency", "eur"), 400, httpjson.CodeInvalidRequest},
-		{"long currency", "POST", "/submit", with("currency", "EURO"), 400, httpjson.CodeInvalidRequest},
-		{"unassigned currency", "POST", "/submit", with("currency", "ZZZ"), 400, httpjson.CodeInvalidRequest},
-		{"no-currency code", "POST", "/submit", with("currency", "XXX"), 400, httpjson.CodeInvalidRequest},
-		{"missing reference", "POST", "/submit", with("reference", nil), 400, httpjson.CodeInvalidRequest},
+		{"malformed JSON", "POST", "/submit", `{"payoutId":`, 400, jsonhandler.CodeInvalidRequest},
+		{"empty body", "POST", "/submit", ``, 400, jsonhandler.CodeInvalidRequest},
+		{"unknown field", "POST", "/submit", with("token", 7), 400, jsonhandler.CodeInvalidRequest},
+		{"missing payoutId", "POST", "/submit", with("payoutId", nil), 400, jsonhandler.CodeInvalidRequest},
+		{"missing accountId", "POST", "/submit", with("accountId", nil), 400, jsonhandler.CodeInvalidRequest},
+		{"missing amount", "POST", "/submit", with("amountMinor", nil), 400, jsonhandler.CodeInvalidRequest},
+		{"zero amount", "POST", "/submit", with("amountMinor", 0), 400, jsonhandler.CodeInvalidRequest},
+		{"negative amount", "POST", "/submit", with("amountMinor", -5), 400, jsonhandler.CodeInvalidRequest},
+		{"fractional amount", "POST", "/submit", with("amountMinor", 1.5), 400, jsonhandler.CodeInvalidRequest},
+		{"lower-case currency", "POST", "/submit", with("currency", "eur"), 400, jsonhandler.CodeInvalidRequest},
+		{"long currency", "POST", "/submit", with("currency", "EURO"), 400, jsonhandler.CodeInvalidRequest},
+		{"unassigned currency", "POST", "/submit", with("currency", "ZZZ"), 400, jsonhandler.CodeInvalidRequest},
+		{"no-currency code", "POST", "/submit", with("currency", "XXX"), 400, jsonhandler.CodeInvalidRequest},
+		{"missing reference", "POST", "/submit", with("reference", nil), 400, jsonhandler.CodeInvalidRequest},
 		// The newcomer's probe 11: each was recorded, rewritten or as sent.
-		{"reference not UTF-8", "POST", "/submit", "{\"payoutId\":\"po-1\",\"accountId\":\"acct-1\",\"amountMinor\":1,\"currency\":\"EUR\",\"reference\":\"po-\xff1\"}", 400, httpjson.CodeInvalidRequest},
-		{"reference with an escaped lone surrogate", "POST", "/submit", `{"payoutId":"po-1","accountId":"acct-1","amountMinor":1,"currency":"EUR","reference":"po-\udc001"}`, 400, httpjson.CodeInvalidRequest},
-		{"reference with NUL", "POST", "/submit", with("reference", "p-\x001"), 400, httpjson.CodeInvalidRequest},
-		{"reference with a newline", "POST", "/submit", with("reference", "p-1\nACK"), 400, httpjson.CodeInvalidRequest},
-		{"payoutId with NUL", "POST", "/submit", with("payoutId", "p-\x001"), 400, httpjson.CodeInvalidRequest},
-		{"accountId with a newline", "POST", "/submit", with("accountId", "acct\n1"), 400, httpjson.CodeInvalidRequest},
-		{"stop order reference not UTF-8", "POST", "/stops", "{\"reference\":\"p-\xff\"}", 400, httpjson.CodeInvalidRequest},
-		{"stop order reference with NUL", "POST", "/stops", `{"reference":"p-\u00001"}`, 400, httpjson.CodeInvalidRequest},
-		{"stop order reference with a newline", "POST", "/stops", `{"reference":"p-1\n"}`, 400, httpjson.CodeInvalidRequest},
-		{"faults: failNext of int64's maximum", "POST", "/admin/faults", `{"failNext":9223372036854775807,"mode":"error"}`, 400, httpjson.CodeInvalidRequest},
-		{"faults: failNext above the bound", "POST", "/admin/faults", `{"failNext":10001,"mode":"error"}`, 400, httpjson.CodeInvalidRequest},
-		{"oversized body", "POST", "/submit", with("reference", strings.Repeat("x", railstub.MaxBodyBytes)), 413, httpjson.CodeBodyTooLarge},
+		{"reference not UTF-8", "POST", "/submit", "{\"payoutId\":\"po-1\",\"accountId\":\"acct-1\",\"amountMinor\":1,\"currency\":\"EUR\",\"reference\":\"po-\xff1\"}", 400, jsonhandler.CodeInvalidRequest},
+		{"reference with an escaped lone surrogate", "POST", "/submit", `{"payoutId":"po-1","accountId":"acct-1","amountMinor":1,"currency":"EUR","reference":"po-\udc001"}`, 400, jsonhandler.CodeInvalidRequest},
+		{"reference with NUL", "POST", "/submit", with("reference", "p-\x001"), 400, jsonhandler.CodeInvalidRequest},
+		{"reference with a newline", "POST", "/submit", with("reference", "p-1\nACK"), 400, jsonhandler.CodeInvalidRequest},
+		{"payoutId with NUL", "POST", "/submit", with("payoutId", "p-\x001"), 400, jsonhandler.CodeInvalidRequest},
+		{"accountId with a newline", "POST", "/submit", with("accountId", "acct\n1"), 400, jsonhandler.CodeInvalidRequest},
+		{"stop order reference not UTF-8", "POST", "/stops", "{\"reference\":\"p-\xff\"}", 400, jsonhandler.CodeInvalidRequest},
+		{"stop order reference with NUL", "POST", "/stops", `{"reference":"p-\u00001"}`, 400, jsonhandler.CodeInvalidRequest},
+		{"stop order reference with a newline", "POST", "/stops", `{"reference":"p-1\n"}`, 400, jsonhandler.CodeInvalidRequest},
+		{"faults: failNext of int64's maximum", "POST", "/admin/faults", `{"failNext":9223372036854775807,"mode":"error"}`, 400, jsonhandler.CodeInvalidRequest},
+		{"faults: failNext above the bound", "POST", "/admin/faults", `{"failNext":10001,"mode":"error"}`, 400, jsonhandler.CodeInvalidRequest},
+		{"oversized body", "POST", "/submit", with("reference", strings.Repeat("x", railstub.MaxBodyBytes)), 413, jsonhandler.CodeBodyTooLarge},
 		{"wrong method", "GET", "/submit", ``, 405, railstub.CodeMethodNotAllowed},
 		{"unknown route", "POST", "/pay", okBody, 404, railstub.CodeNotFound},
-		{"faults: unknown mode", "POST", "/admin/faults", `{"failNext":1,"mode":"explode"}`, 400, httpjson.CodeInvalidRequest},
-		{"faults: failNext without mode", "POST", "/admin/faults", `{"failNext":1}`, 400, httpjson.CodeInvalidRequest},
-		{"faults: negative latency", "POST", "/admin/faults", `{"latencyMs":-1}`, 400, httpjson.CodeInvalidRequest},
+		{"faults: unknown mode", "POST", "/admin/faults", `{"failNext":1,"mode":"explode"}`, 400, jsonhandler.CodeInvalidRequest},
+		{"faults: failNext without mode", "POST", "/admin/faults", `{"failNext":1}`, 400, jsonhandler.CodeInvalidRequest},
+		{"faults: negative latency", "POST", "/admin/faults", `{"latencyMs":-1}`, 400, jsonhandler.CodeInvalidRequest},
 		{"faults: wrong method", "DELETE", "/admin/faults", ``, 405, railstub.CodeMethodNotAllowed},
 		{"submissions: wrong method", "POST", "/submissions", ``, 405, railstub.CodeMethodNotAllowed},
 	} {
@@ -504,7 +504,7 @@ func TestStopOrderRefusesLaterSubmissionsAcrossARestart(t *testing.T) {
 }
 
 // postJSON is a POST of body as application/json, the rule of every
-// service (httpjson.ContentType).
+// service (jsonhandler.ContentType).
 func postJSON(path, body string) *http.Request {
 	r := httptest.NewRequest("POST", path, strings.NewReader(body))
 	r.Header.Set("Content-Type", "application/json")
@@ -528,8 +528,8 @@ func TestQueryParametersARouteDoesNotTakeAreRefused(t *testing.T) {
 		{"submissions, filter given twice", "GET", "/submissions?payoutId=a&payoutId=b", ``},
 	} {
 		rec := do(s, tc.method, tc.path, tc.body)
-		if got := envelopeOf(t, rec); rec.Code != http.StatusBadRequest || got.Code != httpjson.CodeInvalidRequest || !strings.Contains(got.Message, "query") {
-			t.Errorf("%s: %d %s; want 400 %s saying the query was refused", tc.name, rec.Code, rec.Body, httpjson.CodeInvalidRequest)
+		if got := envelopeOf(t, rec); rec.Code != http.StatusBadRequest || got.Code != jsonhandler.CodeInvalidRequest || !strings.Contains(got.Message, "query") {
+			t.Errorf("%s: %d %s; want 400 %s saying the query was refused", tc.name, rec.Code, rec.Body, jsonhandler.CodeInvalidRequest)
 		}
 	}
 	if f := do(s, "GET", "/admin/faults", ""); !strings.Contains(f.Body.String(), `"latencyMs":0`) {

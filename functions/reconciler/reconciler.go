@@ -30,7 +30,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
@@ -580,7 +580,7 @@ const CodePassNotRun = "PASS_NOT_RUN"
 
 // ServeHTTP runs one pass on POST PathRuns and answers its PassReport.
 // The request takes no parameters: its body is empty, or "{}" sent as
-// application/json in UTF-8 (httpjson.DecodeEmpty, the rule of every
+// application/json in UTF-8 (jsonhandler.DecodeEmpty, the rule of every
 // service); anything else is refused 400, 413 or 415 before the pass.
 // Other paths get 404 NOT_FOUND, other methods 405 METHOD_NOT_ALLOWED,
 // and a pass that could not list the payouts 503 CodePassNotRun with
@@ -589,25 +589,25 @@ const CodePassNotRun = "PASS_NOT_RUN"
 func (r *Reconciler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	switch {
 	case req.URL.Path != PathRuns:
-		httpjson.WriteError(w, http.StatusNotFound, string(api.CodeNotFound), "no such route; POST "+PathRuns, false)
+		jsonhandler.WriteError(w, http.StatusNotFound, string(api.CodeNotFound), "no such route; POST "+PathRuns, false)
 		return
 	case req.Method != http.MethodPost:
 		w.Header().Set("Allow", http.MethodPost)
-		httpjson.WriteError(w, http.StatusMethodNotAllowed, string(api.CodeMethodNotAllowed), "use POST "+PathRuns, false)
+		jsonhandler.WriteError(w, http.StatusMethodNotAllowed, string(api.CodeMethodNotAllowed), "use POST "+PathRuns, false)
 		return
 	}
-	if _, err := httpjson.Query(req); err != nil {
+	if _, err := jsonhandler.Query(req); err != nil {
 		// A run takes no parameter: one sent anyway (a dry run the
 		// caller believes it asked for) is refused, not ignored.
-		e := &httpjson.Error{Status: http.StatusBadRequest, Code: httpjson.CodeInvalidRequest, Message: err.Error()}
+		e := &jsonhandler.Error{Status: http.StatusBadRequest, Code: jsonhandler.CodeInvalidRequest, Message: err.Error()}
 		r.log.InfoContext(req.Context(), "reconciler run refused", "event", EventRunRefused, "status", e.Status, "code", e.Code, "error", e.Message)
-		httpjson.Write(w, e)
+		jsonhandler.Write(w, e)
 		return
 	}
-	if err := httpjson.DecodeEmpty(w, req, MaxRunBodyBytes); err != nil {
-		e := err.(*httpjson.Error)
+	if err := jsonhandler.DecodeEmpty(w, req, MaxRunBodyBytes); err != nil {
+		e := err.(*jsonhandler.Error)
 		r.log.InfoContext(req.Context(), "reconciler run refused", "event", EventRunRefused, "status", e.Status, "code", e.Code, "error", e.Message)
-		httpjson.Write(w, e)
+		jsonhandler.Write(w, e)
 		return
 	}
 	rep, err := r.Pass(req.Context())
@@ -615,8 +615,8 @@ func (r *Reconciler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.log.Error("reconciler pass failed", "event", EventPassDone, "error", err.Error())
 		// Retry-After like every 503 of the project (overload.SetRetryAfter).
 		overload.SetRetryAfter(w.Header())
-		httpjson.WriteError(w, http.StatusServiceUnavailable, CodePassNotRun, "the pass could not list the payouts; see the reconciler's log", true)
+		jsonhandler.WriteError(w, http.StatusServiceUnavailable, CodePassNotRun, "the pass could not list the payouts; see the reconciler's log", true)
 		return
 	}
-	httpjson.WriteJSON(w, http.StatusOK, rep)
+	jsonhandler.WriteJSON(w, http.StatusOK, rep)
 }

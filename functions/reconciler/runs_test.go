@@ -11,12 +11,12 @@ import (
 	"testing"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 )
 
 // POST /v1/reconciler/runs holds its body to the rule of every service
-// (httpjson.DecodeEmpty): the newcomer's probe sent a body in latin1 and
+// (jsonhandler.DecodeEmpty): the newcomer's probe sent a body in latin1 and
 // the pass ran. A refused run answers the error envelope with a stable
 // code and a 4xx, and runs no pass (payment-resource is never asked for
 // the listing); an empty body, or "{}" as JSON, runs one.
@@ -39,14 +39,14 @@ func TestTheRunsEndpointFollowsTheContentTypeRule(t *testing.T) {
 		status                   int
 		code                     string
 	}{
-		{"charset=latin1", "POST", reconciler.PathRuns, `{}`, []string{"application/json; charset=latin1"}, 415, httpjson.CodeUnsupportedMediaType},
-		{"charset=latin1, no body", "POST", reconciler.PathRuns, ``, []string{"application/json; charset=latin1"}, 415, httpjson.CodeUnsupportedMediaType},
-		{"a body without Content-Type", "POST", reconciler.PathRuns, `{}`, nil, 415, httpjson.CodeUnsupportedMediaType},
-		{"text/plain", "POST", reconciler.PathRuns, `{}`, []string{"text/plain"}, 415, httpjson.CodeUnsupportedMediaType},
-		{"Content-Type twice", "POST", reconciler.PathRuns, `{}`, []string{"application/json", "application/json"}, 400, httpjson.CodeInvalidRequest},
-		{"a parameter", "POST", reconciler.PathRuns, `{"dryRun":true}`, []string{"application/json"}, 400, httpjson.CodeInvalidRequest},
-		{"not JSON", "POST", reconciler.PathRuns, `run`, []string{"application/json"}, 400, httpjson.CodeInvalidRequest},
-		{"body over the limit", "POST", reconciler.PathRuns, `{}` + strings.Repeat(" ", reconciler.MaxRunBodyBytes), []string{"application/json"}, 413, httpjson.CodeBodyTooLarge},
+		{"charset=latin1", "POST", reconciler.PathRuns, `{}`, []string{"application/json; charset=latin1"}, 415, jsonhandler.CodeUnsupportedMediaType},
+		{"charset=latin1, no body", "POST", reconciler.PathRuns, ``, []string{"application/json; charset=latin1"}, 415, jsonhandler.CodeUnsupportedMediaType},
+		{"a body without Content-Type", "POST", reconciler.PathRuns, `{}`, nil, 415, jsonhandler.CodeUnsupportedMediaType},
+		{"text/plain", "POST", reconciler.PathRuns, `{}`, []string{"text/plain"}, 415, jsonhandler.CodeUnsupportedMediaType},
+		{"Content-Type twice", "POST", reconciler.PathRuns, `{}`, []string{"application/json", "application/json"}, 400, jsonhandler.CodeInvalidRequest},
+		{"a parameter", "POST", reconciler.PathRuns, `{"dryRun":true}`, []string{"application/json"}, 400, jsonhandler.CodeInvalidRequest},
+		{"not JSON", "POST", reconciler.PathRuns, `run`, []string{"application/json"}, 400, jsonhandler.CodeInvalidRequest},
+		{"body over the limit", "POST", reconciler.PathRuns, `{}` + strings.Repeat(" ", reconciler.MaxRunBodyBytes), []string{"application/json"}, 413, jsonhandler.CodeBodyTooLarge},
 		{"GET", "GET", reconciler.PathRuns, ``, nil, 405, "METHOD_NOT_ALLOWED"},
 		{"unknown path", "POST", "/v1/reconciler/run", ``, nil, 404, "NOT_FOUND"},
 	} {
@@ -56,7 +56,7 @@ func TestTheRunsEndpointFollowsTheContentTypeRule(t *testing.T) {
 		}
 		rec := httptest.NewRecorder()
 		r.ServeHTTP(rec, req)
-		var env httpjson.Envelope
+		var env jsonhandler.Envelope
 		if rec.Code != tc.status || json.Unmarshal(rec.Body.Bytes(), &env) != nil || env.Error.Code != tc.code || env.Error.Message == "" {
 			t.Errorf("%s: %d %s; want %d with the envelope and code %s", tc.name, rec.Code, rec.Body, tc.status, tc.code)
 		}
@@ -78,7 +78,7 @@ func TestTheRunsEndpointFollowsTheContentTypeRule(t *testing.T) {
 		}
 		rec := httptest.NewRecorder()
 		r.ServeHTTP(rec, req)
-		var env httpjson.Envelope
+		var env jsonhandler.Envelope
 		// The fake payment-resource cannot list: the pass ran and says so.
 		if rec.Code != http.StatusServiceUnavailable || json.Unmarshal(rec.Body.Bytes(), &env) != nil || env.Error.Code != reconciler.CodePassNotRun || !env.Error.Retryable {
 			t.Errorf("%s: %d %s; want 503 %s, retryable", tc.name, rec.Code, rec.Body, reconciler.CodePassNotRun)

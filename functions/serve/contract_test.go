@@ -26,7 +26,7 @@ import (
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
@@ -225,11 +225,11 @@ func checkContract(t *testing.T, bin string, c contractCase) {
 	if resp, err := noRedirect.Post("http://127.0.0.1:"+port+nc, "application/json", strings.NewReader(c.body)); err != nil {
 		t.Fatalf("not serving on $PORT %s: %v", port, err)
 	} else {
-		var env httpjson.Envelope
+		var env jsonhandler.Envelope
 		derr := json.NewDecoder(resp.Body).Decode(&env)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest || derr != nil || env.Error.Code != httpjson.CodeInvalidRequest {
-			t.Errorf("POST %s = %d (%+v, %v); want 400 with the envelope and %s", nc, resp.StatusCode, env, derr, httpjson.CodeInvalidRequest)
+		if resp.StatusCode != http.StatusBadRequest || derr != nil || env.Error.Code != jsonhandler.CodeInvalidRequest {
+			t.Errorf("POST %s = %d (%+v, %v); want 400 with the envelope and %s", nc, resp.StatusCode, env, derr, jsonhandler.CodeInvalidRequest)
 		}
 	}
 

@@ -22,7 +22,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/serve"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
 
@@ -264,7 +264,7 @@ func TestFrameworkDeliversAPubSubCloudEventAsThePushEndpointDoes(t *testing.T) {
 		// A payout whose payment-resource is down: redelivered.
 		want := send(t, pubsubCloudEvent(t, images, structured, payout))
 		got := send(t, pubsubCloudEvent(t, framework, structured, payout))
-		var env httpjson.Envelope
+		var env jsonhandler.Envelope
 		if want.status != http.StatusServiceUnavailable || json.Unmarshal([]byte(want.body), &env) != nil || env.Error.Code == "" {
 			t.Fatalf("%s: push endpoint answered %+v; want 503 with the envelope", mode, want)
 		}

@@ -16,8 +16,8 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 )
 
 // TestMetricsCountFenceRefusals: the registry of a process with a fence
@@ -177,9 +177,9 @@ func TestRunServesThroughTheHardenedServer(t *testing.T) {
 			continue
 		}
 		if tc.want == http.StatusBadRequest {
-			var env httpjson.Envelope
-			if err := json.Unmarshal(body, &env); err != nil || env.Error.Code != httpjson.CodeInvalidRequest {
-				t.Errorf("%s %s: body %s; want the envelope with %s", tc.method, tc.path, body, httpjson.CodeInvalidRequest)
+			var env jsonhandler.Envelope
+			if err := json.Unmarshal(body, &env); err != nil || env.Error.Code != jsonhandler.CodeInvalidRequest {
+				t.Errorf("%s %s: body %s; want the envelope with %s", tc.method, tc.path, body, jsonhandler.CodeInvalidRequest)
 			}
 		}
 	}

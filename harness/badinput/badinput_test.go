@@ -26,8 +26,8 @@ import (
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzzcheck"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzztest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
@@ -171,7 +171,7 @@ func (publisher) Publish(context.Context, string, []byte, map[string]string) err
 
 // send answers r with the service's handler.
 func (w *world) send(r row) *httptest.ResponseRecorder {
-	req, ok := fuzzcheck.NewRequest(0, r.path, []byte(r.body), r.headers...)
+	req, ok := fuzztest.NewRequest(0, r.path, []byte(r.body), r.headers...)
 	if !ok {
 		panic("row " + r.name + " has a header net/http would refuse")
 	}
@@ -383,11 +383,11 @@ func rows() []row {
 		{svcStub, "unknown path", "POST", "/refund", js, `{}`, 404, railstub.CodeNotFound, nil},
 
 		// reconciler (the trigger of a pass; it takes no parameters)
-		{svcRecon, "run: content type with charset=latin1", "POST", reconciler.PathRuns, []string{"Content-Type", "application/json; charset=latin1"}, `{}`, 415, httpjson.CodeUnsupportedMediaType, nil},
-		{svcRecon, "run: a body without content type", "POST", reconciler.PathRuns, nil, `{}`, 415, httpjson.CodeUnsupportedMediaType, nil},
-		{svcRecon, "run: content type sent twice", "POST", reconciler.PathRuns, twice, `{}`, 400, httpjson.CodeInvalidRequest, nil},
-		{svcRecon, "run: a parameter", "POST", reconciler.PathRuns, js, `{"dryRun":true}`, 400, httpjson.CodeInvalidRequest, nil},
-		{svcRecon, "run: a query parameter", "POST", reconciler.PathRuns + "?dryRun=1", nil, ``, 400, httpjson.CodeInvalidRequest, nil},
+		{svcRecon, "run: content type with charset=latin1", "POST", reconciler.PathRuns, []string{"Content-Type", "application/json; charset=latin1"}, `{}`, 415, jsonhandler.CodeUnsupportedMediaType, nil},
+		{svcRecon, "run: a body without content type", "POST", reconciler.PathRuns, nil, `{}`, 415, jsonhandler.CodeUnsupportedMediaType, nil},
+		{svcRecon, "run: content type sent twice", "POST", reconciler.PathRuns, twice, `{}`, 400, jsonhandler.CodeInvalidRequest, nil},
+		{svcRecon, "run: a parameter", "POST", reconciler.PathRuns, js, `{"dryRun":true}`, 400, jsonhandler.CodeInvalidRequest, nil},
+		{svcRecon, "run: a query parameter", "POST", reconciler.PathRuns + "?dryRun=1", nil, ``, 400, jsonhandler.CodeInvalidRequest, nil},
 		{svcRecon, "GET a run", "GET", reconciler.PathRuns, nil, ``, 405, string(payapi.CodeMethodNotAllowed), nil},
 
 		// executor push
@@ -407,7 +407,7 @@ func (w *world) state(t *testing.T, r row) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for svc, db := range w.dbs {
-		tables, err := fuzzcheck.Snapshot(context.Background(), db)
+		tables, err := fuzztest.Snapshot(context.Background(), db)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -444,13 +444,13 @@ func TestBadInputTable(t *testing.T) {
 		t.Run(r.service+"/"+r.name, func(t *testing.T) {
 			before := w.state(t, r)
 			rec := w.send(r)
-			a := fuzzcheck.FromRecorder(rec)
-			if err := fuzzcheck.Check(a, fuzzcheck.Options{}, r.path, r.body, strings.Join(r.headers, " ")); err != nil {
+			a := fuzztest.FromRecorder(rec)
+			if err := fuzztest.Check(a, fuzztest.Options{}, r.path, r.body, strings.Join(r.headers, " ")); err != nil {
 				t.Error(err)
 			}
 			code := codeNone
 			if a.Status >= 400 {
-				env, _ := fuzzcheck.DecodeEnvelope(a.Body, false)
+				env, _ := fuzztest.DecodeEnvelope(a.Body, false)
 				code = env.Error.Code
 			}
 			if a.Status != r.status || code != r.code {

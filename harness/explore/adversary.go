@@ -17,7 +17,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
 
@@ -194,7 +194,7 @@ func (d *doer) sent() bool {
 // rail-proxy's 400 INVALID_REQUEST, not retryable; nothing recorded.
 func rejected() *http.Response {
 	w := httptest.NewRecorder()
-	httpjson.WriteJSON(w, http.StatusBadRequest, railapi.ErrorEnvelope{Error: railapi.ErrorBody{Code: railapi.CodeInvalidRequest,
+	jsonhandler.WriteJSON(w, http.StatusBadRequest, railapi.ErrorEnvelope{Error: railapi.ErrorBody{Code: railapi.CodeInvalidRequest,
 		Message: "explore: refused for good (FaultReject); nothing recorded"}})
 	return w.Result()
 }

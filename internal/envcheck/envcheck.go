@@ -1,16 +1,9 @@
-// Package envcheck finds environment variables that look like the
-// project's configuration but that a process does not read: a misspelt
-// LOCK_TTL_MS, a RAIL_PROXY_FENCING_ENABLE meant as the kill switch. Such a
-// variable would otherwise be silently ignored and the process would run
-// with the default its author meant to change (fencing on or off included).
-//
-// A variable "looks like the project's" when its name starts with one of
-// Prefixes. Each process passes the names it reads (built from its api
-// and config constants, never retyped) and os.Environ(); Unknown returns
-// the rest, each with the closest name the process does read when one is
-// close. Warn logs one WARN line per such variable (event
-// EventUnknownVariable). Nothing is refused: an unknown variable is a
-// warning, since a deployment may set variables for another process.
+// Package envcheck warns about environment variables that look like the
+// project's configuration (Prefixes) but that a process does not read, a
+// misspelt LOCK_TTL_MS say, which would otherwise be silently ignored.
+// Each process calls Warn with the names it reads and os.Environ(); it
+// logs one WARN line per unknown variable with the closest known name.
+// Nothing is refused. It also holds the URL check of the configs.
 package envcheck
 
 import (

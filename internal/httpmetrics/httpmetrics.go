@@ -1,20 +1,9 @@
-// Package httpmetrics is the request middleware of the payout functions
-// (payment-resource, rail-proxy, rail-stub, executor): every request a
-// function answers is counted and timed, by function, route and status
-// class, the same shape as lock-server's lockserver_requests_total and
-// lockserver_request_duration_seconds:
-//
-//	function_requests_total{function, route, class}          counter
-//	function_request_duration_seconds{function, route}       histogram, seconds
-//
-// function is the service name ("payment-resource", ...); route is the
-// pattern the function's mux registered for the request ("/v1/payouts/{id}/claim",
-// never the path it was called with, so no payout id, account id, lock key
-// or token can reach a label: the cardinality rule SC-11), RouteOther when
-// no pattern matched; class is "1xx" to "5xx". The metrics are
-// process-wide (one registry per process serves them: functions/serve
-// registers Collectors); in-process tests that run several functions see
-// them apart by the function label.
+// Package httpmetrics is the request middleware of the payout functions:
+// Handler counts and times every request a function answers, by function,
+// route pattern (never the path, so no id reaches a label) and status
+// class, as function_requests_total and
+// function_request_duration_seconds; Collectors returns them for the
+// process's registry.
 package httpmetrics
 
 import (

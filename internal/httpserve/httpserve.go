@@ -1,31 +1,10 @@
-// Package httpserve is the one HTTP server surface of every process of the
-// project: lock-server, the four payout functions (through functions/serve)
-// and the local demo. It builds an *http.Server that
-//
-//   - bounds every phase of a connection: the request headers
-//     (ReadHeaderTimeout), the whole request with its body (ReadTimeout),
-//     the handler and its answer (WriteTimeout), an idle keep-alive
-//     connection (IdleTimeout), and the size of the headers
-//     (MaxHeaderBytes, answered 431 by net/http);
-//   - refuses a request whose path is not in canonical form ("..", ".",
-//     "//") with 400 and the JSON error envelope of internal/httpjson (code
-//     httpjson.CodeInvalidRequest), before any route sees it: an
-//     http.ServeMux would answer it with a bodiless redirect that keeps the
-//     method and body, so a client that follows it re-sends a write to a
-//     route it never named;
-//   - writes net/http's own complaints (a failed accept, a panicking
-//     handler, a TLS handshake error) to the process's *slog.Logger.
-//
-// Serve runs such a server until its context ends, then drains: it stops
-// accepting, lets in-flight requests finish for up to ShutdownTimeout
-// (default 8 s, inside Cloud Run's 10 s between SIGTERM and SIGKILL), and
-// closes whatever is still open.
-//
-// Why not functions-framework-go's server: its StartHostPort builds an
-// http.Server with none of these timeouts (a probe held 500 half-open
-// connections open and raised a function from 23 to 522 goroutines), it
-// has no shutdown hook (in-flight requests were cut on SIGTERM), and its
-// mux redirected non-canonical paths before our own check could run.
+// Package httpserve is the HTTP server of every process of the project
+// (lock-server, the payout functions through functions/serve, the local
+// demo): New builds an *http.Server that bounds every phase of a
+// connection and refuses non-canonical paths with the JSON error
+// envelope, and Serve runs it until its context ends, then drains within
+// Config.ShutdownTimeout. docs/cloud.md says why functions-framework-go's own
+// server is not used.
 package httpserve
 
 import (
@@ -38,7 +17,7 @@ import (
 	"path"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 )
 
 // Errors of this package; test them with errors.Is.
@@ -181,12 +160,12 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg Config, log
 }
 
 // Canonical refuses, with 400 and the JSON error envelope (code
-// httpjson.CodeInvalidRequest), a request whose path is not in canonical
+// jsonhandler.CodeInvalidRequest), a request whose path is not in canonical
 // form (see CanonicalPath), and passes every other request to h.
 func Canonical(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p := r.URL.Path; !CanonicalPath(p) {
-			httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalidRequest, fmt.Sprintf("path %q is not in canonical form", p), false)
+			jsonhandler.WriteError(w, http.StatusBadRequest, jsonhandler.CodeInvalidRequest, fmt.Sprintf("path %q is not in canonical form", p), false)
 			return
 		}
 		h.ServeHTTP(w, r)

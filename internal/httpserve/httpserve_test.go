@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpserve"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 )
 
 // safetyNet bounds every wait of these tests so that a broken server fails
@@ -103,7 +103,7 @@ func testConfig() httpserve.Config {
 var readAll = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 	b, err := io.ReadAll(r.Body)
 	if err != nil {
-		httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalidRequest, "body", false)
+		jsonhandler.WriteError(w, http.StatusBadRequest, jsonhandler.CodeInvalidRequest, "body", false)
 		return
 	}
 	_, _ = fmt.Fprintf(w, "read %d bytes", len(b))
@@ -268,9 +268,9 @@ func TestNonCanonicalPathsGetTheEnvelope(t *testing.T) {
 		if tc.want != http.StatusBadRequest {
 			continue
 		}
-		var env httpjson.Envelope
-		if err := json.Unmarshal(body, &env); err != nil || env.Error.Code != httpjson.CodeInvalidRequest || resp.Header.Get("Location") != "" {
-			t.Errorf("%s %s: body %s, Location %q; want the envelope with %s and no Location", tc.method, tc.target, body, resp.Header.Get("Location"), httpjson.CodeInvalidRequest)
+		var env jsonhandler.Envelope
+		if err := json.Unmarshal(body, &env); err != nil || env.Error.Code != jsonhandler.CodeInvalidRequest || resp.Header.Get("Location") != "" {
+			t.Errorf("%s %s: body %s, Location %q; want the envelope with %s and no Location", tc.method, tc.target, body, resp.Header.Get("Location"), jsonhandler.CodeInvalidRequest)
 		}
 	}
 }
@@ -302,7 +302,7 @@ func TestARequestLineWithoutALeadingSlashIsNetHTTPsOwn400(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		var env httpjson.Envelope
+		var env jsonhandler.Envelope
 		isEnvelope := json.Unmarshal(body, &env) == nil && env.Error.Code != ""
 		if resp.StatusCode != http.StatusBadRequest || isEnvelope || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
 			t.Errorf("POST %s: %d %q %s; want net/http's plain-text 400 (the documented exception to the envelope)",

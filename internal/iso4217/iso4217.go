@@ -1,19 +1,8 @@
-// Package iso4217 is the one check of a currency code at the project's
-// servers (payment-resource, rail-proxy, rail-stub): a code is accepted
-// only if it names money that is legal tender today, as listed by
-// golang.org/x/text/currency (CLDR's supplemental currency data), spelled
-// exactly as ISO 4217 writes it (three upper-case letters).
-//
-// Refused, besides anything that is not three upper-case letters: codes
-// that ISO 4217 does not assign ("ZZZ"); its codes that are not money —
-// "XXX" (no currency), "XTS" (reserved for testing), the precious metals
-// ("XAU", "XAG", ...) and the funds codes that are not legal tender
-// ("XDR", "BOV", ...); and withdrawn currencies ("DEM", "FRF"), which no
-// rail would pay. A payout moves money, so a code that is not money is
-// bad input (400), never a 5xx.
-//
-// The wire packages keep a shape check of their own (they import only the
-// standard library); the servers call Check after it.
+// Package iso4217 is the one currency check of the project's servers:
+// Check accepts a code only if it names money that is legal tender today
+// (golang.org/x/text/currency), spelled as ISO 4217 writes it. Test codes,
+// metals, funds and withdrawn currencies are bad input (400);
+// docs/payout-api.md lists the rule.
 package iso4217
 
 import (

@@ -1,18 +1,8 @@
-// Package logjson builds the JSON loggers of the project's processes. The
-// line format is slog's JSON, except on Google Cloud, where Cloud Logging
-// reads a line's level from "severity" and its text from "message" (not
-// slog's "level" and "msg"): there those two keys are renamed, and the
-// levels spelled as Cloud Logging's LogSeverity names.
-//
-// Every logger New makes adds the trace to a line written inside a traced
-// request: when the context given to the log call (InfoContext,
-// WarnContext, ...) carries a valid OpenTelemetry span, the line gets
-// KeyTraceID and KeySpanID (hex, as in the traceparent header and in
-// every tracing backend); on Google Cloud, with the project id known
-// (EnvProject), also KeyCloudTrace, KeyCloudSpanID and KeyCloudSampled,
-// the fields Cloud Logging reads to link the line to its trace in Cloud
-// Trace. A call without a context (Info, Warn, ...) cannot be linked:
-// request paths log with the request's context.
+// Package logjson builds the JSON loggers of the project's processes
+// (New): slog's JSON lines, with the keys and level names Cloud Logging
+// reads on Google Cloud, and the trace and span ids of the context a line
+// is logged with, so that a line links to its trace. Log with the
+// request's context (InfoContext, ...).
 package logjson
 
 import (

@@ -1,28 +1,11 @@
-// Package overload is what a service does when more requests arrive than it
-// should hold at once, or when its backend (a database, etcd) stops
-// answering. lock-server, payment-resource and rail-proxy use it alike.
-//
-//   - In-flight bound. At most Config.MaxInFlight requests are admitted at
-//     once; one more is refused at once (ReasonOverloaded) and nothing is
-//     done for it. Without the bound, a backend that slows down makes
-//     requests pile up (each with its goroutine, buffers and pool wait)
-//     until memory or file descriptors run out.
-//   - Fail fast on a stalled backend. When a backend call runs out its
-//     full deadline (the backend, not the caller, was slow: see
-//     WithTimeout and Classify), the backend is marked stalled: later
-//     requests are refused at once (ReasonStalled) instead of each waiting
-//     the full timeout. One request per Config.StallProbeInterval is let
-//     through as a probe; the first backend call that answers (a result, a
-//     refusal of its own, anything but a timeout) clears the mark. The log
-//     has the events backend_stalled and backend_recovered; the gauge named
-//     by Metrics.Stalled is 1 while it lasts.
-//
-// A refusal is the service's own answer (its error envelope and stable
-// code, 503), with the header Retry-After: RetryAfterSeconds, written by
-// SetRetryAfter. The package knows no service's codes.
-//
-// A Guard starts no goroutine: the probe is the next request after the
-// interval, so there is nothing to stop.
+// Package overload is what lock-server, payment-resource and rail-proxy do
+// when more requests arrive than they should hold at once (a bound on
+// requests in flight, ReasonOverloaded), or when their backend stops
+// answering (fail fast while it is marked stalled, one probe per
+// Config.StallProbeInterval, ReasonStalled). Admit each request through
+// a Guard (New, Guard.Admit) and run each backend call under Guard.Call;
+// a refusal is the service's own 503 with Retry-After (SetRetryAfter). A
+// Guard starts no goroutine. docs/reliability.md has the reasoning.
 package overload
 
 import (

@@ -1,27 +1,10 @@
-// Package pgcluster starts and stops a throwaway PostgreSQL cluster from the
-// locally installed server binaries, for tests and for the local stack.
-// standby.go adds streaming replication: a hot standby of a running
-// cluster (StartStandby), synchronous or not (SetSynchronousStandby), a
-// lagging link (PauseWALSenders) and promotion (Promote).
-//
-// A Cluster lives in one directory: Dir/data is the data directory (it also
-// holds the unix socket) and Dir/postgres.log receives the server's output.
-// The server listens on 127.0.0.1 only, on a port asked from the operating
-// system, with trust authentication for the superuser "postgres": anyone on
-// the machine may connect as superuser, so a Cluster must never hold real
-// data. The server runs with fsync on, so what a committed transaction wrote
-// survives Kill and Restart.
-//
-// PostgreSQL refuses to run as root. When the calling process is root, initdb
-// and postgres run as the "postgres" operating-system user, and the cluster
-// directory is handed to that user; otherwise they run as the caller.
-//
-// The server process is started in a process group of its own (signals
-// meant for the caller's terminal do not reach it) and with a
-// parent-death signal (SIGQUIT, PostgreSQL's immediate shutdown), so a test
-// binary that dies without calling Close does not leave a server behind.
-// Linux delivers that signal when the OS thread that started the server
-// exits, which for a Go program normally means when the process exits.
+// Package pgcluster starts and stops a throwaway PostgreSQL cluster from
+// the locally installed server binaries, for tests and for the local
+// stack, and (standby.go) a streaming-replication standby of one. A
+// Cluster listens on 127.0.0.1 only, with trust authentication for the
+// superuser: it must never hold real data. See Start for how the server
+// runs (as the postgres user under root, fsync on, stopped with its
+// caller).
 package pgcluster
 
 import (
@@ -254,6 +237,17 @@ type process struct {
 // directory Start created is removed. Errors wrap ErrBinariesMissing or
 // ErrInvalidConfig for a bad Config, ErrExited when the server gave up
 // during startup (with its log tail), or the context's error.
+//
+// The cluster lives in one directory: Dir/data is the data directory (it
+// also holds the unix socket) and Dir/postgres.log receives the server's
+// output. The server listens on 127.0.0.1, on a port asked from the
+// operating system, with fsync on, so what a committed transaction wrote
+// survives Kill and Restart. When the caller is root, initdb and postgres
+// run as the "postgres" user (PostgreSQL refuses root), which gets the
+// directory. The server runs in a process group of its own with a
+// parent-death signal (SIGQUIT, PostgreSQL's immediate shutdown), sent
+// when the OS thread that started it exits: a test binary that dies
+// without Close leaves no server behind.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

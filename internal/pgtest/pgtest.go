@@ -1,20 +1,9 @@
-// Package pgtest is the PostgreSQL fixture of the project's tests: a brand
-// new database per test, in one throwaway cluster shared by the whole test
-// binary, and clusters of their own for tests that restart or kill the
-// server.
-//
-// A package using it calls Main from its TestMain:
-//
-//	func TestMain(m *testing.M) { pgtest.Main(m) }
-//
-// or, to check for leaked goroutines after the tests too,
-//
-//	func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Tests(m)) }
-//
-// The shared cluster is started by the first NewDatabase and stopped, with
-// its directory removed, by Main after the tests. When EnvAdminURL is set,
-// NewDatabase creates its databases on that server instead (and drops them
-// when the test ends); NewCluster always starts a local cluster.
+// Package pgtest is the PostgreSQL fixture of the project's tests: a new
+// database per test (NewDatabase) in one throwaway cluster shared by the
+// test binary, or on the server EnvAdminURL names, and clusters of their
+// own (NewCluster) for tests that restart or kill the server. A package
+// using it calls pgtest.Main(m), or goleak.VerifyTestMain(pgtest.Tests(m)),
+// from its TestMain.
 package pgtest
 
 import (

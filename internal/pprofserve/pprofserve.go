@@ -1,22 +1,8 @@
 // Package pprofserve serves Go's profiler (net/http/pprof) from a service
-// process on a listen address of its own, only when the environment asks
-// for it. Every service of the project (lock-server and the payout
-// functions through functions/serve) calls Start at start-up:
-//
-//   - off by default: with PPROF_ADDR (EnvAddr) unset or empty nothing is
-//     listened on and nothing is logged;
-//   - never on the public port: the profiler has its own listener, and
-//     the address must be a loopback host with an explicit port
-//     (127.0.0.1:6061, [::1]:6061, localhost:6061). A profile shows the
-//     process's code paths, memory and command line, and the project's
-//     APIs have no authentication (SECURITY.md): it must never be reachable
-//     from outside the machine, so any other host refuses the start;
-//   - its server is internal/httpserve's, with a write timeout long enough
-//     for a 60 s CPU profile (/debug/pprof/profile?seconds=60).
-//
-// The local stack turns it on for the end-to-end benchmark
-// (stack.Config.Pprof), which collects a CPU profile of every process
-// during a run (harness/benche2e).
+// process on a loopback listener of its own, only when PPROF_ADDR
+// (EnvAddr) asks for it: every service calls Start at start-up, which
+// does nothing when the variable is unset and refuses a host that is not
+// loopback (a profile must never be reachable from outside the machine).
 package pprofserve
 
 import (

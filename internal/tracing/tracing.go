@@ -1,33 +1,10 @@
-// Package tracing is the one place where a process of the project sets up
-// OpenTelemetry traces, and the names every service uses for them.
-//
-// Every main calls Setup once (lock-server's, and functions/serve.Main for
-// the payout functions). It installs the W3C trace-context propagator
-// (traceparent, tracestate) and baggage as the global propagator, always,
-// so that a process without an exporter still passes a caller's trace on
-// to the next hop; and, when the standard OpenTelemetry variables ask for
-// it, an SDK tracer provider exporting OTLP over HTTP/protobuf
-// (go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp). By
-// default nothing is exported: see Config for which variables turn the
-// exporter on. The exporter itself reads the rest of the standard
-// variables (OTEL_EXPORTER_OTLP_HEADERS, _TIMEOUT, _COMPRESSION,
-// _CERTIFICATE, and their _TRACES_ forms), the SDK reads the sampler
-// (OTEL_TRACES_SAMPLER, default parentbased_always_on) and the batch
-// processor's limits (OTEL_BSP_*), and the resource reads OTEL_SERVICE_NAME
-// and OTEL_RESOURCE_ATTRIBUTES.
-//
-// On Google Cloud the spans go straight to Cloud Trace through Google's
-// OTLP endpoint (GoogleTelemetryHost): for an endpoint on that host the
-// exporter signs its requests with Application Default Credentials and
-// the resource names the project (AttrGCPProjectID). No collector runs
-// beside the services.
-//
-// Handler and Transport put a span around every request a server answers
-// and every request a client sends, with the trace context carried in the
-// request headers; Inject and Extract carry it in a Pub/Sub message's
-// attributes. The span attribute names below are the project's: the
-// fencing token and the lock key are span attributes (a trace is one
-// request's story), never metric labels (the cardinality rule).
+// Package tracing sets up OpenTelemetry traces for a process of the
+// project and names the span attributes every service uses. Every main
+// calls Setup once; Handler and Transport put a span around each request a
+// server answers or a client sends, and Inject and Extract carry the trace
+// context in a Pub/Sub message's attributes. Nothing is exported unless
+// the standard OTEL_* variables ask for it (Config); docs/tracing.md
+// describes the setup, including Cloud Trace on Google Cloud.
 package tracing
 
 import (

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor/fault"
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
@@ -499,7 +500,7 @@ func (s *Stack) start(ctx context.Context) error {
 				executor.EnvOwner + "=" + e.Name, executor.EnvLeaseTTLMs + "=" + strconv.FormatInt(s.cfg.LeaseTTL.Milliseconds(), 10),
 			}
 			if e.SelfStopBefore != "" {
-				env = append(env, executor.EnvSelfStopBeforeSubmit+"="+e.SelfStopBefore)
+				env = append(env, fault.EnvSelfStopBeforeSubmit+"="+e.SelfStopBefore)
 			}
 			url, err := s.startFunction(ctx, "executor-"+e.Name, "executor", env, "/")
 			if err != nil {

@@ -19,7 +19,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/pstest"
 	"cloud.google.com/go/secretmanager/apiv1/secretmanagerpb"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/deploycheck"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/deploytest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/labsetup"
@@ -284,7 +284,7 @@ func TestLockServerSecretIsWhatTheDeploymentReads(t *testing.T) {
 	if got, err := fenceproof.ParseSigningKey(s.StringData[labsetup.KubeSecretKey]); err != nil || got.String() != k.String() {
 		t.Errorf("the Secret's %q does not hold the key: %v", labsetup.KubeSecretKey, err)
 	}
-	m, err := deploycheck.DecodeFiles(filepath.Join("..", "..", "lockserver", "deploy", "lock-server.yaml"))
+	m, err := deploytest.DecodeFiles(filepath.Join("..", "..", "lockserver", "deploy", "lock-server.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

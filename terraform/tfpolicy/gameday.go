@@ -11,7 +11,7 @@ import (
 
 // GameDayVariable is the root variable that turns the game day on
 // (docs/cloud.md); FaultEnvPrefix begins the name of every executor
-// variable of a fault (functions/executor's EnvFaultPause*).
+// variable of a fault (functions/executor/fault's EnvPause*).
 const (
 	GameDayVariable = "game_day"
 	FaultEnvPrefix  = "EXECUTOR_FAULT_"

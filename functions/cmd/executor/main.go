@@ -3,10 +3,8 @@
 // executes each payout under a lease. Configuration is read from the
 // environment (docs/configuration.md).
 //
-// For the fencing experiment only: EXECUTOR_SELF_STOP_BEFORE_SUBMIT set to
-// a payout id makes the process send itself SIGSTOP, once, right after its
-// last lease check and before the rail submission of that payout, so that
-// the harness can let the lease expire and resume it with SIGCONT.
+// The fencing experiment and the game day arm a fault through the
+// environment (package functions/executor/fault); production arms none.
 package main
 
 import (

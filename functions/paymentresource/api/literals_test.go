@@ -9,11 +9,11 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/literals"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/literaltest"
 )
 
 // genericCodes are codes payment-resource shares with every JSON service of
-// the project (lock-server's api, internal/httpjson, rail-stub, the
+// the project (lock-server's api, internal/jsonhandler, rail-stub, the
 // executor's own answers); each of those spells them for itself, so they
 // cannot be told apart from a copy of payment-resource's.
 var genericCodes = map[api.Code]bool{
@@ -27,19 +27,19 @@ var genericCodes = map[api.Code]bool{
 // contract that only the api package may write as a literal, a pattern
 // matching it inside a string literal: its own codes, its route
 // prefixes and its environment variable names.
-func contractPatterns() literals.Patterns {
-	pats := literals.Patterns{}
+func contractPatterns() literaltest.Patterns {
+	pats := literaltest.Patterns{}
 	for _, c := range api.Codes {
 		if !genericCodes[c] {
-			pats[string(c)] = literals.Word(string(c))
+			pats[string(c)] = literaltest.Word(string(c))
 		}
 	}
 	for _, p := range []string{api.PathAccounts, api.PathPayouts, api.PathAudit} {
-		pats[p] = literals.Path(p)
+		pats[p] = literaltest.Path(p)
 	}
 	for _, e := range []string{api.EnvDatabaseURL, api.EnvCloudSQLInstance, api.EnvMaxConns, api.EnvFencingEnabled, api.EnvOutboxPollMs,
 		api.EnvMaxInFlight, api.EnvStallProbeMs, api.EnvStallAfterMs} {
-		pats[e] = literals.Word(e)
+		pats[e] = literaltest.Word(e)
 	}
 	return pats
 }
@@ -59,7 +59,7 @@ func TestOnlyTheAPISpellsPaymentResourcesContract(t *testing.T) {
 		t.Fatalf("module root not found at %s: %v", root, err)
 	}
 	self, _ := filepath.Abs(".")
-	found, files, err := literals.InModule(root, []string{self},
+	found, files, err := literaltest.InModule(root, []string{self},
 		[]string{filepath.Join(root, "functions", "payoutevent", "fencing.go")}, contractPatterns())
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ var c = "PAYDB_URL=" + dsn
 var d = "409 ` + payoutevent.CodeFencedOut + `"
 var fine = []string{"PAYOUT_ALREADY_SUBMITTED", "NOT_FOUND", "INVALID_REQUEST", "/v1/payoutsx", "/v1/rail/submissions"}
 `
-	found, err := literals.InSource(token.NewFileSet(), "planted.go", src, contractPatterns())
+	found, err := literaltest.InSource(token.NewFileSet(), "planted.go", src, contractPatterns())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,11 +10,11 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/literals"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/literaltest"
 )
 
 // genericCodes are codes rail-proxy shares with every JSON service of the
-// project (lock-server's api, internal/httpjson, rail-stub,
+// project (lock-server's api, internal/jsonhandler, rail-stub,
 // payment-resource); each of those spells them for itself, so they cannot
 // be told apart from a copy of rail-proxy's.
 var genericCodes = map[api.Code]bool{
@@ -28,20 +28,20 @@ var genericCodes = map[api.Code]bool{
 // only the api package may write as a literal, a pattern matching it inside
 // a string literal: its own codes, its route prefix, its environment
 // variable names and its own header (the terms signature's).
-func contractPatterns() literals.Patterns {
-	pats := literals.Patterns{}
+func contractPatterns() literaltest.Patterns {
+	pats := literaltest.Patterns{}
 	for _, c := range api.Codes {
 		if !genericCodes[c] {
-			pats[string(c)] = literals.Word(string(c))
+			pats[string(c)] = literaltest.Word(string(c))
 		}
 	}
 	// Every route of rail-proxy is under /v1/rail/.
 	for _, p := range []string{api.PathSubmissions, api.PathAttempts, strings.TrimSuffix(api.HighWaterPath(""), "/")} {
-		pats[p] = literals.Path(p)
+		pats[p] = literaltest.Path(p)
 	}
 	for _, e := range []string{api.EnvDatabaseURL, api.EnvDatabaseInstance, api.EnvRailURL, api.EnvRailTimeoutMs,
 		api.EnvDBTimeoutMs, api.EnvFencingEnabled, api.EnvMaxInFlight, api.EnvStallProbeMs, api.EnvStallAfterMs, api.EnvTermsRequired} {
-		pats[e] = literals.Word(e)
+		pats[e] = literaltest.Word(e)
 	}
 	// Header names are case-insensitive on the wire: any spelling counts.
 	pats[api.HeaderTermsSignature] = regexp.MustCompile(`(?i)(^|[^A-Za-z0-9_-])` + regexp.QuoteMeta(api.HeaderTermsSignature) + `($|[^A-Za-z0-9_-])`)
@@ -63,7 +63,7 @@ func TestOnlyTheAPISpellsRailProxysContract(t *testing.T) {
 		t.Fatalf("module root not found at %s: %v", root, err)
 	}
 	self, _ := filepath.Abs(".")
-	found, files, err := literals.InModule(root, []string{self},
+	found, files, err := literaltest.InModule(root, []string{self},
 		[]string{filepath.Join(root, "functions", "payoutevent", "fencing.go")}, contractPatterns())
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ var l = "TERMS_KEY_UNKNOWN"
 var m = "RAIL_PROXY_TERMS_REQUIRED=false"
 var fine = []string{"X-Payout-Terms-Signature-V2", "termsSignature", "DATABASE_UNAVAILABLE", "RAIL_UNAVAILABLE", "RAIL_PROXY_URL", "NOT_FOUND", "INTERNAL", "/v1/railx", "/v1/payouts", "/submit"}
 `
-	found, err := literals.InSource(token.NewFileSet(), "planted.go", src, contractPatterns())
+	found, err := literaltest.InSource(token.NewFileSet(), "planted.go", src, contractPatterns())
 	if err != nil {
 		t.Fatal(err)
 	}

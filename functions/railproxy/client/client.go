@@ -1,6 +1,6 @@
 // Package client is the typed Go client of rail-proxy's HTTP API
 // (functions/railproxy/api). It imports only the standard library, the
-// api package, functions/payoutevent and internal/jsonhttp (a stdlib-only
+// api package, functions/payoutevent and internal/jsonclient (a stdlib-only
 // transport core shared with payment-resource's client), so that any
 // caller (the executor, a test harness, the reconciler, a tool) can use it
 // without pulling in a database driver.
@@ -33,7 +33,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhttp"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonclient"
 )
 
 // Errors of the client. Refusals by the server are *Error values that match
@@ -154,7 +154,7 @@ type Error struct {
 	// forwarding).
 	Retryable bool
 	// RetryAfter is the answer's Retry-After (whole seconds, at most
-	// jsonhttp.MaxRetryAfter), 0 when absent: how long to wait before
+	// jsonclient.MaxRetryAfter), 0 when absent: how long to wait before
 	// sending the request again (503 UNAVAILABLE and OVERLOADED carry
 	// one).
 	RetryAfter time.Duration
@@ -176,31 +176,31 @@ func (e *Error) Error() string {
 // Is matches e against the sentinel of its code; an answer without a code
 // and with a 5xx status matches ErrUnavailable.
 func (e *Error) Is(target error) bool {
-	return jsonhttp.Matches(sentinels, e.Code, e.Status, target, ErrUnavailable)
+	return jsonclient.Matches(sentinels, e.Code, e.Status, target, ErrUnavailable)
 }
 
 // Doer sends one HTTP request; *http.Client implements it, and so does
 // the Doer of lockserver/client, so one transport can serve both.
-type Doer = jsonhttp.Doer
+type Doer = jsonclient.Doer
 
 // Client talks to one rail-proxy. It is safe for concurrent use.
 type Client struct {
-	conn *jsonhttp.Conn
+	conn *jsonclient.Conn
 }
 
 // Option configures a Client (WithHTTPClient).
-type Option = jsonhttp.ConnOption
+type Option = jsonclient.ConnOption
 
 // WithHTTPClient sends requests through d instead of http.DefaultClient.
 // Deadlines come from the ctx of each call; the client adds none. New
 // fails for a nil d.
-func WithHTTPClient(d Doer) Option { return jsonhttp.WithDoer(d) }
+func WithHTTPClient(d Doer) Option { return jsonclient.WithDoer(d) }
 
 // New returns a Client for the rail-proxy at baseURL, an absolute http(s)
 // URL with an optional path prefix and no query. It returns an error for a
 // malformed URL or an invalid option.
 func New(baseURL string, opts ...Option) (*Client, error) {
-	conn, err := jsonhttp.NewConn("railproxy client", baseURL, ErrInvalidRequest, ErrUnavailable, opts...)
+	conn, err := jsonclient.NewConn("railproxy client", baseURL, ErrInvalidRequest, ErrUnavailable, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -329,14 +329,14 @@ func terms(sig string) http.Header {
 	return http.Header{http.CanonicalHeaderKey(api.HeaderTermsSignature): {sig}}
 }
 
-// call sends one request through jsonhttp.Conn.Call, with the holder's
+// call sends one request through jsonclient.Conn.Call, with the holder's
 // headers and extra when h is not nil, and decodes a 2xx body into out or
 // a refusal into *Error (with the first attempt for
 // PAYOUT_ALREADY_SUBMITTED).
 func (c *Client) call(ctx context.Context, method, path string, h *payoutevent.Holder, extra http.Header, in, out any) error {
-	var jh *jsonhttp.Holder
+	var jh *jsonclient.Holder
 	if h != nil {
-		jh = &jsonhttp.Holder{Token: h.Token, Owner: h.Owner, Proof: h.Proof, TokenHeader: api.HeaderToken, OwnerHeader: api.HeaderOwner, ProofHeader: api.HeaderProof,
+		jh = &jsonclient.Holder{Token: h.Token, Owner: h.Owner, Proof: h.Proof, TokenHeader: api.HeaderToken, OwnerHeader: api.HeaderOwner, ProofHeader: api.HeaderProof,
 			Extra: extra}
 	}
 	r, err := c.conn.Call(ctx, method, path, jh, in, out)

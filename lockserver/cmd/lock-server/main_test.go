@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/etcd/embedded"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpserve"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
@@ -239,7 +239,7 @@ func TestHardenedHTTPSurface(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var env httpjson.Envelope
+		var env jsonhandler.Envelope
 		derr := json.NewDecoder(resp.Body).Decode(&env)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusBadRequest || derr != nil || env.Error.Code != string(api.CodeInvalidRequest) {

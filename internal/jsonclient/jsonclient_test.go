@@ -1,4 +1,4 @@
-package jsonhttp
+package jsonclient
 
 import (
 	"context"
@@ -90,7 +90,7 @@ func TestImportsOnlyTheStandardLibrary(t *testing.T) {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
 	if deps := strings.Fields(string(out)); len(deps) != 1 {
-		t.Errorf("internal/jsonhttp depends on %v; want the standard library only", deps)
+		t.Errorf("internal/jsonclient depends on %v; want the standard library only", deps)
 	}
 }
 

@@ -1,4 +1,4 @@
-package fuzzcheck
+package fuzztest
 
 import (
 	"context"

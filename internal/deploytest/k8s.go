@@ -1,4 +1,4 @@
-package deploycheck
+package deploytest
 
 import (
 	"fmt"

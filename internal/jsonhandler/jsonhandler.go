@@ -1,8 +1,8 @@
-// Package httpjson holds the JSON-over-HTTP plumbing every service of the
+// Package jsonhandler holds the JSON-over-HTTP plumbing every service of the
 // project shares: strict request decoding and the uniform error envelope
 // {"error":{"code","message","retryable"}}. Each service keeps its own list
 // of codes; this package only knows the three that decoding itself produces.
-package httpjson
+package jsonhandler
 
 import (
 	"bytes"
@@ -219,8 +219,8 @@ func DecodeEmpty(w http.ResponseWriter, r *http.Request, limit int64) error {
 // code's layout, not something a client should read or match on.
 var goPrefixes = map[string]bool{
 	"lockserver": true, "api": true, "paymentresource": true, "railproxy": true, "railstub": true,
-	"fencing": true, "fenceproof": true, "payoutevent": true, "iso4217": true, "httpjson": true,
-	"jsonhttp": true, "pgstore": true, "etcdstore": true, "memstore": true, "overload": true,
+	"fencing": true, "fenceproof": true, "payoutevent": true, "iso4217": true, "jsonhandler": true,
+	"jsonclient": true, "pgstore": true, "etcdstore": true, "memstore": true, "overload": true,
 	"decode": true, "json": true, "strconv": true, "strconv.ParseInt": true, "strconv.Atoi": true,
 }
 

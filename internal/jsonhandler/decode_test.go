@@ -1,4 +1,4 @@
-package httpjson
+package jsonhandler
 
 import (
 	"bytes"

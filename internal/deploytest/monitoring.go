@@ -1,4 +1,4 @@
-package deploycheck
+package deploytest
 
 import (
 	"fmt"
@@ -127,7 +127,7 @@ func declaresPort(spec corev1.PodSpec, name string) bool {
 func (e ScrapeEndpoint) Keeps(name string) (bool, error) {
 	for _, r := range e.MetricRelabeling {
 		if len(r.SourceLabels) != 1 || r.SourceLabels[0] != "__name__" || (r.Action != "keep" && r.Action != "drop") {
-			return false, fmt.Errorf("deploycheck: relabeling rule %+v is not a keep or drop on __name__", r)
+			return false, fmt.Errorf("deploytest: relabeling rule %+v is not a keep or drop on __name__", r)
 		}
 		re, err := regexp.Compile("^(?:" + r.Regex + ")$")
 		if err != nil {

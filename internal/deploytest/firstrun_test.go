@@ -1,4 +1,4 @@
-package deploycheck_test
+package deploytest_test
 
 import (
 	"os"
@@ -7,30 +7,30 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/deploycheck"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/deploytest"
 )
 
 // TestCloudBuildStatesItsLimits: cloudbuild.yaml states a timeout that
 // covers its rollout waits and a machine type; each broken copy is named.
 func TestCloudBuildStatesItsLimits(t *testing.T) {
-	load := func() *deploycheck.CloudBuild {
-		cb, err := deploycheck.LoadCloudBuild(filepath.Join(repo, "cloudbuild.yaml"))
+	load := func() *deploytest.CloudBuild {
+		cb, err := deploytest.LoadCloudBuild(filepath.Join(repo, "cloudbuild.yaml"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return cb
 	}
-	for _, p := range deploycheck.CheckBuildLimits(load()) {
+	for _, p := range deploytest.CheckBuildLimits(load()) {
 		t.Error(p)
 	}
 	for _, tc := range []struct {
 		name string
-		edit func(cb *deploycheck.CloudBuild)
+		edit func(cb *deploytest.CloudBuild)
 		want string
 	}{
-		{"no timeout", func(cb *deploycheck.CloudBuild) { cb.Timeout = "" }, "states no timeout"},
-		{"the old 10-minute default", func(cb *deploycheck.CloudBuild) { cb.Timeout = "600s" }, "timeout 10m0s is less than the steps' rollout waits (20m0s)"},
-		{"a longer rollout wait", func(cb *deploycheck.CloudBuild) {
+		{"no timeout", func(cb *deploytest.CloudBuild) { cb.Timeout = "" }, "states no timeout"},
+		{"the old 10-minute default", func(cb *deploytest.CloudBuild) { cb.Timeout = "600s" }, "timeout 10m0s is less than the steps' rollout waits (20m0s)"},
+		{"a longer rollout wait", func(cb *deploytest.CloudBuild) {
 			for i, s := range cb.Steps {
 				if s.ID == "deploy-gke" {
 					s.Args = slices.Clone(s.Args)
@@ -39,12 +39,12 @@ func TestCloudBuildStatesItsLimits(t *testing.T) {
 				}
 			}
 		}, "rollout waits (1h0m0s)"},
-		{"the default machine", func(cb *deploycheck.CloudBuild) { delete(cb.Options, "machineType") }, "machineType is not set"},
+		{"the default machine", func(cb *deploytest.CloudBuild) { delete(cb.Options, "machineType") }, "machineType is not set"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cb := load()
 			tc.edit(cb)
-			ps := deploycheck.CheckBuildLimits(cb)
+			ps := deploytest.CheckBuildLimits(cb)
 			if !slices.ContainsFunc(ps, func(p string) bool { return strings.Contains(p, tc.want) }) {
 				t.Errorf("CheckBuildLimits = %q, want a problem containing %q", ps, tc.want)
 			}
@@ -80,11 +80,11 @@ var (
 // on a copy without the state's lines and on one that leaves out the
 // module.
 func TestUploadLeavesOutStateAndProviders(t *testing.T) {
-	f, err := deploycheck.LoadIgnoreFile(repo, ".gcloudignore")
+	f, err := deploytest.LoadIgnoreFile(repo, ".gcloudignore")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range deploycheck.CheckUpload(f, uploadLeftOut, uploadKept) {
+	for _, p := range deploytest.CheckUpload(f, uploadLeftOut, uploadKept) {
 		t.Error(p)
 	}
 	orig, err := os.ReadFile(filepath.Join(repo, ".gcloudignore"))
@@ -119,11 +119,11 @@ func TestUploadLeavesOutStateAndProviders(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			f, err := deploycheck.LoadIgnoreFile(dir, ".gcloudignore")
+			f, err := deploytest.LoadIgnoreFile(dir, ".gcloudignore")
 			if err != nil {
 				t.Fatal(err)
 			}
-			ps := deploycheck.CheckUpload(f, uploadLeftOut, uploadKept)
+			ps := deploytest.CheckUpload(f, uploadLeftOut, uploadKept)
 			if !slices.ContainsFunc(ps, func(p string) bool { return strings.Contains(p, tc.want) }) {
 				t.Errorf("CheckUpload = %q, want a problem containing %q", ps, tc.want)
 			}

@@ -6,7 +6,7 @@
 // the "event" attribute) spelled as literals instead of the owning
 // package's Event constants, and lists those constants so that a test can
 // check docs/log-events.md names each.
-package literals
+package literaltest
 
 import (
 	"go/ast"

@@ -1,4 +1,4 @@
-package literals_test
+package literaltest_test
 
 import (
 	"go/token"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/literals"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/literaltest"
 )
 
 // moduleRoot returns the module's root folder, two levels above this
@@ -30,7 +30,7 @@ func moduleRoot(t *testing.T) string {
 // that renaming an event is one edit and every reader follows it.
 func TestNoEventNameIsALiteral(t *testing.T) {
 	root := moduleRoot(t)
-	found, files, err := literals.EventsInModule(root)
+	found, files, err := literaltest.EventsInModule(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func f() {
 	_ = []string{"time", "event", "service"}
 }
 `
-	found, err := literals.EventsInSource(token.NewFileSet(), "planted.go", src)
+	found, err := literaltest.EventsInSource(token.NewFileSet(), "planted.go", src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestEveryEventIsDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, err := literals.EventConstants(root)
+	events, err := literaltest.EventConstants(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ var sharedEvents = map[string]string{
 // TestNoEventNameHasTwoMeanings checks that an event name declared by
 // more than one package is one of sharedEvents.
 func TestNoEventNameHasTwoMeanings(t *testing.T) {
-	events, err := literals.EventConstants(moduleRoot(t))
+	events, err := literaltest.EventConstants(moduleRoot(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package deploycheck_test
+package deploytest_test
 
 import (
 	"context"

@@ -1,18 +1,10 @@
-// Package fuzzcheck holds the properties every answer of the project's
-// services must have whatever a client sends, as the fuzz targets and the
-// bad-input table check them (docs/reliability.md):
-//
-//   - no 5xx for client input (a fuzz target's dependencies are healthy, so
-//     not even a documented 503 may appear), and no redirect;
-//   - every 4xx carries the error envelope {"error":{"code","message",
-//     "retryable"}} with a non-empty code, as application/json;
-//   - no internal text in any body: database errors (SQL, SQLSTATE),
-//     file paths, socket addresses, Go type names, panics.
-//
-// The state check ("a refused request changes nothing") is each target's:
-// only it knows where its service keeps state. This package is for tests;
-// no production code imports it.
-package fuzzcheck
+// Package fuzztest holds the properties every answer of the project's
+// services must have whatever a client sends, for the fuzz targets and
+// the bad-input table (docs/reliability.md): no 5xx and no redirect, the
+// error envelope on every 4xx, no internal text in any body (Check).
+// Snapshot lets a target check that a refused request changed nothing.
+// Test code only.
+package fuzztest
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-// Package jsonhttp is the transport core the payout services' typed
+// Package jsonclient is the transport core the payout services' typed
 // clients share (functions/paymentresource/client, functions/railproxy/
 // client): the check of a base URL, one JSON request with a lock
 // holder's headers read back with a bounded body, the error envelope
@@ -6,7 +6,7 @@
 // client keeps its own error type, sentinels and methods; this package
 // knows no service's codes. It imports only the standard library, so the
 // clients stay free of drivers and frameworks.
-package jsonhttp
+package jsonclient
 
 import (
 	"bytes"
@@ -35,10 +35,10 @@ const MaxAnswerBytes = 1 << 20
 var (
 	// ErrEncode: the request could not be built (its body does not
 	// encode, or the method or URL is malformed). Nothing was sent.
-	ErrEncode = errors.New("jsonhttp: request not built")
+	ErrEncode = errors.New("jsonclient: request not built")
 	// ErrNoAnswer: no complete answer arrived (a transport error, a
 	// timeout, a body cut short).
-	ErrNoAnswer = errors.New("jsonhttp: no answer")
+	ErrNoAnswer = errors.New("jsonclient: no answer")
 )
 
 // BaseURL checks that raw is an absolute http(s) URL with an optional

@@ -1,4 +1,4 @@
-package deploycheck_test
+package deploytest_test
 
 import (
 	"errors"
@@ -13,7 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/deploycheck"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/deploytest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/ops/slo"
 )
@@ -24,12 +24,12 @@ var (
 	etcdManifest       = filepath.Join(repo, "etcd", "deploy", "etcd.yaml")
 	namespaceManifest  = filepath.Join(repo, "lockserver", "deploy", "namespace.yaml")
 	lockServerManifest = filepath.Join(repo, "lockserver", "deploy", "lock-server.yaml")
-	lockServerPaths    = deploycheck.LockServerPaths{Health: api.PathHealth, Ready: api.PathReady}
+	lockServerPaths    = deploytest.LockServerPaths{Health: api.PathHealth, Ready: api.PathReady}
 )
 
-func decode(t *testing.T, paths ...string) *deploycheck.Manifests {
+func decode(t *testing.T, paths ...string) *deploytest.Manifests {
 	t.Helper()
-	m, err := deploycheck.DecodeFiles(paths...)
+	m, err := deploytest.DecodeFiles(paths...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,10 +41,10 @@ func TestManifestsDecodeStrictlyAndKeepEveryProperty(t *testing.T) {
 	if got := len(m.Namespaces) + len(m.ServiceAccounts) + len(m.Services) + len(m.Deployments) + len(m.StatefulSets) + len(m.PDBs); got != 8 {
 		t.Errorf("decoded %d objects, want 8", got)
 	}
-	for _, p := range deploycheck.CheckEtcd(m) {
+	for _, p := range deploytest.CheckEtcd(m) {
 		t.Error(p)
 	}
-	for _, p := range deploycheck.CheckLockServer(m, lockServerPaths) {
+	for _, p := range deploytest.CheckLockServer(m, lockServerPaths) {
 		t.Error(p)
 	}
 	// Everything lives in the one namespace the Terraform Workload
@@ -72,8 +72,8 @@ func TestStrictDecodingRefusesAMisspeltField(t *testing.T) {
 	if err := os.WriteFile(p, []byte(broken), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = deploycheck.DecodeFiles(p)
-	if !errors.Is(err, deploycheck.ErrDecode) || !strings.Contains(err.Error(), "podManagmentPolicy") {
+	_, err = deploytest.DecodeFiles(p)
+	if !errors.Is(err, deploytest.ErrDecode) || !strings.Contains(err.Error(), "podManagmentPolicy") {
 		t.Errorf("DecodeFiles(misspelt field) = %v, want ErrDecode naming the field", err)
 	}
 }
@@ -83,30 +83,30 @@ func TestStrictDecodingRefusesAMisspeltField(t *testing.T) {
 func TestEtcdChecksFailOnBrokenCopies(t *testing.T) {
 	cases := []struct {
 		name   string
-		mutate func(m *deploycheck.Manifests)
+		mutate func(m *deploytest.Manifests)
 		want   string
 	}{
-		{"ordered pod management", func(m *deploycheck.Manifests) {
+		{"ordered pod management", func(m *deploytest.Manifests) {
 			m.StatefulSets[0].Spec.PodManagementPolicy = appsv1.OrderedReadyPodManagement
 		}, "podManagementPolicy is not Parallel"},
-		{"a Service with a cluster IP", func(m *deploycheck.Manifests) { m.Services[0].Spec.ClusterIP = "" }, "not headless"},
-		{"not-ready addresses hidden", func(m *deploycheck.Manifests) { m.Services[0].Spec.PublishNotReadyAddresses = false }, "does not publish not-ready addresses"},
-		{"liveness on quorum health", func(m *deploycheck.Manifests) {
+		{"a Service with a cluster IP", func(m *deploytest.Manifests) { m.Services[0].Spec.ClusterIP = "" }, "not headless"},
+		{"not-ready addresses hidden", func(m *deploytest.Manifests) { m.Services[0].Spec.PublishNotReadyAddresses = false }, "does not publish not-ready addresses"},
+		{"liveness on quorum health", func(m *deploytest.Manifests) {
 			m.StatefulSets[0].Spec.Template.Spec.Containers[0].LivenessProbe.HTTPGet.Path = "/health"
 		}, "liveness probe path is \"/health\""},
-		{"no readiness probe", func(m *deploycheck.Manifests) {
+		{"no readiness probe", func(m *deploytest.Manifests) {
 			m.StatefulSets[0].Spec.Template.Spec.Containers[0].ReadinessProbe = nil
 		}, "readiness probe path"},
-		{"no anti-affinity", func(m *deploycheck.Manifests) { m.StatefulSets[0].Spec.Template.Spec.Affinity = nil }, "anti-affinity"},
-		{"no auto-compaction", func(m *deploycheck.Manifests) {
+		{"no anti-affinity", func(m *deploytest.Manifests) { m.StatefulSets[0].Spec.Template.Spec.Affinity = nil }, "anti-affinity"},
+		{"no auto-compaction", func(m *deploytest.Manifests) {
 			c := &m.StatefulSets[0].Spec.Template.Spec.Containers[0]
 			c.Args = slices.DeleteFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--auto-compaction-mode") })
 		}, "--auto-compaction-mode="},
-		{"no fsync", func(m *deploycheck.Manifests) {
+		{"no fsync", func(m *deploytest.Manifests) {
 			c := &m.StatefulSets[0].Spec.Template.Spec.Containers[0]
 			c.Args = append(c.Args, "--unsafe-no-fsync")
 		}, "--unsafe-no-fsync is set"},
-		{"a cluster token without a generation", func(m *deploycheck.Manifests) {
+		{"a cluster token without a generation", func(m *deploytest.Manifests) {
 			c := &m.StatefulSets[0].Spec.Template.Spec.Containers[0]
 			for i, a := range c.Args {
 				if strings.HasPrefix(a, "--initial-cluster-token=") {
@@ -114,10 +114,10 @@ func TestEtcdChecksFailOnBrokenCopies(t *testing.T) {
 				}
 			}
 		}, "carries no generation"},
-		{"claims retained", func(m *deploycheck.Manifests) { m.StatefulSets[0].Spec.PersistentVolumeClaimRetentionPolicy = nil }, "claims are retained"},
-		{"two members may go", func(m *deploycheck.Manifests) { v := intstr.FromInt32(2); m.PDBs[0].Spec.MaxUnavailable = &v }, "maxUnavailable: 1"},
-		{"no PDB", func(m *deploycheck.Manifests) { m.PDBs = nil }, "0 PodDisruptionBudgets"},
-		{"no requests", func(m *deploycheck.Manifests) {
+		{"claims retained", func(m *deploytest.Manifests) { m.StatefulSets[0].Spec.PersistentVolumeClaimRetentionPolicy = nil }, "claims are retained"},
+		{"two members may go", func(m *deploytest.Manifests) { v := intstr.FromInt32(2); m.PDBs[0].Spec.MaxUnavailable = &v }, "maxUnavailable: 1"},
+		{"no PDB", func(m *deploytest.Manifests) { m.PDBs = nil }, "0 PodDisruptionBudgets"},
+		{"no requests", func(m *deploytest.Manifests) {
 			m.StatefulSets[0].Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{}
 		}, "requests no cpu"},
 	}
@@ -125,7 +125,7 @@ func TestEtcdChecksFailOnBrokenCopies(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := decode(t, etcdManifest)
 			tc.mutate(m)
-			ps := deploycheck.CheckEtcd(m)
+			ps := deploytest.CheckEtcd(m)
 			if !slices.ContainsFunc(ps, func(p string) bool { return strings.Contains(p, tc.want) }) {
 				t.Errorf("CheckEtcd = %q, want a problem containing %q", ps, tc.want)
 			}
@@ -136,20 +136,20 @@ func TestEtcdChecksFailOnBrokenCopies(t *testing.T) {
 func TestLockServerChecksFailOnBrokenCopies(t *testing.T) {
 	cases := []struct {
 		name   string
-		mutate func(m *deploycheck.Manifests)
+		mutate func(m *deploytest.Manifests)
 		want   string
 	}{
-		{"liveness on readiness", func(m *deploycheck.Manifests) {
+		{"liveness on readiness", func(m *deploytest.Manifests) {
 			m.Deployments[0].Spec.Template.Spec.Containers[0].LivenessProbe.HTTPGet.Path = api.PathReady
 		}, "liveness probe path"},
-		{"no readiness", func(m *deploycheck.Manifests) { m.Deployments[0].Spec.Template.Spec.Containers[0].ReadinessProbe = nil }, "readiness probe path"},
-		{"one replica", func(m *deploycheck.Manifests) { one := int32(1); m.Deployments[0].Spec.Replicas = &one }, "fewer than 2 replicas"},
-		{"external load balancer", func(m *deploycheck.Manifests) {
+		{"no readiness", func(m *deploytest.Manifests) { m.Deployments[0].Spec.Template.Spec.Containers[0].ReadinessProbe = nil }, "readiness probe path"},
+		{"one replica", func(m *deploytest.Manifests) { one := int32(1); m.Deployments[0].Spec.Replicas = &one }, "fewer than 2 replicas"},
+		{"external load balancer", func(m *deploytest.Manifests) {
 			delete(m.Services[0].Annotations, "networking.gke.io/load-balancer-type")
 		}, "external load balancer"},
-		{"no PDB", func(m *deploycheck.Manifests) { m.PDBs = nil }, "0 PodDisruptionBudgets"},
-		{"no Workload Identity", func(m *deploycheck.Manifests) { m.ServiceAccounts[0].Annotations = nil }, "Workload Identity"},
-		{"sidecar without requests", func(m *deploycheck.Manifests) {
+		{"no PDB", func(m *deploytest.Manifests) { m.PDBs = nil }, "0 PodDisruptionBudgets"},
+		{"no Workload Identity", func(m *deploytest.Manifests) { m.ServiceAccounts[0].Annotations = nil }, "Workload Identity"},
+		{"sidecar without requests", func(m *deploytest.Manifests) {
 			m.Deployments[0].Spec.Template.Spec.InitContainers[0].Resources.Requests = nil
 		}, "container cloud-sql-proxy requests no cpu"},
 	}
@@ -157,7 +157,7 @@ func TestLockServerChecksFailOnBrokenCopies(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := decode(t, lockServerManifest)
 			tc.mutate(m)
-			ps := deploycheck.CheckLockServer(m, lockServerPaths)
+			ps := deploytest.CheckLockServer(m, lockServerPaths)
 			if !slices.ContainsFunc(ps, func(p string) bool { return strings.Contains(p, tc.want) }) {
 				t.Errorf("CheckLockServer = %q, want a problem containing %q", ps, tc.want)
 			}
@@ -166,23 +166,23 @@ func TestLockServerChecksFailOnBrokenCopies(t *testing.T) {
 }
 
 func TestCloudBuildDeploysEveryFunctionTaggedByCommit(t *testing.T) {
-	cb, err := deploycheck.LoadCloudBuild(filepath.Join(repo, "cloudbuild.yaml"))
+	cb, err := deploytest.LoadCloudBuild(filepath.Join(repo, "cloudbuild.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fns, err := deploycheck.Functions(filepath.Join(repo, "functions", "cmd"))
+	fns, err := deploytest.Functions(filepath.Join(repo, "functions", "cmd"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(fns) < 4 {
 		t.Fatalf("functions under functions/cmd = %v, want at least the four services", fns)
 	}
-	for _, p := range deploycheck.CheckCloudBuild(cb, fns) {
+	for _, p := range deploytest.CheckCloudBuild(cb, fns) {
 		t.Error(p)
 	}
 
 	// A new function without steps fails.
-	if ps := deploycheck.CheckCloudBuild(cb, append(fns, "refund-worker")); !slices.ContainsFunc(ps, func(p string) bool {
+	if ps := deploytest.CheckCloudBuild(cb, append(fns, "refund-worker")); !slices.ContainsFunc(ps, func(p string) bool {
 		return strings.Contains(p, "no `gcloud run deploy refund-worker` step")
 	}) {
 		t.Errorf("a function without a deploy step passes: %q", ps)
@@ -190,7 +190,7 @@ func TestCloudBuildDeploysEveryFunctionTaggedByCommit(t *testing.T) {
 	// An image tagged otherwise fails.
 	broken := *cb
 	broken.Images = append(slices.Clone(cb.Images), "${_REPO}/executor:latest")
-	if ps := deploycheck.CheckCloudBuild(&broken, fns); !slices.ContainsFunc(ps, func(p string) bool { return strings.Contains(p, ":latest") }) {
+	if ps := deploytest.CheckCloudBuild(&broken, fns); !slices.ContainsFunc(ps, func(p string) bool { return strings.Contains(p, ":latest") }) {
 		t.Errorf("an image tagged latest passes: %q", ps)
 	}
 	// A deploy of another image than the one built fails.
@@ -203,7 +203,7 @@ func TestCloudBuildDeploysEveryFunctionTaggedByCommit(t *testing.T) {
 			broken.Steps[i] = s
 		}
 	}
-	if ps := deploycheck.CheckCloudBuild(&broken, fns); !slices.ContainsFunc(ps, func(p string) bool { return strings.Contains(p, "not the image it built") }) {
+	if ps := deploytest.CheckCloudBuild(&broken, fns); !slices.ContainsFunc(ps, func(p string) bool { return strings.Contains(p, "not the image it built") }) {
 		t.Errorf("deploying another image passes: %q", ps)
 	}
 }
@@ -213,7 +213,7 @@ func TestCloudBuildDecodingIsStrict(t *testing.T) {
 	if err := os.WriteFile(p, []byte("steps:\n  - name: gcr.io/cloud-builders/docker\n    arg: [build]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := deploycheck.LoadCloudBuild(p); !errors.Is(err, deploycheck.ErrDecode) {
+	if _, err := deploytest.LoadCloudBuild(p); !errors.Is(err, deploytest.ErrDecode) {
 		t.Errorf("LoadCloudBuild(misspelt key) = %v, want ErrDecode", err)
 	}
 }
@@ -226,28 +226,28 @@ func TestEveryWorkloadIsScraped(t *testing.T) {
 	if len(m.PodMonitorings) != 2 {
 		t.Fatalf("decoded %d PodMonitorings, want 2", len(m.PodMonitorings))
 	}
-	for _, p := range deploycheck.CheckScraped(m) {
+	for _, p := range deploytest.CheckScraped(m) {
 		t.Error(p)
 	}
 	for _, tc := range []struct {
 		name  string
-		edit  func(m *deploycheck.Manifests)
+		edit  func(m *deploytest.Manifests)
 		wants string
 	}{
-		{"lock-server not scraped", func(m *deploycheck.Manifests) { m.PodMonitorings = m.PodMonitorings[:1] }, "Deployment lock-server: 0 PodMonitorings"},
-		{"named for another job", func(m *deploycheck.Manifests) { m.PodMonitorings[0].Name = "etcd-members" }, `not the job "etcd"`},
-		{"a port the pods do not declare", func(m *deploycheck.Manifests) {
+		{"lock-server not scraped", func(m *deploytest.Manifests) { m.PodMonitorings = m.PodMonitorings[:1] }, "Deployment lock-server: 0 PodMonitorings"},
+		{"named for another job", func(m *deploytest.Manifests) { m.PodMonitorings[0].Name = "etcd-members" }, `not the job "etcd"`},
+		{"a port the pods do not declare", func(m *deploytest.Manifests) {
 			m.PodMonitorings[0].Spec.Endpoints[0].Port = intstr.FromString("metric")
 		}, `port "metric" is no named container port`},
-		{"selecting no pod", func(m *deploycheck.Manifests) {
+		{"selecting no pod", func(m *deploytest.Manifests) {
 			m.PodMonitorings[1].Spec.Selector.MatchLabels = map[string]string{"app.kubernetes.io/name": "lockserver"}
 		}, "Deployment lock-server: 0 PodMonitorings"},
-		{"scraped too rarely", func(m *deploycheck.Manifests) { m.PodMonitorings[1].Spec.Endpoints[0].Interval = "5m" }, `interval "5m"`},
+		{"scraped too rarely", func(m *deploytest.Manifests) { m.PodMonitorings[1].Spec.Endpoints[0].Interval = "5m" }, `interval "5m"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := decode(t, namespaceManifest, etcdManifest, lockServerManifest)
 			tc.edit(m)
-			problems := deploycheck.CheckScraped(m)
+			problems := deploytest.CheckScraped(m)
 			if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, tc.wants) }) {
 				t.Errorf("problems %q do not name %q", problems, tc.wants)
 			}
@@ -264,7 +264,7 @@ func TestScrapesKeepWhatTheAlertsRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	check := func(m *deploycheck.Manifests) []string {
+	check := func(m *deploytest.Manifests) []string {
 		var out []string
 		for _, pm := range m.PodMonitorings {
 			n := 0
@@ -314,7 +314,7 @@ func TestStrictDecodingRefusesAMisspeltPodMonitoringField(t *testing.T) {
 	if err := os.WriteFile(p, []byte(broken), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := deploycheck.DecodeFiles(p); !errors.Is(err, deploycheck.ErrDecode) || !strings.Contains(err.Error(), "intervall") {
+	if _, err := deploytest.DecodeFiles(p); !errors.Is(err, deploytest.ErrDecode) || !strings.Contains(err.Error(), "intervall") {
 		t.Errorf("DecodeFiles(misspelt PodMonitoring field) = %v, want ErrDecode naming it", err)
 	}
 }

@@ -1,4 +1,4 @@
-// Package deploycheck reads the deployment artifacts that cannot be tried
+// Package deploytest reads the deployment artifacts that cannot be tried
 // without a cloud account, strictly, and checks the properties a live
 // deploy depends on: the Kubernetes manifests of etcd (etcd/deploy) and
 // lock-server (lockserver/deploy), decoded into the Kubernetes API types
@@ -9,7 +9,7 @@
 // Each Check function returns the problems it found, one sentence each;
 // none means the property holds. The tests run them on the real files and
 // on broken copies.
-package deploycheck
+package deploytest
 
 import (
 	"bytes"
@@ -27,7 +27,7 @@ import (
 
 // ErrDecode wraps every decoding error: a document of an unknown kind, a
 // field the API type does not have, a value of the wrong type.
-var ErrDecode = errors.New("deploycheck: cannot decode")
+var ErrDecode = errors.New("deploytest: cannot decode")
 
 // Manifests are the objects of one or more manifest files, by kind.
 type Manifests struct {
@@ -92,7 +92,7 @@ func (m *Manifests) decode(name string, b []byte) error {
 			o := &PodMonitoring{}
 			m.PodMonitorings, target = append(m.PodMonitorings, o), o
 		default:
-			return fmt.Errorf("%w: %s document %d: kind %q of apiVersion %q is not one deploycheck knows", ErrDecode, name, i+1, tm.Kind, tm.APIVersion)
+			return fmt.Errorf("%w: %s document %d: kind %q of apiVersion %q is not one deploytest knows", ErrDecode, name, i+1, tm.Kind, tm.APIVersion)
 		}
 		if err := yaml.UnmarshalStrict([]byte(doc), target); err != nil {
 			return fmt.Errorf("%w: %s document %d (%s): %v", ErrDecode, name, i+1, tm.Kind, err)
