@@ -5,26 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
-// startLockServer runs a lock-server over an in-memory store, for the
-// examples; a real program is given the URL of a deployed one.
+// startLockServer runs a stand-in for lock-server (server_test.go), for
+// the examples; a real program is given the URL of a deployed lock-server.
 func startLockServer() (url string, stop func()) {
-	srv, err := lockserver.NewServer(memstore.New(nil), lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		log.Fatal(err)
-	}
-	s := httptest.NewServer(srv)
+	s := httptest.NewServer(newLockServer())
 	return s.URL, s.Close
 }
 

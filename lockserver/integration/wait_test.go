@@ -132,14 +132,3 @@ func (d *timingDoer) Do(r *http.Request) (*http.Response, error) {
 	d.took = append(d.took, time.Since(start))
 	return resp, err
 }
-
-func TestWithWaitBounds(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		_, _, c := newStack(t)
-		for _, d := range []time.Duration{0, time.Millisecond, 61 * time.Second, 1500 * time.Microsecond} {
-			if _, err := c.TryAcquire(t.Context(), "k", client.WithWait(d)); !errors.Is(err, client.ErrInvalidRequest) {
-				t.Errorf("WithWait(%v): %v, want ErrInvalidRequest", d, err)
-			}
-		}
-	})
-}
