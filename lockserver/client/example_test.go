@@ -210,3 +210,29 @@ func ExampleWithWait() {
 	fmt.Println(leaseB.Owner(), "holds token", leaseB.Token(), "after token", leaseA.Token())
 	// Output: worker-b holds token 2 after token 1
 }
+
+// TryAcquire asks once: a key another holder has is refused at once with
+// ErrLockHeld, and Inspect shows who holds it.
+func ExampleClient_TryAcquire() {
+	lockURL, stop := startLockServer()
+	defer stop()
+	ctx := context.Background()
+
+	a, _ := client.New(lockURL, client.WithOwner("worker-a"))
+	b, _ := client.New(lockURL, client.WithOwner("worker-b"))
+	lease, err := a.TryAcquire(ctx, "payout:acct-7", client.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	_, err = b.TryAcquire(ctx, "payout:acct-7", client.WithTTL(10*time.Second))
+	fmt.Println("lock held:", errors.Is(err, client.ErrLockHeld))
+	st, err := b.Inspect(ctx, "payout:acct-7")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("holder:", st.Lease.Owner, "token:", st.Lease.Token)
+	// Output:
+	// lock held: true
+	// holder: worker-a token: 1
+}
