@@ -32,8 +32,8 @@ FUZZMINIMIZETIME ?= 5s
 # per run); its seed corpus already runs in `make test`.
 fuzz: ## run every fuzz target (FuzzXxx), the SDK modules' too, for FUZZTIME (default 30s) each, one after another, FUZZPARALLEL workers (default 1)
 	@set -eo pipefail; export GOWORK=off; \
-	for m in . $(SDK_MODS); do \
-	  targets=$$(cd $$m && $(GO) test -list '^Fuzz' $(PKGS) | awk '/^Fuzz/ {t[n++]=$$1; next} /^ok/ {for (i = 0; i < n; i++) print $$2 "," t[i]; n = 0}'); \
+	for m in . $(SDK_MODS); do pkgs=./...; [ $$m != . ] || pkgs='$(PKGS)'; \
+	  targets=$$(cd $$m && $(GO) test -list '^Fuzz' $$pkgs | awk '/^Fuzz/ {t[n++]=$$1; next} /^ok/ {for (i = 0; i < n; i++) print $$2 "," t[i]; n = 0}'); \
 	  echo "fuzz targets in $$m: $$(echo $$targets | wc -w), $(FUZZTIME) each"; \
 	  for pt in $$targets; do pkg=$${pt%,*}; t=$${pt#*,}; \
 	    echo "== $$t ($$pkg)"; \
