@@ -5,6 +5,10 @@
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
+# The SDK's modules, which go.mod replaces with these folders (their
+# go.mod files only: they require nothing to download).
+COPY lockserver/api/go.mod lockserver/api/
+COPY lockserver/client/go.mod lockserver/client/
 RUN go mod download
 COPY . .
 ARG CMD

@@ -3,6 +3,10 @@ SHELL := /bin/bash
 GO    ?= go
 PKGS  := ./...
 BIN   := bin
+# The Go SDK's own modules (docs/adr/0003-sdk-module.md). `go test ./...`
+# at the root does not enter a nested module, so test, lint and fuzz run
+# in each too, alone: GOWORK=off, its own go.mod only, as a caller builds it.
+SDK_MODS := lockserver/api lockserver/client
 
 .PHONY: help test fuzz lint fmt build bench bench-contended bench-e2e bench-e2e-creators demo explore soak gameday failover clean plan deploy destroy
 
@@ -12,8 +16,9 @@ help: ## list the targets
 # Three packages at a time on two cores: most of the slow packages wait on
 # PostgreSQL clusters and child processes, and at the default of one per
 # core the suite left a quarter of the CPU idle (12.5 min against 10 min).
-test: ## run every test (starts its own PostgreSQL clusters and embedded etcd)
+test: ## run every test (starts its own PostgreSQL clusters and embedded etcd), then the SDK modules' tests, each alone
 	$(GO) test -race -count=1 -p 3 -timeout 12m $(PKGS)
+	@set -e; for m in $(SDK_MODS); do echo "== $$m (module)"; (cd $$m && GOWORK=off $(GO) test -race -count=1 ./...); done
 
 FUZZTIME     ?= 30s
 FUZZPARALLEL ?= 1
@@ -25,13 +30,15 @@ FUZZMINIMIZETIME ?= 5s
 # go test -list names each package's targets before the package's "ok"
 # line; awk pairs them. Each target runs alone (the fuzzer takes one target
 # per run); its seed corpus already runs in `make test`.
-fuzz: ## run every fuzz target (FuzzXxx) for FUZZTIME (default 30s) each, one after another, FUZZPARALLEL workers (default 1)
-	@set -eo pipefail; \
-	targets=$$($(GO) test -list '^Fuzz' $(PKGS) | awk '/^Fuzz/ {t[n++]=$$1; next} /^ok/ {for (i = 0; i < n; i++) print $$2 "," t[i]; n = 0}'); \
-	echo "fuzz targets: $$(echo $$targets | wc -w), $(FUZZTIME) each"; \
-	for pt in $$targets; do pkg=$${pt%,*}; t=$${pt#*,}; \
-	  echo "== $$t ($$pkg)"; \
-	  $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) -parallel $(FUZZPARALLEL) $$pkg; \
+fuzz: ## run every fuzz target (FuzzXxx), the SDK modules' too, for FUZZTIME (default 30s) each, one after another, FUZZPARALLEL workers (default 1)
+	@set -eo pipefail; export GOWORK=off; \
+	for m in . $(SDK_MODS); do pkgs=./...; [ $$m != . ] || pkgs='$(PKGS)'; \
+	  targets=$$(cd $$m && $(GO) test -list '^Fuzz' $$pkgs | awk '/^Fuzz/ {t[n++]=$$1; next} /^ok/ {for (i = 0; i < n; i++) print $$2 "," t[i]; n = 0}'); \
+	  echo "fuzz targets in $$m: $$(echo $$targets | wc -w), $(FUZZTIME) each"; \
+	  for pt in $$targets; do pkg=$${pt%,*}; t=$${pt#*,}; \
+	    echo "== $$t ($$pkg)"; \
+	    (cd $$m && $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) -parallel $(FUZZPARALLEL) $$pkg); \
+	  done; \
 	done
 
 # The Terraform scanners, built with go install (.ci/run installs both;
@@ -46,10 +53,12 @@ define scanner
 	else $(3); fi
 endef
 
-lint: ## gofmt, go vet, staticcheck, terraform fmt, tflint and tfsec; fails on any finding
+lint: ## gofmt, go vet, staticcheck (the SDK modules too, each alone), terraform fmt, tflint and tfsec; fails on any finding
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
+	@set -e; sc=$$($(GO) tool -n staticcheck); for m in $(SDK_MODS); do echo "== $$m (module): build, vet, staticcheck"; \
+	  (cd $$m && export GOWORK=off && $(GO) build ./... && $(GO) vet ./... && $$sc ./...); done
 	@if command -v terraform >/dev/null; then terraform fmt -check -recursive terraform 2>/dev/null || { echo "terraform fmt would change the files above (run: terraform fmt -recursive terraform)"; exit 1; }; \
 	  else echo "lint: terraform not on PATH, skipping terraform fmt -check"; fi
 	$(call scanner,tflint,$(TFLINT_MOD),tflint --chdir=terraform --recursive --config=$$PWD/terraform/.tflint.hcl --format=compact)

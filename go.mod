@@ -15,6 +15,8 @@ require (
 	github.com/GoogleCloudPlatform/functions-framework-go v1.9.2
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/cloudevents/sdk-go/v2 v2.15.2
+	github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api v0.1.0
+	github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client v0.1.0
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/hashicorp/hcl/v2 v2.25.0
@@ -165,4 +167,12 @@ require (
 tool (
 	golang.org/x/perf/cmd/benchstat
 	honnef.co/go/tools/cmd/staticcheck
+)
+
+// The Go SDK and the lock API's wire types are modules of their own, so
+// that a caller's go get of the SDK brings the standard library only; this
+// module builds them from their folders here (docs/adr/0003-sdk-module.md).
+replace (
+	github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api => ./lockserver/api
+	github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client => ./lockserver/client
 )

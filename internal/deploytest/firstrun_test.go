@@ -65,7 +65,7 @@ var (
 		"harness/out/run.json",
 	}
 	uploadKept = []string{
-		"go.mod", "go.sum", "Dockerfile", "cloudbuild.yaml", ".gcloudignore",
+		"go.mod", "go.sum", "lockserver/api/go.mod", "lockserver/client/go.mod", "Dockerfile", "cloudbuild.yaml", ".gcloudignore",
 		"terraform/main.tf", "terraform/.terraform.lock.hcl", "terraform/.tflint.google.hcl",
 		"terraform/modules/cloudrun/main.tf", "terraform/tfpolicy/rules.go",
 		"functions/cmd/executor/main.go", "lockserver/cmd/lock-server/main.go",

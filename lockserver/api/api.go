@@ -1,19 +1,14 @@
-// Package api defines the wire contract of lock-server's HTTP/JSON API: the
+// Package api is the wire contract of lock-server's HTTP/JSON API: the
 // paths, the request and response bodies, the error envelope and its stable
-// error codes, and the validation rules for keys, owner ids and TTLs.
+// error codes, and the validation rules for keys, owner ids and TTLs. It is
+// a Go module of its own that imports only the standard library, so any
+// client can depend on it without pulling in a backend; docs/lock-api.md is
+// the same contract in prose.
 //
-// It imports only the standard library, so that any client (the Go SDK in
-// lockserver/client, a test, a tool in another language reading this file)
-// can depend on it without pulling in a backend.
-//
-// No field of a request may be JSON null (400 INVALID_REQUEST): an
-// optional field is left out to mean its default, never sent as null.
-//
-// All durations on the wire are integer milliseconds (fields suffixed "Ms");
-// all instants are RFC 3339 timestamps with nanoseconds, in UTC, read from the
-// clock of the backend that decided them. Fencing tokens are positive 64-bit
-// integers sent as JSON numbers; they stay below 2^53 in any realistic
-// deployment, so JavaScript clients read them exactly.
+// Durations on the wire are integer milliseconds (fields ending in "Ms"),
+// instants RFC 3339 timestamps in UTC from the backend's clock, tokens
+// positive JSON numbers. No field of a request may be JSON null: an
+// optional field is left out.
 //
 // The API (every body is JSON, every error is an [ErrorEnvelope]):
 //

@@ -1,5 +1,9 @@
-// Package client is the Go SDK of lock-server. It imports only the standard
-// library and lockserver/api.
+// Package client is the Go SDK of lock-server: it takes, renews and
+// releases leases on lock keys, and hands out each lease's fencing token.
+// It is a Go module of its own that imports only the standard library and
+// lockserver/api (docs/lock-api.md says how it is versioned):
+//
+//	go get github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client@vX.Y.Z
 //
 // Safety model. A Lease reports itself held until a local deadline computed
 // conservatively: from the moment the acquire (or renew) request was sent,
@@ -16,29 +20,12 @@
 // the protected resource comes only from the fencing token, which the
 // resource must check on every write (see Lease.Token).
 //
-// Contention. By default Acquire retries a held lock with jittered
-// exponential backoff (barging), so there is no fairness between waiters.
-// With WithWait, each attempt is a long-poll that lock-server queues per
-// key in arrival order and grants in about one round trip after the
-// holder's release (FIFO among the waiters of one lock-server; see
-// api.AcquireRequest). An acquire whose response is lost may still have been granted;
-// the SDK does not guess, it retries and meets LOCK_HELD until that orphan
-// lease expires after one TTL.
-//
-// Tracing. The SDK imports only the standard library, so it makes no
-// spans itself; it sends every request with the caller's context
-// (http.NewRequestWithContext), and background renewals with the values
-// of the Acquire call's context (never its deadline or cancellation).
-// Give it a Doer whose transport makes client spans and writes the W3C
-// traceparent header, and every acquire, renewal and release joins the
-// caller's trace and lock-server's spans join it too:
-//
-//	c, err := client.New(url, client.WithHTTPClient(&http.Client{
-//		Transport: otelhttp.NewTransport(http.DefaultTransport),
-//	}))
-//
-// (go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp; inside
-// this repository, internal/tracing.Transport, which the executor uses.)
+// Acquire retries a held lock with jittered backoff, with no fairness
+// between waiters, or with WithWait waits in lock-server's queue for the
+// key. An acquire whose answer is lost may have been granted: Acquire then
+// meets LOCK_HELD until that lease expires, one TTL later. The SDK makes
+// no trace spans; a Doer whose transport does (WithHTTPClient) puts every
+// call, background renewals included, in the caller's trace.
 package client
 
 import (

@@ -5,26 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
-// startLockServer runs a lock-server over an in-memory store, for the
-// examples; a real program is given the URL of a deployed one.
+// startLockServer runs a stand-in for lock-server (server_test.go), for
+// the examples; a real program is given the URL of a deployed lock-server.
 func startLockServer() (url string, stop func()) {
-	srv, err := lockserver.NewServer(memstore.New(nil), lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		log.Fatal(err)
-	}
-	s := httptest.NewServer(srv)
+	s := httptest.NewServer(newLockServer())
 	return s.URL, s.Close
 }
 
@@ -216,4 +209,30 @@ func ExampleWithWait() {
 	defer leaseB.Release(ctx)
 	fmt.Println(leaseB.Owner(), "holds token", leaseB.Token(), "after token", leaseA.Token())
 	// Output: worker-b holds token 2 after token 1
+}
+
+// TryAcquire asks once: a key another holder has is refused at once with
+// ErrLockHeld, and Inspect shows who holds it.
+func ExampleClient_TryAcquire() {
+	lockURL, stop := startLockServer()
+	defer stop()
+	ctx := context.Background()
+
+	a, _ := client.New(lockURL, client.WithOwner("worker-a"))
+	b, _ := client.New(lockURL, client.WithOwner("worker-b"))
+	lease, err := a.TryAcquire(ctx, "payout:acct-7", client.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	_, err = b.TryAcquire(ctx, "payout:acct-7", client.WithTTL(10*time.Second))
+	fmt.Println("lock held:", errors.Is(err, client.ErrLockHeld))
+	st, err := b.Inspect(ctx, "payout:acct-7")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("holder:", st.Lease.Owner, "token:", st.Lease.Token)
+	// Output:
+	// lock held: true
+	// holder: worker-a token: 1
 }

@@ -1,4 +1,4 @@
-package client_test
+package integration_test
 
 import (
 	"bytes"
@@ -131,15 +131,4 @@ func (d *timingDoer) Do(r *http.Request) (*http.Response, error) {
 	resp, err := d.next.Do(r)
 	d.took = append(d.took, time.Since(start))
 	return resp, err
-}
-
-func TestWithWaitBounds(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		_, _, c := newStack(t)
-		for _, d := range []time.Duration{0, time.Millisecond, 61 * time.Second, 1500 * time.Microsecond} {
-			if _, err := c.TryAcquire(t.Context(), "k", client.WithWait(d)); !errors.Is(err, client.ErrInvalidRequest) {
-				t.Errorf("WithWait(%v): %v, want ErrInvalidRequest", d, err)
-			}
-		}
-	})
 }

@@ -1,4 +1,4 @@
-package client_test
+package integration_test
 
 import (
 	"context"
@@ -271,92 +271,6 @@ func TestStaleReleaseNeverRemovesTheNewerLease(t *testing.T) {
 			t.Fatalf("after A's late release the key shows %+v; want B's lease %d", st.Lease, b.Token())
 		}
 	})
-}
-
-func TestOptionsAreValidated(t *testing.T) {
-	for name, opt := range map[string]client.Option{
-		"nil http client":  client.WithHTTPClient(nil),
-		"bad owner":        client.WithOwner("a b"),
-		"drift rate 0.5":   client.WithDriftAllowance(0.5, 0),
-		"negative margin":  client.WithDriftAllowance(0.01, -time.Second),
-		"zero timeout":     client.WithRequestTimeout(0),
-		"backoff max<base": client.WithBackoff(time.Second, time.Millisecond),
-	} {
-		if _, err := client.New("http://x", opt); err == nil {
-			t.Errorf("%s: New accepted it", name)
-		}
-	}
-	for _, u := range []string{"", "x", "ftp://host", "http://", "http://h:1?x=1", "http://h:1/#frag", "http://user:pw@h:1"} {
-		if _, err := client.New(u); err == nil {
-			t.Errorf("New(%q) accepted it", u)
-		}
-	}
-	c, err := client.New("http://127.0.0.1:1", client.WithDriftAllowance(0.1, 2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// 2s of margin leaves nothing of a 2s lease: refused before sending.
-	if _, err := c.TryAcquire(context.Background(), "k", client.WithTTL(2*time.Second)); !errors.Is(err, client.ErrInvalidRequest) {
-		t.Fatalf("TryAcquire with an unusable TTL: %v; want ErrInvalidRequest", err)
-	}
-	if _, err := c.TryAcquire(context.Background(), "k", client.WithTTL(10*time.Second), client.WithAutoRenew(10*time.Second)); !errors.Is(err, client.ErrInvalidRequest) {
-		t.Fatalf("TryAcquire renewing every TTL: %v; want ErrInvalidRequest", err)
-	}
-	if _, err := c.TryAcquire(context.Background(), "bad key", client.WithTTL(10*time.Second)); !errors.Is(err, client.ErrInvalidRequest) {
-		t.Fatalf("TryAcquire with a bad key: %v; want ErrInvalidRequest", err)
-	}
-}
-
-// stuckClock is a clock whose timers never fire: only reading it can tell
-// that a deadline passed.
-type stuckClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-type noTimer struct{}
-
-func (noTimer) Stop() bool { return true }
-
-func (c *stuckClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *stuckClock) AfterFunc(time.Duration, func()) client.Timer { return noTimer{} }
-
-func (c *stuckClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-// Err and Check agree: both read the clock, so a passed deadline is lost
-// for both even when the deadline timer has not fired.
-func TestErrReadsTheClockLikeCheck(t *testing.T) {
-	srv, err := lockserver.NewServer(memstore.New(nil), lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
-	clk := &stuckClock{now: time.Unix(1_000_000, 0)}
-	c, err := client.New(ts.URL, client.WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lease, err := c.Acquire(t.Context(), "k", client.WithTTL(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lease.Err(); err != nil {
-		t.Fatalf("Err right after the grant = %v", err)
-	}
-	clk.advance(2 * time.Second)
-	if err := lease.Err(); !errors.Is(err, client.ErrDeadlinePassed) {
-		t.Fatalf("Err after the deadline, timer not fired = %v; want ErrDeadlinePassed", err)
-	}
 }
 
 // traceKey stands for a tracing library's context key.

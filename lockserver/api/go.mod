@@ -1,0 +1,3 @@
+module github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api
+
+go 1.25
