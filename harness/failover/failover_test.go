@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 )
@@ -168,7 +168,7 @@ func TestLinearizableAcrossSyncFailover(t *testing.T) {
 	t.Parallel()
 	b := storetest.OverHTTP(storetest.Backend{
 		Name: "postgres-failover",
-		RestartBackend: func(t *testing.T) (lockserver.LockStore, func()) {
+		RestartBackend: func(t *testing.T) (store.LockStore, func()) {
 			ctx := t.Context()
 			primary, err := pgcluster.Start(ctx, pgcluster.Config{})
 			if err != nil {

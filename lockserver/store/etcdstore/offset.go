@@ -11,7 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // The token offset. A token is the revision of the granting transaction
@@ -46,7 +46,7 @@ import (
 // lowering) to clock - R, R the revision of a read just before it: every
 // later token is then above the clock. A raise is one small write, about
 // once a second while grants flow, shared by every lock-server. A clock
-// reading past 2^53 - 1 microseconds (lockserver.MaxAdvancePast) is never
+// reading past 2^53 - 1 microseconds (store.MaxAdvancePast) is never
 // made a token: grants are refused with ErrUnavailable.
 
 // offsetName is the key, under Prefix, of the token offset.
@@ -146,9 +146,9 @@ func (s *Store) learnOffset(op *etcdserverpb.ResponseOp) error {
 func (s *Store) nowMicros(op string) (int64, error) {
 	now := s.now()
 	us := now.UnixMicro()
-	if us > lockserver.MaxAdvancePast {
+	if us > store.MaxAdvancePast {
 		return 0, fmt.Errorf("%w: etcdstore: %s: lock-server's clock reads %s, past the largest token (2^53 - 1 microseconds after 1970): fix the clock",
-			lockserver.ErrUnavailable, op, now.UTC().Format(time.RFC3339))
+			store.ErrUnavailable, op, now.UTC().Format(time.RFC3339))
 	}
 	return us, nil
 }
@@ -213,5 +213,5 @@ func (s *Store) raise(ctx context.Context, op string, nowUs int64) (offsetVersio
 		}
 		rev = resp.Header.Revision
 	}
-	return offsetVersion{}, fmt.Errorf("%w: etcdstore: %s: the token offset changed under %d raises in a row", lockserver.ErrUnavailable, op, offsetTries)
+	return offsetVersion{}, fmt.Errorf("%w: etcdstore: %s: the token offset changed under %d raises in a row", store.ErrUnavailable, op, offsetTries)
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 )
@@ -27,8 +27,8 @@ func TestContract(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	storetest.Run(t, storetest.Backend{
 		Name:     "memstore",
-		Open:     func(*testing.T) lockserver.LockStore { return memstore.New(clock) },
-		Reopen:   func(_ *testing.T, s lockserver.LockStore) lockserver.LockStore { return s },
+		Open:     func(*testing.T) store.LockStore { return memstore.New(clock) },
+		Reopen:   func(_ *testing.T, s store.LockStore) store.LockStore { return s },
 		ShortTTL: time.Second,
 		Advance:  clock.Advance,
 	})
@@ -38,8 +38,8 @@ func TestContractOverHTTP(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	storetest.Run(t, storetest.OverHTTP(storetest.Backend{
 		Name:     "memstore",
-		Open:     func(*testing.T) lockserver.LockStore { return memstore.New(clock) },
-		Reopen:   func(_ *testing.T, s lockserver.LockStore) lockserver.LockStore { return s },
+		Open:     func(*testing.T) store.LockStore { return memstore.New(clock) },
+		Reopen:   func(_ *testing.T, s store.LockStore) store.LockStore { return s },
 		ShortTTL: time.Second,
 		Advance:  clock.Advance,
 	}))
@@ -49,8 +49,8 @@ func TestContractBatched(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	storetest.Run(t, storetest.Batched(storetest.Backend{
 		Name:     "memstore",
-		Open:     func(*testing.T) lockserver.LockStore { return memstore.New(clock) },
-		Reopen:   func(_ *testing.T, s lockserver.LockStore) lockserver.LockStore { return s },
+		Open:     func(*testing.T) store.LockStore { return memstore.New(clock) },
+		Reopen:   func(_ *testing.T, s store.LockStore) store.LockStore { return s },
 		ShortTTL: time.Second,
 		Advance:  clock.Advance,
 	}))

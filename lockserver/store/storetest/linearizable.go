@@ -15,12 +15,12 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // The linearizability check: several clients run a seeded random mix of
 // acquire, renew, release (their own and stale ones), handoff (when the
-// store is a lockserver.Handoffer: the holder's release and a new grant to
+// store is a store.Handoffer: the holder's release and a new grant to
 // itself in one call, with its live token or a stale one), revoke and
 // inspect on a few keys at once; every call is recorded with the times it was sent and
 // answered; porcupine then searches for one sequential order, consistent
@@ -246,15 +246,15 @@ func outcomeOf(err error) (string, bool) {
 		return "ok", true
 	case errors.Is(err, errWaitedHeld):
 		return "held-waited", true
-	case errors.Is(err, lockserver.ErrLockHeld):
+	case errors.Is(err, store.ErrLockHeld):
 		return "held", true
-	case errors.Is(err, lockserver.ErrStaleToken):
+	case errors.Is(err, store.ErrStaleToken):
 		return "stale", true
-	case errors.Is(err, lockserver.ErrNotHeld):
+	case errors.Is(err, store.ErrNotHeld):
 		return "not-held", true
-	case errors.Is(err, lockserver.ErrUnavailable):
+	case errors.Is(err, store.ErrUnavailable):
 		return "unknown", true
-	case errors.Is(err, lockserver.ErrBackendRestored):
+	case errors.Is(err, store.ErrBackendRestored):
 		return "restored", true
 	}
 	return "", false
@@ -298,7 +298,7 @@ func testLinearizableAcrossBackendRestart(t *testing.T, b Backend) {
 // recorded with an unknown outcome. fault must report its own failures
 // with t.Error, not t.Fatal. name labels the visualisation written to the
 // temporary directory when the check fails.
-func CheckLinearizable(t *testing.T, name string, s lockserver.LockStore, fault func()) {
+func CheckLinearizable(t *testing.T, name string, s store.LockStore, fault func()) {
 	t.Helper()
 	history := recordHistory(t, s, fault)
 	if t.Failed() {
@@ -345,12 +345,12 @@ func CheckLinearizable(t *testing.T, name string, s lockserver.LockStore, fault 
 // recordHistory runs the workload on s, calls fault (when not nil) once a
 // third of the calls are done, and returns every call made. It reports
 // calls it cannot model (and a fault never injected) on t.
-func recordHistory(t *testing.T, s lockserver.LockStore, fault func()) []porcupine.Operation {
+func recordHistory(t *testing.T, s store.LockStore, fault func()) []porcupine.Operation {
 	t.Helper()
 	start := time.Now()
 	now := func() int64 { return int64(time.Since(start)) }
 
-	hand, _ := s.(lockserver.Handoffer) // a Batcher hides it: no handoffs then
+	hand, _ := s.(store.Handoffer) // a Batcher hides it: no handoffs then
 	var (
 		mu       sync.Mutex
 		history  []porcupine.Operation
@@ -398,7 +398,7 @@ func recordHistory(t *testing.T, s lockserver.LockStore, fault func()) []porcupi
 				var err error
 				switch in.Op {
 				case "acquire":
-					var l lockserver.Lease
+					var l store.Lease
 					l, err = s.Acquire(ctx, key, owner, linTTL)
 					out.Token = l.Token
 					if err == nil {
@@ -413,9 +413,9 @@ func recordHistory(t *testing.T, s lockserver.LockStore, fault func()) []porcupi
 						delete(held, key)
 					}
 				case "handoff":
-					var l lockserver.Lease
-					l, err = hand.Handoff(ctx, lockserver.LeaseRef{Key: key, Owner: owner, Token: in.Token},
-						lockserver.AcquireRequest{Key: key, Owner: owner, TTL: linTTL})
+					var l store.Lease
+					l, err = hand.Handoff(ctx, store.LeaseRef{Key: key, Owner: owner, Token: in.Token},
+						store.AcquireRequest{Key: key, Owner: owner, TTL: linTTL})
 					out.Token = l.Token
 					if err == nil {
 						held[key] = l.Token
@@ -424,11 +424,11 @@ func recordHistory(t *testing.T, s lockserver.LockStore, fault func()) []porcupi
 						delete(held, key)
 					}
 				case "revoke":
-					var l lockserver.Lease
+					var l store.Lease
 					l, err = s.Revoke(ctx, key, 0)
 					out.Owner, out.Token = l.Owner, l.Token
 				case "inspect":
-					var st lockserver.State
+					var st store.State
 					st, err = s.Inspect(ctx, key)
 					if st.Lease != nil {
 						out.Owner, out.Token = st.Lease.Owner, st.Lease.Token

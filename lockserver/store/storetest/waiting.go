@@ -17,6 +17,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // seedFromEnv returns LIN_SEED when set (to run the linearizability
@@ -46,7 +47,7 @@ type waitingStore struct {
 // request ended): the history gets an "abandon" op for each.
 func (w *waitingStore) abandonsUnknownGrants() {}
 
-func (w *waitingStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+func (w *waitingStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	w.mu.Lock()
 	wait := time.Duration(10+w.rng.IntN(190)) * time.Millisecond
 	cut := w.cancel && w.rng.IntN(100) < 4
@@ -62,7 +63,7 @@ func (w *waitingStore) Acquire(ctx context.Context, key, owner string, ttl time.
 	l, err := w.c.TryAcquire(ctx, key, client.WithTTL(ttl), client.WithLeaseOwner(owner), client.WithWait(wait))
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, context.Canceled) {
-			return lockserver.Lease{}, fmt.Errorf("%w: %w", lockserver.ErrUnavailable, err)
+			return store.Lease{}, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 		}
 		if errors.Is(err, client.ErrLockHeld) {
 			// A waiting acquire's LOCK_HELD does not say the key was held
@@ -70,9 +71,9 @@ func (w *waitingStore) Acquire(ctx context.Context, key, owner string, ttl time.
 			// head whose wait ends mid-ask, is refused while the key may
 			// be free (see the probe report). The model accepts it in any
 			// state.
-			return lockserver.Lease{}, fmt.Errorf("%w: %w", errWaitedHeld, err)
+			return store.Lease{}, fmt.Errorf("%w: %w", errWaitedHeld, err)
 		}
-		return lockserver.Lease{}, fromSDK(err)
+		return store.Lease{}, fromSDK(err)
 	}
 	return leaseOf(l.Grant()), nil
 }
@@ -85,7 +86,7 @@ var errWaitedHeld = errors.New("storetest: waited and refused")
 // fails t unless the history is linearizable and some releases handed
 // the key to a parked waiter. With cancel, some waiting acquires are
 // cancelled mid-wait (their outcome is unknown to the model).
-func CheckLinearizableWaiting(t *testing.T, name string, inner lockserver.LockStore, cancel bool) {
+func CheckLinearizableWaiting(t *testing.T, name string, inner store.LockStore, cancel bool) {
 	t.Helper()
 	cfg := lockserver.DefaultServerConfig()
 	reg := prometheus.NewRegistry()

@@ -12,7 +12,7 @@
 // as good as the holder's knowledge that it still holds the lease, which a
 // paused process does not have: the resource must check the token. This
 // package mints tokens; it never checks them on behalf of a resource.
-package lockserver
+package store
 
 import (
 	"context"
