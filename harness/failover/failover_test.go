@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/servertest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
@@ -166,7 +167,7 @@ func TestConfigValidate(t *testing.T) {
 // acknowledged is lost, and every answer fits one correct lock.
 func TestLinearizableAcrossSyncFailover(t *testing.T) {
 	t.Parallel()
-	b := storetest.OverHTTP(storetest.Backend{
+	b := servertest.OverHTTP(storetest.Backend{
 		Name: "postgres-failover",
 		RestartBackend: func(t *testing.T) (store.LockStore, func()) {
 			ctx := t.Context()

@@ -55,7 +55,7 @@ import (
 // handoff is never batched): NewServer takes the capability from the
 // store it is given, beneath both, and traces it with TraceHandoff (span
 // lockstore.Handoff). The HTTP API has no handoff route: the SDK's
-// stores in tests (storetest.OverHTTP) have no Handoff either.
+// stores in tests (servertest.OverHTTP) have no Handoff either.
 type Handoffer interface {
 	// Handoff releases from and grants from.Key to to.Owner for to.TTL,
 	// atomically; see the interface's documentation.

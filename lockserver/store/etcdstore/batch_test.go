@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/servertest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 )
@@ -13,7 +14,7 @@ import (
 // order included) through lock-server's Batcher, so concurrent acquires
 // reach etcd as one transaction of nested per-key transactions.
 func TestContractBatched(t *testing.T) {
-	storetest.Run(t, storetest.Batched(backend(t)))
+	storetest.Run(t, servertest.Batched(backend(t)))
 }
 
 // TestABatchSharesOneRevisionAndEachTokenIsItsKeysModRevisionPlusOffset:

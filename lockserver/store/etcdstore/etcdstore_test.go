@@ -19,6 +19,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/etcd/embedded"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/servertest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 )
@@ -133,7 +134,7 @@ func TestContract(t *testing.T) {
 }
 
 func TestContractOverHTTP(t *testing.T) {
-	storetest.Run(t, storetest.OverHTTP(backend(t)))
+	storetest.Run(t, servertest.OverHTTP(backend(t)))
 }
 
 // TestTokenIsTheKeysModRevisionPlusItsOffset: a grant's token is the
@@ -415,7 +416,7 @@ func TestLinearizableWaiting(t *testing.T) {
 	b := backend(t)
 	s := b.Open(t)
 	t.Cleanup(func() { _ = s.Close() })
-	storetest.CheckLinearizableWaiting(t, "etcd", s, false)
+	servertest.CheckLinearizableWaiting(t, "etcd", s, false)
 }
 
 // TestLinearizableWaitingCancelled: the same with some waiting acquires
@@ -424,5 +425,5 @@ func TestLinearizableWaitingCancelled(t *testing.T) {
 	b := backend(t)
 	s := b.Open(t)
 	t.Cleanup(func() { _ = s.Close() })
-	storetest.CheckLinearizableWaiting(t, "etcd", s, true)
+	servertest.CheckLinearizableWaiting(t, "etcd", s, true)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/servertest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 	"github.com/jackc/pgx/v5"
@@ -55,7 +56,7 @@ func newClusterDB(t *testing.T) (*pgcluster.Cluster, string) {
 
 func TestContract(t *testing.T) { storetest.Run(t, backend()) }
 
-func TestContractOverHTTP(t *testing.T) { storetest.Run(t, storetest.OverHTTP(backend())) }
+func TestContractOverHTTP(t *testing.T) { storetest.Run(t, servertest.OverHTTP(backend())) }
 
 // backend describes this store to the contract suite: a fresh database per
 // store, a cluster of its own for the restart test.
@@ -671,7 +672,7 @@ func TestLinearizableWaiting(t *testing.T) {
 	b := backend()
 	s := b.Open(t)
 	t.Cleanup(func() { _ = s.Close() })
-	storetest.CheckLinearizableWaiting(t, "postgres", s, false)
+	servertest.CheckLinearizableWaiting(t, "postgres", s, false)
 }
 
 // TestLinearizableWaitingCancelled: the same with some waiting acquires
@@ -680,5 +681,5 @@ func TestLinearizableWaitingCancelled(t *testing.T) {
 	b := backend()
 	s := b.Open(t)
 	t.Cleanup(func() { _ = s.Close() })
-	storetest.CheckLinearizableWaiting(t, "postgres", s, true)
+	servertest.CheckLinearizableWaiting(t, "postgres", s, true)
 }

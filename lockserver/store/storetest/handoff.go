@@ -3,7 +3,6 @@ package storetest
 import (
 	"testing"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
@@ -11,7 +10,7 @@ import (
 // or skips.
 func handoffer(t *testing.T, s store.LockStore) store.Handoffer {
 	t.Helper()
-	if b, ok := s.(*lockserver.Batcher); ok {
+	if b, ok := s.(interface{ Unwrap() store.LockStore }); ok {
 		s = b.Unwrap()
 	}
 	h, ok := s.(store.Handoffer)

@@ -42,7 +42,7 @@ func CheckLinearizableAcrossReplicas(t *testing.T, name string, first, second st
 	var s store.LockStore = r
 	if _, ok := first.(store.Handoffer); ok {
 		s = handingReplicas{r}
-	} else if _, ok := first.(interface{ abandonsUnknownGrants() }); ok {
+	} else if _, ok := first.(interface{ AbandonsUnknownGrants() }); ok {
 		s = abandoningReplicas{r}
 	}
 	CheckLinearizable(t, name+"/replicas", s, func() {
@@ -68,7 +68,7 @@ type replicas struct {
 // acquire ended with an unknown outcome (lock-server does).
 type abandoningReplicas struct{ *replicas }
 
-func (abandoningReplicas) abandonsUnknownGrants() {}
+func (abandoningReplicas) AbandonsUnknownGrants() {}
 
 func (r *replicas) pick(owner string) store.LockStore {
 	n, _ := strconv.Atoi(owner[strings.LastIndexByte(owner, '-')+1:])

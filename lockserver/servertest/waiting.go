@@ -1,4 +1,4 @@
-package storetest
+package servertest
 
 import (
 	"context"
@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http/httptest"
-	"os"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -18,16 +16,8 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 )
-
-// seedFromEnv returns LIN_SEED when set (to run the linearizability
-// workloads with other seeds), else def.
-func seedFromEnv(def uint64) uint64 {
-	if v, err := strconv.ParseUint(os.Getenv("LIN_SEED"), 10, 64); err == nil {
-		return v
-	}
-	return def
-}
 
 // waitingStore is httpStore whose Acquire is a waiting acquire (a seeded
 // random wait of 10..200 ms), so that the workload's releases find parked
@@ -42,10 +32,9 @@ type waitingStore struct {
 	cancel bool
 }
 
-// abandonsUnknownGrants marks a store whose acquires of unknown outcome
-// may be granted and then released by lock-server itself (the waiter's
-// request ended): the history gets an "abandon" op for each.
-func (w *waitingStore) abandonsUnknownGrants() {}
+// AbandonsUnknownGrants tells storetest.CheckLinearizable that lock-server
+// itself may grant and then release an acquire whose request ended.
+func (w *waitingStore) AbandonsUnknownGrants() {}
 
 func (w *waitingStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	w.mu.Lock()
@@ -71,15 +60,12 @@ func (w *waitingStore) Acquire(ctx context.Context, key, owner string, ttl time.
 			// head whose wait ends mid-ask, is refused while the key may
 			// be free (see the probe report). The model accepts it in any
 			// state.
-			return store.Lease{}, fmt.Errorf("%w: %w", errWaitedHeld, err)
+			return store.Lease{}, fmt.Errorf("%w: %w", storetest.ErrWaitedHeld, err)
 		}
 		return store.Lease{}, fromSDK(err)
 	}
 	return leaseOf(l.Grant()), nil
 }
-
-// errWaitedHeld marks a waiting acquire answered LOCK_HELD.
-var errWaitedHeld = errors.New("storetest: waited and refused")
 
 // CheckLinearizableWaiting runs the linearizability workload through a
 // lock-server (handoff on) over inner, every acquire a waiting one, and
@@ -102,13 +88,13 @@ func CheckLinearizableWaiting(t *testing.T, name string, inner store.LockStore, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	seed := seedFromEnv(linSeed)
+	seed := storetest.Seed()
 	ws := &waitingStore{httpStore: &httpStore{inner: inner, srv: srv, c: c}, rng: rand.New(rand.NewPCG(seed, 99)), cancel: cancel}
 	var fault func()
 	if cancel {
 		fault = func() {} // allows the unknown outcomes of cancelled acquires
 	}
-	CheckLinearizable(t, name+"/waiting", ws, fault)
+	storetest.CheckLinearizable(t, name+"/waiting", ws, fault)
 	by := handoffsByOutcome(t, reg)
 	granted := by["granted"]
 	t.Logf("seed %d: handoffs by outcome %v", seed, by)

@@ -1,4 +1,4 @@
-package storetest
+package servertest
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 )
 
 // OverHTTP wraps b so that the suite reaches the store through a real
@@ -21,7 +22,7 @@ import (
 // SDK's wire-level calls, and every SDK error is mapped back to the
 // LockStore sentinel of the same meaning. Reopen restarts the lock-server
 // in front of a reopened store.
-func OverHTTP(b Backend) Backend {
+func OverHTTP(b storetest.Backend) storetest.Backend {
 	wrapped := b
 	wrapped.Name = b.Name + "/http+sdk"
 	wrapped.Open = func(t *testing.T) store.LockStore { return serve(t, b.Open(t)) }

@@ -1,4 +1,4 @@
-package storetest
+package servertest
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 )
 
 // AbandonedGrants runs lock-server (lockserver.Server, with and without
@@ -37,7 +38,7 @@ import (
 // The store needs store.BatchStore, BatchRenewer and Handoffer
 // (pgstore and etcdstore have them); it is skipped otherwise. Real time:
 // each schedule takes well under a second on loopback.
-func AbandonedGrants(t *testing.T, b Backend) {
+func AbandonedGrants(t *testing.T, b storetest.Backend) {
 	for _, batching := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
 			for seed := range uint64(5) {
@@ -119,7 +120,7 @@ func post(ctx context.Context, h http.Handler, key, op string, body any) *httpte
 	return rec
 }
 
-func abandonedSchedule(t *testing.T, b Backend, batching bool, seed uint64) {
+func abandonedSchedule(t *testing.T, b storetest.Backend, batching bool, seed uint64) {
 	inner := b.Open(t)
 	t.Cleanup(func() { _ = inner.Close() })
 	_, bs := inner.(store.BatchStore)
