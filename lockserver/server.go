@@ -1,3 +1,10 @@
+// Package lockserver is lock-server: the HTTP handler that serves the API
+// of package lockserver/api over a store.LockStore (NewServer), and the
+// coordination in front of the store: group grant (batcher.go), the wait
+// queue and handoff (waitqueue.go), abandoned grants (abandon.go), the
+// token floor (floor.go) and overload answers (overload.go). It mints tokens
+// through the store and never checks them for a resource: see
+// docs/lock-service.md.
 package lockserver
 
 import (

@@ -1,3 +1,9 @@
+// Package servertest runs lock-server (package lockserver) over a store
+// for the stores' own tests: the storetest suite through the Batcher
+// (Batched) and over HTTP and the SDK (OverHTTP), the linearizability
+// check with waiting acquires and handoffs (CheckLinearizableWaiting), and
+// abandoned grants (AbandonedGrants). It is kept out of lockserver/store
+// so that no store package imports the server.
 package servertest
 
 import (

@@ -1,11 +1,8 @@
-// Package storetest is the contract test suite of store.LockStore,
-// written once and run against every backend (pgstore, etcdstore, memstore)
-// both directly and through lock-server's HTTP API and the Go SDK.
-//
-// A backend's test calls Run with a Backend describing how to open stores and
-// how to restart the backend. The suite asserts only what the LockStore
-// contract promises, so a backend that passes it can be swapped for another
-// without the payout pipeline noticing.
+// Package storetest is the contract test suite of store.LockStore, written
+// once and run against every backend (pgstore, etcdstore, memstore): a
+// backend's test calls Run with a Backend that says how to open and
+// restart its stores. Package lockserver/servertest runs the same suite
+// through lock-server.
 package storetest
 
 import (
