@@ -6,11 +6,12 @@ import (
 )
 
 // Handoff: the optional capability of a store to end one lease and grant
-// its key to the next holder in one backend transaction. Lock-server's wait queue (lockserver/waitqueue.go) uses it when a release
-// arrives for a key whose head waiter is parked: one backend round trip
-// instead of a release followed by the waiter's own acquire. It is an
-// extra interface beside LockStore, never part of it: over a store without
-// it lock-server releases and wakes the head, which asks as usual.
+// its key to the next holder in one backend transaction. Lock-server's
+// wait queue (lockserver/waitqueue.go) uses it when a release arrives for
+// a key whose head waiter is parked: one backend round trip instead of a
+// release followed by the waiter's own acquire. It is an extra interface
+// beside LockStore, never part of it: over a store without it lock-server
+// releases and wakes the head, which asks as usual.
 
 // Handoffer is a LockStore that can release a lease and grant its key to
 // another owner atomically.
