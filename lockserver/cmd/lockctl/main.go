@@ -258,7 +258,7 @@ type advancer interface {
 // newAdvance is the "advance" command.
 func newAdvance(timeout *time.Duration, printJSON func(any) error) *cobra.Command {
 	var past int64
-	var lockStore, lockdbURL, endpoints, prefix string
+	var backend, lockdbURL, endpoints, prefix string
 	envOr := func(key, def string) string {
 		if v := os.Getenv(key); v != "" {
 			return v
@@ -282,7 +282,7 @@ func newAdvance(timeout *time.Duration, printJSON func(any) error) *cobra.Comman
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 			defer cancel()
-			s, err := openAdvancer(ctx, lockStore, lockdbURL, endpoints, prefix)
+			s, err := openAdvancer(ctx, backend, lockdbURL, endpoints, prefix)
 			if err != nil {
 				return err
 			}
@@ -295,7 +295,7 @@ func newAdvance(timeout *time.Duration, printJSON func(any) error) *cobra.Comman
 		},
 	}
 	cmd.Flags().Int64Var(&past, "past", 0, "the largest token ever issued before the restore (required)")
-	cmd.Flags().StringVar(&lockStore, "store", envOr("LOCK_STORE", "postgres"), "backend: postgres or etcd ($LOCK_STORE)")
+	cmd.Flags().StringVar(&backend, "store", envOr("LOCK_STORE", "postgres"), "backend: postgres or etcd ($LOCK_STORE)")
 	cmd.Flags().StringVar(&lockdbURL, "lockdb-url", os.Getenv(api.EnvLockDBURL), "PostgreSQL DSN of lockdb ($LOCKDB_URL)")
 	cmd.Flags().StringVar(&endpoints, "etcd-endpoints", os.Getenv(api.EnvEtcdEndpoints), "comma-separated etcd client URLs ($ETCD_ENDPOINTS)")
 	cmd.Flags().StringVar(&prefix, "etcd-prefix", envOr(api.EnvEtcdPrefix, etcdstore.DefaultPrefix), "etcd key prefix of the lock keys ($ETCD_PREFIX)")
