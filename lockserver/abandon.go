@@ -35,6 +35,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // ErrCloseTimedOut is returned (wrapped) by Server.Close when background
@@ -108,7 +109,7 @@ func (s *Server) Close() error {
 // RequestTimeout. reqCtx is the context of the request it was granted
 // to: its trace goes with the release (its store span, its log line), not
 // its cancellation nor its other values.
-func (s *Server) releaseAbandoned(reqCtx context.Context, l Lease, where string) {
+func (s *Server) releaseAbandoned(reqCtx context.Context, l store.Lease, where string) {
 	ctx := trace.ContextWithSpanContext(context.Background(), trace.SpanContextFromContext(reqCtx))
 	s.bgMu.Lock()
 	if s.closing {
@@ -122,7 +123,7 @@ func (s *Server) releaseAbandoned(reqCtx context.Context, l Lease, where string)
 		defer s.bg.Done()
 		ctx, cancel := context.WithTimeout(overload.MarkFull(ctx), s.cfg.RequestTimeout)
 		defer cancel()
-		if err := s.releaseAndWake(ctx, LeaseRef{Key: l.Key, Owner: l.Owner, Token: l.Token}); err != nil {
+		if err := s.releaseAndWake(ctx, store.LeaseRef{Key: l.Key, Owner: l.Owner, Token: l.Token}); err != nil {
 			s.abandonFailed(ctx, l, where, err)
 			return
 		}
@@ -133,7 +134,7 @@ func (s *Server) releaseAbandoned(reqCtx context.Context, l Lease, where string)
 }
 
 // abandonFailed logs and counts an abandoned grant that was not released.
-func (s *Server) abandonFailed(ctx context.Context, l Lease, where string, err error) {
+func (s *Server) abandonFailed(ctx context.Context, l store.Lease, where string, err error) {
 	s.countAbandoned("failed")
 	s.log.WarnContext(ctx, "releasing a grant whose request had ended failed; it expires after its TTL", "event", api.EventAbandonedReleaseFailed,
 		"key", l.Key, "owner", l.Owner, "token", l.Token, "where", where, "error", err.Error())
@@ -151,7 +152,7 @@ func (s *Server) countAbandoned(outcome string) {
 // lock-server does: handed to the key's parked head waiter in the same
 // backend call when the store can (handOff), otherwise released, and on
 // success the key's waiters woken. It returns the release's answer.
-func (s *Server) releaseAndWake(ctx context.Context, ref LeaseRef) error {
+func (s *Server) releaseAndWake(ctx context.Context, ref store.LeaseRef) error {
 	handed, err := s.handOff(ctx, ref)
 	if handed {
 		return err

@@ -34,6 +34,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
@@ -69,7 +70,7 @@ func (s *schedStore) granted(owner string) {
 	}
 }
 
-func (s *schedStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+func (s *schedStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	s.wait(owner)
 	l, err := s.Store.Acquire(ctx, key, owner, ttl)
 	if err == nil {
@@ -78,7 +79,7 @@ func (s *schedStore) Acquire(ctx context.Context, key, owner string, ttl time.Du
 	return l, err
 }
 
-func (s *schedStore) AcquireMany(ctx context.Context, reqs []lockserver.AcquireRequest) []lockserver.Result {
+func (s *schedStore) AcquireMany(ctx context.Context, reqs []store.AcquireRequest) []store.Result {
 	s.wait(reqs[0].Owner)
 	res := s.Store.AcquireMany(ctx, reqs)
 	for i, r := range res {
@@ -94,7 +95,7 @@ func (s *schedStore) Release(ctx context.Context, key, owner string, token int64
 	return s.Store.Release(ctx, key, owner, token)
 }
 
-func (s *schedStore) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockserver.AcquireRequest) (lockserver.Lease, error) {
+func (s *schedStore) Handoff(ctx context.Context, from store.LeaseRef, to store.AcquireRequest) (store.Lease, error) {
 	s.wait(from.Owner)
 	l, err := s.Store.Handoff(ctx, from, to)
 	if err == nil {

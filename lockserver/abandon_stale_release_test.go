@@ -14,6 +14,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
@@ -49,7 +50,7 @@ func (s *lateStore) hold(key, owner string) {
 	}
 }
 
-func (s *lateStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+func (s *lateStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	if owner != "gone" {
 		return s.Store.Acquire(ctx, key, owner, ttl)
 	}
@@ -62,7 +63,7 @@ func (s *lateStore) Acquire(ctx context.Context, key, owner string, ttl time.Dur
 	return l, err
 }
 
-func (s *lateStore) AcquireMany(ctx context.Context, reqs []lockserver.AcquireRequest) []lockserver.Result {
+func (s *lateStore) AcquireMany(ctx context.Context, reqs []store.AcquireRequest) []store.Result {
 	res := s.Store.AcquireMany(ctx, reqs)
 	for _, r := range reqs {
 		if r.Owner == "gone" {
@@ -77,12 +78,12 @@ func (s *lateStore) Release(ctx context.Context, key, owner string, token int64)
 	return s.Store.Release(ctx, key, owner, token)
 }
 
-func (s *lateStore) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockserver.AcquireRequest) (lockserver.Lease, error) {
+func (s *lateStore) Handoff(ctx context.Context, from store.LeaseRef, to store.AcquireRequest) (store.Lease, error) {
 	s.hold(from.Key, from.Owner)
 	return s.Store.Handoff(ctx, from, to)
 }
 
-func (s *lateStore) Revoke(ctx context.Context, key string, token int64) (lockserver.Lease, error) {
+func (s *lateStore) Revoke(ctx context.Context, key string, token int64) (store.Lease, error) {
 	s.hold(key, "")
 	return s.Store.Revoke(ctx, key, token)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
@@ -22,7 +23,7 @@ type hangUpStore struct {
 	ended   chan bool // whether the context ended
 }
 
-func (s *hangUpStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+func (s *hangUpStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	if owner != "gone" {
 		return s.Store.Acquire(ctx, key, owner, ttl)
 	}

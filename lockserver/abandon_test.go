@@ -21,6 +21,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
@@ -64,7 +65,7 @@ func (s *abandonStore) holdReleasesOf(owner string) (entered, gate chan struct{}
 	return s.relEntered, s.relGate
 }
 
-func (s *abandonStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+func (s *abandonStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	s.mu.Lock()
 	var gate chan struct{}
 	if s.gate != nil && !s.gateUsed {
@@ -83,7 +84,7 @@ func (s *abandonStore) Acquire(ctx context.Context, key, owner string, ttl time.
 	return l, err
 }
 
-func (s *abandonStore) AcquireMany(ctx context.Context, reqs []lockserver.AcquireRequest) []lockserver.Result {
+func (s *abandonStore) AcquireMany(ctx context.Context, reqs []store.AcquireRequest) []store.Result {
 	s.mu.Lock()
 	hold := s.holdMany
 	s.mu.Unlock()
@@ -113,21 +114,21 @@ func (s *abandonStore) Release(ctx context.Context, key, owner string, token int
 	return s.Store.Release(ctx, key, owner, token)
 }
 
-func (s *abandonStore) ReleaseMany(ctx context.Context, refs []lockserver.LeaseRef) []error {
+func (s *abandonStore) ReleaseMany(ctx context.Context, refs []store.LeaseRef) []error {
 	for _, r := range refs {
 		s.held(r.Owner)
 	}
 	return s.Store.ReleaseMany(ctx, refs)
 }
 
-func (s *abandonStore) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockserver.AcquireRequest) (lockserver.Lease, error) {
+func (s *abandonStore) Handoff(ctx context.Context, from store.LeaseRef, to store.AcquireRequest) (store.Lease, error) {
 	s.held(from.Owner)
 	return s.Store.Handoff(ctx, from, to)
 }
 
 // abandonServer is a Server over store with a registry and its logs in
 // logs; mod adjusts its configuration.
-func abandonServer(t *testing.T, store lockserver.LockStore, mod func(*lockserver.ServerConfig)) (*lockserver.Server, *logtest.Buffer) {
+func abandonServer(t *testing.T, store store.LockStore, mod func(*lockserver.ServerConfig)) (*lockserver.Server, *logtest.Buffer) {
 	t.Helper()
 	cfg := lockserver.DefaultServerConfig()
 	cfg.Registry = prometheus.NewRegistry()

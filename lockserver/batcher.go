@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // Defaults and bounds of BatchConfig.
@@ -107,12 +109,12 @@ func (c BatchConfig) Validate() error {
 // not its cancellation, until the latest deadline of its members; a batch
 // of one runs on its request's own context.
 type Batcher struct {
-	store LockStore
+	store store.LockStore
 	cfg   BatchConfig
 
-	acq *lane[AcquireRequest, Result]
-	rel *lane[LeaseRef, error]
-	ren *lane[LeaseRef, Result]
+	acq *lane[store.AcquireRequest, store.Result]
+	rel *lane[store.LeaseRef, error]
+	ren *lane[store.LeaseRef, store.Result]
 
 	// The releases of abandoned grants in flight (Close waits for them),
 	// and how many were released.
@@ -126,7 +128,7 @@ type Batcher struct {
 	// releaseAbandoned, with the context of the call it was granted to
 	// (ended): the owner of the hook releases it. Set by NewServer
 	// before the Batcher serves any call.
-	onAbandon func(ctx context.Context, l Lease)
+	onAbandon func(ctx context.Context, l store.Lease)
 	// onGrant, when not nil, is given the token of every grant a batch
 	// returned, before any member is answered and before the lead passes
 	// to the next batch: the Server's token floor (floor.go), which the
@@ -135,41 +137,41 @@ type Batcher struct {
 	onGrant func(token int64)
 }
 
-var _ LockStore = (*Batcher)(nil)
+var _ store.LockStore = (*Batcher)(nil)
 
 // NewBatcher returns a Batcher over store. If store implements neither
 // BatchStore nor BatchRenewer, every call goes straight to it. It returns
 // an error if cfg is invalid or store is nil.
-func NewBatcher(store LockStore, cfg BatchConfig) (*Batcher, error) {
-	if store == nil {
+func NewBatcher(lockStore store.LockStore, cfg BatchConfig) (*Batcher, error) {
+	if lockStore == nil {
 		return nil, errors.New("lockserver: NewBatcher needs a store")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	b := &Batcher{store: store, cfg: cfg}
-	if bs, ok := store.(BatchStore); ok {
-		b.acq = &lane[AcquireRequest, Result]{
+	b := &Batcher{store: lockStore, cfg: cfg}
+	if bs, ok := lockStore.(store.BatchStore); ok {
+		b.acq = &lane[store.AcquireRequest, store.Result]{
 			cfg: cfg, op: "acquire",
-			key: func(r AcquireRequest) string { return r.Key },
-			one: func(ctx context.Context, r AcquireRequest) Result {
-				l, err := store.Acquire(ctx, r.Key, r.Owner, r.TTL)
-				return Result{Lease: l, Err: err}
+			key: func(r store.AcquireRequest) string { return r.Key },
+			one: func(ctx context.Context, r store.AcquireRequest) store.Result {
+				l, err := lockStore.Acquire(ctx, r.Key, r.Owner, r.TTL)
+				return store.Result{Lease: l, Err: err}
 			},
 			many: bs.AcquireMany,
-			dup: func(r AcquireRequest, first Result) (Result, bool) {
-				if first.Err == nil || errors.Is(first.Err, ErrLockHeld) {
-					return Result{Err: fmt.Errorf("%w: key %q was decided by another acquire in the same batch, which found it free and took it or found it held", ErrLockHeld, r.Key)}, true
+			dup: func(r store.AcquireRequest, first store.Result) (store.Result, bool) {
+				if first.Err == nil || errors.Is(first.Err, store.ErrLockHeld) {
+					return store.Result{Err: fmt.Errorf("%w: key %q was decided by another acquire in the same batch, which found it free and took it or found it held", store.ErrLockHeld, r.Key)}, true
 				}
-				return Result{}, false
+				return store.Result{}, false
 			},
-			fail: func(err error) Result { return Result{Err: err} },
-			settled: func(r Result) {
+			fail: func(err error) store.Result { return store.Result{Err: err} },
+			settled: func(r store.Result) {
 				if r.Err == nil && b.onGrant != nil {
 					b.onGrant(r.Lease.Token)
 				}
 			},
-			abandon: func(ctx context.Context, _ AcquireRequest, r Result) {
+			abandon: func(ctx context.Context, _ store.AcquireRequest, r store.Result) {
 				switch {
 				case r.Err != nil:
 				case b.onAbandon != nil:
@@ -179,31 +181,33 @@ func NewBatcher(store LockStore, cfg BatchConfig) (*Batcher, error) {
 				}
 			},
 		}
-		b.rel = &lane[LeaseRef, error]{
+		b.rel = &lane[store.LeaseRef, error]{
 			cfg: cfg, op: "release",
-			key:  func(r LeaseRef) string { return r.Key },
-			one:  func(ctx context.Context, r LeaseRef) error { return store.Release(ctx, r.Key, r.Owner, r.Token) },
+			key: func(r store.LeaseRef) string { return r.Key },
+			one: func(ctx context.Context, r store.LeaseRef) error {
+				return lockStore.Release(ctx, r.Key, r.Owner, r.Token)
+			},
 			many: bs.ReleaseMany,
 			fail: func(err error) error { return err },
 		}
 	}
-	if br, ok := store.(BatchRenewer); ok {
-		b.ren = &lane[LeaseRef, Result]{
+	if br, ok := lockStore.(store.BatchRenewer); ok {
+		b.ren = &lane[store.LeaseRef, store.Result]{
 			cfg: cfg, op: "renew",
-			key: func(r LeaseRef) string { return r.Key },
-			one: func(ctx context.Context, r LeaseRef) Result {
-				l, err := store.Renew(ctx, r.Key, r.Owner, r.Token)
-				return Result{Lease: l, Err: err}
+			key: func(r store.LeaseRef) string { return r.Key },
+			one: func(ctx context.Context, r store.LeaseRef) store.Result {
+				l, err := lockStore.Renew(ctx, r.Key, r.Owner, r.Token)
+				return store.Result{Lease: l, Err: err}
 			},
 			many: br.RenewMany,
-			fail: func(err error) Result { return Result{Err: err} },
+			fail: func(err error) store.Result { return store.Result{Err: err} },
 		}
 	}
 	return b, nil
 }
 
 // Unwrap returns the store the Batcher wraps.
-func (b *Batcher) Unwrap() LockStore { return b.store }
+func (b *Batcher) Unwrap() store.LockStore { return b.store }
 
 // BatchStats counts the store calls of one operation a Batcher made and
 // the requests they carried; Requests/Calls is the mean batch size.
@@ -222,20 +226,20 @@ func (b *Batcher) Stats() (acquire, release, renew BatchStats) {
 }
 
 // Acquire implements LockStore, batched when the store is a BatchStore.
-func (b *Batcher) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Lease, error) {
+func (b *Batcher) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	if b.acq == nil {
 		return b.store.Acquire(ctx, key, owner, ttl)
 	}
-	r := b.acq.do(ctx, AcquireRequest{Key: key, Owner: owner, TTL: ttl})
+	r := b.acq.do(ctx, store.AcquireRequest{Key: key, Owner: owner, TTL: ttl})
 	return r.Lease, r.Err
 }
 
 // Renew implements LockStore, batched when the store is a BatchRenewer.
-func (b *Batcher) Renew(ctx context.Context, key, owner string, token int64) (Lease, error) {
+func (b *Batcher) Renew(ctx context.Context, key, owner string, token int64) (store.Lease, error) {
 	if b.ren == nil {
 		return b.store.Renew(ctx, key, owner, token)
 	}
-	r := b.ren.do(ctx, LeaseRef{Key: key, Owner: owner, Token: token})
+	r := b.ren.do(ctx, store.LeaseRef{Key: key, Owner: owner, Token: token})
 	return r.Lease, r.Err
 }
 
@@ -244,16 +248,16 @@ func (b *Batcher) Release(ctx context.Context, key, owner string, token int64) e
 	if b.rel == nil {
 		return b.store.Release(ctx, key, owner, token)
 	}
-	return b.rel.do(ctx, LeaseRef{Key: key, Owner: owner, Token: token})
+	return b.rel.do(ctx, store.LeaseRef{Key: key, Owner: owner, Token: token})
 }
 
 // Revoke implements LockStore; never batched.
-func (b *Batcher) Revoke(ctx context.Context, key string, token int64) (Lease, error) {
+func (b *Batcher) Revoke(ctx context.Context, key string, token int64) (store.Lease, error) {
 	return b.store.Revoke(ctx, key, token)
 }
 
 // Inspect implements LockStore; never batched.
-func (b *Batcher) Inspect(ctx context.Context, key string) (State, error) {
+func (b *Batcher) Inspect(ctx context.Context, key string) (store.State, error) {
 	return b.store.Inspect(ctx, key)
 }
 
@@ -279,7 +283,7 @@ func (b *Batcher) Abandoned() uint64 { return b.abandoned.Load() }
 
 // releaseAbandoned releases l, granted to a caller that has gone, on a
 // goroutine of its own, bounded by BatchConfig.Timeout.
-func (b *Batcher) releaseAbandoned(l Lease) {
+func (b *Batcher) releaseAbandoned(l store.Lease) {
 	b.abandonMu.Lock()
 	defer b.abandonMu.Unlock()
 	if b.closing {
@@ -400,7 +404,7 @@ func (l *lane[Q, R]) do(ctx context.Context, q Q) R {
 }
 
 func (l *lane[Q, R]) gaveUp(q Q, err error, when string) error {
-	return fmt.Errorf("%w: lockserver: batched %s of key %q: context ended %s: %w", ErrUnavailable, l.op, l.key(q), when, err)
+	return fmt.Errorf("%w: lockserver: batched %s of key %q: context ended %s: %w", store.ErrUnavailable, l.op, l.key(q), when, err)
 }
 
 // remove takes c out of pending; l.mu is held.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
@@ -49,7 +50,7 @@ func (c *lateCancelCtx) Err() error {
 func TestARepeatWhoseCallerLeftAsItWasRequeuedDoesNotStallTheLane(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newGatedStore()
-		s.fail["k"] = fmt.Errorf("%w: injected", lockserver.ErrUnavailable)
+		s.fail["k"] = fmt.Errorf("%w: injected", store.ErrUnavailable)
 		b := newBatcher(t, s)
 		var wg sync.WaitGroup
 		var first, k1, k2 answer
@@ -66,7 +67,7 @@ func TestARepeatWhoseCallerLeftAsItWasRequeuedDoesNotStallTheLane(t *testing.T) 
 		synctest.Wait()
 		close(s.gate)
 		wg.Wait()
-		if !errors.Is(k2.err, lockserver.ErrUnavailable) {
+		if !errors.Is(k2.err, store.ErrUnavailable) {
 			t.Fatalf("the repeat whose context ended: %+v, %v; want ErrUnavailable", k2.lease, k2.err)
 		}
 
@@ -101,22 +102,22 @@ func (s *faultyBatchStore) fault(owner string) error {
 	defer s.mu.Unlock()
 	s.sent[owner] = true
 	if s.rnd.IntN(4) == 0 {
-		return fmt.Errorf("%w: injected", lockserver.ErrUnavailable)
+		return fmt.Errorf("%w: injected", store.ErrUnavailable)
 	}
 	return nil
 }
 
-func (s *faultyBatchStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+func (s *faultyBatchStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	runtime.Gosched()
 	if err := s.fault(owner); err != nil {
-		return lockserver.Lease{}, err
+		return store.Lease{}, err
 	}
 	return s.Store.Acquire(ctx, key, owner, ttl)
 }
 
-func (s *faultyBatchStore) AcquireMany(ctx context.Context, reqs []lockserver.AcquireRequest) []lockserver.Result {
+func (s *faultyBatchStore) AcquireMany(ctx context.Context, reqs []store.AcquireRequest) []store.Result {
 	runtime.Gosched()
-	out := make([]lockserver.Result, len(reqs))
+	out := make([]store.Result, len(reqs))
 	for i, r := range reqs {
 		if err := s.fault(r.Owner); err != nil {
 			out[i].Err = err
@@ -253,7 +254,7 @@ func TestALeaderWhoseContextEndsInTheWindowIsNeverSent(t *testing.T) {
 		synctest.Wait()
 		cancel()
 		wg.Wait()
-		if !errors.Is(leader.err, lockserver.ErrUnavailable) || !strings.Contains(leader.err.Error(), "nothing was done") {
+		if !errors.Is(leader.err, store.ErrUnavailable) || !strings.Contains(leader.err.Error(), "nothing was done") {
 			t.Errorf("the leader whose context ended in the window: %+v, %v; want ErrUnavailable, nothing done", leader.lease, leader.err)
 		}
 		if st, _ := s.Inspect(t.Context(), "gone"); st.Lease != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
@@ -55,15 +56,15 @@ func (s *gatedStore) injected(key string) error {
 	return err
 }
 
-func (s *gatedStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+func (s *gatedStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	s.enter(key)
 	if err := s.injected(key); err != nil {
-		return lockserver.Lease{}, err
+		return store.Lease{}, err
 	}
 	return s.Store.Acquire(ctx, key, owner, ttl)
 }
 
-func (s *gatedStore) AcquireMany(ctx context.Context, reqs []lockserver.AcquireRequest) []lockserver.Result {
+func (s *gatedStore) AcquireMany(ctx context.Context, reqs []store.AcquireRequest) []store.Result {
 	keys := make([]string, len(reqs))
 	for i, r := range reqs {
 		keys[i] = r.Key
@@ -72,7 +73,7 @@ func (s *gatedStore) AcquireMany(ctx context.Context, reqs []lockserver.AcquireR
 	if s.holdMany != nil {
 		<-s.holdMany
 	}
-	out := make([]lockserver.Result, len(reqs))
+	out := make([]store.Result, len(reqs))
 	for i, r := range reqs {
 		if err := s.injected(r.Key); err != nil {
 			out[i].Err = err
@@ -88,7 +89,7 @@ func (s *gatedStore) Release(ctx context.Context, key, owner string, token int64
 	return s.Store.Release(ctx, key, owner, token)
 }
 
-func (s *gatedStore) ReleaseMany(ctx context.Context, refs []lockserver.LeaseRef) []error {
+func (s *gatedStore) ReleaseMany(ctx context.Context, refs []store.LeaseRef) []error {
 	keys := make([]string, len(refs))
 	for i, r := range refs {
 		keys[i] = r.Key
@@ -103,7 +104,7 @@ func (s *gatedStore) callKeys() [][]string {
 	return slices.Clone(s.calls)
 }
 
-func newBatcher(t *testing.T, s lockserver.LockStore) *lockserver.Batcher {
+func newBatcher(t *testing.T, s store.LockStore) *lockserver.Batcher {
 	t.Helper()
 	b, err := lockserver.NewBatcher(s, lockserver.DefaultBatchConfig())
 	if err != nil {
@@ -113,7 +114,7 @@ func newBatcher(t *testing.T, s lockserver.LockStore) *lockserver.Batcher {
 }
 
 type answer struct {
-	lease lockserver.Lease
+	lease store.Lease
 	err   error
 }
 
@@ -159,7 +160,7 @@ func TestAcquiresQueuedBehindABatchShareOneStoreCall(t *testing.T) {
 			}
 		}
 		for _, i := range []int{3, 5, 6} {
-			if !errors.Is(answers[i].err, lockserver.ErrLockHeld) {
+			if !errors.Is(answers[i].err, store.ErrLockHeld) {
 				t.Errorf("acquire %d of %q: %+v, %v; want ErrLockHeld", i, keys[i], answers[i].lease, answers[i].err)
 			}
 		}
@@ -180,7 +181,7 @@ func TestAcquiresQueuedBehindABatchShareOneStoreCall(t *testing.T) {
 func TestARepeatedKeyWhoseFirstAcquireFailedGoesInTheNextBatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newGatedStore()
-		s.fail["k"] = fmt.Errorf("%w: injected", lockserver.ErrUnavailable)
+		s.fail["k"] = fmt.Errorf("%w: injected", store.ErrUnavailable)
 		b := newBatcher(t, s)
 		answers := make([]answer, 4)
 		keys := []string{"first", "k", "other", "k"}
@@ -198,7 +199,7 @@ func TestARepeatedKeyWhoseFirstAcquireFailedGoesInTheNextBatch(t *testing.T) {
 		if got := s.callKeys(); !slices.EqualFunc(got, want, slices.Equal) {
 			t.Fatalf("store calls %v; want %v", got, want)
 		}
-		if !errors.Is(answers[1].err, lockserver.ErrUnavailable) {
+		if !errors.Is(answers[1].err, store.ErrUnavailable) {
 			t.Errorf("first acquire of k: %v; want the injected ErrUnavailable", answers[1].err)
 		}
 		if a := answers[3]; a.err != nil || a.lease.Owner != "owner-3" {
@@ -224,7 +225,7 @@ func TestRepeatedReleasesOfAKeyAreJudgedOneAfterTheOther(t *testing.T) {
 			t.Fatal(err)
 		}
 		errs := make([]error, 3)
-		calls := []lockserver.LeaseRef{{Key: "other", Owner: "holder", Token: other.Token}, {Key: "k", Owner: "mallory", Token: l.Token}, {Key: "k", Owner: "holder", Token: l.Token}}
+		calls := []store.LeaseRef{{Key: "other", Owner: "holder", Token: other.Token}, {Key: "k", Owner: "mallory", Token: l.Token}, {Key: "k", Owner: "holder", Token: l.Token}}
 		var wg sync.WaitGroup
 		for i, c := range calls {
 			wg.Go(func() { errs[i] = b.Release(t.Context(), c.Key, c.Owner, c.Token) })
@@ -236,7 +237,7 @@ func TestRepeatedReleasesOfAKeyAreJudgedOneAfterTheOther(t *testing.T) {
 		if got := s.callKeys(); !slices.EqualFunc(got, want, slices.Equal) {
 			t.Fatalf("store calls %v; want %v", got, want)
 		}
-		if errs[0] != nil || !errors.Is(errs[1], lockserver.ErrNotHeld) || errs[2] != nil {
+		if errs[0] != nil || !errors.Is(errs[1], store.ErrNotHeld) || errs[2] != nil {
 			t.Fatalf("answers %v; want nil, ErrNotHeld, nil", errs)
 		}
 	})
@@ -261,7 +262,7 @@ func TestACallWhoseContextEndsWhileQueuedIsNeverSent(t *testing.T) {
 		synctest.Wait()
 		cancel()
 		synctest.Wait()
-		if !errors.Is(gone.err, lockserver.ErrUnavailable) || !strings.Contains(gone.err.Error(), "nothing was done") {
+		if !errors.Is(gone.err, store.ErrUnavailable) || !strings.Contains(gone.err.Error(), "nothing was done") {
 			t.Fatalf("acquire with an ended context: %v; want ErrUnavailable, nothing done", gone.err)
 		}
 		close(s.gate)
@@ -325,7 +326,7 @@ func TestAGrantWhoseCallerLeftMidBatchIsReleased(t *testing.T) {
 		wg := &hb.wg
 		cancel()
 		synctest.Wait()
-		if !errors.Is(gone.err, lockserver.ErrUnavailable) || !strings.Contains(gone.err.Error(), "outcome is unknown") {
+		if !errors.Is(gone.err, store.ErrUnavailable) || !strings.Contains(gone.err.Error(), "outcome is unknown") {
 			close(s.holdMany)
 			t.Fatalf("acquire whose context ended mid-batch: %v; want ErrUnavailable, outcome unknown", gone.err)
 		}
@@ -394,19 +395,19 @@ func TestABatcherOverAStoreWithoutTheCapabilityCallsItDirectly(t *testing.T) {
 // plainStore hides memstore's batch methods.
 type plainStore struct{ s *memstore.Store }
 
-func (p *plainStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+func (p *plainStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	return p.s.Acquire(ctx, key, owner, ttl)
 }
-func (p *plainStore) Renew(ctx context.Context, key, owner string, token int64) (lockserver.Lease, error) {
+func (p *plainStore) Renew(ctx context.Context, key, owner string, token int64) (store.Lease, error) {
 	return p.s.Renew(ctx, key, owner, token)
 }
 func (p *plainStore) Release(ctx context.Context, key, owner string, token int64) error {
 	return p.s.Release(ctx, key, owner, token)
 }
-func (p *plainStore) Revoke(ctx context.Context, key string, token int64) (lockserver.Lease, error) {
+func (p *plainStore) Revoke(ctx context.Context, key string, token int64) (store.Lease, error) {
 	return p.s.Revoke(ctx, key, token)
 }
-func (p *plainStore) Inspect(ctx context.Context, key string) (lockserver.State, error) {
+func (p *plainStore) Inspect(ctx context.Context, key string) (store.State, error) {
 	return p.s.Inspect(ctx, key)
 }
 func (p *plainStore) Ping(ctx context.Context) error { return p.s.Ping(ctx) }
@@ -430,7 +431,7 @@ type panickyStore struct {
 	once sync.Once
 }
 
-func (p *panickyStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+func (p *panickyStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	p.once.Do(func() { panic("injected") })
 	return p.Store.Acquire(ctx, key, owner, ttl)
 }

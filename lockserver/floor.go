@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // The token floor: the second line of the restore guard, behind the
@@ -48,7 +49,7 @@ func (s *Server) noteIssued(token int64) {
 // hears of it, and returns the refusal. The revoke is conditional on l's
 // token, so it can end nothing else; if it fails, the lease expires after
 // its TTL and nobody holds it.
-func (s *Server) withdraw(ctx context.Context, l Lease, floor int64) error {
+func (s *Server) withdraw(ctx context.Context, l store.Lease, floor int64) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RequestTimeout)
 	defer cancel()
 	if _, err := s.store.Revoke(rctx, l.Key, l.Token); err != nil {
@@ -56,7 +57,7 @@ func (s *Server) withdraw(ctx context.Context, l Lease, floor int64) error {
 			"event", api.EventGrantWithdrawFailed, "key", l.Key, "token", l.Token, "error", err.Error())
 	}
 	return fmt.Errorf("%w: the backend granted key %q with token %d, not above token %d that this lock-server issued before; the grant was withdrawn",
-		ErrBackendRestored, l.Key, l.Token, floor)
+		store.ErrBackendRestored, l.Key, l.Token, floor)
 }
 
 // registerFloor publishes the floor on reg.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
@@ -29,7 +30,7 @@ type restoredBehindAQueueStore struct {
 	onAcquire            func(key string) // when not nil, told of every acquire as it reaches the store
 }
 
-func (s *restoredBehindAQueueStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+func (s *restoredBehindAQueueStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	if s.onAcquire != nil {
 		s.onAcquire(key)
 	}
@@ -43,15 +44,15 @@ func (s *restoredBehindAQueueStore) Acquire(ctx context.Context, key, owner stri
 	return l, err
 }
 
-func (s *restoredBehindAQueueStore) AcquireMany(ctx context.Context, reqs []lockserver.AcquireRequest) []lockserver.Result {
-	out := make([]lockserver.Result, len(reqs))
+func (s *restoredBehindAQueueStore) AcquireMany(ctx context.Context, reqs []store.AcquireRequest) []store.Result {
+	out := make([]store.Result, len(reqs))
 	for i, r := range reqs {
 		out[i].Lease, out[i].Err = s.Acquire(ctx, r.Key, r.Owner, r.TTL)
 	}
 	return out
 }
 
-func (s *restoredBehindAQueueStore) Revoke(ctx context.Context, key string, token int64) (lockserver.Lease, error) {
+func (s *restoredBehindAQueueStore) Revoke(ctx context.Context, key string, token int64) (store.Lease, error) {
 	s.mu.Lock()
 	s.revoked = append(s.revoked, token)
 	s.mu.Unlock()
@@ -134,8 +135,8 @@ func TestTheFloorOfAQueuedAcquireIsReadWhenItIsSent(t *testing.T) {
 // reaches it; deterministic, whatever the scheduling.
 func TestABatchsGrantsReachTheFloorBeforeTheNextBatchIsSent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := &restoredBehindAQueueStore{Store: memstore.New(nil), gatedKey: "payout:ahead", rewoundKey: "none", gate: make(chan struct{})}
-		b, err := lockserver.NewBatcher(store, lockserver.DefaultServerConfig().Batch)
+		lockStore := &restoredBehindAQueueStore{Store: memstore.New(nil), gatedKey: "payout:ahead", rewoundKey: "none", gate: make(chan struct{})}
+		b, err := lockserver.NewBatcher(lockStore, lockserver.DefaultServerConfig().Batch)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +150,7 @@ func TestABatchsGrantsReachTheFloorBeforeTheNextBatchIsSent(t *testing.T) {
 			noted = append(noted, token)
 			mu.Unlock()
 		})
-		store.onAcquire = func(key string) {
+		lockStore.onAcquire = func(key string) {
 			if key == "payout:queued" {
 				mu.Lock()
 				atSend = append([]int64(nil), noted...)
@@ -157,14 +158,14 @@ func TestABatchsGrantsReachTheFloorBeforeTheNextBatchIsSent(t *testing.T) {
 			}
 		}
 		ctx := t.Context()
-		var ahead, queued lockserver.Lease
+		var ahead, queued store.Lease
 		var aheadErr, queuedErr error
 		var wg sync.WaitGroup
 		wg.Go(func() { ahead, aheadErr = b.Acquire(ctx, "payout:ahead", "worker-a", time.Minute) })
 		synctest.Wait() // in the store, behind the gate
 		wg.Go(func() { queued, queuedErr = b.Acquire(ctx, "payout:queued", "worker-b", time.Minute) })
 		synctest.Wait() // in the Batcher's queue
-		close(store.gate)
+		close(lockStore.gate)
 		wg.Wait()
 		if aheadErr != nil || queuedErr != nil {
 			t.Fatalf("acquires: %v, %v", aheadErr, queuedErr)

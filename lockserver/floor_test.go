@@ -13,6 +13,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
@@ -25,13 +26,13 @@ type rewoundStore struct {
 	revoked  []int64
 }
 
-func (s *rewoundStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+func (s *rewoundStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	l, err := s.Store.Acquire(ctx, key, owner, ttl)
 	l.Token -= s.back
 	return l, err
 }
 
-func (s *rewoundStore) Revoke(ctx context.Context, key string, token int64) (lockserver.Lease, error) {
+func (s *rewoundStore) Revoke(ctx context.Context, key string, token int64) (store.Lease, error) {
 	s.revoked = append(s.revoked, token)
 	return s.Store.Revoke(ctx, key, token+s.back)
 }
@@ -107,7 +108,7 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 }
 
 // Handoff is the memstore's, with the token lowered by handBack.
-func (s *rewoundStore) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockserver.AcquireRequest) (lockserver.Lease, error) {
+func (s *rewoundStore) Handoff(ctx context.Context, from store.LeaseRef, to store.AcquireRequest) (store.Lease, error) {
 	l, err := s.Store.Handoff(ctx, from, to)
 	l.Token -= s.handBack.Load()
 	return l, err

@@ -14,11 +14,12 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
 // handoffStore is a recordingStore over a memstore that can also hand
-// off (lockserver.Handoffer): it records each handoff that took effect
+// off (store.Handoffer): it records each handoff that took effect
 // as a release of from and a grant to to, and can fail or hold the next
 // handoff.
 type handoffStore struct {
@@ -26,20 +27,20 @@ type handoffStore struct {
 	mem *memstore.Store
 
 	hmu      sync.Mutex
-	handoffs []lockserver.Lease
+	handoffs []store.Lease
 	failNext error         // the next Handoff returns this, changing nothing
 	entered  chan struct{} // when not nil, the next Handoff closes it and waits for gate
 	gate     chan struct{}
 }
 
-var _ lockserver.Handoffer = (*handoffStore)(nil)
+var _ store.Handoffer = (*handoffStore)(nil)
 
 func newHandoffStore() *handoffStore {
 	mem := memstore.New(nil)
 	return &handoffStore{recordingStore: &recordingStore{LockStore: mem}, mem: mem}
 }
 
-func (s *handoffStore) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockserver.AcquireRequest) (lockserver.Lease, error) {
+func (s *handoffStore) Handoff(ctx context.Context, from store.LeaseRef, to store.AcquireRequest) (store.Lease, error) {
 	s.hmu.Lock()
 	fail, entered, gate := s.failNext, s.entered, s.gate
 	s.failNext, s.entered, s.gate = nil, nil, nil
@@ -49,7 +50,7 @@ func (s *handoffStore) Handoff(ctx context.Context, from lockserver.LeaseRef, to
 		<-gate
 	}
 	if fail != nil {
-		return lockserver.Lease{}, fail
+		return store.Lease{}, fail
 	}
 	l, err := s.mem.Handoff(ctx, from, to)
 	if err != nil {
@@ -69,7 +70,7 @@ func (s *handoffStore) Handoff(ctx context.Context, from lockserver.LeaseRef, to
 }
 
 // handedOff returns the leases granted by handoffs so far.
-func (s *handoffStore) handedOff() []lockserver.Lease {
+func (s *handoffStore) handedOff() []store.Lease {
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
 	return slices.Clone(s.handoffs)
@@ -310,15 +311,15 @@ func TestARefusedHandoffDoesNotHideARealRelease(t *testing.T) {
 // confirm, and it goes back to asking; the holder's retried release then
 // reaches it.
 func TestHandoffOfUnknownOutcomeGrantsNothing(t *testing.T) {
-	store := newHandoffStore()
+	lockStore := newHandoffStore()
 	cfg := lockserver.DefaultServerConfig()
 	cfg.Batching, cfg.Registry = false, prometheus.NewRegistry()
-	h := serverWith(t, store, cfg)
+	h := serverWith(t, lockStore, cfg)
 	const key = "payout:acct-unknown"
 	_, holder := serve(h, waitAcquire(t.Context(), key, "holder", 0))
 	answer := waitFor(context.Background(), h, key, "waiter")
 	awaitParked(t, h, key)
-	store.failNextWith(fmt.Errorf("%w: injected", lockserver.ErrUnavailable))
+	lockStore.failNextWith(fmt.Errorf("%w: injected", store.ErrUnavailable))
 	if code := releaseAnswer(h, key, "holder", holder.Token); code != http.StatusServiceUnavailable {
 		t.Fatalf("release whose handoff's outcome is unknown: %d, want 503", code)
 	}
@@ -328,7 +329,7 @@ func TestHandoffOfUnknownOutcomeGrantsNothing(t *testing.T) {
 	if a.status != http.StatusOK || a.grant.Token <= holder.Token {
 		t.Fatalf("waiter: %d %+v", a.status, a.grant)
 	}
-	if got := store.handedOff(); len(got) != 1 || got[0].Token != a.grant.Token {
+	if got := lockStore.handedOff(); len(got) != 1 || got[0].Token != a.grant.Token {
 		t.Fatalf("handoffs %+v; want the one of the retried release", got)
 	}
 	for outcome, want := range map[string]float64{"unknown": 1, "granted": 1, "refused": 0} {

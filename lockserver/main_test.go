@@ -7,6 +7,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // The Server starts no goroutine of its own but the releases of abandoned
@@ -16,7 +17,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // serverWith is lockserver.NewServer with logs discarded; a configuration
 // it refuses fails the test.
-func serverWith(t testing.TB, store lockserver.LockStore, cfg lockserver.ServerConfig) *lockserver.Server {
+func serverWith(t testing.TB, store store.LockStore, cfg lockserver.ServerConfig) *lockserver.Server {
 	t.Helper()
 	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // DeadlineMargin is what lock-server keeps of a caller's announced budget
@@ -123,5 +124,5 @@ func (s *Server) boundedCtx(r *http.Request, d time.Duration, full bool) (contex
 
 // observe records the outcome of one backend call made with ctx.
 func (s *Server) observe(ctx context.Context, err error) {
-	s.adm.Observe(overload.Classify(ctx, err, ErrUnavailable), err)
+	s.adm.Observe(overload.Classify(ctx, err, store.ErrUnavailable), err)
 }

@@ -14,13 +14,14 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
 // gateStore is a memstore whose Acquire, while held, waits for the gate
 // (or its context, then answering like a real store that timed out).
 type gateStore struct {
-	lockserver.LockStore
+	store.LockStore
 	held    atomic.Bool
 	gate    chan struct{}
 	entered chan time.Duration // each held Acquire sends the time its ctx had left
@@ -31,16 +32,16 @@ func newGateStore() *gateStore {
 	return &gateStore{LockStore: memstore.New(nil), gate: make(chan struct{}), entered: make(chan time.Duration, 64)}
 }
 
-func (g *gateStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+func (g *gateStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	if err := g.hold(ctx); err != nil {
-		return lockserver.Lease{}, err
+		return store.Lease{}, err
 	}
 	return g.LockStore.Acquire(ctx, key, owner, ttl)
 }
 
 // hold counts a call and, while the gate is held, reports the call's
 // time left to entered and waits for the gate to open or ctx to end
-// (then an error wrapping lockserver.ErrUnavailable).
+// (then an error wrapping store.ErrUnavailable).
 func (g *gateStore) hold(ctx context.Context) error {
 	g.calls.Add(1)
 	if !g.held.Load() {
@@ -55,7 +56,7 @@ func (g *gateStore) hold(ctx context.Context) error {
 	case <-g.gate:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", lockserver.ErrUnavailable, ctx.Err())
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
 	}
 }
 
@@ -230,7 +231,7 @@ func TestAMalformedBudgetIsRefused(t *testing.T) {
 // pingStore is a memstore whose Ping waits for its context and reports
 // the time that context had left.
 type pingStore struct {
-	lockserver.LockStore
+	store.LockStore
 	left chan time.Duration
 }
 
@@ -241,7 +242,7 @@ func (p *pingStore) Ping(ctx context.Context) error {
 	}
 	p.left <- left
 	<-ctx.Done()
-	return fmt.Errorf("%w: %w", lockserver.ErrUnavailable, ctx.Err())
+	return fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
 }
 
 // /readyz has its own short bound: with a backend that does not answer,
@@ -297,13 +298,13 @@ func TestABudgetTooShortForTheBackendIsRefused(t *testing.T) {
 // sliceStore is a memstore that records the least time any Acquire's
 // context had left.
 type sliceStore struct {
-	lockserver.LockStore
+	store.LockStore
 	mu    sync.Mutex
 	least time.Duration
 	asks  int
 }
 
-func (s *sliceStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+func (s *sliceStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		s.mu.Lock()
 		if left := time.Until(dl); s.asks == 0 || left < s.least {
@@ -352,23 +353,23 @@ func TestAWaitingAcquireNeverAsksWithLessThanTheMinimumSlice(t *testing.T) {
 // backend.
 type frozenStore struct{ *gateStore }
 
-func (f frozenStore) Renew(ctx context.Context, key, owner string, token int64) (lockserver.Lease, error) {
+func (f frozenStore) Renew(ctx context.Context, key, owner string, token int64) (store.Lease, error) {
 	if err := f.hold(ctx); err != nil {
-		return lockserver.Lease{}, err
+		return store.Lease{}, err
 	}
 	return f.LockStore.Renew(ctx, key, owner, token)
 }
 
-func (f frozenStore) Revoke(ctx context.Context, key string, token int64) (lockserver.Lease, error) {
+func (f frozenStore) Revoke(ctx context.Context, key string, token int64) (store.Lease, error) {
 	if err := f.hold(ctx); err != nil {
-		return lockserver.Lease{}, err
+		return store.Lease{}, err
 	}
 	return f.LockStore.Revoke(ctx, key, token)
 }
 
-func (f frozenStore) Inspect(ctx context.Context, key string) (lockserver.State, error) {
+func (f frozenStore) Inspect(ctx context.Context, key string) (store.State, error) {
 	if err := f.hold(ctx); err != nil {
-		return lockserver.State{}, err
+		return store.State{}, err
 	}
 	return f.LockStore.Inspect(ctx, key)
 }

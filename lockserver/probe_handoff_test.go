@@ -12,6 +12,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
@@ -43,7 +44,7 @@ func lockRequest(ctx context.Context, key, op string, body any) *http.Request {
 	return r
 }
 
-func liveLease(t *testing.T, s lockserver.LockStore, key string) *lockserver.Lease {
+func liveLease(t *testing.T, s store.LockStore, key string) *store.Lease {
 	t.Helper()
 	st, err := s.Inspect(t.Context(), key)
 	if err != nil {
@@ -195,16 +196,16 @@ func TestProbeWaitEndsWhileHandoffInFlight(t *testing.T) {
 // as a handoff whose answer was lost after it committed.
 type unknownAppliedStore struct {
 	*handoffStore
-	orphan chan lockserver.Lease
+	orphan chan store.Lease
 }
 
-func (s *unknownAppliedStore) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockserver.AcquireRequest) (lockserver.Lease, error) {
+func (s *unknownAppliedStore) Handoff(ctx context.Context, from store.LeaseRef, to store.AcquireRequest) (store.Lease, error) {
 	l, err := s.mem.Handoff(ctx, from, to)
 	if err != nil {
 		return l, err
 	}
 	s.orphan <- l
-	return lockserver.Lease{}, fmt.Errorf("%w: the answer was lost after the commit", lockserver.ErrUnavailable)
+	return store.Lease{}, fmt.Errorf("%w: the answer was lost after the commit", store.ErrUnavailable)
 }
 
 // TestProbeUnknownHandoffThatApplied: the handoff committed but its answer
@@ -212,7 +213,7 @@ func (s *unknownAppliedStore) Handoff(ctx context.Context, from lockserver.Lease
 // token); it asks again and, after the orphan's TTL, is granted a new,
 // larger token.
 func TestProbeUnknownHandoffThatApplied(t *testing.T) {
-	store := &unknownAppliedStore{handoffStore: newHandoffStore(), orphan: make(chan lockserver.Lease, 1)}
+	store := &unknownAppliedStore{handoffStore: newHandoffStore(), orphan: make(chan store.Lease, 1)}
 	cfg := lockserver.DefaultServerConfig()
 	cfg.Batching = false
 	h := serverWith(t, store, cfg)

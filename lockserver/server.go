@@ -1,3 +1,10 @@
+// Package lockserver is lock-server: the HTTP handler that serves the API
+// of package lockserver/api over a store.LockStore (NewServer), and the
+// coordination in front of the store: group grant (batcher.go), the wait
+// queue and handoff (waitqueue.go), abandoned grants (abandon.go), the
+// token floor (floor.go) and overload answers (overload.go). It mints tokens
+// through the store and never checks them for a resource: see
+// docs/lock-service.md.
 package lockserver
 
 import (
@@ -17,6 +24,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // ServerConfig configures the HTTP handler. The zero value is not valid; start
@@ -153,8 +161,8 @@ func (c ServerConfig) Validate() error {
 // for it, once the Server serves no more requests and before the store
 // is closed.
 type Server struct {
-	store   LockStore // the Batcher over the store when batching
-	batcher *Batcher  // nil without batching
+	store   store.LockStore // the Batcher over the store when batching
+	batcher *Batcher        // nil without batching
 	cfg     ServerConfig
 	log     *slog.Logger
 	mux     *http.ServeMux
@@ -170,7 +178,7 @@ type Server struct {
 	// handoffer is the store's Handoffer capability, traced, taken from
 	// the store NewServer was given (beneath the Batcher); nil when the
 	// store has none.
-	handoffer Handoffer
+	handoffer store.Handoffer
 	// handoffs counts the handoffs by outcome (lockserver_handoffs_total);
 	// nil without a Registry.
 	handoffs *prometheus.CounterVec
@@ -189,8 +197,8 @@ type Server struct {
 
 // NewServer returns a Server over store. It returns an error if cfg is
 // invalid or store or logger is nil.
-func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server, error) {
-	if store == nil || logger == nil {
+func NewServer(lockStore store.LockStore, cfg ServerConfig, logger *slog.Logger) (*Server, error) {
+	if lockStore == nil || logger == nil {
 		return nil, errors.New("lockserver: NewServer needs a store and a logger")
 	}
 	if err := cfg.Validate(); err != nil {
@@ -200,18 +208,18 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 	if err != nil {
 		return nil, fmt.Errorf("lockserver: %w", err)
 	}
-	s := &Server{store: store, cfg: cfg, log: logger, mux: http.NewServeMux(), adm: adm, waitq: newWaitQueues(min(cfg.MaxWaiters, cfg.MaxInFlight/2), logger)}
+	s := &Server{store: lockStore, cfg: cfg, log: logger, mux: http.NewServeMux(), adm: adm, waitq: newWaitQueues(min(cfg.MaxWaiters, cfg.MaxInFlight/2), logger)}
 	if cfg.Batching {
 		bc := cfg.Batch
 		bc.Timeout = cfg.RequestTimeout
-		b, err := NewBatcher(store, bc)
+		b, err := NewBatcher(lockStore, bc)
 		if err != nil {
 			return nil, err
 		}
 		// A member's grant whose caller left mid-batch is released by
 		// the Server, which wakes the key's waiters and which Close
 		// waits for (abandon.go).
-		b.onAbandon = func(ctx context.Context, l Lease) { s.releaseAbandoned(ctx, l, abandonedInBatch) }
+		b.onAbandon = func(ctx context.Context, l store.Lease) { s.releaseAbandoned(ctx, l, abandonedInBatch) }
 		// A batch's grants raise the floor before the next batch is sent
 		// (floor.go), not only when each caller returns.
 		b.onGrant = s.noteIssued
@@ -263,9 +271,9 @@ func NewServer(store LockStore, cfg ServerConfig, logger *slog.Logger) (*Server,
 	})
 	// Outermost, so that each request's store call is a span of its own
 	// (TraceStore), whatever sits between it and the backend.
-	s.store = TraceStore(s.store, fmt.Sprintf("%T", store))
-	if h, ok := store.(Handoffer); ok {
-		s.handoffer = TraceHandoff(h, fmt.Sprintf("%T", store))
+	s.store = TraceStore(s.store, fmt.Sprintf("%T", lockStore))
+	if h, ok := lockStore.(store.Handoffer); ok {
+		s.handoffer = TraceHandoff(h, fmt.Sprintf("%T", lockStore))
 	}
 	return s, nil
 }
@@ -387,7 +395,7 @@ func (s *Server) handleLock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.PathValue("key")
-	if err := ValidateKey(key); err != nil {
+	if err := store.ValidateKey(key); err != nil {
 		s.fail(r.Context(), w, "inspect", key, err)
 		return
 	}
@@ -426,7 +434,7 @@ func (s *Server) handleOp(w http.ResponseWriter, r *http.Request) {
 	}
 	// The key is checked before the body so that a bad key is reported as
 	// such whatever the body holds.
-	if err := ValidateKey(key); err != nil {
+	if err := store.ValidateKey(key); err != nil {
 		s.fail(r.Context(), w, op[1:], key, err)
 		return
 	}
@@ -449,14 +457,14 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 		return
 	}
 	if err := api.ValidateTTLMs(req.TTLMs); err != nil {
-		s.fail(r.Context(), w, "acquire", key, fmt.Errorf("%w: %v", ErrInvalidArgument, err))
+		s.fail(r.Context(), w, "acquire", key, fmt.Errorf("%w: %v", store.ErrInvalidArgument, err))
 		return
 	}
 	if err := api.ValidateWaitMs(req.WaitMs); err != nil {
-		s.fail(r.Context(), w, "acquire", key, fmt.Errorf("%w: %v", ErrInvalidArgument, err))
+		s.fail(r.Context(), w, "acquire", key, fmt.Errorf("%w: %v", store.ErrInvalidArgument, err))
 		return
 	}
-	if err := ValidateAcquire(key, req.Owner, time.Duration(req.TTLMs)*time.Millisecond); err != nil {
+	if err := store.ValidateAcquire(key, req.Owner, time.Duration(req.TTLMs)*time.Millisecond); err != nil {
 		s.fail(r.Context(), w, "acquire", key, err, "owner", req.Owner)
 		return
 	}
@@ -471,7 +479,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 		budgetEnd = start.Add(b - DeadlineMargin)
 	}
 	ttl := time.Duration(req.TTLMs) * time.Millisecond
-	var l Lease
+	var l store.Lease
 	var waited time.Duration
 	var err error
 	if req.WaitMs > 0 {
@@ -485,7 +493,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 		waitEnd = lastAsk
 	}
 	if req.WaitMs > 0 && s.waitq.max > 0 && waitEnd.After(start) {
-		if err = ValidateAcquire(key, req.Owner, ttl); err == nil {
+		if err = store.ValidateAcquire(key, req.Owner, ttl); err == nil {
 			l, waited, err = s.acquireWaiting(r.Context(), key, req.Owner, ttl, start, waitEnd, budgetEnd)
 		}
 	} else {
@@ -506,7 +514,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 	// (abandon.go) rather than left to its TTL.
 	if cerr := r.Context().Err(); cerr != nil {
 		s.releaseAbandoned(r.Context(), l, abandonedBeforeAnswer)
-		s.fail(r.Context(), w, "acquire", key, fmt.Errorf("%w: the request ended before its grant (token %d) was answered; the grant is released: %w", ErrUnavailable, l.Token, cerr),
+		s.fail(r.Context(), w, "acquire", key, fmt.Errorf("%w: the request ended before its grant (token %d) was answered; the grant is released: %w", store.ErrUnavailable, l.Token, cerr),
 			"owner", req.Owner, "token", l.Token)
 		return
 	}
@@ -518,7 +526,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 // when it is earlier, budgetEnd (the caller's budget less the margin;
 // zero: none) but never less than minBackendSlice, and applies the token
 // floor (floor.go).
-func (s *Server) grant(ctx context.Context, key, owner string, ttl time.Duration, budgetEnd time.Time) (Lease, error) {
+func (s *Server) grant(ctx context.Context, key, owner string, ttl time.Duration, budgetEnd time.Time) (store.Lease, error) {
 	d := s.callTimeout(ctx)
 	if left := time.Until(budgetEnd); !budgetEnd.IsZero() && left < d {
 		d = min(max(left, minBackendSlice), d)
@@ -538,7 +546,7 @@ func (s *Server) grant(ctx context.Context, key, owner string, ttl time.Duration
 		err = s.withdraw(ctx, l, floor.Load())
 	}
 	if err != nil {
-		return Lease{}, err
+		return store.Lease{}, err
 	}
 	s.noteIssued(l.Token)
 	return l, nil
@@ -549,7 +557,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, key string) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	if err := ValidateLease(key, req.Owner, req.Token); err != nil {
+	if err := store.ValidateLease(key, req.Owner, req.Token); err != nil {
 		s.fail(r.Context(), w, "renew", key, err, "owner", req.Owner, "token", req.Token)
 		return
 	}
@@ -575,7 +583,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, key string) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	if err := ValidateLease(key, req.Owner, req.Token); err != nil {
+	if err := store.ValidateLease(key, req.Owner, req.Token); err != nil {
 		s.fail(r.Context(), w, "release", key, err, "owner", req.Owner, "token", req.Token)
 		return
 	}
@@ -586,7 +594,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, key string) {
 	defer release()
 	ctx, cancel := s.backendCtx(r)
 	defer cancel()
-	err := s.releaseAndWake(ctx, LeaseRef{Key: key, Owner: req.Owner, Token: req.Token})
+	err := s.releaseAndWake(ctx, store.LeaseRef{Key: key, Owner: req.Owner, Token: req.Token})
 	if err != nil {
 		s.fail(r.Context(), w, "release", key, err, "owner", req.Owner, "token", req.Token)
 		return
@@ -604,10 +612,10 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, key string) {
 		// The one rule for stored free text (the reason goes to the log
 		// and the operator's audit trail): no control characters.
 		s.fail(r.Context(), w, "revoke", key, fmt.Errorf("%w: reason must be at most %d bytes of text without control characters (%d bytes given)",
-			ErrInvalidArgument, api.MaxReasonLen, len(req.Reason)))
+			store.ErrInvalidArgument, api.MaxReasonLen, len(req.Reason)))
 		return
 	}
-	if err := ValidateRevokeToken(req.Token); err != nil {
+	if err := store.ValidateRevokeToken(req.Token); err != nil {
 		s.fail(r.Context(), w, "revoke", key, err, "token", req.Token)
 		return
 	}
@@ -681,24 +689,24 @@ var opEvents = map[string]struct{ refused, failed string }{
 // statusOf maps a store error to its HTTP status and stable code.
 func statusOf(err error) (int, api.Code) {
 	switch {
-	case errors.Is(err, ErrInvalidArgument):
+	case errors.Is(err, store.ErrInvalidArgument):
 		return http.StatusBadRequest, api.CodeInvalidRequest
-	case errors.Is(err, ErrLockHeld):
+	case errors.Is(err, store.ErrLockHeld):
 		return http.StatusConflict, api.CodeLockHeld
-	case errors.Is(err, ErrStaleToken):
+	case errors.Is(err, store.ErrStaleToken):
 		return http.StatusConflict, api.CodeStaleToken
-	case errors.Is(err, ErrNotHeld):
+	case errors.Is(err, store.ErrNotHeld):
 		return http.StatusConflict, api.CodeLeaseNotHeld
-	case errors.Is(err, ErrBackendRestored):
+	case errors.Is(err, store.ErrBackendRestored):
 		return http.StatusServiceUnavailable, api.CodeBackendRestored
-	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return http.StatusServiceUnavailable, api.CodeBackendUnavailable
 	default:
 		return http.StatusInternalServerError, api.CodeInternal
 	}
 }
 
-func grantOf(l Lease) api.Grant {
+func grantOf(l store.Lease) api.Grant {
 	return api.Grant{
 		Key: l.Key, Owner: l.Owner, Token: l.Token, LeaseID: l.LeaseID,
 		TTLMs: l.TTL.Milliseconds(), ExpiresAt: l.ExpiresAt.UTC(),
@@ -707,7 +715,7 @@ func grantOf(l Lease) api.Grant {
 
 // holderGrant is grantOf(l) with the grant's proof when the Server has a
 // ProofKey: the answer to the holder itself (acquire, renew).
-func (s *Server) holderGrant(l Lease) api.Grant {
+func (s *Server) holderGrant(l store.Lease) api.Grant {
 	g := grantOf(l)
 	if !s.cfg.ProofKey.IsZero() {
 		g.Proof = s.cfg.ProofKey.SignGrant(l.Key, l.Token, time.Now())
@@ -750,7 +758,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) { jsonhandler.WriteJSON
 // logLease writes the events that let one token be traced from the grant
 // to the fence points: lock_granted and lease_renewed carry key, owner and
 // token.
-func (s *Server) logLease(ctx context.Context, msg, event string, l Lease) {
+func (s *Server) logLease(ctx context.Context, msg, event string, l store.Lease) {
 	s.log.InfoContext(ctx, msg, "event", event, "key", l.Key, "owner", l.Owner, "token", l.Token,
 		"leaseId", l.LeaseID, "ttlMs", l.TTL.Milliseconds(), "expiresAt", l.ExpiresAt.UTC())
 }

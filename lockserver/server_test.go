@@ -13,11 +13,12 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
 // newServer is a lock-server with the default configuration over store.
-func newServer(t *testing.T, store lockserver.LockStore) http.Handler {
+func newServer(t *testing.T, store store.LockStore) http.Handler {
 	t.Helper()
 	return serverWith(t, store, lockserver.DefaultServerConfig())
 }
@@ -174,11 +175,11 @@ func TestHappyPathShapes(t *testing.T) {
 }
 
 // downStore is a LockStore whose backend never answers.
-type downStore struct{ lockserver.LockStore }
+type downStore struct{ store.LockStore }
 
-func (downStore) Ping(context.Context) error { return lockserver.ErrUnavailable }
-func (downStore) Acquire(context.Context, string, string, time.Duration) (lockserver.Lease, error) {
-	return lockserver.Lease{}, fmt.Errorf("%w: connection refused", lockserver.ErrUnavailable)
+func (downStore) Ping(context.Context) error { return store.ErrUnavailable }
+func (downStore) Acquire(context.Context, string, string, time.Duration) (store.Lease, error) {
+	return store.Lease{}, fmt.Errorf("%w: connection refused", store.ErrUnavailable)
 }
 
 func TestBackendDownIs503Retryable(t *testing.T) {

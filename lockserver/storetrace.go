@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // tracerName scopes the spans of TraceStore.
@@ -26,17 +27,17 @@ const tracerName = "github.com/distributed-lock-lab/distributed-lock-lab/lockser
 // Inspect reports) and the outcome (tracing.AttrLockOutcome: ok, or the
 // sentinel that refused); a backend failure also sets the span's status
 // to error. Ping is not traced (readiness probes). Close closes s.
-func TraceStore(s LockStore, backend string) LockStore {
+func TraceStore(s store.LockStore, backend string) store.LockStore {
 	return &tracedStore{s: s, backend: backend, tr: tracing.Tracer(tracerName)}
 }
 
 type tracedStore struct {
-	s       LockStore
+	s       store.LockStore
 	backend string
 	tr      trace.Tracer
 }
 
-var _ LockStore = (*tracedStore)(nil)
+var _ store.LockStore = (*tracedStore)(nil)
 
 func (t *tracedStore) start(ctx context.Context, op, key string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
 	return t.tr.Start(ctx, "lockstore."+op, trace.WithSpanKind(trace.SpanKindClient),
@@ -58,23 +59,23 @@ func lockOutcome(err error) string {
 	switch {
 	case err == nil:
 		return "ok"
-	case errors.Is(err, ErrLockHeld):
+	case errors.Is(err, store.ErrLockHeld):
 		return "held"
-	case errors.Is(err, ErrStaleToken):
+	case errors.Is(err, store.ErrStaleToken):
 		return "stale_token"
-	case errors.Is(err, ErrNotHeld):
+	case errors.Is(err, store.ErrNotHeld):
 		return "not_held"
-	case errors.Is(err, ErrInvalidArgument):
+	case errors.Is(err, store.ErrInvalidArgument):
 		return "invalid"
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, store.ErrUnavailable):
 		return "unavailable"
-	case errors.Is(err, ErrBackendRestored):
+	case errors.Is(err, store.ErrBackendRestored):
 		return "restored"
 	}
 	return "error"
 }
 
-func (t *tracedStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (Lease, error) {
+func (t *tracedStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	ctx, span := t.start(ctx, "Acquire", key, attribute.String(tracing.AttrLockOwner, owner), attribute.Int64(tracing.AttrLeaseTTLMs, ttl.Milliseconds()))
 	l, err := t.s.Acquire(ctx, key, owner, ttl)
 	if err == nil {
@@ -84,7 +85,7 @@ func (t *tracedStore) Acquire(ctx context.Context, key, owner string, ttl time.D
 	return l, err
 }
 
-func (t *tracedStore) Renew(ctx context.Context, key, owner string, token int64) (Lease, error) {
+func (t *tracedStore) Renew(ctx context.Context, key, owner string, token int64) (store.Lease, error) {
 	ctx, span := t.start(ctx, "Renew", key, attribute.String(tracing.AttrLockOwner, owner), attribute.Int64(tracing.AttrToken, token))
 	l, err := t.s.Renew(ctx, key, owner, token)
 	end(span, err)
@@ -98,7 +99,7 @@ func (t *tracedStore) Release(ctx context.Context, key, owner string, token int6
 	return err
 }
 
-func (t *tracedStore) Revoke(ctx context.Context, key string, token int64) (Lease, error) {
+func (t *tracedStore) Revoke(ctx context.Context, key string, token int64) (store.Lease, error) {
 	ctx, span := t.start(ctx, "Revoke", key, attribute.Int64(tracing.AttrToken, token))
 	l, err := t.s.Revoke(ctx, key, token)
 	if err == nil && token == 0 {
@@ -108,7 +109,7 @@ func (t *tracedStore) Revoke(ctx context.Context, key string, token int64) (Leas
 	return l, err
 }
 
-func (t *tracedStore) Inspect(ctx context.Context, key string) (State, error) {
+func (t *tracedStore) Inspect(ctx context.Context, key string) (store.State, error) {
 	ctx, span := t.start(ctx, "Inspect", key)
 	st, err := t.s.Inspect(ctx, key)
 	if err == nil {
@@ -128,16 +129,16 @@ func (t *tracedStore) Close() error { return t.s.Close() }
 // replaced by the granted one on success) and the outcome. NewServer
 // applies it to its store's Handoffer (the Batcher and TraceStore's
 // wrapper hide the capability; see Handoffer).
-func TraceHandoff(h Handoffer, backend string) Handoffer {
+func TraceHandoff(h store.Handoffer, backend string) store.Handoffer {
 	return &tracedHandoffer{h: h, t: &tracedStore{backend: backend, tr: tracing.Tracer(tracerName)}}
 }
 
 type tracedHandoffer struct {
-	h Handoffer
+	h store.Handoffer
 	t *tracedStore
 }
 
-func (t *tracedHandoffer) Handoff(ctx context.Context, from LeaseRef, to AcquireRequest) (Lease, error) {
+func (t *tracedHandoffer) Handoff(ctx context.Context, from store.LeaseRef, to store.AcquireRequest) (store.Lease, error) {
 	ctx, span := t.t.start(ctx, "Handoff", from.Key, attribute.String(tracing.AttrLockOwner, to.Owner),
 		attribute.Int64(tracing.AttrLeaseTTLMs, to.TTL.Milliseconds()), attribute.Int64(tracing.AttrToken, from.Token))
 	l, err := t.h.Handoff(ctx, from, to)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
@@ -31,7 +32,7 @@ func TestTraceStoreSpansCarryTheKeyAndTheToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Acquire(ctx, "payout:acct-1", "B", time.Minute); !errors.Is(err, lockserver.ErrLockHeld) {
+	if _, err := s.Acquire(ctx, "payout:acct-1", "B", time.Minute); !errors.Is(err, store.ErrLockHeld) {
 		t.Fatalf("second acquire: %v; want ErrLockHeld", err)
 	}
 	if _, err := s.Renew(ctx, "payout:acct-1", "A", l.Token); err != nil {
@@ -81,13 +82,13 @@ func TestTraceHandoffSpansCarryTheNewToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	from := lockserver.LeaseRef{Key: "payout:acct-1", Owner: "A", Token: l.Token}
-	to := lockserver.AcquireRequest{Key: "payout:acct-1", Owner: "B", TTL: time.Minute}
+	from := store.LeaseRef{Key: "payout:acct-1", Owner: "A", Token: l.Token}
+	to := store.AcquireRequest{Key: "payout:acct-1", Owner: "B", TTL: time.Minute}
 	n, err := h.Handoff(ctx, from, to)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Handoff(ctx, from, to); !errors.Is(err, lockserver.ErrStaleToken) {
+	if _, err := h.Handoff(ctx, from, to); !errors.Is(err, store.ErrStaleToken) {
 		t.Fatalf("second handoff: %v; want ErrStaleToken", err)
 	}
 	got := exp.GetSpans()

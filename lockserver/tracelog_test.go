@@ -15,6 +15,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
@@ -38,7 +39,7 @@ func TestEveryRequestLineCarriesTheTraceID(t *testing.T) {
 	ctx := tracedContext(t)
 	for _, tc := range []struct {
 		name   string
-		store  lockserver.LockStore
+		store  store.LockStore
 		path   string
 		body   string
 		status int
@@ -89,7 +90,7 @@ func tracedID(ctx context.Context) string {
 
 // heldStore is a memstore whose key k is held by someone else for a
 // minute, so that an acquire with a wait queues and ends LOCK_HELD.
-func heldStore(t *testing.T) lockserver.LockStore {
+func heldStore(t *testing.T) store.LockStore {
 	t.Helper()
 	s := memstore.New(nil)
 	if _, err := s.Acquire(t.Context(), "k", "w1", time.Minute); err != nil {

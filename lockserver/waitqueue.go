@@ -59,6 +59,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // Log events of the wait queue.
@@ -119,7 +120,7 @@ type keyQueue struct {
 	// held (under waitQueues.mu) is the lease the last head left with,
 	// when it left granted: the next head knows the key is held until
 	// held.ExpiresAt without asking. Used only when releases hand off.
-	held Lease
+	held store.Lease
 }
 
 // waiter is one waiting acquire.
@@ -127,7 +128,7 @@ type waiter struct {
 	// head is closed when the waiter becomes the head of its queue.
 	head chan struct{}
 	// to is the grant the waiter asks for: what a handoff grants it.
-	to AcquireRequest
+	to store.AcquireRequest
 	// parked (under waitQueues.mu): the waiter is the head and sleeps
 	// between two asks; only a parked head can be claimed for a handoff.
 	parked bool
@@ -144,7 +145,7 @@ type waiter struct {
 // nil: the backend confirmed the grant) or why the waiter has none and
 // must ask again; asked is when the handoff was sent.
 type handoffResult struct {
-	lease Lease
+	lease store.Lease
 	err   error
 	asked time.Time
 }
@@ -167,7 +168,7 @@ func (q *waitQueues) join(ctx context.Context, key, owner string, ttl time.Durat
 		kq = &keyQueue{wake: make(chan struct{}, 1)}
 		q.keys[key] = kq
 	}
-	w := &waiter{head: make(chan struct{}), to: AcquireRequest{Key: key, Owner: owner, TTL: ttl}, handed: make(chan handoffResult, 1)}
+	w := &waiter{head: make(chan struct{}), to: store.AcquireRequest{Key: key, Owner: owner, TTL: ttl}, handed: make(chan handoffResult, 1)}
 	kq.waiters = append(kq.waiters, w)
 	if len(kq.waiters) == 1 {
 		close(w.head)
@@ -180,7 +181,7 @@ func (q *waitQueues) join(ctx context.Context, key, owner string, ttl time.Durat
 // leave takes w out of key's queue; if w was the head, the next waiter
 // becomes the head, and granted (the lease w leaves with; zero when it
 // has none) is kept as the key's held hint for it.
-func (q *waitQueues) leave(key string, w *waiter, granted Lease) {
+func (q *waitQueues) leave(key string, w *waiter, granted store.Lease) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	kq := q.keys[key]
@@ -239,11 +240,11 @@ func (q *waitQueues) claim(key string) *waiter {
 
 // heldHint returns the lease the previous head of kq left with (zero:
 // none, or it left without a grant) and forgets it.
-func (q *waitQueues) heldHint(kq *keyQueue) Lease {
+func (q *waitQueues) heldHint(kq *keyQueue) store.Lease {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	l := kq.held
-	kq.held = Lease{}
+	kq.held = store.Lease{}
 	return l
 }
 
@@ -291,7 +292,7 @@ func (q *waitQueues) waiting() int {
 // the head asks the backend until it is granted, its request ends, or
 // waitEnd passes (ErrLockHeld). waited is the time from start to the
 // backend call that granted the key.
-func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl time.Duration, start, waitEnd, budgetEnd time.Time) (l Lease, waited time.Duration, err error) {
+func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl time.Duration, start, waitEnd, budgetEnd time.Time) (l store.Lease, waited time.Duration, err error) {
 	w, kq, err := s.waitq.join(reqCtx, key, owner, ttl)
 	if errors.Is(err, errQueueFull) {
 		// No place to wait: one ask, as a plain acquire.
@@ -304,14 +305,14 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 	select {
 	case <-w.head:
 	case <-waitCtx.Done():
-		return Lease{}, 0, s.waitOver(reqCtx, key, start, "before its turn came")
+		return store.Lease{}, 0, s.waitOver(reqCtx, key, start, "before its turn came")
 	}
 	// With handoff, a head that follows a granted head parks at once
 	// until that grant's ExpiresAt (at most WaitPoll): the key is held by
 	// the waiter just answered, so asking would only be refused, and a
 	// head in the middle of an ask when the release comes cannot be
 	// handed the key.
-	var held Lease
+	var held store.Lease
 	if s.handoffOn() {
 		held = s.waitq.heldHint(kq)
 	}
@@ -326,7 +327,7 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 	for {
 		// The request may have ended while it became the head or slept.
 		if waitCtx.Err() != nil {
-			return Lease{}, 0, s.waitOver(reqCtx, key, start, "at the head of the queue")
+			return store.Lease{}, 0, s.waitOver(reqCtx, key, start, "at the head of the queue")
 		}
 		pause := s.cfg.WaitPoll
 		if until := time.Until(resume); until > 0 {
@@ -339,12 +340,12 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 			if err == nil {
 				if reqCtx.Err() != nil {
 					s.abandon(reqCtx, l)
-					return Lease{}, 0, fmt.Errorf("%w: the request ended while its grant was in flight; the grant was released", ErrUnavailable)
+					return store.Lease{}, 0, fmt.Errorf("%w: the request ended while its grant was in flight; the grant was released", store.ErrUnavailable)
 				}
 				return l, asked.Sub(start), nil
 			}
-			if !errors.Is(err, ErrLockHeld) {
-				return Lease{}, 0, err
+			if !errors.Is(err, store.ErrLockHeld) {
+				return store.Lease{}, 0, err
 			}
 			ictx, icancel := context.WithTimeout(context.WithoutCancel(reqCtx), s.callTimeout(reqCtx))
 			st, ierr := s.store.Inspect(ictx, key)
@@ -362,7 +363,7 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 				early = 0
 			}
 		}
-		held, resume = Lease{}, time.Time{}
+		held, resume = store.Lease{}, time.Time{}
 		sleepEnd := time.Now().Add(pause)
 		r, got, woken := s.sleep(w, kq, waitCtx, timer, pause)
 		if !got {
@@ -382,7 +383,7 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 			// flight, and found the head claimed): then, as after an
 			// unknown outcome, a grant the floor withdrew or a restore, it
 			// asks again.
-			if (errors.Is(r.err, ErrStaleToken) || errors.Is(r.err, ErrNotHeld)) && !woken {
+			if (errors.Is(r.err, store.ErrStaleToken) || errors.Is(r.err, store.ErrNotHeld)) && !woken {
 				resume = sleepEnd
 			}
 			s.log.DebugContext(reqCtx, "handoff to a waiter failed", "event", EventHandoffFailed, "key", key, "owner", owner, "error", r.err.Error(), "resumeSleep", !resume.IsZero())
@@ -390,7 +391,7 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 		}
 		if reqCtx.Err() != nil {
 			s.abandon(reqCtx, r.lease)
-			return Lease{}, 0, fmt.Errorf("%w: the request ended while a handoff to it was in flight; the grant was released", ErrUnavailable)
+			return store.Lease{}, 0, fmt.Errorf("%w: the request ended while a handoff to it was in flight; the grant was released", store.ErrUnavailable)
 		}
 		return r.lease, r.asked.Sub(start), nil
 	}
@@ -441,7 +442,7 @@ func (s *Server) handoffOn() bool { return s.handoffer != nil && s.cfg.Handoff }
 // when the store learned of the restore only after the transaction, from
 // has ended already and that Release answers ErrNotHeld or
 // ErrStaleToken, which is the truth.)
-func (s *Server) handOff(ctx context.Context, from LeaseRef) (handled bool, err error) {
+func (s *Server) handOff(ctx context.Context, from store.LeaseRef) (handled bool, err error) {
 	if !s.handoffOn() {
 		return false, nil
 	}
@@ -463,7 +464,7 @@ func (s *Server) handOff(ctx context.Context, from LeaseRef) (handled bool, err 
 		s.noteIssued(l.Token)
 		w.deliver(handoffResult{lease: l, asked: asked})
 		return true, nil
-	case errors.Is(err, ErrBackendRestored):
+	case errors.Is(err, store.ErrBackendRestored):
 		s.countHandoff("restored")
 		w.deliver(handoffResult{err: err})
 		err = s.store.Release(ctx, from.Key, from.Owner, from.Token)
@@ -493,14 +494,14 @@ func (s *Server) countHandoff(outcome string) {
 // waitOver is the refusal of a waiter whose wait ended without a grant.
 func (s *Server) waitOver(reqCtx context.Context, key string, start time.Time, where string) error {
 	if err := reqCtx.Err(); err != nil {
-		return fmt.Errorf("%w: the request ended while waiting for %q: %v", ErrUnavailable, key, err)
+		return fmt.Errorf("%w: the request ended while waiting for %q: %v", store.ErrUnavailable, key, err)
 	}
-	return fmt.Errorf("%w: still held after waiting %d ms %s", ErrLockHeld, time.Since(start).Milliseconds(), where)
+	return fmt.Errorf("%w: still held after waiting %d ms %s", store.ErrLockHeld, time.Since(start).Milliseconds(), where)
 }
 
 // abandon releases l, granted to a waiter whose request has ended, and
 // wakes the next waiter. If the release fails, l expires after its TTL.
-func (s *Server) abandon(reqCtx context.Context, l Lease) {
+func (s *Server) abandon(reqCtx context.Context, l store.Lease) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), s.cfg.RequestTimeout)
 	defer cancel()
 	if err := s.store.Release(ctx, l.Key, l.Owner, l.Token); err != nil {

@@ -16,17 +16,18 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
 // recordingStore records every grant and release that took effect, in
 // order, and can hold the Acquire of one owner at a gate.
 type recordingStore struct {
-	lockserver.LockStore
+	store.LockStore
 
 	mu       sync.Mutex
 	history  *history // when not nil, grants are recorded in it too
-	granted  []lockserver.Lease
+	granted  []store.Lease
 	released []int64 // tokens
 	refused  map[string]int
 
@@ -44,7 +45,7 @@ func (s *recordingStore) arm(owner string) (entered, gate chan struct{}) {
 	return s.entered, s.gate
 }
 
-func (s *recordingStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+func (s *recordingStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	s.mu.Lock()
 	var gate chan struct{}
 	if owner == s.gateOwner && s.gate != nil {
@@ -288,7 +289,7 @@ func TestNoWaiterStarvesAmong64(t *testing.T) {
 			const tries = 5
 			for try := 1; ; try++ {
 				hist := &history{}
-				var store lockserver.LockStore
+				var store store.LockStore
 				hs := newHandoffStore()
 				rs := hs.recordingStore
 				rs.history = hist

@@ -35,6 +35,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
 )
@@ -118,15 +119,15 @@ func TestPayoutPipelineEndToEnd(t *testing.T) {
 // lockStores starts an embedded etcd for t and returns, per backend name,
 // a function opening a fresh lock store: a new lockdb database, or a new
 // key prefix on that etcd.
-func lockStores(ctx context.Context, t *testing.T) map[string]func(*testing.T, *slog.Logger) lockserver.LockStore {
+func lockStores(ctx context.Context, t *testing.T) map[string]func(*testing.T, *slog.Logger) store.LockStore {
 	t.Helper()
 	cluster, err := embedded.Start(ctx, embedded.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	pgtest.Cleanup(t, cluster.Close)
-	return map[string]func(*testing.T, *slog.Logger) lockserver.LockStore{
-		"postgres": func(t *testing.T, log *slog.Logger) lockserver.LockStore {
+	return map[string]func(*testing.T, *slog.Logger) store.LockStore{
+		"postgres": func(t *testing.T, log *slog.Logger) store.LockStore {
 			scfg := pgstore.DefaultConfig()
 			scfg.DSN = pgtest.NewDatabase(t)
 			s, err := pgstore.Open(ctx, scfg, log)
@@ -135,7 +136,7 @@ func lockStores(ctx context.Context, t *testing.T) map[string]func(*testing.T, *
 			}
 			return s
 		},
-		"etcd": func(t *testing.T, log *slog.Logger) lockserver.LockStore {
+		"etcd": func(t *testing.T, log *slog.Logger) store.LockStore {
 			prefix := "/" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()) + "/"
 			scfg := etcdstore.DefaultConfig()
 			scfg.Endpoints, scfg.Prefix = cluster.Endpoints(), prefix
@@ -151,7 +152,7 @@ func lockStores(ctx context.Context, t *testing.T) map[string]func(*testing.T, *
 // stack is one pipeline: lock-server over a store, rail-stub, rail-proxy,
 // payment-resource and Pub/Sub, each on a loopback test server.
 type stack struct {
-	store   lockserver.LockStore
+	store   store.LockStore
 	stub    *railstub.Stub
 	lockURL string
 	proxy   string
@@ -164,7 +165,7 @@ type stack struct {
 // fences selects the two kill switches.
 type fences struct{ payment, rail bool }
 
-func newStack(ctx context.Context, t *testing.T, log *slog.Logger, openStore func(*testing.T, *slog.Logger) lockserver.LockStore, f fences) *stack {
+func newStack(ctx context.Context, t *testing.T, log *slog.Logger, openStore func(*testing.T, *slog.Logger) store.LockStore, f fences) *stack {
 	t.Helper()
 	st := &stack{store: openStore(t, log)}
 	t.Cleanup(func() { st.store.Close() })
@@ -259,7 +260,7 @@ func (st *stack) executor(t *testing.T, log *slog.Logger, owner string, ttl time
 	return x
 }
 
-func runPipeline(ctx context.Context, t *testing.T, openStore func(*testing.T, *slog.Logger) lockserver.LockStore) {
+func runPipeline(ctx context.Context, t *testing.T, openStore func(*testing.T, *slog.Logger) store.LockStore) {
 	log := logger(t)
 	rng := rand.New(rand.NewPCG(seed, seed))
 	st := newStack(ctx, t, log, openStore, fences{payment: true, rail: true})

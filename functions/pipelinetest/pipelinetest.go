@@ -34,6 +34,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
@@ -146,7 +147,7 @@ type replicaStore struct {
 
 func (s *replicaStore) Ping(ctx context.Context) error {
 	if s.closed.Load() {
-		return lockserver.ErrUnavailable
+		return store.ErrUnavailable
 	}
 	return s.Store.Ping(ctx)
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // inDoubt reports whether a rail attempt of the run's account is
@@ -146,7 +146,7 @@ func (r *run) enabled(ctx context.Context, s *sched, live bool) ([]Choice, error
 // actor's step (or its fault in place of the step), after which it waits
 // until that actor is held again or done. state is the lock as it was
 // when c was chosen.
-func (r *run) take(ctx, runCtx context.Context, s *sched, c Choice, state lockserver.State) error {
+func (r *run) take(ctx, runCtx context.Context, s *sched, c Choice, state store.State) error {
 	at := len(s.res.Schedule) - 1
 	if c.Holder == "" {
 		var tok int64

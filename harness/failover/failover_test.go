@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/servertest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 )
@@ -166,9 +167,9 @@ func TestConfigValidate(t *testing.T) {
 // acknowledged is lost, and every answer fits one correct lock.
 func TestLinearizableAcrossSyncFailover(t *testing.T) {
 	t.Parallel()
-	b := storetest.OverHTTP(storetest.Backend{
+	b := servertest.OverHTTP(storetest.Backend{
 		Name: "postgres-failover",
-		RestartBackend: func(t *testing.T) (lockserver.LockStore, func()) {
+		RestartBackend: func(t *testing.T) (store.LockStore, func()) {
 			ctx := t.Context()
 			primary, err := pgcluster.Start(ctx, pgcluster.Config{})
 			if err != nil {

@@ -50,6 +50,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
@@ -119,7 +120,7 @@ func pairs(b *testing.B, clients int, setup func(c int) (pair func(key string) e
 // PostgreSQL; its binary turns it off on etcd) or off. With batching, stop
 // reports the mean number of requests per acquire and per release store
 // call (acquires/call, releases/call).
-func sdkPair(b *testing.B, store lockserver.LockStore, batching bool) (func(c int) (func(string) error, func()), func()) {
+func sdkPair(b *testing.B, store store.LockStore, batching bool) (func(c int) (func(string) error, func()), func()) {
 	cfg := lockserver.DefaultServerConfig()
 	cfg.Batching = batching
 	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))
@@ -282,7 +283,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 
 // storePair returns a pair function calling a lockserver.Batcher over
 // store directly, without HTTP: what group grant does for the store alone.
-func storePair(b *testing.B, store lockserver.LockStore) func(c int) (func(string) error, func()) {
+func storePair(b *testing.B, store store.LockStore) func(c int) (func(string) error, func()) {
 	bs, err := lockserver.NewBatcher(store, lockserver.DefaultBatchConfig())
 	if err != nil {
 		b.Fatal(err)

@@ -48,6 +48,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
@@ -198,7 +199,7 @@ func (m etcdDiskMeter) report() {
 // (group grant off, as lock-server runs on etcd by default, so that the
 // backends compare alike): with a wait (the wait queue, with or without
 // handoff) or without (barging).
-func sdkLocker(b *testing.B, store lockserver.LockStore, key string, wait, handoff bool) (func(c int) (locker, func()), func()) {
+func sdkLocker(b *testing.B, store store.LockStore, key string, wait, handoff bool) (func(c int) (locker, func()), func()) {
 	cfg := lockserver.DefaultServerConfig()
 	cfg.Batching, cfg.Handoff = false, handoff
 	h, err := lockserver.NewServer(store, cfg, slog.New(slog.DiscardHandler))

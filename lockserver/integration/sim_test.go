@@ -17,6 +17,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
@@ -90,12 +91,12 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // grantLog records, in the server's clock, when each token was granted.
 type grantLog struct {
-	lockserver.LockStore
+	store.LockStore
 	mu     sync.Mutex
 	grants map[int64]time.Time
 }
 
-func (g *grantLog) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+func (g *grantLog) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	l, err := g.LockStore.Acquire(ctx, key, owner, ttl)
 	if err == nil {
 		g.mu.Lock()

@@ -31,6 +31,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
 )
@@ -175,7 +176,7 @@ func flushTraces(stop func(context.Context) error, log *slog.Logger) {
 	}
 }
 
-func openStore(ctx context.Context, cfg config, log *slog.Logger) (lockserver.LockStore, error) {
+func openStore(ctx context.Context, cfg config, log *slog.Logger) (store.LockStore, error) {
 	switch cfg.Store {
 	case "postgres":
 		s, err := pgstore.Open(ctx, cfg.LockDB, log)
@@ -197,7 +198,7 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (lockserver.Lo
 // process collectors, the server's request metrics (added by NewServer)
 // and, on etcd, the lease counts of etcdstore. No label carries a lock
 // key, owner or token.
-func newRegistry(store lockserver.LockStore) (*prometheus.Registry, error) {
+func newRegistry(store store.LockStore) (*prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
 	cs := []prometheus.Collector{
 		collectors.NewGoCollector(),

@@ -20,6 +20,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
 )
@@ -38,12 +39,12 @@ func TestAdvanceLetsGrantsResumeAboveN(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
 	pcfg := pgstore.DefaultConfig()
 	pcfg.DSN = dsn
-	store, err := pgstore.Open(ctx, pcfg, nil)
+	lockStore, err := pgstore.Open(ctx, pcfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
-	h, err := lockserver.NewServer(store, lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
+	defer lockStore.Close()
+	h, err := lockserver.NewServer(lockStore, lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func TestAdvanceLetsGrantsResumeAboveN(t *testing.T) {
 	if err != nil {
 		t.Fatalf("advance: %v", err)
 	}
-	var adv lockserver.Advanced
+	var adv store.Advanced
 	if err := json.Unmarshal([]byte(out), &adv); err != nil || adv.Past != n || adv.NextAbove < n || adv.Identity == adv.Previous {
 		t.Fatalf("advance printed %s (%v)", out, err)
 	}
@@ -119,12 +120,12 @@ func TestAdvanceOnEtcdRaisesTheTokensPastN(t *testing.T) {
 	const prefix = "/lockctl-test/locks/"
 	ecfg := etcdstore.DefaultConfig()
 	ecfg.Endpoints, ecfg.Prefix = c.Endpoints(), prefix
-	store, err := etcdstore.Open(ctx, ecfg, nil)
+	lockStore, err := etcdstore.Open(ctx, ecfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
-	l, err := store.Acquire(ctx, "payout:acct-1", "worker-a", 2*time.Second) // stamps the cluster
+	defer lockStore.Close()
+	l, err := lockStore.Acquire(ctx, "payout:acct-1", "worker-a", 2*time.Second) // stamps the cluster
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,23 +138,23 @@ func TestAdvanceOnEtcdRaisesTheTokensPastN(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A lock-server started now reads the stamp.
-	store, err = etcdstore.Open(ctx, ecfg, nil)
+	lockStore, err = etcdstore.Open(ctx, ecfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
-	if _, err := store.Acquire(ctx, "payout:acct-2", "worker-a", 2*time.Second); !errors.Is(err, lockserver.ErrBackendRestored) {
+	defer lockStore.Close()
+	if _, err := lockStore.Acquire(ctx, "payout:acct-2", "worker-a", 2*time.Second); !errors.Is(err, store.ErrBackendRestored) {
 		t.Fatalf("acquire under a stamp of another cluster: %v; want ErrBackendRestored", err)
 	}
 
 	eps := strings.Join(c.Endpoints(), ",")
 	n := l.Token + 3_600_000_000 // an hour of microseconds above the last token
 	out, err := runCmd(t, "http://127.0.0.1:1", "advance", "--store", "etcd", "--etcd-endpoints", eps, "--etcd-prefix", prefix, "--past", strconv.FormatInt(n, 10))
-	var adv lockserver.Advanced
+	var adv store.Advanced
 	if err != nil || json.Unmarshal([]byte(out), &adv) != nil || adv.NextAbove <= n {
 		t.Fatalf("advance --past %d: %s %v; want nextAbove above it", n, out, err)
 	}
-	l2, err := store.Acquire(ctx, "payout:acct-2", "worker-a", 2*time.Second)
+	l2, err := lockStore.Acquire(ctx, "payout:acct-2", "worker-a", 2*time.Second)
 	if err != nil || l2.Token <= adv.NextAbove {
 		t.Fatalf("acquire after advance: %+v %v; want a token above %d", l2, err, adv.NextAbove)
 	}

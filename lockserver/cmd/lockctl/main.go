@@ -30,9 +30,9 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
 )
@@ -264,14 +264,14 @@ func newProofKey(out io.Writer) *cobra.Command {
 // advancer is what "advance" needs of a store: pgstore.Store and
 // etcdstore.Store.
 type advancer interface {
-	Advance(ctx context.Context, past int64) (lockserver.Advanced, error)
+	Advance(ctx context.Context, past int64) (store.Advanced, error)
 	Close() error
 }
 
 // newAdvance is the "advance" command.
 func newAdvance(timeout *time.Duration, printJSON func(any) error) *cobra.Command {
 	var past int64
-	var store, lockdbURL, endpoints, prefix string
+	var backend, lockdbURL, endpoints, prefix string
 	envOr := func(key, def string) string {
 		if v := os.Getenv(key); v != "" {
 			return v
@@ -290,12 +290,12 @@ func newAdvance(timeout *time.Duration, printJSON func(any) error) *cobra.Comman
 			"It opens the store directly (not through lock-server), with lock-server's settings.",
 		Args: cobra.NoArgs,
 		RunE: func(_ *cobra.Command, _ []string) error {
-			if past <= 0 || past > lockserver.MaxAdvancePast {
-				return fmt.Errorf("--past %d: want the largest token ever issued, 1..%d", past, int64(lockserver.MaxAdvancePast))
+			if past <= 0 || past > store.MaxAdvancePast {
+				return fmt.Errorf("--past %d: want the largest token ever issued, 1..%d", past, int64(store.MaxAdvancePast))
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 			defer cancel()
-			s, err := openAdvancer(ctx, store, lockdbURL, endpoints, prefix)
+			s, err := openAdvancer(ctx, backend, lockdbURL, endpoints, prefix)
 			if err != nil {
 				return err
 			}
@@ -308,7 +308,7 @@ func newAdvance(timeout *time.Duration, printJSON func(any) error) *cobra.Comman
 		},
 	}
 	cmd.Flags().Int64Var(&past, "past", 0, "the largest token ever issued before the restore (required)")
-	cmd.Flags().StringVar(&store, "store", envOr("LOCK_STORE", "postgres"), "backend: postgres or etcd ($LOCK_STORE)")
+	cmd.Flags().StringVar(&backend, "store", envOr("LOCK_STORE", "postgres"), "backend: postgres or etcd ($LOCK_STORE)")
 	cmd.Flags().StringVar(&lockdbURL, "lockdb-url", os.Getenv(api.EnvLockDBURL), "PostgreSQL DSN of lockdb ($LOCKDB_URL)")
 	cmd.Flags().StringVar(&endpoints, "etcd-endpoints", os.Getenv(api.EnvEtcdEndpoints), "comma-separated etcd client URLs ($ETCD_ENDPOINTS)")
 	cmd.Flags().StringVar(&prefix, "etcd-prefix", envOr(api.EnvEtcdPrefix, etcdstore.DefaultPrefix), "etcd key prefix of the lock keys ($ETCD_PREFIX)")

@@ -3,8 +3,8 @@ package etcdstore
 import (
 	"testing"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/servertest"
 )
 
-// TestAbandonedGrantsThroughLockServer: storetest.AbandonedGrants on etcd.
-func TestAbandonedGrantsThroughLockServer(t *testing.T) { storetest.AbandonedGrants(t, backend(t)) }
+// TestAbandonedGrantsThroughLockServer: servertest.AbandonedGrants on etcd.
+func TestAbandonedGrantsThroughLockServer(t *testing.T) { servertest.AbandonedGrants(t, backend(t)) }

@@ -11,10 +11,10 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
-// Group grant (lockserver.BatchStore, BatchRenewer). A batch of acquires is
+// Group grant (store.BatchStore, BatchRenewer). A batch of acquires is
 // one etcd transaction, guarded by the token offset's version, whose
 // operations are nested transactions, one per key, each creating its key
 // on a lease of its own if absent: every member granted shares the
@@ -29,14 +29,14 @@ import (
 const defaultMaxTxnMembers = 64
 
 var (
-	_ lockserver.BatchStore   = (*Store)(nil)
-	_ lockserver.BatchRenewer = (*Store)(nil)
+	_ store.BatchStore   = (*Store)(nil)
+	_ store.BatchRenewer = (*Store)(nil)
 )
 
 // batchMember is one valid member of an AcquireMany transaction.
 type batchMember struct {
 	i      int // index in the request
-	req    lockserver.AcquireRequest
+	req    store.AcquireRequest
 	secs   int64
 	id     clientv3.LeaseID
 	ttl    time.Duration // the lease's TTL as granted
@@ -52,22 +52,22 @@ type keptAlive struct {
 	err  error
 }
 
-// AcquireMany implements lockserver.BatchStore (see above). Answers are
+// AcquireMany implements store.BatchStore (see above). Answers are
 // those of Acquire: ErrLockHeld for a held key, ErrBackendRestored for
 // every member when the restore guard refuses, ErrUnavailable (wrapped)
 // for every member of a transaction whose outcome is unknown, whose leases
 // are then revoked so that no grant outlives the unknown.
-func (s *Store) AcquireMany(ctx context.Context, reqs []lockserver.AcquireRequest) []lockserver.Result {
-	out := make([]lockserver.Result, len(reqs))
+func (s *Store) AcquireMany(ctx context.Context, reqs []store.AcquireRequest) []store.Result {
+	out := make([]store.Result, len(reqs))
 	keys := make([]string, len(reqs))
 	for i, r := range reqs {
 		keys[i] = r.Key
 	}
-	dups := lockserver.ValidateBatchKeys(keys)
+	dups := store.ValidateBatchKeys(keys)
 	var valid []int
 	for i, r := range reqs {
 		if out[i].Err = dups[i]; out[i].Err == nil {
-			out[i].Err = lockserver.ValidateAcquire(r.Key, r.Owner, r.TTL)
+			out[i].Err = store.ValidateAcquire(r.Key, r.Owner, r.TTL)
 		}
 		if out[i].Err == nil {
 			valid = append(valid, i)
@@ -101,7 +101,7 @@ func (s *Store) AcquireMany(ctx context.Context, reqs []lockserver.AcquireReques
 
 // acquireTxn grants the members idx of reqs in one transaction and writes
 // their answers into out.
-func (s *Store) acquireTxn(ctx context.Context, reqs []lockserver.AcquireRequest, idx []int, out []lockserver.Result) {
+func (s *Store) acquireTxn(ctx context.Context, reqs []store.AcquireRequest, idx []int, out []store.Result) {
 	var (
 		ms    []*batchMember
 		wg    sync.WaitGroup
@@ -183,7 +183,7 @@ func (s *Store) acquireTxn(ctx context.Context, reqs []lockserver.AcquireRequest
 		// lease ends whatever grant the transaction made.
 		for _, m := range ms {
 			s.revokeBestEffort(ctx, m.req.Key, m.id)
-			if errors.Is(err, lockserver.ErrBackendRestored) {
+			if errors.Is(err, store.ErrBackendRestored) {
 				out[m.i].Err = fmt.Errorf("etcdstore: acquire %q: %w", m.req.Key, err)
 			} else {
 				out[m.i].Err = s.fail("acquire", m.req.Key, fmt.Sprintf("create keys (a transaction of %d)", len(ms)), err)
@@ -212,7 +212,7 @@ func (s *Store) acquireTxn(ctx context.Context, reqs []lockserver.AcquireRequest
 					ttl = time.Duration(m.ka.resp.TTL) * time.Second
 					s.fromPool.Add(1)
 				}
-				out[m.i].Lease = lockserver.Lease{
+				out[m.i].Lease = store.Lease{
 					Key: m.req.Key, Owner: m.req.Owner, Token: token,
 					LeaseID: leaseID(int64(m.id)), TTL: ttl, ExpiresAt: m.sentAt.Round(0).Add(ttl),
 				}
@@ -257,7 +257,7 @@ func (s *Store) createMany(ctx context.Context, ms []*batchMember) (*clientv3.Tx
 			return nil, 0, err
 		}
 	}
-	return nil, 0, fmt.Errorf("%w: etcdstore: group grant: the token offset changed under %d attempts in a row", lockserver.ErrUnavailable, offsetTries)
+	return nil, 0, fmt.Errorf("%w: etcdstore: group grant: the token offset changed under %d attempts in a row", store.ErrUnavailable, offsetTries)
 }
 
 // giveBack returns the lease of a member that carries no grant to the
@@ -272,7 +272,7 @@ func (s *Store) giveBack(ctx context.Context, m *batchMember, dead bool) {
 // transactions of at most maxTxnMembers keys: one linearizable read per
 // transaction. It returns each member's key-value (nil when absent) and
 // record, or the error of its transaction.
-func (s *Store) readMany(ctx context.Context, op string, refs []lockserver.LeaseRef, idx []int) (map[int]readKey, error) {
+func (s *Store) readMany(ctx context.Context, op string, refs []store.LeaseRef, idx []int) (map[int]readKey, error) {
 	got := make(map[int]readKey, len(idx))
 	for len(idx) > 0 {
 		n := min(len(idx), s.maxTxnMembers)
@@ -301,16 +301,16 @@ type readKey struct {
 
 // validRefs validates refs as Release and Renew do, and rejects repeated
 // keys; it returns the indices of the valid members.
-func validRefs(refs []lockserver.LeaseRef, errs []error) []int {
+func validRefs(refs []store.LeaseRef, errs []error) []int {
 	keys := make([]string, len(refs))
 	for i, r := range refs {
 		keys[i] = r.Key
 	}
-	dups := lockserver.ValidateBatchKeys(keys)
+	dups := store.ValidateBatchKeys(keys)
 	var valid []int
 	for i, r := range refs {
 		if errs[i] = dups[i]; errs[i] == nil {
-			errs[i] = lockserver.ValidateLease(r.Key, r.Owner, r.Token)
+			errs[i] = store.ValidateLease(r.Key, r.Owner, r.Token)
 		}
 		if errs[i] == nil {
 			valid = append(valid, i)
@@ -319,11 +319,11 @@ func validRefs(refs []lockserver.LeaseRef, errs []error) []int {
 	return valid
 }
 
-// ReleaseMany implements lockserver.BatchStore: one read of every key,
+// ReleaseMany implements store.BatchStore: one read of every key,
 // then each live grant ended (its key deleted conditionally, its lease
 // revoked in the background), all at once (see Release for what each
 // member is answered).
-func (s *Store) ReleaseMany(ctx context.Context, refs []lockserver.LeaseRef) []error {
+func (s *Store) ReleaseMany(ctx context.Context, refs []store.LeaseRef) []error {
 	out := make([]error, len(refs))
 	valid := validRefs(refs, out)
 	if len(valid) == 0 {
@@ -353,12 +353,12 @@ func (s *Store) ReleaseMany(ctx context.Context, refs []lockserver.LeaseRef) []e
 	return out
 }
 
-// RenewMany implements lockserver.BatchRenewer: one read of every key,
+// RenewMany implements store.BatchRenewer: one read of every key,
 // then one keep-alive per live grant's lease, all at once (see Renew for
 // what each member is answered).
-func (s *Store) RenewMany(ctx context.Context, refs []lockserver.LeaseRef) []lockserver.Result {
+func (s *Store) RenewMany(ctx context.Context, refs []store.LeaseRef) []store.Result {
 	errs := make([]error, len(refs))
-	out := make([]lockserver.Result, len(refs))
+	out := make([]store.Result, len(refs))
 	valid := validRefs(refs, errs)
 	for i, err := range errs {
 		out[i].Err = err

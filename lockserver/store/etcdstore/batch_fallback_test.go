@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // TestABatchOnEndedIdleLeasesGrantsOnLiveOnes: the pool's idle leases are
@@ -23,7 +23,7 @@ func TestABatchOnEndedIdleLeasesGrantsOnLiveOnes(t *testing.T) {
 	for _, id := range idle {
 		revokeByID(t, id)
 	}
-	reqs := []lockserver.AcquireRequest{
+	reqs := []store.AcquireRequest{
 		{Key: "a", Owner: "worker-a", TTL: 5 * time.Second},
 		{Key: "held", Owner: "worker-b", TTL: 5 * time.Second},
 		{Key: "b", Owner: "worker-b", TTL: 5 * time.Second},
@@ -32,7 +32,7 @@ func TestABatchOnEndedIdleLeasesGrantsOnLiveOnes(t *testing.T) {
 	res := s.AcquireMany(ctxT(t), reqs)
 	for i, r := range res {
 		if reqs[i].Key == "held" {
-			if !errors.Is(r.Err, lockserver.ErrLockHeld) {
+			if !errors.Is(r.Err, store.ErrLockHeld) {
 				t.Errorf("member held: %+v, %v; want ErrLockHeld", r.Lease, r.Err)
 			}
 			continue

@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/servertest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 )
 
@@ -13,7 +14,7 @@ import (
 // order included) through lock-server's Batcher, so concurrent acquires
 // reach etcd as one transaction of nested per-key transactions.
 func TestContractBatched(t *testing.T) {
-	storetest.Run(t, storetest.Batched(backend(t)))
+	storetest.Run(t, servertest.Batched(backend(t)))
 }
 
 // TestABatchSharesOneRevisionAndEachTokenIsItsKeysModRevisionPlusOffset:
@@ -23,7 +24,7 @@ func TestContractBatched(t *testing.T) {
 func TestABatchSharesOneRevisionAndEachTokenIsItsKeysModRevisionPlusOffset(t *testing.T) {
 	s := openT(t, shared, newPrefix(t))
 	defer s.Close()
-	res := s.AcquireMany(ctxT(t), []lockserver.AcquireRequest{
+	res := s.AcquireMany(ctxT(t), []store.AcquireRequest{
 		{Key: "a", Owner: "w1", TTL: 10 * time.Second},
 		{Key: "b", Owner: "w2", TTL: 10 * time.Second},
 	})
@@ -58,9 +59,9 @@ func TestBatchFailureAnswersEveryMember(t *testing.T) {
 	s := openT(t, shared, newPrefix(t))
 	defer s.Close()
 	s.maxTxnMembers = 1000
-	var reqs []lockserver.AcquireRequest
+	var reqs []store.AcquireRequest
 	for i := range 130 {
-		reqs = append(reqs, lockserver.AcquireRequest{Key: fmt.Sprintf("k-%03d", i), Owner: "w", TTL: 10 * time.Second})
+		reqs = append(reqs, store.AcquireRequest{Key: fmt.Sprintf("k-%03d", i), Owner: "w", TTL: 10 * time.Second})
 	}
 	res := s.AcquireMany(ctxT(t), reqs)
 	for i, r := range res {

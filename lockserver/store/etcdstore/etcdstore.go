@@ -1,4 +1,4 @@
-// Package etcdstore is the etcd implementation of lockserver.LockStore,
+// Package etcdstore is the etcd implementation of store.LockStore,
 // over go.etcd.io/etcd/client/v3.
 //
 // Open a Store with Open (cfg from DefaultConfig with Endpoints set) or
@@ -7,7 +7,7 @@
 // etcd lease that carries that one grant in its whole life. The fencing
 // token is the granting transaction's revision plus a token offset kept
 // near lock-server's clock; etcd's leader decides expiry. An unreachable
-// cluster or a timeout wraps lockserver.ErrUnavailable: the operation may
+// cluster or a timeout wraps store.ErrUnavailable: the operation may
 // or may not have taken effect. The design: docs/lock-service.md.
 package etcdstore
 
@@ -32,7 +32,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // Defaults of Config, as DefaultConfig returns them.
@@ -211,7 +211,7 @@ type Store struct {
 	closeErr  error
 }
 
-var _ lockserver.LockStore = (*Store)(nil)
+var _ store.LockStore = (*Store)(nil)
 
 // Open connects to the cluster at cfg.Endpoints and returns a Store that
 // owns the client (Close closes it). It returns once the cluster answered a
@@ -338,7 +338,7 @@ func (s *Store) askAhead(secs int64) {
 	}
 }
 
-// Acquire implements lockserver.LockStore. It attaches the key, if absent,
+// Acquire implements store.LockStore. It attaches the key, if absent,
 // to a lease of ceil(ttl) seconds that has never carried a key (an idle one
 // from the pool, reset by a keep-alive sent with the transaction, or one
 // granted inline), in one transaction; the token is that transaction's
@@ -346,19 +346,19 @@ func (s *Store) askAhead(secs int64) {
 // Lease.TTL is the TTL granted. A grant is reported only when the lease was
 // alive and reset to its full TTL. If the key is held, the unused lease goes
 // back to the pool and ErrLockHeld is returned.
-func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
-	if err := lockserver.ValidateAcquire(key, owner, ttl); err != nil {
-		return lockserver.Lease{}, err
+func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
+	if err := store.ValidateAcquire(key, owner, ttl); err != nil {
+		return store.Lease{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
 	defer cancel()
 
 	if err := ctx.Err(); err != nil {
 		// Before anything is sent, so that no idle lease is spent on it.
-		return lockserver.Lease{}, s.fail("acquire", key, "start", err)
+		return store.Lease{}, s.fail("acquire", key, "start", err)
 	}
 	if err := s.guardBefore(ctx); err != nil { // the restore guard: guard.go
-		return lockserver.Lease{}, err
+		return store.Lease{}, err
 	}
 	secs := int64((ttl + time.Second - 1) / time.Second)
 	idle, ok := s.pool.take(secs, s.clock.Now())
@@ -371,7 +371,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	sentAt := s.clock.Now() // monotonic, for the pool
 	g, err := s.cli.Grant(ctx, secs)
 	if err != nil {
-		return lockserver.Lease{}, s.fail("acquire", key, "grant lease", err)
+		return store.Lease{}, s.fail("acquire", key, "grant lease", err)
 	}
 	s.granted.Add(1)
 	granted := time.Duration(g.TTL) * time.Second
@@ -382,15 +382,15 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		// grant either way, so the caller's "unknown" is at worst a grant
 		// that nobody holds for less than a TTL.
 		s.revokeBestEffort(ctx, key, g.ID)
-		return lockserver.Lease{}, s.fail("acquire", key, "create key", err)
+		return store.Lease{}, s.fail("acquire", key, "create key", err)
 	}
 	if !resp.Succeeded {
 		if !s.pool.putUnused(g.ID, granted, sentAt, s.clock.Now()) {
 			s.revokeBestEffort(ctx, key, g.ID)
 		}
-		return lockserver.Lease{}, heldBy(key, resp)
+		return store.Lease{}, heldBy(key, resp)
 	}
-	return lockserver.Lease{
+	return store.Lease{
 		Key: key, Owner: owner, Token: token,
 		LeaseID: leaseID(int64(g.ID)), TTL: granted, ExpiresAt: sentAt.Round(0).Add(granted),
 	}, nil
@@ -400,7 +400,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 // and the creating transaction are sent at once. done is false when the
 // lease had ended, and nothing was granted: Acquire goes on with a new
 // lease.
-func (s *Store) acquireOnIdle(ctx context.Context, key, owner string, idle pooledLease) (l lockserver.Lease, done bool, err error) {
+func (s *Store) acquireOnIdle(ctx context.Context, key, owner string, idle pooledLease) (l store.Lease, done bool, err error) {
 	sentAt := s.clock.Now()
 	kac := s.keepAliveBeside(ctx, idle.id)
 	resp, token, err := s.create(ctx, key, owner, idle.id, idle.ttl)
@@ -410,24 +410,24 @@ func (s *Store) acquireOnIdle(ctx context.Context, key, owner string, idle poole
 		if ka.err == nil {
 			s.pool.putUnused(idle.id, idle.ttl, sentAt, s.clock.Now())
 		}
-		return lockserver.Lease{}, true, heldBy(key, resp)
+		return store.Lease{}, true, heldBy(key, resp)
 	case errors.Is(ka.err, rpctypes.ErrLeaseNotFound), errors.Is(err, rpctypes.ErrLeaseNotFound):
 		// The lease had ended (revoked by someone else, or expired because
 		// the keep-alive came more than the pool's margin late): etcd
 		// refused the transaction, or deleted the key with the lease. No
 		// grant exists.
-		return lockserver.Lease{}, false, nil
+		return store.Lease{}, false, nil
 	case ka.err != nil || err != nil:
 		// Either outcome is unknown; revoking the lease ends any grant.
 		s.revokeBestEffort(ctx, key, idle.id)
 		if err != nil {
-			return lockserver.Lease{}, true, s.fail("acquire", key, "create key", err)
+			return store.Lease{}, true, s.fail("acquire", key, "create key", err)
 		}
-		return lockserver.Lease{}, true, s.fail("acquire", key, "reset an idle lease", ka.err)
+		return store.Lease{}, true, s.fail("acquire", key, "reset an idle lease", ka.err)
 	}
 	ttl := time.Duration(ka.resp.TTL) * time.Second
 	s.fromPool.Add(1)
-	return lockserver.Lease{
+	return store.Lease{
 		Key: key, Owner: owner, Token: token,
 		LeaseID: leaseID(int64(idle.id)), TTL: ttl, ExpiresAt: sentAt.Round(0).Add(ttl),
 	}, true, nil
@@ -452,7 +452,7 @@ func (s *Store) keepAliveBeside(ctx context.Context, id clientv3.LeaseID) <-chan
 // read both; a changed offset is read and the transaction sent again. It
 // returns the grant's token when resp.Succeeded. A grant made where the
 // restore guard does not allow it is an error wrapping
-// lockserver.ErrBackendRestored.
+// store.ErrBackendRestored.
 func (s *Store) create(ctx context.Context, key, owner string, id clientv3.LeaseID, ttl time.Duration) (resp *clientv3.TxnResponse, token int64, err error) {
 	k, ok := s.prefix+key, s.offsetKey()
 	for range offsetTries {
@@ -484,44 +484,44 @@ func (s *Store) create(ctx context.Context, key, owner string, id clientv3.Lease
 			return resp, 0, nil // held
 		}
 	}
-	return nil, 0, fmt.Errorf("%w: etcdstore: acquire %q: the token offset changed under %d attempts in a row", lockserver.ErrUnavailable, key, offsetTries)
+	return nil, 0, fmt.Errorf("%w: etcdstore: acquire %q: the token offset changed under %d attempts in a row", store.ErrUnavailable, key, offsetTries)
 }
 
 // heldBy is ErrLockHeld for a create transaction that found the key.
 func heldBy(key string, resp *clientv3.TxnResponse) error {
 	if rr := resp.Responses[0].GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
-		return fmt.Errorf("%w: key %q is held with token %d", lockserver.ErrLockHeld, key, tokenOf(rr.Kvs[0]))
+		return fmt.Errorf("%w: key %q is held with token %d", store.ErrLockHeld, key, tokenOf(rr.Kvs[0]))
 	}
-	return fmt.Errorf("%w: key %q", lockserver.ErrLockHeld, key)
+	return fmt.Errorf("%w: key %q", store.ErrLockHeld, key)
 }
 
-// Renew implements lockserver.LockStore: it reads the key, checks the
+// Renew implements store.LockStore: it reads the key, checks the
 // grant's token and owner, and sends one keep-alive for the grant's lease.
 // etcd refuses a keep-alive for a lease that has ended, so a renewal never
 // brings a grant back, and the lease carries no other grant, so it never
 // extends one. A refused keep-alive is answered ErrStaleToken if a newer
 // grant holds the key, else ErrNotHeld. ExpiresAt is lock-server's clock
 // just before the keep-alive plus the TTL etcd reports.
-func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lockserver.Lease, error) {
-	if err := lockserver.ValidateLease(key, owner, token); err != nil {
-		return lockserver.Lease{}, err
+func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (store.Lease, error) {
+	if err := store.ValidateLease(key, owner, token); err != nil {
+		return store.Lease{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
 	defer cancel()
 
 	kv, rec, err := s.get(ctx, "renew", key)
 	if err != nil {
-		return lockserver.Lease{}, err
+		return store.Lease{}, err
 	}
 	if err := refusal(key, kv, rec, owner, token); err != nil {
-		return lockserver.Lease{}, err
+		return store.Lease{}, err
 	}
-	return s.keepAlive(ctx, lockserver.LeaseRef{Key: key, Owner: owner, Token: token}, kv)
+	return s.keepAlive(ctx, store.LeaseRef{Key: key, Owner: owner, Token: token}, kv)
 }
 
 // keepAlive is Renew's second step: one keep-alive for the lease of grant
 // kv, which was read and checked to be the live grant ref.
-func (s *Store) keepAlive(ctx context.Context, ref lockserver.LeaseRef, kv *mvccpb.KeyValue) (lockserver.Lease, error) {
+func (s *Store) keepAlive(ctx context.Context, ref store.LeaseRef, kv *mvccpb.KeyValue) (store.Lease, error) {
 	sentAt := s.clock.Now()
 	ka, err := s.cli.KeepAliveOnce(ctx, clientv3.LeaseID(kv.Lease))
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
@@ -531,24 +531,24 @@ func (s *Store) keepAlive(ctx context.Context, ref lockserver.LeaseRef, kv *mvcc
 		// then only ErrStaleToken is true. Read the key again to tell.
 		now, rec, rerr := s.get(ctx, "renew", ref.Key)
 		if rerr != nil {
-			return lockserver.Lease{}, rerr
+			return store.Lease{}, rerr
 		}
-		if rerr := refusal(ref.Key, now, rec, ref.Owner, ref.Token); errors.Is(rerr, lockserver.ErrStaleToken) {
-			return lockserver.Lease{}, rerr
+		if rerr := refusal(ref.Key, now, rec, ref.Owner, ref.Token); errors.Is(rerr, store.ErrStaleToken) {
+			return store.Lease{}, rerr
 		}
-		return lockserver.Lease{}, fmt.Errorf("%w: lease of key %q with token %d has ended", lockserver.ErrNotHeld, ref.Key, ref.Token)
+		return store.Lease{}, fmt.Errorf("%w: lease of key %q with token %d has ended", store.ErrNotHeld, ref.Key, ref.Token)
 	}
 	if err != nil {
-		return lockserver.Lease{}, s.fail("renew", ref.Key, "keep-alive", err)
+		return store.Lease{}, s.fail("renew", ref.Key, "keep-alive", err)
 	}
 	ttl := time.Duration(ka.TTL) * time.Second
-	return lockserver.Lease{
+	return store.Lease{
 		Key: ref.Key, Owner: ref.Owner, Token: ref.Token,
 		LeaseID: leaseID(kv.Lease), TTL: ttl, ExpiresAt: sentAt.Round(0).Add(ttl),
 	}, nil
 }
 
-// Release implements lockserver.LockStore: it reads the key, checks that
+// Release implements store.LockStore: it reads the key, checks that
 // its grant's token (ModRevision plus the record's offset) is token and
 // its owner matches, then ends the grant
 // (end: the key deleted if it still carries that grant, the lease revoked
@@ -557,7 +557,7 @@ func (s *Store) keepAlive(ctx context.Context, ref lockserver.LeaseRef, kv *mvcc
 // newer grant is live, ErrNotHeld when no grant or another owner's is,
 // ErrInvalidArgument, ErrUnavailable.
 func (s *Store) Release(ctx context.Context, key, owner string, token int64) error {
-	if err := lockserver.ValidateLease(key, owner, token); err != nil {
+	if err := store.ValidateLease(key, owner, token); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
@@ -573,19 +573,19 @@ func (s *Store) Release(ctx context.Context, key, owner string, token int64) err
 	return s.end(ctx, "release", key, kv)
 }
 
-// Revoke implements lockserver.LockStore: it reads the live grant and
+// Revoke implements store.LockStore: it reads the live grant and
 // ends it as Release does; with no token, a grant replaced between the
 // read and the end is read again, up to inspectTries times. With
 // token > 0 it acts only if the live grant's token is token (ErrStaleToken
 // if a newer grant is live, ErrNotHeld if an older one is). The returned
 // lease is the revoked grant, with ExpiresAt set to lock-server's clock just
 // before the deletion was sent.
-func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver.Lease, error) {
-	if err := lockserver.ValidateKey(key); err != nil {
-		return lockserver.Lease{}, err
+func (s *Store) Revoke(ctx context.Context, key string, token int64) (store.Lease, error) {
+	if err := store.ValidateKey(key); err != nil {
+		return store.Lease{}, err
 	}
-	if err := lockserver.ValidateRevokeToken(token); err != nil {
-		return lockserver.Lease{}, err
+	if err := store.ValidateRevokeToken(token); err != nil {
+		return store.Lease{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
 	defer cancel()
@@ -593,19 +593,19 @@ func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver
 	for range inspectTries {
 		kv, rec, err := s.get(ctx, "revoke", key)
 		if err != nil {
-			return lockserver.Lease{}, err
+			return store.Lease{}, err
 		}
 		if kv == nil {
-			return lockserver.Lease{}, fmt.Errorf("%w: no live lease on key %q", lockserver.ErrNotHeld, key)
+			return store.Lease{}, fmt.Errorf("%w: no live lease on key %q", store.ErrNotHeld, key)
 		}
 		if token != 0 {
 			if err := refusal(key, kv, rec, rec.Owner, token); err != nil {
-				return lockserver.Lease{}, err
+				return store.Lease{}, err
 			}
 		}
 		sent := s.now()
 		err = s.end(ctx, "revoke", key, kv)
-		if token == 0 && errors.Is(err, lockserver.ErrStaleToken) {
+		if token == 0 && errors.Is(err, store.ErrStaleToken) {
 			// A newer grant replaced the one read (a handoff, or a
 			// release and an acquire) without the key being free between
 			// the read and the delete, or with it free only briefly:
@@ -613,14 +613,14 @@ func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver
 			continue
 		}
 		if err != nil {
-			return lockserver.Lease{}, err
+			return store.Lease{}, err
 		}
-		return lockserver.Lease{
+		return store.Lease{
 			Key: key, Owner: rec.Owner, Token: kv.ModRevision + rec.Offset,
 			LeaseID: leaseID(kv.Lease), TTL: time.Duration(rec.TTLMs) * time.Millisecond, ExpiresAt: sent,
 		}, nil
 	}
-	return lockserver.Lease{}, fmt.Errorf("%w: etcdstore: revoke %q: the key changed grants under %d attempts in a row", lockserver.ErrUnavailable, key, inspectTries)
+	return store.Lease{}, fmt.Errorf("%w: etcdstore: revoke %q: the key changed grants under %d attempts in a row", store.ErrUnavailable, key, inspectTries)
 }
 
 // end ends grant kv of key: one transaction deletes the key if its
@@ -642,15 +642,15 @@ func (s *Store) end(ctx context.Context, op, key string, kv *mvccpb.KeyValue) er
 	}
 	if !resp.Succeeded {
 		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 && kvs[0].ModRevision > kv.ModRevision {
-			return fmt.Errorf("%w: key %q has a newer grant (token %d) than token %d, granted before the %s", lockserver.ErrStaleToken, key, tokenOf(kvs[0]), tokenOf(kv), op)
+			return fmt.Errorf("%w: key %q has a newer grant (token %d) than token %d, granted before the %s", store.ErrStaleToken, key, tokenOf(kvs[0]), tokenOf(kv), op)
 		}
-		return fmt.Errorf("%w: the lease on key %q with token %d ended before the %s", lockserver.ErrNotHeld, key, tokenOf(kv), op)
+		return fmt.Errorf("%w: the lease on key %q with token %d ended before the %s", store.ErrNotHeld, key, tokenOf(kv), op)
 	}
 	s.revokeLater(key, clientv3.LeaseID(kv.Lease))
 	return nil
 }
 
-// Inspect implements lockserver.LockStore: it reads the key and, if
+// Inspect implements store.LockStore: it reads the key and, if
 // present, asks the leader for its lease's remaining TTL. The lease is
 // reported live while the key exists, as Acquire still refuses it between
 // the TTL running out and the leader's revocation; ExpiresAt is
@@ -659,15 +659,15 @@ func (s *Store) end(ctx context.Context, op, key string, kv *mvccpb.KeyValue) er
 // between calls. LastToken is the token of the key's grant (its
 // ModRevision plus its record's offset) while it exists, and 0 once etcd
 // has deleted it.
-func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, error) {
-	if err := lockserver.ValidateKey(key); err != nil {
-		return lockserver.State{}, err
+func (s *Store) Inspect(ctx context.Context, key string) (store.State, error) {
+	if err := store.ValidateKey(key); err != nil {
+		return store.State{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
 	defer cancel()
 
 	for range inspectTries {
-		st := lockserver.State{Key: key}
+		st := store.State{Key: key}
 		kv, rec, err := s.get(ctx, "inspect", key)
 		if err != nil || kv == nil {
 			return st, err
@@ -676,7 +676,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, erro
 		sent := s.now()
 		ttl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease), clientv3.WithAttachedKeys())
 		if err != nil {
-			return lockserver.State{}, s.fail("inspect", key, "lease time to live", err)
+			return store.State{}, s.fail("inspect", key, "lease time to live", err)
 		}
 		if ttl.TTL < 0 || !slices.ContainsFunc(ttl.Keys, func(k []byte) bool { return string(k) == s.prefix+key }) {
 			// The grant ended between the two reads (the leader answers
@@ -685,13 +685,13 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, erro
 			// a new lease without the key ever being free. Read again.
 			continue
 		}
-		st.Lease = &lockserver.Lease{
+		st.Lease = &store.Lease{
 			Key: key, Owner: rec.Owner, Token: st.LastToken, LeaseID: leaseID(kv.Lease),
 			TTL: time.Duration(rec.TTLMs) * time.Millisecond, ExpiresAt: sent.Add(time.Duration(ttl.TTL) * time.Second),
 		}
 		return st, nil
 	}
-	return lockserver.State{}, fmt.Errorf("%w: etcdstore: inspect %q: the key changed grants under %d reads in a row", lockserver.ErrUnavailable, key, inspectTries)
+	return store.State{}, fmt.Errorf("%w: etcdstore: inspect %q: the key changed grants under %d reads in a row", store.ErrUnavailable, key, inspectTries)
 }
 
 // inspectTries bounds Inspect's reads of a key whose grant keeps ending
@@ -725,7 +725,7 @@ func (s *Store) LeaseStats() LeaseStats {
 	}
 }
 
-// Ping implements lockserver.LockStore with a linearizable read of one key,
+// Ping implements store.LockStore with a linearizable read of one key,
 // which needs a leader and a quorum, bounded by RequestTimeout.
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
@@ -736,7 +736,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close implements lockserver.LockStore: it stops the granter and waits
+// Close implements store.LockStore: it stops the granter and waits
 // for it, then closes the client if Open created it. Grants are not
 // touched; idle leases carry no key and are left to expire. Calling it
 // again returns the first result.
@@ -813,15 +813,15 @@ func (s *Store) lockKV(op, key string, kvs []*mvccpb.KeyValue) (*mvccpb.KeyValue
 // kv means no grant is live; rec is consulted only when kv is non-nil.
 func refusal(key string, kv *mvccpb.KeyValue, rec record, owner string, token int64) error {
 	if kv == nil {
-		return fmt.Errorf("%w: no live lease on key %q", lockserver.ErrNotHeld, key)
+		return fmt.Errorf("%w: no live lease on key %q", store.ErrNotHeld, key)
 	}
 	switch live := kv.ModRevision + rec.Offset; {
 	case live > token:
-		return fmt.Errorf("%w: key %q has a newer grant (token %d) than token %d", lockserver.ErrStaleToken, key, live, token)
+		return fmt.Errorf("%w: key %q has a newer grant (token %d) than token %d", store.ErrStaleToken, key, live, token)
 	case live != token:
-		return fmt.Errorf("%w: the live lease on key %q has token %d, not %d", lockserver.ErrNotHeld, key, live, token)
+		return fmt.Errorf("%w: the live lease on key %q has token %d, not %d", store.ErrNotHeld, key, live, token)
 	case rec.Owner != owner:
-		return fmt.Errorf("%w: the lease on key %q with token %d is not held by %q", lockserver.ErrNotHeld, key, token, owner)
+		return fmt.Errorf("%w: the lease on key %q with token %d is not held by %q", store.ErrNotHeld, key, token, owner)
 	}
 	return nil
 }
@@ -841,7 +841,7 @@ func (s *Store) revokeBestEffort(ctx context.Context, key string, id clientv3.Le
 	return err == nil
 }
 
-// fail wraps an etcd client error: with lockserver.ErrUnavailable and the
+// fail wraps an etcd client error: with store.ErrUnavailable and the
 // cause when the cluster did not answer, else with the cause alone.
 func (s *Store) fail(op, key, step string, err error) error {
 	what := op
@@ -849,7 +849,7 @@ func (s *Store) fail(op, key, step string, err error) error {
 		what = fmt.Sprintf("%s %q", op, key)
 	}
 	if IsUnavailable(err) {
-		return fmt.Errorf("%w: etcdstore: %s: %s: %w", lockserver.ErrUnavailable, what, step, err)
+		return fmt.Errorf("%w: etcdstore: %s: %s: %w", store.ErrUnavailable, what, step, err)
 	}
 	return fmt.Errorf("etcdstore: %s: %s: %w", what, step, err)
 }

@@ -19,7 +19,8 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/etcd/embedded"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/servertest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 )
 
@@ -82,8 +83,8 @@ func backend(t *testing.T) storetest.Backend {
 		t.Fatalf("embedded etcd lease floor is %v; the expiry tests need 1s", got)
 	}
 	var mu sync.Mutex
-	prefixes := map[lockserver.LockStore]string{}
-	remember := func(s lockserver.LockStore, p string) lockserver.LockStore {
+	prefixes := map[store.LockStore]string{}
+	remember := func(s store.LockStore, p string) store.LockStore {
 		mu.Lock()
 		defer mu.Unlock()
 		prefixes[s] = p
@@ -91,11 +92,11 @@ func backend(t *testing.T) storetest.Backend {
 	}
 	return storetest.Backend{
 		Name: "etcd",
-		Open: func(t *testing.T) lockserver.LockStore {
+		Open: func(t *testing.T) store.LockStore {
 			p := newPrefix(t)
 			return remember(openT(t, shared, p), p)
 		},
-		Reopen: func(t *testing.T, old lockserver.LockStore) lockserver.LockStore {
+		Reopen: func(t *testing.T, old store.LockStore) store.LockStore {
 			mu.Lock()
 			p, ok := prefixes[old]
 			mu.Unlock()
@@ -107,7 +108,7 @@ func backend(t *testing.T) storetest.Backend {
 			}
 			return remember(openT(t, shared, p), p)
 		},
-		RestartBackend: func(t *testing.T) (lockserver.LockStore, func()) {
+		RestartBackend: func(t *testing.T) (store.LockStore, func()) {
 			c := startT(t, embedded.Config{})
 			s := openT(t, c, newPrefix(t))
 			// The restart may run on a goroutine of its own (the
@@ -133,7 +134,7 @@ func TestContract(t *testing.T) {
 }
 
 func TestContractOverHTTP(t *testing.T) {
-	storetest.Run(t, storetest.OverHTTP(backend(t)))
+	storetest.Run(t, servertest.OverHTTP(backend(t)))
 }
 
 // TestTokenIsTheKeysModRevisionPlusItsOffset: a grant's token is the
@@ -230,7 +231,7 @@ func TestTokensIncreaseAfterTheLeaderStops(t *testing.T) {
 			}
 
 			// The first calls may meet the election; retry only ErrUnavailable.
-			var next lockserver.Lease
+			var next store.Lease
 			retryUnavailable(t, func() error {
 				var err error
 				next, err = s.Acquire(ctxT(t), "payout:acct-11", "worker-b", 30*time.Second)
@@ -241,7 +242,7 @@ func TestTokensIncreaseAfterTheLeaderStops(t *testing.T) {
 			}
 			retryUnavailable(t, func() error {
 				_, err := s.Acquire(ctxT(t), "payout:acct-9", "worker-b", 30*time.Second)
-				if errors.Is(err, lockserver.ErrLockHeld) {
+				if errors.Is(err, store.ErrLockHeld) {
 					return nil
 				}
 				return fmt.Errorf("Acquire of a held key after the leader stopped: %w", err)
@@ -275,7 +276,7 @@ func retryUnavailable(t *testing.T, call func() error) {
 		if err == nil {
 			return
 		}
-		if !errors.Is(err, lockserver.ErrUnavailable) || time.Now().After(limit) {
+		if !errors.Is(err, store.ErrUnavailable) || time.Now().After(limit) {
 			t.Fatal(err)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -295,15 +296,15 @@ func TestUnreachableClusterIsUnavailable(t *testing.T) {
 		t.Fatalf("StopMember: %v", err)
 	}
 	_, err = s.Acquire(ctxT(t), "k", "worker-a", time.Second)
-	if !errors.Is(err, lockserver.ErrUnavailable) {
+	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Acquire with etcd down = %v; want ErrUnavailable", err)
 	}
-	if err := s.Ping(ctxT(t)); !errors.Is(err, lockserver.ErrUnavailable) {
+	if err := s.Ping(ctxT(t)); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Ping with etcd down = %v; want ErrUnavailable", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	if _, err := Open(ctx, conf(func(cfg *Config) { cfg.Endpoints = c.Endpoints() }), nil); !errors.Is(err, lockserver.ErrUnavailable) {
+	if _, err := Open(ctx, conf(func(cfg *Config) { cfg.Endpoints = c.Endpoints() }), nil); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Open with etcd down = %v; want ErrUnavailable", err)
 	} else if !strings.Contains(err.Error(), c.Endpoints()[0]) {
 		t.Fatalf("Open with etcd down = %v; want the endpoint %s named", err, c.Endpoints()[0])
@@ -415,7 +416,7 @@ func TestLinearizableWaiting(t *testing.T) {
 	b := backend(t)
 	s := b.Open(t)
 	t.Cleanup(func() { _ = s.Close() })
-	storetest.CheckLinearizableWaiting(t, "etcd", s, false)
+	servertest.CheckLinearizableWaiting(t, "etcd", s, false)
 }
 
 // TestLinearizableWaitingCancelled: the same with some waiting acquires
@@ -424,5 +425,5 @@ func TestLinearizableWaitingCancelled(t *testing.T) {
 	b := backend(t)
 	s := b.Open(t)
 	t.Cleanup(func() { _ = s.Close() })
-	storetest.CheckLinearizableWaiting(t, "etcd", s, true)
+	servertest.CheckLinearizableWaiting(t, "etcd", s, true)
 }

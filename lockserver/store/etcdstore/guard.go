@@ -10,14 +10,14 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // The restore guard. A stamp at Prefix + "_restore_guard" records the
 // cluster ID tokens are issued on and the revision it was written at.
 // A grant made on another cluster (etcdutl snapshot restore makes a new
 // one) or at a revision not above the stamp's is withdrawn and refused with
-// lockserver.ErrBackendRestored. Only grants are checked: the other methods
+// store.ErrBackendRestored. Only grants are checked: the other methods
 // issue no token. A rollback that keeps the cluster ID is left to the token
 // offset (offset.go). See "Restores" in docs/lock-service.md.
 
@@ -97,7 +97,7 @@ func (s *Store) guardBefore(ctx context.Context) error {
 			return s.fail("acquire", "", "write the restore guard's stamp", err)
 		}
 		if !put.Succeeded {
-			return fmt.Errorf("%w: etcdstore: the restore guard's stamp changed while being written; try again", lockserver.ErrUnavailable)
+			return fmt.Errorf("%w: etcdstore: the restore guard's stamp changed while being written; try again", store.ErrUnavailable)
 		}
 		rev = put.Header.Revision
 		s.log.Info("restore guard stamped", "event", EventRestoreGuardStamped, "clusterId", st.ClusterID, "revision", rev)
@@ -105,7 +105,7 @@ func (s *Store) guardBefore(ctx context.Context) error {
 	if st.ClusterID != clusterHex(answering) {
 		s.guard.mismatch = true
 		return fmt.Errorf("%w: etcdstore: the etcd cluster answering is %s, but tokens were issued on cluster %s (stamped %s)",
-			lockserver.ErrBackendRestored, clusterHex(answering), st.ClusterID, st.StampedAt.Format(time.RFC3339))
+			store.ErrBackendRestored, clusterHex(answering), st.ClusterID, st.StampedAt.Format(time.RFC3339))
 	}
 	s.guard.cluster, s.guard.stampRev, s.guard.mismatch = answering, rev, false
 	return nil
@@ -123,7 +123,7 @@ func (s *Store) guardAfter(resp *clientv3.TxnResponse) error {
 	}
 	s.guard.mismatch = true
 	return fmt.Errorf("%w: etcdstore: the grant was made on cluster %s at revision %d; tokens are issued on cluster %s above revision %d",
-		lockserver.ErrBackendRestored, clusterHex(h.ClusterId), h.Revision, clusterHex(s.guard.cluster), s.guard.stampRev)
+		store.ErrBackendRestored, clusterHex(h.ClusterId), h.Revision, clusterHex(s.guard.cluster), s.guard.stampRev)
 }
 
 // Advance is the operator's step after a restore of etcd (lockctl
@@ -135,9 +135,9 @@ func (s *Store) guardAfter(resp *clientv3.TxnResponse) error {
 // lowering it, so that every later token is above past, whatever the
 // cluster's revision: no --bump-revision is needed. ErrInvalidArgument
 // unless 0 < past <= MaxAdvancePast; ErrUnavailable.
-func (s *Store) Advance(ctx context.Context, past int64) (lockserver.Advanced, error) {
-	if past <= 0 || past > lockserver.MaxAdvancePast {
-		return lockserver.Advanced{}, fmt.Errorf("%w: past is %d; want the largest token ever issued, 1..%d", lockserver.ErrInvalidArgument, past, int64(lockserver.MaxAdvancePast))
+func (s *Store) Advance(ctx context.Context, past int64) (store.Advanced, error) {
+	if past <= 0 || past > store.MaxAdvancePast {
+		return store.Advanced{}, fmt.Errorf("%w: past is %d; want the largest token ever issued, 1..%d", store.ErrInvalidArgument, past, int64(store.MaxAdvancePast))
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
 	defer cancel()
@@ -145,9 +145,9 @@ func (s *Store) Advance(ctx context.Context, past int64) (lockserver.Advanced, e
 	for range offsetTries {
 		got, err := s.cli.Txn(ctx).Then(clientv3.OpGet(gk), clientv3.OpGet(ok)).Commit()
 		if err != nil {
-			return lockserver.Advanced{}, s.fail("advance", "", "read the restore guard's stamp and the token offset", err)
+			return store.Advanced{}, s.fail("advance", "", "read the restore guard's stamp and the token offset", err)
 		}
-		out := lockserver.Advanced{Past: past, Identity: "etcd cluster " + clusterHex(got.Header.ClusterId)}
+		out := store.Advanced{Past: past, Identity: "etcd cluster " + clusterHex(got.Header.ClusterId)}
 		var prevRev int64
 		if kvs := got.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 			var st stamp
@@ -158,7 +158,7 @@ func (s *Store) Advance(ctx context.Context, past int64) (lockserver.Advanced, e
 		}
 		off, err := s.parseOffset(got.Responses[1].GetResponseRange().GetKvs())
 		if err != nil {
-			return lockserver.Advanced{}, err
+			return store.Advanced{}, err
 		}
 		// The raise lands at a revision above rev, and later grants above
 		// that, so an offset of past - rev puts every later token above
@@ -175,7 +175,7 @@ func (s *Store) Advance(ctx context.Context, past int64) (lockserver.Advanced, e
 			Then(clientv3.OpPut(gk, string(st)), clientv3.OpPut(ok, string(raw))).
 			Commit()
 		if err != nil {
-			return lockserver.Advanced{}, s.fail("advance", "", "write the restore guard's stamp and the token offset", err)
+			return store.Advanced{}, s.fail("advance", "", "write the restore guard's stamp and the token offset", err)
 		}
 		if !put.Succeeded {
 			continue // a grant raised the offset meanwhile: read both again
@@ -189,7 +189,7 @@ func (s *Store) Advance(ctx context.Context, past int64) (lockserver.Advanced, e
 			"revision", put.Header.Revision, "tokenOffset", next)
 		return out, nil
 	}
-	return lockserver.Advanced{}, fmt.Errorf("%w: etcdstore: the restore guard's stamp or the token offset changed under %d attempts at advance; run it again", lockserver.ErrUnavailable, offsetTries)
+	return store.Advanced{}, fmt.Errorf("%w: etcdstore: the restore guard's stamp or the token offset changed under %d attempts at advance; run it again", store.ErrUnavailable, offsetTries)
 }
 
 // clusterHex formats an etcd cluster ID as etcdctl prints it.

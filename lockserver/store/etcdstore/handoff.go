@@ -9,7 +9,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // Handoff. One transaction replaces the live grant (from) by the next
@@ -27,7 +27,7 @@ import (
 // has never carried a key; the old one is left empty and revoked in the
 // background. See "Handoff" in docs/lock-service.md.
 
-var _ lockserver.Handoffer = (*Store)(nil)
+var _ store.Handoffer = (*Store)(nil)
 
 // ownerRange returns the bounds between which, exclusive, the value of a
 // lock key held by owner and granted with offset lies, and no other key's
@@ -38,7 +38,7 @@ func ownerRange(owner string, offset int64) (lo, hi string) {
 	return lo, lo[:len(lo)-1] + ";"
 }
 
-// Handoff implements lockserver.Handoffer in one transaction (above),
+// Handoff implements store.Handoffer in one transaction (above),
 // after the restore guard's check as Acquire makes it. ErrStaleToken,
 // ErrNotHeld (from is not the live grant: nothing changed),
 // ErrInvalidArgument, ErrBackendRestored (no grant to to.Owner exists;
@@ -48,17 +48,17 @@ func ownerRange(owner string, offset int64) (lo, hi string) {
 // Release followed by a refused Acquire), ErrUnavailable (outcome
 // unknown; the new lease is revoked best effort, which ends the new grant
 // if it was made, and from with it).
-func (s *Store) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockserver.AcquireRequest) (lockserver.Lease, error) {
-	if err := lockserver.ValidateHandoff(from, to); err != nil {
-		return lockserver.Lease{}, err
+func (s *Store) Handoff(ctx context.Context, from store.LeaseRef, to store.AcquireRequest) (store.Lease, error) {
+	if err := store.ValidateHandoff(from, to); err != nil {
+		return store.Lease{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
 	defer cancel()
 	if err := ctx.Err(); err != nil {
-		return lockserver.Lease{}, s.fail("handoff", from.Key, "start", err)
+		return store.Lease{}, s.fail("handoff", from.Key, "start", err)
 	}
 	if err := s.guardBefore(ctx); err != nil {
-		return lockserver.Lease{}, err
+		return store.Lease{}, err
 	}
 	secs := int64((to.TTL + time.Second - 1) / time.Second)
 	idle, ok := s.pool.take(secs, s.clock.Now())
@@ -71,7 +71,7 @@ func (s *Store) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockse
 	sentAt := s.clock.Now()
 	g, err := s.cli.Grant(ctx, secs)
 	if err != nil {
-		return lockserver.Lease{}, s.fail("handoff", from.Key, "grant lease", err)
+		return store.Lease{}, s.fail("handoff", from.Key, "grant lease", err)
 	}
 	s.granted.Add(1)
 	granted := time.Duration(g.TTL) * time.Second
@@ -79,16 +79,16 @@ func (s *Store) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockse
 	resp, token, err := s.replace(ctx, from, to.Owner, g.ID, granted)
 	if err != nil {
 		s.revokeBestEffort(ctx, from.Key, g.ID)
-		return lockserver.Lease{}, s.fail("handoff", from.Key, "replace key", err)
+		return store.Lease{}, s.fail("handoff", from.Key, "replace key", err)
 	}
 	if !resp.Succeeded {
 		if !s.pool.putUnused(g.ID, granted, sentAt, s.clock.Now()) {
 			s.revokeBestEffort(ctx, from.Key, g.ID)
 		}
-		return lockserver.Lease{}, s.handoffRefusal(from, resp)
+		return store.Lease{}, s.handoffRefusal(from, resp)
 	}
 	s.revokeOld(from.Key, resp)
-	return lockserver.Lease{
+	return store.Lease{
 		Key: to.Key, Owner: to.Owner, Token: token,
 		LeaseID: leaseID(int64(g.ID)), TTL: granted, ExpiresAt: sentAt.Round(0).Add(granted),
 	}, nil
@@ -98,7 +98,7 @@ func (s *Store) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockse
 // on one. done is false when the idle lease had ended before the
 // transaction, which then changed nothing: Handoff goes on with a new
 // lease.
-func (s *Store) handoffOnIdle(ctx context.Context, from lockserver.LeaseRef, to lockserver.AcquireRequest, idle pooledLease) (l lockserver.Lease, done bool, err error) {
+func (s *Store) handoffOnIdle(ctx context.Context, from store.LeaseRef, to store.AcquireRequest, idle pooledLease) (l store.Lease, done bool, err error) {
 	sentAt := s.clock.Now()
 	kac := s.keepAliveBeside(ctx, idle.id)
 	resp, token, err := s.replace(ctx, from, to.Owner, idle.id, idle.ttl)
@@ -108,26 +108,26 @@ func (s *Store) handoffOnIdle(ctx context.Context, from lockserver.LeaseRef, to 
 		if ka.err == nil {
 			s.pool.putUnused(idle.id, idle.ttl, sentAt, s.clock.Now())
 		}
-		return lockserver.Lease{}, true, s.handoffRefusal(from, resp)
+		return store.Lease{}, true, s.handoffRefusal(from, resp)
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		// etcd refused the transaction: the idle lease had ended, and
 		// nothing changed.
-		return lockserver.Lease{}, false, nil
+		return store.Lease{}, false, nil
 	case ka.err != nil || err != nil:
 		// The transaction may have applied, and the idle lease may have
 		// ended since (taking the key with it). Either way the outcome is
 		// unknown; revoking the lease ends any grant made on it.
 		s.revokeBestEffort(ctx, from.Key, idle.id)
 		if err != nil {
-			return lockserver.Lease{}, true, s.fail("handoff", from.Key, "replace key", err)
+			return store.Lease{}, true, s.fail("handoff", from.Key, "replace key", err)
 		}
-		return lockserver.Lease{}, true, s.fail("handoff", from.Key, "reset an idle lease",
+		return store.Lease{}, true, s.fail("handoff", from.Key, "reset an idle lease",
 			fmt.Errorf("%w (the key may have been handed off and ended with the lease)", ka.err))
 	}
 	s.fromPool.Add(1)
 	s.revokeOld(from.Key, resp)
 	ttl := time.Duration(ka.resp.TTL) * time.Second
-	return lockserver.Lease{
+	return store.Lease{
 		Key: to.Key, Owner: to.Owner, Token: token,
 		LeaseID: leaseID(int64(idle.id)), TTL: ttl, ExpiresAt: sentAt.Round(0).Add(ttl),
 	}, true, nil
@@ -138,8 +138,8 @@ func (s *Store) handoffOnIdle(ctx context.Context, from lockserver.LeaseRef, to 
 // grant, else read it (and the offset, which the next attempt compares
 // with). It returns the new grant's token when resp.Succeeded. A grant
 // made where the restore guard does not allow it is an error wrapping
-// lockserver.ErrBackendRestored (the caller revokes lease id).
-func (s *Store) replace(ctx context.Context, from lockserver.LeaseRef, owner string, id clientv3.LeaseID, ttl time.Duration) (resp *clientv3.TxnResponse, token int64, err error) {
+// store.ErrBackendRestored (the caller revokes lease id).
+func (s *Store) replace(ctx context.Context, from store.LeaseRef, owner string, id clientv3.LeaseID, ttl time.Duration) (resp *clientv3.TxnResponse, token int64, err error) {
 	k, ok := s.prefix+from.Key, s.offsetKey()
 	guess := int64(-1) // from's offset: first the current one
 	for range offsetTries {
@@ -176,12 +176,12 @@ func (s *Store) replace(ctx context.Context, from lockserver.LeaseRef, owner str
 		}
 		guess = rec.Offset // from is live: with this offset, and the new offset read
 	}
-	return nil, 0, fmt.Errorf("%w: etcdstore: handoff %q: the key or the token offset changed under %d attempts in a row", lockserver.ErrUnavailable, from.Key, offsetTries)
+	return nil, 0, fmt.Errorf("%w: etcdstore: handoff %q: the key or the token offset changed under %d attempts in a row", store.ErrUnavailable, from.Key, offsetTries)
 }
 
 // handoffRefusal is Release's answer for a Handoff transaction that did
 // not apply, from the key as the transaction read it.
-func (s *Store) handoffRefusal(from lockserver.LeaseRef, resp *clientv3.TxnResponse) error {
+func (s *Store) handoffRefusal(from store.LeaseRef, resp *clientv3.TxnResponse) error {
 	kv, rec, err := s.lockKV("handoff", from.Key, resp.Responses[0].GetResponseRange().GetKvs())
 	if err != nil {
 		return err
@@ -190,7 +190,7 @@ func (s *Store) handoffRefusal(from lockserver.LeaseRef, resp *clientv3.TxnRespo
 		return err
 	}
 	// Unreachable: the key matched every compare when read.
-	return fmt.Errorf("%w: the lease on key %q with token %d was not the live grant when handed off", lockserver.ErrNotHeld, from.Key, from.Token)
+	return fmt.Errorf("%w: the lease on key %q with token %d was not the live grant when handed off", store.ErrNotHeld, from.Key, from.Token)
 }
 
 // revokeOld revokes, in the background, the lease the key was attached to

@@ -7,7 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // TestHandoffMovesTheKeyToAFreshLease: after a Handoff the key's
@@ -36,8 +36,8 @@ func TestHandoffMovesTheKeyToAFreshLease(t *testing.T) {
 			if err != nil || len(first.Kvs) != 1 {
 				t.Fatalf("read back key: %v %v", first, err)
 			}
-			b, err := s.Handoff(ctxT(t), lockserver.LeaseRef{Key: key, Owner: "worker-a", Token: a.Token},
-				lockserver.AcquireRequest{Key: key, Owner: "worker-b", TTL: 10 * time.Second})
+			b, err := s.Handoff(ctxT(t), store.LeaseRef{Key: key, Owner: "worker-a", Token: a.Token},
+				store.AcquireRequest{Key: key, Owner: "worker-b", TTL: 10 * time.Second})
 			if err != nil {
 				t.Fatalf("Handoff: %v", err)
 			}

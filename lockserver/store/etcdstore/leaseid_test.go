@@ -14,7 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // The tests in this file hold "a lease id names one grant": an
@@ -57,7 +57,7 @@ func TestRevokingAnOldGrantsLeaseIDEndsNoOtherGrant(t *testing.T) {
 		t.Fatalf("after revoking lease %s (of %q's ended grant): Inspect(%q) = %+v, %v; want worker-b's grant %d on lease %s live",
 			k1.LeaseID, k1.Key, k2.Key, st.Lease, err, k2.Token, k2.LeaseID)
 	}
-	if _, err := s.Acquire(ctxT(t), k2.Key, "worker-c", 10*time.Second); !errors.Is(err, lockserver.ErrLockHeld) {
+	if _, err := s.Acquire(ctxT(t), k2.Key, "worker-c", 10*time.Second); !errors.Is(err, store.ErrLockHeld) {
 		t.Fatalf("a third owner's acquire of %q after revoking lease %s = %v; want ErrLockHeld", k2.Key, k1.LeaseID, err)
 	}
 	if _, err := s.Renew(ctxT(t), k2.Key, k2.Owner, k2.Token); err != nil {
@@ -87,7 +87,7 @@ func TestNoTwoGrantsReportTheSameLeaseID(t *testing.T) {
 			for range cycles {
 				key := fmt.Sprintf("k%d", rng.IntN(3))
 				l, err := s.Acquire(context.Background(), key, owner, 5*time.Second)
-				if errors.Is(err, lockserver.ErrLockHeld) {
+				if errors.Is(err, store.ErrLockHeld) {
 					lost.Add(1)
 					continue
 				}
@@ -162,7 +162,7 @@ func TestARenewRacingItsReleaseExtendsNoOtherGrant(t *testing.T) {
 
 	a := mustAcquire(t, s, "payout:acct-1", "worker-a", 10*time.Second)
 	var (
-		b       lockserver.Lease
+		b       store.Lease
 		carries []string // keys on the lease the racing keep-alive resets
 	)
 	race.between = func(id clientv3.LeaseID) {
@@ -191,13 +191,13 @@ func TestARenewRacingItsReleaseExtendsNoOtherGrant(t *testing.T) {
 	switch {
 	case err == nil && (r.Token != a.Token || r.LeaseID != a.LeaseID):
 		t.Fatalf("racing renew = %+v; want grant %d on lease %s (linearized before its release)", r, a.Token, a.LeaseID)
-	case err != nil && !errors.Is(err, lockserver.ErrNotHeld):
+	case err != nil && !errors.Is(err, store.ErrNotHeld):
 		t.Fatalf("racing renew: %v; want success or ErrNotHeld", err)
 	}
 	if b.LeaseID == a.LeaseID {
 		t.Fatalf("grant %d of %q made on lease %s of the released grant", b.Token, b.Key, a.LeaseID)
 	}
-	if _, err := s.Renew(ctxT(t), a.Key, a.Owner, a.Token); !errors.Is(err, lockserver.ErrNotHeld) {
+	if _, err := s.Renew(ctxT(t), a.Key, a.Owner, a.Token); !errors.Is(err, store.ErrNotHeld) {
 		t.Fatalf("renew after the release = %v; want ErrNotHeld", err)
 	}
 }

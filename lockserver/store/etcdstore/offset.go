@@ -11,7 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // The token offset. A token is the granting transaction's revision plus
@@ -24,7 +24,7 @@ import (
 // otherwise the offset is first raised to the clock. So the first grant
 // after a rollback that keeps the cluster ID lands above every earlier
 // token (docs/adr/0002-token-floor-from-lockdbs-clock.md). A clock past
-// lockserver.MaxAdvancePast is refused with ErrUnavailable.
+// store.MaxAdvancePast is refused with ErrUnavailable.
 
 // offsetName is the key, under Prefix, of the token offset.
 const offsetName = "_token_offset"
@@ -123,9 +123,9 @@ func (s *Store) learnOffset(op *etcdserverpb.ResponseOp) error {
 func (s *Store) nowMicros(op string) (int64, error) {
 	now := s.now()
 	us := now.UnixMicro()
-	if us > lockserver.MaxAdvancePast {
+	if us > store.MaxAdvancePast {
 		return 0, fmt.Errorf("%w: etcdstore: %s: lock-server's clock reads %s, past the largest token (2^53 - 1 microseconds after 1970): fix the clock",
-			lockserver.ErrUnavailable, op, now.UTC().Format(time.RFC3339))
+			store.ErrUnavailable, op, now.UTC().Format(time.RFC3339))
 	}
 	return us, nil
 }
@@ -190,5 +190,5 @@ func (s *Store) raise(ctx context.Context, op string, nowUs int64) (offsetVersio
 		}
 		rev = resp.Header.Revision
 	}
-	return offsetVersion{}, fmt.Errorf("%w: etcdstore: %s: the token offset changed under %d raises in a row", lockserver.ErrUnavailable, op, offsetTries)
+	return offsetVersion{}, fmt.Errorf("%w: etcdstore: %s: the token offset changed under %d raises in a row", store.ErrUnavailable, op, offsetTries)
 }

@@ -14,7 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // slackMicros bounds how far a token may run ahead of the clock the
@@ -63,8 +63,8 @@ func TestTokensFollowTheClockAndAClockSteppedBackLowersNothing(t *testing.T) {
 		t.Fatalf("a new store's grant with the clock stepped back: token %d, offset %d; want above %d, offset still %d", t5, offsetT(t, s), t4, raised)
 	}
 
-	clk.set(time.UnixMicro(lockserver.MaxAdvancePast + 1))
-	if l, err := s.Acquire(ctxT(t), key, "worker-a", 2*shared.MinLeaseTTL()); !errors.Is(err, lockserver.ErrUnavailable) {
+	clk.set(time.UnixMicro(store.MaxAdvancePast + 1))
+	if l, err := s.Acquire(ctxT(t), key, "worker-a", 2*shared.MinLeaseTTL()); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Acquire with the clock past 2^53 - 1 us: %+v, %v; want ErrUnavailable", l, err)
 	}
 	if st, err := s.Inspect(ctxT(t), key); err != nil || st.Lease != nil || offsetT(t, s) != raised {
@@ -113,8 +113,8 @@ func TestAGrantOnAnOffsetRaisedSinceItsReadIsAboveTheRaise(t *testing.T) {
 	above("a's Acquire", held.Token)
 
 	bGrants()
-	handed, err := a.Handoff(ctxT(t), lockserver.LeaseRef{Key: held.Key, Owner: held.Owner, Token: held.Token},
-		lockserver.AcquireRequest{Key: held.Key, Owner: "worker-c", TTL: ttl})
+	handed, err := a.Handoff(ctxT(t), store.LeaseRef{Key: held.Key, Owner: held.Owner, Token: held.Token},
+		store.AcquireRequest{Key: held.Key, Owner: "worker-c", TTL: ttl})
 	if err != nil {
 		t.Fatalf("a's Handoff of a grant made with an older offset: %v", err)
 	}
@@ -124,7 +124,7 @@ func TestAGrantOnAnOffsetRaisedSinceItsReadIsAboveTheRaise(t *testing.T) {
 	}
 
 	bGrants()
-	res := a.AcquireMany(ctxT(t), []lockserver.AcquireRequest{{Key: "payout:acct-x", Owner: "worker-a", TTL: ttl}, {Key: "payout:acct-y", Owner: "worker-a", TTL: ttl}})
+	res := a.AcquireMany(ctxT(t), []store.AcquireRequest{{Key: "payout:acct-x", Owner: "worker-a", TTL: ttl}, {Key: "payout:acct-y", Owner: "worker-a", TTL: ttl}})
 	for i, r := range res {
 		if r.Err != nil {
 			t.Fatalf("a's group grant, member %d: %v", i, r.Err)
@@ -159,8 +159,8 @@ func TestAGrantOfAnEarlierVersionIsReleasedHandedOffAndInspectedByItsRevision(t 
 	if _, err := s.Renew(ctxT(t), key, "worker-a", old); err != nil {
 		t.Fatalf("Renew(%d): %v", old, err)
 	}
-	l, err := s.Handoff(ctxT(t), lockserver.LeaseRef{Key: key, Owner: "worker-a", Token: old},
-		lockserver.AcquireRequest{Key: key, Owner: "worker-b", TTL: 10 * time.Second})
+	l, err := s.Handoff(ctxT(t), store.LeaseRef{Key: key, Owner: "worker-a", Token: old},
+		store.AcquireRequest{Key: key, Owner: "worker-b", TTL: 10 * time.Second})
 	if err != nil || l.Token <= old {
 		t.Fatalf("Handoff of an earlier version's grant: %+v, %v; want a token above %d", l, err, old)
 	}
@@ -223,7 +223,7 @@ func TestTokensFollowRevisionOrderWhileRaisesRaceGrants(t *testing.T) {
 	)
 	// note records a grant while it is held, so a key's order is its
 	// grants' order.
-	note := func(l lockserver.Lease) {
+	note := func(l store.Lease) {
 		mu.Lock()
 		defer mu.Unlock()
 		perKey[l.Key] = append(perKey[l.Key], l.Token)
@@ -308,27 +308,27 @@ func TestTokensFollowRevisionOrderWhileRaisesRaceGrants(t *testing.T) {
 // oneRound is one goroutine's step of the race: acquire a key (and at
 // times hand it off once, or group-grant two keys), record each grant
 // while it is held, then release it.
-func oneRound(ctx context.Context, s *Store, rng *rand.Rand, keys []string, owner string, note func(lockserver.Lease)) error {
+func oneRound(ctx context.Context, s *Store, rng *rand.Rand, keys []string, owner string, note func(store.Lease)) error {
 	ttl := 10 * time.Second
 	switch op := rng.IntN(10); {
 	case op < 2:
 		i := rng.IntN(len(keys))
-		reqs := []lockserver.AcquireRequest{{Key: keys[i], Owner: owner, TTL: ttl}, {Key: keys[(i+1)%len(keys)], Owner: owner, TTL: ttl}}
-		var refs []lockserver.LeaseRef
+		reqs := []store.AcquireRequest{{Key: keys[i], Owner: owner, TTL: ttl}, {Key: keys[(i+1)%len(keys)], Owner: owner, TTL: ttl}}
+		var refs []store.LeaseRef
 		for _, r := range s.AcquireMany(ctx, reqs) {
-			if errors.Is(r.Err, lockserver.ErrLockHeld) {
+			if errors.Is(r.Err, store.ErrLockHeld) {
 				continue
 			}
 			if r.Err != nil {
 				return r.Err
 			}
 			note(r.Lease)
-			refs = append(refs, lockserver.LeaseRef{Key: r.Lease.Key, Owner: r.Lease.Owner, Token: r.Lease.Token})
+			refs = append(refs, store.LeaseRef{Key: r.Lease.Key, Owner: r.Lease.Owner, Token: r.Lease.Token})
 		}
 		return errors.Join(s.ReleaseMany(ctx, refs)...)
 	default:
 		l, err := s.Acquire(ctx, keys[rng.IntN(len(keys))], owner, ttl)
-		if errors.Is(err, lockserver.ErrLockHeld) {
+		if errors.Is(err, store.ErrLockHeld) {
 			return nil
 		}
 		if err != nil {
@@ -336,8 +336,8 @@ func oneRound(ctx context.Context, s *Store, rng *rand.Rand, keys []string, owne
 		}
 		note(l)
 		if op < 4 {
-			if l, err = s.Handoff(ctx, lockserver.LeaseRef{Key: l.Key, Owner: l.Owner, Token: l.Token},
-				lockserver.AcquireRequest{Key: l.Key, Owner: owner + "-next", TTL: ttl}); err != nil {
+			if l, err = s.Handoff(ctx, store.LeaseRef{Key: l.Key, Owner: l.Owner, Token: l.Token},
+				store.AcquireRequest{Key: l.Key, Owner: owner + "-next", TTL: ttl}); err != nil {
 				return err
 			}
 			note(l)

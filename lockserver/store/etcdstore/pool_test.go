@@ -15,7 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // The tests below are about leases (Leases in the package doc): a lease id
@@ -68,7 +68,7 @@ func parseLeaseID(t *testing.T, id string) clientv3.LeaseID {
 	return clientv3.LeaseID(n)
 }
 
-func mustAcquire(t *testing.T, s *Store, key, owner string, ttl time.Duration) lockserver.Lease {
+func mustAcquire(t *testing.T, s *Store, key, owner string, ttl time.Duration) store.Lease {
 	t.Helper()
 	l, err := s.Acquire(ctxT(t), key, owner, ttl)
 	if err != nil {
@@ -125,13 +125,13 @@ func TestAStaleHolderCannotTouchTheGrantAfterIt(t *testing.T) {
 	if cur.LeaseID == old.LeaseID {
 		t.Fatalf("regrant on lease %s of the released grant", old.LeaseID)
 	}
-	if _, err := s.Renew(ctxT(t), "k", "worker-a", old.Token); !errors.Is(err, lockserver.ErrStaleToken) {
+	if _, err := s.Renew(ctxT(t), "k", "worker-a", old.Token); !errors.Is(err, store.ErrStaleToken) {
 		t.Errorf("stale renew = %v; want ErrStaleToken", err)
 	}
-	if err := s.Release(ctxT(t), "k", "worker-a", old.Token); !errors.Is(err, lockserver.ErrStaleToken) {
+	if err := s.Release(ctxT(t), "k", "worker-a", old.Token); !errors.Is(err, store.ErrStaleToken) {
 		t.Errorf("stale release = %v; want ErrStaleToken", err)
 	}
-	if _, err := s.Revoke(ctxT(t), "k", old.Token); !errors.Is(err, lockserver.ErrStaleToken) {
+	if _, err := s.Revoke(ctxT(t), "k", old.Token); !errors.Is(err, store.ErrStaleToken) {
 		t.Errorf("revoke naming the stale token = %v; want ErrStaleToken", err)
 	}
 	st, err := s.Inspect(ctxT(t), "k")
@@ -149,7 +149,7 @@ func TestReleaseComparesTheWholeOwner(t *testing.T) {
 		{"a", "a:"},
 	} {
 		l := mustAcquire(t, s, "k", c.holder, 5*time.Second)
-		if err := s.Release(ctxT(t), "k", c.other, l.Token); !errors.Is(err, lockserver.ErrNotHeld) {
+		if err := s.Release(ctxT(t), "k", c.other, l.Token); !errors.Is(err, store.ErrNotHeld) {
 			t.Errorf("release of %q's grant by %q = %v; want ErrNotHeld", c.holder, c.other, err)
 		}
 		if err := s.Release(ctxT(t), "k", c.holder, l.Token); err != nil {
@@ -279,7 +279,7 @@ func TestACanceledAcquireSpendsNoIdleLease(t *testing.T) {
 	idle := awaitIdle(t, s)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := s.Acquire(ctx, "k", "worker-b", 5*time.Second); !errors.Is(err, lockserver.ErrUnavailable) {
+	if _, err := s.Acquire(ctx, "k", "worker-b", 5*time.Second); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Acquire with a canceled context = %v; want ErrUnavailable", err)
 	}
 	if got := idleIDs(s); !slices.Equal(got, idle) {
@@ -490,7 +490,7 @@ func TestAReleaseRacingAForceRevokeEndsTheGrantOnce(t *testing.T) {
 	if revokeErr != nil {
 		t.Fatalf("the force-revoke that came first: %v", revokeErr)
 	}
-	if !errors.Is(err, lockserver.ErrNotHeld) {
+	if !errors.Is(err, store.ErrNotHeld) {
 		t.Fatalf("the release that came second = %v; want ErrNotHeld", err)
 	}
 	if st, err := s.Inspect(ctxT(t), "k"); err != nil || st.Lease != nil {

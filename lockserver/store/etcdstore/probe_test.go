@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // TestProbeRenewRacingAHandoffIsStale: Renew is two requests, a read of
@@ -26,7 +26,7 @@ func TestProbeRenewRacingAHandoffIsStale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := lockserver.LeaseRef{Key: key, Owner: "worker-a", Token: a.Token}
+	ref := store.LeaseRef{Key: key, Owner: "worker-a", Token: a.Token}
 
 	// Renew's first step: the read and the checks.
 	kv, rec, err := s.get(ctxT(t), "renew", key)
@@ -37,14 +37,14 @@ func TestProbeRenewRacingAHandoffIsStale(t *testing.T) {
 		t.Fatalf("renew's read: %v", err)
 	}
 	// The handoff lands, and its background revoke of the old lease ends.
-	b, err := s.Handoff(ctxT(t), ref, lockserver.AcquireRequest{Key: key, Owner: "worker-b", TTL: 10 * time.Second})
+	b, err := s.Handoff(ctxT(t), ref, store.AcquireRequest{Key: key, Owner: "worker-b", TTL: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.bg.Wait()
 	// Renew's second step.
 	_, err = s.keepAlive(ctxT(t), ref, kv)
-	if err != nil && !errors.Is(err, lockserver.ErrStaleToken) {
+	if err != nil && !errors.Is(err, store.ErrStaleToken) {
 		t.Fatalf("renewal of token %d racing its handoff to token %d (live throughout): %v; want ErrStaleToken or success", a.Token, b.Token, err)
 	}
 }
@@ -59,7 +59,7 @@ func TestProbeCloseWithBackgroundRevokesInFlight(t *testing.T) {
 	onPrefix := func(cfg *Config) { cfg.Prefix = prefix }
 	s := openCfgT(t, onPrefix) // its cleanup's Close returns the test's first one
 	const n = 16
-	handed := make([]lockserver.Lease, n)
+	handed := make([]store.Lease, n)
 	started := make(chan struct{}, n)
 	done := make(chan struct{}, n)
 	for i := range n {
@@ -73,8 +73,8 @@ func TestProbeCloseWithBackgroundRevokesInFlight(t *testing.T) {
 				return
 			}
 			started <- struct{}{}
-			b, err := s.Handoff(ctxT(t), lockserver.LeaseRef{Key: key, Owner: "worker-a", Token: a.Token},
-				lockserver.AcquireRequest{Key: key, Owner: "worker-b", TTL: 10 * time.Second})
+			b, err := s.Handoff(ctxT(t), store.LeaseRef{Key: key, Owner: "worker-a", Token: a.Token},
+				store.AcquireRequest{Key: key, Owner: "worker-b", TTL: 10 * time.Second})
 			if err == nil {
 				handed[i] = b
 			}

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/etcd/embedded"
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // saveSnapshot writes a snapshot of the cluster at endpoints to a file,
@@ -155,10 +155,10 @@ func TestSnapshotRestoreRefusesGrantsUntilAdvance(t *testing.T) {
 	c = restoreInPlace(t, dir, snap, "restored-1", 0)
 	// A group grant that finds the new cluster only after its transaction:
 	// every member refused, every grant it made withdrawn.
-	res := batched.AcquireMany(ctx, []lockserver.AcquireRequest{
+	res := batched.AcquireMany(ctx, []store.AcquireRequest{
 		{Key: "payout:acct-3", Owner: "worker-c", TTL: 2 * shared.MinLeaseTTL()}, {Key: "payout:acct-4", Owner: "worker-c", TTL: 2 * shared.MinLeaseTTL()}})
 	for i, r := range res {
-		if !errors.Is(r.Err, lockserver.ErrBackendRestored) {
+		if !errors.Is(r.Err, store.ErrBackendRestored) {
 			t.Fatalf("group grant member %d on the restored cluster: %+v, %v; want ErrBackendRestored", i, r.Lease, r.Err)
 		}
 	}
@@ -174,16 +174,16 @@ func TestSnapshotRestoreRefusesGrantsUntilAdvance(t *testing.T) {
 			t.Fatalf("acquire %d on the restored cluster re-issued token %d; %d was already issued before the restore", i, l.Token, highest)
 		case err == nil:
 			t.Fatalf("acquire %d on the restored cluster granted token %d; want ErrBackendRestored until advance", i, l.Token)
-		case !errors.Is(err, lockserver.ErrBackendRestored):
+		case !errors.Is(err, store.ErrBackendRestored):
 			t.Fatalf("acquire %d on the restored cluster: %v; want ErrBackendRestored", i, err)
 		}
 		t.Logf("acquire %d refused as it should be: %v", i, err)
 	}
 	// A handoff is a grant: refused like one, before its transaction
 	// (the store knows of the new cluster now), and then nothing changed.
-	_, err = s.Handoff(ctx, lockserver.LeaseRef{Key: "payout:held", Owner: "worker-h", Token: held.Token},
-		lockserver.AcquireRequest{Key: "payout:held", Owner: "worker-b", TTL: time.Minute})
-	if !errors.Is(err, lockserver.ErrBackendRestored) {
+	_, err = s.Handoff(ctx, store.LeaseRef{Key: "payout:held", Owner: "worker-h", Token: held.Token},
+		store.AcquireRequest{Key: "payout:held", Owner: "worker-b", TTL: time.Minute})
+	if !errors.Is(err, store.ErrBackendRestored) {
 		t.Fatalf("handoff on the restored cluster: %v; want ErrBackendRestored", err)
 	}
 	if st, err := s.Inspect(ctx, "payout:held"); err != nil || st.Lease == nil || st.Lease.Owner != "worker-h" || st.Lease.Token != held.Token {

@@ -3,21 +3,21 @@ package memstore
 import (
 	"context"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 var (
-	_ lockserver.BatchStore   = (*Store)(nil)
-	_ lockserver.BatchRenewer = (*Store)(nil)
+	_ store.BatchStore   = (*Store)(nil)
+	_ store.BatchRenewer = (*Store)(nil)
 )
 
-// AcquireMany implements lockserver.BatchStore: Acquire for each member
+// AcquireMany implements store.BatchStore: Acquire for each member
 // with a key not seen earlier in reqs, in order. There is no round trip to
 // save in memory; it exists so that lock-server's batching runs over this
 // store in tests and simulations as it does over the real backends.
-func (s *Store) AcquireMany(ctx context.Context, reqs []lockserver.AcquireRequest) []lockserver.Result {
-	out := make([]lockserver.Result, len(reqs))
-	dups := lockserver.ValidateBatchKeys(keysOf(reqs, func(r lockserver.AcquireRequest) string { return r.Key }))
+func (s *Store) AcquireMany(ctx context.Context, reqs []store.AcquireRequest) []store.Result {
+	out := make([]store.Result, len(reqs))
+	dups := store.ValidateBatchKeys(keysOf(reqs, func(r store.AcquireRequest) string { return r.Key }))
 	for i, r := range reqs {
 		if dups[i] != nil {
 			out[i].Err = dups[i]
@@ -28,10 +28,10 @@ func (s *Store) AcquireMany(ctx context.Context, reqs []lockserver.AcquireReques
 	return out
 }
 
-// ReleaseMany implements lockserver.BatchStore: Release for each member,
+// ReleaseMany implements store.BatchStore: Release for each member,
 // in order, as AcquireMany does.
-func (s *Store) ReleaseMany(ctx context.Context, refs []lockserver.LeaseRef) []error {
-	out := lockserver.ValidateBatchKeys(keysOf(refs, func(r lockserver.LeaseRef) string { return r.Key }))
+func (s *Store) ReleaseMany(ctx context.Context, refs []store.LeaseRef) []error {
+	out := store.ValidateBatchKeys(keysOf(refs, func(r store.LeaseRef) string { return r.Key }))
 	for i, r := range refs {
 		if out[i] == nil {
 			out[i] = s.Release(ctx, r.Key, r.Owner, r.Token)
@@ -40,11 +40,11 @@ func (s *Store) ReleaseMany(ctx context.Context, refs []lockserver.LeaseRef) []e
 	return out
 }
 
-// RenewMany implements lockserver.BatchRenewer: Renew for each member, in
+// RenewMany implements store.BatchRenewer: Renew for each member, in
 // order, as AcquireMany does.
-func (s *Store) RenewMany(ctx context.Context, refs []lockserver.LeaseRef) []lockserver.Result {
-	out := make([]lockserver.Result, len(refs))
-	dups := lockserver.ValidateBatchKeys(keysOf(refs, func(r lockserver.LeaseRef) string { return r.Key }))
+func (s *Store) RenewMany(ctx context.Context, refs []store.LeaseRef) []store.Result {
+	out := make([]store.Result, len(refs))
+	dups := store.ValidateBatchKeys(keysOf(refs, func(r store.LeaseRef) string { return r.Key }))
 	for i, r := range refs {
 		if dups[i] != nil {
 			out[i].Err = dups[i]

@@ -1,4 +1,4 @@
-// Package memstore is an in-process lockserver.LockStore with an injected
+// Package memstore is an in-process store.LockStore with an injected
 // clock. It exists for tests and for the deterministic simulation: it follows
 // the same contract as the PostgreSQL and etcd stores (it passes
 // lockserver/store/storetest) but keeps its state in memory, so it survives
@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // Clock is the time source of a Store. Now must be monotonic non-decreasing
@@ -45,7 +45,7 @@ type entry struct {
 	expiresAt time.Time // zero when free
 }
 
-var _ lockserver.LockStore = (*Store)(nil)
+var _ store.LockStore = (*Store)(nil)
 
 // New returns an empty store reading time from clock (the wall clock when
 // clock is nil). The first token it grants is 1.
@@ -60,21 +60,21 @@ func (e *entry) live(now time.Time) bool {
 	return e.owner != "" && now.Before(e.expiresAt)
 }
 
-func (e *entry) lease(key string) lockserver.Lease {
-	return lockserver.Lease{
+func (e *entry) lease(key string) store.Lease {
+	return store.Lease{
 		Key: key, Owner: e.owner, Token: e.token,
 		LeaseID: "mem-" + strconv.FormatInt(e.token, 10),
 		TTL:     e.ttl, ExpiresAt: e.expiresAt,
 	}
 }
 
-// Acquire implements lockserver.LockStore.
-func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
-	if err := lockserver.ValidateAcquire(key, owner, ttl); err != nil {
-		return lockserver.Lease{}, err
+// Acquire implements store.LockStore.
+func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
+	if err := store.ValidateAcquire(key, owner, ttl); err != nil {
+		return store.Lease{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return lockserver.Lease{}, fmt.Errorf("%w: %w", lockserver.ErrUnavailable, err)
+		return store.Lease{}, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -84,7 +84,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		e = &entry{}
 		s.keys[key] = e
 	} else if e.live(now) {
-		return lockserver.Lease{}, fmt.Errorf("%w: key %q is held until %s with token %d", lockserver.ErrLockHeld, key, e.expiresAt.Format(time.RFC3339Nano), e.token)
+		return store.Lease{}, fmt.Errorf("%w: key %q is held until %s with token %d", store.ErrLockHeld, key, e.expiresAt.Format(time.RFC3339Nano), e.token)
 	}
 	s.lastToken++
 	*e = entry{owner: owner, token: s.lastToken, ttl: ttl, expiresAt: now.Add(ttl)}
@@ -94,37 +94,37 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 // refusal classifies why (key, owner, token) is not the live lease.
 func refusal(key string, e *entry, owner string, token int64) error {
 	if e != nil && e.token > token {
-		return fmt.Errorf("%w: key %q has a newer grant (token %d) than token %d", lockserver.ErrStaleToken, key, e.token, token)
+		return fmt.Errorf("%w: key %q has a newer grant (token %d) than token %d", store.ErrStaleToken, key, e.token, token)
 	}
-	return fmt.Errorf("%w: no live lease on key %q for owner %q with token %d", lockserver.ErrNotHeld, key, owner, token)
+	return fmt.Errorf("%w: no live lease on key %q for owner %q with token %d", store.ErrNotHeld, key, owner, token)
 }
 
-// Renew implements lockserver.LockStore.
-func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lockserver.Lease, error) {
-	if err := lockserver.ValidateLease(key, owner, token); err != nil {
-		return lockserver.Lease{}, err
+// Renew implements store.LockStore.
+func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (store.Lease, error) {
+	if err := store.ValidateLease(key, owner, token); err != nil {
+		return store.Lease{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return lockserver.Lease{}, fmt.Errorf("%w: %w", lockserver.ErrUnavailable, err)
+		return store.Lease{}, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	e := s.keys[key]
 	if e == nil || !e.live(now) || e.token != token || e.owner != owner {
-		return lockserver.Lease{}, refusal(key, e, owner, token)
+		return store.Lease{}, refusal(key, e, owner, token)
 	}
 	e.expiresAt = now.Add(e.ttl)
 	return e.lease(key), nil
 }
 
-// Release implements lockserver.LockStore.
+// Release implements store.LockStore.
 func (s *Store) Release(ctx context.Context, key, owner string, token int64) error {
-	if err := lockserver.ValidateLease(key, owner, token); err != nil {
+	if err := store.ValidateLease(key, owner, token); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%w: %w", lockserver.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -136,42 +136,42 @@ func (s *Store) Release(ctx context.Context, key, owner string, token int64) err
 	return nil
 }
 
-// Revoke implements lockserver.LockStore.
-func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver.Lease, error) {
-	if err := lockserver.ValidateKey(key); err != nil {
-		return lockserver.Lease{}, err
+// Revoke implements store.LockStore.
+func (s *Store) Revoke(ctx context.Context, key string, token int64) (store.Lease, error) {
+	if err := store.ValidateKey(key); err != nil {
+		return store.Lease{}, err
 	}
-	if err := lockserver.ValidateRevokeToken(token); err != nil {
-		return lockserver.Lease{}, err
+	if err := store.ValidateRevokeToken(token); err != nil {
+		return store.Lease{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return lockserver.Lease{}, fmt.Errorf("%w: %w", lockserver.ErrUnavailable, err)
+		return store.Lease{}, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.keys[key]
 	if e == nil || !e.live(s.clock.Now()) {
-		return lockserver.Lease{}, fmt.Errorf("%w: no live lease on key %q", lockserver.ErrNotHeld, key)
+		return store.Lease{}, fmt.Errorf("%w: no live lease on key %q", store.ErrNotHeld, key)
 	}
 	if token != 0 && e.token != token {
-		return lockserver.Lease{}, refusal(key, e, e.owner, token)
+		return store.Lease{}, refusal(key, e, e.owner, token)
 	}
 	revoked := e.lease(key)
 	e.owner, e.expiresAt = "", time.Time{}
 	return revoked, nil
 }
 
-// Inspect implements lockserver.LockStore.
-func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, error) {
-	if err := lockserver.ValidateKey(key); err != nil {
-		return lockserver.State{}, err
+// Inspect implements store.LockStore.
+func (s *Store) Inspect(ctx context.Context, key string) (store.State, error) {
+	if err := store.ValidateKey(key); err != nil {
+		return store.State{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return lockserver.State{}, fmt.Errorf("%w: %w", lockserver.ErrUnavailable, err)
+		return store.State{}, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := lockserver.State{Key: key}
+	st := store.State{Key: key}
 	if e := s.keys[key]; e != nil {
 		st.LastToken = e.token
 		if e.live(s.clock.Now()) {
@@ -182,9 +182,9 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, erro
 	return st, nil
 }
 
-// Ping implements lockserver.LockStore; an in-memory store always answers.
+// Ping implements store.LockStore; an in-memory store always answers.
 func (s *Store) Ping(ctx context.Context) error { return ctx.Err() }
 
-// Close implements lockserver.LockStore; it keeps the state, so a store
+// Close implements store.LockStore; it keeps the state, so a store
 // "reopened" by a test is simply the same Store.
 func (s *Store) Close() error { return nil }

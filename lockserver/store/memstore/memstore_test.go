@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/servertest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 )
@@ -27,8 +28,8 @@ func TestContract(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	storetest.Run(t, storetest.Backend{
 		Name:     "memstore",
-		Open:     func(*testing.T) lockserver.LockStore { return memstore.New(clock) },
-		Reopen:   func(_ *testing.T, s lockserver.LockStore) lockserver.LockStore { return s },
+		Open:     func(*testing.T) store.LockStore { return memstore.New(clock) },
+		Reopen:   func(_ *testing.T, s store.LockStore) store.LockStore { return s },
 		ShortTTL: time.Second,
 		Advance:  clock.Advance,
 	})
@@ -36,10 +37,10 @@ func TestContract(t *testing.T) {
 
 func TestContractOverHTTP(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	storetest.Run(t, storetest.OverHTTP(storetest.Backend{
+	storetest.Run(t, servertest.OverHTTP(storetest.Backend{
 		Name:     "memstore",
-		Open:     func(*testing.T) lockserver.LockStore { return memstore.New(clock) },
-		Reopen:   func(_ *testing.T, s lockserver.LockStore) lockserver.LockStore { return s },
+		Open:     func(*testing.T) store.LockStore { return memstore.New(clock) },
+		Reopen:   func(_ *testing.T, s store.LockStore) store.LockStore { return s },
 		ShortTTL: time.Second,
 		Advance:  clock.Advance,
 	}))
@@ -47,10 +48,10 @@ func TestContractOverHTTP(t *testing.T) {
 
 func TestContractBatched(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	storetest.Run(t, storetest.Batched(storetest.Backend{
+	storetest.Run(t, servertest.Batched(storetest.Backend{
 		Name:     "memstore",
-		Open:     func(*testing.T) lockserver.LockStore { return memstore.New(clock) },
-		Reopen:   func(_ *testing.T, s lockserver.LockStore) lockserver.LockStore { return s },
+		Open:     func(*testing.T) store.LockStore { return memstore.New(clock) },
+		Reopen:   func(_ *testing.T, s store.LockStore) store.LockStore { return s },
 		ShortTTL: time.Second,
 		Advance:  clock.Advance,
 	}))
@@ -59,11 +60,11 @@ func TestContractBatched(t *testing.T) {
 // TestLinearizableWaiting: the linearizability workload through a
 // lock-server whose acquires all wait (handoffs to parked waiters).
 func TestLinearizableWaiting(t *testing.T) {
-	storetest.CheckLinearizableWaiting(t, "memstore", memstore.New(nil), false)
+	servertest.CheckLinearizableWaiting(t, "memstore", memstore.New(nil), false)
 }
 
 // TestLinearizableWaitingCancelled: the same with some waiting acquires
 // cancelled mid-wait.
 func TestLinearizableWaitingCancelled(t *testing.T) {
-	storetest.CheckLinearizableWaiting(t, "memstore", memstore.New(nil), true)
+	servertest.CheckLinearizableWaiting(t, "memstore", memstore.New(nil), true)
 }

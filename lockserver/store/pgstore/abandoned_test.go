@@ -3,9 +3,9 @@ package pgstore
 import (
 	"testing"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/servertest"
 )
 
-// TestAbandonedGrantsThroughLockServer: storetest.AbandonedGrants on
+// TestAbandonedGrantsThroughLockServer: servertest.AbandonedGrants on
 // PostgreSQL.
-func TestAbandonedGrantsThroughLockServer(t *testing.T) { storetest.AbandonedGrants(t, backend()) }
+func TestAbandonedGrantsThroughLockServer(t *testing.T) { servertest.AbandonedGrants(t, backend()) }

@@ -8,10 +8,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
-// Group grant (lockserver.BatchStore, BatchRenewer): many keys in one
+// Group grant (store.BatchStore, BatchRenewer): many keys in one
 // statement, the keys passed as parallel arrays and joined with unnest.
 // Each key's row is decided exactly as the single statement decides it:
 // the grant's token is drawn by the nextval of DO UPDATE SET, after the
@@ -26,8 +26,8 @@ import (
 // answered with the error.
 
 var (
-	_ lockserver.BatchStore   = (*Store)(nil)
-	_ lockserver.BatchRenewer = (*Store)(nil)
+	_ store.BatchStore   = (*Store)(nil)
+	_ store.BatchRenewer = (*Store)(nil)
 )
 
 const (
@@ -81,14 +81,14 @@ RETURNING l.lock_key, l.owner_id, l.fencing_token, l.ttl_ms, l.expires_at, live.
 	lastTokensSQL = `SELECT lock_key, fencing_token FROM lock_lease WHERE lock_key = ANY($1::text[])`
 )
 
-// AcquireMany implements lockserver.BatchStore: one round trip carries the
+// AcquireMany implements store.BatchStore: one round trip carries the
 // restore guard's identity check and one acquireManySQL statement for
 // every valid member, in one implicit transaction. A member whose key is
 // held gets ErrLockHeld; every member gets ErrBackendRestored when the
 // guard refuses, and ErrUnavailable (or, for an error in the statement
 // itself, a plain error) when the round trip fails.
-func (s *Store) AcquireMany(ctx context.Context, reqs []lockserver.AcquireRequest) []lockserver.Result {
-	out := make([]lockserver.Result, len(reqs))
+func (s *Store) AcquireMany(ctx context.Context, reqs []store.AcquireRequest) []store.Result {
+	out := make([]store.Result, len(reqs))
 	keys := make([]string, len(reqs))
 	for i, r := range reqs {
 		keys[i] = r.Key
@@ -97,12 +97,12 @@ func (s *Store) AcquireMany(ctx context.Context, reqs []lockserver.AcquireReques
 		send       []int
 		ks, owners []string
 		ttls       []int64
-		dups       = lockserver.ValidateBatchKeys(keys)
+		dups       = store.ValidateBatchKeys(keys)
 	)
 	for i, r := range reqs {
 		err := dups[i]
 		if err == nil {
-			err = lockserver.ValidateAcquire(r.Key, r.Owner, r.TTL)
+			err = store.ValidateAcquire(r.Key, r.Owner, r.TTL)
 		}
 		if err != nil {
 			out[i].Err = err
@@ -119,7 +119,7 @@ func (s *Store) AcquireMany(ctx context.Context, reqs []lockserver.AcquireReques
 		granted, err = s.guardedAcquireMany(ctx, ks, owners, ttls)
 	}
 	if err != nil {
-		if !errors.Is(err, lockserver.ErrBackendRestored) {
+		if !errors.Is(err, store.ErrBackendRestored) {
 			err = unavailable(fmt.Sprintf("acquire of %d keys", len(send)), "", err)
 		}
 		for _, i := range send {
@@ -133,7 +133,7 @@ func (s *Store) AcquireMany(ctx context.Context, reqs []lockserver.AcquireReques
 			s.log.Debug("pgstore granted", "lock", l.Key, "owner", l.Owner, "token", l.Token, "ttl_ms", l.TTL.Milliseconds(), "batch", len(send))
 			continue
 		}
-		out[i].Err = fmt.Errorf("%w: key %q has an unexpired lease", lockserver.ErrLockHeld, reqs[i].Key)
+		out[i].Err = fmt.Errorf("%w: key %q has an unexpired lease", store.ErrLockHeld, reqs[i].Key)
 	}
 	return out
 }
@@ -141,8 +141,8 @@ func (s *Store) AcquireMany(ctx context.Context, reqs []lockserver.AcquireReques
 // guardedAcquireMany is guardedAcquire for many keys: the identity check
 // and the statement in one batch, one implicit transaction. It returns the
 // leases granted, by key.
-func (s *Store) guardedAcquireMany(ctx context.Context, keys, owners []string, ttls []int64) (map[string]lockserver.Lease, error) {
-	var granted map[string]lockserver.Lease
+func (s *Store) guardedAcquireMany(ctx context.Context, keys, owners []string, ttls []int64) (map[string]store.Lease, error) {
+	var granted map[string]store.Lease
 	err := s.drawing(ctx, func() (err error) {
 		granted, err = s.guardedAcquireManyOnce(ctx, keys, owners, ttls)
 		return err
@@ -150,7 +150,7 @@ func (s *Store) guardedAcquireMany(ctx context.Context, keys, owners []string, t
 	return granted, err
 }
 
-func (s *Store) guardedAcquireManyOnce(ctx context.Context, keys, owners []string, ttls []int64) (map[string]lockserver.Lease, error) {
+func (s *Store) guardedAcquireManyOnce(ctx context.Context, keys, owners []string, ttls []int64) (map[string]store.Lease, error) {
 	b := &pgx.Batch{}
 	b.Queue(checkIdentitySQL)
 	b.Queue(s.acquireManySQL, keys, owners, ttls)
@@ -159,7 +159,7 @@ func (s *Store) guardedAcquireManyOnce(ctx context.Context, keys, owners []strin
 		_ = br.Close()
 		return nil, restored(err)
 	}
-	granted := make(map[string]lockserver.Lease, len(keys))
+	granted := make(map[string]store.Lease, len(keys))
 	rows, err := br.Query()
 	if err == nil {
 		for rows.Next() {
@@ -187,11 +187,11 @@ func (s *Store) guardedAcquireManyOnce(ctx context.Context, keys, owners []strin
 	return granted, nil
 }
 
-// ReleaseMany implements lockserver.BatchStore: one round trip carries
+// ReleaseMany implements store.BatchStore: one round trip carries
 // releaseManySQL for every valid member and the read of their keys' last
 // tokens, which explains each refused member as Release's refusal does
 // (ErrStaleToken when its key has a newer grant, else ErrNotHeld).
-func (s *Store) ReleaseMany(ctx context.Context, refs []lockserver.LeaseRef) []error {
+func (s *Store) ReleaseMany(ctx context.Context, refs []store.LeaseRef) []error {
 	res := s.leaseMany(ctx, "release", releaseManySQL, refs, false)
 	out := make([]error, len(res))
 	for i, r := range res {
@@ -200,22 +200,22 @@ func (s *Store) ReleaseMany(ctx context.Context, refs []lockserver.LeaseRef) []e
 	return out
 }
 
-// RenewMany implements lockserver.BatchRenewer as ReleaseMany does, with
+// RenewMany implements store.BatchRenewer as ReleaseMany does, with
 // renewManySQL; a renewal whose new expiry is earlier than the one it
 // replaced logs lockdb_clock_stepped, as Renew does.
-func (s *Store) RenewMany(ctx context.Context, refs []lockserver.LeaseRef) []lockserver.Result {
+func (s *Store) RenewMany(ctx context.Context, refs []store.LeaseRef) []store.Result {
 	return s.leaseMany(ctx, "renew", renewManySQL, refs, true)
 }
 
 // leaseMany runs a release or renewal statement over refs and the read of
 // last tokens, in one round trip.
-func (s *Store) leaseMany(ctx context.Context, op, stmt string, refs []lockserver.LeaseRef, renew bool) []lockserver.Result {
-	out := make([]lockserver.Result, len(refs))
+func (s *Store) leaseMany(ctx context.Context, op, stmt string, refs []store.LeaseRef, renew bool) []store.Result {
+	out := make([]store.Result, len(refs))
 	keys := make([]string, len(refs))
 	for i, r := range refs {
 		keys[i] = r.Key
 	}
-	dups := lockserver.ValidateBatchKeys(keys)
+	dups := store.ValidateBatchKeys(keys)
 	var (
 		send       []int
 		ks, owners []string
@@ -224,7 +224,7 @@ func (s *Store) leaseMany(ctx context.Context, op, stmt string, refs []lockserve
 	for i, r := range refs {
 		err := dups[i]
 		if err == nil {
-			err = lockserver.ValidateLease(r.Key, r.Owner, r.Token)
+			err = store.ValidateLease(r.Key, r.Owner, r.Token)
 		}
 		if err != nil {
 			out[i].Err = err
@@ -251,9 +251,9 @@ func (s *Store) leaseMany(ctx context.Context, op, stmt string, refs []lockserve
 			t := last[r.Key]
 			s.log.Debug("pgstore "+op+" refused", "lock", r.Key, "owner", r.Owner, "token", r.Token, "last_token", t)
 			if t > r.Token {
-				out[i].Err = fmt.Errorf("%w: key %q has a newer grant (token %d) than token %d", lockserver.ErrStaleToken, r.Key, t, r.Token)
+				out[i].Err = fmt.Errorf("%w: key %q has a newer grant (token %d) than token %d", store.ErrStaleToken, r.Key, t, r.Token)
 			} else {
-				out[i].Err = fmt.Errorf("%w: no live lease on key %q for owner %q with token %d (last token of the key: %d)", lockserver.ErrNotHeld, r.Key, r.Owner, r.Token, t)
+				out[i].Err = fmt.Errorf("%w: no live lease on key %q for owner %q with token %d (last token of the key: %d)", store.ErrNotHeld, r.Key, r.Owner, r.Token, t)
 			}
 			continue
 		}

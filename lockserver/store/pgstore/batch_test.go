@@ -9,14 +9,15 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/servertest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 )
 
 // TestContractBatched runs the whole contract (linearizability and token
 // order included) through lock-server's Batcher, so concurrent calls reach
 // PostgreSQL as AcquireMany, ReleaseMany and RenewMany statements.
-func TestContractBatched(t *testing.T) { storetest.Run(t, storetest.Batched(backend())) }
+func TestContractBatched(t *testing.T) { storetest.Run(t, servertest.Batched(backend())) }
 
 // naiveAcquireManySQL draws every token before the rows are won (it writes
 // the VALUES-side token in DO UPDATE): the regression the interleaving
@@ -43,10 +44,10 @@ func slowBatchAfterFastGrant(t *testing.T, stmt string) (slow, fast int64) {
 	dsn := pgtest.NewDatabase(t)
 	s := openStore(t, dsn)
 	s.acquireManySQL = stmt
-	earlier, fast, res := raceAFastGrant(t, ctx, dsn, s, key, acquireSQL, func() <-chan []lockserver.Result {
-		done := make(chan []lockserver.Result, 1)
+	earlier, fast, res := raceAFastGrant(t, ctx, dsn, s, key, acquireSQL, func() <-chan []store.Result {
+		done := make(chan []store.Result, 1)
 		go func() {
-			done <- s.AcquireMany(ctx, []lockserver.AcquireRequest{
+			done <- s.AcquireMany(ctx, []store.AcquireRequest{
 				{Key: "a-before", Owner: "slow-worker", TTL: testTTL},
 				{Key: key, Owner: "slow-worker", TTL: testTTL},
 				{Key: "z-after", Owner: "slow-worker", TTL: testTTL},

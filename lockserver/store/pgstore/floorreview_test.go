@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // Tests from a review of ADR 0002 (the token floor): each names what it
@@ -33,7 +33,7 @@ func TestAnAdvanceToTheLargestPastKeepsTokensBelow2To53(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
 	s := openStore(t, dsn)
 	grantRelease(t, s, "payout:acct-1", 1)
-	if _, err := s.Advance(testCtx(t), lockserver.MaxAdvancePast-1); err != nil {
+	if _, err := s.Advance(testCtx(t), store.MaxAdvancePast-1); err != nil {
 		t.Fatalf("Advance to MaxAdvancePast - 1: %v", err)
 	}
 	// An acquire draws twice (VALUES and DO UPDATE), a handoff once, so
@@ -41,32 +41,32 @@ func TestAnAdvanceToTheLargestPastKeepsTokensBelow2To53(t *testing.T) {
 	var exact []float64
 	l, err := s.Acquire(testCtx(t), "payout:acct-1", "worker-a", testTTL)
 	if err != nil {
-		if !errors.Is(err, lockserver.ErrUnavailable) {
+		if !errors.Is(err, store.ErrUnavailable) {
 			t.Fatalf("Acquire after the advance: %v; want a token up to 2^53 - 1 or ErrUnavailable", err)
 		}
-		if st, err := s.Inspect(testCtx(t), "payout:acct-1"); err != nil || st.Lease != nil || st.LastToken > lockserver.MaxAdvancePast {
+		if st, err := s.Inspect(testCtx(t), "payout:acct-1"); err != nil || st.Lease != nil || st.LastToken > store.MaxAdvancePast {
 			t.Fatalf("after the refusal: %+v, last token %d, %v; want nothing granted", st.Lease, st.LastToken, err)
 		}
-		res := s.AcquireMany(testCtx(t), []lockserver.AcquireRequest{{Key: "payout:acct-2", Owner: "worker-a", TTL: testTTL}})
-		if res[0].Err == nil && res[0].Lease.Token > lockserver.MaxAdvancePast {
+		res := s.AcquireMany(testCtx(t), []store.AcquireRequest{{Key: "payout:acct-2", Owner: "worker-a", TTL: testTTL}})
+		if res[0].Err == nil && res[0].Lease.Token > store.MaxAdvancePast {
 			t.Fatalf("AcquireMany granted token %d, beyond 2^53 - 1", res[0].Lease.Token)
 		}
-		if res[0].Err != nil && !errors.Is(res[0].Err, lockserver.ErrUnavailable) {
+		if res[0].Err != nil && !errors.Is(res[0].Err, store.ErrUnavailable) {
 			t.Fatalf("AcquireMany after the advance: %v; want ErrUnavailable", res[0].Err)
 		}
 		return
 	}
 	exact = append(exact, float64(l.Token))
-	if l.Token > lockserver.MaxAdvancePast {
+	if l.Token > store.MaxAdvancePast {
 		t.Errorf("Acquire granted token %d, beyond 2^53 - 1", l.Token)
 	}
-	h, err := s.Handoff(testCtx(t), lockserver.LeaseRef{Key: l.Key, Owner: l.Owner, Token: l.Token},
-		lockserver.AcquireRequest{Key: l.Key, Owner: "worker-b", TTL: testTTL})
+	h, err := s.Handoff(testCtx(t), store.LeaseRef{Key: l.Key, Owner: l.Owner, Token: l.Token},
+		store.AcquireRequest{Key: l.Key, Owner: "worker-b", TTL: testTTL})
 	if err != nil {
 		t.Logf("Handoff refused: %v", err)
 	} else {
 		exact = append(exact, float64(h.Token))
-		if h.Token > lockserver.MaxAdvancePast {
+		if h.Token > store.MaxAdvancePast {
 			t.Errorf("Handoff granted token %d, beyond 2^53 - 1", h.Token)
 		}
 	}
@@ -102,7 +102,7 @@ func TestASequenceSetBackWithinASecondRepeatsNoToken(t *testing.T) {
 	for _, k := range []string{"payout:acct-old", "payout:acct-new"} {
 		l, err := other.Acquire(testCtx(t), k, "worker-b", testTTL)
 		switch {
-		case errors.Is(err, lockserver.ErrBackendRestored):
+		case errors.Is(err, store.ErrBackendRestored):
 			t.Logf("%s refused: %v", k, err)
 		case err != nil:
 			t.Fatalf("Acquire %s: %v", k, err)
@@ -218,17 +218,17 @@ AS $$ SELECT clock_timestamp() + interval '%d microseconds' $$`, offset.Microsec
 					}
 				case r <= 3: // a group grant of three keys
 					perm := rng.Perm(len(keys))[:3]
-					reqs := make([]lockserver.AcquireRequest, len(perm))
+					reqs := make([]store.AcquireRequest, len(perm))
 					for j, p := range perm {
-						reqs[j] = lockserver.AcquireRequest{Key: keys[p], Owner: owner, TTL: ttl}
+						reqs[j] = store.AcquireRequest{Key: keys[p], Owner: owner, TTL: ttl}
 					}
-					var held []lockserver.Lease
+					var held []store.Lease
 					for j, res := range s.AcquireMany(ctx, reqs) {
 						switch {
 						case res.Err == nil:
 							note(reqs[j].Key, res.Lease.Token)
 							held = append(held, res.Lease)
-						case !errors.Is(res.Err, lockserver.ErrLockHeld):
+						case !errors.Is(res.Err, store.ErrLockHeld):
 							fail("AcquireMany "+reqs[j].Key, res.Err)
 						}
 					}
@@ -240,7 +240,7 @@ AS $$ SELECT clock_timestamp() + interval '%d microseconds' $$`, offset.Microsec
 				default: // acquire, maybe hand off, release
 					key := keys[rng.IntN(len(keys))]
 					l, err := s.Acquire(ctx, key, owner, ttl)
-					if errors.Is(err, lockserver.ErrLockHeld) {
+					if errors.Is(err, store.ErrLockHeld) {
 						continue
 					}
 					if err != nil {
@@ -250,8 +250,8 @@ AS $$ SELECT clock_timestamp() + interval '%d microseconds' $$`, offset.Microsec
 					note(key, l.Token)
 					if rng.IntN(2) == 0 {
 						next, err := stores[rng.IntN(len(stores))].Handoff(ctx,
-							lockserver.LeaseRef{Key: key, Owner: owner, Token: l.Token},
-							lockserver.AcquireRequest{Key: key, Owner: owner + "-next", TTL: ttl})
+							store.LeaseRef{Key: key, Owner: owner, Token: l.Token},
+							store.AcquireRequest{Key: key, Owner: owner + "-next", TTL: ttl})
 						if err != nil {
 							fail("Handoff "+key, err)
 							continue
@@ -304,11 +304,11 @@ func TestADrawBehindTheClockAfterTheCatchUpIsUnavailable(t *testing.T) {
 LANGUAGE sql VOLATILE
 AS $$ SELECT clock_timestamp() + nextval('review_clock_jumps') * interval '2 seconds' $$`)
 	_, err := s.Acquire(testCtx(t), "payout:acct-1", "worker-a", testTTL)
-	if !errors.Is(err, lockserver.ErrUnavailable) {
+	if !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("Acquire with every draw behind the clock: %v; want ErrUnavailable", err)
 	}
-	res := s.AcquireMany(testCtx(t), []lockserver.AcquireRequest{{Key: "payout:acct-1", Owner: "worker-a", TTL: testTTL}})
-	if !errors.Is(res[0].Err, lockserver.ErrUnavailable) {
+	res := s.AcquireMany(testCtx(t), []store.AcquireRequest{{Key: "payout:acct-1", Owner: "worker-a", TTL: testTTL}})
+	if !errors.Is(res[0].Err, store.ErrUnavailable) {
 		t.Errorf("AcquireMany with every draw behind the clock: %v; want ErrUnavailable", res[0].Err)
 	}
 }
@@ -340,7 +340,7 @@ func TestARollbackAfterAnAdvancePastTheClockIsCaught(t *testing.T) {
 	stepClock(t, dsn, time.Minute)
 	l, err := other.Acquire(testCtx(t), "payout:acct-new", "worker-b", testTTL)
 	switch {
-	case errors.Is(err, lockserver.ErrBackendRestored):
+	case errors.Is(err, store.ErrBackendRestored):
 		t.Logf("refused: %v", err)
 	case err != nil:
 		t.Fatal(err)

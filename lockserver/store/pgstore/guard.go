@@ -9,14 +9,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // The restore guard. Table lockdb_identity (migration 00004) records the
 // instance tokens are issued on (system identifier, timeline, database OID,
 // sequence OID), which every kind of restore changes. Every grant runs
 // lockdb_check_identity() in the same round trip and implicit transaction,
-// so a mismatch refuses the grant (lockserver.ErrBackendRestored) before a
+// so a mismatch refuses the grant (store.ErrBackendRestored) before a
 // token is drawn; the other methods issue no token and are not checked.
 // promotion.go decides when a promoted standby's new timeline is accepted.
 // A rollback that keeps all four facts is caught by the token draw
@@ -71,8 +71,8 @@ RETURNING ` + identityText
 // batch: one round trip, one implicit transaction, so the statement runs
 // only if the check passed, and under the guard's shared lock. It returns
 // pgx.ErrNoRows when the key is held, an error wrapping
-// lockserver.ErrBackendRestored on a mismatch, or the driver's error.
-func (s *Store) guardedAcquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+// store.ErrBackendRestored on a mismatch, or the driver's error.
+func (s *Store) guardedAcquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	return s.guardedGrant(ctx, key, s.acquireSQL, key, owner, ttl.Milliseconds())
 }
 
@@ -80,10 +80,10 @@ func (s *Store) guardedAcquire(ctx context.Context, key, owner string, ttl time.
 // statement that grants key and returns the lease as scanLease reads it,
 // in one batch: one round trip, one implicit transaction, the statement
 // run only if the check passed. pgx.ErrNoRows when the statement granted
-// nothing, an error wrapping lockserver.ErrBackendRestored on a mismatch,
+// nothing, an error wrapping store.ErrBackendRestored on a mismatch,
 // or the driver's error (the implicit commit's included).
-func (s *Store) guardedGrant(ctx context.Context, key, grantSQL string, args ...any) (lockserver.Lease, error) {
-	var l lockserver.Lease
+func (s *Store) guardedGrant(ctx context.Context, key, grantSQL string, args ...any) (store.Lease, error) {
+	var l store.Lease
 	err := s.drawing(ctx, func() (err error) {
 		l, err = s.guardedGrantOnce(ctx, key, grantSQL, args...)
 		return err
@@ -107,7 +107,7 @@ func (s *Store) drawing(ctx context.Context, grant func() error) error {
 		}
 	}
 	if c := sqlstate(err); c == sqlstateBehindClock || c == sqlstateClockPastRange {
-		return fmt.Errorf("%w: pgstore: %w", lockserver.ErrUnavailable, err)
+		return fmt.Errorf("%w: pgstore: %w", store.ErrUnavailable, err)
 	}
 	return err
 }
@@ -122,28 +122,28 @@ func sqlstate(err error) string {
 	return ""
 }
 
-func (s *Store) guardedGrantOnce(ctx context.Context, key, grantSQL string, args ...any) (lockserver.Lease, error) {
+func (s *Store) guardedGrantOnce(ctx context.Context, key, grantSQL string, args ...any) (store.Lease, error) {
 	b := &pgx.Batch{}
 	b.Queue(checkIdentitySQL)
 	b.Queue(grantSQL, args...)
 	br := s.pool.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()
-		return lockserver.Lease{}, restored(err)
+		return store.Lease{}, restored(err)
 	}
 	l, err := scanLease(br.QueryRow(), key)
 	if cerr := br.Close(); err == nil && cerr != nil {
-		return lockserver.Lease{}, cerr // the implicit commit failed
+		return store.Lease{}, cerr // the implicit commit failed
 	}
 	return l, restored(err)
 }
 
-// restored wraps the guard's refusal in lockserver.ErrBackendRestored and
+// restored wraps the guard's refusal in store.ErrBackendRestored and
 // returns other errors as they are.
 func restored(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == sqlstateRestored {
-		return fmt.Errorf("%w: pgstore: %s", lockserver.ErrBackendRestored, pgErr.Message)
+		return fmt.Errorf("%w: pgstore: %s", store.ErrBackendRestored, pgErr.Message)
 	}
 	return err
 }
@@ -158,11 +158,11 @@ func restored(err error) error {
 // and stamps the current identity, so grants resume with tokens above
 // past. ErrInvalidArgument (wrapped) unless 0 < past <= MaxAdvancePast;
 // ErrUnavailable.
-func (s *Store) Advance(ctx context.Context, past int64) (lockserver.Advanced, error) {
-	if past <= 0 || past > lockserver.MaxAdvancePast {
-		return lockserver.Advanced{}, fmt.Errorf("%w: past is %d; want the largest token ever issued, 1..%d", lockserver.ErrInvalidArgument, past, int64(lockserver.MaxAdvancePast))
+func (s *Store) Advance(ctx context.Context, past int64) (store.Advanced, error) {
+	if past <= 0 || past > store.MaxAdvancePast {
+		return store.Advanced{}, fmt.Errorf("%w: past is %d; want the largest token ever issued, 1..%d", store.ErrInvalidArgument, past, int64(store.MaxAdvancePast))
 	}
-	out := lockserver.Advanced{Past: past}
+	out := store.Advanced{Past: past}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, guardLockSQL); err != nil {
 			return err
@@ -177,7 +177,7 @@ func (s *Store) Advance(ctx context.Context, past int64) (lockserver.Advanced, e
 		return tx.QueryRow(ctx, stampSQL, past).Scan(&out.Identity)
 	})
 	if err != nil {
-		return lockserver.Advanced{}, unavailable("advance", "", err)
+		return store.Advanced{}, unavailable("advance", "", err)
 	}
 	s.log.Debug("pgstore advanced", "past", past, "next_above", out.NextAbove, "identity", out.Identity, "previous", out.Previous)
 	var lead int64

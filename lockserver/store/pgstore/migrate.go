@@ -28,7 +28,7 @@ const (
 // migrations/, recorded in table pgstore_goose_version) to the database of
 // dsn, holding a PostgreSQL advisory lock so that concurrent callers apply
 // each migration once. It returns nil when nothing is pending. Errors wrap
-// ErrInvalidConfig for a malformed dsn, lockserver.ErrUnavailable when the
+// ErrInvalidConfig for a malformed dsn, store.ErrUnavailable when the
 // database cannot be reached, or describe the failed migration.
 func Migrate(ctx context.Context, dsn string) error {
 	cc, err := pgx.ParseConfig(dsn)

@@ -1,4 +1,4 @@
-// Package pgstore is the PostgreSQL implementation of lockserver.LockStore:
+// Package pgstore is the PostgreSQL implementation of store.LockStore:
 // one row per lock key in table lock_lease, fencing tokens from one global
 // sequence (fencing_token_seq), drawn inside the statement that wins the
 // key's row, and expiry decided by lockdb's clock (lock_clock()).
@@ -7,7 +7,7 @@
 // runs the embedded migrations unless cfg.SkipMigrations, and Close it when
 // done. Expiry is correct only while lockdb's host clock is slewed, never
 // stepped. A call that fails for want of the database wraps
-// lockserver.ErrUnavailable: the operation may or may not have taken effect.
+// store.ErrUnavailable: the operation may or may not have taken effect.
 // The design: docs/lock-service.md; the clock: docs/runbooks/lockdb-clock.md.
 package pgstore
 
@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgerr"
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -267,14 +267,14 @@ type Store struct {
 	closeOnce            sync.Once
 }
 
-var _ lockserver.LockStore = (*Store)(nil)
+var _ store.LockStore = (*Store)(nil)
 
 // Open connects to the database of cfg.DSN, applies pending migrations
 // unless cfg.SkipMigrations, checks the database answers, and logs one
 // line about lockdb's clock (event lockdb_clock_offset: INFO, WARN when the
 // offset exceeds cfg.ClockOffsetBound). Later, logger receives Debug events
 // and, at ERROR, lockdb_clock_stepped (nil: discard). Errors wrap
-// ErrInvalidConfig for a bad cfg, lockserver.ErrUnavailable when the
+// ErrInvalidConfig for a bad cfg, store.ErrUnavailable when the
 // database cannot be reached within ctx or the connect timeout, or are
 // migration failures (or, with SkipMigrations, a schema without
 // lock_clock()).
@@ -324,7 +324,7 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 // returns how far it is ahead of this process's wall clock (negative:
 // behind), measured against the midpoint of the round trip, and the
 // uncertainty of that figure (half the round trip). Errors wrap
-// lockserver.ErrUnavailable when the database does not answer.
+// store.ErrUnavailable when the database does not answer.
 func (s *Store) ClockOffset(ctx context.Context) (offset, uncertainty time.Duration, err error) {
 	var db time.Time
 	sent := time.Now()
@@ -353,7 +353,7 @@ func (s *Store) logClock(ctx context.Context, bound time.Duration) error {
 	return nil
 }
 
-// unavailable wraps err, a failure of op, in lockserver.ErrUnavailable when it
+// unavailable wraps err, a failure of op, in store.ErrUnavailable when it
 // is a failure to reach the database, and in a plain error otherwise (an
 // error from PostgreSQL about the statement itself: a bug).
 func unavailable(op, key string, err error) error {
@@ -364,11 +364,11 @@ func unavailable(op, key string, err error) error {
 	if !pgerr.Unavailable(err) {
 		return fmt.Errorf("pgstore: %s: %w", what, err)
 	}
-	return fmt.Errorf("%w: pgstore: %s (outcome unknown): %w", lockserver.ErrUnavailable, what, err)
+	return fmt.Errorf("%w: pgstore: %s (outcome unknown): %w", store.ErrUnavailable, what, err)
 }
 
-func leaseOf(key, owner string, token, ttlMs int64, expiresAt time.Time) lockserver.Lease {
-	return lockserver.Lease{
+func leaseOf(key, owner string, token, ttlMs int64, expiresAt time.Time) store.Lease {
+	return store.Lease{
 		Key: key, Owner: owner, Token: token,
 		LeaseID:   "pg-" + strconv.FormatInt(token, 10),
 		TTL:       time.Duration(ttlMs) * time.Millisecond,
@@ -377,40 +377,40 @@ func leaseOf(key, owner string, token, ttlMs int64, expiresAt time.Time) lockser
 }
 
 // scanLease reads a RETURNING owner_id, fencing_token, ttl_ms, expires_at row.
-func scanLease(row pgx.Row, key string) (lockserver.Lease, error) {
+func scanLease(row pgx.Row, key string) (store.Lease, error) {
 	var (
 		owner      string
 		token, ttl int64
 		expires    time.Time
 	)
 	if err := row.Scan(&owner, &token, &ttl, &expires); err != nil {
-		return lockserver.Lease{}, err
+		return store.Lease{}, err
 	}
 	return leaseOf(key, owner, token, ttl, expires), nil
 }
 
-// Acquire implements lockserver.LockStore in one statement, which draws the
+// Acquire implements store.LockStore in one statement, which draws the
 // token only after it has won the key's row, preceded in the same round trip
 // by the restore guard's identity check. ErrLockHeld, wrapped, when an
 // unexpired lease exists on key; ErrBackendRestored when lockdb is not the
 // instance its identity stamp names; ErrInvalidArgument; ErrUnavailable.
-func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
-	if err := lockserver.ValidateAcquire(key, owner, ttl); err != nil {
-		return lockserver.Lease{}, err
+func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
+	if err := store.ValidateAcquire(key, owner, ttl); err != nil {
+		return store.Lease{}, err
 	}
 	l, err := s.guardedAcquire(ctx, key, owner, ttl) // the restore guard: guard.go
 	if s.promoted(ctx, err) {                        // a promoted synchronous standby: promotion.go
 		l, err = s.guardedAcquire(ctx, key, owner, ttl)
 	}
-	if errors.Is(err, lockserver.ErrBackendRestored) {
-		return lockserver.Lease{}, err
+	if errors.Is(err, store.ErrBackendRestored) {
+		return store.Lease{}, err
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		s.log.Debug("pgstore acquire refused", "lock", key, "owner", owner)
-		return lockserver.Lease{}, fmt.Errorf("%w: key %q has an unexpired lease", lockserver.ErrLockHeld, key)
+		return store.Lease{}, fmt.Errorf("%w: key %q has an unexpired lease", store.ErrLockHeld, key)
 	}
 	if err != nil {
-		return lockserver.Lease{}, unavailable("acquire", key, err)
+		return store.Lease{}, unavailable("acquire", key, err)
 	}
 	s.log.Debug("pgstore granted", "lock", key, "owner", owner, "token", l.Token, "ttl_ms", ttl.Milliseconds())
 	return l, nil
@@ -427,17 +427,17 @@ func (s *Store) refusal(ctx context.Context, op, key, owner string, token int64)
 	}
 	s.log.Debug("pgstore "+op+" refused", "lock", key, "owner", owner, "token", token, "last_token", last)
 	if last > token {
-		return fmt.Errorf("%w: key %q has a newer grant (token %d) than token %d", lockserver.ErrStaleToken, key, last, token)
+		return fmt.Errorf("%w: key %q has a newer grant (token %d) than token %d", store.ErrStaleToken, key, last, token)
 	}
-	return fmt.Errorf("%w: no live lease on key %q for owner %q with token %d (last token of the key: %d)", lockserver.ErrNotHeld, key, owner, token, last)
+	return fmt.Errorf("%w: no live lease on key %q for owner %q with token %d (last token of the key: %d)", store.ErrNotHeld, key, owner, token, last)
 }
 
-// Renew implements lockserver.LockStore: it extends the live lease by its
+// Renew implements store.LockStore: it extends the live lease by its
 // TTL from the database's clock now. ErrStaleToken, ErrNotHeld (wrapped,
 // naming both tokens), ErrInvalidArgument, ErrUnavailable.
-func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lockserver.Lease, error) {
-	if err := lockserver.ValidateLease(key, owner, token); err != nil {
-		return lockserver.Lease{}, err
+func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (store.Lease, error) {
+	if err := store.ValidateLease(key, owner, token); err != nil {
+		return store.Lease{}, err
 	}
 	var (
 		ttl           int64
@@ -445,10 +445,10 @@ func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lock
 	)
 	err := s.pool.QueryRow(ctx, renewSQL, key, token, owner).Scan(new(string), new(int64), &ttl, &expires, &prev)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return lockserver.Lease{}, s.refusal(ctx, "renew", key, owner, token)
+		return store.Lease{}, s.refusal(ctx, "renew", key, owner, token)
 	}
 	if err != nil {
-		return lockserver.Lease{}, unavailable("renew", key, err)
+		return store.Lease{}, unavailable("renew", key, err)
 	}
 	if expires.Before(prev) {
 		s.log.Error("lockdb's clock went back: a renewal's expiry is earlier than the one it replaced; expiry requires a clock that is slewed, never stepped (docs/runbooks/lockdb-clock.md)",
@@ -460,11 +460,11 @@ func (s *Store) Renew(ctx context.Context, key, owner string, token int64) (lock
 	return l, nil
 }
 
-// Release implements lockserver.LockStore: the row keeps the token, owner
+// Release implements store.LockStore: the row keeps the token, owner
 // and expiry become NULL. ErrStaleToken, ErrNotHeld (wrapped, naming both
 // tokens), ErrInvalidArgument, ErrUnavailable.
 func (s *Store) Release(ctx context.Context, key, owner string, token int64) error {
-	if err := lockserver.ValidateLease(key, owner, token); err != nil {
+	if err := store.ValidateLease(key, owner, token); err != nil {
 		return err
 	}
 	tag, err := s.pool.Exec(ctx, releaseSQL, key, token, owner)
@@ -478,45 +478,45 @@ func (s *Store) Release(ctx context.Context, key, owner string, token int64) err
 	return nil
 }
 
-// Revoke implements lockserver.LockStore: it ends the live lease of key
+// Revoke implements store.LockStore: it ends the live lease of key
 // (with token > 0, only if the live lease carries that token) and returns
 // it as it was. ErrNotHeld when no lease is live; ErrStaleToken when a
 // lease with a newer token than a given one is live; ErrInvalidArgument;
 // ErrUnavailable.
-func (s *Store) Revoke(ctx context.Context, key string, token int64) (lockserver.Lease, error) {
-	if err := lockserver.ValidateKey(key); err != nil {
-		return lockserver.Lease{}, err
+func (s *Store) Revoke(ctx context.Context, key string, token int64) (store.Lease, error) {
+	if err := store.ValidateKey(key); err != nil {
+		return store.Lease{}, err
 	}
-	if err := lockserver.ValidateRevokeToken(token); err != nil {
-		return lockserver.Lease{}, err
+	if err := store.ValidateRevokeToken(token); err != nil {
+		return store.Lease{}, err
 	}
 	l, err := scanLease(s.pool.QueryRow(ctx, revokeSQL, key, token), key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		st, err := s.Inspect(ctx, key)
 		if err != nil {
-			return lockserver.Lease{}, err
+			return store.Lease{}, err
 		}
 		if st.Lease != nil && token != 0 && st.Lease.Token > token {
-			return lockserver.Lease{}, fmt.Errorf("%w: key %q is held with token %d, newer than %d", lockserver.ErrStaleToken, key, st.Lease.Token, token)
+			return store.Lease{}, fmt.Errorf("%w: key %q is held with token %d, newer than %d", store.ErrStaleToken, key, st.Lease.Token, token)
 		}
 		if st.Lease != nil && token != 0 {
-			return lockserver.Lease{}, fmt.Errorf("%w: key %q is held with token %d, not %d", lockserver.ErrNotHeld, key, st.Lease.Token, token)
+			return store.Lease{}, fmt.Errorf("%w: key %q is held with token %d, not %d", store.ErrNotHeld, key, st.Lease.Token, token)
 		}
-		return lockserver.Lease{}, fmt.Errorf("%w: no live lease on key %q (last token: %d)", lockserver.ErrNotHeld, key, st.LastToken)
+		return store.Lease{}, fmt.Errorf("%w: no live lease on key %q (last token: %d)", store.ErrNotHeld, key, st.LastToken)
 	}
 	if err != nil {
-		return lockserver.Lease{}, unavailable("revoke", key, err)
+		return store.Lease{}, unavailable("revoke", key, err)
 	}
 	s.log.Debug("pgstore revoked", "lock", key, "owner", l.Owner, "token", l.Token)
 	return l, nil
 }
 
-// Inspect implements lockserver.LockStore: the live lease by the database's
+// Inspect implements store.LockStore: the live lease by the database's
 // clock, and LastToken from the key's row (0 if the key was never granted).
 // ErrInvalidArgument, ErrUnavailable.
-func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, error) {
-	if err := lockserver.ValidateKey(key); err != nil {
-		return lockserver.State{}, err
+func (s *Store) Inspect(ctx context.Context, key string) (store.State, error) {
+	if err := store.ValidateKey(key); err != nil {
+		return store.State{}, err
 	}
 	var (
 		owner      *string
@@ -526,12 +526,12 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, erro
 	)
 	err := s.pool.QueryRow(ctx, inspectSQL, key).Scan(&owner, &token, &ttl, &expires, &live)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return lockserver.State{Key: key}, nil
+		return store.State{Key: key}, nil
 	}
 	if err != nil {
-		return lockserver.State{}, unavailable("inspect", key, err)
+		return store.State{}, unavailable("inspect", key, err)
 	}
-	st := lockserver.State{Key: key, LastToken: token}
+	st := store.State{Key: key, LastToken: token}
 	if live && owner != nil && expires != nil {
 		l := leaseOf(key, *owner, token, ttl, *expires)
 		st.Lease = &l
@@ -539,7 +539,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockserver.State, erro
 	return st, nil
 }
 
-// Ping implements lockserver.LockStore: nil when the database answers a
+// Ping implements store.LockStore: nil when the database answers a
 // trivial statement within ctx, else an error wrapping ErrUnavailable.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.pool.Ping(ctx); err != nil {
@@ -548,7 +548,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close implements lockserver.LockStore: it closes the pool, waiting for
+// Close implements store.LockStore: it closes the pool, waiting for
 // connections in use to be returned. Leases stay in the database. Closing
 // twice is harmless; other calls after Close return ErrUnavailable.
 func (s *Store) Close() error {

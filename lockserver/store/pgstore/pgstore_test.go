@@ -15,7 +15,8 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/servertest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -55,27 +56,27 @@ func newClusterDB(t *testing.T) (*pgcluster.Cluster, string) {
 
 func TestContract(t *testing.T) { storetest.Run(t, backend()) }
 
-func TestContractOverHTTP(t *testing.T) { storetest.Run(t, storetest.OverHTTP(backend())) }
+func TestContractOverHTTP(t *testing.T) { storetest.Run(t, servertest.OverHTTP(backend())) }
 
 // backend describes this store to the contract suite: a fresh database per
 // store, a cluster of its own for the restart test.
 func backend() storetest.Backend {
 	return storetest.Backend{
 		Name: "postgres",
-		Open: func(t *testing.T) lockserver.LockStore {
+		Open: func(t *testing.T) store.LockStore {
 			return openStore(t, pgtest.NewDatabase(t))
 		},
-		Reopen: func(t *testing.T, s lockserver.LockStore) lockserver.LockStore {
+		Reopen: func(t *testing.T, s store.LockStore) store.LockStore {
 			dsn := s.(*Store).dsn
 			if err := s.Close(); err != nil {
 				t.Fatalf("Close: %v", err)
 			}
 			return openStore(t, dsn)
 		},
-		Replica: func(t *testing.T, s lockserver.LockStore) lockserver.LockStore {
+		Replica: func(t *testing.T, s store.LockStore) store.LockStore {
 			return openStore(t, s.(*Store).dsn)
 		},
-		RestartBackend: func(t *testing.T) (lockserver.LockStore, func()) {
+		RestartBackend: func(t *testing.T) (store.LockStore, func()) {
 			c, dsn := newClusterDB(t)
 			// The restart may run on a goroutine of its own (the
 			// linearizability check's fault): t.Errorf, never t.Fatalf.
@@ -86,7 +87,7 @@ func backend() storetest.Backend {
 			}
 		},
 		ShortTTL: 600 * time.Millisecond,
-		StepClock: func(t *testing.T, s lockserver.LockStore, d time.Duration) {
+		StepClock: func(t *testing.T, s store.LockStore, d time.Duration) {
 			stepClock(t, s.(*Store).dsn, d)
 		},
 	}
@@ -221,7 +222,7 @@ func slowGrantAfterFastGrant(t *testing.T, stmt string) (slow, fast int64) {
 	s := openStore(t, dsn)
 	s.acquireSQL = stmt
 	type result struct {
-		lease lockserver.Lease
+		lease store.Lease
 		err   error
 	}
 	earlier, fast, r := raceAFastGrant(t, ctx, dsn, s, key, s.acquireSQL, func() <-chan result {
@@ -323,17 +324,17 @@ func TestCallsRecoverAfterServerBounce(t *testing.T) {
 			if err == nil {
 				return
 			}
-			if !errors.Is(err, lockserver.ErrUnavailable) || attempt > int(DefaultMaxConns) {
+			if !errors.Is(err, store.ErrUnavailable) || attempt > int(DefaultMaxConns) {
 				t.Fatalf("%s, attempt %d: %v", what, attempt+1, err)
 			}
 		}
 	}
 	grantAndRelease := func(when string) {
 		t.Helper()
-		var l lockserver.Lease
+		var l store.Lease
 		retry("Acquire "+when, func() (err error) {
 			l, err = s.Acquire(ctx, "payout:acct-1", "worker", testTTL)
-			if errors.Is(err, lockserver.ErrLockHeld) {
+			if errors.Is(err, store.ErrLockHeld) {
 				// An earlier attempt was granted but its answer was lost
 				// with its connection: the orphan expires after testTTL.
 				t.Fatalf("Acquire %s: %v", when, err)
@@ -354,13 +355,13 @@ func TestCallsRecoverAfterServerBounce(t *testing.T) {
 		t.Fatalf("Kill: %v", err)
 	}
 	_, err := s.Acquire(ctx, "payout:acct-1", "worker", testTTL)
-	if !errors.Is(err, lockserver.ErrUnavailable) {
+	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Acquire while the server is down: got %v, want ErrUnavailable", err)
 	}
-	if err := s.Ping(ctx); !errors.Is(err, lockserver.ErrUnavailable) {
+	if err := s.Ping(ctx); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Ping while the server is down: got %v, want ErrUnavailable", err)
 	}
-	if _, err := Open(ctx, conf(func(c *Config) { c.DSN = dsn }), nil); !errors.Is(err, lockserver.ErrUnavailable) {
+	if _, err := Open(ctx, conf(func(c *Config) { c.DSN = dsn }), nil); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Open while the server is down: got %v, want ErrUnavailable", err)
 	}
 	if err := c.Start(ctx); err != nil {
@@ -395,7 +396,7 @@ func TestDeadlineIsUnavailable(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	_, err = s.Acquire(short, "k", "b", testTTL)
-	if !errors.Is(err, lockserver.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+	if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Acquire past its deadline: got %v, want ErrUnavailable wrapping context.DeadlineExceeded", err)
 	}
 }
@@ -671,7 +672,7 @@ func TestLinearizableWaiting(t *testing.T) {
 	b := backend()
 	s := b.Open(t)
 	t.Cleanup(func() { _ = s.Close() })
-	storetest.CheckLinearizableWaiting(t, "postgres", s, false)
+	servertest.CheckLinearizableWaiting(t, "postgres", s, false)
 }
 
 // TestLinearizableWaitingCancelled: the same with some waiting acquires
@@ -680,5 +681,5 @@ func TestLinearizableWaitingCancelled(t *testing.T) {
 	b := backend()
 	s := b.Open(t)
 	t.Cleanup(func() { _ = s.Close() })
-	storetest.CheckLinearizableWaiting(t, "postgres", s, true)
+	servertest.CheckLinearizableWaiting(t, "postgres", s, true)
 }

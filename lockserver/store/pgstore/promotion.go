@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // Failover to a promoted standby. A promoted standby is on a new timeline,
@@ -71,7 +71,7 @@ type Replication struct {
 
 // CheckReplication reads whether lockdb's commits wait for a standby and
 // records the answer for the current timeline (the promotion rule above
-// reads it). Errors wrap lockserver.ErrUnavailable.
+// reads it). Errors wrap store.ErrUnavailable.
 func (s *Store) CheckReplication(ctx context.Context) (Replication, error) {
 	var (
 		r     Replication
@@ -169,7 +169,7 @@ func (s *Store) acceptPromotion(ctx context.Context) (bool, error) {
 // guard's refusal and the promotion rule accepts the new timeline, it
 // returns true (try the grant once more).
 func (s *Store) promoted(ctx context.Context, err error) bool {
-	if !s.acceptPromotions || !errors.Is(err, lockserver.ErrBackendRestored) {
+	if !s.acceptPromotions || !errors.Is(err, store.ErrBackendRestored) {
 		return false
 	}
 	ok, aerr := s.acceptPromotion(ctx)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // newReplicatedLockdb starts a primary with database "lockdb" and a
@@ -73,12 +73,12 @@ func failover(t *testing.T, primary, standby *pgcluster.Cluster) {
 // acquireThroughFailover retries an acquire while the store answers
 // ErrUnavailable (connections to the dead primary, the pool finding the
 // new one), and returns the first other answer.
-func acquireThroughFailover(t *testing.T, s *Store, key string) (lockserver.Lease, error) {
+func acquireThroughFailover(t *testing.T, s *Store, key string) (store.Lease, error) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		l, err := s.Acquire(testCtx(t), key, "worker-b", testTTL)
-		if !errors.Is(err, lockserver.ErrUnavailable) || time.Now().After(deadline) {
+		if !errors.Is(err, store.ErrUnavailable) || time.Now().After(deadline) {
 			return l, err
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -102,7 +102,7 @@ func TestPromotedSyncStandbyGrantsAboveEveryEarlierToken(t *testing.T) {
 	highest := grantRelease(t, accepting, "payout:acct-1", 20)
 	failover(t, primary, standby)
 
-	if _, err := acquireThroughFailover(t, refusing, "payout:acct-2"); !errors.Is(err, lockserver.ErrBackendRestored) {
+	if _, err := acquireThroughFailover(t, refusing, "payout:acct-2"); !errors.Is(err, store.ErrBackendRestored) {
 		t.Fatalf("without AcceptPromotion, Acquire after failover: %v; want ErrBackendRestored", err)
 	}
 	l, err := acquireThroughFailover(t, accepting, "payout:acct-1")
@@ -136,7 +136,7 @@ func TestPromotedAsyncStandbyIsRefusedEvenWithAcceptPromotion(t *testing.T) {
 	}
 	grantRelease(t, s, "payout:acct-1", 5)
 	failover(t, primary, standby)
-	if l, err := acquireThroughFailover(t, s, "payout:acct-1"); !errors.Is(err, lockserver.ErrBackendRestored) {
+	if l, err := acquireThroughFailover(t, s, "payout:acct-1"); !errors.Is(err, store.ErrBackendRestored) {
 		t.Fatalf("Acquire after an asynchronous failover: %v, %v; want ErrBackendRestored", l, err)
 	}
 	if n := len(lines.events(t, EventPromotionAccepted)); n != 0 {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // grantRelease takes key and gives it back n times, returning the last token.
@@ -48,16 +48,16 @@ func checkRefusedUntilAdvance(t *testing.T, s *Store, highest int64) {
 		t.Fatalf("restored lockdb re-issued token %d; %d was already issued before the restore", l.Token, highest)
 	case err == nil:
 		t.Fatalf("restored lockdb granted token %d; want ErrBackendRestored until advance", l.Token)
-	case !errors.Is(err, lockserver.ErrBackendRestored):
+	case !errors.Is(err, store.ErrBackendRestored):
 		t.Fatalf("Acquire on the restored lockdb: %v; want ErrBackendRestored", err)
 	}
 	t.Logf("refused as it should be: %v", err)
 	// A group grant on the restored lockdb is refused as a whole, each
 	// member with ErrBackendRestored, and grants nothing.
-	res := s.AcquireMany(ctx, []lockserver.AcquireRequest{
+	res := s.AcquireMany(ctx, []store.AcquireRequest{
 		{Key: "payout:acct-1", Owner: "worker-b", TTL: testTTL}, {Key: "payout:acct-batch", Owner: "worker-c", TTL: testTTL}})
 	for i, r := range res {
-		if !errors.Is(r.Err, lockserver.ErrBackendRestored) {
+		if !errors.Is(r.Err, store.ErrBackendRestored) {
 			t.Fatalf("AcquireMany member %d on the restored lockdb: %+v, %v; want ErrBackendRestored", i, r.Lease, r.Err)
 		}
 	}
@@ -70,7 +70,7 @@ func checkRefusedUntilAdvance(t *testing.T, s *Store, highest int64) {
 	if _, err := s.Inspect(ctx, "payout:acct-1"); err != nil {
 		t.Fatalf("Inspect on the restored lockdb: %v", err)
 	}
-	if _, err := s.Advance(ctx, 0); !errors.Is(err, lockserver.ErrInvalidArgument) {
+	if _, err := s.Advance(ctx, 0); !errors.Is(err, store.ErrInvalidArgument) {
 		t.Fatalf("Advance(0): %v; want ErrInvalidArgument", err)
 	}
 	adv, err := s.Advance(ctx, highest)
@@ -111,9 +111,9 @@ func TestDumpRestoredIntoANewDatabaseRefusesGrantsUntilAdvance(t *testing.T) {
 	restored := openStore(t, restoredDSN)
 	// A handoff is a grant: refused like one, and then nothing changed
 	// (the released half too); a plain release still works.
-	_, err = restored.Handoff(testCtx(t), lockserver.LeaseRef{Key: "payout:held", Owner: "worker-h", Token: held.Token},
-		lockserver.AcquireRequest{Key: "payout:held", Owner: "worker-b", TTL: testTTL})
-	if !errors.Is(err, lockserver.ErrBackendRestored) {
+	_, err = restored.Handoff(testCtx(t), store.LeaseRef{Key: "payout:held", Owner: "worker-h", Token: held.Token},
+		store.AcquireRequest{Key: "payout:held", Owner: "worker-b", TTL: testTTL})
+	if !errors.Is(err, store.ErrBackendRestored) {
 		t.Fatalf("Handoff on the restored lockdb: %v; want ErrBackendRestored", err)
 	}
 	if st, err := restored.Inspect(testCtx(t), "payout:held"); err != nil || st.Lease == nil || st.Lease.Owner != "worker-h" || st.Lease.Token != held.Token {

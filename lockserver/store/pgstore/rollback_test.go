@@ -20,6 +20,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 )
 
@@ -218,12 +219,12 @@ func TestADrawNotAboveTheKeysRowIsRefused(t *testing.T) {
 	for name, grant := range map[string]func() error{
 		"Acquire": func() error { _, err := s.Acquire(testCtx(t), "payout:acct-1", "worker-b", testTTL); return err },
 		"AcquireMany": func() error {
-			return s.AcquireMany(testCtx(t), []lockserver.AcquireRequest{{Key: "payout:acct-1", Owner: "worker-b", TTL: testTTL}})[0].Err
+			return s.AcquireMany(testCtx(t), []store.AcquireRequest{{Key: "payout:acct-1", Owner: "worker-b", TTL: testTTL}})[0].Err
 		},
 	} {
 		// Each refused statement still used up its draws: restart each time.
 		execSQL(t, dsn, fmt.Sprintf(`ALTER SEQUENCE fencing_token_seq RESTART WITH %d`, last-1))
-		if err := grant(); !errors.Is(err, lockserver.ErrBackendRestored) {
+		if err := grant(); !errors.Is(err, store.ErrBackendRestored) {
 			t.Errorf("%s with the sequence below the key's row: %v; want ErrBackendRestored", name, err)
 		}
 	}
@@ -260,7 +261,7 @@ func TestAClockPastTheTokenRangeGrantsNothing(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
 	s := openStore(t, dsn)
 	stepClock(t, dsn, 250*365*24*time.Hour)
-	if l, err := s.Acquire(testCtx(t), "payout:acct-1", "worker-a", testTTL); !errors.Is(err, lockserver.ErrUnavailable) {
+	if l, err := s.Acquire(testCtx(t), "payout:acct-1", "worker-a", testTTL); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Acquire with lockdb's clock 250 years ahead: token %d, %v; want ErrUnavailable", l.Token, err)
 	}
 }
@@ -320,7 +321,7 @@ func copyDir(t *testing.T, from, to string) {
 func TestLinearizableAcrossReplicasWhileTheSequenceGoesBack(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
 	first, second := openStore(t, dsn), openStore(t, dsn)
-	storetest.CheckLinearizableAcrossReplicas(t, "postgres/sequence-reset", first, second, func(old lockserver.LockStore) lockserver.LockStore {
+	storetest.CheckLinearizableAcrossReplicas(t, "postgres/sequence-reset", first, second, func(old store.LockStore) store.LockStore {
 		_ = old.Close()
 		conn, err := pgx.Connect(testCtx(t), dsn)
 		if err != nil {

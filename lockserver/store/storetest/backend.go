@@ -1,18 +1,15 @@
-// Package storetest is the contract test suite of lockserver.LockStore,
-// written once and run against every backend (pgstore, etcdstore, memstore)
-// both directly and through lock-server's HTTP API and the Go SDK.
-//
-// A backend's test calls Run with a Backend describing how to open stores and
-// how to restart the backend. The suite asserts only what the LockStore
-// contract promises, so a backend that passes it can be swapped for another
-// without the payout pipeline noticing.
+// Package storetest is the contract test suite of store.LockStore, written
+// once and run against every backend (pgstore, etcdstore, memstore): a
+// backend's test calls Run with a Backend that says how to open and
+// restart its stores. Package lockserver/servertest runs the same suite
+// through lock-server.
 package storetest
 
 import (
 	"testing"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // Backend tells the suite how to drive one LockStore implementation.
@@ -22,11 +19,11 @@ type Backend struct {
 
 	// Open returns a store over a fresh, empty namespace (a new database, a
 	// new key prefix) that no other test touches. The suite closes it.
-	Open func(t *testing.T) lockserver.LockStore
+	Open func(t *testing.T) store.LockStore
 
 	// Reopen closes s and returns a new store over the same namespace, as a
 	// restarted lock-server process would open it. Required.
-	Reopen func(t *testing.T, s lockserver.LockStore) lockserver.LockStore
+	Reopen func(t *testing.T, s store.LockStore) store.LockStore
 
 	// RestartBackend, when set, opens a store over a backend of its own (not
 	// shared with other tests), and returns it with a function that stops the
@@ -35,12 +32,12 @@ type Backend struct {
 	// uses it to show tokens keep increasing across a backend restart, and
 	// calls restart from a goroutine of its own in the linearizability
 	// check: it must report failures with t.Errorf, never t.Fatalf.
-	RestartBackend func(t *testing.T) (s lockserver.LockStore, restart func())
+	RestartBackend func(t *testing.T) (s store.LockStore, restart func())
 
 	// Replica, when set, opens a second store over the namespace of s
 	// without closing s, as the other replica of lock-server would. The
 	// suite closes it. When nil, the two-replica check is skipped.
-	Replica func(t *testing.T, s lockserver.LockStore) lockserver.LockStore
+	Replica func(t *testing.T, s store.LockStore) store.LockStore
 
 	// ShortTTL is the TTL the expiry tests ask for: the shortest the backend
 	// honours without rounding much (PostgreSQL: exact; etcd: whole seconds
@@ -58,5 +55,5 @@ type Backend struct {
 	// running from there. Only s's namespace may see the step. When nil,
 	// the clock-step tests are skipped (etcd and memstore expire leases by
 	// clocks that cannot step: etcd's monotonic clock, memstore's Clock).
-	StepClock func(t *testing.T, s lockserver.LockStore, d time.Duration)
+	StepClock func(t *testing.T, s store.LockStore, d time.Duration)
 }

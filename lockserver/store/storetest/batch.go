@@ -4,69 +4,20 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
-// Batched wraps b so that the suite reaches the store through
-// lockserver.Batcher (batching on, lock-server's defaults): concurrent
-// acquires, releases and renewals of the suite's tests (ConcurrentAcquirers,
-// Linearizable) are coalesced into the store's BatchStore calls, so every
-// contract, linearizability and token-order test runs with batching on.
-// Reopen and StepClock reach the store inside.
-func Batched(b Backend) Backend {
-	wrapped := b
-	wrapped.Name = b.Name + "/batched"
-	wrapped.Open = func(t *testing.T) lockserver.LockStore { return batch(t, b.Open(t)) }
-	wrapped.Reopen = func(t *testing.T, s lockserver.LockStore) lockserver.LockStore {
-		return batch(t, b.Reopen(t, s.(*lockserver.Batcher).Unwrap()))
-	}
-	if b.Replica != nil {
-		wrapped.Replica = func(t *testing.T, s lockserver.LockStore) lockserver.LockStore {
-			return batch(t, b.Replica(t, s.(*lockserver.Batcher).Unwrap()))
-		}
-	}
-	if b.StepClock != nil {
-		wrapped.StepClock = func(t *testing.T, s lockserver.LockStore, d time.Duration) {
-			b.StepClock(t, s.(*lockserver.Batcher).Unwrap(), d)
-		}
-	}
-	if b.RestartBackend != nil {
-		wrapped.RestartBackend = func(t *testing.T) (lockserver.LockStore, func()) {
-			inner, restart := b.RestartBackend(t)
-			return batch(t, inner), restart
-		}
-	}
-	return wrapped
-}
-
-func batch(t *testing.T, s lockserver.LockStore) *lockserver.Batcher {
+// batchStore returns the BatchStore under s (beneath a wrapper with
+// Unwrap, such as lock-server's Batcher), or skips.
+func batchStore(t *testing.T, s store.LockStore) store.BatchStore {
 	t.Helper()
-	if _, ok := s.(lockserver.BatchStore); !ok {
-		t.Fatalf("storetest.Batched: %T is not a lockserver.BatchStore", s)
-	}
-	bs, err := lockserver.NewBatcher(s, lockserver.DefaultBatchConfig())
-	if err != nil {
-		t.Fatalf("NewBatcher: %v", err)
-	}
-	t.Cleanup(func() {
-		a, r, n := bs.Stats()
-		t.Logf("batched store calls (requests/calls): acquire %d/%d, release %d/%d, renew %d/%d",
-			a.Requests, a.Calls, r.Requests, r.Calls, n.Requests, n.Calls)
-	})
-	return bs
-}
-
-// batchStore returns the BatchStore under s (through a Batcher), or skips.
-func batchStore(t *testing.T, s lockserver.LockStore) lockserver.BatchStore {
-	t.Helper()
-	if b, ok := s.(*lockserver.Batcher); ok {
+	if b, ok := s.(interface{ Unwrap() store.LockStore }); ok {
 		s = b.Unwrap()
 	}
-	bs, ok := s.(lockserver.BatchStore)
+	bs, ok := s.(store.BatchStore)
 	if !ok {
-		t.Skipf("%T is not a lockserver.BatchStore", s)
+		t.Skipf("%T is not a store.BatchStore", s)
 	}
 	return bs
 }
@@ -85,7 +36,7 @@ func testBatchAnswersEachMember(t *testing.T, b Backend) {
 	if err := s.Release(ctxT(t), "regranted", "worker-o", old.Token); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	res := bs.AcquireMany(ctxT(t), []lockserver.AcquireRequest{
+	res := bs.AcquireMany(ctxT(t), []store.AcquireRequest{
 		{Key: "fresh-1", Owner: "worker-a", TTL: longTTL},
 		{Key: "held", Owner: "worker-a", TTL: longTTL},
 		{Key: "regranted", Owner: "worker-b", TTL: longTTL},
@@ -105,8 +56,8 @@ func testBatchAnswersEachMember(t *testing.T, b Backend) {
 		}
 		wantHeldBy(t, s, want.key, r.Lease)
 	}
-	wantErr(t, "member held", res[1].Err, lockserver.ErrLockHeld)
-	wantErr(t, "member with a bad key", res[4].Err, lockserver.ErrInvalidArgument)
+	wantErr(t, "member held", res[1].Err, store.ErrLockHeld)
+	wantErr(t, "member with a bad key", res[4].Err, store.ErrInvalidArgument)
 	wantHeldBy(t, s, "held", held)
 	if res[2].Lease.Token <= old.Token {
 		t.Fatalf("batched grant of a released key has token %d; want > its earlier token %d", res[2].Lease.Token, old.Token)
@@ -116,18 +67,18 @@ func testBatchAnswersEachMember(t *testing.T, b Backend) {
 	}
 	// The held key is refused as a whole batch again, and a key repeated in
 	// one call is refused as invalid after its first occurrence.
-	res = bs.AcquireMany(ctxT(t), []lockserver.AcquireRequest{
+	res = bs.AcquireMany(ctxT(t), []store.AcquireRequest{
 		{Key: "fresh-3", Owner: "worker-d", TTL: longTTL},
 		{Key: "fresh-3", Owner: "worker-e", TTL: longTTL},
 	})
 	if res[0].Err != nil || res[0].Lease.Owner != "worker-d" {
 		t.Fatalf("first of a repeated key: %+v, %v; want granted to worker-d", res[0].Lease, res[0].Err)
 	}
-	wantErr(t, "second of a repeated key", res[1].Err, lockserver.ErrInvalidArgument)
+	wantErr(t, "second of a repeated key", res[1].Err, store.ErrInvalidArgument)
 	wantHeldBy(t, s, "fresh-3", res[0].Lease)
 
-	if br, ok := bs.(lockserver.BatchRenewer); ok {
-		rr := br.RenewMany(ctxT(t), []lockserver.LeaseRef{
+	if br, ok := bs.(store.BatchRenewer); ok {
+		rr := br.RenewMany(ctxT(t), []store.LeaseRef{
 			{Key: "fresh-1", Owner: "worker-a", Token: liveToken(t, s, "fresh-1")},
 			{Key: "regranted", Owner: "worker-o", Token: old.Token},
 			{Key: "held", Owner: "mallory", Token: held.Token},
@@ -136,13 +87,13 @@ func testBatchAnswersEachMember(t *testing.T, b Backend) {
 		if rr[0].Err != nil || rr[0].Lease.Owner != "worker-a" || rr[0].Lease.Key != "fresh-1" || rr[0].Lease.TTL < longTTL {
 			t.Fatalf("renew of the live grant: %+v, %v; want renewed", rr[0].Lease, rr[0].Err)
 		}
-		wantErr(t, "renew with a stale token", rr[1].Err, lockserver.ErrStaleToken)
-		wantErr(t, "renew by another owner", rr[2].Err, lockserver.ErrNotHeld)
-		wantErr(t, "renew of a key never granted", rr[3].Err, lockserver.ErrNotHeld)
+		wantErr(t, "renew with a stale token", rr[1].Err, store.ErrStaleToken)
+		wantErr(t, "renew by another owner", rr[2].Err, store.ErrNotHeld)
+		wantErr(t, "renew of a key never granted", rr[3].Err, store.ErrNotHeld)
 	}
 
 	fresh2 := inspect(t, s, "fresh-2").Lease
-	errs := bs.ReleaseMany(ctxT(t), []lockserver.LeaseRef{
+	errs := bs.ReleaseMany(ctxT(t), []store.LeaseRef{
 		{Key: "fresh-2", Owner: "worker-c", Token: fresh2.Token},
 		{Key: "regranted", Owner: "worker-o", Token: old.Token},
 		{Key: "held", Owner: "mallory", Token: held.Token},
@@ -156,21 +107,21 @@ func testBatchAnswersEachMember(t *testing.T, b Backend) {
 		t.Fatalf("release of the live grant: %v", errs[0])
 	}
 	wantFree(t, s, "fresh-2")
-	wantErr(t, "release with a stale token", errs[1], lockserver.ErrStaleToken)
-	wantErr(t, "release by another owner", errs[2], lockserver.ErrNotHeld)
-	wantErr(t, "release of a key never granted", errs[3], lockserver.ErrNotHeld)
-	wantErr(t, "release with token 0", errs[4], lockserver.ErrInvalidArgument)
+	wantErr(t, "release with a stale token", errs[1], store.ErrStaleToken)
+	wantErr(t, "release by another owner", errs[2], store.ErrNotHeld)
+	wantErr(t, "release of a key never granted", errs[3], store.ErrNotHeld)
+	wantErr(t, "release with token 0", errs[4], store.ErrInvalidArgument)
 	wantHeldBy(t, s, "held", held)
 	wantHeldBy(t, s, "regranted", liveLease(t, s, "regranted"))
 }
 
-func liveToken(t *testing.T, s lockserver.LockStore, key string) int64 {
+func liveToken(t *testing.T, s store.LockStore, key string) int64 {
 	t.Helper()
 	return liveLease(t, s, key).Token
 }
 
 // liveLease is the live lease of key, which the test expects.
-func liveLease(t *testing.T, s lockserver.LockStore, key string) lockserver.Lease {
+func liveLease(t *testing.T, s store.LockStore, key string) store.Lease {
 	t.Helper()
 	st := inspect(t, s, key)
 	if st.Lease == nil {
@@ -184,9 +135,9 @@ func liveLease(t *testing.T, s lockserver.LockStore, key string) lockserver.Leas
 // backend's batch call fail, and checks that every member is answered with
 // an error, none with a grant, and that no key was granted (inspected
 // through s). Stores' own tests call it with their fault.
-func CheckBatchFailureAnswersEveryMember(t *testing.T, s lockserver.LockStore, bs lockserver.BatchStore, poison string) {
+func CheckBatchFailureAnswersEveryMember(t *testing.T, s store.LockStore, bs store.BatchStore, poison string) {
 	t.Helper()
-	reqs := []lockserver.AcquireRequest{
+	reqs := []store.AcquireRequest{
 		{Key: "free-1", Owner: "worker-a", TTL: longTTL},
 		{Key: poison, Owner: "worker-b", TTL: longTTL},
 		{Key: "free-2", Owner: "worker-c", TTL: longTTL},
@@ -197,7 +148,7 @@ func CheckBatchFailureAnswersEveryMember(t *testing.T, s lockserver.LockStore, b
 	}
 	var failures []string
 	for i, r := range res {
-		if r.Err == nil || errors.Is(r.Err, lockserver.ErrLockHeld) {
+		if r.Err == nil || errors.Is(r.Err, store.ErrLockHeld) {
 			failures = append(failures, fmt.Sprintf("member %d (%s): %+v, %v; want the batch's error", i, reqs[i].Key, r.Lease, r.Err))
 		}
 	}

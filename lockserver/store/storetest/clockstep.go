@@ -3,7 +3,7 @@ package storetest
 import (
 	"testing"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // testForwardClockStep: the backend's clock jumps forward by more than a
@@ -24,7 +24,7 @@ func testForwardClockStep(t *testing.T, b Backend) {
 	// The step ended the lease early: seconds after a grant of a minute.
 	wantFree(t, s, key)
 	_, err := s.Renew(ctxT(t), key, "worker-a", a.Token)
-	wantErr(t, "Renew after a forward step past the TTL", err, lockserver.ErrNotHeld)
+	wantErr(t, "Renew after a forward step past the TTL", err, store.ErrNotHeld)
 
 	bl := mustAcquire(t, s, key, "worker-b", longTTL)
 	if bl.Token <= a.Token {
@@ -32,8 +32,8 @@ func testForwardClockStep(t *testing.T, b Backend) {
 	}
 	// worker-a may still believe it holds the key; from now on it is stale.
 	_, err = s.Renew(ctxT(t), key, "worker-a", a.Token)
-	wantErr(t, "earlier holder's Renew after the next grant", err, lockserver.ErrStaleToken)
-	wantErr(t, "earlier holder's Release after the next grant", s.Release(ctxT(t), key, "worker-a", a.Token), lockserver.ErrStaleToken)
+	wantErr(t, "earlier holder's Renew after the next grant", err, store.ErrStaleToken)
+	wantErr(t, "earlier holder's Release after the next grant", s.Release(ctxT(t), key, "worker-a", a.Token), store.ErrStaleToken)
 	wantHeldBy(t, s, key, bl)
 	if _, err := s.Renew(ctxT(t), key, "worker-b", bl.Token); err != nil {
 		t.Fatalf("Renew of the new lease: %v", err)
@@ -61,7 +61,7 @@ func testBackwardClockStep(t *testing.T, b Backend) {
 
 	wantHeldBy(t, s, key, a)
 	_, err := s.Acquire(ctxT(t), key, "worker-b", longTTL)
-	wantErr(t, "Acquire of a live lease after a backward step", err, lockserver.ErrLockHeld)
+	wantErr(t, "Acquire of a live lease after a backward step", err, store.ErrLockHeld)
 	r, err := s.Renew(ctxT(t), key, "worker-a", a.Token)
 	if err != nil {
 		t.Fatalf("Renew after a backward step of %v: %v", 2*longTTL, err)
@@ -87,7 +87,7 @@ func testBackwardClockStep(t *testing.T, b Backend) {
 		t.Fatalf("Renew after a second backward step: %v", err)
 	}
 	_, err = s.Renew(ctxT(t), key, "worker-a", a.Token)
-	wantErr(t, "earlier holder's Renew after a backward step", err, lockserver.ErrStaleToken)
+	wantErr(t, "earlier holder's Renew after a backward step", err, store.ErrStaleToken)
 	got, err := s.Revoke(ctxT(t), key, bl.Token)
 	if err != nil || got.Token != bl.Token {
 		t.Fatalf("Revoke after a backward step = %+v, %v; want the lease with token %d", got, err, bl.Token)

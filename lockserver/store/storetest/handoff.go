@@ -3,19 +3,19 @@ package storetest
 import (
 	"testing"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // handoffer returns the Handoffer of s (under a Batcher, which hides it),
 // or skips.
-func handoffer(t *testing.T, s lockserver.LockStore) lockserver.Handoffer {
+func handoffer(t *testing.T, s store.LockStore) store.Handoffer {
 	t.Helper()
-	if b, ok := s.(*lockserver.Batcher); ok {
+	if b, ok := s.(interface{ Unwrap() store.LockStore }); ok {
 		s = b.Unwrap()
 	}
-	h, ok := s.(lockserver.Handoffer)
+	h, ok := s.(store.Handoffer)
 	if !ok {
-		t.Skipf("%T is not a lockserver.Handoffer", s)
+		t.Skipf("%T is not a store.Handoffer", s)
 	}
 	return h
 }
@@ -30,8 +30,8 @@ func testHandoffGrantsTheNextOwner(t *testing.T, b Backend) {
 	h := handoffer(t, s)
 	a := mustAcquire(t, s, "k", "worker-a", longTTL)
 	other := mustAcquire(t, s, "other", "worker-x", longTTL)
-	l, err := h.Handoff(ctxT(t), lockserver.LeaseRef{Key: "k", Owner: "worker-a", Token: a.Token},
-		lockserver.AcquireRequest{Key: "k", Owner: "worker-b", TTL: longTTL})
+	l, err := h.Handoff(ctxT(t), store.LeaseRef{Key: "k", Owner: "worker-a", Token: a.Token},
+		store.AcquireRequest{Key: "k", Owner: "worker-b", TTL: longTTL})
 	if err != nil {
 		t.Fatalf("Handoff: %v", err)
 	}
@@ -41,21 +41,21 @@ func testHandoffGrantsTheNextOwner(t *testing.T, b Backend) {
 	}
 	wantHeldBy(t, s, "k", l)
 	_, err = s.Renew(ctxT(t), "k", "worker-a", a.Token)
-	wantErr(t, "Renew of the handed-off lease", err, lockserver.ErrStaleToken)
-	wantErr(t, "Release of the handed-off lease", s.Release(ctxT(t), "k", "worker-a", a.Token), lockserver.ErrStaleToken)
-	_, err = h.Handoff(ctxT(t), lockserver.LeaseRef{Key: "k", Owner: "worker-a", Token: a.Token},
-		lockserver.AcquireRequest{Key: "k", Owner: "worker-c", TTL: longTTL})
-	wantErr(t, "second Handoff of the same lease", err, lockserver.ErrStaleToken)
+	wantErr(t, "Renew of the handed-off lease", err, store.ErrStaleToken)
+	wantErr(t, "Release of the handed-off lease", s.Release(ctxT(t), "k", "worker-a", a.Token), store.ErrStaleToken)
+	_, err = h.Handoff(ctxT(t), store.LeaseRef{Key: "k", Owner: "worker-a", Token: a.Token},
+		store.AcquireRequest{Key: "k", Owner: "worker-c", TTL: longTTL})
+	wantErr(t, "second Handoff of the same lease", err, store.ErrStaleToken)
 	_, err = s.Acquire(ctxT(t), "k", "worker-c", longTTL)
-	wantErr(t, "Acquire after the handoff", err, lockserver.ErrLockHeld)
+	wantErr(t, "Acquire after the handoff", err, store.ErrLockHeld)
 	wantHeldBy(t, s, "k", l)
 	r, err := s.Renew(ctxT(t), "k", "worker-b", l.Token)
 	if err != nil || r.Token != l.Token || r.Owner != "worker-b" {
 		t.Fatalf("Renew of the handed lease: %+v, %v; want token %d kept", r, err, l.Token)
 	}
 	// A chain: b hands to c; the tokens keep increasing.
-	c, err := h.Handoff(ctxT(t), lockserver.LeaseRef{Key: "k", Owner: "worker-b", Token: l.Token},
-		lockserver.AcquireRequest{Key: "k", Owner: "worker-c", TTL: longTTL})
+	c, err := h.Handoff(ctxT(t), store.LeaseRef{Key: "k", Owner: "worker-b", Token: l.Token},
+		store.AcquireRequest{Key: "k", Owner: "worker-c", TTL: longTTL})
 	if err != nil || c.Owner != "worker-c" || c.Token <= l.Token {
 		t.Fatalf("second Handoff: %+v, %v; want worker-c with a token > %d", c, err, l.Token)
 	}
@@ -77,12 +77,12 @@ func testHandoffGrantsTheNextOwner(t *testing.T, b Backend) {
 func testRefusedHandoffChangesNothing(t *testing.T, b Backend) {
 	s := open(t, b)
 	h := handoffer(t, s)
-	refused := func(what string, from lockserver.LeaseRef, want error) {
+	refused := func(what string, from store.LeaseRef, want error) {
 		t.Helper()
 		before := inspect(t, s, from.Key)
-		l, err := h.Handoff(ctxT(t), from, lockserver.AcquireRequest{Key: from.Key, Owner: "worker-z", TTL: longTTL})
+		l, err := h.Handoff(ctxT(t), from, store.AcquireRequest{Key: from.Key, Owner: "worker-z", TTL: longTTL})
 		wantErr(t, what, err, want)
-		if l != (lockserver.Lease{}) {
+		if l != (store.Lease{}) {
 			t.Fatalf("%s: refused Handoff returned the lease %+v", what, l)
 		}
 		after := inspect(t, s, from.Key)
@@ -92,24 +92,24 @@ func testRefusedHandoffChangesNothing(t *testing.T, b Backend) {
 		}
 	}
 	a := mustAcquire(t, s, "k", "worker-a", longTTL)
-	refused("Handoff with a token never granted", lockserver.LeaseRef{Key: "k", Owner: "worker-a", Token: a.Token + 1_000_000}, lockserver.ErrNotHeld)
-	refused("Handoff by another owner", lockserver.LeaseRef{Key: "k", Owner: "mallory", Token: a.Token}, lockserver.ErrNotHeld)
+	refused("Handoff with a token never granted", store.LeaseRef{Key: "k", Owner: "worker-a", Token: a.Token + 1_000_000}, store.ErrNotHeld)
+	refused("Handoff by another owner", store.LeaseRef{Key: "k", Owner: "mallory", Token: a.Token}, store.ErrNotHeld)
 	// Owners that begin or extend the holder's name are other owners.
-	refused("Handoff by a prefix of the owner", lockserver.LeaseRef{Key: "k", Owner: "worker-", Token: a.Token}, lockserver.ErrNotHeld)
-	refused("Handoff by an extension of the owner", lockserver.LeaseRef{Key: "k", Owner: "worker-ab", Token: a.Token}, lockserver.ErrNotHeld)
-	refused("Handoff of a never-granted key", lockserver.LeaseRef{Key: "never", Owner: "worker-a", Token: a.Token}, lockserver.ErrNotHeld)
+	refused("Handoff by a prefix of the owner", store.LeaseRef{Key: "k", Owner: "worker-", Token: a.Token}, store.ErrNotHeld)
+	refused("Handoff by an extension of the owner", store.LeaseRef{Key: "k", Owner: "worker-ab", Token: a.Token}, store.ErrNotHeld)
+	refused("Handoff of a never-granted key", store.LeaseRef{Key: "never", Owner: "worker-a", Token: a.Token}, store.ErrNotHeld)
 	if err := s.Release(ctxT(t), "k", "worker-a", a.Token); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	refused("Handoff of a released lease", lockserver.LeaseRef{Key: "k", Owner: "worker-a", Token: a.Token}, lockserver.ErrNotHeld)
+	refused("Handoff of a released lease", store.LeaseRef{Key: "k", Owner: "worker-a", Token: a.Token}, store.ErrNotHeld)
 	e := mustAcquire(t, s, "k", "worker-e", b.ShortTTL)
 	awaitExpiry(t, b, s, e)
-	refused("Handoff of an expired lease", lockserver.LeaseRef{Key: "k", Owner: "worker-e", Token: e.Token}, lockserver.ErrNotHeld)
+	refused("Handoff of an expired lease", store.LeaseRef{Key: "k", Owner: "worker-e", Token: e.Token}, store.ErrNotHeld)
 	n := mustAcquire(t, s, "k", "worker-n", longTTL)
 	if n.Token <= e.Token {
 		t.Fatalf("grant after refused handoffs has token %d; want > %d", n.Token, e.Token)
 	}
-	refused("Handoff of a lease a newer grant replaced", lockserver.LeaseRef{Key: "k", Owner: "worker-e", Token: e.Token}, lockserver.ErrStaleToken)
+	refused("Handoff of a lease a newer grant replaced", store.LeaseRef{Key: "k", Owner: "worker-e", Token: e.Token}, store.ErrStaleToken)
 	wantHeldBy(t, s, "k", n)
 }
 
@@ -120,22 +120,22 @@ func testHandoffBadInputChangesNothing(t *testing.T, b Backend) {
 	s := open(t, b)
 	h := handoffer(t, s)
 	a := mustAcquire(t, s, "k", "worker-a", longTTL)
-	from := lockserver.LeaseRef{Key: "k", Owner: "worker-a", Token: a.Token}
-	to := lockserver.AcquireRequest{Key: "k", Owner: "worker-b", TTL: longTTL}
+	from := store.LeaseRef{Key: "k", Owner: "worker-a", Token: a.Token}
+	to := store.AcquireRequest{Key: "k", Owner: "worker-b", TTL: longTTL}
 	for _, tc := range []struct {
 		what string
-		from lockserver.LeaseRef
-		to   lockserver.AcquireRequest
+		from store.LeaseRef
+		to   store.AcquireRequest
 	}{
-		{"another key", from, lockserver.AcquireRequest{Key: "k2", Owner: "worker-b", TTL: longTTL}},
-		{"token 0", lockserver.LeaseRef{Key: "k", Owner: "worker-a"}, to},
-		{"empty from owner", lockserver.LeaseRef{Key: "k", Token: a.Token}, to},
-		{"empty to owner", from, lockserver.AcquireRequest{Key: "k", TTL: longTTL}},
-		{"zero TTL", from, lockserver.AcquireRequest{Key: "k", Owner: "worker-b"}},
-		{"bad key", lockserver.LeaseRef{Key: "bad key", Owner: "worker-a", Token: a.Token}, lockserver.AcquireRequest{Key: "bad key", Owner: "worker-b", TTL: longTTL}},
+		{"another key", from, store.AcquireRequest{Key: "k2", Owner: "worker-b", TTL: longTTL}},
+		{"token 0", store.LeaseRef{Key: "k", Owner: "worker-a"}, to},
+		{"empty from owner", store.LeaseRef{Key: "k", Token: a.Token}, to},
+		{"empty to owner", from, store.AcquireRequest{Key: "k", TTL: longTTL}},
+		{"zero TTL", from, store.AcquireRequest{Key: "k", Owner: "worker-b"}},
+		{"bad key", store.LeaseRef{Key: "bad key", Owner: "worker-a", Token: a.Token}, store.AcquireRequest{Key: "bad key", Owner: "worker-b", TTL: longTTL}},
 	} {
 		_, err := h.Handoff(ctxT(t), tc.from, tc.to)
-		wantErr(t, "Handoff with "+tc.what, err, lockserver.ErrInvalidArgument)
+		wantErr(t, "Handoff with "+tc.what, err, store.ErrInvalidArgument)
 		wantHeldBy(t, s, "k", a)
 	}
 }

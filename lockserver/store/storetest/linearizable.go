@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,12 +16,12 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // The linearizability check: several clients run a seeded random mix of
 // acquire, renew, release (their own and stale ones), handoff (when the
-// store is a lockserver.Handoffer: the holder's release and a new grant to
+// store is a store.Handoffer: the holder's release and a new grant to
 // itself in one call, with its live token or a stale one), revoke and
 // inspect on a few keys at once; every call is recorded with the times it was sent and
 // answered; porcupine then searches for one sequential order, consistent
@@ -244,17 +245,17 @@ func outcomeOf(err error) (string, bool) {
 	switch {
 	case err == nil:
 		return "ok", true
-	case errors.Is(err, errWaitedHeld):
+	case errors.Is(err, ErrWaitedHeld):
 		return "held-waited", true
-	case errors.Is(err, lockserver.ErrLockHeld):
+	case errors.Is(err, store.ErrLockHeld):
 		return "held", true
-	case errors.Is(err, lockserver.ErrStaleToken):
+	case errors.Is(err, store.ErrStaleToken):
 		return "stale", true
-	case errors.Is(err, lockserver.ErrNotHeld):
+	case errors.Is(err, store.ErrNotHeld):
 		return "not-held", true
-	case errors.Is(err, lockserver.ErrUnavailable):
+	case errors.Is(err, store.ErrUnavailable):
 		return "unknown", true
-	case errors.Is(err, lockserver.ErrBackendRestored):
+	case errors.Is(err, store.ErrBackendRestored):
 		return "restored", true
 	}
 	return "", false
@@ -271,6 +272,20 @@ const (
 )
 
 var linKeys = []string{"lin-a", "lin-b"}
+
+// Seed is the seed of the linearizability workloads: LIN_SEED when set
+// (to run them with other seeds), else a fixed one.
+func Seed() uint64 {
+	if v, err := strconv.ParseUint(os.Getenv("LIN_SEED"), 10, 64); err == nil {
+		return v
+	}
+	return linSeed
+}
+
+// ErrWaitedHeld, wrapped by an Acquire's error, marks a waiting acquire
+// answered LOCK_HELD: a waiter can be refused while the key is free, so
+// the model accepts it in any state.
+var ErrWaitedHeld = errors.New("storetest: waited and refused")
 
 func testLinearizable(t *testing.T, b Backend) {
 	CheckLinearizable(t, b.Name, open(t, b), nil)
@@ -298,7 +313,7 @@ func testLinearizableAcrossBackendRestart(t *testing.T, b Backend) {
 // recorded with an unknown outcome. fault must report its own failures
 // with t.Error, not t.Fatal. name labels the visualisation written to the
 // temporary directory when the check fails.
-func CheckLinearizable(t *testing.T, name string, s lockserver.LockStore, fault func()) {
+func CheckLinearizable(t *testing.T, name string, s store.LockStore, fault func()) {
 	t.Helper()
 	history := recordHistory(t, s, fault)
 	if t.Failed() {
@@ -345,12 +360,12 @@ func CheckLinearizable(t *testing.T, name string, s lockserver.LockStore, fault 
 // recordHistory runs the workload on s, calls fault (when not nil) once a
 // third of the calls are done, and returns every call made. It reports
 // calls it cannot model (and a fault never injected) on t.
-func recordHistory(t *testing.T, s lockserver.LockStore, fault func()) []porcupine.Operation {
+func recordHistory(t *testing.T, s store.LockStore, fault func()) []porcupine.Operation {
 	t.Helper()
 	start := time.Now()
 	now := func() int64 { return int64(time.Since(start)) }
 
-	hand, _ := s.(lockserver.Handoffer) // a Batcher hides it: no handoffs then
+	hand, _ := s.(store.Handoffer) // a Batcher hides it: no handoffs then
 	var (
 		mu       sync.Mutex
 		history  []porcupine.Operation
@@ -362,7 +377,7 @@ func recordHistory(t *testing.T, s lockserver.LockStore, fault func()) []porcupi
 	)
 	for c := range linClients {
 		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(seedFromEnv(linSeed), uint64(c)))
+			rng := rand.New(rand.NewPCG(Seed(), uint64(c)))
 			owner := fmt.Sprintf("client-%d", c)
 			held := map[string]int64{}     // live grants this client believes it holds
 			tokens := map[string][]int64{} // every token it was granted, per key
@@ -398,7 +413,7 @@ func recordHistory(t *testing.T, s lockserver.LockStore, fault func()) []porcupi
 				var err error
 				switch in.Op {
 				case "acquire":
-					var l lockserver.Lease
+					var l store.Lease
 					l, err = s.Acquire(ctx, key, owner, linTTL)
 					out.Token = l.Token
 					if err == nil {
@@ -413,9 +428,9 @@ func recordHistory(t *testing.T, s lockserver.LockStore, fault func()) []porcupi
 						delete(held, key)
 					}
 				case "handoff":
-					var l lockserver.Lease
-					l, err = hand.Handoff(ctx, lockserver.LeaseRef{Key: key, Owner: owner, Token: in.Token},
-						lockserver.AcquireRequest{Key: key, Owner: owner, TTL: linTTL})
+					var l store.Lease
+					l, err = hand.Handoff(ctx, store.LeaseRef{Key: key, Owner: owner, Token: in.Token},
+						store.AcquireRequest{Key: key, Owner: owner, TTL: linTTL})
 					out.Token = l.Token
 					if err == nil {
 						held[key] = l.Token
@@ -424,11 +439,11 @@ func recordHistory(t *testing.T, s lockserver.LockStore, fault func()) []porcupi
 						delete(held, key)
 					}
 				case "revoke":
-					var l lockserver.Lease
+					var l store.Lease
 					l, err = s.Revoke(ctx, key, 0)
 					out.Owner, out.Token = l.Owner, l.Token
 				case "inspect":
-					var st lockserver.State
+					var st store.State
 					st, err = s.Inspect(ctx, key)
 					if st.Lease != nil {
 						out.Owner, out.Token = st.Lease.Owner, st.Lease.Token
@@ -453,7 +468,7 @@ func recordHistory(t *testing.T, s lockserver.LockStore, fault func()) []porcupi
 				}
 				mu.Lock()
 				history = append(history, porcupine.Operation{ClientId: c, Input: in, Call: call, Output: out, Return: ret})
-				if _, ok := s.(interface{ abandonsUnknownGrants() }); ok && in.Op == "acquire" && outcome == "unknown" {
+				if _, ok := s.(interface{ AbandonsUnknownGrants() }); ok && in.Op == "acquire" && outcome == "unknown" {
 					history = append(history, porcupine.Operation{ClientId: c, Input: lockOp{Op: "abandon", Key: key, Owner: owner},
 						Call: call, Output: lockResult{Outcome: "ok"}, Return: math.MaxInt64})
 				}

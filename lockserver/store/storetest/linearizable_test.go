@@ -7,7 +7,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
@@ -139,7 +139,7 @@ func TestLockModelRejectsBrokenHistories(t *testing.T) {
 // tokenBlindRelease is a broken store: its Release ends whatever grant the
 // owner holds on the key, whatever token it is given, as a store that
 // forgot to compare the token would.
-type tokenBlindRelease struct{ lockserver.LockStore }
+type tokenBlindRelease struct{ store.LockStore }
 
 func (s tokenBlindRelease) Release(ctx context.Context, key, owner string, token int64) error {
 	st, err := s.Inspect(ctx, key)

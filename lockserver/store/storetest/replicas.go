@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // testLinearizableAcrossReplicasAndRestart runs the linearizability
@@ -25,7 +25,7 @@ func testLinearizableAcrossReplicasAndRestart(t *testing.T, b Backend) {
 	first := open(t, b)
 	second := b.Replica(t, first)
 	t.Cleanup(func() { _ = second.Close() })
-	CheckLinearizableAcrossReplicas(t, b.Name, first, second, func(old lockserver.LockStore) lockserver.LockStore {
+	CheckLinearizableAcrossReplicas(t, b.Name, first, second, func(old store.LockStore) store.LockStore {
 		return b.Reopen(t, old)
 	})
 }
@@ -36,13 +36,13 @@ func testLinearizableAcrossReplicasAndRestart(t *testing.T, b Backend) {
 // goroutine of its own, after a third of the calls) replaces first with
 // the store it returns, as a restarted replica. restart may do more to the
 // backend (a rollback); it must report failures with t.Error.
-func CheckLinearizableAcrossReplicas(t *testing.T, name string, first, second lockserver.LockStore, restart func(old lockserver.LockStore) lockserver.LockStore) {
+func CheckLinearizableAcrossReplicas(t *testing.T, name string, first, second store.LockStore, restart func(old store.LockStore) store.LockStore) {
 	t.Helper()
-	r := &replicas{stores: [2]lockserver.LockStore{first, second}}
-	var s lockserver.LockStore = r
-	if _, ok := first.(lockserver.Handoffer); ok {
+	r := &replicas{stores: [2]store.LockStore{first, second}}
+	var s store.LockStore = r
+	if _, ok := first.(store.Handoffer); ok {
 		s = handingReplicas{r}
-	} else if _, ok := first.(interface{ abandonsUnknownGrants() }); ok {
+	} else if _, ok := first.(interface{ AbandonsUnknownGrants() }); ok {
 		s = abandoningReplicas{r}
 	}
 	CheckLinearizable(t, name+"/replicas", s, func() {
@@ -61,31 +61,31 @@ func CheckLinearizableAcrossReplicas(t *testing.T, name string, first, second lo
 // name no owner.
 type replicas struct {
 	mu     sync.Mutex
-	stores [2]lockserver.LockStore
+	stores [2]store.LockStore
 }
 
 // abandoningReplicas is replicas over stores that abandon grants whose
 // acquire ended with an unknown outcome (lock-server does).
 type abandoningReplicas struct{ *replicas }
 
-func (abandoningReplicas) abandonsUnknownGrants() {}
+func (abandoningReplicas) AbandonsUnknownGrants() {}
 
-func (r *replicas) pick(owner string) lockserver.LockStore {
+func (r *replicas) pick(owner string) store.LockStore {
 	n, _ := strconv.Atoi(owner[strings.LastIndexByte(owner, '-')+1:])
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.stores[n%2]
 }
 
-func (r *replicas) byKey(key string) lockserver.LockStore {
+func (r *replicas) byKey(key string) store.LockStore {
 	return r.pick(strconv.Itoa(len(key)))
 }
 
-func (r *replicas) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+func (r *replicas) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	return r.pick(owner).Acquire(ctx, key, owner, ttl)
 }
 
-func (r *replicas) Renew(ctx context.Context, key, owner string, token int64) (lockserver.Lease, error) {
+func (r *replicas) Renew(ctx context.Context, key, owner string, token int64) (store.Lease, error) {
 	return r.pick(owner).Renew(ctx, key, owner, token)
 }
 
@@ -93,11 +93,11 @@ func (r *replicas) Release(ctx context.Context, key, owner string, token int64) 
 	return r.pick(owner).Release(ctx, key, owner, token)
 }
 
-func (r *replicas) Revoke(ctx context.Context, key string, token int64) (lockserver.Lease, error) {
+func (r *replicas) Revoke(ctx context.Context, key string, token int64) (store.Lease, error) {
 	return r.byKey(key).Revoke(ctx, key, token)
 }
 
-func (r *replicas) Inspect(ctx context.Context, key string) (lockserver.State, error) {
+func (r *replicas) Inspect(ctx context.Context, key string) (store.State, error) {
 	return r.byKey(key).Inspect(ctx, key)
 }
 
@@ -115,9 +115,9 @@ func (r *replicas) Ping(ctx context.Context) error {
 func (r *replicas) Close() error { return nil }
 
 // handingReplicas is replicas over stores that hand off
-// (lockserver.Handoffer), through the replica of from's owner.
+// (store.Handoffer), through the replica of from's owner.
 type handingReplicas struct{ *replicas }
 
-func (r handingReplicas) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockserver.AcquireRequest) (lockserver.Lease, error) {
-	return r.pick(from.Owner).(lockserver.Handoffer).Handoff(ctx, from, to)
+func (r handingReplicas) Handoff(ctx context.Context, from store.LeaseRef, to store.AcquireRequest) (store.Lease, error) {
+	return r.pick(from.Owner).(store.Handoffer).Handoff(ctx, from, to)
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
 // opTimeout bounds every single store call made by the suite.
@@ -63,14 +63,14 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func open(t *testing.T, b Backend) lockserver.LockStore {
+func open(t *testing.T, b Backend) store.LockStore {
 	t.Helper()
 	s := b.Open(t)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
 
-func mustAcquire(t *testing.T, s lockserver.LockStore, key, owner string, ttl time.Duration) lockserver.Lease {
+func mustAcquire(t *testing.T, s store.LockStore, key, owner string, ttl time.Duration) store.Lease {
 	t.Helper()
 	l, err := s.Acquire(ctxT(t), key, owner, ttl)
 	if err != nil {
@@ -89,7 +89,7 @@ func wantErr(t *testing.T, what string, err, want error) {
 	}
 }
 
-func inspect(t *testing.T, s lockserver.LockStore, key string) lockserver.State {
+func inspect(t *testing.T, s store.LockStore, key string) store.State {
 	t.Helper()
 	st, err := s.Inspect(ctxT(t), key)
 	if err != nil {
@@ -98,7 +98,7 @@ func inspect(t *testing.T, s lockserver.LockStore, key string) lockserver.State 
 	return st
 }
 
-func wantHeldBy(t *testing.T, s lockserver.LockStore, key string, l lockserver.Lease) {
+func wantHeldBy(t *testing.T, s store.LockStore, key string, l store.Lease) {
 	t.Helper()
 	st := inspect(t, s, key)
 	if st.Lease == nil || st.Lease.Owner != l.Owner || st.Lease.Token != l.Token {
@@ -109,7 +109,7 @@ func wantHeldBy(t *testing.T, s lockserver.LockStore, key string, l lockserver.L
 	}
 }
 
-func wantFree(t *testing.T, s lockserver.LockStore, key string) {
+func wantFree(t *testing.T, s store.LockStore, key string) {
 	t.Helper()
 	if st := inspect(t, s, key); st.Lease != nil {
 		t.Fatalf("Inspect(%q) = %+v; want no live lease", key, *st.Lease)
@@ -119,7 +119,7 @@ func wantFree(t *testing.T, s lockserver.LockStore, key string) {
 // awaitExpiry lets l expire by the backend's clock: it advances a fake clock,
 // or polls Inspect until the backend reports the key free. It fails the test
 // if the lease is still live long after its TTL.
-func awaitExpiry(t *testing.T, b Backend, s lockserver.LockStore, l lockserver.Lease) {
+func awaitExpiry(t *testing.T, b Backend, s store.LockStore, l store.Lease) {
 	t.Helper()
 	if b.Advance != nil {
 		b.Advance(l.TTL + time.Millisecond)
@@ -149,10 +149,10 @@ func testGrantThenRefuse(t *testing.T, b Backend) {
 	s := open(t, b)
 	a := mustAcquire(t, s, "payout:acct-1", "worker-a", longTTL)
 	_, err := s.Acquire(ctxT(t), "payout:acct-1", "worker-b", longTTL)
-	wantErr(t, "second Acquire while held", err, lockserver.ErrLockHeld)
+	wantErr(t, "second Acquire while held", err, store.ErrLockHeld)
 	// The holder itself is refused too: leases are not reentrant.
 	_, err = s.Acquire(ctxT(t), "payout:acct-1", "worker-a", longTTL)
-	wantErr(t, "reentrant Acquire", err, lockserver.ErrLockHeld)
+	wantErr(t, "reentrant Acquire", err, store.ErrLockHeld)
 	wantHeldBy(t, s, "payout:acct-1", a)
 	// Another key is independent.
 	mustAcquire(t, s, "payout:acct-2", "worker-b", longTTL)
@@ -165,9 +165,9 @@ func testReleaseFreesKey(t *testing.T, b Backend) {
 		t.Fatalf("Release: %v", err)
 	}
 	wantFree(t, s, "k")
-	wantErr(t, "second Release", s.Release(ctxT(t), "k", "worker-a", a.Token), lockserver.ErrNotHeld)
+	wantErr(t, "second Release", s.Release(ctxT(t), "k", "worker-a", a.Token), store.ErrNotHeld)
 	_, err := s.Renew(ctxT(t), "k", "worker-a", a.Token)
-	wantErr(t, "Renew after Release", err, lockserver.ErrNotHeld)
+	wantErr(t, "Renew after Release", err, store.ErrNotHeld)
 	b2 := mustAcquire(t, s, "k", "worker-b", longTTL)
 	if b2.Token <= a.Token {
 		t.Fatalf("token after release = %d; want > %d", b2.Token, a.Token)
@@ -186,10 +186,10 @@ func testExpiry(t *testing.T, b Backend) {
 	s := open(t, b)
 	a := mustAcquire(t, s, "payout:acct-7", "worker-a", b.ShortTTL)
 	_, err := s.Acquire(ctxT(t), "payout:acct-7", "worker-b", b.ShortTTL)
-	wantErr(t, "Acquire before expiry", err, lockserver.ErrLockHeld)
+	wantErr(t, "Acquire before expiry", err, store.ErrLockHeld)
 	awaitExpiry(t, b, s, a)
 	_, err = s.Renew(ctxT(t), "payout:acct-7", "worker-a", a.Token)
-	wantErr(t, "Renew after expiry", err, lockserver.ErrNotHeld)
+	wantErr(t, "Renew after expiry", err, store.ErrNotHeld)
 	bl := mustAcquire(t, s, "payout:acct-7", "worker-b", longTTL)
 	if bl.Token <= a.Token {
 		t.Fatalf("token after expiry = %d; want > %d", bl.Token, a.Token)
@@ -222,7 +222,7 @@ func testRenewExtends(t *testing.T, b Backend) {
 	}
 	wantHeldBy(t, s, "k", a)
 	_, err := s.Acquire(ctxT(t), "k", "worker-b", b.ShortTTL)
-	wantErr(t, "Acquire of a renewed lease", err, lockserver.ErrLockHeld)
+	wantErr(t, "Acquire of a renewed lease", err, store.ErrLockHeld)
 }
 
 func testStaleRenewRelease(t *testing.T, b Backend) {
@@ -231,28 +231,28 @@ func testStaleRenewRelease(t *testing.T, b Backend) {
 	awaitExpiry(t, b, s, a)
 	bl := mustAcquire(t, s, "k", "worker-b", longTTL)
 	_, err := s.Renew(ctxT(t), "k", "worker-a", a.Token)
-	wantErr(t, "stale Renew", err, lockserver.ErrStaleToken)
-	wantErr(t, "stale Release", s.Release(ctxT(t), "k", "worker-a", a.Token), lockserver.ErrStaleToken)
+	wantErr(t, "stale Renew", err, store.ErrStaleToken)
+	wantErr(t, "stale Release", s.Release(ctxT(t), "k", "worker-a", a.Token), store.ErrStaleToken)
 	// The late release of the old holder must not have removed the new lease.
 	wantHeldBy(t, s, "k", bl)
 	_, err = s.Acquire(ctxT(t), "k", "worker-c", longTTL)
-	wantErr(t, "Acquire after a stale release", err, lockserver.ErrLockHeld)
+	wantErr(t, "Acquire after a stale release", err, store.ErrLockHeld)
 }
 
 func testWrongOwner(t *testing.T, b Backend) {
 	s := open(t, b)
 	a := mustAcquire(t, s, "k", "worker-a", longTTL)
 	_, err := s.Renew(ctxT(t), "k", "mallory", a.Token)
-	wantErr(t, "Renew by another owner", err, lockserver.ErrNotHeld)
-	wantErr(t, "Release by another owner", s.Release(ctxT(t), "k", "mallory", a.Token), lockserver.ErrNotHeld)
-	wantErr(t, "Release of a token never granted", s.Release(ctxT(t), "k", "worker-a", a.Token+1_000_000), lockserver.ErrNotHeld)
+	wantErr(t, "Renew by another owner", err, store.ErrNotHeld)
+	wantErr(t, "Release by another owner", s.Release(ctxT(t), "k", "mallory", a.Token), store.ErrNotHeld)
+	wantErr(t, "Release of a token never granted", s.Release(ctxT(t), "k", "worker-a", a.Token+1_000_000), store.ErrNotHeld)
 	wantHeldBy(t, s, "k", a)
 }
 
 func testRevoke(t *testing.T, b Backend) {
 	s := open(t, b)
 	_, err := s.Revoke(ctxT(t), "k", 0)
-	wantErr(t, "Revoke of a free key", err, lockserver.ErrNotHeld)
+	wantErr(t, "Revoke of a free key", err, store.ErrNotHeld)
 	a := mustAcquire(t, s, "k", "worker-a", longTTL)
 	got, err := s.Revoke(ctxT(t), "k", 0)
 	if err != nil {
@@ -263,13 +263,13 @@ func testRevoke(t *testing.T, b Backend) {
 	}
 	wantFree(t, s, "k")
 	_, err = s.Renew(ctxT(t), "k", "worker-a", a.Token)
-	wantErr(t, "Renew of a revoked lease", err, lockserver.ErrNotHeld)
+	wantErr(t, "Renew of a revoked lease", err, store.ErrNotHeld)
 	bl := mustAcquire(t, s, "k", "worker-b", longTTL)
 	if bl.Token <= a.Token {
 		t.Fatalf("token after revoke = %d; want > %d", bl.Token, a.Token)
 	}
 	_, err = s.Revoke(ctxT(t), "k", a.Token)
-	wantErr(t, "conditional Revoke with an old token", err, lockserver.ErrStaleToken)
+	wantErr(t, "conditional Revoke with an old token", err, store.ErrStaleToken)
 	wantHeldBy(t, s, "k", bl)
 	if _, err := s.Revoke(ctxT(t), "k", bl.Token); err != nil {
 		t.Fatalf("conditional Revoke with the live token: %v", err)
@@ -311,7 +311,7 @@ func testBackendRestart(t *testing.T, b Backend) {
 			if err == nil {
 				break
 			}
-			if !errors.Is(err, lockserver.ErrUnavailable) || attempt == 20 {
+			if !errors.Is(err, store.ErrUnavailable) || attempt == 20 {
 				t.Fatalf("round %d: Release: %v", round, err)
 			}
 		}
@@ -332,20 +332,20 @@ func testBackendRestart(t *testing.T, b Backend) {
 // restart: a pooled connection the restart killed fails one call with
 // ErrUnavailable and is discarded, so such failures are retried (a bounded
 // number of times); any other error fails the test.
-func acquireAfterRestart(t *testing.T, s lockserver.LockStore, key, owner string) lockserver.Lease {
+func acquireAfterRestart(t *testing.T, s store.LockStore, key, owner string) store.Lease {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
 		l, err := s.Acquire(ctxT(t), key, owner, longTTL)
 		if err == nil {
 			return l
 		}
-		if !errors.Is(err, lockserver.ErrUnavailable) || attempt == 20 {
+		if !errors.Is(err, store.ErrUnavailable) || attempt == 20 {
 			t.Fatalf("Acquire(%q, %q) after a backend restart, attempt %d: %v", key, owner, attempt, err)
 		}
 	}
 }
 
-func awaitAvailable(t *testing.T, s lockserver.LockStore) {
+func awaitAvailable(t *testing.T, s store.LockStore) {
 	t.Helper()
 	if err := waitAvailable(t.Context(), s); err != nil {
 		t.Fatal(err)
@@ -354,7 +354,7 @@ func awaitAvailable(t *testing.T, s lockserver.LockStore) {
 
 // waitAvailable polls s.Ping until it answers, for at most 30 s; it may be
 // called from any goroutine.
-func waitAvailable(ctx context.Context, s lockserver.LockStore) error {
+func waitAvailable(ctx context.Context, s store.LockStore) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -399,7 +399,7 @@ func testConcurrent(t *testing.T, b Backend) {
 			pause := time.Millisecond
 			for done := 0; done < rounds; {
 				l, err := s.Acquire(ctx, "payout:hot", owner, longTTL)
-				if errors.Is(err, lockserver.ErrLockHeld) {
+				if errors.Is(err, store.ErrLockHeld) {
 					// Barging with a short, growing pause: contention, not a
 					// busy loop that starves the holder's release.
 					select {
@@ -470,12 +470,12 @@ func testBadInput(t *testing.T, b Backend) {
 		{"revoke negative token", func(ctx context.Context) error { _, err := s.Revoke(ctx, "k", -1); return err }},
 		{"inspect bad key", func(ctx context.Context) error { _, err := s.Inspect(ctx, "-k"); return err }},
 	} {
-		wantErr(t, tc.what, tc.call(ctxT(t)), lockserver.ErrInvalidArgument)
+		wantErr(t, tc.what, tc.call(ctxT(t)), store.ErrInvalidArgument)
 	}
 	after := inspect(t, s, "k")
 	// ExpiresAt is left out: etcd re-estimates it on every read from the
 	// whole seconds a lease has left.
-	sameGrant := func(x, y lockserver.Lease) bool {
+	sameGrant := func(x, y store.Lease) bool {
 		x.ExpiresAt, y.ExpiresAt = time.Time{}, time.Time{}
 		return x == y
 	}

@@ -1,4 +1,4 @@
-package lockserver
+package store
 
 import (
 	"context"
@@ -6,11 +6,12 @@ import (
 )
 
 // Handoff: the optional capability of a store to end one lease and grant
-// its key to the next holder in one backend transaction. Lock-server's wait queue (waitqueue.go) uses it when a release
-// arrives for a key whose head waiter is parked: one backend round trip
-// instead of a release followed by the waiter's own acquire. It is an
-// extra interface beside LockStore, never part of it: over a store without
-// it lock-server releases and wakes the head, which asks as usual.
+// its key to the next holder in one backend transaction. Lock-server's
+// wait queue (lockserver/waitqueue.go) uses it when a release arrives for
+// a key whose head waiter is parked: one backend round trip instead of a
+// release followed by the waiter's own acquire. It is an extra interface
+// beside LockStore, never part of it: over a store without it lock-server
+// releases and wakes the head, which asks as usual.
 
 // Handoffer is a LockStore that can release a lease and grant its key to
 // another owner atomically.
@@ -33,7 +34,7 @@ import (
 //     is drawn as Acquire draws one, strictly greater than every earlier
 //     token of the key, and, since every backend mints from one counter,
 //     greater than every token issued before the call started (lock-server's
-//     token floor, floor.go, checks it as it checks any grant).
+//     token floor, lockserver/floor.go, checks it as it checks any grant).
 //   - The restore guard applies as for Acquire: a store that cannot prove
 //     the backend is the one it issued tokens on returns
 //     ErrBackendRestored, and no grant to to.Owner exists. from stays
@@ -51,11 +52,12 @@ import (
 // overrides Release or Acquire must override Handoff too, or hide it:
 // lock-server calls Handoff instead of Release whenever a waiter is
 // parked on the key, and the embedded one would bypass the override.
-// Lock-server's Batcher and TraceStore's wrapper hide it deliberately (a
-// handoff is never batched): NewServer takes the capability from the
-// store it is given, beneath both, and traces it with TraceHandoff (span
-// lockstore.Handoff). The HTTP API has no handoff route: the SDK's
-// stores in tests (storetest.OverHTTP) have no Handoff either.
+// Lock-server's Batcher and lockserver.TraceStore's wrapper hide it
+// deliberately (a handoff is never batched): lockserver.NewServer takes
+// the capability from the store it is given, beneath both, and traces it
+// with lockserver.TraceHandoff (span lockstore.Handoff). The HTTP API has
+// no handoff route: the SDK's stores in tests (servertest.OverHTTP) have
+// no Handoff either.
 type Handoffer interface {
 	// Handoff releases from and grants from.Key to to.Owner for to.TTL,
 	// atomically; see the interface's documentation.

@@ -1,4 +1,4 @@
-package lockserver
+package store
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 )
 
 // Group grant: the optional capability of a store to serve many calls in
-// one backend round trip, which lock-server's Batcher (batcher.go) uses to
+// one backend round trip, which lock-server's Batcher (lockserver/batcher.go) uses to
 // coalesce concurrent requests. It is an extra interface beside LockStore,
 // never part of it: a store without it is called once per request.
 

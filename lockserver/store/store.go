@@ -1,18 +1,10 @@
-// Package lockserver is the lease-lock service: the LockStore contract that
-// every backend implements, and the HTTP server that exposes a LockStore as
-// the API described in package lockserver/api.
-//
-// Safety model. A lease is granted to one owner at a time per key and
-// carries a fencing token minted by the backend. The backend's clock alone
-// decides expiry (on PostgreSQL lockdb's wall clock, read in each
-// statement, which must be slewed and never stepped: see pgstore; on etcd
-// the lease TTL, counted on the leader's monotonic clock); lock-server
-// keeps no lease state of its own, so it can be restarted or replicated
-// freely. Mutual exclusion is only
-// as good as the holder's knowledge that it still holds the lease, which a
-// paused process does not have: the resource must check the token. This
-// package mints tokens; it never checks them on behalf of a resource.
-package lockserver
+// Package store is the contract between lock-server and its backends:
+// LockStore, the Lease it grants, the sentinel errors, the optional
+// capabilities (BatchStore, BatchRenewer, Handoffer) and the argument
+// checks every store shares. It lives beside its implementations
+// (pgstore, etcdstore, memstore) so they import it, never the server.
+// Safety model and design: docs/lock-service.md.
+package store
 
 import (
 	"context"

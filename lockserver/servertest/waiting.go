@@ -1,4 +1,4 @@
-package storetest
+package servertest
 
 import (
 	"context"
@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http/httptest"
-	"os"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -17,16 +15,9 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 )
-
-// seedFromEnv returns LIN_SEED when set (to run the linearizability
-// workloads with other seeds), else def.
-func seedFromEnv(def uint64) uint64 {
-	if v, err := strconv.ParseUint(os.Getenv("LIN_SEED"), 10, 64); err == nil {
-		return v
-	}
-	return def
-}
 
 // waitingStore is httpStore whose Acquire is a waiting acquire (a seeded
 // random wait of 10..200 ms), so that the workload's releases find parked
@@ -41,12 +32,11 @@ type waitingStore struct {
 	cancel bool
 }
 
-// abandonsUnknownGrants marks a store whose acquires of unknown outcome
-// may be granted and then released by lock-server itself (the waiter's
-// request ended): the history gets an "abandon" op for each.
-func (w *waitingStore) abandonsUnknownGrants() {}
+// AbandonsUnknownGrants tells storetest.CheckLinearizable that lock-server
+// itself may grant and then release an acquire whose request ended.
+func (w *waitingStore) AbandonsUnknownGrants() {}
 
-func (w *waitingStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+func (w *waitingStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	w.mu.Lock()
 	wait := time.Duration(10+w.rng.IntN(190)) * time.Millisecond
 	cut := w.cancel && w.rng.IntN(100) < 4
@@ -62,7 +52,7 @@ func (w *waitingStore) Acquire(ctx context.Context, key, owner string, ttl time.
 	l, err := w.c.TryAcquire(ctx, key, client.WithTTL(ttl), client.WithLeaseOwner(owner), client.WithWait(wait))
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, context.Canceled) {
-			return lockserver.Lease{}, fmt.Errorf("%w: %w", lockserver.ErrUnavailable, err)
+			return store.Lease{}, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 		}
 		if errors.Is(err, client.ErrLockHeld) {
 			// A waiting acquire's LOCK_HELD does not say the key was held
@@ -70,22 +60,19 @@ func (w *waitingStore) Acquire(ctx context.Context, key, owner string, ttl time.
 			// head whose wait ends mid-ask, is refused while the key may
 			// be free (see the probe report). The model accepts it in any
 			// state.
-			return lockserver.Lease{}, fmt.Errorf("%w: %w", errWaitedHeld, err)
+			return store.Lease{}, fmt.Errorf("%w: %w", storetest.ErrWaitedHeld, err)
 		}
-		return lockserver.Lease{}, fromSDK(err)
+		return store.Lease{}, fromSDK(err)
 	}
 	return leaseOf(l.Grant()), nil
 }
-
-// errWaitedHeld marks a waiting acquire answered LOCK_HELD.
-var errWaitedHeld = errors.New("storetest: waited and refused")
 
 // CheckLinearizableWaiting runs the linearizability workload through a
 // lock-server (handoff on) over inner, every acquire a waiting one, and
 // fails t unless the history is linearizable and some releases handed
 // the key to a parked waiter. With cancel, some waiting acquires are
 // cancelled mid-wait (their outcome is unknown to the model).
-func CheckLinearizableWaiting(t *testing.T, name string, inner lockserver.LockStore, cancel bool) {
+func CheckLinearizableWaiting(t *testing.T, name string, inner store.LockStore, cancel bool) {
 	t.Helper()
 	cfg := lockserver.DefaultServerConfig()
 	reg := prometheus.NewRegistry()
@@ -101,13 +88,13 @@ func CheckLinearizableWaiting(t *testing.T, name string, inner lockserver.LockSt
 	if err != nil {
 		t.Fatal(err)
 	}
-	seed := seedFromEnv(linSeed)
+	seed := storetest.Seed()
 	ws := &waitingStore{httpStore: &httpStore{inner: inner, srv: srv, c: c}, rng: rand.New(rand.NewPCG(seed, 99)), cancel: cancel}
 	var fault func()
 	if cancel {
 		fault = func() {} // allows the unknown outcomes of cancelled acquires
 	}
-	CheckLinearizable(t, name+"/waiting", ws, fault)
+	storetest.CheckLinearizable(t, name+"/waiting", ws, fault)
 	by := handoffsByOutcome(t, reg)
 	granted := by["granted"]
 	t.Logf("seed %d: handoffs by outcome %v", seed, by)

@@ -1,4 +1,4 @@
-package storetest
+package servertest
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 )
 
 // OverHTTP wraps b so that the suite reaches the store through a real
@@ -20,27 +22,27 @@ import (
 // SDK's wire-level calls, and every SDK error is mapped back to the
 // LockStore sentinel of the same meaning. Reopen restarts the lock-server
 // in front of a reopened store.
-func OverHTTP(b Backend) Backend {
+func OverHTTP(b storetest.Backend) storetest.Backend {
 	wrapped := b
 	wrapped.Name = b.Name + "/http+sdk"
-	wrapped.Open = func(t *testing.T) lockserver.LockStore { return serve(t, b.Open(t)) }
-	wrapped.Reopen = func(t *testing.T, s lockserver.LockStore) lockserver.LockStore {
+	wrapped.Open = func(t *testing.T) store.LockStore { return serve(t, b.Open(t)) }
+	wrapped.Reopen = func(t *testing.T, s store.LockStore) store.LockStore {
 		hs := s.(*httpStore)
 		hs.srv.Close()
 		return serve(t, b.Reopen(t, hs.inner))
 	}
 	if b.Replica != nil {
-		wrapped.Replica = func(t *testing.T, s lockserver.LockStore) lockserver.LockStore {
+		wrapped.Replica = func(t *testing.T, s store.LockStore) store.LockStore {
 			return serve(t, b.Replica(t, s.(*httpStore).inner))
 		}
 	}
 	if b.StepClock != nil {
-		wrapped.StepClock = func(t *testing.T, s lockserver.LockStore, d time.Duration) {
+		wrapped.StepClock = func(t *testing.T, s store.LockStore, d time.Duration) {
 			b.StepClock(t, s.(*httpStore).inner, d)
 		}
 	}
 	if b.RestartBackend != nil {
-		wrapped.RestartBackend = func(t *testing.T) (lockserver.LockStore, func()) {
+		wrapped.RestartBackend = func(t *testing.T) (store.LockStore, func()) {
 			inner, restart := b.RestartBackend(t)
 			return serve(t, inner), restart
 		}
@@ -50,12 +52,12 @@ func OverHTTP(b Backend) Backend {
 
 // httpStore is a LockStore that forwards every call over HTTP.
 type httpStore struct {
-	inner lockserver.LockStore
+	inner store.LockStore
 	srv   *httptest.Server
 	c     *client.Client
 }
 
-func serve(t *testing.T, inner lockserver.LockStore) *httpStore {
+func serve(t *testing.T, inner store.LockStore) *httpStore {
 	t.Helper()
 	h, err := lockserver.NewServer(inner, lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -78,11 +80,11 @@ func fromSDK(err error) error {
 		return nil
 	}
 	for _, m := range []struct{ sdk, store error }{
-		{client.ErrLockHeld, lockserver.ErrLockHeld},
-		{client.ErrStaleToken, lockserver.ErrStaleToken},
-		{client.ErrNotHeld, lockserver.ErrNotHeld},
-		{client.ErrInvalidRequest, lockserver.ErrInvalidArgument},
-		{client.ErrUnavailable, lockserver.ErrUnavailable},
+		{client.ErrLockHeld, store.ErrLockHeld},
+		{client.ErrStaleToken, store.ErrStaleToken},
+		{client.ErrNotHeld, store.ErrNotHeld},
+		{client.ErrInvalidRequest, store.ErrInvalidArgument},
+		{client.ErrUnavailable, store.ErrUnavailable},
 	} {
 		if errors.Is(err, m.sdk) {
 			return fmt.Errorf("%w: %w", m.store, err)
@@ -91,25 +93,25 @@ func fromSDK(err error) error {
 	return err
 }
 
-func leaseOf(g api.Grant) lockserver.Lease {
-	return lockserver.Lease{
+func leaseOf(g api.Grant) store.Lease {
+	return store.Lease{
 		Key: g.Key, Owner: g.Owner, Token: g.Token, LeaseID: g.LeaseID,
 		TTL: time.Duration(g.TTLMs) * time.Millisecond, ExpiresAt: g.ExpiresAt,
 	}
 }
 
-func (h *httpStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+func (h *httpStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	l, err := h.c.TryAcquire(ctx, key, client.WithTTL(ttl), client.WithLeaseOwner(owner))
 	if err != nil {
-		return lockserver.Lease{}, fromSDK(err)
+		return store.Lease{}, fromSDK(err)
 	}
 	return leaseOf(l.Grant()), nil
 }
 
-func (h *httpStore) Renew(ctx context.Context, key, owner string, token int64) (lockserver.Lease, error) {
+func (h *httpStore) Renew(ctx context.Context, key, owner string, token int64) (store.Lease, error) {
 	g, err := h.c.RenewLease(ctx, key, owner, token)
 	if err != nil {
-		return lockserver.Lease{}, fromSDK(err)
+		return store.Lease{}, fromSDK(err)
 	}
 	return leaseOf(g), nil
 }
@@ -118,20 +120,20 @@ func (h *httpStore) Release(ctx context.Context, key, owner string, token int64)
 	return fromSDK(h.c.ReleaseLease(ctx, key, owner, token))
 }
 
-func (h *httpStore) Revoke(ctx context.Context, key string, token int64) (lockserver.Lease, error) {
+func (h *httpStore) Revoke(ctx context.Context, key string, token int64) (store.Lease, error) {
 	g, err := h.c.Revoke(ctx, key, token, "storetest")
 	if err != nil {
-		return lockserver.Lease{}, fromSDK(err)
+		return store.Lease{}, fromSDK(err)
 	}
 	return leaseOf(g), nil
 }
 
-func (h *httpStore) Inspect(ctx context.Context, key string) (lockserver.State, error) {
+func (h *httpStore) Inspect(ctx context.Context, key string) (store.State, error) {
 	st, err := h.c.Inspect(ctx, key)
 	if err != nil {
-		return lockserver.State{}, fromSDK(err)
+		return store.State{}, fromSDK(err)
 	}
-	out := lockserver.State{Key: st.Key, LastToken: st.LastToken}
+	out := store.State{Key: st.Key, LastToken: st.LastToken}
 	if st.Lease != nil {
 		l := leaseOf(*st.Lease)
 		out.Lease = &l

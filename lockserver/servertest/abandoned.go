@@ -1,4 +1,4 @@
-package storetest
+package servertest
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 )
 
 // AbandonedGrants runs lock-server (lockserver.Server, with and without
@@ -33,10 +35,10 @@ import (
 //   - after Server.Close, which returns nil, every key is free although
 //     every grant had a minute of TTL: no abandoned grant was left to it.
 //
-// The store needs lockserver.BatchStore, BatchRenewer and Handoffer
+// The store needs store.BatchStore, BatchRenewer and Handoffer
 // (pgstore and etcdstore have them); it is skipped otherwise. Real time:
 // each schedule takes well under a second on loopback.
-func AbandonedGrants(t *testing.T, b Backend) {
+func AbandonedGrants(t *testing.T, b storetest.Backend) {
 	for _, batching := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
 			for seed := range uint64(5) {
@@ -51,7 +53,7 @@ func AbandonedGrants(t *testing.T, b Backend) {
 // endingStore wraps a store and ends a chosen owner's request (cancel)
 // just after a call granted it the key.
 type endingStore struct {
-	lockserver.LockStore
+	store.LockStore
 	mu     sync.Mutex
 	cancel map[string]context.CancelFunc
 }
@@ -71,7 +73,7 @@ func (s *endingStore) endsAfterGrant(owner string) bool {
 	return s.cancel[owner] != nil
 }
 
-func (s *endingStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lockserver.Lease, error) {
+func (s *endingStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
 	if s.endsAfterGrant(owner) {
 		// The backend's answer comes back whatever the request does.
 		ctx = context.WithoutCancel(ctx)
@@ -83,8 +85,8 @@ func (s *endingStore) Acquire(ctx context.Context, key, owner string, ttl time.D
 	return l, err
 }
 
-func (s *endingStore) AcquireMany(ctx context.Context, reqs []lockserver.AcquireRequest) []lockserver.Result {
-	res := s.LockStore.(lockserver.BatchStore).AcquireMany(ctx, reqs)
+func (s *endingStore) AcquireMany(ctx context.Context, reqs []store.AcquireRequest) []store.Result {
+	res := s.LockStore.(store.BatchStore).AcquireMany(ctx, reqs)
 	for i, r := range res {
 		if r.Err == nil {
 			s.ended(reqs[i].Owner)
@@ -93,16 +95,16 @@ func (s *endingStore) AcquireMany(ctx context.Context, reqs []lockserver.Acquire
 	return res
 }
 
-func (s *endingStore) ReleaseMany(ctx context.Context, refs []lockserver.LeaseRef) []error {
-	return s.LockStore.(lockserver.BatchStore).ReleaseMany(ctx, refs)
+func (s *endingStore) ReleaseMany(ctx context.Context, refs []store.LeaseRef) []error {
+	return s.LockStore.(store.BatchStore).ReleaseMany(ctx, refs)
 }
 
-func (s *endingStore) RenewMany(ctx context.Context, refs []lockserver.LeaseRef) []lockserver.Result {
-	return s.LockStore.(lockserver.BatchRenewer).RenewMany(ctx, refs)
+func (s *endingStore) RenewMany(ctx context.Context, refs []store.LeaseRef) []store.Result {
+	return s.LockStore.(store.BatchRenewer).RenewMany(ctx, refs)
 }
 
-func (s *endingStore) Handoff(ctx context.Context, from lockserver.LeaseRef, to lockserver.AcquireRequest) (lockserver.Lease, error) {
-	l, err := s.LockStore.(lockserver.Handoffer).Handoff(ctx, from, to)
+func (s *endingStore) Handoff(ctx context.Context, from store.LeaseRef, to store.AcquireRequest) (store.Lease, error) {
+	l, err := s.LockStore.(store.Handoffer).Handoff(ctx, from, to)
 	if err == nil {
 		s.ended(to.Owner)
 	}
@@ -118,12 +120,12 @@ func post(ctx context.Context, h http.Handler, key, op string, body any) *httpte
 	return rec
 }
 
-func abandonedSchedule(t *testing.T, b Backend, batching bool, seed uint64) {
+func abandonedSchedule(t *testing.T, b storetest.Backend, batching bool, seed uint64) {
 	inner := b.Open(t)
 	t.Cleanup(func() { _ = inner.Close() })
-	_, bs := inner.(lockserver.BatchStore)
-	_, br := inner.(lockserver.BatchRenewer)
-	_, ho := inner.(lockserver.Handoffer)
+	_, bs := inner.(store.BatchStore)
+	_, br := inner.(store.BatchRenewer)
+	_, ho := inner.(store.Handoffer)
 	if !bs || !br || !ho {
 		t.Skipf("%s: the store lacks batches or handoffs", b.Name)
 	}

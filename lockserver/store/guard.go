@@ -1,4 +1,4 @@
-package lockserver
+package store
 
 // MaxAdvancePast bounds the N of a store's Advance (2^53 - 1): tokens stay
 // below 2^53 so that every JSON client reads them exactly (package api), and

@@ -1,4 +1,4 @@
-package lockserver
+package store
 
 import (
 	"fmt"
