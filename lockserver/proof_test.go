@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
@@ -17,9 +17,9 @@ import (
 // anyone else (inspect, revoke).
 func TestGrantsToTheHolderCarryAProofOfTheirKeyAndToken(t *testing.T) {
 	cfg := lockserver.DefaultServerConfig()
-	cfg.ProofKey = prooftest.LockSigningKey()
+	cfg.ProofKey = fencingtest.LockSigningKey()
 	h := serverWith(t, memstore.New(nil), cfg)
-	keys := prooftest.ProofKeys()
+	keys := fencingtest.ProofKeys()
 	grant := func(rec []byte) api.Grant {
 		t.Helper()
 		var g api.Grant

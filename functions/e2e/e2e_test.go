@@ -25,6 +25,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/etcd/embedded"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
@@ -33,7 +34,6 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
@@ -169,7 +169,7 @@ func newStack(ctx context.Context, t *testing.T, log *slog.Logger, openStore fun
 	st := &stack{store: openStore(t, log)}
 	t.Cleanup(func() { st.store.Close() })
 	lcfg := lockserver.DefaultServerConfig()
-	lcfg.ProofKey = prooftest.LockSigningKey()
+	lcfg.ProofKey = fencingtest.LockSigningKey()
 	ls, err := lockserver.NewServer(st.store, lcfg, log.With("service", "lock-server"))
 	if err != nil {
 		t.Fatal(err)
@@ -186,8 +186,8 @@ func newStack(ctx context.Context, t *testing.T, log *slog.Logger, openStore fun
 	pcfg.DB = pgpool.Config{DSN: st.raildb}
 	pcfg.RailURL = serveHTTP(t, st.stub)
 	pcfg.FencingDisabled = !f.rail
-	pcfg.ProofKeys, pcfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
-	pcfg.TermsKeys = prooftest.TermsKeys()
+	pcfg.ProofKeys, pcfg.ReceiptKey = fencingtest.ProofKeys(), fencingtest.ReceiptSigningKey()
+	pcfg.TermsKeys = fencingtest.TermsKeys()
 	proxy, err := railproxy.New(ctx, pcfg, log.With("service", "rail-proxy"))
 	if err != nil {
 		t.Fatal(err)
@@ -215,8 +215,8 @@ func newStack(ctx context.Context, t *testing.T, log *slog.Logger, openStore fun
 	st.paydb = pgtest.NewDatabase(t)
 	paycfg := paymentresource.DefaultConfig()
 	paycfg.DatabaseURL, paycfg.OutboxPoll, paycfg.FencingDisabled = st.paydb, 50*time.Millisecond, !f.payment
-	paycfg.ProofKeys, paycfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
-	paycfg.TermsKey = prooftest.TermsSigningKey()
+	paycfg.ProofKeys, paycfg.ReceiptKeys = fencingtest.ProofKeys(), fencingtest.ReceiptKeys()
+	paycfg.TermsKey = fencingtest.TermsSigningKey()
 	svc, err := paymentresource.New(ctx, paycfg, pub, log.With("service", "payment-resource"))
 	if err != nil {
 		t.Fatal(err)

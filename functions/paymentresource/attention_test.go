@@ -11,9 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
 func (f *fixture) attention(id string, token int64, owner, reason string) (int, []byte) {
@@ -75,7 +75,7 @@ func TestNeedsAttentionRecordsWhyAndStopsClaims(t *testing.T) {
 	st, body = f.attention("p-1", 5, "w", "because")
 	want(t, "mark with an unknown reason", st, body, http.StatusBadRequest, api.CodeInvalidRequest)
 	st, body = f.do("POST", api.AttentionPath("p-1"), fmt.Sprintf(`{"reason":%q}`, reason),
-		fencing.HeaderToken, "5", fencing.HeaderProof, prooftest.Proof("acct-2", 5))
+		fencing.HeaderToken, "5", fencing.HeaderProof, fencingtest.Proof("acct-2", 5))
 	want(t, "mark with a proof for another account's lock", st, body, http.StatusForbidden, api.CodeUnverifiedToken)
 	if p := f.payout("p-1"); p.State != api.StateClaimed {
 		t.Fatalf("p-1 is %s after refused marks; want claimed", p.State)

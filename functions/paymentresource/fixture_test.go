@@ -18,12 +18,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -120,8 +120,8 @@ func (f *fixture) start(pub paymentresource.Publisher, opts ...option) {
 	f.t.Helper()
 	cfg := paymentresource.DefaultConfig()
 	cfg.DatabaseURL, cfg.OutboxPoll = f.dsn, 10*time.Millisecond
-	cfg.ProofKeys, cfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
-	cfg.TermsKey = prooftest.TermsSigningKey()
+	cfg.ProofKeys, cfg.ReceiptKeys = fencingtest.ProofKeys(), fencingtest.ReceiptKeys()
+	cfg.TermsKey = fencingtest.TermsSigningKey()
 	// No early stall detection unless a test asks for it (see
 	// stall_test.go): under -race on a starved machine paydb can take
 	// longer than StallAfter to answer anything, even a ping.
@@ -180,7 +180,7 @@ func (f *fixture) sign(r *http.Request, path, body string) string {
 		p = api.PayoutRequest{PayoutID: id, AccountID: "unknown"}
 	}
 	if r.Header.Get(fencing.HeaderProof) == "" {
-		r.Header.Set(fencing.HeaderProof, prooftest.Proof(p.AccountID, token))
+		r.Header.Set(fencing.HeaderProof, fencingtest.Proof(p.AccountID, token))
 	}
 	var req map[string]any
 	if !strings.HasSuffix(path, "/result") || json.Unmarshal([]byte(body), &req) != nil || req["receipt"] != nil {
@@ -195,7 +195,7 @@ func (f *fixture) sign(r *http.Request, path, body string) string {
 	if outcome != string(api.OutcomeAck) && outcome != string(api.OutcomeDecline) {
 		return body
 	}
-	req["receipt"] = prooftest.Receipt(payoutevent.RailReceipt{PayoutID: id, AccountID: p.AccountID, AmountMinor: p.AmountMinor,
+	req["receipt"] = fencingtest.Receipt(payoutevent.RailReceipt{PayoutID: id, AccountID: p.AccountID, AmountMinor: p.AmountMinor,
 		Currency: p.Currency, Outcome: outcome, RailRef: ref, RailToken: railTok})
 	b, err := json.Marshal(req)
 	if err != nil {

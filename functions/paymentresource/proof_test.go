@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
 // At fence point one: a claim and an ACK with a token
@@ -32,11 +32,11 @@ func TestUnverifiedTokensAreRefusedAndChangeNothing(t *testing.T) {
 	}{
 		{"claim with no proof", "/v1/payouts/p-1/claim", "", []string{fencing.HeaderToken, tok(maxToken)}},
 		{"claim with a proof of a lower token", "/v1/payouts/p-1/claim", "",
-			[]string{fencing.HeaderToken, tok(maxToken), fencing.HeaderProof, prooftest.Proof("acct-1", 5)}},
+			[]string{fencing.HeaderToken, tok(maxToken), fencing.HeaderProof, fencingtest.Proof("acct-1", 5)}},
 		{"claim with a proof of another account's lock", "/v1/payouts/p-1/claim", "",
-			[]string{fencing.HeaderToken, tok(9), fencing.HeaderProof, prooftest.Proof("acct-2", 9)}},
+			[]string{fencing.HeaderToken, tok(9), fencing.HeaderProof, fencingtest.Proof("acct-2", 9)}},
 		{"claim with two proofs", "/v1/payouts/p-1/claim", "",
-			[]string{fencing.HeaderToken, tok(9), fencing.HeaderProof, prooftest.Proof("acct-1", 9), fencing.HeaderProof, prooftest.Proof("acct-1", 9)}},
+			[]string{fencing.HeaderToken, tok(9), fencing.HeaderProof, fencingtest.Proof("acct-1", 9), fencing.HeaderProof, fencingtest.Proof("acct-1", 9)}},
 		{"ACK with no proof", "/v1/payouts/p-1/result", `{"outcome":"ACK","railRef":"r-1"}`, []string{fencing.HeaderToken, tok(maxToken)}},
 	} {
 		st, body := f.do("POST", c.path, c.body, c.headers...)
@@ -70,8 +70,8 @@ func TestResultsWithoutRailProxysReceiptAreRefusedAndChangeNothing(t *testing.T)
 	f.createPayout("p-2", "acct-1", 300, "EUR")
 	st, body := f.claim("p-1", 5, "w")
 	want(t, "claim", st, body, http.StatusOK, "")
-	holder := []string{fencing.HeaderToken, "5", fencing.HeaderProof, prooftest.Proof("acct-1", 5)}
-	receipt := func(r payoutevent.RailReceipt) string { return prooftest.Receipt(r) }
+	holder := []string{fencing.HeaderToken, "5", fencing.HeaderProof, fencingtest.Proof("acct-1", 5)}
+	receipt := func(r payoutevent.RailReceipt) string { return fencingtest.Receipt(r) }
 	honest := payoutevent.RailReceipt{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 700, Currency: "EUR", Outcome: "DECLINE", RailRef: "rail-7", RailToken: 5}
 	before := f.snapshot()
 	for _, c := range []struct{ name, receipt string }{
@@ -80,7 +80,7 @@ func TestResultsWithoutRailProxysReceiptAreRefusedAndChangeNothing(t *testing.T)
 		{"a receipt of an ACK", receipt(payoutevent.RailReceipt{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 700, Currency: "EUR", Outcome: "ACK", RailRef: "rail-7", RailToken: 5})},
 		{"a receipt of another reference", receipt(payoutevent.RailReceipt{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 700, Currency: "EUR", Outcome: "DECLINE", RailRef: "rail-6", RailToken: 5})},
 		{"a receipt of another amount", receipt(payoutevent.RailReceipt{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 1, Currency: "EUR", Outcome: "DECLINE", RailRef: "rail-7", RailToken: 5})},
-		{"a receipt signed by lock-server's key", prooftest.LockSigningKey().Sign(payoutevent.RailReceiptDomain, honest.Fields()...)},
+		{"a receipt signed by lock-server's key", fencingtest.LockSigningKey().Sign(payoutevent.RailReceiptDomain, honest.Fields()...)},
 	} {
 		f.raw = true
 		b := `{"outcome":"DECLINE","railRef":"rail-7"`

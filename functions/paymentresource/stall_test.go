@@ -12,12 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload/overloadtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
 // callerTimeout is the executor's RequestTimeout (EXECUTOR_REQUEST_TIMEOUT_MS,
@@ -35,7 +35,7 @@ func wave(t *testing.T, caller *http.Client, base string, n int) []overloadtest.
 			req, _ = http.NewRequest(http.MethodPost, base+api.ClaimPath("p-1"), nil)
 			req.Header.Set(fencing.HeaderToken, "5")
 			req.Header.Set(fencing.HeaderOwner, "worker-"+strconv.Itoa(i))
-			req.Header.Set(fencing.HeaderProof, prooftest.Proof("acct-7", 5))
+			req.Header.Set(fencing.HeaderProof, fencingtest.Proof("acct-7", 5))
 		}
 		return req
 	})

@@ -21,13 +21,13 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
 
@@ -60,7 +60,7 @@ func newExecutor(t *testing.T, p *pipelinetest.Pipeline, owner string, d client.
 // for tests of what lies past rail-proxy's terms check (a payment-resource
 // bug, or its key in the wrong hands).
 func signed(r railapi.SubmitRequest) railapi.SubmitRequest {
-	r.TermsSignature = prooftest.Terms(r.Terms())
+	r.TermsSignature = fencingtest.Terms(r.Terms())
 	return r
 }
 
@@ -93,7 +93,7 @@ func send(t *testing.T, url, account string, token int64, body any) (int, []byte
 	if token > 0 {
 		req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
 		req.Header.Set(fencing.HeaderOwner, "review")
-		req.Header.Set(fencing.HeaderProof, prooftest.Proof(account, token)) // as if lock-server granted it
+		req.Header.Set(fencing.HeaderProof, fencingtest.Proof(account, token)) // as if lock-server granted it
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -178,7 +178,7 @@ func TestForeignFirstAttemptIsNotThePayoutsOutcome(t *testing.T) {
 			// carries p-1's own signature (over p-1's real terms): a known
 			// key's signature over other terms, INVALID_TERMS.
 			withP1sSignature := foreign
-			withP1sSignature.TermsSignature = prooftest.Terms(payoutevent.PayoutTerms(ev))
+			withP1sSignature.TermsSignature = fencingtest.Terms(payoutevent.PayoutTerms(ev))
 			status, body := send(t, p.ProxyURL+railapi.PathSubmissions, c.account, c.token, withP1sSignature)
 			if status != http.StatusForbidden || !bytes.Contains(body, []byte(railapi.CodeInvalidTerms)) {
 				t.Fatalf("foreign submission: %d %s; want 403 %s", status, body, railapi.CodeInvalidTerms)

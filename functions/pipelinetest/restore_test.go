@@ -14,6 +14,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
@@ -23,7 +24,6 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
 
@@ -91,7 +91,7 @@ func startRestoreRig(t *testing.T) *restoreRig {
 // payment-resource would sign them.
 func (r *restoreRig) submit(t *testing.T, token int64, payout, account string) (railapi.SubmitAnswer, error) {
 	t.Helper()
-	return r.p.Rail.Submit(t.Context(), prooftest.Holder(account, token, "review"), signed(railapi.SubmitRequest{
+	return r.p.Rail.Submit(t.Context(), fencingtest.Holder(account, token, "review"), signed(railapi.SubmitRequest{
 		PayoutID: payout, AccountID: account, AmountMinor: r.ev.AmountMinor, Currency: r.ev.Currency}))
 }
 

@@ -11,13 +11,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzzcheck"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload/overloadtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -38,7 +38,7 @@ func (q probeReq) serve(h http.Handler) *httptest.ResponseRecorder {
 	}
 	if q.token != "" {
 		req.Header.Set(fencing.HeaderToken, q.token)
-		req.Header.Set(fencing.HeaderProof, cmp.Or(q.proof, prooftest.Proof("acct-1", 50)))
+		req.Header.Set(fencing.HeaderProof, cmp.Or(q.proof, fencingtest.Proof("acct-1", 50)))
 		req.Header.Set(fencing.HeaderOwner, "w")
 	}
 	rec := httptest.NewRecorder()

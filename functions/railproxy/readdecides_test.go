@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
 // Reads that decide a later write, inside admit's transaction (audit 7).
@@ -116,7 +116,7 @@ func TestClosingAPayoutIsRefusedOnARestoredRaildb(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := api.ReconcileRequest{PayoutID: "g-1", AccountID: "acct-g", AmountMinor: 500, Currency: "EUR"}
-	req.BodyTermsSignature = prooftest.Terms(api.SubmitRequest(req).Terms()) // reconcileAs sends it in its header
+	req.BodyTermsSignature = fencingtest.Terms(api.SubmitRequest(req).Terms()) // reconcileAs sends it in its header
 	b, _ := json.Marshal(req)
 	rec := reconcileAs(p, "acct-g", 7, string(b))
 	if e := envelope(t, rec); rec.Code != http.StatusServiceUnavailable || e.Code != api.CodeRestored || !e.Retryable {

@@ -15,13 +15,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzzcheck"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload/overloadtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -42,7 +42,7 @@ func submissionWave(caller *http.Client, base, tag string, n int) []overloadtest
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set(fencing.HeaderToken, "10")
 		req.Header.Set(fencing.HeaderOwner, "worker-"+strconv.Itoa(i))
-		req.Header.Set(fencing.HeaderProof, prooftest.Proof(fmt.Sprintf("acct-%d", i%10), 10))
+		req.Header.Set(fencing.HeaderProof, fencingtest.Proof(fmt.Sprintf("acct-%d", i%10), 10))
 		return req
 	})
 }

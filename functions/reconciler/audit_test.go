@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
@@ -23,7 +24,6 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
 
@@ -160,7 +160,7 @@ func TestAuditBesideLiveTrafficStillReportsARealDiscrepancy(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ref = "rail-999999"
-	receipt := prooftest.Receipt(payoutevent.RailReceipt{PayoutID: unpaid.PayoutID, AccountID: unpaid.AccountID, AmountMinor: unpaid.AmountMinor,
+	receipt := fencingtest.Receipt(payoutevent.RailReceipt{PayoutID: unpaid.PayoutID, AccountID: unpaid.AccountID, AmountMinor: unpaid.AmountMinor,
 		Currency: unpaid.Currency, Outcome: string(api.OutcomeAck), RailRef: ref, RailToken: h.Token})
 	if _, err := p.Pay.PostResult(t.Context(), unpaid.PayoutID, h, api.ResultRequest{Outcome: api.OutcomeAck, RailRef: ref, Receipt: receipt}); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
@@ -30,7 +31,6 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
@@ -779,7 +779,7 @@ func TestClosingWithAnUnknownTermsKeySucceedsOnceTheKeyIsAdded(t *testing.T) {
 		t.Fatalf("pass with the key unknown %+v; want p-1 %s (next pass)", rep, reconciler.ResultError)
 	}
 	p.ReplaceProxy(t, func(c *railproxy.Config) {
-		ring, err := fenceproof.NewKeyring(prooftest.TermsSigningKey().VerifyKey(), next.VerifyKey())
+		ring, err := fenceproof.NewKeyring(fencingtest.TermsSigningKey().VerifyKey(), next.VerifyKey())
 		if err != nil {
 			t.Fatal(err)
 		}

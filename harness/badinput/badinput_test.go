@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
@@ -29,7 +30,6 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzzcheck"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
@@ -90,7 +90,7 @@ func newWorld(t *testing.T) *world {
 
 	w.lockKeys = memstore.New(nil)
 	lcfg := lockserver.DefaultServerConfig()
-	lcfg.ProofKey = prooftest.LockSigningKey()
+	lcfg.ProofKey = fencingtest.LockSigningKey()
 	ls, err := lockserver.NewServer(w.lockKeys, lcfg, log)
 	if err != nil {
 		t.Fatal(err)
@@ -117,8 +117,8 @@ func newWorld(t *testing.T) *world {
 	rdsn := pgtest.NewDatabase(t)
 	rcfg := railproxy.DefaultConfig()
 	rcfg.DB.DSN, rcfg.RailURL = rdsn, rail.URL
-	rcfg.ProofKeys, rcfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
-	rcfg.TermsKeys = prooftest.TermsKeys()
+	rcfg.ProofKeys, rcfg.ReceiptKey = fencingtest.ProofKeys(), fencingtest.ReceiptSigningKey()
+	rcfg.TermsKeys = fencingtest.TermsKeys()
 	proxy, err := railproxy.New(ctx, rcfg, log)
 	if err != nil {
 		t.Fatal(err)
@@ -129,8 +129,8 @@ func newWorld(t *testing.T) *world {
 	pdsn := pgtest.NewDatabase(t)
 	pcfg := paymentresource.DefaultConfig()
 	pcfg.DatabaseURL, pcfg.OutboxPoll = pdsn, 10*time.Millisecond
-	pcfg.ProofKeys, pcfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
-	pcfg.TermsKey = prooftest.TermsSigningKey()
+	pcfg.ProofKeys, pcfg.ReceiptKeys = fencingtest.ProofKeys(), fencingtest.ReceiptKeys()
+	pcfg.TermsKey = fencingtest.TermsSigningKey()
 	svc, err := paymentresource.New(ctx, pcfg, publisher{}, log)
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +202,7 @@ func (w *world) send(r row) *httptest.ResponseRecorder {
 // acct-1 at 5; lock-server's payout:acct-1 held by worker-a (token 1).
 func (w *world) setup(t *testing.T) {
 	t.Helper()
-	holder := []string{"Content-Type", ctJSON, payapi.HeaderToken, fmt.Sprint(tokenGood), payapi.HeaderProof, prooftest.Proof(acct, tokenGood), payapi.HeaderOwner, "worker-a"}
+	holder := []string{"Content-Type", ctJSON, payapi.HeaderToken, fmt.Sprint(tokenGood), payapi.HeaderProof, fencingtest.Proof(acct, tokenGood), payapi.HeaderOwner, "worker-a"}
 	for _, r := range []row{
 		{service: svcPay, method: "POST", path: payapi.PathAccounts, headers: []string{"Content-Type", ctJSON}, body: `{"accountId":"acct-1","currency":"EUR","openingBalanceMinor":10000}`},
 		{service: svcPay, method: "POST", path: payapi.PathPayouts, headers: []string{"Content-Type", ctJSON}, body: `{"payoutId":"p-1","accountId":"acct-1","amountMinor":2500,"currency":"EUR"}`},
@@ -220,7 +220,7 @@ func (w *world) setup(t *testing.T) {
 // termsOf is payment-resource's signature (the test key) over a payout's
 // terms, in EUR.
 func termsOf(payout, account string, amount int64) string {
-	return prooftest.Terms(payoutevent.PayoutTerms{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: "EUR"})
+	return fencingtest.Terms(payoutevent.PayoutTerms{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: "EUR"})
 }
 
 // submission is rail-proxy's body for a payout in EUR; its terms
@@ -251,7 +251,7 @@ func rows() []row {
 		}
 		return h
 	}
-	proof := func(account string, token int64) string { return prooftest.Proof(account, token) }
+	proof := func(account string, token int64) string { return fencingtest.Proof(account, token) }
 	lock := func(op string) string { return lockapi.PathLockPrefix + "payout:acct-1" + op }
 	sub := submission("p-1", "acct-1", 2500)
 	p1 := func(h []string) []string { return signedBy(h, termsOf("p-1", "acct-1", 2500)) } // p-1 as payment-resource signs it
@@ -348,7 +348,7 @@ func rows() []row {
 		{svcProxy, "terms: payout id paydb does not know", "POST", railapi.PathSubmissions, signedBy(holder("6", proof(acct, 6)), termsOf("p-1", "acct-1", 2500)), submission("p-ghost", "acct-1", 2500), 403, string(railapi.CodeInvalidTerms), nil},
 		{svcProxy, "terms: payout of another account", "POST", railapi.PathSubmissions, signedBy(holder("6", proof("acct-2", 6)), termsOf("p-1", "acct-1", 2500)), submission("p-1", "acct-2", 2500), 403, string(railapi.CodeInvalidTerms), nil},
 		{svcProxy, "terms: signed by a key rail-proxy does not hold", "POST", railapi.PathSubmissions, signedBy(holder("6", proof(acct, 6)),
-			prooftest.ReceiptSigningKey().Sign(payoutevent.PayoutTermsDomain, payoutevent.PayoutTerms{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 2500, Currency: "EUR"}.Fields()...)),
+			fencingtest.ReceiptSigningKey().Sign(payoutevent.PayoutTermsDomain, payoutevent.PayoutTerms{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 2500, Currency: "EUR"}.Fields()...)),
 			submission("p-1", "acct-1", 2500), 403, string(railapi.CodeTermsKeyUnknown), nil},
 		{svcProxy, "payoutId with an escaped lone surrogate", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), `{"payoutId":"p-\udc00","accountId":"acct-1","amountMinor":2500,"currency":"EUR"}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcProxy, "query parameter on a submission", "POST", railapi.PathSubmissions + "?dryRun=1", p1(holder("6", proof(acct, 6))), sub, 400, string(railapi.CodeInvalidRequest), nil},

@@ -17,13 +17,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
 // The examples run the real rail-proxy (its HTTP handler over a raildb in
@@ -80,8 +80,8 @@ func startRailProxy() (baseURL string, stop func()) {
 	cfg.DB.DSN, cfg.RailURL = u.String(), rail.URL
 	// The test deployment's keys: lock-server's public key, and the key
 	// rail-proxy signs its receipts with.
-	cfg.ProofKeys, cfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
-	cfg.TermsKeys = prooftest.TermsKeys()
+	cfg.ProofKeys, cfg.ReceiptKey = fencingtest.ProofKeys(), fencingtest.ReceiptSigningKey()
+	cfg.TermsKeys = fencingtest.TermsKeys()
 	proxy, err := railproxy.New(ctx, cfg, quiet)
 	if err != nil {
 		log.Fatal(err)
@@ -93,7 +93,7 @@ func startRailProxy() (baseURL string, stop func()) {
 // holderOf stands in for a worker's lease on payout:{account}: in a worker,
 // payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: owner}.
 func holderOf(account string, token int64, owner string) payoutevent.Holder {
-	return prooftest.Holder(account, token, owner)
+	return fencingtest.Holder(account, token, owner)
 }
 
 // payout stands in for a payout payment-resource created: its terms, with
@@ -101,7 +101,7 @@ func holderOf(account string, token int64, owner string) payoutevent.Holder {
 // TermsSignature of the payout as payment-resource answered its claim.
 func payout(id, account string, amount int64, currency string) api.SubmitRequest {
 	req := api.SubmitRequest{PayoutID: id, AccountID: account, AmountMinor: amount, Currency: currency}
-	req.TermsSignature = prooftest.Terms(req.Terms())
+	req.TermsSignature = fencingtest.Terms(req.Terms())
 	return req
 }
 

@@ -1,10 +1,10 @@
-// Package prooftest gives tests the keys of a test deployment: lock-server's
+// Package fencingtest gives tests the keys of a test deployment: lock-server's
 // grant-proof key, rail-proxy's receipt key and payment-resource's
 // payout-terms key, all made from fixed
 // seeds (test keys, never for a real deployment), and helpers that sign
 // what those services would sign, so a test can present a verified token
 // to a fence point without running lock-server.
-package prooftest
+package fencingtest
 
 import (
 	"math/rand/v2"
