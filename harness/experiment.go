@@ -51,6 +51,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
@@ -425,7 +426,7 @@ func (r *Run) fromLogs() error {
 			r.Summary.TokenA = e.Int("token")
 		case e.Service == "executor" && e.Name == "lease_acquired" && e.Owner() == "B" && r.Summary.TokenB == 0:
 			r.Summary.TokenB = e.Int("token")
-		case e.Name == payoutevent.EventFencedOut:
+		case e.Name == fencewire.EventFencedOut:
 			r.Summary.FencedOut = append(r.Summary.FencedOut, FencedOut{
 				Resource: e.Str("resource"), PresentedToken: e.Int("presentedToken"), HighestToken: e.Int("highestToken"),
 			})

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzzcheck"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -42,7 +42,7 @@ const (
 // fuzzReceipt is rail-proxy's genuine receipt for payout p-2 (claimed
 // with token 5 on acct-1) answered ACK as rail-000001.
 func fuzzReceipt() string {
-	return fencingtest.Receipt(payoutevent.RailReceipt{PayoutID: "p-2", AccountID: "acct-1", AmountMinor: 2500,
+	return fencingtest.Receipt(fencewire.RailReceipt{PayoutID: "p-2", AccountID: "acct-1", AmountMinor: 2500,
 		Currency: "EUR", Outcome: string(api.OutcomeAck), RailRef: "rail-000001", RailToken: 5})
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
@@ -374,7 +375,7 @@ func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request) {
 // INVALID_REQUEST, as lock-server answers the same owner: it is refused,
 // never cut, so that nothing a client sends for the logs reaches paydb
 // unchecked.
-func (s *Service) holder(w http.ResponseWriter, r *http.Request) (id string, h payoutevent.Holder, ok bool) {
+func (s *Service) holder(w http.ResponseWriter, r *http.Request) (id string, h fencewire.Holder, ok bool) {
 	id = r.PathValue("id")
 	if err := validID("payout id", id, api.MaxPayoutIDLen); err != nil {
 		s.fail(w, r, err)
@@ -402,7 +403,7 @@ func (s *Service) holder(w http.ResponseWriter, r *http.Request) (id string, h p
 		s.fail(w, r, fmt.Errorf("%w: %w", ErrUnverifiedToken, err), "payoutId", id, "ownerId", owner)
 		return "", h, false
 	}
-	return id, payoutevent.Holder{Token: token, Proof: proof, Owner: owner}, true
+	return id, fencewire.Holder{Token: token, Proof: proof, Owner: owner}, true
 }
 
 // decodeEmpty accepts an empty body or an empty JSON object (the claim

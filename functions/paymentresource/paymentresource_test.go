@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
@@ -39,7 +39,7 @@ func TestStaleHolderIsFencedAtPaymentResource(t *testing.T) {
 	st, body = f.result("p-1", 41, "worker-A", "ACK", "rail-41")
 	want(t, "ACK with stale token 41", st, body, http.StatusConflict, api.CodeFencedOut)
 
-	lines := f.logs.Events(t, fencing.EventFencedOut)
+	lines := f.logs.Events(t, fencewire.EventFencedOut)
 	if len(lines) != 1 {
 		t.Fatalf("fenced_out lines = %d, want 1: %v", len(lines), lines)
 	}
@@ -104,7 +104,7 @@ func TestAccountFenceIsStrict(t *testing.T) {
 	want(t, "claim p-2 with 42", st, body, http.StatusOK, "")
 	st, body = f.result("p-2", 42, "w", "ACK", "rail-b")
 	want(t, "ACK p-2 with 42, which already debited the account", st, body, http.StatusConflict, api.CodeFencedOut)
-	lines := f.logs.Events(t, fencing.EventFencedOut)
+	lines := f.logs.Events(t, fencewire.EventFencedOut)
 	if len(lines) != 1 || lines[0]["resource"] != "account" || lines[0]["resourceId"] != "acct-1" ||
 		lines[0]["presentedToken"] != 42.0 || lines[0]["highestToken"] != 42.0 || lines[0]["payoutId"] != "p-2" {
 		t.Fatalf("fenced_out lines = %v; want one on account acct-1, 42 against 42, payout p-2", lines)
@@ -431,7 +431,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	pub.next(t)
 	before := f.snapshot()
 
-	tok := func(v string) []string { return []string{fencing.HeaderToken, v} }
+	tok := func(v string) []string { return []string{fencewire.HeaderToken, v} }
 	big := `{"payoutId":"` + strings.Repeat("x", api.MaxBodyBytes) + `"}`
 	const (
 		bad      = http.StatusBadRequest
@@ -489,7 +489,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"claim: non-numeric token", "POST", "/v1/payouts/p-1/claim", ``, tok("abc"), bad, api.CodeInvalidToken},
 		{"claim: zero token", "POST", "/v1/payouts/p-1/claim", ``, tok("0"), bad, api.CodeInvalidToken},
 		{"claim: negative token", "POST", "/v1/payouts/p-1/claim", ``, tok("-4"), bad, api.CodeInvalidToken},
-		{"claim: two tokens", "POST", "/v1/payouts/p-1/claim", ``, []string{fencing.HeaderToken, "5", fencing.HeaderToken, "6"}, bad, api.CodeInvalidToken},
+		{"claim: two tokens", "POST", "/v1/payouts/p-1/claim", ``, []string{fencewire.HeaderToken, "5", fencewire.HeaderToken, "6"}, bad, api.CodeInvalidToken},
 		{"claim: malformed body", "POST", "/v1/payouts/p-1/claim", `{"x"`, tok("5"), bad, api.CodeInvalidRequest},
 		{"claim: unknown field", "POST", "/v1/payouts/p-1/claim", `{"force":true}`, tok("5"), bad, api.CodeInvalidRequest},
 		{"claim: oversized body", "POST", "/v1/payouts/p-1/claim", big, tok("5"), http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge},

@@ -11,7 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
@@ -33,9 +33,9 @@ func wave(t *testing.T, caller *http.Client, base string, n int) []overloadtest.
 		req, _ := http.NewRequest(http.MethodGet, base+api.PayoutPath("p-1"), nil)
 		if i%2 == 1 {
 			req, _ = http.NewRequest(http.MethodPost, base+api.ClaimPath("p-1"), nil)
-			req.Header.Set(fencing.HeaderToken, "5")
-			req.Header.Set(fencing.HeaderOwner, "worker-"+strconv.Itoa(i))
-			req.Header.Set(fencing.HeaderProof, fencingtest.Proof("acct-7", 5))
+			req.Header.Set(fencewire.HeaderToken, "5")
+			req.Header.Set(fencewire.HeaderOwner, "worker-"+strconv.Itoa(i))
+			req.Header.Set(fencewire.HeaderProof, fencingtest.Proof("acct-7", 5))
 		}
 		return req
 	})

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
@@ -43,8 +43,8 @@ func call(t *testing.T, method, url, account string, token int64, body any) (int
 		req.Header.Set(railapi.HeaderTermsSignature, sub.TermsSignature) // as the executor sends it
 	}
 	if token > 0 {
-		req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
-		req.Header.Set(fencing.HeaderProof, fencingtest.Proof(account, token)) // as if lock-server granted it
+		req.Header.Set(fencewire.HeaderToken, strconv.FormatInt(token, 10))
+		req.Header.Set(fencewire.HeaderProof, fencingtest.Proof(account, token)) // as if lock-server granted it
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -80,7 +80,7 @@ func (w world) claim(e payoutevent.Event, token int64) {
 func (w world) submit(e payoutevent.Event, token int64) string {
 	code, body := call(w.t, "POST", w.p.ProxyURL+railapi.PathSubmissions, e.AccountID, token,
 		railapi.SubmitRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency,
-			TermsSignature: fencingtest.Terms(payoutevent.PayoutTerms(e))}) // as payment-resource signs the payout
+			TermsSignature: fencingtest.Terms(fencewire.PayoutTerms(e))}) // as payment-resource signs the payout
 	if code != http.StatusOK {
 		w.t.Fatalf("submit %s with %d: %d %v", e.PayoutID, token, code, body)
 	}
@@ -97,7 +97,7 @@ func (w world) report(e payoutevent.Event, token int64, ref string, railToken in
 	// A receipt over exactly what is reported, as a faulty rail-proxy
 	// would sign it: these tests are about what the audit finds when
 	// the books were written wrong anyway.
-	body["receipt"] = fencingtest.Receipt(payoutevent.RailReceipt{PayoutID: e.PayoutID, AccountID: e.AccountID,
+	body["receipt"] = fencingtest.Receipt(fencewire.RailReceipt{PayoutID: e.PayoutID, AccountID: e.AccountID,
 		AmountMinor: e.AmountMinor, Currency: e.Currency, Outcome: "ACK", RailRef: ref, RailToken: signed})
 	if code, ans := call(w.t, "POST", w.p.PayURL+api.ResultPath(e.PayoutID), e.AccountID, token, body); code != http.StatusOK {
 		w.t.Fatalf("result %s with %d: %d %v", e.PayoutID, token, code, ans)

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
@@ -222,7 +222,7 @@ func TestRaildbRestoreDoesNotLetASecondSubmissionThrough(t *testing.T) {
 		}
 	}
 	var highest []float64
-	for _, e := range r.logs.Events(t, fencing.EventFencedOut) {
+	for _, e := range r.logs.Events(t, fencewire.EventFencedOut) {
 		highest = append(highest, e["highestToken"].(float64))
 	}
 	if len(highest) != 2 || highest[0] != float64(n) || highest[1] != float64(n) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
@@ -53,7 +54,7 @@ func TestAGhostPayoutIdIsNotForwarded(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			h := payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: "mallory"}
+			h := fencewire.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: "mallory"}
 			for _, c := range []struct {
 				name string
 				req  railapi.SubmitRequest

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
@@ -22,10 +22,10 @@ import (
 func submitWithProof(h http.Handler, body string, token int64, proof string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest("POST", api.PathSubmissions, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
-	req.Header.Set(fencing.HeaderOwner, "mallory")
+	req.Header.Set(fencewire.HeaderToken, strconv.FormatInt(token, 10))
+	req.Header.Set(fencewire.HeaderOwner, "mallory")
 	if proof != "" {
-		req.Header.Set(fencing.HeaderProof, proof)
+		req.Header.Set(fencewire.HeaderProof, proof)
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
@@ -102,18 +102,18 @@ func TestAnswersCarryAReceiptOverExactlyTheRailsAnswer(t *testing.T) {
 	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &ans) != nil {
 		t.Fatalf("submission: %d %s", rec.Code, rec.Body)
 	}
-	want := payoutevent.RailReceipt{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR",
+	want := fencewire.RailReceipt{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR",
 		Outcome: string(ans.Status), RailRef: ans.RailRef, RailToken: 5}
 	keys := fencingtest.ReceiptKeys()
-	if _, err := keys.Verify(ans.Receipt, payoutevent.RailReceiptDomain, want.Fields()...); err != nil {
+	if _, err := keys.Verify(ans.Receipt, fencewire.RailReceiptDomain, want.Fields()...); err != nil {
 		t.Fatalf("the answer's receipt does not cover %+v: %v", want, err)
 	}
-	for _, lie := range []payoutevent.RailReceipt{
+	for _, lie := range []fencewire.RailReceipt{
 		{PayoutID: "p-2", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR", Outcome: want.Outcome, RailRef: want.RailRef, RailToken: 5},
 		{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR", Outcome: string(api.RailDecline), RailRef: want.RailRef, RailToken: 5},
 		{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR", Outcome: want.Outcome, RailRef: want.RailRef + "0", RailToken: 5},
 	} {
-		if _, err := keys.Verify(ans.Receipt, payoutevent.RailReceiptDomain, lie.Fields()...); err == nil {
+		if _, err := keys.Verify(ans.Receipt, fencewire.RailReceiptDomain, lie.Fields()...); err == nil {
 			t.Errorf("the receipt also verifies for %+v", lie)
 		}
 	}
@@ -123,7 +123,7 @@ func TestAnswersCarryAReceiptOverExactlyTheRailsAnswer(t *testing.T) {
 	if rec.Code != http.StatusConflict || json.Unmarshal(rec.Body.Bytes(), &dup) != nil {
 		t.Fatalf("second submission: %d %s", rec.Code, rec.Body)
 	}
-	if _, err := keys.Verify(dup.Attempt.Receipt, payoutevent.RailReceiptDomain, want.Fields()...); err != nil {
+	if _, err := keys.Verify(dup.Attempt.Receipt, fencewire.RailReceiptDomain, want.Fields()...); err != nil {
 		t.Fatalf("the first attempt's receipt does not cover %+v: %v", want, err)
 	}
 }
@@ -148,9 +148,9 @@ func TestTwoProofHeadersAreRefusedAsMoreThanOne(t *testing.T) {
 	p := r.proxy(nil)
 	req := httptest.NewRequest("POST", api.PathSubmissions, strings.NewReader(body("p-1", "acct-1", 100)))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(fencing.HeaderToken, "5")
-	req.Header.Add(fencing.HeaderProof, fencingtest.Proof("acct-1", 5))
-	req.Header.Add(fencing.HeaderProof, fencingtest.Proof("acct-1", 5))
+	req.Header.Set(fencewire.HeaderToken, "5")
+	req.Header.Add(fencewire.HeaderProof, fencingtest.Proof("acct-1", 5))
+	req.Header.Add(fencewire.HeaderProof, fencingtest.Proof("acct-1", 5))
 	rec := httptest.NewRecorder()
 	p.ServeHTTP(rec, req)
 	wantCode(t, rec, http.StatusForbidden, api.CodeUnverifiedToken)

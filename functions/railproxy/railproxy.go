@@ -92,6 +92,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
@@ -620,7 +621,7 @@ func (p *Proxy) Close() error {
 // once (403 UNVERIFIED_TOKEN, saying so). A malformed owner is
 // refused like lock-server refuses it, never cut and stored: it would
 // reach raildb.
-func (p *Proxy) holder(w http.ResponseWriter, r *http.Request) (h payoutevent.Holder, ok bool) {
+func (p *Proxy) holder(w http.ResponseWriter, r *http.Request) (h fencewire.Holder, ok bool) {
 	token, err := fencing.TokenFrom(r)
 	if err != nil {
 		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %w", ErrInvalidToken, err))
@@ -638,7 +639,7 @@ func (p *Proxy) holder(w http.ResponseWriter, r *http.Request) (h payoutevent.Ho
 		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %w", ErrUnverifiedToken, err))
 		return h, false
 	}
-	return payoutevent.Holder{Token: token, Proof: proof, Owner: owner}, true
+	return fencewire.Holder{Token: token, Proof: proof, Owner: owner}, true
 }
 
 func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
@@ -802,7 +803,7 @@ func (p *Proxy) stopped(ctx context.Context, w http.ResponseWriter, lg *slog.Log
 }
 
 // receipt signs the rail's answer to a payout's one forwarded submission
-// (payoutevent.RailReceipt) when state is StateAcked or StateDeclined, and
+// (fencewire.RailReceipt) when state is StateAcked or StateDeclined, and
 // a reconciliation's "nothing at the rail" (outcome NONE, no reference)
 // when it is StateNotAtRail; "" otherwise (no answer to vouch for).
 func (p *Proxy) receipt(payout, account string, amount int64, currency string, state api.State, railRef string, token int64) string {
@@ -817,9 +818,9 @@ func (p *Proxy) receipt(payout, account string, amount int64, currency string, s
 	default:
 		return ""
 	}
-	rec := payoutevent.RailReceipt{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: currency,
+	rec := fencewire.RailReceipt{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: currency,
 		Outcome: string(outcome), RailRef: railRef, RailToken: token}
-	return p.cfg.ReceiptKey.Sign(payoutevent.RailReceiptDomain, rec.Fields()...)
+	return p.cfg.ReceiptKey.Sign(fencewire.RailReceiptDomain, rec.Fields()...)
 }
 
 func (p *Proxy) handleHighWater(w http.ResponseWriter, r *http.Request) {

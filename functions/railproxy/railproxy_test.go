@@ -21,9 +21,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
@@ -159,7 +158,7 @@ func withProof(req *http.Request, body string, tokens []string) {
 	if len(tokens) != 1 || err != nil || tok <= 0 || json.Unmarshal([]byte(body), &sub) != nil {
 		return
 	}
-	req.Header.Set(fencing.HeaderProof, fencingtest.Proof(sub.AccountID, tok))
+	req.Header.Set(fencewire.HeaderProof, fencingtest.Proof(sub.AccountID, tok))
 }
 
 // body is the submission of a payout payment-resource created: its terms
@@ -213,11 +212,11 @@ func submitWith(h http.Handler, owner, body, sig string, tokens ...string) *http
 	}
 	req.Header.Set("Content-Type", "application/json")
 	for _, tok := range tokens {
-		req.Header.Add(fencing.HeaderToken, tok)
+		req.Header.Add(fencewire.HeaderToken, tok)
 	}
 	withProof(req, body, tokens)
 	if owner != "" {
-		req.Header.Set(fencing.HeaderOwner, owner)
+		req.Header.Set(fencewire.HeaderOwner, owner)
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
@@ -272,7 +271,7 @@ func TestStaleHolderIsFencedAtRailProxy(t *testing.T) {
 	// submits the same payout.
 	mustBeFenced(t, submit(p, "worker-a", body("po-1", "acct-1", 2500), "41"))
 
-	fenced := r.logs.Events(t, fencing.EventFencedOut)
+	fenced := r.logs.Events(t, fencewire.EventFencedOut)
 	if len(fenced) != 1 {
 		t.Fatalf("got %d fenced_out log lines, want 1", len(fenced))
 	}
@@ -355,7 +354,7 @@ func TestAHoldersResendOfItsOwnSubmissionIsNotStale(t *testing.T) {
 	if hw := highWater(t, p, "acct-1"); hw != 12 {
 		t.Fatalf("high-water %d, want 12 (the refusal taught the fence the newer token)", hw)
 	}
-	if got := r.logs.Events(t, fencing.EventFencedOut); len(got) != 0 {
+	if got := r.logs.Events(t, fencewire.EventFencedOut); len(got) != 0 {
 		t.Fatalf("fenced_out lines %v; want none: nobody stale submitted", got)
 	}
 	// Token 11 is stale now, and 12 cannot carry a second payout.
@@ -640,7 +639,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	mustAccept(t, p, "w", body("po-1", "acct-1", 100), 42)
 
 	good := map[string]any{"payoutId": "po-2", "accountId": "acct-1", "amountMinor": 100, "currency": "EUR",
-		"termsSignature": fencingtest.Terms(payoutevent.PayoutTerms{PayoutID: "po-2", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR"})}
+		"termsSignature": fencingtest.Terms(fencewire.PayoutTerms{PayoutID: "po-2", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR"})}
 	with := func(k string, v any) string {
 		m := map[string]any{}
 		for kk, vv := range good {
@@ -719,7 +718,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 			hr.Header.Set("Content-Type", tc.req.ct)
 		}
 		for _, tok := range tc.req.tokens {
-			hr.Header.Add(fencing.HeaderToken, tok)
+			hr.Header.Add(fencewire.HeaderToken, tok)
 		}
 		withProof(hr, tc.req.body, tc.req.tokens)
 		rec := httptest.NewRecorder()
@@ -741,7 +740,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	if n := len(r.stub.Submissions("")); n != 1 {
 		t.Errorf("rail received %d submissions, want 1: bad input reached the rail", n)
 	}
-	if n := len(r.logs.Events(t, fencing.EventFencedOut)); n != 0 {
+	if n := len(r.logs.Events(t, fencewire.EventFencedOut)); n != 0 {
 		t.Errorf("%d fenced_out lines, want 0", n)
 	}
 }
@@ -810,7 +809,7 @@ func TestConcurrentSubmissionsNeverLetALowerTokenThrough(t *testing.T) {
 		}
 	}
 	// Every refusal names a genuinely higher token that was accepted.
-	for _, line := range r.logs.Events(t, fencing.EventFencedOut) {
+	for _, line := range r.logs.Events(t, fencewire.EventFencedOut) {
 		pres, high := int64(line["presentedToken"].(float64)), int64(line["highestToken"].(float64))
 		if high <= pres || !accepted[high] {
 			t.Errorf("fenced_out presented %d highest %d: the highest must be an accepted token above it", pres, high)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
@@ -39,7 +39,7 @@ func TestARefusedSubmissionDoesNotMakeTheNextOneOwn(t *testing.T) {
 	if got := r.stub.Submissions("po-2"); len(got) != 0 {
 		t.Fatalf("rail records %d submissions of po-2; want none", len(got))
 	}
-	if got := r.logs.Events(t, fencing.EventFencedOut); len(got) != 3 {
+	if got := r.logs.Events(t, fencewire.EventFencedOut); len(got) != 3 {
 		t.Fatalf("%d fenced_out lines; want 3", len(got))
 	}
 	// The holder's own resend of po-1 is still not stale.

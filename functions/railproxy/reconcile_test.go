@@ -9,9 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
@@ -26,9 +25,9 @@ func reconcileAs(h http.Handler, account string, token int64, body string) *http
 		req.Header.Set(api.HeaderTermsSignature, sig)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
-	req.Header.Set(fencing.HeaderProof, fencingtest.Proof(account, token))
-	req.Header.Set(fencing.HeaderOwner, "reconciler")
+	req.Header.Set(fencewire.HeaderToken, strconv.FormatInt(token, 10))
+	req.Header.Set(fencewire.HeaderProof, fencingtest.Proof(account, token))
+	req.Header.Set(fencewire.HeaderOwner, "reconciler")
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	return rec
@@ -89,8 +88,8 @@ func decode[T any](t *testing.T, rec *httptest.ResponseRecorder) T {
 // of token on lockKey (with lock-server's proof of it).
 func listUnsettled(h http.Handler, lockKey string, token int64, query string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest("GET", api.PathUnsettled+query, nil)
-	req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
-	req.Header.Set(fencing.HeaderProof, fencingtest.LockSigningKey().SignGrant(lockKey, token, time.Now()))
+	req.Header.Set(fencewire.HeaderToken, strconv.FormatInt(token, 10))
+	req.Header.Set(fencewire.HeaderProof, fencingtest.LockSigningKey().SignGrant(lockKey, token, time.Now()))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	return rec
@@ -162,7 +161,7 @@ func TestClosingAPayoutNeedsItsSignedTerms(t *testing.T) {
 		{"another account, no signature", "acct-h", 1, "", api.CodeTermsUnsigned},
 		{"the right account, another amount", "acct-g", 1, sig, api.CodeInvalidTerms},
 		{"the right facts, no signature", "acct-g", 500, "", api.CodeTermsUnsigned},
-		{"the right facts, a key rail-proxy does not hold", "acct-g", 500, unknown.Sign(payoutevent.PayoutTermsDomain, real.Terms().Fields()...),
+		{"the right facts, a key rail-proxy does not hold", "acct-g", 500, unknown.Sign(fencewire.PayoutTermsDomain, real.Terms().Fields()...),
 			api.CodeTermsKeyUnknown},
 	} {
 		rec := reconcileAs(p, tc.account, 7, body(tc.account, tc.amount, tc.signature))

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
@@ -19,7 +19,7 @@ import (
 // not know, or a known one with another amount, currency or account, and
 // only the reconciler's audit would see the money afterwards. So the ledger
 // speaks for the terms: payment-resource signs every payout it answers
-// (payoutevent.PayoutTerms: payout id, account id, amount in minor units,
+// (fencewire.PayoutTerms: payout id, account id, amount in minor units,
 // currency, everything rail-proxy sends to the rail), the executor passes
 // the signature on (header api.HeaderTermsSignature), and rail-proxy
 // checks it against payment-resource's public keys (Config.TermsKeys)
@@ -91,7 +91,7 @@ func termsSignature(r *http.Request, body string) (string, error) {
 // wrapping ErrInvalidTerms, ErrTermsKeyUnknown or ErrTermsUnsigned; it
 // touches neither raildb nor the rail. With Config.TermsNotRequired, a
 // request without any signature passes (EventTermsUnsigned at WARN).
-func (p *Proxy) verifyTerms(ctx context.Context, req api.SubmitRequest, h payoutevent.Holder) error {
+func (p *Proxy) verifyTerms(ctx context.Context, req api.SubmitRequest, h fencewire.Holder) error {
 	sig := req.Signature()
 	attrs := []any{"payoutId", req.PayoutID, "accountId", req.AccountID, "amountMinor", req.AmountMinor, "currency", req.Currency,
 		"token", h.Token, "ownerId", h.Owner}
@@ -100,7 +100,7 @@ func (p *Proxy) verifyTerms(ctx context.Context, req api.SubmitRequest, h payout
 			append([]any{"event", api.EventTermsUnsigned}, attrs...)...)
 		return nil
 	}
-	_, err := p.cfg.TermsKeys.Verify(sig, payoutevent.PayoutTermsDomain, req.Terms().Fields()...)
+	_, err := p.cfg.TermsKeys.Verify(sig, fencewire.PayoutTermsDomain, req.Terms().Fields()...)
 	if err == nil {
 		return nil
 	}

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
@@ -54,12 +54,12 @@ func TestTermsPaymentResourceDidNotSignAreRefusedAndChangeNothing(t *testing.T) 
 		{"payout id paydb does not know", signedAs(with(func(r *api.SubmitRequest) { r.PayoutID = "po-ghost" }), sig), api.CodeInvalidTerms},
 		{"payout id paydb does not know, unsigned", signedAs(with(func(r *api.SubmitRequest) { r.PayoutID = "po-ghost" }), ""), api.CodeTermsUnsigned},
 		{"other account", signedAs(with(func(r *api.SubmitRequest) { r.AccountID = "acct-2" }), sig), api.CodeInvalidTerms},
-		{"signed by another key with the same id", signedAs(created, forger.Sign(payoutevent.PayoutTermsDomain, created.Terms().Fields()...)),
+		{"signed by another key with the same id", signedAs(created, forger.Sign(fencewire.PayoutTermsDomain, created.Terms().Fields()...)),
 			api.CodeInvalidTerms},
 		{"signed by rail-proxy's receipt key", signedAs(created,
-			fencingtest.ReceiptSigningKey().Sign(payoutevent.PayoutTermsDomain, created.Terms().Fields()...)), api.CodeTermsKeyUnknown},
+			fencingtest.ReceiptSigningKey().Sign(fencewire.PayoutTermsDomain, created.Terms().Fields()...)), api.CodeTermsKeyUnknown},
 		{"payment-resource's key under another domain", signedAs(created,
-			fencingtest.TermsSigningKey().Sign(payoutevent.RailReceiptDomain, created.Terms().Fields()...)), api.CodeInvalidTerms},
+			fencingtest.TermsSigningKey().Sign(fencewire.RailReceiptDomain, created.Terms().Fields()...)), api.CodeInvalidTerms},
 		{"no signature", signedAs(created, ""), api.CodeTermsUnsigned},
 		{"a malformed signature", signedAs(created, "test-pay.not-base64!"), api.CodeTermsUnsigned},
 	}
@@ -187,7 +187,7 @@ func TestAnUnknownTermsKeyIsRetryableAndPassesOnceAdded(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := api.SubmitRequest{PayoutID: "po-1", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR"}
-	b := signedAs(req, next.Sign(payoutevent.PayoutTermsDomain, req.Terms().Fields()...))
+	b := signedAs(req, next.Sign(fencewire.PayoutTermsDomain, req.Terms().Fields()...))
 
 	before := r.proxy(nil) // PAYMENT_TERMS_KEYS without pay-next
 	rec := submit(before, "w", b, "7")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
@@ -160,7 +161,7 @@ func TestAuditBesideLiveTrafficStillReportsARealDiscrepancy(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ref = "rail-999999"
-	receipt := fencingtest.Receipt(payoutevent.RailReceipt{PayoutID: unpaid.PayoutID, AccountID: unpaid.AccountID, AmountMinor: unpaid.AmountMinor,
+	receipt := fencingtest.Receipt(fencewire.RailReceipt{PayoutID: unpaid.PayoutID, AccountID: unpaid.AccountID, AmountMinor: unpaid.AmountMinor,
 		Currency: unpaid.Currency, Outcome: string(api.OutcomeAck), RailRef: ref, RailToken: h.Token})
 	if _, err := p.Pay.PostResult(t.Context(), unpaid.PayoutID, h, api.ResultRequest{Outcome: api.OutcomeAck, RailRef: ref, Receipt: receipt}); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
@@ -90,7 +91,7 @@ func fault(t *testing.T, p *pipelinetest.Pipeline, mode string) {
 
 // holder takes the lease of ev's account as owner, released at the end of
 // the test (or earlier by the caller).
-func holder(t *testing.T, p *pipelinetest.Pipeline, ev payoutevent.Event, owner string) (*client.Lease, payoutevent.Holder) {
+func holder(t *testing.T, p *pipelinetest.Pipeline, ev payoutevent.Event, owner string) (*client.Lease, fencewire.Holder) {
 	t.Helper()
 	c, err := client.New(p.LockURL, client.WithOwner(owner))
 	if err != nil {
@@ -101,7 +102,7 @@ func holder(t *testing.T, p *pipelinetest.Pipeline, ev payoutevent.Event, owner 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lease.Release(context.Background()) })
-	return lease, payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: owner}
+	return lease, fencewire.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: owner}
 }
 
 // submitInDoubt plays a holder whose submission's outcome it never
@@ -109,7 +110,7 @@ func holder(t *testing.T, p *pipelinetest.Pipeline, ev payoutevent.Event, owner 
 // (hang: the rail records it and withholds the answer; error: the rail
 // answers 503 and records nothing), reports AMBIGUOUS and releases. It
 // returns the holder.
-func submitInDoubt(t *testing.T, p *pipelinetest.Pipeline, ev payoutevent.Event, mode string) payoutevent.Holder {
+func submitInDoubt(t *testing.T, p *pipelinetest.Pipeline, ev payoutevent.Event, mode string) fencewire.Holder {
 	t.Helper()
 	lease, h := holder(t, p, ev, "worker-a")
 	claimed, err := p.Pay.Claim(t.Context(), ev.PayoutID, h)
@@ -463,7 +464,7 @@ func TestReconciliationNeedsTheLeaseProof(t *testing.T) {
 	submitInDoubt(t, p, ev, railstub.FaultError)
 	age(t, p, ev.PayoutID, false)
 	_, h := holder(t, p, ev, "reconciler-x")
-	if _, err := p.Rail.Reconcile(t.Context(), payoutevent.Holder{Token: h.Token, Owner: "x"}, ev.PayoutID); !errors.Is(err, railclient.ErrUnverifiedToken) {
+	if _, err := p.Rail.Reconcile(t.Context(), fencewire.Holder{Token: h.Token, Owner: "x"}, ev.PayoutID); !errors.Is(err, railclient.ErrUnverifiedToken) {
 		t.Fatalf("reconciliation without a proof: %v; want UNVERIFIED_TOKEN", err)
 	}
 	_, err := p.Pay.Resolve(t.Context(), ev.PayoutID, h, api.ResolutionRequest{Outcome: api.OutcomeNone, RailToken: h.Token - 1, Receipt: "forged"})

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
@@ -220,7 +221,7 @@ func (w *world) setup(t *testing.T) {
 // termsOf is payment-resource's signature (the test key) over a payout's
 // terms, in EUR.
 func termsOf(payout, account string, amount int64) string {
-	return fencingtest.Terms(payoutevent.PayoutTerms{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: "EUR"})
+	return fencingtest.Terms(fencewire.PayoutTerms{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: "EUR"})
 }
 
 // submission is rail-proxy's body for a payout in EUR; its terms
@@ -348,7 +349,7 @@ func rows() []row {
 		{svcProxy, "terms: payout id paydb does not know", "POST", railapi.PathSubmissions, signedBy(holder("6", proof(acct, 6)), termsOf("p-1", "acct-1", 2500)), submission("p-ghost", "acct-1", 2500), 403, string(railapi.CodeInvalidTerms), nil},
 		{svcProxy, "terms: payout of another account", "POST", railapi.PathSubmissions, signedBy(holder("6", proof("acct-2", 6)), termsOf("p-1", "acct-1", 2500)), submission("p-1", "acct-2", 2500), 403, string(railapi.CodeInvalidTerms), nil},
 		{svcProxy, "terms: signed by a key rail-proxy does not hold", "POST", railapi.PathSubmissions, signedBy(holder("6", proof(acct, 6)),
-			fencingtest.ReceiptSigningKey().Sign(payoutevent.PayoutTermsDomain, payoutevent.PayoutTerms{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 2500, Currency: "EUR"}.Fields()...)),
+			fencingtest.ReceiptSigningKey().Sign(fencewire.PayoutTermsDomain, fencewire.PayoutTerms{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 2500, Currency: "EUR"}.Fields()...)),
 			submission("p-1", "acct-1", 2500), 403, string(railapi.CodeTermsKeyUnknown), nil},
 		{svcProxy, "payoutId with an escaped lone surrogate", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), `{"payoutId":"p-\udc00","accountId":"acct-1","amountMinor":2500,"currency":"EUR"}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcProxy, "query parameter on a submission", "POST", railapi.PathSubmissions + "?dryRun=1", p1(holder("6", proof(acct, 6))), sub, 400, string(railapi.CodeInvalidRequest), nil},

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
@@ -60,14 +61,14 @@ func TermsKeys() fenceproof.Keyring { return ring(termsKey) }
 
 // Terms is TermsSigningKey's signature over t, as payment-resource signs
 // a payout's terms (api.Payout.TermsSignature).
-func Terms(t payoutevent.PayoutTerms) string {
-	return termsKey.Sign(payoutevent.PayoutTermsDomain, t.Fields()...)
+func Terms(t fencewire.PayoutTerms) string {
+	return termsKey.Sign(fencewire.PayoutTermsDomain, t.Fields()...)
 }
 
 // Holder returns the headers a holder of token on account's lock
 // (payout:{account}) sends, with a proof signed by LockSigningKey.
-func Holder(account string, token int64, owner string) payoutevent.Holder {
-	return payoutevent.Holder{Token: token, Owner: owner, Proof: Proof(account, token)}
+func Holder(account string, token int64, owner string) fencewire.Holder {
+	return fencewire.Holder{Token: token, Owner: owner, Proof: Proof(account, token)}
 }
 
 // Proof is LockSigningKey's proof of token on account's lock.
@@ -76,8 +77,8 @@ func Proof(account string, token int64) string {
 }
 
 // Receipt is ReceiptSigningKey's receipt over r, as rail-proxy signs it.
-func Receipt(r payoutevent.RailReceipt) string {
-	return receiptKey.Sign(payoutevent.RailReceiptDomain, r.Fields()...)
+func Receipt(r fencewire.RailReceipt) string {
+	return receiptKey.Sign(fencewire.RailReceiptDomain, r.Fields()...)
 }
 
 // Env returns the environment lines ("NAME=value") that give a stack's
@@ -87,10 +88,10 @@ func Receipt(r payoutevent.RailReceipt) string {
 func Env(lockSigningVar string) []string {
 	return []string{
 		lockSigningVar + "=" + lockKey.String(),
-		payoutevent.EnvProofKeys + "=" + lockKey.VerifyKey().String(),
-		payoutevent.EnvReceiptSigningKey + "=" + receiptKey.String(),
-		payoutevent.EnvReceiptKeys + "=" + receiptKey.VerifyKey().String(),
-		payoutevent.EnvTermsSigningKey + "=" + termsKey.String(),
-		payoutevent.EnvTermsKeys + "=" + termsKey.VerifyKey().String(),
+		fencewire.EnvProofKeys + "=" + lockKey.VerifyKey().String(),
+		fencewire.EnvReceiptSigningKey + "=" + receiptKey.String(),
+		fencewire.EnvReceiptKeys + "=" + receiptKey.VerifyKey().String(),
+		fencewire.EnvTermsSigningKey + "=" + termsKey.String(),
+		fencewire.EnvTermsKeys + "=" + termsKey.VerifyKey().String(),
 	}
 }

@@ -46,6 +46,7 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 )
 
@@ -134,17 +135,17 @@ const (
 	// HeaderToken carries the holder's fencing token: one positive decimal
 	// int64 in canonical form. Missing, repeated or malformed: 400
 	// INVALID_TOKEN.
-	HeaderToken = payoutevent.HeaderFencingToken
+	HeaderToken = fencewire.HeaderToken
 	// HeaderOwner carries the holder's owner id, recorded in the payout's
 	// history and logged; it decides nothing. Optional; when sent, it must
 	// be an owner id as lock-server accepts one (1..MaxOwnerLen bytes of
 	// ASCII letters, digits and . _ : - @ /), or the request is refused
 	// 400 INVALID_REQUEST and changes nothing.
-	HeaderOwner = payoutevent.HeaderLockOwner
+	HeaderOwner = fencewire.HeaderOwner
 	// HeaderProof carries lock-server's proof of the holder's token
 	// (lockserver/api Grant.Proof), unchanged; required while fencing is
-	// on (payoutevent.HeaderFencingProof).
-	HeaderProof = payoutevent.HeaderFencingProof
+	// on (fencewire.HeaderProof).
+	HeaderProof = fencewire.HeaderProof
 )
 
 // Bounds of requests. A request outside them is answered 400
@@ -164,8 +165,8 @@ const (
 	// (payoutevent.MaxAmountMinor, 10^15).
 	MaxAmountMinor = payoutevent.MaxAmountMinor
 	// MaxOwnerLen is the longest HeaderOwner accepted, in bytes
-	// (payoutevent.MaxLockOwnerLen, lock-server's owner bound).
-	MaxOwnerLen = payoutevent.MaxLockOwnerLen
+	// (fencewire.MaxOwnerLen, lock-server's owner bound).
+	MaxOwnerLen = fencewire.MaxOwnerLen
 )
 
 // Code is a stable, machine-readable error code of the envelope. Codes
@@ -186,7 +187,7 @@ const (
 	CodeUnsupportedMediaType Code = "UNSUPPORTED_MEDIA_TYPE"
 	// CodeInvalidToken (400): HeaderToken missing, repeated, or not a
 	// positive decimal int64.
-	CodeInvalidToken Code = payoutevent.CodeInvalidToken
+	CodeInvalidToken Code = fencewire.CodeInvalidToken
 	// CodeNotFound (404): no such route.
 	CodeNotFound Code = "NOT_FOUND"
 	// CodeMethodNotAllowed (405): the route exists for another method.
@@ -214,12 +215,12 @@ const (
 	// CodeFencedOut (409): a fenced row carries a higher token (or, on the
 	// strict account fence, the same one). The writer is a stale lock
 	// holder and must stop. Spelled in payoutevent, shared with rail-proxy.
-	CodeFencedOut Code = payoutevent.CodeFencedOut
+	CodeFencedOut Code = fencewire.CodeFencedOut
 	// CodeUnverifiedToken (403): the token's HeaderProof is missing or
 	// does not show that lock-server granted that token on the lock that
 	// guards the account (payout:{accountId}). Nothing changed; the same
 	// request can never succeed. Spelled in payoutevent.
-	CodeUnverifiedToken Code = payoutevent.CodeUnverifiedToken
+	CodeUnverifiedToken Code = fencewire.CodeUnverifiedToken
 	// CodePayoutFinished (409): the payout is posted, declined or failed; nothing
 	// is left to do (the executor acknowledges its message).
 	CodePayoutFinished Code = "PAYOUT_FINISHED"
@@ -336,15 +337,15 @@ const (
 	// is answered 503 DATABASE_UNAVAILABLE at once.
 	EnvStallAfterMs = "PAYMENT_STALL_AFTER_MS"
 	// EnvProofKeys lists the public keys of lock-server's grant proofs;
-	// required while fencing is on (payoutevent.EnvProofKeys).
-	EnvProofKeys = payoutevent.EnvProofKeys
+	// required while fencing is on (fencewire.EnvProofKeys).
+	EnvProofKeys = fencewire.EnvProofKeys
 	// EnvReceiptKeys lists the public keys of rail-proxy's receipts;
-	// required (payoutevent.EnvReceiptKeys).
-	EnvReceiptKeys = payoutevent.EnvReceiptKeys
+	// required (fencewire.EnvReceiptKeys).
+	EnvReceiptKeys = fencewire.EnvReceiptKeys
 	// EnvTermsSigningKey is the secret key payment-resource signs its
 	// payouts' terms with (Payout.TermsSignature); required
-	// (payoutevent.EnvTermsSigningKey).
-	EnvTermsSigningKey = payoutevent.EnvTermsSigningKey
+	// (fencewire.EnvTermsSigningKey).
+	EnvTermsSigningKey = fencewire.EnvTermsSigningKey
 )
 
 // Log events of payment-resource: the value of the "event" attribute of
@@ -379,14 +380,14 @@ const (
 	// from, to), whatever the outcome: a payout in doubt was settled.
 	EventPayoutResolved = "payout_resolved"
 	// EventFencedOut (WARN): a fenced write was refused (see
-	// payoutevent.EventFencedOut for its attributes).
-	EventFencedOut = payoutevent.EventFencedOut
+	// fencewire.EventFencedOut for its attributes).
+	EventFencedOut = fencewire.EventFencedOut
 	// EventUnverifiedToken (WARN): a fenced write was refused for an
-	// unverified token (see payoutevent.EventUnverifiedToken).
-	EventUnverifiedToken = payoutevent.EventUnverifiedToken
+	// unverified token (see fencewire.EventUnverifiedToken).
+	EventUnverifiedToken = fencewire.EventUnverifiedToken
 	// EventFencingDisabled (WARN, once at start): the kill switch turned
 	// fencing off.
-	EventFencingDisabled = payoutevent.EventFencingDisabled
+	EventFencingDisabled = fencewire.EventFencingDisabled
 	// EventRequestRefused (INFO; DEBUG for FENCED_OUT, already logged as
 	// EventFencedOut): a request answered 4xx, with status and code.
 	EventRequestRefused = "request_refused"

@@ -22,6 +22,7 @@ func TestAPIAndClientImportOnlyTheStandardLibrary(t *testing.T) {
 		mod + "functions/paymentresource/api":    true,
 		mod + "functions/paymentresource/client": true,
 		mod + "functions/payoutevent":            true,
+		mod + "functions/fencing/fencewire":      true,
 		mod + "internal/jsonhttp":                true, // the clients' stdlib-only transport core
 	}
 	for _, p := range strings.Fields(string(out)) {

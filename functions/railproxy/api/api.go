@@ -66,6 +66,7 @@ package api
 import (
 	"net/url"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 )
 
@@ -145,18 +146,18 @@ const (
 	// HeaderToken carries the holder's fencing token: one positive decimal
 	// int64 in canonical form. Missing, repeated or malformed: 400
 	// INVALID_REQUEST.
-	HeaderToken = payoutevent.HeaderFencingToken
+	HeaderToken = fencewire.HeaderToken
 	// HeaderOwner carries the holder's owner id, recorded as
 	// Attempt.OwnerID and logged; it decides nothing. At most MaxOwnerLen
 	// bytes are kept.
-	HeaderOwner = payoutevent.HeaderLockOwner
+	HeaderOwner = fencewire.HeaderOwner
 	// HeaderProof carries lock-server's proof of the holder's token
 	// (lockserver/api Grant.Proof), unchanged; required while fencing is
-	// on (payoutevent.HeaderFencingProof).
-	HeaderProof = payoutevent.HeaderFencingProof
+	// on (fencewire.HeaderProof).
+	HeaderProof = fencewire.HeaderProof
 	// HeaderTermsSignature carries payment-resource's signature over the
 	// payout's terms (paymentresource/api Payout.TermsSignature, passed
-	// unchanged; payoutevent.PayoutTerms): SubmitRequest.TermsSignature,
+	// unchanged; fencewire.PayoutTerms): SubmitRequest.TermsSignature,
 	// and ReconcileRequest.TermsSignature with the payout's facts. At most
 	// once (sent twice: 400 INVALID_REQUEST). A header rather than a body
 	// member so that a rail-proxy older than the terms check, which
@@ -182,8 +183,8 @@ const (
 	// (payoutevent.MaxAmountMinor, 10^15).
 	MaxAmountMinor = payoutevent.MaxAmountMinor
 	// MaxOwnerLen is how many bytes of HeaderOwner are kept; the rest is
-	// cut (payoutevent.MaxLockOwnerLen).
-	MaxOwnerLen = payoutevent.MaxLockOwnerLen
+	// cut (fencewire.MaxOwnerLen).
+	MaxOwnerLen = fencewire.MaxOwnerLen
 	// MaxRailRefLen bounds the rail's reference, in bytes: a rail answer
 	// with a longer one is not usable and counts as ambiguous.
 	MaxRailRefLen = 128
@@ -202,7 +203,7 @@ const (
 	// CodeInvalidToken (400): HeaderToken missing, repeated, or not a
 	// positive decimal int64 in canonical form. Nothing recorded. Spelled
 	// in payoutevent: payment-resource answers the same header so.
-	CodeInvalidToken Code = payoutevent.CodeInvalidToken
+	CodeInvalidToken Code = fencewire.CodeInvalidToken
 	// CodeBodyTooLarge (413): body larger than MaxBodyBytes.
 	CodeBodyTooLarge Code = "BODY_TOO_LARGE"
 	// CodeUnsupportedMediaType (415): a Content-Type other than
@@ -213,12 +214,12 @@ const (
 	// recovered restore. The writer is a stale lock holder and must stop.
 	// The attempt is recorded StateFenced. Spelled in payoutevent, shared
 	// with payment-resource.
-	CodeFencedOut Code = payoutevent.CodeFencedOut
+	CodeFencedOut Code = fencewire.CodeFencedOut
 	// CodeUnverifiedToken (403): the token's HeaderProof is missing or
 	// does not show that lock-server granted that token on the lock that
 	// guards the account (payout:{accountId}). Nothing changed; the same
 	// request can never succeed. Spelled in payoutevent.
-	CodeUnverifiedToken Code = payoutevent.CodeUnverifiedToken
+	CodeUnverifiedToken Code = fencewire.CodeUnverifiedToken
 	// CodeInvalidTerms (403): the terms signature (HeaderTermsSignature)
 	// is well formed and names a key of EnvTermsKeys, but that key did not
 	// sign exactly this payout id, account id, amount and currency:
@@ -428,19 +429,19 @@ const (
 	// fencing experiment.
 	EnvFencingEnabled = "RAIL_PROXY_FENCING_ENABLED"
 	// EnvProofKeys lists the public keys of lock-server's grant proofs;
-	// required while fencing is on (payoutevent.EnvProofKeys).
-	EnvProofKeys = payoutevent.EnvProofKeys
+	// required while fencing is on (fencewire.EnvProofKeys).
+	EnvProofKeys = fencewire.EnvProofKeys
 	// EnvRailIDTokens, read by cmd/rail-proxy (true or false, default
 	// false), adds a Cloud Run ID token for RAIL_URL to each call to the
 	// rail: set on Cloud Run, where rail-stub is private.
 	EnvRailIDTokens = "RAIL_ID_TOKENS"
 	// EnvReceiptSigningKey is the secret key rail-proxy signs its
-	// receipts with; required (payoutevent.EnvReceiptSigningKey).
-	EnvReceiptSigningKey = payoutevent.EnvReceiptSigningKey
+	// receipts with; required (fencewire.EnvReceiptSigningKey).
+	EnvReceiptSigningKey = fencewire.EnvReceiptSigningKey
 	// EnvTermsKeys lists the public keys of payment-resource's payout-terms
 	// signatures (fenceproof VerifyKey forms, comma-separated); required,
-	// whether fencing is on or off (payoutevent.EnvTermsKeys).
-	EnvTermsKeys = payoutevent.EnvTermsKeys
+	// whether fencing is on or off (fencewire.EnvTermsKeys).
+	EnvTermsKeys = fencewire.EnvTermsKeys
 	// EnvTermsRequired is rail.proxy.terms.required: true/false, 1/0,
 	// on/off, yes/no; default true. Off, a submission or closing
 	// reconciliation that carries no terms signature at all is let
@@ -501,11 +502,11 @@ const (
 	// safety violation; answered 409 RAIL_SUBMITTED_TWICE.
 	EventRailSubmittedTwice = "rail_submitted_twice"
 	// EventFencedOut (WARN): a submission was refused by the fence (see
-	// payoutevent.EventFencedOut for its attributes; resource is "rail").
-	EventFencedOut = payoutevent.EventFencedOut
+	// fencewire.EventFencedOut for its attributes; resource is "rail").
+	EventFencedOut = fencewire.EventFencedOut
 	// EventUnverifiedToken (WARN): a fenced write was refused for an
-	// unverified token (see payoutevent.EventUnverifiedToken).
-	EventUnverifiedToken = payoutevent.EventUnverifiedToken
+	// unverified token (see fencewire.EventUnverifiedToken).
+	EventUnverifiedToken = fencewire.EventUnverifiedToken
 	// EventTermsRefused (WARN): a submission or closing reconciliation
 	// was refused for its terms signature (payoutId, accountId,
 	// amountMinor, currency, token, ownerId, code: INVALID_TERMS,
@@ -522,7 +523,7 @@ const (
 	EventTermsNotRequired = "payout_terms_not_required"
 	// EventFencingDisabled (WARN, once at start): the kill switch turned
 	// fencing off.
-	EventFencingDisabled = payoutevent.EventFencingDisabled
+	EventFencingDisabled = fencewire.EventFencingDisabled
 	// EventFencingBypassed (WARN): with fencing disabled, a submission the
 	// fence or the one-forward check would have refused was forwarded.
 	EventFencingBypassed = "fencing_bypassed"

@@ -19,10 +19,11 @@ func TestAPIAndClientImportOnlyTheStandardLibrary(t *testing.T) {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
 	allowed := map[string]bool{
-		mod + "functions/railproxy/api":    true,
-		mod + "functions/railproxy/client": true,
-		mod + "functions/payoutevent":      true,
-		mod + "internal/jsonhttp":          true, // the clients' stdlib-only transport core
+		mod + "functions/railproxy/api":     true,
+		mod + "functions/railproxy/client":  true,
+		mod + "functions/payoutevent":       true,
+		mod + "functions/fencing/fencewire": true,
+		mod + "internal/jsonhttp":           true, // the clients' stdlib-only transport core
 	}
 	for _, p := range strings.Fields(string(out)) {
 		if !allowed[p] {

@@ -17,8 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
@@ -91,8 +91,8 @@ func startRailProxy() (baseURL string, stop func()) {
 }
 
 // holderOf stands in for a worker's lease on payout:{account}: in a worker,
-// payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: owner}.
-func holderOf(account string, token int64, owner string) payoutevent.Holder {
+// fencewire.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: owner}.
+func holderOf(account string, token int64, owner string) fencewire.Holder {
 	return fencingtest.Holder(account, token, owner)
 }
 
@@ -194,7 +194,7 @@ func ExampleClient_HighWater() {
 
 	_, err := rail.HighWater(ctx, "acct-404")
 	fmt.Println("not found:", errors.Is(err, client.ErrNotFound))
-	_, err = rail.Submit(ctx, payoutevent.Holder{Token: 0, Owner: "worker-a"}, payout("p-1", "acct-7", 2500, "EUR"))
+	_, err = rail.Submit(ctx, fencewire.Holder{Token: 0, Owner: "worker-a"}, payout("p-1", "acct-7", 2500, "EUR"))
 	fmt.Println("token 0:", errors.Is(err, client.ErrInvalidRequest))
 	// Output:
 	// not found: true
