@@ -56,8 +56,7 @@ import (
 	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
-	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
@@ -387,8 +386,8 @@ func (r *Run) drive(ctx context.Context, st *stack.Stack, mark func(string, map[
 // measure reads the outcome from the rail's journal (rail-stub), raildb and
 // paydb, through the cross-record audit (payoutaudit).
 func (r *Run) measure(ctx context.Context, st *stack.Stack) error {
-	var subs railstub.SubmissionList
-	if err := getJSON(ctx, st.RailStubURL()+railapi.RailPathJournal, &subs); err != nil {
+	var subs rail.SubmissionList
+	if err := getJSON(ctx, st.RailStubURL()+rail.PathJournal, &subs); err != nil {
 		return fmt.Errorf("rail-stub submissions: %w", err)
 	}
 	paydb, err := pgxpool.New(ctx, st.PayDBURL())

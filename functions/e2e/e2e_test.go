@@ -30,6 +30,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutbus"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
@@ -340,7 +341,7 @@ func runPipeline(ctx context.Context, t *testing.T, openStore func(*testing.T, *
 	ackRefs := map[string]bool{}
 	for _, s := range subs {
 		perPayout[s.Request.PayoutID]++
-		if s.Answer.Status == railstub.StatusAck {
+		if s.Answer.Status == rail.StatusAck {
 			ackRefs[s.Answer.RailRef] = true
 		}
 	}

@@ -24,8 +24,8 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 )
 
 // Names of the cross-record checks, as reported in Violation.Check.
@@ -127,7 +127,7 @@ type payoutFacts struct {
 	// from the rail's journal
 	rail, acks int
 	railRefs   []string
-	paid       []railstub.SubmitRequest
+	paid       []rail.SubmitRequest
 }
 
 // DefaultSettle is Live's default wait between its two looks (2 s): far
@@ -142,7 +142,7 @@ const DefaultSettle = 2 * time.Second
 // GET /submissions of a rail-stub process): every payment it holds, at
 // least those of the payouts audited; stop orders are skipped if present.
 // Its error is returned by Live, wrapped.
-type RailReader func(ctx context.Context) ([]railstub.Submission, error)
+type RailReader func(ctx context.Context) ([]rail.Submission, error)
 
 // LiveConfig configures Live. The zero value waits DefaultSettle.
 type LiveConfig struct {
@@ -208,11 +208,11 @@ func Live(ctx context.Context, paydb, raildb *pgxpool.Pool, readRail RailReader,
 		if err != nil {
 			return Report{}, nil, err
 		}
-		rail, err := readRail(ctx)
+		journal, err := readRail(ctx)
 		if err != nil {
 			return Report{}, nil, fmt.Errorf("payoutaudit: read the rail's record: %w", err)
 		}
-		fs.addRail(rail, ids)
+		fs.addRail(journal, ids)
 		rep, ahead := judge(fs)
 		return rep, ahead, nil
 	}
@@ -315,12 +315,12 @@ func (fs facts) get(id string) *payoutFacts {
 // which reads the records in the pipeline's causal order and gives a
 // second look to what only a payout in flight can explain. Broken rules
 // are reported in the Report; the error is a database's.
-func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submission, payoutIDs []string) (Report, error) {
+func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, journal []rail.Submission, payoutIDs []string) (Report, error) {
 	fs, err := readBooks(ctx, paydb, raildb, payoutIDs)
 	if err != nil {
 		return newReport(), err
 	}
-	fs.addRail(rail, payoutIDs)
+	fs.addRail(journal, payoutIDs)
 	rep, _ := judge(fs)
 	return withLedger(ctx, paydb, rep, payoutIDs)
 }
@@ -409,8 +409,8 @@ func readBooks(ctx context.Context, paydb, raildb *pgxpool.Pool, payoutIDs []str
 }
 
 // addRail adds the rail's records of payoutIDs (all when nil) to fs.
-func (fs facts) addRail(rail []railstub.Submission, payoutIDs []string) {
-	for _, s := range rail {
+func (fs facts) addRail(journal []rail.Submission, payoutIDs []string) {
+	for _, s := range journal {
 		if s.Stop || payoutIDs != nil && !slices.Contains(payoutIDs, s.Request.PayoutID) {
 			continue
 		}
@@ -418,7 +418,7 @@ func (fs facts) addRail(rail []railstub.Submission, payoutIDs []string) {
 		f.rail++
 		f.railRefs = append(f.railRefs, s.Answer.RailRef)
 		f.paid = append(f.paid, s.Request)
-		if s.Answer.Status == railstub.StatusAck {
+		if s.Answer.Status == rail.StatusAck {
 			f.acks++
 		}
 	}

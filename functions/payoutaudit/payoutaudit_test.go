@@ -16,8 +16,8 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 )
 
@@ -160,7 +160,7 @@ func TestASubmissionThatBypassedRailProxyIsFound(t *testing.T) {
 	w := world{t, p}
 	e := w.payout("p-1")
 	rec := httptest.NewRecorder()
-	b, _ := json.Marshal(railstub.SubmitRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency, Reference: e.PayoutID})
+	b, _ := json.Marshal(rail.SubmitRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency, Reference: e.PayoutID})
 	req := httptest.NewRequest("POST", "/submit", bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
 	p.Stub.ServeHTTP(rec, req)
@@ -193,7 +193,7 @@ func TestAWrongRailTokenIsFound(t *testing.T) {
 // happened in the pipeline just before the audit read the rail).
 func railReader(p *pipelinetest.Pipeline, hooks ...func()) payoutaudit.RailReader {
 	calls := 0
-	return func(context.Context) ([]railstub.Submission, error) {
+	return func(context.Context) ([]rail.Submission, error) {
 		if calls < len(hooks) && hooks[calls] != nil {
 			hooks[calls]()
 		}
@@ -237,7 +237,7 @@ func TestLiveAuditStillReportsRealDiscrepancies(t *testing.T) {
 	w.report(ok, 5, w.submit(ok, 5), 0)
 	unbooked := w.payout("p-2")
 	rec := httptest.NewRecorder()
-	b, _ := json.Marshal(railstub.SubmitRequest{PayoutID: unbooked.PayoutID, AccountID: unbooked.AccountID, AmountMinor: unbooked.AmountMinor,
+	b, _ := json.Marshal(rail.SubmitRequest{PayoutID: unbooked.PayoutID, AccountID: unbooked.AccountID, AmountMinor: unbooked.AmountMinor,
 		Currency: unbooked.Currency, Reference: unbooked.PayoutID})
 	req := httptest.NewRequest("POST", "/submit", bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")

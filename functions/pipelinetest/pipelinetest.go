@@ -35,6 +35,7 @@ import (
 	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
@@ -341,7 +342,7 @@ func (p *Pipeline) CreatePayout(ctx context.Context, e payoutevent.Event) error 
 // Audit runs payoutaudit.Run over the pipeline's records: for the payouts
 // named, or for every payout (with the ledger audit) when none is.
 func (p *Pipeline) Audit(ctx context.Context, payoutIDs ...string) (payoutaudit.Report, error) {
-	var rail []railstub.Submission
+	var rail []rail.Submission
 	if len(payoutIDs) == 0 {
 		rail = p.Stub.Submissions("")
 		payoutIDs = nil

@@ -17,6 +17,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
@@ -117,7 +118,7 @@ func count(t *testing.T, db *pgxpool.Pool, sql string, args ...any) int64 {
 // writeJournal writes the rail's journal as its GET /submissions serves it.
 func writeJournal(t *testing.T, stub *railstub.Stub) string {
 	t.Helper()
-	raw, err := json.Marshal(railstub.SubmissionList{Submissions: stub.Submissions("")})
+	raw, err := json.Marshal(rail.SubmissionList{Submissions: stub.Submissions("")})
 	if err != nil {
 		t.Fatal(err)
 	}

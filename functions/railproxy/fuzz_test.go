@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
@@ -242,7 +243,7 @@ func FuzzRailProxySubmission(f *testing.F) {
 			}
 			return
 		}
-		want := railstub.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: currency, Reference: payout}
+		want := rail.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: currency, Reference: payout}
 		if len(got) != 1 || got[0].Request != want {
 			t.Fatalf("accepted submission %s reached the rail as %+v; want once as %+v", body, got, want)
 		}

@@ -94,6 +94,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
@@ -183,7 +184,7 @@ type Config struct {
 	// from RAILDB_INSTANCE (optional; dial through the Cloud SQL connector).
 	DB pgpool.Config
 	// RailURL is the rail's base URL (http or https); submissions are
-	// POSTed to RailURL + api.RailPathSubmit. Required. Env RAIL_URL.
+	// POSTed to RailURL + rail.PathSubmit. Required. Env RAIL_URL.
 	RailURL string
 	// RailTimeout bounds one call to the rail, from dial to the end of the
 	// answer. When it runs out the outcome is unknown: the attempt is
@@ -492,8 +493,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 			// A redirect is not an answer: it ends as a non-200, ambiguous.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		submitURL: strings.TrimSuffix(cfg.RailURL, "/") + api.RailPathSubmit,
-		stopURL:   strings.TrimSuffix(cfg.RailURL, "/") + api.RailPathStops,
+		submitURL: strings.TrimSuffix(cfg.RailURL, "/") + rail.PathSubmit,
+		stopURL:   strings.TrimSuffix(cfg.RailURL, "/") + rail.PathStops,
 		mux:       http.NewServeMux(),
 		guard:     guard,
 		detach:    guardGauges.Attach(guard),

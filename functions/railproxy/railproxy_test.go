@@ -23,6 +23,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
@@ -504,7 +505,7 @@ func TestRailFailureAfterForwardingIsAmbiguous(t *testing.T) {
 			if len(recs) != tc.wantRecords {
 				t.Fatalf("rail records %+v, want %d", recs, tc.wantRecords)
 			}
-			if tc.wantRecords == 1 && (!recs[0].Withheld || recs[0].Answer.Status != railstub.StatusAck) {
+			if tc.wantRecords == 1 && (!recs[0].Withheld || recs[0].Answer.Status != rail.StatusAck) {
 				t.Fatalf("rail record %+v; want a withheld ACK: the money moved", recs[0])
 			}
 			// The payout's forward stays with the ambiguous attempt: the

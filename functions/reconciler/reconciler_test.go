@@ -25,6 +25,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
@@ -436,7 +437,7 @@ func TestRailSubmittedTwiceIsNeverResolved(t *testing.T) {
 	submitInDoubt(t, p, ev, railstub.FaultHang)
 	age(t, p, ev.PayoutID, false)
 	// A second submission of p-1 reaches the rail behind rail-proxy's back.
-	b, _ := json.Marshal(railstub.SubmitRequest{PayoutID: ev.PayoutID, AccountID: ev.AccountID, AmountMinor: ev.AmountMinor, Currency: ev.Currency, Reference: ev.PayoutID})
+	b, _ := json.Marshal(rail.SubmitRequest{PayoutID: ev.PayoutID, AccountID: ev.AccountID, AmountMinor: ev.AmountMinor, Currency: ev.Currency, Reference: ev.PayoutID})
 	resp, err := http.Post(p.RailURL+"/submit", "application/json", bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
@@ -374,14 +375,14 @@ func rows() []row {
 		{svcStub, "failNext of int64's maximum", "POST", "/admin/faults", js, `{"failNext":9223372036854775807,"mode":"error"}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "query parameter on /submit", "POST", "/submit?dryRun=1", js, stubOK, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "misspelt filter of /submissions", "GET", "/submissions?payout=p-1", nil, ``, 400, string(railapi.CodeInvalidRequest), nil},
-		{svcStub, "GET /submit", "GET", "/submit", nil, ``, 405, railstub.CodeMethodNotAllowed, nil},
+		{svcStub, "GET /submit", "GET", "/submit", nil, ``, 405, rail.CodeMethodNotAllowed, nil},
 		{svcStub, "stop order without a reference", "POST", "/stops", js, `{}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "stop order with an unknown field", "POST", "/stops", js, `{"reference":"p-1","force":true}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "stop order reference not UTF-8", "POST", "/stops", js, "{\"reference\":\"p-\xff\"}", 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "stop order reference with NUL", "POST", "/stops", js, `{"reference":"p-\u0000"}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "stop order reference with a newline", "POST", "/stops", js, `{"reference":"p-1\n"}`, 400, string(railapi.CodeInvalidRequest), nil},
-		{svcStub, "GET /stops", "GET", "/stops", nil, ``, 405, railstub.CodeMethodNotAllowed, nil},
-		{svcStub, "unknown path", "POST", "/refund", js, `{}`, 404, railstub.CodeNotFound, nil},
+		{svcStub, "GET /stops", "GET", "/stops", nil, ``, 405, rail.CodeMethodNotAllowed, nil},
+		{svcStub, "unknown path", "POST", "/refund", js, `{}`, 404, rail.CodeNotFound, nil},
 
 		// reconciler (the trigger of a pass; it takes no parameters)
 		{svcRecon, "run: content type with charset=latin1", "POST", reconciler.PathRuns, []string{"Content-Type", "application/json; charset=latin1"}, `{}`, 415, httpjson.CodeUnsupportedMediaType, nil},

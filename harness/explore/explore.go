@@ -157,8 +157,8 @@ import (
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
@@ -520,7 +520,7 @@ func (e *Explorer) holdRail(next http.Handler) http.Handler {
 		case FaultRailDown:
 			http.Error(w, "the rail is down", http.StatusServiceUnavailable)
 		case FaultRailRefused:
-			httpjson.WriteError(w, http.StatusServiceUnavailable, railstub.CodeRailUnavailable, "the rail recorded nothing", true)
+			httpjson.WriteError(w, http.StatusServiceUnavailable, rail.CodeUnavailable, "the rail recorded nothing", true)
 		case FaultRailLost:
 			next.ServeHTTP(httptest.NewRecorder(), r)
 			http.Error(w, "the rail's answer was lost", http.StatusBadGateway)

@@ -12,8 +12,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
-	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 )
 
@@ -26,7 +25,7 @@ type Records struct {
 	Payouts []PayoutRecord
 	// Journal is the rail-stub's journal: every submission the rail
 	// received (GET /submissions).
-	Journal []railstub.Submission
+	Journal []rail.Submission
 	// Debits counts the ledger debit transactions of each payout (paydb
 	// ledger_txn).
 	Debits map[string]int
@@ -113,7 +112,7 @@ func Check(r Records) []string {
 			continue // a stop order (the reconciler's), not a payment
 		}
 		atRail[s.Request.PayoutID]++
-		if s.Answer.Status == railstub.StatusAck {
+		if s.Answer.Status == rail.StatusAck {
 			acks[s.Request.PayoutID]++
 		}
 	}
@@ -264,7 +263,7 @@ func readRecords(ctx context.Context, st *stack.Stack, ld *loader) (Records, err
 		return r, err
 	}
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, st.RailStubURL()+railapi.RailPathJournal, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, st.RailStubURL()+rail.PathJournal, nil)
 	if err != nil {
 		return r, err
 	}
@@ -272,7 +271,7 @@ func readRecords(ctx context.Context, st *stack.Stack, ld *loader) (Records, err
 	if err != nil {
 		return r, fmt.Errorf("the rail's journal: %w", err)
 	}
-	var list railstub.SubmissionList
+	var list rail.SubmissionList
 	err = json.NewDecoder(resp.Body).Decode(&list)
 	resp.Body.Close()
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 )
 
 // Report is the result of one soak, written to harness/out/soak.json.
@@ -135,7 +135,7 @@ func (rep *Report) fill(r Records, bucket time.Duration) {
 			continue
 		}
 		rep.RailSubmissions++
-		if s.Answer.Status == railstub.StatusAck {
+		if s.Answer.Status == rail.StatusAck {
 			rep.RailAcks++
 		}
 	}

@@ -49,6 +49,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
@@ -481,7 +482,7 @@ func (s *Stack) start(ctx context.Context) error {
 		if s.cfg.RailJournal {
 			stubEnv = []string{railstub.EnvJournal + "=" + filepath.Join(s.dir, "rail-stub.journal.jsonl")}
 		}
-		if s.stubURL, errs[0] = s.startFunction(ctx, "rail-stub", "rail-stub", stubEnv, railapi.RailPathJournal); errs[0] != nil {
+		if s.stubURL, errs[0] = s.startFunction(ctx, "rail-stub", "rail-stub", stubEnv, rail.PathJournal); errs[0] != nil {
 			return
 		}
 		s.proxyURL, errs[0] = s.startFunction(ctx, "rail-proxy", "rail-proxy", []string{

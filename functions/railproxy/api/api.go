@@ -70,20 +70,6 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 )
 
-// The rail's routes, relative to its base URL (the environment's EnvRailURL): what
-// rail-proxy and the reconciler's audit call, and what rail-stub serves
-// (package railstub documents their bodies). The rail takes no token and
-// no idempotency key on any of them.
-const (
-	// RailPathSubmit: POST one payment to the rail (answered ACK or DECLINE).
-	RailPathSubmit = "/submit"
-	// RailPathStops: POST a stop order for a reference (a reconciliation).
-	RailPathStops = "/stops"
-	// RailPathJournal: GET the rail's journal of every submission and stop
-	// order, oldest first.
-	RailPathJournal = "/submissions"
-)
-
 // Routes, as net/http.ServeMux patterns. Build a concrete path with
 // HighWaterPath or AttemptsPath.
 const (
@@ -402,7 +388,7 @@ const (
 	// through the Cloud SQL Go connector.
 	EnvDatabaseInstance = "RAILDB_INSTANCE"
 	// EnvRailURL is the rail's base URL (http or https, no query); the
-	// proxy POSTs to it + RailPathSubmit. Required.
+	// proxy POSTs to it + functions/rail.PathSubmit. Required.
 	EnvRailURL = "RAIL_URL"
 	// EnvRailTimeoutMs bounds one call to the rail, in milliseconds
 	// (default 5000, at most 600000).
