@@ -21,6 +21,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/ledgeraudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -269,7 +270,7 @@ func (f *fixture) payout(id string) api.Payout {
 
 func (f *fixture) audit() api.AuditReport {
 	f.t.Helper()
-	rep, err := paymentresource.Audit(context.Background(), f.db)
+	rep, err := ledgeraudit.Run(context.Background(), f.db)
 	if err != nil {
 		f.t.Fatalf("Audit: %v", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/ledgeraudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
@@ -357,7 +358,10 @@ func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer done(errAbandoned)
-	rep, err := Audit(ctx, s.pool)
+	rep, err := ledgeraudit.Run(ctx, s.pool)
+	if errors.Is(err, ledgeraudit.ErrUnavailable) {
+		err = fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
 	done(err)
 	if err != nil {
 		s.fail(w, r, err)

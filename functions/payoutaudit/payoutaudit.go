@@ -6,7 +6,7 @@
 // paydb alone can balance while money left twice: when a second
 // submission of a payout reaches the rail and its report is refused by
 // payment-resource's fence, the ledger holds one debit for one posted
-// payout and every rule of paymentresource.Audit holds. Only the rail's
+// payout and every rule of ledgeraudit.Run holds. Only the rail's
 // record shows the second payment. This audit is therefore judged from the
 // rail's journal first (INV-04, INV-05 of docs/correctness.md), never from
 // what workers reported.
@@ -22,8 +22,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/ledgeraudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 )
@@ -57,7 +57,7 @@ const (
 // Violation is one broken rule.
 type Violation struct {
 	// Check is one of the Check constants, or a check of
-	// paymentresource.Audit.
+	// ledgeraudit.Run.
 	Check string `json:"check"`
 	// Subject is the payout id (or what the ledger check names).
 	Subject string `json:"subject"`
@@ -101,7 +101,7 @@ type Report struct {
 	RailSubmissions int `json:"railSubmissions"`
 	RailAcks        int `json:"railAcks"`
 	Debits          int `json:"debits"`
-	// Ledger is paymentresource.Audit's report, when Run checked every
+	// Ledger is ledgeraudit.Run's report, when Run checked every
 	// payout (nil for a scoped check).
 	Ledger *api.AuditReport `json:"ledger,omitempty"`
 }
@@ -195,7 +195,7 @@ type LiveConfig struct {
 // recorded after paydb's read) would not do: the game day's payout was
 // paid before the books were read and posted after.
 //
-// The ledger audit (paymentresource.Audit, when payoutIDs is nil) reads
+// The ledger audit (ledgeraudit.Run, when payoutIDs is nil) reads
 // paydb alone in one snapshot and is reported as is. Counts and
 // Unreconciled are the first look's (less the payouts found in flight).
 // The error is a database's or the rail reader's.
@@ -307,7 +307,7 @@ func (fs facts) get(id string) *payoutFacts {
 // the rail's journal rail (railstub.Stub.Submissions, or GET /submissions
 // of a rail-stub process: every record, not only those of payoutIDs),
 // raildb and paydb. When payoutIDs is nil it also runs
-// paymentresource.Audit over paydb and includes its violations.
+// ledgeraudit.Run over paydb and includes its violations.
 //
 // The rail's journal was read by the caller, before the databases: run
 // it when the pipeline is quiet (no payout in flight), as the experiment,
@@ -329,11 +329,11 @@ func newReport() Report {
 	return Report{Violations: []Violation{}, Unreconciled: []string{}, RailPaidNoDebit: []string{}, DebitNoRailPayment: []string{}, InFlight: []string{}}
 }
 
-// withLedger adds paymentresource.Audit's report and violations to rep
+// withLedger adds ledgeraudit.Run's report and violations to rep
 // when payoutIDs is nil, and sets Balanced.
 func withLedger(ctx context.Context, paydb *pgxpool.Pool, rep Report, payoutIDs []string) (Report, error) {
 	if payoutIDs == nil {
-		ledger, err := paymentresource.Audit(ctx, paydb)
+		ledger, err := ledgeraudit.Run(ctx, paydb)
 		if err != nil {
 			return rep, fmt.Errorf("payoutaudit: %w", err)
 		}

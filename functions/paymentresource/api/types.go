@@ -347,7 +347,7 @@ const (
 	CheckOneDebitPerPayout = "one_debit_per_posted_payout"
 )
 
-// AuditReport is the answer of GET /v1/audit (and of paymentresource.Audit):
+// AuditReport is the answer of GET /v1/audit (and of ledgeraudit.Run):
 // paydb's own ledger audit (INV-05 as far as paydb can tell; it cannot see
 // the rail).
 type AuditReport struct {
