@@ -29,7 +29,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog/railproxyfn"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/serve"
@@ -46,7 +46,7 @@ func main() {
 		stop()
 		os.Exit(code)
 	}
-	f := catalog.RailProxy
+	f := railproxyfn.Function
 	serve.Main(f.Name, f.EnvNames(), f.Build, f.Collectors()...)
 }
 
