@@ -9,7 +9,8 @@ import (
 // TestAPIAndClientImportOnlyTheStandardLibrary enforces the dependency
 // rule of the contract: rail-proxy's api package and its client import
 // only the standard library, the pipeline's shared wire package
-// functions/payoutevent and (the client) the stdlib-only transport core
+// the standard-library-only wire packages functions/payoutevent and
+// functions/fencing/fencewire and (the client) the stdlib-only transport core
 // internal/jsonhttp, so that a caller never pulls in a database driver.
 func TestAPIAndClientImportOnlyTheStandardLibrary(t *testing.T) {
 	const mod = "github.com/distributed-lock-lab/distributed-lock-lab/"
@@ -27,7 +28,7 @@ func TestAPIAndClientImportOnlyTheStandardLibrary(t *testing.T) {
 	}
 	for _, p := range strings.Fields(string(out)) {
 		if !allowed[p] {
-			t.Errorf("functions/railproxy/api or its client depends on %s; only the standard library, functions/payoutevent and internal/jsonhttp are allowed", p)
+			t.Errorf("functions/railproxy/api or its client depends on %s; only the standard library, functions/payoutevent, functions/fencing/fencewire and internal/jsonhttp are allowed", p)
 		}
 	}
 }
