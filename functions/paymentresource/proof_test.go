@@ -88,6 +88,9 @@ func TestResultsWithoutRailProxysReceiptAreRefusedAndChangeNothing(t *testing.T)
 		}
 		st, body := f.do("POST", "/v1/payouts/p-1/result", b+"}", holder...)
 		want(t, c.name, st, body, http.StatusUnprocessableEntity, api.CodeInvalidReceipt)
+		if c.receipt == "" && (!strings.Contains(string(body), "no receipt") || strings.Contains(string(body), "proof")) {
+			t.Errorf("%s: message %s: want it to say no receipt, not name a proof", c.name, body)
+		}
 		if after := f.snapshot(); after != before {
 			t.Fatalf("%s changed paydb:\nbefore %s\nafter  %s", c.name, before, after)
 		}

@@ -61,7 +61,7 @@ func (s *Service) resolveTx(ctx context.Context, id string, h fencewire.Holder, 
 		}
 		rec := fencewire.RailReceipt{PayoutID: id, AccountID: l.accountID, AmountMinor: l.amount, Currency: l.currency,
 			Outcome: string(api.OutcomeNone), RailRef: "", RailToken: req.RailToken}
-		if _, err := s.receipts.Verify(req.Receipt, fencewire.RailReceiptDomain, rec.Fields()...); err != nil {
+		if err := s.checkReceipt(req.Receipt, rec); err != nil {
 			return fmt.Errorf("%w: %s %s with rail token %d: %w", ErrInvalidReceipt, req.Outcome, id, req.RailToken, err)
 		}
 		from = l.state
