@@ -7,8 +7,8 @@
 // events it emits. It is the source of truth that docs/payout-api.md
 // describes.
 //
-// It imports only the standard library and functions/payoutevent (the
-// pipeline's shared, standard-library-only vocabulary), so that any client
+// It imports only the standard library and the standard-library-only
+// wire packages functions/payoutevent and functions/fencing/fencewire, so that any client
 // (functions/railproxy/client, the executor, the harness, the reconciler)
 // can depend on it without pulling in a database driver.
 //
@@ -18,7 +18,9 @@
 //
 // The API (every body is JSON, every error is an [ErrorEnvelope]):
 //
-//	POST /v1/rail/submissions             X-Fencing-Token (required), X-Lock-Owner (logs only),
+//	POST /v1/rail/submissions             X-Fencing-Token (required), X-Fencing-Proof (required while
+//	                                      fencing is on: 403 UNVERIFIED_TOKEN without lock-server's proof),
+//	                                      X-Lock-Owner (recorded, decides nothing; malformed: 400 INVALID_REQUEST),
 //	                                      X-Payout-Terms-Signature (payment-resource's, over the terms);
 //	                                      SubmitRequest -> 200 SubmitAnswer (the rail answered ACK or DECLINE)
 //	                                      403 INVALID_TERMS (a known key's signature over other terms:
@@ -57,7 +59,8 @@
 //	                                      503 UNAVAILABLE (raildb or the rail's record could not be read)
 //
 // Any route may also answer 400 INVALID_REQUEST, 400 INVALID_TOKEN (the
-// token header), 403 UNVERIFIED_TOKEN (a proof header sent twice), 404 NOT_FOUND, 405
+// token header), 403 UNVERIFIED_TOKEN (the proof header missing, repeated
+// or not lock-server's), 404 NOT_FOUND, 405
 // METHOD_NOT_ALLOWED, 413 BODY_TOO_LARGE, 415 UNSUPPORTED_MEDIA_TYPE, 503
 // UNAVAILABLE or 500 INTERNAL. A refused submission never reaches the
 // rail.
@@ -127,15 +130,17 @@ func AttemptsPath(payout string) string {
 }
 
 // Headers of a submission, made on behalf of a lock holder; the spelling
-// lives in payoutevent and is shared with payment-resource's fence.
+// lives in functions/fencing/fencewire, shared with payment-resource.
 const (
 	// HeaderToken carries the holder's fencing token: one positive decimal
 	// int64 in canonical form. Missing, repeated or malformed: 400
-	// INVALID_REQUEST.
+	// INVALID_TOKEN.
 	HeaderToken = fencewire.HeaderToken
 	// HeaderOwner carries the holder's owner id, recorded as
-	// Attempt.OwnerID and logged; it decides nothing. At most MaxOwnerLen
-	// bytes are kept.
+	// Attempt.OwnerID and logged; it decides nothing. Since it is stored,
+	// it must be an owner id lock-server accepts (1..MaxOwnerLen bytes of
+	// ASCII letters, digits and . _ : - @ /), or the request is refused 400
+	// INVALID_REQUEST, never cut.
 	HeaderOwner = fencewire.HeaderOwner
 	// HeaderProof carries lock-server's proof of the holder's token
 	// (lockserver/api Grant.Proof), unchanged; required while fencing is
@@ -168,8 +173,8 @@ const (
 	// MaxAmountMinor bounds an amount, in minor units
 	// (payoutevent.MaxAmountMinor, 10^15).
 	MaxAmountMinor = payoutevent.MaxAmountMinor
-	// MaxOwnerLen is how many bytes of HeaderOwner are kept; the rest is
-	// cut (fencewire.MaxOwnerLen).
+	// MaxOwnerLen is the longest HeaderOwner accepted, in bytes; a longer
+	// one is refused 400 INVALID_REQUEST.
 	MaxOwnerLen = fencewire.MaxOwnerLen
 	// MaxRailRefLen bounds the rail's reference, in bytes: a rail answer
 	// with a longer one is not usable and counts as ambiguous.
@@ -188,7 +193,7 @@ const (
 	CodeInvalidRequest Code = "INVALID_REQUEST"
 	// CodeInvalidToken (400): HeaderToken missing, repeated, or not a
 	// positive decimal int64 in canonical form. Nothing recorded. Spelled
-	// in payoutevent: payment-resource answers the same header so.
+	// in fencewire: payment-resource answers the same header so.
 	CodeInvalidToken Code = fencewire.CodeInvalidToken
 	// CodeBodyTooLarge (413): body larger than MaxBodyBytes.
 	CodeBodyTooLarge Code = "BODY_TOO_LARGE"
@@ -198,13 +203,13 @@ const (
 	// CodeFencedOut (409): the token is not greater than the account's
 	// high-water mark (strict), or at or below the token floor of a
 	// recovered restore. The writer is a stale lock holder and must stop.
-	// The attempt is recorded StateFenced. Spelled in payoutevent, shared
+	// The attempt is recorded StateFenced. Spelled in fencewire, shared
 	// with payment-resource.
 	CodeFencedOut Code = fencewire.CodeFencedOut
 	// CodeUnverifiedToken (403): the token's HeaderProof is missing or
 	// does not show that lock-server granted that token on the lock that
 	// guards the account (payout:{accountId}). Nothing changed; the same
-	// request can never succeed. Spelled in payoutevent.
+	// request can never succeed. Spelled in fencewire.
 	CodeUnverifiedToken Code = fencewire.CodeUnverifiedToken
 	// CodeInvalidTerms (403): the terms signature (HeaderTermsSignature)
 	// is well formed and names a key of EnvTermsKeys, but that key did not
