@@ -1,12 +1,9 @@
-// Package fencing holds what both fence points of the payout pipeline share:
-// the request headers that carry a lock holder's fencing token, their
-// parsing, the kill-switch settings, and the fenced_out log event.
-//
-// A fence point is a resource that remembers the highest token it has
-// accepted for a resource id and refuses a lower one (or, where it is
-// strict, an equal one). It lives in the resource's own process, never in
-// the lock service: the lock service cannot know what a paused holder will
-// do after its lease has ended, only the resource sees the write.
+// Package fencing is the runtime side of a fence point: it reads a lock
+// holder's headers from a request (TokenFrom, ProofFrom, OwnerFrom),
+// verifies the token's proof (Verify), logs and counts each refusal
+// (Refusal.Log, LogUnverified, Register) and reads the kill switch
+// (Switch). The names on the wire are in functions/fencing/fencewire;
+// docs/payout-pipeline.md says why a fence lives in the resource.
 package fencing
 
 import (

@@ -1,53 +1,9 @@
-// Package railstub is the external payment rail of the lab: a deliberately
-// non-idempotent HTTP service standing in for a real one.
-//
-// POST /submit carries no fencing token and no idempotency key. Every
-// accepted request is a new movement of money: a duplicate is a second
-// payment. That is the point of the stub; nothing behind it can undo a
-// submission, so the only protection is the fence in front of it
-// (package railproxy).
-//
-// The stub records every accepted submission (sequence number, received
-// time, body, answer) in memory and, when a journal file is configured, in
-// a JSON Lines file that is fsynced before the answer is sent and reloaded
-// at start: a restart forgets no movement of money. The harness reads the
-// records back with GET /submissions to check that the rail received at
-// most one submission per payout (INV-04).
-//
-// Routes (every error answer is the envelope of package httpjson; a query
-// parameter a route does not take is refused 400 INVALID_REQUEST):
-//
-//	POST /submit          rail.SubmitRequest -> 200 rail.SubmitAnswer
-//	                      400 INVALID_REQUEST, 413, 415 (not recorded)
-//	                      503 RAIL_UNAVAILABLE (injected "error" fault; not recorded)
-//	                      409 REFERENCE_STOPPED (the reference has a stop order; not recorded)
-//	                      500 JOURNAL_FAILED, 503 STUB_CLOSED
-//	GET  /submissions     -> 200 rail.SubmissionList, in sequence order;
-//	                      ?payoutId=P keeps the submissions of payout P
-//	POST /stops           rail.StopRequest -> 200 rail.StopAnswer (the payments made
-//	                      with the reference before the stop); 400 INVALID_REQUEST
-//	GET  /admin/faults    -> 200 Faults (the current fault state)
-//	POST /admin/faults    Faults -> 200 Faults; 400 INVALID_REQUEST
-//
-// A stop order is what a sender asks of a real rail when it cannot learn
-// whether a payment went out: "refuse anything with this reference from
-// now on, and tell me what you already have". It is recorded (journal
-// first) under the lock every payment takes, so its answer is final: no
-// payment with the reference can follow it. rail-proxy's reconciliation
-// uses it, so that "the rail has nothing" stays true afterwards without
-// any assumption on how late a call can arrive.
-//
-// Answer rules: DECLINE when amountMinor > Config.DeclineOverMinor or the
-// account is in Config.DeclineAccounts; ACK otherwise. A DECLINE is recorded
-// too (the rail saw it) but moves no money.
-//
-// Fault injection: a latency added after the submission is recorded and
-// before the answer (so a caller that times out during it has moved money
-// without learning it), and a number of next submissions that fail in one
-// of two modes: "error" answers 503 without recording (nothing happened),
-// "hang" records the submission and then withholds the answer until the
-// request's context ends (the money moved, the caller never learns it: the
-// ambiguous case).
+// Package railstub is the lab's external payment rail (rail-stub): a
+// deliberately non-idempotent implementation of functions/rail, with a
+// journal (Config.JournalPath) and fault injection (PathFaults, Faults) for
+// tests and experiments. Serve New's Stub; read its record with
+// Submissions. docs/payout-pipeline.md describes its journal, stop orders
+// and faults.
 package railstub
 
 import (

@@ -1,12 +1,14 @@
+// Package fencewire is the fencing vocabulary of the payout pipeline's
+// wire: the headers a lock holder sends (Holder), the error codes and log
+// events of a refusal, the statements rail-proxy and payment-resource sign
+// (RailReceipt, PayoutTerms) and their keys' variables. It imports only
+// the standard library; both fence points' api packages and the executor
+// use it. It sits under functions/fencing, which parses and enforces it,
+// as a child that never imports its parent.
 package fencewire
 
 import "strconv"
 
-// The fencing vocabulary both fence points share (payment-resource and
-// rail-proxy), spelled here once: this package is the pipeline's
-// standard-library-only wire package, so that payment-resource's api
-// package, rail-proxy and functions/fencing can all refer to the same
-// constants without one fence point depending on the other.
 const (
 	// HeaderToken carries a lock holder's fencing token on every
 	// fenced write: a positive decimal int64 in canonical form (no sign,
