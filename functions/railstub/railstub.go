@@ -85,12 +85,9 @@ var (
 	errQuery = errors.New("railstub: invalid query")
 )
 
-// rail.QueryPayoutID is the one query parameter of GET /submissions.
-
-// PathFaults is rail-stub's own fault-injection route (GET the fault state,
-// POST Faults to replace it; see the package comment). The rail's routes,
-// which rail-proxy calls, are rail.PathSubmit, PathStops and
-// PathJournal.
+// PathFaults is rail-stub's own fault-injection route: GET answers the
+// fault state, POST Faults replaces it (400 INVALID_REQUEST when invalid).
+// The rail's routes are functions/rail's.
 const PathFaults = "/admin/faults"
 
 // Config configures a Stub. Start from DefaultConfig or LoadConfig; the
