@@ -14,11 +14,16 @@ import (
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog/executorfn"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog/paymentresourcefn"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog/railproxyfn"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog/railstubfn"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog/reconcilerfn"
 )
 
 func init() {
-	for _, f := range catalog.HTTPFunctions() {
+	for _, f := range []catalog.Function{paymentresourcefn.Function, railproxyfn.Function, railstubfn.Function, reconcilerfn.Function} {
 		functions.HTTP(f.Name, f.Lazy(os.Getenv, os.Environ).ServeHTTP)
 	}
-	functions.CloudEvent(catalog.Executor.Name, catalog.Executor.Lazy(os.Getenv, os.Environ).ReceivePubSub)
+	functions.CloudEvent(executorfn.Function.Name, executorfn.Function.Lazy(os.Getenv, os.Environ).ReceivePubSub)
 }

@@ -47,8 +47,8 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/idtokens"
 )
 
@@ -157,8 +157,8 @@ func RunCloudCell(ctx context.Context, cfg CloudConfig, cell Cell) (*Run, error)
 		case <-t.C:
 		}
 	}
-	var subs railstub.SubmissionList
-	if err := getJSONWith(ctx, cfg.HTTP, strings.TrimSuffix(cfg.RailStubURL, "/")+railapi.RailPathJournal, &subs); err != nil {
+	var subs rail.SubmissionList
+	if err := getJSONWith(ctx, cfg.HTTP, strings.TrimSuffix(cfg.RailStubURL, "/")+rail.PathJournal, &subs); err != nil {
 		return nil, fmt.Errorf("%s: rail-stub submissions: %w", cell.Name(), err)
 	}
 	after, err := pay.Audit(ctx)
@@ -184,7 +184,7 @@ func RunCloudCell(ctx context.Context, cfg CloudConfig, cell Cell) (*Run, error)
 // (the payout's fence) when higher. LedgerBalanced needs the audit to
 // hold, the rail to have received the payout at most once, and every rail
 // acknowledgement of it to have its debit.
-func CloudSummary(backend string, cell Cell, p api.Payout, subs []railstub.Submission, before, after api.AuditReport) Summary {
+func CloudSummary(backend string, cell Cell, p api.Payout, subs []rail.Submission, before, after api.AuditReport) Summary {
 	s := Summary{Backend: backend, PaymentFencing: cell.PaymentFencing, RailFencing: cell.RailFencing, PayoutID: p.PayoutID, FencedOut: []FencedOut{}}
 	for _, t := range p.History {
 		if t.To != api.StateClaimed || t.Token == 0 {
@@ -209,7 +209,7 @@ func CloudSummary(backend string, cell Cell, p api.Payout, subs []railstub.Submi
 			continue
 		}
 		s.RailSubmissions++
-		if sub.Answer.Status == railstub.StatusAck {
+		if sub.Answer.Status == rail.StatusAck {
 			acks++
 		}
 	}

@@ -20,7 +20,7 @@ import (
 	run "cloud.google.com/go/run/apiv2"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/harness"
 	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/leftovers"
 	"github.com/distributed-lock-lab/distributed-lock-lab/terraform/tfdriver"
@@ -234,9 +234,9 @@ func (f *fakeRecords) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		_ = json.NewEncoder(w).Encode(p)
 	case r.Method == http.MethodGet && r.URL.Path == "/submissions":
-		list := railstub.SubmissionList{Submissions: []railstub.Submission{{Seq: 1, Request: railstub.SubmitRequest{PayoutID: "someone-else"}, Answer: railstub.SubmitAnswer{Status: railstub.StatusAck}}}}
+		list := rail.SubmissionList{Submissions: []rail.Submission{{Seq: 1, Request: rail.SubmitRequest{PayoutID: "someone-else"}, Answer: rail.SubmitAnswer{Status: rail.StatusAck}}}}
 		for i := range f.rail {
-			list.Submissions = append(list.Submissions, railstub.Submission{Seq: int64(i + 2), Request: railstub.SubmitRequest{PayoutID: f.payoutID}, Answer: railstub.SubmitAnswer{Status: railstub.StatusAck}})
+			list.Submissions = append(list.Submissions, rail.Submission{Seq: int64(i + 2), Request: rail.SubmitRequest{PayoutID: f.payoutID}, Answer: rail.SubmitAnswer{Status: rail.StatusAck}})
 		}
 		_ = json.NewEncoder(w).Encode(list)
 	default:

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/harness/drive"
@@ -374,7 +375,7 @@ func (r *Run) fromLogs() error {
 			r.Summary.TokenA = e.Int("token")
 		case e.Service == "executor" && e.Name == "lease_acquired" && e.Owner() == "B" && r.Summary.TokenB == 0:
 			r.Summary.TokenB = e.Int("token")
-		case e.Name == payoutevent.EventFencedOut:
+		case e.Name == fencewire.EventFencedOut:
 			r.Summary.FencedOut = append(r.Summary.FencedOut, FencedOut{
 				Resource: e.Str("resource"), PresentedToken: e.Int("presentedToken"), HighestToken: e.Int("highestToken"),
 			})

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 )
@@ -153,7 +153,7 @@ func NewFixture(r *Run) (*Fixture, error) {
 			if name == "self_stop" && stop == nil {
 				stop = line
 			}
-			if name == payoutevent.EventFencedOut && fenced == nil {
+			if name == fencewire.EventFencedOut && fenced == nil {
 				fenced = line
 			}
 		}

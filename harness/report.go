@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 )
 
@@ -58,10 +58,10 @@ func Transcript(r *Run) string {
 			fmt.Fprintf(&b, "    rail-stub: submission #%d of payout %s, %s (%s): money moved\n", e.Int("seq"), e.Str("payoutId"), e.Str("status"), e.Str("railRef"))
 		case e.Service == "executor" && e.Name == "rail_prior_attempt_found":
 			line(who, "rail-proxy: the payout already went to the rail", "reports that submission's outcome instead")
-		case e.Name == payoutevent.EventFencedOut:
+		case e.Name == fencewire.EventFencedOut:
 			switch e.Str("resource") {
 			case "rail":
-				line(who, fmt.Sprintf("POST %s  %s: %d", railapi.PathSubmissions, railapi.HeaderToken, e.Int("presentedToken")), "409 "+payoutevent.CodeFencedOut)
+				line(who, fmt.Sprintf("POST %s  %s: %d", railapi.PathSubmissions, railapi.HeaderToken, e.Int("presentedToken")), "409 "+fencewire.CodeFencedOut)
 				fmt.Fprintf(&b, "    rejected: %d is not greater than rail_high_water %d, and the rail is never called\n", e.Int("presentedToken"), e.Int("highestToken"))
 			default:
 				line(who, fmt.Sprintf("POST %s  %s: %d", api.ResultPath(payoutOf(e)), api.HeaderToken, e.Int("presentedToken")), "409 "+string(api.CodeFencedOut))
@@ -75,7 +75,7 @@ func Transcript(r *Run) string {
 				}
 				fmt.Fprintf(&b, "    rejected: the %s row already carries fence %d\n", e.Str("resource"), e.Int("highestToken"))
 			}
-			ev := map[string]any{"event": payoutevent.EventFencedOut, "resource": e.Str("resource"), "resourceId": e.Str("resourceId"),
+			ev := map[string]any{"event": fencewire.EventFencedOut, "resource": e.Str("resource"), "resourceId": e.Str("resourceId"),
 				"presentedToken": e.Int("presentedToken"), "highestToken": e.Int("highestToken"), "ownerId": e.Owner()}
 			js, _ := json.Marshal(ev)
 			fmt.Fprintf(&b, "%s\n", js)

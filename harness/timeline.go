@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 )
 
@@ -40,8 +40,8 @@ func timelineSVG(r *Run) []byte {
 			}
 		case e.Service == "rail-proxy" && e.Name == railapi.EventSubmissionForwarding:
 			marks = append(marks, mark{e.Time, o, fmt.Sprintf("rail token %d: forwarded", e.Int("token")), false})
-		case e.Name == payoutevent.EventFencedOut:
-			marks = append(marks, mark{e.Time, o, fmt.Sprintf("%s token %d: %s (%d)", e.Str("resource"), e.Int("presentedToken"), payoutevent.CodeFencedOut, e.Int("highestToken")), true})
+		case e.Name == fencewire.EventFencedOut:
+			marks = append(marks, mark{e.Time, o, fmt.Sprintf("%s token %d: %s (%d)", e.Str("resource"), e.Int("presentedToken"), fencewire.CodeFencedOut, e.Int("highestToken")), true})
 		case e.Service == "payment-resource" && e.Name == api.EventPayoutClaimed:
 			marks = append(marks, mark{e.Time, o, fmt.Sprintf("claim token %d: ok", e.Int("token")), false})
 		case e.Service == "payment-resource" && e.Name == api.EventPayoutPosted:

@@ -14,9 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzztest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof/fenceprooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
@@ -93,7 +93,7 @@ func FuzzLockServer(f *testing.F) {
 	} {
 		f.Add(s.method, s.key, s.op, s.ct, []byte(s.body), s.fencingHeader)
 	}
-	proofKeys := prooftest.ProofKeys()
+	proofKeys := fenceprooftest.ProofKeys()
 	f.Fuzz(func(t *testing.T, method uint8, key, op, contentType string, body []byte, token string) {
 		if strings.ContainsAny(contentType+token, "\r\n\x00") {
 			return // net/http refuses such header values before any handler
@@ -103,7 +103,7 @@ func FuzzLockServer(f *testing.F) {
 			t.Fatal(err)
 		}
 		cfg := lockserver.DefaultServerConfig()
-		cfg.ProofKey = prooftest.LockSigningKey()
+		cfg.ProofKey = fenceprooftest.LockSigningKey()
 		cfg.Registry = prometheus.NewRegistry()
 		h := serverWith(t, store, cfg)
 		p := api.PathLockPrefix + key

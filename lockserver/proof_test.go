@@ -5,10 +5,10 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof/fenceprooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
 )
 
@@ -17,9 +17,9 @@ import (
 // anyone else (inspect, revoke).
 func TestGrantsToTheHolderCarryAProofOfTheirKeyAndToken(t *testing.T) {
 	cfg := lockserver.DefaultServerConfig()
-	cfg.ProofKey = prooftest.LockSigningKey()
+	cfg.ProofKey = fenceprooftest.LockSigningKey()
 	h := serverWith(t, memstore.New(nil), cfg)
-	keys := prooftest.ProofKeys()
+	keys := fenceprooftest.ProofKeys()
 	grant := func(rec []byte) api.Grant {
 		t.Helper()
 		var g api.Grant

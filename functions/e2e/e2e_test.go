@@ -25,15 +25,16 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/etcd/embedded"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutbus"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
@@ -170,7 +171,7 @@ func newStack(ctx context.Context, t *testing.T, log *slog.Logger, openStore fun
 	st := &stack{store: openStore(t, log)}
 	t.Cleanup(func() { st.store.Close() })
 	lcfg := lockserver.DefaultServerConfig()
-	lcfg.ProofKey = prooftest.LockSigningKey()
+	lcfg.ProofKey = fencingtest.LockSigningKey()
 	ls, err := lockserver.NewServer(st.store, lcfg, log.With("service", "lock-server"))
 	if err != nil {
 		t.Fatal(err)
@@ -187,8 +188,8 @@ func newStack(ctx context.Context, t *testing.T, log *slog.Logger, openStore fun
 	pcfg.DB = pgpool.Config{DSN: st.raildb}
 	pcfg.RailURL = serveHTTP(t, st.stub)
 	pcfg.FencingDisabled = !f.rail
-	pcfg.ProofKeys, pcfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
-	pcfg.TermsKeys = prooftest.TermsKeys()
+	pcfg.ProofKeys, pcfg.ReceiptKey = fencingtest.ProofKeys(), fencingtest.ReceiptSigningKey()
+	pcfg.TermsKeys = fencingtest.TermsKeys()
 	proxy, err := railproxy.New(ctx, pcfg, log.With("service", "rail-proxy"))
 	if err != nil {
 		t.Fatal(err)
@@ -216,8 +217,8 @@ func newStack(ctx context.Context, t *testing.T, log *slog.Logger, openStore fun
 	st.paydb = pgtest.NewDatabase(t)
 	paycfg := paymentresource.DefaultConfig()
 	paycfg.DatabaseURL, paycfg.OutboxPoll, paycfg.FencingDisabled = st.paydb, 50*time.Millisecond, !f.payment
-	paycfg.ProofKeys, paycfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
-	paycfg.TermsKey = prooftest.TermsSigningKey()
+	paycfg.ProofKeys, paycfg.ReceiptKeys = fencingtest.ProofKeys(), fencingtest.ReceiptKeys()
+	paycfg.TermsKey = fencingtest.TermsSigningKey()
 	svc, err := paymentresource.New(ctx, paycfg, pub, log.With("service", "payment-resource"))
 	if err != nil {
 		t.Fatal(err)
@@ -341,7 +342,7 @@ func runPipeline(ctx context.Context, t *testing.T, openStore func(*testing.T, *
 	ackRefs := map[string]bool{}
 	for _, s := range subs {
 		perPayout[s.Request.PayoutID]++
-		if s.Answer.Status == railstub.StatusAck {
+		if s.Answer.Status == rail.StatusAck {
 			ackRefs[s.Answer.RailRef] = true
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
@@ -95,7 +96,7 @@ func (x *Executor) verify(ctx context.Context, e payoutevent.Event) error {
 // signature over the payout's terms (api.Payout.TermsSignature, which
 // rail-proxy requires with the submission), or the client's error (for
 // Classify).
-func (x *Executor) claim(ctx context.Context, e payoutevent.Event, h payoutevent.Holder) (terms string, err error) {
+func (x *Executor) claim(ctx context.Context, e payoutevent.Event, h fencewire.Holder) (terms string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
 	defer cancel()
 	p, err := x.pay.Claim(ctx, e.PayoutID, h)
@@ -119,7 +120,7 @@ func (x *Executor) claim(ctx context.Context, e payoutevent.Event, h payoutevent
 // ambiguous: the submission may have gone to the rail, but asking again is
 // safe, because rail-proxy forwards a payout once and answers a later
 // submission with the first one's attempt and outcome.
-func (x *Executor) submit(ctx context.Context, e payoutevent.Event, h payoutevent.Holder, terms string) (railResult, error) {
+func (x *Executor) submit(ctx context.Context, e payoutevent.Event, h fencewire.Holder, terms string) (railResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, x.cfg.RailTimeout)
 	defer cancel()
 	req := railapi.SubmitRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency,
@@ -145,7 +146,7 @@ func (x *Executor) submit(ctx context.Context, e payoutevent.Event, h payouteven
 
 // postResult reports res to payment-resource with token; ctx bounds it. It
 // returns nil or the client's error (for Classify).
-func (x *Executor) postResult(ctx context.Context, e payoutevent.Event, h payoutevent.Holder, res railResult) error {
+func (x *Executor) postResult(ctx context.Context, e payoutevent.Event, h fencewire.Holder, res railResult) error {
 	req := api.ResultRequest{Outcome: res.Status, RailRef: res.RailRef, RailToken: res.Token, Receipt: res.Receipt}
 	_, err := x.pay.PostResult(ctx, e.PayoutID, h, req)
 	return err

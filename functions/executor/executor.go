@@ -31,7 +31,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
@@ -396,12 +396,12 @@ const resultRejected = "rejected"
 var deliveries = func() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "executor_deliveries_total",
-		Help: "Push requests answered, by result: posted, declined, in_doubt, already_done, dropped, needs_attention; " + fencing.CodeFencedOut +
+		Help: "Push requests answered, by result: posted, declined, in_doubt, already_done, dropped, needs_attention; " + fencewire.CodeFencedOut +
 			", LOCK_BUSY, LEASE_LOST, SUBMISSION_IN_FLIGHT, DEPENDENCY_UNAVAILABLE (redelivered); rejected (not a push).",
 	}, []string{"result"})
 	for _, r := range []string{
 		string(OutcomePosted), string(OutcomeDeclined), string(OutcomeInDoubt), string(OutcomeAlreadyDone), string(OutcomeDropped),
-		string(OutcomeNeedsAttention), fencing.CodeFencedOut, codeLockBusy, codeLeaseLost, codeInFlight, codeDependency, resultRejected,
+		string(OutcomeNeedsAttention), fencewire.CodeFencedOut, codeLockBusy, codeLeaseLost, codeInFlight, codeDependency, resultRejected,
 	} {
 		c.WithLabelValues(r) // present at 0
 	}
@@ -433,7 +433,7 @@ func Status(out Outcome, err error) int {
 }
 
 // Codes of the push answers that make Pub/Sub redeliver (besides
-// fencing.CodeFencedOut), also values of executor_deliveries_total.
+// fencewire.CodeFencedOut), also values of executor_deliveries_total.
 const (
 	codeLockBusy   = "LOCK_BUSY"
 	codeLeaseLost  = "LEASE_LOST"
@@ -444,17 +444,17 @@ const (
 // retryMessages is the message of each push answer that makes Pub/Sub
 // redeliver.
 var retryMessages = map[string]string{
-	fencing.CodeFencedOut: "fenced out by a newer holder of the account's lock; a later delivery takes a newer lease",
-	codeLockBusy:          "the account's lock is held by another worker; deliver again later",
-	codeLeaseLost:         "the lease ended before a side effect; nothing was sent; deliver again later",
-	codeInFlight:          "an earlier submission of the payout is still waiting for the rail; deliver again later",
-	codeDependency:        "a dependency did not answer or refused for now; deliver again later",
+	fencewire.CodeFencedOut: "fenced out by a newer holder of the account's lock; a later delivery takes a newer lease",
+	codeLockBusy:            "the account's lock is held by another worker; deliver again later",
+	codeLeaseLost:           "the lease ended before a side effect; nothing was sent; deliver again later",
+	codeInFlight:            "an earlier submission of the payout is still waiting for the rail; deliver again later",
+	codeDependency:          "a dependency did not answer or refused for now; deliver again later",
 }
 
 func codeOf(err error) string {
 	switch {
 	case errors.Is(err, ErrFencedOut):
-		return fencing.CodeFencedOut
+		return fencewire.CodeFencedOut
 	case errors.Is(err, ErrLockBusy):
 		return codeLockBusy
 	case errors.Is(err, ErrNoLongerHolder):
@@ -529,7 +529,7 @@ func (x *Executor) execute(ctx context.Context, e payoutevent.Event, release *fu
 	// The holder's headers at the fence points: the token, lock-server's
 	// proof of it (the fence points verify it was granted on this
 	// account's lock) and this worker's owner id.
-	holder := payoutevent.Holder{Token: token, Proof: lease.Proof(), Owner: x.Owner()}
+	holder := fencewire.Holder{Token: token, Proof: lease.Proof(), Owner: x.Owner()}
 	log = log.With("token", token)
 	log.InfoContext(ctx, "lease granted; executing under it", "event", EventLeaseAcquired, "lock", e.LockKey(), "leaseId", lease.Grant().LeaseID, "ttlMs", lease.Grant().TTLMs)
 	*release = func() { x.release(ctx, log, lease) }
@@ -681,7 +681,7 @@ func (x *Executor) markAttention(ctx context.Context, log *slog.Logger, e payout
 		return OutcomeNeedsAttention, nil
 	}
 	err := x.retry(ctx, func(ctx context.Context) error {
-		h := payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: x.Owner()}
+		h := fencewire.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: x.Owner()}
 		_, err := x.pay.MarkNeedsAttention(ctx, e.PayoutID, h, reason)
 		return err
 	})
@@ -799,7 +799,7 @@ func (x *Executor) confirm(ctx context.Context, log *slog.Logger, lease *client.
 // report posts res to payment-resource (idempotent on the rail
 // reference), retrying transient failures in process (Config.ReportRetry).
 // It returns nil, or the last error, for settle.
-func (x *Executor) report(ctx context.Context, log *slog.Logger, e payoutevent.Event, h payoutevent.Holder, res railResult) error {
+func (x *Executor) report(ctx context.Context, log *slog.Logger, e payoutevent.Event, h fencewire.Holder, res railResult) error {
 	err := x.retry(ctx, func(ctx context.Context) error { return x.postResult(ctx, e, h, res) })
 	if err != nil {
 		log.WarnContext(ctx, "payment-resource did not take the result", "event", EventPayoutResultRefused, "railStatus", res.Status, "railRef", res.RailRef, "error", err.Error())

@@ -22,7 +22,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor/fault"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
@@ -66,7 +66,7 @@ type fakeDeps struct {
 func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	tok := r.Header.Get(fencing.HeaderToken)
+	tok := r.Header.Get(fencewire.HeaderToken)
 	f.calls = append(f.calls, r.Method+" "+r.URL.Path+" token="+tok)
 	switch {
 	case r.Method == "GET" && r.URL.Path == api.PayoutPath("p-1"):

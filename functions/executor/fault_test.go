@@ -15,7 +15,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor/fault"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
@@ -36,12 +36,12 @@ type fencedDeps struct {
 }
 
 func (f *fencedDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if tok, err := strconv.ParseInt(r.Header.Get(fencing.HeaderToken), 10, 64); err == nil && r.Method == http.MethodPost {
+	if tok, err := strconv.ParseInt(r.Header.Get(fencewire.HeaderToken), 10, 64); err == nil && r.Method == http.MethodPost {
 		f.mu.Lock()
 		if tok < f.hwm {
 			f.refused = append(f.refused, tok)
 			f.mu.Unlock()
-			jsonhandler.WriteError(w, http.StatusConflict, fencing.CodeFencedOut, "stale token", false)
+			jsonhandler.WriteError(w, http.StatusConflict, fencewire.CodeFencedOut, "stale token", false)
 			return
 		}
 		f.hwm = tok
@@ -138,8 +138,8 @@ func TestPauseFaultMakesTheFirstDeliveryAStaleHolder(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("delivery 1 did not answer after its pause")
 	}
-	if recA.Code != http.StatusConflict || !strings.Contains(recA.Body.String(), fencing.CodeFencedOut) {
-		t.Fatalf("delivery 1 answered %d %s; want 409 %s", recA.Code, recA.Body, fencing.CodeFencedOut)
+	if recA.Code != http.StatusConflict || !strings.Contains(recA.Body.String(), fencewire.CodeFencedOut) {
+		t.Fatalf("delivery 1 answered %d %s; want 409 %s", recA.Code, recA.Body, fencewire.CodeFencedOut)
 	}
 	deps.mu.Lock()
 	defer deps.mu.Unlock()

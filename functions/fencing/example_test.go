@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 )
 
 // A fence point reads the holder's token from the request; a request
@@ -17,7 +18,7 @@ func ExampleTokenFrom() {
 	for _, v := range []string{"42", "", "042", "-1"} {
 		r := httptest.NewRequest("POST", "/v1/rail/submissions", nil)
 		if v != "" {
-			r.Header.Set(fencing.HeaderToken, v)
+			r.Header.Set(fencewire.HeaderToken, v)
 		}
 		tok, err := fencing.TokenFrom(r)
 		switch {

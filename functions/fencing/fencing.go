@@ -1,12 +1,9 @@
-// Package fencing holds what both fence points of the payout pipeline share:
-// the request headers that carry a lock holder's fencing token, their
-// parsing, the kill-switch settings, and the fenced_out log event.
-//
-// A fence point is a resource that remembers the highest token it has
-// accepted for a resource id and refuses a lower one (or, where it is
-// strict, an equal one). It lives in the resource's own process, never in
-// the lock service: the lock service cannot know what a paused holder will
-// do after its lease has ended, only the resource sees the write.
+// Package fencing is the runtime side of a fence point: it reads a lock
+// holder's headers from a request (TokenFrom, ProofFrom, OwnerFrom),
+// verifies the token's proof (Verify), logs and counts each refusal
+// (Refusal.Log, LogUnverified, Register) and reads the kill switch
+// (Switch). The names on the wire are in functions/fencing/fencewire;
+// docs/payout-pipeline.md says why a fence lives in the resource.
 package fencing
 
 import (
@@ -21,53 +18,24 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
 
-// Request headers of a write made on behalf of a lock holder. They are
-// spelled once, in payoutevent (standard library only), so that the api
-// packages of the fence points use the same constants without importing
-// this package.
-const (
-	// HeaderToken carries the holder's fencing token, a positive decimal
-	// int64 (payoutevent.HeaderFencingToken).
-	HeaderToken = payoutevent.HeaderFencingToken
-	// HeaderOwner carries the holder's owner id, for logs only; it is never
-	// trusted for a decision (payoutevent.HeaderLockOwner).
-	HeaderOwner = payoutevent.HeaderLockOwner
-	// HeaderProof carries lock-server's proof of the token
-	// (payoutevent.HeaderFencingProof).
-	HeaderProof = payoutevent.HeaderFencingProof
-)
-
-// CodeFencedOut is the error code of a write refused by a fence point (409;
-// payoutevent.CodeFencedOut).
-const CodeFencedOut = payoutevent.CodeFencedOut
-
-// CodeUnverifiedToken is the error code of a write whose token lock-server
-// did not sign for the resource's lock (403;
-// payoutevent.CodeUnverifiedToken).
-const CodeUnverifiedToken = payoutevent.CodeUnverifiedToken
-
-// EventFencedOut is the log event name of every refusal by a fence point
-// (payoutevent.EventFencedOut).
-const EventFencedOut = payoutevent.EventFencedOut
-
 // Errors of this package.
 var (
 	// ErrMissingToken: the request has no X-Fencing-Token header.
-	ErrMissingToken = errors.New("fencing: missing " + HeaderToken + " header")
+	ErrMissingToken = errors.New("fencing: missing " + fencewire.HeaderToken + " header")
 	// ErrBadToken: the header is not a positive decimal integer.
-	ErrBadToken = errors.New("fencing: malformed " + HeaderToken + " header")
+	ErrBadToken = errors.New("fencing: malformed " + fencewire.HeaderToken + " header")
 	// ErrBadOwner: the X-Lock-Owner header is sent more than once, or is
 	// not an owner id lock-server would grant a lease to
 	// (lockserver/api.ValidateOwner).
-	ErrBadOwner = errors.New("fencing: malformed " + HeaderOwner + " header")
+	ErrBadOwner = errors.New("fencing: malformed " + fencewire.HeaderOwner + " header")
 	// ErrRepeatedProof: the X-Fencing-Proof header is sent more than once:
 	// which proof was meant is unknown (see ProofFrom).
-	ErrRepeatedProof = errors.New("fencing: more than one " + HeaderProof + " header")
+	ErrRepeatedProof = errors.New("fencing: more than one " + fencewire.HeaderProof + " header")
 	// ErrUnverified: the token's proof does not show that lock-server
 	// issued it for the lock that guards the resource (see Verify).
 	ErrUnverified = errors.New("fencing: token not issued for this resource's lock")
@@ -78,7 +46,7 @@ var (
 // wrapping ErrRepeatedProof when it is sent more than once (a fence point
 // answers it like a proof that does not verify, and says so).
 func ProofFrom(r *http.Request) (string, error) {
-	vals := r.Header.Values(HeaderProof)
+	vals := r.Header.Values(fencewire.HeaderProof)
 	switch len(vals) {
 	case 0:
 		return "", nil
@@ -131,7 +99,7 @@ func ParseKeys(name, v string) (fenceproof.Keyring, error) {
 // int64 in canonical form (no sign, no leading zero: the token's one
 // spelling, as lock-server writes it).
 func TokenFrom(r *http.Request) (int64, error) {
-	vals := r.Header.Values(HeaderToken)
+	vals := r.Header.Values(fencewire.HeaderToken)
 	if len(vals) == 0 {
 		return 0, ErrMissingToken
 	}
@@ -149,14 +117,14 @@ func TokenFrom(r *http.Request) (int64, error) {
 // OwnerFrom returns the X-Lock-Owner header of r, "" when it is absent
 // (the header is optional: it is recorded and logged, never trusted). A
 // header sent is held to lock-server's rule for owner ids
-// (lockserver/api.ValidateOwner: 1..payoutevent.MaxLockOwnerLen bytes of
+// (lockserver/api.ValidateOwner: 1..fencewire.MaxOwnerLen bytes of
 // ASCII letters, digits and . _ : - @ /), since an owner that holds a
 // lease can only be one of those: anything else (invalid UTF-8, control
 // characters, a longer id, a repeated header) is refused with ErrBadOwner
 // (wrapped), never cut or stored. The error's text quotes at most the
 // offending byte, escaped.
 func OwnerFrom(r *http.Request) (string, error) {
-	vals := r.Header.Values(HeaderOwner)
+	vals := r.Header.Values(fencewire.HeaderOwner)
 	switch len(vals) {
 	case 0:
 		return "", nil
@@ -229,7 +197,7 @@ func LogUnverified(ctx context.Context, log *slog.Logger, resource, resourceID s
 		label = resource
 	}
 	unverified.WithLabelValues(label).Inc()
-	attrs := append([]any{"event", payoutevent.EventUnverifiedToken, "resource", resource, "resourceId", resourceID,
+	attrs := append([]any{"event", fencewire.EventUnverifiedToken, "resource", resource, "resourceId", resourceID,
 		"presentedToken", token, "ownerId", owner, "reason", reason.Error()}, extra...)
 	log.WarnContext(ctx, "fencing token not verified", attrs...)
 }
@@ -271,7 +239,7 @@ func (f Refusal) Log(ctx context.Context, log *slog.Logger, extra ...any) {
 	}
 	refusals.WithLabelValues(label).Inc()
 	attrs := append([]any{
-		"event", EventFencedOut, "resource", f.Resource, "resourceId", f.ResourceID,
+		"event", fencewire.EventFencedOut, "resource", f.Resource, "resourceId", f.ResourceID,
 		"presentedToken", f.PresentedToken, "highestToken", f.HighestToken, "ownerId", f.Owner,
 	}, extra...)
 	log.WarnContext(ctx, "stale fencing token refused", attrs...)
@@ -294,6 +262,6 @@ func Switch(name, v string) (bool, error) {
 func WarnIfOff(log *slog.Logger, name string, on bool) {
 	if !on {
 		log.Warn("fencing is DISABLED: stale lock holders will be accepted; use only inside the fencing experiment",
-			"event", payoutevent.EventFencingDisabled, "switch", name)
+			"event", fencewire.EventFencingDisabled, "switch", name)
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
 
@@ -36,7 +36,7 @@ func TestTokenFrom(t *testing.T) {
 	} {
 		r := httptest.NewRequest("POST", "/", nil)
 		for _, v := range tc.vals {
-			r.Header.Add(HeaderToken, v)
+			r.Header.Add(fencewire.HeaderToken, v)
 		}
 		got, err := TokenFrom(r)
 		if got != tc.want || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
@@ -82,8 +82,8 @@ func TestOwnerFrom(t *testing.T) {
 		{nil, "", nil},
 		{[]string{"worker-a"}, "worker-a", nil},
 		{[]string{"host:123/abc@x"}, "host:123/abc@x", nil},
-		{[]string{strings.Repeat("a", payoutevent.MaxLockOwnerLen)}, strings.Repeat("a", payoutevent.MaxLockOwnerLen), nil},
-		{[]string{strings.Repeat("a", payoutevent.MaxLockOwnerLen+1)}, "", ErrBadOwner},
+		{[]string{strings.Repeat("a", fencewire.MaxOwnerLen)}, strings.Repeat("a", fencewire.MaxOwnerLen), nil},
+		{[]string{strings.Repeat("a", fencewire.MaxOwnerLen+1)}, "", ErrBadOwner},
 		{[]string{strings.Repeat("é", 65)}, "", ErrBadOwner},
 		{[]string{"\xff"}, "", ErrBadOwner},
 		{[]string{"a\x00b"}, "", ErrBadOwner},
@@ -92,7 +92,7 @@ func TestOwnerFrom(t *testing.T) {
 	} {
 		r := httptest.NewRequest("POST", "/", nil)
 		for _, v := range tc.vals {
-			r.Header.Add(HeaderOwner, v)
+			r.Header.Add(fencewire.HeaderOwner, v)
 		}
 		got, err := OwnerFrom(r)
 		if got != tc.want || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
@@ -102,7 +102,7 @@ func TestOwnerFrom(t *testing.T) {
 			t.Errorf("OwnerFrom(%q): error text %q is not valid UTF-8", tc.vals, err)
 		}
 	}
-	if payoutevent.MaxLockOwnerLen != lockapi.MaxOwnerLen {
-		t.Fatalf("payoutevent.MaxLockOwnerLen %d differs from lock-server's MaxOwnerLen %d", payoutevent.MaxLockOwnerLen, lockapi.MaxOwnerLen)
+	if fencewire.MaxOwnerLen != lockapi.MaxOwnerLen {
+		t.Fatalf("fencewire.MaxOwnerLen %d differs from lock-server's MaxOwnerLen %d", fencewire.MaxOwnerLen, lockapi.MaxOwnerLen)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 )
 
 // FuzzHeaders reads arbitrary X-Fencing-Token and X-Fencing-Proof headers
@@ -40,15 +41,15 @@ func FuzzHeaders(f *testing.F) {
 	f.Fuzz(func(t *testing.T, token, proof string, twice bool) {
 		r := httptest.NewRequest("POST", "/", nil)
 		if token != "" {
-			r.Header.Add(fencing.HeaderToken, token)
+			r.Header.Add(fencewire.HeaderToken, token)
 			if twice {
-				r.Header.Add(fencing.HeaderToken, token)
+				r.Header.Add(fencewire.HeaderToken, token)
 			}
 		}
 		if proof != "" {
-			r.Header.Add(fencing.HeaderProof, proof)
+			r.Header.Add(fencewire.HeaderProof, proof)
 			if twice {
-				r.Header.Add(fencing.HeaderProof, proof)
+				r.Header.Add(fencewire.HeaderProof, proof)
 			}
 		}
 		tok, err := fencing.TokenFrom(r)

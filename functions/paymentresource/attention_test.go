@@ -10,16 +10,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
 func (f *fixture) attention(id string, token int64, owner, reason string) (int, []byte) {
 	f.t.Helper()
 	return f.do("POST", api.AttentionPath(id), fmt.Sprintf(`{"reason":%q}`, reason),
-		fencing.HeaderToken, strconv.FormatInt(token, 10), fencing.HeaderOwner, owner)
+		fencewire.HeaderToken, strconv.FormatInt(token, 10), fencewire.HeaderOwner, owner)
 }
 
 // attentionCount reads payouts_needing_attention_total{reason}.
@@ -75,7 +75,7 @@ func TestNeedsAttentionRecordsWhyAndStopsClaims(t *testing.T) {
 	st, body = f.attention("p-1", 5, "w", "because")
 	want(t, "mark with an unknown reason", st, body, http.StatusBadRequest, api.CodeInvalidRequest)
 	st, body = f.do("POST", api.AttentionPath("p-1"), fmt.Sprintf(`{"reason":%q}`, reason),
-		fencing.HeaderToken, "5", fencing.HeaderProof, prooftest.Proof("acct-2", 5))
+		fencewire.HeaderToken, "5", fencewire.HeaderProof, fencingtest.Proof("acct-2", 5))
 	want(t, "mark with a proof for another account's lock", st, body, http.StatusForbidden, api.CodeUnverifiedToken)
 	if p := f.payout("p-1"); p.State != api.StateClaimed {
 		t.Fatalf("p-1 is %s after refused marks; want claimed", p.State)
@@ -207,9 +207,9 @@ func TestOwnerHeaderIsHeldToLockServersRule(t *testing.T) {
 			{api.ResultPath("p-1"), `{"outcome":"ACK","railRef":"r-1"}`},
 			{api.AttentionPath("p-1"), `{"reason":"rail_ref_conflict"}`},
 		} {
-			headers := []string{fencing.HeaderToken, "6"}
+			headers := []string{fencewire.HeaderToken, "6"}
 			for _, v := range vals {
-				headers = append(headers, fencing.HeaderOwner, v)
+				headers = append(headers, fencewire.HeaderOwner, v)
 			}
 			st, body := f.do("POST", route.path, route.body, headers...)
 			want(t, name+" at "+route.path, st, body, http.StatusBadRequest, api.CodeInvalidRequest)
@@ -239,7 +239,7 @@ func TestServerErrorsCarryNoInternalText(t *testing.T) {
 		{"GET", api.AccountPath("acct-1"), ""},
 		{"POST", api.ClaimPath("p-1"), ""},
 	} {
-		st, body := f.do(r.method, r.path, r.body, fencing.HeaderToken, "5")
+		st, body := f.do(r.method, r.path, r.body, fencewire.HeaderToken, "5")
 		if st < 500 {
 			t.Fatalf("%s %s with paydb closed: %d %s; want a 5xx", r.method, r.path, st, body)
 		}

@@ -17,13 +17,13 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/ledgeraudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -120,8 +120,8 @@ func (f *fixture) start(pub paymentresource.Publisher, opts ...option) {
 	f.t.Helper()
 	cfg := paymentresource.DefaultConfig()
 	cfg.DatabaseURL, cfg.OutboxPoll = f.dsn, 10*time.Millisecond
-	cfg.ProofKeys, cfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
-	cfg.TermsKey = prooftest.TermsSigningKey()
+	cfg.ProofKeys, cfg.ReceiptKeys = fencingtest.ProofKeys(), fencingtest.ReceiptKeys()
+	cfg.TermsKey = fencingtest.TermsSigningKey()
 	// No early stall detection unless a test asks for it (see
 	// stall_test.go): under -race on a starved machine paydb can take
 	// longer than StallAfter to answer anything, even a ping.
@@ -170,7 +170,7 @@ func (f *fixture) do(method, path, body string, headers ...string) (int, []byte)
 func (f *fixture) sign(r *http.Request, path, body string) string {
 	rest, ok := strings.CutPrefix(path, "/v1/payouts/")
 	id, _, _ := strings.Cut(rest, "/")
-	toks := r.Header.Values(fencing.HeaderToken)
+	toks := r.Header.Values(fencewire.HeaderToken)
 	token, err := strconv.ParseInt(strings.Join(toks, ""), 10, 64)
 	if !ok || len(toks) != 1 || err != nil || token <= 0 {
 		return body
@@ -179,8 +179,8 @@ func (f *fixture) sign(r *http.Request, path, body string) string {
 	if !known {
 		p = api.PayoutRequest{PayoutID: id, AccountID: "unknown"}
 	}
-	if r.Header.Get(fencing.HeaderProof) == "" {
-		r.Header.Set(fencing.HeaderProof, prooftest.Proof(p.AccountID, token))
+	if r.Header.Get(fencewire.HeaderProof) == "" {
+		r.Header.Set(fencewire.HeaderProof, fencingtest.Proof(p.AccountID, token))
 	}
 	var req map[string]any
 	if !strings.HasSuffix(path, "/result") || json.Unmarshal([]byte(body), &req) != nil || req["receipt"] != nil {
@@ -195,7 +195,7 @@ func (f *fixture) sign(r *http.Request, path, body string) string {
 	if outcome != string(api.OutcomeAck) && outcome != string(api.OutcomeDecline) {
 		return body
 	}
-	req["receipt"] = prooftest.Receipt(payoutevent.RailReceipt{PayoutID: id, AccountID: p.AccountID, AmountMinor: p.AmountMinor,
+	req["receipt"] = fencingtest.Receipt(fencewire.RailReceipt{PayoutID: id, AccountID: p.AccountID, AmountMinor: p.AmountMinor,
 		Currency: p.Currency, Outcome: outcome, RailRef: ref, RailToken: railTok})
 	b, err := json.Marshal(req)
 	if err != nil {
@@ -245,13 +245,13 @@ func (f *fixture) createPayout(id, account string, amount int64, ccy string) api
 func (f *fixture) claim(id string, token int64, owner string) (int, []byte) {
 	f.t.Helper()
 	return f.do("POST", "/v1/payouts/"+id+"/claim", "",
-		fencing.HeaderToken, strconv.FormatInt(token, 10), fencing.HeaderOwner, owner)
+		fencewire.HeaderToken, strconv.FormatInt(token, 10), fencewire.HeaderOwner, owner)
 }
 
 func (f *fixture) result(id string, token int64, owner, outcome, railRef string) (int, []byte) {
 	f.t.Helper()
 	return f.do("POST", "/v1/payouts/"+id+"/result", fmt.Sprintf(`{"outcome":%q,"railRef":%q}`, outcome, railRef),
-		fencing.HeaderToken, strconv.FormatInt(token, 10), fencing.HeaderOwner, owner)
+		fencewire.HeaderToken, strconv.FormatInt(token, 10), fencewire.HeaderOwner, owner)
 }
 
 func (f *fixture) account(id string) api.Account {
@@ -270,7 +270,7 @@ func (f *fixture) payout(id string) api.Payout {
 
 func (f *fixture) audit() api.AuditReport {
 	f.t.Helper()
-	rep, err := paymentresource.Audit(context.Background(), f.db)
+	rep, err := ledgeraudit.Run(context.Background(), f.db)
 	if err != nil {
 		f.t.Fatalf("Audit: %v", err)
 	}

@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzztest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -42,7 +42,7 @@ const (
 // fuzzReceipt is rail-proxy's genuine receipt for payout p-2 (claimed
 // with token 5 on acct-1) answered ACK as rail-000001.
 func fuzzReceipt() string {
-	return prooftest.Receipt(payoutevent.RailReceipt{PayoutID: "p-2", AccountID: "acct-1", AmountMinor: 2500,
+	return fencingtest.Receipt(fencewire.RailReceipt{PayoutID: "p-2", AccountID: "acct-1", AmountMinor: 2500,
 		Currency: "EUR", Outcome: string(api.OutcomeAck), RailRef: "rail-000001", RailToken: 5})
 }
 
@@ -56,8 +56,8 @@ func FuzzPaymentResource(f *testing.F) {
 	dsn := pgtest.NewDatabase(f)
 	cfg := paymentresource.DefaultConfig()
 	cfg.DatabaseURL, cfg.OutboxPoll = dsn, 10*time.Millisecond
-	cfg.ProofKeys, cfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
-	cfg.TermsKey = prooftest.TermsSigningKey()
+	cfg.ProofKeys, cfg.ReceiptKeys = fencingtest.ProofKeys(), fencingtest.ReceiptKeys()
+	cfg.TermsKey = fencingtest.TermsSigningKey()
 	svc, err := paymentresource.New(context.Background(), cfg, newPublisher(nil), slog.New(slog.DiscardHandler))
 	if err != nil {
 		f.Fatal(err)
@@ -82,7 +82,7 @@ func FuzzPaymentResource(f *testing.F) {
 	send("POST", api.PathAccounts, `{"accountId":"acct-1","currency":"EUR","openingBalanceMinor":10000}`)
 	send("POST", api.PathPayouts, `{"payoutId":"p-1","accountId":"acct-1","amountMinor":2500,"currency":"EUR"}`)
 	send("POST", api.PathPayouts, `{"payoutId":"p-2","accountId":"acct-1","amountMinor":2500,"currency":"EUR"}`)
-	send("POST", api.ClaimPath("p-2"), ``, api.HeaderToken, "5", api.HeaderProof, prooftest.Proof("acct-1", 5), api.HeaderOwner, "worker-a")
+	send("POST", api.ClaimPath("p-2"), ``, api.HeaderToken, "5", api.HeaderProof, fencingtest.Proof("acct-1", 5), api.HeaderOwner, "worker-a")
 
 	const ct = "application/json"
 	ack := fmt.Sprintf(`{"outcome":"ACK","railRef":"rail-000001","railToken":5,"receipt":%q}`, fuzzReceipt())
@@ -170,7 +170,7 @@ func FuzzPaymentResource(f *testing.F) {
 			}
 			var tok int64
 			_, _ = fmt.Sscan(token, &tok)
-			proof = prooftest.Proof(account, tok)
+			proof = fencingtest.Proof(account, tok)
 		case proofGarbage:
 			proof = proofArg
 		}

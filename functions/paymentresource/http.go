@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/ledgeraudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
@@ -356,7 +358,10 @@ func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer done(errAbandoned)
-	rep, err := Audit(ctx, s.pool)
+	rep, err := ledgeraudit.Run(ctx, s.pool)
+	if errors.Is(err, ledgeraudit.ErrUnavailable) {
+		err = fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
 	done(err)
 	if err != nil {
 		s.fail(w, r, err)
@@ -374,7 +379,7 @@ func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request) {
 // INVALID_REQUEST, as lock-server answers the same owner: it is refused,
 // never cut, so that nothing a client sends for the logs reaches paydb
 // unchecked.
-func (s *Service) holder(w http.ResponseWriter, r *http.Request) (id string, h payoutevent.Holder, ok bool) {
+func (s *Service) holder(w http.ResponseWriter, r *http.Request) (id string, h fencewire.Holder, ok bool) {
 	id = r.PathValue("id")
 	if err := validID("payout id", id, api.MaxPayoutIDLen); err != nil {
 		s.fail(w, r, err)
@@ -402,7 +407,7 @@ func (s *Service) holder(w http.ResponseWriter, r *http.Request) (id string, h p
 		s.fail(w, r, fmt.Errorf("%w: %w", ErrUnverifiedToken, err), "payoutId", id, "ownerId", owner)
 		return "", h, false
 	}
-	return id, payoutevent.Holder{Token: token, Proof: proof, Owner: owner}, true
+	return id, fencewire.Holder{Token: token, Proof: proof, Owner: owner}, true
 }
 
 // decodeEmpty accepts an empty body or an empty JSON object (the claim

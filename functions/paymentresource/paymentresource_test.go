@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
 // The argument of the project at fence point one: a holder whose lease was
@@ -39,7 +39,7 @@ func TestStaleHolderIsFencedAtPaymentResource(t *testing.T) {
 	st, body = f.result("p-1", 41, "worker-A", "ACK", "rail-41")
 	want(t, "ACK with stale token 41", st, body, http.StatusConflict, api.CodeFencedOut)
 
-	lines := f.logs.Events(t, fencing.EventFencedOut)
+	lines := f.logs.Events(t, fencewire.EventFencedOut)
 	if len(lines) != 1 {
 		t.Fatalf("fenced_out lines = %d, want 1: %v", len(lines), lines)
 	}
@@ -104,7 +104,7 @@ func TestAccountFenceIsStrict(t *testing.T) {
 	want(t, "claim p-2 with 42", st, body, http.StatusOK, "")
 	st, body = f.result("p-2", 42, "w", "ACK", "rail-b")
 	want(t, "ACK p-2 with 42, which already debited the account", st, body, http.StatusConflict, api.CodeFencedOut)
-	lines := f.logs.Events(t, fencing.EventFencedOut)
+	lines := f.logs.Events(t, fencewire.EventFencedOut)
 	if len(lines) != 1 || lines[0]["resource"] != "account" || lines[0]["resourceId"] != "acct-1" ||
 		lines[0]["presentedToken"] != 42.0 || lines[0]["highestToken"] != 42.0 || lines[0]["payoutId"] != "p-2" {
 		t.Fatalf("fenced_out lines = %v; want one on account acct-1, 42 against 42, payout p-2", lines)
@@ -431,7 +431,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	pub.next(t)
 	before := f.snapshot()
 
-	tok := func(v string) []string { return []string{fencing.HeaderToken, v} }
+	tok := func(v string) []string { return []string{fencewire.HeaderToken, v} }
 	big := `{"payoutId":"` + strings.Repeat("x", api.MaxBodyBytes) + `"}`
 	const (
 		bad      = http.StatusBadRequest
@@ -489,7 +489,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"claim: non-numeric token", "POST", "/v1/payouts/p-1/claim", ``, tok("abc"), bad, api.CodeInvalidToken},
 		{"claim: zero token", "POST", "/v1/payouts/p-1/claim", ``, tok("0"), bad, api.CodeInvalidToken},
 		{"claim: negative token", "POST", "/v1/payouts/p-1/claim", ``, tok("-4"), bad, api.CodeInvalidToken},
-		{"claim: two tokens", "POST", "/v1/payouts/p-1/claim", ``, []string{fencing.HeaderToken, "5", fencing.HeaderToken, "6"}, bad, api.CodeInvalidToken},
+		{"claim: two tokens", "POST", "/v1/payouts/p-1/claim", ``, []string{fencewire.HeaderToken, "5", fencewire.HeaderToken, "6"}, bad, api.CodeInvalidToken},
 		{"claim: malformed body", "POST", "/v1/payouts/p-1/claim", `{"x"`, tok("5"), bad, api.CodeInvalidRequest},
 		{"claim: unknown field", "POST", "/v1/payouts/p-1/claim", `{"force":true}`, tok("5"), bad, api.CodeInvalidRequest},
 		{"claim: oversized body", "POST", "/v1/payouts/p-1/claim", big, tok("5"), http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge},
@@ -583,9 +583,9 @@ func TestLoadConfig(t *testing.T) {
 		return func(k string) string { return m[k] }
 	}
 	const url = "postgres://pay@127.0.0.1:5432/paydb"
-	proofKeys := prooftest.LockSigningKey().VerifyKey().String()
-	receiptKeys := prooftest.ReceiptSigningKey().VerifyKey().String()
-	termsKey := prooftest.TermsSigningKey().String()
+	proofKeys := fencingtest.LockSigningKey().VerifyKey().String()
+	receiptKeys := fencingtest.ReceiptSigningKey().VerifyKey().String()
+	termsKey := fencingtest.TermsSigningKey().String()
 	// plain is the comparable part of a Config; keys are checked by length.
 	type plain struct {
 		DatabaseURL, CloudSQLInstance string
@@ -601,14 +601,14 @@ func TestLoadConfig(t *testing.T) {
 	cfg, err := paymentresource.LoadConfig(env("PAYDB_URL", url, "LOCK_PROOF_KEYS", proofKeys, "RAIL_RECEIPT_KEYS", receiptKeys,
 		"PAYMENT_TERMS_SIGNING_KEY", termsKey))
 	if want := paymentresource.DefaultConfig(); err != nil || flat(cfg) != (plain{DatabaseURL: url, OutboxPoll: want.OutboxPoll, Proofs: 1, Receipts: 1,
-		TermsKeyID: prooftest.TermsSigningKey().ID()}) {
+		TermsKeyID: fencingtest.TermsSigningKey().ID()}) {
 		t.Errorf("defaults: %+v, %v", cfg, err)
 	}
 	cfg, err = paymentresource.LoadConfig(env("PAYDB_URL", url, "PAYDB_INSTANCE", "p:r:i", "PAYDB_MAX_CONNS", "8",
 		"PAYMENT_FENCING_ENABLED", "false", "OUTBOX_POLL_MS", "250", "RAIL_RECEIPT_KEYS", receiptKeys+","+proofKeys,
 		"PAYMENT_TERMS_SIGNING_KEY", termsKey))
 	if wantCfg := (plain{DatabaseURL: url, CloudSQLInstance: "p:r:i", MaxConns: 8, FencingDisabled: true,
-		OutboxPoll: 250 * 1e6, Receipts: 2, TermsKeyID: prooftest.TermsSigningKey().ID()}); err != nil || flat(cfg) != wantCfg {
+		OutboxPoll: 250 * 1e6, Receipts: 2, TermsKeyID: fencingtest.TermsSigningKey().ID()}); err != nil || flat(cfg) != wantCfg {
 		t.Errorf("all set (fencing off needs no proof keys): %+v, %v; want %+v", flat(cfg), err, wantCfg)
 	}
 	for _, kv := range [][]string{
@@ -625,10 +625,10 @@ func TestLoadConfig(t *testing.T) {
 		{"PAYDB_URL", url, "RAIL_RECEIPT_KEYS", receiptKeys, "LOCK_PROOF_KEYS", ""},     // fencing on, no proof keys
 		{"PAYDB_URL", url, "RAIL_RECEIPT_KEYS", receiptKeys, "LOCK_PROOF_KEYS", "k1:x"}, // a bad key
 		// A secret key where a public one goes: refused, and not echoed.
-		{"PAYDB_URL", url, "LOCK_PROOF_KEYS", proofKeys, "RAIL_RECEIPT_KEYS", prooftest.ReceiptSigningKey().String()},
+		{"PAYDB_URL", url, "LOCK_PROOF_KEYS", proofKeys, "RAIL_RECEIPT_KEYS", fencingtest.ReceiptSigningKey().String()},
 		// Everything but the payout-terms key, then a public key in its place.
 		{"PAYDB_URL", url, "LOCK_PROOF_KEYS", proofKeys, "RAIL_RECEIPT_KEYS", receiptKeys, "PAYMENT_TERMS_SIGNING_KEY", ""},
-		{"PAYDB_URL", url, "LOCK_PROOF_KEYS", proofKeys, "RAIL_RECEIPT_KEYS", receiptKeys, "PAYMENT_TERMS_SIGNING_KEY", prooftest.TermsSigningKey().VerifyKey().String()},
+		{"PAYDB_URL", url, "LOCK_PROOF_KEYS", proofKeys, "RAIL_RECEIPT_KEYS", receiptKeys, "PAYMENT_TERMS_SIGNING_KEY", fencingtest.TermsSigningKey().VerifyKey().String()},
 	} {
 		_, err := paymentresource.LoadConfig(env(kv...))
 		if !errors.Is(err, paymentresource.ErrInvalidConfig) {
@@ -639,7 +639,7 @@ func TestLoadConfig(t *testing.T) {
 		if name := kv[max(len(kv)-2, 0):]; len(name) == 2 && !strings.Contains(err.Error(), name[0]) {
 			t.Errorf("LoadConfig(%q) error %q does not name %s", kv, err, name[0])
 		}
-		if secret := prooftest.ReceiptSigningKey().String(); strings.Contains(err.Error(), secret[len(secret)-20:]) {
+		if secret := fencingtest.ReceiptSigningKey().String(); strings.Contains(err.Error(), secret[len(secret)-20:]) {
 			t.Errorf("LoadConfig error %q echoes a secret key", err)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
@@ -74,12 +74,12 @@ func TestBadInputDuringAPaydbStallGetsItsOwn4xx(t *testing.T) {
 	// Finding 1: bad input gets its own 4xx whatever paydb's state. The
 	// clock stands still: no probe is due, so anything admitted to paydb
 	// work would be answered 503 by the breaker.
-	tok := []string{fencing.HeaderToken, "5", fencing.HeaderOwner, "w"}
+	tok := []string{fencewire.HeaderToken, "5", fencewire.HeaderOwner, "w"}
 	// A proof's form is judged without paydb (a later probe
 	// finding 1): only its signature needs the payout's account. noProof
 	// cases go unsigned (f.raw), badProof ones carry a proof no key could
 	// verify.
-	badProof := append([]string{fencing.HeaderProof, "v1.17.not-a-signature"}, tok...)
+	badProof := append([]string{fencewire.HeaderProof, "v1.17.not-a-signature"}, tok...)
 	const noProof = "no proof"
 	for _, tc := range []struct {
 		name, method, path, body string
@@ -89,7 +89,7 @@ func TestBadInputDuringAPaydbStallGetsItsOwn4xx(t *testing.T) {
 	}{
 		{"claim: " + noProof, "POST", api.ClaimPath("p-1"), ``, tok, http.StatusForbidden, api.CodeUnverifiedToken},
 		{"claim: malformed proof", "POST", api.ClaimPath("p-1"), ``, badProof, http.StatusForbidden, api.CodeUnverifiedToken},
-		{"claim: proof that is not v1", "POST", api.ClaimPath("p-1"), ``, append([]string{fencing.HeaderProof, "x"}, tok...), http.StatusForbidden, api.CodeUnverifiedToken},
+		{"claim: proof that is not v1", "POST", api.ClaimPath("p-1"), ``, append([]string{fencewire.HeaderProof, "x"}, tok...), http.StatusForbidden, api.CodeUnverifiedToken},
 		{"result: " + noProof, "POST", api.ResultPath("p-1"), `{"outcome":"AMBIGUOUS","railRef":""}`, tok, http.StatusForbidden, api.CodeUnverifiedToken},
 		{"result: malformed proof", "POST", api.ResultPath("p-1"), `{"outcome":"AMBIGUOUS","railRef":""}`, badProof, http.StatusForbidden, api.CodeUnverifiedToken},
 		{"attention: " + noProof, "POST", api.AttentionPath("p-1"), `{"reason":"payment_fence_ahead"}`, tok, http.StatusForbidden, api.CodeUnverifiedToken},
@@ -146,7 +146,7 @@ func TestQueryParametersOnRoutesThatTakeNoneAreRefused(t *testing.T) {
 	f.createAccount("acct-1", "EUR", 1_000)
 	f.createPayout("p-1", "acct-1", 100, "EUR")
 	before := f.snapshot()
-	tok := []string{fencing.HeaderToken, "5", fencing.HeaderOwner, "w"}
+	tok := []string{fencewire.HeaderToken, "5", fencewire.HeaderOwner, "w"}
 	for _, tc := range []struct {
 		name, method, path, body string
 		headers                  []string

@@ -6,10 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
 // At fence point one: a claim and an ACK with a token
@@ -30,14 +29,14 @@ func TestUnverifiedTokensAreRefusedAndChangeNothing(t *testing.T) {
 		name, path, body string
 		headers          []string
 	}{
-		{"claim with no proof", "/v1/payouts/p-1/claim", "", []string{fencing.HeaderToken, tok(maxToken)}},
+		{"claim with no proof", "/v1/payouts/p-1/claim", "", []string{fencewire.HeaderToken, tok(maxToken)}},
 		{"claim with a proof of a lower token", "/v1/payouts/p-1/claim", "",
-			[]string{fencing.HeaderToken, tok(maxToken), fencing.HeaderProof, prooftest.Proof("acct-1", 5)}},
+			[]string{fencewire.HeaderToken, tok(maxToken), fencewire.HeaderProof, fencingtest.Proof("acct-1", 5)}},
 		{"claim with a proof of another account's lock", "/v1/payouts/p-1/claim", "",
-			[]string{fencing.HeaderToken, tok(9), fencing.HeaderProof, prooftest.Proof("acct-2", 9)}},
+			[]string{fencewire.HeaderToken, tok(9), fencewire.HeaderProof, fencingtest.Proof("acct-2", 9)}},
 		{"claim with two proofs", "/v1/payouts/p-1/claim", "",
-			[]string{fencing.HeaderToken, tok(9), fencing.HeaderProof, prooftest.Proof("acct-1", 9), fencing.HeaderProof, prooftest.Proof("acct-1", 9)}},
-		{"ACK with no proof", "/v1/payouts/p-1/result", `{"outcome":"ACK","railRef":"r-1"}`, []string{fencing.HeaderToken, tok(maxToken)}},
+			[]string{fencewire.HeaderToken, tok(9), fencewire.HeaderProof, fencingtest.Proof("acct-1", 9), fencewire.HeaderProof, fencingtest.Proof("acct-1", 9)}},
+		{"ACK with no proof", "/v1/payouts/p-1/result", `{"outcome":"ACK","railRef":"r-1"}`, []string{fencewire.HeaderToken, tok(maxToken)}},
 	} {
 		st, body := f.do("POST", c.path, c.body, c.headers...)
 		want(t, c.name, st, body, http.StatusForbidden, api.CodeUnverifiedToken)
@@ -70,17 +69,17 @@ func TestResultsWithoutRailProxysReceiptAreRefusedAndChangeNothing(t *testing.T)
 	f.createPayout("p-2", "acct-1", 300, "EUR")
 	st, body := f.claim("p-1", 5, "w")
 	want(t, "claim", st, body, http.StatusOK, "")
-	holder := []string{fencing.HeaderToken, "5", fencing.HeaderProof, prooftest.Proof("acct-1", 5)}
-	receipt := func(r payoutevent.RailReceipt) string { return prooftest.Receipt(r) }
-	honest := payoutevent.RailReceipt{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 700, Currency: "EUR", Outcome: "DECLINE", RailRef: "rail-7", RailToken: 5}
+	holder := []string{fencewire.HeaderToken, "5", fencewire.HeaderProof, fencingtest.Proof("acct-1", 5)}
+	receipt := func(r fencewire.RailReceipt) string { return fencingtest.Receipt(r) }
+	honest := fencewire.RailReceipt{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 700, Currency: "EUR", Outcome: "DECLINE", RailRef: "rail-7", RailToken: 5}
 	before := f.snapshot()
 	for _, c := range []struct{ name, receipt string }{
 		{"no receipt", ""},
-		{"the receipt of another payout", receipt(payoutevent.RailReceipt{PayoutID: "p-2", AccountID: "acct-1", AmountMinor: 300, Currency: "EUR", Outcome: "DECLINE", RailRef: "rail-7", RailToken: 5})},
-		{"a receipt of an ACK", receipt(payoutevent.RailReceipt{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 700, Currency: "EUR", Outcome: "ACK", RailRef: "rail-7", RailToken: 5})},
-		{"a receipt of another reference", receipt(payoutevent.RailReceipt{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 700, Currency: "EUR", Outcome: "DECLINE", RailRef: "rail-6", RailToken: 5})},
-		{"a receipt of another amount", receipt(payoutevent.RailReceipt{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 1, Currency: "EUR", Outcome: "DECLINE", RailRef: "rail-7", RailToken: 5})},
-		{"a receipt signed by lock-server's key", prooftest.LockSigningKey().Sign(payoutevent.RailReceiptDomain, honest.Fields()...)},
+		{"the receipt of another payout", receipt(fencewire.RailReceipt{PayoutID: "p-2", AccountID: "acct-1", AmountMinor: 300, Currency: "EUR", Outcome: "DECLINE", RailRef: "rail-7", RailToken: 5})},
+		{"a receipt of an ACK", receipt(fencewire.RailReceipt{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 700, Currency: "EUR", Outcome: "ACK", RailRef: "rail-7", RailToken: 5})},
+		{"a receipt of another reference", receipt(fencewire.RailReceipt{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 700, Currency: "EUR", Outcome: "DECLINE", RailRef: "rail-6", RailToken: 5})},
+		{"a receipt of another amount", receipt(fencewire.RailReceipt{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 1, Currency: "EUR", Outcome: "DECLINE", RailRef: "rail-7", RailToken: 5})},
+		{"a receipt signed by lock-server's key", fencingtest.LockSigningKey().Sign(fencewire.RailReceiptDomain, honest.Fields()...)},
 	} {
 		f.raw = true
 		b := `{"outcome":"DECLINE","railRef":"rail-7"`
@@ -89,6 +88,9 @@ func TestResultsWithoutRailProxysReceiptAreRefusedAndChangeNothing(t *testing.T)
 		}
 		st, body := f.do("POST", "/v1/payouts/p-1/result", b+"}", holder...)
 		want(t, c.name, st, body, http.StatusUnprocessableEntity, api.CodeInvalidReceipt)
+		if c.receipt == "" && (!strings.Contains(string(body), "no receipt") || strings.Contains(string(body), "proof")) {
+			t.Errorf("%s: message %s: want it to say no receipt, not name a proof", c.name, body)
+		}
 		if after := f.snapshot(); after != before {
 			t.Fatalf("%s changed paydb:\nbefore %s\nafter  %s", c.name, before, after)
 		}
@@ -117,7 +119,7 @@ func TestATokenOlderThanTheAccountsLastDebitWritesNoPayoutOfTheAccount(t *testin
 	before := f.snapshot()
 	st, body = f.claim("p-2", 18, "stale")
 	want(t, "claim of an untouched payout with a token older than the account's debit", st, body, http.StatusConflict, api.CodeFencedOut)
-	st, body = f.do("POST", "/v1/payouts/p-2/attention", `{"reason":"payment_fence_ahead"}`, fencing.HeaderToken, "18")
+	st, body = f.do("POST", "/v1/payouts/p-2/attention", `{"reason":"payment_fence_ahead"}`, fencewire.HeaderToken, "18")
 	want(t, "attention with the stale token", st, body, http.StatusConflict, api.CodeFencedOut)
 	if after := f.snapshot(); after != before {
 		t.Fatalf("the stale token changed paydb:\nbefore %s\nafter  %s", before, after)

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -30,7 +30,7 @@ WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_a
 // ErrUnverifiedToken, ErrInvalidReceipt, ErrFencedOut, ErrPayoutFinished,
 // ErrRailRefConflict, ErrPayoutNotClaimed (a pending payout),
 // ErrPayoutNotFound, ErrUnavailable.
-func (s *Service) resolveTx(ctx context.Context, id string, h payoutevent.Holder, req api.ResolutionRequest) (api.Payout, error) {
+func (s *Service) resolveTx(ctx context.Context, id string, h fencewire.Holder, req api.ResolutionRequest) (api.Payout, error) {
 	if req.Outcome != api.OutcomeNone {
 		before, err := s.payout(ctx, id)
 		if err != nil {
@@ -59,9 +59,9 @@ func (s *Service) resolveTx(ctx context.Context, id string, h payoutevent.Holder
 		if err := s.verifyToken(ctx, id, l, h); err != nil {
 			return err
 		}
-		rec := payoutevent.RailReceipt{PayoutID: id, AccountID: l.accountID, AmountMinor: l.amount, Currency: l.currency,
+		rec := fencewire.RailReceipt{PayoutID: id, AccountID: l.accountID, AmountMinor: l.amount, Currency: l.currency,
 			Outcome: string(api.OutcomeNone), RailRef: "", RailToken: req.RailToken}
-		if _, err := s.receipts.Verify(req.Receipt, payoutevent.RailReceiptDomain, rec.Fields()...); err != nil {
+		if err := s.checkReceipt(req.Receipt, rec); err != nil {
 			return fmt.Errorf("%w: %s %s with rail token %d: %w", ErrInvalidReceipt, req.Outcome, id, req.RailToken, err)
 		}
 		from = l.state

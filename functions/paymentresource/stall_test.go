@@ -11,13 +11,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload/overloadtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
 // callerTimeout is the executor's RequestTimeout (EXECUTOR_REQUEST_TIMEOUT_MS,
@@ -33,9 +33,9 @@ func wave(t *testing.T, caller *http.Client, base string, n int) []overloadtest.
 		req, _ := http.NewRequest(http.MethodGet, base+api.PayoutPath("p-1"), nil)
 		if i%2 == 1 {
 			req, _ = http.NewRequest(http.MethodPost, base+api.ClaimPath("p-1"), nil)
-			req.Header.Set(fencing.HeaderToken, "5")
-			req.Header.Set(fencing.HeaderOwner, "worker-"+strconv.Itoa(i))
-			req.Header.Set(fencing.HeaderProof, prooftest.Proof("acct-7", 5))
+			req.Header.Set(fencewire.HeaderToken, "5")
+			req.Header.Set(fencewire.HeaderOwner, "worker-"+strconv.Itoa(i))
+			req.Header.Set(fencewire.HeaderProof, fencingtest.Proof("acct-7", 5))
 		}
 		return req
 	})

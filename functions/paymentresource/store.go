@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgerr"
@@ -339,7 +340,7 @@ FROM payout p WHERE p.payout_id = $1 FOR UPDATE`, id).
 
 // claimTx is fence point one on the payout row for the claim step
 // (claim: in its span).
-func (s *Service) claimTx(ctx context.Context, id string, h payoutevent.Holder) (api.Payout, error) {
+func (s *Service) claimTx(ctx context.Context, id string, h fencewire.Holder) (api.Payout, error) {
 	token, owner := h.Token, h.Owner
 	var p api.Payout
 	var from api.State
@@ -388,7 +389,7 @@ func (s *Service) claimTx(ctx context.Context, id string, h payoutevent.Holder) 
 // resultTx records the rail's answer to a submission of payout id. For ACK
 // one transaction posts the payout (payout fence, non-strict), debits the
 // account (account fence, strict) and writes the ledger transaction.
-func (s *Service) resultTx(ctx context.Context, id string, h payoutevent.Holder, req api.ResultRequest) (api.Payout, error) {
+func (s *Service) resultTx(ctx context.Context, id string, h fencewire.Holder, req api.ResultRequest) (api.Payout, error) {
 	token, owner := h.Token, h.Owner
 	var p api.Payout
 	var replayed bool
@@ -651,7 +652,7 @@ func (s *Service) refused(ctx context.Context, tx pgx.Tx, id string, l lockedPay
 // answer. Like every write of a holder, the token must carry lock-server's
 // proof for payout:{account}. It returns ErrUnverifiedToken,
 // ErrPayoutFinished, ErrFencedOut, ErrPayoutNotFound.
-func (s *Service) attentionTx(ctx context.Context, id string, h payoutevent.Holder, reason api.AttentionReason) (api.Payout, error) {
+func (s *Service) attentionTx(ctx context.Context, id string, h fencewire.Holder, reason api.AttentionReason) (api.Payout, error) {
 	token, owner := h.Token, h.Owner
 	var p api.Payout
 	var from api.State
@@ -703,7 +704,7 @@ func (s *Service) attentionTx(ctx context.Context, id string, h payoutevent.Hold
 // (payout:{account}): a token it did not issue there must not write the
 // payout or move the account's fence. It returns nil or
 // ErrUnverifiedToken, logged.
-func (s *Service) verifyToken(ctx context.Context, id string, l lockedPayout, h payoutevent.Holder) error {
+func (s *Service) verifyToken(ctx context.Context, id string, l lockedPayout, h fencewire.Holder) error {
 	if !s.fencing {
 		return nil
 	}
@@ -724,13 +725,27 @@ func (s *Service) verifyReceipt(id string, l lockedPayout, token int64, req api.
 	if req.Outcome == api.OutcomeAmbiguous {
 		return nil
 	}
-	rec := payoutevent.RailReceipt{PayoutID: id, AccountID: l.accountID, AmountMinor: l.amount, Currency: l.currency,
+	rec := fencewire.RailReceipt{PayoutID: id, AccountID: l.accountID, AmountMinor: l.amount, Currency: l.currency,
 		Outcome: string(req.Outcome), RailRef: req.RailRef, RailToken: railToken(req, token)}
-	if _, err := s.receipts.Verify(req.Receipt, payoutevent.RailReceiptDomain, rec.Fields()...); err != nil {
+	if err := s.checkReceipt(req.Receipt, rec); err != nil {
 		return fmt.Errorf("%w: %s %s with rail reference %q and rail token %d: %w", ErrInvalidReceipt,
 			req.Outcome, id, req.RailRef, rec.RailToken, err)
 	}
 	return nil
+}
+
+// errNoReceipt: a result that needs rail-proxy's receipt came without
+// one. Said as such: fenceproof's own error for an empty value names a
+// proof, which is another header.
+var errNoReceipt = errors.New("no receipt")
+
+// checkReceipt verifies receipt as rail-proxy's signature over rec.
+func (s *Service) checkReceipt(receipt string, rec fencewire.RailReceipt) error {
+	if receipt == "" {
+		return errNoReceipt
+	}
+	_, err := s.receipts.Verify(receipt, fencewire.RailReceiptDomain, rec.Fields()...)
+	return err
 }
 
 // fencedOut logs the fenced_out event and returns the error wrapping

@@ -3,8 +3,8 @@ package paymentresource
 import (
 	"net/http"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 )
 
@@ -13,7 +13,7 @@ import (
 // rail-proxy would forward any payout id, amount, currency or account the
 // holder wrote, and only the reconciler's audit would notice the money
 // later. payment-resource therefore signs the terms of every payout it
-// answers (payoutevent.PayoutTerms: payout id, account, amount in minor
+// answers (fencewire.PayoutTerms: payout id, account, amount in minor
 // units, currency), and rail-proxy forwards only terms it signed.
 //
 // The signature is made from paydb's row each time a payout is answered,
@@ -24,14 +24,14 @@ import (
 // one it does not hold never is.
 
 // terms returns p's terms as signed.
-func terms(p api.Payout) payoutevent.PayoutTerms {
-	return payoutevent.PayoutTerms{PayoutID: p.PayoutID, AccountID: p.AccountID, AmountMinor: p.AmountMinor, Currency: p.Currency}
+func terms(p api.Payout) fencewire.PayoutTerms {
+	return fencewire.PayoutTerms{PayoutID: p.PayoutID, AccountID: p.AccountID, AmountMinor: p.AmountMinor, Currency: p.Currency}
 }
 
 // signTerms sets p.TermsSignature: the terms key's signature over p's
-// terms under payoutevent.PayoutTermsDomain.
+// terms under fencewire.PayoutTermsDomain.
 func (s *Service) signTerms(p *api.Payout) {
-	p.TermsSignature = s.termsKey.Sign(payoutevent.PayoutTermsDomain, terms(*p).Fields()...)
+	p.TermsSignature = s.termsKey.Sign(fencewire.PayoutTermsDomain, terms(*p).Fields()...)
 }
 
 // writePayout answers p with status, its terms signed.

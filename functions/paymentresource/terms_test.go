@@ -4,9 +4,9 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
 // Rail-proxy forwards only terms payment-resource
@@ -16,15 +16,15 @@ import (
 func TestEveryPayoutAnswerCarriesItsSignedTerms(t *testing.T) {
 	f := newFixture(t, newPublisher(nil))
 	f.createAccount("acct-1", "EUR", 10_000)
-	terms := payoutevent.PayoutTerms{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 700, Currency: "EUR"}
+	terms := fencewire.PayoutTerms{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 700, Currency: "EUR"}
 	check := func(what string, p api.Payout) {
 		t.Helper()
-		if _, err := prooftest.TermsKeys().Verify(p.TermsSignature, payoutevent.PayoutTermsDomain, terms.Fields()...); err != nil {
+		if _, err := fencingtest.TermsKeys().Verify(p.TermsSignature, fencewire.PayoutTermsDomain, terms.Fields()...); err != nil {
 			t.Errorf("%s: terms signature %q does not verify over %+v: %v", what, p.TermsSignature, terms, err)
 		}
 		other := terms
 		other.AmountMinor++
-		if _, err := prooftest.TermsKeys().Verify(p.TermsSignature, payoutevent.PayoutTermsDomain, other.Fields()...); err == nil {
+		if _, err := fencingtest.TermsKeys().Verify(p.TermsSignature, fencewire.PayoutTermsDomain, other.Fields()...); err == nil {
 			t.Errorf("%s: terms signature also verifies over another amount", what)
 		}
 	}

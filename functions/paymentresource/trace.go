@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
@@ -32,7 +33,7 @@ const (
 // fenced runs one fenced write of holder h on payout id inside its fence
 // span (fencing.StartSpan): the token the write presents, the payout, the
 // owner, and the verdict.
-func (s *Service) fenced(ctx context.Context, step, id string, h payoutevent.Holder, write func(context.Context) (api.Payout, error)) (api.Payout, error) {
+func (s *Service) fenced(ctx context.Context, step, id string, h fencewire.Holder, write func(context.Context) (api.Payout, error)) (api.Payout, error) {
 	ctx, span := fencing.StartSpan(ctx, FencePoint, step, h.Token, s.fencing,
 		attribute.String(tracing.AttrPayoutID, id), attribute.String(tracing.AttrLockOwner, h.Owner))
 	p, err := write(ctx)
@@ -44,23 +45,23 @@ func (s *Service) fenced(ctx context.Context, step, id string, h payoutevent.Hol
 }
 
 // claim is claimTx in its fence span.
-func (s *Service) claim(ctx context.Context, id string, h payoutevent.Holder) (api.Payout, error) {
+func (s *Service) claim(ctx context.Context, id string, h fencewire.Holder) (api.Payout, error) {
 	return s.fenced(ctx, StepClaim, id, h, func(ctx context.Context) (api.Payout, error) { return s.claimTx(ctx, id, h) })
 }
 
 // result is resultTx in its fence span.
-func (s *Service) result(ctx context.Context, id string, h payoutevent.Holder, req api.ResultRequest) (api.Payout, error) {
+func (s *Service) result(ctx context.Context, id string, h fencewire.Holder, req api.ResultRequest) (api.Payout, error) {
 	return s.fenced(ctx, StepResult, id, h, func(ctx context.Context) (api.Payout, error) { return s.resultTx(ctx, id, h, req) })
 }
 
 // attention is attentionTx in its fence span.
-func (s *Service) attention(ctx context.Context, id string, h payoutevent.Holder, reason api.AttentionReason) (api.Payout, error) {
+func (s *Service) attention(ctx context.Context, id string, h fencewire.Holder, reason api.AttentionReason) (api.Payout, error) {
 	return s.fenced(ctx, StepAttention, id, h, func(ctx context.Context) (api.Payout, error) { return s.attentionTx(ctx, id, h, reason) })
 }
 
 // resolve is resolveTx in its fence span (an ACK or DECLINE resolution
 // nests a result span).
-func (s *Service) resolve(ctx context.Context, id string, h payoutevent.Holder, req api.ResolutionRequest) (api.Payout, error) {
+func (s *Service) resolve(ctx context.Context, id string, h fencewire.Holder, req api.ResolutionRequest) (api.Payout, error) {
 	return s.fenced(ctx, StepResolution, id, h, func(ctx context.Context) (api.Payout, error) { return s.resolveTx(ctx, id, h, req) })
 }
 

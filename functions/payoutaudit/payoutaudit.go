@@ -6,7 +6,7 @@
 // paydb alone can balance while money left twice: when a second
 // submission of a payout reaches the rail and its report is refused by
 // payment-resource's fence, the ledger holds one debit for one posted
-// payout and every rule of paymentresource.Audit holds. Only the rail's
+// payout and every rule of ledgeraudit.Run holds. Only the rail's
 // record shows the second payment. This audit is therefore judged from the
 // rail's journal first (INV-04, INV-05 of docs/correctness.md), never from
 // what workers reported.
@@ -22,10 +22,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/ledgeraudit"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 )
 
 // Names of the cross-record checks, as reported in Violation.Check.
@@ -57,7 +57,7 @@ const (
 // Violation is one broken rule.
 type Violation struct {
 	// Check is one of the Check constants, or a check of
-	// paymentresource.Audit.
+	// ledgeraudit.Run.
 	Check string `json:"check"`
 	// Subject is the payout id (or what the ledger check names).
 	Subject string `json:"subject"`
@@ -101,7 +101,7 @@ type Report struct {
 	RailSubmissions int `json:"railSubmissions"`
 	RailAcks        int `json:"railAcks"`
 	Debits          int `json:"debits"`
-	// Ledger is paymentresource.Audit's report, when Run checked every
+	// Ledger is ledgeraudit.Run's report, when Run checked every
 	// payout (nil for a scoped check).
 	Ledger *api.AuditReport `json:"ledger,omitempty"`
 }
@@ -127,7 +127,7 @@ type payoutFacts struct {
 	// from the rail's journal
 	rail, acks int
 	railRefs   []string
-	paid       []railstub.SubmitRequest
+	paid       []rail.SubmitRequest
 }
 
 // DefaultSettle is Live's default wait between its two looks (2 s): far
@@ -142,7 +142,7 @@ const DefaultSettle = 2 * time.Second
 // GET /submissions of a rail-stub process): every payment it holds, at
 // least those of the payouts audited; stop orders are skipped if present.
 // Its error is returned by Live, wrapped.
-type RailReader func(ctx context.Context) ([]railstub.Submission, error)
+type RailReader func(ctx context.Context) ([]rail.Submission, error)
 
 // LiveConfig configures Live. The zero value waits DefaultSettle.
 type LiveConfig struct {
@@ -176,11 +176,11 @@ func Live(ctx context.Context, paydb, raildb *pgxpool.Pool, readRail RailReader,
 		if err != nil {
 			return Report{}, nil, err
 		}
-		rail, err := readRail(ctx)
+		journal, err := readRail(ctx)
 		if err != nil {
 			return Report{}, nil, fmt.Errorf("payoutaudit: read the rail's record: %w", err)
 		}
-		fs.addRail(rail, ids)
+		fs.addRail(journal, ids)
 		rep, ahead := judge(fs)
 		return rep, ahead, nil
 	}
@@ -275,7 +275,7 @@ func (fs facts) get(id string) *payoutFacts {
 // the rail's journal rail (railstub.Stub.Submissions, or GET /submissions
 // of a rail-stub process: every record, not only those of payoutIDs),
 // raildb and paydb. When payoutIDs is nil it also runs
-// paymentresource.Audit over paydb and includes its violations.
+// ledgeraudit.Run over paydb and includes its violations.
 //
 // The rail's journal was read by the caller, before the databases: run
 // it when the pipeline is quiet (no payout in flight), as the experiment,
@@ -283,12 +283,12 @@ func (fs facts) get(id string) *payoutFacts {
 // which reads the records in the pipeline's causal order and gives a
 // second look to what only a payout in flight can explain. Broken rules
 // are reported in the Report; the error is a database's.
-func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, rail []railstub.Submission, payoutIDs []string) (Report, error) {
+func Run(ctx context.Context, paydb, raildb *pgxpool.Pool, journal []rail.Submission, payoutIDs []string) (Report, error) {
 	fs, err := readBooks(ctx, paydb, raildb, payoutIDs)
 	if err != nil {
 		return newReport(), err
 	}
-	fs.addRail(rail, payoutIDs)
+	fs.addRail(journal, payoutIDs)
 	rep, _ := judge(fs)
 	return withLedger(ctx, paydb, rep, payoutIDs)
 }
@@ -297,11 +297,11 @@ func newReport() Report {
 	return Report{Violations: []Violation{}, Unreconciled: []string{}, RailPaidNoDebit: []string{}, DebitNoRailPayment: []string{}, InFlight: []string{}}
 }
 
-// withLedger adds paymentresource.Audit's report and violations to rep
+// withLedger adds ledgeraudit.Run's report and violations to rep
 // when payoutIDs is nil, and sets Balanced.
 func withLedger(ctx context.Context, paydb *pgxpool.Pool, rep Report, payoutIDs []string) (Report, error) {
 	if payoutIDs == nil {
-		ledger, err := paymentresource.Audit(ctx, paydb)
+		ledger, err := ledgeraudit.Run(ctx, paydb)
 		if err != nil {
 			return rep, fmt.Errorf("payoutaudit: %w", err)
 		}
@@ -377,8 +377,8 @@ func readBooks(ctx context.Context, paydb, raildb *pgxpool.Pool, payoutIDs []str
 }
 
 // addRail adds the rail's records of payoutIDs (all when nil) to fs.
-func (fs facts) addRail(rail []railstub.Submission, payoutIDs []string) {
-	for _, s := range rail {
+func (fs facts) addRail(journal []rail.Submission, payoutIDs []string) {
+	for _, s := range journal {
 		if s.Stop || payoutIDs != nil && !slices.Contains(payoutIDs, s.Request.PayoutID) {
 			continue
 		}
@@ -386,7 +386,7 @@ func (fs facts) addRail(rail []railstub.Submission, payoutIDs []string) {
 		f.rail++
 		f.railRefs = append(f.railRefs, s.Answer.RailRef)
 		f.paid = append(f.paid, s.Request)
-		if s.Answer.Status == railstub.StatusAck {
+		if s.Answer.Status == rail.StatusAck {
 			f.acks++
 		}
 	}

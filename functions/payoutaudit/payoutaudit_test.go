@@ -10,15 +10,15 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -43,8 +43,8 @@ func call(t *testing.T, method, url, account string, token int64, body any) (int
 		req.Header.Set(railapi.HeaderTermsSignature, sub.TermsSignature) // as the executor sends it
 	}
 	if token > 0 {
-		req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
-		req.Header.Set(fencing.HeaderProof, prooftest.Proof(account, token)) // as if lock-server granted it
+		req.Header.Set(fencewire.HeaderToken, strconv.FormatInt(token, 10))
+		req.Header.Set(fencewire.HeaderProof, fencingtest.Proof(account, token)) // as if lock-server granted it
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -80,7 +80,7 @@ func (w world) claim(e payoutevent.Event, token int64) {
 func (w world) submit(e payoutevent.Event, token int64) string {
 	code, body := call(w.t, "POST", w.p.ProxyURL+railapi.PathSubmissions, e.AccountID, token,
 		railapi.SubmitRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency,
-			TermsSignature: prooftest.Terms(payoutevent.PayoutTerms(e))}) // as payment-resource signs the payout
+			TermsSignature: fencingtest.Terms(fencewire.PayoutTerms(e))}) // as payment-resource signs the payout
 	if code != http.StatusOK {
 		w.t.Fatalf("submit %s with %d: %d %v", e.PayoutID, token, code, body)
 	}
@@ -97,7 +97,7 @@ func (w world) report(e payoutevent.Event, token int64, ref string, railToken in
 	// A receipt over exactly what is reported, as a faulty rail-proxy
 	// would sign it: these tests are about what the audit finds when
 	// the books were written wrong anyway.
-	body["receipt"] = prooftest.Receipt(payoutevent.RailReceipt{PayoutID: e.PayoutID, AccountID: e.AccountID,
+	body["receipt"] = fencingtest.Receipt(fencewire.RailReceipt{PayoutID: e.PayoutID, AccountID: e.AccountID,
 		AmountMinor: e.AmountMinor, Currency: e.Currency, Outcome: "ACK", RailRef: ref, RailToken: signed})
 	if code, ans := call(w.t, "POST", w.p.PayURL+api.ResultPath(e.PayoutID), e.AccountID, token, body); code != http.StatusOK {
 		w.t.Fatalf("result %s with %d: %d %v", e.PayoutID, token, code, ans)
@@ -160,7 +160,7 @@ func TestASubmissionThatBypassedRailProxyIsFound(t *testing.T) {
 	w := world{t, p}
 	e := w.payout("p-1")
 	rec := httptest.NewRecorder()
-	b, _ := json.Marshal(railstub.SubmitRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency, Reference: e.PayoutID})
+	b, _ := json.Marshal(rail.SubmitRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency, Reference: e.PayoutID})
 	req := httptest.NewRequest("POST", "/submit", bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
 	p.Stub.ServeHTTP(rec, req)
@@ -193,7 +193,7 @@ func TestAWrongRailTokenIsFound(t *testing.T) {
 // happened in the pipeline just before the audit read the rail).
 func railReader(p *pipelinetest.Pipeline, hooks ...func()) payoutaudit.RailReader {
 	calls := 0
-	return func(context.Context) ([]railstub.Submission, error) {
+	return func(context.Context) ([]rail.Submission, error) {
 		if calls < len(hooks) && hooks[calls] != nil {
 			hooks[calls]()
 		}
@@ -237,7 +237,7 @@ func TestLiveAuditStillReportsRealDiscrepancies(t *testing.T) {
 	w.report(ok, 5, w.submit(ok, 5), 0)
 	unbooked := w.payout("p-2")
 	rec := httptest.NewRecorder()
-	b, _ := json.Marshal(railstub.SubmitRequest{PayoutID: unbooked.PayoutID, AccountID: unbooked.AccountID, AmountMinor: unbooked.AmountMinor,
+	b, _ := json.Marshal(rail.SubmitRequest{PayoutID: unbooked.PayoutID, AccountID: unbooked.AccountID, AmountMinor: unbooked.AmountMinor,
 		Currency: unbooked.Currency, Reference: unbooked.PayoutID})
 	req := httptest.NewRequest("POST", "/submit", bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")

@@ -20,14 +20,14 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
 
@@ -60,7 +60,7 @@ func newExecutor(t *testing.T, p *pipelinetest.Pipeline, owner string, d client.
 // for tests of what lies past rail-proxy's terms check (a payment-resource
 // bug, or its key in the wrong hands).
 func signed(r railapi.SubmitRequest) railapi.SubmitRequest {
-	r.TermsSignature = prooftest.Terms(r.Terms())
+	r.TermsSignature = fencingtest.Terms(r.Terms())
 	return r
 }
 
@@ -91,9 +91,9 @@ func send(t *testing.T, url, account string, token int64, body any) (int, []byte
 		req.Header.Set(railapi.HeaderTermsSignature, terms)
 	}
 	if token > 0 {
-		req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
-		req.Header.Set(fencing.HeaderOwner, "review")
-		req.Header.Set(fencing.HeaderProof, prooftest.Proof(account, token)) // as if lock-server granted it
+		req.Header.Set(fencewire.HeaderToken, strconv.FormatInt(token, 10))
+		req.Header.Set(fencewire.HeaderOwner, "review")
+		req.Header.Set(fencewire.HeaderProof, fencingtest.Proof(account, token)) // as if lock-server granted it
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -178,7 +178,7 @@ func TestForeignFirstAttemptIsNotThePayoutsOutcome(t *testing.T) {
 			// carries p-1's own signature (over p-1's real terms): a known
 			// key's signature over other terms, INVALID_TERMS.
 			withP1sSignature := foreign
-			withP1sSignature.TermsSignature = prooftest.Terms(payoutevent.PayoutTerms(ev))
+			withP1sSignature.TermsSignature = fencingtest.Terms(fencewire.PayoutTerms(ev))
 			status, body := send(t, p.ProxyURL+railapi.PathSubmissions, c.account, c.token, withP1sSignature)
 			if status != http.StatusForbidden || !bytes.Contains(body, []byte(railapi.CodeInvalidTerms)) {
 				t.Fatalf("foreign submission: %d %s; want 403 %s", status, body, railapi.CodeInvalidTerms)
@@ -225,7 +225,7 @@ func TestAuditComparesWhatTheRailPaidWithTheBooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := lease.Token()
-	if _, err := p.Pay.Claim(t.Context(), ev.PayoutID, payoutevent.Holder{Token: tok, Proof: lease.Proof(), Owner: "review"}); err != nil {
+	if _, err := p.Pay.Claim(t.Context(), ev.PayoutID, fencewire.Holder{Token: tok, Proof: lease.Proof(), Owner: "review"}); err != nil {
 		t.Fatalf("claim: %v", err)
 	}
 	// The wrong amount now needs payment-resource's signature over it too:
@@ -239,7 +239,7 @@ func TestAuditComparesWhatTheRailPaidWithTheBooks(t *testing.T) {
 	// Since rail receipts, payment-resource refuses to book an
 	// ACK whose receipt covers another amount than the payout's; the rail
 	// still paid 1 EUR with no debit, which the audit must report.
-	_, err = p.Pay.PostResult(t.Context(), ev.PayoutID, payoutevent.Holder{Token: tok, Proof: lease.Proof(), Owner: "review"},
+	_, err = p.Pay.PostResult(t.Context(), ev.PayoutID, fencewire.Holder{Token: tok, Proof: lease.Proof(), Owner: "review"},
 		api.ResultRequest{Outcome: api.OutcomeAck, RailRef: ans.RailRef, RailToken: tok, Receipt: ans.Receipt})
 	if !errors.Is(err, payclient.ErrInvalidReceipt) {
 		t.Fatalf("result of an ACK for 1 EUR booked on a 2500 EUR payout: %v; want INVALID_RECEIPT", err)

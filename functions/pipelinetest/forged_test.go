@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
@@ -59,11 +59,11 @@ func TestAForgedMaximumTokenNeitherBricksTheAccountNorMovesMoney(t *testing.T) {
 	maxToken := strconv.FormatInt(1<<63-1, 10)
 	st, body := post(t, p.ProxyURL+railapi.PathSubmissions,
 		signed(railapi.SubmitRequest{PayoutID: "p-x", AccountID: "acct-1", AmountMinor: 1, Currency: "EUR"}), // only the token is forged
-		fencing.HeaderToken, maxToken)
+		fencewire.HeaderToken, maxToken)
 	if st != http.StatusForbidden || !bytes.Contains(body, []byte(railapi.CodeUnverifiedToken)) {
 		t.Fatalf("forged submission: %d %s; want 403 %s", st, body, railapi.CodeUnverifiedToken)
 	}
-	st, body = post(t, p.PayURL+api.ClaimPath(ev.PayoutID), struct{}{}, fencing.HeaderToken, maxToken)
+	st, body = post(t, p.PayURL+api.ClaimPath(ev.PayoutID), struct{}{}, fencewire.HeaderToken, maxToken)
 	if st != http.StatusForbidden || !bytes.Contains(body, []byte(api.CodeUnverifiedToken)) {
 		t.Fatalf("forged claim: %d %s; want 403 %s", st, body, api.CodeUnverifiedToken)
 	}
@@ -100,7 +100,7 @@ func TestAHolderCannotRecordAReferenceTheRailGaveAnotherPayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: "liar"}
+	h := fencewire.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: "liar"}
 	if _, err := p.Pay.Claim(t.Context(), liar.PayoutID, h); err != nil {
 		t.Fatal(err)
 	}

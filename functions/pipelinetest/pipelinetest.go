@@ -20,17 +20,18 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
@@ -61,9 +62,9 @@ type Options struct {
 	// when a payout is created.
 	Publisher paymentresource.Publisher
 	// TermsSigningKey, when set, is the key payment-resource signs payout
-	// terms with; zero keeps prooftest.TermsSigningKey(). RailTermsKeys,
+	// terms with; zero keeps fencingtest.TermsSigningKey(). RailTermsKeys,
 	// when it holds a key, is rail-proxy's PAYMENT_TERMS_KEYS; empty keeps
-	// prooftest.TermsKeys(). Together they stage a key rotation done in the
+	// fencingtest.TermsKeys(). Together they stage a key rotation done in the
 	// wrong order (see Pipeline.ReplaceProxy).
 	TermsSigningKey fenceproof.SigningKey
 	RailTermsKeys   fenceproof.Keyring
@@ -229,7 +230,7 @@ func Start(t testing.TB, opts Options) *Pipeline {
 	p := &Pipeline{LockClock: &Clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	p.Locks = memstore.New(p.LockClock)
 	p.lockCfg = lockserver.DefaultServerConfig()
-	p.lockCfg.ProofKey = prooftest.LockSigningKey()
+	p.lockCfg.ProofKey = fencingtest.LockSigningKey()
 	p.lockLog = log.With("service", "lock-server")
 	for range max(opts.LockReplicas, 1) {
 		ls, st, err := p.openLock()
@@ -270,8 +271,8 @@ func Start(t testing.TB, opts Options) *Pipeline {
 		pcfg.RailTimeout = opts.RailTimeout
 	}
 	pcfg.FencingDisabled = opts.RailFencingOff
-	pcfg.ProofKeys, pcfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
-	pcfg.TermsKeys = prooftest.TermsKeys()
+	pcfg.ProofKeys, pcfg.ReceiptKey = fencingtest.ProofKeys(), fencingtest.ReceiptSigningKey()
+	pcfg.TermsKeys = fencingtest.TermsKeys()
 	if opts.RailTermsKeys.Len() > 0 {
 		pcfg.TermsKeys = opts.RailTermsKeys
 	}
@@ -295,8 +296,8 @@ func Start(t testing.TB, opts Options) *Pipeline {
 	paydb := pgtest.NewDatabase(t)
 	paycfg := paymentresource.DefaultConfig()
 	paycfg.DatabaseURL, paycfg.OutboxPoll, paycfg.FencingDisabled = paydb, 10*time.Minute, opts.PaymentFencingOff
-	paycfg.ProofKeys, paycfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
-	paycfg.TermsKey = prooftest.TermsSigningKey()
+	paycfg.ProofKeys, paycfg.ReceiptKeys = fencingtest.ProofKeys(), fencingtest.ReceiptKeys()
+	paycfg.TermsKey = fencingtest.TermsSigningKey()
 	if !opts.TermsSigningKey.IsZero() {
 		paycfg.TermsKey = opts.TermsSigningKey
 	}
@@ -333,7 +334,7 @@ func (p *Pipeline) CreatePayout(ctx context.Context, e payoutevent.Event) error 
 // Audit runs payoutaudit.Run over the pipeline's records: for the payouts
 // named, or for every payout (with the ledger audit) when none is.
 func (p *Pipeline) Audit(ctx context.Context, payoutIDs ...string) (payoutaudit.Report, error) {
-	var rail []railstub.Submission
+	var rail []rail.Submission
 	if len(payoutIDs) == 0 {
 		rail = p.Stub.Submissions("")
 		payoutIDs = nil

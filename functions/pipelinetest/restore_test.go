@@ -13,9 +13,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
@@ -23,7 +25,6 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
 
@@ -91,7 +92,7 @@ func startRestoreRig(t *testing.T) *restoreRig {
 // payment-resource would sign them.
 func (r *restoreRig) submit(t *testing.T, token int64, payout, account string) (railapi.SubmitAnswer, error) {
 	t.Helper()
-	return r.p.Rail.Submit(t.Context(), prooftest.Holder(account, token, "review"), signed(railapi.SubmitRequest{
+	return r.p.Rail.Submit(t.Context(), fencingtest.Holder(account, token, "review"), signed(railapi.SubmitRequest{
 		PayoutID: payout, AccountID: account, AmountMinor: r.ev.AmountMinor, Currency: r.ev.Currency}))
 }
 
@@ -117,7 +118,7 @@ func count(t *testing.T, db *pgxpool.Pool, sql string, args ...any) int64 {
 // writeJournal writes the rail's journal as its GET /submissions serves it.
 func writeJournal(t *testing.T, stub *railstub.Stub) string {
 	t.Helper()
-	raw, err := json.Marshal(railstub.SubmissionList{Submissions: stub.Submissions("")})
+	raw, err := json.Marshal(rail.SubmissionList{Submissions: stub.Submissions("")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +223,7 @@ func TestRaildbRestoreDoesNotLetASecondSubmissionThrough(t *testing.T) {
 		}
 	}
 	var highest []float64
-	for _, e := range r.logs.Events(t, fencing.EventFencedOut) {
+	for _, e := range r.logs.Events(t, fencewire.EventFencedOut) {
 		highest = append(highest, e["highestToken"].(float64))
 	}
 	if len(highest) != 2 || highest[0] != float64(n) || highest[1] != float64(n) {

@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
@@ -53,7 +54,7 @@ func TestAGhostPayoutIdIsNotForwarded(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			h := payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: "mallory"}
+			h := fencewire.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: "mallory"}
 			for _, c := range []struct {
 				name string
 				req  railapi.SubmitRequest
@@ -180,7 +181,7 @@ func TestAnUnknownTermsKeyIsRedeliveredAndSucceedsOnceTheKeyIsAdded(t *testing.T
 		t.Fatalf("the rail received %+v; want nothing yet", rail)
 	}
 	p.ReplaceProxy(t, func(c *railproxy.Config) {
-		ring, err := fenceproof.NewKeyring(prooftest.TermsSigningKey().VerifyKey(), next.VerifyKey())
+		ring, err := fenceproof.NewKeyring(fencingtest.TermsSigningKey().VerifyKey(), next.VerifyKey())
 		if err != nil {
 			t.Fatal(err)
 		}

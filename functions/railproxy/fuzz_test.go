@@ -12,12 +12,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzztest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -40,11 +41,11 @@ func fuzzProof(mode uint8, arg, token string, body []byte) string {
 	tok, _ := strconv.ParseInt(strings.TrimSpace(token), 10, 64)
 	switch mode % 4 {
 	case proofValid:
-		return prooftest.Proof(b.AccountID, tok)
+		return fencingtest.Proof(b.AccountID, tok)
 	case proofGarbage:
 		return arg
 	case proofOther:
-		return prooftest.Proof(b.AccountID+"-other", tok)
+		return fencingtest.Proof(b.AccountID+"-other", tok)
 	}
 	return ""
 }
@@ -69,8 +70,8 @@ func fuzzRig(f *testing.F) (p *railproxy.Proxy, stub *railstub.Stub, db *pgxpool
 	dsn := pgtest.NewDatabase(f)
 	cfg := railproxy.DefaultConfig()
 	cfg.DB.DSN, cfg.RailURL = dsn, rail.URL
-	cfg.ProofKeys, cfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
-	cfg.TermsKeys = prooftest.TermsKeys()
+	cfg.ProofKeys, cfg.ReceiptKey = fencingtest.ProofKeys(), fencingtest.ReceiptSigningKey()
+	cfg.TermsKeys = fencingtest.TermsKeys()
 	p, err = railproxy.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		f.Fatal(err)
@@ -90,7 +91,7 @@ func FuzzRailProxy(f *testing.F) {
 	// signed); unsigned the same without the signature.
 	sub := func(payout, account string) []byte {
 		r := api.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: 2500, Currency: "EUR"}
-		r.BodyTermsSignature = prooftest.Terms(r.Terms()) // the previous version's body member, still accepted
+		r.BodyTermsSignature = fencingtest.Terms(r.Terms()) // the previous version's body member, still accepted
 		b, _ := json.Marshal(r)
 		return b
 	}
@@ -99,7 +100,7 @@ func FuzzRailProxy(f *testing.F) {
 	}
 	// acct-1's high-water is 5, and payout p-0 went to the rail.
 	setup, _ := fuzztest.NewRequest(0, api.PathSubmissions, sub("p-0", "acct-1"),
-		"Content-Type", "application/json", api.HeaderToken, "5", api.HeaderProof, prooftest.Proof("acct-1", 5))
+		"Content-Type", "application/json", api.HeaderToken, "5", api.HeaderProof, fencingtest.Proof("acct-1", 5))
 	if rec := httptest.NewRecorder(); func() int { p.ServeHTTP(rec, setup); return rec.Code }() != http.StatusOK {
 		f.Fatalf("setup submission refused: %s", rec.Body)
 	}
@@ -221,13 +222,13 @@ func FuzzRailProxySubmission(f *testing.F) {
 	f.Add("é", "acct-4", int64(1), "EUR", int64(2))
 	f.Fuzz(func(t *testing.T, payout, account string, amount int64, currency string, token int64) {
 		sub := api.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: currency}
-		sig := prooftest.Terms(sub.Terms()) // as payment-resource signs the payouts it created
+		sig := fencingtest.Terms(sub.Terms()) // as payment-resource signs the payouts it created
 		body, err := json.Marshal(sub)
 		if err != nil {
 			t.Fatal(err)
 		}
 		req, _ := fuzztest.NewRequest(0, api.PathSubmissions, body, "Content-Type", "application/json",
-			api.HeaderToken, strconv.FormatInt(token, 10), api.HeaderProof, prooftest.Proof(account, token), api.HeaderTermsSignature, sig)
+			api.HeaderToken, strconv.FormatInt(token, 10), api.HeaderProof, fencingtest.Proof(account, token), api.HeaderTermsSignature, sig)
 		records := len(stub.Submissions(""))
 		rec := httptest.NewRecorder()
 		p.ServeHTTP(rec, req)
@@ -242,7 +243,7 @@ func FuzzRailProxySubmission(f *testing.F) {
 			}
 			return
 		}
-		want := railstub.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: currency, Reference: payout}
+		want := rail.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: currency, Reference: payout}
 		if len(got) != 1 || got[0].Request != want {
 			t.Fatalf("accepted submission %s reached the rail as %+v; want once as %+v", body, got, want)
 		}

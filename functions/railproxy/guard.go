@@ -144,7 +144,7 @@ func (r RailRecord) Validate() error {
 }
 
 // railJournal is the rail's journal as the rail-stub's GET /submissions
-// serves it (railstub.SubmissionList); unknown fields are ignored.
+// serves it (rail.SubmissionList); unknown fields are ignored.
 type railJournal struct {
 	Submissions *[]struct {
 		Request struct {

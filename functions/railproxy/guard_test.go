@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
@@ -101,7 +101,7 @@ func TestRestoredRaildbRefusesUntilRecovered(t *testing.T) {
 	for _, acct := range []string{"acct-1", "acct-new"} {
 		mustBeFenced(t, submit(p, "w", body("po-3", acct, 100), "50"))
 	}
-	if ev := r.logs.Events(t, fencing.EventFencedOut); len(ev) != 2 || ev[1]["highestToken"] != float64(50) {
+	if ev := r.logs.Events(t, fencewire.EventFencedOut); len(ev) != 2 || ev[1]["highestToken"] != float64(50) {
 		t.Errorf("fenced_out events %v; want 2 with highestToken 50", ev)
 	}
 	ans := mustAccept(t, p, "w", body("po-3", "acct-new", 100), 51)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 )
 
@@ -30,9 +30,9 @@ func TestOwnerHeaderIsHeldToLockServersRule(t *testing.T) {
 	} {
 		req := httptest.NewRequest("POST", api.PathSubmissions, strings.NewReader(body("po-1", "acct-1", 2500)))
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(fencing.HeaderToken, "42")
+		req.Header.Set(fencewire.HeaderToken, "42")
 		for _, v := range vals {
-			req.Header.Add(fencing.HeaderOwner, v)
+			req.Header.Add(fencewire.HeaderOwner, v)
 		}
 		rec := httptest.NewRecorder()
 		p.ServeHTTP(rec, req)

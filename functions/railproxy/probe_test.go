@@ -10,14 +10,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzztest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload/overloadtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -37,9 +37,9 @@ func (q probeReq) serve(h http.Handler) *httptest.ResponseRecorder {
 		req.Header.Set("Content-Type", q.ct)
 	}
 	if q.token != "" {
-		req.Header.Set(fencing.HeaderToken, q.token)
-		req.Header.Set(fencing.HeaderProof, cmp.Or(q.proof, prooftest.Proof("acct-1", 50)))
-		req.Header.Set(fencing.HeaderOwner, "w")
+		req.Header.Set(fencewire.HeaderToken, q.token)
+		req.Header.Set(fencewire.HeaderProof, cmp.Or(q.proof, fencingtest.Proof("acct-1", 50)))
+		req.Header.Set(fencewire.HeaderOwner, "w")
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)

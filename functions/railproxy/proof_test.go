@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
 
@@ -22,10 +22,10 @@ import (
 func submitWithProof(h http.Handler, body string, token int64, proof string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest("POST", api.PathSubmissions, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
-	req.Header.Set(fencing.HeaderOwner, "mallory")
+	req.Header.Set(fencewire.HeaderToken, strconv.FormatInt(token, 10))
+	req.Header.Set(fencewire.HeaderOwner, "mallory")
 	if proof != "" {
-		req.Header.Set(fencing.HeaderProof, proof)
+		req.Header.Set(fencewire.HeaderProof, proof)
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
@@ -40,7 +40,7 @@ func TestTokensLockServerDidNotGrantOnTheAccountAreRefusedAndChangeNothing(t *te
 	r := newRig(t)
 	p := r.proxy(nil)
 	const maxToken = 1<<63 - 1
-	forger, err := fenceproof.GenerateSigningKey(prooftest.LockSigningKey().ID(), strings.NewReader(strings.Repeat("f", 64)))
+	forger, err := fenceproof.GenerateSigningKey(fencingtest.LockSigningKey().ID(), strings.NewReader(strings.Repeat("f", 64)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,8 +50,8 @@ func TestTokensLockServerDidNotGrantOnTheAccountAreRefusedAndChangeNothing(t *te
 		proof string
 	}{
 		{"no proof", maxToken, ""},
-		{"a proof of a lower token", maxToken, prooftest.Proof("acct-1", 5)},
-		{"a proof of another account's lock", 9, prooftest.Proof("acct-2", 9)},
+		{"a proof of a lower token", maxToken, fencingtest.Proof("acct-1", 5)},
+		{"a proof of another account's lock", 9, fencingtest.Proof("acct-2", 9)},
 		{"a proof signed by another key with the same id", maxToken,
 			forger.SignGrant(payoutevent.Event{AccountID: "acct-1"}.LockKey(), maxToken, time.Now())},
 		{"a malformed proof", 9, "v1.garbage"},
@@ -71,7 +71,7 @@ func TestTokensLockServerDidNotGrantOnTheAccountAreRefusedAndChangeNothing(t *te
 		t.Errorf("%d %s events, want one per refusal (5)", n, api.EventUnverifiedToken)
 	}
 	// The real holder of acct-1's lock is not locked out.
-	rec := submitWithProof(p, body("p-1", "acct-1", 100), 5, prooftest.Proof("acct-1", 5))
+	rec := submitWithProof(p, body("p-1", "acct-1", 100), 5, fencingtest.Proof("acct-1", 5))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("the real holder's submission: %d %s", rec.Code, rec.Body)
 	}
@@ -97,33 +97,33 @@ func TestWithFencingOffTokensAreNotVerified(t *testing.T) {
 func TestAnswersCarryAReceiptOverExactlyTheRailsAnswer(t *testing.T) {
 	r := newRig(t)
 	p := r.proxy(nil)
-	rec := submitWithProof(p, body("p-1", "acct-1", 100), 5, prooftest.Proof("acct-1", 5))
+	rec := submitWithProof(p, body("p-1", "acct-1", 100), 5, fencingtest.Proof("acct-1", 5))
 	var ans api.SubmitAnswer
 	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &ans) != nil {
 		t.Fatalf("submission: %d %s", rec.Code, rec.Body)
 	}
-	want := payoutevent.RailReceipt{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR",
+	want := fencewire.RailReceipt{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR",
 		Outcome: string(ans.Status), RailRef: ans.RailRef, RailToken: 5}
-	keys := prooftest.ReceiptKeys()
-	if _, err := keys.Verify(ans.Receipt, payoutevent.RailReceiptDomain, want.Fields()...); err != nil {
+	keys := fencingtest.ReceiptKeys()
+	if _, err := keys.Verify(ans.Receipt, fencewire.RailReceiptDomain, want.Fields()...); err != nil {
 		t.Fatalf("the answer's receipt does not cover %+v: %v", want, err)
 	}
-	for _, lie := range []payoutevent.RailReceipt{
+	for _, lie := range []fencewire.RailReceipt{
 		{PayoutID: "p-2", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR", Outcome: want.Outcome, RailRef: want.RailRef, RailToken: 5},
 		{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR", Outcome: string(api.RailDecline), RailRef: want.RailRef, RailToken: 5},
 		{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR", Outcome: want.Outcome, RailRef: want.RailRef + "0", RailToken: 5},
 	} {
-		if _, err := keys.Verify(ans.Receipt, payoutevent.RailReceiptDomain, lie.Fields()...); err == nil {
+		if _, err := keys.Verify(ans.Receipt, fencewire.RailReceiptDomain, lie.Fields()...); err == nil {
 			t.Errorf("the receipt also verifies for %+v", lie)
 		}
 	}
 	// A second submission is refused with the first attempt and its receipt.
-	rec = submitWithProof(p, body("p-1", "acct-1", 100), 6, prooftest.Proof("acct-1", 6))
+	rec = submitWithProof(p, body("p-1", "acct-1", 100), 6, fencingtest.Proof("acct-1", 6))
 	var dup api.AlreadySubmittedAnswer
 	if rec.Code != http.StatusConflict || json.Unmarshal(rec.Body.Bytes(), &dup) != nil {
 		t.Fatalf("second submission: %d %s", rec.Code, rec.Body)
 	}
-	if _, err := keys.Verify(dup.Attempt.Receipt, payoutevent.RailReceiptDomain, want.Fields()...); err != nil {
+	if _, err := keys.Verify(dup.Attempt.Receipt, fencewire.RailReceiptDomain, want.Fields()...); err != nil {
 		t.Fatalf("the first attempt's receipt does not cover %+v: %v", want, err)
 	}
 }
@@ -148,9 +148,9 @@ func TestTwoProofHeadersAreRefusedAsMoreThanOne(t *testing.T) {
 	p := r.proxy(nil)
 	req := httptest.NewRequest("POST", api.PathSubmissions, strings.NewReader(body("p-1", "acct-1", 100)))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(fencing.HeaderToken, "5")
-	req.Header.Add(fencing.HeaderProof, prooftest.Proof("acct-1", 5))
-	req.Header.Add(fencing.HeaderProof, prooftest.Proof("acct-1", 5))
+	req.Header.Set(fencewire.HeaderToken, "5")
+	req.Header.Add(fencewire.HeaderProof, fencingtest.Proof("acct-1", 5))
+	req.Header.Add(fencewire.HeaderProof, fencingtest.Proof("acct-1", 5))
 	rec := httptest.NewRecorder()
 	p.ServeHTTP(rec, req)
 	wantCode(t, rec, http.StatusForbidden, api.CodeUnverifiedToken)

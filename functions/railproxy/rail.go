@@ -10,8 +10,8 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 )
 
 // railRequest is the rail's POST /submit body: no token, no idempotency
@@ -79,9 +79,9 @@ func (p *Proxy) forward(ctx context.Context, req api.SubmitRequest) (railAnswer,
 	}
 	if resp.StatusCode != http.StatusOK {
 		switch code := railCode(raw); {
-		case resp.StatusCode == http.StatusServiceUnavailable && code == railstub.CodeRailUnavailable:
+		case resp.StatusCode == http.StatusServiceUnavailable && code == rail.CodeUnavailable:
 			return railAnswer{}, fmt.Errorf("%w: rail answered %d %s (nothing recorded)", errNotSent, resp.StatusCode, code)
-		case resp.StatusCode == http.StatusConflict && code == railstub.CodeReferenceStopped:
+		case resp.StatusCode == http.StatusConflict && code == rail.CodeReferenceStopped:
 			return railAnswer{}, fmt.Errorf("%w: rail answered %d %s", errRefStopped, resp.StatusCode, code)
 		}
 		return railAnswer{}, fmt.Errorf("rail answered %d: %.200s", resp.StatusCode, raw)

@@ -27,7 +27,9 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
@@ -117,7 +119,7 @@ type Config struct {
 	// from RAILDB_INSTANCE (optional; dial through the Cloud SQL connector).
 	DB pgpool.Config
 	// RailURL is the rail's base URL (http or https); submissions are
-	// POSTed to RailURL + api.RailPathSubmit. Required. Env RAIL_URL.
+	// POSTed to RailURL + rail.PathSubmit. Required. Env RAIL_URL.
 	RailURL string
 	// RailTimeout bounds one call to the rail, from dial to the end of the
 	// answer. When it runs out the outcome is unknown: the attempt is
@@ -426,8 +428,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Proxy, error) {
 			// A redirect is not an answer: it ends as a non-200, ambiguous.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		submitURL: strings.TrimSuffix(cfg.RailURL, "/") + api.RailPathSubmit,
-		stopURL:   strings.TrimSuffix(cfg.RailURL, "/") + api.RailPathStops,
+		submitURL: strings.TrimSuffix(cfg.RailURL, "/") + rail.PathSubmit,
+		stopURL:   strings.TrimSuffix(cfg.RailURL, "/") + rail.PathStops,
 		mux:       http.NewServeMux(),
 		guard:     guard,
 		detach:    guardGauges.Attach(guard),
@@ -555,7 +557,7 @@ func (p *Proxy) Close() error {
 // once (403 UNVERIFIED_TOKEN, saying so). A malformed owner is
 // refused like lock-server refuses it, never cut and stored: it would
 // reach raildb.
-func (p *Proxy) holder(w http.ResponseWriter, r *http.Request) (h payoutevent.Holder, ok bool) {
+func (p *Proxy) holder(w http.ResponseWriter, r *http.Request) (h fencewire.Holder, ok bool) {
 	token, err := fencing.TokenFrom(r)
 	if err != nil {
 		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %w", ErrInvalidToken, err))
@@ -573,7 +575,7 @@ func (p *Proxy) holder(w http.ResponseWriter, r *http.Request) (h payoutevent.Ho
 		p.fail(r.Context(), w, p.log, fmt.Errorf("%w: %w", ErrUnverifiedToken, err))
 		return h, false
 	}
-	return payoutevent.Holder{Token: token, Proof: proof, Owner: owner}, true
+	return fencewire.Holder{Token: token, Proof: proof, Owner: owner}, true
 }
 
 func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
@@ -737,7 +739,7 @@ func (p *Proxy) stopped(ctx context.Context, w http.ResponseWriter, lg *slog.Log
 }
 
 // receipt signs the rail's answer to a payout's one forwarded submission
-// (payoutevent.RailReceipt) when state is StateAcked or StateDeclined, and
+// (fencewire.RailReceipt) when state is StateAcked or StateDeclined, and
 // a reconciliation's "nothing at the rail" (outcome NONE, no reference)
 // when it is StateNotAtRail; "" otherwise (no answer to vouch for).
 func (p *Proxy) receipt(payout, account string, amount int64, currency string, state api.State, railRef string, token int64) string {
@@ -752,9 +754,9 @@ func (p *Proxy) receipt(payout, account string, amount int64, currency string, s
 	default:
 		return ""
 	}
-	rec := payoutevent.RailReceipt{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: currency,
+	rec := fencewire.RailReceipt{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: currency,
 		Outcome: string(outcome), RailRef: railRef, RailToken: token}
-	return p.cfg.ReceiptKey.Sign(payoutevent.RailReceiptDomain, rec.Fields()...)
+	return p.cfg.ReceiptKey.Sign(fencewire.RailReceiptDomain, rec.Fields()...)
 }
 
 func (p *Proxy) handleHighWater(w http.ResponseWriter, r *http.Request) {

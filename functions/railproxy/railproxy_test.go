@@ -21,15 +21,15 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -72,8 +72,8 @@ func (r *rig) proxy(mod func(*railproxy.Config)) *railproxy.Proxy {
 	cfg := railproxy.DefaultConfig()
 	cfg.DB.DSN = r.dsn
 	cfg.RailURL = r.rail.URL
-	cfg.ProofKeys, cfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
-	cfg.TermsKeys = prooftest.TermsKeys()
+	cfg.ProofKeys, cfg.ReceiptKey = fencingtest.ProofKeys(), fencingtest.ReceiptSigningKey()
+	cfg.TermsKeys = fencingtest.TermsKeys()
 	// No early stall detection unless a test asks for it: under -race on a
 	// starved machine, raildb can take longer than StallAfter to answer
 	// anything, even a ping, and a test of the fence would meet a
@@ -159,7 +159,7 @@ func withProof(req *http.Request, body string, tokens []string) {
 	if len(tokens) != 1 || err != nil || tok <= 0 || json.Unmarshal([]byte(body), &sub) != nil {
 		return
 	}
-	req.Header.Set(fencing.HeaderProof, prooftest.Proof(sub.AccountID, tok))
+	req.Header.Set(fencewire.HeaderProof, fencingtest.Proof(sub.AccountID, tok))
 }
 
 // body is the submission of a payout payment-resource created: its terms
@@ -168,7 +168,7 @@ func withProof(req *http.Request, body string, tokens []string) {
 // the header api.HeaderTermsSignature, as the executor sends it.
 func body(payout, account string, amount int64) string {
 	req := api.SubmitRequest{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: "EUR"}
-	req.BodyTermsSignature = prooftest.Terms(req.Terms())
+	req.BodyTermsSignature = fencingtest.Terms(req.Terms())
 	b, _ := json.Marshal(req)
 	return string(b)
 }
@@ -213,11 +213,11 @@ func submitWith(h http.Handler, owner, body, sig string, tokens ...string) *http
 	}
 	req.Header.Set("Content-Type", "application/json")
 	for _, tok := range tokens {
-		req.Header.Add(fencing.HeaderToken, tok)
+		req.Header.Add(fencewire.HeaderToken, tok)
 	}
 	withProof(req, body, tokens)
 	if owner != "" {
-		req.Header.Set(fencing.HeaderOwner, owner)
+		req.Header.Set(fencewire.HeaderOwner, owner)
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
@@ -272,7 +272,7 @@ func TestStaleHolderIsFencedAtRailProxy(t *testing.T) {
 	// submits the same payout.
 	mustBeFenced(t, submit(p, "worker-a", body("po-1", "acct-1", 2500), "41"))
 
-	fenced := r.logs.Events(t, fencing.EventFencedOut)
+	fenced := r.logs.Events(t, fencewire.EventFencedOut)
 	if len(fenced) != 1 {
 		t.Fatalf("got %d fenced_out log lines, want 1", len(fenced))
 	}
@@ -355,7 +355,7 @@ func TestAHoldersResendOfItsOwnSubmissionIsNotStale(t *testing.T) {
 	if hw := highWater(t, p, "acct-1"); hw != 12 {
 		t.Fatalf("high-water %d, want 12 (the refusal taught the fence the newer token)", hw)
 	}
-	if got := r.logs.Events(t, fencing.EventFencedOut); len(got) != 0 {
+	if got := r.logs.Events(t, fencewire.EventFencedOut); len(got) != 0 {
 		t.Fatalf("fenced_out lines %v; want none: nobody stale submitted", got)
 	}
 	// Token 11 is stale now, and 12 cannot carry a second payout.
@@ -505,7 +505,7 @@ func TestRailFailureAfterForwardingIsAmbiguous(t *testing.T) {
 			if len(recs) != tc.wantRecords {
 				t.Fatalf("rail records %+v, want %d", recs, tc.wantRecords)
 			}
-			if tc.wantRecords == 1 && (!recs[0].Withheld || recs[0].Answer.Status != railstub.StatusAck) {
+			if tc.wantRecords == 1 && (!recs[0].Withheld || recs[0].Answer.Status != rail.StatusAck) {
 				t.Fatalf("rail record %+v; want a withheld ACK: the money moved", recs[0])
 			}
 			// The payout's forward stays with the ambiguous attempt: the
@@ -640,7 +640,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	mustAccept(t, p, "w", body("po-1", "acct-1", 100), 42)
 
 	good := map[string]any{"payoutId": "po-2", "accountId": "acct-1", "amountMinor": 100, "currency": "EUR",
-		"termsSignature": prooftest.Terms(payoutevent.PayoutTerms{PayoutID: "po-2", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR"})}
+		"termsSignature": fencingtest.Terms(fencewire.PayoutTerms{PayoutID: "po-2", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR"})}
 	with := func(k string, v any) string {
 		m := map[string]any{}
 		for kk, vv := range good {
@@ -719,7 +719,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 			hr.Header.Set("Content-Type", tc.req.ct)
 		}
 		for _, tok := range tc.req.tokens {
-			hr.Header.Add(fencing.HeaderToken, tok)
+			hr.Header.Add(fencewire.HeaderToken, tok)
 		}
 		withProof(hr, tc.req.body, tc.req.tokens)
 		rec := httptest.NewRecorder()
@@ -741,7 +741,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	if n := len(r.stub.Submissions("")); n != 1 {
 		t.Errorf("rail received %d submissions, want 1: bad input reached the rail", n)
 	}
-	if n := len(r.logs.Events(t, fencing.EventFencedOut)); n != 0 {
+	if n := len(r.logs.Events(t, fencewire.EventFencedOut)); n != 0 {
 		t.Errorf("%d fenced_out lines, want 0", n)
 	}
 }
@@ -810,7 +810,7 @@ func TestConcurrentSubmissionsNeverLetALowerTokenThrough(t *testing.T) {
 		}
 	}
 	// Every refusal names a genuinely higher token that was accepted.
-	for _, line := range r.logs.Events(t, fencing.EventFencedOut) {
+	for _, line := range r.logs.Events(t, fencewire.EventFencedOut) {
 		pres, high := int64(line["presentedToken"].(float64)), int64(line["highestToken"].(float64))
 		if high <= pres || !accepted[high] {
 			t.Errorf("fenced_out presented %d highest %d: the highest must be an accepted token above it", pres, high)
@@ -836,9 +836,9 @@ func TestLoadConfig(t *testing.T) {
 		api.EnvRailTimeoutMs:     "1500",
 		api.EnvDBTimeoutMs:       "700",
 		api.EnvFencingEnabled:    "false",
-		api.EnvProofKeys:         prooftest.LockSigningKey().VerifyKey().String(),
-		api.EnvReceiptSigningKey: prooftest.ReceiptSigningKey().String(),
-		api.EnvTermsKeys:         prooftest.TermsSigningKey().VerifyKey().String(),
+		api.EnvProofKeys:         fencingtest.LockSigningKey().VerifyKey().String(),
+		api.EnvReceiptSigningKey: fencingtest.ReceiptSigningKey().String(),
+		api.EnvTermsKeys:         fencingtest.TermsSigningKey().VerifyKey().String(),
 	}
 	getenv := func(k string) string { return env[k] }
 	got, err := railproxy.LoadConfig(getenv)
@@ -847,7 +847,7 @@ func TestLoadConfig(t *testing.T) {
 	}
 	if got.DB.DSN != env[api.EnvDatabaseURL] || got.DB.CloudSQLInstance != "proj:region:inst" || got.RailURL != "http://127.0.0.1:9000/" ||
 		got.RailTimeout != 1500*time.Millisecond || got.DBTimeout != 700*time.Millisecond || !got.FencingDisabled ||
-		got.ProofKeys.Len() != 1 || got.ReceiptKey.ID() != prooftest.ReceiptSigningKey().ID() || got.TermsKeys.Len() != 1 {
+		got.ProofKeys.Len() != 1 || got.ReceiptKey.ID() != fencingtest.ReceiptSigningKey().ID() || got.TermsKeys.Len() != 1 {
 		t.Fatalf("LoadConfig = %+v", got)
 	}
 	delete(env, api.EnvFencingEnabled)
@@ -863,9 +863,9 @@ func TestLoadConfig(t *testing.T) {
 		api.EnvFencingEnabled: "maybe",
 		api.EnvProofKeys:      "k:short",
 		// A public key where the secret goes (and none at all).
-		api.EnvReceiptSigningKey: prooftest.ReceiptSigningKey().VerifyKey().String(),
+		api.EnvReceiptSigningKey: fencingtest.ReceiptSigningKey().VerifyKey().String(),
 		// A secret key where the public ones go.
-		api.EnvTermsKeys: prooftest.TermsSigningKey().String(),
+		api.EnvTermsKeys: fencingtest.TermsSigningKey().String(),
 	} {
 		bad := map[string]string{}
 		for kk, vv := range env {
@@ -886,7 +886,7 @@ func TestLoadConfig(t *testing.T) {
 		if !errors.Is(err, railproxy.ErrInvalidConfig) || !strings.Contains(err.Error(), k) {
 			t.Errorf("without %s (fencing on): %v; want ErrInvalidConfig naming it", k, err)
 		}
-		if secret := prooftest.ReceiptSigningKey().String(); err != nil && strings.Contains(err.Error(), secret[len(secret)-20:]) {
+		if secret := fencingtest.ReceiptSigningKey().String(); err != nil && strings.Contains(err.Error(), secret[len(secret)-20:]) {
 			t.Errorf("LoadConfig error %q echoes a secret key", err)
 		}
 	}

@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
 // Reads that decide a later write, inside admit's transaction (audit 7).
@@ -39,7 +39,7 @@ func TestARefusedSubmissionDoesNotMakeTheNextOneOwn(t *testing.T) {
 	if got := r.stub.Submissions("po-2"); len(got) != 0 {
 		t.Fatalf("rail records %d submissions of po-2; want none", len(got))
 	}
-	if got := r.logs.Events(t, fencing.EventFencedOut); len(got) != 3 {
+	if got := r.logs.Events(t, fencewire.EventFencedOut); len(got) != 3 {
 		t.Fatalf("%d fenced_out lines; want 3", len(got))
 	}
 	// The holder's own resend of po-1 is still not stale.
@@ -116,7 +116,7 @@ func TestClosingAPayoutIsRefusedOnARestoredRaildb(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := api.ReconcileRequest{PayoutID: "g-1", AccountID: "acct-g", AmountMinor: 500, Currency: "EUR"}
-	req.BodyTermsSignature = prooftest.Terms(api.SubmitRequest(req).Terms()) // reconcileAs sends it in its header
+	req.BodyTermsSignature = fencingtest.Terms(api.SubmitRequest(req).Terms()) // reconcileAs sends it in its header
 	b, _ := json.Marshal(req)
 	rec := reconcileAs(p, "acct-g", 7, string(b))
 	if e := envelope(t, rec); rec.Code != http.StatusServiceUnavailable || e.Code != api.CodeRestored || !e.Retryable {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
@@ -122,7 +123,7 @@ func (p *Proxy) handleReconcile(w http.ResponseWriter, r *http.Request) {
 // payout:{account} of the attempt while fencing is on). It returns the
 // Reconciliation, or an error wrapping ErrNotForwarded, ErrInFlight,
 // ErrRailSubmittedTwice, ErrUnverifiedToken or ErrUnavailable.
-func (p *Proxy) reconcile(ctx context.Context, payout string, h payoutevent.Holder, lg *slog.Logger) (api.Reconciliation, error) {
+func (p *Proxy) reconcile(ctx context.Context, payout string, h fencewire.Holder, lg *slog.Logger) (api.Reconciliation, error) {
 	a, old, err := p.payoutAttempt(ctx, payout)
 	if err != nil {
 		return api.Reconciliation{}, err
@@ -233,7 +234,7 @@ RETURNING attempt_id, created_at`
 // payout's forward first, the payout is reconciled as forwarded. When the
 // stop order gets no answer, the closing attempt stays ambiguous and a
 // later reconciliation (past the abandon threshold) sends it again.
-func (p *Proxy) closePayout(ctx context.Context, req api.ReconcileRequest, h payoutevent.Holder, lg *slog.Logger) (api.Reconciliation, error) {
+func (p *Proxy) closePayout(ctx context.Context, req api.ReconcileRequest, h fencewire.Holder, lg *slog.Logger) (api.Reconciliation, error) {
 	// The facts must be the payout's as payment-resource created it,
 	// checked as a submission's terms are, before anything is recorded.
 	if err := p.verifyTerms(ctx, api.SubmitRequest(req), h); err != nil {

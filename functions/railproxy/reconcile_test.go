@@ -9,11 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
 
@@ -26,9 +25,9 @@ func reconcileAs(h http.Handler, account string, token int64, body string) *http
 		req.Header.Set(api.HeaderTermsSignature, sig)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
-	req.Header.Set(fencing.HeaderProof, prooftest.Proof(account, token))
-	req.Header.Set(fencing.HeaderOwner, "reconciler")
+	req.Header.Set(fencewire.HeaderToken, strconv.FormatInt(token, 10))
+	req.Header.Set(fencewire.HeaderProof, fencingtest.Proof(account, token))
+	req.Header.Set(fencewire.HeaderOwner, "reconciler")
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	return rec
@@ -89,8 +88,8 @@ func decode[T any](t *testing.T, rec *httptest.ResponseRecorder) T {
 // of token on lockKey (with lock-server's proof of it).
 func listUnsettled(h http.Handler, lockKey string, token int64, query string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest("GET", api.PathUnsettled+query, nil)
-	req.Header.Set(fencing.HeaderToken, strconv.FormatInt(token, 10))
-	req.Header.Set(fencing.HeaderProof, prooftest.LockSigningKey().SignGrant(lockKey, token, time.Now()))
+	req.Header.Set(fencewire.HeaderToken, strconv.FormatInt(token, 10))
+	req.Header.Set(fencewire.HeaderProof, fencingtest.LockSigningKey().SignGrant(lockKey, token, time.Now()))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	return rec
@@ -143,7 +142,7 @@ func TestClosingAPayoutNeedsItsSignedTerms(t *testing.T) {
 	r := newRig(t)
 	p := r.proxy(nil)
 	real := api.SubmitRequest{PayoutID: "g-1", AccountID: "acct-g", AmountMinor: 500, Currency: "EUR"}
-	sig := prooftest.Terms(real.Terms())
+	sig := fencingtest.Terms(real.Terms())
 	body := func(account string, amount int64, signature string) string {
 		b, _ := json.Marshal(api.ReconcileRequest{PayoutID: "g-1", AccountID: account, AmountMinor: amount, Currency: "EUR", BodyTermsSignature: signature})
 		return string(b)
@@ -162,7 +161,7 @@ func TestClosingAPayoutNeedsItsSignedTerms(t *testing.T) {
 		{"another account, no signature", "acct-h", 1, "", api.CodeTermsUnsigned},
 		{"the right account, another amount", "acct-g", 1, sig, api.CodeInvalidTerms},
 		{"the right facts, no signature", "acct-g", 500, "", api.CodeTermsUnsigned},
-		{"the right facts, a key rail-proxy does not hold", "acct-g", 500, unknown.Sign(payoutevent.PayoutTermsDomain, real.Terms().Fields()...),
+		{"the right facts, a key rail-proxy does not hold", "acct-g", 500, unknown.Sign(fencewire.PayoutTermsDomain, real.Terms().Fields()...),
 			api.CodeTermsKeyUnknown},
 	} {
 		rec := reconcileAs(p, tc.account, 7, body(tc.account, tc.amount, tc.signature))
@@ -197,7 +196,7 @@ func TestAStaleTokenCannotCloseANewerHoldersPayout(t *testing.T) {
 	mustAccept(t, p, "A", body("z-11", "acct-1", 700), 411) // the account's high-water is now 411
 	real := api.SubmitRequest{PayoutID: "z-12", AccountID: "acct-1", AmountMinor: 9, Currency: "EUR"}
 	b, _ := json.Marshal(api.ReconcileRequest{PayoutID: "z-12", AccountID: "acct-1", AmountMinor: 9, Currency: "EUR",
-		BodyTermsSignature: prooftest.Terms(real.Terms())})
+		BodyTermsSignature: fencingtest.Terms(real.Terms())})
 
 	rec := reconcileAs(p, "acct-1", 66, string(b))
 	if e := envelope(t, rec); rec.Code != http.StatusConflict || e.Code != api.CodeFencedOut {
@@ -211,14 +210,14 @@ func TestAStaleTokenCannotCloseANewerHoldersPayout(t *testing.T) {
 	// The newest holder may close another payout with its own token.
 	other := api.SubmitRequest{PayoutID: "z-13", AccountID: "acct-1", AmountMinor: 5, Currency: "EUR"}
 	b, _ = json.Marshal(api.ReconcileRequest{PayoutID: "z-13", AccountID: "acct-1", AmountMinor: 5, Currency: "EUR",
-		BodyTermsSignature: prooftest.Terms(other.Terms())})
+		BodyTermsSignature: fencingtest.Terms(other.Terms())})
 	if rec := reconcileAs(p, "acct-1", 421, string(b)); rec.Code != http.StatusOK {
 		t.Fatalf("a close with the high-water's own token 421: %d %s; want 200", rec.Code, rec.Body)
 	}
 	// A close with a newer token raises the high-water: 421 is stale now.
 	third := api.SubmitRequest{PayoutID: "z-14", AccountID: "acct-1", AmountMinor: 4, Currency: "EUR"}
 	b, _ = json.Marshal(api.ReconcileRequest{PayoutID: "z-14", AccountID: "acct-1", AmountMinor: 4, Currency: "EUR",
-		BodyTermsSignature: prooftest.Terms(third.Terms())})
+		BodyTermsSignature: fencingtest.Terms(third.Terms())})
 	if rec := reconcileAs(p, "acct-1", 500, string(b)); rec.Code != http.StatusOK {
 		t.Fatalf("a close with the newer token 500: %d %s; want 200", rec.Code, rec.Body)
 	}

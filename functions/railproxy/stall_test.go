@@ -14,14 +14,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzztest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload/overloadtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -40,9 +40,9 @@ func submissionWave(caller *http.Client, base, tag string, n int) []overloadtest
 		b := body(fmt.Sprintf("%s-%d", tag, i), fmt.Sprintf("acct-%d", i%10), 100)
 		req, _ := http.NewRequest(http.MethodPost, base+api.PathSubmissions, strings.NewReader(b))
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(fencing.HeaderToken, "10")
-		req.Header.Set(fencing.HeaderOwner, "worker-"+strconv.Itoa(i))
-		req.Header.Set(fencing.HeaderProof, prooftest.Proof(fmt.Sprintf("acct-%d", i%10), 10))
+		req.Header.Set(fencewire.HeaderToken, "10")
+		req.Header.Set(fencewire.HeaderOwner, "worker-"+strconv.Itoa(i))
+		req.Header.Set(fencewire.HeaderProof, fencingtest.Proof(fmt.Sprintf("acct-%d", i%10), 10))
 		return req
 	})
 }

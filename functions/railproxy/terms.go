@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
 
 // Signed payout terms. payment-resource signs the terms of every payout
-// (payoutevent.PayoutTerms), the executor passes the signature on
+// (fencewire.PayoutTerms), the executor passes the signature on
 // (api.HeaderTermsSignature) and rail-proxy checks it against
 // Config.TermsKeys before it reads or writes raildb, so a lease holder
 // cannot forward a payout paydb does not know or with other terms. The
@@ -66,7 +66,7 @@ func termsSignature(r *http.Request, body string) (string, error) {
 // wrapping ErrInvalidTerms, ErrTermsKeyUnknown or ErrTermsUnsigned; it
 // touches neither raildb nor the rail. With Config.TermsNotRequired, a
 // request without any signature passes (EventTermsUnsigned at WARN).
-func (p *Proxy) verifyTerms(ctx context.Context, req api.SubmitRequest, h payoutevent.Holder) error {
+func (p *Proxy) verifyTerms(ctx context.Context, req api.SubmitRequest, h fencewire.Holder) error {
 	sig := req.Signature()
 	attrs := []any{"payoutId", req.PayoutID, "accountId", req.AccountID, "amountMinor", req.AmountMinor, "currency", req.Currency,
 		"token", h.Token, "ownerId", h.Owner}
@@ -75,7 +75,7 @@ func (p *Proxy) verifyTerms(ctx context.Context, req api.SubmitRequest, h payout
 			append([]any{"event", api.EventTermsUnsigned}, attrs...)...)
 		return nil
 	}
-	_, err := p.cfg.TermsKeys.Verify(sig, payoutevent.PayoutTermsDomain, req.Terms().Fields()...)
+	_, err := p.cfg.TermsKeys.Verify(sig, fencewire.PayoutTermsDomain, req.Terms().Fields()...)
 	if err == nil {
 		return nil
 	}

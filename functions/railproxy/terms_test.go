@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
 
@@ -34,13 +34,13 @@ func signedAs(req api.SubmitRequest, sig string) string {
 func TestTermsPaymentResourceDidNotSignAreRefusedAndChangeNothing(t *testing.T) {
 	// The ledger created po-1: 100 EUR from acct-1.
 	created := api.SubmitRequest{PayoutID: "po-1", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR"}
-	sig := prooftest.Terms(created.Terms())
+	sig := fencingtest.Terms(created.Terms())
 	with := func(mod func(*api.SubmitRequest)) api.SubmitRequest {
 		r := created
 		mod(&r)
 		return r
 	}
-	forger, err := fenceproof.GenerateSigningKey(prooftest.TermsSigningKey().ID(), strings.NewReader(strings.Repeat("f", 64)))
+	forger, err := fenceproof.GenerateSigningKey(fencingtest.TermsSigningKey().ID(), strings.NewReader(strings.Repeat("f", 64)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,12 +54,12 @@ func TestTermsPaymentResourceDidNotSignAreRefusedAndChangeNothing(t *testing.T) 
 		{"payout id paydb does not know", signedAs(with(func(r *api.SubmitRequest) { r.PayoutID = "po-ghost" }), sig), api.CodeInvalidTerms},
 		{"payout id paydb does not know, unsigned", signedAs(with(func(r *api.SubmitRequest) { r.PayoutID = "po-ghost" }), ""), api.CodeTermsUnsigned},
 		{"other account", signedAs(with(func(r *api.SubmitRequest) { r.AccountID = "acct-2" }), sig), api.CodeInvalidTerms},
-		{"signed by another key with the same id", signedAs(created, forger.Sign(payoutevent.PayoutTermsDomain, created.Terms().Fields()...)),
+		{"signed by another key with the same id", signedAs(created, forger.Sign(fencewire.PayoutTermsDomain, created.Terms().Fields()...)),
 			api.CodeInvalidTerms},
 		{"signed by rail-proxy's receipt key", signedAs(created,
-			prooftest.ReceiptSigningKey().Sign(payoutevent.PayoutTermsDomain, created.Terms().Fields()...)), api.CodeTermsKeyUnknown},
+			fencingtest.ReceiptSigningKey().Sign(fencewire.PayoutTermsDomain, created.Terms().Fields()...)), api.CodeTermsKeyUnknown},
 		{"payment-resource's key under another domain", signedAs(created,
-			prooftest.TermsSigningKey().Sign(payoutevent.RailReceiptDomain, created.Terms().Fields()...)), api.CodeInvalidTerms},
+			fencingtest.TermsSigningKey().Sign(fencewire.RailReceiptDomain, created.Terms().Fields()...)), api.CodeInvalidTerms},
 		{"no signature", signedAs(created, ""), api.CodeTermsUnsigned},
 		{"a malformed signature", signedAs(created, "test-pay.not-base64!"), api.CodeTermsUnsigned},
 	}
@@ -126,7 +126,7 @@ func TestTermsSignatureTravelsInAHeaderAndTheBodyMemberStillWorks(t *testing.T) 
 	p := r.proxy(nil)
 	terms := func(payout string) (api.SubmitRequest, string) {
 		req := api.SubmitRequest{PayoutID: payout, AccountID: "acct-1", AmountMinor: 100, Currency: "EUR"}
-		return req, prooftest.Terms(req.Terms())
+		return req, fencingtest.Terms(req.Terms())
 	}
 	plain := func(req api.SubmitRequest) string {
 		b, _ := json.Marshal(req)
@@ -160,7 +160,7 @@ func TestTermsSignatureTravelsInAHeaderAndTheBodyMemberStillWorks(t *testing.T) 
 	hreq := httptest.NewRequest("POST", api.PathSubmissions, strings.NewReader(plain(req)))
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set(api.HeaderToken, "44")
-	hreq.Header.Set(api.HeaderProof, prooftest.Proof("acct-1", 44))
+	hreq.Header.Set(api.HeaderProof, fencingtest.Proof("acct-1", 44))
 	hreq.Header.Add(api.HeaderTermsSignature, sig)
 	hreq.Header.Add(api.HeaderTermsSignature, sig)
 	rec = httptest.NewRecorder()
@@ -187,7 +187,7 @@ func TestAnUnknownTermsKeyIsRetryableAndPassesOnceAdded(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := api.SubmitRequest{PayoutID: "po-1", AccountID: "acct-1", AmountMinor: 100, Currency: "EUR"}
-	b := signedAs(req, next.Sign(payoutevent.PayoutTermsDomain, req.Terms().Fields()...))
+	b := signedAs(req, next.Sign(fencewire.PayoutTermsDomain, req.Terms().Fields()...))
 
 	before := r.proxy(nil) // PAYMENT_TERMS_KEYS without pay-next
 	rec := submit(before, "w", b, "7")
@@ -198,7 +198,7 @@ func TestAnUnknownTermsKeyIsRetryableAndPassesOnceAdded(t *testing.T) {
 		t.Fatalf("%d attempt rows after the refusal; want none", n)
 	}
 	after := r.proxy(func(c *railproxy.Config) {
-		ring, err := fenceproof.NewKeyring(prooftest.TermsSigningKey().VerifyKey(), next.VerifyKey())
+		ring, err := fenceproof.NewKeyring(fencingtest.TermsSigningKey().VerifyKey(), next.VerifyKey())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,8 +212,8 @@ func TestAnUnknownTermsKeyIsRetryableAndPassesOnceAdded(t *testing.T) {
 // forwarded (and logged), but a signature that is sent is still checked.
 func TestUnsignedTermsPassOnlyWhileNotRequired(t *testing.T) {
 	cfg, err := railproxy.LoadConfig(func(k string) string {
-		return map[string]string{api.EnvDatabaseURL: "postgres://x", api.EnvRailURL: "http://rail", api.EnvProofKeys: prooftest.LockSigningKey().VerifyKey().String(),
-			api.EnvReceiptSigningKey: prooftest.ReceiptSigningKey().String(), api.EnvTermsKeys: prooftest.TermsSigningKey().VerifyKey().String(),
+		return map[string]string{api.EnvDatabaseURL: "postgres://x", api.EnvRailURL: "http://rail", api.EnvProofKeys: fencingtest.LockSigningKey().VerifyKey().String(),
+			api.EnvReceiptSigningKey: fencingtest.ReceiptSigningKey().String(), api.EnvTermsKeys: fencingtest.TermsSigningKey().VerifyKey().String(),
 			api.EnvTermsRequired: "false"}[k]
 	})
 	if err != nil || !cfg.TermsNotRequired {
@@ -236,7 +236,7 @@ func TestUnsignedTermsPassOnlyWhileNotRequired(t *testing.T) {
 		body string
 		code api.Code
 	}{
-		{"altered terms", signedAs(altered, prooftest.Terms(req.Terms())), api.CodeInvalidTerms},
+		{"altered terms", signedAs(altered, fencingtest.Terms(req.Terms())), api.CodeInvalidTerms},
 		{"a malformed signature", signedAs(altered, "garbage"), api.CodeTermsUnsigned},
 	} {
 		rec := submit(p, "w", c.body, "6")

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
@@ -31,7 +32,7 @@ const FenceDuplicate = "duplicate"
 
 // startFence starts the fence span of one submission (fencing.StartSpan):
 // the holder's token, the payout, the account and its lock key.
-func startFence(ctx context.Context, req api.SubmitRequest, h payoutevent.Holder, enabled bool) (context.Context, trace.Span) {
+func startFence(ctx context.Context, req api.SubmitRequest, h fencewire.Holder, enabled bool) (context.Context, trace.Span) {
 	return fencing.StartSpan(ctx, FencePoint, StepSubmission, h.Token, enabled,
 		attribute.String(tracing.AttrPayoutID, req.PayoutID),
 		attribute.String(tracing.AttrAccountID, req.AccountID),

@@ -8,7 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
@@ -55,9 +55,9 @@ func TestEveryRequestLineCarriesTheTraceID(t *testing.T) {
 		before := len(r.logs.Lines(t))
 		req := httptest.NewRequestWithContext(ctx, tc.method, tc.path, strings.NewReader(tc.body))
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(fencing.HeaderOwner, "w")
+		req.Header.Set(fencewire.HeaderOwner, "w")
 		if tc.token != "" {
-			req.Header.Set(fencing.HeaderToken, tc.token)
+			req.Header.Set(fencewire.HeaderToken, tc.token)
 		}
 		if tc.proof {
 			withProof(req, tc.body, []string{tc.token})

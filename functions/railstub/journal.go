@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -13,7 +14,7 @@ import (
 )
 
 // journal is the append-only JSON Lines file of the records: one
-// Submission per line, each line ending with '\n' and fsynced before the
+// rail.Submission per line, each line ending with '\n' and fsynced before the
 // submission is answered. It is used under Stub.mu only.
 type journal struct {
 	f    *os.File
@@ -26,14 +27,14 @@ type journal struct {
 // warning. Any other malformed line, or a sequence gap, is an error
 // wrapping ErrJournal: the stub refuses to start rather than forget or
 // invent a movement of money.
-func openJournal(path string, log *slog.Logger) (*journal, []Submission, error) {
+func openJournal(path string, log *slog.Logger) (*journal, []rail.Submission, error) {
 	_, statErr := os.Stat(path)
 	created := errors.Is(statErr, fs.ErrNotExist)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: open: %v", ErrJournal, err)
 	}
-	fail := func(err error) (*journal, []Submission, error) {
+	fail := func(err error) (*journal, []rail.Submission, error) {
 		_ = f.Close()
 		return nil, nil, err
 	}
@@ -47,7 +48,7 @@ func openJournal(path string, log *slog.Logger) (*journal, []Submission, error) 
 	if err != nil {
 		return fail(fmt.Errorf("%w: read %s: %v", ErrJournal, path, err))
 	}
-	var recs []Submission
+	var recs []rail.Submission
 	good := 0 // length of the prefix made of complete lines
 	for lineNo := 1; good < len(data); lineNo++ {
 		nl := bytes.IndexByte(data[good:], '\n')
@@ -64,7 +65,7 @@ func openJournal(path string, log *slog.Logger) (*journal, []Submission, error) 
 			break
 		}
 		line := data[good : good+nl]
-		var rec Submission
+		var rec rail.Submission
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&rec); err != nil {
@@ -84,7 +85,7 @@ func openJournal(path string, log *slog.Logger) (*journal, []Submission, error) 
 
 // append writes rec as one line and fsyncs the file. An error wraps
 // ErrJournal; the line may then be partly or wholly on disk.
-func (j *journal) append(rec Submission) error {
+func (j *journal) append(rec rail.Submission) error {
 	line, err := json.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("%w: encode record %d: %v", ErrJournal, rec.Seq, err)

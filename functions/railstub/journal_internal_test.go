@@ -1,6 +1,7 @@
 package railstub
 
 import (
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -22,8 +23,8 @@ func TestJournalFailureRefusesLaterSubmissions(t *testing.T) {
 	for i := range 2 {
 		rec := httptest.NewRecorder()
 		s.ServeHTTP(rec, postJSON("/submit", body))
-		if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), CodeJournalFailed) {
-			t.Fatalf("submission %d: %d %s; want 500 %s", i+1, rec.Code, rec.Body, CodeJournalFailed)
+		if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), rail.CodeJournalFailed) {
+			t.Fatalf("submission %d: %d %s; want 500 %s", i+1, rec.Code, rec.Body, rail.CodeJournalFailed)
 		}
 		// The cause names the journal's path: the log has it, the answer
 		// does not.

@@ -1,53 +1,9 @@
-// Package railstub is the external payment rail of the lab: a deliberately
-// non-idempotent HTTP service standing in for a real one.
-//
-// POST /submit carries no fencing token and no idempotency key. Every
-// accepted request is a new movement of money: a duplicate is a second
-// payment. That is the point of the stub; nothing behind it can undo a
-// submission, so the only protection is the fence in front of it
-// (package railproxy).
-//
-// The stub records every accepted submission (sequence number, received
-// time, body, answer) in memory and, when a journal file is configured, in
-// a JSON Lines file that is fsynced before the answer is sent and reloaded
-// at start: a restart forgets no movement of money. The harness reads the
-// records back with GET /submissions to check that the rail received at
-// most one submission per payout (INV-04).
-//
-// Routes (every error answer is the envelope of package jsonhandler; a query
-// parameter a route does not take is refused 400 INVALID_REQUEST):
-//
-//	POST /submit          SubmitRequest -> 200 SubmitAnswer
-//	                      400 INVALID_REQUEST, 413, 415 (not recorded)
-//	                      503 RAIL_UNAVAILABLE (injected "error" fault; not recorded)
-//	                      409 REFERENCE_STOPPED (the reference has a stop order; not recorded)
-//	                      500 JOURNAL_FAILED, 503 STUB_CLOSED
-//	GET  /submissions     -> 200 SubmissionList, in sequence order;
-//	                      ?payoutId=P keeps the submissions of payout P
-//	POST /stops           StopRequest -> 200 StopAnswer (the payments made
-//	                      with the reference before the stop); 400 INVALID_REQUEST
-//	GET  /admin/faults    -> 200 Faults (the current fault state)
-//	POST /admin/faults    Faults -> 200 Faults; 400 INVALID_REQUEST
-//
-// A stop order is what a sender asks of a real rail when it cannot learn
-// whether a payment went out: "refuse anything with this reference from
-// now on, and tell me what you already have". It is recorded (journal
-// first) under the lock every payment takes, so its answer is final: no
-// payment with the reference can follow it. rail-proxy's reconciliation
-// uses it, so that "the rail has nothing" stays true afterwards without
-// any assumption on how late a call can arrive.
-//
-// Answer rules: DECLINE when amountMinor > Config.DeclineOverMinor or the
-// account is in Config.DeclineAccounts; ACK otherwise. A DECLINE is recorded
-// too (the rail saw it) but moves no money.
-//
-// Fault injection: a latency added after the submission is recorded and
-// before the answer (so a caller that times out during it has moved money
-// without learning it), and a number of next submissions that fail in one
-// of two modes: "error" answers 503 without recording (nothing happened),
-// "hang" records the submission and then withholds the answer until the
-// request's context ends (the money moved, the caller never learns it: the
-// ambiguous case).
+// Package railstub is the lab's external payment rail (rail-stub): a
+// deliberately non-idempotent implementation of functions/rail, with a
+// journal (Config.JournalPath) and fault injection (PathFaults, Faults) for
+// tests and experiments. Serve New's Stub; read its record with
+// Submissions. docs/payout-pipeline.md describes its journal, stop orders
+// and faults.
 package railstub
 
 import (
@@ -61,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
@@ -91,18 +47,6 @@ const (
 	// failures in a row, and a typo (int64's maximum) would otherwise
 	// break the rail for good.
 	MaxFailNext = 10_000
-	// MaxBodyBytes bounds the body of POST /submit and POST /admin/faults.
-	MaxBodyBytes = 4 << 10
-)
-
-// Answers of POST /submit.
-const (
-	// StatusAck: the rail accepted the payment; money moved.
-	StatusAck = "ACK"
-	// StatusDecline: the rail refused the payment; no money moved.
-	StatusDecline = "DECLINE"
-	// StatusStopped is the status of a stop order's record (Submission.Stop).
-	StatusStopped = "STOPPED"
 )
 
 // Fault modes of Faults.Mode.
@@ -112,30 +56,6 @@ const (
 	// FaultHang records the submission, then withholds the answer until the
 	// request's context ends (or the stub is closed).
 	FaultHang = "hang"
-)
-
-// Error codes of the stub's envelope, besides jsonhandler's INVALID_REQUEST,
-// BODY_TOO_LARGE and UNSUPPORTED_MEDIA_TYPE.
-const (
-	// CodeNotFound (404): no such route.
-	CodeNotFound = "NOT_FOUND"
-	// CodeMethodNotAllowed (405): the route exists for another method.
-	CodeMethodNotAllowed = "METHOD_NOT_ALLOWED"
-	// CodeRailUnavailable (503): an injected "error" fault; the submission
-	// was not recorded. Retryable.
-	CodeRailUnavailable = "RAIL_UNAVAILABLE"
-	// CodeJournalFailed (500): the journal could not be written; the stub
-	// refuses every later submission until restarted. Not retryable.
-	CodeJournalFailed = "JOURNAL_FAILED"
-	// CodeStubClosed (503): the stub is closing. A submission held by a
-	// "hang" fault is answered so when Close releases it; it was recorded.
-	CodeStubClosed = "STUB_CLOSED"
-	// CodeReferenceStopped (409): the submission's reference was stopped
-	// (POST /stops) before it arrived; nothing was recorded, no money
-	// moved. Not retryable.
-	CodeReferenceStopped = "REFERENCE_STOPPED"
-	// CodeInternal (500): a bug.
-	CodeInternal = "INTERNAL"
 )
 
 // Errors of this package.
@@ -165,13 +85,9 @@ var (
 	errQuery = errors.New("railstub: invalid query")
 )
 
-// queryPayoutID is the one query parameter of GET /submissions.
-const queryPayoutID = "payoutId"
-
-// PathFaults is rail-stub's own fault-injection route (GET the fault state,
-// POST Faults to replace it; see the package comment). The rail's routes,
-// which rail-proxy calls, are railapi.RailPathSubmit, RailPathStops and
-// RailPathJournal.
+// PathFaults is rail-stub's own fault-injection route: GET answers the
+// fault state, POST Faults replaces it (400 INVALID_REQUEST when invalid).
+// The rail's routes are functions/rail's.
 const PathFaults = "/admin/faults"
 
 // Config configures a Stub. Start from DefaultConfig or LoadConfig; the
@@ -217,8 +133,8 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("%w: DeclineOverMinor (%s) %d is not positive", ErrInvalidConfig, EnvDeclineOverMinor, c.DeclineOverMinor))
 	}
 	for _, a := range c.DeclineAccounts {
-		if a == "" || len(a) > MaxAccountIDLen {
-			errs = append(errs, fmt.Errorf("%w: DeclineAccounts (%s) entry %q must be 1..%d bytes", ErrInvalidConfig, EnvDeclineAccounts, a, MaxAccountIDLen))
+		if a == "" || len(a) > rail.MaxAccountIDLen {
+			errs = append(errs, fmt.Errorf("%w: DeclineAccounts (%s) entry %q must be 1..%d bytes", ErrInvalidConfig, EnvDeclineAccounts, a, rail.MaxAccountIDLen))
 		}
 	}
 	if c.Latency < 0 || c.Latency > MaxLatency {
@@ -264,47 +180,20 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	return c, nil
 }
 
-// Bounds of a submission's fields.
-const (
-	// MaxPayoutIDLen bounds SubmitRequest.PayoutID, in bytes.
-	MaxPayoutIDLen = 128
-	// MaxAccountIDLen bounds SubmitRequest.AccountID, in bytes.
-	MaxAccountIDLen = 64
-	// MaxReferenceLen bounds SubmitRequest.Reference, in bytes.
-	MaxReferenceLen = 140
-)
-
-// SubmitRequest is the body of POST /submit. Every field is required.
-type SubmitRequest struct {
-	// PayoutID identifies the payout, 1..128 bytes of UTF-8 text without
-	// control characters (jsonhandler.Text), like AccountID and Reference. The
-	// rail does not deduplicate on it.
-	PayoutID string `json:"payoutId"`
-	// AccountID is the debited account, 1..64 bytes.
-	AccountID string `json:"accountId"`
-	// AmountMinor is the amount in minor currency units; positive.
-	AmountMinor int64 `json:"amountMinor"`
-	// Currency is an ISO 4217 code: three upper-case ASCII letters.
-	Currency string `json:"currency"`
-	// Reference is the payer's reference, 1..140 bytes (railproxy sends
-	// the payout id).
-	Reference string `json:"reference"`
-}
-
-// Validate returns an error wrapping ErrInvalidSubmission describing the
-// first invalid field.
-func (s SubmitRequest) Validate() error {
+// validSubmission returns an error wrapping ErrInvalidSubmission
+// describing the first invalid field of s.
+func validSubmission(s rail.SubmitRequest) error {
 	switch {
-	case !textOK(s.PayoutID, MaxPayoutIDLen):
-		return fmt.Errorf("%w: payoutId must be 1..%d bytes of UTF-8 text without control characters", ErrInvalidSubmission, MaxPayoutIDLen)
-	case !textOK(s.AccountID, MaxAccountIDLen):
-		return fmt.Errorf("%w: accountId must be 1..%d bytes of UTF-8 text without control characters", ErrInvalidSubmission, MaxAccountIDLen)
+	case !textOK(s.PayoutID, rail.MaxPayoutIDLen):
+		return fmt.Errorf("%w: payoutId must be 1..%d bytes of UTF-8 text without control characters", ErrInvalidSubmission, rail.MaxPayoutIDLen)
+	case !textOK(s.AccountID, rail.MaxAccountIDLen):
+		return fmt.Errorf("%w: accountId must be 1..%d bytes of UTF-8 text without control characters", ErrInvalidSubmission, rail.MaxAccountIDLen)
 	case s.AmountMinor <= 0:
 		return fmt.Errorf("%w: amountMinor %d is not positive", ErrInvalidSubmission, s.AmountMinor)
 	case iso4217.Check(s.Currency) != nil:
 		return fmt.Errorf("%w: %v", ErrInvalidSubmission, iso4217.Check(s.Currency))
-	case !textOK(s.Reference, MaxReferenceLen):
-		return fmt.Errorf("%w: reference must be 1..%d bytes of UTF-8 text without control characters", ErrInvalidSubmission, MaxReferenceLen)
+	case !textOK(s.Reference, rail.MaxReferenceLen):
+		return fmt.Errorf("%w: reference must be 1..%d bytes of UTF-8 text without control characters", ErrInvalidSubmission, rail.MaxReferenceLen)
 	}
 	return nil
 }
@@ -314,60 +203,6 @@ func (s SubmitRequest) Validate() error {
 // Together with jsonhandler.Decode's refusal of strings that are not UTF-8,
 // nothing the journal records was rewritten on the way in.
 func textOK(s string, max int) bool { return jsonhandler.Text(s, max) }
-
-// SubmitAnswer is the 200 body of POST /submit.
-type SubmitAnswer struct {
-	// Status is StatusAck or StatusDecline.
-	Status string `json:"status"`
-	// RailRef is the rail's reference of the submission, "rail-" and the
-	// sequence number on at least six digits ("rail-000001"); unique.
-	RailRef string `json:"railRef"`
-}
-
-// Submission is the record of one accepted submission.
-type Submission struct {
-	// Seq numbers the submissions from 1, without gaps, across restarts
-	// when a journal is configured.
-	Seq int64 `json:"seq"`
-	// ReceivedAt is when the stub accepted the request (its own clock).
-	ReceivedAt time.Time `json:"receivedAt"`
-	// Request is the body as received.
-	Request SubmitRequest `json:"request"`
-	// Answer is the stub's decision: what it answered, or would have
-	// answered when Withheld.
-	Answer SubmitAnswer `json:"answer"`
-	// Withheld: a "hang" fault kept the answer from the caller. With an ACK
-	// the money moved and the caller never learned it.
-	Withheld bool `json:"withheld,omitempty"`
-	// Stop marks a stop order (POST /stops), not a payment: Request holds
-	// only the Reference, Answer.Status is StatusStopped, no money moved.
-	// From it on, a submission with that reference is refused. Stop orders
-	// share the journal and the sequence with payments; Submissions and
-	// GET /submissions never list them.
-	Stop bool `json:"stop,omitempty"`
-}
-
-// StopRequest is the body of POST /stops.
-type StopRequest struct {
-	// Reference is the payer's reference to stop, 1..MaxReferenceLen
-	// bytes of UTF-8 text without control characters (jsonhandler.Text).
-	Reference string `json:"reference"`
-}
-
-// StopAnswer is the 200 body of POST /stops.
-type StopAnswer struct {
-	// Reference is the stopped reference.
-	Reference string `json:"reference"`
-	// Submissions are the payments recorded with the reference before the
-	// stop, in sequence order (none: no payment with it can ever be made).
-	Submissions []Submission `json:"submissions"`
-}
-
-// SubmissionList is the 200 body of GET /submissions.
-type SubmissionList struct {
-	// Submissions in sequence order.
-	Submissions []Submission `json:"submissions"`
-}
 
 // Faults is the body of POST /admin/faults and of both answers of
 // /admin/faults. A POST replaces the whole fault state: an absent field is
@@ -414,7 +249,7 @@ type Stub struct {
 
 	mu      sync.Mutex
 	faults  Faults
-	records []Submission
+	records []rail.Submission
 	stopped map[string]bool // references with a stop order
 	perID   map[string]int  // submissions recorded per payout id, reloaded ones included (not stop orders)
 	journal *journal        // nil without JournalPath, or after Close
@@ -463,9 +298,9 @@ func New(cfg Config, log *slog.Logger) (*Stub, error) {
 		}
 		log.Info("rail stub journal reloaded", "event", EventJournalReloaded, "path", cfg.JournalPath, "submissions", len(recs))
 	}
-	s.mux.HandleFunc(railapi.RailPathSubmit, s.query(s.handleSubmit))
-	s.mux.HandleFunc(railapi.RailPathJournal, s.query(s.handleSubmissions, queryPayoutID))
-	s.mux.HandleFunc(railapi.RailPathStops, s.query(s.handleStops))
+	s.mux.HandleFunc(rail.PathSubmit, s.query(s.handleSubmit))
+	s.mux.HandleFunc(rail.PathJournal, s.query(s.handleSubmissions, rail.QueryPayoutID))
+	s.mux.HandleFunc(rail.PathStops, s.query(s.handleStops))
 	s.mux.HandleFunc(PathFaults, s.query(s.handleFaults))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, fmt.Errorf("%w: %s %s", errNotFound, r.Method, r.URL.Path))
@@ -496,10 +331,10 @@ func (s *Stub) Close() error {
 
 // Submissions returns a copy of the records in sequence order; with a
 // non-empty payoutID only that payout's.
-func (s *Stub) Submissions(payoutID string) []Submission {
+func (s *Stub) Submissions(payoutID string) []rail.Submission {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]Submission, 0, len(s.records))
+	out := make([]rail.Submission, 0, len(s.records))
 	for _, r := range s.records {
 		if !r.Stop && (payoutID == "" || r.Request.PayoutID == payoutID) {
 			out = append(out, r)
@@ -513,12 +348,12 @@ func (s *Stub) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		s.methodNotAllowed(w, r, http.MethodPost)
 		return
 	}
-	var req SubmitRequest
-	if err := jsonhandler.Decode(w, r, &req, MaxBodyBytes); err != nil {
+	var req rail.SubmitRequest
+	if err := jsonhandler.Decode(w, r, &req, rail.MaxBodyBytes); err != nil {
 		s.fail(w, err)
 		return
 	}
-	if err := req.Validate(); err != nil {
+	if err := validSubmission(req); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -553,15 +388,15 @@ func (s *Stub) handleSubmit(w http.ResponseWriter, r *http.Request) {
 // "error" fault refuses it, records it (journal first, memory second). It
 // returns the record, the latency to add and the fault mode applied ("" for
 // none).
-func (s *Stub) record(req SubmitRequest) (Submission, time.Duration, string, error) {
+func (s *Stub) record(req rail.SubmitRequest) (rail.Submission, time.Duration, string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	latency := time.Duration(s.faults.LatencyMs) * time.Millisecond
 	switch {
 	case s.closed:
-		return Submission{}, 0, "", ErrClosed
+		return rail.Submission{}, 0, "", ErrClosed
 	case s.broken != nil:
-		return Submission{}, 0, "", fmt.Errorf("%w: refusing submissions after an earlier failure (restart the stub): %v", ErrJournal, s.broken)
+		return rail.Submission{}, 0, "", fmt.Errorf("%w: refusing submissions after an earlier failure (restart the stub): %v", ErrJournal, s.broken)
 	}
 	mode := ""
 	if s.faults.FailNext > 0 {
@@ -572,21 +407,21 @@ func (s *Stub) record(req SubmitRequest) (Submission, time.Duration, string, err
 		}
 	}
 	if mode == FaultError {
-		return Submission{}, latency, mode, fmt.Errorf("%w: %s fault (%d more to come)", ErrInjectedFailure, mode, s.faults.FailNext)
+		return rail.Submission{}, latency, mode, fmt.Errorf("%w: %s fault (%d more to come)", ErrInjectedFailure, mode, s.faults.FailNext)
 	}
 	if s.stopped[req.Reference] {
-		return Submission{}, 0, "", fmt.Errorf("%w: reference %q", ErrReferenceStopped, req.Reference)
+		return rail.Submission{}, 0, "", fmt.Errorf("%w: reference %q", ErrReferenceStopped, req.Reference)
 	}
 	seq := int64(len(s.records)) + 1
-	status := StatusAck
+	status := rail.StatusAck
 	if req.AmountMinor > s.overMin || s.decline[req.AccountID] {
-		status = StatusDecline
+		status = rail.StatusDecline
 	}
-	rec := Submission{
+	rec := rail.Submission{
 		Seq:        seq,
 		ReceivedAt: time.Now().UTC(),
 		Request:    req,
-		Answer:     SubmitAnswer{Status: status, RailRef: fmt.Sprintf("rail-%06d", seq)},
+		Answer:     rail.SubmitAnswer{Status: status, RailRef: fmt.Sprintf("rail-%06d", seq)},
 		Withheld:   mode == FaultHang,
 	}
 	if s.journal != nil {
@@ -596,7 +431,7 @@ func (s *Stub) record(req SubmitRequest) (Submission, time.Duration, string, err
 			// journal, which then decides what happened.
 			s.broken = err
 			s.log.Error("rail stub journal failed; refusing submissions until restart", "event", EventJournalFailed, "error", err.Error())
-			return Submission{}, 0, "", err
+			return rail.Submission{}, 0, "", err
 		}
 	}
 	s.records = append(s.records, rec)
@@ -629,32 +464,32 @@ func (s *Stub) wait(ctx context.Context, d time.Duration) bool {
 // lists is final. A reference stopped before is stopped again without a
 // new record. Errors: ErrInvalidSubmission (a bad reference), ErrClosed,
 // ErrJournal.
-func (s *Stub) Stop(reference string) (StopAnswer, error) {
-	if !textOK(reference, MaxReferenceLen) {
-		return StopAnswer{}, fmt.Errorf("%w: reference must be 1..%d bytes of UTF-8", ErrInvalidSubmission, MaxReferenceLen)
+func (s *Stub) Stop(reference string) (rail.StopAnswer, error) {
+	if !textOK(reference, rail.MaxReferenceLen) {
+		return rail.StopAnswer{}, fmt.Errorf("%w: reference must be 1..%d bytes of UTF-8", ErrInvalidSubmission, rail.MaxReferenceLen)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.closed:
-		return StopAnswer{}, ErrClosed
+		return rail.StopAnswer{}, ErrClosed
 	case s.broken != nil:
-		return StopAnswer{}, fmt.Errorf("%w: refusing stop orders after an earlier failure (restart the stub): %v", ErrJournal, s.broken)
+		return rail.StopAnswer{}, fmt.Errorf("%w: refusing stop orders after an earlier failure (restart the stub): %v", ErrJournal, s.broken)
 	}
 	if !s.stopped[reference] {
-		rec := Submission{Seq: int64(len(s.records)) + 1, ReceivedAt: time.Now().UTC(), Request: SubmitRequest{Reference: reference},
-			Answer: SubmitAnswer{Status: StatusStopped}, Stop: true}
+		rec := rail.Submission{Seq: int64(len(s.records)) + 1, ReceivedAt: time.Now().UTC(), Request: rail.SubmitRequest{Reference: reference},
+			Answer: rail.SubmitAnswer{Status: rail.StatusStopped}, Stop: true}
 		if s.journal != nil {
 			if err := s.journal.append(rec); err != nil {
 				s.broken = err
 				s.log.Error("rail stub journal failed; refusing submissions until restart", "event", EventJournalFailed, "error", err.Error())
-				return StopAnswer{}, err
+				return rail.StopAnswer{}, err
 			}
 		}
 		s.records = append(s.records, rec)
 		s.stopped[reference] = true
 	}
-	ans := StopAnswer{Reference: reference, Submissions: []Submission{}}
+	ans := rail.StopAnswer{Reference: reference, Submissions: []rail.Submission{}}
 	for _, r := range s.records {
 		if !r.Stop && r.Request.Reference == reference {
 			ans.Submissions = append(ans.Submissions, r)
@@ -668,8 +503,8 @@ func (s *Stub) handleStops(w http.ResponseWriter, r *http.Request) {
 		s.methodNotAllowed(w, r, http.MethodPost)
 		return
 	}
-	var req StopRequest
-	if err := jsonhandler.Decode(w, r, &req, MaxBodyBytes); err != nil {
+	var req rail.StopRequest
+	if err := jsonhandler.Decode(w, r, &req, rail.MaxBodyBytes); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -688,7 +523,7 @@ func (s *Stub) handleSubmissions(w http.ResponseWriter, r *http.Request) {
 		s.methodNotAllowed(w, r, http.MethodGet)
 		return
 	}
-	jsonhandler.WriteJSON(w, http.StatusOK, SubmissionList{Submissions: s.Submissions(r.URL.Query().Get(queryPayoutID))})
+	jsonhandler.WriteJSON(w, http.StatusOK, rail.SubmissionList{Submissions: s.Submissions(r.URL.Query().Get(rail.QueryPayoutID))})
 }
 
 func (s *Stub) handleFaults(w http.ResponseWriter, r *http.Request) {
@@ -700,7 +535,7 @@ func (s *Stub) handleFaults(w http.ResponseWriter, r *http.Request) {
 		jsonhandler.WriteJSON(w, http.StatusOK, f)
 	case http.MethodPost:
 		var f Faults
-		if err := jsonhandler.Decode(w, r, &f, MaxBodyBytes); err != nil {
+		if err := jsonhandler.Decode(w, r, &f, rail.MaxBodyBytes); err != nil {
 			s.fail(w, err)
 			return
 		}
@@ -745,16 +580,16 @@ func (s *Stub) methodNotAllowed(w http.ResponseWriter, r *http.Request, allowed 
 func (s *Stub) fail(w http.ResponseWriter, err error) {
 	status, code, retryable := statusOf(err)
 	msg := jsonhandler.ClientMessage(err)
-	if status >= 500 && code != CodeRailUnavailable {
+	if status >= 500 && code != rail.CodeUnavailable {
 		s.log.Error("rail stub request failed", "event", EventRequestFailed, "code", code, "error", err.Error())
 	}
 	switch {
 	case status < 500:
-	case code == CodeRailUnavailable:
+	case code == rail.CodeUnavailable:
 		msg = "the rail is unavailable (injected fault); nothing was recorded"
-	case code == CodeStubClosed:
+	case code == rail.CodeStubClosed:
 		msg = "the rail stub is closing; nothing was recorded"
-	case code == CodeJournalFailed:
+	case code == rail.CodeJournalFailed:
 		msg = "the journal could not be written; submissions are refused until the stub restarts (the cause is in its log)"
 	default:
 		msg = "internal error; the cause is in rail-stub's log (rail_request_failed)"
@@ -772,19 +607,19 @@ func statusOf(err error) (status int, code string, retryable bool) {
 	case errors.Is(err, ErrInvalidSubmission), errors.Is(err, ErrInvalidFaults), errors.Is(err, errQuery):
 		return http.StatusBadRequest, jsonhandler.CodeInvalidRequest, false
 	case errors.Is(err, errNotFound):
-		return http.StatusNotFound, CodeNotFound, false
+		return http.StatusNotFound, rail.CodeNotFound, false
 	case errors.Is(err, errMethod):
-		return http.StatusMethodNotAllowed, CodeMethodNotAllowed, false
+		return http.StatusMethodNotAllowed, rail.CodeMethodNotAllowed, false
 	case errors.Is(err, ErrInjectedFailure):
-		return http.StatusServiceUnavailable, CodeRailUnavailable, true
+		return http.StatusServiceUnavailable, rail.CodeUnavailable, true
 	case errors.Is(err, ErrReferenceStopped):
-		return http.StatusConflict, CodeReferenceStopped, false
+		return http.StatusConflict, rail.CodeReferenceStopped, false
 	case errors.Is(err, ErrClosed):
-		return http.StatusServiceUnavailable, CodeStubClosed, false
+		return http.StatusServiceUnavailable, rail.CodeStubClosed, false
 	case errors.Is(err, ErrJournal):
-		return http.StatusInternalServerError, CodeJournalFailed, false
+		return http.StatusInternalServerError, rail.CodeJournalFailed, false
 	default:
-		return http.StatusInternalServerError, CodeInternal, false
+		return http.StatusInternalServerError, rail.CodeInternal, false
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 )
@@ -40,12 +41,12 @@ func do(h http.Handler, method, path, body string) *httptest.ResponseRecorder {
 	return rec
 }
 
-func answerOf(t *testing.T, rec *httptest.ResponseRecorder) railstub.SubmitAnswer {
+func answerOf(t *testing.T, rec *httptest.ResponseRecorder) rail.SubmitAnswer {
 	t.Helper()
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d, body %s; want 200", rec.Code, rec.Body)
 	}
-	var a railstub.SubmitAnswer
+	var a rail.SubmitAnswer
 	if err := json.Unmarshal(rec.Body.Bytes(), &a); err != nil {
 		t.Fatalf("decode answer %q: %v", rec.Body, err)
 	}
@@ -65,7 +66,7 @@ func TestDuplicateSubmissionIsASecondPayment(t *testing.T) {
 	s := newStub(t, railstub.DefaultConfig())
 	first := answerOf(t, do(s, "POST", "/submit", okBody))
 	second := answerOf(t, do(s, "POST", "/submit", okBody))
-	if first.Status != railstub.StatusAck || second.Status != railstub.StatusAck {
+	if first.Status != rail.StatusAck || second.Status != rail.StatusAck {
 		t.Fatalf("answers %+v, %+v; want both ACK", first, second)
 	}
 	if first.RailRef != "rail-000001" || second.RailRef != "rail-000002" {
@@ -76,7 +77,7 @@ func TestDuplicateSubmissionIsASecondPayment(t *testing.T) {
 		t.Fatalf("got %d records of po-1, want 2: the rail has no idempotency key", len(recs))
 	}
 	for i, r := range recs {
-		if r.Seq != int64(i+1) || r.Request.AmountMinor != 2500 || r.Answer.Status != railstub.StatusAck || r.Withheld {
+		if r.Seq != int64(i+1) || r.Request.AmountMinor != 2500 || r.Answer.Status != rail.StatusAck || r.Withheld {
 			t.Errorf("record %d = %+v", i, r)
 		}
 	}
@@ -92,12 +93,12 @@ func TestDeclineRules(t *testing.T) {
 		amount        int64
 		want          string
 	}{
-		{"amount at the limit", "acct-1", 10_000, railstub.StatusAck},
-		{"amount over the limit", "acct-1", 10_001, railstub.StatusDecline},
-		{"declined account", "acct-blocked", 1, railstub.StatusDecline},
-		{"other account", "acct-2", 1, railstub.StatusAck},
+		{"amount at the limit", "acct-1", 10_000, rail.StatusAck},
+		{"amount over the limit", "acct-1", 10_001, rail.StatusDecline},
+		{"declined account", "acct-blocked", 1, rail.StatusDecline},
+		{"other account", "acct-2", 1, rail.StatusAck},
 	} {
-		body, _ := json.Marshal(railstub.SubmitRequest{PayoutID: "po-" + tc.name, AccountID: tc.account, AmountMinor: tc.amount, Currency: "EUR", Reference: "r"})
+		body, _ := json.Marshal(rail.SubmitRequest{PayoutID: "po-" + tc.name, AccountID: tc.account, AmountMinor: tc.amount, Currency: "EUR", Reference: "r"})
 		if got := answerOf(t, do(s, "POST", "/submit", string(body))).Status; got != tc.want {
 			t.Errorf("%s: status %s, want %s", tc.name, got, tc.want)
 		}
@@ -154,14 +155,14 @@ func TestBadInputIsRefusedAndNotRecorded(t *testing.T) {
 		{"stop order reference with a newline", "POST", "/stops", `{"reference":"p-1\n"}`, 400, jsonhandler.CodeInvalidRequest},
 		{"faults: failNext of int64's maximum", "POST", "/admin/faults", `{"failNext":9223372036854775807,"mode":"error"}`, 400, jsonhandler.CodeInvalidRequest},
 		{"faults: failNext above the bound", "POST", "/admin/faults", `{"failNext":10001,"mode":"error"}`, 400, jsonhandler.CodeInvalidRequest},
-		{"oversized body", "POST", "/submit", with("reference", strings.Repeat("x", railstub.MaxBodyBytes)), 413, jsonhandler.CodeBodyTooLarge},
-		{"wrong method", "GET", "/submit", ``, 405, railstub.CodeMethodNotAllowed},
-		{"unknown route", "POST", "/pay", okBody, 404, railstub.CodeNotFound},
+		{"oversized body", "POST", "/submit", with("reference", strings.Repeat("x", rail.MaxBodyBytes)), 413, jsonhandler.CodeBodyTooLarge},
+		{"wrong method", "GET", "/submit", ``, 405, rail.CodeMethodNotAllowed},
+		{"unknown route", "POST", "/pay", okBody, 404, rail.CodeNotFound},
 		{"faults: unknown mode", "POST", "/admin/faults", `{"failNext":1,"mode":"explode"}`, 400, jsonhandler.CodeInvalidRequest},
 		{"faults: failNext without mode", "POST", "/admin/faults", `{"failNext":1}`, 400, jsonhandler.CodeInvalidRequest},
 		{"faults: negative latency", "POST", "/admin/faults", `{"latencyMs":-1}`, 400, jsonhandler.CodeInvalidRequest},
-		{"faults: wrong method", "DELETE", "/admin/faults", ``, 405, railstub.CodeMethodNotAllowed},
-		{"submissions: wrong method", "POST", "/submissions", ``, 405, railstub.CodeMethodNotAllowed},
+		{"faults: wrong method", "DELETE", "/admin/faults", ``, 405, rail.CodeMethodNotAllowed},
+		{"submissions: wrong method", "POST", "/submissions", ``, 405, rail.CodeMethodNotAllowed},
 	} {
 		rec := do(s, tc.method, tc.path, tc.body)
 		if rec.Code != tc.status {
@@ -194,8 +195,8 @@ func TestErrorFaultAnswers503WithoutRecording(t *testing.T) {
 		if rec.Code != http.StatusServiceUnavailable {
 			t.Fatalf("submission %d: status %d, want 503", i+1, rec.Code)
 		}
-		if got := envelopeOf(t, rec); got.Code != railstub.CodeRailUnavailable {
-			t.Fatalf("submission %d: code %s, want %s", i+1, got.Code, railstub.CodeRailUnavailable)
+		if got := envelopeOf(t, rec); got.Code != rail.CodeUnavailable {
+			t.Fatalf("submission %d: code %s, want %s", i+1, got.Code, rail.CodeUnavailable)
 		}
 	}
 	if a := answerOf(t, do(s, "POST", "/submit", okBody)); a.RailRef != "rail-000001" {
@@ -224,7 +225,7 @@ func TestHangFaultRecordsButWithholdsTheAnswer(t *testing.T) {
 		default:
 		}
 		recs := s.Submissions("")
-		if len(recs) != 1 || !recs[0].Withheld || recs[0].Answer.Status != railstub.StatusAck {
+		if len(recs) != 1 || !recs[0].Withheld || recs[0].Answer.Status != rail.StatusAck {
 			t.Fatalf("records %+v; want one withheld ACK: the money moved", recs)
 		}
 		cancel() // the caller gives up
@@ -254,8 +255,8 @@ func TestCloseReleasesAHeldSubmission(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-done
-		if rec.Code != http.StatusServiceUnavailable || envelopeOf(t, rec).Code != railstub.CodeStubClosed {
-			t.Fatalf("released answer %d %s; want 503 %s", rec.Code, rec.Body, railstub.CodeStubClosed)
+		if rec.Code != http.StatusServiceUnavailable || envelopeOf(t, rec).Code != rail.CodeStubClosed {
+			t.Fatalf("released answer %d %s; want 503 %s", rec.Code, rec.Body, rail.CodeStubClosed)
 		}
 		if got := do(s, "POST", "/submit", okBody); got.Code != http.StatusServiceUnavailable {
 			t.Fatalf("submission after Close: %d, want 503", got.Code)
@@ -314,7 +315,7 @@ func TestRestartReloadsTheJournal(t *testing.T) {
 	if ref := answerOf(t, do(s2, "POST", "/submit", okBody)).RailRef; ref != "rail-000004" {
 		t.Fatalf("railRef after restart %s, want rail-000004", ref)
 	}
-	var list railstub.SubmissionList
+	var list rail.SubmissionList
 	if err := json.Unmarshal(do(s2, "GET", "/submissions?payoutId=po-1", "").Body.Bytes(), &list); err != nil {
 		t.Fatal(err)
 	}
@@ -456,13 +457,13 @@ func TestStopOrderRefusesLaterSubmissionsAcrossARestart(t *testing.T) {
 	s := newStub(t, cfg)
 	answerOf(t, do(s, "POST", "/submit", okBody))
 
-	stop := func(s *railstub.Stub, body string) railstub.StopAnswer {
+	stop := func(s *railstub.Stub, body string) rail.StopAnswer {
 		t.Helper()
 		rec := do(s, "POST", "/stops", body)
 		if rec.Code != http.StatusOK {
 			t.Fatalf("POST /stops %s: %d %s", body, rec.Code, rec.Body)
 		}
-		var a railstub.StopAnswer
+		var a rail.StopAnswer
 		if err := json.Unmarshal(rec.Body.Bytes(), &a); err != nil {
 			t.Fatal(err)
 		}
@@ -476,8 +477,8 @@ func TestStopOrderRefusesLaterSubmissionsAcrossARestart(t *testing.T) {
 	}
 	late := strings.ReplaceAll(okBody, "po-1", "po-2")
 	rec := do(s, "POST", "/submit", late)
-	if rec.Code != http.StatusConflict || envelopeOf(t, rec).Code != railstub.CodeReferenceStopped {
-		t.Fatalf("submission of a stopped reference: %d %s; want 409 %s", rec.Code, rec.Body, railstub.CodeReferenceStopped)
+	if rec.Code != http.StatusConflict || envelopeOf(t, rec).Code != rail.CodeReferenceStopped {
+		t.Fatalf("submission of a stopped reference: %d %s; want 409 %s", rec.Code, rec.Body, rail.CodeReferenceStopped)
 	}
 	if n := len(s.Submissions("")); n != 1 {
 		t.Fatalf("%d submissions listed; want 1 (stop orders and refused submissions are not payments)", n)
@@ -496,7 +497,7 @@ func TestStopOrderRefusesLaterSubmissionsAcrossARestart(t *testing.T) {
 	if n := len(s2.Submissions("")); n != 1 {
 		t.Fatalf("after a restart, %d submissions listed; want 1", n)
 	}
-	for _, body := range []string{`{}`, `{"reference":""}`, `{"reference":"` + strings.Repeat("x", railstub.MaxReferenceLen+1) + `"}`, `{"reference":"a","x":1}`} {
+	for _, body := range []string{`{}`, `{"reference":""}`, `{"reference":"` + strings.Repeat("x", rail.MaxReferenceLen+1) + `"}`, `{"reference":"a","x":1}`} {
 		if rec := do(s2, "POST", "/stops", body); rec.Code != http.StatusBadRequest {
 			t.Errorf("POST /stops %.40s: %d; want 400", body, rec.Code)
 		}
@@ -539,7 +540,7 @@ func TestQueryParametersARouteDoesNotTakeAreRefused(t *testing.T) {
 		t.Fatalf("railRef %s, want rail-000001: a refused request was recorded (or stopped the reference)", ref)
 	}
 	rec := do(s, "GET", "/submissions?payoutId=po-2", "")
-	var list railstub.SubmissionList
+	var list rail.SubmissionList
 	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &list) != nil || len(list.Submissions) != 0 {
 		t.Fatalf("GET /submissions?payoutId=po-2: %d %s; want 200 and none", rec.Code, rec.Body)
 	}

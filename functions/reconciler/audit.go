@@ -12,8 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
-	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 )
 
 // Environment variables of the audit the reconciler runs after each pass
@@ -36,7 +35,7 @@ const maxJournalBytes = 64 << 20
 
 // DBAuditor returns an Auditor that runs payoutaudit.Live over paydb and
 // raildb (opened from the DSNs) and the rail's journal at railURL +
-// railapi.RailPathJournal, read through d, with settle between its two looks
+// rail.PathJournal, read through d, with settle between its two looks
 // (Config.AuditSettle); close releases the pools. It returns nil, nil,
 // nil when all three are empty, and an error wrapping ErrInvalidConfig
 // when only some are set or settle is not positive.
@@ -75,8 +74,8 @@ func DBAuditor(ctx context.Context, paydbDSN, raildbDSN, railURL string, settle 
 		paydb.Close()
 		return nil, nil, fmt.Errorf("%w: %s: %v", ErrInvalidConfig, EnvAuditRaildbURL, err)
 	}
-	journal := strings.TrimSuffix(railURL, "/") + railapi.RailPathJournal
-	readRail := func(ctx context.Context) ([]railstub.Submission, error) {
+	journal := strings.TrimSuffix(railURL, "/") + rail.PathJournal
+	readRail := func(ctx context.Context) ([]rail.Submission, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, journal, nil)
 		if err != nil {
 			return nil, err
@@ -90,7 +89,7 @@ func DBAuditor(ctx context.Context, paydbDSN, raildbDSN, railURL string, settle 
 		if err != nil || resp.StatusCode != http.StatusOK {
 			return nil, fmt.Errorf("read the rail's journal: status %d: %v", resp.StatusCode, err)
 		}
-		var list railstub.SubmissionList
+		var list rail.SubmissionList
 		if err := json.Unmarshal(raw, &list); err != nil {
 			return nil, fmt.Errorf("decode the rail's journal: %w", err)
 		}

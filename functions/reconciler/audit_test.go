@@ -15,15 +15,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
 
@@ -153,14 +154,14 @@ func TestAuditBesideLiveTrafficStillReportsARealDiscrepancy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	payAtRail(t, p, railstub.SubmitRequest{PayoutID: unbooked.PayoutID, AccountID: unbooked.AccountID,
+	payAtRail(t, p, rail.SubmitRequest{PayoutID: unbooked.PayoutID, AccountID: unbooked.AccountID,
 		AmountMinor: unbooked.AmountMinor, Currency: unbooked.Currency, Reference: unbooked.PayoutID})
 	lease, h := holder(t, p, unpaid, "worker-forger")
 	if _, err := p.Pay.Claim(t.Context(), unpaid.PayoutID, h); err != nil {
 		t.Fatal(err)
 	}
 	const ref = "rail-999999"
-	receipt := prooftest.Receipt(payoutevent.RailReceipt{PayoutID: unpaid.PayoutID, AccountID: unpaid.AccountID, AmountMinor: unpaid.AmountMinor,
+	receipt := fencingtest.Receipt(fencewire.RailReceipt{PayoutID: unpaid.PayoutID, AccountID: unpaid.AccountID, AmountMinor: unpaid.AmountMinor,
 		Currency: unpaid.Currency, Outcome: string(api.OutcomeAck), RailRef: ref, RailToken: h.Token})
 	if _, err := p.Pay.PostResult(t.Context(), unpaid.PayoutID, h, api.ResultRequest{Outcome: api.OutcomeAck, RailRef: ref, Receipt: receipt}); err != nil {
 		t.Fatal(err)
@@ -294,7 +295,7 @@ func TestAuditFindingsAreCountedForThePage(t *testing.T) {
 	want("after the repair", 0, 0, 0)
 
 	const unbooked = "p-unbooked"
-	payAtRail(t, p, railstub.SubmitRequest{PayoutID: unbooked, AccountID: "acct-9", AmountMinor: 100, Currency: "EUR", Reference: unbooked})
+	payAtRail(t, p, rail.SubmitRequest{PayoutID: unbooked, AccountID: "acct-9", AmountMinor: 100, Currency: "EUR", Reference: unbooked})
 	rep = pass()
 	if !slices.Equal(rep.RailPaidNoDebit, []string{unbooked}) || len(rep.Violations) == 0 {
 		t.Fatalf("a rail payment paydb never booked: rail paid no debit %v, violations %+v; want [%s] and its broken rules",
@@ -317,10 +318,10 @@ func auditShown(t *testing.T, rep reconciler.PassReport) {
 
 // payAtRail submits req straight to p's rail-stub, past rail-proxy and
 // both fence points (a payment the books never booked), and wants 200.
-func payAtRail(t *testing.T, p *pipelinetest.Pipeline, req railstub.SubmitRequest) {
+func payAtRail(t *testing.T, p *pipelinetest.Pipeline, req rail.SubmitRequest) {
 	t.Helper()
 	b, _ := json.Marshal(req)
-	resp, err := http.Post(p.RailURL+railapi.RailPathSubmit, "application/json", bytes.NewReader(b))
+	resp, err := http.Post(p.RailURL+rail.PathSubmit, "application/json", bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
 	}

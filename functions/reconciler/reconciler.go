@@ -24,6 +24,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
@@ -365,7 +366,7 @@ func (r *Reconciler) settleAttempts(ctx context.Context, rep *PassReport) error 
 	var attempts []railapi.Attempt
 	after := int64(0)
 	for {
-		h := payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: r.Owner()}
+		h := fencewire.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: r.Owner()}
 		lctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
 		page, err := r.rail.Unsettled(lctx, h, after, r.cfg.PageSize)
 		cancel()
@@ -421,7 +422,7 @@ func (r *Reconciler) settleAttempt(ctx context.Context, a railapi.Attempt) Resul
 		return skip(res, err)
 	}
 	defer r.releaseLease(ctx, lease)
-	h := payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: r.Owner()}
+	h := fencewire.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: r.Owner()}
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
 	rec, err := r.rail.Reconcile(cctx, h, a.PayoutID)
 	cancel()
@@ -485,7 +486,7 @@ func (r *Reconciler) settle(ctx context.Context, p api.Payout) Result {
 		return skip(res, err)
 	}
 	defer r.releaseLease(ctx, lease)
-	h := payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: r.Owner()}
+	h := fencewire.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: r.Owner()}
 	log = log.With("token", h.Token)
 
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)

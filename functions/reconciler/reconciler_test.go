@@ -18,11 +18,14 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
@@ -30,7 +33,6 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
@@ -90,7 +92,7 @@ func fault(t *testing.T, p *pipelinetest.Pipeline, mode string) {
 
 // holder takes the lease of ev's account as owner, released at the end of
 // the test (or earlier by the caller).
-func holder(t *testing.T, p *pipelinetest.Pipeline, ev payoutevent.Event, owner string) (*client.Lease, payoutevent.Holder) {
+func holder(t *testing.T, p *pipelinetest.Pipeline, ev payoutevent.Event, owner string) (*client.Lease, fencewire.Holder) {
 	t.Helper()
 	c, err := client.New(p.LockURL, client.WithOwner(owner))
 	if err != nil {
@@ -101,7 +103,7 @@ func holder(t *testing.T, p *pipelinetest.Pipeline, ev payoutevent.Event, owner 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lease.Release(context.Background()) })
-	return lease, payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: owner}
+	return lease, fencewire.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: owner}
 }
 
 // submitInDoubt plays a holder whose submission's outcome it never
@@ -109,7 +111,7 @@ func holder(t *testing.T, p *pipelinetest.Pipeline, ev payoutevent.Event, owner 
 // (hang: the rail records it and withholds the answer; error: the rail
 // answers 503 and records nothing), reports AMBIGUOUS and releases. It
 // returns the holder.
-func submitInDoubt(t *testing.T, p *pipelinetest.Pipeline, ev payoutevent.Event, mode string) payoutevent.Holder {
+func submitInDoubt(t *testing.T, p *pipelinetest.Pipeline, ev payoutevent.Event, mode string) fencewire.Holder {
 	t.Helper()
 	lease, h := holder(t, p, ev, "worker-a")
 	claimed, err := p.Pay.Claim(t.Context(), ev.PayoutID, h)
@@ -435,7 +437,7 @@ func TestRailSubmittedTwiceIsNeverResolved(t *testing.T) {
 	submitInDoubt(t, p, ev, railstub.FaultHang)
 	age(t, p, ev.PayoutID, false)
 	// A second submission of p-1 reaches the rail behind rail-proxy's back.
-	b, _ := json.Marshal(railstub.SubmitRequest{PayoutID: ev.PayoutID, AccountID: ev.AccountID, AmountMinor: ev.AmountMinor, Currency: ev.Currency, Reference: ev.PayoutID})
+	b, _ := json.Marshal(rail.SubmitRequest{PayoutID: ev.PayoutID, AccountID: ev.AccountID, AmountMinor: ev.AmountMinor, Currency: ev.Currency, Reference: ev.PayoutID})
 	resp, err := http.Post(p.RailURL+"/submit", "application/json", bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
@@ -463,7 +465,7 @@ func TestReconciliationNeedsTheLeaseProof(t *testing.T) {
 	submitInDoubt(t, p, ev, railstub.FaultError)
 	age(t, p, ev.PayoutID, false)
 	_, h := holder(t, p, ev, "reconciler-x")
-	if _, err := p.Rail.Reconcile(t.Context(), payoutevent.Holder{Token: h.Token, Owner: "x"}, ev.PayoutID); !errors.Is(err, railclient.ErrUnverifiedToken) {
+	if _, err := p.Rail.Reconcile(t.Context(), fencewire.Holder{Token: h.Token, Owner: "x"}, ev.PayoutID); !errors.Is(err, railclient.ErrUnverifiedToken) {
 		t.Fatalf("reconciliation without a proof: %v; want UNVERIFIED_TOKEN", err)
 	}
 	_, err := p.Pay.Resolve(t.Context(), ev.PayoutID, h, api.ResolutionRequest{Outcome: api.OutcomeNone, RailToken: h.Token - 1, Receipt: "forged"})
@@ -779,7 +781,7 @@ func TestClosingWithAnUnknownTermsKeySucceedsOnceTheKeyIsAdded(t *testing.T) {
 		t.Fatalf("pass with the key unknown %+v; want p-1 %s (next pass)", rep, reconciler.ResultError)
 	}
 	p.ReplaceProxy(t, func(c *railproxy.Config) {
-		ring, err := fenceproof.NewKeyring(prooftest.TermsSigningKey().VerifyKey(), next.VerifyKey())
+		ring, err := fenceproof.NewKeyring(fencingtest.TermsSigningKey().VerifyKey(), next.VerifyKey())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,7 +22,7 @@ import (
 	"cloud.google.com/go/pubsub/v2/pstest"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
@@ -98,7 +98,7 @@ func TestCloudRunContract(t *testing.T) {
 					railapi.EnvProofKeys + "=" + proofKey.VerifyKey().String(), railapi.EnvReceiptSigningKey + "=" + receiptKey.String(),
 					railapi.EnvTermsKeys + "=" + termsKey.VerifyKey().String()}
 			},
-			method: "POST", path: railapi.PathSubmissions, header: http.Header{fencing.HeaderToken: {"1"}},
+			method: "POST", path: railapi.PathSubmissions, header: http.Header{fencewire.HeaderToken: {"1"}},
 			body: `{"payoutId":"p-1","accountId":"acct-1","amountMinor":5,"currency":"ZZZ"}`,
 			want: http.StatusBadRequest, // no such currency
 		},

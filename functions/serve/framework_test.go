@@ -20,6 +20,8 @@ import (
 
 	_ "github.com/distributed-lock-lab/distributed-lock-lab" // registers the functions with the framework
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog/executorfn"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog/railstubfn"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/serve"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
@@ -143,8 +145,8 @@ func awaitListening(addr string, failed <-chan error) error {
 // 307 before the function sees it, where serve refuses it with 400.
 func TestFrameworkServesAnHTTPFunctionAsServeDoes(t *testing.T) {
 	t.Setenv("RAIL_STUB_DECLINE_OVER_MINOR", "500")
-	images := serveLikeTheImages(t, catalog.RailStub)
-	framework := serveThroughTheFramework(t, catalog.RailStub.Name)
+	images := serveLikeTheImages(t, railstubfn.Function)
+	framework := serveThroughTheFramework(t, railstubfn.Function.Name)
 	for _, tc := range []struct{ method, path, body string }{
 		{"GET", "/submissions", ""},
 		{"GET", "/admin/faults", ""},
@@ -255,8 +257,8 @@ func TestFrameworkDeliversAPubSubCloudEventAsThePushEndpointDoes(t *testing.T) {
 	t.Setenv(executor.EnvPaymentResourceURL, down)
 	t.Setenv(executor.EnvRailProxyURL, down)
 	t.Setenv(executor.EnvReportAttempts, "1")
-	images := serveLikeTheImages(t, catalog.Executor)
-	framework := serveThroughTheFramework(t, catalog.Executor.Name)
+	images := serveLikeTheImages(t, executorfn.Function)
+	framework := serveThroughTheFramework(t, executorfn.Function.Name)
 
 	payout := []byte(`{"payoutId":"po-1","accountId":"acct-1","amountMinor":250,"currency":"EUR"}`)
 	for _, structured := range []bool{true, false} {

@@ -19,9 +19,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
@@ -29,7 +32,6 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzztest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/memstore"
@@ -90,7 +92,7 @@ func newWorld(t *testing.T) *world {
 
 	w.lockKeys = memstore.New(nil)
 	lcfg := lockserver.DefaultServerConfig()
-	lcfg.ProofKey = prooftest.LockSigningKey()
+	lcfg.ProofKey = fencingtest.LockSigningKey()
 	ls, err := lockserver.NewServer(w.lockKeys, lcfg, log)
 	if err != nil {
 		t.Fatal(err)
@@ -117,8 +119,8 @@ func newWorld(t *testing.T) *world {
 	rdsn := pgtest.NewDatabase(t)
 	rcfg := railproxy.DefaultConfig()
 	rcfg.DB.DSN, rcfg.RailURL = rdsn, rail.URL
-	rcfg.ProofKeys, rcfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
-	rcfg.TermsKeys = prooftest.TermsKeys()
+	rcfg.ProofKeys, rcfg.ReceiptKey = fencingtest.ProofKeys(), fencingtest.ReceiptSigningKey()
+	rcfg.TermsKeys = fencingtest.TermsKeys()
 	proxy, err := railproxy.New(ctx, rcfg, log)
 	if err != nil {
 		t.Fatal(err)
@@ -129,8 +131,8 @@ func newWorld(t *testing.T) *world {
 	pdsn := pgtest.NewDatabase(t)
 	pcfg := paymentresource.DefaultConfig()
 	pcfg.DatabaseURL, pcfg.OutboxPoll = pdsn, 10*time.Millisecond
-	pcfg.ProofKeys, pcfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
-	pcfg.TermsKey = prooftest.TermsSigningKey()
+	pcfg.ProofKeys, pcfg.ReceiptKeys = fencingtest.ProofKeys(), fencingtest.ReceiptKeys()
+	pcfg.TermsKey = fencingtest.TermsSigningKey()
 	svc, err := paymentresource.New(ctx, pcfg, publisher{}, log)
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +204,7 @@ func (w *world) send(r row) *httptest.ResponseRecorder {
 // acct-1 at 5; lock-server's payout:acct-1 held by worker-a (token 1).
 func (w *world) setup(t *testing.T) {
 	t.Helper()
-	holder := []string{"Content-Type", ctJSON, payapi.HeaderToken, fmt.Sprint(tokenGood), payapi.HeaderProof, prooftest.Proof(acct, tokenGood), payapi.HeaderOwner, "worker-a"}
+	holder := []string{"Content-Type", ctJSON, payapi.HeaderToken, fmt.Sprint(tokenGood), payapi.HeaderProof, fencingtest.Proof(acct, tokenGood), payapi.HeaderOwner, "worker-a"}
 	for _, r := range []row{
 		{service: svcPay, method: "POST", path: payapi.PathAccounts, headers: []string{"Content-Type", ctJSON}, body: `{"accountId":"acct-1","currency":"EUR","openingBalanceMinor":10000}`},
 		{service: svcPay, method: "POST", path: payapi.PathPayouts, headers: []string{"Content-Type", ctJSON}, body: `{"payoutId":"p-1","accountId":"acct-1","amountMinor":2500,"currency":"EUR"}`},
@@ -220,7 +222,7 @@ func (w *world) setup(t *testing.T) {
 // termsOf is payment-resource's signature (the test key) over a payout's
 // terms, in EUR.
 func termsOf(payout, account string, amount int64) string {
-	return prooftest.Terms(payoutevent.PayoutTerms{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: "EUR"})
+	return fencingtest.Terms(fencewire.PayoutTerms{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: "EUR"})
 }
 
 // submission is rail-proxy's body for a payout in EUR; its terms
@@ -251,7 +253,7 @@ func rows() []row {
 		}
 		return h
 	}
-	proof := func(account string, token int64) string { return prooftest.Proof(account, token) }
+	proof := func(account string, token int64) string { return fencingtest.Proof(account, token) }
 	lock := func(op string) string { return lockapi.PathLockPrefix + "payout:acct-1" + op }
 	sub := submission("p-1", "acct-1", 2500)
 	p1 := func(h []string) []string { return signedBy(h, termsOf("p-1", "acct-1", 2500)) } // p-1 as payment-resource signs it
@@ -348,7 +350,7 @@ func rows() []row {
 		{svcProxy, "terms: payout id paydb does not know", "POST", railapi.PathSubmissions, signedBy(holder("6", proof(acct, 6)), termsOf("p-1", "acct-1", 2500)), submission("p-ghost", "acct-1", 2500), 403, string(railapi.CodeInvalidTerms), nil},
 		{svcProxy, "terms: payout of another account", "POST", railapi.PathSubmissions, signedBy(holder("6", proof("acct-2", 6)), termsOf("p-1", "acct-1", 2500)), submission("p-1", "acct-2", 2500), 403, string(railapi.CodeInvalidTerms), nil},
 		{svcProxy, "terms: signed by a key rail-proxy does not hold", "POST", railapi.PathSubmissions, signedBy(holder("6", proof(acct, 6)),
-			prooftest.ReceiptSigningKey().Sign(payoutevent.PayoutTermsDomain, payoutevent.PayoutTerms{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 2500, Currency: "EUR"}.Fields()...)),
+			fencingtest.ReceiptSigningKey().Sign(fencewire.PayoutTermsDomain, fencewire.PayoutTerms{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 2500, Currency: "EUR"}.Fields()...)),
 			submission("p-1", "acct-1", 2500), 403, string(railapi.CodeTermsKeyUnknown), nil},
 		{svcProxy, "payoutId with an escaped lone surrogate", "POST", railapi.PathSubmissions, holder("6", proof(acct, 6)), `{"payoutId":"p-\udc00","accountId":"acct-1","amountMinor":2500,"currency":"EUR"}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcProxy, "query parameter on a submission", "POST", railapi.PathSubmissions + "?dryRun=1", p1(holder("6", proof(acct, 6))), sub, 400, string(railapi.CodeInvalidRequest), nil},
@@ -373,14 +375,14 @@ func rows() []row {
 		{svcStub, "failNext of int64's maximum", "POST", "/admin/faults", js, `{"failNext":9223372036854775807,"mode":"error"}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "query parameter on /submit", "POST", "/submit?dryRun=1", js, stubOK, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "misspelt filter of /submissions", "GET", "/submissions?payout=p-1", nil, ``, 400, string(railapi.CodeInvalidRequest), nil},
-		{svcStub, "GET /submit", "GET", "/submit", nil, ``, 405, railstub.CodeMethodNotAllowed, nil},
+		{svcStub, "GET /submit", "GET", "/submit", nil, ``, 405, rail.CodeMethodNotAllowed, nil},
 		{svcStub, "stop order without a reference", "POST", "/stops", js, `{}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "stop order with an unknown field", "POST", "/stops", js, `{"reference":"p-1","force":true}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "stop order reference not UTF-8", "POST", "/stops", js, "{\"reference\":\"p-\xff\"}", 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "stop order reference with NUL", "POST", "/stops", js, `{"reference":"p-\u0000"}`, 400, string(railapi.CodeInvalidRequest), nil},
 		{svcStub, "stop order reference with a newline", "POST", "/stops", js, `{"reference":"p-1\n"}`, 400, string(railapi.CodeInvalidRequest), nil},
-		{svcStub, "GET /stops", "GET", "/stops", nil, ``, 405, railstub.CodeMethodNotAllowed, nil},
-		{svcStub, "unknown path", "POST", "/refund", js, `{}`, 404, railstub.CodeNotFound, nil},
+		{svcStub, "GET /stops", "GET", "/stops", nil, ``, 405, rail.CodeMethodNotAllowed, nil},
+		{svcStub, "unknown path", "POST", "/refund", js, `{}`, 404, rail.CodeNotFound, nil},
 
 		// reconciler (the trigger of a pass; it takes no parameters)
 		{svcRecon, "run: content type with charset=latin1", "POST", reconciler.PathRuns, []string{"Content-Type", "application/json; charset=latin1"}, `{}`, 415, jsonhandler.CodeUnsupportedMediaType, nil},

@@ -29,8 +29,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutbus"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
-	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 )
 
@@ -274,7 +273,7 @@ func (d *Driver) PullOne(ctx context.Context, timeout time.Duration) (*pubsub.Me
 type Audit struct {
 	// Journal is the rail-stub's journal: every submission the rail
 	// received.
-	Journal []railstub.Submission
+	Journal []rail.Submission
 	// Report is payoutaudit.Run over the journal, raildb and paydb.
 	Report payoutaudit.Report
 }
@@ -283,7 +282,7 @@ type Audit struct {
 // raildb and paydb (payoutaudit).
 func (d *Driver) Audit(ctx context.Context) (Audit, error) {
 	var a Audit
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.st.RailStubURL()+railapi.RailPathJournal, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.st.RailStubURL()+rail.PathJournal, nil)
 	if err != nil {
 		return a, err
 	}
@@ -291,7 +290,7 @@ func (d *Driver) Audit(ctx context.Context) (Audit, error) {
 	if err != nil {
 		return a, fmt.Errorf("the rail's journal: %w", err)
 	}
-	var list railstub.SubmissionList
+	var list rail.SubmissionList
 	err = json.NewDecoder(resp.Body).Decode(&list)
 	resp.Body.Close()
 	if err == nil && resp.StatusCode != http.StatusOK {

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
@@ -212,7 +213,7 @@ var forger = func() fenceproof.SigningKey {
 // decoy is a payout of another account, created once per Explorer, whose
 // genuine signature a forgery borrows.
 type decoy struct {
-	terms     payoutevent.PayoutTerms
+	terms     fencewire.PayoutTerms
 	signature string
 }
 
@@ -227,7 +228,7 @@ func (e *Explorer) newDecoy(ctx context.Context) (decoy, error) {
 	if err != nil {
 		return decoy{}, err
 	}
-	return decoy{terms: payoutevent.PayoutTerms(ev), signature: p.TermsSignature}, nil
+	return decoy{terms: fencewire.PayoutTerms(ev), signature: p.TermsSignature}, nil
 }
 
 // forgery is one way to alter a submission's terms.
@@ -251,7 +252,7 @@ var forgeries = []forgery{
 	{"a signature over the payout with another amount, by a key not payment-resource's", func(b map[string]any, g railapi.SubmitRequest, _ decoy) {
 		t := g.Terms()
 		t.AmountMinor *= 10
-		b["amountMinor"], b["termsSignature"] = t.AmountMinor, forger.Sign(payoutevent.PayoutTermsDomain, t.Fields()...)
+		b["amountMinor"], b["termsSignature"] = t.AmountMinor, forger.Sign(fencewire.PayoutTermsDomain, t.Fields()...)
 	}},
 }
 
@@ -390,12 +391,12 @@ func (r *run) checkAdversary(ctx context.Context, res *Result, fail func(check, 
 		}
 	}
 	ids := make([]string, len(r.events))
-	terms := map[string]payoutevent.PayoutTerms{}
+	terms := map[string]fencewire.PayoutTerms{}
 	for i, ev := range r.events {
 		ids[i] = ev.PayoutID
-		terms[ev.PayoutID] = payoutevent.PayoutTerms(ev)
+		terms[ev.PayoutID] = fencewire.PayoutTerms(ev)
 		for _, s := range r.e.p.Stub.Submissions(ev.PayoutID) {
-			got := payoutevent.PayoutTerms{PayoutID: s.Request.PayoutID, AccountID: s.Request.AccountID, AmountMinor: s.Request.AmountMinor, Currency: s.Request.Currency}
+			got := fencewire.PayoutTerms{PayoutID: s.Request.PayoutID, AccountID: s.Request.AccountID, AmountMinor: s.Request.AmountMinor, Currency: s.Request.Currency}
 			if got != terms[ev.PayoutID] {
 				fail(CheckTerms, "the rail's journal holds %+v; paydb's terms are %+v", got, terms[ev.PayoutID])
 			}
@@ -417,7 +418,7 @@ func (r *run) checkAdversary(ctx context.Context, res *Result, fail func(check, 
 	for rows.Next() {
 		var (
 			a  attempt
-			t  payoutevent.PayoutTerms
+			t  fencewire.PayoutTerms
 			st string
 		)
 		err := rows.Scan(&a.id, &a.payout, &t.AccountID, &t.AmountMinor, &t.Currency, &a.token, &st, &a.forward)

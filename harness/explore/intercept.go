@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
@@ -46,7 +46,7 @@ func (e *Explorer) holdRail(next http.Handler) http.Handler {
 		case FaultRailDown:
 			http.Error(w, "the rail is down", http.StatusServiceUnavailable)
 		case FaultRailRefused:
-			jsonhandler.WriteError(w, http.StatusServiceUnavailable, railstub.CodeRailUnavailable, "the rail recorded nothing", true)
+			jsonhandler.WriteError(w, http.StatusServiceUnavailable, rail.CodeUnavailable, "the rail recorded nothing", true)
 		case FaultRailLost:
 			next.ServeHTTP(httptest.NewRecorder(), r)
 			http.Error(w, "the rail's answer was lost", http.StatusBadGateway)

@@ -22,9 +22,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
@@ -245,7 +245,7 @@ var Faults = []Fault{
 				return err
 			}
 			// A token lock-server never granted, with no proof.
-			h := payoutevent.Holder{Token: 1 << 40, Owner: "gameday-forger"}
+			h := fencewire.Holder{Token: 1 << 40, Owner: "gameday-forger"}
 			_, err = c.Submit(ctx, h, railapi.SubmitRequest{PayoutID: p.PayoutID, AccountID: p.AccountID, AmountMinor: p.AmountMinor, Currency: p.Currency,
 				TermsSignature: p.TermsSignature})
 			if err == nil {

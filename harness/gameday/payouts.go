@@ -13,7 +13,7 @@ import (
 
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
-	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 )
@@ -42,18 +42,18 @@ const (
 // straight to rail-stub, past both fence points, and wants the rail's
 // ACK: money moved.
 func railStubSubmit(ctx context.Context, stubURL, id, account string) error {
-	body, err := json.Marshal(railstub.SubmitRequest{PayoutID: id, AccountID: account, AmountMinor: 100, Currency: "EUR", Reference: id})
+	body, err := json.Marshal(rail.SubmitRequest{PayoutID: id, AccountID: account, AmountMinor: 100, Currency: "EUR", Reference: id})
 	if err != nil {
 		return err
 	}
-	resp, err := postJSON(ctx, stubURL+railapi.RailPathSubmit, body)
+	resp, err := postJSON(ctx, stubURL+rail.PathSubmit, body)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	var ans railstub.SubmitAnswer
-	if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil || resp.StatusCode != http.StatusOK || ans.Status != railstub.StatusAck {
-		return fmt.Errorf("rail-stub answered %d %q to a submission of %s (%v); want 200 %s", resp.StatusCode, ans.Status, id, err, railstub.StatusAck)
+	var ans rail.SubmitAnswer
+	if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil || resp.StatusCode != http.StatusOK || ans.Status != rail.StatusAck {
+		return fmt.Errorf("rail-stub answered %d %q to a submission of %s (%v); want 200 %s", resp.StatusCode, ans.Status, id, err, rail.StatusAck)
 	}
 	return nil
 }

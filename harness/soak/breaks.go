@@ -10,8 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 )
 
@@ -36,8 +35,8 @@ func PayAgainAtRail(ctx context.Context, st *stack.Stack) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	subs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (railstub.SubmitRequest, error) {
-		var sub railstub.SubmitRequest
+	subs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (rail.SubmitRequest, error) {
+		var sub rail.SubmitRequest
 		err := r.Scan(&sub.PayoutID, &sub.AccountID, &sub.AmountMinor, &sub.Currency)
 		sub.Reference = sub.PayoutID
 		return sub, err
@@ -54,7 +53,7 @@ func PayAgainAtRail(ctx context.Context, st *stack.Stack) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, st.RailStubURL()+railapi.RailPathSubmit, bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, st.RailStubURL()+rail.PathSubmit, bytes.NewReader(body))
 		if err != nil {
 			return "", err
 		}

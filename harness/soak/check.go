@@ -10,7 +10,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 )
 
 // Records is what the soak judges a run by, read after it settled from
@@ -22,7 +22,7 @@ type Records struct {
 	Payouts []PayoutRecord
 	// Journal is the rail-stub's journal: every submission the rail
 	// received (GET /submissions).
-	Journal []railstub.Submission
+	Journal []rail.Submission
 	// Debits counts the ledger debit transactions of each payout (paydb
 	// ledger_txn).
 	Debits map[string]int
@@ -109,7 +109,7 @@ func Check(r Records) []string {
 			continue // a stop order (the reconciler's), not a payment
 		}
 		atRail[s.Request.PayoutID]++
-		if s.Answer.Status == railstub.StatusAck {
+		if s.Answer.Status == rail.StatusAck {
 			acks[s.Request.PayoutID]++
 		}
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/svgplot"
 )
 
@@ -134,7 +134,7 @@ func (rep *Report) fill(r Records, bucket time.Duration) {
 			continue
 		}
 		rep.RailSubmissions++
-		if s.Answer.Status == railstub.StatusAck {
+		if s.Answer.Status == rail.StatusAck {
 			rep.RailAcks++
 		}
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutaudit"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/harness/benche2e"
 	"github.com/distributed-lock-lab/distributed-lock-lab/harness/soak"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
@@ -32,9 +32,9 @@ func good() soak.Records {
 			{ID: "p-1", State: "posted"}, {ID: "p-2", State: "declined"},
 			{ID: "p-3", State: "failed"}, {ID: "p-4", State: "needs_attention", Reason: "rail_fence_ahead"},
 		},
-		Journal: []railstub.Submission{
-			{Seq: 1, Request: railstub.SubmitRequest{PayoutID: "p-1"}, Answer: railstub.SubmitAnswer{Status: railstub.StatusAck, RailRef: "rail-000001"}},
-			{Seq: 2, Request: railstub.SubmitRequest{PayoutID: "p-2"}, Answer: railstub.SubmitAnswer{Status: railstub.StatusDecline, RailRef: "rail-000002"}},
+		Journal: []rail.Submission{
+			{Seq: 1, Request: rail.SubmitRequest{PayoutID: "p-1"}, Answer: rail.SubmitAnswer{Status: rail.StatusAck, RailRef: "rail-000001"}},
+			{Seq: 2, Request: rail.SubmitRequest{PayoutID: "p-2"}, Answer: rail.SubmitAnswer{Status: rail.StatusDecline, RailRef: "rail-000002"}},
 		},
 		Debits: map[string]int{"p-1": 1},
 		Audit:  payoutaudit.Report{Balanced: true},
@@ -57,17 +57,17 @@ func TestCheckFailsOnEachBrokenRule(t *testing.T) {
 		{"needs attention without a reason", soak.CheckNoneLost + ": payout p-4 needs attention without a reason", func(r *soak.Records) { r.Payouts[3].Reason = "" }},
 		{"stop orders are not payments", "", func(r *soak.Records) {
 			for range 2 {
-				r.Journal = append(r.Journal, railstub.Submission{Stop: true, Request: railstub.SubmitRequest{Reference: "p-3"}, Answer: railstub.SubmitAnswer{Status: railstub.StatusStopped}})
+				r.Journal = append(r.Journal, rail.Submission{Stop: true, Request: rail.SubmitRequest{Reference: "p-3"}, Answer: rail.SubmitAnswer{Status: rail.StatusStopped}})
 			}
 		}},
 		{"second submission at the rail", soak.CheckRailOnce + ": payout p-2 reached the rail 2 times", func(r *soak.Records) {
-			r.Journal = append(r.Journal, railstub.Submission{Seq: 3, Request: railstub.SubmitRequest{PayoutID: "p-2"}, Answer: railstub.SubmitAnswer{Status: railstub.StatusDecline}})
+			r.Journal = append(r.Journal, rail.Submission{Seq: 3, Request: rail.SubmitRequest{PayoutID: "p-2"}, Answer: rail.SubmitAnswer{Status: rail.StatusDecline}})
 		}},
 		{"audit unbalanced", soak.CheckLedgerBalances + ": ledger_balances acct-1: off by 5", func(r *soak.Records) {
 			r.Audit = payoutaudit.Report{Violations: []payoutaudit.Violation{{Check: "ledger_balances", Subject: "acct-1", Detail: "off by 5"}}}
 		}},
 		{"rail paid twice, one debit", soak.CheckOneDebit + ": payout p-1: the rail paid it 2 times, the ledger debits it 1 times", func(r *soak.Records) {
-			r.Journal = append(r.Journal, railstub.Submission{Seq: 3, Request: railstub.SubmitRequest{PayoutID: "p-1"}, Answer: railstub.SubmitAnswer{Status: railstub.StatusAck}})
+			r.Journal = append(r.Journal, rail.Submission{Seq: 3, Request: rail.SubmitRequest{PayoutID: "p-1"}, Answer: rail.SubmitAnswer{Status: rail.StatusAck}})
 		}},
 		{"rail payment without debit", soak.CheckOneDebit + ": payout p-1: the rail paid it 1 times, the ledger debits it 0 times", func(r *soak.Records) { r.Debits = map[string]int{} }},
 		{"debit without rail payment", soak.CheckOneDebit + ": payout p-3: 1 debits and no payment at the rail", func(r *soak.Records) { r.Debits["p-3"] = 1 }},

@@ -35,6 +35,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor/fault"
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
@@ -466,7 +467,7 @@ func (s *Stack) start(ctx context.Context) error {
 		if s.cfg.RailJournal {
 			stubEnv = []string{railstub.EnvJournal + "=" + filepath.Join(s.dir, "rail-stub.journal.jsonl")}
 		}
-		if s.stubURL, errs[0] = s.startFunction(ctx, "rail-stub", "rail-stub", stubEnv, railapi.RailPathJournal); errs[0] != nil {
+		if s.stubURL, errs[0] = s.startFunction(ctx, "rail-stub", "rail-stub", stubEnv, rail.PathJournal); errs[0] != nil {
 			return
 		}
 		s.proxyURL, errs[0] = s.startFunction(ctx, "rail-proxy", "rail-proxy", []string{

@@ -8,11 +8,11 @@
 package main
 
 import (
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog/executorfn"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/serve"
 )
 
 func main() {
-	f := catalog.Executor
+	f := executorfn.Function
 	serve.Main(f.Name, f.EnvNames(), f.Build, f.Collectors()...)
 }

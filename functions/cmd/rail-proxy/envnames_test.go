@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog/railproxyfn"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
 )
@@ -20,7 +20,7 @@ func TestMisspeltVariableIsWarnedAbout(t *testing.T) {
 	good := railapi.EnvFencingEnabled
 	typo := strings.TrimSuffix(railapi.EnvFencingEnabled, "D")
 	var buf bytes.Buffer
-	found := envcheck.Warn(slog.New(slog.NewJSONHandler(&buf, nil)), catalog.RailProxy.EnvNames(), []string{typo + "=x", good + "=y", "HOME=/root"})
+	found := envcheck.Warn(slog.New(slog.NewJSONHandler(&buf, nil)), railproxyfn.Function.EnvNames(), []string{typo + "=x", good + "=y", "HOME=/root"})
 	if len(found) != 1 || found[0].Name != typo || found[0].Suggestion != good {
 		t.Fatalf("unknown variables %+v; want only %s, suggesting %s", found, typo, good)
 	}
@@ -28,10 +28,10 @@ func TestMisspeltVariableIsWarnedAbout(t *testing.T) {
 		t.Errorf("log %s; want a line naming %s and %s", out, typo, good)
 	}
 	var environ []string
-	for _, n := range catalog.RailProxy.EnvNames() {
+	for _, n := range railproxyfn.Function.EnvNames() {
 		environ = append(environ, n+"=1")
 	}
-	if found := envcheck.Find(catalog.RailProxy.EnvNames(), environ); len(found) != 0 {
+	if found := envcheck.Find(railproxyfn.Function.EnvNames(), environ); len(found) != 0 {
 		t.Errorf("known variables reported as unknown: %+v", found)
 	}
 }

@@ -24,7 +24,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog/railproxyfn"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/serve"
@@ -41,7 +41,7 @@ func main() {
 		stop()
 		os.Exit(code)
 	}
-	f := catalog.RailProxy
+	f := railproxyfn.Function
 	serve.Main(f.Name, f.EnvNames(), f.Build, f.Collectors()...)
 }
 

@@ -12,10 +12,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -28,8 +28,8 @@ func newRaildb(t *testing.T) string {
 	dsn := pgtest.NewDatabase(t)
 	cfg := railproxy.DefaultConfig()
 	cfg.DB.DSN, cfg.RailURL = dsn, "http://127.0.0.1:1"
-	cfg.ProofKeys, cfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
-	cfg.TermsKeys = prooftest.TermsKeys()
+	cfg.ProofKeys, cfg.ReceiptKey = fencingtest.ProofKeys(), fencingtest.ReceiptSigningKey()
+	cfg.TermsKeys = fencingtest.TermsKeys()
 	p, err := railproxy.New(t.Context(), cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

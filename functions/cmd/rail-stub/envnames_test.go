@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog/railstubfn"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
 )
@@ -20,7 +20,7 @@ func TestMisspeltVariableIsWarnedAbout(t *testing.T) {
 	good := railstub.EnvLatencyMs
 	typo := "RAIL_STUB_LATENCY"
 	var buf bytes.Buffer
-	found := envcheck.Warn(slog.New(slog.NewJSONHandler(&buf, nil)), catalog.RailStub.EnvNames(), []string{typo + "=x", good + "=y", "HOME=/root"})
+	found := envcheck.Warn(slog.New(slog.NewJSONHandler(&buf, nil)), railstubfn.Function.EnvNames(), []string{typo + "=x", good + "=y", "HOME=/root"})
 	if len(found) != 1 || found[0].Name != typo || found[0].Suggestion != good {
 		t.Fatalf("unknown variables %+v; want only %s, suggesting %s", found, typo, good)
 	}
@@ -28,10 +28,10 @@ func TestMisspeltVariableIsWarnedAbout(t *testing.T) {
 		t.Errorf("log %s; want a line naming %s and %s", out, typo, good)
 	}
 	var environ []string
-	for _, n := range catalog.RailStub.EnvNames() {
+	for _, n := range railstubfn.Function.EnvNames() {
 		environ = append(environ, n+"=1")
 	}
-	if found := envcheck.Find(catalog.RailStub.EnvNames(), environ); len(found) != 0 {
+	if found := envcheck.Find(railstubfn.Function.EnvNames(), environ); len(found) != 0 {
 		t.Errorf("known variables reported as unknown: %+v", found)
 	}
 }

@@ -5,11 +5,11 @@
 package main
 
 import (
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog/railstubfn"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/serve"
 )
 
 func main() {
-	f := catalog.RailStub
+	f := railstubfn.Function
 	serve.Main(f.Name, f.EnvNames(), f.Build, f.Collectors()...)
 }

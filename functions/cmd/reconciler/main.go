@@ -7,11 +7,11 @@
 package main
 
 import (
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog/reconcilerfn"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/serve"
 )
 
 func main() {
-	f := catalog.Reconciler
+	f := reconcilerfn.Function
 	serve.Main(f.Name, f.EnvNames(), f.Build, f.Collectors()...)
 }

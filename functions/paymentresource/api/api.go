@@ -5,8 +5,8 @@
 // the names of the log events it emits. It is the source of truth that
 // docs/payout-api.md describes.
 //
-// It imports only the standard library and functions/payoutevent (the
-// pipeline's shared, standard-library-only vocabulary), so that any client
+// It imports only the standard library and the standard-library-only
+// wire packages functions/payoutevent and functions/fencing/fencewire, so that any client
 // (functions/paymentresource/client, the executor, the harness, a tool)
 // can depend on it without pulling in a database driver.
 //
@@ -21,12 +21,12 @@
 //	POST /v1/payouts               PayoutRequest -> 201 Payout (200 if it exists alike; 409 PAYOUT_CONFLICT,
 //	                               INSUFFICIENT_FUNDS; 404 ACCOUNT_NOT_FOUND, 422 CURRENCY_MISMATCH)
 //	GET  /v1/payouts/{id}          -> 200 Payout (404 PAYOUT_NOT_FOUND)
-//	POST /v1/payouts/{id}/claim    X-Fencing-Token, X-Lock-Owner; empty body or {} -> 200 Payout
+//	POST /v1/payouts/{id}/claim    X-Fencing-Token, X-Fencing-Proof, X-Lock-Owner; empty body or {} -> 200 Payout
 //	                               (409 FENCED_OUT, PAYOUT_FINISHED, PAYOUT_IN_DOUBT, PAYOUT_NEEDS_ATTENTION;
 //	                               404 PAYOUT_NOT_FOUND)
 //	POST /v1/payouts/{id}/result   same headers; ResultRequest -> 200 Payout (also for a replayed railRef)
 //	                               (409 FENCED_OUT, PAYOUT_FINISHED, PAYOUT_IN_DOUBT, PAYOUT_NOT_CLAIMED,
-//	                               RAIL_REF_CONFLICT; 404 PAYOUT_NOT_FOUND)
+//	                               RAIL_REF_CONFLICT; 422 INVALID_RECEIPT; 404 PAYOUT_NOT_FOUND)
 //	POST /v1/payouts/{id}/attention same headers; AttentionRequest -> 200 Payout in needs_attention
 //	                               (also when it already is) (409 FENCED_OUT, PAYOUT_FINISHED;
 //	                               404 PAYOUT_NOT_FOUND)
@@ -36,8 +36,13 @@
 //	                               RAIL_REF_CONFLICT; 422 INVALID_RECEIPT; 404 PAYOUT_NOT_FOUND)
 //	GET  /v1/audit                 -> 200 AuditReport (balanced or not)
 //
-// Any route may also answer 400 INVALID_REQUEST or INVALID_TOKEN, 404
-// NOT_FOUND, 405 METHOD_NOT_ALLOWED, 413 BODY_TOO_LARGE, 415
+// Every route that takes the holder's headers answers 400 INVALID_TOKEN
+// for a missing, repeated or malformed X-Fencing-Token, 400
+// INVALID_REQUEST for a malformed X-Lock-Owner (recorded and logged, never
+// trusted, but validated since it is stored) and, while fencing is on, 403
+// UNVERIFIED_TOKEN when X-Fencing-Proof is missing, repeated or not
+// lock-server's proof of that token on payout:{accountId}. Any route may
+// also answer 400 INVALID_REQUEST, 404 NOT_FOUND, 405 METHOD_NOT_ALLOWED, 413 BODY_TOO_LARGE, 415
 // UNSUPPORTED_MEDIA_TYPE, 503 DATABASE_UNAVAILABLE or OVERLOADED (both
 // retryable, with Retry-After) or 500 INTERNAL.
 package api
@@ -46,6 +51,7 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 )
 
@@ -128,23 +134,24 @@ func ListPath(state State, limit int, after string) string {
 }
 
 // Headers of a write made on behalf of a lock holder (PathClaim and
-// PathResult). Both fence points read the same two headers; the spelling
-// lives in payoutevent.
+// PathResult and the other fenced routes). Both fence points read the
+// same headers; the spelling lives in functions/fencing/fencewire.
 const (
 	// HeaderToken carries the holder's fencing token: one positive decimal
 	// int64 in canonical form. Missing, repeated or malformed: 400
 	// INVALID_TOKEN.
-	HeaderToken = payoutevent.HeaderFencingToken
+	HeaderToken = fencewire.HeaderToken
 	// HeaderOwner carries the holder's owner id, recorded in the payout's
 	// history and logged; it decides nothing. Optional; when sent, it must
 	// be an owner id as lock-server accepts one (1..MaxOwnerLen bytes of
 	// ASCII letters, digits and . _ : - @ /), or the request is refused
 	// 400 INVALID_REQUEST and changes nothing.
-	HeaderOwner = payoutevent.HeaderLockOwner
+	HeaderOwner = fencewire.HeaderOwner
 	// HeaderProof carries lock-server's proof of the holder's token
-	// (lockserver/api Grant.Proof), unchanged; required while fencing is
-	// on (payoutevent.HeaderFencingProof).
-	HeaderProof = payoutevent.HeaderFencingProof
+	// (lockserver/api Grant.Proof), unchanged. While fencing is on, a
+	// missing, repeated or unverified proof is refused 403
+	// UNVERIFIED_TOKEN and changes nothing.
+	HeaderProof = fencewire.HeaderProof
 )
 
 // Bounds of requests. A request outside them is answered 400
@@ -164,8 +171,8 @@ const (
 	// (payoutevent.MaxAmountMinor, 10^15).
 	MaxAmountMinor = payoutevent.MaxAmountMinor
 	// MaxOwnerLen is the longest HeaderOwner accepted, in bytes
-	// (payoutevent.MaxLockOwnerLen, lock-server's owner bound).
-	MaxOwnerLen = payoutevent.MaxLockOwnerLen
+	// (fencewire.MaxOwnerLen, lock-server's owner bound).
+	MaxOwnerLen = fencewire.MaxOwnerLen
 )
 
 // Code is a stable, machine-readable error code of the envelope. Codes
@@ -186,7 +193,7 @@ const (
 	CodeUnsupportedMediaType Code = "UNSUPPORTED_MEDIA_TYPE"
 	// CodeInvalidToken (400): HeaderToken missing, repeated, or not a
 	// positive decimal int64.
-	CodeInvalidToken Code = payoutevent.CodeInvalidToken
+	CodeInvalidToken Code = fencewire.CodeInvalidToken
 	// CodeNotFound (404): no such route.
 	CodeNotFound Code = "NOT_FOUND"
 	// CodeMethodNotAllowed (405): the route exists for another method.
@@ -213,13 +220,13 @@ const (
 	CodePayoutConflict Code = "PAYOUT_CONFLICT"
 	// CodeFencedOut (409): a fenced row carries a higher token (or, on the
 	// strict account fence, the same one). The writer is a stale lock
-	// holder and must stop. Spelled in payoutevent, shared with rail-proxy.
-	CodeFencedOut Code = payoutevent.CodeFencedOut
+	// holder and must stop. Spelled in fencewire, shared with rail-proxy.
+	CodeFencedOut Code = fencewire.CodeFencedOut
 	// CodeUnverifiedToken (403): the token's HeaderProof is missing or
 	// does not show that lock-server granted that token on the lock that
 	// guards the account (payout:{accountId}). Nothing changed; the same
-	// request can never succeed. Spelled in payoutevent.
-	CodeUnverifiedToken Code = payoutevent.CodeUnverifiedToken
+	// request can never succeed. Spelled in fencewire.
+	CodeUnverifiedToken Code = fencewire.CodeUnverifiedToken
 	// CodePayoutFinished (409): the payout is posted, declined or failed; nothing
 	// is left to do (the executor acknowledges its message).
 	CodePayoutFinished Code = "PAYOUT_FINISHED"
@@ -336,15 +343,15 @@ const (
 	// is answered 503 DATABASE_UNAVAILABLE at once.
 	EnvStallAfterMs = "PAYMENT_STALL_AFTER_MS"
 	// EnvProofKeys lists the public keys of lock-server's grant proofs;
-	// required while fencing is on (payoutevent.EnvProofKeys).
-	EnvProofKeys = payoutevent.EnvProofKeys
+	// required while fencing is on (fencewire.EnvProofKeys).
+	EnvProofKeys = fencewire.EnvProofKeys
 	// EnvReceiptKeys lists the public keys of rail-proxy's receipts;
-	// required (payoutevent.EnvReceiptKeys).
-	EnvReceiptKeys = payoutevent.EnvReceiptKeys
+	// required (fencewire.EnvReceiptKeys).
+	EnvReceiptKeys = fencewire.EnvReceiptKeys
 	// EnvTermsSigningKey is the secret key payment-resource signs its
 	// payouts' terms with (Payout.TermsSignature); required
-	// (payoutevent.EnvTermsSigningKey).
-	EnvTermsSigningKey = payoutevent.EnvTermsSigningKey
+	// (fencewire.EnvTermsSigningKey).
+	EnvTermsSigningKey = fencewire.EnvTermsSigningKey
 )
 
 // Log events of payment-resource: the value of the "event" attribute of
@@ -379,14 +386,14 @@ const (
 	// from, to), whatever the outcome: a payout in doubt was settled.
 	EventPayoutResolved = "payout_resolved"
 	// EventFencedOut (WARN): a fenced write was refused (see
-	// payoutevent.EventFencedOut for its attributes).
-	EventFencedOut = payoutevent.EventFencedOut
+	// fencewire.EventFencedOut for its attributes).
+	EventFencedOut = fencewire.EventFencedOut
 	// EventUnverifiedToken (WARN): a fenced write was refused for an
-	// unverified token (see payoutevent.EventUnverifiedToken).
-	EventUnverifiedToken = payoutevent.EventUnverifiedToken
+	// unverified token (see fencewire.EventUnverifiedToken).
+	EventUnverifiedToken = fencewire.EventUnverifiedToken
 	// EventFencingDisabled (WARN, once at start): the kill switch turned
 	// fencing off.
-	EventFencingDisabled = payoutevent.EventFencingDisabled
+	EventFencingDisabled = fencewire.EventFencingDisabled
 	// EventRequestRefused (INFO; DEBUG for FENCED_OUT, already logged as
 	// EventFencedOut): a request answered 4xx, with status and code.
 	EventRequestRefused = "request_refused"

@@ -8,8 +8,8 @@ import (
 
 // TestAPIAndClientImportOnlyTheStandardLibrary enforces the dependency
 // rule of the contract: payment-resource's api package and its client
-// import only the standard library, the pipeline's shared wire package
-// functions/payoutevent and (the client) the stdlib-only transport core
+// import only the standard library, the pipeline's wire packages
+// functions/payoutevent and functions/fencing/fencewire and (the client) the stdlib-only transport core
 // internal/jsonclient, so that a caller never pulls in a database driver.
 func TestAPIAndClientImportOnlyTheStandardLibrary(t *testing.T) {
 	const mod = "github.com/distributed-lock-lab/distributed-lock-lab/"
@@ -22,11 +22,12 @@ func TestAPIAndClientImportOnlyTheStandardLibrary(t *testing.T) {
 		mod + "functions/paymentresource/api":    true,
 		mod + "functions/paymentresource/client": true,
 		mod + "functions/payoutevent":            true,
+		mod + "functions/fencing/fencewire":      true,
 		mod + "internal/jsonclient":              true, // the clients' stdlib-only transport core
 	}
 	for _, p := range strings.Fields(string(out)) {
 		if !allowed[p] {
-			t.Errorf("functions/paymentresource/api or its client depends on %s; only the standard library, functions/payoutevent and internal/jsonclient are allowed", p)
+			t.Errorf("functions/paymentresource/api or its client depends on %s; only the standard library, functions/payoutevent, functions/fencing/fencewire and internal/jsonclient are allowed", p)
 		}
 	}
 }

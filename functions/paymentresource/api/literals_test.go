@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/literaltest"
 )
 
@@ -60,7 +60,7 @@ func TestOnlyTheAPISpellsPaymentResourcesContract(t *testing.T) {
 	}
 	self, _ := filepath.Abs(".")
 	found, files, err := literaltest.InModule(root, []string{self},
-		[]string{filepath.Join(root, "functions", "payoutevent", "fencing.go")}, contractPatterns())
+		[]string{filepath.Join(root, "functions", "fencing", "fencewire", "fencewire.go")}, contractPatterns())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestContractLiteralsFindsAPlantedCopy(t *testing.T) {
 const a = "PAYOUT_FINISHED"
 var b = base + "/v1/payouts/" + id + "/claim"
 var c = "PAYDB_URL=" + dsn
-var d = "409 ` + payoutevent.CodeFencedOut + `"
+var d = "409 ` + fencewire.CodeFencedOut + `"
 var fine = []string{"PAYOUT_ALREADY_SUBMITTED", "NOT_FOUND", "INVALID_REQUEST", "/v1/payoutsx", "/v1/rail/submissions"}
 `
 	found, err := literaltest.InSource(token.NewFileSet(), "planted.go", src, contractPatterns())

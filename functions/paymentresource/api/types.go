@@ -168,7 +168,7 @@ type ResolutionRequest struct {
 	// resolver's token.
 	RailToken int64 `json:"railToken"`
 	// Receipt is rail-proxy's signature over the outcome
-	// (payoutevent.RailReceipt; Outcome "NONE" and RailRef "" for NONE).
+	// (fencewire.RailReceipt; Outcome "NONE" and RailRef "" for NONE).
 	// Required.
 	Receipt string `json:"receipt"`
 }
@@ -259,7 +259,7 @@ type ResultRequest struct {
 	// (railproxy/api SubmitAnswer.Receipt or Attempt.Receipt, passed on
 	// unchanged). Required for ACK and DECLINE: the outcome, RailRef and
 	// the rail token are recorded only if it covers exactly them and this
-	// payout's account, amount and currency (payoutevent.RailReceipt).
+	// payout's account, amount and currency (fencewire.RailReceipt).
 	// Ignored for AMBIGUOUS, which changes no balance.
 	Receipt string `json:"receipt,omitempty"`
 }
@@ -303,7 +303,7 @@ type Payout struct {
 	// History lists every accepted state change, oldest first, never nil.
 	History []Transition `json:"history"`
 	// TermsSignature is payment-resource's signature over the payout's
-	// terms (payoutevent.PayoutTerms: payout id, account id, amount,
+	// terms (fencewire.PayoutTerms: payout id, account id, amount,
 	// currency), made with its key (EnvTermsSigningKey) from paydb's row
 	// whenever a payout is answered. Pass it unchanged to rail-proxy with
 	// the submission (railproxy/api SubmitRequest.TermsSignature):
@@ -347,7 +347,7 @@ const (
 	CheckOneDebitPerPayout = "one_debit_per_posted_payout"
 )
 
-// AuditReport is the answer of GET /v1/audit (and of paymentresource.Audit):
+// AuditReport is the answer of GET /v1/audit (and of ledgeraudit.Run):
 // paydb's own ledger audit (INV-05 as far as paydb can tell; it cannot see
 // the rail).
 type AuditReport struct {

@@ -21,8 +21,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonclient"
 )
 
@@ -227,7 +227,7 @@ func (c *Client) Payout(ctx context.Context, id string) (api.Payout, error) {
 // returns ErrFencedOut when a newer holder has written, ErrPayoutFinished,
 // ErrPayoutInDoubt, ErrPayoutNotFound, ErrInvalidRequest (also for a
 // token that is not positive, without sending), ErrUnavailable.
-func (c *Client) Claim(ctx context.Context, id string, h payoutevent.Holder) (api.Payout, error) {
+func (c *Client) Claim(ctx context.Context, id string, h fencewire.Holder) (api.Payout, error) {
 	var p api.Payout
 	if err := errors.Join(api.ValidatePayoutID(id), api.ValidateToken(h.Token)); err != nil {
 		return p, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
@@ -243,7 +243,7 @@ func (c *Client) Claim(ctx context.Context, id string, h payoutevent.Holder) (ap
 // ErrRailRefConflict, ErrPayoutNotFound, ErrInvalidRequest (also for a
 // request that fails api.ResultRequest.Validate, without sending),
 // ErrUnavailable.
-func (c *Client) PostResult(ctx context.Context, id string, h payoutevent.Holder, req api.ResultRequest) (api.Payout, error) {
+func (c *Client) PostResult(ctx context.Context, id string, h fencewire.Holder, req api.ResultRequest) (api.Payout, error) {
 	var p api.Payout
 	if err := errors.Join(api.ValidatePayoutID(id), api.ValidateToken(h.Token)); err != nil {
 		return p, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
@@ -261,7 +261,7 @@ func (c *Client) PostResult(ctx context.Context, id string, h payoutevent.Holder
 // returns ErrFencedOut, ErrUnverifiedToken, ErrPayoutFinished,
 // ErrPayoutNotFound, ErrInvalidRequest (also for a reason not in
 // api.AttentionReasons, without sending), ErrUnavailable.
-func (c *Client) MarkNeedsAttention(ctx context.Context, id string, h payoutevent.Holder, reason api.AttentionReason) (api.Payout, error) {
+func (c *Client) MarkNeedsAttention(ctx context.Context, id string, h fencewire.Holder, reason api.AttentionReason) (api.Payout, error) {
 	var p api.Payout
 	req := api.AttentionRequest{Reason: reason}
 	if err := errors.Join(api.ValidatePayoutID(id), api.ValidateToken(h.Token), req.Validate()); err != nil {
@@ -279,7 +279,7 @@ func (c *Client) MarkNeedsAttention(ctx context.Context, id string, h payouteven
 // ErrRailRefConflict, ErrPayoutNotClaimed, ErrPayoutNotFound,
 // ErrInvalidRequest (also without sending, for a request that fails
 // api.ResolutionRequest.Validate), ErrUnavailable.
-func (c *Client) Resolve(ctx context.Context, id string, h payoutevent.Holder, req api.ResolutionRequest) (api.Payout, error) {
+func (c *Client) Resolve(ctx context.Context, id string, h fencewire.Holder, req api.ResolutionRequest) (api.Payout, error) {
 	var p api.Payout
 	if err := errors.Join(api.ValidatePayoutID(id), api.ValidateToken(h.Token)); err != nil {
 		return p, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
@@ -316,7 +316,7 @@ func (c *Client) Audit(ctx context.Context) (api.AuditReport, error) {
 // call sends one request through jsonclient.Conn.Call, with the holder's
 // headers when h is not nil, and decodes a 2xx body into out or a refusal
 // into *Error.
-func (c *Client) call(ctx context.Context, method, path string, h *payoutevent.Holder, in, out any) error {
+func (c *Client) call(ctx context.Context, method, path string, h *fencewire.Holder, in, out any) error {
 	var jh *jsonclient.Holder
 	if h != nil {
 		jh = &jsonclient.Holder{Token: h.Token, Owner: h.Owner, Proof: h.Proof, TokenHeader: api.HeaderToken, OwnerHeader: api.HeaderOwner, ProofHeader: api.HeaderProof}

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 )
 
 // doerFunc is a Doer made of a function.
@@ -97,7 +97,7 @@ func TestAnswersWithoutAnEnvelopeAndLostAnswers(t *testing.T) {
 	}
 	lost := errors.New("connection reset")
 	c, _ = client.New("http://pay.invalid", client.WithHTTPClient(doerFunc(func(*http.Request) (*http.Response, error) { return nil, lost })))
-	if _, err := c.Claim(ctx, "p-1", payoutevent.Holder{Token: 7, Owner: "w"}); !errors.Is(err, client.ErrUnavailable) || !errors.Is(err, lost) {
+	if _, err := c.Claim(ctx, "p-1", fencewire.Holder{Token: 7, Owner: "w"}); !errors.Is(err, client.ErrUnavailable) || !errors.Is(err, lost) {
 		t.Errorf("transport error: %v, want ErrUnavailable wrapping it", err)
 	}
 }
@@ -108,7 +108,7 @@ func TestFencedWritesCarryTheHoldersHeadersAndBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := c.PostResult(context.Background(), "p.1", payoutevent.Holder{Token: 42, Proof: "v1.proof", Owner: "worker-a"},
+	p, err := c.PostResult(context.Background(), "p.1", fencewire.Holder{Token: 42, Proof: "v1.proof", Owner: "worker-a"},
 		api.ResultRequest{Outcome: api.OutcomeAck, RailRef: "r-1", Receipt: "k.sig"})
 	if err != nil || p.State != api.StatePosted || p.Debits != 1 {
 		t.Fatalf("PostResult = %+v, %v", p, err)
@@ -132,14 +132,14 @@ func TestInvalidRequestsAreNotSent(t *testing.T) {
 	var got []*http.Request
 	c, _ := client.New("http://pay.invalid", client.WithHTTPClient(answering(200, "{}", &got)))
 	for name, call := range map[string]func() error{
-		"claim token 0":         func() error { _, err := c.Claim(ctx, "p-1", payoutevent.Holder{Token: 0, Owner: "w"}); return err },
-		"claim id with a slash": func() error { _, err := c.Claim(ctx, "p/1", payoutevent.Holder{Token: 1, Owner: "w"}); return err },
+		"claim token 0":         func() error { _, err := c.Claim(ctx, "p-1", fencewire.Holder{Token: 0, Owner: "w"}); return err },
+		"claim id with a slash": func() error { _, err := c.Claim(ctx, "p/1", fencewire.Holder{Token: 1, Owner: "w"}); return err },
 		"result railToken > token": func() error {
-			_, err := c.PostResult(ctx, "p-1", payoutevent.Holder{Token: 5, Owner: "w"}, api.ResultRequest{Outcome: api.OutcomeAck, RailRef: "r", RailToken: 6})
+			_, err := c.PostResult(ctx, "p-1", fencewire.Holder{Token: 5, Owner: "w"}, api.ResultRequest{Outcome: api.OutcomeAck, RailRef: "r", RailToken: 6})
 			return err
 		},
 		"result without railRef": func() error {
-			_, err := c.PostResult(ctx, "p-1", payoutevent.Holder{Token: 5, Owner: "w"}, api.ResultRequest{Outcome: api.OutcomeDecline})
+			_, err := c.PostResult(ctx, "p-1", fencewire.Holder{Token: 5, Owner: "w"}, api.ResultRequest{Outcome: api.OutcomeDecline})
 			return err
 		},
 		"account without opening balance": func() error {

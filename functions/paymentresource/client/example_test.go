@@ -17,12 +17,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
 // The examples run the real payment-resource (its HTTP handler over a
@@ -77,8 +77,8 @@ func startPaymentResource() (baseURL string, stop func()) {
 	cfg := paymentresource.DefaultConfig()
 	cfg.DatabaseURL = u.String()
 	// The public keys of the test deployment's lock-server and rail-proxy.
-	cfg.ProofKeys, cfg.ReceiptKeys = prooftest.ProofKeys(), prooftest.ReceiptKeys()
-	cfg.TermsKey = prooftest.TermsSigningKey()
+	cfg.ProofKeys, cfg.ReceiptKeys = fencingtest.ProofKeys(), fencingtest.ReceiptKeys()
+	cfg.TermsKey = fencingtest.TermsSigningKey()
 	svc, err := paymentresource.New(ctx, cfg, discard{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		log.Fatal(err)
@@ -90,15 +90,15 @@ func startPaymentResource() (baseURL string, stop func()) {
 func opening(minor int64) *int64 { return &minor }
 
 // holderOf stands in for a worker's lease on payout:{account}: in a worker,
-// payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: owner}.
-func holderOf(account string, token int64, owner string) payoutevent.Holder {
-	return prooftest.Holder(account, token, owner)
+// fencewire.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: owner}.
+func holderOf(account string, token int64, owner string) fencewire.Holder {
+	return fencingtest.Holder(account, token, owner)
 }
 
 // receiptOf stands in for rail-proxy's answer: in a worker, the Receipt of
 // railproxy/api SubmitAnswer, passed on unchanged.
 func receiptOf(payout, account string, amount int64, currency string, outcome api.Outcome, railRef string, token int64) string {
-	return prooftest.Receipt(payoutevent.RailReceipt{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: currency,
+	return fencingtest.Receipt(fencewire.RailReceipt{PayoutID: payout, AccountID: account, AmountMinor: amount, Currency: currency,
 		Outcome: string(outcome), RailRef: railRef, RailToken: token})
 }
 
@@ -187,7 +187,7 @@ func ExampleClient_Payout() {
 
 	_, err := pay.Payout(ctx, "p-404")
 	fmt.Println("not found:", errors.Is(err, client.ErrPayoutNotFound))
-	_, err = pay.Claim(ctx, "p-404", payoutevent.Holder{Token: 0, Owner: "worker-a"})
+	_, err = pay.Claim(ctx, "p-404", fencewire.Holder{Token: 0, Owner: "worker-a"})
 	fmt.Println("token 0:", errors.Is(err, client.ErrInvalidRequest))
 	// Output:
 	// not found: true

@@ -7,8 +7,8 @@
 // events it emits. It is the source of truth that docs/payout-api.md
 // describes.
 //
-// It imports only the standard library and functions/payoutevent (the
-// pipeline's shared, standard-library-only vocabulary), so that any client
+// It imports only the standard library and the standard-library-only
+// wire packages functions/payoutevent and functions/fencing/fencewire, so that any client
 // (functions/railproxy/client, the executor, the harness, the reconciler)
 // can depend on it without pulling in a database driver.
 //
@@ -18,7 +18,9 @@
 //
 // The API (every body is JSON, every error is an [ErrorEnvelope]):
 //
-//	POST /v1/rail/submissions             X-Fencing-Token (required), X-Lock-Owner (logs only),
+//	POST /v1/rail/submissions             X-Fencing-Token (required), X-Fencing-Proof (required while
+//	                                      fencing is on: 403 UNVERIFIED_TOKEN without lock-server's proof),
+//	                                      X-Lock-Owner (recorded, decides nothing; malformed: 400 INVALID_REQUEST),
 //	                                      X-Payout-Terms-Signature (payment-resource's, over the terms);
 //	                                      SubmitRequest -> 200 SubmitAnswer (the rail answered ACK or DECLINE)
 //	                                      403 INVALID_TERMS (a known key's signature over other terms:
@@ -57,7 +59,8 @@
 //	                                      503 UNAVAILABLE (raildb or the rail's record could not be read)
 //
 // Any route may also answer 400 INVALID_REQUEST, 400 INVALID_TOKEN (the
-// token header), 403 UNVERIFIED_TOKEN (a proof header sent twice), 404 NOT_FOUND, 405
+// token header), 403 UNVERIFIED_TOKEN (the proof header missing, repeated
+// or not lock-server's), 404 NOT_FOUND, 405
 // METHOD_NOT_ALLOWED, 413 BODY_TOO_LARGE, 415 UNSUPPORTED_MEDIA_TYPE, 503
 // UNAVAILABLE or 500 INTERNAL. A refused submission never reaches the
 // rail.
@@ -66,21 +69,8 @@ package api
 import (
 	"net/url"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
-)
-
-// The rail's routes, relative to its base URL (the environment's EnvRailURL): what
-// rail-proxy and the reconciler's audit call, and what rail-stub serves
-// (package railstub documents their bodies). The rail takes no token and
-// no idempotency key on any of them.
-const (
-	// RailPathSubmit: POST one payment to the rail (answered ACK or DECLINE).
-	RailPathSubmit = "/submit"
-	// RailPathStops: POST a stop order for a reference (a reconciliation).
-	RailPathStops = "/stops"
-	// RailPathJournal: GET the rail's journal of every submission and stop
-	// order, oldest first.
-	RailPathJournal = "/submissions"
 )
 
 // Routes, as net/http.ServeMux patterns. Build a concrete path with
@@ -140,23 +130,25 @@ func AttemptsPath(payout string) string {
 }
 
 // Headers of a submission, made on behalf of a lock holder; the spelling
-// lives in payoutevent and is shared with payment-resource's fence.
+// lives in functions/fencing/fencewire, shared with payment-resource.
 const (
 	// HeaderToken carries the holder's fencing token: one positive decimal
 	// int64 in canonical form. Missing, repeated or malformed: 400
-	// INVALID_REQUEST.
-	HeaderToken = payoutevent.HeaderFencingToken
+	// INVALID_TOKEN.
+	HeaderToken = fencewire.HeaderToken
 	// HeaderOwner carries the holder's owner id, recorded as
-	// Attempt.OwnerID and logged; it decides nothing. At most MaxOwnerLen
-	// bytes are kept.
-	HeaderOwner = payoutevent.HeaderLockOwner
+	// Attempt.OwnerID and logged; it decides nothing. Since it is stored,
+	// it must be an owner id lock-server accepts (1..MaxOwnerLen bytes of
+	// ASCII letters, digits and . _ : - @ /), or the request is refused 400
+	// INVALID_REQUEST, never cut.
+	HeaderOwner = fencewire.HeaderOwner
 	// HeaderProof carries lock-server's proof of the holder's token
 	// (lockserver/api Grant.Proof), unchanged; required while fencing is
-	// on (payoutevent.HeaderFencingProof).
-	HeaderProof = payoutevent.HeaderFencingProof
+	// on (fencewire.HeaderProof).
+	HeaderProof = fencewire.HeaderProof
 	// HeaderTermsSignature carries payment-resource's signature over the
 	// payout's terms (paymentresource/api Payout.TermsSignature, passed
-	// unchanged; payoutevent.PayoutTerms): SubmitRequest.TermsSignature,
+	// unchanged; fencewire.PayoutTerms): SubmitRequest.TermsSignature,
 	// and ReconcileRequest.TermsSignature with the payout's facts. At most
 	// once (sent twice: 400 INVALID_REQUEST). A header rather than a body
 	// member so that a rail-proxy older than the terms check, which
@@ -181,9 +173,9 @@ const (
 	// MaxAmountMinor bounds an amount, in minor units
 	// (payoutevent.MaxAmountMinor, 10^15).
 	MaxAmountMinor = payoutevent.MaxAmountMinor
-	// MaxOwnerLen is how many bytes of HeaderOwner are kept; the rest is
-	// cut (payoutevent.MaxLockOwnerLen).
-	MaxOwnerLen = payoutevent.MaxLockOwnerLen
+	// MaxOwnerLen is the longest HeaderOwner accepted, in bytes; a longer
+	// one is refused 400 INVALID_REQUEST.
+	MaxOwnerLen = fencewire.MaxOwnerLen
 	// MaxRailRefLen bounds the rail's reference, in bytes: a rail answer
 	// with a longer one is not usable and counts as ambiguous.
 	MaxRailRefLen = 128
@@ -201,8 +193,8 @@ const (
 	CodeInvalidRequest Code = "INVALID_REQUEST"
 	// CodeInvalidToken (400): HeaderToken missing, repeated, or not a
 	// positive decimal int64 in canonical form. Nothing recorded. Spelled
-	// in payoutevent: payment-resource answers the same header so.
-	CodeInvalidToken Code = payoutevent.CodeInvalidToken
+	// in fencewire: payment-resource answers the same header so.
+	CodeInvalidToken Code = fencewire.CodeInvalidToken
 	// CodeBodyTooLarge (413): body larger than MaxBodyBytes.
 	CodeBodyTooLarge Code = "BODY_TOO_LARGE"
 	// CodeUnsupportedMediaType (415): a Content-Type other than
@@ -211,14 +203,14 @@ const (
 	// CodeFencedOut (409): the token is not greater than the account's
 	// high-water mark (strict), or at or below the token floor of a
 	// recovered restore. The writer is a stale lock holder and must stop.
-	// The attempt is recorded StateFenced. Spelled in payoutevent, shared
+	// The attempt is recorded StateFenced. Spelled in fencewire, shared
 	// with payment-resource.
-	CodeFencedOut Code = payoutevent.CodeFencedOut
+	CodeFencedOut Code = fencewire.CodeFencedOut
 	// CodeUnverifiedToken (403): the token's HeaderProof is missing or
 	// does not show that lock-server granted that token on the lock that
 	// guards the account (payout:{accountId}). Nothing changed; the same
-	// request can never succeed. Spelled in payoutevent.
-	CodeUnverifiedToken Code = payoutevent.CodeUnverifiedToken
+	// request can never succeed. Spelled in fencewire.
+	CodeUnverifiedToken Code = fencewire.CodeUnverifiedToken
 	// CodeInvalidTerms (403): the terms signature (HeaderTermsSignature)
 	// is well formed and names a key of EnvTermsKeys, but that key did not
 	// sign exactly this payout id, account id, amount and currency:
@@ -401,7 +393,7 @@ const (
 	// through the Cloud SQL Go connector.
 	EnvDatabaseInstance = "RAILDB_INSTANCE"
 	// EnvRailURL is the rail's base URL (http or https, no query); the
-	// proxy POSTs to it + RailPathSubmit. Required.
+	// proxy POSTs to it + functions/rail.PathSubmit. Required.
 	EnvRailURL = "RAIL_URL"
 	// EnvRailTimeoutMs bounds one call to the rail, in milliseconds
 	// (default 5000, at most 600000).
@@ -428,19 +420,19 @@ const (
 	// fencing experiment.
 	EnvFencingEnabled = "RAIL_PROXY_FENCING_ENABLED"
 	// EnvProofKeys lists the public keys of lock-server's grant proofs;
-	// required while fencing is on (payoutevent.EnvProofKeys).
-	EnvProofKeys = payoutevent.EnvProofKeys
+	// required while fencing is on (fencewire.EnvProofKeys).
+	EnvProofKeys = fencewire.EnvProofKeys
 	// EnvRailIDTokens, read by cmd/rail-proxy (true or false, default
 	// false), adds a Cloud Run ID token for RAIL_URL to each call to the
 	// rail: set on Cloud Run, where rail-stub is private.
 	EnvRailIDTokens = "RAIL_ID_TOKENS"
 	// EnvReceiptSigningKey is the secret key rail-proxy signs its
-	// receipts with; required (payoutevent.EnvReceiptSigningKey).
-	EnvReceiptSigningKey = payoutevent.EnvReceiptSigningKey
+	// receipts with; required (fencewire.EnvReceiptSigningKey).
+	EnvReceiptSigningKey = fencewire.EnvReceiptSigningKey
 	// EnvTermsKeys lists the public keys of payment-resource's payout-terms
 	// signatures (fenceproof VerifyKey forms, comma-separated); required,
-	// whether fencing is on or off (payoutevent.EnvTermsKeys).
-	EnvTermsKeys = payoutevent.EnvTermsKeys
+	// whether fencing is on or off (fencewire.EnvTermsKeys).
+	EnvTermsKeys = fencewire.EnvTermsKeys
 	// EnvTermsRequired is rail.proxy.terms.required: true/false, 1/0,
 	// on/off, yes/no; default true. Off, a submission or closing
 	// reconciliation that carries no terms signature at all is let
@@ -501,11 +493,11 @@ const (
 	// safety violation; answered 409 RAIL_SUBMITTED_TWICE.
 	EventRailSubmittedTwice = "rail_submitted_twice"
 	// EventFencedOut (WARN): a submission was refused by the fence (see
-	// payoutevent.EventFencedOut for its attributes; resource is "rail").
-	EventFencedOut = payoutevent.EventFencedOut
+	// fencewire.EventFencedOut for its attributes; resource is "rail").
+	EventFencedOut = fencewire.EventFencedOut
 	// EventUnverifiedToken (WARN): a fenced write was refused for an
-	// unverified token (see payoutevent.EventUnverifiedToken).
-	EventUnverifiedToken = payoutevent.EventUnverifiedToken
+	// unverified token (see fencewire.EventUnverifiedToken).
+	EventUnverifiedToken = fencewire.EventUnverifiedToken
 	// EventTermsRefused (WARN): a submission or closing reconciliation
 	// was refused for its terms signature (payoutId, accountId,
 	// amountMinor, currency, token, ownerId, code: INVALID_TERMS,
@@ -522,7 +514,7 @@ const (
 	EventTermsNotRequired = "payout_terms_not_required"
 	// EventFencingDisabled (WARN, once at start): the kill switch turned
 	// fencing off.
-	EventFencingDisabled = payoutevent.EventFencingDisabled
+	EventFencingDisabled = fencewire.EventFencingDisabled
 	// EventFencingBypassed (WARN): with fencing disabled, a submission the
 	// fence or the one-forward check would have refused was forwarded.
 	EventFencingBypassed = "fencing_bypassed"

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/literaltest"
 )
@@ -52,7 +52,7 @@ func contractPatterns() literaltest.Patterns {
 // the module outside this package: none may spell one of rail-proxy's own
 // error codes, route paths or environment variable names as a string
 // literal; they use the api constants instead, so that the contract has
-// one spelling. FENCED_OUT is spelled once more, in functions/payoutevent,
+// one spelling. FENCED_OUT is spelled once more, in functions/fencing/fencewire,
 // which both fence points share.
 func TestOnlyTheAPISpellsRailProxysContract(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
@@ -64,7 +64,7 @@ func TestOnlyTheAPISpellsRailProxysContract(t *testing.T) {
 	}
 	self, _ := filepath.Abs(".")
 	found, files, err := literaltest.InModule(root, []string{self},
-		[]string{filepath.Join(root, "functions", "payoutevent", "fencing.go")}, contractPatterns())
+		[]string{filepath.Join(root, "functions", "fencing", "fencewire", "fencewire.go")}, contractPatterns())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ var e = base + "/v1/rail/submissions"
 var f = base + "/v1/rail/high-water/" + acct
 var g = "/v1/rail/attempts?payoutId=" + id
 var h = []string{"RAILDB_URL=" + dsn, "RAIL_URL=x", "RAIL_PROXY_FENCING_ENABLED=false"}
-var i = "409 ` + payoutevent.CodeFencedOut + `"
+var i = "409 ` + fencewire.CodeFencedOut + `"
 var j = map[string][]string{"X-Payout-Terms-Signature": {sig}}
 var k = "x-payout-terms-signature: " + sig
 var l = "TERMS_KEY_UNKNOWN"

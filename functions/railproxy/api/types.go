@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 )
 
@@ -88,7 +89,7 @@ type SubmitRequest struct {
 	Currency string `json:"currency"`
 	// TermsSignature is payment-resource's signature over the four fields
 	// above (paymentresource/api Payout.TermsSignature, passed unchanged;
-	// payoutevent.PayoutTerms). It travels in HeaderTermsSignature, never
+	// fencewire.PayoutTerms). It travels in HeaderTermsSignature, never
 	// in the body. Required, but not by Validate: a missing or malformed
 	// one is answered 403 CodeTermsUnsigned, one of an unknown key 403
 	// CodeTermsKeyUnknown, one over other terms 403 CodeInvalidTerms.
@@ -112,8 +113,8 @@ func (r SubmitRequest) Signature() string {
 
 // Terms returns the payout terms r asks rail-proxy to forward, the
 // statement TermsSignature must sign.
-func (r SubmitRequest) Terms() payoutevent.PayoutTerms {
-	return payoutevent.PayoutTerms{PayoutID: r.PayoutID, AccountID: r.AccountID, AmountMinor: r.AmountMinor, Currency: r.Currency}
+func (r SubmitRequest) Terms() fencewire.PayoutTerms {
+	return fencewire.PayoutTerms{PayoutID: r.PayoutID, AccountID: r.AccountID, AmountMinor: r.AmountMinor, Currency: r.Currency}
 }
 
 // Validate returns an error describing the first invalid field of r (ids
@@ -163,7 +164,7 @@ type SubmitAnswer struct {
 	// Token is the fencing token the submission was accepted with.
 	Token int64 `json:"token"`
 	// Receipt is rail-proxy's signature over this answer
-	// (payoutevent.RailReceipt): pass it unchanged to payment-resource
+	// (fencewire.RailReceipt): pass it unchanged to payment-resource
 	// with the result.
 	Receipt string `json:"receipt"`
 }
@@ -204,7 +205,7 @@ type Attempt struct {
 	// FinishedAt is when its outcome was recorded; nil while forwarding.
 	FinishedAt *time.Time `json:"finishedAt"`
 	// Receipt is rail-proxy's signature over the rail's answer
-	// (payoutevent.RailReceipt), when State is StateAcked or
+	// (fencewire.RailReceipt), when State is StateAcked or
 	// StateDeclined and the attempt is a payout's forwarded one; "" otherwise.
 	Receipt string `json:"receipt,omitempty"`
 }
@@ -296,7 +297,7 @@ type Reconciliation struct {
 	// Attempt is the forwarded attempt as recorded now.
 	Attempt Attempt `json:"attempt"`
 	// Receipt is rail-proxy's signature over the outcome
-	// (payoutevent.RailReceipt with Outcome "NONE" and RailRef "" for
+	// (fencewire.RailReceipt with Outcome "NONE" and RailRef "" for
 	// RailNone): pass it unchanged to payment-resource's resolution.
 	Receipt string `json:"receipt"`
 }

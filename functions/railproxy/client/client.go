@@ -31,7 +31,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonclient"
 )
@@ -218,7 +218,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 // ErrRaildbRestored, ErrUnavailable, or
 // ErrInvalidRequest (also for a token that is not positive or a request
 // that fails api.SubmitRequest.Validate, without sending).
-func (c *Client) Submit(ctx context.Context, h payoutevent.Holder, req api.SubmitRequest) (api.SubmitAnswer, error) {
+func (c *Client) Submit(ctx context.Context, h fencewire.Holder, req api.SubmitRequest) (api.SubmitAnswer, error) {
 	var ans api.SubmitAnswer
 	if err := errors.Join(api.ValidateToken(h.Token), req.Validate()); err != nil {
 		return ans, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
@@ -269,7 +269,7 @@ func (c *Client) Attempts(ctx context.Context, payout string) ([]api.Attempt, er
 // It returns ErrAttemptInFlight (retry later), ErrNotForwarded,
 // ErrRailSubmittedTwice, ErrUnverifiedToken, ErrUnavailable, or
 // ErrInvalidRequest (without sending, for a malformed id or token).
-func (c *Client) Reconcile(ctx context.Context, h payoutevent.Holder, payout string) (api.Reconciliation, error) {
+func (c *Client) Reconcile(ctx context.Context, h fencewire.Holder, payout string) (api.Reconciliation, error) {
 	return c.ReconcilePayout(ctx, h, api.ReconcileRequest{PayoutID: payout})
 }
 
@@ -280,7 +280,7 @@ func (c *Client) Reconcile(ctx context.Context, h payoutevent.Holder, payout str
 // the rail holds it) instead of ErrNotForwarded; terms rail-proxy does not
 // verify are refused with ErrInvalidTerms, ErrTermsKeyUnknown or
 // ErrTermsUnsigned, as a submission's.
-func (c *Client) ReconcilePayout(ctx context.Context, h payoutevent.Holder, req api.ReconcileRequest) (api.Reconciliation, error) {
+func (c *Client) ReconcilePayout(ctx context.Context, h fencewire.Holder, req api.ReconcileRequest) (api.Reconciliation, error) {
 	var rec api.Reconciliation
 	if err := errors.Join(api.ValidateToken(h.Token), req.Validate()); err != nil {
 		return rec, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
@@ -302,7 +302,7 @@ func (c *Client) ReconcilePayout(ctx context.Context, h payoutevent.Holder, req 
 // limit (1..api.MaxUnsettledLimit), as the holder h of a grant on
 // api.UnsettledLockKey. It returns ErrUnverifiedToken, ErrUnavailable, or
 // ErrInvalidRequest (without sending, for a bad token, after or limit).
-func (c *Client) Unsettled(ctx context.Context, h payoutevent.Holder, after int64, limit int) (api.UnsettledList, error) {
+func (c *Client) Unsettled(ctx context.Context, h fencewire.Holder, after int64, limit int) (api.UnsettledList, error) {
 	var list api.UnsettledList
 	if err := api.ValidateToken(h.Token); err != nil || after < 0 || limit < 1 || limit > api.MaxUnsettledLimit {
 		return list, fmt.Errorf("%w: token %d, after %d, limit %d (1..%d)", ErrInvalidRequest, h.Token, after, limit, api.MaxUnsettledLimit)
@@ -333,7 +333,7 @@ func terms(sig string) http.Header {
 // headers and extra when h is not nil, and decodes a 2xx body into out or
 // a refusal into *Error (with the first attempt for
 // PAYOUT_ALREADY_SUBMITTED).
-func (c *Client) call(ctx context.Context, method, path string, h *payoutevent.Holder, extra http.Header, in, out any) error {
+func (c *Client) call(ctx context.Context, method, path string, h *fencewire.Holder, extra http.Header, in, out any) error {
 	var jh *jsonclient.Holder
 	if h != nil {
 		jh = &jsonclient.Holder{Token: h.Token, Owner: h.Owner, Proof: h.Proof, TokenHeader: api.HeaderToken, OwnerHeader: api.HeaderOwner, ProofHeader: api.HeaderProof,

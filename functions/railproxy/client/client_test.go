@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 )
@@ -82,7 +82,7 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 			continue
 		}
 		c, _ := client.New("http://rail.invalid", client.WithHTTPClient(answering(409, envelope(code), nil)))
-		_, err := c.Submit(context.Background(), payoutevent.Holder{Token: 8, Owner: "worker-b"}, valid)
+		_, err := c.Submit(context.Background(), fencewire.Holder{Token: 8, Owner: "worker-b"}, valid)
 		var e *client.Error
 		if !errors.As(err, &e) || e.Code != code || e.Status != 409 || e.Retryable != code.Retryable() {
 			t.Errorf("%s: error %#v, want *Error with that code, status 409", code, err)
@@ -101,7 +101,7 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 
 func TestAlreadySubmittedCarriesTheFirstAttempt(t *testing.T) {
 	c, _ := client.New("http://rail.invalid", client.WithHTTPClient(answering(409, envelope(api.CodeAlreadySubmitted), nil)))
-	_, err := c.Submit(context.Background(), payoutevent.Holder{Token: 8, Owner: "worker-b"}, valid)
+	_, err := c.Submit(context.Background(), fencewire.Holder{Token: 8, Owner: "worker-b"}, valid)
 	var e *client.Error
 	if !errors.As(err, &e) || e.Attempt == nil || *e.Attempt != first {
 		t.Fatalf("error %v; want the first attempt %+v", err, first)
@@ -113,7 +113,7 @@ func TestAlreadySubmittedCarriesTheFirstAttempt(t *testing.T) {
 		`{"error":{"code":"` + string(api.CodeAlreadySubmitted) + `","message":"m"},"attempt":{"attemptId":3,"token":0}}`,
 	} {
 		c, _ := client.New("http://rail.invalid", client.WithHTTPClient(answering(409, body, nil)))
-		_, err := c.Submit(context.Background(), payoutevent.Holder{Token: 8, Owner: "worker-b"}, valid)
+		_, err := c.Submit(context.Background(), fencewire.Holder{Token: 8, Owner: "worker-b"}, valid)
 		if !errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrAlreadySubmitted) {
 			t.Errorf("%s: %v; want ErrUnavailable, not ErrAlreadySubmitted", body, err)
 		}
@@ -123,22 +123,22 @@ func TestAlreadySubmittedCarriesTheFirstAttempt(t *testing.T) {
 func TestAnswersWithoutAnEnvelopeAndLostAnswers(t *testing.T) {
 	ctx := context.Background()
 	c, _ := client.New("http://rail.invalid", client.WithHTTPClient(answering(502, "<html>bad gateway</html>", nil)))
-	if _, err := c.Submit(ctx, payoutevent.Holder{Token: 8, Owner: "w"}, valid); !errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrRailAmbiguous) {
+	if _, err := c.Submit(ctx, fencewire.Holder{Token: 8, Owner: "w"}, valid); !errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrRailAmbiguous) {
 		t.Errorf("502 without an envelope: %v, want ErrUnavailable and not ErrRailAmbiguous", err)
 	}
 	c, _ = client.New("http://rail.invalid", client.WithHTTPClient(answering(400, "nope", nil)))
-	if _, err := c.Submit(ctx, payoutevent.Holder{Token: 8, Owner: "w"}, valid); errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrInvalidRequest) {
+	if _, err := c.Submit(ctx, fencewire.Holder{Token: 8, Owner: "w"}, valid); errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrInvalidRequest) {
 		t.Errorf("400 without an envelope: %v, want a bare *Error", err)
 	}
 	for _, body := range []string{"{not json", `{"status":"MAYBE","railRef":"r"}`, `{}`} {
 		c, _ = client.New("http://rail.invalid", client.WithHTTPClient(answering(200, body, nil)))
-		if _, err := c.Submit(ctx, payoutevent.Holder{Token: 8, Owner: "w"}, valid); !errors.Is(err, client.ErrUnavailable) {
+		if _, err := c.Submit(ctx, fencewire.Holder{Token: 8, Owner: "w"}, valid); !errors.Is(err, client.ErrUnavailable) {
 			t.Errorf("200 %s: %v, want ErrUnavailable", body, err)
 		}
 	}
 	lost := errors.New("connection reset")
 	c, _ = client.New("http://rail.invalid", client.WithHTTPClient(doerFunc(func(*http.Request) (*http.Response, error) { return nil, lost })))
-	if _, err := c.Submit(ctx, payoutevent.Holder{Token: 8, Owner: "w"}, valid); !errors.Is(err, client.ErrUnavailable) || !errors.Is(err, lost) {
+	if _, err := c.Submit(ctx, fencewire.Holder{Token: 8, Owner: "w"}, valid); !errors.Is(err, client.ErrUnavailable) || !errors.Is(err, lost) {
 		t.Errorf("transport error: %v, want ErrUnavailable wrapping it", err)
 	}
 }
@@ -150,7 +150,7 @@ func TestSubmitCarriesTheHoldersHeadersAndBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ans, err := c.Submit(context.Background(), payoutevent.Holder{Token: 42, Proof: "v1.proof", Owner: "worker-a"}, valid)
+	ans, err := c.Submit(context.Background(), fencewire.Holder{Token: 42, Proof: "v1.proof", Owner: "worker-a"}, valid)
 	if err != nil || ans != (api.SubmitAnswer{Status: api.RailDecline, RailRef: "rail-000002", AttemptID: 4, Token: 42}) {
 		t.Fatalf("Submit = %+v, %v", ans, err)
 	}
@@ -184,7 +184,7 @@ func TestReconcilePayoutCarriesTheTermsSignatureInItsHeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := payoutevent.Holder{Token: 9, Proof: "v1.proof", Owner: "reconciler"}
+	h := fencewire.Holder{Token: 9, Proof: "v1.proof", Owner: "reconciler"}
 	if _, err := c.ReconcilePayout(context.Background(), h, api.ReconcileRequest{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500,
 		Currency: "EUR", TermsSignature: "test-pay.sig"}); err != nil {
 		t.Fatal(err)
@@ -226,17 +226,17 @@ func TestInvalidRequestsAreNotSent(t *testing.T) {
 	c, _ := client.New("http://rail.invalid", client.WithHTTPClient(answering(200, "{}", &got)))
 	with := func(f func(*api.SubmitRequest)) api.SubmitRequest { r := valid; f(&r); return r }
 	for name, call := range map[string]func() error{
-		"token 0": func() error { _, err := c.Submit(ctx, payoutevent.Holder{Token: 0, Owner: "w"}, valid); return err },
+		"token 0": func() error { _, err := c.Submit(ctx, fencewire.Holder{Token: 0, Owner: "w"}, valid); return err },
 		"amount 0": func() error {
-			_, err := c.Submit(ctx, payoutevent.Holder{Token: 1, Owner: "w"}, with(func(r *api.SubmitRequest) { r.AmountMinor = 0 }))
+			_, err := c.Submit(ctx, fencewire.Holder{Token: 1, Owner: "w"}, with(func(r *api.SubmitRequest) { r.AmountMinor = 0 }))
 			return err
 		},
 		"lower-case currency": func() error {
-			_, err := c.Submit(ctx, payoutevent.Holder{Token: 1, Owner: "w"}, with(func(r *api.SubmitRequest) { r.Currency = "eur" }))
+			_, err := c.Submit(ctx, fencewire.Holder{Token: 1, Owner: "w"}, with(func(r *api.SubmitRequest) { r.Currency = "eur" }))
 			return err
 		},
 		"payout id with a slash": func() error {
-			_, err := c.Submit(ctx, payoutevent.Holder{Token: 1, Owner: "w"}, with(func(r *api.SubmitRequest) { r.PayoutID = "p/1" }))
+			_, err := c.Submit(ctx, fencewire.Holder{Token: 1, Owner: "w"}, with(func(r *api.SubmitRequest) { r.PayoutID = "p/1" }))
 			return err
 		},
 		"high-water of an empty account": func() error { _, err := c.HighWater(ctx, ""); return err },
@@ -279,7 +279,7 @@ func TestRefusalCarriesRetryAfter(t *testing.T) {
 			return w.Result(), nil
 		})
 		c, _ := client.New("http://rail.invalid", client.WithHTTPClient(d))
-		_, err := c.Submit(context.Background(), payoutevent.Holder{Token: 8, Owner: "worker-b"}, valid)
+		_, err := c.Submit(context.Background(), fencewire.Holder{Token: 8, Owner: "worker-b"}, valid)
 		var e *client.Error
 		if !errors.As(err, &e) || !errors.Is(err, client.ErrOverloaded) || e.RetryAfter != want {
 			t.Errorf("Retry-After %q: %#v; want OVERLOADED with RetryAfter %v", ra, err, want)

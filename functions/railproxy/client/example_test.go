@@ -17,13 +17,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 )
 
 // The examples run the real rail-proxy (its HTTP handler over a raildb in
@@ -80,8 +80,8 @@ func startRailProxy() (baseURL string, stop func()) {
 	cfg.DB.DSN, cfg.RailURL = u.String(), rail.URL
 	// The test deployment's keys: lock-server's public key, and the key
 	// rail-proxy signs its receipts with.
-	cfg.ProofKeys, cfg.ReceiptKey = prooftest.ProofKeys(), prooftest.ReceiptSigningKey()
-	cfg.TermsKeys = prooftest.TermsKeys()
+	cfg.ProofKeys, cfg.ReceiptKey = fencingtest.ProofKeys(), fencingtest.ReceiptSigningKey()
+	cfg.TermsKeys = fencingtest.TermsKeys()
 	proxy, err := railproxy.New(ctx, cfg, quiet)
 	if err != nil {
 		log.Fatal(err)
@@ -91,9 +91,9 @@ func startRailProxy() (baseURL string, stop func()) {
 }
 
 // holderOf stands in for a worker's lease on payout:{account}: in a worker,
-// payoutevent.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: owner}.
-func holderOf(account string, token int64, owner string) payoutevent.Holder {
-	return prooftest.Holder(account, token, owner)
+// fencewire.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: owner}.
+func holderOf(account string, token int64, owner string) fencewire.Holder {
+	return fencingtest.Holder(account, token, owner)
 }
 
 // payout stands in for a payout payment-resource created: its terms, with
@@ -101,7 +101,7 @@ func holderOf(account string, token int64, owner string) payoutevent.Holder {
 // TermsSignature of the payout as payment-resource answered its claim.
 func payout(id, account string, amount int64, currency string) api.SubmitRequest {
 	req := api.SubmitRequest{PayoutID: id, AccountID: account, AmountMinor: amount, Currency: currency}
-	req.TermsSignature = prooftest.Terms(req.Terms())
+	req.TermsSignature = fencingtest.Terms(req.Terms())
 	return req
 }
 
@@ -194,7 +194,7 @@ func ExampleClient_HighWater() {
 
 	_, err := rail.HighWater(ctx, "acct-404")
 	fmt.Println("not found:", errors.Is(err, client.ErrNotFound))
-	_, err = rail.Submit(ctx, payoutevent.Holder{Token: 0, Owner: "worker-a"}, payout("p-1", "acct-7", 2500, "EUR"))
+	_, err = rail.Submit(ctx, fencewire.Holder{Token: 0, Owner: "worker-a"}, payout("p-1", "acct-7", 2500, "EUR"))
 	fmt.Println("token 0:", errors.Is(err, client.ErrInvalidRequest))
 	// Output:
 	// not found: true

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
-	"github.com/distributed-lock-lab/distributed-lock-lab/internal/prooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof/fenceprooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
 )
@@ -222,9 +222,9 @@ func TestMisspeltVariableIsWarnedAboutWhenTheConfigIsRefused(t *testing.T) {
 // TestProofSigningKey: LOCK_PROOF_SIGNING_KEY is optional, parsed when
 // set, and a bad value is refused by name without echoing the secret.
 func TestProofSigningKey(t *testing.T) {
-	secret := prooftest.LockSigningKey().String()
+	secret := fenceprooftest.LockSigningKey().String()
 	c, err := loadConfig(env(map[string]string{api.EnvLockDBURL: "postgres://u@127.0.0.1/lockdb", api.EnvProofSigningKey: secret}))
-	if err != nil || c.ProofKey.ID() != prooftest.LockSigningKey().ID() {
+	if err != nil || c.ProofKey.ID() != fenceprooftest.LockSigningKey().ID() {
 		t.Fatalf("loadConfig with a signing key: %v, key %q", err, c.ProofKey.ID())
 	}
 	if c, err := loadConfig(env(map[string]string{api.EnvLockDBURL: "postgres://u@127.0.0.1/lockdb"})); err != nil || !c.ProofKey.IsZero() {

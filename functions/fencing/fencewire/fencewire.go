@@ -1,26 +1,28 @@
-package payoutevent
+// Package fencewire is the fencing vocabulary of the payout pipeline's
+// wire: the headers a lock holder sends (Holder), the error codes and log
+// events of a refusal, the statements rail-proxy and payment-resource sign
+// (RailReceipt, PayoutTerms) and their keys' variables. It imports only
+// the standard library; both fence points' api packages and the executor
+// use it. It sits under functions/fencing, which parses and enforces it,
+// as a child that never imports its parent.
+package fencewire
 
 import "strconv"
 
-// The fencing vocabulary both fence points share (payment-resource and
-// rail-proxy), spelled here once: this package is the pipeline's
-// standard-library-only wire package, so that payment-resource's api
-// package, rail-proxy and functions/fencing can all refer to the same
-// constants without one fence point depending on the other.
 const (
-	// HeaderFencingToken carries a lock holder's fencing token on every
+	// HeaderToken carries a lock holder's fencing token on every
 	// fenced write: a positive decimal int64 in canonical form (no sign,
 	// no leading zero), sent exactly once.
-	HeaderFencingToken = "X-Fencing-Token"
-	// HeaderLockOwner carries the holder's owner id. It is recorded and
+	HeaderToken = "X-Fencing-Token"
+	// HeaderOwner carries the holder's owner id. It is recorded and
 	// logged, never trusted for a decision.
-	HeaderLockOwner = "X-Lock-Owner"
-	// MaxLockOwnerLen is the longest HeaderLockOwner a fence point
+	HeaderOwner = "X-Lock-Owner"
+	// MaxOwnerLen is the longest HeaderOwner a fence point
 	// accepts, in bytes (lock-server's owner bound); a longer one, or one
 	// lock-server would not grant a lease to, is refused 400.
-	MaxLockOwnerLen = 128
+	MaxOwnerLen = 128
 	// CodeInvalidToken is the error code (sent with 400) of a fenced write
-	// whose HeaderFencingToken is missing, repeated, or not a positive
+	// whose HeaderToken is missing, repeated, or not a positive
 	// decimal int64 in canonical form: both fence points answer it so.
 	CodeInvalidToken = "INVALID_TOKEN"
 	// CodeFencedOut is the error code (sent with 409) of a write a fence
@@ -39,10 +41,10 @@ const (
 // Token verification: fence points accept only tokens that lock-server
 // signed for the lock that guards their resource (lockserver/fenceproof).
 const (
-	// HeaderFencingProof carries lock-server's proof of the holder's
+	// HeaderProof carries lock-server's proof of the holder's
 	// token (lockserver/api Grant.Proof), unchanged, on every fenced write
-	// next to HeaderFencingToken.
-	HeaderFencingProof = "X-Fencing-Proof"
+	// next to HeaderToken.
+	HeaderProof = "X-Fencing-Proof"
 	// CodeUnverifiedToken is the error code (sent with 403) of a fenced
 	// write whose token lock-server did not sign for the lock that guards
 	// the resource: no proof, a malformed one, an unknown key, or a proof
@@ -55,9 +57,9 @@ const (
 )
 
 // Holder is what a lock holder sends with each fenced write: its fencing
-// token (HeaderFencingToken), lock-server's proof of it
-// (HeaderFencingProof, "" when lock-server signs none) and its owner id
-// (HeaderLockOwner, for logs).
+// token (HeaderToken), lock-server's proof of it
+// (HeaderProof, "" when lock-server signs none) and its owner id
+// (HeaderOwner, for logs).
 type Holder struct {
 	// Token is the fencing token of the holder's grant, > 0.
 	Token int64

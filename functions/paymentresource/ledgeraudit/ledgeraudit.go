@@ -1,16 +1,32 @@
-package paymentresource
+// Package ledgeraudit checks paydb's ledger (INV-05) in one read-only
+// transaction: Run reports every broken rule. It opens no service and
+// writes nothing, so an auditor (the reconciler, the harness) links it
+// without payment-resource.
+package ledgeraudit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgerr"
 )
 
-// Audit checks the ledger of the paydb behind pool (INV-05) in one
+// ErrUnavailable: paydb did not answer.
+var ErrUnavailable = errors.New("ledgeraudit: paydb unavailable")
+
+func dbError(op string, err error) error {
+	if pgerr.Unavailable(err) {
+		return fmt.Errorf("%w: %s: %v", ErrUnavailable, op, err)
+	}
+	return fmt.Errorf("ledgeraudit: %s: %w", op, err)
+}
+
+// Run checks the ledger of the paydb behind pool (INV-05) in one
 // read-only REPEATABLE READ transaction, so that every rule sees the same
 // snapshot:
 //
@@ -22,7 +38,7 @@ import (
 //
 // Broken rules are reported in the api.AuditReport, not as an error; the
 // error is the database's (wrapping ErrUnavailable when it did not answer).
-func Audit(ctx context.Context, pool *pgxpool.Pool) (api.AuditReport, error) {
+func Run(ctx context.Context, pool *pgxpool.Pool) (api.AuditReport, error) {
 	rep := api.AuditReport{Violations: []api.Violation{}}
 	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
