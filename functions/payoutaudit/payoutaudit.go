@@ -163,7 +163,7 @@ type LiveConfig struct {
 // always found; the findings no order can make safe (a rail payment ahead
 // of its debit or forward) get a second look after cfg.Settle, and are
 // reported only when found again (the payouts that were in flight go to
-// InFlight). The ledger audit (paymentresource.Audit, when payoutIDs is
+// InFlight). The ledger audit (ledgeraudit.Run, when payoutIDs is
 // nil) is one paydb snapshot, reported as is. Counts and Unreconciled are
 // the first look's. The error is a database's or the rail reader's. The
 // argument: docs/correctness.md, "The cross audit beside live traffic".

@@ -137,7 +137,7 @@ const (
 	KindDebitNoRailPayment = "debit_without_rail_payment"
 	// KindViolation counts Report.Violations: every rule the audit found
 	// broken, the cross-record checks of payoutaudit and the ledger checks
-	// of paymentresource.Audit (an unbalanced ledger, a balance that is not
+	// of ledgeraudit.Run (an unbalanced ledger, a balance that is not
 	// its opening balance less its debits).
 	KindViolation = "violation"
 )

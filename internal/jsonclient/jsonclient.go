@@ -56,7 +56,7 @@ func BaseURL(who, raw string) (string, error) {
 }
 
 // Holder is the lock holder a fenced write is made for, and the names of
-// the headers that carry it (payoutevent.HeaderToken, HeaderOwner).
+// the headers that carry it (fencewire.HeaderToken, HeaderOwner).
 type Holder struct {
 	// Token is the fencing token, sent as a decimal in TokenHeader.
 	Token int64

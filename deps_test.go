@@ -16,7 +16,14 @@ import (
 // outside harness/ (functions/cmd/*, lockserver/cmd/*, local/cmd/*,
 // terraform/cmd/*, etcd/cmd/*, ops/cmd/*, ...) and the module's root
 // package, which Google's buildpack builds for Cloud Run functions;
-// harness/cmd/* are harness programs and may link test helpers.
+// harness/cmd/* are harness programs and may link test helpers. Only the
+// programs that serve rail-stub link the stub (functions/railstub); a rail
+// client needs only functions/rail.
+
+// railStubHosts are the programs that serve rail-stub: its own main, the
+// functions-framework binary and root package, which register every
+// function (rail-stub is deployed as one), and the local stack's program.
+var railStubHosts = map[string]bool{"functions/cmd/rail-stub": true, "functions/cmd/framework": true, "": true, "local": true}
 
 // goList runs go list with args in the module's root and returns its
 // output lines.
@@ -78,8 +85,15 @@ func TestNoProductionProgramLinksATestHelper(t *testing.T) {
 				}
 				seen[p] = true
 				queue = append(queue, p)
-				if rel, ok := strings.CutPrefix(p, mod+"/"); ok && testHelper(rel) {
+				rel, ok := strings.CutPrefix(p, mod+"/")
+				switch {
+				case !ok:
+				case testHelper(rel):
 					t.Errorf("production program %s links test helper %s (imported by %s)", strings.TrimPrefix(prog, mod+"/"), rel, strings.TrimPrefix(from, mod+"/"))
+				case rel == "functions/railstub" && !railStubHosts[strings.TrimPrefix(strings.TrimPrefix(prog, mod), "/")]:
+					t.Errorf("production program %s links rail-stub (functions/railstub, imported by %s); a rail client needs only functions/rail", strings.TrimPrefix(prog, mod+"/"), strings.TrimPrefix(from, mod+"/"))
+				case rel == "functions/paymentresource" && prog == mod+"/functions/cmd/reconciler":
+					t.Errorf("the reconciler links the payment-resource service (imported by %s); it audits paydb through functions/paymentresource/ledgeraudit", strings.TrimPrefix(from, mod+"/"))
 				}
 			}
 		}
