@@ -25,6 +25,14 @@ var completion = prometheus.NewHistogram(prometheus.HistogramOpts{
 	Buckets: CompletionBuckets,
 })
 
+// creations counts payouts created, once each: a request that finds its
+// payout already there (a replay) and a list of payouts are not counted.
+// PayoutsNotCompleting (ops/slo.yaml) compares it with completion.
+var creations = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "payouts_created_total",
+	Help: "Payouts created (counted once each, after the transaction that inserts it commits; a replay of an existing payout is not counted).",
+})
+
 // completionSQL reads how long ago payout $1 was created, by paydb's
 // clock (the transaction's now()), in seconds.
 const completionSQL = `SELECT greatest(EXTRACT(EPOCH FROM now() - created_at), 0)::float8 FROM payout WHERE payout_id = $1`

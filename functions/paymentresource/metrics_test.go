@@ -62,6 +62,43 @@ func completionHistogram(t *testing.T) (count, within60 uint64) {
 	return 0, 0
 }
 
+// createdCount reads payouts_created_total.
+func createdCount(t *testing.T) float64 {
+	t.Helper()
+	f, ok := gather(t)["payouts_created_total"]
+	if !ok || len(f.GetMetric()) != 1 || len(f.GetMetric()[0].GetLabel()) != 0 {
+		t.Fatalf("payouts_created_total: %v; want one unlabelled counter", f)
+	}
+	return f.GetMetric()[0].GetCounter().GetValue()
+}
+
+// A payout is counted created once: its replay, a creation refused and a
+// list of payouts (the same path, GET) are not counted, so that
+// PayoutsNotCompleting sees only payouts that wait to complete.
+// (Not parallel: the counter is the process's.)
+func TestPayoutCreationIsCountedOnceAndListingIsNot(t *testing.T) {
+	f := newFixture(t, newPublisher(nil))
+	f.createAccount("acct-1", "EUR", 100)
+	n0 := createdCount(t)
+
+	f.createPayout("p-1", "acct-1", 60, "EUR")
+	if n := createdCount(t); n != n0+1 {
+		t.Fatalf("after one payout created: +%v; want +1", n-n0)
+	}
+	body := `{"payoutId":"p-1","accountId":"acct-1","amountMinor":60,"currency":"EUR"}`
+	st, got := f.do("POST", api.PathPayouts, body)
+	want(t, "create p-1 again", st, got, http.StatusOK, "")
+	st, got = f.do("POST", api.PathPayouts, `{"payoutId":"p-2","accountId":"acct-1","amountMinor":60,"currency":"EUR"}`)
+	want(t, "create p-2 above the balance", st, got, http.StatusConflict, api.CodeInsufficientFunds)
+	for range 3 {
+		st, got = f.do("GET", api.ListPath(api.StateClaimed, 0, ""), "")
+		want(t, "list claimed payouts", st, got, http.StatusOK, "")
+	}
+	if n := createdCount(t); n != n0+1 {
+		t.Fatalf("after a replay, a refusal and three lists: +%v; want +1 (none of them creates a payout)", n-n0)
+	}
+}
+
 // A payout that finishes is observed once, from its creation: one created
 // 90 s before its ACK lands above the SLO's 60 s bucket, one declined at
 // once lands in it, and the result sent again is not observed twice.

@@ -115,6 +115,7 @@ var guardGauges = func() *overload.Gauges {
 // Collectors returns payment-resource's metrics, for the registry its
 // process serves: payouts_needing_attention_total{reason}, one per payout
 // entering needs_attention, reason being one of api.AttentionReasons;
+// payouts_created_total, one per payout created;
 // payout_completion_seconds, the time from a payout's creation to posted
 // or declined; the ages read from paydb at each scrape,
 // payouts_ambiguous_oldest_age_seconds and
@@ -123,7 +124,7 @@ var guardGauges = func() *overload.Gauges {
 // paymentresource_requests_in_flight, over every Service of the process.
 // No label carries an id or a token.
 func Collectors() []prometheus.Collector {
-	return append([]prometheus.Collector{needingAttention, guardGauges, completion, ages}, fencing.Collectors()...)
+	return append([]prometheus.Collector{needingAttention, guardGauges, creations, completion, ages}, fencing.Collectors()...)
 }
 
 // Publisher publishes one message to the payout topic. Implementations

@@ -307,6 +307,7 @@ VALUES ($1, $2, $3, $4) ON CONFLICT (payout_id) DO NOTHING`, req.PayoutID, req.A
 		return api.Payout{}, false, err
 	}
 	if created {
+		creations.Inc()
 		s.log.InfoContext(ctx, "payout created", "event", api.EventPayoutCreated, "payoutId", p.PayoutID, "accountId", p.AccountID,
 			"amountMinor", p.AmountMinor, "currency", p.Currency)
 		s.outbox.wake()
