@@ -587,7 +587,7 @@ resource "google_monitoring_alert_policy" "payouts_not_completing_page" {
   conditions {
     display_name = "PayoutsNotCompleting (page)"
     condition_prometheus_query_language {
-      query               = "sum(increase(function_requests_total{class=\"2xx\",function=\"payment-resource\",route=\"/v1/payouts\"}[10m])) > 0 unless sum(increase(payout_completion_seconds_count[10m])) > 0"
+      query               = "sum(increase(payouts_created_total[10m])) > 0 unless sum(increase(payout_completion_seconds_count[10m])) > 0"
       duration            = "300s"
       evaluation_interval = "60s"
     }
