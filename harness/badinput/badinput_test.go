@@ -472,7 +472,7 @@ func TestBadInputTable(t *testing.T) {
 		fmt.Fprintf(&table, "| %s | %s | `%s %s` | %d | %s |\n", r.service, r.name, r.method, shortPath(r.path), r.status, code)
 	}
 	if n := len(rows()); n < 40 {
-		t.Errorf("the table has %d rows; issue #15 asks for at least 40", n)
+		t.Errorf("the table has %d rows; want at least 40", n)
 	}
 	if t.Failed() {
 		return
