@@ -20,12 +20,9 @@
 // the protected resource comes only from the fencing token, which the
 // resource must check on every write (see Lease.Token).
 //
-// Acquire retries a held lock with jittered backoff, with no fairness
-// between waiters, or with WithWait waits in lock-server's queue for the
-// key. An acquire whose answer is lost may have been granted: Acquire then
-// meets LOCK_HELD until that lease expires, one TTL later. The SDK makes
-// no trace spans; a Doer whose transport does (WithHTTPClient) puts every
-// call, background renewals included, in the caller's trace.
+// Acquire retries a held lock with jittered backoff, or with WithWait
+// waits in lock-server's queue. An acquire whose answer was lost may have
+// been granted: the key then answers LOCK_HELD for one TTL.
 package client
 
 import (
@@ -207,7 +204,8 @@ type Option func(*Client) error
 // like http.DefaultTransport but keeping up to DefaultIdleConnsPerHost idle
 // connections per lock-server (http.DefaultTransport keeps 2, so a process
 // with more leases in flight than that would open a TCP connection for
-// most requests).
+// most requests). The SDK makes no trace spans; a d whose transport does
+// puts every call, background renewals included, in the caller's trace.
 func WithHTTPClient(d Doer) Option {
 	return func(c *Client) error {
 		if d == nil {

@@ -1,50 +1,25 @@
-// Package api defines the wire contract of payment-resource's HTTP/JSON
-// API: the routes, the request and answer bodies, the error envelope and
-// its stable codes, the bounds and validation of every field, the fencing
-// headers it reads, the environment variables of its configuration and
-// the names of the log events it emits. It is the source of truth that
-// docs/payout-api.md describes.
+// Package api is the wire contract of payment-resource (fence point one):
+// its routes, bodies, error codes, bounds and validation, configuration
+// variables and log events. It imports only the standard library and the
+// wire packages functions/payoutevent and functions/fencing/fencewire, so
+// any client can use it without a database driver. Amounts are minor
+// units, currencies ISO 4217 codes, instants RFC 3339 in UTC from paydb's
+// clock, tokens positive int64s.
 //
-// It imports only the standard library and the standard-library-only
-// wire packages functions/payoutevent and functions/fencing/fencewire, so that any client
-// (functions/paymentresource/client, the executor, the harness, a tool)
-// can depend on it without pulling in a database driver.
+//	POST /v1/accounts                  AccountRequest -> Account
+//	GET  /v1/accounts/{id}             -> Account
+//	POST /v1/payouts                   PayoutRequest -> Payout
+//	GET  /v1/payouts?state=S           -> PayoutList
+//	GET  /v1/payouts/{id}              -> Payout
+//	POST /v1/payouts/{id}/claim        (holder's headers) -> Payout
+//	POST /v1/payouts/{id}/result       (holder's headers) ResultRequest -> Payout
+//	POST /v1/payouts/{id}/attention    (holder's headers) AttentionRequest -> Payout
+//	POST /v1/payouts/{id}/resolution   (holder's headers) ResolutionRequest -> Payout
+//	GET  /v1/audit                     -> AuditReport
 //
-// Amounts are integers in minor currency units (cents); currencies are ISO
-// 4217 codes of three upper-case letters; instants are RFC 3339 timestamps
-// in UTC from paydb's clock; fencing tokens are positive int64 values.
-//
-// The API (every body is JSON, every error is an [ErrorEnvelope]):
-//
-//	POST /v1/accounts              AccountRequest -> 201 Account (200 if it exists alike; 409 ACCOUNT_CONFLICT)
-//	GET  /v1/accounts/{id}         -> 200 Account (404 ACCOUNT_NOT_FOUND)
-//	POST /v1/payouts               PayoutRequest -> 201 Payout (200 if it exists alike; 409 PAYOUT_CONFLICT,
-//	                               INSUFFICIENT_FUNDS; 404 ACCOUNT_NOT_FOUND, 422 CURRENCY_MISMATCH)
-//	GET  /v1/payouts/{id}          -> 200 Payout (404 PAYOUT_NOT_FOUND)
-//	POST /v1/payouts/{id}/claim    X-Fencing-Token, X-Fencing-Proof, X-Lock-Owner; empty body or {} -> 200 Payout
-//	                               (409 FENCED_OUT, PAYOUT_FINISHED, PAYOUT_IN_DOUBT, PAYOUT_NEEDS_ATTENTION;
-//	                               404 PAYOUT_NOT_FOUND)
-//	POST /v1/payouts/{id}/result   same headers; ResultRequest -> 200 Payout (also for a replayed railRef)
-//	                               (409 FENCED_OUT, PAYOUT_FINISHED, PAYOUT_IN_DOUBT, PAYOUT_NOT_CLAIMED,
-//	                               RAIL_REF_CONFLICT; 422 INVALID_RECEIPT; 404 PAYOUT_NOT_FOUND)
-//	POST /v1/payouts/{id}/attention same headers; AttentionRequest -> 200 Payout in needs_attention
-//	                               (also when it already is) (409 FENCED_OUT, PAYOUT_FINISHED;
-//	                               404 PAYOUT_NOT_FOUND)
-//	GET  /v1/payouts?state=S&limit=N&after=ID -> 200 PayoutList (S one of Listable; N 1..MaxListLimit)
-//	POST /v1/payouts/{id}/resolution same headers; ResolutionRequest -> 200 Payout posted, declined or
-//	                               failed (also when it already is so) (409 FENCED_OUT, PAYOUT_FINISHED,
-//	                               RAIL_REF_CONFLICT; 422 INVALID_RECEIPT; 404 PAYOUT_NOT_FOUND)
-//	GET  /v1/audit                 -> 200 AuditReport (balanced or not)
-//
-// Every route that takes the holder's headers answers 400 INVALID_TOKEN
-// for a missing, repeated or malformed X-Fencing-Token, 400
-// INVALID_REQUEST for a malformed X-Lock-Owner (recorded and logged, never
-// trusted, but validated since it is stored) and, while fencing is on, 403
-// UNVERIFIED_TOKEN when X-Fencing-Proof is missing, repeated or not
-// lock-server's proof of that token on payout:{accountId}. Any route may
-// also answer 400 INVALID_REQUEST, 404 NOT_FOUND, 405 METHOD_NOT_ALLOWED, 413 BODY_TOO_LARGE, 415
-// UNSUPPORTED_MEDIA_TYPE, 503 DATABASE_UNAVAILABLE or OVERLOADED (both
-// retryable, with Retry-After) or 500 INTERNAL.
+// Every error is an [ErrorEnvelope] with a stable code; each route's
+// answers and codes, and the holder's headers (fencewire.HeaderToken,
+// HeaderProof, HeaderOwner), are in docs/payout-api.md ("payment-resource").
 package api
 
 import (

@@ -1,69 +1,19 @@
-// Package api defines the wire contract of rail-proxy's HTTP/JSON API
-// (fence point two of the payout pipeline, package functions/railproxy):
-// the routes, the request and answer bodies, the error envelope and its
-// stable codes, the attempt states and rail answers, the bounds and
-// validation of every field, the fencing headers it reads, the
-// environment variables of its configuration and the names of the log
-// events it emits. It is the source of truth that docs/payout-api.md
-// describes.
+// Package api is the wire contract of rail-proxy (fence point two): its
+// routes, bodies, error codes, bounds and validation, configuration
+// variables and log events. It imports only the standard library and the
+// wire packages functions/payoutevent and functions/fencing/fencewire, so
+// any client can use it without a database driver. Amounts are minor
+// units, currencies ISO 4217 codes, tokens positive int64s.
 //
-// It imports only the standard library and the standard-library-only
-// wire packages functions/payoutevent and functions/fencing/fencewire, so that any client
-// (functions/railproxy/client, the executor, the harness, the reconciler)
-// can depend on it without pulling in a database driver.
+//	POST /v1/rail/submissions             SubmitRequest -> SubmitAnswer
+//	GET  /v1/rail/unsettled               -> UnsettledList
+//	GET  /v1/rail/high-water/{accountId}  -> HighWater
+//	GET  /v1/rail/attempts?payoutId=P     -> AttemptList
+//	POST /v1/rail/reconciliations         ReconcileRequest -> Reconciliation
 //
-// Amounts are integers in minor currency units (cents); currencies are ISO
-// 4217 codes of three upper-case letters; instants are RFC 3339 timestamps
-// from raildb's clock; fencing tokens are positive int64 values.
-//
-// The API (every body is JSON, every error is an [ErrorEnvelope]):
-//
-//	POST /v1/rail/submissions             X-Fencing-Token (required), X-Fencing-Proof (required while
-//	                                      fencing is on: 403 UNVERIFIED_TOKEN without lock-server's proof),
-//	                                      X-Lock-Owner (recorded, decides nothing; malformed: 400 INVALID_REQUEST),
-//	                                      X-Payout-Terms-Signature (payment-resource's, over the terms);
-//	                                      SubmitRequest -> 200 SubmitAnswer (the rail answered ACK or DECLINE)
-//	                                      403 INVALID_TERMS (a known key's signature over other terms:
-//	                                          these terms were altered; permanent for the payout)
-//	                                      403 TERMS_KEY_UNKNOWN (signed by a key rail-proxy does not hold:
-//	                                          a key rotation not finished; retryable)
-//	                                      403 TERMS_UNSIGNED (no usable signature: missing or malformed)
-//	                                          (all three: nothing recorded, the rail not called)
-//	                                      409 FENCED_OUT (stale token; attempt recorded fenced)
-//	                                      409 PAYOUT_ALREADY_SUBMITTED -> AlreadySubmittedAnswer
-//	                                          (the payout already went to the rail; attempt recorded duplicate)
-//	                                      502 RAIL_AMBIGUOUS (rail called, outcome unknown; never retry blindly)
-//	                                      503 RAIL_NOT_REACHED (the rail certainly did not take it; attempt
-//	                                          not_sent, the payout's forward released; retryable)
-//	                                      409 PAYOUT_STOPPED (the rail refused it: a reconciliation stopped
-//	                                          the payout; attempt not_at_rail)
-//	                                      503 UNAVAILABLE (raildb unreachable or marked stalled, or proxy closing;
-//	                                          rail not called; Retry-After)
-//	                                      503 OVERLOADED (too many requests in flight; nothing done; Retry-After)
-//	                                      503 RAILDB_RESTORED (raildb restored from a backup; rail not called)
-//	GET  /v1/rail/unsettled?limit=N&after=ID  X-Fencing-Token, X-Fencing-Proof (a grant on UnsettledLockKey);
-//	                                      -> 200 UnsettledList (forwarded attempts forwarding or ambiguous,
-//	                                          older than the abandon threshold, by attempt id)
-//	GET  /v1/rail/high-water/{accountId}  -> 200 HighWater (404 NOT_FOUND: no token accepted yet)
-//	GET  /v1/rail/attempts?payoutId=P     -> 200 AttemptList (oldest first; empty when none)
-//	POST /v1/rail/reconciliations         X-Fencing-Token, X-Fencing-Proof (the payout's lease),
-//	                                      X-Payout-Terms-Signature (with the payout's facts);
-//	                                      ReconcileRequest -> 200 Reconciliation (ACK, DECLINE or NONE, signed)
-//	                                      403 INVALID_TERMS, TERMS_KEY_UNKNOWN, TERMS_UNSIGNED (closing a
-//	                                          never-forwarded payout: as a submission's)
-//	                                      409 ATTEMPT_IN_FLIGHT (younger than the abandon threshold; retry later)
-//	                                      404 PAYOUT_NOT_FORWARDED (rail-proxy never let the payout through;
-//	                                          with the payout's facts in the request it is closed instead)
-//	                                      409 RAIL_SUBMITTED_TWICE (the rail holds more than one submission:
-//	                                          a safety violation, never resolved automatically)
-//	                                      503 UNAVAILABLE (raildb or the rail's record could not be read)
-//
-// Any route may also answer 400 INVALID_REQUEST, 400 INVALID_TOKEN (the
-// token header), 403 UNVERIFIED_TOKEN (the proof header missing, repeated
-// or not lock-server's), 404 NOT_FOUND, 405
-// METHOD_NOT_ALLOWED, 413 BODY_TOO_LARGE, 415 UNSUPPORTED_MEDIA_TYPE, 503
-// UNAVAILABLE or 500 INTERNAL. A refused submission never reaches the
-// rail.
+// Every error is an [ErrorEnvelope] with a stable code; each route's
+// headers, answers and codes are in docs/payout-api.md ("rail-proxy").
+// A refused submission never reaches the rail.
 package api
 
 import (
