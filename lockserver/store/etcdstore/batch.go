@@ -165,10 +165,7 @@ func (s *Store) acquireTxn(ctx context.Context, reqs []store.AcquireRequest, idx
 		}
 	}
 	if err == nil && resp != nil {
-		// The restore guard (guard.go), once for the whole transaction.
-		if err = s.guardAfter(resp); err != nil && s.guardBefore(ctx) == nil {
-			err = s.guardAfter(resp)
-		}
+		err = s.guardAfter(ctx, resp) // once for the whole transaction
 	}
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):

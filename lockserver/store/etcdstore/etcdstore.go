@@ -469,13 +469,7 @@ func (s *Store) create(ctx context.Context, key, owner string, id clientv3.Lease
 			return resp, 0, err
 		}
 		if resp.Succeeded {
-			// The restore guard (guard.go): the caller revokes the lease of a
-			// refused grant, which deletes the key. A stamp written since this
-			// store read it (lockctl advance) is read again once.
-			if err = s.guardAfter(resp); err != nil && s.guardBefore(ctx) == nil {
-				err = s.guardAfter(resp)
-			}
-			return resp, resp.Header.Revision + off.x, err
+			return resp, resp.Header.Revision + off.x, s.guardAfter(ctx, resp)
 		}
 		if err := s.learnOffset(resp.Responses[1]); err != nil {
 			return nil, 0, err

@@ -113,8 +113,20 @@ func (s *Store) guardBefore(ctx context.Context) error {
 
 // guardAfter checks the header of a grant's transaction against the stamp:
 // ErrBackendRestored when the grant was made on another cluster or at a
-// revision not above the stamp's.
-func (s *Store) guardAfter(resp *clientv3.TxnResponse) error {
+// revision not above the stamp's. A refusal is checked once more after
+// reading the stamp again, in case it was written since this store read it
+// (lockctl advance). The caller revokes the lease of a refused grant, which
+// deletes its key.
+func (s *Store) guardAfter(ctx context.Context, resp *clientv3.TxnResponse) error {
+	err := s.checkStamp(resp)
+	if err != nil && s.guardBefore(ctx) == nil {
+		err = s.checkStamp(resp)
+	}
+	return err
+}
+
+// checkStamp is guardAfter's check against the stamp this store knows.
+func (s *Store) checkStamp(resp *clientv3.TxnResponse) error {
 	s.guard.mu.Lock()
 	defer s.guard.mu.Unlock()
 	h := resp.Header

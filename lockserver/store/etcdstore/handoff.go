@@ -162,10 +162,7 @@ func (s *Store) replace(ctx context.Context, from store.LeaseRef, owner string, 
 			return resp, 0, err
 		}
 		if resp.Succeeded {
-			if err = s.guardAfter(resp); err != nil && s.guardBefore(ctx) == nil {
-				err = s.guardAfter(resp)
-			}
-			return resp, resp.Header.Revision + off.x, err
+			return resp, resp.Header.Revision + off.x, s.guardAfter(ctx, resp)
 		}
 		if err := s.learnOffset(resp.Responses[1]); err != nil {
 			return nil, 0, err
