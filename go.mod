@@ -14,6 +14,7 @@ require (
 	filippo.io/edwards25519 v1.2.0
 	github.com/GoogleCloudPlatform/functions-framework-go v1.9.2
 	github.com/anishathalye/porcupine v1.3.1
+	github.com/chromedp/chromedp v0.23.1
 	github.com/cloudevents/sdk-go/v2 v2.15.2
 	github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api v0.1.0
 	github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client v0.1.0
@@ -53,6 +54,11 @@ require (
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	sigs.k8s.io/yaml v1.6.0
+)
+
+require (
+	github.com/chromedp/cdproto v0.160.1 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 )
 
 require (
