@@ -80,7 +80,7 @@ func serve(t *testing.T, dir string) string {
 // expects that section's heading at the top of the window.
 func TestSiteSearchAndCrossReference(t *testing.T) {
 	chromium := needTools(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	home := serve(t, buildSite(t, ctx))
 
@@ -97,16 +97,16 @@ func TestSiteSearchAndCrossReference(t *testing.T) {
 	if err := chromedp.Do(bctx,
 		chromedp.Navigate(home),
 		chromedp.SendKeys(chromedp.CSS(`input[data-md-component="search-query"]`), "fencing token"),
-		chromedp.WaitVisible(chromedp.CSS(`.md-search-result__item`)),
 	); err != nil {
 		t.Fatalf("search: %v", err)
 	}
-	results, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll(".md-search-result__item").length`))
+	// The search index loads in a worker; the query typed before it is
+	// ready is answered once it is.
+	results, err := chromedp.Run(bctx, chromedp.Poll[int](`document.querySelectorAll(".md-search-result__item").length || false`,
+		chromedp.WithPollingTimeout(time.Minute)))
 	if err != nil {
-		t.Fatal(err)
-	}
-	if results == 0 {
-		t.Fatalf("search for %q: no results", "fencing token")
+		meta, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector(".md-search-result__meta").textContent.trim()`))
+		t.Fatalf("search for %q: no results (%v); the search says %q", "fencing token", err, meta)
 	}
 	png, err := chromedp.Run(bctx, chromedp.CaptureScreenshot())
 	if err != nil {
