@@ -4,9 +4,9 @@
 - Every page under docs/ must be in the nav, or the build fails.
 - A link to a file of the repository that is not a page or asset of the
   site (source code, a folder) points to that file on the repository.
-- Inline code that names a tracked path (`lockserver/store.go`,
-  `harness/...`) becomes a link: to the page when it is one, else to the
-  repository.
+- Inline code that names a tracked path (`lockserver/api/api.go`,
+  `harness/...`, `functions/payoutbus.PushBridge`) becomes a link: to the
+  page when it is one, else to the repository.
 - After the build, every link and image of every built page must reach a
   file of the site and, with a #fragment, an element with that id: a
   broken link or anchor fails the build (mkdocs --strict checks files,
@@ -98,6 +98,8 @@ def on_page_content(html, page, config, files):
         path = text.strip()
         path = path[2:] if path.startswith("./") else path
         path = re.sub(r"/(\.\.\.)?$", "", path)
+        if path not in _tracked and "." in posixpath.basename(path):
+            path = path.rsplit(".", 1)[0]  # a package's identifier: pkg/path.Name
         if "/" not in path or path not in _tracked:
             return m.group(0)
         f = files.get_file_from_path(path)

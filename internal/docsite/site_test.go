@@ -94,9 +94,10 @@ func TestSiteSearchAndCrossReference(t *testing.T) {
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	defer cancelBrowser()
 
+	const query = "fencing token"
 	if err := chromedp.Do(bctx,
 		chromedp.Navigate(home),
-		chromedp.SendKeys(chromedp.CSS(`input[data-md-component="search-query"]`), "fencing token"),
+		chromedp.SendKeys(chromedp.CSS(`input[data-md-component="search-query"]`), query),
 	); err != nil {
 		t.Fatalf("search: %v", err)
 	}
@@ -106,7 +107,7 @@ func TestSiteSearchAndCrossReference(t *testing.T) {
 		chromedp.WithPollingTimeout(time.Minute)))
 	if err != nil {
 		meta, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector(".md-search-result__meta").textContent.trim()`))
-		t.Fatalf("search for %q: no results (%v); the search says %q", "fencing token", err, meta)
+		t.Fatalf("search for %q: no results (%v); the search says %q", query, err, meta)
 	}
 	png, err := chromedp.Run(bctx, chromedp.CaptureScreenshot())
 	if err != nil {
@@ -119,7 +120,7 @@ func TestSiteSearchAndCrossReference(t *testing.T) {
 	if err := os.WriteFile(shot, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("search for %q: %d results; screenshot %s", "fencing token", results, ScreenshotPath)
+	t.Logf("search for %q: %d results; screenshot %s", query, results, ScreenshotPath)
 
 	// The first link of the home page's text that leads to a section of
 	// another page.
