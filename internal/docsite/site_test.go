@@ -80,9 +80,11 @@ func serve(t *testing.T, dir string) string {
 // expects that section's heading at the top of the window.
 func TestSiteSearchAndCrossReference(t *testing.T) {
 	chromium := needTools(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
+	start := time.Now()
 	home := serve(t, buildSite(t, ctx))
+	t.Logf("site built in %v", time.Since(start).Round(time.Millisecond))
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium),
@@ -102,9 +104,9 @@ func TestSiteSearchAndCrossReference(t *testing.T) {
 		t.Fatalf("search: %v", err)
 	}
 	// The search index loads in a worker; the query typed before it is
-	// ready is answered once it is.
+	// ready is answered once it is (tens of seconds on a loaded machine).
 	results, err := chromedp.Run(bctx, chromedp.Poll[int](`document.querySelectorAll(".md-search-result__item").length || false`,
-		chromedp.WithPollingTimeout(time.Minute)))
+		chromedp.WithPollingTimeout(2*time.Minute)))
 	if err != nil {
 		meta, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector(".md-search-result__meta").textContent.trim()`))
 		t.Fatalf("search for %q: no results (%v); the search says %q", query, err, meta)
@@ -120,7 +122,7 @@ func TestSiteSearchAndCrossReference(t *testing.T) {
 	if err := os.WriteFile(shot, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("search for %q: %d results; screenshot %s", query, results, ScreenshotPath)
+	t.Logf("search for %q: %d results after %v; screenshot %s", query, results, time.Since(start).Round(time.Millisecond), ScreenshotPath)
 
 	// The first link of the home page's text that leads to a section of
 	// another page.
@@ -156,7 +158,7 @@ func TestSiteSearchAndCrossReference(t *testing.T) {
 		const top = el ? el.getBoundingClientRect().top : -1;
 		if (el === null || window.scrollY === 0 || Math.abs(top) > window.innerHeight / 4) return false;
 		return {found: true, top: top, y: window.scrollY, hash: location.hash};
-	})()`, chromedp.WithPollingTimeout(15*time.Second)))
+	})()`, chromedp.WithPollingTimeout(30*time.Second)))
 	if err != nil {
 		t.Fatalf("followed %s: the section is not at the top of the window: %v", href, err)
 	}
