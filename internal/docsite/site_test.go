@@ -137,10 +137,9 @@ func TestSiteSearchAndCrossReference(t *testing.T) {
 	href := attr.Value
 	fragment := href[strings.Index(href, "#"):]
 	type landing struct {
-		Found bool    `json:"found"`
-		Top   float64 `json:"top"`
-		Y     float64 `json:"y"`
-		Hash  string  `json:"hash"`
+		Top  float64 `json:"top"`
+		Y    float64 `json:"y"`
+		Hash string  `json:"hash"`
 	}
 	loaded := chromedp.Events(bctx, page.LoadEventFired)
 	if err := chromedp.Do(bctx, chromedp.Click(xref)); err != nil {
@@ -157,7 +156,7 @@ func TestSiteSearchAndCrossReference(t *testing.T) {
 		const el = document.getElementById(decodeURIComponent(location.hash.slice(1)));
 		const top = el ? el.getBoundingClientRect().top : -1;
 		if (el === null || window.scrollY === 0 || Math.abs(top) > window.innerHeight / 4) return false;
-		return {found: true, top: top, y: window.scrollY, hash: location.hash};
+		return {top: top, y: window.scrollY, hash: location.hash};
 	})()`, chromedp.WithPollingTimeout(30*time.Second)))
 	if err != nil {
 		t.Fatalf("followed %s: the section is not at the top of the window: %v", href, err)
