@@ -8,7 +8,7 @@ BIN   := bin
 # in each too, alone: GOWORK=off, its own go.mod only, as a caller builds it.
 SDK_MODS := lockserver/api lockserver/client
 
-.PHONY: help test fuzz lint fmt build bench bench-contended bench-e2e bench-e2e-creators demo explore soak gameday failover clean plan deploy destroy
+.PHONY: help test fuzz lint fmt build docs docs-serve bench bench-contended bench-e2e bench-e2e-creators demo explore soak gameday failover clean plan deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-19s %s\n", $$1, $$2}'
@@ -70,6 +70,23 @@ fmt: ## format every Go file
 build: ## build every command into ./bin
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./lockserver/cmd/... ./etcd/cmd/... ./functions/cmd/... ./local/cmd/... ./harness/cmd/...
+
+# The documentation site (internal/docsite, docs/tooling.md): Debian's
+# mkdocs and mkdocs-material. hooks.py fails the build on a broken link or
+# anchor, and on a page of docs/ missing from the nav.
+DOCS_SITE ?= $(BIN)/site
+DOCS_PORT ?= 8000
+define need_mkdocs
+	@command -v mkdocs >/dev/null || { echo "docs: mkdocs not found (apt-get install mkdocs mkdocs-material)"; exit 1; }
+endef
+
+docs: ## build the documentation site (README.md, docs/, harness/README.md) into bin/site (DOCS_SITE); fails on a broken link or anchor
+	$(need_mkdocs)
+	mkdocs build --strict --config-file internal/docsite/mkdocs.yml --site-dir $(abspath $(DOCS_SITE))
+
+docs-serve: ## serve the documentation site on http://127.0.0.1:8000 (DOCS_PORT), rebuilt on every change
+	$(need_mkdocs)
+	mkdocs serve --strict --config-file internal/docsite/mkdocs.yml --dev-addr 127.0.0.1:$(DOCS_PORT)
 
 BENCH_COUNT ?= 6
 

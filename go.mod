@@ -14,6 +14,8 @@ require (
 	filippo.io/edwards25519 v1.2.0
 	github.com/GoogleCloudPlatform/functions-framework-go v1.9.2
 	github.com/anishathalye/porcupine v1.3.1
+	github.com/chromedp/cdproto v0.160.1
+	github.com/chromedp/chromedp v0.23.1
 	github.com/cloudevents/sdk-go/v2 v2.15.2
 	github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api v0.1.0
 	github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client v0.1.0
@@ -88,6 +90,7 @@ require (
 	github.com/facette/natsort v0.0.0-20181210072756-2cd4dd1e2dcb // indirect
 	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
