@@ -19,8 +19,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/distributed-lock-lab/distributed-lock-lab/harness/partition"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
 )
@@ -42,7 +45,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "partition: swept leftover namespaces %v (%v)\n", removed, err)
 		}
 	}
-	code := m.Run()
+	code := pgtest.Tests(m).Run()
 	if bin.dir != "" {
 		_ = os.RemoveAll(bin.dir)
 	}
@@ -315,8 +318,8 @@ func ready(hc *http.Client, url string) error {
 
 // lockDB creates lockdb (migrated) in a throwaway PostgreSQL cluster, then
 // runs that cluster's server inside node, listening on node's address, and
-// returns lockdb's DSN there.
-func lockDB(t *testing.T, node *partition.Node) string {
+// returns lockdb's DSN there once it answers from node from.
+func lockDB(t *testing.T, from, node *partition.Node) string {
 	t.Helper()
 	ctx := t.Context()
 	c, err := pgcluster.Start(ctx, pgcluster.Config{})
@@ -353,5 +356,19 @@ func lockDB(t *testing.T, node *partition.Node) string {
 		filepath.Join(binDir, "postgres"), "-D", data, "-p", "5432", "-c", "listen_addresses="+node.Addr,
 		"-c", "unix_socket_directories="+data, "-c", "fsync=on")
 	dsn := fmt.Sprintf("postgres://%s@%s:5432/lockdb?sslmode=disable", pgcluster.Superuser, node.Addr)
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DialFunc = from.DialContext
+	await(t, 30*time.Second, "lockdb in its namespace", func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		return conn.Close(ctx)
+	})
 	return dsn
 }

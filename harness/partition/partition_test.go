@@ -71,6 +71,9 @@ func TestEtcdMinorityPartition(t *testing.T) {
 // arrive and commit, their answers never come back. It must answer 503
 // (outcome unknown to its callers), never a grant it could not confirm.
 func TestAsymmetricPartitionEtcdCannotAnswerLockServer(t *testing.T) {
+	if !*full {
+		t.Skip("short set: run with -partitions.full (make partitions)")
+	}
 	e := etcdStack(t)
 	r := newReplicas(e.client, e.lsURLs)
 	storetest.CheckLinearizable(t, "etcd-asymmetric", r, func() {
@@ -96,7 +99,7 @@ func TestLockServerCutFromLockDB(t *testing.T) {
 	n := newNet(t, "pg")
 	nodes := addNodes(t, n, "cl", "db", "l0", "l1")
 	cl, db, ls := nodes[0], nodes[1], nodes[2:]
-	dsn := lockDB(t, db)
+	dsn := lockDB(t, cl, db)
 	urls := lockServers(t, cl, ls, api.EnvStore+"=postgres", api.EnvLockDBURL+"="+dsn)
 	r := newReplicas(cl, urls)
 	storetest.CheckLinearizable(t, "lockdb-cut", r, func() {
@@ -116,17 +119,11 @@ type etcdNet struct {
 // etcdStack starts three etcd members and three lock-servers over them,
 // each process in a namespace of its own, and a namespace for the callers.
 func etcdStack(t *testing.T) etcdNet {
-	t0 := time.Now()
 	n := newNet(t, "etcd")
 	nodes := addNodes(t, n, "cl", "e0", "e1", "e2", "l0", "l1", "l2")
 	e := etcdNet{net: n, client: nodes[0], etcd: nodes[1:4], ls: nodes[4:7]}
-	t.Logf("net %v", time.Since(t0))
-	binaries(t)
-	t.Logf("bin %v", time.Since(t0))
 	e.etcdURLs = etcdCluster(t, e.etcd)
-	t.Logf("etcd %v", time.Since(t0))
 	e.lsURLs = lockServers(t, e.client, e.ls, api.EnvStore+"=etcd", api.EnvEtcdEndpoints+"="+strings.Join(e.etcdURLs, ","))
-	t.Logf("ls %v", time.Since(t0))
 	return e
 }
 
@@ -148,6 +145,21 @@ func isolate(t *testing.T, n *partition.Net, r *replicas, cut int, cutFn func(co
 	}()
 	refuses(t, r.from, r.urls[cut])
 	grants(t, r.from, r.urls[(cut+1)%len(r.urls)])
+	// Keep the cut while the callers of the other replicas go on, until
+	// they have been granted want leases (or limit has passed: they may
+	// have finished their calls).
+	// A paused call keeps its context (storetest's 15 s per call): the
+	// whole cut stays well within it.
+	want, limit := 5, 3*time.Second
+	if *full {
+		want, limit = 40, 8*time.Second
+	}
+	deadline := time.Now().Add(limit)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for r.grantsSinceCut() < want && time.Now().Before(deadline) {
+		<-tick.C
+	}
 }
 
 // refuses asks url for a lease and wants a 503 with Retry-After.
@@ -211,6 +223,7 @@ type replicas struct {
 	cut     int // -1: none
 	cutAt   time.Time
 	healAt  time.Time
+	heal    chan struct{} // closed at healAt
 	grants  []grant
 	illegal []string
 	refused map[int]int // unknown outcomes per replica while cut
@@ -245,13 +258,56 @@ func (r *replicas) AbandonsUnknownGrants() {}
 func (r *replicas) cutOff(i int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.cut, r.cutAt = i, time.Now()
+	r.cut, r.cutAt, r.heal = i, time.Now(), make(chan struct{})
 }
 
 func (r *replicas) healed() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.healAt = time.Now()
+	close(r.heal)
+}
+
+// pause holds a call to replica i while i is cut off and has already
+// answered a call with an unknown outcome: its caller backs off until the
+// heal, as a caller told Retry-After would, rather than pile up calls of
+// unknown outcome (each one widens porcupine's search).
+func (r *replicas) pause(ctx context.Context, i int) {
+	r.mu.Lock()
+	heal, paused := r.heal, r.cut == i && r.healAt.IsZero() && r.refused[i] > 0
+	r.mu.Unlock()
+	if paused {
+		select {
+		case <-heal:
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (r *replicas) grantsSinceCut() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, g := range r.grants {
+		if g.call.After(r.cutAt) {
+			n++
+		}
+	}
+	return n
+}
+
+// anyReplica picks the replica of a call that names no owner: round robin,
+// past the cut-off one once it has refused (the caller knows better).
+func (r *replicas) anyReplica() int {
+	for {
+		i := int(r.rr.Add(1) % uint64(len(r.stores)))
+		r.mu.Lock()
+		skip := r.cut == i && r.healAt.IsZero() && r.refused[i] > 0
+		r.mu.Unlock()
+		if !skip {
+			return i
+		}
+	}
 }
 
 func (r *replicas) byOwner(owner string) int {
@@ -277,44 +333,63 @@ func (r *replicas) record(i int, op, key string, token int64, call time.Time, er
 }
 
 func (r *replicas) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (store.Lease, error) {
-	i, call := r.byOwner(owner), time.Now()
+	i := r.byOwner(owner)
+	r.pause(ctx, i)
+	call := time.Now()
 	l, err := r.stores[i].Acquire(ctx, key, owner, ttl)
 	r.record(i, "acquire", key, l.Token, call, err)
 	return l, err
 }
 
 func (r *replicas) Renew(ctx context.Context, key, owner string, token int64) (store.Lease, error) {
-	i, call := r.byOwner(owner), time.Now()
+	i := r.byOwner(owner)
+	r.pause(ctx, i)
+	call := time.Now()
 	l, err := r.stores[i].Renew(ctx, key, owner, token)
 	r.record(i, "renew", key, token, call, err)
 	return l, err
 }
 
 func (r *replicas) Release(ctx context.Context, key, owner string, token int64) error {
-	i, call := r.byOwner(owner), time.Now()
+	i := r.byOwner(owner)
+	r.pause(ctx, i)
+	call := time.Now()
 	err := r.stores[i].Release(ctx, key, owner, token)
 	r.record(i, "release", key, token, call, err)
 	return err
 }
 
 func (r *replicas) Revoke(ctx context.Context, key string, token int64) (store.Lease, error) {
-	i, call := int(r.rr.Add(1)%uint64(len(r.stores))), time.Now()
+	i := r.anyReplica()
+	r.pause(ctx, i)
+	call := time.Now()
 	l, err := r.stores[i].Revoke(ctx, key, token)
 	r.record(i, "revoke", key, token, call, err)
 	return l, err
 }
 
 func (r *replicas) Inspect(ctx context.Context, key string) (store.State, error) {
-	i, call := int(r.rr.Add(1)%uint64(len(r.stores))), time.Now()
+	i := r.anyReplica()
+	r.pause(ctx, i)
+	call := time.Now()
 	st, err := r.stores[i].Inspect(ctx, key)
 	r.record(i, "inspect", key, 0, call, err)
 	return st, err
 }
 
-// Ping succeeds when every replica is ready: a client whose call ended
-// unknown waits for the partition to heal.
+// Ping succeeds when every replica but the cut-off one is ready (a call
+// to that one waits for the heal in pause).
 func (r *replicas) Ping(ctx context.Context) error {
-	for _, s := range r.stores {
+	r.mu.Lock()
+	cut := r.cut
+	if !r.healAt.IsZero() {
+		cut = -1
+	}
+	r.mu.Unlock()
+	for i, s := range r.stores {
+		if i == cut {
+			continue
+		}
 		if err := s.Ping(ctx); err != nil {
 			return err
 		}
@@ -355,6 +430,12 @@ func (r *replicas) check(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d grants; cut for %v; calls with unknown outcome while cut, per replica: %v",
-		len(r.grants), r.healAt.Sub(r.cutAt).Round(time.Millisecond), r.refused)
+	during := 0
+	for _, g := range r.grants {
+		if g.call.After(r.cutAt) && g.ret.Before(r.healAt) {
+			during++
+		}
+	}
+	t.Logf("%d grants, %d of them while cut; cut for %v; calls with unknown outcome while cut, per replica: %v",
+		len(r.grants), during, r.healAt.Sub(r.cutAt).Round(time.Millisecond), r.refused)
 }
