@@ -8,7 +8,7 @@ BIN   := bin
 # in each too, alone: GOWORK=off, its own go.mod only, as a caller builds it.
 SDK_MODS := lockserver/api lockserver/client
 
-.PHONY: help test fuzz lint fmt build docs docs-serve bench bench-contended bench-e2e bench-e2e-creators demo explore soak gameday failover clean plan deploy destroy
+.PHONY: help test fuzz lint fmt build docs docs-serve bench bench-contended bench-e2e bench-e2e-creators demo explore soak gameday failover partitions clean plan deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-19s %s\n", $$1, $$2}'
@@ -163,6 +163,9 @@ FAILOVER_FLAGS ?=
 
 failover: ## lockdb failover (SC-08): kill the primary under SDK clients, promote the standby, synchronous then asynchronous replication, FAILOVER_SEEDS (default 1,2,3); writes harness/out/failover.json (FAILOVER_FLAGS: e.g. -standby-stall 5s -clients 16)
 	$(GO) run ./harness/cmd/failover -mode sync,async -seeds $(FAILOVER_SEEDS) -out harness/out $(FAILOVER_FLAGS)
+
+partitions: ## network partitions between real processes in Linux network namespaces (needs root and iproute2): etcd minority with the leader on either side, lock-server cut from lockdb, an asymmetric cut, each under the linearizability workload, and the SDK's deadline under latency spikes (about 4 min; `make test` runs the leader-in-minority cut and a short latency run; docs/reliability.md#partitions)
+	$(GO) test -count=1 -timeout 20m -v ./harness/partition/ -args -partitions.full
 
 plan: ## Google Cloud: terraform init and a saved plan with its resource counts (needs GOOGLE_CLOUD_PROJECT, BILLING_ACCOUNT, gcloud ADC; docs/cloud.md)
 	$(call cloud_preflight,plan)

@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -349,6 +350,45 @@ func PrepareDir(dir string, members int) error {
 	}
 	return (&Cluster{dir: dir}).writeLayout(lay)
 }
+
+// PrepareDirHosts is PrepareDir for members that each listen on an
+// address of their own (a network namespace per member): member i serves
+// clients on hosts[i]:ClientPort and peers on hosts[i]:PeerPort. The
+// addresses need not exist in this process; the processes that run the
+// members (Config.Only) bind them.
+func PrepareDirHosts(dir string, hosts []string) error {
+	if len(hosts) < 1 || len(hosts) > MaxMembers {
+		return fmt.Errorf("%w: %d hosts; want 1..%d", ErrInvalidConfig, len(hosts), MaxMembers)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("embedded: data dir: %w", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, layoutFile)); err == nil {
+		return fmt.Errorf("%w: %s already holds a cluster", ErrLayoutMismatch, dir)
+	}
+	lay, err := newLayout(0)
+	if err != nil {
+		return err
+	}
+	for i, h := range hosts {
+		if net.ParseIP(h) == nil {
+			return fmt.Errorf("%w: host %q is not an IP address", ErrInvalidConfig, h)
+		}
+		lay.Members = append(lay.Members, layoutMember{
+			Name:      fmt.Sprintf("member-%d", i),
+			ClientURL: "http://" + net.JoinHostPort(h, strconv.Itoa(ClientPort)),
+			PeerURL:   "http://" + net.JoinHostPort(h, strconv.Itoa(PeerPort)),
+		})
+	}
+	return (&Cluster{dir: dir}).writeLayout(lay)
+}
+
+// ClientPort and PeerPort are etcd's registered ports, used by
+// PrepareDirHosts, where every member has an address of its own.
+const (
+	ClientPort = 2379
+	PeerPort   = 2380
+)
 
 // Endpoints returns the client URLs of every member, running or not, in
 // member order. They never change for the life of the cluster, so a

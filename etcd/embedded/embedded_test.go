@@ -303,3 +303,28 @@ func TestOneClusterPerMemberFormOneCluster(t *testing.T) {
 		t.Errorf("read through member 2 = %v, %v; want k=v", got, err)
 	}
 }
+
+// PrepareDirHosts gives member i the address hosts[i] on etcd's ports,
+// and refuses what is not an IP address.
+func TestPrepareDirHostsOneAddressPerMember(t *testing.T) {
+	dir := t.TempDir()
+	if err := PrepareDirHosts(dir, []string{"10.77.1.2", "10.77.2.2", "10.77.3.2"}); err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{dir: dir, cfg: Config{Members: 3}}
+	lay, ok, err := c.readLayout()
+	if err != nil || !ok {
+		t.Fatalf("readLayout = %v, %v", ok, err)
+	}
+	for i, want := range []string{"http://10.77.1.2:2379", "http://10.77.2.2:2379", "http://10.77.3.2:2379"} {
+		if got := lay.Members[i].ClientURL; got != want {
+			t.Errorf("member %d client URL %s; want %s", i, got, want)
+		}
+	}
+	if got, want := lay.Members[2].PeerURL, "http://10.77.3.2:2380"; got != want {
+		t.Errorf("member 2 peer URL %s; want %s", got, want)
+	}
+	if err := PrepareDirHosts(t.TempDir(), []string{"10.77.1.2", "lock-server"}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("a host name: %v; want ErrInvalidConfig", err)
+	}
+}

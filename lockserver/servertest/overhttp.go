@@ -73,6 +73,12 @@ func serve(t *testing.T, inner store.LockStore) *httpStore {
 	return &httpStore{inner: inner, srv: srv, c: c}
 }
 
+// Remote returns a LockStore that forwards every call through c to the
+// lock-server c points at, as OverHTTP's stores do, mapping SDK errors to
+// the LockStore sentinels (ErrUnavailable: outcome unknown). Close closes
+// nothing.
+func Remote(c *client.Client) store.LockStore { return &httpStore{c: c} }
+
 // fromSDK maps an SDK error to the LockStore sentinel of the same meaning,
 // keeping the SDK error in the chain.
 func fromSDK(err error) error {
@@ -146,6 +152,9 @@ func (h *httpStore) Ping(ctx context.Context) error {
 }
 
 func (h *httpStore) Close() error {
+	if h.srv == nil {
+		return nil // Remote
+	}
 	h.srv.Close()
 	return h.inner.Close()
 }

@@ -5,6 +5,7 @@
 //	etcd-local [-members 1] [-dir DIR] [-ready-file FILE]
 //	etcd-local -members 3 -dir DIR -prepare   # record the layout in DIR
 //	etcd-local -members 3 -dir DIR -member I  # run member I of it
+//	etcd-local -hosts IP,IP,IP -dir DIR -prepare  # one address per member (network namespaces)
 //
 // Once its members are ready it prints one JSON line on stdout (and writes
 // it atomically to -ready-file): {"endpoints":[...],"members":[...],
@@ -22,6 +23,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -56,6 +58,7 @@ func run() error {
 	startTimeout := flag.Duration("start-timeout", time.Minute, "give up if the cluster is not ready within this time")
 	member := flag.Int("member", -1, "run only this member (0..members-1) of the cluster prepared in -dir (default: every member)")
 	prepare := flag.Bool("prepare", false, "record a new cluster's layout in -dir for one process per member (-member), then exit")
+	hosts := flag.String("hosts", "", "with -prepare: comma-separated IP addresses, one per member, each serving on etcd's ports 2379 and 2380 (default: loopback, free ports)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
@@ -63,6 +66,9 @@ func run() error {
 	if *prepare {
 		if *dir == "" {
 			return errors.New("-prepare needs -dir")
+		}
+		if *hosts != "" {
+			return embedded.PrepareDirHosts(*dir, strings.Split(*hosts, ","))
 		}
 		return embedded.PrepareDir(*dir, *members)
 	}

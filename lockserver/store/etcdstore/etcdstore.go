@@ -58,6 +58,18 @@ const (
 	DefaultIdleLeases = 64
 )
 
+// keepAliveTime and keepAliveTimeout make the client ping a member whose
+// connection has been silent for keepAliveTime and drop the connection when
+// no answer comes within keepAliveTimeout. A member behind a network
+// partition sends no reset: without the ping its connection stays up for
+// TCP's retransmission timeout (about 15 minutes), and the client keeps
+// sending it a share of the requests, which time out. etcd refuses pings
+// more often than every 5 s (--grpc-keepalive-min-time).
+const (
+	keepAliveTime    = 5 * time.Second
+	keepAliveTimeout = 2 * time.Second
+)
+
 // aheadQueue bounds the acquires' requests waiting for the granter; past
 // it a request is dropped, since the granter tops the pool up for the
 // requests it does read.
@@ -227,9 +239,11 @@ func Open(ctx context.Context, cfg Config, logger *slog.Logger) (*Store, error) 
 		etcdLog = zap.NewNop()
 	}
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   append([]string(nil), cfg.Endpoints...),
-		DialTimeout: cfg.DialTimeout,
-		Logger:      etcdLog,
+		Endpoints:            append([]string(nil), cfg.Endpoints...),
+		DialTimeout:          cfg.DialTimeout,
+		DialKeepAliveTime:    keepAliveTime,
+		DialKeepAliveTimeout: keepAliveTimeout,
+		Logger:               etcdLog,
 		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: cfg.ReconnectMaxDelay},
 			MinConnectTimeout: cfg.DialTimeout,
