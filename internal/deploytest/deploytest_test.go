@@ -144,6 +144,9 @@ func TestLockServerChecksFailOnBrokenCopies(t *testing.T) {
 		}, "liveness probe path"},
 		{"no readiness", func(m *deploytest.Manifests) { m.Deployments[0].Spec.Template.Spec.Containers[0].ReadinessProbe = nil }, "readiness probe path"},
 		{"one replica", func(m *deploytest.Manifests) { one := int32(1); m.Deployments[0].Spec.Replicas = &one }, "fewer than 2 replicas"},
+		{"rolling update", func(m *deploytest.Manifests) {
+			m.Deployments[0].Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType}
+		}, "want Recreate"},
 		{"external load balancer", func(m *deploytest.Manifests) {
 			delete(m.Services[0].Annotations, "networking.gke.io/load-balancer-type")
 		}, "external load balancer"},

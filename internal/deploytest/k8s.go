@@ -173,7 +173,8 @@ type LockServerPaths struct {
 }
 
 // CheckLockServer checks lock-server's objects: a Deployment of at least
-// two replicas with liveness on paths.Health and readiness on paths.Ready;
+// two replicas, updated by Recreate (never two versions at once), with
+// liveness on paths.Health and readiness on paths.Ready;
 // a PodDisruptionBudget that keeps one; a Service that selects its pods
 // and is an internal load balancer (never an external one: the lock API
 // has no authentication); the Kubernetes service account annotated for
@@ -191,6 +192,9 @@ func CheckLockServer(m *Manifests, paths LockServerPaths) []string {
 	var out []string
 	if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
 		out = append(out, "lock-server: fewer than 2 replicas")
+	}
+	if d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		out = append(out, fmt.Sprintf("lock-server: update strategy is %q, want Recreate: a rolling update runs old and new servers at once, and an old one does not know a newer store scheme", d.Spec.Strategy.Type))
 	}
 	var c *corev1.Container
 	for i := range d.Spec.Template.Spec.Containers {

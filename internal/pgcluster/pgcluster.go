@@ -386,6 +386,20 @@ func (c *Cluster) initdb(ctx context.Context) error {
 		"--no-sync", "--no-instructions"); err != nil {
 		return err
 	}
+	// fsync on in the configuration file rather than on the command line,
+	// which would outrank ALTER SYSTEM: a test can turn it off by a reload,
+	// as an operator could.
+	f, err := os.OpenFile(filepath.Join(c.dataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	_, err = f.WriteString("fsync = on\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("pgcluster: write fsync = on: %w", err)
+	}
 	c.log.Debug("pgcluster initdb done", "dir", c.dir)
 	return nil
 }
@@ -495,7 +509,6 @@ func (c *Cluster) spawnAndWait(ctx context.Context) error {
 		"-p", strconv.Itoa(c.port),
 		"-c", "listen_addresses=127.0.0.1",
 		"-c", "unix_socket_directories=" + c.dataDir,
-		"-c", "fsync=on",
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.cfg.Settings)) {
 		args = append(args, "-c", name+"="+c.cfg.Settings[name])

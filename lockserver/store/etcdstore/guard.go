@@ -55,9 +55,34 @@ func (s *Store) guardBefore(ctx context.Context) error {
 		return nil
 	}
 	k := s.guardKey()
+	for range offsetTries {
+		answering, rev, st, err := s.readOrStamp(ctx, k)
+		if err != nil {
+			return err
+		}
+		if rev == 0 {
+			continue // another writer changed the stamp meanwhile: read it again
+		}
+		if st.ClusterID != clusterHex(answering) {
+			s.guard.mismatch = true
+			return fmt.Errorf("%w: etcdstore: the etcd cluster answering is %s, but tokens were issued on cluster %s (stamped %s)",
+				store.ErrBackendRestored, clusterHex(answering), st.ClusterID, st.StampedAt.Format(time.RFC3339))
+		}
+		s.guard.cluster, s.guard.stampRev, s.guard.mismatch = answering, rev, false
+		return nil
+	}
+	return fmt.Errorf("%w: etcdstore: the restore guard's stamp changed under %d attempts to read it; try again", store.ErrUnavailable, offsetTries)
+}
+
+// readOrStamp reads the stamp at k, creating it first if there is none,
+// and returns the answering cluster, the stamp and its revision. rev is 0
+// when another writer changed the stamp between this read and the write
+// that completes a placeholder (lock-servers stamping a fresh prefix at
+// once): read it again.
+func (s *Store) readOrStamp(ctx context.Context, k string) (answering uint64, rev int64, st stamp, err error) {
 	first, err := json.Marshal(stamp{StampedAt: s.now().UTC()})
 	if err != nil {
-		return err
+		return 0, 0, st, err
 	}
 	// Create the first stamp if there is none, with the answering cluster's
 	// ID, which only the response header tells: written as a placeholder
@@ -68,47 +93,41 @@ func (s *Store) guardBefore(ctx context.Context) error {
 		Else(clientv3.OpGet(k)).
 		Commit()
 	if err != nil {
-		return s.fail("acquire", "", "read the restore guard's stamp", err)
+		return 0, 0, st, s.fail("acquire", "", "read the restore guard's stamp", err)
 	}
-	answering := resp.Header.ClusterId
-	var st stamp
-	rev := resp.Header.Revision
+	answering, rev = resp.Header.ClusterId, resp.Header.Revision
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
 		if len(kvs) == 0 {
-			return fmt.Errorf("etcdstore: the restore guard's stamp %q vanished while read", k)
+			return 0, 0, st, fmt.Errorf("etcdstore: the restore guard's stamp %q vanished while read", k)
 		}
 		if err := json.Unmarshal(kvs[0].Value, &st); err != nil {
-			return fmt.Errorf("etcdstore: the restore guard's stamp %q is not a stamp: %w", k, err)
+			return 0, 0, st, fmt.Errorf("etcdstore: the restore guard's stamp %q is not a stamp: %w", k, err)
 		}
 		rev = kvs[0].ModRevision
 	}
-	if st.ClusterID == "" { // just created, or a placeholder left by a crash
-		st.ClusterID = clusterHex(answering)
-		if st.StampedAt.IsZero() {
-			st.StampedAt = s.now().UTC()
-		}
-		b, _ := json.Marshal(st) // a stamp always encodes
-		put, err := s.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).
-			Then(clientv3.OpPut(k, string(b))).
-			Commit()
-		if err != nil {
-			return s.fail("acquire", "", "write the restore guard's stamp", err)
-		}
-		if !put.Succeeded {
-			return fmt.Errorf("%w: etcdstore: the restore guard's stamp changed while being written; try again", store.ErrUnavailable)
-		}
-		rev = put.Header.Revision
-		s.log.Info("restore guard stamped", "event", EventRestoreGuardStamped, "clusterId", st.ClusterID, "revision", rev)
+	if st.ClusterID != "" {
+		return answering, rev, st, nil
 	}
-	if st.ClusterID != clusterHex(answering) {
-		s.guard.mismatch = true
-		return fmt.Errorf("%w: etcdstore: the etcd cluster answering is %s, but tokens were issued on cluster %s (stamped %s)",
-			store.ErrBackendRestored, clusterHex(answering), st.ClusterID, st.StampedAt.Format(time.RFC3339))
+	// Just created, or a placeholder left by a crash or being completed by
+	// another lock-server.
+	st.ClusterID = clusterHex(answering)
+	if st.StampedAt.IsZero() {
+		st.StampedAt = s.now().UTC()
 	}
-	s.guard.cluster, s.guard.stampRev, s.guard.mismatch = answering, rev, false
-	return nil
+	b, _ := json.Marshal(st) // a stamp always encodes
+	put, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).
+		Then(clientv3.OpPut(k, string(b))).
+		Commit()
+	if err != nil {
+		return 0, 0, st, s.fail("acquire", "", "write the restore guard's stamp", err)
+	}
+	if !put.Succeeded {
+		return answering, 0, st, nil
+	}
+	s.log.Info("restore guard stamped", "event", EventRestoreGuardStamped, "clusterId", st.ClusterID, "revision", put.Header.Revision)
+	return answering, put.Header.Revision, st, nil
 }
 
 // guardAfter checks the header of a grant's transaction against the stamp:

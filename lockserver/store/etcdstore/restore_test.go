@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -368,5 +369,44 @@ func TestNoTokenIsIssuedTwiceAfterARollbackThatKeepsTheClusterID(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestConcurrentFirstStampsAllGrant: lock-servers that grant for the first
+// time on a fresh prefix at once all write the restore guard's first stamp;
+// the ones whose compare-and-swap loses to another's identical stamp must
+// grant on it, not answer unavailable. Several rounds, since the losing
+// interleaving is a matter of timing.
+func TestConcurrentFirstStampsAllGrant(t *testing.T) {
+	const stores, rounds = 4, 30
+	cli, err := clientv3.New(clientv3.Config{Endpoints: shared.Endpoints(), Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	defer cli.Close()
+	for round := range rounds {
+		prefix := newPrefix(t)
+		ss := make([]*Store, stores)
+		for i := range ss {
+			if ss[i], err = New(cli, conf(func(cfg *Config) { cfg.Prefix = prefix }), nil); err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			defer ss[i].Close()
+		}
+		start := make(chan struct{})
+		errs := make(chan error, stores)
+		for i, s := range ss {
+			go func() {
+				<-start
+				_, err := s.Acquire(ctxT(t), fmt.Sprintf("payout:acct-%d", i), "worker", time.Minute)
+				errs <- err
+			}()
+		}
+		close(start)
+		for range stores {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: a first grant on a fresh prefix: %v", round, err)
+			}
+		}
 	}
 }

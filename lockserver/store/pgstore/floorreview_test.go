@@ -367,35 +367,81 @@ func TestCommitsAreDurableWhateverTheRoleOrDatabaseSays(t *testing.T) {
 // the store sets synchronous_commit for its sessions, and a session's
 // setting outranks the configuration file, so a reload with
 // synchronous_commit = off after Open changes nothing for the store (not
-// a bug: a review check). fsync cannot be tried the same way here:
-// pgcluster pins it on the command line, which outranks ALTER SYSTEM.
+// a bug: a review check).
 func TestCommitsStayDurableWhenTheServerIsReloadedWithSynchronousCommitOff(t *testing.T) {
 	c, dsn := newClusterDB(t)
 	s := openStore(t, dsn)
 	grantRelease(t, s, "payout:acct-1", 1)
-	execSQL(t, c.AdminDSN(), `ALTER SYSTEM SET synchronous_commit = off`)
-	execSQL(t, c.AdminDSN(), `SELECT pg_reload_conf()`)
-	// A new session sees the reload once the postmaster has read the file;
-	// by then every backend has been signalled.
-	for {
-		var got string
-		conn, err := pgx.Connect(testCtx(t), c.AdminDSN())
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = conn.QueryRow(testCtx(t), `SHOW synchronous_commit`).Scan(&got)
-		_ = conn.Close(testCtx(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got == "off" {
-			break
-		}
-	}
+	reloadWith(t, c.AdminDSN(), "synchronous_commit", "off")
 	for range 3 { // each pooled connection the store may hand out
 		var got string
 		if err := s.pool.QueryRow(testCtx(t), `SHOW synchronous_commit`).Scan(&got); err != nil || got != "on" {
 			t.Fatalf("the store's session after the reload: synchronous_commit %q, %v; want on", got, err)
 		}
+	}
+}
+
+// reloadWith sets a server parameter with ALTER SYSTEM (value "" resets
+// it), reloads the configuration, and waits until a new session sees the
+// value: the postmaster has read the file, and every backend has been
+// signalled to read it before its next statement.
+func reloadWith(t *testing.T, admin, name, value string) {
+	t.Helper()
+	set := fmt.Sprintf(`ALTER SYSTEM SET %s = %s`, name, value)
+	if value == "" {
+		set = `ALTER SYSTEM RESET ` + name
+	}
+	execSQL(t, admin, set)
+	execSQL(t, admin, `SELECT pg_reload_conf()`)
+	for {
+		var got string
+		conn, err := pgx.Connect(testCtx(t), admin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = conn.QueryRow(testCtx(t), `SELECT current_setting($1)`, name).Scan(&got)
+		_ = conn.Close(testCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got == value || value == "" && got == "on" {
+			return
+		}
+	}
+}
+
+// TestGrantsAreRefusedOnceFsyncIsReloadedOff: fsync turned off by a
+// reload after Open (the connections are not new, so the check at connect
+// cannot see it) refuses every grant with ErrNotDurable, fails readiness,
+// and logs why once; grants resume when fsync is on again.
+func TestGrantsAreRefusedOnceFsyncIsReloadedOff(t *testing.T) {
+	c, dsn := newClusterDB(t)
+	var lines logLines
+	s, err := Open(testCtx(t), conf(func(c *Config) { c.DSN = dsn }), lines.logger())
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer s.Close()
+	grantRelease(t, s, "payout:acct-1", 1)
+	reloadWith(t, c.AdminDSN(), "fsync", "off")
+	for i := range 3 { // each pooled connection the store may hand out
+		l, err := s.Acquire(testCtx(t), fmt.Sprintf("payout:acct-%d", i+2), "worker-a", testTTL)
+		if !errors.Is(err, ErrNotDurable) || !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("Acquire with fsync off = %+v, %v; want an error wrapping ErrNotDurable and ErrUnavailable", l, err)
+		}
+	}
+	if got := s.AcquireMany(testCtx(t), []store.AcquireRequest{{Key: "payout:acct-9", Owner: "worker-a", TTL: testTTL}}); !errors.Is(got[0].Err, ErrNotDurable) {
+		t.Fatalf("AcquireMany with fsync off = %+v; want ErrNotDurable", got)
+	}
+	if err := s.Ping(testCtx(t)); !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("Ping with fsync off = %v; want ErrNotDurable (readiness fails)", err)
+	}
+	if got := lines.events(t, eventNotDurable); len(got) != 1 || got[0]["level"] != "ERROR" {
+		t.Fatalf("%s lines = %v; want one at ERROR", eventNotDurable, got)
+	}
+	reloadWith(t, c.AdminDSN(), "fsync", "")
+	grantRelease(t, s, "payout:acct-1", 1)
+	if err := s.Ping(testCtx(t)); err != nil {
+		t.Fatalf("Ping with fsync on again: %v", err)
 	}
 }

@@ -17,7 +17,8 @@ import (
 // sequence OID), which every kind of restore changes. Every grant runs
 // lockdb_check_identity() in the same round trip and implicit transaction,
 // so a mismatch refuses the grant (store.ErrBackendRestored) before a
-// token is drawn; the other methods issue no token and are not checked.
+// token is drawn, as does lockdb running with fsync off (ErrNotDurable,
+// migration 00006); the other methods issue no token and are not checked.
 // promotion.go decides when a promoted standby's new timeline is accepted.
 // A rollback that keeps all four facts is caught by the token draw
 // (migration 00005, docs/adr/0002-token-floor-from-lockdbs-clock.md).
@@ -34,6 +35,10 @@ const (
 	// sqlstateBehindClock is lockdb_draw_token's answer to a draw more
 	// than a second behind lockdb's clock: run catchUpSQL and draw again.
 	sqlstateBehindClock = "DL002"
+
+	// sqlstateNotDurable is lockdb_check_identity's refusal of a grant
+	// while lockdb runs with fsync off (migration 00006).
+	sqlstateNotDurable = "DL004"
 
 	// sqlstateClockPastRange is lockdb_catch_up's refusal of a clock that
 	// reads beyond the largest token, and lockdb_draw_token's of a draw
@@ -109,6 +114,12 @@ func (s *Store) drawing(ctx context.Context, grant func() error) error {
 	if c := sqlstate(err); c == sqlstateBehindClock || c == sqlstateClockPastRange {
 		return fmt.Errorf("%w: pgstore: %w", store.ErrUnavailable, err)
 	}
+	if !errors.Is(err, ErrNotDurable) {
+		s.refusingNotDurable.Store(false)
+	} else if !s.refusingNotDurable.Swap(true) {
+		s.log.Error("grants are refused: lockdb runs with fsync off, so a grant it acknowledged could be lost in a crash and its token issued again; set fsync = on and reload (docs/lock-service.md)",
+			"event", eventNotDurable, "error", err.Error())
+	}
 	return err
 }
 
@@ -138,12 +149,16 @@ func (s *Store) guardedGrantOnce(ctx context.Context, key, grantSQL string, args
 	return l, restored(err)
 }
 
-// restored wraps the guard's refusal in store.ErrBackendRestored and
-// returns other errors as they are.
+// restored wraps the guard's refusals: a changed identity in
+// store.ErrBackendRestored, fsync off in ErrNotDurable (and
+// store.ErrUnavailable). Other errors are returned as they are.
 func restored(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == sqlstateRestored {
 		return fmt.Errorf("%w: pgstore: %s", store.ErrBackendRestored, pgErr.Message)
+	}
+	if errors.As(err, &pgErr) && pgErr.Code == sqlstateNotDurable {
+		return notDurable(pgErr.Message)
 	}
 	return err
 }

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgerr"
@@ -105,12 +106,21 @@ const (
 	// eventClockStepped (ERROR) is a renewal that found lockdb's clock
 	// earlier than at the lease's previous grant or renewal.
 	eventClockStepped = "lockdb_clock_stepped"
+	// eventNotDurable (ERROR) is the first grant refused because lockdb
+	// runs with fsync off, after one that was not.
+	eventNotDurable = "lockdb_not_durable"
 )
 
-// ErrNotDurable is returned (wrapped) by Open, and fails a new connection,
-// when lockdb runs with fsync off: a commit it acknowledged could be lost
-// in a crash, and the grant's token issued again after it.
+// ErrNotDurable is returned (wrapped, with store.ErrUnavailable) by Open,
+// by every grant and by Ping, and fails a new connection, while lockdb
+// runs with fsync off: a commit it acknowledged could be lost in a crash,
+// and the grant's token issued again after it.
 var ErrNotDurable = errors.New("pgstore: lockdb does not make commits durable")
+
+// notDurable is ErrNotDurable, and store.ErrUnavailable, with detail.
+func notDurable(detail string) error {
+	return fmt.Errorf("%w: %w: %s", store.ErrUnavailable, ErrNotDurable, detail)
+}
 
 // durableSQL reads fsync and makes the session's commits durable before
 // they are acknowledged: a synchronous_commit of "off" (set for the
@@ -127,7 +137,7 @@ func durable(ctx context.Context, conn *pgx.Conn) error {
 		return err
 	}
 	if fsync != "on" || syncCommit == "off" {
-		return fmt.Errorf("%w: fsync is %q and synchronous_commit %q; lock-server needs fsync = on (set it in postgresql.conf or as the Cloud SQL flag)", ErrNotDurable, fsync, syncCommit)
+		return notDurable(fmt.Sprintf("fsync is %q and synchronous_commit %q; lock-server needs fsync = on (set it in postgresql.conf or as the Cloud SQL flag)", fsync, syncCommit))
 	}
 	return nil
 }
@@ -265,6 +275,11 @@ type Store struct {
 	// has exited. Both nil without AcceptPromotion.
 	stopWatch, watchDone chan struct{}
 	closeOnce            sync.Once
+
+	// refusingNotDurable is set by a grant refused for fsync off and
+	// cleared by one that is not, so that eventNotDurable is logged once
+	// per spell.
+	refusingNotDurable atomic.Bool
 }
 
 var _ store.LockStore = (*Store)(nil)
@@ -539,11 +554,17 @@ func (s *Store) Inspect(ctx context.Context, key string) (store.State, error) {
 	return st, nil
 }
 
-// Ping implements store.LockStore: nil when the database answers a
-// trivial statement within ctx, else an error wrapping ErrUnavailable.
+// Ping implements store.LockStore: nil when the database answers within
+// ctx that it runs with fsync on; an error wrapping ErrNotDurable when it
+// runs with fsync off (grants are refused then); else an error wrapping
+// ErrUnavailable.
 func (s *Store) Ping(ctx context.Context) error {
-	if err := s.pool.Ping(ctx); err != nil {
+	var fsync string
+	if err := s.pool.QueryRow(ctx, `SELECT current_setting('fsync')`).Scan(&fsync); err != nil {
 		return unavailable("ping", "", err)
+	}
+	if fsync != "on" {
+		return notDurable(fmt.Sprintf("fsync is %q; grants are refused until it is on", fsync))
 	}
 	return nil
 }
