@@ -17,9 +17,9 @@ import (
 	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/harness"
 	"github.com/distributed-lock-lab/distributed-lock-lab/harness/drive"
+	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
-	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 )
 
 // TestOneTokenTracedThroughTheLiveStack follows one fencing token on a
