@@ -3,6 +3,8 @@ package main
 import (
 	"compress/gzip"
 	"context"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -12,7 +14,8 @@ import (
 	"time"
 
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	"google.golang.org/protobuf/encoding/protojson"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -21,9 +24,9 @@ const maxExport = 16 << 20
 
 // traceSink is the local stack's trace receiver (`local up -traces FILE`):
 // an OTLP/HTTP endpoint on a loopback port that appends every export it
-// receives to a file, one JSON object (an ExportTraceServiceRequest, as
-// protojson writes it) per line, so that a payout's spans can be read with
-// grep or jq without a collector. Every process of the stack exports to it
+// receives to a file, one span per line as a flat JSON object (span), so
+// that a payout's spans can be read with grep or jq without a collector:
+// the ids are hex, as in the services' log lines (traceId, spanId). Every process of the stack exports to it
 // through OTEL_EXPORTER_OTLP_ENDPOINT.
 type traceSink struct {
 	srv  *http.Server
@@ -79,13 +82,27 @@ func (s *traceSink) export(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not an OTLP protobuf trace export: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	line, err := protojson.Marshal(&req)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
+	var lines []byte
+	for _, rs := range req.GetResourceSpans() {
+		service := ""
+		for _, kv := range rs.GetResource().GetAttributes() {
+			if kv.GetKey() == "service.name" {
+				service = kv.GetValue().GetStringValue()
+			}
+		}
+		for _, ss := range rs.GetScopeSpans() {
+			for _, sp := range ss.GetSpans() {
+				line, err := json.Marshal(spanLine(service, sp))
+				if err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
+				lines = append(append(lines, line...), '\n')
+			}
+		}
 	}
 	s.mu.Lock()
-	_, err = s.f.Write(append(line, '\n'))
+	_, err = s.f.Write(lines)
 	s.mu.Unlock()
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -107,4 +124,52 @@ func (s *traceSink) Close(ctx context.Context) error {
 		err = cerr
 	}
 	return err
+}
+
+// span is one line of the trace file.
+type span struct {
+	Service  string         `json:"service"`
+	Name     string         `json:"name"`
+	TraceID  string         `json:"traceId"`
+	SpanID   string         `json:"spanId"`
+	ParentID string         `json:"parentSpanId,omitempty"`
+	Kind     string         `json:"kind"`
+	Start    time.Time      `json:"start"`
+	Ms       float64        `json:"durationMs"`
+	Status   string         `json:"status,omitempty"`
+	Attrs    map[string]any `json:"attributes,omitempty"`
+}
+
+func spanLine(service string, sp *tracepb.Span) span {
+	l := span{
+		Service: service, Name: sp.GetName(), TraceID: hex.EncodeToString(sp.GetTraceId()), SpanID: hex.EncodeToString(sp.GetSpanId()),
+		ParentID: hex.EncodeToString(sp.GetParentSpanId()), Kind: sp.GetKind().String(),
+		Start: time.Unix(0, int64(sp.GetStartTimeUnixNano())).UTC(),
+		Ms:    float64(sp.GetEndTimeUnixNano()-sp.GetStartTimeUnixNano()) / 1e6,
+	}
+	if sp.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR {
+		l.Status = "error: " + sp.GetStatus().GetMessage()
+	}
+	for _, kv := range sp.GetAttributes() {
+		if l.Attrs == nil {
+			l.Attrs = map[string]any{}
+		}
+		l.Attrs[kv.GetKey()] = value(kv.GetValue())
+	}
+	return l
+}
+
+// value is an attribute's value as JSON writes it (a token stays a number).
+func value(v *commonpb.AnyValue) any {
+	switch x := v.GetValue().(type) {
+	case *commonpb.AnyValue_StringValue:
+		return x.StringValue
+	case *commonpb.AnyValue_IntValue:
+		return x.IntValue
+	case *commonpb.AnyValue_DoubleValue:
+		return x.DoubleValue
+	case *commonpb.AnyValue_BoolValue:
+		return x.BoolValue
+	}
+	return v.String()
 }

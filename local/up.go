@@ -43,7 +43,7 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 	pushTimeout := fs.Duration("push-timeout", payoutbus.DefaultPushTimeout, "how long the push bridge waits for an executor's answer before the message is redelivered (the cloud subscription's ack deadline)")
 	pubsub := fs.String("pubsub", stack.PubSubFake, "Pub/Sub server: fake (pstest in its own process) or emulator (gcloud's Pub/Sub emulator)")
 	pprof := fs.Bool("pprof", false, "serve Go's profiler from lock-server and every function, each on a loopback port of its own (PPROF_ADDR)")
-	traces := fs.String("traces", "", "write every process's trace spans to this file, one OTLP export as JSON per line (default: no tracing, unless OTEL_EXPORTER_OTLP_ENDPOINT is set)")
+	traces := fs.String("traces", "", "write every process's trace spans to this file, one span per line as JSON (default: no tracing, unless OTEL_EXPORTER_OTLP_ENDPOINT is set)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -69,7 +69,7 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 		if err := os.Setenv(otelEndpoint, endpoint); err != nil {
 			return err
 		}
-		tracing = "on: every process's spans are appended to " + path + " (one OTLP export as JSON per line)"
+		tracing = "on: every process's spans are appended to " + path + " (one span per line as JSON; grep a log line's traceId)"
 	}
 	if *pubsub == "" {
 		*pubsub = stack.PubSubFake
