@@ -8,7 +8,7 @@ BIN   := bin
 # in each too, alone: GOWORK=off, its own go.mod only, as a caller builds it.
 SDK_MODS := lockserver/api lockserver/client
 
-.PHONY: help test fuzz lint fmt build bench bench-contended bench-e2e bench-e2e-creators demo explore soak gameday failover clean plan deploy destroy
+.PHONY: help test fuzz lint fmt build bench bench-contended bench-e2e bench-e2e-creators up demo explore soak gameday failover clean plan deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-19s %s\n", $$1, $$2}'
@@ -113,6 +113,12 @@ bench-e2e-creators: ## end to end, spread only (600 payouts over 60 accounts): o
 
 explore: ## every ordering of two executors on one payout (one expiry or revoke), every ordering of one executor and the reconciler (two faults of any kind), every ordering of one executor and the reconciler with two faults among forged terms, resends, refusals and give-ups, every ordering of two executors with two faults among expiry, the rail refusing and a resend, 3,000 sampled schedules of each sample (two of them over two lock-server replicas, one restarted once); checked from the rail's journal and the books
 	$(GO) test -count=1 -timeout 120m -run 'TestExhaustive|TestSampled|TestRegressionSchedules|TestAdversaryCoverage' -v ./harness/explore/ -args -explore.full
+
+UP_FLAGS ?=
+
+up: ## the whole stack on loopback until Ctrl-C (go run ./local up $(UP_FLAGS), e.g. UP_FLAGS='-backend etcd -traces spans.jsonl'); installs PostgreSQL 15 first if missing (as root), else prints the command
+	@bash .ci/deps postgres
+	$(GO) run ./local up $(UP_FLAGS)
 
 demo: ## the fencing experiment on real processes, 2 backends x 4 fencing cells; writes harness/out/summary.json; installs PostgreSQL 15 first if missing (as root), else prints the command
 	@bash .ci/deps postgres
