@@ -31,7 +31,7 @@ func TestTraceSinkWritesEachSpanAsALine(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp),
 		sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName("rail-proxy"))))
 	_, sp := tp.Tracer("test").Start(t.Context(), "POST /v1/rail/submissions")
-	sp.SetAttributes(attribute.Int64("fence.token", 1796500252155200))
+	sp.SetAttributes(attribute.Int64("fencing.token", 1796500252155200))
 	sp.End()
 	if err := tp.Shutdown(t.Context()); err != nil { // flushes the export
 		t.Fatal(err)
@@ -59,8 +59,8 @@ func TestTraceSinkWritesEachSpanAsALine(t *testing.T) {
 	}
 	l, attrs := got[0], got[0]["attributes"].(map[string]any)
 	if l["service"] != "rail-proxy" || l["name"] != "POST /v1/rail/submissions" || l["traceId"] != sp.SpanContext().TraceID().String() ||
-		l["spanId"] != sp.SpanContext().SpanID().String() || attrs["fence.token"] != float64(1796500252155200) {
-		t.Errorf("span line %v; want service rail-proxy, the span's name, trace id %s, span id %s, fence.token 1796500252155200",
+		l["spanId"] != sp.SpanContext().SpanID().String() || attrs["fencing.token"] != float64(1796500252155200) {
+		t.Errorf("span line %v; want service rail-proxy, the span's name, trace id %s, span id %s, fencing.token 1796500252155200",
 			l, sp.SpanContext().TraceID(), sp.SpanContext().SpanID())
 	}
 }
