@@ -16,8 +16,8 @@ help: ## list the targets
 # Three packages at a time on two cores: most of the slow packages wait on
 # PostgreSQL clusters and child processes, and at the default of one per
 # core the suite left a quarter of the CPU idle (12.5 min against 10 min).
-test: ## run every test (starts its own PostgreSQL clusters and embedded etcd), then the SDK modules' tests, each alone; installs PostgreSQL 15, Prometheus and Alertmanager first if missing (as root), else prints the command
-	@bash .ci/deps -optional postgres promtool prometheus
+test: ## run every test (starts its own PostgreSQL clusters and embedded etcd), then the SDK modules' tests, each alone; installs PostgreSQL 15, Prometheus and Alertmanager first if missing (as root), else prints the command (and stops without PostgreSQL)
+	@bash .ci/deps postgres -optional promtool prometheus
 	$(GO) test -race -count=1 -p 3 -timeout 12m $(PKGS)
 	@set -e; for m in $(SDK_MODS); do echo "== $$m (module)"; (cd $$m && GOWORK=off $(GO) test -race -count=1 ./...); done
 
