@@ -8,7 +8,7 @@ BIN   := bin
 # in each too, alone: GOWORK=off, its own go.mod only, as a caller builds it.
 SDK_MODS := lockserver/api lockserver/client
 
-.PHONY: help test fuzz lint fmt build docs docs-serve bench bench-contended bench-e2e bench-e2e-creators demo explore soak gameday failover partitions clean plan deploy destroy
+.PHONY: help test fuzz lint fmt build docs docs-serve bench bench-contended bench-e2e bench-e2e-creators up demo explore soak gameday failover partitions clean plan deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-19s %s\n", $$1, $$2}'
@@ -16,7 +16,8 @@ help: ## list the targets
 # Three packages at a time on two cores: most of the slow packages wait on
 # PostgreSQL clusters and child processes, and at the default of one per
 # core the suite left a quarter of the CPU idle (12.5 min against 10 min).
-test: ## run every test (starts its own PostgreSQL clusters and embedded etcd), then the SDK modules' tests, each alone
+test: ## run every test (starts its own PostgreSQL clusters and embedded etcd), then the SDK modules' tests, each alone; installs PostgreSQL 15, Prometheus and Alertmanager first if missing (as root), else prints the command (and stops without PostgreSQL)
+	@bash .ci/deps postgres -optional promtool prometheus docsite netns
 	$(GO) test -race -count=1 -p 3 -timeout 12m $(PKGS)
 	@set -e; for m in $(SDK_MODS); do echo "== $$m (module)"; (cd $$m && GOWORK=off $(GO) test -race -count=1 ./...); done
 
@@ -130,7 +131,14 @@ bench-e2e-creators: ## end to end, spread only (600 payouts over 60 accounts): o
 explore: ## every ordering of two executors on one payout (one expiry or revoke), every ordering of one executor and the reconciler (two faults of any kind), every ordering of one executor and the reconciler with two faults among forged terms, resends, refusals and give-ups, every ordering of two executors with two faults among expiry, the rail refusing and a resend, 3,000 sampled schedules of each sample (two of them over two lock-server replicas, one restarted once); checked from the rail's journal and the books
 	$(GO) test -count=1 -timeout 120m -run 'TestExhaustive|TestSampled|TestRegressionSchedules|TestAdversaryCoverage' -v ./harness/explore/ -args -explore.full
 
-demo: ## the fencing experiment on real processes, 2 backends x 4 fencing cells; writes harness/out/summary.json
+UP_FLAGS ?=
+
+up: ## the whole stack on loopback until Ctrl-C (go run ./local up $(UP_FLAGS), e.g. UP_FLAGS='-backend etcd -traces spans.jsonl'); installs PostgreSQL 15 first if missing (as root), else prints the command
+	@bash .ci/deps postgres
+	$(GO) run ./local up $(UP_FLAGS)
+
+demo: ## the fencing experiment on real processes, 2 backends x 4 fencing cells; writes harness/out/summary.json; installs PostgreSQL 15 first if missing (as root), else prints the command
+	@bash .ci/deps postgres
 	$(GO) run ./harness/cmd/experiment -out harness/out
 
 # The credential check of labenv (tfdriver.Preflight) in the shell, so that
@@ -155,7 +163,8 @@ SOAK_FLAGS   ?=
 soak: ## crash soak: SOAK_PAYOUTS (default 10000) payouts per backend (SOAK_BACKEND=postgres|etcd, default both in turn) while every kind of process is SIGKILLed and restarted; writes harness/out/soak.json and soak-BACKEND.svg (SOAK_FLAGS: more flags, e.g. -seed N)
 	$(GO) run ./harness/cmd/soak -backend $(SOAK_BACKEND) -payouts $(SOAK_PAYOUTS) -out harness/out $(SOAK_FLAGS)
 
-gameday: ## local game day: the stack, a real Prometheus and Alertmanager, every fault injected in turn; detection latency and time to runbook step per alert in harness/out/gameday.json and gameday.md (docs/gameday.md)
+gameday: ## local game day: the stack, a real Prometheus and Alertmanager, every fault injected in turn; detection latency and time to runbook step per alert in harness/out/gameday.json and gameday.md (docs/gameday.md); installs its packages first if missing (as root), else prints the command
+	@bash .ci/deps postgres prometheus
 	$(GO) run ./harness/cmd/gameday -out harness/out
 
 FAILOVER_SEEDS ?= 1,2,3

@@ -47,8 +47,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// runOf returns the run of backend and cell, starting it on first use.
-func runOf(t *testing.T, backend string, cell harness.Cell) *harness.Run {
+// binDir returns the folder of the stack's binaries, built on first use
+// and shared by every test of this binary.
+func binDir(t *testing.T) string {
 	t.Helper()
 	workOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -61,6 +62,13 @@ func runOf(t *testing.T, backend string, cell harness.Cell) *harness.Run {
 	if workErr != nil {
 		t.Fatal(workErr)
 	}
+	return filepath.Join(work, "bin")
+}
+
+// runOf returns the run of backend and cell, starting it on first use.
+func runOf(t *testing.T, backend string, cell harness.Cell) *harness.Run {
+	t.Helper()
+	bin := binDir(t)
 	key := backend + "-" + cell.Name()
 	runsMu.Lock()
 	sr := runs[key]
@@ -74,7 +82,7 @@ func runOf(t *testing.T, backend string, cell harness.Cell) *harness.Run {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		t0 := time.Now()
-		sr.run, sr.err = harness.RunCell(ctx, backend, cell, harness.Options{BinDir: filepath.Join(work, "bin"), OutDir: work})
+		sr.run, sr.err = harness.RunCell(ctx, backend, cell, harness.Options{BinDir: bin, OutDir: work})
 		t.Logf("ran %s in %v", key, time.Since(t0).Round(10*time.Millisecond))
 	})
 	if sr.err != nil {

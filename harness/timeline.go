@@ -75,7 +75,7 @@ func timelineSVG(r *Run) []byte {
 	row := map[string]float64{"A": 60, "B": 200}
 	var b strings.Builder
 	s := r.Summary
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="340" font-family="monospace" font-size="11">`+"\n", w)
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="370" font-family="monospace" font-size="11">`+"\n", w)
 	fmt.Fprintf(&b, `<text x="10" y="18" font-size="13">%s backend, payment fencing %s, rail fencing %s: rail %d, debits %d, balanced %v</text>`+"\n",
 		s.Backend, onOff(s.PaymentFencing), onOff(s.RailFencing), s.RailSubmissions, s.Debits, s.LedgerBalanced)
 	if !r.Stopped.IsZero() {
@@ -129,6 +129,21 @@ func timelineSVG(r *Run) []byte {
 		}
 		b.WriteString("\n")
 	}
+	legend(&b, left, 356)
 	b.WriteString("</svg>\n")
 	return []byte(b.String())
+}
+
+// legend writes the key of the timeline's colours, one row at y from x.
+func legend(b *strings.Builder, x, y float64) {
+	for _, k := range []struct{ color, label string }{
+		{"#9cf", "lease (grant to expiry or release)"},
+		{"#ddd", "A paused"},
+		{"#080", "write accepted"},
+		{"#c00", "refused by a fence point"},
+		{"#e07000", "stale write accepted"},
+	} {
+		fmt.Fprintf(b, `<rect x="%.1f" y="%.0f" width="12" height="10" fill="%s"/><text x="%.1f" y="%.0f">%s</text>`+"\n", x, y-9, k.color, x+16, y, k.label)
+		x += 16 + 6.6*float64(len(k.label)) + 18
+	}
 }

@@ -43,8 +43,33 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 	pushTimeout := fs.Duration("push-timeout", payoutbus.DefaultPushTimeout, "how long the push bridge waits for an executor's answer before the message is redelivered (the cloud subscription's ack deadline)")
 	pubsub := fs.String("pubsub", stack.PubSubFake, "Pub/Sub server: fake (pstest in its own process) or emulator (gcloud's Pub/Sub emulator)")
 	pprof := fs.Bool("pprof", false, "serve Go's profiler from lock-server and every function, each on a loopback port of its own (PPROF_ADDR)")
+	traces := fs.String("traces", "", "write every process's trace spans to this file, one span per line as JSON (default: no tracing, unless OTEL_EXPORTER_OTLP_ENDPOINT is set)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	tracing := "off (-traces FILE writes every span to FILE; docs/tracing.md)"
+	if e := os.Getenv(otelEndpoint); e != "" {
+		tracing = "on: every process exports OTLP/HTTP to " + e + " (" + otelEndpoint + ")"
+	}
+	if *traces != "" {
+		path, err := filepath.Abs(*traces)
+		if err != nil {
+			return err
+		}
+		sink, endpoint, err := startTraceSink(path)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = sink.Close(sctx)
+		}()
+		// Every process of the stack inherits this environment.
+		if err := os.Setenv(otelEndpoint, endpoint); err != nil {
+			return err
+		}
+		tracing = "on: every process's spans are appended to " + path + " (one span per line as JSON; grep a log line's traceId)"
 	}
 	if *pubsub == "" {
 		*pubsub = stack.PubSubFake
@@ -87,6 +112,7 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "  paydb             %s%s\n  raildb            %s (the same cluster)\n", st.PayDBURL(), postmaster(st, stack.ClusterPaydb), st.RailDBURL())
 	fmt.Fprintf(out, "  logs              %s (one per process, and the PostgreSQL server logs postgres-*.log; kept after the stack stops or is killed)\n", st.Dir())
+	fmt.Fprintf(out, "  tracing           %s\n", tracing)
 	pp := st.PprofAddrs()
 	for _, name := range slices.Sorted(maps.Keys(pp)) {
 		fmt.Fprintf(out, "  pprof %-11s http://%s/debug/pprof/\n", name, pp[name])
@@ -110,6 +136,7 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 		defer stopPush()
 		fmt.Fprintf(out, "  push bridge       subscription %s -> one puller per executor; Pub/Sub spreads payouts over them (often all to one); log %s\n", stack.PubSubSubscription, path)
 	}
+	fmt.Fprintf(out, "To paste into another shell (the names README.md and docs/runbooks use):\n%s", exports(st, cfg))
 	fmt.Fprintf(out, "Ctrl-C stops everything (the log folder stays); from another shell: kill %d (SIGINT or SIGTERM),\n", os.Getpid())
 	fmt.Fprintf(out, "or kill the parent (pid %d, the go run wrapper, which passes no signal on): the stack notices and stops\n", os.Getppid())
 	exited := st.Exited()
@@ -136,4 +163,40 @@ func postmaster(st *stack.Stack, name string) string {
 		return ""
 	}
 	return fmt.Sprintf(" (postmaster pid %d; freeze: kill -STOP %d $(pgrep -P %d), thaw: -CONT)", pid, pid, pid)
+}
+
+// otelEndpoint is the standard variable every process of the stack reads
+// for where to send its spans (internal/tracing).
+const otelEndpoint = "OTEL_EXPORTER_OTLP_ENDPOINT"
+
+// exports returns the banner's export lines: each part's URL under the
+// name the README and the runbooks use, single-quoted for the shell.
+func exports(st *stack.Stack, cfg stack.Config) string {
+	var b strings.Builder
+	line := func(comment string, kv ...string) {
+		b.WriteString("  export")
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i+1] != "" {
+				fmt.Fprintf(&b, " %s='%s'", kv[i], kv[i+1])
+			}
+		}
+		fmt.Fprintf(&b, "   # %s\n", comment)
+	}
+	line("lock-server (lockctl reads LOCK_SERVER_URL)", "LS", st.LockServerURL(), "LOCK_SERVER_URL", st.LockServerURL())
+	line("payment-resource, rail-proxy, rail-stub", "PAY", st.PaymentResourceURL(), "PROXY", st.RailProxyURL(), "STUB", st.RailStubURL())
+	if u := st.ReconcilerURL(); u != "" {
+		line("the reconciler", "RECONCILER", u)
+	}
+	line("the databases (psql \"$PAYDB_URL\")", "PAYDB_URL", st.PayDBURL(), "RAILDB_URL", st.RailDBURL(), "LOCKDB_URL", st.LockDBURL())
+	if eps := st.EtcdEndpoints(); len(eps) > 0 {
+		line("etcd's members", "ETCD", strings.Join(eps, ","))
+	}
+	if len(cfg.Executors) > 0 {
+		first := cfg.Executors[0].Name
+		line("the run folder, the push bridges' log, executor "+first+"'s log", "RUN_DIR", st.Dir(),
+			"PUSH_LOG", filepath.Join(st.Dir(), pushBridgeLog), "EXECUTOR_LOG", st.Executor(first).LogPath())
+	} else {
+		line("the run folder", "RUN_DIR", st.Dir())
+	}
+	return b.String()
 }

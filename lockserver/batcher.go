@@ -459,7 +459,7 @@ func (l *lane[Q, R]) run() {
 	l.mu.Unlock()
 
 	for _, c := range batch {
-		noteSent(c.ctx)
+		noteSent(c.ctx, len(batch))
 	}
 	if len(batch) > 0 { // empty only if every waiting call left
 		res, err := l.call(batch)
@@ -587,17 +587,19 @@ type sendNoteKey struct{}
 
 // withSendNote returns ctx carrying note, which a Batcher calls on the
 // leader's goroutine just before it sends the request of ctx to the store
-// (alone or in a batch), after any wait in its queue. The Server reads its
-// token floor again there (floor.go): a grant sent after another grant's
-// answer came back must get a larger token, and a request that waited
-// behind a batch in flight was sent after that batch's answers.
-func withSendNote(ctx context.Context, note func()) context.Context {
+// (alone or in a batch), after any wait in its queue, with the number of
+// requests the store call carries (1: the store's single call). The
+// Server reads its token floor again there (floor.go): a grant sent after
+// another grant's answer came back must get a larger token, and a request
+// that waited behind a batch in flight was sent after that batch's
+// answers. It also learns there whether its grant is a group grant.
+func withSendNote(ctx context.Context, note func(members int)) context.Context {
 	return context.WithValue(ctx, sendNoteKey{}, note)
 }
 
 // noteSent calls the note of ctx (withSendNote), if any.
-func noteSent(ctx context.Context) {
-	if note, ok := ctx.Value(sendNoteKey{}).(func()); ok {
-		note()
+func noteSent(ctx context.Context, members int) {
+	if note, ok := ctx.Value(sendNoteKey{}).(func(int)); ok {
+		note(members)
 	}
 }

@@ -481,6 +481,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 	ttl := time.Duration(req.TTLMs) * time.Millisecond
 	var l store.Lease
 	var waited time.Duration
+	var by string // which granting path minted the token: api.GrantedBy*
 	var err error
 	if req.WaitMs > 0 {
 		noteOp(w, opAcquireWait)
@@ -494,10 +495,10 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 	}
 	if req.WaitMs > 0 && s.waitq.max > 0 && waitEnd.After(start) {
 		if err = store.ValidateAcquire(key, req.Owner, ttl); err == nil {
-			l, waited, err = s.acquireWaiting(r.Context(), key, req.Owner, ttl, start, waitEnd, budgetEnd)
+			l, by, waited, err = s.acquireWaiting(r.Context(), key, req.Owner, ttl, start, waitEnd, budgetEnd)
 		}
 	} else {
-		l, err = s.grant(r.Context(), key, req.Owner, ttl, budgetEnd)
+		l, by, err = s.grant(r.Context(), key, req.Owner, ttl, budgetEnd)
 	}
 	if err != nil {
 		s.fail(r.Context(), w, "acquire", key, err, "owner", req.Owner)
@@ -518,15 +519,16 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 			"owner", req.Owner, "token", l.Token)
 		return
 	}
-	s.logLease(r.Context(), "lock granted", api.EventLockGranted, l)
+	s.logLease(r.Context(), "lock granted", api.EventLockGranted, l, "grantedBy", by)
 	writeJSON(w, http.StatusOK, g)
 }
 
 // grant asks the store for key once, on ctx bounded by callTimeout or,
 // when it is earlier, budgetEnd (the caller's budget less the margin;
 // zero: none) but never less than minBackendSlice, and applies the token
-// floor (floor.go).
-func (s *Server) grant(ctx context.Context, key, owner string, ttl time.Duration, budgetEnd time.Time) (store.Lease, error) {
+// floor (floor.go). by is api.GrantedByGroup when a Batcher sent the ask
+// with other keys' in one store call, else api.GrantedByAcquire.
+func (s *Server) grant(ctx context.Context, key, owner string, ttl time.Duration, budgetEnd time.Time) (l store.Lease, by string, err error) {
 	d := s.callTimeout(ctx)
 	if left := time.Until(budgetEnd); !budgetEnd.IsZero() && left < d {
 		d = min(max(left, minBackendSlice), d)
@@ -538,18 +540,25 @@ func (s *Server) grant(ctx context.Context, key, owner string, ttl time.Duration
 	// The floor as the request is sent (floor.go): read now, and again by
 	// a Batcher when it sends the request after a wait in its queue.
 	var floor atomic.Int64
+	var group atomic.Bool
 	floor.Store(s.issued.Load())
-	ctx = withSendNote(ctx, func() { floor.Store(s.issued.Load()) })
-	l, err := s.store.Acquire(ctx, key, owner, ttl)
+	ctx = withSendNote(ctx, func(members int) {
+		floor.Store(s.issued.Load())
+		group.Store(members > 1)
+	})
+	l, err = s.store.Acquire(ctx, key, owner, ttl)
 	s.observe(ctx, err)
 	if err == nil && l.Token <= floor.Load() {
 		err = s.withdraw(ctx, l, floor.Load())
 	}
 	if err != nil {
-		return store.Lease{}, err
+		return store.Lease{}, "", err
 	}
 	s.noteIssued(l.Token)
-	return l, nil
+	if group.Load() {
+		return l, api.GrantedByGroup, nil
+	}
+	return l, api.GrantedByAcquire, nil
 }
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request, key string) {
@@ -757,8 +766,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) { jsonhandler.WriteJSON
 
 // logLease writes the events that let one token be traced from the grant
 // to the fence points: lock_granted and lease_renewed carry key, owner and
-// token.
-func (s *Server) logLease(ctx context.Context, msg, event string, l store.Lease) {
-	s.log.InfoContext(ctx, msg, "event", event, "key", l.Key, "owner", l.Owner, "token", l.Token,
-		"leaseId", l.LeaseID, "ttlMs", l.TTL.Milliseconds(), "expiresAt", l.ExpiresAt.UTC())
+// token, and lock_granted which path granted it (more: "grantedBy").
+func (s *Server) logLease(ctx context.Context, msg, event string, l store.Lease, more ...any) {
+	s.log.InfoContext(ctx, msg, append([]any{"event", event, "key", l.Key, "owner", l.Owner, "token", l.Token,
+		"leaseId", l.LeaseID, "ttlMs", l.TTL.Milliseconds(), "expiresAt", l.ExpiresAt.UTC()}, more...)...)
 }

@@ -291,13 +291,14 @@ func (q *waitQueues) waiting() int {
 // acquireWaiting serves an acquire with a wait: it queues for key, and as
 // the head asks the backend until it is granted, its request ends, or
 // waitEnd passes (ErrLockHeld). waited is the time from start to the
-// backend call that granted the key.
-func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl time.Duration, start, waitEnd, budgetEnd time.Time) (l store.Lease, waited time.Duration, err error) {
+// backend call that granted the key; by is the granting path, as for
+// grant, or api.GrantedByHandoff.
+func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl time.Duration, start, waitEnd, budgetEnd time.Time) (l store.Lease, by string, waited time.Duration, err error) {
 	w, kq, err := s.waitq.join(reqCtx, key, owner, ttl)
 	if errors.Is(err, errQueueFull) {
 		// No place to wait: one ask, as a plain acquire.
-		l, err := s.grant(reqCtx, key, owner, ttl, budgetEnd)
-		return l, 0, err
+		l, by, err := s.grant(reqCtx, key, owner, ttl, budgetEnd)
+		return l, by, 0, err
 	}
 	defer func() { s.waitq.leave(key, w, l) }() // l: the named result
 	waitCtx, cancel := context.WithDeadline(reqCtx, waitEnd)
@@ -305,7 +306,7 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 	select {
 	case <-w.head:
 	case <-waitCtx.Done():
-		return store.Lease{}, 0, s.waitOver(reqCtx, key, start, "before its turn came")
+		return store.Lease{}, "", 0, s.waitOver(reqCtx, key, start, "before its turn came")
 	}
 	// With handoff, a head that follows a granted head parks at once
 	// until that grant's ExpiresAt (at most WaitPoll): the key is held by
@@ -327,7 +328,7 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 	for {
 		// The request may have ended while it became the head or slept.
 		if waitCtx.Err() != nil {
-			return store.Lease{}, 0, s.waitOver(reqCtx, key, start, "at the head of the queue")
+			return store.Lease{}, "", 0, s.waitOver(reqCtx, key, start, "at the head of the queue")
 		}
 		pause := s.cfg.WaitPoll
 		if until := time.Until(resume); until > 0 {
@@ -336,16 +337,16 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 			pause = min(pause, until)
 		} else {
 			asked := time.Now()
-			l, err := s.grant(context.WithoutCancel(reqCtx), key, owner, ttl, budgetEnd)
+			l, by, err := s.grant(context.WithoutCancel(reqCtx), key, owner, ttl, budgetEnd)
 			if err == nil {
 				if reqCtx.Err() != nil {
 					s.abandon(reqCtx, l)
-					return store.Lease{}, 0, fmt.Errorf("%w: the request ended while its grant was in flight; the grant was released", store.ErrUnavailable)
+					return store.Lease{}, "", 0, fmt.Errorf("%w: the request ended while its grant was in flight; the grant was released", store.ErrUnavailable)
 				}
-				return l, asked.Sub(start), nil
+				return l, by, asked.Sub(start), nil
 			}
 			if !errors.Is(err, store.ErrLockHeld) {
-				return store.Lease{}, 0, err
+				return store.Lease{}, "", 0, err
 			}
 			ictx, icancel := context.WithTimeout(context.WithoutCancel(reqCtx), s.callTimeout(reqCtx))
 			st, ierr := s.store.Inspect(ictx, key)
@@ -391,9 +392,9 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 		}
 		if reqCtx.Err() != nil {
 			s.abandon(reqCtx, r.lease)
-			return store.Lease{}, 0, fmt.Errorf("%w: the request ended while a handoff to it was in flight; the grant was released", store.ErrUnavailable)
+			return store.Lease{}, "", 0, fmt.Errorf("%w: the request ended while a handoff to it was in flight; the grant was released", store.ErrUnavailable)
 		}
-		return r.lease, r.asked.Sub(start), nil
+		return r.lease, api.GrantedByHandoff, r.asked.Sub(start), nil
 	}
 }
 

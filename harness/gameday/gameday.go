@@ -608,6 +608,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			return rep, fmt.Errorf("%w: %s is not on PATH (apt-get install %s)", ErrPrerequisite, bin, debianPackage(bin))
 		}
 	}
+	if err := stack.CheckPostgres(); err != nil {
+		return rep, fmt.Errorf("%w: %w", ErrPrerequisite, err)
+	}
 	faults := cfg.Faults
 	if len(faults) == 0 {
 		for _, f := range Faults {

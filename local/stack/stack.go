@@ -89,6 +89,9 @@ var (
 	// ErrPrerequisite: something the stack needs on this machine is
 	// missing (the go command, the PostgreSQL binaries).
 	ErrPrerequisite = errors.New("stack: missing prerequisite")
+	// ErrInterrupted: the context of Start or Build ended (Ctrl-C) before
+	// it finished; what it had started is stopped.
+	ErrInterrupted = errors.New("stack: interrupted")
 	// ErrExited: a process exited while the stack was starting; the message
 	// carries the tail of its log.
 	ErrExited = errors.New("stack: process exited during start")
@@ -247,11 +250,23 @@ func Build(ctx context.Context, dir string) error {
 	for _, name := range sortedNames() {
 		args = append(args, Binaries[name])
 	}
+	// The go command links in a work folder of its own, in $TMPDIR unless
+	// GOTMPDIR says otherwise, and a go build that is killed (Ctrl-C ends
+	// ctx) leaves it there with its half-linked binaries. Here it lives
+	// inside dir and is removed when the build ends, however it ends; if
+	// this process is killed too, dir's owner file lets the next stack
+	// remove it (RemoveLeftovers).
+	work, err := os.MkdirTemp(abs, ".go-build-")
+	if err != nil {
+		return fmt.Errorf("stack: go build's work folder: %w", err)
+	}
+	defer os.RemoveAll(work)
 	cmd := exec.CommandContext(ctx, goBin, args...)
+	cmd.Env = append(os.Environ(), "GOTMPDIR="+work)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with a killed `local up`
 	out, err := cmd.CombinedOutput()
 	if err != nil && ctx.Err() != nil {
-		return fmt.Errorf("stack: go build stopped before it finished (%v): %w", context.Cause(ctx), err)
+		return fmt.Errorf("%w during the build (%v): go build was stopped, and its work folder removed", ErrInterrupted, context.Cause(ctx))
 	}
 	if err != nil {
 		return fmt.Errorf("stack: go build (run from inside the repository): %w\n%s", err, strings.TrimSpace(string(out)))
@@ -359,7 +374,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 	// The build is bounded by ctx alone: a first build compiles every
 	// dependency, which can take longer than the start's own limit.
-	err = checkPostgres()
+	err = CheckPostgres()
 	if err == nil {
 		err = s.buildBinaries(ctx)
 	}
@@ -369,7 +384,12 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 	defer cancel()
 	if err == nil {
-		err = s.start(sctx)
+		if err = s.start(sctx); err != nil && ctx.Err() != nil && !errors.Is(err, ErrInterrupted) {
+			// Ctrl-C while the clusters and services start: say so,
+			// rather than the step that happened to see it ("initdb:
+			// context canceled").
+			err = fmt.Errorf("%w while the stack was starting (%v); everything it had started is stopped", ErrInterrupted, context.Cause(ctx))
+		}
 	}
 	if err != nil {
 		s.Stop()
@@ -407,9 +427,9 @@ func (s *Stack) buildBinaries(ctx context.Context) error {
 	return nil
 }
 
-// checkPostgres returns ErrPrerequisite when the PostgreSQL server
-// binaries are missing.
-func checkPostgres() error {
+// CheckPostgres returns ErrPrerequisite when the PostgreSQL server
+// binaries are missing. Start checks it first.
+func CheckPostgres() error {
 	if _, err := os.Stat(filepath.Join(pgBinDir(), "initdb")); err != nil {
 		return fmt.Errorf("%w: PostgreSQL server binaries not found in %s (install postgresql-15 or set %s): %v", ErrPrerequisite, pgBinDir(), pgcluster.EnvBinDir, err)
 	}

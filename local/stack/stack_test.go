@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
@@ -92,5 +93,40 @@ func TestFreezeOfAnUnknownPartIsRefused(t *testing.T) {
 	// cluster of the stack is an error, never pid 0 as if it were stopped.
 	if pid, err := st.ClusterPID(stack.ClusterPaydb); !errors.Is(err, stack.ErrNoSuchPart) || pid != 0 {
 		t.Errorf("ClusterPID of a stack without clusters = %d, %v; want ErrNoSuchPart", pid, err)
+	}
+}
+
+// TestInterruptedStartSaysSo: Ctrl-C (the context ending) while the
+// clusters start is reported as an interruption, not as the error of the
+// step that saw it (before: "initdb: context canceled").
+func TestInterruptedStartSaysSo(t *testing.T) {
+	if err := stack.CheckPostgres(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	dir, bin := t.TempDir(), t.TempDir()
+	// Stand-ins for the binaries: the start is interrupted before any
+	// would answer.
+	for name := range stack.Binaries {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\nexec sleep 30\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { // ends once a cluster has started writing its log, or the test ends
+		for ctx.Err() == nil {
+			if logs, _ := filepath.Glob(filepath.Join(dir, "postgres-*.log")); len(logs) > 0 {
+				cancel()
+				return
+			}
+			time.Sleep(time.Millisecond) // polling a condition
+		}
+	}()
+	_, err := stack.Start(ctx, stack.Config{Dir: dir, BinDir: bin})
+	if !errors.Is(err, stack.ErrInterrupted) || strings.Contains(err.Error(), "initdb") {
+		t.Fatalf("Start interrupted while its clusters start: %v; want ErrInterrupted, naming no step", err)
 	}
 }

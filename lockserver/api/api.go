@@ -450,7 +450,9 @@ const (
 	// EventServerDrainTimeout (WARN): the drain on SIGTERM ran out of
 	// time; the remaining connections were closed.
 	EventServerDrainTimeout = "server_drain_timeout"
-	// EventLockGranted (INFO): a lease was granted.
+	// EventLockGranted (INFO): a lease was granted. Its "grantedBy"
+	// field is one of the GrantedBy values: which of the store's three
+	// granting statements minted the token.
 	EventLockGranted = "lock_granted"
 	// EventLeaseRenewed (INFO): a lease was extended.
 	EventLeaseRenewed = "lease_renewed"
@@ -496,4 +498,17 @@ const (
 	EventReleaseFailed = "release_failed"
 	EventRevokeFailed  = "revoke_failed"
 	EventInspectFailed = "inspect_failed"
+)
+
+// Values of the "grantedBy" field of EventLockGranted: the path, and so
+// the store statement, that minted the token (docs/token-trace.md).
+const (
+	// GrantedByAcquire: the acquire went to the store alone (Acquire).
+	GrantedByAcquire = "acquire"
+	// GrantedByGroup: the acquire went to the store in one round trip
+	// with other keys' acquires (a Batcher's group grant, AcquireMany).
+	GrantedByGroup = "group"
+	// GrantedByHandoff: a release handed the key to this waiting acquire
+	// in the release's own transaction (Handoff).
+	GrantedByHandoff = "handoff"
 )
