@@ -809,22 +809,15 @@ func queueTransition(b *pgx.Batch, id string, from, to api.State, token int64, o
 	b.Queue(insertTransitionSQL, id, string(from), string(to), token, owner, "")
 }
 
-// queueLoadPayout queues loadPayout's two queries on b; readPayout reads
-// them.
-func queueLoadPayout(b *pgx.Batch, id string) {
-	b.Queue(payoutRowSQL, id)
-	b.Queue(payoutHistorySQL, id)
-}
-
 // execTail sends b, whose statements are execs (one per op, which names
 // it in its error), followed by completionSQL when completion is not nil
-// (read into it) and loadPayout's two queries, all in one round trip, and
-// returns the payout as read at the end.
+// (read into it) and payoutRowSQL, all in one round trip, and returns the
+// payout as read at the end (without its history).
 func execTail(ctx context.Context, tx pgx.Tx, b *pgx.Batch, ops []string, id string, completion *float64) (p api.Payout, err error) {
 	if completion != nil {
 		b.Queue(completionSQL, id)
 	}
-	queueLoadPayout(b, id)
+	b.Queue(payoutRowSQL, id)
 	br := tx.SendBatch(ctx, b)
 	defer func() {
 		if cerr := br.Close(); cerr != nil && err == nil {
@@ -841,30 +834,21 @@ func execTail(ctx context.Context, tx pgx.Tx, b *pgx.Batch, ops []string, id str
 			return api.Payout{}, dbError("result: completion time", err)
 		}
 	}
-	p, err = scanPayoutRow(br.QueryRow(), id)
-	if err != nil {
-		return api.Payout{}, err
-	}
-	rows, err := br.Query()
-	return withHistory(p, rows, err)
+	return scanPayoutRow(br.QueryRow(), id)
 }
 
-// payout returns the payout with its history, or ErrPayoutNotFound.
+// payout returns the payout without its history, or ErrPayoutNotFound.
 func (s *Service) payout(ctx context.Context, id string) (api.Payout, error) {
 	return loadPayout(ctx, s.pool, id)
 }
 
+// loadPayout reads the payout without its history (one statement).
 func loadPayout(ctx context.Context, q querier, id string) (api.Payout, error) {
-	p, err := scanPayoutRow(q.QueryRow(ctx, payoutRowSQL, id), id)
-	if err != nil {
-		return api.Payout{}, err
-	}
-	rows, err := q.Query(ctx, payoutHistorySQL, id)
-	return withHistory(p, rows, err)
+	return scanPayoutRow(q.QueryRow(ctx, payoutRowSQL, id), id)
 }
 
 // payoutRowSQL and payoutHistorySQL read a payout and its history
-// (loadPayout, queueLoadPayout).
+// (loadPayout, history).
 const (
 	payoutRowSQL = `SELECT payout_id, account_id, amount_minor, currency, state, fence,
        coalesce(owner_id, ''), coalesce(rail_ref, ''), coalesce(rail_token, 0), coalesce(attention_reason, ''),
@@ -891,13 +875,15 @@ func scanPayoutRow(row pgx.Row, id string) (api.Payout, error) {
 	return p, nil
 }
 
-// withHistory returns p with the history read by payoutHistorySQL (rows,
-// or its error).
-func withHistory(p api.Payout, rows pgx.Rows, err error) (api.Payout, error) {
+// history reads payout id's history, oldest first (never nil for a
+// payout that exists: its creation is the first row). Only an answer
+// that asked for it (api.QueryInclude) reads it.
+func (s *Service) history(ctx context.Context, id string) ([]api.Transition, error) {
+	rows, err := s.pool.Query(ctx, payoutHistorySQL, id)
 	if err != nil {
-		return api.Payout{}, dbError("read payout history", err)
+		return nil, dbError("read payout history", err)
 	}
-	p.History, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (api.Transition, error) {
+	h, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (api.Transition, error) {
 		var t api.Transition
 		err := r.Scan(&t.From, &t.To, &t.Token, &t.OwnerID, &t.Reason, &t.Claims, &t.At)
 		t.At = t.At.UTC()
@@ -907,10 +893,7 @@ func withHistory(p api.Payout, rows pgx.Rows, err error) (api.Payout, error) {
 		return t, err
 	})
 	if err != nil {
-		return api.Payout{}, dbError("read payout history", err)
+		return nil, dbError("read payout history", err)
 	}
-	if p.History == nil {
-		p.History = []api.Transition{}
-	}
-	return p, nil
+	return h, nil
 }
