@@ -355,6 +355,15 @@ func WriteMarkdown(w io.Writer, res *Result) error {
 	}
 	writeStatements(&b, keys, groups)
 	writeRequests(&b, keys, groups)
+	for _, k := range keys {
+		// The cost model from the first spread run of each backend
+		// (this tree's, when a "before" variant ran beside it).
+		if r := groups[k][0]; k.mode == "spread" && k.variant != "before" && len(r.RequestsPerPayout) > 0 {
+			if err := WriteCost(&b, k.backend, Cost(r.Measurement, k.backend, DefaultShape(), DefaultPrices()), DefaultPrices()); err != nil {
+				return err
+			}
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
