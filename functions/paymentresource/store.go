@@ -459,7 +459,10 @@ func (s *Service) resultTx(ctx context.Context, id string, h fencewire.Holder, r
 	var completedAfter float64 // seconds from creation to posted or declined; < 0: not finished here
 	err := s.inTx(ctx, "result", func(tx pgx.Tx) error {
 		completedAfter = -1
-		l, err := lockPayout(ctx, tx, id)
+		// The payout row is locked and, for ACK or DECLINE, the rail
+		// result recorded in one statement; a check that fails below
+		// rolls the record back with the transaction.
+		l, recorded, err := lockRecordingResult(ctx, tx, id, token, owner, req)
 		if err != nil {
 			return err
 		}
@@ -471,9 +474,11 @@ func (s *Service) resultTx(ctx context.Context, id string, h fencewire.Holder, r
 		}
 		from = l.state
 		if req.Outcome != api.OutcomeAmbiguous {
-			replayed, err = recordRailResult(ctx, tx, id, token, owner, req)
-			if err != nil {
-				return err
+			if !recorded {
+				replayed, err = recordedRailResult(ctx, tx, id, req)
+				if err != nil {
+					return err
+				}
 			}
 			if replayed {
 				p, err = loadPayout(ctx, tx, id)
@@ -549,19 +554,33 @@ func (s *Service) resultTx(ctx context.Context, id string, h fencewire.Holder, r
 	return p, nil
 }
 
-// recordRailResult records the fact (railRef, payout, outcome). It reports
-// replayed=true when exactly this fact is already recorded, and
-// ErrRailRefConflict when the reference is recorded with another payout or
-// outcome. Concurrent callers with one reference serialise on its key.
-func recordRailResult(ctx context.Context, tx pgx.Tx, id string, token int64, owner string, req api.ResultRequest) (replayed bool, err error) {
-	tag, err := tx.Exec(ctx, `INSERT INTO rail_result (rail_ref, payout_id, outcome, token, owner_id, rail_token)
-VALUES ($1, $2, $3, $4, NULLIF($5, ''), $6) ON CONFLICT (rail_ref) DO NOTHING`, req.RailRef, id, string(req.Outcome), token, owner, railToken(req, token))
+// lockRecordingResult is lockPayout and, for an ACK or DECLINE, the
+// record of the fact (railRef, payout, outcome) in rail_result, in one
+// statement: recorded says whether the fact was inserted (false when the
+// reference is already recorded: recordedRailResult says by whom).
+// Concurrent callers with one reference serialise on its key.
+func lockRecordingResult(ctx context.Context, tx pgx.Tx, id string, token int64, owner string, req api.ResultRequest) (l lockedPayout, recorded bool, err error) {
+	err = tx.QueryRow(ctx, `WITH l AS (SELECT p.account_id, p.amount_minor, p.currency, p.state, p.fence
+  FROM payout p WHERE p.payout_id = $1 FOR UPDATE),
+r AS (INSERT INTO rail_result (rail_ref, payout_id, outcome, token, owner_id, rail_token)
+  SELECT $2, $1, $3, $4, NULLIF($5, ''), $6 FROM l WHERE $3 <> 'AMBIGUOUS'
+  ON CONFLICT (rail_ref) DO NOTHING RETURNING 1)
+SELECT l.account_id, l.amount_minor, l.currency, l.state, l.fence, EXISTS (SELECT 1 FROM r) FROM l`,
+		id, req.RailRef, string(req.Outcome), token, owner, railToken(req, token)).
+		Scan(&l.accountID, &l.amount, &l.currency, &l.state, &l.fence, &recorded)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return l, false, fmt.Errorf("%w: %q", ErrPayoutNotFound, id)
+	}
 	if err != nil {
-		return false, dbError("record rail result", err)
+		return l, false, dbError("lock payout and record rail result", err)
 	}
-	if tag.RowsAffected() == 1 {
-		return false, nil
-	}
+	return l, recorded, nil
+}
+
+// recordedRailResult reads who recorded rail reference req.RailRef: it
+// reports replayed=true when it is exactly this fact (payout id, the same
+// outcome), and ErrRailRefConflict when it is another payout or outcome.
+func recordedRailResult(ctx context.Context, tx pgx.Tx, id string, req api.ResultRequest) (replayed bool, err error) {
 	var gotPayout, gotOutcome string
 	if err := tx.QueryRow(ctx, `SELECT payout_id, outcome FROM rail_result WHERE rail_ref = $1`, req.RailRef).
 		Scan(&gotPayout, &gotOutcome); err != nil {
