@@ -117,7 +117,7 @@ BENCH_E2E_FLAGS ?=
 
 # Issue 16 target 5. A fresh stack per run; its measurements also ride on
 # the short crash soak in `make test` (harness/soak), so they cannot rot.
-bench-e2e: ## end to end: payouts/s, latency p50/p95/p99, deliveries per executor, CPU per payout per process, 3 runs per backend, spread (2,000 payouts over 200 accounts, 16 creators) and hot (one account); fails on any broken integrity check; writes harness/out/bench-e2e.json and .md (BENCH_E2E_FLAGS: e.g. -before main -profile 8 -statements; docs/benchmarks.md)
+bench-e2e: ## end to end: payouts/s, latency p50/p95/p99, deliveries per executor, CPU per payout per process, HTTP requests per payout by route, what a million payouts cost on Google Cloud, 3 runs per backend, spread (2,000 payouts over 200 accounts, 16 creators) and hot (one account); fails on any broken integrity check; writes harness/out/bench-e2e.json and .md (BENCH_E2E_FLAGS: e.g. -before main -profile 8 -statements; docs/benchmarks.md)
 	$(GO) run ./harness/cmd/benche2e -out harness/out $(BENCH_E2E_FLAGS)
 
 BENCH_E2E_CREATORS ?= 1 4 16 64

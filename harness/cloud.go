@@ -143,7 +143,7 @@ func RunCloudCell(ctx context.Context, cfg CloudConfig, cell Cell) (*Run, error)
 	until := created.Add(cfg.Pause + cfg.Settle)
 	var p api.Payout
 	for {
-		if p, err = pay.Payout(ctx, payoutID); err != nil {
+		if p, err = pay.PayoutWithHistory(ctx, payoutID); err != nil {
 			return nil, fmt.Errorf("%s: read payout: %w", cell.Name(), err)
 		}
 		if !time.Now().Before(until) {

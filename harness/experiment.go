@@ -256,8 +256,10 @@ func (r *Run) drive(ctx context.Context, d *drive.Driver, mark func(string, map[
 	if err != nil {
 		return err
 	}
-	if p.State != api.StatePending || len(p.History) != 1 {
-		return fmt.Errorf("create payout: payout %s is %s with %d state changes; want a new pending one", p.PayoutID, p.State, len(p.History))
+	// One state change (its creation): updatedAt is its last history
+	// row's time, so it equals createdAt.
+	if p.State != api.StatePending || !p.UpdatedAt.Equal(p.CreatedAt) {
+		return fmt.Errorf("create payout: payout %s is %s, created %s, updated %s; want a new pending one", p.PayoutID, p.State, p.CreatedAt, p.UpdatedAt)
 	}
 	msg, err := d.PullOne(ctx, stepTimeout)
 	if err != nil {

@@ -168,6 +168,7 @@ func (f *fixture) do(method, path, body string, headers ...string) (int, []byte)
 // sign adds the proof header and the receipt described on do, and returns
 // the body to send.
 func (f *fixture) sign(r *http.Request, path, body string) string {
+	path, _, _ = strings.Cut(path, "?")
 	rest, ok := strings.CutPrefix(path, "/v1/payouts/")
 	id, _, _ := strings.Cut(rest, "/")
 	toks := r.Header.Values(fencewire.HeaderToken)
@@ -263,7 +264,7 @@ func (f *fixture) account(id string) api.Account {
 
 func (f *fixture) payout(id string) api.Payout {
 	f.t.Helper()
-	st, body := f.do("GET", "/v1/payouts/"+id, "")
+	st, body := f.do("GET", api.WithHistory(api.PayoutPath(id)), "")
 	want(f.t, "get payout "+id, st, body, http.StatusOK, "")
 	return decode[api.Payout](f.t, body)
 }

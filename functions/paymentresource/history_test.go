@@ -2,8 +2,10 @@ package paymentresource_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 )
 
@@ -77,4 +79,33 @@ func TestStaleHolderReplayingTheSameAckChangesNothing(t *testing.T) {
 	}
 	st, body = f.result("p-1", 5, "stale", "ACK", "rail-2")
 	want(t, "another ACK by the stale holder", st, body, http.StatusConflict, "")
+}
+
+// A payout's answers carry its history only when asked: without
+// ?include=history the field is absent (and not read), with it the rows
+// are there, and another value of include is refused.
+func TestHistoryOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, newPublisher(nil))
+	f.createAccount("acct-1", "EUR", 10_000)
+	if p := f.createPayout("p-1", "acct-1", 100, "EUR"); p.History != nil {
+		t.Errorf("create without include: history %+v; want none", p.History)
+	}
+	st, body := f.claim("p-1", 5, "w")
+	want(t, "claim", st, body, http.StatusOK, "")
+	if strings.Contains(string(body), `"history"`) {
+		t.Errorf("claim without include answered a history: %s", body)
+	}
+	st, body = f.do("GET", api.PayoutPath("p-1"), "")
+	want(t, "get", st, body, http.StatusOK, "")
+	if strings.Contains(string(body), `"history"`) {
+		t.Errorf("get without include answered a history: %s", body)
+	}
+	st, body = f.do("POST", api.WithHistory(api.ClaimPath("p-1")), "", fencewire.HeaderToken, "6", fencewire.HeaderOwner, "w")
+	want(t, "claim with include=history", st, body, http.StatusOK, "")
+	if h := decode[api.Payout](t, body).History; len(h) != 3 || h[2].To != api.StateClaimed || h[2].Token != 6 {
+		t.Errorf("claim with include=history: history %+v; want the creation, the claim and the re-claim by token 6", h)
+	}
+	st, body = f.do("GET", api.PayoutPath("p-1")+"?include=everything", "")
+	want(t, "include=everything", st, body, http.StatusBadRequest, api.CodeInvalidRequest)
 }

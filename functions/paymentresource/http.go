@@ -72,13 +72,13 @@ func (s *Service) routes() http.Handler {
 			s.handleListPayouts(w, r)
 			return
 		}
-		s.only(http.MethodPost, s.handleCreatePayout)(w, r)
+		s.only(http.MethodPost, s.handleCreatePayout, api.QueryInclude)(w, r)
 	})
-	mux.HandleFunc(api.PathPayout, s.only(http.MethodGet, s.handleGetPayout))
-	mux.HandleFunc(api.PathClaim, s.only(http.MethodPost, s.handleClaim))
-	mux.HandleFunc(api.PathResult, s.only(http.MethodPost, s.handleResult))
-	mux.HandleFunc(api.PathAttention, s.only(http.MethodPost, s.handleAttention))
-	mux.HandleFunc(api.PathResolution, s.only(http.MethodPost, s.handleResolution))
+	mux.HandleFunc(api.PathPayout, s.only(http.MethodGet, s.handleGetPayout, api.QueryInclude))
+	mux.HandleFunc(api.PathClaim, s.only(http.MethodPost, s.handleClaim, api.QueryInclude))
+	mux.HandleFunc(api.PathResult, s.only(http.MethodPost, s.handleResult, api.QueryInclude))
+	mux.HandleFunc(api.PathAttention, s.only(http.MethodPost, s.handleAttention, api.QueryInclude))
+	mux.HandleFunc(api.PathResolution, s.only(http.MethodPost, s.handleResolution, api.QueryInclude))
 	mux.HandleFunc(api.PathAudit, s.only(http.MethodGet, s.handleAudit))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, fmt.Errorf("%w: %s %s", errNoRoute, r.Method, r.URL.Path))
@@ -90,19 +90,22 @@ func (s *Service) routes() http.Handler {
 }
 
 // only answers 405 to a method other than method (HEAD counts as GET),
-// and 400 INVALID_REQUEST to a query string: no route served through it
-// takes query parameters (the list of payouts, which does, reads its own
-// with jsonhandler.Query), and one sent anyway is refused rather than
-// ignored, so that a client never believes a parameter it misspelt, or
-// one this version does not know, was applied.
-func (s *Service) only(method string, h http.HandlerFunc) http.HandlerFunc {
+// and 400 INVALID_REQUEST to a query parameter not in allowed (the list
+// of payouts reads its own with jsonhandler.Query): one sent anyway is
+// refused rather than ignored, so that a client never believes a
+// parameter it misspelt, or one this version does not know, was applied.
+func (s *Service) only(method string, h http.HandlerFunc, allowed ...string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
 			w.Header().Set("Allow", method)
 			s.fail(w, r, fmt.Errorf("%w: %s %s; use %s", errMethodNotAllowed, r.Method, r.URL.Path, method))
 			return
 		}
-		if _, err := jsonhandler.Query(r); err != nil {
+		q, err := jsonhandler.Query(r, allowed...)
+		if err == nil && q.Has(api.QueryInclude) && q.Get(api.QueryInclude) != api.IncludeHistory {
+			err = fmt.Errorf("query parameter %q: %q is not %q", api.QueryInclude, q.Get(api.QueryInclude), api.IncludeHistory)
+		}
+		if err != nil {
 			s.fail(w, r, fmt.Errorf("%w: %v", ErrInvalidArgument, err))
 			return
 		}
@@ -170,6 +173,7 @@ func (s *Service) handleCreatePayout(w http.ResponseWriter, r *http.Request) {
 	}
 	defer done(errAbandoned)
 	p, created, err := s.createPayout(ctx, req)
+	p, err = s.withHistory(ctx, r, p, err)
 	done(err)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", req.PayoutID, "accountId", req.AccountID)
@@ -190,6 +194,7 @@ func (s *Service) handleGetPayout(w http.ResponseWriter, r *http.Request) {
 	}
 	defer done(errAbandoned)
 	p, err := s.payout(ctx, id)
+	p, err = s.withHistory(ctx, r, p, err)
 	done(err)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id)
@@ -214,6 +219,7 @@ func (s *Service) handleClaim(w http.ResponseWriter, r *http.Request) {
 	}
 	defer done(errAbandoned)
 	p, err := s.claim(ctx, id, h)
+	p, err = s.withHistory(ctx, r, p, err)
 	done(err)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
@@ -243,6 +249,7 @@ func (s *Service) handleResult(w http.ResponseWriter, r *http.Request) {
 	}
 	defer done(errAbandoned)
 	p, err := s.result(ctx, id, h, req)
+	p, err = s.withHistory(ctx, r, p, err)
 	done(err)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner, "outcome", string(req.Outcome), "railRef", req.RailRef)
@@ -272,6 +279,7 @@ func (s *Service) handleAttention(w http.ResponseWriter, r *http.Request) {
 	}
 	defer done(errAbandoned)
 	p, err := s.attention(ctx, id, h, req.Reason)
+	p, err = s.withHistory(ctx, r, p, err)
 	done(err)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner, "reason", string(req.Reason))
@@ -301,6 +309,7 @@ func (s *Service) handleResolution(w http.ResponseWriter, r *http.Request) {
 	}
 	defer done(errAbandoned)
 	p, err := s.resolve(ctx, id, h, req)
+	p, err = s.withHistory(ctx, r, p, err)
 	done(err)
 	if err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner, "outcome", string(req.Outcome), "railRef", req.RailRef)
@@ -546,3 +555,14 @@ func invalid(err error) error {
 // MetricsFunction is this function's value of the function label of the
 // request metrics (package httpmetrics).
 const MetricsFunction = "payment-resource"
+
+// withHistory returns p with its history when the request asked for it
+// (api.QueryInclude, checked by only) and err is nil; p and err as they
+// are otherwise.
+func (s *Service) withHistory(ctx context.Context, r *http.Request, p api.Payout, err error) (api.Payout, error) {
+	if err != nil || r.URL.Query().Get(api.QueryInclude) != api.IncludeHistory {
+		return p, err
+	}
+	p.History, err = s.history(ctx, p.PayoutID)
+	return p, err
+}

@@ -33,10 +33,6 @@ var creations = prometheus.NewCounter(prometheus.CounterOpts{
 	Help: "Payouts created (counted once each, after the transaction that inserts it commits; a replay of an existing payout is not counted).",
 })
 
-// completionSQL reads how long ago payout $1 was created, by paydb's
-// clock (the transaction's now()), in seconds.
-const completionSQL = `SELECT greatest(EXTRACT(EPOCH FROM now() - created_at), 0)::float8 FROM payout WHERE payout_id = $1`
-
 // Metric names of the ages read at each scrape.
 const (
 	metricAmbiguousAge = "payouts_ambiguous_oldest_age_seconds"

@@ -59,7 +59,8 @@ func TestStaleHolderIsFencedAtPaymentResource(t *testing.T) {
 		t.Errorf("after the stale ACK: payout %s fence %d owner %s, want claimed 42 worker-B", p.State, p.Fence, p.OwnerID)
 	}
 
-	st, body = f.result("p-1", 42, "worker-B", "ACK", "rail-42")
+	st, body = f.do("POST", api.WithHistory(api.ResultPath("p-1")), `{"outcome":"ACK","railRef":"rail-42"}`,
+		fencewire.HeaderToken, "42", fencewire.HeaderOwner, "worker-B")
 	want(t, "ACK with current token 42", st, body, http.StatusOK, "")
 	p := decode[api.Payout](t, body)
 	if p.State != api.StatePosted || p.Debits != 1 || p.RailRef != "rail-42" || p.Fence != 42 {

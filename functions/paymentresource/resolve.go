@@ -115,7 +115,7 @@ FROM payout p WHERE state = $1 AND payout_id > $2 ORDER BY payout_id LIMIT $3`, 
 		var p api.Payout
 		err := r.Scan(&p.PayoutID, &p.AccountID, &p.AmountMinor, &p.Currency, &p.State, &p.Fence,
 			&p.OwnerID, &p.RailRef, &p.RailToken, &p.AttentionReason, &p.Debits, &p.CreatedAt, &p.UpdatedAt)
-		p.CreatedAt, p.UpdatedAt, p.History = p.CreatedAt.UTC(), p.UpdatedAt.UTC(), []api.Transition{}
+		p.CreatedAt, p.UpdatedAt = p.CreatedAt.UTC(), p.UpdatedAt.UTC()
 		return p, err
 	})
 	if err != nil {

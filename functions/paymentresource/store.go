@@ -32,12 +32,12 @@ WHERE payout_id = $1 AND state IN ('pending', 'claimed') AND fence <= $2 AND $2 
 WHERE payout_id = $1 AND state IN ('pending', 'claimed')`
 
 	// postFenced marks a payout posted (non-strict on the payout row).
-	postFenced = `UPDATE payout SET state = 'posted', fence = $2, owner_id = NULLIF($3, ''), rail_ref = $4, attention_reason = NULL
+	postFenced = `UPDATE payout SET state = 'posted', fence = $2, owner_id = NULLIF($3, ''), rail_token = $5, rail_ref = $4, attention_reason = NULL
 WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention') AND fence <= $2 AND $2 >= (SELECT a.fence FROM account a WHERE a.account_id = payout.account_id)`
 	// postUnfenced also accepts an already posted payout: a second ACK
 	// with a new rail reference becomes a second debit, the corruption the
 	// experiment shows.
-	postUnfenced = `UPDATE payout SET state = 'posted', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_ref = $4, attention_reason = NULL
+	postUnfenced = `UPDATE payout SET state = 'posted', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_token = $5, rail_ref = $4, attention_reason = NULL
 WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention', 'posted')`
 
 	// debitFenced is the account debit: STRICT (fence < token), one debit
@@ -47,14 +47,14 @@ WHERE account_id = $1 AND currency = $4 AND fence < $3`
 	debitUnfenced = `UPDATE account SET balance_minor = balance_minor - $2, fence = greatest(fence, $3)
 WHERE account_id = $1 AND currency = $4`
 
-	declineFenced = `UPDATE payout SET state = 'declined', fence = $2, owner_id = NULLIF($3, ''), rail_ref = $4, attention_reason = NULL
+	declineFenced = `UPDATE payout SET state = 'declined', fence = $2, owner_id = NULLIF($3, ''), rail_token = $5, rail_ref = $4, attention_reason = NULL
 WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention') AND fence <= $2 AND $2 >= (SELECT a.fence FROM account a WHERE a.account_id = payout.account_id)`
-	declineUnfenced = `UPDATE payout SET state = 'declined', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_ref = $4, attention_reason = NULL
+	declineUnfenced = `UPDATE payout SET state = 'declined', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_token = $5, rail_ref = $4, attention_reason = NULL
 WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention')`
 
-	ambiguousFenced = `UPDATE payout SET state = 'ambiguous', fence = $2, owner_id = NULLIF($3, ''), rail_ref = coalesce(NULLIF($4, ''), rail_ref), attention_reason = NULL
+	ambiguousFenced = `UPDATE payout SET state = 'ambiguous', fence = $2, owner_id = NULLIF($3, ''), rail_token = $5, rail_ref = coalesce(NULLIF($4, ''), rail_ref), attention_reason = NULL
 WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention') AND fence <= $2 AND $2 >= (SELECT a.fence FROM account a WHERE a.account_id = payout.account_id)`
-	ambiguousUnfenced = `UPDATE payout SET state = 'ambiguous', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_ref = coalesce(NULLIF($4, ''), rail_ref), attention_reason = NULL
+	ambiguousUnfenced = `UPDATE payout SET state = 'ambiguous', fence = greatest(fence, $2), owner_id = NULLIF($3, ''), rail_token = $5, rail_ref = coalesce(NULLIF($4, ''), rail_ref), attention_reason = NULL
 WHERE payout_id = $1 AND state IN ('claimed', 'submitted', 'ambiguous', 'needs_attention')`
 
 	// attentionFenced marks a payout needs_attention (non-strict on the
@@ -77,6 +77,54 @@ WHERE payout_id = $1 AND state IN ('pending', 'claimed', 'submitted', 'ambiguous
   RETURNING at)
 UPDATE payout SET updated_at = t.at FROM t WHERE payout.payout_id = $1`
 )
+
+// step wraps a fenced payout UPDATE whose parameters are $1 payout id, $2
+// token, $3 owner and up to $n-1 more, so that the same statement also
+// stamps the payout's updated_at (clock_timestamp(), once), appends its
+// history rows with that time (from the states in $n, to those in $n+1,
+// text arrays, in order) and returns the payout row (payoutRowSQL's
+// columns): one statement instead of the UPDATE, a history insert per
+// row and a read-back. When the UPDATE matches no row (the fence refused,
+// or the state does not allow the step) it writes nothing and returns no
+// row.
+func step(update string, n int) string {
+	set, ok := strings.CutPrefix(update, "UPDATE payout SET ")
+	if !ok {
+		panic("paymentresource: step of a statement that does not update payout: " + update)
+	}
+	return fmt.Sprintf(`WITH u AS (UPDATE payout SET updated_at = clock_timestamp(), %s
+  RETURNING payout_id, account_id, amount_minor, currency, state, fence, owner_id, rail_ref, rail_token, attention_reason, created_at, updated_at),
+h AS (INSERT INTO payout_transition (payout_id, from_state, to_state, token, owner_id, at)
+  SELECT u.payout_id, s.f, s.t, $2, u.owner_id, u.updated_at FROM u, unnest($%d::text[], $%d::text[]) WITH ORDINALITY AS s (f, t, i) ORDER BY s.i)
+SELECT payout_id, account_id, amount_minor, currency, state, fence,
+       coalesce(owner_id, ''), coalesce(rail_ref, ''), coalesce(rail_token, 0), coalesce(attention_reason, ''),
+       (SELECT count(*) FROM ledger_txn t WHERE t.payout_id = u.payout_id AND t.kind = 'payout_debit'),
+       created_at, updated_at
+FROM u`, set, n, n+1)
+}
+
+// The steps a holder takes most: the first claim, and each result with
+// the rail token ($5).
+var (
+	claimStepFenced       = step(claimFenced, 4)
+	claimStepUnfenced     = step(claimUnfenced, 4)
+	postStepFenced        = step(postFenced, 6)
+	postStepUnfenced      = step(postUnfenced, 6)
+	declineStepFenced     = step(declineFenced, 6)
+	declineStepUnfenced   = step(declineUnfenced, 6)
+	ambiguousStepFenced   = step(ambiguousFenced, 6)
+	ambiguousStepUnfenced = step(ambiguousUnfenced, 6)
+)
+
+// steps returns the from and to arrays of step's history rows for a
+// change from state from through each of tos in turn.
+func steps(from api.State, tos ...api.State) (froms, to []string) {
+	for _, t := range tos {
+		froms, to = append(froms, string(from)), append(to, string(t))
+		from = t
+	}
+	return froms, to
+}
 
 // availableBalance is an account's balance minus the amounts of its
 // payouts that are not final (every state but posted, declined and
@@ -264,20 +312,6 @@ func (s *Service) createPayout(ctx context.Context, req api.PayoutRequest) (p ap
 			p = existing
 			return nil
 		}
-		tag, err := tx.Exec(ctx, `INSERT INTO payout (payout_id, account_id, amount_minor, currency)
-VALUES ($1, $2, $3, $4) ON CONFLICT (payout_id) DO NOTHING`, req.PayoutID, req.AccountID, req.AmountMinor, req.Currency)
-		if err != nil {
-			return dbError("create payout", err)
-		}
-		if tag.RowsAffected() == 0 {
-			if p, err = loadPayout(ctx, tx, req.PayoutID); err != nil {
-				return err
-			}
-			if err := termsConflict(p, req); err != nil {
-				return err
-			}
-			return nil
-		}
 		ev := payoutevent.Event{PayoutID: req.PayoutID, AccountID: req.AccountID, AmountMinor: req.AmountMinor, Currency: req.Currency}
 		data, err := json.Marshal(ev)
 		if err != nil {
@@ -291,12 +325,15 @@ VALUES ($1, $2, $3, $4) ON CONFLICT (payout_id) DO NOTHING`, req.PayoutID, req.A
 		if err != nil {
 			return fmt.Errorf("paymentresource: encode attributes: %w", err)
 		}
-		// The payout row is in: its creation transition, the outbox row
-		// and the read-back in one round trip.
-		b := &pgx.Batch{}
-		queueTransition(b, req.PayoutID, "", api.StatePending, 0, "")
-		b.Queue(`INSERT INTO outbox (ordering_key, data, attrs) VALUES ($1, $2, $3::jsonb)`, ev.AccountID, data, string(attrs))
-		p, err = execTail(ctx, tx, b, []string{"record transition", "create payout: outbox"}, req.PayoutID, nil)
+		// The payout row, its creation transition, the outbox row and the
+		// read-back in one statement; no row when the id exists.
+		p, err = scanPayoutRow(tx.QueryRow(ctx, createPayoutSQL, req.PayoutID, req.AccountID, req.AmountMinor, req.Currency, data, string(attrs)), req.PayoutID)
+		if errors.Is(err, ErrPayoutNotFound) {
+			if p, err = loadPayout(ctx, tx, req.PayoutID); err != nil {
+				return err
+			}
+			return termsConflict(p, req)
+		}
 		if err != nil {
 			return err
 		}
@@ -314,6 +351,23 @@ VALUES ($1, $2, $3, $4) ON CONFLICT (payout_id) DO NOTHING`, req.PayoutID, req.A
 	}
 	return p, created, nil
 }
+
+// createPayoutSQL inserts payout $1 (account $2, amount $3, currency $4)
+// unless the id exists, and with it its creation transition and the
+// outbox row of its event (data $5, attributes $6), all with one time
+// (the payout's created_at and updated_at are its history row's at), and
+// returns the payout row (payoutRowSQL's columns); no row when the id
+// exists.
+const createPayoutSQL = `WITH n AS (SELECT clock_timestamp() AS at),
+p AS (INSERT INTO payout (payout_id, account_id, amount_minor, currency, created_at, updated_at)
+  SELECT $1::text, $2::text, $3::bigint, $4::text, n.at, n.at FROM n ON CONFLICT (payout_id) DO NOTHING
+  RETURNING payout_id, account_id, amount_minor, currency, state, fence, owner_id, rail_ref, rail_token, attention_reason, created_at, updated_at),
+h AS (INSERT INTO payout_transition (payout_id, to_state, at) SELECT payout_id, 'pending', created_at FROM p),
+o AS (INSERT INTO outbox (ordering_key, data, attrs) SELECT $2::text, $5::bytea, $6::jsonb FROM p)
+SELECT payout_id, account_id, amount_minor, currency, state, fence,
+       coalesce(owner_id, ''), coalesce(rail_ref, ''), coalesce(rail_token, 0), coalesce(attention_reason, ''),
+       0::bigint, created_at, updated_at
+FROM p`
 
 // lockedPayout is a payout row as locked (FOR UPDATE) before a fenced
 // statement.
@@ -354,6 +408,21 @@ func (s *Service) claimTx(ctx context.Context, id string, h fencewire.Holder) (a
 			return err
 		}
 		from = l.state
+		if l.state != api.StateClaimed {
+			// The first claim of this payout: the fenced UPDATE, its
+			// history row and the read-back in one statement
+			// (recordClaim's first case).
+			q := claimStepFenced
+			if !s.fencing {
+				q = claimStepUnfenced
+			}
+			froms, tos := steps(l.state, api.StateClaimed)
+			p, err = scanPayoutRow(tx.QueryRow(ctx, q, id, token, owner, froms, tos), id)
+			if errors.Is(err, ErrPayoutNotFound) {
+				return s.refused(ctx, tx, id, l, token, owner, true)
+			}
+			return err
+		}
 		q := claimFenced
 		if !s.fencing {
 			q = claimUnfenced
@@ -364,14 +433,6 @@ func (s *Service) claimTx(ctx context.Context, id string, h fencewire.Holder) (a
 		}
 		if tag.RowsAffected() == 0 {
 			return s.refused(ctx, tx, id, l, token, owner, true)
-		}
-		if l.state != api.StateClaimed {
-			// The first claim of this payout: its history row and the
-			// read-back in one round trip (recordClaim's first case).
-			b := &pgx.Batch{}
-			queueTransition(b, id, l.state, api.StateClaimed, token, owner)
-			p, err = execTail(ctx, tx, b, []string{"record transition"}, id, nil)
-			return err
 		}
 		if err := recordClaim(ctx, tx, id, l, token, owner); err != nil {
 			return err
@@ -398,7 +459,10 @@ func (s *Service) resultTx(ctx context.Context, id string, h fencewire.Holder, r
 	var completedAfter float64 // seconds from creation to posted or declined; < 0: not finished here
 	err := s.inTx(ctx, "result", func(tx pgx.Tx) error {
 		completedAfter = -1
-		l, err := lockPayout(ctx, tx, id)
+		// The payout row is locked and, for ACK or DECLINE, the rail
+		// result recorded in one statement; a check that fails below
+		// rolls the record back with the transaction.
+		l, recorded, err := lockRecordingResult(ctx, tx, id, token, owner, req)
 		if err != nil {
 			return err
 		}
@@ -410,64 +474,59 @@ func (s *Service) resultTx(ctx context.Context, id string, h fencewire.Holder, r
 		}
 		from = l.state
 		if req.Outcome != api.OutcomeAmbiguous {
-			replayed, err = recordRailResult(ctx, tx, id, token, owner, req)
-			if err != nil {
-				return err
+			if !recorded {
+				replayed, err = recordedRailResult(ctx, tx, id, req)
+				if err != nil {
+					return err
+				}
 			}
 			if replayed {
 				p, err = loadPayout(ctx, tx, id)
 				return err
 			}
 		}
+		// The payout row goes first: a holder whose token the payout has
+		// already seen but whose payout is finished must learn
+		// PAYOUT_FINISHED, not the account fence's refusal of its token.
+		// One statement writes the step, the rail token and the history
+		// rows, and reads the payout back.
 		var fenced, unfenced string
+		var froms, tos []string
 		switch req.Outcome {
 		case api.OutcomeAck:
-			fenced, unfenced = postFenced, postUnfenced
+			fenced, unfenced = postStepFenced, postStepUnfenced
+			froms, tos = steps(l.state, api.StateAcknowledged, api.StatePosted)
 		case api.OutcomeDecline:
-			fenced, unfenced = declineFenced, declineUnfenced
+			fenced, unfenced = declineStepFenced, declineStepUnfenced
+			froms, tos = steps(l.state, api.StateDeclined)
 		default:
-			fenced, unfenced = ambiguousFenced, ambiguousUnfenced
+			fenced, unfenced = ambiguousStepFenced, ambiguousStepUnfenced
+			froms, tos = steps(l.state, api.StateAmbiguous)
 		}
 		q := fenced
 		if !s.fencing {
 			q = unfenced
 		}
-		// The payout row goes first: a holder whose token the payout has
-		// already seen but whose payout is finished must learn
-		// PAYOUT_FINISHED, not the account fence's refusal of its token.
-		tag, err := tx.Exec(ctx, q, id, token, owner, req.RailRef)
-		if err != nil {
-			return dbError("result", err)
-		}
-		if tag.RowsAffected() == 0 {
+		p, err = scanPayoutRow(tx.QueryRow(ctx, q, id, token, owner, req.RailRef, railToken(req, token), froms, tos), id)
+		if errors.Is(err, ErrPayoutNotFound) {
 			return s.refused(ctx, tx, id, l, token, owner, false)
 		}
-		b := &pgx.Batch{}
-		b.Queue(`UPDATE payout SET rail_token = $2 WHERE payout_id = $1`, id, railToken(req, token))
-		ops := []string{"result: rail token"}
-		switch req.Outcome {
-		case api.OutcomeAck:
-			// The account's fence decides the debit: its own round trip,
-			// read before anything that depends on it is sent.
+		if err != nil {
+			return err
+		}
+		if req.Outcome == api.OutcomeAck {
+			// The account's fence decides the debit: its own statement,
+			// after the payout's; a refusal rolls the step back.
 			if err := s.debit(ctx, tx, id, l, token, owner, req.RailRef); err != nil {
 				return err
 			}
-			queueTransition(b, id, l.state, api.StateAcknowledged, token, owner)
-			queueTransition(b, id, api.StateAcknowledged, api.StatePosted, token, owner)
-			ops = append(ops, "record transition", "record transition")
-		case api.OutcomeDecline:
-			queueTransition(b, id, l.state, api.StateDeclined, token, owner)
-			ops = append(ops, "record transition")
-		default:
-			queueTransition(b, id, l.state, api.StateAmbiguous, token, owner)
-			ops = append(ops, "record transition")
+			p.Debits++ // the row was read before this debit
 		}
-		var secs *float64
 		if req.Outcome != api.OutcomeAmbiguous && l.state != api.StatePosted && l.state != api.StateDeclined {
-			secs = &completedAfter
+			// From creation to posted or declined, by paydb's clock.
+			completedAfter = max(p.UpdatedAt.Sub(p.CreatedAt).Seconds(), 0)
 		}
-		p, err = execTail(ctx, tx, b, ops, id, secs)
-		return err
+		return nil
 	})
 	if err != nil {
 		return api.Payout{}, err
@@ -495,19 +554,33 @@ func (s *Service) resultTx(ctx context.Context, id string, h fencewire.Holder, r
 	return p, nil
 }
 
-// recordRailResult records the fact (railRef, payout, outcome). It reports
-// replayed=true when exactly this fact is already recorded, and
-// ErrRailRefConflict when the reference is recorded with another payout or
-// outcome. Concurrent callers with one reference serialise on its key.
-func recordRailResult(ctx context.Context, tx pgx.Tx, id string, token int64, owner string, req api.ResultRequest) (replayed bool, err error) {
-	tag, err := tx.Exec(ctx, `INSERT INTO rail_result (rail_ref, payout_id, outcome, token, owner_id, rail_token)
-VALUES ($1, $2, $3, $4, NULLIF($5, ''), $6) ON CONFLICT (rail_ref) DO NOTHING`, req.RailRef, id, string(req.Outcome), token, owner, railToken(req, token))
+// lockRecordingResult is lockPayout and, for an ACK or DECLINE, the
+// record of the fact (railRef, payout, outcome) in rail_result, in one
+// statement: recorded says whether the fact was inserted (false when the
+// reference is already recorded: recordedRailResult says by whom).
+// Concurrent callers with one reference serialise on its key.
+func lockRecordingResult(ctx context.Context, tx pgx.Tx, id string, token int64, owner string, req api.ResultRequest) (l lockedPayout, recorded bool, err error) {
+	err = tx.QueryRow(ctx, `WITH l AS (SELECT p.account_id, p.amount_minor, p.currency, p.state, p.fence
+  FROM payout p WHERE p.payout_id = $1 FOR UPDATE),
+r AS (INSERT INTO rail_result (rail_ref, payout_id, outcome, token, owner_id, rail_token)
+  SELECT $2, $1, $3, $4, NULLIF($5, ''), $6 FROM l WHERE $3 <> 'AMBIGUOUS'
+  ON CONFLICT (rail_ref) DO NOTHING RETURNING 1)
+SELECT l.account_id, l.amount_minor, l.currency, l.state, l.fence, EXISTS (SELECT 1 FROM r) FROM l`,
+		id, req.RailRef, string(req.Outcome), token, owner, railToken(req, token)).
+		Scan(&l.accountID, &l.amount, &l.currency, &l.state, &l.fence, &recorded)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return l, false, fmt.Errorf("%w: %q", ErrPayoutNotFound, id)
+	}
 	if err != nil {
-		return false, dbError("record rail result", err)
+		return l, false, dbError("lock payout and record rail result", err)
 	}
-	if tag.RowsAffected() == 1 {
-		return false, nil
-	}
+	return l, recorded, nil
+}
+
+// recordedRailResult reads who recorded rail reference req.RailRef: it
+// reports replayed=true when it is exactly this fact (payout id, the same
+// outcome), and ErrRailRefConflict when it is another payout or outcome.
+func recordedRailResult(ctx context.Context, tx pgx.Tx, id string, req api.ResultRequest) (replayed bool, err error) {
 	var gotPayout, gotOutcome string
 	if err := tx.QueryRow(ctx, `SELECT payout_id, outcome FROM rail_result WHERE rail_ref = $1`, req.RailRef).
 		Scan(&gotPayout, &gotOutcome); err != nil {
@@ -794,77 +867,18 @@ const insertTransitionSQL = `WITH t AS (
 UPDATE payout SET updated_at = t.at, created_at = CASE WHEN t.from_state IS NULL THEN t.at ELSE payout.created_at END
 FROM t WHERE payout.payout_id = $1`
 
-// A transaction's tail: the statements that follow its last decision (the
-// fenced statement whose row count decides between going on and a
-// refusal) depend on no answer of each other, so they travel to paydb as
-// one batch, one round trip, instead of one round trip each (pgx.Batch
-// sends them in order and reads their answers in order). Any error among
-// them rolls the whole transaction back, as before. The decisions
-// themselves (lockPayout, the fenced UPDATEs, the debit) keep a round trip
-// each, so every write they decide is only sent after the decision was
-// read.
-
-// queueTransition queues transition's statement on b; execTail reads it.
-func queueTransition(b *pgx.Batch, id string, from, to api.State, token int64, owner string) {
-	b.Queue(insertTransitionSQL, id, string(from), string(to), token, owner, "")
-}
-
-// queueLoadPayout queues loadPayout's two queries on b; readPayout reads
-// them.
-func queueLoadPayout(b *pgx.Batch, id string) {
-	b.Queue(payoutRowSQL, id)
-	b.Queue(payoutHistorySQL, id)
-}
-
-// execTail sends b, whose statements are execs (one per op, which names
-// it in its error), followed by completionSQL when completion is not nil
-// (read into it) and loadPayout's two queries, all in one round trip, and
-// returns the payout as read at the end.
-func execTail(ctx context.Context, tx pgx.Tx, b *pgx.Batch, ops []string, id string, completion *float64) (p api.Payout, err error) {
-	if completion != nil {
-		b.Queue(completionSQL, id)
-	}
-	queueLoadPayout(b, id)
-	br := tx.SendBatch(ctx, b)
-	defer func() {
-		if cerr := br.Close(); cerr != nil && err == nil {
-			err = dbError("transaction tail", cerr)
-		}
-	}()
-	for _, op := range ops {
-		if _, err := br.Exec(); err != nil {
-			return api.Payout{}, dbError(op, err)
-		}
-	}
-	if completion != nil {
-		if err := br.QueryRow().Scan(completion); err != nil {
-			return api.Payout{}, dbError("result: completion time", err)
-		}
-	}
-	p, err = scanPayoutRow(br.QueryRow(), id)
-	if err != nil {
-		return api.Payout{}, err
-	}
-	rows, err := br.Query()
-	return withHistory(p, rows, err)
-}
-
-// payout returns the payout with its history, or ErrPayoutNotFound.
+// payout returns the payout without its history, or ErrPayoutNotFound.
 func (s *Service) payout(ctx context.Context, id string) (api.Payout, error) {
 	return loadPayout(ctx, s.pool, id)
 }
 
+// loadPayout reads the payout without its history (one statement).
 func loadPayout(ctx context.Context, q querier, id string) (api.Payout, error) {
-	p, err := scanPayoutRow(q.QueryRow(ctx, payoutRowSQL, id), id)
-	if err != nil {
-		return api.Payout{}, err
-	}
-	rows, err := q.Query(ctx, payoutHistorySQL, id)
-	return withHistory(p, rows, err)
+	return scanPayoutRow(q.QueryRow(ctx, payoutRowSQL, id), id)
 }
 
 // payoutRowSQL and payoutHistorySQL read a payout and its history
-// (loadPayout, queueLoadPayout).
+// (loadPayout, history).
 const (
 	payoutRowSQL = `SELECT payout_id, account_id, amount_minor, currency, state, fence,
        coalesce(owner_id, ''), coalesce(rail_ref, ''), coalesce(rail_token, 0), coalesce(attention_reason, ''),
@@ -891,13 +905,15 @@ func scanPayoutRow(row pgx.Row, id string) (api.Payout, error) {
 	return p, nil
 }
 
-// withHistory returns p with the history read by payoutHistorySQL (rows,
-// or its error).
-func withHistory(p api.Payout, rows pgx.Rows, err error) (api.Payout, error) {
+// history reads payout id's history, oldest first (never nil for a
+// payout that exists: its creation is the first row). Only an answer
+// that asked for it (api.QueryInclude) reads it.
+func (s *Service) history(ctx context.Context, id string) ([]api.Transition, error) {
+	rows, err := s.pool.Query(ctx, payoutHistorySQL, id)
 	if err != nil {
-		return api.Payout{}, dbError("read payout history", err)
+		return nil, dbError("read payout history", err)
 	}
-	p.History, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (api.Transition, error) {
+	h, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (api.Transition, error) {
 		var t api.Transition
 		err := r.Scan(&t.From, &t.To, &t.Token, &t.OwnerID, &t.Reason, &t.Claims, &t.At)
 		t.At = t.At.UTC()
@@ -907,10 +923,7 @@ func withHistory(p api.Payout, rows pgx.Rows, err error) (api.Payout, error) {
 		return t, err
 	})
 	if err != nil {
-		return api.Payout{}, dbError("read payout history", err)
+		return nil, dbError("read payout history", err)
 	}
-	if p.History == nil {
-		p.History = []api.Transition{}
-	}
-	return p, nil
+	return h, nil
 }

@@ -112,7 +112,7 @@ func TestPermanentRefusalEndsInNeedsAttentionWithNothingLooping(t *testing.T) {
 			if status != http.StatusOK || n != 1 {
 				t.Fatalf("p-1 took %d deliveries, last answered %d; want 1, acknowledged", n, status)
 			}
-			po, err := p.Pay.Payout(t.Context(), "p-1")
+			po, err := p.Pay.PayoutWithHistory(t.Context(), "p-1")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -151,7 +151,7 @@ func TestPermanentRefusalEndsInNeedsAttentionWithNothingLooping(t *testing.T) {
 			if grants := after.LastToken - before.LastToken; grants != 1 {
 				t.Fatalf("the duplicate took %d lease grants; want 1", grants)
 			}
-			if po2, _ := p.Pay.Payout(t.Context(), "p-1"); len(po2.History) != len(po.History) {
+			if po2, _ := p.Pay.PayoutWithHistory(t.Context(), "p-1"); len(po2.History) != len(po.History) {
 				t.Fatalf("the duplicate grew p-1's history from %d to %d rows", len(po.History), len(po2.History))
 			}
 		})

@@ -13,18 +13,25 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The fence: raise the account's high-water to the token only if the token
-// is greater (strict). On a conflict PostgreSQL locks the existing row
-// before it evaluates the WHERE clause, whether or not it then updates, so
-// concurrent submissions for one account are serialised on that row and
-// each compares with the latest committed high-water. Zero rows: stale.
-const sqlAdvanceStrict = `
+// The fence, behind the restore guard (checkIdentitySQL: it raises when
+// raildb was restored, and returns the token floor), in one statement: for
+// a token above the floor, raise the account's high-water to the token
+// only if the token is greater (strict). On a conflict PostgreSQL locks the
+// existing row before it evaluates the WHERE clause, whether or not it
+// then updates, so concurrent submissions for one account are serialised
+// on that row and each compares with the latest committed high-water. It
+// returns the floor and the new high-water: NULL when the token is at or
+// below the floor or the fence refused it (nothing written then).
+const sqlGuardedAdvance = `
+WITH g AS MATERIALIZED (SELECT raildb_check_identity() AS floor),
+hw AS (
 INSERT INTO rail_high_water (account_id, high_water, updated_at)
-VALUES ($1, $2, now())
+SELECT $1::text, $2::bigint, now() FROM g WHERE $2::bigint > g.floor
 ON CONFLICT (account_id) DO UPDATE
    SET high_water = EXCLUDED.high_water, updated_at = now()
  WHERE rail_high_water.high_water < EXCLUDED.high_water
-RETURNING high_water`
+RETURNING high_water)
+SELECT g.floor, (SELECT high_water FROM hw) FROM g`
 
 // With the kill switch off: no check, but the high-water still becomes the
 // greatest token seen, so it stays meaningful when fencing is back on.
@@ -43,6 +50,20 @@ const sqlInsertAttempt = `
 INSERT INTO rail_attempt (payout_id, account_id, token, owner_id, amount_minor, currency, state, finished_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7::text, CASE WHEN $7::text <> 'forwarding' THEN now() END)
 RETURNING attempt_id`
+
+// sqlInsertForward is sqlInsertAttempt of a forwarding attempt and, in
+// the same statement, sqlClaimPayout's first try: it returns the attempt
+// id and whether the attempt became the payout's forward.
+const sqlInsertForward = `
+WITH a AS (
+INSERT INTO rail_attempt (payout_id, account_id, token, owner_id, amount_minor, currency, state)
+VALUES ($1, $2, $3, $4, $5, $6, 'forwarding')
+RETURNING attempt_id),
+c AS (
+INSERT INTO rail_payout (payout_id, attempt_id) SELECT $1, attempt_id FROM a
+ON CONFLICT (payout_id) DO NOTHING
+RETURNING attempt_id)
+SELECT a.attempt_id, EXISTS (SELECT 1 FROM c) FROM a`
 
 // The payout's one way to the rail: the primary key of rail_payout admits
 // one attempt per payout. A concurrent transaction inserting the same
@@ -133,10 +154,22 @@ func (p *Proxy) admit(ctx context.Context, req api.SubmitRequest, token int64, o
 	)
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		// 0. The restore guard (guard.go): a restored raildb has forgotten
-		// what it must know; refuse before anything is recorded.
-		var floor int64
-		if err := tx.QueryRow(ctx, checkIdentitySQL).Scan(&floor); err != nil {
-			return restored(err)
+		// what it must know; refuse before anything is recorded. With
+		// fencing on, the guard and the fence's advance are one statement
+		// (sqlGuardedAdvance).
+		var (
+			floor    int64
+			advanced *int64
+		)
+		if p.cfg.FencingDisabled {
+			if err := tx.QueryRow(ctx, checkIdentitySQL).Scan(&floor); err != nil {
+				return restored(err)
+			}
+		} else if err := tx.QueryRow(ctx, sqlGuardedAdvance, req.AccountID, token).Scan(&floor, &advanced); err != nil {
+			if r := restored(err); errors.Is(r, ErrRestored) {
+				return r
+			}
+			return fmt.Errorf("advance high-water: %w", err)
 		}
 		state := api.StateForwarding
 		var hw int64
@@ -161,41 +194,42 @@ func (p *Proxy) admit(ctx context.Context, req api.SubmitRequest, token int64, o
 			if hw > token {
 				lg.WarnContext(ctx, "stale token forwarded: fencing is disabled", "event", api.EventFencingBypassed, "highestToken", hw)
 			}
-		default:
-			err := tx.QueryRow(ctx, sqlAdvanceStrict, req.AccountID, token).Scan(&hw)
-			switch {
-			case errors.Is(err, pgx.ErrNoRows):
-				if err := tx.QueryRow(ctx, sqlHighWater, req.AccountID).Scan(&hw); err != nil {
-					return fmt.Errorf("read high-water: %w", err)
+		case advanced == nil:
+			// The fence refused the token (sqlGuardedAdvance wrote nothing).
+			if err := tx.QueryRow(ctx, sqlHighWater, req.AccountID).Scan(&hw); err != nil {
+				return fmt.Errorf("read high-water: %w", err)
+			}
+			own := false
+			if hw == token {
+				// The high-water is this very token: no newer holder
+				// has been seen. If this payout already came with it,
+				// this is its holder's resend (a token names one
+				// grant), answered by the one-forward check below,
+				// never as stale.
+				if err := tx.QueryRow(ctx, sqlOwnEarlierAttempt, req.PayoutID, req.AccountID, token).Scan(&own); err != nil {
+					return fmt.Errorf("read earlier attempts: %w", err)
 				}
-				own := false
-				if hw == token {
-					// The high-water is this very token: no newer holder
-					// has been seen. If this payout already came with it,
-					// this is its holder's resend (a token names one
-					// grant), answered by the one-forward check below,
-					// never as stale.
-					if err := tx.QueryRow(ctx, sqlOwnEarlierAttempt, req.PayoutID, req.AccountID, token).Scan(&own); err != nil {
-						return fmt.Errorf("read earlier attempts: %w", err)
-					}
-				}
-				if !own {
-					state = api.StateFenced
-					refusal = &fencing.Refusal{Resource: "rail", ResourceID: req.AccountID, PresentedToken: token, HighestToken: hw, Owner: owner}
-				}
-			case err != nil:
-				return fmt.Errorf("advance high-water: %w", err)
+			}
+			if !own {
+				state = api.StateFenced
+				refusal = &fencing.Refusal{Resource: "rail", ResourceID: req.AccountID, PresentedToken: token, HighestToken: hw, Owner: owner}
 			}
 		}
-		err := tx.QueryRow(ctx, sqlInsertAttempt, req.PayoutID, req.AccountID, token, owner,
-			req.AmountMinor, req.Currency, state).Scan(&attemptID)
+		if state != api.StateForwarding {
+			err := tx.QueryRow(ctx, sqlInsertAttempt, req.PayoutID, req.AccountID, token, owner,
+				req.AmountMinor, req.Currency, state).Scan(&attemptID)
+			if err != nil {
+				return fmt.Errorf("record attempt: %w", err)
+			}
+			return nil
+		}
+		var claimed bool
+		err := tx.QueryRow(ctx, sqlInsertForward, req.PayoutID, req.AccountID, token, owner,
+			req.AmountMinor, req.Currency).Scan(&attemptID, &claimed)
 		if err != nil {
 			return fmt.Errorf("record attempt: %w", err)
 		}
-		if refusal != nil {
-			return nil
-		}
-		dup, err = p.claimPayout(ctx, tx, req.PayoutID, attemptID, lg)
+		dup, err = p.claimPayout(ctx, tx, req.PayoutID, attemptID, claimed, lg)
 		return err
 	})
 	if errors.Is(err, ErrRestored) {
@@ -214,27 +248,31 @@ func (p *Proxy) admit(ctx context.Context, req api.SubmitRequest, token int64, o
 }
 
 // claimPayout makes attemptID the payout's one forward, inside admit's
-// transaction. When an earlier attempt already holds the payout it
+// transaction; claimed says whether sqlInsertForward's first try already
+// did. When an earlier attempt already holds the payout it
 // returns that attempt (after marking it ambiguous if it was abandoned
 // while forwarding) and records attemptID as 'duplicate', unless fencing
 // is disabled: then the duplicate is forwarded anyway, as the experiment
 // needs, and nil is returned. A forward released (not_sent) while it is
 // being read is no earlier submission: the payout is claimed again, at
 // most maxClaimTries times (then an error wrapping ErrUnavailable).
-func (p *Proxy) claimPayout(ctx context.Context, tx pgx.Tx, payoutID string, attemptID int64, lg *slog.Logger) (*AlreadySubmitted, error) {
+func (p *Proxy) claimPayout(ctx context.Context, tx pgx.Tx, payoutID string, attemptID int64, claimed bool, lg *slog.Logger) (*AlreadySubmitted, error) {
 	var (
 		first     api.Attempt
 		abandoned bool
 	)
 	for try := 1; ; try++ {
-		tag, err := tx.Exec(ctx, sqlClaimPayout, payoutID, attemptID)
-		if err != nil {
-			return nil, fmt.Errorf("claim payout: %w", err)
+		if try > 1 {
+			tag, err := tx.Exec(ctx, sqlClaimPayout, payoutID, attemptID)
+			if err != nil {
+				return nil, fmt.Errorf("claim payout: %w", err)
+			}
+			claimed = tag.RowsAffected() == 1
 		}
-		if tag.RowsAffected() == 1 {
+		if claimed {
 			return nil, nil
 		}
-		err = tx.QueryRow(ctx, sqlForwardedAttempt, payoutID, p.abandonAfter().Milliseconds()).Scan(
+		err := tx.QueryRow(ctx, sqlForwardedAttempt, payoutID, p.abandonAfter().Milliseconds()).Scan(
 			&first.AttemptID, &first.PayoutID, &first.AccountID, &first.AmountMinor, &first.Currency, &first.Token,
 			&first.OwnerID, &first.State, &first.RailRef, &first.CreatedAt, &first.FinishedAt, &abandoned)
 		// The forward that made the insert conflict may have been released

@@ -71,6 +71,13 @@ type Measurement struct {
 	// count, a pgx.Batch counts each statement), with "total" for their
 	// sum. With ObserverConfig.Statements.
 	StatementsPerPayout map[string]float64 `json:"statementsPerPayout,omitempty"`
+	// RequestsPerPayout is, by service and route ("payment-resource
+	// /v1/payouts/{id}/claim", "lock-server acquire", ...), the HTTP
+	// requests it answered per posted payout during the run (its
+	// function_requests_total or lockserver_requests_total series; the
+	// executors' under "executor"), with "total" for their sum. Exact
+	// counts, unlike CPU.
+	RequestsPerPayout map[string]float64 `json:"requestsPerPayout,omitempty"`
 	// LoadBefore and LoadAfter are the 1-minute load average of the
 	// machine (/proc/loadavg) when the run started and ended.
 	LoadBefore float64 `json:"loadBefore"`
@@ -107,6 +114,10 @@ func Observer(m *Measurement, cfg ObserverConfig) func(ctx context.Context, st *
 		if err != nil {
 			return nil, err
 		}
+		req0, err := requests(ctx, st)
+		if err != nil {
+			return nil, err
+		}
 		var (
 			wg       sync.WaitGroup
 			mu       sync.Mutex
@@ -135,6 +146,10 @@ func Observer(m *Measurement, cfg ObserverConfig) func(ctx context.Context, st *
 		return func(ctx context.Context) error {
 			cpu1 := cpuSample(st)
 			del1, err := deliveries(ctx, st)
+			if err != nil {
+				return err
+			}
+			req1, err := requests(ctx, st)
 			if err != nil {
 				return err
 			}
@@ -177,6 +192,17 @@ func Observer(m *Measurement, cfg ObserverConfig) func(ctx context.Context, st *
 					m.StatementsPerPayout[db] = round(n/float64(m.Payouts), 2)
 				}
 				m.StatementsPerPayout["total"] = round(float64(total)/float64(m.Payouts), 2)
+			}
+			if m.Payouts > 0 {
+				m.RequestsPerPayout = map[string]float64{}
+				var total float64
+				for k, n := range req1 {
+					if d := n - req0[k]; d > 0 { // a restarted part's counter starts again: skipped
+						m.RequestsPerPayout[k] = round(d/float64(m.Payouts), 2)
+						total += d
+					}
+				}
+				m.RequestsPerPayout["total"] = round(total/float64(m.Payouts), 2)
 			}
 			m.CPUPerPayoutMs = map[string]float64{}
 			var total float64
@@ -230,6 +256,85 @@ func deliveries(ctx context.Context, st *stack.Stack) (map[string]int, error) {
 		out[name] = n
 	}
 	return out, nil
+}
+
+// requests returns the requests each HTTP service of st has answered so
+// far, by "service route" (lock-server's by operation), summed over the
+// executors and over the answers' classes and codes.
+func requests(ctx context.Context, st *stack.Stack) (map[string]float64, error) {
+	out := map[string]float64{}
+	add := func(service, url, metric, label string) error {
+		series, err := scrapeSeries(ctx, url+"/metrics", metric)
+		if err != nil {
+			return fmt.Errorf("requests of %s: %w", service, err)
+		}
+		for labels, v := range series {
+			out[service+" "+labelValue(labels, label)] += v
+		}
+		return nil
+	}
+	for _, svc := range []struct{ name, url string }{
+		{"payment-resource", st.PaymentResourceURL()}, {"rail-proxy", st.RailProxyURL()}, {"rail-stub", st.RailStubURL()},
+	} {
+		if err := add(svc.name, svc.url, httpmetrics.NameRequests, "route"); err != nil {
+			return nil, err
+		}
+	}
+	if err := add("lock-server", st.LockServerURL(), "lockserver_requests_total", "op"); err != nil {
+		return nil, err
+	}
+	for _, p := range st.Processes() {
+		if name, ok := strings.CutPrefix(p.Name(), "executor-"); ok {
+			if err := add("executor", st.ExecutorURL(name), httpmetrics.NameRequests, "route"); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// scrapeSeries returns the samples of metric in the Prometheus text
+// exposition at url, by label set ("{...}" as written, "" for none).
+func scrapeSeries(ctx context.Context, url, metric string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), metric)
+		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		end := strings.LastIndexByte(rest, '}') + 1
+		f := strings.Fields(rest[end:])
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %v", sc.Text(), err)
+		}
+		out[rest[:end]] += v
+	}
+	return out, sc.Err()
+}
+
+// labelValue returns the value of label name in a label set
+// `{a="x",b="y"}`, or "".
+func labelValue(labels, name string) string {
+	for _, kv := range strings.Split(strings.Trim(labels, "{}"), ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return ""
 }
 
 // scrapeCounter sums every series of the counter called metric in the

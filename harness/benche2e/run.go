@@ -354,8 +354,49 @@ func WriteMarkdown(w io.Writer, res *Result) error {
 		b.WriteString("\n")
 	}
 	writeStatements(&b, keys, groups)
+	writeRequests(&b, keys, groups)
+	for _, k := range keys {
+		// The cost model from the first spread run of each backend
+		// (this tree's, when a "before" variant ran beside it).
+		if r := groups[k][0]; k.mode == "spread" && k.variant != "before" && len(r.RequestsPerPayout) > 0 {
+			if err := WriteCost(&b, k.backend, Cost(r.Measurement, k.backend, DefaultShape(), DefaultPrices()), DefaultPrices()); err != nil {
+				return err
+			}
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeRequests adds the median HTTP requests per payout of each service
+// and route, one column per backend, mode and variant.
+func writeRequests[K comparable](b *strings.Builder, keys []K, groups map[K][]RunResult) {
+	routes := map[string]bool{}
+	for _, rs := range groups {
+		for _, r := range rs {
+			for k := range r.RequestsPerPayout {
+				routes[k] = true
+			}
+		}
+	}
+	if len(routes) == 0 {
+		return
+	}
+	delete(routes, "total")
+	names := append(slices.Sorted(mapsKeys(routes)), "total")
+	b.WriteString("\nHTTP requests per payout by service and route (median of the runs; the creators' and the push bridge's requests are the services' answers to them):\n\n| service route |")
+	for _, k := range keys {
+		r0 := groups[k][0]
+		fmt.Fprintf(b, " %s %s %s |", r0.Backend, r0.Mode, r0.Variant)
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---|", len(keys)) + "\n")
+	for _, name := range names {
+		fmt.Fprintf(b, "| %s |", name)
+		for _, k := range keys {
+			fmt.Fprintf(b, " %.2f |", median(groups[k], func(r RunResult) float64 { return r.RequestsPerPayout[name] }))
+		}
+		b.WriteString("\n")
+	}
 }
 
 // topStatements is how many statements of each database

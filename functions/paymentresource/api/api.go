@@ -65,6 +65,13 @@ const (
 	QueryState = "state"
 	QueryLimit = "limit"
 	QueryAfter = "after"
+	// QueryInclude is the query parameter of every route that answers a
+	// Payout (create, GET, claim, result, attention, resolution): with
+	// IncludeHistory the answer carries the payout's History; without it
+	// History is absent, and the history is not read.
+	QueryInclude = "include"
+	// IncludeHistory is QueryInclude's one value.
+	IncludeHistory = "history"
 	// PathAudit: GET runs the ledger audit -> AuditReport.
 	PathAudit = "/v1/audit"
 
@@ -79,6 +86,10 @@ func AccountPath(id string) string { return PathAccounts + "/" + url.PathEscape(
 
 // PayoutPath returns the path of GET PathPayout for id, escaped.
 func PayoutPath(id string) string { return PathPayouts + "/" + url.PathEscape(id) }
+
+// WithHistory returns path (one of the Payout routes' paths) asking for
+// the payout's History (QueryInclude=IncludeHistory).
+func WithHistory(path string) string { return path + "?" + QueryInclude + "=" + IncludeHistory }
 
 // ClaimPath returns the path of POST PathClaim for payout id, escaped.
 func ClaimPath(id string) string { return PayoutPath(id) + suffixClaim }

@@ -145,7 +145,7 @@ const (
 )
 
 // PayoutList is the 200 body of GET /v1/payouts?state=S: a page of the
-// payouts in state S, in payout id order. Their History is empty.
+// payouts in state S, in payout id order. They carry no History.
 type PayoutList struct {
 	// Payouts of the page, never null.
 	Payouts []Payout `json:"payouts"`
@@ -300,8 +300,11 @@ type Payout struct {
 	// carries) moves neither.
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
-	// History lists every accepted state change, oldest first, never nil.
-	History []Transition `json:"history"`
+	// History lists every accepted state change, oldest first: only when
+	// the request asked for it (QueryInclude=IncludeHistory), read just
+	// after the answer's write, so it may show a later writer's rows too;
+	// absent otherwise.
+	History []Transition `json:"history,omitempty"`
 	// TermsSignature is payment-resource's signature over the payout's
 	// terms (fencewire.PayoutTerms: payout id, account id, amount,
 	// currency), made with its key (EnvTermsSigningKey) from paydb's row

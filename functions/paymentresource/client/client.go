@@ -211,14 +211,24 @@ func (c *Client) CreatePayout(ctx context.Context, req api.PayoutRequest) (api.P
 	return p, err
 }
 
-// Payout reads one payout with its history (GET /v1/payouts/{id}).
+// Payout reads one payout, without its history (GET /v1/payouts/{id}).
 // ErrPayoutNotFound when it does not exist.
 func (c *Client) Payout(ctx context.Context, id string) (api.Payout, error) {
+	return c.payout(ctx, api.PayoutPath(id), id)
+}
+
+// PayoutWithHistory is Payout with the payout's history
+// (?include=history).
+func (c *Client) PayoutWithHistory(ctx context.Context, id string) (api.Payout, error) {
+	return c.payout(ctx, api.WithHistory(api.PayoutPath(id)), id)
+}
+
+func (c *Client) payout(ctx context.Context, path, id string) (api.Payout, error) {
 	var p api.Payout
 	if err := api.ValidatePayoutID(id); err != nil {
 		return p, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
-	err := c.call(ctx, http.MethodGet, api.PayoutPath(id), nil, nil, &p)
+	err := c.call(ctx, http.MethodGet, path, nil, nil, &p)
 	return p, err
 }
 
