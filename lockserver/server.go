@@ -382,7 +382,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	err := s.store.Ping(ctx)
 	s.observe(ctx, err)
 	if err != nil {
-		s.log.WarnContext(ctx, "backend not ready", "event", api.EventBackendUnready, "error", err.Error())
+		s.log.WarnContext(ctx, "backend not ready", "event", EventBackendUnready, "error", err.Error())
 		writeError(w, http.StatusServiceUnavailable, api.CodeBackendUnavailable, "the backend did not answer a ping")
 		return
 	}
@@ -518,7 +518,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 			"owner", req.Owner, "token", l.Token)
 		return
 	}
-	s.logLease(r.Context(), "lock granted", api.EventLockGranted, l)
+	s.logLease(r.Context(), "lock granted", EventLockGranted, l)
 	writeJSON(w, http.StatusOK, g)
 }
 
@@ -574,7 +574,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(r.Context(), w, "renew", key, err, "owner", req.Owner, "token", req.Token)
 		return
 	}
-	s.logLease(r.Context(), "lease renewed", api.EventLeaseRenewed, l)
+	s.logLease(r.Context(), "lease renewed", EventLeaseRenewed, l)
 	writeJSON(w, http.StatusOK, s.holderGrant(l))
 }
 
@@ -599,7 +599,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(r.Context(), w, "release", key, err, "owner", req.Owner, "token", req.Token)
 		return
 	}
-	s.log.InfoContext(ctx, "lease released", "event", api.EventLeaseReleased, "key", key, "owner", req.Owner, "token", req.Token)
+	s.log.InfoContext(ctx, "lease released", "event", EventLeaseReleased, "key", key, "owner", req.Owner, "token", req.Token)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -633,7 +633,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, key string) {
 		return
 	}
 	s.waitq.wake(key)
-	s.log.WarnContext(ctx, "lease force-revoked", "event", api.EventLeaseRevoked, "key", l.Key, "owner", l.Owner, "token", l.Token, "reason", req.Reason)
+	s.log.WarnContext(ctx, "lease force-revoked", "event", EventLeaseRevoked, "key", l.Key, "owner", l.Owner, "token", l.Token, "reason", req.Reason)
 	writeJSON(w, http.StatusOK, grantOf(l))
 }
 
@@ -656,7 +656,7 @@ func (s *Server) fail(ctx context.Context, w http.ResponseWriter, op, key string
 	msg := jsonhandler.ClientMessage(err)
 	switch {
 	case code == api.CodeBackendRestored:
-		s.log.ErrorContext(ctx, "grant refused: backend may have been restored", append([]any{"event", api.EventBackendRestored}, attrs...)...)
+		s.log.ErrorContext(ctx, "grant refused: backend may have been restored", append([]any{"event", EventBackendRestored}, attrs...)...)
 		msg = fmt.Sprintf("%s %q refused: the backend is not provably the one earlier tokens were issued on (restored or rolled back); "+
 			"an operator must run \"lockctl advance --past N\" with N at least the largest token ever issued", op, key)
 	case status >= 500:
@@ -679,11 +679,11 @@ func (s *Server) fail(ctx context.Context, w http.ResponseWriter, op, key string
 // opEvents names the events fail logs for each operation: refused (a 4xx)
 // and failed (a 5xx).
 var opEvents = map[string]struct{ refused, failed string }{
-	"acquire": {api.EventAcquireRefused, api.EventAcquireFailed},
-	"renew":   {api.EventRenewRefused, api.EventRenewFailed},
-	"release": {api.EventReleaseRefused, api.EventReleaseFailed},
-	"revoke":  {api.EventRevokeRefused, api.EventRevokeFailed},
-	"inspect": {api.EventInspectRefused, api.EventInspectFailed},
+	"acquire": {EventAcquireRefused, EventAcquireFailed},
+	"renew":   {EventRenewRefused, EventRenewFailed},
+	"release": {EventReleaseRefused, EventReleaseFailed},
+	"revoke":  {EventRevokeRefused, EventRevokeFailed},
+	"inspect": {EventInspectRefused, EventInspectFailed},
 }
 
 // statusOf maps a store error to its HTTP status and stable code.

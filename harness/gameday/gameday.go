@@ -28,6 +28,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/harness/drive"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/config"
 	"github.com/distributed-lock-lab/distributed-lock-lab/ops/slo"
 )
 
@@ -752,7 +753,7 @@ func runPhase(ctx context.Context, cfg Config, bin string, mon **monitor, ph pha
 	cancel()
 	e := &env{st: st, vars: map[string]string{
 		"LS": st.LockServerURL(), "PAY": st.PaymentResourceURL(), "PROXY": st.RailProxyURL(), "STUB": st.RailStubURL(),
-		lockapi.EnvLockDBURL: st.LockDBURL(), payapi.EnvDatabaseURL: st.PayDBURL(), railapi.EnvDatabaseURL: st.RailDBURL(),
+		config.EnvLockDBURL: st.LockDBURL(), payapi.EnvDatabaseURL: st.PayDBURL(), railapi.EnvDatabaseURL: st.RailDBURL(),
 		"ETCD":              strings.Join(st.EtcdEndpoints(), ","),
 		"RAIL_STUB_JOURNAL": filepath.Join(st.Dir(), "rail-stub.journal.jsonl"), // where local/stack keeps it
 		"PATH":              bin + string(os.PathListSeparator) + os.Getenv("PATH"),
