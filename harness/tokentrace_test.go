@@ -18,7 +18,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/harness"
 	"github.com/distributed-lock-lab/distributed-lock-lab/harness/drive"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
-	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
 
@@ -102,10 +102,10 @@ func TestOneTokenTracedThroughTheLiveStack(t *testing.T) {
 	evs := events()
 
 	// 1-2. lock-server granted key to A, and says which statement minted it.
-	granted := one(evs, "lock-server", lockapi.EventLockGranted, func(e harness.Event) bool { return e.Str("key") == key })
+	granted := one(evs, "lock-server", lockserver.EventLockGranted, func(e harness.Event) bool { return e.Str("key") == key })
 	token := granted.Int("token")
 	if by := granted.Str("grantedBy"); granted.Owner() != "A" || token <= 0 ||
-		(by != lockapi.GrantedByAcquire && by != lockapi.GrantedByGroup && by != lockapi.GrantedByHandoff) {
+		(by != lockserver.GrantedByAcquire && by != lockserver.GrantedByGroup && by != lockserver.GrantedByHandoff) {
 		t.Fatalf("lock_granted %v; want owner A, a token, and grantedBy one of acquire, group, handoff", granted.Attrs)
 	}
 	// 3. lockdb's lock_lease row keeps the token after the release (owner cleared).
@@ -160,7 +160,7 @@ func TestOneTokenTracedThroughTheLiveStack(t *testing.T) {
 	for {
 		n := 0
 		for _, e := range events() {
-			if e.Service == "lock-server" && e.Name == lockapi.EventLeaseReleased && released(e) {
+			if e.Service == "lock-server" && e.Name == lockserver.EventLeaseReleased && released(e) {
 				n++
 			}
 		}

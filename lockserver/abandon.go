@@ -34,7 +34,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/overload"
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
@@ -53,7 +52,7 @@ var errClosing = errors.New("lockserver: the Server is closing; no release start
 const CloseSlack = time.Second
 
 // Where an abandoned grant was found: the "where" attribute of
-// api.EventGrantAbandoned and api.EventAbandonedReleaseFailed.
+// EventGrantAbandoned and EventAbandonedReleaseFailed.
 const (
 	// abandonedInBatch: a Batcher member whose caller left while its
 	// batch was in flight.
@@ -69,7 +68,7 @@ const (
 // Batcher found among its members) have ended, at most
 // ServerConfig.RequestTimeout plus CloseSlack, and marks the Server
 // closing: an abandoned grant found after that is not released (it is
-// logged with api.EventAbandonedReleaseFailed and expires after its TTL).
+// logged with EventAbandonedReleaseFailed and expires after its TTL).
 //
 // Call it once no request is being served (after the HTTP server's
 // shutdown has drained its handlers) and before closing the store: the
@@ -128,7 +127,7 @@ func (s *Server) releaseAbandoned(reqCtx context.Context, l store.Lease, where s
 			return
 		}
 		s.countAbandoned("released")
-		s.log.InfoContext(ctx, "grant released: its request had ended before the grant was answered", "event", api.EventGrantAbandoned,
+		s.log.InfoContext(ctx, "grant released: its request had ended before the grant was answered", "event", EventGrantAbandoned,
 			"key", l.Key, "owner", l.Owner, "token", l.Token, "where", where)
 	}()
 }
@@ -136,7 +135,7 @@ func (s *Server) releaseAbandoned(reqCtx context.Context, l store.Lease, where s
 // abandonFailed logs and counts an abandoned grant that was not released.
 func (s *Server) abandonFailed(ctx context.Context, l store.Lease, where string, err error) {
 	s.countAbandoned("failed")
-	s.log.WarnContext(ctx, "releasing a grant whose request had ended failed; it expires after its TTL", "event", api.EventAbandonedReleaseFailed,
+	s.log.WarnContext(ctx, "releasing a grant whose request had ended failed; it expires after its TTL", "event", EventAbandonedReleaseFailed,
 		"key", l.Key, "owner", l.Owner, "token", l.Token, "where", where, "error", err.Error())
 }
 

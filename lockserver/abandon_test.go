@@ -236,8 +236,8 @@ func TestCloseWaitsForTheReleaseOfAnAbandonedBatchGrant(t *testing.T) {
 		if got := testutil.ToFloat64(lb.h.AbandonedCounter().WithLabelValues("released")); got != 1 {
 			t.Fatalf("lockserver_abandoned_grants_total{outcome=released} = %v, want 1", got)
 		}
-		if ev := lb.logs.Events(t, api.EventGrantAbandoned); len(ev) != 1 || ev[0]["key"] != key || ev[0]["where"] != "batch" {
-			t.Fatalf("%s lines %v; want one for %q, where batch", api.EventGrantAbandoned, ev, key)
+		if ev := lb.logs.Events(t, lockserver.EventGrantAbandoned); len(ev) != 1 || ev[0]["key"] != key || ev[0]["where"] != "batch" {
+			t.Fatalf("%s lines %v; want one for %q, where batch", lockserver.EventGrantAbandoned, ev, key)
 		}
 	})
 }
@@ -342,12 +342,12 @@ func TestABatchLeaderWhoseRequestEndsMidBatchHasItsGrantReleased(t *testing.T) {
 		if got := testutil.ToFloat64(h.AbandonedCounter().WithLabelValues("released")); got != 1 {
 			t.Fatalf("lockserver_abandoned_grants_total{outcome=released} = %v, want 1", got)
 		}
-		if ev := logs.Events(t, api.EventGrantAbandoned); len(ev) != 1 || ev[0]["where"] != "answer" || ev[0]["owner"] != "leader" {
-			t.Fatalf("%s lines %v; want one for the leader, where answer", api.EventGrantAbandoned, ev)
+		if ev := logs.Events(t, lockserver.EventGrantAbandoned); len(ev) != 1 || ev[0]["where"] != "answer" || ev[0]["owner"] != "leader" {
+			t.Fatalf("%s lines %v; want one for the leader, where answer", lockserver.EventGrantAbandoned, ev)
 		}
-		for _, e := range logs.Events(t, api.EventLockGranted) {
+		for _, e := range logs.Events(t, lockserver.EventLockGranted) {
 			if e["owner"] == "leader" {
-				t.Fatalf("%s logged for the leader's grant, which was never answered: %v", api.EventLockGranted, e)
+				t.Fatalf("%s logged for the leader's grant, which was never answered: %v", lockserver.EventLockGranted, e)
 			}
 		}
 	})
@@ -479,7 +479,7 @@ func TestTheReleaseOfAnAbandonedGrantIsLoggedWithTheRequestsTraceID(t *testing.T
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			t.Fatalf("not JSON: %s", sc.Bytes())
 		}
-		if l["event"] == api.EventGrantAbandoned {
+		if l["event"] == lockserver.EventGrantAbandoned {
 			abandoned++
 		}
 		if l[logjson.KeyTraceID] != tracedID(ctx) {
@@ -487,6 +487,6 @@ func TestTheReleaseOfAnAbandonedGrantIsLoggedWithTheRequestsTraceID(t *testing.T
 		}
 	}
 	if abandoned != 1 {
-		t.Fatalf("%d %s lines, want 1", abandoned, api.EventGrantAbandoned)
+		t.Fatalf("%d %s lines, want 1", abandoned, lockserver.EventGrantAbandoned)
 	}
 }

@@ -6,7 +6,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 )
 
@@ -54,7 +53,7 @@ func (s *Server) withdraw(ctx context.Context, l store.Lease, floor int64) error
 	defer cancel()
 	if _, err := s.store.Revoke(rctx, l.Key, l.Token); err != nil {
 		s.log.WarnContext(ctx, "withdrawing a grant with a repeated token failed; it expires after its TTL",
-			"event", api.EventGrantWithdrawFailed, "key", l.Key, "token", l.Token, "error", err.Error())
+			"event", EventGrantWithdrawFailed, "key", l.Key, "token", l.Token, "error", err.Error())
 	}
 	return fmt.Errorf("%w: the backend granted key %q with token %d, not above token %d that this lock-server issued before; the grant was withdrawn",
 		store.ErrBackendRestored, l.Key, l.Token, floor)

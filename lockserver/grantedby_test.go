@@ -7,6 +7,7 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 )
 
@@ -47,9 +48,9 @@ func TestLockGrantedNamesThePathThatMintedTheToken(t *testing.T) {
 			t.Fatalf("waiter: %d %s", rec.Code, rec.Body)
 		}
 
-		want := map[string]string{"alone": api.GrantedByAcquire, "group-1": api.GrantedByGroup, "group-2": api.GrantedByGroup, "waiter": api.GrantedByHandoff}
+		want := map[string]string{"alone": lockserver.GrantedByAcquire, "group-1": lockserver.GrantedByGroup, "group-2": lockserver.GrantedByGroup, "waiter": lockserver.GrantedByHandoff}
 		got := map[string]any{}
-		for _, e := range logs.Events(t, api.EventLockGranted) {
+		for _, e := range logs.Events(t, lockserver.EventLockGranted) {
 			got[e["owner"].(string)] = e["grantedBy"]
 		}
 		for owner, by := range want {

@@ -382,7 +382,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	err := s.store.Ping(ctx)
 	s.observe(ctx, err)
 	if err != nil {
-		s.log.WarnContext(ctx, "backend not ready", "event", api.EventBackendUnready, "error", err.Error())
+		s.log.WarnContext(ctx, "backend not ready", "event", EventBackendUnready, "error", err.Error())
 		writeError(w, http.StatusServiceUnavailable, api.CodeBackendUnavailable, "the backend did not answer a ping")
 		return
 	}
@@ -481,7 +481,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 	ttl := time.Duration(req.TTLMs) * time.Millisecond
 	var l store.Lease
 	var waited time.Duration
-	var by string // which granting path minted the token: api.GrantedBy*
+	var by string // which granting path minted the token: GrantedBy*
 	var err error
 	if req.WaitMs > 0 {
 		noteOp(w, opAcquireWait)
@@ -519,15 +519,15 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 			"owner", req.Owner, "token", l.Token)
 		return
 	}
-	s.logLease(r.Context(), "lock granted", api.EventLockGranted, l, "grantedBy", by)
+	s.logLease(r.Context(), "lock granted", EventLockGranted, l, "grantedBy", by)
 	writeJSON(w, http.StatusOK, g)
 }
 
 // grant asks the store for key once, on ctx bounded by callTimeout or,
 // when it is earlier, budgetEnd (the caller's budget less the margin;
 // zero: none) but never less than minBackendSlice, and applies the token
-// floor (floor.go). by is api.GrantedByGroup when a Batcher sent the ask
-// with other keys' in one store call, else api.GrantedByAcquire.
+// floor (floor.go). by is GrantedByGroup when a Batcher sent the ask
+// with other keys' in one store call, else GrantedByAcquire.
 func (s *Server) grant(ctx context.Context, key, owner string, ttl time.Duration, budgetEnd time.Time) (l store.Lease, by string, err error) {
 	d := s.callTimeout(ctx)
 	if left := time.Until(budgetEnd); !budgetEnd.IsZero() && left < d {
@@ -556,9 +556,9 @@ func (s *Server) grant(ctx context.Context, key, owner string, ttl time.Duration
 	}
 	s.noteIssued(l.Token)
 	if group.Load() {
-		return l, api.GrantedByGroup, nil
+		return l, GrantedByGroup, nil
 	}
-	return l, api.GrantedByAcquire, nil
+	return l, GrantedByAcquire, nil
 }
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request, key string) {
@@ -583,7 +583,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(r.Context(), w, "renew", key, err, "owner", req.Owner, "token", req.Token)
 		return
 	}
-	s.logLease(r.Context(), "lease renewed", api.EventLeaseRenewed, l)
+	s.logLease(r.Context(), "lease renewed", EventLeaseRenewed, l)
 	writeJSON(w, http.StatusOK, s.holderGrant(l))
 }
 
@@ -608,7 +608,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(r.Context(), w, "release", key, err, "owner", req.Owner, "token", req.Token)
 		return
 	}
-	s.log.InfoContext(ctx, "lease released", "event", api.EventLeaseReleased, "key", key, "owner", req.Owner, "token", req.Token)
+	s.log.InfoContext(ctx, "lease released", "event", EventLeaseReleased, "key", key, "owner", req.Owner, "token", req.Token)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -642,7 +642,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, key string) {
 		return
 	}
 	s.waitq.wake(key)
-	s.log.WarnContext(ctx, "lease force-revoked", "event", api.EventLeaseRevoked, "key", l.Key, "owner", l.Owner, "token", l.Token, "reason", req.Reason)
+	s.log.WarnContext(ctx, "lease force-revoked", "event", EventLeaseRevoked, "key", l.Key, "owner", l.Owner, "token", l.Token, "reason", req.Reason)
 	writeJSON(w, http.StatusOK, grantOf(l))
 }
 
@@ -665,7 +665,7 @@ func (s *Server) fail(ctx context.Context, w http.ResponseWriter, op, key string
 	msg := jsonhandler.ClientMessage(err)
 	switch {
 	case code == api.CodeBackendRestored:
-		s.log.ErrorContext(ctx, "grant refused: backend may have been restored", append([]any{"event", api.EventBackendRestored}, attrs...)...)
+		s.log.ErrorContext(ctx, "grant refused: backend may have been restored", append([]any{"event", EventBackendRestored}, attrs...)...)
 		msg = fmt.Sprintf("%s %q refused: the backend is not provably the one earlier tokens were issued on (restored or rolled back); "+
 			"an operator must run \"lockctl advance --past N\" with N at least the largest token ever issued", op, key)
 	case status >= 500:
@@ -688,11 +688,11 @@ func (s *Server) fail(ctx context.Context, w http.ResponseWriter, op, key string
 // opEvents names the events fail logs for each operation: refused (a 4xx)
 // and failed (a 5xx).
 var opEvents = map[string]struct{ refused, failed string }{
-	"acquire": {api.EventAcquireRefused, api.EventAcquireFailed},
-	"renew":   {api.EventRenewRefused, api.EventRenewFailed},
-	"release": {api.EventReleaseRefused, api.EventReleaseFailed},
-	"revoke":  {api.EventRevokeRefused, api.EventRevokeFailed},
-	"inspect": {api.EventInspectRefused, api.EventInspectFailed},
+	"acquire": {EventAcquireRefused, EventAcquireFailed},
+	"renew":   {EventRenewRefused, EventRenewFailed},
+	"release": {EventReleaseRefused, EventReleaseFailed},
+	"revoke":  {EventRevokeRefused, EventRevokeFailed},
+	"inspect": {EventInspectRefused, EventInspectFailed},
 }
 
 // statusOf maps a store error to its HTTP status and stable code.

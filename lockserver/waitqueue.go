@@ -292,7 +292,7 @@ func (q *waitQueues) waiting() int {
 // the head asks the backend until it is granted, its request ends, or
 // waitEnd passes (ErrLockHeld). waited is the time from start to the
 // backend call that granted the key; by is the granting path, as for
-// grant, or api.GrantedByHandoff.
+// grant, or GrantedByHandoff.
 func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl time.Duration, start, waitEnd, budgetEnd time.Time) (l store.Lease, by string, waited time.Duration, err error) {
 	w, kq, err := s.waitq.join(reqCtx, key, owner, ttl)
 	if errors.Is(err, errQueueFull) {
@@ -394,7 +394,7 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 			s.abandon(reqCtx, r.lease)
 			return store.Lease{}, "", 0, fmt.Errorf("%w: the request ended while a handoff to it was in flight; the grant was released", store.ErrUnavailable)
 		}
-		return r.lease, api.GrantedByHandoff, r.asked.Sub(start), nil
+		return r.lease, GrantedByHandoff, r.asked.Sub(start), nil
 	}
 }
 

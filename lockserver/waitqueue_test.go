@@ -538,7 +538,7 @@ func TestAWaiterThatGoesAwayIsNotABackendFailure(t *testing.T) {
 			t.Errorf("an ERROR line for a caller that went away: %v", l)
 		}
 	}
-	if got := logs.Events(t, api.EventAcquireRefused); len(got) != 1 || got[0]["code"] != string(api.CodeRequestCancelled) || got[0]["level"] != "INFO" {
+	if got := logs.Events(t, lockserver.EventAcquireRefused); len(got) != 1 || got[0]["code"] != string(api.CodeRequestCancelled) || got[0]["level"] != "INFO" {
 		t.Errorf("acquire_refused lines %v; want one at INFO with code %s", got, api.CodeRequestCancelled)
 	}
 }

@@ -1,6 +1,6 @@
 package executor_test
 
-// Issue 16, target 5: the chain of one payout is shorter. The claim is
+// The chain of one payout is short. The claim is
 // preceded by a check of the lease's local deadline only (no round trip),
 // the release follows the push's answer, and the acquire waits in
 // lock-server's queue of the key.

@@ -1,13 +1,16 @@
 package railstub
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // The rail's own counts, from its record of submissions: what the
 // payout-safety SLO (ops/slo.yaml) is judged from. Neither has a label.
 var (
 	submissions = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "rail_submissions_total",
-		Help: "Submissions the rail recorded in its journal (every accepted POST /submit; an injected error fault, or a refusal of a stopped reference, records nothing; stop orders are not submissions).",
+		Help: "Submissions the rail recorded in its journal (every accepted POST " + rail.PathSubmit + "; an injected error fault, or a refusal of a stopped reference, records nothing; stop orders are not submissions).",
 	})
 	duplicates = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "rail_duplicate_submissions_total",

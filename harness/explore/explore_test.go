@@ -62,14 +62,14 @@ var regressions = []struct {
 	{"stale-claim-after-the-accounts-debit", 2,
 		"A:acquire expire B:acquire B:claim B:confirm B:submit B:rail B:report B:release A:claim A:confirm A:release",
 		2, false, []string{"posted", "posted"}},
-	// Issue 16: no confirmation before the claim. A revoke acknowledged
+	// No confirmation before the claim. A revoke acknowledged
 	// right after the grant does not stop A's claim (fenced, and taken
 	// over by the next holder's); it stops A's submission at the
 	// confirmation before it. The last delivery then claims over A's claim
 	// and posts the payout once.
 	{"revoke-after-the-grant-stops-the-submission-not-the-claim", 1,
 		"A:acquire revoke A:claim A:confirm A:release", 1, false, []string{"posted"}},
-	// Issue 16: A answers its push before it releases. Between A's report
+	// A answers its push before it releases. Between A's report
 	// and its release its lease ends and B, delivering the account's
 	// next payout, is granted; A's late release, conditional on its
 	// token, is refused and leaves B's lease alone; both payouts posted

@@ -22,15 +22,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
-	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
-	railclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/harness/drive"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/config"
 	"github.com/distributed-lock-lab/distributed-lock-lab/ops/slo"
 )
 
@@ -224,34 +222,7 @@ var Faults = []Fault{
 		Name:   "forged-token",
 		Alerts: []string{"FenceUnverifiedTokens"},
 		Inject: func(ctx context.Context, e *env) error {
-			c, err := railclient.New(e.st.RailProxyURL())
-			if err != nil {
-				return err
-			}
-			// A real payout, so that its terms carry payment-resource's
-			// signature: rail-proxy checks the terms before the token's
-			// proof, and an unsigned submission would be refused
-			// INVALID_TERMS without reaching the fence.
-			pay, err := payclient.New(e.st.PaymentResourceURL())
-			if err != nil {
-				return err
-			}
-			balance := int64(1000)
-			if _, err := pay.CreateAccount(ctx, payapi.AccountRequest{AccountID: "gd-acct-forged", Currency: "EUR", OpeningBalanceMinor: &balance}); err != nil {
-				return err
-			}
-			p, err := pay.CreatePayout(ctx, payapi.PayoutRequest{PayoutID: "gd-forged-1", AccountID: "gd-acct-forged", AmountMinor: 100, Currency: "EUR"})
-			if err != nil {
-				return err
-			}
-			// A token lock-server never granted, with no proof.
-			h := fencewire.Holder{Token: 1 << 40, Owner: "gameday-forger"}
-			_, err = c.Submit(ctx, h, railapi.SubmitRequest{PayoutID: p.PayoutID, AccountID: p.AccountID, AmountMinor: p.AmountMinor, Currency: p.Currency,
-				TermsSignature: p.TermsSignature})
-			if err == nil {
-				return errors.New("rail-proxy accepted a forged token")
-			}
-			return nil
+			return drive.SubmitForged(ctx, e.st.PaymentResourceURL(), e.st.RailProxyURL(), "gd-acct-forged", "gd-forged-1")
 		},
 		Confirms: map[string]string{"FenceUnverifiedTokens": `fence_unverified_tokens_total\{resource="rail"\} [1-9]`},
 	},
@@ -367,7 +338,7 @@ var Faults = []Fault{
 	},
 	{
 		// rail-proxy's high-water mark of an account set above every
-		// token lock-server has granted (fenceAhead), then a payout of it:
+		// token lock-server has granted (drive.FenceAhead), then a payout of it:
 		// the executor is refused FENCED_OUT at the rail, confirms its
 		// lease is current and marks the payout needs_attention.
 		Name:     "fence-ahead",
@@ -375,7 +346,7 @@ var Faults = []Fault{
 		Alerts:   []string{"PayoutsNeedingAttention"},
 		Inject: func(ctx context.Context, e *env) error {
 			e.set("ID", aheadPayout)
-			return fenceAhead(ctx, e.st.PaymentResourceURL(), e.st.RailDBURL())
+			return drive.FenceAhead(ctx, e.st.PaymentResourceURL(), e.st.RailDBURL(), aheadAccount, aheadPayout)
 		},
 		// Nothing heals it: the payout waits for a person, as the alert
 		// says; the account is the fault's own.
@@ -383,7 +354,7 @@ var Faults = []Fault{
 	},
 	{
 		// payment-resource's account fence of an account set above every
-		// token lock-server has granted (paymentFenceAhead), then a payout
+		// token lock-server has granted (drive.PaymentFenceAhead), then a payout
 		// of it: the executor is refused FENCED_OUT at the claim, confirms
 		// its lease, and its needs_attention mark is refused by the same
 		// fence. The delivery is acknowledged and the payout stays
@@ -393,7 +364,7 @@ var Faults = []Fault{
 		Alerts:   []string{"PayoutAttentionUnrecorded"},
 		Inject: func(ctx context.Context, e *env) error {
 			e.set("ACCOUNT", payAheadAccount)
-			return paymentFenceAhead(ctx, e.st.PaymentResourceURL(), e.st.PayDBURL())
+			return drive.PaymentFenceAhead(ctx, e.st.PaymentResourceURL(), e.st.PayDBURL(), payAheadAccount, payAheadPayout)
 		},
 		// Nothing heals it: the payout waits for a person; the account is
 		// the fault's own.
@@ -424,7 +395,10 @@ var Faults = []Fault{
 			e.set("ID", id)
 			return nil
 		},
-		Heal: func(ctx context.Context, e *env) error { return reconcileOnce(ctx, e.st.ReconcilerURL()) },
+		Heal: func(ctx context.Context, e *env) error {
+			_, err := drive.Reconcile(ctx, e.st.ReconcilerURL())
+			return err
+		},
 		// The rail's record of it: recorded, the answer withheld.
 		Confirms: map[string]string{"PayoutAmbiguousTooLong": `"withheld":true`},
 	},
@@ -494,7 +468,8 @@ var Faults = []Fault{
 			if err := railStubSubmit(ctx, e.st.RailStubURL(), noDebitPayout, noDebitAccount); err != nil {
 				return err
 			}
-			return reconcileOnce(ctx, e.st.ReconcilerURL())
+			_, err := drive.Reconcile(ctx, e.st.ReconcilerURL())
+			return err
 		},
 		// Nothing heals it: money moved; the books need a person.
 		// The runbook's pass names the payout under railPaidNoDebit.
@@ -781,7 +756,7 @@ func runPhase(ctx context.Context, cfg Config, bin string, mon **monitor, ph pha
 	cancel()
 	e := &env{st: st, vars: map[string]string{
 		"LS": st.LockServerURL(), "PAY": st.PaymentResourceURL(), "PROXY": st.RailProxyURL(), "STUB": st.RailStubURL(),
-		lockapi.EnvLockDBURL: st.LockDBURL(), payapi.EnvDatabaseURL: st.PayDBURL(), railapi.EnvDatabaseURL: st.RailDBURL(),
+		config.EnvLockDBURL: st.LockDBURL(), payapi.EnvDatabaseURL: st.PayDBURL(), railapi.EnvDatabaseURL: st.RailDBURL(),
 		"ETCD":              strings.Join(st.EtcdEndpoints(), ","),
 		"RAIL_STUB_JOURNAL": filepath.Join(st.Dir(), "rail-stub.journal.jsonl"), // where local/stack keeps it
 		"PATH":              bin + string(os.PathListSeparator) + os.Getenv("PATH"),

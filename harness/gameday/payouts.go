@@ -12,10 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
-	payclient "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/client"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 )
 
 // The executor-path faults' accounts and payouts (Fault.Executes).
@@ -23,13 +21,8 @@ const (
 	// aheadAccount is fence-ahead's account, aheadPayout its payout.
 	aheadAccount = "gd-acct-ahead"
 	aheadPayout  = "gd-ahead-1"
-	// aheadToken is the fence fence-ahead writes: above any token
-	// lock-server grants (lockdb keeps its tokens near its clock in
-	// microseconds since 1970, about 2^50.7 in 2026; 2^52 is reached in
-	// 2112) and below the largest token, 2^53 - 1.
-	aheadToken = int64(1) << 52
 	// payAheadAccount is payment-fence-ahead's account, payAheadPayout
-	// its payout (the fence is aheadToken too).
+	// its payout.
 	payAheadAccount = "gd-acct-pay-ahead"
 	payAheadPayout  = "gd-pay-ahead-1"
 	// noDebitPayout is rail-paid-no-debit's payout, paid at the rail and
@@ -92,78 +85,6 @@ func post(ctx context.Context, url string, body []byte) error {
 	return nil
 }
 
-// fenceAhead puts rail-proxy's high-water mark of a new account above
-// every token lock-server has granted, in raildb, then creates a payout of
-// the account for the executor. A fence ahead of lock-server is what a
-// lock-server moved to a backend whose tokens start lower (lockdb's
-// sequence to etcd's revisions), or a raildb copied from another
-// environment, leaves behind: every holder of the account's current lease
-// is then refused FENCED_OUT at the rail, and the executor, having
-// confirmed its lease with lock-server, marks the payout needs_attention
-// (rail_fence_ahead) instead of redelivering it forever.
-//
-// The fence is rail-proxy's, not payment-resource's: with
-// payment-resource's account fence ahead, the executor's mark of the
-// payout is refused by that same fence (payout_attention_unrecorded in
-// its log), the payout is never counted in payouts_needing_attention_total,
-// and only PayoutAttentionUnrecorded sees it (paymentFenceAhead; found by
-// this game day).
-func fenceAhead(ctx context.Context, payURL, raildbURL string) error {
-	pay, err := payclient.New(payURL)
-	if err != nil {
-		return err
-	}
-	balance := int64(1_000_000)
-	if _, err := pay.CreateAccount(ctx, payapi.AccountRequest{AccountID: aheadAccount, Currency: "EUR", OpeningBalanceMinor: &balance}); err != nil {
-		return fmt.Errorf("fence-ahead: create account: %w", err)
-	}
-	conn, err := pgx.Connect(ctx, raildbURL)
-	if err != nil {
-		return fmt.Errorf("fence-ahead: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, `INSERT INTO rail_high_water (account_id, high_water, updated_at) VALUES ($1, $2, now())
-ON CONFLICT (account_id) DO UPDATE SET high_water = excluded.high_water, updated_at = now()`, aheadAccount, aheadToken); err != nil {
-		return fmt.Errorf("fence-ahead: %w", err)
-	}
-	if _, err := pay.CreatePayout(ctx, payapi.PayoutRequest{PayoutID: aheadPayout, AccountID: aheadAccount, AmountMinor: 100, Currency: "EUR"}); err != nil {
-		return fmt.Errorf("fence-ahead: create payout: %w", err)
-	}
-	return nil
-}
-
-// paymentFenceAhead puts payment-resource's account fence of a new
-// account above every token lock-server has granted, in paydb (a paydb
-// written by hand or restored from another environment), then creates a
-// payout of the account for the executor. The holder of the account's
-// current lease is refused FENCED_OUT at the claim, confirms its lease,
-// and its needs_attention mark is refused by the same fence: the executor
-// acknowledges the delivery and counts it in
-// executor_attention_unrecorded_total (payout_attention_unrecorded in its
-// log). The payout stays pending; before that alert nothing paged.
-func paymentFenceAhead(ctx context.Context, payURL, paydbURL string) error {
-	pay, err := payclient.New(payURL)
-	if err != nil {
-		return err
-	}
-	balance := int64(1_000_000)
-	if _, err := pay.CreateAccount(ctx, payapi.AccountRequest{AccountID: payAheadAccount, Currency: "EUR", OpeningBalanceMinor: &balance}); err != nil {
-		return fmt.Errorf("payment-fence-ahead: create account: %w", err)
-	}
-	conn, err := pgx.Connect(ctx, paydbURL)
-	if err != nil {
-		return fmt.Errorf("payment-fence-ahead: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, `UPDATE account SET fence = $2 WHERE account_id = $1`, payAheadAccount, aheadToken); err != nil {
-		return fmt.Errorf("payment-fence-ahead: %w", err)
-	}
-	if _, err := pay.CreatePayout(ctx, payapi.PayoutRequest{PayoutID: payAheadPayout, AccountID: payAheadAccount, AmountMinor: 100, Currency: "EUR"}); err != nil {
-		return fmt.Errorf("payment-fence-ahead: create payout: %w", err)
-	}
-	return nil
-}
-
 // awaitPayoutIn polls paydb until some payout is in state, and returns
 // the id of the one that entered it last.
 func awaitPayoutIn(ctx context.Context, paydbURL string, state payapi.State) (string, error) {
@@ -187,11 +108,4 @@ func awaitPayoutIn(ctx context.Context, paydbURL string, state payapi.State) (st
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-}
-
-// reconcileOnce asks the stack's reconciler for one pass (POST
-// reconciler.PathRuns): it settles ambiguous payouts with the rail's
-// record.
-func reconcileOnce(ctx context.Context, reconcilerURL string) error {
-	return post(ctx, reconcilerURL+reconciler.PathRuns, []byte("{}"))
 }

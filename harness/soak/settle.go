@@ -1,12 +1,9 @@
 package soak
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -106,7 +103,7 @@ func settle(ctx context.Context, cfg Config, ld *loader, rep *Report, log *slog.
 
 	// 2. The reconciler settles what is in doubt.
 	for {
-		pr, err := pass(sctx, ld.d.Stack().ReconcilerURL())
+		pr, err := drive.Reconcile(sctx, ld.d.Stack().ReconcilerURL())
 		if err == nil {
 			rep.ReconcilerPasses++
 			for k, v := range pr.Results {
@@ -145,26 +142,6 @@ func progressed(pr reconciler.PassReport) bool {
 		}
 	}
 	return false
-}
-
-// pass runs one reconciler pass (POST reconciler.PathRuns).
-func pass(ctx context.Context, base string) (reconciler.PassReport, error) {
-	var pr reconciler.PassReport
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, http.MethodPost, base+reconciler.PathRuns, bytes.NewReader(nil))
-	if err != nil {
-		return pr, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return pr, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return pr, fmt.Errorf("reconciler pass: %s", resp.Status)
-	}
-	return pr, json.NewDecoder(resp.Body).Decode(&pr)
 }
 
 // forwarding returns the payouts whose rail-proxy attempt is still

@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 )
 
 // Doer sends one HTTP request; *http.Client implements it.
@@ -254,13 +256,7 @@ func (c *Conn) Call(ctx context.Context, method, path string, h *Holder, in, out
 		return nil, nil
 	}
 	r := &Refusal{Status: ans.Status, RetryAfter: RetryAfter(ans.Header), Body: ans.Body}
-	var env struct {
-		Error struct {
-			Code      string `json:"code"`
-			Message   string `json:"message"`
-			Retryable bool   `json:"retryable"`
-		} `json:"error"`
-	}
+	var env jsonhandler.Envelope
 	if json.Unmarshal(ans.Body, &env) != nil || env.Error.Code == "" {
 		r.Message = Excerpt(ans.Body)
 		return r, nil

@@ -38,6 +38,15 @@ func Path(p string) *regexp.Regexp {
 	return regexp.MustCompile(regexp.QuoteMeta(p) + `($|[^A-Za-z0-9_-])`)
 }
 
+// Route returns a pattern matching the relative route p as a path of
+// its own: not continued by a letter, digit, '_' or '-', and not preceded
+// by one ("/submit" matches "/submit" and base+"/submit?x", not
+// "/v1/rail/submit" nor "/submits"). A host written before it in the same
+// literal hides it.
+func Route(p string) *regexp.Regexp {
+	return regexp.MustCompile(`(^|[^A-Za-z0-9_-])` + regexp.QuoteMeta(p) + `($|[^A-Za-z0-9_-])`)
+}
+
 // InSource returns "file:line:col: literal spells X" for every string
 // literal of the Go source src (read from name when src is nil) whose
 // value matches a pattern, in source order.

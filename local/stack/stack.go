@@ -42,6 +42,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pprofserve"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/config"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
 
@@ -471,11 +472,11 @@ func (s *Stack) start(ctx context.Context) error {
 	if s.termsKey, err = fenceproof.GenerateSigningKey("local-pay", rand.Reader); err != nil {
 		return err
 	}
-	lockEnv := []string{lockapi.EnvStore + "=" + s.cfg.Backend, lockapi.EnvProofSigningKey + "=" + s.proofKey.String()}
+	lockEnv := []string{config.EnvStore + "=" + s.cfg.Backend, config.EnvProofSigningKey + "=" + s.proofKey.String()}
 	if s.cfg.Backend == BackendPostgres {
-		lockEnv = append(lockEnv, lockapi.EnvLockDBURL+"="+s.lockDSN)
+		lockEnv = append(lockEnv, config.EnvLockDBURL+"="+s.lockDSN)
 	} else {
-		lockEnv = append(lockEnv, lockapi.EnvEtcdEndpoints+"="+strings.Join(s.etcdEndpoints, ","))
+		lockEnv = append(lockEnv, config.EnvEtcdEndpoints+"="+strings.Join(s.etcdEndpoints, ","))
 	}
 	if s.lockURL, err = s.startLockServer(ctx, lockEnv); err != nil {
 		return err
@@ -727,7 +728,7 @@ func (s *Stack) startEmulator(ctx context.Context) error {
 
 func (s *Stack) startLockServer(ctx context.Context, env []string) (string, error) {
 	return s.startOnPort(ctx, "lock-server", "lock-server", func(port int) []string {
-		return append(env, lockapi.EnvHTTPAddr+"=127.0.0.1:"+strconv.Itoa(port))
+		return append(env, config.EnvHTTPAddr+"=127.0.0.1:"+strconv.Itoa(port))
 	}, "/readyz", func(code int) bool { return code == http.StatusOK })
 }
 

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog/railproxyfn"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/serve"
@@ -52,7 +53,7 @@ func recoverRestore(ctx context.Context, args []string, getenv func(string) stri
 	fs := flag.NewFlagSet("rail-proxy "+cmdRecover, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	past := fs.Int64("past", 0, "N: at least every fencing token issued before the restore (required, 1..2^53-1); the token floor")
-	journal := fs.String("rail-journal", "", "file with the rail's journal, the JSON of the rail's GET /submissions (required)")
+	journal := fs.String("rail-journal", "", "file with the rail's journal, the JSON of the rail's GET "+rail.PathJournal+" (required)")
 	idsPast := fs.Int64("attempt-ids-past", 0, "optional: the largest attempt id handed out before the restore (rail-proxy's logs)")
 	timeout := fs.Duration("timeout", time.Minute, "bound of the whole recovery")
 	fs.Usage = func() {

@@ -132,7 +132,7 @@ func (t PayoutTerms) Fields() []string {
 const (
 	// EnvProofKeys lists, at both fence points, the public keys of
 	// lock-server's grant proofs (lockserver/fenceproof VerifyKey forms,
-	// comma-separated): the same name as lockserver/api.EnvProofKeys.
+	// comma-separated): the same name as lockserver/config.EnvProofKeys.
 	// Required while fencing is on.
 	EnvProofKeys = "LOCK_PROOF_KEYS"
 	// EnvReceiptSigningKey is rail-proxy's secret key for its receipts

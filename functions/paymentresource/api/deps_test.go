@@ -10,7 +10,7 @@ import (
 // rule of the contract: payment-resource's api package and its client
 // import only the standard library, the pipeline's wire packages
 // functions/payoutevent and functions/fencing/fencewire and (the client) the stdlib-only transport core
-// internal/jsonclient, so that a caller never pulls in a database driver.
+// internal/jsonclient with the envelope's home internal/jsonhandler, so that a caller never pulls in a database driver.
 func TestAPIAndClientImportOnlyTheStandardLibrary(t *testing.T) {
 	const mod = "github.com/distributed-lock-lab/distributed-lock-lab/"
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}",
@@ -24,10 +24,11 @@ func TestAPIAndClientImportOnlyTheStandardLibrary(t *testing.T) {
 		mod + "functions/payoutevent":            true,
 		mod + "functions/fencing/fencewire":      true,
 		mod + "internal/jsonclient":              true, // the clients' stdlib-only transport core
+		mod + "internal/jsonhandler":             true, // the error envelope jsonclient decodes
 	}
 	for _, p := range strings.Fields(string(out)) {
 		if !allowed[p] {
-			t.Errorf("functions/paymentresource/api or its client depends on %s; only the standard library, functions/payoutevent, functions/fencing/fencewire and internal/jsonclient are allowed", p)
+			t.Errorf("functions/paymentresource/api or its client depends on %s; only the standard library, functions/payoutevent, functions/fencing/fencewire, internal/jsonclient and internal/jsonhandler are allowed", p)
 		}
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	lockcfg "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/config"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
@@ -20,7 +20,7 @@ import (
 var errInvalidConfig = errors.New("invalid config")
 
 // config is lock-server's whole configuration, read from the environment
-// (the variable names are lockserver/api's Env constants; every one is
+// (the variable names are lockserver/config's Env constants; every one is
 // listed, with its default, in docs/configuration.md). Start from
 // defaultConfig: the zero value is not the defaults. The stores' settings
 // are the stores' own Config types, so that each default (lockdb's pool
@@ -119,12 +119,12 @@ func defaultConfig() config {
 // envcheck (logjson's platform detection reads K_SERVICE and
 // KUBERNETES_SERVICE_HOST, which carry none of envcheck.Prefixes).
 func envNames() []string {
-	return []string{api.EnvStore, api.EnvHTTPAddr, api.EnvPort, api.EnvLockDBURL, api.EnvLockDBMaxConns,
-		api.EnvLockDBAcceptPromotion,
-		api.EnvEtcdEndpoints, api.EnvEtcdPrefix, api.EnvEtcdIdleLeases, api.EnvRequestTimeoutMs,
-		api.EnvShutdownTimeoutMs, api.EnvLogLevel, api.EnvProofSigningKey, api.EnvMaxInFlight,
-		api.EnvStallProbeTimeoutMs, api.EnvBatchEnabled, api.EnvBatchMax, api.EnvBatchWindowUs,
-		api.EnvHandoffEnabled}
+	return []string{lockcfg.EnvStore, lockcfg.EnvHTTPAddr, lockcfg.EnvPort, lockcfg.EnvLockDBURL, lockcfg.EnvLockDBMaxConns,
+		lockcfg.EnvLockDBAcceptPromotion,
+		lockcfg.EnvEtcdEndpoints, lockcfg.EnvEtcdPrefix, lockcfg.EnvEtcdIdleLeases, lockcfg.EnvRequestTimeoutMs,
+		lockcfg.EnvShutdownTimeoutMs, lockcfg.EnvLogLevel, lockcfg.EnvProofSigningKey, lockcfg.EnvMaxInFlight,
+		lockcfg.EnvStallProbeTimeoutMs, lockcfg.EnvBatchEnabled, lockcfg.EnvBatchMax, lockcfg.EnvBatchWindowUs,
+		lockcfg.EnvHandoffEnabled}
 }
 
 // loadConfig returns defaultConfig overridden by the variables of envNames,
@@ -137,58 +137,58 @@ func loadConfig(getenv func(string) string) (config, error) {
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{errInvalidConfig}, a...)...))
 	}
-	if v := strings.TrimSpace(getenv(api.EnvStore)); v != "" {
+	if v := strings.TrimSpace(getenv(lockcfg.EnvStore)); v != "" {
 		c.Store = v
 	}
-	if v := getenv(api.EnvHTTPAddr); v != "" {
+	if v := getenv(lockcfg.EnvHTTPAddr); v != "" {
 		c.Addr = v
-	} else if p := getenv(api.EnvPort); p != "" {
+	} else if p := getenv(lockcfg.EnvPort); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != p {
-			bad("%s=%q: want a TCP port number, 1..65535", api.EnvPort, p)
+			bad("%s=%q: want a TCP port number, 1..65535", lockcfg.EnvPort, p)
 		}
 		c.Addr = ":" + p
 	}
-	c.LockDB.DSN = getenv(api.EnvLockDBURL)
-	if v := getenv(api.EnvEtcdEndpoints); v != "" {
+	c.LockDB.DSN = getenv(lockcfg.EnvLockDBURL)
+	if v := getenv(lockcfg.EnvEtcdEndpoints); v != "" {
 		for _, e := range strings.Split(v, ",") {
 			if e = strings.TrimSpace(e); e != "" {
 				c.Etcd.Endpoints = append(c.Etcd.Endpoints, e)
 			}
 		}
 	}
-	if v := getenv(api.EnvEtcdPrefix); v != "" {
+	if v := getenv(lockcfg.EnvEtcdPrefix); v != "" {
 		c.Etcd.Prefix = v
 	}
-	if v := getenv(api.EnvEtcdIdleLeases); v != "" {
+	if v := getenv(lockcfg.EnvEtcdIdleLeases); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > maxIdleLeases {
-			bad("%s=%q: want an integer between 0 (no pool) and %d", api.EnvEtcdIdleLeases, v, maxIdleLeases)
+			bad("%s=%q: want an integer between 0 (no pool) and %d", lockcfg.EnvEtcdIdleLeases, v, maxIdleLeases)
 		} else {
 			c.Etcd.IdleLeases = n
 		}
 	}
-	if v := getenv(api.EnvLockDBMaxConns); v != "" {
+	if v := getenv(lockcfg.EnvLockDBMaxConns); v != "" {
 		n, err := strconv.ParseInt(v, 10, 32)
 		if err != nil || n < 1 {
-			bad("%s=%q: want a positive integer", api.EnvLockDBMaxConns, v)
+			bad("%s=%q: want a positive integer", lockcfg.EnvLockDBMaxConns, v)
 		} else {
 			c.LockDB.MaxConns = int32(n)
 		}
 	}
-	if v := strings.TrimSpace(getenv(api.EnvLockDBAcceptPromotion)); v != "" {
+	if v := strings.TrimSpace(getenv(lockcfg.EnvLockDBAcceptPromotion)); v != "" {
 		switch v {
 		case "true":
 			c.LockDB.AcceptPromotion = true
 		case "false":
 			c.LockDB.AcceptPromotion = false
 		default:
-			bad("%s=%q: want true or false", api.EnvLockDBAcceptPromotion, v)
+			bad("%s=%q: want true or false", lockcfg.EnvLockDBAcceptPromotion, v)
 		}
 	}
 	for _, d := range []struct {
 		key string
 		dst *time.Duration
-	}{{api.EnvRequestTimeoutMs, &c.RequestTimeout}, {api.EnvShutdownTimeoutMs, &c.ShutdownTimeout}} {
+	}{{lockcfg.EnvRequestTimeoutMs, &c.RequestTimeout}, {lockcfg.EnvShutdownTimeoutMs, &c.ShutdownTimeout}} {
 		if v := getenv(d.key); v != "" {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n < 1 || n > maxTimeoutMs {
@@ -199,18 +199,18 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 	}
 	c.Etcd.RequestTimeout = c.RequestTimeout
-	if v := strings.TrimSpace(getenv(api.EnvMaxInFlight)); v != "" {
+	if v := strings.TrimSpace(getenv(lockcfg.EnvMaxInFlight)); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxInFlight {
-			bad("%s=%q: want an integer between 1 and %d", api.EnvMaxInFlight, v, maxInFlight)
+			bad("%s=%q: want an integer between 1 and %d", lockcfg.EnvMaxInFlight, v, maxInFlight)
 		} else {
 			c.MaxInFlight = n
 		}
 	}
-	if v := strings.TrimSpace(getenv(api.EnvStallProbeTimeoutMs)); v != "" {
+	if v := strings.TrimSpace(getenv(lockcfg.EnvStallProbeTimeoutMs)); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 1 || n > maxStallProbeTimeoutMs {
-			bad("%s=%q: want a number of milliseconds between 1 and %d", api.EnvStallProbeTimeoutMs, v, maxStallProbeTimeoutMs)
+			bad("%s=%q: want a number of milliseconds between 1 and %d", lockcfg.EnvStallProbeTimeoutMs, v, maxStallProbeTimeoutMs)
 		} else {
 			c.StallProbeTimeout = time.Duration(n) * time.Millisecond
 		}
@@ -218,54 +218,54 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if c.Store == "etcd" {
 		c.Batching = false
 	}
-	if v := strings.TrimSpace(getenv(api.EnvBatchEnabled)); v != "" {
+	if v := strings.TrimSpace(getenv(lockcfg.EnvBatchEnabled)); v != "" {
 		switch v {
 		case "true":
 			c.Batching = true
 		case "false":
 			c.Batching = false
 		default:
-			bad("%s=%q: want true or false", api.EnvBatchEnabled, v)
+			bad("%s=%q: want true or false", lockcfg.EnvBatchEnabled, v)
 		}
 	}
-	if v := strings.TrimSpace(getenv(api.EnvHandoffEnabled)); v != "" {
+	if v := strings.TrimSpace(getenv(lockcfg.EnvHandoffEnabled)); v != "" {
 		switch v {
 		case "true":
 			c.Handoff = true
 		case "false":
 			c.Handoff = false
 		default:
-			bad("%s=%q: want true or false", api.EnvHandoffEnabled, v)
+			bad("%s=%q: want true or false", lockcfg.EnvHandoffEnabled, v)
 		}
 	}
-	if v := strings.TrimSpace(getenv(api.EnvBatchMax)); v != "" {
+	if v := strings.TrimSpace(getenv(lockcfg.EnvBatchMax)); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > lockserver.MaxBatchMaxSize {
-			bad("%s=%q: want an integer between 1 and %d", api.EnvBatchMax, v, lockserver.MaxBatchMaxSize)
+			bad("%s=%q: want an integer between 1 and %d", lockcfg.EnvBatchMax, v, lockserver.MaxBatchMaxSize)
 		} else {
 			c.Batch.MaxSize = n
 		}
 	}
-	if v := strings.TrimSpace(getenv(api.EnvBatchWindowUs)); v != "" {
+	if v := strings.TrimSpace(getenv(lockcfg.EnvBatchWindowUs)); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 || n > lockserver.MaxBatchWindow.Microseconds() {
-			bad("%s=%q: want microseconds between 0 and %d", api.EnvBatchWindowUs, v, lockserver.MaxBatchWindow.Microseconds())
+			bad("%s=%q: want microseconds between 0 and %d", lockcfg.EnvBatchWindowUs, v, lockserver.MaxBatchWindow.Microseconds())
 		} else {
 			c.Batch.Window = time.Duration(n) * time.Microsecond
 		}
 	}
-	if v := strings.TrimSpace(getenv(api.EnvProofSigningKey)); v != "" {
+	if v := strings.TrimSpace(getenv(lockcfg.EnvProofSigningKey)); v != "" {
 		k, err := fenceproof.ParseSigningKey(v)
 		if err != nil {
 			// The value is a secret: the error names the key id at most.
-			bad("%s: %v (make one with: lockctl proof-key)", api.EnvProofSigningKey, err)
+			bad("%s: %v (make one with: lockctl proof-key)", lockcfg.EnvProofSigningKey, err)
 		} else {
 			c.ProofKey = k
 		}
 	}
-	if v := getenv(api.EnvLogLevel); v != "" {
+	if v := getenv(lockcfg.EnvLogLevel); v != "" {
 		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil || strings.ContainsAny(v, "+-") {
-			bad("%s=%q: want debug, info, warn or error", api.EnvLogLevel, v)
+			bad("%s=%q: want debug, info, warn or error", lockcfg.EnvLogLevel, v)
 		}
 	}
 	if err := errors.Join(append(errs, c.Validate())...); err != nil {
@@ -285,34 +285,34 @@ func (c config) Validate() error {
 	switch c.Store {
 	case "postgres":
 		if c.LockDB.DSN == "" {
-			bad("%s=postgres needs %s (a PostgreSQL DSN)", api.EnvStore, api.EnvLockDBURL)
+			bad("%s=postgres needs %s (a PostgreSQL DSN)", lockcfg.EnvStore, lockcfg.EnvLockDBURL)
 		} else if err := c.LockDB.Validate(); err != nil {
-			bad("%s, %s: %v", api.EnvLockDBURL, api.EnvLockDBMaxConns, strings.ReplaceAll(err.Error(), "\n", "; "))
+			bad("%s, %s: %v", lockcfg.EnvLockDBURL, lockcfg.EnvLockDBMaxConns, strings.ReplaceAll(err.Error(), "\n", "; "))
 		}
 	case "etcd":
 		if len(c.Etcd.Endpoints) == 0 {
-			bad("%s=etcd needs %s (comma-separated client URLs)", api.EnvStore, api.EnvEtcdEndpoints)
+			bad("%s=etcd needs %s (comma-separated client URLs)", lockcfg.EnvStore, lockcfg.EnvEtcdEndpoints)
 		}
 		if err := c.Etcd.Validate(); err != nil && len(c.Etcd.Endpoints) > 0 && prefixOK(c.Etcd.Prefix) {
-			bad("%s, %s, %s: %v", api.EnvEtcdEndpoints, api.EnvEtcdIdleLeases, api.EnvRequestTimeoutMs, strings.ReplaceAll(err.Error(), "\n", "; "))
+			bad("%s, %s, %s: %v", lockcfg.EnvEtcdEndpoints, lockcfg.EnvEtcdIdleLeases, lockcfg.EnvRequestTimeoutMs, strings.ReplaceAll(err.Error(), "\n", "; "))
 		}
 	default:
-		bad("%s=%q: want postgres or etcd", api.EnvStore, c.Store)
+		bad("%s=%q: want postgres or etcd", lockcfg.EnvStore, c.Store)
 	}
 	if !prefixOK(c.Etcd.Prefix) {
-		bad("%s=%q: want a key prefix that starts and ends with /", api.EnvEtcdPrefix, c.Etcd.Prefix)
+		bad("%s=%q: want a key prefix that starts and ends with /", lockcfg.EnvEtcdPrefix, c.Etcd.Prefix)
 	}
 	if c.Addr == "" {
-		bad("%s is empty", api.EnvHTTPAddr)
+		bad("%s is empty", lockcfg.EnvHTTPAddr)
 	}
 	if c.RequestTimeout <= 0 {
-		bad("%s: RequestTimeout %v is not positive", api.EnvRequestTimeoutMs, c.RequestTimeout)
+		bad("%s: RequestTimeout %v is not positive", lockcfg.EnvRequestTimeoutMs, c.RequestTimeout)
 	}
 	if c.StallProbeTimeout <= 0 || c.StallProbeTimeout > maxStallProbeTimeoutMs*time.Millisecond {
-		bad("%s: StallProbeTimeout %v is outside (0, %v]", api.EnvStallProbeTimeoutMs, c.StallProbeTimeout, maxStallProbeTimeoutMs*time.Millisecond)
+		bad("%s: StallProbeTimeout %v is outside (0, %v]", lockcfg.EnvStallProbeTimeoutMs, c.StallProbeTimeout, maxStallProbeTimeoutMs*time.Millisecond)
 	}
 	if c.ShutdownTimeout <= 0 {
-		bad("%s: ShutdownTimeout %v is not positive", api.EnvShutdownTimeoutMs, c.ShutdownTimeout)
+		bad("%s: ShutdownTimeout %v is not positive", lockcfg.EnvShutdownTimeoutMs, c.ShutdownTimeout)
 	}
 	return errors.Join(errs...)
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver"
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	lockcfg "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/config"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof/fenceprooftest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
@@ -113,12 +113,12 @@ func TestConfigRejectsBadValues(t *testing.T) {
 // the chosen store.
 func TestLoadConfigReportsEveryInvalidVariable(t *testing.T) {
 	_, err := loadConfig(env(map[string]string{
-		api.EnvStore: "etcd", api.EnvEtcdIdleLeases: "many", api.EnvRequestTimeoutMs: "soon",
+		lockcfg.EnvStore: "etcd", lockcfg.EnvEtcdIdleLeases: "many", lockcfg.EnvRequestTimeoutMs: "soon",
 	}))
 	if !errors.Is(err, errInvalidConfig) {
 		t.Fatalf("loadConfig error = %v, want errInvalidConfig", err)
 	}
-	for _, name := range []string{api.EnvEtcdIdleLeases, api.EnvRequestTimeoutMs, api.EnvEtcdEndpoints} {
+	for _, name := range []string{lockcfg.EnvEtcdIdleLeases, lockcfg.EnvRequestTimeoutMs, lockcfg.EnvEtcdEndpoints} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("loadConfig error %q does not name %s", err, name)
 		}
@@ -128,7 +128,7 @@ func TestLoadConfigReportsEveryInvalidVariable(t *testing.T) {
 // TestIdleLeasesZeroMeansOffInBothPlaces: ETCD_IDLE_LEASES=0 and
 // etcdstore's IdleLeases 0 mean the same (no pool), and the defaults agree.
 func TestIdleLeasesZeroMeansOffInBothPlaces(t *testing.T) {
-	c, err := loadConfig(env(map[string]string{api.EnvStore: "etcd", api.EnvEtcdEndpoints: "http://a:2379", api.EnvEtcdIdleLeases: "0"}))
+	c, err := loadConfig(env(map[string]string{lockcfg.EnvStore: "etcd", lockcfg.EnvEtcdEndpoints: "http://a:2379", lockcfg.EnvEtcdIdleLeases: "0"}))
 	if err != nil || c.Etcd.IdleLeases != 0 {
 		t.Fatalf("ETCD_IDLE_LEASES=0: %+v, %v; want Etcd.IdleLeases 0 (no pool)", c.Etcd, err)
 	}
@@ -144,7 +144,7 @@ func TestIdleLeasesZeroMeansOffInBothPlaces(t *testing.T) {
 // of the stall probe; unset, it is lock-server's default (1 s, well under
 // the callers' 5 s budget).
 func TestStallProbeTimeoutIsRead(t *testing.T) {
-	c, err := loadConfig(env(map[string]string{api.EnvLockDBURL: "postgres://x/lockdb", api.EnvStallProbeTimeoutMs: "750"}))
+	c, err := loadConfig(env(map[string]string{lockcfg.EnvLockDBURL: "postgres://x/lockdb", lockcfg.EnvStallProbeTimeoutMs: "750"}))
 	if err != nil || c.StallProbeTimeout != 750*time.Millisecond {
 		t.Fatalf("LOCK_STALL_PROBE_TIMEOUT_MS=750: %v, %v; want 750ms", c.StallProbeTimeout, err)
 	}
@@ -180,7 +180,7 @@ func TestMisspeltVariableIsWarnedAboutAtStart(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // a port nothing listens on: the store cannot open
-	vars := map[string]string{api.EnvLockDBURL: "postgres://u@" + addr + "/lockdb?connect_timeout=2",
+	vars := map[string]string{lockcfg.EnvLockDBURL: "postgres://u@" + addr + "/lockdb?connect_timeout=2",
 		"LOCK_REQEST_TIMEOUT_MS": "50", "LOCK_TTL": "5000", "PATH": "/bin"}
 	var environ []string
 	for k, v := range vars {
@@ -193,7 +193,7 @@ func TestMisspeltVariableIsWarnedAboutAtStart(t *testing.T) {
 	out := buf.String()
 	for _, want := range []string{
 		`"event":"` + envcheck.EventUnknownVariable + `"`, `"variable":"LOCK_REQEST_TIMEOUT_MS"`,
-		`"didYouMean":"` + api.EnvRequestTimeoutMs + `"`, `"variable":"LOCK_TTL"`,
+		`"didYouMean":"` + lockcfg.EnvRequestTimeoutMs + `"`, `"variable":"LOCK_TTL"`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log %s; want %s", out, want)
@@ -211,11 +211,11 @@ func TestMisspeltVariableIsWarnedAboutWhenTheConfigIsRefused(t *testing.T) {
 	vars := map[string]string{"LOCKDB_ULR": "postgres://u@127.0.0.1:1/lockdb"}
 	var buf bytes.Buffer
 	err := run(t.Context(), env(vars), []string{"LOCKDB_ULR=" + vars["LOCKDB_ULR"]}, &buf, nil)
-	if !errors.Is(err, errInvalidConfig) || !strings.Contains(err.Error(), api.EnvLockDBURL) {
-		t.Fatalf("run = %v; want errInvalidConfig naming %s", err, api.EnvLockDBURL)
+	if !errors.Is(err, errInvalidConfig) || !strings.Contains(err.Error(), lockcfg.EnvLockDBURL) {
+		t.Fatalf("run = %v; want errInvalidConfig naming %s", err, lockcfg.EnvLockDBURL)
 	}
-	if out := buf.String(); !strings.Contains(out, `"variable":"LOCKDB_ULR"`) || !strings.Contains(out, `"didYouMean":"`+api.EnvLockDBURL+`"`) {
-		t.Errorf("log %s; want a %s line for LOCKDB_ULR suggesting %s", out, envcheck.EventUnknownVariable, api.EnvLockDBURL)
+	if out := buf.String(); !strings.Contains(out, `"variable":"LOCKDB_ULR"`) || !strings.Contains(out, `"didYouMean":"`+lockcfg.EnvLockDBURL+`"`) {
+		t.Errorf("log %s; want a %s line for LOCKDB_ULR suggesting %s", out, envcheck.EventUnknownVariable, lockcfg.EnvLockDBURL)
 	}
 }
 
@@ -223,17 +223,17 @@ func TestMisspeltVariableIsWarnedAboutWhenTheConfigIsRefused(t *testing.T) {
 // set, and a bad value is refused by name without echoing the secret.
 func TestProofSigningKey(t *testing.T) {
 	secret := fenceprooftest.LockSigningKey().String()
-	c, err := loadConfig(env(map[string]string{api.EnvLockDBURL: "postgres://u@127.0.0.1/lockdb", api.EnvProofSigningKey: secret}))
+	c, err := loadConfig(env(map[string]string{lockcfg.EnvLockDBURL: "postgres://u@127.0.0.1/lockdb", lockcfg.EnvProofSigningKey: secret}))
 	if err != nil || c.ProofKey.ID() != fenceprooftest.LockSigningKey().ID() {
 		t.Fatalf("loadConfig with a signing key: %v, key %q", err, c.ProofKey.ID())
 	}
-	if c, err := loadConfig(env(map[string]string{api.EnvLockDBURL: "postgres://u@127.0.0.1/lockdb"})); err != nil || !c.ProofKey.IsZero() {
+	if c, err := loadConfig(env(map[string]string{lockcfg.EnvLockDBURL: "postgres://u@127.0.0.1/lockdb"})); err != nil || !c.ProofKey.IsZero() {
 		t.Fatalf("loadConfig without a signing key: %v, key %q; want none", err, c.ProofKey.ID())
 	}
 	bad := secret[:len(secret)-4] // cut: not a key any more
-	_, err = loadConfig(env(map[string]string{api.EnvLockDBURL: "postgres://u@127.0.0.1/lockdb", api.EnvProofSigningKey: bad}))
-	if !errors.Is(err, errInvalidConfig) || !strings.Contains(err.Error(), api.EnvProofSigningKey) {
-		t.Fatalf("a cut signing key: %v; want errInvalidConfig naming %s", err, api.EnvProofSigningKey)
+	_, err = loadConfig(env(map[string]string{lockcfg.EnvLockDBURL: "postgres://u@127.0.0.1/lockdb", lockcfg.EnvProofSigningKey: bad}))
+	if !errors.Is(err, errInvalidConfig) || !strings.Contains(err.Error(), lockcfg.EnvProofSigningKey) {
+		t.Fatalf("a cut signing key: %v; want errInvalidConfig naming %s", err, lockcfg.EnvProofSigningKey)
 	}
 	if strings.Contains(err.Error(), bad[len(bad)-20:]) {
 		t.Fatalf("the error %q echoes the secret", err)

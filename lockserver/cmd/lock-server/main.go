@@ -124,7 +124,7 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	go func() {
 		served <- httpserve.Serve(ctx, ln, tracing.Handler("lock-server", h, api.PathHealth, api.PathReady, lockserver.PathMetrics), hcfg, log)
 	}()
-	started := []any{"event", api.EventServerStarted, "addr", ln.Addr().String(), "store", cfg.Store}
+	started := []any{"event", lockserver.EventServerStarted, "addr", ln.Addr().String(), "store", cfg.Store}
 	if !cfg.ProofKey.IsZero() {
 		started = append(started, "proofKeyId", cfg.ProofKey.ID())
 	}
@@ -145,7 +145,7 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	case serveErr = <-served:
 		// The server failed before ctx ended.
 	case <-ctx.Done():
-		log.Info("lock-server stopping", "event", api.EventServerStopping)
+		log.Info("lock-server stopping", "event", lockserver.EventServerStopping)
 		serveErr = <-served
 	}
 	// The handlers are done (or were cut by the drain's timeout): wait
@@ -153,17 +153,17 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stde
 	// store, closed after this by the deferred call above.
 	if err := h.Close(); err != nil {
 		log.Warn("releases of abandoned grants still running at stop; their leases end by their TTL if they fail",
-			"event", api.EventAbandonedReleasesUnfinished, "error", err.Error())
+			"event", lockserver.EventAbandonedReleasesUnfinished, "error", err.Error())
 	}
 	switch {
 	case errors.Is(serveErr, httpserve.ErrDrainTimeout):
 		// A client that never finishes its request held the drain open;
 		// past the timeout its connection was cut rather than hang.
-		log.Warn("drain timed out; closed the remaining connections", "event", api.EventServerDrainTimeout, "error", serveErr.Error())
+		log.Warn("drain timed out; closed the remaining connections", "event", lockserver.EventServerDrainTimeout, "error", serveErr.Error())
 	case serveErr != nil:
 		return serveErr
 	}
-	log.Info("lock-server stopped", "event", api.EventServerStopped)
+	log.Info("lock-server stopped", "event", lockserver.EventServerStopped)
 	return nil
 }
 

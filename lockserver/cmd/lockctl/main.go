@@ -32,6 +32,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/config"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/etcdstore"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
@@ -242,8 +243,8 @@ func newProofKey(out io.Writer) *cobra.Command {
 		Use:   "proof-key",
 		Short: "Make a key pair for grant proofs: the secret for lock-server, the public key for fence points",
 		Long: "Make an Ed25519 key pair for grant proofs and print it as two environment lines:\n" +
-			api.EnvProofSigningKey + " (a secret: lock-server only) and " + api.EnvProofKeys + " (public: every fence point).\n" +
-			"To rotate, add the new public key to " + api.EnvProofKeys + " (comma-separated) before lock-server signs with it.",
+			config.EnvProofSigningKey + " (a secret: lock-server only) and " + config.EnvProofKeys + " (public: every fence point).\n" +
+			"To rotate, add the new public key to " + config.EnvProofKeys + " (comma-separated) before lock-server signs with it.",
 		Args: cobra.NoArgs,
 		RunE: func(_ *cobra.Command, _ []string) error {
 			if id == "" {
@@ -253,7 +254,7 @@ func newProofKey(out io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(out, "%s=%s\n%s=%s\n", api.EnvProofSigningKey, k, api.EnvProofKeys, k.VerifyKey())
+			_, err = fmt.Fprintf(out, "%s=%s\n%s=%s\n", config.EnvProofSigningKey, k, config.EnvProofKeys, k.VerifyKey())
 			return err
 		},
 	}
@@ -309,9 +310,9 @@ func newAdvance(timeout *time.Duration, printJSON func(any) error) *cobra.Comman
 	}
 	cmd.Flags().Int64Var(&past, "past", 0, "the largest token ever issued before the restore (required)")
 	cmd.Flags().StringVar(&backend, "store", envOr("LOCK_STORE", "postgres"), "backend: postgres or etcd ($LOCK_STORE)")
-	cmd.Flags().StringVar(&lockdbURL, "lockdb-url", os.Getenv(api.EnvLockDBURL), "PostgreSQL DSN of lockdb ($LOCKDB_URL)")
-	cmd.Flags().StringVar(&endpoints, "etcd-endpoints", os.Getenv(api.EnvEtcdEndpoints), "comma-separated etcd client URLs ($ETCD_ENDPOINTS)")
-	cmd.Flags().StringVar(&prefix, "etcd-prefix", envOr(api.EnvEtcdPrefix, etcdstore.DefaultPrefix), "etcd key prefix of the lock keys ($ETCD_PREFIX)")
+	cmd.Flags().StringVar(&lockdbURL, "lockdb-url", os.Getenv(config.EnvLockDBURL), "PostgreSQL DSN of lockdb ($LOCKDB_URL)")
+	cmd.Flags().StringVar(&endpoints, "etcd-endpoints", os.Getenv(config.EnvEtcdEndpoints), "comma-separated etcd client URLs ($ETCD_ENDPOINTS)")
+	cmd.Flags().StringVar(&prefix, "etcd-prefix", envOr(config.EnvEtcdPrefix, etcdstore.DefaultPrefix), "etcd key prefix of the lock keys ($ETCD_PREFIX)")
 	_ = cmd.MarkFlagRequired("past") // the flag exists; cannot fail
 	return cmd
 }
