@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -263,6 +264,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 	}
 	rep.RunStart = time.Now()
+	rep.LoadAverage[0] = loadAverage()
 	log.Info("month started", "event", EventMonthStarted, "backend", cfg.Backend, "seed", cfg.Seed, "faults", len(occs))
 	if err := wait(ctx, cfg.Healthy); err != nil {
 		return rep, err
@@ -277,6 +279,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		log.Info("fault done", "event", EventFaultDone, "fault", o.Fault, "cause", o.Cause, "n", i+1, "of", len(occs))
 	}
 	rep.RunEnd = time.Now()
+	rep.LoadAverage[1] = loadAverage()
 	rep.Occurrences = occs
 	// Prometheus has scraped past the run's end before its totals are read.
 	if err := wait(ctx, 3*time.Second); err != nil {
@@ -389,6 +392,21 @@ func drained(ctx context.Context, d *drive.Driver, t time.Time, limit time.Durat
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// loadAverage is the machine's load average over the last minute, as
+// /proc/loadavg has it ("" where it cannot be read): the latency SLO
+// measures the machine too.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
 }
 
 // wait returns after d, or with ctx's error.

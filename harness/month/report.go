@@ -46,7 +46,10 @@ type Report struct {
 	RunStart   time.Time `json:"runStart"`
 	HealthyEnd time.Time `json:"healthyEnd"`
 	RunEnd     time.Time `json:"runEnd"`
-	Faults     []Fault   `json:"faults"`
+	// LoadAverage is the machine's one-minute load average at RunStart
+	// and at RunEnd.
+	LoadAverage [2]string `json:"loadAverage"`
+	Faults      []Fault   `json:"faults"`
 	// Occurrences are the faults in the order of the month.
 	Occurrences []Occurrence `json:"occurrences"`
 	// HealthyBad are the bad events of each SLO in the healthy lead-in,
@@ -203,8 +206,8 @@ func (r *Report) Markdown() string {
 	var b strings.Builder
 	run := r.RunEnd.Sub(r.RunStart)
 	fmt.Fprintf(&b, "### A month on %s (seed %d)\n\n", r.Backend, r.Seed)
-	fmt.Fprintf(&b, "Run of %s (started %s): %d faults at their real length; the %s healthy lead-in stands for the rest of the month (%.0f times as long).\n\n",
-		run.Round(time.Second), r.Started.Format("2006-01-02 15:04 UTC"), len(r.Occurrences), r.HealthyEnd.Sub(r.RunStart).Round(time.Second), r.Scale)
+	fmt.Fprintf(&b, "Run of %s (started %s): %d faults at their real length; the %s healthy lead-in stands for the rest of the month (%.0f times as long). Load average of the machine: %s at the start, %s at the end.\n\n",
+		run.Round(time.Second), r.Started.Format("2006-01-02 15:04 UTC"), len(r.Occurrences), r.HealthyEnd.Sub(r.RunStart).Round(time.Second), r.Scale, r.LoadAverage[0], r.LoadAverage[1])
 	fmt.Fprintf(&b, "| SLO | Objective | Events in the month | Bad | Budget (bad events) | Budget spent | Largest cause |\n|---|---|---|---|---|---|---|\n")
 	for _, s := range r.SLOs {
 		spent, budget := "no budget", "0"
