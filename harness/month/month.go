@@ -224,7 +224,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	scfg := stack.Config{Backend: cfg.Backend, PaymentFencing: true, RailFencing: true,
 		Executors: []stack.ExecutorSpec{{Name: "A"}}, Dir: filepath.Join(cfg.Dir, "stack"), BinDir: bin, Log: log,
-		PushRetry: stack.CloudPushRetry} // faults last as long as on Google Cloud, so do redeliveries
+		PushRetry:   stack.CloudPushRetry, // faults last as long as on Google Cloud, so do redeliveries
+		RailJournal: true}                 // a restarted rail keeps its record and never reuses a reference
 	if cfg.Backend == stack.BackendEtcd {
 		scfg.EtcdMembers = 3
 	}
