@@ -144,7 +144,7 @@ gameday: ## local game day: the stack, a real Prometheus and Alertmanager, every
 MONTH_BACKEND ?= postgres,etcd
 MONTH_FLAGS   ?=
 
-month: ## simulated month (SC-10): the stack under steady load and a real Prometheus, a month of Google Cloud's faults at their real length (MONTH_BACKEND=postgres|etcd, default both in turn), the SLIs scaled to 30 days against the error-budget policy; writes harness/out/month-BACKEND.json, .md and .svg (docs/month.md; MONTH_FLAGS: e.g. -seed N; about 12 min per backend)
+month: ## simulated month (SC-10): the stack under steady load and a real Prometheus, a month of Google Cloud's faults at their real length (MONTH_BACKEND=postgres|etcd, default both in turn), the SLIs scaled to 30 days against the error-budget policy; writes harness/out/month-BACKEND.json, .md and .svg (docs/month.md; MONTH_FLAGS: e.g. -seed N; 10 to 11 min of run per backend, 18 with the build and start on a loaded machine)
 	$(GO) run ./harness/cmd/month -backend $(MONTH_BACKEND) -out harness/out $(MONTH_FLAGS)
 
 FAILOVER_SEEDS ?= 1,2,3
