@@ -8,7 +8,7 @@ BIN   := bin
 # in each too, alone: GOWORK=off, its own go.mod only, as a caller builds it.
 SDK_MODS := lockserver/api lockserver/client
 
-.PHONY: help test fuzz lint fmt build docs docs-serve bench bench-contended bench-e2e bench-e2e-creators up demo explore soak gameday failover partitions clean plan deploy destroy
+.PHONY: help test fuzz lint fmt build docs docs-serve bench bench-contended bench-e2e bench-e2e-creators up demo explore soak gameday month failover partitions clean plan deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-19s %s\n", $$1, $$2}'
@@ -166,6 +166,13 @@ soak: ## crash soak: SOAK_PAYOUTS (default 10000) payouts per backend (SOAK_BACK
 gameday: ## local game day: the stack, a real Prometheus and Alertmanager, every fault injected in turn; detection latency and time to runbook step per alert in harness/out/gameday.json and gameday.md (docs/gameday.md); installs its packages first if missing (as root), else prints the command
 	@bash .ci/deps postgres prometheus
 	$(GO) run ./harness/cmd/gameday -out harness/out
+
+MONTH_BACKEND ?= postgres,etcd
+MONTH_FLAGS   ?=
+
+month: ## simulated month (SC-10): the stack under steady load and a real Prometheus, a month of Google Cloud's faults at their real length (MONTH_BACKEND=postgres|etcd, default both in turn), the SLIs scaled to 30 days against the error-budget policy; writes harness/out/month-BACKEND.json, .md and .svg (docs/month.md; MONTH_FLAGS: e.g. -seed N; 10 to 11 min of run per backend, 18 with the build and start on a loaded machine)
+	@bash .ci/deps postgres prometheus
+	$(GO) run ./harness/cmd/month -backend $(MONTH_BACKEND) -out harness/out $(MONTH_FLAGS)
 
 FAILOVER_SEEDS ?= 1,2,3
 FAILOVER_FLAGS ?=

@@ -20,12 +20,16 @@ import (
 // is dead-lettered in about 20 s.
 var PushRetry = payoutbus.RetryPolicy{Min: 100 * time.Millisecond, Max: 6 * time.Second}
 
+// CloudPushRetry is the redelivery backoff of the subscription Terraform
+// creates (terraform/modules/pubsub: 5 s..300 s), unscaled.
+var CloudPushRetry = payoutbus.RetryPolicy{Min: 5 * time.Second, Max: 300 * time.Second}
+
 // Push runs one push bridge per executor on the stack's payout
 // subscription: Pub/Sub spreads the messages over the bridges' streams, as
 // a push subscription spreads them over instances. Like the subscription
 // Terraform creates, a message gets at most
 // payoutbus.DefaultMaxDeliveryAttempts deliveries, then goes to the
-// dead-letter topic; redeliveries back off (PushRetry). A push unanswered
+// dead-letter topic; redeliveries back off (Config.PushRetry). A push unanswered
 // within Config.PushTimeout (default the cloud's ack deadline, 120 s) is a
 // failed delivery, redelivered as Pub/Sub would. A restarted
 // executor keeps its URL, so its bridge reaches it again. The returned
@@ -47,11 +51,15 @@ func (s *Stack) Push(ctx context.Context, log *slog.Logger) (stop func(), err er
 	} else {
 		dead = payoutbus.NewPublisher(c, payoutbus.DeadLetterTopic(PubSubTopic))
 	}
+	retry := s.cfg.PushRetry
+	if retry == (payoutbus.RetryPolicy{}) {
+		retry = PushRetry
+	}
 	bctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, e := range s.cfg.Executors {
 		b := &payoutbus.PushBridge{Sub: c.Subscriber(PubSubSubscription), Admin: c.SubscriptionAdminClient, Endpoint: s.ExecutorURL(e.Name) + "/", Log: log.With("bridge", e.Name),
-			Subscription: PubSubSubscription, Retry: PushRetry, Timeout: s.cfg.PushTimeout}
+			Subscription: PubSubSubscription, Retry: retry, Timeout: s.cfg.PushTimeout}
 		if dead != nil {
 			b.DeadLetter = dead
 		}

@@ -35,6 +35,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor/fault"
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutbus"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
@@ -145,6 +146,11 @@ type Config struct {
 	// ack deadline of the cloud's push subscription (120 s); shorter makes
 	// a frozen executor's payout reach another one sooner.
 	PushTimeout time.Duration
+	// PushRetry is the push bridges' redelivery backoff. Default (zero)
+	// the package's PushRetry, scaled down 50 times; CloudPushRetry is
+	// the subscription's own, for a run whose faults last as long as on
+	// Google Cloud.
+	PushRetry payoutbus.RetryPolicy
 	// PubSub selects the Pub/Sub server: PubSubFake (default: pstest in a
 	// process of its own, local/cmd/pubsub-fake) or PubSubEmulator (gcloud's
 	// Pub/Sub emulator, which needs gcloud and Java on the PATH).

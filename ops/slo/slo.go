@@ -601,13 +601,21 @@ type ReportQuery struct {
 	BudgetSpent string
 }
 
-// Report returns, for each SLO, the queries of its monthly report: the
-// SLI templates rendered over the spec's period (a ratio of rates over a
-// window is the ratio of the events in it).
-func Report(s *Spec) ([]ReportQuery, error) {
-	var out []ReportQuery
+// SLIQuery is the PromQL of one SLO's event rates over a window.
+type SLIQuery struct {
+	SLO       string
+	Objective float64
+	// Errors and Total are the per-second rates of bad events and of all
+	// events over the window: times its length, their counts.
+	Errors, Total string
+}
+
+// SLIs returns, for each SLO, its SLI templates rendered over window (a
+// PromQL duration: 30d, 1500ms).
+func (s *Spec) SLIs(window string) ([]SLIQuery, error) {
+	var out []SLIQuery
 	for _, o := range s.SLOs {
-		data := struct{ Window string }{s.Period.String()}
+		data := struct{ Window string }{window}
 		var q [2]string
 		for i, text := range []string{o.SLI.Errors, o.SLI.Total} {
 			t, err := template.New(o.Name).Funcs(templateFuncs(s, 1)).Option("missingkey=error").Parse(text)
@@ -620,10 +628,25 @@ func Report(s *Spec) ([]ReportQuery, error) {
 			}
 			q[i] = strings.TrimSpace(b.String())
 		}
-		ratio := "(" + q[0] + ") / (" + q[1] + ")"
-		r := ReportQuery{SLO: o.Name, Objective: o.Objective, SLI: "1 - " + ratio}
-		if o.Objective < 100 {
-			r.BudgetSpent = "(" + ratio + ") / " + formatFloat(1-o.Objective/100)
+		out = append(out, SLIQuery{SLO: o.Name, Objective: o.Objective, Errors: q[0], Total: q[1]})
+	}
+	return out, nil
+}
+
+// Report returns, for each SLO, the queries of its monthly report: the
+// SLI templates rendered over the spec's period (a ratio of rates over a
+// window is the ratio of the events in it).
+func Report(s *Spec) ([]ReportQuery, error) {
+	slis, err := s.SLIs(s.Period.String())
+	if err != nil {
+		return nil, err
+	}
+	var out []ReportQuery
+	for _, q := range slis {
+		ratio := "(" + q.Errors + ") / (" + q.Total + ")"
+		r := ReportQuery{SLO: q.SLO, Objective: q.Objective, SLI: "1 - " + ratio}
+		if q.Objective < 100 {
+			r.BudgetSpent = "(" + ratio + ") / " + formatFloat(1-q.Objective/100)
 		}
 		out = append(out, r)
 	}
