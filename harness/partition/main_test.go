@@ -25,6 +25,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/config"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
 )
 
@@ -289,11 +290,11 @@ func lockServers(t *testing.T, from *partition.Node, nodes []*partition.Node, en
 	for i, n := range nodes {
 		addr := n.Addr + ":8080"
 		start(t, n, fmt.Sprintf("lock-server-%d", i), append([]string{
-			api.EnvHTTPAddr + "=" + addr,
-			api.EnvLogLevel + "=warn",
+			config.EnvHTTPAddr + "=" + addr,
+			config.EnvLogLevel + "=warn",
 			// Each backend call gives up after a second: a refusal reaches
 			// the caller well before its SDK's timeout.
-			api.EnvRequestTimeoutMs + "=1000",
+			config.EnvRequestTimeoutMs + "=1000",
 		}, env...), nil, filepath.Join(bins, "lock-server"))
 		urls = append(urls, "http://"+addr)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/harness/partition"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/config"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/servertest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
@@ -100,7 +101,7 @@ func TestLockServerCutFromLockDB(t *testing.T) {
 	nodes := addNodes(t, n, "cl", "db", "l0", "l1")
 	cl, db, ls := nodes[0], nodes[1], nodes[2:]
 	dsn := lockDB(t, cl, db)
-	urls := lockServers(t, cl, ls, api.EnvStore+"=postgres", api.EnvLockDBURL+"="+dsn)
+	urls := lockServers(t, cl, ls, config.EnvStore+"=postgres", config.EnvLockDBURL+"="+dsn)
 	r := newReplicas(cl, urls)
 	storetest.CheckLinearizable(t, "lockdb-cut", r, func() {
 		isolate(t, n, r, 0, func(ctx context.Context) error { return n.Partition(ctx, ls[:1], []*partition.Node{db}) })
@@ -123,7 +124,7 @@ func etcdStack(t *testing.T) etcdNet {
 	nodes := addNodes(t, n, "cl", "e0", "e1", "e2", "l0", "l1", "l2")
 	e := etcdNet{net: n, client: nodes[0], etcd: nodes[1:4], ls: nodes[4:7]}
 	e.etcdURLs = etcdCluster(t, e.etcd)
-	e.lsURLs = lockServers(t, e.client, e.ls, api.EnvStore+"=etcd", api.EnvEtcdEndpoints+"="+strings.Join(e.etcdURLs, ","))
+	e.lsURLs = lockServers(t, e.client, e.ls, config.EnvStore+"=etcd", config.EnvEtcdEndpoints+"="+strings.Join(e.etcdURLs, ","))
 	return e
 }
 
