@@ -431,7 +431,7 @@ resource "google_monitoring_alert_policy" "lock_store_unreachable_page" {
   conditions {
     display_name = "LockStoreUnreachable (page)"
     condition_prometheus_query_language {
-      query               = "(sum(rate(lockserver_requests_total{code=\"BACKEND_UNAVAILABLE\",op=\"ready\"}[2m])) > 0 unless sum(rate(lockserver_requests_total{code=\"OK\",op=\"ready\"}[2m])) > 0) or max(lockserver_backend_stalled) == 1"
+      query               = "(sum by (instance) (rate(lockserver_requests_total{code=\"BACKEND_UNAVAILABLE\",op=\"ready\"}[2m])) > 0 unless on (instance) sum by (instance) (rate(lockserver_requests_total{code=\"OK\",op=\"ready\"}[2m])) > 0) or max(lockserver_backend_stalled) == 1"
       duration            = "60s"
       evaluation_interval = "60s"
     }
@@ -439,7 +439,7 @@ resource "google_monitoring_alert_policy" "lock_store_unreachable_page" {
 
   documentation {
     mime_type = "text/markdown"
-    content   = "lock-server cannot reach its store (lockdb, or etcd) - no readiness probe succeeds, or the store is marked stalled.\n\nRunbook: ${var.runbook_base}docs/runbooks/lock-store-unreachable.md"
+    content   = "A lock-server cannot reach its store (lockdb, or etcd) - none of its readiness probes succeeds, or the store is marked stalled.\n\nRunbook: ${var.runbook_base}docs/runbooks/lock-store-unreachable.md"
   }
 }
 
