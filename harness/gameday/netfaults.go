@@ -17,7 +17,7 @@ func init() { Faults = append(Faults, netFaults...) }
 
 var netFaults = []Fault{
 	{
-		// lock-server's connections to lockdb go silent (a partition
+		// lock-server's connections to lockdb pass nothing (a partition
 		// that drops packets): lockdb is up and answers the operator,
 		// lock-server's grants wait out their statement timeouts.
 		Name:   "lockdb-partitioned",

@@ -379,7 +379,7 @@ func TestPartitionedHolderIsFencedAtBothFencePoints(t *testing.T) {
 	err = lease.Renew(rctx)
 	cancel()
 	if err == nil {
-		t.Fatal("renew through a silent link: ok, want an error")
+		t.Fatal("renew through a timeout link: ok, want an error")
 	}
 	done(lockOut{Outcome: "unknown"})
 	await(t, "executor A to post the payout under a newer lease", func() (bool, error) {

@@ -18,7 +18,7 @@ const (
 	// FaultsKill kills processes and clusters (SIGKILL, then a restart).
 	FaultsKill = "kill"
 	// FaultsNet puts network faults on the stack's links (package
-	// local/link): latency, bandwidth, silence, answers lost, cuts.
+	// local/link): latency, bandwidth, timeouts, answers lost, cuts.
 	FaultsNet = "net"
 )
 

@@ -1,6 +1,6 @@
 // Package link puts a TCP proxy (toxiproxy, in this process) on the path
 // from one process of the local stack to another, so that a run can make
-// that path slow, narrow, silent, lossy or cut, and heal it again:
+// that path slow, narrow, mute, lossy or cut, and heal it again:
 //
 //	l, err := link.Open(log, "executor-A->lock-server", "127.0.0.1:5400")
 //	defer l.Close()
@@ -33,7 +33,7 @@ const (
 	// Bandwidth limits both directions to Fault.RateKBps kilobytes a
 	// second.
 	Bandwidth = "bandwidth"
-	// Timeout keeps connections open and silent: nothing passes either
+	// Timeout keeps connections open and mute: nothing passes either
 	// way; after Fault.After (0: never) each connection is closed.
 	Timeout = "timeout"
 	// ResetAfter lets each connection's answers through up to Fault.Bytes
@@ -64,7 +64,7 @@ type Fault struct {
 	Jitter  time.Duration `json:"jitter,omitempty"`
 	// RateKBps, for Bandwidth (> 0).
 	RateKBps int64 `json:"rateKBps,omitempty"`
-	// After, for Timeout: how long a silent connection stays open before
+	// After, for Timeout: how long a mute connection stays open before
 	// it is closed (0: until Heal).
 	After time.Duration `json:"after,omitempty"`
 	// Bytes, for ResetAfter: the answer bytes a connection carries before

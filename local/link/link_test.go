@@ -67,7 +67,7 @@ func TestAnswerLostAfterTheUpstreamActed(t *testing.T) {
 	}
 }
 
-func TestTimeoutKeepsTheConnectionSilent(t *testing.T) {
+func TestTimeoutPassesNothing(t *testing.T) {
 	srv, acted := upstream(t)
 	l := open(t, srv)
 	if err := l.Inject(link.Fault{Kind: link.Timeout}); err != nil {
@@ -76,10 +76,10 @@ func TestTimeoutKeepsTheConnectionSilent(t *testing.T) {
 	_, err := get(l, 300*time.Millisecond)
 	var ne interface{ Timeout() bool }
 	if !errors.As(err, &ne) || !ne.Timeout() {
-		t.Fatalf("request through a silent link: got %v, want a client timeout", err)
+		t.Fatalf("request through a timeout link: got %v, want a client timeout", err)
 	}
 	if got := acted.Load(); got != 0 {
-		t.Fatalf("upstream acted %d times behind a silent link, want 0", got)
+		t.Fatalf("upstream acted %d times behind a timeout link, want 0", got)
 	}
 }
 
