@@ -80,6 +80,9 @@ func (f Fault) String() string {
 	case Bandwidth:
 		return fmt.Sprintf("bandwidth %d KB/s", f.RateKBps)
 	case Timeout:
+		if f.After == 0 {
+			return "timeout (mute until healed)"
+		}
 		return fmt.Sprintf("timeout (closed after %v)", f.After)
 	case ResetAfter:
 		return fmt.Sprintf("reset after %d answer bytes", f.Bytes)
