@@ -1,7 +1,9 @@
 package netfault_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +24,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/harness/drive"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/link"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
+	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
 
@@ -409,4 +412,58 @@ func TestPartitionedHolderIsFencedAtBothFencePoints(t *testing.T) {
 	}
 	checkLinearizable(t, h)
 	judge(t, d, 1, ev.PayoutID)
+}
+
+// lockdb partitioned from lock-server (its connections pass nothing):
+// an acquire is answered 503 BACKEND_UNAVAILABLE with Retry-After within
+// lock-server's own request timeout, not left to the caller's; once the
+// link heals, grants resume, and the history (the 503 an unknown outcome)
+// is linearizable.
+func TestLockDBPartitionedAnswers503WithRetryAfter(t *testing.T) {
+	d := driver(t)
+	ctx, st := t.Context(), d.Stack()
+	h := newHistory()
+	key := "payout:nf-acct-lockdb-partitioned"
+	l := inject(t, st, stack.LinkLockDB, link.Fault{Kind: link.Timeout})
+	body, err := json.Marshal(lockapi.AcquireRequest{Owner: "nf-P", TTLMs: leaseTTL.Milliseconds()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := h.call(0, lockIn{Op: "acquire", Key: key, Owner: "nf-P", TTL: leaseTTL})
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, st.LockServerURL()+lockapi.PathLockPrefix+key+lockapi.SuffixAcquire, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("acquire with lockdb partitioned: %v, want lock-server's own answer", err)
+	}
+	var e lockapi.ErrorEnvelope
+	_ = json.NewDecoder(resp.Body).Decode(&e)
+	resp.Body.Close()
+	done(lockOut{Outcome: "unknown"})
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || e.Error.Code != lockapi.CodeBackendUnavailable {
+		t.Fatalf("acquire with lockdb partitioned: %d %s, Retry-After %q; want 503 %s with Retry-After",
+			resp.StatusCode, e.Error.Code, resp.Header.Get("Retry-After"), lockapi.CodeBackendUnavailable)
+	}
+	if err := l.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(st.LockServerURL(), client.WithOwner("nf-Q"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done = h.call(1, lockIn{Op: "acquire", Key: key, Owner: "nf-Q", TTL: leaseTTL})
+	lease, err := c.Acquire(ctx, key, client.WithTTL(leaseTTL))
+	if err != nil {
+		t.Fatalf("acquire once lockdb is reachable again: %v", err)
+	}
+	done(lockOut{Outcome: "ok", Token: lease.Token()})
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkLinearizable(t, h)
 }

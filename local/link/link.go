@@ -23,6 +23,7 @@ import (
 
 	"github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
+	zlog "github.com/rs/zerolog/log"
 )
 
 // Kinds of Fault.
@@ -153,12 +154,18 @@ type Link struct {
 	closed  bool
 }
 
+// quietToxics silences zerolog's global logger, through which toxiproxy's
+// bandwidth toxic writes a trace line to standard error every time it is
+// interrupted; nothing else in this module uses zerolog.
+var quietToxics sync.Once
+
 // Open starts a link called name with one proxy per upstream host:port,
 // each listening on a free loopback port (Addrs). Close stops it.
 func Open(log *slog.Logger, name string, upstreams ...string) (*Link, error) {
 	if len(upstreams) == 0 {
 		return nil, fmt.Errorf("link %s: no upstream", name)
 	}
+	quietToxics.Do(func() { zlog.Logger = zerolog.Nop() })
 	// The server is only the proxies' owner; its HTTP API is never served.
 	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
 	l := &Link{name: name, log: log.With("link", name)}
