@@ -63,19 +63,22 @@ var netFaults = []Fault{
 	{
 		// The executor cut off from lock-server (connections refused):
 		// every delivery fails to take the account's lock and is
-		// redelivered until the subscription dead-letters it.
+		// redelivered; payouts are created and none completes. (No
+		// message runs out of delivery attempts within the alert
+		// timeout: PayoutDeadLettered stays quiet.)
 		Name:     "executor-cut-from-lock-server",
 		Links:    true,
 		Executes: true,
-		Alerts:   []string{"PayoutDeadLettered"},
+		Alerts:   []string{"PayoutsNotCompleting"},
 		Inject: func(ctx context.Context, e *env) error {
 			return onLink(e.st, stack.ExecutorLink("A", stack.ToLockServer), link.Fault{Kind: link.Cut})
 		},
 		Heal: func(ctx context.Context, e *env) error {
 			return healLink(e.st, stack.ExecutorLink("A", stack.ToLockServer))
 		},
-		// The executor's reason for each failed delivery.
-		Confirms: map[string]string{"PayoutDeadLettered": `payout_execution_retry[^\n]*connection refused`},
+		// The runbook's count of unfinished payouts: pending, none
+		// claimed (the lock is never taken).
+		Confirms: map[string]string{"PayoutsNotCompleting": `pending\s*\|\s*[1-9]`},
 	},
 	{
 		// The executor's answers to the push are lost (it executes each
