@@ -8,8 +8,10 @@
 // Start(ctx, cfg) returns once every service answers ready; Stop ends every
 // child and removes the clusters' and etcd's data. Ports come from the
 // operating system; each process logs to its own file in Config.Dir and
-// dies with the program that started it. A laboratory: trust
-// authentication, no TLS, kill switches that may be off.
+// dies with the program that started it. With Config.Links every path
+// between two processes goes through a link (Link), where a caller can
+// inject network faults. A laboratory: trust authentication, no TLS, kill
+// switches that may be off.
 package stack
 
 import (
