@@ -37,6 +37,9 @@ type lockOut struct {
 	Owner   string
 	Token   int64
 	Return  int64 // ns since the history's start; math.MaxInt64 when unknown
+	// Outside, for inspect: Owner is a holder whose calls the history
+	// does not record (an executor process).
+	Outside bool
 }
 
 // lockState is one key: the grant that may be live, and the largest
@@ -91,6 +94,13 @@ func lockStep(s lockState, in lockIn, out lockOut) []lockState {
 		}
 		if out.Owner == s.Owner && (out.Token == s.Token || s.Token == -1 && out.Token > s.Last) {
 			return []lockState{{Owner: s.Owner, Token: out.Token, Until: s.Until, Last: max(s.Last, out.Token)}}
+		}
+		// A holder whose acquires the history does not record (Outside:
+		// an executor process): legal once the recorded grant may have ended, with a
+		// larger token. It was live at the inspect, so it cannot have
+		// ended before the inspect's call.
+		if out.Outside && out.Owner != s.Owner && mayHaveEnded && out.Token > s.Last {
+			return []lockState{{Owner: out.Owner, Token: out.Token, Until: in.Call, Last: out.Token}}
 		}
 	}
 	return nil
@@ -208,6 +218,14 @@ func TestLockModelRefusesTwoHolders(t *testing.T) {
 			op(0, acqA, lockOut{Outcome: "unknown"}, 0, math.MaxInt64),
 			op(1, inspect, lockOut{Outcome: "ok", Owner: "A", Token: 5}, sec/2, sec/2+1),
 			op(1, acqB, lockOut{Outcome: "ok", Token: 6}, sec, 3*sec),
+		}, porcupine.Ok},
+		{"another holder seen while A's lease runs", []porcupine.Operation{
+			op(0, acqA, lockOut{Outcome: "ok", Token: 1}, 0, sec/10),
+			op(1, inspect, lockOut{Outcome: "ok", Owner: "C", Token: 2, Outside: true}, sec, sec+1),
+		}, porcupine.Illegal},
+		{"another holder seen after A's lease could end", []porcupine.Operation{
+			op(0, acqA, lockOut{Outcome: "ok", Token: 1}, 0, sec/10),
+			op(1, inspect, lockOut{Outcome: "ok", Owner: "C", Token: 2, Outside: true}, 3*sec, 3*sec+1),
 		}, porcupine.Ok},
 		{"a token granted twice", []porcupine.Operation{
 			op(0, acqA, lockOut{Outcome: "ok", Token: 3}, 0, sec/10),

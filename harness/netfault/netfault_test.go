@@ -396,7 +396,8 @@ func TestPartitionedHolderIsFencedAtBothFencePoints(t *testing.T) {
 	}
 	out := lockOut{Outcome: "ok"}
 	if seen.Held {
-		out.Owner, out.Token = seen.Lease.Owner, seen.Lease.Token
+		// Executor A's grant: its acquire is not in the history.
+		out.Owner, out.Token, out.Outside = seen.Lease.Owner, seen.Lease.Token, seen.Lease.Owner != "nf-H"
 	}
 	done(out)
 
