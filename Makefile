@@ -158,10 +158,11 @@ endef
 
 SOAK_BACKEND ?= postgres,etcd
 SOAK_PAYOUTS ?= 10000
+SOAK_FAULTS  ?= kill
 SOAK_FLAGS   ?=
 
-soak: ## crash soak: SOAK_PAYOUTS (default 10000) payouts per backend (SOAK_BACKEND=postgres|etcd, default both in turn) while every kind of process is SIGKILLed and restarted; writes harness/out/soak.json and soak-BACKEND.svg (SOAK_FLAGS: more flags, e.g. -seed N)
-	$(GO) run ./harness/cmd/soak -backend $(SOAK_BACKEND) -payouts $(SOAK_PAYOUTS) -out harness/out $(SOAK_FLAGS)
+soak: ## crash soak: SOAK_PAYOUTS (default 10000) payouts per backend (SOAK_BACKEND=postgres|etcd, default both in turn) while every kind of process is SIGKILLed and restarted (SOAK_FAULTS=kill,net adds network faults on every link between processes; net alone: only those); writes harness/out/soak.json and soak-BACKEND.svg (SOAK_FLAGS: more flags, e.g. -seed N)
+	$(GO) run ./harness/cmd/soak -backend $(SOAK_BACKEND) -payouts $(SOAK_PAYOUTS) -faults $(SOAK_FAULTS) -out harness/out $(SOAK_FLAGS)
 
 gameday: ## local game day: the stack, a real Prometheus and Alertmanager, every fault injected in turn; detection latency and time to runbook step per alert in harness/out/gameday.json and gameday.md (docs/gameday.md); installs its packages first if missing (as root), else prints the command
 	@bash .ci/deps postgres prometheus

@@ -44,6 +44,7 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 	pubsub := fs.String("pubsub", stack.PubSubFake, "Pub/Sub server: fake (pstest in its own process) or emulator (gcloud's Pub/Sub emulator)")
 	pprof := fs.Bool("pprof", false, "serve Go's profiler from lock-server and every function, each on a loopback port of its own (PPROF_ADDR)")
 	traces := fs.String("traces", "", "write every process's trace spans to this file, one span per line as JSON (default: no tracing, unless OTEL_EXPORTER_OTLP_ENDPOINT is set)")
+	links := fs.Bool("links", false, "put a TCP proxy (package local/link, toxiproxy) on every path between two processes, listed at start; the harness injects network faults into them")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -76,7 +77,7 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 	}
 	cfg := stack.Config{
 		Backend: *backend, PaymentFencing: *payFence, RailFencing: *railFence,
-		Dir: *dir, LeaseTTL: *ttl, PubSub: *pubsub, ReconcileEvery: *reconcileEvery, PushTimeout: *pushTimeout, Pprof: *pprof,
+		Dir: *dir, LeaseTTL: *ttl, PubSub: *pubsub, ReconcileEvery: *reconcileEvery, PushTimeout: *pushTimeout, Pprof: *pprof, Links: *links,
 		Log: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	}
 	for _, n := range strings.Split(*executors, ",") {
@@ -113,6 +114,11 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "  paydb             %s%s\n  raildb            %s (the same cluster)\n", st.PayDBURL(), postmaster(st, stack.ClusterPaydb), st.RailDBURL())
 	fmt.Fprintf(out, "  logs              %s (one per process, and the PostgreSQL server logs postgres-*.log; kept after the stack stops or is killed)\n", st.Dir())
 	fmt.Fprintf(out, "  tracing           %s\n", tracing)
+	for _, name := range st.LinkNames() {
+		if l, err := st.Link(name); err == nil {
+			fmt.Fprintf(out, "  link %-33s %s\n", name, strings.Join(l.Addrs(), ","))
+		}
+	}
 	pp := st.PprofAddrs()
 	for _, name := range slices.Sorted(maps.Keys(pp)) {
 		fmt.Fprintf(out, "  pprof %-11s http://%s/debug/pprof/\n", name, pp[name])

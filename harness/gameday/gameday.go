@@ -201,6 +201,10 @@ type Fault struct {
 	// subscription's dead-letter policy, scraped by Prometheus, and a
 	// reconciler that only runs when asked (POST its runs route).
 	Executes bool
+	// Links says the fault acts on a link between two processes
+	// (stack.Config.Links): it runs in a phase of its own, last, whose
+	// stack has them (with the executor path when Executes).
+	Links bool
 	// AlertTimeout, when longer than Config.AlertTimeout, bounds the wait
 	// for this fault's alerts: an alert whose threshold is an age needs
 	// that age to pass first (PayoutAmbiguousTooLong: 60 s plus its 10 s
@@ -647,6 +651,7 @@ func verdict(rep *Report) error {
 type phase struct {
 	backend  string
 	executes bool
+	links    bool
 	faults   []*Fault
 }
 
@@ -657,9 +662,12 @@ func phasesOf(names []string) []phase {
 	pg := phase{backend: stack.BackendPostgres}
 	pay := phase{backend: stack.BackendPostgres, executes: true}
 	etcd := phase{backend: stack.BackendEtcd}
+	net := phase{backend: stack.BackendPostgres, executes: true, links: true}
 	for _, n := range names {
 		f := faultByName(n)
 		switch {
+		case f.Links:
+			net.faults = append(net.faults, f)
 		case f.Backend == stack.BackendEtcd:
 			etcd.faults = append(etcd.faults, f)
 		case f.Executes:
@@ -669,7 +677,7 @@ func phasesOf(names []string) []phase {
 		}
 	}
 	var out []phase
-	for _, ph := range []phase{pg, pay, etcd} {
+	for _, ph := range []phase{pg, pay, etcd, net} {
 		if len(ph.faults) > 0 {
 			out = append(out, ph)
 		}
@@ -686,9 +694,13 @@ func runPhase(ctx context.Context, cfg Config, bin string, mon **monitor, ph pha
 	if ph.executes {
 		name += "-payouts"
 	}
+	if ph.links {
+		name += "-links"
+	}
 	scfg := stack.Config{Backend: ph.backend, PaymentFencing: true, RailFencing: true,
 		Executors: []stack.ExecutorSpec{{Name: "A"}}, Dir: filepath.Join(cfg.Dir, "stack-"+name), BinDir: bin, Log: log,
-		RailJournal: true} // PayoutSubmittedTwice's runbook reads the rail's journal
+		RailJournal: true, // PayoutSubmittedTwice's runbook reads the rail's journal
+		Links:       ph.links}
 	if ph.backend == stack.BackendEtcd {
 		scfg.EtcdMembers = 3
 	}

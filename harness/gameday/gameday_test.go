@@ -189,8 +189,8 @@ func TestPhases(t *testing.T) {
 		names = append(names, f.Name)
 	}
 	phs := phasesOf(names)
-	if len(phs) != 3 || phs[0].executes || !phs[1].executes || phs[1].backend != "postgres" || phs[2].backend != "etcd" {
-		t.Fatalf("phases: %+v; want postgres, postgres with executors, etcd", phs)
+	if len(phs) != 4 || phs[0].executes || !phs[1].executes || phs[1].backend != "postgres" || phs[2].backend != "etcd" || !phs[3].links {
+		t.Fatalf("phases: %+v; want postgres, postgres with executors, etcd, postgres with links", phs)
 	}
 	for _, f := range phs[1].faults {
 		if f.Backend != "" && f.Backend != "postgres" {

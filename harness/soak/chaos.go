@@ -147,12 +147,28 @@ func (c *chaos) kill(ctx context.Context, target string, down time.Duration) (Ki
 	k.DownMs = time.Since(k.At).Milliseconds()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RestartTimeout)
 	defer cancel()
-	if err := c.st.Restart(rctx, k.Process); err != nil {
+	if err := restart(rctx, c.st, k.Process); err != nil {
 		return k, fmt.Errorf("restart %s: %w", k.Process, err)
 	}
 	k.ReadyMs = time.Since(k.At).Milliseconds()
 	c.log.Info("killed and restarted", "target", target, "process", k.Process, "leader", k.Leader, "downMs", k.DownMs, "readyMs", k.ReadyMs)
 	return k, nil
+}
+
+// restart restarts the part called name as a supervisor would: again,
+// after a pause, when it exits during its start (a service whose database
+// is out of reach at that moment, behind a network fault, exits), until it
+// is ready or ctx ends.
+func restart(ctx context.Context, st *stack.Stack, name string) error {
+	for {
+		err := st.Restart(ctx, name)
+		if !errors.Is(err, stack.ErrExited) {
+			return err
+		}
+		if !pause(ctx, 200*time.Millisecond) {
+			return err
+		}
+	}
 }
 
 // etcdMember returns the process name of the etcd member to kill: the

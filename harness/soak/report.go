@@ -84,6 +84,8 @@ type Report struct {
 	ForwardingOfFinishedPayouts []string `json:"forwardingOfFinishedPayouts"`
 	// Kills lists every kill with its recovery times.
 	Kills []Kill `json:"kills"`
+	// NetFaults lists every network fault (Config.Faults with FaultsNet).
+	NetFaults []NetFault `json:"netFaults"`
 	// Throughput is payouts finished (posted, declined or failed) per
 	// second, in buckets of BucketS seconds from Start.
 	BucketS    float64   `json:"bucketS"`
@@ -160,6 +162,15 @@ func (rep *Report) fill(r Records, bucket time.Duration) {
 		if j < len(posted) {
 			ms := posted[j].Sub(k.At).Milliseconds()
 			k.NextPostedMs = &ms
+		}
+	}
+	for i := range rep.NetFaults {
+		f := &rep.NetFaults[i]
+		f.AtS = f.At.Sub(rep.Start).Seconds()
+		j, _ := slices.BinarySearchFunc(posted, f.At, func(t, at time.Time) int { return t.Compare(at) })
+		if j < len(posted) {
+			ms := posted[j].Sub(f.At).Milliseconds()
+			f.NextPostedMs = &ms
 		}
 	}
 	rep.BucketS = bucket.Seconds()

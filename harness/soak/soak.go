@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -115,8 +116,16 @@ type Config struct {
 	// even if payouts are still being created (the short soak in CI:
 	// exactly one kill of each kind). Default 0: no bound.
 	MaxRounds int
-	// NoChaos runs the load without any kill (a baseline).
+	// NoChaos runs the load without any fault (a baseline).
 	NoChaos bool
+	// Faults are the kinds of fault drawn (FaultsKill, FaultsNet), each
+	// by a driver of its own, side by side. Default (DefaultConfig):
+	// kills only. FaultsNet starts the stack with links
+	// (stack.Config.Links).
+	Faults []string
+	// NetHold is the mean time a network fault stays (> 0 with
+	// FaultsNet). Default DefaultNetHold.
+	NetHold time.Duration
 	// LeaseTTL is the executors' lease TTL. Default DefaultLeaseTTL.
 	LeaseTTL time.Duration
 	// ReconcileEvery is the reconciler process's period during the load.
@@ -170,6 +179,7 @@ func DefaultConfig() Config {
 		KillGap: DefaultKillGap, DownTime: DefaultDownTime, Rounds: 1, LeaseTTL: DefaultLeaseTTL,
 		ReconcileEvery: DefaultReconcileEvery, SettleTimeout: DefaultSettleTimeout, StallTimeout: DefaultStallTimeout,
 		Bucket: DefaultBucket, PaymentFencing: true, RailFencing: true, EtcdMembers: 3,
+		Faults: []string{FaultsKill}, NetHold: DefaultNetHold,
 	}
 }
 
@@ -209,6 +219,14 @@ func (c Config) Validate() error {
 	if c.Rounds < 1 || c.MaxRounds < 0 || c.MaxRounds > 0 && c.MaxRounds < c.Rounds {
 		bad("Rounds %d, MaxRounds %d: want Rounds >= 1 and MaxRounds 0 or >= Rounds", c.Rounds, c.MaxRounds)
 	}
+	for _, f := range c.Faults {
+		if f != FaultsKill && f != FaultsNet {
+			bad("Faults %q: want %q or %q", f, FaultsKill, FaultsNet)
+		}
+	}
+	if slices.Contains(c.Faults, FaultsNet) && c.NetHold <= 0 {
+		bad("NetHold %v: want > 0 with network faults", c.NetHold)
+	}
 	if c.EtcdMembers != 3 && (c.EtcdMembers != 1 || !c.NoChaos) {
 		bad("EtcdMembers %d: want 3, or 1 with NoChaos", c.EtcdMembers)
 	}
@@ -242,11 +260,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	quiet := slog.New(minLevel{cfg.Log.Handler(), slog.LevelWarn}).With("backend", cfg.Backend)
 	log.Info("soak starting", "seed", cfg.Seed, "payouts", cfg.Payouts, "accounts", cfg.Accounts, "executors", cfg.Executors)
 	rep := &Report{Backend: cfg.Backend, Seed: cfg.Seed, Payouts: cfg.Payouts, Accounts: cfg.Accounts, Executors: cfg.Executors,
-		PaymentFencing: cfg.PaymentFencing, RailFencing: cfg.RailFencing, Kills: []Kill{}, Failures: []string{}}
+		PaymentFencing: cfg.PaymentFencing, RailFencing: cfg.RailFencing, Kills: []Kill{}, NetFaults: []NetFault{}, Failures: []string{}}
 
 	scfg := stack.Config{Backend: cfg.Backend, PaymentFencing: cfg.PaymentFencing, RailFencing: cfg.RailFencing,
 		ReconcileEvery: cfg.ReconcileEvery, Dir: cfg.Dir, BinDir: cfg.BinDir, LeaseTTL: cfg.LeaseTTL, Log: quiet,
-		RailJournal: true, Pprof: cfg.Pprof, StatementStats: cfg.StatementStats}
+		RailJournal: true, Pprof: cfg.Pprof, StatementStats: cfg.StatementStats,
+		Links: !cfg.NoChaos && slices.Contains(cfg.Faults, FaultsNet)}
 	if cfg.Backend == stack.BackendEtcd {
 		scfg.EtcdMembers = cfg.EtcdMembers
 	}
@@ -290,6 +309,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		wg       sync.WaitGroup
 		loadErr  error
 		chaosErr error
+		netErr   error
 	)
 	wg.Go(func() {
 		defer close(created)
@@ -297,7 +317,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			cancelRun()
 		}
 	})
-	if !cfg.NoChaos {
+	if !cfg.NoChaos && slices.Contains(cfg.Faults, FaultsNet) {
+		nc := newNetChaos(cfg, st, log)
+		wg.Go(func() {
+			var err error
+			if rep.NetFaults, err = nc.run(runCtx, created); err != nil {
+				netErr = fmt.Errorf("network faults: %w", err)
+				cancelRun()
+			}
+		})
+	}
+	if !cfg.NoChaos && (cfg.Faults == nil || slices.Contains(cfg.Faults, FaultsKill)) {
 		ch := newChaos(cfg, st, log)
 		wg.Go(func() {
 			rep.Kills, chaosErr = ch.run(runCtx, created)
@@ -309,10 +339,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	wg.Wait()
 	rep.LoadEnd = time.Now()
 	rep.Duplicates = ld.duplicates()
-	if err := errors.Join(loadErr, chaosErr); err != nil {
+	if err := errors.Join(loadErr, chaosErr, netErr); err != nil {
 		return rep, fmt.Errorf("soak (seed %d, logs in %s): %w", cfg.Seed, st.Dir(), err)
 	}
-	log.Info("load done; settling", "took", rep.LoadEnd.Sub(rep.Start).Round(time.Millisecond), "kills", len(rep.Kills))
+	log.Info("load done; settling", "took", rep.LoadEnd.Sub(rep.Start).Round(time.Millisecond), "kills", len(rep.Kills), "netFaults", len(rep.NetFaults))
 
 	settleErr := settle(ctx, cfg, ld, rep, log)
 	rep.SettledAt = time.Now()

@@ -24,6 +24,14 @@ var PushRetry = payoutbus.RetryPolicy{Min: 100 * time.Millisecond, Max: 6 * time
 // creates (terraform/modules/pubsub: 5 s..300 s), unscaled.
 var CloudPushRetry = payoutbus.RetryPolicy{Min: 5 * time.Second, Max: 300 * time.Second}
 
+// pushURL is where the push bridge posts to the executor called name:
+// its link with Config.Links, otherwise its URL.
+func (s *Stack) pushURL(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pushURLs[name]
+}
+
 // Push runs one push bridge per executor on the stack's payout
 // subscription: Pub/Sub spreads the messages over the bridges' streams, as
 // a push subscription spreads them over instances. Like the subscription
@@ -58,7 +66,7 @@ func (s *Stack) Push(ctx context.Context, log *slog.Logger) (stop func(), err er
 	bctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, e := range s.cfg.Executors {
-		b := &payoutbus.PushBridge{Sub: c.Subscriber(PubSubSubscription), Admin: c.SubscriptionAdminClient, Endpoint: s.ExecutorURL(e.Name) + "/", Log: log.With("bridge", e.Name),
+		b := &payoutbus.PushBridge{Sub: c.Subscriber(PubSubSubscription), Admin: c.SubscriptionAdminClient, Endpoint: s.pushURL(e.Name) + "/", Log: log.With("bridge", e.Name),
 			Subscription: PubSubSubscription, Retry: retry, Timeout: s.cfg.PushTimeout}
 		if dead != nil {
 			b.DeadLetter = dead

@@ -8,8 +8,10 @@
 // Start(ctx, cfg) returns once every service answers ready; Stop ends every
 // child and removes the clusters' and etcd's data. Ports come from the
 // operating system; each process logs to its own file in Config.Dir and
-// dies with the program that started it. A laboratory: trust
-// authentication, no TLS, kill switches that may be off.
+// dies with the program that started it. With Config.Links every path
+// between two processes goes through a link (Link), where a caller can
+// inject network faults. A laboratory: trust authentication, no TLS, kill
+// switches that may be off.
 package stack
 
 import (
@@ -42,6 +44,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pprofserve"
+	"github.com/distributed-lock-lab/distributed-lock-lab/local/link"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/config"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
@@ -177,6 +180,15 @@ type Config struct {
 	// statements each database served: the round trips of the services to
 	// their databases. Default false: off, as in a deployment.
 	StatementStats bool
+	// Links puts a link (package local/link: a proxy in this process) on
+	// every path between two processes of the stack: each executor to
+	// lock-server, payment-resource and rail-proxy; rail-proxy to the
+	// rail-stub and to raildb; lock-server to lockdb or etcd;
+	// payment-resource to paydb; the push bridge to each executor. Link
+	// returns one by name to inject a network fault. The harness's own
+	// clients (Driver, the reconciler, the audit) go direct. Default
+	// false: no links, every process dials the other.
+	Links bool
 	// Log receives one line per process started and stopped. Default:
 	// discard.
 	Log *slog.Logger
@@ -308,7 +320,9 @@ type Stack struct {
 	payDSN, railDSN, lockDSN           string
 	executors                          map[string]*Process
 	executorURLs                       map[string]string
+	pushURLs                           map[string]string // where the push bridge posts: a link with Config.Links
 	pprofAddrs                         map[string]string // by process name, with Config.Pprof
+	links                              map[string]*link.Link
 	// services holds how each named process was started, for Restart;
 	// current its latest process.
 	services map[string]service
@@ -352,8 +366,8 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	cfg.Executors = append([]ExecutorSpec(nil), cfg.Executors...)
-	s := &Stack{cfg: cfg, log: cfg.Log, executors: map[string]*Process{}, executorURLs: map[string]string{}, pprofAddrs: map[string]string{},
-		services: map[string]service{}, current: map[string]*Process{}}
+	s := &Stack{cfg: cfg, log: cfg.Log, executors: map[string]*Process{}, executorURLs: map[string]string{}, pushURLs: map[string]string{}, pprofAddrs: map[string]string{},
+		links: map[string]*link.Link{}, services: map[string]service{}, current: map[string]*Process{}}
 	if cfg.Dir == "" {
 		d, err := os.MkdirTemp("", "dll-stack-")
 		if err != nil {
@@ -480,9 +494,17 @@ func (s *Stack) start(ctx context.Context) error {
 	}
 	lockEnv := []string{config.EnvStore + "=" + s.cfg.Backend, config.EnvProofSigningKey + "=" + s.proofKey.String()}
 	if s.cfg.Backend == BackendPostgres {
-		lockEnv = append(lockEnv, config.EnvLockDBURL+"="+s.lockDSN)
+		dsn, err := s.via(LinkLockDB, s.lockDSN)
+		if err != nil {
+			return err
+		}
+		lockEnv = append(lockEnv, config.EnvLockDBURL+"="+dsn)
 	} else {
-		lockEnv = append(lockEnv, config.EnvEtcdEndpoints+"="+strings.Join(s.etcdEndpoints, ","))
+		eps, err := s.viaAll(LinkEtcd, s.etcdEndpoints)
+		if err != nil {
+			return err
+		}
+		lockEnv = append(lockEnv, config.EnvEtcdEndpoints+"="+strings.Join(eps, ","))
 	}
 	if s.lockURL, err = s.startLockServer(ctx, lockEnv); err != nil {
 		return err
@@ -497,16 +519,27 @@ func (s *Stack) start(ctx context.Context) error {
 		if s.stubURL, errs[0] = s.startFunction(ctx, "rail-stub", "rail-stub", stubEnv, rail.PathJournal); errs[0] != nil {
 			return
 		}
+		var railDSN, stubURL string
+		if railDSN, errs[0] = s.via(LinkRailDB, s.railDSN); errs[0] != nil {
+			return
+		}
+		if stubURL, errs[0] = s.via(LinkRail, s.stubURL); errs[0] != nil {
+			return
+		}
 		s.proxyURL, errs[0] = s.startFunction(ctx, "rail-proxy", "rail-proxy", []string{
-			railapi.EnvDatabaseURL + "=" + s.railDSN, railapi.EnvRailURL + "=" + s.stubURL,
+			railapi.EnvDatabaseURL + "=" + railDSN, railapi.EnvRailURL + "=" + stubURL,
 			railapi.EnvFencingEnabled + "=" + strconv.FormatBool(s.cfg.RailFencing),
 			railapi.EnvProofKeys + "=" + s.proofKey.VerifyKey().String(), railapi.EnvReceiptSigningKey + "=" + s.receiptKey.String(),
 			railapi.EnvTermsKeys + "=" + s.termsKey.VerifyKey().String(),
 		}, "/")
 	})
 	wg.Go(func() {
+		var payDSN string
+		if payDSN, errs[1] = s.via(LinkPayDB, s.payDSN); errs[1] != nil {
+			return
+		}
 		s.payURL, errs[1] = s.startFunction(ctx, "payment-resource", "payment-resource", []string{
-			payapi.EnvDatabaseURL + "=" + s.payDSN, payapi.EnvFencingEnabled + "=" + strconv.FormatBool(s.cfg.PaymentFencing),
+			payapi.EnvDatabaseURL + "=" + payDSN, payapi.EnvFencingEnabled + "=" + strconv.FormatBool(s.cfg.PaymentFencing),
 			payapi.EnvOutboxPollMs + "=50",
 			payapi.EnvProofKeys + "=" + s.proofKey.VerifyKey().String(), payapi.EnvReceiptKeys + "=" + s.receiptKey.VerifyKey().String(),
 			payapi.EnvTermsSigningKey + "=" + s.termsKey.String(),
@@ -523,8 +556,14 @@ func (s *Stack) start(ctx context.Context) error {
 	var mu sync.Mutex
 	for i, e := range s.cfg.Executors {
 		wg.Go(func() {
+			var urls [3]string
+			for j, to := range [3]struct{ name, url string }{{ToLockServer, s.lockURL}, {ToPaymentResource, s.payURL}, {ToRailProxy, s.proxyURL}} {
+				if urls[j], errs[i] = s.via(ExecutorLink(e.Name, to.name), to.url); errs[i] != nil {
+					return
+				}
+			}
 			env := []string{
-				lockapi.EnvServerURL + "=" + s.lockURL, executor.EnvPaymentResourceURL + "=" + s.payURL, executor.EnvRailProxyURL + "=" + s.proxyURL,
+				lockapi.EnvServerURL + "=" + urls[0], executor.EnvPaymentResourceURL + "=" + urls[1], executor.EnvRailProxyURL + "=" + urls[2],
 				executor.EnvOwner + "=" + e.Name, executor.EnvLeaseTTLMs + "=" + strconv.FormatInt(s.cfg.LeaseTTL.Milliseconds(), 10),
 			}
 			if e.SelfStopBefore != "" {
@@ -535,8 +574,14 @@ func (s *Stack) start(ctx context.Context) error {
 				errs[i] = err
 				return
 			}
+			push, err := s.via(PushLink(e.Name), url)
+			if err != nil {
+				errs[i] = err
+				return
+			}
 			mu.Lock()
 			s.executorURLs[e.Name] = url
+			s.pushURLs[e.Name] = push
 			mu.Unlock()
 		})
 	}
@@ -1013,6 +1058,7 @@ func (s *Stack) stop() {
 	for i := len(procs) - 1; i >= 0; i-- {
 		procs[i].stop(stopGrace)
 	}
+	s.closeLinks()
 	for _, c := range clusters {
 		sctx, cancel := context.WithTimeout(context.Background(), stopGrace)
 		_ = c.Stop(sctx) // Close kills the server if this did not stop it

@@ -51,12 +51,18 @@ func run() error {
 	flag.DurationVar(&d.LeaseTTL, "lease-ttl", d.LeaseTTL, "the executors' lease TTL")
 	flag.DurationVar(&d.SettleTimeout, "settle-timeout", d.SettleTimeout, "bound on the drain and reconciliation after the load")
 	flag.DurationVar(&d.Bucket, "bucket", d.Bucket, "width of a throughput bucket")
+	faults := flag.String("faults", soak.FaultsKill, "kinds of fault, comma-separated: kill (SIGKILL and restart), net (network faults on links between the processes)")
+	flag.DurationVar(&d.NetHold, "net-hold", d.NetHold, "mean time a network fault stays on its link")
 	fencing := flag.Bool("fencing", true, "both fence points on (false only to see the checks fail)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
 	}
 	d.PaymentFencing, d.RailFencing = *fencing, *fencing
+	var err error
+	if d.Faults, err = soak.ParseFaults(*faults); err != nil {
+		return err
+	}
 	if d.Seed == 0 {
 		d.Seed = soak.NewSeed()
 	}
@@ -97,8 +103,8 @@ func run() error {
 		if err := writeSVG(filepath.Join(*out, "soak-"+cfg.Backend+".svg"), rep); err != nil {
 			return err
 		}
-		fmt.Printf("%-8s seed %d: %d payouts in %.0f s (%.1f/s), outcomes %v, kills %d, rail submissions %d, acks %d, debits %d, balanced %v, failures %d\n",
-			rep.Backend, rep.Seed, rep.Payouts, rep.LoadEnd.Sub(rep.Start).Seconds(), rep.PayoutsPerSecond, rep.Outcomes, len(rep.Kills),
+		fmt.Printf("%-8s seed %d: %d payouts in %.0f s (%.1f/s), outcomes %v, kills %d, network faults %d, rail submissions %d, acks %d, debits %d, balanced %v, failures %d\n",
+			rep.Backend, rep.Seed, rep.Payouts, rep.LoadEnd.Sub(rep.Start).Seconds(), rep.PayoutsPerSecond, rep.Outcomes, len(rep.Kills), len(rep.NetFaults),
 			rep.RailSubmissions, rep.RailAcks, rep.Debits, rep.Audit.Balanced, len(rep.Failures))
 		for _, k := range rep.Kills {
 			next := "none"
@@ -106,6 +112,13 @@ func run() error {
 				next = fmt.Sprintf("%d ms", *k.NextPostedMs)
 			}
 			fmt.Printf("  kill %-18s at %6.1f s: ready again after %5d ms, next payout posted after %s\n", k.Process, k.AtS, k.ReadyMs, next)
+		}
+		for _, f := range rep.NetFaults {
+			next := "none"
+			if f.NextPostedMs != nil {
+				next = fmt.Sprintf("%d ms", *f.NextPostedMs)
+			}
+			fmt.Printf("  net  %-34s at %6.1f s: %s for %d ms, next payout posted after %s\n", f.Link, f.AtS, f.Fault, f.HoldMs, next)
 		}
 		for _, f := range rep.Failures {
 			fmt.Println("  FAILED", f)
