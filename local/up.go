@@ -14,9 +14,13 @@ import (
 	"strings"
 	"time"
 
+	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutbus"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
+	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/config"
 )
 
 // pushBridgeLog is the push bridges' JSON log in the run folder.
@@ -188,12 +192,12 @@ func exports(st *stack.Stack, cfg stack.Config) string {
 		}
 		fmt.Fprintf(&b, "   # %s\n", comment)
 	}
-	line("lock-server (lockctl reads LOCK_SERVER_URL)", "LS", st.LockServerURL(), "LOCK_SERVER_URL", st.LockServerURL())
+	line("lock-server (lockctl reads "+lockapi.EnvServerURL+")", "LS", st.LockServerURL(), lockapi.EnvServerURL, st.LockServerURL())
 	line("payment-resource, rail-proxy, rail-stub", "PAY", st.PaymentResourceURL(), "PROXY", st.RailProxyURL(), "STUB", st.RailStubURL())
 	if u := st.ReconcilerURL(); u != "" {
 		line("the reconciler", "RECONCILER", u)
 	}
-	line("the databases (psql \"$PAYDB_URL\")", "PAYDB_URL", st.PayDBURL(), "RAILDB_URL", st.RailDBURL(), "LOCKDB_URL", st.LockDBURL())
+	line("the databases (psql \"$"+payapi.EnvDatabaseURL+"\")", payapi.EnvDatabaseURL, st.PayDBURL(), railapi.EnvDatabaseURL, st.RailDBURL(), config.EnvLockDBURL, st.LockDBURL())
 	if eps := st.EtcdEndpoints(); len(eps) > 0 {
 		line("etcd's members", "ETCD", strings.Join(eps, ","))
 	}
