@@ -2,7 +2,9 @@ package explore_test
 
 import (
 	"flag"
+	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"testing"
 
@@ -17,6 +19,7 @@ var (
 	full    = flag.Bool("explore.full", false, "explore every schedule of two holders with one fault on the lease, and -explore.samples of each sampled test (make explore)")
 	samples = flag.Int("explore.samples", 3_000, "schedules sampled by each sampled test with -explore.full")
 	seed    = flag.Uint64("explore.seed", 20261201, "seed of the sampled schedules")
+	report  = flag.String("explore.report", "", "append every schedule run, with its verdict, to this file (one line each, Result.String)")
 )
 
 // regressions are the orderings that once paid twice or let a revoked
@@ -215,8 +218,12 @@ func explored(t *testing.T, run func(visit func(explore.Result) bool) (int, erro
 	t.Helper()
 	failures := map[string]int{}
 	seen := 0
+	w := reportFile(t)
 	n, err := run(func(r explore.Result) bool {
 		seen++
+		if w != nil {
+			fmt.Fprintf(w, "%s\t%d\t%s\n", t.Name(), seen, r)
+		}
 		if seen%1000 == 0 {
 			t.Logf("%d schedules so far; failures by check: %v", seen, failures)
 		}
@@ -235,6 +242,25 @@ func explored(t *testing.T, run func(visit func(explore.Result) bool) (int, erro
 	if len(failures) > 0 {
 		t.Errorf("failing checks: %v", slices.Sorted(maps.Keys(failures)))
 	}
+}
+
+// reportFile opens -explore.report for appending (nil when unset) and
+// closes it when t ends.
+func reportFile(t *testing.T) *os.File {
+	t.Helper()
+	if *report == "" {
+		return nil
+	}
+	f, err := os.OpenFile(*report, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return f
 }
 
 // Every schedule of two holders with at most one fault on the lease
