@@ -26,6 +26,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/lockmodel"
 )
 
 // The tests share one stack with links (postgres backend, one executor
@@ -235,16 +236,18 @@ func runReconciler(ctx context.Context, st *stack.Stack) error {
 }
 
 // outcome is the history's spelling of a lock call's result.
-func outcome(err error) string {
+func outcome(err error) lockmodel.Outcome {
 	switch {
 	case err == nil:
-		return "ok"
+		return lockmodel.OK
 	case errors.Is(err, client.ErrLockHeld):
-		return "held"
-	case errors.Is(err, client.ErrStaleToken), errors.Is(err, client.ErrNotHeld):
-		return "stale"
+		return lockmodel.Held
+	case errors.Is(err, client.ErrStaleToken):
+		return lockmodel.Stale
+	case errors.Is(err, client.ErrNotHeld):
+		return lockmodel.NotHeld
 	}
-	return "unknown"
+	return lockmodel.Unknown
 }
 
 // ownLink opens a link of the test's own to lock-server, for a client
@@ -268,7 +271,7 @@ func ownLink(t *testing.T, st *stack.Stack, name string) (*link.Link, string) {
 func TestGrantCommittedAndItsAnswerLost(t *testing.T) {
 	d := driver(t)
 	ctx, st := t.Context(), d.Stack()
-	h := newHistory()
+	h := lockmodel.NewHistory()
 
 	// The lock history: A's answer is lost, B watches and then waits.
 	la, aURL := ownLink(t, st, "holder-A->lock-server")
@@ -284,13 +287,13 @@ func TestGrantCommittedAndItsAnswerLost(t *testing.T) {
 	if err := la.Inject(link.Fault{Kind: link.ResetAfter, Bytes: 0}); err != nil {
 		t.Fatal(err)
 	}
-	done := h.call(0, lockIn{Op: "acquire", Key: key, Owner: "nf-A", TTL: leaseTTL})
+	done := h.Call(0, lockmodel.Input{Op: lockmodel.Acquire, Key: key, Owner: "nf-A", TTL: leaseTTL})
 	_, err = a.TryAcquire(ctx, key, client.WithTTL(leaseTTL))
 	if err == nil {
 		t.Fatal("acquire through a link that loses every answer: granted, want an error")
 	}
-	done(lockOut{Outcome: outcome(err)})
-	done = h.call(1, lockIn{Op: "inspect", Key: key})
+	done(lockmodel.Output{Outcome: outcome(err)})
+	done = h.Call(1, lockmodel.Input{Op: lockmodel.Inspect, Key: key})
 	seen, err := b.Inspect(ctx, key)
 	if err != nil {
 		t.Fatal(err)
@@ -298,20 +301,20 @@ func TestGrantCommittedAndItsAnswerLost(t *testing.T) {
 	if !seen.Held || seen.Lease.Owner != "nf-A" {
 		t.Fatalf("inspect after A's lost answer: held %v by %q, want held by nf-A (the grant committed)", seen.Held, seen.Lease.Owner)
 	}
-	done(lockOut{Outcome: "ok", Owner: seen.Lease.Owner, Token: seen.Lease.Token})
-	done = h.call(1, lockIn{Op: "acquire", Key: key, Owner: "nf-B", TTL: leaseTTL})
+	done(lockmodel.Output{Outcome: lockmodel.OK, Owner: seen.Lease.Owner, Token: seen.Lease.Token})
+	done = h.Call(1, lockmodel.Input{Op: lockmodel.Acquire, Key: key, Owner: "nf-B", TTL: leaseTTL})
 	lb, err := b.Acquire(ctx, key, client.WithTTL(leaseTTL))
 	if err != nil {
 		t.Fatal(err)
 	}
-	done(lockOut{Outcome: "ok", Token: lb.Token()})
+	done(lockmodel.Output{Outcome: lockmodel.OK, Token: lb.Token()})
 	if lb.Token() <= seen.Lease.Token {
 		t.Errorf("B's token %d after A's lost grant %d: want larger", lb.Token(), seen.Lease.Token)
 	}
 	if err := lb.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	checkLinearizable(t, h)
+	lockmodel.Check(t, t.Name(), h.Operations(), 10*time.Second)
 
 	// The same loss on executor A's link, with a payout behind it.
 	ev := payout(t, d, "grant-lost")
@@ -340,7 +343,7 @@ func TestGrantCommittedAndItsAnswerLost(t *testing.T) {
 func TestPartitionedHolderIsFencedAtBothFencePoints(t *testing.T) {
 	d := driver(t)
 	ctx, st := t.Context(), d.Stack()
-	h := newHistory()
+	h := lockmodel.NewHistory()
 	ev := payout(t, d, "partitioned")
 	lh, hURL := ownLink(t, st, "holder-H->lock-server")
 	hc, err := client.New(hURL, client.WithOwner("nf-H"))
@@ -358,12 +361,12 @@ func TestPartitionedHolderIsFencedAtBothFencePoints(t *testing.T) {
 
 	// H holds the account's lock before the payout exists, so it claims
 	// first; executor A, handed the payout, waits for the lock.
-	done := h.call(0, lockIn{Op: "acquire", Key: ev.LockKey(), Owner: "nf-H", TTL: leaseTTL})
+	done := h.Call(0, lockmodel.Input{Op: lockmodel.Acquire, Key: ev.LockKey(), Owner: "nf-H", TTL: leaseTTL})
 	lease, err := hc.TryAcquire(ctx, ev.LockKey(), client.WithTTL(leaseTTL))
 	if err != nil {
 		t.Fatal(err)
 	}
-	done(lockOut{Outcome: "ok", Token: lease.Token()})
+	done(lockmodel.Output{Outcome: lockmodel.OK, Token: lease.Token()})
 	holder := fencewire.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: "nf-H"}
 	if _, err := d.CreatePayout(ctx, ev); err != nil {
 		t.Fatal(err)
@@ -378,23 +381,23 @@ func TestPartitionedHolderIsFencedAtBothFencePoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
-	done = h.call(0, lockIn{Op: "renew", Key: ev.LockKey(), Owner: "nf-H", Token: lease.Token(), TTL: leaseTTL})
+	done = h.Call(0, lockmodel.Input{Op: lockmodel.Renew, Key: ev.LockKey(), Owner: "nf-H", Token: lease.Token(), TTL: leaseTTL})
 	err = lease.Renew(rctx)
 	cancel()
 	if err == nil {
 		t.Fatal("renew through a timeout link: ok, want an error")
 	}
-	done(lockOut{Outcome: "unknown"})
+	done(lockmodel.Output{Outcome: lockmodel.Unknown})
 	await(t, "executor A to post the payout under a newer lease", func() (bool, error) {
 		s, err := state(ctx, d, ev.PayoutID)
 		return s == api.StatePosted, err
 	})
-	done = h.call(1, lockIn{Op: "inspect", Key: ev.LockKey()})
+	done = h.Call(1, lockmodel.Input{Op: lockmodel.Inspect, Key: ev.LockKey()})
 	seen, err := observer.Inspect(ctx, ev.LockKey())
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := lockOut{Outcome: "ok"}
+	out := lockmodel.Output{Outcome: lockmodel.OK}
 	if seen.Held {
 		// Executor A's grant: its acquire is not in the history.
 		out.Owner, out.Token, out.Outside = seen.Lease.Owner, seen.Lease.Token, seen.Lease.Owner != "nf-H"
@@ -411,7 +414,7 @@ func TestPartitionedHolderIsFencedAtBothFencePoints(t *testing.T) {
 	if !errors.Is(err, payclient.ErrFencedOut) {
 		t.Errorf("stale holder's result at payment-resource: got %v, want FENCED_OUT", err)
 	}
-	checkLinearizable(t, h)
+	lockmodel.Check(t, t.Name(), h.Operations(), 10*time.Second)
 	judge(t, d, 1, ev.PayoutID)
 }
 
@@ -423,14 +426,14 @@ func TestPartitionedHolderIsFencedAtBothFencePoints(t *testing.T) {
 func TestLockDBPartitionedAnswers503WithRetryAfter(t *testing.T) {
 	d := driver(t)
 	ctx, st := t.Context(), d.Stack()
-	h := newHistory()
+	h := lockmodel.NewHistory()
 	key := "payout:nf-acct-lockdb-partitioned"
 	l := inject(t, st, stack.LinkLockDB, link.Fault{Kind: link.Timeout})
 	body, err := json.Marshal(lockapi.AcquireRequest{Owner: "nf-P", TTLMs: leaseTTL.Milliseconds()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := h.call(0, lockIn{Op: "acquire", Key: key, Owner: "nf-P", TTL: leaseTTL})
+	done := h.Call(0, lockmodel.Input{Op: lockmodel.Acquire, Key: key, Owner: "nf-P", TTL: leaseTTL})
 	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, st.LockServerURL()+lockapi.PathLockPrefix+key+lockapi.SuffixAcquire, bytes.NewReader(body))
@@ -445,7 +448,7 @@ func TestLockDBPartitionedAnswers503WithRetryAfter(t *testing.T) {
 	var e lockapi.ErrorEnvelope
 	_ = json.NewDecoder(resp.Body).Decode(&e)
 	resp.Body.Close()
-	done(lockOut{Outcome: "unknown"})
+	done(lockmodel.Output{Outcome: lockmodel.Unknown})
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || e.Error.Code != lockapi.CodeBackendUnavailable {
 		t.Fatalf("acquire with lockdb partitioned: %d %s, Retry-After %q; want 503 %s with Retry-After",
 			resp.StatusCode, e.Error.Code, resp.Header.Get("Retry-After"), lockapi.CodeBackendUnavailable)
@@ -457,14 +460,14 @@ func TestLockDBPartitionedAnswers503WithRetryAfter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done = h.call(1, lockIn{Op: "acquire", Key: key, Owner: "nf-Q", TTL: leaseTTL})
+	done = h.Call(1, lockmodel.Input{Op: lockmodel.Acquire, Key: key, Owner: "nf-Q", TTL: leaseTTL})
 	lease, err := c.Acquire(ctx, key, client.WithTTL(leaseTTL))
 	if err != nil {
 		t.Fatalf("acquire once lockdb is reachable again: %v", err)
 	}
-	done(lockOut{Outcome: "ok", Token: lease.Token()})
+	done(lockmodel.Output{Outcome: lockmodel.OK, Token: lease.Token()})
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	checkLinearizable(t, h)
+	lockmodel.Check(t, t.Name(), h.Operations(), 10*time.Second)
 }
