@@ -1,7 +1,7 @@
 package explore
 
-// The adversarial holder, the resend, the permanent refusal, and the
-// coverage evidence: what rail-proxy answered in a schedule.
+// The adversarial holder's faults: forged terms (FaultForge), the resend
+// (FaultResend) and the permanent refusal (FaultReject).
 
 import (
 	"bytes"
@@ -12,8 +12,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"slices"
-	"sync"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
@@ -22,150 +20,12 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
 
-// Paths: the rail-proxy outcomes a schedule may reach, as Result.Paths
-// names them. Each is judged from rail-proxy's answers (seen in front of
-// it) or from raildb after the schedule.
-const (
-	// PathForwarded: a submission went to the rail and was answered 200.
-	PathForwarded = "forwarded"
-	// PathFencedOut: a submission was refused 409 FENCED_OUT.
-	PathFencedOut = "fenced-out"
-	// PathAlreadySubmitted: a submission was refused 409
-	// PAYOUT_ALREADY_SUBMITTED with the payout's forward.
-	PathAlreadySubmitted = "already-submitted"
-	// PathAmbiguous: a submission was answered 502 RAIL_AMBIGUOUS.
-	PathAmbiguous = "rail-ambiguous"
-	// PathNotSentReleased: the rail refused a call and recorded nothing;
-	// rail-proxy recorded the attempt not_sent and released the payout's
-	// forward (an attempt of raildb in state not_sent).
-	PathNotSentReleased = "not-sent-released"
-	// PathNotSentKept: the rail refused a call and recorded nothing, but
-	// the attempt had meanwhile been marked ambiguous (abandoned) or
-	// reconciled: it stayed the payout's forward (a RAIL_NOT_REACHED
-	// answer without its not_sent attempt).
-	PathNotSentKept = "not-sent-kept"
-	// PathResendAfterNotSent: after a not_sent release, a later attempt of
-	// the same payout with the same token (the holder's own resend) was
-	// let through to the rail.
-	PathResendAfterNotSent = "own-resend-after-not-sent"
-	// PathStaleResendFenced: a resend (FaultResend) was refused
-	// FENCED_OUT: a newer holder had raised the high-water mark.
-	PathStaleResendFenced = "stale-resend-fenced"
-	// PathInvalidTerms: a submission was refused 403 INVALID_TERMS.
-	PathInvalidTerms = "invalid-terms"
-	// PathClosed: a reconciliation closed a payout rail-proxy had never
-	// forwarded (no forward before it, answered 200).
-	PathClosed = "closed-never-forwarded"
-	// PathLateAfterClose: a submission of a payout arrived after a
-	// reconciliation had closed it (and was refused).
-	PathLateAfterClose = "late-submission-after-close"
-	// PathStopped: a submission reached the rail after a reconciliation's
-	// stop order and was answered 409 PAYOUT_STOPPED.
-	PathStopped = "payout-stopped"
-	// PathReconciled: a reconciliation resolved a forwarded attempt that
-	// was forwarding or ambiguous (answered 200, resolved).
-	PathReconciled = "reconciled-in-doubt"
-)
-
 // headerResend marks a resend (FaultResend), headerForged a forged
 // submission, for the explorer's own handler in front of rail-proxy.
 const (
 	headerResend = "X-Explore-Resend"
 	headerForged = "X-Explore-Forged"
 )
-
-// answer is one answer of rail-proxy to a submission or a
-// reconciliation of a payout of the run, in the order they ended.
-type answer struct {
-	reconciliation bool
-	payout         string
-	resend, forged bool
-	status         int
-	code           railapi.Code
-	// attempt is the payout's forward the answer carries (a
-	// PAYOUT_ALREADY_SUBMITTED refusal, a reconciliation), nil otherwise.
-	attempt *railapi.Attempt
-	// resolved: a reconciliation that recorded the outcome; closed: a
-	// reconciliation of a payout that had no forward before it.
-	resolved, closed bool
-}
-
-// seen collects a run's answers and the forgeries' verdicts.
-type seen struct {
-	mu      sync.Mutex
-	answers []answer
-	// forgery lists, per forged submission, what was wrong with its
-	// handling ("" when it was refused 403 with nothing recorded).
-	forgery []string
-}
-
-// capture records the status and body of an answer on its way out.
-type capture struct {
-	http.ResponseWriter
-	status int
-	body   bytes.Buffer
-}
-
-func (c *capture) WriteHeader(status int) {
-	if c.status == 0 {
-		c.status = status
-	}
-	c.ResponseWriter.WriteHeader(status)
-}
-
-func (c *capture) Write(b []byte) (int, error) {
-	if c.status == 0 {
-		c.status = http.StatusOK
-	}
-	c.body.Write(b)
-	return c.ResponseWriter.Write(b)
-}
-
-// decode reads c's answer: its code (an error envelope's) and the
-// attempt it carries, if any.
-func (c *capture) decode(reconciliation bool) (railapi.Code, *railapi.Attempt, bool) {
-	if reconciliation && c.status == http.StatusOK {
-		var rec railapi.Reconciliation
-		if json.Unmarshal(c.body.Bytes(), &rec) != nil {
-			return "", nil, false
-		}
-		return "", &rec.Attempt, rec.Resolved
-	}
-	var ans railapi.AlreadySubmittedAnswer
-	if json.Unmarshal(c.body.Bytes(), &ans) != nil {
-		return "", nil, false
-	}
-	if ans.Error.Code == railapi.CodeAlreadySubmitted {
-		return ans.Error.Code, &ans.Attempt, false
-	}
-	return ans.Error.Code, nil, false
-}
-
-// submission records rail-proxy's answer c to the submission r.
-func (s *seen) submission(r *http.Request, payout string, c *capture) {
-	code, attempt, _ := c.decode(false)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.answers = append(s.answers, answer{payout: payout, resend: r.Header.Get(headerResend) != "", forged: r.Header.Get(headerForged) != "",
-		status: c.status, code: code, attempt: attempt})
-}
-
-// watchReconciliation serves a reconciliation of payout and records its
-// answer, noting whether the payout had a forward before it.
-func (r *run) watchReconciliation(next http.Handler, w http.ResponseWriter, req *http.Request, payout string) {
-	var forwarded bool
-	if err := r.e.p.RailDB.QueryRow(req.Context(), `SELECT EXISTS (SELECT 1 FROM rail_payout WHERE payout_id = $1)`, payout).Scan(&forwarded); err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	c := &capture{ResponseWriter: w}
-	next.ServeHTTP(c, req)
-	_, attempt, resolved := c.decode(true)
-	r.seen.mu.Lock()
-	defer r.seen.mu.Unlock()
-	r.seen.answers = append(r.seen.answers, answer{reconciliation: true, payout: payout, status: c.status, attempt: attempt,
-		resolved: resolved, closed: c.status == http.StatusOK && !forwarded})
-}
 
 // sentRequest is a submission as it was sent, to be sent again.
 type sentRequest struct {
@@ -376,159 +236,4 @@ func (r *run) resend(ctx, runCtx context.Context, h int) (*arrival, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-}
-
-// checkAdversary adds the checks of forged terms and recorded outcomes
-// (CheckTerms, CheckRecorded) and fills res.Paths.
-func (r *run) checkAdversary(ctx context.Context, res *Result, fail func(check, format string, args ...any)) error {
-	r.seen.mu.Lock()
-	answers := slices.Clone(r.seen.answers)
-	forgery := slices.Clone(r.seen.forgery)
-	r.seen.mu.Unlock()
-	for _, v := range forgery {
-		if v != "" {
-			fail(CheckTerms, "%s", v)
-		}
-	}
-	ids := make([]string, len(r.events))
-	terms := map[string]fencewire.PayoutTerms{}
-	for i, ev := range r.events {
-		ids[i] = ev.PayoutID
-		terms[ev.PayoutID] = fencewire.PayoutTerms(ev)
-		for _, s := range r.e.p.Stub.Submissions(ev.PayoutID) {
-			got := fencewire.PayoutTerms{PayoutID: s.Request.PayoutID, AccountID: s.Request.AccountID, AmountMinor: s.Request.AmountMinor, Currency: s.Request.Currency}
-			if got != terms[ev.PayoutID] {
-				fail(CheckTerms, "the rail's journal holds %+v; paydb's terms are %+v", got, terms[ev.PayoutID])
-			}
-		}
-	}
-	type attempt struct {
-		id, token int64
-		payout    string
-		state     railapi.State
-		forward   bool
-	}
-	var attempts []attempt
-	rows, err := r.e.p.RailDB.Query(ctx, `SELECT a.attempt_id, a.payout_id, a.account_id, a.amount_minor, a.currency, a.token, a.state,
-       EXISTS (SELECT 1 FROM rail_payout p WHERE p.attempt_id = a.attempt_id)
-  FROM rail_attempt a WHERE a.payout_id = ANY($1) ORDER BY a.attempt_id`, ids)
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var (
-			a  attempt
-			t  fencewire.PayoutTerms
-			st string
-		)
-		err := rows.Scan(&a.id, &a.payout, &t.AccountID, &t.AmountMinor, &t.Currency, &a.token, &st, &a.forward)
-		if err != nil {
-			rows.Close()
-			return err
-		}
-		t.PayoutID, a.state = a.payout, railapi.State(st)
-		if t != terms[a.payout] {
-			fail(CheckTerms, "raildb recorded attempt %d (%s) with terms %+v; paydb's are %+v", a.id, a.state, t, terms[a.payout])
-		}
-		attempts = append(attempts, a)
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-
-	// An outcome rail-proxy answered stays: the attempt it named is still
-	// the payout's forward, and ambiguous at most turns into a result.
-	byID := map[int64]attempt{}
-	for _, a := range attempts {
-		byID[a.id] = a
-	}
-	for _, an := range answers {
-		if an.attempt == nil || an.attempt.AttemptID == 0 {
-			continue
-		}
-		told := an.attempt.State
-		if told != railapi.StateAmbiguous && told != railapi.StateAcked && told != railapi.StateDeclined && told != railapi.StateNotAtRail {
-			continue
-		}
-		now, ok := byID[an.attempt.AttemptID]
-		switch {
-		case !ok:
-			fail(CheckRecorded, "attempt %d of %s, answered %s, is gone", an.attempt.AttemptID, an.payout, told)
-		case !now.forward:
-			fail(CheckRecorded, "attempt %d of %s, answered %s as the payout's forward, is no longer its forward (now %s)", now.id, an.payout, told, now.state)
-		case told == railapi.StateAmbiguous && now.state != railapi.StateAmbiguous && now.state != railapi.StateAcked &&
-			now.state != railapi.StateDeclined && now.state != railapi.StateNotAtRail,
-			told != railapi.StateAmbiguous && now.state != told:
-			fail(CheckRecorded, "attempt %d of %s, answered %s, ended %s", now.id, an.payout, told, now.state)
-		}
-	}
-
-	// Coverage.
-	paths := map[string]bool{}
-	closed := map[string]bool{}
-	notReached := 0
-	for _, an := range answers {
-		if an.reconciliation {
-			switch {
-			case an.closed:
-				paths[PathClosed], closed[an.payout] = true, true
-			case an.resolved:
-				paths[PathReconciled] = true
-			}
-			continue
-		}
-		if closed[an.payout] && !an.forged {
-			// The close made the closing attempt the payout's forward:
-			// rail-proxy itself refuses what comes later, before the rail
-			// (the stop order there is the second line, not the first).
-			paths[PathLateAfterClose] = true
-			if an.status == http.StatusOK || an.code == railapi.CodePayoutStopped || an.code == railapi.CodeRailAmbiguous || an.code == railapi.CodeRailNotReached {
-				fail(CheckRecorded, "a submission of %s went to the rail (answered %d %s) after a reconciliation closed it", an.payout, an.status, an.code)
-			}
-		}
-		switch {
-		case an.status == http.StatusOK:
-			paths[PathForwarded] = true
-		case an.code == railapi.CodeFencedOut:
-			paths[PathFencedOut] = true
-			if an.resend {
-				paths[PathStaleResendFenced] = true
-			}
-		case an.code == railapi.CodeAlreadySubmitted:
-			paths[PathAlreadySubmitted] = true
-		case an.code == railapi.CodeRailAmbiguous:
-			paths[PathAmbiguous] = true
-		case an.code == railapi.CodeRailNotReached:
-			notReached++
-		case an.code == railapi.CodeInvalidTerms:
-			paths[PathInvalidTerms] = true
-		case an.code == railapi.CodePayoutStopped:
-			paths[PathStopped] = true
-		}
-	}
-	notSent := map[string][]int64{} // payout -> tokens of its not_sent attempts
-	released := 0
-	for _, a := range attempts {
-		switch a.state {
-		case railapi.StateNotSent:
-			released++
-			notSent[a.payout] = append(notSent[a.payout], a.token)
-		case railapi.StateFenced, railapi.StateDuplicate:
-		default:
-			if slices.Contains(notSent[a.payout], a.token) {
-				paths[PathResendAfterNotSent] = true
-			}
-		}
-	}
-	if released > 0 {
-		paths[PathNotSentReleased] = true
-	}
-	if notReached > released {
-		paths[PathNotSentKept] = true
-	}
-	for p := range paths {
-		res.Paths = append(res.Paths, p)
-	}
-	slices.Sort(res.Paths)
-	return nil
 }

@@ -1,5 +1,9 @@
 package explore
 
+// Faults: what the explorer injects between steps, which of them a
+// decision offers (enabled) and what each does (take). The adversarial
+// holder's own faults are in adversary.go.
+
 import (
 	"context"
 	"fmt"
@@ -8,6 +12,76 @@ import (
 
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
+)
+
+// Faults the explorer injects between steps.
+const (
+	// FaultExpire ends the live lease on the server's clock.
+	FaultExpire = "expire"
+	// FaultRevoke revokes the live lease, as an operator would.
+	FaultRevoke = "revoke"
+	// FaultRailLost is taken instead of a holder's StepRail ("A:lost"):
+	// the rail pays and its answer to rail-proxy is lost (rail-proxy
+	// records the attempt ambiguous).
+	FaultRailLost = "lost"
+	// FaultRailDown is taken instead of a holder's StepRail ("A:down"):
+	// the call never reaches the rail, and rail-proxy cannot tell that from
+	// a lost answer (ambiguous too).
+	FaultRailDown = "down"
+	// FaultRailRefused is taken instead of a holder's StepRail
+	// ("A:refused"): the rail refuses the call and says it recorded
+	// nothing (rail-stub's 503 RAIL_UNAVAILABLE), which rail-proxy answers
+	// RAIL_NOT_REACHED and the executor redelivers. Offered only when a
+	// Config's Faults name it.
+	FaultRailRefused = "refused"
+	// FaultCrash is taken instead of any held step of a holder ("A:crash",
+	// never at StepRail, where the call is rail-proxy's): the process dies
+	// there. Nothing more leaves it; its lease ends by its TTL.
+	FaultCrash = "crash"
+	// FaultGiveUp is taken instead of a holder's StepRail ("A:giveup"):
+	// the holder's own timeout cuts its call to rail-proxy, while
+	// rail-proxy's call to the rail stays held. That call becomes
+	// rail-proxy's pending step ("P:rail", or "P:lost", "P:down"), which
+	// the explorer lets go whenever it likes, for example after the
+	// reconciler has looked the payout up.
+	FaultGiveUp = "giveup"
+	// FaultAge is not a fault but time passing: every rail attempt of the
+	// run becomes older than rail-proxy's abandon threshold, so that the
+	// reconciler may reconcile an attempt in doubt. Offered once per
+	// schedule, with the reconciler, while an attempt is in doubt, also
+	// while a rail call is still held (harness/README.md).
+	FaultAge = "age"
+	// FaultForge is taken instead of a holder's StepSubmit ("A:forge"),
+	// once per holder: the holder, whose lease is real, first sends its
+	// submission with altered terms (adversary.go: another amount,
+	// another account, another payout's signature, a signature that is
+	// not payment-resource's), each with its own token and proof; then it
+	// is back at StepSubmit with its genuine submission. Each forged
+	// submission must be refused 403 with nothing recorded at rail-proxy.
+	FaultForge = "forge"
+	// FaultResend ("A:resend"): a copy of the holder's last submission,
+	// same token, proof and terms, reaches rail-proxy again (the holder's
+	// client retried it, or the network duplicated it), at any later
+	// point of the schedule, once per holder. Its answer reaches nobody;
+	// its rail call, if rail-proxy makes one, is rail-proxy's pending step
+	// ("P:rail", "P:refused", ...), as after FaultGiveUp.
+	FaultResend = "resend"
+	// FaultReject is taken instead of a holder's StepSubmit ("A:reject"):
+	// the submission is refused for good before rail-proxy records
+	// anything (the explorer answers 400 INVALID_REQUEST in its place,
+	// as rail-proxy answers a request no retry can change), so the holder
+	// marks the payout needs_attention, and the reconciler closes a
+	// payout that was never forwarded.
+	FaultReject = "reject"
+	// FaultRestart restarts a lock-server replica ("L1:restart",
+	// "L2:restart"): its Server is closed and a new one, over a newly
+	// opened store on the same lock store, serves at its URL
+	// (pipelinetest.Pipeline.RestartLock). It forgets the token floor it
+	// kept; the leases and the token counter are the store's. A request
+	// held for that replica reaches the new Server. Offered once per
+	// schedule, after the first grant, while something else may still
+	// happen.
+	FaultRestart = "restart"
 )
 
 // inDoubt reports whether a rail attempt of the run's account is

@@ -269,3 +269,96 @@ func (d *doer) Do(req *http.Request) (*http.Response, error) {
 	}
 	return resp, nil
 }
+
+// answer is one answer of rail-proxy to a submission or a
+// reconciliation of a payout of the run, in the order they ended.
+type answer struct {
+	reconciliation bool
+	payout         string
+	resend, forged bool
+	status         int
+	code           railapi.Code
+	// attempt is the payout's forward the answer carries (a
+	// PAYOUT_ALREADY_SUBMITTED refusal, a reconciliation), nil otherwise.
+	attempt *railapi.Attempt
+	// resolved: a reconciliation that recorded the outcome; closed: a
+	// reconciliation of a payout that had no forward before it.
+	resolved, closed bool
+}
+
+// seen collects a run's answers and the forgeries' verdicts.
+type seen struct {
+	mu      sync.Mutex
+	answers []answer
+	// forgery lists, per forged submission, what was wrong with its
+	// handling ("" when it was refused 403 with nothing recorded).
+	forgery []string
+}
+
+// capture records the status and body of an answer on its way out.
+type capture struct {
+	http.ResponseWriter
+	status int
+	body   bytes.Buffer
+}
+
+func (c *capture) WriteHeader(status int) {
+	if c.status == 0 {
+		c.status = status
+	}
+	c.ResponseWriter.WriteHeader(status)
+}
+
+func (c *capture) Write(b []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	c.body.Write(b)
+	return c.ResponseWriter.Write(b)
+}
+
+// decode reads c's answer: its code (an error envelope's) and the
+// attempt it carries, if any.
+func (c *capture) decode(reconciliation bool) (railapi.Code, *railapi.Attempt, bool) {
+	if reconciliation && c.status == http.StatusOK {
+		var rec railapi.Reconciliation
+		if json.Unmarshal(c.body.Bytes(), &rec) != nil {
+			return "", nil, false
+		}
+		return "", &rec.Attempt, rec.Resolved
+	}
+	var ans railapi.AlreadySubmittedAnswer
+	if json.Unmarshal(c.body.Bytes(), &ans) != nil {
+		return "", nil, false
+	}
+	if ans.Error.Code == railapi.CodeAlreadySubmitted {
+		return ans.Error.Code, &ans.Attempt, false
+	}
+	return ans.Error.Code, nil, false
+}
+
+// submission records rail-proxy's answer c to the submission r.
+func (s *seen) submission(r *http.Request, payout string, c *capture) {
+	code, attempt, _ := c.decode(false)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.answers = append(s.answers, answer{payout: payout, resend: r.Header.Get(headerResend) != "", forged: r.Header.Get(headerForged) != "",
+		status: c.status, code: code, attempt: attempt})
+}
+
+// watchReconciliation serves a reconciliation of payout and records its
+// answer, noting whether the payout had a forward before it.
+func (r *run) watchReconciliation(next http.Handler, w http.ResponseWriter, req *http.Request, payout string) {
+	var forwarded bool
+	if err := r.e.p.RailDB.QueryRow(req.Context(), `SELECT EXISTS (SELECT 1 FROM rail_payout WHERE payout_id = $1)`, payout).Scan(&forwarded); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	c := &capture{ResponseWriter: w}
+	next.ServeHTTP(c, req)
+	_, attempt, resolved := c.decode(true)
+	r.seen.mu.Lock()
+	defer r.seen.mu.Unlock()
+	r.seen.answers = append(r.seen.answers, answer{reconciliation: true, payout: payout, status: c.status, attempt: attempt,
+		resolved: resolved, closed: c.status == http.StatusOK && !forwarded})
+}

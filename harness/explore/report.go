@@ -1,8 +1,56 @@
 package explore
 
+// Report: what a schedule reached (its paths, coverage evidence) and how
+// its result is written.
+
 import (
 	"fmt"
 	"strings"
+)
+
+// Paths: the rail-proxy outcomes a schedule may reach, as Result.Paths
+// names them. Each is judged from rail-proxy's answers (seen in front of
+// it) or from raildb after the schedule.
+const (
+	// PathForwarded: a submission went to the rail and was answered 200.
+	PathForwarded = "forwarded"
+	// PathFencedOut: a submission was refused 409 FENCED_OUT.
+	PathFencedOut = "fenced-out"
+	// PathAlreadySubmitted: a submission was refused 409
+	// PAYOUT_ALREADY_SUBMITTED with the payout's forward.
+	PathAlreadySubmitted = "already-submitted"
+	// PathAmbiguous: a submission was answered 502 RAIL_AMBIGUOUS.
+	PathAmbiguous = "rail-ambiguous"
+	// PathNotSentReleased: the rail refused a call and recorded nothing;
+	// rail-proxy recorded the attempt not_sent and released the payout's
+	// forward (an attempt of raildb in state not_sent).
+	PathNotSentReleased = "not-sent-released"
+	// PathNotSentKept: the rail refused a call and recorded nothing, but
+	// the attempt had meanwhile been marked ambiguous (abandoned) or
+	// reconciled: it stayed the payout's forward (a RAIL_NOT_REACHED
+	// answer without its not_sent attempt).
+	PathNotSentKept = "not-sent-kept"
+	// PathResendAfterNotSent: after a not_sent release, a later attempt of
+	// the same payout with the same token (the holder's own resend) was
+	// let through to the rail.
+	PathResendAfterNotSent = "own-resend-after-not-sent"
+	// PathStaleResendFenced: a resend (FaultResend) was refused
+	// FENCED_OUT: a newer holder had raised the high-water mark.
+	PathStaleResendFenced = "stale-resend-fenced"
+	// PathInvalidTerms: a submission was refused 403 INVALID_TERMS.
+	PathInvalidTerms = "invalid-terms"
+	// PathClosed: a reconciliation closed a payout rail-proxy had never
+	// forwarded (no forward before it, answered 200).
+	PathClosed = "closed-never-forwarded"
+	// PathLateAfterClose: a submission of a payout arrived after a
+	// reconciliation had closed it (and was refused).
+	PathLateAfterClose = "late-submission-after-close"
+	// PathStopped: a submission reached the rail after a reconciliation's
+	// stop order and was answered 409 PAYOUT_STOPPED.
+	PathStopped = "payout-stopped"
+	// PathReconciled: a reconciliation resolved a forwarded attempt that
+	// was forwarding or ambiguous (answered 200, resolved).
+	PathReconciled = "reconciled-in-doubt"
 )
 
 // String is r on one line, tab-separated: the schedule, the checks broken,

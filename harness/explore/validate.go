@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 )
@@ -268,5 +269,160 @@ func (r *run) checkPayout(ctx context.Context, res *Result, id string, fail func
 	default:
 		fail(CheckSettled, "%s left %s after the last delivery and the reconciler", id, p.State)
 	}
+	return nil
+}
+
+// checkAdversary adds the checks of forged terms and recorded outcomes
+// (CheckTerms, CheckRecorded) and fills res.Paths.
+func (r *run) checkAdversary(ctx context.Context, res *Result, fail func(check, format string, args ...any)) error {
+	r.seen.mu.Lock()
+	answers := slices.Clone(r.seen.answers)
+	forgery := slices.Clone(r.seen.forgery)
+	r.seen.mu.Unlock()
+	for _, v := range forgery {
+		if v != "" {
+			fail(CheckTerms, "%s", v)
+		}
+	}
+	ids := make([]string, len(r.events))
+	terms := map[string]fencewire.PayoutTerms{}
+	for i, ev := range r.events {
+		ids[i] = ev.PayoutID
+		terms[ev.PayoutID] = fencewire.PayoutTerms(ev)
+		for _, s := range r.e.p.Stub.Submissions(ev.PayoutID) {
+			got := fencewire.PayoutTerms{PayoutID: s.Request.PayoutID, AccountID: s.Request.AccountID, AmountMinor: s.Request.AmountMinor, Currency: s.Request.Currency}
+			if got != terms[ev.PayoutID] {
+				fail(CheckTerms, "the rail's journal holds %+v; paydb's terms are %+v", got, terms[ev.PayoutID])
+			}
+		}
+	}
+	type attempt struct {
+		id, token int64
+		payout    string
+		state     railapi.State
+		forward   bool
+	}
+	var attempts []attempt
+	rows, err := r.e.p.RailDB.Query(ctx, `SELECT a.attempt_id, a.payout_id, a.account_id, a.amount_minor, a.currency, a.token, a.state,
+       EXISTS (SELECT 1 FROM rail_payout p WHERE p.attempt_id = a.attempt_id)
+  FROM rail_attempt a WHERE a.payout_id = ANY($1) ORDER BY a.attempt_id`, ids)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var (
+			a  attempt
+			t  fencewire.PayoutTerms
+			st string
+		)
+		err := rows.Scan(&a.id, &a.payout, &t.AccountID, &t.AmountMinor, &t.Currency, &a.token, &st, &a.forward)
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		t.PayoutID, a.state = a.payout, railapi.State(st)
+		if t != terms[a.payout] {
+			fail(CheckTerms, "raildb recorded attempt %d (%s) with terms %+v; paydb's are %+v", a.id, a.state, t, terms[a.payout])
+		}
+		attempts = append(attempts, a)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+
+	// An outcome rail-proxy answered stays: the attempt it named is still
+	// the payout's forward, and ambiguous at most turns into a result.
+	byID := map[int64]attempt{}
+	for _, a := range attempts {
+		byID[a.id] = a
+	}
+	for _, an := range answers {
+		if an.attempt == nil || an.attempt.AttemptID == 0 {
+			continue
+		}
+		told := an.attempt.State
+		if told != railapi.StateAmbiguous && told != railapi.StateAcked && told != railapi.StateDeclined && told != railapi.StateNotAtRail {
+			continue
+		}
+		now, ok := byID[an.attempt.AttemptID]
+		switch {
+		case !ok:
+			fail(CheckRecorded, "attempt %d of %s, answered %s, is gone", an.attempt.AttemptID, an.payout, told)
+		case !now.forward:
+			fail(CheckRecorded, "attempt %d of %s, answered %s as the payout's forward, is no longer its forward (now %s)", now.id, an.payout, told, now.state)
+		case told == railapi.StateAmbiguous && now.state != railapi.StateAmbiguous && now.state != railapi.StateAcked &&
+			now.state != railapi.StateDeclined && now.state != railapi.StateNotAtRail,
+			told != railapi.StateAmbiguous && now.state != told:
+			fail(CheckRecorded, "attempt %d of %s, answered %s, ended %s", now.id, an.payout, told, now.state)
+		}
+	}
+
+	// Coverage.
+	paths := map[string]bool{}
+	closed := map[string]bool{}
+	notReached := 0
+	for _, an := range answers {
+		if an.reconciliation {
+			switch {
+			case an.closed:
+				paths[PathClosed], closed[an.payout] = true, true
+			case an.resolved:
+				paths[PathReconciled] = true
+			}
+			continue
+		}
+		if closed[an.payout] && !an.forged {
+			// The close made the closing attempt the payout's forward:
+			// rail-proxy itself refuses what comes later, before the rail
+			// (the stop order there is the second line, not the first).
+			paths[PathLateAfterClose] = true
+			if an.status == http.StatusOK || an.code == railapi.CodePayoutStopped || an.code == railapi.CodeRailAmbiguous || an.code == railapi.CodeRailNotReached {
+				fail(CheckRecorded, "a submission of %s went to the rail (answered %d %s) after a reconciliation closed it", an.payout, an.status, an.code)
+			}
+		}
+		switch {
+		case an.status == http.StatusOK:
+			paths[PathForwarded] = true
+		case an.code == railapi.CodeFencedOut:
+			paths[PathFencedOut] = true
+			if an.resend {
+				paths[PathStaleResendFenced] = true
+			}
+		case an.code == railapi.CodeAlreadySubmitted:
+			paths[PathAlreadySubmitted] = true
+		case an.code == railapi.CodeRailAmbiguous:
+			paths[PathAmbiguous] = true
+		case an.code == railapi.CodeRailNotReached:
+			notReached++
+		case an.code == railapi.CodeInvalidTerms:
+			paths[PathInvalidTerms] = true
+		case an.code == railapi.CodePayoutStopped:
+			paths[PathStopped] = true
+		}
+	}
+	notSent := map[string][]int64{} // payout -> tokens of its not_sent attempts
+	released := 0
+	for _, a := range attempts {
+		switch a.state {
+		case railapi.StateNotSent:
+			released++
+			notSent[a.payout] = append(notSent[a.payout], a.token)
+		case railapi.StateFenced, railapi.StateDuplicate:
+		default:
+			if slices.Contains(notSent[a.payout], a.token) {
+				paths[PathResendAfterNotSent] = true
+			}
+		}
+	}
+	if released > 0 {
+		paths[PathNotSentReleased] = true
+	}
+	if notReached > released {
+		paths[PathNotSentKept] = true
+	}
+	for p := range paths {
+		res.Paths = append(res.Paths, p)
+	}
+	slices.Sort(res.Paths)
 	return nil
 }

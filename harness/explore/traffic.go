@@ -1,11 +1,37 @@
 package explore
 
+// Traffic: what the actors do. Each schedule starts one to three
+// executors and, optionally, the reconciler, on the real code, through
+// transports the explorer owns (intercept.go); the steps below are where
+// each is held.
+
 import (
 	"context"
 	"time"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/reconciler"
+)
+
+// Steps: the points where an executor is held, named by what happens
+// when it is let go.
+const (
+	StepAcquire = "acquire" // the acquire request reaches lock-server
+	StepConfirm = "confirm" // a lease confirmation (renew) reaches lock-server
+	StepClaim   = "claim"   // the claim reaches payment-resource
+	StepLookup  = "lookup"  // a rail attempt look-up reaches rail-proxy
+	StepSubmit  = "submit"  // the submission reaches rail-proxy
+	StepRail    = "rail"    // rail-proxy's call reaches the rail
+	StepReport  = "report"  // the result reaches payment-resource
+	StepRelease = "release" // the release reaches lock-server
+	// StepAttention: a needs_attention mark reaches payment-resource.
+	StepAttention = "attention"
+	// The reconciler's own steps (its acquire and release are StepAcquire
+	// and StepRelease).
+	StepRead      = "read"      // its read of the payout's state reaches payment-resource
+	StepReconcile = "reconcile" // its reconciliation reaches rail-proxy
+	StepResolve   = "resolve"   // its resolution reaches payment-resource
+	stepDone      = "done"
 )
 
 // replicaOf is the lock-server replica holder h talks to: executor i the
