@@ -5,7 +5,12 @@ package explore
 
 import (
 	"fmt"
+	"maps"
+	"net/http"
+	"slices"
 	"strings"
+
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 )
 
 // Paths: the rail-proxy outcomes a schedule may reach, as Result.Paths
@@ -60,4 +65,69 @@ const (
 func (r Result) String() string {
 	return fmt.Sprintf("%s\tchecks=%s\tended=%s\tpaths=%s\trestarted-grants=%d",
 		r.Schedule, strings.Join(r.Checks, ","), strings.Join(r.Ended, ","), strings.Join(r.Paths, ","), r.RestartedGrants)
+}
+
+// paths names the rail-proxy outcomes a schedule reached, from
+// rail-proxy's answers and raildb's attempts at the end.
+func paths(answers []answer, attempts []attempt) []string {
+	paths := map[string]bool{}
+	closed := map[string]bool{}
+	notReached := 0
+	for _, an := range answers {
+		if an.reconciliation {
+			switch {
+			case an.closed:
+				paths[PathClosed], closed[an.payout] = true, true
+			case an.resolved:
+				paths[PathReconciled] = true
+			}
+			continue
+		}
+		if closed[an.payout] && !an.forged {
+			// The close made the closing attempt the payout's forward:
+			// rail-proxy itself refuses what comes later, before the rail
+			// (the stop order there is the second line, not the first).
+			paths[PathLateAfterClose] = true
+		}
+		switch {
+		case an.status == http.StatusOK:
+			paths[PathForwarded] = true
+		case an.code == railapi.CodeFencedOut:
+			paths[PathFencedOut] = true
+			if an.resend {
+				paths[PathStaleResendFenced] = true
+			}
+		case an.code == railapi.CodeAlreadySubmitted:
+			paths[PathAlreadySubmitted] = true
+		case an.code == railapi.CodeRailAmbiguous:
+			paths[PathAmbiguous] = true
+		case an.code == railapi.CodeRailNotReached:
+			notReached++
+		case an.code == railapi.CodeInvalidTerms:
+			paths[PathInvalidTerms] = true
+		case an.code == railapi.CodePayoutStopped:
+			paths[PathStopped] = true
+		}
+	}
+	notSent := map[string][]int64{} // payout -> tokens of its not_sent attempts
+	released := 0
+	for _, a := range attempts {
+		switch a.state {
+		case railapi.StateNotSent:
+			released++
+			notSent[a.payout] = append(notSent[a.payout], a.token)
+		case railapi.StateFenced, railapi.StateDuplicate:
+		default:
+			if slices.Contains(notSent[a.payout], a.token) {
+				paths[PathResendAfterNotSent] = true
+			}
+		}
+	}
+	if released > 0 {
+		paths[PathNotSentReleased] = true
+	}
+	if notReached > released {
+		paths[PathNotSentKept] = true
+	}
+	return slices.Sorted(maps.Keys(paths))
 }

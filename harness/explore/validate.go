@@ -98,7 +98,13 @@ func (r *run) finish(ctx context.Context) error {
 	return err
 }
 
-// check fills res.Violations from the records.
+// fail reports one broken check.
+type failFunc func(check, format string, args ...any)
+
+// check fills res.Violations and res.Checks from the records, stage by
+// stage: the audit of the rail's journal and the books, the grants'
+// tokens, each fence point, the ended leases, then the adversary's checks;
+// and res.Paths.
 func (r *run) check(ctx context.Context, res *Result, steps []stepRecord, ended []endedLease) error {
 	res.Violations = []string{}
 	broken := map[string]bool{}
@@ -106,10 +112,45 @@ func (r *run) check(ctx context.Context, res *Result, steps []stepRecord, ended 
 		broken[check] = true
 		res.Violations = append(res.Violations, check+": "+fmt.Sprintf(format, args...))
 	}
+	if err := r.checkAudit(ctx, fail, broken); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	grants := slices.Clone(r.grants)
+	tokens := r.tokens
+	r.mu.Unlock()
+	checkTokens(grants, fail)
+	forwarded, err := r.checkRailFence(ctx, fail)
+	if err != nil {
+		return err
+	}
+	if err := r.checkPayFence(ctx, res, fail); err != nil {
+		return err
+	}
+	checkEndedLeases(ended, steps, tokens, forwarded, fail)
+	if err := r.checkAdversary(ctx, res, fail); err != nil {
+		return err
+	}
+	for c := range broken {
+		res.Checks = append(res.Checks, c)
+	}
+	slices.Sort(res.Checks)
+	return nil
+}
+
+// payoutIDs lists the run's payouts.
+func (r *run) payoutIDs() []string {
 	ids := make([]string, len(r.events))
 	for i, ev := range r.events {
 		ids[i] = ev.PayoutID
 	}
+	return ids
+}
+
+// checkAudit runs payoutaudit over the run's payouts (CheckAudit,
+// CheckRailOnce).
+func (r *run) checkAudit(ctx context.Context, fail failFunc, broken map[string]bool) error {
+	ids := r.payoutIDs()
 	rep, err := r.e.p.Audit(ctx, ids...)
 	if err != nil {
 		return err
@@ -123,23 +164,27 @@ func (r *run) check(ctx context.Context, res *Result, steps []stepRecord, ended 
 	if len(rep.Unreconciled) > 0 {
 		fail(CheckAudit, "payout left unreconciled: %v", rep.Unreconciled)
 	}
+	return nil
+}
 
-	r.mu.Lock()
-	grants := slices.Clone(r.grants)
-	tokens := r.tokens
-	r.mu.Unlock()
+// checkTokens checks that grant tokens strictly increased (CheckTokens).
+func checkTokens(grants []int64, fail failFunc) {
 	for i := 1; i < len(grants); i++ {
 		if grants[i] <= grants[i-1] {
 			fail(CheckTokens, "grant %d has token %d after %d", i, grants[i], grants[i-1])
 		}
 	}
+}
 
+// checkRailFence checks rail-proxy's forwards (CheckFences) and returns
+// the tokens it forwarded.
+func (r *run) checkRailFence(ctx context.Context, fail failFunc) (map[int64]bool, error) {
 	// Fence point two: forwarded tokens strictly increase per account.
 	// The one equal token allowed: the holder's own resend of a payout
 	// whose forward with that token was released not_sent.
 	rows, err := r.e.p.RailDB.Query(ctx, `SELECT payout_id, token, state FROM rail_attempt WHERE account_id = $1 ORDER BY attempt_id`, r.events[0].AccountID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var (
 		last                int64
@@ -151,7 +196,7 @@ func (r *run) check(ctx context.Context, res *Result, steps []stepRecord, ended 
 		var payout, state string
 		if err := rows.Scan(&payout, &tok, &state); err != nil {
 			rows.Close()
-			return err
+			return nil, err
 		}
 		if s := railapi.State(state); s == railapi.StateFenced || s == railapi.StateDuplicate {
 			continue
@@ -163,8 +208,15 @@ func (r *run) check(ctx context.Context, res *Result, steps []stepRecord, ended 
 		last, lastPayout, lastSet = tok, payout, state
 	}
 	if err := rows.Err(); err != nil {
-		return err
+		return nil, err
 	}
+	return forwarded, nil
+}
+
+// checkPayFence checks payment-resource's fenced writes and that each
+// payout ended settled (CheckFences, CheckSettled).
+func (r *run) checkPayFence(ctx context.Context, res *Result, fail failFunc) error {
+	ids := r.payoutIDs()
 	// Fence point one: each payout's fenced writes never go back, and no
 	// write of any payout of the account carries a token below the
 	// account's last debit (the account fence).
@@ -173,7 +225,7 @@ func (r *run) check(ctx context.Context, res *Result, steps []stepRecord, ended 
 			return err
 		}
 	}
-	rows, err = r.e.p.PayDB.Query(ctx, `SELECT payout_id, to_state, token FROM payout_transition
+	rows, err := r.e.p.PayDB.Query(ctx, `SELECT payout_id, to_state, token FROM payout_transition
 WHERE payout_id = ANY($1) AND token IS NOT NULL ORDER BY transition_id`, ids)
 	if err != nil {
 		return err
@@ -198,7 +250,12 @@ WHERE payout_id = ANY($1) AND token IS NOT NULL ORDER BY transition_id`, ids)
 	if err := rows.Err(); err != nil {
 		return err
 	}
+	return nil
+}
 
+// checkEndedLeases checks that no holder whose lease the server ended
+// before its last check reached the rail (CheckEndedLease).
+func checkEndedLeases(ended []endedLease, steps []stepRecord, tokens map[int]int64, forwarded map[int64]bool, fail failFunc) {
 	// A lease the server ended before its holder's last check stops the
 	// holder's submission.
 	for _, end := range ended {
@@ -227,19 +284,11 @@ WHERE payout_id = ANY($1) AND token IS NOT NULL ORDER BY transition_id`, ids)
 			}
 		}
 	}
-	if err := r.checkAdversary(ctx, res, fail); err != nil {
-		return err
-	}
-	for c := range broken {
-		res.Checks = append(res.Checks, c)
-	}
-	slices.Sort(res.Checks)
-	return nil
 }
 
 // checkPayout checks that the payout's fenced writes never went back to a
 // lower token and that it ended settled (CheckFences, CheckSettled).
-func (r *run) checkPayout(ctx context.Context, res *Result, id string, fail func(check, format string, args ...any)) error {
+func (r *run) checkPayout(ctx context.Context, res *Result, id string, fail failFunc) error {
 	rows, err := r.e.p.PayDB.Query(ctx, `SELECT token FROM payout_transition WHERE payout_id = $1 AND token IS NOT NULL ORDER BY transition_id`, id)
 	if err != nil {
 		return err
@@ -273,8 +322,8 @@ func (r *run) checkPayout(ctx context.Context, res *Result, id string, fail func
 }
 
 // checkAdversary adds the checks of forged terms and recorded outcomes
-// (CheckTerms, CheckRecorded) and fills res.Paths.
-func (r *run) checkAdversary(ctx context.Context, res *Result, fail func(check, format string, args ...any)) error {
+// (CheckTerms, CheckRecorded) and fills res.Paths (report.go).
+func (r *run) checkAdversary(ctx context.Context, res *Result, fail failFunc) error {
 	r.seen.mu.Lock()
 	answers := slices.Clone(r.seen.answers)
 	forgery := slices.Clone(r.seen.forgery)
@@ -284,10 +333,9 @@ func (r *run) checkAdversary(ctx context.Context, res *Result, fail func(check, 
 			fail(CheckTerms, "%s", v)
 		}
 	}
-	ids := make([]string, len(r.events))
+	ids := r.payoutIDs()
 	terms := map[string]fencewire.PayoutTerms{}
-	for i, ev := range r.events {
-		ids[i] = ev.PayoutID
+	for _, ev := range r.events {
 		terms[ev.PayoutID] = fencewire.PayoutTerms(ev)
 		for _, s := range r.e.p.Stub.Submissions(ev.PayoutID) {
 			got := fencewire.PayoutTerms{PayoutID: s.Request.PayoutID, AccountID: s.Request.AccountID, AmountMinor: s.Request.AmountMinor, Currency: s.Request.Currency}
@@ -295,12 +343,6 @@ func (r *run) checkAdversary(ctx context.Context, res *Result, fail func(check, 
 				fail(CheckTerms, "the rail's journal holds %+v; paydb's terms are %+v", got, terms[ev.PayoutID])
 			}
 		}
-	}
-	type attempt struct {
-		id, token int64
-		payout    string
-		state     railapi.State
-		forward   bool
 	}
 	var attempts []attempt
 	rows, err := r.e.p.RailDB.Query(ctx, `SELECT a.attempt_id, a.payout_id, a.account_id, a.amount_minor, a.currency, a.token, a.state,
@@ -357,72 +399,26 @@ func (r *run) checkAdversary(ctx context.Context, res *Result, fail func(check, 
 		}
 	}
 
-	// Coverage.
-	paths := map[string]bool{}
+	// Once a reconciliation closed a payout (the closing attempt its
+	// forward), rail-proxy refuses what comes later before the rail.
 	closed := map[string]bool{}
-	notReached := 0
 	for _, an := range answers {
-		if an.reconciliation {
-			switch {
-			case an.closed:
-				paths[PathClosed], closed[an.payout] = true, true
-			case an.resolved:
-				paths[PathReconciled] = true
-			}
-			continue
-		}
-		if closed[an.payout] && !an.forged {
-			// The close made the closing attempt the payout's forward:
-			// rail-proxy itself refuses what comes later, before the rail
-			// (the stop order there is the second line, not the first).
-			paths[PathLateAfterClose] = true
-			if an.status == http.StatusOK || an.code == railapi.CodePayoutStopped || an.code == railapi.CodeRailAmbiguous || an.code == railapi.CodeRailNotReached {
-				fail(CheckRecorded, "a submission of %s went to the rail (answered %d %s) after a reconciliation closed it", an.payout, an.status, an.code)
-			}
-		}
 		switch {
-		case an.status == http.StatusOK:
-			paths[PathForwarded] = true
-		case an.code == railapi.CodeFencedOut:
-			paths[PathFencedOut] = true
-			if an.resend {
-				paths[PathStaleResendFenced] = true
-			}
-		case an.code == railapi.CodeAlreadySubmitted:
-			paths[PathAlreadySubmitted] = true
-		case an.code == railapi.CodeRailAmbiguous:
-			paths[PathAmbiguous] = true
-		case an.code == railapi.CodeRailNotReached:
-			notReached++
-		case an.code == railapi.CodeInvalidTerms:
-			paths[PathInvalidTerms] = true
-		case an.code == railapi.CodePayoutStopped:
-			paths[PathStopped] = true
+		case an.reconciliation:
+			closed[an.payout] = closed[an.payout] || an.closed
+		case closed[an.payout] && !an.forged &&
+			(an.status == http.StatusOK || an.code == railapi.CodePayoutStopped || an.code == railapi.CodeRailAmbiguous || an.code == railapi.CodeRailNotReached):
+			fail(CheckRecorded, "a submission of %s went to the rail (answered %d %s) after a reconciliation closed it", an.payout, an.status, an.code)
 		}
 	}
-	notSent := map[string][]int64{} // payout -> tokens of its not_sent attempts
-	released := 0
-	for _, a := range attempts {
-		switch a.state {
-		case railapi.StateNotSent:
-			released++
-			notSent[a.payout] = append(notSent[a.payout], a.token)
-		case railapi.StateFenced, railapi.StateDuplicate:
-		default:
-			if slices.Contains(notSent[a.payout], a.token) {
-				paths[PathResendAfterNotSent] = true
-			}
-		}
-	}
-	if released > 0 {
-		paths[PathNotSentReleased] = true
-	}
-	if notReached > released {
-		paths[PathNotSentKept] = true
-	}
-	for p := range paths {
-		res.Paths = append(res.Paths, p)
-	}
-	slices.Sort(res.Paths)
+	res.Paths = paths(answers, attempts)
 	return nil
+}
+
+// attempt is a rail attempt of the run as raildb holds it at the end.
+type attempt struct {
+	id, token int64
+	payout    string
+	state     railapi.State
+	forward   bool
 }
