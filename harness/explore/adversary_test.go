@@ -122,7 +122,7 @@ func TestAdversaryCoverage(t *testing.T) {
 			}
 		})
 	}
-	n := 25
+	n := 10
 	if *full {
 		n = *samples
 	}

@@ -23,7 +23,7 @@ func TestSampledReplicasWithARestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL")
 	}
-	n := 150
+	n := 20
 	if *full {
 		n = *samples
 	}
