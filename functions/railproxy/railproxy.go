@@ -371,13 +371,38 @@ var guardGauges = func() *overload.Gauges {
 	return g
 }()
 
+// MetricForwards is the name of the counter of forwards by the state
+// their attempt ended in (forwards).
+const MetricForwards = "railproxy_forwards_total"
+
+// forwards counts the submissions rail-proxy passed on to the rail, by the
+// state the call left their attempt in: api.StateAcked or
+// api.StateDeclined (the rail answered), api.StateAmbiguous (the rail was
+// called and its outcome is unknown: answered RAIL_AMBIGUOUS),
+// api.StateNotSent (the rail certainly did not take it) or
+// api.StateNotAtRail (the rail refused a stopped reference). Every state
+// is present at 0, so that the first one is an increase.
+var forwards = func() *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: MetricForwards,
+		Help: "Submissions forwarded to the rail, by the state the call left their attempt in: " + string(api.StateAcked) + ", " +
+			string(api.StateDeclined) + ", " + string(api.StateAmbiguous) + " (outcome unknown, answered " + string(api.CodeRailAmbiguous) + "), " +
+			string(api.StateNotSent) + " or " + string(api.StateNotAtRail) + ".",
+	}, []string{"state"})
+	for _, s := range []api.State{api.StateAcked, api.StateDeclined, api.StateAmbiguous, api.StateNotSent, api.StateNotAtRail} {
+		c.WithLabelValues(string(s))
+	}
+	return c
+}()
+
 // Collectors returns rail-proxy's metrics, for the registry its process
 // serves: railproxy_db_stalled (1 while raildb is marked stalled) and
-// railproxy_requests_in_flight, over every Proxy of the process, and the
-// fence point's fence_refusals_total and fence_unverified_tokens_total
+// railproxy_requests_in_flight, over every Proxy of the process;
+// railproxy_forwards_total{state}; and the fence point's
+// fence_refusals_total and fence_unverified_tokens_total
 // (fencing.Collectors).
 func Collectors() []prometheus.Collector {
-	return append([]prometheus.Collector{guardGauges}, fencing.Collectors()...)
+	return append([]prometheus.Collector{guardGauges, forwards}, fencing.Collectors()...)
 }
 
 // New opens raildb (pgpool.Open), applies the pending migrations and
@@ -672,12 +697,15 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	ans, err := p.forward(ctx, req)
 	switch {
 	case errors.Is(err, errNotSent):
+		forwards.WithLabelValues(string(api.StateNotSent)).Inc()
 		p.notReached(ctx, w, lg, attemptID, req.PayoutID, err)
 		return
 	case errors.Is(err, errRefStopped):
+		forwards.WithLabelValues(string(api.StateNotAtRail)).Inc()
 		p.stopped(ctx, w, lg, attemptID, err)
 		return
 	case err != nil:
+		forwards.WithLabelValues(string(api.StateAmbiguous)).Inc()
 		if ferr := p.finish(ctx, attemptID, api.StateAmbiguous, ""); ferr != nil {
 			lg.ErrorContext(ctx, "could not record the ambiguous outcome; the attempt stays forwarding", "event", api.EventAttemptUpdateFailed, "error", ferr.Error())
 		}
@@ -690,6 +718,7 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	if ans.Status == api.RailDecline {
 		state, event = api.StateDeclined, api.EventSubmissionDeclined
 	}
+	forwards.WithLabelValues(string(state)).Inc()
 	if ferr := p.finish(ctx, attemptID, state, ans.RailRef); ferr != nil {
 		// The rail's answer is the truth about the money; answer it even
 		// though the audit row could not be updated.

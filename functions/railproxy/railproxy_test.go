@@ -31,6 +31,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // No goroutine outlives the tests: a Proxy starts no goroutine; its pool's and the rail client's end with Close.
@@ -482,7 +483,11 @@ func TestRailFailureAfterForwardingIsAmbiguous(t *testing.T) {
 			if tc.faults != "" {
 				r.setFaults(tc.faults)
 			}
+			ambiguous := forwardsIn(t, api.StateAmbiguous)
 			rec := submit(p, "w", body("po-1", "acct-1", 2500), "42")
+			if got := forwardsIn(t, api.StateAmbiguous) - ambiguous; got != 1 {
+				t.Fatalf("%s{state=%q} went up by %v; want 1", railproxy.MetricForwards, api.StateAmbiguous, got)
+			}
 			if rec.Code != http.StatusBadGateway {
 				t.Fatalf("status %d, body %s; want 502", rec.Code, rec.Body)
 			}
@@ -550,7 +555,11 @@ func TestRailCertainlyNotReachedIsRetryableAndReleasesTheForward(t *testing.T) {
 			if tc.faults != "" {
 				r.setFaults(tc.faults)
 			}
+			ambiguous, notSent := forwardsIn(t, api.StateAmbiguous), forwardsIn(t, api.StateNotSent)
 			rec := submit(p, "w", body("po-1", "acct-1", 2500), "42")
+			if a, n := forwardsIn(t, api.StateAmbiguous)-ambiguous, forwardsIn(t, api.StateNotSent)-notSent; a != 0 || n != 1 {
+				t.Fatalf("%s went up by %v ambiguous, %v not_sent; want 0 and 1", railproxy.MetricForwards, a, n)
+			}
 			e := envelope(t, rec)
 			if rec.Code != http.StatusServiceUnavailable || e.Code != api.CodeRailNotReached || !e.Retryable || rec.Header().Get("Retry-After") == "" {
 				t.Fatalf("answer %d %s (Retry-After %q); want 503 %s, retryable, with Retry-After", rec.Code, rec.Body,
@@ -1056,4 +1065,30 @@ func TestEnvNamesListsEveryVariableLoadConfigReads(t *testing.T) {
 	if len(names) != len(read) {
 		t.Errorf("EnvNames = %v, LoadConfig reads %v", names, read)
 	}
+}
+
+// forwardsIn returns rail-proxy's count of forwards that ended in state
+// (railproxy_forwards_total{state}).
+func forwardsIn(t *testing.T, state api.State) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(railproxy.Collectors()...)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != railproxy.MetricForwards {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "state" && l.GetValue() == string(state) {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s series for state %q", railproxy.MetricForwards, state)
+	return 0
 }

@@ -392,7 +392,7 @@ var Faults = []Fault{
 			// The runbook's $ID: the payout that became ambiguous.
 			actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
-			id, err := awaitPayoutIn(actx, e.st.PayDBURL(), payapi.StateAmbiguous)
+			id, err := awaitPayoutIn(actx, e.st.PayDBURL(), payapi.StateAmbiguous, 1)
 			if err != nil {
 				return err
 			}

@@ -32,16 +32,17 @@ var netFaults = []Fault{
 		Confirms: map[string]string{"LockStoreUnreachable": `(?i)unavailable|unreachable|not ready`},
 	},
 	{
-		// The rail pays and its answer is lost on the way back to
-		// rail-proxy (the connection closes before a byte of it): the
-		// payout is ambiguous, as with payout-ambiguous, but the rail's
+		// The rail pays and its answers are lost on the way back to
+		// rail-proxy (the connection closes before a byte of them): the
+		// payouts are ambiguous, as with payout-ambiguous, but the rail's
 		// record says nothing was withheld: the rail answered, the
-		// network lost it. The heal runs a reconciler pass, which finds
-		// the payment and posts the payout.
+		// network lost it. Three of them are the rate RailCallsAmbiguous
+		// pages on; more would only age. The heal runs a reconciler
+		// pass, which finds the payments and posts the payouts.
 		Name:         "rail-answer-lost",
 		Links:        true,
 		Executes:     true,
-		Alerts:       []string{"PayoutAmbiguousTooLong"},
+		Alerts:       []string{"RailCallsAmbiguous", "PayoutAmbiguousTooLong"},
 		AlertTimeout: 150 * time.Second,
 		Inject: func(ctx context.Context, e *env) error {
 			if err := onLink(e.st, stack.LinkRail, link.Fault{Kind: link.ResetAfter}); err != nil {
@@ -49,12 +50,11 @@ var netFaults = []Fault{
 			}
 			actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
-			id, err := awaitPayoutIn(actx, e.st.PayDBURL(), payapi.StateAmbiguous)
+			id, err := awaitPayoutIn(actx, e.st.PayDBURL(), payapi.StateAmbiguous, 3)
 			if err != nil {
 				return err
 			}
 			e.set("ID", id)
-			// One ambiguous payout is the fault; more would only age.
 			return healLink(e.st, stack.LinkRail)
 		},
 		Heal: func(ctx context.Context, e *env) error {
@@ -62,7 +62,9 @@ var netFaults = []Fault{
 			return err
 		},
 		// The rail's record of it: paid.
-		Confirms: map[string]string{"PayoutAmbiguousTooLong": `"status":"ACK"`},
+		Confirms: map[string]string{"PayoutAmbiguousTooLong": `"status":"ACK"`,
+			// rail-proxy's count of ambiguous forwards.
+			"RailCallsAmbiguous": `railproxy_forwards_total\{state="ambiguous"\} [1-9]`},
 	},
 	{
 		// The executor cut off from lock-server (connections refused):

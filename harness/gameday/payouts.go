@@ -85,26 +85,29 @@ func post(ctx context.Context, url string, body []byte) error {
 	return nil
 }
 
-// awaitPayoutIn polls paydb until some payout is in state, and returns
-// the id of the one that entered it last.
-func awaitPayoutIn(ctx context.Context, paydbURL string, state payapi.State) (string, error) {
+// awaitPayoutIn polls paydb until at least n payouts are in state, and
+// returns the id of the one that entered it last.
+func awaitPayoutIn(ctx context.Context, paydbURL string, state payapi.State, n int) (string, error) {
 	conn, err := pgx.Connect(ctx, paydbURL)
 	if err != nil {
 		return "", err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	for {
-		var id string
-		err := conn.QueryRow(ctx, `SELECT payout_id FROM payout WHERE state = $1 ORDER BY updated_at DESC LIMIT 1`, string(state)).Scan(&id)
-		if err == nil {
+		var (
+			id    string
+			count int
+		)
+		err := conn.QueryRow(ctx, `SELECT payout_id, count(*) OVER () FROM payout WHERE state = $1 ORDER BY updated_at DESC LIMIT 1`, string(state)).Scan(&id, &count)
+		if err == nil && count >= n {
 			return id, nil
 		}
-		if !errors.Is(err, pgx.ErrNoRows) {
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return "", err
 		}
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("no payout in state %s: %w", state, ctx.Err())
+			return "", fmt.Errorf("%d payouts in state %s: %w", n, state, ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -78,7 +78,7 @@ func (c *netChaos) draw() link.Fault {
 	switch k := link.Kinds[c.rng.IntN(len(link.Kinds))]; k {
 	case link.Latency:
 		lat := time.Duration(50+c.rng.IntN(451)) * time.Millisecond
-		return link.Fault{Kind: k, Latency: lat, Jitter: lat / 2}
+		return link.Fault{Kind: k, Latency: lat, Jitter: lat / 2, Seed: c.rng.Uint64()}
 	case link.Bandwidth:
 		return link.Fault{Kind: k, RateKBps: int64(8 << c.rng.IntN(5))} // 8..128 KB/s
 	case link.ResetAfter:

@@ -160,7 +160,8 @@ func shortConfig(t *testing.T, backend, bin string) soak.Config {
 
 // TestShortCrashSoak is the soak in CI: a few hundred payouts on each
 // backend, one SIGKILL of every kind of part (an etcd member: the leader),
-// and the four outcomes asserted from the records.
+// on etcd network faults on the links beside the kills, and the four
+// outcomes asserted from the records.
 func TestShortCrashSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the whole stack twice and kills every part (about a minute)")
@@ -178,6 +179,11 @@ func TestShortCrashSoak(t *testing.T) {
 			var m benche2e.Measurement
 			cfg.StatementStats = true
 			cfg.Observe = benche2e.Observer(&m, benche2e.ObserverConfig{Statements: true})
+			if backend == stack.BackendEtcd {
+				// Kills and network faults side by side, as `make soak
+				// SOAK_FAULTS=kill,net` runs them, held shorter.
+				cfg.Faults, cfg.NetHold = []string{soak.FaultsKill, soak.FaultsNet}, 500*time.Millisecond
+			}
 			if backend == stack.BackendPostgres {
 				// After the verdict on the real records: break them and
 				// expect every check to fail (shown on one backend; the
@@ -193,6 +199,12 @@ func TestShortCrashSoak(t *testing.T) {
 				backend, time.Since(t0).Round(time.Millisecond), rep.Payouts, rep.Outcomes, rep.Paths, len(rep.Kills), rep.RailSubmissions, rep.RailAcks, rep.Debits)
 			for _, k := range rep.Kills {
 				t.Logf("kill %s at %.1f s: ready after %d ms", k.Process, k.AtS, k.ReadyMs)
+			}
+			for _, f := range rep.NetFaults {
+				t.Logf("network fault %s on %s at %.1f s, held %d ms", f.Fault, f.Link, f.AtS, f.HoldMs)
+			}
+			if slices.Contains(cfg.Faults, soak.FaultsNet) && len(rep.NetFaults) == 0 {
+				t.Error("no network fault was held during the load")
 			}
 			for _, f := range rep.Failures {
 				t.Errorf("broken: %s", f)

@@ -29,7 +29,8 @@ import (
 // Kinds of Fault.
 const (
 	// Latency delays every answer (the stream from the upstream back to
-	// the client) by Fault.Latency ± Fault.Jitter.
+	// the client) by Fault.Latency ± Fault.Jitter, the jitter drawn from
+	// Fault.Seed.
 	Latency = "latency"
 	// Bandwidth limits both directions to Fault.RateKBps kilobytes a
 	// second.
@@ -63,6 +64,9 @@ type Fault struct {
 	// Latency).
 	Latency time.Duration `json:"latency,omitempty"`
 	Jitter  time.Duration `json:"jitter,omitempty"`
+	// Seed, for Latency: the seed of the jitter's draws (the run's seed
+	// or one drawn from it); the same seed gives the same delays.
+	Seed uint64 `json:"seed,omitempty"`
 	// RateKBps, for Bandwidth (> 0).
 	RateKBps int64 `json:"rateKBps,omitempty"`
 	// After, for Timeout: how long a mute connection stays open before
@@ -125,7 +129,8 @@ func (f Fault) toxics() []string {
 	ms := func(d time.Duration) int64 { return d.Milliseconds() }
 	switch f.Kind {
 	case Latency:
-		return []string{fmt.Sprintf(`{"name":"latency","type":"latency","stream":"downstream","attributes":{"latency":%d,"jitter":%d}}`, ms(f.Latency), ms(f.Jitter))}
+		return []string{fmt.Sprintf(`{"name":"latency","type":%q,"stream":"downstream","attributes":{"latency":%d,"jitter":%d,"seed":%d}}`,
+			toxicLatency, ms(f.Latency), ms(f.Jitter), f.Seed)}
 	case Bandwidth:
 		return []string{
 			fmt.Sprintf(`{"name":"bandwidth-up","type":"bandwidth","stream":"upstream","attributes":{"rate":%d}}`, f.RateKBps),

@@ -339,6 +339,32 @@ resource "google_monitoring_alert_policy" "payout_ambiguous_too_long_ticket" {
   }
 }
 
+resource "google_monitoring_alert_policy" "rail_calls_ambiguous_page" {
+  project               = var.project_id
+  display_name          = "RailCallsAmbiguous"
+  combiner              = "OR"
+  severity              = "CRITICAL"
+  notification_channels = var.notification_channels
+  user_labels = merge(var.labels, {
+    alert    = "rail-calls-ambiguous"
+    severity = "page"
+  })
+
+  conditions {
+    display_name = "RailCallsAmbiguous (page)"
+    condition_prometheus_query_language {
+      query               = "sum(increase(railproxy_forwards_total{state=\"ambiguous\"}[10m])) >= 3 and sum(increase(railproxy_forwards_total{state=\"ambiguous\"}[10m])) > 0.01 * sum(increase(railproxy_forwards_total[10m]))"
+      duration            = "0s"
+      evaluation_interval = "60s"
+    }
+  }
+
+  documentation {
+    mime_type = "text/markdown"
+    content   = "Calls to the rail end with their outcome unknown (RAIL_AMBIGUOUS) - the rail acts and its answers do not come back.\n\nRunbook: ${var.runbook_base}docs/runbooks/rail-calls-ambiguous.md"
+  }
+}
+
 resource "google_monitoring_alert_policy" "payout_outbox_stuck_page" {
   project               = var.project_id
   display_name          = "PayoutOutboxStuck"
