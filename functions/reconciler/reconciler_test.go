@@ -573,8 +573,8 @@ func TestSettleOnePayout(t *testing.T) {
 	clean(t, p)
 }
 
-// TestAnAttemptLeftForwardingUnderAPostedPayoutIsSettled (soak finding 1,
-// probe 9): rail-proxy (or raildb) died after the rail answered and before
+// TestAnAttemptLeftForwardingUnderAPostedPayoutIsSettled (found by the
+// crash soak, harness/README.md): rail-proxy (or raildb) died after the rail answered and before
 // the answer was recorded; the executor still got the signed answer and
 // the payout is posted with its one debit. No state pass visits it, so
 // the attempt stayed forwarding and the audit listed it unreconciled for
