@@ -438,7 +438,7 @@ func TestRailSubmittedTwiceIsNeverResolved(t *testing.T) {
 	age(t, p, ev.PayoutID, false)
 	// A second submission of p-1 reaches the rail behind rail-proxy's back.
 	b, _ := json.Marshal(rail.SubmitRequest{PayoutID: ev.PayoutID, AccountID: ev.AccountID, AmountMinor: ev.AmountMinor, Currency: ev.Currency, Reference: ev.PayoutID})
-	resp, err := http.Post(p.RailURL+"/submit", "application/json", bytes.NewReader(b))
+	resp, err := http.Post(p.RailURL+rail.PathSubmit, "application/json", bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,7 +489,7 @@ func TestLateAnswerRecordedDuringTheLookUpIsNotOverwritten(t *testing.T) {
 	)
 	p = pipelinetest.Start(t, pipelinetest.Options{RailTimeout: railTimeout, RailHandler: func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodPost && r.URL.Path == "/stops" {
+			if r.Method == http.MethodPost && r.URL.Path == rail.PathStops {
 				late.Do(func() {
 					if _, err := p.RailDB.Exec(r.Context(), `UPDATE rail_attempt SET state = 'declined', rail_ref = 'rail-late', finished_at = now()
 WHERE payout_id = 'p-1' AND state IN ('forwarding', 'ambiguous')`); err != nil {
