@@ -233,7 +233,7 @@ func (f *fakeRecords) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.Fence = tok
 		}
 		_ = json.NewEncoder(w).Encode(p)
-	case r.Method == http.MethodGet && r.URL.Path == "/submissions":
+	case r.Method == http.MethodGet && r.URL.Path == rail.PathJournal:
 		list := rail.SubmissionList{Submissions: []rail.Submission{{Seq: 1, Request: rail.SubmitRequest{PayoutID: "someone-else"}, Answer: rail.SubmitAnswer{Status: rail.StatusAck}}}}
 		for i := range f.rail {
 			list.Submissions = append(list.Submissions, rail.Submission{Seq: int64(i + 2), Request: rail.SubmitRequest{PayoutID: f.payoutID}, Answer: rail.SubmitAnswer{Status: rail.StatusAck}})

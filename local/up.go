@@ -148,7 +148,7 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "To paste into another shell (the names README.md and docs/runbooks use):\n%s", exports(st, cfg))
 	fmt.Fprintf(out, "Ctrl-C stops everything (the log folder stays); from another shell: kill %d (SIGINT or SIGTERM),\n", os.Getpid())
-	fmt.Fprintf(out, "or kill the parent (pid %d, the go run wrapper, which passes no signal on): the stack notices and stops\n", os.Getppid())
+	fmt.Fprintf(out, "or kill its parent (pid %d; `go run` passes no signal on): the stack notices and stops\n", os.Getppid())
 	exited := st.Exited()
 	for {
 		select {

@@ -19,7 +19,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
 
-// TestOrderingsOfIssue8 runs, on both lock backends and with both fence
+// TestStaleFirstOrRevokedHolderDoesNotPayTwice runs, on both lock backends and with both fence
 // points on, the two orderings the staged experiment could not produce:
 //
 //   - the stale submission arrives first: A stalls after its last lease
@@ -29,7 +29,7 @@ import (
 //     before the rail.
 //
 // Outcomes are read from the rail's journal, raildb and paydb.
-func TestOrderingsOfIssue8(t *testing.T) {
+func TestStaleFirstOrRevokedHolderDoesNotPayTwice(t *testing.T) {
 	ctx := begin(t, "PostgreSQL and etcd", 5*time.Minute)
 	backends := lockStores(ctx, t)
 	for _, backend := range []string{"postgres", "etcd"} {

@@ -248,7 +248,7 @@ func TestSubmissionCarriesTheClaimedPayoutsTermsSignature(t *testing.T) {
 	}
 }
 
-// Issue: one altered payout used to loop until the dead-letter topic,
+// The fault: one altered payout used to loop until the dead-letter topic,
 // because every INVALID_TERMS was taken for a key mismatch. The refusals
 // of the terms are classified once, from their codes: INVALID_TERMS (a
 // known key's signature over other terms) marks the payout

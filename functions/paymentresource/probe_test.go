@@ -75,8 +75,8 @@ func TestBadInputDuringAPaydbStallGetsItsOwn4xx(t *testing.T) {
 	// clock stands still: no probe is due, so anything admitted to paydb
 	// work would be answered 503 by the breaker.
 	tok := []string{fencewire.HeaderToken, "5", fencewire.HeaderOwner, "w"}
-	// A proof's form is judged without paydb (a later probe
-	// finding 1): only its signature needs the payout's account. noProof
+	// A proof's form is judged without paydb (found by a later
+	// probe): only its signature needs the payout's account. noProof
 	// cases go unsigned (f.raw), badProof ones carry a proof no key could
 	// verify.
 	badProof := append([]string{fencewire.HeaderProof, "v1.17.not-a-signature"}, tok...)

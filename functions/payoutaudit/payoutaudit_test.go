@@ -161,7 +161,7 @@ func TestASubmissionThatBypassedRailProxyIsFound(t *testing.T) {
 	e := w.payout("p-1")
 	rec := httptest.NewRecorder()
 	b, _ := json.Marshal(rail.SubmitRequest{PayoutID: e.PayoutID, AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency, Reference: e.PayoutID})
-	req := httptest.NewRequest("POST", "/submit", bytes.NewReader(b))
+	req := httptest.NewRequest("POST", rail.PathSubmit, bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
 	p.Stub.ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {
@@ -239,7 +239,7 @@ func TestLiveAuditStillReportsRealDiscrepancies(t *testing.T) {
 	rec := httptest.NewRecorder()
 	b, _ := json.Marshal(rail.SubmitRequest{PayoutID: unbooked.PayoutID, AccountID: unbooked.AccountID, AmountMinor: unbooked.AmountMinor,
 		Currency: unbooked.Currency, Reference: unbooked.PayoutID})
-	req := httptest.NewRequest("POST", "/submit", bytes.NewReader(b))
+	req := httptest.NewRequest("POST", rail.PathSubmit, bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
 	p.Stub.ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {

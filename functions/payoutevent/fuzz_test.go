@@ -107,10 +107,7 @@ func FuzzDecode(f *testing.F) {
 		}
 		data, _ := base64.StdEncoding.DecodeString(push.Message.Data)
 		if !strictJSON(body, nil) || !strictJSON(data, eventKeys) {
-			// Known (fixed on branch httpserve): Decode
-			// accepts trailing data after the event, repeated keys and
-			// keys in another case. Remove this return once merged.
-			return
+			t.Fatalf("Decode(%q) accepted input that is not strict JSON (trailing data, a repeated key or a key in another case)", body)
 		}
 		again, err := payoutevent.Encode(ev, push.Message.MessageID, push.Message.OrderingKey, 0)
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutbus"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/pipelinetest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
@@ -137,7 +138,7 @@ func TestFunctionMetricsCarryNoIdsOrTokens(t *testing.T) {
 	for fn, want := range map[string]string{
 		paymentresource.MetricsFunction: payapi.PathClaim,
 		railproxy.MetricsFunction:       railapi.PathSubmissions,
-		railstub.MetricsFunction:        "/submit",
+		railstub.MetricsFunction:        rail.PathSubmit,
 		executor.MetricsFunction:        executor.MetricsRoute,
 	} {
 		if !routes[fn][want] {

@@ -28,7 +28,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client"
 )
 
-// restoreRig is the reviewer's scenario (finding 4) up to the restore: a
+// restoreRig is a reviewer's scenario up to the restore: a
 // backup of raildb, holder A leased and claimed p-1 and stalled, its lease
 // ended, holder B's redelivery paid p-1, and raildb was restored from the
 // backup with pg_restore --clean: its high-water of acct-alice and its

@@ -543,7 +543,7 @@ func TestRailCertainlyNotReachedIsRetryableAndReleasesTheForward(t *testing.T) {
 		resends string // the token of the resend that reaches the rail
 	}{
 		{name: "connection refused, resent with the same token", down: true, resends: "42"},
-		{name: "rail answers 503 RAIL_UNAVAILABLE, resent by a newer holder", faults: `{"failNext":1,"mode":"error"}`, resends: "43"},
+		{name: "rail answers 503 " + rail.CodeUnavailable + ", resent by a newer holder", faults: `{"failNext":1,"mode":"error"}`, resends: "43"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/fuzztest"
 )
@@ -32,27 +33,27 @@ func FuzzRailStub(f *testing.F) {
 		method         uint8
 		path, ct, body string
 	}{
-		{0, "/submit", ct, okBody},
-		{0, "/submit", ct, `{"payoutId":"po-2","accountId":"acct-1","amountMinor":2500,"currency":"EUR","reference":"po-2"}`},
-		{1, "/submissions", "", ``},
+		{0, rail.PathSubmit, ct, okBody},
+		{0, rail.PathSubmit, ct, `{"payoutId":"po-2","accountId":"acct-1","amountMinor":2500,"currency":"EUR","reference":"po-2"}`},
+		{1, rail.PathJournal, "", ``},
 		{1, "/admin/faults", "", ``},
 		{0, "/admin/faults", ct, `{"latencyMs":0,"failNext":1,"mode":"error"}`},
 		{0, "/admin/faults", ct, `{"latencyMs":-1}`},
 		{0, "/admin/faults", ct, `{"failNext":1,"mode":"explode"}`},
-		{0, "/submit", ct, `{"payoutId":"po-1","accountId":"acct-1","amountMinor":0,"currency":"EUR","reference":"po-1"}`},
-		{0, "/submit", ct, `{"payoutId":"po-1","accountId":"acct-1","amountMinor":1,"currency":"eur","reference":"po-1"}`},
-		{0, "/submit", ct, `{"payoutId":"\xff","accountId":"acct-1","amountMinor":1,"currency":"EUR","reference":"po-1"}`},
-		{0, "/submit", ct, `{"payoutId":"po-1","accountId":"acct-1","amountMinor":1,"currency":"EUR"}`},
-		{0, "/submit", ct, okBody + ` {}`},
-		{0, "/submit", "text/plain", okBody},
-		{0, "/submit", ct, `[]`},
-		{1, "/submit", "", ``},
+		{0, rail.PathSubmit, ct, `{"payoutId":"po-1","accountId":"acct-1","amountMinor":0,"currency":"EUR","reference":"po-1"}`},
+		{0, rail.PathSubmit, ct, `{"payoutId":"po-1","accountId":"acct-1","amountMinor":1,"currency":"eur","reference":"po-1"}`},
+		{0, rail.PathSubmit, ct, `{"payoutId":"\xff","accountId":"acct-1","amountMinor":1,"currency":"EUR","reference":"po-1"}`},
+		{0, rail.PathSubmit, ct, `{"payoutId":"po-1","accountId":"acct-1","amountMinor":1,"currency":"EUR"}`},
+		{0, rail.PathSubmit, ct, okBody + ` {}`},
+		{0, rail.PathSubmit, "text/plain", okBody},
+		{0, rail.PathSubmit, ct, `[]`},
+		{1, rail.PathSubmit, "", ``},
 		{3, "/admin/faults", ct, `{}`},
 		{0, "/nope", ct, `{}`},
-		{0, "/submit?dryRun=1", ct, okBody},
-		{1, "/submissions?payout=po-1", "", ``},
-		{0, "/x/../submit", ct, okBody},
-		{0, "/submit", ct, `{"payoutId":"po-1","accountId":"acct-1","amountMinor":1e30,"currency":"EUR","reference":"po-1"}`},
+		{0, rail.PathSubmit + "?dryRun=1", ct, okBody},
+		{1, rail.PathJournal + "?payout=po-1", "", ``},
+		{0, "/x/.." + rail.PathSubmit, ct, okBody},
+		{0, rail.PathSubmit, ct, `{"payoutId":"po-1","accountId":"acct-1","amountMinor":1e30,"currency":"EUR","reference":"po-1"}`},
 	} {
 		f.Add(s.method, s.path, s.ct, []byte(s.body))
 	}
@@ -71,7 +72,7 @@ func FuzzRailStub(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		s.ServeHTTP(httptest.NewRecorder(), postJSON("/submit", okBody))
+		s.ServeHTTP(httptest.NewRecorder(), postJSON(rail.PathSubmit, okBody))
 		before := stubState(t, s)
 		rec := httptest.NewRecorder()
 		s.ServeHTTP(rec, req)

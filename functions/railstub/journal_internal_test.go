@@ -1,13 +1,14 @@
 package railstub
 
 import (
-	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 )
 
 func TestJournalFailureRefusesLaterSubmissions(t *testing.T) {
@@ -22,7 +23,7 @@ func TestJournalFailureRefusesLaterSubmissions(t *testing.T) {
 	body := `{"payoutId":"po-1","accountId":"acct-1","amountMinor":1,"currency":"EUR","reference":"po-1"}`
 	for i := range 2 {
 		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, postJSON("/submit", body))
+		s.ServeHTTP(rec, postJSON(rail.PathSubmit, body))
 		if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), rail.CodeJournalFailed) {
 			t.Fatalf("submission %d: %d %s; want 500 %s", i+1, rec.Code, rec.Body, rail.CodeJournalFailed)
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railstub"
 )
 
@@ -39,15 +40,15 @@ func TestRailCountsSubmissionsAndDuplicatesFromItsJournal(t *testing.T) {
 	cfg.JournalPath = filepath.Join(t.TempDir(), "rail.jsonl")
 	s := newStub(t, cfg)
 	subs0, dups0 := counts(t)
-	answerOf(t, do(s, "POST", "/submit", okBody))
-	answerOf(t, do(s, "POST", "/submit", `{"payoutId":"po-2","accountId":"acct-1","amountMinor":2500,"currency":"EUR","reference":"po-2"}`))
+	answerOf(t, do(s, "POST", rail.PathSubmit, okBody))
+	answerOf(t, do(s, "POST", rail.PathSubmit, `{"payoutId":"po-2","accountId":"acct-1","amountMinor":2500,"currency":"EUR","reference":"po-2"}`))
 	if subs, dups := counts(t); subs != subs0+2 || dups != dups0 {
 		t.Fatalf("two payouts: submissions +%v, duplicates +%v; want +2, +0", subs-subs0, dups-dups0)
 	}
-	if rec := do(s, "POST", "/submit", `{"payoutId":"po-1"}`); rec.Code != 400 {
+	if rec := do(s, "POST", rail.PathSubmit, `{"payoutId":"po-1"}`); rec.Code != 400 {
 		t.Fatalf("bad submission answered %d; want 400", rec.Code)
 	}
-	answerOf(t, do(s, "POST", "/submit", okBody))
+	answerOf(t, do(s, "POST", rail.PathSubmit, okBody))
 	if subs, dups := counts(t); subs != subs0+3 || dups != dups0+1 {
 		t.Fatalf("po-1 again: submissions +%v, duplicates +%v; want +3, +1", subs-subs0, dups-dups0)
 	}
@@ -56,7 +57,7 @@ func TestRailCountsSubmissionsAndDuplicatesFromItsJournal(t *testing.T) {
 	}
 	// After a restart the journal still knows po-2.
 	s = newStub(t, cfg)
-	answerOf(t, do(s, "POST", "/submit", `{"payoutId":"po-2","accountId":"acct-1","amountMinor":2500,"currency":"EUR","reference":"po-2"}`))
+	answerOf(t, do(s, "POST", rail.PathSubmit, `{"payoutId":"po-2","accountId":"acct-1","amountMinor":2500,"currency":"EUR","reference":"po-2"}`))
 	if subs, dups := counts(t); subs != subs0+4 || dups != dups0+2 {
 		t.Fatalf("po-2 after a restart: submissions +%v, duplicates +%v; want +4, +2", subs-subs0, dups-dups0)
 	}

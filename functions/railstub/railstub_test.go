@@ -64,8 +64,8 @@ func envelopeOf(t *testing.T, rec *httptest.ResponseRecorder) jsonhandler.Body {
 
 func TestDuplicateSubmissionIsASecondPayment(t *testing.T) {
 	s := newStub(t, railstub.DefaultConfig())
-	first := answerOf(t, do(s, "POST", "/submit", okBody))
-	second := answerOf(t, do(s, "POST", "/submit", okBody))
+	first := answerOf(t, do(s, "POST", rail.PathSubmit, okBody))
+	second := answerOf(t, do(s, "POST", rail.PathSubmit, okBody))
 	if first.Status != rail.StatusAck || second.Status != rail.StatusAck {
 		t.Fatalf("answers %+v, %+v; want both ACK", first, second)
 	}
@@ -99,7 +99,7 @@ func TestDeclineRules(t *testing.T) {
 		{"other account", "acct-2", 1, rail.StatusAck},
 	} {
 		body, _ := json.Marshal(rail.SubmitRequest{PayoutID: "po-" + tc.name, AccountID: tc.account, AmountMinor: tc.amount, Currency: "EUR", Reference: "r"})
-		if got := answerOf(t, do(s, "POST", "/submit", string(body))).Status; got != tc.want {
+		if got := answerOf(t, do(s, "POST", rail.PathSubmit, string(body))).Status; got != tc.want {
 			t.Errorf("%s: status %s, want %s", tc.name, got, tc.want)
 		}
 	}
@@ -129,40 +129,40 @@ func TestBadInputIsRefusedAndNotRecorded(t *testing.T) {
 		status                   int
 		code                     string
 	}{
-		{"malformed JSON", "POST", "/submit", `{"payoutId":`, 400, jsonhandler.CodeInvalidRequest},
-		{"empty body", "POST", "/submit", ``, 400, jsonhandler.CodeInvalidRequest},
-		{"unknown field", "POST", "/submit", with("token", 7), 400, jsonhandler.CodeInvalidRequest},
-		{"missing payoutId", "POST", "/submit", with("payoutId", nil), 400, jsonhandler.CodeInvalidRequest},
-		{"missing accountId", "POST", "/submit", with("accountId", nil), 400, jsonhandler.CodeInvalidRequest},
-		{"missing amount", "POST", "/submit", with("amountMinor", nil), 400, jsonhandler.CodeInvalidRequest},
-		{"zero amount", "POST", "/submit", with("amountMinor", 0), 400, jsonhandler.CodeInvalidRequest},
-		{"negative amount", "POST", "/submit", with("amountMinor", -5), 400, jsonhandler.CodeInvalidRequest},
-		{"fractional amount", "POST", "/submit", with("amountMinor", 1.5), 400, jsonhandler.CodeInvalidRequest},
-		{"lower-case currency", "POST", "/submit", with("currency", "eur"), 400, jsonhandler.CodeInvalidRequest},
-		{"long currency", "POST", "/submit", with("currency", "EURO"), 400, jsonhandler.CodeInvalidRequest},
-		{"unassigned currency", "POST", "/submit", with("currency", "ZZZ"), 400, jsonhandler.CodeInvalidRequest},
-		{"no-currency code", "POST", "/submit", with("currency", "XXX"), 400, jsonhandler.CodeInvalidRequest},
-		{"missing reference", "POST", "/submit", with("reference", nil), 400, jsonhandler.CodeInvalidRequest},
+		{"malformed JSON", "POST", rail.PathSubmit, `{"payoutId":`, 400, jsonhandler.CodeInvalidRequest},
+		{"empty body", "POST", rail.PathSubmit, ``, 400, jsonhandler.CodeInvalidRequest},
+		{"unknown field", "POST", rail.PathSubmit, with("token", 7), 400, jsonhandler.CodeInvalidRequest},
+		{"missing payoutId", "POST", rail.PathSubmit, with("payoutId", nil), 400, jsonhandler.CodeInvalidRequest},
+		{"missing accountId", "POST", rail.PathSubmit, with("accountId", nil), 400, jsonhandler.CodeInvalidRequest},
+		{"missing amount", "POST", rail.PathSubmit, with("amountMinor", nil), 400, jsonhandler.CodeInvalidRequest},
+		{"zero amount", "POST", rail.PathSubmit, with("amountMinor", 0), 400, jsonhandler.CodeInvalidRequest},
+		{"negative amount", "POST", rail.PathSubmit, with("amountMinor", -5), 400, jsonhandler.CodeInvalidRequest},
+		{"fractional amount", "POST", rail.PathSubmit, with("amountMinor", 1.5), 400, jsonhandler.CodeInvalidRequest},
+		{"lower-case currency", "POST", rail.PathSubmit, with("currency", "eur"), 400, jsonhandler.CodeInvalidRequest},
+		{"long currency", "POST", rail.PathSubmit, with("currency", "EURO"), 400, jsonhandler.CodeInvalidRequest},
+		{"unassigned currency", "POST", rail.PathSubmit, with("currency", "ZZZ"), 400, jsonhandler.CodeInvalidRequest},
+		{"no-currency code", "POST", rail.PathSubmit, with("currency", "XXX"), 400, jsonhandler.CodeInvalidRequest},
+		{"missing reference", "POST", rail.PathSubmit, with("reference", nil), 400, jsonhandler.CodeInvalidRequest},
 		// The newcomer's probe 11: each was recorded, rewritten or as sent.
-		{"reference not UTF-8", "POST", "/submit", "{\"payoutId\":\"po-1\",\"accountId\":\"acct-1\",\"amountMinor\":1,\"currency\":\"EUR\",\"reference\":\"po-\xff1\"}", 400, jsonhandler.CodeInvalidRequest},
-		{"reference with an escaped lone surrogate", "POST", "/submit", `{"payoutId":"po-1","accountId":"acct-1","amountMinor":1,"currency":"EUR","reference":"po-\udc001"}`, 400, jsonhandler.CodeInvalidRequest},
-		{"reference with NUL", "POST", "/submit", with("reference", "p-\x001"), 400, jsonhandler.CodeInvalidRequest},
-		{"reference with a newline", "POST", "/submit", with("reference", "p-1\nACK"), 400, jsonhandler.CodeInvalidRequest},
-		{"payoutId with NUL", "POST", "/submit", with("payoutId", "p-\x001"), 400, jsonhandler.CodeInvalidRequest},
-		{"accountId with a newline", "POST", "/submit", with("accountId", "acct\n1"), 400, jsonhandler.CodeInvalidRequest},
-		{"stop order reference not UTF-8", "POST", "/stops", "{\"reference\":\"p-\xff\"}", 400, jsonhandler.CodeInvalidRequest},
-		{"stop order reference with NUL", "POST", "/stops", `{"reference":"p-\u00001"}`, 400, jsonhandler.CodeInvalidRequest},
-		{"stop order reference with a newline", "POST", "/stops", `{"reference":"p-1\n"}`, 400, jsonhandler.CodeInvalidRequest},
+		{"reference not UTF-8", "POST", rail.PathSubmit, "{\"payoutId\":\"po-1\",\"accountId\":\"acct-1\",\"amountMinor\":1,\"currency\":\"EUR\",\"reference\":\"po-\xff1\"}", 400, jsonhandler.CodeInvalidRequest},
+		{"reference with an escaped lone surrogate", "POST", rail.PathSubmit, `{"payoutId":"po-1","accountId":"acct-1","amountMinor":1,"currency":"EUR","reference":"po-\udc001"}`, 400, jsonhandler.CodeInvalidRequest},
+		{"reference with NUL", "POST", rail.PathSubmit, with("reference", "p-\x001"), 400, jsonhandler.CodeInvalidRequest},
+		{"reference with a newline", "POST", rail.PathSubmit, with("reference", "p-1\nACK"), 400, jsonhandler.CodeInvalidRequest},
+		{"payoutId with NUL", "POST", rail.PathSubmit, with("payoutId", "p-\x001"), 400, jsonhandler.CodeInvalidRequest},
+		{"accountId with a newline", "POST", rail.PathSubmit, with("accountId", "acct\n1"), 400, jsonhandler.CodeInvalidRequest},
+		{"stop order reference not UTF-8", "POST", rail.PathStops, "{\"reference\":\"p-\xff\"}", 400, jsonhandler.CodeInvalidRequest},
+		{"stop order reference with NUL", "POST", rail.PathStops, `{"reference":"p-\u00001"}`, 400, jsonhandler.CodeInvalidRequest},
+		{"stop order reference with a newline", "POST", rail.PathStops, `{"reference":"p-1\n"}`, 400, jsonhandler.CodeInvalidRequest},
 		{"faults: failNext of int64's maximum", "POST", "/admin/faults", `{"failNext":9223372036854775807,"mode":"error"}`, 400, jsonhandler.CodeInvalidRequest},
 		{"faults: failNext above the bound", "POST", "/admin/faults", `{"failNext":10001,"mode":"error"}`, 400, jsonhandler.CodeInvalidRequest},
-		{"oversized body", "POST", "/submit", with("reference", strings.Repeat("x", rail.MaxBodyBytes)), 413, jsonhandler.CodeBodyTooLarge},
-		{"wrong method", "GET", "/submit", ``, 405, rail.CodeMethodNotAllowed},
+		{"oversized body", "POST", rail.PathSubmit, with("reference", strings.Repeat("x", rail.MaxBodyBytes)), 413, jsonhandler.CodeBodyTooLarge},
+		{"wrong method", "GET", rail.PathSubmit, ``, 405, rail.CodeMethodNotAllowed},
 		{"unknown route", "POST", "/pay", okBody, 404, rail.CodeNotFound},
 		{"faults: unknown mode", "POST", "/admin/faults", `{"failNext":1,"mode":"explode"}`, 400, jsonhandler.CodeInvalidRequest},
 		{"faults: failNext without mode", "POST", "/admin/faults", `{"failNext":1}`, 400, jsonhandler.CodeInvalidRequest},
 		{"faults: negative latency", "POST", "/admin/faults", `{"latencyMs":-1}`, 400, jsonhandler.CodeInvalidRequest},
 		{"faults: wrong method", "DELETE", "/admin/faults", ``, 405, rail.CodeMethodNotAllowed},
-		{"submissions: wrong method", "POST", "/submissions", ``, 405, rail.CodeMethodNotAllowed},
+		{"submissions: wrong method", "POST", rail.PathJournal, ``, 405, rail.CodeMethodNotAllowed},
 	} {
 		rec := do(s, tc.method, tc.path, tc.body)
 		if rec.Code != tc.status {
@@ -180,7 +180,7 @@ func TestBadInputIsRefusedAndNotRecorded(t *testing.T) {
 		t.Fatalf("refused fault settings changed the faults: %s", f.Body)
 	}
 	// The first valid submission after all that is still number one.
-	if ref := answerOf(t, do(s, "POST", "/submit", okBody)).RailRef; ref != "rail-000001" {
+	if ref := answerOf(t, do(s, "POST", rail.PathSubmit, okBody)).RailRef; ref != "rail-000001" {
 		t.Fatalf("railRef %s, want rail-000001", ref)
 	}
 }
@@ -191,7 +191,7 @@ func TestErrorFaultAnswers503WithoutRecording(t *testing.T) {
 		t.Fatalf("set faults: %d %s", rec.Code, rec.Body)
 	}
 	for i := range 2 {
-		rec := do(s, "POST", "/submit", okBody)
+		rec := do(s, "POST", rail.PathSubmit, okBody)
 		if rec.Code != http.StatusServiceUnavailable {
 			t.Fatalf("submission %d: status %d, want 503", i+1, rec.Code)
 		}
@@ -199,7 +199,7 @@ func TestErrorFaultAnswers503WithoutRecording(t *testing.T) {
 			t.Fatalf("submission %d: code %s, want %s", i+1, got.Code, rail.CodeUnavailable)
 		}
 	}
-	if a := answerOf(t, do(s, "POST", "/submit", okBody)); a.RailRef != "rail-000001" {
+	if a := answerOf(t, do(s, "POST", rail.PathSubmit, okBody)); a.RailRef != "rail-000001" {
 		t.Fatalf("third submission: %+v, want ACK rail-000001 (the failed ones were not recorded)", a)
 	}
 	if got := len(s.Submissions("")); got != 1 {
@@ -214,7 +214,7 @@ func TestHangFaultRecordsButWithholdsTheAnswer(t *testing.T) {
 			t.Fatalf("set faults: %d %s", rec.Code, rec.Body)
 		}
 		ctx, cancel := context.WithCancel(t.Context())
-		req := postJSON("/submit", okBody).WithContext(ctx)
+		req := postJSON(rail.PathSubmit, okBody).WithContext(ctx)
 		rec := httptest.NewRecorder()
 		done := make(chan struct{})
 		go func() { s.ServeHTTP(rec, req); close(done) }()
@@ -234,7 +234,7 @@ func TestHangFaultRecordsButWithholdsTheAnswer(t *testing.T) {
 			t.Fatalf("the caller got an answer %q", rec.Body)
 		}
 		// The fault is consumed: the next submission is answered.
-		if a := answerOf(t, do(s, "POST", "/submit", okBody)); a.RailRef != "rail-000002" {
+		if a := answerOf(t, do(s, "POST", rail.PathSubmit, okBody)); a.RailRef != "rail-000002" {
 			t.Fatalf("next answer %+v, want rail-000002", a)
 		}
 	})
@@ -247,7 +247,7 @@ func TestCloseReleasesAHeldSubmission(t *testing.T) {
 		rec := httptest.NewRecorder()
 		done := make(chan struct{})
 		go func() {
-			s.ServeHTTP(rec, postJSON("/submit", okBody))
+			s.ServeHTTP(rec, postJSON(rail.PathSubmit, okBody))
 			close(done)
 		}()
 		synctest.Wait()
@@ -258,7 +258,7 @@ func TestCloseReleasesAHeldSubmission(t *testing.T) {
 		if rec.Code != http.StatusServiceUnavailable || envelopeOf(t, rec).Code != rail.CodeStubClosed {
 			t.Fatalf("released answer %d %s; want 503 %s", rec.Code, rec.Body, rail.CodeStubClosed)
 		}
-		if got := do(s, "POST", "/submit", okBody); got.Code != http.StatusServiceUnavailable {
+		if got := do(s, "POST", rail.PathSubmit, okBody); got.Code != http.StatusServiceUnavailable {
 			t.Fatalf("submission after Close: %d, want 503", got.Code)
 		}
 		if got := len(s.Submissions("")); got != 1 {
@@ -273,7 +273,7 @@ func TestLatencyIsAddedAfterRecording(t *testing.T) {
 		cfg.Latency = 3 * time.Second
 		s := newStub(t, cfg)
 		start := time.Now()
-		answerOf(t, do(s, "POST", "/submit", okBody))
+		answerOf(t, do(s, "POST", rail.PathSubmit, okBody))
 		if got := time.Since(start); got != 3*time.Second {
 			t.Fatalf("answer after %v, want 3s", got)
 		}
@@ -283,7 +283,7 @@ func TestLatencyIsAddedAfterRecording(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, postJSON("/submit", okBody).WithContext(ctx))
+		s.ServeHTTP(rec, postJSON(rail.PathSubmit, okBody).WithContext(ctx))
 		if rec.Body.Len() != 0 {
 			t.Fatalf("answered %q to a caller that gave up", rec.Body)
 		}
@@ -297,12 +297,12 @@ func TestRestartReloadsTheJournal(t *testing.T) {
 	cfg := railstub.DefaultConfig()
 	cfg.JournalPath = filepath.Join(t.TempDir(), "rail.jsonl")
 	s := newStub(t, cfg)
-	answerOf(t, do(s, "POST", "/submit", okBody))
-	answerOf(t, do(s, "POST", "/submit", strings.ReplaceAll(okBody, "po-1", "po-2")))
+	answerOf(t, do(s, "POST", rail.PathSubmit, okBody))
+	answerOf(t, do(s, "POST", rail.PathSubmit, strings.ReplaceAll(okBody, "po-1", "po-2")))
 	do(s, "POST", "/admin/faults", `{"failNext":1,"mode":"hang"}`)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel() // a caller that is already gone: the hang returns at once
-	s.ServeHTTP(httptest.NewRecorder(), postJSON("/submit", okBody).WithContext(ctx))
+	s.ServeHTTP(httptest.NewRecorder(), postJSON(rail.PathSubmit, okBody).WithContext(ctx))
 	before := s.Submissions("")
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -312,11 +312,11 @@ func TestRestartReloadsTheJournal(t *testing.T) {
 	if after := s2.Submissions(""); !reflect.DeepEqual(after, before) {
 		t.Fatalf("after restart:\n got %+v\nwant %+v", after, before)
 	}
-	if ref := answerOf(t, do(s2, "POST", "/submit", okBody)).RailRef; ref != "rail-000004" {
+	if ref := answerOf(t, do(s2, "POST", rail.PathSubmit, okBody)).RailRef; ref != "rail-000004" {
 		t.Fatalf("railRef after restart %s, want rail-000004", ref)
 	}
 	var list rail.SubmissionList
-	if err := json.Unmarshal(do(s2, "GET", "/submissions?payoutId=po-1", "").Body.Bytes(), &list); err != nil {
+	if err := json.Unmarshal(do(s2, "GET", rail.PathJournal+"?payoutId=po-1", "").Body.Bytes(), &list); err != nil {
 		t.Fatal(err)
 	}
 	var seqs []int64
@@ -324,7 +324,7 @@ func TestRestartReloadsTheJournal(t *testing.T) {
 		seqs = append(seqs, r.Seq)
 	}
 	if !reflect.DeepEqual(seqs, []int64{1, 3, 4}) {
-		t.Fatalf("GET /submissions?payoutId=po-1 seqs %v, want [1 3 4]", seqs)
+		t.Fatalf("GET "+rail.PathJournal+"?payoutId=po-1 seqs %v, want [1 3 4]", seqs)
 	}
 }
 
@@ -332,7 +332,7 @@ func TestTornJournalTailIsCutOff(t *testing.T) {
 	cfg := railstub.DefaultConfig()
 	cfg.JournalPath = filepath.Join(t.TempDir(), "rail.jsonl")
 	s := newStub(t, cfg)
-	answerOf(t, do(s, "POST", "/submit", okBody))
+	answerOf(t, do(s, "POST", rail.PathSubmit, okBody))
 	_ = s.Close()
 	f, err := os.OpenFile(cfg.JournalPath, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
@@ -345,7 +345,7 @@ func TestTornJournalTailIsCutOff(t *testing.T) {
 	if got := len(s2.Submissions("")); got != 1 {
 		t.Fatalf("got %d records after a torn tail, want 1", got)
 	}
-	if ref := answerOf(t, do(s2, "POST", "/submit", okBody)).RailRef; ref != "rail-000002" {
+	if ref := answerOf(t, do(s2, "POST", rail.PathSubmit, okBody)).RailRef; ref != "rail-000002" {
 		t.Fatalf("railRef %s, want rail-000002", ref)
 	}
 	_ = s2.Close()
@@ -455,13 +455,13 @@ func TestStopOrderRefusesLaterSubmissionsAcrossARestart(t *testing.T) {
 	cfg := railstub.DefaultConfig()
 	cfg.JournalPath = filepath.Join(t.TempDir(), "rail.jsonl")
 	s := newStub(t, cfg)
-	answerOf(t, do(s, "POST", "/submit", okBody))
+	answerOf(t, do(s, "POST", rail.PathSubmit, okBody))
 
 	stop := func(s *railstub.Stub, body string) rail.StopAnswer {
 		t.Helper()
-		rec := do(s, "POST", "/stops", body)
+		rec := do(s, "POST", rail.PathStops, body)
 		if rec.Code != http.StatusOK {
-			t.Fatalf("POST /stops %s: %d %s", body, rec.Code, rec.Body)
+			t.Fatalf("POST "+rail.PathStops+" %s: %d %s", body, rec.Code, rec.Body)
 		}
 		var a rail.StopAnswer
 		if err := json.Unmarshal(rec.Body.Bytes(), &a); err != nil {
@@ -476,7 +476,7 @@ func TestStopOrderRefusesLaterSubmissionsAcrossARestart(t *testing.T) {
 		t.Fatalf("stop of po-2 answered %+v; want an empty list", a)
 	}
 	late := strings.ReplaceAll(okBody, "po-1", "po-2")
-	rec := do(s, "POST", "/submit", late)
+	rec := do(s, "POST", rail.PathSubmit, late)
 	if rec.Code != http.StatusConflict || envelopeOf(t, rec).Code != rail.CodeReferenceStopped {
 		t.Fatalf("submission of a stopped reference: %d %s; want 409 %s", rec.Code, rec.Body, rail.CodeReferenceStopped)
 	}
@@ -488,7 +488,7 @@ func TestStopOrderRefusesLaterSubmissionsAcrossARestart(t *testing.T) {
 	}
 
 	s2 := newStub(t, cfg)
-	if rec := do(s2, "POST", "/submit", late); rec.Code != http.StatusConflict {
+	if rec := do(s2, "POST", rail.PathSubmit, late); rec.Code != http.StatusConflict {
 		t.Fatalf("after a restart, a submission of a stopped reference: %d %s; want 409", rec.Code, rec.Body)
 	}
 	if a := stop(s2, `{"reference":"po-2"}`); len(a.Submissions) != 0 {
@@ -498,8 +498,8 @@ func TestStopOrderRefusesLaterSubmissionsAcrossARestart(t *testing.T) {
 		t.Fatalf("after a restart, %d submissions listed; want 1", n)
 	}
 	for _, body := range []string{`{}`, `{"reference":""}`, `{"reference":"` + strings.Repeat("x", rail.MaxReferenceLen+1) + `"}`, `{"reference":"a","x":1}`} {
-		if rec := do(s2, "POST", "/stops", body); rec.Code != http.StatusBadRequest {
-			t.Errorf("POST /stops %.40s: %d; want 400", body, rec.Code)
+		if rec := do(s2, "POST", rail.PathStops, body); rec.Code != http.StatusBadRequest {
+			t.Errorf("POST "+rail.PathStops+" %.40s: %d; want 400", body, rec.Code)
 		}
 	}
 }
@@ -521,12 +521,12 @@ func postJSON(path, body string) *http.Request {
 func TestQueryParametersARouteDoesNotTakeAreRefused(t *testing.T) {
 	s := newStub(t, railstub.DefaultConfig())
 	for _, tc := range []struct{ name, method, path, body string }{
-		{"submit", "POST", "/submit?dryRun=1", okBody},
-		{"submit, malformed query", "POST", "/submit?a=%zz", okBody},
-		{"stop order", "POST", "/stops?force=1", `{"reference":"po-1"}`},
+		{"submit", "POST", rail.PathSubmit + "?dryRun=1", okBody},
+		{"submit, malformed query", "POST", rail.PathSubmit + "?a=%zz", okBody},
+		{"stop order", "POST", rail.PathStops + "?force=1", `{"reference":"po-1"}`},
 		{"faults", "POST", "/admin/faults?x=1", `{"latencyMs":5}`},
-		{"submissions, misspelt filter", "GET", "/submissions?payout=po-1", ``},
-		{"submissions, filter given twice", "GET", "/submissions?payoutId=a&payoutId=b", ``},
+		{"submissions, misspelt filter", "GET", rail.PathJournal + "?payout=po-1", ``},
+		{"submissions, filter given twice", "GET", rail.PathJournal + "?payoutId=a&payoutId=b", ``},
 	} {
 		rec := do(s, tc.method, tc.path, tc.body)
 		if got := envelopeOf(t, rec); rec.Code != http.StatusBadRequest || got.Code != jsonhandler.CodeInvalidRequest || !strings.Contains(got.Message, "query") {
@@ -536,12 +536,12 @@ func TestQueryParametersARouteDoesNotTakeAreRefused(t *testing.T) {
 	if f := do(s, "GET", "/admin/faults", ""); !strings.Contains(f.Body.String(), `"latencyMs":0`) {
 		t.Fatalf("refused fault settings changed the faults: %s", f.Body)
 	}
-	if ref := answerOf(t, do(s, "POST", "/submit", okBody)).RailRef; ref != "rail-000001" {
+	if ref := answerOf(t, do(s, "POST", rail.PathSubmit, okBody)).RailRef; ref != "rail-000001" {
 		t.Fatalf("railRef %s, want rail-000001: a refused request was recorded (or stopped the reference)", ref)
 	}
-	rec := do(s, "GET", "/submissions?payoutId=po-2", "")
+	rec := do(s, "GET", rail.PathJournal+"?payoutId=po-2", "")
 	var list rail.SubmissionList
 	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &list) != nil || len(list.Submissions) != 0 {
-		t.Fatalf("GET /submissions?payoutId=po-2: %d %s; want 200 and none", rec.Code, rec.Body)
+		t.Fatalf("GET "+rail.PathJournal+"?payoutId=po-2: %d %s; want 200 and none", rec.Code, rec.Body)
 	}
 }

@@ -65,7 +65,7 @@ func liveAuditor(t *testing.T, p *pipelinetest.Pipeline, before, after func()) r
 	t.Helper()
 	var once sync.Once
 	d := doerFunc(func(req *http.Request) (*http.Response, error) {
-		if !strings.HasSuffix(req.URL.Path, "/submissions") {
+		if !strings.HasSuffix(req.URL.Path, rail.PathJournal) {
 			return http.DefaultClient.Do(req)
 		}
 		first := false

@@ -438,7 +438,7 @@ func TestRailSubmittedTwiceIsNeverResolved(t *testing.T) {
 	age(t, p, ev.PayoutID, false)
 	// A second submission of p-1 reaches the rail behind rail-proxy's back.
 	b, _ := json.Marshal(rail.SubmitRequest{PayoutID: ev.PayoutID, AccountID: ev.AccountID, AmountMinor: ev.AmountMinor, Currency: ev.Currency, Reference: ev.PayoutID})
-	resp, err := http.Post(p.RailURL+"/submit", "application/json", bytes.NewReader(b))
+	resp, err := http.Post(p.RailURL+rail.PathSubmit, "application/json", bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,7 +489,7 @@ func TestLateAnswerRecordedDuringTheLookUpIsNotOverwritten(t *testing.T) {
 	)
 	p = pipelinetest.Start(t, pipelinetest.Options{RailTimeout: railTimeout, RailHandler: func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodPost && r.URL.Path == "/stops" {
+			if r.Method == http.MethodPost && r.URL.Path == rail.PathStops {
 				late.Do(func() {
 					if _, err := p.RailDB.Exec(r.Context(), `UPDATE rail_attempt SET state = 'declined', rail_ref = 'rail-late', finished_at = now()
 WHERE payout_id = 'p-1' AND state IN ('forwarding', 'ambiguous')`); err != nil {
@@ -573,8 +573,8 @@ func TestSettleOnePayout(t *testing.T) {
 	clean(t, p)
 }
 
-// TestAnAttemptLeftForwardingUnderAPostedPayoutIsSettled (soak finding 1,
-// probe 9): rail-proxy (or raildb) died after the rail answered and before
+// TestAnAttemptLeftForwardingUnderAPostedPayoutIsSettled (found by the
+// crash soak, harness/README.md): rail-proxy (or raildb) died after the rail answered and before
 // the answer was recorded; the executor still got the signed answer and
 // the payout is posted with its one debit. No state pass visits it, so
 // the attempt stayed forwarding and the audit listed it unreconciled for

@@ -25,6 +25,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	payapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
@@ -87,7 +88,7 @@ func TestCloudRunContract(t *testing.T) {
 		{
 			name: "rail-stub", pkg: "./functions/cmd/rail-stub",
 			env:    func(*testing.T) []string { return nil },
-			method: "POST", path: "/submit",
+			method: "POST", path: rail.PathSubmit,
 			body: `{"payoutId":"p-1","accountId":"acct-1","amountMinor":5,"currency":"EUR","reference":"p-1"}`,
 			want: http.StatusOK, // a real submission, acknowledged
 		},

@@ -23,6 +23,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog/executorfn"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/catalog/railstubfn"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/executor"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/serve"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
@@ -148,12 +149,12 @@ func TestFrameworkServesAnHTTPFunctionAsServeDoes(t *testing.T) {
 	images := serveLikeTheImages(t, railstubfn.Function)
 	framework := serveThroughTheFramework(t, railstubfn.Function.Name)
 	for _, tc := range []struct{ method, path, body string }{
-		{"GET", "/submissions", ""},
+		{"GET", rail.PathJournal, ""},
 		{"GET", "/admin/faults", ""},
-		{"POST", "/submit", `{"payoutId":"p1"}`},
-		{"POST", "/submit", `not json`},
+		{"POST", rail.PathSubmit, `{"payoutId":"p1"}`},
+		{"POST", rail.PathSubmit, `not json`},
 		{"GET", "/nowhere", ""},
-		{"DELETE", "/submissions", ""},
+		{"DELETE", rail.PathJournal, ""},
 	} {
 		var got [2]reply
 		for i, base := range []string{images, framework} {
@@ -180,9 +181,9 @@ func TestFrameworkServesAnHTTPFunctionAsServeDoes(t *testing.T) {
 		t.Errorf("GET %s: serve %d %q, framework %d %q", serve.PathMetrics, got[0].status, got[0].contentType, got[1].status, got[1].contentType)
 	}
 	for i, want := range []int{http.StatusBadRequest, http.StatusTemporaryRedirect} {
-		req, _ := http.NewRequest("POST", []string{images, framework}[i]+"/x/../submit", strings.NewReader("{}"))
+		req, _ := http.NewRequest("POST", []string{images, framework}[i]+"/x/.."+rail.PathSubmit, strings.NewReader("{}"))
 		if r := send(t, req); r.status != want {
-			t.Errorf("POST /x/../submit via %s = %d; want %d", []string{"serve", "framework"}[i], r.status, want)
+			t.Errorf("POST /x/.."+rail.PathSubmit+" via %s = %d; want %d", []string{"serve", "framework"}[i], r.status, want)
 		}
 	}
 }

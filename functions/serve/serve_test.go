@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/httpmetrics"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
@@ -128,7 +129,7 @@ func TestRunWarnsAboutUnknownVariables(t *testing.T) {
 // the function's dependencies.
 func TestRunServesThroughTheHardenedServer(t *testing.T) {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /submit", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	mux.HandleFunc("POST "+rail.PathSubmit, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
 	mux.HandleFunc("GET /v1/audit", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
 	closed := make(chan struct{})
 	build := func(context.Context, func(string) string, *slog.Logger) (http.Handler, func(), error) {
@@ -154,10 +155,10 @@ func TestRunServesThroughTheHardenedServer(t *testing.T) {
 		method, path string
 		want         int
 	}{
-		{"POST", "/submit", http.StatusTeapot},
+		{"POST", rail.PathSubmit, http.StatusTeapot},
 		{"GET", "/v1/audit", http.StatusTeapot},
 		{"GET", PathMetrics, http.StatusOK},
-		{"POST", "/x/../submit", http.StatusBadRequest},
+		{"POST", "/x/.." + rail.PathSubmit, http.StatusBadRequest},
 		{"GET", "/v1/payouts/x/../../audit", http.StatusBadRequest},
 		{"GET", "/v1//audit", http.StatusBadRequest},
 		{"GET", "/v1/../metrics", http.StatusBadRequest},

@@ -158,7 +158,8 @@ func TestRegressionSchedules(t *testing.T) {
 	}
 }
 
-// TestRailThatRecordedNothingIsRetriedNotFailed (soak finding 2): the
+// TestRailThatRecordedNothingIsRetriedNotFailed (found by the
+// crash soak, harness/README.md): the
 // rail refuses A's call and says it recorded nothing. rail-proxy answers
 // RAIL_NOT_REACHED and releases the payout's forward; A's delivery is
 // redelivered (no report, so the payout stays claimed, never ambiguous),

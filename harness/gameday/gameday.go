@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -111,8 +112,12 @@ type Result struct {
 	RunbookExit     int    `json:"runbookExit"`
 	RunbookConfirms bool   `json:"runbookConfirms"`
 	RunbookOutput   string `json:"runbookOutput"`
-	// AlsoFired lists the other alerts received while this fault was on.
+	// AlsoFired lists the other alerts received while this fault was on,
+	// but those of ExpectedFired.
 	AlsoFired []string `json:"alsoFired,omitempty"`
+	// ExpectedFired lists the alerts received while this fault was on
+	// that its phase fires by design, whatever the fault (phase.expected).
+	ExpectedFired []string `json:"expectedFired,omitempty"`
 }
 
 // Report is a whole game day.
@@ -655,6 +660,18 @@ type phase struct {
 	faults   []*Fault
 }
 
+// expected are the alerts ph fires by design, with or without a fault:
+// a phase without the executor path creates payouts (the steady load) and
+// completes none, so PayoutsNotCompleting pages as it would for a real
+// outage. The alert stays as it is; the report keeps it out of "also
+// fired" there.
+func (ph phase) expected() []string {
+	if ph.executes {
+		return nil
+	}
+	return []string{"PayoutsNotCompleting"}
+}
+
 // phasesOf groups the faults into phases, keeping their order within
 // each: PostgreSQL, then PostgreSQL with the executor path (Fault.Executes),
 // then etcd. Each group runs on a stack of its own.
@@ -806,7 +823,7 @@ func runPhase(ctx context.Context, cfg Config, bin string, mon **monitor, ph pha
 	}
 	var out []Result
 	for _, f := range ph.faults {
-		rs, err := runFault(ctx, cfg, e, m, f, log)
+		rs, err := runFault(ctx, cfg, e, m, f, ph.expected(), log)
 		out = append(out, rs...)
 		if err != nil {
 			return out, err
@@ -816,8 +833,8 @@ func runPhase(ctx context.Context, cfg Config, bin string, mon **monitor, ph pha
 }
 
 // runFault injects f, awaits each of its alerts and runs their runbook
-// steps, then heals.
-func runFault(ctx context.Context, cfg Config, e *env, mon *monitor, f *Fault, log *slog.Logger) ([]Result, error) {
+// steps, then heals. expected are the alerts f's phase fires by design.
+func runFault(ctx context.Context, cfg Config, e *env, mon *monitor, f *Fault, expected []string, log *slog.Logger) ([]Result, error) {
 	// None of the fault's alerts may be pending or firing already (a slow
 	// scrape on a loaded machine makes up 0 for a moment): the detection
 	// latency would then be shorter than the rule's "for".
@@ -886,12 +903,9 @@ func runFault(ctx context.Context, cfg Config, e *env, mon *monitor, f *Fault, l
 		}
 		out = append(out, r)
 	}
-	for name := range mon.recv.received() {
-		if !strings.Contains(name, "/") && !contains(f.Alerts, name) {
-			for i := range out {
-				out[i].AlsoFired = append(out[i].AlsoFired, name)
-			}
-		}
+	also, byPhase := otherAlerts(mon.recv.received(), f.Alerts, expected)
+	for i := range out {
+		out[i].AlsoFired, out[i].ExpectedFired = also, byPhase
 	}
 	if f.Heal != nil {
 		if err := f.Heal(ctx, e); err != nil {
@@ -899,6 +913,24 @@ func runFault(ctx context.Context, cfg Config, e *env, mon *monitor, f *Fault, l
 		}
 	}
 	return out, nil
+}
+
+// otherAlerts splits the alerts received (by name; a "name/severity" key
+// is a second entry of the same alert) that are not the fault's own into
+// those its phase fires by design (expected) and the rest, each sorted.
+func otherAlerts(received map[string]time.Time, own, expected []string) (also, byPhase []string) {
+	for name := range received {
+		switch {
+		case strings.Contains(name, "/") || contains(own, name):
+		case contains(expected, name):
+			byPhase = append(byPhase, name)
+		default:
+			also = append(also, name)
+		}
+	}
+	slices.Sort(also)
+	slices.Sort(byPhase)
+	return also, byPhase
 }
 
 func contains(ss []string, s string) bool {

@@ -212,6 +212,38 @@ func TestPhases(t *testing.T) {
 	}
 }
 
+// TestPayoutsNotCompletingIsExpectedOnlyWithoutTheExecutorPath: a phase
+// that creates payouts and executes none fires PayoutsNotCompleting by
+// design, so its faults' reports list it apart from "also fired"; in a
+// phase that executes payouts it means payouts stopped, and stays there.
+func TestPayoutsNotCompletingIsExpectedOnlyWithoutTheExecutorPath(t *testing.T) {
+	const alert = "PayoutsNotCompleting"
+	rules, err := os.ReadFile(filepath.Join(repoRoot(t), "ops/prometheus/gameday/rules.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(rules), "alert: "+alert+"\n") {
+		t.Fatalf("the game-day rules have no alert %s", alert)
+	}
+	var names []string
+	for _, f := range Faults {
+		names = append(names, f.Name)
+	}
+	at := time.Now()
+	received := map[string]time.Time{alert: at, "FunctionDown": at, "LockServerDown": at, "LockServerDown/page": at}
+	for _, ph := range phasesOf(names) {
+		also, byPhase := otherAlerts(received, []string{"LockServerDown"}, ph.expected())
+		wantAlso, wantByPhase := []string{"FunctionDown"}, []string{alert}
+		if ph.executes {
+			wantAlso, wantByPhase = []string{"FunctionDown", alert}, nil
+		}
+		if !slices.Equal(also, wantAlso) || !slices.Equal(byPhase, wantByPhase) {
+			t.Errorf("phase %s (executes %v): also fired %q, expected by the phase %q; want %q, %q",
+				ph.backend, ph.executes, also, byPhase, wantAlso, wantByPhase)
+		}
+	}
+}
+
 func TestRunbookPath(t *testing.T) {
 	if got := RunbookPath("LockServerDown"); got != filepath.Join("docs", "runbooks", "lock-server-down.md") {
 		t.Errorf("RunbookPath = %s", got)

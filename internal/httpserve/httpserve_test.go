@@ -235,20 +235,20 @@ func TestOversizedHeadersGet431(t *testing.T) {
 func TestNonCanonicalPathsGetTheEnvelope(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.Handle("/", readAll)
-	mux.Handle("/submit", readAll)
+	mux.Handle("/pay", readAll)
 	addr, _, _ := serve(t, testConfig(), mux)
 	for _, tc := range []struct {
 		method, target string
 		want           int
 	}{
-		{"POST", "/submit", http.StatusOK},
+		{"POST", "/pay", http.StatusOK},
 		{"GET", "/v1/payouts/", http.StatusOK},
-		{"POST", "/x/../submit", http.StatusBadRequest},
+		{"POST", "/x/../pay", http.StatusBadRequest},
 		{"GET", "/v1/payouts/x/../../audit", http.StatusBadRequest},
 		{"GET", "/v1//payouts", http.StatusBadRequest},
 		{"GET", "//", http.StatusBadRequest},
-		{"GET", "/./submit", http.StatusBadRequest},
-		{"GET", "/x/%2e%2e/submit", http.StatusBadRequest},
+		{"GET", "/./pay", http.StatusBadRequest},
+		{"GET", "/x/%2e%2e/pay", http.StatusBadRequest},
 		{"OPTIONS", "*", http.StatusBadRequest},
 	} {
 		c := dial(t, addr)

@@ -85,8 +85,17 @@ func InSource(fset *token.FileSet, name string, src any, pats Patterns) ([]strin
 // vendor, and but the files allowedFiles (absolute paths). It returns the
 // findings with paths relative to root, and how many files it checked.
 func InModule(root string, skipDirs, allowedFiles []string, pats Patterns) (found []string, files int, err error) {
+	return inModule(root, skipDirs, allowedFiles, false, pats)
+}
+
+// InModuleTests is InModule over the test files (_test.go) instead.
+func InModuleTests(root string, skipDirs, allowedFiles []string, pats Patterns) (found []string, files int, err error) {
+	return inModule(root, skipDirs, allowedFiles, true, pats)
+}
+
+func inModule(root string, skipDirs, allowedFiles []string, tests bool, pats Patterns) (found []string, files int, err error) {
 	fset := token.NewFileSet()
-	err = walkGo(root, skipDirs, allowedFiles, func(path string) error {
+	err = walkGo(root, skipDirs, allowedFiles, tests, func(path string) error {
 		files++
 		hits, err := InSource(fset, path, nil, pats)
 		found = append(found, relTo(root, hits)...)
@@ -95,10 +104,11 @@ func InModule(root string, skipDirs, allowedFiles []string, pats Patterns) (foun
 	return found, files, err
 }
 
-// walkGo calls check with the path of every non-test Go file under root
-// but those in the directories skipDirs, in hidden directories, testdata
-// and vendor, and but the files allowedFiles (absolute paths).
-func walkGo(root string, skipDirs, allowedFiles []string, check func(path string) error) error {
+// walkGo calls check with the path of every Go file under root that is a
+// test file when tests is true, and is not one otherwise, but those in the
+// directories skipDirs, in hidden directories, testdata and vendor, and
+// but the files allowedFiles (absolute paths).
+func walkGo(root string, skipDirs, allowedFiles []string, tests bool, check func(path string) error) error {
 	skip := map[string]bool{}
 	for _, d := range skipDirs {
 		skip[filepath.Clean(d)] = true
@@ -117,7 +127,7 @@ func walkGo(root string, skipDirs, allowedFiles []string, check func(path string
 			}
 			return nil
 		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || allowed[path] {
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") != tests || allowed[path] {
 			return nil
 		}
 		return check(path)
@@ -233,7 +243,7 @@ func isAnySlice(t ast.Expr) bool {
 // checked.
 func EventsInModule(root string) (found []string, files int, err error) {
 	fset := token.NewFileSet()
-	err = walkGo(root, nil, nil, func(path string) error {
+	err = walkGo(root, nil, nil, false, func(path string) error {
 		files++
 		hits, err := EventsInSource(fset, path, nil)
 		found = append(found, relTo(root, hits)...)
@@ -249,7 +259,7 @@ func EventsInModule(root string) (found []string, files int, err error) {
 func EventConstants(root string) (map[string][]string, error) {
 	fset := token.NewFileSet()
 	out := map[string][]string{}
-	err := walkGo(root, nil, nil, func(path string) error {
+	err := walkGo(root, nil, nil, false, func(path string) error {
 		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
 		if err != nil {
 			return err

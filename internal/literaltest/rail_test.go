@@ -44,6 +44,34 @@ func TestOnlyTheRailPackageSpellsTheRailsContract(t *testing.T) {
 	}
 }
 
+// TestRailsContractIsSpelledByConstantInTests checks the test files of every
+// package but functions/rail the same way: a test that spells "/submit"
+// keeps passing against a stub that still serves it after the contract
+// moved, so it tests a copy, not the contract. functions/rail's own tests
+// are left out: they are where a test may pin the wire bytes themselves
+// (the constant's value against the spelling other parties rely on).
+func TestRailsContractIsSpelledByConstantInTests(t *testing.T) {
+	root := moduleRoot(t)
+	self, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found, files, err := literaltest.InModuleTests(root,
+		[]string{filepath.Join(root, "functions", "rail")},
+		// The planted sources of this check and of rail-proxy's api check.
+		[]string{filepath.Join(self, "rail_test.go"), filepath.Join(root, "functions", "railproxy", "api", "literals_test.go")},
+		railPatterns())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range found {
+		t.Errorf("%s; use the functions/rail constant", f)
+	}
+	if files < 50 {
+		t.Fatalf("checked only %d test files under %s; the walk is broken", files, root)
+	}
+}
+
 // TestRailLiteralsFindsAPlantedCopy shows that the check above can fail:
 // each planted code and route is reported, and rail-proxy's routes and
 // look-alikes are not.

@@ -302,7 +302,7 @@ func TestEveryMetricIsDeclaredAndPlannedOnesAreListed(t *testing.T) {
 		}
 	}
 	sort.Strings(planned)
-	t.Logf("%d metrics the rules read are not served yet (issue #9 item 1):\n  %s", len(planned), strings.Join(planned, "\n  "))
+	t.Logf("%d metrics the rules read are not served yet:\n  %s", len(planned), strings.Join(planned, "\n  "))
 }
 
 // promtoolTest is the part of a promtool unit test file this package reads.
