@@ -136,7 +136,7 @@ UP_FLAGS ?=
 # Built, then run: `go run` exits 1 whenever it sees Ctrl-C, even when the
 # program stopped cleanly, and make would report that as an error. The
 # program exits 0 after a clean stop; make then ends quietly (status 130).
-up: ## the whole stack on loopback until Ctrl-C (go run ./local up $(UP_FLAGS), e.g. UP_FLAGS='-backend etcd -traces spans.jsonl'); installs PostgreSQL 15 first if missing (as root), else prints the command
+up: ## the whole stack on loopback until Ctrl-C (bin/local up $(UP_FLAGS), built from ./local; e.g. UP_FLAGS='-backend etcd -traces spans.jsonl'); installs PostgreSQL 15 first if missing (as root), else prints the command
 	@bash .ci/deps postgres
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/local ./local
