@@ -93,11 +93,13 @@ func backend() storetest.Backend {
 	}
 }
 
-// restartCluster is the cluster of the contract's backend restarts,
-// started on first use and shared: the contract runs its subtests one at
-// a time, each restart test in a database of its own, and no other test
-// uses the cluster, so a restart disturbs no test but the one making it
-// (starting a cluster per restart test cost a few seconds each).
+// restartCluster is the cluster of the tests that restart or kill the
+// server without changing its settings (the contract's backend restarts
+// among them), started on first use and shared: those tests run one at a
+// time, each in a database of its own, and no other test uses the
+// cluster, so a restart disturbs no test but the one making it (a cluster
+// per test cost a few seconds each). A test that changes a setting or the
+// data directory takes a cluster of its own (newClusterDB).
 var restartCluster struct {
 	once sync.Once
 	c    *pgcluster.Cluster
@@ -328,7 +330,7 @@ func raceAFastGrant[R any](t *testing.T, ctx context.Context, dsn string, s *Sto
 // the server closed before using them, so the first call after a restart
 // or a crash works, while calls during the outage report ErrUnavailable.
 func TestCallsRecoverAfterServerBounce(t *testing.T) {
-	c, dsn := newClusterDB(t)
+	c, dsn := restartClusterDB(t)
 	s := openStore(t, dsn)
 	ctx := testCtx(t)
 
@@ -555,7 +557,7 @@ func BenchmarkRawSQL(b *testing.B) {
 // brought back through crash recovery under the clients: with fsync on,
 // nothing acknowledged may be lost, and calls cut off are unknown outcomes.
 func TestLinearizableAcrossCrash(t *testing.T) {
-	c, dsn := newClusterDB(t)
+	c, dsn := restartClusterDB(t)
 	s := openStore(t, dsn)
 	storetest.CheckLinearizable(t, "postgres-crash", s, func() {
 		if err := c.Kill(); err != nil {
