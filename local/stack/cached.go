@@ -143,8 +143,8 @@ func lockFile(ctx context.Context, path string) (unlock func(), err error) {
 
 // sourceKey hashes what the commands are built from: go env's toolchain
 // and settings, and for each package the commands import (go list -deps),
-// its path and module version, and the content of its files when it has
-// no version (this module, and the SDK modules it replaces by folders).
+// its path and module version, or the content of its files when it comes
+// from a folder (this module, and the SDK modules it replaces by folders).
 func sourceKey(ctx context.Context) (string, error) {
 	h := sha256.New()
 	env, err := goOutput(ctx, "env", "GOVERSION", "GOOS", "GOARCH", "GOAMD64", "GOARM64", "CGO_ENABLED", "GOFLAGS", "GOEXPERIMENT", "CC")
@@ -152,7 +152,7 @@ func sourceKey(ctx context.Context) (string, error) {
 		return "", err
 	}
 	h.Write(env)
-	const format = `{{if not .Standard}}{{.ImportPath}}|{{with .Module}}{{.Version}}{{end}}|{{.Dir}}|{{join .GoFiles "|"}}|{{join .CgoFiles "|"}}|{{join .SFiles "|"}}|{{join .EmbedFiles "|"}}{{end}}`
+	const format = `{{if not .Standard}}{{.ImportPath}}|{{with .Module}}{{if not (or .Main (and .Replace (not .Replace.Version)))}}{{.Version}}{{end}}{{end}}|{{.Dir}}|{{join .GoFiles "|"}}|{{join .CgoFiles "|"}}|{{join .SFiles "|"}}|{{join .EmbedFiles "|"}}{{end}}`
 	args := []string{"list", "-deps", "-f", format, Lockctl}
 	for _, name := range sortedNames() {
 		args = append(args, Binaries[name])
