@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -16,11 +15,12 @@ import (
 
 // The runs of this test binary are shared: each (backend, cell) runs at
 // most once, whichever test asks first, and every test reads the same Run.
-// The binaries and run folders live in work, removed at exit unless a test
+// The run folders live in work, removed at exit unless a test
 // failed (then its path is printed, the logs being the evidence).
 var (
 	workOnce sync.Once
-	work     string
+	work     string // run folders
+	bin      string
 	workErr  error
 
 	runsMu sync.Mutex
@@ -47,8 +47,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// binDir returns the folder of the stack's binaries, built on first use
-// and shared by every test of this binary.
+// binDir returns the folder of the stack's binaries
+// (stack.CachedBinaries: built once for every package of the test run).
 func binDir(t *testing.T) string {
 	t.Helper()
 	workOnce.Do(func() {
@@ -57,12 +57,12 @@ func binDir(t *testing.T) string {
 		if work, workErr = os.MkdirTemp("", "harness-test-"); workErr != nil {
 			return
 		}
-		workErr = stack.Build(ctx, filepath.Join(work, "bin"))
+		bin, workErr = stack.CachedBinaries(ctx)
 	})
 	if workErr != nil {
 		t.Fatal(workErr)
 	}
-	return filepath.Join(work, "bin")
+	return bin
 }
 
 // runOf returns the run of backend and cell, starting it on first use.

@@ -604,14 +604,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return rep, err
 	}
-	bin := filepath.Join(cfg.Dir, "bin")
-	if err := stack.Build(ctx, bin); err != nil {
+	bin, err := stack.CachedBinaries(ctx)
+	if err != nil {
 		return rep, err
-	}
-	lockctl := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./lockserver/cmd/lockctl")
-	lockctl.Dir = cfg.Repo
-	if out, err := lockctl.CombinedOutput(); err != nil {
-		return rep, fmt.Errorf("build lockctl: %w\n%s", err, out)
 	}
 	var mon *monitor
 	defer func() {

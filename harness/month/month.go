@@ -218,8 +218,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 	}
 	occs := Schedule(cfg)
-	bin := filepath.Join(cfg.Dir, "bin")
-	if err := stack.Build(ctx, bin); err != nil {
+	bin, err := stack.CachedBinaries(ctx)
+	if err != nil {
 		return rep, err
 	}
 	scfg := stack.Config{Backend: cfg.Backend, PaymentFencing: true, RailFencing: true,

@@ -67,7 +67,11 @@ func driver(t *testing.T) *drive.Driver {
 	once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		shared, sharedErr = drive.Start(context.WithoutCancel(ctx), stack.Config{
+		var bin string
+		if bin, sharedErr = stack.CachedBinaries(ctx); sharedErr != nil {
+			return
+		}
+		shared, sharedErr = drive.Start(context.WithoutCancel(ctx), stack.Config{BinDir: bin,
 			Backend: stack.BackendPostgres, PaymentFencing: true, RailFencing: true, Links: true,
 			Executors: []stack.ExecutorSpec{{Name: "A"}}, LeaseTTL: leaseTTL, ReconcileEvery: time.Hour,
 			PushTimeout: 10 * time.Second,

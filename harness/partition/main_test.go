@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/harness/partition"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgcluster"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/config"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/pgstore"
@@ -33,12 +33,6 @@ import (
 // the short set.
 var full = flag.Bool("partitions.full", false, "run every partition scenario, not only the short set")
 
-var bin struct {
-	once sync.Once
-	dir  string
-	err  error
-}
-
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if partition.Available() == nil {
@@ -46,11 +40,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "partition: swept leftover namespaces %v (%v)\n", removed, err)
 		}
 	}
-	code := pgtest.Tests(m).Run()
-	if bin.dir != "" {
-		_ = os.RemoveAll(bin.dir)
-	}
-	os.Exit(code)
+	os.Exit(pgtest.Tests(m).Run())
 }
 
 // requireNetns skips t when this machine cannot build namespaces, and
@@ -65,27 +55,17 @@ func requireNetns(t *testing.T) {
 	}
 }
 
-// binaries builds lock-server and etcd-local once per test binary into a
-// temporary folder and returns the folder.
+// binaries returns the folder of lock-server and etcd-local
+// (stack.CachedBinaries: built once for every package of the test run).
 func binaries(t *testing.T) string {
 	t.Helper()
-	bin.once.Do(func() {
-		bin.dir, bin.err = os.MkdirTemp("", "partition-bin-")
-		if bin.err != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", bin.dir+"/",
-			"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/cmd/lock-server",
-			"github.com/distributed-lock-lab/distributed-lock-lab/etcd/cmd/etcd-local")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			bin.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if bin.err != nil {
-		t.Fatal(bin.err)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	dir, err := stack.CachedBinaries(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return bin.dir
+	return dir
 }
 
 // newNet returns a Net removed when t ends, whatever happens.

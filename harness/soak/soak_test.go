@@ -4,10 +4,8 @@ import (
 	"context"
 	"flag"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -109,39 +107,17 @@ func TestValidateReportsEveryInvalidField(t *testing.T) {
 	}
 }
 
-// binDir holds the stack's binaries, built once for the package's soaks
-// (linking the eight commands takes most of a minute on a loaded machine).
-var (
-	binDir   string
-	buildErr error
-	build    sync.Once
-)
-
+// buildOnce returns the folder of the stack's binaries
+// (stack.CachedBinaries: built once for every package of the test run).
 func buildOnce(t *testing.T) string {
 	t.Helper()
-	build.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "soak-bin-")
-		if buildErr != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		t0 := time.Now()
-		buildErr = stack.Build(ctx, binDir)
-		t.Logf("built the stack's binaries in %v", time.Since(t0).Round(time.Millisecond))
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	bin, err := stack.CachedBinaries(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return binDir
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
-	os.Exit(code)
+	return bin
 }
 
 func shortConfig(t *testing.T, backend, bin string) soak.Config {

@@ -254,6 +254,15 @@ var Binaries = map[string]string{
 // It must run inside this module (any directory of the repository); Go's
 // build cache makes a second build take a second or two.
 func Build(ctx context.Context, dir string) error {
+	var pkgs []string
+	for _, name := range sortedNames() {
+		pkgs = append(pkgs, Binaries[name])
+	}
+	return buildInto(ctx, dir, pkgs...)
+}
+
+// buildInto builds the commands pkgs into dir, as Build does.
+func buildInto(ctx context.Context, dir string, pkgs ...string) error {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		return fmt.Errorf("%w: the go command is not on PATH: %v", ErrPrerequisite, err)
@@ -265,10 +274,7 @@ func Build(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	args := []string{"build", "-o", abs + string(filepath.Separator)}
-	for _, name := range sortedNames() {
-		args = append(args, Binaries[name])
-	}
+	args := append([]string{"build", "-o", abs + string(filepath.Separator)}, pkgs...)
 	// The go command links in a work folder of its own, in $TMPDIR unless
 	// GOTMPDIR says otherwise, and a go build that is killed (Ctrl-C ends
 	// ctx) leaves it there with its half-linked binaries. Here it lives

@@ -59,7 +59,7 @@ func TestContract(t *testing.T) { storetest.Run(t, backend()) }
 func TestContractOverHTTP(t *testing.T) { storetest.Run(t, servertest.OverHTTP(backend())) }
 
 // backend describes this store to the contract suite: a fresh database per
-// store, a cluster of its own for the restart test.
+// store, on restartCluster for the restart tests.
 func backend() storetest.Backend {
 	return storetest.Backend{
 		Name: "postgres",
@@ -77,7 +77,7 @@ func backend() storetest.Backend {
 			return openStore(t, s.(*Store).dsn)
 		},
 		RestartBackend: func(t *testing.T) (store.LockStore, func()) {
-			c, dsn := newClusterDB(t)
+			c, dsn := restartClusterDB(t)
 			// The restart may run on a goroutine of its own (the
 			// linearizability check's fault): t.Errorf, never t.Fatalf.
 			return openStore(t, dsn), func() {
@@ -91,6 +91,41 @@ func backend() storetest.Backend {
 			stepClock(t, s.(*Store).dsn, d)
 		},
 	}
+}
+
+// restartCluster is the cluster of the tests that restart or kill the
+// server without changing its settings (the contract's backend restarts
+// among them), started on first use and shared: those tests run one at a
+// time, each in a database of its own, and no other test uses the
+// cluster, so a restart disturbs no test but the one making it (a cluster
+// per test cost a few seconds each). A test that changes a setting or the
+// data directory takes a cluster of its own (newClusterDB).
+var restartCluster struct {
+	once sync.Once
+	c    *pgcluster.Cluster
+	err  error
+	dbs  atomic.Int64
+}
+
+// restartClusterDB returns restartCluster and a new empty database on it.
+func restartClusterDB(t *testing.T) (*pgcluster.Cluster, string) {
+	t.Helper()
+	restartCluster.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		restartCluster.c, restartCluster.err = pgcluster.Start(ctx, pgcluster.Config{})
+		if restartCluster.err == nil {
+			pgtest.AtExit(restartCluster.c.Close)
+		}
+	})
+	if restartCluster.err != nil {
+		t.Fatalf("start the restart tests' cluster: %v", restartCluster.err)
+	}
+	name := fmt.Sprintf("lockdb_%d", restartCluster.dbs.Add(1))
+	if err := restartCluster.c.CreateDatabase(testCtx(t), name); err != nil {
+		t.Fatalf("CreateDatabase: %v", err)
+	}
+	return restartCluster.c, restartCluster.c.DSN(name)
 }
 
 var (
@@ -295,7 +330,7 @@ func raceAFastGrant[R any](t *testing.T, ctx context.Context, dsn string, s *Sto
 // the server closed before using them, so the first call after a restart
 // or a crash works, while calls during the outage report ErrUnavailable.
 func TestCallsRecoverAfterServerBounce(t *testing.T) {
-	c, dsn := newClusterDB(t)
+	c, dsn := restartClusterDB(t)
 	s := openStore(t, dsn)
 	ctx := testCtx(t)
 
@@ -522,7 +557,7 @@ func BenchmarkRawSQL(b *testing.B) {
 // brought back through crash recovery under the clients: with fsync on,
 // nothing acknowledged may be lost, and calls cut off are unknown outcomes.
 func TestLinearizableAcrossCrash(t *testing.T) {
-	c, dsn := newClusterDB(t)
+	c, dsn := restartClusterDB(t)
 	s := openStore(t, dsn)
 	storetest.CheckLinearizable(t, "postgres-crash", s, func() {
 		if err := c.Kill(); err != nil {

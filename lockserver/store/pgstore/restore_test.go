@@ -145,7 +145,7 @@ func TestDumpRestoredOverTheSameDatabaseRefusesGrantsUntilAdvance(t *testing.T) 
 // TestIdentityMatchesAfterARestart: an ordinary restart (and crash
 // recovery) changes no identity fact, so grants go on without an advance.
 func TestIdentityMatchesAfterARestart(t *testing.T) {
-	c, dsn := newClusterDB(t)
+	c, dsn := restartClusterDB(t)
 	s := openStore(t, dsn)
 	before := grantRelease(t, s, "payout:acct-1", 2)
 	if err := c.Kill(); err != nil {

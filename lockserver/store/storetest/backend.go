@@ -25,8 +25,8 @@ type Backend struct {
 	// restarted lock-server process would open it. Required.
 	Reopen func(t *testing.T, s store.LockStore) store.LockStore
 
-	// RestartBackend, when set, opens a store over a backend of its own (not
-	// shared with other tests), and returns it with a function that stops the
+	// RestartBackend, when set, opens a store over a backend that no test
+	// running at the same time uses, and returns it with a function that stops the
 	// backend and starts it again with its data intact; after that function
 	// returns, the store must work again (reconnecting if it must). The suite
 	// uses it to show tokens keep increasing across a backend restart, and
