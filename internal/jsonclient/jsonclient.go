@@ -4,8 +4,9 @@
 // holder's headers read back with a bounded body, the error envelope
 // every service sends, and Conn, which holds all of it for a client. Each
 // client keeps its own error type, sentinels and methods; this package
-// knows no service's codes. It imports only the standard library, so the
-// clients stay free of drivers and frameworks.
+// knows no service's codes. It imports only the standard library and
+// internal/jsonhandler (the envelope's type), so the clients stay free of
+// drivers and frameworks.
 package jsonclient
 
 import (

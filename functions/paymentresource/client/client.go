@@ -1,6 +1,6 @@
 // Package client is the typed Go client of payment-resource's HTTP API
 // (functions/paymentresource/api). It imports only the standard library,
-// the api package, functions/payoutevent and internal/jsonclient (a
+// the api package, functions/fencing/fencewire and internal/jsonclient (a
 // stdlib-only transport core shared with rail-proxy's client), so that any
 // caller (the executor, a test harness, a tool) can use it without pulling
 // in a database driver.

@@ -1,6 +1,6 @@
 // Package client is the typed Go client of rail-proxy's HTTP API
 // (functions/railproxy/api). It imports only the standard library, the
-// api package, functions/payoutevent and internal/jsonclient (a stdlib-only
+// api package, functions/fencing/fencewire and internal/jsonclient (a stdlib-only
 // transport core shared with payment-resource's client), so that any
 // caller (the executor, a test harness, the reconciler, a tool) can use it
 // without pulling in a database driver.
