@@ -26,6 +26,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/oauth2/google"
 )
 
@@ -320,20 +321,72 @@ func Tracer(name string) trace.Tracer { return otel.Tracer(name) }
 // after the method (and the route, when h is an http.ServeMux). Requests
 // for the paths in skip (scrapes and probes: /metrics, /healthz) get none.
 // service is the operation name otelhttp records.
+//
+// While no tracer provider is installed (Setup installs one only to
+// export), a span would record nothing: the request then only gets the
+// trace context of its headers, which its log lines and the requests it
+// sends carry on (see untraced).
 func Handler(service string, h http.Handler, skip ...string) http.Handler {
-	return otelhttp.NewHandler(h, service,
+	traced := otelhttp.NewHandler(h, service,
 		otelhttp.WithFilter(func(r *http.Request) bool { return !slices.Contains(skip, r.URL.Path) }))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !untraced() {
+			traced.ServeHTTP(w, r)
+			return
+		}
+		if ctx := otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header)); ctx != r.Context() {
+			r = r.WithContext(ctx)
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Transport wraps base (http.DefaultTransport when nil) so that every
 // request sent gets a client span and carries the caller's trace context
 // in its headers (traceparent). Wrap a request signer (an ID-token
-// transport) so that the span covers it.
+// transport) so that the span covers it. While no tracer provider is
+// installed, a request gets no span, only the caller's trace context.
 func Transport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	return otelhttp.NewTransport(base)
+	return &transport{traced: otelhttp.NewTransport(base), base: base}
+}
+
+// transport is Transport's RoundTripper.
+type transport struct{ traced, base http.RoundTripper }
+
+func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !untraced() {
+		return t.traced.RoundTrip(r)
+	}
+	h := propagation.MapCarrier{}
+	otel.GetTextMapPropagator().Inject(r.Context(), h)
+	if len(h) == 0 {
+		return t.base.RoundTrip(r)
+	}
+	r = r.Clone(r.Context()) // a RoundTripper must not change its caller's request
+	for k, v := range h {
+		r.Header.Set(k, v)
+	}
+	return t.base.RoundTrip(r)
+}
+
+// defaultProvider is OpenTelemetry's global tracer provider before one is
+// installed: its spans record nothing and go nowhere.
+var defaultProvider = otel.GetTracerProvider()
+
+// untraced reports whether the global tracer provider records nothing:
+// none was installed (Setup installs one only to export), or a no-op one
+// was. Handler and Transport then skip otelhttp's span, attributes and
+// metrics (whose meter is a no-op too: nothing here installs a meter
+// provider), which nobody reads, and only carry the trace context.
+func untraced() bool {
+	tp := otel.GetTracerProvider()
+	if _, ok := tp.(noop.TracerProvider); ok {
+		return true
+	}
+	return tp == defaultProvider
 }
 
 // Inject writes the trace context of ctx into attrs (a Pub/Sub message's

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"testing"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -200,6 +201,75 @@ func TestTransportAndHandlerCarryTheTrace(t *testing.T) {
 	}
 	if inHandler.SpanID() != server[0].SpanContext.SpanID() {
 		t.Errorf("the handler's context carries span %s; want the server span %s", inHandler.SpanID(), server[0].SpanContext.SpanID())
+	}
+}
+
+// roundTripper records the requests it is given and answers 204.
+type roundTripper struct{ got []*http.Request }
+
+func (rt *roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
+	rt.got = append(rt.got, r)
+	return &http.Response{StatusCode: http.StatusNoContent, Body: http.NoBody, Request: r}, nil
+}
+
+// With a provider that records nothing, Handler and Transport make no
+// span and no metric (otelhttp's labeler is nowhere in a context), yet the
+// caller's trace context still reaches the handler, and a request without
+// one is passed on as it is.
+func TestUntracedRequestsCarryOnlyTheTraceContext(t *testing.T) {
+	restoreGlobals(t)
+	otel.SetTracerProvider(noop.NewTracerProvider())
+	otel.SetTextMapPropagator(tracing.Propagator())
+	parent := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled})
+	var (
+		inHandler trace.SpanContext
+		labeled   bool
+	)
+	srv := httptest.NewServer(tracing.Handler("svc", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inHandler = trace.SpanContextFromContext(r.Context())
+		_, labeled = otelhttp.LabelerFromContext(r.Context())
+	})))
+	defer srv.Close()
+	req, err := http.NewRequestWithContext(trace.ContextWithSpanContext(context.Background(), parent), http.MethodGet, srv.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := (&http.Client{Transport: tracing.Transport(nil)}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if inHandler.TraceID() != parent.TraceID() || inHandler.SpanID() != parent.SpanID() {
+		t.Errorf("the handler's span context is %v; want the caller's %v", inHandler, parent)
+	}
+	if labeled {
+		t.Error("the handler's context holds otelhttp's labeler: the request went through otelhttp")
+	}
+	rt := &roundTripper{}
+	tr := tracing.Transport(rt)
+	bare, err := http.NewRequest(http.MethodGet, "http://127.0.0.1:1/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.RoundTrip(bare); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.RoundTrip(req); err != nil {
+		t.Fatal(err)
+	}
+	if rt.got[0] != bare {
+		t.Error("a request without trace context was copied; want it passed on as it is")
+	}
+	for i, r := range rt.got {
+		if _, ok := otelhttp.ClientLabelerFromContext(r.Context()); ok {
+			t.Errorf("request %d went through otelhttp (its context holds the client labeler)", i)
+		}
+	}
+	if got, want := rt.got[1].Header.Get("traceparent"), "00-"+parent.TraceID().String()+"-"+parent.SpanID().String()+"-01"; got != want {
+		t.Errorf("traceparent sent: %q; want %q", got, want)
+	}
+	if req.Header.Get("traceparent") != "" {
+		t.Error("the caller's request was changed; want a copy with the traceparent")
 	}
 }
 

@@ -797,6 +797,23 @@ func (s *Stack) startFunction(ctx context.Context, name, bin string, env []strin
 	}, probe, func(int) bool { return true })
 }
 
+// ServiceMaxProcs is the GOMAXPROCS of lock-server and every function
+// process the stack starts, unless the environment sets GOMAXPROCS: one
+// P each. A dozen processes share the machine's cores, and each one's work
+// per request is a few hundred microseconds; a second P per process buys
+// no parallelism there, only threads that wake, spin and sleep again
+// around every request (docs/benchmarks.md measured the cost).
+const ServiceMaxProcs = 1
+
+// withMaxProcs returns env with GOMAXPROCS=ServiceMaxProcs added, unless
+// lookup (os.LookupEnv) finds GOMAXPROCS already set.
+func withMaxProcs(env []string, lookup func(string) (string, bool)) []string {
+	if _, set := lookup("GOMAXPROCS"); set {
+		return env
+	}
+	return append(env, "GOMAXPROCS="+strconv.Itoa(ServiceMaxProcs))
+}
+
 func (s *Stack) startOnPort(ctx context.Context, name, bin string, env func(port int) []string, probe string, ok func(int) bool) (string, error) {
 	for attempt := 1; ; attempt++ {
 		port, err := freePort()
@@ -804,7 +821,7 @@ func (s *Stack) startOnPort(ctx context.Context, name, bin string, env func(port
 			return "", err
 		}
 		base := "http://127.0.0.1:" + strconv.Itoa(port)
-		penv := env(port)
+		penv := withMaxProcs(env(port), os.LookupEnv)
 		var paddr string
 		if s.cfg.Pprof {
 			pport, err := freePort()
