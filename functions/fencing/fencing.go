@@ -1,7 +1,7 @@
 // Package fencing is the runtime side of a fence point: it reads a lock
 // holder's headers from a request (TokenFrom, ProofFrom, OwnerFrom),
 // verifies the token's proof (Verify), logs and counts each refusal
-// (Refusal.Log, LogUnverified, Register) and reads the kill switch
+// (Refusal.Log, LogUnverified, Collectors) and reads the kill switch
 // (Switch). The names on the wire are in functions/fencing/fencewire;
 // docs/payout-pipeline.md says why a fence lives in the resource.
 package fencing
@@ -162,7 +162,7 @@ func (f Refusal) Error() string {
 // values of the resource label of fence_refusals_total.
 var Resources = []string{"account", "payout", "rail"}
 
-// refusals counts the refusals logged, by resource; Register exposes it.
+// refusals counts the refusals logged, by resource; Collectors exposes it.
 var refusals = func() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fence_refusals_total",
@@ -175,7 +175,7 @@ var refusals = func() *prometheus.CounterVec {
 }()
 
 // unverified counts the writes refused for an unverified token, by
-// resource; Register exposes it.
+// resource; Collectors exposes it.
 var unverified = func() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fence_unverified_tokens_total",
@@ -190,7 +190,7 @@ var unverified = func() *prometheus.CounterVec {
 // LogUnverified writes (with ctx, so that the line carries the request's
 // trace id: internal/logjson) the unverified_token event at WARN (resource,
 // resourceId, presentedToken, ownerId, reason, plus extra) and counts it
-// in fence_unverified_tokens_total (see Register).
+// in fence_unverified_tokens_total (see Collectors).
 func LogUnverified(ctx context.Context, log *slog.Logger, resource, resourceID string, token int64, owner string, reason error, extra ...any) {
 	label := "other"
 	if slices.Contains(Resources, resource) {
@@ -202,25 +202,15 @@ func LogUnverified(ctx context.Context, log *slog.Logger, resource, resourceID s
 	log.WarnContext(ctx, "fencing token not verified", attrs...)
 }
 
-// Register adds the fence points' metrics to reg:
+// Collectors returns the fence points' metrics:
 //
 //	fence_refusals_total{resource}            counter, one per Refusal.Log
 //	fence_unverified_tokens_total{resource}   counter, one per LogUnverified
 //
 // resource is one of Resources ("other" for anything else); the resource
 // id, the tokens and the owner are in the fenced_out log event only (the
-// cardinality rule).
-func Register(reg prometheus.Registerer) error {
-	for _, c := range Collectors() {
-		if err := reg.Register(c); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// Collectors returns the fence points' metrics (see Register), for the
-// Collectors of the two services that hold a fence point
+// cardinality rule). They are for the Collectors of the two services that
+// hold a fence point
 // (paymentresource.Collectors, railproxy.Collectors). A process without a
 // fence point (the executor, rail-stub, the reconciler) serves neither.
 func Collectors() []prometheus.Collector {
@@ -231,7 +221,7 @@ func Collectors() []prometheus.Collector {
 // internal/logjson) the fenced_out event at WARN with the attributes every fence
 // point logs (docs/log-events.md): resource, resourceId, presentedToken, highestToken, ownerId, plus
 // any extra attributes (payoutId, ...), and counts it in
-// fence_refusals_total (see Register).
+// fence_refusals_total (see Collectors).
 func (f Refusal) Log(ctx context.Context, log *slog.Logger, extra ...any) {
 	label := "other"
 	if slices.Contains(Resources, f.Resource) {

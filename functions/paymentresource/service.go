@@ -19,7 +19,7 @@ import (
 )
 
 // Errors of this package. Handlers map them to HTTP statuses and codes in
-// one place (statusOf); callers of Audit, New and LoadConfig test them with
+// one place (statusOf); callers of New and LoadConfig test them with
 // errors.Is.
 var (
 	// ErrInvalidConfig: a Config field or environment variable is invalid,

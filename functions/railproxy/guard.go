@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgpool"
 )
@@ -143,38 +144,21 @@ func (r RailRecord) Validate() error {
 	return nil
 }
 
-// railJournal is the rail's journal as the rail-stub's GET /submissions
-// serves it (rail.SubmissionList); unknown fields are ignored.
-type railJournal struct {
-	Submissions *[]struct {
-		Request struct {
-			PayoutID    string `json:"payoutId"`
-			AccountID   string `json:"accountId"`
-			AmountMinor int64  `json:"amountMinor"`
-			Currency    string `json:"currency"`
-		} `json:"request"`
-		Answer struct {
-			Status  string `json:"status"`
-			RailRef string `json:"railRef"`
-		} `json:"answer"`
-	} `json:"submissions"`
-}
-
 // ReadRailJournal decodes the rail's own record of every submission it
-// received, in the shape of the rail-stub's GET /submissions
-// ({"submissions":[{"request":{...},"answer":{"status","railRef"}}]}), in
-// the rail's order. Errors wrap ErrInvalidRecovery: unreadable JSON, no
-// "submissions" array, an invalid record (RailRecord.Validate).
+// received, a rail.SubmissionList as GET rail.PathJournal serves it
+// (unknown fields ignored), in the rail's order. Errors wrap
+// ErrInvalidRecovery: unreadable JSON, no "submissions" array, an invalid
+// record (RailRecord.Validate).
 func ReadRailJournal(r io.Reader) ([]RailRecord, error) {
-	var j railJournal
+	var j rail.SubmissionList // a missing or null "submissions" leaves it nil; [] does not
 	if err := json.NewDecoder(r).Decode(&j); err != nil {
 		return nil, fmt.Errorf("%w: rail journal: %v", ErrInvalidRecovery, err)
 	}
 	if j.Submissions == nil {
 		return nil, fmt.Errorf("%w: rail journal: no \"submissions\" array", ErrInvalidRecovery)
 	}
-	out := make([]RailRecord, 0, len(*j.Submissions))
-	for i, s := range *j.Submissions {
+	out := make([]RailRecord, 0, len(j.Submissions))
+	for i, s := range j.Submissions {
 		rec := RailRecord{PayoutID: s.Request.PayoutID, AccountID: s.Request.AccountID, AmountMinor: s.Request.AmountMinor,
 			Currency: s.Request.Currency, Status: api.RailStatus(s.Answer.Status), RailRef: s.Answer.RailRef}
 		if err := rec.Validate(); err != nil {

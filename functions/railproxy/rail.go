@@ -14,23 +14,6 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 )
 
-// railRequest is the rail's POST /submit body: no token, no idempotency
-// key. The reference is the payout id.
-type railRequest struct {
-	PayoutID    string `json:"payoutId"`
-	AccountID   string `json:"accountId"`
-	AmountMinor int64  `json:"amountMinor"`
-	Currency    string `json:"currency"`
-	Reference   string `json:"reference"`
-}
-
-// railAnswer is the rail's 200 body. Unknown fields are ignored: the rail
-// is someone else's API and may grow.
-type railAnswer struct {
-	Status  api.RailStatus `json:"status"`
-	RailRef string         `json:"railRef"`
-}
-
 // maxRailAnswerBytes bounds how much of the rail's answer is read.
 const maxRailAnswerBytes = 64 << 10
 
@@ -51,50 +34,53 @@ var (
 // established, or the rail answered its own 503 RAIL_UNAVAILABLE, which
 // records nothing) and errRefStopped (409 REFERENCE_STOPPED: a
 // reconciliation stopped the payout's reference). A wrong "not sent" would
-// be a second payment, so nothing else qualifies.
-func (p *Proxy) forward(ctx context.Context, req api.SubmitRequest) (railAnswer, error) {
-	body, err := json.Marshal(railRequest{
+// be a second payment, so nothing else qualifies. The submission carries
+// no token and no idempotency key; its reference is the payout id. The
+// answer is decoded loosely (unknown fields ignored): the rail is someone
+// else's API and may grow.
+func (p *Proxy) forward(ctx context.Context, req api.SubmitRequest) (rail.SubmitAnswer, error) {
+	body, err := json.Marshal(rail.SubmitRequest{
 		PayoutID: req.PayoutID, AccountID: req.AccountID, AmountMinor: req.AmountMinor,
 		Currency: req.Currency, Reference: req.PayoutID,
 	})
 	if err != nil {
-		return railAnswer{}, fmt.Errorf("encode rail request: %w", err)
+		return rail.SubmitAnswer{}, fmt.Errorf("encode rail request: %w", err)
 	}
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.submitURL, bytes.NewReader(body))
 	if err != nil {
-		return railAnswer{}, fmt.Errorf("build rail request: %w", err)
+		return rail.SubmitAnswer{}, fmt.Errorf("build rail request: %w", err)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	resp, err := p.rail.Do(hreq)
 	if err != nil {
 		if dialFailed(err) {
-			return railAnswer{}, fmt.Errorf("%w: connection never established: %w", errNotSent, err)
+			return rail.SubmitAnswer{}, fmt.Errorf("%w: connection never established: %w", errNotSent, err)
 		}
-		return railAnswer{}, fmt.Errorf("rail call: %w", err)
+		return rail.SubmitAnswer{}, fmt.Errorf("rail call: %w", err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxRailAnswerBytes))
 	if err != nil {
-		return railAnswer{}, fmt.Errorf("rail answered %d, reading its body: %w", resp.StatusCode, err)
+		return rail.SubmitAnswer{}, fmt.Errorf("rail answered %d, reading its body: %w", resp.StatusCode, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		switch code := railCode(raw); {
 		case resp.StatusCode == http.StatusServiceUnavailable && code == rail.CodeUnavailable:
-			return railAnswer{}, fmt.Errorf("%w: rail answered %d %s (nothing recorded)", errNotSent, resp.StatusCode, code)
+			return rail.SubmitAnswer{}, fmt.Errorf("%w: rail answered %d %s (nothing recorded)", errNotSent, resp.StatusCode, code)
 		case resp.StatusCode == http.StatusConflict && code == rail.CodeReferenceStopped:
-			return railAnswer{}, fmt.Errorf("%w: rail answered %d %s", errRefStopped, resp.StatusCode, code)
+			return rail.SubmitAnswer{}, fmt.Errorf("%w: rail answered %d %s", errRefStopped, resp.StatusCode, code)
 		}
-		return railAnswer{}, fmt.Errorf("rail answered %d: %.200s", resp.StatusCode, raw)
+		return rail.SubmitAnswer{}, fmt.Errorf("rail answered %d: %.200s", resp.StatusCode, raw)
 	}
-	var ans railAnswer
+	var ans rail.SubmitAnswer
 	if err := json.Unmarshal(raw, &ans); err != nil {
-		return railAnswer{}, fmt.Errorf("rail answered 200 with an unreadable body: %w", err)
+		return rail.SubmitAnswer{}, fmt.Errorf("rail answered 200 with an unreadable body: %w", err)
 	}
-	if ans.Status != api.RailAck && ans.Status != api.RailDecline {
-		return railAnswer{}, fmt.Errorf("rail answered 200 with status %q", ans.Status)
+	if ans.Status != rail.StatusAck && ans.Status != rail.StatusDecline {
+		return rail.SubmitAnswer{}, fmt.Errorf("rail answered 200 with status %q", ans.Status)
 	}
 	if ans.RailRef == "" || len(ans.RailRef) > api.MaxRailRefLen {
-		return railAnswer{}, errors.New("rail answered 200 without a usable railRef")
+		return rail.SubmitAnswer{}, errors.New("rail answered 200 without a usable railRef")
 	}
 	return ans, nil
 }

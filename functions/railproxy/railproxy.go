@@ -715,7 +715,7 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	state, event := api.StateAcked, api.EventSubmissionAcked
-	if ans.Status == api.RailDecline {
+	if ans.Status == rail.StatusDecline {
 		state, event = api.StateDeclined, api.EventSubmissionDeclined
 	}
 	forwards.WithLabelValues(string(state)).Inc()
@@ -725,8 +725,8 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		lg.ErrorContext(ctx, "could not record the rail's answer; the attempt stays forwarding", "event", api.EventAttemptUpdateFailed,
 			"state", state, "railRef", ans.RailRef, "error", ferr.Error())
 	}
-	lg.InfoContext(ctx, "rail answered "+string(ans.Status), "event", event, "railRef", ans.RailRef)
-	jsonhandler.WriteJSON(w, http.StatusOK, api.SubmitAnswer{Status: ans.Status, RailRef: ans.RailRef, AttemptID: attemptID, Token: token,
+	lg.InfoContext(ctx, "rail answered "+ans.Status, "event", event, "railRef", ans.RailRef)
+	jsonhandler.WriteJSON(w, http.StatusOK, api.SubmitAnswer{Status: api.RailStatus(ans.Status), RailRef: ans.RailRef, AttemptID: attemptID, Token: token,
 		Receipt: p.receipt(req.PayoutID, req.AccountID, req.AmountMinor, req.Currency, state, ans.RailRef, token)})
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/iso4217"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
@@ -44,19 +45,6 @@ SELECT a.attempt_id, a.payout_id, a.account_id, a.amount_minor, a.currency, a.to
        a.created_at < now() - $2::bigint * interval '1 millisecond'
   FROM rail_payout p JOIN rail_attempt a USING (attempt_id)
  WHERE p.payout_id = $1`
-
-// railRecord is one submission of the rail's record (rail-stub's
-// GET /submissions element); unknown fields are ignored.
-type railRecord struct {
-	Request struct {
-		PayoutID  string `json:"payoutId"`
-		Reference string `json:"reference"`
-	} `json:"request"`
-	Answer struct {
-		Status  api.RailStatus `json:"status"`
-		RailRef string         `json:"railRef"`
-	} `json:"answer"`
-}
 
 func (p *Proxy) handleReconcile(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
@@ -164,9 +152,9 @@ func (p *Proxy) settleAtRail(ctx context.Context, a api.Attempt, lg *slog.Logger
 	case 0:
 	case 1:
 		switch records[0].Answer.Status {
-		case api.RailAck:
+		case rail.StatusAck:
 			state = api.StateAcked
-		case api.RailDecline:
+		case rail.StatusDecline:
 			state = api.StateDeclined
 		default:
 			return api.Reconciliation{}, fmt.Errorf("%w: the rail's record of payout %s has status %q", ErrUnavailable, payout, records[0].Answer.Status)
@@ -406,12 +394,11 @@ func (p *Proxy) payoutAttempt(ctx context.Context, payout string) (_ api.Attempt
 // the rail refuses any submission with it, so the list is final: an empty
 // one means the money did not move and never will, however late the
 // original forward's call reaches the rail. It keeps the records whose
-// reference is the payout. Any failure wraps ErrUnavailable (the stop
-// order is idempotent: the next reconciliation repeats it).
-func (p *Proxy) stopAtRail(ctx context.Context, payout string) ([]railRecord, error) {
-	body, err := json.Marshal(struct {
-		Reference string `json:"reference"`
-	}{payout})
+// reference is the payout. The answer is decoded loosely (unknown fields
+// ignored). Any failure wraps ErrUnavailable (the stop order is
+// idempotent: the next reconciliation repeats it).
+func (p *Proxy) stopAtRail(ctx context.Context, payout string) ([]rail.Submission, error) {
+	body, err := json.Marshal(rail.StopRequest{Reference: payout})
 	if err != nil {
 		return nil, fmt.Errorf("%w: encode stop order: %v", ErrUnavailable, err)
 	}
@@ -432,14 +419,12 @@ func (p *Proxy) stopAtRail(ctx context.Context, payout string) ([]railRecord, er
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%w: rail stop order answered %d", ErrUnavailable, resp.StatusCode)
 	}
-	var list struct {
-		Submissions *[]railRecord `json:"submissions"`
-	}
-	if err := json.Unmarshal(raw, &list); err != nil || list.Submissions == nil {
+	var ans rail.StopAnswer // a missing or null "submissions" leaves it nil; [] does not
+	if err := json.Unmarshal(raw, &ans); err != nil || ans.Submissions == nil {
 		return nil, fmt.Errorf("%w: rail stop order answered 200 with an unreadable body", ErrUnavailable)
 	}
-	var out []railRecord
-	for _, r := range *list.Submissions {
+	var out []rail.Submission
+	for _, r := range ans.Submissions {
 		if r.Request.Reference == payout {
 			out = append(out, r)
 		}

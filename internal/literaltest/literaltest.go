@@ -5,16 +5,20 @@
 // functions/railproxy/api. It also finds log event names (the value of
 // the "event" attribute) spelled as literals instead of the owning
 // package's Event constants, and lists those constants so that a test can
-// check docs/log-events.md names each.
+// check docs/log-events.md names each. StructsInModule finds a second
+// definition of a contract's body: a struct with the same JSON fields.
 package literaltest
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -295,4 +299,72 @@ func EventConstants(root string) (map[string][]string, error) {
 		return nil
 	})
 	return out, err
+}
+
+// Shapes maps the name of a contract's body type to its set of JSON field
+// names.
+type Shapes map[string][]string
+
+// StructsInSource returns "file:line:col: struct has the JSON fields of X"
+// for every struct type of the Go source src (read from name when src is
+// nil), named or anonymous, whose JSON field names are exactly those of
+// the shape X: a second definition of a contract's body.
+func StructsInSource(fset *token.FileSet, name string, src any, shapes Shapes) ([]string, error) {
+	f, err := parser.ParseFile(fset, name, src, parser.SkipObjectResolution)
+	if err != nil {
+		return nil, err
+	}
+	keys := map[string]string{}
+	for what, fields := range shapes {
+		keys[fieldKey(fields)] = what
+	}
+	var found []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		st, ok := n.(*ast.StructType)
+		if !ok {
+			return true
+		}
+		var fields []string
+		for _, fl := range st.Fields.List {
+			if fl.Tag == nil {
+				continue
+			}
+			tag, err := strconv.Unquote(fl.Tag.Value)
+			if err != nil {
+				continue
+			}
+			if j, _, _ := strings.Cut(reflect.StructTag(tag).Get("json"), ","); j != "" && j != "-" {
+				fields = append(fields, j)
+			}
+		}
+		if what, ok := keys[fieldKey(fields)]; ok && len(fields) > 0 {
+			found = append(found, fmt.Sprintf("%s: struct has the JSON fields of %s", fset.Position(st.Pos()), what))
+		}
+		return true
+	})
+	return found, nil
+}
+
+// StructsInModule is StructsInSource over every Go file under root, test
+// files included, but those in skipDirs (as InModule skips them).
+func StructsInModule(root string, skipDirs []string, shapes Shapes) (found []string, files int, err error) {
+	fset := token.NewFileSet()
+	for _, tests := range []bool{false, true} {
+		err = walkGo(root, skipDirs, nil, tests, func(path string) error {
+			files++
+			hits, err := StructsInSource(fset, path, nil, shapes)
+			found = append(found, relTo(root, hits)...)
+			return err
+		})
+		if err != nil {
+			return found, files, err
+		}
+	}
+	return found, files, nil
+}
+
+func fieldKey(fields []string) string {
+	s := slices.Clone(fields)
+	slices.Sort(s)
+	return strings.Join(s, ",")
 }

@@ -3,6 +3,8 @@ package literaltest_test
 import (
 	"go/token"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -99,5 +101,77 @@ var fine = []string{"/v1/rail/submissions", "/submits", "/stopsx", "RAIL_UNAVAIL
 		if !strings.HasSuffix(found[i], w) {
 			t.Errorf("finding %d = %q; want it to end %q", i, found[i], w)
 		}
+	}
+}
+
+// railShapes are the JSON field sets of the rail's body types, read from
+// functions/rail itself.
+func railShapes() literaltest.Shapes {
+	shapes := literaltest.Shapes{}
+	for _, v := range []any{rail.SubmitRequest{}, rail.SubmitAnswer{}, rail.Submission{},
+		rail.StopRequest{}, rail.StopAnswer{}, rail.SubmissionList{}} {
+		t := reflect.TypeOf(v)
+		var fields []string
+		for f := range t.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			fields = append(fields, name)
+		}
+		shapes["rail."+t.Name()] = fields
+	}
+	return shapes
+}
+
+// TestOnlyTheRailPackageDefinesTheRailsBodies checks every Go file of the
+// module outside functions/rail, tests included: no struct has the JSON
+// fields of one of the rail's bodies. A copy keeps encoding the old body
+// after the contract changes; rail-proxy, the reconciler and rail-stub use
+// functions/rail's types.
+func TestOnlyTheRailPackageDefinesTheRailsBodies(t *testing.T) {
+	root := moduleRoot(t)
+	found, files, err := literaltest.StructsInModule(root, []string{filepath.Join(root, "functions", "rail")}, railShapes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range found {
+		t.Errorf("%s; use the functions/rail type", f)
+	}
+	if files < 100 {
+		t.Fatalf("checked only %d files under %s; the walk is broken", files, root)
+	}
+}
+
+// TestRailBodiesFindsAPlantedCopy shows that the check above can fail: a
+// named and an anonymous copy are reported, a body with one field more
+// or less is not.
+func TestRailBodiesFindsAPlantedCopy(t *testing.T) {
+	src := `package p
+type railRequest struct {
+	PayoutID    string ` + "`json:\"payoutId\"`" + `
+	AccountID   string ` + "`json:\"accountId\"`" + `
+	AmountMinor int64  ` + "`json:\"amountMinor\"`" + `
+	Currency    string ` + "`json:\"currency\"`" + `
+	Reference   string ` + "`json:\"reference,omitempty\"`" + `
+}
+var stop = struct {
+	Reference string ` + "`json:\"reference\"`" + `
+}{"p-1"}
+type answer struct {
+	Status    string ` + "`json:\"status\"`" + `
+	RailRef   string ` + "`json:\"railRef\"`" + `
+	AttemptID int64  ` + "`json:\"attemptId\"`" + `
+}
+type fine struct {
+	PayoutID string ` + "`json:\"payoutId\"`" + `
+	Status   string ` + "`json:\"status\"`" + `
+}
+`
+	found, err := literaltest.StructsInSource(token.NewFileSet(), "planted.go", src, railShapes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"planted.go:2:18: struct has the JSON fields of rail.SubmitRequest",
+		"planted.go:9:12: struct has the JSON fields of rail.StopRequest"}
+	if !slices.Equal(found, want) {
+		t.Fatalf("found %q\nwant %q", found, want)
 	}
 }

@@ -252,12 +252,6 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// EnvNames lists the variables LoadConfig reads, for envcheck.
-func EnvNames() []string {
-	return []string{EnvSDKDisabled, EnvTracesExporter, EnvEndpoint, EnvTracesEndpoint, EnvProtocol, EnvTracesProtocol, EnvServiceName,
-		EnvResourceAttributes, EnvGoogleProject}
-}
-
 // Setup installs the global propagator (W3C trace context and baggage)
 // and, when cfg asks for OTLP, a global tracer provider that batches spans
 // to the OTLP/HTTP exporter, with a resource named service (unless

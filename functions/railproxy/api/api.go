@@ -1,8 +1,9 @@
 // Package api is the wire contract of rail-proxy (fence point two): its
 // routes, bodies, error codes, bounds and validation, configuration
 // variables and log events. It imports only the standard library and the
-// wire packages functions/payoutevent and functions/fencing/fencewire, so
-// any client can use it without a database driver. Amounts are minor
+// wire packages functions/payoutevent, functions/fencing/fencewire and
+// functions/rail (whose answers it relays), so any client can use it
+// without a database driver. Amounts are minor
 // units, currencies ISO 4217 codes, tokens positive int64s.
 //
 //	POST /v1/rail/submissions             SubmitRequest -> SubmitAnswer

@@ -9,7 +9,8 @@ import (
 // TestAPIAndClientImportOnlyTheStandardLibrary enforces the dependency
 // rule of the contract: rail-proxy's api package and its client import
 // only the standard library, the pipeline's wire packages
-// functions/payoutevent and functions/fencing/fencewire and (the client) the stdlib-only transport core
+// functions/payoutevent and functions/fencing/fencewire, the rail's
+// contract functions/rail (whose status values rail-proxy relays) and (the client) the stdlib-only transport core
 // internal/jsonclient with the envelope's home internal/jsonhandler, so that a caller never pulls in a database driver.
 func TestAPIAndClientImportOnlyTheStandardLibrary(t *testing.T) {
 	const mod = "github.com/distributed-lock-lab/distributed-lock-lab/"
@@ -23,12 +24,13 @@ func TestAPIAndClientImportOnlyTheStandardLibrary(t *testing.T) {
 		mod + "functions/railproxy/client":  true,
 		mod + "functions/payoutevent":       true,
 		mod + "functions/fencing/fencewire": true,
+		mod + "functions/rail":              true,
 		mod + "internal/jsonclient":         true, // the clients' stdlib-only transport core
 		mod + "internal/jsonhandler":        true, // the error envelope jsonclient decodes
 	}
 	for _, p := range strings.Fields(string(out)) {
 		if !allowed[p] {
-			t.Errorf("functions/railproxy/api or its client depends on %s; only the standard library, functions/payoutevent, functions/fencing/fencewire, internal/jsonclient and internal/jsonhandler are allowed", p)
+			t.Errorf("functions/railproxy/api or its client depends on %s; only the standard library, functions/payoutevent, functions/fencing/fencewire, functions/rail, internal/jsonclient and internal/jsonhandler are allowed", p)
 		}
 	}
 }

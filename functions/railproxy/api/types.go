@@ -7,6 +7,7 @@ import (
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/rail"
 )
 
 // State is the state of one attempt (a row of rail_attempt). The machine
@@ -51,16 +52,18 @@ const (
 )
 
 // RailStatus is the rail's answer to a forwarded submission, as
-// SubmitAnswer.Status carries it. (payment-resource's api.Outcome spells
-// the same two answers, and AMBIGUOUS for no answer.)
+// SubmitAnswer.Status carries it: the rail's own status values
+// (functions/rail), relayed. (payment-resource's api.Outcome spells the
+// same two answers, and AMBIGUOUS for no answer.)
 type RailStatus string
 
 // Rail answers.
 const (
-	// RailAck: the rail accepted the payment; money moved.
-	RailAck RailStatus = "ACK"
-	// RailDecline: the rail refused the payment; no money moved.
-	RailDecline RailStatus = "DECLINE"
+	// RailAck is rail.StatusAck: the rail accepted the payment; money moved.
+	RailAck RailStatus = rail.StatusAck
+	// RailDecline is rail.StatusDecline: the rail refused the payment; no
+	// money moved.
+	RailDecline RailStatus = rail.StatusDecline
 	// RailNone is not an answer of the rail: it is what a reconciliation
 	// reports (Reconciliation.Outcome, and a receipt's outcome) when the
 	// rail's record holds no submission of the payout (StateNotAtRail).

@@ -75,7 +75,7 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{map[string]string{"LOCK_STORE": "redis"}, "want postgres or etcd"},
+		{map[string]string{"LOCK_STORE": "floppy"}, "want postgres or etcd"},
 		{map[string]string{"LOCK_STORE": "postgres"}, "LOCKDB_URL"},
 		{map[string]string{"LOCK_STORE": "etcd"}, "ETCD_ENDPOINTS"},
 		{map[string]string{"LOCKDB_URL": "x", "LOCK_REQUEST_TIMEOUT_MS": "-5"}, "LOCK_REQUEST_TIMEOUT_MS"},

@@ -309,7 +309,7 @@ func newAdvance(timeout *time.Duration, printJSON func(any) error) *cobra.Comman
 		},
 	}
 	cmd.Flags().Int64Var(&past, "past", 0, "the largest token ever issued before the restore (required)")
-	cmd.Flags().StringVar(&backend, "store", envOr("LOCK_STORE", "postgres"), "backend: postgres or etcd ($LOCK_STORE)")
+	cmd.Flags().StringVar(&backend, "store", envOr(config.EnvStore, "postgres"), "backend: postgres or etcd ($LOCK_STORE)")
 	cmd.Flags().StringVar(&lockdbURL, "lockdb-url", os.Getenv(config.EnvLockDBURL), "PostgreSQL DSN of lockdb ($LOCKDB_URL)")
 	cmd.Flags().StringVar(&endpoints, "etcd-endpoints", os.Getenv(config.EnvEtcdEndpoints), "comma-separated etcd client URLs ($ETCD_ENDPOINTS)")
 	cmd.Flags().StringVar(&prefix, "etcd-prefix", envOr(config.EnvEtcdPrefix, etcdstore.DefaultPrefix), "etcd key prefix of the lock keys ($ETCD_PREFIX)")
