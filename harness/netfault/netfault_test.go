@@ -318,7 +318,9 @@ func TestGrantCommittedAndItsAnswerLost(t *testing.T) {
 	if err := lb.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	lockmodel.Check(t, t.Name(), h.Operations(), 10*time.Second)
+	if err := lockmodel.Check(t.Name(), h.Operations(), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
 
 	// The same loss on executor A's link, with a payout behind it.
 	ev := payout(t, d, "grant-lost")
@@ -418,7 +420,9 @@ func TestPartitionedHolderIsFencedAtBothFencePoints(t *testing.T) {
 	if !errors.Is(err, payclient.ErrFencedOut) {
 		t.Errorf("stale holder's result at payment-resource: got %v, want FENCED_OUT", err)
 	}
-	lockmodel.Check(t, t.Name(), h.Operations(), 10*time.Second)
+	if err := lockmodel.Check(t.Name(), h.Operations(), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	judge(t, d, 1, ev.PayoutID)
 }
 
@@ -473,5 +477,7 @@ func TestLockDBPartitionedAnswers503WithRetryAfter(t *testing.T) {
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	lockmodel.Check(t, t.Name(), h.Operations(), 10*time.Second)
+	if err := lockmodel.Check(t.Name(), h.Operations(), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -10,13 +10,13 @@
 package lockmodel
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -325,15 +325,22 @@ var Model = (&porcupine.NondeterministicModel{
 	},
 }).ToModel()
 
-// Check fails t unless history is linearizable against Model, searched
-// for at most timeout. When it is not (or the search timed out), it writes
-// porcupine's picture of the history to the temporary directory, in a
-// file named after name, and the failure names that file.
-func Check(t testing.TB, name string, history []porcupine.Operation, timeout time.Duration) {
-	t.Helper()
+// Sentinel errors of Check.
+var (
+	// ErrNotLinearizable: no order of the operations agrees with Model.
+	ErrNotLinearizable = errors.New("lockmodel: history is not linearizable")
+	// ErrCheckTimedOut: the search ended at its timeout without a verdict.
+	ErrCheckTimedOut = errors.New("lockmodel: linearizability check timed out")
+)
+
+// Check returns nil if history is linearizable against Model, searched
+// for at most timeout. Otherwise it writes porcupine's picture of the
+// history to the temporary directory, in a file named after name, and
+// returns ErrNotLinearizable or ErrCheckTimedOut naming that file.
+func Check(name string, history []porcupine.Operation, timeout time.Duration) error {
 	res, info := porcupine.CheckOperationsVerbose(Model, history, timeout)
 	if res == porcupine.Ok {
-		return
+		return nil
 	}
 	safe := strings.Map(func(r rune) rune {
 		if r == '/' || r == '+' || r == ' ' {
@@ -342,13 +349,14 @@ func Check(t testing.TB, name string, history []porcupine.Operation, timeout tim
 		return r
 	}, name)
 	path := filepath.Join(os.TempDir(), fmt.Sprintf("lin-%s-%d.html", safe, time.Now().UnixNano()))
+	picture := "see " + path
 	if err := porcupine.VisualizePath(Model, info, path); err != nil {
-		t.Logf("lockmodel: picture: %v", err)
+		picture = "no picture: " + err.Error()
 	}
 	if res == porcupine.Unknown {
-		t.Fatalf("linearizability check of %d operations timed out; see %s", len(history), path)
+		return fmt.Errorf("%w: %d operations; %s", ErrCheckTimedOut, len(history), picture)
 	}
-	t.Fatalf("history of %d operations is not linearizable; see %s", len(history), path)
+	return fmt.Errorf("%w: %d operations; %s", ErrNotLinearizable, len(history), picture)
 }
 
 // History records the calls of a test against one clock. It is safe for

@@ -1,7 +1,10 @@
 package lockmodel_test
 
 import (
+	"errors"
 	"math"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -222,5 +225,30 @@ func TestModelRefusesTwoHoldersOfExpiringGrants(t *testing.T) {
 		if got := porcupine.CheckOperations(lockmodel.Model, tc.ops); got != (tc.want == porcupine.Ok) {
 			t.Errorf("%s: linearizable %v, want %v", tc.name, got, tc.want == porcupine.Ok)
 		}
+	}
+}
+
+// TestCheckAnswersWithItsSentinel: Check returns nil for a linearizable
+// history and ErrNotLinearizable, naming the picture it wrote, for two
+// holders at once.
+func TestCheckAnswersWithItsSentinel(t *testing.T) {
+	good := []porcupine.Operation{
+		op(0, 0, 1, acq("a"), ok(5)),
+		op(0, 2, 3, rel("a", 5), ok(0)),
+	}
+	if err := lockmodel.Check(t.Name(), good, time.Second); err != nil {
+		t.Fatalf("a grant and its release: %v", err)
+	}
+	bad := []porcupine.Operation{
+		op(0, 0, 1, acq("a"), ok(5)),
+		op(1, 2, 3, acq("b"), ok(6)),
+	}
+	err := lockmodel.Check(t.Name(), bad, time.Second)
+	if !errors.Is(err, lockmodel.ErrNotLinearizable) || !strings.Contains(err.Error(), ".html") {
+		t.Fatalf("two holders at once: %v; want ErrNotLinearizable naming its picture", err)
+	}
+	path := err.Error()[strings.Index(err.Error(), "see ")+4:]
+	if err := os.Remove(path); err != nil {
+		t.Errorf("the picture named in the error: %v", err)
 	}
 }

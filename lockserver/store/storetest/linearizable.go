@@ -123,7 +123,9 @@ func CheckLinearizable(t *testing.T, name string, s store.LockStore, fault func(
 	if grants < 10 {
 		t.Fatalf("only %d grants in %d operations: the workload did not exercise the lock", grants, len(history))
 	}
-	lockmodel.Check(t, name, history, time.Minute)
+	if err := lockmodel.Check(name, history, time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("%d operations (%d grants, %d handoffs, %d with unknown outcome) by %d clients on %d keys: linearizable",
 		len(history), grants, handoffs, unknown, linClients, len(linKeys))
 }
