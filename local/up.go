@@ -90,6 +90,14 @@ func up(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	t0 := time.Now()
+	// The binaries are built once per state of the sources and kept in the
+	// user's cache folder, so a second start links nothing.
+	fmt.Fprintln(out, "building the binaries, or finding them built for these sources (a fresh clone's first build compiles every dependency: minutes)")
+	bin, err := stack.CachedBinaries(ctx)
+	if err != nil {
+		return err
+	}
+	cfg.BinDir = bin
 	st, err := stack.Start(ctx, cfg)
 	if err != nil {
 		return err
