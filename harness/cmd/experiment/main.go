@@ -59,13 +59,12 @@ func run() error {
 		defer os.RemoveAll(d)
 		work = d
 	}
-	bin := filepath.Join(work, "bin")
-	if err := stack.Build(ctx, bin); err != nil {
+	// Built once per state of the sources and shared with make up and the
+	// tests (the user's cache folder), so a second demo links nothing.
+	bin, err := stack.CachedBinaries(ctx)
+	if err != nil {
 		return err
 	}
-	// The binaries (about 200 MB) are not an output; Go's build cache makes
-	// the next build fast.
-	defer os.RemoveAll(bin)
 	logOut := io.Discard
 	if *verbose {
 		logOut = os.Stderr
