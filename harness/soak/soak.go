@@ -158,6 +158,8 @@ type Config struct {
 	// Pprof serves Go's profiler from every service process
 	// (stack.Config.Pprof). Default false.
 	Pprof bool
+	// MaxProcs is stack.Config.MaxProcs. Default 0.
+	MaxProcs int
 	// StatementStats loads pg_stat_statements into the stack's PostgreSQL
 	// clusters (stack.Config.StatementStats), for Observe to read.
 	// Default false.
@@ -264,7 +266,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	scfg := stack.Config{Backend: cfg.Backend, PaymentFencing: cfg.PaymentFencing, RailFencing: cfg.RailFencing,
 		ReconcileEvery: cfg.ReconcileEvery, Dir: cfg.Dir, BinDir: cfg.BinDir, LeaseTTL: cfg.LeaseTTL, Log: quiet,
-		RailJournal: true, Pprof: cfg.Pprof, StatementStats: cfg.StatementStats,
+		RailJournal: true, Pprof: cfg.Pprof, StatementStats: cfg.StatementStats, MaxProcs: cfg.MaxProcs,
 		Links: !cfg.NoChaos && slices.Contains(cfg.Faults, FaultsNet)}
 	if cfg.Backend == stack.BackendEtcd {
 		scfg.EtcdMembers = cfg.EtcdMembers

@@ -180,6 +180,11 @@ type Config struct {
 	// statements each database served: the round trips of the services to
 	// their databases. Default false: off, as in a deployment.
 	StatementStats bool
+	// MaxProcs is the GOMAXPROCS of lock-server and every function
+	// process: 0 (the default) is ServiceMaxProcs unless the environment
+	// sets GOMAXPROCS; GoDefaultMaxProcs leaves it to Go, as stacks before
+	// ServiceMaxProcs did (a benchmark's "before" variant runs that way).
+	MaxProcs int
 	// Links puts a link (package local/link: a proxy in this process) on
 	// every path between two processes of the stack: each executor to
 	// lock-server, payment-resource and rail-proxy; rail-proxy to the
@@ -231,6 +236,9 @@ func (c Config) Validate() error {
 	}
 	if c.PushTimeout < 0 {
 		bad("PushTimeout %v: want a positive duration (0: payoutbus.DefaultPushTimeout)", c.PushTimeout)
+	}
+	if c.MaxProcs != 0 && c.MaxProcs != GoDefaultMaxProcs {
+		bad("MaxProcs %d: want 0 (ServiceMaxProcs) or GoDefaultMaxProcs (%d)", c.MaxProcs, GoDefaultMaxProcs)
 	}
 	if c.LeaseTTL < 0 || c.LeaseTTL%time.Millisecond != 0 {
 		bad("LeaseTTL %v: want a positive whole number of milliseconds", c.LeaseTTL)
@@ -805,10 +813,14 @@ func (s *Stack) startFunction(ctx context.Context, name, bin string, env []strin
 // around every request (docs/benchmarks.md measured the cost).
 const ServiceMaxProcs = 1
 
+// GoDefaultMaxProcs as Config.MaxProcs sets no GOMAXPROCS: Go chooses.
+const GoDefaultMaxProcs = -1
+
 // withMaxProcs returns env with GOMAXPROCS=ServiceMaxProcs added, unless
-// lookup (os.LookupEnv) finds GOMAXPROCS already set.
-func withMaxProcs(env []string, lookup func(string) (string, bool)) []string {
-	if _, set := lookup("GOMAXPROCS"); set {
+// maxProcs is GoDefaultMaxProcs or lookup (os.LookupEnv) finds GOMAXPROCS
+// already set.
+func withMaxProcs(env []string, maxProcs int, lookup func(string) (string, bool)) []string {
+	if _, set := lookup("GOMAXPROCS"); set || maxProcs == GoDefaultMaxProcs {
 		return env
 	}
 	return append(env, "GOMAXPROCS="+strconv.Itoa(ServiceMaxProcs))
@@ -821,7 +833,7 @@ func (s *Stack) startOnPort(ctx context.Context, name, bin string, env func(port
 			return "", err
 		}
 		base := "http://127.0.0.1:" + strconv.Itoa(port)
-		penv := withMaxProcs(env(port), os.LookupEnv)
+		penv := withMaxProcs(env(port), s.cfg.MaxProcs, os.LookupEnv)
 		var paddr string
 		if s.cfg.Pprof {
 			pport, err := freePort()

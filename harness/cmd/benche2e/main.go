@@ -10,7 +10,7 @@
 //
 //	benche2e [-backend postgres,etcd] [-payouts 2000] [-accounts 200] [-creators 16]
 //	         [-hot-payouts 300] [-modes spread,hot] [-runs 3] [-seed N] [-profile 10] [-statements]
-//	         [-before main] [-break-double-pay] [-out harness/out]
+//	         [-before main [-before-go-maxprocs]] [-break-double-pay] [-out harness/out]
 package main
 
 import (
@@ -56,6 +56,7 @@ func run() error {
 	flag.IntVar(&d.ProfileSeconds, "profile", 0, "take a CPU profile of every service process for this many seconds from the start of each run's load (0: none)")
 	flag.DurationVar(&d.LeaseTTL, "lease-ttl", d.LeaseTTL, "the executors' lease TTL")
 	before := flag.String("before", "", "a git revision (e.g. main): its stack is built and run as variant \"before\" beside this tree's, \"after\", in every round")
+	beforeGoProcs := flag.Bool("before-go-maxprocs", false, "run the \"before\" variant's services at Go's default GOMAXPROCS, as stacks before stack.ServiceMaxProcs did, instead of this tree's setting")
 	doublePay := flag.Bool("break-double-pay", false, "after each run, pay one posted payout a second time at the rail (to see the integrity check fail)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -69,7 +70,11 @@ func run() error {
 			return err
 		}
 		defer os.RemoveAll(filepath.Dir(dir))
-		d.Variants = []benche2e.Variant{{Name: "before", BinDir: dir}, {Name: "after"}}
+		b := benche2e.Variant{Name: "before", BinDir: dir}
+		if *beforeGoProcs {
+			b.Apply = func(c *soak.Config) { c.MaxProcs = stack.GoDefaultMaxProcs }
+		}
+		d.Variants = []benche2e.Variant{b, {Name: "after"}}
 	}
 	if *doublePay {
 		d.Break = doublePayOne
