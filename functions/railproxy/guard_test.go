@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -110,6 +111,45 @@ func TestRestoredRaildbRefusesUntilRecovered(t *testing.T) {
 	}
 	// The strict per-account high-water still holds above the floor.
 	mustBeFenced(t, submit(p, "w", body("po-4", "acct-new", 100), "51"))
+}
+
+// PostgreSQL keeps the guard's plans for the session, so a session that
+// ran the check before rail_attempt's id sequence was recreated (back at
+// 1, as a restore takes it back) must see the new sequence at the next
+// submission. rail-proxy's pool has one connection, open throughout.
+func TestAttemptIDSequenceRecreatedUnderALiveSessionRefuses(t *testing.T) {
+	r := newRig(t)
+	const app = "railproxy-live-session"
+	u, err := url.Parse(r.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	p := r.proxy(func(c *railproxy.Config) { c.DB.DSN, c.DB.MaxConns = u.String(), 1 })
+	sessions := func() (pids string) {
+		t.Helper()
+		err := r.pool().QueryRow(t.Context(), `SELECT coalesce(string_agg(pid::text, ','), '') FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&pids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pids
+	}
+	mustAccept(t, p, "w", body("po-1", "acct-1", 100), 5)
+	mustAccept(t, p, "w", body("po-2", "acct-2", 100), 5)
+	before := sessions()
+
+	if _, err := r.pool().Exec(t.Context(), `ALTER TABLE rail_attempt ALTER attempt_id DROP DEFAULT;
+DROP SEQUENCE rail_attempt_attempt_id_seq;
+CREATE SEQUENCE rail_attempt_attempt_id_seq OWNED BY rail_attempt.attempt_id;
+ALTER TABLE rail_attempt ALTER attempt_id SET DEFAULT nextval('rail_attempt_attempt_id_seq')`); err != nil {
+		t.Fatal(err)
+	}
+	mustBeRestored(t, p, body("po-3", "acct-1", 100), "6")
+	if after := sessions(); after != before || strings.Contains(before, ",") {
+		t.Fatalf("rail-proxy's sessions: %q before, %q after; want the one session that ran the check before", before, after)
+	}
 }
 
 // The recovery rebuilds each payout of the rail's journal that raildb does

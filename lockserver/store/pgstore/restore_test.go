@@ -8,6 +8,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,6 +140,44 @@ func TestDumpRestoredOverTheSameDatabaseRefusesGrantsUntilAdvance(t *testing.T) 
 
 	s.pool.Reset() // pg_restore --clean waits for no lock held by the pool's connections
 	pgtest.RunTool(t, "pg_restore", "--clean", "--no-owner", "--exit-on-error", "--dbname="+dsn, dump)
+	checkRefusedUntilAdvance(t, s, highest)
+}
+
+// TestSequenceRestoredUnderALiveSessionRefusesGrants: PostgreSQL keeps the
+// guard's plans for the session, so a session that ran the check before a
+// restore must see the new facts after it. Only fencing_token_seq is
+// restored from the dump (pg_restore --clean --table), under a pool of one
+// connection that stays open: the sequence comes back at the backup's
+// value under a new OID, and the guard itself refuses the grant, before
+// the token draw would.
+func TestSequenceRestoredUnderALiveSessionRefusesGrants(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	s, err := Open(testCtx(t), conf(func(c *Config) { c.DSN, c.MaxConns = dsn, 1 }), nil)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	backend := func() (pid int32) {
+		t.Helper()
+		if err := s.pool.QueryRow(testCtx(t), `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		return pid
+	}
+	session := backend()
+	grantRelease(t, s, "payout:acct-1", 3)
+	dump := filepath.Join(t.TempDir(), "lockdb.dump")
+	pgtest.RunTool(t, "pg_dump", "--format=custom", "--file="+dump, "--dbname="+dsn)
+	highest := grantRelease(t, s, "payout:acct-1", 5)
+
+	pgtest.RunTool(t, "pg_restore", "--clean", "--no-owner", "--exit-on-error", "--table=fencing_token_seq", "--dbname="+dsn, dump)
+	_, err = s.Acquire(testCtx(t), "payout:acct-2", "worker-b", testTTL)
+	if !errors.Is(err, store.ErrBackendRestored) || !strings.Contains(err.Error(), "lockdb identity changed") {
+		t.Fatalf("Acquire after the sequence was restored: %v; want the guard's refusal (lockdb identity changed)", err)
+	}
+	if pid := backend(); pid != session {
+		t.Fatalf("the pool's session was replaced (backend %d, was %d): the check must run in the session that ran it before the restore", pid, session)
+	}
 	checkRefusedUntilAdvance(t, s, highest)
 }
 
