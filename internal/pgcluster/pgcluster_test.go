@@ -257,3 +257,33 @@ func TestATemporaryClusterNamesItsOwnerAndItsLogOutlivesIt(t *testing.T) {
 		t.Errorf("the server log %s after Close: %v, %d bytes; want the server's start-up in it", logPath, err, len(log))
 	}
 }
+
+// TestClustersCopiedFromTheTemplateHaveSystemIdentifiersOfTheirOwn: the
+// first cluster runs initdb and keeps its output as the template (in a
+// cache folder of the test's own); the next two copy it, and each starts
+// with a system identifier of its own, as after initdb.
+func TestClustersCopiedFromTheTemplateHaveSystemIdentifiersOfTheirOwn(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cache)
+	seen := map[int64]int{}
+	for i := range 3 {
+		c := startCluster(t)
+		conn, err := pgx.Connect(t.Context(), c.AdminDSN())
+		if err != nil {
+			t.Fatalf("connect: %v", err)
+		}
+		var id int64
+		err = conn.QueryRow(t.Context(), "SELECT system_identifier FROM pg_control_system()").Scan(&id)
+		conn.Close(context.Background())
+		if err != nil {
+			t.Fatalf("system identifier: %v", err)
+		}
+		if j, dup := seen[id]; dup {
+			t.Errorf("cluster %d has the system identifier %d of cluster %d", i, id, j)
+		}
+		seen[id] = i
+	}
+	if ms, _ := filepath.Glob(filepath.Join(cache, "distributed-lock-lab", "pg-template", "*", "PG_VERSION")); len(ms) != 1 {
+		t.Errorf("templates in %s: %v; want one", cache, ms)
+	}
+}

@@ -198,7 +198,8 @@ func NewDatabase(t testing.TB) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := execAdmin(ctx, admin, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+	// FILE_COPY, as pgcluster.CreateDatabase: cheaper than the WAL_LOG default.
+	if err := execAdmin(ctx, admin, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" STRATEGY FILE_COPY"); err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
 	if sharedCluster == nil {

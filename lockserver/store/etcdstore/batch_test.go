@@ -5,17 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/servertest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 )
-
-// TestContractBatched runs the whole contract (linearizability and token
-// order included) through lock-server's Batcher, so concurrent acquires
-// reach etcd as one transaction of nested per-key transactions.
-func TestContractBatched(t *testing.T) {
-	storetest.Run(t, servertest.Batched(backend(t)))
-}
 
 // TestABatchSharesOneRevisionAndEachTokenIsItsKeysModRevisionPlusOffset:
 // the members granted in one transaction carry its revision plus the one

@@ -133,6 +133,10 @@ func TestContract(t *testing.T) {
 	storetest.Run(t, backend(t))
 }
 
+// TestContractOverHTTP runs the contract through lock-server with its
+// defaults, which batch: concurrent acquires reach etcd through the
+// Batcher as one transaction of nested per-key transactions. (The Batcher
+// alone, without the server, runs the contract in memstore.)
 func TestContractOverHTTP(t *testing.T) {
 	storetest.Run(t, servertest.OverHTTP(backend(t)))
 }

@@ -9,15 +9,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
-	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/servertest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store/storetest"
 )
-
-// TestContractBatched runs the whole contract (linearizability and token
-// order included) through lock-server's Batcher, so concurrent calls reach
-// PostgreSQL as AcquireMany, ReleaseMany and RenewMany statements.
-func TestContractBatched(t *testing.T) { storetest.Run(t, servertest.Batched(backend())) }
 
 // naiveAcquireManySQL draws every token before the rows are won (it writes
 // the VALUES-side token in DO UPDATE): the regression the interleaving

@@ -56,6 +56,10 @@ func newClusterDB(t *testing.T) (*pgcluster.Cluster, string) {
 
 func TestContract(t *testing.T) { storetest.Run(t, backend()) }
 
+// TestContractOverHTTP runs the contract through lock-server with its
+// defaults, which batch: concurrent calls reach PostgreSQL through the
+// Batcher as AcquireMany, ReleaseMany and RenewMany statements. (The
+// Batcher alone, without the server, runs the contract in memstore.)
 func TestContractOverHTTP(t *testing.T) { storetest.Run(t, servertest.OverHTTP(backend())) }
 
 // backend describes this store to the contract suite: a fresh database per
