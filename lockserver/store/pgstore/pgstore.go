@@ -24,6 +24,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgerr"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -239,6 +240,13 @@ func (c Config) poolConfig() (*pgxpool.Config, error) {
 	}
 	pc.MaxConns = c.MaxConns
 	pc.AfterConnect = durable
+	if pc.ConnConfig.ValidateConnect == nil {
+		// Only a server out of recovery (target_session_attrs=primary
+		// unless the DSN asks read-write): a standby would refuse every
+		// write, and answer Inspect, the holder's confirmation, from a
+		// copy that may lag the primary.
+		pc.ConnConfig.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsPrimary
+	}
 	if pc.ConnConfig.ConnectTimeout == 0 {
 		pc.ConnConfig.ConnectTimeout = c.ConnectTimeout
 	}
