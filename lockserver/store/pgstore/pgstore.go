@@ -243,8 +243,8 @@ func (c Config) poolConfig() (*pgxpool.Config, error) {
 	if pc.ConnConfig.ValidateConnect == nil {
 		// Only a server out of recovery (target_session_attrs=primary
 		// unless the DSN asks read-write): a standby would refuse every
-		// write, and answer Inspect, the holder's confirmation, from a
-		// copy that may lag the primary.
+		// write, and answer Inspect from a copy that may lag the
+		// primary.
 		pc.ConnConfig.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsPrimary
 	}
 	if pc.ConnConfig.ConnectTimeout == 0 {

@@ -15,8 +15,8 @@ import (
 // target_session_attrs=read-write, or naming a replica) answers a renewal
 // with an error, since it is a write; a read would answer from the
 // standby's copy, which may lag the primary: a lease revoked on the
-// primary would read live there, and the holder's confirmation
-// (Lease.Confirm, a read) would say held where its renewal is refused.
+// primary would read live there (GET /v1/locks/{key}, the wait queue's
+// reads) while its renewal is refused.
 func TestInspectOnAStandbyIsUnavailableNotStale(t *testing.T) {
 	primary, standby, _ := newReplicatedLockdb(t, false)
 	ctx := testCtx(t)
