@@ -21,6 +21,7 @@ require (
 	github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api v0.1.0
 	github.com/distributed-lock-lab/distributed-lock-lab/lockserver/client v0.1.0
 	github.com/go-redsync/redsync/v4 v4.18.1
+	github.com/gofrs/flock v0.13.1
 	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/hashicorp/hcl/v2 v2.25.0
 	github.com/hashicorp/terraform-exec v0.26.0

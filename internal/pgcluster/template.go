@@ -19,6 +19,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gofrs/flock"
 )
 
 // initdbArgs are the arguments of initdb after "-D dataDir".
@@ -209,29 +211,13 @@ func newSystemIdentifier(data string) error {
 	return nil
 }
 
-// lockFile takes an exclusive flock on path, checking ctx every 100 ms
-// while another process holds it; unlock releases it.
+// lockFile takes an exclusive flock on path (github.com/gofrs/flock),
+// trying again every 100 ms while another process holds it, until ctx
+// ends; unlock releases it.
 func lockFile(ctx context.Context, path string) (unlock func(), err error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("pgcluster: template lock: %w", err)
+	l := flock.New(path)
+	if _, err := l.TryLockContext(ctx, 100*time.Millisecond); err != nil {
+		return nil, fmt.Errorf("pgcluster: waiting for another process's initdb: %w", err)
 	}
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { _ = f.Close() }, nil // closing the file releases the lock
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			_ = f.Close()
-			return nil, fmt.Errorf("pgcluster: template lock: %w", err)
-		}
-		select {
-		case <-ctx.Done():
-			_ = f.Close()
-			return nil, fmt.Errorf("pgcluster: waiting for another process's initdb: %w", ctx.Err())
-		case <-tick.C:
-		}
-	}
+	return func() { _ = l.Unlock() }, nil
 }

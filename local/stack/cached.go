@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,8 +13,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/gofrs/flock"
 )
 
 // Lockctl is the operator CLI, built beside Binaries by CachedBinaries (a
@@ -114,31 +114,15 @@ func pruneCache(root, key string) {
 	}
 }
 
-// lockFile takes an exclusive flock on path, checking ctx every 100 ms
-// while another process holds it; unlock releases it.
+// lockFile takes an exclusive flock on path (github.com/gofrs/flock),
+// trying again every 100 ms while another process holds it, until ctx
+// ends; unlock releases it.
 func lockFile(ctx context.Context, path string) (unlock func(), err error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
+	l := flock.New(path)
+	if _, err := l.TryLockContext(ctx, 100*time.Millisecond); err != nil {
 		return nil, fmt.Errorf("stack: binaries cache lock: %w", err)
 	}
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { _ = f.Close() }, nil // closing the file releases the lock
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			_ = f.Close()
-			return nil, fmt.Errorf("stack: binaries cache lock: %w", err)
-		}
-		select {
-		case <-ctx.Done():
-			_ = f.Close()
-			return nil, fmt.Errorf("%w while waiting for another process's build of the binaries (%v)", ErrInterrupted, context.Cause(ctx))
-		case <-tick.C:
-		}
-	}
+	return func() { _ = l.Unlock() }, nil
 }
 
 // sourceKey hashes what the commands are built from: go env's toolchain
