@@ -3,6 +3,9 @@ package gameday
 import (
 	"context"
 	"sync"
+	"time"
+
+	"github.com/prometheus/common/model"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/harness/drive"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
@@ -26,8 +29,11 @@ func StartMonitor(ctx context.Context, dir, rules string, targets []Target) (*Mo
 	return &Monitor{m: m}, nil
 }
 
-// URL is Prometheus' base URL (its HTTP API is under /api/v1).
-func (m *Monitor) URL() string { return m.m.promURL }
+// Query evaluates the instant PromQL query expr at time at (now when at
+// is zero) and returns its samples.
+func (m *Monitor) Query(ctx context.Context, expr string, at time.Time) (model.Vector, error) {
+	return m.m.query(ctx, expr, at)
+}
 
 // AwaitQuery polls the instant query q until it returns a series or ctx
 // ends.

@@ -3,12 +3,10 @@ package gameday
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +15,10 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	promapi "github.com/prometheus/client_golang/api"
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
 )
 
 // Binaries of the Debian packages prometheus and prometheus-alertmanager.
@@ -286,7 +288,7 @@ scrape_configs:
 type monitor struct {
 	recv     *receiver
 	prom, am *daemon
-	promURL  string
+	promAPI  promv1.API // Prometheus' HTTP API
 	// promCfg is Prometheus' configuration file, amAddr Alertmanager's
 	// host:port (retarget rewrites the one with the other).
 	promCfg, amAddr string
@@ -348,46 +350,38 @@ func startMonitor(ctx context.Context, dir, rules string, targets []Target) (m *
 		"--web.listen-address="+promAddr); err != nil {
 		return m, err
 	}
-	m.promURL = "http://" + promAddr
-	if err := awaitReady(ctx, m.prom, m.promURL+"/-/ready"); err != nil {
+	promURL := "http://" + promAddr
+	if err := awaitReady(ctx, m.prom, promURL+"/-/ready"); err != nil {
 		return m, err
 	}
+	c, err := promapi.NewClient(promapi.Config{Address: promURL})
+	if err != nil {
+		return m, err
+	}
+	m.promAPI = promv1.NewAPI(c)
 	return m, nil
 }
 
-// query evaluates an instant PromQL query and returns the number of
-// series of its answer.
-func (m *monitor) query(ctx context.Context, q string) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.promURL+"/api/v1/query?query="+url.QueryEscape(q), nil)
+// query evaluates the instant query expr at time at (now when at is
+// zero) and returns its samples.
+func (m *monitor) query(ctx context.Context, expr string, at time.Time) (model.Vector, error) {
+	// Prometheus reads the time in milliseconds.
+	v, _, _, err := m.promAPI.Query(ctx, expr, at.Truncate(time.Millisecond))
 	if err != nil {
-		return 0, err
+		return nil, fmt.Errorf("prometheus: %s: %w", expr, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
+	vec, ok := v.(model.Vector)
+	if !ok {
+		return nil, fmt.Errorf("prometheus: %s: %T, not an instant vector", expr, v)
 	}
-	defer resp.Body.Close()
-	var body struct {
-		Status string `json:"status"`
-		Data   struct {
-			Result []json.RawMessage `json:"result"`
-		} `json:"data"`
-		Error string `json:"error"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return 0, err
-	}
-	if body.Status != "success" {
-		return 0, errors.New("prometheus query " + q + ": " + body.Error)
-	}
-	return len(body.Data.Result), nil
+	return vec, nil
 }
 
 // awaitQuery polls q until it returns at least one series.
 func (m *monitor) awaitQuery(ctx context.Context, q string) error {
 	for {
-		n, err := m.query(ctx, q)
-		if err == nil && n > 0 {
+		v, err := m.query(ctx, q, time.Time{})
+		if err == nil && len(v) > 0 {
 			return nil
 		}
 		select {

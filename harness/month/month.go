@@ -246,7 +246,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return rep, err
 	}
 	defer mon.Stop()
-	q := &querier{url: mon.URL(), spec: spec}
+	q := &querier{mon: mon, spec: spec}
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for _, t := range targets {

@@ -2,15 +2,11 @@ package month
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"image/color"
 	"io"
 	"maps"
 	"math"
-	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +16,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/harness/gameday"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/svgplot"
 	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 	"github.com/distributed-lock-lab/distributed-lock-lab/ops/slo"
@@ -304,9 +301,9 @@ func (r *Report) Chart(w io.Writer) error {
 	return svgplot.Write(w, p, 20*vg.Centimeter, 11*vg.Centimeter)
 }
 
-// querier reads the SLIs of spec from Prometheus at url.
+// querier reads the SLIs of spec from mon's Prometheus.
 type querier struct {
-	url  string
+	mon  *gameday.Monitor
 	spec *slo.Spec
 }
 
@@ -335,40 +332,14 @@ func (q *querier) window(ctx context.Context, from, to time.Time) (bad, total ma
 // value evaluates expr at time at and returns the sum of its samples (0
 // for an empty answer: no such events).
 func (q *querier) value(ctx context.Context, expr string, at time.Time) (float64, error) {
-	u := q.url + "/api/v1/query?" + url.Values{"query": {expr}, "time": {strconv.FormatFloat(float64(at.UnixMilli())/1000, 'f', 3, 64)}}.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	v, err := q.mon.Query(ctx, expr, at)
 	if err != nil {
 		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	var body struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
-		Data   struct {
-			Result []struct {
-				Value [2]any `json:"value"`
-			} `json:"result"`
-		} `json:"data"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return 0, err
-	}
-	if body.Status != "success" {
-		return 0, errors.New("prometheus: " + expr + ": " + body.Error)
 	}
 	var sum float64
-	for _, s := range body.Data.Result {
-		str, _ := s.Value[1].(string)
-		v, err := strconv.ParseFloat(str, 64)
-		if err != nil {
-			return 0, fmt.Errorf("prometheus: %s: sample %q: %w", expr, str, err)
-		}
-		if !math.IsNaN(v) {
-			sum += v
+	for _, s := range v {
+		if f := float64(s.Value); !math.IsNaN(f) {
+			sum += f
 		}
 	}
 	return sum, nil
