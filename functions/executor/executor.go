@@ -634,6 +634,11 @@ func (x *Executor) settle(ctx context.Context, log *slog.Logger, e payoutevent.E
 		// this lease is still the current one: if it is, no newer holder
 		// exists, so no grant of this key issued the fence's token.
 		if cerr := x.confirm(ctx, log, lease, "judging a fence refusal"); cerr != nil {
+			if !errors.Is(cerr, client.ErrLeaseLost) {
+				// lock-server did not answer: whether a newer holder
+				// exists is not known; the next delivery judges again.
+				return "", fmt.Errorf("%w: %s: %v (lease not confirmed: %v)", ErrDependency, step, err, cerr)
+			}
 			log.WarnContext(ctx, "fenced out by a newer holder; Pub/Sub will redeliver", "event", EventPayoutFencedStale, "error", err.Error())
 			return "", fmt.Errorf("%w: %s: %v", v.Err, step, err)
 		}

@@ -309,6 +309,59 @@ func staleBeforeSubmit(t *testing.T, store **memstore.Store) executor.Fault {
 	}}
 }
 
+// A fence point refused the token, and lock-server did not answer the
+// confirmation that judges the refusal: whether a newer holder exists is
+// not known, so the worker neither logs itself fenced out by one nor
+// marks anything; the delivery is redelivered as a dependency failure.
+func TestFenceRefusalUnjudgedWhenLockServerDoesNotAnswer(t *testing.T) {
+	deps := &fakeDeps{railStatus: 409, railBody: `{"error":{"code":"FENCED_OUT","message":"stale","retryable":false}}`}
+	ls, err := lockserver.NewServer(memstore.New(nil), lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var down sync.Mutex
+	isDown := false
+	lsrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		down.Lock()
+		d := isDown
+		down.Unlock()
+		if d {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"error":{"code":"` + lockapi.CodeBackendUnavailable + `","message":"down","retryable":true}}`))
+			return
+		}
+		ls.ServeHTTP(w, r)
+	}))
+	t.Cleanup(lsrv.Close)
+	dsrv := httptest.NewServer(deps)
+	t.Cleanup(dsrv.Close)
+	cfg := executor.DefaultConfig()
+	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = lsrv.URL, dsrv.URL, dsrv.URL
+	cfg.Owner, cfg.LeaseTTL, cfg.AcquireWait = "worker-a", 2*time.Second, 3*time.Second
+	var logs logtest.Buffer
+	x, err := executor.New(cfg, slog.New(slog.NewJSONHandler(&logs, nil)), executor.WithRand(rand.New(rand.NewPCG(1, 2))),
+		executor.WithFault(fault.Points{executor.BeforeSubmit: func(context.Context, executor.Delivery, *client.Lease) {
+			down.Lock()
+			isDown = true
+			down.Unlock()
+		}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtCleanup(t, x)
+	out, err := x.Execute(t.Context(), event)
+	if !errors.Is(err, executor.ErrDependency) || executor.Status(out, err) != http.StatusServiceUnavailable {
+		t.Fatalf("Execute = %q, %v; want ErrDependency and 503 so that Pub/Sub redelivers", out, err)
+	}
+	if len(deps.results) != 0 || len(deps.attentions) != 0 {
+		t.Fatalf("an unjudged refusal posted results %v, attention marks %v", deps.results, deps.attentions)
+	}
+	if lines := logs.Events(t, executor.EventPayoutFencedStale); len(lines) != 0 {
+		t.Fatalf("%s lines %v; want none: no newer holder is known", executor.EventPayoutFencedStale, lines)
+	}
+}
+
 // A stale holder fenced out at rail-proxy is answered 409 (redelivered):
 // the newer holder of the account's lock may be working on another payout
 // of the account, so only a later delivery, with a newer lease, can be
