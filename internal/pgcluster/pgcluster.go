@@ -233,9 +233,10 @@ type process struct {
 
 // Start creates the cluster (unless Config.Dir already holds one: a copy
 // of initdb's output, made once per server version and kept in the user's
-// cache folder, with a system identifier of its own), starts the server and returns once it accepts connections. ctx
-// bounds the whole start; on failure nothing is left running and a
-// directory Start created is removed. Errors wrap ErrBinariesMissing or
+// cache folder, with a system identifier of its own), starts the server
+// and returns once it accepts connections. ctx bounds the whole start;
+// on failure nothing is left running and a directory Start created is
+// removed. Errors wrap ErrBinariesMissing or
 // ErrInvalidConfig for a bad Config, ErrExited when the server gave up
 // during startup (with its log tail), or the context's error.
 //
