@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -309,47 +310,56 @@ func staleBeforeSubmit(t *testing.T, store **memstore.Store) executor.Fault {
 	}}
 }
 
-// A fence point refused the token, and lock-server did not answer the
-// confirmation that judges the refusal: whether a newer holder exists is
-// not known, so the worker neither logs itself fenced out by one nor
-// marks anything; the delivery is redelivered as a dependency failure.
-func TestFenceRefusalUnjudgedWhenLockServerDoesNotAnswer(t *testing.T) {
-	deps := &fakeDeps{railStatus: 409, railBody: `{"error":{"code":"FENCED_OUT","message":"stale","retryable":false}}`}
-	ls, err := lockserver.NewServer(memstore.New(nil), lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
+// loggedExecutor serves lock-server over store (through wrap, when not
+// nil) and deps, and returns an executor of them whose log lines go to
+// logs as JSON, with fault f.
+func loggedExecutor(t *testing.T, store *memstore.Store, wrap func(http.Handler) http.Handler, deps *fakeDeps, logs *logtest.Buffer, f executor.Fault) *executor.Executor {
+	t.Helper()
+	ls, err := lockserver.NewServer(store, lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var down sync.Mutex
-	isDown := false
-	lsrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		down.Lock()
-		d := isDown
-		down.Unlock()
-		if d {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte(`{"error":{"code":"` + lockapi.CodeBackendUnavailable + `","message":"down","retryable":true}}`))
-			return
-		}
-		ls.ServeHTTP(w, r)
-	}))
+	var h http.Handler = ls
+	if wrap != nil {
+		h = wrap(ls)
+	}
+	lsrv := httptest.NewServer(h)
 	t.Cleanup(lsrv.Close)
 	dsrv := httptest.NewServer(deps)
 	t.Cleanup(dsrv.Close)
 	cfg := executor.DefaultConfig()
 	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = lsrv.URL, dsrv.URL, dsrv.URL
 	cfg.Owner, cfg.LeaseTTL, cfg.AcquireWait = "worker-a", 2*time.Second, 3*time.Second
-	var logs logtest.Buffer
-	x, err := executor.New(cfg, slog.New(slog.NewJSONHandler(&logs, nil)), executor.WithRand(rand.New(rand.NewPCG(1, 2))),
-		executor.WithFault(fault.Points{executor.BeforeSubmit: func(context.Context, executor.Delivery, *client.Lease) {
-			down.Lock()
-			isDown = true
-			down.Unlock()
-		}}))
+	cfg.ReportRetry = executor.RetryConfig{Attempts: 4, Initial: time.Millisecond, Max: 4 * time.Millisecond}
+	x, err := executor.New(cfg, slog.New(slog.NewJSONHandler(logs, nil)), executor.WithRand(rand.New(rand.NewPCG(1, 2))), executor.WithFault(f))
 	if err != nil {
 		t.Fatal(err)
 	}
 	closeAtCleanup(t, x)
+	return x
+}
+
+// A fence point refused the token, and lock-server did not answer the
+// confirmation that judges the refusal: whether a newer holder exists is
+// not known, so the worker neither logs itself fenced out by one nor
+// marks anything; the delivery is redelivered as a dependency failure.
+func TestFenceRefusalUnjudgedWhenLockServerDoesNotAnswer(t *testing.T) {
+	deps := &fakeDeps{railStatus: 409, railBody: `{"error":{"code":"FENCED_OUT","message":"stale","retryable":false}}`}
+	var down atomic.Bool
+	unanswered := func(ls http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !down.Load() {
+				ls.ServeHTTP(w, r)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"error":{"code":"` + lockapi.CodeBackendUnavailable + `","message":"down","retryable":true}}`))
+		})
+	}
+	var logs logtest.Buffer
+	x := loggedExecutor(t, memstore.New(nil), unanswered, deps, &logs,
+		fault.Points{executor.BeforeSubmit: func(context.Context, executor.Delivery, *client.Lease) { down.Store(true) }})
 	out, err := x.Execute(t.Context(), event)
 	if !errors.Is(err, executor.ErrDependency) || executor.Status(out, err) != http.StatusServiceUnavailable {
 		t.Fatalf("Execute = %q, %v; want ErrDependency and 503 so that Pub/Sub redelivers", out, err)
@@ -972,25 +982,8 @@ func TestUnrecordedAttentionIsCounted(t *testing.T) {
 func TestStaleHolderRefusedForGoodIsFencedOutNotMarked(t *testing.T) {
 	deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`, resultCode: api.CodeRailRefConflict}
 	store := memstore.New(nil)
-	ls, err := lockserver.NewServer(store, lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lsrv := httptest.NewServer(ls)
-	t.Cleanup(lsrv.Close)
-	dsrv := httptest.NewServer(deps)
-	t.Cleanup(dsrv.Close)
-	cfg := executor.DefaultConfig()
-	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = lsrv.URL, dsrv.URL, dsrv.URL
-	cfg.Owner, cfg.LeaseTTL, cfg.AcquireWait = "worker-a", 2*time.Second, 3*time.Second
-	cfg.ReportRetry = executor.RetryConfig{Attempts: 4, Initial: time.Millisecond, Max: 4 * time.Millisecond}
 	var logs logtest.Buffer
-	x, err := executor.New(cfg, slog.New(slog.NewJSONHandler(&logs, nil)), executor.WithRand(rand.New(rand.NewPCG(1, 2))),
-		executor.WithFault(staleBeforeSubmit(t, &store)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	closeAtCleanup(t, x)
+	x := loggedExecutor(t, store, nil, deps, &logs, staleBeforeSubmit(t, &store))
 	out, err := x.Execute(t.Context(), event)
 	if !errors.Is(err, executor.ErrFencedOut) || executor.Status(out, err) != http.StatusConflict {
 		t.Fatalf("Execute = %q, %v; want ErrFencedOut and 409 so that Pub/Sub redelivers", out, err)
