@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -165,24 +166,7 @@ var event = payoutevent.Event{PayoutID: "p-1", AccountID: "acct-7", AmountMinor:
 func newExecutor(t *testing.T, deps *fakeDeps, f executor.Fault) (*executor.Executor, *memstore.Store) {
 	t.Helper()
 	store := memstore.New(nil)
-	ls, err := lockserver.NewServer(store, lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lsrv := httptest.NewServer(ls)
-	t.Cleanup(lsrv.Close)
-	dsrv := httptest.NewServer(deps)
-	t.Cleanup(dsrv.Close)
-	cfg := executor.DefaultConfig()
-	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = lsrv.URL, dsrv.URL, dsrv.URL
-	cfg.Owner, cfg.LeaseTTL, cfg.AcquireWait = "worker-a", 2*time.Second, 3*time.Second
-	cfg.ReportRetry = executor.RetryConfig{Attempts: 4, Initial: time.Millisecond, Max: 4 * time.Millisecond}
-	x, err := executor.New(cfg, slog.New(slog.DiscardHandler), executor.WithFault(f), executor.WithRand(rand.New(rand.NewPCG(1, 2))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	closeAtCleanup(t, x)
-	return x, store
+	return loggedExecutor(t, store, nil, deps, io.Discard, f), store
 }
 
 // closeAtCleanup waits, when the test ends, for the lease releases x
@@ -313,7 +297,7 @@ func staleBeforeSubmit(t *testing.T, store **memstore.Store) executor.Fault {
 // loggedExecutor serves lock-server over store (through wrap, when not
 // nil) and deps, and returns an executor of them whose log lines go to
 // logs as JSON, with fault f.
-func loggedExecutor(t *testing.T, store *memstore.Store, wrap func(http.Handler) http.Handler, deps *fakeDeps, logs *logtest.Buffer, f executor.Fault) *executor.Executor {
+func loggedExecutor(t *testing.T, store *memstore.Store, wrap func(http.Handler) http.Handler, deps *fakeDeps, logs io.Writer, f executor.Fault) *executor.Executor {
 	t.Helper()
 	ls, err := lockserver.NewServer(store, lockserver.DefaultServerConfig(), slog.New(slog.DiscardHandler))
 	if err != nil {
