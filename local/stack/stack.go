@@ -1094,15 +1094,21 @@ func (s *Stack) stop() {
 		procs[i].stop(stopGrace)
 	}
 	s.closeLinks()
+	// The clusters at once: each stop is mostly its shutdown checkpoint's
+	// flush, which the two need not wait for in turn.
+	var wg sync.WaitGroup
 	for _, c := range clusters {
-		sctx, cancel := context.WithTimeout(context.Background(), stopGrace)
-		_ = c.Stop(sctx) // Close kills the server if this did not stop it
-		cancel()
-		// The server log is in the run folder already (PostgresLogPath).
-		if err := c.Close(); err != nil {
-			s.log.Warn("PostgreSQL cluster close", "cluster", c.name, "error", err.Error())
-		}
+		wg.Go(func() {
+			sctx, cancel := context.WithTimeout(context.Background(), stopGrace)
+			_ = c.Stop(sctx) // Close kills the server if this did not stop it
+			cancel()
+			// The server log is in the run folder already (PostgresLogPath).
+			if err := c.Close(); err != nil {
+				s.log.Warn("PostgreSQL cluster close", "cluster", c.name, "error", err.Error())
+			}
+		})
 	}
+	wg.Wait()
 	if etcdData != "" {
 		_ = os.RemoveAll(etcdData)
 	}
