@@ -101,7 +101,7 @@ func TestAHolderCannotRecordAReferenceTheRailGaveAnotherPayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := fencewire.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: "liar"}
-	if _, err := p.Pay.Claim(t.Context(), liar.PayoutID, h); err != nil {
+	if _, err := p.Pay.Claim(t.Context(), liar.PayoutID, h, api.ClaimRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	// The rail numbers its references; the next one is rail-000001.
