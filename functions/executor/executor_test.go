@@ -40,8 +40,8 @@ import (
 // fakeDeps stands in for payment-resource and rail-proxy: it records every
 // call with its token and answers as the test scripts it.
 type fakeDeps struct {
-	mu         sync.Mutex
-	calls      []string
+	mu    sync.Mutex
+	calls []string
 	// payout is p-1's terms (zero: the event's); a claim that names
 	// others is refused PAYOUT_TERMS_MISMATCH, as payment-resource does.
 	// claims are the bodies of the claims, claimed counts those accepted.

@@ -132,8 +132,14 @@ func TestInvalidRequestsAreNotSent(t *testing.T) {
 	var got []*http.Request
 	c, _ := client.New("http://pay.invalid", client.WithHTTPClient(answering(200, "{}", &got)))
 	for name, call := range map[string]func() error{
-		"claim token 0":         func() error { _, err := c.Claim(ctx, "p-1", fencewire.Holder{Token: 0, Owner: "w"}, api.ClaimRequest{}); return err },
-		"claim id with a slash": func() error { _, err := c.Claim(ctx, "p/1", fencewire.Holder{Token: 1, Owner: "w"}, api.ClaimRequest{}); return err },
+		"claim token 0": func() error {
+			_, err := c.Claim(ctx, "p-1", fencewire.Holder{Token: 0, Owner: "w"}, api.ClaimRequest{})
+			return err
+		},
+		"claim id with a slash": func() error {
+			_, err := c.Claim(ctx, "p/1", fencewire.Holder{Token: 1, Owner: "w"}, api.ClaimRequest{})
+			return err
+		},
 		"result railToken > token": func() error {
 			_, err := c.PostResult(ctx, "p-1", fencewire.Holder{Token: 5, Owner: "w"}, api.ResultRequest{Outcome: api.OutcomeAck, RailRef: "r", RailToken: 6})
 			return err
