@@ -140,6 +140,10 @@ func TestInvalidRequestsAreNotSent(t *testing.T) {
 			_, err := c.Claim(ctx, "p/1", fencewire.Holder{Token: 1, Owner: "w"}, api.ClaimRequest{})
 			return err
 		},
+		"claim terms without a currency": func() error {
+			_, err := c.Claim(ctx, "p-1", fencewire.Holder{Token: 1, Owner: "w"}, api.ClaimRequest{AccountID: "a", AmountMinor: 1})
+			return err
+		},
 		"result railToken > token": func() error {
 			_, err := c.PostResult(ctx, "p-1", fencewire.Holder{Token: 5, Owner: "w"}, api.ResultRequest{Outcome: api.OutcomeAck, RailRef: "r", RailToken: 6})
 			return err
