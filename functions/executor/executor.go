@@ -618,7 +618,8 @@ func (x *Executor) settle(ctx context.Context, log *slog.Logger, e payoutevent.E
 	switch v.Class {
 	case ClassDone:
 		if code == string(api.CodePayoutTermsMismatch) {
-			log.ErrorContext(ctx, "payout event does not match its payout; dropped", "event", EventPayoutEventMismatch, "error", err.Error())
+			log.ErrorContext(ctx, "payout event does not match its payout; dropped", "event", EventPayoutEventMismatch,
+				"amountMinor", e.AmountMinor, "currency", e.Currency, "error", err.Error())
 			return v.Outcome, nil
 		}
 		event := map[Outcome]string{OutcomeAlreadyDone: EventPayoutAlreadyDone, OutcomeInDoubt: EventPayoutInDoubt,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
@@ -61,6 +62,9 @@ func TestClaimWithOtherTermsIsRefusedAndChangesNothing(t *testing.T) {
 		if !errors.Is(err, client.ErrTermsMismatch) || !errors.As(err, &refusal) ||
 			refusal.Status != http.StatusConflict || refusal.Code != api.CodePayoutTermsMismatch {
 			t.Errorf("%s: Claim = %v; want 409 %s (client.ErrTermsMismatch)", c.name, err, api.CodePayoutTermsMismatch)
+		}
+		if refusal != nil && (strings.Contains(refusal.Message, "acct-1") || strings.Contains(refusal.Message, "700") || strings.Contains(refusal.Message, "EUR")) {
+			t.Errorf("%s: message %q tells the payout's terms; it should name the fields that differ only", c.name, refusal.Message)
 		}
 		if after := f.snapshot(); after != before {
 			t.Fatalf("%s changed paydb:\nbefore %s\nafter  %s", c.name, before, after)

@@ -380,13 +380,19 @@ type lockedPayout struct {
 }
 
 // sameTerms returns nil when terms is empty or names l's account, amount
-// and currency, and an error wrapping ErrTermsMismatch otherwise.
-func (l lockedPayout) sameTerms(terms api.ClaimRequest) error {
-	if terms == (api.ClaimRequest{}) || terms == (api.ClaimRequest{AccountID: l.accountID, AmountMinor: l.amount, Currency: l.currency}) {
+// and currency, and otherwise an error wrapping ErrTermsMismatch that
+// names the fields that differ, never the payout's values (as
+// termsConflict).
+func (l lockedPayout) sameTerms(id string, terms api.ClaimRequest) error {
+	if terms == (api.ClaimRequest{}) {
 		return nil
 	}
-	return fmt.Errorf("%w: the claim names %s %d %s, the payout is %s %d %s", ErrTermsMismatch,
-		terms.AccountID, terms.AmountMinor, terms.Currency, l.accountID, l.amount, l.currency)
+	d := differing(diff{"accountId", terms.AccountID != l.accountID}, diff{"amountMinor", terms.AmountMinor != l.amount},
+		diff{"currency", terms.Currency != l.currency})
+	if d == "" {
+		return nil
+	}
+	return fmt.Errorf("%w: payout %s has a different %s", ErrTermsMismatch, id, d)
 }
 
 func lockPayout(ctx context.Context, tx pgx.Tx, id string) (lockedPayout, error) {
@@ -417,7 +423,7 @@ func (s *Service) claimTx(ctx context.Context, id string, h fencewire.Holder, te
 		if err != nil {
 			return err
 		}
-		if err := l.sameTerms(terms); err != nil {
+		if err := l.sameTerms(id, terms); err != nil {
 			return err
 		}
 		if err := s.verifyToken(ctx, id, l, h); err != nil {
