@@ -47,7 +47,8 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 		api.CodeAccountNotFound: client.ErrAccountNotFound, api.CodeAccountConflict: client.ErrAccountConflict,
 		api.CodeCurrencyMismatch: client.ErrCurrencyMismatch, api.CodePayoutNotFound: client.ErrPayoutNotFound,
 		api.CodePayoutConflict: client.ErrPayoutConflict, api.CodeFencedOut: client.ErrFencedOut,
-		api.CodePayoutFinished: client.ErrPayoutFinished, api.CodePayoutInDoubt: client.ErrPayoutInDoubt,
+		api.CodePayoutTermsMismatch: client.ErrTermsMismatch,
+		api.CodePayoutFinished:      client.ErrPayoutFinished, api.CodePayoutInDoubt: client.ErrPayoutInDoubt,
 		api.CodePayoutNotClaimed: client.ErrPayoutNotClaimed, api.CodeRailRefConflict: client.ErrRailRefConflict,
 		api.CodePayoutNeedsAttention: client.ErrPayoutNeedsAttention,
 		api.CodeUnavailable:          client.ErrUnavailable, api.CodeUnverifiedToken: client.ErrUnverifiedToken,
@@ -60,7 +61,7 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 	all := []error{client.ErrInvalidRequest, client.ErrAccountNotFound, client.ErrAccountConflict, client.ErrCurrencyMismatch,
 		client.ErrPayoutNotFound, client.ErrPayoutConflict, client.ErrFencedOut, client.ErrPayoutFinished, client.ErrPayoutInDoubt,
 		client.ErrPayoutNotClaimed, client.ErrRailRefConflict, client.ErrUnavailable, client.ErrUnverifiedToken, client.ErrInvalidReceipt,
-		client.ErrPayoutNeedsAttention, client.ErrOverloaded, client.ErrInsufficientFunds}
+		client.ErrPayoutNeedsAttention, client.ErrOverloaded, client.ErrInsufficientFunds, client.ErrTermsMismatch}
 	for _, code := range api.Codes {
 		want, listed := sentinel[code]
 		if !listed {
