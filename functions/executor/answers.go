@@ -21,9 +21,8 @@ type Class string
 // Classes.
 const (
 	// ClassDone: nothing is left for this delivery to do (the payout is
-	// finished, in doubt, already needs attention, or does not exist, or
-	// the event does not describe it). The
-	// push is acknowledged (2xx).
+	// finished, in doubt, already needs attention or does not exist, or
+	// the event does not describe it). The push is acknowledged (2xx).
 	ClassDone Class = "done"
 	// ClassPermanent: a refusal that no retry can change, for this payout.
 	// The payout is marked needs_attention with the verdict's reason and
