@@ -319,6 +319,7 @@ func rows() []row {
 		{svcPay, "claim: proof of another token", "POST", payapi.ClaimPath("p-1"), holder("7", proof(acct, 6)), ``, 403, string(payapi.CodeUnverifiedToken), nil},
 		{svcPay, "claim: owner header not UTF-8", "POST", payapi.ClaimPath("p-1"), with(payapi.HeaderToken, "6", payapi.HeaderProof, proof(acct, 6), payapi.HeaderOwner, "w\xff"), ``, 400, string(payapi.CodeInvalidRequest), nil},
 		{svcPay, "claim: a body", "POST", payapi.ClaimPath("p-1"), holder("6", proof(acct, 6)), `{"force":true}`, 400, string(payapi.CodeInvalidRequest), nil},
+		{svcPay, "claim: terms of another account (a forged event), with that account's lock", "POST", payapi.ClaimPath("p-1"), holder("6", proof("acct-2", 6)), `{"accountId":"acct-2","amountMinor":2500,"currency":"EUR"}`, 409, string(payapi.CodePayoutTermsMismatch), nil},
 		{svcPay, "claim: unknown payout", "POST", payapi.ClaimPath("p-404"), holder("6", proof(acct, 6)), ``, 404, string(payapi.CodePayoutNotFound), nil},
 		{svcPay, "result: ACK without a receipt", "POST", payapi.ResultPath("p-2"), holder("5", proof(acct, 5)), `{"outcome":"ACK","railRef":"rail-000001","railToken":5}`, 422, string(payapi.CodeInvalidReceipt), nil},
 		{svcPay, "result: ACK with a forged receipt", "POST", payapi.ResultPath("p-2"), holder("5", proof(acct, 5)), `{"outcome":"ACK","railRef":"rail-000001","railToken":5,"receipt":"test-rail.AAAA"}`, 422, string(payapi.CodeInvalidReceipt), nil},
