@@ -21,8 +21,8 @@ type Class string
 // Classes.
 const (
 	// ClassDone: nothing is left for this delivery to do (the payout is
-	// finished, in doubt, already needs attention, or does not exist). The
-	// push is acknowledged (2xx).
+	// finished, in doubt, already needs attention or does not exist, or
+	// the event does not describe it). The push is acknowledged (2xx).
 	ClassDone Class = "done"
 	// ClassPermanent: a refusal that no retry can change, for this payout.
 	// The payout is marked needs_attention with the verdict's reason and
@@ -127,6 +127,7 @@ var answers = map[Service]map[string]Verdict{
 		string(api.CodeInsufficientFunds):    {Class: ClassPermanent, Reason: api.ReasonPaymentRequestRefused}, // creation only; never sent to an executor
 		string(api.CodePayoutNotFound):       {Class: ClassDone, Outcome: OutcomeDropped},
 		string(api.CodePayoutConflict):       {Class: ClassPermanent, Reason: api.ReasonPaymentRequestRefused},
+		string(api.CodePayoutTermsMismatch):  {Class: ClassDone, Outcome: OutcomeDropped}, // the event is not its payout's: dropped, the payout untouched
 		string(api.CodeFencedOut):            {Class: ClassFenced, Reason: api.ReasonPaymentFenceAhead, Err: ErrFencedOut},
 		string(api.CodeUnverifiedToken):      deployment, // lock-server's proof of a lease it granted: a key the fence point does not have
 		string(api.CodeInvalidReceipt):       {Class: ClassPermanent, Reason: api.ReasonReceiptRefused},

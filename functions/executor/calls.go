@@ -24,8 +24,6 @@ var (
 	// hands it to the reconciler; rail-proxy's record (not_at_rail) lets it
 	// fail the payout at once.
 	errStopped = errors.New("executor: payout stopped at the rail")
-	// errMismatch: the event does not describe the payout it names.
-	errMismatch = errors.New("executor: event does not match its payout")
 )
 
 // railResult is what the rail said about the payout's one submission, and
@@ -72,34 +70,18 @@ func (a *firstAttempt) outcome() api.Outcome {
 	return api.OutcomeAmbiguous
 }
 
-// verify reads the payout from payment-resource and checks that the event
-// says the same: the event is only a notification, the payout row is the
-// truth, and the event's account decides which lock is taken and which
-// account the rail debits. It returns errMismatch, or the client's error
-// (for Classify).
-func (x *Executor) verify(ctx context.Context, e payoutevent.Event) error {
-	ctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
-	defer cancel()
-	p, err := x.pay.Payout(ctx, e.PayoutID)
-	if err != nil {
-		return err
-	}
-	got := payoutevent.Event{PayoutID: p.PayoutID, AccountID: p.AccountID, AmountMinor: p.AmountMinor, Currency: p.Currency}
-	if got != e {
-		return fmt.Errorf("%w: event says %s %s %d %s, payment-resource says %s %s %d %s", errMismatch,
-			e.PayoutID, e.AccountID, e.AmountMinor, e.Currency, p.PayoutID, p.AccountID, p.AmountMinor, p.Currency)
-	}
-	return nil
-}
-
-// claim claims the payout with token. It returns payment-resource's
-// signature over the payout's terms (api.Payout.TermsSignature, which
-// rail-proxy requires with the submission), or the client's error (for
-// Classify).
+// claim claims the payout with token, with the event's terms: the event
+// is only a notification and the payout row is the truth, so
+// payment-resource compares the terms with the row before anything else
+// and refuses other ones (PAYOUT_TERMS_MISMATCH; the event is dropped,
+// having chosen no account or amount for the rail). It returns
+// payment-resource's signature over the payout's terms
+// (api.Payout.TermsSignature, which rail-proxy requires with the
+// submission), or the client's error (for Classify).
 func (x *Executor) claim(ctx context.Context, e payoutevent.Event, h fencewire.Holder) (terms string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
 	defer cancel()
-	p, err := x.pay.Claim(ctx, e.PayoutID, h)
+	p, err := x.pay.Claim(ctx, e.PayoutID, h, api.ClaimRequest{AccountID: e.AccountID, AmountMinor: e.AmountMinor, Currency: e.Currency})
 	if err != nil {
 		return "", err
 	}

@@ -106,10 +106,10 @@ func newChainRig(t *testing.T, deps *fakeDeps, rc rigConfig) chainRig {
 }
 
 // The chain of one payout, in the order its requests reach lock-server
-// and the services: the read, the acquire, the claim, the one
+// and the services: the acquire, the claim, the one
 // confirmation (before the rail submission), the submission, the result,
-// and the release. (An earlier version also confirmed between the
-// acquire and the claim.) The TTL is long, so that no background renewal
+// and the release. (Earlier versions also read the payout before the
+// acquire, and confirmed between the acquire and the claim.) The TTL is long, so that no background renewal
 // falls inside the chain.
 func TestTheChainHasOneConfirmationBeforeTheSubmissionOnly(t *testing.T) {
 	deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}
@@ -137,7 +137,7 @@ func TestTheChainHasOneConfirmationBeforeTheSubmissionOnly(t *testing.T) {
 	for _, c := range deps.calls {
 		got = append(got, strings.Fields(c)[1])
 	}
-	want := []string{api.PayoutPath("p-1"), "acquire", api.ClaimPath("p-1"), "renew", railapi.PathSubmissions, api.ResultPath("p-1"), "release"}
+	want := []string{"acquire", api.ClaimPath("p-1"), "renew", railapi.PathSubmissions, api.ResultPath("p-1"), "release"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("the chain of one payout: %v\nwant %v", deps.calls, want)
 	}

@@ -80,8 +80,9 @@ const (
 	OutcomeInDoubt Outcome = "in_doubt"
 	// OutcomeAlreadyDone: an earlier delivery finished the payout.
 	OutcomeAlreadyDone Outcome = "already_done"
-	// OutcomeDropped: the message can never be executed (malformed, or the
-	// payout does not exist); it is logged and acknowledged.
+	// OutcomeDropped: the message can never be executed (malformed, the
+	// payout does not exist, or the event does not describe it); it is
+	// logged and acknowledged.
 	OutcomeDropped Outcome = "dropped"
 	// OutcomeNeedsAttention: a refusal no retry can change (ClassPermanent,
 	// or FENCED_OUT for the current lease holder); the payout is marked
@@ -178,7 +179,7 @@ func WithHTTPClient(d client.Doer) Option { return func(x *Executor) { x.doer = 
 
 // IdleConnsPerHost is how many idle connections to each of lock-server,
 // payment-resource and rail-proxy the default transport keeps for reuse
-// (net/http keeps 2; an executor sends about eight requests per payout;
+// (net/http keeps 2; an executor sends about six requests per payout;
 // docs/benchmarks.md has the profile that set it).
 const IdleConnsPerHost = 64
 
@@ -491,16 +492,6 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 // through releaseLater after it has answered.
 func (x *Executor) execute(ctx context.Context, e payoutevent.Event, release *func()) (Outcome, error) {
 	log := x.log.With("payoutId", e.PayoutID, "accountId", e.AccountID, "ownerId", x.Owner())
-	// (0) the event is a notification; the payout row is the truth. A
-	// forged or corrupted event must not choose the lock, the account or
-	// the amount sent to the rail.
-	switch err := x.verify(ctx, e); {
-	case errors.Is(err, errMismatch):
-		log.ErrorContext(ctx, "payout event does not match its payout; dropped", "event", EventPayoutEventMismatch, "error", err.Error())
-		return OutcomeDropped, nil
-	case err != nil:
-		return x.settle(ctx, log, e, nil, "read payout", ServicePaymentResource, err)
-	}
 	d := Delivery{Event: e, Attempt: deliveryAttemptOf(ctx)}
 	aopts := []client.AcquireOption{client.WithTTL(x.cfg.LeaseTTL)}
 	if w := queueWait(x.cfg.AcquireWait); w > 0 {
@@ -535,6 +526,10 @@ func (x *Executor) execute(ctx context.Context, e payoutevent.Event, release *fu
 	*release = func() { x.release(ctx, log, lease) }
 
 	// (1) claim, once the lease's local deadline says it is still held.
+	// The event is a notification; the payout row is the truth: the claim
+	// carries the event's terms, and payment-resource refuses terms that
+	// are not the payout's before anything else (a forged or corrupted
+	// event is dropped, having held only the lock it named).
 	// No confirmation with lock-server here: the claim is fenced and
 	// reversible (a newer holder's claim takes the payout over), so a
 	// lease the server ended behind this worker's back costs nothing yet;
@@ -622,6 +617,11 @@ func (x *Executor) settle(ctx context.Context, log *slog.Logger, e payoutevent.E
 	log = log.With("step", step, "service", string(svc), "code", code)
 	switch v.Class {
 	case ClassDone:
+		if code == string(api.CodePayoutTermsMismatch) {
+			log.ErrorContext(ctx, "payout event does not match its payout; dropped", "event", EventPayoutEventMismatch,
+				"amountMinor", e.AmountMinor, "currency", e.Currency, "error", err.Error())
+			return v.Outcome, nil
+		}
 		event := map[Outcome]string{OutcomeAlreadyDone: EventPayoutAlreadyDone, OutcomeInDoubt: EventPayoutInDoubt,
 			OutcomeDropped: EventPayoutEventUnknownPayout, OutcomeNeedsAttention: EventPayoutAlreadyNeedsAttention}[v.Outcome]
 		log.InfoContext(ctx, "payout needs nothing more from this delivery", "event", event, "outcome", string(v.Outcome), "error", err.Error())

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
@@ -39,10 +40,14 @@ import (
 // fakeDeps stands in for payment-resource and rail-proxy: it records every
 // call with its token and answers as the test scripts it.
 type fakeDeps struct {
-	mu         sync.Mutex
-	calls      []string
-	payout     string   // GET api.PayoutPath("p-1") body; "" = the payout the event describes
-	payoutCode api.Code // "" = 200 with payout; else GET api.PayoutPath("p-1") is refused with it
+	mu    sync.Mutex
+	calls []string
+	// payout is p-1's terms (zero: the event's); a claim that names
+	// others is refused PAYOUT_TERMS_MISMATCH, as payment-resource does.
+	// claims are the bodies of the claims, claimed counts those accepted.
+	payout     api.ClaimRequest
+	claims     []api.ClaimRequest
+	claimed    int
 	claimCode  api.Code // "" = 200
 	railStatus int      // -1: close the connection without an answer
 	railBody   string
@@ -71,22 +76,20 @@ func (f *fakeDeps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tok := r.Header.Get(fencewire.HeaderToken)
 	f.calls = append(f.calls, r.Method+" "+r.URL.Path+" token="+tok)
 	switch {
-	case r.Method == "GET" && r.URL.Path == api.PayoutPath("p-1"):
-		if f.payoutCode != "" {
-			jsonhandler.WriteError(w, statusOf(f.payoutCode), string(f.payoutCode), "scripted", false)
+	case r.URL.Path == api.ClaimPath("p-1"):
+		var terms api.ClaimRequest
+		_ = json.NewDecoder(r.Body).Decode(&terms)
+		f.claims = append(f.claims, terms)
+		payout := cmp.Or(f.payout, api.ClaimRequest{AccountID: event.AccountID, AmountMinor: event.AmountMinor, Currency: event.Currency})
+		if terms != (api.ClaimRequest{}) && terms != payout {
+			jsonhandler.WriteError(w, statusOf(api.CodePayoutTermsMismatch), string(api.CodePayoutTermsMismatch), "scripted", false)
 			return
 		}
-		body := f.payout
-		if body == "" {
-			body = `{"payoutId":"p-1","accountId":"acct-7","amountMinor":2500,"currency":"EUR","state":"pending"}`
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(body))
-	case r.URL.Path == api.ClaimPath("p-1"):
 		if f.claimCode != "" {
 			jsonhandler.WriteError(w, statusOf(f.claimCode), string(f.claimCode), "scripted", false)
 			return
 		}
+		f.claimed++
 		jsonhandler.WriteJSON(w, 200, map[string]string{"payoutId": "p-1", "state": "claimed", "termsSignature": f.terms})
 	case r.URL.Path == railapi.PathSubmissions:
 		var body map[string]any
@@ -721,22 +724,44 @@ func TestEnvNamesListsEveryVariableLoadConfigReads(t *testing.T) {
 	}
 }
 
+// An event that names another account, amount or currency than its
+// payout's (forged, or corrupted) is dropped: payment-resource refuses
+// the claim that carries its terms (PAYOUT_TERMS_MISMATCH), nothing is
+// claimed or sent to the rail, and the lock the event named, taken for
+// the claim, is released.
 func TestEventThatDoesNotMatchItsPayoutIsDropped(t *testing.T) {
-	// The event claims another account and amount than payment-resource
-	// holds for p-1: executing it would lock the wrong key and pay the wrong
-	// amount from the wrong account.
-	deps := &fakeDeps{payout: `{"payoutId":"p-1","accountId":"acct-1","amountMinor":2500,"currency":"EUR"}`, railStatus: 200, railBody: `{"status":"ACK","railRef":"r"}`}
-	x, store := newExecutor(t, deps, nil)
-	forged := payoutevent.Event{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 900000, Currency: "EUR"}
-	out, err := x.Execute(t.Context(), forged)
-	if err != nil || out != executor.OutcomeDropped {
-		t.Fatalf("Execute(forged) = %q, %v; want dropped", out, err)
-	}
-	if st, _ := store.Inspect(context.Background(), "payout:acct-7"); st.LastToken != 0 {
-		t.Fatalf("a lock was taken for the forged event: %+v", st)
-	}
-	if n := deps.railCalls(); n != 0 || len(deps.results) != 0 {
-		t.Fatalf("forged event reached the rail %d times, results %v", n, deps.results)
+	for _, forged := range []payoutevent.Event{
+		{PayoutID: "p-1", AccountID: "acct-9", AmountMinor: 2500, Currency: "EUR"},
+		{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 900000, Currency: "EUR"},
+		{PayoutID: "p-1", AccountID: "acct-7", AmountMinor: 2500, Currency: "USD"},
+	} {
+		t.Run(fmt.Sprintf("%s %d %s", forged.AccountID, forged.AmountMinor, forged.Currency), func(t *testing.T) {
+			deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"r"}`}
+			store := memstore.New(nil)
+			var logs logtest.Buffer
+			x := loggedExecutor(t, store, nil, deps, &logs, nil)
+			out, err := x.Execute(t.Context(), forged)
+			if err != nil || out != executor.OutcomeDropped {
+				t.Fatalf("Execute(forged) = %q, %v; want dropped", out, err)
+			}
+			if err := x.Close(t.Context()); err != nil { // the release follows the answer
+				t.Fatal(err)
+			}
+			want := api.ClaimRequest{AccountID: forged.AccountID, AmountMinor: forged.AmountMinor, Currency: forged.Currency}
+			if len(deps.claims) != 1 || deps.claims[0] != want || deps.claimed != 0 {
+				t.Fatalf("claims %v, %d accepted; want one refused, carrying the event's terms %v", deps.claims, deps.claimed, want)
+			}
+			if n := deps.railCalls(); n != 0 || len(deps.results) != 0 || len(deps.attentions) != 0 {
+				t.Fatalf("forged event reached the rail %d times, results %v, marks %v", n, deps.results, deps.attentions)
+			}
+			if st, _ := store.Inspect(context.Background(), forged.LockKey()); st.Lease != nil || st.LastToken == 0 {
+				t.Fatalf("%s after the forged event: %+v; want taken for the claim, then released", forged.LockKey(), st)
+			}
+			lines := logs.Events(t, executor.EventPayoutEventMismatch)
+			if len(lines) != 1 || lines[0]["level"] != "ERROR" {
+				t.Fatalf("%s lines %v; want one at ERROR", executor.EventPayoutEventMismatch, lines)
+			}
+		})
 	}
 }
 
@@ -929,19 +954,31 @@ func TestUnrecordedAttentionIsCounted(t *testing.T) {
 	for _, r := range api.AttentionReasons {
 		unrecordedCount(t, reg, r) // present before anything happened
 	}
+	// A newer lock-server's refusal of the acquire: a 4xx with a code this
+	// executor does not know (permanent, unclassified), before any lease.
+	newerRefusal := func(ls http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if lockOp(r) == "acquire" {
+				jsonhandler.WriteError(w, http.StatusConflict, "NEWER_CODE", "scripted", false)
+				return
+			}
+			ls.ServeHTTP(w, r)
+		})
+	}
 	for _, c := range []struct {
 		name   string
+		lock   func(http.Handler) http.Handler
 		deps   *fakeDeps
 		reason api.AttentionReason
 		want   float64
 	}{
-		{"mark refused by the fence ahead of the lease", &fakeDeps{claimCode: api.CodeFencedOut, attnCode: api.CodeFencedOut}, api.ReasonPaymentFenceAhead, 1},
-		{"permanent refusal before the lease", &fakeDeps{payoutCode: api.CodeInvalidRequest}, api.ReasonPaymentRequestRefused, 1},
-		{"mark written", &fakeDeps{claimCode: api.CodeFencedOut}, api.ReasonPaymentFenceAhead, 0},
+		{"mark refused by the fence ahead of the lease", nil, &fakeDeps{claimCode: api.CodeFencedOut, attnCode: api.CodeFencedOut}, api.ReasonPaymentFenceAhead, 1},
+		{"permanent refusal before the lease", newerRefusal, &fakeDeps{}, api.ReasonUnclassified, 1},
+		{"mark written", nil, &fakeDeps{claimCode: api.CodeFencedOut}, api.ReasonPaymentFenceAhead, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			before := unrecordedCount(t, reg, c.reason)
-			x, _ := newExecutor(t, c.deps, nil)
+			x := loggedExecutor(t, memstore.New(nil), c.lock, c.deps, io.Discard, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			if out, err := x.Execute(ctx, event); out != executor.OutcomeNeedsAttention || err != nil {

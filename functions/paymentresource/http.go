@@ -209,7 +209,12 @@ func (s *Service) handleClaim(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	token, owner := h.Token, h.Owner
-	if err := decodeEmpty(w, r); err != nil {
+	var req api.ClaimRequest
+	if err := jsonhandler.DecodeOptional(w, r, &req, api.MaxBodyBytes); err != nil {
+		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
+		return
+	}
+	if err := invalid(req.Validate()); err != nil {
 		s.fail(w, r, err, "payoutId", id, "token", token, "ownerId", owner)
 		return
 	}
@@ -218,7 +223,7 @@ func (s *Service) handleClaim(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer done(errAbandoned)
-	p, err := s.claim(ctx, id, h)
+	p, err := s.claim(ctx, id, h, req)
 	p, err = s.withHistory(ctx, r, p, err)
 	done(err)
 	if err != nil {
@@ -419,13 +424,6 @@ func (s *Service) holder(w http.ResponseWriter, r *http.Request) (id string, h f
 	return id, fencewire.Holder{Token: token, Proof: proof, Owner: owner}, true
 }
 
-// decodeEmpty accepts an empty body or an empty JSON object (the claim
-// takes no parameters) under the project's one Content-Type rule
-// (jsonhandler.DecodeEmpty).
-func decodeEmpty(w http.ResponseWriter, r *http.Request) error {
-	return jsonhandler.DecodeEmpty(w, r, api.MaxBodyBytes)
-}
-
 func createdStatus(created bool) int {
 	if created {
 		return http.StatusCreated
@@ -509,6 +507,8 @@ func statusOf(err error) (status int, code api.Code, retryable bool) {
 		return http.StatusNotFound, api.CodePayoutNotFound, false
 	case errors.Is(err, ErrPayoutConflict):
 		return http.StatusConflict, api.CodePayoutConflict, false
+	case errors.Is(err, ErrTermsMismatch):
+		return http.StatusConflict, api.CodePayoutTermsMismatch, false
 	case errors.Is(err, ErrFencedOut):
 		return http.StatusConflict, api.CodeFencedOut, false
 	case errors.Is(err, ErrPayoutFinished):

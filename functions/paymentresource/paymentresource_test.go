@@ -494,6 +494,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"claim: malformed body", "POST", "/v1/payouts/p-1/claim", `{"x"`, tok("5"), bad, api.CodeInvalidRequest},
 		{"claim: unknown field", "POST", "/v1/payouts/p-1/claim", `{"force":true}`, tok("5"), bad, api.CodeInvalidRequest},
 		{"claim: oversized body", "POST", "/v1/payouts/p-1/claim", big, tok("5"), http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge},
+		{"claim: partial terms", "POST", "/v1/payouts/p-1/claim", `{"accountId":"acct-1","amountMinor":100}`, tok("5"), bad, api.CodeInvalidRequest},
+		{"claim: terms of another amount", "POST", "/v1/payouts/p-1/claim", `{"accountId":"acct-1","amountMinor":99,"currency":"EUR"}`, tok("5"), conflict, api.CodePayoutTermsMismatch},
 		{"claim: unknown payout", "POST", "/v1/payouts/nope/claim", ``, tok("5"), http.StatusNotFound, api.CodePayoutNotFound},
 		{"claim: stale token", "POST", "/v1/payouts/p-2/claim", ``, tok("4"), conflict, api.CodeFencedOut},
 		{"claim: wrong method", "GET", "/v1/payouts/p-1/claim", ``, tok("5"), http.StatusMethodNotAllowed, api.CodeMethodNotAllowed},

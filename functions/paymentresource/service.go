@@ -42,6 +42,9 @@ var (
 	ErrPayoutNotFound = errors.New("paymentresource: payout not found")
 	// ErrPayoutConflict: the payout id exists with other values (409).
 	ErrPayoutConflict = errors.New("paymentresource: payout exists with other values")
+	// ErrTermsMismatch: a claim names other terms (account, amount,
+	// currency) than the payout's (409).
+	ErrTermsMismatch = errors.New("paymentresource: claim terms are not the payout's")
 	// ErrFencedOut: a fenced statement matched no row because the row
 	// carries a higher token (or the same one on the strict account fence).
 	// The returned error also describes the fencing.Refusal (409).

@@ -379,6 +379,22 @@ type lockedPayout struct {
 	fence     int64
 }
 
+// sameTerms returns nil when terms is empty or names l's account, amount
+// and currency, and otherwise an error wrapping ErrTermsMismatch that
+// names the fields that differ, never the payout's values (as
+// termsConflict).
+func (l lockedPayout) sameTerms(id string, terms api.ClaimRequest) error {
+	if terms == (api.ClaimRequest{}) {
+		return nil
+	}
+	d := differing(diff{"accountId", terms.AccountID != l.accountID}, diff{"amountMinor", terms.AmountMinor != l.amount},
+		diff{"currency", terms.Currency != l.currency})
+	if d == "" {
+		return nil
+	}
+	return fmt.Errorf("%w: payout %s has a different %s", ErrTermsMismatch, id, d)
+}
+
 func lockPayout(ctx context.Context, tx pgx.Tx, id string) (lockedPayout, error) {
 	var l lockedPayout
 	err := tx.QueryRow(ctx, `SELECT p.account_id, p.amount_minor, p.currency, p.state, p.fence
@@ -394,14 +410,20 @@ FROM payout p WHERE p.payout_id = $1 FOR UPDATE`, id).
 }
 
 // claimTx is fence point one on the payout row for the claim step
-// (claim: in its span).
-func (s *Service) claimTx(ctx context.Context, id string, h fencewire.Holder) (api.Payout, error) {
+// (claim: in its span). Terms, when given, are compared with the payout
+// first: before the proof (which is judged against the payout's account)
+// and before the fence, so that a claim for other terms changes nothing
+// whatever its token.
+func (s *Service) claimTx(ctx context.Context, id string, h fencewire.Holder, terms api.ClaimRequest) (api.Payout, error) {
 	token, owner := h.Token, h.Owner
 	var p api.Payout
 	var from api.State
 	err := s.inTx(ctx, "claim", func(tx pgx.Tx) error {
 		l, err := lockPayout(ctx, tx, id)
 		if err != nil {
+			return err
+		}
+		if err := l.sameTerms(id, terms); err != nil {
 			return err
 		}
 		if err := s.verifyToken(ctx, id, l, h); err != nil {

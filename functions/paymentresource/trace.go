@@ -45,8 +45,8 @@ func (s *Service) fenced(ctx context.Context, step, id string, h fencewire.Holde
 }
 
 // claim is claimTx in its fence span.
-func (s *Service) claim(ctx context.Context, id string, h fencewire.Holder) (api.Payout, error) {
-	return s.fenced(ctx, StepClaim, id, h, func(ctx context.Context) (api.Payout, error) { return s.claimTx(ctx, id, h) })
+func (s *Service) claim(ctx context.Context, id string, h fencewire.Holder, terms api.ClaimRequest) (api.Payout, error) {
+	return s.fenced(ctx, StepClaim, id, h, func(ctx context.Context) (api.Payout, error) { return s.claimTx(ctx, id, h, terms) })
 }
 
 // result is resultTx in its fence span.

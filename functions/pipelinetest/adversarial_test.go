@@ -225,7 +225,7 @@ func TestAuditComparesWhatTheRailPaidWithTheBooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := lease.Token()
-	if _, err := p.Pay.Claim(t.Context(), ev.PayoutID, fencewire.Holder{Token: tok, Proof: lease.Proof(), Owner: "review"}); err != nil {
+	if _, err := p.Pay.Claim(t.Context(), ev.PayoutID, fencewire.Holder{Token: tok, Proof: lease.Proof(), Owner: "review"}, api.ClaimRequest{}); err != nil {
 		t.Fatalf("claim: %v", err)
 	}
 	// The wrong amount now needs payment-resource's signature over it too:

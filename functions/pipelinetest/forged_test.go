@@ -101,7 +101,7 @@ func TestAHolderCannotRecordAReferenceTheRailGaveAnotherPayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := fencewire.Holder{Token: lease.Token(), Proof: lease.Proof(), Owner: "liar"}
-	if _, err := p.Pay.Claim(t.Context(), liar.PayoutID, h); err != nil {
+	if _, err := p.Pay.Claim(t.Context(), liar.PayoutID, h, api.ClaimRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	// The rail numbers its references; the next one is rail-000001.
@@ -115,6 +115,60 @@ func TestAHolderCannotRecordAReferenceTheRailGaveAnotherPayout(t *testing.T) {
 	}
 	if state, n := debits(t, p, victim.PayoutID); state != string(api.StatePosted) || n != 1 {
 		t.Fatalf("the victim payout is %s with %d debits; want posted once", state, n)
+	}
+	rep, err := p.Audit(t.Context())
+	if err != nil || !rep.Balanced {
+		t.Fatalf("audit: %+v, %v", rep.Violations, err)
+	}
+}
+
+// On the whole pipeline: an event that names another account, amount or
+// currency than its payout's is dropped. The executor takes the lock the
+// event names and claims with the event's terms; payment-resource refuses
+// the claim (PAYOUT_TERMS_MISMATCH) before anything else, so the payout
+// stays pending and unfenced, nothing reaches the rail, and the lock is
+// released. The genuine event is then paid once, by its first delivery.
+func TestAForgedEventIsDroppedAndChangesNothing(t *testing.T) {
+	p := pipelinetest.Start(t, pipelinetest.Options{})
+	ev := payoutevent.Event{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 2500, Currency: "EUR"}
+	if err := p.CreatePayout(t.Context(), ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CreatePayout(t.Context(), payoutevent.Event{PayoutID: "p-2", AccountID: "acct-2", AmountMinor: 1, Currency: "EUR"}); err != nil {
+		t.Fatal(err)
+	}
+	x := newExecutor(t, p, "A", nil)
+	// Closed at once: from here on each execution releases its lease
+	// before it returns, so the lock is seen as the execution left it.
+	if err := x.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, forged := range []payoutevent.Event{
+		{PayoutID: "p-1", AccountID: "acct-2", AmountMinor: 2500, Currency: "EUR"},
+		{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 250000, Currency: "EUR"},
+		{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 2500, Currency: "USD"},
+	} {
+		out, err := x.Execute(t.Context(), forged)
+		if err != nil || out != executor.OutcomeDropped {
+			t.Fatalf("%+v: Execute = %q, %v; want dropped", forged, out, err)
+		}
+		if st, err := p.Locks.Inspect(t.Context(), forged.LockKey()); err != nil || st.Lease != nil {
+			t.Fatalf("%+v: %s is %+v (%v); want released", forged, forged.LockKey(), st.Lease, err)
+		}
+		po, err := p.Pay.Payout(t.Context(), ev.PayoutID)
+		if err != nil || po.State != api.StatePending || po.Fence != 0 {
+			t.Fatalf("%+v: p-1 is %+v (%v); want pending, fence 0: nothing claimed", forged, po, err)
+		}
+		if rail := p.Stub.Submissions(""); len(rail) != 0 {
+			t.Fatalf("%+v: the rail received %v", forged, rail)
+		}
+	}
+	out, n, err := deliver(t, x, ev, 3)
+	if err != nil || out != executor.OutcomePosted || n != 1 {
+		t.Fatalf("p-1's own event after the forgeries: %q after %d deliveries (%v); want posted by the first", out, n, err)
+	}
+	if rail := p.Stub.Submissions(""); len(rail) != 1 || rail[0].Request.AmountMinor != ev.AmountMinor {
+		t.Fatalf("the rail received %+v; want p-1's one submission", rail)
 	}
 	rep, err := p.Audit(t.Context())
 	if err != nil || !rep.Balanced {

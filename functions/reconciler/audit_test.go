@@ -39,7 +39,7 @@ func (f doerFunc) Do(r *http.Request) (*http.Response, error) { return f(r) }
 func payOut(t *testing.T, p *pipelinetest.Pipeline, ev payoutevent.Event) {
 	t.Helper()
 	lease, h := holder(t, p, ev, "worker-live")
-	claimed, err := p.Pay.Claim(t.Context(), ev.PayoutID, h)
+	claimed, err := p.Pay.Claim(t.Context(), ev.PayoutID, h, api.ClaimRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestAuditBesideLiveTrafficStillReportsARealDiscrepancy(t *testing.T) {
 	payAtRail(t, p, rail.SubmitRequest{PayoutID: unbooked.PayoutID, AccountID: unbooked.AccountID,
 		AmountMinor: unbooked.AmountMinor, Currency: unbooked.Currency, Reference: unbooked.PayoutID})
 	lease, h := holder(t, p, unpaid, "worker-forger")
-	if _, err := p.Pay.Claim(t.Context(), unpaid.PayoutID, h); err != nil {
+	if _, err := p.Pay.Claim(t.Context(), unpaid.PayoutID, h, api.ClaimRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	const ref = "rail-999999"

@@ -114,7 +114,7 @@ func holder(t *testing.T, p *pipelinetest.Pipeline, ev payoutevent.Event, owner 
 func submitInDoubt(t *testing.T, p *pipelinetest.Pipeline, ev payoutevent.Event, mode string) fencewire.Holder {
 	t.Helper()
 	lease, h := holder(t, p, ev, "worker-a")
-	claimed, err := p.Pay.Claim(t.Context(), ev.PayoutID, h)
+	claimed, err := p.Pay.Claim(t.Context(), ev.PayoutID, h, api.ClaimRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +337,7 @@ func TestLateAckRefusedByTheAccountFenceThenSettledOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	leaseB, b := holder(t, p, ev2, "worker-b")
-	claimed, err := p.Pay.Claim(t.Context(), ev2.PayoutID, b)
+	claimed, err := p.Pay.Claim(t.Context(), ev2.PayoutID, b, api.ClaimRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -584,7 +584,7 @@ func TestSettleOnePayout(t *testing.T) {
 func TestAnAttemptLeftForwardingUnderAPostedPayoutIsSettled(t *testing.T) {
 	p, ev := setup(t)
 	lease, h := holder(t, p, ev, "worker-a")
-	claimed, err := p.Pay.Claim(t.Context(), ev.PayoutID, h)
+	claimed, err := p.Pay.Claim(t.Context(), ev.PayoutID, h, api.ClaimRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -638,7 +638,7 @@ func TestAnAttemptLeftForwardingUnderAPostedPayoutIsSettled(t *testing.T) {
 func TestAnAmbiguousPayoutNeverForwardedIsClosedAndFailed(t *testing.T) {
 	p, ev := setup(t)
 	lease, h := holder(t, p, ev, "worker-a")
-	if _, err := p.Pay.Claim(t.Context(), ev.PayoutID, h); err != nil {
+	if _, err := p.Pay.Claim(t.Context(), ev.PayoutID, h, api.ClaimRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Pay.PostResult(t.Context(), ev.PayoutID, h, api.ResultRequest{Outcome: api.OutcomeAmbiguous}); err != nil {
@@ -688,7 +688,7 @@ func TestAnAmbiguousPayoutNeverForwardedIsClosedAndFailed(t *testing.T) {
 func ambiguousNeverForwarded(t *testing.T, p *pipelinetest.Pipeline, ev payoutevent.Event) {
 	t.Helper()
 	lease, h := holder(t, p, ev, "worker-a")
-	if _, err := p.Pay.Claim(t.Context(), ev.PayoutID, h); err != nil {
+	if _, err := p.Pay.Claim(t.Context(), ev.PayoutID, h, api.ClaimRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Pay.PostResult(t.Context(), ev.PayoutID, h, api.ResultRequest{Outcome: api.OutcomeAmbiguous}); err != nil {

@@ -152,9 +152,10 @@ func (d *doer) giveUp() {
 }
 
 // stepOf names the step req takes, "" for a request that is never held.
-// The reads an executor starts with decide nothing (the facts they read
-// never change); the reconciler's read of a payout's state decides
-// whether it acts, so it is a step of its own.
+// An executor reads nothing before its writes (its claim carries the
+// event's terms, which payment-resource compares with the payout); the
+// reconciler's read of a payout's state decides whether it acts, so it
+// is a step of its own.
 func (r *run) stepOf(req *http.Request, reconciler bool) string {
 	p := req.URL.Path
 	if req.Method == http.MethodGet {

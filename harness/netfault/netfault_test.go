@@ -377,7 +377,7 @@ func TestPartitionedHolderIsFencedAtBothFencePoints(t *testing.T) {
 	if _, err := d.CreatePayout(ctx, ev); err != nil {
 		t.Fatal(err)
 	}
-	claimed, err := d.Pay.Claim(ctx, ev.PayoutID, holder)
+	claimed, err := d.Pay.Claim(ctx, ev.PayoutID, holder, api.ClaimRequest{})
 	if err != nil {
 		t.Fatalf("H's claim under its live lease: %v", err)
 	}

@@ -194,6 +194,14 @@ func mayHoldRuneError(body []byte) bool {
 // Content-Type that is sent is held to ContentType's rule even with an
 // empty body.
 func DecodeEmpty(w http.ResponseWriter, r *http.Request, limit int64) error {
+	return DecodeOptional(w, r, &struct{}{}, limit)
+}
+
+// DecodeOptional is Decode for a POST whose body may be left out: an
+// empty body (or only white space) is accepted as DecodeEmpty accepts it
+// and leaves dst as it is; any other body is decoded into dst as Decode
+// does.
+func DecodeOptional(w http.ResponseWriter, r *http.Request, dst any, limit int64) error {
 	body, err := io.ReadAll(http.MaxBytesReader(unwrap(w), r.Body, limit))
 	var tooLarge *http.MaxBytesError
 	switch {
@@ -211,7 +219,7 @@ func DecodeEmpty(w http.ResponseWriter, r *http.Request, limit int64) error {
 		return nil
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	return Decode(w, r, &struct{}{}, limit)
+	return Decode(w, r, dst, limit)
 }
 
 // goPrefixes are the Go package and function names that start the parts

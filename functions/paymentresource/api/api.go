@@ -11,7 +11,7 @@
 //	POST /v1/payouts                   PayoutRequest -> Payout
 //	GET  /v1/payouts?state=S           -> PayoutList
 //	GET  /v1/payouts/{id}              -> Payout
-//	POST /v1/payouts/{id}/claim        (holder's headers) -> Payout
+//	POST /v1/payouts/{id}/claim        (holder's headers) [ClaimRequest] -> Payout
 //	POST /v1/payouts/{id}/result       (holder's headers) ResultRequest -> Payout
 //	POST /v1/payouts/{id}/attention    (holder's headers) AttentionRequest -> Payout
 //	POST /v1/payouts/{id}/resolution   (holder's headers) ResolutionRequest -> Payout
@@ -45,7 +45,8 @@ const (
 	// PathPayout: GET returns one payout.
 	PathPayout = PathPayouts + "/{id}"
 	// PathClaim: POST claims a payout for a lock holder (headers
-	// HeaderToken, HeaderOwner; no body) -> Payout.
+	// HeaderToken, HeaderProof, HeaderOwner; an optional ClaimRequest, the
+	// terms the holder means to pay) -> Payout.
 	PathClaim = PathPayout + suffixClaim
 	// PathResult: POST records the rail's answer to a submission of the
 	// payout (ResultRequest, same headers as PathClaim) -> Payout.
@@ -204,6 +205,12 @@ const (
 	// CodePayoutConflict (409): the payout id exists with another account,
 	// amount or currency.
 	CodePayoutConflict Code = "PAYOUT_CONFLICT"
+	// CodePayoutTermsMismatch (409): a claim's ClaimRequest names another
+	// account, amount or currency than the payout's. Judged before the
+	// token's proof and the fence; nothing changed. The same request can
+	// never succeed: the caller's terms (a payout event) are not the
+	// payout's.
+	CodePayoutTermsMismatch Code = "PAYOUT_TERMS_MISMATCH"
 	// CodeFencedOut (409): a fenced row carries a higher token (or, on the
 	// strict account fence, the same one). The writer is a stale lock
 	// holder and must stop. Spelled in fencewire, shared with rail-proxy.
@@ -270,7 +277,7 @@ const StatusRequestCancelled = 499
 var Codes = []Code{
 	CodeInvalidRequest, CodeBodyTooLarge, CodeUnsupportedMediaType, CodeInvalidToken, CodeNotFound,
 	CodeMethodNotAllowed, CodeAccountNotFound, CodeAccountConflict, CodeCurrencyMismatch, CodeInsufficientFunds, CodePayoutNotFound,
-	CodePayoutConflict, CodeFencedOut, CodeUnverifiedToken, CodePayoutFinished, CodePayoutInDoubt, CodePayoutNotClaimed,
+	CodePayoutConflict, CodePayoutTermsMismatch, CodeFencedOut, CodeUnverifiedToken, CodePayoutFinished, CodePayoutInDoubt, CodePayoutNotClaimed,
 	CodePayoutNeedsAttention, CodeRailRefConflict, CodeInvalidReceipt, CodeUnavailable, CodeOverloaded, CodeInternal,
 	CodeRequestCancelled,
 }

@@ -238,6 +238,40 @@ type PayoutRequest struct {
 	Currency string `json:"currency"`
 }
 
+// ClaimRequest is the optional body of POST /v1/payouts/{id}/claim: the
+// terms the holder is about to pay, as it learnt them (the executor: from
+// the payout event). When they are given, payment-resource compares them
+// with the payout before anything else, and a difference is refused 409
+// PAYOUT_TERMS_MISMATCH with nothing changed. An empty body, or {}, asks
+// for no comparison (the claim of clients that send none).
+type ClaimRequest struct {
+	// AccountID is the account the holder took the lock of.
+	AccountID string `json:"accountId,omitempty"`
+	// AmountMinor is the amount, 1..MaxAmountMinor minor units.
+	AmountMinor int64 `json:"amountMinor,omitempty"`
+	// Currency is the ISO 4217 code.
+	Currency string `json:"currency,omitempty"`
+}
+
+// Validate returns an error describing the first invalid field of r
+// (answered 400 INVALID_REQUEST): all three fields are given and valid,
+// or none is.
+func (r ClaimRequest) Validate() error {
+	if r == (ClaimRequest{}) {
+		return nil
+	}
+	if err := ValidateAccountID(r.AccountID); err != nil {
+		return err
+	}
+	if err := validateCurrency(r.Currency); err != nil {
+		return err
+	}
+	if r.AmountMinor <= 0 || r.AmountMinor > MaxAmountMinor {
+		return fmt.Errorf("amountMinor %d is outside 1..%d", r.AmountMinor, MaxAmountMinor)
+	}
+	return nil
+}
+
 // ResultRequest is the body of POST /v1/payouts/{id}/result: the rail's
 // answer to a submission of the payout. Results are facts keyed by RailRef:
 // posting the same one again changes nothing.

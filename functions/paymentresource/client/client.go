@@ -50,6 +50,9 @@ var (
 	// ErrPayoutConflict: the payout id exists with other values
 	// (PAYOUT_CONFLICT).
 	ErrPayoutConflict = errors.New("paymentresource client: payout exists with other values")
+	// ErrTermsMismatch: a claim's terms are not the payout's
+	// (PAYOUT_TERMS_MISMATCH); nothing changed.
+	ErrTermsMismatch = errors.New("paymentresource client: claim terms are not the payout's")
 	// ErrFencedOut: a newer lock holder has written; the caller is stale
 	// and must stop (FENCED_OUT).
 	ErrFencedOut = errors.New("paymentresource client: fenced out")
@@ -99,6 +102,7 @@ var sentinels = map[api.Code]error{
 	api.CodeInsufficientFunds:    ErrInsufficientFunds,
 	api.CodePayoutNotFound:       ErrPayoutNotFound,
 	api.CodePayoutConflict:       ErrPayoutConflict,
+	api.CodePayoutTermsMismatch:  ErrTermsMismatch,
 	api.CodeFencedOut:            ErrFencedOut,
 	api.CodeUnverifiedToken:      ErrUnverifiedToken,
 	api.CodeInvalidReceipt:       ErrInvalidReceipt,
@@ -233,16 +237,25 @@ func (c *Client) payout(ctx context.Context, path, id string) (api.Payout, error
 }
 
 // Claim claims payout id for the lock holder h (its fencing token, the
-// token's proof and its owner id, sent as headers; POST /v1/payouts/{id}/claim) and returns the claimed payout. It
-// returns ErrFencedOut when a newer holder has written, ErrPayoutFinished,
-// ErrPayoutInDoubt, ErrPayoutNotFound, ErrInvalidRequest (also for a
-// token that is not positive, without sending), ErrUnavailable.
-func (c *Client) Claim(ctx context.Context, id string, h fencewire.Holder) (api.Payout, error) {
+// token's proof and its owner id, sent as headers; POST
+// /v1/payouts/{id}/claim) and returns the claimed payout. terms, unless
+// it is the zero value, are the account, amount and currency h means to
+// pay: payment-resource refuses the claim with ErrTermsMismatch, changing
+// nothing, when they are not the payout's; a zero terms sends no body.
+// It returns ErrFencedOut when a newer holder has written,
+// ErrPayoutFinished, ErrPayoutInDoubt, ErrPayoutNotFound,
+// ErrInvalidRequest (also for a token that is not positive or terms that
+// fail api.ClaimRequest.Validate, without sending), ErrUnavailable.
+func (c *Client) Claim(ctx context.Context, id string, h fencewire.Holder, terms api.ClaimRequest) (api.Payout, error) {
 	var p api.Payout
-	if err := errors.Join(api.ValidatePayoutID(id), api.ValidateToken(h.Token)); err != nil {
+	if err := errors.Join(api.ValidatePayoutID(id), api.ValidateToken(h.Token), terms.Validate()); err != nil {
 		return p, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
-	err := c.call(ctx, http.MethodPost, api.ClaimPath(id), &h, nil, &p)
+	var in any
+	if terms != (api.ClaimRequest{}) {
+		in = terms
+	}
+	err := c.call(ctx, http.MethodPost, api.ClaimPath(id), &h, in, &p)
 	return p, err
 }
 

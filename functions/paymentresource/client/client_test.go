@@ -47,7 +47,8 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 		api.CodeAccountNotFound: client.ErrAccountNotFound, api.CodeAccountConflict: client.ErrAccountConflict,
 		api.CodeCurrencyMismatch: client.ErrCurrencyMismatch, api.CodePayoutNotFound: client.ErrPayoutNotFound,
 		api.CodePayoutConflict: client.ErrPayoutConflict, api.CodeFencedOut: client.ErrFencedOut,
-		api.CodePayoutFinished: client.ErrPayoutFinished, api.CodePayoutInDoubt: client.ErrPayoutInDoubt,
+		api.CodePayoutTermsMismatch: client.ErrTermsMismatch,
+		api.CodePayoutFinished:      client.ErrPayoutFinished, api.CodePayoutInDoubt: client.ErrPayoutInDoubt,
 		api.CodePayoutNotClaimed: client.ErrPayoutNotClaimed, api.CodeRailRefConflict: client.ErrRailRefConflict,
 		api.CodePayoutNeedsAttention: client.ErrPayoutNeedsAttention,
 		api.CodeUnavailable:          client.ErrUnavailable, api.CodeUnverifiedToken: client.ErrUnverifiedToken,
@@ -60,7 +61,7 @@ func TestEveryRefusalMatchesTheSentinelOfItsCode(t *testing.T) {
 	all := []error{client.ErrInvalidRequest, client.ErrAccountNotFound, client.ErrAccountConflict, client.ErrCurrencyMismatch,
 		client.ErrPayoutNotFound, client.ErrPayoutConflict, client.ErrFencedOut, client.ErrPayoutFinished, client.ErrPayoutInDoubt,
 		client.ErrPayoutNotClaimed, client.ErrRailRefConflict, client.ErrUnavailable, client.ErrUnverifiedToken, client.ErrInvalidReceipt,
-		client.ErrPayoutNeedsAttention, client.ErrOverloaded, client.ErrInsufficientFunds}
+		client.ErrPayoutNeedsAttention, client.ErrOverloaded, client.ErrInsufficientFunds, client.ErrTermsMismatch}
 	for _, code := range api.Codes {
 		want, listed := sentinel[code]
 		if !listed {
@@ -97,7 +98,7 @@ func TestAnswersWithoutAnEnvelopeAndLostAnswers(t *testing.T) {
 	}
 	lost := errors.New("connection reset")
 	c, _ = client.New("http://pay.invalid", client.WithHTTPClient(doerFunc(func(*http.Request) (*http.Response, error) { return nil, lost })))
-	if _, err := c.Claim(ctx, "p-1", fencewire.Holder{Token: 7, Owner: "w"}); !errors.Is(err, client.ErrUnavailable) || !errors.Is(err, lost) {
+	if _, err := c.Claim(ctx, "p-1", fencewire.Holder{Token: 7, Owner: "w"}, api.ClaimRequest{}); !errors.Is(err, client.ErrUnavailable) || !errors.Is(err, lost) {
 		t.Errorf("transport error: %v, want ErrUnavailable wrapping it", err)
 	}
 }
@@ -132,8 +133,18 @@ func TestInvalidRequestsAreNotSent(t *testing.T) {
 	var got []*http.Request
 	c, _ := client.New("http://pay.invalid", client.WithHTTPClient(answering(200, "{}", &got)))
 	for name, call := range map[string]func() error{
-		"claim token 0":         func() error { _, err := c.Claim(ctx, "p-1", fencewire.Holder{Token: 0, Owner: "w"}); return err },
-		"claim id with a slash": func() error { _, err := c.Claim(ctx, "p/1", fencewire.Holder{Token: 1, Owner: "w"}); return err },
+		"claim token 0": func() error {
+			_, err := c.Claim(ctx, "p-1", fencewire.Holder{Token: 0, Owner: "w"}, api.ClaimRequest{})
+			return err
+		},
+		"claim id with a slash": func() error {
+			_, err := c.Claim(ctx, "p/1", fencewire.Holder{Token: 1, Owner: "w"}, api.ClaimRequest{})
+			return err
+		},
+		"claim terms without a currency": func() error {
+			_, err := c.Claim(ctx, "p-1", fencewire.Holder{Token: 1, Owner: "w"}, api.ClaimRequest{AccountID: "a", AmountMinor: 1})
+			return err
+		},
 		"result railToken > token": func() error {
 			_, err := c.PostResult(ctx, "p-1", fencewire.Holder{Token: 5, Owner: "w"}, api.ResultRequest{Outcome: api.OutcomeAck, RailRef: "r", RailToken: 6})
 			return err

@@ -123,7 +123,7 @@ func Example() {
 	fmt.Println("created:", p.State)
 
 	holder := holderOf("acct-7", 7, "worker-a") // the lease's token 7, its proof, the owner
-	if p, err = pay.Claim(ctx, "p-1", holder); err != nil {
+	if p, err = pay.Claim(ctx, "p-1", holder, api.ClaimRequest{AccountID: "acct-7", AmountMinor: 2500, Currency: "EUR"}); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("claimed:", p.State, "fence", p.Fence)
@@ -159,7 +159,7 @@ func Example_fencedOut() {
 		log.Fatal(err)
 	}
 	// B holds the newer lease (token 9) and claims; A (token 8) was paused.
-	if _, err := pay.Claim(ctx, "p-1", holderOf("acct-7", 9, "worker-b")); err != nil {
+	if _, err := pay.Claim(ctx, "p-1", holderOf("acct-7", 9, "worker-b"), api.ClaimRequest{}); err != nil {
 		log.Fatal(err)
 	}
 	_, err := pay.PostResult(ctx, "p-1", holderOf("acct-7", 8, "worker-a"), api.ResultRequest{Outcome: api.OutcomeAck, RailRef: "rail-a",
@@ -187,7 +187,7 @@ func ExampleClient_Payout() {
 
 	_, err := pay.Payout(ctx, "p-404")
 	fmt.Println("not found:", errors.Is(err, client.ErrPayoutNotFound))
-	_, err = pay.Claim(ctx, "p-404", fencewire.Holder{Token: 0, Owner: "worker-a"})
+	_, err = pay.Claim(ctx, "p-404", fencewire.Holder{Token: 0, Owner: "worker-a"}, api.ClaimRequest{})
 	fmt.Println("token 0:", errors.Is(err, client.ErrInvalidRequest))
 	// Output:
 	// not found: true
