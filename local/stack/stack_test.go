@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -128,5 +129,56 @@ func TestInterruptedStartSaysSo(t *testing.T) {
 	_, err := stack.Start(ctx, stack.Config{Dir: dir, BinDir: bin})
 	if !errors.Is(err, stack.ErrInterrupted) || strings.Contains(err.Error(), "initdb") {
 		t.Fatalf("Start interrupted while its clusters start: %v; want ErrInterrupted, naming no step", err)
+	}
+}
+
+// TestExitedReportsWhatDiesOnItsOwnRestartsIncluded: Exited reports a
+// process that exits without Kill or Stop, with its pid, exit status and
+// the tail of its log, also when it is a restart (a later process than
+// those present when Exited was first called); the process Kill ended is
+// not reported.
+func TestExitedReportsWhatDiesOnItsOwnRestartsIncluded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the whole stack")
+	}
+	if err := stack.CheckPostgres(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	bin, err := stack.CachedBinaries(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := stack.Start(ctx, stack.Config{Dir: t.TempDir(), BinDir: bin, Executors: []stack.ExecutorSpec{{Name: "A"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Stop()
+	exited := st.Exited()
+	first := st.Executor("A")
+	if err := st.Kill("executor-A"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Restart(ctx, "executor-A"); err != nil {
+		t.Fatal(err)
+	}
+	restarted := st.Executor("A")
+	// Killed behind the stack's back, as the kernel's OOM killer would.
+	if err := restarted.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-exited:
+		if e.Name != "executor-A" || e.PID != restarted.PID() || e.Err == nil || !strings.Contains(e.Err.Error(), "killed") ||
+			e.LogPath != restarted.LogPath() || !strings.Contains(e.LogTail, `"service":"executor"`) {
+			t.Errorf("Exited sent %+v; want the restarted executor-A (pid %d; the first, ended by Kill, was %d), killed, with its log's tail",
+				e, restarted.PID(), first.PID())
+		}
+	case <-ctx.Done():
+		t.Fatal("Exited reported nothing")
 	}
 }
