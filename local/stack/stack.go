@@ -785,7 +785,8 @@ func (s *Stack) startEmulator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := awaitHTTP(ctx, p, "http://"+addr, func(code int) bool { return code == http.StatusOK }); err != nil {
+	// Its own wrapper starts the Java server that listens: not own.
+	if err := awaitHTTP(ctx, p, "http://"+addr, func(code int) bool { return code == http.StatusOK }, false); err != nil {
 		return err
 	}
 	s.pubsubAddr = addr
@@ -907,7 +908,7 @@ func (s *Stack) runProcessLine(ctx context.Context, svc service, line *string) (
 		if line != nil {
 			*line = l
 		}
-	} else if err := awaitHTTP(ctx, p, svc.probe, svc.ok); err != nil {
+	} else if err := awaitHTTP(ctx, p, svc.probe, svc.ok, true); err != nil {
 		return p, err
 	}
 	s.mu.Lock()
