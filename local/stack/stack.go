@@ -976,8 +976,12 @@ func (s *Stack) Kill(name string) error {
 	p.mu.Lock()
 	p.stopped = true // Stop must not signal its (possibly reused) pid again
 	p.mu.Unlock()
-	_ = syscall.Kill(-p.PID(), syscall.SIGKILL)
-	<-p.done
+	select {
+	case <-p.done: // exited on its own: its pid may belong to another process now
+	default:
+		_ = syscall.Kill(-p.PID(), syscall.SIGKILL)
+		<-p.done
+	}
 	return nil
 }
 
