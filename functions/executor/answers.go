@@ -97,7 +97,9 @@ var (
 
 // answers is the classification of every code of lockserver/api,
 // functions/paymentresource/api and functions/railproxy/api, by service.
-// A code missing here is classified by Classify's default.
+// A code missing here is classified by Classify's default. lock-server's
+// row is its answer to the acquire; its answers on a granted lease go
+// through ClassifyLease.
 var answers = map[Service]map[string]Verdict{
 	ServiceLockServer: {
 		string(lockapi.CodeLockHeld):             {Class: ClassTransient, Err: ErrLockBusy},
@@ -186,12 +188,34 @@ func Classify(svc Service, code string, status int) Verdict {
 	return transient
 }
 
-// classifyErr classifies the error of a call to svc: the code and status
-// of the service's refusal, a request the client refused to send (as
-// INVALID_REQUEST: it would be refused alike), or no answer (transient).
-// It returns the code ("" without one) for the logs.
+// ClassifyLease returns the verdict on lock-server's answer with code and
+// status (0 when there was no answer) to a call on a lease it granted: the
+// confirmation before the rail submission, the local check before the
+// claim. The grant accepted the event's lock key and the payout may be
+// claimed by now, so such an answer says nothing about the payout: only
+// LEASE_NOT_HELD and STALE_TOKEN, which say the lease ended, keep their
+// verdict (ErrNoLongerHolder); any other answer, a 4xx that Classify
+// calls done or permanent for the acquire included, is ClassTransient with
+// ErrDependency, so that nothing is acknowledged or marked and Pub/Sub
+// redelivers.
+func ClassifyLease(code string, status int) Verdict {
+	if v := Classify(ServiceLockServer, code, status); errors.Is(v.Err, ErrNoLongerHolder) {
+		return v
+	}
+	return transient
+}
+
+// classifyErr classifies the error of a call to svc with Classify; it
+// returns the code ("" without one) for the logs.
 func classifyErr(svc Service, err error) (Verdict, string) {
-	code, status := "", 0
+	code, status := answerOf(svc, err)
+	return Classify(svc, code, status), code
+}
+
+// answerOf returns the code and status of the error of a call to svc: the
+// service's refusal, a request the client refused to send (as
+// INVALID_REQUEST: it would be refused alike), or no answer ("", 0).
+func answerOf(svc Service, err error) (code string, status int) {
 	var (
 		pe *payclient.Error
 		re *railclient.Error
@@ -214,5 +238,5 @@ func classifyErr(svc Service, err error) (Verdict, string) {
 	case svc == ServiceLockServer && errors.Is(err, client.ErrLeaseLost):
 		code = string(lockapi.CodeLeaseNotHeld) // lost locally (deadline passed) or refused on renewal
 	}
-	return Classify(svc, code, status), code
+	return code, status
 }

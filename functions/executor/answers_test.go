@@ -139,6 +139,24 @@ func TestClassesOfTheAnswers(t *testing.T) {
 	}
 }
 
+// TestLockServerAnswersOnAGrantedLeaseAreRedelivered: on a granted lease,
+// every answer of lock-server, an unknown 4xx and no answer at all are
+// transient; only the two that say the lease ended stop the worker as no
+// longer the holder, the others are dependency failures.
+func TestLockServerAnswersOnAGrantedLeaseAreRedelivered(t *testing.T) {
+	for _, code := range append(lockCodes(t), "NEWER_CODE", "") {
+		want := executor.ErrDependency
+		if code == string(lockapi.CodeLeaseNotHeld) || code == string(lockapi.CodeStaleToken) {
+			want = executor.ErrNoLongerHolder
+		}
+		for _, status := range []int{0, http.StatusBadRequest, http.StatusConflict, http.StatusServiceUnavailable} {
+			if v := executor.ClassifyLease(code, status); v.Class != executor.ClassTransient || v.Err != want {
+				t.Errorf("ClassifyLease(%q, %d) = %+v; want transient with %v", code, status, v, want)
+			}
+		}
+	}
+}
+
 // TestRetryDelayGrowsIsCappedAndJittered: the waits of the in-process
 // retry grow exponentially, stay within [d/2, d] of their step, are capped
 // at Max, and are drawn from the random source (one seed, one sequence).

@@ -537,7 +537,7 @@ func (x *Executor) execute(ctx context.Context, e payoutevent.Event, release *fu
 	// before the side effect that cannot be undone.
 	ctx = x.inject(ctx, AfterGrant, d, lease)
 	if err := x.checkLocal(ctx, log, lease, "claim"); err != nil {
-		return x.settle(ctx, log, e, nil, "local lease check before the claim", ServiceLockServer, err)
+		return leaseUnconfirmed("local lease check before the claim", err)
 	}
 	terms, err := x.claim(ctx, e, holder)
 	if err != nil {
@@ -550,7 +550,7 @@ func (x *Executor) execute(ctx context.Context, e payoutevent.Event, release *fu
 	// undo. Whether the payout already went to the rail is rail-proxy's
 	// decision, taken in the transaction that records this submission.
 	if err := x.confirm(ctx, log, lease, "rail submission"); err != nil {
-		return x.settle(ctx, log, e, nil, "confirm before the rail submission", ServiceLockServer, err)
+		return leaseUnconfirmed("confirm before the rail submission", err)
 	}
 	ctx = x.inject(ctx, BeforeSubmit, d, lease)
 	res, err := x.submit(ctx, e, holder, terms)
@@ -610,8 +610,7 @@ func (x *Executor) execute(ctx context.Context, e payoutevent.Event, release *fu
 // worker whose lease has ended is fenced out by a newer holder
 // (ErrFencedOut, redelivered);
 // otherwise an error wrapping the verdict's sentinel, so that Pub/Sub
-// redelivers. lease is nil before the lease is held or when it is the
-// lease's own confirmation that failed.
+// redelivers. lease is nil before the lease is held.
 func (x *Executor) settle(ctx context.Context, log *slog.Logger, e payoutevent.Event, lease *client.Lease, step string, svc Service, err error) (Outcome, error) {
 	v, code := classifyErr(svc, err)
 	log = log.With("step", step, "service", string(svc), "code", code)
@@ -668,6 +667,15 @@ func (x *Executor) settle(ctx context.Context, log *slog.Logger, e payoutevent.E
 	default:
 		return "", fmt.Errorf("%w: %s: %v", v.Err, step, err)
 	}
+}
+
+// leaseUnconfirmed ends the execution whose lease was not confirmed at
+// step (err from checkLocal or confirm), as ClassifyLease says: with an
+// error wrapping ErrNoLongerHolder or ErrDependency, so that Pub/Sub
+// redelivers. Nothing is acknowledged or marked: the payout may be
+// claimed, and a later delivery finishes it.
+func leaseUnconfirmed(step string, err error) (Outcome, error) {
+	return "", fmt.Errorf("%w: %s: %v", ClassifyLease(answerOf(ServiceLockServer, err)).Err, step, err)
 }
 
 // markAttention records reason on the payout (needs_attention, fenced with
@@ -789,8 +797,8 @@ func (x *Executor) checkLocal(ctx context.Context, log *slog.Logger, lease *clie
 // server's clock) stops this worker here. It returns nil, or the SDK's
 // error: client.ErrLeaseLost (wrapped) when the server refused the grant
 // or the local deadline passed, another error when lock-server could not
-// be asked (the lease is not known to be held, so nothing is sent
-// either); Classify tells them apart.
+// be asked or answered anything else (the lease is not known to be held,
+// so nothing is sent either); ClassifyLease tells them apart.
 func (x *Executor) confirm(ctx context.Context, log *slog.Logger, lease *client.Lease, step string) error {
 	rctx, cancel := context.WithTimeout(ctx, x.cfg.RequestTimeout)
 	defer cancel()

@@ -469,6 +469,57 @@ func TestRevokeAcknowledgedBeforeTheSubmissionStopsIt(t *testing.T) {
 	}
 }
 
+// Once the lease is granted, the event's lock key was accepted and the
+// payout is claimed: a refusal of the confirmation before the rail
+// submission that says nothing about the lease (a 400 INVALID_REQUEST,
+// which at the acquire drops the event; a 4xx code this executor does not
+// know, which elsewhere marks the payout) is redelivered as a dependency
+// failure. Nothing is submitted, acknowledged or marked.
+func TestLockServerRefusalOfTheConfirmationIsRedelivered(t *testing.T) {
+	for _, c := range []struct {
+		code   string
+		status int
+	}{
+		{string(lockapi.CodeInvalidRequest), http.StatusBadRequest},
+		{"NEWER_CODE", http.StatusUnprocessableEntity},
+	} {
+		t.Run(c.code, func(t *testing.T) {
+			deps := &fakeDeps{railStatus: 200, railBody: `{"status":"ACK","railRef":"rail-000001"}`}
+			var claimed atomic.Bool
+			refuseRenewals := func(ls http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if claimed.Load() && lockOp(r) == "renew" {
+						jsonhandler.WriteError(w, c.status, c.code, "scripted", false)
+						return
+					}
+					ls.ServeHTTP(w, r)
+				})
+			}
+			var logs logtest.Buffer
+			x := loggedExecutor(t, memstore.New(nil), refuseRenewals, deps, &logs,
+				fault.Points{executor.AfterClaim: func(context.Context, executor.Delivery, *client.Lease) { claimed.Store(true) }})
+			body, _ := payoutevent.Encode(event, "m-1", "acct-7", 1)
+			rec := push(t, x, body)
+			var env jsonhandler.Envelope
+			if err := json.Unmarshal(rec.Body.Bytes(), &env); rec.Code != http.StatusServiceUnavailable || err != nil || env.Error.Code != "DEPENDENCY_UNAVAILABLE" {
+				t.Fatalf("push answered %d %s; want 503 DEPENDENCY_UNAVAILABLE (redelivered)", rec.Code, rec.Body)
+			}
+			out, err := x.Execute(t.Context(), event) // the same through Execute
+			if !errors.Is(err, executor.ErrDependency) {
+				t.Errorf("Execute = %q, %v; want ErrDependency", out, err)
+			}
+			if n := deps.railCalls(); n != 0 || len(deps.attentions) != 0 || len(deps.results) != 0 {
+				t.Errorf("%d rail submissions, attention marks %v, results %v; want none", n, deps.attentions, deps.results)
+			}
+			for _, ev := range []string{executor.EventPayoutEventUnknownPayout, executor.EventPayoutRefusedPermanently, executor.EventPayoutAttentionUnrecorded} {
+				if lines := logs.Events(t, ev); len(lines) != 0 {
+					t.Errorf("%s lines %v; want none", ev, lines)
+				}
+			}
+		})
+	}
+}
+
 // alreadySubmitted is rail-proxy's refusal of a second submission of p-1,
 // naming the attempt that went to the rail.
 func alreadySubmitted(state, railRef string, token int64) string {

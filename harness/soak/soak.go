@@ -75,6 +75,10 @@ const (
 var (
 	// ErrInvalidConfig: a Config field is out of range.
 	ErrInvalidConfig = errors.New("soak: invalid config")
+	// ErrProcessExited: a process of the stack exited that the chaos had
+	// not killed (or one it restarted exited again); the message names it,
+	// with its exit status and the last lines of its log.
+	ErrProcessExited = errors.New("soak: a process exited on its own")
 	// ErrNotSettled: the pipeline did not settle within
 	// Config.SettleTimeout (payouts still pending, claimed, ambiguous or
 	// forwarding): reported with the counts, and the Report is still
@@ -243,9 +247,10 @@ func (c Config) Validate() error {
 
 // Run runs one soak and returns its Report. The error is for a run that
 // could not be carried out (the stack did not start, a killed part did not
-// come back, the pipeline did not settle: ErrNotSettled, with the Report
-// filled as far as it got); broken invariants are in Report.Failures,
-// with a nil error.
+// come back, a process exited on its own: ErrProcessExited, the pipeline
+// did not settle: ErrNotSettled, with the Report filled as far as it got);
+// once the stack has started it names the seed and the run folder.
+// Broken invariants are in Report.Failures, with a nil error.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -283,24 +288,34 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	st := d.Stack()
 	rep.Dir = st.Dir()
 	log.Info("stack ready", "took", time.Since(t0).Round(time.Millisecond), "dir", st.Dir())
+	ctx, stopWatch := watchExits(ctx, st.Exited())
+	defer stopWatch()
+	// fail names the seed and the run folder, and prefers a process's exit
+	// (which ended ctx) to what it made fail.
+	fail := func(err error) error {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrProcessExited) {
+			err = cause
+		}
+		return fmt.Errorf("soak (seed %d, logs in %s): %w", cfg.Seed, st.Dir(), err)
+	}
 	stopPush, err := st.Push(ctx, quiet)
 	if err != nil {
-		return nil, err
+		return nil, fail(err)
 	}
 	defer stopPush()
 
 	ld := &loader{cfg: cfg, plan: newPlan(cfg), d: d}
 	if err := ld.createAccounts(ctx); err != nil {
-		return nil, err
+		return nil, fail(err)
 	}
 	if err := checkpoint(ctx, st); err != nil {
-		return nil, err
+		return nil, fail(err)
 	}
 
 	var observed func(context.Context) error
 	if cfg.Observe != nil {
 		if observed, err = cfg.Observe(ctx, st); err != nil {
-			return nil, fmt.Errorf("soak: Observe: %w", err)
+			return nil, fail(fmt.Errorf("observe: %w", err))
 		}
 	}
 	rep.Start = time.Now()
@@ -342,7 +357,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.LoadEnd = time.Now()
 	rep.Duplicates = ld.duplicates()
 	if err := errors.Join(loadErr, chaosErr, netErr); err != nil {
-		return rep, fmt.Errorf("soak (seed %d, logs in %s): %w", cfg.Seed, st.Dir(), err)
+		return rep, fail(err)
 	}
 	log.Info("load done; settling", "took", rep.LoadEnd.Sub(rep.Start).Round(time.Millisecond), "kills", len(rep.Kills), "netFaults", len(rep.NetFaults))
 
@@ -350,32 +365,35 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.SettledAt = time.Now()
 	rep.Settled = settleErr == nil
 	if settleErr != nil && !errors.Is(settleErr, ErrNotSettled) {
-		return rep, fmt.Errorf("soak (seed %d, logs in %s): %w", cfg.Seed, st.Dir(), settleErr)
+		return rep, fail(settleErr)
 	}
 	if observed != nil {
 		if err := observed(ctx); err != nil {
-			return rep, fmt.Errorf("soak: Observe's end: %w", err)
+			return rep, fail(errors.Join(fmt.Errorf("observe's end: %w", err), settleErr))
 		}
 	}
 	recs, err := readRecords(ctx, ld)
 	if err != nil {
-		return rep, fmt.Errorf("soak (seed %d, logs in %s): read the records: %w", cfg.Seed, st.Dir(), err)
+		return rep, fail(fmt.Errorf("read the records: %w", err))
 	}
 	rep.fill(recs, cfg.Bucket)
 	rep.Failures = Check(recs)
 	if cfg.Break != nil {
 		if err := cfg.Break(ctx, st); err != nil {
-			return rep, fmt.Errorf("soak: Break: %w", err)
+			return rep, fail(fmt.Errorf("break: %w", err))
 		}
 		broken, err := readRecords(ctx, ld)
 		if err != nil {
-			return rep, fmt.Errorf("soak: read the broken records: %w", err)
+			return rep, fail(fmt.Errorf("read the broken records: %w", err))
 		}
 		rep.FailuresAfterBreak = Check(broken)
 	}
 	log.Info("soak done", "seed", cfg.Seed, "outcomes", rep.Outcomes, "failures", len(rep.Failures))
 	if settleErr != nil {
-		return rep, fmt.Errorf("soak (seed %d, logs in %s): %w", cfg.Seed, st.Dir(), settleErr)
+		return rep, fail(settleErr)
+	}
+	if err := context.Cause(ctx); errors.Is(err, ErrProcessExited) {
+		return rep, fail(err)
 	}
 	return rep, nil
 }
@@ -411,6 +429,24 @@ func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h minLevel) WithGroup(name string) slog.Handler {
 	return minLevel{h.Handler.WithGroup(name), h.min}
+}
+
+// watchExits returns a context that ends, with a cause wrapping
+// ErrProcessExited, when exited (stack.Stack.Exited: the chaos's kills
+// and the stack's stop are not reported, a restarted process is covered
+// once ready) reports a process, and a function that ends the watch.
+func watchExits(ctx context.Context, exited <-chan stack.ProcessExit) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	// Ends with ctx (the returned function ends it), at the latest once it
+	// has reported an exit.
+	go func() {
+		select {
+		case e := <-exited:
+			cancel(fmt.Errorf("%w: %s (pid %d, %v); last lines of %s:\n%s", ErrProcessExited, e.Name, e.PID, e.Err, e.LogPath, e.LogTail))
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(nil) }
 }
 
 // checkpoint runs CHECKPOINT on the stack's PostgreSQL clusters once the

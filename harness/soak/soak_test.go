@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -120,9 +121,30 @@ func buildOnce(t *testing.T) string {
 	return bin
 }
 
+// runDir returns a new run folder for a soak (every process's log, the
+// rail's journal): removed when the test passes, kept when it fails, with
+// its path in the test's output, since a failure is read from it.
+func runDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "soak-"+strings.ReplaceAll(t.Name(), "/", "-")+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("run folder kept: %s", dir)
+			return
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("remove the run folder: %v", err)
+		}
+	})
+	return dir
+}
+
 func shortConfig(t *testing.T, backend, bin string) soak.Config {
 	cfg := soak.DefaultConfig()
-	cfg.Backend, cfg.BinDir, cfg.Dir = backend, bin, t.TempDir()
+	cfg.Backend, cfg.BinDir, cfg.Dir = backend, bin, runDir(t)
 	cfg.Payouts, cfg.Accounts, cfg.Rate = 300, 30, 60
 	cfg.KillGap, cfg.DownTime, cfg.Rounds, cfg.MaxRounds = 300*time.Millisecond, 100*time.Millisecond, 1, 1
 	cfg.Seed = *seed

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -191,8 +192,21 @@ func freePort() (int, error) {
 }
 
 // awaitHTTP polls url with GET until it answers with a status accepted by
-// ok, the process exits, or ctx ends.
-func awaitHTTP(ctx context.Context, p *Process, url string, ok func(status int) bool) error {
+// ok, the process exits, or ctx ends. With own, the answer counts only once
+// p itself listens on url's port: a restart reuses its port, which the
+// kernel may have handed to another program while p was down, and that
+// program's answer is not p's readiness (p then exits, its port in use).
+func awaitHTTP(ctx context.Context, p *Process, url string, ok func(status int) bool, own bool) error {
+	port := 0
+	if own {
+		u, err := neturl.Parse(url)
+		if err == nil {
+			port, err = strconv.Atoi(u.Port())
+		}
+		if err != nil {
+			return fmt.Errorf("stack: probe %q of %s: no port: %v", url, p.name, err)
+		}
+	}
 	client := &http.Client{Timeout: time.Second}
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
@@ -206,10 +220,14 @@ func awaitHTTP(ctx context.Context, p *Process, url string, ok func(status int) 
 		if err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			if ok(resp.StatusCode) {
+			switch {
+			case !ok(resp.StatusCode):
+				last = resp.Status
+			case own && !listensOn(p.PID(), port):
+				last = resp.Status + " from another process on port " + strconv.Itoa(port)
+			default:
 				return nil
 			}
-			last = resp.Status
 		} else {
 			last = err.Error()
 		}
@@ -221,6 +239,43 @@ func awaitHTTP(ctx context.Context, p *Process, url string, ok func(status int) 
 		case <-tick.C:
 		}
 	}
+}
+
+// listensOn reports whether process pid holds a TCP socket listening on
+// port (IPv4 or IPv6), as /proc/net and /proc/PID/fd show it.
+func listensOn(pid, port int) bool {
+	sockets := map[string]bool{}
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		// sl local_address rem_address st ... inode; state 0A is LISTEN.
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 10 || f[3] != "0A" {
+				continue
+			}
+			_, hexPort, _ := strings.Cut(f[1], ":")
+			if n, err := strconv.ParseUint(hexPort, 16, 16); err == nil && int(n) == port {
+				sockets["socket:["+f[9]+"]"] = true
+			}
+		}
+	}
+	if len(sockets) == 0 {
+		return false
+	}
+	fdDir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	fds, err := os.ReadDir(fdDir)
+	if err != nil {
+		return false
+	}
+	for _, fd := range fds {
+		if l, err := os.Readlink(fdDir + "/" + fd.Name()); err == nil && sockets[l] {
+			return true
+		}
+	}
+	return false
 }
 
 // awaitLine waits for the first stdout line of p.

@@ -341,6 +341,8 @@ type Stack struct {
 	// current its latest process.
 	services map[string]service
 	current  map[string]*Process
+	// exits receives the processes that exit on their own (watch).
+	exits chan ProcessExit
 	// proofKey is lock-server's grant-proof key, receiptKey
 	// rail-proxy's receipt key and termsKey payment-resource's
 	// payout-terms key, made fresh by Start.
@@ -381,7 +383,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 	cfg.Executors = append([]ExecutorSpec(nil), cfg.Executors...)
 	s := &Stack{cfg: cfg, log: cfg.Log, executors: map[string]*Process{}, executorURLs: map[string]string{}, pushURLs: map[string]string{}, pprofAddrs: map[string]string{},
-		links: map[string]*link.Link{}, services: map[string]service{}, current: map[string]*Process{}}
+		links: map[string]*link.Link{}, services: map[string]service{}, current: map[string]*Process{}, exits: make(chan ProcessExit, maxExits)}
 	if cfg.Dir == "" {
 		d, err := os.MkdirTemp("", "dll-stack-")
 		if err != nil {
@@ -783,10 +785,12 @@ func (s *Stack) startEmulator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := awaitHTTP(ctx, p, "http://"+addr, func(code int) bool { return code == http.StatusOK }); err != nil {
+	// Its own wrapper starts the Java server that listens: not own.
+	if err := awaitHTTP(ctx, p, "http://"+addr, func(code int) bool { return code == http.StatusOK }, false); err != nil {
 		return err
 	}
 	s.pubsubAddr = addr
+	go s.watch(p) // ends when p exits
 	s.log.Info("Pub/Sub emulator ready", "addr", addr, "pid", p.PID())
 	return nil
 }
@@ -904,7 +908,7 @@ func (s *Stack) runProcessLine(ctx context.Context, svc service, line *string) (
 		if line != nil {
 			*line = l
 		}
-	} else if err := awaitHTTP(ctx, p, svc.probe, svc.ok); err != nil {
+	} else if err := awaitHTTP(ctx, p, svc.probe, svc.ok, true); err != nil {
 		return p, err
 	}
 	s.mu.Lock()
@@ -914,6 +918,7 @@ func (s *Stack) runProcessLine(ctx context.Context, svc service, line *string) (
 		s.executors[strings.TrimPrefix(svc.name, "executor-")] = p
 	}
 	s.mu.Unlock()
+	go s.watch(p) // ends when p exits
 	return p, nil
 }
 
@@ -971,8 +976,12 @@ func (s *Stack) Kill(name string) error {
 	p.mu.Lock()
 	p.stopped = true // Stop must not signal its (possibly reused) pid again
 	p.mu.Unlock()
-	_ = syscall.Kill(-p.PID(), syscall.SIGKILL)
-	<-p.done
+	select {
+	case <-p.done: // exited on its own: its pid may belong to another process now
+	default:
+		_ = syscall.Kill(-p.PID(), syscall.SIGKILL)
+		<-p.done
+	}
 	return nil
 }
 
@@ -1185,34 +1194,48 @@ func (s *Stack) ExecutorURL(name string) string {
 	return s.executorURLs[name]
 }
 
-// Exited returns a channel that receives each process of the stack that
-// exits before Stop, with the error it exited with; it is never closed. A
-// stack that loses a part is broken: `local up` reports it.
-func (s *Stack) Exited() <-chan ProcessExit {
-	ch := make(chan ProcessExit, len(s.Processes()))
-	for _, p := range s.Processes() {
-		// Ends when p exits.
-		go func() {
-			<-p.Done()
-			s.mu.Lock()
-			stopped := s.stopped
-			s.mu.Unlock()
-			if !stopped {
-				ch <- ProcessExit{Name: p.Name(), Err: p.err, LogPath: p.LogPath()}
-			}
-		}()
+// Exited returns the channel that receives each process of the stack that
+// exits on its own once it was ready: neither killed by Kill nor stopped
+// by Stop. Processes restarted by Restart are covered from their
+// readiness on; a process that exits before it is ready is Start's or
+// Restart's error instead. The channel keeps the first maxExits exits
+// until they are read (one reader), and is never closed. A stack that
+// loses a part is broken: `local up` and the crash soak report it.
+func (s *Stack) Exited() <-chan ProcessExit { return s.exits }
+
+// maxExits is how many exits Exited's channel holds unread; later ones
+// are dropped.
+const maxExits = 16
+
+// watch sends p to s.exits when it exits on its own. It returns when p
+// has exited.
+func (s *Stack) watch(p *Process) {
+	<-p.Done()
+	p.mu.Lock()
+	killed := p.stopped
+	p.mu.Unlock()
+	s.mu.Lock()
+	stopped := s.stopped
+	s.mu.Unlock()
+	if killed || stopped {
+		return
 	}
-	return ch
+	select {
+	case s.exits <- ProcessExit{Name: p.Name(), PID: p.PID(), Err: p.err, LogPath: p.LogPath(), LogTail: p.logTail()}:
+	default:
+	}
 }
 
 // ProcessExit describes a process that exited on its own.
 type ProcessExit struct {
-	// Name is the process name (lock-server, executor-A, ...).
+	// Name is the process name (lock-server, executor-A, ...); PID its
+	// operating-system process id.
 	Name string
+	PID  int
 	// Err is how it exited (nil for status 0).
 	Err error
-	// LogPath is its log file.
-	LogPath string
+	// LogPath is its log file; LogTail its last lines.
+	LogPath, LogTail string
 }
 
 // Processes returns every process started, in start order.

@@ -3,9 +3,14 @@ package stack_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -128,5 +133,111 @@ func TestInterruptedStartSaysSo(t *testing.T) {
 	_, err := stack.Start(ctx, stack.Config{Dir: dir, BinDir: bin})
 	if !errors.Is(err, stack.ErrInterrupted) || strings.Contains(err.Error(), "initdb") {
 		t.Fatalf("Start interrupted while its clusters start: %v; want ErrInterrupted, naming no step", err)
+	}
+}
+
+// TestExitedReportsWhatDiesOnItsOwnRestartsIncluded: Exited reports a
+// process that exits without Kill or Stop, with its pid, exit status and
+// the tail of its log, also when it is a restart (a later process than
+// those present when Exited was first called); the process Kill ended is
+// not reported.
+func TestExitedReportsWhatDiesOnItsOwnRestartsIncluded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	st := startWithExecutorA(ctx, t)
+	exited := st.Exited()
+	first := st.Executor("A")
+	if err := st.Kill("executor-A"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Restart(ctx, "executor-A"); err != nil {
+		t.Fatal(err)
+	}
+	restarted := st.Executor("A")
+	// Killed behind the stack's back, as the kernel's OOM killer would.
+	if err := restarted.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-exited:
+		if e.Name != "executor-A" || e.PID != restarted.PID() || e.Err == nil || !strings.Contains(e.Err.Error(), "killed") ||
+			e.LogPath != restarted.LogPath() || !strings.Contains(e.LogTail, `"service":"executor"`) {
+			t.Errorf("Exited sent %+v; want the restarted executor-A (pid %d; the first, ended by Kill, was %d), killed, with its log's tail",
+				e, restarted.PID(), first.PID())
+		}
+	case <-ctx.Done():
+		t.Fatal("Exited reported nothing")
+	}
+}
+
+// startWithExecutorA starts a stack with one executor, A, from the cached
+// binaries, stopped when the test ends; it skips the test with -short,
+// and without PostgreSQL unless CI is set.
+func startWithExecutorA(ctx context.Context, t *testing.T) *stack.Stack {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts the whole stack")
+	}
+	if err := stack.CheckPostgres(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	bin, err := stack.CachedBinaries(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := stack.Start(ctx, stack.Config{Dir: t.TempDir(), BinDir: bin, Executors: []stack.ExecutorSpec{{Name: "A"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Stop)
+	return st
+}
+
+// TestRestartIsNotReadyOnAnotherProcesssAnswer: a restarted process
+// listens on its old port, which the kernel may have handed to another
+// program while it was down. An answer on that port from the other
+// program is not the restart's readiness: the restart fails as the
+// process does (ErrExited, its port in use); once the port is free again,
+// the next restart is ready and answered by the process itself.
+func TestRestartIsNotReadyOnAnotherProcesssAnswer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	st := startWithExecutorA(ctx, t)
+	u, err := url.Parse(st.ExecutorURL("A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Kill("executor-A"); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", u.Host)
+	if err != nil {
+		t.Fatalf("take executor-A's port %s: %v", u.Host, err)
+	}
+	other := &http.Server{Handler: http.NotFoundHandler(), ReadHeaderTimeout: time.Second}
+	served := make(chan error, 1)
+	go func() { served <- other.Serve(ln) }() // ends at other.Close
+	err = st.Restart(ctx, "executor-A")
+	if !errors.Is(err, stack.ErrExited) || !strings.Contains(err.Error(), "address already in use") {
+		t.Errorf("Restart while another program answers on the port = %v; want ErrExited, the port in use", err)
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-served
+	if err := st.Restart(ctx, "executor-A"); err != nil {
+		t.Fatalf("Restart on a free port: %v", err)
+	}
+	resp, err := http.Get(st.ExecutorURL("A") + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "executor_deliveries_total") {
+		t.Errorf("GET /metrics on executor-A's port answered %s without executor_deliveries_total", resp.Status)
 	}
 }
