@@ -77,6 +77,11 @@ func skipEvent(name string, attrs map[string]any) bool {
 	case "lease_renewed":
 		// How many renewals fit in a lease's life depends on scheduling.
 		return true
+	case "acquire_queued", "handoff_failed":
+		// The experiment logs at debug: whether B's acquire waits in the
+		// key's queue, and whether a release hands off to it, depends on
+		// timing.
+		return true
 	case envcheck.EventUnknownVariable:
 		// Depends on the environment of whoever runs the experiment (the
 		// stack passes its own on to every process), not on the run.

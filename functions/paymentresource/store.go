@@ -443,7 +443,7 @@ func (s *Service) claimTx(ctx context.Context, id string, h fencewire.Holder) (a
 	if err != nil {
 		return api.Payout{}, err
 	}
-	s.log.InfoContext(ctx, "payout claimed", "event", api.EventPayoutClaimed, "payoutId", id, "accountId", p.AccountID,
+	s.log.DebugContext(ctx, "payout claimed", "event", api.EventPayoutClaimed, "payoutId", id, "accountId", p.AccountID,
 		"token", token, "ownerId", owner, "from", string(from))
 	return p, nil
 }
