@@ -215,6 +215,9 @@ func runOnce(ctx context.Context, backend string, cell Cell, opt Options) (*Run,
 		Backend: backend, PaymentFencing: cell.PaymentFencing, RailFencing: cell.RailFencing,
 		Executors: []stack.ExecutorSpec{{Name: "A", SelfStopBefore: PayoutID}, {Name: "B"}},
 		Dir:       dir, BinDir: opt.BinDir, LeaseTTL: opt.LeaseTTL, PubSub: opt.PubSub, Log: opt.Log,
+		// The transcript, the timeline and the fixtures read the per-step
+		// lines (claims, forwards, renewals), which are DEBUG.
+		LogLevel: "debug",
 	})
 	if err != nil {
 		return nil, err

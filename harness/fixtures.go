@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	railapi "github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/envcheck"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/tracing"
 )
@@ -77,6 +78,11 @@ func skipEvent(name string, attrs map[string]any) bool {
 	case "lease_renewed":
 		// How many renewals fit in a lease's life depends on scheduling.
 		return true
+	case "acquire_queued", "handoff_failed":
+		// The experiment logs at debug: whether B's acquire waits in the
+		// key's queue, and whether a release hands off to it, depends on
+		// timing.
+		return true
 	case envcheck.EventUnknownVariable:
 		// Depends on the environment of whoever runs the experiment (the
 		// stack passes its own on to every process), not on the run.
@@ -85,6 +91,9 @@ func skipEvent(name string, attrs map[string]any) bool {
 		// The stack's readiness probe (GET /) is answered 404 one or more
 		// times, depending on how fast the service starts.
 		return attrs["path"] == "/"
+	case railapi.EventRequestRefused:
+		// rail-proxy's 404 to the same probe (DEBUG, without the path).
+		return attrs["code"] == string(railapi.CodeNotFound)
 	}
 	if strings.HasPrefix(name, "renew_") {
 		// A's background renewer may or may not reach lock-server after

@@ -41,6 +41,7 @@ func TestOneTokenTracedThroughTheLiveStack(t *testing.T) {
 	d, err := drive.Start(ctx, stack.Config{
 		Backend: stack.BackendPostgres, PaymentFencing: true, RailFencing: true,
 		Executors: []stack.ExecutorSpec{{Name: "A"}}, BinDir: bin, Dir: t.TempDir(),
+		LogLevel: "debug", // the page's per-step lines are DEBUG
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -17,9 +17,9 @@ const (
 	// field is one of the GrantedBy values: which of the store's three
 	// granting statements minted the token.
 	EventLockGranted = "lock_granted"
-	// EventLeaseRenewed (INFO): a lease was extended.
+	// EventLeaseRenewed (DEBUG): a lease was extended.
 	EventLeaseRenewed = "lease_renewed"
-	// EventLeaseReleased (INFO): a holder released its lease.
+	// EventLeaseReleased (DEBUG): a holder released its lease.
 	EventLeaseReleased = "lease_released"
 	// EventLeaseRevoked (WARN): an operator force-revoked a lease.
 	EventLeaseRevoked = "lease_revoked"

@@ -519,7 +519,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, key string) {
 			"owner", req.Owner, "token", l.Token)
 		return
 	}
-	s.logLease(r.Context(), "lock granted", EventLockGranted, l, "grantedBy", by)
+	s.logLease(r.Context(), slog.LevelInfo, "lock granted", EventLockGranted, l, "grantedBy", by)
 	writeJSON(w, http.StatusOK, g)
 }
 
@@ -583,7 +583,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(r.Context(), w, "renew", key, err, "owner", req.Owner, "token", req.Token)
 		return
 	}
-	s.logLease(r.Context(), "lease renewed", EventLeaseRenewed, l)
+	s.logLease(r.Context(), slog.LevelDebug, "lease renewed", EventLeaseRenewed, l)
 	writeJSON(w, http.StatusOK, s.holderGrant(l))
 }
 
@@ -608,7 +608,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(r.Context(), w, "release", key, err, "owner", req.Owner, "token", req.Token)
 		return
 	}
-	s.log.InfoContext(ctx, "lease released", "event", EventLeaseReleased, "key", key, "owner", req.Owner, "token", req.Token)
+	s.log.DebugContext(ctx, "lease released", "event", EventLeaseReleased, "key", key, "owner", req.Owner, "token", req.Token)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -767,7 +767,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) { jsonhandler.WriteJSON
 // logLease writes the events that let one token be traced from the grant
 // to the fence points: lock_granted and lease_renewed carry key, owner and
 // token, and lock_granted which path granted it (more: "grantedBy").
-func (s *Server) logLease(ctx context.Context, msg, event string, l store.Lease, more ...any) {
-	s.log.InfoContext(ctx, msg, append([]any{"event", event, "key", l.Key, "owner", l.Owner, "token", l.Token,
+func (s *Server) logLease(ctx context.Context, level slog.Level, msg, event string, l store.Lease, more ...any) {
+	s.log.Log(ctx, level, msg, append([]any{"event", event, "key", l.Key, "owner", l.Owner, "token", l.Token,
 		"leaseId", l.LeaseID, "ttlMs", l.TTL.Milliseconds(), "expiresAt", l.ExpiresAt.UTC()}, more...)...)
 }

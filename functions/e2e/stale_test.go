@@ -68,7 +68,8 @@ func TestStaleHolderMatrix(t *testing.T) {
 		for _, c := range cells {
 			t.Run(backend+"/"+c.name, func(t *testing.T) {
 				var logs logtest.Buffer
-				log := slog.New(slog.NewJSONHandler(&logs, nil))
+				// lease_acquired, which grantedToken reads, is DEBUG.
+				log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 				st := newStack(ctx, t, log, backends[backend], c.f)
 				got := staleHolderRun(ctx, t, st, log, &logs)
 				if got.rail != c.wantRail || got.debits != c.wantDebits || got.balanced != c.wantBalance {

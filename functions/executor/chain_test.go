@@ -224,7 +224,7 @@ func TestPushIsAnsweredBeforeTheReleaseAndCloseWaitsForIt(t *testing.T) {
 	// only lock-server's answer ends it.
 	var logs logtest.Buffer
 	rig := newChainRig(t, deps, rigConfig{ttl: time.Minute, acquireWait: 3 * time.Second, requestTimeout: time.Minute, lock: holdRelease,
-		log: slog.New(slog.NewJSONHandler(&logs, nil))})
+		log: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}) // lease_released is DEBUG
 	body, _ := payoutevent.Encode(event, "m-1", "acct-7", 1)
 	answered := make(chan *httptest.ResponseRecorder, 1)
 	go func() { answered <- push(t, rig.x, body) }()

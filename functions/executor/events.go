@@ -8,7 +8,7 @@ const (
 	// EventPushBodyRefused: WARN, the request body is not one well-formed
 	// push envelope; answered 400 INVALID_REQUEST.
 	EventPushBodyRefused = "push_body_refused"
-	// EventPayoutEventReceived: a push arrived.
+	// EventPayoutEventReceived: DEBUG, a push arrived.
 	EventPayoutEventReceived = "payout_event_received"
 	// EventPayoutEventMalformed: the message does not decode; acknowledged.
 	EventPayoutEventMalformed = "payout_event_malformed"
@@ -18,9 +18,9 @@ const (
 	// EventPayoutEventMismatch: the message does not describe its payout;
 	// acknowledged.
 	EventPayoutEventMismatch = "payout_event_mismatch"
-	// EventLeaseAcquired: the lease this execution runs under.
+	// EventLeaseAcquired: DEBUG, the lease this execution runs under.
 	EventLeaseAcquired = "lease_acquired"
-	// EventPayoutClaimed: claimed at payment-resource with the token.
+	// EventPayoutClaimed: DEBUG, claimed at payment-resource with the token.
 	EventPayoutClaimed = "payout_claimed"
 	// EventPayoutAlreadyDone: the payout was finished before; nothing to do.
 	EventPayoutAlreadyDone = "payout_already_done"
@@ -37,7 +37,7 @@ const (
 	EventRailPriorAttemptMismatch = "rail_prior_attempt_mismatch"
 	// EventLeaseLost: the lease was lost before a step; nothing was sent.
 	EventLeaseLost = "lease_lost"
-	// EventRailSubmissionAccepted: the rail answered ACK or DECLINE.
+	// EventRailSubmissionAccepted: DEBUG, the rail answered ACK or DECLINE.
 	EventRailSubmissionAccepted = "rail_submission_accepted"
 	// EventRailSubmissionAmbiguous: the rail's outcome is unknown.
 	EventRailSubmissionAmbiguous = "rail_submission_ambiguous"
@@ -64,20 +64,22 @@ const (
 	// result after the in-process retries.
 	EventPayoutResultRefused = "payout_result_refused"
 	// EventPayoutPosted, EventPayoutDeclined and EventPayoutAmbiguous: the
-	// outcome recorded at payment-resource.
+	// outcome recorded at payment-resource (INFO; ambiguous WARN): the
+	// executor's one INFO line of a payout that went through.
 	EventPayoutPosted    = "payout_posted"
 	EventPayoutDeclined  = "payout_declined"
 	EventPayoutAmbiguous = "payout_ambiguous"
-	// EventLeaseReleased and EventLeaseReleaseFailed: the release's
-	// answer, logged after the push's answer (the release is sent once
-	// the push is answered).
+	// EventLeaseReleased (DEBUG) and EventLeaseReleaseFailed: the
+	// release's answer, logged after the push's answer (the release is
+	// sent once the push is answered).
 	EventLeaseReleased      = "lease_released"
 	EventLeaseReleaseFailed = "lease_release_failed"
 	// EventReleasesUnfinished: WARN at stop, lease releases were still in
 	// flight when the wait for them (Close) ended; those leases end by
 	// their TTL.
 	EventReleasesUnfinished = "lease_releases_unfinished"
-	// EventExecutionDone: the push is acknowledged.
+	// EventExecutionDone: DEBUG, the push is acknowledged (the outcome's
+	// own line said so).
 	EventExecutionDone = "payout_execution_done"
 	// EventExecutionRetry: the push is left for redelivery (status).
 	EventExecutionRetry = "payout_execution_retry"

@@ -326,7 +326,7 @@ func (x *Executor) serve(w http.ResponseWriter, r *http.Request) {
 	ctx, span := startDelivery(r, push, ev)
 	defer span.End()
 	log := x.log.With("payoutId", ev.PayoutID, "accountId", ev.AccountID, "messageId", push.Message.MessageID, "deliveryAttempt", push.Attempt(), "ownerId", x.Owner())
-	log.InfoContext(ctx, "payout event received", "event", EventPayoutEventReceived, "orderingKey", push.Message.OrderingKey)
+	log.DebugContext(ctx, "payout event received", "event", EventPayoutEventReceived, "orderingKey", push.Message.OrderingKey)
 	// The lease is released once the answer is written (deferred, so also
 	// when the execution panics): Pub/Sub's next event of the account need
 	// not wait for lock-server's answer to the release.
@@ -347,7 +347,7 @@ func (x *Executor) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	span.SetAttributes(attribute.String(tracing.AttrOutcome, string(out)))
 	deliveries.WithLabelValues(string(out)).Inc()
-	log.InfoContext(ctx, "payout execution finished", "event", EventExecutionDone, "outcome", string(out))
+	log.DebugContext(ctx, "payout execution finished", "event", EventExecutionDone, "outcome", string(out))
 	jsonhandler.WriteJSON(w, status, map[string]string{"payoutId": ev.PayoutID, "outcome": string(out)})
 }
 
@@ -522,7 +522,7 @@ func (x *Executor) execute(ctx context.Context, e payoutevent.Event, release *fu
 	// account's lock) and this worker's owner id.
 	holder := fencewire.Holder{Token: token, Proof: lease.Proof(), Owner: x.Owner()}
 	log = log.With("token", token)
-	log.InfoContext(ctx, "lease granted; executing under it", "event", EventLeaseAcquired, "lock", e.LockKey(), "leaseId", lease.Grant().LeaseID, "ttlMs", lease.Grant().TTLMs)
+	log.DebugContext(ctx, "lease granted; executing under it", "event", EventLeaseAcquired, "lock", e.LockKey(), "leaseId", lease.Grant().LeaseID, "ttlMs", lease.Grant().TTLMs)
 	*release = func() { x.release(ctx, log, lease) }
 
 	// (1) claim, once the lease's local deadline says it is still held.
@@ -543,7 +543,7 @@ func (x *Executor) execute(ctx context.Context, e payoutevent.Event, release *fu
 	if err != nil {
 		return x.settle(ctx, log, e, lease, "claim", ServicePaymentResource, err)
 	}
-	log.InfoContext(ctx, "payout claimed", "event", EventPayoutClaimed)
+	log.DebugContext(ctx, "payout claimed", "event", EventPayoutClaimed)
 	ctx = x.inject(ctx, AfterClaim, d, lease)
 
 	// (2) the last confirmation, then the side effect no transaction can
@@ -582,7 +582,7 @@ func (x *Executor) execute(ctx context.Context, e payoutevent.Event, release *fu
 	case err != nil:
 		return x.settle(ctx, log, e, lease, "rail submission", ServiceRailProxy, err)
 	default:
-		log.InfoContext(ctx, "rail submission answered", "event", EventRailSubmissionAccepted, "railStatus", res.Status, "railRef", res.RailRef)
+		log.DebugContext(ctx, "rail submission answered", "event", EventRailSubmissionAccepted, "railStatus", res.Status, "railRef", res.RailRef)
 	}
 	// (3) The rail's answer is a fact: report it whatever the lease says now;
 	// payment-resource's fence decides whether this worker may still write.
@@ -725,7 +725,7 @@ func (x *Executor) release(ctx context.Context, log *slog.Logger, lease *client.
 	if err := lease.Release(rctx); err != nil {
 		log.InfoContext(ctx, "lease release refused or failed", "event", EventLeaseReleaseFailed, "error", err.Error())
 	} else {
-		log.InfoContext(ctx, "lease released", "event", EventLeaseReleased)
+		log.DebugContext(ctx, "lease released", "event", EventLeaseReleased)
 	}
 }
 

@@ -148,7 +148,8 @@ func TestClaimOfAFinishedPayoutIsFinishedWhateverItsFence(t *testing.T) {
 // TestReclaimsDoNotGrowTheHistory: fifty redeliveries, each a new holder
 // re-claiming with a newer token, leave one claimed -> claimed row that
 // counts them and shows the latest holder; the same grant claiming again
-// adds nothing.
+// adds nothing. The log keeps the trail: the first claim at DEBUG (the
+// posting restates it), every claim of the claimed payout at INFO.
 func TestReclaimsDoNotGrowTheHistory(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, newPublisher(nil))
@@ -169,6 +170,15 @@ func TestReclaimsDoNotGrowTheHistory(t *testing.T) {
 	}
 	if r := h[2]; r.From != api.StateClaimed || r.To != api.StateClaimed || r.Token != 50 || r.OwnerID != "w-50" || r.Claims != 49 {
 		t.Errorf("re-claim row %+v; want claimed -> claimed, token 50, owner w-50, 49 claims", r)
+	}
+	claims := f.logs.Events(t, api.EventPayoutClaimed)
+	if len(claims) != 100 || claims[0]["level"] != "DEBUG" {
+		t.Fatalf("%d payout_claimed lines, the first %v; want 100, the first at DEBUG", len(claims), claims[0:min(1, len(claims))])
+	}
+	for _, c := range claims[1:] {
+		if c["level"] != "INFO" {
+			t.Fatalf("re-claim line %v; want INFO", c)
+		}
 	}
 	st, body := f.result("p-1", 50, "w-50", "ACK", "rail-1")
 	want(t, "ACK", st, body, http.StatusOK, "")

@@ -159,7 +159,7 @@ func (o *outbox) drain(ctx context.Context) (int, error) {
 	published := 0
 	var pubErr error
 	logPublished := func(pctx context.Context, row outboxRow) {
-		o.log.InfoContext(pctx, "outbox row published", "event", api.EventOutboxPublished, "outboxId", row.id, "orderingKey", row.orderingKey,
+		o.log.DebugContext(pctx, "outbox row published", "event", api.EventOutboxPublished, "outboxId", row.id, "orderingKey", row.orderingKey,
 			"payoutId", row.attrs[payoutevent.AttrPayoutID], "accountId", row.attrs[payoutevent.AttrAccountID])
 	}
 	markOne := func(row outboxRow, pctx context.Context) error {

@@ -465,7 +465,14 @@ func (s *Service) claimTx(ctx context.Context, id string, h fencewire.Holder, te
 	if err != nil {
 		return api.Payout{}, err
 	}
-	s.log.InfoContext(ctx, "payout claimed", "event", api.EventPayoutClaimed, "payoutId", id, "accountId", p.AccountID,
+	// The first claim is restated by the posting's line (same token): DEBUG.
+	// A claim of a payout already claimed is a redelivery or a change of
+	// holder, the trail the folded history leaves out: INFO.
+	level := slog.LevelDebug
+	if from == api.StateClaimed {
+		level = slog.LevelInfo
+	}
+	s.log.Log(ctx, level, "payout claimed", "event", api.EventPayoutClaimed, "payoutId", id, "accountId", p.AccountID,
 		"token", token, "ownerId", owner, "from", string(from))
 	return p, nil
 }

@@ -3,8 +3,8 @@ package payoutbus
 // Log events of the push bridge (docs/log-events.md, section "Every
 // function process").
 const (
-	// EventPushDelivered (INFO): a message was posted to the push endpoint
-	// (copy, status).
+	// EventPushDelivered (DEBUG for a 2xx answer, INFO otherwise): a
+	// message was posted to the push endpoint (copy, status).
 	EventPushDelivered = "push_delivered"
 	// EventPushBridgeUnwrappable (ERROR): a message could not be wrapped as
 	// a push body; it is acknowledged.

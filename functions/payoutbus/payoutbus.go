@@ -654,12 +654,18 @@ func (b *PushBridge) deliver(ctx context.Context, doer interface {
 	)
 	post := func(copy int) {
 		status, code, err := b.post(ctx, doer, body)
+		failed := err != nil || status/100 != 2
+		// A 2xx restates the executor's own outcome line: DEBUG.
+		level := slog.LevelDebug
+		if failed {
+			level = slog.LevelInfo
+		}
 		// "error" right after "status": the runbook of PayoutDeadLettered
 		// and the game day's executor-down check read "status":0,"error":.
-		b.Log.Info("push delivered", "event", EventPushDelivered, "messageId", id, "copy", copy, "status", status, "error", errString(err), "code", code)
+		b.Log.Log(ctx, level, "push delivered", "event", EventPushDelivered, "messageId", id, "copy", copy, "status", status, "error", errString(err), "code", code)
 		mu.Lock()
 		defer mu.Unlock()
-		if err != nil || status/100 != 2 {
+		if failed {
 			all = false
 		}
 	}

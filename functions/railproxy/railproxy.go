@@ -691,7 +691,7 @@ func (p *Proxy) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lg = lg.With("attemptId", attemptID)
-	lg.InfoContext(ctx, "forwarding submission to the rail", "event", api.EventSubmissionForwarding,
+	lg.DebugContext(ctx, "forwarding submission to the rail", "event", api.EventSubmissionForwarding,
 		"amountMinor", req.AmountMinor, "currency", req.Currency)
 
 	ans, err := p.forward(ctx, req)

@@ -2,7 +2,7 @@ package railstub
 
 // Log events of the rail-stub (docs/log-events.md, section rail-stub).
 const (
-	// EventSubmissionRecorded (INFO): a submission moved money.
+	// EventSubmissionRecorded (DEBUG): a submission moved money.
 	EventSubmissionRecorded = "rail_submission_recorded"
 	// EventAnswerWithheld (WARN): fault "hang": recorded, answer withheld.
 	EventAnswerWithheld = "rail_answer_withheld"

@@ -377,7 +377,7 @@ func (s *Stub) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	s.log.InfoContext(r.Context(), "rail submission recorded", append([]any{"event", EventSubmissionRecorded}, attrs...)...)
+	s.log.DebugContext(r.Context(), "rail submission recorded", append([]any{"event", EventSubmissionRecorded}, attrs...)...)
 	if !s.wait(r.Context(), latency) {
 		return // the caller gave up during the latency; the record stands
 	}

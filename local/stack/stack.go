@@ -194,6 +194,12 @@ type Config struct {
 	// clients (Driver, the reconciler, the audit) go direct. Default
 	// false: no links, every process dials the other.
 	Links bool
+	// LogLevel is the LOG_LEVEL of lock-server and every function process:
+	// debug, info, warn or error. Default "": the processes' own default
+	// (info), unless the environment sets LOG_LEVEL. The fencing experiment
+	// runs at debug: its story is told by the per-step lines that are
+	// DEBUG in a deployment (docs/log-events.md).
+	LogLevel string
 	// Log receives one line per process started and stopped. Default:
 	// discard.
 	Log *slog.Logger
@@ -242,6 +248,11 @@ func (c Config) Validate() error {
 	}
 	if c.LeaseTTL < 0 || c.LeaseTTL%time.Millisecond != 0 {
 		bad("LeaseTTL %v: want a positive whole number of milliseconds", c.LeaseTTL)
+	}
+	switch c.LogLevel {
+	case "", "debug", "info", "warn", "error":
+	default:
+		bad("LogLevel %q: want debug, info, warn or error", c.LogLevel)
 	}
 	return errors.Join(errs...)
 }
@@ -838,6 +849,9 @@ func (s *Stack) startOnPort(ctx context.Context, name, bin string, env func(port
 		}
 		base := "http://127.0.0.1:" + strconv.Itoa(port)
 		penv := withMaxProcs(env(port), s.cfg.MaxProcs, os.LookupEnv)
+		if s.cfg.LogLevel != "" {
+			penv = append(penv, config.EnvLogLevel+"="+s.cfg.LogLevel)
+		}
 		var paddr string
 		if s.cfg.Pprof {
 			pport, err := freePort()

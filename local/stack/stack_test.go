@@ -64,9 +64,10 @@ func TestStopRemovesTheBinariesItBuilt(t *testing.T) {
 // TestValidateReportsEveryInvalidField: one Validate names every field to
 // fix, not only the first.
 func TestValidateReportsEveryInvalidField(t *testing.T) {
-	err := stack.Config{Backend: "redis", PubSub: "kafka"}.Validate()
-	if !errors.Is(err, stack.ErrInvalidConfig) || !strings.Contains(err.Error(), "Backend") || !strings.Contains(err.Error(), "PubSub") {
-		t.Errorf("Validate = %v; want ErrInvalidConfig naming Backend and PubSub", err)
+	err := stack.Config{Backend: "redis", PubSub: "kafka", LogLevel: "loud"}.Validate()
+	if !errors.Is(err, stack.ErrInvalidConfig) || !strings.Contains(err.Error(), "Backend") || !strings.Contains(err.Error(), "PubSub") ||
+		!strings.Contains(err.Error(), "LogLevel") {
+		t.Errorf("Validate = %v; want ErrInvalidConfig naming Backend, PubSub and LogLevel", err)
 	}
 }
 

@@ -356,8 +356,9 @@ const (
 	EventAccountCreated = "account_created"
 	// EventPayoutCreated (INFO): a payout and its outbox row were created.
 	EventPayoutCreated = "payout_created"
-	// EventPayoutClaimed (INFO): a lock holder claimed a payout; token is
-	// its fencing token.
+	// EventPayoutClaimed: a lock holder claimed a payout; token is its
+	// fencing token. DEBUG for the payout's first claim, INFO for a claim
+	// of a payout already claimed.
 	EventPayoutClaimed = "payout_claimed"
 	// EventResultReplayed (INFO): a result whose rail reference was
 	// already recorded alike; nothing changed.
@@ -394,7 +395,7 @@ const (
 	EventRequestFailed = "request_failed"
 	// EventAuditUnbalanced (WARN): GET /v1/audit found violations.
 	EventAuditUnbalanced = "audit_unbalanced"
-	// EventOutboxPublished (INFO): an outbox row was published and marked.
+	// EventOutboxPublished (DEBUG): an outbox row was published and marked.
 	EventOutboxPublished = "outbox_published"
 	// EventOutboxPublishFailed (WARN): publishing an outbox row failed; it
 	// is published again later.

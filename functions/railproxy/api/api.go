@@ -400,7 +400,7 @@ const (
 // Lines about a submission carry payoutId, accountId, token and ownerId;
 // after admission also attemptId.
 const (
-	// EventSubmissionForwarding (INFO): the fence passed and the attempt
+	// EventSubmissionForwarding (DEBUG): the fence passed and the attempt
 	// is recorded forwarding; the rail is being called (amountMinor,
 	// currency).
 	EventSubmissionForwarding = "rail_submission_forwarding"
