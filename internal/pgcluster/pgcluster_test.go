@@ -287,3 +287,35 @@ func TestClustersCopiedFromTheTemplateHaveSystemIdentifiersOfTheirOwn(t *testing
 		t.Errorf("templates in %s: %v; want one", cache, ms)
 	}
 }
+
+// TestAnInterruptedTemplateCopyIsRemovedWhenTheTemplateIsMade: a copy of
+// initdb's output that a killed process left beside the template is
+// removed by the next process that makes the template.
+func TestAnInterruptedTemplateCopyIsRemovedWhenTheTemplateIsMade(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cache)
+	c := startCluster(t)
+	key, err := c.templateKey(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(cache, "distributed-lock-lab", "pg-template")
+	// As a process killed between its copy and its rename leaves things.
+	if err := os.RemoveAll(filepath.Join(root, key)); err != nil {
+		t.Fatal(err)
+	}
+	leftover := filepath.Join(root, key+".tmp-12345")
+	if err := os.MkdirAll(leftover, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(leftover, "PG_VERSION"), []byte("15\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	startCluster(t)
+	if _, err := os.Stat(leftover); !os.IsNotExist(err) {
+		t.Errorf("the interrupted copy %s after the template was made again: %v; want it gone", leftover, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, key, "PG_VERSION")); err != nil {
+		t.Errorf("the template made again: %v", err)
+	}
+}

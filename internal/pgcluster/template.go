@@ -54,6 +54,12 @@ func (c *Cluster) fromTemplate(ctx context.Context) error {
 		}
 		defer unlock()
 		if _, err := os.Stat(dir); err != nil { // nobody made it while this process waited
+			// A creation of this template that was interrupted left its
+			// copy; under the lock nobody else is making one.
+			stale, _ := filepath.Glob(filepath.Join(root, key+".tmp-*"))
+			for _, s := range stale {
+				_ = os.RemoveAll(s)
+			}
 			if err := c.runTool(ctx, "initdb", append([]string{"-D", c.dataDir}, initdbArgs...)...); err != nil {
 				return err
 			}
