@@ -8,7 +8,7 @@ BIN   := bin
 # in each too, alone: GOWORK=off, its own go.mod only, as a caller builds it.
 SDK_MODS := lockserver/api lockserver/client
 
-.PHONY: help test fuzz lint fmt build docs docs-serve bench bench-contended bench-e2e bench-e2e-creators up demo explore soak gameday month failover partitions clean plan deploy destroy
+.PHONY: help test test-full fuzz lint fmt build docs docs-serve bench bench-contended bench-e2e bench-e2e-creators up demo explore soak gameday month failover partitions clean plan deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-19s %s\n", $$1, $$2}'
@@ -16,10 +16,19 @@ help: ## list the targets
 # Three packages at a time on two cores: most of the slow packages wait on
 # PostgreSQL clusters and child processes, and at the default of one per
 # core the suite left a quarter of the CPU idle (12.5 min against 10 min).
+# go test starts packages in the order named, so the slowest (minutes each)
+# are named first: started last, they would run on alone at the end.
+SLOW_PKGS := ./lockserver/store/pgstore ./lockserver/store/etcdstore ./harness/soak ./harness/gameday ./functions/e2e ./harness
 test: ## run every test (starts its own PostgreSQL clusters and embedded etcd), then the SDK modules' tests, each alone; installs PostgreSQL 15, Prometheus and Alertmanager first if missing (as root), else prints the command (and stops without PostgreSQL)
 	@bash .ci/deps postgres -optional promtool prometheus docsite netns
-	$(GO) test -race -count=1 -p 3 -timeout 12m $(PKGS)
+	$(GO) test -race -count=1 -p 3 -timeout 12m $(SLOW_PKGS) $(PKGS)
 	@set -e; for m in $(SDK_MODS); do echo "== $$m (module)"; (cd $$m && GOWORK=off $(GO) test -race -count=1 ./...); done
+
+# The both-backend matrices (docs/correctness.md): make test runs each case
+# on one lock backend, alternating; this runs every case on both.
+test-full: ## the end-to-end tests and the fencing experiment on real processes with every case on both lock backends (make test runs each on one); installs PostgreSQL 15 first if missing (as root), else prints the command (about 5 min)
+	@bash .ci/deps postgres
+	$(GO) test -race -count=1 -timeout 20m ./functions/e2e/ ./harness/ -args -matrix.full
 
 FUZZTIME     ?= 30s
 FUZZPARALLEL ?= 1

@@ -20,16 +20,17 @@ var fixtureCells = []harness.Cell{{PaymentFencing: true, RailFencing: true}, {Pa
 
 // TestFixtures checks that a live run still produces, per process, the key
 // events of testdata/BACKEND-CELL.events.json, in the same order (see
-// harness.NewFixture for what is kept). With -update it rewrites the
-// fixtures from the live runs instead:
+// harness.NewFixture for what is kept), on the backends of backendsOf.
+// With -update it rewrites the fixtures from the live runs instead (all
+// of them with -matrix.full):
 //
-//	go test ./harness -run TestFixtures -update
+//	go test ./harness -run TestFixtures -update -matrix.full
 func TestFixtures(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL, etcd, Pub/Sub and every service as processes")
 	}
-	for _, backend := range harness.Backends {
-		for _, cell := range fixtureCells {
+	for _, cell := range fixtureCells {
+		for _, backend := range backendsOf(cell) {
 			t.Run(backend+"/"+cell.Name(), func(t *testing.T) {
 				r := runOf(t, backend, cell)
 				got, err := harness.NewFixture(r)

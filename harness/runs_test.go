@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -63,6 +64,19 @@ func binDir(t *testing.T) string {
 		t.Fatal(workErr)
 	}
 	return bin
+}
+
+var fullMatrix = flag.Bool("matrix.full", false, "run every fencing cell on both lock backends (make test-full), not each cell on one")
+
+// backendsOf returns the lock backends cell runs on: both with
+// -matrix.full; else one, alternating along harness.Cells, so that both
+// backends still run cells.
+func backendsOf(cell harness.Cell) []string {
+	if *fullMatrix {
+		return harness.Backends
+	}
+	i := slices.Index(harness.Cells, cell) % len(harness.Backends)
+	return harness.Backends[i : i+1]
 }
 
 // runOf returns the run of backend and cell, starting it on first use.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -42,6 +43,19 @@ import (
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var fullMatrix = flag.Bool("matrix.full", false, "run every case of each matrix on both lock backends (make test-full), not each case on one")
+
+// backendsOf returns the lock backends case i of a matrix runs on: both
+// with -matrix.full; else one, alternating with i, so that every matrix of
+// more than one case still runs on both backends.
+func backendsOf(i int) []string {
+	backends := []string{"postgres", "etcd"}
+	if *fullMatrix {
+		return backends
+	}
+	return backends[i%2 : i%2+1]
+}
 
 const (
 	accounts     = 20
@@ -109,24 +123,27 @@ func begin(t *testing.T, what string, limit time.Duration) context.Context {
 	return ctx
 }
 
+// TestPayoutPipelineEndToEnd runs the pipeline over PostgreSQL, and over
+// etcd too with -matrix.full (make test-full); harness/soak's short crash
+// soak runs it over both on real processes.
 func TestPayoutPipelineEndToEnd(t *testing.T) {
 	ctx := begin(t, "PostgreSQL, etcd and Pub/Sub", 8*time.Minute)
 	stores := lockStores(ctx, t)
-	for _, backend := range []string{"postgres", "etcd"} {
+	for _, backend := range backendsOf(0) {
 		t.Run(backend, func(t *testing.T) { runPipeline(ctx, t, stores[backend]) })
 	}
 }
 
-// lockStores starts an embedded etcd for t and returns, per backend name,
-// a function opening a fresh lock store: a new lockdb database, or a new
-// key prefix on that etcd.
-func lockStores(ctx context.Context, t *testing.T) map[string]func(*testing.T, *slog.Logger) store.LockStore {
-	t.Helper()
-	cluster, err := embedded.Start(ctx, embedded.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pgtest.Cleanup(t, cluster.Close)
+// lockStores returns, per backend name, a function opening a fresh lock
+// store: a new lockdb database, or a new key prefix on an embedded etcd,
+// started for t on first use.
+func lockStores(ctx context.Context, outer *testing.T) map[string]func(*testing.T, *slog.Logger) store.LockStore {
+	outer.Helper()
+	var (
+		etcdOnce sync.Once
+		cluster  *embedded.Cluster
+		etcdErr  error
+	)
 	return map[string]func(*testing.T, *slog.Logger) store.LockStore{
 		"postgres": func(t *testing.T, log *slog.Logger) store.LockStore {
 			scfg := pgstore.DefaultConfig()
@@ -138,6 +155,14 @@ func lockStores(ctx context.Context, t *testing.T) map[string]func(*testing.T, *
 			return s
 		},
 		"etcd": func(t *testing.T, log *slog.Logger) store.LockStore {
+			etcdOnce.Do(func() {
+				if cluster, etcdErr = embedded.Start(ctx, embedded.Config{}); etcdErr == nil {
+					pgtest.Cleanup(outer, cluster.Close)
+				}
+			})
+			if etcdErr != nil {
+				t.Fatal(etcdErr)
+			}
 			prefix := "/" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()) + "/"
 			scfg := etcdstore.DefaultConfig()
 			scfg.Endpoints, scfg.Prefix = cluster.Endpoints(), prefix

@@ -42,7 +42,8 @@ func (p *partition) Do(r *http.Request) (*http.Response, error) {
 }
 
 // TestStaleHolderMatrix is the fencing argument in one process, for each
-// backend and each setting of the two kill switches. Worker A takes the
+// setting of the two kill switches, on one backend each (both with
+// -matrix.full, make test-full). Worker A takes the
 // lease and claims the payout, then stalls after its last lease confirmation,
 // cut off from lock-server; the server expires A's lease; worker B takes
 // the lease with a larger token and completes the payout; A resumes and
@@ -64,8 +65,8 @@ func TestStaleHolderMatrix(t *testing.T) {
 		{"payment-only", fences{true, false}, 2, 1, false, "payout"},
 		{"rail-only", fences{false, true}, 1, 1, true, "rail"},
 	}
-	for _, backend := range []string{"postgres", "etcd"} {
-		for _, c := range cells {
+	for i, c := range cells {
+		for _, backend := range backendsOf(i) {
 			t.Run(backend+"/"+c.name, func(t *testing.T) {
 				var logs logtest.Buffer
 				// lease_acquired, which grantedToken reads, is DEBUG.
