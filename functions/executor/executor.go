@@ -480,7 +480,8 @@ func codeOf(err error) string {
 // lease was granted) then goes to lock-server in the background,
 // conditional on the token, with ctx's values but not its cancellation.
 // Close waits for the releases still in flight; after Close, Execute
-// releases before it returns.
+// releases before it returns. An event that fails e.Validate is dropped
+// (OutcomeDropped) before any call.
 func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, error) {
 	var release func()
 	defer func() { x.releaseLater(release) }()
@@ -492,6 +493,14 @@ func (x *Executor) Execute(ctx context.Context, e payoutevent.Event) (Outcome, e
 // through releaseLater after it has answered.
 func (x *Executor) execute(ctx context.Context, e payoutevent.Event, release *func()) (Outcome, error) {
 	log := x.log.With("payoutId", e.PayoutID, "accountId", e.AccountID, "ownerId", x.Owner())
+	// A push's event is validated when decoded; Execute's caller may hand
+	// any. Terms that are not well-formed are no payout's: dropped before
+	// any call (the client would refuse to send them, which reads as
+	// INVALID_REQUEST, a permanent refusal that marks the payout).
+	if err := e.Validate(); err != nil {
+		log.ErrorContext(ctx, "payout event dropped", "event", EventPayoutEventMalformed, "error", err.Error())
+		return OutcomeDropped, nil
+	}
 	d := Delivery{Event: e, Attempt: deliveryAttemptOf(ctx)}
 	aopts := []client.AcquireOption{client.WithTTL(x.cfg.LeaseTTL)}
 	if w := queueWait(x.cfg.AcquireWait); w > 0 {

@@ -242,10 +242,14 @@ func awaitHTTP(ctx context.Context, p *Process, url string, ok func(status int) 
 }
 
 // listensOn reports whether process pid holds a TCP socket listening on
-// port (IPv4 or IPv6), as /proc/net and /proc/PID/fd show it.
+// port (IPv4 or IPv6), as /proc/PID/net and /proc/PID/fd show it (Linux
+// only, as the rest of the package).
 func listensOn(pid, port int) bool {
 	sockets := map[string]bool{}
-	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+	// The process's own tables: it may be in another network namespace
+	// than the reader (/proc/net is the reader's).
+	proc := "/proc/" + strconv.Itoa(pid)
+	for _, table := range []string{proc + "/net/tcp", proc + "/net/tcp6"} {
 		b, err := os.ReadFile(table)
 		if err != nil {
 			continue
@@ -265,7 +269,7 @@ func listensOn(pid, port int) bool {
 	if len(sockets) == 0 {
 		return false
 	}
-	fdDir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	fdDir := proc + "/fd"
 	fds, err := os.ReadDir(fdDir)
 	if err != nil {
 		return false
