@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"maps"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -51,20 +49,7 @@ func TestAPostedPayoutLogsOneInfoLinePerDecision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(x)
-	t.Cleanup(srv.Close)
-	body, err := payoutevent.EncodeRaw(msg.data, msg.attrs, "m-1", msg.orderingKey, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, answer := post(t, srv.URL, jsonRaw(body))
-	if st != http.StatusOK || !strings.Contains(string(answer), string(executor.OutcomePosted)) {
-		t.Fatalf("push answered %d %s; want 200 posted", st, answer)
-	}
-	// The release follows the answer; Close waits for it.
-	if err := x.Close(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	pushPosted(t, x, msg) // the release follows the answer; this waits for it
 
 	info := map[string][]string{} // service -> events at INFO
 	debug := map[string]int{}     // service -> lines at DEBUG

@@ -208,22 +208,9 @@ func TestOnePayoutIsOneTraceWithTheTokenAtBothFencePoints(t *testing.T) {
 
 	// The push, as Pub/Sub posts it, to the executor served as its main
 	// serves it (the executor makes its own span from the message).
-	x := newExecutor(t, p, "A", nil)
-	srv := httptest.NewServer(x)
-	t.Cleanup(srv.Close)
-	body, err := payoutevent.EncodeRaw(msg.data, msg.attrs, "m-1", msg.orderingKey, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, answer := post(t, srv.URL, jsonRaw(body))
-	if st != http.StatusOK || !strings.Contains(string(answer), string(executor.OutcomePosted)) {
-		t.Fatalf("push answered %d %s; want 200 posted", st, answer)
-	}
 	// The lease's release follows the answer: its spans belong to the
-	// trace too.
-	if err := x.Close(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	// trace too (pushPosted waits for it).
+	pushPosted(t, newExecutor(t, p, "A", nil), msg)
 
 	// Every hop closed: the delivery span ended, and each client span of
 	// an HTTP call has its server span.
@@ -405,3 +392,23 @@ func (b *lockedBuffer) Bytes() []byte {
 type jsonRaw []byte
 
 func (j jsonRaw) MarshalJSON() ([]byte, error) { return j, nil }
+
+// pushPosted pushes msg, as Pub/Sub posts it, to x served over HTTP, wants
+// the payout posted, and closes x, which waits for the lease's release
+// that follows the answer.
+func pushPosted(t *testing.T, x *executor.Executor, msg published) {
+	t.Helper()
+	srv := httptest.NewServer(x)
+	t.Cleanup(srv.Close)
+	body, err := payoutevent.EncodeRaw(msg.data, msg.attrs, "m-1", msg.orderingKey, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, answer := post(t, srv.URL, jsonRaw(body))
+	if st != http.StatusOK || !strings.Contains(string(answer), string(executor.OutcomePosted)) {
+		t.Fatalf("push answered %d %s; want 200 posted", st, answer)
+	}
+	if err := x.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}

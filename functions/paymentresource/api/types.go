@@ -260,16 +260,7 @@ func (r ClaimRequest) Validate() error {
 	if r == (ClaimRequest{}) {
 		return nil
 	}
-	if err := ValidateAccountID(r.AccountID); err != nil {
-		return err
-	}
-	if err := validateCurrency(r.Currency); err != nil {
-		return err
-	}
-	if r.AmountMinor <= 0 || r.AmountMinor > MaxAmountMinor {
-		return fmt.Errorf("amountMinor %d is outside 1..%d", r.AmountMinor, MaxAmountMinor)
-	}
-	return nil
+	return validateTerms(r.AccountID, r.AmountMinor, r.Currency)
 }
 
 // ResultRequest is the body of POST /v1/payouts/{id}/result: the rail's
@@ -464,14 +455,20 @@ func (r PayoutRequest) Validate() error {
 	if err := ValidatePayoutID(r.PayoutID); err != nil {
 		return err
 	}
-	if err := ValidateAccountID(r.AccountID); err != nil {
+	return validateTerms(r.AccountID, r.AmountMinor, r.Currency)
+}
+
+// validateTerms checks a payout's terms: the account, the amount and the
+// currency, in that order.
+func validateTerms(account string, amountMinor int64, currency string) error {
+	if err := ValidateAccountID(account); err != nil {
 		return err
 	}
-	if err := validateCurrency(r.Currency); err != nil {
+	if err := validateCurrency(currency); err != nil {
 		return err
 	}
-	if r.AmountMinor <= 0 || r.AmountMinor > MaxAmountMinor {
-		return fmt.Errorf("amountMinor %d is outside 1..%d", r.AmountMinor, MaxAmountMinor)
+	if amountMinor <= 0 || amountMinor > MaxAmountMinor {
+		return fmt.Errorf("amountMinor %d is outside 1..%d", amountMinor, MaxAmountMinor)
 	}
 	return nil
 }
