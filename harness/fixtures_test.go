@@ -54,7 +54,7 @@ func TestFixtures(t *testing.T) {
 				}
 				b, err := os.ReadFile(path)
 				if errors.Is(err, fs.ErrNotExist) {
-					t.Fatalf("%s is missing; generate it with: go test ./harness -run TestFixtures -update", path)
+					t.Fatalf("%s is missing; generate it with: go test ./harness -run TestFixtures -update -matrix.full", path)
 				}
 				if err != nil {
 					t.Fatal(err)
@@ -64,7 +64,7 @@ func TestFixtures(t *testing.T) {
 					t.Fatalf("%s: %v", path, err)
 				}
 				if d := got.Diff(&want); d != "" {
-					t.Errorf("the live run's key events differ from %s (logs in %s):\n%s\nIf the change is intended: go test ./harness -run TestFixtures -update", path, r.Dir, d)
+					t.Errorf("the live run's key events differ from %s (logs in %s):\n%s\nIf the change is intended: go test ./harness -run TestFixtures -update -matrix.full", path, r.Dir, d)
 				}
 			})
 		}
