@@ -36,12 +36,7 @@ func TestAPostedPayoutLogsOneInfoLinePerDecision(t *testing.T) {
 	if _, err := p.Pay.CreatePayout(t.Context(), api.PayoutRequest{PayoutID: ev.PayoutID, AccountID: ev.AccountID, AmountMinor: ev.AmountMinor, Currency: ev.Currency}); err != nil {
 		t.Fatal(err)
 	}
-	var msg published
-	select {
-	case msg = <-msgs:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the outbox published nothing within 20 s")
-	}
+	msg := msgs.next(t)
 	cfg := executor.DefaultConfig()
 	cfg.LockServerURL, cfg.PaymentResourceURL, cfg.RailProxyURL = p.LockURL, p.PayURL, p.ProxyURL
 	cfg.Owner, cfg.LeaseTTL = "A", 10*time.Minute

@@ -109,6 +109,18 @@ func (c capture) Publish(ctx context.Context, orderingKey string, data []byte, a
 	}
 }
 
+// next returns the next message the outbox published, failing t after 20 s.
+func (c capture) next(t *testing.T) published {
+	t.Helper()
+	select {
+	case msg := <-c:
+		return msg
+	case <-time.After(20 * time.Second):
+		t.Fatal("the outbox published nothing within 20 s")
+		return published{}
+	}
+}
+
 func attr(s tracetest.SpanStub, key string) (attribute.Value, bool) {
 	for _, kv := range s.Attributes {
 		if string(kv.Key) == key {
@@ -199,12 +211,7 @@ func TestOnePayoutIsOneTraceWithTheTokenAtBothFencePoints(t *testing.T) {
 	if _, err := p.Pay.CreatePayout(t.Context(), api.PayoutRequest{PayoutID: ev.PayoutID, AccountID: ev.AccountID, AmountMinor: ev.AmountMinor, Currency: ev.Currency}); err != nil {
 		t.Fatal(err)
 	}
-	var msg published
-	select {
-	case msg = <-msgs:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the outbox published nothing within 20 s")
-	}
+	msg := msgs.next(t)
 
 	// The push, as Pub/Sub posts it, to the executor served as its main
 	// serves it (the executor makes its own span from the message).
