@@ -1,8 +1,8 @@
 // Package benche2e is the end-to-end benchmark of the payout pipeline:
 // each run is a soak run without chaos (harness/soak) on a fresh local
 // stack, measured through the soak's Observe hook (Observer: payouts/s,
-// latency, deliveries, CPU per payout, optional profiles and statement
-// counts) and failed by any broken integrity check. Run it with
+// latency, deliveries, CPU per payout, optional profiles, statement
+// counts and etcd's requests) and failed by any broken integrity check. Run it with
 // `make bench-e2e` or ./harness/cmd/benche2e; docs/benchmarks.md has the
 // method and the figures.
 package benche2e
