@@ -1,8 +1,8 @@
 // Package benche2e is the end-to-end benchmark of the payout pipeline:
 // each run is a soak run without chaos (harness/soak) on a fresh local
 // stack, measured through the soak's Observe hook (Observer: payouts/s,
-// latency, deliveries, CPU per payout, optional profiles and statement
-// counts) and failed by any broken integrity check. Run it with
+// latency, deliveries, CPU per payout, optional profiles, statement
+// counts and etcd's requests) and failed by any broken integrity check. Run it with
 // `make bench-e2e` or ./harness/cmd/benche2e; docs/benchmarks.md has the
 // method and the figures.
 package benche2e
@@ -71,6 +71,15 @@ type Measurement struct {
 	// count, a pgx.Batch counts each statement), with "total" for their
 	// sum. With ObserverConfig.Statements.
 	StatementsPerPayout map[string]float64 `json:"statementsPerPayout,omitempty"`
+	// EtcdPerPayout is, with ObserverConfig.Statements and the etcd
+	// backend, what etcd served per posted payout during the run, from
+	// etcd's own metrics (etcd.go): "grpc METHOD" the gRPC requests by
+	// method ("grpc Txn", "grpc LeaseKeepAlive", ...) and "grpc total"
+	// their sum, summed over the members; "Txn read-only" the
+	// transactions among them answered without a raft proposal; then the
+	// leader's "keys put", "keys deleted", "leases expired", "proposals
+	// committed", "WAL fsyncs" and "backend commits".
+	EtcdPerPayout map[string]float64 `json:"etcdPerPayout,omitempty"`
 	// RequestsPerPayout is, by service and route ("payment-resource
 	// /v1/payouts/{id}/claim", "lock-server acquire", ...), the HTTP
 	// requests it answered per posted payout during the run (its
@@ -93,18 +102,27 @@ type ObserverConfig struct {
 	ProfileDir     string
 	// Statements reads the statement statistics of the stack's databases
 	// (the stack must run with StatementStats): reset as the load starts,
-	// read when the run has settled.
+	// read when the run has settled; with the etcd backend, etcd's metrics
+	// too (Measurement.EtcdPerPayout).
 	Statements bool
 }
 
 // Observer returns a soak.Config.Observe hook that fills m, with what cfg
-// adds. Its end fails with the first error of a profile or of the
-// statement statistics.
+// adds. Its end fails with the first error of a profile, of the
+// statement statistics or of etcd's metrics.
 func Observer(m *Measurement, cfg ObserverConfig) func(ctx context.Context, st *stack.Stack) (func(context.Context) error, error) {
 	profileSeconds, dir := cfg.ProfileSeconds, cfg.ProfileDir
 	return func(ctx context.Context, st *stack.Stack) (func(context.Context) error, error) {
+		etcd := cfg.Statements && st.Backend() == stack.BackendEtcd
+		var etcd0 []etcdSample
 		if cfg.Statements {
 			if err := st.ResetStatementStats(ctx); err != nil {
+				return nil, err
+			}
+		}
+		if etcd {
+			var err error
+			if etcd0, err = etcdSamples(ctx, st); err != nil {
 				return nil, err
 			}
 		}
@@ -153,6 +171,12 @@ func Observer(m *Measurement, cfg ObserverConfig) func(ctx context.Context, st *
 			if err != nil {
 				return err
 			}
+			var etcd1 []etcdSample
+			if etcd {
+				if etcd1, err = etcdSamples(ctx, st); err != nil {
+					return err
+				}
+			}
 			wg.Wait()
 			m.LoadAfter = loadAvg()
 			m.Deliveries = map[string]int{}
@@ -192,6 +216,9 @@ func Observer(m *Measurement, cfg ObserverConfig) func(ctx context.Context, st *
 					m.StatementsPerPayout[db] = round(n/float64(m.Payouts), 2)
 				}
 				m.StatementsPerPayout["total"] = round(float64(total)/float64(m.Payouts), 2)
+			}
+			if etcd && m.Payouts > 0 {
+				m.EtcdPerPayout = etcdPerPayout(etcd0, etcd1, m.Payouts)
 			}
 			if m.Payouts > 0 {
 				m.RequestsPerPayout = map[string]float64{}

@@ -70,7 +70,8 @@ type Config struct {
 	// that many seconds from the start of each run's load.
 	ProfileSeconds int
 	// Statements counts the statements every database serves during each
-	// run (ObserverConfig.Statements), reported per payout.
+	// run and, with the etcd backend, what etcd serves
+	// (ObserverConfig.Statements), reported per payout.
 	Statements bool
 	// LeaseTTL is the executors' lease TTL.
 	LeaseTTL time.Duration
@@ -297,7 +298,8 @@ func WriteJSON(w io.Writer, res *Result) error {
 // the deliveries of each executor summed over the runs, the load average
 // and the number of broken checks; then the median CPU per payout of
 // each process; then, when the runs counted them, the statements per
-// payout of each database and the most frequent statements.
+// payout of each database, the most frequent statements and etcd's
+// requests and disk flushes per payout.
 func WriteMarkdown(w io.Writer, res *Result) error {
 	type key struct{ backend, mode, variant string }
 	var keys []key
@@ -354,6 +356,7 @@ func WriteMarkdown(w io.Writer, res *Result) error {
 		b.WriteString("\n")
 	}
 	writeStatements(&b, keys, groups)
+	writeEtcd(&b, keys, groups)
 	writeRequests(&b, keys, groups)
 	for _, k := range keys {
 		// The cost model from the first spread run of each backend
@@ -394,6 +397,43 @@ func writeRequests[K comparable](b *strings.Builder, keys []K, groups map[K][]Ru
 		fmt.Fprintf(b, "| %s |", name)
 		for _, k := range keys {
 			fmt.Fprintf(b, " %.2f |", median(groups[k], func(r RunResult) float64 { return r.RequestsPerPayout[name] }))
+		}
+		b.WriteString("\n")
+	}
+}
+
+// writeEtcd adds, when the runs read etcd's metrics, the median of each
+// row of EtcdPerPayout, one column per backend, mode and variant that has
+// them.
+func writeEtcd[K comparable](b *strings.Builder, keys []K, groups map[K][]RunResult) {
+	var cols []K
+	methods := map[string]bool{}
+	for _, k := range keys {
+		if len(groups[k][0].EtcdPerPayout) == 0 {
+			continue
+		}
+		cols = append(cols, k)
+		for _, r := range groups[k] {
+			for row := range r.EtcdPerPayout {
+				if strings.HasPrefix(row, "grpc ") && row != etcdGRPCTotal {
+					methods[row] = true
+				}
+			}
+		}
+	}
+	if len(cols) == 0 {
+		return
+	}
+	b.WriteString("\netcd per payout (median of the runs; etcd's own metrics: gRPC requests by method summed over the members, the rows from \"keys put\" on the leader's):\n\n| etcd |")
+	for _, k := range cols {
+		r0 := groups[k][0]
+		fmt.Fprintf(b, " %s %s %s |", r0.Backend, r0.Mode, r0.Variant)
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---|", len(cols)) + "\n")
+	for _, row := range append(slices.Sorted(mapsKeys(methods)), etcdRowOrder...) {
+		fmt.Fprintf(b, "| %s |", row)
+		for _, k := range cols {
+			fmt.Fprintf(b, " %.2f |", median(groups[k], func(r RunResult) float64 { return r.EtcdPerPayout[row] }))
 		}
 		b.WriteString("\n")
 	}

@@ -225,7 +225,7 @@ func TestShortCrashSoak(t *testing.T) {
 			if n := rep.Outcomes["posted"]; n == 0 {
 				t.Errorf("no payout posted: %v", rep.Outcomes)
 			}
-			checkMeasurement(t, m, rep.Outcomes["posted"], cfg.Executors)
+			checkMeasurement(t, m, backend, rep.Outcomes["posted"], cfg.Executors)
 			if cfg.Break != nil {
 				for _, want := range []string{soak.CheckNoneLost, soak.CheckRailOnce, soak.CheckOneDebit, soak.CheckLedgerBalances} {
 					if !slices.ContainsFunc(rep.FailuresAfterBreak, func(f string) bool { return strings.HasPrefix(f, want+":") }) {
@@ -241,8 +241,8 @@ func TestShortCrashSoak(t *testing.T) {
 }
 
 // checkMeasurement checks what benche2e's observer measured on a run
-// with posted payouts and executors executor processes.
-func checkMeasurement(t *testing.T, m benche2e.Measurement, posted, executors int) {
+// of backend with posted payouts and executors executor processes.
+func checkMeasurement(t *testing.T, m benche2e.Measurement, backend string, posted, executors int) {
 	t.Helper()
 	t.Logf("bench measurement: %d payouts in %.1f s (%.1f/s), latency %v ms, deliveries %v, CPU per payout %v ms",
 		m.Payouts, m.Seconds, m.PayoutsPerSecond, m.LatencyMs, m.Deliveries, m.CPUPerPayoutMs)
@@ -281,6 +281,14 @@ func checkMeasurement(t *testing.T, m benche2e.Measurement, posted, executors in
 	}
 	if paydb <= 0 || m.StatementsPerPayout["paydb"] <= 0 || m.StatementsPerPayout["total"] < m.StatementsPerPayout["paydb"] {
 		t.Errorf("statements: %d in paydb, per payout %v; want paydb's counted and within the total", paydb, m.StatementsPerPayout)
+	}
+	// etcd's requests come from every member, its proposals from the
+	// leader at the end, whichever member the kills left leading.
+	if backend == stack.BackendEtcd {
+		t.Logf("etcd per payout: %v", m.EtcdPerPayout)
+		if m.EtcdPerPayout["grpc Txn"] <= 0 || m.EtcdPerPayout["proposals committed"] <= 0 {
+			t.Errorf("etcd per payout %v; want Txns and the leader's proposals counted", m.EtcdPerPayout)
+		}
 	}
 }
 

@@ -1168,7 +1168,9 @@ func (s *Stack) RailStubURL() string { return s.stubURL }
 // PUBSUB_EMULATOR_HOST.
 func (s *Stack) PubSubAddr() string { return s.pubsubAddr }
 
-// EtcdEndpoints returns etcd's client URLs (nil with the postgres backend).
+// EtcdEndpoints returns etcd's client URLs, one per member (nil with the
+// postgres backend); each also serves the member's Prometheus metrics at
+// /metrics.
 func (s *Stack) EtcdEndpoints() []string { return s.etcdEndpoints }
 
 // PayDBURL returns the DSN of paydb.

@@ -52,7 +52,7 @@ func run() error {
 	flag.IntVar(&d.Executors, "executors", d.Executors, "executor processes")
 	flag.IntVar(&d.Runs, "runs", d.Runs, "runs of each backend, mode and variant")
 	flag.Uint64Var(&d.Seed, "seed", 0, "seed of the payout plan (0: drawn and printed)")
-	flag.BoolVar(&d.Statements, "statements", false, "count the statements every database serves during each run (pg_stat_statements) and report them per payout")
+	flag.BoolVar(&d.Statements, "statements", false, "count the statements every database serves during each run (pg_stat_statements) and, with the etcd backend, etcd's requests, proposals and disk flushes (its own metrics), and report them per payout")
 	flag.IntVar(&d.ProfileSeconds, "profile", 0, "take a CPU profile of every service process for this many seconds from the start of each run's load (0: none)")
 	flag.DurationVar(&d.LeaseTTL, "lease-ttl", d.LeaseTTL, "the executors' lease TTL")
 	before := flag.String("before", "", "a git revision (e.g. main): its stack is built and run as variant \"before\" beside this tree's, \"after\", in every round")
