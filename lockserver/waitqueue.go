@@ -18,6 +18,15 @@ package lockserver
 //   - WaitPoll passes: a release through another lock-server sharing the
 //     backend, which this one cannot see, is noticed within WaitPoll.
 //
+// But a head about to ask while a release of its key answered by this
+// lock-server is in flight (releaseAndWake: a holder's release, its
+// handoff attempt, or the release of an abandoned grant) does not ask:
+// the lease being released holds the key, so the ask would be refused.
+// It parks instead (and can be claimed by another release's handoff, as
+// any parked head) until that release ends, which wakes it whether the
+// release succeeded or failed, and then asks; a release still running
+// after WaitPoll lets it ask anyway.
+//
 // Every grant is the backend's (LockStore.Acquire through the Batcher and
 // the token floor, exactly as a plain acquire, or a release's
 // Handoffer.Handoff through the same token floor), so the token is drawn
