@@ -221,3 +221,45 @@ func TestReleaseOfAnotherKeyDoesNotHoldTheWaiter(t *testing.T) {
 		}
 	})
 }
+
+// orderedGateStore is a releaseGateStore that says it serves an acquire
+// sent during a release after that release (store.ReleaseOrderer), as
+// etcdstore does.
+type orderedGateStore struct{ *releaseGateStore }
+
+func (orderedGateStore) OrdersAfterRelease() bool { return true }
+
+// TestWaiterAsksDuringAReleaseOnAnOrderedStore: over a store that orders
+// an acquire after a release in flight, the waiter does not park for the
+// release: it asks at once (here refused, the gated release not having
+// reached the store), and is granted when the release ends.
+func TestWaiterAsksDuringAReleaseOnAnOrderedStore(t *testing.T) {
+	withAndWithoutHandoff(t, func(t *testing.T, handoff bool) {
+		const key = "payout:acct-ordered"
+		s := &releaseGateStore{Store: memstore.New(nil)}
+		h, _ := abandonServer(t, orderedGateStore{s}, func(cfg *lockserver.ServerConfig) {
+			cfg.Batching, cfg.Handoff, cfg.WaitPoll = false, handoff, lockserver.MaxWaitPoll
+		})
+		holder := acquired(t, h, key, "holder")
+		entered, gate := s.holdRelease(key)
+		released := send(h, lockRequest(t.Context(), key, api.SuffixRelease, api.ReleaseRequest{Owner: "holder", Token: holder.Token}))
+		<-entered
+		waiter := send(h, waitAcquireTTL(t.Context(), key, "waiter", 30_000, 30_000))
+		synctest.Wait()
+		if n := s.asked("waiter"); n != 1 {
+			close(gate)
+			t.Fatalf("during the release: the waiter was asked for %d times; want 1 (no park on an ordered store)", n)
+		}
+		close(gate)
+		synctest.Wait()
+		if rec := answered(released); rec == nil || rec.Code != http.StatusNoContent {
+			t.Fatalf("release: %v; want 204", rec)
+		}
+		if rec := answered(waiter); rec == nil || rec.Code != http.StatusOK {
+			t.Fatalf("waiter after the release: %v; want 200 at once", rec)
+		}
+		if err := h.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -179,6 +179,10 @@ type Server struct {
 	// the store NewServer was given (beneath the Batcher); nil when the
 	// store has none.
 	handoffer store.Handoffer
+	// askDuringRelease: the store is a ReleaseOrderer that orders an
+	// acquire after a release in flight, so a waiting head asks during a
+	// release of its key instead of parking until its answer.
+	askDuringRelease bool
 	// handoffs counts the handoffs by outcome (lockserver_handoffs_total);
 	// nil without a Registry.
 	handoffs *prometheus.CounterVec
@@ -274,6 +278,9 @@ func NewServer(lockStore store.LockStore, cfg ServerConfig, logger *slog.Logger)
 	s.store = TraceStore(s.store, fmt.Sprintf("%T", lockStore))
 	if h, ok := lockStore.(store.Handoffer); ok {
 		s.handoffer = TraceHandoff(h, fmt.Sprintf("%T", lockStore))
+	}
+	if o, ok := lockStore.(store.ReleaseOrderer); ok {
+		s.askDuringRelease = o.OrdersAfterRelease()
 	}
 	return s, nil
 }

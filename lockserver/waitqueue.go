@@ -26,7 +26,10 @@ package lockserver
 // claimed by another release's handoff, as any parked head) until that
 // release ends, which wakes it whether the release succeeded or failed,
 // and then asks; a release still running after WaitPoll lets it ask
-// anyway.
+// anyway. Not on a store that orders an acquire after a release in
+// flight (store.ReleaseOrderer: etcd): there the ask is sent at once and
+// usually granted right after the release, the two writes sharing a
+// flush.
 //
 // Every grant is the backend's (LockStore.Acquire through the Batcher and
 // the token floor, exactly as a plain acquire, or a release's
@@ -398,7 +401,7 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 			pause = until
 		} else if until := time.Until(held.ExpiresAt); held.Token != 0 && until > 0 {
 			pause = min(pause, until)
-		} else if !pollDue && s.waitq.awaitRelease(w) {
+		} else if !pollDue && !s.askDuringRelease && s.waitq.awaitRelease(w) {
 			// A release of the key is in flight here, and its lease may
 			// still hold the key. The head parks until the release ends,
 			// at most WaitPoll.

@@ -79,3 +79,19 @@ func ValidateHandoff(from LeaseRef, to AcquireRequest) error {
 	}
 	return nil
 }
+
+// ReleaseOrderer is a LockStore that serves one client's requests in the
+// order they are sent (etcd: every write goes through one raft log, and
+// lock-server's requests reach the leader over one connection): an
+// acquire sent while a release of its key is in flight is usually
+// applied after that release, and granted. Lock-server's wait queue
+// then asks at once instead of parking until the release's answer,
+// which would put the two backend writes in a row instead of letting
+// them share a flush. Like Handoffer, an extra interface beside
+// LockStore; a store without it gets the park.
+type ReleaseOrderer interface {
+	LockStore
+	// OrdersAfterRelease reports whether an acquire sent during a release
+	// of its key is served after that release.
+	OrdersAfterRelease() bool
+}
