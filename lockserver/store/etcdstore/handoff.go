@@ -29,6 +29,7 @@ import (
 // background. See "Handoff" in docs/lock-service.md.
 
 var _ store.Handoffer = (*Store)(nil)
+var _ store.ReleaseOrderer = (*Store)(nil)
 
 // ownerRange returns the bounds between which, exclusive, the value of a
 // lock key held by owner and granted with offset lies, and no other key's
@@ -211,3 +212,9 @@ func (s *Store) revokeLater(key string, id clientv3.LeaseID) {
 		}
 	})
 }
+
+// OrdersAfterRelease implements store.ReleaseOrderer: every write goes
+// through etcd's one raft log, and lock-server's requests reach it over
+// one connection, so an acquire sent while a release of its key is in
+// flight is usually applied after that release's delete.
+func (s *Store) OrdersAfterRelease() bool { return true }
