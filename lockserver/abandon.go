@@ -150,16 +150,19 @@ func (s *Server) countAbandoned(outcome string) {
 // releaseAndWake ends the lease ref as a release answered by this
 // lock-server does: handed to the key's parked head waiter in the same
 // backend call when the store can (handOff), otherwise released, and on
-// success the key's waiters woken. It returns the release's answer.
+// success the key's waiters woken. While it runs, the release is in
+// flight for the wait queue: a head about to ask parks until it ends. It
+// returns the release's answer.
 func (s *Server) releaseAndWake(ctx context.Context, ref store.LeaseRef) error {
+	released := false
+	s.waitq.releaseStarted(ref.Key)
+	defer func() { s.waitq.releaseEnded(ref.Key, released) }()
 	handed, err := s.handOff(ctx, ref)
 	if handed {
 		return err
 	}
 	err = s.store.Release(ctx, ref.Key, ref.Owner, ref.Token)
 	s.observe(ctx, err)
-	if err == nil {
-		s.waitq.wake(ref.Key)
-	}
+	released = err == nil
 	return err
 }

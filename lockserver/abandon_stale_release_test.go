@@ -92,8 +92,10 @@ func (s *lateStore) Revoke(ctx context.Context, key string, token int64) (store.
 // request ends just as the backend grants it (TTL 500 ms), and the
 // background release of that abandoned grant is delayed in the store
 // past the grant's expiry. Meanwhile a waiter, "next", is granted the key
-// by its own ask when the abandoned lease expires (answered 200, a newer
-// token), and a second waiter parks behind it. When the late release
+// by its own ask once the abandoned lease has expired (answered 200, a
+// newer token; it parks for one WaitPoll first, since a release of the
+// key is in flight, so the stuck release delays it by that much only),
+// and a second waiter parks behind it. When the late release
 // finally reaches the store it must be refused (it is conditional on the
 // abandoned grant's token): next's renewal and release succeed, the
 // token is not repeated, and next's release reaches the second waiter at
@@ -128,7 +130,7 @@ func TestALateReleaseOfAnAbandonedGrantEndsNothingNewer(t *testing.T) {
 					t.Fatalf("key %q: %+v; want gone's grant, its release held", key, gone)
 				}
 				next := send(h, waitAcquireTTL(t.Context(), key, "next", 60_000, api.MaxWaitMs))
-				rec := <-next // granted when gone's lease expires
+				rec := <-next // granted at its first ask after gone's lease expired
 				if rec.Code != http.StatusOK {
 					close(s.gate)
 					t.Fatalf("next: %d %s", rec.Code, rec.Body)

@@ -18,6 +18,15 @@ package lockserver
 //   - WaitPoll passes: a release through another lock-server sharing the
 //     backend, which this one cannot see, is noticed within WaitPoll.
 //
+// But a head about to ask while a release of its key answered by this
+// lock-server is in flight (releaseAndWake: a holder's release, its
+// handoff attempt, or the release of an abandoned grant) does not ask:
+// the lease being released holds the key, so the ask would be refused.
+// It parks instead (and can be claimed by another release's handoff, as
+// any parked head) until that release ends, which wakes it whether the
+// release succeeded or failed, and then asks; a release still running
+// after WaitPoll lets it ask anyway.
+//
 // Every grant is the backend's (LockStore.Acquire through the Batcher and
 // the token floor, exactly as a plain acquire, or a release's
 // Handoffer.Handoff through the same token floor), so the token is drawn
@@ -109,6 +118,10 @@ type waitQueues struct {
 	n    int // waiters over all keys
 	max  int
 	log  *slog.Logger
+	// releasing counts, per key, the releases answered here whose backend
+	// call is in flight (releaseAndWake); a key leaves the map when its
+	// last release ends.
+	releasing map[string]int
 }
 
 // keyQueue is one key's waiters, head first.
@@ -139,6 +152,10 @@ type waiter struct {
 	// handed carries the outcome of the one handoff in flight for the
 	// waiter (room for one: a waiter is claimed at most once at a time).
 	handed chan handoffResult
+	// afterRelease (under waitQueues.mu): the head parks until a release
+	// of its key in flight here ends; the end of every such release wakes
+	// it, whatever its outcome. Cleared by unpark.
+	afterRelease bool
 }
 
 // handoffResult is the outcome of a handoff to a waiter: the lease (err
@@ -151,7 +168,7 @@ type handoffResult struct {
 }
 
 func newWaitQueues(max int, log *slog.Logger) *waitQueues {
-	return &waitQueues{keys: make(map[string]*keyQueue), max: max, log: log}
+	return &waitQueues{keys: make(map[string]*keyQueue), max: max, log: log, releasing: make(map[string]int)}
 }
 
 // join queues a waiter for key at the tail and returns it with its key's
@@ -210,13 +227,52 @@ func (q *waitQueues) wake(key string) {
 	q.mu.Lock()
 	kq := q.keys[key]
 	q.mu.Unlock()
-	if kq == nil {
-		return
+	if kq != nil {
+		kq.signal()
 	}
+}
+
+// signal leaves a wake for kq's head; it never blocks.
+func (kq *keyQueue) signal() {
 	select {
 	case kq.wake <- struct{}{}:
 	default:
 	}
+}
+
+// releaseStarted counts a release of key about to call the backend.
+// Every call is followed by one call of releaseEnded.
+func (q *waitQueues) releaseStarted(key string) {
+	q.mu.Lock()
+	q.releasing[key]++
+	q.mu.Unlock()
+}
+
+// releaseEnded counts the end of a release of key and wakes the key's
+// head when the release freed the key (released) or when the head parked
+// until it ended (awaitRelease).
+func (q *waitQueues) releaseEnded(key string, released bool) {
+	q.mu.Lock()
+	if q.releasing[key]--; q.releasing[key] <= 0 {
+		delete(q.releasing, key)
+	}
+	kq := q.keys[key] // nil, or it has a head
+	wake := kq != nil && (released || kq.waiters[0].afterRelease)
+	q.mu.Unlock()
+	if wake {
+		kq.signal()
+	}
+}
+
+// awaitRelease reports whether a release of the key of w, the head, is
+// in flight here: w's ask would then only be refused, so it parks
+// instead, and is marked so that the end of that release, whatever its
+// outcome, wakes it.
+func (q *waitQueues) awaitRelease(w *waiter) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w.afterRelease = q.releasing[w.to.Key] > 0
+	return w.afterRelease
 }
 
 // claim returns key's head waiter, marked claimed, if it is parked and
@@ -265,7 +321,7 @@ func (q *waitQueues) park(w *waiter) {
 // while it asks the backend itself.
 func (q *waitQueues) unpark(w *waiter, got bool) (r handoffResult, ok bool) {
 	q.mu.Lock()
-	w.parked = false
+	w.parked, w.afterRelease = false, false
 	if !w.claimed || got {
 		w.claimed = false
 		q.mu.Unlock()
@@ -320,6 +376,11 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	early := 0 // asks in a row refused after the lease's ExpiresAt
+	// pollDue: the head's last park for a release in flight ended by its
+	// timer, the release still running (a slow backend); the head asks,
+	// as after any WaitPoll, so that a stuck release delays it by WaitPoll
+	// at most.
+	pollDue := false
 	// resume, after a refused handoff, is when the interrupted sleep was
 	// to end: the refusal changed nothing in the backend, so what the
 	// head knew when it parked still holds, and it parks again until then
@@ -331,10 +392,16 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 			return store.Lease{}, "", 0, s.waitOver(reqCtx, key, start, "at the head of the queue")
 		}
 		pause := s.cfg.WaitPoll
+		afterRelease := false
 		if until := time.Until(resume); until > 0 {
 			pause = until
 		} else if until := time.Until(held.ExpiresAt); held.Token != 0 && until > 0 {
 			pause = min(pause, until)
+		} else if !pollDue && s.waitq.awaitRelease(w) {
+			// A release of the key is in flight here: an ask would only
+			// be refused. The head parks until the release ends, at most
+			// WaitPoll.
+			afterRelease = true
 		} else {
 			asked := time.Now()
 			l, by, err := s.grant(context.WithoutCancel(reqCtx), key, owner, ttl, budgetEnd)
@@ -367,6 +434,7 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 		held, resume = store.Lease{}, time.Time{}
 		sleepEnd := time.Now().Add(pause)
 		r, got, woken := s.sleep(w, kq, waitCtx, timer, pause)
+		pollDue = afterRelease && !got && !woken
 		if !got {
 			continue
 		}
@@ -384,7 +452,9 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 			// flight, and found the head claimed): then, as after an
 			// unknown outcome, a grant the floor withdrew or a restore, it
 			// asks again.
-			if (errors.Is(r.err, store.ErrStaleToken) || errors.Is(r.err, store.ErrNotHeld)) && !woken {
+			// A head parked for a release in flight knew nothing more:
+			// it looks again.
+			if (errors.Is(r.err, store.ErrStaleToken) || errors.Is(r.err, store.ErrNotHeld)) && !woken && !afterRelease {
 				resume = sleepEnd
 			}
 			s.log.DebugContext(reqCtx, "handoff to a waiter failed", "event", EventHandoffFailed, "key", key, "owner", owner, "error", r.err.Error(), "resumeSleep", !resume.IsZero())

@@ -20,9 +20,11 @@ import (
 // on a lease of its own if absent: every member granted shares the
 // transaction's revision, so the same token (tokens are unique per key, not
 // across keys). A member whose lease has ended fails the whole transaction,
-// and the batch falls back to single Acquires. Releases and renewals read
-// every key in one read-only transaction, then end each grant or keep its
-// lease alive, all at once. See "Group grant" in docs/lock-service.md.
+// and the batch falls back to single Acquires. A batch of releases is one
+// transaction too, nesting each member's Release transaction (endGrants).
+// Renewals read every key in one read-only transaction, then keep each
+// grant's lease alive, all at once. See "Group grant" in
+// docs/lock-service.md.
 
 // defaultMaxTxnMembers is the most members of one transaction: under
 // etcd's default --max-txn-ops of 128 with room to spare.
@@ -316,10 +318,9 @@ func validRefs(refs []store.LeaseRef, errs []error) []int {
 	return valid
 }
 
-// ReleaseMany implements store.BatchStore: one read of every key,
-// then each live grant ended (its key deleted conditionally, its lease
-// revoked in the background), all at once (see Release for what each
-// member is answered).
+// ReleaseMany implements store.BatchStore: Release's transaction for
+// every member at once, nested in one transaction per maxTxnMembers
+// members (endGrants); each member is answered as Release answers.
 func (s *Store) ReleaseMany(ctx context.Context, refs []store.LeaseRef) []error {
 	out := make([]error, len(refs))
 	valid := validRefs(refs, out)
@@ -328,25 +329,13 @@ func (s *Store) ReleaseMany(ctx context.Context, refs []store.LeaseRef) []error 
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
 	defer cancel()
-	got, err := s.readMany(ctx, "release", refs, valid)
-	if err != nil {
-		for _, i := range valid {
-			out[i] = err
-		}
-		return out
+	members := make([]store.LeaseRef, len(valid))
+	for j, i := range valid {
+		members[j] = refs[i]
 	}
-	var wg sync.WaitGroup
-	for _, i := range valid {
-		r, g := refs[i], got[i]
-		if out[i] = g.err; g.err != nil {
-			continue
-		}
-		if out[i] = refusal(r.Key, g.kv, g.rec, r.Owner, r.Token); out[i] != nil {
-			continue
-		}
-		wg.Go(func() { out[i] = s.end(ctx, "release", r.Key, g.kv) })
+	for j, e := range s.endGrants(ctx, "release", members) {
+		out[valid[j]] = e.err
 	}
-	wg.Wait()
 	return out
 }
 

@@ -556,38 +556,29 @@ func (s *Store) keepAlive(ctx context.Context, ref store.LeaseRef, kv *mvccpb.Ke
 	}, nil
 }
 
-// Release implements store.LockStore: it reads the key, checks that
-// its grant's token (ModRevision plus the record's offset) is token and
-// its owner matches, then ends the grant
-// (end: the key deleted if it still carries that grant, the lease revoked
-// in the background). Of a release, a force-revoke, a handoff and an
-// expiry racing for one grant exactly one ends it. ErrStaleToken when a
-// newer grant is live, ErrNotHeld when no grant or another owner's is,
-// ErrInvalidArgument, ErrUnavailable.
+// Release implements store.LockStore in one transaction (endGrants):
+// the key is deleted if its grant's token (ModRevision plus the record's
+// offset) is token and its owner is owner, else read to say why not; the
+// emptied lease is revoked in the background. Of a release, a
+// force-revoke, a handoff and an expiry racing for one grant exactly one
+// ends it. ErrStaleToken when a newer grant is live, ErrNotHeld when no
+// grant or another owner's is, ErrInvalidArgument, ErrUnavailable.
 func (s *Store) Release(ctx context.Context, key, owner string, token int64) error {
 	if err := store.ValidateLease(key, owner, token); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
 	defer cancel()
-
-	kv, rec, err := s.get(ctx, "release", key)
-	if err != nil {
-		return err
-	}
-	if err := refusal(key, kv, rec, owner, token); err != nil {
-		return err
-	}
-	return s.end(ctx, "release", key, kv)
+	return s.endGrants(ctx, "release", []store.LeaseRef{{Key: key, Owner: owner, Token: token}})[0].err
 }
 
-// Revoke implements store.LockStore: it reads the live grant and
-// ends it as Release does; with no token, a grant replaced between the
-// read and the end is read again, up to inspectTries times. With
-// token > 0 it acts only if the live grant's token is token (ErrStaleToken
-// if a newer grant is live, ErrNotHeld if an older one is). The returned
-// lease is the revoked grant, with ExpiresAt set to lock-server's clock just
-// before the deletion was sent.
+// Revoke implements store.LockStore. With token > 0 it is Release's
+// transaction checking the token alone, whoever the owner (ErrStaleToken
+// if a newer grant is live, ErrNotHeld if an older one is). With no token
+// it reads the live grant and ends it so; a grant replaced between the
+// read and the end is read again, up to inspectTries times. The returned
+// lease is the revoked grant, with ExpiresAt set to lock-server's clock
+// just before the transaction that deleted it was sent.
 func (s *Store) Revoke(ctx context.Context, key string, token int64) (store.Lease, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return store.Lease{}, err
@@ -598,64 +589,133 @@ func (s *Store) Revoke(ctx context.Context, key string, token int64) (store.Leas
 	ctx, cancel := context.WithTimeout(ctx, s.reqTimeout)
 	defer cancel()
 
+	ref := store.LeaseRef{Key: key, Token: token} // no owner: anyone's
 	for range inspectTries {
-		kv, rec, err := s.get(ctx, "revoke", key)
-		if err != nil {
-			return store.Lease{}, err
-		}
-		if kv == nil {
-			return store.Lease{}, fmt.Errorf("%w: no live lease on key %q", store.ErrNotHeld, key)
-		}
-		if token != 0 {
-			if err := refusal(key, kv, rec, rec.Owner, token); err != nil {
+		if token == 0 {
+			kv, rec, err := s.get(ctx, "revoke", key)
+			if err != nil {
 				return store.Lease{}, err
 			}
+			if kv == nil {
+				return store.Lease{}, fmt.Errorf("%w: no live lease on key %q", store.ErrNotHeld, key)
+			}
+			ref = store.LeaseRef{Key: key, Owner: rec.Owner, Token: kv.ModRevision + rec.Offset}
 		}
-		sent := s.now()
-		err = s.end(ctx, "revoke", key, kv)
-		if token == 0 && errors.Is(err, store.ErrStaleToken) {
+		e := s.endGrants(ctx, "revoke", []store.LeaseRef{ref})[0]
+		if token == 0 && errors.Is(e.err, store.ErrStaleToken) {
 			// A newer grant replaced the one read (a handoff, or a
 			// release and an acquire) without the key being free between
 			// the read and the delete, or with it free only briefly:
 			// revoke whatever is live now.
 			continue
 		}
-		if err != nil {
-			return store.Lease{}, err
+		if e.err != nil {
+			return store.Lease{}, e.err
 		}
 		return store.Lease{
-			Key: key, Owner: rec.Owner, Token: kv.ModRevision + rec.Offset,
-			LeaseID: leaseID(kv.Lease), TTL: time.Duration(rec.TTLMs) * time.Millisecond, ExpiresAt: sent,
+			Key: key, Owner: e.rec.Owner, Token: ref.Token,
+			LeaseID: leaseID(e.kv.Lease), TTL: time.Duration(e.rec.TTLMs) * time.Millisecond, ExpiresAt: e.sent,
 		}, nil
 	}
 	return store.Lease{}, fmt.Errorf("%w: etcdstore: revoke %q: the key changed grants under %d attempts in a row", store.ErrUnavailable, key, inspectTries)
 }
 
-// end ends grant kv of key: one transaction deletes the key if its
-// ModRevision and lease are still kv's, then the emptied lease is revoked
-// in the background (revokeLater). The conditional delete ends the grant:
-// a Handoff moves the key off the old lease without revoking it. If the
-// grant already ended: ErrStaleToken when a newer grant holds the key,
-// else ErrNotHeld.
-func (s *Store) end(ctx context.Context, op, key string, kv *mvccpb.KeyValue) error {
-	k := s.prefix + key
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(k), "=", kv.ModRevision),
-			clientv3.Compare(clientv3.LeaseValue(k), "=", clientv3.LeaseID(kv.Lease))).
-		Then(clientv3.OpDelete(k)).
-		Else(clientv3.OpGet(k)).
-		Commit()
-	if err != nil {
-		return s.fail(op, key, "delete key", err)
+// ended is the outcome of ending one grant (endGrants): the deleted key,
+// its record and lock-server's clock just before the transaction that
+// deleted it was sent, or why it was not deleted.
+type ended struct {
+	kv   *mvccpb.KeyValue
+	rec  record
+	sent time.Time
+	err  error
+}
+
+// endGrants ends each of refs that is its key's live grant (grantIs:
+// token and owner, or the token alone for a ref with no owner), at most
+// maxTxnMembers of them in one transaction, with G a guess of the offset
+// each was granted with:
+//
+//	Then(for each ref: Txn(If(grantIs(ref, G))
+//	                       Then(Delete(Prefix+k, WithPrevKV()))
+//	                       Else(Get(Prefix+k))),
+//	     Get(offset key))
+//
+// G is first the current offset; a ref that is its key's live grant with
+// another offset (read in its Else branch) is sent again with that offset
+// and the owner read. The others are answered from the key as read
+// (refusal). A deletion ends the grant: a Handoff moves the key off the
+// old lease without revoking it, so the emptied lease is revoked in the
+// background (revokeLater).
+func (s *Store) endGrants(ctx context.Context, op string, refs []store.LeaseRef) []ended {
+	out := make([]ended, len(refs))
+	type member struct {
+		i     int
+		ref   store.LeaseRef
+		guess offsetVersion
 	}
-	if !resp.Succeeded {
-		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 && kvs[0].ModRevision > kv.ModRevision {
-			return fmt.Errorf("%w: key %q has a newer grant (token %d) than token %d, granted before the %s", store.ErrStaleToken, key, tokenOf(kvs[0]), tokenOf(kv), op)
+	cur := s.off.load()
+	ms := make([]member, len(refs))
+	for i, r := range refs {
+		ms[i] = member{i, r, cur}
+	}
+	ok := s.offsetKey()
+	for len(ms) > 0 {
+		part := ms[:min(len(ms), s.maxTxnMembers)]
+		for range offsetTries {
+			ops := make([]clientv3.Op, 0, len(part)+1)
+			for _, m := range part {
+				k := s.prefix + m.ref.Key
+				ops = append(ops, clientv3.OpTxn(s.grantIs(m.ref, m.guess),
+					[]clientv3.Op{clientv3.OpDelete(k, clientv3.WithPrevKV())}, []clientv3.Op{clientv3.OpGet(k)}))
+			}
+			sent := s.now()
+			resp, err := s.cli.Txn(ctx).Then(append(ops, clientv3.OpGet(ok))...).Commit()
+			var again []member
+			for j, m := range part {
+				key := m.ref.Key
+				if err != nil {
+					out[m.i].err = s.fail(op, key, "delete key", err)
+					continue
+				}
+				nested := resp.Responses[j].GetResponseTxn()
+				if nested == nil {
+					out[m.i].err = fmt.Errorf("etcdstore: %s %q: the transaction's answer has no member %d", op, key, j)
+					continue
+				}
+				if !nested.Succeeded {
+					ref, guess, err := s.judge(op, m.ref, (*clientv3.TxnResponse)(nested))
+					if out[m.i].err = err; err == nil {
+						again = append(again, member{m.i, ref, offsetVersion{x: guess}})
+					}
+					continue
+				}
+				kv, rec, err := s.lockKV(op, key, nested.Responses[0].GetResponseDeleteRange().GetPrevKvs())
+				if err == nil && kv == nil {
+					err = fmt.Errorf("etcdstore: %s %q: the transaction deleted no key", op, key)
+				}
+				out[m.i] = ended{kv: kv, rec: rec, sent: sent, err: err}
+				if kv != nil {
+					s.revokeLater(key, clientv3.LeaseID(kv.Lease))
+				}
+			}
+			if len(again) > 0 {
+				if err := s.learnOffset(resp.Responses[len(part)]); err != nil {
+					for _, m := range again {
+						out[m.i].err = err
+					}
+					again = nil
+				}
+			}
+			if part = again; len(part) == 0 {
+				break
+			}
 		}
-		return fmt.Errorf("%w: the lease on key %q with token %d ended before the %s", store.ErrNotHeld, key, tokenOf(kv), op)
+		for _, m := range part {
+			out[m.i].err = fmt.Errorf("%w: etcdstore: %s %q: the key changed grants under %d attempts in a row", store.ErrUnavailable, op, m.ref.Key, offsetTries)
+		}
+		ms = ms[min(len(ms), s.maxTxnMembers):]
 	}
-	s.revokeLater(key, clientv3.LeaseID(kv.Lease))
-	return nil
+	return out
 }
 
 // Inspect implements store.LockStore: it reads the key and, if
@@ -832,6 +892,43 @@ func refusal(key string, kv *mvccpb.KeyValue, rec record, owner string, token in
 		return fmt.Errorf("%w: the lease on key %q with token %d is not held by %q", store.ErrNotHeld, key, token, owner)
 	}
 	return nil
+}
+
+// grantIs holds in a transaction exactly when ref is its key's live grant
+// and was granted with offset guess.x: Release's checks without a read.
+// The key's ModRevision is ref.Token - guess.x and its value is a record
+// of ref.Owner with offset guess.x (ownerRange). A ref with no owner (a
+// revoke naming a token) is checked on its token alone: guess is then the
+// offset key's version, and must have been since before that ModRevision,
+// as every grant records the offset the offset key held at its revision
+// (offset.go).
+func (s *Store) grantIs(ref store.LeaseRef, guess offsetVersion) []clientv3.Cmp {
+	k, rev := s.prefix+ref.Key, ref.Token-guess.x
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", rev)}
+	if ref.Owner == "" {
+		ok := s.offsetKey()
+		return append(append(cmps, guess.compares(ok)...), clientv3.Compare(clientv3.ModRevision(ok), "<", rev))
+	}
+	lo, hi := ownerRange(ref.Owner, guess.x)
+	return append(cmps, clientv3.Compare(clientv3.Value(k), ">", lo), clientv3.Compare(clientv3.Value(k), "<", hi))
+}
+
+// judge reads the key from the Else branch of a transaction on grantIs
+// (its first response). It returns why ref is not the key's live grant
+// (refusal; a ref with no owner accepts any), or else ref with the owner
+// read and the offset the grant was made with, for the next attempt.
+func (s *Store) judge(op string, ref store.LeaseRef, resp *clientv3.TxnResponse) (store.LeaseRef, int64, error) {
+	kv, rec, err := s.lockKV(op, ref.Key, resp.Responses[0].GetResponseRange().GetKvs())
+	if err != nil {
+		return ref, 0, err
+	}
+	if kv != nil && ref.Owner == "" {
+		ref.Owner = rec.Owner
+	}
+	if err := refusal(ref.Key, kv, rec, ref.Owner, ref.Token); err != nil {
+		return ref, 0, err
+	}
+	return ref, rec.Offset, nil
 }
 
 // revokeBestEffort revokes a lease that holds no grant anyone was told

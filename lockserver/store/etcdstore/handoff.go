@@ -16,14 +16,15 @@ import (
 // one (to), with G a guess of the offset from was granted with and X the
 // current offset:
 //
-//	If(ModRevision(Prefix+k) == from.Token - G,
-//	   ownerPrefix(from.Owner, G) < Value(Prefix+k) < ownerEnd(from.Owner, G),
+//	If(grantIs(from, G): ModRevision(Prefix+k) == from.Token - G,
+//	   ownerRange(from.Owner, G) around Value(Prefix+k);
 //	   the offset key is still the version whose offset is X)
 //	Then(Put(Prefix+k, record(to, X), WithLease(new lease), WithPrevKV()))
 //	Else(Get(Prefix+k), Get(offset key))
 //
-// The compares are Release's token and owner checks without a read first;
-// a wrong guess of G, or a changed offset, sends it again. The new lease
+// The compares are Release's token and owner checks, as Release makes
+// them (endGrants); a wrong guess of G, or a changed offset, sends it
+// again. The new lease
 // has never carried a key; the old one is left empty and revoked in the
 // background. See "Handoff" in docs/lock-service.md.
 
@@ -150,11 +151,8 @@ func (s *Store) replace(ctx context.Context, from store.LeaseRef, owner string, 
 		if guess < 0 {
 			guess = off.x
 		}
-		lo, hi := ownerRange(from.Owner, guess)
 		resp, err = s.cli.Txn(ctx).
-			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", from.Token-guess),
-				clientv3.Compare(clientv3.Value(k), ">", lo),
-				clientv3.Compare(clientv3.Value(k), "<", hi)}, off.compares(ok)...)...).
+			If(append(s.grantIs(from, offsetVersion{x: guess}), off.compares(ok)...)...).
 			Then(clientv3.OpPut(k, encodeRecord(owner, ttl, off.x), clientv3.WithLease(id), clientv3.WithPrevKV())).
 			Else(clientv3.OpGet(k), clientv3.OpGet(ok)).
 			Commit()
@@ -167,11 +165,10 @@ func (s *Store) replace(ctx context.Context, from store.LeaseRef, owner string, 
 		if err := s.learnOffset(resp.Responses[1]); err != nil {
 			return nil, 0, err
 		}
-		kv, rec, err := s.lockKV("handoff", from.Key, resp.Responses[0].GetResponseRange().GetKvs())
-		if err != nil || refusal(from.Key, kv, rec, from.Owner, from.Token) != nil {
+		if _, guess, err = s.judge("handoff", from, resp); err != nil {
 			return resp, 0, nil // from is not the live grant: handoffRefusal says why
 		}
-		guess = rec.Offset // from is live: with this offset, and the new offset read
+		// from is live, granted with offset guess: again with it and the offset read.
 	}
 	return nil, 0, fmt.Errorf("%w: etcdstore: handoff %q: the key or the token offset changed under %d attempts in a row", store.ErrUnavailable, from.Key, offsetTries)
 }
@@ -179,11 +176,7 @@ func (s *Store) replace(ctx context.Context, from store.LeaseRef, owner string, 
 // handoffRefusal is Release's answer for a Handoff transaction that did
 // not apply, from the key as the transaction read it.
 func (s *Store) handoffRefusal(from store.LeaseRef, resp *clientv3.TxnResponse) error {
-	kv, rec, err := s.lockKV("handoff", from.Key, resp.Responses[0].GetResponseRange().GetKvs())
-	if err != nil {
-		return err
-	}
-	if err := refusal(from.Key, kv, rec, from.Owner, from.Token); err != nil {
+	if _, _, err := s.judge("handoff", from, resp); err != nil {
 		return err
 	}
 	// Unreachable: the key matched every compare when read.

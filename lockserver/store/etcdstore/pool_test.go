@@ -444,35 +444,50 @@ func TestABatchGrowsWithSteadyDemand(t *testing.T) {
 	}
 }
 
-// racingRead passes the client's KV calls through, except that the first
-// read after armed is set runs between after it, then returns.
-type racingRead struct {
+// racingTxn passes the client's KV calls through, except that the first
+// transaction committed after armed is set runs between after it, then
+// returns.
+type racingTxn struct {
 	clientv3.KV
 	armed   atomic.Bool
 	between func()
 }
 
-func (r *racingRead) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	resp, err := r.KV.Get(ctx, key, opts...)
-	if r.armed.CompareAndSwap(true, false) {
-		r.between()
+func (r *racingTxn) Txn(ctx context.Context) clientv3.Txn { return &txnThen{r.KV.Txn(ctx), r} }
+
+type txnThen struct {
+	clientv3.Txn
+	r *racingTxn
+}
+
+func (t *txnThen) If(cs ...clientv3.Cmp) clientv3.Txn   { t.Txn = t.Txn.If(cs...); return t }
+func (t *txnThen) Then(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(ops...); return t }
+func (t *txnThen) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
+
+func (t *txnThen) Commit() (*clientv3.TxnResponse, error) {
+	resp, err := t.Txn.Commit()
+	if t.r.armed.CompareAndSwap(true, false) {
+		t.r.between()
 	}
 	return resp, err
 }
 
-// TestAReleaseRacingAForceRevokeEndsTheGrantOnce: a force-revoke lands
-// between the release's read and its end of the grant; exactly one of them
-// ends the grant, and the other is told the grant was not held.
+// TestAReleaseRacingAForceRevokeEndsTheGrantOnce: a release of a grant
+// made before the token offset was raised guesses the offset wrong, reads
+// the key in its first transaction, and sends a second; a force-revoke
+// lands between the two. Exactly one of them ends the grant, and the
+// other is told the grant was not held.
 func TestAReleaseRacingAForceRevokeEndsTheGrantOnce(t *testing.T) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: shared.Endpoints(), Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatalf("client: %v", err)
 	}
 	defer cli.Close()
-	race := &racingRead{KV: cli.KV}
+	race := &racingTxn{KV: cli.KV}
 	cli.KV = race
 	prefix := newPrefix(t)
-	s, err := New(cli, conf(func(cfg *Config) { cfg.Prefix = prefix }), nil)
+	clk := &fakeClock{now: time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)}
+	s, err := New(cli, conf(func(cfg *Config) { cfg.Prefix, cfg.Clock, cfg.IdleLeases = prefix, clk, 0 }), nil)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -480,12 +495,14 @@ func TestAReleaseRacingAForceRevokeEndsTheGrantOnce(t *testing.T) {
 	operator := openCfgT(t, func(cfg *Config) { cfg.Prefix = prefix })
 
 	l := mustAcquire(t, s, "k", "worker-a", 10*time.Second)
+	clk.advance(10 * time.Second)
+	mustAcquire(t, s, "k2", "worker-a", 10*time.Second) // raises the offset
 	var revokeErr error
 	race.between = func() { _, revokeErr = operator.Revoke(ctxT(t), "k", l.Token) }
 	race.armed.Store(true)
 	err = s.Release(ctxT(t), "k", "worker-a", l.Token)
 	if race.armed.Load() {
-		t.Fatal("the release read nothing")
+		t.Fatal("the release sent no transaction")
 	}
 	if revokeErr != nil {
 		t.Fatalf("the force-revoke that came first: %v", revokeErr)

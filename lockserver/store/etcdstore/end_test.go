@@ -1,0 +1,103 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/store"
+)
+
+// TestEndingAGrantIsOneRequest: a release, a batch of releases and a
+// force-revoke naming a token each send etcd one request (the emptied
+// lease's revocation, in the background, is a lease request, not counted).
+func TestEndingAGrantIsOneRequest(t *testing.T) {
+	var kv atomic.Int64 // KV requests: reads and transactions
+	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if strings.HasPrefix(method, "/etcdserverpb.KV/") {
+			kv.Add(1)
+		}
+		return invoke(ctx, method, req, reply, cc, opts...)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: shared.Endpoints(), Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(count)}})
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	defer cli.Close()
+	s, err := New(cli, conf(func(cfg *Config) { cfg.Prefix, cfg.IdleLeases = newPrefix(t), 0 }), nil)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	defer s.Close()
+
+	for i, c := range []struct {
+		name string
+		end  func(ls []store.Lease) error
+	}{
+		{"release", func(ls []store.Lease) error { return s.Release(ctxT(t), ls[0].Key, ls[0].Owner, ls[0].Token) }},
+		{"release of three", func(ls []store.Lease) error {
+			var refs []store.LeaseRef
+			for _, l := range ls {
+				refs = append(refs, store.LeaseRef{Key: l.Key, Owner: l.Owner, Token: l.Token})
+			}
+			return errors.Join(s.ReleaseMany(ctxT(t), refs)...)
+		}},
+		{"revoke naming a token", func(ls []store.Lease) error { _, err := s.Revoke(ctxT(t), ls[0].Key, ls[0].Token); return err }},
+	} {
+		var ls []store.Lease
+		for j := range 3 {
+			ls = append(ls, mustAcquire(t, s, fmt.Sprintf("payout:acct-%d-%d", i, j), "worker-a", 10*time.Second))
+		}
+		kv.Store(0)
+		if err := c.end(ls); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if n := kv.Load(); n != 1 {
+			t.Errorf("%s: %d etcd requests; want 1", c.name, n)
+		}
+	}
+}
+
+// TestARevokeNamingATokenEndsThatGrantOnly: a force-revoke names a token
+// and no owner, so its transaction checks the grant's offset on the
+// offset key, unchanged since before the grant. Once the offset is
+// raised, the token the grant's revision would have with the new offset
+// is not the grant's: it is refused, and the grant lives on; the grant's
+// own token revokes it, and a release of a grant made before the raise
+// ends it.
+func TestARevokeNamingATokenEndsThatGrantOnly(t *testing.T) {
+	clk := &fakeClock{now: time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)}
+	s := openCfgT(t, func(cfg *Config) { cfg.Clock, cfg.IdleLeases = clk, 0 })
+	a := mustAcquire(t, s, "payout:acct-a", "worker-a", 10*time.Second)
+	b := mustAcquire(t, s, "payout:acct-b", "worker-b", 10*time.Second)
+	before := offsetT(t, s)
+	clk.advance(10 * time.Second)
+	mustAcquire(t, s, "payout:acct-c", "worker-c", 10*time.Second) // raises the offset
+	after := offsetT(t, s)
+	if after == before {
+		t.Fatalf("the offset is still %d ten seconds later", before)
+	}
+
+	forged := a.Token - before + after
+	if l, err := s.Revoke(ctxT(t), a.Key, forged); !errors.Is(err, store.ErrNotHeld) {
+		t.Fatalf("Revoke(%d) of grant %d made with offset %d, now %d: %+v, %v; want ErrNotHeld", forged, a.Token, before, after, l, err)
+	}
+	if st, err := s.Inspect(ctxT(t), a.Key); err != nil || st.Lease == nil || st.Lease.Token != a.Token {
+		t.Fatalf("Inspect after the refused revoke: %+v, %v; want grant %d live", st.Lease, err, a.Token)
+	}
+	if l, err := s.Revoke(ctxT(t), a.Key, a.Token); err != nil || l.Token != a.Token || l.Owner != a.Owner || l.LeaseID != a.LeaseID {
+		t.Fatalf("Revoke(%d): %+v, %v; want grant %d of %s on lease %s", a.Token, l, err, a.Token, a.Owner, a.LeaseID)
+	}
+	if err := s.Release(ctxT(t), b.Key, b.Owner, b.Token); err != nil {
+		t.Fatalf("Release of grant %d made before the raise: %v", b.Token, err)
+	}
+}
