@@ -376,11 +376,11 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	early := 0 // asks in a row refused after the lease's ExpiresAt
-	// pollDue: the head's last park for a release in flight ended by its
-	// timer, the release still running (a slow backend); the head asks,
-	// as after any WaitPoll, so that a stuck release delays it by WaitPoll
+	// askBy: while the head parks for releases in flight, when it asks
+	// anyway (WaitPoll after its first such park since it last asked), so
+	// that releases that hang or follow one another delay it by WaitPoll
 	// at most.
-	pollDue := false
+	var askBy time.Time
 	// resume, after a refused handoff, is when the interrupted sleep was
 	// to end: the refusal changed nothing in the backend, so what the
 	// head knew when it parked still holds, and it parks again until then
@@ -397,12 +397,17 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 			pause = until
 		} else if until := time.Until(held.ExpiresAt); held.Token != 0 && until > 0 {
 			pause = min(pause, until)
-		} else if !pollDue && s.waitq.awaitRelease(w) {
+		} else if (askBy.IsZero() || time.Now().Before(askBy)) && s.waitq.awaitRelease(w) {
 			// A release of the key is in flight here: an ask would only
 			// be refused. The head parks until the release ends, at most
-			// WaitPoll.
+			// until askBy.
+			if askBy.IsZero() {
+				askBy = time.Now().Add(pause)
+			}
+			pause = time.Until(askBy)
 			afterRelease = true
 		} else {
+			askBy = time.Time{}
 			asked := time.Now()
 			l, by, err := s.grant(context.WithoutCancel(reqCtx), key, owner, ttl, budgetEnd)
 			if err == nil {
@@ -434,7 +439,6 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 		held, resume = store.Lease{}, time.Time{}
 		sleepEnd := time.Now().Add(pause)
 		r, got, woken := s.sleep(w, kq, waitCtx, timer, pause)
-		pollDue = afterRelease && !got && !woken
 		if !got {
 			continue
 		}
