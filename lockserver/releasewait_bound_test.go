@@ -84,3 +84,36 @@ func TestOverlappingReleasesDelayTheHeadByWaitPollAtMost(t *testing.T) {
 		}
 	})
 }
+
+// TestHungReleaseLeavesTheHeadAskingEveryWaitPoll: the holder's release
+// hangs in the backend. A waiting acquire of the key parks for it, but
+// asks once WaitPoll has passed, and again WaitPoll after each ask (the
+// key is still held: each ask is refused), and its wait ends on time.
+func TestHungReleaseLeavesTheHeadAskingEveryWaitPoll(t *testing.T) {
+	withAndWithoutHandoff(t, func(t *testing.T, handoff bool) {
+		const key = "payout:acct-hung-release"
+		const poll, wait = 250 * time.Millisecond, 1000 * time.Millisecond
+		s := &releaseGateStore{Store: memstore.New(nil)}
+		h, _ := abandonServer(t, s, func(cfg *lockserver.ServerConfig) {
+			cfg.Batching, cfg.Handoff, cfg.WaitPoll = false, handoff, poll
+		})
+		holder := acquired(t, h, key, "holder")
+		entered, gate := s.holdRelease(key)
+		released := send(h, lockRequest(t.Context(), key, api.SuffixRelease, api.ReleaseRequest{Owner: "holder", Token: holder.Token}))
+		<-entered
+		start := time.Now()
+		rec := <-send(h, waitAcquireTTL(t.Context(), key, "waiter", 30_000, wait.Milliseconds()))
+		waited, asks := time.Since(start), s.asked("waiter")
+		close(gate)
+		<-released
+		if rec.Code != http.StatusConflict || waited != wait {
+			t.Fatalf("waiter during a hung release: %d %s after %v; want 409 after its wait (%v)", rec.Code, rec.Body, waited, wait)
+		}
+		if want := int(wait/poll) - 1; asks < want {
+			t.Fatalf("waiter during a hung release asked %d times in %v; want at least %d (WaitPoll %v)", asks, wait, want, poll)
+		}
+		if err := h.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
