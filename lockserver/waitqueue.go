@@ -376,8 +376,8 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	early := 0 // asks in a row refused after the lease's ExpiresAt
-	// askBy: while the head parks for releases in flight, when it asks
-	// anyway (WaitPoll after its first such park since it last asked), so
+	// askBy: when the head asks even if releases of its key are in flight
+	// here, WaitPoll after its last ask (or its first park for one), so
 	// that releases that hang or follow one another delay it by WaitPoll
 	// at most.
 	var askBy time.Time
@@ -407,8 +407,8 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 			pause = time.Until(askBy)
 			afterRelease = true
 		} else {
-			askBy = time.Time{}
 			asked := time.Now()
+			askBy = asked.Add(s.cfg.WaitPoll)
 			l, by, err := s.grant(context.WithoutCancel(reqCtx), key, owner, ttl, budgetEnd)
 			if err == nil {
 				if reqCtx.Err() != nil {
