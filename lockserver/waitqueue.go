@@ -21,11 +21,12 @@ package lockserver
 // But a head about to ask while a release of its key answered by this
 // lock-server is in flight (releaseAndWake: a holder's release, its
 // handoff attempt, or the release of an abandoned grant) does not ask:
-// the lease being released holds the key, so the ask would be refused.
-// It parks instead (and can be claimed by another release's handoff, as
-// any parked head) until that release ends, which wakes it whether the
-// release succeeded or failed, and then asks; a release still running
-// after WaitPoll lets it ask anyway.
+// the lease being released may still hold the key, and a refused ask
+// costs a backend write and an Inspect. It parks instead (and can be
+// claimed by another release's handoff, as any parked head) until that
+// release ends, which wakes it whether the release succeeded or failed,
+// and then asks; a release still running after WaitPoll lets it ask
+// anyway.
 //
 // Every grant is the backend's (LockStore.Acquire through the Batcher and
 // the token floor, exactly as a plain acquire, or a release's
@@ -398,9 +399,9 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 		} else if until := time.Until(held.ExpiresAt); held.Token != 0 && until > 0 {
 			pause = min(pause, until)
 		} else if (askBy.IsZero() || time.Now().Before(askBy)) && s.waitq.awaitRelease(w) {
-			// A release of the key is in flight here: an ask would only
-			// be refused. The head parks until the release ends, at most
-			// until askBy.
+			// A release of the key is in flight here, and its lease may
+			// still hold the key. The head parks until the release ends,
+			// at most until askBy.
 			if askBy.IsZero() {
 				askBy = time.Now().Add(pause)
 			}

@@ -19,6 +19,9 @@ import (
 // TestEndingAGrantIsOneRequest: a release, a batch of releases and a
 // force-revoke naming a token each send etcd one request (the emptied
 // lease's revocation, in the background, is a lease request, not counted).
+// A release is one request also when the token offset was raised since the
+// grant; a force-revoke naming a token then reads the key too, as it
+// checks the grant's offset on the offset key.
 func TestEndingAGrantIsOneRequest(t *testing.T) {
 	var kv atomic.Int64 // KV requests: reads and transactions
 	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -33,36 +36,48 @@ func TestEndingAGrantIsOneRequest(t *testing.T) {
 		t.Fatalf("client: %v", err)
 	}
 	defer cli.Close()
-	s, err := New(cli, conf(func(cfg *Config) { cfg.Prefix, cfg.IdleLeases = newPrefix(t), 0 }), nil)
+	clk := &fakeClock{now: time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)}
+	s, err := New(cli, conf(func(cfg *Config) { cfg.Prefix, cfg.Clock, cfg.IdleLeases = newPrefix(t), clk, 0 }), nil)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	defer s.Close()
 
 	for i, c := range []struct {
-		name string
-		end  func(ls []store.Lease) error
+		name       string
+		end        func(ls []store.Lease) error
+		afterRaise int64 // requests when the offset was raised since the grant
 	}{
-		{"release", func(ls []store.Lease) error { return s.Release(ctxT(t), ls[0].Key, ls[0].Owner, ls[0].Token) }},
+		{"release", func(ls []store.Lease) error { return s.Release(ctxT(t), ls[0].Key, ls[0].Owner, ls[0].Token) }, 1},
 		{"release of three", func(ls []store.Lease) error {
 			var refs []store.LeaseRef
 			for _, l := range ls {
 				refs = append(refs, store.LeaseRef{Key: l.Key, Owner: l.Owner, Token: l.Token})
 			}
 			return errors.Join(s.ReleaseMany(ctxT(t), refs)...)
-		}},
-		{"revoke naming a token", func(ls []store.Lease) error { _, err := s.Revoke(ctxT(t), ls[0].Key, ls[0].Token); return err }},
+		}, 1},
+		{"revoke naming a token", func(ls []store.Lease) error { _, err := s.Revoke(ctxT(t), ls[0].Key, ls[0].Token); return err }, 2},
 	} {
-		var ls []store.Lease
-		for j := range 3 {
-			ls = append(ls, mustAcquire(t, s, fmt.Sprintf("payout:acct-%d-%d", i, j), "worker-a", 10*time.Second))
-		}
-		kv.Store(0)
-		if err := c.end(ls); err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		if n := kv.Load(); n != 1 {
-			t.Errorf("%s: %d etcd requests; want 1", c.name, n)
+		for _, raised := range []bool{false, true} {
+			want := int64(1)
+			if raised {
+				want = c.afterRaise
+			}
+			var ls []store.Lease
+			for j := range 3 {
+				ls = append(ls, mustAcquire(t, s, fmt.Sprintf("payout:acct-%d-%d-%v", i, j, raised), "worker-a", 10*time.Second))
+			}
+			if raised {
+				clk.advance(10 * time.Second)
+				mustAcquire(t, s, fmt.Sprintf("payout:acct-%d-raise", i), "worker-a", 10*time.Second) // raises the offset
+			}
+			kv.Store(0)
+			if err := c.end(ls); err != nil {
+				t.Fatalf("%s (offset raised since the grant: %v): %v", c.name, raised, err)
+			}
+			if n := kv.Load(); n != want {
+				t.Errorf("%s (offset raised since the grant: %v): %d etcd requests; want %d", c.name, raised, n, want)
+			}
 		}
 	}
 }

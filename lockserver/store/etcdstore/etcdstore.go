@@ -640,12 +640,12 @@ type ended struct {
 //	                       Else(Get(Prefix+k))),
 //	     Get(offset key))
 //
-// G is first the current offset; a ref that is its key's live grant with
-// another offset (read in its Else branch) is sent again with that offset
-// and the owner read. The others are answered from the key as read
-// (refusal). A deletion ends the grant: a Handoff moves the key off the
-// old lease without revoking it, so the emptied lease is revoked in the
-// background (revokeLater).
+// G is first the offset version the store guesses (grantedWith); a ref
+// that is its key's live grant with another offset (read in its Else
+// branch) is sent again with that offset and the owner read. The others
+// are answered from the key as read (refusal). A deletion ends the grant:
+// a Handoff moves the key off the old lease without revoking it, so the
+// emptied lease is revoked in the background (revokeLater).
 func (s *Store) endGrants(ctx context.Context, op string, refs []store.LeaseRef) []ended {
 	out := make([]ended, len(refs))
 	type member struct {
@@ -653,10 +653,9 @@ func (s *Store) endGrants(ctx context.Context, op string, refs []store.LeaseRef)
 		ref   store.LeaseRef
 		guess offsetVersion
 	}
-	cur := s.off.load()
 	ms := make([]member, len(refs))
 	for i, r := range refs {
-		ms[i] = member{i, r, cur}
+		ms[i] = member{i, r, s.off.grantedWith(r.Token)}
 	}
 	ok := s.offsetKey()
 	for len(ms) > 0 {

@@ -142,14 +142,14 @@ func (s *Store) handoffOnIdle(ctx context.Context, from store.LeaseRef, to store
 // store.ErrBackendRestored (the caller revokes lease id).
 func (s *Store) replace(ctx context.Context, from store.LeaseRef, owner string, id clientv3.LeaseID, ttl time.Duration) (resp *clientv3.TxnResponse, token int64, err error) {
 	k, ok := s.prefix+from.Key, s.offsetKey()
-	guess := int64(-1) // from's offset: first the current one
+	guess := int64(-1) // from's offset: first the one the store guesses
 	for range offsetTries {
 		off, err := s.tokenOffset(ctx, "handoff")
 		if err != nil {
 			return nil, 0, err
 		}
 		if guess < 0 {
-			guess = off.x
+			guess = s.off.grantedWith(from.Token).x
 		}
 		resp, err = s.cli.Txn(ctx).
 			If(append(s.grantIs(from, offsetVersion{x: guess}), off.compares(ok)...)...).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -72,11 +73,17 @@ func (v offsetVersion) compares(k string) []clientv3.Cmp {
 // no more than maxBehind behind nowUs: its revision is above v.rev.
 func (v offsetVersion) fresh(nowUs int64) bool { return v.rev+v.x >= nowUs-maxBehind }
 
+// offsetsKept is how many versions of the offset key a Store remembers
+// to guess the offset of a grant it did not make or made before a raise
+// (grantedWith).
+const offsetsKept = 16
+
 // offsets is the Store's knowledge of the offset key.
 type offsets struct {
 	mu      sync.Mutex
 	cur     offsetVersion
-	raising sync.Mutex // one raise at a time per Store
+	known   []offsetVersion // the last offsetsKept versions stored, oldest first
+	raising sync.Mutex      // one raise at a time per Store
 }
 
 func (o *offsets) load() offsetVersion {
@@ -89,6 +96,28 @@ func (o *offsets) store(v offsetVersion) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.cur = v
+	if !slices.Contains(o.known, v) {
+		o.known = append(o.known[max(0, len(o.known)+1-offsetsKept):], v)
+	}
+}
+
+// grantedWith guesses the offset version the grant with token was made
+// under: the last one stored below which the grant's revision lies (a
+// grant's revision is above its version's), else the oldest known. A
+// wrong guess costs a transaction, never a wrong answer: the caller's
+// compares check it.
+func (o *offsets) grantedWith(token int64) offsetVersion {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i := len(o.known) - 1; i >= 0; i-- {
+		if v := o.known[i]; v.rev+v.x < token {
+			return v
+		}
+	}
+	if len(o.known) > 0 {
+		return o.known[0]
+	}
+	return o.cur
 }
 
 func (s *Store) offsetKey() string { return s.prefix + offsetName }

@@ -472,11 +472,11 @@ func (t *txnThen) Commit() (*clientv3.TxnResponse, error) {
 	return resp, err
 }
 
-// TestAReleaseRacingAForceRevokeEndsTheGrantOnce: a release of a grant
-// made before the token offset was raised guesses the offset wrong, reads
-// the key in its first transaction, and sends a second; a force-revoke
-// lands between the two. Exactly one of them ends the grant, and the
-// other is told the grant was not held.
+// TestAReleaseRacingAForceRevokeEndsTheGrantOnce: a release through a
+// lock-server that has seen no token offset yet guesses the grant's
+// offset wrong, reads the key in its first transaction, and sends a
+// second; a force-revoke lands between the two. Exactly one of them ends
+// the grant, and the other is told the grant was not held.
 func TestAReleaseRacingAForceRevokeEndsTheGrantOnce(t *testing.T) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: shared.Endpoints(), Logger: zap.NewNop()})
 	if err != nil {
@@ -486,17 +486,14 @@ func TestAReleaseRacingAForceRevokeEndsTheGrantOnce(t *testing.T) {
 	race := &racingTxn{KV: cli.KV}
 	cli.KV = race
 	prefix := newPrefix(t)
-	clk := &fakeClock{now: time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)}
-	s, err := New(cli, conf(func(cfg *Config) { cfg.Prefix, cfg.Clock, cfg.IdleLeases = prefix, clk, 0 }), nil)
+	s, err := New(cli, conf(func(cfg *Config) { cfg.Prefix = prefix }), nil)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	defer s.Close()
 	operator := openCfgT(t, func(cfg *Config) { cfg.Prefix = prefix })
 
-	l := mustAcquire(t, s, "k", "worker-a", 10*time.Second)
-	clk.advance(10 * time.Second)
-	mustAcquire(t, s, "k2", "worker-a", 10*time.Second) // raises the offset
+	l := mustAcquire(t, operator, "k", "worker-a", 10*time.Second)
 	var revokeErr error
 	race.between = func() { _, revokeErr = operator.Revoke(ctxT(t), "k", l.Token) }
 	race.armed.Store(true)
