@@ -380,11 +380,11 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	early := 0 // asks in a row refused after the lease's ExpiresAt
-	// pollDue: the head's last park for a release in flight ended by its
-	// timer, the release still running (a slow backend); the head asks,
-	// as after any WaitPoll, so that a stuck release delays it by WaitPoll
+	// askBy: when the head asks even if releases of its key are in flight
+	// here, WaitPoll after its last ask (or its first park for one), so
+	// that releases that hang or follow one another delay it by WaitPoll
 	// at most.
-	pollDue := false
+	var askBy time.Time
 	// resume, after a refused handoff, is when the interrupted sleep was
 	// to end: the refusal changed nothing in the backend, so what the
 	// head knew when it parked still holds, and it parks again until then
@@ -401,13 +401,18 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 			pause = until
 		} else if until := time.Until(held.ExpiresAt); held.Token != 0 && until > 0 {
 			pause = min(pause, until)
-		} else if !pollDue && !s.askDuringRelease && s.waitq.awaitRelease(w) {
+		} else if !s.askDuringRelease && (askBy.IsZero() || time.Now().Before(askBy)) && s.waitq.awaitRelease(w) {
 			// A release of the key is in flight here, and its lease may
 			// still hold the key. The head parks until the release ends,
-			// at most WaitPoll.
+			// at most until askBy.
+			if askBy.IsZero() {
+				askBy = time.Now().Add(pause)
+			}
+			pause = time.Until(askBy)
 			afterRelease = true
 		} else {
 			asked := time.Now()
+			askBy = asked.Add(s.cfg.WaitPoll)
 			l, by, err := s.grant(context.WithoutCancel(reqCtx), key, owner, ttl, budgetEnd)
 			if err == nil {
 				if reqCtx.Err() != nil {
@@ -438,7 +443,6 @@ func (s *Server) acquireWaiting(reqCtx context.Context, key, owner string, ttl t
 		held, resume = store.Lease{}, time.Time{}
 		sleepEnd := time.Now().Add(pause)
 		r, got, woken := s.sleep(w, kq, waitCtx, timer, pause)
-		pollDue = afterRelease && !got && !woken
 		if !got {
 			continue
 		}
