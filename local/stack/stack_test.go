@@ -162,11 +162,8 @@ func startWithExecutorA(ctx context.Context, t *testing.T) *stack.Stack {
 		}
 		t.Skip(err)
 	}
-	bin, err := stack.CachedBinaries(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := stack.Start(ctx, stack.Config{Dir: t.TempDir(), BinDir: bin, Executors: []stack.ExecutorSpec{{Name: "A"}}})
+	// No BinDir: Start takes CachedBinaries' folder itself.
+	st, err := stack.Start(ctx, stack.Config{Dir: t.TempDir(), Executors: []stack.ExecutorSpec{{Name: "A"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
