@@ -31,7 +31,7 @@ test: ## run every test (starts its own PostgreSQL clusters and embedded etcd), 
 # of pgstore and etcdstore; make test runs their even cases on PostgreSQL
 # and the odd on etcd, storetest.Backend.Half). The direct contract,
 # TestContract, runs whole on both backends in make test.
-test-full: ## the end-to-end tests, the fencing experiment on real processes and the store suites through lock-server, with every case on both lock backends (make test runs each on one); installs PostgreSQL 15 first if missing (as root), else prints the command (about 6 min)
+test-full: ## the end-to-end tests, the fencing experiment on real processes and the store suites through lock-server, with every case on both lock backends (make test runs each on one); installs PostgreSQL 15 first if missing (as root), else prints the command (about 5 min, then 1.5 min for the store suites)
 	@bash .ci/deps postgres
 	$(GO) test -race -count=1 -timeout 20m ./functions/e2e/ ./harness/ -args -matrix.full
 	$(GO) test -race -count=1 -timeout 10m -run '^(TestContractOverHTTP|TestAbandonedGrantsThroughLockServer)$$' ./lockserver/store/pgstore/ ./lockserver/store/etcdstore/ -args -matrix.full
