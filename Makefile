@@ -24,11 +24,17 @@ test: ## run every test (starts its own PostgreSQL clusters and embedded etcd), 
 	$(GO) test -race -count=1 -p 3 -timeout 12m $(SLOW_PKGS) $(PKGS)
 	@set -e; for m in $(SDK_MODS); do echo "== $$m (module)"; (cd $$m && GOWORK=off $(GO) test -race -count=1 ./...); done
 
-# The both-backend matrices (docs/correctness.md): make test runs each case
-# on one lock backend, alternating; this runs every case on both.
-test-full: ## the end-to-end tests and the fencing experiment on real processes with every case on both lock backends (make test runs each on one); installs PostgreSQL 15 first if missing (as root), else prints the command (about 5 min)
+# What make test splits between the two lock backends, run whole on both
+# (-matrix.full): the end-to-end matrices (functions/e2e, harness; make
+# test runs each case on one backend, alternating) and the store suites
+# through lock-server (TestContractOverHTTP, TestAbandonedGrantsThroughLockServer
+# of pgstore and etcdstore; make test runs their even cases on PostgreSQL
+# and the odd on etcd, storetest.Backend.Half). The direct contract,
+# TestContract, runs whole on both backends in make test.
+test-full: ## the end-to-end tests, the fencing experiment on real processes and the store suites through lock-server, with every case on both lock backends (make test runs each on one); installs PostgreSQL 15 first if missing (as root), else prints the command (about 5 min, then 1.5 min for the store suites)
 	@bash .ci/deps postgres
 	$(GO) test -race -count=1 -timeout 20m ./functions/e2e/ ./harness/ -args -matrix.full
+	$(GO) test -race -count=1 -timeout 10m -run '^(TestContractOverHTTP|TestAbandonedGrantsThroughLockServer)$$' ./lockserver/store/pgstore/ ./lockserver/store/etcdstore/ -args -matrix.full
 
 FUZZTIME     ?= 30s
 FUZZPARALLEL ?= 1

@@ -138,8 +138,8 @@ type Run struct {
 
 // Options configure RunCell.
 type Options struct {
-	// BinDir holds prebuilt binaries (stack.Build). Default: each stack
-	// builds them into its run folder.
+	// BinDir holds prebuilt binaries (stack.Build). Default: those of
+	// stack.CachedBinaries.
 	BinDir string
 	// OutDir receives one run folder per run (OutDir/runs/BACKEND-CELL).
 	// Default: a temporary directory per run.

@@ -30,6 +30,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/jsonhandler"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/logjson"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/local/stack"
 	lockapi "github.com/distributed-lock-lab/distributed-lock-lab/lockserver/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/lockserver/fenceproof"
 )
@@ -40,11 +41,10 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // and SIGKILL.
 const cloudRunGrace = 10 * time.Second
 
-// contractCase is one function binary and a request that its handler
-// answers only after reading the whole body.
+// contractCase is one function binary (its name in stack.Binaries) and a
+// request that its handler answers only after reading the whole body.
 type contractCase struct {
 	name   string
-	pkg    string
 	env    func(t *testing.T) []string
 	method string
 	path   string
@@ -66,9 +66,8 @@ type contractCase struct {
 // arrives during the drain.
 func TestCloudRunContract(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the four function binaries and starts PostgreSQL")
+		t.Skip("builds the stack's binaries and starts PostgreSQL")
 	}
-	bin := t.TempDir()
 	// The fence points refuse to start without lock-server's public proof
 	// keys and rail-proxy's receipt keys.
 	proofKey, err := fenceproof.GenerateSigningKey("contract-lock", rand.Reader)
@@ -86,14 +85,14 @@ func TestCloudRunContract(t *testing.T) {
 	}
 	cases := []contractCase{
 		{
-			name: "rail-stub", pkg: "./functions/cmd/rail-stub",
+			name:   "rail-stub",
 			env:    func(*testing.T) []string { return nil },
 			method: "POST", path: rail.PathSubmit,
 			body: `{"payoutId":"p-1","accountId":"acct-1","amountMinor":5,"currency":"EUR","reference":"p-1"}`,
 			want: http.StatusOK, // a real submission, acknowledged
 		},
 		{
-			name: "rail-proxy", pkg: "./functions/cmd/rail-proxy",
+			name: "rail-proxy",
 			env: func(t *testing.T) []string {
 				return []string{railapi.EnvDatabaseURL + "=" + pgtest.NewDatabase(t), railapi.EnvRailURL + "=http://127.0.0.1:1",
 					railapi.EnvProofKeys + "=" + proofKey.VerifyKey().String(), railapi.EnvReceiptSigningKey + "=" + receiptKey.String(),
@@ -104,7 +103,7 @@ func TestCloudRunContract(t *testing.T) {
 			want: http.StatusBadRequest, // no such currency
 		},
 		{
-			name: "payment-resource", pkg: "./functions/cmd/payment-resource",
+			name: "payment-resource",
 			env: func(t *testing.T) []string {
 				ps := pstest.NewServer()
 				t.Cleanup(func() { ps.Close() })
@@ -118,7 +117,7 @@ func TestCloudRunContract(t *testing.T) {
 			want: http.StatusNotFound, // no such account
 		},
 		{
-			name: "executor", pkg: "./functions/cmd/executor",
+			name: "executor",
 			env: func(*testing.T) []string {
 				return []string{lockapi.EnvServerURL + "=http://127.0.0.1:1", executor.EnvPaymentResourceURL + "=http://127.0.0.1:1",
 					executor.EnvRailProxyURL + "=http://127.0.0.1:1", executor.EnvOwner + "=contract"}
@@ -134,14 +133,10 @@ func TestCloudRunContract(t *testing.T) {
 			want: http.StatusNoContent, // a malformed event, acknowledged and dropped
 		},
 	}
-	args := []string{"build", "-o", bin + string(filepath.Separator)}
-	for _, c := range cases {
-		args = append(args, c.pkg)
-	}
-	cmd := exec.Command("go", args...)
-	cmd.Dir = "../.." // the module root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	// The binaries the local stack runs, built once for the whole test run.
+	bin, err := stack.CachedBinaries(t.Context())
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

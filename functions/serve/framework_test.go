@@ -258,6 +258,9 @@ func TestFrameworkDeliversAPubSubCloudEventAsThePushEndpointDoes(t *testing.T) {
 	t.Setenv(executor.EnvPaymentResourceURL, down)
 	t.Setenv(executor.EnvRailProxyURL, down)
 	t.Setenv(executor.EnvReportAttempts, "1")
+	// The lock is never granted (lock-server is down too): each delivery
+	// answers 503 once this wait ends, 15 s by default.
+	t.Setenv(executor.EnvAcquireWaitMs, "300")
 	images := serveLikeTheImages(t, executorfn.Function)
 	framework := serveThroughTheFramework(t, executorfn.Function.Name)
 

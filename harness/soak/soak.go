@@ -144,8 +144,8 @@ type Config struct {
 	// Dir is the stack's run folder (logs, rail journal). Default: a new
 	// temporary folder, kept.
 	Dir string
-	// BinDir holds prebuilt binaries (stack.Build). Default: the stack
-	// builds them.
+	// BinDir holds prebuilt binaries (stack.Build). Default: those of
+	// stack.CachedBinaries.
 	BinDir string
 	// Break, when set, runs after the records have been read and judged
 	// (Report.Failures); it may break the records on purpose, through the

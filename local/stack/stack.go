@@ -137,8 +137,8 @@ type Config struct {
 	// missing and kept after Stop. Default: a new directory under
 	// os.TempDir().
 	Dir string
-	// BinDir holds prebuilt binaries (see Build). Default "": Start builds
-	// them into Dir/bin (Go's build cache makes later builds fast).
+	// BinDir holds prebuilt binaries (see Build). Default "": those of
+	// CachedBinaries, built first if the sources changed.
 	BinDir string
 	// LeaseTTL is the executors' lease TTL (LEASE_TTL_MS), a whole number
 	// of milliseconds. Default DefaultLeaseTTL.
@@ -328,7 +328,6 @@ type Stack struct {
 	dir    string
 	bin    string
 	ownDir bool // dir is a temporary folder Start made
-	ownBin bool // bin was built by Start into dir: removed by Stop
 	log    *slog.Logger
 
 	mu       sync.Mutex
@@ -451,27 +450,22 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	return s, nil
 }
 
-// buildBinaries builds every binary into the run folder unless
-// Config.BinDir names prebuilt ones, saying so first: the first build of
-// a fresh clone compiles every dependency and takes minutes.
+// buildBinaries takes CachedBinaries' folder unless Config.BinDir names
+// prebuilt binaries, saying so first: the first build of a fresh clone
+// compiles every dependency and takes minutes.
 func (s *Stack) buildBinaries(ctx context.Context) error {
 	s.bin = s.cfg.BinDir
 	if s.bin != "" {
 		return nil
 	}
-	s.bin, s.ownBin = filepath.Join(s.dir, "bin"), true
-	if err := os.MkdirAll(s.bin, 0o755); err != nil {
-		return fmt.Errorf("stack: binaries folder: %w", err)
-	}
-	if err := markOwned(s.bin); err != nil {
-		return err
-	}
-	s.log.Info("building the binaries (every run folder gets its own; Go's build cache makes that quick, except on the first build of a clone, which compiles every dependency and can take several minutes)", "dir", s.bin)
+	s.log.Info("building the binaries unless built for these sources already (the first build of a clone compiles every dependency and can take several minutes)")
 	t0 := time.Now()
-	if err := Build(ctx, s.bin); err != nil {
+	bin, err := CachedBinaries(ctx)
+	if err != nil {
 		return err
 	}
-	s.log.Info("binaries built", "dir", s.bin, "took", time.Since(t0).Round(time.Millisecond))
+	s.bin = bin
+	s.log.Info("binaries ready", "dir", s.bin, "took", time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 
@@ -487,7 +481,7 @@ func CheckPostgres() error {
 func (s *Stack) start(ctx context.Context) error {
 	for _, name := range sortedNames() {
 		if _, err := os.Stat(filepath.Join(s.bin, name)); err != nil {
-			return fmt.Errorf("%w: binary %s missing in %s: build it with `go build -o %s %s` (or leave the binary folder unset and the stack builds every one): %v", ErrPrerequisite, name, s.bin, filepath.Join(s.bin, name), Binaries[name], err)
+			return fmt.Errorf("%w: binary %s missing in %s: build it with `go build -o %s %s` (or leave the binary folder unset and the stack uses CachedBinaries): %v", ErrPrerequisite, name, s.bin, filepath.Join(s.bin, name), Binaries[name], err)
 		}
 	}
 
@@ -1101,9 +1095,8 @@ func (s *Stack) PostgresLogPath(name string) string {
 // Stop stops every process (in reverse start order, SIGTERM then SIGKILL
 // after a grace period; a stopped process is continued so it can exit),
 // stops and removes the PostgreSQL clusters (their server logs are in the
-// run folder: PostgresLogPath), removes etcd's data and the binaries Start built
-// (not those of Config.BinDir). The run folder with the
-// logs stays. Stop is idempotent and safe to call concurrently.
+// run folder: PostgresLogPath) and removes etcd's data. The run folder
+// with the logs stays. Stop is idempotent and safe to call concurrently.
 func (s *Stack) Stop() { s.stopOnce.Do(s.stop) }
 
 func (s *Stack) stop() {
@@ -1134,11 +1127,6 @@ func (s *Stack) stop() {
 	wg.Wait()
 	if etcdData != "" {
 		_ = os.RemoveAll(etcdData)
-	}
-	if s.ownBin {
-		// The binaries it built (about 200 MB); Go's build cache makes the
-		// next build fast.
-		_ = os.RemoveAll(s.bin)
 	}
 	s.log.Info("stack stopped", "dir", s.dir)
 }

@@ -37,30 +37,6 @@ func TestFailedStartLeavesNoFolder(t *testing.T) {
 	}
 }
 
-// A stack that built its own binaries removes them when it stops (about
-// 200 MB a run); the logs stay.
-func TestStopRemovesTheBinariesItBuilt(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and starts the whole stack")
-	}
-	dir := t.TempDir()
-	st, err := stack.Start(t.Context(), stack.Config{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "bin", "lock-server")); err != nil {
-		t.Fatalf("no binaries while running: %v", err)
-	}
-	st.Stop()
-	if _, err := os.Stat(filepath.Join(dir, "bin")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("bin folder after Stop: %v; want it removed", err)
-	}
-	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
-	if len(logs) == 0 {
-		t.Error("no log file left in the run folder")
-	}
-}
-
 // TestValidateReportsEveryInvalidField: one Validate names every field to
 // fix, not only the first.
 func TestValidateReportsEveryInvalidField(t *testing.T) {
@@ -172,7 +148,8 @@ func TestExitedReportsWhatDiesOnItsOwnRestartsIncluded(t *testing.T) {
 }
 
 // startWithExecutorA starts a stack with one executor, A, from the cached
-// binaries, stopped when the test ends; it skips the test with -short,
+// binaries, stopped when the test ends, its logs left in the run folder
+// (checked); it skips the test with -short,
 // and without PostgreSQL unless CI is set.
 func startWithExecutorA(ctx context.Context, t *testing.T) *stack.Stack {
 	t.Helper()
@@ -185,15 +162,17 @@ func startWithExecutorA(ctx context.Context, t *testing.T) *stack.Stack {
 		}
 		t.Skip(err)
 	}
-	bin, err := stack.CachedBinaries(ctx)
+	// No BinDir: Start takes CachedBinaries' folder itself.
+	st, err := stack.Start(ctx, stack.Config{Dir: t.TempDir(), Executors: []stack.ExecutorSpec{{Name: "A"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := stack.Start(ctx, stack.Config{Dir: t.TempDir(), BinDir: bin, Executors: []stack.ExecutorSpec{{Name: "A"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Stop)
+	t.Cleanup(func() {
+		st.Stop()
+		if logs, _ := filepath.Glob(filepath.Join(st.Dir(), "*.log")); len(logs) == 0 {
+			t.Errorf("no log file left in the run folder %s after Stop", st.Dir())
+		}
+	})
 	return st
 }
 

@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -136,9 +137,22 @@ func TestContract(t *testing.T) {
 // TestContractOverHTTP runs the contract through lock-server with its
 // defaults, which batch: concurrent acquires reach etcd through the
 // Batcher as one transaction of nested per-key transactions. (The Batcher
-// alone, without the server, runs the contract in memstore.)
+// alone, without the server, runs the contract in memstore.) make test
+// runs half of it here and the other half on PostgreSQL.
 func TestContractOverHTTP(t *testing.T) {
-	storetest.Run(t, servertest.OverHTTP(backend(t)))
+	storetest.Run(t, servertest.OverHTTP(serverHalf(backend(t))))
+}
+
+var fullMatrix = flag.Bool("matrix.full", false, "run the suites through lock-server whole (make test-full), not the half make test runs on etcd")
+
+// serverHalf is b for the suites through lock-server: in make test their
+// odd cases (storetest.Backend.Half), pgstore's tests running the even
+// ones; every case with -matrix.full. The direct contract runs whole.
+func serverHalf(b storetest.Backend) storetest.Backend {
+	if !*fullMatrix {
+		b.Half = 1
+	}
+	return b
 }
 
 // TestTokenIsTheKeysModRevisionPlusItsOffset: a grant's token is the

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -60,7 +61,22 @@ func TestContract(t *testing.T) { storetest.Run(t, backend()) }
 // defaults, which batch: concurrent calls reach PostgreSQL through the
 // Batcher as AcquireMany, ReleaseMany and RenewMany statements. (The
 // Batcher alone, without the server, runs the contract in memstore.)
-func TestContractOverHTTP(t *testing.T) { storetest.Run(t, servertest.OverHTTP(backend())) }
+// make test runs half of it here and the other half on etcd.
+func TestContractOverHTTP(t *testing.T) {
+	storetest.Run(t, servertest.OverHTTP(serverHalf(backend())))
+}
+
+var fullMatrix = flag.Bool("matrix.full", false, "run the suites through lock-server whole (make test-full), not the half make test runs on PostgreSQL")
+
+// serverHalf is b for the suites through lock-server: in make test their
+// even cases (storetest.Backend.Half), etcdstore's tests running the odd
+// ones; every case with -matrix.full. The direct contract runs whole.
+func serverHalf(b storetest.Backend) storetest.Backend {
+	if !*fullMatrix {
+		b.Half = 2
+	}
+	return b
+}
 
 // backend describes this store to the contract suite: a fresh database per
 // store, on restartCluster for the restart tests.

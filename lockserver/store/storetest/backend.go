@@ -56,4 +56,22 @@ type Backend struct {
 	// the clock-step tests are skipped (etcd and memstore expire leases by
 	// clocks that cannot step: etcd's monotonic clock, memstore's Clock).
 	StepClock func(t *testing.T, s store.LockStore, d time.Duration)
+
+	// Half, when 1 or 2, runs only the cases at odd (1) or even (2)
+	// positions of a suite (Run, servertest.AbandonedGrants), counted from
+	// 1, and skips the others: two backends given one half each run every
+	// case once between them. Zero, the default, runs every case. make
+	// test splits the suites through lock-server this way between
+	// PostgreSQL (even) and etcd (odd); -matrix.full (make test-full) runs
+	// them whole on both.
+	Half int
+}
+
+// SkipOtherHalf skips t, case i (from 1) of a suite, when it is not in
+// b's Half.
+func (b Backend) SkipOtherHalf(t *testing.T, i int) {
+	t.Helper()
+	if b.Half != 0 && (i-b.Half)%2 != 0 {
+		t.Skipf("case %d is in the other half (Backend.Half %d): the other backend runs it in make test; -matrix.full runs every case on both", i, b.Half)
+	}
 }
