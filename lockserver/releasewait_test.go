@@ -100,6 +100,22 @@ func acquired(t *testing.T, h http.Handler, key, owner string) api.Grant {
 	return g
 }
 
+// waiterDuringRelease has "holder" take holderKey and send its release
+// (with the grant's token plus tokenDelta), held at s's gate; then
+// "waiter" sends a waiting acquire of key, and the bubble settles. It
+// returns the holder's grant, the release's and the waiter's answers,
+// and the gate that lets the release go on.
+func waiterDuringRelease(t *testing.T, h http.Handler, s *releaseGateStore, holderKey, key string, tokenDelta int64) (holder api.Grant, released, waiter <-chan *httptest.ResponseRecorder, gate chan struct{}) {
+	t.Helper()
+	holder = acquired(t, h, holderKey, "holder")
+	entered, gate := s.holdRelease(holderKey)
+	released = send(h, lockRequest(t.Context(), holderKey, api.SuffixRelease, api.ReleaseRequest{Owner: "holder", Token: holder.Token + tokenDelta}))
+	<-entered
+	waiter = send(h, waitAcquireTTL(t.Context(), key, "waiter", 30_000, 30_000))
+	synctest.Wait()
+	return holder, released, waiter, gate
+}
+
 // answered returns the answer on c, if it has come, or nil.
 func answered(c <-chan *httptest.ResponseRecorder) *httptest.ResponseRecorder {
 	select {
@@ -129,12 +145,7 @@ func TestWaiterDuringARelease(t *testing.T) {
 	withAndWithoutHandoff(t, func(t *testing.T, handoff bool) {
 		const key = "payout:acct-release-in-flight"
 		h, s := releaseGateServer(t, handoff)
-		holder := acquired(t, h, key, "holder")
-		entered, gate := s.holdRelease(key)
-		released := send(h, lockRequest(t.Context(), key, api.SuffixRelease, api.ReleaseRequest{Owner: "holder", Token: holder.Token}))
-		<-entered
-		waiter := send(h, waitAcquireTTL(t.Context(), key, "waiter", 30_000, 30_000))
-		synctest.Wait()
+		holder, released, waiter, gate := waiterDuringRelease(t, h, s, key, key, 0)
 		if n := s.asked("waiter"); n != 0 || !h.HeadParked(key) {
 			close(gate)
 			t.Fatalf("during the release: the waiter was asked for %d times, parked %v; want 0 asks, parked", n, h.HeadParked(key))
@@ -170,12 +181,7 @@ func TestFailedReleaseWakesTheWaiter(t *testing.T) {
 	withAndWithoutHandoff(t, func(t *testing.T, handoff bool) {
 		const key = "payout:acct-failed-release"
 		h, s := releaseGateServer(t, handoff)
-		holder := acquired(t, h, key, "holder")
-		entered, gate := s.holdRelease(key)
-		stale := send(h, lockRequest(t.Context(), key, api.SuffixRelease, api.ReleaseRequest{Owner: "holder", Token: holder.Token + 1}))
-		<-entered
-		waiter := send(h, waitAcquireTTL(t.Context(), key, "waiter", 30_000, 30_000))
-		synctest.Wait()
+		holder, stale, waiter, gate := waiterDuringRelease(t, h, s, key, key, 1)
 		if n := s.asked("waiter"); n != 0 {
 			close(gate)
 			t.Fatalf("during the release: the waiter was asked for %d times; want 0", n)
@@ -202,12 +208,7 @@ func TestReleaseOfAnotherKeyDoesNotHoldTheWaiter(t *testing.T) {
 	withAndWithoutHandoff(t, func(t *testing.T, handoff bool) {
 		const key, other = "payout:acct-free", "payout:acct-other"
 		h, s := releaseGateServer(t, handoff)
-		holder := acquired(t, h, other, "holder")
-		entered, gate := s.holdRelease(other)
-		released := send(h, lockRequest(t.Context(), other, api.SuffixRelease, api.ReleaseRequest{Owner: "holder", Token: holder.Token}))
-		<-entered
-		waiter := send(h, waitAcquireTTL(t.Context(), key, "waiter", 30_000, 30_000))
-		synctest.Wait()
+		_, released, waiter, gate := waiterDuringRelease(t, h, s, other, key, 0)
 		rec := answered(waiter)
 		close(gate)
 		if rec == nil || rec.Code != http.StatusOK || s.asked("waiter") != 1 {
@@ -240,12 +241,7 @@ func TestWaiterAsksDuringAReleaseOnAnOrderedStore(t *testing.T) {
 		h, _ := abandonServer(t, orderedGateStore{s}, func(cfg *lockserver.ServerConfig) {
 			cfg.Batching, cfg.Handoff, cfg.WaitPoll = false, handoff, lockserver.MaxWaitPoll
 		})
-		holder := acquired(t, h, key, "holder")
-		entered, gate := s.holdRelease(key)
-		released := send(h, lockRequest(t.Context(), key, api.SuffixRelease, api.ReleaseRequest{Owner: "holder", Token: holder.Token}))
-		<-entered
-		waiter := send(h, waitAcquireTTL(t.Context(), key, "waiter", 30_000, 30_000))
-		synctest.Wait()
+		_, released, waiter, gate := waiterDuringRelease(t, h, s, key, key, 0)
 		if n := s.asked("waiter"); n != 1 {
 			close(gate)
 			t.Fatalf("during the release: the waiter was asked for %d times; want 1 (no park on an ordered store)", n)
