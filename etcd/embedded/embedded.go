@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -606,13 +607,41 @@ func (c *Cluster) removeOwnDir() {
 func (m *member) awaitReady(ctx context.Context) error {
 	select {
 	case <-m.etcd.Server.ReadyNotify():
-		return nil
+		return m.awaitServing(ctx)
 	case err := <-m.etcd.Err():
 		return fmt.Errorf("%w: %s: %w", ErrNotReady, m.name, err)
 	case <-m.etcd.Server.StopNotify():
 		return fmt.Errorf("%w: %s stopped while starting", ErrNotReady, m.name)
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %s: %w", ErrNotReady, m.name, ctx.Err())
+	}
+}
+
+// awaitServing returns once the member answers HTTP on its client URL.
+// Ready is raft's; embed sets the client handlers up on goroutines of its
+// own, which also read process globals (a logger made from os.Stderr,
+// which go test -json replaces once tests start): after an answer, that
+// setup is over.
+func (m *member) awaitServing(ctx context.Context) error {
+	u := m.clientURL
+	u.Path = "/version"
+	wait := time.Millisecond
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %s: client URL not answering: %w", ErrNotReady, m.name, err)
+		case <-time.After(wait):
+			wait = min(2*wait, 100*time.Millisecond)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -327,4 +328,14 @@ func TestPrepareDirHostsOneAddressPerMember(t *testing.T) {
 	if err := PrepareDirHosts(t.TempDir(), []string{"10.77.1.2", "lock-server"}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("a host name: %v; want ErrInvalidConfig", err)
 	}
+}
+
+// TestStartReturnsOnceServing: once Start returns, no goroutine of a
+// member's start still reads os.Stderr (go test -json replaces it as the
+// tests begin, which the race detector reported against etcd's client
+// handler setup). Run with -race: the write below is what testing does.
+func TestStartReturnsOnceServing(t *testing.T) {
+	startT(t, Config{})
+	stderr := os.Stderr
+	os.Stderr = stderr
 }
