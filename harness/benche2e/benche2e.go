@@ -8,7 +8,6 @@
 package benche2e
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -276,11 +275,15 @@ func deliveries(ctx context.Context, st *stack.Stack) (map[string]int, error) {
 		if !ok {
 			continue
 		}
-		n, err := scrapeCounter(ctx, st.ExecutorURL(name)+"/metrics", httpmetrics.NameRequests)
+		fams, err := scrape(ctx, st.ExecutorURL(name)+"/metrics")
 		if err != nil {
 			return nil, fmt.Errorf("deliveries of executor %s: %w", name, err)
 		}
-		out[name] = n
+		var n float64
+		for _, m := range fams[httpmetrics.NameRequests].GetMetric() {
+			n += m.GetCounter().GetValue()
+		}
+		out[name] = int(n)
 	}
 	return out, nil
 }
@@ -291,12 +294,12 @@ func deliveries(ctx context.Context, st *stack.Stack) (map[string]int, error) {
 func requests(ctx context.Context, st *stack.Stack) (map[string]float64, error) {
 	out := map[string]float64{}
 	add := func(service, url, metric, label string) error {
-		series, err := scrapeSeries(ctx, url+"/metrics", metric)
+		fams, err := scrape(ctx, url+"/metrics")
 		if err != nil {
 			return fmt.Errorf("requests of %s: %w", service, err)
 		}
-		for labels, v := range series {
-			out[service+" "+labelValue(labels, label)] += v
+		for _, m := range fams[metric].GetMetric() {
+			out[service+" "+labelOf(m, label)] += m.GetCounter().GetValue()
 		}
 		return nil
 	}
@@ -318,89 +321,6 @@ func requests(ctx context.Context, st *stack.Stack) (map[string]float64, error) 
 		}
 	}
 	return out, nil
-}
-
-// scrapeSeries returns the samples of metric in the Prometheus text
-// exposition at url, by label set ("{...}" as written, "" for none).
-func scrapeSeries(ctx context.Context, url, metric string) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), metric)
-		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
-			continue
-		}
-		end := strings.LastIndexByte(rest, '}') + 1
-		f := strings.Fields(rest[end:])
-		if len(f) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			return nil, fmt.Errorf("%q: %v", sc.Text(), err)
-		}
-		out[rest[:end]] += v
-	}
-	return out, sc.Err()
-}
-
-// labelValue returns the value of label name in a label set
-// `{a="x",b="y"}`, or "".
-func labelValue(labels, name string) string {
-	for _, kv := range strings.Split(strings.Trim(labels, "{}"), ",") {
-		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
-			return strings.Trim(v, `"`)
-		}
-	}
-	return ""
-}
-
-// scrapeCounter sums every series of the counter called metric in the
-// Prometheus text exposition at url.
-func scrapeCounter(ctx context.Context, url, metric string) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	return sumCounter(resp.Body, metric)
-}
-
-// sumCounter sums the samples of metric (lines "metric{...} value" or
-// "metric value") in a Prometheus text exposition.
-func sumCounter(r io.Reader, metric string) (int, error) {
-	var total float64
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, metric)
-		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
-			continue
-		}
-		f := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
-		if len(f) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			return 0, fmt.Errorf("%q: %v", line, err)
-		}
-		total += v
-	}
-	return int(total), sc.Err()
 }
 
 // latency reads every posted payout's creation and posting times from

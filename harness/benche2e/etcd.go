@@ -51,13 +51,8 @@ type etcdSample struct {
 	leader bool
 }
 
-// parseEtcdMetrics reads one member's Prometheus text exposition.
-func parseEtcdMetrics(r io.Reader) (etcdSample, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(r)
-	if err != nil {
-		return etcdSample{}, err
-	}
+// etcdSampleOf reads one member's sample from its metrics.
+func etcdSampleOf(fams map[string]*dto.MetricFamily) etcdSample {
 	s := etcdSample{rows: map[string]float64{}}
 	for _, m := range fams["grpc_server_handled_total"].GetMetric() {
 		s.rows["grpc "+labelOf(m, "grpc_method")] += m.GetCounter().GetValue()
@@ -77,7 +72,7 @@ func parseEtcdMetrics(r io.Reader) (etcdSample, error) {
 	for _, m := range fams["etcd_server_is_leader"].GetMetric() {
 		s.leader = m.GetGauge().GetValue() == 1
 	}
-	return s, nil
+	return s
 }
 
 func labelOf(m *dto.Metric, name string) string {
@@ -125,25 +120,38 @@ func etcdPerPayout(before, after []etcdSample, payouts int) map[string]float64 {
 func etcdSamples(ctx context.Context, st *stack.Stack) ([]etcdSample, error) {
 	var out []etcdSample
 	for _, ep := range st.EtcdEndpoints() {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep+"/metrics", nil)
-		if err != nil {
-			return nil, err
-		}
-		resp, err := http.DefaultClient.Do(req)
+		fams, err := scrape(ctx, ep+"/metrics")
 		if err != nil {
 			return nil, fmt.Errorf("etcd metrics: %w", err)
 		}
-		var s etcdSample
-		if resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("%s", resp.Status)
-		} else {
-			s, err = parseEtcdMetrics(resp.Body)
-		}
-		resp.Body.Close()
-		if err != nil {
-			return nil, fmt.Errorf("etcd metrics of %s: %w", ep, err)
-		}
-		out = append(out, s)
+		out = append(out, etcdSampleOf(fams))
 	}
 	return out, nil
+}
+
+// scrape reads the Prometheus text exposition at url, by metric family.
+func scrape(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	fams, err := parseMetrics(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", url, err)
+	}
+	return fams, nil
+}
+
+// parseMetrics parses a Prometheus text exposition.
+func parseMetrics(r io.Reader) (map[string]*dto.MetricFamily, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(r)
 }

@@ -40,9 +40,9 @@ func readEtcdSample(t *testing.T, name string) etcdSample {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	s, err := parseEtcdMetrics(f)
+	fams, err := parseMetrics(f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return etcdSampleOf(fams)
 }
