@@ -116,3 +116,75 @@ func TestARevokeNamingATokenEndsThatGrantOnly(t *testing.T) {
 		t.Fatalf("Release of grant %d made before the raise: %v", b.Token, err)
 	}
 }
+
+// TestARevokeNamingATokenLeavesAForeignValueAlone: a value under the
+// store's prefix that no grant wrote (not a record, or a record on no
+// lease) is refused by a force-revoke naming the token its revision would
+// have, and left as it was.
+func TestARevokeNamingATokenLeavesAForeignValueAlone(t *testing.T) {
+	s := openCfgT(t, func(cfg *Config) { cfg.IdleLeases = 0 })
+	mustAcquire(t, s, "payout:acct-a", "worker-a", 10*time.Second) // writes the offset
+	x := offsetT(t, s)
+	g, err := s.cli.Grant(ctxT(t), 60)
+	if err != nil {
+		t.Fatalf("Grant: %v", err)
+	}
+	for i, c := range []struct {
+		name, value string
+		opts        []clientv3.OpOption
+	}{
+		{"text, no lease", "written by hand", nil},
+		{"text on a lease", "written by hand", []clientv3.OpOption{clientv3.WithLease(g.ID)}},
+		{"a record with no lease", encodeRecord("worker-b", 10*time.Second, x), nil},
+	} {
+		k := fmt.Sprintf("payout:acct-%d", i)
+		put, err := s.cli.Put(ctxT(t), s.prefix+k, c.value, c.opts...)
+		if err != nil {
+			t.Fatalf("Put: %v", err)
+		}
+		if _, err := s.Revoke(ctxT(t), k, put.Header.Revision+x); err == nil {
+			t.Errorf("%s: Revoke of a value that is not a grant record: nil error; want an error", c.name)
+		}
+		got, err := s.cli.Get(ctxT(t), s.prefix+k)
+		if err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != c.value {
+			t.Errorf("%s: after the revoke the foreign key reads %+v, %v; want it unchanged", c.name, got.Kvs, err)
+		}
+	}
+}
+
+// TestABareRevisionEndsNoGrantOnceTheOffsetKeyIsGone: an operator deletes
+// the token offset key by hand. A release or a force-revoke naming the
+// grant's bare revision (its token less its offset) is not the grant's
+// token, from a store that knows the offset and from one that never saw
+// it: both are refused and the grant lives on.
+func TestABareRevisionEndsNoGrantOnceTheOffsetKeyIsGone(t *testing.T) {
+	prefix := newPrefix(t)
+	s := openCfgT(t, func(cfg *Config) { cfg.Prefix, cfg.IdleLeases = prefix, 0 })
+	l := mustAcquire(t, s, "payout:acct-a", "worker-a", 10*time.Second)
+	x := offsetT(t, s)
+	if x == 0 {
+		t.Fatal("the token offset is 0; the test needs one")
+	}
+	if _, err := s.cli.Delete(ctxT(t), s.offsetKey()); err != nil {
+		t.Fatalf("delete the offset key: %v", err)
+	}
+	fresh := openCfgT(t, func(cfg *Config) { cfg.Prefix, cfg.IdleLeases = prefix, 0 })
+	bare := l.Token - x
+	for _, st := range []struct {
+		name string
+		s    *Store
+	}{{"the granting store", s}, {"a new store", fresh}} {
+		if err := st.s.Release(ctxT(t), l.Key, l.Owner, bare); !errors.Is(err, store.ErrStaleToken) {
+			t.Errorf("%s: Release(%d) of grant %d: %v; want ErrStaleToken", st.name, bare, l.Token, err)
+		}
+		if r, err := st.s.Revoke(ctxT(t), l.Key, bare); !errors.Is(err, store.ErrStaleToken) {
+			t.Errorf("%s: Revoke(%d) of grant %d: %+v, %v; want ErrStaleToken", st.name, bare, l.Token, r, err)
+		}
+		if got, err := s.Inspect(ctxT(t), l.Key); err != nil || got.Lease == nil || got.Lease.Token != l.Token {
+			t.Fatalf("%s: Inspect after the refusals: %+v, %v; want grant %d live", st.name, got.Lease, err, l.Token)
+		}
+	}
+	if err := fresh.Release(ctxT(t), l.Key, l.Owner, l.Token); err != nil {
+		t.Fatalf("Release of the grant's own token: %v", err)
+	}
+}

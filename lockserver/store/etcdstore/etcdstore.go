@@ -834,6 +834,13 @@ type record struct {
 	TTLMs  int64  `json:"ttlMs"`
 }
 
+// Every record's value starts with recordStart, and sorts between it and
+// recordEnd.
+const (
+	recordStart = `{"owner":"`
+	recordEnd   = `{"owner":#` // '#' follows '"'
+)
+
 // encodeRecord is the value of a lock key held by owner with a granted TTL
 // of ttl, granted with token offset offset.
 func encodeRecord(owner string, ttl time.Duration, offset int64) string {
@@ -897,16 +904,23 @@ func refusal(key string, kv *mvccpb.KeyValue, rec record, owner string, token in
 // and was granted with offset guess.x: Release's checks without a read.
 // The key's ModRevision is ref.Token - guess.x and its value is a record
 // of ref.Owner with offset guess.x (ownerRange). A ref with no owner (a
-// revoke naming a token) is checked on its token alone: guess is then the
-// offset key's version, and must have been since before that ModRevision,
-// as every grant records the offset the offset key held at its revision
-// (offset.go).
+// revoke naming a token) is checked on its token alone: the key is on a
+// lease and holds a record, and guess is the offset key's version, which
+// exists and has since before that ModRevision, as every grant records the
+// offset the offset key held at its revision (offset.go). With the offset
+// key absent (deleted by hand) the offset a grant recorded cannot be
+// checked this way: the key is read (judge) and checked with its owner.
 func (s *Store) grantIs(ref store.LeaseRef, guess offsetVersion) []clientv3.Cmp {
 	k, rev := s.prefix+ref.Key, ref.Token-guess.x
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", rev)}
 	if ref.Owner == "" {
 		ok := s.offsetKey()
-		return append(append(cmps, guess.compares(ok)...), clientv3.Compare(clientv3.ModRevision(ok), "<", rev))
+		return append(append(cmps, guess.compares(ok)...),
+			clientv3.Compare(clientv3.ModRevision(ok), "<", rev),
+			clientv3.Compare(clientv3.Version(ok), ">", 0),
+			clientv3.Compare(clientv3.LeaseValue(k), "!=", 0),
+			clientv3.Compare(clientv3.Value(k), ">", recordStart),
+			clientv3.Compare(clientv3.Value(k), "<", recordEnd))
 	}
 	lo, hi := ownerRange(ref.Owner, guess.x)
 	return append(cmps, clientv3.Compare(clientv3.Value(k), ">", lo), clientv3.Compare(clientv3.Value(k), "<", hi))
