@@ -99,10 +99,20 @@ func grantAndRelease(t *testing.T, url, key, owner string) (int64, api.Code) {
 // restoring a backup takes at least that (the clock floor, migration
 // 00005, protects rollbacks more than a second old; docs/correctness.md).
 // The sequence reset and the crash are tried with the real clock.
+//
+// The rows run one after another on one cluster, each on a lockdb of its
+// own; the ones that stop, put back or kill the server do it to the whole
+// cluster, whose other databases no row uses any more. The cluster runs
+// with the crash row's settings from the start: commits acknowledged
+// before they are on disk, and a WAL writer that flushes them only every
+// ten seconds. The other rows stop the server cleanly or not at all, so
+// what reached the server stays, and the store's own sessions commit
+// synchronously whatever the server's default
+// (TestCommitsAreDurableWhateverTheServerSays).
 func TestNoTokenIsIssuedTwiceAfterARollbackOfLockdb(t *testing.T) {
+	c := pgtest.NewClusterWith(t, map[string]string{"synchronous_commit": "off", "wal_writer_delay": "10s", "checkpoint_timeout": "1h"})
 	rows := []struct {
-		name     string
-		settings map[string]string
+		name string
 		// backup runs after the first token; rollback after the others.
 		backup   func(t *testing.T, c *pgcluster.Cluster, dsn string) string
 		rollback func(t *testing.T, c *pgcluster.Cluster, dsn, backup string)
@@ -148,10 +158,7 @@ func TestNoTokenIsIssuedTwiceAfterARollbackOfLockdb(t *testing.T) {
 				}
 			}},
 		{name: "CrashWithAsynchronousCommit",
-			// Commits acknowledged before they are on disk, and a WAL
-			// writer that flushes them only every ten seconds.
-			settings: map[string]string{"synchronous_commit": "off", "wal_writer_delay": "10s", "checkpoint_timeout": "1h"},
-			backup:   func(*testing.T, *pgcluster.Cluster, string) string { return "" },
+			backup: func(*testing.T, *pgcluster.Cluster, string) string { return "" },
 			rollback: func(t *testing.T, c *pgcluster.Cluster, dsn, _ string) {
 				if err := c.Kill(); err != nil { // SIGKILL of the postmaster and its children
 					t.Fatal(err)
@@ -161,13 +168,13 @@ func TestNoTokenIsIssuedTwiceAfterARollbackOfLockdb(t *testing.T) {
 				}
 			}},
 	}
-	for _, row := range rows {
+	for i, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
-			c := pgtest.NewClusterWith(t, row.settings)
-			if err := c.CreateDatabase(testCtx(t), "lockdb"); err != nil {
+			db := fmt.Sprintf("lockdb_%d", i)
+			if err := c.CreateDatabase(testCtx(t), db); err != nil {
 				t.Fatal(err)
 			}
-			dsn := c.DSN("lockdb")
+			dsn := c.DSN(db)
 			same, other := startReplica(t, dsn), startReplica(t, dsn)
 			const key = "payout:acct-1"
 			first, code := grantAndRelease(t, same, key, "worker-a")

@@ -1,4 +1,4 @@
-package payoutfunctions_test
+package literaltest_test
 
 import (
 	"os/exec"
@@ -29,7 +29,9 @@ var railStubHosts = map[string]bool{"functions/cmd/rail-stub": true, "functions/
 // output lines.
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()
-	out, err := exec.Command("go", append([]string{"list"}, args...)...).Output()
+	cmd := exec.Command("go", append([]string{"list"}, args...)...)
+	cmd.Dir = moduleRoot(t)
+	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("go list %v: %v", args, err)
 	}
