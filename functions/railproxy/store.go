@@ -147,12 +147,17 @@ SELECT attempt_id, payout_id, account_id, amount_minor, currency, token, owner_i
 func (p *Proxy) admit(ctx context.Context, req api.SubmitRequest, token int64, owner string, lg *slog.Logger) (_ int64, err error) {
 	ctx, done := p.dbCall(ctx)
 	defer func() { done(err) }()
+	return p.admitTx(ctx, req, token, owner, lg)
+}
+
+// admitTx is admit in an explicit transaction, every case.
+func (p *Proxy) admitTx(ctx context.Context, req api.SubmitRequest, token int64, owner string, lg *slog.Logger) (int64, error) {
 	var (
 		attemptID int64
 		refusal   *fencing.Refusal
 		dup       *AlreadySubmitted
 	)
-	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		// 0. The restore guard (guard.go): a restored raildb has forgotten
 		// what it must know; refuse before anything is recorded. With
 		// fencing on, the guard and the fence's advance are one statement
