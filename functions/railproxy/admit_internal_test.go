@@ -8,8 +8,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
@@ -244,5 +246,27 @@ func TestAnAdmissionRacingAForwardOfItsPayoutIsADuplicate(t *testing.T) {
 	}
 	if want := "first forwarding, second duplicate"; states != want || hw != 9 {
 		t.Errorf("attempts %q, high-water %d; want %q, 9", states, hw, want)
+	}
+}
+
+// A one-statement admission raildb runs only after rail-proxy's deadline
+// for it (read late, after a freeze) fails and records nothing.
+func TestAnAdmissionPastItsDeadlineRecordsNothing(t *testing.T) {
+	p, _, own := newAdmitProxy(t)
+	req := submission("p-1")
+	var id int64
+	err := p.pool.QueryRow(t.Context(), sqlAdmitAccepted, req.PayoutID, req.AccountID, int64(5), "o",
+		req.AmountMinor, req.Currency, time.Now().Add(-time.Second)).Scan(&id)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != sqlstateDivisionByZero {
+		t.Fatalf("statement past its deadline: %d, %v; want SQLSTATE %s", id, err, sqlstateDivisionByZero)
+	}
+	var rows int
+	if err := own.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM rail_attempt) + (SELECT count(*) FROM rail_payout)
+  + (SELECT count(*) FROM rail_high_water)`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Errorf("%d rows recorded; want none", rows)
 	}
 }
