@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -268,5 +269,59 @@ func TestAnAdmissionPastItsDeadlineRecordsNothing(t *testing.T) {
 	}
 	if rows != 0 {
 		t.Errorf("%d rows recorded; want none", rows)
+	}
+}
+
+// A one-statement admission that waits on a lock until past its deadline
+// commits nothing, and the submission is answered by the transaction: the
+// deadline is checked after the statement's last wait, and is at most
+// half StallAfter after the sending, since the stall breaker may cut a
+// call from StallAfter after it started (raildb already marked stalled,
+// or the ping failing at once).
+func TestAnAdmissionWaitingPastItsDeadlineIsAnsweredByTheTransaction(t *testing.T) {
+	p, rec, own := newAdmitProxy(t)
+	p.cfg.StallAfter = 200 * time.Millisecond // bounds the deadline; the stall breaker was built off
+	ctx := t.Context()
+	lg := slog.New(slog.DiscardHandler)
+	if _, err := p.admit(ctx, submission("p-1"), 1, "o", lg); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := own.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM rail_high_water WHERE account_id = 'acct-1' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	rec.take()
+	type result struct {
+		id  int64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		id, err := p.admit(ctx, submission("p-2"), 2, "o", lg)
+		done <- result{id, err}
+	}()
+	pgtest.AwaitBlockedOnLock(t, ctx, p.pool.Config().ConnString(), done)
+	time.Sleep(p.cfg.StallAfter / 2) // the statement's deadline passes while it waits
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.id == 0 {
+		t.Fatalf("admit = %d, %v; want an attempt id, nil", r.id, r.err)
+	}
+	if sent := rec.take(); !slices.Contains(sent, "query begin") {
+		t.Errorf("the admission was not answered by the transaction; raildb was sent:\n%s", strings.Join(sent, "\n"))
+	}
+	var attempts string
+	if err := own.QueryRow(ctx, `SELECT string_agg(format('%s %s %s', attempt_id, token, state), ', ')
+  FROM rail_attempt WHERE payout_id = 'p-2'`).Scan(&attempts); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%d 2 forwarding", r.id); attempts != want {
+		t.Errorf("p-2's attempts: %q; want %q", attempts, want)
 	}
 }

@@ -126,13 +126,29 @@ const (
 )
 
 // acceptBudget bounds how long after its sending sqlAdmitAccepted may
-// still commit (never past the call's own deadline). It is shorter than
-// the silence after which the stall breaker cuts raildb calls (twice
-// StallAfter, by default), so that a statement raildb reads only after a
-// freeze, when rail-proxy has answered 503 and the submission will be
-// sent again, records nothing. A slower admission (long lock waits)
-// fails it and runs admitTx instead.
+// still commit: a statement raildb reads only after a freeze, when
+// rail-proxy has answered 503 and the submission will be sent again, must
+// record nothing. With StallAfter the budget is at most half of it: the
+// stall breaker cuts a call as early as StallAfter after it started (when
+// raildb is already marked stalled, or the ping fails at once), and the
+// other half is the margin for the hosts' clocks and for the commit after
+// the check. The call's own deadline bounds it too. A slower admission
+// (long lock waits) fails it and runs admitTx instead.
 const acceptBudget = time.Second
+
+// acceptDeadline is sqlAdmitAccepted's deadline ($7) for a statement sent
+// at now (see acceptBudget).
+func (p *Proxy) acceptDeadline(ctx context.Context, now time.Time) time.Time {
+	budget := acceptBudget
+	if s := p.cfg.StallAfter; s > 0 {
+		budget = min(budget, s/2)
+	}
+	deadline := now.Add(budget)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	return deadline
+}
 
 // The payout's one way to the rail: the primary key of rail_payout admits
 // one attempt per payout. A concurrent transaction inserting the same
@@ -237,13 +253,9 @@ func (p *Proxy) admit(ctx context.Context, req api.SubmitRequest, token int64, o
 // was admitted and recorded forwarding, 0 when it wrote nothing and
 // admitTx must decide, an error wrapping ErrRestored, or raildb's error.
 func (p *Proxy) admitAccepted(ctx context.Context, req api.SubmitRequest, token int64, owner string) (int64, error) {
-	deadline := time.Now().Add(acceptBudget)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
 	var id int64
 	err := p.pool.QueryRow(ctx, sqlAdmitAccepted, req.PayoutID, req.AccountID, token, owner,
-		req.AmountMinor, req.Currency, deadline).Scan(&id)
+		req.AmountMinor, req.Currency, p.acceptDeadline(ctx, time.Now())).Scan(&id)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.Is(err, pgx.ErrNoRows),
