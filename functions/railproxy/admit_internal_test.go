@@ -325,3 +325,41 @@ func TestAnAdmissionWaitingPastItsDeadlineIsAnsweredByTheTransaction(t *testing.
 		t.Errorf("p-2's attempts: %q; want %q", attempts, want)
 	}
 }
+
+// A recovery that commits while a one-statement admission waits for the
+// guard's lock decides that admission: the floor is read after the wait,
+// not from the snapshot the statement started with.
+func TestAnAdmissionWaitingOnARecoveryIsHeldToItsFloor(t *testing.T) {
+	p, _, own := newAdmitProxy(t)
+	ctx := t.Context()
+	tx, err := own.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, guardLockSQL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE raildb_identity SET token_floor = 10`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.admit(ctx, submission("p-1"), 8, "o", slog.New(slog.DiscardHandler))
+		done <- err
+	}()
+	pgtest.AwaitBlockedOnLock(t, ctx, p.pool.Config().ConnString(), done)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrFencedOut) {
+		t.Errorf("admit of token 8 behind a recovery to floor 10: %v; want ErrFencedOut", err)
+	}
+	var forwards int
+	if err := own.QueryRow(ctx, `SELECT count(*) FROM rail_payout`).Scan(&forwards); err != nil {
+		t.Fatal(err)
+	}
+	if forwards != 0 {
+		t.Errorf("%d payouts forwarded; want none", forwards)
+	}
+}
