@@ -183,7 +183,9 @@ type Config struct {
 	// call has answered since it started, and a ping on a new connection
 	// gets no answer within as long either (pgpool.PingOnNewConn), raildb
 	// is marked stalled and every such transaction still running is cut (rolled back,
-	// the rail not called) and answered 503 UNAVAILABLE
+	// the rail not called; an admission already sent in one statement
+	// only when raildb runs it past its deadline, at most half
+	// StallAfter after its sending) and answered 503 UNAVAILABLE
 	// (overload.Config.StallAfter). The recording of the rail's answer is
 	// never cut: it runs its whole DBTimeout. Default
 	// overload.DefaultStallAfter (1s); 0 turns it off; at most

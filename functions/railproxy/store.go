@@ -11,6 +11,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgerr"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The fence, behind the restore guard (checkIdentitySQL: it raises when
@@ -64,6 +65,90 @@ INSERT INTO rail_payout (payout_id, attempt_id) SELECT $1, attempt_id FROM a
 ON CONFLICT (payout_id) DO NOTHING
 RETURNING attempt_id)
 SELECT a.attempt_id, EXISTS (SELECT 1 FROM c) FROM a`
+
+// sqlAdmitAccepted is admit's plain accepted case in one statement, one
+// round trip, one implicit transaction: the restore guard, the fence's
+// strict advance above the floor, the forwarding attempt and the payout's
+// rail_payout row, each written only from the row the step before
+// returned. It returns the attempt id, or no row when nothing was written
+// (token at or below the floor or the high-water, or the payout already
+// forwarded as this statement's snapshot saw it). The rail_payout insert
+// has no ON CONFLICT: a forward of the payout committed after that
+// snapshot (found by the key check, which waits for an uncommitted one)
+// fails the statement with a unique violation, so the advance and the
+// attempt roll back with it. Past $7, rail-proxy's deadline for it, the
+// statement fails (division by zero) when it has written its rows: no
+// commit follows a send rail-proxy may have given up on.
+//
+// Why this answers as admitTx would, in READ COMMITTED where the whole
+// statement reads one snapshot: no write here depends on that snapshot.
+// The guard's function reads with snapshots of its own after taking its
+// shared lock, held to the commit; ON CONFLICT locks and compares the
+// latest committed high-water, waiting for an uncommitted advance, as
+// sqlGuardedAdvance does, so of two tokens racing on one account only a
+// strictly greater one advances, and a holder's resend (equal token)
+// never does; the primary key of rail_payout decides one forward per
+// payout on the latest committed rows, so of two submissions racing on
+// one payout the later one fails and is answered by admitTx. The
+// snapshot's only use, the NOT EXISTS, can only make the statement write
+// nothing: then, as after any failure of the statement, raildb keeps no
+// trace of it but a skipped attempt id, and admitTx runs the submission
+// afresh.
+const sqlAdmitAccepted = `
+WITH g AS MATERIALIZED (SELECT raildb_check_identity() AS floor),
+hw AS (
+INSERT INTO rail_high_water (account_id, high_water, updated_at)
+SELECT $2::text, $3::bigint, now() FROM g
+ WHERE $3::bigint > g.floor
+   AND NOT EXISTS (SELECT 1 FROM rail_payout WHERE payout_id = $1::text)
+ON CONFLICT (account_id) DO UPDATE
+   SET high_water = EXCLUDED.high_water, updated_at = now()
+ WHERE rail_high_water.high_water < EXCLUDED.high_water
+RETURNING high_water),
+a AS (
+INSERT INTO rail_attempt (payout_id, account_id, token, owner_id, amount_minor, currency, state)
+SELECT $1::text, $2::text, $3::bigint, $4::text, $5::bigint, $6::text, 'forwarding' FROM hw
+RETURNING attempt_id),
+c AS (
+INSERT INTO rail_payout (payout_id, attempt_id) SELECT $1::text, attempt_id FROM a
+RETURNING attempt_id)
+SELECT attempt_id / (clock_timestamp() < $7::timestamptz)::int FROM c`
+
+const (
+	// sqlstateUniqueViolation and sqlstateDivisionByZero are
+	// PostgreSQL's unique_violation and division_by_zero.
+	sqlstateUniqueViolation = "23505"
+	sqlstateDivisionByZero  = "22012"
+	// payoutForwardedConstraint is rail_payout's primary key, whose
+	// unique violation fails sqlAdmitAccepted when the payout went
+	// meanwhile.
+	payoutForwardedConstraint = "rail_payout_pkey"
+)
+
+// acceptBudget bounds how long after its sending sqlAdmitAccepted may
+// still commit: a statement raildb reads only after a freeze, when
+// rail-proxy has answered 503 and the submission will be sent again, must
+// record nothing. With StallAfter the budget is at most half of it: the
+// stall breaker cuts a call as early as StallAfter after it started (when
+// raildb is already marked stalled, or the ping fails at once), and the
+// other half is the margin for the hosts' clocks and for the commit after
+// the check. The call's own deadline bounds it too. A slower admission
+// (long lock waits) fails it and runs admitTx instead.
+const acceptBudget = time.Second
+
+// acceptDeadline is sqlAdmitAccepted's deadline ($7) for a statement sent
+// at now (see acceptBudget).
+func (p *Proxy) acceptDeadline(ctx context.Context, now time.Time) time.Time {
+	budget := acceptBudget
+	if s := p.cfg.StallAfter; s > 0 {
+		budget = min(budget, s/2)
+	}
+	deadline := now.Add(budget)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	return deadline
+}
 
 // The payout's one way to the rail: the primary key of rail_payout admits
 // one attempt per payout. A concurrent transaction inserting the same
@@ -143,16 +228,57 @@ SELECT attempt_id, payout_id, account_id, amount_minor, currency, token, owner_i
 // (recorded 'forwarding'), the attempt id and an error wrapping
 // ErrFencedOut and a fencing.Refusal or ErrAlreadySubmitted and an
 // *AlreadySubmitted, 0 and ErrRestored, or ErrUnavailable or another error
-// when raildb failed (nothing known to be recorded).
+// when raildb failed (nothing known to be recorded). With fencing on it
+// first tries the plain accepted case in one round trip
+// (sqlAdmitAccepted); every other case, and fencing off, runs admitTx.
 func (p *Proxy) admit(ctx context.Context, req api.SubmitRequest, token int64, owner string, lg *slog.Logger) (_ int64, err error) {
 	ctx, done := p.dbCall(ctx)
 	defer func() { done(err) }()
+	if !p.cfg.FencingDisabled {
+		id, err := p.admitAccepted(ctx, req, token, owner)
+		if errors.Is(err, ErrRestored) {
+			return 0, err
+		}
+		if err != nil {
+			return 0, dbError("fence", err)
+		}
+		if id != 0 {
+			return id, nil
+		}
+	}
+	return p.admitTx(ctx, req, token, owner, lg)
+}
+
+// admitAccepted runs sqlAdmitAccepted: the attempt id when the submission
+// was admitted and recorded forwarding, 0 when it wrote nothing and
+// admitTx must decide, an error wrapping ErrRestored, or raildb's error.
+func (p *Proxy) admitAccepted(ctx context.Context, req api.SubmitRequest, token int64, owner string) (int64, error) {
+	var id int64
+	err := p.pool.QueryRow(ctx, sqlAdmitAccepted, req.PayoutID, req.AccountID, token, owner,
+		req.AmountMinor, req.Currency, p.acceptDeadline(ctx, time.Now())).Scan(&id)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, pgx.ErrNoRows),
+		errors.As(err, &pgErr) && pgErr.Code == sqlstateUniqueViolation && pgErr.ConstraintName == payoutForwardedConstraint,
+		errors.As(err, &pgErr) && pgErr.Code == sqlstateDivisionByZero:
+		return 0, nil
+	case err != nil:
+		if r := restored(err); errors.Is(r, ErrRestored) {
+			return 0, r
+		}
+		return 0, fmt.Errorf("admit: %w", err)
+	}
+	return id, nil
+}
+
+// admitTx is admit in an explicit transaction, every case.
+func (p *Proxy) admitTx(ctx context.Context, req api.SubmitRequest, token int64, owner string, lg *slog.Logger) (int64, error) {
 	var (
 		attemptID int64
 		refusal   *fencing.Refusal
 		dup       *AlreadySubmitted
 	)
-	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		// 0. The restore guard (guard.go): a restored raildb has forgotten
 		// what it must know; refuse before anything is recorded. With
 		// fencing on, the guard and the fence's advance are one statement
