@@ -1,0 +1,23 @@
+package paymentresource
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// TraceRequests makes the requests s serves reach paydb through a new
+// pool, like s's, whose connections report to tracer (the outbox keeps its
+// own pool); the new pool is closed with s. Call it before s serves.
+func TraceRequests(ctx context.Context, s *Service, tracer pgx.QueryTracer) error {
+	cfg := s.pool.Config()
+	cfg.ConnConfig.Tracer = tracer
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	closeOld := s.closePool
+	s.pool, s.closePool = p, func() { p.Close(); closeOld() }
+	return nil
+}
