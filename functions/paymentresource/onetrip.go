@@ -40,9 +40,12 @@ import (
 // account row, rechecked by PostgreSQL on the latest row version when it
 // waits for that row, and it runs first: the payout's step, the history,
 // the rail result and the ledger rows are written only from its RETURNING
-// row, so a refused debit writes nothing; the rail result is a plain
-// INSERT, and one recorded concurrently by another request fails it on
-// the unique key, which rolls the whole batch back. Any case the
+// row, so a refused debit writes nothing; a DECLINE or AMBIGUOUS reads
+// the account's fence from the statement's snapshot, as the slow path's
+// step does, after the payout lock; the rail result (and the debit's
+// ledger_txn) is a plain INSERT, and a reference recorded concurrently by
+// another request fails it on the unique key, which rolls the whole batch
+// back and sends the request to the slow path. Any case the
 // statement does not accept (no row, a different state, a fence, a
 // recorded rail reference, a terms mismatch, fencing off) writes nothing
 // and is answered by the slow path's transaction, as before.
