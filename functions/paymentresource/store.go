@@ -281,7 +281,7 @@ func (s *Service) createPayout(ctx context.Context, req api.PayoutRequest) (p ap
 		return api.Payout{}, false, err
 	}
 	if !created {
-		p, created, err = s.createPayoutTx(ctx, req, data, attrs)
+		p, created, err = s.createSlow(ctx, req, data, attrs)
 		if err != nil {
 			return api.Payout{}, false, err
 		}
@@ -313,9 +313,9 @@ func eventRow(ctx context.Context, req api.PayoutRequest) (data []byte, attrs st
 	return data, string(a), nil
 }
 
-// createPayoutTx is createPayout in a transaction of several statements:
-// it answers every case createFast does not accept.
-func (s *Service) createPayoutTx(ctx context.Context, req api.PayoutRequest, data []byte, attrs string) (p api.Payout, created bool, err error) {
+// createSlow is createPayout in a transaction of several statements (the
+// slow path): it answers every case createFast does not accept.
+func (s *Service) createSlow(ctx context.Context, req api.PayoutRequest, data []byte, attrs string) (p api.Payout, created bool, err error) {
 	err = s.inTx(ctx, "create payout", func(tx pgx.Tx) error {
 		// The account row is locked (FOR UPDATE) until commit: creations
 		// on one account are serialized, so two of them can never both
@@ -462,9 +462,9 @@ func (s *Service) claimTx(ctx context.Context, id string, h fencewire.Holder, te
 	return p, nil
 }
 
-// claimSlow is claimTx in a transaction of several statements: it
-// answers every case claimFast does not accept, and returns the state
-// the payout was claimed from.
+// claimSlow is claimTx in a transaction of several statements (the slow
+// path): it answers every case claimFast does not accept, and returns the
+// state the payout was claimed from.
 func (s *Service) claimSlow(ctx context.Context, id string, h fencewire.Holder, terms api.ClaimRequest) (p api.Payout, from api.State, err error) {
 	token, owner := h.Token, h.Owner
 	err = s.inTx(ctx, "claim", func(tx pgx.Tx) error {
