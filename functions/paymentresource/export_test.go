@@ -3,6 +3,8 @@ package paymentresource
 import (
 	"context"
 
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -21,3 +23,7 @@ func TraceRequests(ctx context.Context, s *Service, tracer pgx.QueryTracer) erro
 	s.pool, s.closePool = p, func() { p.Close(); closeOld() }
 	return nil
 }
+
+// RememberClaim makes s remember p's terms as those of a payout it
+// claimed (claimedTerms), right or wrong.
+func RememberClaim(s *Service, p api.Payout) { s.claimed.put(p) }

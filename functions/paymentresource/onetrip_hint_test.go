@@ -1,0 +1,72 @@
+package paymentresource_test
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
+	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+)
+
+// A process remembers the terms of the payouts it claimed until their
+// result, but the result may reach another replica: the first process's
+// hint is then stale. A later result there, by a newer holder with a new
+// rail reference and a valid receipt, takes the one-round-trip statement
+// and is refused PAYOUT_FINISHED like any result of a finished payout:
+// the statement requires the payout to be claimed, or the second ACK would
+// debit again.
+func TestAStaleClaimHintFromAnotherReplicaChangesNothing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, newPublisher(nil))
+	g := newFixtureOn(t, f.dsn, newPublisher(nil)) // a second replica over the same paydb
+	g.payouts = f.payouts
+	f.createAccount("acct-1", "EUR", 1_000)
+	f.createPayout("p-1", "acct-1", 100, "EUR")
+	st, body := f.claimWithTerms("p-1", 10, "w1")
+	want(t, "claim p-1 at f", st, body, http.StatusOK, "")
+	st, body = g.result("p-1", 10, "w1", "ACK", "rail-1")
+	want(t, "ACK p-1 at g", st, body, http.StatusOK, "")
+	before := f.snapshot()
+	for i, outcome := range []string{"ACK", "DECLINE"} {
+		ref := fmt.Sprintf("rail-%d", i+2)
+		st, body = f.result("p-1", 11, "w2", outcome, ref)
+		want(t, outcome+" of posted p-1 at f, token 11, "+ref, st, body, http.StatusConflict, api.CodePayoutFinished)
+	}
+	if after := f.snapshot(); after != before {
+		t.Fatalf("a result of a posted payout wrote to paydb:\nbefore %s\nafter  %s", before, after)
+	}
+	if a := f.account("acct-1"); a.BalanceMinor != 900 {
+		t.Errorf("balance %d, want 900 (one debit)", a.BalanceMinor)
+	}
+}
+
+// The remembered terms are only a hint: when they are wrong (here, an
+// amount the payout does not have) the statement writes nothing, and the
+// transaction of several statements judges the request against the row.
+// A receipt over the hint's amount is refused INVALID_RECEIPT instead of
+// debiting the account that amount.
+func TestAWrongClaimHintDebitsNothing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, newPublisher(nil))
+	f.createAccount("acct-1", "EUR", 1_000)
+	f.createPayout("p-1", "acct-1", 100, "EUR")
+	st, body := f.claimWithTerms("p-1", 10, "w1")
+	want(t, "claim p-1", st, body, http.StatusOK, "")
+	wrong := api.Payout{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 1, Currency: "EUR"}
+	paymentresource.RememberClaim(f.svc, wrong)
+	before := f.snapshot()
+	for _, outcome := range []string{"ACK", "DECLINE"} {
+		receipt := fencingtest.Receipt(fencewire.RailReceipt{PayoutID: "p-1", AccountID: "acct-1", AmountMinor: 1, Currency: "EUR",
+			Outcome: outcome, RailRef: "rail-1", RailToken: 10})
+		st, body = f.do("POST", "/v1/payouts/p-1/result", fmt.Sprintf(`{"outcome":%q,"railRef":"rail-1","receipt":%q}`, outcome, receipt),
+			fencewire.HeaderToken, "10", fencewire.HeaderOwner, "w1")
+		want(t, outcome+" with a receipt over the hint's amount", st, body, http.StatusUnprocessableEntity, api.CodeInvalidReceipt)
+		paymentresource.RememberClaim(f.svc, wrong)
+	}
+	if after := f.snapshot(); after != before {
+		t.Fatalf("a result judged against wrong terms wrote to paydb:\nbefore %s\nafter  %s", before, after)
+	}
+}
