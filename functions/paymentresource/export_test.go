@@ -27,3 +27,9 @@ func TraceRequests(ctx context.Context, s *Service, tracer pgx.QueryTracer) erro
 // RememberClaim makes s remember p's terms as those of a payout it
 // claimed (claimedTerms), right or wrong.
 func RememberClaim(s *Service, p api.Payout) { s.claimed.put(p) }
+
+// RemembersClaim reports whether s remembers the terms of payout id.
+func RemembersClaim(s *Service, id string) bool {
+	_, ok := s.claimed.get(id)
+	return ok
+}

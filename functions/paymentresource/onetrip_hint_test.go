@@ -70,3 +70,26 @@ func TestAWrongClaimHintDebitsNothing(t *testing.T) {
 		t.Fatalf("a result judged against wrong terms wrote to paydb:\nbefore %s\nafter  %s", before, after)
 	}
 }
+
+// A payout's terms are remembered from its claim until its result,
+// whatever the outcome: an AMBIGUOUS payout is never claimed again, so
+// no later result of it can use them.
+func TestClaimHintIsForgottenAtEveryResult(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, newPublisher(nil))
+	f.createAccount("acct-1", "EUR", 1_000)
+	for i, outcome := range []string{"ACK", "DECLINE", "AMBIGUOUS"} {
+		id := "p-" + outcome
+		f.createPayout(id, "acct-1", 100, "EUR")
+		st, body := f.claimWithTerms(id, int64(10+i), "w")
+		want(t, "claim "+id, st, body, http.StatusOK, "")
+		if !paymentresource.RemembersClaim(f.svc, id) {
+			t.Fatalf("%s: terms not remembered at its claim", id)
+		}
+		st, body = f.result(id, int64(10+i), "w", outcome, "rail-"+id)
+		want(t, outcome+" "+id, st, body, http.StatusOK, "")
+		if paymentresource.RemembersClaim(f.svc, id) {
+			t.Errorf("%s: terms still remembered after its %s", id, outcome)
+		}
+	}
+}

@@ -612,9 +612,7 @@ func (s *Service) resultTx(ctx context.Context, id string, h fencewire.Holder, r
 			return api.Payout{}, err
 		}
 	}
-	if req.Outcome != api.OutcomeAmbiguous {
-		s.claimed.forget(id)
-	}
+	s.claimed.forget(id) // a payout with a result is never claimed again: no fast result of it can follow
 	if completedAfter >= 0 {
 		completion.Observe(completedAfter)
 	}
