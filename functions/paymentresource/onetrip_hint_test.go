@@ -1,6 +1,7 @@
 package paymentresource_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 )
 
 // A process remembers the terms of the payouts it claimed until their
@@ -91,5 +93,55 @@ func TestClaimHintIsForgottenAtEveryResult(t *testing.T) {
 		if paymentresource.RemembersClaim(f.svc, id) {
 			t.Errorf("%s: terms still remembered after its %s", id, outcome)
 		}
+	}
+}
+
+// Two payouts reported with one rail reference at once: the
+// one-round-trip ACK of p-1 finds the reference not recorded while
+// another transaction is recording it for p-2, and meets that record on
+// the reference's key. Its whole batch rolls back, debit included, and the
+// transaction of several statements answers RAIL_REF_CONFLICT, as for a
+// reference recorded before.
+func TestARailReferenceRecordedMeanwhileRollsTheFastResultBack(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, newPublisher(nil))
+	f.createAccount("acct-1", "EUR", 1_000)
+	f.createPayout("p-1", "acct-1", 100, "EUR")
+	f.createPayout("p-2", "acct-1", 100, "EUR")
+	st, body := f.claimWithTerms("p-1", 10, "w")
+	want(t, "claim p-1", st, body, http.StatusOK, "")
+	other, err := f.db.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Rollback(context.Background()) }()
+	if _, err := other.Exec(t.Context(), `INSERT INTO rail_result (rail_ref, payout_id, outcome, token) VALUES ('rail-x', 'p-2', 'ACK', 20)`); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		status int
+		body   []byte
+	}
+	done := make(chan answer, 1)
+	go func() {
+		st, body := f.result("p-1", 10, "w", "ACK", "rail-x")
+		done <- answer{st, body}
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), waitLimit)
+	defer cancel()
+	pgtest.AwaitBlockedOnLock(t, ctx, f.dsn, done)
+	if err := other.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	want(t, "ACK p-1 with the reference recorded meanwhile for p-2", a.status, a.body, http.StatusConflict, api.CodeRailRefConflict)
+	if p := f.payout("p-1"); p.State != api.StateClaimed || p.Debits != 0 {
+		t.Errorf("p-1 is %s with %d debits; want claimed with none", p.State, p.Debits)
+	}
+	if acct := f.account("acct-1"); acct.BalanceMinor != 1_000 || acct.Fence != 0 {
+		t.Errorf("account balance %d fence %d; want 1000 and 0", acct.BalanceMinor, acct.Fence)
+	}
+	if n := f.count("ledger_txn"); n != 0 {
+		t.Errorf("%d ledger transactions; want none", n)
 	}
 }
