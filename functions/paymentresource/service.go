@@ -170,6 +170,7 @@ type Service struct {
 	handler   http.Handler
 	outbox    *outbox
 	guard     *overload.Guard // in-flight bound and stall breaker (http.go)
+	claimed   claimedTerms    // terms of claimed payouts, for resultFast
 	detach    func()          // from guardGauges
 
 	// stop cancels the lifetime context of the outbox publisher.

@@ -266,12 +266,56 @@ func differing(fields ...diff) string {
 }
 
 // createPayout inserts the payout, its creation transition and the outbox
-// row of its event in one transaction, or returns the existing payout when
+// row of its event in one transaction (one round trip when it is created:
+// createFast), or returns the existing payout when
 // it has the same account, amount and currency (created=false, no new
 // outbox row). A new payout larger than the account's available balance
 // (availableBalance) is refused with ErrInsufficientFunds and changes
 // nothing.
 func (s *Service) createPayout(ctx context.Context, req api.PayoutRequest) (p api.Payout, created bool, err error) {
+	data, attrs, err := eventRow(ctx, req)
+	if err != nil {
+		return api.Payout{}, false, err
+	}
+	if p, created, err = s.createFast(ctx, req, data, attrs); err != nil {
+		return api.Payout{}, false, err
+	}
+	if !created {
+		p, created, err = s.createSlow(ctx, req, data, attrs)
+		if err != nil {
+			return api.Payout{}, false, err
+		}
+	}
+	if created {
+		creations.Inc()
+		s.log.InfoContext(ctx, "payout created", "event", api.EventPayoutCreated, "payoutId", p.PayoutID, "accountId", p.AccountID,
+			"amountMinor", p.AmountMinor, "currency", p.Currency)
+		s.outbox.wake()
+	}
+	return p, created, nil
+}
+
+// eventRow returns the outbox row of req's payout event: the message
+// body and its attributes (JSON), with the creating request's trace
+// context (traceparent), so that the outbox's publish span continues
+// that trace.
+func eventRow(ctx context.Context, req api.PayoutRequest) (data []byte, attrs string, err error) {
+	ev := payoutevent.Event{PayoutID: req.PayoutID, AccountID: req.AccountID, AmountMinor: req.AmountMinor, Currency: req.Currency}
+	if data, err = json.Marshal(ev); err != nil {
+		return nil, "", fmt.Errorf("paymentresource: encode event: %w", err)
+	}
+	attrMap := map[string]string{payoutevent.AttrPayoutID: ev.PayoutID, payoutevent.AttrAccountID: ev.AccountID}
+	tracing.Inject(ctx, attrMap)
+	a, err := json.Marshal(attrMap)
+	if err != nil {
+		return nil, "", fmt.Errorf("paymentresource: encode attributes: %w", err)
+	}
+	return data, string(a), nil
+}
+
+// createSlow is createPayout in a transaction of several statements (the
+// slow path): it answers every case createFast does not accept.
+func (s *Service) createSlow(ctx context.Context, req api.PayoutRequest, data []byte, attrs string) (p api.Payout, created bool, err error) {
 	err = s.inTx(ctx, "create payout", func(tx pgx.Tx) error {
 		// The account row is locked (FOR UPDATE) until commit: creations
 		// on one account are serialized, so two of them can never both
@@ -312,22 +356,9 @@ func (s *Service) createPayout(ctx context.Context, req api.PayoutRequest) (p ap
 			p = existing
 			return nil
 		}
-		ev := payoutevent.Event{PayoutID: req.PayoutID, AccountID: req.AccountID, AmountMinor: req.AmountMinor, Currency: req.Currency}
-		data, err := json.Marshal(ev)
-		if err != nil {
-			return fmt.Errorf("paymentresource: encode event: %w", err)
-		}
-		attrMap := map[string]string{payoutevent.AttrPayoutID: ev.PayoutID, payoutevent.AttrAccountID: ev.AccountID}
-		// The creating request's trace context (traceparent) is stored
-		// with the row: the outbox's publish span continues that trace.
-		tracing.Inject(ctx, attrMap)
-		attrs, err := json.Marshal(attrMap)
-		if err != nil {
-			return fmt.Errorf("paymentresource: encode attributes: %w", err)
-		}
 		// The payout row, its creation transition, the outbox row and the
 		// read-back in one statement; no row when the id exists.
-		p, err = scanPayoutRow(tx.QueryRow(ctx, createPayoutSQL, req.PayoutID, req.AccountID, req.AmountMinor, req.Currency, data, string(attrs)), req.PayoutID)
+		p, err = scanPayoutRow(tx.QueryRow(ctx, createPayoutSQL, req.PayoutID, req.AccountID, req.AmountMinor, req.Currency, data, attrs), req.PayoutID)
 		if errors.Is(err, ErrPayoutNotFound) {
 			if p, err = loadPayout(ctx, tx, req.PayoutID); err != nil {
 				return err
@@ -340,16 +371,7 @@ func (s *Service) createPayout(ctx context.Context, req api.PayoutRequest) (p ap
 		created = true
 		return nil
 	})
-	if err != nil {
-		return api.Payout{}, false, err
-	}
-	if created {
-		creations.Inc()
-		s.log.InfoContext(ctx, "payout created", "event", api.EventPayoutCreated, "payoutId", p.PayoutID, "accountId", p.AccountID,
-			"amountMinor", p.AmountMinor, "currency", p.Currency)
-		s.outbox.wake()
-	}
-	return p, created, nil
+	return p, created, err
 }
 
 // createPayoutSQL inserts payout $1 (account $2, amount $3, currency $4)
@@ -413,12 +435,39 @@ FROM payout p WHERE p.payout_id = $1 FOR UPDATE`, id).
 // (claim: in its span). Terms, when given, are compared with the payout
 // first: before the proof (which is judged against the payout's account)
 // and before the fence, so that a claim for other terms changes nothing
-// whatever its token.
+// whatever its token. The first claim of a pending payout with its terms
+// takes one round trip (claimFast).
 func (s *Service) claimTx(ctx context.Context, id string, h fencewire.Holder, terms api.ClaimRequest) (api.Payout, error) {
 	token, owner := h.Token, h.Owner
-	var p api.Payout
-	var from api.State
-	err := s.inTx(ctx, "claim", func(tx pgx.Tx) error {
+	from := api.StatePending
+	p, ok, err := s.claimFast(ctx, id, h, terms)
+	if err != nil {
+		return api.Payout{}, err
+	}
+	if !ok {
+		if p, from, err = s.claimSlow(ctx, id, h, terms); err != nil {
+			return api.Payout{}, err
+		}
+	}
+	s.claimed.put(p)
+	// The first claim is restated by the posting's line (same token): DEBUG.
+	// A claim of a payout already claimed is a redelivery or a change of
+	// holder, the trail the folded history leaves out: INFO.
+	level := slog.LevelDebug
+	if from == api.StateClaimed {
+		level = slog.LevelInfo
+	}
+	s.log.Log(ctx, level, "payout claimed", "event", api.EventPayoutClaimed, "payoutId", id, "accountId", p.AccountID,
+		"token", token, "ownerId", owner, "from", string(from))
+	return p, nil
+}
+
+// claimSlow is claimTx in a transaction of several statements (the slow
+// path): it answers every case claimFast does not accept, and returns the
+// state the payout was claimed from.
+func (s *Service) claimSlow(ctx context.Context, id string, h fencewire.Holder, terms api.ClaimRequest) (p api.Payout, from api.State, err error) {
+	token, owner := h.Token, h.Owner
+	err = s.inTx(ctx, "claim", func(tx pgx.Tx) error {
 		l, err := lockPayout(ctx, tx, id)
 		if err != nil {
 			return err
@@ -462,31 +511,32 @@ func (s *Service) claimTx(ctx context.Context, id string, h fencewire.Holder, te
 		p, err = loadPayout(ctx, tx, id)
 		return err
 	})
-	if err != nil {
-		return api.Payout{}, err
-	}
-	// The first claim is restated by the posting's line (same token): DEBUG.
-	// A claim of a payout already claimed is a redelivery or a change of
-	// holder, the trail the folded history leaves out: INFO.
-	level := slog.LevelDebug
-	if from == api.StateClaimed {
-		level = slog.LevelInfo
-	}
-	s.log.Log(ctx, level, "payout claimed", "event", api.EventPayoutClaimed, "payoutId", id, "accountId", p.AccountID,
-		"token", token, "ownerId", owner, "from", string(from))
-	return p, nil
+	return p, from, err
 }
 
 // resultTx records the rail's answer to a submission of payout id. For ACK
 // one transaction posts the payout (payout fence, non-strict), debits the
-// account (account fence, strict) and writes the ledger transaction.
+// account (account fence, strict) and writes the ledger transaction. A
+// result of a claimed payout whose claim this process answered takes one
+// round trip (resultFast).
 func (s *Service) resultTx(ctx context.Context, id string, h fencewire.Holder, req api.ResultRequest) (api.Payout, error) {
 	token, owner := h.Token, h.Owner
-	var p api.Payout
 	var replayed bool
-	var from api.State
-	var completedAfter float64 // seconds from creation to posted or declined; < 0: not finished here
-	err := s.inTx(ctx, "result", func(tx pgx.Tx) error {
+	from := api.StateClaimed
+	completedAfter := -1.0 // seconds from creation to posted or declined; < 0: not finished here
+	p, ok, err := s.resultFast(ctx, id, h, req)
+	if err != nil {
+		return api.Payout{}, err
+	}
+	if ok {
+		if req.Outcome == api.OutcomeAck {
+			p.Debits++ // the row was read before this debit
+		}
+		if req.Outcome != api.OutcomeAmbiguous {
+			completedAfter = max(p.UpdatedAt.Sub(p.CreatedAt).Seconds(), 0)
+		}
+	}
+	slow := func(tx pgx.Tx) error {
 		completedAfter = -1
 		// The payout row is locked and, for ACK or DECLINE, the rail
 		// result recorded in one statement; a check that fails below
@@ -556,10 +606,13 @@ func (s *Service) resultTx(ctx context.Context, id string, h fencewire.Holder, r
 			completedAfter = max(p.UpdatedAt.Sub(p.CreatedAt).Seconds(), 0)
 		}
 		return nil
-	})
-	if err != nil {
-		return api.Payout{}, err
 	}
+	if !ok {
+		if err := s.inTx(ctx, "result", slow); err != nil {
+			return api.Payout{}, err
+		}
+	}
+	s.claimed.forget(id) // a payout with a result is never claimed again: no fast result of it can follow
 	if completedAfter >= 0 {
 		completion.Observe(completedAfter)
 	}
