@@ -10,8 +10,8 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencewire"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/paymentresource/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/payoutevent"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgerr"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // One round trip per accepted request. A creation, a first claim and a
@@ -169,9 +169,8 @@ func (s *Service) lockedStep(ctx context.Context, op, lock string, lockArg any, 
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = dbError(op+": implicit commit", cerr)
 	}
-	var pgErr *pgconn.PgError
 	switch {
-	case errors.Is(err, ErrPayoutNotFound), errors.As(err, &pgErr) && pgErr.Code == "23505": // unique_violation
+	case errors.Is(err, ErrPayoutNotFound), pgerr.Is(err, pgerr.UniqueViolation, ""):
 		return api.Payout{}, false, nil
 	case err != nil:
 		return api.Payout{}, false, err

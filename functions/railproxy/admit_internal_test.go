@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/fencing/fencingtest"
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
+	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgerr"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgtest"
 )
 
@@ -258,9 +258,8 @@ func TestAnAdmissionPastItsDeadlineRecordsNothing(t *testing.T) {
 	var id int64
 	err := p.pool.QueryRow(t.Context(), sqlAdmitAccepted, req.PayoutID, req.AccountID, int64(5), "o",
 		req.AmountMinor, req.Currency, time.Now().Add(-time.Second)).Scan(&id)
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != sqlstateDivisionByZero {
-		t.Fatalf("statement past its deadline: %d, %v; want SQLSTATE %s", id, err, sqlstateDivisionByZero)
+	if !pgerr.Is(err, pgerr.DivisionByZero, "") {
+		t.Fatalf("statement past its deadline: %d, %v; want SQLSTATE %s", id, err, pgerr.DivisionByZero)
 	}
 	var rows int
 	if err := own.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM rail_attempt) + (SELECT count(*) FROM rail_payout)

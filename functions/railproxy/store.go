@@ -11,7 +11,6 @@ import (
 	"github.com/distributed-lock-lab/distributed-lock-lab/functions/railproxy/api"
 	"github.com/distributed-lock-lab/distributed-lock-lab/internal/pgerr"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The fence, behind the restore guard (checkIdentitySQL: it raises when
@@ -115,10 +114,6 @@ RETURNING attempt_id)
 SELECT attempt_id / (clock_timestamp() < $7::timestamptz)::int FROM c`
 
 const (
-	// sqlstateUniqueViolation and sqlstateDivisionByZero are
-	// PostgreSQL's unique_violation and division_by_zero.
-	sqlstateUniqueViolation = "23505"
-	sqlstateDivisionByZero  = "22012"
 	// payoutForwardedConstraint is rail_payout's primary key, whose
 	// unique violation fails sqlAdmitAccepted when the payout went
 	// meanwhile.
@@ -256,11 +251,10 @@ func (p *Proxy) admitAccepted(ctx context.Context, req api.SubmitRequest, token 
 	var id int64
 	err := p.pool.QueryRow(ctx, sqlAdmitAccepted, req.PayoutID, req.AccountID, token, owner,
 		req.AmountMinor, req.Currency, p.acceptDeadline(ctx, time.Now())).Scan(&id)
-	var pgErr *pgconn.PgError
 	switch {
 	case errors.Is(err, pgx.ErrNoRows),
-		errors.As(err, &pgErr) && pgErr.Code == sqlstateUniqueViolation && pgErr.ConstraintName == payoutForwardedConstraint,
-		errors.As(err, &pgErr) && pgErr.Code == sqlstateDivisionByZero:
+		pgerr.Is(err, pgerr.UniqueViolation, payoutForwardedConstraint),
+		pgerr.Is(err, pgerr.DivisionByZero, ""):
 		return 0, nil
 	case err != nil:
 		if r := restored(err); errors.Is(r, ErrRestored) {

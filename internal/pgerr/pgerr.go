@@ -34,3 +34,19 @@ func Unavailable(err error) bool {
 	}
 	return len(pgErr.Code) >= 2 && unavailableClasses[pgErr.Code[:2]]
 }
+
+// SQLSTATE codes of PostgreSQL's own (documentation appendix A) that a
+// fast path of this project reads as "not this way; take the
+// transaction": a row another request wrote meanwhile, and a statement's
+// deadline check (railproxy).
+const (
+	UniqueViolation = "23505"
+	DivisionByZero  = "22012"
+)
+
+// Is reports whether err's chain holds PostgreSQL's error with SQLSTATE
+// code and, when constraint is not "", on that constraint.
+func Is(err error, code, constraint string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == code && (constraint == "" || pgErr.ConstraintName == constraint)
+}

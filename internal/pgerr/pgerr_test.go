@@ -33,3 +33,23 @@ func TestUnavailable(t *testing.T) {
 		}
 	}
 }
+
+func TestIs(t *testing.T) {
+	pk := fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: UniqueViolation, ConstraintName: "t_pkey"})
+	for _, tc := range []struct {
+		err              error
+		code, constraint string
+		want             bool
+	}{
+		{pk, UniqueViolation, "", true},
+		{pk, UniqueViolation, "t_pkey", true},
+		{pk, UniqueViolation, "other_key", false},
+		{pk, DivisionByZero, "", false},
+		{errors.New(UniqueViolation), UniqueViolation, "", false},
+		{nil, UniqueViolation, "", false},
+	} {
+		if got := Is(tc.err, tc.code, tc.constraint); got != tc.want {
+			t.Errorf("Is(%v, %q, %q) = %v; want %v", tc.err, tc.code, tc.constraint, got, tc.want)
+		}
+	}
+}
