@@ -212,11 +212,7 @@ func runStep(t *testing.T, p *Proxy, own *pgxpool.Pool, admit admitFunc, s admit
 func TestAnAdmissionRacingAForwardOfItsPayoutIsADuplicate(t *testing.T) {
 	p, _, own := newAdmitProxy(t)
 	ctx := t.Context()
-	tx, err := own.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
+	tx := begin(t, own)
 	var first int64
 	if err := tx.QueryRow(ctx, sqlInsertForward, "p-1", "acct-1", int64(3), "first", int64(500), "EUR").Scan(&first, new(bool)); err != nil {
 		t.Fatal(err)
@@ -285,11 +281,7 @@ func TestAnAdmissionWaitingPastItsDeadlineIsAnsweredByTheTransaction(t *testing.
 	if _, err := p.admit(ctx, submission("p-1"), 1, "o", lg); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := own.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
+	tx := begin(t, own)
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM rail_high_water WHERE account_id = 'acct-1' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
@@ -331,11 +323,7 @@ func TestAnAdmissionWaitingPastItsDeadlineIsAnsweredByTheTransaction(t *testing.
 func TestAnAdmissionWaitingOnARecoveryIsHeldToItsFloor(t *testing.T) {
 	p, _, own := newAdmitProxy(t)
 	ctx := t.Context()
-	tx, err := own.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
+	tx := begin(t, own)
 	if _, err := tx.Exec(ctx, guardLockSQL); err != nil {
 		t.Fatal(err)
 	}
@@ -361,4 +349,16 @@ func TestAnAdmissionWaitingOnARecoveryIsHeldToItsFloor(t *testing.T) {
 	if forwards != 0 {
 		t.Errorf("%d payouts forwarded; want none", forwards)
 	}
+}
+
+// begin starts a transaction on pool, rolled back when the test ends (a
+// no-op after its Commit or Rollback).
+func begin(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	tx, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
 }
